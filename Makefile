@@ -1,0 +1,196 @@
+# zerolab — one entry point.
+#   make demo            the guided tour (installs what is missing first)
+#   make test            every test (unit + multi-rank), ends with Criterion's summary
+#   make run CH=03 NP=4 ARGS="--steps 50"
+#   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
+#   make doctor          what the build found;  make GPU=0  CPU only
+# Everything is built under build/ (ignored). See README.md.
+
+IMPL    ?= solutions
+GPU     ?= auto
+CH      ?=
+NP      ?= 2
+ARGS    ?=
+
+ifeq ($(IMPL),solutions)
+OUT := build
+else ifeq ($(IMPL),exercises)
+OUT := build/exercises
+else
+$(error IMPL must be solutions or exercises, not '$(IMPL)')
+endif
+OBJ := $(OUT)/obj
+BIN := $(OUT)/bin
+COBJ := build/obj/common
+
+# ---- toolchain -----------------------------------------------------------------------------
+CC       := mpicc
+PYTHON   := $(shell for p in python3 /usr/bin/python3; do $$p -c 'import sys' 2>/dev/null && { command -v $$p; break; }; done)
+CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
+CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion)
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -Icommon -I$(IMPL) $(BLAS_CFLAGS) -MMD -MP
+LDLIBS   := $(BLAS_LIBS) -lpthread -lm
+
+# ---- CUDA: auto-detected; GPU=1 demands it, GPU=0 leaves it out --------------------------
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/lib/cuda))
+NVCC      := $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
+NCCL_H    := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+ifeq ($(GPU),auto)
+  ifneq ($(and $(NVCC),$(NCCL_H)),)
+    USE_CUDA := 1
+  else
+    USE_CUDA := 0
+  endif
+else ifeq ($(GPU),1)
+  ifeq ($(NVCC),)
+    $(error GPU=1 but nvcc was not found (set CUDA_HOME or PATH); use GPU=0 for a CPU-only build)
+  endif
+  ifeq ($(NCCL_H),)
+    $(error GPU=1 but nccl.h was not found under $(CUDA_HOME)/include or /usr/include; use GPU=0)
+  endif
+  USE_CUDA := 1
+else ifeq ($(GPU),0)
+  USE_CUDA := 0
+else
+  $(error GPU must be auto, 0 or 1, not '$(GPU)')
+endif
+CUDA_ARCH ?= -gencode arch=compute_80,code=[sm_80,compute_80] -gencode arch=compute_90,code=sm_90
+ifeq ($(USE_CUDA),1)
+  COBJ     := build/obj/common-cuda
+  CFLAGS   += -DZL_CUDA -I$(CUDA_HOME)/include
+  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -DZL_CUDA -Icommon -I$(IMPL) $(shell mpicc --showme:compile) \
+              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -MMD -MP
+  CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+  LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcublasLt -lnccl -lcudart -lstdc++
+endif
+
+# ---- sources (discovered: add a file, it is built) --------------------------------------
+COMMON_C  := $(wildcard common/*.c)
+COMMON_CU := $(if $(filter 1,$(USE_CUDA)),$(wildcard common/*.cu))
+IMPL_C    := $(wildcard $(IMPL)/*.c)
+CHAPTERS  := $(sort $(notdir $(wildcard chapters/[0-9][0-9]_*)))
+COMMON_O  := $(COMMON_C:common/%.c=$(COBJ)/%.o) $(COMMON_CU:common/%.cu=$(COBJ)/%.cu.o)
+IMPL_O    := $(IMPL_C:$(IMPL)/%.c=$(OBJ)/$(IMPL)/%.o)
+LIB       := $(OBJ)/libzl.a
+# Each chapter dir holds main.c (-> chNN_name) and optionally other *.c, each its own program
+# (chapters/01_collectives/collbench.c -> ch01_collbench).
+define chapter_bins
+$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(patsubst $(firstword $(subst _, ,$(1)))_%,%,$(1)) \
+$(foreach f,$(filter-out main,$(basename $(notdir $(wildcard chapters/$(1)/*.c)))),$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(f))
+endef
+PROGRAMS  := $(foreach c,$(CHAPTERS),$(call chapter_bins,$(c)))
+TOOL_C    := $(wildcard common/tools/*.c)
+TOOLS     := $(TOOL_C:common/tools/%.c=$(BIN)/%)
+TEST_C    := $(wildcard tests/unit/*.c) $(wildcard tests/mpi/test_*.c)
+TEST_BIN  := $(OUT)/tests/zl_tests
+SCN_C     := $(wildcard tests/mpi/scn_*.c)
+SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
+
+.PHONY: all build demo test test-run run doctor deps exercises check-exercises exercise hint \
+        bench bench-collectives plots clean test-gpu cuda-check help
+.DEFAULT_GOAL := all
+
+all: build
+build: $(PROGRAMS) $(TOOLS) $(TEST_BIN) $(SCN_BIN)
+	@echo "built $(IMPL) into $(BIN) (CUDA path: $(if $(filter 1,$(USE_CUDA)),on,off))"
+
+$(LIB): $(COMMON_O) $(IMPL_O)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(COBJ)/%.o: common/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(COBJ)/%.cu.o: common/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+$(OBJ)/$(IMPL)/%.o: $(IMPL)/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(OBJ)/chapters/%.o: chapters/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(OBJ)/tests/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -Itests -DZL_BIN='"$(BIN)"' -DZL_TESTBIN='"$(OUT)/tests"' -DZL_IMPL='"$(IMPL)"' -c $< -o $@
+$(OBJ)/tools/%.o: common/tools/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# chapter programs: chapters/NN_name/main.c -> chNN_name ; chapters/NN_name/x.c -> chNN_x
+define chapter_rules
+$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(patsubst $(firstword $(subst _, ,$(1)))_%,%,$(1)): $(OBJ)/chapters/$(1)/main.o $(LIB)
+	@mkdir -p $$(@D)
+	$$(CC) $$^ -o $$@ $$(LDLIBS)
+$(foreach f,$(filter-out main,$(basename $(notdir $(wildcard chapters/$(1)/*.c)))),
+$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(f): $(OBJ)/chapters/$(1)/$(f).o $(LIB)
+	@mkdir -p $$(@D)
+	$$(CC) $$^ -o $$@ $$(LDLIBS)
+)
+endef
+$(foreach c,$(CHAPTERS),$(eval $(call chapter_rules,$(c))))
+
+$(BIN)/%: $(OBJ)/tools/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $^ -o $@ $(LDLIBS)
+
+$(TEST_BIN): $(TEST_C:tests/%.c=$(OBJ)/tests/%.o) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $^ -o $@ $(CRIT_LIBS) $(LDLIBS)
+$(OUT)/tests/scn_%: $(OBJ)/tests/mpi/scn_%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $^ -o $@ $(LDLIBS)
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+
+# ---- the two commands ---------------------------------------------------------------------
+deps:
+	@bash common/scripts/deps.sh
+
+# make test: set-up, freshness of exercises/, the exercises tree builds, every .cu compiles,
+# then one Criterion run of unit + multi-rank tests (its summary is the last line).
+test:
+	@bash common/scripts/deps.sh
+	@$(MAKE) --no-print-directory test-run
+
+test-run: build
+ifeq ($(IMPL),solutions)
+	@$(MAKE) --no-print-directory check-exercises
+	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null && echo "exercises tree builds: ok"
+endif
+ifeq ($(USE_CUDA),1)
+	@$(MAKE) --no-print-directory cuda-check
+endif
+	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
+
+demo:
+	@bash common/scripts/deps.sh
+	@$(MAKE) --no-print-directory build
+	@bash common/scripts/demo.sh $(CH)
+
+run: build
+	@test -n "$(CH)" || { echo "usage: make run CH=NN NP=N ARGS=\"...\"  (chapters: $(CHAPTERS))"; exit 2; }
+	@bash common/scripts/zlrun $(NP) $(firstword $(wildcard $(BIN)/ch$(CH)_*)) $(ARGS)
+
+doctor:
+	@bash common/scripts/doctor.sh "$(USE_CUDA)" "$(NVCC)" "$(NCCL_H)" "$(GPU)"
+
+cuda-check:
+	@echo "CUDA path: every .cu file compiled with $(NVCC) ($(words $(wildcard common/*.cu)) files), GPU binaries linked"
+
+# ---- exercises: generated from solutions/, never edited by hand --------------------------
+exercises:
+	@$(PYTHON) common/scripts/exercises.py generate solutions exercises
+check-exercises:
+	@$(PYTHON) common/scripts/exercises.py check solutions exercises
+exercise:
+	@test -n "$(CH)" || { echo "usage: make exercise CH=NN"; exit 2; }
+	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null
+	@bash common/scripts/run_tests.sh build/exercises/tests/zl_tests "ch$(CH)*/*"
+
+clean:
+	rm -rf build

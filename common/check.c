@@ -1,0 +1,47 @@
+/* check.c — fatal-error reporting that takes the whole job down (see check.h). */
+#include "check.h"  // check_fail, die, xmalloc
+#include <stdarg.h> // va_list
+#include <stdio.h>  // fprintf
+#include <stdlib.h> // exit, malloc
+
+static int g_rank = -1;
+
+int check_rank(void) { return g_rank; }
+void check_set_rank(int rank) { g_rank = rank; }
+
+static _Noreturn void abort_job(int code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  fflush(stdout);
+  fflush(stderr);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+void check_fail(const char *file, int line, const char *call, const char *msg) {
+  fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, file, line, call, msg);
+  abort_job(1);
+}
+
+void die(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s\n", buf);
+  abort_job(1);
+}
+
+void *xmalloc(size_t nbytes, const char *what) {
+  void *p = malloc(nbytes ? nbytes : 1);
+  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, nbytes / 1048576.0);
+  return p;
+}
+
+void *xcalloc(size_t n, size_t size, const char *what) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, (double)n * size / 1048576.0);
+  return p;
+}

@@ -1,0 +1,131 @@
+/* comm.h — the communicator: who am I, and the collectives.
+ *
+ * Backends: "mpi" (Open MPI; CPU buffers, or CUDA buffers staged through the host so several
+ * ranks can share one GPU) and "nccl" (one rank per GPU, collectives on a dedicated CUDA
+ * stream). Every collective exists twice:
+ *   - vendor: MPI_Allreduce / ncclAllReduce ...
+ *   - ring:   our own, built only from send/recv in solutions/ring.c (notes/01-collectives.md)
+ * chosen per communicator with comm_set_impl.
+ *
+ * Execution: operations run in issue order on the communicator's "stream" — a per-rank
+ * communication thread on the MPI backend (the CPU analogue of a CUDA stream), the NCCL
+ * stream on the NCCL backend. The _async calls return at once with a handle; comm_wait(h)
+ * returns when that operation (and every earlier one) is complete. The blocking calls are
+ * _async + comm_wait. Compute goes on while the stream works: that is the overlap.
+ *
+ * Chunks: reduce-scatter and all-gather split a buffer of numel elements into `world`
+ * contiguous chunks, chunk r = [comm_chunk_lo(numel, N, r), comm_chunk_lo(numel, N, r+1)),
+ * so any numel works (0, fewer than N, not divisible by N).
+ *
+ * Counters: each call adds, per op, the bytes the ring algorithm sends from (and receives
+ * into) this rank — (N−1)/N of the buffer for reduce-scatter and all-gather, 2(N−1)/N for
+ * all-reduce, the buffer for broadcast/reduce/send; exact per-rank values for uneven chunks —
+ * whatever implementation ran. The ring code also counts the bytes it really sends (p2p_sent);
+ * a test checks the two agree. Control traffic (loss, norms, flags, gathers of text) is counted
+ * apart under CO_CONTROL so per-step traffic compares cleanly with the formulas. */
+#ifndef ZL_COMM_H
+#define ZL_COMM_H
+#include <stdint.h> // int64_t
+#include "dtype.h"  // dtype_t, device_t
+
+typedef enum { REDOP_SUM = 0, REDOP_MAX = 1 } redop_t;
+typedef enum { COLL_VENDOR = 0, COLL_RING = 1 } coll_impl_t;
+typedef enum { BACKEND_MPI = 0, BACKEND_NCCL = 1 } backend_t;
+typedef enum {
+  CO_BROADCAST = 0, CO_REDUCE, CO_ALL_REDUCE, CO_REDUCE_SCATTER, CO_ALL_GATHER, CO_SEND, CO_RECV,
+  CO_CONTROL, CO_NOPS
+} comm_op_t;
+
+typedef struct comm comm_t;
+typedef int64_t comm_handle_t; /* sequence number of an operation on the stream; 0 = none */
+
+typedef struct comm_counters {
+  int64_t sent[CO_NOPS];  /* bytes sent from this rank by the ring model of each op */
+  int64_t recvd[CO_NOPS]; /* bytes received into this rank by the ring model */
+  int64_t calls[CO_NOPS];
+  int64_t p2p_sent;       /* bytes actually sent by comm_p2p_* (the ring implementation) */
+  int64_t p2p_recvd;
+  double busy_us[CO_NOPS]; /* time the stream spent in each op */
+} comm_counters_t;
+
+static inline int64_t comm_chunk_lo(int64_t numel, int world, int r) { return numel * r / world; }
+static inline int64_t comm_chunk_numel(int64_t numel, int world, int r) {
+  return comm_chunk_lo(numel, world, r + 1) - comm_chunk_lo(numel, world, r);
+}
+const char *comm_op_name(comm_op_t op); /* "broadcast", "reduce", "all_reduce", ... */
+
+/* MPI_Init (thread level SERIALIZED or better), MPI_ERRORS_RETURN, rank/world/local rank,
+ * the rank for error messages; then the backend on `dev` (BACKEND_NCCL needs DEV_CUDA).
+ * Dies with a clear message if the backend cannot work (e.g. NCCL with two ranks on one GPU). */
+comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev);
+/* Wait for the stream, stop it, MPI_Finalize. */
+void comm_finalize(comm_t *c);
+
+int comm_rank(const comm_t *c);
+int comm_world(const comm_t *c);
+int comm_local_rank(const comm_t *c); /* rank among the processes on this host */
+device_t comm_device(const comm_t *c);
+backend_t comm_backend(const comm_t *c);
+const char *comm_backend_name(const comm_t *c); /* "mpi" or "nccl" */
+void comm_set_impl(comm_t *c, coll_impl_t impl);  /* vendor (default) or ring */
+coll_impl_t comm_impl(const comm_t *c);
+/* Deadline for any one wait (comm_wait and the blocking calls), seconds; 0 = none. On expiry:
+ * `rank R: <op> (<tag>) did not complete within S s`, then the job is aborted. */
+void comm_set_timeout(comm_t *c, double seconds);
+
+/* ---- blocking collectives (buffers on comm_device(c)) ---------------------------------- */
+void comm_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root);
+/* recv (significant on root) = op over ranks of send; send == recv allowed. */
+void comm_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root);
+void comm_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op);
+/* send: numel elements on every rank; recv: this rank's chunk (comm_chunk_numel(numel, N, rank)). */
+void comm_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op);
+/* send: this rank's chunk; recv: all numel elements, chunk r from rank r. send may point into recv
+ * at this rank's chunk (in place). */
+void comm_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt);
+void comm_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst);
+void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src);
+void comm_barrier(comm_t *c);
+
+/* ---- asynchronous: queued in order on the stream; `tag` names it in traces and errors ---- */
+comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag);
+comm_handle_t comm_reduce_scatter_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                        redop_t op, const char *tag);
+comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                    const char *tag);
+comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag);
+/* Block until h (and everything queued before it) is done. On CUDA: the compute stream waits
+ * for it instead (no host block), which is what lets NCCL overlap with compute. */
+void comm_wait(comm_t *c, comm_handle_t h);
+void comm_wait_all(comm_t *c);
+
+/* ---- control traffic (host memory, blocking, counted under CO_CONTROL) --------------------- */
+void comm_ctl_all_reduce_f64(comm_t *c, double *vals, int n, redop_t op);
+void comm_ctl_broadcast(comm_t *c, void *bytes, int64_t nbytes, int root);
+/* Rank 0 receives every rank's blob: *all (malloc'd, concatenated in rank order) and sizes[N]
+ * (malloc'd); other ranks get *all = NULL. */
+void comm_ctl_gather(comm_t *c, const void *blob, int64_t nbytes, char **all, int64_t **sizes);
+/* Every rank passes its text; rank 0 prints them to stdout in rank order. */
+void comm_print_ordered(comm_t *c, const char *text);
+
+/* ---- counters --------------------------------------------------------------------------- */
+comm_counters_t comm_counters(const comm_t *c); /* call after comm_wait_all */
+void comm_counters_reset(comm_t *c);
+/* The ring-model byte counts for one call (what comm_* adds to sent/recvd). */
+int64_t comm_model_sent(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root);
+int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root);
+
+/* ---- what the ring code builds on (comm_impl side) ------------------------------------------
+ * These run inside the stream's context (on the comm thread, or enqueued on the NCCL stream),
+ * so solutions/ring.c must only be called from the stream (comm_* with COLL_RING does that).
+ * Each counts its real bytes in p2p_sent / p2p_recvd. */
+void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                       int64_t recv_numel, int src, dtype_t dt);
+void comm_p2p_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst);
+void comm_p2p_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src);
+/* dst = dst op src, element-wise, on the stream (bf16: in fp32, rounded once per call). */
+void comm_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op);
+void comm_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt);
+/* Scratch on the stream's device, at least nbytes, reused (slot 0 or 1); counted as LEDGER_COMM. */
+void *comm_scratch(comm_t *c, int slot, int64_t nbytes);
+#endif

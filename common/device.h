@@ -1,0 +1,24 @@
+/* device.h — raw memory on a device: the only place that knows CPU from CUDA memory.
+ * The CUDA side (device_cuda.cu) exists when built with GPU=1 (ZL_CUDA defined); asking for
+ * DEV_CUDA in a CPU-only build dies with a clear message (no silent fallback). */
+#ifndef ZL_DEVICE_H
+#define ZL_DEVICE_H
+#include <stddef.h> // size_t
+#include "dtype.h"  // device_t
+
+/* 1 when this binary was built with the CUDA path. */
+int device_cuda_built(void);
+/* Number of visible GPUs (0 when none or CPU-only build). Does not create a CUDA context
+ * unless a driver is present. */
+int device_cuda_count(void);
+/* Select the GPU for this rank (local_rank % count) and create the streams; call once. */
+void device_cuda_select(int local_rank);
+
+void *dev_malloc(device_t dev, size_t nbytes, const char *what); /* zero-filled; dies on failure */
+void dev_free(device_t dev, void *p);
+void dev_memcpy(device_t dst_dev, void *dst, device_t src_dev, const void *src, size_t nbytes);
+void dev_memset0(device_t dev, void *p, size_t nbytes);
+void dev_sync(device_t dev); /* wait for all queued work on the compute stream */
+/* Used bytes as the driver sees them (cudaMemGetInfo total - free); 0 on CPU. */
+size_t dev_used_bytes(device_t dev);
+#endif

@@ -1,0 +1,34 @@
+/* ledger.h — per-rank memory ledger: live and peak bytes by category.
+ * Every tensor allocation goes through it (tensor_alloc), so the report can print what a
+ * rank really holds beside the formula of ARCHITECTURE.md (notes/00-memory.md). */
+#ifndef ZL_LEDGER_H
+#define ZL_LEDGER_H
+#include <stdint.h> // int64_t
+
+typedef enum {
+  LEDGER_PARAMS = 0, /* working parameters (bf16 or fp32), full or shard                  */
+  LEDGER_GRADS,      /* resident gradients, full or shard                                   */
+  LEDGER_MASTER,     /* fp32 master weights (bf16 mode only)                                */
+  LEDGER_OPTIM,      /* optimizer states: Adam m and v, or SGD momentum                     */
+  LEDGER_ACTS,       /* activations and op workspaces                                       */
+  LEDGER_COMM,       /* transient communication buffers: buckets, gathered layers, scratch  */
+  LEDGER_NCAT
+} ledger_cat_t;
+
+const char *ledger_cat_name(ledger_cat_t cat); /* "params", "grads", ... */
+
+/* Reset all counters; rank is used in messages; limit_bytes > 0 sets the --mem-limit-mb budget. */
+void ledger_init(int rank, int64_t limit_bytes);
+/* Account nbytes of `what` to cat. If the budget would be exceeded, dies with
+ * `out of memory budget on rank R: <what> needs X MiB, Y of M MiB in use` (whole job down). */
+void ledger_add(ledger_cat_t cat, int64_t nbytes, const char *what);
+void ledger_sub(ledger_cat_t cat, int64_t nbytes);
+
+int64_t ledger_live(ledger_cat_t cat);
+int64_t ledger_peak(ledger_cat_t cat);   /* highest live value of this category since init/reset */
+int64_t ledger_total_live(void);
+int64_t ledger_total_peak(void);         /* highest sum over all categories at one moment */
+int64_t ledger_limit(void);
+/* Peaks restart from the current live values (e.g. to measure steady state after setup). */
+void ledger_reset_peaks(void);
+#endif
