@@ -12,16 +12,17 @@ CH      ?=
 NP      ?= 2
 ARGS    ?=
 
+BUILD   ?= build
 ifeq ($(IMPL),solutions)
-OUT := build
+OUT := $(BUILD)
 else ifeq ($(IMPL),exercises)
-OUT := build/exercises
+OUT := $(BUILD)/exercises
 else
 $(error IMPL must be solutions or exercises, not '$(IMPL)')
 endif
 OBJ := $(OUT)/obj
 BIN := $(OUT)/bin
-COBJ := build/obj/common
+COBJ := $(BUILD)/obj/common
 
 # ---- toolchain -----------------------------------------------------------------------------
 CC       := mpicc
@@ -60,7 +61,7 @@ else
 endif
 CUDA_ARCH ?= -gencode arch=compute_80,code=[sm_80,compute_80] -gencode arch=compute_90,code=sm_90
 ifeq ($(USE_CUDA),1)
-  COBJ     := build/obj/common-cuda
+  COBJ     := $(BUILD)/obj/common-cuda
   CFLAGS   += -DZL_CUDA -I$(CUDA_HOME)/include
   NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -DZL_CUDA -Icommon -I$(IMPL) $(shell mpicc --showme:compile) \
               -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -MMD -MP
@@ -145,7 +146,7 @@ $(OUT)/tests/scn_%: $(OBJ)/tests/mpi/scn_%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $^ -o $@ $(LDLIBS)
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- the two commands ---------------------------------------------------------------------
 deps:
@@ -190,7 +191,7 @@ check-exercises:
 exercise:
 	@test -n "$(CH)" || { echo "usage: make exercise CH=NN"; exit 2; }
 	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null
-	@bash common/scripts/run_tests.sh build/exercises/tests/zl_tests "ch$(CH)*/*"
+	@bash common/scripts/run_tests.sh $(BUILD)/exercises/tests/zl_tests "ch$(CH)*/*"
 
 clean:
-	rm -rf build
+	rm -rf $(BUILD)
