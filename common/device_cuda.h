@@ -1,0 +1,25 @@
+/* device_cuda.h — the CUDA side of device.h, implemented in device_cuda.cu (built with GPU=1,
+ * ZL_CUDA defined). device.c calls these only for DEV_CUDA; C files never include CUDA headers. */
+#ifndef ZL_DEVICE_CUDA_H
+#define ZL_DEVICE_CUDA_H
+#include <stddef.h> // size_t
+#ifdef __cplusplus
+extern "C" {
+#endif
+int devcu_count(void);                 /* visible GPUs; 0 when no driver/GPU (never dies) */
+void devcu_select(int local_rank);     /* cudaSetDevice(local_rank % count), create streams, cuBLAS handle */
+int devcu_current(void);               /* selected device id, -1 before devcu_select */
+void *devcu_malloc(size_t nbytes);     /* cudaMalloc + memset 0; NULL on failure (device.c reports) */
+void devcu_free(void *p);
+/* kind: 0 host->device, 1 device->host, 2 device->device (on the compute stream, then synced) */
+void devcu_memcpy(void *dst, const void *src, size_t nbytes, int kind);
+void devcu_memset0(void *p, size_t nbytes);
+void devcu_sync(void);                 /* synchronize the compute stream */
+size_t devcu_used_bytes(void);         /* cudaMemGetInfo: total - free */
+/* The compute and communication streams as opaque pointers (cudaStream_t), for ops and NCCL. */
+void *devcu_compute_stream(void);
+void *devcu_comm_stream(void);
+#ifdef __cplusplus
+}
+#endif
+#endif
