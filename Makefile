@@ -17,8 +17,11 @@ ifeq ($(IMPL),solutions)
 OUT := $(BUILD)
 else ifeq ($(IMPL),exercises)
 OUT := $(BUILD)/exercises
+else ifneq ($(wildcard $(IMPL)/.),)
+# any other tree of the same files (make exercise builds solutions/ with one student body)
+OUT := $(IMPL)-build
 else
-$(error IMPL must be solutions or exercises, not '$(IMPL)')
+$(error IMPL must be solutions or exercises (or a directory holding the same files), not '$(IMPL)')
 endif
 OBJ := $(OUT)/obj
 BIN := $(OUT)/bin
@@ -27,6 +30,10 @@ COBJ := $(BUILD)/obj/common
 # ---- toolchain -----------------------------------------------------------------------------
 CC       := mpicc
 PYTHON   := $(shell for p in python3 /usr/bin/python3; do $$p -c 'import sys' 2>/dev/null && { command -v $$p; break; }; done)
+# Plots need matplotlib: Debian's python3-matplotlib is for /usr/bin/python3, and a pyenv/conda
+# python3 first on PATH often lacks it, so take the first python that imports it (make doctor
+# shows which). Evaluated only where used.
+PLOT_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { command -v $$p; break; }; done)
 CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
 CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion)
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
@@ -43,8 +50,10 @@ NCCL_H    := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/ncc
 ifeq ($(GPU),auto)
   ifneq ($(and $(NVCC),$(NCCL_H)),)
     USE_CUDA := 1
+    CUDA_WHY := GPU=auto and both nvcc and nccl.h were found
   else
     USE_CUDA := 0
+    CUDA_WHY := GPU=auto and $(if $(NVCC),nccl.h,nvcc) was not found
   endif
 else ifeq ($(GPU),1)
   ifeq ($(NVCC),)
@@ -54,8 +63,10 @@ else ifeq ($(GPU),1)
     $(error GPU=1 but nccl.h was not found under $(CUDA_HOME)/include or /usr/include; use GPU=0)
   endif
   USE_CUDA := 1
+  CUDA_WHY := GPU=1 asked for it
 else ifeq ($(GPU),0)
   USE_CUDA := 0
+  CUDA_WHY := GPU=0 asked for a CPU-only build
 else
   $(error GPU must be auto, 0 or 1, not '$(GPU)')
 endif
@@ -91,8 +102,8 @@ TEST_BIN  := $(OUT)/tests/zl_tests
 SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 
-.PHONY: all build demo test test-run run doctor deps exercises check-exercises exercise hint \
-        bench bench-collectives plots clean test-gpu cuda-check help
+.PHONY: all build demo test test-prep test-run run doctor deps exercises check-exercises exercise hint \
+        exercise-list bench bench-collectives plots clean test-gpu cuda-check help
 .DEFAULT_GOAL := all
 
 all: build
@@ -154,11 +165,14 @@ deps:
 
 # make test: set-up, freshness of exercises/, the exercises tree builds, every .cu compiles,
 # then one Criterion run of unit + multi-rank tests (its summary is the last line).
+# make test IMPL=exercises: the same tests against the student's tree (stubs fail their tests).
+# The Criterion run is in this recipe itself, so a failure adds only make's one "Error" line.
 test:
 	@bash common/scripts/deps.sh
-	@$(MAKE) --no-print-directory test-run
+	@$(MAKE) --no-print-directory test-prep
+	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
 
-test-run: build
+test-prep: build
 ifeq ($(IMPL),solutions)
 	@$(MAKE) --no-print-directory check-exercises
 	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null && echo "exercises tree builds: ok"
@@ -166,32 +180,77 @@ endif
 ifeq ($(USE_CUDA),1)
 	@$(MAKE) --no-print-directory cuda-check
 endif
+
+test-run: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
 
 demo:
 	@bash common/scripts/deps.sh
 	@$(MAKE) --no-print-directory build
-	@bash common/scripts/demo.sh $(CH)
+	@ZL_BIN=$(BIN) PLOT_PYTHON=$(PLOT_PYTHON) bash common/scripts/demo.sh $(CH)
 
+# make plots: the figures of notes/ (notes/figures/*.png) from the JSON under results/ that
+# make demo writes; a figure whose inputs are missing is skipped with a note. The python that
+# plots: PATH's python3 when it has matplotlib, else Debian's /usr/bin/python3 (as deps.sh says).
+PLOT_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { command -v $$p; break; }; done)
+plots:
+	@test -n "$(PLOT_PYTHON)" || { echo "error: no python3 with matplotlib: run 'make deps' (Debian: apt-get install python3-matplotlib)"; exit 2; }
+	@$(PLOT_PYTHON) common/scripts/plots.py --results results --out notes/figures
+
+# the chapter's main program (chapters/NN_name/main.c -> chNN_name); PROG=collbench picks another
+CH_NAME   = $(patsubst $(CH)_%,%,$(firstword $(filter $(CH)_%,$(CHAPTERS))))
 run: build
-	@test -n "$(CH)" || { echo "usage: make run CH=NN NP=N ARGS=\"...\"  (chapters: $(CHAPTERS))"; exit 2; }
-	@bash common/scripts/zlrun $(NP) $(firstword $(wildcard $(BIN)/ch$(CH)_*)) $(ARGS)
+	@test -n "$(CH)" -a -n "$(CH_NAME)" || { echo "usage: make run CH=NN NP=N ARGS=\"...\" [PROG=name]  (chapters: $(CHAPTERS))"; exit 2; }
+	@bash common/scripts/zlrun $(NP) $(BIN)/ch$(CH)_$(or $(PROG),$(CH_NAME)) $(ARGS)
 
 doctor:
-	@bash common/scripts/doctor.sh "$(USE_CUDA)" "$(NVCC)" "$(NCCL_H)" "$(GPU)"
+	@ZL_USE_CUDA="$(USE_CUDA)" ZL_CUDA_WHY="$(CUDA_WHY)" ZL_NVCC="$(NVCC)" ZL_NCCL_H="$(NCCL_H)" \
+	 ZL_CUDA_HOME="$(CUDA_HOME)" ZL_GPU="$(GPU)" ZL_PYTHON="$(PYTHON)" ZL_PLOT_PYTHON="$(PLOT_PYTHON)" \
+	 ZL_CC="$(CC)" bash common/scripts/doctor.sh
 
-cuda-check:
-	@echo "CUDA path: every .cu file compiled with $(NVCC) ($(words $(wildcard common/*.cu)) files), GPU binaries linked"
+# every common/*.cu compiled into the CUDA-enabled libzl (make test runs it when the path is on)
+cuda-check: $(LIB)
+ifeq ($(USE_CUDA),1)
+	@n=0; for f in $(COMMON_CU); do o=$(COBJ)/$$(basename $$f .cu).cu.o; \
+	   test $$o -nt $$f || { echo "error: $$f was not compiled into $$o"; exit 1; }; n=$$((n+1)); done; \
+	 echo "CUDA path: $$n .cu file(s) compiled with $(NVCC) into $(LIB)$(if $(COMMON_CU), ($(notdir $(COMMON_CU))))"
+else
+	@echo "CUDA path: off ($(CUDA_WHY)); no .cu compiled"
+endif
 
 # ---- exercises: generated from solutions/, never edited by hand --------------------------
+# Students write the bodies in exercises/ (kept by `make exercises`; RESET=1 discards them).
 exercises:
-	@$(PYTHON) common/scripts/exercises.py generate solutions exercises
+	@$(PYTHON) common/scripts/exercises.py generate solutions exercises $(if $(RESET),--reset)
 check-exercises:
 	@$(PYTHON) common/scripts/exercises.py check solutions exercises
+# the chapter's tests against exercises/, then one line per exercise: done / not done / wrong
 exercise:
-	@test -n "$(CH)" || { echo "usage: make exercise CH=NN"; exit 2; }
+	@test -n "$(CH)" || { echo "usage: make exercise CH=NN   (chapters: $(CHAPTERS))"; exit 2; }
+	@$(PYTHON) common/scripts/exercises.py list solutions --chapter $(CH) >/dev/null
 	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null
-	@bash common/scripts/run_tests.sh $(BUILD)/exercises/tests/zl_tests "ch$(CH)*/*"
+	@$(PYTHON) common/scripts/exercises.py status solutions exercises --chapter $(CH) \
+	  --tests $(BUILD)/exercises/tests/zl_tests --build $(BUILD) --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)"
+hint:
+	@test -n "$(EX)" || { echo "usage: make hint EX=name   (make exercise-list shows the names)"; exit 2; }
+	@$(PYTHON) common/scripts/exercises.py hint solutions $(EX)
+exercise-list:
+	@$(PYTHON) common/scripts/exercises.py list solutions $(if $(CH),--chapter $(CH))
+
+# ---- benchmarks: every bench-* target of this Makefile, one after another, into $(RESULTS)/ --
+RESULTS ?= results
+BENCH_TARGETS = $(shell sed -n 's/^\(bench-[A-Za-z0-9_-]*\):.*/\1/p' $(MAKEFILE_LIST))
+bench: build
+	@mkdir -p $(RESULTS)
+	@test -n "$(strip $(BENCH_TARGETS))" || { echo "bench: no bench-* targets defined yet"; exit 0; }; \
+	 failed=; for t in $(BENCH_TARGETS); do echo "== make $$t"; \
+	   $(MAKE) --no-print-directory RESULTS=$(RESULTS) $$t || failed="$$failed $$t"; done; \
+	 echo "bench: results under $(RESULTS)/"; \
+	 test -z "$$failed" || { echo "bench: failed:$$failed"; exit 1; }
+
+help:
+	@sed -n '2,/^$$/{/^$$/d;s/^# \{0,1\}//;p}' Makefile
+	@echo "  more: make exercises | check-exercises | exercise-list | hint EX=name | bench | cuda-check | deps | clean"
 
 clean:
 	rm -rf $(BUILD)

@@ -19,6 +19,12 @@ size_t devcu_used_bytes(void);         /* cudaMemGetInfo: total - free */
 /* The compute and communication streams as opaque pointers (cudaStream_t), for ops and NCCL. */
 void *devcu_compute_stream(void);
 void *devcu_comm_stream(void);
+/* The cuBLAS handle (cublasHandle_t as void*), bound to the compute stream; NULL before select. */
+void *devcu_cublas(void);
+/* Called on a communication thread (host-staged MPI backend with CUDA buffers): sets the
+ * thread's device and makes devcu_memcpy / devcu_memset0 / devcu_sync on THIS thread use the
+ * comm stream, so staging copies never queue behind compute work. */
+void devcu_thread_attach_comm(void);
 #ifdef __cplusplus
 }
 #endif

@@ -29,4 +29,7 @@ mem_formula_t formula_model_states(int stage, double psi, int world, dtype_t wdt
 double formula_comm_bytes(int stage, double psi, int world, dtype_t wdt);
 /* A printable formula, e.g. "4Ψ + 12Ψ/N" (bf16, Adam), for the report and ch00. */
 const char *formula_text(int stage, dtype_t wdt, int opt_states);
+/* The same text for the paper's form (formula_zero_k) with any K, written into dst
+ * (e.g. stage 1, 2, 2, 12 -> "4Ψ + 12Ψ/N"); returns dst. Used by ch00. */
+char *formula_text_k(char *dst, int ndst, int stage, double param_bytes, double grad_bytes, double k);
 #endif

@@ -50,6 +50,7 @@ typedef struct train_cfg {
   int save_every;
   int log_every;                      /* print a loss line every K steps (0 = first and last) */
   int quiet;
+  unsigned chapter_flags;             /* TRAIN_FLAG_* this program accepts (set by train_parse_args) */
 } train_cfg_t;
 
 /* Which chapter-specific flags a program accepts. */
@@ -67,7 +68,8 @@ typedef struct strategy {
   void (*step)(struct trainer *t);                    /* wait comm, optimizer on own shard, gather */
   void (*teardown)(struct trainer *t);                /* free what setup allocated */
   /* Copy the full fp32 weights (Ψ, unpadded, master in bf16 mode) to host dst on rank 0;
-   * collective. NULL: the trainer's default for full (unsharded) states. */
+   * collective: called on every rank, dst is NULL on ranks other than 0. NULL: the trainer's
+   * default for full (unsharded) states. */
   void (*export_params)(struct trainer *t, float *dst);
 } strategy_t;
 
@@ -106,7 +108,9 @@ typedef struct trainer {
   struct train_internal *in; /* activations, batch buffers, results (train.c only) */
 } trainer_t;
 
-/* Parse and validate the training flags (before MPI, exit code 2 on error) into cfg. */
+/* Parse and validate the training flags (before MPI, exit code 2 on error) into cfg.
+ * Exits the process itself on --help (code 0) and on a bad flag (code 2, one error line);
+ * returns 0 when the run should go on. cfg points into argv for its strings. */
 int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about, unsigned chapter_flags);
 /* The whole program for chapters 02–05: comm, setup, loop, report, --json, --trace, teardown.
  * Returns the process exit code. */
@@ -122,13 +126,18 @@ void trainer_init_full_params(trainer_t *t);
  * lets a sharded strategy fill its shard without the full model. dst: host fp32. */
 void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst);
 /* Optimizer update on n elements: w fp32 (master, or params in fp32 mode), grad in wdt,
- * states at the same offset; gscale from clipping. Uses t->opt_t. */
+ * states at the same offset; gscale from clipping. Uses t->opt_t, which the loop sets before
+ * step() (1 for the first update; a skipped step does not advance it). Does nothing when
+ * t->skipped is set (--nonfinite skip), so a strategy may call it unconditionally. */
 void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale);
 /* Gradient norm and non-finite check of a step. local_sumsq: Σg² over the grads this rank
  * owns; sharded: 1 if ranks own disjoint pieces (sum over ranks), 0 if every rank holds all
  * grads (no communication). Sets t->grad_norm and t->skipped; returns the clip scale (1 when
  * --clip is off). With --nonfinite abort, a non-finite norm stops the job naming the step. */
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded);
+/* Add a number to the end-of-run report and the --json object (e.g. "n_buckets"); at most
+ * 16 per run, key copied (up to 31 characters). Any rank may call it; rank 0's values are used. */
+void trainer_report_extra(trainer_t *t, const char *key, double value);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)
 #endif

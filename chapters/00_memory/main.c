@@ -1,0 +1,150 @@
+/* ch00_memory — the ZeRO memory calculator: Ψ parameters, N ranks, a precision and K bytes of
+ * optimizer state per parameter -> bytes each rank holds for params, grads and optimizer states
+ * at every ZeRO stage, beside the formula. Plain C: no MPI calls, no allocation beyond flags.
+ * Notes: notes/00-memory.md (the 16Ψ story). Reproduces Figure 1 of Rajbhandari et al. 2020:
+ *   ch00_memory --params 7.5B --ranks 64      ->  120.0, 31.4, 16.6, 1.9 GB per rank. */
+#include "args.h"    // arg_spec_t, args_parse, args_error, args_env_rank
+#include "check.h"   // die
+#include "dtype.h"   // DT_BF16, DT_F32
+#include "formula.h" // formula_zero_k, formula_text_k, formula_comm_bytes
+#include "model.h"   // model_count_params: Ψ of the zerolab MLP
+#include <stdint.h>  // int64_t
+#include <stdio.h>   // printf, fopen
+#include <string.h>  // strcmp
+
+#define GB 1e9
+#define GIB 1073741824.0
+
+static const char *const g_stage_name[4] = {"DDP (0)", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+
+/* The paper's generic form of a stage with the bytes per param of params (p) and grads (g):
+ * bf16 stage 1 -> "2Ψ + 2Ψ + KΨ/N". */
+static void generic_text(char *dst, size_t n, int stage, int p, int g) {
+  switch (stage) {
+  case 0: snprintf(dst, n, "(%d+%d+K)Ψ", p, g); break;
+  case 1: snprintf(dst, n, "%dΨ + %dΨ + KΨ/N", p, g); break;
+  case 2: snprintf(dst, n, "%dΨ + (%d+K)Ψ/N", p, g); break;
+  default: snprintf(dst, n, "(%d+%d+K)Ψ/N", p, g); break;
+  }
+}
+
+/* A number of GB for the table: one decimal like the paper, three when below 1 GB. */
+static void fmt_size(char *dst, size_t n, double bytes, double unit) {
+  double v = bytes / unit;
+  snprintf(dst, n, v >= 0.95 || v == 0 ? "%.1f" : "%.3f", v);
+}
+
+/* Ψ for humans: 7500000000 -> "7.5e+09 (7.50 B)". */
+static void fmt_psi(char *dst, size_t n, double psi) {
+  const char *sfx = "";
+  double div = 1;
+  if (psi >= 1e12) { sfx = " T"; div = 1e12; }
+  else if (psi >= 1e9) { sfx = " B"; div = 1e9; }
+  else if (psi >= 1e6) { sfx = " M"; div = 1e6; }
+  else if (psi >= 1e3) { sfx = " K"; div = 1e3; }
+  if (div > 1) snprintf(dst, n, "%.0f (%.2f%s)", psi, psi / div, sfx);
+  else snprintf(dst, n, "%.0f", psi);
+}
+
+int main(int argc, char **argv) {
+  double psi = 7.5e9, k = -1;
+  int world = 64;
+  const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
+  arg_spec_t specs[] = {
+      {"--params", ARG_COUNT, &psi, 1, 1e15, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
+      {"--model", ARG_STR, &model, 0, 0, NULL, "D,H,C,L: take Ψ from the zerolab MLP of this shape instead"},
+      {"--ranks", ARG_INT, &world, 1, 1 << 20, NULL, "data-parallel ranks N"},
+      {"--precision", ARG_CHOICE, &precision, 0, 0, "bf16|fp32",
+       "bf16: 2-byte params and grads, fp32 master in K; fp32: 4-byte params and grads, no master"},
+      {"--k", ARG_DOUBLE, &k, -1, 1024, NULL,
+       "optimizer-state bytes per parameter; -1: 12 in bf16 (master 4 + Adam m 4 + v 4), 8 in fp32 (m + v)"},
+      {"--stage", ARG_CHOICE, &stage_s, 0, 0, "0|1|2|3|all", "ZeRO stage to show"},
+      {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (for plots)"},
+  };
+  const int nspecs = (int)(sizeof specs / sizeof specs[0]);
+  int rc = args_parse(argc, argv, specs, nspecs, "ch00_memory",
+                      "ZeRO memory calculator: bytes per rank of params, grads and optimizer states at each stage\n"
+                      "(Rajbhandari et al. 2020, Figure 1). Example: ch00_memory --params 7.5B --ranks 64");
+  if (rc == 1) return 0;
+  if (rc) return 2;
+  if (k < 0 && k != -1) {
+    char kv[32];
+    snprintf(kv, sizeof kv, "%g", k);
+    return args_error("--k", kv, "must be -1 (by precision) or a number in [0, 1024]");
+  }
+  int psi_given = 0;
+  for (int i = 1; i < argc; i++) psi_given |= strncmp(argv[i], "--params", 8) == 0;
+  if (model) {
+    long long d[4];
+    char tail;
+    if (psi_given) return args_error("--model", model, "give either --params or --model, not both");
+    if (sscanf(model, "%lld,%lld,%lld,%lld%c", &d[0], &d[1], &d[2], &d[3], &tail) != 4 || d[0] < 1 || d[1] < 1 ||
+        d[2] < 1 || d[3] < 1 || d[0] > 1 << 24 || d[1] > 1 << 24 || d[2] > 1 << 24 || d[3] > 1 << 16)
+      return args_error("--model", model, "must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4");
+    psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
+  }
+  if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
+
+  int bf16 = strcmp(precision, "bf16") == 0;
+  int wbytes = bf16 ? 2 : 4; /* bytes per param of the working params and of the grads */
+  if (k == -1) k = bf16 ? 12 : 8;
+  dtype_t wdt = bf16 ? DT_BF16 : DT_F32;
+  int s0 = 0, s1 = 3;
+  if (strcmp(stage_s, "all") != 0) s0 = s1 = stage_s[0] - '0';
+
+  char psi_txt[64];
+  fmt_psi(psi_txt, sizeof psi_txt, psi);
+  printf("ZeRO model states per rank: Ψ = %s parameters, N = %d ranks\n", psi_txt, world);
+  printf("precision %s: params %dΨ bytes, grads %dΨ bytes, optimizer states KΨ bytes with K = %g", precision, wbytes, wbytes, k);
+  if (bf16 && k == 12) printf(" (fp32 master 4 + Adam m 4 + v 4)");
+  else if (!bf16 && k == 8) printf(" (Adam m 4 + v 4, no master)");
+  printf("\n\n");
+
+  mem_formula_t ddp = formula_zero_k(0, psi, world, wbytes, wbytes, k);
+  mem_formula_t f[4];
+  for (int s = s0; s <= s1; s++) f[s] = formula_zero_k(s, psi, world, wbytes, wbytes, k);
+
+  printf("in GB (1e9 bytes) per rank\n");
+  printf("%-8s %10s %10s %10s %10s %8s %12s   %s\n", "stage", "params", "grads", "optim", "total", "vs DDP",
+         "comm/step", "formula");
+  for (int s = s0; s <= s1; s++) {
+    char p[32], g[32], o[32], t[32], c[32], gen[64], num[64];
+    fmt_size(p, sizeof p, f[s].params, GB);
+    fmt_size(g, sizeof g, f[s].grads, GB);
+    fmt_size(o, sizeof o, f[s].optim, GB);
+    fmt_size(t, sizeof t, f[s].total, GB);
+    fmt_size(c, sizeof c, formula_comm_bytes(s, psi, world, wdt), GB);
+    generic_text(gen, sizeof gen, s, wbytes, wbytes);
+    formula_text_k(num, sizeof num, s, wbytes, wbytes, k);
+    printf("%-8s %10s %10s %10s %10s %7.1fx %12s   %s = %s\n", g_stage_name[s], p, g, o, t, ddp.total / f[s].total, c,
+           gen, num);
+  }
+  printf("\nin GiB (2^30 bytes) per rank\n");
+  printf("%-8s %10s %10s %10s %10s\n", "stage", "params", "grads", "optim", "total");
+  for (int s = s0; s <= s1; s++)
+    printf("%-8s %10.2f %10.2f %10.2f %10.2f\n", g_stage_name[s], f[s].params / GIB, f[s].grads / GIB,
+           f[s].optim / GIB, f[s].total / GIB);
+  printf("\ncomm/step: bytes each rank sends per step with ring collectives, %s elements: stages 0-2 "
+         "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
+         precision);
+  printf("activations, temporary buffers and fragmentation come on top of these model states\n");
+
+  if (json) {
+    FILE *fp = fopen(json, "w");
+    if (!fp) die("ch00_memory: cannot write --json %s", json);
+    fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
+                "\"param_bytes\": %d, \"grad_bytes\": %d, \"k\": %.17g,\n \"stages\": [",
+            psi, world, precision, wbytes, wbytes, k);
+    for (int s = s0; s <= s1; s++) {
+      char num[64];
+      formula_text_k(num, sizeof num, s, wbytes, wbytes, k);
+      fprintf(fp, "%s\n  {\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
+                  "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"}",
+              s == s0 ? "" : ",", s, f[s].params, f[s].grads, f[s].optim, f[s].total, ddp.total / f[s].total,
+              formula_comm_bytes(s, psi, world, wdt), num);
+    }
+    fprintf(fp, "\n]}\n");
+    if (fclose(fp) != 0) die("ch00_memory: cannot write --json %s", json);
+  }
+  return 0;
+}

@@ -1,0 +1,23 @@
+/* ch05_zero3 — ZeRO stage 3 / FSDP FULL_SHARD: params, gradients and optimizer states sharded.
+ * Notes: notes/05-zero3.md. Run: make run CH=05 NP=4 ARGS="--steps 20 --prefetch 1 --trace /tmp/z3.json"
+ * Units are all-gathered just before their forward and backward (--prefetch K ahead) and freed
+ * after use: 16Ψ/N resident (bf16, Adam), plus about K+1 gathered units in flight. */
+#include <stdio.h>  // snprintf
+#include "args.h"  // args_error
+#include "train.h" // train_cfg_t, train_parse_args, train_main
+#include "zero.h"  // zero3_strategy
+
+int main(int argc, char **argv) {
+  train_cfg_t cfg;
+  int rc = train_parse_args(argc, argv, &cfg, "ch05_zero3",
+                            "ZeRO-3 (FSDP FULL_SHARD): everything sharded; units gathered on use, --prefetch K ahead.",
+                            TRAIN_FLAG_PREFETCH);
+  if (rc) return rc == 1 ? 0 : rc;
+  int n_units = cfg.layers + 1; /* prefetching more units than the model has means nothing */
+  if (cfg.prefetch > n_units) {
+    char v[32];
+    snprintf(v, sizeof v, "%d", cfg.prefetch);
+    return args_error("--prefetch", v, "must be an integer in [0, %d] (the unit count, --layers + 1)", n_units);
+  }
+  return train_main(&cfg, zero3_strategy(), "05_zero3");
+}

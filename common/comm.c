@@ -1,0 +1,583 @@
+/* comm.c — the communicator's front, the same for every backend (see comm.h, comm_internal.h).
+ * Notes: notes/01-collectives.md.
+ *
+ * A call such as comm_all_reduce_async():
+ *   1. checks its arguments and adds the ring-model bytes to the counters (comm_model_sent),
+ *   2. becomes a task with the next sequence number (its handle),
+ *   3. runs on the stream: the comm thread (MPI) pops tasks in order and runs each with the
+ *      vendor collective or the ring code of solutions/ring.c; non-threaded backends (NCCL) run
+ *      it inline, enqueueing on their CUDA stream,
+ *   4. comm_wait(h) returns when done_seq >= h (or the deadline of comm_set_timeout passes). */
+#include "comm_internal.h" // struct comm, comm_backend_t, comm_task_t
+#include "check.h"         // CHECK_MPI, die, xmalloc, xcalloc
+#include "device.h"        // dev_sync, dev_memcpy, device_cuda_select
+#include "ledger.h"        // ledger_add, ledger_sub, LEDGER_COMM
+#include "ring.h"          // ring_broadcast, ring_reduce, ring_all_reduce, ...
+#include "trace.h"         // trace_event, trace_now_us
+#include <errno.h>         // ETIMEDOUT
+#include <stdio.h>         // snprintf, fputs
+#include <stdlib.h>        // free, realloc
+#include <string.h>        // memset, strlen
+#include <time.h>          // clock_gettime
+
+static const char *const g_op_names[CO_NOPS] = {"broadcast", "reduce", "all_reduce", "reduce_scatter",
+                                                "all_gather", "send", "recv", "control"};
+
+const char *comm_op_name(comm_op_t op) { return (op >= 0 && op < CO_NOPS) ? g_op_names[op] : "unknown"; }
+
+double comm_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void comm_timeout_fail(const comm_t *c, const char *op, const char *tag) {
+  die("rank %d: %s (%s) did not complete within %g s", c->rank, op, tag && tag[0] ? tag : "-", c->timeout_s);
+}
+
+/* ---- the ring model of the byte counters ------------------------------------------------- */
+/* Elements this rank sends / receives in the ring algorithms of solutions/ring.c:
+ *   reduce-scatter  sends every chunk but r,          receives every chunk but r−1
+ *   all-gather      sends every chunk but r+1,        receives every chunk but r
+ *   all-reduce      the two above added
+ *   broadcast       chain root→…→root−1: every rank but the last sends, every rank but root receives
+ *   reduce          chain root+1→…→root: every rank but root sends, every rank but root+1 receives */
+static int64_t model_elems(comm_op_t op, int sent, int64_t n, int N, int r, int root) {
+  if (op == CO_SEND) return sent ? n : 0;
+  if (op == CO_RECV) return sent ? 0 : n;
+  if (N <= 1 || op == CO_CONTROL) return 0;
+  int prev = (r - 1 + N) % N, next = (r + 1) % N;
+  switch (op) {
+  case CO_REDUCE_SCATTER: return n - comm_chunk_numel(n, N, sent ? r : prev);
+  case CO_ALL_GATHER: return n - comm_chunk_numel(n, N, sent ? next : r);
+  case CO_ALL_REDUCE:
+    return sent ? 2 * n - comm_chunk_numel(n, N, r) - comm_chunk_numel(n, N, next)
+                : 2 * n - comm_chunk_numel(n, N, prev) - comm_chunk_numel(n, N, r);
+  case CO_BROADCAST: return sent ? (r == (root - 1 + N) % N ? 0 : n) : (r == root ? 0 : n);
+  case CO_REDUCE: return sent ? (r == root ? 0 : n) : (r == (root + 1) % N ? 0 : n);
+  default: return 0;
+  }
+}
+
+int64_t comm_model_sent(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root) {
+  return model_elems(op, 1, numel, world, rank, root) * (int64_t)dtype_size(dt);
+}
+int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root) {
+  return model_elems(op, 0, numel, world, rank, root) * (int64_t)dtype_size(dt);
+}
+
+/* ---- init / finalize ---------------------------------------------------------------------- */
+static void *comm_thread_main(void *arg);
+
+comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
+  comm_t *c = xcalloc(1, sizeof *c, "communicator");
+  c->dev = dev;
+  c->backend = backend;
+  c->impl = COLL_VENDOR;
+  comm_mpi_boot(c, argc, argv); /* rank, world, local rank, check_set_rank */
+  if (dev == DEV_CUDA) device_cuda_select(c->local_rank); /* dies in a CPU-only build */
+  if (backend == BACKEND_NCCL) {
+#ifdef ZL_CUDA
+    if (dev != DEV_CUDA) die("rank %d: the NCCL backend needs CUDA buffers (--device cuda)", c->rank);
+    comm_nccl_attach(c);
+#else
+    die("rank %d: NCCL backend needs a CUDA build (make GPU=1)", c->rank);
+#endif
+  } else {
+    comm_mpi_attach(c);
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv_work, NULL);
+  pthread_condattr_t ca; /* deadlines on the monotonic clock, immune to clock changes */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv_done, &ca);
+  pthread_condattr_destroy(&ca);
+  c->q_cap = 64;
+  c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
+  if (c->be->threaded) {
+    if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
+      die("rank %d: comm_init: cannot start the communication thread", c->rank);
+    c->thread_started = 1;
+  }
+  return c;
+}
+
+int comm_rank(const comm_t *c) { return c->rank; }
+int comm_world(const comm_t *c) { return c->world; }
+int comm_local_rank(const comm_t *c) { return c->local_rank; }
+device_t comm_device(const comm_t *c) { return c->dev; }
+backend_t comm_backend(const comm_t *c) { return c->backend; }
+const char *comm_backend_name(const comm_t *c) { return c->be->name; }
+void comm_set_impl(comm_t *c, coll_impl_t impl) { c->impl = impl; }
+coll_impl_t comm_impl(const comm_t *c) { return c->impl; }
+void comm_set_timeout(comm_t *c, double seconds) { c->timeout_s = seconds > 0 ? seconds : 0; }
+
+/* ---- running a task on the stream --------------------------------------------------------- */
+static int needs_staging(const comm_t *c) { return c->be->host_only && c->dev == DEV_CUDA; }
+
+/* Host staging buffer `slot`, at least nbytes (grown on demand, counted as LEDGER_COMM). */
+static void *stage_buf(comm_t *c, int slot, int64_t nbytes) {
+  if (nbytes > c->stage_nbytes[slot]) {
+    if (c->stage[slot]) {
+      free(c->stage[slot]);
+      ledger_sub(LEDGER_COMM, c->stage_nbytes[slot]);
+    }
+    ledger_add(LEDGER_COMM, nbytes, "comm host staging");
+    c->stage[slot] = xmalloc((size_t)nbytes, "comm host staging");
+    c->stage_nbytes[slot] = nbytes;
+  }
+  return c->stage[slot];
+}
+
+/* The collective itself, vendor or ring, on buffers the backend can use. */
+static void run_coll(comm_t *c, const comm_task_t *t) {
+  const comm_backend_t *be = c->be;
+  int ring = t->impl == COLL_RING;
+  switch (t->kind) {
+  case TASK_BROADCAST:
+    if (ring) ring_broadcast(c, t->recv, t->numel, t->dt, t->peer);
+    else be->broadcast(c, t->recv, t->numel, t->dt, t->peer);
+    break;
+  case TASK_REDUCE:
+    if (ring) ring_reduce(c, t->send, t->recv, t->numel, t->dt, t->redop, t->peer);
+    else be->reduce(c, t->send, t->recv, t->numel, t->dt, t->redop, t->peer);
+    break;
+  case TASK_ALL_REDUCE:
+    if (ring) ring_all_reduce(c, t->recv, t->numel, t->dt, t->redop);
+    else be->all_reduce(c, t->recv, t->numel, t->dt, t->redop);
+    break;
+  case TASK_REDUCE_SCATTER:
+    if (ring) ring_reduce_scatter(c, t->send, t->recv, t->numel, t->dt, t->redop);
+    else be->reduce_scatter(c, t->send, t->recv, t->numel, t->dt, t->redop);
+    break;
+  case TASK_ALL_GATHER:
+    if (ring) ring_all_gather(c, t->send, t->recv, t->numel, t->dt);
+    else be->all_gather(c, t->send, t->recv, t->numel, t->dt);
+    break;
+  case TASK_SEND: /* with the ring implementation, counted as p2p traffic too */
+    if (ring) comm_p2p_send(c, t->send, t->numel, t->dt, t->peer);
+    else be->send(c, t->send, t->numel, t->dt, t->peer);
+    break;
+  case TASK_RECV:
+    if (ring) comm_p2p_recv(c, t->recv, t->numel, t->dt, t->peer);
+    else be->recv(c, t->recv, t->numel, t->dt, t->peer);
+    break;
+  default: die("rank %d: comm: task kind %d is not a collective", c->rank, (int)t->kind);
+  }
+}
+
+/* CUDA buffers on a host-only backend: copy the inputs to host, run there, copy the outputs back. */
+static void run_staged(comm_t *c, const comm_task_t *t) {
+  size_t esz = dtype_size(t->dt);
+  int64_t nb = t->numel * (int64_t)esz;
+  int64_t lo = comm_chunk_lo(t->numel, c->world, c->rank) * (int64_t)esz;
+  int64_t own = comm_chunk_numel(t->numel, c->world, c->rank) * (int64_t)esz;
+  comm_task_t h = *t; /* the same task on host copies */
+  switch (t->kind) {
+  case TASK_BROADCAST:
+  case TASK_ALL_REDUCE:
+    h.recv = stage_buf(c, 0, nb);
+    h.send = h.recv;
+    if (t->kind == TASK_ALL_REDUCE || c->rank == t->peer) dev_memcpy(DEV_CPU, h.recv, DEV_CUDA, t->recv, (size_t)nb);
+    run_coll(c, &h);
+    if (t->kind == TASK_ALL_REDUCE || c->rank != t->peer) dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)nb);
+    break;
+  case TASK_REDUCE:
+    h.send = stage_buf(c, 0, nb);
+    h.recv = (t->send == t->recv) ? (void *)h.send : (c->rank == t->peer ? stage_buf(c, 1, nb) : NULL);
+    dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)nb);
+    run_coll(c, &h);
+    if (c->rank == t->peer) dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)nb);
+    break;
+  case TASK_REDUCE_SCATTER:
+    h.send = stage_buf(c, 0, nb);
+    h.recv = stage_buf(c, 1, own);
+    dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)nb);
+    run_coll(c, &h);
+    dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)own);
+    break;
+  case TASK_ALL_GATHER:
+    h.recv = stage_buf(c, 0, nb);
+    /* in place (send is this rank's chunk of recv) stays in place on the host */
+    h.send = (t->send == (const char *)t->recv + lo) ? (char *)h.recv + lo : stage_buf(c, 1, own);
+    dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)own);
+    run_coll(c, &h);
+    dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)nb);
+    break;
+  case TASK_SEND:
+    h.send = stage_buf(c, 0, nb);
+    dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)nb);
+    run_coll(c, &h);
+    break;
+  case TASK_RECV:
+    h.recv = stage_buf(c, 0, nb);
+    run_coll(c, &h);
+    dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)nb);
+    break;
+  default: run_coll(c, t);
+  }
+}
+
+static void run_task(comm_t *c, comm_task_t *t) {
+  double t0 = trace_now_us();
+  if (c->be->task_begin) c->be->task_begin(c, t);
+  if (t->kind >= TASK_BARRIER) comm_mpi_control(c, t); /* barrier and control ops: host, MPI */
+  else if (needs_staging(c)) run_staged(c, t);
+  else run_coll(c, t);
+  if (c->be->task_end) c->be->task_end(c, t);
+  double t1 = trace_now_us();
+  pthread_mutex_lock(&c->mu);
+  c->ctr.busy_us[t->op] += t1 - t0;
+  pthread_mutex_unlock(&c->mu);
+  if (trace_enabled()) {
+    char args[96];
+    snprintf(args, sizeof args, "\"op\":\"%s\",\"bytes\":%lld,\"impl\":\"%s\"", comm_op_name(t->op),
+             (long long)(t->numel * (int64_t)dtype_size(t->dt)), t->impl == COLL_RING ? "ring" : "vendor");
+    trace_event(TRACE_COMM, t->tag[0] ? t->tag : comm_op_name(t->op), t0, t1, args);
+  }
+}
+
+static void *comm_thread_main(void *arg) {
+  comm_t *c = arg;
+#ifdef ZL_CUDA
+  if (c->dev == DEV_CUDA) comm_cuda_thread_attach(); /* staging copies use the rank's GPU */
+#endif
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    while (c->q_len == 0) pthread_cond_wait(&c->cv_work, &c->mu);
+    comm_task_t t = c->queue[c->q_head];
+    c->q_head = (c->q_head + 1) % c->q_cap;
+    c->q_len--;
+    c->running = t;
+    pthread_mutex_unlock(&c->mu);
+    if (t.kind != TASK_STOP) run_task(c, &t);
+    pthread_mutex_lock(&c->mu);
+    c->done_seq = t.seq;
+    pthread_cond_broadcast(&c->cv_done);
+    if (t.kind == TASK_STOP) break;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+/* Count the ring-model bytes, give the task its handle, and queue it (threaded) or run it (inline). */
+static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
+  snprintf(t->tag, sizeof t->tag, "%s", tag ? tag : comm_op_name(t->op));
+  if (t->kind < TASK_BARRIER && needs_staging(c)) dev_sync(DEV_CUDA); /* inputs final before the thread copies */
+  pthread_mutex_lock(&c->mu);
+  if (t->op != CO_CONTROL) {
+    c->ctr.sent[t->op] += comm_model_sent(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
+    c->ctr.recvd[t->op] += comm_model_recvd(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
+  }
+  if (t->kind != TASK_STOP) c->ctr.calls[t->op]++;
+  t->seq = ++c->next_seq;
+  if (c->be->threaded) {
+    if (c->q_len == c->q_cap) { /* grow, unwrapping the circular buffer */
+      comm_task_t *q = xmalloc(2 * (size_t)c->q_cap * sizeof *q, "comm queue");
+      for (int i = 0; i < c->q_len; i++) q[i] = c->queue[(c->q_head + i) % c->q_cap];
+      free(c->queue);
+      c->queue = q;
+      c->q_head = 0;
+      c->q_cap *= 2;
+    }
+    c->queue[(c->q_head + c->q_len) % c->q_cap] = *t;
+    c->q_len++;
+    pthread_cond_signal(&c->cv_work);
+    pthread_mutex_unlock(&c->mu);
+  } else {
+    c->running = *t;
+    pthread_mutex_unlock(&c->mu);
+    run_task(c, t);
+    pthread_mutex_lock(&c->mu);
+    c->done_seq = t->seq;
+    pthread_mutex_unlock(&c->mu);
+  }
+  return t->seq;
+}
+
+void comm_wait(comm_t *c, comm_handle_t h) {
+  if (h <= 0) return;
+  if (!c->be->threaded) {
+    c->be->wait(c, h);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  if (h > c->next_seq) {
+    pthread_mutex_unlock(&c->mu);
+    die("rank %d: comm_wait: handle %lld was never issued", c->rank, (long long)h);
+  }
+  struct timespec dl;
+  if (c->timeout_s > 0) {
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    double s = (double)dl.tv_sec + 1e-9 * (double)dl.tv_nsec + c->timeout_s;
+    dl.tv_sec = (time_t)s;
+    dl.tv_nsec = (long)((s - (double)dl.tv_sec) * 1e9);
+  }
+  while (c->done_seq < h) {
+    if (c->timeout_s <= 0) {
+      pthread_cond_wait(&c->cv_done, &c->mu);
+    } else if (pthread_cond_timedwait(&c->cv_done, &c->mu, &dl) == ETIMEDOUT && c->done_seq < h) {
+      /* Name the operation the stream is stuck in (it may sit inside MPI forever): the one
+       * running, or the next queued when the thread has not picked it up yet. */
+      comm_task_t stuck = c->running.seq == c->done_seq + 1 ? c->running : c->queue[c->q_head];
+      pthread_mutex_unlock(&c->mu);
+      comm_timeout_fail(c, comm_op_name(stuck.op), stuck.tag);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+void comm_wait_all(comm_t *c) {
+  if (!c->be->threaded) {
+    c->be->wait_all(c);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  comm_handle_t last = c->next_seq;
+  pthread_mutex_unlock(&c->mu);
+  comm_wait(c, last);
+}
+
+void comm_finalize(comm_t *c) {
+  if (!c) return;
+  comm_wait_all(c);
+  if (c->thread_started) {
+    comm_task_t stop = {.kind = TASK_STOP, .op = CO_CONTROL};
+    submit(c, &stop, "stop");
+    pthread_join(c->thread, NULL);
+  }
+  for (int s = 0; s < 2; s++) {
+    if (c->scratch[s]) {
+      c->be->scratch_free(c, c->scratch[s]);
+      ledger_sub(LEDGER_COMM, c->scratch_nbytes[s]);
+    }
+    if (c->stage[s]) {
+      free(c->stage[s]);
+      ledger_sub(LEDGER_COMM, c->stage_nbytes[s]);
+    }
+  }
+  if (c->be->finalize) c->be->finalize(c);
+  comm_mpi_shutdown(c);
+  pthread_cond_destroy(&c->cv_work);
+  pthread_cond_destroy(&c->cv_done);
+  pthread_mutex_destroy(&c->mu);
+  free(c->queue);
+  free(c);
+}
+
+/* ---- argument checks ---------------------------------------------------------------------- */
+static void check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer) {
+  if (numel < 0) die("rank %d: %s: numel %lld is negative", c->rank, fn, (long long)numel);
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64) die("rank %d: %s: unknown dtype %d", c->rank, fn, (int)dt);
+  if (need_peer && (peer < 0 || peer >= c->world))
+    die("rank %d: %s: rank %d is not in [0, %d)", c->rank, fn, peer, c->world);
+}
+
+static comm_task_t task(comm_task_kind_t kind, comm_op_t op, const comm_t *c, const void *send, void *recv,
+                        int64_t numel, dtype_t dt, redop_t redop, int peer) {
+  comm_task_t t;
+  memset(&t, 0, sizeof t);
+  t.kind = kind;
+  t.op = op;
+  t.impl = c->impl;
+  t.send = send;
+  t.recv = recv;
+  t.numel = numel;
+  t.dt = dt;
+  t.redop = redop;
+  t.peer = peer;
+  return t;
+}
+
+/* ---- asynchronous collectives -------------------------------------------------------------- */
+comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag) {
+  check_args(c, "comm_all_reduce", numel, dt, 0, 0);
+  comm_task_t t = task(TASK_ALL_REDUCE, CO_ALL_REDUCE, c, buf, buf, numel, dt, op, 0);
+  return submit(c, &t, tag);
+}
+
+comm_handle_t comm_reduce_scatter_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                        redop_t op, const char *tag) {
+  check_args(c, "comm_reduce_scatter", numel, dt, 0, 0);
+  comm_task_t t = task(TASK_REDUCE_SCATTER, CO_REDUCE_SCATTER, c, send, recv, numel, dt, op, 0);
+  return submit(c, &t, tag);
+}
+
+comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                    const char *tag) {
+  check_args(c, "comm_all_gather", numel, dt, 0, 0);
+  comm_task_t t = task(TASK_ALL_GATHER, CO_ALL_GATHER, c, send, recv, numel, dt, REDOP_SUM, 0);
+  return submit(c, &t, tag);
+}
+
+comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag) {
+  check_args(c, "comm_broadcast", numel, dt, root, 1);
+  comm_task_t t = task(TASK_BROADCAST, CO_BROADCAST, c, buf, buf, numel, dt, REDOP_SUM, root);
+  return submit(c, &t, tag);
+}
+
+/* ---- blocking = async + wait --------------------------------------------------------------- */
+void comm_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
+  comm_wait(c, comm_broadcast_async(c, buf, numel, dt, root, "blocking"));
+}
+
+void comm_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
+  check_args(c, "comm_reduce", numel, dt, root, 1);
+  comm_task_t t = task(TASK_REDUCE, CO_REDUCE, c, send, recv, numel, dt, op, root);
+  comm_wait(c, submit(c, &t, "blocking"));
+}
+
+void comm_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
+  comm_wait(c, comm_all_reduce_async(c, buf, numel, dt, op, "blocking"));
+}
+
+void comm_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
+  comm_wait(c, comm_reduce_scatter_async(c, send, recv, numel, dt, op, "blocking"));
+}
+
+void comm_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  comm_wait(c, comm_all_gather_async(c, send, recv, numel, dt, "blocking"));
+}
+
+void comm_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
+  check_args(c, "comm_send", numel, dt, dst, 1);
+  if (dst == c->rank) die("rank %d: comm_send: cannot send to itself", c->rank);
+  comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
+  comm_wait(c, submit(c, &t, "blocking"));
+}
+
+void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
+  check_args(c, "comm_recv", numel, dt, src, 1);
+  if (src == c->rank) die("rank %d: comm_recv: cannot receive from itself", c->rank);
+  comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
+  comm_wait(c, submit(c, &t, "blocking"));
+}
+
+void comm_barrier(comm_t *c) {
+  comm_task_t t = task(TASK_BARRIER, CO_CONTROL, c, NULL, NULL, 0, DT_F32, REDOP_SUM, 0);
+  comm_wait(c, submit(c, &t, "barrier"));
+}
+
+/* ---- control traffic (host memory; counted under CO_CONTROL with the ring model) ----------- */
+static void count_control(comm_t *c, int64_t sent, int64_t recvd) {
+  pthread_mutex_lock(&c->mu);
+  c->ctr.sent[CO_CONTROL] += sent;
+  c->ctr.recvd[CO_CONTROL] += recvd;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void comm_ctl_all_reduce_f64(comm_t *c, double *vals, int n, redop_t op) {
+  if (n < 0) die("rank %d: comm_ctl_all_reduce_f64: n %d is negative", c->rank, n);
+  count_control(c, comm_model_sent(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0),
+                comm_model_recvd(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0));
+  comm_task_t t = task(TASK_CTL_ALL_REDUCE_F64, CO_CONTROL, c, vals, vals, n, DT_F64, op, 0);
+  comm_wait(c, submit(c, &t, "ctl_all_reduce"));
+}
+
+void comm_ctl_broadcast(comm_t *c, void *bytes, int64_t nbytes, int root) {
+  check_args(c, "comm_ctl_broadcast", nbytes, DT_F32, root, 1);
+  /* counted as the chain broadcast of nbytes one-byte elements */
+  count_control(c, model_elems(CO_BROADCAST, 1, nbytes, c->world, c->rank, root),
+                model_elems(CO_BROADCAST, 0, nbytes, c->world, c->rank, root));
+  comm_task_t t = task(TASK_CTL_BROADCAST, CO_CONTROL, c, bytes, bytes, nbytes, DT_F32, REDOP_SUM, root);
+  comm_wait(c, submit(c, &t, "ctl_broadcast"));
+}
+
+void comm_ctl_gather(comm_t *c, const void *blob, int64_t nbytes, char **all, int64_t **sizes) {
+  check_args(c, "comm_ctl_gather", nbytes, DT_F32, 0, 0);
+  comm_task_t t = task(TASK_CTL_GATHER, CO_CONTROL, c, blob, NULL, nbytes, DT_F32, REDOP_SUM, 0);
+  t.gather_all = all;
+  t.gather_sizes = sizes;
+  comm_wait(c, submit(c, &t, "ctl_gather"));
+  int64_t got = 0;
+  if (c->rank == 0)
+    for (int r = 1; r < c->world; r++) got += (*sizes)[r];
+  count_control(c, c->rank == 0 ? 0 : nbytes, got);
+}
+
+void comm_print_ordered(comm_t *c, const char *text) {
+  char *all = NULL;
+  int64_t *sizes = NULL;
+  comm_ctl_gather(c, text, (int64_t)strlen(text), &all, &sizes);
+  if (c->rank == 0) {
+    int64_t off = 0;
+    for (int r = 0; r < c->world; r++) {
+      fwrite(all + off, 1, (size_t)sizes[r], stdout);
+      if (sizes[r] > 0 && all[off + sizes[r] - 1] != '\n') fputc('\n', stdout);
+      off += sizes[r];
+    }
+    fflush(stdout);
+  }
+  free(all);
+  free(sizes);
+}
+
+/* ---- counters ------------------------------------------------------------------------------ */
+comm_counters_t comm_counters(const comm_t *c) {
+  comm_t *m = (comm_t *)c; /* the lock only */
+  pthread_mutex_lock(&m->mu);
+  comm_counters_t k = c->ctr;
+  pthread_mutex_unlock(&m->mu);
+  return k;
+}
+
+void comm_counters_reset(comm_t *c) {
+  pthread_mutex_lock(&c->mu);
+  memset(&c->ctr, 0, sizeof c->ctr);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- what the ring code builds on (called on the stream) ----------------------------------- */
+static void count_p2p(comm_t *c, int64_t sent, int64_t recvd) {
+  pthread_mutex_lock(&c->mu);
+  c->ctr.p2p_sent += sent;
+  c->ctr.p2p_recvd += recvd;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void check_peer(const comm_t *c, const char *fn, int peer) {
+  if (peer < 0 || peer >= c->world || peer == c->rank)
+    die("rank %d: %s: peer %d must be another rank in [0, %d)", c->rank, fn, peer, c->world);
+}
+
+void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                       int64_t recv_numel, int src, dtype_t dt) {
+  if (send_numel > 0) check_peer(c, "comm_p2p_sendrecv", dst);
+  if (recv_numel > 0) check_peer(c, "comm_p2p_sendrecv", src);
+  int64_t esz = (int64_t)dtype_size(dt);
+  count_p2p(c, send_numel * esz, recv_numel * esz);
+  c->be->sendrecv(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt);
+}
+
+void comm_p2p_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
+  comm_p2p_sendrecv(c, buf, numel, dst, NULL, 0, dst, dt);
+}
+
+void comm_p2p_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
+  comm_p2p_sendrecv(c, NULL, 0, src, buf, numel, src, dt);
+}
+
+void comm_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
+  if (numel > 0) c->be->local_reduce(c, dst, src, numel, dt, op);
+}
+
+void comm_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt) {
+  if (numel > 0 && dst != src) c->be->local_copy(c, dst, src, numel, dt);
+}
+
+void *comm_scratch(comm_t *c, int slot, int64_t nbytes) {
+  if (slot < 0 || slot > 1) die("rank %d: comm_scratch: slot %d is not 0 or 1", c->rank, slot);
+  if (nbytes > c->scratch_nbytes[slot]) {
+    if (c->scratch[slot]) {
+      c->be->scratch_free(c, c->scratch[slot]);
+      ledger_sub(LEDGER_COMM, c->scratch_nbytes[slot]);
+      c->scratch[slot] = NULL;
+      c->scratch_nbytes[slot] = 0;
+    }
+    ledger_add(LEDGER_COMM, nbytes, "comm scratch"); /* dies first if over the --mem-limit-mb budget */
+    c->scratch[slot] = c->be->scratch_alloc(c, nbytes);
+    c->scratch_nbytes[slot] = nbytes;
+  }
+  return c->scratch[slot];
+}

@@ -1,0 +1,260 @@
+/* comm_mpi.c — the MPI backend (host buffers), MPI start-up, and control traffic for every backend.
+ * Notes: notes/01-collectives.md. Every function here except comm_mpi_boot/comm_mpi_shutdown
+ * runs on the communicator's thread (comm.c), so MPI sees one caller at a time after init.
+ * bf16 has no MPI type: it travels as a 2-byte contiguous type, and its sum/max are user
+ * MPI_Ops that add in fp32 and round once per element (the same arithmetic as the ring). */
+#include "comm_internal.h" // struct comm, comm_backend_t, comm_task_t
+#include "check.h"         // CHECK_MPI, die, xmalloc, check_set_rank
+#include <limits.h>        // INT_MAX
+#include <stdlib.h>        // free
+#include <string.h>        // memcpy
+
+enum { TAG_RING = 0, TAG_USER = 1 }; /* the ring's p2p vs comm_send/comm_recv */
+#define MPI_PIECE ((int64_t)1 << 30)     /* MPI counts are int: long buffers go in pieces */
+
+typedef struct mpi_state {
+  MPI_Datatype bf16;      /* 2 contiguous bytes */
+  MPI_Op bf16_sum, bf16_max;
+  int *counts, *displs;   /* [world] chunk sizes and offsets for reduce-scatter / all-gather */
+} mpi_state_t;
+
+static mpi_state_t *st(const comm_t *c) { return (mpi_state_t *)c->be_state; }
+
+/* ---- element-wise reductions on the host (the ring's local reduce and the bf16 MPI_Ops) ---- */
+__attribute__((optimize("O3"))) static void host_reduce(void *dst, const void *src, int64_t n, dtype_t dt, redop_t op) {
+  if (dt == DT_F32) {
+    float *restrict d = dst;
+    const float *restrict s = src;
+    if (op == REDOP_SUM)
+      for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i];
+  } else if (dt == DT_BF16) {
+    bf16_t *restrict d = dst;
+    const bf16_t *restrict s = src;
+    if (op == REDOP_SUM)
+      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]) > bf16_to_f32(d[i]) ? s[i] : d[i];
+  } else {
+    double *restrict d = dst;
+    const double *restrict s = src;
+    if (op == REDOP_SUM)
+      for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i];
+  }
+}
+
+/* MPI_User_function: inout = in op inout. */
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  host_reduce(inout, in, *len, DT_BF16, REDOP_SUM);
+}
+static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  host_reduce(inout, in, *len, DT_BF16, REDOP_MAX);
+}
+
+static MPI_Datatype mpi_type(const comm_t *c, dtype_t dt) {
+  return dt == DT_F32 ? MPI_FLOAT : dt == DT_F64 ? MPI_DOUBLE : st(c)->bf16;
+}
+static MPI_Op mpi_op(const comm_t *c, dtype_t dt, redop_t op) {
+  if (dt == DT_BF16) return op == REDOP_SUM ? st(c)->bf16_sum : st(c)->bf16_max;
+  return op == REDOP_SUM ? MPI_SUM : MPI_MAX;
+}
+static const char *at(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
+static char *atw(void *p, int64_t i, dtype_t dt) { return (char *)p + i * (int64_t)dtype_size(dt); }
+static int piece(int64_t numel, int64_t off) { return (int)(numel - off < MPI_PIECE ? numel - off : MPI_PIECE); }
+
+/* Fill counts/displs with the chunks of comm.h; they are int for MPI. */
+static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
+  if (numel > INT_MAX)
+    die("rank %d: %s of %lld elements: the MPI backend takes at most %d per call", c->rank, fn, (long long)numel,
+        INT_MAX);
+  for (int r = 0; r < c->world; r++) {
+    st(c)->counts[r] = (int)comm_chunk_numel(numel, c->world, r);
+    st(c)->displs[r] = (int)comm_chunk_lo(numel, c->world, r);
+  }
+}
+
+/* ---- the vendor collectives ------------------------------------------------------------------ */
+static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE)
+    CHECK_MPI(MPI_Bcast(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), root, c->mpi));
+}
+
+static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
+  int in_place = c->rank == root && send == recv;
+  for (int64_t off = 0; off < numel; off += MPI_PIECE)
+    CHECK_MPI(MPI_Reduce(in_place ? MPI_IN_PLACE : at(send, off, dt), c->rank == root ? atw(recv, off, dt) : NULL,
+                         piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op), root, c->mpi));
+}
+
+static void mpi_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE)
+    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op),
+                            c->mpi));
+}
+
+static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
+  if (numel == 0) return;
+  chunk_layout(c, numel, "reduce_scatter");
+  CHECK_MPI(MPI_Reduce_scatter(send, recv, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi));
+}
+
+static void mpi_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  if (numel == 0) return;
+  chunk_layout(c, numel, "all_gather");
+  const void *own = at(recv, st(c)->displs[c->rank], dt);
+  CHECK_MPI(MPI_Allgatherv(send == own ? MPI_IN_PLACE : send, st(c)->counts[c->rank], mpi_type(c, dt), recv,
+                           st(c)->counts, st(c)->displs, mpi_type(c, dt), c->mpi));
+}
+
+static void mpi_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE)
+    CHECK_MPI(MPI_Send(at(buf, off, dt), piece(numel, off), mpi_type(c, dt), dst, TAG_USER, c->mpi));
+}
+
+static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE)
+    CHECK_MPI(MPI_Recv(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), src, TAG_USER, c->mpi,
+                       MPI_STATUS_IGNORE));
+}
+
+/* ---- what the ring is built from ----------------------------------------------------------- */
+static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                         int64_t recv_numel, int src, dtype_t dt) {
+  MPI_Datatype ty = mpi_type(c, dt);
+  for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
+    int ns = off < send_numel ? piece(send_numel, off) : 0;
+    int nr = off < recv_numel ? piece(recv_numel, off) : 0;
+    if (ns > 0 && nr > 0)
+      CHECK_MPI(MPI_Sendrecv(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, atw(recvbuf, off, dt), nr, ty, src, TAG_RING,
+                             c->mpi, MPI_STATUS_IGNORE));
+    else if (ns > 0)
+      CHECK_MPI(MPI_Send(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, c->mpi));
+    else
+      CHECK_MPI(MPI_Recv(atw(recvbuf, off, dt), nr, ty, src, TAG_RING, c->mpi, MPI_STATUS_IGNORE));
+  }
+}
+
+static void mpi_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
+  host_reduce(dst, src, numel, dt, op);
+}
+
+static void mpi_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt) {
+  memcpy(dst, src, (size_t)numel * dtype_size(dt));
+}
+
+static void *mpi_scratch_alloc(comm_t *c, int64_t nbytes) { return xmalloc((size_t)nbytes, "comm scratch"); }
+static void mpi_scratch_free(comm_t *c, void *p) { free(p); }
+
+static void mpi_finalize_backend(comm_t *c) {
+  mpi_state_t *s = st(c);
+  CHECK_MPI(MPI_Op_free(&s->bf16_sum));
+  CHECK_MPI(MPI_Op_free(&s->bf16_max));
+  CHECK_MPI(MPI_Type_free(&s->bf16));
+  free(s->counts);
+  free(s->displs);
+  free(s);
+  c->be_state = NULL;
+}
+
+const comm_backend_t comm_mpi_backend = {
+    .name = "mpi",
+    .threaded = 1,
+    .host_only = 1,
+    .broadcast = mpi_broadcast,
+    .reduce = mpi_reduce,
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .sendrecv = mpi_sendrecv,
+    .local_reduce = mpi_local_reduce,
+    .local_copy = mpi_local_copy,
+    .scratch_alloc = mpi_scratch_alloc,
+    .scratch_free = mpi_scratch_free,
+    .finalize = mpi_finalize_backend,
+};
+
+void comm_mpi_attach(comm_t *c) {
+  mpi_state_t *s = xcalloc(1, sizeof *s, "MPI backend");
+  CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &s->bf16));
+  CHECK_MPI(MPI_Type_commit(&s->bf16));
+  CHECK_MPI(MPI_Op_create(bf16_sum_fn, 1, &s->bf16_sum));
+  CHECK_MPI(MPI_Op_create(bf16_max_fn, 1, &s->bf16_max));
+  s->counts = xcalloc((size_t)c->world, sizeof(int), "MPI chunk counts");
+  s->displs = xcalloc((size_t)c->world, sizeof(int), "MPI chunk offsets");
+  c->be_state = s;
+  c->be = &comm_mpi_backend;
+}
+
+/* ---- start-up and shutdown (main thread) ---------------------------------------------------- */
+void comm_mpi_boot(comm_t *c, int *argc, char ***argv) {
+  int inited = 0, provided = 0;
+  MPI_Initialized(&inited);
+  if (!inited) CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  else CHECK_MPI(MPI_Query_thread(&provided));
+  CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  check_set_rank(c->rank);
+  /* The comm thread makes the MPI calls while the main thread may abort the job on a timeout. */
+  if (provided < MPI_THREAD_SERIALIZED)
+    die("rank %d: this MPI gives thread level %d; zerolab needs MPI_THREAD_SERIALIZED or better "
+        "(its collectives run on a communication thread)", c->rank, provided);
+  CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi)); /* inherits MPI_ERRORS_RETURN */
+  MPI_Comm node;
+  CHECK_MPI(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+  CHECK_MPI(MPI_Comm_rank(node, &c->local_rank));
+  CHECK_MPI(MPI_Comm_free(&node));
+}
+
+void comm_mpi_shutdown(comm_t *c) {
+  CHECK_MPI(MPI_Comm_free(&c->mpi));
+  CHECK_MPI(MPI_Finalize());
+}
+
+/* ---- control traffic: host memory, for every backend ----------------------------------------- */
+void comm_mpi_control(comm_t *c, comm_task_t *t) {
+  switch (t->kind) {
+  case TASK_BARRIER: CHECK_MPI(MPI_Barrier(c->mpi)); break;
+  case TASK_CTL_ALL_REDUCE_F64:
+    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t->recv, (int)t->numel, MPI_DOUBLE, t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX,
+                            c->mpi));
+    break;
+  case TASK_CTL_BROADCAST:
+    for (int64_t off = 0; off < t->numel; off += MPI_PIECE)
+      CHECK_MPI(MPI_Bcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi));
+    break;
+  case TASK_CTL_GATHER: {
+    int64_t mine = t->numel, *sizes = NULL;
+    if (c->rank == 0) sizes = xcalloc((size_t)c->world, sizeof *sizes, "gather sizes");
+    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT64_T, sizes, 1, MPI_INT64_T, 0, c->mpi));
+    int *counts = NULL, *displs = NULL;
+    char *all = NULL;
+    if (c->rank == 0) {
+      int64_t total = 0;
+      counts = xcalloc((size_t)c->world, sizeof *counts, "gather counts");
+      displs = xcalloc((size_t)c->world, sizeof *displs, "gather offsets");
+      for (int r = 0; r < c->world; r++) {
+        if (total + sizes[r] > INT_MAX) die("rank 0: comm_ctl_gather: more than %d bytes in all", INT_MAX);
+        counts[r] = (int)sizes[r];
+        displs[r] = (int)total;
+        total += sizes[r];
+      }
+      all = xmalloc((size_t)total + 1, "gathered blobs");
+      all[total] = 0; /* text stays a C string */
+    }
+    if (mine > INT_MAX) die("rank %d: comm_ctl_gather: blob of %lld bytes is too large", c->rank, (long long)mine);
+    CHECK_MPI(MPI_Gatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi));
+    free(counts);
+    free(displs);
+    *t->gather_all = all;
+    *t->gather_sizes = sizes;
+    break;
+  }
+  default: die("rank %d: comm_mpi_control: task kind %d is not a control op", c->rank, (int)t->kind);
+  }
+}

@@ -1,0 +1,301 @@
+/* comm_nccl.cu — the NCCL backend of the communicator (comm_internal.h). Notes: notes/gpu.md.
+ *
+ * One MPI rank per GPU. MPI launches the job and carries one message: the NCCL unique id, made
+ * by rank 0 and broadcast (ncclCommInitRank). Every collective is ENQUEUED on the dedicated comm
+ * stream and returns at once; ordering with the compute stream is done with CUDA events, never
+ * with host waits:
+ *
+ *   task_begin   compute stream --event--> comm stream   (the collective reads what compute wrote)
+ *   NCCL call    on the comm stream                      (runs while compute goes on: overlap)
+ *   task_end     record the task's event on the comm stream
+ *   comm_wait(h) compute stream waits for h's event      (cudaStreamWaitEvent: no host block)
+ *
+ * The host only waits in comm_wait_all, in control ops (MPI on the host: the comm stream is
+ * drained first) and at finalize; there a watchdog polls ncclCommGetAsyncError and the deadline of
+ * comm_set_timeout, and on error or timeout aborts the NCCL communicator, names the rank, the
+ * collective and its tag, and takes the job down (MPI_Abort).
+ *
+ * Uneven chunks: ncclReduceScatter / ncclAllGather need numel divisible by N. Otherwise the
+ * vendor path runs one grouped ncclReduce (reduce-scatter) or ncclBroadcast (all-gather) per
+ * chunk, rooted at the chunk's owner: same result and chunking as comm.h, one NCCL launch. */
+#include "cuda_common.cuh"   // CHECK_CUDA, CHECK_NCCL, die, check_rank
+extern "C" {
+#include "comm.h"            // comm_op_name, comm_chunk_lo (a C header: C linkage)
+}
+#include "comm_internal.h"   // struct comm, comm_backend_t, comm_task_t, comm_timeout_fail
+#include "device_cuda.h"     // devcu_compute_stream, devcu_comm_stream, devcu_current, devcu_thread_attach_comm
+#include "ops_cuda.h"        // opcu_add_on, opcu_max_on
+#include <stdio.h>           // snprintf
+#include <string.h>          // memcmp, memcpy
+#include <unistd.h>          // usleep, gethostname
+
+#define NCCL_EVENTS 1024 /* events kept for handles; an older handle waits on a newer event (safe) */
+
+typedef struct nccl_state {
+  ncclComm_t comm;
+  cudaStream_t stream;   /* the comm stream (devcu_comm_stream) */
+  cudaStream_t compute;  /* the compute stream */
+  cudaEvent_t ev_compute;/* recorded on compute before each collective, waited on by the comm stream */
+  cudaEvent_t ev[NCCL_EVENTS];
+  comm_handle_t ev_seq[NCCL_EVENTS];  /* which task's completion ev[i] marks (0: none yet) */
+  comm_op_t ev_op[NCCL_EVENTS];
+  char ev_tag[NCCL_EVENTS][48];
+  comm_handle_t last_seq;   /* last task with a recorded event */
+  comm_handle_t done_seq;   /* every task <= done_seq is known complete on the GPU */
+} nccl_state_t;
+
+static nccl_state_t *st(const comm_t *c) { return (nccl_state_t *)c->be_state; }
+
+static ncclDataType_t nccl_type(dtype_t dt) {
+  switch (dt) {
+  case DT_F32: return ncclFloat32;
+  case DT_BF16: return ncclBfloat16;
+  case DT_F64: return ncclFloat64;
+  }
+  die("rank %d: NCCL: unknown dtype %d", check_rank(), (int)dt);
+}
+static ncclRedOp_t nccl_op(redop_t op) { return op == REDOP_MAX ? ncclMax : ncclSum; }
+static const char *elem(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
+
+/* ---- the watchdog: host waits for the comm stream -------------------------------------------- */
+/* Abort the NCCL communicator (so no kernel spins forever), then take the job down. */
+[[noreturn]] static void nccl_fail(comm_t *c, comm_handle_t seq, const char *why) {
+  nccl_state_t *s = st(c);
+  int slot = (int)(seq % NCCL_EVENTS);
+  const char *op = s->ev_seq[slot] == seq ? comm_op_name(s->ev_op[slot]) : "collective";
+  const char *tag = s->ev_seq[slot] == seq ? s->ev_tag[slot] : "-";
+  (void)ncclCommAbort(s->comm);
+  if (!why) comm_timeout_fail(c, op, tag); /* "rank R: <op> (<tag>) did not complete within S s" */
+  die("rank %d: NCCL %s (%s) failed: %s — aborting the job", c->rank, op, tag, why);
+}
+
+/* Wait on the host until task `upto` is complete, polling NCCL's asynchronous error state and the
+ * deadline. The oldest unfinished task is the one named on failure. Invariant (nccl_task_end):
+ * every task in (done_seq, last_seq] still owns its event slot. */
+static void nccl_host_wait(comm_t *c, comm_handle_t upto) {
+  nccl_state_t *s = st(c);
+  if (upto > s->last_seq) upto = s->last_seq;
+  double deadline = c->timeout_s > 0 ? comm_now_s() + c->timeout_s : 0;
+  int sleep_us = 20;
+  while (s->done_seq < upto) {
+    comm_handle_t next = s->done_seq + 1;
+    int slot = (int)(next % NCCL_EVENTS);
+    if (s->ev_seq[slot] != next) die("rank %d: NCCL backend: no event for task %lld", c->rank, (long long)next);
+    cudaError_t q = cudaEventQuery(s->ev[slot]);
+    if (q == cudaSuccess) {
+      s->done_seq = next;
+      sleep_us = 20;
+      continue;
+    }
+    if (q != cudaErrorNotReady) CHECK_CUDA(q);
+    ncclResult_t ae = ncclSuccess;
+    CHECK_NCCL(ncclCommGetAsyncError(s->comm, &ae));
+    if (ae != ncclSuccess && ae != ncclInProgress) nccl_fail(c, next, ncclGetErrorString(ae));
+    if (deadline > 0 && comm_now_s() > deadline) nccl_fail(c, next, NULL);
+    usleep((useconds_t)sleep_us);
+    if (sleep_us < 1000) sleep_us *= 2;
+  }
+}
+
+/* ---- ordering hooks ----------------------------------------------------------------------- */
+static void nccl_task_begin(comm_t *c, const comm_task_t *t) {
+  nccl_state_t *s = st(c);
+  if (t->kind >= TASK_BARRIER) { /* control op: MPI on the host; drain the GPU side first (watchdog) */
+    nccl_host_wait(c, s->last_seq);
+    return;
+  }
+  /* the collective must see everything compute has queued so far (it may read those buffers) */
+  CHECK_CUDA(cudaEventRecord(s->ev_compute, s->compute));
+  CHECK_CUDA(cudaStreamWaitEvent(s->stream, s->ev_compute, 0));
+}
+
+static void nccl_task_end(comm_t *c, const comm_task_t *t) {
+  nccl_state_t *s = st(c);
+  int slot = (int)(t->seq % NCCL_EVENTS);
+  if (s->ev_seq[slot] > s->done_seq) nccl_host_wait(c, s->ev_seq[slot]); /* slot's old task may still run */
+  CHECK_CUDA(cudaEventRecord(s->ev[slot], s->stream));
+  s->ev_seq[slot] = t->seq;
+  s->ev_op[slot] = t->op;
+  snprintf(s->ev_tag[slot], sizeof s->ev_tag[slot], "%s", t->tag);
+  s->last_seq = t->seq;
+}
+
+static void nccl_wait(comm_t *c, comm_handle_t h) {
+  nccl_state_t *s = st(c);
+  if (h <= s->done_seq) return;
+  if (h > s->last_seq) die("rank %d: comm_wait: handle %lld was never issued", c->rank, (long long)h);
+  int slot = (int)(h % NCCL_EVENTS); /* holds h, or a later task (waiting for more is still right) */
+  CHECK_CUDA(cudaStreamWaitEvent(s->compute, s->ev[slot], 0));
+}
+
+static void nccl_wait_all(comm_t *c) { nccl_host_wait(c, st(c)->last_seq); }
+
+/* ---- vendor collectives (enqueued on the comm stream) ------------------------------------- */
+static void nccl_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
+  if (numel == 0) return;
+  CHECK_NCCL(ncclBroadcast(buf, buf, (size_t)numel, nccl_type(dt), root, st(c)->comm, st(c)->stream));
+}
+
+static void nccl_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
+  if (numel == 0) return;
+  void *r = recv ? recv : (void *)send; /* recv is only written on root */
+  CHECK_NCCL(ncclReduce(send, r, (size_t)numel, nccl_type(dt), nccl_op(op), root, st(c)->comm, st(c)->stream));
+}
+
+static void nccl_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
+  if (numel == 0) return;
+  CHECK_NCCL(ncclAllReduce(buf, buf, (size_t)numel, nccl_type(dt), nccl_op(op), st(c)->comm, st(c)->stream));
+}
+
+static void nccl_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
+  nccl_state_t *s = st(c);
+  int N = c->world;
+  if (numel == 0) return;
+  if (numel % N == 0) {
+    CHECK_NCCL(ncclReduceScatter(send, recv, (size_t)(numel / N), nccl_type(dt), nccl_op(op), s->comm, s->stream));
+    return;
+  }
+  /* uneven chunks: chunk r is reduced onto rank r, all in one group */
+  CHECK_NCCL(ncclGroupStart());
+  for (int r = 0; r < N; r++) {
+    int64_t lo = comm_chunk_lo(numel, N, r), n = comm_chunk_numel(numel, N, r);
+    if (n == 0) continue;
+    void *dst = r == c->rank ? recv : (void *)elem(send, lo, dt);
+    CHECK_NCCL(ncclReduce(elem(send, lo, dt), dst, (size_t)n, nccl_type(dt), nccl_op(op), r, s->comm, s->stream));
+  }
+  CHECK_NCCL(ncclGroupEnd());
+}
+
+static void nccl_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  nccl_state_t *s = st(c);
+  int N = c->world;
+  if (numel == 0) return;
+  if (numel % N == 0) { /* send may be recv's own chunk: NCCL's in-place form */
+    CHECK_NCCL(ncclAllGather(send, recv, (size_t)(numel / N), nccl_type(dt), s->comm, s->stream));
+    return;
+  }
+  /* uneven chunks: rank r broadcasts its chunk into place, all in one group */
+  CHECK_NCCL(ncclGroupStart());
+  for (int r = 0; r < N; r++) {
+    int64_t lo = comm_chunk_lo(numel, N, r), n = comm_chunk_numel(numel, N, r);
+    if (n == 0) continue;
+    void *dst = (void *)elem(recv, lo, dt);
+    const void *src = r == c->rank ? send : dst;
+    CHECK_NCCL(ncclBroadcast(src, dst, (size_t)n, nccl_type(dt), r, s->comm, s->stream));
+  }
+  CHECK_NCCL(ncclGroupEnd());
+}
+
+static void nccl_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
+  if (numel == 0) return;
+  CHECK_NCCL(ncclSend(buf, (size_t)numel, nccl_type(dt), dst, st(c)->comm, st(c)->stream));
+}
+
+static void nccl_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
+  if (numel == 0) return;
+  CHECK_NCCL(ncclRecv(buf, (size_t)numel, nccl_type(dt), src, st(c)->comm, st(c)->stream));
+}
+
+/* ---- what the ring (solutions/ring.c) is built from ---------------------------------------- */
+/* Send and receive at once: one NCCL group, so neighbours in the ring never deadlock. */
+static void nccl_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                          int64_t recv_numel, int src, dtype_t dt) {
+  nccl_state_t *s = st(c);
+  if (send_numel == 0 && recv_numel == 0) return;
+  if (c->world == 1) { /* only to itself: a copy */
+    int64_t n = send_numel < recv_numel ? send_numel : recv_numel;
+    if (n > 0 && recvbuf != sendbuf)
+      CHECK_CUDA(cudaMemcpyAsync(recvbuf, sendbuf, (size_t)n * dtype_size(dt), cudaMemcpyDeviceToDevice, s->stream));
+    return;
+  }
+  CHECK_NCCL(ncclGroupStart());
+  if (send_numel > 0) CHECK_NCCL(ncclSend(sendbuf, (size_t)send_numel, nccl_type(dt), dst, s->comm, s->stream));
+  if (recv_numel > 0) CHECK_NCCL(ncclRecv(recvbuf, (size_t)recv_numel, nccl_type(dt), src, s->comm, s->stream));
+  CHECK_NCCL(ncclGroupEnd());
+}
+
+static void nccl_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
+  if (op == REDOP_MAX) opcu_max_on((void *)st(c)->stream, dst, src, dt, numel);
+  else opcu_add_on((void *)st(c)->stream, dst, src, dt, numel);
+}
+
+static void nccl_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt) {
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)numel * dtype_size(dt), cudaMemcpyDeviceToDevice, st(c)->stream));
+}
+
+/* Scratch is stream-ordered on the comm stream: a buffer freed while ring kernels still use it
+ * is released only after them. */
+static void *nccl_scratch_alloc(comm_t *c, int64_t nbytes) {
+  void *p = NULL;
+  cudaError_t e = cudaMallocAsync(&p, (size_t)(nbytes > 0 ? nbytes : 1), st(c)->stream);
+  if (e == cudaErrorMemoryAllocation)
+    die("out of memory on rank %d: comm scratch needs %.1f MiB (GPU)", c->rank, nbytes / 1048576.0);
+  CHECK_CUDA(e);
+  return p;
+}
+
+static void nccl_scratch_free(comm_t *c, void *p) {
+  if (p) CHECK_CUDA(cudaFreeAsync(p, st(c)->stream));
+}
+
+static void nccl_finalize(comm_t *c) {
+  nccl_state_t *s = st(c);
+  if (!s) return;
+  nccl_host_wait(c, s->last_seq);
+  CHECK_CUDA(cudaStreamSynchronize(s->stream));
+  CHECK_NCCL(ncclCommDestroy(s->comm));
+  CHECK_CUDA(cudaEventDestroy(s->ev_compute));
+  for (int i = 0; i < NCCL_EVENTS; i++) CHECK_CUDA(cudaEventDestroy(s->ev[i]));
+  free(s);
+  c->be_state = NULL;
+}
+
+static const comm_backend_t comm_nccl_backend = {
+    /* name */ "nccl", /* threaded */ 0, /* host_only */ 0,
+    nccl_broadcast, nccl_reduce, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_send, nccl_recv,
+    nccl_sendrecv, nccl_local_reduce, nccl_local_copy, nccl_scratch_alloc, nccl_scratch_free,
+    nccl_task_begin, nccl_task_end, nccl_wait, nccl_wait_all, nccl_finalize};
+
+/* ---- set-up ----------------------------------------------------------------------------- */
+/* NCCL refuses two ranks on one GPU (it would hang or fail deep inside init): compare the GPUs'
+ * UUIDs across ranks first and stop with advice. */
+static void nccl_check_one_rank_per_gpu(comm_t *c) {
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, devcu_current()));
+  unsigned char mine[16];
+  memcpy(mine, &prop.uuid, 16);
+  unsigned char *all = (unsigned char *)xmalloc((size_t)c->world * 16, "GPU ids");
+  CHECK_MPI(MPI_Allgather(mine, 16, MPI_BYTE, all, 16, MPI_BYTE, c->mpi));
+  for (int r = 0; r < c->world; r++) {
+    if (r == c->rank || memcmp(all + 16 * r, mine, 16) != 0) continue;
+    if (r < c->rank) { /* the higher rank of the pair speaks; every rank aborts through MPI */
+      char host[64] = "?";
+      gethostname(host, sizeof host - 1);
+      die("rank %d: --backend nccl needs one rank per GPU, but ranks %d and %d share GPU %d (%s) on %s.\n"
+          "  NCCL cannot put two ranks on one device. Run at most one rank per GPU (mpirun -np <number of GPUs>),\n"
+          "  or use --backend mpi: collectives staged through host memory, so several ranks can share one GPU.",
+          c->rank, r, c->rank, devcu_current(), prop.name, host);
+    }
+  }
+  free(all);
+  /* every rank reaches this point or is aborted by the one that found the clash */
+  CHECK_MPI(MPI_Barrier(c->mpi));
+}
+
+void comm_nccl_attach(comm_t *c) {
+  if (devcu_current() < 0) die("rank %d: comm_nccl_attach: no GPU selected", c->rank);
+  nccl_check_one_rank_per_gpu(c);
+  nccl_state_t *s = (nccl_state_t *)xcalloc(1, sizeof *s, "NCCL state");
+  s->stream = (cudaStream_t)devcu_comm_stream();
+  s->compute = (cudaStream_t)devcu_compute_stream();
+  CHECK_CUDA(cudaEventCreateWithFlags(&s->ev_compute, cudaEventDisableTiming));
+  for (int i = 0; i < NCCL_EVENTS; i++) CHECK_CUDA(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
+  ncclUniqueId id;
+  if (c->rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
+  CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi)); /* the only thing MPI carries for NCCL */
+  CHECK_NCCL(ncclCommInitRank(&s->comm, c->world, id, c->rank));
+  c->be_state = s;
+  c->be = &comm_nccl_backend;
+}
+
+void comm_cuda_thread_attach(void) { devcu_thread_attach_comm(); }

@@ -1,0 +1,113 @@
+/* data.c — teacher-student synthetic classification, addressed by sample index
+ * (notes/02-ddp.md). Nothing here keeps a generator state: every random number is a pure
+ * function of (seed, stream, index), so sample i is the same whichever rank makes it, in
+ * whatever batch, in whatever order — the property every parity test leans on. */
+#include "data.h"   // data_t, data_init, data_batch, rng_*
+#include <math.h>   // sqrt, log, cos, exp
+#include <stdlib.h> // free
+#include "check.h"  // die, xmalloc, check_rank
+
+/* Streams: independent sequences for independent purposes (model.c uses its own). */
+enum { DATA_STREAM_TEACHER = 1, DATA_STREAM_X = 2, DATA_STREAM_LABEL = 3 };
+/* Std of a teacher logit (over x): large enough that labels follow x, small enough that they
+ * stay noisy — the teacher's entropy is well below log C yet above 0. */
+#define DATA_LOGIT_STD 2.5
+
+/* splitmix64's finalizer: a bijection of 64-bit words that mixes every bit into every bit. */
+static inline uint64_t rng_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t rng_hash(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t h = rng_mix(seed + 0x9e3779b97f4a7c15ULL);
+  h = rng_mix(h ^ (stream * 0xd1b54a32d192ed03ULL + 0x632be59bd9b4e019ULL));
+  return rng_mix(h ^ (index * 0x9e3779b97f4a7c15ULL + 0x8cb92ba72f3d8dd7ULL));
+}
+
+float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  return (float)(rng_hash(seed, stream, index) >> 40) * 0x1.0p-24f; /* 24 bits: exact in fp32, < 1 */
+}
+
+/* Box-Muller on the two 32-bit halves of one hash (only the cosine branch: no state to keep). */
+float rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t h = rng_hash(seed, stream, index);
+  double u1 = ((double)(h >> 32) + 1.0) * 0x1.0p-32; /* (0, 1]: log is finite */
+  double u2 = (double)(h & 0xffffffffULL) * 0x1.0p-32; /* [0, 1) */
+  return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+void data_init(data_t *d, int D, int C, uint64_t seed) {
+  if (D < 1 || C < 1) die("rank %d: data_init: input %d and classes %d must be >= 1", check_rank(), D, C);
+  d->D = D;
+  d->C = C;
+  d->seed = seed;
+  d->teacher = xmalloc((size_t)C * D * sizeof(float), "data teacher"); // (C, D)
+  float scale = (float)(DATA_LOGIT_STD / sqrt((double)D));           // logit std ≈ DATA_LOGIT_STD
+  for (int64_t k = 0; k < (int64_t)C * D; k++) d->teacher[k] = scale * rng_normal(seed, DATA_STREAM_TEACHER, k);
+}
+
+void data_free(data_t *d) {
+  free(d->teacher);
+  d->teacher = NULL;
+}
+
+/* x (D) of sample i. */
+static void data_x(const data_t *d, int64_t i, float *x) {
+  for (int k = 0; k < d->D; k++) x[k] = rng_normal(d->seed, DATA_STREAM_X, (uint64_t)i * d->D + k);
+}
+
+/* p (C) = softmax(teacher · x), in double; returns the distribution's entropy (nats). */
+static double data_teacher_probs(const data_t *d, const float *x, double *p) {
+  double mx = -INFINITY, sum = 0.0, ent = 0.0;
+  for (int c = 0; c < d->C; c++) {
+    const float *t = d->teacher + (int64_t)c * d->D;
+    double z = 0.0;
+    for (int k = 0; k < d->D; k++) z += (double)t[k] * x[k];
+    p[c] = z;
+    mx = z > mx ? z : mx;
+  }
+  for (int c = 0; c < d->C; c++) sum += (p[c] = exp(p[c] - mx));
+  for (int c = 0; c < d->C; c++) {
+    p[c] /= sum;
+    if (p[c] > 0) ent -= p[c] * log(p[c]);
+  }
+  return ent;
+}
+
+void data_batch(const data_t *d, int64_t first, int n, float *x, int *y) {
+  double *p = xmalloc((size_t)d->C * sizeof(double), "data label probabilities"); // (C)
+  for (int r = 0; r < n; r++) {
+    int64_t i = first + r;
+    float *xr = x + (int64_t)r * d->D;
+    data_x(d, i, xr);
+    data_teacher_probs(d, xr, p);
+    /* inverse CDF with one uniform per sample; the last class catches rounding */
+    double u = rng_uniform(d->seed, DATA_STREAM_LABEL, (uint64_t)i), cdf = 0.0;
+    int label = d->C - 1;
+    for (int c = 0; c < d->C - 1; c++) {
+      cdf += p[c];
+      if (u < cdf) {
+        label = c;
+        break;
+      }
+    }
+    y[r] = label;
+  }
+  free(p);
+}
+
+double data_teacher_entropy(const data_t *d, int64_t nsamples) {
+  if (nsamples <= 0) return 0.0;
+  double *p = xmalloc((size_t)d->C * sizeof(double), "data label probabilities"); // (C)
+  float *x = xmalloc((size_t)d->D * sizeof(float), "data sample");                // (D)
+  double total = 0.0;
+  for (int64_t i = 0; i < nsamples; i++) {
+    data_x(d, i, x);
+    total += data_teacher_probs(d, x, p);
+  }
+  free(p);
+  free(x);
+  return total / (double)nsamples;
+}

@@ -1,0 +1,119 @@
+/* device.c — raw memory on a device: CPU here, CUDA through device_cuda.h (see device.h).
+ * Notes: notes/00-memory.md. In a CPU-only build DEV_CUDA dies with a clear message. */
+#include "device.h" // dev_malloc, dev_free, ...
+#include "args.h"   // args_env_rank
+#include "check.h"  // die, check_rank
+#include <stdlib.h> // calloc, free
+#include <string.h> // memcpy, memset
+#ifdef ZL_CUDA
+#include "device_cuda.h" // devcu_*
+#endif
+
+/* The rank for messages: comm_init's, or the launcher's before MPI starts. */
+static int msg_rank(void) { return check_rank() >= 0 ? check_rank() : args_env_rank(); }
+
+#ifndef ZL_CUDA
+static _Noreturn void no_cuda(const char *fn) {
+  die("rank %d: %s: this binary was built without CUDA (make GPU=1)", msg_rank(), fn);
+}
+#endif
+
+int device_cuda_built(void) {
+#ifdef ZL_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int device_cuda_count(void) {
+#ifdef ZL_CUDA
+  return devcu_count(); /* 0 when no driver or no GPU, never dies */
+#else
+  return 0;
+#endif
+}
+
+void device_cuda_select(int local_rank) {
+#ifdef ZL_CUDA
+  if (devcu_count() <= 0) die("rank %d: --device cuda asked for a GPU, but none is visible (check nvidia-smi)", msg_rank());
+  devcu_select(local_rank);
+#else
+  no_cuda("device_cuda_select");
+#endif
+}
+
+void *dev_malloc(device_t dev, size_t nbytes, const char *what) {
+  void *p = NULL;
+  if (dev == DEV_CPU) {
+    p = calloc(nbytes ? nbytes : 1, 1); /* zero-filled */
+  } else {
+#ifdef ZL_CUDA
+    p = devcu_malloc(nbytes ? nbytes : 1);
+#else
+    no_cuda("dev_malloc");
+#endif
+  }
+  if (!p)
+    die("out of memory on rank %d: %s needs %.1f MiB%s", msg_rank(), what ? what : "allocation",
+        nbytes / 1048576.0, dev == DEV_CPU ? "" : " (GPU)");
+  return p;
+}
+
+void dev_free(device_t dev, void *p) {
+  if (!p) return;
+  if (dev == DEV_CPU) {
+    free(p);
+    return;
+  }
+#ifdef ZL_CUDA
+  devcu_free(p);
+#else
+  no_cuda("dev_free");
+#endif
+}
+
+void dev_memcpy(device_t dst_dev, void *dst, device_t src_dev, const void *src, size_t nbytes) {
+  if (nbytes == 0 || dst == src) return;
+  if (dst_dev == DEV_CPU && src_dev == DEV_CPU) {
+    memmove(dst, src, nbytes); /* overlapping ranges are allowed on the host */
+    return;
+  }
+#ifdef ZL_CUDA
+  int kind = dst_dev == DEV_CUDA && src_dev == DEV_CPU ? 0 : dst_dev == DEV_CPU ? 1 : 2;
+  devcu_memcpy(dst, src, nbytes, kind);
+#else
+  no_cuda("dev_memcpy");
+#endif
+}
+
+void dev_memset0(device_t dev, void *p, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dev == DEV_CPU) {
+    memset(p, 0, nbytes);
+    return;
+  }
+#ifdef ZL_CUDA
+  devcu_memset0(p, nbytes);
+#else
+  no_cuda("dev_memset0");
+#endif
+}
+
+void dev_sync(device_t dev) {
+  if (dev == DEV_CPU) return;
+#ifdef ZL_CUDA
+  devcu_sync();
+#else
+  no_cuda("dev_sync");
+#endif
+}
+
+size_t dev_used_bytes(device_t dev) {
+  if (dev == DEV_CPU) return 0;
+#ifdef ZL_CUDA
+  return devcu_used_bytes();
+#else
+  no_cuda("dev_used_bytes");
+#endif
+}

@@ -1,0 +1,108 @@
+/* device_cuda.cu — the CUDA side of device.h (see device_cuda.h). Notes: notes/gpu.md.
+ *
+ * One GPU per process: devcu_select picks local_rank % count, creates two non-blocking streams
+ * (compute, comm) and a cuBLAS handle bound to the compute stream. Device memory uses CUDA's
+ * stream-ordered allocator on the compute stream (cudaMallocAsync / cudaFreeAsync): freeing a
+ * ZeRO-3 gathered layer then does not stall the host the way cudaFree's implicit device-wide
+ * synchronization would, so NCCL keeps overlapping. Nothing here runs before devcu_count or
+ * devcu_select is called: CPU runs of a CUDA-enabled binary never touch the driver. */
+#include "cuda_common.cuh" // CHECK_CUDA, CHECK_CUBLAS, die, check_rank
+#include "device_cuda.h"   // devcu_*
+
+static int g_device = -1;              /* selected GPU, -1 before devcu_select */
+static cudaStream_t g_compute = NULL;  /* kernels, cuBLAS, copies of the compute thread */
+static cudaStream_t g_comm = NULL;     /* NCCL collectives and the ring's kernels */
+static cublasHandle_t g_cublas = NULL; /* bound to g_compute */
+/* 1 on a communication thread (devcu_thread_attach_comm): its copies go on the comm stream. */
+static thread_local int t_on_comm = 0;
+
+static cudaStream_t my_stream(void) { return t_on_comm ? g_comm : g_compute; }
+
+static void need_device(const char *fn) {
+  if (g_device < 0) die("rank %d: %s: no GPU selected yet (device_cuda_select first)", check_rank(), fn);
+}
+
+int devcu_count(void) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) { /* no driver, no device, driver too old: the CPU path must go on */
+    (void)cudaGetLastError(); /* clear the sticky-free error so later calls do not see it */
+    return 0;
+  }
+  return n;
+}
+
+void devcu_select(int local_rank) {
+  if (g_device >= 0) return; /* once */
+  int n = devcu_count();
+  if (n <= 0) die("rank %d: --device cuda: no GPU visible (nvidia-smi; CUDA_VISIBLE_DEVICES)", check_rank());
+  int dev = (local_rank < 0 ? 0 : local_rank) % n;
+  CHECK_CUDA(cudaSetDevice(dev));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g_compute, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g_comm, cudaStreamNonBlocking));
+  CHECK_CUBLAS(cublasCreate(&g_cublas));
+  CHECK_CUBLAS(cublasSetStream(g_cublas, g_compute));
+  /* Plain fp32 math unless an op asks for tensor cores itself: no silent TF32 (notes/gpu.md). */
+  CHECK_CUBLAS(cublasSetMathMode(g_cublas, CUBLAS_DEFAULT_MATH));
+  g_device = dev;
+}
+
+int devcu_current(void) { return g_device; }
+
+void *devcu_malloc(size_t nbytes) {
+  need_device("devcu_malloc");
+  cudaStream_t s = my_stream();
+  void *p = NULL;
+  cudaError_t e = cudaMallocAsync(&p, nbytes, s);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return NULL; /* device.c reports it with the tensor's name */
+  }
+  CHECK_CUDA(e);
+  CHECK_CUDA(cudaMemsetAsync(p, 0, nbytes, s)); /* zero-filled, ordered before any use on s */
+  if (t_on_comm) CHECK_CUDA(cudaStreamSynchronize(s));
+  return p;
+}
+
+void devcu_free(void *p) {
+  if (!p) return;
+  need_device("devcu_free");
+  CHECK_CUDA(cudaFreeAsync(p, my_stream())); /* released once the stream's queued work is done */
+}
+
+void devcu_memcpy(void *dst, const void *src, size_t nbytes, int kind) {
+  if (nbytes == 0) return;
+  need_device("devcu_memcpy");
+  cudaMemcpyKind k = kind == 0 ? cudaMemcpyHostToDevice : kind == 1 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+  cudaStream_t s = my_stream();
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, k, s));
+  CHECK_CUDA(cudaStreamSynchronize(s)); /* the contract: done when the call returns */
+}
+
+void devcu_memset0(void *p, size_t nbytes) {
+  if (nbytes == 0) return;
+  need_device("devcu_memset0");
+  CHECK_CUDA(cudaMemsetAsync(p, 0, nbytes, my_stream())); /* ordered on the stream, no host wait */
+}
+
+void devcu_sync(void) {
+  if (g_device < 0) return;
+  CHECK_CUDA(cudaStreamSynchronize(my_stream()));
+}
+
+size_t devcu_used_bytes(void) {
+  if (g_device < 0) return 0;
+  size_t free_b = 0, total_b = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  return total_b - free_b;
+}
+
+void *devcu_compute_stream(void) { return (void *)g_compute; }
+void *devcu_comm_stream(void) { return (void *)g_comm; }
+void *devcu_cublas(void) { return (void *)g_cublas; }
+
+void devcu_thread_attach_comm(void) {
+  need_device("devcu_thread_attach_comm");
+  CHECK_CUDA(cudaSetDevice(g_device)); /* the device is per thread in the runtime API */
+  t_on_comm = 1;
+}

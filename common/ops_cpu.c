@@ -1,0 +1,429 @@
+/* ops_cpu.c — the kernels of ops.h on the CPU: OpenBLAS sgemm for the matmuls, plain loops
+ * (which the compiler vectorizes) for everything else. dev == DEV_CUDA forwards to the
+ * opcu_* kernels of ops_cuda.cu in a CUDA build and stops with a clear message otherwise.
+ * See notes/02-ddp.md (the model and its ops) and notes/00-memory.md (bf16).
+ *
+ * Determinism: every op is a fixed sequence of fp32/double operations (sgemm runs with one
+ * thread, reductions walk a fixed order), so the same inputs give the same bits.
+ * bf16: weights are widened to an fp32 workspace before sgemm; gradients are summed in fp32
+ * and rounded to bf16 once, when stored. */
+#include "ops.h"      // the contracts implemented here
+#include <math.h>     // expf, log, sqrtf, pow
+#include <string.h>   // memcpy, memmove
+#include <cblas.h>    // cblas_sgemm (OpenBLAS), openblas_set_num_threads
+#include "check.h"    // die, check_rank
+#include "device.h"   // dev_malloc, dev_free
+#include "ledger.h"   // ledger_add, ledger_sub, LEDGER_ACTS
+#ifdef ZL_CUDA
+#include "ops_cuda.h" // opcu_*: the same ops on the GPU
+#endif
+
+/* The build uses -O2, where GCC vectorizes almost no loop of unknown length; these loops are
+ * the elementwise half of the training step, so let it (and let sqrtf skip errno, which changes
+ * no result). Vector and scalar SSE arithmetic round identically: still deterministic. */
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno")
+
+/* ---- DEV_CUDA: forward, or say this binary cannot ---------------------------------------- */
+static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
+  die("rank %d: %s on --device cuda, but this binary was built without CUDA (rebuild with make GPU=1, "
+      "or run with --device cpu)", check_rank(), op);
+}
+#ifdef ZL_CUDA
+#define OPS_ON_CUDA(call) do { call; return; } while (0)
+#define OPS_ON_CUDA_RET(call) return (call)
+#else
+#define OPS_ON_CUDA(call) ops_no_cuda(__func__)
+#define OPS_ON_CUDA_RET(call) ops_no_cuda(__func__)
+#endif
+
+static _Noreturn void ops_bad_dtype(const char *op, dtype_t dt) {
+  die("rank %d: %s: unsupported dtype %s", check_rank(), op, dtype_name(dt));
+}
+
+/* ---- workspace: grow-only scratch per (device, slot), accounted to LEDGER_ACTS ------------- */
+/* Slots the CPU ops use themselves; callers of ops_workspace take OPS_WS_FREE and up. */
+enum { OPS_WS_W = 0, OPS_WS_DW = 1, OPS_WS_B = 2, OPS_WS_FREE = 3, OPS_WS_NSLOTS = 8 };
+
+typedef struct ops_ws { void *p; int64_t nbytes; } ops_ws_t;
+static ops_ws_t g_ws[2][OPS_WS_NSLOTS]; /* [device][slot] */
+
+/* Contents are NOT kept when a slot grows: a workspace is scratch for one op at a time. */
+void *ops_workspace(device_t dev, int slot, int64_t nbytes) {
+  if (slot < 0 || slot >= OPS_WS_NSLOTS || (dev != DEV_CPU && dev != DEV_CUDA))
+    die("rank %d: ops_workspace: slot %d on device %d out of range (slots 0..%d)", check_rank(), slot, (int)dev,
+        OPS_WS_NSLOTS - 1);
+  ops_ws_t *w = &g_ws[dev][slot];
+  if (nbytes > w->nbytes) {
+    if (w->p) {
+      dev_free(dev, w->p);
+      ledger_sub(LEDGER_ACTS, w->nbytes);
+    }
+    ledger_add(LEDGER_ACTS, nbytes, "ops workspace");
+    w->p = dev_malloc(dev, (size_t)nbytes, "ops workspace");
+    w->nbytes = nbytes;
+  }
+  return w->p;
+}
+
+void ops_release_workspace(void) {
+  for (int d = 0; d < 2; d++)
+    for (int s = 0; s < OPS_WS_NSLOTS; s++) {
+      ops_ws_t *w = &g_ws[d][s];
+      if (!w->p) continue;
+      dev_free((device_t)d, w->p);
+      ledger_sub(LEDGER_ACTS, w->nbytes);
+      w->p = NULL;
+      w->nbytes = 0;
+    }
+}
+
+/* One BLAS thread per rank: ranks are the parallelism (and a threaded sgemm may split sums
+ * differently run to run). Done here too, so programs started without our wrapper behave. */
+static void ops_blas_init(void) {
+  static int done = 0;
+  if (done) return;
+  done = 1;
+#ifdef OPENBLAS_CONFIG_H
+  openblas_set_num_threads(1);
+#endif
+}
+
+/* A float view of n elements of p (dtype dt): p itself for F32, else widened into a slot. */
+static const float *ops_as_f32(const void *p, dtype_t dt, int64_t n, int slot, const char *op) {
+  if (dt == DT_F32) return (const float *)p;
+  if (dt != DT_BF16) ops_bad_dtype(op, dt);
+  float *w = ops_workspace(DEV_CPU, slot, n * (int64_t)sizeof(float));
+  const bf16_t *h = (const bf16_t *)p;
+  for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(h[i]);
+  return w;
+}
+
+/* dst[i] = beta·dst[i] + add[i] stored in dt (beta 0 overwrites: old NaNs do not leak in). */
+static void ops_store_acc(void *dst, dtype_t dt, const float *add, int64_t n, float beta) {
+  if (dt == DT_F32) {
+    float *d = (float *)dst;
+    if (beta == 0.0f) memcpy(d, add, (size_t)n * sizeof(float));
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = beta * d[i] + add[i];
+  } else {
+    bf16_t *d = (bf16_t *)dst;
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(add[i]);
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(beta * bf16_to_f32(d[i]) + add[i]);
+  }
+}
+
+/* ---- linear ----------------------------------------------------------------------------- */
+void op_linear_fwd(device_t dev, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int B,
+                   int in, int out) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_fwd(y, x, W, b, wdt, B, in, out));
+  ops_blas_init();
+  if (B <= 0 || out <= 0) return;
+  const float *Wf = ops_as_f32(W, wdt, (int64_t)out * in, OPS_WS_W, __func__); // (out,in)
+  const float *bf = ops_as_f32(b, wdt, out, OPS_WS_B, __func__);               // (out)
+  if (in > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, out, in, 1.0f, x, in, Wf, in, 0.0f, y, out);
+  else
+    memset(y, 0, (size_t)B * out * sizeof(float));
+  for (int r = 0; r < B; r++) {
+    float *yr = y + (int64_t)r * out;
+    for (int o = 0; o < out; o++) yr[o] += bf[o];
+  }
+}
+
+void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                   dtype_t wdt, int B, int in, int out, float beta) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd(dx, dW, db, dy, x, W, wdt, B, in, out, beta));
+  ops_blas_init();
+  if (wdt != DT_F32 && wdt != DT_BF16) ops_bad_dtype(__func__, wdt);
+  int64_t wn = (int64_t)out * in;
+  if (B <= 0) { /* no rows: nothing new, dW = beta·dW and db = beta·db */
+    if (beta == 0.0f) {
+      op_fill(DEV_CPU, dW, wdt, 0.0f, wn);
+      op_fill(DEV_CPU, db, wdt, 0.0f, out);
+    } else {
+      op_scale(DEV_CPU, dW, wdt, beta, wn);
+      op_scale(DEV_CPU, db, wdt, beta, out);
+    }
+    return;
+  }
+  // dx(B,in) = dy(B,out) · W(out,in)
+  if (dx && in > 0) {
+    if (out > 0) {
+      const float *Wf = ops_as_f32(W, wdt, wn, OPS_WS_W, __func__);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, dy, out, Wf, in, 0.0f, dx, in);
+    } else {
+      memset(dx, 0, (size_t)B * in * sizeof(float));
+    }
+  }
+  if (out <= 0) return;
+  // dW(out,in) = beta·dW + dyᵀ(out,B) · x(B,in); the new sum is complete before it meets dW
+  if (in > 0) {
+    if (wdt == DT_F32 && beta == 0.0f) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 0.0f, (float *)dW, in);
+    } else {
+      float *g = ops_workspace(DEV_CPU, OPS_WS_DW, wn * (int64_t)sizeof(float)); // (out,in) fp32 sum
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 0.0f, g, in);
+      ops_store_acc(dW, wdt, g, wn, beta);
+    }
+  }
+  // db(out) = beta·db + Σ_rows dy, rows in order 0..B−1
+  float *s = ops_workspace(DEV_CPU, OPS_WS_B, (int64_t)out * (int64_t)sizeof(float));
+  memcpy(s, dy, (size_t)out * sizeof(float));
+  for (int r = 1; r < B; r++) {
+    const float *dyr = dy + (int64_t)r * out;
+    for (int o = 0; o < out; o++) s[o] += dyr[o];
+  }
+  ops_store_acc(db, wdt, s, out, beta);
+}
+
+/* ---- GELU, tanh approximation (GPT-2; llm.c gelu_forward / gelu_backward) ----------------- */
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+/* exp(x) for x <= 0 in plain float arithmetic, so GELU loops vectorize (libm's expf/tanhf are
+ * calls). Cephes expf: x = n·ln2 + r, |r| <= ln2/2, degree-7 polynomial, about 1 ulp. */
+static inline float ops_exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;                    /* keeps 2^n a normal float */
+  float fn = x * 1.44269504088896341f;            /* x / ln2 */
+  fn = (fn + 12582912.0f) - 12582912.0f;          /* round to nearest integer (1.5·2^23 trick) */
+  float r = x - fn * 0.693359375f;                /* ln2 in two parts (Cody-Waite) */
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23; /* 2^n */
+  float two_n;
+  memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+/* tanh(u) = (1 − e)/(1 + e), e = exp(−2|u|): absolute error ~1e-7, which is what GELU needs. */
+static inline float ops_tanh(float u) {
+  float a = u < 0.0f ? -u : u;
+  float e = ops_exp_nonpos(-2.0f * a);
+  float t = (1.0f - e) / (1.0f + e);
+  return u < 0.0f ? -t : t;
+}
+
+void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_fwd(y, x, n));
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    float cube = GELU_C * v * v * v;
+    y[i] = 0.5f * v * (1.0f + ops_tanh(GELU_K * (v + cube)));
+  }
+}
+
+void op_gelu_bwd(device_t dev, float *dx, const float *dy, const float *x, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_bwd(dx, dy, x, n));
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    float t = ops_tanh(GELU_K * (v + GELU_C * v * v * v));
+    float sech2 = 1.0f - t * t; /* = 1/cosh², without cosh overflowing for large |v| */
+    float local = 0.5f * (1.0f + t) + 0.5f * v * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    dx[i] = local * dy[i];
+  }
+}
+
+/* ---- softmax cross-entropy --------------------------------------------------------------- */
+double op_softmax_xent(device_t dev, float *dlogits, const float *logits, const int *y, int B, int C,
+                       float scale) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA_RET(opcu_softmax_xent(dlogits, logits, y, B, C, scale));
+  double loss = 0.0;
+  for (int r = 0; r < B; r++) {
+    const float *l = logits + (int64_t)r * C;
+    float *d = dlogits + (int64_t)r * C;
+    int yr = y[r];
+    if (yr < 0 || yr >= C) die("rank %d: op_softmax_xent: label y[%d] = %d outside [0, %d)", check_rank(), r, yr, C);
+    float mx = l[0];
+    for (int c = 1; c < C; c++) mx = l[c] > mx ? l[c] : mx;
+    double sum = 0.0;
+    for (int c = 0; c < C; c++) {
+      d[c] = expf(l[c] - mx);
+      sum += d[c];
+    }
+    loss += log(sum) - ((double)l[yr] - mx);
+    float inv = (float)(1.0 / sum);
+    for (int c = 0; c < C; c++) d[c] = d[c] * inv * scale;
+    d[yr] -= scale;
+  }
+  return loss;
+}
+
+/* ---- optimizers: one pass over a flat range ------------------------------------------------ */
+/* Written once, inlined per gradient dtype so each loop is branch-free. */
+static inline __attribute__((always_inline)) void adamw_loop(float *w, const void *grad, dtype_t gdt, float *m,
+                                                             float *v, int64_t n, float lr, float b1, float b2,
+                                                             float eps, float wd, float bc1, float bc2,
+                                                             float gscale) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = gscale * dt_load(grad, gdt, i);
+    float mi = b1 * m[i] + (1.0f - b1) * g;
+    float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+  }
+}
+
+void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n,
+              const adamw_hp_t *hp, int t, float gscale) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_adamw(w, grad, gdt, m, v, n, hp, t, gscale));
+  if (t < 1) die("rank %d: op_adamw: step t = %d, must be >= 1 (bias correction)", check_rank(), t);
+  /* bias corrections in double, as PyTorch computes them on the host */
+  float bc1 = (float)(1.0 - pow((double)hp->beta1, t));
+  float bc2 = (float)(1.0 - pow((double)hp->beta2, t));
+  if (gdt == DT_F32)
+    adamw_loop(w, grad, DT_F32, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, bc1, bc2, gscale);
+  else if (gdt == DT_BF16)
+    adamw_loop(w, grad, DT_BF16, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, bc1, bc2, gscale);
+  else
+    ops_bad_dtype(__func__, gdt);
+}
+
+static inline __attribute__((always_inline)) void sgd_loop(float *w, const void *grad, dtype_t gdt, float *buf,
+                                                           int64_t n, float lr, float mu, float wd, float gscale) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = gscale * dt_load(grad, gdt, i) + wd * w[i];
+    float b = mu * buf[i] + g;
+    buf[i] = b;
+    w[i] -= lr * b;
+  }
+}
+
+void op_sgd(device_t dev, float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float momentum,
+            float weight_decay, float gscale) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_sgd(w, grad, gdt, buf, n, lr, momentum, weight_decay, gscale));
+  if (gdt == DT_F32) sgd_loop(w, grad, DT_F32, buf, n, lr, momentum, weight_decay, gscale);
+  else if (gdt == DT_BF16) sgd_loop(w, grad, DT_BF16, buf, n, lr, momentum, weight_decay, gscale);
+  else ops_bad_dtype(__func__, gdt);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+/* F64 is accepted too (control scalars reduced by the ring collectives). */
+void op_cast(device_t dev, void *dst, dtype_t ddt, const void *src, dtype_t sdt, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_cast(dst, ddt, src, sdt, n));
+  if (ddt == sdt) {
+    if (dst != src) memmove(dst, src, (size_t)n * dtype_size(ddt));
+  } else if (ddt == DT_BF16 && sdt == DT_F32) {
+    bf16_t *d = dst;
+    const float *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(s[i]);
+  } else if (ddt == DT_F32 && sdt == DT_BF16) {
+    float *d = dst;
+    const bf16_t *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
+  } else if (ddt == DT_F64 && (sdt == DT_F32 || sdt == DT_BF16)) {
+    double *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = dt_load(src, sdt, i);
+  } else if (sdt == DT_F64 && ddt == DT_F32) {
+    float *d = dst;
+    const double *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];
+  } else {
+    die("rank %d: op_cast: %s -> %s not supported", check_rank(), dtype_name(sdt), dtype_name(ddt));
+  }
+}
+
+void op_add(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_add(dst, src, dt, n));
+  if (dt == DT_F32) {
+    float *d = dst;
+    const float *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+  } else if (dt == DT_BF16) {
+    bf16_t *d = dst;
+    const bf16_t *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
+  } else if (dt == DT_F64) {
+    double *d = dst;
+    const double *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+  } else {
+    ops_bad_dtype(__func__, dt);
+  }
+}
+
+/* NaN in either operand gives NaN (a max must not hide a non-finite value). */
+#define OPS_MAX(a, b) (((b) > (a) || (b) != (b)) ? (b) : (a))
+void op_max(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_max(dst, src, dt, n));
+  if (dt == DT_F32) {
+    float *d = dst;
+    const float *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = OPS_MAX(d[i], s[i]);
+  } else if (dt == DT_BF16) {
+    bf16_t *d = dst;
+    const bf16_t *s = src;
+    for (int64_t i = 0; i < n; i++) {
+      float a = bf16_to_f32(d[i]), b = bf16_to_f32(s[i]);
+      d[i] = OPS_MAX(a, b) == a ? d[i] : s[i]; /* pick, do not re-round */
+    }
+  } else if (dt == DT_F64) {
+    double *d = dst;
+    const double *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = OPS_MAX(d[i], s[i]);
+  } else {
+    ops_bad_dtype(__func__, dt);
+  }
+}
+
+void op_scale(device_t dev, void *x, dtype_t dt, float s, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_scale(x, dt, s, n));
+  if (dt == DT_F32) {
+    float *p = x;
+    for (int64_t i = 0; i < n; i++) p[i] *= s;
+  } else if (dt == DT_BF16) {
+    bf16_t *p = x;
+    for (int64_t i = 0; i < n; i++) p[i] = bf16_from_f32(bf16_to_f32(p[i]) * s);
+  } else if (dt == DT_F64) {
+    double *p = x;
+    for (int64_t i = 0; i < n; i++) p[i] *= s;
+  } else {
+    ops_bad_dtype(__func__, dt);
+  }
+}
+
+void op_fill(device_t dev, void *x, dtype_t dt, float value, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_fill(x, dt, value, n));
+  if (dt == DT_F32) {
+    float *p = x;
+    for (int64_t i = 0; i < n; i++) p[i] = value;
+  } else if (dt == DT_BF16) {
+    bf16_t *p = x, h = bf16_from_f32(value);
+    for (int64_t i = 0; i < n; i++) p[i] = h;
+  } else if (dt == DT_F64) {
+    double *p = x;
+    for (int64_t i = 0; i < n; i++) p[i] = value;
+  } else {
+    ops_bad_dtype(__func__, dt);
+  }
+}
+
+/* Eight running sums (element i goes to sum i mod 8), combined pairwise at the end: a fixed
+ * order that does not depend on anything but n, and that the compiler can vectorize. */
+#define SUMSQ_LOOP(T, LOAD)                                                           \
+  do {                                                                                \
+    const T *p = x;                                                                   \
+    int64_t i = 0;                                                                    \
+    for (; i + 8 <= n; i += 8)                                                        \
+      for (int j = 0; j < 8; j++) { double v = LOAD(p[i + j]); acc[j] += v * v; }     \
+    for (int j = 0; i < n; i++, j++) { double v = LOAD(p[i]); acc[j] += v * v; }      \
+  } while (0)
+#define SUMSQ_ID(v) ((double)(v))
+#define SUMSQ_BF(v) ((double)bf16_to_f32(v))
+double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA_RET(opcu_sumsq(x, dt, n));
+  double acc[8] = {0};
+  if (dt == DT_F32) SUMSQ_LOOP(float, SUMSQ_ID);
+  else if (dt == DT_BF16) SUMSQ_LOOP(bf16_t, SUMSQ_BF);
+  else if (dt == DT_F64) SUMSQ_LOOP(double, SUMSQ_ID);
+  else ops_bad_dtype(__func__, dt);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# demo.sh [CH] [--quick] — the guided tour behind `make demo` (notes/tour.md).
+#
+#   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or the
+#                        GPUs when `nvidia-smi -L` lists some and the build has the CUDA path
+#   make demo CH=03      one chapter (a lecture slot)
+#   --quick              tiny sizes, fewer launches (the CI check of the figures uses it)
+#
+# Writes results/*.json (the programs' --json), results/*.trace.json (--trace, open them in
+# ui.perfetto.dev) and notes/figures/*.png (common/scripts/plots.py). Each run is one program
+# launch with small sizes; a chapter whose binary is not built is announced and skipped.
+# Environment: ZL_BIN (default build/bin), ZL_RESULTS (results), ZL_FIGURES (notes/figures),
+# ZL_DEMO_NP (ranks for the chapter runs, default 4), ZL_DEMO_DEVICE (auto|cpu|cuda).
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+
+BIN=${ZL_BIN:-build/bin}
+RES=${ZL_RESULTS:-results}
+FIG=${ZL_FIGURES:-notes/figures}
+CH=""
+QUICK=0
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    [0-9][0-9]) CH=$a ;;
+    [0-9]) CH=0$a ;;
+    *) echo "error: demo.sh $a: allowed a chapter number 00..05 (make demo CH=03) or --quick" >&2; exit 2 ;;
+  esac
+done
+case "$CH" in ''|00|01|02|03|04|05) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05" >&2; exit 2 ;; esac
+
+if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; G=$'\e[32m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
+else B=""; D=""; G=""; Y=""; R=""; N=""; fi
+
+mkdir -p "$RES" "$RES/loss" "$RES/sweep" "$FIG"
+T0=$(date +%s)
+FAILED=()
+SKIPPED=()
+
+# ---- where to run: GPUs if there are some and the build can use them, else CPU ranks ------
+NP=${ZL_DEMO_NP:-4}
+DEVICE=${ZL_DEMO_DEVICE:-auto}
+NGPU=0
+if command -v nvidia-smi >/dev/null 2>&1; then NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+if [ "$DEVICE" = auto ]; then
+  DEVICE=cpu
+  # the build has the CUDA path when a 1-rank, 1-step cuda run works (a CPU-only build says no)
+  if [ "$NGPU" -gt 0 ] && [ -x "$BIN/ch02_ddp" ] &&
+     timeout 60 bash common/scripts/zlrun 1 "$BIN/ch02_ddp" --device cuda --steps 1 >/dev/null 2>&1; then
+    DEVICE=cuda
+    NP=${ZL_DEMO_NP:-$(( NGPU > 8 ? 8 : NGPU ))}
+  fi
+fi
+
+# ---- sizes: small enough for 5 minutes on 2 cores, the same model for every loss curve ----
+if [ "$DEVICE" = cuda ]; then
+  BATCH=$((64 * NP)); MODEL=(--layers 6 --hidden 1024 --input 512 --classes 32 --steps 40)
+elif [ "$QUICK" = 1 ]; then
+  BATCH=16; MODEL=(--layers 3 --hidden 48 --input 32 --classes 8 --steps 6)
+else
+  BATCH=64; MODEL=(--layers 4 --hidden 256 --input 128 --classes 10 --steps 30)
+fi
+MODEL+=(--batch "$BATCH")
+# the memory/traffic sweep: a tiny model, bf16 + AdamW (the paper's 16Ψ setting), 2 steps
+SWEEP=(--layers 3 --hidden 64 --input 32 --classes 8 --batch 16 --steps 2 --precision bf16 --optimizer adamw --device cpu)
+SWEEP_NS=(1 2 4 8)
+[ "$QUICK" = 1 ] && SWEEP_NS=(2 4)
+COLL_NS=(2 4)
+[ "$DEVICE" = cuda ] && COLL_NS=("$NP")
+
+# ---- output helpers ----------------------------------------------------------------------
+STEP=0
+NSTEPS=0
+step() { # step TITLE, then the lines of explanation on stdin
+  STEP=$((STEP + 1))
+  echo
+  echo "${B}[$STEP/$NSTEPS] $1${N}  ${D}($(( $(date +%s) - T0 )) s)${N}"
+  sed 's/^/  /'
+  echo
+}
+have() { # have BINARY: 0 if built, else say so once and return 1
+  if [ -x "$BIN/$1" ]; then return 0; fi
+  echo "  ${Y}$BIN/$1 is not built yet: skipping (make build builds every chapter)${N}"
+  SKIPPED+=("$1")
+  return 1
+}
+run() { # run NP PROGRAM ARGS...: show the command, run it (2 minutes at most), note a failure.
+  local np=$1 prog=$2 rc                 # NP 0: no mpirun (ch00 is a plain calculator)
+  shift 2
+  if [ "$np" = 0 ]; then
+    echo "${D}\$ $BIN/$prog $*${N}"
+    timeout -k 5 120 "$BIN/$prog" "$@"
+  else
+    echo "${D}\$ common/scripts/zlrun $np $BIN/$prog $*${N}"
+    timeout -k 5 120 bash common/scripts/zlrun "$np" "$BIN/$prog" "$@"
+  fi
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "  ${R}$prog exited with $rc${N}"
+    FAILED+=("$prog $*")
+  fi
+  return $rc
+}
+quiet_run() { # quiet_run LABEL NP PROGRAM ARGS...: one line per run (the sweep)
+  local label=$1 np=$2 prog=$3 out
+  shift 3
+  if out=$(timeout -k 5 120 bash common/scripts/zlrun "$np" "$BIN/$prog" "$@" 2>&1); then
+    printf "  %-22s ok\n" "$label"
+  else
+    printf "  %-22s ${R}failed${N}: %s\n" "$label" "$(echo "$out" | tail -n 1)"
+    FAILED+=("$prog $*")
+  fi
+}
+
+# ---- the steps -----------------------------------------------------------------------------
+want() { [ -z "$CH" ] || [ "$CH" = "$1" ]; }
+
+do_ch00() {
+  step "Chapter 00 — the memory calculator: where 16 bytes per parameter go" <<EOF
+Mixed-precision Adam keeps 2Ψ bf16 params + 2Ψ grads + 12Ψ fp32 master, m and v = 16Ψ bytes.
+First the ZeRO paper's Figure 1 (7.5B parameters on 64 GPUs: 120 GB per GPU with DDP,
+1.9 GB with ZeRO-3), then an 8B model on one 8-GPU box. Look at the 'total' column.
+EOF
+  have ch00_memory || return
+  run 0 ch00_memory --params 7.5B --ranks 64 --json "$RES/ch00_paper.json"
+  echo
+  run 0 ch00_memory --params 8B --ranks 8 --json "$RES/ch00_8b.json"
+}
+
+do_ch01() {
+  step "Chapter 01 — the five collectives, printed per rank" <<EOF
+Each rank starts from known values; look at what every rank holds after broadcast, reduce,
+all-reduce, reduce-scatter and all-gather. All-reduce = reduce-scatter + all-gather: the
+identity ZeRO is built on.
+EOF
+  have ch01_collectives && run "$NP" ch01_collectives
+  step "Chapter 01 — collbench: bus bandwidth of the vendor collectives vs our ring" <<EOF
+An nccl-tests-style table per message size: algbw = bytes / time; busbw scales it by
+2(N-1)/N (all-reduce) or (N-1)/N (reduce-scatter, all-gather) so it compares across N.
+Small messages are latency-bound, large ones bandwidth-bound. Runs with ${COLL_NS[*]} ranks.
+EOF
+  have ch01_collbench || return
+  local n
+  for n in "${COLL_NS[@]}"; do
+    if [ "$QUICK" = 1 ]; then run "$n" ch01_collbench --max-bytes 64K --json "$RES/collbench_np$n.json"
+    else run "$n" ch01_collbench --json "$RES/collbench_np$n.json"; fi
+  done
+}
+
+do_ch02() {
+  step "Chapter 02 — DDP: N ranks train exactly like 1 rank" <<EOF
+The same global batch of $BATCH samples, split over 1 and then $NP ranks; gradients are
+averaged with one all-reduce. Compare the loss lines of the two runs: they agree to ~1e-6.
+The loss falls towards the teacher's entropy, the best any model can do on this data.
+EOF
+  if have ch02_ddp; then
+    run 1 ch02_ddp "${MODEL[@]}" --device "$DEVICE" --json "$RES/loss/ddp_np1.json"
+  echo
+    run "$NP" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --variant bucketed --json "$RES/loss/ddp_np$NP.json"
+  fi
+  step "Chapter 02 — overlap: naive vs bucketed all-reduce, on a timeline" <<EOF
+Naive DDP waits for the whole backward, then all-reduces. Bucketed DDP starts a bucket's
+all-reduce as soon as its layers' gradients exist, so communication hides behind the
+backward of the earlier layers. Two traces: open them in ui.perfetto.dev (notes/tour.md).
+EOF
+  have ch02_ddp || return
+  run "$NP" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant naive --trace "$RES/ch02_naive.trace.json" \
+    --json "$RES/ch02_naive.json"
+  echo
+  run "$NP" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant bucketed --bucket-mb 0.25 \
+    --trace "$RES/ch02_bucketed.trace.json" --json "$RES/ch02_bucketed.json"
+}
+
+do_zero() { # do_zero CH NAME PROGRAM STAGE
+  local ch=$1 name=$2 prog=$3 stage=$4
+  case $stage in
+    1) step "Chapter $ch — ZeRO-1: shard the optimizer states" <<EOF
+Each rank keeps Adam's m, v (and the fp32 master) for 1/$NP of the parameters only: it
+reduce-scatters the gradients, updates its shard and all-gathers the parameters. Same
+traffic as DDP (2Ψ), same losses as DDP; look at the memory table: optim is 1/$NP of DDP's.
+EOF
+    ;;
+    2) step "Chapter $ch — ZeRO-2: shard the gradients too" <<EOF
+Gradients are reduce-scattered bucket by bucket during the backward and only this rank's
+1/$NP is kept. Look at the grads column of the memory table, and the loss: still DDP's.
+EOF
+    ;;
+    3) step "Chapter $ch — ZeRO-3: shard the parameters, gather each layer just in time" <<EOF
+Before each layer's forward and backward the rank all-gathers the layer (prefetching the
+next one), uses it, and frees it: model states are 16Ψ/N, traffic grows to 3Ψ. The trace
+shows the gather / compute / free pattern; the loss still matches DDP.
+EOF
+    ;;
+  esac
+  have "$prog" || return
+  local extra=()
+  [ "$stage" = 3 ] && extra=(--prefetch 1 --trace "$RES/ch05_zero3.trace.json")
+  run "$NP" "$prog" "${MODEL[@]}" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json" "${extra[@]}"
+}
+
+do_sweep() { # do_sweep STRATEGY...: memory and traffic at N = 1, 2, 4, 8 (CPU ranks, tiny model)
+  step "Measured memory and traffic at N = ${SWEEP_NS[*]} ranks" <<EOF
+One tiny bf16 + AdamW model, two steps per run, for each of: $*. The ledger counts every
+byte each rank allocates; the communicator counts the bytes each rank sends. The figures
+compare both with the formulas (16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N; 2Ψ and 3Ψ of traffic).
+EOF
+  local s n prog
+  for s in "$@"; do
+    case $s in ddp) prog=ch02_ddp ;; zero1) prog=ch03_zero1 ;; zero2) prog=ch04_zero2 ;; zero3) prog=ch05_zero3 ;; esac
+    have "$prog" || continue
+    for n in "${SWEEP_NS[@]}"; do
+      quiet_run "$s, N=$n" "$n" "$prog" "${SWEEP[@]}" --json "$RES/sweep/${s}_np$n.json"
+    done
+  done
+}
+
+do_plots() {
+  step "Figures from the JSON results" <<EOF
+common/scripts/plots.py draws every figure from the files just written under $RES/
+(never from numbers typed in): memory per rank, ch00's tables, busbw, the timelines,
+the loss curves and the traffic per step.
+EOF
+  "${PLOT_PYTHON:-python3}" common/scripts/plots.py --results "$RES" --out "$FIG" || FAILED+=("plots.py")
+}
+
+# count the steps first, so the progress reads [3/9]
+plan=()
+want 00 && plan+=(ch00)
+want 01 && plan+=(ch01)
+want 02 && plan+=(ch02)
+want 03 && plan+=(ch03)
+want 04 && plan+=(ch04)
+want 05 && plan+=(ch05)
+for p in "${plan[@]}"; do
+  case $p in ch01 | ch02) NSTEPS=$((NSTEPS + 2)) ;; *) NSTEPS=$((NSTEPS + 1)) ;; esac
+done
+sweep=()
+want 02 && sweep+=(ddp)
+want 03 && sweep+=(zero1)
+want 04 && sweep+=(zero2)
+want 05 && sweep+=(zero3)
+[ ${#sweep[@]} -gt 0 ] && NSTEPS=$((NSTEPS + 1))
+NSTEPS=$((NSTEPS + 1)) # plots
+
+echo "${B}zerolab tour${N}${CH:+ — chapter $CH}: $NSTEPS steps on $([ "$DEVICE" = cuda ] && echo "$NP GPUs" || echo "$NP CPU ranks (mpirun)")."
+echo "Programs from $BIN, results to $RES/, figures to $FIG/."
+
+for p in "${plan[@]}"; do
+  case $p in
+    ch00) do_ch00 ;;
+    ch01) do_ch01 ;;
+    ch02) do_ch02 ;;
+    ch03) do_zero 03 zero1 ch03_zero1 1 ;;
+    ch04) do_zero 04 zero2 ch04_zero2 2 ;;
+    ch05) do_zero 05 zero3 ch05_zero3 3 ;;
+  esac
+done
+[ ${#sweep[@]} -gt 0 ] && do_sweep "${sweep[@]}"
+do_plots
+
+# ---- where everything is --------------------------------------------------------------------
+echo
+echo "${B}Done in $(( $(date +%s) - T0 )) s.${N}"
+echo "  results (JSON, one object per run):  $RES/*.json $RES/loss/ $RES/sweep/"
+traces=$(ls "$RES"/*.trace.json 2>/dev/null | tr '\n' ' ')
+[ -n "$traces" ] && echo "  timelines (open in ui.perfetto.dev):  $traces"
+echo "  figures:                             $FIG/*.png"
+echo "  the tour explained:                  notes/tour.md"
+if [ ${#SKIPPED[@]} -gt 0 ]; then
+  echo "  ${Y}not built, skipped: $(printf '%s\n' "${SKIPPED[@]}" | sort -u | tr '\n' ' ')${N}"
+fi
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "  ${R}failed (${#FAILED[@]}):${N}"
+  printf '    %s\n' "${FAILED[@]}"
+fi
+case "$CH" in
+  ''|05) next="make run CH=05 NP=4 ARGS=\"--steps 50 --prefetch 2 --trace /tmp/z3.trace.json\"" ;;
+  00) next="$BIN/ch00_memory --params 70B --ranks 512 --precision bf16" ;;
+  01) next="make run CH=01 NP=3" ;;
+  *) next="make run CH=$CH NP=3 ARGS=\"--steps 50 --collectives ring\"" ;;
+esac
+echo "Next, try:  $next    or do the exercises: make exercise CH=${CH:-01}"
+[ ${#FAILED[@]} -eq 0 ]

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# deps.sh — make sure what zerolab builds and runs with is installed (`make demo` and `make test`
+# run it first; `make deps` alone). Debian 12 / Ubuntu: checks the packages with dpkg and installs
+# the missing ones with apt-get, as root or through passwordless sudo; otherwise prints the exact
+# command to run and exits 1. Quiet when all is there: one line "deps: ok ...".
+#   ZL_SKIP_DEPS=1   skip the check (you installed the libraries another way: modules, spack ...)
+# CUDA and NCCL are optional and never installed here: the build uses them when it finds them
+# (make doctor says what it found; notes/gpu.md).
+set -u
+
+# what the build needs (compiler, make, MPI, Criterion, OpenBLAS, pkg-config) and the plots need
+PKGS=(make gcc libc6-dev pkg-config openmpi-bin libopenmpi-dev libcriterion-dev libopenblas-dev
+      python3 python3-matplotlib)
+
+if [ "${ZL_SKIP_DEPS:-0}" = 1 ]; then
+  echo "deps: skipped (ZL_SKIP_DEPS=1)"
+  exit 0
+fi
+
+# the python that plots (same rule as the Makefile's PLOT_PYTHON): PATH's python3 when it has
+# matplotlib, else Debian's /usr/bin/python3 (a pyenv/conda python3 on PATH often lacks it)
+plot_python() {
+  local p
+  for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import matplotlib' 2>/dev/null; then command -v "$p"; return 0; fi
+  done
+  return 1
+}
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  # not Debian/Ubuntu: check the tools themselves and say what is missing
+  miss=()
+  command -v make >/dev/null || miss+=(make)
+  command -v mpicc >/dev/null || miss+=("Open MPI (mpicc)")
+  command -v mpirun >/dev/null || miss+=("Open MPI (mpirun)")
+  command -v pkg-config >/dev/null || miss+=(pkg-config)
+  pkg-config --exists criterion 2>/dev/null || miss+=("Criterion (pkg-config criterion)")
+  pkg-config --exists openblas 2>/dev/null || [ -e /usr/include/cblas.h ] || miss+=("OpenBLAS (cblas.h)")
+  command -v python3 >/dev/null || miss+=(python3)
+  plot_python >/dev/null || miss+=("matplotlib for python3 (only for make plots)")
+  if [ ${#miss[@]} -gt 0 ]; then
+    echo "deps: not a Debian/Ubuntu system (no dpkg), and these are missing:" >&2
+    printf '  %s\n' "${miss[@]}" >&2
+    echo "deps: install them with your package manager (or set ZL_SKIP_DEPS=1 to skip this check)" >&2
+    exit 1
+  fi
+  echo "deps: ok (no dpkg; tools found on PATH; plots with $(plot_python))"
+  exit 0
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
+  [ "$st" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  mpi=$(mpirun --version 2>/dev/null | head -1 | sed 's/.*(Open MPI) /Open MPI /')
+  pp=$(plot_python || echo "none (no python with matplotlib)")
+  echo "deps: ok (${#PKGS[@]} packages: ${mpi:-mpirun ?}, criterion $(pkg-config --modversion criterion 2>/dev/null || echo ?), plots with $pp)"
+  exit 0
+fi
+
+echo "deps: missing ${missing[*]}"
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if [ "$(id -u)" = 0 ]; then
+  run=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  run=(sudo -n env DEBIAN_FRONTEND=noninteractive)
+else
+  echo "deps: not root and no passwordless sudo; install them with:" >&2
+  echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive $cmd" >&2
+  echo "deps: then run the make command again (or set ZL_SKIP_DEPS=1 if you have them another way)" >&2
+  exit 1
+fi
+echo "deps: ${run[*]:+${run[*]} }apt-get update && $cmd"
+"${run[@]}" apt-get update -qq </dev/null || { echo "deps: apt-get update failed" >&2; exit 1; }
+# shellcheck disable=SC2086
+"${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null ||
+  { echo "deps: apt-get install failed (see above); run it yourself: sudo $cmd" >&2; exit 1; }
+still=()
+for p in "${missing[@]}"; do
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
+  [ "$st" = "install ok installed" ] || still+=("$p")
+done
+[ ${#still[@]} -eq 0 ] || { echo "deps: still missing after apt-get: ${still[*]}" >&2; exit 1; }
+echo "deps: installed ${missing[*]}; plots with $(plot_python || echo 'none')"

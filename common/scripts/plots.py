@@ -1,0 +1,633 @@
+#!/usr/bin/env python3
+"""plots.py — the tutorial's figures, drawn from the programs' JSON results (notes/tour.md).
+
+    python3 common/scripts/plots.py [--results results] [--out notes/figures] [--only NAME,...]
+
+Every number comes from a file the programs wrote (--json, --trace, ch00_memory --json,
+ch01_collbench --json); formulas are recomputed here from ARCHITECTURE.md's table only to
+draw them as outlines beside the measurement. A figure whose inputs are missing is skipped
+with one line saying which file to make (common/scripts/demo.sh makes them all); the exit
+code is 0 unless a figure that had its inputs failed to draw.
+
+Inputs (paths relative to --results):
+  memory_traffic   sweep/<strategy>_np<N>.json        strategy: ddp zero1 zero2 zero3
+  ch00_paper       ch00_paper.json, ch00_8b.json       ch00_memory --json
+  collbench        collbench_np<N>.json                ch01_collbench --json
+  timeline_ddp     ch02_naive.trace.json, ch02_bucketed.trace.json
+  timeline_zero3   ch05_zero3.trace.json
+  loss             loss/<strategy>_np<N>.json          same model, batch, seed and steps
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+
+def _find_matplotlib():
+    """Import matplotlib (Agg); if this python lacks it, re-run under one that has it.
+
+    PATH's python3 is often a pyenv or venv python without matplotlib while Debian's
+    python3-matplotlib lives under /usr/bin/python3 (make deps installs it there)."""
+    try:
+        import matplotlib  # noqa: F401
+        return
+    except ImportError:
+        pass
+    here = os.path.realpath(sys.executable)
+    for cand in [os.environ.get("ZL_PYTHON", ""), "/usr/bin/python3", "/usr/local/bin/python3"]:
+        if cand and os.path.exists(cand) and os.path.realpath(cand) != here and not os.environ.get("ZL_PLOTS_REEXEC"):
+            import subprocess
+            if subprocess.call([cand, "-c", "import matplotlib"], stderr=subprocess.DEVNULL) == 0:
+                os.environ["ZL_PLOTS_REEXEC"] = "1"
+                os.execv(cand, [cand] + sys.argv)
+    sys.stderr.write("error: matplotlib not found for %s: run 'make deps' "
+                     "(Debian: apt-get install python3-matplotlib), or set ZL_PYTHON\n" % sys.executable)
+    sys.exit(2)
+
+
+_find_matplotlib()
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+STAGES = [("ddp", 0, "DDP (ZeRO-0)"), ("zero1", 1, "ZeRO-1"), ("zero2", 2, "ZeRO-2"), ("zero3", 3, "ZeRO-3")]
+STAGE_OF = {s: k for s, k, _ in STAGES}
+STAGE_LABEL = {s: lab for s, _, lab in STAGES}
+WORLDS = [1, 2, 4, 8]
+C_PARAMS, C_GRADS, C_OPT = "#4C72B0", "#DD8452", "#55A868"
+DPI = 110
+
+# ---- small helpers --------------------------------------------------------------------------
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def note(msg):
+    print("  " + msg)
+
+
+def bytes_unit(maxval):
+    """(divisor, name) so that maxval reads between 1 and 1024."""
+    for div, name in [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]:
+        if maxval >= div:
+            return div, name
+    return 1, "bytes"
+
+
+def strategy_key(res):
+    """'ddp', 'zero1', ... from a results object (strategy may be 'ddp-bucketed')."""
+    s = str(res.get("strategy", ""))
+    for k in STAGE_OF:
+        if s == k or s.startswith(k + "-") or s.startswith(k + "_"):
+            return k
+    ch = str(res.get("chapter", ""))
+    for k, stage in STAGE_OF.items():
+        if ch.startswith("0%d_" % (2 + stage)):
+            return k
+    return s
+
+
+def formula_states(stage, psi, world, precision, optimizer):
+    """ARCHITECTURE.md's table: bytes per rank (params, grads, master+optimizer)."""
+    wb = 2.0 if precision == "bf16" else 4.0
+    master = 4.0 if precision == "bf16" else 0.0
+    nstates = 2 if optimizer == "adamw" else 1  # AdamW m, v; SGD momentum
+    k = master + 4.0 * nstates
+    n = float(world)
+    p = wb * psi / (n if stage >= 3 else 1)
+    g = wb * psi / (n if stage >= 2 else 1)
+    o = k * psi / (n if stage >= 1 else 1)
+    return p, g, o
+
+
+def formula_text(stage, precision, optimizer):
+    wb = 2 if precision == "bf16" else 4
+    k = (4 if precision == "bf16" else 0) + 4 * (2 if optimizer == "adamw" else 1)
+    if stage == 0:
+        return "%dΨ" % (2 * wb + k)
+    if stage == 1:
+        return "%dΨ + %dΨ/N" % (2 * wb, k)
+    if stage == 2:
+        return "%dΨ + %dΨ/N" % (wb, wb + k)
+    return "%dΨ/N" % (2 * wb + k)
+
+
+def per_rank_max(res, key):
+    rows = res.get("memory", {}).get("per_rank", [])
+    vals = [r.get(key, 0) or 0 for r in rows]
+    return max(vals) if vals else None
+
+
+def savefig(fig, outdir, name):
+    path = os.path.join(outdir, name + ".png")
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    print("  wrote %s" % path)
+    return path
+
+
+def sweep_runs(results):
+    """{(strategy, N): results object} from results/sweep/*.json."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(results, "sweep", "*.json"))):
+        try:
+            res = load_json(path)
+        except (OSError, ValueError) as e:
+            note("skipping %s: %s" % (path, e))
+            continue
+        if "memory" not in res:
+            continue
+        runs[(strategy_key(res), int(res.get("world", 0)))] = res
+    return runs
+
+
+# ---- figure 1: memory per rank, stacked, measured vs formula --------------------------------
+
+
+def fig_memory(results, outdir):
+    runs = sweep_runs(results)
+    if not runs:
+        return "no results/sweep/*.json (run common/scripts/demo.sh, step 'sweep')"
+    ref = next(iter(runs.values()))
+    psi = float(ref["params"])
+    prec, opt = ref.get("precision", "fp32"), ref.get("optimizer", "adamw")
+    shapes = {(r["params"], r.get("precision"), r.get("optimizer")) for r in runs.values()}
+    if len(shapes) > 1:
+        return "results/sweep/*.json mix model sizes or precisions %s: re-run the sweep" % sorted(map(str, shapes))
+    worlds = sorted(set(WORLDS) | {w for _, w in runs})
+    top = 0
+    for s, stage, _ in STAGES:
+        for n in worlds:
+            top = max(top, sum(formula_states(stage, psi, n, prec, opt)))
+            r = runs.get((s, n))
+            if r:
+                top = max(top, sum(per_rank_max(r, k) or 0 for k in ("params", "grads", "master", "optim")))
+    div, unit = bytes_unit(top)
+    fig, axes = plt.subplots(1, 4, figsize=(13, 4.8), sharey=True)
+    for ax, (s, stage, label) in zip(axes, STAGES):
+        xs = list(range(len(worlds)))
+        for x, n in zip(xs, worlds):
+            fp, fg, fo = (v / div for v in formula_states(stage, psi, n, prec, opt))
+            r = runs.get((s, n))
+            if r:
+                mp = per_rank_max(r, "params") / div
+                mg = per_rank_max(r, "grads") / div
+                mo = (per_rank_max(r, "master") + per_rank_max(r, "optim")) / div
+                ax.bar(x, mp, 0.6, color=C_PARAMS)
+                ax.bar(x, mg, 0.6, bottom=mp, color=C_GRADS)
+                ax.bar(x, mo, 0.6, bottom=mp + mg, color=C_OPT)
+            else:
+                ax.text(x, (fp + fg + fo) / 2, "not\nrun", ha="center", va="center", fontsize=8, color="0.4")
+            # the formula: one dashed outline per component, slightly wider than the bar
+            y = 0
+            for h in (fp, fg, fo):
+                ax.add_patch(Rectangle((x - 0.38, y), 0.76, h, fill=False, ls="--", lw=1.2, ec="black"))
+                y += h
+        ax.set_xticks(xs)
+        ax.set_xticklabels(["N=%d" % n for n in worlds])
+        ax.set_xlim(-0.6, len(worlds) - 0.4)
+        ax.set_title("%s: %s" % (label, formula_text(stage, prec, opt)), fontsize=11)
+        ax.set_xlabel("ranks (N)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("model states per rank (%s)" % unit)
+    axes[0].set_ylim(0, top / div * 1.08)
+    handles = [Patch(color=C_PARAMS, label="params"), Patch(color=C_GRADS, label="grads"),
+               Patch(color=C_OPT, label="optimizer (+ fp32 master)" if prec == "bf16" else "optimizer (Adam m, v)"),
+               Patch(fill=False, ls="--", ec="black", label="formula (ARCHITECTURE.md)")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False)
+    fig.suptitle("Memory per rank, measured by the ledger (bars) vs the formula (dashed), "
+                 "Ψ = %s params, %s, %s" % (f"{int(psi):,}", prec, opt), fontsize=12)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    savefig(fig, outdir, "memory_per_rank")
+    return None
+
+
+# ---- figure 6: traffic per step per rank, measured vs formula ------------------------------
+
+
+def fig_traffic(results, outdir):
+    runs = sweep_runs(results)
+    runs = {k: r for k, r in runs.items() if k[1] > 1 and "comm" in r}
+    if not runs:
+        return "no multi-rank results/sweep/*.json with a comm object"
+    ref = next(iter(runs.values()))
+    psi = float(ref["params"])
+    wb = 2.0 if ref.get("precision") == "bf16" else 4.0
+    worlds = sorted({w for _, w in runs})
+    fig, (ax, axn) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.4, 1]})
+    width = 0.8 / len(worlds)
+    top = max(max(r["comm"]["bytes_per_step_per_rank"], r["comm"].get("formula_bytes_per_step_per_rank", 0))
+              for r in runs.values())
+    div, unit = bytes_unit(top)
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3"]
+    for i, n in enumerate(worlds):
+        for j, (s, stage, _) in enumerate(STAGES):
+            x = j + (i - (len(worlds) - 1) / 2) * width
+            r = runs.get((s, n))
+            fb = (3.0 if stage == 3 else 2.0) * (n - 1) / n * psi * wb
+            if r:
+                ax.bar(x, r["comm"]["bytes_per_step_per_rank"] / div, width * 0.9, color=colors[i % len(colors)],
+                       label="measured, N=%d" % n if j == 0 else None)
+            ax.add_patch(Rectangle((x - width * 0.5, 0), width, fb / div, fill=False, ls="--", lw=1.2, ec="black"))
+    ax.set_xticks(range(len(STAGES)))
+    ax.set_xticklabels([lab for _, _, lab in STAGES])
+    ax.set_ylabel("bytes sent per rank per step (%s)" % unit)
+    ax.set_ylim(0, top / div * 1.15)
+    ax.set_title("Measured (bars) vs ring formula (dashed)")
+    h, lab = ax.get_legend_handles_labels()
+    h.append(Patch(fill=False, ls="--", ec="black"))
+    lab.append("formula 2(N−1)/N·Ψ, ZeRO-3 3(N−1)/N·Ψ")
+    ax.legend(h, lab, fontsize=9, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    # right: normalised by Ψ·bytes per element, so the formula reads 2(N−1)/N and 3(N−1)/N
+    ns = [1 + 0.05 * k for k in range(0, 141)]
+    axn.plot(ns, [2 * (n - 1) / n for n in ns], "k--", lw=1, label="2(N−1)/N  (DDP, ZeRO-1, ZeRO-2)")
+    axn.plot(ns, [3 * (n - 1) / n for n in ns], "k:", lw=1.4, label="3(N−1)/N  (ZeRO-3)")
+    markers = {"ddp": "o", "zero1": "s", "zero2": "^", "zero3": "D"}
+    for s, _, lab in STAGES:
+        pts = sorted((n, r["comm"]["bytes_per_step_per_rank"] / (psi * wb)) for (ss, n), r in runs.items() if ss == s)
+        if pts:
+            axn.plot([p[0] for p in pts], [p[1] for p in pts], markers[s], ms=8, mfc="none", mew=1.6, label=lab)
+    axn.set_xlabel("ranks (N)")
+    axn.set_ylabel("bytes per rank per step / (Ψ × bytes per element)")
+    axn.set_title("Normalised: approaches 2Ψ (DDP, ZeRO-1/2) and 3Ψ (ZeRO-3)")
+    axn.set_ylim(0, 3.3)
+    axn.grid(alpha=0.3)
+    axn.legend(fontsize=8, loc="lower right")
+    fig.suptitle("Communication per step per rank, Ψ = %s params (%s)" % (f"{int(psi):,}", ref.get("precision", "fp32")),
+                 fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    savefig(fig, outdir, "traffic_per_step")
+    return None
+
+
+# ---- figure 2: ch00, the ZeRO paper's Figure 1 and an 8B model -----------------------------
+
+
+def ch00_rows(doc):
+    """[(stage, params, grads, optim_total, total)] from ch00_memory --json, whatever its nesting."""
+    rows = doc.get("stages") or doc.get("rows") or doc.get("table") or []
+    out = []
+    for r in rows:
+        st = r.get("stage")
+        if isinstance(st, str):
+            m = re.search(r"(\d)", st)
+            st = int(m.group(1)) if m else (0 if "ddp" in st.lower() else None)
+        if st is None:
+            continue
+        p, g = float(r.get("params", 0)), float(r.get("grads", 0))
+        o = float(r.get("optim", 0)) + float(r.get("master", 0))
+        if "optimizer" in r and isinstance(r["optimizer"], (int, float)):
+            o = float(r["optimizer"])
+        total = float(r.get("total", p + g + o))
+        out.append((int(st), p, g, o, total))
+    return sorted(out)
+
+
+def fig_ch00(results, outdir):
+    paper = os.path.join(results, "ch00_paper.json")
+    big = os.path.join(results, "ch00_8b.json")
+    have = [p for p in (paper, big) if os.path.exists(p)]
+    if not have:
+        return "no results/ch00_paper.json or ch00_8b.json (build/bin/ch00_memory --json)"
+    fig, axes = plt.subplots(1, len(have), figsize=(6.5 * len(have), 5))
+    if len(have) == 1:
+        axes = [axes]
+    names = ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
+    for ax, path in zip(axes, have):
+        doc = load_json(path)
+        rows = ch00_rows(doc)
+        if not rows:
+            raise ValueError("%s: no per-stage rows" % path)
+        formulas = {int(r["stage"]): r.get("formula", "") for r in doc.get("stages", []) if "stage" in r}
+        xs = [r[0] for r in rows]
+        gb = 1e9  # the paper prints GB (10^9 bytes)
+        p = [r[1] / gb for r in rows]
+        g = [r[2] / gb for r in rows]
+        o = [r[3] / gb for r in rows]
+        k = doc.get("k")
+        ax.bar(xs, p, 0.6, color=C_PARAMS, label="params (%sΨ)" % doc.get("param_bytes", "?"))
+        ax.bar(xs, g, 0.6, bottom=p, color=C_GRADS, label="grads (%sΨ)" % doc.get("grad_bytes", "?"))
+        ax.bar(xs, o, 0.6, bottom=[a + b for a, b in zip(p, g)], color=C_OPT,
+               label="optimizer states (KΨ, K = %g)" % k if k is not None else "optimizer states")
+        top = max(r[4] for r in rows) / gb
+        for x, r in zip(xs, rows):
+            ax.text(x, r[4] / gb + top * 0.01, "%.1f GB" % (r[4] / gb), ha="center", va="bottom", fontsize=10)
+        ax.set_xticks(xs)
+        ax.set_xticklabels(["%s\n%s" % (names[x], formulas.get(x, "")) for x in xs])
+        psi = float(doc.get("psi", doc.get("params", 0)))
+        world = doc.get("world", doc.get("N", "?"))
+        # a reference, not a result: the memory of one 80 GB accelerator (A100-80G, H100)
+        if top > 80:
+            ax.axhline(80, color="C3", ls=":", lw=1.5, label="one 80 GB GPU (reference)")
+        ax.set_ylabel("model states per rank (GB = 10⁹ bytes)")
+        what = "ZeRO paper, Figure 1" if os.path.basename(path) == "ch00_paper.json" else "An %.3g B model" % (psi / 1e9)
+        ax.set_title("%s: Ψ = %.3g B params, N = %s ranks, %s" % (what, psi / 1e9, world, doc.get("precision", "")),
+                     fontsize=11)
+        ax.set_ylim(0, top * 1.15)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=9, loc="upper right")
+    fig.suptitle("Model states per rank by ZeRO stage (ch00_memory)", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    savefig(fig, outdir, "ch00_memory")
+    return None
+
+
+# ---- figure 3: collbench busbw vs message size ---------------------------------------------
+
+
+def collbench_rows(doc):
+    """[(op, impl, nbytes, busbw_GBps)] from ch01_collbench --json."""
+    rows = doc.get("rows") or doc.get("results") or []
+    out = []
+    for r in rows:
+        op = r.get("op") or r.get("collective")
+        impl = r.get("impl") or r.get("collectives") or r.get("variant")
+        nbytes = r.get("nbytes", r.get("bytes", r.get("size")))
+        bw = r.get("busbw_gbps", r.get("busbw_GBps", r.get("busbw")))
+        if None in (op, impl, nbytes, bw):
+            continue
+        out.append((str(op), str(impl), float(nbytes), float(bw)))
+    return out
+
+
+def fig_collbench(results, outdir):
+    files = sorted(glob.glob(os.path.join(results, "collbench_np*.json")),
+                   key=lambda p: int(re.search(r"np(\d+)", p).group(1)))
+    if not files:
+        return "no results/collbench_np*.json (build/bin/ch01_collbench --json)"
+    docs = [(int(re.search(r"np(\d+)", p).group(1)), load_json(p)) for p in files]
+    ops = []
+    for _, d in docs:
+        for r in collbench_rows(d):
+            if r[0] not in ops:
+                ops.append(r[0])
+    if not ops:
+        raise ValueError("collbench JSON without rows")
+    fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 4.6), sharey=True, squeeze=False)
+    styles = {"vendor": "-", "ring": "--"}
+    for ax, op in zip(axes[0], ops):
+        for ci, (n, d) in enumerate(docs):
+            for impl in ("vendor", "ring"):
+                pts = sorted((r[2], r[3]) for r in collbench_rows(d) if r[0] == op and r[1] == impl)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[impl], marker="o", ms=3,
+                            color="C%d" % ci, label="%s, %d ranks" % (impl, n))
+        ax.set_xscale("log", base=2)
+        ax.set_title(op.replace("_", "-"))
+        ax.set_xlabel("message size (bytes)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("bus bandwidth (GB/s)")
+    dev = docs[0][1].get("device", "cpu")
+    fig.suptitle("Bus bandwidth vs message size: vendor (%s) vs our ring, %s ranks (%s)"
+                 % (docs[0][1].get("backend", "MPI"), " and ".join(str(n) for n, _ in docs), dev), fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    savefig(fig, outdir, "collbench_busbw")
+    return None
+
+
+# ---- figure 4: timelines from the Chrome traces ---------------------------------------------
+
+CATS = [  # (category, colour, keywords in the event name or its args.op) — first match wins
+    ("wait", "#BBBBBB", ("wait", "sync")),
+    ("forward", "#4C72B0", ("forward", "fwd")),
+    ("backward", "#DD8452", ("backward", "bwd")),
+    ("optimizer", "#55A868", ("optim", "adam", "sgd", "update", "cast")),
+    ("all-reduce", "#C44E52", ("all_reduce", "allreduce", "all-reduce")),
+    ("reduce-scatter", "#8172B3", ("reduce_scatter", "reducescatter", "reduce-scatter")),
+    ("all-gather", "#937860", ("all_gather", "allgather", "all-gather", "gather")),
+    ("free", "#DA8BC3", ("free", "release")),
+    ("broadcast", "#8C8C8C", ("broadcast", "bcast")),
+]
+
+
+def ev_category(name):
+    low = name.lower()
+    if low.startswith("["):  # a communication event: its op decides
+        low = low[1:low.index("]")] if "]" in low else low
+    for cat, color, keys in CATS:
+        if any(k in low for k in keys):
+            return cat, color
+    return "other", "#CCCCCC"
+
+
+def trace_events(path):
+    doc = load_json(path)
+    evs = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    out = []
+    for e in evs:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        name = str(e.get("name", ""))
+        args = e.get("args") or {}
+        if int(e.get("tid", 0)) == 1 and isinstance(args, dict) and args.get("op"):
+            name = "[%s] %s" % (args["op"], name)  # comm events are named by their tag; op says what
+        out.append((int(e.get("pid", 0)), int(e.get("tid", 0)), float(e["ts"]), float(e["dur"]), name))
+    return out
+
+
+def step_window(evs):
+    """(t0, t1) of the last full step of rank 0 (events named 'step...' on compute), else the last 40%."""
+    steps = sorted((ts, ts + d) for pid, tid, ts, d, name in evs
+                   if pid == 0 and tid == 0 and re.match(r"^step\b", name.lower()))
+    if len(steps) >= 2:
+        return steps[-1]
+    if len(steps) == 1:
+        return steps[0]
+    t0 = min(e[2] for e in evs)
+    t1 = max(e[2] + e[3] for e in evs)
+    return t0 + 0.6 * (t1 - t0), t1
+
+
+def draw_timeline(ax, evs, title):
+    t0, t1 = step_window(evs)
+    pad = 0.03 * (t1 - t0)
+    lo, hi = t0 - pad, t1 + pad
+    ranks = sorted({e[0] for e in evs})
+    labels, seen = [], {}
+    for i, r in enumerate(ranks):
+        for tid, rowname in ((0, "compute"), (1, "comm")):
+            y = (len(ranks) - 1 - i) * 2.4 + (1.1 if tid == 0 else 0)
+            labels.append((y + 0.45, "rank %d %s" % (r, rowname)))
+            for pid, t, ts, d, name in evs:
+                if pid != r or t != tid or ts + d < lo or ts > hi:
+                    continue
+                if tid == 0 and re.match(r"^step\b", name.lower()):
+                    continue  # the enclosing step span would hide its phases
+                cat, color = ev_category(name)
+                ax.broken_barh([((ts - t0) / 1000.0, d / 1000.0)], (y, 0.9), facecolors=color,
+                               edgecolor="white", linewidth=0.3)
+                seen[cat] = color
+    ax.set_yticks([y for y, _ in labels])
+    ax.set_yticklabels([lab for _, lab in labels], fontsize=8)
+    ax.set_xlim((lo - t0) / 1000.0, (hi - t0) / 1000.0)
+    ax.set_xlabel("time since the start of the step (ms)")
+    ax.set_title(title, fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+    return seen
+
+
+def fig_timelines_ddp(results, outdir):
+    paths = [(os.path.join(results, "ch02_naive.trace.json"), "DDP naive: all-reduce after the whole backward"),
+             (os.path.join(results, "ch02_bucketed.trace.json"), "DDP bucketed: bucket all-reduces overlap the backward")]
+    have = [(p, t) for p, t in paths if os.path.exists(p)]
+    if not have:
+        return "no results/ch02_naive.trace.json or ch02_bucketed.trace.json (ch02_ddp --trace)"
+    return draw_timeline_fig(have, outdir, "timeline_ddp", "Timeline of one training step per rank (ch02_ddp --trace)")
+
+
+def fig_timelines_zero3(results, outdir):
+    p = os.path.join(results, "ch05_zero3.trace.json")
+    if not os.path.exists(p):
+        return "no results/ch05_zero3.trace.json (ch05_zero3 --trace)"
+    return draw_timeline_fig([(p, "ZeRO-3 with prefetch: gather unit u+1 while computing unit u, free after use")],
+                             outdir, "timeline_zero3", "Timeline of one ZeRO-3 step per rank (ch05_zero3 --trace)")
+
+
+def draw_timeline_fig(items, outdir, name, suptitle):
+    loaded = []
+    for path, title in items:
+        evs = trace_events(path)
+        if not evs:
+            raise ValueError("%s: no complete ('X') events" % path)
+        loaded.append((evs, title))
+    nrows = sum(len({e[0] for e in evs}) for evs, _ in loaded)
+    fig, axes = plt.subplots(len(loaded), 1, figsize=(13, 1.2 + 1.0 * nrows + 0.9 * len(loaded)), squeeze=False)
+    seen = {}
+    for ax, (evs, title) in zip(axes[:, 0], loaded):
+        seen.update(draw_timeline(ax, evs, title))
+    order = [c for c, _, _ in CATS] + ["other"]
+    handles = [Patch(color=seen[c], label=c) for c in order if c in seen]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
+    fig.suptitle(suptitle, fontsize=12)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    savefig(fig, outdir, name)
+    return None
+
+
+# ---- figure 5: loss curves -----------------------------------------------------------------
+
+
+def fig_loss(results, outdir):
+    files = sorted(glob.glob(os.path.join(results, "loss", "*.json")))
+    runs = []
+    for p in files:
+        res = load_json(p)
+        if res.get("steps"):
+            runs.append(res)
+    if not runs:
+        return "no results/loss/*.json with steps (chapters 02-05 --json)"
+    order = {s: i for i, (s, _, _) in enumerate(STAGES)}
+    runs.sort(key=lambda r: (int(r.get("world", 1)) > 1, order.get(strategy_key(r), 9), int(r.get("world", 1))))
+    sizes = {r.get("params") for r in runs}
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1))]
+    widths = [5.0, 3.6, 2.6, 1.8, 1.2, 0.8]  # thick first: coinciding curves stay visible
+    for i, r in enumerate(runs):
+        xs = [s["step"] for s in r["steps"]]
+        ys = [s["loss"] for s in r["steps"]]
+        n = int(r.get("world", 1))
+        label = "%s, %d rank%s (%s)" % (STAGE_LABEL.get(strategy_key(r), r.get("strategy")), n, "s" if n > 1 else "",
+                                        r.get("collectives", "vendor"))
+        ax.plot(xs, ys, ls=styles[i % len(styles)], lw=widths[min(i, len(widths) - 1)], alpha=0.85, label=label)
+    ent = [r.get("teacher_entropy") for r in runs if r.get("teacher_entropy") is not None]
+    if ent:
+        ax.axhline(float(ent[0]), color="black", ls=":", lw=1.5, label="floor: teacher entropy %.3f nats" % float(ent[0]))
+    else:
+        note("loss: no 'teacher_entropy' in the results JSON, the floor line is left out")
+    finals = [r.get("final_loss", r["steps"][-1]["loss"]) for r in runs]
+    spread = (max(finals) - min(finals)) / max(abs(min(finals)), 1e-30)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (cross-entropy, nats)")
+    ax.set_title("Loss: 1 rank, N ranks, DDP and ZeRO-1/2/3 coincide (final losses within %.1e relative)%s"
+                 % (spread, "" if len(sizes) == 1 else " — WARNING: different model sizes"), fontsize=11)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    savefig(fig, outdir, "loss_curves")
+    return None
+
+
+FIGURES = [  # (name for --only, function, the PNG it writes)
+    ("memory", fig_memory, "memory_per_rank"), ("ch00", fig_ch00, "ch00_memory"),
+    ("collbench", fig_collbench, "collbench_busbw"), ("timeline_ddp", fig_timelines_ddp, "timeline_ddp"),
+    ("timeline_zero3", fig_timelines_zero3, "timeline_zero3"), ("loss", fig_loss, "loss_curves"),
+    ("traffic", fig_traffic, "traffic_per_step"),
+]
+
+
+def check_pngs(outdir, names):
+    """The CI check: each PNG exists, decodes, is a real figure (not blank). Returns failures."""
+    import numpy as np
+    bad = 0
+    for name in names:
+        path = os.path.join(outdir, name + ".png")
+        if not os.path.exists(path):
+            print("  MISSING %s" % path)
+            bad += 1
+            continue
+        nbytes = os.path.getsize(path)
+        img = plt.imread(path)[..., :3]  # floats in [0, 1]
+        gray = img.mean(axis=2)
+        ink = float((gray < 0.9).mean())              # share of pixels that are not background
+        colours = len(np.unique((img * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+        ok = nbytes > 10000 and gray.std() > 0.05 and ink > 0.02 and colours > 8
+        print("  %s %s: %d bytes, %dx%d px, %.1f%% ink, %d colours" % (
+            "ok  " if ok else "BLANK", path, nbytes, img.shape[1], img.shape[0], 100 * ink, colours))
+        bad += 0 if ok else 1
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Draw the tutorial's figures from results/*.json.")
+    ap.add_argument("--results", default="results", help="folder with the programs' JSON (default results)")
+    ap.add_argument("--out", default=os.path.join("notes", "figures"), help="where the PNGs go (default notes/figures)")
+    ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(f[0] for f in FIGURES))
+    ap.add_argument("--strict", action="store_true", help="exit 1 when any figure is skipped")
+    ap.add_argument("--check", action="store_true",
+                    help="draw nothing: check that every PNG of --out exists and is not blank (exit 1 if not)")
+    args = ap.parse_args()
+    only = [s for s in args.only.split(",") if s]
+    bad = [s for s in only if s not in [f[0] for f in FIGURES]]
+    if bad:
+        sys.stderr.write("error: --only %s: allowed %s\n" % (",".join(bad), ", ".join(f[0] for f in FIGURES)))
+        return 2
+    if args.check:
+        names = [png for name, _, png in FIGURES if not only or name in only]
+        nbad = check_pngs(args.out, names)
+        print("plots check: %d of %d figures ok in %s" % (len(names) - nbad, len(names), args.out))
+        return 1 if nbad else 0
+    os.makedirs(args.out, exist_ok=True)
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 11})
+    skipped, failed = [], []
+    for name, fn, _ in FIGURES:
+        if only and name not in only:
+            continue
+        try:
+            why = fn(args.results, args.out)
+        except Exception as e:  # one bad input must not cost the other figures
+            failed.append(name)
+            print("  FAILED %s: %s: %s" % (name, type(e).__name__, e))
+            continue
+        if why:
+            skipped.append(name)
+            print("  skipped %s: %s" % (name, why.replace("results/", args.results.rstrip("/") + "/")))
+    print("plots: %d drawn, %d skipped, %d failed -> %s" % (
+        len([f for f in FIGURES if (not only or f[0] in only)]) - len(skipped) - len(failed),
+        len(skipped), len(failed), args.out))
+    if failed or (args.strict and skipped):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

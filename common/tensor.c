@@ -1,0 +1,38 @@
+/* tensor.c — flat tensors allocated through the memory ledger (see tensor.h).
+ * Notes: notes/00-memory.md. The ledger is charged BEFORE the allocation so that a
+ * --mem-limit-mb budget refuses with its own message before the allocator is asked. */
+#include "tensor.h" // tensor_t, tensor_alloc, tensor_free, tensor_view
+#include "check.h"  // die, check_rank
+#include "device.h" // dev_malloc, dev_free
+#include "ledger.h" // ledger_add, ledger_sub
+
+tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel) {
+  if (numel < 0) die("rank %d: tensor_alloc: %s has negative numel %lld", check_rank(), name ? name : "?", (long long)numel);
+  tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = dev, .cat = cat, .name = name, .owner = 1};
+  if (numel == 0) return t;
+  int64_t nbytes = numel * (int64_t)dtype_size(dtype);
+  ledger_add(cat, nbytes, name);
+  t.data = dev_malloc(dev, (size_t)nbytes, name); /* zero-filled; dies on failure */
+  return t;
+}
+
+void tensor_free(tensor_t *t) {
+  if (!t) return;
+  if (t->owner && t->data) {
+    dev_free(t->dev, t->data);
+    ledger_sub(t->cat, tensor_nbytes(t));
+  }
+  t->data = NULL;
+  t->numel = 0;
+}
+
+tensor_t tensor_view(const tensor_t *t, int64_t off, int64_t numel) {
+  if (off < 0 || numel < 0 || off + numel > t->numel)
+    die("rank %d: tensor_view of %s: [%lld, %lld) is outside [0, %lld)", check_rank(), t->name ? t->name : "?",
+        (long long)off, (long long)(off + numel), (long long)t->numel);
+  tensor_t v = *t;
+  v.data = numel ? tensor_at(t, off) : NULL;
+  v.numel = numel;
+  v.owner = 0;
+  return v;
+}

@@ -1,0 +1,495 @@
+/* train.c — the training loop shared by chapters 02–05 (see train.h; notes/02-ddp.md).
+ *
+ * One step, as train.h's header comment draws it: for each micro-batch, forward unit by unit
+ * (strategy hooks around each unit), loss over the GLOBAL batch (local sum / B), backward in
+ * reverse handing each unit's gradients to the strategy the moment they exist; then the
+ * strategy's step. Activations (each unit's input and pre-activation) live in LEDGER_ACTS. */
+#include "train.h"  // trainer_t, strategy_t, train_cfg_t
+#include "args.h"   // args_parse, args_error, args_env_world, args_env_rank
+#include "check.h"  // die, xmalloc, xcalloc
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
+#include "data.h"   // data_init, data_batch, data_teacher_entropy
+#include "device.h" // dev_memcpy, dev_sync, device_cuda_built, device_cuda_count
+#include "ledger.h" // ledger_init
+#include "model.h"  // model_init, model_unit_forward, model_unit_backward
+#include "ops.h"    // op_softmax_xent, op_adamw, op_sgd, op_cast, op_sumsq
+#include "report.h" // report_finish, report_write_atomic, report_step_t
+#include "tensor.h" // tensor_alloc, tensor_free
+#include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
+#include <math.h>   // isfinite, sqrt, NAN
+#include <stdio.h>  // printf, snprintf
+#include <stdlib.h> // getenv, free
+#include <string.h> // strcmp, memcpy, memcmp
+
+#define TRAIN_MAX_EXTRAS 16
+
+/* What only the loop sees. */
+struct train_internal {
+  tensor_t x;        /* (b, D) inputs of the micro-batch, b = local_batch          */
+  tensor_t y;        /* (b) labels, int32 (allocated as 4-byte elements)            */
+  tensor_t *z;       /* [U] (b, out_u) pre-activations; z[U−1] are the logits       */
+  tensor_t *a;       /* [U] (b, out_u) GELU(z), the next unit's input; a[U−1] empty */
+  tensor_t dz[2];    /* (b, max out) ping-pong: gradient w.r.t. the pre-activation   */
+  float *xh;         /* (b, D) host staging when the device is a GPU                */
+  int *yh;           /* (b) host staging                                            */
+  report_step_t *steps;
+  report_extra_t extras[TRAIN_MAX_EXTRAS];
+  int nextras;
+  int check_master;  /* ZL_CHECK_MASTER=1: bf16 params == bf16(master) after every step */
+  int checked_steps;
+};
+
+/* ---- flags ----------------------------------------------------------------------------- */
+
+int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about,
+                     unsigned chapter_flags) {
+  /* Defaults: a small model that learns visibly in a few seconds on 2 CPU ranks. */
+  *cfg = (train_cfg_t){.layers = 3, .hidden = 128, .input = 32, .classes = 10, .batch = 256,
+                       .steps = 60, .accum = 1, .lr = 3e-3, .momentum = 0.9, .weight_decay = 0.0,
+                       .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .clip = 0.0, .seed = 1234,
+                       .optimizer = OPT_ADAMW, .wdt = DT_F32, .collectives = COLL_VENDOR,
+                       .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.25,
+                       .prefetch = 1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
+                       .log_every = 10, .chapter_flags = chapter_flags};
+  const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
+  int64_t seed = 1234;
+  arg_spec_t specs[40];
+  int n = 0;
+#define SPEC(...) specs[n++] = (arg_spec_t){__VA_ARGS__}
+  SPEC("--layers", ARG_INT, &cfg->layers, 1, 256, NULL, "hidden layers L (the model has L+1 linear units)");
+  SPEC("--hidden", ARG_INT, &cfg->hidden, 1, 65536, NULL, "hidden width H");
+  SPEC("--input", ARG_INT, &cfg->input, 1, 65536, NULL, "input features D");
+  SPEC("--classes", ARG_INT, &cfg->classes, 2, 65536, NULL, "classes C");
+  SPEC("--batch", ARG_I64, &cfg->batch, 1, 1 << 30, NULL, "GLOBAL batch per step (divisible by ranks x accum)");
+  SPEC("--steps", ARG_INT, &cfg->steps, 1, 10000000, NULL, "training steps");
+  SPEC("--lr", ARG_DOUBLE, &cfg->lr, 0, 10, NULL, "learning rate");
+  SPEC("--seed", ARG_I64, &seed, 0, 4e18, NULL, "seed of the data, the teacher and the init");
+  SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd", "AdamW, or SGD with momentum");
+  SPEC("--momentum", ARG_DOUBLE, &cfg->momentum, 0, 0.999999, NULL, "SGD momentum");
+  SPEC("--weight-decay", ARG_DOUBLE, &cfg->weight_decay, 0, 10, NULL, "decoupled weight decay (AdamW), L2 (SGD)");
+  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16", "working dtype of params and grads (bf16: fp32 master)");
+  SPEC("--collectives", ARG_CHOICE, &collectives, 0, 0, "vendor|ring", "MPI/NCCL collectives, or ours (solutions/ring.c)");
+  SPEC("--device", ARG_CHOICE, &cfg->device, 0, 0, "auto|cpu|cuda", "where tensors live (auto: a GPU when visible)");
+  SPEC("--backend", ARG_CHOICE, &cfg->backend, 0, 0, "auto|mpi|nccl", "communicator (auto: nccl on cuda, mpi on cpu)");
+  SPEC("--accum", ARG_INT, &cfg->accum, 1, 4096, NULL, "micro-batches per step (gradient accumulation)");
+  SPEC("--clip", ARG_DOUBLE, &cfg->clip, 0, 1e9, NULL, "clip the global gradient norm to this (0: off)");
+  SPEC("--json", ARG_STR, &cfg->json, 0, 0, NULL, "write the results object to PATH (rank 0)");
+  SPEC("--trace", ARG_STR, &cfg->trace, 0, 0, NULL, "write a Chrome trace (Perfetto) to PATH");
+  SPEC("--save-params", ARG_STR, &cfg->save_params, 0, 0, NULL, "write the final fp32 weights (raw float32, Psi values) to PATH");
+  SPEC("--mem-limit-mb", ARG_DOUBLE, &cfg->mem_limit_mb, 0, 1e9, NULL, "per-rank memory budget in MiB (0: none)");
+  SPEC("--timeout-s", ARG_DOUBLE, &cfg->timeout_s, 0, 1e6, NULL, "deadline for any one collective wait (0: none)");
+  SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip", "on a NaN/Inf gradient: stop, or skip the step");
+  SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every K steps (0: first and last)");
+  SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
+  if (chapter_flags & TRAIN_FLAG_VARIANT)
+    SPEC("--variant", ARG_CHOICE, &cfg->variant, 0, 0, "naive|overlap|bucketed",
+         "naive: all-reduce after backward; overlap: per unit, async; bucketed: buckets of --bucket-mb");
+  if (chapter_flags & TRAIN_FLAG_BUCKET)
+    SPEC("--bucket-mb", ARG_DOUBLE, &cfg->bucket_mb, 0, 1e6, NULL, "bucket cap in MiB (any value > 0)");
+  if (chapter_flags & TRAIN_FLAG_PREFETCH)
+    SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, NULL, "units gathered ahead (ZeRO-3)");
+#undef SPEC
+  int rc = args_parse(argc, argv, specs, n, prog, about);
+  if (rc == 1) exit(0);
+  if (rc != 0) exit(2);
+
+  cfg->seed = (uint64_t)seed;
+  cfg->optimizer = strcmp(optimizer, "sgd") == 0 ? OPT_SGD : OPT_ADAMW;
+  cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : DT_F32;
+  cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
+  cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
+
+  /* Checks that need more than one flag, or the world size (from the launcher's environment). */
+  char v[64];
+  int world = args_env_world();
+  if ((chapter_flags & TRAIN_FLAG_BUCKET) && !(cfg->bucket_mb > 0)) {
+    snprintf(v, sizeof v, "%g", cfg->bucket_mb);
+    exit(args_error("--bucket-mb", v, "must be > 0 (any positive size; 1e-9 puts each unit in its own bucket)"));
+  }
+  if (cfg->batch % ((int64_t)world * cfg->accum) != 0) {
+    snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
+    exit(args_error("--batch", v, "must be divisible by ranks x accum = %d x %d = %lld", world, cfg->accum,
+                    (long long)world * cfg->accum));
+  }
+  if (strcmp(cfg->device, "cuda") == 0 && !device_cuda_built())
+    exit(args_error("--device", "cuda", "this binary was built without CUDA (rebuild with make GPU=1 on a machine with nvcc and NCCL)"));
+  if (strcmp(cfg->backend, "nccl") == 0 && strcmp(cfg->device, "cpu") == 0)
+    exit(args_error("--backend", "nccl", "needs --device cuda (NCCL moves GPU buffers); use --backend mpi on cpu"));
+  if (strcmp(cfg->backend, "nccl") == 0 && !device_cuda_built())
+    exit(args_error("--backend", "nccl", "this binary was built without CUDA and NCCL (make GPU=1)"));
+  return 0;
+}
+
+/* ---- helpers for strategies -------------------------------------------------------------- */
+
+void trainer_alloc_full_states(trainer_t *t, int with_grads) {
+  int64_t P = t->model.padded_numel;
+  t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, P);         /* (P) working */
+  if (with_grads) t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, P); /* (P) */
+  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
+  t->opt_m = tensor_alloc(t->cfg->optimizer == OPT_ADAMW ? "adam m" : "sgd momentum", LEDGER_OPTIM, DT_F32, t->dev, P);
+  if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("adam v", LEDGER_OPTIM, DT_F32, t->dev, P);
+}
+
+void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst) {
+  const model_t *m = &t->model;
+  for (int u = 0; u < m->n_units; u++) {
+    const unit_t *un = &m->units[u];
+    int64_t a = un->off > lo ? un->off : lo, b = un->off + un->padded < hi ? un->off + un->padded : hi;
+    if (a >= b) continue;
+    if (a == un->off && b == un->off + un->padded) { /* the whole unit: write in place */
+      model_init_unit(m, t->cfg->seed, u, dst + (a - lo));
+      continue;
+    }
+    float *tmp = xmalloc((size_t)un->padded * sizeof(float), "init scratch");
+    model_init_unit(m, t->cfg->seed, u, tmp);
+    memcpy(dst + (a - lo), tmp + (a - un->off), (size_t)(b - a) * sizeof(float));
+    free(tmp);
+  }
+}
+
+void trainer_init_full_params(trainer_t *t) {
+  int64_t P = t->model.padded_numel;
+  /* The fp32 copy every rank must agree on: master in bf16 mode, the params in fp32 mode. */
+  tensor_t *w = t->wdt == DT_BF16 ? &t->master : &t->params;
+  if (t->rank == 0) {
+    float *h = xmalloc((size_t)P * sizeof(float), "init params (host)");
+    trainer_init_values(t, 0, P, h);
+    dev_memcpy(t->dev, w->data, DEV_CPU, h, (size_t)P * sizeof(float));
+    free(h);
+  }
+  /* As DDP's constructor does: rank 0's weights are broadcast, so every replica starts equal. */
+  comm_broadcast(t->comm, w->data, P, DT_F32, 0);
+  if (t->wdt == DT_BF16) op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P);
+}
+
+void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale) {
+  if (t->skipped || n == 0) return;
+  const train_cfg_t *c = t->cfg;
+  if (c->optimizer == OPT_ADAMW) op_adamw(t->dev, w, grad, t->wdt, m, v, n, &t->hp, t->opt_t, gscale);
+  else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
+}
+
+float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
+  int N = t->world;
+  double sumsq = local_sumsq;
+  /* bad[r] = 1 where the non-finite value appeared. Unsharded: every rank holds the same reduced
+   * gradients, so a NaN from any rank is everywhere (the all-reduce spread it). */
+  double *bad = xcalloc((size_t)N + 1, sizeof(double), "nonfinite flags");
+  if (sharded) {
+    bad[0] = isfinite(local_sumsq) ? local_sumsq : 0.0;
+    bad[1 + t->rank] = isfinite(local_sumsq) ? 0.0 : 1.0;
+    comm_ctl_all_reduce_f64(t->comm, bad, N + 1, REDOP_SUM);
+    sumsq = bad[0];
+  } else if (!isfinite(local_sumsq)) {
+    for (int r = 0; r < N; r++) bad[1 + r] = 1.0;
+  }
+  int nbad = 0;
+  char ranks[256] = "";
+  for (int r = 0; r < N; r++)
+    if (bad[1 + r] != 0) {
+      size_t len = strlen(ranks);
+      if (len < sizeof ranks - 16) snprintf(ranks + len, sizeof ranks - len, "%s%d", nbad ? "," : "", r);
+      nbad++;
+    }
+  free(bad);
+  t->skipped = 0;
+  if (nbad > 0) {
+    t->grad_norm = NAN;
+    const char *where = sharded ? "" : " (after the all-reduce: every rank holds it)";
+    if (t->cfg->nonfinite == NONFINITE_ABORT) {
+      if (t->rank == 0)
+        die("error: step %d: non-finite gradient on rank%s %s%s; stopping (--nonfinite skip drops such steps)",
+            t->step, nbad > 1 ? "s" : "", ranks, where);
+      comm_barrier(t->comm); /* rank 0 takes the job down */
+      die("rank %d: step %d: non-finite gradient", t->rank, t->step);
+    }
+    if (t->rank == 0)
+      fprintf(stderr, "warning: step %d: non-finite gradient on rank%s %s%s; step skipped (--nonfinite skip)\n",
+              t->step, nbad > 1 ? "s" : "", ranks, where);
+    t->skipped = 1;
+    return 0.0f;
+  }
+  t->grad_norm = sqrt(sumsq);
+  if (t->cfg->clip > 0) {
+    double s = t->cfg->clip / (t->grad_norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+  }
+  return 1.0f;
+}
+
+void trainer_report_extra(trainer_t *t, const char *key, double value) {
+  struct train_internal *in = t->in;
+  for (int i = 0; i < in->nextras; i++)
+    if (strcmp(in->extras[i].key, key) == 0) {
+      in->extras[i].value = value;
+      return;
+    }
+  if (in->nextras >= TRAIN_MAX_EXTRAS) die("rank %d: trainer_report_extra: more than %d extras", t->rank, TRAIN_MAX_EXTRAS);
+  report_extra_t *e = &in->extras[in->nextras++];
+  snprintf(e->key, sizeof e->key, "%s", key);
+  e->value = value;
+}
+
+/* The default export for full (unsharded) states: the fp32 copy, unit by unit, unpadded. */
+static void export_full(trainer_t *t, float *dst) {
+  if (t->rank != 0 || !dst) return;
+  const tensor_t *w = t->wdt == DT_BF16 ? &t->master : &t->params;
+  int64_t at = 0;
+  for (int u = 0; u < t->model.n_units; u++) {
+    const unit_t *un = &t->model.units[u];
+    dev_memcpy(DEV_CPU, dst + at, t->dev, (const float *)w->data + un->off, (size_t)un->numel * sizeof(float));
+    at += un->numel;
+  }
+}
+
+/* ZL_CHECK_MASTER=1 (tests): in bf16 mode, the working params must be bf16(master) bit for bit. */
+static void check_master_bits(trainer_t *t) {
+  int64_t n = t->params.numel;
+  if (t->wdt != DT_BF16 || n == 0 || t->master.numel != n) return;
+  bf16_t *p = xmalloc((size_t)n * 2, "check params"), *want = xmalloc((size_t)n * 2, "check master");
+  float *m = xmalloc((size_t)n * 4, "check master f32");
+  dev_memcpy(DEV_CPU, p, t->dev, t->params.data, (size_t)n * 2);
+  dev_memcpy(DEV_CPU, m, t->dev, t->master.data, (size_t)n * 4);
+  op_cast(DEV_CPU, want, DT_BF16, m, DT_F32, n);
+  for (int64_t i = 0; i < n; i++)
+    if (p[i] != want[i])
+      die("rank %d: step %d: bf16 params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->rank, t->step,
+          (long long)i, p[i], (long long)i, m[i], want[i]);
+  free(p);
+  free(want);
+  free(m);
+  t->in->checked_steps++;
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+static void alloc_acts(trainer_t *t) {
+  struct train_internal *in = t->in;
+  const model_t *m = &t->model;
+  int64_t b = t->local_batch;
+  int U = m->n_units, maxout = 0;
+  in->x = tensor_alloc("input", LEDGER_ACTS, DT_F32, t->dev, b * m->D);
+  in->y = tensor_alloc("labels", LEDGER_ACTS, DT_F32, t->dev, b); /* 4-byte ints */
+  in->z = xcalloc((size_t)U, sizeof(tensor_t), "acts z");
+  in->a = xcalloc((size_t)U, sizeof(tensor_t), "acts a");
+  for (int u = 0; u < U; u++) {
+    int out = m->units[u].out;
+    if (out > maxout) maxout = out;
+    in->z[u] = tensor_alloc("pre-activation", LEDGER_ACTS, DT_F32, t->dev, b * out);
+    if (u < U - 1) in->a[u] = tensor_alloc("activation", LEDGER_ACTS, DT_F32, t->dev, b * out);
+  }
+  in->dz[0] = tensor_alloc("dz", LEDGER_ACTS, DT_F32, t->dev, b * maxout);
+  in->dz[1] = tensor_alloc("dz", LEDGER_ACTS, DT_F32, t->dev, b * maxout);
+  if (t->dev != DEV_CPU) {
+    in->xh = xmalloc((size_t)(b * m->D) * sizeof(float), "input staging");
+    in->yh = xmalloc((size_t)b * sizeof(int), "label staging");
+  }
+}
+
+static void free_acts(trainer_t *t) {
+  struct train_internal *in = t->in;
+  for (int u = 0; u < t->model.n_units; u++) {
+    tensor_free(&in->z[u]);
+    tensor_free(&in->a[u]);
+  }
+  free(in->z);
+  free(in->a);
+  tensor_free(&in->x);
+  tensor_free(&in->y);
+  tensor_free(&in->dz[0]);
+  tensor_free(&in->dz[1]);
+  free(in->xh);
+  free(in->yh);
+}
+
+/* Rows of micro-batch `micro` of step `step` for this rank: the global batch of the step is
+ * samples [step·B, (step+1)·B); micro-batch k is its k-th 1/K; rank r takes its r-th slice. */
+static void load_batch(trainer_t *t) {
+  struct train_internal *in = t->in;
+  int64_t B = t->cfg->batch, b = t->local_batch, mb = B / t->cfg->accum;
+  int64_t first = (int64_t)t->step * B + (int64_t)t->micro * mb + (int64_t)t->rank * b;
+  if (t->dev == DEV_CPU) {
+    data_batch(&t->data, first, (int)b, in->x.data, (int *)in->y.data);
+    return;
+  }
+  data_batch(&t->data, first, (int)b, in->xh, in->yh);
+  dev_memcpy(t->dev, in->x.data, DEV_CPU, in->xh, (size_t)(b * t->model.D) * sizeof(float));
+  dev_memcpy(t->dev, in->y.data, DEV_CPU, in->yh, (size_t)b * sizeof(int));
+}
+
+/* One micro-batch: forward, loss, backward with the hooks. Returns the local loss sum. */
+static double micro_batch(trainer_t *t) {
+  struct train_internal *in = t->in;
+  const strategy_t *s = t->strategy;
+  const model_t *m = &t->model;
+  int U = m->n_units, b = (int)t->local_batch;
+  char name[32];
+  load_batch(t);
+  for (int u = 0; u < U; u++) {
+    if (s->pre_forward) s->pre_forward(t, u);
+    snprintf(name, sizeof name, "fwd %d", u);
+    trace_begin(name);
+    const float *xin = u == 0 ? in->x.data : in->a[u - 1].data;
+    model_unit_forward(m, u, t->dev, t->unit_params[u], t->wdt, xin, in->z[u].data, u < U - 1 ? in->a[u].data : NULL, b);
+    trace_end(NULL);
+    if (s->post_forward) s->post_forward(t, u);
+  }
+  float *dz = in->dz[0].data, *dzp = in->dz[1].data;
+  trace_begin("loss");
+  /* Scale 1/B (GLOBAL batch): summing the ranks' gradients is then the mean gradient. */
+  double loss = op_softmax_xent(t->dev, dz, in->z[U - 1].data, (const int *)in->y.data, b, m->C,
+                                (float)(1.0 / (double)t->cfg->batch));
+  trace_end(NULL);
+  for (int u = U - 1; u >= 0; u--) {
+    t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
+    if (s->pre_backward) s->pre_backward(t, u);
+    snprintf(name, sizeof name, "bwd %d", u);
+    trace_begin(name);
+    const float *xin = u == 0 ? in->x.data : in->a[u - 1].data;
+    model_unit_backward(m, u, t->dev, t->unit_params[u], t->unit_grads[u], t->wdt, xin, dz,
+                        u > 0 ? in->z[u - 1].data : NULL, u > 0 ? dzp : NULL, b, t->grad_beta);
+    trace_end(NULL);
+    if (s->post_backward) s->post_backward(t, u);
+    float *tmp = dz;
+    dz = dzp;
+    dzp = tmp;
+  }
+  return loss;
+}
+
+static int log_step(const train_cfg_t *c, int step) {
+  if (c->quiet) return 0;
+  if (step == 0 || step == c->steps - 1) return 1;
+  return c->log_every > 0 && step % c->log_every == 0;
+}
+
+int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter) {
+  if (!s) die("error: no strategy for this run");
+  int env_rank = args_env_rank();
+  /* Device and backend, said out loud when chosen automatically. */
+  device_t dev = DEV_CPU;
+  if (strcmp(cfg->device, "cuda") == 0) dev = DEV_CUDA;
+  else if (strcmp(cfg->device, "auto") == 0) {
+    int ngpu = device_cuda_built() ? device_cuda_count() : 0;
+    dev = ngpu > 0 ? DEV_CUDA : DEV_CPU;
+    if (env_rank == 0 && !cfg->quiet) {
+      if (ngpu > 0) printf("device: auto -> cuda (%d GPU%s visible; --device cpu to stay on the CPU)\n", ngpu, ngpu > 1 ? "s" : "");
+      else printf("device: auto -> cpu (%s)\n", device_cuda_built() ? "no GPU visible" : "built without CUDA");
+    }
+  }
+  backend_t backend = dev == DEV_CUDA ? BACKEND_NCCL : BACKEND_MPI;
+  if (strcmp(cfg->backend, "mpi") == 0) backend = BACKEND_MPI;
+  else if (strcmp(cfg->backend, "nccl") == 0) backend = BACKEND_NCCL;
+  if (backend == BACKEND_NCCL && dev != DEV_CUDA) {
+    if (env_rank == 0) fprintf(stderr, "error: --backend nccl: needs a GPU (--device auto found none)\n");
+    return 2;
+  }
+
+  /* The ledger starts before anything is allocated (the communicator's scratch included). */
+  ledger_init(env_rank, (int64_t)(cfg->mem_limit_mb * 1048576.0));
+  int argc0 = 0;
+  char **argv0 = NULL;
+  comm_t *comm = comm_init(&argc0, &argv0, backend, dev);
+  comm_set_impl(comm, cfg->collectives);
+  comm_set_timeout(comm, cfg->timeout_s);
+  int rank = comm_rank(comm), world = comm_world(comm);
+  if (cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
+    die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
+  trace_init(rank, cfg->trace);
+
+  struct train_internal in = {0};
+  trainer_t t = {.cfg = cfg, .strategy = s, .comm = comm, .rank = rank, .world = world, .dev = dev,
+                 .wdt = cfg->wdt, .in = &in};
+  t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
+                      .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
+  t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
+  model_init(&t.model, cfg->input, cfg->hidden, cfg->classes, cfg->layers);
+  data_init(&t.data, cfg->input, cfg->classes, cfg->seed);
+  t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
+  t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
+  in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
+  const char *cm = getenv("ZL_CHECK_MASTER");
+  in.check_master = cm && strcmp(cm, "1") == 0;
+
+  int log = rank == 0 && !cfg->quiet;
+  if (log) {
+    printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, s->name, world,
+           world > 1 ? "s" : "", device_name(dev), comm_backend_name(comm),
+           cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
+           cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
+           "(%lld per rank per micro-batch, accum %d), %d steps\n",
+           t.model.D, t.model.L, t.model.H, t.model.C, t.model.n_units, (long long)t.model.numel,
+           (long long)cfg->batch, (long long)t.local_batch, cfg->accum, cfg->steps);
+    fflush(stdout);
+  }
+
+  trace_begin("setup");
+  alloc_acts(&t);
+  s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
+  comm_wait_all(comm);
+  trace_end(NULL);
+  comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
+
+  int taken = 0; /* optimizer steps applied (a skipped step does not count) */
+  for (int step = 0; step < cfg->steps; step++) {
+    char name[32];
+    snprintf(name, sizeof name, "step %d", step);
+    double t0 = trace_now_us();
+    trace_begin(name);
+    t.step = step;
+    double loss_sum = 0;
+    for (int k = 0; k < cfg->accum; k++) {
+      t.micro = k;
+      t.last_micro = k == cfg->accum - 1; /* DDP all-reduces only now (no_sync before) */
+      loss_sum += micro_batch(&t);
+    }
+    t.opt_t = taken + 1;
+    t.skipped = 0;
+    s->step(&t);
+    dev_sync(dev);
+    trace_end(NULL);
+    double ms = (trace_now_us() - t0) / 1000.0;
+    if (!t.skipped) taken++;
+    comm_ctl_all_reduce_f64(comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
+    in.steps[step] = (report_step_t){.loss = loss_sum / (double)cfg->batch, .ms = ms};
+    if (in.check_master) check_master_bits(&t);
+    if (log && log_step(cfg, step)) {
+      printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in.steps[step].loss, ms, t.skipped ? "  (skipped)" : "");
+      fflush(stdout);
+    }
+  }
+  comm_wait_all(comm);
+
+  /* Results: the full fp32 weights on rank 0 (fingerprint, --save-params), then the report. */
+  float *full = rank == 0 ? xmalloc((size_t)t.model.numel * sizeof(float), "exported params") : NULL;
+  if (s->export_params) s->export_params(&t, full);
+  else export_full(&t, full);
+  if (rank == 0 && cfg->save_params)
+    report_write_atomic(cfg->save_params, (const char *)full, t.model.numel * (int64_t)sizeof(float));
+  if (in.check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
+    printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in.checked_steps);
+  double entropy = rank == 0 ? data_teacher_entropy(&t.data, 4096) : 0;
+  report_run_t run = {.chapter = chapter, .steps = in.steps, .nsteps = cfg->steps, .full_params = full,
+                      .teacher_entropy = entropy, .extras = in.extras, .nextras = in.nextras};
+  report_finish(&t, &run);
+  trace_write(comm);
+
+  if (s->teardown) s->teardown(&t);
+  tensor_free(&t.params); /* whatever trainer_alloc_full_states made and the strategy kept */
+  tensor_free(&t.grads);
+  tensor_free(&t.master);
+  tensor_free(&t.opt_m);
+  tensor_free(&t.opt_v);
+  free_acts(&t);
+  ops_release_workspace();
+  free(full);
+  free(in.steps);
+  free(t.unit_params);
+  free(t.unit_grads);
+  model_free(&t.model);
+  data_free(&t.data);
+  comm_finalize(comm);
+  return 0;
+}

@@ -1,0 +1,177 @@
+/* ddp.c — data-parallel training: naive, per-unit overlap, bucketed overlap (notes/02-ddp.md).
+ *
+ * Every rank holds the full model, computes gradients on its slice of the global batch, and
+ * the ranks sum their gradients with an all-reduce (the loss is already divided by the GLOBAL
+ * batch, so the sum is the mean gradient: no 1/N anywhere). Then every rank runs the same
+ * optimizer step on the same numbers and the replicas stay equal. The three variants differ
+ * only in WHEN the all-reduce starts:
+ *   naive     in step(), after the whole backward: communication never overlaps compute;
+ *   overlap   in post_backward(u): unit u's gradients go out while units u−1..0 compute theirs;
+ *   bucketed  in post_backward(u) when u closes a bucket: fewer, larger messages (PyTorch DDP).
+ * With --accum K only the last micro-batch communicates (PyTorch's no_sync). */
+#include "ddp.h"      // ddp_bucket_t, ddp_assign_buckets, ddp_strategy
+#include "check.h"    // die, xcalloc
+#include "comm.h"     // comm_all_reduce_async, comm_wait
+#include "exercise.h" // zl_exercise_todo (the generated stubs call it)
+#include "ops.h"      // op_sumsq, op_cast
+#include "trace.h"    // trace_begin, trace_end (TRAINER_PHASE)
+#include "train.h"    // trainer_t, strategy_t, trainer_* helpers
+#include <stdio.h>    // printf, snprintf
+#include <stdlib.h>   // free
+#include <string.h>   // strcmp
+
+typedef enum { DDP_NAIVE = 0, DDP_OVERLAP, DDP_BUCKETED } ddp_variant_t;
+
+typedef struct ddp_state {
+  ddp_variant_t variant;
+  int n_buckets;
+  ddp_bucket_t *buckets; /* [n_units] room; [n_buckets] used (bucketed) */
+  int *unit_bucket;      /* [n_units] bucket of each unit (bucketed) */
+  char (*tags)[32];      /* [n_units + 1] names of the messages, alive as long as the strategy */
+  comm_handle_t last;    /* the latest all-reduce launched this step (0: none) */
+  int launched;          /* all-reduces launched this step */
+} ddp_state_t;
+
+int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket) {
+  // BEGIN EXERCISE ddp_assign_buckets notes/02-ddp.md
+  // HINT: walk u = U-1 down to 0 (backward order), keeping the open bucket's byte count.
+  // HINT: close the open bucket when it is not empty and adding unit u would pass the cap;
+  // HINT: each bucket is the flat range from units[first_unit].off to the end of units[last_unit].
+  double cap = bucket_mb * 1048576.0;
+  int n = 0;
+  int64_t open_bytes = 0;
+  for (int u = m->n_units - 1; u >= 0; u--) {
+    const unit_t *un = &m->units[u];
+    int64_t nbytes = un->padded * (int64_t)elem_bytes;
+    if (open_bytes > 0 && (double)(open_bytes + nbytes) > cap) { /* close it: unit u starts the next */
+      n++;
+      open_bytes = 0;
+    }
+    ddp_bucket_t *b = &out[n];
+    if (open_bytes == 0) *b = (ddp_bucket_t){.first_unit = u, .last_unit = u, .off = un->off, .numel = 0, .nbytes = 0};
+    b->first_unit = u; /* going down: u is the lowest unit so far, and the lowest offset */
+    b->off = un->off;
+    b->numel += un->padded;
+    b->nbytes += nbytes;
+    open_bytes += nbytes;
+    unit_bucket[u] = n;
+  }
+  return m->n_units > 0 ? n + 1 : 0;
+  // END EXERCISE
+}
+
+/* Start the sum over ranks of grads[off, off+numel), in place, on the communication stream. */
+static void ddp_launch(trainer_t *t, int64_t off, int64_t numel, const char *tag) {
+  ddp_state_t *st = t->priv;
+  void *g = tensor_at(&t->grads, off);
+  st->last = comm_all_reduce_async(t->comm, g, numel, t->wdt, REDOP_SUM, tag);
+  st->launched++;
+}
+
+/* The post-backward hook: unit u's gradients are final (on the last micro-batch). */
+static void ddp_post_backward(trainer_t *t, int u) {
+  // BEGIN EXERCISE ddp_post_backward notes/02-ddp.md
+  // HINT: communicate only on the last micro-batch (t->last_micro): earlier ones just accumulate.
+  // HINT: overlap: launch unit u's range now (ddp_launch); naive: nothing here, step() does it.
+  // HINT: bucketed: bucket b = st->unit_bucket[u] is complete when u is its first_unit (the lowest).
+  ddp_state_t *st = t->priv;
+  if (!t->last_micro || st->variant == DDP_NAIVE) return;
+  const unit_t *un = &t->model.units[u];
+  if (st->variant == DDP_OVERLAP) {
+    ddp_launch(t, un->off, un->padded, st->tags[u]);
+    return;
+  }
+  int b = st->unit_bucket[u];
+  if (u == st->buckets[b].first_unit) ddp_launch(t, st->buckets[b].off, st->buckets[b].numel, st->tags[b]);
+  // END EXERCISE
+}
+
+/* The final wait: every all-reduce of this step must be done before the optimizer reads grads. */
+static void ddp_wait_grads(trainer_t *t) {
+  // BEGIN EXERCISE ddp_final_wait notes/02-ddp.md
+  // HINT: the stream runs operations in issue order, so waiting for the LAST handle waits for all;
+  // HINT: then forget it (st->last = 0) so the next step starts clean.
+  ddp_state_t *st = t->priv;
+  if (st->last) comm_wait(t->comm, st->last);
+  st->last = 0;
+  st->launched = 0;
+  // END EXERCISE
+}
+
+static void ddp_setup(trainer_t *t) {
+  ddp_state_t *st = xcalloc(1, sizeof *st, "ddp state");
+  t->priv = st;
+  const char *name = t->strategy->name;
+  st->variant = strcmp(name, "ddp-naive") == 0 ? DDP_NAIVE : strcmp(name, "ddp-overlap") == 0 ? DDP_OVERLAP : DDP_BUCKETED;
+  const model_t *m = &t->model; /* DDP keeps the unpadded layout: pad 1, one full replica per rank */
+  int U = m->n_units;
+  trainer_alloc_full_states(t, 1); /* (P) params, grads, [master], optimizer states on every rank */
+  trainer_init_full_params(t);     /* rank 0's init, broadcast */
+  for (int u = 0; u < U; u++) {    /* every unit's views, fixed for the whole run */
+    t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
+    t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
+  }
+  st->tags = xcalloc((size_t)U + 1, sizeof *st->tags, "ddp tags");
+  int log = t->rank == 0 && !t->cfg->quiet;
+  if (st->variant == DDP_OVERLAP) {
+    for (int u = 0; u < U; u++) snprintf(st->tags[u], sizeof st->tags[u], "all_reduce unit %d", u);
+    if (log) printf("ddp-overlap: one all-reduce per unit, launched as its backward finishes (%d per step)\n", U);
+  } else if (st->variant == DDP_BUCKETED) {
+    st->buckets = xcalloc((size_t)U, sizeof *st->buckets, "ddp buckets");
+    st->unit_bucket = xcalloc((size_t)U, sizeof *st->unit_bucket, "ddp unit buckets");
+    int esz = (int)dtype_size(t->wdt);
+    st->n_buckets = ddp_assign_buckets(m, t->cfg->bucket_mb, esz, st->buckets, st->unit_bucket);
+    if (log) printf("ddp-bucketed: %d bucket%s of at most %g MiB (%s grads), in backward order:\n", st->n_buckets,
+                    st->n_buckets > 1 ? "s" : "", t->cfg->bucket_mb, dtype_name(t->wdt));
+    for (int b = 0; b < st->n_buckets; b++) {
+      const ddp_bucket_t *k = &st->buckets[b];
+      snprintf(st->tags[b], sizeof st->tags[b], "all_reduce bucket %d", b);
+      if (log) printf("  bucket %d: units %d..%d, %lld elements, %lld bytes\n", b, k->first_unit, k->last_unit,
+                      (long long)k->numel, (long long)k->nbytes);
+    }
+    trainer_report_extra(t, "n_buckets", st->n_buckets);
+  } else {
+    snprintf(st->tags[0], sizeof st->tags[0], "all_reduce all grads");
+    if (log) printf("ddp-naive: one all-reduce of all %lld gradients after the backward\n", (long long)m->padded_numel);
+  }
+  if (log) fflush(stdout);
+}
+
+static void ddp_step(trainer_t *t) {
+  ddp_state_t *st = t->priv;
+  int64_t P = t->model.padded_numel;
+  if (st->variant == DDP_NAIVE) ddp_launch(t, 0, P, st->tags[0]); /* only now: nothing overlaps */
+  TRAINER_PHASE("wait grads", ddp_wait_grads(t));
+  /* Every rank holds the same summed gradients: the norm needs no communication (sharded = 0). */
+  double sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, P);
+  float gscale = trainer_finish_grads(t, sumsq, 0);
+  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data; /* fp32 weights the update acts on */
+  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
+  if (t->wdt == DT_BF16 && !t->skipped) /* the working copy is bf16(master), exactly */
+    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P));
+}
+
+static void ddp_teardown(trainer_t *t) {
+  ddp_state_t *st = t->priv;
+  if (!st) return;
+  free(st->buckets);
+  free(st->unit_bucket);
+  free(st->tags);
+  free(st);
+  t->priv = NULL;
+}
+
+static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup,
+                                   .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
+static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup,
+                                     .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
+static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup,
+                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
+
+const strategy_t *ddp_strategy(const char *variant) {
+  if (!variant) return NULL;
+  if (strcmp(variant, "naive") == 0) return &g_naive;
+  if (strcmp(variant, "overlap") == 0) return &g_overlap;
+  if (strcmp(variant, "bucketed") == 0) return &g_bucketed;
+  return NULL;
+}

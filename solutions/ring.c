@@ -1,0 +1,156 @@
+/* ring.c — the collectives built from send/recv: ring reduce-scatter, ring all-gather, ring
+ * all-reduce, chain broadcast and chain reduce (see ring.h; explained in notes/01-collectives.md).
+ *
+ * Everything here runs on the communicator's stream (comm_* with COLL_RING calls it) and uses
+ * only comm_p2p_sendrecv/send/recv, comm_local_reduce/copy and comm_scratch, so the same code
+ * runs on MPI (host) and NCCL (GPU) and its real traffic lands in the p2p counters.
+ * Chunks follow comm.h: chunk k = [comm_chunk_lo(n, N, k), comm_chunk_lo(n, N, k+1)). */
+#include "ring.h"     // ring_*, comm_p2p_sendrecv, comm_local_reduce, comm_scratch, comm_chunk_lo
+#include "exercise.h" // zl_exercise_todo (what the generated stubs call)
+#include <stdint.h>   // int64_t
+
+/* Chains (broadcast, reduce) move the buffer in segments of this many bytes, so every hop
+ * works at once: segment i leaves rank p+1 while segment i+1 reaches rank p. */
+#define RING_SEGMENT_BYTES ((int64_t)1 << 20)
+
+/* Element i of buffer p (a byte address: dtype-generic). */
+__attribute__((unused)) static char *elem(const void *p, int64_t i, dtype_t dt) {
+  return (char *)p + i * (int64_t)dtype_size(dt);
+}
+/* x mod N in [0, N), also for negative x. */
+__attribute__((unused)) static int mod(int x, int N) { return ((x % N) + N) % N; }
+
+void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
+  // BEGIN EXERCISE ring_reduce_scatter notes/01-collectives.md
+  // HINT: N = 1: the answer is your own chunk (comm_local_copy). Otherwise N−1 steps; at step s
+  // HINT: send chunk (r−s−1) mod N to r+1 and receive chunk (r−s−2) mod N from r−1 into scratch,
+  // HINT: then add your own copy of that chunk (comm_local_reduce). What you send from step 1 on is
+  // HINT: what you just reduced. The last chunk you receive is chunk r: your answer.
+  int N = comm_world(c), r = comm_rank(c);
+  if (N == 1) {
+    comm_local_copy(c, recv, send, numel, dt);
+    return;
+  }
+  int next = mod(r + 1, N), prev = mod(r - 1, N);
+  int64_t max_chunk = (numel + N - 1) / N; /* chunks differ by at most one element */
+  int64_t nbytes = max_chunk * (int64_t)dtype_size(dt);
+  void *partial[2] = {comm_scratch(c, 0, nbytes), comm_scratch(c, 1, nbytes)}; /* (n/N) received partial sums */
+  /* In-place use (all-reduce: recv is our own chunk of send): the last chunk cannot land on
+   * recv before our own values are added, so it goes to scratch too. */
+  int in_place = recv == elem(send, comm_chunk_lo(numel, N, r), dt);
+  const void *out = NULL; /* the partial sum we forward at the next step */
+  for (int s = 0; s < N - 1; s++) {
+    int ks = mod(r - s - 1, N), kr = mod(r - s - 2, N), last = s == N - 2;
+    const void *sb = s == 0 ? elem(send, comm_chunk_lo(numel, N, ks), dt) : out;
+    void *rb = last && !in_place ? recv : partial[s % 2];
+    comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), next, rb, comm_chunk_numel(numel, N, kr), prev, dt);
+    if (last && in_place) comm_local_reduce(c, recv, rb, comm_chunk_numel(numel, N, kr), dt, op);
+    else comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, op);
+    out = rb;
+  }
+  // END EXERCISE
+}
+
+void ring_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  // BEGIN EXERCISE ring_all_gather notes/01-collectives.md
+  // HINT: first put your own chunk in place (comm_local_copy into recv at chunk r; a no-op when
+  // HINT: send already points there). Then N−1 steps: at step s send chunk (r−s) mod N to r+1 and
+  // HINT: receive chunk (r−s−1) mod N from r−1, straight into recv. No scratch needed.
+  int N = comm_world(c), r = comm_rank(c);
+  int next = mod(r + 1, N), prev = mod(r - 1, N);
+  comm_local_copy(c, elem(recv, comm_chunk_lo(numel, N, r), dt), send, comm_chunk_numel(numel, N, r), dt);
+  for (int s = 0; s < N - 1; s++) {
+    int ks = mod(r - s, N), kr = mod(r - s - 1, N);
+    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), next,
+                      elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), prev, dt);
+  }
+  // END EXERCISE
+}
+
+void ring_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
+  // BEGIN EXERCISE ring_all_reduce notes/01-collectives.md
+  // HINT: two of your own functions, in place: reduce-scatter buf into your chunk of buf, then
+  // HINT: all-gather that chunk back into buf. Each moves (N−1)/N of the buffer: 2(N−1)/N in all.
+  int N = comm_world(c), r = comm_rank(c);
+  void *own = elem(buf, comm_chunk_lo(numel, N, r), dt); /* (n/N) this rank's chunk, inside buf */
+  ring_reduce_scatter(c, buf, own, numel, dt, op);
+  ring_all_gather(c, own, buf, numel, dt);
+  // END EXERCISE
+}
+
+void ring_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
+  // BEGIN EXERCISE ring_broadcast notes/01-collectives.md
+  // HINT: a chain root → root+1 → … → root−1, in segments of RING_SEGMENT_BYTES. Your position is
+  // HINT: p = (r − root) mod N. The root only sends, the last rank only receives; a middle rank
+  // HINT: receives segment 0, then passes segment i−1 on while receiving segment i (one
+  // HINT: comm_p2p_sendrecv), and finally sends the last segment.
+  int N = comm_world(c), r = comm_rank(c);
+  if (N == 1 || numel == 0) return;
+  int p = mod(r - root, N), next = mod(r + 1, N), prev = mod(r - 1, N);
+  int64_t seg = RING_SEGMENT_BYTES / (int64_t)dtype_size(dt);
+  if (seg > numel) seg = numel;
+  int64_t nseg = (numel + seg - 1) / seg;
+#define SEG_LO(i) ((i) * seg)
+#define SEG_N(i) ((i) == nseg - 1 ? numel - (i) * seg : seg)
+  if (p == 0) {
+    for (int64_t i = 0; i < nseg; i++) comm_p2p_send(c, elem(buf, SEG_LO(i), dt), SEG_N(i), dt, next);
+  } else if (p == N - 1) {
+    for (int64_t i = 0; i < nseg; i++) comm_p2p_recv(c, elem(buf, SEG_LO(i), dt), SEG_N(i), dt, prev);
+  } else {
+    comm_p2p_recv(c, buf, SEG_N(0), dt, prev);
+    for (int64_t i = 1; i < nseg; i++)
+      comm_p2p_sendrecv(c, elem(buf, SEG_LO(i - 1), dt), SEG_N(i - 1), next, elem(buf, SEG_LO(i), dt), SEG_N(i), prev,
+                        dt);
+    comm_p2p_send(c, elem(buf, SEG_LO(nseg - 1), dt), SEG_N(nseg - 1), dt, next);
+  }
+#undef SEG_LO
+#undef SEG_N
+  // END EXERCISE
+}
+
+void ring_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
+  // BEGIN EXERCISE ring_reduce notes/01-collectives.md
+  // HINT: the broadcast chain run backwards: root+1 → … → root−1 → root. The first rank sends its
+  // HINT: input; every other rank receives the partial result of each segment, adds its own
+  // HINT: (comm_local_reduce) and passes it on; root keeps the last one in recv. N = 1: a copy.
+  int N = comm_world(c), r = comm_rank(c);
+  if (N == 1) {
+    comm_local_copy(c, recv, send, numel, dt);
+    return;
+  }
+  if (numel == 0) return;
+  int p = mod(r - root - 1, N), next = mod(r + 1, N), prev = mod(r - 1, N); /* p = 0: chain start, N−1: root */
+  int64_t seg = RING_SEGMENT_BYTES / (int64_t)dtype_size(dt);
+  if (seg > numel) seg = numel;
+  int64_t nseg = (numel + seg - 1) / seg;
+#define SEG_LO(i) ((i) * seg)
+#define SEG_N(i) ((i) == nseg - 1 ? numel - (i) * seg : seg)
+  if (p == 0) {
+    for (int64_t i = 0; i < nseg; i++) comm_p2p_send(c, elem(send, SEG_LO(i), dt), SEG_N(i), dt, next);
+  } else if (p == N - 1) { /* root: incoming partial, then ours */
+    void *tmp = send == recv ? comm_scratch(c, 0, seg * (int64_t)dtype_size(dt)) : NULL;
+    for (int64_t i = 0; i < nseg; i++) {
+      void *dst = elem(recv, SEG_LO(i), dt);
+      if (tmp) { /* in place: our values are in recv, so the partial lands in scratch */
+        comm_p2p_recv(c, tmp, SEG_N(i), dt, prev);
+        comm_local_reduce(c, dst, tmp, SEG_N(i), dt, op);
+      } else {
+        comm_p2p_recv(c, dst, SEG_N(i), dt, prev);
+        comm_local_reduce(c, dst, elem(send, SEG_LO(i), dt), SEG_N(i), dt, op);
+      }
+    }
+  } else { /* middle: two segment buffers, one travelling on while the next arrives */
+    int64_t nbytes = seg * (int64_t)dtype_size(dt);
+    void *part[2] = {comm_scratch(c, 0, nbytes), comm_scratch(c, 1, nbytes)};
+    comm_p2p_recv(c, part[0], SEG_N(0), dt, prev);
+    comm_local_reduce(c, part[0], send, SEG_N(0), dt, op);
+    for (int64_t i = 1; i < nseg; i++) {
+      comm_p2p_sendrecv(c, part[(i - 1) % 2], SEG_N(i - 1), next, part[i % 2], SEG_N(i), prev, dt);
+      comm_local_reduce(c, part[i % 2], elem(send, SEG_LO(i), dt), SEG_N(i), dt, op);
+    }
+    comm_p2p_send(c, part[(nseg - 1) % 2], SEG_N(nseg - 1), dt, next);
+  }
+#undef SEG_LO
+#undef SEG_N
+  // END EXERCISE
+}

@@ -1,0 +1,98 @@
+/* zero.h — chapters 03–05's adapter: the ZeRO-1/2/3 strategies and the shard plan they share.
+ * Notes: notes/03-zero1.md (shard plan, ZeRO-1), notes/04-zero2.md, notes/05-zero3.md.
+ *
+ * One sharding layout for all three stages (FSDP's flat parameters): every unit (linear layer)
+ * is padded to a multiple of N and cut into N equal pieces; rank r owns piece r of every unit.
+ *
+ *   full padded buffer   | unit 0: piece0 piece1 .. pieceN−1 | unit 1: piece0 .. | ...
+ *   rank r's shard       | unit 0 piece r | unit 1 piece r | ...        (shard_numel = Σ piece)
+ *
+ * So one reduce-scatter per unit hands rank r exactly its gradient piece (comm.h's chunk r of
+ * a buffer of `padded` elements IS piece r, since N divides padded), one all-gather per unit
+ * rebuilds the unit, and the optimizer state of a rank is the union of its pieces.
+ * The stages differ only in what stays resident:
+ *   ZeRO-1  params (P) full, grads (P) full,  master/m/v (P/N)
+ *   ZeRO-2  params (P) full, grads (P/N),     master/m/v (P/N)
+ *   ZeRO-3  params (P/N),    grads (P/N),     master/m/v (P/N)
+ * Pad slots stay exactly 0 in params, grads, master, m and v. */
+#ifndef ZL_ZERO_H
+#define ZL_ZERO_H
+#include <stdint.h>            // int64_t
+#include "../common/comm.h"    // comm_t
+#include "../common/model.h"   // model_t, unit_t
+#include "../common/train.h"   // strategy_t, trainer_t
+
+/* ---- the shard plan (solutions/shard.c) ------------------------------------------------- */
+/* Re-lay out an initialized model (model_init) for `world` ranks: each unit's padded =
+ * numel rounded up to a multiple of world, piece = padded/world, off = Σ_{v<u} padded_v,
+ * shard_off = Σ_{v<u} piece_v; and padded_numel = Σ padded, shard_numel = Σ piece,
+ * max_unit_padded = max padded. world 1 gives the unpadded layout. Dies on world < 1. */
+void shard_plan(model_t *m, int world);
+/* Offset, in the full padded buffer, of rank r's piece of unit u. */
+static inline int64_t shard_piece_off(const unit_t *u, int rank) { return u->off + (int64_t)rank * u->piece; }
+/* Pad slots of the whole model: padded_numel − numel. */
+static inline int64_t shard_padding(const model_t *m) { return m->padded_numel - m->numel; }
+/* Rebuild the unpadded Ψ weights from every rank's shard: shards holds world blobs of
+ * shard_numel floats each, in rank order (what comm_ctl_gather returns). dst: Ψ floats. */
+void shard_assemble(const model_t *m, int world, const float *shards, float *dst);
+/* Collective (control traffic): gather each rank's fp32 shard (host, shard_numel floats) to
+ * rank 0 and write the unpadded weights to dst there (dst ignored on other ranks). */
+void shard_gather_to_root(comm_t *c, const model_t *m, const float *shard, float *dst);
+
+/* ---- shared by the three stages (solutions/shard.c) ------------------------------------- */
+/* Copy this rank's fp32 shard (shard_numel floats, unit order) to host dst: the master shard in
+ * bf16 mode; in fp32 mode the params' own pieces (src_full = 1: params is the full padded
+ * buffer, ZeRO-1/2) or the params shard itself (src_full = 0, ZeRO-3). */
+void zero_own_shard_f32(trainer_t *t, int src_full, float *dst);
+/* The sharded optimizer step shared by all stages: the global norm from this rank's grad shard
+ * (grad_shard: shard_numel elements in wdt, unit order) summed over ranks, then the update of
+ * the rank's pieces — master pieces then cast into the working params (bf16), or the fp32
+ * params pieces in place. params_full = 1: t->params is the full padded buffer (ZeRO-1/2),
+ * 0: it is the shard (ZeRO-3). Returns 0 if --nonfinite skip dropped the step. */
+int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full);
+/* All-gather every unit's working params in place in the full buffer (ZeRO-1/2), async on the
+ * stream; the caller waits (comm_wait_all) before the next forward. */
+void zero_all_gather_params(trainer_t *t);
+/* Fill this rank's master / params shard with the deterministic init (no broadcast needed:
+ * trainer_init_values is a pure function of the seed). params_full as above. */
+void zero_init_params(trainer_t *t, int params_full);
+
+/* ---- per-unit gradient reduce-scatter during backward (ZeRO-2 and -3; shard.c) ----------
+ * Backward writes a unit's full gradient into one of two staging buffers (LEDGER_COMM, the
+ * largest unit each); post_backward reduce-scatters it, async, into this rank's piece of the
+ * grad shard, so the full gradient of a unit lives only until its reduce-scatter is done and
+ * the next-but-one unit reuses the buffer. With --accum K every micro-batch is reduce-scattered:
+ * micro-batch 0 writes the shard, later ones land in a piece-sized buffer that is added in. */
+typedef struct zero_rs {
+  tensor_t staging[2]; /* (max unit padded) full grads of the unit in flight, wdt */
+  tensor_t acc[2];     /* (max piece) reduce-scatter output to add in (micro-batches > 0) */
+  comm_handle_t h[2];  /* pending reduce-scatter per staging slot (0: none) */
+  int unit[2];         /* its unit, or −1 */
+  int add[2];          /* 1: acc[slot] must be added into the shard when it completes */
+  int next;            /* the slot the next unit uses */
+} zero_rs_t;
+void zero_rs_init(zero_rs_t *r, trainer_t *t);
+/* pre_backward(u): pick a staging slot (wait for its previous reduce-scatter), zero its pad tail,
+ * point t->unit_grads[u] at it with t->grad_beta = 0. */
+void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u);
+/* post_backward(u): reduce-scatter the unit's staging buffer into the grad shard (async). */
+void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u);
+/* step: wait for every reduce-scatter and add the pending micro-batch pieces. */
+void zero_rs_finish(zero_rs_t *r, trainer_t *t);
+void zero_rs_free(zero_rs_t *r);
+
+/* t->unit_params / t->unit_grads arrays (allocated here if the trainer left them NULL). */
+void zero_bind_arrays(trainer_t *t);
+void zero_unbind_arrays(trainer_t *t);
+
+/* Testing aid, on when the environment has ZL_CHECK_PADS=1: after a step every pad slot of
+ * params, grads (full: *_full = 1, or shard), master, m and v must read exactly 0, else the job
+ * dies naming rank, tensor, unit and index. zero_pad_report prints (rank 0) how many were checked. */
+void zero_check_pads(trainer_t *t, int params_full, int grads_full);
+void zero_pad_report(trainer_t *t);
+
+/* ---- the strategies (solutions/zero1.c, zero2.c, zero3.c) ------------------------------- */
+const strategy_t *zero1_strategy(void); /* "zero1": P_os */
+const strategy_t *zero2_strategy(void); /* "zero2": P_os+g, reduce-scatter per unit during backward */
+const strategy_t *zero3_strategy(void); /* "zero3": P_os+g+p, gather per unit, --prefetch K */
+#endif

@@ -1,0 +1,116 @@
+/* zero1.c — ZeRO stage 1 (P_os): optimizer states sharded, params and grads full.
+ * Notes: notes/03-zero1.md.
+ *
+ * The classic five steps, each a named phase on the trace:
+ *   1. forward + backward with the full working params (the trainer's loop)
+ *   2. reduce-scatter the gradients, one per unit: rank r receives piece r, summed over ranks
+ *   3. update the rank's own shard: fp32 master (bf16 mode) or the params' own pieces (fp32),
+ *      with Adam m, v (or SGD momentum) of the shard only
+ *   4. cast the updated master pieces into the working params (bf16 mode)
+ *   5. all-gather every unit's params so all ranks hold the full updated model again
+ * With --accum K the full grads accumulate locally (like DDP's no_sync) and are reduce-scattered
+ * once, after the last micro-batch. */
+#include "zero.h"              // zero1_strategy, shard_plan, zero_* helpers
+#include <stdlib.h>            // free
+#include "../common/check.h"    // xmalloc, xcalloc
+#include "../common/comm.h"     // comm_reduce_scatter_async, comm_wait_all
+#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "../common/tensor.h"   // tensor_alloc, tensor_free
+#include "../common/trace.h"    // trace_begin, trace_end
+
+typedef struct zero1 {
+  tensor_t grad_shard; /* (P/N) reduce-scatter output, wdt: transient, LEDGER_COMM */
+} zero1_t;
+
+static void zero1_setup(trainer_t *t) {
+  model_t *m = &t->model;
+  shard_plan(m, t->world);
+  zero1_t *z = xcalloc(1, sizeof *z, "zero1 state");
+  t->priv = z;
+  t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, m->padded_numel);     // (P) full
+  t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, m->padded_numel);        // (P) full
+  if (t->wdt != DT_F32)
+    t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, m->shard_numel);   // (P/N) own shard
+  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);       // (P/N)
+  if (t->cfg->optimizer == OPT_ADAMW)
+    t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
+  z->grad_shard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, m->shard_numel);
+  zero_bind_arrays(t);
+  for (int u = 0; u < m->n_units; u++) {
+    t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
+    t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
+  }
+  zero_init_params(t, 1);
+}
+
+static void zero1_no_hook(trainer_t *t, int unit) {}
+
+static void zero1_pre_backward(trainer_t *t, int unit) {
+  t->grad_beta = t->micro > 0 ? 1.0f : 0.0f; /* full grads accumulate locally over micro-batches */
+}
+
+/* Step 2: one reduce-scatter per unit; rank r receives piece r of the unit, summed. */
+static void zero1_reduce_scatter(trainer_t *t, zero1_t *z) {
+  // BEGIN EXERCISE zero1_reduce_scatter notes/03-zero1.md
+  // HINT: for each unit: comm_reduce_scatter_async(comm, the unit's padded grads, your piece in
+  // HINT: z->grad_shard (at shard_off), padded, wdt, REDOP_SUM, tag); then comm_wait_all.
+  const model_t *m = &t->model;
+  for (int u = 0; u < m->n_units; u++) {
+    const unit_t *un = &m->units[u];
+    comm_reduce_scatter_async(t->comm, tensor_at(&t->grads, un->off), tensor_at(&z->grad_shard, un->shard_off),
+                              un->padded, t->wdt, REDOP_SUM, "reduce-scatter grads");
+  }
+  comm_wait_all(t->comm);
+  // END EXERCISE
+}
+
+static void zero1_step(trainer_t *t) {
+  zero1_t *z = t->priv;
+  TRAINER_PHASE("2 reduce-scatter grads", zero1_reduce_scatter(t, z));
+  int updated;
+  TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, z->grad_shard.data, 1));
+  if (updated) { /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
+    trace_begin("5 all-gather params");
+    zero_all_gather_params(t);
+    comm_wait_all(t->comm);
+    trace_end(NULL);
+  }
+  zero_check_pads(t, 1, 1);
+}
+
+static void zero1_teardown(trainer_t *t) {
+  zero1_t *z = t->priv;
+  comm_wait_all(t->comm);
+  zero_pad_report(t);
+  if (z) tensor_free(&z->grad_shard);
+  free(z);
+  t->priv = NULL;
+  tensor_free(&t->params);
+  tensor_free(&t->grads);
+  tensor_free(&t->master);
+  tensor_free(&t->opt_m);
+  tensor_free(&t->opt_v);
+  zero_unbind_arrays(t);
+}
+
+static void zero1_export_params(trainer_t *t, float *dst) {
+  float *shard = xmalloc((size_t)t->model.shard_numel * sizeof(float) + 1, "export shard");
+  zero_own_shard_f32(t, 1, shard);
+  shard_gather_to_root(t->comm, &t->model, shard, dst);
+  free(shard);
+}
+
+static const strategy_t zero1_s = {
+    .name = "zero1",
+    .stage = 1,
+    .setup = zero1_setup,
+    .pre_forward = zero1_no_hook,
+    .post_forward = zero1_no_hook,
+    .pre_backward = zero1_pre_backward,
+    .post_backward = zero1_no_hook,
+    .step = zero1_step,
+    .teardown = zero1_teardown,
+    .export_params = zero1_export_params,
+};
+
+const strategy_t *zero1_strategy(void) { return &zero1_s; }

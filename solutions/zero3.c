@@ -1,0 +1,171 @@
+/* zero3.c — ZeRO stage 3 (P_os+g+p), PyTorch FSDP's FULL_SHARD: params sharded too.
+ * Notes: notes/05-zero3.md.
+ *
+ * A rank holds only its piece of every unit (t->params is (P/N)). Before a unit's forward, and
+ * again before its backward, the unit is all-gathered into a transient buffer (LEDGER_COMM),
+ * used, and freed right after (post hooks) — so at most K+1 gathered units are alive, with
+ * --prefetch K gathers issued ahead of use so they overlap the compute of the units before.
+ * Gradients are reduce-scattered per unit during backward as in ZeRO-2 (zero_rs_* in shard.c).
+ * The optimizer updates the shard in place; nothing is gathered at the end of the step: the
+ * next forward gathers what it needs. Traffic: two all-gathers + one reduce-scatter = 3(N−1)/N·Ψ.
+ *
+ * The gathers of one micro-batch form a sequence of 2U events: forward of units 0..U−1 (event
+ * e = u), then backward of units U−1..0 (event e = 2U−1−u). Prefetch walks that sequence, so
+ * the last forward unit already prefetches the first backward one. */
+#include "zero.h"              // zero3_strategy, shard_plan, zero_rs_*, zero_* helpers
+#include <stdlib.h>            // free
+#include "../common/check.h"    // die, xmalloc, xcalloc
+#include "../common/comm.h"     // comm_all_gather_async, comm_wait
+#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "../common/tensor.h"   // tensor_alloc, tensor_free
+#include "../common/trace.h"    // trace_begin, trace_end
+
+typedef struct gather_slot {
+  tensor_t buf;    /* (unit padded) gathered working params, LEDGER_COMM; empty when free */
+  int event;       /* which event of the sequence it holds, −1 when free */
+  comm_handle_t h; /* its all-gather */
+} gather_slot_t;
+
+typedef struct zero3 {
+  zero_rs_t rs;         /* gradient staging and pending reduce-scatters */
+  int prefetch;         /* K: gathers issued ahead of use */
+  int nslots;           /* K + 1 */
+  gather_slot_t *slots; /* [K+1] */
+} zero3_t;
+
+static int n_events(const trainer_t *t) { return 2 * t->model.n_units; }
+static int event_unit(const trainer_t *t, int e) { return e < t->model.n_units ? e : n_events(t) - 1 - e; }
+static int find_slot(const zero3_t *z, int e) {
+  for (int s = 0; s < z->nslots; s++)
+    if (z->slots[s].event == e) return s;
+  return -1;
+}
+
+/* Issue the all-gather of event e's unit into a free slot (allocated now, freed after use). */
+__attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e) {
+  int s = find_slot(z, -1);
+  if (s < 0) die("rank %d: zero3: no free gather slot for event %d (prefetch %d)", t->rank, e, z->prefetch);
+  const unit_t *un = &t->model.units[event_unit(t, e)];
+  gather_slot_t *g = &z->slots[s];
+  g->buf = tensor_alloc("gathered unit params", LEDGER_COMM, t->wdt, t->dev, un->padded);
+  g->event = e;
+  g->h = comm_all_gather_async(t->comm, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
+                               e < t->model.n_units ? "all-gather params (fwd)" : "all-gather params (bwd)");
+}
+
+/* Before event e: its unit gathered (issue it if prefetch did not), the next K issued, then wait. */
+static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
+  // BEGIN EXERCISE zero3_gather_acquire notes/05-zero3.md
+  // HINT: if no slot holds event e, gather_issue(t, z, e); then issue events e+1..e+K that are
+  // HINT: < n_events(t) and not yet issued (the prefetch); wait for e's handle; point
+  // HINT: t->unit_params[event_unit(t, e)] at the slot's buffer.
+  if (find_slot(z, e) < 0) gather_issue(t, z, e);
+  for (int k = 1; k <= z->prefetch && e + k < n_events(t); k++)
+    if (find_slot(z, e + k) < 0) gather_issue(t, z, e + k);
+  gather_slot_t *g = &z->slots[find_slot(z, e)];
+  TRAINER_PHASE("wait all-gather", comm_wait(t->comm, g->h));
+  t->unit_params[event_unit(t, e)] = g->buf.data;
+  // END EXERCISE
+}
+
+/* After event e: free its gathered unit, so only the shard stays resident. */
+static void gather_release(trainer_t *t, zero3_t *z, int e) {
+  // BEGIN EXERCISE zero3_gather_release notes/05-zero3.md
+  // HINT: find e's slot, tensor_free its buffer, mark the slot free (event −1, handle 0), and
+  // HINT: clear t->unit_params of the unit so nothing reads the freed memory.
+  int s = find_slot(z, e);
+  if (s < 0) die("rank %d: zero3: event %d released but not gathered", t->rank, e);
+  tensor_free(&z->slots[s].buf);
+  z->slots[s].event = -1;
+  z->slots[s].h = 0;
+  t->unit_params[event_unit(t, e)] = NULL;
+  // END EXERCISE
+}
+
+static void zero3_setup(trainer_t *t) {
+  model_t *m = &t->model;
+  shard_plan(m, t->world);
+  zero3_t *z = xcalloc(1, sizeof *z, "zero3 state");
+  t->priv = z;
+  z->prefetch = t->cfg->prefetch;
+  if (z->prefetch < 0 || z->prefetch > m->n_units)
+    die("rank %d: zero3: --prefetch %d outside [0, %d]", t->rank, z->prefetch, m->n_units);
+  z->nslots = z->prefetch + 1;
+  z->slots = xcalloc((size_t)z->nslots, sizeof *z->slots, "zero3 gather slots");
+  for (int s = 0; s < z->nslots; s++) z->slots[s].event = -1;
+  t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, m->shard_numel);      // (P/N) own shard
+  t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, m->shard_numel);         // (P/N)
+  if (t->wdt != DT_F32)
+    t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, m->shard_numel);   // (P/N)
+  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);       // (P/N)
+  if (t->cfg->optimizer == OPT_ADAMW)
+    t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
+  zero_rs_init(&z->rs, t);
+  zero_bind_arrays(t);
+  for (int u = 0; u < m->n_units; u++) t->unit_params[u] = t->unit_grads[u] = NULL; /* set per hook */
+  zero_init_params(t, 0);
+}
+
+static void zero3_pre_forward(trainer_t *t, int unit) { gather_acquire(t, t->priv, unit); }
+static void zero3_post_forward(trainer_t *t, int unit) { gather_release(t, t->priv, unit); }
+
+static void zero3_pre_backward(trainer_t *t, int unit) {
+  zero3_t *z = t->priv;
+  gather_acquire(t, z, n_events(t) - 1 - unit);
+  zero_rs_begin_unit(&z->rs, t, unit);
+}
+
+static void zero3_post_backward(trainer_t *t, int unit) {
+  zero3_t *z = t->priv;
+  zero_rs_end_unit(&z->rs, t, unit); /* queued behind the prefetch gathers already issued */
+  gather_release(t, z, n_events(t) - 1 - unit);
+}
+
+static void zero3_step(trainer_t *t) {
+  zero3_t *z = t->priv;
+  zero_rs_finish(&z->rs, t);
+  TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
+  /* no all-gather here: the next forward gathers each unit when it needs it */
+  zero_check_pads(t, 0, 0);
+}
+
+static void zero3_teardown(trainer_t *t) {
+  zero3_t *z = t->priv;
+  comm_wait_all(t->comm);
+  zero_pad_report(t);
+  if (z) {
+    for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf);
+    zero_rs_free(&z->rs);
+    free(z->slots);
+  }
+  free(z);
+  t->priv = NULL;
+  tensor_free(&t->params);
+  tensor_free(&t->grads);
+  tensor_free(&t->master);
+  tensor_free(&t->opt_m);
+  tensor_free(&t->opt_v);
+  zero_unbind_arrays(t);
+}
+
+static void zero3_export_params(trainer_t *t, float *dst) {
+  float *shard = xmalloc((size_t)t->model.shard_numel * sizeof(float) + 1, "export shard");
+  zero_own_shard_f32(t, 0, shard);
+  shard_gather_to_root(t->comm, &t->model, shard, dst);
+  free(shard);
+}
+
+static const strategy_t zero3_s = {
+    .name = "zero3",
+    .stage = 3,
+    .setup = zero3_setup,
+    .pre_forward = zero3_pre_forward,
+    .post_forward = zero3_post_forward,
+    .pre_backward = zero3_pre_backward,
+    .post_backward = zero3_post_backward,
+    .step = zero3_step,
+    .teardown = zero3_teardown,
+    .export_params = zero3_export_params,
+};
+
+const strategy_t *zero3_strategy(void) { return &zero3_s; }

@@ -1,0 +1,96 @@
+/* test_ch00.c — the ch00_memory binary: the ZeRO paper's Figure 1, the Mistral 7B example,
+ * fp32 mode, --json and a bad flag. Notes: notes/00-memory.md. Suite ch00_memory. */
+#include "zl_test.h" // zl_run, zl_json_*, Criterion
+
+/* The 4 GB numbers (params grads optim total) of the row starting with `stage` in the GB table. */
+static int gb_row(const char *out, const char *stage, double v[4]) {
+  const char *t = strstr(out, "in GB (1e9 bytes)");
+  const char *p = t ? strstr(t, stage) : NULL;
+  if (!p) return 0;
+  return sscanf(p + strlen(stage), "%lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3]) == 4;
+}
+
+static void expect_gb(const char *out, const char *stage, double p, double g, double o, double t) {
+  double v[4];
+  cr_assert(gb_row(out, stage, v), "no GB row '%s' in:\n%s", stage, out);
+  const double want[4] = {p, g, o, t};
+  const char *col[4] = {"params", "grads", "optim", "total"};
+  for (int i = 0; i < 4; i++)
+    cr_expect(fabs(v[i] - want[i]) < 1e-9, "%s %s: printed %.3f GB, expected %.3f", stage, col[i], v[i], want[i]);
+}
+
+Test(ch00_memory, figure_1_of_the_zero_paper, .timeout = 30) {
+  char *out = NULL;
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7.5B --ranks 64 --json /tmp/zl_ch00_fig1_%d.json", (int)getpid());
+  cr_assert_eq(rc, 0, "ch00_memory exited %d:\n%s", rc, out);
+  /* 16Ψ = 120, 4Ψ+12Ψ/N = 31.40625, 2Ψ+14Ψ/N = 16.640625, 16Ψ/N = 1.875 (GB, one decimal) */
+  expect_gb(out, "DDP (0)", 15.0, 15.0, 90.0, 120.0);
+  expect_gb(out, "ZeRO-1", 15.0, 15.0, 1.4, 31.4);
+  expect_gb(out, "ZeRO-2", 15.0, 0.234, 1.4, 16.6);
+  expect_gb(out, "ZeRO-3", 0.234, 0.234, 1.4, 1.9);
+  cr_expect(strstr(out, "4Ψ + 12Ψ/N") && strstr(out, "2Ψ + 14Ψ/N") && strstr(out, "16Ψ/N"), "formulas missing:\n%s", out);
+  cr_expect(strstr(out, "64.0x"), "ZeRO-3 saving at N = 64 is 64x:\n%s", out);
+  free(out);
+
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/zl_ch00_fig1_%d.json", (int)getpid());
+  char *js = zl_read_file(path, NULL);
+  cr_assert(js, "no --json file %s", path);
+  double totals[4];
+  cr_assert_eq(zl_json_all(js, "total", totals, 4), 4, "json: expected 4 stages:\n%s", js);
+  const double want[4] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
+  for (int s = 0; s < 4; s++)
+    cr_expect(fabs(totals[s] - want[s]) < 1, "json stage %d total: got %.1f, expected %.1f", s, totals[s], want[s]);
+  cr_expect_eq(zl_json_num(js, "world"), 64);
+  free(js);
+  unlink(path);
+}
+
+Test(ch00_memory, mistral_7b_half_precision, .timeout = 30) {
+  char *out = NULL;
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7B --precision bf16 --k 4 --stage 0");
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_gb(out, "DDP (0)", 14.0, 14.0, 28.0, 56.0); /* weights + grads + optimizer states */
+  cr_expect(!strstr(out, "ZeRO-1"), "--stage 0 printed other stages:\n%s", out);
+  free(out);
+}
+
+Test(ch00_memory, fp32_mode_and_model_shape, .timeout = 30) {
+  char *out = NULL;
+  /* fp32: params 4Ψ, grads 4Ψ, K = 8 (Adam m, v; no master); Ψ from the MLP shape */
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --model 784,1024,10,4 --ranks 4 --precision fp32 --stage 3 "
+                               "--json /tmp/zl_ch00_fp32_%d.json", (int)getpid());
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  free(out);
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/zl_ch00_fp32_%d.json", (int)getpid());
+  char *js = zl_read_file(path, NULL);
+  cr_assert(js, "no --json file %s", path);
+  double psi = 785.0 * 1024 + 3 * 1025.0 * 1024 + 1025.0 * 10; /* (D+1)H + (L-1)(H+1)H + (H+1)C = 3962890 */
+  cr_expect_eq(zl_json_num(js, "params"), psi, "Ψ of --model: got %.0f, expected %.0f", zl_json_num(js, "params"), psi);
+  cr_expect_eq(zl_json_num(js, "k"), 8, "fp32 default K");
+  const char *st = zl_json_find(js, "stages");
+  cr_expect_eq(zl_json_num(st, "total"), 16 * psi / 4, "fp32 ZeRO-3 total: got %.1f, expected 16Ψ/N", zl_json_num(st, "total"));
+  cr_expect_eq(zl_json_num(st, "params"), 4 * psi / 4, "fp32 ZeRO-3 params shard");
+  free(js);
+  unlink(path);
+}
+
+Test(ch00_memory, bad_flags_exit_2_with_one_line, .timeout = 30) {
+  const char *cases[][2] = {
+      {"--ranks 0", "error: --ranks 0: must be an integer in [1, 1048576]\n"},
+      {"--params 7X", "error: --params 7X: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K\n"},
+      {"--stage 4", "error: --stage 4: must be one of 0|1|2|3|all\n"},
+      {"--precision fp16", "error: --precision fp16: must be one of bf16|fp32\n"},
+      {"--k -0.5", "error: --k -0.5: must be -1 (by precision) or a number in [0, 1024]\n"},
+      {"--model 1,2,3", "error: --model 1,2,3: must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4\n"},
+      {"--params 1M --model 3,5,2,2", "error: --model 3,5,2,2: give either --params or --model, not both\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "env -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK " ZL_BIN "/ch00_memory %s", cases[i][0]);
+    cr_expect_eq(rc, 2, "'%s': exit %d, expected 2", cases[i][0], rc);
+    cr_expect_str_eq(out, cases[i][1], "'%s': output '%s'", cases[i][0], out);
+    free(out);
+  }
+}

@@ -1,0 +1,42 @@
+/* test_tutorial.c — the tour and its figures (notes/tour.md): `demo.sh --quick` runs every
+ * chapter with tiny sizes (the real programs, through zlrun), writes the JSON results and the
+ * traces, and plots.py draws every figure from them; then each PNG must exist and not be blank
+ * (plots.py --check decodes it and counts the non-background pixels and colours). */
+#include "zl_test.h" // zl_run, zl_tmpdir, Criterion
+
+/* The last `keep` characters of a long output, for failure messages. */
+static const char *tail_of(const char *out, size_t keep) {
+  size_t n = strlen(out);
+  return n > keep ? out + n - keep : out;
+}
+
+Test(common_tutorial, quick_tour_draws_every_figure, .timeout = 170) {
+  char dir[256], cmd[1024];
+  zl_tmpdir(dir, sizeof dir, "tour");
+  char *out = NULL;
+  snprintf(cmd, sizeof cmd,
+           "env ZL_BIN=%s ZL_RESULTS=%s/results ZL_FIGURES=%s/figures ZL_DEMO_DEVICE=cpu bash common/scripts/demo.sh --quick",
+           ZL_BIN, dir, dir);
+  int rc = zl_run(0, 150, &out, "%s", cmd);
+  cr_assert_eq(rc, 0, "demo.sh --quick exited with %d (every chapter built? make build):\n...%s", rc,
+               tail_of(out, 3000));
+  cr_assert(strstr(out, "plots: 7 drawn, 0 skipped, 0 failed"), "plots.py did not draw all 7 figures:\n...%s",
+            tail_of(out, 3000));
+  free(out);
+  out = NULL;
+  rc = zl_run(0, 60, &out, "python3 common/scripts/plots.py --check --out %s/figures", dir);
+  cr_assert_eq(rc, 0, "plots.py --check: a figure is missing or blank (exit %d):\n%s", rc, out);
+  free(out);
+}
+
+/* No results at all: every figure is skipped with a one-line note, nothing crashes, exit 0. */
+Test(common_tutorial, plots_skip_missing_inputs, .timeout = 60) {
+  char dir[256];
+  zl_tmpdir(dir, sizeof dir, "noresults");
+  char *out = NULL;
+  int rc = zl_run(0, 50, &out, "python3 common/scripts/plots.py --results %s/none --out %s/figures", dir, dir);
+  cr_assert_eq(rc, 0, "plots.py with no results exited with %d:\n%s", rc, out);
+  cr_assert(strstr(out, "plots: 0 drawn, 7 skipped, 0 failed"), "expected every figure skipped, got:\n%s", out);
+  cr_assert(strstr(out, "skipped memory: "), "expected a note naming the missing memory inputs, got:\n%s", out);
+  free(out);
+}

@@ -1,0 +1,270 @@
+/* test_zero.c — ZeRO-1, -2, -3 against DDP (contract 2 of ARCHITECTURE.md), the memory ledger
+ * against the formula plus padding (contract 6), the traffic counters against the formula,
+ * the pad invariant, ZeRO-3's gather window, and the memory budget refusal.
+ * Notes: notes/03-zero1.md, notes/04-zero2.md, notes/05-zero3.md.
+ *
+ * One launch gives loss, parameters, ledger and traffic, so each scenario checks them all.
+ * The DDP references (build/bin/ch02_ddp --variant naive, same N and flags) are run once and
+ * cached under /tmp, keyed by the flags and the DDP binary's mtime, so the three chapters share them.
+ *
+ * Model: input 6, hidden 13, classes 11, 2 hidden layers: units of 91, 182 and 154 elements,
+ * Ψ = 427 — none of them a multiple of 3, 4 or 5, so N = 3, 4, 5 pad every unit. */
+#include "zl_test.h" // zl_run, zl_json_*, zl_read_floats, zl_expect_floats
+#include "formula.h" // formula_model_states, formula_comm_bytes
+#include <sys/stat.h> // stat
+
+#define MODEL "--input 6 --hidden 13 --classes 11 --layers 2 --batch 120 --seed 7"
+#define PSI 427
+static const int64_t g_units[3] = {91, 182, 154};
+
+static const char *stage_bin(int stage) {
+  return stage == 1 ? ZL_BIN "/ch03_zero1" : stage == 2 ? ZL_BIN "/ch04_zero2" : ZL_BIN "/ch05_zero3";
+}
+
+typedef struct run_out {
+  char *json;   /* the --json text */
+  char *text;   /* stdout + stderr */
+  float *params; /* --save-params: Ψ fp32 */
+  int64_t n;
+} run_out_t;
+
+static void run_free(run_out_t *r) {
+  free(r->json), free(r->text), free(r->params);
+  memset(r, 0, sizeof *r);
+}
+
+/* Launch bin on np ranks with args (+ --json/--save-params into /tmp); asserts success. */
+static run_out_t launch(int np, const char *bin, const char *args, const char *name) {
+  char dir[256], json[320], bin_path[320];
+  zl_tmpdir(dir, sizeof dir, "zero");
+  snprintf(json, sizeof json, "%s/%s.json", dir, name);
+  snprintf(bin_path, sizeof bin_path, "%s/%s.bin", dir, name);
+  run_out_t r = {0};
+  int rc = zl_run(np, 240, &r.text, "env ZL_CHECK_PADS=1 %s %s --json %s --save-params %s --quiet", bin, args, json, bin_path);
+  cr_assert_eq(rc, 0, "%s (N %d, %s %s) exited %d:\n%s", name, np, bin, args, rc, r.text);
+  r.json = zl_read_file(json, NULL);
+  cr_assert(r.json, "%s: no --json written", name);
+  r.params = zl_read_floats(bin_path, &r.n);
+  cr_assert_eq(r.n, PSI, "%s: --save-params holds %lld floats, expected Ψ = %d (unpadded)", name, (long long)r.n, PSI);
+  return r;
+}
+
+/* The DDP reference for the same N and flags, cached across tests of this run. */
+static run_out_t ddp_reference(int np, const char *args) {
+  struct stat st;
+  cr_assert(stat(ZL_BIN "/ch02_ddp", &st) == 0, "missing " ZL_BIN "/ch02_ddp (make build)");
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of (np, args, binary mtime) */
+  char key[640];
+  snprintf(key, sizeof key, "%d|%s|%lld.%09ld", np, args, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  char dir[64], json[128], bin[128];
+  snprintf(dir, sizeof dir, "/tmp/zl_zero_ddp_ref");
+  mkdir(dir, 0755);
+  snprintf(json, sizeof json, "%s/%016llx.json", dir, (unsigned long long)h);
+  snprintf(bin, sizeof bin, "%s/%016llx.bin", dir, (unsigned long long)h);
+  run_out_t r = {0};
+  r.json = zl_read_file(json, NULL);
+  if (!r.json) {
+    char tj[160], tb[160];
+    snprintf(tj, sizeof tj, "%s.%d", json, (int)getpid());
+    snprintf(tb, sizeof tb, "%s.%d", bin, (int)getpid());
+    int rc = zl_run(np, 240, &r.text, ZL_BIN "/ch02_ddp --variant naive %s --json %s --save-params %s --quiet", args, tj, tb);
+    cr_assert_eq(rc, 0, "DDP reference (N %d, %s) exited %d:\n%s", np, args, rc, r.text);
+    cr_assert(rename(tb, bin) == 0 && rename(tj, json) == 0, "cannot store the DDP reference %s", json);
+    r.json = zl_read_file(json, NULL);
+  }
+  r.params = zl_read_floats(bin, &r.n);
+  return r;
+}
+
+/* Per-rank value of key in memory.per_rank (rank r's entry). */
+static double rank_mem(const char *json, int r, const char *key) {
+  const char *p = zl_json_find(json, "per_rank");
+  cr_assert(p, "--json has no memory.per_rank");
+  for (int k = 0; k <= r; k++) {
+    p = zl_json_find(p, "rank");
+    cr_assert(p, "--json memory.per_rank has no entry for rank %d", r);
+  }
+  return zl_json_num(p, key);
+}
+
+static int64_t padded_numel(int N) {
+  int64_t s = 0;
+  for (int u = 0; u < 3; u++) s += (g_units[u] + N - 1) / N * N;
+  return s;
+}
+
+/* Contract 6: every rank's params, grads, master, optim bytes equal the formula evaluated at the
+ * padded parameter count (Σ units rounded up to multiples of N): formula + padding, to the byte. */
+static void check_ledger(const run_out_t *r, int stage, int N, int bf16, int opt_states, const char *what) {
+  mem_formula_t f = formula_model_states(stage, (double)padded_numel(N), N, bf16 ? DT_BF16 : DT_F32, opt_states);
+  mem_formula_t f0 = formula_model_states(stage, (double)PSI, N, bf16 ? DT_BF16 : DT_F32, opt_states);
+  const char *keys[4] = {"params", "grads", "master", "optim"};
+  double exp[4] = {f.params, f.grads, f.master, f.optim};
+  for (int rk = 0; rk < N; rk++) {
+    for (int k = 0; k < 4; k++) {
+      double got = rank_mem(r->json, rk, keys[k]);
+      cr_assert(got == exp[k], "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ = %lld)", what, rk,
+                keys[k], got, exp[k], (long long)padded_numel(N));
+    }
+    double ms = rank_mem(r->json, rk, "model_states"), fms = rank_mem(r->json, rk, "formula_model_states");
+    cr_assert(ms == f.total, "%s: rank %d model_states %.0f, expected %.0f", what, rk, ms, f.total);
+    cr_assert(fabs(fms - f0.total) <= 0.5, "%s: rank %d formula_model_states %.1f, expected the formula at Ψ %.1f", what, rk,
+              fms, f0.total);
+  }
+}
+
+/* Traffic with the ring collectives: the per-step bytes per rank equal the formula evaluated at
+ * the padded sizes (for a unit of padded = N·piece elements a reduce-scatter or an all-gather
+ * sends exactly (N−1)·piece elements per rank), times `rs_extra` reduce-scatters for --accum. */
+static void check_traffic(const run_out_t *r, int stage, int N, int bf16, const char *what) {
+  const char *c = zl_json_find(r->json, "comm");
+  cr_assert(c, "%s: --json has no comm", what);
+  double got = zl_json_num(c, "bytes_per_step_per_rank");
+  double exp = formula_comm_bytes(stage, (double)padded_numel(N), N, bf16 ? DT_BF16 : DT_F32);
+  cr_assert(got == exp, "%s: bytes per step per rank: got %.0f, expected %.0f (%s at padded Ψ %lld)", what, got, exp,
+            stage == 3 ? "3(N-1)/N" : "2(N-1)/N", (long long)padded_numel(N));
+  double fj = zl_json_num(c, "formula_bytes_per_step_per_rank");
+  double f0 = formula_comm_bytes(stage, (double)PSI, N, bf16 ? DT_BF16 : DT_F32);
+  cr_assert(fabs(fj - f0) <= 1e-6 * f0 + 1, "%s: formula_bytes_per_step_per_rank %.1f, expected %.1f", what, fj, f0);
+}
+
+/* got vs expected: bitwise when tol == 0; else |got − exp| <= tol·max(|exp|, 1% of max|exp|).
+ * The floor matters for weights that pass near 0: AdamW moves every weight by about lr per step
+ * whatever its size, so a sum-order difference of 1e-7 in a gradient becomes an absolute error
+ * of ~lr·1e-7 there — tiny next to the model's weights, large next to a weight of 1e-3. */
+static void expect_params(const char *what, const float *got, const float *exp, int64_t n, double tol) {
+  double scale = 0;
+  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(exp[i]));
+  for (int64_t i = 0; i < n; i++) {
+    int bad = tol == 0 ? memcmp(&got[i], &exp[i], sizeof(float)) != 0
+                       : !(fabs((double)got[i] - exp[i]) <= tol * fmax(fabs(exp[i]), 0.01 * scale));
+    if (bad)
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (%s %g, max|expected| %.3g)", what, (long long)i, got[i], exp[i],
+                     tol == 0 ? "bitwise" : "relative tolerance", tol, scale);
+  }
+}
+
+/* Losses of every step and the final params against the DDP reference. tol 0: bitwise. */
+static void check_parity(const run_out_t *z, const run_out_t *d, double tol, const char *what) {
+  double lz[64], ld[64];
+  int nz = zl_json_all(z->json, "loss", lz, 64), nd = zl_json_all(d->json, "loss", ld, 64);
+  cr_assert(nz == nd && nz > 0, "%s: %d losses, DDP has %d", what, nz, nd);
+  for (int i = 0; i < nz; i++)
+    cr_assert(tol == 0 ? lz[i] == ld[i] : zl_rel(lz[i], ld[i]) <= tol, "%s: loss of step %d: got %.17g, DDP %.17g (tol %g)",
+              what, i, lz[i], ld[i], tol);
+  char name[700];
+  snprintf(name, sizeof name, "%s: rank 0 final params vs DDP", what);
+  expect_params(name, z->params, d->params, z->n, tol);
+  cr_assert(strstr(z->text, "zero pad check:"), "%s: the pad check did not run:\n%s", what, z->text);
+}
+
+/* One scenario: the stage and DDP with the same flags; parity, ledger, traffic (ring, accum 1). */
+static void scenario(int stage, int N, const char *flags, double tol, int opt_states, int bf16, int ring, int traffic) {
+  char args[512], what[600], name[64];
+  snprintf(args, sizeof args, MODEL " %s --collectives %s%s", flags, ring ? "ring" : "vendor", bf16 ? " --precision bf16" : "");
+  snprintf(what, sizeof what, "ZeRO-%d N %d [%s]", stage, N, args);
+  snprintf(name, sizeof name, "z%d_n%d_%s%s", stage, N, ring ? "ring" : "vendor", bf16 ? "_bf16" : "");
+  run_out_t z = launch(N, stage_bin(stage), args, name);
+  run_out_t d = ddp_reference(N, args);
+  check_parity(&z, &d, tol, what);
+  check_ledger(&z, stage, N, bf16, opt_states, what);
+  if (traffic) check_traffic(&z, stage, N, bf16, what);
+  run_free(&z);
+  run_free(&d);
+}
+
+#define SGD "--optimizer sgd --momentum 0.9 --lr 0.05 --steps 6"
+#define ADAM "--optimizer adamw --lr 0.01 --steps 6"
+
+/* Every stage runs the same matrix: N 2 bitwise (vendor and ring, SGD+momentum and AdamW, fp32
+ * and bf16), N 3, 4, 5 within 1e-6, accum + clip, bf16 within a tolerance, N 1 and bf16 ledgers. */
+static void stage_matrix_exact(int stage) {
+  scenario(stage, 2, SGD, 0, 1, 0, 0, 0);  /* bitwise, SGD+momentum, vendor */
+  scenario(stage, 2, ADAM, 0, 2, 0, 1, 1); /* bitwise, AdamW, ring, traffic exact */
+  scenario(stage, 2, ADAM, 0, 2, 1, 1, 1); /* bitwise in bf16 too: a+b rounds the same way */
+}
+static void stage_matrix_uneven(int stage) {
+  scenario(stage, 3, ADAM, 1e-6, 2, 0, 0, 0);
+  scenario(stage, 4, SGD, 1e-6, 1, 0, 1, 1);
+  scenario(stage, 5, ADAM, 1e-6, 2, 0, 1, 1);
+  scenario(stage, 1, ADAM, 0, 2, 0, 0, 0); /* one rank: no padding, bitwise, ledger = formula */
+}
+/* bf16 at N 3, 4, 5: sums in a different order round differently in bf16; stated tolerance 2e-2
+ * relative on the params and losses after 6 steps (bf16 has 8 bits of mantissa: 4e-3 per rounding). */
+static void stage_matrix_bf16(int stage) {
+  scenario(stage, 3, ADAM, 2e-2, 2, 1, 1, 1);
+  scenario(stage, 4, SGD, 2e-2, 1, 1, 0, 0);
+  scenario(stage, 5, ADAM, 2e-2, 2, 1, 0, 0);
+}
+/* --accum 2 --clip: ZeRO-1 accumulates full grads locally (bitwise at N 2); ZeRO-2/3 reduce-scatter
+ * each micro-batch (sum order differs from DDP's: 1e-6). Clipping is active (norm > 0.05). */
+static void stage_matrix_accum_clip(int stage) {
+  scenario(stage, 2, ADAM " --accum 2 --clip 0.05", stage == 1 ? 0 : 1e-6, 2, 0, 0, 0);
+  scenario(stage, 3, SGD " --accum 2 --clip 0.05", 1e-6, 1, 0, 1, 0);
+}
+
+Test(ch03_zero1, parity_n2_bitwise_ledger_traffic, .timeout = 120) { stage_matrix_exact(1); }
+Test(ch03_zero1, parity_n3_n4_n5_n1, .timeout = 120) { stage_matrix_uneven(1); }
+Test(ch03_zero1, bf16_tolerance, .timeout = 120) { stage_matrix_bf16(1); }
+Test(ch03_zero1, accum_and_clip, .timeout = 120) { stage_matrix_accum_clip(1); }
+
+Test(ch04_zero2, parity_n2_bitwise_ledger_traffic, .timeout = 120) { stage_matrix_exact(2); }
+Test(ch04_zero2, parity_n3_n4_n5_n1, .timeout = 120) { stage_matrix_uneven(2); }
+Test(ch04_zero2, bf16_tolerance, .timeout = 120) { stage_matrix_bf16(2); }
+Test(ch04_zero2, accum_and_clip, .timeout = 120) { stage_matrix_accum_clip(2); }
+
+Test(ch05_zero3, parity_n2_bitwise_ledger_traffic, .timeout = 120) { stage_matrix_exact(3); }
+Test(ch05_zero3, parity_n3_n4_n5_n1, .timeout = 120) { stage_matrix_uneven(3); }
+Test(ch05_zero3, bf16_tolerance, .timeout = 120) { stage_matrix_bf16(3); }
+Test(ch05_zero3, accum_and_clip, .timeout = 120) { stage_matrix_accum_clip(3); }
+
+/* Prefetch 0, 1, 3 give the same bits; the gathered window stays within (K+1) units of the
+ * largest size plus the two gradient staging buffers (and the collectives' scratch). */
+Test(ch05_zero3, prefetch_same_bits_and_gather_window, .timeout = 120) {
+  const int N = 3;
+  run_out_t base = {0};
+  const int ks[3] = {0, 1, 3};
+  int64_t max_unit = (182 + N - 1) / N * N; /* largest padded unit */
+  for (int i = 0; i < 3; i++) {
+    char args[512], name[32], what[64];
+    snprintf(args, sizeof args, MODEL " " ADAM " --prefetch %d", ks[i]);
+    snprintf(name, sizeof name, "z3_prefetch%d", ks[i]);
+    snprintf(what, sizeof what, "ZeRO-3 --prefetch %d vs --prefetch 0", ks[i]);
+    run_out_t r = launch(N, stage_bin(3), args, name);
+    double comm_peak = rank_mem(r.json, 0, "comm_peak");
+    double gathered = (ks[i] + 1) * (double)max_unit * 4, staging = 2.0 * max_unit * 4;
+    /* the gathered units must be there (peak >= one unit), and never more than K+1 of them */
+    cr_assert(comm_peak >= max_unit * 4.0, "%s: comm_peak %.0f below one gathered unit (%lld bytes)", what, comm_peak,
+              (long long)(max_unit * 4));
+    cr_assert(comm_peak <= gathered + staging + max_unit * 4.0,
+              "%s: comm_peak %.0f bytes above (K+1)·unit %.0f + staging %.0f + one unit of scratch", what, comm_peak, gathered,
+              staging);
+    if (i == 0) base = r;
+    else {
+      zl_expect_floats(what, r.params, base.params, r.n, 0);
+      run_free(&r);
+    }
+  }
+  run_free(&base);
+}
+
+Test(ch05_zero3, prefetch_beyond_units_is_rejected) {
+  char *out = NULL;
+  int rc = zl_run(2, 60, &out, "%s " MODEL " --steps 1 --prefetch 4", stage_bin(3)); /* 3 units */
+  cr_assert_eq(rc, 2, "--prefetch 4 with 3 units: exit %d, expected 2:\n%s", rc, out);
+  cr_assert(strstr(out, "error: --prefetch 4:"), "--prefetch 4: missing the one-line error:\n%s", out);
+  free(out);
+}
+
+/* --mem-limit-mb: a budget too small even for the shards is refused with the ledger's message
+ * and a non-zero exit (all ranks down). The budget demo (make budget-demo) shows the other side. */
+Test(ch05_zero3, memory_budget_refusal, .timeout = 60) {
+  char *out = NULL;
+  int rc = zl_run(2, 60, &out, "%s --input 64 --hidden 512 --classes 10 --layers 4 --batch 8 --steps 1 --mem-limit-mb 1",
+                  stage_bin(3));
+  cr_assert_neq(rc, 0, "a 1 MiB budget for 1 M params must be refused, exit was 0:\n%s", out);
+  cr_assert(strstr(out, "out of memory budget on rank "), "missing the budget message:\n%s", out);
+  cr_assert(strstr(out, "of 1 MiB in use"), "the budget message does not name the 1 MiB budget:\n%s", out);
+  free(out);
+}
