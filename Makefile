@@ -74,7 +74,9 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=[sm_80,compute_80] -gencode arch=comp
 ifeq ($(USE_CUDA),1)
   COBJ     := $(BUILD)/obj/common-cuda
   CFLAGS   += -DZL_CUDA -I$(CUDA_HOME)/include
-  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -DZL_CUDA -Icommon -I$(IMPL) $(shell mpicc --showme:compile) \
+  # -fmad=false: no fused multiply-add, so elementwise kernels (AdamW, SGD, add, scale) do the CPU
+  # path's IEEE arithmetic step for step and CPU/GPU runs agree to the bit there (notes/gpu.md)
+  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -fmad=false -DZL_CUDA -Icommon -I$(IMPL) $(shell mpicc --showme:compile) \
               -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -MMD -MP
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
   LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcublasLt -lnccl -lcudart -lstdc++
@@ -103,7 +105,7 @@ SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 
 .PHONY: all build demo test test-prep test-run run doctor deps exercises check-exercises exercise hint \
-        exercise-list bench bench-collectives plots clean test-gpu cuda-check help
+        exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help
 .DEFAULT_GOAL := all
 
 all: build
@@ -191,8 +193,7 @@ demo:
 
 # make plots: the figures of notes/ (notes/figures/*.png) from the JSON under results/ that
 # make demo writes; a figure whose inputs are missing is skipped with a note. The python that
-# plots: PATH's python3 when it has matplotlib, else Debian's /usr/bin/python3 (as deps.sh says).
-PLOT_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { command -v $$p; break; }; done)
+# plots: PLOT_PYTHON (defined with the toolchain above, as deps.sh says).
 plots:
 	@test -n "$(PLOT_PYTHON)" || { echo "error: no python3 with matplotlib: run 'make deps' (Debian: apt-get install python3-matplotlib)"; exit 2; }
 	@$(PLOT_PYTHON) common/scripts/plots.py --results results --out notes/figures
@@ -216,6 +217,40 @@ ifeq ($(USE_CUDA),1)
 	 echo "CUDA path: $$n .cu file(s) compiled with $(NVCC) into $(LIB)$(if $(COMMON_CU), ($(notdir $(COMMON_CU))))"
 else
 	@echo "CUDA path: off ($(CUDA_WHY)); no .cu compiled"
+endif
+
+# ---- the GPU path's own tests and benchmarks: need a GPU, never part of make test ----------
+#   make test-gpu    CUDA ops vs CPU ops, collectives on CUDA buffers, chapters 02-05 GPU vs CPU
+#   make bench-gpu   matmul TFLOP/s vs cuBLAS, step time per chapter (skipped without a GPU)
+# See notes/gpu.md; common/scripts/gpu_session.sh runs both on a lent GPU machine.
+GPU_TEST_C    := $(wildcard tests/gpu/test_*.c)
+GPU_TEST_BIN  := $(OUT)/tests/zl_gpu_tests
+GPU_PROGS     := $(patsubst tests/gpu/%.c,$(OUT)/tests/%,$(wildcard tests/gpu/gpu_*.c)) \
+                 $(patsubst tests/gpu/%.cu,$(OUT)/tests/%,$(wildcard tests/gpu/gpu_*.cu))
+.PRECIOUS: $(OBJ)/tests/gpu/%.o $(OBJ)/tests/gpu/%.cu.o
+ifeq ($(USE_CUDA),1)
+$(GPU_TEST_BIN): $(GPU_TEST_C:tests/%.c=$(OBJ)/tests/%.o) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $^ -o $@ $(CRIT_LIBS) $(LDLIBS)
+$(OBJ)/tests/gpu/%.cu.o: tests/gpu/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+$(OUT)/tests/gpu_%: $(OBJ)/tests/gpu/gpu_%.cu.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $^ -o $@ $(LDLIBS)
+$(OUT)/tests/gpu_%: $(OBJ)/tests/gpu/gpu_%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $^ -o $@ $(LDLIBS)
+gpu-build: build $(GPU_TEST_BIN) $(GPU_PROGS)
+test-gpu: gpu-build
+	@bash common/scripts/run_tests.sh $(GPU_TEST_BIN) $(TEST_FILTER)
+bench-gpu: gpu-build
+	@bash common/scripts/bench_gpu.sh $(OUT) $(RESULTS)
+else
+gpu-build test-gpu:
+	@echo "error: $@ needs the CUDA path ($(CUDA_WHY)); build with GPU=1 on a machine with nvcc and NCCL" >&2; exit 2
+bench-gpu:
+	@echo "bench-gpu: skipped (CUDA path off: $(CUDA_WHY))"
 endif
 
 # ---- exercises: generated from solutions/, never edited by hand --------------------------
@@ -247,6 +282,35 @@ bench: build
 	   $(MAKE) --no-print-directory RESULTS=$(RESULTS) $$t || failed="$$failed $$t"; done; \
 	 echo "bench: results under $(RESULTS)/"; \
 	 test -z "$$failed" || { echo "bench: failed:$$failed"; exit 1; }
+
+# ch01: the collectives, vendor (MPI) vs ring (solutions/ring.c) alternating, 2 and 4 ranks,
+# 4 KiB..64 MiB float (notes/benchmarks.md, collectives section). COLLBENCH_ARGS overrides the sweep.
+COLLBENCH_ARGS ?= -b 4K -e 64M -f 2 -n 20 -w 5 -d float --op all --impl both
+bench-collectives: $(BIN)/ch01_collbench
+	@mkdir -p $(RESULTS)
+	@for np in 2 4; do echo "== ch01_collbench, $$np ranks -> $(RESULTS)/collbench_np$$np.json"; \
+	   bash common/scripts/zlrun $$np $(BIN)/ch01_collbench $(COLLBENCH_ARGS) --json $(RESULTS)/collbench_np$$np.json \
+	   || exit 1; done
+
+# ch02: DDP naive vs overlap vs bucketed at N = 2 (alternating, median of repetitions), the share of
+# all-reduce time hidden under the backward (from the traces), samples/s at N = 1, 2, 4
+# (notes/benchmarks.md, DDP section). ZL_BENCH_REPS / ZL_BENCH_STEPS override the defaults (5 / 20).
+bench-ddp: $(BIN)/ch02_ddp
+	@bash chapters/02_ddp/bench.sh $(BIN) $(RESULTS)/ddp
+	@cp $(RESULTS)/ddp/ch02_naive.trace.json $(RESULTS)/ddp/ch02_bucketed.trace.json $(RESULTS)/
+
+# ---- chapters 03-05: ZeRO step times over DDP, peak bytes per stage, the memory budget demo ----
+#   make bench-zero     step time of ZeRO-1/2/3 over DDP at N = 2 and 4 (alternating, medians),
+#                       peak bytes per rank at N = 4 vs the formula, then the budget demo
+#   make budget-demo    the largest model each stage trains under BUDGET MiB per rank (N = 4)
+BUDGET ?= 64
+.PHONY: bench-zero budget-demo
+bench-zero: build
+	@mkdir -p $(RESULTS)
+	@bash common/scripts/bench_zero.sh $(BIN) $(RESULTS)
+budget-demo: build
+	@mkdir -p $(RESULTS)
+	@bash common/scripts/budget_demo.sh $(BIN) $(RESULTS) $(BUDGET)
 
 help:
 	@sed -n '2,/^$$/{/^$$/d;s/^# \{0,1\}//;p}' Makefile

@@ -3,7 +3,7 @@
  * function of (seed, stream, index), so sample i is the same whichever rank makes it, in
  * whatever batch, in whatever order — the property every parity test leans on. */
 #include "data.h"   // data_t, data_init, data_batch, rng_*
-#include <math.h>   // sqrt, log, cos, exp
+#include <math.h>   // sqrt, log, exp, sqrtf, logf, cosf, sinf
 #include <stdlib.h> // free
 #include "check.h"  // die, xmalloc, check_rank
 
@@ -30,12 +30,34 @@ float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return (float)(rng_hash(seed, stream, index) >> 40) * 0x1.0p-24f; /* 24 bits: exact in fp32, < 1 */
 }
 
-/* Box-Muller on the two 32-bit halves of one hash (only the cosine branch: no state to keep). */
+/* Box-Muller: normals 2k and 2k+1 of a stream are r·cos θ and r·sin θ of ONE hash (of k), so
+ * a loop can make them in pairs, while rng_normal still computes any one alone, bit for bit
+ * the same. Float math: the data generator runs every step and must stay cheap. */
+static inline void rng_polar(uint64_t seed, uint64_t stream, uint64_t pair, float *r, float *theta) {
+  uint64_t h = rng_hash(seed, stream, pair);
+  float u1 = (float)((h >> 40) + 1) * 0x1.0p-24f;             /* (0, 1]: log is finite */
+  float u2 = (float)((h >> 16) & 0xffffffULL) * 0x1.0p-24f;   /* [0, 1) */
+  *r = sqrtf(-2.0f * logf(u1));
+  *theta = 6.28318530717958648f * u2;
+}
+
 float rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t h = rng_hash(seed, stream, index);
-  double u1 = ((double)(h >> 32) + 1.0) * 0x1.0p-32; /* (0, 1]: log is finite */
-  double u2 = (double)(h & 0xffffffffULL) * 0x1.0p-32; /* [0, 1) */
-  return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+  float r, theta;
+  rng_polar(seed, stream, index >> 1, &r, &theta);
+  return (index & 1) ? r * sinf(theta) : r * cosf(theta);
+}
+
+/* out[k] = rng_normal(seed, stream, first + k) for k < n, sharing each pair's hash and log. */
+static void rng_normals(uint64_t seed, uint64_t stream, uint64_t first, int n, float *out) {
+  int k = 0;
+  if (n > 0 && (first & 1)) { out[0] = rng_normal(seed, stream, first); k = 1; }
+  for (; k + 1 < n; k += 2) {
+    float r, theta;
+    rng_polar(seed, stream, (first + k) >> 1, &r, &theta);
+    out[k] = r * cosf(theta);
+    out[k + 1] = r * sinf(theta);
+  }
+  if (k < n) out[k] = rng_normal(seed, stream, first + k);
 }
 
 void data_init(data_t *d, int D, int C, uint64_t seed) {
@@ -55,7 +77,7 @@ void data_free(data_t *d) {
 
 /* x (D) of sample i. */
 static void data_x(const data_t *d, int64_t i, float *x) {
-  for (int k = 0; k < d->D; k++) x[k] = rng_normal(d->seed, DATA_STREAM_X, (uint64_t)i * d->D + k);
+  rng_normals(d->seed, DATA_STREAM_X, (uint64_t)i * d->D, d->D, x);
 }
 
 /* p (C) = softmax(teacher · x), in double; returns the distribution's entropy (nats). */

@@ -8,7 +8,7 @@
  * bf16: weights are widened to an fp32 workspace before sgemm; gradients are summed in fp32
  * and rounded to bf16 once, when stored. */
 #include "ops.h"      // the contracts implemented here
-#include <math.h>     // expf, log, sqrtf, pow
+#include <math.h>     // expf, log, sqrtf, pow, fabsf, copysignf
 #include <string.h>   // memcpy, memmove
 #include <cblas.h>    // cblas_sgemm (OpenBLAS), openblas_set_num_threads
 #include "check.h"    // die, check_rank
@@ -19,9 +19,11 @@
 #endif
 
 /* The build uses -O2, where GCC vectorizes almost no loop of unknown length; these loops are
- * the elementwise half of the training step, so let it (and let sqrtf skip errno, which changes
- * no result). Vector and scalar SSE arithmetic round identically: still deterministic. */
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno")
+ * the elementwise half of the training step, so let it. Vector and scalar SSE arithmetic round
+ * identically: still deterministic. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes at -O2 already */
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 
 /* ---- DEV_CUDA: forward, or say this binary cannot ---------------------------------------- */
 static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
@@ -36,6 +38,16 @@ static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
 #define OPS_ON_CUDA_RET(call) ops_no_cuda(__func__)
 #endif
 
+/* bf16 -> fp32 exactly as dtype.h's bf16_to_f32, written with a union so that GCC vectorizes
+ * the loops that use it (it does not see through the memcpy there). */
+static inline float ops_bf16_to_f32(bf16_t h) {
+  union { uint32_t u; float f; } c = {.u = (uint32_t)h << 16};
+  return c.f;
+}
+static inline float ops_load(const void *p, dtype_t dt, int64_t i) {
+  return dt == DT_F32 ? ((const float *)p)[i] : ops_bf16_to_f32(((const bf16_t *)p)[i]);
+}
+
 static _Noreturn void ops_bad_dtype(const char *op, dtype_t dt) {
   die("rank %d: %s: unsupported dtype %s", check_rank(), op, dtype_name(dt));
 }
@@ -47,7 +59,8 @@ enum { OPS_WS_W = 0, OPS_WS_DW = 1, OPS_WS_B = 2, OPS_WS_FREE = 3, OPS_WS_NSLOTS
 typedef struct ops_ws { void *p; int64_t nbytes; } ops_ws_t;
 static ops_ws_t g_ws[2][OPS_WS_NSLOTS]; /* [device][slot] */
 
-/* Contents are NOT kept when a slot grows: a workspace is scratch for one op at a time. */
+/* Contents are NOT kept when a slot grows: a workspace is scratch for one op at a time.
+ * Not thread-safe: the ops that use it (linear) run on the compute thread only. */
 void *ops_workspace(device_t dev, int slot, int64_t nbytes) {
   if (slot < 0 || slot >= OPS_WS_NSLOTS || (dev != DEV_CPU && dev != DEV_CUDA))
     die("rank %d: ops_workspace: slot %d on device %d out of range (slots 0..%d)", check_rank(), slot, (int)dev,
@@ -66,6 +79,9 @@ void *ops_workspace(device_t dev, int slot, int64_t nbytes) {
 }
 
 void ops_release_workspace(void) {
+#ifdef ZL_CUDA
+  opcu_release_workspace(); /* the CUDA kernels keep their own scratch */
+#endif
   for (int d = 0; d < 2; d++)
     for (int s = 0; s < OPS_WS_NSLOTS; s++) {
       ops_ws_t *w = &g_ws[d][s];
@@ -94,7 +110,7 @@ static const float *ops_as_f32(const void *p, dtype_t dt, int64_t n, int slot, c
   if (dt != DT_BF16) ops_bad_dtype(op, dt);
   float *w = ops_workspace(DEV_CPU, slot, n * (int64_t)sizeof(float));
   const bf16_t *h = (const bf16_t *)p;
-  for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(h[i]);
+  for (int64_t i = 0; i < n; i++) w[i] = ops_bf16_to_f32(h[i]);
   return w;
 }
 
@@ -110,7 +126,7 @@ static void ops_store_acc(void *dst, dtype_t dt, const float *add, int64_t n, fl
     if (beta == 0.0f)
       for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(add[i]);
     else
-      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(beta * bf16_to_f32(d[i]) + add[i]);
+      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(beta * ops_bf16_to_f32(d[i]) + add[i]);
   }
 }
 
@@ -182,10 +198,10 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-/* exp(x) for x <= 0 in plain float arithmetic, so GELU loops vectorize (libm's expf/tanhf are
- * calls). Cephes expf: x = n·ln2 + r, |r| <= ln2/2, degree-7 polynomial, about 1 ulp. */
+/* exp(x) for −86 <= x <= 0 in plain float arithmetic, so the GELU loops vectorize (libm's
+ * expf/tanhf are calls). Cephes expf: x = n·ln2 + r, |r| <= ln2/2, a degree-7 polynomial in r,
+ * about 1 ulp. */
 static inline float ops_exp_nonpos(float x) {
-  x = x < -87.0f ? -87.0f : x;                    /* keeps 2^n a normal float */
   float fn = x * 1.44269504088896341f;            /* x / ln2 */
   fn = (fn + 12582912.0f) - 12582912.0f;          /* round to nearest integer (1.5·2^23 trick) */
   float r = x - fn * 0.693359375f;                /* ln2 in two parts (Cody-Waite) */
@@ -197,17 +213,23 @@ static inline float ops_exp_nonpos(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23; /* 2^n */
+  uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23; /* 2^n, n >= −125: a normal float */
   float two_n;
   memcpy(&two_n, &bits, sizeof two_n);
   return p * two_n;
 }
-/* tanh(u) = (1 − e)/(1 + e), e = exp(−2|u|): absolute error ~1e-7, which is what GELU needs. */
+/* tanh(u) = sign(u)·(1 − e)/(1 + e), e = exp(−2|u|): absolute error ~1e-7, what GELU needs.
+ * |u| is clamped to 43 (tanh is 1 in float long before) by comparing its bits as integers:
+ * no float compare, so the loop stays branch-free. NaN becomes ±1 here; GELU keeps it NaN
+ * through its factor x. */
 static inline float ops_tanh(float u) {
-  float a = u < 0.0f ? -u : u;
+  float a = fabsf(u);
+  int32_t ab;
+  memcpy(&ab, &a, sizeof ab);
+  ab = ab < 0x422c0000 ? ab : 0x422c0000; /* 43.0f */
+  memcpy(&a, &ab, sizeof a);
   float e = ops_exp_nonpos(-2.0f * a);
-  float t = (1.0f - e) / (1.0f + e);
-  return u < 0.0f ? -t : t;
+  return copysignf((1.0f - e) / (1.0f + e), u);
 }
 
 void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n) {
@@ -256,19 +278,20 @@ double op_softmax_xent(device_t dev, float *dlogits, const float *logits, const 
 }
 
 /* ---- optimizers: one pass over a flat range ------------------------------------------------ */
-/* Written once, inlined per gradient dtype so each loop is branch-free. */
+/* Written once, inlined per gradient dtype so each loop is branch-free. The operation order is
+ * torch.optim.AdamW's single-tensor path: decay w by (1 − lr·wd), update m and v, then
+ * w −= (lr/bc1)·m / (sqrt(v)/sqrt(bc2) + eps) — the ops.h formula, term for term. */
 static inline __attribute__((always_inline)) void adamw_loop(float *w, const void *grad, dtype_t gdt, float *m,
-                                                             float *v, int64_t n, float lr, float b1, float b2,
-                                                             float eps, float wd, float bc1, float bc2,
+                                                             float *v, int64_t n, float b1, float b2, float eps,
+                                                             float decay, float step_size, float bc2_sqrt,
                                                              float gscale) {
   for (int64_t i = 0; i < n; i++) {
-    float g = gscale * dt_load(grad, gdt, i);
+    float g = gscale * ops_load(grad, gdt, i);
     float mi = b1 * m[i] + (1.0f - b1) * g;
     float vi = b2 * v[i] + (1.0f - b2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+    w[i] = w[i] * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
   }
 }
 
@@ -276,13 +299,14 @@ void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, f
               const adamw_hp_t *hp, int t, float gscale) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_adamw(w, grad, gdt, m, v, n, hp, t, gscale));
   if (t < 1) die("rank %d: op_adamw: step t = %d, must be >= 1 (bias correction)", check_rank(), t);
-  /* bias corrections in double, as PyTorch computes them on the host */
-  float bc1 = (float)(1.0 - pow((double)hp->beta1, t));
-  float bc2 = (float)(1.0 - pow((double)hp->beta2, t));
+  /* the scalars in double, as PyTorch computes them on the host, then rounded once */
+  double bc1 = 1.0 - pow((double)hp->beta1, t), bc2 = 1.0 - pow((double)hp->beta2, t);
+  float step_size = (float)(hp->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+  float decay = (float)(1.0 - (double)hp->lr * hp->weight_decay);
   if (gdt == DT_F32)
-    adamw_loop(w, grad, DT_F32, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, bc1, bc2, gscale);
+    adamw_loop(w, grad, DT_F32, m, v, n, hp->beta1, hp->beta2, hp->eps, decay, step_size, bc2_sqrt, gscale);
   else if (gdt == DT_BF16)
-    adamw_loop(w, grad, DT_BF16, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, bc1, bc2, gscale);
+    adamw_loop(w, grad, DT_BF16, m, v, n, hp->beta1, hp->beta2, hp->eps, decay, step_size, bc2_sqrt, gscale);
   else
     ops_bad_dtype(__func__, gdt);
 }
@@ -290,7 +314,7 @@ void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, f
 static inline __attribute__((always_inline)) void sgd_loop(float *w, const void *grad, dtype_t gdt, float *buf,
                                                            int64_t n, float lr, float mu, float wd, float gscale) {
   for (int64_t i = 0; i < n; i++) {
-    float g = gscale * dt_load(grad, gdt, i) + wd * w[i];
+    float g = gscale * ops_load(grad, gdt, i) + wd * w[i];
     float b = mu * buf[i] + g;
     buf[i] = b;
     w[i] -= lr * b;
@@ -318,10 +342,10 @@ void op_cast(device_t dev, void *dst, dtype_t ddt, const void *src, dtype_t sdt,
   } else if (ddt == DT_F32 && sdt == DT_BF16) {
     float *d = dst;
     const bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
+    for (int64_t i = 0; i < n; i++) d[i] = ops_bf16_to_f32(s[i]);
   } else if (ddt == DT_F64 && (sdt == DT_F32 || sdt == DT_BF16)) {
     double *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = dt_load(src, sdt, i);
+    for (int64_t i = 0; i < n; i++) d[i] = ops_load(src, sdt, i);
   } else if (sdt == DT_F64 && ddt == DT_F32) {
     float *d = dst;
     const double *s = src;
@@ -340,7 +364,7 @@ void op_add(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
   } else if (dt == DT_BF16) {
     bf16_t *d = dst;
     const bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
+    for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(ops_bf16_to_f32(d[i]) + ops_bf16_to_f32(s[i]));
   } else if (dt == DT_F64) {
     double *d = dst;
     const double *s = src;
@@ -362,7 +386,7 @@ void op_max(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
     bf16_t *d = dst;
     const bf16_t *s = src;
     for (int64_t i = 0; i < n; i++) {
-      float a = bf16_to_f32(d[i]), b = bf16_to_f32(s[i]);
+      float a = ops_bf16_to_f32(d[i]), b = ops_bf16_to_f32(s[i]);
       d[i] = OPS_MAX(a, b) == a ? d[i] : s[i]; /* pick, do not re-round */
     }
   } else if (dt == DT_F64) {
@@ -381,7 +405,7 @@ void op_scale(device_t dev, void *x, dtype_t dt, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] *= s;
   } else if (dt == DT_BF16) {
     bf16_t *p = x;
-    for (int64_t i = 0; i < n; i++) p[i] = bf16_from_f32(bf16_to_f32(p[i]) * s);
+    for (int64_t i = 0; i < n; i++) p[i] = bf16_from_f32(ops_bf16_to_f32(p[i]) * s);
   } else if (dt == DT_F64) {
     double *p = x;
     for (int64_t i = 0; i < n; i++) p[i] *= s;
@@ -417,7 +441,7 @@ void op_fill(device_t dev, void *x, dtype_t dt, float value, int64_t n) {
     for (int j = 0; i < n; i++, j++) { double v = LOAD(p[i]); acc[j] += v * v; }      \
   } while (0)
 #define SUMSQ_ID(v) ((double)(v))
-#define SUMSQ_BF(v) ((double)bf16_to_f32(v))
+#define SUMSQ_BF(v) ((double)ops_bf16_to_f32(v))
 double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA_RET(opcu_sumsq(x, dt, n));
   double acc[8] = {0};

@@ -48,7 +48,7 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
                        .steps = 60, .accum = 1, .lr = 3e-3, .momentum = 0.9, .weight_decay = 0.0,
                        .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .clip = 0.0, .seed = 1234,
                        .optimizer = OPT_ADAMW, .wdt = DT_F32, .collectives = COLL_VENDOR,
-                       .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.25,
+                       .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
                        .prefetch = 1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";

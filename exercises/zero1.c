@@ -50,6 +50,14 @@ static void zero1_setup(trainer_t *t) {
 
 static void zero1_no_hook(trainer_t *t, int unit) {}
 
+/* Step 1 on the trace: forward + backward of a micro-batch, with the full params. */
+static void zero1_pre_forward(trainer_t *t, int unit) {
+  if (unit == 0) trace_begin("1 forward + backward");
+}
+static void zero1_post_backward(trainer_t *t, int unit) {
+  if (unit == 0) trace_end(NULL);
+}
+
 static void zero1_pre_backward(trainer_t *t, int unit) {
   t->grad_beta = t->micro > 0 ? 1.0f : 0.0f; /* full grads accumulate locally over micro-batches */
 }
@@ -103,10 +111,10 @@ static const strategy_t zero1_s = {
     .name = "zero1",
     .stage = 1,
     .setup = zero1_setup,
-    .pre_forward = zero1_no_hook,
+    .pre_forward = zero1_pre_forward,
     .post_forward = zero1_no_hook,
     .pre_backward = zero1_pre_backward,
-    .post_backward = zero1_no_hook,
+    .post_backward = zero1_post_backward,
     .step = zero1_step,
     .teardown = zero1_teardown,
     .export_params = zero1_export_params,

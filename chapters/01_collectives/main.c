@@ -109,7 +109,7 @@ static void demo_all_gather(const demo_t *d) {
   show(d, "Before", "AllGather", x, 2);
   comm_all_gather(d->c, x, y, numel, d->dt);
   show(d, "After", "AllGather", y, numel);
-  notice(d, "chunk r of the result is rank r's input, on every rank: the inverse of reduce-scatter.");
+  notice(d, "chunk r of the result is rank r's input, on every rank; reduce-scatter then all-gather = all-reduce.");
   free(x);
   free(y);
 }

@@ -54,18 +54,23 @@ fi
 
 # ---- sizes: small enough for 5 minutes on 2 cores, the same model for every loss curve ----
 if [ "$DEVICE" = cuda ]; then
-  BATCH=$((64 * NP)); MODEL=(--layers 6 --hidden 1024 --input 512 --classes 32 --steps 40)
+  BATCH=$((64 * NP)); STEPS=40; MODEL=(--layers 6 --hidden 1024 --input 512 --classes 32)
 elif [ "$QUICK" = 1 ]; then
-  BATCH=16; MODEL=(--layers 3 --hidden 48 --input 32 --classes 8 --steps 6)
+  BATCH=16; STEPS=6; MODEL=(--layers 3 --hidden 48 --input 32 --classes 8)
 else
-  BATCH=64; MODEL=(--layers 4 --hidden 256 --input 128 --classes 10 --steps 30)
+  BATCH=64; STEPS=30; MODEL=(--layers 4 --hidden 256 --input 128 --classes 10)
 fi
-MODEL+=(--batch "$BATCH")
+MODEL+=(--batch "$BATCH")   # loss runs add --steps $STEPS, trace runs a few steps only
 # the memory/traffic sweep: a tiny model, bf16 + AdamW (the paper's 16Ψ setting), 2 steps
 SWEEP=(--layers 3 --hidden 64 --input 32 --classes 8 --batch 16 --steps 2 --precision bf16 --optimizer adamw --device cpu)
 SWEEP_NS=(1 2 4 8)
 [ "$QUICK" = 1 ] && SWEEP_NS=(2 4)
 COLL_NS=(2 4)
+NPT=2   # the timelines: 2 CPU ranks, so each rank has a core and the rows stay readable
+[ "$DEVICE" = cuda ] && NPT=$NP
+BENCH=(--maxbytes 4M --iters 5 --warmup_iters 2)          # 4 KiB .. 4 MiB, median of 5
+[ "$QUICK" = 1 ] && BENCH=(--maxbytes 64K --iters 2 --warmup_iters 1)
+[ "$DEVICE" = cuda ] && BENCH=(--maxbytes 256M --iters 10 --warmup_iters 3)
 [ "$DEVICE" = cuda ] && COLL_NS=("$NP")
 
 # ---- output helpers ----------------------------------------------------------------------
@@ -142,8 +147,7 @@ EOF
   have ch01_collbench || return
   local n
   for n in "${COLL_NS[@]}"; do
-    if [ "$QUICK" = 1 ]; then run "$n" ch01_collbench --max-bytes 64K --json "$RES/collbench_np$n.json"
-    else run "$n" ch01_collbench --json "$RES/collbench_np$n.json"; fi
+    run "$n" ch01_collbench --op all "${BENCH[@]}" --json "$RES/collbench_np$n.json"
   done
 }
 
@@ -154,20 +158,21 @@ averaged with one all-reduce. Compare the loss lines of the two runs: they agree
 The loss falls towards the teacher's entropy, the best any model can do on this data.
 EOF
   if have ch02_ddp; then
-    run 1 ch02_ddp "${MODEL[@]}" --device "$DEVICE" --json "$RES/loss/ddp_np1.json"
+    run 1 ch02_ddp "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/loss/ddp_np1.json"
   echo
-    run "$NP" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --variant bucketed --json "$RES/loss/ddp_np$NP.json"
+    run "$NP" ch02_ddp "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --variant bucketed --json "$RES/loss/ddp_np$NP.json"
   fi
   step "Chapter 02 — overlap: naive vs bucketed all-reduce, on a timeline" <<EOF
 Naive DDP waits for the whole backward, then all-reduces. Bucketed DDP starts a bucket's
 all-reduce as soon as its layers' gradients exist, so communication hides behind the
-backward of the earlier layers. Two traces: open them in ui.perfetto.dev (notes/tour.md).
+backward of the earlier layers. Two traces ($NPT ranks, 4 steps): open them in
+ui.perfetto.dev (notes/tour.md). The report's 'overlap' line says how much was hidden.
 EOF
   have ch02_ddp || return
-  run "$NP" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant naive --trace "$RES/ch02_naive.trace.json" \
+  run "$NPT" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant naive --trace "$RES/ch02_naive.trace.json" \
     --json "$RES/ch02_naive.json"
   echo
-  run "$NP" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant bucketed --bucket-mb 0.25 \
+  run "$NPT" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant bucketed --bucket-mb 0.25 \
     --trace "$RES/ch02_bucketed.trace.json" --json "$RES/ch02_bucketed.json"
 }
 
@@ -193,9 +198,13 @@ EOF
     ;;
   esac
   have "$prog" || return
-  local extra=()
-  [ "$stage" = 3 ] && extra=(--prefetch 1 --trace "$RES/ch05_zero3.trace.json")
-  run "$NP" "$prog" "${MODEL[@]}" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json" "${extra[@]}"
+  run "$NP" "$prog" "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json"
+  if [ "$stage" = 3 ]; then
+    echo
+    echo "  The same with a timeline ($NPT ranks, 4 steps, one unit prefetched): results/ch05_zero3.trace.json"
+    run "$NPT" "$prog" "${MODEL[@]}" --steps 4 --device "$DEVICE" --prefetch 1 --quiet \
+      --trace "$RES/ch05_zero3.trace.json" --json "$RES/ch05_zero3.json"
+  fi
 }
 
 do_sweep() { # do_sweep STRATEGY...: memory and traffic at N = 1, 2, 4, 8 (CPU ranks, tiny model)

@@ -352,7 +352,7 @@ def collbench_rows(doc):
         op = r.get("op") or r.get("collective")
         impl = r.get("impl") or r.get("collectives") or r.get("variant")
         nbytes = r.get("nbytes", r.get("bytes", r.get("size")))
-        bw = r.get("busbw_gbps", r.get("busbw_GBps", r.get("busbw")))
+        bw = r.get("busbw_gbs", r.get("busbw_gbps", r.get("busbw")))
         if None in (op, impl, nbytes, bw):
             continue
         out.append((str(op), str(impl), float(nbytes), float(bw)))
@@ -372,9 +372,13 @@ def fig_collbench(results, outdir):
                 ops.append(r[0])
     if not ops:
         raise ValueError("collbench JSON without rows")
-    fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 4.6), sharey=True, squeeze=False)
+    ncols = min(3, len(ops))
+    nrows = (len(ops) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 0.6 + 3.9 * nrows), squeeze=False)
     styles = {"vendor": "-", "ring": "--"}
-    for ax, op in zip(axes[0], ops):
+    for ax in axes.flat[len(ops):]:
+        ax.set_visible(False)
+    for ax, op in zip(axes.flat, ops):
         for ci, (n, d) in enumerate(docs):
             for impl in ("vendor", "ring"):
                 pts = sorted((r[2], r[3]) for r in collbench_rows(d) if r[0] == op and r[1] == impl)
@@ -384,12 +388,14 @@ def fig_collbench(results, outdir):
         ax.set_xscale("log", base=2)
         ax.set_title(op.replace("_", "-"))
         ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("bus bandwidth (GB/s)")
-    dev = docs[0][1].get("device", "cpu")
-    fig.suptitle("Bus bandwidth vs message size: vendor (%s) vs our ring, %s ranks (%s)"
-                 % (docs[0][1].get("backend", "MPI"), " and ".join(str(n) for n, _ in docs), dev), fontsize=12)
+    d0 = docs[0][1]
+    fig.suptitle("Bus bandwidth vs message size: vendor (%s) vs our ring (solutions/ring.c), %s ranks, %s, median of %s iterations"
+                 % (d0.get("backend", "MPI"), " and ".join(str(n) for n, _ in docs), d0.get("dtype", "float"),
+                    d0.get("iters", "?")), fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     savefig(fig, outdir, "collbench_busbw")
     return None
@@ -398,8 +404,9 @@ def fig_collbench(results, outdir):
 # ---- figure 4: timelines from the Chrome traces ---------------------------------------------
 
 CATS = [  # (category, colour, keywords in the event name or its args.op) — first match wins
-    ("wait", "#BBBBBB", ("wait", "sync")),
-    ("forward", "#4C72B0", ("forward", "fwd")),
+    ("wait", "#F0F0F0", ("wait", "sync")),
+    ("control", "#7F7F7F", ("control", "ctl_")),
+    ("forward", "#4C72B0", ("forward", "fwd", "loss")),
     ("backward", "#DD8452", ("backward", "bwd")),
     ("optimizer", "#55A868", ("optim", "adam", "sgd", "update", "cast")),
     ("all-reduce", "#C44E52", ("all_reduce", "allreduce", "all-reduce")),
@@ -448,10 +455,11 @@ def step_window(evs):
     return t0 + 0.6 * (t1 - t0), t1
 
 
-def draw_timeline(ax, evs, title):
+def draw_timeline(ax, evs, title, span):
+    """One step of every rank: two rows per rank (compute, comm). span: the window length (us)."""
     t0, t1 = step_window(evs)
-    pad = 0.03 * (t1 - t0)
-    lo, hi = t0 - pad, t1 + pad
+    pad = 0.03 * span
+    lo, hi = t0 - pad, t0 + span + pad
     ranks = sorted({e[0] for e in evs})
     labels, seen = [], {}
     for i, r in enumerate(ranks):
@@ -464,32 +472,58 @@ def draw_timeline(ax, evs, title):
                 if tid == 0 and re.match(r"^step\b", name.lower()):
                     continue  # the enclosing step span would hide its phases
                 cat, color = ev_category(name)
-                ax.broken_barh([((ts - t0) / 1000.0, d / 1000.0)], (y, 0.9), facecolors=color,
-                               edgecolor="white", linewidth=0.3)
+                style = dict(facecolors=color, edgecolor="white", linewidth=0.3)
+                if cat == "wait":  # waiting is idle time: hatched, not a solid block
+                    style = dict(facecolors=color, edgecolor="#999999", linewidth=0.3, hatch="////")
+                ax.broken_barh([((ts - t0) / 1000.0, d / 1000.0)], (y, 0.9), **style)
                 seen[cat] = color
+    ax.axvline(0, color="black", lw=0.8, alpha=0.5)
+    ax.axvline((t1 - t0) / 1000.0, color="black", lw=0.8, alpha=0.5)
     ax.set_yticks([y for y, _ in labels])
-    ax.set_yticklabels([lab for _, lab in labels], fontsize=8)
+    ax.set_yticklabels([lab for _, lab in labels], fontsize=9)
     ax.set_xlim((lo - t0) / 1000.0, (hi - t0) / 1000.0)
-    ax.set_xlabel("time since the start of the step (ms)")
+    ax.set_xlabel("time since the start of rank 0's step (ms); thin lines: rank 0's step begins and ends")
     ax.set_title(title, fontsize=11)
     ax.grid(axis="x", alpha=0.3)
     return seen
 
 
+def run_summary(trace_path):
+    """' — step 12.3 ms (median), 40% of comm hidden' from the results JSON beside a trace."""
+    jpath = trace_path[: -len(".trace.json")] + ".json"
+    if not os.path.exists(jpath):
+        return ""
+    res = load_json(jpath)
+    parts = []
+    if res.get("median_step_ms") is not None:
+        parts.append("median step %.1f ms" % float(res["median_step_ms"]))
+    ov = res.get("overlap") or {}
+    if ov.get("hidden_fraction") is not None and float(ov["hidden_fraction"]) >= 0:
+        parts.append("%.0f%% of communication time under a backward" % (100 * float(ov["hidden_fraction"])))
+    dev = res.get("device")
+    if dev:
+        parts.append("%d ranks on %s" % (int(res.get("world", 0)), dev))
+    return (" — " + ", ".join(parts)) if parts else ""
+
+
 def fig_timelines_ddp(results, outdir):
-    paths = [(os.path.join(results, "ch02_naive.trace.json"), "DDP naive: all-reduce after the whole backward"),
-             (os.path.join(results, "ch02_bucketed.trace.json"), "DDP bucketed: bucket all-reduces overlap the backward")]
-    have = [(p, t) for p, t in paths if os.path.exists(p)]
+    paths = [(os.path.join(results, "ch02_naive.trace.json"),
+              "DDP naive: one all-reduce of all gradients after the whole backward"),
+             (os.path.join(results, "ch02_bucketed.trace.json"),
+              "DDP bucketed: a bucket's all-reduce starts as soon as its layers' backward is done")]
+    have = [(p, t + run_summary(p)) for p, t in paths if os.path.exists(p)]
     if not have:
         return "no results/ch02_naive.trace.json or ch02_bucketed.trace.json (ch02_ddp --trace)"
-    return draw_timeline_fig(have, outdir, "timeline_ddp", "Timeline of one training step per rank (ch02_ddp --trace)")
+    return draw_timeline_fig(have, outdir, "timeline_ddp",
+                             "Timeline of one DDP step per rank, same time scale (ch02_ddp --trace)")
 
 
 def fig_timelines_zero3(results, outdir):
     p = os.path.join(results, "ch05_zero3.trace.json")
     if not os.path.exists(p):
         return "no results/ch05_zero3.trace.json (ch05_zero3 --trace)"
-    return draw_timeline_fig([(p, "ZeRO-3 with prefetch: gather unit u+1 while computing unit u, free after use")],
+    return draw_timeline_fig([(p, "ZeRO-3: all-gather each unit before its forward and again before its backward "
+                                  "(prefetched on the comm row), reduce-scatter its grads" + run_summary(p))],
                              outdir, "timeline_zero3", "Timeline of one ZeRO-3 step per rank (ch05_zero3 --trace)")
 
 
@@ -500,16 +534,18 @@ def draw_timeline_fig(items, outdir, name, suptitle):
         if not evs:
             raise ValueError("%s: no complete ('X') events" % path)
         loaded.append((evs, title))
+    span = max(b - a for a, b in (step_window(evs) for evs, _ in loaded))  # one scale for all panels
     nrows = sum(len({e[0] for e in evs}) for evs, _ in loaded)
-    fig, axes = plt.subplots(len(loaded), 1, figsize=(13, 1.2 + 1.0 * nrows + 0.9 * len(loaded)), squeeze=False)
+    fig, axes = plt.subplots(len(loaded), 1, figsize=(13, 1.3 + 1.0 * nrows + 1.0 * len(loaded)), squeeze=False)
     seen = {}
     for ax, (evs, title) in zip(axes[:, 0], loaded):
-        seen.update(draw_timeline(ax, evs, title))
+        seen.update(draw_timeline(ax, evs, title, span))
     order = [c for c, _, _ in CATS] + ["other"]
-    handles = [Patch(color=seen[c], label=c) for c in order if c in seen]
+    handles = [Patch(facecolor=seen[c], edgecolor="#999999", hatch="////" if c == "wait" else None,
+                     label="wait (idle)" if c == "wait" else c) for c in order if c in seen]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
     fig.suptitle(suptitle, fontsize=12)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     savefig(fig, outdir, name)
     return None
 

@@ -197,10 +197,12 @@ static void stage_matrix_bf16(int stage) {
   scenario(stage, 4, SGD, 2e-2, 1, 1, 0, 0);
   scenario(stage, 5, ADAM, 2e-2, 2, 1, 0, 0);
 }
-/* --accum 2 --clip: ZeRO-1 accumulates full grads locally (bitwise at N 2); ZeRO-2/3 reduce-scatter
- * each micro-batch (sum order differs from DDP's: 1e-6). Clipping is active (norm > 0.05). */
+/* --accum 2 --clip: ZeRO-1 accumulates full grads locally like DDP (bitwise at N 2); ZeRO-2/3
+ * reduce-scatter each micro-batch and add the pieces, so the sum runs (r0k0 + r1k0) + (r0k1 + r1k1)
+ * where DDP runs (r0k0 + r0k1) + (r1k0 + r1k1): not bitwise even at N 2, stated tolerance 1e-5 with
+ * AdamW (which turns a 1e-7 gradient difference into ~lr·1e-7 on any weight). Clipping is active. */
 static void stage_matrix_accum_clip(int stage) {
-  scenario(stage, 2, ADAM " --accum 2 --clip 0.05", stage == 1 ? 0 : 1e-6, 2, 0, 0, 0);
+  scenario(stage, 2, ADAM " --accum 2 --clip 0.05", stage == 1 ? 0 : 1e-5, 2, 0, 0, 0);
   scenario(stage, 3, SGD " --accum 2 --clip 0.05", 1e-6, 1, 0, 1, 0);
 }
 

@@ -4,6 +4,7 @@
 #include "zl_test.h" // Criterion, zl_expect_floats
 #include <float.h>   // FLT_MAX
 #include "data.h"    // rng_normal, rng_uniform: reproducible test inputs
+#include "device.h"  // dev_malloc, dev_memcpy, device_cuda_count: the CUDA comparison
 #include "dtype.h"   // bf16_from_f32, bf16_to_f32
 #include "ledger.h"  // ledger_live: workspace accounting
 #include "ops.h"     // the ops under test
@@ -489,4 +490,206 @@ Test(common_ops, workspace_grows_only_and_is_accounted) {
   ops_release_workspace();
   cr_assert(ledger_live(LEDGER_ACTS) == 0, "acts after ops_release_workspace: got %lld, expected 0",
             (long long)ledger_live(LEDGER_ACTS));
+}
+
+/* ---- the CUDA path against this CPU path (runs only with a GPU) ---------------------------- */
+static void *to_dev(const void *host, size_t nbytes) {
+  void *d = dev_malloc(DEV_CUDA, nbytes, "test buffer");
+  dev_memcpy(DEV_CUDA, d, DEV_CPU, host, nbytes);
+  return d;
+}
+static void *from_dev(const void *d, size_t nbytes) {
+  void *h = malloc(nbytes);
+  dev_sync(DEV_CUDA);
+  dev_memcpy(DEV_CPU, h, DEV_CUDA, d, nbytes);
+  return h;
+}
+/* |gpu − cpu| <= tol_i for every element, where tol_i = k·Σ|terms_i| (both paths are within
+ * K·u·Σ|terms| of the exact sum, whatever their summation order) plus extra·(|cpu_i| + |also_i|)
+ * for results stored in bf16 (one ulp per rounding that may fall differently; `also`: the old
+ * value an accumulation started from, or NULL). */
+static void expect_within_sum_bound(const char *what, const float *gpu, const float *cpu, const double *mag, int64_t n,
+                                    double k, double extra, const float *also) {
+  for (int64_t i = 0; i < n; i++) {
+    double tol = k * mag[i] + extra * (fabs(cpu[i]) + (also ? fabs(also[i]) : 0)) + 1e-30;
+    if (!(fabs((double)gpu[i] - cpu[i]) <= tol))
+      cr_assert_fail("%s[%lld]: got %.9g on cuda, expected %.9g (cpu), tol %.3g", what, (long long)i, gpu[i], cpu[i], tol);
+  }
+}
+
+/* |got − expected| <= tol·max|expected|: for elementwise updates whose rounding errors sit at
+ * the scale of the largest terms, while single elements may cancel to near 0. */
+static void expect_close_maxrel(const char *what, const float *got, const float *exp, int64_t n, double tol) {
+  double mx = 0;
+  for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(exp[i]));
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs((double)got[i] - exp[i]) <= tol * mx))
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %.3g = %g of max|expected|)", what, (long long)i,
+                     got[i], exp[i], tol * mx, tol);
+}
+
+/* Every op on DEV_CUDA (dispatched by ops_cpu.c to ops_cuda.cu) against DEV_CPU on the same
+ * inputs. Matmuls: within the summation-order bound 2·K·u·Σ|terms| (+ one bf16 ulp, 2^-8
+ * relative, where the result is stored in bf16); GELU within 1e-5·max(1,|x|) (two tanh
+ * approximations, each ~1e-7 absolute); softmax within 1e-6; casts, add, max, scale, fill
+ * bitwise (one RNE rounding of the same fp32 value); Σx² within 1e-12 relative (double sums in
+ * another order). Optimizer states
+ * within 2e-6 of their largest magnitude (a few roundings at that scale per step; the GPU may
+ * fuse multiply-adds, and single elements can cancel to near 0). */
+Test(common_ops, cuda_matches_cpu) {
+  if (!device_cuda_built()) cr_skip_test("built without CUDA (make GPU=1 on a machine with nvcc)");
+  if (device_cuda_count() == 0) cr_skip_test("no GPU visible");
+  device_cuda_select(0);
+  enum { B = 33, IN = 65, OUT = 47, NW = IN * OUT };
+  const double u = 0x1p-24;
+  float *x = randn(B * IN, 70, 1), *W = randn(NW, 71, 0.2f), *b = randn(OUT, 72, 1), *dy = randn(B * OUT, 73, 1);
+  round_bf16(W, NW); /* the same weight values in both passes (fp32 and bf16) */
+  round_bf16(b, OUT);
+  double *mag_y = calloc(B * OUT, sizeof(double)), *mag_dx = calloc(B * IN, sizeof(double)),
+         *mag_dw = calloc(NW + OUT, sizeof(double));
+  for (int r = 0; r < B; r++)
+    for (int o = 0; o < OUT; o++) {
+      mag_y[r * OUT + o] += fabs(b[o]);
+      mag_dw[NW + o] += fabs(dy[r * OUT + o]);
+      for (int k = 0; k < IN; k++) {
+        mag_y[r * OUT + o] += fabs((double)x[r * IN + k] * W[o * IN + k]);
+        mag_dx[r * IN + k] += fabs((double)dy[r * OUT + o] * W[o * IN + k]);
+        mag_dw[o * IN + k] += fabs((double)dy[r * OUT + o] * x[r * IN + k]);
+      }
+    }
+  for (int pass = 0; pass < 2; pass++) { /* fp32 weights, then bf16 weights */
+    dtype_t wdt = pass == 0 ? DT_F32 : DT_BF16;
+    size_t es = dtype_size(wdt);
+    void *Wh = malloc(NW * es), *bh = malloc(OUT * es), *gh = malloc((NW + OUT) * es);
+    op_cast(DEV_CPU, Wh, wdt, W, DT_F32, NW);
+    op_cast(DEV_CPU, bh, wdt, b, DT_F32, OUT);
+    float y[B * OUT], dx[B * IN];
+    op_linear_fwd(DEV_CPU, y, x, Wh, bh, wdt, B, IN, OUT);
+    void *W_d = to_dev(Wh, NW * es), *b_d = to_dev(bh, OUT * es), *x_d = to_dev(x, sizeof(float) * B * IN);
+    void *y_d = dev_malloc(DEV_CUDA, sizeof(float) * B * OUT, "test y");
+    op_linear_fwd(DEV_CUDA, y_d, x_d, W_d, b_d, wdt, B, IN, OUT);
+    float *yg = from_dev(y_d, sizeof y);
+    expect_within_sum_bound(pass ? "linear y (bf16 W)" : "linear y", yg, y, mag_y, B * OUT, 2 * (IN + 1) * u, 0, NULL);
+    /* backward, beta 0 then beta 1 (accumulating onto the first result) */
+    void *g_d = dev_malloc(DEV_CUDA, (NW + OUT) * es, "test grads"), *dx_d = dev_malloc(DEV_CUDA, sizeof dx, "test dx");
+    void *dy_d = to_dev(dy, sizeof(float) * B * OUT);
+    float *first = malloc(sizeof(float) * (NW + OUT)); /* the beta-0 grads (cpu) */
+    for (int acc = 0; acc < 2; acc++) {
+      op_linear_bwd(DEV_CPU, dx, gh, (char *)gh + NW * es, dy, x, Wh, wdt, B, IN, OUT, (float)acc);
+      op_linear_bwd(DEV_CUDA, dx_d, g_d, (char *)g_d + NW * es, dy_d, x_d, W_d, wdt, B, IN, OUT, (float)acc);
+      float *dxg = from_dev(dx_d, sizeof dx);
+      expect_within_sum_bound("linear dx", dxg, dx, mag_dx, B * IN, 2 * OUT * u, 0, NULL);
+      void *ggh = from_dev(g_d, (NW + OUT) * es);
+      float *g32 = malloc(sizeof(float) * (NW + OUT)), *gg32 = malloc(sizeof(float) * (NW + OUT));
+      op_cast(DEV_CPU, g32, DT_F32, gh, wdt, NW + OUT);
+      op_cast(DEV_CPU, gg32, DT_F32, ggh, wdt, NW + OUT);
+      double *mag = malloc(sizeof(double) * (NW + OUT));
+      for (int i = 0; i < NW + OUT; i++) mag[i] = (acc + 1) * mag_dw[i];
+      expect_within_sum_bound(acc ? "linear dW,db (beta 1)" : "linear dW,db (beta 0)", gg32, g32, mag, NW + OUT,
+                              2 * (B + 1) * u, wdt == DT_BF16 ? 0x1p-7 : 0, acc ? first : NULL);
+      if (acc == 0) memcpy(first, g32, sizeof(float) * (NW + OUT));
+      free(dxg); free(ggh); free(g32); free(gg32); free(mag);
+    }
+    dev_free(DEV_CUDA, W_d); dev_free(DEV_CUDA, b_d); dev_free(DEV_CUDA, x_d); dev_free(DEV_CUDA, y_d);
+    dev_free(DEV_CUDA, g_d); dev_free(DEV_CUDA, dx_d); dev_free(DEV_CUDA, dy_d);
+    free(yg); free(Wh); free(bh); free(gh); free(first);
+  }
+  /* GELU */
+  {
+    enum { N = 4001 };
+    float gx[N], gy[N], gdx[N], gd[N];
+    for (int i = 0; i < N; i++) { gx[i] = -20.0f + 0.01f * i; gd[i] = 1.0f + 0.001f * i; }
+    op_gelu_fwd(DEV_CPU, gy, gx, N);
+    op_gelu_bwd(DEV_CPU, gdx, gd, gx, N);
+    float *ax = to_dev(gx, sizeof gx), *ay = dev_malloc(DEV_CUDA, sizeof gy, "t"), *ad = to_dev(gd, sizeof gd);
+    op_gelu_fwd(DEV_CUDA, ay, ax, N);
+    op_gelu_bwd(DEV_CUDA, ad, ad, ax, N); /* in place, as the model does */
+    float *hy = from_dev(ay, sizeof gy), *hd = from_dev(ad, sizeof gd);
+    for (int i = 0; i < N; i++) {
+      double tol = 1e-5 * fmax(1.0, fabs(gx[i]));
+      cr_assert(fabs(hy[i] - gy[i]) <= tol, "gelu y[%d] (x=%g): got %.9g on cuda, expected %.9g (cpu)", i, gx[i], hy[i], gy[i]);
+      cr_assert(fabs(hd[i] - gdx[i]) <= tol * 5, "gelu dx[%d] (x=%g): got %.9g on cuda, expected %.9g (cpu)", i, gx[i], hd[i],
+                gdx[i]);
+    }
+    dev_free(DEV_CUDA, ax); dev_free(DEV_CUDA, ay); dev_free(DEV_CUDA, ad); free(hy); free(hd);
+  }
+  /* softmax cross-entropy */
+  {
+    enum { R = 19, C = 300 };
+    float *lg = randn(R * C, 74, 4), dl[R * C];
+    int yl[R];
+    for (int r = 0; r < R; r++) yl[r] = (r * 37) % C;
+    double loss = op_softmax_xent(DEV_CPU, dl, lg, yl, R, C, 1.0f / R);
+    float *alg = to_dev(lg, sizeof(float) * R * C), *adl = dev_malloc(DEV_CUDA, sizeof dl, "t");
+    int *ay = to_dev(yl, sizeof yl);
+    double lossg = op_softmax_xent(DEV_CUDA, adl, alg, ay, R, C, 1.0f / R);
+    cr_assert(zl_rel(lossg, loss) < 1e-6, "xent loss: got %.12g on cuda, expected %.12g (cpu)", lossg, loss);
+    float *hdl = from_dev(adl, sizeof dl);
+    double ref[R * C];
+    for (int i = 0; i < R * C; i++) ref[i] = dl[i];
+    expect_close_abs("xent dlogits (cuda vs cpu)", hdl, ref, R * C, 1e-6 / R);
+    dev_free(DEV_CUDA, alg); dev_free(DEV_CUDA, adl); dev_free(DEV_CUDA, ay); free(hdl); free(lg);
+  }
+  /* optimizers: 3 steps each, bf16 gradients for AdamW, fp32 for SGD */
+  {
+    enum { N = 1000 };
+    adamw_hp_t hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+    float *w = randn(N, 75, 1), *m = calloc(N, 4), *v = calloc(N, 4), *g = randn(N, 76, 1);
+    bf16_t *gh = to_bf16(g, N);
+    float *aw = to_dev(w, N * 4), *am = to_dev(m, N * 4), *av = to_dev(v, N * 4);
+    bf16_t *ag = to_dev(gh, N * 2);
+    for (int t = 1; t <= 3; t++) {
+      op_adamw(DEV_CPU, w, gh, DT_BF16, m, v, N, &hp, t, 0.7f);
+      op_adamw(DEV_CUDA, aw, ag, DT_BF16, am, av, N, &hp, t, 0.7f);
+    }
+    float *hw = from_dev(aw, N * 4), *hm = from_dev(am, N * 4), *hv = from_dev(av, N * 4);
+    expect_close_maxrel("adamw w (cuda vs cpu)", hw, w, N, 2e-6);
+    expect_close_maxrel("adamw m (cuda vs cpu)", hm, m, N, 2e-6);
+    expect_close_maxrel("adamw v (cuda vs cpu)", hv, v, N, 2e-6);
+    float *buf = calloc(N, 4), *abuf = to_dev(buf, N * 4), *ag32 = to_dev(g, N * 4);
+    for (int t = 1; t <= 3; t++) {
+      op_sgd(DEV_CPU, w, g, DT_F32, buf, N, 0.05f, 0.9f, 0.01f, 0.5f);
+      op_sgd(DEV_CUDA, aw, ag32, DT_F32, abuf, N, 0.05f, 0.9f, 0.01f, 0.5f);
+    }
+    free(hw); free(hm);
+    hw = from_dev(aw, N * 4);
+    hm = from_dev(abuf, N * 4);
+    expect_close_maxrel("sgd w (cuda vs cpu)", hw, w, N, 2e-6);
+    expect_close_maxrel("sgd buffer (cuda vs cpu)", hm, buf, N, 2e-6);
+    dev_free(DEV_CUDA, aw); dev_free(DEV_CUDA, am); dev_free(DEV_CUDA, av); dev_free(DEV_CUDA, ag);
+    dev_free(DEV_CUDA, abuf); dev_free(DEV_CUDA, ag32);
+    free(w); free(m); free(v); free(g); free(gh); free(hw); free(hm); free(hv); free(buf);
+  }
+  /* elementwise: bitwise */
+  {
+    enum { N = 5003 };
+    float *a = randn(N, 77, 3), *s = randn(N, 78, 3), *ca = malloc(N * 4);
+    bf16_t *ha = to_bf16(a, N), *hs = to_bf16(s, N), *c16 = malloc(N * 2);
+    void *da = to_dev(a, N * 4), *d16 = dev_malloc(DEV_CUDA, N * 2, "t"), *ds16 = to_dev(hs, N * 2);
+    op_cast(DEV_CPU, c16, DT_BF16, a, DT_F32, N);
+    op_cast(DEV_CUDA, d16, DT_BF16, da, DT_F32, N);
+    bf16_t *g16 = from_dev(d16, N * 2);
+    expect_bits_bf16("cast f32->bf16 (cuda vs cpu)", g16, c16, N);
+    free(g16);
+    op_add(DEV_CPU, c16, hs, DT_BF16, N);
+    op_add(DEV_CUDA, d16, ds16, DT_BF16, N);
+    op_max(DEV_CPU, c16, ha, DT_BF16, N);
+    dev_memcpy(DEV_CUDA, ds16, DEV_CPU, ha, N * 2);
+    op_max(DEV_CUDA, d16, ds16, DT_BF16, N);
+    op_scale(DEV_CPU, c16, DT_BF16, 0.3f, N);
+    op_scale(DEV_CUDA, d16, DT_BF16, 0.3f, N);
+    g16 = from_dev(d16, N * 2);
+    expect_bits_bf16("add, max, scale bf16 (cuda vs cpu)", g16, c16, N);
+    double sc = op_sumsq(DEV_CPU, c16, DT_BF16, N), sg = op_sumsq(DEV_CUDA, d16, DT_BF16, N);
+    cr_assert(zl_rel(sg, sc) < 1e-12, "sumsq bf16: got %.17g on cuda, expected %.17g (cpu)", sg, sc);
+    double sc32 = op_sumsq(DEV_CPU, a, DT_F32, N), sg32 = op_sumsq(DEV_CUDA, da, DT_F32, N);
+    cr_assert(zl_rel(sg32, sc32) < 1e-12, "sumsq f32: got %.17g on cuda, expected %.17g (cpu)", sg32, sc32);
+    op_fill(DEV_CPU, ca, DT_F32, -2.75f, N);
+    op_fill(DEV_CUDA, da, DT_F32, -2.75f, N);
+    float *gf = from_dev(da, N * 4);
+    zl_expect_floats("fill f32 (cuda vs cpu)", gf, ca, N, 0);
+    dev_free(DEV_CUDA, da); dev_free(DEV_CUDA, d16); dev_free(DEV_CUDA, ds16);
+    free(a); free(s); free(ca); free(ha); free(hs); free(c16); free(g16); free(gf);
+  }
+  free(x); free(W); free(b); free(dy); free(mag_y); free(mag_dx); free(mag_dw);
 }

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# bench.sh BIN_DIR OUT_DIR — chapter 02's numbers (make bench-ddp; notes/benchmarks.md, DDP section).
+#  1. step time of naive vs overlap vs bucketed at N = 2 on a model where the all-reduce is a
+#     sizeable share of the step; the variants alternate within each repetition (the machine is
+#     shared and noisy), the table shows the median over repetitions of each run's median step;
+#     the fraction of all-reduce time hidden under the backward comes from each run's trace
+#     (report.c: report_overlap, the "overlap" object of --json).
+#  2. samples/s at N = 1, 2, 4 (bucketed) on a compute-heavier model; N alternates too.
+#     4 ranks on a 2-core laptop oversubscribe the cores: that row measures contention, not scaling.
+# Environment: ZL_BENCH_REPS (default 5), ZL_BENCH_STEPS (default 20).
+set -eu
+bin=${1:?usage: bench.sh BIN_DIR OUT_DIR}/ch02_ddp
+out=${2:?usage: bench.sh BIN_DIR OUT_DIR}
+reps=${ZL_BENCH_REPS:-5}
+steps=${ZL_BENCH_STEPS:-20}
+here=$(cd "$(dirname "$0")/../.." && pwd)
+zlrun="bash $here/common/scripts/zlrun"
+py=$(command -v python3 || true)
+[ -x "$bin" ] || { echo "error: $bin not built (make build)" >&2; exit 2; }
+[ -n "$py" ] || { echo "error: python3 not found (make deps)" >&2; exit 2; }
+mkdir -p "$out"
+
+# Comm-heavy: 3.4M parameters (13.7 MB of fp32 gradients) and 8 rows per rank.
+COMM_MODEL="--layers 4 --hidden 1024 --input 256 --classes 10 --batch 16 --bucket-mb 4"
+# Compute-heavier: 0.9M parameters, 1024 rows per step.
+SCALE_MODEL="--layers 4 --hidden 512 --input 256 --classes 10 --batch 1024 --bucket-mb 1"
+common="--steps $steps --quiet --device cpu"
+
+echo "== DDP at N = 2: naive vs overlap vs bucketed ($reps repetitions x $steps steps, alternating) =="
+echo "model: $COMM_MODEL"
+for r in $(seq 1 "$reps"); do
+  for v in naive overlap bucketed; do
+    $zlrun 2 "$bin" $COMM_MODEL $common --variant "$v" --json "$out/variant_${v}_$r.json" \
+      --trace "$out/variant_${v}_$r.trace.json" >/dev/null
+  done
+  echo "  repetition $r done"
+done
+
+echo "== samples/s at N = 1, 2, 4 (bucketed; N alternates; $reps repetitions) =="
+echo "model: $SCALE_MODEL"
+for r in $(seq 1 "$reps"); do
+  for n in 1 2 4; do
+    $zlrun "$n" "$bin" $SCALE_MODEL $common --variant bucketed --json "$out/scale_np${n}_$r.json" >/dev/null
+  done
+  echo "  repetition $r done"
+done
+# Keep one trace of each for the figures (make plots reads results/ch02_*.trace.json).
+cp "$out/variant_naive_1.trace.json" "$out/ch02_naive.trace.json"
+cp "$out/variant_bucketed_1.trace.json" "$out/ch02_bucketed.trace.json"
+
+"$py" - "$out" "$reps" <<'EOF'
+import json, statistics, sys, os
+out, reps = sys.argv[1], int(sys.argv[2])
+def load(name):
+    with open(os.path.join(out, name)) as f:
+        return json.load(f)
+print()
+print("N = 2, %s; median over %d repetitions of each run's median step" % ("comm-heavy model", reps))
+print("%-10s %12s %14s %18s %22s" % ("variant", "step ms", "all-reduce ms", "hidden under bwd", "vs naive"))
+base = None
+summary = {"variants": {}, "scaling": {}}
+for v in ["naive", "overlap", "bucketed"]:
+    runs = [load("variant_%s_%d.json" % (v, r)) for r in range(1, reps + 1)]
+    ms = statistics.median(j["median_step_ms"] for j in runs)
+    comm = statistics.median(j["overlap"]["comm_ms_per_step_per_rank"] for j in runs if "overlap" in j)
+    hid = statistics.median(j["overlap"]["hidden_fraction"] for j in runs if "overlap" in j)
+    base = base or ms
+    print("%-10s %12.2f %14.2f %17.0f%% %21.2fx" % (v, ms, comm, 100 * hid, base / ms))
+    summary["variants"][v] = {"median_step_ms": ms, "comm_ms_per_step": comm, "hidden_fraction": hid,
+                              "runs_ms": [j["median_step_ms"] for j in runs], "params": runs[0]["params"],
+                              "n_buckets": runs[0].get("n_buckets")}
+print()
+print("samples/s, bucketed (4 ranks oversubscribe a 2-core machine)")
+print("%-4s %14s %12s" % ("N", "samples/s", "step ms"))
+for n in [1, 2, 4]:
+    runs = [load("scale_np%d_%d.json" % (n, r)) for r in range(1, reps + 1)]
+    sps = statistics.median(j["samples_per_s"] for j in runs)
+    ms = statistics.median(j["median_step_ms"] for j in runs)
+    print("%-4d %14.0f %12.2f" % (n, sps, ms))
+    summary["scaling"][n] = {"samples_per_s": sps, "median_step_ms": ms}
+with open(os.path.join(out, "bench_ddp.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+print("\nresults: %s/bench_ddp.json (each run's --json and --trace beside it)" % out)
+EOF

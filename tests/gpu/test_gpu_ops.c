@@ -1,0 +1,401 @@
+/* test_gpu_ops.c — every CUDA op (common/ops_cuda.cu) against the CPU op (common/ops_cpu.c) on
+ * fresh random inputs. Needs a GPU: part of `make test-gpu`, never of `make test`.
+ * Notes: notes/gpu.md.
+ *
+ * Rules: outputs are poisoned (all bits set: NaN in f32 and bf16) before each run, so an element
+ * the kernel forgot to write fails; NaN never passes a comparison; tolerances are relative:
+ * fp32 results 1e-5, bf16 results 1e-2. Sums over many terms (matmuls, softmax rows) are compared
+ * normwise — |got − expected| <= tol · max|expected| — because CPU and GPU add in different orders;
+ * elementwise ops element by element (bitwise where the arithmetic is the same). */
+#include "zl_test.h"  // Criterion, zl_rel
+#include "device.h"   // device_cuda_count, device_cuda_select, dev_malloc, dev_memcpy, dev_sync
+#include "dtype.h"    // bf16_t, bf16_from_f32, bf16_to_f32
+#include "ledger.h"   // ledger_init
+#include "ops.h"      // op_*
+#include "ops_cuda.h" // opcu_set_matmul_bf16
+
+static void gpu_init(void) {
+  ledger_init(0, 0);
+  int n = device_cuda_count();
+  cr_assert(n > 0, "no GPU visible: make test-gpu needs one (nvidia-smi; CUDA_VISIBLE_DEVICES)");
+  device_cuda_select(0);
+}
+TestSuite(common_gpu_ops, .init = gpu_init, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float urand(void) { /* [-1, 1) */
+  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float *rand_f32(int64_t n, float scale) {
+  float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) h[i] = scale * urand();
+  return h;
+}
+static bf16_t *to_bf16(const float *x, int64_t n) {
+  bf16_t *h = malloc((size_t)(n ? n : 1) * sizeof(bf16_t));
+  for (int64_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
+  return h;
+}
+static float *widen(const void *p, dtype_t dt, int64_t n) {
+  float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) h[i] = dt_load(p, dt, i);
+  return h;
+}
+/* A device copy of nbytes of host memory. */
+static void *up(const void *h, size_t nbytes) {
+  void *d = dev_malloc(DEV_CUDA, nbytes, "test buffer");
+  dev_memcpy(DEV_CUDA, d, DEV_CPU, h, nbytes);
+  return d;
+}
+/* A device buffer with every bit set (NaN in f32 and bf16): unwritten elements show. */
+static void *poisoned(size_t nbytes) {
+  unsigned char *h = malloc(nbytes ? nbytes : 1);
+  memset(h, 0xff, nbytes);
+  void *d = up(h, nbytes);
+  free(h);
+  return d;
+}
+static void *down(const void *d, size_t nbytes) {
+  void *h = malloc(nbytes ? nbytes : 1);
+  dev_sync(DEV_CUDA);
+  dev_memcpy(DEV_CPU, h, DEV_CUDA, d, nbytes);
+  return h;
+}
+/* got vs expected: |g − e| <= tol · max(|e|, floor·max|e|). floor 1: normwise; 1e-3: elementwise. */
+static void expect_close(const char *what, const float *got, const float *exp, int64_t n, double tol, double floor) {
+  double scale = 0;
+  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(exp[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double lim = tol * fmax(fabs(exp[i]), floor * scale);
+    if (!(fabs((double)got[i] - exp[i]) <= lim)) /* NaN fails here */
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), |diff| %.3g > %.3g (tol %g)", what, (long long)i,
+                     got[i], exp[i], fabs((double)got[i] - exp[i]), lim, tol);
+  }
+}
+/* Bitwise, except that any NaN matches any NaN (the GPU makes canonical NaNs, the CPU keeps
+ * payloads). */
+static double elem_at(const void *p, int64_t i, size_t esz) {
+  return esz == 2 ? bf16_to_f32(((const bf16_t *)p)[i]) : esz == 4 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+static void expect_bits(const char *what, const void *got, const void *exp, int64_t n, size_t esz) {
+  for (int64_t i = 0; i < n; i++) {
+    double g = elem_at(got, i, esz), e = elem_at(exp, i, esz);
+    if (isnan(g) && isnan(e)) continue;
+    if (memcmp((const char *)got + i * esz, (const char *)exp + i * esz, esz) != 0)
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), bitwise", what, (long long)i, g, e);
+  }
+}
+static double tol_of(dtype_t dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
+
+/* ---- linear ------------------------------------------------------------------------------ */
+static void check_linear_fwd(dtype_t wdt, int B, int in, int out, int bf16mm) {
+  float *x = rand_f32((int64_t)B * in, 1.0f), *Wf = rand_f32((int64_t)out * in, 0.2f), *bf = rand_f32(out, 0.5f);
+  void *W = wdt == DT_BF16 ? (void *)to_bf16(Wf, (int64_t)out * in) : (void *)Wf;
+  void *b = wdt == DT_BF16 ? (void *)to_bf16(bf, out) : (void *)bf;
+  size_t es = dtype_size(wdt), ny = (size_t)B * out * sizeof(float);
+  float *y_cpu = malloc(ny);
+  op_linear_fwd(DEV_CPU, y_cpu, x, W, b, wdt, B, in, out);
+  void *dx = up(x, (size_t)B * in * 4), *dW = up(W, (size_t)out * in * es), *db = up(b, out * es), *dy = poisoned(ny);
+  opcu_set_matmul_bf16(bf16mm);
+  op_linear_fwd(DEV_CUDA, dy, dx, dW, db, wdt, B, in, out);
+  opcu_set_matmul_bf16(0);
+  float *y = down(dy, ny);
+  char what[96];
+  snprintf(what, sizeof what, "linear_fwd y (%s, %dx%dx%d%s)", dtype_name(wdt), B, in, out, bf16mm ? ", bf16 GEMM" : "");
+  expect_close(what, y, y_cpu, (int64_t)B * out, bf16mm ? 1e-2 : 1e-5, 1.0);
+  dev_free(DEV_CUDA, dx), dev_free(DEV_CUDA, dW), dev_free(DEV_CUDA, db), dev_free(DEV_CUDA, dy);
+  free(y), free(y_cpu), free(x), free(Wf), free(bf);
+  if (wdt == DT_BF16) free(W), free(b);
+}
+Test(common_gpu_ops, linear_fwd_f32) { check_linear_fwd(DT_F32, 37, 53, 29, 0); check_linear_fwd(DT_F32, 128, 256, 512, 0); }
+Test(common_gpu_ops, linear_fwd_bf16) { check_linear_fwd(DT_BF16, 37, 53, 29, 0); check_linear_fwd(DT_BF16, 128, 256, 512, 0); }
+Test(common_gpu_ops, linear_fwd_bf16_tensor_cores) { check_linear_fwd(DT_F32, 64, 256, 128, 1); check_linear_fwd(DT_BF16, 64, 256, 128, 1); }
+
+static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, int with_dx, int bf16mm) {
+  int64_t nx = (int64_t)B * in, nyo = (int64_t)B * out, nw = (int64_t)out * in;
+  float *x = rand_f32(nx, 1.0f), *gy = rand_f32(nyo, 1.0f), *Wf = rand_f32(nw, 0.2f);
+  float *dWf0 = rand_f32(nw, 0.3f), *dbf0 = rand_f32(out, 0.3f); /* old grads, read when beta != 0 */
+  size_t es = dtype_size(wdt);
+  void *W = wdt == DT_BF16 ? (void *)to_bf16(Wf, nw) : (void *)Wf;
+  void *dW0 = wdt == DT_BF16 ? (void *)to_bf16(dWf0, nw) : (void *)dWf0;
+  void *db0 = wdt == DT_BF16 ? (void *)to_bf16(dbf0, out) : (void *)dbf0;
+  /* CPU reference */
+  float *dx_cpu = malloc((size_t)nx * 4);
+  void *dW_cpu = malloc((size_t)nw * es), *db_cpu = malloc((size_t)out * es);
+  memcpy(dW_cpu, dW0, (size_t)nw * es);
+  memcpy(db_cpu, db0, (size_t)out * es);
+  op_linear_bwd(DEV_CPU, with_dx ? dx_cpu : NULL, dW_cpu, db_cpu, gy, x, W, wdt, B, in, out, beta);
+  /* GPU: old grads uploaded when accumulating, poison when overwriting (beta 0 must not read them) */
+  void *d_x = up(x, (size_t)nx * 4), *d_gy = up(gy, (size_t)nyo * 4), *d_W = up(W, (size_t)nw * es);
+  void *d_dx = poisoned((size_t)nx * 4);
+  void *d_dW = beta != 0 ? up(dW0, (size_t)nw * es) : poisoned((size_t)nw * es);
+  void *d_db = beta != 0 ? up(db0, (size_t)out * es) : poisoned((size_t)out * es);
+  opcu_set_matmul_bf16(bf16mm);
+  op_linear_bwd(DEV_CUDA, with_dx ? d_dx : NULL, d_dW, d_db, d_gy, d_x, d_W, wdt, B, in, out, beta);
+  opcu_set_matmul_bf16(0);
+  char what[128];
+  const char *mm = bf16mm ? ", bf16 GEMM" : "";
+  double tol_mm = bf16mm ? 1e-2 : 1e-5;
+  if (with_dx) {
+    float *dx = down(d_dx, (size_t)nx * 4);
+    snprintf(what, sizeof what, "linear_bwd dx (%s, %dx%dx%d%s)", dtype_name(wdt), B, in, out, mm);
+    expect_close(what, dx, dx_cpu, nx, tol_mm, 1.0);
+    free(dx);
+  } else { /* dx == NULL: the buffer must stay untouched (still poison) */
+    uint32_t *raw = down(d_dx, (size_t)nx * 4);
+    for (int64_t i = 0; i < nx; i++) cr_assert_eq(raw[i], 0xffffffffu, "linear_bwd wrote dx[%lld] with dx == NULL", (long long)i);
+    free(raw);
+  }
+  void *dW = down(d_dW, (size_t)nw * es), *db = down(d_db, (size_t)out * es);
+  float *gW = widen(dW, wdt, nw), *eW = widen(dW_cpu, wdt, nw), *gb = widen(db, wdt, out), *eb = widen(db_cpu, wdt, out);
+  snprintf(what, sizeof what, "linear_bwd dW (%s, %dx%dx%d, beta %g%s)", dtype_name(wdt), B, in, out, beta, mm);
+  expect_close(what, gW, eW, nw, fmax(tol_of(wdt), tol_mm), 1.0); /* a matmul: normwise */
+  snprintf(what, sizeof what, "linear_bwd db (%s, %dx%dx%d, beta %g)", dtype_name(wdt), B, in, out, beta);
+  expect_close(what, gb, eb, out, tol_of(wdt), 1e-3);
+  void *ptrs[] = {d_x, d_gy, d_W, d_dx, d_dW, d_db};
+  for (int i = 0; i < 6; i++) dev_free(DEV_CUDA, ptrs[i]);
+  free(x), free(gy), free(Wf), free(dWf0), free(dbf0), free(dx_cpu), free(dW_cpu), free(db_cpu);
+  free(dW), free(db), free(gW), free(eW), free(gb), free(eb);
+  if (wdt == DT_BF16) free(W), free(dW0), free(db0);
+}
+Test(common_gpu_ops, linear_bwd_f32) {
+  check_linear_bwd(DT_F32, 37, 53, 29, 0.0f, 1, 0);
+  check_linear_bwd(DT_F32, 37, 53, 29, 1.0f, 1, 0);
+  check_linear_bwd(DT_F32, 64, 200, 100, 0.0f, 0, 0);
+  check_linear_bwd(DT_F32, 0, 16, 8, 1.0f, 1, 0); /* no rows: dW = beta·dW */
+}
+Test(common_gpu_ops, linear_bwd_bf16) {
+  check_linear_bwd(DT_BF16, 37, 53, 29, 0.0f, 1, 0);
+  check_linear_bwd(DT_BF16, 37, 53, 29, 1.0f, 1, 0);
+  check_linear_bwd(DT_BF16, 64, 200, 100, 0.0f, 0, 0);
+}
+Test(common_gpu_ops, linear_bwd_bf16_tensor_cores) { check_linear_bwd(DT_F32, 64, 256, 128, 0.0f, 1, 1); }
+
+/* ---- GELU ---------------------------------------------------------------------------------- */
+Test(common_gpu_ops, gelu_fwd_bwd) {
+  int64_t n = 100003;
+  float *x = rand_f32(n, 6.0f), *gy = rand_f32(n, 1.0f);
+  float *y_cpu = malloc((size_t)n * 4), *dx_cpu = malloc((size_t)n * 4);
+  op_gelu_fwd(DEV_CPU, y_cpu, x, n);
+  op_gelu_bwd(DEV_CPU, dx_cpu, gy, x, n);
+  void *d_x = up(x, (size_t)n * 4), *d_y = poisoned((size_t)n * 4), *d_g = up(gy, (size_t)n * 4);
+  op_gelu_fwd(DEV_CUDA, d_y, d_x, n);
+  float *y = down(d_y, (size_t)n * 4);
+  /* floor 1e-2: GELU(x) for x << 0 is 1 + tanh ≈ 0, where a 1-ulp tanhf difference (CUDA's tanhf is
+   * within 2 ulp, glibc's correctly rounded) is a large relative error of a tiny value */
+  expect_close("gelu_fwd y", y, y_cpu, n, 1e-5, 1e-2);
+  op_gelu_bwd(DEV_CUDA, d_g, d_g, d_x, n); /* in place: dx aliases dy */
+  float *dx = down(d_g, (size_t)n * 4);
+  expect_close("gelu_bwd dx (in place)", dx, dx_cpu, n, 1e-5, 1e-2);
+  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_y), dev_free(DEV_CUDA, d_g);
+  free(x), free(gy), free(y_cpu), free(dx_cpu), free(y), free(dx);
+}
+
+/* ---- softmax cross-entropy ---------------------------------------------------------------- */
+static void check_xent(int B, int C) {
+  int64_t n = (int64_t)B * C;
+  float *l = rand_f32(n, 4.0f);
+  int *y = malloc((size_t)B * sizeof(int));
+  for (int i = 0; i < B; i++) y[i] = (int)((urand() + 1.0f) * 0.5f * C) % C;
+  float scale = 1.0f / (float)(3 * B);
+  float *d_cpu = malloc((size_t)n * 4);
+  double loss_cpu = op_softmax_xent(DEV_CPU, d_cpu, l, y, B, C, scale);
+  void *d_l = up(l, (size_t)n * 4), *d_y = up(y, (size_t)B * sizeof(int)), *d_d = poisoned((size_t)n * 4);
+  double loss = op_softmax_xent(DEV_CUDA, d_d, d_l, d_y, B, C, scale);
+  cr_assert(zl_rel(loss, loss_cpu) <= 1e-6, "softmax_xent loss (B %d, C %d): got %.12g, expected %.12g (CPU)", B, C,
+            loss, loss_cpu);
+  float *d = down(d_d, (size_t)n * 4);
+  char what[64];
+  snprintf(what, sizeof what, "softmax_xent dlogits (B %d, C %d)", B, C);
+  expect_close(what, d, d_cpu, n, 1e-5, 1e-3);
+  double again = op_softmax_xent(DEV_CUDA, d_d, d_l, d_y, B, C, scale);
+  cr_assert(memcmp(&again, &loss, sizeof loss) == 0, "softmax_xent loss not bit-reproducible: %.17g then %.17g", loss, again);
+  dev_free(DEV_CUDA, d_l), dev_free(DEV_CUDA, d_y), dev_free(DEV_CUDA, d_d);
+  free(l), free(y), free(d_cpu), free(d);
+}
+Test(common_gpu_ops, softmax_xent) { check_xent(33, 10); check_xent(7, 1000); check_xent(300, 3); }
+
+/* ---- optimizers ----------------------------------------------------------------------------- */
+static void check_adamw(dtype_t gdt) {
+  int64_t n = 4099;
+  adamw_hp_t hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+  float *w = rand_f32(n, 1.0f), *m = rand_f32(n, 0.01f), *v = rand_f32(n, 0.0f);
+  float *gf = rand_f32(n, 1.0f);
+  void *g = gdt == DT_BF16 ? (void *)to_bf16(gf, n) : (void *)gf;
+  void *d_w = up(w, (size_t)n * 4), *d_m = up(m, (size_t)n * 4), *d_v = up(v, (size_t)n * 4);
+  void *d_g = up(g, (size_t)n * dtype_size(gdt));
+  for (int t = 1; t <= 3; t++) { /* three steps: bias correction changes with t */
+    op_adamw(DEV_CPU, w, g, gdt, m, v, n, &hp, t, 0.5f);
+    op_adamw(DEV_CUDA, d_w, d_g, gdt, d_m, d_v, n, &hp, t, 0.5f);
+  }
+  float *gw = down(d_w, (size_t)n * 4), *gm = down(d_m, (size_t)n * 4), *gv = down(d_v, (size_t)n * 4);
+  expect_close(gdt == DT_BF16 ? "adamw w (bf16 grads)" : "adamw w", gw, w, n, 1e-5, 1e-3);
+  expect_close("adamw m", gm, m, n, 1e-5, 1e-3);
+  expect_close("adamw v", gv, v, n, 1e-5, 1e-3);
+  dev_free(DEV_CUDA, d_w), dev_free(DEV_CUDA, d_m), dev_free(DEV_CUDA, d_v), dev_free(DEV_CUDA, d_g);
+  free(w), free(m), free(v), free(gf), free(gw), free(gm), free(gv);
+  if (gdt == DT_BF16) free(g);
+}
+Test(common_gpu_ops, adamw) { check_adamw(DT_F32); check_adamw(DT_BF16); }
+
+Test(common_gpu_ops, sgd) {
+  int64_t n = 5000;
+  for (int k = 0; k < 2; k++) {
+    dtype_t gdt = k ? DT_BF16 : DT_F32;
+    float *w = rand_f32(n, 1.0f), *buf = rand_f32(n, 0.1f), *gf = rand_f32(n, 1.0f);
+    void *g = gdt == DT_BF16 ? (void *)to_bf16(gf, n) : (void *)gf;
+    void *d_w = up(w, (size_t)n * 4), *d_b = up(buf, (size_t)n * 4), *d_g = up(g, (size_t)n * dtype_size(gdt));
+    for (int t = 0; t < 3; t++) {
+      op_sgd(DEV_CPU, w, g, gdt, buf, n, 0.05f, 0.9f, 1e-3f, 0.7f);
+      op_sgd(DEV_CUDA, d_w, d_g, gdt, d_b, n, 0.05f, 0.9f, 1e-3f, 0.7f);
+    }
+    float *gw = down(d_w, (size_t)n * 4), *gb = down(d_b, (size_t)n * 4);
+    expect_close(k ? "sgd w (bf16 grads)" : "sgd w", gw, w, n, 1e-5, 1e-3);
+    expect_close("sgd momentum", gb, buf, n, 1e-5, 1e-3);
+    dev_free(DEV_CUDA, d_w), dev_free(DEV_CUDA, d_b), dev_free(DEV_CUDA, d_g);
+    free(w), free(buf), free(gf), free(gw), free(gb);
+    if (gdt == DT_BF16) free(g);
+  }
+}
+
+/* ---- elementwise: same arithmetic as the CPU, so the same bits ------------------------------- */
+static float *with_specials(int64_t n) {
+  float *x = rand_f32(n, 3.0f);
+  const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.00390625f /* bf16 tie */, 3.0e38f, 1e-40f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0] && (int64_t)i < n; i++) x[i * 7 % n] = sp[i];
+  return x;
+}
+Test(common_gpu_ops, cast) {
+  int64_t n = 10007;
+  float *x = with_specials(n);
+  bf16_t *h_cpu = malloc((size_t)n * 2);
+  op_cast(DEV_CPU, h_cpu, DT_BF16, x, DT_F32, n);
+  void *d_x = up(x, (size_t)n * 4), *d_h = poisoned((size_t)n * 2), *d_f = poisoned((size_t)n * 4);
+  op_cast(DEV_CUDA, d_h, DT_BF16, d_x, DT_F32, n);
+  bf16_t *h = down(d_h, (size_t)n * 2);
+  expect_bits("cast f32->bf16", h, h_cpu, n, 2);
+  float *f_cpu = malloc((size_t)n * 4);
+  op_cast(DEV_CPU, f_cpu, DT_F32, h_cpu, DT_BF16, n);
+  op_cast(DEV_CUDA, d_f, DT_F32, d_h, DT_BF16, n);
+  float *f = down(d_f, (size_t)n * 4);
+  expect_bits("cast bf16->f32", f, f_cpu, n, 4);
+  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
+  free(x), free(h_cpu), free(h), free(f_cpu), free(f);
+}
+
+/* op(dst, src) on CPU and GPU, compared bitwise. For max the contract is checked directly where
+ * an operand is NaN (ops.h: "NaN in either operand gives NaN"), elsewhere against the CPU. */
+typedef void (*binop_t)(device_t, void *, const void *, dtype_t, int64_t);
+static void check_binop(const char *name, binop_t op, dtype_t dt) {
+  int64_t n = 20011;
+  size_t es = dtype_size(dt);
+  float *af = with_specials(n), *bf = rand_f32(n, 3.0f);
+  bf[3] = NAN; /* NaN in src too */
+  void *a = malloc((size_t)n * es), *b = malloc((size_t)n * es);
+  op_cast(DEV_CPU, a, dt, af, DT_F32, n);
+  op_cast(DEV_CPU, b, dt, bf, DT_F32, n);
+  void *d_a = up(a, (size_t)n * es), *d_b = up(b, (size_t)n * es);
+  char *nan_in = malloc((size_t)n);
+  for (int64_t i = 0; i < n; i++) nan_in[i] = isnan(dt_load(a, dt, i)) || isnan(dt_load(b, dt, i));
+  op(DEV_CPU, a, b, dt, n);
+  op(DEV_CUDA, d_a, d_b, dt, n);
+  void *g = down(d_a, (size_t)n * es);
+  char what[64];
+  snprintf(what, sizeof what, "%s (%s)", name, dtype_name(dt));
+  for (int64_t i = 0; i < n; i++)
+    if (nan_in[i]) {
+      cr_assert(isnan(dt_load(g, dt, i)), "%s[%lld]: an operand is NaN, got %g (NaN must propagate)", what,
+                (long long)i, dt_load(g, dt, i));
+      dt_store(a, dt, i, NAN); /* checked: let the bitwise pass skip it */
+    }
+  expect_bits(what, g, a, n, es);
+  free(nan_in);
+  dev_free(DEV_CUDA, d_a), dev_free(DEV_CUDA, d_b);
+  free(af), free(bf), free(a), free(b), free(g);
+}
+Test(common_gpu_ops, add_max) {
+  check_binop("add", op_add, DT_F32);
+  check_binop("add", op_add, DT_BF16);
+  check_binop("max", op_max, DT_F32);
+  check_binop("max", op_max, DT_BF16);
+}
+Test(common_gpu_ops, add_f64) {
+  int64_t n = 1001;
+  double *a = malloc((size_t)n * 8), *b = malloc((size_t)n * 8);
+  for (int64_t i = 0; i < n; i++) a[i] = urand() * 1e10, b[i] = urand();
+  void *d_a = up(a, (size_t)n * 8), *d_b = up(b, (size_t)n * 8);
+  op_add(DEV_CPU, a, b, DT_F64, n);
+  op_add(DEV_CUDA, d_a, d_b, DT_F64, n);
+  double *g = down(d_a, (size_t)n * 8);
+  expect_bits("add (double)", g, a, n, 8);
+  dev_free(DEV_CUDA, d_a), dev_free(DEV_CUDA, d_b);
+  free(a), free(b), free(g);
+}
+Test(common_gpu_ops, scale_fill) {
+  int64_t n = 30001;
+  for (int k = 0; k < 2; k++) {
+    dtype_t dt = k ? DT_BF16 : DT_F32;
+    size_t es = dtype_size(dt);
+    float *xf = with_specials(n);
+    void *x = malloc((size_t)n * es);
+    op_cast(DEV_CPU, x, dt, xf, DT_F32, n);
+    void *d_x = up(x, (size_t)n * es);
+    op_scale(DEV_CPU, x, dt, -0.3f, n);
+    op_scale(DEV_CUDA, d_x, dt, -0.3f, n);
+    void *g = down(d_x, (size_t)n * es);
+    expect_bits(k ? "scale (bf16)" : "scale (f32)", g, x, n, es);
+    void *d_p = poisoned((size_t)n * es);
+    op_fill(DEV_CPU, x, dt, 0.1f, n);
+    op_fill(DEV_CUDA, d_p, dt, 0.1f, n);
+    void *gf = down(d_p, (size_t)n * es);
+    expect_bits(k ? "fill (bf16)" : "fill (f32)", gf, x, n, es);
+    dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_p);
+    free(xf), free(x), free(g), free(gf);
+  }
+}
+
+/* ---- Σx² ------------------------------------------------------------------------------------- */
+Test(common_gpu_ops, sumsq) {
+  int64_t sizes[] = {1, 255, 65537, 1000003};
+  for (int s = 0; s < 4; s++)
+    for (int k = 0; k < 2; k++) {
+      dtype_t dt = k ? DT_BF16 : DT_F32;
+      int64_t n = sizes[s];
+      float *xf = rand_f32(n, 2.0f);
+      void *x = malloc((size_t)n * dtype_size(dt));
+      op_cast(DEV_CPU, x, dt, xf, DT_F32, n);
+      void *d_x = up(x, (size_t)n * dtype_size(dt));
+      double e = op_sumsq(DEV_CPU, x, dt, n), g = op_sumsq(DEV_CUDA, d_x, dt, n), g2 = op_sumsq(DEV_CUDA, d_x, dt, n);
+      cr_assert(zl_rel(g, e) <= 1e-10, "sumsq (%s, n %lld): got %.17g, expected %.17g (CPU)", dtype_name(dt),
+                (long long)n, g, e);
+      cr_assert(memcmp(&g, &g2, sizeof g) == 0, "sumsq not bit-reproducible: %.17g then %.17g", g, g2);
+      if (n > 100) { /* one NaN anywhere makes it non-finite */
+        float nan = NAN;
+        op_cast(DEV_CUDA, (char *)d_x + (n / 2) * dtype_size(dt), dt, up(&nan, 4), DT_F32, 1);
+        double bad = op_sumsq(DEV_CUDA, d_x, dt, n);
+        cr_assert(!isfinite(bad), "sumsq with a NaN at %lld returned %g (finite)", (long long)(n / 2), bad);
+      }
+      dev_free(DEV_CUDA, d_x);
+      free(xf), free(x);
+    }
+  cr_assert_eq(op_sumsq(DEV_CUDA, NULL, DT_F32, 0), 0.0, "sumsq of nothing must be 0");
+}
+
+/* ---- determinism: the same inputs give the same bits -------------------------------------- */
+Test(common_gpu_ops, linear_bwd_bit_reproducible) {
+  int B = 96, in = 300, out = 200;
+  float *x = rand_f32((int64_t)B * in, 1.0f), *gy = rand_f32((int64_t)B * out, 1.0f), *W = rand_f32((int64_t)out * in, 0.2f);
+  void *d_x = up(x, (size_t)B * in * 4), *d_gy = up(gy, (size_t)B * out * 4), *d_W = up(W, (size_t)out * in * 4);
+  void *d_dx = poisoned((size_t)B * in * 4), *d_dW = poisoned((size_t)out * in * 4), *d_db = poisoned((size_t)out * 4);
+  op_linear_bwd(DEV_CUDA, d_dx, d_dW, d_db, d_gy, d_x, d_W, DT_F32, B, in, out, 0.0f);
+  float *a = down(d_dW, (size_t)out * in * 4), *ab = down(d_db, (size_t)out * 4);
+  op_linear_bwd(DEV_CUDA, d_dx, d_dW, d_db, d_gy, d_x, d_W, DT_F32, B, in, out, 0.0f);
+  float *b = down(d_dW, (size_t)out * in * 4), *bb = down(d_db, (size_t)out * 4);
+  expect_bits("linear_bwd dW, second run", b, a, (int64_t)out * in, 4);
+  expect_bits("linear_bwd db, second run", bb, ab, out, 4);
+  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_gy), dev_free(DEV_CUDA, d_W);
+  dev_free(DEV_CUDA, d_dx), dev_free(DEV_CUDA, d_dW), dev_free(DEV_CUDA, d_db);
+  free(x), free(gy), free(W), free(a), free(ab), free(b), free(bb);
+}

@@ -1,0 +1,105 @@
+/* test_collectives.c — chapter 01 multi-rank tests (notes/01-collectives.md).
+ * One mpirun launch of tests/mpi/scn_collectives per world size 1..5 checks every collective,
+ * both dtypes, awkward sizes, vendor and ring, the byte counters and async ordering; the rest
+ * check the chapter's two programs and the timeout path. */
+#include "zl_test.h" // zl_run, cr_assert
+
+/* The program's output for an assertion message (scenario failure lines included). */
+static const char *fail_lines(const char *out) { return out && *out ? out : "(no output)"; }
+
+static void run_scenario(int np) {
+  char *out = NULL;
+  int rc = zl_run(np, 120, &out, "%s/scn_collectives", ZL_TESTBIN);
+  cr_assert_eq(rc, 0, "scn_collectives on %d ranks exited %d:\n%s", np, rc, fail_lines(out));
+  cr_assert(strstr(out, "scn_collectives: ok"), "scn_collectives on %d ranks did not report ok:\n%s", np, out);
+  free(out);
+}
+
+Test(ch01_collectives, world1, .timeout = 150) { run_scenario(1); }
+Test(ch01_collectives, world2, .timeout = 150) { run_scenario(2); }
+Test(ch01_collectives, world3, .timeout = 150) { run_scenario(3); }
+Test(ch01_collectives, world4, .timeout = 150) { run_scenario(4); }
+Test(ch01_collectives, world5, .timeout = 150) { run_scenario(5); }
+
+/* The chapter's classic example, exactly as the notes show it, with both implementations. */
+Test(ch01_collectives, demo_reduce_scatter_3_ranks, .timeout = 120) {
+  static const char *const want[] = {
+      "Before ReduceScatter on rank 0: [1, 2, 1, 4, 1, 8]\n",   "Before ReduceScatter on rank 1: [2, 4, 4, 16, 8, 64]\n",
+      "Before ReduceScatter on rank 2: [3, 6, 9, 36, 27, 216]\n", "After ReduceScatter on rank 0: [6, 12]\n",
+      "After ReduceScatter on rank 1: [14, 56]\n",               "After ReduceScatter on rank 2: [36, 288]\n",
+  };
+  const char *impls[] = {"vendor", "ring"};
+  for (int k = 0; k < 2; k++) {
+    char *out = NULL;
+    int rc = zl_run(3, 60, &out, "%s/ch01_collectives --op reduce_scatter --impl %s", ZL_BIN, impls[k]);
+    cr_assert_eq(rc, 0, "ch01_collectives --impl %s exited %d:\n%s", impls[k], rc, fail_lines(out));
+    const char *at = out; /* the lines must appear in this order */
+    for (int i = 0; i < 6; i++) {
+      const char *p = strstr(at, want[i]);
+      cr_assert(p, "ch01_collectives --impl %s: missing (or out of order) line\n  %sgot:\n%s", impls[k], want[i], out);
+      at = p + strlen(want[i]);
+    }
+    free(out);
+  }
+}
+
+/* Every op with the ring on 4 ranks in bf16 runs and prints the all-reduce sum (1+2+3+4)·[1,2,3,4]. */
+Test(ch01_collectives, demo_all_ops_ring_bf16, .timeout = 120) {
+  char *out = NULL;
+  int rc = zl_run(4, 60, &out, "%s/ch01_collectives --op all --impl ring --dtype bf16", ZL_BIN);
+  cr_assert_eq(rc, 0, "ch01_collectives --op all exited %d:\n%s", rc, fail_lines(out));
+  for (int r = 0; r < 4; r++) {
+    char line[128];
+    snprintf(line, sizeof line, "After AllReduce on rank %d: [10, 20, 30, 40]\n", r);
+    cr_assert(strstr(out, line), "missing line: %sgot:\n%s", line, out);
+  }
+  cr_assert(strstr(out, "After SendRecv on rank 1: [1, 2, 3, 4]\n"), "send/recv line missing:\n%s", out);
+  free(out);
+}
+
+/* A bad flag: one error line, exit 2, before MPI starts. */
+Test(ch01_collectives, bad_flag_exits_2) {
+  char *out = NULL;
+  int rc = zl_run(0, 30, &out, "%s/ch01_collectives --op allreduce", ZL_BIN);
+  cr_assert_eq(rc, 2, "exit %d, expected 2:\n%s", rc, fail_lines(out));
+  cr_assert(strstr(out, "error: --op allreduce: must be one of"), "message:\n%s", out);
+  free(out);
+  rc = zl_run(0, 30, &out, "%s/ch01_collbench -b 4Q", ZL_BIN);
+  cr_assert_eq(rc, 2, "collbench -b 4Q: exit %d, expected 2:\n%s", rc, fail_lines(out));
+  cr_assert(strstr(out, "error: -b 4Q:"), "message:\n%s", out);
+  free(out);
+}
+
+/* collbench on a tiny sweep: every op, both implementations, exact check, #wrong 0, JSON rows. */
+Test(ch01_collectives, collbench_tiny_sweep, .timeout = 120) {
+  char dir[256], json[320], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "collbench");
+  snprintf(json, sizeof json, "%s/cb.json", dir);
+  int rc = zl_run(3, 90, &out, "%s/ch01_collbench -b 1K -e 64K -f 8 -n 3 -w 1 --op all --impl both -d bfloat16 --json %s",
+                  ZL_BIN, json);
+  cr_assert_eq(rc, 0, "ch01_collbench exited %d:\n%s", rc, fail_lines(out));
+  cr_assert(strstr(out, "# Out of bounds values : 0 OK"), "collbench reported wrong values:\n%s", out);
+  cr_assert(strstr(out, "# Avg bus bandwidth    :"), "no footer:\n%s", out);
+  char *j = zl_read_file(json, NULL);
+  cr_assert(j, "collbench did not write %s", json);
+  cr_assert_eq(zl_json_num(j, "world"), 3, "json world");
+  cr_assert_eq(zl_json_num(j, "wrong"), 0, "json wrong");
+  double vals[64];
+  int rows = zl_json_all(j, "busbw_gbs", vals, 64);
+  /* 5 ops x 3 sizes (1K, 8K, 64K) x 2 implementations */
+  cr_assert_eq(rows, 30, "json rows: %d, expected 30\n%s", rows, j);
+  for (int i = 0; i < rows; i++) cr_assert(vals[i] > 0, "row %d busbw %g", i, vals[i]);
+  free(j);
+  free(out);
+}
+
+/* comm_set_timeout: rank 0 skips an all-reduce; the others name it and take the job down. */
+Test(ch01_collectives, timeout_names_the_op, .timeout = 60) {
+  char *out = NULL;
+  int rc = zl_run(2, 40, &out, "%s/scn_collectives timeout", ZL_TESTBIN);
+  cr_assert_neq(rc, 0, "the job should have been aborted:\n%s", fail_lines(out));
+  cr_assert_neq(rc, 124, "the job hung instead of aborting:\n%s", fail_lines(out));
+  cr_assert(strstr(out, "rank 1: all_reduce (stuck_on_purpose) did not complete within 1 s"),
+            "timeout message missing:\n%s", out);
+  free(out);
+}

@@ -1,0 +1,99 @@
+/* test_ddp_buckets.c — chapter 02's bucket assignment (solutions/ddp.c: ddp_assign_buckets;
+ * notes/02-ddp.md). Model 32 -> 64 -> 64 -> 64 -> 10: unit numels 2112, 4160, 4160, 650 (Ψ 11082).
+ * Rule: backward order (unit 3 first); a bucket closes when adding the next unit would pass the
+ * cap (bucket_mb MiB); a unit larger than the cap sits alone; buckets are contiguous ranges. */
+#include "zl_test.h" // Criterion, cr_assert
+#include "ddp.h"     // ddp_assign_buckets, ddp_bucket_t
+#include "model.h"   // model_init, model_free
+
+#define MIB 1048576.0
+
+/* Assign and check the invariants every assignment must have; returns the bucket count. */
+static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, int *ub) {
+  int n = ddp_assign_buckets(m, bucket_mb, esz, b, ub);
+  cr_assert(n >= 1 && n <= m->n_units, "cap %g MiB: %d buckets for %d units", bucket_mb, n, m->n_units);
+  int64_t end = m->padded_numel; /* bucket 0 ends at the top of the flat buffer, each next one below */
+  int next_unit = m->n_units - 1;
+  for (int k = 0; k < n; k++) {
+    cr_assert_eq(b[k].last_unit, next_unit, "cap %g: bucket %d last_unit %d, expected %d (backward order)", bucket_mb, k,
+                 b[k].last_unit, next_unit);
+    cr_assert(b[k].first_unit <= b[k].last_unit, "cap %g: bucket %d units %d..%d", bucket_mb, k, b[k].first_unit, b[k].last_unit);
+    int64_t numel = 0;
+    for (int u = b[k].first_unit; u <= b[k].last_unit; u++) {
+      numel += m->units[u].padded;
+      cr_assert_eq(ub[u], k, "cap %g: unit %d maps to bucket %d, expected %d", bucket_mb, u, ub[u], k);
+    }
+    cr_assert_eq(b[k].off, m->units[b[k].first_unit].off, "cap %g: bucket %d off %lld, expected %lld", bucket_mb, k,
+                 (long long)b[k].off, (long long)m->units[b[k].first_unit].off);
+    cr_assert_eq(b[k].numel, numel, "cap %g: bucket %d numel %lld, expected %lld", bucket_mb, k, (long long)b[k].numel, (long long)numel);
+    cr_assert_eq(b[k].off + b[k].numel, end, "cap %g: bucket %d is not contiguous with bucket %d", bucket_mb, k, k - 1);
+    cr_assert_eq(b[k].nbytes, numel * esz, "cap %g: bucket %d nbytes %lld, expected %lld", bucket_mb, k,
+                 (long long)b[k].nbytes, (long long)(numel * esz));
+    /* never past the cap, unless a single unit is larger than the cap */
+    cr_assert(b[k].first_unit == b[k].last_unit || (double)b[k].nbytes <= bucket_mb * MIB,
+              "cap %g: bucket %d has %lld bytes and %d units", bucket_mb, k, (long long)b[k].nbytes,
+              b[k].last_unit - b[k].first_unit + 1);
+    end = b[k].off;
+    next_unit = b[k].first_unit - 1;
+  }
+  cr_assert_eq(end, 0, "cap %g: buckets do not reach offset 0", bucket_mb);
+  return n;
+}
+
+/* units as "first..last" of each bucket, e.g. "3..3 2..2 0..1" */
+static void expect_units(const ddp_bucket_t *b, int n, const char *want, double cap) {
+  char got[128] = "";
+  for (int k = 0; k < n; k++)
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d..%d", k ? " " : "", b[k].first_unit, b[k].last_unit);
+  cr_assert_str_eq(got, want, "cap %g MiB: buckets %s, expected %s", cap, got, want);
+}
+
+Test(ch02_buckets, caps_from_one_element_to_whole_model) {
+  model_t m;
+  model_init(&m, 32, 64, 10, 3);
+  cr_assert_eq(m.numel, 11082, "psi %lld", (long long)m.numel);
+  ddp_bucket_t b[4];
+  int ub[4];
+  int n = assign(&m, 4.0 / MIB, 4, b, ub); /* one fp32 element: every unit alone */
+  expect_units(b, n, "3..3 2..2 1..1 0..0", 4.0 / MIB);
+  n = assign(&m, 1e-9, 4, b, ub); /* any positive value is accepted */
+  expect_units(b, n, "3..3 2..2 1..1 0..0", 1e-9);
+  n = assign(&m, 1000, 4, b, ub); /* the whole model */
+  expect_units(b, n, "0..3", 1000);
+  n = assign(&m, 0.02, 4, b, ub); /* 20971 bytes: units 3+2 = 19240 fit, + unit 1 does not */
+  expect_units(b, n, "2..3 1..1 0..0", 0.02);
+  model_free(&m);
+}
+
+Test(ch02_buckets, boundary_is_inclusive_and_large_units_sit_alone) {
+  model_t m;
+  model_init(&m, 32, 64, 10, 3);
+  ddp_bucket_t b[4];
+  int ub[4];
+  double exact = (650 + 4160) * 4 / MIB; /* units 3 and 2 fill it exactly: they share a bucket */
+  int n = assign(&m, exact, 4, b, ub);
+  expect_units(b, n, "2..3 1..1 0..0", exact);
+  double less = (650 + 4160) * 4 / MIB - 1.0 / MIB; /* one byte less: unit 2 starts a new bucket */
+  n = assign(&m, less, 4, b, ub);
+  expect_units(b, n, "3..3 2..2 1..1 0..0", less);
+  /* 10485 bytes: unit 2 (16640 bytes) alone past the cap, unit 0 (8448) cannot join unit 1 */
+  n = assign(&m, 0.01, 4, b, ub);
+  expect_units(b, n, "3..3 2..2 1..1 0..0", 0.01);
+  cr_assert_gt((double)b[1].nbytes, 0.01 * MIB, "unit 2 should be larger than the cap");
+  /* bf16 grads: half the bytes, so the same cap holds more units */
+  n = assign(&m, exact, 2, b, ub);
+  expect_units(b, n, "1..3 0..0", exact);
+  model_free(&m);
+}
+
+Test(ch02_buckets, single_unit_model) {
+  model_t m;
+  model_init(&m, 5, 7, 3, 1); /* L = 1: units 5->7 and 7->3 */
+  ddp_bucket_t b[2];
+  int ub[2];
+  int n = assign(&m, 1e-9, 4, b, ub);
+  expect_units(b, n, "1..1 0..0", 1e-9);
+  n = assign(&m, 1, 4, b, ub);
+  expect_units(b, n, "0..1", 1);
+  model_free(&m);
+}
