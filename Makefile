@@ -105,7 +105,7 @@ SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 
 .PHONY: all build demo test test-prep test-run run doctor deps exercises check-exercises exercise hint \
-        exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help
+        exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
 all: build
@@ -119,7 +119,13 @@ $(LIB): $(COMMON_O) $(IMPL_O)
 $(COBJ)/%.o: common/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(COBJ)/%.cu.o: common/%.cu
+# .cu objects also depend on the nvcc flags themselves (a changed -fmad or arch list rebuilds them)
+NVFLAGS_STAMP := $(COBJ)/nvflags.stamp
+$(NVFLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(NVFLAGS)' | cmp -s - $@ 2>/dev/null || echo '$(NVFLAGS)' >$@
+FORCE:
+$(COBJ)/%.cu.o: common/%.cu $(NVFLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 $(OBJ)/$(IMPL)/%.o: $(IMPL)/%.c
@@ -232,7 +238,7 @@ ifeq ($(USE_CUDA),1)
 $(GPU_TEST_BIN): $(GPU_TEST_C:tests/%.c=$(OBJ)/tests/%.o) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $^ -o $@ $(CRIT_LIBS) $(LDLIBS)
-$(OBJ)/tests/gpu/%.cu.o: tests/gpu/%.cu
+$(OBJ)/tests/gpu/%.cu.o: tests/gpu/%.cu $(NVFLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 $(OUT)/tests/gpu_%: $(OBJ)/tests/gpu/gpu_%.cu.o $(LIB)
@@ -243,7 +249,7 @@ $(OUT)/tests/gpu_%: $(OBJ)/tests/gpu/gpu_%.o $(LIB)
 	$(CC) $^ -o $@ $(LDLIBS)
 gpu-build: build $(GPU_TEST_BIN) $(GPU_PROGS)
 test-gpu: gpu-build
-	@bash common/scripts/run_tests.sh $(GPU_TEST_BIN) $(TEST_FILTER)
+	@OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(GPU_TEST_BIN) --jobs 1 --short-filename $(if $(TEST_FILTER),--filter '$(TEST_FILTER)')
 bench-gpu: gpu-build
 	@bash common/scripts/bench_gpu.sh $(OUT) $(RESULTS)
 else
@@ -256,7 +262,7 @@ endif
 # ---- exercises: generated from solutions/, never edited by hand --------------------------
 # Students write the bodies in exercises/ (kept by `make exercises`; RESET=1 discards them).
 exercises:
-	@$(PYTHON) common/scripts/exercises.py generate solutions exercises $(if $(RESET),--reset)
+	@$(PYTHON) common/scripts/exercises.py generate solutions exercises --backup $(BUILD)/exercises-backup $(if $(RESET),--reset)
 check-exercises:
 	@$(PYTHON) common/scripts/exercises.py check solutions exercises
 # the chapter's tests against exercises/, then one line per exercise: done / not done / wrong

@@ -74,6 +74,15 @@ comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
   c->dev = dev;
   c->backend = backend;
   c->impl = COLL_VENDOR;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv_work, NULL);
+  pthread_condattr_t ca; /* deadlines on the monotonic clock, immune to clock changes */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv_done, &ca);
+  pthread_condattr_destroy(&ca);
+  c->q_cap = 64;
+  c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
   comm_mpi_boot(c, argc, argv); /* rank, world, local rank, check_set_rank */
   if (dev == DEV_CUDA) device_cuda_select(c->local_rank); /* dies in a CPU-only build */
   if (backend == BACKEND_NCCL) {
@@ -86,15 +95,6 @@ comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
   } else {
     comm_mpi_attach(c);
   }
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_work, NULL);
-  pthread_condattr_t ca; /* deadlines on the monotonic clock, immune to clock changes */
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&c->cv_done, &ca);
-  pthread_condattr_destroy(&ca);
-  c->q_cap = 64;
-  c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
   if (c->be->threaded) {
     if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
       die("rank %d: comm_init: cannot start the communication thread", c->rank);

@@ -98,7 +98,13 @@ static void mpi_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redo
 static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
   if (numel == 0) return;
   chunk_layout(c, numel, "reduce_scatter");
-  CHECK_MPI(MPI_Reduce_scatter(send, recv, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi));
+  /* MPI forbids aliased buffers; recv inside send (own chunk, in place) goes through scratch */
+  int64_t own = st(c)->counts[c->rank] * (int64_t)dtype_size(dt);
+  const char *s0 = send, *r0 = recv;
+  int overlap = r0 < s0 + numel * (int64_t)dtype_size(dt) && s0 < r0 + own;
+  void *out = overlap ? comm_scratch(c, 0, own) : recv;
+  CHECK_MPI(MPI_Reduce_scatter(send, out, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi));
+  if (overlap) memcpy(recv, out, (size_t)own);
 }
 
 static void mpi_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {

@@ -67,33 +67,12 @@ static void check_dt64(dtype_t dt, const char *fn) {
     die("rank %d: %s: dtype %d is not supported on CUDA", check_rank(), fn, (int)dt);
 }
 
-/* ---- workspace: device scratch per slot, grown on demand, counted as activations ----------- */
-enum { WS_W = 0, WS_GRAD, WS_X16, WS_W16, WS_RED, WS_NSLOTS };
-static void *g_ws[WS_NSLOTS];
-static int64_t g_ws_nbytes[WS_NSLOTS];
-
-static void *workspace(int slot, int64_t nbytes) {
-  if (nbytes <= g_ws_nbytes[slot]) return g_ws[slot];
-  if (g_ws[slot]) {
-    devcu_free(g_ws[slot]); /* stream-ordered: kernels already queued keep their buffer */
-    ledger_sub(LEDGER_ACTS, g_ws_nbytes[slot]);
-  }
-  ledger_add(LEDGER_ACTS, nbytes, "CUDA op workspace");
-  g_ws[slot] = devcu_malloc((size_t)nbytes);
-  if (!g_ws[slot]) die("out of memory on rank %d: CUDA op workspace needs %.1f MiB (GPU)", check_rank(), nbytes / 1048576.0);
-  g_ws_nbytes[slot] = nbytes;
-  return g_ws[slot];
-}
-
-void opcu_release_workspace(void) {
-  for (int s = 0; s < WS_NSLOTS; s++) {
-    if (!g_ws[s]) continue;
-    devcu_free(g_ws[s]);
-    ledger_sub(LEDGER_ACTS, g_ws_nbytes[s]);
-    g_ws[s] = NULL;
-    g_ws_nbytes[s] = 0;
-  }
-}
+/* ---- workspace: ops.h's ops_workspace on DEV_CUDA (grown on demand, counted as activations,
+ * released by ops_release_workspace); these slots are the CUDA ops' own. The allocator is
+ * stream-ordered, so a slot that grows never frees memory a queued kernel still reads. */
+enum { WS_W = 0, WS_GRAD, WS_X16, WS_W16, WS_RED };
+static void *workspace(int slot, int64_t nbytes) { return ops_workspace(DEV_CUDA, slot, nbytes); }
+void opcu_release_workspace(void) {} /* ops_release_workspace frees the DEV_CUDA slots itself */
 
 /* ---- matmul mode ------------------------------------------------------------------------ */
 static int g_mm_bf16 = -1; /* -1: not decided yet (read ZL_CUDA_MATMUL once) */

@@ -28,8 +28,8 @@ double opcu_sumsq(const void *x, dtype_t dt, int64_t n);
  * collectives on NCCL). stream: cudaStream_t as void*. */
 void opcu_add_on(void *stream, void *dst, const void *src, dtype_t dt, int64_t n);
 void opcu_max_on(void *stream, void *dst, const void *src, dtype_t dt, int64_t n);
-/* Free the CUDA ops' workspace (fp32 copies of bf16 weights, fp32 gradient sums), given back
- * to the ledger's acts; ops_release_workspace calls it in CUDA builds. */
+/* Kept for ops_release_workspace: the CUDA ops' scratch now lives in ops_workspace(DEV_CUDA, ...),
+ * which ops_release_workspace frees itself, so this has nothing left to free. */
 void opcu_release_workspace(void);
 /* Matmul precision: 0 (default) fp32 GEMMs on fp32/widened operands, the CPU path's math;
  * 1 bf16 tensor cores with fp32 accumulation. The default comes from ZL_CUDA_MATMUL=bf16. */

@@ -7,7 +7,7 @@
 #include "formula.h" // formula_model_states, formula_comm_bytes, formula_text
 #include "ledger.h"  // ledger_peak, ledger_total_peak
 #include "trace.h"   // trace_events, trace_enabled
-#include <math.h>    // sqrt
+#include <math.h>    // isfinite
 #include <stdarg.h>  // va_list
 #include <stdio.h>   // printf, fopen, rename
 #include <stdlib.h>  // qsort, free
@@ -117,6 +117,13 @@ static void fmt_bytes(char *dst, size_t n, double x) {
   else snprintf(dst, n, "%.1f", x);
 }
 
+/* A JSON number, or null when not finite (a diverged loss must not make the file unreadable). */
+static const char *jnum(char *dst, size_t n, double x) {
+  if (isfinite(x)) snprintf(dst, n, "%.9g", x);
+  else snprintf(dst, n, "null");
+  return dst;
+}
+
 static const char *opt_name(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? "adamw" : "sgd"; }
 static int opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
 static const char *prec_name(const train_cfg_t *c) { return c->wdt == DT_BF16 ? "bf16" : "fp32"; }
@@ -192,12 +199,14 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, " \"params\": %lld, \"padded_params\": %lld,\n", (long long)t->model.numel,
             (long long)t->model.padded_numel);
   sb_printf(&b, " \"steps\": [");
+  char num[40];
   for (int s = 0; s < steps; s++)
-    sb_printf(&b, "%s{\"step\": %d, \"loss\": %.9g, \"ms\": %.4f}", s ? ",\n   " : "", s, run->steps[s].loss,
-              run->steps[s].ms);
+    sb_printf(&b, "%s{\"step\": %d, \"loss\": %s, \"ms\": %.4f}", s ? ",\n   " : "", s,
+              jnum(num, sizeof num, run->steps[s].loss), run->steps[s].ms);
   char fpr[96];
   report_fingerprint(run->full_params, t->model.numel, fpr, sizeof fpr);
-  sb_printf(&b, "],\n \"final_loss\": %.9g, \"params_fingerprint\": \"%s\",\n", run->steps[steps - 1].loss, fpr);
+  sb_printf(&b, "],\n \"final_loss\": %s, \"params_fingerprint\": \"%s\",\n",
+            jnum(num, sizeof num, run->steps[steps - 1].loss), fpr);
   char fb[32];
   fmt_bytes(fb, sizeof fb, f.total);
   sb_printf(&b, " \"memory\": {\"per_rank\": [");
@@ -249,9 +258,9 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, "]},\n");
   /* Extras: timing summary, overlap from the trace, the strategy's numbers. */
   double med = report_median_ms(run->steps, steps);
-  sb_printf(&b, " \"teacher_entropy\": %.9g, \"median_step_ms\": %.4f, \"samples_per_s\": %.2f, \"batch\": %lld, "
+  sb_printf(&b, " \"teacher_entropy\": %.9g, \"skipped_steps\": %d, \"median_step_ms\": %.4f, \"samples_per_s\": %.2f, \"batch\": %lld, "
                 "\"accum\": %d, \"seed\": %llu",
-            run->teacher_entropy, med, med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch,
+            run->teacher_entropy, run->skipped_steps, med, med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch,
             cfg->accum, (unsigned long long)cfg->seed);
   sb_printf(&b, ", \"model\": {\"D\": %d, \"H\": %d, \"L\": %d, \"C\": %d, \"units\": %d}", t->model.D, t->model.H,
             t->model.L, t->model.C, t->model.n_units);

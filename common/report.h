@@ -28,6 +28,7 @@ typedef struct report_run {
   double teacher_entropy;         /* best achievable loss (nats) */
   const report_extra_t *extras;   /* strategy numbers (n_buckets, ...) */
   int nextras;
+  int skipped_steps;              /* steps dropped by --nonfinite skip */
 } report_run_t;
 
 /* Median of the step times, leaving out step 0 (warm-up) when there are more than 2 steps. */

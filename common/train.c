@@ -432,7 +432,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   trace_end(NULL);
   comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
 
-  int taken = 0; /* optimizer steps applied (a skipped step does not count) */
+  int taken = 0, skipped = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
   for (int step = 0; step < cfg->steps; step++) {
     char name[32];
     snprintf(name, sizeof name, "step %d", step);
@@ -452,6 +452,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     trace_end(NULL);
     double ms = (trace_now_us() - t0) / 1000.0;
     if (!t.skipped) taken++;
+    else skipped++;
     comm_ctl_all_reduce_f64(comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
     in.steps[step] = (report_step_t){.loss = loss_sum / (double)cfg->batch, .ms = ms};
     if (in.check_master) check_master_bits(&t);
@@ -472,7 +473,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in.checked_steps);
   double entropy = rank == 0 ? data_teacher_entropy(&t.data, 4096) : 0;
   report_run_t run = {.chapter = chapter, .steps = in.steps, .nsteps = cfg->steps, .full_params = full,
-                      .teacher_entropy = entropy, .extras = in.extras, .nextras = in.nextras};
+                      .teacher_entropy = entropy, .extras = in.extras, .nextras = in.nextras,
+                      .skipped_steps = skipped};
   report_finish(&t, &run);
   trace_write(comm);
 

@@ -30,7 +30,8 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   // HINT: N = 1: the answer is your own chunk (comm_local_copy). Otherwise N−1 steps; at step s
   // HINT: send chunk (r−s−1) mod N to r+1 and receive chunk (r−s−2) mod N from r−1 into scratch,
   // HINT: then add your own copy of that chunk (comm_local_reduce). What you send from step 1 on is
-  // HINT: what you just reduced. The last chunk you receive is chunk r: your answer.
+  // HINT: what you just reduced. The last chunk you receive is chunk r: your answer. In place
+  // HINT: (recv is your own chunk of send) it must land in scratch too, then be added into recv.
   zl_exercise_todo("ring_reduce_scatter", "notes/01-collectives.md");
   // END EXERCISE
 }

@@ -88,11 +88,18 @@ int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
   // END EXERCISE
 }
 
-void zero_all_gather_params(trainer_t *t) {
+void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
-  // HINT: one comm_all_gather_async per unit, in place: send = your piece, recv = the whole unit.
+  // HINT: one comm_all_gather_async per unit, in place: send = your piece, recv = the whole unit;
+  // HINT: keep each handle in handles[u] when handles is not NULL.
   zl_exercise_todo("zero_all_gather_params", "notes/03-zero1.md");
   // END EXERCISE
+}
+
+void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
+  if (!handles[u]) return;
+  TRAINER_PHASE("wait all-gather", comm_wait(t->comm, handles[u]));
+  handles[u] = 0;
 }
 
 /* Cast n host fp32 values into dst (wdt, on t->dev). */

@@ -6,15 +6,18 @@
 /* zero1.c — ZeRO stage 1 (P_os): optimizer states sharded, params and grads full.
  * Notes: notes/03-zero1.md.
  *
- * The classic five steps, each a named phase on the trace:
+ * The classic five steps, each named on the trace (compute row: phases; comm row: tags):
  *   1. forward + backward with the full working params (the trainer's loop)
- *   2. reduce-scatter the gradients, one per unit: rank r receives piece r, summed over ranks
+ *   2. reduce-scatter the gradients, one per unit: rank r receives piece r, summed over ranks.
+ *      Issued (async) as soon as backward has finished the unit, so it overlaps the rest of the
+ *      backward as DDP's buckets do; the step waits for the last ones.
  *   3. update the rank's own shard: fp32 master (bf16 mode) or the params' own pieces (fp32),
  *      with Adam m, v (or SGD momentum) of the shard only
  *   4. cast the updated master pieces into the working params (bf16 mode)
- *   5. all-gather every unit's params so all ranks hold the full updated model again
+ *   5. all-gather every unit's params so all ranks hold the full updated model again. Issued
+ *      (async) at the end of the step; the next forward waits for each unit just before using it.
  * With --accum K the full grads accumulate locally (like DDP's no_sync) and are reduce-scattered
- * once, after the last micro-batch. */
+ * once, during the backward of the last micro-batch. */
 #include "zero.h"              // zero1_strategy, shard_plan, zero_* helpers
 #include <stdlib.h>            // free
 #include "../common/check.h"    // xmalloc, xcalloc
@@ -25,6 +28,7 @@
 
 typedef struct zero1 {
   tensor_t grad_shard; /* (P/N) reduce-scatter output, wdt: transient, LEDGER_COMM */
+  comm_handle_t *ag;   /* [n_units] pending all-gather of each unit's params (0: none) */
 } zero1_t;
 
 static void zero1_setup(trainer_t *t) {
@@ -40,6 +44,7 @@ static void zero1_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   z->grad_shard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, m->shard_numel);
+  z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero1 gather handles");
   zero_bind_arrays(t);
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
@@ -50,38 +55,40 @@ static void zero1_setup(trainer_t *t) {
 
 static void zero1_no_hook(trainer_t *t, int unit) {}
 
-/* Step 1 on the trace: forward + backward of a micro-batch, with the full params. */
+/* Step 1 on the trace: forward + backward of a micro-batch, with the full params; each unit
+ * first waits for its all-gather of the previous step (step 5). */
 static void zero1_pre_forward(trainer_t *t, int unit) {
+  zero1_t *z = t->priv;
   if (unit == 0) trace_begin("1 forward + backward");
-}
-static void zero1_post_backward(trainer_t *t, int unit) {
-  if (unit == 0) trace_end(NULL);
+  zero_wait_params(t, z->ag, unit);
 }
 
 static void zero1_pre_backward(trainer_t *t, int unit) {
   t->grad_beta = t->micro > 0 ? 1.0f : 0.0f; /* full grads accumulate locally over micro-batches */
 }
 
-/* Step 2: one reduce-scatter per unit; rank r receives piece r of the unit, summed. */
-static void zero1_reduce_scatter(trainer_t *t, zero1_t *z) {
+/* Step 2 for one unit: rank r receives piece r of the unit's gradient, summed over the ranks. */
+static void zero1_reduce_scatter_unit(trainer_t *t, zero1_t *z, int u) {
   // BEGIN EXERCISE zero1_reduce_scatter notes/03-zero1.md
-  // HINT: for each unit: comm_reduce_scatter_async(comm, the unit's padded grads, your piece in
-  // HINT: z->grad_shard (at shard_off), padded, wdt, REDOP_SUM, tag); then comm_wait_all.
+  // HINT: one comm_reduce_scatter_async: send the unit's padded grads (at its off in t->grads),
+  // HINT: receive your piece into z->grad_shard at the unit's shard_off; REDOP_SUM; any tag.
   zl_exercise_todo("zero1_reduce_scatter", "notes/03-zero1.md");
   // END EXERCISE
 }
 
+static void zero1_post_backward(trainer_t *t, int unit) {
+  zero1_t *z = t->priv;
+  if (t->last_micro) zero1_reduce_scatter_unit(t, z, unit); /* the unit's full grad is final */
+  if (unit == 0) trace_end(NULL);
+}
+
 static void zero1_step(trainer_t *t) {
   zero1_t *z = t->priv;
-  TRAINER_PHASE("2 reduce-scatter grads", zero1_reduce_scatter(t, z));
+  TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
   int updated;
   TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, z->grad_shard.data, 1));
-  if (updated) { /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
-    trace_begin("5 all-gather params");
-    zero_all_gather_params(t);
-    comm_wait_all(t->comm);
-    trace_end(NULL);
-  }
+  /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
+  if (updated) TRAINER_PHASE("5 issue all-gather params", zero_all_gather_params(t, z->ag));
   zero_check_pads(t, 1, 1);
 }
 
@@ -89,7 +96,10 @@ static void zero1_teardown(trainer_t *t) {
   zero1_t *z = t->priv;
   comm_wait_all(t->comm);
   zero_pad_report(t);
-  if (z) tensor_free(&z->grad_shard);
+  if (z) {
+    tensor_free(&z->grad_shard);
+    free(z->ag);
+  }
   free(z);
   t->priv = NULL;
   tensor_free(&t->params);

@@ -25,7 +25,8 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   // HINT: N = 1: the answer is your own chunk (comm_local_copy). Otherwise N−1 steps; at step s
   // HINT: send chunk (r−s−1) mod N to r+1 and receive chunk (r−s−2) mod N from r−1 into scratch,
   // HINT: then add your own copy of that chunk (comm_local_reduce). What you send from step 1 on is
-  // HINT: what you just reduced. The last chunk you receive is chunk r: your answer.
+  // HINT: what you just reduced. The last chunk you receive is chunk r: your answer. In place
+  // HINT: (recv is your own chunk of send) it must land in scratch too, then be added into recv.
   int N = comm_world(c), r = comm_rank(c);
   if (N == 1) {
     comm_local_copy(c, recv, send, numel, dt);
@@ -33,8 +34,7 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   }
   int next = mod(r + 1, N), prev = mod(r - 1, N);
   int64_t max_chunk = (numel + N - 1) / N; /* chunks differ by at most one element */
-  int64_t nbytes = max_chunk * (int64_t)dtype_size(dt);
-  void *partial[2] = {comm_scratch(c, 0, nbytes), comm_scratch(c, 1, nbytes)}; /* (n/N) received partial sums */
+  int64_t nbytes = max_chunk * (int64_t)dtype_size(dt); /* (n/N) one received partial sum */
   /* In-place use (all-reduce: recv is our own chunk of send): the last chunk cannot land on
    * recv before our own values are added, so it goes to scratch too. */
   int in_place = recv == elem(send, comm_chunk_lo(numel, N, r), dt);
@@ -42,7 +42,8 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   for (int s = 0; s < N - 1; s++) {
     int ks = mod(r - s - 1, N), kr = mod(r - s - 2, N), last = s == N - 2;
     const void *sb = s == 0 ? elem(send, comm_chunk_lo(numel, N, ks), dt) : out;
-    void *rb = last && !in_place ? recv : partial[s % 2];
+    /* two scratch slots, alternating: what we forward (out) is never what we receive into */
+    void *rb = last && !in_place ? recv : comm_scratch(c, s % 2, nbytes);
     comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), next, rb, comm_chunk_numel(numel, N, kr), prev, dt);
     if (last && in_place) comm_local_reduce(c, recv, rb, comm_chunk_numel(numel, N, kr), dt, op);
     else comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, op);

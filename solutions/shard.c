@@ -121,16 +121,24 @@ int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
   // END EXERCISE
 }
 
-void zero_all_gather_params(trainer_t *t) {
+void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
-  // HINT: one comm_all_gather_async per unit, in place: send = your piece, recv = the whole unit.
+  // HINT: one comm_all_gather_async per unit, in place: send = your piece, recv = the whole unit;
+  // HINT: keep each handle in handles[u] when handles is not NULL.
   const model_t *m = &t->model;
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
-    comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)), tensor_at(&t->params, un->off),
-                          un->padded, t->wdt, "all-gather params");
+    comm_handle_t h = comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)),
+                                            tensor_at(&t->params, un->off), un->padded, t->wdt, "all-gather params");
+    if (handles) handles[u] = h;
   }
   // END EXERCISE
+}
+
+void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
+  if (!handles[u]) return;
+  TRAINER_PHASE("wait all-gather", comm_wait(t->comm, handles[u]));
+  handles[u] = 0;
 }
 
 /* Cast n host fp32 values into dst (wdt, on t->dev). */

@@ -51,8 +51,11 @@ void zero_own_shard_f32(trainer_t *t, int src_full, float *dst);
  * 0: it is the shard (ZeRO-3). Returns 0 if --nonfinite skip dropped the step. */
 int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full);
 /* All-gather every unit's working params in place in the full buffer (ZeRO-1/2), async on the
- * stream; the caller waits (comm_wait_all) before the next forward. */
-void zero_all_gather_params(trainer_t *t);
+ * stream, one call per unit; handles[u] (n_units, may be NULL) receives unit u's handle so the
+ * next forward waits for each unit just before using it (the gather overlaps the forward). */
+void zero_all_gather_params(trainer_t *t, comm_handle_t *handles);
+/* pre_forward of ZeRO-1/2: wait for unit u's all-gather of the previous step, if any. */
+void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u);
 /* Fill this rank's master / params shard with the deterministic init (no broadcast needed:
  * trainer_init_values is a pure function of the seed). params_full as above. */
 void zero_init_params(trainer_t *t, int params_full);

@@ -6,6 +6,8 @@
  * chapter 02's overlap, with a reduce-scatter instead of an all-reduce. A rank keeps only its
  * piece of each unit's gradient (t->grads is (P/N)); the full gradient of a unit lives in one of
  * two reused staging buffers until its reduce-scatter is done (zero_rs_* in shard.c).
+ * The step ends by issuing the per-unit all-gathers of the params; the next forward waits for
+ * each unit just before using it (zero_wait_params), so the gathers overlap the forward.
  * With --accum K each micro-batch is reduce-scattered and summed into the shard: K times the
  * reduce-scatter traffic, but full gradients never stay resident (DeepSpeed's choice). */
 #include "zero.h"              // zero2_strategy, shard_plan, zero_rs_*, zero_* helpers
@@ -16,7 +18,8 @@
 #include "../common/trace.h"    // trace_begin, trace_end
 
 typedef struct zero2 {
-  zero_rs_t rs; /* staging buffers and pending reduce-scatters */
+  zero_rs_t rs;      /* staging buffers and pending reduce-scatters */
+  comm_handle_t *ag; /* [n_units] pending all-gather of each unit's params (0: none) */
 } zero2_t;
 
 static void zero2_setup(trainer_t *t) {
@@ -32,6 +35,7 @@ static void zero2_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
+  z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
   zero_bind_arrays(t);
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
@@ -41,6 +45,12 @@ static void zero2_setup(trainer_t *t) {
 }
 
 static void zero2_no_hook(trainer_t *t, int unit) {}
+
+/* Each unit waits for its all-gather of the previous step just before its forward. */
+static void zero2_pre_forward(trainer_t *t, int unit) {
+  zero2_t *z = t->priv;
+  zero_wait_params(t, z->ag, unit);
+}
 
 static void zero2_pre_backward(trainer_t *t, int unit) {
   zero2_t *z = t->priv;
@@ -57,12 +67,8 @@ static void zero2_step(trainer_t *t) {
   zero_rs_finish(&z->rs, t);
   int updated;
   TRAINER_PHASE("update own shard + cast", updated = zero_optimizer_step(t, t->grads.data, 1));
-  if (updated) { /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
-    trace_begin("all-gather params");
-    zero_all_gather_params(t);
-    comm_wait_all(t->comm);
-    trace_end(NULL);
-  }
+  /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
+  if (updated) TRAINER_PHASE("issue all-gather params", zero_all_gather_params(t, z->ag));
   zero_check_pads(t, 1, 0);
 }
 
@@ -70,7 +76,10 @@ static void zero2_teardown(trainer_t *t) {
   zero2_t *z = t->priv;
   comm_wait_all(t->comm);
   zero_pad_report(t);
-  if (z) zero_rs_free(&z->rs);
+  if (z) {
+    zero_rs_free(&z->rs);
+    free(z->ag);
+  }
   free(z);
   t->priv = NULL;
   tensor_free(&t->params);
@@ -92,7 +101,7 @@ static const strategy_t zero2_s = {
     .name = "zero2",
     .stage = 2,
     .setup = zero2_setup,
-    .pre_forward = zero2_no_hook,
+    .pre_forward = zero2_pre_forward,
     .post_forward = zero2_no_hook,
     .pre_backward = zero2_pre_backward,
     .post_backward = zero2_post_backward,

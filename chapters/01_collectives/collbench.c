@@ -10,10 +10,13 @@
  * alternate inside every iteration (and swap who goes first), so machine noise hits both alike.
  * Check (-c 1): one more run per size and implementation on inputs whose results are exact
  * (small integers: exact sums in fp32 and bf16), counting wrong elements over all ranks; the
- * program exits 1 if any count is not 0. */
+ * program exits 1 if any count is not 0.
+ * GPUs (CUDA build): --device cuda --backend nccl (one rank per GPU) or --backend mpi (staged through
+ * the host); each timed call ends with dev_sync, since GPU collectives return once queued. */
 #include "args.h"   // arg_spec_t, args_parse, args_error
 #include "check.h"  // xmalloc, die
 #include "comm.h"   // comm_t, comm_all_reduce, comm_reduce_scatter, ..., comm_ctl_all_reduce_f64
+#include "device.h" // dev_malloc, dev_memcpy, dev_sync, device_cuda_built
 #include "dtype.h"  // dt_load, dt_store, dtype_size
 #include <math.h>   // floor
 #include <mpi.h>    // MPI_Wtime
@@ -47,7 +50,9 @@ typedef struct bench {
   comm_t *c;
   int rank, world, root, iters, warmup, check;
   dtype_t dt;
-  void *send, *recv, *orig; /* (max bytes) each; orig: this rank's pristine input */
+  device_t dev;             /* where send and recv live (--device) */
+  void *send, *recv;        /* (max bytes) each, on dev; send holds the input and is never written */
+  void *orig, *host;        /* (max bytes) each, host: this rank's pristine input; results to check */
 } bench_t;
 
 /* Rank r's input element i: a small integer so every sum over ranks is exact (N·7 <= 256). */
@@ -60,7 +65,8 @@ static void fill_input(const bench_t *b, int64_t numel) {
 /* Inputs in place for one run of `co` (outside the timed region). */
 static void prepare(const bench_t *b, const coll_t *co, int64_t numel) {
   /* in place: restore the input; the others read send, which holds orig and is never written */
-  if (co->op == CO_ALL_REDUCE || co->op == CO_BROADCAST) memcpy(b->recv, b->orig, (size_t)numel * dtype_size(b->dt));
+  if (co->op == CO_ALL_REDUCE || co->op == CO_BROADCAST)
+    dev_memcpy(b->dev, b->recv, DEV_CPU, b->orig, (size_t)numel * dtype_size(b->dt));
 }
 
 static void run_op(const bench_t *b, const coll_t *co, int64_t numel) {
@@ -75,6 +81,7 @@ static void run_op(const bench_t *b, const coll_t *co, int64_t numel) {
   case CO_REDUCE: comm_reduce(b->c, b->send, b->recv, numel, b->dt, REDOP_SUM, b->root); break;
   default: die("rank %d: collbench: op %d", b->rank, (int)co->op);
   }
+  dev_sync(b->dev); /* on GPUs the call returns once queued: the time must include the work */
 }
 
 /* Wrong elements of this rank's result after one run. */
@@ -86,6 +93,7 @@ static int64_t count_wrong(const bench_t *b, const coll_t *co, int64_t numel) {
     n = comm_chunk_numel(numel, N, r);
   }
   if (co->op == CO_REDUCE && r != b->root) return 0; /* only the root receives */
+  dev_memcpy(DEV_CPU, b->host, b->dev, b->recv, (size_t)n * dtype_size(b->dt));
   int owner = 0;
   for (int64_t k = 0; k < n; k++) {
     int64_t i = lo + k;
@@ -98,7 +106,7 @@ static int64_t count_wrong(const bench_t *b, const coll_t *co, int64_t numel) {
       while (comm_chunk_lo(numel, N, owner + 1) <= i) owner++;
       exp = input(owner, i);
     }
-    if (dt_load(b->recv, b->dt, k) != exp) wrong++;
+    if (dt_load(b->host, b->dt, k) != exp) wrong++;
   }
   return wrong;
 }
@@ -179,7 +187,7 @@ static const char *long_flag(const char *a) {
 
 int main(int argc, char **argv) {
   const char *minb_s = "4K", *maxb_s = "64M", *op_s = "all_reduce", *dtype_s = "float", *impl_s = "both",
-             *json = NULL;
+             *json = NULL, *device_s = "cpu", *backend_s = "mpi";
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, root = 0;
   arg_spec_t specs[] = {
@@ -192,7 +200,10 @@ int main(int argc, char **argv) {
       {"--op", ARG_CHOICE, &op_s, 0, 0, "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all", "collective"},
       {"--dtype", ARG_CHOICE, &dtype_s, 0, 0, "float|bfloat16", "-d: element type"},
       {"--root", ARG_INT, &root, 0, 1 << 20, NULL, "-r: root of broadcast and reduce"},
-      {"--impl", ARG_CHOICE, &impl_s, 0, 0, "vendor|ring|both", "vendor: MPI's own; ring: solutions/ring.c"},
+      {"--impl", ARG_CHOICE, &impl_s, 0, 0, "vendor|ring|both", "vendor: the backend's own; ring: solutions/ring.c"},
+      {"--device", ARG_CHOICE, &device_s, 0, 0, "cpu|cuda", "where the buffers live (cuda: one GPU per local rank)"},
+      {"--backend", ARG_CHOICE, &backend_s, 0, 0, "mpi|nccl",
+       "mpi: Open MPI (CUDA buffers staged through the host); nccl: one rank per GPU, needs --device cuda"},
       {"--json", ARG_STR, &json, 0, 0, NULL, "write every row as JSON to this path (rank 0)"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
@@ -216,17 +227,24 @@ int main(int argc, char **argv) {
     return args_error("-r", v, "must be a rank in [0, %d]", args_env_world() - 1);
   }
 
-  comm_t *c = comm_init(&argc, &argv, BACKEND_MPI, DEV_CPU);
+  int cuda = strcmp(device_s, "cuda") == 0, nccl = strcmp(backend_s, "nccl") == 0;
+  if (nccl && !cuda) return args_error("--backend", backend_s, "needs --device cuda (NCCL works on GPU buffers)");
+  if (cuda && !device_cuda_built())
+    return args_error("--device", device_s, "this binary was built without CUDA (make GPU=1)");
+
+  comm_t *c = comm_init(&argc, &argv, nccl ? BACKEND_NCCL : BACKEND_MPI, cuda ? DEV_CUDA : DEV_CPU);
   comm_set_timeout(c, 120);
   bench_t b = {c, comm_rank(c), comm_world(c), root, iters, warmup, check,
-               strcmp(dtype_s, "bfloat16") == 0 ? DT_BF16 : DT_F32, NULL, NULL, NULL};
+               strcmp(dtype_s, "bfloat16") == 0 ? DT_BF16 : DT_F32, comm_device(c), NULL, NULL, NULL, NULL};
   size_t esz = dtype_size(b.dt);
   int64_t max_numel = maxb / (int64_t)esz;
-  b.send = xmalloc((size_t)(max_numel ? max_numel : 1) * esz, "bench send");
-  b.recv = xmalloc((size_t)(max_numel ? max_numel : 1) * esz, "bench recv");
-  b.orig = xmalloc((size_t)(max_numel ? max_numel : 1) * esz, "bench input");
+  size_t max_nbytes = (size_t)(max_numel ? max_numel : 1) * esz;
+  b.send = dev_malloc(b.dev, max_nbytes, "bench send");
+  b.recv = dev_malloc(b.dev, max_nbytes, "bench recv");
+  b.orig = xmalloc(max_nbytes, "bench input");
+  b.host = xmalloc(max_nbytes, "bench results");
   fill_input(&b, max_numel);
-  memcpy(b.send, b.orig, (size_t)max_numel * esz);
+  dev_memcpy(b.dev, b.send, DEV_CPU, b.orig, (size_t)max_numel * esz);
 
   coll_impl_t impls[2];
   const char *impl_names[2];
@@ -235,12 +253,15 @@ int main(int argc, char **argv) {
   if (strcmp(impl_s, "vendor") != 0) { impls[nimpl] = COLL_RING; impl_names[nimpl++] = "ring"; }
 
   FILE *jf = NULL;
+  char json_tmp[4096]; /* written there, renamed at the end: readers never see half a file */
   if (json && b.rank == 0) {
-    jf = fopen(json, "w");
-    if (!jf) die("rank 0: cannot write --json %s", json);
-    fprintf(jf, "{\"bench\": \"collbench\", \"world\": %d, \"dtype\": \"%s\", \"iters\": %d, \"warmup\": %d, "
-                "\"impl\": \"%s\", \"timing\": \"median over iterations of the max over ranks\",\n \"results\": [",
-            b.world, dtype_name(b.dt), iters, warmup, impl_s);
+    snprintf(json_tmp, sizeof json_tmp, "%s.tmp", json);
+    jf = fopen(json_tmp, "w");
+    if (!jf) die("rank 0: cannot write --json %s", json_tmp);
+    fprintf(jf, "{\"bench\": \"collbench\", \"world\": %d, \"device\": \"%s\", \"backend\": \"%s\", \"dtype\": \"%s\", "
+                "\"iters\": %d, \"warmup\": %d, \"impl\": \"%s\", "
+                "\"timing\": \"median over iterations of the max over ranks\",\n \"results\": [",
+            b.world, device_name(b.dev), comm_backend_name(c), dtype_name(b.dt), iters, warmup, impl_s);
   }
   int64_t total_wrong = 0, nrows_json = 0;
   for (int ci = 0; ci < NCOLLS; ci++) {
@@ -248,10 +269,12 @@ int main(int argc, char **argv) {
     if (strcmp(op_s, "all") != 0 && strcmp(op_s, co->name) != 0) continue;
     double sum_busbw[2] = {0, 0};
     int nrows = 0;
+    int64_t op_wrong = 0;
     if (b.rank == 0) {
-      printf("# ch01_collbench %s: %d ranks, %s, %s, %d iters (median of per-iteration max over ranks), %d warmup\n",
-             co->name, b.world, dtype_name(b.dt), nimpl == 2 ? "vendor vs ring, alternating" : impl_names[0], iters,
-             warmup);
+      printf("# ch01_collbench %s: %d ranks, %s on %s, %s backend, %s, %d iters (median of per-iteration max over "
+             "ranks), %d warmup\n",
+             co->name, b.world, dtype_name(b.dt), device_name(b.dev), comm_backend_name(c),
+             nimpl == 2 ? "vendor vs ring, alternating" : impl_names[0], iters, warmup);
       printf("#%50s", "");
       for (int j = 0; j < nimpl; j++) printf(" %-35s", impl_names[j]);
       printf("\n# %12s %12s %8s %6s %5s", "size", "count", "type", "redop", "root");
@@ -273,7 +296,7 @@ int main(int argc, char **argv) {
       int64_t nbytes = numel * (int64_t)esz;
       for (int j = 0; j < nimpl; j++) {
         sum_busbw[j] += res[j].busbw;
-        if (res[j].wrong > 0) total_wrong += res[j].wrong;
+        if (res[j].wrong > 0) op_wrong += res[j].wrong;
       }
       nrows++;
       if (b.rank != 0) continue;
@@ -295,8 +318,9 @@ int main(int argc, char **argv) {
                   nrows_json++ ? "," : "", co->name, impl_names[j], (long long)nbytes, (long long)numel,
                   res[j].time_us, res[j].algbw, res[j].busbw, (long long)res[j].wrong);
     }
+    total_wrong += op_wrong;
     if (b.rank == 0) {
-      printf("# Out of bounds values : %lld %s\n", (long long)total_wrong, total_wrong ? "WRONG" : "OK");
+      printf("# Out of bounds values : %lld %s\n", (long long)op_wrong, op_wrong ? "WRONG" : "OK");
       printf("# Avg bus bandwidth    :");
       for (int j = 0; j < nimpl; j++) printf(" %s %.3f GB/s", impl_names[j], nrows ? sum_busbw[j] / nrows : 0);
       printf("\n#\n");
@@ -305,11 +329,12 @@ int main(int argc, char **argv) {
   }
   if (jf) {
     fprintf(jf, "\n ],\n \"wrong\": %lld}\n", (long long)total_wrong);
-    fclose(jf);
+    if (fclose(jf) != 0 || rename(json_tmp, json) != 0) die("rank 0: cannot write --json %s", json);
   }
-  free(b.send);
-  free(b.recv);
+  dev_free(b.dev, b.send);
+  dev_free(b.dev, b.recv);
   free(b.orig);
+  free(b.host);
   comm_finalize(c);
   return total_wrong ? 1 : 0;
 }

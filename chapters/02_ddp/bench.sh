@@ -19,9 +19,15 @@ py=$(command -v python3 || true)
 [ -x "$bin" ] || { echo "error: $bin not built (make build)" >&2; exit 2; }
 [ -n "$py" ] || { echo "error: python3 not found (make deps)" >&2; exit 2; }
 mkdir -p "$out"
+# Each rank runs a compute thread and a communication thread: two ranks on two cores are
+# oversubscribed although mpirun does not know it. Without yielding, a rank's MPI progress loop
+# spins on the core its own compute thread (or the peer) needs (notes/02-ddp.md, "On a 2-core laptop").
+export ZL_MPIRUN_FLAGS="${ZL_MPIRUN_FLAGS:---mca mpi_yield_when_idle 1}"
+echo "mpirun extra flags: $ZL_MPIRUN_FLAGS"
 
-# Comm-heavy: 3.4M parameters (13.7 MB of fp32 gradients) and 8 rows per rank.
-COMM_MODEL="--layers 4 --hidden 1024 --input 256 --classes 10 --batch 16 --bucket-mb 4"
+# Comm-heavy: 4.2M parameters (16.8 MB of fp32 gradients), 64 rows per rank; 9 units of about
+# 2.4 MB, so 5 MiB buckets hold two units each (overlap: one message per unit).
+COMM_MODEL="--layers 8 --hidden 768 --input 128 --classes 10 --batch 128 --bucket-mb 5"
 # Compute-heavier: 0.9M parameters, 1024 rows per step.
 SCALE_MODEL="--layers 4 --hidden 512 --input 256 --classes 10 --batch 1024 --bucket-mb 1"
 common="--steps $steps --quiet --device cpu"

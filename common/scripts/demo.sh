@@ -39,6 +39,7 @@ SKIPPED=()
 
 # ---- where to run: GPUs if there are some and the build can use them, else CPU ranks ------
 NP=${ZL_DEMO_NP:-4}
+[ "$QUICK" = 1 ] && NP=${ZL_DEMO_NP:-2}
 DEVICE=${ZL_DEMO_DEVICE:-auto}
 NGPU=0
 if command -v nvidia-smi >/dev/null 2>&1; then NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
@@ -54,24 +55,26 @@ fi
 
 # ---- sizes: small enough for 5 minutes on 2 cores, the same model for every loss curve ----
 if [ "$DEVICE" = cuda ]; then
-  BATCH=$((64 * NP)); STEPS=40; MODEL=(--layers 6 --hidden 1024 --input 512 --classes 32)
+  BATCH=$((64 * NP)); STEPS=60; MODEL=(--layers 6 --hidden 1024 --input 256 --classes 32 --lr 0.003)
+  TRACE_MODEL=(--layers 8 --hidden 4096 --input 1024 --classes 32 --batch $((256 * NP)))
 elif [ "$QUICK" = 1 ]; then
   BATCH=16; STEPS=6; MODEL=(--layers 3 --hidden 48 --input 32 --classes 8)
+  TRACE_MODEL=(--layers 3 --hidden 64 --input 32 --classes 8 --batch 16)
 else
-  BATCH=64; STEPS=30; MODEL=(--layers 4 --hidden 256 --input 128 --classes 10)
+  BATCH=128; STEPS=40; MODEL=(--layers 3 --hidden 128 --input 32 --classes 10 --lr 0.01)
+  TRACE_MODEL=(--layers 4 --hidden 512 --input 128 --classes 10 --batch 64)  # compute large enough to see
 fi
-MODEL+=(--batch "$BATCH")   # loss runs add --steps $STEPS, trace runs a few steps only
+MODEL+=(--batch "$BATCH")   # loss runs add --steps $STEPS
 # the memory/traffic sweep: a tiny model, bf16 + AdamW (the paper's 16Ψ setting), 2 steps
 SWEEP=(--layers 3 --hidden 64 --input 32 --classes 8 --batch 16 --steps 2 --precision bf16 --optimizer adamw --device cpu)
 SWEEP_NS=(1 2 4 8)
-[ "$QUICK" = 1 ] && SWEEP_NS=(2 4)
+[ "$QUICK" = 1 ] && SWEEP_NS=(2)
 COLL_NS=(2 4)
+[ "$QUICK" = 1 ] && COLL_NS=(2)
 NPT=2   # the timelines: 2 CPU ranks, so each rank has a core and the rows stay readable
 [ "$DEVICE" = cuda ] && NPT=$NP
 BENCH=(--maxbytes 4M --iters 5 --warmup_iters 2)          # 4 KiB .. 4 MiB, median of 5
 [ "$QUICK" = 1 ] && BENCH=(--maxbytes 64K --iters 2 --warmup_iters 1)
-[ "$DEVICE" = cuda ] && BENCH=(--maxbytes 256M --iters 10 --warmup_iters 3)
-[ "$DEVICE" = cuda ] && COLL_NS=("$NP")
 
 # ---- output helpers ----------------------------------------------------------------------
 STEP=0
@@ -103,6 +106,22 @@ run() { # run NP PROGRAM ARGS...: show the command, run it (2 minutes at most), 
   if [ $rc -ne 0 ]; then
     echo "  ${R}$prog exited with $rc${N}"
     FAILED+=("$prog $*")
+  fi
+  return $rc
+}
+brief_run() { # brief_run REGEX NP PROGRAM ARGS...: like run, but shows only the lines matching REGEX
+  local re=$1 np=$2 prog=$3 out rc
+  shift 3
+  echo "${D}\$ common/scripts/zlrun $np $BIN/$prog $*${N}"
+  out=$(timeout -k 5 120 bash common/scripts/zlrun "$np" "$BIN/$prog" "$@" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "$out" | tail -n 20
+    echo "  ${R}$prog exited with $rc${N}"
+    FAILED+=("$prog $*")
+  else
+    echo "$out" | grep -E "$re"
+    echo "  ${D}(summary lines only; every row is in the JSON)${N}"
   fi
   return $rc
 }
@@ -138,16 +157,23 @@ Each rank starts from known values; look at what every rank holds after broadcas
 all-reduce, reduce-scatter and all-gather. All-reduce = reduce-scatter + all-gather: the
 identity ZeRO is built on.
 EOF
-  have ch01_collectives && run "$NP" ch01_collectives
+  if [ "$QUICK" = 1 ]; then echo "  (--quick: skipped)"
+  else have ch01_collectives && run "$NP" ch01_collectives; fi
   step "Chapter 01 — collbench: bus bandwidth of the vendor collectives vs our ring" <<EOF
 An nccl-tests-style table per message size: algbw = bytes / time; busbw scales it by
 2(N-1)/N (all-reduce) or (N-1)/N (reduce-scatter, all-gather) so it compares across N.
-Small messages are latency-bound, large ones bandwidth-bound. Runs with ${COLL_NS[*]} ranks.
+Small messages are latency-bound, large ones bandwidth-bound. Runs with ${COLL_NS[*]} ranks;
+the 'ring/vendor' column says how close our ring (solutions/ring.c) gets to MPI's own.
 EOF
   have ch01_collbench || return
   local n
   for n in "${COLL_NS[@]}"; do
-    run "$n" ch01_collbench --op all "${BENCH[@]}" --json "$RES/collbench_np$n.json"
+    if [ "$n" = "${COLL_NS[0]}" ]; then   # the first run in full, the others summed up
+      run "$n" ch01_collbench --op all "${BENCH[@]}" --json "$RES/collbench_np$n.json"
+    else
+      echo
+      brief_run '^# (ch01_collbench|Avg bus)' "$n" ch01_collbench --op all "${BENCH[@]}" --json "$RES/collbench_np$n.json"
+    fi
   done
 }
 
@@ -165,14 +191,14 @@ EOF
   step "Chapter 02 — overlap: naive vs bucketed all-reduce, on a timeline" <<EOF
 Naive DDP waits for the whole backward, then all-reduces. Bucketed DDP starts a bucket's
 all-reduce as soon as its layers' gradients exist, so communication hides behind the
-backward of the earlier layers. Two traces ($NPT ranks, 4 steps): open them in
+backward of the earlier layers. Two traces ($NPT ranks, 6 steps): open them in
 ui.perfetto.dev (notes/tour.md). The report's 'overlap' line says how much was hidden.
 EOF
   have ch02_ddp || return
-  run "$NPT" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant naive --trace "$RES/ch02_naive.trace.json" \
+  run "$NPT" ch02_ddp "${TRACE_MODEL[@]}" --device "$DEVICE" --steps 6 --variant naive --trace "$RES/ch02_naive.trace.json" \
     --json "$RES/ch02_naive.json"
   echo
-  run "$NPT" ch02_ddp "${MODEL[@]}" --device "$DEVICE" --steps 4 --variant bucketed --bucket-mb 0.25 \
+  run "$NPT" ch02_ddp "${TRACE_MODEL[@]}" --device "$DEVICE" --steps 6 --variant bucketed --bucket-mb 0.5 \
     --trace "$RES/ch02_bucketed.trace.json" --json "$RES/ch02_bucketed.json"
 }
 
@@ -201,8 +227,8 @@ EOF
   run "$NP" "$prog" "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json"
   if [ "$stage" = 3 ]; then
     echo
-    echo "  The same with a timeline ($NPT ranks, 4 steps, one unit prefetched): results/ch05_zero3.trace.json"
-    run "$NPT" "$prog" "${MODEL[@]}" --steps 4 --device "$DEVICE" --prefetch 1 --quiet \
+    echo "  The same with a timeline ($NPT ranks, 6 steps, one unit prefetched): $RES/ch05_zero3.trace.json"
+    run "$NPT" "$prog" "${TRACE_MODEL[@]}" --steps 6 --device "$DEVICE" --prefetch 1 --quiet \
       --trace "$RES/ch05_zero3.trace.json" --json "$RES/ch05_zero3.json"
   fi
 }
@@ -229,7 +255,15 @@ common/scripts/plots.py draws every figure from the files just written under $RE
 (never from numbers typed in): memory per rank, ch00's tables, busbw, the timelines,
 the loss curves and the traffic per step.
 EOF
-  "${PLOT_PYTHON:-python3}" common/scripts/plots.py --results "$RES" --out "$FIG" || FAILED+=("plots.py")
+  local only=()
+  case "$CH" in   # one chapter: its own figures only
+    00) only=(--only ch00) ;;
+    01) only=(--only collbench) ;;
+    02) only=(--only memory,traffic,loss,timeline_ddp) ;;
+    03 | 04) only=(--only memory,traffic,loss) ;;
+    05) only=(--only memory,traffic,loss,timeline_zero3) ;;
+  esac
+  "${PLOT_PYTHON:-python3}" common/scripts/plots.py --results "$RES" --out "$FIG" "${only[@]}" || FAILED+=("plots.py")
 }
 
 # count the steps first, so the progress reads [3/9]
@@ -283,10 +317,15 @@ if [ ${#FAILED[@]} -gt 0 ]; then
   printf '    %s\n' "${FAILED[@]}"
 fi
 case "$CH" in
-  ''|05) next="make run CH=05 NP=4 ARGS=\"--steps 50 --prefetch 2 --trace /tmp/z3.trace.json\"" ;;
-  00) next="$BIN/ch00_memory --params 70B --ranks 512 --precision bf16" ;;
-  01) next="make run CH=01 NP=3" ;;
+  '' | 05) next="make run CH=05 NP=4 ARGS=\"--steps 50 --prefetch 2 --trace /tmp/z3.trace.json\"" ;;
+  00) next="$BIN/ch00_memory --params 70B --ranks 512" ;;
+  01) next="make run CH=01 NP=3 ARGS=\"--op reduce_scatter\"" ;;
   *) next="make run CH=$CH NP=3 ARGS=\"--steps 50 --collectives ring\"" ;;
 esac
-echo "Next, try:  $next    or do the exercises: make exercise CH=${CH:-01}"
+echo "Next, try:  $next"
+case "$CH" in
+  00) echo "  then read notes/00-memory.md" ;;
+  '') echo "  then the exercises, chapter by chapter: make exercise CH=01 (notes/README.md)" ;;
+  *) echo "  then the exercises of this chapter: make exercise CH=$CH (notes/$CH-*.md)" ;;
+esac
 [ ${#FAILED[@]} -eq 0 ]

@@ -68,12 +68,13 @@ run() {
   # 4. make test-gpu (the binary, without make: the toolchain is not there)
   echo "== test-gpu"
   # deadlines so that a hang still leaves the logs (a lent machine's command has a time limit)
-  timeout -k 10 "${ZL_GPU_TEST_TIMEOUT:-420}" bash common/scripts/run_tests.sh "$build/tests/zl_gpu_tests" \
-    ${ZL_GPU_FILTER:-} 2>&1 | tee "$out/test_gpu.log"
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout -k 10 "${ZL_GPU_TEST_TIMEOUT:-200}" \
+    "$build/tests/zl_gpu_tests" --jobs 1 --short-filename --verbose ${ZL_GPU_FILTER:+--filter "$ZL_GPU_FILTER"} \
+    </dev/null 2>&1 | tee "$out/test_gpu.log"
   local test_rc=${PIPESTATUS[0]}
   # 5. make bench-gpu
   echo "== bench-gpu"
-  timeout -k 10 "${ZL_GPU_BENCH_TIMEOUT:-300}" bash common/scripts/bench_gpu.sh "$build" "$out" 2>&1 | tee "$out/bench_gpu.log"
+  timeout -k 10 "${ZL_GPU_BENCH_TIMEOUT:-330}" bash common/scripts/bench_gpu.sh "$build" "$out" 2>&1 | tee "$out/bench_gpu.log"
   local bench_rc=${PIPESTATUS[0]}
   echo "gpu_session: test-gpu exit $test_rc, bench-gpu exit $bench_rc; results in $out"
   [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

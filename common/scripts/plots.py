@@ -53,6 +53,7 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402,F401
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 STAGES = [("ddp", 0, "DDP (ZeRO-0)"), ("zero1", 1, "ZeRO-1"), ("zero2", 2, "ZeRO-2"), ("zero3", 3, "ZeRO-3")]
@@ -155,7 +156,7 @@ def sweep_runs(results):
 def fig_memory(results, outdir):
     runs = sweep_runs(results)
     if not runs:
-        return "no results/sweep/*.json (run common/scripts/demo.sh, step 'sweep')"
+        return "no results/sweep/*.json (make demo, or make demo CH=02..05, writes them)"
     ref = next(iter(runs.values()))
     psi = float(ref["params"])
     prec, opt = ref.get("precision", "fp32"), ref.get("optimizer", "adamw")
@@ -175,8 +176,12 @@ def fig_memory(results, outdir):
     for ax, (s, stage, label) in zip(axes, STAGES):
         xs = list(range(len(worlds)))
         for x, n in zip(xs, worlds):
-            fp, fg, fo = (v / div for v in formula_states(stage, psi, n, prec, opt))
             r = runs.get((s, n))
+            fj = (r or {}).get("memory", {}).get("formula")
+            if fj and all(k in fj for k in ("params", "grads", "optim")):  # the program's own formula
+                fp, fg, fo = fj["params"] / div, fj["grads"] / div, (fj.get("master", 0) + fj["optim"]) / div
+            else:  # no run at this N: ARCHITECTURE.md's table, recomputed here
+                fp, fg, fo = (v / div for v in formula_states(stage, psi, n, prec, opt))
             if r:
                 mp = per_rank_max(r, "params") / div
                 mg = per_rank_max(r, "grads") / div
@@ -185,7 +190,8 @@ def fig_memory(results, outdir):
                 ax.bar(x, mg, 0.6, bottom=mp, color=C_GRADS)
                 ax.bar(x, mo, 0.6, bottom=mp + mg, color=C_OPT)
             else:
-                ax.text(x, (fp + fg + fo) / 2, "not\nrun", ha="center", va="center", fontsize=8, color="0.4")
+                ax.text(x, fp + fg + fo + top / div * 0.01, "not run", ha="center", va="bottom", fontsize=8,
+                        color="0.35")
             # the formula: one dashed outline per component, slightly wider than the bar
             y = 0
             for h in (fp, fg, fo):
@@ -217,7 +223,7 @@ def fig_traffic(results, outdir):
     runs = sweep_runs(results)
     runs = {k: r for k, r in runs.items() if k[1] > 1 and "comm" in r}
     if not runs:
-        return "no multi-rank results/sweep/*.json with a comm object"
+        return "no multi-rank results/sweep/*.json with a comm object (make demo CH=02..05)"
     ref = next(iter(runs.values()))
     psi = float(ref["params"])
     wb = 2.0 if ref.get("precision") == "bf16" else 4.0
@@ -297,7 +303,7 @@ def fig_ch00(results, outdir):
     big = os.path.join(results, "ch00_8b.json")
     have = [p for p in (paper, big) if os.path.exists(p)]
     if not have:
-        return "no results/ch00_paper.json or ch00_8b.json (build/bin/ch00_memory --json)"
+        return "no results/ch00_paper.json or ch00_8b.json (make demo CH=00: ch00_memory --json)"
     fig, axes = plt.subplots(1, len(have), figsize=(6.5 * len(have), 5))
     if len(have) == 1:
         axes = [axes]
@@ -344,6 +350,14 @@ def fig_ch00(results, outdir):
 # ---- figure 3: collbench busbw vs message size ---------------------------------------------
 
 
+def human_bytes(x, _pos=None):
+    """4096 -> '4K', 1048576 -> '1M' (powers of 1024, as collbench's -b/-e flags)."""
+    for div, sfx in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if x >= div:
+            return "%g%s" % (x / div, sfx)
+    return "%g" % x
+
+
 def collbench_rows(doc):
     """[(op, impl, nbytes, busbw_GBps)] from ch01_collbench --json."""
     rows = doc.get("rows") or doc.get("results") or []
@@ -363,7 +377,7 @@ def fig_collbench(results, outdir):
     files = sorted(glob.glob(os.path.join(results, "collbench_np*.json")),
                    key=lambda p: int(re.search(r"np(\d+)", p).group(1)))
     if not files:
-        return "no results/collbench_np*.json (build/bin/ch01_collbench --json)"
+        return "no results/collbench_np*.json (make demo CH=01: ch01_collbench --json)"
     docs = [(int(re.search(r"np(\d+)", p).group(1)), load_json(p)) for p in files]
     ops = []
     for _, d in docs:
@@ -386,6 +400,7 @@ def fig_collbench(results, outdir):
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[impl], marker="o", ms=3,
                             color="C%d" % ci, label="%s, %d ranks" % (impl, n))
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(human_bytes))
         ax.set_title(op.replace("_", "-"))
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
@@ -443,13 +458,15 @@ def trace_events(path):
 
 
 def step_window(evs):
-    """(t0, t1) of the last full step of rank 0 (events named 'step...' on compute), else the last 40%."""
+    """(t0, t1) of rank 0's typical step: the one of median duration, leaving out step 0 (warm-up).
+    Without 'step ...' events on the compute row: the last 40% of the trace."""
     steps = sorted((ts, ts + d) for pid, tid, ts, d, name in evs
                    if pid == 0 and tid == 0 and re.match(r"^step\b", name.lower()))
-    if len(steps) >= 2:
-        return steps[-1]
-    if len(steps) == 1:
-        return steps[0]
+    if len(steps) > 2:
+        steps = steps[1:]
+    if steps:
+        by_len = sorted(steps, key=lambda w: w[1] - w[0])
+        return by_len[(len(by_len) - 1) // 2]
     t0 = min(e[2] for e in evs)
     t1 = max(e[2] + e[3] for e in evs)
     return t0 + 0.6 * (t1 - t0), t1
@@ -459,7 +476,7 @@ def draw_timeline(ax, evs, title, span):
     """One step of every rank: two rows per rank (compute, comm). span: the window length (us)."""
     t0, t1 = step_window(evs)
     pad = 0.03 * span
-    lo, hi = t0 - pad, t0 + span + pad
+    lo, hi = t0 - pad, t1 + pad  # only this step's events; the axis is as long as the longest panel's
     ranks = sorted({e[0] for e in evs})
     labels, seen = [], {}
     for i, r in enumerate(ranks):
@@ -481,9 +498,9 @@ def draw_timeline(ax, evs, title, span):
     ax.axvline((t1 - t0) / 1000.0, color="black", lw=0.8, alpha=0.5)
     ax.set_yticks([y for y, _ in labels])
     ax.set_yticklabels([lab for _, lab in labels], fontsize=9)
-    ax.set_xlim((lo - t0) / 1000.0, (hi - t0) / 1000.0)
+    ax.set_xlim(-pad / 1000.0, (span + pad) / 1000.0)
     ax.set_xlabel("time since the start of rank 0's step (ms); thin lines: rank 0's step begins and ends")
-    ax.set_title(title, fontsize=11)
+    ax.set_title(title, fontsize=10.5)
     ax.grid(axis="x", alpha=0.3)
     return seen
 
@@ -499,11 +516,12 @@ def run_summary(trace_path):
         parts.append("median step %.1f ms" % float(res["median_step_ms"]))
     ov = res.get("overlap") or {}
     if ov.get("hidden_fraction") is not None and float(ov["hidden_fraction"]) >= 0:
-        parts.append("%.0f%% of communication time under a backward" % (100 * float(ov["hidden_fraction"])))
+        parts.append("%.0f%% of the communication time ran under a backward" % (100 * float(ov["hidden_fraction"])))
     dev = res.get("device")
     if dev:
-        parts.append("%d ranks on %s" % (int(res.get("world", 0)), dev))
-    return (" — " + ", ".join(parts)) if parts else ""
+        parts.insert(0, "%d ranks on %s" % (int(res.get("world", 0)), dev))
+    parts.append("the step shown: rank 0's step of median length")
+    return ("\n" + ", ".join(parts)) if parts else ""
 
 
 def fig_timelines_ddp(results, outdir):
@@ -513,7 +531,7 @@ def fig_timelines_ddp(results, outdir):
               "DDP bucketed: a bucket's all-reduce starts as soon as its layers' backward is done")]
     have = [(p, t + run_summary(p)) for p, t in paths if os.path.exists(p)]
     if not have:
-        return "no results/ch02_naive.trace.json or ch02_bucketed.trace.json (ch02_ddp --trace)"
+        return "no results/ch02_naive.trace.json or ch02_bucketed.trace.json (make demo CH=02: ch02_ddp --trace)"
     return draw_timeline_fig(have, outdir, "timeline_ddp",
                              "Timeline of one DDP step per rank, same time scale (ch02_ddp --trace)")
 
@@ -521,9 +539,9 @@ def fig_timelines_ddp(results, outdir):
 def fig_timelines_zero3(results, outdir):
     p = os.path.join(results, "ch05_zero3.trace.json")
     if not os.path.exists(p):
-        return "no results/ch05_zero3.trace.json (ch05_zero3 --trace)"
+        return "no results/ch05_zero3.trace.json (make demo CH=05: ch05_zero3 --trace)"
     return draw_timeline_fig([(p, "ZeRO-3: all-gather each unit before its forward and again before its backward "
-                                  "(prefetched on the comm row), reduce-scatter its grads" + run_summary(p))],
+                                  "(the next one prefetched), reduce-scatter its grads" + run_summary(p))],
                              outdir, "timeline_zero3", "Timeline of one ZeRO-3 step per rank (ch05_zero3 --trace)")
 
 
@@ -536,7 +554,7 @@ def draw_timeline_fig(items, outdir, name, suptitle):
         loaded.append((evs, title))
     span = max(b - a for a, b in (step_window(evs) for evs, _ in loaded))  # one scale for all panels
     nrows = sum(len({e[0] for e in evs}) for evs, _ in loaded)
-    fig, axes = plt.subplots(len(loaded), 1, figsize=(13, 1.3 + 1.0 * nrows + 1.0 * len(loaded)), squeeze=False)
+    fig, axes = plt.subplots(len(loaded), 1, figsize=(13, 1.3 + 1.0 * nrows + 1.3 * len(loaded)), squeeze=False)
     seen = {}
     for ax, (evs, title) in zip(axes[:, 0], loaded):
         seen.update(draw_timeline(ax, evs, title, span))
@@ -561,34 +579,56 @@ def fig_loss(results, outdir):
         if res.get("steps"):
             runs.append(res)
     if not runs:
-        return "no results/loss/*.json with steps (chapters 02-05 --json)"
+        return "no results/loss/*.json with steps (make demo CH=02..05: --json)"
     order = {s: i for i, (s, _, _) in enumerate(STAGES)}
     runs.sort(key=lambda r: (int(r.get("world", 1)) > 1, order.get(strategy_key(r), 9), int(r.get("world", 1))))
     sizes = {r.get("params") for r in runs}
-    fig, ax = plt.subplots(figsize=(10, 5.2))
+    fig, (ax, axd) = plt.subplots(1, 2, figsize=(14, 5.4), gridspec_kw={"width_ratios": [1.5, 1]})
     styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1))]
     widths = [5.0, 3.6, 2.6, 1.8, 1.2, 0.8]  # thick first: coinciding curves stay visible
+    ref = runs[0]  # the 1-rank run when there is one (sorted first)
+    ref_loss = {s["step"]: s["loss"] for s in ref["steps"]}
+    floor = 1e-9  # a difference of exactly 0 (bitwise equal) is drawn here on the log axis
+    labels = []
     for i, r in enumerate(runs):
         xs = [s["step"] for s in r["steps"]]
         ys = [s["loss"] for s in r["steps"]]
         n = int(r.get("world", 1))
         label = "%s, %d rank%s (%s)" % (STAGE_LABEL.get(strategy_key(r), r.get("strategy")), n, "s" if n > 1 else "",
                                         r.get("collectives", "vendor"))
-        ax.plot(xs, ys, ls=styles[i % len(styles)], lw=widths[min(i, len(widths) - 1)], alpha=0.85, label=label)
+        labels.append(label)
+        line, = ax.plot(xs, ys, ls=styles[i % len(styles)], lw=widths[min(i, len(widths) - 1)], alpha=0.85, label=label)
+        if r is not ref:
+            d = [max(abs(s["loss"] - ref_loss[s["step"]]) / max(abs(ref_loss[s["step"]]), 1e-30), floor)
+                 for s in r["steps"] if s["step"] in ref_loss]
+            axd.plot([s["step"] for s in r["steps"] if s["step"] in ref_loss], d, ls="-", marker="o", ms=3, lw=1.2,
+                     color=line.get_color(), label=label)
     ent = [r.get("teacher_entropy") for r in runs if r.get("teacher_entropy") is not None]
     if ent:
         ax.axhline(float(ent[0]), color="black", ls=":", lw=1.5, label="floor: teacher entropy %.3f nats" % float(ent[0]))
+        lo = min(min(s["loss"] for s in r["steps"]) for r in runs)
+        ax.set_ylim(min(lo, float(ent[0])) - 0.1, None)
     else:
         note("loss: no 'teacher_entropy' in the results JSON, the floor line is left out")
     finals = [r.get("final_loss", r["steps"][-1]["loss"]) for r in runs]
     spread = (max(finals) - min(finals)) / max(abs(min(finals)), 1e-30)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (cross-entropy, nats)")
-    ax.set_title("Loss: 1 rank, N ranks, DDP and ZeRO-1/2/3 coincide (final losses within %.1e relative)%s"
-                 % (spread, "" if len(sizes) == 1 else " — WARNING: different model sizes"), fontsize=11)
+    ax.set_title("Training loss, Ψ = %s params, same data and seed%s" % (
+        f"{int(ref.get('params', 0)):,}", "" if len(sizes) == 1 else " — WARNING: different model sizes"), fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
-    fig.tight_layout()
+    axd.set_yscale("log")
+    axd.set_ylim(floor / 2, 1e-2)
+    axd.axhline(1e-5, color="C3", ls=":", lw=1.2, label="1e-5: the test's tolerance (fp32)")
+    axd.set_xlabel("step")
+    axd.set_ylabel("|loss − loss of %s| / loss" % labels[0].rsplit(" (", 1)[0])
+    axd.set_title("Difference from the %s run (0 drawn at 1e-9)" % labels[0].rsplit(" (", 1)[0], fontsize=11)
+    axd.grid(alpha=0.3, which="both")
+    axd.legend(fontsize=8, loc="upper left")
+    fig.suptitle("Loss curves: 1 rank, N ranks, DDP and ZeRO-1/2/3 coincide (final losses within %.1e relative)"
+                 % spread, fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     savefig(fig, outdir, "loss_curves")
     return None
 

@@ -6,6 +6,7 @@
 # The last line printed is Criterion's summary; the exit code is Criterion's (non-zero when a
 # test failed or crashed), so `make test` fails with it.
 #   FILTER: Criterion's --filter, e.g. 'ch01*/*' (one chapter) or 'common_exercises/*'.
+#   ZL_TEST_VERBOSE=1: Criterion's --verbose (a line as each test starts and ends).
 set -u
 bin=${1:?usage: run_tests.sh TEST_BINARY [FILTER]}
 filter=${2:-}
@@ -16,4 +17,6 @@ cd "$root" || exit 2
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 args=(--jobs "${ZL_TEST_JOBS:-1}" --short-filename)
 [ -n "$filter" ] && args+=(--filter "$filter")
+[ "${ZL_TEST_VERBOSE:-0}" = 1 ] && args+=(--verbose)
+echo "tests: ${bin#"$root"/}${filter:+ --filter '$filter'}, one at a time; failures print as they happen (ZL_TEST_VERBOSE=1 shows each test)"
 exec "$bin" "${args[@]}" </dev/null

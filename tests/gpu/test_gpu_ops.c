@@ -188,7 +188,9 @@ Test(common_gpu_ops, gelu_fwd_bwd) {
   expect_close("gelu_fwd y", y, y_cpu, n, 1e-5, 1e-2);
   op_gelu_bwd(DEV_CUDA, d_g, d_g, d_x, n); /* in place: dx aliases dy */
   float *dx = down(d_g, (size_t)n * 4);
-  expect_close("gelu_bwd dx (in place)", dx, dx_cpu, n, 1e-5, 1e-2);
+  /* floor 1e-1: GELU' uses 1 − tanh², which for |x| of a few loses the digits tanhf's last ulp held
+   * (an abs. error up to ~1e-6 on H100, seen); elsewhere 1e-5 relative holds */
+  expect_close("gelu_bwd dx (in place)", dx, dx_cpu, n, 1e-5, 1e-1);
   dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_y), dev_free(DEV_CUDA, d_g);
   free(x), free(gy), free(y_cpu), free(dx_cpu), free(y), free(dx);
 }

@@ -2,7 +2,8 @@
  *   every op × {F32, BF16} × numel {0, 1, N−1, N+1, 1000003} × {vendor, ring}: exact results
  *   (inputs are small integers, so every sum is exact in bf16 too, whatever the order — and so
  *   ring equals vendor bit for bit), the ring-model counters of comm.h, and the ring's real
- *   p2p bytes equal to the model; then several async ops queued back to back and one wait.
+ *   p2p bytes equal to the model; then several async ops queued back to back and one wait;
+ *   the ring's scratch counted in the memory ledger (LEDGER_COMM) and given back at finalize.
  * Prints one line per failure (rank, op, dtype, numel, impl, index, got, expected), then
  * `scn_collectives: ok (K cases)` on success; exit 1 if any rank failed.
  *   scn_collectives            the checks above
@@ -11,6 +12,7 @@
 #include "comm.h"   // comm_t, comm_*, comm_model_sent, comm_counters
 #include "check.h"  // xmalloc
 #include "dtype.h"  // dt_load, dt_store, dtype_name
+#include "ledger.h" // ledger_live, LEDGER_COMM
 #include <stdio.h>  // printf
 #include <stdlib.h> // free
 #include <string.h> // strcmp
@@ -89,7 +91,7 @@ static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_im
   int N = g_world, r = g_rank;
   const char *in = impl == COLL_RING ? "ring" : "vendor", *name = comm_op_name(op);
   int64_t lo = comm_chunk_lo(numel, N, r), own = comm_chunk_numel(numel, N, r);
-  int in_place = dt == DT_BF16; /* bf16 cases use the in-place forms, f32 the out-of-place ones */
+  int in_place = dt == DT_BF16; /* bf16 cases use the in-place forms (reduce, reduce-scatter, all-gather), f32 the others */
   int64_t ms = comm_model_sent(op, numel, dt, N, r, root), mr = comm_model_recvd(op, numel, dt, N, r, root);
   comm_set_impl(c, impl);
   comm_counters_reset(c);
@@ -116,12 +118,14 @@ static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_im
     expect(name, dt, numel, in, -1, x, numel, 0, f_sum, &rop);
     check_counters(c, op, dt, numel, impl, 0, 1, ms, mr);
     break;
-  case CO_REDUCE_SCATTER:
-    y = buf_new(own, dt, SENTINEL);
-    comm_reduce_scatter(c, x, y, numel, dt, rop);
-    expect(name, dt, numel, in, -1, y, own, lo, f_sum, &rop);
+  case CO_REDUCE_SCATTER: { /* in place: recv is this rank's chunk of send */
+    y = in_place ? NULL : buf_new(own, dt, SENTINEL);
+    void *out = in_place ? (char *)x + lo * (int64_t)dtype_size(dt) : y;
+    comm_reduce_scatter(c, x, out, numel, dt, rop);
+    expect(name, dt, numel, in, -1, out, own, lo, f_sum, &rop);
     check_counters(c, op, dt, numel, impl, 0, 1, ms, mr);
     break;
+  }
   case CO_ALL_GATHER: {
     y = buf_new(numel, dt, SENTINEL);
     const void *send = (char *)x + lo * (int64_t)dtype_size(dt); /* own chunk of the input */
@@ -225,6 +229,12 @@ int main(int argc, char **argv) {
         }
   for (int impl = 0; impl < 2; impl++)
     for (int d = 0; d < 2; d++) run_async(c, impl ? COLL_RING : COLL_VENDOR, dts[d]);
+  /* the ring's scratch is in the memory ledger (LEDGER_COMM): at least one chunk of the largest
+   * f32 all-reduce while the communicator lives, nothing after comm_finalize */
+  int64_t want_comm = N > 1 ? (1000003 + N - 1) / N * 4 : 0;
+  if (ledger_live(LEDGER_COMM) < want_comm)
+    fail_line("ledger comm bytes", "scratch", DT_F32, 1000003, "ring", -1, -1, (double)ledger_live(LEDGER_COMM),
+              (double)want_comm);
   double fails = g_fails;
   comm_ctl_all_reduce_f64(c, &fails, 1, REDOP_SUM);
   if (g_rank == 0) {
@@ -233,5 +243,10 @@ int main(int argc, char **argv) {
   }
   fflush(stdout);
   comm_finalize(c);
+  if (ledger_live(LEDGER_COMM) != 0) {
+    printf("FAIL rank %d: ledger comm bytes after comm_finalize: got %lld expected 0\n", g_rank,
+           (long long)ledger_live(LEDGER_COMM));
+    return 1;
+  }
   return fails == 0 ? 0 : 1;
 }

@@ -57,7 +57,8 @@ Test(common_data, samples_are_pure_functions_of_index) {
     for (int j = i + 1; j < N; j++)
       cr_assert(memcmp(x + i * D, x + j * D, sizeof(float) * D) != 0, "x of samples %d and %d are equal", 100 + i,
                 100 + j);
-  for (int i = 0; i < N; i++) cr_assert(yp[i] == y[i], "y[%d] (pieces vs one batch): got %d, expected %d", i, yp[i], y[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert(yp[i] == y[i], "y[%d] (pieces vs one batch): got %d, expected %d", i, yp[i], y[i]);
   /* a second data_t with the same seed makes the same samples */
   data_t d2;
   data_init(&d2, D, C, 42);
@@ -98,8 +99,9 @@ Test(common_data, labels_follow_the_teacher) {
   data_t d;
   data_init(&d, D, C, 7);
   double H = data_teacher_entropy(&d, N);
-  cr_assert(H > 0.1 * log(C) && H < 0.8 * log(C), "teacher entropy: got %.4f nats, expected in (%.3f, %.3f) = (0.1, 0.8)·log C",
-            H, 0.1 * log(C), 0.8 * log(C));
+  cr_assert(H > 0.1 * log(C) && H < 0.8 * log(C),
+            "teacher entropy: got %.4f nats, expected in (%.3f, %.3f) = (0.1, 0.8)·log C", H, 0.1 * log(C),
+            0.8 * log(C));
   float *x = malloc(sizeof(float) * N * D);
   int *y = malloc(sizeof(int) * N), hist[C] = {0};
   data_batch(&d, 0, N, x, y);

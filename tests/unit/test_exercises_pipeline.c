@@ -4,6 +4,8 @@
 #include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, Criterion
 
 #define GEN "python3 common/scripts/exercises.py"
+/* generate writes backups of student work under build/ unless told otherwise: keep them in /tmp */
+#define GENERATE GEN " generate --backup /tmp/zl_test_exercises_backup"
 
 /* A fixture solutions/ file: two exercises (one with hints), an unused static helper, plain code. */
 static const char *FIXTURE_C =
@@ -64,7 +66,7 @@ static char *gen_file(const char *root, const char *rel) {
 Test(common_exercises, stub_replaces_marked_bodies) {
   char root[256], *out = NULL;
   make_fixture(root, sizeof root, "ex_stub");
-  int rc = zl_run(0, 60, &out, GEN " generate %s/solutions %s/exercises", root, root);
+  int rc = zl_run(0, 60, &out, GENERATE " %s/solutions %s/exercises", root, root);
   cr_assert_eq(rc, 0, "generate: exit %d, expected 0; output:\n%s", rc, out);
   free(out);
 
@@ -123,7 +125,7 @@ Test(common_exercises, bad_markers_are_errors) {
 
   /* an exercise that never ends: exit 2, naming the file, line and exercise */
   write_text(sol, "open.c", "void fx_open(void) {\n  // BEGIN EXERCISE fx_open notes/01-collectives.md\n}\n");
-  int rc = zl_run(0, 60, &out, GEN " generate %s/solutions %s/exercises", root, root);
+  int rc = zl_run(0, 60, &out, GENERATE " %s/solutions %s/exercises", root, root);
   cr_expect_eq(rc, 2, "unbalanced BEGIN: exit %d, expected 2; output:\n%s", rc, out);
   cr_expect(strstr(out, "open.c:2") && strstr(out, "fx_open") && strstr(out, "END EXERCISE"),
             "unbalanced BEGIN: message must name open.c:2, fx_open and END EXERCISE; got:\n%s", out);
@@ -134,7 +136,7 @@ Test(common_exercises, bad_markers_are_errors) {
 
   /* an END with no BEGIN */
   write_text(sol, "open.c", "void fx_open(void) {\n  // END EXERCISE\n}\n");
-  rc = zl_run(0, 60, &out, GEN " generate %s/solutions %s/exercises", root, root);
+  rc = zl_run(0, 60, &out, GENERATE " %s/solutions %s/exercises", root, root);
   cr_expect(rc == 2 && strstr(out, "open.c:2") && strstr(out, "without a BEGIN"),
             "stray END: exit %d (expected 2), output:\n%s", rc, out);
   free(out);
@@ -142,7 +144,7 @@ Test(common_exercises, bad_markers_are_errors) {
   /* the same name twice, in two files */
   write_text(sol, "open.c", "void fx_again(int *x) {\n  // BEGIN EXERCISE fx_add notes/01-collectives.md\n"
                             "  *x = 1;\n  // END EXERCISE\n}\n");
-  rc = zl_run(0, 60, &out, GEN " generate %s/solutions %s/exercises", root, root);
+  rc = zl_run(0, 60, &out, GENERATE " %s/solutions %s/exercises", root, root);
   cr_expect(rc == 2 && strstr(out, "duplicate exercise name fx_add"), "duplicate name: exit %d (expected 2), output:\n%s",
             rc, out);
   free(out);
@@ -153,7 +155,7 @@ Test(common_exercises, check_detects_stale_tree) {
   make_fixture(root, sizeof root, "ex_check");
   snprintf(sol, sizeof sol, "%s/solutions", root);
   snprintf(ex, sizeof ex, "%s/exercises", root);
-  int rc = zl_run(0, 60, &out, GEN " generate %s %s", sol, ex);
+  int rc = zl_run(0, 60, &out, GENERATE " %s %s", sol, ex);
   cr_assert_eq(rc, 0, "generate: exit %d; output:\n%s", rc, out);
   free(out);
   rc = zl_run(0, 60, &out, "env -u CI " GEN " check %s %s", sol, ex);
@@ -177,7 +179,7 @@ Test(common_exercises, check_detects_stale_tree) {
 
   /* a file only in exercises/ is stale too; generate removes it and check passes again */
   write_text(ex, "gone.c", "int gone;\n");
-  rc = zl_run(0, 60, &out, "env -u CI " GEN " generate %s %s && env -u CI " GEN " check %s %s && test ! -e %s/gone.c",
+  rc = zl_run(0, 60, &out, "env -u CI " GENERATE " %s %s && env -u CI " GEN " check %s %s && test ! -e %s/gone.c",
               sol, ex, sol, ex, ex);
   cr_expect_eq(rc, 0, "generate then check: exit %d, expected 0 and gone.c removed; output:\n%s", rc, out);
   free(out);
@@ -196,7 +198,7 @@ Test(common_exercises, check_detects_stale_tree) {
   rc = zl_run(0, 60, &out, "env CI=true " GEN " check %s %s", sol, ex);
   cr_expect(rc == 1 && strstr(out, "fx_add"), "check in CI with a student body: exit %d (expected 1), output:\n%s", rc, out);
   free(out);
-  rc = zl_run(0, 60, &out, GEN " generate %s %s && grep -q 'student' %s/fx.c", sol, ex, ex);
+  rc = zl_run(0, 60, &out, GENERATE " %s %s && grep -q 'student' %s/fx.c", sol, ex, ex);
   cr_expect_eq(rc, 0, "generate must keep the student's body of fx_add (exit %d):\n%s", rc, out);
   free(out);
   free(c);

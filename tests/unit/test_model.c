@@ -22,16 +22,18 @@ Test(common_model, layout_is_unpadded_prefix_sums) {
                 in, out);
       cr_assert(un->numel == (int64_t)in * out + out, "shape %d unit %d numel: got %lld, expected %lld", s, u,
                 (long long)un->numel, (long long)in * out + out);
-      cr_assert(un->off == off && un->shard_off == off, "shape %d unit %d off/shard_off: got %lld/%lld, expected %lld", s,
-                u, (long long)un->off, (long long)un->shard_off, (long long)off);
-      cr_assert(un->padded == un->numel && un->piece == un->padded, "shape %d unit %d padded/piece: got %lld/%lld, expected %lld",
-                s, u, (long long)un->padded, (long long)un->piece, (long long)un->numel);
+      cr_assert(un->off == off && un->shard_off == off,
+                "shape %d unit %d off/shard_off: got %lld/%lld, expected %lld", s, u, (long long)un->off,
+                (long long)un->shard_off, (long long)off);
+      cr_assert(un->padded == un->numel && un->piece == un->padded,
+                "shape %d unit %d padded/piece: got %lld/%lld, expected %lld", s, u, (long long)un->padded,
+                (long long)un->piece, (long long)un->numel);
       off += un->numel;
       if (un->padded > maxp) maxp = un->padded;
     }
     int64_t want = model_count_params(D, H, C, L);
-    cr_assert(m.numel == off && m.numel == want, "shape %d numel: got %lld, prefix sum %lld, model_count_params %lld", s,
-              (long long)m.numel, (long long)off, (long long)want);
+    cr_assert(m.numel == off && m.numel == want, "shape %d numel: got %lld, prefix sum %lld, model_count_params %lld",
+              s, (long long)m.numel, (long long)off, (long long)want);
     cr_assert(m.padded_numel == off && m.shard_numel == off && m.max_unit_padded == maxp,
               "shape %d padded/shard/max: got %lld/%lld/%lld, expected %lld/%lld/%lld", s, (long long)m.padded_numel,
               (long long)m.shard_numel, (long long)m.max_unit_padded, (long long)off, (long long)off, (long long)maxp);
@@ -55,7 +57,8 @@ Test(common_model, init_is_deterministic_with_zero_bias_and_pads) {
   model_init_unit(&m, 5, u, a);
   model_init_unit(&m, 5, u, b);
   zl_expect_floats("unit 1 init (same seed twice)", b, a, un->padded, 0);
-  for (int64_t k = nw; k < un->numel; k++) cr_assert(a[k] == 0.0f, "unit 1 bias[%lld]: got %g, expected 0", (long long)(k - nw), a[k]);
+  for (int64_t k = nw; k < un->numel; k++)
+    cr_assert(a[k] == 0.0f, "unit 1 bias[%lld]: got %g, expected 0", (long long)(k - nw), a[k]);
   /* W ~ N(0, 1/in): 16384 draws, variance estimate within 6% (std of the estimate 1.1%) */
   double s2 = 0, s1 = 0;
   for (int64_t k = 0; k < nw; k++) { s1 += a[k]; s2 += (double)a[k] * a[k]; }
