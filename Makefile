@@ -39,7 +39,7 @@ CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriteri
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS   ?= -O2 -g
+CFLAGS   ?= -O2 -g -fno-math-errno
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -Icommon -I$(IMPL) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(BLAS_LIBS) -lpthread -lm
 

@@ -36,7 +36,9 @@ typedef struct nccl_state {
   cudaStream_t stream;   /* the comm stream (devcu_comm_stream) */
   cudaStream_t compute;  /* the compute stream */
   cudaEvent_t ev_compute;/* recorded on compute before each collective, waited on by the comm stream */
-  cudaEvent_t ev[NCCL_EVENTS];
+  cudaEvent_t ev[NCCL_EVENTS];       /* end of task ev_seq[i] on the comm stream */
+  cudaEvent_t ev_start[NCCL_EVENTS]; /* its start, once the comm stream reached it (collectives) */
+  int ev_timed[NCCL_EVENTS];         /* 1: ev_start was recorded (busy time is counted) */
   comm_handle_t ev_seq[NCCL_EVENTS];  /* which task's completion ev[i] marks (0: none yet) */
   comm_op_t ev_op[NCCL_EVENTS];
   char ev_tag[NCCL_EVENTS][48];
@@ -69,6 +71,19 @@ static const char *elem(const void *p, int64_t i, dtype_t dt) { return (const ch
   die("rank %d: NCCL %s (%s) failed: %s — aborting the job", c->rank, op, tag, why);
 }
 
+/* A finished task's GPU time (start to end event on the comm stream) goes to the op's busy
+ * counter: the front only sees the enqueue, which on NCCL takes microseconds. */
+static void nccl_count_busy(comm_t *c, int slot) {
+  nccl_state_t *s = st(c);
+  if (!s->ev_timed[slot]) return;
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, s->ev_start[slot], s->ev[slot]));
+  s->ev_timed[slot] = 0;
+  pthread_mutex_lock(&c->mu);
+  c->ctr.busy_us[s->ev_op[slot]] += 1000.0 * ms;
+  pthread_mutex_unlock(&c->mu);
+}
+
 /* Wait on the host until task `upto` is complete, polling NCCL's asynchronous error state and the
  * deadline. The oldest unfinished task is the one named on failure. Invariant (nccl_task_end):
  * every task in (done_seq, last_seq] still owns its event slot. */
@@ -83,6 +98,7 @@ static void nccl_host_wait(comm_t *c, comm_handle_t upto) {
     if (s->ev_seq[slot] != next) die("rank %d: NCCL backend: no event for task %lld", c->rank, (long long)next);
     cudaError_t q = cudaEventQuery(s->ev[slot]);
     if (q == cudaSuccess) {
+      nccl_count_busy(c, slot);
       s->done_seq = next;
       sleep_us = 20;
       continue;
@@ -107,6 +123,10 @@ static void nccl_task_begin(comm_t *c, const comm_task_t *t) {
   /* the collective must see everything compute has queued so far (it may read those buffers) */
   CHECK_CUDA(cudaEventRecord(s->ev_compute, s->compute));
   CHECK_CUDA(cudaStreamWaitEvent(s->stream, s->ev_compute, 0));
+  int slot = (int)(t->seq % NCCL_EVENTS);
+  if (s->ev_seq[slot] > s->done_seq) nccl_host_wait(c, s->ev_seq[slot]); /* slot's old task may still run */
+  CHECK_CUDA(cudaEventRecord(s->ev_start[slot], s->stream)); /* GPU time starts once compute is done */
+  s->ev_timed[slot] = 1;
 }
 
 static void nccl_task_end(comm_t *c, const comm_task_t *t) {
@@ -245,7 +265,10 @@ static void nccl_finalize(comm_t *c) {
   CHECK_CUDA(cudaStreamSynchronize(s->stream));
   CHECK_NCCL(ncclCommDestroy(s->comm));
   CHECK_CUDA(cudaEventDestroy(s->ev_compute));
-  for (int i = 0; i < NCCL_EVENTS; i++) CHECK_CUDA(cudaEventDestroy(s->ev[i]));
+  for (int i = 0; i < NCCL_EVENTS; i++) {
+    CHECK_CUDA(cudaEventDestroy(s->ev[i]));
+    CHECK_CUDA(cudaEventDestroy(s->ev_start[i]));
+  }
   free(s);
   c->be_state = NULL;
 }
@@ -289,7 +312,10 @@ void comm_nccl_attach(comm_t *c) {
   s->stream = (cudaStream_t)devcu_comm_stream();
   s->compute = (cudaStream_t)devcu_compute_stream();
   CHECK_CUDA(cudaEventCreateWithFlags(&s->ev_compute, cudaEventDisableTiming));
-  for (int i = 0; i < NCCL_EVENTS; i++) CHECK_CUDA(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
+  for (int i = 0; i < NCCL_EVENTS; i++) { /* timed: they measure the collectives' GPU time */
+    CHECK_CUDA(cudaEventCreate(&s->ev[i]));
+    CHECK_CUDA(cudaEventCreate(&s->ev_start[i]));
+  }
   ncclUniqueId id;
   if (c->rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi)); /* the only thing MPI carries for NCCL */

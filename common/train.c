@@ -16,6 +16,7 @@
 #include "report.h" // report_finish, report_write_atomic, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
+#include "fault.h"  // fault_parse, fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // getenv, free
@@ -36,6 +37,7 @@ struct train_internal {
   report_extra_t extras[TRAIN_MAX_EXTRAS];
   int nextras;
   int check_master;  /* ZL_CHECK_MASTER=1: bf16 params == bf16(master) after every step */
+  int local_nonfinite; /* this rank's OWN gradients of this step held NaN/Inf (before any reduction) */
   int checked_steps;
 };
 
@@ -81,6 +83,10 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
   SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip", "on a NaN/Inf gradient: stop, or skip the step");
   SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every K steps (0: first and last)");
   SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
+  SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL, "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt: make one rank fail (testing aid)");
+  SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL, "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
+  SPEC("--save-every", ARG_INT, &cfg->save_every, 1, 10000000, NULL, "save a checkpoint to --ckpt every K steps (and after the last)");
+  SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL, "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
   if (chapter_flags & TRAIN_FLAG_VARIANT)
     SPEC("--variant", ARG_CHOICE, &cfg->variant, 0, 0, "naive|overlap|bucketed",
          "naive: all-reduce after backward; overlap: per unit, async; bucketed: buckets of --bucket-mb");
@@ -111,6 +117,20 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
     exit(args_error("--batch", v, "must be divisible by ranks x accum = %d x %d = %lld", world, cfg->accum,
                     (long long)world * cfg->accum));
   }
+  fault_t fault;
+  char why[256];
+  if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
+    exit(args_error("--fault", cfg->fault, "%s", why));
+  if (cfg->save_every > 0 && !cfg->ckpt)
+    exit(args_error("--save-every", NULL, "needs --ckpt DIR (where to save)"));
+  int64_t psi = model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
+  if (world > psi) { /* ZeRO would give some rank nothing but padding to own */
+    snprintf(v, sizeof v, "%d", world);
+    exit(args_error("-np", v, "must be at most the parameter count psi = %lld of this model (--input --hidden --classes --layers)",
+                    (long long)psi));
+  }
+  if (strcmp(cfg->device, "cuda") == 0 && device_cuda_built() && device_cuda_count() == 0)
+    exit(args_error("--device", "cuda", "no GPU is visible to this process (use --device cpu or auto)"));
   if (strcmp(cfg->device, "cuda") == 0 && !device_cuda_built())
     exit(args_error("--device", "cuda", "this binary was built without CUDA (rebuild with make GPU=1 on a machine with nvcc and NCCL)"));
   if (strcmp(cfg->backend, "nccl") == 0 && strcmp(cfg->device, "cpu") == 0)

@@ -141,16 +141,17 @@ void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
   handles[u] = 0;
 }
 
-/* Cast n host fp32 values into dst (wdt, on t->dev). */
+/* Cast n host fp32 values into dst (dt, on t->dev). On a GPU the cast runs on the host and one
+ * copy uploads the result: no device staging, so the ledger's comm peak stays the steps' own. */
 static void upload_cast(trainer_t *t, void *dst, dtype_t dt, const float *host, int64_t n) {
   if (t->dev == DEV_CPU) {
     op_cast(t->dev, dst, dt, host, DT_F32, n);
     return;
   }
-  tensor_t tmp = tensor_alloc("init staging", LEDGER_COMM, DT_F32, t->dev, n);
-  dev_memcpy(t->dev, tmp.data, DEV_CPU, host, (size_t)n * sizeof(float));
-  op_cast(t->dev, dst, dt, tmp.data, DT_F32, n);
-  tensor_free(&tmp);
+  void *tmp = xmalloc((size_t)n * dtype_size(dt) + 1, "init upload");
+  op_cast(DEV_CPU, tmp, dt, host, DT_F32, n);
+  dev_memcpy(t->dev, dst, DEV_CPU, tmp, (size_t)n * dtype_size(dt));
+  free(tmp);
 }
 
 void zero_init_params(trainer_t *t, int params_full) {

@@ -76,6 +76,19 @@ for ch in ch02_ddp ch03_zero1 ch04_zero2 ch05_zero3; do
     done
   done
 done
+# one CPU row for scale: the same model on 4 CPU ranks of this machine (one core each), 3 steps
+if [ "${ZL_BENCH_CPU:-1}" = 1 ]; then
+  json="$tmp/cpu.json"
+  echo "== ch02_ddp N=4 --device cpu (for comparison)"
+  if timeout 200 bash "$here/zlrun" 4 "$build/bin/ch02_ddp" $model --steps 3 --device cpu --json "$json" --quiet \
+       >"$tmp/cpu.log" 2>&1 && [ -s "$json" ]; then
+    read -r ms params loss < <(summ "$json")
+    sps=$("$py" -c "print(f'{$batch / ($ms / 1000):.0f}')")
+    echo "| ch02_ddp | 4 | mpi | fp32, **CPU** (4 ranks x 1 core, 3 steps) | $ms | $sps | $loss |" >>"$results/gpu_steps.md"
+  else
+    echo "| ch02_ddp | 4 | mpi | fp32, CPU | failed | | |" >>"$results/gpu_steps.md"; tail -5 "$tmp/cpu.log"
+  fi
+fi
 cat "$results/gpu_steps.md"
 rm -rf "$tmp"
 exit $failed

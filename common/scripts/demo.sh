@@ -29,10 +29,12 @@ for a in "$@"; do
 done
 case "$CH" in ''|00|01|02|03|04|05) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05" >&2; exit 2 ;; esac
 
-if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; G=$'\e[32m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
-else B=""; D=""; G=""; Y=""; R=""; N=""; fi
+if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
+else B=""; D=""; Y=""; R=""; N=""; fi
 
 mkdir -p "$RES" "$RES/loss" "$RES/sweep" "$FIG"
+# the whole tour starts the loss and sweep folders afresh: runs of another size would not compare
+[ -z "$CH" ] && rm -f "$RES"/loss/*.json "$RES"/sweep/*.json
 T0=$(date +%s)
 FAILED=()
 SKIPPED=()
@@ -43,20 +45,27 @@ NP=${ZL_DEMO_NP:-4}
 DEVICE=${ZL_DEMO_DEVICE:-auto}
 NGPU=0
 if command -v nvidia-smi >/dev/null 2>&1; then NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+GPU_NOTE=""
 if [ "$DEVICE" = auto ]; then
   DEVICE=cpu
   # the build has the CUDA path when a 1-rank, 1-step cuda run works (a CPU-only build says no)
   if [ "$NGPU" -gt 0 ] && [ -x "$BIN/ch02_ddp" ] &&
-     timeout 60 bash common/scripts/zlrun 1 "$BIN/ch02_ddp" --device cuda --steps 1 >/dev/null 2>&1; then
-    DEVICE=cuda
-    NP=${ZL_DEMO_NP:-$(( NGPU > 8 ? 8 : NGPU ))}
+     timeout 60 bash common/scripts/zlrun 1 "$BIN/ch02_ddp" --device cuda --steps 1 --quiet >/dev/null 2>&1; then
+    if [ "$NGPU" -ge 2 ]; then DEVICE=cuda
+    else GPU_NOTE="1 GPU found: data parallelism needs 2 ranks or more, so the tour uses CPU ranks (ZL_DEMO_DEVICE=cuda: 1 GPU rank)"; fi
+  elif [ "$NGPU" -gt 0 ]; then
+    GPU_NOTE="$NGPU GPU(s) found but this build has no CUDA path (make doctor): the tour uses CPU ranks"
   fi
+fi
+NPC=$NP   # chapter 01 runs on CPU ranks everywhere (MPI collectives)
+if [ "$DEVICE" = cuda ]; then
+  NP=${ZL_DEMO_NP:-$(( NGPU > 8 ? 8 : (NGPU < 1 ? 1 : NGPU) ))}  # one rank per GPU (NCCL: never two on one GPU)
 fi
 
 # ---- sizes: small enough for 5 minutes on 2 cores, the same model for every loss curve ----
 if [ "$DEVICE" = cuda ]; then
   BATCH=$((64 * NP)); STEPS=60; MODEL=(--layers 6 --hidden 1024 --input 256 --classes 32 --lr 0.003)
-  TRACE_MODEL=(--layers 8 --hidden 4096 --input 1024 --classes 32 --batch $((256 * NP)))
+  TRACE_MODEL=(--layers 8 --hidden 4096 --input 1024 --classes 32 --batch $((256 * NP)) --lr 0.0003)
 elif [ "$QUICK" = 1 ]; then
   BATCH=16; STEPS=6; MODEL=(--layers 3 --hidden 48 --input 32 --classes 8)
   TRACE_MODEL=(--layers 3 --hidden 64 --input 32 --classes 8 --batch 16)
@@ -158,7 +167,7 @@ all-reduce, reduce-scatter and all-gather. All-reduce = reduce-scatter + all-gat
 identity ZeRO is built on.
 EOF
   if [ "$QUICK" = 1 ]; then echo "  (--quick: skipped)"
-  else have ch01_collectives && run "$NP" ch01_collectives; fi
+  else have ch01_collectives && run "$NPC" ch01_collectives; fi
   step "Chapter 01 — collbench: bus bandwidth of the vendor collectives vs our ring" <<EOF
 An nccl-tests-style table per message size: algbw = bytes / time; busbw scales it by
 2(N-1)/N (all-reduce) or (N-1)/N (reduce-scatter, all-gather) so it compares across N.
@@ -202,8 +211,8 @@ EOF
     --trace "$RES/ch02_bucketed.trace.json" --json "$RES/ch02_bucketed.json"
 }
 
-do_zero() { # do_zero CH NAME PROGRAM STAGE
-  local ch=$1 name=$2 prog=$3 stage=$4
+do_zero() { # do_zero CH PROGRAM STAGE
+  local ch=$1 prog=$2 stage=$3
   case $stage in
     1) step "Chapter $ch — ZeRO-1: shard the optimizer states" <<EOF
 Each rank keeps Adam's m, v (and the fp32 master) for 1/$NP of the parameters only: it
@@ -224,6 +233,11 @@ EOF
     ;;
   esac
   have "$prog" || return
+  if [ "$stage" = 3 ] && [ "$QUICK" = 1 ]; then  # one launch: the loss run writes the timeline too
+    run "$NP" "$prog" "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json" \
+      --prefetch 1 --trace "$RES/ch05_zero3.trace.json"
+    return
+  fi
   run "$NP" "$prog" "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json"
   if [ "$stage" = 3 ]; then
     echo
@@ -259,9 +273,9 @@ EOF
   case "$CH" in   # one chapter: its own figures only
     00) only=(--only ch00) ;;
     01) only=(--only collbench) ;;
-    02) only=(--only memory,traffic,loss,timeline_ddp) ;;
-    03 | 04) only=(--only memory,traffic,loss) ;;
-    05) only=(--only memory,traffic,loss,timeline_zero3) ;;
+    02) only=(--only "memory,traffic,loss,timeline_ddp") ;;
+    03 | 04) only=(--only "memory,traffic,loss") ;;
+    05) only=(--only "memory,traffic,loss,timeline_zero3") ;;
   esac
   "${PLOT_PYTHON:-python3}" common/scripts/plots.py --results "$RES" --out "$FIG" "${only[@]}" || FAILED+=("plots.py")
 }
@@ -287,15 +301,16 @@ NSTEPS=$((NSTEPS + 1)) # plots
 
 echo "${B}zerolab tour${N}${CH:+ — chapter $CH}: $NSTEPS steps on $([ "$DEVICE" = cuda ] && echo "$NP GPUs" || echo "$NP CPU ranks (mpirun)")."
 echo "Programs from $BIN, results to $RES/, figures to $FIG/."
+[ -n "$GPU_NOTE" ] && echo "${Y}$GPU_NOTE${N}"
 
 for p in "${plan[@]}"; do
   case $p in
     ch00) do_ch00 ;;
     ch01) do_ch01 ;;
     ch02) do_ch02 ;;
-    ch03) do_zero 03 zero1 ch03_zero1 1 ;;
-    ch04) do_zero 04 zero2 ch04_zero2 2 ;;
-    ch05) do_zero 05 zero3 ch05_zero3 3 ;;
+    ch03) do_zero 03 ch03_zero1 1 ;;
+    ch04) do_zero 04 ch04_zero2 2 ;;
+    ch05) do_zero 05 ch05_zero3 3 ;;
   esac
 done
 [ ${#sweep[@]} -gt 0 ] && do_sweep "${sweep[@]}"
@@ -305,7 +320,7 @@ do_plots
 echo
 echo "${B}Done in $(( $(date +%s) - T0 )) s.${N}"
 echo "  results (JSON, one object per run):  $RES/*.json $RES/loss/ $RES/sweep/"
-traces=$(ls "$RES"/*.trace.json 2>/dev/null | tr '\n' ' ')
+traces=$(find "$RES" -maxdepth 1 -name '*.trace.json' | sort | tr '\n' ' ')
 [ -n "$traces" ] && echo "  timelines (open in ui.perfetto.dev):  $traces"
 echo "  figures:                             $FIG/*.png"
 echo "  the tour explained:                  notes/tour.md"

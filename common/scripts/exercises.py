@@ -28,7 +28,7 @@ Commands (SRC is solutions, DST is exercises):
                                run chapter NN's tests (suites chNN_*) from BIN, then one line per
                                exercise of the chapter: done / not done / wrong. A written body is
                                judged alone when the chapter fails: solutions/ with only that body
-                               swapped in, built by CMD IMPL=DIR/exercise-check/<name>/impl.
+                               swapped in, built by CMD IMPL=DIR/exercise-check/impl.
                                (`make exercise CH=NN`)
 Exit codes: 0 ok, 1 stale / exercises not done, 2 bad markers or usage.
 """
@@ -435,26 +435,33 @@ def try_alone(a, rel, r, reference):
     """Build solutions/ with only exercise r taken from exercises/, run the chapter's tests.
     Returns (state, detail)."""
     keep = student_bodies(os.path.join(a.dst, rel))
-    work = os.path.join(a.build, "exercise-check", r.name)
-    impl = os.path.join(work, "impl")
-    shutil.rmtree(impl, ignore_errors=True)
+    # One tree for every check, rewritten file by file only where it changes, so its objects
+    # (the tests' above all) are built once and later checks only recompile the swapped file.
+    impl = os.path.join(a.build, "exercise-check", "impl")
     files = scan(a.src)
     for frel, (lines, regions) in files.items():
         path = os.path.join(impl, frel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        src_path = os.path.join(a.src, frel)
-        if frel != rel:
-            shutil.copyfile(src_path, path)
-            continue
-        out, i = [], 0
-        for reg in regions:  # the student's body for r, the reference body for the others
-            out += lines[i:reg.begin + 1]
-            out += keep[r.name] if reg.name == r.name else lines[reg.begin + 1:reg.end]
-            out.append(lines[reg.end])
-            i = reg.end + 1
-        out += lines[i:]
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(out)
+        with open(os.path.join(a.src, frel), encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read()
+        if frel == rel:
+            out, i = [], 0
+            for reg in regions:  # the student's body for r, the reference body for the others
+                out += lines[i:reg.begin + 1]
+                out += keep[r.name] if reg.name == r.name else lines[reg.begin + 1:reg.end]
+                out.append(lines[reg.end])
+                i = reg.end + 1
+            text = "".join(out + lines[i:])
+        old = None
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                old = f.read()
+        if old != text:
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
+    for frel in source_files(impl):
+        if frel not in files:
+            os.remove(os.path.join(impl, frel))
     build = subprocess.run(f"{a.make} IMPL={impl} build", shell=True, capture_output=True, text=True)
     if build.returncode != 0:
         err = [ln for ln in (build.stdout + build.stderr).splitlines() if "error" in ln]

@@ -76,6 +76,14 @@ run() {
   echo "== bench-gpu"
   timeout -k 10 "${ZL_GPU_BENCH_TIMEOUT:-330}" bash common/scripts/bench_gpu.sh "$build" "$out" 2>&1 | tee "$out/bench_gpu.log"
   local bench_rc=${PIPESTATUS[0]}
+  # 6. optionally part of the CPU suite (make test's binary) on this GPU machine: does it still pass
+  #    when --device auto finds a GPU? ZL_GPU_CPU_SUITE=<Criterion filter>, e.g. 'ch03*/*'
+  if [ -n "${ZL_GPU_CPU_SUITE:-}" ] && [ -x "$build/tests/zl_tests" ]; then
+    echo "== CPU suite on the GPU machine: $ZL_GPU_CPU_SUITE"
+    timeout -k 10 "${ZL_GPU_CPU_TIMEOUT:-120}" bash common/scripts/run_tests.sh "$build/tests/zl_tests" \
+      "$ZL_GPU_CPU_SUITE" 2>&1 | tail -40 >"$out/cpu_suite.log"
+    tail -5 "$out/cpu_suite.log"
+  fi
   echo "gpu_session: test-gpu exit $test_rc, bench-gpu exit $bench_rc; results in $out"
   [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]
 }

@@ -2,6 +2,7 @@
 """plots.py — the tutorial's figures, drawn from the programs' JSON results (notes/tour.md).
 
     python3 common/scripts/plots.py [--results results] [--out notes/figures] [--only NAME,...]
+    python3 common/scripts/plots.py --check [--out notes/figures]   (every PNG there, none blank)
 
 Every number comes from a file the programs wrote (--json, --trace, ch00_memory --json,
 ch01_collbench --json); formulas are recomputed here from ARCHITECTURE.md's table only to
@@ -9,18 +10,19 @@ draw them as outlines beside the measurement. A figure whose inputs are missing 
 with one line saying which file to make (common/scripts/demo.sh makes them all); the exit
 code is 0 unless a figure that had its inputs failed to draw.
 
-Inputs (paths relative to --results):
-  memory_traffic   sweep/<strategy>_np<N>.json        strategy: ddp zero1 zero2 zero3
-  ch00_paper       ch00_paper.json, ch00_8b.json       ch00_memory --json
-  collbench        collbench_np<N>.json                ch01_collbench --json
-  timeline_ddp     ch02_naive.trace.json, ch02_bucketed.trace.json
-  timeline_zero3   ch05_zero3.trace.json
-  loss             loss/<strategy>_np<N>.json          same model, batch, seed and steps
+Figures (--only NAME) and their inputs, relative to --results:
+  memory, traffic  sweep/<strategy>_np<N>.json          strategy ddp zero1 zero2 zero3, one model
+  ch00             ch00_paper.json, ch00_8b.json         ch00_memory --json
+  collbench        collbench_np<N>.json                  ch01_collbench --json
+  timeline_ddp     ch02_naive.trace.json, ch02_bucketed.trace.json (+ the .json beside each)
+  timeline_zero3   ch05_zero3.trace.json (+ ch05_zero3.json)
+  loss             loss/<strategy>_np<N>.json            same model, batch, seed and steps
+The results objects follow ARCHITECTURE.md's --json contract; traces are Chrome traces
+(common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
 import argparse
 import glob
 import json
-import math
 import os
 import re
 import sys
@@ -31,11 +33,9 @@ def _find_matplotlib():
 
     PATH's python3 is often a pyenv or venv python without matplotlib while Debian's
     python3-matplotlib lives under /usr/bin/python3 (make deps installs it there)."""
-    try:
-        import matplotlib  # noqa: F401
+    import importlib.util
+    if importlib.util.find_spec("matplotlib") is not None:
         return
-    except ImportError:
-        pass
     here = os.path.realpath(sys.executable)
     for cand in [os.environ.get("ZL_PYTHON", ""), "/usr/bin/python3", "/usr/local/bin/python3"]:
         if cand and os.path.exists(cand) and os.path.realpath(cand) != here and not os.environ.get("ZL_PLOTS_REEXEC"):
@@ -519,7 +519,8 @@ def run_summary(trace_path):
         parts.append("%.0f%% of the communication time ran under a backward" % (100 * float(ov["hidden_fraction"])))
     dev = res.get("device")
     if dev:
-        parts.insert(0, "%d ranks on %s" % (int(res.get("world", 0)), dev))
+        n = int(res.get("world", 0))
+        parts.insert(0, "%d rank%s on %s" % (n, "" if n == 1 else "s", dev))
     parts.append("the step shown: rank 0's step of median length")
     return ("\n" + ", ".join(parts)) if parts else ""
 
@@ -580,9 +581,16 @@ def fig_loss(results, outdir):
             runs.append(res)
     if not runs:
         return "no results/loss/*.json with steps (make demo CH=02..05: --json)"
+    # runs compare only on the same model, batch and steps: keep the largest such group
+    groups = {}
+    for r in runs:
+        groups.setdefault((r.get("params"), r.get("batch"), len(r["steps"]), r.get("precision")), []).append(r)
+    best = max(groups.values(), key=lambda g: (len(g), any(int(r.get("world", 1)) == 1 for r in g)))
+    if len(groups) > 1:
+        note("loss: %d of %d runs left out (another model size, batch or step count)" % (len(runs) - len(best), len(runs)))
+    runs = best
     order = {s: i for i, (s, _, _) in enumerate(STAGES)}
     runs.sort(key=lambda r: (int(r.get("world", 1)) > 1, order.get(strategy_key(r), 9), int(r.get("world", 1))))
-    sizes = {r.get("params") for r in runs}
     fig, (ax, axd) = plt.subplots(1, 2, figsize=(14, 5.4), gridspec_kw={"width_ratios": [1.5, 1]})
     styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1))]
     widths = [5.0, 3.6, 2.6, 1.8, 1.2, 0.8]  # thick first: coinciding curves stay visible
@@ -614,8 +622,8 @@ def fig_loss(results, outdir):
     spread = (max(finals) - min(finals)) / max(abs(min(finals)), 1e-30)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (cross-entropy, nats)")
-    ax.set_title("Training loss, Ψ = %s params, same data and seed%s" % (
-        f"{int(ref.get('params', 0)):,}", "" if len(sizes) == 1 else " — WARNING: different model sizes"), fontsize=11)
+    ax.set_title("Training loss, Ψ = %s params, %s, global batch %s, same data and seed" % (
+        f"{int(ref.get('params', 0)):,}", ref.get("precision", "fp32"), ref.get("batch", "?")), fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
     axd.set_yscale("log")

@@ -6,13 +6,19 @@
  * Also checks the stream ordering the NCCL backend promises: a collective sees what the compute
  * stream wrote just before it (no host sync in between), and compute work queued after comm_wait
  * sees the collective's result. Prints one "ok" line on rank 0; any mismatch stops the job naming
- * rank, op, implementation, dtype, numel, index, got and expected (exit code != 0). */
+ * rank, op, implementation, dtype, numel, index, got and expected (exit code != 0).
+ *   --hang-test S   the watchdog instead: the compute stream is held for S seconds (a host function
+ *                   that sleeps), a collective queued behind it, comm_wait_all with a 2 s deadline
+ *                   must stop the job naming the collective and its tag. */
 #include <stdio.h>    // printf
 #include <stdlib.h>   // malloc, free
 #include <string.h>   // strcmp
+#include <unistd.h>   // sleep
+#include <cuda_runtime_api.h> // cudaLaunchHostFunc (the hang test)
 #include "check.h"    // die
 #include "comm.h"     // comm_*, comm_chunk_lo
 #include "device.h"   // dev_malloc, dev_memcpy, dev_free
+#include "device_cuda.h" // devcu_compute_stream
 #include "dtype.h"    // dt_load, dt_store
 #include "ledger.h"   // ledger_init
 #include "ops.h"      // op_fill, op_scale (compute stream)
@@ -157,16 +163,36 @@ static void run_ordering(comm_t *c, coll_impl_t impl) {
   dev_free(DEV_CUDA, d);
 }
 
+static void CUDART_CB sleep_on_stream(void *arg) { sleep((unsigned)*(int *)arg); }
+
+/* The compute stream sleeps; the all-reduce waits for it on the comm stream; the host's wait
+ * must give up after the deadline with the collective's name and tag (exit != 0). */
+static void run_hang(comm_t *c, int seconds) {
+  static int secs;
+  secs = seconds;
+  float *d = dev_malloc(DEV_CUDA, 1024 * sizeof(float), "gpu_coll hang");
+  comm_set_timeout(c, 2);
+  if (cudaLaunchHostFunc((cudaStream_t)devcu_compute_stream(), sleep_on_stream, &secs) != cudaSuccess)
+    die("rank %d: cudaLaunchHostFunc failed", g_rank);
+  comm_all_reduce_async(c, d, 1024, DT_F32, REDOP_SUM, "hang-test");
+  comm_wait_all(c); /* must not return */
+  if (g_rank == 0) printf("gpu_coll: the hang test returned from comm_wait_all (the watchdog did not fire)\n");
+}
+
 int main(int argc, char **argv) {
   backend_t be = BACKEND_NCCL;
+  int hang = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       const char *v = argv[++i];
       if (strcmp(v, "nccl") == 0) be = BACKEND_NCCL;
       else if (strcmp(v, "mpi") == 0) be = BACKEND_MPI;
       else { fprintf(stderr, "error: --backend %s: allowed nccl|mpi\n", v); return 2; }
+    } else if (strcmp(argv[i], "--hang-test") == 0 && i + 1 < argc) {
+      hang = atoi(argv[++i]);
+      if (hang < 1 || hang > 600) { fprintf(stderr, "error: --hang-test %s: allowed 1..600 seconds\n", argv[i]); return 2; }
     } else {
-      fprintf(stderr, "error: %s: usage: gpu_coll [--backend nccl|mpi]\n", argv[i]);
+      fprintf(stderr, "error: %s: usage: gpu_coll [--backend nccl|mpi] [--hang-test SECONDS]\n", argv[i]);
       return 2;
     }
   }
@@ -175,6 +201,11 @@ int main(int argc, char **argv) {
   g_world = comm_world(c);
   ledger_init(g_rank, 0);
   comm_set_timeout(c, 120);
+  if (hang) {
+    run_hang(c, hang);
+    comm_finalize(c);
+    return 3; /* reached only if the watchdog failed */
+  }
   int64_t sizes[] = {0, 1, g_world > 1 ? g_world - 1 : 2, 7, 1000, 1001, 65537};
   for (int impl = 0; impl < 2; impl++)
     for (int d = 0; d < 2; d++)

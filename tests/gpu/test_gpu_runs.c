@@ -78,6 +78,17 @@ Test(common_gpu_runs, collectives_staged_mpi_2) { coll(2, "mpi"); }
 Test(common_gpu_runs, collectives_staged_mpi_3) { coll(3, "mpi"); }
 Test(common_gpu_runs, collectives_staged_mpi_4) { coll(4, "mpi"); }
 
+/* The NCCL watchdog: a collective stuck behind a 20 s compute stream, a 2 s deadline. */
+Test(common_gpu_runs, nccl_watchdog_timeout) {
+  char *out = NULL;
+  int rc = zl_run(1, 90, &out, ZL_TESTBIN "/gpu_coll --backend nccl --hang-test 20");
+  cr_assert(rc != 0 && rc != 3 && rc != 124, "hang test: exit code %d (expected the watchdog to stop the job):\n%s", rc,
+            out);
+  cr_assert(strstr(out, "rank 0: all_reduce (hang-test) did not complete within 2 s"),
+            "hang test: the message should name the rank, the collective and its tag:\n%s", out);
+  free(out);
+}
+
 Test(common_gpu_runs, nccl_two_ranks_one_gpu_refused) {
   setenv("CUDA_VISIBLE_DEVICES", "0", 1); /* both ranks on one GPU, however many the box has */
   char *out = NULL;

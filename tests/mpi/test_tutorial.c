@@ -22,11 +22,16 @@ Test(common_tutorial, quick_tour_draws_every_figure, .timeout = 170) {
                tail_of(out, 3000));
   cr_assert(strstr(out, "plots: 7 drawn, 0 skipped, 0 failed"), "plots.py did not draw all 7 figures:\n...%s",
             tail_of(out, 3000));
+  /* the tour's shape: progress counters, no chapter left unbuilt, the closing pointers */
+  cr_assert(strstr(out, "[1/") && strstr(out, "Next, try:"), "demo.sh output lacks [1/N] progress or the closing "
+            "'Next, try:' line:\n...%s", tail_of(out, 2000));
+  cr_assert(!strstr(out, "not built"), "demo.sh found a chapter not built:\n...%s", tail_of(out, 2000));
   free(out);
   out = NULL;
   rc = zl_run(0, 60, &out, "python3 common/scripts/plots.py --check --out %s/figures", dir);
   cr_assert_eq(rc, 0, "plots.py --check: a figure is missing or blank (exit %d):\n%s", rc, out);
   free(out);
+  zl_run(0, 30, NULL, "rm -rf %s", dir); /* kept when a check fails, to look at */
 }
 
 /* No results at all: every figure is skipped with a one-line note, nothing crashes, exit 0. */
@@ -38,5 +43,15 @@ Test(common_tutorial, plots_skip_missing_inputs, .timeout = 60) {
   cr_assert_eq(rc, 0, "plots.py with no results exited with %d:\n%s", rc, out);
   cr_assert(strstr(out, "plots: 0 drawn, 7 skipped, 0 failed"), "expected every figure skipped, got:\n%s", out);
   cr_assert(strstr(out, "skipped memory: "), "expected a note naming the missing memory inputs, got:\n%s", out);
+  free(out);
+  zl_run(0, 30, NULL, "rm -rf %s", dir);
+}
+
+/* A chapter that does not exist: one error line, exit code 2, nothing run. */
+Test(common_tutorial, demo_rejects_bad_chapter, .timeout = 30) {
+  char *out = NULL;
+  int rc = zl_run(0, 20, &out, "bash common/scripts/demo.sh 07");
+  cr_assert_eq(rc, 2, "demo.sh 07 exited with %d, expected 2:\n%s", rc, out);
+  cr_assert(strstr(out, "error: CH=07: allowed 00, 01, 02, 03, 04, 05"), "expected the allowed chapters, got:\n%s", out);
   free(out);
 }

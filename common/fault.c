@@ -1,0 +1,86 @@
+/* fault.c — --fault RANK:STEP:KIND, a testing aid (see fault.h; notes/reliability.md). */
+#include "fault.h"  // fault_t, fault_kind_t
+#include "check.h"  // die
+#include <errno.h>  // errno
+#include <math.h>   // NAN
+#include <signal.h> // raise, SIGKILL
+#include <stdio.h>  // fprintf, snprintf
+#include <stdlib.h> // abort, strtol
+#include <string.h> // strcmp, strchr
+#include <unistd.h> // _exit, sleep
+
+static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang", "nan", "ckpt"};
+static fault_t g_fault; /* the armed fault; kind FAULT_NONE when --fault is absent */
+
+const char *fault_kind_name(fault_kind_t k) { return k >= FAULT_NONE && k <= FAULT_CKPT ? g_names[k] : "?"; }
+
+/* A whole non-negative decimal number ending at `end` (':' or NUL); -1 when it is not one. */
+static long whole(const char *s, char stop, const char **next) {
+  if (*s < '0' || *s > '9') return -1;
+  char *e;
+  errno = 0;
+  long v = strtol(s, &e, 10);
+  if (errno || *e != stop || v > 1000000000L) return -1;
+  *next = stop ? e + 1 : e;
+  return v;
+}
+
+int fault_parse(const char *spec, int world, int steps, fault_t *f, char *why, size_t nwhy) {
+  const char *p = spec ? spec : "", *q;
+  long r = whole(p, ':', &q);
+  long s = r >= 0 ? whole(q, ':', &p) : -1;
+  int kind = FAULT_NONE;
+  if (s >= 0)
+    for (int k = FAULT_EXIT; k <= FAULT_CKPT; k++)
+      if (strcmp(p, g_names[k]) == 0) kind = k;
+  if (r < 0 || s < 0 || kind == FAULT_NONE || r >= world || s >= steps) {
+    snprintf(why, nwhy, "must be RANK:STEP:KIND with RANK in [0, %d], STEP in [0, %d], KIND one of "
+             "exit|abort|kill|hang|nan|ckpt (a testing aid)", world - 1, steps - 1);
+    return 1;
+  }
+  *f = (fault_t){.rank = (int)r, .step = (int)s, .kind = (fault_kind_t)kind};
+  return 0;
+}
+
+void fault_arm(const char *spec, int world, int steps) {
+  g_fault = (fault_t){.kind = FAULT_NONE};
+  if (!spec || !*spec) return;
+  char why[256];
+  if (fault_parse(spec, world, steps, &g_fault, why, sizeof why)) die("error: --fault %s: %s", spec, why);
+}
+
+static int armed(fault_kind_t kind, int rank, int step) {
+  return g_fault.kind == kind && g_fault.rank == rank && g_fault.step == step;
+}
+
+static void announce(int rank, int step) {
+  fprintf(stderr, "rank %d: injected fault %s at step %d (--fault, a testing aid)\n", rank, fault_kind_name(g_fault.kind),
+          step);
+  fflush(stderr);
+  fflush(stdout);
+}
+
+void fault_at_step(int rank, int step) {
+  if (g_fault.rank != rank || g_fault.step != step) return;
+  switch (g_fault.kind) {
+  case FAULT_EXIT: announce(rank, step); _exit(1); /* no MPI_Finalize, no atexit: a crash */
+  case FAULT_ABORT: announce(rank, step); abort();
+  case FAULT_KILL: announce(rank, step); raise(SIGKILL); _exit(137);
+  case FAULT_HANG:
+    announce(rank, step);
+    for (;;) sleep(3600); /* the others' collective deadline takes the job down */
+  default: return;
+  }
+}
+
+void fault_poison(int rank, int step, float *x) {
+  if (!armed(FAULT_NAN, rank, step) || !x) return;
+  announce(rank, step);
+  x[0] = NAN;
+}
+
+void fault_in_save(int rank, int step) {
+  if (!armed(FAULT_CKPT, rank, step)) return;
+  announce(rank, step);
+  _exit(1);
+}

@@ -1,0 +1,36 @@
+/* fault.h — fault injection, a testing aid for the reliability paths (notes/reliability.md).
+ *   --fault RANK:STEP:KIND   rank RANK fails at the start of step STEP (counted from 0):
+ *     exit   the process exits (code 1) without MPI_Finalize, as a crashed trainer would
+ *     abort  abort(): SIGABRT, as a failed assert would
+ *     kill   SIGKILL to itself, as the kernel's OOM killer would
+ *     hang   sleeps for ever inside the step: the other ranks' collective deadline
+ *            (--timeout-s) must fire, name the collective and take the job down
+ *     nan    the rank's input batch of that step gets a NaN, so its local gradients are
+ *            non-finite (exercises --nonfinite abort|skip)
+ *     ckpt   the rank exits in the middle of the checkpoint save that follows step STEP,
+ *            after writing its shard and before the manifest (exercises atomic saves)
+ * Before failing, the rank prints `rank R: injected fault <kind> at step S` to stderr. */
+#ifndef ZL_FAULT_H
+#define ZL_FAULT_H
+#include <stddef.h> // size_t
+
+typedef enum { FAULT_NONE = 0, FAULT_EXIT, FAULT_ABORT, FAULT_KILL, FAULT_HANG, FAULT_NAN, FAULT_CKPT } fault_kind_t;
+typedef struct fault {
+  int rank, step;
+  fault_kind_t kind;
+} fault_t;
+
+/* Parse "RANK:STEP:KIND" into f; world and steps bound RANK and STEP. Returns 0, or 1 after
+ * writing what is allowed into why (for args_error). */
+int fault_parse(const char *spec, int world, int steps, fault_t *f, char *why, size_t nwhy);
+const char *fault_kind_name(fault_kind_t k);
+/* Arm the process-wide fault (spec as above, NULL or "" for none); parse errors die. */
+void fault_arm(const char *spec, int world, int steps);
+/* At the start of step `step`: fails here when the armed fault is exit/abort/kill/hang for this
+ * rank and step; returns otherwise. */
+void fault_at_step(int rank, int step);
+/* The nan kind: writes a NaN into x[0] when the armed fault is nan for this rank and step. */
+void fault_poison(int rank, int step, float *x);
+/* The ckpt kind: exits here (mid-save) when armed for this rank and step. */
+void fault_in_save(int rank, int step);
+#endif
