@@ -164,6 +164,8 @@ $(TEST_BIN): $(TEST_C:tests/%.c=$(OBJ)/tests/%.o) $(LIB)
 $(OUT)/tests/scn_%: $(OBJ)/tests/mpi/scn_%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $^ -o $@ $(LDLIBS)
+# objects reached only through pattern rules are "intermediate": keep them (no rm, no rebuild)
+.SECONDARY: $(SCN_C:tests/%.c=$(OBJ)/tests/%.o) $(TOOL_C:common/tools/%.c=$(OBJ)/tools/%.o)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

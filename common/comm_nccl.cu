@@ -60,13 +60,25 @@ static ncclRedOp_t nccl_op(redop_t op) { return op == REDOP_MAX ? ncclMax : nccl
 static const char *elem(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
 
 /* ---- the watchdog: host waits for the comm stream -------------------------------------------- */
-/* Abort the NCCL communicator (so no kernel spins forever), then take the job down. */
+static int g_abort_done; /* set (atomically) when ncclCommAbort has returned */
+static void *nccl_abort_thread(void *comm) {
+  (void)ncclCommAbort((ncclComm_t)comm);
+  __atomic_store_n(&g_abort_done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Abort the NCCL communicator (so no kernel spins forever), then take the job down. The abort
+ * runs on its own thread and gets 10 s: the message must come out even if it blocks. */
 [[noreturn]] static void nccl_fail(comm_t *c, comm_handle_t seq, const char *why) {
   nccl_state_t *s = st(c);
   int slot = (int)(seq % NCCL_EVENTS);
   const char *op = s->ev_seq[slot] == seq ? comm_op_name(s->ev_op[slot]) : "collective";
   const char *tag = s->ev_seq[slot] == seq ? s->ev_tag[slot] : "-";
-  (void)ncclCommAbort(s->comm);
+  pthread_t th;
+  if (pthread_create(&th, NULL, nccl_abort_thread, (void *)s->comm) == 0) {
+    pthread_detach(th);
+    for (int i = 0; i < 1000 && !__atomic_load_n(&g_abort_done, __ATOMIC_ACQUIRE); i++) usleep(10000);
+  }
   if (!why) comm_timeout_fail(c, op, tag); /* "rank R: <op> (<tag>) did not complete within S s" */
   die("rank %d: NCCL %s (%s) failed: %s — aborting the job", c->rank, op, tag, why);
 }

@@ -1,6 +1,8 @@
 /* fault.c — --fault RANK:STEP:KIND, a testing aid (see fault.h; notes/reliability.md). */
 #include "fault.h"  // fault_t, fault_kind_t
 #include "check.h"  // die
+#include "formula.h" // formula_model_states
+#include "train.h"  // trainer_t
 #include <errno.h>  // errno
 #include <math.h>   // NAN
 #include <signal.h> // raise, SIGKILL
@@ -83,4 +85,34 @@ void fault_in_save(int rank, int step) {
   if (!armed(FAULT_CKPT, rank, step)) return;
   announce(rank, step);
   _exit(1);
+}
+
+/* MemAvailable of /proc/meminfo in bytes (free + reclaimable), or -1 when unknown. */
+static double host_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+  fclose(f);
+  return kib < 0 ? -1 : kib * 1024.0;
+}
+
+void fault_check_host_memory(const trainer_t *t) {
+  if (t->dev != DEV_CPU) return; /* on a GPU, cudaMalloc itself says no, cleanly */
+  const model_t *m = &t->model;
+  int opt_states = t->cfg->optimizer == OPT_ADAMW ? 2 : 1;
+  double states = formula_model_states(t->strategy->stage, (double)m->numel, t->world, t->wdt, opt_states).total;
+  double acts = (double)m->D;
+  for (int u = 0; u < m->n_units; u++) acts += 3.0 * m->units[u].out; /* z, a and the dz ping-pong */
+  acts *= 4.0 * (double)t->local_batch;
+  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int local = e && atoi(e) > 0 ? atoi(e) : 1;
+  double avail = host_available_bytes();
+  if (avail > 0 && (states + acts) * local > avail)
+    die("out of memory on rank %d: model states + activations need %.1f MiB per rank (%.1f + %.1f), x %d rank%s on this "
+        "host = %.1f MiB, but only %.1f MiB are available (smaller --hidden/--layers/--batch, a higher ZeRO stage, or more hosts)",
+        t->rank, (states + acts) / 1048576.0, states / 1048576.0, acts / 1048576.0, local, local > 1 ? "s" : "",
+        (states + acts) * local / 1048576.0, avail / 1048576.0);
 }

@@ -33,4 +33,11 @@ void fault_at_step(int rank, int step);
 void fault_poison(int rank, int step, float *x);
 /* The ckpt kind: exits here (mid-save) when armed for this rank and step. */
 void fault_in_save(int rank, int step);
+
+/* Out-of-memory pre-flight (CPU runs): the model states of the formula plus the activations,
+ * times the ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE), against the host's MemAvailable.
+ * Too much: dies with `out of memory on rank R: ... need X MiB ...` before allocating, instead
+ * of letting the kernel's OOM killer end the job half-way with a SIGKILL. */
+struct trainer;
+void fault_check_host_memory(const struct trainer *t);
 #endif

@@ -16,6 +16,7 @@
 #include "report.h" // report_finish, report_write_atomic, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
+#include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save (--ckpt, --resume)
 #include "fault.h"  // fault_parse, fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
@@ -193,40 +194,48 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
   double sumsq = local_sumsq;
-  /* bad[r] = 1 where the non-finite value appeared. Unsharded: every rank holds the same reduced
-   * gradients, so a NaN from any rank is everywhere (the all-reduce spread it). */
-  double *bad = xcalloc((size_t)N + 1, sizeof(double), "nonfinite flags");
+  /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
+   * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
+   * them), so the message names where it appeared, not everyone the reduction spread it to. */
+  double *bad = xcalloc((size_t)N + 2, sizeof(double), "nonfinite flags");
+  int reduced_bad = !isfinite(local_sumsq);
   if (sharded) {
-    bad[0] = isfinite(local_sumsq) ? local_sumsq : 0.0;
-    bad[1 + t->rank] = isfinite(local_sumsq) ? 0.0 : 1.0;
-    comm_ctl_all_reduce_f64(t->comm, bad, N + 1, REDOP_SUM);
+    bad[0] = reduced_bad ? 0.0 : local_sumsq;
+    bad[1] = reduced_bad;
+    bad[2 + t->rank] = t->in->local_nonfinite;
+    comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
     sumsq = bad[0];
-  } else if (!isfinite(local_sumsq)) {
-    for (int r = 0; r < N; r++) bad[1 + r] = 1.0;
+    reduced_bad = bad[1] != 0;
+  } else if (reduced_bad) { /* every rank holds the same reduced grads: all see it, all join */
+    bad[2 + t->rank] = t->in->local_nonfinite;
+    comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
   }
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
-    if (bad[1 + r] != 0) {
+    if (bad[2 + r] != 0) {
       size_t len = strlen(ranks);
       if (len < sizeof ranks - 16) snprintf(ranks + len, sizeof ranks - len, "%s%d", nbad ? "," : "", r);
       nbad++;
     }
   free(bad);
   t->skipped = 0;
-  if (nbad > 0) {
+  if (reduced_bad || nbad > 0) {
     t->grad_norm = NAN;
-    const char *where = sharded ? "" : " (after the all-reduce: every rank holds it)";
+    char where[320];
+    if (nbad > 0)
+      snprintf(where, sizeof where, "on rank%s %s (local gradients, before the reduction)", nbad > 1 ? "s" : "", ranks);
+    else
+      snprintf(where, sizeof where, "in the reduced gradients (no rank's local gradients were flagged)");
     if (t->cfg->nonfinite == NONFINITE_ABORT) {
       if (t->rank == 0)
-        die("error: step %d: non-finite gradient on rank%s %s%s; stopping (--nonfinite skip drops such steps)",
-            t->step, nbad > 1 ? "s" : "", ranks, where);
+        die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step, where);
       comm_barrier(t->comm); /* rank 0 takes the job down */
       die("rank %d: step %d: non-finite gradient", t->rank, t->step);
     }
     if (t->rank == 0)
-      fprintf(stderr, "warning: step %d: non-finite gradient on rank%s %s%s; step skipped (--nonfinite skip)\n",
-              t->step, nbad > 1 ? "s" : "", ranks, where);
+      fprintf(stderr, "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
+              t->step, where);
     t->skipped = 1;
     return 0.0f;
   }
@@ -331,9 +340,11 @@ static void load_batch(trainer_t *t) {
   int64_t first = (int64_t)t->step * B + (int64_t)t->micro * mb + (int64_t)t->rank * b;
   if (t->dev == DEV_CPU) {
     data_batch(&t->data, first, (int)b, in->x.data, (int *)in->y.data);
+    if (t->micro == 0) fault_poison(t->rank, t->step, in->x.data); /* --fault R:S:nan */
     return;
   }
   data_batch(&t->data, first, (int)b, in->xh, in->yh);
+  if (t->micro == 0) fault_poison(t->rank, t->step, in->xh); /* --fault R:S:nan */
   dev_memcpy(t->dev, in->x.data, DEV_CPU, in->xh, (size_t)(b * t->model.D) * sizeof(float));
   dev_memcpy(t->dev, in->y.data, DEV_CPU, in->yh, (size_t)b * sizeof(int));
 }
@@ -361,6 +372,7 @@ static double micro_batch(trainer_t *t) {
   double loss = op_softmax_xent(t->dev, dz, in->z[U - 1].data, (const int *)in->y.data, b, m->C,
                                 (float)(1.0 / (double)t->cfg->batch));
   trace_end(NULL);
+  if (!isfinite(loss)) in->local_nonfinite = 1;
   for (int u = U - 1; u >= 0; u--) {
     t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
     if (s->pre_backward) s->pre_backward(t, u);
@@ -370,6 +382,10 @@ static double micro_batch(trainer_t *t) {
     model_unit_backward(m, u, t->dev, t->unit_params[u], t->unit_grads[u], t->wdt, xin, dz,
                         u > 0 ? in->z[u - 1].data : NULL, u > 0 ? dzp : NULL, b, t->grad_beta);
     trace_end(NULL);
+    /* This rank's own gradients, before any reduction spreads them: is a NaN/Inf ours? (CPU
+     * only: on a GPU the host read would stall the stream; there the loss below stands in.) */
+    if (t->dev == DEV_CPU && !in->local_nonfinite)
+      in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, m->units[u].numel));
     if (s->post_backward) s->post_backward(t, u);
     float *tmp = dz;
     dz = dzp;
@@ -413,6 +429,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   comm_t *comm = comm_init(&argc0, &argv0, backend, dev);
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
+  fault_arm(cfg->fault, comm_world(comm), cfg->steps);
   int rank = comm_rank(comm), world = comm_world(comm);
   if (cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
@@ -424,6 +441,11 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                       .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
   t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
+  ckpt_manifest_t resume = {0}; /* --resume: verified before anything is allocated or written */
+  if (cfg->resume && ckpt_open_resume(&t, cfg->resume, &resume)) {
+    comm_finalize(comm);
+    return 2;
+  }
   model_init(&t.model, cfg->input, cfg->hidden, cfg->classes, cfg->layers);
   data_init(&t.data, cfg->input, cfg->classes, cfg->seed);
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
@@ -445,6 +467,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     fflush(stdout);
   }
 
+  fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
   trace_begin("setup");
   alloc_acts(&t);
   s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
@@ -452,13 +475,22 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   trace_end(NULL);
   comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
 
-  int taken = 0, skipped = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
-  for (int step = 0; step < cfg->steps; step++) {
+  int taken = 0, skipped = 0, start = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
+  if (cfg->resume) { /* the states, the losses so far and the position of the checkpoint */
+    ckpt_restore(&t, &resume, in.steps);
+    start = resume.step;
+    taken = resume.opt_t;
+    skipped = resume.skipped;
+    ckpt_manifest_free(&resume);
+  }
+  for (int step = start; step < cfg->steps; step++) {
     char name[32];
     snprintf(name, sizeof name, "step %d", step);
     double t0 = trace_now_us();
     trace_begin(name);
     t.step = step;
+    fault_at_step(rank, step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    in.local_nonfinite = 0;
     double loss_sum = 0;
     for (int k = 0; k < cfg->accum; k++) {
       t.micro = k;
@@ -480,6 +512,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
       printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in.steps[step].loss, ms, t.skipped ? "  (skipped)" : "");
       fflush(stdout);
     }
+    if (ckpt_due(cfg, step)) ckpt_save(&t, cfg->ckpt, step + 1, taken, skipped, in.steps);
   }
   comm_wait_all(comm);
 

@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
     if (sscanf(model, "%lld,%lld,%lld,%lld%c", &d[0], &d[1], &d[2], &d[3], &tail) != 4 || d[0] < 1 || d[1] < 1 ||
         d[2] < 1 || d[3] < 1 || d[0] > 1 << 24 || d[1] > 1 << 24 || d[2] > 1 << 24 || d[3] > 1 << 16)
       return args_error("--model", model, "must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4");
+    /* Ψ in double first: this shape range can overflow a 64-bit count (and its byte counts) */
+    double psi_d = (double)d[1] * (d[0] + 1) + (double)(d[3] - 1) * d[1] * (d[1] + 1) + (double)d[2] * (d[1] + 1);
+    if (psi_d > 1e15)
+      return args_error("--model", model, "gives psi = %.3g parameters; at most 1e15 (as --params), or byte counts overflow", psi_d);
     psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */

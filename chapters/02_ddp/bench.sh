@@ -7,7 +7,8 @@
 #     (report.c: report_overlap, the "overlap" object of --json).
 #  2. samples/s at N = 1, 2, 4 (bucketed) on a compute-heavier model; N alternates too.
 #     4 ranks on a 2-core laptop oversubscribe the cores: that row measures contention, not scaling.
-# Environment: ZL_BENCH_REPS (default 5), ZL_BENCH_STEPS (default 20).
+# Environment: ZL_BENCH_REPS (default 5), ZL_BENCH_STEPS (default 20), ZL_BENCH_PARTS (default
+# "variants scaling": run one part again into the same OUT_DIR; the summary reads both).
 set -eu
 bin=${1:?usage: bench.sh BIN_DIR OUT_DIR}/ch02_ddp
 out=${2:?usage: bench.sh BIN_DIR OUT_DIR}
@@ -19,11 +20,9 @@ py=$(command -v python3 || true)
 [ -x "$bin" ] || { echo "error: $bin not built (make build)" >&2; exit 2; }
 [ -n "$py" ] || { echo "error: python3 not found (make deps)" >&2; exit 2; }
 mkdir -p "$out"
-# Each rank runs a compute thread and a communication thread: two ranks on two cores are
-# oversubscribed although mpirun does not know it. Without yielding, a rank's MPI progress loop
-# spins on the core its own compute thread (or the peer) needs (notes/02-ddp.md, "On a 2-core laptop").
-export ZL_MPIRUN_FLAGS="${ZL_MPIRUN_FLAGS:---mca mpi_yield_when_idle 1}"
-echo "mpirun extra flags: $ZL_MPIRUN_FLAGS"
+parts=${ZL_BENCH_PARTS:-variants scaling}
+# (zlrun adds --mca mpi_yield_when_idle 1 when 2 threads per rank exceed the cores: a comm thread
+# spinning in MPI would otherwise take the core its own compute thread needs.)
 
 # Comm-heavy: 4.2M parameters (16.8 MB of fp32 gradients), 64 rows per rank; 9 units of about
 # 2.4 MB, so 5 MiB buckets hold two units each (overlap: one message per unit).
@@ -32,6 +31,7 @@ COMM_MODEL="--layers 8 --hidden 768 --input 128 --classes 10 --batch 128 --bucke
 SCALE_MODEL="--layers 4 --hidden 512 --input 256 --classes 10 --batch 1024 --bucket-mb 1"
 common="--steps $steps --quiet --device cpu"
 
+case " $parts " in *" variants "*)
 echo "== DDP at N = 2: naive vs overlap vs bucketed ($reps repetitions x $steps steps, alternating) =="
 echo "model: $COMM_MODEL"
 for r in $(seq 1 "$reps"); do
@@ -41,7 +41,9 @@ for r in $(seq 1 "$reps"); do
   done
   echo "  repetition $r done"
 done
+;; esac
 
+case " $parts " in *" scaling "*)
 echo "== samples/s at N = 1, 2, 4 (bucketed; N alternates; $reps repetitions) =="
 echo "model: $SCALE_MODEL"
 for r in $(seq 1 "$reps"); do
@@ -50,6 +52,7 @@ for r in $(seq 1 "$reps"); do
   done
   echo "  repetition $r done"
 done
+;; esac
 # Keep one trace of each for the figures (make plots reads results/ch02_*.trace.json).
 cp "$out/variant_naive_1.trace.json" "$out/ch02_naive.trace.json"
 cp "$out/variant_bucketed_1.trace.json" "$out/ch02_bucketed.trace.json"

@@ -4,7 +4,8 @@
 #      run alternately, REPS rounds, each run's median step; the table shows the median of the rounds;
 #   2. peak bytes per rank at N = 4, measured (ledger) beside the formula, per stage, bf16;
 #   3. the memory budget demo (common/scripts/budget_demo.sh).
-# Environment: ZL_BENCH_REPS (default 5), ZL_BENCH_MODEL (flags of the timed model).
+# Environment: ZL_BENCH_REPS (default 5), ZL_BENCH_MODEL (flags of the timed model),
+# ZL_BENCH_SKIP_BUDGET=1 leaves out part 3.
 set -eu
 bin=${1:?usage: bench_zero.sh BIN RESULTS}
 res=${2:?usage: bench_zero.sh BIN RESULTS}
@@ -66,4 +67,4 @@ for n in ("ddp", "zero1", "zero2", "zero3"):
 json.dump({"step_ms": summary, "peak_np4_bf16": peaks, "reps": reps}, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print("\nresults: %s/summary.json" % out)
 PY
-bash "$here/budget_demo.sh" "$bin" "$res"
+[ "${ZL_BENCH_SKIP_BUDGET:-0}" = 1 ] || bash "$here/budget_demo.sh" "$bin" "$res"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # demo.sh [CH] [--quick] — the guided tour behind `make demo` (notes/tour.md).
 #
-#   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or the
-#                        GPUs when `nvidia-smi -L` lists some and the build has the CUDA path
+#   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or one
+#                        rank per GPU when `nvidia-smi -L` lists 2 or more and the build has CUDA
 #   make demo CH=03      one chapter (a lecture slot)
-#   --quick              tiny sizes, fewer launches (the CI check of the figures uses it)
+#   --quick              tiny sizes, 2 ranks, fewer launches, into /tmp/zerolab-quick/ (the CI
+#                        check of the figures, tests/mpi/test_tutorial.c, uses it)
 #
 # Writes results/*.json (the programs' --json), results/*.trace.json (--trace, open them in
 # ui.perfetto.dev) and notes/figures/*.png (common/scripts/plots.py). Each run is one program
@@ -14,9 +15,6 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 
-BIN=${ZL_BIN:-build/bin}
-RES=${ZL_RESULTS:-results}
-FIG=${ZL_FIGURES:-notes/figures}
 CH=""
 QUICK=0
 for a in "$@"; do
@@ -27,6 +25,13 @@ for a in "$@"; do
     *) echo "error: demo.sh $a: allowed a chapter number 00..05 (make demo CH=03) or --quick" >&2; exit 2 ;;
   esac
 done
+BIN=${ZL_BIN:-build/bin}
+RES=${ZL_RESULTS:-results}
+FIG=${ZL_FIGURES:-notes/figures}
+if [ "$QUICK" = 1 ]; then  # tiny runs never overwrite the real results and figures
+  RES=${ZL_RESULTS:-/tmp/zerolab-quick/results}
+  FIG=${ZL_FIGURES:-/tmp/zerolab-quick/figures}
+fi
 case "$CH" in ''|00|01|02|03|04|05) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05" >&2; exit 2 ;; esac
 
 if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
@@ -95,7 +100,7 @@ step() { # step TITLE, then the lines of explanation on stdin
   sed 's/^/  /'
   echo
 }
-have() { # have BINARY: 0 if built, else say so once and return 1
+have() { # have BINARY: 0 if built, else say it is not and return 1 (the tour goes on)
   if [ -x "$BIN/$1" ]; then return 0; fi
   echo "  ${Y}$BIN/$1 is not built yet: skipping (make build builds every chapter)${N}"
   SKIPPED+=("$1")
@@ -241,7 +246,9 @@ EOF
   run "$NP" "$prog" "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/loss/zero${stage}_np$NP.json"
   if [ "$stage" = 3 ]; then
     echo
-    echo "  The same with a timeline ($NPT ranks, 6 steps, one unit prefetched): $RES/ch05_zero3.trace.json"
+    echo "  Two timelines ($NPT ranks, 6 steps): without prefetch, then one unit prefetched."
+    run "$NPT" "$prog" "${TRACE_MODEL[@]}" --steps 6 --device "$DEVICE" --prefetch 0 --quiet \
+      --trace "$RES/ch05_zero3_p0.trace.json" --json "$RES/ch05_zero3_p0.json"
     run "$NPT" "$prog" "${TRACE_MODEL[@]}" --steps 6 --device "$DEVICE" --prefetch 1 --quiet \
       --trace "$RES/ch05_zero3.trace.json" --json "$RES/ch05_zero3.json"
   fi

@@ -400,7 +400,8 @@ def cmd_status(a):
     if not regs:
         print(f"chapter {a.chapter}: no exercises marked in {a.src}/")
         return rc
-    results, reference = [], None
+    results = []
+    reference = {}  # filled once, by the first check that sees a failure
     for rel, r in regs:
         if not written_in(a.dst, rel, r.name):
             results.append((r.name, "not done", f"stub still in {a.dst}/{rel} (make hint EX={r.name})"))
@@ -411,8 +412,6 @@ def cmd_status(a):
         else:
             # The chapter failed (another stub fails it too): judge this body alone, in solutions/
             # with only this body swapped in; wrong = fails a test the reference code passes.
-            if reference is None:
-                reference = reference_failures(a)
             results.append((r.name,) + try_alone(a, rel, r, reference))
     print(f"---- chapter {a.chapter} exercises ({a.dst}/) ----")
     w = max(len(n) for n, _, _ in results)
@@ -469,7 +468,9 @@ def try_alone(a, rel, r, reference):
     tests = os.path.join(impl + "-build", "tests", "zl_tests")  # OUT of a custom IMPL (Makefile)
     rc, tested, log = run_chapter_tests(tests, a.chapter, echo=False)
     fails = failed_tests(log)
-    blamed = [f for f in fails if f not in reference]
+    if fails and "set" not in reference:
+        reference["set"] = reference_failures(a)
+    blamed = [f for f in fails if f not in reference.get("set", set())]
     if rc == 0 or (fails and not blamed):
         if not fails:
             return "done", "with the reference code for the rest, the chapter's tests pass"

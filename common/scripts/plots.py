@@ -15,7 +15,7 @@ Figures (--only NAME) and their inputs, relative to --results:
   ch00             ch00_paper.json, ch00_8b.json         ch00_memory --json
   collbench        collbench_np<N>.json                  ch01_collbench --json
   timeline_ddp     ch02_naive.trace.json, ch02_bucketed.trace.json (+ the .json beside each)
-  timeline_zero3   ch05_zero3.trace.json (+ ch05_zero3.json)
+  timeline_zero3   ch05_zero3.trace.json (+ ch05_zero3.json); ch05_zero3_p0.* (no prefetch) if there
   loss             loss/<strategy>_np<N>.json            same model, batch, seed and steps
 The results objects follow ARCHITECTURE.md's --json contract; traces are Chrome traces
 (common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
@@ -245,6 +245,7 @@ def fig_traffic(results, outdir):
             ax.add_patch(Rectangle((x - width * 0.5, 0), width, fb / div, fill=False, ls="--", lw=1.2, ec="black"))
     ax.set_xticks(range(len(STAGES)))
     ax.set_xticklabels([lab for _, _, lab in STAGES])
+    ax.set_xlabel("strategy (bars: N ranks)")
     ax.set_ylabel("bytes sent per rank per step (%s)" % unit)
     ax.set_ylim(0, top / div * 1.15)
     ax.set_title("Measured (bars) vs ring formula (dashed)")
@@ -335,6 +336,7 @@ def fig_ch00(results, outdir):
         if top > 80:
             ax.axhline(80, color="C3", ls=":", lw=1.5, label="one 80 GB GPU (reference)")
         ax.set_ylabel("model states per rank (GB = 10⁹ bytes)")
+        ax.set_xlabel("ZeRO stage, and its bytes per rank (Ψ params, N ranks)")
         what = "ZeRO paper, Figure 1" if os.path.basename(path) == "ch00_paper.json" else "An %.3g B model" % (psi / 1e9)
         ax.set_title("%s: Ψ = %.3g B params, N = %s ranks, %s" % (what, psi / 1e9, world, doc.get("precision", "")),
                      fontsize=11)
@@ -538,12 +540,16 @@ def fig_timelines_ddp(results, outdir):
 
 
 def fig_timelines_zero3(results, outdir):
-    p = os.path.join(results, "ch05_zero3.trace.json")
-    if not os.path.exists(p):
+    paths = [(os.path.join(results, "ch05_zero3_p0.trace.json"),
+              "ZeRO-3, --prefetch 0: each unit's all-gather starts only when the unit is needed"),
+             (os.path.join(results, "ch05_zero3.trace.json"),
+              "ZeRO-3, --prefetch 1: all-gather each unit before its forward and again before its backward, "
+              "the next one prefetched; reduce-scatter its grads")]
+    if not os.path.exists(paths[1][0]):
         return "no results/ch05_zero3.trace.json (make demo CH=05: ch05_zero3 --trace)"
-    return draw_timeline_fig([(p, "ZeRO-3: all-gather each unit before its forward and again before its backward "
-                                  "(the next one prefetched), reduce-scatter its grads" + run_summary(p))],
-                             outdir, "timeline_zero3", "Timeline of one ZeRO-3 step per rank (ch05_zero3 --trace)")
+    have = [(p, t + run_summary(p)) for p, t in paths if os.path.exists(p)]
+    return draw_timeline_fig(have, outdir, "timeline_zero3",
+                             "Timeline of one ZeRO-3 step per rank, same time scale (ch05_zero3 --trace)")
 
 
 def draw_timeline_fig(items, outdir, name, suptitle):

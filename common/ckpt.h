@@ -1,0 +1,106 @@
+/* ckpt.h — checkpoints: save, verify, resume (also with another world size or stage), and
+ * the manifest the zl_ckpt tool reads. Notes: notes/reliability.md.
+ *
+ * On disk, DIR given to --ckpt:
+ *   DIR/latest                 one line, "step-000010": the newest COMPLETE checkpoint
+ *   DIR/step-000010/           one checkpoint, after 10 steps
+ *     manifest.txt             what the files hold (text, key value; written last, checksummed)
+ *     rank-00000.bin ...       one file per shard: ZeRO-1..3 one per rank, DDP one (rank 0)
+ *     losses.bin               the per-step loss and time so far (doubles), for the report
+ * A shard file is its sections back to back: "weights" (fp32: the master in bf16 mode),
+ * then "m" and "v" (AdamW) or "m" (SGD momentum), each layout_shard_numel floats in the
+ * layout of solutions/zero.h: unit after unit, the rank's piece of each (pad slots are 0).
+ * DDP's layout has one "rank" owning every unit whole (layout_world 1, no padding).
+ *
+ * Atomic: a save writes DIR/.step-000010.partial/ (each file to a temp name, fsync, rename),
+ * the manifest last, then renames the directory to step-000010 and only then rewrites
+ * DIR/latest (temp + fsync + rename). A crash at any point leaves the previous checkpoint and
+ * `latest` as they were. The two newest checkpoints are kept, older ones deleted. */
+#ifndef ZL_CKPT_H
+#define ZL_CKPT_H
+#include <stddef.h> // size_t
+#include <stdint.h> // int64_t, uint64_t
+#include "report.h" // report_step_t
+#include "train.h"  // trainer_t, train_cfg_t
+
+#define CKPT_MAX_SECTIONS 3
+#define CKPT_PATH_MAX 1024
+
+typedef struct ckpt_unit {
+  int in, out;
+  int64_t numel, padded, piece, shard_off; /* in the layout the checkpoint was written with */
+} ckpt_unit_t;
+
+typedef struct ckpt_file {
+  char name[64];   /* "rank-00000.bin", "losses.bin" */
+  int64_t nbytes;
+  uint64_t sum;    /* FNV-1a 64 of the bytes */
+} ckpt_file_t;
+
+typedef struct ckpt_manifest {
+  char dir[CKPT_PATH_MAX]; /* the step directory it was read from */
+  int version;
+  char strategy[32];       /* "zero2", "ddp-bucketed", ... */
+  int stage, world;        /* stage 0..3 and ranks of the run that saved */
+  int layout_world;        /* shards in the layout: world (ZeRO) or 1 (DDP) */
+  char precision[8], optimizer[8];
+  int input, hidden, classes, layers;
+  uint64_t seed;
+  int64_t batch;
+  int64_t psi, padded_numel, shard_numel; /* shard_numel: floats per section of one shard file */
+  int n_units;
+  ckpt_unit_t *units;      /* [n_units] */
+  int step;                /* steps completed: the resumed run starts at this step */
+  int64_t data_position;   /* samples consumed = step x batch (the data is addressed by sample) */
+  int opt_t;               /* optimizer steps applied (AdamW bias correction) */
+  int skipped;             /* steps dropped by --nonfinite skip */
+  int n_sections;
+  char sections[CKPT_MAX_SECTIONS][8]; /* "weights", "m", "v" */
+  int n_files;
+  ckpt_file_t *files;      /* [n_files]: the shards in rank order, then losses.bin */
+} ckpt_manifest_t;
+
+/* FNV-1a 64 of n bytes, continuing from h (start with CKPT_SUM_INIT). */
+#define CKPT_SUM_INIT 14695981039346656037ULL
+uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n);
+
+/* Find the checkpoint of `where`: a step directory (holds manifest.txt) or a --ckpt DIR (its
+ * latest). Writes the step directory into stepdir. 0 on success, else 1 and why (names the file). */
+int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy);
+/* Read and check stepdir/manifest.txt (syntax, its own checksum, consistent layout). 0 on
+ * success; else 1 with why naming the file and what is wrong. Free with ckpt_manifest_free. */
+int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_t nwhy);
+void ckpt_manifest_free(ckpt_manifest_t *m);
+/* Every file of the manifest: present, the right size, the right checksum. 0 or 1 + why. */
+int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy);
+/* The manifest against the flags of this run (model shape, precision, optimizer, seed, batch,
+ * steps). 0 or 1 + why. */
+int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *cfg, char *why, size_t nwhy);
+/* Print the manifest in readable form (zl_ckpt inspect). */
+void ckpt_manifest_print(const ckpt_manifest_t *m);
+
+/* Elements [lo, hi) (unit-local, hi <= numel) of unit u of section sec, fp32, into dst,
+ * whatever layout the checkpoint has: this is the resharding. ctx caches open files; pass a
+ * zeroed ckpt_reader_t and close it with ckpt_reader_close. Dies naming the file on a read error. */
+typedef struct ckpt_reader {
+  const ckpt_manifest_t *m;
+  int *fds; /* [layout_world], -1 when not open */
+} ckpt_reader_t;
+void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, float *dst);
+void ckpt_reader_close(ckpt_reader_t *r);
+/* Section index of name in m, or -1. */
+int ckpt_section(const ckpt_manifest_t *m, const char *name);
+
+/* ---- the trainer's side (collective calls) ----------------------------------------------- */
+/* --resume: rank 0 resolves and verifies (manifest, every file, the flags), then tells every
+ * rank. 0: m filled on every rank. 2: rank 0 printed `error: --resume ...: <why>`; the caller
+ * ends the run with exit code 2 before training (nothing written). */
+int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m);
+/* After strategy setup: overwrite this rank's params, master, optimizer states from m (any
+ * world size or stage), and losses[0..m->step) from losses.bin. Sets t->opt_t. */
+void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses);
+/* Whether to save after step `step` (0-based): every --save-every steps and after the last. */
+int ckpt_due(const train_cfg_t *cfg, int step);
+/* Save after `steps_done` steps (collective; see the header comment for the layout). */
+void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses);
+#endif

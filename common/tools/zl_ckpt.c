@@ -1,0 +1,112 @@
+/* zl_ckpt — look into and convert zerolab checkpoints (notes/reliability.md; common/ckpt.h).
+ *   zl_ckpt inspect DIR            print the manifest and verify every file (exit 1 if bad)
+ *   zl_ckpt consolidate DIR OUT    the full fp32 state, whatever stage and world size saved it
+ *                                  (the zero_to_fp32 of this project), into directory OUT:
+ *       OUT/weights.f32     Ψ float32, little-endian, unit after unit (W row-major, then b),
+ *                           no padding: the same format as --save-params
+ *       OUT/adam_m.f32      Ψ float32, AdamW first moment      (or OUT/sgd_momentum.f32)
+ *       OUT/adam_v.f32      Ψ float32, AdamW second moment     (AdamW only)
+ *       OUT/meta.txt        shape, precision, optimizer, step, optimizer t, the files' names
+ * DIR is a --ckpt directory (its latest checkpoint) or one step directory. A plain program:
+ * no mpirun needed. Bad usage: one error line, exit 2. */
+#include <errno.h>    // errno
+#include <stdio.h>    // printf, fprintf, fopen
+#include <stdlib.h>   // free
+#include <string.h>   // strcmp, strerror
+#include <sys/stat.h> // mkdir
+#include "ckpt.h"     // ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
+#include "check.h"    // die, xmalloc
+
+static int usage_error(const char *what) {
+  fprintf(stderr, "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT (see --help)\n", what);
+  return 2;
+}
+
+static int open_checkpoint(const char *where, ckpt_manifest_t *m, int verify) {
+  char stepdir[CKPT_PATH_MAX], why[1024];
+  if (ckpt_resolve(where, stepdir, sizeof stepdir, why, sizeof why) || ckpt_manifest_read(stepdir, m, why, sizeof why) ||
+      (verify && ckpt_verify_files(m, why, sizeof why))) {
+    fprintf(stderr, "error: %s: %s\n", where, why);
+    return 1;
+  }
+  return 0;
+}
+
+/* Write Ψ floats of section sec, unit after unit, unpadded, to path (temp + rename). */
+static void write_section(ckpt_manifest_t *m, int sec, const char *path) {
+  char tmp[CKPT_PATH_MAX + 128];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) die("error: cannot create %s: %s", tmp, strerror(errno));
+  ckpt_reader_t r = {.m = m};
+  int64_t maxn = 0;
+  for (int u = 0; u < m->n_units; u++)
+    if (m->units[u].numel > maxn) maxn = m->units[u].numel;
+  float *buf = xmalloc((size_t)maxn * sizeof(float), "consolidate buffer");
+  for (int u = 0; u < m->n_units; u++) {
+    ckpt_read_range(&r, sec, u, 0, m->units[u].numel, buf);
+    if (fwrite(buf, sizeof(float), (size_t)m->units[u].numel, f) != (size_t)m->units[u].numel)
+      die("error: writing %s failed: %s", tmp, strerror(errno));
+  }
+  free(buf);
+  ckpt_reader_close(&r);
+  if (fclose(f) != 0 || rename(tmp, path) != 0) die("error: writing %s failed: %s", path, strerror(errno));
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT\n"
+           "  inspect      print the checkpoint's manifest and verify every file's size and checksum\n"
+           "  consolidate  write the full fp32 weights and optimizer state into directory OUT:\n"
+           "               weights.f32, adam_m.f32 + adam_v.f32 (or sgd_momentum.f32), meta.txt;\n"
+           "               Psi float32 each, unit after unit, unpadded (the --save-params format)\n"
+           "DIR: a --ckpt directory (its latest checkpoint) or one of its step-NNNNNN directories.\n");
+    return 0;
+  }
+  if (argc < 2) return usage_error("missing command");
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "inspect")) {
+    if (argc != 3) return usage_error(argc < 3 ? "inspect: missing DIR" : "inspect: too many arguments");
+    ckpt_manifest_t m;
+    char stepdir[CKPT_PATH_MAX], why[1024];
+    if (ckpt_resolve(argv[2], stepdir, sizeof stepdir, why, sizeof why) || ckpt_manifest_read(stepdir, &m, why, sizeof why)) {
+      fprintf(stderr, "error: %s: %s\n", argv[2], why);
+      return 1;
+    }
+    ckpt_manifest_print(&m);
+    int bad = ckpt_verify_files(&m, why, sizeof why);
+    if (bad) fprintf(stderr, "error: %s\n", why);
+    else printf("verified: %d files, sizes and checksums match the manifest\n", m.n_files);
+    ckpt_manifest_free(&m);
+    return bad;
+  }
+  if (!strcmp(cmd, "consolidate")) {
+    if (argc != 4) return usage_error(argc < 4 ? "consolidate: missing DIR or OUT" : "consolidate: too many arguments");
+    ckpt_manifest_t m;
+    if (open_checkpoint(argv[2], &m, 1)) return 1;
+    const char *out = argv[3];
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) die("error: cannot create %s: %s", out, strerror(errno));
+    int sgd = !strcmp(m.optimizer, "sgd");
+    const char *names[CKPT_MAX_SECTIONS] = {"weights.f32", sgd ? "sgd_momentum.f32" : "adam_m.f32", "adam_v.f32"};
+    char path[CKPT_PATH_MAX + 64];
+    for (int s = 0; s < m.n_sections; s++) {
+      snprintf(path, sizeof path, "%s/%s", out, names[s]);
+      write_section(&m, s, path);
+    }
+    snprintf(path, sizeof path, "%s/meta.txt", out);
+    FILE *f = fopen(path, "w");
+    if (!f) die("error: cannot create %s: %s", path, strerror(errno));
+    fprintf(f, "source %s\nstrategy %s\nworld %d\ninput %d\nhidden %d\nclasses %d\nlayers %d\npsi %lld\n", m.dir,
+            m.strategy, m.world, m.input, m.hidden, m.classes, m.layers, (long long)m.psi);
+    fprintf(f, "precision %s\noptimizer %s\nstep %d\nopt_t %d\nformat float32 little-endian, unit after unit "
+               "(W out x in row-major, then b), no padding\nfiles", m.precision, m.optimizer, m.step, m.opt_t);
+    for (int s = 0; s < m.n_sections; s++) fprintf(f, " %s", names[s]);
+    fprintf(f, "\n");
+    if (fclose(f) != 0) die("error: writing %s failed", path);
+    printf("consolidated %s (%s, %d shard%s) into %s: %lld params x %d arrays\n", m.dir, m.strategy, m.layout_world,
+           m.layout_world > 1 ? "s" : "", out, (long long)m.psi, m.n_sections);
+    ckpt_manifest_free(&m);
+    return 0;
+  }
+  return usage_error(cmd);
+}
