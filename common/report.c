@@ -57,23 +57,38 @@ double report_overlap(double *comm_us, double *hidden_us) {
   if (!trace_enabled()) return -1;
   int n = 0;
   const trace_ev_t *ev = trace_events(&n);
-  /* Backward events of the compute row never overlap each other (one compute thread), so the
-   * hidden time of a communication event is the sum of its intersections with them. */
   double t_first = -1; /* start of the first step: setup's broadcast is not a step's traffic */
   for (int i = 0; i < n; i++)
     if (ev[i].row == TRACE_COMPUTE && strncmp(ev[i].name, "step ", 5) == 0 && (t_first < 0 || ev[i].t0 < t_first))
       t_first = ev[i].t0;
+  /* Backward events: one compute thread records them in time order and they never overlap each
+   * other, so the hidden time of a communication event is the sum of its intersections with the
+   * backward intervals that start before it ends (found by binary search). */
+  int nb = 0;
+  double *b0 = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double), "overlap"), *b1 = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double), "overlap");
+  for (int j = 0; j < n; j++)
+    if (ev[j].row == TRACE_COMPUTE && strncmp(ev[j].name, "bwd", 3) == 0) {
+      b0[nb] = ev[j].t0;
+      b1[nb++] = ev[j].t1;
+    }
   for (int i = 0; i < n; i++) {
     if (ev[i].t0 < t_first) continue;
     if (ev[i].row != TRACE_COMM || strstr(ev[i].args, "\"op\":\"control\"")) continue; /* loss, norms */
     double a = ev[i].t0, b = ev[i].t1;
     *comm_us += b - a;
-    for (int j = 0; j < n; j++) {
-      if (ev[j].row != TRACE_COMPUTE || strncmp(ev[j].name, "bwd", 3) != 0) continue;
-      double lo = ev[j].t0 > a ? ev[j].t0 : a, hi = ev[j].t1 < b ? ev[j].t1 : b;
-      if (hi > lo) *hidden_us += hi - lo;
+    int lo = 0, hi = nb; /* first backward interval that ends after a */
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (b1[mid] <= a) lo = mid + 1;
+      else hi = mid;
+    }
+    for (int j = lo; j < nb && b0[j] < b; j++) {
+      double x = b0[j] > a ? b0[j] : a, y = b1[j] < b ? b1[j] : b;
+      if (y > x) *hidden_us += y - x;
     }
   }
+  free(b0);
+  free(b1);
   return *comm_us > 0 ? *hidden_us / *comm_us : -1;
 }
 

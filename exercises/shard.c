@@ -10,6 +10,7 @@
  * unit; a rank's shard is its pieces, unit after unit. The stages differ only in what stays
  * resident, so the optimizer step, the init and the export below serve all three. */
 #include "zero.h"            // shard_plan, zero_* declarations
+#include <math.h>            // isfinite
 #include <stdio.h>           // printf
 #include <stdlib.h>          // free, getenv
 #include <string.h>          // memcpy
@@ -74,6 +75,15 @@ void zero_own_shard_f32(trainer_t *t, int src_full, float *dst) {
   }
 }
 
+/* The smallest global gradient norm of the run, in the report and --json ("grad_norm_min"):
+ * tells whether --clip X acted on every step (norm > X). */
+static double g_norm_min = -1;
+void zero_note_grad_norm(trainer_t *t) {
+  if (!isfinite(t->grad_norm)) return;
+  if (g_norm_min < 0 || t->grad_norm < g_norm_min) g_norm_min = t->grad_norm;
+  trainer_report_extra(t, "grad_norm_min", g_norm_min);
+}
+
 /* Where the working params of this rank's piece of unit u live. */
 __attribute__((unused)) static void *own_params(trainer_t *t, const unit_t *un, int params_full) {
   return tensor_at(&t->params, params_full ? shard_piece_off(un, t->rank) : un->shard_off);
@@ -102,16 +112,17 @@ void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
   handles[u] = 0;
 }
 
-/* Cast n host fp32 values into dst (wdt, on t->dev). */
+/* Cast n host fp32 values into dst (dt, on t->dev). On a GPU the cast runs on the host and one
+ * copy uploads the result: no device staging, so the ledger's comm peak stays the steps' own. */
 static void upload_cast(trainer_t *t, void *dst, dtype_t dt, const float *host, int64_t n) {
   if (t->dev == DEV_CPU) {
     op_cast(t->dev, dst, dt, host, DT_F32, n);
     return;
   }
-  tensor_t tmp = tensor_alloc("init staging", LEDGER_COMM, DT_F32, t->dev, n);
-  dev_memcpy(t->dev, tmp.data, DEV_CPU, host, (size_t)n * sizeof(float));
-  op_cast(t->dev, dst, dt, tmp.data, DT_F32, n);
-  tensor_free(&tmp);
+  void *tmp = xmalloc((size_t)n * dtype_size(dt) + 1, "init upload");
+  op_cast(DEV_CPU, tmp, dt, host, DT_F32, n);
+  dev_memcpy(t->dev, dst, DEV_CPU, tmp, (size_t)n * dtype_size(dt));
+  free(tmp);
 }
 
 void zero_init_params(trainer_t *t, int params_full) {

@@ -69,6 +69,7 @@ static void zero2_step(trainer_t *t) {
   zero_rs_finish(&z->rs, t);
   int updated;
   TRAINER_PHASE("update own shard + cast", updated = zero_optimizer_step(t, t->grads.data, 1));
+  zero_note_grad_norm(t);
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("issue all-gather params", zero_all_gather_params(t, z->ag));
   zero_check_pads(t, 1, 0);

@@ -36,6 +36,7 @@ typedef struct zero3 {
   int prefetch;         /* K: gathers issued ahead of use */
   int nslots;           /* K + 1 */
   gather_slot_t *slots; /* [K+1] */
+  int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
 } zero3_t;
 
 static int n_events(const trainer_t *t) { return 2 * t->model.n_units; }
@@ -56,6 +57,9 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   g->event = e;
   g->h = comm_all_gather_async(t->comm, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
                                e < t->model.n_units ? "all-gather params (fwd)" : "all-gather params (bwd)");
+  int64_t live = 0; /* the transient window: what all slots hold right now */
+  for (int k = 0; k < z->nslots; k++) live += tensor_nbytes(&z->slots[k].buf);
+  if (live > z->gathered_peak) z->gathered_peak = live;
 }
 
 /* Before event e: its unit gathered (issue it if prefetch did not), the next K issued, then wait. */
@@ -120,6 +124,11 @@ static void zero3_step(trainer_t *t) {
   zero3_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
   TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
+  zero_note_grad_norm(t);
+  /* the gathered window, apart from the resident shards: peak vs its bound (K+1)·largest unit */
+  trainer_report_extra(t, "gathered_peak_bytes", (double)z->gathered_peak);
+  trainer_report_extra(t, "gather_bound_bytes",
+                       (double)((int64_t)z->nslots * t->model.max_unit_padded * (int64_t)dtype_size(t->wdt)));
   /* no all-gather here: the next forward gathers each unit when it needs it */
   zero_check_pads(t, 0, 0);
 }

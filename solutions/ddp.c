@@ -161,8 +161,9 @@ static void ddp_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
-static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup,
-                                   .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
+/* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
+static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup, .step = ddp_step,
+                                   .teardown = ddp_teardown};
 static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup,
                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
 static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup,

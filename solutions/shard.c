@@ -5,6 +5,7 @@
  * unit; a rank's shard is its pieces, unit after unit. The stages differ only in what stays
  * resident, so the optimizer step, the init and the export below serve all three. */
 #include "zero.h"            // shard_plan, zero_* declarations
+#include <math.h>            // isfinite
 #include <stdio.h>           // printf
 #include <stdlib.h>          // free, getenv
 #include <string.h>          // memcpy
@@ -81,6 +82,15 @@ void zero_own_shard_f32(trainer_t *t, int src_full, float *dst) {
     dev_memcpy(DEV_CPU, dst + un->shard_off, t->dev, tensor_at(&t->params, shard_piece_off(un, t->rank)),
                (size_t)un->piece * sizeof(float));
   }
+}
+
+/* The smallest global gradient norm of the run, in the report and --json ("grad_norm_min"):
+ * tells whether --clip X acted on every step (norm > X). */
+static double g_norm_min = -1;
+void zero_note_grad_norm(trainer_t *t) {
+  if (!isfinite(t->grad_norm)) return;
+  if (g_norm_min < 0 || t->grad_norm < g_norm_min) g_norm_min = t->grad_norm;
+  trainer_report_extra(t, "grad_norm_min", g_norm_min);
 }
 
 /* Where the working params of this rank's piece of unit u live. */

@@ -50,6 +50,9 @@ void zero_own_shard_f32(trainer_t *t, int src_full, float *dst);
  * params pieces in place. params_full = 1: t->params is the full padded buffer (ZeRO-1/2),
  * 0: it is the shard (ZeRO-3). Returns 0 if --nonfinite skip dropped the step. */
 int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full);
+/* Record t->grad_norm of this step; the report and --json show the run's smallest as
+ * "grad_norm_min" (so a test can tell that --clip acted on every step). */
+void zero_note_grad_norm(trainer_t *t);
 /* All-gather every unit's working params in place in the full buffer (ZeRO-1/2), async on the
  * stream, one call per unit; handles[u] (n_units, may be NULL) receives unit u's handle so the
  * next forward waits for each unit just before using it (the gather overlaps the forward). */

@@ -84,6 +84,7 @@ static void zero1_step(trainer_t *t) {
   TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
   int updated;
   TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, z->grad_shard.data, 1));
+  zero_note_grad_norm(t);
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("5 issue all-gather params", zero_all_gather_params(t, z->ag));
   zero_check_pads(t, 1, 1);

@@ -129,6 +129,7 @@ static void zero3_step(trainer_t *t) {
   zero3_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
   TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
+  zero_note_grad_norm(t);
   /* the gathered window, apart from the resident shards: peak vs its bound (K+1)·largest unit */
   trainer_report_extra(t, "gathered_peak_bytes", (double)z->gathered_peak);
   trainer_report_extra(t, "gather_bound_bytes",

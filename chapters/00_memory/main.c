@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     /* Ψ in double first: this shape range can overflow a 64-bit count (and its byte counts) */
     double psi_d = (double)d[1] * (d[0] + 1) + (double)(d[3] - 1) * d[1] * (d[1] + 1) + (double)d[2] * (d[1] + 1);
     if (psi_d > 1e15)
-      return args_error("--model", model, "gives psi = %.3g parameters; at most 1e15 (as --params), or byte counts overflow", psi_d);
+      return args_error("--model", model, "must have at most 1e15 parameters (as --params); this shape has psi = %.3g, whose byte counts overflow", psi_d);
     psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */

@@ -37,14 +37,15 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
   pkg-config --exists criterion 2>/dev/null || miss+=("Criterion (pkg-config criterion)")
   pkg-config --exists openblas 2>/dev/null || [ -e /usr/include/cblas.h ] || miss+=("OpenBLAS (cblas.h)")
   command -v python3 >/dev/null || miss+=(python3)
-  plot_python >/dev/null || miss+=("matplotlib for python3 (only for make plots)")
+  note=""
+  plot_python >/dev/null || note="; no python with matplotlib: make demo and make plots draw no figures"
   if [ ${#miss[@]} -gt 0 ]; then
     echo "deps: not a Debian/Ubuntu system (no dpkg), and these are missing:" >&2
     printf '  %s\n' "${miss[@]}" >&2
     echo "deps: install them with your package manager (or set ZL_SKIP_DEPS=1 to skip this check)" >&2
     exit 1
   fi
-  echo "deps: ok (no dpkg; tools found on PATH; plots with $(plot_python))"
+  echo "deps: ok (no dpkg; tools found on PATH; plots with $(plot_python || echo none)$note)"
   exit 0
 fi
 

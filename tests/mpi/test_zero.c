@@ -180,6 +180,11 @@ static void scenario(int stage, int N, const char *flags, double tol, int opt_st
   check_parity(&z, &d, tol, what);
   check_ledger(&z, stage, N, bf16, opt_states, what);
   if (traffic) check_traffic(&z, stage, N, bf16, traffic, what);
+  const char *clip = strstr(flags, "--clip ");
+  if (clip) { /* the clip must have acted on every step, or the test would not test it */
+    double c = atof(clip + 7), nmin = zl_json_num(z.json, "grad_norm_min");
+    cr_assert(nmin > c, "%s: smallest gradient norm %.6g is not above --clip %g: clipping was not exercised", what, nmin, c);
+  }
   run_free(&z);
   run_free(&d);
 }

@@ -1,10 +1,13 @@
 /* test_ddp_buckets.c — chapter 02's bucket assignment (solutions/ddp.c: ddp_assign_buckets;
  * notes/02-ddp.md). Model 32 -> 64 -> 64 -> 64 -> 10: unit numels 2112, 4160, 4160, 650 (Ψ 11082).
  * Rule: backward order (unit 3 first); a bucket closes when adding the next unit would pass the
- * cap (bucket_mb MiB); a unit larger than the cap sits alone; buckets are contiguous ranges. */
+ * cap (bucket_mb MiB); a unit larger than the cap sits alone; buckets are contiguous ranges.
+ * Also the overlap fraction the report reads from the trace (report_overlap). */
 #include "zl_test.h" // Criterion, cr_assert
 #include "ddp.h"     // ddp_assign_buckets, ddp_bucket_t
 #include "model.h"   // model_init, model_free
+#include "report.h"  // report_overlap
+#include "trace.h"   // trace_init, trace_event, trace_clear
 
 #define MIB 1048576.0
 
@@ -96,4 +99,26 @@ Test(ch02_buckets, single_unit_model) {
   n = assign(&m, 1, 4, b, ub);
   expect_units(b, n, "0..1", 1);
   model_free(&m);
+}
+
+/* The overlap measurement of the report (common/report.c:report_overlap) on a hand-made trace:
+ * communication [15, 35) us overlaps bwd [10, 20) by 5 and bwd [30, 40) by 5: half hidden.
+ * Control traffic and anything before the first step do not count. */
+Test(ch02_buckets, overlap_fraction_from_trace) {
+  trace_init(0, "/tmp/zl_unused.trace.json"); /* enabled; nothing is written without trace_write */
+  trace_clear();
+  trace_event(TRACE_COMM, "blocking", -10, -5, "\"op\":\"broadcast\",\"bytes\":4");        /* setup */
+  trace_event(TRACE_COMPUTE, "step 0", 0, 100, NULL);
+  trace_event(TRACE_COMPUTE, "fwd 0", 1, 9, NULL);
+  trace_event(TRACE_COMPUTE, "bwd 1", 10, 20, NULL);
+  trace_event(TRACE_COMPUTE, "bwd 0", 30, 40, NULL);
+  trace_event(TRACE_COMM, "all_reduce bucket 0", 15, 35, "\"op\":\"all_reduce\",\"bytes\":64");
+  trace_event(TRACE_COMM, "blocking", 50, 60, "\"op\":\"control\",\"bytes\":8");           /* the loss */
+  double comm = 0, hidden = 0;
+  double f = report_overlap(&comm, &hidden);
+  cr_assert_float_eq(comm, 20.0, 1e-12, "communication time %g us, expected 20", comm);
+  cr_assert_float_eq(hidden, 10.0, 1e-12, "hidden time %g us, expected 10", hidden);
+  cr_assert_float_eq(f, 0.5, 1e-12, "hidden fraction %g, expected 0.5", f);
+  trace_init(0, NULL); /* disabled: -1, nothing measured */
+  cr_assert_eq(report_overlap(&comm, &hidden), -1.0, "a disabled trace should give -1");
 }

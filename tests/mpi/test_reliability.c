@@ -1,0 +1,412 @@
+/* test_reliability.c — what happens when things go wrong (notes/reliability.md):
+ *   1. bad input: every program refuses bad flags with ONE line naming flag, value and the
+ *      allowed range, exit code 2, within 5 s, printed once under mpirun (a table of cases);
+ *   2. a failing rank (--fault R:S:exit|abort|kill|hang): the job ends non-zero within 30 s and
+ *      the output names the failing rank; hang: the others' collective deadline names the op;
+ *   3. non-finite gradients: --nonfinite abort names the step and the rank where the NaN
+ *      appeared; --nonfinite skip leaves params and optimizer states unchanged bit for bit;
+ *   4. out of memory: the --mem-limit-mb budget and a model the host cannot hold end with
+ *      `out of memory ...on rank R`, never a signal;
+ *   5. checkpoints: resume is bitwise for DDP and ZeRO-1/2/3 (params, losses, optimizer states),
+ *      resharding to another world size / stage stays within 1e-6, a crash mid-save loses
+ *      nothing, bad checkpoints are refused naming the file, zl_ckpt consolidates and inspects.
+ * Tiny models, few steps: the whole file runs in well under a minute on 2 cores. */
+#include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_floats, zl_read_floats
+#include <criterion/logging.h> // cr_log_info
+#include <time.h>    // clock_gettime
+
+#define SHAPE_REST "--input 6 --classes 11 --layers 2 --batch 120 --seed 7 --lr 0.01 --quiet --log-every 0"
+#define MODEL "--hidden 13 " SHAPE_REST
+#define PSI 427 /* 13·7 + 13·14 + 11·14 */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Non-empty lines of out; *first gets the first one (static copy). */
+static int nonempty_lines(const char *out, char *first, size_t nfirst) {
+  int n = 0;
+  first[0] = 0;
+  for (const char *p = out; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    int blank = 1;
+    for (size_t i = 0; i < len; i++)
+      if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') blank = 0;
+    if (!blank) {
+      if (n == 0) snprintf(first, nfirst, "%.*s", (int)len, p);
+      n++;
+    }
+    p = e ? e + 1 : p + len;
+  }
+  return n;
+}
+
+/* ---- 1. bad input ----------------------------------------------------------------------- */
+
+typedef struct bad_case {
+  int np;            /* 0: run directly (the flag does not depend on N); else mpirun ranks */
+  const char *cmd;   /* program (under ZL_BIN) and flags */
+  const char *names; /* what the one error line must contain (the flag and the value) */
+} bad_case_t;
+
+static const bad_case_t g_bad[] = {
+    /* ch00: the calculator */
+    {0, "ch00_memory --bogus 1", "error: --bogus"},
+    {0, "ch00_memory --params", "error: --params: missing value"},
+    {0, "ch00_memory --params abc", "error: --params abc"},
+    {0, "ch00_memory --params -5", "error: --params -5"},
+    {0, "ch00_memory --params 0", "error: --params 0"},
+    {0, "ch00_memory --params 1e30", "error: --params 1e30"},
+    {0, "ch00_memory --ranks 0", "error: --ranks 0"},
+    {0, "ch00_memory --model 16777216,16777216,16777216,65536", "error: --model 16777216"}, /* Ψ overflows 64 bits */
+    {0, "ch00_memory --stage 7", "error: --stage 7"},
+    /* ch01 */
+    {0, "ch01_collectives --op everything", "error: --op everything"},
+    {0, "ch01_collbench -b 0", "error: -b 0"},
+    {0, "ch01_collbench -e 9223372036854775807", "error: -e 9223372036854775807"},
+    {0, "ch01_collbench -n -1", "error: --iters -1"}, /* -n is --iters */
+    /* training flags (ch02..05 share them) */
+    {0, "ch02_ddp --steps", "error: --steps: missing value"},
+    {0, "ch02_ddp --steps abc", "error: --steps abc"},
+    {0, "ch02_ddp --hidden -5", "error: --hidden -5"},
+    {0, "ch03_zero1 --hidden 0", "error: --hidden 0"},
+    {0, "ch04_zero2 --hidden 3000000000", "error: --hidden 3000000000"},
+    {0, "ch05_zero3 --batch 0", "error: --batch 0"},
+    {0, "ch02_ddp --bucket-mb 0", "error: --bucket-mb 0"},
+    {0, "ch02_ddp --bucket-mb -1", "error: --bucket-mb -1"},
+    {0, "ch04_zero2 --bucket-mb 1", "error: --bucket-mb: unknown flag"}, /* ZeRO-2 reduces per unit */
+    {0, "ch02_ddp --lr nan", "error: --lr nan"},
+    {0, "ch03_zero1 --lr -1", "error: --lr -1"},
+    {0, "ch02_ddp --lr inf", "error: --lr inf"},
+    {0, "ch02_ddp --accum 0", "error: --accum 0"},
+    {0, "ch02_ddp --variant fast", "error: --variant fast"},
+    {0, "ch03_zero1 --variant naive", "error: --variant: unknown flag"}, /* not a ZeRO-1 flag */
+    {0, "ch05_zero3 --prefetch 4 --layers 2", "error: --prefetch 4"},    /* 3 units */
+    {0, "ch05_zero3 --prefetch -1", "error: --prefetch -1"},
+    {0, "ch02_ddp --device tpu", "error: --device tpu"},
+    {0, "ch02_ddp --precision fp8", "error: --precision fp8"},
+    {0, "ch02_ddp --nonfinite ignore", "error: --nonfinite ignore"},
+    {0, "ch02_ddp --timeout-s -1", "error: --timeout-s -1"},
+    {0, "ch02_ddp --fault 0:3", "error: --fault 0:3"},
+    {0, "ch02_ddp --fault 0:3:explode", "error: --fault 0:3:explode"},
+    {0, "ch02_ddp --fault 0:99:exit --steps 10", "error: --fault 0:99:exit"},
+    {0, "ch02_ddp --save-every 5", "error: --save-every"},
+    {0, "ch03_zero1 --steps 5 --steps 6", "error: --steps 6: given more than once"},
+    {0, "ch04_zero2 extra", "error: extra"},
+    /* the tool */
+    {0, "zl_ckpt", "error: missing command"},
+    {0, "zl_ckpt frob /tmp", "error: frob"},
+    {0, "zl_ckpt consolidate /tmp", "error: consolidate: missing DIR or OUT"},
+    /* N matters: under mpirun, printed once */
+    {3, "ch02_ddp --batch 256", "error: --batch 256"},                        /* 256 % 3 */
+    {2, "ch03_zero1 --batch 6 --accum 4", "error: --batch 6"},                /* 6 % (2·4) */
+    {7, "ch05_zero3 --input 1 --hidden 1 --classes 2 --layers 1 --batch 7", "error: -np 7"}, /* Ψ = 6 < N */
+    {2, "ch04_zero2 --fault 2:0:exit", "error: --fault 2:0:exit"},            /* rank 2 of 2 */
+    {3, "ch02_ddp --bogus", "error: --bogus"},
+    {2, "ch01_collbench -r 2", "error: -r 2"},
+};
+
+Test(common_reliability, bad_inputs_one_line_exit_2) {
+  int n = (int)(sizeof g_bad / sizeof g_bad[0]);
+  double slowest = 0;
+  for (int i = 0; i < n; i++) {
+    const bad_case_t *c = &g_bad[i];
+    char *out = NULL, first[512];
+    double t0 = now_s();
+    int rc = zl_run(c->np, 20, &out, ZL_BIN "/%s", c->cmd);
+    double dt = now_s() - t0;
+    if (dt > slowest) slowest = dt;
+    int lines = nonempty_lines(out, first, sizeof first);
+    cr_expect_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2; output:\n%s", c->cmd, c->np, rc, out);
+    cr_expect_eq(lines, 1, "`%s` (np %d): %d non-empty output lines, expected exactly 1 (printed once); output:\n%s",
+                 c->cmd, c->np, lines, out);
+    cr_expect(strstr(first, c->names) == first, "`%s`: the error line '%s' should start with '%s'", c->cmd, first, c->names);
+    const char *says[] = {"must", "missing value", "unknown flag", "more than once", "needs", "usage", "unexpected"};
+    int allowed = 0;
+    for (size_t k = 0; k < sizeof says / sizeof says[0]; k++) allowed |= strstr(first, says[k]) != NULL;
+    cr_expect(allowed, "`%s`: the error line '%s' should say what is allowed", c->cmd, first);
+    cr_expect(dt < 5.0, "`%s`: took %.1f s, expected < 5 s", c->cmd, dt);
+    free(out);
+  }
+  cr_log_info("bad inputs: %d cases refused with one line and exit code 2 (slowest %.2f s)", n, slowest);
+}
+
+/* ---- 2. a failing rank ------------------------------------------------------------------ */
+
+static void fault_case(const char *prog, const char *kind) {
+  char *out = NULL, want[128];
+  double t0 = now_s();
+  int rc = zl_run(3, 60, &out, ZL_BIN "/%s " MODEL " --steps 6 --timeout-s 1 --fault 1:2:%s", prog, kind);
+  double dt = now_s() - t0;
+  cr_assert_neq(rc, 0, "--fault 1:2:%s (%s, N 3): the job exited 0; output:\n%s", kind, prog, out);
+  cr_assert_neq(rc, 124, "--fault 1:2:%s (%s, N 3): the job did not end (killed by the test's timeout); output:\n%s",
+                kind, prog, out);
+  snprintf(want, sizeof want, "rank 1: injected fault %s at step 2", kind);
+  cr_assert(strstr(out, want), "--fault 1:2:%s: the output does not name the failing rank ('%s'); output:\n%s", kind,
+            want, out);
+  cr_assert(dt < 30.0, "--fault 1:2:%s: the job took %.1f s to end, expected < 30 s", kind, dt);
+  if (!strcmp(kind, "hang")) /* our deadline, not mpirun's: names the op the survivors waited for */
+    cr_assert(strstr(out, "did not complete within 1 s") &&
+                  (strstr(out, "all_reduce") || strstr(out, "reduce_scatter") || strstr(out, "all_gather")),
+              "--fault hang: no collective-deadline message naming the collective; output:\n%s", out);
+  cr_log_info("--fault 1:2:%s (%s, N 3): job down in %.2f s, exit code %d", kind, prog, dt, rc);
+  free(out);
+}
+
+Test(common_reliability, fault_exit) { fault_case("ch02_ddp", "exit"); }
+Test(common_reliability, fault_abort) { fault_case("ch03_zero1", "abort"); }
+Test(common_reliability, fault_kill) { fault_case("ch04_zero2", "kill"); }
+Test(common_reliability, fault_hang) { fault_case("ch05_zero3", "hang"); }
+Test(common_reliability, fault_hang_ddp) { fault_case("ch02_ddp", "hang"); }
+
+/* ---- 3. non-finite gradients ------------------------------------------------------------- */
+
+static void nonfinite_abort(const char *prog, int np, int rank) {
+  char *out = NULL, want[160];
+  int rc = zl_run(np, 60, &out, ZL_BIN "/%s " MODEL " --steps 5 --fault %d:2:nan", prog, rank);
+  cr_assert(rc != 0 && rc != 124, "%s --fault %d:2:nan: exit code %d, expected a non-zero stop; output:\n%s", prog, rank,
+            rc, out);
+  snprintf(want, sizeof want, "error: step 2: non-finite gradient on rank %d (local gradients", rank);
+  cr_assert(strstr(out, want), "%s: expected '%s' (the step and the rank where it appeared); output:\n%s", prog, want, out);
+  free(out);
+}
+Test(common_reliability, nonfinite_abort_names_step_and_rank) {
+  nonfinite_abort("ch02_ddp", 3, 2);   /* the all-reduce spreads it: the local flag names the source */
+  nonfinite_abort("ch04_zero2", 3, 1); /* reduce-scatter: pieces of every rank */
+}
+
+/* Whole file equality (bitwise), failing with both paths. */
+static void expect_same_file(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  char *x = zl_read_file(a, &na), *y = zl_read_file(b, &nb);
+  cr_assert(x, "missing file %s", a);
+  cr_assert(y, "missing file %s", b);
+  cr_assert_eq(na, nb, "%s has %zu bytes, %s has %zu", a, na, b, nb);
+  for (size_t i = 0; i < na; i++)
+    cr_assert_eq(x[i], y[i], "%s and %s differ first at byte %zu (offset %zu of a float32 array: element %zu)", a, b, i, i,
+                 i / 4);
+  free(x);
+  free(y);
+}
+
+static void nonfinite_skip(const char *prog, int np, int rank) {
+  char dir[256], *out = NULL, a[400], b[400];
+  zl_tmpdir(dir, sizeof dir, prog);
+  int rc = zl_run(np, 60, &out, ZL_BIN "/%s " MODEL " --steps 2 --fault %d:1:nan --nonfinite skip --ckpt %s --save-every 1",
+                  prog, rank, dir);
+  cr_assert_eq(rc, 0, "%s --nonfinite skip: exit code %d; output:\n%s", prog, rc, out);
+  char want[160];
+  snprintf(want, sizeof want, "warning: step 1: non-finite gradient on rank %d", rank);
+  cr_assert(strstr(out, want) && strstr(out, "skipped"), "%s: no warning line '%s ... skipped'; output:\n%s", prog, want, out);
+  /* the state after step 1 (skipped) is the state after step 0, bit for bit, on every shard */
+  int files = strcmp(prog, "ch02_ddp") == 0 ? 1 : np;
+  for (int r = 0; r < files; r++) {
+    snprintf(a, sizeof a, "%s/step-000001/rank-%05d.bin", dir, r);
+    snprintf(b, sizeof b, "%s/step-000002/rank-%05d.bin", dir, r);
+    expect_same_file(a, b);
+  }
+  snprintf(a, sizeof a, "%s/step-000002/manifest.txt", dir);
+  char *man = zl_read_file(a, NULL);
+  cr_assert(man && strstr(man, "\nopt_t 1\n") && strstr(man, "\nskipped 1\n"),
+            "%s: after a skipped step the optimizer step t must stay 1 and 1 step be counted skipped:\n%s", a, man);
+  free(man);
+  free(out);
+}
+Test(common_reliability, nonfinite_skip_leaves_states_bitwise) {
+  nonfinite_skip("ch02_ddp", 3, 2);
+  nonfinite_skip("ch05_zero3", 2, 1);
+}
+
+/* ---- 4. out of memory ------------------------------------------------------------------- */
+
+Test(common_reliability, out_of_memory_is_a_message) {
+  char *out = NULL;
+  int rc = zl_run(2, 60, &out, ZL_BIN "/ch03_zero1 --input 64 --hidden 512 --layers 4 --batch 8 --steps 1 --mem-limit-mb 1");
+  cr_assert(rc != 0 && rc < 128, "--mem-limit-mb 1: exit code %d (expected an error, not a signal); output:\n%s", rc, out);
+  cr_assert(strstr(out, "out of memory budget on rank ") && strstr(out, "needs ") && strstr(out, " MiB"),
+            "--mem-limit-mb 1: no 'out of memory budget on rank R: <buffer> needs X MiB' line; output:\n%s", out);
+  free(out);
+  /* 1.1e12 parameters: far beyond this host */
+  rc = zl_run(2, 60, &out, ZL_BIN "/ch04_zero2 --hidden 65536 --layers 256 --batch 8 --steps 1 --quiet");
+  cr_assert(rc != 0 && rc < 128, "--hidden 65536 --layers 256: exit code %d (expected an error, not a signal); output:\n%s",
+            rc, out);
+  cr_assert(strstr(out, "out of memory on rank ") && strstr(out, " MiB"),
+            "--hidden 65536: no 'out of memory on rank R: ... MiB' line; output:\n%s", out);
+  free(out);
+}
+
+/* ---- 5. checkpoints --------------------------------------------------------------------- */
+
+typedef struct ck {
+  char dir[256];  /* tmp dir of the test */
+  char a_ck[300]; /* checkpoints of the straight run: step-000004, step-000008 */
+  char a_bin[300], a_json[300];
+} ck_t;
+
+static void run_ok(int np, const char *what, const char *fmt, const char *prog, const char *args) {
+  char *out = NULL;
+  int rc = zl_run(np, 90, &out, fmt, prog, args);
+  cr_assert_eq(rc, 0, "%s (np %d): exit code %d; output:\n%s", what, np, rc, out);
+  free(out);
+}
+
+/* The losses (even doubles) of two losses.bin, bitwise. */
+static void expect_same_losses(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  char *x = zl_read_file(a, &na), *y = zl_read_file(b, &nb);
+  cr_assert(x && y && na == nb && na > 0, "%s / %s: missing or of different sizes", a, b);
+  for (size_t s = 0; s < na / 16; s++) {
+    double p, q;
+    memcpy(&p, x + 16 * s, 8);
+    memcpy(&q, y + 16 * s, 8);
+    cr_assert(memcmp(&p, &q, 8) == 0, "loss of step %zu: %.17g in %s, %.17g in %s (bitwise)", s, p, a, q, b);
+  }
+  free(x);
+  free(y);
+}
+
+/* Straight run of 8 steps saving at 4 and 8; resume from step 4 to 8 saving at the end; all
+ * bitwise: params, the loss of every step, and every shard file (weights + optimizer states). */
+static ck_t ckpt_same_world(const char *prog, int np, const char *extra, const char *name) {
+  ck_t k;
+  char args[4096], b_ck[300], b_bin[300], p[600], q[600];
+  zl_tmpdir(k.dir, sizeof k.dir, name);
+  snprintf(k.a_ck, sizeof k.a_ck, "%s/a", k.dir);
+  snprintf(k.a_bin, sizeof k.a_bin, "%s/a.bin", k.dir);
+  snprintf(k.a_json, sizeof k.a_json, "%s/a.json", k.dir);
+  snprintf(b_ck, sizeof b_ck, "%s/b", k.dir);
+  snprintf(b_bin, sizeof b_bin, "%s/b.bin", k.dir);
+  snprintf(args, sizeof args, MODEL " %s --steps 8 --ckpt %s --save-every 4 --save-params %s --json %s", extra, k.a_ck,
+           k.a_bin, k.a_json);
+  run_ok(np, "straight run with checkpoints", ZL_BIN "/%s %s", prog, args);
+  snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s", extra, k.a_ck,
+           b_ck, b_bin);
+  run_ok(np, "resumed run", ZL_BIN "/%s %s", prog, args);
+  expect_same_file(k.a_bin, b_bin);
+  snprintf(p, sizeof p, "%s/step-000008/losses.bin", k.a_ck);
+  snprintf(q, sizeof q, "%s/step-000008/losses.bin", b_ck);
+  expect_same_losses(p, q);
+  int files = strcmp(prog, "ch02_ddp") == 0 ? 1 : np;
+  for (int r = 0; r < files; r++) {
+    snprintf(p, sizeof p, "%s/step-000008/rank-%05d.bin", k.a_ck, r);
+    snprintf(q, sizeof q, "%s/step-000008/rank-%05d.bin", b_ck, r);
+    expect_same_file(p, q); /* weights AND optimizer states */
+  }
+  cr_log_info("checkpoint: %s N %d %s: 8 straight steps == 4 + resume + 4, bitwise", prog, np, extra);
+  return k;
+}
+
+/* Resume k's step-4 checkpoint with another program / world size: within tol of the straight run. */
+static void ckpt_reshard(const ck_t *k, const char *prog, int np, const char *extra, double tol) {
+  char args[4096], c_bin[300];
+  snprintf(c_bin, sizeof c_bin, "%s/reshard_%s_%d.bin", k->dir, prog, np);
+  /* --resume DIR would take its latest (step 8): point at step 4 */
+  snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --save-params %s", extra, k->a_ck, c_bin);
+  run_ok(np, "resharded resume", ZL_BIN "/%s %s", prog, args);
+  int64_t n1 = 0, n2 = 0;
+  float *want = zl_read_floats(k->a_bin, &n1), *got = zl_read_floats(c_bin, &n2);
+  cr_assert_eq(n1, n2, "resharded run wrote %lld params, expected %lld", (long long)n2, (long long)n1);
+  zl_expect_floats("params after resharding", got, want, n1, tol);
+  free(want);
+  free(got);
+  cr_log_info("checkpoint: resharded into %s N %d, within %g of the straight run", prog, np, tol);
+}
+
+Test(common_reliability, ckpt_ddp_resume_bitwise_and_reshard) {
+  ck_t k = ckpt_same_world("ch02_ddp", 2, "", "ck_ddp");
+  ckpt_reshard(&k, "ch05_zero3", 3, "", 1e-6); /* DDP's one full file -> ZeRO-3 thirds */
+}
+
+Test(common_reliability, ckpt_zero1_resume_bitwise_bf16) { ckpt_same_world("ch03_zero1", 2, "--precision bf16", "ck_z1"); }
+
+Test(common_reliability, ckpt_zero2_resume_crash_midsave_reshard) {
+  ck_t k = ckpt_same_world("ch04_zero2", 2, "--optimizer sgd --momentum 0.9 --accum 2", "ck_z2");
+  /* crash in the save after step 8 (rank 1 dies after writing its shard, before the manifest) */
+  char args[4096], x_ck[300], x_bin[300], *out = NULL;
+  snprintf(x_ck, sizeof x_ck, "%s/x", k.dir);
+  snprintf(x_bin, sizeof x_bin, "%s/x.bin", k.dir);
+  int rc = zl_run(2, 60, &out, ZL_BIN "/ch04_zero2 " MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 "
+                  "--ckpt %s --save-every 4 --fault 1:7:ckpt", x_ck);
+  cr_assert(rc != 0 && strstr(out, "rank 1: injected fault ckpt at step 7"), "the crash run: exit %d; output:\n%s", rc, out);
+  free(out);
+  char latest[400];
+  snprintf(latest, sizeof latest, "%s/latest", x_ck);
+  char *l = zl_read_file(latest, NULL);
+  cr_assert(l && strcmp(l, "step-000004\n") == 0, "%s after a crash mid-save: '%s', expected step-000004", latest, l);
+  free(l);
+  snprintf(args, sizeof args, "%s/step-000008", x_ck);
+  struct stat sb;
+  cr_assert(stat(args, &sb) != 0, "%s exists although its save crashed", args);
+  snprintf(args, sizeof args, MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 --resume %s --save-params %s",
+           x_ck, x_bin);
+  run_ok(2, "resume after the crash", ZL_BIN "/%s %s", "ch04_zero2", args);
+  expect_same_file(k.a_bin, x_bin); /* nothing was lost */
+  ckpt_reshard(&k, "ch02_ddp", 3, "--optimizer sgd --momentum 0.9 --accum 2", 1e-6);
+}
+
+Test(common_reliability, ckpt_zero3_resume_consolidate_inspect) {
+  ck_t k = ckpt_same_world("ch05_zero3", 3, "--precision bf16", "ck_z3");
+  char out_dir[300], w[400];
+  snprintf(out_dir, sizeof out_dir, "%s/full", k.dir);
+  char *out = NULL;
+  int rc = zl_run(0, 30, &out, ZL_BIN "/zl_ckpt consolidate %s %s", k.a_ck, out_dir);
+  cr_assert_eq(rc, 0, "zl_ckpt consolidate: exit %d; output:\n%s", rc, out);
+  free(out);
+  snprintf(w, sizeof w, "%s/weights.f32", out_dir);
+  expect_same_file(w, k.a_bin); /* the fp32 master weights, as --save-params exports them */
+  const char *others[] = {"adam_m.f32", "adam_v.f32", "meta.txt"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(w, sizeof w, "%s/%s", out_dir, others[i]);
+    size_t n = 0;
+    char *b = zl_read_file(w, &n);
+    cr_assert(b && (i == 2 || n == PSI * 4), "%s: missing or %zu bytes, expected %d", w, n, PSI * 4);
+    free(b);
+  }
+  rc = zl_run(0, 30, &out, ZL_BIN "/zl_ckpt inspect %s", k.a_ck);
+  cr_assert(rc == 0 && strstr(out, "strategy zero3 (stage 3) saved by 3 ranks") && strstr(out, "after step 8") &&
+                strstr(out, "verified: 4 files"),
+            "zl_ckpt inspect: exit %d; output:\n%s", rc, out);
+  free(out);
+}
+
+/* A damaged or mismatched checkpoint: refused before training, naming the file and the fault,
+ * and nothing in the checkpoint directory changes (the run also has --ckpt pointing at it). */
+static void refused(const ck_t *k, const char *name, const char *damage, const char *flags, const char *want1,
+                    const char *want2) {
+  char d[400], cmd[1200], *out = NULL;
+  snprintf(d, sizeof d, "%s/%s", k->dir, name);
+  snprintf(cmd, sizeof cmd, "cp -r %s %s && cd %s/step-000004 && %s", k->a_ck, d, d, damage);
+  cr_assert_eq(system(cmd), 0, "could not prepare %s: %s", name, cmd);
+  char before[256], after[256];
+  snprintf(cmd, sizeof cmd, "find %s -type f | sort | xargs cat | cksum", d);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p && fgets(before, sizeof before, p));
+  pclose(p);
+  /* one process (no mpirun: the check happens on rank 0 before anything else, whatever N) */
+  int rc = zl_run(0, 60, &out, ZL_BIN "/ch03_zero1 " SHAPE_REST " %s --steps 12 --resume %s/step-000004 --ckpt %s --save-every 1",
+                  flags, d, d);
+  cr_assert(rc != 0 && rc != 124, "%s: resume accepted (exit %d); output:\n%s", name, rc, out);
+  cr_assert(strstr(out, want1) && strstr(out, want2), "%s: expected '%s' and '%s' in the message; output:\n%s", name,
+            want1, want2, out);
+  cr_assert(!strstr(out, "final loss"), "%s: training ran; output:\n%s", name, out);
+  p = popen(cmd, "r");
+  cr_assert(p && fgets(after, sizeof after, p));
+  pclose(p);
+  cr_assert_str_eq(before, after, "%s: the checkpoint directory changed although the resume was refused", name);
+  free(out);
+}
+
+Test(common_reliability, ckpt_refuses_bad_checkpoints) {
+  ck_t k = ckpt_same_world("ch03_zero1", 2, "", "ck_bad");
+  refused(&k, "truncated", "truncate -s 100 rank-00001.bin", "--hidden 13", "rank-00001.bin", "truncated");
+  refused(&k, "flipped", "printf 'X' | dd of=rank-00000.bin bs=1 seek=50 conv=notrunc 2>/dev/null", "--hidden 13",
+          "rank-00000.bin", "corrupted");
+  refused(&k, "missing", "rm rank-00001.bin", "--hidden 13", "rank-00001.bin", "missing");
+  refused(&k, "manifest", "sed -i 's/^hidden 13/hidden 14/' manifest.txt", "--hidden 13", "manifest.txt", "corrupted");
+  refused(&k, "shape", "true", "--hidden 14", "manifest.txt", "saved with --hidden 13, this run has --hidden 14");
+  refused(&k, "precision", "true", "--hidden 13 --precision bf16", "manifest.txt", "--precision fp32");
+  refused(&k, "optimizer", "true", "--hidden 13 --optimizer sgd", "manifest.txt", "--optimizer adamw");
+}
