@@ -34,10 +34,13 @@ int device_cuda_count(void) {
 #endif
 }
 
+static size_t g_used_at_select; /* driver-reported used bytes right after device_cuda_select */
+
 void device_cuda_select(int local_rank) {
 #ifdef ZL_CUDA
   if (devcu_count() <= 0) die("rank %d: --device cuda asked for a GPU, but none is visible (check nvidia-smi)", msg_rank());
   devcu_select(local_rank);
+  g_used_at_select = devcu_used_bytes(); /* after the context exists: the delta is ours */
 #else
   no_cuda("device_cuda_select");
 #endif
@@ -116,4 +119,10 @@ size_t dev_used_bytes(device_t dev) {
 #else
   no_cuda("dev_used_bytes");
 #endif
+}
+
+size_t dev_used_delta(device_t dev) {
+  if (dev == DEV_CPU) return 0;
+  size_t now = dev_used_bytes(dev);
+  return now > g_used_at_select ? now - g_used_at_select : 0;
 }

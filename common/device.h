@@ -21,4 +21,7 @@ void dev_memset0(device_t dev, void *p, size_t nbytes);
 void dev_sync(device_t dev); /* wait for all queued work on the compute stream */
 /* Used bytes as the driver sees them (cudaMemGetInfo total - free); 0 on CPU. */
 size_t dev_used_bytes(device_t dev);
+/* Used bytes now minus used bytes right after device_cuda_select (other processes on the GPU
+ * move it too); 0 on CPU. The report prints it beside the ledger total. */
+size_t dev_used_delta(device_t dev);
 #endif

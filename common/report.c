@@ -5,6 +5,7 @@
 #include "check.h"   // die, xmalloc
 #include "comm.h"    // comm_counters, comm_ctl_gather, comm_op_name
 #include "formula.h" // formula_model_states, formula_comm_bytes, formula_text
+#include "device.h"  // dev_used_delta
 #include "ledger.h"  // ledger_peak, ledger_total_peak
 #include "trace.h"   // trace_events, trace_enabled
 #include <math.h>    // isfinite
@@ -19,6 +20,7 @@ typedef struct rank_numbers {
   int64_t rank;
   int64_t params, grads, master, optim; /* bytes held (peak of each category: states are resident) */
   int64_t acts_peak, comm_peak, peak;
+  int64_t device_used; /* cudaMemGetInfo used-bytes delta since device selection (GPU only; 0 on CPU) */
   int64_t sent[CO_NOPS], calls[CO_NOPS]; /* since the end of setup, all steps */
   int64_t p2p_sent;
   double busy_us[CO_NOPS];
@@ -177,6 +179,11 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
   fmt_bytes(fm, sizeof fm, f.master);
   fmt_bytes(fo, sizeof fo, f.optim);
   printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
+  if (t->dev == DEV_CUDA)
+    for (int r = 0; r < N; r++)
+      printf("rank %d on the GPU: ledger peak %lld bytes, driver-reported used-bytes delta %lld (cuBLAS/NCCL "
+             "workspaces and the allocator's rounding are outside the ledger)\n",
+             r, (long long)all[r].peak, (long long)all[r].device_used);
 
   double fc = formula_comm_bytes(stage, psi, N, t->wdt), total = 0;
   for (int r = 0; r < N; r++)
@@ -232,10 +239,10 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
     fmt_bytes(pb, sizeof pb, (double)ms - f.total);
     sb_printf(&b, "%s{\"rank\": %d, \"params\": %lld, \"grads\": %lld, \"master\": %lld, \"optim\": %lld, "
                   "\"model_states\": %lld, \"formula_model_states\": %s, \"padding_bytes\": %s, "
-                  "\"acts_peak\": %lld, \"comm_peak\": %lld, \"peak\": %lld}",
+                  "\"acts_peak\": %lld, \"comm_peak\": %lld, \"peak\": %lld, \"device_used\": %lld}",
               r ? ",\n   " : "", r, (long long)q->params, (long long)q->grads, (long long)q->master,
               (long long)q->optim, (long long)ms, fb, pb, (long long)q->acts_peak, (long long)q->comm_peak,
-              (long long)q->peak);
+              (long long)q->peak, (long long)q->device_used);
   }
   char fp[32], fg[32], fm[32], fo[32];
   fmt_bytes(fp, sizeof fp, f.params);
@@ -307,6 +314,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   mine.acts_peak = ledger_peak(LEDGER_ACTS);
   mine.comm_peak = ledger_peak(LEDGER_COMM);
   mine.peak = ledger_total_peak();
+  mine.device_used = (int64_t)dev_used_delta(t->dev);
   comm_wait_all(t->comm);
   comm_counters_t cc = comm_counters(t->comm);
   for (int op = 0; op < CO_NOPS; op++) {

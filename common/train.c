@@ -416,6 +416,18 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     }
   }
   backend_t backend = dev == DEV_CUDA ? BACKEND_NCCL : BACKEND_MPI;
+  if (dev == DEV_CUDA && strcmp(cfg->backend, "auto") == 0) {
+    /* NCCL needs one GPU per rank; more ranks on this host than GPUs share them through the
+     * host-staged MPI backend instead — said out loud, never silently. */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local_ranks = ls ? atoi(ls) : 1, ngpu = device_cuda_count();
+    if (local_ranks > ngpu) {
+      backend = BACKEND_MPI;
+      if (env_rank == 0 && !cfg->quiet)
+        printf("backend: auto -> mpi (%d ranks on this host share %d GPU%s; NCCL needs one GPU per rank)\n",
+               local_ranks, ngpu, ngpu > 1 ? "s" : "");
+    }
+  }
   if (strcmp(cfg->backend, "mpi") == 0) backend = BACKEND_MPI;
   else if (strcmp(cfg->backend, "nccl") == 0) backend = BACKEND_NCCL;
   if (backend == BACKEND_NCCL && dev != DEV_CUDA) {
