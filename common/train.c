@@ -87,7 +87,7 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
   SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
   SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL, "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt: make one rank fail (testing aid)");
   SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL, "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
-  SPEC("--save-every", ARG_INT, &cfg->save_every, 1, 10000000, NULL, "save a checkpoint to --ckpt every K steps (and after the last)");
+  SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL, "save a checkpoint to --ckpt every K steps and after the last (0: after the last only)");
   SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL, "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
   if (chapter_flags & TRAIN_FLAG_VARIANT)
     SPEC("--variant", ARG_CHOICE, &cfg->variant, 0, 0, "naive|overlap|bucketed",
@@ -123,8 +123,10 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
-  if (cfg->save_every > 0 && !cfg->ckpt)
-    exit(args_error("--save-every", NULL, "needs --ckpt DIR (where to save)"));
+  if (cfg->save_every > 0 && !cfg->ckpt) {
+    snprintf(v, sizeof v, "%d", cfg->save_every);
+    exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
+  }
   int64_t psi = model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
   if (world > psi) { /* ZeRO would give some rank nothing but padding to own */
     snprintf(v, sizeof v, "%d", world);

@@ -93,7 +93,7 @@ static const bad_case_t g_bad[] = {
     {0, "ch02_ddp --fault 0:3", "error: --fault 0:3"},
     {0, "ch02_ddp --fault 0:3:explode", "error: --fault 0:3:explode"},
     {0, "ch02_ddp --fault 0:99:exit --steps 10", "error: --fault 0:99:exit"},
-    {0, "ch02_ddp --save-every 5", "error: --save-every"},
+    {0, "ch02_ddp --save-every 5", "error: --save-every 5"},
     {0, "ch03_zero1 --steps 5 --steps 6", "error: --steps 6: given more than once"},
     {0, "ch04_zero2 extra", "error: extra"},
     /* the tool */
