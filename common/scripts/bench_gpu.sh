@@ -19,7 +19,7 @@ steps=${ZL_BENCH_STEPS:-10}
 # Wide hidden layers, few inputs and classes: the synthetic data is generated on the host
 # (data.c: a teacher matmul per sample), and with --input 1024 --classes 1000 that alone took
 # ~4 s per 4096-sample step on the H100 box — the benchmark would time the data, not the GPU.
-model=${ZL_BENCH_MODEL:---input 64 --hidden 4096 --layers 4 --classes 10 --batch 2048}
+model=${ZL_BENCH_MODEL:---input 64 --hidden 4096 --layers 4 --classes 10 --batch 2048 --lr 1e-4}
 nps=${ZL_BENCH_NP:-1 2 4}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 failed=0

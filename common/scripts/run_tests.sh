@@ -15,6 +15,9 @@ case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 [ -x "$bin" ] || { echo "error: $bin not built (make build)" >&2; exit 2; }
 cd "$root" || exit 2
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+# This is the CPU suite: the same results on a laptop and on a GPU box. GPUs are hidden so that
+# --device auto stays on the CPU; `make test-gpu` runs the GPU suite (ZL_TEST_GPUS=1 keeps them).
+[ "${ZL_TEST_GPUS:-0}" = 1 ] || export CUDA_VISIBLE_DEVICES=
 args=(--jobs "${ZL_TEST_JOBS:-1}" --short-filename)
 [ -n "$filter" ] && args+=(--filter "$filter")
 [ "${ZL_TEST_VERBOSE:-0}" = 1 ] && args+=(--verbose)
