@@ -106,7 +106,9 @@ static void zero3_setup(trainer_t *t) {
 }
 
 static void zero3_pre_forward(trainer_t *t, int unit) { gather_acquire(t, t->priv, unit); }
-static void zero3_post_forward(trainer_t *t, int unit) { gather_release(t, t->priv, unit); }
+static void zero3_post_forward(trainer_t *t, int unit) {
+  TRAINER_PHASE("free unit params", gather_release(t, t->priv, unit)); /* visible in the trace */
+}
 
 static void zero3_pre_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
@@ -117,7 +119,7 @@ static void zero3_pre_backward(trainer_t *t, int unit) {
 static void zero3_post_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   zero_rs_end_unit(&z->rs, t, unit); /* queued behind the prefetch gathers already issued */
-  gather_release(t, z, n_events(t) - 1 - unit);
+  TRAINER_PHASE("free unit params", gather_release(t, z, n_events(t) - 1 - unit));
 }
 
 static void zero3_step(trainer_t *t) {
