@@ -271,6 +271,22 @@ void zero_unbind_arrays(trainer_t *t) {
   g_own_arrays = 0;
 }
 
+void zero_free_states(trainer_t *t) {
+  tensor_free(&t->params);
+  tensor_free(&t->grads);
+  tensor_free(&t->master);
+  tensor_free(&t->opt_m);
+  tensor_free(&t->opt_v);
+  zero_unbind_arrays(t);
+}
+
+void zero_export_params(trainer_t *t, float *dst) {
+  float *shard = xmalloc((size_t)t->model.shard_numel * sizeof(float) + 1, "export shard");
+  zero_own_shard_f32(t, t->strategy->stage < 3, shard); /* params are full below ZeRO-3 */
+  shard_gather_to_root(t->comm, &t->model, shard, dst);
+  free(shard);
+}
+
 /* ---- pad invariant (testing aid) --------------------------------------------------------- */
 static int64_t g_pads_checked = -1; /* −1: ZL_CHECK_PADS not set */
 

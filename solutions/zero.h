@@ -90,6 +90,12 @@ void zero_rs_free(zero_rs_t *r);
 /* t->unit_params / t->unit_grads arrays (allocated here if the trainer left them NULL). */
 void zero_bind_arrays(trainer_t *t);
 void zero_unbind_arrays(trainer_t *t);
+/* Teardown shared by the three stages: free params, grads, master, m, v (full or shard) and the
+ * unit arrays. The stage frees its own buffers (slots, staging) before calling it. */
+void zero_free_states(trainer_t *t);
+/* strategy_t.export_params of the three stages: this rank's fp32 shard (from the master, or the
+ * fp32 params — full in ZeRO-1/2, a shard in ZeRO-3) gathered unpadded to rank 0's dst. */
+void zero_export_params(trainer_t *t, float *dst);
 
 /* Testing aid, on when the environment has ZL_CHECK_PADS=1: after a step every pad slot of
  * params, grads (full: *_full = 1, or shard), master, m and v must read exactly 0, else the job

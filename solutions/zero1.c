@@ -100,19 +100,7 @@ static void zero1_teardown(trainer_t *t) {
   }
   free(z);
   t->priv = NULL;
-  tensor_free(&t->params);
-  tensor_free(&t->grads);
-  tensor_free(&t->master);
-  tensor_free(&t->opt_m);
-  tensor_free(&t->opt_v);
-  zero_unbind_arrays(t);
-}
-
-static void zero1_export_params(trainer_t *t, float *dst) {
-  float *shard = xmalloc((size_t)t->model.shard_numel * sizeof(float) + 1, "export shard");
-  zero_own_shard_f32(t, 1, shard);
-  shard_gather_to_root(t->comm, &t->model, shard, dst);
-  free(shard);
+  zero_free_states(t);
 }
 
 static const strategy_t zero1_s = {
@@ -125,7 +113,7 @@ static const strategy_t zero1_s = {
     .post_backward = zero1_post_backward,
     .step = zero1_step,
     .teardown = zero1_teardown,
-    .export_params = zero1_export_params,
+    .export_params = zero_export_params,
 };
 
 const strategy_t *zero1_strategy(void) { return &zero1_s; }
