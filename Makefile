@@ -267,6 +267,11 @@ exercises:
 	@$(PYTHON) common/scripts/exercises.py generate solutions exercises --backup $(BUILD)/exercises-backup $(if $(RESET),--reset)
 check-exercises:
 	@$(PYTHON) common/scripts/exercises.py check solutions exercises
+# the outputs pasted in notes/*.md (code blocks starting with `$ cmd`) against fresh runs of $(BIN)
+# (notes/tour.md, "Checked outputs"); make test runs the same check (suite common_docs)
+.PHONY: check-notes
+check-notes: build
+	@$(PYTHON) common/scripts/check_notes.py --bin $(BIN)
 # the chapter's tests against exercises/, then one line per exercise: done / not done / wrong
 exercise:
 	@test -n "$(CH)" || { echo "usage: make exercise CH=NN   (chapters: $(CHAPTERS))"; exit 2; }

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""check_notes.py — the outputs pasted in notes/*.md still come out of the programs.
+
+A fenced code block of a page whose FIRST line starts with `$ ` is a "checked run": the rest of
+that line is a command, the lines after it are its real output (a later `$ ` line in the same
+block starts the next run). Commands may be
+    build/bin/chNN_x ARGS                              run directly
+    bash common/scripts/zlrun NP build/bin/chNN_x ARGS through mpirun
+    make run CH=NN NP=K ARGS="..." [PROG=name]         = zlrun K <bin>/chNN_<name> ARGS (no make)
+with build/bin replaced by --bin DIR. Each run is executed from the repository root (timeout
+60 s, stdout and stderr together) and compared with the pasted lines:
+  * volatile parts are masked on both sides: timings (a number followed by ms or s, samples/s,
+    the `busy ms` column), absolute paths; the `device: auto -> ...` line (CPU-only and CUDA
+    builds give different reasons), mpirun noise and a `...` line (an elision) are skipped;
+  * every other pasted line must appear in the real output in order (a subsequence), spaces
+    collapsed; lines `rank R: ...` come from different processes, so only their presence counts.
+Deterministic numbers (losses, bytes, memory tables, collective results) must match exactly.
+The runs see no GPU (CUDA_VISIBLE_DEVICES empty): the pages show the CPU path.
+Exit 0 when every run matches, 1 on the first mismatch of each run (`PAGE:LINE: $ CMD`, the
+missing line and the closest real one), 2 on bad usage.
+
+  python3 common/scripts/check_notes.py [--bin DIR] [--list] [--update] [PAGE ...]
+PAGE: a path (notes/02-ddp.md, any .md) or part of a name under notes/ (02, zero1).
+--update rewrites the pasted output of every selected run with fresh output (for maintainers:
+review the diff; the file is replaced atomically). `make check-notes` runs the check;
+`make test` runs it too (tests/mpi/test_docs.c, suite common_docs).
+"""
+import argparse
+import difflib
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TIMEOUT_S = 60
+
+# ---- which lines are volatile, and how lines are compared -------------------------------------
+SKIP_LINE = [
+    re.compile(r"^device: auto -> "),          # CPU-only vs CUDA builds say different things
+    re.compile(r"^\.\.\.$"),                    # an elision in the page
+    re.compile(r"^-{10,}$"),                    # mpirun banners
+    re.compile(r"^(mpirun|Primary job|prterun|orterun)\b"),
+    re.compile(r"^\[[\w.-]+:\d+\]"),            # [host:pid] Open MPI messages
+    re.compile(r"ORTE_ERROR_LOG|PMIX_ERROR"),
+]
+TIMING = re.compile(r"\b\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s*(?:ms|s|us|samples/s)\b")
+PATH = re.compile(r"(?<![\w.)\]/])/(?:[\w.+-]+/)*[\w.+-]+")
+RANK_LINE = re.compile(r"^rank \d+: ")
+
+
+def skipped(line):
+    s = line.strip()
+    return not s or any(p.search(s) for p in SKIP_LINE)
+
+
+def normalize(lines):
+    """(index, normalized text) of the lines that count, volatile parts masked. After a header
+    with `busy ms`, the last number of each row up to the next blank line is a time too."""
+    out, busy = [], False
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if not s:
+            busy = False
+            continue
+        if skipped(s):
+            continue
+        if "busy ms" in s:
+            busy = True
+        elif busy:
+            s = re.sub(r"\d+(?:\.\d+)?$", "<T>", s)
+        s = TIMING.sub("<T>", s)
+        s = PATH.sub("<PATH>", s)
+        out.append((i, " ".join(s.split())))
+    return out
+
+
+def compare(expected, real):
+    """None when every counted expected line is found (in order, except `rank R:` lines),
+    else (index into expected, closest real line)."""
+    got = [t for _, t in normalize(real)]
+    used = [False] * len(got)
+    pos = 0
+    for i, want in normalize(expected):
+        if RANK_LINE.match(want):
+            k = next((j for j, t in enumerate(got) if not used[j] and t == want), None)
+        else:
+            k = next((j for j in range(pos, len(got)) if not used[j] and got[j] == want), None)
+            if k is not None:
+                pos = k + 1
+        if k is None:
+            close = difflib.get_close_matches(want, got, n=1, cutoff=0.0)
+            return i, close[0] if close else "(no output)"
+        used[k] = True
+    return None
+
+
+# ---- pages and their checked runs ---------------------------------------------------------------
+class Run:
+    def __init__(self, page, line, cmd):
+        self.page, self.line, self.cmd = page, line, cmd   # line: 1-based, of the `$ ` line
+        self.expected = []                                  # the pasted output lines
+
+    def where(self):
+        rel = os.path.relpath(self.page, ROOT)
+        return "%s:%d: $ %s" % (self.page if rel.startswith("..") else rel, self.line, self.cmd)
+
+
+def parse(page):
+    """Every checked run of a page (blocks whose first line starts with `$ `)."""
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    runs, fence, first, checked = [], None, False, False
+    for n, line in enumerate(lines, 1):
+        if fence is None:
+            m = re.match(r"^(`{3,}|~{3,})", line)
+            if m:
+                fence, first, checked = m.group(1), True, False
+            continue
+        if line.startswith(fence) and not line.strip(fence[0]).strip():
+            fence = None
+            continue
+        if first:
+            first = False
+            checked = line.startswith("$ ")
+        if not checked:
+            continue
+        if line.startswith("$ "):
+            runs.append(Run(page, n, line[2:].strip()))
+        else:
+            runs[-1].expected.append(line)
+    return runs
+
+
+def argv_of(cmd, bindir):
+    """The argv a page's command runs as, with build/bin replaced by bindir (ValueError if the
+    command is not one of the supported forms)."""
+    words = shlex.split(cmd)
+    if words[:2] == ["make", "run"]:
+        opt = {"NP": "2", "ARGS": "", "PROG": ""}
+        for w in words[2:]:
+            k, eq, v = w.partition("=")
+            if not eq or k not in ("CH", "NP", "ARGS", "PROG"):
+                raise ValueError("make run: unsupported word %r" % w)
+            opt[k] = v
+        if "CH" not in opt:
+            raise ValueError("make run without CH=NN")
+        dirs = sorted(glob.glob(os.path.join(ROOT, "chapters", opt["CH"] + "_*")))
+        if not dirs:
+            raise ValueError("no chapter %s under chapters/" % opt["CH"])
+        name = opt["PROG"] or os.path.basename(dirs[0]).split("_", 1)[1]
+        prog = os.path.join(bindir, "ch%s_%s" % (opt["CH"], name))
+        return ["bash", "common/scripts/zlrun", opt["NP"], prog] + shlex.split(opt["ARGS"])
+    fixed = [os.path.join(bindir, w[len("build/bin/"):]) if w.startswith("build/bin/") else w
+             for w in words]
+    if fixed[:2] == ["bash", "common/scripts/zlrun"] and len(fixed) >= 4 and words[3].startswith("build/bin/"):
+        return fixed
+    if words[0].startswith("build/bin/"):
+        return fixed
+    raise ValueError("unsupported command (build/bin/..., bash common/scripts/zlrun NP build/bin/..., make run CH=..)")
+
+
+def execute(argv):
+    """(exit code, output lines); exit code 124 on timeout."""
+    # the pages show the CPU path: GPUs hidden, so --device auto picks the CPU on a GPU box too
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    try:
+        p = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+        rc, out = p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        rc, out = 124, e.stdout or b""
+    text = out.decode("utf-8", "replace")
+    return rc, text.rstrip("\n").split("\n") if text.strip() else []
+
+
+def update_page(page, runs, fresh):
+    """Rewrite the pasted output of runs (fresh[i]: new lines) in place, atomically. A pasted
+    block ending in `...` keeps its length (the page shows the first lines only)."""
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for run, new in sorted(zip(runs, fresh), key=lambda rn: -rn[0].line):
+        new = [l.rstrip() for l in new]
+        exp = run.expected
+        if exp and exp[-1].strip() == "...":
+            new = new[:len(exp) - 1] + ["..."]
+        lines[run.line:run.line + len(exp)] = new
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(page), prefix=".check_notes.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.chmod(tmp, os.stat(page).st_mode & 0o777)
+    os.replace(tmp, page)
+
+
+def pages_of(args):
+    every = sorted(glob.glob(os.path.join(ROOT, "notes", "*.md")))
+    if not args:
+        return every
+    out = []
+    for a in args:
+        if os.path.isfile(a):
+            out.append(os.path.abspath(a))
+            continue
+        hit = [p for p in every if a in os.path.basename(p)]
+        if not hit:
+            print("error: page %s: no such file, and no notes/*.md name contains it" % a, file=sys.stderr)
+            sys.exit(2)
+        out += [p for p in hit if p not in out]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("pages", nargs="*", help="pages (paths, or part of a notes/*.md name)")
+    ap.add_argument("--bin", default="build/bin", help="where the programs are (default build/bin)")
+    ap.add_argument("--list", action="store_true", help="list the checked runs, run nothing")
+    ap.add_argument("--update", action="store_true", help="rewrite pasted outputs with fresh ones")
+    a = ap.parse_args()
+    bindir = a.bin if os.path.isabs(a.bin) else os.path.relpath(os.path.join(os.getcwd(), a.bin), ROOT)
+    if not a.list and not os.path.isdir(os.path.join(ROOT, bindir)):
+        print("error: --bin %s: no such directory (make build first?)" % a.bin, file=sys.stderr)
+        return 2
+    t0, n_runs, failed = time.time(), 0, 0
+    for page in pages_of(a.pages):
+        runs = parse(page)
+        fresh = []
+        for run in runs:
+            n_runs += 1
+            try:
+                argv = argv_of(run.cmd, bindir)
+            except ValueError as e:
+                print("%s\n  %s" % (run.where(), e))
+                failed += 1
+                fresh.append(run.expected)
+                continue
+            if a.list:
+                print("%s\n  runs: %s" % (run.where(), " ".join(shlex.quote(w) for w in argv)))
+                continue
+            t = time.time()
+            rc, real = execute(argv)
+            fresh.append(real)
+            if a.update:
+                print("%s  (%.1f s, exit %d)%s" % (run.where(), time.time() - t, rc,
+                                                   "  TIMED OUT" if rc == 124 else ""))
+                continue
+            miss = compare(run.expected, real) if rc != 124 else (None, "(timed out after %d s)" % TIMEOUT_S)
+            if miss is None:
+                continue
+            failed += 1
+            i, close = miss
+            print(run.where())
+            if i is None:
+                print("  the command ran past %d s" % TIMEOUT_S)
+            else:
+                print("  line %d of the page not in the output (exit %d, %.1f s):\n    %s\n  closest real line:\n    %s"
+                      % (run.line + 1 + i, rc, time.time() - t, run.expected[i].strip(), close))
+        if a.update and runs and not a.list:
+            update_page(page, runs, fresh)
+    dt = time.time() - t0
+    if a.list:
+        print("%d checked run(s)" % n_runs)
+        return 1 if failed else 0
+    verb = "updated" if a.update else "checked"
+    print("check_notes: %d run(s) %s, %d mismatch(es), %.1f s" % (n_runs, verb, failed, dt))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+/* test_docs.c — the outputs pasted in the notes/ pages still come out of the programs: every fenced
+ * block whose first line starts with `$ ` is run by common/scripts/check_notes.py and compared
+ * line by line (timings and paths masked; losses, bytes and tables exact). Notes: notes/tour.md
+ * ("Checked outputs"). Suite common_docs. Refresh the pages after a deliberate change with
+ * `python3 common/scripts/check_notes.py --update` and review the diff. */
+#include "zl_test.h" // zl_run, Criterion
+
+/* Every checked run of every page, against the binaries of this build. */
+Test(common_docs, pasted_outputs_match_the_programs, .timeout = 240) {
+  char *out = NULL;
+  int rc = zl_run(0, 200, &out, "python3 common/scripts/check_notes.py --bin %s", ZL_BIN);
+  cr_assert_eq(rc, 0, "check_notes.py --bin %s exited %d (0: every page's `$ ` output matches; "
+               "refresh with --update after a deliberate change):\n%s", ZL_BIN, rc, out);
+  cr_expect(strstr(out, "0 mismatch(es)") != NULL, "no summary line in:\n%s", out);
+  free(out);
+}
+
+/* The checker can fail: a page whose pasted DDP total is 57.0 GB instead of 56.0 exits 1 and
+ * names the page line; the same page with the real number passes. */
+Test(common_docs, a_wrong_number_fails_the_check, .timeout = 60) {
+  const char *good = "DDP (0)        14.0       14.0       28.0       56.0     1.0x";
+  const char *bad = "DDP (0)        14.0       14.0       28.0       57.0     1.0x";
+  const char *lines[2] = {good, bad};
+  const int want_rc[2] = {0, 1};
+  for (int k = 0; k < 2; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/zl_docs_%d_%d.md", (int)getpid(), k);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    fprintf(f, "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
+               "in GB (1e9 bytes) per rank\n%s         27.6   (2+2+K)Ψ = 8Ψ\n```\n", lines[k]);
+    fclose(f);
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --bin %s %s", ZL_BIN, path);
+    cr_expect_eq(rc, want_rc[k], "check_notes.py on %s (DDP total %s): exit %d, expected %d:\n%s",
+                 path, k ? "57.0, wrong" : "56.0, right", rc, want_rc[k], out);
+    if (k == 1) {
+      char where[160];
+      snprintf(where, sizeof where, "%s:4: $ build/bin/ch00_memory", path);
+      cr_expect(strstr(out, where) && strstr(out, "57.0"), "the failure should name %s and the line "
+                "with 57.0:\n%s", where, out);
+    }
+    free(out);
+    remove(path);
+  }
+}
