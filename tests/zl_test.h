@@ -51,6 +51,31 @@ static inline int zl_run(int np, int timeout_s, char **out, const char *fmt, ...
   return rc;
 }
 
+/* Run fn in a forked child with its stderr captured into buf (NUL-terminated); returns the
+ * child's exit code (128 + signal when killed). For testing paths that end the process. */
+static inline int zl_run_child(void (*fn)(void), char *buf, size_t n) {
+  int fds[2];
+  cr_assert(pipe(fds) == 0, "pipe failed");
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0, "fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    fn();
+    _exit(0); /* fn was supposed to die */
+  }
+  close(fds[1]);
+  size_t len = 0;
+  ssize_t k;
+  while (len + 1 < n && (k = read(fds[0], buf + len, n - 1 - len)) > 0) len += (size_t)k;
+  buf[len] = 0;
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 /* Whole file into a malloc'd, NUL-terminated buffer (NULL if missing); *len its size. */
 static inline char *zl_read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");

@@ -47,29 +47,6 @@ Test(common_ledger, budget_allows_up_to_the_limit) {
   cr_expect_eq(ledger_limit(), 4 * MiB);
 }
 
-/* Run fn in a forked child with stderr captured; returns the exit code, text in buf. */
-static int run_child(void (*fn)(void), char *buf, size_t n) {
-  int fds[2];
-  cr_assert(pipe(fds) == 0, "pipe failed");
-  fflush(NULL);
-  pid_t pid = fork();
-  cr_assert(pid >= 0, "fork failed");
-  if (pid == 0) {
-    close(fds[0]);
-    dup2(fds[1], 2);
-    fn();
-    _exit(0); /* fn was supposed to die */
-  }
-  close(fds[1]);
-  size_t len = 0;
-  ssize_t k;
-  while (len + 1 < n && (k = read(fds[0], buf + len, n - 1 - len)) > 0) len += (size_t)k;
-  buf[len] = 0;
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 static void over_budget(void) {
   ledger_init(3, 64 * MiB);
@@ -79,7 +56,7 @@ static void over_budget(void) {
 
 Test(common_ledger, budget_refusal_message) {
   char out[1024];
-  int rc = run_child(over_budget, out, sizeof out);
+  int rc = zl_run_child(over_budget, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
   cr_expect_str_eq(out, "out of memory budget on rank 3: adam m needs 30.0 MiB, 40.0 of 64 MiB in use\n",
                    "budget message: got '%s'", out);
@@ -94,7 +71,7 @@ static void tensor_over_budget(void) {
 
 Test(common_ledger, tensor_alloc_refused_by_budget_before_allocating) {
   char out[1024];
-  int rc = run_child(tensor_over_budget, out, sizeof out);
+  int rc = zl_run_child(tensor_over_budget, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
   cr_expect_str_eq(out, "out of memory budget on rank 1: bucket needs 2.0 MiB, 0.8 of 1 MiB in use\n",
                    "budget message: got '%s'", out);
@@ -109,7 +86,7 @@ static void huge_alloc(void) {
 
 Test(common_ledger, allocator_failure_is_a_message_not_a_segfault) {
   char out[1024];
-  int rc = run_child(huge_alloc, out, sizeof out);
+  int rc = zl_run_child(huge_alloc, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
   cr_expect(strstr(out, "out of memory on rank 2: huge needs 4398046511104.0 MiB") == out, "message: got '%s'", out);
 }
@@ -184,7 +161,7 @@ static void cuda_in_cpu_build(void) {
 Test(common_ledger, cuda_request_in_cpu_build_dies_clearly) {
   if (device_cuda_built()) cr_skip_test("built with CUDA");
   char out[1024];
-  int rc = run_child(cuda_in_cpu_build, out, sizeof out);
+  int rc = zl_run_child(cuda_in_cpu_build, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
   cr_expect(strstr(out, "this binary was built without CUDA (make GPU=1)"), "message: got '%s'", out);
 }

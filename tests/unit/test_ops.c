@@ -494,29 +494,6 @@ Test(common_ops, workspace_grows_only_and_is_accounted) {
 }
 
 /* ---- errors: one clear line, exit code 1 ------------------------------------------------------ */
-/* Run fn in a child with stderr captured; returns its exit code. */
-static int ops_run_child(void (*fn)(void), char *buf, size_t n) {
-  int fds[2];
-  cr_assert(pipe(fds) == 0, "pipe failed");
-  fflush(NULL);
-  pid_t pid = fork();
-  cr_assert(pid >= 0, "fork failed");
-  if (pid == 0) {
-    close(fds[0]);
-    dup2(fds[1], 2);
-    fn();
-    _exit(0); /* fn was supposed to die */
-  }
-  close(fds[1]);
-  size_t len = 0;
-  ssize_t k;
-  while (len + 1 < n && (k = read(fds[0], buf + len, n - 1 - len)) > 0) len += (size_t)k;
-  buf[len] = 0;
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 static void gelu_on_cuda(void) {
   float x[4] = {0}, y[4];
   op_gelu_fwd(DEV_CUDA, y, x, 4);
@@ -530,7 +507,7 @@ static void bad_label(void) {
 Test(common_ops, cuda_op_in_cpu_build_dies_clearly) {
   if (device_cuda_built()) cr_skip_test("built with CUDA");
   char out[1024];
-  int rc = ops_run_child(gelu_on_cuda, out, sizeof out);
+  int rc = zl_run_child(gelu_on_cuda, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
   cr_expect(strstr(out, "op_gelu_fwd on --device cuda, but this binary was built without CUDA"),
             "message: got '%s', expected it to name op_gelu_fwd and the missing CUDA build", out);
@@ -538,7 +515,7 @@ Test(common_ops, cuda_op_in_cpu_build_dies_clearly) {
 
 Test(common_ops, label_out_of_range_dies_clearly) {
   char out[1024];
-  int rc = ops_run_child(bad_label, out, sizeof out);
+  int rc = zl_run_child(bad_label, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
   cr_expect(strstr(out, "label y[1] = 3 outside [0, 3)"), "message: got '%s', expected it to name y[1] = 3", out);
 }
