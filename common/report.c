@@ -29,6 +29,15 @@ typedef struct rank_numbers {
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
+/* Communication time and the part of it under a backward, summed over the ranks that traced. */
+static void overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us) {
+  for (int r = 0; r < N; r++)
+    if (all[r].comm_us > 0) {
+      *comm_us += all[r].comm_us;
+      *hidden_us += all[r].hidden_us;
+    }
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -198,11 +207,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
            (double)all[0].sent[op] / steps, all[0].busy_us[op] / 1000.0 / steps);
   }
   double cu = 0, hu = 0;
-  for (int r = 0; r < N; r++)
-    if (all[r].comm_us > 0) {
-      cu += all[r].comm_us;
-      hu += all[r].hidden_us;
-    }
+  overlap_sums(all, N, &cu, &hu);
   if (cu > 0)
     printf("overlap: %.1f%% of communication time ran under a backward (from the trace; %.3f ms per step per rank)\n",
            100.0 * hu / cu, cu / N / steps / 1000.0);
@@ -291,11 +296,7 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   if (cfg->chapter_flags & TRAIN_FLAG_PREFETCH) sb_printf(&b, ", \"prefetch\": %d", cfg->prefetch);
   for (int i = 0; i < run->nextras; i++) sb_printf(&b, ", \"%s\": %.9g", run->extras[i].key, run->extras[i].value);
   double cu = 0, hu = 0;
-  for (int r = 0; r < N; r++)
-    if (all[r].comm_us > 0) {
-      cu += all[r].comm_us;
-      hu += all[r].hidden_us;
-    }
+  overlap_sums(all, N, &cu, &hu);
   if (cu > 0)
     sb_printf(&b, ",\n \"overlap\": {\"comm_ms_per_step_per_rank\": %.4f, \"hidden_ms_per_step_per_rank\": %.4f, "
                   "\"hidden_fraction\": %.4f}",
