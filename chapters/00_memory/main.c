@@ -1,6 +1,8 @@
 /* ch00_memory — the ZeRO memory calculator: Ψ parameters, N ranks, a precision and K bytes of
  * optimizer state per parameter -> bytes each rank holds for params, grads and optimizer states
  * at every ZeRO stage, beside the formula. Plain C: no MPI calls, no allocation beyond flags.
+ * --fp32-grads adds the fp32 gradient-accumulation buffer of bf16 runs (+4Ψ, 20Ψ in all), which
+ * is sharded with the gradients (stages 2 and 3).
  * Notes: notes/00-memory.md (the 16Ψ story). Reproduces Figure 1 of Rajbhandari et al. 2020:
  *   ch00_memory --params 7.5B --ranks 64      ->  120.0, 31.4, 16.6, 1.9 GB per rank. */
 #include "args.h"    // arg_spec_t, args_parse, args_error, args_env_rank
@@ -17,14 +19,18 @@
 
 static const char *const g_stage_name[4] = {"DDP (0)", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
 
-/* The paper's generic form of a stage with the bytes per param of params (p) and grads (g):
- * bf16 stage 1 -> "2Ψ + 2Ψ + KΨ/N". */
-static void generic_text(char *dst, size_t n, int stage, int p, int g) {
+/* The paper's generic form of a stage with the bytes per param of params (p) and grads (g),
+ * plus acc bytes per param of an fp32 gradient-accumulation buffer (0: none), which is sharded
+ * with the grads: bf16 stage 1 -> "2Ψ + 2Ψ + KΨ/N"; with acc = 4 -> "2Ψ + (2+4)Ψ + KΨ/N". */
+static void generic_text(char *dst, size_t n, int stage, int p, int g, int acc) {
+  char gt[32]; /* the grads' bytes per param: "2" or "2+4" */
+  if (acc) snprintf(gt, sizeof gt, "%d+%d", g, acc);
+  else snprintf(gt, sizeof gt, "%d", g);
   switch (stage) {
-  case 0: snprintf(dst, n, "(%d+%d+K)Ψ", p, g); break;
-  case 1: snprintf(dst, n, "%dΨ + %dΨ + KΨ/N", p, g); break;
-  case 2: snprintf(dst, n, "%dΨ + (%d+K)Ψ/N", p, g); break;
-  default: snprintf(dst, n, "(%d+%d+K)Ψ/N", p, g); break;
+  case 0: snprintf(dst, n, "(%d+%s+K)Ψ", p, gt); break;
+  case 1: snprintf(dst, n, acc ? "%dΨ + (%s)Ψ + KΨ/N" : "%dΨ + %sΨ + KΨ/N", p, gt); break;
+  case 2: snprintf(dst, n, "%dΨ + (%s+K)Ψ/N", p, gt); break;
+  default: snprintf(dst, n, "(%d+%s+K)Ψ/N", p, gt); break;
   }
 }
 
@@ -48,7 +54,7 @@ static void fmt_psi(char *dst, size_t n, double psi) {
 
 int main(int argc, char **argv) {
   double psi = 7.5e9, k = -1;
-  int world = 64;
+  int world = 64, fp32_grads = 0;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
   arg_spec_t specs[] = {
       {"--params", ARG_COUNT, &psi, 1, 1e15, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
@@ -58,6 +64,8 @@ int main(int argc, char **argv) {
        "bf16: 2-byte params and grads, fp32 master in K; fp32: 4-byte params and grads, no master"},
       {"--k", ARG_DOUBLE, &k, -1, 1024, NULL,
        "optimizer-state bytes per parameter; -1: 12 in bf16 (master 4 + Adam m 4 + v 4), 8 in fp32 (m + v)"},
+      {"--fp32-grads", ARG_FLAG, &fp32_grads, 0, 0, NULL,
+       "bf16 only: add an fp32 gradient-accumulation buffer (+4Ψ, 20Ψ with Adam), sharded with the grads"},
       {"--stage", ARG_CHOICE, &stage_s, 0, 0, "0|1|2|3|all", "ZeRO stage to show"},
       {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (for plots)"},
   };
@@ -72,8 +80,13 @@ int main(int argc, char **argv) {
     snprintf(kv, sizeof kv, "%g", k);
     return args_error("--k", kv, "must be -1 (by precision) or a number in [0, 1024]");
   }
-  int psi_given = 0;
-  for (int i = 1; i < argc; i++) psi_given |= strncmp(argv[i], "--params", 8) == 0;
+  int psi_given = 0, ranks_given = 0;
+  for (int i = 1; i < argc; i++) {
+    psi_given |= strncmp(argv[i], "--params", 8) == 0;
+    ranks_given |= strncmp(argv[i], "--ranks", 7) == 0;
+  }
+  if (fp32_grads && strcmp(precision, "bf16") != 0)
+    return args_error("--fp32-grads", NULL, "only with --precision bf16 (fp32 gradients already accumulate in fp32)");
   if (model) {
     long long d[4];
     char tail;
@@ -91,6 +104,8 @@ int main(int argc, char **argv) {
 
   int bf16 = strcmp(precision, "bf16") == 0;
   int wbytes = bf16 ? 2 : 4; /* bytes per param of the working params and of the grads */
+  int acc = fp32_grads ? 4 : 0; /* fp32 gradient-accumulation buffer, bytes per param */
+  int gbytes = wbytes + acc;    /* everything that is sharded like the gradients */
   if (k == -1) k = bf16 ? 12 : 8;
   dtype_t wdt = bf16 ? DT_BF16 : DT_F32;
   int s0 = 0, s1 = 3;
@@ -98,15 +113,19 @@ int main(int argc, char **argv) {
 
   char psi_txt[64];
   fmt_psi(psi_txt, sizeof psi_txt, psi);
-  printf("ZeRO model states per rank: Ψ = %s parameters, N = %d ranks\n", psi_txt, world);
-  printf("precision %s: params %dΨ bytes, grads %dΨ bytes, optimizer states KΨ bytes with K = %g", precision, wbytes, wbytes, k);
+  printf("ZeRO model states per rank: Ψ = %s parameters, N = %d rank%s", psi_txt, world, world == 1 ? "" : "s");
+  if (world == 1) printf(" (one GPU: every stage holds the same and sends nothing)");
+  else if (!ranks_given) printf(" (the default of --ranks)");
+  printf("\nprecision %s: params %dΨ bytes, grads %dΨ bytes", precision, wbytes, wbytes);
+  if (acc) printf(" + fp32 accumulation %dΨ bytes", acc);
+  printf(", optimizer states KΨ bytes with K = %g", k);
   if (bf16 && k == 12) printf(" (fp32 master 4 + Adam m 4 + v 4)");
   else if (!bf16 && k == 8) printf(" (Adam m 4 + v 4, no master)");
   printf("\n\n");
 
-  mem_formula_t ddp = formula_zero_k(0, psi, world, wbytes, wbytes, k);
+  mem_formula_t ddp = formula_zero_k(0, psi, world, wbytes, gbytes, k);
   mem_formula_t f[4];
-  for (int s = s0; s <= s1; s++) f[s] = formula_zero_k(s, psi, world, wbytes, wbytes, k);
+  for (int s = s0; s <= s1; s++) f[s] = formula_zero_k(s, psi, world, wbytes, gbytes, k);
 
   printf("in GB (1e9 bytes) per rank\n");
   printf("%-8s %10s %10s %10s %10s %8s %12s   %s\n", "stage", "params", "grads", "optim", "total", "vs DDP",
@@ -118,8 +137,8 @@ int main(int argc, char **argv) {
     fmt_size(o, sizeof o, f[s].optim, GB);
     fmt_size(t, sizeof t, f[s].total, GB);
     fmt_size(c, sizeof c, formula_comm_bytes(s, psi, world, wdt), GB);
-    generic_text(gen, sizeof gen, s, wbytes, wbytes);
-    formula_text_k(num, sizeof num, s, wbytes, wbytes, k);
+    generic_text(gen, sizeof gen, s, wbytes, wbytes, acc);
+    formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
     printf("%-8s %10s %10s %10s %10s %7.1fx %12s   %s = %s\n", g_stage_name[s], p, g, o, t, ddp.total / f[s].total, c,
            gen, num);
   }
@@ -131,17 +150,18 @@ int main(int argc, char **argv) {
   printf("\ncomm/step: bytes each rank sends per step with ring collectives, %s elements: stages 0-2 "
          "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
          precision);
+  if (acc) printf("grads include the fp32 accumulation buffer (%dΨ + %dΨ): full at stages 0-1, sharded at 2-3\n", wbytes, acc);
   printf("activations, temporary buffers and fragmentation come on top of these model states\n");
 
   if (json) {
     FILE *fp = fopen(json, "w");
     if (!fp) die("ch00_memory: cannot write --json %s", json);
     fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
-                "\"param_bytes\": %d, \"grad_bytes\": %d, \"k\": %.17g,\n \"stages\": [",
-            psi, world, precision, wbytes, wbytes, k);
+                "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n \"stages\": [",
+            psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);
     for (int s = s0; s <= s1; s++) {
       char num[64];
-      formula_text_k(num, sizeof num, s, wbytes, wbytes, k);
+      formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
       fprintf(fp, "%s\n  {\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
                   "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"}",
               s == s0 ? "" : ",", s, f[s].params, f[s].grads, f[s].optim, f[s].total, ddp.total / f[s].total,

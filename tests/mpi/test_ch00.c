@@ -1,5 +1,5 @@
-/* test_ch00.c — the ch00_memory binary: the ZeRO paper's Figure 1, the Mistral 7B example,
- * fp32 mode, --json and a bad flag. Notes: notes/00-memory.md. Suite ch00_memory. */
+/* test_ch00.c — the ch00_memory binary: the ZeRO paper's Figure 1, the Mistral 7B example on
+ * one GPU, the fp32 gradient-accumulation buffer (--fp32-grads), fp32 mode, --json and bad flags. Notes: notes/00-memory.md. Suite ch00_memory. */
 #include "zl_test.h" // zl_run, zl_json_*, Criterion
 
 /* The 4 GB numbers (params grads optim total) of the row starting with `stage` in the GB table. */
@@ -48,11 +48,50 @@ Test(ch00_memory, figure_1_of_the_zero_paper, .timeout = 30) {
 
 Test(ch00_memory, mistral_7b_half_precision, .timeout = 30) {
   char *out = NULL;
-  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7B --precision bf16 --k 4 --stage 0");
+  /* the seed's 56 GB: Adam m and v in half precision, no master (K = 4), one GPU */
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7B --ranks 1 --precision bf16 --k 4 --stage 0");
   cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
   expect_gb(out, "DDP (0)", 14.0, 14.0, 28.0, 56.0); /* weights + grads + optimizer states */
   cr_expect(!strstr(out, "ZeRO-1"), "--stage 0 printed other stages:\n%s", out);
+  cr_expect(strstr(out, "N = 1 rank (one GPU"), "one GPU must read as N = 1:\n%s", out);
   free(out);
+  /* the real mixed-precision Adam cost of the same model: 16Ψ = 112 GB */
+  rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7B --ranks 1 --stage 0");
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_gb(out, "DDP (0)", 14.0, 14.0, 84.0, 112.0);
+  free(out);
+  /* without --ranks the header says that N is the default, not the user's */
+  rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7B --stage 0");
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "N = 64 ranks (the default of --ranks)"), "default N not marked:\n%s", out);
+  free(out);
+}
+
+Test(ch00_memory, fp32_grads_add_4psi_sharded_with_the_grads, .timeout = 30) {
+  char *out = NULL;
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --params 7.5B --ranks 64 --fp32-grads --json /tmp/zl_ch00_acc_%d.json",
+                  (int)getpid());
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  /* grads = bf16 2Ψ + fp32 accumulation 4Ψ = 6Ψ, full at stages 0-1, /N at 2-3: 20Ψ at stage 0 */
+  expect_gb(out, "DDP (0)", 15.0, 45.0, 90.0, 150.0);
+  expect_gb(out, "ZeRO-1", 15.0, 45.0, 1.4, 61.4);
+  expect_gb(out, "ZeRO-2", 15.0, 0.703, 1.4, 17.1);
+  expect_gb(out, "ZeRO-3", 0.234, 0.703, 1.4, 2.3);
+  cr_expect(strstr(out, "= 20Ψ") && strstr(out, "8Ψ + 12Ψ/N") && strstr(out, "2Ψ + 18Ψ/N") && strstr(out, "20Ψ/N"),
+            "formulas with the accumulation buffer missing:\n%s", out);
+  free(out);
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/zl_ch00_acc_%d.json", (int)getpid());
+  char *js = zl_read_file(path, NULL);
+  cr_assert(js, "no --json file %s", path);
+  double totals[4];
+  cr_assert_eq(zl_json_all(js, "total", totals, 4), 4, "json: expected 4 stages:\n%s", js);
+  const double want[4] = {150e9, 61.40625e9, 17.109375e9, 2.34375e9}; /* 20Ψ, 8Ψ+12Ψ/N, 2Ψ+18Ψ/N, 20Ψ/N */
+  for (int s = 0; s < 4; s++)
+    cr_expect(fabs(totals[s] - want[s]) < 1, "json stage %d total: got %.1f, expected %.1f", s, totals[s], want[s]);
+  cr_expect_eq(zl_json_num(js, "grad_bytes"), 6, "grad_bytes with --fp32-grads");
+  free(js);
+  unlink(path);
 }
 
 Test(ch00_memory, fp32_mode_and_model_shape, .timeout = 30) {
@@ -85,6 +124,7 @@ Test(ch00_memory, bad_flags_exit_2_with_one_line, .timeout = 30) {
       {"--k -0.5", "error: --k -0.5: must be -1 (by precision) or a number in [0, 1024]\n"},
       {"--model 1,2,3", "error: --model 1,2,3: must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4\n"},
       {"--params 1M --model 3,5,2,2", "error: --model 3,5,2,2: give either --params or --model, not both\n"},
+      {"--precision fp32 --fp32-grads", "error: --fp32-grads: only with --precision bf16 (fp32 gradients already accumulate in fp32)\n"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
