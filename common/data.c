@@ -98,7 +98,8 @@ static double data_teacher_probs(const data_t *d, const float *x, double *p) {
   return ent;
 }
 
-void data_batch(const data_t *d, int64_t first, int n, float *x, int *y) {
+void data_batch(const data_t *d, int64_t first, int n, void *xv, int *y) {
+  float *x = xv;
   double *p = xmalloc((size_t)d->C * sizeof(double), "data label probabilities"); // (C)
   for (int r = 0; r < n; r++) {
     int64_t i = first + r;

@@ -16,7 +16,7 @@ typedef struct data {
 void data_init(data_t *d, int D, int C, uint64_t seed);
 void data_free(data_t *d);
 /* Samples [first, first+n): x (n, D) fp32, y (n) class ids; host memory. */
-void data_batch(const data_t *d, int64_t first, int n, float *x, int *y);
+void data_batch(const data_t *d, int64_t first, int n, void *x, int *y);
 /* Mean entropy (nats) of the teacher's label distribution over samples [0, nsamples). */
 double data_teacher_entropy(const data_t *d, int64_t nsamples);
 /* A counter-based RNG shared by data and model init: a pure function of its inputs. */

@@ -104,8 +104,8 @@ void fault_check_host_memory(const trainer_t *t) {
   const model_t *m = &t->model;
   int opt_states = t->cfg->optimizer == OPT_ADAMW ? 2 : 1;
   double states = formula_model_states(t->strategy->stage, (double)m->numel, t->world, t->wdt, opt_states).total;
-  double acts = (double)m->D;
-  for (int u = 0; u < m->n_units; u++) acts += 3.0 * m->units[u].out; /* z, a and the dz ping-pong */
+  double acts = (double)m->in_numel + m->rows + 2.0 * (double)model_max_y_numel(m); /* batch, dy ping-pong */
+  for (int u = 0; u < m->n_units; u++) acts += (double)m->units[u].y_numel + (double)m->units[u].saved_numel;
   acts *= 4.0 * (double)t->local_batch;
   const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   int local = e && atoi(e) > 0 ? atoi(e) : 1;

@@ -1,13 +1,13 @@
-/* model.c — the MLP as a list of linear units over one flat parameter buffer
- * (notes/02-ddp.md). This file knows shapes and offsets, and runs one unit forward or
- * backward; it knows nothing of ranks: which buffer a unit's parameters live in (full,
- * gathered, shard) is the strategy's business.
+/* model.c — the model table's common part, and the MLP behind it (notes/02-ddp.md).
+ * This file knows shapes and offsets, and runs one unit forward or backward; it knows nothing
+ * of ranks: which buffer a unit's parameters live in (full, gathered, shard) is the strategy's
+ * business. The GPT is in gpt.c, behind the same table (model.h).
  *
  * L = 0 is allowed: one unit D→C, logistic regression (H is then unused). */
-#include "model.h"  // model_t, unit_t, the contracts implemented here
+#include "model.h"  // model_t, unit_t, unit_io_t, the contracts implemented here
 #include <math.h>   // sqrt
 #include <stdlib.h> // free
-#include "check.h"  // die, xcalloc, check_rank
+#include "check.h"  // die, xcalloc
 #include "data.h"   // rng_normal
 #include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
 
@@ -19,8 +19,8 @@ static inline int model_unit_out(int H, int C, int L, int u) { return u == L ? C
 
 static void model_check_shape(int D, int H, int C, int L) {
   if (D < 1 || C < 1 || L < 0 || (L > 0 && H < 1))
-    die("rank %d: model shape input %d hidden %d classes %d layers %d: need input, classes >= 1, "
-        "layers >= 0, hidden >= 1 when layers >= 1", check_rank(), D, H, C, L);
+    die("model shape input %d hidden %d classes %d layers %d: need input, classes >= 1, "
+        "layers >= 0, hidden >= 1 when layers >= 1", D, H, C, L);
 }
 
 int64_t model_count_params(int D, int H, int C, int L) {
@@ -32,21 +32,11 @@ int64_t model_count_params(int D, int H, int C, int L) {
   return total;
 }
 
-void model_init(model_t *m, int D, int H, int C, int L) {
-  model_check_shape(D, H, C, L);
-  m->D = D;
-  m->H = H;
-  m->C = C;
-  m->L = L;
-  m->n_units = L + 1;
-  m->units = xcalloc((size_t)m->n_units, sizeof(unit_t), "model units");
+void model_layout(model_t *m) {
   int64_t off = 0;
   m->max_unit_padded = 0;
   for (int u = 0; u < m->n_units; u++) {
     unit_t *un = &m->units[u];
-    un->in = model_unit_in(D, H, L, u);
-    un->out = model_unit_out(H, C, L, u);
-    un->numel = (int64_t)un->out * un->in + un->out;
     un->off = off;          // unpadded: units back to back
     un->padded = un->numel; // pad 1
     un->piece = un->padded; // one "rank" owns all of it
@@ -59,14 +49,44 @@ void model_init(model_t *m, int D, int H, int C, int L) {
   m->shard_numel = off;
 }
 
+void model_init(model_t *m, int D, int H, int C, int L) {
+  model_check_shape(D, H, C, L);
+  *m = (model_t){.fns = &model_mlp_fns, .D = D, .H = H, .C = C, .L = L, .in_numel = D, .rows = 1, .classes = C,
+                 .n_units = L + 1};
+  m->units = xcalloc((size_t)m->n_units, sizeof(unit_t), "model units");
+  for (int u = 0; u < m->n_units; u++) {
+    unit_t *un = &m->units[u];
+    un->in = model_unit_in(D, H, L, u);
+    un->out = model_unit_out(H, C, L, u);
+    un->numel = (int64_t)un->out * un->in + un->out;
+    un->y_numel = un->out;                      // GELU(z), or the logits for the last unit
+    un->saved_numel = u < L ? un->out : 0;      // z, for GELU'(z) in backward
+  }
+  model_layout(m);
+}
+
+int64_t model_max_y_numel(const model_t *m) {
+  int64_t mx = 0;
+  for (int u = 0; u < m->n_units; u++)
+    if (m->units[u].y_numel > mx) mx = m->units[u].y_numel;
+  return mx;
+}
+
+int64_t model_max_saved_numel(const model_t *m) {
+  int64_t mx = 0;
+  for (int u = 0; u < m->n_units; u++)
+    if (m->units[u].saved_numel > mx) mx = m->units[u].saved_numel;
+  return mx;
+}
+
 void model_free(model_t *m) {
   free(m->units);
   m->units = NULL;
   m->n_units = 0;
 }
 
-void model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
-  if (u < 0 || u >= m->n_units) die("rank %d: model_init_unit: unit %d of %d", check_rank(), u, m->n_units);
+static void mlp_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  if (u < 0 || u >= m->n_units) die("model_init_unit: unit %d of %d", u, m->n_units);
   const unit_t *un = &m->units[u];
   int64_t nw = (int64_t)un->out * un->in;
   float std = (float)(1.0 / sqrt((double)un->in)); // W ~ N(0, 1/in)
@@ -74,21 +94,30 @@ void model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
   for (int64_t k = nw; k < un->padded; k++) dst[k] = 0.0f; // b = 0, then the pad slots
 }
 
-void model_unit_forward(const model_t *m, int u, device_t dev, const void *params, dtype_t wdt, const float *x,
-                        float *z, float *a, int B) {
+/* Unit u < L: z = x·Wᵀ + b kept in saved, y = GELU(z). Unit L: y = z (the logits). */
+static void mlp_forward(const model_t *m, int u, const unit_io_t *io) {
   const unit_t *un = &m->units[u];
-  void *base = (void *)params; // unit_W/unit_b take a non-const base; nothing is written through it
-  op_linear_fwd(dev, z, x, unit_W(base, wdt), unit_b(un, base, wdt), wdt, B, un->in, un->out); // z (B,out)
-  if (u != m->n_units - 1) op_gelu_fwd(dev, a, z, (int64_t)B * un->out);                      // a (B,out)
+  void *base = (void *)io->params; // unit_W/unit_b take a non-const base; nothing is written through it
+  int last = u == m->n_units - 1;
+  float *z = last ? io->y : io->saved;                                                       // (B,out)
+  op_linear_fwd(io->dev, z, io->x, unit_W(base, io->wdt), unit_b(un, base, io->wdt), io->wdt, io->B, un->in, un->out);
+  if (!last) op_gelu_fwd(io->dev, io->y, z, (int64_t)io->B * un->out);                        // y (B,out)
 }
 
-/* dz_prev (B,in): dx = dz·W lands there first, then becomes dz_prev = dx·GELU'(z_prev) in place.
- * With z_prev == NULL (unit 0) it is left as the plain input gradient. */
-void model_unit_backward(const model_t *m, int u, device_t dev, const void *params, void *grads, dtype_t wdt,
-                         const float *x, const float *dz, const float *z_prev, float *dz_prev, int B, float beta) {
+/* dz = dy·GELU'(z) in place (unit u < L), then the linear backward: dx = dz·W, dW, db. */
+static void mlp_backward(const model_t *m, int u, const unit_io_t *io) {
   const unit_t *un = &m->units[u];
-  void *base = (void *)params;
-  op_linear_bwd(dev, dz_prev, unit_W(grads, wdt), unit_b(un, grads, wdt), dz, x, unit_W(base, wdt), wdt, B, un->in,
-                un->out, beta);
-  if (dz_prev && z_prev) op_gelu_bwd(dev, dz_prev, dz_prev, z_prev, (int64_t)B * un->in);
+  void *base = (void *)io->params;
+  if (u != m->n_units - 1) op_gelu_bwd(io->dev, io->dy, io->dy, io->saved, (int64_t)io->B * un->out);
+  op_linear_bwd(io->dev, io->dx, unit_W(io->grads, io->wdt), unit_b(un, io->grads, io->wdt), io->dy, io->x,
+                unit_W(base, io->wdt), io->wdt, io->B, un->in, un->out, io->beta);
 }
+
+static double mlp_flops_per_sample(const model_t *m) {
+  double f = 0;
+  for (int u = 0; u < m->n_units; u++) f += 2.0 * m->units[u].in * m->units[u].out;
+  return f;
+}
+
+const model_fns_t model_mlp_fns = {.name = "mlp", .init_unit = mlp_init_unit, .forward = mlp_forward,
+                                   .backward = mlp_backward, .flops_per_sample = mlp_flops_per_sample};

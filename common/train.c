@@ -25,15 +25,19 @@
 
 #define TRAIN_MAX_EXTRAS 16
 
-/* What only the loop sees. */
+/* What only the loop sees. Activation buffers per unit u (B = local micro-batch, in samples):
+ *   y[u]      (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
+ *   saved[u]  (B, saved_numel_u)  what the unit's backward needs; with --recompute ONE buffer
+ *                                 (the largest unit's) shared by all, refilled in the backward
+ * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel). */
 struct train_internal {
-  tensor_t x;        /* (b, D) inputs of the micro-batch, b = local_batch          */
-  tensor_t y;        /* (b) labels, int32 (allocated as 4-byte elements)            */
-  tensor_t *z;       /* [U] (b, out_u) pre-activations; z[U−1] are the logits       */
-  tensor_t *a;       /* [U] (b, out_u) GELU(z), the next unit's input; a[U−1] empty */
-  tensor_t dz[2];    /* (b, max out) ping-pong: gradient w.r.t. the pre-activation   */
-  float *xh;         /* (b, D) host staging when the device is a GPU                */
-  int *yh;           /* (b) host staging                                            */
+  tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
+  tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
+  tensor_t *out;     /* [U] (b, y_numel_u) unit outputs; out[U−1] are the logits                       */
+  tensor_t *saved;   /* [U] (b, saved_numel_u), or with --recompute only saved[0], the shared buffer   */
+  tensor_t dy[2];    /* (b, max y_numel) ping-pong: gradient w.r.t. a unit's output                    */
+  void *xh;          /* (b, in_numel) host staging when the device is a GPU                             */
+  int *yh;           /* (b, rows) host staging                                                          */
   report_step_t *steps;
   report_extra_t extras[TRAIN_MAX_EXTRAS];
   int nextras;
@@ -75,6 +79,7 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
   SPEC("--collectives", ARG_CHOICE, &collectives, 0, 0, "vendor|ring", "MPI/NCCL collectives, or ours (solutions/ring.c)");
   SPEC("--device", ARG_CHOICE, &cfg->device, 0, 0, "auto|cpu|cuda", "where tensors live (auto: a GPU when visible)");
   SPEC("--backend", ARG_CHOICE, &cfg->backend, 0, 0, "auto|mpi|nccl", "communicator (auto: nccl on cuda, mpi on cpu)");
+  SPEC("--recompute", ARG_FLAG, &cfg->recompute, 0, 0, NULL, "activation checkpointing: keep each unit's output only, rerun its forward in the backward");
   SPEC("--accum", ARG_INT, &cfg->accum, 1, 4096, NULL, "micro-batches per step (gradient accumulation)");
   SPEC("--clip", ARG_DOUBLE, &cfg->clip, 0, 1e9, NULL, "clip the global gradient norm to this (0: off)");
   SPEC("--json", ARG_STR, &cfg->json, 0, 0, NULL, "write the results object to PATH (rank 0)");
@@ -300,56 +305,65 @@ static void alloc_acts(trainer_t *t) {
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
   int64_t b = t->local_batch;
-  int U = m->n_units, maxout = 0;
-  in->x = tensor_alloc("input", LEDGER_ACTS, DT_F32, t->dev, b * m->D);
-  in->y = tensor_alloc("labels", LEDGER_ACTS, DT_F32, t->dev, b); /* 4-byte ints */
-  in->z = xcalloc((size_t)U, sizeof(tensor_t), "acts z");
-  in->a = xcalloc((size_t)U, sizeof(tensor_t), "acts a");
+  int U = m->n_units;
+  in->x = tensor_alloc("input", LEDGER_ACTS, DT_F32, t->dev, b * m->in_numel); /* 4-byte elements */
+  in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows);   /* 4-byte ints */
+  in->out = xcalloc((size_t)U, sizeof(tensor_t), "unit outputs");
+  in->saved = xcalloc((size_t)U, sizeof(tensor_t), "unit saved activations");
   for (int u = 0; u < U; u++) {
-    int out = m->units[u].out;
-    if (out > maxout) maxout = out;
-    in->z[u] = tensor_alloc("pre-activation", LEDGER_ACTS, DT_F32, t->dev, b * out);
-    if (u < U - 1) in->a[u] = tensor_alloc("activation", LEDGER_ACTS, DT_F32, t->dev, b * out);
+    in->out[u] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
+    if (!t->cfg->recompute) in->saved[u] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
   }
-  in->dz[0] = tensor_alloc("dz", LEDGER_ACTS, DT_F32, t->dev, b * maxout);
-  in->dz[1] = tensor_alloc("dz", LEDGER_ACTS, DT_F32, t->dev, b * maxout);
+  if (t->cfg->recompute) in->saved[0] = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * model_max_saved_numel(m));
+  int64_t maxy = model_max_y_numel(m);
+  in->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
+  in->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
   if (t->dev != DEV_CPU) {
-    in->xh = xmalloc((size_t)(b * m->D) * sizeof(float), "input staging");
-    in->yh = xmalloc((size_t)b * sizeof(int), "label staging");
+    in->xh = xmalloc((size_t)(b * m->in_numel) * 4, "input staging");
+    in->yh = xmalloc((size_t)(b * m->rows) * sizeof(int), "target staging");
   }
 }
 
 static void free_acts(trainer_t *t) {
   struct train_internal *in = t->in;
   for (int u = 0; u < t->model.n_units; u++) {
-    tensor_free(&in->z[u]);
-    tensor_free(&in->a[u]);
+    tensor_free(&in->out[u]);
+    tensor_free(&in->saved[u]);
   }
-  free(in->z);
-  free(in->a);
+  free(in->out);
+  free(in->saved);
   tensor_free(&in->x);
   tensor_free(&in->y);
-  tensor_free(&in->dz[0]);
-  tensor_free(&in->dz[1]);
+  tensor_free(&in->dy[0]);
+  tensor_free(&in->dy[1]);
   free(in->xh);
   free(in->yh);
 }
 
-/* Rows of micro-batch `micro` of step `step` for this rank: the global batch of the step is
+/* Samples of micro-batch `micro` of step `step` for this rank: the global batch of the step is
  * samples [step·B, (step+1)·B); micro-batch k is its k-th 1/K; rank r takes its r-th slice. */
 static void load_batch(trainer_t *t) {
   struct train_internal *in = t->in;
   int64_t B = t->cfg->batch, b = t->local_batch, mb = B / t->cfg->accum;
   int64_t first = (int64_t)t->step * B + (int64_t)t->micro * mb + (int64_t)t->rank * b;
+  int poison = t->micro == 0 && !t->model.in_is_tokens; /* --fault R:S:nan poisons a feature */
   if (t->dev == DEV_CPU) {
     data_batch(&t->data, first, (int)b, in->x.data, (int *)in->y.data);
-    if (t->micro == 0) fault_poison(t->rank, t->step, in->x.data); /* --fault R:S:nan */
+    if (poison) fault_poison(t->rank, t->step, in->x.data);
     return;
   }
   data_batch(&t->data, first, (int)b, in->xh, in->yh);
-  if (t->micro == 0) fault_poison(t->rank, t->step, in->xh); /* --fault R:S:nan */
-  dev_memcpy(t->dev, in->x.data, DEV_CPU, in->xh, (size_t)(b * t->model.D) * sizeof(float));
-  dev_memcpy(t->dev, in->y.data, DEV_CPU, in->yh, (size_t)b * sizeof(int));
+  if (poison) fault_poison(t->rank, t->step, in->xh);
+  dev_memcpy(t->dev, in->x.data, DEV_CPU, in->xh, (size_t)(b * t->model.in_numel) * 4);
+  dev_memcpy(t->dev, in->y.data, DEV_CPU, in->yh, (size_t)(b * t->model.rows) * sizeof(int));
+}
+
+/* Unit u's buffers for this micro-batch (dy, dx and grads are set by the backward). */
+static unit_io_t unit_io(trainer_t *t, int u) {
+  struct train_internal *in = t->in;
+  return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
+                     .x = u == 0 ? in->x.data : in->out[u - 1].data, .y = in->out[u].data,
+                     .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
 }
 
 /* One micro-batch: forward, loss, backward with the hooks. Returns the local loss sum. */
@@ -364,35 +378,46 @@ static double micro_batch(trainer_t *t) {
     if (s->pre_forward) s->pre_forward(t, u);
     snprintf(name, sizeof name, "fwd %d", u);
     trace_begin(name);
-    const float *xin = u == 0 ? in->x.data : in->a[u - 1].data;
-    model_unit_forward(m, u, t->dev, t->unit_params[u], t->wdt, xin, in->z[u].data, u < U - 1 ? in->a[u].data : NULL, b);
+    unit_io_t io = unit_io(t, u);
+    model_forward(m, u, &io);
     trace_end(NULL);
     if (s->post_forward) s->post_forward(t, u);
   }
-  float *dz = in->dz[0].data, *dzp = in->dz[1].data;
+  float *dy = in->dy[0].data, *dyp = in->dy[1].data;
   trace_begin("loss");
-  /* Scale 1/B (GLOBAL batch): summing the ranks' gradients is then the mean gradient. */
-  double loss = op_softmax_xent(t->dev, dz, in->z[U - 1].data, (const int *)in->y.data, b, m->C,
-                                (float)(1.0 / (double)t->cfg->batch));
+  /* Mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks' gradients is
+   * then the mean gradient. */
+  int64_t rows = (int64_t)b * m->rows;
+  double loss = op_softmax_xent(t->dev, dy, in->out[U - 1].data, (const int *)in->y.data, (int)rows, m->classes,
+                                (float)(1.0 / ((double)t->cfg->batch * m->rows)));
   trace_end(NULL);
   if (!isfinite(loss)) in->local_nonfinite = 1;
   for (int u = U - 1; u >= 0; u--) {
     t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
     if (s->pre_backward) s->pre_backward(t, u);
+    unit_io_t io = unit_io(t, u);
+    if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
+      snprintf(name, sizeof name, "recompute %d", u);
+      trace_begin(name);
+      model_forward(m, u, &io);
+      trace_end(NULL);
+    }
     snprintf(name, sizeof name, "bwd %d", u);
     trace_begin(name);
-    const float *xin = u == 0 ? in->x.data : in->a[u - 1].data;
-    model_unit_backward(m, u, t->dev, t->unit_params[u], t->unit_grads[u], t->wdt, xin, dz,
-                        u > 0 ? in->z[u - 1].data : NULL, u > 0 ? dzp : NULL, b, t->grad_beta);
+    io.grads = t->unit_grads[u];
+    io.beta = t->grad_beta;
+    io.dy = dy;
+    io.dx = u > 0 ? dyp : NULL;
+    model_backward(m, u, &io);
     trace_end(NULL);
     /* This rank's own gradients, before any reduction spreads them: is a NaN/Inf ours? (CPU
      * only: on a GPU the host read would stall the stream; there the loss below stands in.) */
     if (t->dev == DEV_CPU && !in->local_nonfinite)
       in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, m->units[u].numel));
     if (s->post_backward) s->post_backward(t, u);
-    float *tmp = dz;
-    dz = dzp;
-    dzp = tmp;
+    float *tmp = dy;
+    dy = dyp;
+    dyp = tmp;
   }
   return loss;
 }
@@ -521,7 +546,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     if (!t.skipped) taken++;
     else skipped++;
     comm_ctl_all_reduce_f64(comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
-    in.steps[step] = (report_step_t){.loss = loss_sum / (double)cfg->batch, .ms = ms};
+    in.steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t.model.rows), .ms = ms};
     if (in.check_master) check_master_bits(&t);
     if (log && log_step(cfg, step)) {
       printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in.steps[step].loss, ms, t.skipped ? "  (skipped)" : "");

@@ -29,7 +29,8 @@ typedef enum { NONFINITE_ABORT = 0, NONFINITE_SKIP = 1 } nonfinite_t;
 typedef struct train_cfg {
   int layers, hidden, input, classes; /* --layers --hidden --input --classes */
   int64_t batch;                      /* --batch: GLOBAL batch per step */
-  int steps, accum;                   /* --steps, --accum K micro-batches per step */
+  int steps, accum;                   /* --steps, --accum: micro-batches per step */
+  int recompute;                      /* --recompute: activation checkpointing per unit */
   double lr, momentum, weight_decay, beta1, beta2, eps, clip; /* --clip 0 = off */
   uint64_t seed;
   optim_kind_t optimizer;             /* --optimizer adamw|sgd */

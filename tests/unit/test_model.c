@@ -117,32 +117,37 @@ static double ref_loss(const model_t *m, const float *params, int64_t pert_idx, 
   return loss / B;
 }
 
-/* One forward + backward through the units with the ops (fp32 or bf16 parameters), as the
- * trainer does it. params/grads: flat buffers in wdt. Returns the mean loss. */
+/* One forward + backward through the units with the model table (fp32 or bf16 parameters),
+ * as the trainer does it: outputs y[u], saved[u], the dy ping-pong. params/grads: flat buffers
+ * in wdt. Returns the mean loss. */
 static double run_fwd_bwd(const model_t *m, const void *params, void *grads, dtype_t wdt, const float *x, const int *y,
                           int B, float beta) {
   size_t es = dtype_size(wdt);
-  float *z[8], *a[8], *dz[8];
-  for (int u = 0; u < m->n_units; u++) {
-    int out = m->units[u].out;
-    z[u] = calloc((size_t)B * out, sizeof(float));
-    a[u] = calloc((size_t)B * out, sizeof(float));
-    dz[u] = calloc((size_t)B * out, sizeof(float));
+  int U = m->n_units;
+  float *out[8] = {0}, *saved[8] = {0}, *dy[2];
+  int64_t maxy = model_max_y_numel(m);
+  for (int u = 0; u < U; u++) {
+    out[u] = calloc((size_t)B * m->units[u].y_numel, sizeof(float));
+    saved[u] = calloc((size_t)B * m->units[u].saved_numel + 1, sizeof(float));
   }
-  for (int u = 0; u < m->n_units; u++) {
-    const char *pu = (const char *)params + m->units[u].off * es;
-    int last = u == m->n_units - 1;
-    model_unit_forward(m, u, DEV_CPU, pu, wdt, u == 0 ? x : a[u - 1], z[u], last ? NULL : a[u], B);
+  dy[0] = calloc((size_t)(B * maxy), sizeof(float));
+  dy[1] = calloc((size_t)(B * maxy), sizeof(float));
+  for (int u = 0; u < U; u++) {
+    unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
+                    .x = u == 0 ? (const void *)x : out[u - 1], .y = out[u], .saved = saved[u]};
+    model_forward(m, u, &io);
   }
-  int L = m->n_units - 1;
-  double loss = op_softmax_xent(DEV_CPU, dz[L], z[L], y, B, m->C, 1.0f / B) / B;
-  for (int u = L; u >= 0; u--) {
-    const char *pu = (const char *)params + m->units[u].off * es;
-    char *gu = (char *)grads + m->units[u].off * es;
-    model_unit_backward(m, u, DEV_CPU, pu, gu, wdt, u == 0 ? x : a[u - 1], dz[u], u == 0 ? NULL : z[u - 1],
-                        u == 0 ? NULL : dz[u - 1], B, beta);
+  int L = U - 1;
+  double loss = op_softmax_xent(DEV_CPU, dy[0], out[L], y, B, m->C, 1.0f / B) / B;
+  for (int u = L, k = 0; u >= 0; u--, k ^= 1) {
+    unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
+                    .grads = (char *)grads + m->units[u].off * es, .beta = beta,
+                    .x = u == 0 ? (const void *)x : out[u - 1], .y = out[u], .saved = saved[u], .dy = dy[k],
+                    .dx = u == 0 ? NULL : dy[k ^ 1]};
+    model_backward(m, u, &io);
   }
-  for (int u = 0; u < m->n_units; u++) { free(z[u]); free(a[u]); free(dz[u]); }
+  for (int u = 0; u < U; u++) { free(out[u]); free(saved[u]); }
+  free(dy[0]); free(dy[1]);
   return loss;
 }
 
