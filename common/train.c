@@ -16,7 +16,7 @@
 #include "report.h" // report_finish, report_write_atomic, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
-#include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save (--ckpt, --resume)
+#include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
 #include "fault.h"  // fault_parse, fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
@@ -48,8 +48,45 @@ struct train_internal {
 
 /* ---- flags ----------------------------------------------------------------------------- */
 
-int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about,
-                     unsigned chapter_flags) {
+/* --device and --backend, checked and resolved once, here (before MPI): cfg->dev and
+ * cfg->comm_backend are what the run uses, cfg->device_note says why when "auto" chose. */
+static void resolve_device(train_cfg_t *cfg) {
+  int built = device_cuda_built(), ngpu = built ? device_cuda_count() : 0;
+  int want_cuda = strcmp(cfg->device, "cuda") == 0, want_cpu = strcmp(cfg->device, "cpu") == 0;
+  if (want_cuda && !built)
+    exit(args_error("--device", "cuda", "this binary was built without CUDA (rebuild with make GPU=1 on a machine with nvcc and NCCL)"));
+  if (want_cuda && ngpu == 0)
+    exit(args_error("--device", "cuda", "no GPU is visible to this process (use --device cpu or auto)"));
+  if (strcmp(cfg->backend, "nccl") == 0 && !built)
+    exit(args_error("--backend", "nccl", "this binary was built without CUDA and NCCL (make GPU=1)"));
+  cfg->dev = want_cuda || (!want_cpu && ngpu > 0) ? DEV_CUDA : DEV_CPU;
+  if (strcmp(cfg->backend, "nccl") == 0 && cfg->dev != DEV_CUDA)
+    exit(args_error("--backend", "nccl", want_cpu ? "needs --device cuda (NCCL moves GPU buffers); use --backend mpi on cpu"
+                                                  : "needs a GPU (--device auto found none); use --backend mpi"));
+  size_t n = 0, cap = sizeof cfg->device_note;
+  cfg->device_note[0] = 0;
+  if (!want_cuda && !want_cpu && ngpu > 0)
+    n = (size_t)snprintf(cfg->device_note, cap, "device: auto -> cuda (%d GPU%s visible; --device cpu to stay on the CPU)",
+                         ngpu, ngpu > 1 ? "s" : "");
+  else if (!want_cuda && !want_cpu)
+    n = (size_t)snprintf(cfg->device_note, cap, "device: auto -> cpu (%s)", built ? "no GPU visible" : "built without CUDA");
+  cfg->comm_backend = cfg->dev == DEV_CUDA ? BACKEND_NCCL : BACKEND_MPI;
+  if (strcmp(cfg->backend, "mpi") == 0) cfg->comm_backend = BACKEND_MPI;
+  if (cfg->dev == DEV_CUDA && strcmp(cfg->backend, "auto") == 0) {
+    /* NCCL needs one GPU per rank; more ranks on this host than GPUs share them through the
+     * host-staged MPI backend instead — said out loud, never silently. */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local_ranks = ls ? atoi(ls) : 1;
+    if (local_ranks > ngpu) {
+      cfg->comm_backend = BACKEND_MPI;
+      snprintf(cfg->device_note + n, cap - n, "%sbackend: auto -> mpi (%d ranks on this host share %d GPU%s; NCCL needs one GPU per rank)",
+               n ? "\n" : "", local_ranks, ngpu, ngpu > 1 ? "s" : "");
+    }
+  }
+}
+
+void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about,
+                      unsigned chapter_flags) {
   /* Defaults: a small model that learns visibly in a few seconds on 2 CPU ranks; the batch of
    * 240 divides by 1, 2, 3, 4, 5, 6 and 8 ranks. */
   *cfg = (train_cfg_t){.layers = 3, .hidden = 128, .input = 32, .classes = 10, .batch = 240,
@@ -57,7 +94,7 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
                        .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .clip = 0.0, .seed = 1234,
                        .optimizer = OPT_ADAMW, .wdt = DT_F32, .collectives = COLL_VENDOR,
                        .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
-                       .prefetch = 1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
+                       .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
@@ -100,7 +137,7 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
   if (chapter_flags & TRAIN_FLAG_BUCKET)
     SPEC("--bucket-mb", ARG_DOUBLE, &cfg->bucket_mb, 0, 1e6, NULL, "bucket cap in MiB (any value > 0)");
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
-    SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, NULL, "units gathered ahead (ZeRO-3)");
+    SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC
   int rc = args_parse(argc, argv, specs, n, prog, about);
   if (rc == 1) exit(0);
@@ -138,15 +175,7 @@ int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, 
     exit(args_error("-np", v, "must be at most the parameter count psi = %lld of this model (--input --hidden --classes --layers)",
                     (long long)psi));
   }
-  if (strcmp(cfg->device, "cuda") == 0 && device_cuda_built() && device_cuda_count() == 0)
-    exit(args_error("--device", "cuda", "no GPU is visible to this process (use --device cpu or auto)"));
-  if (strcmp(cfg->device, "cuda") == 0 && !device_cuda_built())
-    exit(args_error("--device", "cuda", "this binary was built without CUDA (rebuild with make GPU=1 on a machine with nvcc and NCCL)"));
-  if (strcmp(cfg->backend, "nccl") == 0 && strcmp(cfg->device, "cpu") == 0)
-    exit(args_error("--backend", "nccl", "needs --device cuda (NCCL moves GPU buffers); use --backend mpi on cpu"));
-  if (strcmp(cfg->backend, "nccl") == 0 && !device_cuda_built())
-    exit(args_error("--backend", "nccl", "this binary was built without CUDA and NCCL (make GPU=1)"));
-  return 0;
+  resolve_device(cfg);
 }
 
 /* ---- helpers for strategies -------------------------------------------------------------- */
@@ -156,8 +185,8 @@ void trainer_alloc_full_states(trainer_t *t, int with_grads) {
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, P);         /* (P) working */
   if (with_grads) t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, P); /* (P) */
   if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
-  t->opt_m = tensor_alloc(t->cfg->optimizer == OPT_ADAMW ? "adam m" : "sgd momentum", LEDGER_OPTIM, DT_F32, t->dev, P);
-  if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("adam v", LEDGER_OPTIM, DT_F32, t->dev, P);
+  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, P);
+  if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, P);
 }
 
 void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst) {
@@ -266,18 +295,6 @@ void trainer_report_extra(trainer_t *t, const char *key, double value) {
   report_extra_t *e = &in->extras[in->nextras++];
   snprintf(e->key, sizeof e->key, "%s", key);
   e->value = value;
-}
-
-/* The default export for full (unsharded) states: the fp32 copy, unit by unit, unpadded. */
-static void export_full(trainer_t *t, float *dst) {
-  if (t->rank != 0 || !dst) return;
-  const tensor_t *w = t->wdt == DT_BF16 ? &t->master : &t->params;
-  int64_t at = 0;
-  for (int u = 0; u < t->model.n_units; u++) {
-    const unit_t *un = &t->model.units[u];
-    dev_memcpy(DEV_CPU, dst + at, t->dev, (const float *)w->data + un->off, (size_t)un->numel * sizeof(float));
-    at += un->numel;
-  }
 }
 
 /* ZL_CHECK_MASTER=1 (tests): in bf16 mode, the working params must be bf16(master) bit for bit. */
@@ -428,45 +445,112 @@ static int log_step(const train_cfg_t *c, int step) {
   return c->log_every > 0 && step % c->log_every == 0;
 }
 
+/* ---- the loop: what train.h's diagram shows, and nothing else ------------------------------ */
+
+/* Steps [start, cfg->steps): micro-batches (forward, loss, backward with the hooks), then the
+ * strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
+ * *taken counts applied optimizer steps (AdamW's t), *skipped the steps --nonfinite skip dropped. */
+static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
+  const train_cfg_t *cfg = t->cfg;
+  struct train_internal *in = t->in;
+  int log = t->rank == 0 && !cfg->quiet;
+  for (int step = start; step < cfg->steps; step++) {
+    char name[32];
+    snprintf(name, sizeof name, "step %d", step);
+    double t0 = trace_now_us();
+    trace_begin(name);
+    t->step = step;
+    fault_at_step(t->rank, step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    in->local_nonfinite = 0;
+    double loss_sum = 0;
+    for (int k = 0; k < cfg->accum; k++) {
+      t->micro = k;
+      t->last_micro = k == cfg->accum - 1; /* DDP all-reduces only now (no_sync before) */
+      loss_sum += micro_batch(t);
+    }
+    t->opt_t = *taken + 1;
+    t->skipped = 0;
+    t->strategy->step(t);
+    dev_sync(t->dev);
+    trace_end(NULL);
+    double ms = (trace_now_us() - t0) / 1000.0;
+    if (!t->skipped) (*taken)++;
+    else (*skipped)++;
+    comm_ctl_all_reduce_f64(t->comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
+    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms};
+    if (in->check_master) check_master_bits(t);
+    if (log && log_step(cfg, step)) {
+      printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
+      fflush(stdout);
+    }
+    if (ckpt_due(cfg, step)) ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps);
+  }
+  comm_wait_all(t->comm);
+}
+
+/* ---- the launcher: communicator, model, states, resume; then results and teardown --------- */
+
+static void print_header(const trainer_t *t, const char *chapter) {
+  const train_cfg_t *cfg = t->cfg;
+  const model_t *m = &t->model;
+  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->strategy->name, t->world,
+         t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
+         cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
+         cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+  printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
+         "(%lld per rank per micro-batch, accum %d), %d steps\n",
+         m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, (long long)t->local_batch,
+         cfg->accum, cfg->steps);
+  fflush(stdout);
+}
+
+/* Results (the full fp32 weights on rank 0: fingerprint, --save-params; the report, the trace),
+ * then every buffer freed. The model states belong to the strategy (train.h); the trainer
+ * frees what it allocated itself: activations, its tables, the model and the data. */
+static void train_finish(trainer_t *t, const char *chapter, int skipped) {
+  const train_cfg_t *cfg = t->cfg;
+  struct train_internal *in = t->in;
+  const strategy_t *s = t->strategy;
+  int rank = t->rank;
+  float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
+  ckpt_export_weights(t, full); /* through the strategy's layout hook */
+  if (rank == 0 && cfg->save_params)
+    report_write_atomic(cfg->save_params, (const char *)full, t->model.numel * (int64_t)sizeof(float));
+  if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
+    printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
+  double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
+  report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full,
+                      .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
+                      .skipped_steps = skipped};
+  report_finish(t, &run);
+  trace_write(t->comm);
+
+  if (s->teardown) s->teardown(t);
+  tensor_free(&t->params); /* whatever trainer_alloc_full_states made and the strategy kept */
+  tensor_free(&t->grads);
+  tensor_free(&t->master);
+  tensor_free(&t->opt_m);
+  tensor_free(&t->opt_v);
+  free_acts(t);
+  ops_release_workspace();
+  free(full);
+  free(in->steps);
+  free(t->unit_params);
+  free(t->unit_grads);
+  model_free(&t->model);
+  data_free(&t->data);
+}
+
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter) {
   if (!s) die("error: no strategy for this run");
   int env_rank = args_env_rank();
-  /* Device and backend, said out loud when chosen automatically. */
-  device_t dev = DEV_CPU;
-  if (strcmp(cfg->device, "cuda") == 0) dev = DEV_CUDA;
-  else if (strcmp(cfg->device, "auto") == 0) {
-    int ngpu = device_cuda_built() ? device_cuda_count() : 0;
-    dev = ngpu > 0 ? DEV_CUDA : DEV_CPU;
-    if (env_rank == 0 && !cfg->quiet) {
-      if (ngpu > 0) printf("device: auto -> cuda (%d GPU%s visible; --device cpu to stay on the CPU)\n", ngpu, ngpu > 1 ? "s" : "");
-      else printf("device: auto -> cpu (%s)\n", device_cuda_built() ? "no GPU visible" : "built without CUDA");
-    }
-  }
-  backend_t backend = dev == DEV_CUDA ? BACKEND_NCCL : BACKEND_MPI;
-  if (dev == DEV_CUDA && strcmp(cfg->backend, "auto") == 0) {
-    /* NCCL needs one GPU per rank; more ranks on this host than GPUs share them through the
-     * host-staged MPI backend instead — said out loud, never silently. */
-    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int local_ranks = ls ? atoi(ls) : 1, ngpu = device_cuda_count();
-    if (local_ranks > ngpu) {
-      backend = BACKEND_MPI;
-      if (env_rank == 0 && !cfg->quiet)
-        printf("backend: auto -> mpi (%d ranks on this host share %d GPU%s; NCCL needs one GPU per rank)\n",
-               local_ranks, ngpu, ngpu > 1 ? "s" : "");
-    }
-  }
-  if (strcmp(cfg->backend, "mpi") == 0) backend = BACKEND_MPI;
-  else if (strcmp(cfg->backend, "nccl") == 0) backend = BACKEND_NCCL;
-  if (backend == BACKEND_NCCL && dev != DEV_CUDA) {
-    if (env_rank == 0) fprintf(stderr, "error: --backend nccl: needs a GPU (--device auto found none)\n");
-    return 2;
-  }
+  if (env_rank == 0 && !cfg->quiet && cfg->device_note[0]) printf("%s\n", cfg->device_note);
 
   /* The ledger starts before anything is allocated (the communicator's scratch included). */
   ledger_init(env_rank, (int64_t)(cfg->mem_limit_mb * 1048576.0));
   int argc0 = 0;
   char **argv0 = NULL;
-  comm_t *comm = comm_init(&argc0, &argv0, backend, dev);
+  comm_t *comm = comm_init(&argc0, &argv0, cfg->comm_backend, cfg->dev);
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
   fault_arm(cfg->fault, comm_world(comm), cfg->steps);
@@ -476,7 +560,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   trace_init(rank, cfg->trace);
 
   struct train_internal in = {0};
-  trainer_t t = {.cfg = cfg, .strategy = s, .comm = comm, .rank = rank, .world = world, .dev = dev,
+  trainer_t t = {.cfg = cfg, .strategy = s, .comm = comm, .rank = rank, .world = world, .dev = cfg->dev,
                  .wdt = cfg->wdt, .in = &in};
   t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                       .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
@@ -493,19 +577,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
-
-  int log = rank == 0 && !cfg->quiet;
-  if (log) {
-    printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, s->name, world,
-           world > 1 ? "s" : "", device_name(dev), comm_backend_name(comm),
-           cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
-           cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
-    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
-           "(%lld per rank per micro-batch, accum %d), %d steps\n",
-           t.model.D, t.model.L, t.model.H, t.model.C, t.model.n_units, (long long)t.model.numel,
-           (long long)cfg->batch, (long long)t.local_batch, cfg->accum, cfg->steps);
-    fflush(stdout);
-  }
+  if (rank == 0 && !cfg->quiet) print_header(&t, chapter);
 
   fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
   trace_begin("setup");
@@ -523,68 +595,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     skipped = resume.skipped;
     ckpt_manifest_free(&resume);
   }
-  for (int step = start; step < cfg->steps; step++) {
-    char name[32];
-    snprintf(name, sizeof name, "step %d", step);
-    double t0 = trace_now_us();
-    trace_begin(name);
-    t.step = step;
-    fault_at_step(rank, step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
-    in.local_nonfinite = 0;
-    double loss_sum = 0;
-    for (int k = 0; k < cfg->accum; k++) {
-      t.micro = k;
-      t.last_micro = k == cfg->accum - 1; /* DDP all-reduces only now (no_sync before) */
-      loss_sum += micro_batch(&t);
-    }
-    t.opt_t = taken + 1;
-    t.skipped = 0;
-    s->step(&t);
-    dev_sync(dev);
-    trace_end(NULL);
-    double ms = (trace_now_us() - t0) / 1000.0;
-    if (!t.skipped) taken++;
-    else skipped++;
-    comm_ctl_all_reduce_f64(comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
-    in.steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t.model.rows), .ms = ms};
-    if (in.check_master) check_master_bits(&t);
-    if (log && log_step(cfg, step)) {
-      printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in.steps[step].loss, ms, t.skipped ? "  (skipped)" : "");
-      fflush(stdout);
-    }
-    if (ckpt_due(cfg, step)) ckpt_save(&t, cfg->ckpt, step + 1, taken, skipped, in.steps);
-  }
-  comm_wait_all(comm);
-
-  /* Results: the full fp32 weights on rank 0 (fingerprint, --save-params), then the report. */
-  float *full = rank == 0 ? xmalloc((size_t)t.model.numel * sizeof(float), "exported params") : NULL;
-  if (s->export_params) s->export_params(&t, full);
-  else export_full(&t, full);
-  if (rank == 0 && cfg->save_params)
-    report_write_atomic(cfg->save_params, (const char *)full, t.model.numel * (int64_t)sizeof(float));
-  if (in.check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
-    printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in.checked_steps);
-  double entropy = rank == 0 ? data_teacher_entropy(&t.data, 4096) : 0;
-  report_run_t run = {.chapter = chapter, .steps = in.steps, .nsteps = cfg->steps, .full_params = full,
-                      .teacher_entropy = entropy, .extras = in.extras, .nextras = in.nextras,
-                      .skipped_steps = skipped};
-  report_finish(&t, &run);
-  trace_write(comm);
-
-  if (s->teardown) s->teardown(&t);
-  tensor_free(&t.params); /* whatever trainer_alloc_full_states made and the strategy kept */
-  tensor_free(&t.grads);
-  tensor_free(&t.master);
-  tensor_free(&t.opt_m);
-  tensor_free(&t.opt_v);
-  free_acts(&t);
-  ops_release_workspace();
-  free(full);
-  free(in.steps);
-  free(t.unit_params);
-  free(t.unit_grads);
-  model_free(&t.model);
-  data_free(&t.data);
+  train_loop(&t, start, &taken, &skipped);
+  train_finish(&t, chapter, skipped);
   comm_finalize(comm);
   return 0;
 }

@@ -38,6 +38,9 @@ typedef struct train_cfg {
   coll_impl_t collectives;            /* --collectives vendor|ring */
   const char *device;                 /* --device auto|cpu|cuda */
   const char *backend;                /* --backend auto|mpi|nccl */
+  device_t dev;                       /* resolved from --device by train_parse_args */
+  backend_t comm_backend;             /* resolved from --backend (and the GPUs per host) */
+  char device_note[256];              /* what "auto" chose and why ("" when nothing was automatic) */
   const char *variant;                /* --variant naive|overlap|bucketed (02, 04) */
   double bucket_mb;                   /* --bucket-mb (02, 04) */
   int prefetch;                       /* --prefetch K (05) */
@@ -58,20 +61,47 @@ typedef struct train_cfg {
 enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4 };
 
 struct trainer;
+
+/* Where this rank keeps unit u between steps: the strategy's answer to strategy_t.layout, and
+ * the only place anything outside the strategy learns it. Checkpoint save and restore (any
+ * world size, any strategy: resharding), the export of the full weights (--save-params, the
+ * report's fingerprint) and so zl_ckpt's files all go through it; nothing reads
+ * strategy->stage to find memory. Offsets are unit-local elements of the unit's padded
+ * layout, [0, padded); slots past numel are pad (0). Pointers are on t->dev. */
+typedef struct unit_layout {
+  /* The piece whose fp32 truth and optimizer states this rank keeps. Over the ranks the pieces
+   * of a unit cover [0, numel) without overlap, or (replicated) every rank keeps the same one. */
+  int64_t own_off, own_numel; /* own_numel 0: nothing of unit u here */
+  float *w;                   /* (own_numel) fp32 weights: the master in bf16 mode, else the params */
+  float *m, *v;               /* (own_numel) optimizer states (m: Adam m or SGD momentum); NULL if none */
+  int replicated;             /* 1: every rank keeps this same piece (DDP): rank 0's copy is saved and
+                               * exported. The same answer on every rank. */
+  /* The working params (wdt) of unit u this rank holds between steps; a restore fills them with
+   * the fp32 weights cast to wdt (what every step leaves there). */
+  int64_t held_off, held_numel;
+  void *params;               /* (held_numel) */
+} unit_layout_t;
+
+/* A parallelism strategy. The loop calls, in this order (NULL hooks are skipped):
+ *   setup; then per step: per micro-batch  pre_forward(u) / post_forward(u) for u = 0..U−1,
+ *   pre_backward(u) / post_backward(u) for u = U−1..0;  then step;  after the last step
+ *   (and for every checkpoint or export) layout(u); teardown last.
+ * Ownership: setup allocates the model states (t->params, grads, master, opt_m, opt_v) in the
+ * shape it chooses; the TRAINER frees them after teardown. teardown frees only the strategy's
+ * own state (t->priv and what hangs from it). */
 typedef struct strategy {
   const char *name;  /* "ddp-naive", "zero1", ... */
-  int stage;         /* 0 DDP, 1, 2, 3: selects the formula the report prints */
+  int stage;         /* 0 DDP, 1, 2, 3: selects the formula the report prints (never memory) */
   void (*setup)(struct trainer *t);                   /* allocate states, shards, buckets */
   void (*pre_forward)(struct trainer *t, int unit);   /* ZeRO-3: gather unit params (+prefetch) */
   void (*post_forward)(struct trainer *t, int unit);  /* ZeRO-3: free gathered params */
   void (*pre_backward)(struct trainer *t, int unit);
   void (*post_backward)(struct trainer *t, int unit); /* unit grads ready: bucket / reduce */
   void (*step)(struct trainer *t);                    /* wait comm, optimizer on own shard, gather */
-  void (*teardown)(struct trainer *t);                /* free what setup allocated */
-  /* Copy the full fp32 weights (Ψ, unpadded, master in bf16 mode) to host dst on rank 0;
-   * collective: called on every rank, dst is NULL on ranks other than 0. NULL: the trainer's
-   * default for full (unsharded) states. */
-  void (*export_params)(struct trainer *t, float *dst);
+  void (*teardown)(struct trainer *t);                /* free what setup put in t->priv */
+  /* Where unit u lives on this rank (unit_layout_t above): the one hook checkpoints, resume,
+   * resharding and the export need. Required; called between steps, comm idle. */
+  void (*layout)(struct trainer *t, int u, unit_layout_t *out);
 } strategy_t;
 
 typedef struct trainer {
@@ -85,7 +115,8 @@ typedef struct trainer {
   data_t data;
   int64_t local_batch;  /* rows per micro-batch on this rank: batch / (world·accum) */
 
-  /* Model states. Which are full and which are shards is the strategy's business:     */
+  /* Model states: the strategy's setup allocates them (which are full, which are shards is its
+   * business; strategy_t.layout tells the rest of the program), the trainer frees them.   */
   tensor_t params;      /* working params (wdt): (P) full in DDP/ZeRO-1/2, (P/N) shard in ZeRO-3 */
   tensor_t grads;       /* grads (wdt): (P) full in DDP/ZeRO-1, (P/N) shard in ZeRO-2/3        */
   tensor_t master;      /* fp32 master, bf16 mode only: (P) in DDP, (P/N) in ZeRO-1..3         */
@@ -109,16 +140,19 @@ typedef struct trainer {
   struct train_internal *in; /* activations, batch buffers, results (train.c only) */
 } trainer_t;
 
-/* Parse and validate the training flags (before MPI, exit code 2 on error) into cfg.
- * Exits the process itself on --help (code 0) and on a bad flag (code 2, one error line);
- * returns 0 when the run should go on. cfg points into argv for its strings. */
-int train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about, unsigned chapter_flags);
-/* The whole program for chapters 02–05: comm, setup, loop, report, --json, --trace, teardown.
- * Returns the process exit code. */
+/* Parse and validate the training flags (before MPI) into cfg, and resolve --device/--backend
+ * (cfg->dev, cfg->comm_backend). Returns only when the run should go on: exits the process
+ * itself on --help (code 0) and on a bad flag (code 2, one error line). cfg points into argv
+ * for its strings. */
+void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about, unsigned chapter_flags);
+/* The whole program for chapters 02+: the launcher (communicator, model, the strategy's setup,
+ * resume), the loop (train.c's train_loop: the diagram above), then the results (report,
+ * --json, --trace, --save-params) and the teardown. Returns the process exit code. */
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 
 /* ---- helpers for strategies ----------------------------------------------------------- */
-/* Allocate full params/grads/master/optimizer states for the current layout (DDP-style). */
+/* Allocate full params/grads/master/optimizer states ("optim m", "optim v") for the current
+ * layout (DDP-style); the trainer frees them after teardown like any model state. */
 void trainer_alloc_full_states(trainer_t *t, int with_grads);
 /* Fill the full working params (and master) from the deterministic init on rank 0 and
  * broadcast them (counted apart from per-step traffic, as DDP's constructor does). */
