@@ -5,8 +5,10 @@
     python3 common/scripts/plots.py --check [--out notes/figures]   (every PNG there, none blank)
 
 Every number comes from a file the programs wrote (--json, --trace, ch00_memory --json,
-ch01_collbench --json); formulas are recomputed here from ARCHITECTURE.md's table only to
-draw them as outlines beside the measurement. A figure whose inputs are missing is skipped
+ch01_collbench --json); formulas are recomputed here from notes/design.md's table only to
+draw them as outlines beside the measurement. The two schematics are the exception: they are
+drawn from a synthetic schedule (made-up durations, computed below), labelled "schematic" in
+the figure, and need no input. A figure whose inputs are missing is skipped
 with one line saying which file to make (common/scripts/demo.sh makes them all); the exit
 code is 0 unless a figure that had its inputs failed to draw.
 
@@ -17,7 +19,10 @@ Figures (--only NAME) and their inputs, relative to --results:
   timeline_ddp     ch02_naive.trace.json, ch02_bucketed.trace.json (+ the .json beside each)
   timeline_zero3   ch05_zero3.trace.json (+ ch05_zero3.json); ch05_zero3_p0.* (no prefetch) if there
   loss             loss/<strategy>_np<N>.json            same model, batch, seed and steps
-The results objects follow ARCHITECTURE.md's --json contract; traces are Chrome traces
+Schematics, drawn with the timeline they come before (no inputs; counted on their own line):
+  schematic_ddp    with timeline_ddp: naive vs bucketed, one rank, synthetic durations
+  schematic_zero3  with timeline_zero3: --prefetch 0 vs 1, one rank, synthetic durations
+The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
 import argparse
@@ -97,7 +102,7 @@ def strategy_key(res):
 
 
 def formula_states(stage, psi, world, precision, optimizer):
-    """ARCHITECTURE.md's table: bytes per rank (params, grads, master+optimizer)."""
+    """notes/design.md's table: bytes per rank (params, grads, master+optimizer)."""
     wb = 2.0 if precision == "bf16" else 4.0
     master = 4.0 if precision == "bf16" else 0.0
     nstates = 2 if optimizer == "adamw" else 1  # AdamW m, v; SGD momentum
@@ -180,7 +185,7 @@ def fig_memory(results, outdir):
             fj = (r or {}).get("memory", {}).get("formula")
             if fj and all(k in fj for k in ("params", "grads", "optim")):  # the program's own formula
                 fp, fg, fo = fj["params"] / div, fj["grads"] / div, (fj.get("master", 0) + fj["optim"]) / div
-            else:  # no run at this N: ARCHITECTURE.md's table, recomputed here
+            else:  # no run at this N: notes/design.md's table, recomputed here
                 fp, fg, fo = (v / div for v in formula_states(stage, psi, n, prec, opt))
             if r:
                 mp = per_rank_max(r, "params") / div
@@ -207,7 +212,7 @@ def fig_memory(results, outdir):
     axes[0].set_ylim(0, top / div * 1.08)
     handles = [Patch(color=C_PARAMS, label="params"), Patch(color=C_GRADS, label="grads"),
                Patch(color=C_OPT, label="optimizer (+ fp32 master)" if prec == "bf16" else "optimizer (Adam m, v)"),
-               Patch(fill=False, ls="--", ec="black", label="formula (ARCHITECTURE.md)")]
+               Patch(fill=False, ls="--", ec="black", label="formula (notes/design.md)")]
     fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False)
     fig.suptitle("Memory per rank, measured by the ledger (bars) vs the formula (dashed), "
                  "Ψ = %s params, %s, %s" % (f"{int(psi):,}", prec, opt), fontsize=12)
@@ -507,24 +512,61 @@ def draw_timeline(ax, evs, title, span):
     return seen
 
 
-def run_summary(trace_path):
-    """' — step 12.3 ms (median), 40% of comm hidden' from the results JSON beside a trace."""
+def results_beside(trace_path):
+    """The results object written by the same run as a trace (X.trace.json -> X.json), or None."""
     jpath = trace_path[: -len(".trace.json")] + ".json"
     if not os.path.exists(jpath):
+        return None
+    try:
+        return load_json(jpath)
+    except (OSError, ValueError):
+        return None
+
+
+def overlap_saved_ms(res):
+    """The report's overlap figure — step time saved against naive in the same alternating run, in
+    ms, negative when overlap loses — if this results object carries one (a numeric field of
+    "overlap" whose name says "saved"); None otherwise."""
+    ov = (res or {}).get("overlap") or {}
+    if not isinstance(ov, dict):
+        return None
+    for key in sorted(ov):
+        v = ov[key]
+        if "saved" in key.lower() and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v) * (1e-3 if key.lower().endswith("_us") else 1.0)
+    return None
+
+
+def run_summary(trace_path):
+    """' — 2 ranks on cpu, median step 12.3 ms' from the results JSON beside a trace."""
+    res = results_beside(trace_path)
+    if res is None:
         return ""
-    res = load_json(jpath)
     parts = []
-    if res.get("median_step_ms") is not None:
-        parts.append("median step %.1f ms" % float(res["median_step_ms"]))
-    ov = res.get("overlap") or {}
-    if ov.get("hidden_fraction") is not None and float(ov["hidden_fraction"]) >= 0:
-        parts.append("%.0f%% of the communication time ran under a backward" % (100 * float(ov["hidden_fraction"])))
     dev = res.get("device")
     if dev:
         n = int(res.get("world", 0))
-        parts.insert(0, "%d rank%s on %s" % (n, "" if n == 1 else "s", dev))
+        parts.append("%d rank%s on %s" % (n, "" if n == 1 else "s", dev))
+    if res.get("median_step_ms") is not None:
+        parts.append("median step %.3g ms" % float(res["median_step_ms"]))
     parts.append("the step shown: rank 0's step of median length")
-    return ("\n" + ", ".join(parts)) if parts else ""
+    return "\n" + ", ".join(parts)
+
+
+def step_difference(base_trace, other_trace, base_name, other_name):
+    """The measured step-time difference for a figure title: the report's own overlap figure when
+    the results JSON has one, else the difference of the two runs' median steps."""
+    a, b = results_beside(base_trace), results_beside(other_trace)
+    saved = overlap_saved_ms(b)
+    if saved is not None:
+        return "measured: %s saves %+.3g ms per step against %s (the report's figure; negative: it loses)" % (
+            other_name, saved, base_name)
+    if a and b and a.get("median_step_ms") is not None and b.get("median_step_ms") is not None:
+        ma, mb = float(a["median_step_ms"]), float(b["median_step_ms"])
+        d = ma - mb
+        return "measured: %s saves %+.3g ms per step against %s (%+.0f%%; median steps %.3g vs %.3g ms, two separate runs)" % (
+            other_name, d, base_name, 100.0 * d / ma if ma else 0.0, mb, ma)
+    return ""
 
 
 def fig_timelines_ddp(results, outdir):
@@ -535,8 +577,10 @@ def fig_timelines_ddp(results, outdir):
     have = [(p, t + run_summary(p)) for p, t in paths if os.path.exists(p)]
     if not have:
         return "no results/ch02_naive.trace.json or ch02_bucketed.trace.json (make demo CH=02: ch02_ddp --trace)"
+    diff = step_difference(paths[0][0], paths[1][0], "naive", "bucketed") if len(have) == 2 else ""
     return draw_timeline_fig(have, outdir, "timeline_ddp",
-                             "Timeline of one DDP step per rank, same time scale (ch02_ddp --trace)")
+                             "Measured timeline of one DDP step per rank, same time scale (ch02_ddp --trace)"
+                             + ("\n" + diff if diff else ""))
 
 
 def fig_timelines_zero3(results, outdir):
@@ -548,8 +592,140 @@ def fig_timelines_zero3(results, outdir):
     if not os.path.exists(paths[1][0]):
         return "no results/ch05_zero3.trace.json (make demo CH=05: ch05_zero3 --trace)"
     have = [(p, t + run_summary(p)) for p, t in paths if os.path.exists(p)]
+    diff = step_difference(paths[0][0], paths[1][0], "--prefetch 0", "--prefetch 1") if len(have) == 2 else ""
     return draw_timeline_fig(have, outdir, "timeline_zero3",
-                             "Timeline of one ZeRO-3 step per rank, same time scale (ch05_zero3 --trace)")
+                             "Measured timeline of one ZeRO-3 step per rank, same time scale (ch05_zero3 --trace)"
+                             + ("\n" + diff if diff else ""))
+
+
+# ---- schematics: the schedule each strategy aims for, from synthetic durations ---------------
+# Not measurements: made-up durations in "time units", and the assumption that communication runs
+# on a resource of its own (a GPU's NCCL stream and links, or a free core), so it never slows the
+# compute down. That is the picture the pages start from; the measured timelines come after it.
+
+SCHEM_U = 4                                   # units (layers)
+SCHEM_T = dict(fwd=1.0, bwd=2.0, opt=1.0, ar=1.4, ag=0.8, rs=0.8)  # time units per unit
+
+
+def _stream(free, at, dur):
+    """Start and end of an operation issued at `at` on a stream that is free from `free`."""
+    start = max(at, free)
+    return start, start + dur
+
+
+def schedule_ddp(bucket_units):
+    """(compute, comm, step end) of one DDP step: bucket_units = units per bucket (U: naive)."""
+    T, U = SCHEM_T, SCHEM_U
+    comp, comm, t, free = [], [], 0.0, 0.0
+    for u in range(U):
+        comp.append((t, T["fwd"], "forward", "fwd %d" % u))
+        t += T["fwd"]
+    for i, u in enumerate(reversed(range(U))):
+        comp.append((t, T["bwd"], "backward", "bwd %d" % u))
+        t += T["bwd"]
+        last_of_bucket = (i + 1) % bucket_units == 0 or u == 0
+        if last_of_bucket and bucket_units < U:  # bucketed: launch as soon as the bucket is done
+            n = min(bucket_units, i + 1 - (i // bucket_units) * bucket_units)
+            a, b = _stream(free, t, T["ar"] * n)
+            comm.append((a, b - a, "all-reduce", "bucket %d" % (i // bucket_units)))
+            free = b
+    if bucket_units >= U:  # naive: one all-reduce of everything after the backward
+        a, b = _stream(free, t, T["ar"] * U)
+        comm.append((a, b - a, "all-reduce", "all gradients"))
+        free = b
+    if free > t:
+        comp.append((t, free - t, "wait", "wait grads"))
+        t = free
+    comp.append((t, T["opt"], "optimizer", "optimizer"))
+    return comp, comm, t + T["opt"]
+
+
+def schedule_zero3(prefetch):
+    """(compute, comm, step end) of one ZeRO-3 step with this prefetch depth (solutions/zero3.c's
+    order: gather_acquire(e) issues e..e+prefetch, a unit's reduce-scatter is queued after its
+    backward, the communication stream runs in issue order)."""
+    T, U = SCHEM_T, SCHEM_U
+    events = [("forward", u) for u in range(U)] + [("backward", u) for u in reversed(range(U))]
+    comp, comm, t, free, done = [], [], 0.0, 0.0, {}
+    for e, (phase, u) in enumerate(events):
+        for j in range(e, min(e + prefetch, len(events) - 1) + 1):
+            if j not in done:
+                a, b = _stream(free, t, T["ag"])
+                comm.append((a, b - a, "all-gather", "ag %d" % events[j][1]))
+                free = done[j] = b
+        if done[e] > t:
+            comp.append((t, done[e] - t, "wait", "wait"))
+            t = done[e]
+        d = T["fwd"] if phase == "forward" else T["bwd"]
+        comp.append((t, d, phase, "%s %d" % ("fwd" if phase == "forward" else "bwd", u)))
+        t += d
+        if phase == "backward":
+            a, b = _stream(free, t, T["rs"])
+            comm.append((a, b - a, "reduce-scatter", "rs %d" % u))
+            free = b
+    if free > t:
+        comp.append((t, free - t, "wait", "wait"))
+        t = free
+    comp.append((t, T["opt"], "optimizer", "opt"))
+    return comp, comm, t + T["opt"]
+
+
+def draw_schedule(ax, comp, comm, title, span):
+    colors = {c: col for c, col, _ in CATS}
+    for y, rows in ((1.1, comp), (0.0, comm)):
+        for ts, d, cat, label in rows:
+            style = dict(facecolors=colors.get(cat, "#CCCCCC"), edgecolor="white", linewidth=0.5)
+            if cat == "wait":
+                style = dict(facecolors=colors["wait"], edgecolor="#999999", linewidth=0.5, hatch="////")
+            ax.broken_barh([(ts, d)], (y, 0.9), **style)
+            if d >= 0.7:
+                ax.text(ts + d / 2, y + 0.45, label, ha="center", va="center", fontsize=7.5,
+                        color="black" if cat == "wait" else "white")
+    ax.set_yticks([0.45, 1.55])
+    ax.set_yticklabels(["comm stream", "compute"], fontsize=9)
+    ax.set_xlim(-0.2, span + 0.2)
+    ax.set_xlabel("time (synthetic units)")
+    ax.set_title(title, fontsize=10.5)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def draw_schematic(outdir, name, panels, suptitle):
+    """panels: [(title, (compute, comm, end))]; one rank, one step each, same scale."""
+    span = max(end for _, (_, _, end) in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.2 + 2.0 * len(panels)), squeeze=False)
+    for ax, (title, (comp, comm, end)) in zip(axes[:, 0], panels):
+        draw_schedule(ax, comp, comm, "%s — step %.1f units" % (title, end), span)
+        ax.axvline(end, color="black", lw=0.8, alpha=0.5)
+    cats = [c for c, _, _ in CATS if any(c == ev[2] for _, (cp, cm, _) in panels for ev in cp + cm)]
+    handles = [Patch(facecolor=col, edgecolor="#999999", hatch="////" if c == "wait" else None,
+                     label="wait (idle)" if c == "wait" else c) for c, col, _ in CATS if c in cats]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
+    fig.suptitle("SCHEMATIC (synthetic durations, not a measurement)\n" + suptitle, fontsize=12)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.92))
+    savefig(fig, outdir, name)
+
+
+def schematic_ddp(outdir):
+    naive, bucketed = schedule_ddp(SCHEM_U), schedule_ddp(2)
+    draw_schematic(outdir, "schematic_ddp", [
+        ("naive: the all-reduce waits for the whole backward", naive),
+        ("bucketed (2 units per bucket): a bucket's all-reduce starts when its last unit's backward ends", bucketed)],
+        "Schematic of one DDP step (one rank): naive vs bucketed — saves %.1f of %.1f units, "
+        "if communication has a resource of its own" % (naive[2] - bucketed[2], naive[2]))
+
+
+def schematic_zero3(outdir):
+    p0, p1 = schedule_zero3(0), schedule_zero3(1)
+    draw_schematic(outdir, "schematic_zero3", [
+        ("--prefetch 0: gather each unit when it is needed, compute waits", p0),
+        ("--prefetch 1: the next unit's gather is issued before the current unit computes", p1)],
+        "Schematic of one ZeRO-3 step (one rank): gather, compute, discard — prefetch saves %.1f of %.1f units, "
+        "if communication has a resource of its own" % (p0[2] - p1[2], p0[2]))
+
+
+SCHEMATICS = [  # (drawn with this figure of FIGURES, function, the PNG it writes)
+    ("timeline_ddp", schematic_ddp, "schematic_ddp"), ("timeline_zero3", schematic_zero3, "schematic_zero3"),
+]
 
 
 def draw_timeline_fig(items, outdir, name, suptitle):
@@ -693,6 +869,7 @@ def main():
         return 2
     if args.check:
         names = [png for name, _, png in FIGURES if not only or name in only]
+        names += [png for name, _, png in SCHEMATICS if not only or name in only]
         nbad = check_pngs(args.out, names)
         print("plots check: %d of %d figures ok in %s" % (len(names) - nbad, len(names), args.out))
         return 1 if nbad else 0
@@ -711,10 +888,22 @@ def main():
         if why:
             skipped.append(name)
             print("  skipped %s: %s" % (name, why.replace("results/", args.results.rstrip("/") + "/")))
+    nschem, schem_failed = 0, []
+    for name, fn, _ in SCHEMATICS:  # synthetic: no inputs, drawn with their timeline
+        if only and name not in only:
+            continue
+        try:
+            fn(args.out)
+            nschem += 1
+        except Exception as e:
+            schem_failed.append(name)
+            print("  FAILED schematic for %s: %s: %s" % (name, type(e).__name__, e))
+    if nschem:
+        print("schematics: %d drawn (synthetic schedules, labelled as such; no inputs needed)" % nschem)
     print("plots: %d drawn, %d skipped, %d failed -> %s" % (
         len([f for f in FIGURES if (not only or f[0] in only)]) - len(skipped) - len(failed),
-        len(skipped), len(failed), args.out))
-    if failed or (args.strict and skipped):
+        len(skipped), len(failed) + len(schem_failed), args.out))
+    if failed or schem_failed or (args.strict and skipped):
         return 1
     return 0
 
