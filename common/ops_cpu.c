@@ -137,11 +137,12 @@ void op_linear_fwd(device_t dev, float *y, const float *x, const void *W, const 
   ops_blas_init();
   if (B <= 0 || out <= 0) return;
   const float *Wf = ops_as_f32(W, wdt, (int64_t)out * in, OPS_WS_W, __func__); // (out,in)
-  const float *bf = ops_as_f32(b, wdt, out, OPS_WS_B, __func__);               // (out)
+  const float *bf = b ? ops_as_f32(b, wdt, out, OPS_WS_B, __func__) : NULL;   // (out), NULL: no bias
   if (in > 0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, out, in, 1.0f, x, in, Wf, in, 0.0f, y, out);
   else
     memset(y, 0, (size_t)B * out * sizeof(float));
+  if (!bf) return;
   for (int r = 0; r < B; r++) {
     float *yr = y + (int64_t)r * out;
     for (int o = 0; o < out; o++) yr[o] += bf[o];
@@ -157,10 +158,10 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
   if (B <= 0) { /* no rows: nothing new, dW = beta·dW and db = beta·db */
     if (beta == 0.0f) {
       op_fill(DEV_CPU, dW, wdt, 0.0f, wn);
-      op_fill(DEV_CPU, db, wdt, 0.0f, out);
+      if (db) op_fill(DEV_CPU, db, wdt, 0.0f, out);
     } else {
       op_scale(DEV_CPU, dW, wdt, beta, wn);
-      op_scale(DEV_CPU, db, wdt, beta, out);
+      if (db) op_scale(DEV_CPU, db, wdt, beta, out);
     }
     return;
   }
@@ -184,7 +185,8 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
       ops_store_acc(dW, wdt, g, wn, beta);
     }
   }
-  // db(out) = beta·db + Σ_rows dy, rows in order 0..B−1
+  // db(out) = beta·db + Σ_rows dy, rows in order 0..B−1 (db == NULL: no bias)
+  if (!db) return;
   float *s = ops_workspace(DEV_CPU, OPS_WS_B, (int64_t)out * (int64_t)sizeof(float));
   memcpy(s, dy, (size_t)out * sizeof(float));
   for (int r = 1; r < B; r++) {

@@ -303,10 +303,10 @@ void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float
   if (B <= 0) { /* no rows: nothing new, dW = beta·dW and db = beta·db (as ops_cpu.c) */
     if (beta == 0.0f) {
       opcu_fill(dW, wdt, 0.0f, wn);
-      opcu_fill(db, wdt, 0.0f, out);
+      if (db) opcu_fill(db, wdt, 0.0f, out);
     } else {
       opcu_scale(dW, wdt, beta, wn);
-      opcu_scale(db, wdt, beta, out);
+      if (db) opcu_scale(db, wdt, beta, out);
     }
     return;
   }

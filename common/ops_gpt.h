@@ -1,0 +1,91 @@
+/* ops_gpt.h — the kernels a GPT-2 block needs beyond ops.h: LayerNorm, causal multi-head
+ * self-attention, token + position embedding. CPU in ops_gpt_cpu.c (OpenBLAS for the attention
+ * matmuls), CUDA in ops_gpt_cuda.cu (cuBLAS strided-batched GEMMs, own kernels for the rest).
+ * The rest of the block is ops.h: op_linear_fwd/bwd (B·T rows; b == NULL: no bias, the LM head),
+ * op_gelu_fwd/bwd, op_add (residual, DT_F32), op_softmax_xent (rows B·T, classes V).
+ *
+ * Conventions are ops.h's: device first, raw pointers (on that device), activations always fp32,
+ * weights and weight-gradients in the working dtype wdt (DT_F32 or DT_BF16: math in fp32 on the
+ * widened values, one rounding when storing), weight-gradients with `beta` (0 overwrite,
+ * 1 accumulate: dW = beta·dW + Σ, the sum complete in fp32 before it meets dW), deterministic
+ * (no atomics, fixed reduction order: same inputs, same bits on the same device).
+ * Scratch comes from ops_workspace, slots OPS_GPT_WS_* below (5..7: above those the ops of
+ * ops.h use on either device); contents are not kept between calls.
+ *
+ * Saved for backward (what the activation-memory formula counts), per call:
+ *   layernorm  mean, rstd: rows floats each (the input x is the caller's, kept anyway)
+ *   attention  att: B·NH·T·T floats, the softmax probabilities (pre-softmax scores are not kept:
+ *              they are computed into att and normalized in place); qkv is the caller's
+ *   embedding  nothing (tokens are the caller's)
+ * Bytes moved through workspaces are counted by the ledger as activations (ops_workspace). */
+#ifndef ZL_OPS_GPT_H
+#define ZL_OPS_GPT_H
+#include <stdint.h> // int64_t
+#include "dtype.h"  // dtype_t, device_t
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ops_workspace slots taken by these ops (ops_cpu.c uses 0..2, ops_cuda.cu 0..4). */
+enum { OPS_GPT_WS_A = 5, OPS_GPT_WS_B = 6, OPS_GPT_WS_C = 7 };
+
+#define OPS_LN_EPS 1e-5f /* GPT-2's LayerNorm epsilon */
+
+/* LayerNorm over the last dimension, per row r of x (rows, C):
+ *   mean[r] = Σ_c x/C,  rstd[r] = 1/sqrt(Σ_c (x−mean)²/C + 1e-5)
+ *   y[r,c]  = (x[r,c] − mean[r])·rstd[r]·w[c] + b[c]
+ * y (rows,C), mean (rows), rstd (rows) fp32 written; x (rows,C) fp32; w, b (C) in wdt.
+ * y must not alias x. mean and rstd are what the backward needs besides x. */
+void op_layernorm_fwd(device_t dev, float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
+                      dtype_t wdt, int rows, int C);
+/* Backward of op_layernorm_fwd given dy (rows,C), with n = (x − mean)·rstd, g = w·dy:
+ *   dx[r,c] += (g − mean_c(g) − n·mean_c(g·n))·rstd   ACCUMULATED (the residual's gradient adds in)
+ *   dw[c]    = beta·dw[c] + Σ_r n·dy                   (wdt; fp32 sum over rows, one rounding)
+ *   db[c]    = beta·db[c] + Σ_r dy
+ * x, mean, rstd as the forward saved them; w (C) in wdt. dx must not alias dy. */
+void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *dy, const float *x,
+                      const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta);
+
+/* Causal multi-head self-attention (GPT-2), hs = C/NH, scale = 1/sqrt(hs):
+ *   qkv (B,T,3C) = [q | k | v] per position, head h in columns h·hs..(h+1)·hs−1 of each third;
+ *   att[b,h,t,j] = softmax_j≤t(scale·q[b,t,h]·k[b,j,h])   (B,NH,T,T), exactly 0 for j > t
+ *   out[b,t,h·hs+d] = Σ_j att[b,h,t,j]·v[b,j,h·hs+d]       (B,T,C)
+ * att is written in full (the saved activation: B·NH·T·T floats); out must not alias qkv.
+ * C must be a multiple of NH. Output at t depends only on positions <= t, bit for bit. */
+void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* Backward of op_attention_fwd given dout (B,T,C): dqkv (B,T,3C) OVERWRITTEN with [dq | dk | dv].
+ * qkv and att as the forward left them. Scratch: one T·T (CPU) or NH·T·T (CUDA) fp32 block. */
+void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                      int C, int NH);
+
+/* Token + learned position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+ * out (B,T,C) fp32; tokens (B,T) int in [0,V); wte (V,C), wpe (>=T,C) in wdt.
+ * A token outside [0,V) dies with its index on the CPU; on CUDA it makes that row NaN. */
+void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *wte, const void *wpe, dtype_t wdt,
+                      int B, int T, int C, int V);
+/* Backward of op_embedding_fwd given dout (B,T,C):
+ *   dwte[v,:] = beta·dwte[v,:] + Σ_{(b,t): tokens[b,t]=v} dout[b,t,:]   (V,C) every row written
+ *   dwpe[t,:] = beta·dwpe[t,:] + Σ_b dout[b,t,:]                        (T,C)
+ * Sums in fp32, positions in increasing b·T+t order (the same order on CPU and CUDA, so the two
+ * agree bit for bit), one rounding into wdt. No atomics: positions are bucketed by token first
+ * (on CUDA that copies the B·T tokens to the host: one stream synchronization). */
+void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B,
+                      int T, int C, int V, float beta);
+
+/* ---- the CUDA implementations (ops_gpt_cuda.cu), called by ops_gpt_cpu.c for DEV_CUDA ---------
+ * Same contracts, all on the compute stream. Not for direct use. */
+void opcu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b, dtype_t wdt,
+                        int rows, int C);
+void opcu_layernorm_bwd(float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
+                        const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta);
+void opcu_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void opcu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                        int NH);
+void opcu_embedding_fwd(float *out, const int *tokens, const void *wte, const void *wpe, dtype_t wdt, int B, int T,
+                        int C, int V);
+void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B, int T, int C,
+                        int V, float beta);
+#ifdef __cplusplus
+}
+#endif
+#endif
