@@ -8,13 +8,13 @@
 #include <stdint.h> // int64_t
 #include "dtype.h"  // dtype_t, device_t
 
-/* y(B,out) = x(B,in) · W(out,in)^T + b(out). */
+/* y(B,out) = x(B,in) · W(out,in)^T + b(out)   (b == NULL: no bias, as the GPT's LM head). */
 void op_linear_fwd(device_t dev, float *y, const float *x, const void *W, const void *b, dtype_t wdt,
                    int B, int in, int out);
 /* Backward of op_linear_fwd given dy(B,out):
  *   dx(B,in) = dy · W                      (skipped when dx == NULL: the first layer)
  *   dW(out,in) = beta·dW + dyᵀ · x         (beta 0: overwrite, 1: accumulate micro-batches)
- *   db(out)    = beta·db + Σ_rows dy
+ *   db(out)    = beta·db + Σ_rows dy          (skipped when db == NULL: no bias)
  * dW and db are in wdt; the sum is formed in fp32 and rounded once to wdt. */
 void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy, const float *x,
                    const void *W, dtype_t wdt, int B, int in, int out, float beta);
