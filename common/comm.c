@@ -69,7 +69,8 @@ int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int
 /* ---- init / finalize ---------------------------------------------------------------------- */
 static void *comm_thread_main(void *arg);
 
-comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
+/* A communicator with its lock, condition variables and task queue; no MPI, no backend yet. */
+static comm_t *comm_alloc(backend_t backend, device_t dev) {
   comm_t *c = xcalloc(1, sizeof *c, "communicator");
   c->dev = dev;
   c->backend = backend;
@@ -83,6 +84,18 @@ comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
   pthread_condattr_destroy(&ca);
   c->q_cap = 64;
   c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
+  return c;
+}
+
+static void comm_start_thread(comm_t *c) {
+  if (!c->be->threaded) return;
+  if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
+    die("rank %d: comm_init: cannot start the communication thread", c->rank);
+  c->thread_started = 1;
+}
+
+comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
+  comm_t *c = comm_alloc(backend, dev);
   comm_mpi_boot(c, argc, argv); /* rank, world, local rank, check_set_rank */
   if (dev == DEV_CUDA) device_cuda_select(c->local_rank); /* dies in a CPU-only build */
   if (backend == BACKEND_NCCL) {
@@ -95,13 +108,36 @@ comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
   } else {
     comm_mpi_attach(c);
   }
-  if (c->be->threaded) {
-    if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
-      die("rank %d: comm_init: cannot start the communication thread", c->rank);
-    c->thread_started = 1;
-  }
+  comm_start_thread(c);
   return c;
 }
+
+/* Process groups: the same front on a smaller MPI_Comm (and NCCL communicator). */
+comm_t *comm_split(comm_t *parent, int color, int key) {
+  if (color < 0) die("rank %d: comm_split: color %d must be >= 0 (every rank joins a group)", parent->rank, color);
+  comm_wait_all(parent); /* the split is a collective on the parent: it follows everything queued there */
+  comm_t *c = comm_alloc(parent->backend, parent->dev);
+  c->impl = parent->impl;
+  c->timeout_s = parent->timeout_s;
+  c->parent = parent;
+  comm_mpi_split(parent, c, color, key, parent->be->threaded);
+  if (parent->backend == BACKEND_NCCL) {
+#ifdef ZL_CUDA
+    comm_nccl_split(parent, c, color, key);
+#else
+    die("rank %d: comm_split: NCCL backend in a CPU-only build", parent->rank);
+#endif
+  } else {
+    comm_mpi_attach(c);
+  }
+  comm_start_thread(c);
+  pthread_mutex_lock(&parent->mu);
+  parent->n_children++;
+  pthread_mutex_unlock(&parent->mu);
+  return c;
+}
+
+comm_t *comm_parent(const comm_t *c) { return c->parent; }
 
 int comm_rank(const comm_t *c) { return c->rank; }
 int comm_world(const comm_t *c) { return c->world; }
@@ -341,6 +377,9 @@ void comm_wait_all(comm_t *c) {
 
 void comm_finalize(comm_t *c) {
   if (!c) return;
+  if (c->n_children > 0)
+    die("rank %d: comm_finalize: %d sub-communicator(s) split from this one are still open; finalize them first",
+        c->rank, c->n_children);
   comm_wait_all(c);
   if (c->thread_started) {
     comm_task_t stop = {.kind = TASK_STOP, .op = CO_CONTROL};
@@ -358,7 +397,12 @@ void comm_finalize(comm_t *c) {
     }
   }
   if (c->be->finalize) c->be->finalize(c);
-  comm_mpi_shutdown(c);
+  comm_mpi_shutdown(c); /* a sub-communicator: MPI_Comm_free only */
+  if (c->parent) {
+    pthread_mutex_lock(&c->parent->mu);
+    c->parent->n_children--;
+    pthread_mutex_unlock(&c->parent->mu);
+  }
   pthread_cond_destroy(&c->cv_work);
   pthread_cond_destroy(&c->cv_done);
   pthread_mutex_destroy(&c->mu);

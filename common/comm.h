@@ -58,8 +58,24 @@ const char *comm_op_name(comm_op_t op); /* "broadcast", "reduce", "all_reduce", 
  * the rank for error messages; then the backend on `dev` (BACKEND_NCCL needs DEV_CUDA).
  * Dies with a clear message if the backend cannot work (e.g. NCCL with two ranks on one GPU). */
 comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev);
-/* Wait for the stream, stop it, MPI_Finalize. */
+/* Wait for the stream, stop it, MPI_Finalize. On a sub-communicator (comm_split): wait, stop
+ * its stream, free its MPI / NCCL communicator, no MPI_Finalize. Every sub-communicator must be
+ * finalized before its parent (the parent's comm_finalize dies naming how many are left). */
 void comm_finalize(comm_t *c);
+
+/* Process groups (notes/06-tensor-parallel.md). Collective over every rank of `parent`: each
+ * calls it, in the same order relative to the parent's other operations. Ranks passing the same
+ * color (>= 0) form one sub-communicator, ranked by key (ties: by parent rank), as
+ * MPI_Comm_split. The sub-communicator is a full comm_t: same backend, device, implementation
+ * (vendor or ring: solutions/ring.c runs on it unchanged) and timeout as the parent; its own
+ * stream (MPI: its own communication thread, so MPI_THREAD_MULTIPLE is required; NCCL: its own
+ * CUDA stream, ncclCommSplit from the parent's NCCL communicator, or a fresh id broadcast over
+ * the group when the installed NCCL predates it); its own counters, starting at zero — the
+ * parent's counters do not see its traffic. The parent's queued work is waited for first.
+ * Released with comm_finalize (before the parent). */
+comm_t *comm_split(comm_t *parent, int color, int key);
+/* The communicator c was split from; NULL for the one from comm_init. */
+comm_t *comm_parent(const comm_t *c);
 
 int comm_rank(const comm_t *c);
 int comm_world(const comm_t *c);

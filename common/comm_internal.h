@@ -110,7 +110,9 @@ struct comm {
   backend_t backend;
   const comm_backend_t *be;
   void *be_state;            /* the backend's own (MPI: bf16 type and ops; NCCL: ncclComm_t, events) */
-  MPI_Comm mpi;              /* duplicate of MPI_COMM_WORLD, errors returned */
+  MPI_Comm mpi;              /* duplicate of MPI_COMM_WORLD (a sub-communicator: its MPI_Comm_split), errors returned */
+  comm_t *parent;            /* comm_split: the communicator this one was split from; NULL: the world */
+  int n_children;            /* sub-communicators split from this one and not yet finalized */
   coll_impl_t impl;
   double timeout_s;          /* 0 = no deadline */
 
@@ -143,8 +145,13 @@ void comm_mpi_boot(comm_t *c, int *argc, char ***argv);
 void comm_mpi_attach(comm_t *c);
 /* Control ops and barrier (host memory, MPI on c->mpi), for every backend. */
 void comm_mpi_control(comm_t *c, comm_task_t *t);
-/* MPI_Comm_free + MPI_Finalize (after the stream has stopped and the backend is released). */
+/* MPI_Comm_free + MPI_Finalize (after the stream has stopped and the backend is released);
+ * a sub-communicator only frees its MPI_Comm. */
 void comm_mpi_shutdown(comm_t *c);
+/* comm_split, MPI side (every backend): MPI_Comm_split of parent->mpi (errors returned) into
+ * sub->mpi; sub->rank, world, local_rank. `threaded`: the sub will run its own communication
+ * thread, so MPI_THREAD_MULTIPLE is required (dies saying so otherwise). */
+void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threaded);
 extern const comm_backend_t comm_mpi_backend;
 
 #ifdef ZL_CUDA
@@ -153,6 +160,10 @@ extern const comm_backend_t comm_mpi_backend;
  * id broadcast over c->mpi; sets c->be (threaded = 0, host_only = 0) and c->be_state. Dies with a
  * clear message when it cannot work (e.g. two ranks on one GPU). */
 void comm_nccl_attach(comm_t *c);
+/* comm_split on the NCCL backend: sub->mpi, rank and world are set (comm_mpi_split). The sub's
+ * NCCL communicator comes from ncclCommSplit of the parent's (NCCL >= 2.18), else from a new id
+ * broadcast over sub->mpi; it gets its own comm stream and events. Sets sub->be, sub->be_state. */
+void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
 /* Makes the calling thread (the comm thread) use the rank's GPU (cudaSetDevice); called by the
  * front at the start of the comm thread when comm_device(c) == DEV_CUDA. */
 void comm_cuda_thread_attach(void);

@@ -219,7 +219,25 @@ void comm_mpi_boot(comm_t *c, int *argc, char ***argv) {
 
 void comm_mpi_shutdown(comm_t *c) {
   CHECK_MPI(MPI_Comm_free(&c->mpi));
-  CHECK_MPI(MPI_Finalize());
+  if (!c->parent) CHECK_MPI(MPI_Finalize());
+}
+
+/* Called on the main thread; the parent's stream is drained, and other communicators' threads
+ * may be inside MPI at the same time, which MPI_THREAD_MULTIPLE allows. */
+void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threaded) {
+  int provided = 0;
+  CHECK_MPI(MPI_Query_thread(&provided));
+  if (threaded && provided < MPI_THREAD_MULTIPLE)
+    die("rank %d: comm_split: this MPI gives thread level %d, and a sub-communicator runs its own communication "
+        "thread beside the parent's, which needs MPI_THREAD_MULTIPLE (%d)", parent->rank, provided,
+        MPI_THREAD_MULTIPLE);
+  CHECK_MPI(MPI_Comm_split(parent->mpi, color, key, &sub->mpi)); /* inherits MPI_ERRORS_RETURN */
+  CHECK_MPI(MPI_Comm_rank(sub->mpi, &sub->rank));
+  CHECK_MPI(MPI_Comm_size(sub->mpi, &sub->world));
+  MPI_Comm node;
+  CHECK_MPI(MPI_Comm_split_type(sub->mpi, MPI_COMM_TYPE_SHARED, sub->rank, MPI_INFO_NULL, &node));
+  CHECK_MPI(MPI_Comm_rank(node, &sub->local_rank));
+  CHECK_MPI(MPI_Comm_free(&node));
 }
 
 /* ---- control traffic: host memory, for every backend ----------------------------------------- */

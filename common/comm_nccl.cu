@@ -44,6 +44,7 @@ typedef struct nccl_state {
   char ev_tag[NCCL_EVENTS][48];
   comm_handle_t last_seq;   /* last task with a recorded event */
   comm_handle_t done_seq;   /* every task <= done_seq is known complete on the GPU */
+  int own_stream;           /* 1: a sub-communicator's stream, created (and destroyed) here */
 } nccl_state_t;
 
 static nccl_state_t *st(const comm_t *c) { return (nccl_state_t *)c->be_state; }
@@ -276,6 +277,7 @@ static void nccl_finalize(comm_t *c) {
   nccl_host_wait(c, s->last_seq);
   CHECK_CUDA(cudaStreamSynchronize(s->stream));
   CHECK_NCCL(ncclCommDestroy(s->comm));
+  if (s->own_stream) CHECK_CUDA(cudaStreamDestroy(s->stream));
   CHECK_CUDA(cudaEventDestroy(s->ev_compute));
   for (int i = 0; i < NCCL_EVENTS; i++) {
     CHECK_CUDA(cudaEventDestroy(s->ev[i]));
@@ -317,21 +319,55 @@ static void nccl_check_one_rank_per_gpu(comm_t *c) {
   CHECK_MPI(MPI_Barrier(c->mpi));
 }
 
-void comm_nccl_attach(comm_t *c) {
-  if (devcu_current() < 0) die("rank %d: comm_nccl_attach: no GPU selected", c->rank);
-  nccl_check_one_rank_per_gpu(c);
+/* State with its streams and events; the NCCL communicator is made by the caller. */
+static nccl_state_t *nccl_state_new(cudaStream_t stream, int own_stream) {
   nccl_state_t *s = (nccl_state_t *)xcalloc(1, sizeof *s, "NCCL state");
-  s->stream = (cudaStream_t)devcu_comm_stream();
+  s->stream = stream;
+  s->own_stream = own_stream;
   s->compute = (cudaStream_t)devcu_compute_stream();
   CHECK_CUDA(cudaEventCreateWithFlags(&s->ev_compute, cudaEventDisableTiming));
   for (int i = 0; i < NCCL_EVENTS; i++) { /* timed: they measure the collectives' GPU time */
     CHECK_CUDA(cudaEventCreate(&s->ev[i]));
     CHECK_CUDA(cudaEventCreate(&s->ev_start[i]));
   }
+  return s;
+}
+
+/* A new NCCL communicator over c->mpi: rank 0 makes the id, MPI broadcasts it. */
+static void nccl_init_from_id(comm_t *c, nccl_state_t *s) {
   ncclUniqueId id;
   if (c->rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi)); /* the only thing MPI carries for NCCL */
   CHECK_NCCL(ncclCommInitRank(&s->comm, c->world, id, c->rank));
+}
+
+void comm_nccl_attach(comm_t *c) {
+  if (devcu_current() < 0) die("rank %d: comm_nccl_attach: no GPU selected", c->rank);
+  nccl_check_one_rank_per_gpu(c);
+  nccl_state_t *s = nccl_state_new((cudaStream_t)devcu_comm_stream(), 0);
+  nccl_init_from_id(c, s);
+  c->be_state = s;
+  c->be = &comm_nccl_backend;
+}
+
+/* A group's collectives go on a stream of its own: ordered after compute and before its waiters by
+ * events as for the world communicator, and never queued behind another group's collectives. */
+void comm_nccl_split(comm_t *parent, comm_t *c, int color, int key) {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  nccl_state_t *s = nccl_state_new(stream, 1);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  /* NULL config: the parent's; ranks ordered by key then parent rank, as MPI_Comm_split */
+  CHECK_NCCL(ncclCommSplit(st(parent)->comm, color, key, &s->comm, NULL));
+#else
+  nccl_init_from_id(c, s);
+#endif
+  int nrank = -1, nworld = -1;
+  CHECK_NCCL(ncclCommUserRank(s->comm, &nrank));
+  CHECK_NCCL(ncclCommCount(s->comm, &nworld));
+  if (nrank != c->rank || nworld != c->world)
+    die("rank %d: comm_split: NCCL made rank %d of %d where MPI made rank %d of %d", parent->rank, nrank, nworld,
+        c->rank, c->world);
   c->be_state = s;
   c->be = &comm_nccl_backend;
 }
