@@ -1,0 +1,175 @@
+/* tp.c — Megatron-LM's tensor parallelism: f and g, the column- and row-parallel linears, and the
+ * MLP block built from them (see tp.h; explained in notes/06-tensor-parallel.md).
+ *
+ * Every collective here is an all-reduce on the TP group, blocking: its result is needed by the
+ * very next op (the critical path — unlike DDP's gradient all-reduce, nothing overlaps it).
+ * The local math is the ordinary ops of common/ops.h on this rank's slices. */
+#include "tp.h" // tp_*, comm_t, tensor_t
+#include "check.h" // die, xmalloc
+#include "device.h" // dev_memcpy
+#include "exercise.h" // zl_exercise_todo (what the generated stubs call)
+#include "ops.h" // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd, op_add
+#include <stdlib.h> // free
+#include <string.h> // memcpy
+
+/* ---- f and g ------------------------------------------------------------------------------ */
+void tp_f_forward(comm_t *tp, const float *x, int64_t numel) {
+  /* identity: every rank of the group already holds the whole x (Megatron's
+   * copy_to_tensor_model_parallel_region does nothing in its forward either) */
+}
+
+void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
+  // BEGIN EXERCISE tp_f_backward notes/06-tensor-parallel.md
+  // HINT: x fed every rank's slice, so its gradient is the sum of what each slice sends back.
+  // HINT: one collective over the TP group, in place on all numel elements of dx, summing.
+  comm_all_reduce(tp, dx, numel, DT_F32, REDOP_SUM);
+  // END EXERCISE
+}
+
+void tp_g_forward(comm_t *tp, float *y, int64_t numel) {
+  // BEGIN EXERCISE tp_g_forward notes/06-tensor-parallel.md
+  // HINT: each rank holds a partial sum of the same y; the layer's output is their sum, on every rank.
+  // HINT: the same collective as f's backward, on all numel elements of y.
+  comm_all_reduce(tp, y, numel, DT_F32, REDOP_SUM);
+  // END EXERCISE
+}
+
+void tp_g_backward(comm_t *tp, const float *dy, int64_t numel) {
+  /* identity: y was summed, and d(Σ partials)/d(partial) = 1, so each partial's gradient is the
+   * whole dy, which every rank already holds */
+}
+
+/* ---- slices -------------------------------------------------------------------------------- */
+void tp_column_slice(float *W_r, float *b_r, const float *W, const float *b, int in, int out, int T, int r) {
+  int lo = tp_part_lo(out, T, r), n = tp_part_numel(out, T, r);
+  memcpy(W_r, W + (int64_t)lo * in, (size_t)n * in * sizeof(float)); /* rows lo.. are contiguous */
+  if (b && b_r) memcpy(b_r, b + lo, (size_t)n * sizeof(float));
+}
+
+void tp_row_slice(float *W_r, const float *W, int in, int out, int T, int r) {
+  int lo = tp_part_lo(in, T, r), n = tp_part_numel(in, T, r);
+  for (int o = 0; o < out; o++) memcpy(W_r + (int64_t)o * n, W + (int64_t)o * in + lo, (size_t)n * sizeof(float));
+}
+
+void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r) { tp_row_slice(x_r, x, n, B, T, r); }
+
+/* ---- the split linears -------------------------------------------------------------------- */
+void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r, const float *b_r, int B, int in,
+                       int out_r) {
+  // BEGIN EXERCISE tp_column_forward notes/06-tensor-parallel.md
+  // HINT: f first (x is whole on every rank), then an ordinary linear on this rank's rows of W and b.
+  // HINT: shapes: x (B, in), W_r (out_r, in), b_r (out_r) -> y_r (B, out_r); weights are fp32.
+  tp_f_forward(tp, x, (int64_t)B * in);
+  op_linear_fwd(comm_device(tp), y_r, x, W_r, b_r, DT_F32, B, in, out_r);
+  // END EXERCISE
+}
+
+void tp_column_backward(comm_t *tp, float *dx, float *dW_r, float *db_r, const float *dy_r, const float *x,
+                        const float *W_r, int B, int in, int out_r) {
+  // BEGIN EXERCISE tp_column_backward notes/06-tensor-parallel.md
+  // HINT: the local backward gives whole dW_r and db_r but only this slice's share of dx; f's backward sums the shares.
+  // HINT: op_linear_bwd on (B, in, out_r), beta 0; then f's backward on B·in elements, only when dx is wanted.
+  op_linear_bwd(comm_device(tp), dx, dW_r, db_r, dy_r, x, W_r, DT_F32, B, in, out_r, 0.0f);
+  if (dx) tp_f_backward(tp, dx, (int64_t)B * in);
+  // END EXERCISE
+}
+
+/* A bias of zeros for the partial products of tp_row_forward: op_linear_fwd always adds one, and the
+ * real bias must be added once, after the sum. Grown on demand, never freed (a few floats). */
+__attribute__((unused)) static const float *zeros(device_t dev, int n) {
+  static float *z[2];
+  static int zn[2];
+  int k = dev == DEV_CUDA;
+  if (n > zn[k]) {
+    if (z[k]) dev_free(dev, z[k]);
+    z[k] = dev_malloc(dev, (size_t)n * sizeof(float), "tp zero bias"); /* zero-filled */
+    zn[k] = n;
+  }
+  return z[k];
+}
+
+void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, const float *b, int B, int in_r,
+                    int out) {
+  // BEGIN EXERCISE tp_row_forward notes/06-tensor-parallel.md
+  // HINT: a local linear WITHOUT bias gives this slice's partial y; g sums the partials; then the bias, once.
+  // HINT: op_linear_fwd on (B, in_r, out) with the bias zeros(dev, out); g on B·out elements; b onto each of B rows.
+  device_t dev = comm_device(tp);
+  op_linear_fwd(dev, y, x_r, W_r, zeros(dev, out), DT_F32, B, in_r, out);
+  tp_g_forward(tp, y, (int64_t)B * out);
+  for (int i = 0; i < B; i++) op_add(dev, y + (int64_t)i * out, b, DT_F32, out);
+  // END EXERCISE
+}
+
+void tp_row_backward(comm_t *tp, float *dx_r, float *dW_r, float *db, const float *dy, const float *x_r,
+                     const float *W_r, int B, int in_r, int out) {
+  // BEGIN EXERCISE tp_row_backward notes/06-tensor-parallel.md
+  // HINT: g's backward is the identity: dy is whole on every rank, so all three gradients are local and complete.
+  // HINT: one op_linear_bwd on (B, in_r, out) with beta 0; db comes out the same on every rank.
+  tp_g_backward(tp, dy, (int64_t)B * out);
+  op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, DT_F32, B, in_r, out, 0.0f);
+  // END EXERCISE
+}
+
+/* ---- the MLP block ------------------------------------------------------------------------- */
+tp_mlp_t *tp_mlp_new(comm_t *tp, int B, int h, int ffn, const float *W1, const float *b1, const float *W2,
+                     const float *b2) {
+  int T = comm_world(tp), r = comm_rank(tp);
+  if (B < 1 || h < 1 || ffn < T)
+    die("rank %d: tp_mlp_new: B %d, h %d, ffn %d: need B, h >= 1 and ffn >= T = %d", r, B, h, ffn, T);
+  device_t dev = comm_device(tp);
+  tp_mlp_t *m = xcalloc(1, sizeof *m, "tp mlp");
+  m->tp = tp;
+  m->T = T;
+  m->r = r;
+  m->B = B;
+  m->h = h;
+  m->ffn = ffn;
+  m->ffn_r = tp_part_numel(ffn, T, r);
+  int64_t fr = m->ffn_r, n1 = fr * h, n2 = (int64_t)h * fr;
+  int64_t numel = n1 + fr + n2 + h;
+  m->params = tensor_alloc("tp mlp params", LEDGER_PARAMS, DT_F32, dev, numel);
+  m->grads = tensor_alloc("tp mlp grads", LEDGER_GRADS, DT_F32, dev, numel);
+  m->acts = tensor_alloc("tp mlp activations", LEDGER_ACTS, DT_F32, dev, 3 * B * fr);
+  float *p = m->params.data, *g = m->grads.data, *a = m->acts.data;
+  m->W1 = p, m->b1 = p + n1, m->W2 = p + n1 + fr, m->b2 = p + n1 + fr + n2;
+  m->dW1 = g, m->db1 = g + n1, m->dW2 = g + n1 + fr, m->db2 = g + n1 + fr + n2;
+  m->a = a, m->u = a + B * fr, m->d = a + 2 * B * fr;
+  /* this rank's slices, built on the host, then copied to the device in one go */
+  float *host = xmalloc((size_t)numel * sizeof(float), "tp mlp slices");
+  tp_column_slice(host, host + n1, W1, b1, h, ffn, T, r);
+  tp_row_slice(host + n1 + fr, W2, ffn, h, T, r);
+  memcpy(host + n1 + fr + n2, b2, (size_t)h * sizeof(float));
+  dev_memcpy(dev, p, DEV_CPU, host, (size_t)numel * sizeof(float));
+  free(host);
+  return m;
+}
+
+void tp_mlp_free(tp_mlp_t *m) {
+  if (!m) return;
+  tensor_free(&m->params);
+  tensor_free(&m->grads);
+  tensor_free(&m->acts);
+  free(m);
+}
+
+void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
+  // BEGIN EXERCISE tp_mlp_forward notes/06-tensor-parallel.md
+  // HINT: column-parallel first layer, GELU on this rank's own columns (no communication), row-parallel second.
+  // HINT: x (B, h) -> a (B, ffn_r) -> u = GELU(a) (B·ffn_r elements) -> y (B, h); a and u stay in m for the backward.
+  device_t dev = comm_device(m->tp);
+  tp_column_forward(m->tp, m->a, x, m->W1, m->b1, m->B, m->h, m->ffn_r);
+  op_gelu_fwd(dev, m->u, m->a, (int64_t)m->B * m->ffn_r);
+  tp_row_forward(m->tp, y, m->u, m->W2, m->b2, m->B, m->ffn_r, m->h);
+  // END EXERCISE
+}
+
+void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x) {
+  // BEGIN EXERCISE tp_mlp_backward notes/06-tensor-parallel.md
+  // HINT: the forward in reverse: row-parallel backward, GELU backward on this rank's columns, column-parallel.
+  // HINT: dy (B, h) -> du (B, ffn_r) into m->d -> da in place (GELU' at the saved a) -> dx (B, h).
+  device_t dev = comm_device(m->tp);
+  tp_row_backward(m->tp, m->d, m->dW2, m->db2, dy, m->u, m->W2, m->B, m->ffn_r, m->h);
+  op_gelu_bwd(dev, m->d, m->d, m->a, (int64_t)m->B * m->ffn_r);
+  tp_column_backward(m->tp, dx, m->dW1, m->db1, m->d, x, m->W1, m->B, m->h, m->ffn_r);
+  // END EXERCISE
+}

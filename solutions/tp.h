@@ -1,0 +1,97 @@
+/* tp.h — chapter 06's adapter: Megatron-LM's tensor parallelism (notes/06-tensor-parallel.md).
+ *
+ * T ranks of one tensor-parallel group (`tp`, a comm_split communicator: common/grid.h) share
+ * each split layer. Megatron's two conjugate operators carry all of its communication:
+ *   f   forward: identity (every rank already holds the whole input)
+ *       backward: all-reduce (each rank's input gradient is a partial sum over its slice)
+ *   g   forward: all-reduce (each rank's output is a partial sum over its slice)
+ *       backward: identity (every rank needs the whole output gradient, and has it)
+ * Column-parallel linear (split by output features): f, then a local matmul; its output is this
+ * rank's columns of y. Row-parallel linear (split by input features): a local matmul on this rank's
+ * columns of x gives a partial y, then g sums the partials. Column → GELU → row needs nothing in
+ * between: GELU acts on whole columns (the worked example shows why the other order fails).
+ *
+ * Slices are contiguous, shape-annotated (out_r, in) / (out, in_r) buffers on comm_device(tp); a
+ * row-parallel weight's columns are copied out of W row by row (tp_row_slice), so the local
+ * matmul is the ordinary op_linear_fwd. Parts follow comm.h's chunks: rank r of T holds features
+ * [comm_chunk_lo(n, T, r), comm_chunk_lo(n, T, r+1)), i.e. [r·n/T, (r+1)·n/T) when T divides n.
+ * Everything is fp32 (activations are fp32 in every chapter). */
+#ifndef ZL_TP_H
+#define ZL_TP_H
+#include <stdint.h> // int64_t
+#include "../common/comm.h" // comm_t, comm_chunk_lo, comm_chunk_numel
+#include "../common/tensor.h" // tensor_t
+
+/* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
+void tp_f_forward(comm_t *tp, const float *x, int64_t numel); /* identity: nothing moves */
+void tp_f_backward(comm_t *tp, float *dx, int64_t numel); /* dx = Σ over the group, in place */
+void tp_g_forward(comm_t *tp, float *y, int64_t numel); /* y = Σ over the group, in place */
+void tp_g_backward(comm_t *tp, const float *dy, int64_t numel); /* identity: nothing moves */
+
+/* ---- slices (host memory; not exercises) --------------------------------------------------- */
+/* First feature and number of features of rank r's part of n features. */
+static inline int tp_part_lo(int n, int T, int r) { return (int)comm_chunk_lo(n, T, r); }
+static inline int tp_part_numel(int n, int T, int r) { return (int)comm_chunk_numel(n, T, r); }
+/* Column split of W (out, in) and b (out): W_r (out_r, in) = rows [lo, lo+out_r) of W (already
+ * contiguous), b_r (out_r) = b[lo, lo+out_r). b / b_r may be NULL. */
+void tp_column_slice(float *W_r, float *b_r, const float *W, const float *b, int in, int out, int T, int r);
+/* Row split of W (out, in): W_r (out, in_r) = columns [lo, lo+in_r) of W, stored contiguously. */
+void tp_row_slice(float *W_r, const float *W, int in, int out, int T, int r);
+/* Rank r's columns of a (B, n) activation: x_r (B, n_r) = x[:, lo:lo+n_r], contiguous. */
+void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r);
+
+/* ---- the split linears (exercises) ------------------------------------------------------- */
+/* Column-parallel forward: f, then y_r(B, out_r) = x(B, in) · W_rᵀ + b_r. */
+void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r, const float *b_r, int B, int in,
+                       int out_r);
+/* Column-parallel backward from dy_r (B, out_r): dW_r = dy_rᵀ·x, db_r = Σ_rows dy_r (this rank's
+ * slices, overwritten), then dx(B, in) = dy_r · W_r — a partial sum — completed by f's backward
+ * (all-reduce). dx may be NULL (first layer: no input gradient, no all-reduce). */
+void tp_column_backward(comm_t *tp, float *dx, float *dW_r, float *db_r, const float *dy_r, const float *x,
+                        const float *W_r, int B, int in, int out_r);
+/* Row-parallel forward: partial y(B, out) = x_r(B, in_r) · W_rᵀ, g (all-reduce), then + b once,
+ * after the sum (b is the whole bias, the same on every rank). */
+void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, const float *b, int B, int in_r, int out);
+/* Row-parallel backward from dy (B, out), the same on every rank (g's backward is the identity):
+ * dx_r(B, in_r) = dy · W_r (local, complete), dW_r = dyᵀ·x_r, db = Σ_rows dy (whole bias: every
+ * rank computes the same). Nothing moves. dx_r may be NULL. */
+void tp_row_backward(comm_t *tp, float *dx_r, float *dW_r, float *db, const float *dy, const float *x_r,
+                     const float *W_r, int B, int in_r, int out);
+
+/* ---- the tensor-parallel MLP block: y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 ------------------------ */
+/* W1 (ffn, h) column-parallel, W2 (h, ffn) row-parallel: one all-reduce forward (g), one backward
+ * (f), each of B·h elements. This rank's parameters live in one flat buffer (the layout ZeRO
+ * would shard on the DP dimension), its gradients in another with the same layout:
+ *   params | W1_r (ffn_r, h) | b1_r (ffn_r) | W2_r (h, ffn_r) | b2 (h) |   (b2 replicated)    */
+typedef struct tp_mlp {
+  comm_t *tp;                   /* the TP group (not owned) */
+  int T, r;                     /* group size, this rank in it */
+  int B, h, ffn, ffn_r;         /* rows, model width, full and local hidden width */
+  tensor_t params;              /* (ffn_r·h + ffn_r + h·ffn_r + h) LEDGER_PARAMS */
+  tensor_t grads;               /* same layout, LEDGER_GRADS */
+  float *W1, *b1, *W2, *b2;     /* views into params */
+  float *dW1, *db1, *dW2, *db2; /* views into grads */
+  tensor_t acts;                /* (3·B·ffn_r) LEDGER_ACTS: a, u, d below */
+  float *a, *u, *d;             /* (B, ffn_r) each: pre-GELU, post-GELU, and their gradient */
+} tp_mlp_t;
+
+/* Collective-free: keeps rank comm_rank(tp)'s slices of the full host weights W1 (ffn, h), b1
+ * (ffn), W2 (h, ffn), b2 (h) (every rank passes the same). ffn >= T. Free with tp_mlp_free. */
+tp_mlp_t *tp_mlp_new(comm_t *tp, int B, int h, int ffn, const float *W1, const float *b1, const float *W2,
+                     const float *b2);
+void tp_mlp_free(tp_mlp_t *m);
+/* y (B, h) from x (B, h), both whole on every rank; saves a and u for the backward. */
+void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x);
+/* From dy (B, h), the same on every rank, and the forward's x: this rank's parameter gradients
+ * (overwritten) and dx (B, h), whole on every rank. */
+void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x);
+
+/* What one forward + backward of the block sends, per rank (the formula the counters must equal):
+ * 2 all-reduces of B·h fp32 elements, each 2(T−1)/T of its bytes (comm.h's ring model, exact per
+ * rank when T does not divide B·h). */
+static inline int64_t tp_mlp_allreduce_numel(int B, int h) { return (int64_t)B * h; }
+static inline int64_t tp_mlp_calls_per_step(void) { return 2; }
+static inline int64_t tp_mlp_bytes_per_step(int B, int h, int T, int r) {
+  return 2 * comm_model_sent(CO_ALL_REDUCE, tp_mlp_allreduce_numel(B, h), DT_F32, T, r, 0);
+}
+#endif
