@@ -9,7 +9,7 @@
  * widened values, one rounding when storing), weight-gradients with `beta` (0 overwrite,
  * 1 accumulate: dW = beta·dW + Σ, the sum complete in fp32 before it meets dW), deterministic
  * (no atomics, fixed reduction order: same inputs, same bits on the same device).
- * Scratch comes from ops_workspace, slots OPS_GPT_WS_* below (5..7: above those the ops of
+ * Scratch comes from ops_workspace, slots OPS_GPT_WS_A/B below (5, 6: above those the ops of
  * ops.h use on either device); contents are not kept between calls.
  *
  * Saved for backward (what the activation-memory formula counts), per call:
@@ -17,7 +17,16 @@
  *   attention  att: B·NH·T·T floats, the softmax probabilities (pre-softmax scores are not kept:
  *              they are computed into att and normalized in place); qkv is the caller's
  *   embedding  nothing (tokens are the caller's)
- * Bytes moved through workspaces are counted by the ledger as activations (ops_workspace). */
+ * Workspaces are counted by the ledger as activations too (ops_workspace); each slot grows to the
+ * largest request any op made of it and stays (slot A is shared by several ops). Bytes requested:
+ *   CPU   layernorm_fwd  A: 4·C and B: 4·C, bf16 weights only (the widened w and b)
+ *         layernorm_bwd  A: 4·C (bf16 only: widened w); B: 8·C (the fp32 dw|db sums)
+ *         attention_bwd  A: 4·T·T (dS of one head)
+ *         embedding_bwd  A: 4·(V + B·T) (token buckets); B: 4·C (one row's sum)
+ *   CUDA  layernorm_bwd  A: 8·min(max(rows,1), 128)·C (per-chunk partial sums)
+ *         attention_bwd  A: 4·NH·T·T (dS of one batch row, all heads)
+ *         embedding_bwd  B: 4·(V + 1 + B·T) (token buckets)
+ *   the other ops take none. */
 #ifndef ZL_OPS_GPT_H
 #define ZL_OPS_GPT_H
 #include <stdint.h> // int64_t
@@ -27,7 +36,7 @@ extern "C" {
 #endif
 
 /* ops_workspace slots taken by these ops (ops_cpu.c uses 0..2, ops_cuda.cu 0..4). */
-enum { OPS_GPT_WS_A = 5, OPS_GPT_WS_B = 6, OPS_GPT_WS_C = 7 };
+enum { OPS_GPT_WS_A = 5, OPS_GPT_WS_B = 6 };
 
 #define OPS_LN_EPS 1e-5f /* GPT-2's LayerNorm epsilon */
 

@@ -8,8 +8,8 @@
  * inputs give the same bits. bf16 weights are widened to fp32 first; weight-gradients are summed
  * in fp32 and rounded once when stored. */
 #include "ops_gpt.h"  // the contracts implemented here
-#include <math.h>     // expf, sqrtf
-#include <string.h>   // memset
+#include <math.h>     // sqrtf
+#include <string.h>   // memset, memcpy
 #include <cblas.h>    // cblas_sgemm (OpenBLAS), openblas_set_num_threads
 #include "check.h"    // die, check_rank
 #include "ops.h"      // ops_workspace
@@ -121,15 +121,41 @@ void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *
 }
 
 /* ---- causal self-attention ------------------------------------------------------------- */
+/* exp(x) for x <= 0 in plain float arithmetic so that the softmax loop vectorizes (libm's expf is
+ * a call, and the T²/2 exps per head were most of the forward's time). ops_cpu.c's Cephes
+ * polynomial (x = n·ln2 + r, |r| <= ln2/2, degree 7 in r: about 1 ulp); x is clamped to −87 first,
+ * so 2^n stays a normal float (exp(−87) ≈ 1.6e-38 stands in for anything smaller). */
+static inline float gpt_exp_nonpos(float x) {
+  uint32_t ax; /* x = −min(|x|, 87), clamped on the bits as integers: a float compare would branch */
+  memcpy(&ax, &x, sizeof ax);
+  ax &= 0x7fffffffu;
+  ax = ax < 0x42ae0000u ? ax : 0x42ae0000u; /* 87.0f */
+  memcpy(&x, &ax, sizeof x);
+  x = -x;
+  float fn = x * 1.44269504088896341f;   /* x / ln2 */
+  fn = (fn + 12582912.0f) - 12582912.0f; /* round to nearest integer (1.5·2^23 trick) */
+  float r = x - fn * 0.693359375f;       /* ln2 in two parts (Cody-Waite) */
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23; /* 2^n, n >= −126 */
+  float two_n;
+  memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+
 /* Row t of a T×T block holding scale·q·k for j <= t: softmax over j <= t in place, 0 above. */
 static void att_softmax_row(float *row, int t, int T) {
   float mx = row[0];
   for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+  for (int j = 0; j <= t; j++) row[j] = gpt_exp_nonpos(row[j] - mx); /* vectorized */
   float sum = 0.0f;
-  for (int j = 0; j <= t; j++) {
-    row[j] = expf(row[j] - mx);
-    sum += row[j];
-  }
+  for (int j = 0; j <= t; j++) sum += row[j]; /* in order */
   float inv = 1.0f / sum;
   for (int j = 0; j <= t; j++) row[j] *= inv;
   for (int j = t + 1; j < T; j++) row[j] = 0.0f;
