@@ -8,8 +8,8 @@
  * bf16: weights are widened to an fp32 workspace before sgemm; gradients are summed in fp32
  * and rounded to bf16 once, when stored. */
 #include "ops.h"      // the contracts implemented here
-#include <math.h>     // expf, log, sqrtf, pow, fabsf, copysignf
-#include <string.h>   // memcpy, memmove
+#include <math.h>     // expf, log
+#include <string.h>   // memcpy, memmove, memset
 #include <cblas.h>    // cblas_sgemm (OpenBLAS), openblas_set_num_threads
 #include "check.h"    // die, check_rank
 #include "device.h"   // dev_malloc, dev_free
@@ -20,10 +20,16 @@
 
 /* The build uses -O2, where GCC vectorizes almost no loop of unknown length; these loops are
  * the elementwise half of the training step, so let it. Vector and scalar SSE arithmetic round
- * identically: still deterministic. */
+ * identically: still deterministic. No contraction into fused multiply-adds (which -march=native
+ * would allow): the element-wise functions of elementwise.h must round every step as the GPU does
+ * (nvcc -fmad=false), so that CPU and GPU give the same bits. */
 #if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes at -O2 already */
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
 #endif
+/* after the pragma, so that its functions are compiled under it */
+#include "elementwise.h" // ew_adamw, ew_sgd, ew_scale_*, ew_add_bf16, ew_max_takes_src, ew_acc, ew_gelu
 
 /* ---- DEV_CUDA: forward, or say this binary cannot ---------------------------------------- */
 static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
@@ -37,16 +43,6 @@ static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
 #define OPS_ON_CUDA(call) ops_no_cuda(__func__)
 #define OPS_ON_CUDA_RET(call) ops_no_cuda(__func__)
 #endif
-
-/* bf16 -> fp32 exactly as dtype.h's bf16_to_f32, written with a union so that GCC vectorizes
- * the loops that use it (it does not see through the memcpy there). */
-static inline float ops_bf16_to_f32(bf16_t h) {
-  union { uint32_t u; float f; } c = {.u = (uint32_t)h << 16};
-  return c.f;
-}
-static inline float ops_load(const void *p, dtype_t dt, int64_t i) {
-  return dt == DT_F32 ? ((const float *)p)[i] : ops_bf16_to_f32(((const bf16_t *)p)[i]);
-}
 
 static _Noreturn void ops_bad_dtype(const char *op, dtype_t dt) {
   die("rank %d: %s: unsupported dtype %s", check_rank(), op, dtype_name(dt));
@@ -110,7 +106,7 @@ static const float *ops_as_f32(const void *p, dtype_t dt, int64_t n, int slot, c
   if (dt != DT_BF16) ops_bad_dtype(op, dt);
   float *w = ops_workspace(DEV_CPU, slot, n * (int64_t)sizeof(float));
   const bf16_t *h = (const bf16_t *)p;
-  for (int64_t i = 0; i < n; i++) w[i] = ops_bf16_to_f32(h[i]);
+  for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(h[i]);
   return w;
 }
 
@@ -120,13 +116,13 @@ static void ops_store_acc(void *dst, dtype_t dt, const float *add, int64_t n, fl
     float *d = (float *)dst;
     if (beta == 0.0f) memcpy(d, add, (size_t)n * sizeof(float));
     else
-      for (int64_t i = 0; i < n; i++) d[i] = beta * d[i] + add[i];
+      for (int64_t i = 0; i < n; i++) d[i] = ew_acc(d[i], add[i], beta);
   } else {
     bf16_t *d = (bf16_t *)dst;
     if (beta == 0.0f)
       for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(add[i]);
     else
-      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(beta * ops_bf16_to_f32(d[i]) + add[i]);
+      for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(ew_acc(bf16_to_f32(d[i]), add[i], beta));
   }
 }
 
@@ -196,62 +192,15 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
   ops_store_acc(db, wdt, s, out, beta);
 }
 
-/* ---- GELU, tanh approximation (GPT-2; llm.c gelu_forward / gelu_backward) ----------------- */
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-/* exp(x) for −86 <= x <= 0 in plain float arithmetic, so the GELU loops vectorize (libm's
- * expf/tanhf are calls). Cephes expf: x = n·ln2 + r, |r| <= ln2/2, a degree-7 polynomial in r,
- * about 1 ulp. */
-static inline float ops_exp_nonpos(float x) {
-  float fn = x * 1.44269504088896341f;            /* x / ln2 */
-  fn = (fn + 12582912.0f) - 12582912.0f;          /* round to nearest integer (1.5·2^23 trick) */
-  float r = x - fn * 0.693359375f;                /* ln2 in two parts (Cody-Waite) */
-  r = r - fn * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23; /* 2^n, n >= −125: a normal float */
-  float two_n;
-  memcpy(&two_n, &bits, sizeof two_n);
-  return p * two_n;
-}
-/* tanh(u) = sign(u)·(1 − e)/(1 + e), e = exp(−2|u|): absolute error ~1e-7, what GELU needs.
- * |u| is clamped to 43 (tanh is 1 in float long before) by comparing its bits as integers:
- * no float compare, so the loop stays branch-free. NaN becomes ±1 here; GELU keeps it NaN
- * through its factor x. */
-static inline float ops_tanh(float u) {
-  float a = fabsf(u);
-  int32_t ab;
-  memcpy(&ab, &a, sizeof ab);
-  ab = ab < 0x422c0000 ? ab : 0x422c0000; /* 43.0f */
-  memcpy(&a, &ab, sizeof a);
-  float e = ops_exp_nonpos(-2.0f * a);
-  return copysignf((1.0f - e) / (1.0f + e), u);
-}
-
+/* ---- GELU, tanh approximation (elementwise.h: ew_gelu, ew_gelu_bwd) ----------------------- */
 void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_fwd(y, x, n));
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    float cube = GELU_C * v * v * v;
-    y[i] = 0.5f * v * (1.0f + ops_tanh(GELU_K * (v + cube)));
-  }
+  for (int64_t i = 0; i < n; i++) y[i] = ew_gelu(x[i]);
 }
 
 void op_gelu_bwd(device_t dev, float *dx, const float *dy, const float *x, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_bwd(dx, dy, x, n));
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    float t = ops_tanh(GELU_K * (v + GELU_C * v * v * v));
-    float sech2 = 1.0f - t * t; /* = 1/cosh², without cosh overflowing for large |v| */
-    float local = 0.5f * (1.0f + t) + 0.5f * v * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-    dx[i] = local * dy[i];
-  }
+  for (int64_t i = 0; i < n; i++) dx[i] = ew_gelu_bwd(x[i], dy[i]); /* reads dy[i] before writing dx[i] */
 }
 
 /* ---- softmax cross-entropy --------------------------------------------------------------- */
@@ -279,48 +228,26 @@ double op_softmax_xent(device_t dev, float *dlogits, const float *logits, const 
   return loss;
 }
 
-/* ---- optimizers: one pass over a flat range ------------------------------------------------ */
-/* Written once, inlined per gradient dtype so each loop is branch-free. The operation order is
- * torch.optim.AdamW's single-tensor path: decay w by (1 − lr·wd), update m and v, then
- * w −= (lr/bc1)·m / (sqrt(v)/sqrt(bc2) + eps) — the ops.h formula, term for term. */
+/* ---- optimizers: one pass over a flat range (elementwise.h: ew_adamw, ew_sgd) ------------- */
+/* Inlined per gradient dtype, so that each loop is branch-free and vectorizes. */
 static inline __attribute__((always_inline)) void adamw_loop(float *w, const void *grad, dtype_t gdt, float *m,
-                                                             float *v, int64_t n, float b1, float b2, float eps,
-                                                             float decay, float step_size, float bc2_sqrt,
-                                                             float gscale) {
-  for (int64_t i = 0; i < n; i++) {
-    float g = gscale * ops_load(grad, gdt, i);
-    float mi = b1 * m[i] + (1.0f - b1) * g;
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = w[i] * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
-  }
+                                                             float *v, int64_t n, float gscale, ew_adamw_t k) {
+  for (int64_t i = 0; i < n; i++) ew_adamw(&w[i], &m[i], &v[i], dt_load(grad, gdt, i), gscale, k);
 }
 
 void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n,
               const adamw_hp_t *hp, int t, float gscale) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_adamw(w, grad, gdt, m, v, n, hp, t, gscale));
   if (t < 1) die("rank %d: op_adamw: step t = %d, must be >= 1 (bias correction)", check_rank(), t);
-  /* the scalars in double, as PyTorch computes them on the host, then rounded once */
-  double bc1 = 1.0 - pow((double)hp->beta1, t), bc2 = 1.0 - pow((double)hp->beta2, t);
-  float step_size = (float)(hp->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-  float decay = (float)(1.0 - (double)hp->lr * hp->weight_decay);
-  if (gdt == DT_F32)
-    adamw_loop(w, grad, DT_F32, m, v, n, hp->beta1, hp->beta2, hp->eps, decay, step_size, bc2_sqrt, gscale);
-  else if (gdt == DT_BF16)
-    adamw_loop(w, grad, DT_BF16, m, v, n, hp->beta1, hp->beta2, hp->eps, decay, step_size, bc2_sqrt, gscale);
-  else
-    ops_bad_dtype(__func__, gdt);
+  ew_adamw_t k = ew_adamw_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, t);
+  if (gdt == DT_F32) adamw_loop(w, grad, DT_F32, m, v, n, gscale, k);
+  else if (gdt == DT_BF16) adamw_loop(w, grad, DT_BF16, m, v, n, gscale, k);
+  else ops_bad_dtype(__func__, gdt);
 }
 
 static inline __attribute__((always_inline)) void sgd_loop(float *w, const void *grad, dtype_t gdt, float *buf,
                                                            int64_t n, float lr, float mu, float wd, float gscale) {
-  for (int64_t i = 0; i < n; i++) {
-    float g = gscale * ops_load(grad, gdt, i) + wd * w[i];
-    float b = mu * buf[i] + g;
-    buf[i] = b;
-    w[i] -= lr * b;
-  }
+  for (int64_t i = 0; i < n; i++) ew_sgd(&w[i], &buf[i], dt_load(grad, gdt, i), gscale, lr, mu, wd);
 }
 
 void op_sgd(device_t dev, float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float momentum,
@@ -344,10 +271,10 @@ void op_cast(device_t dev, void *dst, dtype_t ddt, const void *src, dtype_t sdt,
   } else if (ddt == DT_F32 && sdt == DT_BF16) {
     float *d = dst;
     const bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = ops_bf16_to_f32(s[i]);
+    for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
   } else if (ddt == DT_F64 && (sdt == DT_F32 || sdt == DT_BF16)) {
     double *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = ops_load(src, sdt, i);
+    for (int64_t i = 0; i < n; i++) d[i] = dt_load(src, sdt, i);
   } else if (sdt == DT_F64 && ddt == DT_F32) {
     float *d = dst;
     const double *s = src;
@@ -366,7 +293,7 @@ void op_add(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
   } else if (dt == DT_BF16) {
     bf16_t *d = dst;
     const bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(ops_bf16_to_f32(d[i]) + ops_bf16_to_f32(s[i]));
+    for (int64_t i = 0; i < n; i++) d[i] = ew_add_bf16(d[i], s[i]);
   } else if (dt == DT_F64) {
     double *d = dst;
     const double *s = src;
@@ -376,25 +303,21 @@ void op_add(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
   }
 }
 
-/* NaN in either operand gives NaN (a max must not hide a non-finite value). */
-#define OPS_MAX(a, b) (((b) > (a) || (b) != (b)) ? (b) : (a))
+/* elementwise.h: ew_max_takes_src (NaN in either operand gives NaN; picks, never rounds). */
 void op_max(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_max(dst, src, dt, n));
   if (dt == DT_F32) {
     float *d = dst;
     const float *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = OPS_MAX(d[i], s[i]);
+    for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src(d[i], s[i]) ? s[i] : d[i];
   } else if (dt == DT_BF16) {
     bf16_t *d = dst;
     const bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) {
-      float a = ops_bf16_to_f32(d[i]), b = ops_bf16_to_f32(s[i]);
-      d[i] = OPS_MAX(a, b) == a ? d[i] : s[i]; /* pick, do not re-round */
-    }
+    for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src(bf16_to_f32(d[i]), bf16_to_f32(s[i])) ? s[i] : d[i];
   } else if (dt == DT_F64) {
     double *d = dst;
     const double *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = OPS_MAX(d[i], s[i]);
+    for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src_f64(d[i], s[i]) ? s[i] : d[i];
   } else {
     ops_bad_dtype(__func__, dt);
   }
@@ -404,13 +327,13 @@ void op_scale(device_t dev, void *x, dtype_t dt, float s, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_scale(x, dt, s, n));
   if (dt == DT_F32) {
     float *p = x;
-    for (int64_t i = 0; i < n; i++) p[i] *= s;
+    for (int64_t i = 0; i < n; i++) p[i] = ew_scale_f32(p[i], s);
   } else if (dt == DT_BF16) {
     bf16_t *p = x;
-    for (int64_t i = 0; i < n; i++) p[i] = bf16_from_f32(ops_bf16_to_f32(p[i]) * s);
+    for (int64_t i = 0; i < n; i++) p[i] = ew_scale_bf16(p[i], s);
   } else if (dt == DT_F64) {
     double *p = x;
-    for (int64_t i = 0; i < n; i++) p[i] *= s;
+    for (int64_t i = 0; i < n; i++) p[i] = ew_scale_f64(p[i], s);
   } else {
     ops_bad_dtype(__func__, dt);
   }
@@ -443,7 +366,7 @@ void op_fill(device_t dev, void *x, dtype_t dt, float value, int64_t n) {
     for (int j = 0; i < n; i++, j++) { double v = LOAD(p[i]); acc[j] += v * v; }      \
   } while (0)
 #define SUMSQ_ID(v) ((double)(v))
-#define SUMSQ_BF(v) ((double)ops_bf16_to_f32(v))
+#define SUMSQ_BF(v) ((double)bf16_to_f32(v))
 double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA_RET(opcu_sumsq(x, dt, n));
   double acc[8] = {0};

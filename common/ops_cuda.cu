@@ -8,6 +8,10 @@
  * fp32 accumulation (CUBLAS_COMPUTE_32F with CUDA_R_16BF inputs) — faster, ~1e-2 relative
  * from the CPU path; used for the TFLOP/s benchmark (notes/benchmarks.md).
  *
+ * Element-wise ops (AdamW, SGD, casts, add, max, scale, GELU): the functions of elementwise.h
+ * and dtype.h, the very source ops_cpu.c calls, compiled with -fmad=false: the CPU's bits
+ * (tests/gpu/test_gpu_ops.c compares them bitwise; notes/design.md, "One source of the bits").
+ *
  * Determinism: no atomics anywhere. Reductions (bias gradient, softmax rows, Σx²) use a fixed
  * grid and fixed-order trees, and the last sum of per-row / per-block partials happens on the
  * host in index order, so a run repeats bit for bit on the same GPU. */
@@ -17,7 +21,7 @@ extern "C" {
 #include "ops.h"           // adamw_hp_t (C linkage for the C declarations)
 }
 #include "ops_cuda.h"      // opcu_*
-#include <math.h>          // pow
+#include "elementwise.h"   // ew_*: the element-wise math, the same source as ops_cpu.c
 #include <stdlib.h>        // getenv
 #include <string.h>        // strcmp
 
@@ -25,21 +29,9 @@ extern "C" {
 #define ZL_MAX_BLOCKS 4096  /* grid-stride loops: enough blocks to fill any GPU */
 #define ZL_SUMSQ_BLOCKS 256 /* fixed, so the Σx² summation order never depends on the GPU */
 
-/* ---- bf16 on the device: the same bits as dtype.h's host functions ------------------------ */
-__device__ __forceinline__ float d_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-__device__ __forceinline__ uint16_t d_bf16_from_f32(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                             /* RNE */
-  return (uint16_t)(u >> 16);
-}
-__device__ __forceinline__ float d_load(const void *p, int dt, int64_t i) {
-  return dt == DT_F32 ? ((const float *)p)[i] : d_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-__device__ __forceinline__ void d_store(void *p, int dt, int64_t i, float v) {
-  if (dt == DT_F32) ((float *)p)[i] = v;
-  else ((uint16_t *)p)[i] = d_bf16_from_f32(v);
-}
+/* ---- loads and stores: dtype.h's dt_load / dt_store / bf16 casts (ZL_HD: the host's bits) ---- */
+__device__ __forceinline__ float d_load(const void *p, int dt, int64_t i) { return dt_load(p, (dtype_t)dt, i); }
+__device__ __forceinline__ void d_store(void *p, int dt, int64_t i, float v) { dt_store(p, (dtype_t)dt, i, v); }
 /* The elementwise ops also take F64 (control scalars the ring may reduce), as ops_cpu.c does. */
 __device__ __forceinline__ double d_load64(const void *p, int dt, int64_t i) {
   return dt == DT_F64 ? ((const double *)p)[i] : (double)d_load(p, dt, i);
@@ -90,27 +82,37 @@ __global__ void k_cast(void *dst, int ddt, const void *src, int sdt, int64_t n) 
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     d_store64(dst, ddt, i, d_load64(src, sdt, i));
 }
-/* bf16: add in fp32, round once; f32 in f32; f64 in f64 (the CPU path's arithmetic). */
+/* bf16: add in fp32, round once (ew_add_bf16); f32 in f32; f64 in f64 (the CPU path's arithmetic). */
 __global__ void k_add(void *dst, const void *src, int dt, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     if (dt == DT_F64) ((double *)dst)[i] += ((const double *)src)[i];
-    else d_store(dst, dt, i, d_load(dst, dt, i) + d_load(src, dt, i));
+    else if (dt == DT_F32) ((float *)dst)[i] += ((const float *)src)[i];
+    else ((bf16_t *)dst)[i] = ew_add_bf16(((const bf16_t *)dst)[i], ((const bf16_t *)src)[i]);
   }
 }
-/* NaN in either operand gives NaN (a max must not hide a non-finite value); picks, never rounds. */
+/* ew_max_takes_src: NaN in either operand gives NaN; picks, never rounds. */
 __global__ void k_max(void *dst, const void *src, int dt, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    double d = d_load64(dst, dt, i), s = d_load64(src, dt, i);
-    if (!(s > d || s != s)) continue; /* keep dst */
-    if (dt == DT_F64) ((double *)dst)[i] = ((const double *)src)[i];
-    else if (dt == DT_F32) ((float *)dst)[i] = ((const float *)src)[i];
-    else ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
+    if (dt == DT_F64) {
+      double *d = (double *)dst;
+      const double *s = (const double *)src;
+      if (ew_max_takes_src_f64(d[i], s[i])) d[i] = s[i];
+    } else if (dt == DT_F32) {
+      float *d = (float *)dst;
+      const float *s = (const float *)src;
+      if (ew_max_takes_src(d[i], s[i])) d[i] = s[i];
+    } else {
+      bf16_t *d = (bf16_t *)dst;
+      const bf16_t *s = (const bf16_t *)src;
+      if (ew_max_takes_src(bf16_to_f32(d[i]), bf16_to_f32(s[i]))) d[i] = s[i];
+    }
   }
 }
 __global__ void k_scale(void *x, int dt, float s, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    if (dt == DT_F64) ((double *)x)[i] *= s;
-    else d_store(x, dt, i, d_load(x, dt, i) * s);
+    if (dt == DT_F64) ((double *)x)[i] = ew_scale_f64(((double *)x)[i], s);
+    else if (dt == DT_F32) ((float *)x)[i] = ew_scale_f32(((float *)x)[i], s);
+    else ((bf16_t *)x)[i] = ew_scale_bf16(((bf16_t *)x)[i], s);
   }
 }
 __global__ void k_fill(void *x, int dt, float v, int64_t n) {
@@ -192,23 +194,14 @@ double opcu_sumsq(const void *x, dtype_t dt, int64_t n) {
   return sum;
 }
 
-/* ---- GELU (tanh approximation, as GPT-2 / llm.c) ------------------------------------------ */
-#define ZL_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+/* ---- GELU (tanh approximation, as GPT-2 / llm.c): elementwise.h's ew_gelu, ew_gelu_bwd -------- */
 __global__ void k_gelu_fwd(float *y, const float *x, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float v = x[i];
-    float cube = 0.044715f * v * v * v;
-    y[i] = 0.5f * v * (1.0f + tanhf(ZL_GELU_K * (v + cube)));
-  }
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = ew_gelu(x[i]);
 }
 __global__ void k_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float v = x[i];
-    float t = tanhf(ZL_GELU_K * (v + 0.044715f * v * v * v));
-    float sech2 = 1.0f - t * t;
-    float local = 0.5f * (1.0f + t) + v * 0.5f * sech2 * ZL_GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = local * dy[i]; /* dx may alias dy: each element reads dy[i] before writing dx[i] */
-  }
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dx[i] = ew_gelu_bwd(x[i], dy[i]); /* dx may alias dy: each element reads dy[i] before writing dx[i] */
 }
 void opcu_gelu_fwd(float *y, const float *x, int64_t n) {
   if (n <= 0) return;
@@ -285,12 +278,12 @@ __global__ void k_bias_grad(void *db, int dt, const float *dy, int B, int out, f
   if (j >= out) return;
   float s = 0.0f;
   for (int i = 0; i < B; i++) s += dy[(int64_t)i * out + j];
-  d_store(db, dt, j, beta != 0.0f ? beta * d_load(db, dt, j) + s : s); /* beta 0 ignores old (even NaN) */
+  d_store(db, dt, j, ew_acc(d_load(db, dt, j), s, beta)); /* beta 0 ignores old (even NaN) */
 }
 /* dW = beta·dW + g (bf16 dW, fp32 g): one rounding per element. */
-__global__ void k_accum_grad(uint16_t *dW, const float *g, float beta, int64_t n) {
+__global__ void k_accum_grad(bf16_t *dW, const float *g, float beta, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dW[i] = d_bf16_from_f32(beta != 0.0f ? beta * d_bf16_to_f32(dW[i]) + g[i] : g[i]);
+    dW[i] = bf16_from_f32(ew_acc(bf16_to_f32(dW[i]), g[i], beta));
 }
 
 void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W, dtype_t wdt,
@@ -333,7 +326,7 @@ void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float
       gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, x, in, dy, out, gbeta, g, in);
     }
     if (wdt == DT_BF16) {
-      k_accum_grad<<<blocks_for(wn), ZL_THREADS, 0, s>>>((uint16_t *)dW, g, beta, wn);
+      k_accum_grad<<<blocks_for(wn), ZL_THREADS, 0, s>>>((bf16_t *)dW, g, beta, wn);
       CHECK_LAUNCH();
     }
   }
@@ -407,39 +400,26 @@ double opcu_softmax_xent(float *dlogits, const float *logits, const int *y, int 
   return sum;
 }
 
-/* ---- optimizers (elementwise, fp32 states) ------------------------------------------------ */
-__global__ void k_adamw(float *w, const void *grad, int gdt, float *m, float *v, int64_t n, float lr, float b1,
-                        float b2, float eps, float wd, float bc1, float bc2, float gscale) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float g = gscale * d_load(grad, gdt, i);
-    float mi = b1 * m[i] + (1.0f - b1) * g;
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
-  }
+/* ---- optimizers: elementwise.h's ew_adamw / ew_sgd, the CPU's bits ------------------------- */
+__global__ void k_adamw(float *w, const void *grad, int gdt, float *m, float *v, int64_t n, float gscale, ew_adamw_t k) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    ew_adamw(&w[i], &m[i], &v[i], d_load(grad, gdt, i), gscale, k);
 }
 void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, const adamw_hp_t *hp, int t,
                 float gscale) {
   if (n <= 0) return;
   check_dt(gdt, "opcu_adamw");
   if (t < 1) die("rank %d: opcu_adamw: step %d must be >= 1", check_rank(), t);
-  /* bias corrections in double on the host, as ops_cpu.c (and PyTorch) compute them */
-  float bc1 = (float)(1.0 - pow((double)hp->beta1, t)), bc2 = (float)(1.0 - pow((double)hp->beta2, t));
-  k_adamw<<<blocks_for(n), ZL_THREADS, 0, compute_stream()>>>(w, grad, gdt, m, v, n, hp->lr, hp->beta1, hp->beta2,
-                                                               hp->eps, hp->weight_decay, bc1, bc2, gscale);
+  /* the per-step scalars on the host, by the function ops_cpu.c calls: the same floats */
+  ew_adamw_t k = ew_adamw_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, t);
+  k_adamw<<<blocks_for(n), ZL_THREADS, 0, compute_stream()>>>(w, grad, gdt, m, v, n, gscale, k);
   CHECK_LAUNCH();
 }
 
 __global__ void k_sgd(float *w, const void *grad, int gdt, float *buf, int64_t n, float lr, float mu, float wd,
                       float gscale) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float g = gscale * d_load(grad, gdt, i) + wd * w[i];
-    float b = mu * buf[i] + g;
-    buf[i] = b;
-    w[i] -= lr * b;
-  }
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    ew_sgd(&w[i], &buf[i], d_load(grad, gdt, i), gscale, lr, mu, wd);
 }
 void opcu_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float momentum,
               float weight_decay, float gscale) {
