@@ -13,7 +13,7 @@
 #include "device.h"        // dev_sync, dev_memcpy, device_cuda_select
 #include "ledger.h"        // ledger_add, ledger_sub, LEDGER_COMM
 #include "ring.h"          // ring_broadcast, ring_reduce, ring_all_reduce, ...
-#include "trace.h"         // trace_event, trace_now_us
+#include "trace.h"         // trace_comm_event, trace_now_us
 #include <errno.h>         // ETIMEDOUT
 #include <stdio.h>         // snprintf, fputs
 #include <stdlib.h>        // free, realloc
@@ -270,7 +270,7 @@ static void run_task(comm_t *c, comm_task_t *t) {
     char args[96];
     snprintf(args, sizeof args, "\"op\":\"%s\",\"bytes\":%lld,\"impl\":\"%s\"", comm_op_name(t->op),
              (long long)(t->numel * (int64_t)dtype_size(t->dt)), t->impl == COLL_RING ? "ring" : "vendor");
-    trace_event(TRACE_COMM, t->tag[0] ? t->tag : comm_op_name(t->op), t0, t1, args);
+    trace_comm_event(c, t->seq, t->tag[0] ? t->tag : comm_op_name(t->op), t0, t1, args); /* (c, seq): report.c finds the last arrival */
   }
 }
 

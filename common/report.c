@@ -1,19 +1,24 @@
-/* report.c — the end-of-run tables and the --json results (see report.h; notes/02-ddp.md).
- * Every number is measured on its rank (ledger, communicator counters, trace) and printed
- * beside the formula of ARCHITECTURE.md; rank 0 gathers them with comm_ctl_gather. */
+/* report.c — the end-of-run tables and the --json results (see report.h; notes/02-ddp.md,
+ * notes/design.md for the JSON schema). Every number is measured on its rank (ledger,
+ * communicator counters, trace) and printed beside the formula of common/formula.h; rank 0
+ * gathers them with comm_ctl_gather. Also the run's output files: checked before step 0
+ * (report_check_outputs), written atomically, a failed write an error naming the file. */
 #include "report.h"  // report_run_t, report_step_t, report_finish
+#include "args.h"    // args_error
 #include "check.h"   // die, xmalloc
 #include "comm.h"    // comm_counters, comm_ctl_gather, comm_op_name
 #include "formula.h" // formula_model_states, formula_comm_bytes, formula_text
 #include "device.h"  // dev_used_delta
 #include "ledger.h"  // ledger_peak, ledger_total_peak
 #include "trace.h"   // trace_events, trace_enabled
+#include <errno.h>   // errno, ENOENT
 #include <math.h>    // isfinite
 #include <stdarg.h>  // va_list
 #include <stdio.h>   // printf, fopen, rename
 #include <stdlib.h>  // qsort, free
-#include <string.h>  // strncmp, memcpy
-#include <unistd.h>  // getpid
+#include <string.h>  // strncmp, memcpy, strerror
+#include <sys/stat.h> // stat, S_ISDIR, S_ISREG
+#include <unistd.h>  // getpid, access
 
 /* One rank's numbers, gathered to rank 0 as a fixed-size blob. */
 typedef struct rank_numbers {
@@ -24,17 +29,19 @@ typedef struct rank_numbers {
   int64_t sent[CO_NOPS], calls[CO_NOPS]; /* since the end of setup, all steps */
   int64_t p2p_sent;
   double busy_us[CO_NOPS];
-  double comm_us, hidden_us; /* from the trace; -1 when the trace is off */
+  double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
 } rank_numbers_t;
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
-/* Communication time and the part of it under a backward, summed over the ranks that traced. */
-static void overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us) {
+/* Communication time (from the last rank's arrival), the part of it under a backward, and the
+ * time spent waiting for late peers, summed over the ranks that traced. */
+static void overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us, double *wait_us) {
   for (int r = 0; r < N; r++)
-    if (all[r].comm_us > 0) {
+    if (all[r].comm_us > 0 || all[r].wait_us > 0) {
       *comm_us += all[r].comm_us;
       *hidden_us += all[r].hidden_us;
+      *wait_us += all[r].wait_us;
     }
 }
 
@@ -63,8 +70,9 @@ void report_fingerprint(const float *x, int64_t n, char *dst, int dst_nbytes) {
   snprintf(dst, (size_t)dst_nbytes, "%.17g %.17g", s, s2);
 }
 
-double report_overlap(double *comm_us, double *hidden_us) {
-  *comm_us = *hidden_us = 0;
+double report_overlap_joined(const void *comm, const double *joined_us, int64_t njoined, double *comm_us,
+                             double *hidden_us, double *wait_us) {
+  *comm_us = *hidden_us = *wait_us = 0;
   if (!trace_enabled()) return -1;
   int n = 0;
   const trace_ev_t *ev = trace_events(&n);
@@ -85,7 +93,12 @@ double report_overlap(double *comm_us, double *hidden_us) {
   for (int i = 0; i < n; i++) {
     if (ev[i].t0 < t_first) continue;
     if (ev[i].row != TRACE_COMM || strstr(ev[i].args, "\"op\":\"control\"")) continue; /* loss, norms */
+    /* The collective is busy from the moment its last rank joined: before that this rank only
+     * waits for a late peer, which no backward "hides". */
     double a = ev[i].t0, b = ev[i].t1;
+    if (joined_us && ev[i].comm == comm && ev[i].seq >= 1 && ev[i].seq <= njoined && joined_us[ev[i].seq - 1] > a)
+      a = joined_us[ev[i].seq - 1] < b ? joined_us[ev[i].seq - 1] : b;
+    *wait_us += a - ev[i].t0;
     *comm_us += b - a;
     int lo = 0, hi = nb; /* first backward interval that ends after a */
     while (lo < hi) {
@@ -103,18 +116,133 @@ double report_overlap(double *comm_us, double *hidden_us) {
   return *comm_us > 0 ? *hidden_us / *comm_us : -1;
 }
 
-void report_write_atomic(const char *path, const char *text, int64_t nbytes) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) die("error: cannot write %s (check the directory exists and is writable)", path);
-  size_t put = nbytes > 0 ? fwrite(text, 1, (size_t)nbytes, f) : 0;
-  int bad = put != (size_t)(nbytes > 0 ? nbytes : 0);
-  bad |= fclose(f) != 0;
-  if (bad || rename(tmp, path) != 0) {
-    remove(tmp);
-    die("error: writing %s failed (disk full?)", path);
+double report_overlap(double *comm_us, double *hidden_us) {
+  double wait_us;
+  return report_overlap_joined(NULL, NULL, 0, comm_us, hidden_us, &wait_us);
+}
+
+/* Collective over c (every rank, trace on or off alike): the time the last rank of c started
+ * each of c's operations, indexed by sequence number − 1 (*n entries; malloc'd, NULL when the
+ * trace is off). Ranks share CLOCK_MONOTONIC on one host; across hosts the clocks are not
+ * aligned and the wait is not measured (each collective counts from this rank's own start). */
+static double *last_joins(comm_t *c, int64_t *n) {
+  *n = 0;
+  if (!trace_enabled()) return NULL;
+  int nev = 0;
+  const trace_ev_t *ev = trace_events(&nev);
+  double mx = 0;
+  for (int i = 0; i < nev; i++)
+    if (ev[i].comm == c && (double)ev[i].seq > mx) mx = (double)ev[i].seq;
+  comm_ctl_all_reduce_f64(c, &mx, 1, REDOP_MAX);
+  int64_t len = (int64_t)mx;
+  if (len <= 0 || len > 0x7fffffff) return NULL;
+  double *j = xmalloc((size_t)len * sizeof(double), "overlap: arrival times");
+  for (int64_t k = 0; k < len; k++) j[k] = -1e300; /* this rank ran no such operation */
+  for (int i = 0; i < nev; i++)
+    if (ev[i].comm == c && ev[i].seq >= 1 && ev[i].seq <= len) j[ev[i].seq - 1] = ev[i].t0;
+  comm_ctl_all_reduce_f64(c, j, (int)len, REDOP_MAX);
+  char host[256] = "", *all = NULL;
+  int64_t *sizes = NULL;
+  gethostname(host, sizeof host - 1);
+  comm_ctl_gather(c, host, (int64_t)sizeof host, &all, &sizes);
+  int one_host = 1;
+  if (all)
+    for (int r = 1; r < comm_world(c); r++) one_host &= strcmp(all, all + r * (int64_t)sizeof host) == 0;
+  free(all);
+  free(sizes);
+  comm_ctl_broadcast(c, &one_host, (int64_t)sizeof one_host, 0);
+  if (!one_host) {
+    free(j);
+    return NULL;
   }
+  *n = len;
+  return j;
+}
+
+/* ---- output files -------------------------------------------------------------------------- */
+
+/* "dir of path" into dst ("." when path has no slash, "/" for a file at the root). */
+static void dir_of(const char *path, char *dst, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dst, n, ".");
+  else if (slash == path) snprintf(dst, n, "/");
+  else snprintf(dst, n, "%.*s", (int)(slash - path), path);
+}
+
+/* Why path cannot be written (0 when it can): is_dir 1 for a directory we create or fill (--ckpt),
+ * 0 for a file written as a temp file beside it and renamed, or in place when it is not a regular
+ * file (/dev/null). */
+static int out_problem(const char *path, int is_dir, char *why, size_t n) {
+  struct stat st;
+  char dir[4096];
+  if (stat(path, &st) == 0) {
+    if (is_dir) {
+      if (!S_ISDIR(st.st_mode)) return snprintf(why, n, "must be a directory (it is a file)"), 1;
+      if (access(path, W_OK | X_OK) != 0) return snprintf(why, n, "must be a writable directory (%s)", strerror(errno)), 1;
+      return 0;
+    }
+    if (S_ISDIR(st.st_mode)) return snprintf(why, n, "must be a file path (it is a directory)"), 1;
+    if (!S_ISREG(st.st_mode)) { /* a device or a pipe: written in place */
+      if (access(path, W_OK) != 0) return snprintf(why, n, "must be writable (%s)", strerror(errno)), 1;
+      return 0;
+    }
+  } else if (errno != ENOENT) {
+    return snprintf(why, n, "must be a writable path (%s)", strerror(errno)), 1;
+  }
+  dir_of(path, dir, sizeof dir); /* a new file, or a regular file replaced by a rename: its directory */
+  if (stat(dir, &st) != 0)
+    return snprintf(why, n, "must be in an existing directory (%s: %s)", dir, strerror(errno)), 1;
+  if (!S_ISDIR(st.st_mode)) return snprintf(why, n, "must be in a directory (%s is not one)", dir), 1;
+  if (access(dir, W_OK | X_OK) != 0)
+    return snprintf(why, n, "must be in a writable directory (%s: %s)", dir, strerror(errno)), 1;
+  return 0;
+}
+
+int report_check_outputs(const train_cfg_t *cfg) {
+  const struct { const char *flag, *path; int is_dir; } outs[] = {
+      {"--json", cfg->json, 0}, {"--trace", cfg->trace, 0}, {"--save-params", cfg->save_params, 0}, {"--ckpt", cfg->ckpt, 1}};
+  char why[4200];
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+    if (outs[i].path && out_problem(outs[i].path, outs[i].is_dir, why, sizeof why))
+      return args_error(outs[i].flag, outs[i].path, "%s", why);
+  return 0;
+}
+
+FILE *report_out_open(const char *what, const char *path, char *tmp, size_t ntmp) {
+  struct stat st;
+  tmp[0] = 0;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    FILE *f = fopen(path, "wb"); /* /dev/null, a pipe: in place (a rename would replace the node) */
+    if (!f) die("error: %s %s: cannot open it for writing: %s", what, path, strerror(errno));
+    return f;
+  }
+  snprintf(tmp, ntmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) die("error: %s %s: cannot write it: %s (check the directory exists and is writable)", what, path, strerror(errno));
+  return f;
+}
+
+void report_out_close(FILE *f, const char *what, const char *path, const char *tmp) {
+  int bad = ferror(f), err = 0;
+  if (fflush(f) != 0) bad = 1;
+  if (bad) err = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+  if (!bad && tmp[0] && rename(tmp, path) != 0) bad = 1, err = errno;
+  if (bad) {
+    if (tmp[0]) remove(tmp);
+    die("error: %s %s: writing it failed: %s", what, path, err ? strerror(err) : "I/O error");
+  }
+}
+
+void report_write_atomic(const char *path, const char *text, int64_t nbytes) {
+  report_write_output("output", path, text, nbytes);
+}
+
+void report_write_output(const char *what, const char *path, const char *text, int64_t nbytes) {
+  char tmp[4200];
+  FILE *f = report_out_open(what, path, tmp, sizeof tmp);
+  if (nbytes > 0) fwrite(text, 1, (size_t)nbytes, f); /* a short write sets the error flag */
+  report_out_close(f, what, path, tmp);
 }
 
 /* A growing string for the JSON object. */
@@ -156,16 +284,27 @@ static const char *prec_name(const train_cfg_t *c) { return c->wdt == DT_BF16 ? 
 
 /* ---- the report ---------------------------------------------------------------------------- */
 
+static int is_gpt(const trainer_t *t) { return strcmp(t->model.fns->name, "gpt") == 0; }
+
 static void print_tables(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all) {
   const train_cfg_t *cfg = t->cfg;
   int N = t->world, stage = t->strategy->stage, steps = run->nsteps;
   double psi = (double)t->model.numel;
   mem_formula_t f = formula_model_states(stage, psi, N, t->wdt, opt_states(cfg));
   double med = report_median_ms(run->steps, steps);
-  printf("\nloss: %.6f at the start -> %.6f at the end (teacher's entropy %.6f: the best achievable)\n",
-         run->steps[0].loss, run->steps[steps - 1].loss, run->teacher_entropy);
-  printf("time: median step %.3f ms, %.0f samples/s (global batch %lld)\n", med,
-         med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch);
+  if (is_gpt(t)) { /* --model gpt: no teacher; a uniform guess over the vocabulary scores ln V */
+    printf("\nloss: %.6f at the start -> %.6f at the end (uniform over %d bytes: %.6f)\n", run->steps[0].loss,
+           run->steps[steps - 1].loss, t->model.classes, log((double)t->model.classes));
+    for (int i = 0; i < run->nevals; i++)
+      printf("validation loss after step %d: %.6f\n", run->evals[i].step, run->evals[i].val_loss);
+    printf("time: median step %.3f ms, %.0f tokens/s (global batch %lld x %d tokens)\n", med,
+           med > 0 ? (double)cfg->batch * t->model.rows / (med / 1000.0) : 0.0, (long long)cfg->batch, t->model.rows);
+  } else {
+    printf("\nloss: %.6f at the start -> %.6f at the end (teacher's entropy %.6f: the best achievable)\n",
+           run->steps[0].loss, run->steps[steps - 1].loss, run->teacher_entropy);
+    printf("time: median step %.3f ms, %.0f samples/s (global batch %lld)\n", med,
+           med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch);
+  }
   for (int i = 0; i < run->nextras; i++) printf("%s: %g\n", run->extras[i].key, run->extras[i].value);
 
   printf("\nmemory per rank, bytes (stage %d, %s, %s: model states = %s; measured includes padding)\n", stage,
@@ -206,11 +345,13 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
     printf("%-16s %12.2f %16.1f %14.3f\n", comm_op_name((comm_op_t)op), (double)all[0].calls[op] / steps,
            (double)all[0].sent[op] / steps, all[0].busy_us[op] / 1000.0 / steps);
   }
-  double cu = 0, hu = 0;
-  overlap_sums(all, N, &cu, &hu);
-  if (cu > 0)
-    printf("overlap: %.1f%% of communication time ran under a backward (from the trace; %.3f ms per step per rank)\n",
-           100.0 * hu / cu, cu / N / steps / 1000.0);
+  double cu = 0, hu = 0, wu = 0;
+  overlap_sums(all, N, &cu, &hu, &wu);
+  if (cu > 0 || wu > 0)
+    printf("overlap: %.1f%% of communication time ran under a backward (from the trace; %.3f ms per step per rank, "
+           "counted from the last rank's arrival; %.3f ms more waiting for late ranks). Whether overlap paid "
+           "off is the step time against the variant without it: notes/benchmarks.md\n",
+           cu > 0 ? 100.0 * hu / cu : 0.0, cu / N / steps / 1000.0, wu / N / steps / 1000.0);
 }
 
 static char *json_text(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all, int64_t *len) {
@@ -285,22 +426,36 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, "]},\n");
   /* Extras: timing summary, overlap from the trace, the strategy's numbers. */
   double med = report_median_ms(run->steps, steps);
-  sb_printf(&b, " \"teacher_entropy\": %.9g, \"skipped_steps\": %d, \"median_step_ms\": %.4f, \"samples_per_s\": %.2f, \"batch\": %lld, "
+  if (isnan(run->teacher_entropy)) sb_printf(&b, " \"teacher_entropy\": null,"); /* text: no teacher */
+  else sb_printf(&b, " \"teacher_entropy\": %.9g,", run->teacher_entropy);
+  sb_printf(&b, " \"skipped_steps\": %d, \"median_step_ms\": %.4f, \"samples_per_s\": %.2f, \"batch\": %lld, "
                 "\"accum\": %d, \"seed\": %llu",
-            run->teacher_entropy, run->skipped_steps, med, med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch,
+            run->skipped_steps, med, med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch,
             cfg->accum, (unsigned long long)cfg->seed);
-  sb_printf(&b, ", \"model\": {\"D\": %d, \"H\": %d, \"L\": %d, \"C\": %d, \"units\": %d}", t->model.D, t->model.H,
-            t->model.L, t->model.C, t->model.n_units);
+  if (is_gpt(t)) {
+    const gpt_shape_t *g = &t->model.gpt;
+    sb_printf(&b, ", \"model\": {\"kind\": \"gpt\", \"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"seq_len\": %d, "
+                  "\"vocab\": %d, \"units\": %d}, \"tokens_per_s\": %.2f",
+              g->n_layer, g->n_head, g->n_embd, g->seq_len, g->vocab, t->model.n_units,
+              med > 0 ? (double)cfg->batch * t->model.rows / (med / 1000.0) : 0.0);
+    sb_printf(&b, ", \"evals\": [");
+    for (int i = 0; i < run->nevals; i++)
+      sb_printf(&b, "%s{\"step\": %d, \"val_loss\": %.9g}", i ? ", " : "", run->evals[i].step, run->evals[i].val_loss);
+    sb_printf(&b, "]");
+    if (run->nevals > 0) sb_printf(&b, ", \"final_val_loss\": %.9g", run->evals[run->nevals - 1].val_loss);
+  } else
+    sb_printf(&b, ", \"model\": {\"kind\": \"mlp\", \"D\": %d, \"H\": %d, \"L\": %d, \"C\": %d, \"units\": %d}", t->model.D,
+              t->model.H, t->model.L, t->model.C, t->model.n_units);
   if (cfg->chapter_flags & TRAIN_FLAG_VARIANT) sb_printf(&b, ", \"variant\": \"%s\"", cfg->variant);
   if (cfg->chapter_flags & TRAIN_FLAG_BUCKET) sb_printf(&b, ", \"bucket_mb\": %.9g", cfg->bucket_mb);
   if (cfg->chapter_flags & TRAIN_FLAG_PREFETCH) sb_printf(&b, ", \"prefetch\": %d", cfg->prefetch);
   for (int i = 0; i < run->nextras; i++) sb_printf(&b, ", \"%s\": %.9g", run->extras[i].key, run->extras[i].value);
-  double cu = 0, hu = 0;
-  overlap_sums(all, N, &cu, &hu);
-  if (cu > 0)
+  double cu = 0, hu = 0, wu = 0;
+  overlap_sums(all, N, &cu, &hu, &wu);
+  if (cu > 0 || wu > 0)
     sb_printf(&b, ",\n \"overlap\": {\"comm_ms_per_step_per_rank\": %.4f, \"hidden_ms_per_step_per_rank\": %.4f, "
-                  "\"hidden_fraction\": %.4f}",
-              cu / N / steps / 1000.0, hu / N / steps / 1000.0, hu / cu);
+                  "\"hidden_fraction\": %.4f, \"wait_ms_per_step_per_rank\": %.4f, \"measured_from\": \"last_join\"}",
+              cu / N / steps / 1000.0, hu / N / steps / 1000.0, cu > 0 ? hu / cu : 0.0, wu / N / steps / 1000.0);
   sb_printf(&b, "}\n");
   *len = b.len;
   return b.p;
@@ -324,7 +479,10 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     mine.busy_us[op] = cc.busy_us[op];
   }
   mine.p2p_sent = cc.p2p_sent;
-  report_overlap(&mine.comm_us, &mine.hidden_us);
+  int64_t njoined = 0;
+  double *joined = last_joins(t->comm, &njoined); /* collective: every rank, trace on or off */
+  report_overlap_joined(t->comm, joined, njoined, &mine.comm_us, &mine.hidden_us, &mine.wait_us);
+  free(joined);
 
   char *blob = NULL;
   int64_t *sizes = NULL;
@@ -342,7 +500,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   if (cfg->json) {
     int64_t len = 0;
     char *text = json_text(t, run, all, &len);
-    report_write_atomic(cfg->json, text, len);
+    report_write_output("--json", cfg->json, text, len);
     free(text);
     if (!cfg->quiet) printf("results: %s\n", cfg->json);
   }

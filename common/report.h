@@ -1,12 +1,14 @@
 /* report.h — what a training run prints at the end, and its --json results (notes/02-ddp.md).
  * Rank 0 prints: loss at start and end beside the teacher's entropy, the median step time and
- * samples/s, every rank's memory ledger by category beside the formula of ARCHITECTURE.md
- * (common/formula.h), the bytes communicated per step per rank beside the formula, and a
- * per-op breakdown. Per-rank numbers are gathered with comm_ctl_gather. */
+ * samples/s, every rank's memory ledger by category beside the formula (common/formula.h,
+ * notes/design.md), the bytes communicated per step per rank beside the formula, and a
+ * per-op breakdown. Per-rank numbers are gathered with comm_ctl_gather. The --json schema is
+ * in notes/design.md ("The results JSON"). */
 #ifndef ZL_REPORT_H
 #define ZL_REPORT_H
 #include <stdint.h> // int64_t
-#include "train.h"  // trainer_t
+#include <stdio.h>  // FILE
+#include "train.h"  // trainer_t, train_cfg_t
 
 typedef struct report_step {
   double loss; /* mean loss over the global batch of the step (before its update) */
@@ -17,6 +19,12 @@ typedef struct report_extra {
   char key[32];
   double value;
 } report_extra_t;
+
+/* One validation loss (--model gpt, --eval-every): after `step` steps. */
+typedef struct report_eval {
+  int step;
+  double val_loss;
+} report_eval_t;
 
 /* Everything the report needs besides the trainer. full_params: rank 0 only, the Ψ fp32 weights
  * (unpadded) after the last step; NULL elsewhere. */
@@ -29,20 +37,42 @@ typedef struct report_run {
   const report_extra_t *extras;   /* strategy numbers (n_buckets, ...) */
   int nextras;
   int skipped_steps;              /* steps dropped by --nonfinite skip */
+  const report_eval_t *evals;     /* [nevals] validation losses in step order (--eval-every) */
+  int nevals;
 } report_run_t;
 
 /* Median of the step times, leaving out step 0 (warm-up) when there are more than 2 steps. */
 double report_median_ms(const report_step_t *steps, int nsteps);
 /* "sum sumsq" of x (%.17g each) into dst: the params fingerprint the tests and the tour compare. */
 void report_fingerprint(const float *x, int64_t n, char *dst, int dst_nbytes);
-/* Fraction of this rank's communication time (comm row of the trace) that overlapped a
- * backward event ("bwd ...") on its compute row; *comm_us / *hidden_us receive the totals.
- * Returns -1 when the trace is off or holds no communication. */
+/* Fraction of this rank's communication time (comm row of the trace, from the first step on,
+ * control traffic left out) that overlapped a backward event ("bwd ...") on its compute row.
+ * A collective's busy window starts when the LAST rank joined it: joined_us[seq − 1] is that
+ * time for operation seq of communicator `comm` (report_finish gathers it); the time before,
+ * spent waiting for a late peer, goes to *wait_us and is neither communication nor hidden.
+ * joined_us NULL: every collective counts from this rank's own start. *comm_us / *hidden_us
+ * receive the totals. Returns -1 when the trace is off or holds no communication. */
+double report_overlap_joined(const void *comm, const double *joined_us, int64_t njoined, double *comm_us,
+                             double *hidden_us, double *wait_us);
+/* report_overlap_joined with no arrival times (this rank's trace alone). */
 double report_overlap(double *comm_us, double *hidden_us);
 
 /* Collective: gathers every rank's ledger, counters and overlap to rank 0, which prints the
  * tables (unless --quiet: one summary line) and writes --json (atomically: temp file + rename). */
 void report_finish(trainer_t *t, const report_run_t *run);
-/* Write text to path atomically (path.tmp.PID, then rename); dies with the path on failure. */
+/* Before step 0 (train_parse_args): every output path of cfg (--json, --trace, --save-params,
+ * --ckpt) can be written — a file in an existing writable directory (or a writable device such
+ * as /dev/null), --ckpt a writable directory or one that can be created. Returns 0, or 2 after
+ * one line (rank 0) `error: --json PATH: must be ...`: the caller exits with it. */
+int report_check_outputs(const train_cfg_t *cfg);
+/* Write nbytes of text to path: a temp file beside it (path.tmp.PID) renamed over it, or in
+ * place when path exists and is not a regular file (/dev/null; a rename would replace the
+ * device). Any failure stops the job with `error: WHAT PATH: ...` (WHAT: "--json", ...). */
+void report_write_output(const char *what, const char *path, const char *text, int64_t nbytes);
+/* report_write_output("output", ...): kept for the callers that name no flag. */
 void report_write_atomic(const char *path, const char *text, int64_t nbytes);
+/* The same, streamed: open (tmp receives the temp name, or "" when writing in place), fprintf
+ * into the FILE, close (flush, rename; dies naming WHAT and path on any error). */
+FILE *report_out_open(const char *what, const char *path, char *tmp, size_t ntmp);
+void report_out_close(FILE *f, const char *what, const char *path, const char *tmp);
 #endif

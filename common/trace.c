@@ -5,12 +5,12 @@
 #include "trace.h"   // trace_event, trace_begin, trace_end, trace_ev_t
 #include "check.h"   // die, xmalloc
 #include "comm.h"    // comm_ctl_gather, comm_rank, comm_world
+#include "report.h"  // report_out_open, report_out_close
 #include <pthread.h> // pthread_mutex_t
 #include <stdio.h>   // snprintf, fopen
 #include <stdlib.h>  // realloc, free
 #include <string.h>  // strncpy, strlen
 #include <time.h>    // clock_gettime, CLOCK_MONOTONIC
-#include <unistd.h>  // getpid
 
 #define TRACE_DEPTH 32
 
@@ -47,8 +47,8 @@ void trace_init(int rank, const char *path) {
 
 int trace_enabled(void) { return g_enabled; }
 
-void trace_event(trace_row_t row, const char *name, double t0_us, double t1_us, const char *args_json) {
-  if (!g_enabled) return;
+static void record(trace_row_t row, const char *name, double t0_us, double t1_us, const char *args_json,
+                   const void *comm, int64_t seq) {
   pthread_mutex_lock(&g_mu);
   if (g_n == g_cap) {
     int cap = g_cap ? 2 * g_cap : 4096;
@@ -66,7 +66,18 @@ void trace_event(trace_row_t row, const char *name, double t0_us, double t1_us, 
   e->row = (int)row;
   snprintf(e->name, sizeof e->name, "%s", name ? name : "?");
   snprintf(e->args, sizeof e->args, "%s", args_json ? args_json : "");
+  e->comm = comm;
+  e->seq = seq;
   pthread_mutex_unlock(&g_mu);
+}
+
+void trace_event(trace_row_t row, const char *name, double t0_us, double t1_us, const char *args_json) {
+  if (g_enabled) record(row, name, t0_us, t1_us, args_json, NULL, 0);
+}
+
+void trace_comm_event(const struct comm *c, int64_t seq, const char *name, double t0_us, double t1_us,
+                      const char *args_json) {
+  if (g_enabled) record(TRACE_COMM, name, t0_us, t1_us, args_json, c, seq);
 }
 
 void trace_begin(const char *name) {
@@ -125,10 +136,8 @@ void trace_write(struct comm *c) {
   const trace_ev_t *e = (const trace_ev_t *)all;
   for (int64_t i = 0; i < total; i++)
     if (i == 0 || e[i].t0 < t_min) t_min = e[i].t0;
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", g_path, (int)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) die("error: --trace %s: cannot write it (check the directory exists)", g_path);
+  char tmp[4200];
+  FILE *f = report_out_open("--trace", g_path, tmp, sizeof tmp);
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (int r = 0; r < N; r++)
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}},\n"
@@ -142,19 +151,16 @@ void trace_write(struct comm *c) {
     for (int64_t i = at; i < at + k; i++) {
       fprintf(f, "%s{\"name\": \"", first ? "" : ",\n");
       put_escaped(f, e[i].name);
-      fprintf(f, "\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {%s}}", r,
+      fprintf(f, "\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {%s", r,
               e[i].row, e[i].t0 - t_min, e[i].t1 - e[i].t0, e[i].args);
+      if (e[i].seq > 0) fprintf(f, "%s\"seq\": %lld", e[i].args[0] ? ", " : "", (long long)e[i].seq);
+      fprintf(f, "}}");
       first = 0;
     }
     at += k;
   }
   fprintf(f, "\n]}\n");
-  int bad = ferror(f);
-  bad |= fclose(f) != 0;
-  if (bad || rename(tmp, g_path) != 0) {
-    remove(tmp);
-    die("error: --trace %s: writing failed", g_path);
-  }
+  report_out_close(f, "--trace", g_path, tmp); /* dies naming the file when any write failed */
   free(all);
   free(sizes);
 }

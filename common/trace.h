@@ -17,13 +17,28 @@ int trace_enabled(void);
 /* A complete event [t0, t1) on a row; args_json: NULL or the inside of a JSON object
  * (e.g. "\"bucket\":3,\"bytes\":4096"). name and args are copied. */
 void trace_event(trace_row_t row, const char *name, double t0_us, double t1_us, const char *args_json);
+/* A collective on the comm row: also keeps which communicator ran it and its sequence number
+ * there (comm.c: the task's handle). Every rank of a communicator numbers its operations the
+ * same way, so (comm, seq) names one collective on all of them: the report finds when the LAST
+ * rank joined it (report.c: report_overlap). */
+void trace_comm_event(const struct comm *c, int64_t seq, const char *name, double t0_us, double t1_us,
+                      const char *args_json);
 /* Begin/end pairs on the compute row of the calling thread (nestable, 32 deep). */
 void trace_begin(const char *name);
 void trace_end(const char *args_json);
-/* Gather every rank's events to rank 0 and write one JSON file (atomic: temp file + rename). */
+/* Gather every rank's events to rank 0 and write one JSON file (atomic: temp file + rename, or
+ * straight into a path that is not a regular file, such as /dev/null). A failed write stops the
+ * job naming the file: `error: --trace PATH: ...` (exit code 1). */
 void trace_write(struct comm *c);
 /* Events recorded on this rank so far (for tests and the overlap measurement). */
-typedef struct trace_ev { double t0, t1; int row; char name[48]; char args[96]; } trace_ev_t;
+typedef struct trace_ev {
+  double t0, t1;
+  int row;
+  char name[48];
+  char args[96];
+  const void *comm; /* collectives: the communicator (this process's pointer); else NULL */
+  int64_t seq;      /* collectives: the operation's number on that communicator; else 0 */
+} trace_ev_t;
 const trace_ev_t *trace_events(int *n);
 void trace_clear(void);
 #endif

@@ -176,6 +176,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                     (long long)psi));
   }
   resolve_device(cfg);
+  if (report_check_outputs(cfg)) exit(2); /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
 }
 
 /* ---- helpers for strategies -------------------------------------------------------------- */

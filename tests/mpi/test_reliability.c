@@ -9,7 +9,11 @@
  *      `out of memory ...on rank R`, never a signal;
  *   5. checkpoints: resume is bitwise for DDP and ZeRO-1/2/3 (params, losses, optimizer states),
  *      resharding to another world size / stage stays within 1e-6, a crash mid-save loses
- *      nothing, bad checkpoints are refused naming the file, zl_ckpt consolidates and inspects.
+ *      nothing, bad checkpoints are refused naming the file, zl_ckpt consolidates and inspects;
+ *   6. output files: an unwritable --json/--trace/--save-params/--ckpt path is refused before
+ *      step 0 (bad input, table 1); a write that fails at the end (/dev/full) stops the job
+ *      non-zero naming the flag and the file; a device that takes writes (/dev/null) is written
+ *      in place and stays a device.
  * Tiny models, few steps: the whole file runs in well under a minute on 2 cores. */
 #include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_floats, zl_read_floats
 #include <criterion/logging.h> // cr_log_info
@@ -96,6 +100,13 @@ static const bad_case_t g_bad[] = {
     {0, "ch02_ddp --save-every 5", "error: --save-every 5"},
     {0, "ch03_zero1 --steps 5 --steps 6", "error: --steps 6: given more than once"},
     {0, "ch04_zero2 extra", "error: extra"},
+    /* output paths, checked before step 0 (report.c: report_check_outputs) */
+    {0, "ch02_ddp --json /nonexistent-zl/r.json", "error: --json /nonexistent-zl/r.json"},   /* no such directory */
+    {0, "ch03_zero1 --trace /nonexistent-zl/t.json", "error: --trace /nonexistent-zl/t.json"},
+    {0, "ch04_zero2 --save-params /tmp", "error: --save-params /tmp"},                      /* a directory */
+    {0, "ch05_zero3 --ckpt /nonexistent-zl/ck", "error: --ckpt /nonexistent-zl/ck"},        /* parent missing */
+    {0, "ch02_ddp --ckpt /dev/null", "error: --ckpt /dev/null"},                            /* not a directory */
+    {0, "ch02_ddp --json /dev/null/r.json", "error: --json /dev/null/r.json"},              /* inside a non-directory */
     /* the tool */
     {0, "zl_ckpt", "error: missing command"},
     {0, "zl_ckpt frob /tmp", "error: frob"},
@@ -107,6 +118,7 @@ static const bad_case_t g_bad[] = {
     {2, "ch04_zero2 --fault 2:0:exit", "error: --fault 2:0:exit"},            /* rank 2 of 2 */
     {3, "ch02_ddp --bogus", "error: --bogus"},
     {2, "ch01_collbench -r 2", "error: -r 2"},
+    {2, "ch05_zero3 --json /nonexistent-zl/r.json", "error: --json /nonexistent-zl/r.json"},
 };
 
 Test(common_reliability, bad_inputs_one_line_exit_2) {
@@ -409,4 +421,33 @@ Test(common_reliability, ckpt_refuses_bad_checkpoints) {
   refused(&k, "shape", "true", "--hidden 14", "manifest.txt", "saved with --hidden 13, this run has --hidden 14");
   refused(&k, "precision", "true", "--hidden 13 --precision bf16", "manifest.txt", "--precision fp32");
   refused(&k, "optimizer", "true", "--hidden 13 --optimizer sgd", "manifest.txt", "--optimizer adamw");
+}
+
+/* ---- 6. output files that cannot be written at the end ------------------------------------ */
+
+/* FLAG /dev/full: every write fails (ENOSPC) after training: the job must end non-zero with one
+ * line naming the flag and the file, not exit 0 as if the output were there. */
+static void write_fails(const char *prog, const char *flag) {
+  char *out = NULL, want[128];
+  int rc = zl_run(2, 60, &out, ZL_BIN "/%s " MODEL " --steps 2 %s /dev/full", prog, flag);
+  cr_expect(rc != 0 && rc != 124, "%s %s /dev/full: exit code %d, expected a failure; output:\n%s", prog, flag, rc, out);
+  /* "error: --json /dev/full: writing it failed: No space left on device" (the flag is named
+   * where the writer knows it; the file always) */
+  snprintf(want, sizeof want, "%s /dev/full: writing it failed", strcmp(flag, "--save-params") ? flag : "");
+  cr_expect(strstr(out, want) != NULL, "%s %s /dev/full: the output should say '%s'; output:\n%s", prog, flag, want, out);
+  free(out);
+}
+
+Test(common_reliability, failed_output_write_names_the_file) {
+  write_fails("ch02_ddp", "--trace");
+  write_fails("ch03_zero1", "--json");
+  write_fails("ch05_zero3", "--save-params");
+  /* a device that takes writes is written in place: renaming a temp file over it would replace
+   * /dev/null itself (as root) */
+  char *out = NULL;
+  int rc = zl_run(2, 60, &out, ZL_BIN "/ch04_zero2 " MODEL " --steps 2 --json /dev/null --trace /dev/null");
+  cr_expect_eq(rc, 0, "--json /dev/null --trace /dev/null: exit code %d, expected 0; output:\n%s", rc, out);
+  struct stat st;
+  cr_assert(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is no longer a character device");
+  free(out);
 }

@@ -122,3 +122,26 @@ Test(ch02_buckets, overlap_fraction_from_trace) {
   trace_init(0, NULL); /* disabled: -1, nothing measured */
   cr_assert_eq(report_overlap(&comm, &hidden), -1.0, "a disabled trace should give -1");
 }
+
+/* A collective counts from the moment its LAST rank joined: here this rank starts all-reduce #3
+ * at 15 us but its peer only at 25, so [15, 25) is waiting (not communication, not hidden) and
+ * the busy window is [25, 35): 5 us of it under bwd [30, 40). Operations of another
+ * communicator (or with no arrival time) count from this rank's own start. */
+Test(ch02_buckets, overlap_counts_from_the_last_arrival) {
+  trace_init(0, "/tmp/zl_unused.trace.json");
+  trace_clear();
+  int comm_a, comm_b; /* two communicators: only their addresses matter */
+  trace_event(TRACE_COMPUTE, "step 0", 0, 100, NULL);
+  trace_event(TRACE_COMPUTE, "bwd 1", 10, 20, NULL);
+  trace_event(TRACE_COMPUTE, "bwd 0", 30, 40, NULL);
+  trace_comm_event((const struct comm *)&comm_a, 3, "all_reduce bucket 0", 15, 35, "\"op\":\"all_reduce\",\"bytes\":64");
+  trace_comm_event((const struct comm *)&comm_b, 3, "all_reduce tp", 50, 60, "\"op\":\"all_reduce\",\"bytes\":64");
+  double joined[4] = {-1e300, -1e300, 25, -1e300}; /* last arrival of operation seq (index seq − 1) */
+  double comm = 0, hidden = 0, wait = 0;
+  double f = report_overlap_joined(&comm_a, joined, 4, &comm, &hidden, &wait);
+  cr_assert_float_eq(wait, 10.0, 1e-12, "waiting time %g us, expected 10 (15 to the peer's arrival at 25)", wait);
+  cr_assert_float_eq(comm, 20.0, 1e-12, "communication time %g us, expected 10 + 10 (the other communicator's op)", comm);
+  cr_assert_float_eq(hidden, 5.0, 1e-12, "hidden time %g us, expected 5 ([30, 35))", hidden);
+  cr_assert_float_eq(f, 0.25, 1e-12, "hidden fraction %g, expected 0.25", f);
+  trace_init(0, NULL);
+}
