@@ -91,12 +91,13 @@ COMMON_O  := $(COMMON_C:common/%.c=$(COBJ)/%.o) $(COMMON_CU:common/%.cu=$(COBJ)/
 IMPL_O    := $(IMPL_C:$(IMPL)/%.c=$(OBJ)/$(IMPL)/%.o)
 LIB       := $(OBJ)/libzl.a
 # Each chapter dir holds main.c (-> chNN_name) and optionally other *.c, each its own program
-# (chapters/01_collectives/collbench.c -> ch01_collbench).
-define chapter_bins
-$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(patsubst $(firstword $(subst _, ,$(1)))_%,%,$(1)) \
-$(foreach f,$(filter-out main,$(basename $(notdir $(wildcard chapters/$(1)/*.c)))),$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(f))
-endef
-PROGRAMS  := $(foreach c,$(CHAPTERS),$(call chapter_bins,$(c)))
+# (chapters/01_collectives/collbench.c -> ch01_collbench). The names, derived once:
+#   $(call chapter_main,01_collectives)   -> $(BIN)/ch01_collectives
+#   $(call chapter_extras,01_collectives) -> collbench   (the other programs' stems)
+chapter_num    = $(firstword $(subst _, ,$(1)))
+chapter_main   = $(BIN)/ch$(call chapter_num,$(1))_$(patsubst $(call chapter_num,$(1))_%,%,$(1))
+chapter_extras = $(filter-out main,$(basename $(notdir $(wildcard chapters/$(1)/*.c))))
+PROGRAMS  := $(foreach c,$(CHAPTERS),$(call chapter_main,$(c)) $(foreach f,$(call chapter_extras,$(c)),$(BIN)/ch$(call chapter_num,$(c))_$(f)))
 TOOL_C    := $(wildcard common/tools/*.c)
 TOOLS     := $(TOOL_C:common/tools/%.c=$(BIN)/%)
 TEST_C    := $(wildcard tests/unit/*.c) $(wildcard tests/mpi/test_*.c)
@@ -143,11 +144,11 @@ $(OBJ)/tools/%.o: common/tools/%.c
 
 # chapter programs: chapters/NN_name/main.c -> chNN_name ; chapters/NN_name/x.c -> chNN_x
 define chapter_rules
-$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(patsubst $(firstword $(subst _, ,$(1)))_%,%,$(1)): $(OBJ)/chapters/$(1)/main.o $(LIB)
+$(call chapter_main,$(1)): $(OBJ)/chapters/$(1)/main.o $(LIB)
 	@mkdir -p $$(@D)
 	$$(CC) $$^ -o $$@ $$(LDLIBS)
-$(foreach f,$(filter-out main,$(basename $(notdir $(wildcard chapters/$(1)/*.c)))),
-$(BIN)/ch$(firstword $(subst _, ,$(1)))_$(f): $(OBJ)/chapters/$(1)/$(f).o $(LIB)
+$(foreach f,$(call chapter_extras,$(1)),
+$(BIN)/ch$(call chapter_num,$(1))_$(f): $(OBJ)/chapters/$(1)/$(f).o $(LIB)
 	@mkdir -p $$(@D)
 	$$(CC) $$^ -o $$@ $$(LDLIBS)
 )
@@ -194,17 +195,22 @@ endif
 test-run: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
 
+# make demo writes under results/ only (the JSON, the traces, results/figures/): the checkout
+# stays clean (git status shows nothing after it).
 demo:
 	@bash common/scripts/deps.sh
 	@$(MAKE) --no-print-directory build
-	@ZL_BIN=$(BIN) PLOT_PYTHON=$(PLOT_PYTHON) bash common/scripts/demo.sh $(CH)
+	@ZL_BIN=$(BIN) ZL_RESULTS=$(RESULTS) PLOT_PYTHON=$(PLOT_PYTHON) bash common/scripts/demo.sh $(CH)
 
-# make plots: the figures of notes/ (notes/figures/*.png) from the JSON under results/ that
-# make demo writes; a figure whose inputs are missing is skipped with a note. The python that
-# plots: PLOT_PYTHON (defined with the toolchain above, as deps.sh says).
-plots:
+# make plots: the figures (results/figures/*.png) from the JSON under results/ that make demo
+# writes, as the tour draws them; a figure whose inputs are missing is skipped with a note.
+# make figures (maintainers): the same figures into notes/figures/, the PNGs the notes show and
+# git tracks; the only target that writes there, so make demo and make plots leave a checkout
+# clean. The python that plots: PLOT_PYTHON (defined with the toolchain above, as deps.sh says).
+.PHONY: figures
+plots figures:
 	@test -n "$(PLOT_PYTHON)" || { echo "error: no python3 with matplotlib: run 'make deps' (Debian: apt-get install python3-matplotlib)"; exit 2; }
-	@$(PLOT_PYTHON) common/scripts/plots.py --results results --out notes/figures
+	@$(PLOT_PYTHON) common/scripts/plots.py --results $(RESULTS) --out $(if $(filter figures,$@),notes/figures,$(RESULTS)/figures)
 
 # the chapter's main program (chapters/NN_name/main.c -> chNN_name); PROG=collbench picks another
 CH_NAME   = $(patsubst $(CH)_%,%,$(firstword $(filter $(CH)_%,$(CHAPTERS))))

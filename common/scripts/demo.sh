@@ -8,9 +8,12 @@
 #                        check of the figures, tests/mpi/test_tutorial.c, uses it)
 #
 # Writes results/*.json (the programs' --json), results/*.trace.json (--trace, open them in
-# ui.perfetto.dev) and notes/figures/*.png (common/scripts/plots.py). Each run is one program
-# launch with small sizes; a chapter whose binary is not built is announced and skipped.
-# Environment: ZL_BIN (default build/bin), ZL_RESULTS (results), ZL_FIGURES (notes/figures),
+# ui.perfetto.dev) and results/figures/*.png (common/scripts/plots.py): everything under
+# results/ (ignored by git), so a checkout is as clean after the tour as before it. The figures
+# the notes show (notes/figures/, tracked) change only through `make figures` (maintainers).
+# Each run is one program launch with small sizes; a chapter whose binary is not built is
+# announced and skipped.
+# Environment: ZL_BIN (default build/bin), ZL_RESULTS (results), ZL_FIGURES (results/figures),
 # ZL_DEMO_NP (ranks for the chapter runs, default 4), ZL_DEMO_DEVICE (auto|cpu|cuda).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -27,7 +30,7 @@ for a in "$@"; do
 done
 BIN=${ZL_BIN:-build/bin}
 RES=${ZL_RESULTS:-results}
-FIG=${ZL_FIGURES:-notes/figures}
+FIG=${ZL_FIGURES:-$RES/figures}
 if [ "$QUICK" = 1 ]; then  # tiny runs never overwrite the real results and figures
   RES=${ZL_RESULTS:-/tmp/zerolab-quick/results}
   FIG=${ZL_FIGURES:-/tmp/zerolab-quick/figures}
@@ -206,7 +209,9 @@ EOF
 Naive DDP waits for the whole backward, then all-reduces. Bucketed DDP starts a bucket's
 all-reduce as soon as its layers' gradients exist, so communication hides behind the
 backward of the earlier layers. Two traces ($NPT ranks, 6 steps): open them in
-ui.perfetto.dev (notes/tour.md). The report's 'overlap' line says how much was hidden.
+ui.perfetto.dev (notes/tour.md). The report's 'overlap' line says how much of the
+communication ran under a backward, counted from the moment the last rank joined each
+all-reduce; whether overlap paid off is the step time: compare the two runs' medians.
 EOF
   have ch02_ddp || return
   run "$NPT" ch02_ddp "${TRACE_MODEL[@]}" --device "$DEVICE" --steps 6 --variant naive --trace "$RES/ch02_naive.trace.json" \

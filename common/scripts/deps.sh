@@ -2,8 +2,10 @@
 # deps.sh — make sure what zerolab builds and runs with is installed (`make demo` and `make test`
 # run it first; `make deps` alone). Debian 12 / Ubuntu: checks the packages with dpkg and installs
 # the missing ones with apt-get, as root or through passwordless sudo; otherwise prints the exact
-# command to run and exits 1. Quiet when all is there: one line "deps: ok ...".
+# command to run and exits 1. Quiet when all is there: one line "deps: ok ...". Before it installs
+# anything it says so, with the packages and the command ("deps: installing ... with apt-get").
 #   ZL_SKIP_DEPS=1   skip the check (you installed the libraries another way: modules, spack ...)
+#   ZL_DEPS_INSTALL=0  check only: print the command to run and exit 1, never install
 # CUDA and NCCL are optional and never installed here: the build uses them when it finds them
 # (make doctor says what it found; notes/gpu.md).
 set -u
@@ -65,7 +67,11 @@ fi
 echo "deps: missing ${missing[*]}"
 cmd="apt-get install -y --no-install-recommends ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-if [ "$(id -u)" = 0 ]; then
+if [ "${ZL_DEPS_INSTALL:-1}" = 0 ]; then
+  echo "deps: ZL_DEPS_INSTALL=0: not installing; run:" >&2
+  echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive $cmd" >&2
+  exit 1
+elif [ "$(id -u)" = 0 ]; then
   run=()
 elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
   run=(sudo -n env DEBIAN_FRONTEND=noninteractive)
@@ -75,6 +81,7 @@ else
   echo "deps: then run the make command again (or set ZL_SKIP_DEPS=1 if you have them another way)" >&2
   exit 1
 fi
+echo "deps: installing ${#missing[@]} missing package(s) with apt-get (this changes the system; ZL_DEPS_INSTALL=0 only prints the command, ZL_SKIP_DEPS=1 skips the check):"
 echo "deps: ${run[*]:+${run[*]} }apt-get update && $cmd"
 "${run[@]}" apt-get update -qq </dev/null || { echo "deps: apt-get update failed" >&2; exit 1; }
 # shellcheck disable=SC2086
