@@ -1,4 +1,4 @@
-/* formula.c — the memory and traffic formulas of ARCHITECTURE.md (see formula.h).
+/* formula.c — the memory and traffic formulas of notes/design.md (see formula.h).
  * Notes: notes/00-memory.md (the 16Ψ story and the table of stages). */
 #include "formula.h" // mem_formula_t, formula_zero_k, ...
 #include <pthread.h> // pthread_mutex_t

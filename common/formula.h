@@ -1,4 +1,4 @@
-/* formula.h — the formulas of ARCHITECTURE.md that the programs print beside their
+/* formula.h — the formulas of notes/design.md that the programs print beside their
  * measurements (notes/00-memory.md). Ψ = parameter count, N = world size, all in bytes.
  *
  *   stage   params   grads    optimizer states (K bytes/param)   total (bf16, Adam: K = 12)

@@ -1,6 +1,6 @@
 /* ledger.h — per-rank memory ledger: live and peak bytes by category.
  * Every tensor allocation goes through it (tensor_alloc), so the report can print what a
- * rank really holds beside the formula of ARCHITECTURE.md (notes/00-memory.md). */
+ * rank really holds beside the formula of notes/design.md (notes/00-memory.md). */
 #ifndef ZL_LEDGER_H
 #define ZL_LEDGER_H
 #include <stdint.h> // int64_t

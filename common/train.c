@@ -527,7 +527,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   trace_write(t->comm);
 
   if (s->teardown) s->teardown(t);
-  tensor_free(&t->params); /* whatever trainer_alloc_full_states made and the strategy kept */
+  tensor_free(&t->params); /* the model states: the strategy allocated them, the trainer frees them (train.h) */
   tensor_free(&t->grads);
   tensor_free(&t->master);
   tensor_free(&t->opt_m);

@@ -43,7 +43,7 @@ typedef struct train_cfg {
   char device_note[256];              /* what "auto" chose and why ("" when nothing was automatic) */
   const char *variant;                /* --variant naive|overlap|bucketed (02, 04) */
   double bucket_mb;                   /* --bucket-mb (02, 04) */
-  int prefetch;                       /* --prefetch K (05) */
+  int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */
   const char *json, *trace;           /* --json PATH --trace PATH */

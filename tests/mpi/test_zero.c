@@ -1,4 +1,4 @@
-/* test_zero.c — ZeRO-1, -2, -3 against DDP (contract 2 of ARCHITECTURE.md), the memory ledger
+/* test_zero.c — ZeRO-1, -2, -3 against DDP (contract 2 of notes/design.md), the memory ledger
  * against the formula plus padding (contract 6), the traffic counters against the formula,
  * the pad invariant, ZeRO-3's gather window, and the memory budget refusal.
  * Notes: notes/03-zero1.md, notes/04-zero2.md, notes/05-zero3.md.
