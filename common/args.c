@@ -88,7 +88,7 @@ static void allowed_text(const arg_spec_t *s, char *dst, size_t n) {
   fmt_bound(hi, sizeof hi, s->hi);
   switch (s->kind) {
   case ARG_INT:
-  case ARG_I64: snprintf(dst, n, "must be an integer in [%s, %s]", lo, hi); break;
+  case ARG_I64: snprintf(dst, n, "must be an integer in [%s, %s]%s", lo, hi, s->choices ? " or auto" : ""); break;
   case ARG_DOUBLE: snprintf(dst, n, "must be a finite number in [%s, %s]", lo, hi); break;
   case ARG_COUNT: snprintf(dst, n, "must be a count in [%s, %s], e.g. 7.5e9, 7B, 124M, 350K", lo, hi); break;
   case ARG_STR: snprintf(dst, n, "must be non-empty text"); break;
@@ -139,7 +139,8 @@ static int store(const arg_spec_t *s, const char *value) {
       if (lo < INT_MIN) lo = INT_MIN;
       if (hi > INT_MAX) hi = INT_MAX;
     }
-    if (parse_i64(value, &v) || (double)v < lo || (double)v > hi) return args_error(s->flag, value, "%s", allowed);
+    if (s->choices && in_choices(s->choices, value) && strcmp(value, "auto") == 0) v = -1; /* ARG_INT "auto" */
+    else if (parse_i64(value, &v) || (double)v < lo || (double)v > hi) return args_error(s->flag, value, "%s", allowed);
     if (s->kind == ARG_INT) *(int *)s->dst = (int)v;
     else *(int64_t *)s->dst = v;
     return 0;
@@ -233,7 +234,8 @@ static void usage_parts(const arg_spec_t *s, char *meta, size_t nm, char *dflt, 
   switch (s->kind) {
   case ARG_INT:
     snprintf(meta, nm, "N");
-    snprintf(dflt, nd, "default %d; integer in [%s, %s]", *(int *)s->dst, lo, hi);
+    if (s->choices && *(int *)s->dst == -1) snprintf(dflt, nd, "default auto; integer in [%s, %s] or auto", lo, hi);
+    else snprintf(dflt, nd, "default %d; integer in [%s, %s]", *(int *)s->dst, lo, hi);
     break;
   case ARG_I64:
     snprintf(meta, nm, "N");

@@ -10,7 +10,7 @@
 #include <stdint.h> // int64_t
 
 typedef enum {
-  ARG_INT,    /* int,     range [lo, hi] */
+  ARG_INT,    /* int,     range [lo, hi]; with choices "auto" the word auto is accepted too, stored as -1 */
   ARG_I64,    /* int64_t, range [lo, hi] */
   ARG_DOUBLE, /* double,  range [lo, hi]; NaN and inf refused */
   ARG_COUNT,  /* double,  a count with optional suffix: 7.5e9, 7B, 124M, 350K (K=1e3, M=1e6, B/G=1e9, T=1e12) */

@@ -1,19 +1,18 @@
 /* ckpt.c — checkpoints: atomic save, verification, resume with resharding (see ckpt.h).
  * Notes: notes/reliability.md ("Checkpoints").
  *
- * The one idea: every checkpoint stores each model state (fp32 weights, Adam m and v) in the
- * shard layout of solutions/zero.h — unit after unit, rank r's piece of each. Whatever layout a
- * checkpoint has (N ranks of ZeRO, or DDP's single owner), element i of unit u lives in piece
- * i / piece_u, at offset shard_off_u + i % piece_u of that piece's file. ckpt_read_range uses
- * exactly that to hand any rank of any new layout its own pieces: resharding is an index
- * computation, no full copy of the model is ever assembled on a rank (except by DDP, which
- * holds the full model anyway). */
+ * The one idea: a checkpoint stores each model state (fp32 weights, Adam m and v) as the pieces
+ * the strategy says its ranks own (strategy_t.layout: unit u, [off, off+numel)), and the
+ * manifest lists every piece with its file and place. Whatever wrote it (N ranks of ZeRO,
+ * DDP's replicated copy, any future strategy), element i of unit u lives in the one piece of u
+ * that covers i: ckpt_read_range hands any rank of any new layout the ranges it needs, so
+ * resharding is a table lookup and no rank assembles the full model unless its own layout
+ * holds it whole. The stage is only written down for the reader: memory is found by the hook. */
 #include "ckpt.h"   // ckpt_manifest_t, ckpt_*
 #include "check.h"  // die, xmalloc, xcalloc
 #include "comm.h"   // comm_barrier, comm_ctl_gather, comm_ctl_broadcast, comm_wait_all
-#include "device.h" // dev_memcpy, dev_sync
+#include "device.h" // dev_memcpy, dev_sync, dev_upload
 #include "fault.h"  // fault_in_save (--fault R:S:ckpt)
-#include "ops.h"    // op_cast
 #include <dirent.h> // opendir, readdir
 #include <errno.h>  // errno
 #include <fcntl.h>  // open, O_*
@@ -137,14 +136,25 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
 void ckpt_manifest_free(ckpt_manifest_t *m) {
   free(m->units);
   free(m->files);
+  free(m->pieces);
+  free(m->section_numel);
   m->units = NULL;
   m->files = NULL;
+  m->pieces = NULL;
+  m->section_numel = NULL;
 }
 
 int ckpt_section(const ckpt_manifest_t *m, const char *name) {
   for (int s = 0; s < m->n_sections; s++)
     if (strcmp(m->sections[s], name) == 0) return s;
   return -1;
+}
+
+/* Pieces by (unit, off). */
+static int cmp_piece(const void *a, const void *b) {
+  const ckpt_piece_t *x = a, *y = b;
+  if (x->unit != y->unit) return (x->unit > y->unit) - (x->unit < y->unit);
+  return (x->off > y->off) - (x->off < y->off);
 }
 
 #define FAIL(...) do { snprintf(why, nwhy, __VA_ARGS__); goto fail; } while (0)
@@ -163,7 +173,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
   if (!ck || sscanf(ck + 10, "%" SCNx64, &want) != 1) FAIL("%s: truncated (no checksum line at the end)", path);
   uint64_t got = ckpt_sum(CKPT_SUM_INIT, text, (size_t)(ck + 1 - text));
   if (got != want) FAIL("%s: corrupted (checksum %016" PRIx64 ", its last line says %016" PRIx64 ")", path, got, want);
-  int nunit = 0, nfile = 0, have_units = 0, have_files = 0;
+  int nunit = 0, nfile = 0, npiece = 0, have_units = 0, have_files = 0;
   for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
     char key[32];
     if (sscanf(l, "%31s", key) != 1) continue;
@@ -173,7 +183,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "strategy")) ok = sscanf(v, "%31s", m->strategy) == 1;
     else if (!strcmp(key, "stage")) ok = sscanf(v, "%d", &m->stage) == 1;
     else if (!strcmp(key, "world")) ok = sscanf(v, "%d", &m->world) == 1;
-    else if (!strcmp(key, "layout_world")) ok = sscanf(v, "%d", &m->layout_world) == 1;
+    else if (!strcmp(key, "shards")) ok = sscanf(v, "%d", &m->shards) == 1;
     else if (!strcmp(key, "precision")) ok = sscanf(v, "%7s", m->precision) == 1;
     else if (!strcmp(key, "optimizer")) ok = sscanf(v, "%7s", m->optimizer) == 1;
     else if (!strcmp(key, "input")) ok = sscanf(v, "%d", &m->input) == 1;
@@ -183,8 +193,6 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "seed")) ok = sscanf(v, "%" SCNu64, &m->seed) == 1;
     else if (!strcmp(key, "batch")) ok = sscanf(v, "%" SCNd64, &m->batch) == 1;
     else if (!strcmp(key, "psi")) ok = sscanf(v, "%" SCNd64, &m->psi) == 1;
-    else if (!strcmp(key, "padded_numel")) ok = sscanf(v, "%" SCNd64, &m->padded_numel) == 1;
-    else if (!strcmp(key, "shard_numel")) ok = sscanf(v, "%" SCNd64, &m->shard_numel) == 1;
     else if (!strcmp(key, "step")) ok = sscanf(v, "%d", &m->step) == 1;
     else if (!strcmp(key, "data_position")) ok = sscanf(v, "%" SCNd64, &m->data_position) == 1;
     else if (!strcmp(key, "opt_t")) ok = sscanf(v, "%d", &m->opt_t) == 1;
@@ -195,11 +203,18 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
       have_units = 1;
     } else if (!strcmp(key, "unit")) {
       int u;
-      ckpt_unit_t x;
-      ok = m->units && nunit < m->n_units &&
-           sscanf(v, "%d %d %d %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64, &u, &x.in, &x.out, &x.numel, &x.padded,
-                  &x.piece, &x.shard_off) == 7 && u == nunit;
+      ckpt_unit_t x = {0};
+      ok = m->units && nunit < m->n_units && sscanf(v, "%d %d %d %" SCNd64, &u, &x.in, &x.out, &x.numel) == 4 &&
+           u == nunit && x.numel > 0;
       if (ok) m->units[nunit++] = x;
+    } else if (!strcmp(key, "pieces")) {
+      ok = !m->pieces && sscanf(v, "%d", &m->n_pieces) == 1 && m->n_pieces >= 1 && m->n_pieces <= 1 << 24;
+      if (ok) m->pieces = xcalloc((size_t)m->n_pieces, sizeof *m->pieces, "checkpoint pieces");
+    } else if (!strcmp(key, "piece")) {
+      ckpt_piece_t x;
+      ok = m->pieces && npiece < m->n_pieces &&
+           sscanf(v, "%d %d %" SCNd64 " %" SCNd64 " %" SCNd64, &x.file, &x.unit, &x.off, &x.numel, &x.at) == 5;
+      if (ok) m->pieces[npiece++] = x;
     } else if (!strcmp(key, "sections")) {
       char s[CKPT_MAX_SECTIONS + 1][8];
       int k = sscanf(v, "%7s %7s %7s %7s", s[0], s[1], s[2], s[3]);
@@ -219,36 +234,48 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     if (!ok) FAIL("%s: bad line '%.80s'", path, l);
   }
   /* The layout must be self-consistent, or reading it would go out of bounds. */
-  if (m->version != 1) FAIL("%s: not a zerolab checkpoint of version 1", path);
+  if (m->version != 2) FAIL("%s: not a zerolab checkpoint of version 2", path);
   if (!m->units || nunit != m->n_units) FAIL("%s: %d unit lines, 'units' says %d", path, nunit, m->n_units);
+  if (!m->pieces || npiece != m->n_pieces) FAIL("%s: %d piece lines, 'pieces' says %d", path, npiece, m->n_pieces);
   if (!m->files || nfile != m->n_files) FAIL("%s: %d file lines, 'files' says %d", path, nfile, m->n_files);
-  if (m->layout_world < 1 || m->n_files != m->layout_world + 1)
-    FAIL("%s: layout_world %d does not match %d files (one per shard + " LOSSES ")", path, m->layout_world, m->n_files);
+  if (m->shards < 1 || m->n_files != m->shards + 1)
+    FAIL("%s: shards %d does not match %d files (one per shard + " LOSSES ")", path, m->shards, m->n_files);
   if (m->n_sections < 1) FAIL("%s: no sections line", path);
-  int64_t psi = 0, padded = 0, shard = 0;
-  for (int u = 0; u < m->n_units; u++) {
-    const ckpt_unit_t *x = &m->units[u];
-    if (x->numel != (int64_t)x->in * x->out + x->out || x->padded < x->numel || x->padded % m->layout_world ||
-        x->piece != x->padded / m->layout_world || x->shard_off != shard)
-      FAIL("%s: unit %d: inconsistent layout (numel %lld, padded %lld, piece %lld, shard_off %lld for %d shards)", path, u,
-           (long long)x->numel, (long long)x->padded, (long long)x->piece, (long long)x->shard_off, m->layout_world);
-    psi += x->numel;
-    padded += x->padded;
-    shard += x->piece;
+  int64_t psi = 0;
+  for (int u = 0; u < m->n_units; u++) psi += m->units[u].numel;
+  if (psi != m->psi) FAIL("%s: psi %lld does not add up from the units (%lld)", path, (long long)m->psi, (long long)psi);
+  /* each file's pieces lie back to back, in the order listed: a section is their sum */
+  m->section_numel = xcalloc((size_t)m->shards, sizeof *m->section_numel, "checkpoint sections");
+  for (int k = 0; k < m->n_pieces; k++) {
+    const ckpt_piece_t *x = &m->pieces[k];
+    if (x->file < 0 || x->file >= m->shards || x->unit < 0 || x->unit >= m->n_units || x->off < 0 || x->numel < 1 ||
+        x->at != m->section_numel[x->file])
+      FAIL("%s: piece %d (file %d unit %d off %lld numel %lld at %lld): out of range or not back to back", path, k,
+           x->file, x->unit, (long long)x->off, (long long)x->numel, (long long)x->at);
+    m->section_numel[x->file] += x->numel;
   }
-  if (psi != m->psi || padded != m->padded_numel || shard != m->shard_numel)
-    FAIL("%s: psi/padded_numel/shard_numel %lld/%lld/%lld do not add up from the units (%lld/%lld/%lld)", path,
-         (long long)m->psi, (long long)m->padded_numel, (long long)m->shard_numel, (long long)psi, (long long)padded,
-         (long long)shard);
-  for (int r = 0; r < m->layout_world; r++) {
-    char want_name[64];
-    snprintf(want_name, sizeof want_name, "rank-%05d.bin", r);
-    if (strcmp(m->files[r].name, want_name) || m->files[r].nbytes != (int64_t)m->n_sections * m->shard_numel * 4)
-      FAIL("%s: file %d should be %s of %lld bytes, says %s of %lld", path, r, want_name,
-           (long long)((int64_t)m->n_sections * m->shard_numel * 4), m->files[r].name, (long long)m->files[r].nbytes);
-  }
-  if (strcmp(m->files[m->layout_world].name, LOSSES) || m->files[m->layout_world].nbytes != (int64_t)m->step * 16)
+  for (int f = 0; f < m->shards; f++)
+    if (m->files[f].nbytes != (int64_t)m->n_sections * m->section_numel[f] * 4 || !strcmp(m->files[f].name, LOSSES))
+      FAIL("%s: file %d (%s) should hold %d sections of %lld floats (its pieces): %lld bytes, says %lld", path, f,
+           m->files[f].name, m->n_sections, (long long)m->section_numel[f],
+           (long long)((int64_t)m->n_sections * m->section_numel[f] * 4), (long long)m->files[f].nbytes);
+  if (strcmp(m->files[m->shards].name, LOSSES) || m->files[m->shards].nbytes != (int64_t)m->step * 16)
     FAIL("%s: the last file should be " LOSSES " of %lld bytes", path, (long long)m->step * 16);
+  /* per unit, the pieces sorted by offset must tile [0, numel): every element in exactly one */
+  qsort(m->pieces, (size_t)m->n_pieces, sizeof *m->pieces, cmp_piece);
+  for (int k = 0, u = 0; u < m->n_units; u++) {
+    ckpt_unit_t *x = &m->units[u];
+    x->first = k;
+    int64_t end = 0;
+    for (; k < m->n_pieces && m->pieces[k].unit == u; k++) {
+      if (m->pieces[k].off != end) break;
+      end += m->pieces[k].numel;
+    }
+    x->n_pieces = k - x->first;
+    if ((k < m->n_pieces && m->pieces[k].unit == u) || end < x->numel)
+      FAIL("%s: unit %d: inconsistent layout (its pieces do not tile [0, %lld) without overlap)", path, u,
+           (long long)x->numel);
+  }
   free(text);
   return 0;
 fail:
@@ -332,9 +359,9 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
 void ckpt_manifest_print(const ckpt_manifest_t *m) {
   printf("checkpoint %s\n", m->dir);
   printf("  strategy %s (stage %d) saved by %d rank%s; layout: %d shard%s\n", m->strategy, m->stage, m->world,
-         m->world > 1 ? "s" : "", m->layout_world, m->layout_world > 1 ? "s" : "");
-  printf("  model D=%d H=%d C=%d L=%d: psi %lld params, padded %lld, %lld floats per shard section\n", m->input, m->hidden,
-         m->classes, m->layers, (long long)m->psi, (long long)m->padded_numel, (long long)m->shard_numel);
+         m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "");
+  printf("  model D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
+         (long long)m->psi, m->n_pieces);
   printf("  precision %s, optimizer %s, seed %llu, global batch %lld\n", m->precision, m->optimizer,
          (unsigned long long)m->seed, (long long)m->batch);
   printf("  after step %d: data position %lld samples, optimizer step t = %d, %d skipped\n", m->step,
@@ -342,11 +369,15 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
   printf("  rng: none (sample i and the init are pure functions of the seed and i)\n");
   printf("  sections:");
   for (int s = 0; s < m->n_sections; s++) printf(" %s", m->sections[s]);
-  printf("\n  units (in out numel padded piece shard_off):\n");
+  printf("\n  units (in out numel) and their pieces (file: [off, off+numel) at):\n");
   for (int u = 0; u < m->n_units; u++) {
     const ckpt_unit_t *x = &m->units[u];
-    printf("    %d: %d %d %lld %lld %lld %lld\n", u, x->in, x->out, (long long)x->numel, (long long)x->padded,
-           (long long)x->piece, (long long)x->shard_off);
+    printf("    %d: %d %d %lld:", u, x->in, x->out, (long long)x->numel);
+    for (int k = x->first; k < x->first + x->n_pieces; k++) {
+      const ckpt_piece_t *q = &m->pieces[k];
+      printf(" %d:[%lld,%lld)@%lld", q->file, (long long)q->off, (long long)(q->off + q->numel), (long long)q->at);
+    }
+    printf("\n");
   }
   printf("  files (bytes fnv1a64):\n");
   for (int i = 0; i < m->n_files; i++)
@@ -358,36 +389,35 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
 void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, float *dst) {
   const ckpt_manifest_t *m = r->m;
   if (!r->fds) {
-    r->fds = xmalloc((size_t)m->layout_world * sizeof(int), "checkpoint reader");
-    for (int i = 0; i < m->layout_world; i++) r->fds[i] = -1;
+    r->fds = xmalloc((size_t)m->shards * sizeof(int), "checkpoint reader");
+    for (int i = 0; i < m->shards; i++) r->fds[i] = -1;
   }
-  const ckpt_unit_t *x = &m->units[u];
-  if (lo < 0 || hi > x->numel || sec < 0 || sec >= m->n_sections)
+  const ckpt_unit_t *x = u >= 0 && u < m->n_units ? &m->units[u] : NULL;
+  if (!x || lo < 0 || hi > x->numel || sec < 0 || sec >= m->n_sections)
     die("rank %d: ckpt_read_range: [%lld, %lld) of unit %d section %d is out of range", check_rank(), (long long)lo,
         (long long)hi, u, sec);
-  for (int64_t i = lo; i < hi;) {
-    int q = (int)(i / x->piece);                           /* the shard holding element i */
-    int64_t within = i - (int64_t)q * x->piece;            /* its place in that piece */
-    int64_t n = (int64_t)(q + 1) * x->piece < hi ? (int64_t)(q + 1) * x->piece - i : hi - i;
+  for (int k = x->first; k < x->first + x->n_pieces && lo < hi; k++) {
+    const ckpt_piece_t *q = &m->pieces[k]; /* sorted by off: the pieces tile the unit */
+    int64_t a = lo > q->off ? lo : q->off, b = hi < q->off + q->numel ? hi : q->off + q->numel;
+    if (a >= b) continue;
     char path[CKPT_PATH_MAX + 80];
-    snprintf(path, sizeof path, "%s/%s", m->dir, m->files[q].name);
-    if (r->fds[q] < 0 && (r->fds[q] = open(path, O_RDONLY)) < 0)
+    snprintf(path, sizeof path, "%s/%s", m->dir, m->files[q->file].name);
+    if (r->fds[q->file] < 0 && (r->fds[q->file] = open(path, O_RDONLY)) < 0)
       die("rank %d: checkpoint: cannot open %s: %s", check_rank(), path, strerror(errno));
-    off_t at = (off_t)(((int64_t)sec * m->shard_numel + x->shard_off + within) * 4);
-    size_t want = (size_t)n * 4, got = 0;
+    off_t at = (off_t)(((int64_t)sec * m->section_numel[q->file] + q->at + (a - q->off)) * 4);
+    size_t want = (size_t)(b - a) * 4, got = 0;
     while (got < want) {
-      ssize_t k = pread(r->fds[q], (char *)(dst + (i - lo)) + got, want - got, at + (off_t)got);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) die("rank %d: checkpoint: %s: short read at byte %lld (truncated?)", check_rank(), path, (long long)(at + got));
-      got += (size_t)k;
+      ssize_t n = pread(r->fds[q->file], (char *)(dst + (a - lo)) + got, want - got, at + (off_t)got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) die("rank %d: checkpoint: %s: short read at byte %lld (truncated?)", check_rank(), path, (long long)(at + got));
+      got += (size_t)n;
     }
-    i += n;
   }
 }
 
 void ckpt_reader_close(ckpt_reader_t *r) {
   if (r->fds)
-    for (int i = 0; i < r->m->layout_world; i++)
+    for (int i = 0; i < r->m->shards; i++)
       if (r->fds[i] >= 0) close(r->fds[i]);
   free(r->fds);
   r->fds = NULL;
@@ -395,35 +425,23 @@ void ckpt_reader_close(ckpt_reader_t *r) {
 
 /* ---- the trainer's side -------------------------------------------------------------------- */
 
-/* This rank's piece of unit u in the run's layout: unit-local [lo, lo+n). DDP (stage 0) owns
- * every unit whole; ZeRO rank r piece r. */
-static void own_piece(const trainer_t *t, const unit_t *un, int64_t *lo, int64_t *n) {
-  int sharded = t->strategy->stage > 0;
-  *lo = sharded ? (int64_t)t->rank * un->piece : 0;
-  *n = sharded ? un->piece : un->padded;
+/* The strategy's answer for unit u (train.h: unit_layout_t). */
+static unit_layout_t layout_of(trainer_t *t, int u) {
+  unit_layout_t l = {0};
+  if (!t->strategy->layout) die("rank %d: strategy %s has no layout hook (train.h)", t->rank, t->strategy->name);
+  t->strategy->layout(t, u, &l);
+  return l;
 }
 
-/* Where the fp32 weights of this rank's piece of unit u live: the master (bf16 mode) or the
- * params: full buffer in DDP and ZeRO-1/2 (at the piece's place), the shard in ZeRO-3. */
-static float *weights_at(trainer_t *t, const unit_t *un) {
-  if (t->wdt != DT_F32) return (float *)t->master.data + un->shard_off;
-  int stage = t->strategy->stage;
-  if (stage == 0) return (float *)t->params.data + un->off;
-  if (stage == 3) return (float *)t->params.data + un->shard_off;
-  return (float *)t->params.data + un->off + (int64_t)t->rank * un->piece;
-}
+/* Whether this rank writes (and exports) its own piece of unit u: one copy of every piece. */
+static int writes_piece(const trainer_t *t, const unit_layout_t *l) { return l->own_numel > 0 && (!l->replicated || t->rank == 0); }
 
-/* host fp32 -> dst (dt, on t->dev). */
-static void upload(trainer_t *t, void *dst, dtype_t dt, const float *host, int64_t n) {
-  if (n <= 0) return;
-  if (t->dev == DEV_CPU) {
-    op_cast(DEV_CPU, dst, dt, host, DT_F32, n);
-    return;
-  }
-  void *tmp = xmalloc((size_t)n * dtype_size(dt), "checkpoint upload");
-  op_cast(DEV_CPU, tmp, dt, host, DT_F32, n);
-  dev_memcpy(t->dev, dst, DEV_CPU, tmp, (size_t)n * dtype_size(dt));
-  free(tmp);
+/* The device array of section s (0 weights, 1 m, 2 v) of a piece. */
+static float *section_of(const trainer_t *t, const unit_layout_t *l, int s, int u) {
+  float *p = s == 0 ? l->w : s == 1 ? l->m : l->v;
+  if (!p) die("rank %d: checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->rank, t->strategy->name,
+              s == 0 ? "weights" : s == 1 ? "optimizer state m" : "optimizer state v", u);
+  return p;
 }
 
 /* Unit-local [lo, lo+n) of unit u, section sec, into host dst: the part past numel is pad (0). */
@@ -458,31 +476,24 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
 
 void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses) {
   const model_t *md = &t->model;
-  int stage = t->strategy->stage, full_params = stage <= 2; /* params the full buffer: DDP, ZeRO-1/2 */
   ckpt_reader_t r = {.m = m};
-  float *buf = xmalloc((size_t)md->max_unit_padded * sizeof(float), "checkpoint restore buffer");
+  int64_t most = 0;
+  for (int u = 0; u < md->n_units; u++) {
+    unit_layout_t l = layout_of(t, u);
+    if (l.held_numel > most) most = l.held_numel;
+    if (l.own_numel > most) most = l.own_numel;
+  }
+  float *buf = xmalloc((size_t)most * sizeof(float) + 1, "checkpoint restore buffer");
   dev_sync(t->dev);
   for (int u = 0; u < md->n_units; u++) {
-    const unit_t *un = &md->units[u];
-    int64_t lo, n;
-    own_piece(t, un, &lo, &n);
-    /* weights: the fp32 truth of the own piece, and the working params from it */
-    if (full_params && stage > 0) { /* ZeRO-1/2 hold the full working params: read the whole unit */
-      read_piece(&r, 0, u, 0, un->padded, buf);
-      upload(t, tensor_at(&t->params, un->off), t->wdt, buf, un->padded);
-      if (t->wdt != DT_F32) upload(t, weights_at(t, un), DT_F32, buf + lo, n);
-    } else {
-      read_piece(&r, 0, u, lo, n, buf);
-      upload(t, weights_at(t, un), DT_F32, buf, n);
-      if (t->wdt != DT_F32) /* bf16 working params = bf16(master), as after every step */
-        upload(t, tensor_at(&t->params, stage == 0 ? un->off : un->shard_off), t->wdt, buf, n);
-    }
-    /* optimizer states of the own piece */
-    for (int s = 1; s < m->n_sections; s++) {
-      tensor_t *st = s == 1 ? &t->opt_m : &t->opt_v;
-      if (!st->data) die("rank %d: checkpoint: section %s has no optimizer state to go to", t->rank, m->sections[s]);
-      read_piece(&r, s, u, lo, n, buf);
-      upload(t, (float *)st->data + un->shard_off, DT_F32, buf, n);
+    unit_layout_t l = layout_of(t, u);
+    /* the working params this rank holds: wdt(fp32 weights), what every step leaves there */
+    read_piece(&r, 0, u, l.held_off, l.held_numel, buf);
+    dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
+    /* the own piece: fp32 weights, then the optimizer states */
+    for (int s = 0; s < m->n_sections && l.own_numel > 0; s++) {
+      read_piece(&r, s, u, l.own_off, l.own_numel, buf);
+      dev_upload(t->dev, section_of(t, &l, s, u), DT_F32, buf, l.own_numel);
     }
   }
   ckpt_reader_close(&r);
@@ -503,7 +514,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   dev_sync(t->dev);
   if (t->rank == 0 && !t->cfg->quiet) {
     printf("resumed from %s: %s on %d rank%s (layout of %d shard%s) -> %s on %d; continuing at step %d (optimizer t = %d)\n",
-           m->dir, m->strategy, m->world, m->world > 1 ? "s" : "", m->layout_world, m->layout_world > 1 ? "s" : "",
+           m->dir, m->strategy, m->world, m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "",
            t->strategy->name, t->world, m->step, m->opt_t);
     fflush(stdout);
   }
@@ -541,12 +552,11 @@ static void prune(const char *dir, int keep) {
   }
 }
 
-typedef struct { int64_t nbytes; uint64_t sum; } file_stat_t;
+/* What each rank tells rank 0 after writing its shard: the file, then its pieces (u, off, numel). */
+typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
 
 void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses) {
   const model_t *md = &t->model;
-  int stage = t->strategy->stage, writes = stage > 0 || t->rank == 0; /* DDP: rank 0 holds it all */
-  int layout_world = stage > 0 ? t->world : 1;
   int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
   char partial[CKPT_PATH_MAX + 32], final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
   snprintf(partial, sizeof partial, "%s/.step-%06d.partial", dir, steps_done);
@@ -560,34 +570,54 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
   }
   comm_barrier(t->comm);
 
-  file_stat_t mine = {0, CKPT_SUM_INIT};
-  if (writes) { /* sections back to back, each the own pieces unit after unit */
-    int64_t sn = md->shard_numel;
+  /* The pieces this rank writes, as its strategy's layout names them; the blob for rank 0 is
+   * file_stat_t then (unit, off, numel) per piece. */
+  int64_t *blob = xmalloc(sizeof(file_stat_t) + (size_t)md->n_units * 3 * sizeof(int64_t), "checkpoint piece list");
+  file_stat_t *mine = (file_stat_t *)blob;
+  int64_t *list = blob + sizeof(file_stat_t) / sizeof(int64_t), sn = 0;
+  *mine = (file_stat_t){0, CKPT_SUM_INIT, 0};
+  unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "checkpoint layouts");
+  for (int u = 0; u < md->n_units; u++) {
+    ls[u] = layout_of(t, u);
+    if (!writes_piece(t, &ls[u])) continue;
+    int64_t *e = list + 3 * mine->n_pieces++;
+    e[0] = u, e[1] = ls[u].own_off, e[2] = ls[u].own_numel;
+    sn += ls[u].own_numel;
+  }
+  if (mine->n_pieces > 0) { /* sections back to back, each the own pieces unit after unit */
     float *host = xmalloc((size_t)(nsec * sn) * sizeof(float) + 1, "checkpoint shard (host)");
+    int64_t at = 0;
     for (int u = 0; u < md->n_units; u++) {
-      const unit_t *un = &md->units[u];
-      int64_t lo, n;
-      own_piece(t, un, &lo, &n);
-      dev_memcpy(DEV_CPU, host + un->shard_off, t->dev, weights_at(t, un), (size_t)n * sizeof(float));
-      for (int s = 1; s < nsec; s++) {
-        const tensor_t *st = s == 1 ? &t->opt_m : &t->opt_v;
-        dev_memcpy(DEV_CPU, host + (int64_t)s * sn + un->shard_off, t->dev, (const float *)st->data + un->shard_off,
-                   (size_t)n * sizeof(float));
-      }
+      if (!writes_piece(t, &ls[u])) continue;
+      for (int s = 0; s < nsec; s++)
+        dev_memcpy(DEV_CPU, host + (int64_t)s * sn + at, t->dev, section_of(t, &ls[u], s, u),
+                   (size_t)ls[u].own_numel * sizeof(float));
+      at += ls[u].own_numel;
     }
-    mine.nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
-    mine.sum = ckpt_sum(CKPT_SUM_INIT, host, (size_t)mine.nbytes);
+    mine->nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
+    mine->sum = ckpt_sum(CKPT_SUM_INIT, host, (size_t)mine->nbytes);
     snprintf(path, sizeof path, "%s/rank-%05d.bin", partial, t->rank);
-    write_atomic(path, host, mine.nbytes);
+    write_atomic(path, host, mine->nbytes);
     free(host);
   }
+  free(ls);
   fault_in_save(t->rank, steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
 
   char *all = NULL;
   int64_t *sizes = NULL;
-  comm_ctl_gather(t->comm, &mine, sizeof mine, &all, &sizes);
+  comm_ctl_gather(t->comm, blob, (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all,
+                  &sizes);
+  free(blob);
   if (t->rank == 0) {
-    file_stat_t *fs = (file_stat_t *)all;
+    /* every rank's blob: which ranks wrote a file, and the pieces in it */
+    const char **from = xmalloc((size_t)t->world * sizeof *from, "checkpoint blobs");
+    int shards = 0, n_pieces = 0;
+    for (int r = 0, off = 0; r < t->world; off += (int)sizes[r], r++) {
+      from[r] = all + off;
+      const file_stat_t *fs = (const file_stat_t *)from[r];
+      shards += fs->n_pieces > 0;
+      n_pieces += (int)fs->n_pieces;
+    }
     /* losses.bin: (loss, ms) doubles of every step so far */
     double *lb = xmalloc((size_t)steps_done * 16 + 1, "checkpoint losses");
     for (int s = 0; s < steps_done; s++) {
@@ -599,29 +629,42 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     write_atomic(path, lb, (int64_t)steps_done * 16);
     free(lb);
     /* the manifest, last */
-    size_t cap = 4096 + (size_t)md->n_units * 96 + (size_t)layout_world * 96, len = 0;
+    size_t cap = 4096 + (size_t)md->n_units * 96 + (size_t)n_pieces * 96 + (size_t)shards * 96, len = 0;
     char *txt = xmalloc(cap, "checkpoint manifest");
 #define EMIT(...) len += (size_t)snprintf(txt + len, cap - len, __VA_ARGS__)
     const train_cfg_t *c = t->cfg;
-    EMIT("zerolab-checkpoint 1\nstrategy %s\nstage %d\nworld %d\nlayout_world %d\n", t->strategy->name, stage, t->world,
-         layout_world);
+    /* stage: what the report's formula was; informative only (the pieces say where things are) */
+    EMIT("zerolab-checkpoint 2\nstrategy %s\nstage %d\nworld %d\nshards %d\n", t->strategy->name, t->strategy->stage,
+         t->world, shards);
     EMIT("precision %s\noptimizer %s\n", t->wdt == DT_BF16 ? "bf16" : "fp32", c->optimizer == OPT_SGD ? "sgd" : "adamw");
     EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", c->input, c->hidden, c->classes, c->layers,
          (unsigned long long)c->seed, (long long)c->batch);
-    EMIT("psi %lld\npadded_numel %lld\nshard_numel %lld\nunits %d\n", (long long)md->numel, (long long)md->padded_numel,
-         (long long)md->shard_numel, md->n_units);
+    EMIT("psi %lld\nunits %d\n", (long long)md->numel, md->n_units);
     for (int u = 0; u < md->n_units; u++) {
       const unit_t *un = &md->units[u];
-      EMIT("unit %d %d %d %lld %lld %lld %lld\n", u, un->in, un->out, (long long)un->numel, (long long)un->padded,
-           (long long)un->piece, (long long)un->shard_off);
+      EMIT("unit %d %d %d %lld\n", u, un->in, un->out, (long long)un->numel);
+    }
+    EMIT("pieces %d\n", n_pieces); /* file unit off numel at */
+    for (int r = 0, f = 0; r < t->world; r++) {
+      const file_stat_t *fs = (const file_stat_t *)from[r];
+      const int64_t *e = (const int64_t *)(fs + 1);
+      int64_t at = 0;
+      for (int k = 0; k < fs->n_pieces; k++, e += 3) {
+        EMIT("piece %d %lld %lld %lld %lld\n", f, (long long)e[0], (long long)e[1], (long long)e[2], (long long)at);
+        at += e[2];
+      }
+      f += fs->n_pieces > 0;
     }
     EMIT("step %d\ndata_position %lld\nopt_t %d\nskipped %d\n", steps_done, (long long)steps_done * c->batch, opt_t,
          skipped);
     EMIT("rng none (data sample i and the init are pure functions of the seed and i)\n");
-    EMIT("sections weights m%s\nfiles %d\n", nsec == 3 ? " v" : "", layout_world + 1);
-    for (int r = 0; r < layout_world; r++)
-      EMIT("file rank-%05d.bin %lld %016" PRIx64 "\n", r, (long long)fs[r].nbytes, fs[r].sum);
+    EMIT("sections weights m%s\nfiles %d\n", nsec == 3 ? " v" : "", shards + 1);
+    for (int r = 0; r < t->world; r++) {
+      const file_stat_t *fs = (const file_stat_t *)from[r];
+      if (fs->n_pieces > 0) EMIT("file rank-%05d.bin %lld %016" PRIx64 "\n", r, (long long)fs->nbytes, fs->sum);
+    }
     EMIT("file " LOSSES " %lld %016" PRIx64 "\n", (long long)steps_done * 16, lsum);
+    free(from);
     if (len + 40 >= cap) die("rank 0: checkpoint manifest longer than %zu bytes", cap);
     EMIT("checksum %016" PRIx64 "\n", ckpt_sum(CKPT_SUM_INIT, txt, len));
 #undef EMIT
@@ -647,10 +690,75 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     fsync_dir(dir);
     prune(dir, steps_done);
     if (!t->cfg->quiet) {
-      printf("checkpoint: saved %s (%d file%s + manifest)\n", final_dir, layout_world + 1, layout_world ? "s" : "");
+      printf("checkpoint: saved %s (%d files + manifest)\n", final_dir, shards + 1);
       fflush(stdout);
     }
   }
   free(all);
   free(sizes);
+}
+
+/* ---- the export of the full weights ------------------------------------------------------- */
+
+/* Copy the part of piece [off, off+n) of unit u below numel from host src into the unpadded Ψ
+ * array dst; returns the elements placed. */
+static int64_t place(const model_t *md, int u, int64_t off, int64_t n, const float *src, float *dst) {
+  int64_t start = 0; /* the unit's offset in the unpadded layout */
+  for (int v = 0; v < u; v++) start += md->units[v].numel;
+  int64_t k = off + n < md->units[u].numel ? n : md->units[u].numel - off;
+  if (k > 0) memcpy(dst + start + off, src, (size_t)k * sizeof(float));
+  return k > 0 ? k : 0;
+}
+
+void ckpt_export_weights(trainer_t *t, float *dst) {
+  const model_t *md = &t->model;
+  unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "export layouts");
+  int all_replicated = 1; /* the same on every rank (train.h), so every rank takes the same path */
+  int64_t sn = 0, n_pieces = 0;
+  for (int u = 0; u < md->n_units; u++) {
+    ls[u] = layout_of(t, u);
+    all_replicated &= ls[u].replicated;
+    if (writes_piece(t, &ls[u])) sn += ls[u].own_numel, n_pieces++;
+  }
+  /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats */
+  int64_t head = 1 + 3 * n_pieces;
+  int64_t *blob = xmalloc((size_t)head * sizeof(int64_t) + (size_t)sn * sizeof(float), "export pieces");
+  float *vals = (float *)(blob + head);
+  blob[0] = n_pieces;
+  int64_t *e = blob + 1, at = 0;
+  for (int u = 0; u < md->n_units; u++) {
+    if (!writes_piece(t, &ls[u])) continue;
+    e[0] = u, e[1] = ls[u].own_off, e[2] = ls[u].own_numel;
+    e += 3;
+    dev_memcpy(DEV_CPU, vals + at, t->dev, ls[u].w, (size_t)ls[u].own_numel * sizeof(float));
+    at += ls[u].own_numel;
+  }
+  free(ls);
+  char *all = (char *)blob;
+  int64_t *sizes = NULL, one = (int64_t)head * 8 + sn * 4;
+  if (!all_replicated) { /* one control gather: rank 0 receives every rank's pieces */
+    comm_ctl_gather(t->comm, blob, one, &all, &sizes);
+    free(blob);
+  } else {
+    sizes = &one; /* rank 0 holds every piece already (replicated): no communication */
+  }
+  if (t->rank == 0) {
+    int64_t placed = 0;
+    int senders = all_replicated ? 1 : t->world;
+    const char *p = all;
+    for (int r = 0; r < senders; p += sizes[r], r++) {
+      const int64_t *h = (const int64_t *)p;
+      const float *f = (const float *)(h + 1 + 3 * h[0]);
+      for (int64_t k = 0; k < h[0]; k++) {
+        const int64_t *e = h + 1 + 3 * k;
+        placed += place(md, (int)e[0], e[1], e[2], f, dst);
+        f += e[2];
+      }
+    }
+    if (placed != md->numel) /* the pieces must tile every unit (train.h) */
+      die("rank 0: export: strategy %s's layout hook names %lld of the %lld weights", t->strategy->name, (long long)placed,
+          (long long)md->numel);
+  }
+  if (!all_replicated) free(sizes);
+  free(all);
 }

@@ -5,12 +5,15 @@
  *   DIR/latest                 one line, "step-000010": the newest COMPLETE checkpoint
  *   DIR/step-000010/           one checkpoint, after 10 steps
  *     manifest.txt             what the files hold (text, key value; written last, checksummed)
- *     rank-00000.bin ...       one file per shard: ZeRO-1..3 one per rank, DDP one (rank 0)
+ *     rank-00000.bin ...       one file per rank that owns pieces: ZeRO-1..3 every rank, DDP
+ *                              rank 0 (its pieces are replicated: rank 0's copy is written)
  *     losses.bin               the per-step loss and time so far (doubles), for the report
- * A shard file is its sections back to back: "weights" (fp32: the master in bf16 mode),
- * then "m" and "v" (AdamW) or "m" (SGD momentum), each layout_shard_numel floats in the
- * layout of solutions/zero.h: unit after unit, the rank's piece of each (pad slots are 0).
- * DDP's layout has one "rank" owning every unit whole (layout_world 1, no padding).
+ * What a rank owns is the strategy's answer (strategy_t.layout, train.h): per unit, a piece
+ * [off, off+numel) of the padded unit. A shard file is its sections back to back: "weights"
+ * (fp32: the master in bf16 mode), then "m" and "v" (AdamW) or "m" (SGD momentum); each
+ * section holds the rank's pieces back to back, unit after unit (pad slots are 0). The
+ * manifest lists every piece (file, unit, off, numel, at): reading any element of any unit,
+ * whatever strategy or world size wrote it, is a lookup in that table — the resharding.
  *
  * Atomic: a save writes DIR/.step-000010.partial/ (each file to a temp name, fsync, rename),
  * the manifest last, then renames the directory to step-000010 and only then rewrites
@@ -27,9 +30,17 @@
 #define CKPT_PATH_MAX 1024
 
 typedef struct ckpt_unit {
-  int in, out;
-  int64_t numel, padded, piece, shard_off; /* in the layout the checkpoint was written with */
+  int in, out;   /* MLP shape (0 for other units) */
+  int64_t numel; /* real parameters */
+  int first, n_pieces; /* its pieces: pieces[first .. first+n_pieces), sorted by off */
 } ckpt_unit_t;
+
+/* One piece of one unit in one shard file: unit-local [off, off+numel) at element `at` of each
+ * section of the file. */
+typedef struct ckpt_piece {
+  int file, unit;
+  int64_t off, numel, at;
+} ckpt_piece_t;
 
 typedef struct ckpt_file {
   char name[64];   /* "rank-00000.bin", "losses.bin" */
@@ -42,14 +53,17 @@ typedef struct ckpt_manifest {
   int version;
   char strategy[32];       /* "zero2", "ddp-bucketed", ... */
   int stage, world;        /* stage 0..3 and ranks of the run that saved */
-  int layout_world;        /* shards in the layout: world (ZeRO) or 1 (DDP) */
+  int shards;              /* shard files (ranks that owned pieces): world (ZeRO) or 1 (DDP) */
   char precision[8], optimizer[8];
   int input, hidden, classes, layers;
   uint64_t seed;
   int64_t batch;
-  int64_t psi, padded_numel, shard_numel; /* shard_numel: floats per section of one shard file */
+  int64_t psi;
   int n_units;
   ckpt_unit_t *units;      /* [n_units] */
+  int n_pieces;
+  ckpt_piece_t *pieces;    /* [n_pieces], sorted by (unit, off) */
+  int64_t *section_numel;  /* [shards] floats per section of each shard file */
   int step;                /* steps completed: the resumed run starts at this step */
   int64_t data_position;   /* samples consumed = step x batch (the data is addressed by sample) */
   int opt_t;               /* optimizer steps applied (AdamW bias correction) */
@@ -84,7 +98,7 @@ void ckpt_manifest_print(const ckpt_manifest_t *m);
  * zeroed ckpt_reader_t and close it with ckpt_reader_close. Dies naming the file on a read error. */
 typedef struct ckpt_reader {
   const ckpt_manifest_t *m;
-  int *fds; /* [layout_world], -1 when not open */
+  int *fds; /* [shards], -1 when not open */
 } ckpt_reader_t;
 void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, float *dst);
 void ckpt_reader_close(ckpt_reader_t *r);
@@ -96,11 +110,17 @@ int ckpt_section(const ckpt_manifest_t *m, const char *name);
  * rank. 0: m filled on every rank. 2: rank 0 printed `error: --resume ...: <why>`; the caller
  * ends the run with exit code 2 before training (nothing written). */
 int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m);
-/* After strategy setup: overwrite this rank's params, master, optimizer states from m (any
- * world size or stage), and losses[0..m->step) from losses.bin. Sets t->opt_t. */
+/* After strategy setup: overwrite what the strategy's layout says this rank keeps (its held
+ * working params, its own fp32 weights and optimizer states) from m, whatever strategy and
+ * world size wrote it, and losses[0..m->step) from losses.bin. Sets t->opt_t. No collective. */
 void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses);
 /* Whether to save after step `step` (0-based): every --save-every steps and after the last. */
 int ckpt_due(const train_cfg_t *cfg, int step);
-/* Save after `steps_done` steps (collective; see the header comment for the layout). */
+/* Save after `steps_done` steps (collective; see the header comment for the layout). Each rank
+ * writes the pieces its strategy's layout says it owns (rank 0 alone for replicated ones). */
 void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses);
+/* The full fp32 weights (Ψ, unpadded, unit after unit) into host dst on rank 0 (dst NULL
+ * elsewhere), from the pieces the strategy's layout names: collective, one control gather —
+ * none when every unit is replicated (DDP: rank 0 copies its own). */
+void ckpt_export_weights(trainer_t *t, float *dst);
 #endif

@@ -2,7 +2,7 @@
  * Notes: notes/00-memory.md. In a CPU-only build DEV_CUDA dies with a clear message. */
 #include "device.h" // dev_malloc, dev_free, ...
 #include "args.h"   // args_env_rank
-#include "check.h"  // die, check_rank
+#include "check.h"  // die, check_rank, xmalloc
 #include <stdlib.h> // calloc, free
 #include <string.h> // memcpy, memset
 #ifdef ZL_CUDA
@@ -110,6 +110,21 @@ void dev_sync(device_t dev) {
 #else
   no_cuda("dev_sync");
 #endif
+}
+
+void dev_upload(device_t dev, void *dst, dtype_t dt, const float *host, int64_t n) {
+  if (n <= 0) return;
+  if (dt == DT_F32) { /* no cast: one copy */
+    dev_memcpy(dev, dst, DEV_CPU, host, (size_t)n * sizeof(float));
+    return;
+  }
+  if (dt != DT_BF16) die("rank %d: dev_upload: fp32 -> %s not supported", msg_rank(), dtype_name(dt));
+  bf16_t *cast = dev == DEV_CPU ? dst : xmalloc((size_t)n * sizeof(bf16_t), "upload cast (host)");
+  for (int64_t i = 0; i < n; i++) cast[i] = bf16_from_f32(host[i]);
+  if (dev != DEV_CPU) {
+    dev_memcpy(dev, dst, DEV_CPU, cast, (size_t)n * sizeof(bf16_t));
+    free(cast);
+  }
 }
 
 size_t dev_used_bytes(device_t dev) {

@@ -4,6 +4,7 @@
 #ifndef ZL_DEVICE_H
 #define ZL_DEVICE_H
 #include <stddef.h> // size_t
+#include <stdint.h> // int64_t
 #include "dtype.h"  // device_t
 
 /* 1 when this binary was built with the CUDA path. */
@@ -19,6 +20,9 @@ void dev_free(device_t dev, void *p);
 void dev_memcpy(device_t dst_dev, void *dst, device_t src_dev, const void *src, size_t nbytes);
 void dev_memset0(device_t dev, void *p, size_t nbytes);
 void dev_sync(device_t dev); /* wait for all queued work on the compute stream */
+/* n host fp32 values into dst (dtype dt: F32 or BF16, round to nearest even) on dev. The cast
+ * runs on the host and one copy uploads it: no device staging buffer (the ledger sees none). */
+void dev_upload(device_t dev, void *dst, dtype_t dt, const float *host, int64_t n);
 /* Used bytes as the driver sees them (cudaMemGetInfo total - free); 0 on CPU. */
 size_t dev_used_bytes(device_t dev);
 /* Used bytes now minus used bytes right after device_cuda_select (other processes on the GPU

@@ -10,16 +10,25 @@
  * again before its backward, the unit is all-gathered into a transient buffer (LEDGER_COMM),
  * used, and freed right after (post hooks) — so at most K+1 gathered units are alive, with
  * --prefetch K gathers issued ahead of use so they overlap the compute of the units before.
- * Gradients are reduce-scattered per unit during backward as in ZeRO-2 (zero_rs_* in shard.c).
+ * Gradients are reduce-scattered per unit during backward as in ZeRO-2 (zero_rs_* in zero2.c).
  * The optimizer updates the shard in place; nothing is gathered at the end of the step: the
  * next forward gathers what it needs. Traffic: two all-gathers + one reduce-scatter = 3(N−1)/N·Ψ.
  *
  * The gathers of one micro-batch form a sequence of 2U events: forward of units 0..U−1 (event
  * e = u), then backward of units U−1..0 (event e = 2U−1−u). Prefetch walks that sequence, so
- * the last forward unit already prefetches the first backward one. */
+ * the last forward unit already prefetches the first backward one.
+ *
+ * --prefetch auto (the default) prefetches one unit where communication does not take compute's
+ * core: on NCCL (its own CUDA stream and SMs), or with MPI when this host has a spare core per
+ * rank for its communication thread (online cores >= 2 x ranks on the host); else 0 — on a
+ * 2-core box with 2 ranks the prefetching thread and the compute spin against each other and
+ * the step gets slower (notes/benchmarks.md). */
 #include "zero.h"              // zero3_strategy, shard_plan, zero_rs_*, zero_* helpers
-#include <stdlib.h>            // free
-#include "../common/check.h"    // die, xmalloc, xcalloc
+#include <stdio.h>             // printf
+#include <stdlib.h>            // free, getenv, atoi
+#include <string.h>            // strcmp
+#include <unistd.h>            // sysconf
+#include "../common/check.h"    // die, xcalloc
 #include "../common/comm.h"     // comm_all_gather_async, comm_wait
 #include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
 #include "../common/tensor.h"   // tensor_alloc, tensor_free
@@ -81,14 +90,32 @@ static void gather_release(trainer_t *t, zero3_t *z, int e) {
   // END EXERCISE
 }
 
+/* --prefetch auto: 1 where communication has an engine of its own, else 0; rank 0 says why. */
+static int auto_prefetch(const trainer_t *t) {
+  char why[160];
+  int k;
+  if (strcmp(comm_backend_name(t->comm), "nccl") == 0) {
+    k = 1;
+    snprintf(why, sizeof why, "NCCL runs the gathers on its own CUDA stream");
+  } else { /* MPI: a communication thread per rank, on this host's cores */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
+    k = cores >= 2L * local;
+    snprintf(why, sizeof why, "%ld cores online for %d rank%s on this host: %s", cores, local, local > 1 ? "s" : "",
+             k ? "a spare core per rank for the communication thread"
+               : "no spare core for the communication thread, which would slow the compute down");
+  }
+  if (t->rank == 0 && !t->cfg->quiet) printf("prefetch: auto -> %d (%s)\n", k, why);
+  return k < t->model.n_units ? k : t->model.n_units;
+}
+
 static void zero3_setup(trainer_t *t) {
   model_t *m = &t->model;
   shard_plan(m, t->world);
   zero3_t *z = xcalloc(1, sizeof *z, "zero3 state");
   t->priv = z;
-  z->prefetch = t->cfg->prefetch;
-  if (z->prefetch < 0 || z->prefetch > m->n_units)
-    die("rank %d: zero3: --prefetch %d outside [0, %d]", t->rank, z->prefetch, m->n_units);
+  z->prefetch = t->cfg->prefetch >= 0 ? t->cfg->prefetch : auto_prefetch(t); /* range: checked by the flags */
   z->nslots = z->prefetch + 1;
   z->slots = xcalloc((size_t)z->nslots, sizeof *z->slots, "zero3 gather slots");
   for (int s = 0; s < z->nslots; s++) z->slots[s].event = -1;
@@ -100,7 +127,6 @@ static void zero3_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
-  zero_bind_arrays(t);
   for (int u = 0; u < m->n_units; u++) t->unit_params[u] = t->unit_grads[u] = NULL; /* set per hook */
   zero_init_params(t, 0);
 }
@@ -126,19 +152,20 @@ static void zero3_step(trainer_t *t) {
   zero3_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
   TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
-  zero_note_grad_norm(t);
   /* the gathered window, apart from the resident shards: peak vs its bound (K+1)·largest unit */
   trainer_report_extra(t, "gathered_peak_bytes", (double)z->gathered_peak);
   trainer_report_extra(t, "gather_bound_bytes",
                        (double)((int64_t)z->nslots * t->model.max_unit_padded * (int64_t)dtype_size(t->wdt)));
   /* no all-gather here: the next forward gathers each unit when it needs it */
-  zero_check_pads(t, 0, 0);
 }
 
+/* Rank r owns piece r of every unit and holds only that piece of the params (strategy_t.layout). */
+static void zero3_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, u, 0, out); }
+
+/* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
 static void zero3_teardown(trainer_t *t) {
   zero3_t *z = t->priv;
   comm_wait_all(t->comm);
-  zero_pad_report(t);
   if (z) {
     for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf);
     zero_rs_free(&z->rs);
@@ -146,7 +173,6 @@ static void zero3_teardown(trainer_t *t) {
   }
   free(z);
   t->priv = NULL;
-  zero_free_states(t);
 }
 
 static const strategy_t zero3_s = {
@@ -159,7 +185,7 @@ static const strategy_t zero3_s = {
     .post_backward = zero3_post_backward,
     .step = zero3_step,
     .teardown = zero3_teardown,
-    .export_params = zero_export_params,
+    .layout = zero3_layout,
 };
 
 const strategy_t *zero3_strategy(void) { return &zero3_s; }

@@ -98,11 +98,10 @@ static void ddp_wait_grads(trainer_t *t) {
   // END EXERCISE
 }
 
-static void ddp_setup(trainer_t *t) {
+static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
   ddp_state_t *st = xcalloc(1, sizeof *st, "ddp state");
   t->priv = st;
-  const char *name = t->strategy->name;
-  st->variant = strcmp(name, "ddp-naive") == 0 ? DDP_NAIVE : strcmp(name, "ddp-overlap") == 0 ? DDP_OVERLAP : DDP_BUCKETED;
+  st->variant = variant;
   const model_t *m = &t->model; /* DDP keeps the unpadded layout: pad 1, one full replica per rank */
   int U = m->n_units;
   trainer_alloc_full_states(t, 1); /* (P) params, grads, [master], optimizer states on every rank */
@@ -151,6 +150,25 @@ static void ddp_step(trainer_t *t) {
     TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P));
 }
 
+/* Every rank keeps every unit whole, the same values everywhere (strategy_t.layout): rank 0's
+ * copy is the one a checkpoint or the export takes. */
+static void ddp_layout(trainer_t *t, int u, unit_layout_t *out) {
+  const unit_t *un = &t->model.units[u];
+  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data;
+  *out = (unit_layout_t){
+      .own_off = 0,
+      .own_numel = un->padded,
+      .w = w + un->off,
+      .m = t->opt_m.data ? (float *)t->opt_m.data + un->off : NULL,
+      .v = t->opt_v.data ? (float *)t->opt_v.data + un->off : NULL,
+      .replicated = 1,
+      .held_off = 0,
+      .held_numel = un->padded,
+      .params = tensor_at(&t->params, un->off),
+  };
+}
+
+/* Frees the strategy's own state; the model states are the trainer's to free (train.h). */
 static void ddp_teardown(trainer_t *t) {
   ddp_state_t *st = t->priv;
   if (!st) return;
@@ -161,13 +179,19 @@ static void ddp_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
+static void ddp_setup_naive(trainer_t *t) { ddp_setup(t, DDP_NAIVE); }
+static void ddp_setup_overlap(trainer_t *t) { ddp_setup(t, DDP_OVERLAP); }
+static void ddp_setup_bucketed(trainer_t *t) { ddp_setup(t, DDP_BUCKETED); }
+
 /* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
-static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup, .step = ddp_step,
-                                   .teardown = ddp_teardown};
-static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup,
-                                     .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
-static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup,
-                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown};
+static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup_naive, .step = ddp_step,
+                                   .teardown = ddp_teardown, .layout = ddp_layout};
+static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup_overlap,
+                                     .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
+                                     .layout = ddp_layout};
+static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup_bucketed,
+                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
+                                      .layout = ddp_layout};
 
 const strategy_t *ddp_strategy(const char *variant) {
   if (!variant) return NULL;

@@ -14,13 +14,15 @@
  *   ZeRO-1  params (P) full, grads (P) full,  master/m/v (P/N)
  *   ZeRO-2  params (P) full, grads (P/N),     master/m/v (P/N)
  *   ZeRO-3  params (P/N),    grads (P/N),     master/m/v (P/N)
- * Pad slots stay exactly 0 in params, grads, master, m and v. */
+ * Pad slots stay exactly 0 in params, grads, master, m and v. Model states are allocated by each
+ * stage's setup and freed by the trainer (train.h); a stage's teardown frees only its t->priv. */
 #ifndef ZL_ZERO_H
 #define ZL_ZERO_H
 #include <stdint.h>            // int64_t
-#include "../common/comm.h"    // comm_t
+#include "../common/comm.h"    // comm_handle_t
 #include "../common/model.h"   // model_t, unit_t
-#include "../common/train.h"   // strategy_t, trainer_t
+#include "../common/tensor.h"  // tensor_t
+#include "../common/train.h"   // strategy_t, trainer_t, unit_layout_t
 
 /* ---- the shard plan (solutions/shard.c) ------------------------------------------------- */
 /* Re-lay out an initialized model (model_init) for `world` ranks: each unit's padded =
@@ -35,24 +37,14 @@ static inline int64_t shard_padding(const model_t *m) { return m->padded_numel -
 /* Rebuild the unpadded Ψ weights from every rank's shard: shards holds world blobs of
  * shard_numel floats each, in rank order (what comm_ctl_gather returns). dst: Ψ floats. */
 void shard_assemble(const model_t *m, int world, const float *shards, float *dst);
-/* Collective (control traffic): gather each rank's fp32 shard (host, shard_numel floats) to
- * rank 0 and write the unpadded weights to dst there (dst ignored on other ranks). */
-void shard_gather_to_root(comm_t *c, const model_t *m, const float *shard, float *dst);
 
 /* ---- shared by the three stages (solutions/shard.c) ------------------------------------- */
-/* Copy this rank's fp32 shard (shard_numel floats, unit order) to host dst: the master shard in
- * bf16 mode; in fp32 mode the params' own pieces (src_full = 1: params is the full padded
- * buffer, ZeRO-1/2) or the params shard itself (src_full = 0, ZeRO-3). */
-void zero_own_shard_f32(trainer_t *t, int src_full, float *dst);
 /* The sharded optimizer step shared by all stages: the global norm from this rank's grad shard
  * (grad_shard: shard_numel elements in wdt, unit order) summed over ranks, then the update of
  * the rank's pieces — master pieces then cast into the working params (bf16), or the fp32
  * params pieces in place. params_full = 1: t->params is the full padded buffer (ZeRO-1/2),
  * 0: it is the shard (ZeRO-3). Returns 0 if --nonfinite skip dropped the step. */
 int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full);
-/* Record t->grad_norm of this step; the report and --json show the run's smallest as
- * "grad_norm_min" (so a test can tell that --clip acted on every step). */
-void zero_note_grad_norm(trainer_t *t);
 /* All-gather every unit's working params in place in the full buffer (ZeRO-1/2), async on the
  * stream, one call per unit; handles[u] (n_units, may be NULL) receives unit u's handle so the
  * next forward waits for each unit just before using it (the gather overlaps the forward). */
@@ -63,7 +55,12 @@ void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u);
  * trainer_init_values is a pure function of the seed). params_full as above. */
 void zero_init_params(trainer_t *t, int params_full);
 
-/* ---- per-unit gradient reduce-scatter during backward (ZeRO-2 and -3; shard.c) ----------
+/* strategy_t.layout of the three stages: rank r owns piece r of unit u — its fp32 weights (the
+ * master piece, or its piece of the fp32 params) and optimizer states at shard_off — and holds
+ * the working params of the whole unit (params_full = 1: ZeRO-1/2) or of the piece (ZeRO-3). */
+void zero_unit_layout(trainer_t *t, int u, int params_full, unit_layout_t *out);
+
+/* ---- ZeRO-2's reduce-scatter during backward (solutions/zero2.c; ZeRO-3 uses it too) ------
  * Backward writes a unit's full gradient into one of two staging buffers (LEDGER_COMM, the
  * largest unit each); post_backward reduce-scatters it, async, into this rank's piece of the
  * grad shard, so the full gradient of a unit lives only until its reduce-scatter is done and
@@ -87,24 +84,8 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u);
 void zero_rs_finish(zero_rs_t *r, trainer_t *t);
 void zero_rs_free(zero_rs_t *r);
 
-/* t->unit_params / t->unit_grads arrays (allocated here if the trainer left them NULL). */
-void zero_bind_arrays(trainer_t *t);
-void zero_unbind_arrays(trainer_t *t);
-/* Teardown shared by the three stages: free params, grads, master, m, v (full or shard) and the
- * unit arrays. The stage frees its own buffers (slots, staging) before calling it. */
-void zero_free_states(trainer_t *t);
-/* strategy_t.export_params of the three stages: this rank's fp32 shard (from the master, or the
- * fp32 params — full in ZeRO-1/2, a shard in ZeRO-3) gathered unpadded to rank 0's dst. */
-void zero_export_params(trainer_t *t, float *dst);
-
-/* Testing aid, on when the environment has ZL_CHECK_PADS=1: after a step every pad slot of
- * params, grads (full: *_full = 1, or shard), master, m and v must read exactly 0, else the job
- * dies naming rank, tensor, unit and index. zero_pad_report prints (rank 0) how many were checked. */
-void zero_check_pads(trainer_t *t, int params_full, int grads_full);
-void zero_pad_report(trainer_t *t);
-
 /* ---- the strategies (solutions/zero1.c, zero2.c, zero3.c) ------------------------------- */
 const strategy_t *zero1_strategy(void); /* "zero1": P_os */
 const strategy_t *zero2_strategy(void); /* "zero2": P_os+g, reduce-scatter per unit during backward */
-const strategy_t *zero3_strategy(void); /* "zero3": P_os+g+p, gather per unit, --prefetch K */
+const strategy_t *zero3_strategy(void); /* "zero3": P_os+g+p, gather per unit, --prefetch K|auto */
 #endif

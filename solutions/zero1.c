@@ -40,15 +40,12 @@ static void zero1_setup(trainer_t *t) {
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   z->grad_shard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, m->shard_numel);
   z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero1 gather handles");
-  zero_bind_arrays(t);
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
     t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
   }
   zero_init_params(t, 1);
 }
-
-static void zero1_no_hook(trainer_t *t, int unit) {}
 
 /* Step 1 on the trace: forward + backward of a micro-batch, with the full params; each unit
  * first waits for its all-gather of the previous step (step 5). */
@@ -84,23 +81,23 @@ static void zero1_step(trainer_t *t) {
   TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
   int updated;
   TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, z->grad_shard.data, 1));
-  zero_note_grad_norm(t);
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("5 issue all-gather params", zero_all_gather_params(t, z->ag));
-  zero_check_pads(t, 1, 1);
 }
 
+/* Rank r owns piece r of every unit and holds the full working params (strategy_t.layout). */
+static void zero1_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, u, 1, out); }
+
+/* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
 static void zero1_teardown(trainer_t *t) {
   zero1_t *z = t->priv;
   comm_wait_all(t->comm);
-  zero_pad_report(t);
   if (z) {
     tensor_free(&z->grad_shard);
     free(z->ag);
   }
   free(z);
   t->priv = NULL;
-  zero_free_states(t);
 }
 
 static const strategy_t zero1_s = {
@@ -108,12 +105,11 @@ static const strategy_t zero1_s = {
     .stage = 1,
     .setup = zero1_setup,
     .pre_forward = zero1_pre_forward,
-    .post_forward = zero1_no_hook,
     .pre_backward = zero1_pre_backward,
     .post_backward = zero1_post_backward,
     .step = zero1_step,
     .teardown = zero1_teardown,
-    .export_params = zero_export_params,
+    .layout = zero1_layout,
 };
 
 const strategy_t *zero1_strategy(void) { return &zero1_s; }

@@ -5,17 +5,91 @@
  * it is reduce-scattered at once, asynchronously, while backward goes on with the next unit —
  * chapter 02's overlap, with a reduce-scatter instead of an all-reduce. A rank keeps only its
  * piece of each unit's gradient (t->grads is (P/N)); the full gradient of a unit lives in one of
- * two reused staging buffers until its reduce-scatter is done (zero_rs_* in shard.c).
+ * two reused staging buffers until its reduce-scatter is done (zero_rs_* below, which ZeRO-3
+ * reuses).
  * The step ends by issuing the per-unit all-gathers of the params; the next forward waits for
  * each unit just before using it (zero_wait_params), so the gathers overlap the forward.
  * With --accum K each micro-batch is reduce-scattered and summed into the shard: K times the
  * reduce-scatter traffic, but full gradients never stay resident (DeepSpeed's choice). */
-#include "zero.h"              // zero2_strategy, shard_plan, zero_rs_*, zero_* helpers
+#include "zero.h"              // zero2_strategy, zero_rs_t, shard_plan, zero_* helpers
 #include <stdlib.h>            // free
-#include "../common/check.h"    // xmalloc, xcalloc
-#include "../common/comm.h"     // comm_wait_all
-#include "../common/tensor.h"   // tensor_alloc, tensor_free
+#include "../common/check.h"    // xcalloc
+#include "../common/comm.h"     // comm_reduce_scatter_async, comm_wait, comm_wait_all
+#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "../common/ops.h"      // op_add, op_fill
+#include "../common/tensor.h"   // tensor_alloc, tensor_free, tensor_at
 #include "../common/trace.h"    // trace_begin, trace_end
+
+/* ---- the reduce-scatter during backward (zero_rs_*, declared in zero.h; ZeRO-3 uses it) ---- */
+void zero_rs_init(zero_rs_t *r, trainer_t *t) {
+  const model_t *m = &t->model;
+  int64_t max_piece = m->max_unit_padded / t->world;
+  for (int s = 0; s < 2; s++) {
+    r->staging[s] = tensor_alloc("grad staging (unit)", LEDGER_COMM, t->wdt, t->dev, m->max_unit_padded);
+    /* only --accum > 1 needs a landing buffer for the later micro-batches */
+    r->acc[s] = tensor_alloc("grad reduce-scatter landing", LEDGER_COMM, t->wdt, t->dev, t->cfg->accum > 1 ? max_piece : 0);
+    r->h[s] = 0;
+    r->unit[s] = -1;
+    r->add[s] = 0;
+  }
+  r->next = 0;
+}
+
+/* Wait for slot s's reduce-scatter and, for micro-batches > 0, add its piece into the shard. */
+static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
+  if (!r->h[s]) return;
+  comm_wait(t->comm, r->h[s]);
+  if (r->add[s]) {
+    const unit_t *un = &t->model.units[r->unit[s]];
+    op_add(t->dev, tensor_at(&t->grads, un->shard_off), r->acc[s].data, t->wdt, un->piece);
+  }
+  r->h[s] = 0;
+  r->unit[s] = -1;
+  r->add[s] = 0;
+}
+
+void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
+  const unit_t *un = &t->model.units[u];
+  int s = r->next;
+  if (r->h[s]) TRAINER_PHASE("wait staging", rs_retire(r, t, s));
+  /* backward writes only the unit's numel grads: the pad tail must read 0 (a larger unit may
+   * have used this buffer before), or the pad slots of the shard would pick up garbage */
+  if (un->padded > un->numel) op_fill(t->dev, tensor_at(&r->staging[s], un->numel), t->wdt, 0.0f, un->padded - un->numel);
+  t->unit_grads[u] = r->staging[s].data;
+  t->grad_beta = 0; /* fresh grads each micro-batch: accumulation happens in the shard */
+}
+
+void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
+  // BEGIN EXERCISE zero_rs_end_unit notes/04-zero2.md
+  // HINT: one comm_reduce_scatter_async of the unit's padded grads (the staging slot r->next):
+  // HINT: micro-batch 0 lands straight in your piece of t->grads (at shard_off); later ones in
+  // HINT: r->acc[slot], with r->add[slot] = 1 so rs_retire adds them. Record handle and unit, advance r->next.
+  const unit_t *un = &t->model.units[u];
+  int s = r->next;
+  int direct = t->micro == 0;
+  void *dst = direct ? tensor_at(&t->grads, un->shard_off) : r->acc[s].data;
+  r->h[s] = comm_reduce_scatter_async(t->comm, r->staging[s].data, dst, un->padded, t->wdt, REDOP_SUM, "reduce-scatter grads");
+  r->unit[s] = u;
+  r->add[s] = !direct;
+  r->next = 1 - s;
+  // END EXERCISE
+}
+
+void zero_rs_finish(zero_rs_t *r, trainer_t *t) {
+  trace_begin("wait reduce-scatter");
+  comm_wait_all(t->comm);
+  for (int k = 0; k < 2; k++) rs_retire(r, t, (r->next + k) % 2); /* oldest first */
+  trace_end(NULL);
+}
+
+void zero_rs_free(zero_rs_t *r) {
+  for (int s = 0; s < 2; s++) {
+    tensor_free(&r->staging[s]);
+    tensor_free(&r->acc[s]);
+  }
+}
+
+/* ---- the strategy ------------------------------------------------------------------------ */
 
 typedef struct zero2 {
   zero_rs_t rs;      /* staging buffers and pending reduce-scatters */
@@ -36,15 +110,12 @@ static void zero2_setup(trainer_t *t) {
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
   z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
-  zero_bind_arrays(t);
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
     t->unit_grads[u] = NULL; /* set per unit in pre_backward: a staging buffer */
   }
   zero_init_params(t, 1);
 }
-
-static void zero2_no_hook(trainer_t *t, int unit) {}
 
 /* Each unit waits for its all-gather of the previous step just before its forward. */
 static void zero2_pre_forward(trainer_t *t, int unit) {
@@ -67,23 +138,23 @@ static void zero2_step(trainer_t *t) {
   zero_rs_finish(&z->rs, t);
   int updated;
   TRAINER_PHASE("update own shard + cast", updated = zero_optimizer_step(t, t->grads.data, 1));
-  zero_note_grad_norm(t);
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("issue all-gather params", zero_all_gather_params(t, z->ag));
-  zero_check_pads(t, 1, 0);
 }
 
+/* Rank r owns piece r of every unit and holds the full working params (strategy_t.layout). */
+static void zero2_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, u, 1, out); }
+
+/* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
 static void zero2_teardown(trainer_t *t) {
   zero2_t *z = t->priv;
   comm_wait_all(t->comm);
-  zero_pad_report(t);
   if (z) {
     zero_rs_free(&z->rs);
     free(z->ag);
   }
   free(z);
   t->priv = NULL;
-  zero_free_states(t);
 }
 
 static const strategy_t zero2_s = {
@@ -91,12 +162,11 @@ static const strategy_t zero2_s = {
     .stage = 2,
     .setup = zero2_setup,
     .pre_forward = zero2_pre_forward,
-    .post_forward = zero2_no_hook,
     .pre_backward = zero2_pre_backward,
     .post_backward = zero2_post_backward,
     .step = zero2_step,
     .teardown = zero2_teardown,
-    .export_params = zero_export_params,
+    .layout = zero2_layout,
 };
 
 const strategy_t *zero2_strategy(void) { return &zero2_s; }

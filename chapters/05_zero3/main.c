@@ -1,5 +1,6 @@
 /* ch05_zero3 — ZeRO stage 3 / FSDP FULL_SHARD: params, gradients and optimizer states sharded.
  * Notes: notes/05-zero3.md. Run: make run CH=05 NP=4 ARGS="--steps 20 --prefetch 1 --trace /tmp/z3.json"
+ * --prefetch auto (default) picks 1 or 0 for this machine and prints why (solutions/zero3.c).
  * Units are all-gathered just before their forward and backward (--prefetch K ahead) and freed
  * after use: 16Ψ/N resident (bf16, Adam), plus about K+1 gathered units in flight. */
 #include <stdio.h>  // snprintf
@@ -10,8 +11,10 @@
 int main(int argc, char **argv) {
   train_cfg_t cfg;
   train_parse_args(argc, argv, &cfg, "ch05_zero3",
-                   "ZeRO-3 (FSDP FULL_SHARD): everything sharded; units gathered on use, --prefetch K ahead.",
+                   "ZeRO-3 (FSDP FULL_SHARD): everything sharded; units gathered on use, --prefetch K ahead\n"
+                   "(auto, the default: 1 where communication has its own engine or a spare core per rank, else 0).",
                    TRAIN_FLAG_PREFETCH);
+  /* The one check of --prefetch beyond the flag's range: before MPI, exit 2 (zero3.c trusts it). */
   int n_units = cfg.layers + 1; /* prefetching more units than the model has means nothing */
   if (cfg.prefetch > n_units) {
     char v[32];

@@ -103,8 +103,8 @@ int main(int argc, char **argv) {
     for (int s = 0; s < m.n_sections; s++) fprintf(f, " %s", names[s]);
     fprintf(f, "\n");
     if (fclose(f) != 0) die("error: writing %s failed", path);
-    printf("consolidated %s (%s, %d shard%s) into %s: %lld params x %d arrays\n", m.dir, m.strategy, m.layout_world,
-           m.layout_world > 1 ? "s" : "", out, (long long)m.psi, m.n_sections);
+    printf("consolidated %s (%s, %d shard%s) into %s: %lld params x %d arrays\n", m.dir, m.strategy, m.shards,
+           m.shards > 1 ? "s" : "", out, (long long)m.psi, m.n_sections);
     ckpt_manifest_free(&m);
     return 0;
   }

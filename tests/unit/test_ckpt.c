@@ -1,6 +1,6 @@
 /* test_ckpt.c — the checkpoint format and the resharding read, without MPI (common/ckpt.h),
  * and the --fault spec parser (common/fault.h). Notes: notes/reliability.md.
- * A synthetic checkpoint with 3 shards holds value(s, u, i) = 100000 s + 1000 u + i at element
+ * A synthetic checkpoint (3 ZeRO shards, or 2 files of uneven pieces) holds value(s, u, i) = 100000 s + 1000 u + i at element
  * i of unit u in section s (exact in float32); every range read back, in any cut, must give
  * exactly those values: that is what resuming with another world size or stage relies on. */
 #include "zl_test.h" // zl_tmpdir, zl_read_file
@@ -12,36 +12,58 @@ static const int g_in[3] = {6, 13, 13}, g_out[3] = {13, 13, 11};
 
 static float value(int s, int u, int64_t i) { return (float)(100000 * s + 1000 * u + i); }
 
-/* Write a checkpoint of W shards into dir/step-000004 (+ dir/latest). bad_piece: corrupt the
- * layout of unit 1 (piece off by one) in an otherwise well-checksummed manifest. */
-static void write_ckpt(const char *dir, int bad_piece) {
+typedef struct { int file, unit; int64_t off, numel; } piece_t;
+
+/* The pieces of a layout: "zero" = W files, file r holds piece r of every unit (padded to a
+ * multiple of W, as solutions/zero.h); "odd" = 2 files holding uneven pieces (3 per unit, cut
+ * at numel/5 and numel/2) handed out alternately and listed from the last unit down — a layout
+ * no stage has, which the format must read as well as ZeRO's. Returns the piece count. */
+static int make_layout(const char *kind, piece_t *p, int *files) {
+  int n = 0;
+  for (int u = 0; u < 3; u++) {
+    int64_t numel = (int64_t)g_in[u] * g_out[u] + g_out[u];
+    if (!strcmp(kind, "zero")) {
+      int64_t piece = (numel + W - 1) / W;
+      for (int r = 0; r < W; r++) p[n++] = (piece_t){r, u, r * piece, piece};
+      *files = W;
+    } else {
+      int v = 2 - u; /* last unit first */
+      int64_t nv = (int64_t)g_in[v] * g_out[v] + g_out[v], cut[4] = {0, nv / 5, nv / 2, nv};
+      for (int k = 0; k < 3; k++) p[n++] = (piece_t){(v + k) % 2, v, cut[k], cut[k + 1] - cut[k]};
+      *files = 2;
+    }
+  }
+  return n;
+}
+
+/* Write a checkpoint of the given layout into dir/step-000004 (+ dir/latest). bad_piece: move
+ * a piece of unit 1 by one element in an otherwise well-checksummed manifest. */
+static void write_ckpt(const char *dir, const char *kind, int bad_piece) {
   char step[512], path[600];
   snprintf(step, sizeof step, "%s/step-000004", dir);
   mkdir(step, 0755);
-  int64_t numel[3], padded[3], piece[3], shard_off[3], sn = 0, psi = 0, pad = 0;
-  for (int u = 0; u < 3; u++) {
-    numel[u] = (int64_t)g_in[u] * g_out[u] + g_out[u];
-    padded[u] = (numel[u] + W - 1) / W * W;
-    piece[u] = padded[u] / W;
-    shard_off[u] = sn;
-    sn += piece[u];
-    psi += numel[u];
-    pad += padded[u];
-  }
+  piece_t pc[16];
+  int files = 0, np = make_layout(kind, pc, &files);
+  int64_t psi = 0, sec[W] = {0}, at[16];
+  for (int u = 0; u < 3; u++) psi += (int64_t)g_in[u] * g_out[u] + g_out[u];
+  for (int k = 0; k < np; k++) at[k] = sec[pc[k].file], sec[pc[k].file] += pc[k].numel;
   uint64_t sums[W + 1];
-  for (int r = 0; r < W; r++) {
-    float *buf = calloc((size_t)(3 * sn), sizeof(float));
+  for (int f = 0; f < files; f++) {
+    float *buf = calloc((size_t)(3 * sec[f]), sizeof(float));
     for (int s = 0; s < 3; s++)
-      for (int u = 0; u < 3; u++)
-        for (int64_t k = 0; k < piece[u]; k++) {
-          int64_t i = r * piece[u] + k;
-          buf[s * sn + shard_off[u] + k] = i < numel[u] ? value(s, u, i) : 0.0f;
+      for (int k = 0; k < np; k++) {
+        if (pc[k].file != f) continue;
+        int64_t numel = (int64_t)g_in[pc[k].unit] * g_out[pc[k].unit] + g_out[pc[k].unit];
+        for (int64_t j = 0; j < pc[k].numel; j++) {
+          int64_t i = pc[k].off + j;
+          buf[s * sec[f] + at[k] + j] = i < numel ? value(s, pc[k].unit, i) : 0.0f; /* pad slots 0 */
         }
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", step, r);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f && fwrite(buf, sizeof(float), (size_t)(3 * sn), f) == (size_t)(3 * sn));
-    fclose(f);
-    sums[r] = ckpt_sum(CKPT_SUM_INIT, buf, (size_t)(3 * sn) * sizeof(float));
+      }
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", step, f);
+    FILE *fp = fopen(path, "wb");
+    cr_assert(fp && fwrite(buf, sizeof(float), (size_t)(3 * sec[f]), fp) == (size_t)(3 * sec[f]));
+    fclose(fp);
+    sums[f] = ckpt_sum(CKPT_SUM_INIT, buf, (size_t)(3 * sec[f]) * sizeof(float));
     free(buf);
   }
   double losses[8] = {2.5, 1, 2.4, 1, 2.3, 1, 2.2, 1};
@@ -49,21 +71,26 @@ static void write_ckpt(const char *dir, int bad_piece) {
   FILE *f = fopen(path, "wb");
   cr_assert(f && fwrite(losses, 8, 8, f) == 8);
   fclose(f);
-  sums[W] = ckpt_sum(CKPT_SUM_INIT, losses, sizeof losses);
-  char txt[4096];
+  sums[files] = ckpt_sum(CKPT_SUM_INIT, losses, sizeof losses);
+  char txt[8192];
   int n = snprintf(txt, sizeof txt,
-                   "zerolab-checkpoint 1\nstrategy zero2\nstage 2\nworld 3\nlayout_world 3\nprecision fp32\noptimizer adamw\n"
-                   "input 6\nhidden 13\nclasses 11\nlayers 2\nseed 7\nbatch 120\npsi %lld\npadded_numel %lld\nshard_numel %lld\n"
-                   "units 3\n",
-                   (long long)psi, (long long)pad, (long long)sn);
+                   "zerolab-checkpoint 2\nstrategy %s\nstage 2\nworld %d\nshards %d\nprecision fp32\noptimizer adamw\n"
+                   "input 6\nhidden 13\nclasses 11\nlayers 2\nseed 7\nbatch 120\npsi %lld\nunits 3\n",
+                   strcmp(kind, "zero") ? "toy" : "zero2", files, files, (long long)psi);
   for (int u = 0; u < 3; u++)
-    n += snprintf(txt + n, sizeof txt - n, "unit %d %d %d %lld %lld %lld %lld\n", u, g_in[u], g_out[u], (long long)numel[u],
-                  (long long)padded[u], (long long)(piece[u] + (bad_piece && u == 1)), (long long)shard_off[u]);
-  n += snprintf(txt + n, sizeof txt - n, "step 4\ndata_position 480\nopt_t 4\nskipped 0\nrng none\nsections weights m v\nfiles 4\n");
-  for (int r = 0; r < W; r++)
-    n += snprintf(txt + n, sizeof txt - n, "file rank-%05d.bin %lld %016llx\n", r, (long long)(3 * sn * 4),
+    n += snprintf(txt + n, sizeof txt - n, "unit %d %d %d %lld\n", u, g_in[u], g_out[u],
+                  (long long)((int64_t)g_in[u] * g_out[u] + g_out[u]));
+  n += snprintf(txt + n, sizeof txt - n, "pieces %d\n", np);
+  for (int k = 0; k < np; k++)
+    n += snprintf(txt + n, sizeof txt - n, "piece %d %d %lld %lld %lld\n", pc[k].file, pc[k].unit,
+                  (long long)(pc[k].off + (bad_piece && pc[k].unit == 1 && pc[k].off > 0)), (long long)pc[k].numel,
+                  (long long)at[k]);
+  n += snprintf(txt + n, sizeof txt - n, "step 4\ndata_position 480\nopt_t 4\nskipped 0\nrng none\nsections weights m v\nfiles %d\n",
+                files + 1);
+  for (int r = 0; r < files; r++)
+    n += snprintf(txt + n, sizeof txt - n, "file rank-%05d.bin %lld %016llx\n", r, (long long)(3 * sec[r] * 4),
                   (unsigned long long)sums[r]);
-  n += snprintf(txt + n, sizeof txt - n, "file losses.bin 64 %016llx\n", (unsigned long long)sums[W]);
+  n += snprintf(txt + n, sizeof txt - n, "file losses.bin 64 %016llx\n", (unsigned long long)sums[files]);
   n += snprintf(txt + n, sizeof txt - n, "checksum %016llx\n", (unsigned long long)ckpt_sum(CKPT_SUM_INIT, txt, (size_t)n));
   snprintf(path, sizeof path, "%s/manifest.txt", step);
   f = fopen(path, "w");
@@ -81,20 +108,21 @@ static void open_ok(const char *dir, ckpt_manifest_t *m) {
   cr_assert_eq(ckpt_manifest_read(step, m, why, sizeof why), 0, "ckpt_manifest_read(%s): %s", step, why);
 }
 
-Test(common_ckpt, reshard_reads_every_range_exactly) {
+/* Every range a rank of any new layout could ask for (the pieces of world sizes 1..7, and a cut
+ * across every piece boundary), from a checkpoint of the given layout, exactly. */
+static void reads_every_range(const char *kind, int files) {
   char dir[256];
-  zl_tmpdir(dir, sizeof dir, "ckpt_unit");
-  write_ckpt(dir, 0);
+  zl_tmpdir(dir, sizeof dir, kind);
+  write_ckpt(dir, kind, 0);
   ckpt_manifest_t m;
   open_ok(dir, &m);
   char why[1024] = "";
   cr_assert_eq(ckpt_verify_files(&m, why, sizeof why), 0, "verify: %s", why);
-  cr_assert_eq(m.layout_world, 3);
+  cr_assert_eq(m.shards, files);
   cr_assert_eq(m.step, 4);
   cr_assert_eq(m.opt_t, 4);
   ckpt_reader_t r = {.m = &m};
   float buf[400];
-  /* the pieces of every new world size 1..7 (the resharded ranks' reads), and odd cuts */
   for (int s = 0; s < 3; s++)
     for (int u = 0; u < 3; u++) {
       int64_t numel = m.units[u].numel;
@@ -105,27 +133,31 @@ Test(common_ckpt, reshard_reads_every_range_exactly) {
           if (lo >= hi) continue;
           ckpt_read_range(&r, s, u, lo, hi, buf);
           for (int64_t i = lo; i < hi; i++)
-            cr_assert_eq(buf[i - lo], value(s, u, i), "section %d unit %d element %lld (new world %d rank %d): got %g, expected %g",
-                         s, u, (long long)i, nw, rk, buf[i - lo], value(s, u, i));
+            cr_assert_eq(buf[i - lo], value(s, u, i), "%s: section %d unit %d element %lld (new world %d rank %d): got %g, expected %g",
+                         kind, s, u, (long long)i, nw, rk, buf[i - lo], value(s, u, i));
         }
       }
       ckpt_read_range(&r, s, u, 1, numel - 1, buf); /* across every piece boundary */
       for (int64_t i = 1; i < numel - 1; i++)
-        cr_assert_eq(buf[i - 1], value(s, u, i), "section %d unit %d element %lld: got %g", s, u, (long long)i, buf[i - 1]);
+        cr_assert_eq(buf[i - 1], value(s, u, i), "%s: section %d unit %d element %lld: got %g", kind, s, u, (long long)i, buf[i - 1]);
     }
   ckpt_reader_close(&r);
   ckpt_manifest_free(&m);
 }
 
+Test(common_ckpt, reshard_reads_every_range_exactly) { reads_every_range("zero", W); }
+/* the format knows pieces, not stages: any tiling a strategy's layout hook names reads the same */
+Test(common_ckpt, any_piece_layout_reads_exactly) { reads_every_range("odd", 2); }
+
 Test(common_ckpt, damaged_checkpoints_are_named) {
   char dir[256], path[600], why[1024];
   zl_tmpdir(dir, sizeof dir, "ckpt_bad");
-  write_ckpt(dir, 1);
+  write_ckpt(dir, "zero", 1);
   ckpt_manifest_t m;
   snprintf(path, sizeof path, "%s/step-000004", dir);
   cr_assert_eq(ckpt_manifest_read(path, &m, why, sizeof why), 1, "a manifest with an inconsistent layout was accepted");
   cr_assert(strstr(why, "manifest.txt") && strstr(why, "unit 1: inconsistent layout"), "message: %s", why);
-  write_ckpt(dir, 0);
+  write_ckpt(dir, "zero", 0);
   /* a flipped character in the manifest */
   snprintf(path, sizeof path, "%s/step-000004/manifest.txt", dir);
   size_t n = 0;
