@@ -1,7 +1,7 @@
 /* grid.c — the process grid and its communicators (see grid.h; notes/06-tensor-parallel.md). */
-#include "grid.h" // grid_t, grid_dim_t
-#include "check.h" // die, xcalloc
-#include <stdio.h> // snprintf, printf
+#include "grid.h"   // grid_t, grid_dim_t
+#include "check.h"  // die, xcalloc
+#include <stdio.h>  // snprintf, printf
 #include <stdlib.h> // free
 
 static const char *const g_dim_names[GRID_NDIMS] = {"tp", "pp", "dp"};

@@ -12,15 +12,15 @@
 #ifndef ZL_GRID_H
 #define ZL_GRID_H
 #include <stddef.h> // size_t
-#include "comm.h" // comm_t
+#include "comm.h"   // comm_t
 
 typedef enum { GRID_TP = 0, GRID_PP = 1, GRID_DP = 2, GRID_NDIMS } grid_dim_t;
 
 typedef struct grid {
-  comm_t *world; /* the communicator the grid was made from (not owned) */
-  int rank, nranks; /* this rank in world, N */
-  int size[GRID_NDIMS]; /* T, P, D */
-  int coord[GRID_NDIMS]; /* tp_rank, pp_rank, dp_rank of this rank */
+  comm_t *world;            /* the communicator the grid was made from (not owned) */
+  int rank, nranks;         /* this rank in world, N */
+  int size[GRID_NDIMS];     /* T, P, D */
+  int coord[GRID_NDIMS];    /* tp_rank, pp_rank, dp_rank of this rank */
   comm_t *comm[GRID_NDIMS]; /* this rank's TP, PP and DP groups (owned; size-1 groups too) */
 } grid_t;
 

@@ -4,13 +4,13 @@
  * Every collective here is an all-reduce on the TP group, blocking: its result is needed by the
  * very next op (the critical path — unlike DDP's gradient all-reduce, nothing overlaps it).
  * The local math is the ordinary ops of common/ops.h on this rank's slices. */
-#include "tp.h" // tp_*, comm_t, tensor_t
-#include "check.h" // die, xmalloc
-#include "device.h" // dev_memcpy
+#include "tp.h"       // tp_*, comm_t, tensor_t
+#include "check.h"    // die, xmalloc
+#include "device.h"   // dev_memcpy
 #include "exercise.h" // zl_exercise_todo (what the generated stubs call)
-#include "ops.h" // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd, op_add
-#include <stdlib.h> // free
-#include <string.h> // memcpy
+#include "ops.h"      // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd, op_add
+#include <stdlib.h>   // free
+#include <string.h>   // memcpy
 
 /* ---- f and g ------------------------------------------------------------------------------ */
 void tp_f_forward(comm_t *tp, const float *x, int64_t numel) {

@@ -18,14 +18,14 @@
  * Everything is fp32 (activations are fp32 in every chapter). */
 #ifndef ZL_TP_H
 #define ZL_TP_H
-#include <stdint.h> // int64_t
-#include "../common/comm.h" // comm_t, comm_chunk_lo, comm_chunk_numel
+#include <stdint.h>           // int64_t
+#include "../common/comm.h"   // comm_t, comm_chunk_lo, comm_chunk_numel
 #include "../common/tensor.h" // tensor_t
 
 /* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
-void tp_f_forward(comm_t *tp, const float *x, int64_t numel); /* identity: nothing moves */
-void tp_f_backward(comm_t *tp, float *dx, int64_t numel); /* dx = Σ over the group, in place */
-void tp_g_forward(comm_t *tp, float *y, int64_t numel); /* y = Σ over the group, in place */
+void tp_f_forward(comm_t *tp, const float *x, int64_t numel);   /* identity: nothing moves */
+void tp_f_backward(comm_t *tp, float *dx, int64_t numel);       /* dx = Σ over the group, in place */
+void tp_g_forward(comm_t *tp, float *y, int64_t numel);         /* y = Σ over the group, in place */
 void tp_g_backward(comm_t *tp, const float *dy, int64_t numel); /* identity: nothing moves */
 
 /* ---- slices (host memory; not exercises) --------------------------------------------------- */

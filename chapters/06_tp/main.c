@@ -6,14 +6,14 @@
  *                                           the 1-rank block; all-reduce count and bytes vs formula
  *   make run CH=06 NP=4 ARGS="--grid --pp 1" which ranks form which TP / PP / DP group
  * The split layers themselves are solutions/tp.c (the exercises), the groups common/grid.c. */
-#include "args.h" // arg_spec_t, args_parse, args_error, args_env_world
-#include "check.h" // die, xcalloc
-#include "comm.h" // comm_t, comm_all_gather, comm_all_reduce, comm_print_ordered, comm_counters
-#include "grid.h" // grid_t, grid_init, grid_print
-#include "ops.h" // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
-#include "tp.h" // tp_column_forward, tp_row_slice, tp_mlp_*, tp_mlp_bytes_per_step
-#include <math.h> // fabs
-#include <stdio.h> // snprintf, printf
+#include "args.h"   // arg_spec_t, args_parse, args_error, args_env_world
+#include "check.h"  // die, xcalloc
+#include "comm.h"   // comm_t, comm_all_gather, comm_all_reduce, comm_print_ordered, comm_counters
+#include "grid.h"   // grid_t, grid_init, grid_print
+#include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
+#include "tp.h"     // tp_column_forward, tp_row_slice, tp_mlp_*, tp_mlp_bytes_per_step
+#include <math.h>   // fabs
+#include <stdio.h>  // snprintf, printf
 #include <stdlib.h> // free
 #include <string.h> // strcmp, memcpy
 
@@ -92,7 +92,7 @@ static void example_row(comm_t *tp, const float *X, const float *A, act_t fn, co
   const char *an = act_name(fn);
   transpose2(W, A);
   tp_row_slice(W_r, W, 2, 2, 2, r); /* column r of W = row r of A, as (out 2, in_r 1) */
-  tp_cols_of(x_r, X, 2, 2, 2, r); /* column r of X */
+  tp_cols_of(x_r, X, 2, 2, 2, r);   /* column r of X */
   op_linear_fwd(DEV_CPU, p, x_r, W_r, (float[]){0, 0}, DT_F32, 2, 1, 2);
   act(fn, ap, p, 4);
   snprintf(line, sizeof line, "rank %d: %s%d = %s  A%d = %s  %s%d·A%d = %s  %s(%s%d·A%d) = %s\n", r, xname, r + 1,

@@ -13,14 +13,14 @@
  * (column forward, row backward, every weight and bias gradient): the same dot products in the same
  * order, on a slice. Prints one line per failure, `scn_tp: ok (K cases)` on success; exit 1 if any
  * rank failed. Driven by tests/mpi/test_tp.c. */
-#include "comm.h" // comm_t, comm_*, comm_model_sent
-#include "check.h" // xmalloc, xcalloc
-#include "grid.h" // grid_t, grid_init, grid_group_ranks
-#include "ops.h" // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
-#include "tp.h" // tp_* (solutions/ or exercises/)
-#include <math.h> // fabs
+#include "comm.h"   // comm_t, comm_*, comm_model_sent
+#include "check.h"  // xmalloc, xcalloc
+#include "grid.h"   // grid_t, grid_init, grid_group_ranks
+#include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
+#include "tp.h"     // tp_* (solutions/ or exercises/)
+#include <math.h>   // fabs
 #include <stdarg.h> // va_list
-#include <stdio.h> // printf
+#include <stdio.h>  // printf
 #include <stdlib.h> // free
 #include <string.h> // strcmp, memcpy, memset
 

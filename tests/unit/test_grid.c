@@ -2,7 +2,7 @@
  * innermost, then PP, then DP, as Megatron and picotron order the ranks. Pure functions, no MPI;
  * the communicators themselves are checked by tests/mpi/scn_tp.c. */
 #include "zl_test.h" // cr_assert, Test
-#include "grid.h" // grid_coords, grid_rank_of, grid_group_ranks, grid_group_of, grid_format, grid_check
+#include "grid.h"    // grid_coords, grid_rank_of, grid_group_ranks, grid_group_of, grid_format, grid_check
 
 /* Every rank has one position, and back: rank_of(coords(rank)) = rank, for every valid grid. */
 Test(ch06_grid, coords_round_trip) {
