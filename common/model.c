@@ -80,6 +80,8 @@ int64_t model_max_saved_numel(const model_t *m) {
 }
 
 void model_free(model_t *m) {
+  if (m->fns && m->fns->free_ctx) m->fns->free_ctx(m);
+  m->ctx = NULL;
   free(m->units);
   m->units = NULL;
   m->n_units = 0;

@@ -62,12 +62,15 @@ typedef struct model_fns {
   void (*init_unit)(const struct model *m, uint64_t seed, int u, float *dst);
   void (*forward)(const struct model *m, int u, const unit_io_t *io);  /* x → y, saved */
   void (*backward)(const struct model *m, int u, const unit_io_t *io); /* dy, x, y, saved → dx, grads */
+  /* Frees what the kind keeps in m->ctx (NULL: nothing). */
+  void (*free_ctx)(struct model *m);
   /* Forward FLOPs per sample of the whole model (multiply-add = 2), for MFU. */
   double (*flops_per_sample)(const struct model *m);
 } model_fns_t;
 
 typedef struct model {
   const model_fns_t *fns;
+  void *ctx;            /* the kind's own state (a tensor-parallel split: its communicator, slices) */
   int D, H, C, L;       /* MLP: input, hidden width, classes, hidden layers (kind "mlp") */
   gpt_shape_t gpt;      /* kind "gpt" */
   /* What the loop feeds and scores, per sample: */

@@ -8,7 +8,9 @@
 #include "args.h"   // args_parse, args_error, args_env_world, args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
 #include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
-#include "data.h"   // data_init, data_batch, data_teacher_entropy
+#include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
+#include "grid.h"   // grid_init, grid_print, grid_free (--tp)
+#include "gpt.h"    // gpt_init, gpt_preset, gpt_shape_error, gpt_count_params, gpt_acts_bytes (--model gpt)
 #include "device.h" // dev_memcpy, dev_sync, device_cuda_built, device_cuda_count
 #include "ledger.h" // ledger_init
 #include "model.h"  // model_init, model_unit_forward, model_unit_backward
@@ -24,6 +26,8 @@
 #include <string.h> // strcmp, memcpy, memcmp
 
 #define TRAIN_MAX_EXTRAS 16
+/* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
+#define TRAIN_DEFAULT_TEXT "/usr/share/games/fortunes/cookie"
 
 /* What only the loop sees. Activation buffers per unit u (B = local micro-batch, in samples):
  *   y[u]      (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
@@ -44,6 +48,8 @@ struct train_internal {
   int check_master;  /* ZL_CHECK_MASTER=1: bf16 params == bf16(master) after every step */
   int local_nonfinite; /* this rank's OWN gradients of this step held NaN/Inf (before any reduction) */
   int checked_steps;
+  report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
+  int nevals;
 };
 
 /* ---- flags ----------------------------------------------------------------------------- */
@@ -85,6 +91,59 @@ static void resolve_device(train_cfg_t *cfg) {
   }
 }
 
+/* The pipeline's flags against the world size (chapter 07): P stages of D = world/P ranks each.
+ * Prints the one error line and returns 1 when they do not fit. */
+static int pipeline_check(train_cfg_t *cfg, int world) {
+  char v[64];
+  /* units: the MLP's L+1 linears; the GPT's embeddings | L blocks | final LN + head */
+  int units = strcmp(cfg->model_kind, "gpt") == 0 ? cfg->gpt.n_layer + 2 : cfg->layers + 1;
+  if (cfg->pp < 0) cfg->pp = world; /* auto */
+  snprintf(v, sizeof v, "%d", cfg->pp);
+  if (cfg->pp > world) return args_error("--pp", v, "must be at most the ranks (%d)", world), 1;
+  if (world % cfg->pp) return args_error("--pp", v, "must divide the ranks (%d): D = ranks / P data-parallel pipelines", world), 1;
+  if (cfg->pp > units) return args_error("--pp", v, "must be at most the model's units (%d): every stage holds at least one", units), 1;
+  if (cfg->accum != 1) {
+    snprintf(v, sizeof v, "%d", cfg->accum);
+    return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
+  }
+  int64_t per = (int64_t)cfg->micro_batches * (world / cfg->pp);
+  if (cfg->batch % per) {
+    snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
+    return args_error("--batch", v, "must be divisible by micro-batches x data-parallel size = %d x %d = %lld",
+                      cfg->micro_batches, world / cfg->pp, (long long)per), 1;
+  }
+  return 0;
+}
+
+/* --model gpt: the preset, then the overrides, then the text file; --model mlp: none of the GPT
+ * flags. Exits 2 with one line naming the flag. */
+static void check_model_flags(train_cfg_t *cfg) {
+  char v[64];
+  gpt_shape_t over = cfg->gpt;
+  if (strcmp(cfg->model_kind, "gpt") != 0) {
+    const char *gflag = cfg->gpt_preset ? "--gpt" : over.n_layer ? "--n-layer" : over.n_head ? "--n-head"
+                      : over.n_embd ? "--n-embd" : over.seq_len ? "--seq-len" : cfg->data ? "--data"
+                      : cfg->eval_every ? "--eval-every" : cfg->sample ? "--sample" : NULL;
+    if (gflag) exit(args_error(gflag, strcmp(gflag, "--data") == 0 ? cfg->data : "", "needs --model gpt (the MLP trains on synthetic data)"));
+    return;
+  }
+  gpt_preset(cfg->gpt_preset ? cfg->gpt_preset : "small", &cfg->gpt); /* the choice was checked */
+  if (over.n_layer) cfg->gpt.n_layer = over.n_layer;
+  if (over.n_head) cfg->gpt.n_head = over.n_head;
+  if (over.n_embd) cfg->gpt.n_embd = over.n_embd;
+  if (over.seq_len) cfg->gpt.seq_len = over.seq_len;
+  const char *why = gpt_shape_error(cfg->gpt);
+  if (why) {
+    snprintf(v, sizeof v, "%d", cfg->gpt.n_embd);
+    exit(args_error("--n-embd", v, "%s (--n-head %d)", why, cfg->gpt.n_head));
+  }
+  if (!cfg->data) cfg->data = TRAIN_DEFAULT_TEXT;
+  char dwhy[256];
+  if (data_text_check(cfg->data, cfg->gpt.seq_len, dwhy, sizeof dwhy))
+    exit(args_error("--data", cfg->data, "%s%s", dwhy, strcmp(cfg->data, TRAIN_DEFAULT_TEXT) == 0
+                    ? " (the default text: install the Debian package fortunes, or pass --data PATH to any text file)" : ""));
+}
+
 void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about,
                       unsigned chapter_flags) {
   /* Defaults: a small model that learns visibly in a few seconds on 2 CPU ranks; the batch of
@@ -95,16 +154,29 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .optimizer = OPT_ADAMW, .wdt = DT_F32, .collectives = COLL_VENDOR,
                        .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
-                       .log_every = 10, .chapter_flags = chapter_flags};
+                       .log_every = 10, .chapter_flags = chapter_flags,
+                       .model_kind = "mlp", .tp = 1, .eval_batches = 2, .temperature = 1.0,
+                       .pp = -1, .micro_batches = 4, .schedule = "1f1b"};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
-  arg_spec_t specs[40];
+  arg_spec_t specs[64];
   int n = 0;
 #define SPEC(...) specs[n++] = (arg_spec_t){__VA_ARGS__}
   SPEC("--layers", ARG_INT, &cfg->layers, 1, 256, NULL, "hidden layers L (the model has L+1 linear units)");
   SPEC("--hidden", ARG_INT, &cfg->hidden, 1, 65536, NULL, "hidden width H");
   SPEC("--input", ARG_INT, &cfg->input, 1, 65536, NULL, "input features D");
   SPEC("--classes", ARG_INT, &cfg->classes, 2, 65536, NULL, "classes C");
+  SPEC("--model", ARG_CHOICE, &cfg->model_kind, 0, 0, "mlp|gpt", "the MLP on teacher-student data, or GPT-2 on text (bytes as tokens)");
+  SPEC("--gpt", ARG_CHOICE, &cfg->gpt_preset, 0, 0, "tiny|small|124m-shape", "GPT shape preset (default small; common/gpt.h)");
+  SPEC("--n-layer", ARG_INT, &cfg->gpt.n_layer, 1, 1024, NULL, "GPT blocks L (overrides the preset)");
+  SPEC("--n-head", ARG_INT, &cfg->gpt.n_head, 1, 1024, NULL, "GPT attention heads (overrides the preset)");
+  SPEC("--n-embd", ARG_INT, &cfg->gpt.n_embd, 1, 65536, NULL, "GPT width C, divisible by --n-head (overrides the preset)");
+  SPEC("--seq-len", ARG_INT, &cfg->gpt.seq_len, 1, 65536, NULL, "GPT context T in bytes (overrides the preset)");
+  SPEC("--data", ARG_STR, &cfg->data, 0, 0, NULL, "text file for --model gpt (default " TRAIN_DEFAULT_TEXT ", Debian package fortunes)");
+  SPEC("--eval-every", ARG_INT, &cfg->eval_every, 0, 10000000, NULL, "validation loss every E steps and after the last (0: never; --model gpt)");
+  SPEC("--eval-batches", ARG_INT, &cfg->eval_batches, 1, 100000, NULL, "global batches of the validation split per evaluation");
+  SPEC("--sample", ARG_INT, &cfg->sample, 0, 1000000, NULL, "generate N bytes at the end, printed by rank 0 (--model gpt)");
+  SPEC("--temperature", ARG_DOUBLE, &cfg->temperature, 0, 100, NULL, "sampling temperature for --sample (0: greedy)");
   SPEC("--batch", ARG_I64, &cfg->batch, 1, 1 << 30, NULL, "GLOBAL batch per step (divisible by ranks x accum)");
   SPEC("--steps", ARG_INT, &cfg->steps, 1, 10000000, NULL, "training steps");
   SPEC("--lr", ARG_DOUBLE, &cfg->lr, 0, 10, NULL, "learning rate");
@@ -125,17 +197,24 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--mem-limit-mb", ARG_DOUBLE, &cfg->mem_limit_mb, 0, 1e9, NULL, "per-rank memory budget in MiB (0: none)");
   SPEC("--timeout-s", ARG_DOUBLE, &cfg->timeout_s, 0, 1e6, NULL, "deadline for any one collective wait (0: none)");
   SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip", "on a NaN/Inf gradient: stop, or skip the step");
-  SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every K steps (0: first and last)");
+  SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every L steps (0: first and last)");
   SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
   SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL, "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt: make one rank fail (testing aid)");
   SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL, "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
-  SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL, "save a checkpoint to --ckpt every K steps and after the last (0: after the last only)");
+  SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL, "save a checkpoint to --ckpt every S steps and after the last (0: after the last only)");
   SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL, "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
   if (chapter_flags & TRAIN_FLAG_VARIANT)
     SPEC("--variant", ARG_CHOICE, &cfg->variant, 0, 0, "naive|overlap|bucketed",
          "naive: all-reduce after backward; overlap: per unit, async; bucketed: buckets of --bucket-mb");
   if (chapter_flags & TRAIN_FLAG_BUCKET)
     SPEC("--bucket-mb", ARG_DOUBLE, &cfg->bucket_mb, 0, 1e6, NULL, "bucket cap in MiB (any value > 0)");
+  if (chapter_flags & TRAIN_FLAG_PIPELINE) {
+    SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
+    SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
+    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward");
+  }
+  if (chapter_flags & TRAIN_FLAG_TP)
+    SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC
@@ -156,10 +235,16 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     snprintf(v, sizeof v, "%g", cfg->bucket_mb);
     exit(args_error("--bucket-mb", v, "must be > 0 (any positive size; 1e-9 puts each unit in its own bucket)"));
   }
-  if (cfg->batch % ((int64_t)world * cfg->accum) != 0) {
+  if (cfg->tp < 1) cfg->tp = 1;
+  if (world % cfg->tp) {
+    snprintf(v, sizeof v, "%d", cfg->tp);
+    exit(args_error("--tp", v, "must divide the ranks (%d): D = ranks / T data-parallel groups of T", world));
+  }
+  int dp = world / cfg->tp; /* the ranks a batch is split over: TP ranks read the same samples */
+  if (!(chapter_flags & TRAIN_FLAG_PIPELINE) && cfg->batch % ((int64_t)dp * cfg->accum) != 0) {
     snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
-    exit(args_error("--batch", v, "must be divisible by ranks x accum = %d x %d = %lld", world, cfg->accum,
-                    (long long)world * cfg->accum));
+    exit(args_error("--batch", v, "must be divisible by data-parallel ranks x accum = %d x %d = %lld", dp, cfg->accum,
+                    (long long)dp * cfg->accum));
   }
   fault_t fault;
   char why[256];
@@ -169,7 +254,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
   }
-  int64_t psi = model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
+  check_model_flags(cfg);
+  if ((chapter_flags & TRAIN_FLAG_PIPELINE) && pipeline_check(cfg, world)) exit(2);
+  int64_t psi = strcmp(cfg->model_kind, "gpt") == 0 ? gpt_count_params(cfg->gpt)
+                                                    : model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
   if (world > psi) { /* ZeRO would give some rank nothing but padding to own */
     snprintf(v, sizeof v, "%d", world);
     exit(args_error("-np", v, "must be at most the parameter count psi = %lld of this model (--input --hidden --classes --layers)",
@@ -344,6 +432,7 @@ static void alloc_acts(trainer_t *t) {
 
 static void free_acts(trainer_t *t) {
   struct train_internal *in = t->in;
+  if (!in->out) return; /* never allocated (run_step) */
   for (int u = 0; u < t->model.n_units; u++) {
     tensor_free(&in->out[u]);
     tensor_free(&in->saved[u]);
@@ -374,6 +463,34 @@ static void load_batch(trainer_t *t) {
   if (poison) fault_poison(t->rank, t->step, in->xh);
   dev_memcpy(t->dev, in->x.data, DEV_CPU, in->xh, (size_t)(b * t->model.in_numel) * 4);
   dev_memcpy(t->dev, in->y.data, DEV_CPU, in->yh, (size_t)(b * t->model.rows) * sizeof(int));
+}
+
+void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y) {
+  int64_t B = t->cfg->batch, mb = B / m, b = mb / nslices;
+  int64_t first = (int64_t)t->step * B + (int64_t)k * mb + (int64_t)slice * b;
+  int poison = k == 0 && x && !t->model.in_is_tokens; /* --fault R:S:nan, as load_batch */
+  int64_t xn = b * t->model.in_numel, yn = b * t->model.rows;
+  /* data_batch writes both: host buffers for what is not a CPU destination */
+  void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
+  int *yh = y && t->dev == DEV_CPU ? y : xmalloc((size_t)yn * sizeof(int) + 4, "target staging");
+  data_batch(&t->data, first, (int)b, xh, yh);
+  if (poison) fault_poison(t->rank, t->step, xh);
+  if (x && t->dev != DEV_CPU) dev_memcpy(t->dev, x, DEV_CPU, xh, (size_t)xn * 4);
+  if (y && t->dev != DEV_CPU) dev_memcpy(t->dev, y, DEV_CPU, yh, (size_t)yn * sizeof(int));
+  if (xh != x) free(xh);
+  if (yh != y) free(yh);
+}
+
+double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
+  const model_t *m = &t->model;
+  double loss = op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes,
+                                (float)(1.0 / ((double)t->cfg->batch * m->rows)));
+  if (!isfinite(loss)) t->in->local_nonfinite = 1;
+  return loss;
+}
+
+void trainer_check_grads(trainer_t *t, const void *grads, int64_t numel) {
+  if (t->dev == DEV_CPU && !t->in->local_nonfinite) t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, grads, t->wdt, numel));
 }
 
 /* Unit u's buffers for this micro-batch (dy, dx and grads are set by the backward). */
@@ -440,6 +557,137 @@ static double micro_batch(trainer_t *t) {
   return loss;
 }
 
+/* ---- --model gpt: validation loss and sampling (forward only, through the strategy's hooks, so
+ * ZeRO-3 gathers each unit as in training; every rank runs them, in step) ------------------ */
+
+/* Validation loss: --eval-batches global batches of the validation split, each split over the
+ * ranks and micro-batches exactly as load_batch splits a training batch; the mean over all
+ * their tokens. Collective. */
+static double evaluate(trainer_t *t) {
+  const train_cfg_t *cfg = t->cfg;
+  struct train_internal *in = t->in;
+  const model_t *m = &t->model;
+  const strategy_t *s = t->strategy;
+  int64_t B = cfg->batch, b = t->local_batch, mb = B / cfg->accum;
+  int U = m->n_units;
+  double sum = 0;
+  trace_begin("eval");
+  for (int e = 0; e < cfg->eval_batches; e++)
+    for (int k = 0; k < cfg->accum; k++) {
+      int64_t first = (int64_t)e * B + (int64_t)k * mb + (int64_t)t->rank * b;
+      int *x = t->dev == DEV_CPU ? in->x.data : in->xh, *y = t->dev == DEV_CPU ? in->y.data : in->yh;
+      data_val_batch(&t->data, first, (int)b, x, y);
+      if (t->dev != DEV_CPU) {
+        dev_memcpy(t->dev, in->x.data, DEV_CPU, x, (size_t)(b * m->in_numel) * 4);
+        dev_memcpy(t->dev, in->y.data, DEV_CPU, y, (size_t)(b * m->rows) * sizeof(int));
+      }
+      for (int u = 0; u < U; u++) {
+        if (s->pre_forward) s->pre_forward(t, u);
+        unit_io_t io = unit_io(t, u);
+        model_forward(m, u, &io);
+        if (s->post_forward) s->post_forward(t, u);
+      }
+      sum += op_softmax_xent(t->dev, in->dy[0].data, in->out[U - 1].data, (const int *)in->y.data,
+                             (int)(b * m->rows), m->classes, 1.0f);
+    }
+  comm_ctl_all_reduce_f64(t->comm, &sum, 1, REDOP_SUM); /* control traffic */
+  trace_end(NULL);
+  return sum / ((double)cfg->eval_batches * (double)B * m->rows);
+}
+
+static void eval_record(trainer_t *t, int step) {
+  struct train_internal *in = t->in;
+  if (!in->out) die("rank %d: --eval-every: not available with a strategy that runs its own schedule", t->rank);
+  double v = evaluate(t);
+  in->evals = realloc(in->evals, sizeof(report_eval_t) * (size_t)(in->nevals + 1));
+  if (!in->evals) die("rank %d: out of host memory for the evaluations", t->rank);
+  in->evals[in->nevals++] = (report_eval_t){.step = step, .val_loss = v};
+  if (t->rank == 0 && !t->cfg->quiet) {
+    printf("step %5d  val loss %.6f  (%d validation batches; uniform over 256 bytes: %.4f)\n", step, v,
+           t->cfg->eval_batches, log(256.0));
+    fflush(stdout);
+  }
+}
+
+/* --sample N: N bytes generated from a newline, one forward of ONE sequence per byte (the last
+ * seq_len bytes as context), each byte drawn from softmax(logits / temperature) with
+ * rng_uniform(seed, stream 0x3000, k) (greedy at temperature 0). Every rank computes the same
+ * bytes (ZeRO-3 gathers are collective); rank 0 prints them. */
+static void sample_text(trainer_t *t) {
+  const train_cfg_t *cfg = t->cfg;
+  struct train_internal *in = t->in;
+  const model_t *m = &t->model;
+  const strategy_t *s = t->strategy;
+  int T = m->rows, V = m->classes, U = m->n_units, N = cfg->sample, len = 1;
+  if (!in->out) die("rank %d: --sample: not available with a strategy that runs its own schedule", t->rank);
+  int *ctx = xcalloc((size_t)T, sizeof(int), "sample context");
+  float *row = xmalloc((size_t)V * sizeof(float), "sample logits");
+  char *text = xcalloc((size_t)N + 1, 1, "sample text");
+  ctx[0] = '\n';
+  trace_begin("sample");
+  for (int k = 0; k < N; k++) {
+    dev_memcpy(t->dev, in->x.data, DEV_CPU, ctx, (size_t)T * sizeof(int));
+    for (int u = 0; u < U; u++) {
+      if (s->pre_forward) s->pre_forward(t, u);
+      unit_io_t io = unit_io(t, u);
+      io.B = 1; /* one sequence: positions >= len are padding the causal mask keeps out */
+      model_forward(m, u, &io);
+      if (s->post_forward) s->post_forward(t, u);
+    }
+    dev_memcpy(DEV_CPU, row, t->dev, in->out[U - 1].data + (int64_t)(len - 1) * V, (size_t)V * sizeof(float));
+    int next = 0;
+    for (int v = 1; v < V; v++)
+      if (row[v] > row[next]) next = v;
+    if (cfg->temperature > 0) { /* inverse CDF of softmax(row / temperature), in double */
+      double mx = row[next], z = 0, cdf = 0, r = rng_uniform(cfg->seed, 0x3000, (uint64_t)k);
+      for (int v = 0; v < V; v++) z += exp((row[v] - mx) / cfg->temperature);
+      for (int v = 0; v < V; v++) {
+        cdf += exp((row[v] - mx) / cfg->temperature) / z;
+        if (r < cdf) { next = v; break; }
+      }
+    }
+    text[k] = (char)((next >= 32 && next < 127) || next == '\n' || next == '\t' ? next : '?');
+    if (len < T) ctx[len++] = next;
+    else {
+      memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int));
+      ctx[T - 1] = next;
+    }
+  }
+  trace_end(NULL);
+  if (t->rank == 0) {
+    printf("sample (%d bytes, temperature %g, seed %llu; bytes outside printable ASCII shown as ?):\n%s\n", N,
+           cfg->temperature, (unsigned long long)cfg->seed, text);
+    fflush(stdout);
+  }
+  free(ctx);
+  free(row);
+  free(text);
+}
+
+/* The model and data source of cfg (--model mlp|gpt): model_init + data_init, or the GPT and
+ * its text. */
+static void model_from_cfg(trainer_t *t) {
+  const train_cfg_t *cfg = t->cfg;
+  if (strcmp(cfg->model_kind, "gpt") == 0) {
+    gpt_init(&t->model, cfg->gpt);
+    data_init_text(&t->data, cfg->data, cfg->gpt.seq_len, cfg->seed);
+    return;
+  }
+  model_init(&t->model, cfg->input, cfg->hidden, cfg->classes, cfg->layers);
+  data_init(&t->data, cfg->input, cfg->classes, cfg->seed);
+}
+
+/* Activation bytes the loop keeps (every unit's output and saved buffers, as the ledger counted
+ * them in alloc_acts) beside gpt.h's formula: "acts_saved_bytes", "acts_formula_bytes". */
+static void report_acts(trainer_t *t) {
+  struct train_internal *in = t->in;
+  int64_t kept = 0;
+  for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&in->out[u]) + tensor_nbytes(&in->saved[u]);
+  trainer_report_extra(t, "acts_saved_bytes", (double)kept);
+  if (t->model.fns == &model_gpt_fns)
+    trainer_report_extra(t, "acts_formula_bytes", (double)gpt_acts_bytes(t->model.gpt, t->local_batch, t->cfg->recompute));
+}
+
 static int log_step(const train_cfg_t *c, int step) {
   if (c->quiet) return 0;
   if (step == 0 || step == c->steps - 1) return 1;
@@ -464,7 +712,8 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     fault_at_step(t->rank, step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     in->local_nonfinite = 0;
     double loss_sum = 0;
-    for (int k = 0; k < cfg->accum; k++) {
+    if (t->strategy->run_step) loss_sum = t->strategy->run_step(t); /* the strategy's schedule (07) */
+    else for (int k = 0; k < cfg->accum; k++) {
       t->micro = k;
       t->last_micro = k == cfg->accum - 1; /* DDP all-reduces only now (no_sync before) */
       loss_sum += micro_batch(t);
@@ -484,6 +733,7 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
       printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
       fflush(stdout);
     }
+    if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) eval_record(t, step + 1);
     if (ckpt_due(cfg, step)) ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps);
   }
   comm_wait_all(t->comm);
@@ -498,10 +748,17 @@ static void print_header(const trainer_t *t, const char *chapter) {
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
-  printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
-         "(%lld per rank per micro-batch, accum %d), %d steps\n",
-         m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, (long long)t->local_batch,
-         cfg->accum, cfg->steps);
+  if (m->fns == &model_gpt_fns)
+    printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
+           "global batch %lld sequences = %lld tokens per step (%lld per rank per micro-batch, accum %d), %d steps\n",
+           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
+           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, (long long)t->local_batch, cfg->accum,
+           cfg->steps);
+  else
+    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
+           "(%lld per rank per micro-batch, accum %d), %d steps\n",
+           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, (long long)t->local_batch,
+           cfg->accum, cfg->steps);
   fflush(stdout);
 }
 
@@ -522,7 +779,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
   report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full,
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
-                      .skipped_steps = skipped};
+                      .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
   report_finish(t, &run);
   trace_write(t->comm);
 
@@ -536,6 +793,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   ops_release_workspace();
   free(full);
   free(in->steps);
+  free(in->evals);
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
@@ -555,34 +813,42 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
   fault_arm(cfg->fault, comm_world(comm), cfg->steps);
-  int rank = comm_rank(comm), world = comm_world(comm);
-  if (cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
+  int wrank = comm_rank(comm);
+  trace_init(wrank, cfg->trace);
+  /* --tp T: TP groups of T consecutive ranks; the strategy works on the data-parallel group. */
+  grid_t *grid = cfg->tp > 1 ? grid_init(comm, cfg->tp, 1) : NULL;
+  comm_t *dpc = grid ? grid->comm[GRID_DP] : comm;
+  if (grid && !cfg->model_split) die("error: --tp %d: this program has no tensor-parallel model split", cfg->tp);
+  if (grid && wrank == 0 && !cfg->quiet) grid_print(grid);
+  int rank = comm_rank(dpc), world = comm_world(dpc);
+  if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
-  trace_init(rank, cfg->trace);
 
   struct train_internal in = {0};
-  trainer_t t = {.cfg = cfg, .strategy = s, .comm = comm, .rank = rank, .world = world, .dev = cfg->dev,
-                 .wdt = cfg->wdt, .in = &in};
+  trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
+                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in};
   t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                       .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
   t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
   ckpt_manifest_t resume = {0}; /* --resume: verified before anything is allocated or written */
   if (cfg->resume && ckpt_open_resume(&t, cfg->resume, &resume)) {
+    if (grid) grid_free(grid);
     comm_finalize(comm);
     return 2;
   }
-  model_init(&t.model, cfg->input, cfg->hidden, cfg->classes, cfg->layers);
-  data_init(&t.data, cfg->input, cfg->classes, cfg->seed);
+  model_from_cfg(&t);
+  if (grid) cfg->model_split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
-  if (rank == 0 && !cfg->quiet) print_header(&t, chapter);
+  if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);
 
   fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
   trace_begin("setup");
-  alloc_acts(&t);
+  if (!s->run_step) alloc_acts(&t); /* a run_step strategy owns its activations */
+  if (!s->run_step) report_acts(&t);
   s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
   comm_wait_all(comm);
   trace_end(NULL);
@@ -597,7 +863,9 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     ckpt_manifest_free(&resume);
   }
   train_loop(&t, start, &taken, &skipped);
+  if (cfg->sample > 0) sample_text(&t);
   train_finish(&t, chapter, skipped);
+  if (grid) grid_free(grid);
   comm_finalize(comm);
   return 0;
 }
