@@ -498,6 +498,20 @@ void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
   comm_wait(c, submit(c, &t, "blocking"));
 }
 
+comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag) {
+  check_args(c, "comm_send_async", numel, dt, dst, 1);
+  if (dst == c->rank) die("rank %d: comm_send_async: cannot send to itself", c->rank);
+  comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
+  return submit(c, &t, tag);
+}
+
+comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag) {
+  check_args(c, "comm_recv_async", numel, dt, src, 1);
+  if (src == c->rank) die("rank %d: comm_recv_async: cannot receive from itself", c->rank);
+  comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
+  return submit(c, &t, tag);
+}
+
 void comm_barrier(comm_t *c) {
   comm_task_t t = task(TASK_BARRIER, CO_CONTROL, c, NULL, NULL, 0, DT_F32, REDOP_SUM, 0);
   comm_wait(c, submit(c, &t, "barrier"));

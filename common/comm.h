@@ -110,6 +110,11 @@ comm_handle_t comm_reduce_scatter_async(comm_t *c, const void *send, void *recv,
 comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                     const char *tag);
 comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag);
+/* Point-to-point, queued on the stream like the rest (a send or recv waits behind what was
+ * queued before it; one communicator per direction keeps a pipeline's two flows apart). The
+ * buffer stays untouched (send) or unread (recv) until comm_wait on the handle. */
+comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag);
+comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag);
 /* Block until h (and everything queued before it) is done. On CUDA: the compute stream waits
  * for it instead (no host block), which is what lets NCCL overlap with compute. */
 void comm_wait(comm_t *c, comm_handle_t h);

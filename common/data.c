@@ -1,14 +1,20 @@
-/* data.c — teacher-student synthetic classification, addressed by sample index
- * (notes/02-ddp.md). Nothing here keeps a generator state: every random number is a pure
+/* data.c — teacher-student synthetic classification and text windows, addressed by sample
+ * index (notes/02-ddp.md; data.h for the text source). Nothing here keeps a generator state: every random number is a pure
  * function of (seed, stream, index), so sample i is the same whichever rank makes it, in
  * whatever batch, in whatever order — the property every parity test leans on. */
 #include "data.h"   // data_t, data_init, data_batch, rng_*
-#include <math.h>   // sqrt, log, exp, sqrtf, logf, cosf, sinf
-#include <stdlib.h> // free
-#include "check.h"  // die, xmalloc, check_rank
+#include <errno.h>    // errno
+#include <fcntl.h>    // open
+#include <math.h>     // sqrt, log, exp, sqrtf, logf, cosf, sinf, NAN
+#include <stdio.h>    // snprintf
+#include <stdlib.h>   // free
+#include <string.h>   // strerror
+#include <sys/stat.h> // fstat
+#include <unistd.h>   // pread, close
+#include "check.h"    // die, xmalloc, check_rank
 
 /* Streams: independent sequences for independent purposes (model.c uses its own). */
-enum { DATA_STREAM_TEACHER = 1, DATA_STREAM_X = 2, DATA_STREAM_LABEL = 3 };
+enum { DATA_STREAM_TEACHER = 1, DATA_STREAM_X = 2, DATA_STREAM_LABEL = 3, DATA_STREAM_TEXT = 4 };
 /* Std of a teacher logit (over x): large enough that labels follow x, small enough that they
  * stay noisy — the teacher's entropy is well below log C yet above 0. */
 #define DATA_LOGIT_STD 2.5
@@ -62,9 +68,7 @@ static void rng_normals(uint64_t seed, uint64_t stream, uint64_t first, int n, f
 
 void data_init(data_t *d, int D, int C, uint64_t seed) {
   if (D < 1 || C < 1) die("rank %d: data_init: input %d and classes %d must be >= 1", check_rank(), D, C);
-  d->D = D;
-  d->C = C;
-  d->seed = seed;
+  *d = (data_t){.D = D, .C = C, .seed = seed, .fd = -1};
   d->teacher = xmalloc((size_t)C * D * sizeof(float), "data teacher"); // (C, D)
   float scale = (float)(DATA_LOGIT_STD / sqrt((double)D));           // logit std ≈ DATA_LOGIT_STD
   for (int64_t k = 0; k < (int64_t)C * D; k++) d->teacher[k] = scale * rng_normal(seed, DATA_STREAM_TEACHER, k);
@@ -73,6 +77,8 @@ void data_init(data_t *d, int D, int C, uint64_t seed) {
 void data_free(data_t *d) {
   free(d->teacher);
   d->teacher = NULL;
+  if (d->is_text && d->fd >= 0) close(d->fd);
+  d->fd = -1;
 }
 
 /* x (D) of sample i. */
@@ -98,7 +104,14 @@ static double data_teacher_probs(const data_t *d, const float *x, double *p) {
   return ent;
 }
 
+static void text_window(const data_t *d, int64_t pos, int *x, int *y);
+
 void data_batch(const data_t *d, int64_t first, int n, void *xv, int *y) {
+  if (d->is_text) {
+    for (int r = 0; r < n; r++)
+      text_window(d, data_text_train_pos(d, first + r), (int *)xv + (int64_t)r * d->T, y + (int64_t)r * d->T);
+    return;
+  }
   float *x = xv;
   double *p = xmalloc((size_t)d->C * sizeof(double), "data label probabilities"); // (C)
   for (int r = 0; r < n; r++) {
@@ -122,6 +135,7 @@ void data_batch(const data_t *d, int64_t first, int n, void *xv, int *y) {
 }
 
 double data_teacher_entropy(const data_t *d, int64_t nsamples) {
+  if (d->is_text) return NAN;
   if (nsamples <= 0) return 0.0;
   double *p = xmalloc((size_t)d->C * sizeof(double), "data label probabilities"); // (C)
   float *x = xmalloc((size_t)d->D * sizeof(float), "data sample");                // (D)
@@ -133,4 +147,81 @@ double data_teacher_entropy(const data_t *d, int64_t nsamples) {
   free(p);
   free(x);
   return total / (double)nsamples;
+}
+
+/* ---- text ----------------------------------------------------------------------------------- */
+int64_t data_text_min_bytes(int T) { return 10 * ((int64_t)T + 1); } /* the 10% validation tail holds T+1 */
+
+static int64_t val_bytes(const data_t *d) { return d->file_bytes - d->train_bytes; }
+
+int data_text_check(const char *path, int T, char *why, int why_len) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    snprintf(why, (size_t)why_len, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  int rc = fstat(fd, &st);
+  char probe;
+  ssize_t got = rc == 0 && S_ISREG(st.st_mode) ? pread(fd, &probe, 1, 0) : -1;
+  close(fd);
+  if (rc != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(why, (size_t)why_len, "not a regular file");
+    return -1;
+  }
+  if (got < 0) {
+    snprintf(why, (size_t)why_len, "cannot read: %s", strerror(errno));
+    return -1;
+  }
+  if ((int64_t)st.st_size < data_text_min_bytes(T)) {
+    snprintf(why, (size_t)why_len, "%lld bytes, too short for --seq-len %d: needs at least %lld (10%% validation split "
+             "holding one window of seq_len+1 bytes)", (long long)st.st_size, T, (long long)data_text_min_bytes(T));
+    return -1;
+  }
+  return 0;
+}
+
+void data_init_text(data_t *d, const char *path, int T, uint64_t seed) {
+  char why[256];
+  if (data_text_check(path, T, why, sizeof why)) die("rank %d: --data %s: %s", check_rank(), path, why);
+  *d = (data_t){.seed = seed, .is_text = 1, .T = T, .fd = open(path, O_RDONLY)};
+  if (d->fd < 0) die("rank %d: --data %s: cannot open: %s", check_rank(), path, strerror(errno));
+  struct stat st;
+  if (fstat(d->fd, &st) != 0) die("rank %d: --data %s: cannot stat: %s", check_rank(), path, strerror(errno));
+  d->file_bytes = (int64_t)st.st_size;
+  d->train_bytes = d->file_bytes - d->file_bytes / 10; /* the last 10% is validation */
+}
+
+int64_t data_text_train_pos(const data_t *d, int64_t i) {
+  /* windows [p, p+T] inside [0, train_bytes): p in [0, train_bytes − T) */
+  return (int64_t)(rng_hash(d->seed, DATA_STREAM_TEXT, (uint64_t)i) % (uint64_t)(d->train_bytes - d->T));
+}
+
+int64_t data_text_val_pos(const data_t *d, int64_t j) {
+  /* every T bytes along the validation split, wrapping: windows inside [train_bytes, file_bytes) */
+  return d->train_bytes + (int64_t)(((uint64_t)j * (uint64_t)d->T) % (uint64_t)(val_bytes(d) - d->T));
+}
+
+/* One pread of the T+1 bytes at pos: x = bytes 0..T−1, y = bytes 1..T. */
+static void text_window(const data_t *d, int64_t pos, int *x, int *y) {
+  unsigned char buf[65537], *b = buf;
+  if (d->T + 1 > (int)sizeof buf) b = xmalloc((size_t)d->T + 1, "text window");
+  int64_t done = 0;
+  while (done < d->T + 1) {
+    ssize_t k = pread(d->fd, b + done, (size_t)(d->T + 1 - done), (off_t)(pos + done));
+    if (k <= 0) die("rank %d: --data: read of %d bytes at %lld failed (%s)", check_rank(), d->T + 1, (long long)pos,
+                    k < 0 ? strerror(errno) : "end of file: did the file shrink?");
+    done += k;
+  }
+  for (int t = 0; t < d->T; t++) {
+    x[t] = b[t];
+    y[t] = b[t + 1];
+  }
+  if (b != buf) free(b);
+}
+
+void data_val_batch(const data_t *d, int64_t first, int n, int *x, int *y) {
+  if (!d->is_text) die("rank %d: data_val_batch: not a text source", check_rank());
+  for (int r = 0; r < n; r++)
+    text_window(d, data_text_val_pos(d, first + r), x + (int64_t)r * d->T, y + (int64_t)r * d->T);
 }

@@ -136,7 +136,23 @@ static void zero3_setup(trainer_t *t) {
   zero_init_params(t, 0);
 }
 
-static void zero3_pre_forward(trainer_t *t, int unit) { gather_acquire(t, t->priv, unit); }
+/* A forward with no backward (validation, sampling: train.c) leaves the first backward units
+ * it prefetched in their slots; the next forward starts with every slot free again. In training
+ * nothing is held at unit 0 (the backward released everything), so this changes nothing there. */
+static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
+  for (int s = 0; s < z->nslots; s++)
+    if (z->slots[s].event >= 0) {
+      comm_wait(t->comm, z->slots[s].h); /* every rank issued it: complete it before freeing */
+      tensor_free(&z->slots[s].buf);
+      z->slots[s].event = -1;
+      z->slots[s].h = 0;
+    }
+}
+
+static void zero3_pre_forward(trainer_t *t, int unit) {
+  if (unit == 0) drop_stale_gathers(t, t->priv);
+  gather_acquire(t, t->priv, unit);
+}
 static void zero3_post_forward(trainer_t *t, int unit) {
   TRAINER_PHASE("free unit params", gather_release(t, t->priv, unit)); /* visible in the trace */
 }

@@ -10,9 +10,10 @@
 # (make doctor says what it found; notes/gpu.md).
 set -u
 
-# what the build needs (compiler, make, MPI, Criterion, OpenBLAS, pkg-config) and the plots need
+# what the build needs (compiler, make, MPI, Criterion, OpenBLAS, pkg-config), the plots need,
+# and the GPT's default text (--model gpt --data: /usr/share/games/fortunes/cookie, from fortunes)
 PKGS=(make gcc libc6-dev pkg-config openmpi-bin libopenmpi-dev libcriterion-dev libopenblas-dev
-      python3 python3-matplotlib)
+      python3 python3-matplotlib fortunes)
 
 if [ "${ZL_SKIP_DEPS:-0}" = 1 ]; then
   echo "deps: skipped (ZL_SKIP_DEPS=1)"

@@ -1,0 +1,278 @@
+/* gpt.c — GPT-2 behind the model table (gpt.h for the units and what each saves; model.h for
+ * the table). Like model.c it knows shapes and offsets and runs one unit forward or backward;
+ * which buffer a unit's parameters live in is the strategy's business.
+ *
+ * Activation memory, this implementation against Korthikanti et al. 2022 ("Reducing Activation
+ * Recomputation in Large Transformer Models"), per layer, s = seq, b = micro-batch, h = hidden,
+ * a = heads. They count s·b·h·(34 + 5·a·s/h) bytes in 16 bit with dropout:
+ *   LN1 input 2, QKV input 2, Q and K 4, V 2, softmax out 2as/h, dropout mask as/h, dropout out
+ *   2as/h, proj input 2, its dropout mask 1, LN2 input 2, fc input 2, GELU input 8, fc2 input 8,
+ *   MLP dropout mask 1  (in units of sbh).
+ * Here (gpt.h) everything is fp32 and there is no dropout: the block input (the previous unit's
+ * output) 4, ln1 out 4, qkv 12, att probs 4as/h, attention out 4, x2 4, ln2 out 4, fc pre-GELU 16,
+ * fc post-GELU 16, and the LayerNorm statistics (mean, rstd: 2·2·4 = 16 bytes per token, which
+ * they leave out): sbh·(64 + 16/h + 4·a·s/h). Halved to 16 bit, 64 → 32 = their 34 minus the two
+ * sbh dropout masks; the attention term 4as/h (fp32 probabilities) against their 5as/h (16-bit
+ * probabilities 2 + mask 1 + dropout output 2); and 16/h for the statistics. */
+#include "gpt.h"    // gpt_init, model_gpt_fns, the contracts implemented here
+#include <math.h>   // sqrt
+#include <string.h> // strcmp
+#include "check.h"  // die, xcalloc
+#include "data.h"   // rng_normal
+#include "device.h" // dev_memcpy
+#include "ledger.h" // LEDGER_ACTS
+#include "ops.h"    // op_linear_fwd/bwd, op_gelu_fwd/bwd, op_add, op_fill
+#include "ops_gpt.h" // op_layernorm_*, op_attention_*, op_embedding_*
+#include "tensor.h" // tensor_alloc, tensor_free
+
+/* rng stream of unit u's init: GPT_STREAM + u (model.c's MLP uses 0x1000 + u, data.c 1..4). */
+#define GPT_STREAM 0x2000u
+#define GPT_INIT_STD 0.02
+
+const char *gpt_shape_error(gpt_shape_t s) {
+  if (s.n_layer < 1 || s.n_head < 1 || s.n_embd < 1 || s.seq_len < 1 || s.vocab < 1)
+    return "every dimension must be >= 1";
+  if (s.n_embd % s.n_head != 0) return "n_embd must be divisible by n_head";
+  if (s.vocab > 65536) return "vocab must be <= 65536";
+  return NULL;
+}
+
+int gpt_preset(const char *name, gpt_shape_t *out) {
+  if (strcmp(name, "tiny") == 0) *out = (gpt_shape_t){.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab = 256};
+  else if (strcmp(name, "small") == 0) *out = (gpt_shape_t){.n_layer = 4, .n_head = 4, .n_embd = 128, .seq_len = 64, .vocab = 256};
+  else if (strcmp(name, "124m-shape") == 0)
+    *out = (gpt_shape_t){.n_layer = 12, .n_head = 12, .n_embd = 768, .seq_len = 1024, .vocab = 256};
+  else return -1;
+  return 0;
+}
+
+gpt_block_layout_t gpt_block_layout(int C) {
+  gpt_block_layout_t l;
+  int64_t c = C, at = 0;
+  l.ln1w = at, at += c;
+  l.ln1b = at, at += c;
+  l.qkvw = at, at += 3 * c * c;
+  l.qkvb = at, at += 3 * c;
+  l.projw = at, at += c * c;
+  l.projb = at, at += c;
+  l.ln2w = at, at += c;
+  l.ln2b = at, at += c;
+  l.fcw = at, at += 4 * c * c;
+  l.fcb = at, at += 4 * c;
+  l.fcprojw = at, at += 4 * c * c;
+  l.fcprojb = at, at += c;
+  l.numel = at; /* 12C² + 13C */
+  return l;
+}
+
+static int64_t emb_numel(gpt_shape_t s) { return ((int64_t)s.vocab + s.seq_len) * s.n_embd; }
+static int64_t head_numel(gpt_shape_t s) { return (int64_t)s.vocab * s.n_embd + 2 * (int64_t)s.n_embd; }
+/* saved fp32 elements per sample (gpt.h) */
+static int64_t block_saved(gpt_shape_t s) {
+  int64_t T = s.seq_len, C = s.n_embd;
+  return 15 * T * C + 4 * T + (int64_t)s.n_head * T * T;
+}
+static int64_t head_saved(gpt_shape_t s) { return (int64_t)s.seq_len * s.n_embd + 2 * (int64_t)s.seq_len; }
+
+int64_t gpt_count_params(gpt_shape_t s) {
+  return emb_numel(s) + (int64_t)s.n_layer * gpt_block_layout(s.n_embd).numel + head_numel(s);
+}
+
+void gpt_init(model_t *m, gpt_shape_t s) {
+  const char *why = gpt_shape_error(s);
+  if (why) die("gpt shape n_layer %d n_head %d n_embd %d seq_len %d vocab %d: %s", s.n_layer, s.n_head, s.n_embd,
+               s.seq_len, s.vocab, why);
+  int U = s.n_layer + 2;
+  int64_t TC = (int64_t)s.seq_len * s.n_embd;
+  *m = (model_t){.fns = &model_gpt_fns, .gpt = s, .in_numel = s.seq_len, .in_is_tokens = 1, .rows = s.seq_len,
+                 .classes = s.vocab, .n_units = U};
+  m->units = xcalloc((size_t)U, sizeof(unit_t), "gpt units");
+  for (int u = 0; u < U; u++) {
+    unit_t *un = &m->units[u];
+    if (u == 0) {
+      un->numel = emb_numel(s);
+      un->y_numel = TC;
+      un->saved_numel = 0;
+    } else if (u == U - 1) {
+      un->numel = head_numel(s);
+      un->y_numel = (int64_t)s.seq_len * s.vocab; /* the logits */
+      un->saved_numel = head_saved(s);
+    } else {
+      un->numel = gpt_block_layout(s.n_embd).numel;
+      un->y_numel = TC;
+      un->saved_numel = block_saved(s);
+    }
+  }
+  model_layout(m);
+}
+
+int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) {
+  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab;
+  int64_t outs = T * C * (L + 1) + T * V; /* embedding and block outputs, logits */
+  int64_t saved = recompute ? (block_saved(s) > head_saved(s) ? block_saved(s) : head_saved(s))
+                            : L * block_saved(s) + head_saved(s);
+  return 4 * b * (outs + saved);
+}
+
+/* ---- init: GPT-2's. N(0, 0.02) for every matrix (wte, wpe and the head too), the two residual
+ * projections of a block scaled by 1/sqrt(2L), biases 0, LayerNorm w = 1 and b = 0. Value k of
+ * unit u is rng_normal(seed, GPT_STREAM + u, k): a pure function of (seed, u, k). */
+static void fill_normal(float *dst, int64_t lo, int64_t n, double std, uint64_t seed, int u) {
+  for (int64_t k = lo; k < lo + n; k++) dst[k] = (float)std * rng_normal(seed, GPT_STREAM + (uint64_t)u, (uint64_t)k);
+}
+static void fill_const(float *dst, int64_t lo, int64_t n, float v) {
+  for (int64_t k = lo; k < lo + n; k++) dst[k] = v;
+}
+
+static void gpt_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  if (u < 0 || u >= m->n_units) die("gpt init_unit: unit %d of %d", u, m->n_units);
+  gpt_shape_t s = m->gpt;
+  int64_t C = s.n_embd, V = s.vocab;
+  const unit_t *un = &m->units[u];
+  if (u == 0) fill_normal(dst, 0, un->numel, GPT_INIT_STD, seed, u); /* wte | wpe */
+  else if (u == m->n_units - 1) {
+    fill_const(dst, 0, C, 1.0f);                                    /* lnf w */
+    fill_const(dst, C, C, 0.0f);                                    /* lnf b */
+    fill_normal(dst, 2 * C, V * C, GPT_INIT_STD, seed, u);          /* head W (V,C) */
+  } else {
+    gpt_block_layout_t l = gpt_block_layout((int)C);
+    double rstd = GPT_INIT_STD / sqrt(2.0 * s.n_layer);
+    fill_const(dst, 0, l.numel, 0.0f);                              /* biases and LN b */
+    fill_const(dst, l.ln1w, C, 1.0f);
+    fill_const(dst, l.ln2w, C, 1.0f);
+    fill_normal(dst, l.qkvw, 3 * C * C, GPT_INIT_STD, seed, u);
+    fill_normal(dst, l.projw, C * C, rstd, seed, u);
+    fill_normal(dst, l.fcw, 4 * C * C, GPT_INIT_STD, seed, u);
+    fill_normal(dst, l.fcprojw, 4 * C * C, rstd, seed, u);
+  }
+  fill_const(dst, un->numel, un->padded - un->numel, 0.0f); /* pad slots */
+}
+
+/* ---- views ------------------------------------------------------------------------------------ */
+static inline const void *P(const unit_io_t *io, int64_t off) {
+  return (const char *)io->params + off * (int64_t)dtype_size(io->wdt);
+}
+static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
+
+/* A block's saved activations, carved from io->saved in the order of gpt.h: each (B, ...) */
+typedef struct block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } block_acts_t;
+static block_acts_t block_acts(gpt_shape_t s, int B, float *saved) {
+  int64_t BT = (int64_t)B * s.seq_len, BTC = BT * s.n_embd;
+  block_acts_t a;
+  float *p = saved;
+  a.ln1 = p, p += BTC;
+  a.mean1 = p, p += BT;
+  a.rstd1 = p, p += BT;
+  a.qkv = p, p += 3 * BTC;
+  a.att = p, p += BT * s.n_head * s.seq_len;
+  a.atty = p, p += BTC;
+  a.x2 = p, p += BTC;
+  a.ln2 = p, p += BTC;
+  a.mean2 = p, p += BT;
+  a.rstd2 = p, p += BT;
+  a.fch = p, p += 4 * BTC;
+  a.fchg = p;
+  return a;
+}
+
+/* The backward's scratch: (B, 5TC) fp32 on the device, LEDGER_ACTS; grown by the first unit of
+ * a backward that needs it and freed by the last (the embedding's), so it lives only through
+ * backward passes. */
+static tensor_t g_scratch;
+static float *scratch(device_t dev, int64_t numel) {
+  if (g_scratch.data && (g_scratch.dev != dev || g_scratch.numel < numel)) tensor_free(&g_scratch);
+  if (!g_scratch.data) g_scratch = tensor_alloc("gpt backward scratch", LEDGER_ACTS, DT_F32, dev, numel);
+  return g_scratch.data;
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+static void gpt_forward(const model_t *m, int u, const unit_io_t *io) {
+  gpt_shape_t s = m->gpt;
+  int B = io->B, T = s.seq_len, C = s.n_embd, V = s.vocab, BT = B * T;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  if (u == 0) { /* y = wte[tokens] + wpe */
+    op_embedding_fwd(dev, io->y, io->x, P(io, 0), P(io, (int64_t)V * C), wdt, B, T, C, V);
+    return;
+  }
+  const float *x = io->x;
+  if (u == m->n_units - 1) { /* lnf, then logits = lnf · Wᵀ (no bias) */
+    float *lnf = io->saved, *mean = lnf + (int64_t)BT * C, *rstd = mean + BT;
+    op_layernorm_fwd(dev, lnf, mean, rstd, x, P(io, 0), P(io, C), wdt, BT, C);
+    op_linear_fwd(dev, io->y, lnf, P(io, 2 * (int64_t)C), NULL, wdt, BT, C, V);
+    return;
+  }
+  gpt_block_layout_t l = gpt_block_layout(C);
+  block_acts_t a = block_acts(s, B, io->saved);
+  int64_t n = (int64_t)BT * C;
+  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BT, C); // (BT,C)
+  op_linear_fwd(dev, a.qkv, a.ln1, P(io, l.qkvw), P(io, l.qkvb), wdt, BT, C, 3 * C);           // (BT,3C)
+  op_attention_fwd(dev, a.atty, a.att, a.qkv, B, T, C, s.n_head);                               // (BT,C)
+  op_linear_fwd(dev, a.x2, a.atty, P(io, l.projw), P(io, l.projb), wdt, BT, C, C);
+  op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
+  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BT, C);
+  op_linear_fwd(dev, a.fch, a.ln2, P(io, l.fcw), P(io, l.fcb), wdt, BT, C, 4 * C);              // (BT,4C)
+  op_gelu_fwd(dev, a.fchg, a.fch, 4 * n);
+  op_linear_fwd(dev, io->y, a.fchg, P(io, l.fcprojw), P(io, l.fcprojb), wdt, BT, 4 * C, C);
+  op_add(dev, io->y, a.x2, DT_F32, n);                                                          // y = x2 + mlp
+}
+
+/* ---- backward --------------------------------------------------------------------------------- */
+static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
+  gpt_shape_t s = m->gpt;
+  int B = io->B, T = s.seq_len, C = s.n_embd, V = s.vocab, BT = B * T;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  float beta = io->beta;
+  if (u == 0) { /* dwte, dwpe; the input is tokens: no dx */
+    op_embedding_bwd(dev, G(io, 0), G(io, (int64_t)V * C), io->dy, io->x, wdt, B, T, C, V, beta);
+    tensor_free(&g_scratch); /* the last unit of the backward */
+    return;
+  }
+  const float *x = io->x;
+  float *dy = io->dy;
+  if (u == m->n_units - 1) {
+    const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    float *dlnf = scratch(dev, n);                                                              // (BT,C)
+    op_linear_bwd(dev, dlnf, G(io, 2 * (int64_t)C), NULL, dy, lnf, P(io, 2 * (int64_t)C), wdt, BT, C, V, beta);
+    if (io->dx) {
+      op_fill(dev, io->dx, DT_F32, 0.0f, n); /* the LayerNorm backward accumulates into dx */
+      op_layernorm_bwd(dev, io->dx, G(io, 0), G(io, C), dlnf, x, mean, rstd, P(io, 0), wdt, BT, C, beta);
+    }
+    return;
+  }
+  gpt_block_layout_t l = gpt_block_layout(C);
+  block_acts_t a = block_acts(s, B, io->saved);
+  float *s4 = scratch(dev, 5 * n), *s1 = s4 + 4 * n, *s3 = s4; /* s3 reuses s4 once it is dead */
+  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2))))
+  op_linear_bwd(dev, s4, G(io, l.fcprojw), G(io, l.fcprojb), dy, a.fchg, P(io, l.fcprojw), wdt, BT, 4 * C, C, beta);
+  op_gelu_bwd(dev, s4, s4, a.fch, 4 * n);                                                       // d fch
+  op_linear_bwd(dev, s1, G(io, l.fcw), G(io, l.fcb), s4, a.ln2, P(io, l.fcw), wdt, BT, C, 4 * C, beta); // d ln2
+  op_layernorm_bwd(dev, dy, G(io, l.ln2w), G(io, l.ln2b), s1, a.x2, a.mean2, a.rstd2, P(io, l.ln2w), wdt, BT, C,
+                   beta);                                                                       // dy := d x2
+  // attention: x2 = x + proj(attn(qkv(ln1(x))))
+  op_linear_bwd(dev, s1, G(io, l.projw), G(io, l.projb), dy, a.atty, P(io, l.projw), wdt, BT, C, C, beta); // d atty
+  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, T, C, s.n_head);                               // d qkv (BT,3C)
+  op_linear_bwd(dev, s1, G(io, l.qkvw), G(io, l.qkvb), s3, a.ln1, P(io, l.qkvw), wdt, BT, C, 3 * C, beta); // d ln1
+  if (io->dx) {
+    dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
+    op_layernorm_bwd(dev, io->dx, G(io, l.ln1w), G(io, l.ln1b), s1, x, a.mean1, a.rstd1, P(io, l.ln1w), wdt, BT, C,
+                     beta);
+  }
+}
+
+/* Forward FLOPs per sample, 2 per multiply-add: the matmuls of every token,
+ *   T·(L·24C² + 2CV)      (qkv 3C², proj C², fc 4C², fcproj 4C² per layer; the head VC)
+ * plus attention's two T×T products per layer counted in full (as PaLM's 6N + 12·L·C·T per
+ * token for training counts them; the causal half the kernels skip is not subtracted):
+ *   L·4·T²·C
+ * Embedding lookups, LayerNorm, GELU, softmax and residual adds are not counted. */
+static double gpt_flops_per_sample(const model_t *m) {
+  gpt_shape_t s = m->gpt;
+  double T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab;
+  return T * (L * 24.0 * C * C + 2.0 * C * V) + L * 4.0 * T * T * C;
+}
+
+const model_fns_t model_gpt_fns = {.name = "gpt", .init_unit = gpt_init_unit, .forward = gpt_forward,
+                                   .backward = gpt_backward, .flops_per_sample = gpt_flops_per_sample};

@@ -1,0 +1,55 @@
+/* gpt.h — GPT-2 behind the model table (model.h): bytes as tokens, learned positions, pre-LN
+ * blocks, final LayerNorm and an untied LM head (notes/design.md, "Models").
+ *
+ * Units, for the strategies each one flat range of parameters (C = n_embd, T = seq_len,
+ * V = vocab, L = n_layer, NH = n_head):
+ *   unit 0        embedding        wte (V,C) | wpe (T,C)                        V·C + T·C
+ *   units 1..L    block l = u−1    ln1 w,b | qkv W (3C,C), b | proj W (C,C), b |
+ *                                  ln2 w,b | fc W (4C,C), b | fcproj W (C,4C), b  12C² + 13C
+ *   unit L+1      head             lnf w,b | head W (V,C) (no bias)             V·C + 2C
+ * so Ψ = 2VC + TC + L(12C² + 13C) + 2C. The input of unit 0 is int32 tokens (B,T); every unit
+ * after it reads the previous unit's output (B,T,C); the head's output is the logits (B,T,V).
+ *
+ * What each unit keeps for its backward (saved_numel, fp32 elements per SAMPLE; the loop keeps
+ * every unit's output besides, which is the next unit's input):
+ *   embedding  nothing                                                       0
+ *   block      ln1 out TC, ln1 mean T, rstd T, qkv 3TC, att probs NH·T²,
+ *              attention out TC, x2 = x + attn (ln2's input) TC, ln2 out TC,
+ *              ln2 mean T, rstd T, fc pre-GELU 4TC, fc post-GELU 4TC      15TC + 4T + NH·T²
+ *   head       lnf out TC, lnf mean T, rstd T                               TC + 2T
+ * gpt_acts_bytes below turns this into the activation-memory formula the report prints. */
+#ifndef ZL_GPT_H
+#define ZL_GPT_H
+#include <stdint.h> // int64_t
+#include "model.h"  // model_t, model_fns_t, gpt_shape_t
+
+extern const model_fns_t model_gpt_fns;
+
+/* Build the GPT of this shape (unpadded layout, as model_init does for the MLP). Dies on a
+ * shape gpt_shape_error rejects. */
+void gpt_init(model_t *m, gpt_shape_t shape);
+/* NULL when the shape is valid; else why not (static text): every field >= 1, n_embd a
+ * multiple of n_head, vocab <= 65536. */
+const char *gpt_shape_error(gpt_shape_t s);
+/* Presets: "tiny" (L2 NH2 C32 T16: tests), "small" (L4 NH4 C128 T64: a CPU demo),
+ * "124m-shape" (L12 NH12 C768 T1024: GPT-2 small's shape with V = 256). Returns 0, or −1 for
+ * an unknown name. vocab is 256 (bytes) in all three. */
+int gpt_preset(const char *name, gpt_shape_t *out);
+/* Ψ of a shape, without building it. */
+int64_t gpt_count_params(gpt_shape_t s);
+
+/* Offsets (elements) of one block's tensors inside its unit. */
+typedef struct gpt_block_layout {
+  int64_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, numel;
+} gpt_block_layout_t;
+gpt_block_layout_t gpt_block_layout(int C);
+
+/* Activation bytes the loop keeps for a micro-batch of b samples: every unit's output plus
+ * every unit's saved activations (recompute = 0), or every output plus ONE shared saved buffer
+ * of the largest unit (recompute = 1). With s = T, h = C, a = NH, fp32:
+ *   per block   4·s·b·h·(16 + 4/h + a·s/h)      = output sbh + saved (15sbh + 4sb + a·s²·b), ×4 B
+ *   total       4b·[ s·h (embedding out) + L·(16sh + 4s + a·s²) + (s·h + 2s) + s·V (head) ]
+ *   recompute   4b·[ s·h·(L+1) + s·V + max(15sh + 4s + a·s², sh + 2s) ]
+ * Korthikanti et al. 2022 count s·b·h·(34 + 5as/h) BYTES per layer in 16 bit; see gpt.c. */
+int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute);
+#endif

@@ -1,0 +1,595 @@
+/* pipeline.c — pipeline parallelism: stages of units, micro-batches, naive / GPipe / 1F1B
+ * schedules, the bubble measured (notes/07-pipeline.md; the contract is in pipeline.h).
+ *
+ * The strategy takes over the step (strategy_t.run_step): the loop's micro-batch loop is replaced
+ * by this stage's list of operations (pp_schedule_ops), each a forward or a backward of one
+ * micro-batch over this stage's units, with the messages to the neighbour stages around it:
+ *
+ *   F k:  input  ← stage s−1 (stage 0: the data)   forward units   output → stage s+1 (async)
+ *   B k:  dy     ← stage s+1 (last stage: the loss) backward units  dx     → stage s−1 (async)
+ *
+ * The optimizer (step) then updates this stage's units only (after an all-reduce over the
+ * data-parallel replicas when D > 1). Activations live in SLOTS, one per micro-batch in flight,
+ * taken at its forward and given back after its backward; the pool grows only when more are in
+ * flight than ever before, so its size is the peak the schedule needs — checked against
+ * pp_inflight_formula. Busy time is the sum of the F/B blocks (also on the trace); the window is
+ * the whole step's pipeline (until a barrier at its end), so idle / window is the bubble. */
+#include "pipeline.h" // pp_split, pp_schedule_ops, pipeline_strategy
+#include "check.h"    // die, xcalloc, xmalloc
+#include "comm.h"     // comm_split, comm_send_async, comm_recv_async, comm_wait, comm_all_reduce
+#include "device.h"   // dev_sync
+#include "exercise.h" // zl_exercise_todo (the generated stubs call it)
+#include "formula.h"  // formula_model_states
+#include "ledger.h"   // LEDGER_*
+#include "ops.h"      // op_sumsq, op_cast
+#include "tensor.h"   // tensor_alloc, tensor_free, tensor_at
+#include "trace.h"    // trace_begin, trace_end, trace_now_us
+#include "train.h"    // trainer_t, trainer_* helpers
+#include <stdio.h>    // printf, snprintf
+#include <stdlib.h>   // free
+#include <string.h>   // strcmp
+
+/* ---- the split and the schedules (pure functions, unit-tested) ---------------------------- */
+
+void pp_split(const int64_t *numel, int n_units, int P, int *first) {
+  if (P < 1 || P > n_units) die("pp_split: %d stages for %d units", P, n_units);
+  /* best[s][u]: the smallest possible largest stage when units 0..u−1 make s stages; a linear
+   * partition by dynamic programming (U and P are small). */
+  int64_t *pre = xcalloc((size_t)n_units + 1, sizeof *pre, "pp prefix");
+  for (int u = 0; u < n_units; u++) pre[u + 1] = pre[u] + numel[u];
+  int64_t *best = xcalloc((size_t)(P + 1) * (size_t)(n_units + 1), sizeof *best, "pp best");
+  int *cut = xcalloc((size_t)(P + 1) * (size_t)(n_units + 1), sizeof *cut, "pp cut");
+#define BEST(s, u) best[(size_t)(s) * (size_t)(n_units + 1) + (size_t)(u)]
+#define CUT(s, u) cut[(size_t)(s) * (size_t)(n_units + 1) + (size_t)(u)]
+  for (int u = 1; u <= n_units; u++) BEST(1, u) = pre[u];
+  for (int s = 2; s <= P; s++)
+    for (int u = s; u <= n_units; u++) {
+      BEST(s, u) = INT64_MAX;
+      for (int c = s - 1; c < u; c++) { /* the last stage is units c..u−1 */
+        int64_t last = pre[u] - pre[c], worst = BEST(s - 1, c) > last ? BEST(s - 1, c) : last;
+        if (worst < BEST(s, u)) BEST(s, u) = worst, CUT(s, u) = c;
+      }
+    }
+  first[P] = n_units;
+  for (int s = P, u = n_units; s >= 1; s--) {
+    first[s - 1] = s == 1 ? 0 : CUT(s, u);
+    u = first[s - 1];
+  }
+#undef BEST
+#undef CUT
+  free(pre);
+  free(best);
+  free(cut);
+}
+
+int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, pp_op_t *ops) {
+  int n = 0;
+  if (sched == PP_NAIVE) { /* one micro-batch at a time: its backward before the next forward */
+    for (int k = 0; k < M; k++) {
+      ops[n++] = (pp_op_t){'F', k};
+      ops[n++] = (pp_op_t){'B', k};
+    }
+  } else if (sched == PP_GPIPE) { /* all forwards, then all backwards (in micro-batch order) */
+    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k};
+    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k};
+  } else {
+    // BEGIN EXERCISE pp_1f1b_schedule notes/07-pipeline.md
+    // HINT: warm-up: stage s runs w = min(P − s − 1, M) forwards before its first backward (the last stage none).
+    // HINT: steady state: for each remaining forward, the forward of micro-batch w + i, then the backward of micro-batch i.
+    // HINT: cool-down: the last w backwards. Backwards always go in micro-batch order 0..M−1, forwards too.
+    int w = P - s - 1 < M ? P - s - 1 : M;
+    for (int k = 0; k < w; k++) ops[n++] = (pp_op_t){'F', k};
+    for (int i = 0; i < M - w; i++) {
+      ops[n++] = (pp_op_t){'F', w + i};
+      ops[n++] = (pp_op_t){'B', i};
+    }
+    for (int k = M - w; k < M; k++) ops[n++] = (pp_op_t){'B', k};
+    // END EXERCISE
+  }
+  return n;
+}
+
+int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M) {
+  if (sched == PP_NAIVE) return 1;
+  if (sched == PP_GPIPE) return M;
+  return P - s < M ? P - s : M;
+}
+
+double pp_bubble_formula(pp_schedule_t sched, int P, int M) {
+  if (sched == PP_NAIVE) return (double)(P - 1) / P;
+  return (double)(P - 1) / (M + P - 1);
+}
+
+int pp_schedule_parse(const char *name) {
+  if (!name) return -1;
+  if (strcmp(name, "naive") == 0) return PP_NAIVE;
+  if (strcmp(name, "gpipe") == 0) return PP_GPIPE;
+  if (strcmp(name, "1f1b") == 0) return PP_1F1B;
+  return -1;
+}
+
+/* ---- the strategy's state ------------------------------------------------------------------ */
+
+/* One micro-batch's activations on this stage (n = this stage's units). */
+typedef struct pp_slot {
+  tensor_t in;         /* (b, in_s) the stage's input: the batch (stage 0, 4-byte) or the received activation */
+  tensor_t *out;       /* [n] (b, y_numel_u) each unit's output; out[n−1] is sent on (or is the logits) */
+  tensor_t *saved;     /* [n] (b, saved_numel_u); none with --recompute */
+  comm_handle_t sent;  /* the send of out[n−1] to the next stage (0: none) */
+  int micro;           /* the micro-batch held, −1: free */
+} pp_slot_t;
+
+typedef struct pp_state {
+  pp_schedule_t sched;
+  int P, D, stage, dp;  /* P stages × D pipelines; this rank's stage and pipeline */
+  int M;                /* micro-batches per step */
+  int b;                /* samples per micro-batch on this rank: batch / (M·D) */
+  int *first;           /* [P+1] the split: stage s is units first[s]..first[s+1]−1 */
+  int u0, u1;           /* this stage's units [u0, u1) */
+  int64_t off0, numel;  /* this stage's flat range in the model's layout: [off0, off0+numel) */
+  comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
+  comm_t *dpc;          /* this stage's D replicas (NULL when D = 1) */
+  pp_op_t *ops;         /* [2M] this stage's schedule */
+  pp_slot_t *slots;     /* [M] the pool; n_slots allocated so far */
+  int n_slots, in_flight, peak_in_flight;
+  int64_t slot_bytes;   /* activation bytes of one slot (A_s) */
+  int64_t in_numel;     /* elements of the stage's input per sample (in_s) */
+  tensor_t dy[2];       /* (b, max y_numel of the stage) ping-pong of output gradients */
+  tensor_t gsend[2];    /* (b, in_s) gradients of the input, sent to s−1 (double-buffered); s > 0 */
+  comm_handle_t gsent[2];
+  tensor_t targets;     /* (b, rows) int32, last stage */
+  tensor_t saved_rc;    /* (b, max saved) shared with --recompute */
+  int64_t ws_bytes;     /* the fixed activation workspace above */
+  double busy_us, span_us; /* summed over the measured steps */
+  int measured;            /* steps measured (all but the first when there are several) */
+  int resync;              /* D > 1 after --resume: replicas take dp 0's states once */
+  char tag[64];
+} pp_state_t;
+
+static int is_last(const pp_state_t *st) { return st->stage == st->P - 1; }
+
+/* ---- slots ---------------------------------------------------------------------------------- */
+
+static pp_slot_t *slot_take(trainer_t *t, int k) {
+  pp_state_t *st = t->priv;
+  const model_t *m = &t->model;
+  int n = st->u1 - st->u0;
+  pp_slot_t *sl = NULL;
+  for (int i = 0; i < st->n_slots && !sl; i++)
+    if (st->slots[i].micro < 0) sl = &st->slots[i];
+  if (!sl) { /* more in flight than ever before: the pool grows by one (the ledger sees it) */
+    if (st->n_slots >= st->M) die("rank %d: pipeline: more than M = %d micro-batches in flight", t->rank, st->M);
+    sl = &st->slots[st->n_slots++];
+    sl->in = tensor_alloc("stage input", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * st->in_numel);
+    sl->out = xcalloc((size_t)n, sizeof(tensor_t), "slot outputs");
+    sl->saved = xcalloc((size_t)n, sizeof(tensor_t), "slot saved");
+    for (int i = 0; i < n; i++) {
+      const unit_t *un = &m->units[st->u0 + i];
+      sl->out[i] = tensor_alloc("unit output", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * un->y_numel);
+      if (!t->cfg->recompute) sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * un->saved_numel);
+    }
+  }
+  sl->micro = k;
+  sl->sent = 0;
+  if (++st->in_flight > st->peak_in_flight) st->peak_in_flight = st->in_flight;
+  return sl;
+}
+
+static pp_slot_t *slot_of(trainer_t *t, int k) {
+  pp_state_t *st = t->priv;
+  for (int i = 0; i < st->n_slots; i++)
+    if (st->slots[i].micro == k) return &st->slots[i];
+  die("rank %d: pipeline: backward of micro-batch %d before its forward (schedule bug)", t->rank, k);
+}
+
+static void slot_give_back(trainer_t *t, pp_slot_t *sl) {
+  pp_state_t *st = t->priv;
+  comm_wait(st->fwd, sl->sent); /* its output must have left before the slot is reused */
+  sl->micro = -1;
+  st->in_flight--;
+}
+
+/* ---- the messages of a stage ---------------------------------------------------------------- */
+
+/* Forward: micro-batch k's input activation into sl->in (stage 0 reads the data instead). */
+static void pp_recv_forward(trainer_t *t, pp_slot_t *sl, int k) {
+  pp_state_t *st = t->priv;
+  // BEGIN EXERCISE pp_stage_send_recv notes/07-pipeline.md
+  // HINT: stage 0 has no previous stage: load micro-batch k of this pipeline's data slice (trainer_load_micro).
+  // HINT: any other stage receives b × in_s floats from stage − 1 on the forward communicator (comm_recv_async),
+  // HINT: and must wait for it (comm_wait) before its forward may read the buffer.
+  if (st->stage == 0) {
+    trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL);
+    return;
+  }
+  snprintf(st->tag, sizeof st->tag, "recv act %d", k);
+  comm_wait(st->fwd, comm_recv_async(st->fwd, sl->in.data, (int64_t)st->b * st->in_numel, DT_F32, st->stage - 1, st->tag));
+  // END EXERCISE
+}
+
+/* Forward: send micro-batch k's output on to the next stage, without waiting (the slot keeps the
+ * handle: it is waited for before the slot is reused). The last stage sends nothing. */
+static void pp_send_forward(trainer_t *t, pp_slot_t *sl, int k) {
+  pp_state_t *st = t->priv;
+  if (is_last(st)) return;
+  const unit_t *un = &t->model.units[st->u1 - 1];
+  snprintf(st->tag, sizeof st->tag, "send act %d", k);
+  sl->sent = comm_send_async(st->fwd, sl->out[st->u1 - 1 - st->u0].data, (int64_t)st->b * un->y_numel, DT_F32,
+                             st->stage + 1, st->tag);
+}
+
+/* Backward: the gradient of micro-batch k's output into dy: from the next stage, or, on the last
+ * stage, the loss of the logits (returned; 0 elsewhere). */
+static double pp_recv_backward(trainer_t *t, pp_slot_t *sl, int k, float *dy) {
+  pp_state_t *st = t->priv;
+  const unit_t *un = &t->model.units[st->u1 - 1];
+  if (is_last(st)) {
+    trainer_load_micro(t, k, st->M, st->dp, st->D, NULL, st->targets.data);
+    return trainer_loss(t, st->b, sl->out[st->u1 - 1 - st->u0].data, st->targets.data, dy);
+  }
+  snprintf(st->tag, sizeof st->tag, "recv grad %d", k);
+  comm_wait(st->bwd, comm_recv_async(st->bwd, dy, (int64_t)st->b * un->y_numel, DT_F32, st->stage + 1, st->tag));
+  return 0.0;
+}
+
+/* ---- one forward, one backward ---------------------------------------------------------------- */
+
+static unit_io_t stage_io(trainer_t *t, pp_slot_t *sl, int u) {
+  pp_state_t *st = t->priv;
+  int i = u - st->u0;
+  return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = st->b, .params = t->unit_params[u],
+                     .x = i == 0 ? sl->in.data : sl->out[i - 1].data, .y = sl->out[i].data,
+                     .saved = (t->cfg->recompute ? st->saved_rc : sl->saved[i]).data};
+}
+
+/* The forward of micro-batch k on this stage; returns its busy time (µs). */
+static double pp_forward(trainer_t *t, int k) {
+  pp_state_t *st = t->priv;
+  pp_slot_t *sl = slot_take(t, k);
+  pp_recv_forward(t, sl, k); /* waiting for the input is idle time, not busy */
+  char name[32];
+  snprintf(name, sizeof name, "F %d", k);
+  double t0 = trace_now_us();
+  trace_begin(name);
+  for (int u = st->u0; u < st->u1; u++) {
+    unit_io_t io = stage_io(t, sl, u);
+    model_forward(&t->model, u, &io);
+  }
+  dev_sync(t->dev);
+  trace_end(NULL);
+  double busy = trace_now_us() - t0;
+  pp_send_forward(t, sl, k);
+  return busy;
+}
+
+/* The backward of micro-batch k on this stage: its units in reverse, gradients written with beta
+ * (micro-batch 0 overwrites, later ones accumulate: the 1-rank --accum order). Adds the loss
+ * (last stage) to *loss; returns its busy time (µs). */
+static double pp_backward(trainer_t *t, int k, double *loss) {
+  pp_state_t *st = t->priv;
+  const model_t *m = &t->model;
+  pp_slot_t *sl = slot_of(t, k);
+  float *dy = st->dy[0].data, *dyp = st->dy[1].data;
+  double t0 = 0;
+  char name[32];
+  snprintf(name, sizeof name, "B %d", k);
+  if (is_last(st)) { /* the loss is this stage's work: inside the busy block */
+    t0 = trace_now_us();
+    trace_begin(name);
+    *loss += pp_recv_backward(t, sl, k, dy);
+  } else {
+    pp_recv_backward(t, sl, k, dy);
+    t0 = trace_now_us();
+    trace_begin(name);
+  }
+  float *dx_out = NULL; /* the gradient of the stage's input, for stage s−1 */
+  if (st->stage > 0) {
+    int j = k % 2;
+    comm_wait(st->bwd, st->gsent[j]); /* its previous send has left */
+    dx_out = st->gsend[j].data;
+  }
+  t->micro = k;
+  for (int u = st->u1 - 1; u >= st->u0; u--) {
+    unit_io_t io = stage_io(t, sl, u);
+    if (t->cfg->recompute && m->units[u].saved_numel > 0) model_forward(m, u, &io); /* same inputs, same bits */
+    io.grads = t->unit_grads[u];
+    io.beta = k == 0 ? 0.0f : 1.0f;
+    io.dy = dy;
+    io.dx = u > st->u0 ? dyp : dx_out; /* unit 0 of the model: NULL, nothing before it */
+    model_backward(m, u, &io);
+    trainer_check_grads(t, t->unit_grads[u], m->units[u].numel);
+    float *tmp = dy;
+    dy = dyp;
+    dyp = tmp;
+  }
+  dev_sync(t->dev);
+  trace_end(NULL);
+  double busy = trace_now_us() - t0;
+  if (st->stage > 0) {
+    snprintf(st->tag, sizeof st->tag, "send grad %d", k);
+    st->gsent[k % 2] = comm_send_async(st->bwd, dx_out, (int64_t)st->b * st->in_numel, DT_F32, st->stage - 1, st->tag);
+  }
+  slot_give_back(t, sl);
+  return busy;
+}
+
+/* ---- the strategy ------------------------------------------------------------------------- */
+
+static void pp_resync(trainer_t *t);
+
+/* The whole step's micro-batches in this stage's order (strategy_t.run_step). */
+static double pp_run_step(trainer_t *t) {
+  pp_state_t *st = t->priv;
+  if (st->resync) pp_resync(t);
+  /* The window starts here: every rank left the loop's loss all-reduce of the last step
+   * together (no barrier: a rank that never comes is then found by a p2p wait's deadline). */
+  double t0 = trace_now_us(), busy = 0, loss = 0;
+  for (int i = 0; i < 2 * st->M; i++) {
+    const pp_op_t *op = &st->ops[i];
+    busy += op->kind == 'F' ? pp_forward(t, op->micro) : pp_backward(t, op->micro, &loss);
+  }
+  comm_wait_all(st->fwd);
+  comm_wait_all(st->bwd);
+  st->gsent[0] = st->gsent[1] = 0;
+  comm_barrier(t->comm); /* ... and ends when the last stage of the last pipeline is done */
+  double span = trace_now_us() - t0;
+  if (t->step > 0 || t->cfg->steps == 1) { /* the first step warms up caches and the pool */
+    st->busy_us += busy;
+    st->span_us += span;
+    st->measured++;
+  }
+  t->last_micro = 1;
+  return loss;
+}
+
+static void pp_report(trainer_t *t); /* at the end of the last step */
+
+static void pp_step(trainer_t *t) {
+  pp_state_t *st = t->priv;
+  void *g = t->grads.data;
+  if (st->dpc) TRAINER_PHASE("all_reduce grads", comm_all_reduce(st->dpc, g, st->numel, t->wdt, REDOP_SUM));
+  /* The global norm is the sum over STAGES of their Σg²: one replica of each stage speaks. */
+  double sumsq = st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, st->numel) : 0.0;
+  float gscale = trainer_finish_grads(t, sumsq, 1);
+  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data;
+  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, st->numel, gscale));
+  if (t->wdt == DT_BF16 && !t->skipped)
+    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel));
+  if (t->step == t->cfg->steps - 1) pp_report(t);
+}
+
+/* After --resume with D > 1: the layout hook names dp 0 as the owner of each stage's states, so
+ * only dp 0 got its master and optimizer states back; the replicas take them from it. */
+static void pp_resync(trainer_t *t) {
+  pp_state_t *st = t->priv;
+  st->resync = 0;
+  if (!st->dpc) return;
+  comm_broadcast(st->dpc, t->params.data, st->numel, t->wdt, 0);
+  if (t->master.data) comm_broadcast(st->dpc, t->master.data, st->numel, DT_F32, 0);
+  comm_broadcast(st->dpc, t->opt_m.data, st->numel, DT_F32, 0);
+  if (t->opt_v.data) comm_broadcast(st->dpc, t->opt_v.data, st->numel, DT_F32, 0);
+}
+
+static void pp_setup(trainer_t *t) {
+  pp_state_t *st = xcalloc(1, sizeof *st, "pipeline state");
+  t->priv = st;
+  const train_cfg_t *c = t->cfg;
+  const model_t *m = &t->model;
+  int U = m->n_units;
+  st->sched = (pp_schedule_t)pp_schedule_parse(c->schedule);
+  st->P = c->pp > 0 ? c->pp : t->world;
+  st->M = c->micro_batches;
+  if (st->P > U || t->world % st->P) die("rank %d: --pp %d: needs P <= units (%d) and P dividing the ranks (%d)", t->rank, st->P, U, t->world);
+  st->D = t->world / st->P;
+  st->stage = t->rank % st->P;
+  st->dp = t->rank / st->P;
+  st->b = (int)(c->batch / ((int64_t)st->M * st->D));
+  t->local_batch = st->b;
+  /* Communicators: rank = dp·P + stage. Two copies of this pipeline (one per direction), and the
+   * stage's data-parallel group. Collective: every rank makes the same calls in the same order. */
+  st->fwd = comm_split(t->comm, st->dp, st->stage);
+  st->bwd = comm_split(t->comm, st->dp, st->stage);
+  comm_t *dpc = comm_split(t->comm, st->stage, st->dp);
+  if (st->D > 1) st->dpc = dpc;
+  else comm_finalize(dpc);
+
+  /* The split, by parameter count. */
+  int64_t *numel = xcalloc((size_t)U, sizeof *numel, "unit numel");
+  for (int u = 0; u < U; u++) numel[u] = m->units[u].numel;
+  st->first = xcalloc((size_t)st->P + 1, sizeof *st->first, "pipeline split");
+  pp_split(numel, U, st->P, st->first);
+  free(numel);
+  st->u0 = st->first[st->stage];
+  st->u1 = st->first[st->stage + 1];
+  st->off0 = m->units[st->u0].off;
+  st->numel = m->units[st->u1 - 1].off + m->units[st->u1 - 1].padded - st->off0;
+
+  /* Model states for this stage's units only: the flat range [off0, off0+numel). */
+  t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
+  t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
+  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, st->numel);
+  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, st->numel);
+  if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, st->numel);
+  float *h = xmalloc((size_t)st->numel * sizeof(float) + 4, "stage init");
+  trainer_init_values(t, st->off0, st->off0 + st->numel, h); /* a pure function of the seed: no broadcast */
+  dev_upload(t->dev, t->wdt == DT_BF16 ? t->master.data : t->params.data, DT_F32, h, st->numel);
+  if (t->wdt == DT_BF16) op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel);
+  free(h);
+  for (int u = st->u0; u < st->u1; u++) {
+    t->unit_params[u] = tensor_at(&t->params, m->units[u].off - st->off0);
+    t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off - st->off0);
+  }
+
+  /* Activations: the pool (empty: it grows as micro-batches go in flight) and the workspace. */
+  st->in_numel = st->u0 == 0 ? m->in_numel : m->units[st->u0 - 1].y_numel;
+  int64_t maxy = 0, maxs = 0, per = st->in_numel;
+  for (int u = st->u0; u < st->u1; u++) {
+    const unit_t *un = &m->units[u];
+    if (un->y_numel > maxy) maxy = un->y_numel;
+    if (un->saved_numel > maxs) maxs = un->saved_numel;
+    per += un->y_numel + (c->recompute ? 0 : un->saved_numel);
+  }
+  st->slot_bytes = 4 * (int64_t)st->b * per;
+  st->slots = xcalloc((size_t)st->M, sizeof *st->slots, "pipeline slots");
+  int64_t b = st->b;
+  st->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
+  st->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
+  st->ws_bytes = 2 * 4 * b * maxy;
+  if (st->stage > 0) {
+    st->gsend[0] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, b * st->in_numel);
+    st->gsend[1] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, b * st->in_numel);
+    st->ws_bytes += 2 * 4 * b * st->in_numel;
+  }
+  if (is_last(st)) {
+    st->targets = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows); /* 4-byte ints */
+    st->ws_bytes += 4 * b * m->rows;
+  }
+  if (c->recompute) {
+    st->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
+    st->ws_bytes += 4 * b * maxs;
+  }
+  st->ops = xcalloc(2 * (size_t)st->M, sizeof *st->ops, "pipeline schedule");
+  pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->ops);
+  st->resync = c->resume != NULL;
+
+  if (t->rank == 0 && !c->quiet) {
+    printf("pipeline: %d stage%s x %d data-parallel, schedule %s, %d micro-batches of %d sample%s per step "
+           "(bubble formula %.4f)\n", st->P, st->P > 1 ? "s" : "", st->D, c->schedule, st->M, st->b,
+           st->b > 1 ? "s" : "", pp_bubble_formula(st->sched, st->P, st->M));
+    printf("split by parameter count:\n");
+    for (int s = 0; s < st->P; s++) {
+      int64_t n = 0;
+      for (int u = st->first[s]; u < st->first[s + 1]; u++) n += m->units[u].numel;
+      printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", s, st->first[s], st->first[s + 1] - 1, (long long)n,
+             100.0 * (double)n / (double)m->numel);
+    }
+    fflush(stdout);
+  }
+}
+
+/* Per-rank numbers to rank 0 (control traffic), printed in rank order and put in --json. */
+static void pp_report(trainer_t *t) {
+  pp_state_t *st = t->priv;
+  int N = t->world, cols = 5;
+  double *v = xcalloc((size_t)N * cols, sizeof *v, "pipeline report");
+  double steps = st->measured > 0 ? st->measured : 1;
+  int formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M);
+  double *mine = v + (size_t)t->rank * cols;
+  mine[0] = st->busy_us / steps;
+  mine[1] = st->span_us / steps;
+  mine[2] = (double)st->n_slots * (double)st->slot_bytes;   /* the pool: the peak in flight, measured */
+  mine[3] = (double)formula_k * (double)st->slot_bytes;     /* the formula */
+  comm_counters_t f = comm_counters(st->fwd), g = comm_counters(st->bwd);
+  mine[4] = (double)(f.sent[CO_SEND] + g.sent[CO_SEND]) / t->cfg->steps;
+  comm_ctl_all_reduce_f64(t->comm, v, N * cols, REDOP_SUM);
+  int64_t psi_s = 0;
+  for (int u = st->u0; u < st->u1; u++) psi_s += t->model.units[u].numel;
+  char line[768];
+  int n = snprintf(line, sizeof line,
+                   "rank %d stage %d (units %d..%d): busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f); "
+                   "activations in flight: peak %d micro-batch%s = %lld B (formula %d x %lld B), +%lld B workspace; "
+                   "model states %lld B (formula %.0f: the stage's %lld params)\n",
+                   t->rank, st->stage, st->u0, st->u1 - 1, mine[0] / 1000, (mine[1] - mine[0]) / 1000,
+                   mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, pp_bubble_formula(st->sched, st->P, st->M),
+                   st->peak_in_flight, st->peak_in_flight > 1 ? "es" : "", (long long)mine[2], formula_k,
+                   (long long)st->slot_bytes, (long long)st->ws_bytes,
+                   (long long)(tensor_nbytes(&t->params) + tensor_nbytes(&t->grads) + tensor_nbytes(&t->master) + tensor_nbytes(&t->opt_m) +
+                               tensor_nbytes(&t->opt_v)),
+                   formula_model_states(0, (double)psi_s, 1, t->wdt, t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total,
+                   (long long)psi_s);
+  (void)n;
+  if (!t->cfg->quiet) comm_print_ordered(t->comm, line);
+  double bubble = 0, sent = 0;
+  int match = 1;
+  for (int r = 0; r < N; r++) {
+    const double *q = v + (size_t)r * cols;
+    bubble += q[1] > 0 ? 1 - q[0] / q[1] : 0;
+    sent += q[4];
+    match &= q[2] == q[3];
+  }
+  trainer_report_extra(t, "pp", st->P);
+  trainer_report_extra(t, "micro_batches", st->M);
+  trainer_report_extra(t, "bubble_fraction", bubble / N);
+  trainer_report_extra(t, "bubble_formula", pp_bubble_formula(st->sched, st->P, st->M));
+  trainer_report_extra(t, "acts_inflight_match_formula", match);
+  trainer_report_extra(t, "p2p_bytes_per_step_per_rank", sent / N);
+  for (int s = 0; s < st->P && s < 4; s++) { /* pipeline 0's stages (ranks 0..P−1) */
+    char key[32];
+    snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
+    trainer_report_extra(t, key, v[(size_t)s * cols + 2]);
+    snprintf(key, sizeof key, "acts_inflight_formula_s%d", s);
+    trainer_report_extra(t, key, v[(size_t)s * cols + 3]);
+  }
+  if (t->rank == 0 && !t->cfg->quiet) {
+    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B blocks of the trace), "
+           "formula %.4f (%s)\n", bubble / N, pp_bubble_formula(st->sched, st->P, st->M),
+           st->sched == PP_NAIVE ? "(P-1)/P" : "(P-1)/(M+P-1)");
+    fflush(stdout);
+  }
+  free(v);
+}
+
+/* strategy_t.layout: this stage's units whole (one owner each: dp 0 of the stage); other units
+ * are not here. Checkpoints and the export go through it. */
+static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
+  pp_state_t *st = t->priv;
+  *out = (unit_layout_t){0};
+  if (u < st->u0 || u >= st->u1) return;
+  const unit_t *un = &t->model.units[u];
+  int64_t o = un->off - st->off0;
+  out->held_off = 0;
+  out->held_numel = un->padded;
+  out->params = t->unit_params[u];
+  if (st->dp != 0) return; /* a replica: dp 0 speaks for the stage (pp_resync after a resume) */
+  out->own_off = 0;
+  out->own_numel = un->numel;
+  out->w = (t->wdt == DT_BF16 ? (float *)t->master.data : (float *)t->params.data) + o;
+  out->m = (float *)t->opt_m.data + o;
+  out->v = t->opt_v.data ? (float *)t->opt_v.data + o : NULL;
+}
+
+static void pp_teardown(trainer_t *t) {
+  pp_state_t *st = t->priv;
+  if (!st) return;
+  int n = st->u1 - st->u0;
+  for (int i = 0; i < st->n_slots; i++) {
+    pp_slot_t *sl = &st->slots[i];
+    tensor_free(&sl->in);
+    for (int j = 0; j < n; j++) {
+      tensor_free(&sl->out[j]);
+      tensor_free(&sl->saved[j]);
+    }
+    free(sl->out);
+    free(sl->saved);
+  }
+  tensor_free(&st->dy[0]);
+  tensor_free(&st->dy[1]);
+  tensor_free(&st->gsend[0]);
+  tensor_free(&st->gsend[1]);
+  tensor_free(&st->targets);
+  tensor_free(&st->saved_rc);
+  if (st->dpc) comm_finalize(st->dpc);
+  comm_finalize(st->bwd);
+  comm_finalize(st->fwd);
+  free(st->slots);
+  free(st->ops);
+  free(st->first);
+  free(st);
+  t->priv = NULL;
+}
+
+static const strategy_t g_naive = {.name = "pipeline-naive", .stage = 0, .setup = pp_setup, .step = pp_step,
+                                   .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step};
+static const strategy_t g_gpipe = {.name = "pipeline-gpipe", .stage = 0, .setup = pp_setup, .step = pp_step,
+                                   .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step};
+static const strategy_t g_1f1b = {.name = "pipeline-1f1b", .stage = 0, .setup = pp_setup, .step = pp_step,
+                                  .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step};
+
+const strategy_t *pipeline_strategy(const char *schedule) {
+  switch (pp_schedule_parse(schedule)) {
+  case PP_NAIVE: return &g_naive;
+  case PP_GPIPE: return &g_gpipe;
+  case PP_1F1B: return &g_1f1b;
+  default: return NULL;
+  }
+}

@@ -1,0 +1,62 @@
+/* pipeline.h — chapter 07's adapter: pipeline parallelism (notes/07-pipeline.md).
+ *
+ * The model's units are cut into P contiguous STAGES, one per rank of a pipeline (balanced by
+ * parameter count). A stage keeps the parameters, gradients, master and optimizer states of its
+ * own units only, and the activations of the micro-batches it has in flight. A step is M
+ * micro-batches: stage s receives micro-batch k's input activation from stage s−1, runs its
+ * units forward and sends the output to stage s+1; later it receives the gradient of that output
+ * from s+1, runs its units backward and sends the gradient of its input to s−1. The SCHEDULE is
+ * the order in which a stage runs its 2M operations:
+ *   naive  F0 B0 F1 B1 ...           one micro-batch in the whole pipe at a time
+ *   gpipe  F0 F1 ... F(M−1) B0 ... B(M−1)   all forwards, then all backwards
+ *   1f1b   P−s−1 forwards (warm-up), then F B pairs, then the remaining backwards (cool-down)
+ * Every schedule runs the backwards of a stage in micro-batch order 0..M−1, and each backward
+ * writes its units' gradients with beta (micro-batch 0 overwrites, later ones accumulate), as
+ * 1-rank training with --accum M does: the gradients, the loss sum (scored on the last stage in
+ * micro-batch order) and so the weights are BITWISE those of 1-rank --accum M training (the
+ * same additions in the same order; each unit's arithmetic is the same whichever rank runs it).
+ * With --clip the global norm is a sum of per-stage sums (another association): equal to
+ * rounding. With D = ranks/P > 1 data-parallel pipelines, equal (bitwise for D = 2) to DDP on
+ * D ranks with --accum M.
+ *
+ * Ranks: rank = dp · P + stage (the process grid's order with T = 1: stages of one pipeline are
+ * neighbours). Activations go forward on one communicator and gradients backward on another,
+ * each its own stream: a send waits only behind sends of its own direction, never behind the
+ * opposite flow (which would deadlock blocking sends in 1F1B's steady state). */
+#ifndef ZL_PIPELINE_H
+#define ZL_PIPELINE_H
+#include <stdint.h>          // int64_t
+#include "../common/train.h" // strategy_t
+
+typedef enum { PP_NAIVE = 0, PP_GPIPE = 1, PP_1F1B = 2 } pp_schedule_t;
+
+/* One operation of a stage: the forward or the backward of micro-batch `micro`. */
+typedef struct pp_op {
+  char kind; /* 'F' or 'B' */
+  int micro;
+} pp_op_t;
+
+/* Cut n_units units of numel[u] parameters each into P contiguous stages, every stage at least
+ * one unit, minimizing the largest stage's parameter count (ties: the earliest cuts). Writes
+ * first[0..P]: stage s is units first[s] .. first[s+1]−1 (first[0] = 0, first[P] = n_units).
+ * Needs 1 <= P <= n_units. */
+void pp_split(const int64_t *numel, int n_units, int P, int *first);
+
+/* The 2M operations stage s of P runs in one step, in order, into ops[0..2M). Returns 2M. */
+int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, pp_op_t *ops);
+
+/* Most micro-batches whose activations stage s holds at once (the formula the ledger is
+ * checked against): naive 1, gpipe M, 1f1b min(M, P − s). */
+int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M);
+
+/* The idle fraction of the idealized pipeline (equal stages, backward = forward cost times any
+ * constant): naive (P−1)/P; gpipe and 1f1b (P−1)/(M+P−1). */
+double pp_bubble_formula(pp_schedule_t sched, int P, int M);
+
+/* "naive" | "gpipe" | "1f1b" → PP_*; −1 for anything else. */
+int pp_schedule_parse(const char *name);
+
+/* The strategy for --schedule naive|gpipe|1f1b (with --pp and --micro-batches from the flags);
+ * NULL for anything else. */
+const strategy_t *pipeline_strategy(const char *schedule);
+#endif

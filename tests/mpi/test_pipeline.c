@@ -1,0 +1,233 @@
+/* test_pipeline.c — chapter 07, pipeline parallelism (contract 10 of ARCHITECTURE.md):
+ * pipeline training equals 1-rank training with --accum M, bitwise, for P = 2, 3, 4 and every
+ * schedule; the activations in flight per stage equal their formula (and the ledger's acts
+ * peak moves by exactly that between GPipe and 1F1B); a failing stage takes the job down;
+ * checkpoint and resume through the layout hook, bitwise. Notes: notes/07-pipeline.md.
+ *
+ * Why bitwise: every stage runs its backwards in micro-batch order 0..M−1 and writes gradients
+ * with beta (0 for micro-batch 0, then 1), the last stage adds the losses in that order, and a
+ * unit's arithmetic does not depend on which rank runs it — the same operations on the same
+ * numbers in the same order as the 1-rank loop with --accum M. (No --clip here: its global norm
+ * is a sum of per-stage sums, another association.)
+ *
+ * Model: input 6, hidden 13, classes 11, 4 hidden layers: 5 units of 91, 182, 182, 182, 154
+ * parameters — 5 units, so no P of 2, 3, 4 divides them (odd splits). */
+#include "zl_test.h"  // zl_run, zl_json_num, zl_read_floats, zl_expect_floats
+#include "pipeline.h" // pp_split, pp_schedule_ops, pp_inflight_formula
+
+#define SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7"
+#define MODEL SHAPE " --steps 3"
+#define PSI (91 + 3 * 182 + 154)
+#define M_MICRO 4
+#define B_MICRO (24 / M_MICRO) /* samples per micro-batch (D = 1) */
+static const int64_t g_units[5] = {91, 182, 182, 182, 154};
+
+/* ---- pure parts: the split and the schedules --------------------------------------------- */
+
+Test(ch07_pipeline, split_is_contiguous_and_balanced) {
+  int first[6];
+  pp_split(g_units, 5, 2, first); /* 273 | 518 or 455 | 336: the second is better */
+  cr_assert(first[0] == 0 && first[1] == 3 && first[2] == 5, "P=2: got %d %d %d", first[0], first[1], first[2]);
+  pp_split(g_units, 5, 5, first);
+  for (int s = 0; s <= 5; s++) cr_assert_eq(first[s], s, "P=5: one unit each");
+  const int64_t skew[4] = {1000, 1, 1, 1};
+  pp_split(skew, 4, 2, first);
+  cr_assert(first[1] == 1, "a heavy first unit is a stage of its own (got cut at %d)", first[1]);
+  for (int P = 1; P <= 5; P++) {
+    pp_split(g_units, 5, P, first);
+    for (int s = 0; s < P; s++) cr_assert(first[s + 1] > first[s], "P=%d: stage %d is empty", P, s);
+  }
+}
+
+/* Every schedule: each micro-batch's F once and B once, F before B, backwards in micro-batch
+ * order; simulated in-flight count peaks exactly at the formula. */
+Test(ch07_pipeline, schedules_are_valid_and_hold_their_formula) {
+  pp_op_t ops[64];
+  for (int sched = 0; sched <= 2; sched++)
+    for (int P = 1; P <= 5; P++)
+      for (int M = 1; M <= 8; M++)
+        for (int s = 0; s < P; s++) {
+          int n = pp_schedule_ops((pp_schedule_t)sched, P, s, M, ops);
+          cr_assert_eq(n, 2 * M);
+          int fwd = 0, bwd = 0, inflight = 0, peak = 0;
+          for (int i = 0; i < n; i++) {
+            if (ops[i].kind == 'F') {
+              cr_assert_eq(ops[i].micro, fwd++, "sched %d P %d s %d M %d: forwards out of order", sched, P, s, M);
+              if (++inflight > peak) peak = inflight;
+            } else {
+              cr_assert_eq(ops[i].micro, bwd++, "sched %d P %d s %d M %d: backwards out of order", sched, P, s, M);
+              cr_assert(ops[i].micro < fwd, "backward of %d before its forward", ops[i].micro);
+              inflight--;
+            }
+          }
+          cr_assert_eq(peak, pp_inflight_formula((pp_schedule_t)sched, P, s, M), "sched %d P %d s %d M %d: peak %d", sched,
+                       P, s, M, peak);
+        }
+}
+
+/* ---- runs ---------------------------------------------------------------------------------- */
+
+typedef struct run_out {
+  char *json, *text;
+  float *params;
+  int64_t n;
+} run_out_t;
+
+static run_out_t launch(int np, const char *cmd, const char *name) {
+  char dir[256], json[320], bin[320];
+  zl_tmpdir(dir, sizeof dir, "pp");
+  snprintf(json, sizeof json, "%s/%s.json", dir, name);
+  snprintf(bin, sizeof bin, "%s/%s.bin", dir, name);
+  run_out_t r = {0};
+  int rc = zl_run(np, 120, &r.text, "%s --json %s --save-params %s --quiet --timeout-s 30", cmd, json, bin);
+  cr_assert_eq(rc, 0, "%s (np %d: %s) exited %d:\n%s", name, np, cmd, rc, r.text);
+  r.json = zl_read_file(json, NULL);
+  cr_assert(r.json, "%s: no --json written", name);
+  r.params = zl_read_floats(bin, &r.n);
+  cr_assert_eq(r.n, PSI, "%s: --save-params holds %lld floats, expected %d", name, (long long)r.n, PSI);
+  return r;
+}
+
+static void run_free(run_out_t *r) { free(r->json), free(r->text), free(r->params); }
+
+static void expect_same_losses(const char *what, const char *got, const char *want) {
+  double a[16], b[16];
+  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 16), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 16);
+  cr_assert(na >= 3 && na == nb, "%s: %d losses, expected %d", what, na, nb);
+  for (int i = 0; i < 3; i++)
+    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
+}
+
+/* Activation bytes of one micro-batch on stage s (units first[s]..first[s+1]−1): the stage's
+ * input, and per unit its output and saved pre-activation (the MLP: H and H, the last C and 0). */
+static int64_t slot_bytes(const int *first, int s) {
+  const int D = 6, H = 13, C = 11, L = 4;
+  int64_t per = first[s] == 0 ? D : H;
+  for (int u = first[s]; u < first[s + 1]; u++) per += u < L ? 2 * H : C;
+  return 4 * (int64_t)B_MICRO * per;
+}
+
+static double rank_acts_peak(const char *json, int r) {
+  const char *p = zl_json_find(json, "per_rank");
+  for (int i = 0; i < r && p; i++) p = zl_json_find(p, "acts_peak") ;
+  return p ? zl_json_num(p, "acts_peak") : NAN;
+}
+
+/* P = 2, 3, 4 × naive, gpipe, 1f1b against 1 rank with --accum 4: bitwise weights and losses;
+ * the in-flight activations per stage equal the formula; GPipe − 1F1B on the ledger's acts
+ * peak is exactly (M − min(M, P − s)) micro-batches of the stage. */
+Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 240) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum %d", M_MICRO);
+  run_out_t ref = launch(1, cmd, "ref");
+  const char *names[3] = {"naive", "gpipe", "1f1b"};
+  for (int P = 2; P <= 4; P++) {
+    int first[6];
+    pp_split(g_units, 5, P, first);
+    double acts[3][4] = {{0}};
+    for (int sc = 0; sc < 3; sc++) {
+      char name[64];
+      snprintf(name, sizeof name, "pp%d_%s", P, names[sc]);
+      snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P, M_MICRO,
+               names[sc]);
+      run_out_t r = launch(P, cmd, name);
+      zl_expect_floats(name, r.params, ref.params, PSI, 0);
+      expect_same_losses(name, r.json, ref.json);
+      for (int s = 0; s < P; s++) {
+        char key[40];
+        snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
+        double got = zl_json_num(r.json, key);
+        double want = (double)pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO) * (double)slot_bytes(first, s);
+        cr_assert_eq(got, want, "%s stage %d: activations in flight peak %.0f B, formula %.0f B", name, s, got, want);
+        acts[sc][s] = rank_acts_peak(r.json, s);
+      }
+      double bf = sc == 0 ? (double)(P - 1) / P : (double)(P - 1) / (M_MICRO + P - 1);
+      cr_assert(fabs(zl_json_num(r.json, "bubble_formula") - bf) < 1e-8, "%s: bubble_formula, expected %g", name, bf);
+      run_free(&r);
+    }
+    for (int s = 0; s < P; s++) {
+      int k1 = pp_inflight_formula(PP_1F1B, P, s, M_MICRO);
+      double want = (double)(M_MICRO - k1) * (double)slot_bytes(first, s);
+      cr_assert_eq(acts[1][s] - acts[2][s], want, "P %d stage %d: ledger acts peak gpipe %.0f - 1f1b %.0f, expected %.0f", P,
+                   s, acts[1][s], acts[2][s], want);
+    }
+    cr_log_info("pipeline P=%d (split %d|%d..): naive, gpipe, 1f1b == 1 rank --accum %d, bitwise", P, first[1], first[2],
+                M_MICRO);
+  }
+  run_free(&ref);
+}
+
+/* Two data-parallel pipelines (P = 2, D = 2) against DDP on 2 ranks with --accum 4: bitwise. */
+Test(ch07_pipeline, two_pipelines_equal_ddp_bitwise, .timeout = 120) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum %d", M_MICRO / 2);
+  run_out_t ref = launch(2, cmd, "ddp2");
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp 2 --micro-batches %d --schedule 1f1b", M_MICRO / 2);
+  run_out_t r = launch(4, cmd, "pp2_dp2");
+  zl_expect_floats("pp 2 x dp 2", r.params, ref.params, PSI, 0);
+  expect_same_losses("pp 2 x dp 2", r.json, ref.json);
+  run_free(&r);
+  run_free(&ref);
+}
+
+/* A stage that dies, or hangs, mid-pipeline: the job ends, naming it; the survivors' p2p waits
+ * have the collectives' deadline (--timeout-s), so nobody waits for ever on a recv. */
+Test(ch07_pipeline, failing_stage_takes_the_job_down, .timeout = 120) {
+  const char *kinds[2] = {"exit", "hang"};
+  for (int i = 0; i < 2; i++) {
+    char *out = NULL, want[96];
+    int rc = zl_run(3, 60, &out, ZL_BIN "/ch07_pipeline " SHAPE " --steps 5 --pp 3 --micro-batches 4 --timeout-s 1 --fault 1:2:%s",
+                    kinds[i]);
+    cr_assert(rc != 0 && rc != 124, "--fault 1:2:%s: exit code %d (expected a non-zero stop, not the test's timeout):\n%s",
+              kinds[i], rc, out);
+    snprintf(want, sizeof want, "rank 1: injected fault %s at step 2", kinds[i]);
+    cr_assert(strstr(out, want), "--fault %s: the output does not name the failing rank ('%s'):\n%s", kinds[i], want, out);
+    if (i == 1)
+      cr_assert(strstr(out, "did not complete within 1 s") && (strstr(out, "recv act") || strstr(out, "recv grad")),
+                "--fault hang: no deadline message naming a pipeline recv:\n%s", out);
+    free(out);
+  }
+}
+
+/* Checkpoint after 2 of 4 steps, resume: bitwise the straight run; and the same checkpoint
+ * resumed by 1-rank DDP with --accum 4 (the layout hook's pieces read by another strategy). */
+Test(ch07_pipeline, checkpoint_resume_bitwise, .timeout = 120) {
+  char dir[256], cmd[2048], ck[300];
+  zl_tmpdir(dir, sizeof dir, "pp_ck");
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  const char *model = "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4";
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --ckpt %s --save-every 2", model, ck);
+  run_out_t a = launch(3, cmd, "ck_straight");
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --schedule gpipe --resume %s/step-000002", model,
+           ck);
+  run_out_t b = launch(3, cmd, "ck_resumed");
+  zl_expect_floats("pipeline resumed", b.params, a.params, PSI, 0);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive %s --accum 4 --resume %s/step-000002", model, ck);
+  run_out_t c = launch(1, cmd, "ck_into_ddp");
+  zl_expect_floats("pipeline checkpoint resumed by DDP", c.params, a.params, PSI, 0);
+  run_free(&a);
+  run_free(&b);
+  run_free(&c);
+}
+
+/* Flags that cannot work: one line naming the flag, exit code 2, before anything runs. */
+Test(ch07_pipeline, bad_flags_one_line_exit_2) {
+  const struct {
+    int np;
+    const char *args, *flag;
+  } cases[] = {
+      {2, "--pp 3", "error: --pp 3"},
+      {3, "--pp 2", "error: --pp 2"},
+      {3, "--pp 3 --layers 1", "error: --pp 3"},
+      {2, "--pp 2 --micro-batches 5", "error: --batch 24"},
+      {2, "--pp 2 --accum 2", "error: --accum 2"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(cases[i].np, 30, &out, ZL_BIN "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s",
+                    cases[i].args);
+    cr_assert_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2:\n%s", cases[i].args, cases[i].np, rc, out);
+    cr_assert(strstr(out, cases[i].flag), "`%s`: expected '%s' in:\n%s", cases[i].args, cases[i].flag, out);
+    free(out);
+  }
+}
