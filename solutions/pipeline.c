@@ -193,11 +193,11 @@ static void slot_give_back(trainer_t *t, pp_slot_t *sl) {
 
 /* Forward: micro-batch k's input activation into sl->in (stage 0 reads the data instead). */
 static void pp_recv_forward(trainer_t *t, pp_slot_t *sl, int k) {
-  pp_state_t *st = t->priv;
-  // BEGIN EXERCISE pp_stage_send_recv notes/07-pipeline.md
+  // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
   // HINT: stage 0 has no previous stage: load micro-batch k of this pipeline's data slice (trainer_load_micro).
   // HINT: any other stage receives b × in_s floats from stage − 1 on the forward communicator (comm_recv_async),
   // HINT: and must wait for it (comm_wait) before its forward may read the buffer.
+  pp_state_t *st = t->priv;
   if (st->stage == 0) {
     trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL);
     return;
@@ -210,12 +210,18 @@ static void pp_recv_forward(trainer_t *t, pp_slot_t *sl, int k) {
 /* Forward: send micro-batch k's output on to the next stage, without waiting (the slot keeps the
  * handle: it is waited for before the slot is reused). The last stage sends nothing. */
 static void pp_send_forward(trainer_t *t, pp_slot_t *sl, int k) {
+  // BEGIN EXERCISE pp_stage_send notes/07-pipeline.md
+  // HINT: the last stage sends nothing (its output is the logits: the loss is its own).
+  // HINT: the message is the output of the stage's last unit, out[u1 − 1 − u0]: b × y_numel floats to stage + 1.
+  // HINT: send it with comm_send_async on the forward communicator and keep the handle in sl->sent: no wait here,
+  // HINT: so the stage goes on computing while it travels (slot_give_back waits for it before reusing the slot).
   pp_state_t *st = t->priv;
   if (is_last(st)) return;
   const unit_t *un = &t->model.units[st->u1 - 1];
   snprintf(st->tag, sizeof st->tag, "send act %d", k);
   sl->sent = comm_send_async(st->fwd, sl->out[st->u1 - 1 - st->u0].data, (int64_t)st->b * un->y_numel, DT_F32,
                              st->stage + 1, st->tag);
+  // END EXERCISE
 }
 
 /* Backward: the gradient of micro-batch k's output into dy: from the next stage, or, on the last
