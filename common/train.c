@@ -24,6 +24,9 @@
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // getenv, free
 #include <string.h> // strcmp, memcpy, memcmp
+#include <dirent.h> // opendir, readdir (--tp checkpoints)
+#include <errno.h>  // errno, EEXIST
+#include <sys/stat.h> // mkdir, stat
 
 #define TRAIN_MAX_EXTRAS 16
 /* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
@@ -50,6 +53,9 @@ struct train_internal {
   int checked_steps;
   report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
   int nevals;
+  float *tp_rep;     /* --tp: (Σ unit tp_rep_numel) this rank's local gradients of the replicated
+                      * parameters, summed over the step's micro-batches (host; the norm's count-once) */
+  int64_t tp_rep_numel;
 };
 
 /* ---- flags ----------------------------------------------------------------------------- */
@@ -243,8 +249,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   int dp = world / cfg->tp; /* the ranks a batch is split over: TP ranks read the same samples */
   if (!(chapter_flags & TRAIN_FLAG_PIPELINE) && cfg->batch % ((int64_t)dp * cfg->accum) != 0) {
     snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
-    exit(args_error("--batch", v, "must be divisible by data-parallel ranks x accum = %d x %d = %lld", dp, cfg->accum,
-                    (long long)dp * cfg->accum));
+    exit(args_error("--batch", v, "must be divisible by %s x accum = %d x %d = %lld",
+                    cfg->tp > 1 ? "data-parallel ranks (ranks / --tp)" : "ranks", dp, cfg->accum, (long long)dp * cfg->accum));
   }
   fault_t fault;
   char why[256];
@@ -317,6 +323,54 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
   else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
 
+/* --tp: the replicated parameters' local gradients of this micro-batch's backward of unit u
+ * (unit_t.tp_rep_numel, the first of the unit) into in->tp_rep, summed over the micro-batches
+ * whatever the strategy does with its buffers between them (beta 1: the buffer already holds the
+ * sum; beta 0: add). Host copy of a few biases: off the critical path of the lesson. */
+static void tp_capture_rep(trainer_t *t, int u) {
+  struct train_internal *in = t->in;
+  const model_t *m = &t->model;
+  int64_t at = 0, n = m->units[u].tp_rep_numel;
+  if (!t->tp_comm || n == 0) return;
+  if (!in->tp_rep) {
+    for (int v = 0; v < m->n_units; v++) in->tp_rep_numel += m->units[v].tp_rep_numel;
+    in->tp_rep = xcalloc((size_t)in->tp_rep_numel, sizeof(float), "tp replicated grads");
+  }
+  for (int v = 0; v < u; v++) at += m->units[v].tp_rep_numel;
+  float *acc = in->tp_rep + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
+  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
+  else {
+    bf16_t *h = xmalloc((size_t)n * sizeof(bf16_t), "tp replicated grads (bf16)");
+    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(bf16_t));
+    op_cast(DEV_CPU, now, DT_F32, h, DT_BF16, n);
+    free(h);
+  }
+  int add = t->micro > 0 && t->grad_beta == 0.0f;
+  for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
+  free(now);
+}
+
+/* --tp: Σg² of the whole model from this rank's (Σ over its DP group, as trainer_finish_grads
+ * has it): every TP rank's sum holds its split parameters AND the replicated ones, which are the
+ * same on every TP rank — so the sum over the TP group counts them T times. They are counted
+ * once: Σ_tp − (T − 1)·R, R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
+static double tp_norm_sumsq(trainer_t *t, double dp_sumsq) {
+  struct train_internal *in = t->in;
+  int T = comm_world(t->tp_comm);
+  double R = 0, s = dp_sumsq;
+  if (in->tp_rep_numel > 0) {
+    double *g = xmalloc((size_t)in->tp_rep_numel * sizeof(double), "tp replicated grads (f64)");
+    for (int64_t k = 0; k < in->tp_rep_numel; k++) g[k] = in->tp_rep[k];
+    for (int64_t k = 0; k < in->tp_rep_numel; k += 1 << 20) /* ctl all-reduces take an int count */
+      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(in->tp_rep_numel - k < (1 << 20) ? in->tp_rep_numel - k : 1 << 20), REDOP_SUM);
+    for (int64_t k = 0; k < in->tp_rep_numel; k++) R += g[k] * g[k];
+    free(g);
+  }
+  comm_ctl_all_reduce_f64(t->tp_comm, &s, 1, REDOP_SUM);
+  s -= (T - 1) * R;
+  return s > 0 ? s : 0;
+}
+
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
   double sumsq = local_sumsq;
@@ -336,6 +390,7 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     bad[2 + t->rank] = t->in->local_nonfinite;
     comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
   }
+  if (t->tp_comm && !reduced_bad) sumsq = tp_norm_sumsq(t, sumsq);
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -545,6 +600,7 @@ static double micro_batch(trainer_t *t) {
     io.dx = u > 0 ? dyp : NULL;
     model_backward(m, u, &io);
     trace_end(NULL);
+    tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
     /* This rank's own gradients, before any reduction spreads them: is a NaN/Inf ours? (CPU
      * only: on a GPU the host read would stall the stream; there the loss below stands in.) */
     if (t->dev == DEV_CPU && !in->local_nonfinite)
@@ -772,12 +828,18 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   int rank = t->rank;
   float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
-  if (rank == 0 && cfg->save_params)
-    report_write_atomic(cfg->save_params, (const char *)full, t->model.numel * (int64_t)sizeof(float));
+  int64_t full_numel = t->model.numel;
+  if (t->tp_comm && t->model.fns->unsplit) { /* --tp: this TP rank's part -> the whole model on world rank 0 */
+    float *whole = t->model.fns->unsplit(&t->model, full, rank == 0, &full_numel);
+    free(full);
+    full = whole;
+  }
+  if (full && cfg->save_params)
+    report_write_atomic(cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
   if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
     printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
-  report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full,
+  report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full, .full_numel = full_numel,
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
                       .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
   report_finish(t, &run);
@@ -794,10 +856,51 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(full);
   free(in->steps);
   free(in->evals);
+  free(in->tp_rep);
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
   data_free(&t->data);
+}
+
+static int is_dir_path(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* --tp T with --ckpt DIR / --resume DIR: TP rank r of T saves and resumes its own slices as an
+ * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
+ * dimension works inside it as without TP; across another T it does not: refused here, with the
+ * T the checkpoint was saved with). Returns 0, or 2 after one error line (collective over the
+ * world: every rank returns the same). */
+static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
+  int T = g->size[GRID_TP], r = g->coord[GRID_TP];
+  double bad = 0;
+  if (c->ckpt) {
+    snprintf(ck, n, "%s/tp-%d-of-%d", c->ckpt, r, T);
+    if (g->rank == 0 && mkdir(c->ckpt, 0755) != 0 && errno != EEXIST) bad = 1;
+    comm_barrier(g->world);
+    c->ckpt = ck;
+  }
+  if (c->resume && !bad) {
+    snprintf(rs, n, "%s/tp-%d-of-%d", c->resume, r, T);
+    if (g->rank == 0 && !is_dir_path(rs)) { /* name what is there instead */
+      char found[64] = "";
+      DIR *d = opendir(c->resume);
+      struct dirent *e;
+      int rr, tt;
+      while (d && (e = readdir(d)))
+        if (sscanf(e->d_name, "tp-%d-of-%d", &rr, &tt) == 2) snprintf(found, sizeof found, "--tp %d", tt);
+      if (d) closedir(d);
+      fprintf(stderr, "error: --resume %s: no checkpoint for --tp %d here (%s/tp-%d-of-%d is missing; %s). A checkpoint "
+              "resumes at the T it was saved with: resharding across T is not supported\n", c->resume, T, c->resume, r, T,
+              found[0] ? found : "saved without --tp: it holds no tp-R-of-T directories");
+      bad = 1;
+    }
+    c->resume = rs;
+  }
+  comm_ctl_all_reduce_f64(g->world, &bad, 1, REDOP_MAX);
+  return bad ? 2 : 0;
 }
 
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter) {
@@ -818,6 +921,18 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   /* --tp T: TP groups of T consecutive ranks; the strategy works on the data-parallel group. */
   grid_t *grid = cfg->tp > 1 ? grid_init(comm, cfg->tp, 1) : NULL;
   comm_t *dpc = grid ? grid->comm[GRID_DP] : comm;
+  train_cfg_t tpcfg;
+  char tp_ckpt[1200], tp_resume[1200];
+  if (grid) { /* each TP rank: its own checkpoint directory; only TP rank 0 prints */
+    tpcfg = *cfg;
+    if (tp_ckpt_dirs(&tpcfg, grid, tp_ckpt, tp_resume, sizeof tp_ckpt)) {
+      grid_free(grid);
+      comm_finalize(comm);
+      return 2;
+    }
+    if (grid->coord[GRID_TP] != 0) tpcfg.quiet = 1;
+    cfg = &tpcfg;
+  }
   if (grid && !cfg->model_split) die("error: --tp %d: this program has no tensor-parallel model split", cfg->tp);
   if (grid && wrank == 0 && !cfg->quiet) grid_print(grid);
   int rank = comm_rank(dpc), world = comm_world(dpc);
