@@ -10,13 +10,13 @@
  * numbers in the same order as the 1-rank loop with --accum M. (No --clip here: its global norm
  * is a sum of per-stage sums, another association.)
  *
- * Model: input 6, hidden 13, classes 11, 4 hidden layers: 5 units of 91, 182, 182, 182, 154
+ * MLP: input 6, hidden 13, classes 11, 4 hidden layers: 5 units of 91, 182, 182, 182, 154
  * parameters — 5 units, so no P of 2, 3, 4 divides them (odd splits). */
 #include "zl_test.h"  // zl_run, zl_json_num, zl_read_floats, zl_expect_floats
 #include "pipeline.h" // pp_split, pp_schedule_ops, pp_inflight_formula
 
 #define SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7"
-#define MODEL SHAPE " --steps 3"
+#define MODEL SHAPE " --steps 2"
 #define PSI (91 + 3 * 182 + 154)
 #define M_MICRO 4
 #define B_MICRO (24 / M_MICRO) /* samples per micro-batch (D = 1) */
@@ -93,8 +93,8 @@ static void run_free(run_out_t *r) { free(r->json), free(r->text), free(r->param
 static void expect_same_losses(const char *what, const char *got, const char *want) {
   double a[16], b[16];
   int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 16), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 16);
-  cr_assert(na >= 3 && na == nb, "%s: %d losses, expected %d", what, na, nb);
-  for (int i = 0; i < 3; i++)
+  cr_assert(na >= 2 && na == nb, "%s: %d losses, expected %d", what, na, nb);
+  for (int i = 0; i < na; i++)
     cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
 }
 
@@ -155,6 +155,39 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
                 M_MICRO);
   }
   run_free(&ref);
+}
+
+/* The GPT (embedding | 2 blocks | head: 4 units): P = 2 naive, 3 gpipe (an odd split), 4 1f1b
+ * against 1 rank with --accum 4, bitwise. */
+Test(ch07_pipeline, gpt_equals_one_rank_accum_bitwise, .timeout = 240) {
+#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
+            "--data /usr/share/games/fortunes/cookie"
+  const int64_t gpsi = 48860;
+  char cmd[1024], dir[256], ref_bin[320], bin[320];
+  zl_tmpdir(dir, sizeof dir, "pp_gpt");
+  snprintf(ref_bin, sizeof ref_bin, "%s/ref.bin", dir);
+  char *out = NULL;
+  int rc = zl_run(1, 120, &out, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4 --quiet --save-params %s", ref_bin);
+  cr_assert_eq(rc, 0, "GPT reference exited %d:\n%s", rc, out);
+  free(out);
+  int64_t n0 = 0, n1 = 0;
+  float *want = zl_read_floats(ref_bin, &n0);
+  cr_assert_eq(n0, gpsi, "GPT reference: %lld params, expected %lld", (long long)n0, (long long)gpsi);
+  const char *scheds[3] = {"naive", "gpipe", "1f1b"};
+  for (int P = 2; P <= 4; P++) {
+    snprintf(bin, sizeof bin, "%s/pp%d.bin", dir, P);
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule %s --quiet --timeout-s 30 --save-params %s",
+             P, scheds[P - 2], bin);
+    rc = zl_run(P, 120, &out, "%s", cmd);
+    cr_assert_eq(rc, 0, "%s exited %d:\n%s", cmd, rc, out);
+    free(out);
+    float *got = zl_read_floats(bin, &n1);
+    cr_assert_eq(n1, gpsi);
+    zl_expect_floats(scheds[P - 2], got, want, gpsi, 0);
+    free(got);
+  }
+  free(want);
+#undef GPT
 }
 
 /* Two data-parallel pipelines (P = 2, D = 2) against DDP on 2 ranks with --accum 4: bitwise. */
@@ -224,8 +257,9 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
-    int rc = zl_run(cases[i].np, 30, &out, ZL_BIN "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s",
-                    cases[i].args);
+    /* refused before MPI starts: the world size comes from the launcher's environment alone */
+    int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=%d OMPI_COMM_WORLD_RANK=0 " ZL_BIN
+                    "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s", cases[i].np, cases[i].args);
     cr_assert_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2:\n%s", cases[i].args, cases[i].np, rc, out);
     cr_assert(strstr(out, cases[i].flag), "`%s`: expected '%s' in:\n%s", cases[i].args, cases[i].flag, out);
     free(out);
