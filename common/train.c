@@ -15,7 +15,7 @@
 #include "ledger.h" // ledger_init
 #include "model.h"  // model_init, model_unit_forward, model_unit_backward
 #include "ops.h"    // op_softmax_xent, op_adamw, op_sgd, op_cast, op_sumsq
-#include "report.h" // report_finish, report_write_atomic, report_step_t
+#include "report.h" // report_finish, report_write_output, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
@@ -835,7 +835,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     full = whole;
   }
   if (full && cfg->save_params)
-    report_write_atomic(cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
+    report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
   if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
     printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
