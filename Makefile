@@ -186,7 +186,8 @@ test:
 test-prep: build
 ifeq ($(IMPL),solutions)
 	@$(MAKE) --no-print-directory check-exercises
-	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null && echo "exercises tree builds: ok"
+	@$(MAKE) --no-print-directory IMPL=exercises build >$(BUILD)/exercises-build.log 2>&1 && echo "exercises tree builds: ok" \
+	 || $(PYTHON) common/scripts/exercises.py compile-report exercises $(BUILD)/exercises-build.log
 endif
 ifeq ($(USE_CUDA),1)
 	@$(MAKE) --no-print-directory cuda-check
@@ -268,9 +269,10 @@ bench-gpu:
 endif
 
 # ---- exercises: generated from solutions/, never edited by hand --------------------------
-# Students write the bodies in exercises/ (kept by `make exercises`; RESET=1 discards them).
+# Students write the bodies in exercises/: `make exercises` keeps them, and first saves every file
+# it changes that holds a student's work under exercises-backup/ (outside build/: make clean keeps it).
 exercises:
-	@$(PYTHON) common/scripts/exercises.py generate solutions exercises --backup $(BUILD)/exercises-backup $(if $(RESET),--reset)
+	@$(PYTHON) common/scripts/exercises.py generate solutions exercises --backup exercises-backup $(if $(RESET),--reset)
 check-exercises:
 	@$(PYTHON) common/scripts/exercises.py check solutions exercises
 # the outputs pasted in notes/*.md (code blocks starting with `$ cmd`) against fresh runs of $(BIN)
@@ -278,18 +280,20 @@ check-exercises:
 .PHONY: check-notes
 check-notes: build
 	@$(PYTHON) common/scripts/check_notes.py --bin $(BIN)
-# the chapter's tests against exercises/, then one line per exercise: done / not done / wrong
+# the chapter's tests on your bodies (the reference code for the exercises not yet written), with
+# short deadlines, then one line per exercise: done / not done / wrong / timed out / not overlapped.
+# EX=name judges that exercise alone.
 exercise:
-	@test -n "$(CH)" || { echo "usage: make exercise CH=NN   (chapters: $(CHAPTERS))"; exit 2; }
-	@$(PYTHON) common/scripts/exercises.py list solutions --chapter $(CH) >/dev/null
-	@$(MAKE) --no-print-directory IMPL=exercises build >/dev/null
-	@$(PYTHON) common/scripts/exercises.py status solutions exercises --chapter $(CH) \
-	  --tests $(BUILD)/exercises/tests/zl_tests --build $(BUILD) --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)"
+	@test -n "$(CH)" || { echo "usage: make exercise CH=NN [EX=name]   (chapters: $(CHAPTERS))"; exit 2; }
+	@$(PYTHON) common/scripts/exercises.py status solutions exercises --chapter $(CH) $(if $(EX),--ex $(EX)) \
+	  --build $(BUILD) --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)"
+# LEVEL=2: the next hint (the first names the idea, the second the indices)
 hint:
-	@test -n "$(EX)" || { echo "usage: make hint EX=name   (make exercise-list shows the names)"; exit 2; }
-	@$(PYTHON) common/scripts/exercises.py hint solutions $(EX)
+	@test -n "$(EX)" || { echo "usage: make hint EX=name [LEVEL=2]   (make exercise-list shows the names)"; exit 2; }
+	@$(PYTHON) common/scripts/exercises.py hint solutions $(EX) --level $(or $(LEVEL),1)
 exercise-list:
-	@$(PYTHON) common/scripts/exercises.py list solutions $(if $(CH),--chapter $(CH))
+	@$(PYTHON) common/scripts/exercises.py list solutions --dst exercises --status $(BUILD)/exercise-status.json \
+	  $(if $(CH),--chapter $(CH))
 
 # ---- benchmarks: every bench-* target of this Makefile, one after another, into $(RESULTS)/ --
 RESULTS ?= results

@@ -267,9 +267,10 @@ static void run_task(comm_t *c, comm_task_t *t) {
   c->ctr.busy_us[t->op] += t1 - t0;
   pthread_mutex_unlock(&c->mu);
   if (trace_enabled()) {
-    char args[96];
-    snprintf(args, sizeof args, "\"op\":\"%s\",\"bytes\":%lld,\"impl\":\"%s\"", comm_op_name(t->op),
-             (long long)(t->numel * (int64_t)dtype_size(t->dt)), t->impl == COLL_RING ? "ring" : "vendor");
+    char args[96]; /* queued: µs between the caller's issue and the start (issued = ts − queued) */
+    snprintf(args, sizeof args, "\"op\":\"%s\",\"bytes\":%lld,\"impl\":\"%s\",\"queued\":%.1f", comm_op_name(t->op),
+             (long long)(t->numel * (int64_t)dtype_size(t->dt)), t->impl == COLL_RING ? "ring" : "vendor",
+             t0 - t->issued_us);
     trace_comm_event(c, t->seq, t->tag[0] ? t->tag : comm_op_name(t->op), t0, t1, args); /* (c, seq): report.c finds the last arrival */
   }
 }
@@ -300,6 +301,7 @@ static void *comm_thread_main(void *arg) {
 /* Count the ring-model bytes, give the task its handle, and queue it (threaded) or run it (inline). */
 static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
   snprintf(t->tag, sizeof t->tag, "%s", tag ? tag : comm_op_name(t->op));
+  t->issued_us = trace_now_us();
   if (t->kind < TASK_BARRIER && needs_staging(c)) dev_sync(DEV_CUDA); /* inputs final before the thread copies */
   pthread_mutex_lock(&c->mu);
   if (t->op != CO_CONTROL) {

@@ -66,6 +66,7 @@ typedef struct comm_task {
   int peer;              /* root (broadcast/reduce), dst (send), src (recv) */
   char tag[48];          /* names the op in traces and timeout messages */
   comm_handle_t seq;     /* 1, 2, 3 ... in issue order */
+  double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
   char **gather_all;     /* TASK_CTL_GATHER outputs (see comm_ctl_gather) */
   int64_t **gather_sizes;
 } comm_task_t;

@@ -27,47 +27,47 @@ __attribute__((unused)) static int mod(int x, int N) { return ((x % N) + N) % N;
 
 void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
   // BEGIN EXERCISE ring_reduce_scatter notes/01-collectives.md
-  // HINT: N = 1: the answer is your own chunk (comm_local_copy). Otherwise N−1 steps; at step s
-  // HINT: send chunk (r−s−1) mod N to r+1 and receive chunk (r−s−2) mod N from r−1 into scratch,
-  // HINT: then add your own copy of that chunk (comm_local_reduce). What you send from step 1 on is
-  // HINT: what you just reduced. The last chunk you receive is chunk r: your answer. In place
-  // HINT: (recv is your own chunk of send) it must land in scratch too, then be added into recv.
+  // HINT: a partial sum travels round the ring: each step, pass one chunk's running sum to your
+  // HINT: neighbour while you receive another into scratch and add your own values to it. After
+  // HINT: N−1 steps the chunk you hold is summed over every rank: make it your own chunk, r.
+  // HINT: Either direction works (to r+1 or to r−1), as long as every rank uses the same one.
+  // HINT: stuck? `make hint EX=ring_reduce_scatter LEVEL=2` gives the next hint
   zl_exercise_todo("ring_reduce_scatter", "notes/01-collectives.md");
   // END EXERCISE
 }
 
 void ring_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
   // BEGIN EXERCISE ring_all_gather notes/01-collectives.md
-  // HINT: first put your own chunk in place (comm_local_copy into recv at chunk r; a no-op when
-  // HINT: send already points there). Then N−1 steps: at step s send chunk (r−s) mod N to r+1 and
-  // HINT: receive chunk (r−s−1) mod N from r−1, straight into recv. No scratch needed.
+  // HINT: put your own chunk in place first; then every step, forward to your neighbour the chunk
+  // HINT: you received last (your own at the first step) while the next one arrives, straight
+  // HINT: into recv. After N−1 steps every chunk has visited every rank. No scratch needed.
+  // HINT: stuck? `make hint EX=ring_all_gather LEVEL=2` gives the next hint
   zl_exercise_todo("ring_all_gather", "notes/01-collectives.md");
   // END EXERCISE
 }
 
 void ring_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
   // BEGIN EXERCISE ring_all_reduce notes/01-collectives.md
-  // HINT: two of your own functions, in place: reduce-scatter buf into your chunk of buf, then
-  // HINT: all-gather that chunk back into buf. Each moves (N−1)/N of the buffer: 2(N−1)/N in all.
+  // HINT: all-reduce = reduce-scatter + all-gather: two calls to your own functions, in place.
+  // HINT: stuck? `make hint EX=ring_all_reduce LEVEL=2` gives the next hint
   zl_exercise_todo("ring_all_reduce", "notes/01-collectives.md");
   // END EXERCISE
 }
 
 void ring_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
   // BEGIN EXERCISE ring_broadcast notes/01-collectives.md
-  // HINT: a chain root → root+1 → … → root−1, in segments of RING_SEGMENT_BYTES. Your position is
-  // HINT: p = (r − root) mod N. The root only sends, the last rank only receives; a middle rank
-  // HINT: receives segment 0, then passes segment i−1 on while receiving segment i (one
-  // HINT: comm_p2p_sendrecv), and finally sends the last segment.
+  // HINT: a chain from the root through every rank, cut into segments (RING_SEGMENT_BYTES) so all
+  // HINT: the hops work at once: a middle rank passes one segment on while the next arrives.
+  // HINT: stuck? `make hint EX=ring_broadcast LEVEL=2` gives the next hint
   zl_exercise_todo("ring_broadcast", "notes/01-collectives.md");
   // END EXERCISE
 }
 
 void ring_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
   // BEGIN EXERCISE ring_reduce notes/01-collectives.md
-  // HINT: the broadcast chain run backwards: root+1 → … → root−1 → root. The first rank sends its
-  // HINT: input; every other rank receives the partial result of each segment, adds its own
-  // HINT: (comm_local_reduce) and passes it on; root keeps the last one in recv. N = 1: a copy.
+  // HINT: the broadcast chain run the other way, ending at the root: each rank adds its own values
+  // HINT: to the partial sum it receives and passes it on; the root keeps the total. N = 1: a copy.
+  // HINT: stuck? `make hint EX=ring_reduce LEVEL=2` gives the next hint
   zl_exercise_todo("ring_reduce", "notes/01-collectives.md");
   // END EXERCISE
 }

@@ -34,9 +34,11 @@ typedef struct ddp_state {
 
 int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket) {
   // BEGIN EXERCISE ddp_assign_buckets notes/02-ddp.md
-  // HINT: walk u = U-1 down to 0 (backward order), keeping the open bucket's byte count.
-  // HINT: close the open bucket when it is not empty and adding unit u would pass the cap;
-  // HINT: each bucket is the flat range from units[first_unit].off to the end of units[last_unit].
+  // HINT: buckets are filled in the order the backward produces gradients (the last unit first),
+  // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket.
+  // HINT2: walk u = U−1 down to 0 with the open bucket's byte count; close it when it is not empty
+  // HINT2: and adding unit u would pass the cap. A bucket's off is its lowest unit's off, its numel
+  // HINT2: the sum of its units' padded; unit_bucket[u] says which bucket holds u.
   double cap = bucket_mb * 1048576.0;
   int n = 0;
   int64_t open_bytes = 0;
@@ -71,9 +73,12 @@ static void ddp_launch(trainer_t *t, int64_t off, int64_t numel, const char *tag
 /* The post-backward hook: unit u's gradients are final (on the last micro-batch). */
 static void ddp_post_backward(trainer_t *t, int u) {
   // BEGIN EXERCISE ddp_post_backward notes/02-ddp.md
-  // HINT: communicate only on the last micro-batch (t->last_micro): earlier ones just accumulate.
-  // HINT: overlap: launch unit u's range now (ddp_launch); naive: nothing here, step() does it.
-  // HINT: bucketed: bucket b = st->unit_bucket[u] is complete when u is its first_unit (the lowest).
+  // HINT: this hook runs as soon as unit u's gradients are final: start their all-reduce now,
+  // HINT: without waiting, so it overlaps the backward of the units below (the tests check that
+  // HINT: the first all-reduce is issued before unit 0's backward). Only on the last micro-batch.
+  // HINT2: overlap: ddp_launch(t, units[u].off, units[u].padded, tag). bucketed: bucket
+  // HINT2: b = st->unit_bucket[u] is complete when u == st->buckets[b].first_unit (its lowest
+  // HINT2: unit, the last the backward reaches). naive: nothing here, step() launches it all.
   ddp_state_t *st = t->priv;
   if (!t->last_micro || st->variant == DDP_NAIVE) return;
   const unit_t *un = &t->model.units[u];
@@ -89,8 +94,10 @@ static void ddp_post_backward(trainer_t *t, int u) {
 /* The final wait: every all-reduce of this step must be done before the optimizer reads grads. */
 static void ddp_wait_grads(trainer_t *t) {
   // BEGIN EXERCISE ddp_final_wait notes/02-ddp.md
-  // HINT: the stream runs operations in issue order, so waiting for the LAST handle waits for all;
-  // HINT: then forget it (st->last = 0) so the next step starts clean.
+  // HINT: before the optimizer reads the gradients, every all-reduce of this step must be done;
+  // HINT: the stream runs them in issue order.
+  // HINT2: so one comm_wait on the LAST handle (st->last) waits for all; then reset st->last and
+  // HINT2: st->launched so the next step starts clean.
   ddp_state_t *st = t->priv;
   if (st->last) comm_wait(t->comm, st->last);
   st->last = 0;

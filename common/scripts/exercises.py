@@ -1,39 +1,54 @@
 #!/usr/bin/env python3
-"""exercises.py — make exercises/ from solutions/ (see notes/README.md, "Exercises").
+"""exercises.py — make exercises/ from solutions/, and judge a student's exercises (see
+notes/README.md, "Exercises").
 
 solutions/ holds the real code. An exercise is a function body marked in solutions/:
 
     void ring_all_gather(...) {
       // BEGIN EXERCISE ring_all_gather notes/01-collectives.md
-      // HINT: at step s, pass chunk (r - s) mod N to rank r+1.
+      // HINT: the idea, in words (shown in the stub)
+      // HINT2: the indices (shown only by `make hint EX=ring_all_gather LEVEL=2`)
       ...the real code...
       // END EXERCISE
     }
 
 exercises/ is the student's copy: the same files, each marked body replaced by the BEGIN line,
-its HINT lines, `zl_exercise_todo("<name>", "<notes page>");` and the END line. Students write
-their code between the BEGIN and END lines in exercises/; maintainers edit solutions/ and run
-`make exercises`.
+its first-level HINT lines, `zl_exercise_todo("<name>", "<notes page>");` and the END line.
+Students write their code between the BEGIN and END lines in exercises/ (and may add includes
+and static helpers anywhere in the file: they are carried along when an exercise is judged);
+maintainers edit solutions/ and run `make exercises`.
 
 Commands (SRC is solutions, DST is exercises):
   generate SRC DST [--reset]   write DST from SRC; files of DST that SRC lacks are removed.
-                               Exercise bodies a student already wrote in DST (the
-                               zl_exercise_todo call is gone) are kept unless --reset.
+                               Bodies a student wrote in DST (the zl_exercise_todo call is
+                               gone) are kept unless --reset; any DST file that changes and
+                               holds student work is first copied to --backup (never under
+                               build/), and the output says where.
   check SRC DST [--strict]     regenerate into a temp dir and compare with DST; exit 1 listing
-                               the stale files. Student-written bodies are accepted unless
-                               --strict (or the CI environment variable is set).
-  list SRC [--chapter NN]      one line per exercise: name, notes page, file.
-  hint SRC NAME                the HINT lines and notes page of one exercise.
-  status SRC DST --chapter NN --tests BIN --make CMD --build DIR
-                               run chapter NN's tests (suites chNN_*) from BIN, then one line per
-                               exercise of the chapter: done / not done / wrong. A written body is
-                               judged alone when the chapter fails: solutions/ with only that body
-                               swapped in, built by CMD IMPL=DIR/exercise-check/impl.
-                               (`make exercise CH=NN`)
+                               the stale files and the lines that differ. Student-written bodies
+                               are accepted unless --strict (or the CI environment variable).
+  list SRC [--chapter NN] [--dst DST] [--status FILE]
+                               one line per exercise: name, notes page, file:line in DST (read
+                               from DST itself), and the status of the last `make exercise`.
+  hint SRC NAME [--level K]    the hints of one exercise up to level K (1: the idea, 2: the
+                               indices), and its notes page.
+  status SRC DST --chapter NN [--ex NAME] --make CMD --build DIR
+                               judge the chapter's exercises (`make exercise CH=NN [EX=name]`):
+                               one tree = DST outside the bodies + the student's bodies of the
+                               chapter + the reference bodies for every other exercise, built
+                               and run against the chapter's tests (suites chNN*) in exercise
+                               mode (short deadlines, stop at the first failing test); when a
+                               test fails and several bodies are written, each is run alone on
+                               that test only. One line per exercise: done / not done / wrong /
+                               timed out / not overlapped / does not compile.
+  compile-report DST LOG       the exercises whose bodies a failed build LOG (of IMPL=DST)
+                               blames, one line each (make test uses it and goes on).
 Exit codes: 0 ok, 1 stale / exercises not done, 2 bad markers or usage.
 """
 import argparse
+import difflib
 import filecmp
+import json
 import os
 import re
 import shutil
@@ -43,13 +58,17 @@ import tempfile
 import time
 
 C_SUFFIXES = (".c", ".h", ".cu", ".cuh")
-MARKERISH = re.compile(r"//\s*(BEGIN|END)\s+EXERCISE\b|//\s*HINT\s*:")
+MARKERISH = re.compile(r"//\s*(BEGIN|END)\s+EXERCISE\b|//\s*HINT\d?\s*:")
 BEGIN = re.compile(r"^(\s*)// BEGIN EXERCISE ([A-Za-z_][A-Za-z0-9_]*) (notes/\S+\.md)\s*$")
-HINT = re.compile(r"^\s*// HINT: ?(.*?)\s*$")
+HINT = re.compile(r"^\s*// HINT(\d?): ?(.*?)\s*$")
 END = re.compile(r"^\s*// END EXERCISE\s*$")
 TODO = "zl_exercise_todo("
 HAS_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:\.\./common/)?exercise\.h[">]')
 INCLUDE = re.compile(r"^\s*#\s*include\b")
+# exercise mode: the collective deadline the tests give each run (seconds; the tests read it)
+EXERCISE_TIMEOUT_S = 8
+# ... and the most one test may take before Criterion kills it
+EXERCISE_TEST_LIMIT_S = 100
 
 
 class MarkerError(Exception):
@@ -57,7 +76,8 @@ class MarkerError(Exception):
 
 
 class Region:
-    """One marked exercise: lines [begin, end] (0-based, inclusive of the marker lines)."""
+    """One marked exercise: lines [begin, end] (0-based, inclusive of the marker lines).
+    hints: [(level, text)]."""
 
     def __init__(self, name, notes, indent, begin, end, hints, path):
         self.name, self.notes, self.indent = name, notes, indent
@@ -89,21 +109,27 @@ def parse(path, lines):
             cur = None
         elif h:
             if cur:
-                cur.hints.append(h.group(1))
+                cur.hints.append((int(h.group(1) or 1), h.group(2)))
             # a HINT outside an exercise is an ordinary comment: copied as it is
         elif re.search(r"//\s*BEGIN\s+EXERCISE\b", line):
             raise MarkerError(f"{where}: malformed marker {line.strip()!r}; expected "
                               f"'// BEGIN EXERCISE <name> notes/NN-<page>.md'")
-        else:
+        elif re.search(r"//\s*END\s+EXERCISE\b", line):
             raise MarkerError(f"{where}: malformed marker {line.strip()!r}; expected '// END EXERCISE'")
+        else:
+            raise MarkerError(f"{where}: malformed marker {line.strip()!r}; expected '// HINT: text' "
+                              f"(or '// HINT2: text' for a second-level hint) on a line of its own")
     if cur:
         raise MarkerError(f"{path}:{cur.begin + 1}: exercise {cur.name} has no // END EXERCISE")
     return regions
 
 
 def stub_body(r):
-    """What replaces the real code between BEGIN and END in exercises/."""
-    body = [f"{r.indent}// HINT: {h}".rstrip() + "\n" for h in r.hints]
+    """What replaces the real code between BEGIN and END in exercises/: the first-level hints,
+    a pointer to the next level, the stub call."""
+    body = [f"{r.indent}// HINT: {t}".rstrip() + "\n" for lv, t in r.hints if lv == 1]
+    if any(lv > 1 for lv, _ in r.hints):
+        body.append(f"{r.indent}// HINT: stuck? `make hint EX={r.name} LEVEL=2` gives the next hint\n")
     body.append(f'{r.indent}{TODO}"{r.name}", "{r.notes}");\n')
     return body
 
@@ -126,8 +152,23 @@ def header(src_rel, regions):
 
 
 def read_lines(path):
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
         return f.readlines()
+
+
+def read_text(path):
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        return f.read()
+
+
+def write_if_changed(path, text):
+    """Write text to path unless it already holds it (keeps mtimes: make rebuilds less)."""
+    if os.path.isfile(path) and read_text(path) == text:
+        return False
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+    return True
 
 
 def source_files(src):
@@ -178,8 +219,7 @@ def student_bodies(dst_path):
 def render(src, rel, lines, regions, keep=None):
     """The exercises/ text of one file. keep: {name: body} written by the student."""
     if lines is None:  # not C: copied as it is
-        with open(os.path.join(src, rel), encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
+        return read_text(os.path.join(src, rel))
     out, i = [], 0
     for r in regions:
         out += lines[i:r.begin + 1]
@@ -199,20 +239,41 @@ def render(src, rel, lines, regions, keep=None):
     return "".join(header(os.path.basename(os.path.normpath(src)) + "/" + rel, regions) + out)
 
 
+def committed_as_is(path):
+    """True when git tracks path and it equals the committed version (False without git)."""
+    try:
+        d = os.path.dirname(os.path.abspath(path))
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", os.path.basename(path)], cwd=d,
+                                 capture_output=True).returncode == 0
+        return tracked and subprocess.run(["git", "diff", "--quiet", "HEAD", "--", os.path.basename(path)],
+                                          cwd=d, capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
 def write_tree(src, dst, files, keep_work=False, backup=None):
     """Write every file of src into dst; keep_work: bodies a student wrote in dst stay.
-    A dst file holding student work (written bodies, or markers a student broke) is copied to
-    backup/ before it is overwritten. Removes files of dst that src lacks.
-    Returns (kept exercise names, removed paths, backed-up paths)."""
+    A dst file holding student work (written bodies, markers a student broke, or lines changed
+    outside the bodies) is copied to backup/ before it is overwritten. Removes files of dst that
+    src lacks (backed up too). Returns (kept exercise names, removed paths, backed-up paths)."""
     os.makedirs(dst, exist_ok=True)
     kept_names, saved = [], []
+
+    def save(rel):
+        os.makedirs(os.path.dirname(os.path.join(backup, rel)), exist_ok=True)
+        shutil.copyfile(os.path.join(dst, rel), os.path.join(backup, rel))
+        saved.append(os.path.join(backup, rel))
+
     for rel, (lines, regions) in files.items():
         path = os.path.join(dst, rel)
         keep, work = {}, False
-        if backup and lines is not None:
+        if backup and lines is not None and os.path.isfile(path):
             try:
                 keep = student_bodies(path)
-                work = bool(keep)
+                # work: bodies written, or edits outside them (what regenerating would lose) that
+                # are not simply the committed file (a maintainer regenerating after editing src)
+                work = bool(keep) or (read_text(path) != render(src, rel, lines, regions, keep)
+                                      and not committed_as_is(path))
             except MarkerError as e:
                 print(f"warning: {e}: the exercise markers of {path} are broken, "
                       "so its bodies cannot be kept", file=sys.stderr)
@@ -223,25 +284,16 @@ def write_tree(src, dst, files, keep_work=False, backup=None):
         keep = {n: b for n, b in keep.items() if n not in lost}
         kept_names += sorted(keep)
         text = render(src, rel, lines, regions, keep)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        old = None
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                old = f.read()
+        old = read_text(path) if os.path.isfile(path) else None
         if old != text:
             if old is not None and backup and (work or lost):
-                os.makedirs(os.path.dirname(os.path.join(backup, rel)), exist_ok=True)
-                shutil.copyfile(path, os.path.join(backup, rel))
-                saved.append(os.path.join(backup, rel))
-            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(text)
+                save(rel)
+            write_if_changed(path, text)
     removed = []
     for rel in source_files(dst):
         if rel not in files:
             if backup:  # it may hold a student's work
-                os.makedirs(os.path.dirname(os.path.join(backup, rel)), exist_ok=True)
-                shutil.copyfile(os.path.join(dst, rel), os.path.join(backup, rel))
-                saved.append(os.path.join(backup, rel))
+                save(rel)
             os.remove(os.path.join(dst, rel))
             removed.append(rel)
     return kept_names, removed, saved
@@ -257,11 +309,24 @@ def cmd_generate(a):
         msg += f"; removed {', '.join(removed)}"
     print(msg)
     if kept:
-        print(f"exercises: kept the bodies you wrote for {', '.join(kept)} "
-              f"(make exercises RESET=1 discards them)")
+        print(f"exercises: kept the bodies you wrote for {', '.join(kept)}")
     if saved:
-        print(f"exercises: your previous copies are saved in {', '.join(saved)}")
+        print(f"exercises: your previous copies (with everything you wrote) are saved in {backup}/: "
+              f"{', '.join(os.path.relpath(p, backup) for p in saved)}")
+        print(f"exercises: compare with `diff -r {backup} {a.dst}`; "
+              "code you added outside the BEGIN/END lines is there")
     return 0
+
+
+def diff_lines(old_text, new_text, old_name, new_name, limit=12):
+    """The first `limit` changed lines of a unified diff, indented."""
+    d = list(difflib.unified_diff(old_text.splitlines(), new_text.splitlines(), old_name, new_name, n=0,
+                                  lineterm=""))
+    shown = [ln for ln in d[2:] if not ln.startswith("@@")] if d else []
+    out = [f"      {ln}" for ln in shown[:limit]]
+    if len(shown) > limit:
+        out.append(f"      ... ({len(shown) - limit} more changed lines)")
+    return out
 
 
 def cmd_check(a):
@@ -275,37 +340,39 @@ def cmd_check(a):
         have = set(source_files(a.dst)) if os.path.isdir(a.dst) else set()
         for rel in sorted(want | have):
             if rel not in have:
-                stale.append(f"{a.dst}/{rel} (missing)")
+                stale.append((f"{a.dst}/{rel} (missing)", []))
                 continue
             if rel not in want:
-                stale.append(f"{a.dst}/{rel} (no longer in {a.src}/)")
+                stale.append((f"{a.dst}/{rel} (no longer in {a.src}/)", []))
                 continue
-            if filecmp.cmp(os.path.join(fresh, rel), os.path.join(a.dst, rel), shallow=False):
+            mine = os.path.join(a.dst, rel)
+            if filecmp.cmp(os.path.join(fresh, rel), mine, shallow=False):
                 continue
             lines, regions = files[rel]
             if strict or not regions:
                 why = "differs"
                 if strict and regions:
                     try:
-                        done = student_bodies(os.path.join(a.dst, rel))
+                        done = student_bodies(mine)
                         if done:
                             why = f"holds written exercise bodies ({', '.join(sorted(done))})"
                     except MarkerError:
                         pass
-                stale.append(f"{a.dst}/{rel} ({why})")
+                stale.append((f"{mine} ({why})", diff_lines(read_text(mine), read_text(os.path.join(fresh, rel)),
+                                                           mine, f"generated from {a.src}/{rel}")))
                 continue
             # the student's bodies count as fresh: regenerate keeping them, then compare
             try:
-                keep = student_bodies(os.path.join(a.dst, rel))
+                keep = student_bodies(mine)
             except MarkerError as e:
-                stale.append(f"{a.dst}/{rel} (exercise markers broken: {e})")
+                stale.append((f"{mine} (exercise markers broken: {e})", []))
                 continue
             text = render(a.src, rel, lines, regions, keep)
-            with open(os.path.join(a.dst, rel), encoding="utf-8") as f:
-                if f.read() == text:
-                    kept += sorted(keep)
-                else:
-                    stale.append(f"{a.dst}/{rel} (differs outside your exercise bodies)")
+            if read_text(mine) == text:
+                kept += sorted(keep)
+            else:
+                stale.append((f"{mine} (differs outside your exercise bodies)",
+                              diff_lines(read_text(mine), text, mine, f"generated from {a.src}/{rel}")))
     for rel, (lines, regions) in files.items():
         for r in regions:
             if not os.path.isfile(r.notes):
@@ -315,13 +382,16 @@ def cmd_check(a):
         print(f"warning: {n}")
     if stale:
         print(f"error: {a.dst}/ is stale — it no longer matches what {a.src}/ generates:")
-        for s in stale:
+        for s, d in stale:
             print(f"  {s}")
-        if any("holds written" in x for x in stale):
-            print(f"fix: make exercises RESET=1   (exercise bodies must not be committed to {a.dst}/)")
+            for ln in d:
+                print(ln)
+        if any("holds written" in s for s, _ in stale):
+            print(f"fix (maintainers): exercise bodies must not be committed to {a.dst}/; regenerate it with "
+                  f"`make exercises RESET=1` (it first saves every written body under exercises-backup/)")
         else:
-            print(f"fix: make exercises   (regenerates {a.dst}/ from {a.src}/; bodies a student wrote "
-                  "are kept, make exercises RESET=1 discards them)")
+            print(f"fix: make exercises   (regenerates {a.dst}/ from {a.src}/, keeps the bodies you wrote, and "
+                  "saves your current files under exercises-backup/ first)")
         return 1
     n = sum(len(r) for _, r in files.values())
     extra = f"; your bodies kept for {', '.join(kept)}" if kept else ""
@@ -338,6 +408,31 @@ def all_regions(src, chapter=None):
     return out
 
 
+def notes_order(regs):
+    """regs sorted as the notes pages list them (first mention after '## Exercises'), the rest
+    in file order after them."""
+    cache = {}
+
+    def key(item):
+        idx, (rel, r) = item
+        if r.notes not in cache:
+            text = read_text(r.notes) if os.path.isfile(r.notes) else ""
+            k = text.find("## Exercises")
+            cache[r.notes] = text[k:] if k >= 0 else ""
+        pos = cache[r.notes].find(f"`{r.name}`")
+        return (r.notes, pos if pos >= 0 else 10 ** 9, idx)
+
+    return [x for _, x in sorted(enumerate(regs), key=key)]
+
+
+def load_status(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 def cmd_list(a):
     regs = all_regions(a.src, a.chapter)
     if not regs:
@@ -346,141 +441,386 @@ def cmd_list(a):
         return 0
     w = max(len(r.name) for _, r in regs)
     files = scan(a.src)
-    for rel, r in regs:
-        lines, regions = files[rel]
-        if os.path.basename(os.path.normpath(a.src)) == "exercises":
-            at = r.begin  # listing exercises/ itself
-        else:  # where the BEGIN line lands in the generated file
+    status = load_status(a.status) if a.status else {}
+    dst = a.dst or "exercises"
+    for rel, r in notes_order(regs):
+        at = None
+        try:  # where the BEGIN line is in the student's file now
+            for reg in parse(os.path.join(dst, rel), read_lines(os.path.join(dst, rel))):
+                if reg.name == r.name:
+                    at = reg.begin
+        except (OSError, MarkerError):
+            pass
+        if at is None:  # where it lands in a freshly generated file
+            lines, regions = files[rel]
             text = render(a.src, rel, lines, regions).splitlines()
             at = next(k for k, ln in enumerate(text) if BEGIN.match(ln) and BEGIN.match(ln).group(2) == r.name)
-        print(f"{r.name:<{w}}  {r.notes:<28}  exercises/{rel}:{at + 1}")
+        st = status.get(r.name)
+        last = f"  last run: {st['state']} ({st['when']})" if st else ""
+        print(f"{r.name:<{w}}  {r.notes:<28}  {dst}/{rel}:{at + 1}{last}")
+    if not status and a.status:
+        print("(no `make exercise` run yet: the last column appears after one)")
     return 0
 
 
 def cmd_hint(a):
     for rel, r in all_regions(a.src):
         if r.name == a.name:
+            top = max([lv for lv, _ in r.hints] or [1])
+            level = min(a.level, top)
             print(f"{r.name} (exercises/{rel}) — read {r.notes}")
-            for h in r.hints or ["(no hint: the notes page walks through it)"]:
-                print(f"  hint: {h}")
+            shown = [(lv, t) for lv, t in r.hints if lv <= level]
+            prev = None
+            for lv, t in shown or [(1, "(no hint: the notes page walks through it)")]:
+                print(f"  {'hint ' + str(lv) + ':' if lv != prev else '       '} {t}")
+                prev = lv
+            if level < top:
+                print(f"  next hint: make hint EX={r.name} LEVEL={level + 1}")
             return 0
     names = ", ".join(r.name for _, r in all_regions(a.src)) or "none marked yet"
     print(f"error: EX={a.name}: no such exercise; allowed: {names}", file=sys.stderr)
     return 2
 
 
-def written_in(dst, rel, name):
-    """True when the student replaced the stub of exercise `name` in dst/rel."""
+# ---- judging (make exercise) ------------------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.t0 = time.time()
+
+    def s(self):
+        return f"{time.time() - self.t0:5.1f}s"
+
+
+def say(clock, msg):
+    print(f"[{clock.s()}] {msg}", flush=True)
+
+
+def judge_tree(a, files, student, chosen, out_dir):
+    """Write out_dir: each file of DST (the student's text outside the bodies, so their includes
+    and static helpers come along), with the student's body for exercises in `chosen` and the
+    reference body for every other one. Returns {rel: [source line (1-based) in DST or None
+    for a reference line, per output line]}."""
+    linemap = {}
+    for rel, (lines, regions) in files.items():
+        src_path, dst_path = os.path.join(a.src, rel), os.path.join(a.dst, rel)
+        if lines is None or not regions:
+            write_if_changed(os.path.join(out_dir, rel), read_text(dst_path if os.path.isfile(dst_path) else src_path))
+            continue
+        ref = {r.name: lines[r.begin + 1:r.end] for r in regions}
+        try:
+            dl = read_lines(dst_path)
+            dregs = parse(dst_path, dl)
+        except (OSError, MarkerError):
+            dl, dregs = None, []
+        if dl is None or sorted(r.name for r in dregs) != sorted(ref):
+            # no usable student file: the reference file itself
+            write_if_changed(os.path.join(out_dir, rel), "".join(lines))
+            linemap[rel] = [None] * len(lines)
+            continue
+        out, where, i = [], [], 0
+        for r in dregs:
+            out += dl[i:r.begin + 1]
+            where += list(range(i + 1, r.begin + 2))
+            if r.name in chosen and r.name in student:
+                out += dl[r.begin + 1:r.end]
+                where += list(range(r.begin + 2, r.end + 1))
+            else:
+                out += ref[r.name]
+                where += [None] * len(ref[r.name])
+            out.append(dl[r.end])
+            where.append(r.end + 1)
+            i = r.end + 1
+        out += dl[i:]
+        where += list(range(i + 1, len(dl) + 1))
+        write_if_changed(os.path.join(out_dir, rel), "".join(out))
+        linemap[rel] = where
+    for rel in source_files(out_dir):
+        if rel not in files:
+            os.remove(os.path.join(out_dir, rel))
+    seed_objects(a, out_dir)
+    return linemap
+
+
+def seed_objects(a, tree):
+    """Give the judged tree the objects of solutions/ for every file it shares with solutions/
+    unchanged (make then compiles only the files that differ): BUILD/obj/solutions/x.o ->
+    TREE-build/obj/TREE/x.o (the Makefile's $(OBJ)/$(IMPL)/%.o), when missing or older."""
+    for rel in source_files(tree):
+        if not rel.endswith(".c"):
+            continue
+        src_o = os.path.join(a.build, "obj", "solutions", rel[:-2] + ".o")
+        dst_o = os.path.join(tree + "-build", "obj") + "/" + tree + "/" + rel[:-2] + ".o"
+        mine, ref = os.path.join(tree, rel), os.path.join(a.src, rel)
+        if not os.path.isfile(src_o) or not os.path.isfile(ref) or read_text(mine) != read_text(ref):
+            continue
+        if os.path.isfile(dst_o) and os.path.getmtime(dst_o) >= os.path.getmtime(mine):
+            continue
+        os.makedirs(os.path.dirname(dst_o), exist_ok=True)
+        shutil.copyfile(src_o, dst_o)  # a fresh mtime: newer than the source
+
+
+def norm(body):
+    """A body without comments and whitespace (to spot one that is the reference itself)."""
+    text = re.sub(r"/\*.*?\*/", "", "".join(body), flags=re.S)
+    return re.sub(r"\s+", "", re.sub(r"//[^\n]*", "", text))
+
+
+ERROR_LINE = re.compile(r"^(?P<path>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error:\s*(?P<msg>.*)$")
+
+
+def compile_errors(log, tree):
+    """[(rel, line, message)] of the compiler's `file:line:col: error:` lines about files of tree."""
+    out = []
+    for ln in log.splitlines():
+        m = ERROR_LINE.match(ln.strip())
+        if not m:
+            continue
+        path = os.path.normpath(m.group("path"))
+        t = os.path.normpath(tree)
+        if path.startswith(t + os.sep):
+            out.append((os.path.relpath(path, t), int(m.group("line")), m.group("msg")))
+        elif not out:
+            out.append((path, int(m.group("line")), m.group("msg")))
+    return out
+
+
+def owner_of(files, a, rel, dst_line):
+    """The exercise of DST whose body holds dst_line (1-based) of DST/rel, else None."""
     try:
-        return name in student_bodies(os.path.join(dst, rel))
-    except MarkerError:
-        return True  # broken markers: treat as written, the build or tests will say more
+        for r in parse(os.path.join(a.dst, rel), read_lines(os.path.join(a.dst, rel))):
+            if r.begin + 1 < dst_line <= r.end:
+                return r.name
+    except (OSError, MarkerError):
+        pass
+    return None
 
 
-def run_chapter_tests(binary, chapter, echo):
-    """Run the chapter's Criterion tests (suites ch<NN>_*). Returns (exit code, tests run, output)."""
-    p = subprocess.Popen(["bash", "common/scripts/run_tests.sh", binary, f"ch{chapter}*/*"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
+def build(a, tree, clock, label):
+    """make IMPL=tree build, printing progress (one line per file compiled or program linked).
+    Unused static helpers are not errors here: a helper of a body swapped for the reference
+    stays unused. Returns (ok, log)."""
+    warn = "-Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function"
+    # GPU=0: the tests judge on CPU ranks; a CUDA build would recompile every .cu for this tree
+    cmd = f"{a.make} IMPL={tree} WARN='{warn}' GPU=0 build"
+    say(clock, f"building {label} ...")
+    p = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log, n = [], 0
     for line in p.stdout:
-        lines.append(line)
-        if echo:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+        log.append(line)
+        m = re.search(r"\s-c\s+(\S+)\s+-o\s", line) or re.search(r"^mpicc .*\s-o\s+(\S+/(?:bin|tests)/\S+)", line)
+        if m:
+            n += 1
+            print(f"[{clock.s()}]   {'compile' if ' -c ' in line else 'link'} {m.group(1)}", flush=True)
+    ok = p.wait() == 0
+    say(clock, f"built {label}" if ok else f"build of {label} failed")
+    return ok, "".join(log)
+
+
+def run_tests(binary, filt, clock, deadline, echo=True):
+    """Criterion on the tests matching filt, in exercise mode: short collective deadlines, stop at
+    the first failure. Returns (rc, log, failed test name or None)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
+    env = dict(env, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+               ZL_EXERCISE_TIMEOUT_S=str(deadline))
+    args = [binary, "--jobs", "1", "--short-filename", "--fail-fast", "--verbose", "--filter", filt,
+            "--timeout", str(EXERCISE_TEST_LIMIT_S)]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         stdin=subprocess.DEVNULL)
+    log, failed = [], None
+    for line in p.stdout:
+        log.append(line)
+        m = re.match(r"^\[(PASS|FAIL|ERR )\s*\] (\S+::[^:\s]+)", line)
+        if m:
+            if m.group(1) != "PASS" and failed is None:
+                failed = m.group(2)
+            if echo:
+                t = re.search(r"\(([\d.]+s)\)", line)
+                print(f"[{clock.s()}]   {m.group(2):<55} {'ok' if m.group(1) == 'PASS' else 'FAILED'}"
+                      f"{' (' + t.group(1) + ')' if t else ''}", flush=True)
     rc = p.wait()
-    m = re.search(r"Synthesis: Tested: (\d+)", "".join(lines))
-    return rc, int(m.group(1)) if m else 0, "".join(lines)
+    text = "".join(log)
+    if failed is None and rc != 0:
+        m = re.search(r"^\[(?:FAIL|ERR )\s*\] (\S+::\S+?)[:\s]", text, re.M)
+        tail = [ln.strip() for ln in log if ln.strip() and not ln.startswith("[SKIP]")][-3:]
+        failed = m.group(1) if m else f"the test run (exit {rc}: {' / '.join(tail) or 'no output'})"
+    return rc, text, failed
 
 
-def failed_tests(log):
-    """Names (suite::test) of the tests Criterion reported failing or crashing in log."""
-    return [m.group(1) for m in re.finditer(r"^\[FAIL\] (\S+::[^:\s]+)", log, re.M)]
+def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
+    """(state, one-line reason, the lines worth showing) for the failing test's log."""
+    if test and test.split("::")[0].endswith("_overlap"):
+        state = "not overlapped"
+    else:
+        state = "wrong"
+    lines = [ln.rstrip() for ln in log.splitlines()]
+    m = re.search(r"did not complete within ([\d.]+) s", log)
+    if m or re.search(r"timed out after|exit(?:ed)? (?:code )?124\b|Timed out", log):
+        secs = m.group(1) if m else str(deadline)
+        return ("timed out", f"timed out after {secs} s — a deadlock? check who sends to whom "
+                f"(every send needs the matching receive on the other rank, in the same order)",
+                [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "did not complete within" in ln][:3])
+    fails = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines if re.match(r"^(\[----\])?\s*FAIL rank", ln)]
+    msgs, inside = [], False  # the assertion messages: the [----] lines after "Assertion Failed"
+    for ln in lines:
+        body = ln[7:].strip() if ln.startswith("[----]") else None
+        if body is None:
+            inside = False
+        elif re.match(r"^\S+\.c:\d+: (Assertion Failed|Unexpected signal)", body):
+            inside = True
+            if "signal" in body:
+                msgs.append("crashed: " + body)
+        elif inside and body and not body.startswith("FAIL rank") and not body.startswith("scn_"):
+            msgs.append(body)
+    shown = fails[:6] if fails else msgs[:6]
+    reason = (fails[0] if fails else (msgs[0] if msgs else f"{test} fails"))
+    if state == "not overlapped":
+        return (state, "correct but not overlapped: " + reason.split("not overlapped: ", 1)[-1], shown)
+    return (state, reason, shown)
 
 
 def cmd_status(a):
-    regs = all_regions(a.src, a.chapter)
-    rc, tested, _ = run_chapter_tests(a.tests, a.chapter, echo=True)
+    clock = Clock()
+    files = scan(a.src)
+    regs = [(rel, r) for rel, r in all_regions(a.src, a.chapter)]
+    if a.ex:
+        regs = [(rel, r) for rel, r in regs if r.name == a.ex]
+        if not regs:
+            names = ", ".join(r.name for _, r in all_regions(a.src, a.chapter)) or "none"
+            print(f"error: EX={a.ex}: no exercise of that name in chapter {a.chapter}; allowed: {names}",
+                  file=sys.stderr)
+            return 2
     if not regs:
         print(f"chapter {a.chapter}: no exercises marked in {a.src}/")
-        return rc
-    results = []
-    reference = {}  # filled once, by the first check that sees a failure
-    for rel, r in regs:
-        if not written_in(a.dst, rel, r.name):
-            results.append((r.name, "not done", f"stub still in {a.dst}/{rel} (make hint EX={r.name})"))
-        elif tested == 0:
-            results.append((r.name, "untested", f"no ch{a.chapter}_* tests to run yet"))
-        elif rc == 0:
-            results.append((r.name, "done", f"the {tested} chapter {a.chapter} tests pass"))
+        return 0
+    regs = notes_order(regs)
+    student = {}
+    for rel in {rel for rel, _ in regs}:
+        try:
+            student.update(student_bodies(os.path.join(a.dst, rel)))
+        except MarkerError as e:
+            print(f"error: {e}\n  fix the markers in {a.dst}/{rel} (or `make exercises`: it saves your file "
+                  f"under exercises-backup/ before regenerating it)", file=sys.stderr)
+            return 2
+    results = {r.name: ("not done", f"stub still in {a.dst}/{rel} (make hint EX={r.name})")
+               for rel, r in regs if r.name not in student}
+    written = [r.name for _, r in regs if r.name in student]
+    shown_lines = {}
+    work = a.work or a.build
+    tree = os.path.join(work, "exercise-check", "impl")
+    binary = os.path.join(tree + "-build", "tests", "zl_tests")  # OUT of a custom IMPL (Makefile)
+    filt = a.filter or f"ch{a.chapter}*/*"
+    what = f"chapter {a.chapter}" + (f", exercise {a.ex}" if a.ex else "")
+    say(clock, f"{what}: {len(written)} of {len(regs)} exercise(s) written ({', '.join(written) or 'none'})"
+        + ("; the reference code stands in for the others" if len(written) < len(regs) else ""))
+    chosen = set(written)
+    while chosen:
+        linemap = judge_tree(a, files, student, chosen, tree)
+        ok, log = build(a, tree, clock, f"your {', '.join(sorted(chosen))} with the reference for the rest")
+        if ok:
+            break
+        errs = compile_errors(log, tree)
+        blamed = set()
+        for rel, line, msg in errs:
+            dline = linemap.get(rel, [])[line - 1] if rel in linemap and 0 < line <= len(linemap[rel]) else None
+            name = owner_of(files, a, rel, dline) if dline else None
+            if name in chosen and name not in blamed:
+                blamed.add(name)
+                results[name] = ("does not compile", f"{a.dst}/{rel}:{dline}: error: {msg}")
+        if not blamed:  # an error outside the bodies (or in a file that is not ours)
+            rel, line, msg = errs[0] if errs else ("?", 0, "see the build output above")
+            dline = linemap.get(rel, [None] * max(line, 1))[line - 1] if rel in linemap else line
+            print("".join(log[-3000:]) if not errs else "", end="")
+            print(f"error: your tree does not compile outside the exercise bodies: {a.dst}/{rel}:{dline}: "
+                  f"error: {msg}\n  (code outside BEGIN/END is kept as you wrote it: includes and static helpers "
+                  f"are welcome there, but they must compile)")
+            return 1
+        chosen -= blamed
+    failed_test = None
+    if chosen:
+        rc, log, failed_test = run_tests(binary, filt, clock, a.deadline)
+        tested = len(re.findall(r"^\[(?:PASS|FAIL|ERR )", log, re.M))
+        if rc == 0:
+            unwritten = len(regs) - len(written)
+            for n in chosen:
+                results[n] = ("done", f"the chapter's {tested} tests pass" +
+                              (" (the reference code stands in for the exercises not written)" if unwritten else ""))
         else:
-            # The chapter failed (another stub fails it too): judge this body alone, in solutions/
-            # with only this body swapped in; wrong = fails a test the reference code passes.
-            results.append((r.name,) + try_alone(a, rel, r, reference))
-    print(f"---- chapter {a.chapter} exercises ({a.dst}/) ----")
-    w = max(len(n) for n, _, _ in results)
-    for name, state, detail in results:
-        print(f"{name:<{w}}  {state:<8}  {detail}")
-    return 0 if all(s == "done" for _, s, _ in results) else 1
+            state, reason, shown = failure_kind(log, failed_test, a.deadline)
+            ref = {r.name: files[rel][0][r.begin + 1:r.end] for rel, r in regs}
+            same = {n for n in chosen if norm(student[n]) == norm(ref[n])}  # the reference itself
+            # the bodies the failure names first (ring_all_gather for "all_gather"), then notes order
+            named = lambda n: not any(len(w) > 2 and w in log for w in [n, n.split("_", 1)[-1]])
+            suspects = sorted(chosen - same, key=lambda n: (named(n), written.index(n)))
+            for n in same:
+                results[n] = ("pending", "the same as the reference code; judged in full once the chapter passes")
+            if len(suspects) == 1:
+                results[suspects[0]] = (state, f"{failed_test}: {reason}")
+                shown_lines[suspects[0]] = shown
+            else:
+                say(clock, f"{failed_test} fails; running it with each of your bodies alone")
+                guilty = []
+                for n in suspects:
+                    judge_tree(a, files, student, {n}, tree)
+                    if not build(a, tree, clock, f"your {n} alone")[0]:
+                        results[n] = ("does not compile", "alone (with the reference for the rest)")
+                        continue
+                    rc1, log1, f1 = run_tests(binary, failed_test.replace("::", "/"), clock, a.deadline)
+                    if rc1 != 0:
+                        st1, why1, shown1 = failure_kind(log1, f1, a.deadline)
+                        results[n] = (st1, f"{f1}: {why1}")
+                        shown_lines[n] = shown1
+                        guilty.append(n)
+                        break  # the others wait until this one passes: a verdict now, not in minutes
+                for n in suspects:
+                    if n not in guilty and n not in results:
+                        results[n] = ("pending", f"judged in full once {', '.join(guilty) or 'the others'} "
+                                      f"{'passes' if len(guilty) == 1 else 'pass'}")
+                if not guilty and suspects:
+                    for n in suspects:
+                        results[n] = (state, f"{failed_test} fails with your bodies together, passes with each "
+                                      f"alone: {reason}")
+    print(f"---- chapter {a.chapter} exercises ({a.dst}/, in the order of {regs[0][1].notes}) ----")
+    w = max(len(r.name) for _, r in regs)
+    ws = max(len(results[r.name][0]) for _, r in regs)
+    for _, r in regs:
+        state, detail = results[r.name]
+        print(f"{r.name:<{w}}  {state:<{ws}}  {detail}")
+        for ln in shown_lines.get(r.name, []):
+            print(f"{'':<{w}}  {'':<{ws}}    {ln}")
+    bad = [r.name for _, r in regs if results[r.name][0] not in ("done", "not done", "pending")]
+    if bad:
+        print(f"rerun one: make exercise CH={a.chapter} EX={bad[0]}   (hints: make hint EX={bad[0]})")
+    say(clock, "verdict")
+    # the status of each exercise for `make exercise-list`
+    path = os.path.join(work, "exercise-status.json")
+    st = load_status(path)
+    now = time.strftime("%Y-%m-%d %H:%M")
+    for _, r in regs:
+        st[r.name] = {"state": results[r.name][0], "detail": results[r.name][1], "when": now}
+    os.makedirs(work, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(st, f, indent=1, sort_keys=True)
+    return 0 if all(results[r.name][0] == "done" for _, r in regs) else 1
 
 
-def reference_failures(a):
-    """The chapter's tests that fail with solutions/ itself (normally none)."""
-    build = subprocess.run(f"{a.make} IMPL={a.src} build", shell=True, capture_output=True, text=True)
-    if build.returncode != 0:
-        return set()
-    tests = os.path.join(a.build, "tests", "zl_tests")  # OUT of IMPL=solutions is BUILD itself
-    _, _, log = run_chapter_tests(tests, a.chapter, echo=False)
-    return set(failed_tests(log))
-
-
-def try_alone(a, rel, r, reference):
-    """Build solutions/ with only exercise r taken from exercises/, run the chapter's tests.
-    Returns (state, detail)."""
-    keep = student_bodies(os.path.join(a.dst, rel))
-    # One tree for every check, rewritten file by file only where it changes, so its objects
-    # (the tests' above all) are built once and later checks only recompile the swapped file.
-    impl = os.path.join(a.build, "exercise-check", "impl")
-    files = scan(a.src)
-    for frel, (lines, regions) in files.items():
-        path = os.path.join(impl, frel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(os.path.join(a.src, frel), encoding="utf-8", errors="surrogateescape") as f:
-            text = f.read()
-        if frel == rel:
-            out, i = [], 0
-            for reg in regions:  # the student's body for r, the reference body for the others
-                out += lines[i:reg.begin + 1]
-                out += keep[r.name] if reg.name == r.name else lines[reg.begin + 1:reg.end]
-                out.append(lines[reg.end])
-                i = reg.end + 1
-            text = "".join(out + lines[i:])
-        old = None
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                old = f.read()
-        if old != text:
-            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(text)
-    for frel in source_files(impl):
-        if frel not in files:
-            os.remove(os.path.join(impl, frel))
-    build = subprocess.run(f"{a.make} IMPL={impl} build", shell=True, capture_output=True, text=True)
-    if build.returncode != 0:
-        err = [ln for ln in (build.stdout + build.stderr).splitlines() if "error" in ln]
-        return "wrong", "does not compile: " + (err[0].strip() if err else f"see make IMPL={a.dst}")
-    tests = os.path.join(impl + "-build", "tests", "zl_tests")  # OUT of a custom IMPL (Makefile)
-    rc, tested, log = run_chapter_tests(tests, a.chapter, echo=False)
-    fails = failed_tests(log)
-    if fails and "set" not in reference:
-        reference["set"] = reference_failures(a)
-    blamed = [f for f in fails if f not in reference.get("set", set())]
-    if rc == 0 or (fails and not blamed):
-        if not fails:
-            return "done", "with the reference code for the rest, the chapter's tests pass"
-        return "done", (f"with the reference code for the rest, it passes every chapter test the "
-                        f"reference passes ({len(fails)} fail with the reference code too)")
-    shown = ", ".join(blamed[:3]) + (" ..." if len(blamed) > 3 else "")
-    return "wrong", f"with the reference code for the rest, it fails {shown or 'the chapter (crash?)'}"
+def cmd_compile_report(a):
+    """Name the exercises a failed build of DST blames (make test goes on after it)."""
+    log = read_text(a.log) if os.path.isfile(a.log) else ""
+    files = scan(a.dst) if os.path.isdir(a.dst) else {}
+    errs = compile_errors(log, a.dst)
+    seen = set()
+    for rel, line, msg in errs:
+        name = owner_of(files, a, rel, line) if rel in files else None
+        key = name or f"{rel}:{line}"
+        if key in seen:
+            continue
+        seen.add(key)
+        who = f"exercise {name}" if name else "outside the exercise bodies"
+        print(f"FAIL {who}: {a.dst}/{rel}:{line}: error: {msg}")
+    if not errs:
+        print(f"FAIL {a.dst}/ does not build (see {a.log})")
+    return 0
 
 
 def main():
@@ -488,26 +828,38 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("src"), g.add_argument("dst")
-    g.add_argument("--reset", action="store_true", help="discard bodies written in dst")
-    g.add_argument("--backup", default="build/exercises-backup",
+    g.add_argument("--reset", action="store_true", help="discard bodies written in dst (after saving them)")
+    g.add_argument("--backup", default="exercises-backup",
                    help="where a dst file holding student work is copied before it is overwritten")
     c = sub.add_parser("check")
     c.add_argument("src"), c.add_argument("dst")
     c.add_argument("--strict", action="store_true", help="written bodies count as stale (CI)")
     ls = sub.add_parser("list")
     ls.add_argument("src"), ls.add_argument("--chapter")
+    ls.add_argument("--dst", help="the student's tree the line numbers are read from (default exercises)")
+    ls.add_argument("--status", help="the JSON status file `make exercise` writes")
     h = sub.add_parser("hint")
     h.add_argument("src"), h.add_argument("name")
+    h.add_argument("--level", type=int, default=1, help="show hints up to this level (1: the idea)")
     s = sub.add_parser("status")
     s.add_argument("src"), s.add_argument("dst")
     s.add_argument("--chapter", required=True)
-    s.add_argument("--tests", required=True, help="the Criterion binary built from DST")
+    s.add_argument("--ex", help="judge this one exercise only")
     s.add_argument("--make", default="make --no-print-directory GPU=0")
     s.add_argument("--build", default="build")
+    s.add_argument("--tests", help="(ignored: kept for older Makefiles)")
+    s.add_argument("--work", help="where the judged tree and the status file go (default: --build)")
+    s.add_argument("--filter", help="Criterion filter of the tests to run (default: ch<NN>*/*)")
+    s.add_argument("--deadline", type=int, default=EXERCISE_TIMEOUT_S,
+                   help="collective deadline of every test run, seconds (exercise mode)")
+    cr = sub.add_parser("compile-report")
+    cr.add_argument("dst"), cr.add_argument("log")
     a = p.parse_args()
     if getattr(a, "chapter", None) is not None and not re.fullmatch(r"\d\d", a.chapter):
-        print(f"error: CH={a.chapter}: allowed: two digits, 00..05", file=sys.stderr)
+        print(f"error: CH={a.chapter}: allowed: two digits, e.g. 01", file=sys.stderr)
         return 2
+    if a.cmd == "compile-report":
+        return cmd_compile_report(a)
     if not os.path.isdir(a.src) and a.cmd in ("list", "hint") and os.path.isdir("exercises"):
         a.src = "exercises"  # a student who moved solutions/ away: the stubs keep the hints
     if not os.path.isdir(a.src):

@@ -2,34 +2,47 @@
  *   every op × {F32, BF16} × numel {0, 1, N−1, N+1, 1000003} × {vendor, ring}: exact results
  *   (inputs are small integers, so every sum is exact in bf16 too, whatever the order — and so
  *   ring equals vendor bit for bit), the ring-model counters of comm.h, and the ring's real
- *   p2p bytes equal to the model; then several async ops queued back to back and one wait;
+ *   p2p bytes: optimal in total (all ranks together move exactly what comm_model_sent adds up
+ *   to) and per rank within the bound of an optimal ring (the most any rank sends or receives
+ *   in comm.h's model) — so a ring running either way (to r+1 or to r−1) passes; then several
+ *   async ops queued back to back and one wait;
  *   the ring's scratch counted in the memory ledger (LEDGER_COMM) and given back at finalize.
- * Prints one line per failure (rank, op, dtype, numel, impl, index, got, expected), then
+ * Prints one line per failure (rank, op, dtype, numel, impl, in_place, index, got, expected), then
  * `scn_collectives: ok (K cases)` on success; exit 1 if any rank failed.
  *   scn_collectives            the checks above
  *   scn_collectives timeout    rank 0 skips an all-reduce; the others must time out after 1 s
- * Driven by tests/mpi/test_collectives.c (one launch per world size 1..5). */
+ * Driven by tests/mpi/test_collectives.c (one launch per world size 1..5). ZL_EXERCISE_TIMEOUT_S
+ * (set by `make exercise`) shortens the collective deadline from 60 s, so a deadlock is named fast. */
 #include "comm.h"   // comm_t, comm_*, comm_model_sent, comm_counters
 #include "check.h"  // xmalloc
 #include "dtype.h"  // dt_load, dt_store, dtype_name
 #include "ledger.h" // ledger_live, LEDGER_COMM
 #include <stdio.h>  // printf
-#include <stdlib.h> // free
+#include <stdlib.h> // free, getenv, atof
 #include <string.h> // strcmp
 #include <unistd.h> // sleep
 
-#define SENTINEL (-7.0f) /* what untouched output buffers hold */
+#define SENTINEL (-7.0f) /* what output buffers hold before the op: "got -7" = never written */
 #define MAX_LINES 20      /* failure lines per rank */
 
 static int g_rank, g_world, g_fails, g_lines, g_cases;
+static int g_in_place; /* the case being run uses the in-place form (recv inside send) */
 
-static void fail_line(const char *what, const char *op, dtype_t dt, int64_t numel, const char *impl, int root,
-                      int64_t index, double got, double exp) {
+/* One failure line; note (may be "") explains it further. */
+static void fail_note(const char *what, const char *op, dtype_t dt, int64_t numel, const char *impl, int root,
+                      int64_t index, double got, double exp, const char *note) {
   g_fails++;
   if (g_lines++ >= MAX_LINES) return;
-  printf("FAIL rank %d: %s %s dtype=%s numel=%lld impl=%s root=%d: index %lld got %.9g expected %.9g\n", g_rank, what,
-         op, dtype_name(dt), (long long)numel, impl, root, (long long)index, got, exp);
+  printf("FAIL rank %d: %s %s dtype=%s numel=%lld impl=%s root=%d in_place=%d: index %lld got %.9g expected %.9g%s\n",
+         g_rank, what, op, dtype_name(dt), (long long)numel, impl, root, g_in_place, (long long)index, got, exp, note);
   fflush(stdout);
+}
+static void fail_line(const char *what, const char *op, dtype_t dt, int64_t numel, const char *impl, int root,
+                      int64_t index, double got, double exp) {
+  const char *note = got == SENTINEL && exp != SENTINEL
+                         ? " (-7 is the sentinel the test fills the output with beforehand: this element was never written)"
+                         : "";
+  fail_note(what, op, dt, numel, impl, root, index, got, exp, note);
 }
 
 /* Rank r's input element i: a small integer, so sums over 5 ranks (<= 60) are exact in bf16. */
@@ -68,6 +81,34 @@ static float f_owner(int64_t i, const void *ctx) { /* all-gather: element i come
   return input(r, i);
 }
 
+/* The ring's real p2p bytes of one call against an optimal ring: all ranks together move exactly
+ * the model's total (Σ comm_model_sent), and no rank moves more than the most any rank does in the
+ * model. Any optimal schedule passes: to r+1 (comm.h's model) or to r−1 (its mirror). */
+static void check_ring_bytes(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, int root) {
+  comm_counters_t k = comm_counters(c);
+  const char *name = comm_op_name(op);
+  int64_t tot_s = 0, tot_r = 0, max_s = 0, max_r = 0;
+  for (int q = 0; q < g_world; q++) {
+    int64_t s = comm_model_sent(op, numel, dt, g_world, q, root), r = comm_model_recvd(op, numel, dt, g_world, q, root);
+    tot_s += s;
+    tot_r += r;
+    if (s > max_s) max_s = s;
+    if (r > max_r) max_r = r;
+  }
+  if (k.p2p_sent > max_s)
+    fail_note("ring p2p bytes sent by this rank", name, dt, numel, "ring", root, -1, (double)k.p2p_sent, (double)max_s,
+              " (expected: at most this, the most any rank sends in an optimal ring; see comm_model_sent)");
+  if (k.p2p_recvd > max_r)
+    fail_note("ring p2p bytes received by this rank", name, dt, numel, "ring", root, -1, (double)k.p2p_recvd,
+              (double)max_r, " (expected: at most this, the most any rank receives in an optimal ring)");
+  double tot[2] = {(double)k.p2p_sent, (double)k.p2p_recvd}; /* every rank calls this for every ring case */
+  comm_ctl_all_reduce_f64(c, tot, 2, REDOP_SUM);
+  if (g_rank == 0 && (tot[0] != (double)tot_s || tot[1] != (double)tot_r))
+    fail_note("ring p2p bytes of all ranks together", name, dt, numel, "ring", root, -1, tot[0], (double)tot_s,
+              tot[0] > (double)tot_s ? " (more than an optimal ring moves: a chunk sent twice, or one a rank did not need?)"
+                                     : " (less than every rank needs: a chunk never sent?)");
+}
+
 /* Counters of one call: the model (whatever impl ran) and, for the ring, its real p2p bytes. */
 static void check_counters(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_impl_t impl, int root, int ncalls,
                            int64_t exp_sent, int64_t exp_recvd) {
@@ -78,10 +119,7 @@ static void check_counters(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, c
     fail_line("counter recvd", name, dt, numel, in, root, -1, (double)k.recvd[op], (double)exp_recvd);
   if (k.calls[op] != ncalls) fail_line("counter calls", name, dt, numel, in, root, -1, (double)k.calls[op], ncalls);
   if (impl == COLL_RING) {
-    if (k.p2p_sent != exp_sent) fail_line("ring p2p_sent vs model", name, dt, numel, in, root, -1, (double)k.p2p_sent,
-                                          (double)exp_sent);
-    if (k.p2p_recvd != exp_recvd)
-      fail_line("ring p2p_recvd vs model", name, dt, numel, in, root, -1, (double)k.p2p_recvd, (double)exp_recvd);
+    check_ring_bytes(c, op, dt, numel, root);
   } else if (k.p2p_sent != 0) {
     fail_line("vendor p2p_sent", name, dt, numel, in, root, -1, (double)k.p2p_sent, 0);
   }
@@ -92,6 +130,8 @@ static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_im
   const char *in = impl == COLL_RING ? "ring" : "vendor", *name = comm_op_name(op);
   int64_t lo = comm_chunk_lo(numel, N, r), own = comm_chunk_numel(numel, N, r);
   int in_place = dt == DT_BF16; /* bf16 cases use the in-place forms (reduce, reduce-scatter, all-gather), f32 the others */
+  g_in_place = in_place && (op == CO_REDUCE || op == CO_REDUCE_SCATTER || op == CO_ALL_GATHER);
+  if (op == CO_ALL_REDUCE || op == CO_BROADCAST) g_in_place = 1; /* always in place */
   int64_t ms = comm_model_sent(op, numel, dt, N, r, root), mr = comm_model_recvd(op, numel, dt, N, r, root);
   comm_set_impl(c, impl);
   comm_counters_reset(c);
@@ -168,6 +208,7 @@ static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_im
 static void run_async(comm_t *c, coll_impl_t impl, dtype_t dt) {
   int N = g_world, r = g_rank;
   const char *in = impl == COLL_RING ? "ring" : "vendor";
+  g_in_place = 0;
   int64_t numel = 100003, lo = comm_chunk_lo(numel, N, r), own = comm_chunk_numel(numel, N, r);
   redop_t sum = REDOP_SUM;
   comm_set_impl(c, impl);
@@ -212,7 +253,8 @@ int main(int argc, char **argv) {
     comm_finalize(c);
     return 1;
   }
-  comm_set_timeout(c, 60);
+  const char *ex = getenv("ZL_EXERCISE_TIMEOUT_S");
+  comm_set_timeout(c, ex && atof(ex) > 0 ? atof(ex) : 60);
   int N = g_world;
   int64_t sizes[] = {0, 1, N - 1, N + 1, 1000003};
   const comm_op_t ops[] = {CO_BROADCAST, CO_REDUCE, CO_ALL_REDUCE, CO_REDUCE_SCATTER, CO_ALL_GATHER, CO_SEND};
@@ -231,10 +273,11 @@ int main(int argc, char **argv) {
     for (int d = 0; d < 2; d++) run_async(c, impl ? COLL_RING : COLL_VENDOR, dts[d]);
   /* the ring's scratch is in the memory ledger (LEDGER_COMM): at least one chunk of the largest
    * f32 all-reduce while the communicator lives, nothing after comm_finalize */
+  g_in_place = 0;
   int64_t want_comm = N > 1 ? (1000003 + N - 1) / N * 4 : 0;
   if (ledger_live(LEDGER_COMM) < want_comm)
-    fail_line("ledger comm bytes", "scratch", DT_F32, 1000003, "ring", -1, -1, (double)ledger_live(LEDGER_COMM),
-              (double)want_comm);
+    fail_note("ledger comm bytes", "scratch", DT_F32, 1000003, "ring", -1, -1, (double)ledger_live(LEDGER_COMM),
+              (double)want_comm, " (at least: the ring's scratch must come from comm_scratch, which the ledger counts)");
   double fails = g_fails;
   comm_ctl_all_reduce_f64(c, &fails, 1, REDOP_SUM);
   if (g_rank == 0) {

@@ -1,15 +1,32 @@
 /* test_collectives.c — chapter 01 multi-rank tests (notes/01-collectives.md).
  * One mpirun launch of tests/mpi/scn_collectives per world size 1..5 checks every collective,
  * both dtypes, awkward sizes, vendor and ring, the byte counters and async ordering; the rest
- * check the chapter's two programs and the timeout path. */
+ * (suite ch01_programs, which sorts after it: `make exercise` stops at the first failing test, so
+ * a wrong ring is named by the scenario's failure lines, smallest world first) check the
+ * chapter's two programs and the timeout path. In exercise mode (`make exercise`
+ * sets ZL_EXERCISE_TIMEOUT_S) every launch gets a short deadline, so a deadlocked ring is named
+ * in seconds: "timed out after N s — a deadlock?". */
 #include "zl_test.h" // zl_run, cr_assert
 
 /* The program's output for an assertion message (scenario failure lines included). */
 static const char *fail_lines(const char *out) { return out && *out ? out : "(no output)"; }
 
+/* The kill for one launch: `normal` seconds, or a few collective deadlines in exercise mode
+ * (ZL_EXERCISE_TIMEOUT_S, set by `make exercise`; scn_collectives takes it as its deadline). */
+static int limit(int normal) {
+  const char *e = getenv("ZL_EXERCISE_TIMEOUT_S");
+  return e && atoi(e) > 0 ? 3 * atoi(e) + 10 : normal;
+}
+/* A launch killed by its time limit (exit 124) says what that usually means. */
+static void expect_no_hang(int rc, const char *what, int np, int secs, const char *out) {
+  cr_assert_neq(rc, 124, "%s on %d ranks: timed out after %d s — a deadlock? check who sends to whom (each "
+                "comm_p2p_send needs the matching comm_p2p_recv on the other rank):\n%s", what, np, secs, fail_lines(out));
+}
+
 static void run_scenario(int np) {
   char *out = NULL;
-  int rc = zl_run(np, 120, &out, "%s/scn_collectives", ZL_TESTBIN);
+  int rc = zl_run(np, limit(120), &out, "%s/scn_collectives", ZL_TESTBIN);
+  expect_no_hang(rc, "scn_collectives", np, limit(120), out);
   cr_assert_eq(rc, 0, "scn_collectives on %d ranks exited %d:\n%s", np, rc, fail_lines(out));
   cr_assert(strstr(out, "scn_collectives: ok"), "scn_collectives on %d ranks did not report ok:\n%s", np, out);
   free(out);
@@ -22,7 +39,7 @@ Test(ch01_collectives, world4, .timeout = 150) { run_scenario(4); }
 Test(ch01_collectives, world5, .timeout = 150) { run_scenario(5); }
 
 /* The chapter's classic example, exactly as the notes show it, with both implementations. */
-Test(ch01_collectives, demo_reduce_scatter_3_ranks, .timeout = 120) {
+Test(ch01_programs, demo_reduce_scatter_3_ranks, .timeout = 120) {
   static const char *const want[] = {
       "Before ReduceScatter on rank 0: [1, 2, 1, 4, 1, 8]\n",   "Before ReduceScatter on rank 1: [2, 4, 4, 16, 8, 64]\n",
       "Before ReduceScatter on rank 2: [3, 6, 9, 36, 27, 216]\n", "After ReduceScatter on rank 0: [6, 12]\n",
@@ -31,7 +48,8 @@ Test(ch01_collectives, demo_reduce_scatter_3_ranks, .timeout = 120) {
   const char *impls[] = {"vendor", "ring"};
   for (int k = 0; k < 2; k++) {
     char *out = NULL;
-    int rc = zl_run(3, 60, &out, "%s/ch01_collectives --op reduce_scatter --impl %s", ZL_BIN, impls[k]);
+    int rc = zl_run(3, limit(60), &out, "%s/ch01_collectives --op reduce_scatter --impl %s", ZL_BIN, impls[k]);
+    expect_no_hang(rc, "ch01_collectives --op reduce_scatter", 3, limit(60), out);
     cr_assert_eq(rc, 0, "ch01_collectives --impl %s exited %d:\n%s", impls[k], rc, fail_lines(out));
     const char *at = out; /* the lines must appear in this order */
     for (int i = 0; i < 6; i++) {
@@ -44,9 +62,10 @@ Test(ch01_collectives, demo_reduce_scatter_3_ranks, .timeout = 120) {
 }
 
 /* Every op with the ring on 4 ranks in bf16 runs and prints the all-reduce sum (1+2+3+4)·[1,2,3,4]. */
-Test(ch01_collectives, demo_all_ops_ring_bf16, .timeout = 120) {
+Test(ch01_programs, demo_all_ops_ring_bf16, .timeout = 120) {
   char *out = NULL;
-  int rc = zl_run(4, 60, &out, "%s/ch01_collectives --op all --impl ring --dtype bf16", ZL_BIN);
+  int rc = zl_run(4, limit(60), &out, "%s/ch01_collectives --op all --impl ring --dtype bf16", ZL_BIN);
+  expect_no_hang(rc, "ch01_collectives --op all --impl ring", 4, limit(60), out);
   cr_assert_eq(rc, 0, "ch01_collectives --op all exited %d:\n%s", rc, fail_lines(out));
   for (int r = 0; r < 4; r++) {
     char line[128];
@@ -58,7 +77,7 @@ Test(ch01_collectives, demo_all_ops_ring_bf16, .timeout = 120) {
 }
 
 /* A bad flag: one error line, exit 2, before MPI starts. */
-Test(ch01_collectives, bad_flag_exits_2) {
+Test(ch01_programs, bad_flag_exits_2) {
   char *out = NULL;
   int rc = zl_run(0, 30, &out, "%s/ch01_collectives --op allreduce", ZL_BIN);
   cr_assert_eq(rc, 2, "exit %d, expected 2:\n%s", rc, fail_lines(out));
@@ -71,12 +90,13 @@ Test(ch01_collectives, bad_flag_exits_2) {
 }
 
 /* collbench on a tiny sweep: every op, both implementations, exact check, #wrong 0, JSON rows. */
-Test(ch01_collectives, collbench_tiny_sweep, .timeout = 120) {
+Test(ch01_programs, collbench_tiny_sweep, .timeout = 120) {
   char dir[256], json[320], *out = NULL;
   zl_tmpdir(dir, sizeof dir, "collbench");
   snprintf(json, sizeof json, "%s/cb.json", dir);
-  int rc = zl_run(3, 90, &out, "%s/ch01_collbench -b 1K -e 64K -f 8 -n 3 -w 1 --op all --impl both -d bfloat16 --json %s",
+  int rc = zl_run(3, limit(90), &out, "%s/ch01_collbench -b 1K -e 64K -f 8 -n 3 -w 1 --op all --impl both -d bfloat16 --json %s",
                   ZL_BIN, json);
+  expect_no_hang(rc, "ch01_collbench", 3, limit(90), out);
   cr_assert_eq(rc, 0, "ch01_collbench exited %d:\n%s", rc, fail_lines(out));
   cr_assert(strstr(out, "# Out of bounds values : 0 OK"), "collbench reported wrong values:\n%s", out);
   cr_assert(strstr(out, "# Avg bus bandwidth    :"), "no footer:\n%s", out);
@@ -94,7 +114,7 @@ Test(ch01_collectives, collbench_tiny_sweep, .timeout = 120) {
 }
 
 /* comm_set_timeout: rank 0 skips an all-reduce; the others name it and take the job down. */
-Test(ch01_collectives, timeout_names_the_op, .timeout = 60) {
+Test(ch01_programs, timeout_names_the_op, .timeout = 60) {
   char *out = NULL;
   int rc = zl_run(2, 40, &out, "%s/scn_collectives timeout", ZL_TESTBIN);
   cr_assert_neq(rc, 0, "the job should have been aborted:\n%s", fail_lines(out));

@@ -206,3 +206,245 @@ Test(common_exercises, check_detects_stale_tree) {
   free(g);
   free(mine);
 }
+
+/* ---- hints, list, backups, check's diff: the fixture tree again ------------------------------ */
+
+Test(common_exercises, graded_hints_list_backup_and_diff) {
+  char root[256], *out = NULL, sol[300], ex[300], bk[320];
+  make_fixture(root, sizeof root, "ex_loop");
+  snprintf(sol, sizeof sol, "%s/solutions", root);
+  snprintf(ex, sizeof ex, "%s/exercises", root);
+  snprintf(bk, sizeof bk, "%s/backup", root);
+  /* a second-level hint: not in the stub, shown by --level 2 only */
+  write_text(sol, "lv.c", "int fx_lv(int a) {\n  // BEGIN EXERCISE fx_lv notes/01-collectives.md\n"
+                          "  // HINT: the idea\n  // HINT2: the indices\n  return a;\n  // END EXERCISE\n}\n");
+  int rc = zl_run(0, 60, &out, GEN " generate %s %s --backup %s", sol, ex, bk);
+  cr_assert_eq(rc, 0, "generate: %s", out);
+  free(out);
+  char *lv = gen_file(root, "lv.c");
+  cr_expect(strstr(lv, "// HINT: the idea") && !strstr(lv, "the indices") && strstr(lv, "LEVEL=2"),
+            "the stub shows the first hint and points at the next, never the second:\n%s", lv);
+  free(lv);
+  rc = zl_run(0, 60, &out, GEN " hint %s fx_lv", sol);
+  cr_expect(rc == 0 && strstr(out, "the idea") && !strstr(out, "the indices") && strstr(out, "LEVEL=2"), "hint level 1:\n%s", out);
+  free(out);
+  rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 2", sol);
+  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices"), "hint level 2:\n%s", out);
+  free(out);
+
+  /* the student writes fx_add and adds a helper above it (outside the markers) */
+  char *g = gen_file(root, "fx.c");
+  const char *todo = "  zl_exercise_todo(\"fx_add\", \"notes/01-collectives.md\");\n";
+  const char *fn = "int64_t fx_add(int64_t a, int64_t b) {\n";
+  char *at = strstr(g, todo), *f = strstr(g, fn);
+  cr_assert(at && f && f < at, "fixture stub not found:\n%s", g);
+  char *mine = malloc(strlen(g) + 256);
+  sprintf(mine, "%.*s/* five lines down */\nstatic int64_t my_helper(int64_t x) { return x; }\n%.*s  return my_helper(a) + b;\n%s",
+          (int)(f - g), g, (int)(at - f), f, at + strlen(todo));
+  write_text(ex, "fx.c", mine);
+  /* list: the line of the BEGIN in the student's file as it is now, and the last run's status */
+  char st[320];
+  snprintf(st, sizeof st, "%s/status.json", root);
+  write_text(root, "status.json", "{\"fx_add\": {\"state\": \"wrong\", \"detail\": \"x\", \"when\": \"today\"}}");
+  rc = zl_run(0, 60, &out, GEN " list %s --dst %s --status %s", sol, ex, st);
+  int line = 0;
+  for (char *p = mine; p < strstr(mine, "// BEGIN EXERCISE fx_add"); p++) line += *p == '\n';
+  char want[128];
+  snprintf(want, sizeof want, "exercises/fx.c:%d  last run: wrong (today)", line + 1);
+  cr_expect(rc == 0 && strstr(out, want), "list must read the line from exercises/ (%s):\n%s", want, out);
+  free(out);
+  /* check: accepted bodies, but the helper is outside them: stale, with the line shown */
+  rc = zl_run(0, 60, &out, "env -u CI " GEN " check %s %s", sol, ex);
+  cr_expect(rc == 1 && strstr(out, "+static int64_t my_helper") == NULL && strstr(out, "-static int64_t my_helper"),
+            "check must show the differing line:\n%s", out);
+  cr_expect(!strstr(out, "RESET=1"), "no advice to RESET=1 a student's work:\n%s", out);
+  free(out);
+  /* generate keeps the body, saves the whole file (helper included) outside build/, says where */
+  rc = zl_run(0, 60, &out, GEN " generate %s %s --backup %s", sol, ex, bk);
+  cr_expect(rc == 0 && strstr(out, bk) && strstr(out, "fx.c") && !strstr(out, "RESET=1"),
+            "generate must say where it saved the student's file:\n%s", out);
+  free(out);
+  rc = zl_run(0, 60, &out, "grep -rl my_helper %s && grep -q 'return my_helper(a) + b;' %s/fx.c", bk, ex);
+  cr_expect_eq(rc, 0, "the backup must hold the helper, exercises/fx.c the body:\n%s", out);
+  free(out);
+  free(g);
+  free(mine);
+}
+
+/* ---- make exercise on the real tree: student bodies of our own ------------------------------ */
+/* Each case copies exercises/ to /tmp, writes bodies into it and runs `exercises.py status` with
+ * one quick test (a 3-rank scenario, or the DDP overlap check), a 3 s deadline, the judged tree
+ * under /tmp and the objects of this build. Budget: about 45 s for all of them on 2 cores. */
+
+static const char *build_dir(char *dst, size_t n) { /* the BUILD this test binary came from */
+  const char *bin = ZL_BIN, *tail = strcmp(ZL_IMPL, "exercises") == 0 ? "/exercises/bin" : "/bin";
+  size_t k = strlen(bin), t = strlen(tail);
+  cr_assert(k > t && strcmp(bin + k - t, tail) == 0, "cannot tell BUILD from ZL_BIN %s", bin);
+  snprintf(dst, n, "%.*s", (int)(k - t), bin);
+  return dst;
+}
+
+/* dir/file with the body of exercise `name` replaced by `body`. */
+static void put_body(const char *dir, const char *file, const char *name, const char *body) {
+  char path[512], begin[160];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  char *t = zl_read_file(path, NULL);
+  cr_assert(t, "cannot read %s", path);
+  snprintf(begin, sizeof begin, "// BEGIN EXERCISE %s ", name);
+  char *b = strstr(t, begin);
+  cr_assert(b, "no exercise %s in %s", name, path);
+  char *s = strchr(b, '\n') + 1, *e = strstr(s, "// END EXERCISE");
+  while (e > s && e[-1] != '\n') e--; /* the END line's indent stays */
+  char *o = malloc(strlen(t) + strlen(body) + 1);
+  sprintf(o, "%.*s%s%s", (int)(s - t), t, body, e);
+  write_text(dir, file, o);
+  free(o);
+  free(t);
+}
+/* Prepend text to dir/file (a student's include or helper outside the markers). */
+static void put_top(const char *dir, const char *file, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  char *t = zl_read_file(path, NULL);
+  char *o = malloc(strlen(t) + strlen(text) + 1);
+  sprintf(o, "%s%s", text, t);
+  write_text(dir, file, o);
+  free(o);
+  free(t);
+}
+
+/* A fresh copy of exercises/ under /tmp; returns its path in dst. */
+static void student_tree(char *dst, size_t n, const char *name) {
+  char root[256], cmd[1024];
+  zl_tmpdir(root, sizeof root, name);
+  snprintf(dst, n, "%s/exercises", root);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r exercises %s", dst, dst);
+  cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+}
+
+/* exercises.py status on tree dst; returns the exit code, the output in *out. */
+static int judge(const char *dst, const char *chapter, const char *filter, char **out) {
+  char build[256];
+  build_dir(build, sizeof build);
+  /* one judged tree for every case, kept in BUILD: later runs relink only */
+  return zl_run(0, 150, out, GEN " status solutions %s --chapter %s --build %s --work %s/exercise-check-tests "
+                "--filter '%s' --deadline 3 --make 'make --no-print-directory BUILD=%s'", dst, chapter, build, build,
+                filter, build);
+}
+
+/* The exercise line of `name` in the verdict block (NULL if none). */
+static const char *verdict(const char *out, const char *name) {
+  const char *blk = strstr(out, "---- chapter");
+  if (!blk) return NULL;
+  char key[96];
+  snprintf(key, sizeof key, "\n%s ", name);
+  const char *p = strstr(blk, key);
+  return p ? p + 1 : NULL;
+}
+static int verdict_is(const char *out, const char *name, const char *state) {
+  const char *v = verdict(out, name);
+  if (!v) return 0;
+  v += strlen(name);
+  while (*v == ' ') v++;
+  return strncmp(v, state, strlen(state)) == 0;
+}
+
+/* The ring the other way round (send to r−1, receive from r+1), through a static helper and an
+ * include the student put outside the markers: both exercises done; the block starts with the
+ * exercise the notes say to do first. */
+static const char *REV_AG =
+    "  int N = comm_world(c), r = comm_rank(c);\n"
+    "  comm_local_copy(c, elem(recv, comm_chunk_lo(numel, N, r), dt), send, comm_chunk_numel(numel, N, r), dt);\n"
+    "  for (int s = 0; s < N - 1; s++) {\n"
+    "    int ks = rev_mod(r + s, N), kr = rev_mod(r + s + 1, N);\n"
+    "    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), rev_mod(r - 1, N),\n"
+    "                      elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), rev_mod(r + 1, N), dt);\n"
+    "  }\n";
+static const char *REV_RS =
+    "  int N = comm_world(c), r = comm_rank(c);\n"
+    "  if (N == 1) { comm_local_copy(c, recv, send, numel, dt); return; }\n"
+    "  int64_t nbytes = ((numel + N - 1) / N) * (int64_t)dtype_size(dt);\n"
+    "  int in_place = recv == elem(send, comm_chunk_lo(numel, N, r), dt);\n"
+    "  const void *out = NULL;\n"
+    "  for (int s = 0; s < N - 1; s++) {\n"
+    "    int ks = rev_mod(r + s + 1, N), kr = rev_mod(r + s + 2, N), last = s == N - 2;\n"
+    "    const void *sb = s == 0 ? elem(send, comm_chunk_lo(numel, N, ks), dt) : out;\n"
+    "    void *rb = last && !in_place ? recv : comm_scratch(c, s % 2, nbytes);\n"
+    "    comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), rev_mod(r - 1, N), rb, comm_chunk_numel(numel, N, kr),\n"
+    "                      rev_mod(r + 1, N), dt);\n"
+    "    if (last && in_place) comm_local_reduce(c, recv, rb, comm_chunk_numel(numel, N, kr), dt, op);\n"
+    "    else comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, op);\n"
+    "    out = rb;\n"
+    "  }\n";
+
+Test(common_exercises, reversed_ring_with_helper_is_done, .timeout = 150) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_rev");
+  put_top(dst, "ring.c", "#include <limits.h> /* a student's include */\nstatic int rev_mod(int x, int n) { return ((x % n) + n) % n; }\n");
+  put_body(dst, "ring.c", "ring_all_gather", REV_AG);
+  put_body(dst, "ring.c", "ring_reduce_scatter", REV_RS);
+  int rc = judge(dst, "01", "ch01_collectives/world3", &out);
+  cr_expect(verdict_is(out, "ring_all_gather", "done") && verdict_is(out, "ring_reduce_scatter", "done"),
+            "a ring running to r-1 (helper outside the markers) must be done (exit %d):\n%s", rc, out);
+  const char *blk = strstr(out, "----\n");
+  cr_expect(blk && strncmp(blk + 5, "ring_all_gather ", 16) == 0, "the block must start with ring_all_gather:\n%s", out);
+  cr_expect(verdict_is(out, "ring_broadcast", "not done"), "stubs stay not done:\n%s", out);
+  free(out);
+}
+
+/* A wrong body: named wrong within seconds, with the failure line (sentinel explained); a hang:
+ * "timed out after 3 s — a deadlock?"; a syntax error: the compiler's own line. */
+Test(common_exercises, wrong_hang_and_syntax_error_are_named, .timeout = 150) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_wrong");
+  put_body(dst, "ring.c", "ring_all_gather",
+           "  int N = comm_world(c), r = comm_rank(c);\n" /* forgets its own chunk */
+           "  for (int s = 0; s < N - 1; s++) {\n"
+           "    int ks = mod(r - s, N), kr = mod(r - s - 1, N);\n"
+           "    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), mod(r + 1, N),\n"
+           "                      elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), mod(r - 1, N), dt);\n"
+           "  }\n");
+  int rc = judge(dst, "01", "ch01_collectives/world3", &out);
+  cr_expect(rc == 1 && verdict_is(out, "ring_all_gather", "wrong") && strstr(out, "in_place=") &&
+                strstr(out, "never written"),
+            "wrong body: exit %d, expected verdict wrong with the failure line:\n%s", rc, out);
+  free(out);
+
+  put_body(dst, "ring.c", "ring_all_gather",
+           "  int N = comm_world(c), r = comm_rank(c);\n" /* every rank receives first: deadlock */
+           "  for (int s = 0; s < N - 1; s++) {\n"
+           "    int ks = mod(r - s, N), kr = mod(r - s - 1, N);\n"
+           "    comm_p2p_recv(c, elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, mod(r - 1, N));\n"
+           "    comm_p2p_send(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), dt, mod(r + 1, N));\n"
+           "  }\n");
+  rc = judge(dst, "01", "ch01_collectives/world3", &out);
+  cr_expect(verdict_is(out, "ring_all_gather", "timed out") && strstr(out, "timed out after 3 s") &&
+                strstr(out, "a deadlock? check who sends to whom") && !strstr(out, "exited 124"),
+            "hang: exit %d, expected a timed-out verdict:\n%s", rc, out);
+  free(out);
+
+  put_body(dst, "ring.c", "ring_all_gather", "  int N = comm_world(c)\n  (void)N;\n");
+  rc = judge(dst, "01", "ch01_collectives/world3", &out);
+  cr_expect(verdict_is(out, "ring_all_gather", "does not compile") && strstr(out, "exercises/ring.c:") &&
+                strstr(out, "error: expected"),
+            "syntax error: exit %d, expected the compiler's line:\n%s", rc, out);
+  free(out);
+}
+
+/* A DDP hook that launches every all-reduce only once the backward is over: the numbers are right,
+ * the overlap is gone. */
+Test(common_exercises, ddp_hook_without_overlap_is_named, .timeout = 150) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_ddp");
+  put_body(dst, "ddp.c", "ddp_post_backward",
+           "  ddp_state_t *st = t->priv;\n"
+           "  if (!t->last_micro || st->variant == DDP_NAIVE || u != 0) return;\n"
+           "  for (int k = t->model.n_units - 1; k >= 0; k--)\n"
+           "    if (st->variant == DDP_OVERLAP) ddp_launch(t, t->model.units[k].off, t->model.units[k].padded, st->tags[k]);\n"
+           "    else if (k == st->buckets[st->unit_bucket[k]].first_unit)\n"
+           "      ddp_launch(t, st->buckets[st->unit_bucket[k]].off, st->buckets[st->unit_bucket[k]].numel, st->tags[st->unit_bucket[k]]);\n");
+  int rc = judge(dst, "02", "ch02_ddp_overlap/overlap_issues_during_backward", &out);
+  cr_expect(verdict_is(out, "ddp_post_backward", "not overlapped") && strstr(out, "correct but not overlapped"),
+            "no-overlap hook: exit %d, expected \"correct but not overlapped\":\n%s", rc, out);
+  free(out);
+}
