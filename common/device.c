@@ -127,6 +127,58 @@ void dev_upload(device_t dev, void *dst, dtype_t dt, const float *host, int64_t 
   }
 }
 
+void *dev_host_malloc(device_t dev, size_t nbytes, const char *what) {
+  void *p = NULL;
+  if (dev == DEV_CPU) {
+    p = calloc(nbytes ? nbytes : 1, 1);
+  } else {
+#ifdef ZL_CUDA
+    p = devcu_host_malloc(nbytes ? nbytes : 1);
+#else
+    no_cuda("dev_host_malloc");
+#endif
+  }
+  if (!p)
+    die("out of memory on rank %d: %s needs %.1f MiB (host%s)", msg_rank(), what ? what : "allocation",
+        nbytes / 1048576.0, dev == DEV_CPU ? "" : ", pinned");
+  return p;
+}
+
+void dev_host_free(device_t dev, void *p) {
+  if (!p) return;
+  if (dev == DEV_CPU) {
+    free(p);
+    return;
+  }
+#ifdef ZL_CUDA
+  devcu_host_free(p);
+#else
+  no_cuda("dev_host_free");
+#endif
+}
+
+void dev_copy_async(device_t dev, void *dst, const void *src, size_t nbytes) {
+  if (nbytes == 0 || dst == src) return;
+  if (dev == DEV_CPU) { /* the two arenas are both host memory: a real copy, done now */
+    memcpy(dst, src, nbytes);
+    return;
+  }
+#ifdef ZL_CUDA
+  devcu_copy_async(dst, src, nbytes);
+#else
+  no_cuda("dev_copy_async");
+#endif
+}
+
+void dev_copy_wait(device_t dev) {
+  if (dev == DEV_CPU) return;
+#ifdef ZL_CUDA
+  devcu_copy_wait();
+#else
+  no_cuda("dev_copy_wait");
+#endif
+}
+
 size_t dev_used_bytes(device_t dev) {
   if (dev == DEV_CPU) return 0;
 #ifdef ZL_CUDA

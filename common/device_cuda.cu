@@ -8,10 +8,13 @@
  * devcu_select is called: CPU runs of a CUDA-enabled binary never touch the driver. */
 #include "cuda_common.cuh" // CHECK_CUDA, CHECK_CUBLAS, die, check_rank
 #include "device_cuda.h"   // devcu_*
+#include <string.h>        // memset (pinned host memory)
 
 static int g_device = -1;              /* selected GPU, -1 before devcu_select */
 static cudaStream_t g_compute = NULL;  /* kernels, cuBLAS, copies of the compute thread */
 static cudaStream_t g_comm = NULL;     /* NCCL collectives and the ring's kernels */
+static cudaStream_t g_copy = NULL;     /* offload copies device <-> pinned host (created on first use) */
+static cudaEvent_t g_copy_after = NULL; /* recorded on g_compute: g_copy waits for it */
 static cublasHandle_t g_cublas = NULL; /* bound to g_compute */
 /* 1 on a communication thread (devcu_thread_attach_comm): its copies go on the comm stream. */
 static thread_local int t_on_comm = 0;
@@ -73,7 +76,11 @@ void devcu_free(void *p) {
 void devcu_memcpy(void *dst, const void *src, size_t nbytes, int kind) {
   if (nbytes == 0) return;
   need_device("devcu_memcpy");
-  cudaMemcpyKind k = kind == 0 ? cudaMemcpyHostToDevice : kind == 1 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+  /* cudaMemcpyDefault: the direction from the pointers (unified addressing), so a "device"
+   * pointer that is really pinned host memory (chapter 08's offloaded states, reached through
+   * strategy_t.layout by the checkpoints) copies right too. `kind` documents the caller's intent. */
+  (void)kind;
+  cudaMemcpyKind k = cudaMemcpyDefault;
   cudaStream_t s = my_stream();
   CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, k, s));
   CHECK_CUDA(cudaStreamSynchronize(s)); /* the contract: done when the call returns */
@@ -88,6 +95,41 @@ void devcu_memset0(void *p, size_t nbytes) {
 void devcu_sync(void) {
   if (g_device < 0) return;
   CHECK_CUDA(cudaStreamSynchronize(my_stream()));
+}
+
+void *devcu_host_malloc(size_t nbytes) {
+  need_device("devcu_host_malloc");
+  void *p = NULL;
+  cudaError_t e = cudaMallocHost(&p, nbytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  CHECK_CUDA(e);
+  memset(p, 0, nbytes);
+  return p;
+}
+
+void devcu_host_free(void *p) {
+  if (!p) return;
+  /* cudaFreeHost synchronizes the device: nothing queued may still read or write p */
+  CHECK_CUDA(cudaFreeHost(p));
+}
+
+void devcu_copy_async(void *dst, const void *src, size_t nbytes) {
+  if (nbytes == 0) return;
+  need_device("devcu_copy_async");
+  if (!g_copy) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&g_copy, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&g_copy_after, cudaEventDisableTiming));
+  }
+  CHECK_CUDA(cudaEventRecord(g_copy_after, g_compute)); /* after what compute queued so far ... */
+  CHECK_CUDA(cudaStreamWaitEvent(g_copy, g_copy_after, 0));
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, g_copy)); /* ... beside what it queues next */
+}
+
+void devcu_copy_wait(void) {
+  if (g_copy) CHECK_CUDA(cudaStreamSynchronize(g_copy));
 }
 
 size_t devcu_used_bytes(void) {

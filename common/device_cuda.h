@@ -15,6 +15,13 @@ void devcu_free(void *p);
 void devcu_memcpy(void *dst, const void *src, size_t nbytes, int kind);
 void devcu_memset0(void *p, size_t nbytes);
 void devcu_sync(void);                 /* synchronize the compute stream */
+/* Pinned host memory (cudaMallocHost + memset 0); NULL on failure (device.c reports). */
+void *devcu_host_malloc(size_t nbytes);
+void devcu_host_free(void *p);
+/* Copy on the copy stream after an event recorded on the compute stream (direction from the
+ * pointers: cudaMemcpyDefault); returns at once. devcu_copy_wait: synchronize the copy stream. */
+void devcu_copy_async(void *dst, const void *src, size_t nbytes);
+void devcu_copy_wait(void);
 size_t devcu_used_bytes(void);         /* cudaMemGetInfo: total - free */
 /* The compute and communication streams as opaque pointers (cudaStream_t), for ops and NCCL. */
 void *devcu_compute_stream(void);

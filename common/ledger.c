@@ -1,6 +1,7 @@
-/* ledger.c — per-rank memory ledger: live and peak bytes by category (see ledger.h).
- * Notes: notes/00-memory.md. One ledger per process (= per rank). A mutex guards it because
- * the communication thread allocates its scratch while the compute thread allocates acts. */
+/* ledger.c — per-rank memory ledger: live and peak bytes by arena and category (see ledger.h).
+ * Notes: notes/00-memory.md; the two arenas: notes/08-offload.md. One ledger per process
+ * (= per rank). A mutex guards it because the communication thread allocates its scratch while
+ * the compute thread allocates acts. */
 #include "ledger.h"  // ledger_cat_t, ledger_add, ...
 #include "args.h"    // args_env_rank
 #include "check.h"   // die
@@ -10,16 +11,17 @@
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_rank = -1; /* set by ledger_init; before it, the launcher's rank */
-static int64_t g_limit = 0;              /* bytes; 0 = no budget */
-static int64_t g_live[LEDGER_NCAT];      /* bytes held now, per category */
-static int64_t g_peak[LEDGER_NCAT];      /* highest g_live[c] since init/reset */
-static int64_t g_total_live, g_total_peak;
+static int64_t g_limit = 0;                         /* bytes of the device arena; 0 = no budget */
+static int64_t g_live[LEDGER_NARENA][LEDGER_NCAT];  /* bytes held now, per arena and category */
+static int64_t g_peak[LEDGER_NARENA][LEDGER_NCAT];  /* highest g_live[a][c] since init/reset */
+static int64_t g_total_live[LEDGER_NARENA], g_total_peak[LEDGER_NARENA];
 
 static const char *const g_names[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm"};
 
 const char *ledger_cat_name(ledger_cat_t cat) {
   return (cat >= 0 && cat < LEDGER_NCAT) ? g_names[cat] : "unknown";
 }
+const char *ledger_arena_name(ledger_arena_t a) { return a == LEDGER_HOST ? "host" : "device"; }
 
 static int msg_rank(void) { return g_rank >= 0 ? g_rank : args_env_rank(); }
 
@@ -27,22 +29,25 @@ void ledger_init(int rank, int64_t limit_bytes) {
   pthread_mutex_lock(&g_mu);
   g_rank = rank;
   g_limit = limit_bytes > 0 ? limit_bytes : 0;
-  for (int c = 0; c < LEDGER_NCAT; c++) g_live[c] = g_peak[c] = 0;
-  g_total_live = g_total_peak = 0;
+  for (int a = 0; a < LEDGER_NARENA; a++) {
+    for (int c = 0; c < LEDGER_NCAT; c++) g_live[a][c] = g_peak[a][c] = 0;
+    g_total_live[a] = g_total_peak[a] = 0;
+  }
   pthread_mutex_unlock(&g_mu);
 }
 
-static void check_cat(ledger_cat_t cat, const char *fn) {
+static void check_cat(ledger_arena_t a, ledger_cat_t cat, const char *fn) {
+  if (a < 0 || a >= LEDGER_NARENA) die("rank %d: %s: bad ledger arena %d", msg_rank(), fn, (int)a);
   if (cat < 0 || cat >= LEDGER_NCAT) die("rank %d: %s: bad ledger category %d", msg_rank(), fn, (int)cat);
 }
 
-void ledger_add(ledger_cat_t cat, int64_t nbytes, const char *what) {
-  check_cat(cat, "ledger_add");
+void ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const char *what) {
+  check_cat(a, cat, "ledger_add");
   if (nbytes < 0) die("rank %d: ledger_add: negative size %lld for %s", msg_rank(), (long long)nbytes, what ? what : "?");
   pthread_mutex_lock(&g_mu);
-  if (g_limit > 0 && g_total_live + nbytes > g_limit) {
+  if (a == LEDGER_DEVICE && g_limit > 0 && g_total_live[a] + nbytes > g_limit) {
     /* Copy what the message needs, release the lock, then take the job down. */
-    int64_t used = g_total_live, limit = g_limit;
+    int64_t used = g_total_live[a], limit = g_limit;
     int rank = msg_rank();
     pthread_mutex_unlock(&g_mu);
     char mib[32]; /* the budget as given: whole MiB from --mem-limit-mb print without decimals */
@@ -51,28 +56,31 @@ void ledger_add(ledger_cat_t cat, int64_t nbytes, const char *what) {
     die("out of memory budget on rank %d: %s needs %.1f MiB, %.1f of %s MiB in use", rank,
         what ? what : "allocation", nbytes / 1048576.0, used / 1048576.0, mib);
   }
-  g_live[cat] += nbytes;
-  if (g_live[cat] > g_peak[cat]) g_peak[cat] = g_live[cat];
-  g_total_live += nbytes;
-  if (g_total_live > g_total_peak) g_total_peak = g_total_live;
+  g_live[a][cat] += nbytes;
+  if (g_live[a][cat] > g_peak[a][cat]) g_peak[a][cat] = g_live[a][cat];
+  g_total_live[a] += nbytes;
+  if (g_total_live[a] > g_total_peak[a]) g_total_peak[a] = g_total_live[a];
   pthread_mutex_unlock(&g_mu);
 }
 
-void ledger_sub(ledger_cat_t cat, int64_t nbytes) {
-  check_cat(cat, "ledger_sub");
+void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes) {
+  check_cat(a, cat, "ledger_sub");
   pthread_mutex_lock(&g_mu);
-  int bad = nbytes < 0 || nbytes > g_live[cat];
-  int64_t live = g_live[cat];
+  int bad = nbytes < 0 || nbytes > g_live[a][cat];
+  int64_t live = g_live[a][cat];
   if (!bad) {
-    g_live[cat] -= nbytes;
-    g_total_live -= nbytes;
+    g_live[a][cat] -= nbytes;
+    g_total_live[a] -= nbytes;
   }
   pthread_mutex_unlock(&g_mu);
-  /* Giving back more than is held is a bookkeeping bug (double free, wrong category). */
+  /* Giving back more than is held is a bookkeeping bug (double free, wrong category or arena). */
   if (bad)
-    die("rank %d: ledger_sub: %s gives back %lld bytes but holds %lld", msg_rank(), ledger_cat_name(cat),
-        (long long)nbytes, (long long)live);
+    die("rank %d: ledger_sub: %s%s gives back %lld bytes but holds %lld", msg_rank(), a == LEDGER_HOST ? "host " : "",
+        ledger_cat_name(cat), (long long)nbytes, (long long)live);
 }
+
+void ledger_add(ledger_cat_t cat, int64_t nbytes, const char *what) { ledger_add_in(LEDGER_DEVICE, cat, nbytes, what); }
+void ledger_sub(ledger_cat_t cat, int64_t nbytes) { ledger_sub_in(LEDGER_DEVICE, cat, nbytes); }
 
 /* Read one counter under the lock. */
 static int64_t read_locked(const int64_t *p) {
@@ -82,15 +90,21 @@ static int64_t read_locked(const int64_t *p) {
   return v;
 }
 
-int64_t ledger_live(ledger_cat_t cat) { check_cat(cat, "ledger_live"); return read_locked(&g_live[cat]); }
-int64_t ledger_peak(ledger_cat_t cat) { check_cat(cat, "ledger_peak"); return read_locked(&g_peak[cat]); }
-int64_t ledger_total_live(void) { return read_locked(&g_total_live); }
-int64_t ledger_total_peak(void) { return read_locked(&g_total_peak); }
+int64_t ledger_live_in(ledger_arena_t a, ledger_cat_t cat) { check_cat(a, cat, "ledger_live"); return read_locked(&g_live[a][cat]); }
+int64_t ledger_peak_in(ledger_arena_t a, ledger_cat_t cat) { check_cat(a, cat, "ledger_peak"); return read_locked(&g_peak[a][cat]); }
+int64_t ledger_total_live_in(ledger_arena_t a) { check_cat(a, 0, "ledger_total_live"); return read_locked(&g_total_live[a]); }
+int64_t ledger_total_peak_in(ledger_arena_t a) { check_cat(a, 0, "ledger_total_peak"); return read_locked(&g_total_peak[a]); }
+int64_t ledger_live(ledger_cat_t cat) { return ledger_live_in(LEDGER_DEVICE, cat); }
+int64_t ledger_peak(ledger_cat_t cat) { return ledger_peak_in(LEDGER_DEVICE, cat); }
+int64_t ledger_total_live(void) { return ledger_total_live_in(LEDGER_DEVICE); }
+int64_t ledger_total_peak(void) { return ledger_total_peak_in(LEDGER_DEVICE); }
 int64_t ledger_limit(void) { return read_locked(&g_limit); }
 
 void ledger_reset_peaks(void) {
   pthread_mutex_lock(&g_mu);
-  for (int c = 0; c < LEDGER_NCAT; c++) g_peak[c] = g_live[c];
-  g_total_peak = g_total_live;
+  for (int a = 0; a < LEDGER_NARENA; a++) {
+    for (int c = 0; c < LEDGER_NCAT; c++) g_peak[a][c] = g_live[a][c];
+    g_total_peak[a] = g_total_live[a];
+  }
   pthread_mutex_unlock(&g_mu);
 }

@@ -15,7 +15,14 @@ typedef enum {
   LEDGER_NCAT
 } ledger_cat_t;
 
+typedef enum {
+  LEDGER_DEVICE = 0, /* accelerator memory (budgeted by --mem-limit-mb)                     */
+  LEDGER_HOST,       /* host memory of the offloaded states (pinned on CUDA); no budget     */
+  LEDGER_NARENA
+} ledger_arena_t;
+
 const char *ledger_cat_name(ledger_cat_t cat); /* "params", "grads", ... */
+const char *ledger_arena_name(ledger_arena_t a); /* "device", "host" */
 
 /* Reset all counters; rank is used in messages; limit_bytes > 0 sets the --mem-limit-mb budget. */
 void ledger_init(int rank, int64_t limit_bytes);
@@ -29,6 +36,15 @@ int64_t ledger_peak(ledger_cat_t cat);   /* highest live value of this category 
 int64_t ledger_total_live(void);
 int64_t ledger_total_peak(void);         /* highest sum over all categories at one moment */
 int64_t ledger_limit(void);
-/* Peaks restart from the current live values (e.g. to measure steady state after setup). */
+/* Peaks restart from the current live values (e.g. to measure steady state after setup); both arenas. */
 void ledger_reset_peaks(void);
+
+/* The same in a chosen arena (ledger_add(c, n, w) is ledger_add_in(LEDGER_DEVICE, c, n, w)).
+ * The budget applies only when a is LEDGER_DEVICE. */
+void ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const char *what);
+void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes);
+int64_t ledger_live_in(ledger_arena_t a, ledger_cat_t cat);
+int64_t ledger_peak_in(ledger_arena_t a, ledger_cat_t cat);
+int64_t ledger_total_live_in(ledger_arena_t a);
+int64_t ledger_total_peak_in(ledger_arena_t a);
 #endif

@@ -9,7 +9,7 @@
 #include "comm.h"    // comm_counters, comm_ctl_gather, comm_op_name
 #include "formula.h" // formula_model_states, formula_comm_bytes, formula_text
 #include "device.h"  // dev_used_delta
-#include "ledger.h"  // ledger_peak, ledger_total_peak
+#include "ledger.h"  // ledger_peak, ledger_total_peak, ledger_peak_in (host arena)
 #include "trace.h"   // trace_events, trace_enabled
 #include <errno.h>   // errno, ENOENT
 #include <math.h>    // isfinite
@@ -26,6 +26,7 @@ typedef struct rank_numbers {
   int64_t params, grads, master, optim; /* bytes held (peak of each category: states are resident) */
   int64_t acts_peak, comm_peak, peak;
   int64_t device_used; /* cudaMemGetInfo used-bytes delta since device selection (GPU only; 0 on CPU) */
+  int64_t host[LEDGER_NCAT], host_peak; /* the host arena (chapter 08's offloaded states): peaks */
   int64_t sent[CO_NOPS], calls[CO_NOPS]; /* since the end of setup, all steps */
   int64_t p2p_sent;
   double busy_us[CO_NOPS];
@@ -286,6 +287,40 @@ static const char *prec_name(const train_cfg_t *c) { return c->wdt == DT_BF16 ? 
 
 static int is_gpt(const trainer_t *t) { return strcmp(t->model.fns->name, "gpt") == 0; }
 
+/* 1 when some rank holds bytes in the host arena (an offloading strategy, notes/08-offload.md). */
+static int any_host(const rank_numbers_t *all, int N) {
+  for (int r = 0; r < N; r++)
+    if (all[r].host_peak > 0) return 1;
+  return 0;
+}
+
+/* The model states the device arena should hold: the stage's formula, less master and optimizer
+ * states when they were offloaded to the host (then the host table shows them). */
+static double device_states_formula(const rank_numbers_t *all, int N, const mem_formula_t *f) {
+  return any_host(all, N) ? f->params + f->grads : f->total;
+}
+
+/* The host arena per rank, beside the stage formula's master + optimizer states (what an
+ * offloading strategy moves there); the table above is then the device arena alone. */
+static void print_host_table(const trainer_t *t, const rank_numbers_t *all, const mem_formula_t *f) {
+  int N = t->world;
+  if (!any_host(all, N)) return;
+  char fh[32], fd[32];
+  fmt_bytes(fh, sizeof fh, f->master + f->optim);
+  fmt_bytes(fd, sizeof fd, f->params + f->grads);
+  printf("\nhost memory per rank, bytes (offloaded: the table above is the device; its master + optim formula\n"
+         "moved here: device model states %s, host %s; fp32 keeps a host copy of its own fp32 piece as master)\n",
+         fd, fh);
+  printf("%-6s %12s %12s %12s %12s %14s %14s %12s %12s\n", "rank", "params", "grads", "master", "optim",
+         "states", "formula", "comm peak", "host peak");
+  for (int r = 0; r < N; r++) {
+    const int64_t *h = all[r].host;
+    printf("%-6d %12lld %12lld %12lld %12lld %14lld %14s %12lld %12lld\n", r, (long long)h[LEDGER_PARAMS],
+           (long long)h[LEDGER_GRADS], (long long)h[LEDGER_MASTER], (long long)h[LEDGER_OPTIM],
+           (long long)(h[LEDGER_MASTER] + h[LEDGER_OPTIM]), fh, (long long)h[LEDGER_COMM], (long long)all[r].host_peak);
+  }
+}
+
 static void print_tables(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all) {
   const train_cfg_t *cfg = t->cfg;
   int N = t->world, stage = t->strategy->stage, steps = run->nsteps;
@@ -315,8 +350,8 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
     const rank_numbers_t *q = &all[r];
     int64_t ms = q->params + q->grads + q->master + q->optim;
     char fb[32], pb[32];
-    fmt_bytes(fb, sizeof fb, f.total);
-    fmt_bytes(pb, sizeof pb, (double)ms - f.total);
+    fmt_bytes(fb, sizeof fb, device_states_formula(all, N, &f));
+    fmt_bytes(pb, sizeof pb, (double)ms - device_states_formula(all, N, &f));
     printf("%-6d %12lld %12lld %12lld %12lld %14lld %14s %10s %12lld %12lld %12lld\n", r, (long long)q->params,
            (long long)q->grads, (long long)q->master, (long long)q->optim, (long long)ms, fb, pb,
            (long long)q->acts_peak, (long long)q->comm_peak, (long long)q->peak);
@@ -332,6 +367,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
       printf("rank %d on the GPU: ledger peak %lld bytes, driver-reported used-bytes delta %lld (cuBLAS/NCCL "
              "workspaces and the allocator's rounding are outside the ledger)\n",
              r, (long long)all[r].peak, (long long)all[r].device_used);
+  print_host_table(t, all, &f);
 
   double fc = formula_comm_bytes(stage, psi, N, t->wdt), total = 0;
   for (int r = 0; r < N; r++)
@@ -376,19 +412,25 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, "],\n \"final_loss\": %s, \"params_fingerprint\": \"%s\",\n",
             jnum(num, sizeof num, run->steps[steps - 1].loss), fpr);
   char fb[32];
-  fmt_bytes(fb, sizeof fb, f.total);
+  fmt_bytes(fb, sizeof fb, device_states_formula(all, N, &f));
   sb_printf(&b, " \"memory\": {\"per_rank\": [");
   for (int r = 0; r < N; r++) {
     const rank_numbers_t *q = &all[r];
     int64_t ms = q->params + q->grads + q->master + q->optim;
     char pb[32];
-    fmt_bytes(pb, sizeof pb, (double)ms - f.total);
+    fmt_bytes(pb, sizeof pb, (double)ms - device_states_formula(all, N, &f));
     sb_printf(&b, "%s{\"rank\": %d, \"params\": %lld, \"grads\": %lld, \"master\": %lld, \"optim\": %lld, "
                   "\"model_states\": %lld, \"formula_model_states\": %s, \"padding_bytes\": %s, "
-                  "\"acts_peak\": %lld, \"comm_peak\": %lld, \"peak\": %lld, \"device_used\": %lld}",
+                  "\"acts_peak\": %lld, \"comm_peak\": %lld, \"peak\": %lld, \"device_used\": %lld",
               r ? ",\n   " : "", r, (long long)q->params, (long long)q->grads, (long long)q->master,
               (long long)q->optim, (long long)ms, fb, pb, (long long)q->acts_peak, (long long)q->comm_peak,
               (long long)q->peak, (long long)q->device_used);
+    /* the host arena (offload): every rank, zeros when nothing is offloaded */
+    const int64_t *h = q->host;
+    sb_printf(&b, ", \"host\": {\"params\": %lld, \"grads\": %lld, \"master\": %lld, \"optim\": %lld, "
+                  "\"acts\": %lld, \"comm\": %lld, \"peak\": %lld}}",
+              (long long)h[LEDGER_PARAMS], (long long)h[LEDGER_GRADS], (long long)h[LEDGER_MASTER],
+              (long long)h[LEDGER_OPTIM], (long long)h[LEDGER_ACTS], (long long)h[LEDGER_COMM], (long long)q->host_peak);
   }
   char fp[32], fg[32], fm[32], fo[32];
   fmt_bytes(fp, sizeof fp, f.params);
@@ -471,6 +513,8 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   mine.comm_peak = ledger_peak(LEDGER_COMM);
   mine.peak = ledger_total_peak();
   mine.device_used = (int64_t)dev_used_delta(t->dev);
+  for (int c = 0; c < LEDGER_NCAT; c++) mine.host[c] = ledger_peak_in(LEDGER_HOST, (ledger_cat_t)c);
+  mine.host_peak = ledger_total_peak_in(LEDGER_HOST);
   comm_wait_all(t->comm);
   comm_counters_t cc = comm_counters(t->comm);
   for (int op = 0; op < CO_NOPS; op++) {

@@ -3,8 +3,8 @@
  * --mem-limit-mb budget refuses with its own message before the allocator is asked. */
 #include "tensor.h" // tensor_t, tensor_alloc, tensor_free, tensor_view
 #include "check.h"  // die, check_rank
-#include "device.h" // dev_malloc, dev_free
-#include "ledger.h" // ledger_add, ledger_sub
+#include "device.h" // dev_malloc, dev_free, dev_host_malloc, dev_host_free
+#include "ledger.h" // ledger_add, ledger_sub, ledger_add_in, ledger_sub_in
 
 tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel) {
   if (numel < 0) die("rank %d: tensor_alloc: %s has negative numel %lld", check_rank(), name ? name : "?", (long long)numel);
@@ -16,11 +16,23 @@ tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_
   return t;
 }
 
+tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, device_t for_dev, int64_t numel) {
+  if (numel < 0) die("rank %d: tensor_alloc_host: %s has negative numel %lld", check_rank(), name ? name : "?", (long long)numel);
+  tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = DEV_CPU, .cat = cat, .name = name, .owner = 1,
+                .arena = LEDGER_HOST, .pinned_for = for_dev};
+  if (numel == 0) return t;
+  int64_t nbytes = numel * (int64_t)dtype_size(dtype);
+  ledger_add_in(LEDGER_HOST, cat, nbytes, name);
+  t.data = dev_host_malloc(for_dev, (size_t)nbytes, name); /* zero-filled; dies on failure */
+  return t;
+}
+
 void tensor_free(tensor_t *t) {
   if (!t) return;
   if (t->owner && t->data) {
-    dev_free(t->dev, t->data);
-    ledger_sub(t->cat, tensor_nbytes(t));
+    if (t->arena == LEDGER_HOST) dev_host_free(t->pinned_for, t->data);
+    else dev_free(t->dev, t->data);
+    ledger_sub_in(t->arena, t->cat, tensor_nbytes(t));
   }
   t->data = NULL;
   t->numel = 0;
