@@ -4,11 +4,17 @@
  * --fp32-grads adds the fp32 gradient-accumulation buffer of bf16 runs (+4Ψ, 20Ψ in all), which
  * is sharded with the gradients (stages 2 and 3).
  * Notes: notes/00-memory.md (the 16Ψ story). Reproduces Figure 1 of Rajbhandari et al. 2020:
- *   ch00_memory --params 7.5B --ranks 64      ->  120.0, 31.4, 16.6, 1.9 GB per rank. */
+ *   ch00_memory --params 7.5B --ranks 64      ->  120.0, 31.4, 16.6, 1.9 GB per rank.
+ * With a transformer shape (--layers --hidden --heads --seq [--micro-batch --vocab]) it adds the
+ * activations of one micro-batch (notes/gpt.md): Korthikanti et al. 2022's 16-bit count
+ * s·b·h·(34 + 5·a·s/h) bytes per layer, with and without full recomputation, beside this
+ * repository's fp32 GPT of the same shape (gpt_acts_bytes, common/gpt.h). Activations are the
+ * same at every stage: ZeRO shards model states, not activations. */
 #include "args.h"    // arg_spec_t, args_parse, args_error, args_env_rank
 #include "check.h"   // die
 #include "dtype.h"   // DT_BF16, DT_F32
 #include "formula.h" // formula_zero_k, formula_text_k, formula_comm_bytes
+#include "gpt.h"     // gpt_acts_bytes, gpt_count_params: this repository's fp32 GPT
 #include "model.h"   // model_count_params: Ψ of the zerolab MLP
 #include <stdint.h>  // int64_t
 #include <stdio.h>   // printf, fopen
@@ -40,6 +46,25 @@ static void fmt_size(char *dst, size_t n, double bytes, double unit) {
   snprintf(dst, n, v >= 0.95 || v == 0 ? "%.1f" : "%.3f", v);
 }
 
+/* Activations of one micro-batch of a transformer (bytes per rank, every stage alike). */
+typedef struct acts {
+  double per_layer;       /* Korthikanti et al. 2022, 16 bit: s·b·h·(34 + 5·a·s/h) */
+  double total;           /* × L */
+  double recompute;       /* full recomputation: 2·s·b·h per layer (its input) + one layer's per_layer */
+  double ours, ours_rc;   /* this repository's fp32 GPT: gpt_acts_bytes(recompute 0 / 1) */
+} acts_t;
+
+static acts_t acts_of(gpt_shape_t g, int64_t b) {
+  double s = g.seq_len, h = g.n_embd, a = g.n_head, L = g.n_layer, sbh = s * (double)b * h;
+  acts_t r;
+  r.per_layer = sbh * (34.0 + 5.0 * a * s / h);
+  r.total = L * r.per_layer;
+  r.recompute = 2.0 * sbh * L + r.per_layer;
+  r.ours = (double)gpt_acts_bytes(g, b, 0);
+  r.ours_rc = (double)gpt_acts_bytes(g, b, 1);
+  return r;
+}
+
 /* Ψ for humans: 7500000000 -> "7.5e+09 (7.50 B)". */
 static void fmt_psi(char *dst, size_t n, double psi) {
   const char *sfx = "";
@@ -54,7 +79,8 @@ static void fmt_psi(char *dst, size_t n, double psi) {
 
 int main(int argc, char **argv) {
   double psi = 7.5e9, k = -1;
-  int world = 64, fp32_grads = 0;
+  int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256;
+  int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
   arg_spec_t specs[] = {
       {"--params", ARG_COUNT, &psi, 1, 1e15, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
@@ -68,6 +94,13 @@ int main(int argc, char **argv) {
        "bf16 only: add an fp32 gradient-accumulation buffer (+4Ψ, 20Ψ with Adam), sharded with the grads"},
       {"--stage", ARG_CHOICE, &stage_s, 0, 0, "0|1|2|3|all", "ZeRO stage to show"},
       {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (for plots)"},
+      {"--layers", ARG_INT, &layers, 1, 1 << 16, NULL, "transformer layers L: adds activations (with --hidden --heads --seq)"},
+      {"--hidden", ARG_INT, &hidden, 1, 1 << 20, NULL, "transformer hidden size h"},
+      {"--heads", ARG_INT, &heads, 1, 1 << 16, NULL, "attention heads a (h divisible by a)"},
+      {"--seq", ARG_INT, &seq, 1, 1 << 24, NULL, "sequence length s"},
+      {"--micro-batch", ARG_I64, &micro, 1, 1 << 20, NULL, "sequences per rank per forward b (default 1)"},
+      {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
+       "vocabulary of the fp32 GPT's count and of Ψ when --params is not given (default 256: bytes)"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
   int rc = args_parse(argc, argv, specs, nspecs, "ch00_memory",
@@ -99,6 +132,19 @@ int main(int argc, char **argv) {
     if (psi_d > 1e15)
       return args_error("--model", model, "must have at most 1e15 parameters (as --params); this shape has psi = %.3g, whose byte counts overflow", psi_d);
     psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
+  }
+  int tf = layers || hidden || heads || seq; /* a transformer shape: activations too */
+  gpt_shape_t shape = {.n_layer = layers, .n_head = heads, .n_embd = hidden, .seq_len = seq, .vocab = vocab};
+  if (tf) {
+    const char *missing = !layers ? "--layers" : !hidden ? "--hidden" : !heads ? "--heads" : !seq ? "--seq" : NULL;
+    if (missing) return args_error(missing, NULL, "a transformer shape needs --layers, --hidden, --heads and --seq");
+    if (model) return args_error("--model", model, "give either an MLP (--model) or a transformer shape (--layers ...), not both");
+    if (hidden % heads != 0) {
+      char hv[32];
+      snprintf(hv, sizeof hv, "%d", hidden);
+      return args_error("--hidden", hv, "must be divisible by --heads %d", heads);
+    }
+    if (!psi_given) psi = (double)gpt_count_params(shape);
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
 
@@ -151,21 +197,59 @@ int main(int argc, char **argv) {
          "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
          precision);
   if (acc) printf("grads include the fp32 accumulation buffer (%dΨ + %dΨ): full at stages 0-1, sharded at 2-3\n", wbytes, acc);
-  printf("activations, temporary buffers and fragmentation come on top of these model states\n");
+  acts_t act = {0};
+  if (!tf) printf("activations, temporary buffers and fragmentation come on top of these model states\n");
+  else {
+    act = acts_of(shape, micro);
+    double s = seq, h = hidden, a = heads, sbh = s * (double)micro * h;
+    printf("\nactivations of one micro-batch (every rank, every stage: ZeRO does not shard them)\n");
+    printf("shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads, seq,
+           (long long)micro, psi_given ? "" : " (Ψ above from this shape: the GPT of common/gpt.h with --vocab)");
+    printf("Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f bytes\n", sbh,
+           34.0 + 5.0 * a * s / h, act.per_layer);
+    printf("  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f bytes\n", layers, act.total,
+           act.recompute);
+    printf("this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/gpt.h): %.0f bytes; --recompute %.0f bytes\n",
+           vocab, act.ours, act.ours_rc);
+    printf("\nmodel states + activations per rank, in GB (1e9 bytes); activations by Korthikanti et al.\n");
+    printf("%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp", "total");
+    for (int st = s0; st <= s1; st++) {
+      char m_[32], a_[32], t_[32], ar[32], tr[32];
+      fmt_size(m_, sizeof m_, f[st].total, GB);
+      fmt_size(a_, sizeof a_, act.total, GB);
+      fmt_size(t_, sizeof t_, f[st].total + act.total, GB);
+      fmt_size(ar, sizeof ar, act.recompute, GB);
+      fmt_size(tr, sizeof tr, f[st].total + act.recompute, GB);
+      printf("%-8s %10s %10s %10s   %12s %10s\n", g_stage_name[st], m_, a_, t_, ar, tr);
+    }
+    printf("activations are %.0f%% of the DDP total without recompute; ZeRO-3 divides the states by N, "
+           "never the activations\n", 100.0 * act.total / (ddp.total + act.total));
+  }
 
   if (json) {
     FILE *fp = fopen(json, "w");
     if (!fp) die("ch00_memory: cannot write --json %s", json);
     fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
-                "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n \"stages\": [",
+                "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
             psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);
+    if (tf)
+      fprintf(fp, " \"transformer\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, \"micro_batch\": %lld, "
+                  "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
+                  "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
+              layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute, act.ours,
+              act.ours_rc);
+    fprintf(fp, " \"stages\": [");
     for (int s = s0; s <= s1; s++) {
       char num[64];
       formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
       fprintf(fp, "%s\n  {\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
-                  "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"}",
+                  "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"",
               s == s0 ? "" : ",", s, f[s].params, f[s].grads, f[s].optim, f[s].total, ddp.total / f[s].total,
               formula_comm_bytes(s, psi, world, wdt), num);
+      if (tf) /* "total" stays the model states' (the plots and tests read it); these come after it */
+        fprintf(fp, ", \"acts\": %.17g, \"total_with_acts\": %.17g, \"total_with_acts_recompute\": %.17g",
+                act.total, f[s].total + act.total, f[s].total + act.recompute);
+      fprintf(fp, "}");
     }
     fprintf(fp, "\n]}\n");
     if (fclose(fp) != 0) die("ch00_memory: cannot write --json %s", json);

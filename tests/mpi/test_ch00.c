@@ -1,5 +1,6 @@
 /* test_ch00.c — the ch00_memory binary: the ZeRO paper's Figure 1, the Mistral 7B example on
- * one GPU, the fp32 gradient-accumulation buffer (--fp32-grads), fp32 mode, --json and bad flags. Notes: notes/00-memory.md. Suite ch00_memory. */
+ * one GPU, the fp32 gradient-accumulation buffer (--fp32-grads), fp32 mode, --json and bad flags;
+ * a transformer shape's activations (notes/gpt.md). Notes: notes/00-memory.md. Suite ch00_memory. */
 #include "zl_test.h" // zl_run, zl_json_*, Criterion
 
 /* The 4 GB numbers (params grads optim total) of the row starting with `stage` in the GB table. */
@@ -113,6 +114,47 @@ Test(ch00_memory, fp32_mode_and_model_shape, .timeout = 30) {
   cr_expect_eq(zl_json_num(st, "params"), 4 * psi / 4, "fp32 ZeRO-3 params shard");
   free(js);
   unlink(path);
+}
+
+/* A transformer shape adds activations (notes/gpt.md). By hand, L 2, h 64, a 4, s 128, b 2, V 256:
+ *   Korthikanti per layer  s·b·h·(34 + 5·a·s/h) = 16384 · (34 + 40) = 1212416 bytes, × 2 = 2424832
+ *   full recompute         2·s·b·h·L + one layer = 65536 + 1212416 = 1277952
+ *   our fp32 GPT           4b·[sh + L(16sh + 4s + as²) + (sh + 2s) + sV]
+ *                          = 8·(8192 + 2·(131072 + 512 + 65536) + 8448 + 32768) = 3549184
+ *            --recompute   4b·[sh(L+1) + sV + (15sh + 4s + as²)] = 8·(24576 + 32768 + 188928) = 1970176
+ *   Ψ (no --params)        2Vh + sh + L(12h² + 13h) + 2h = 32768 + 8192 + 99968 + 128 = 141056
+ * and the activations are added to every stage's model states unchanged. */
+Test(ch00_memory, transformer_activations_by_hand, .timeout = 30) {
+  char *out = NULL, path[128];
+  snprintf(path, sizeof path, "/tmp/zl_ch00_acts_%d.json", (int)getpid());
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --layers 2 --hidden 64 --heads 4 --seq 128 --micro-batch 2 --ranks 4 "
+                               "--json %s", path);
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "= 16384 × 74 = 1212416 bytes"), "per-layer count missing:\n%s", out);
+  cr_expect(strstr(out, "all 2 layers: 2424832 bytes; full recompute: 2·s·b·h·L + one layer = 1277952 bytes"),
+            "totals missing:\n%s", out);
+  cr_expect(strstr(out, "common/gpt.h): 3549184 bytes; --recompute 1970176 bytes"), "our fp32 count missing:\n%s", out);
+  free(out);
+  char *js = zl_read_file(path, NULL);
+  cr_assert(js, "no --json file %s", path);
+  cr_expect_eq(zl_json_num(js, "params"), 141056, "Ψ from the shape");
+  const char *t = zl_json_find(js, "transformer");
+  cr_assert(t, "no transformer object in:\n%s", js);
+  cr_expect_eq(zl_json_num(t, "acts"), 2424832);
+  cr_expect_eq(zl_json_num(t, "acts_recompute"), 1277952);
+  cr_expect_eq(zl_json_num(t, "ours_fp32_acts"), 3549184);
+  cr_expect_eq(zl_json_num(t, "ours_fp32_acts_recompute"), 1970176);
+  double states[4], with[4];
+  cr_assert_eq(zl_json_all(js, "total", states, 4), 4, "4 stages");
+  cr_assert_eq(zl_json_all(js, "total_with_acts", with, 4), 4, "4 stages with activations");
+  for (int st = 0; st < 4; st++)
+    cr_expect_eq(with[st], states[st] + 2424832, "stage %d: states %.0f + acts, got %.0f", st, states[st], with[st]);
+  free(js);
+  unlink(path);
+  rc = zl_run(0, 20, &out, "env -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK " ZL_BIN "/ch00_memory --layers 2 --hidden 64");
+  cr_expect_eq(rc, 2, "a partial shape must exit 2");
+  cr_expect_str_eq(out, "error: --heads: a transformer shape needs --layers, --hidden, --heads and --seq\n");
+  free(out);
 }
 
 Test(ch00_memory, bad_flags_exit_2_with_one_line, .timeout = 30) {
