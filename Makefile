@@ -335,6 +335,13 @@ budget-demo: build
 	@mkdir -p $(RESULTS)
 	@bash common/scripts/budget_demo.sh $(BIN) $(RESULTS) $(BUDGET)
 
+# the GPT on the CPU: tokens/s of ch02_ddp --model gpt against PyTorch eager on the same model,
+# N = 1 and 2, alternating, medians (notes/benchmarks.md, GPT section); skips PyTorch without torch.
+.PHONY: bench-gpt
+bench-gpt: build
+	@mkdir -p $(RESULTS)
+	@$(PYTHON) common/scripts/bench_gpt.py --bin $(BIN) --out $(RESULTS)/bench_gpt.json
+
 help:
 	@sed -n '2,/^$$/{/^$$/d;s/^# \{0,1\}//;p}' Makefile
 	@echo "  more: make exercises | check-exercises | exercise-list | hint EX=name | bench | cuda-check | deps | clean"
