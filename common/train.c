@@ -103,6 +103,7 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   char v[64];
   /* units: the MLP's L+1 linears; the GPT's embeddings | L blocks | final LN + head */
   int units = strcmp(cfg->model_kind, "gpt") == 0 ? cfg->gpt.n_layer + 2 : cfg->layers + 1;
+  world /= cfg->tp > 1 ? cfg->tp : 1; /* --tp T: the pipelines are made of the ranks / T data-parallel ranks */
   if (cfg->pp < 0) cfg->pp = world; /* auto */
   snprintf(v, sizeof v, "%d", cfg->pp);
   if (cfg->pp > world) return args_error("--pp", v, "must be at most the ranks (%d)", world), 1;
@@ -544,8 +545,10 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
   return loss;
 }
 
-void trainer_check_grads(trainer_t *t, const void *grads, int64_t numel) {
-  if (t->dev == DEV_CPU && !t->in->local_nonfinite) t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, grads, t->wdt, numel));
+void trainer_check_grads(trainer_t *t, int u) {
+  if (t->dev == DEV_CPU && !t->in->local_nonfinite)
+    t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
+  tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
 }
 
 /* Unit u's buffers for this micro-batch (dy, dx and grads are set by the backward). */

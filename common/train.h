@@ -211,9 +211,10 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
  * written. Returns the local loss sum; a non-finite one marks this rank's step (the
  * --nonfinite message names it). */
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits);
-/* After unit u's backward wrote `grads` (numel elements of t->wdt): on the CPU, marks this
- * rank's step when they hold a NaN/Inf, as the loop does after each backward (GPU: nothing). */
-void trainer_check_grads(trainer_t *t, const void *grads, int64_t numel);
+/* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, for micro-batch t->micro),
+ * what the loop does after each backward: on the CPU, marks this rank's step when they hold a
+ * NaN/Inf (GPU: nothing); with --tp, keeps the replicated parameters' gradients for the norm. */
+void trainer_check_grads(trainer_t *t, int u);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)
 #endif

@@ -299,11 +299,11 @@ static double pp_backward(trainer_t *t, int k, double *loss) {
     unit_io_t io = stage_io(t, sl, u);
     if (t->cfg->recompute && m->units[u].saved_numel > 0) model_forward(m, u, &io); /* same inputs, same bits */
     io.grads = t->unit_grads[u];
-    io.beta = k == 0 ? 0.0f : 1.0f;
+    io.beta = t->grad_beta = k == 0 ? 0.0f : 1.0f;
     io.dy = dy;
     io.dx = u > st->u0 ? dyp : dx_out; /* unit 0 of the model: NULL, nothing before it */
     model_backward(m, u, &io);
-    trainer_check_grads(t, t->unit_grads[u], m->units[u].numel);
+    trainer_check_grads(t, u);
     float *tmp = dy;
     dy = dyp;
     dyp = tmp;
@@ -402,6 +402,13 @@ static void pp_setup(trainer_t *t) {
   /* The split, by parameter count. */
   int64_t *numel = xcalloc((size_t)U, sizeof *numel, "unit numel");
   for (int u = 0; u < U; u++) numel[u] = m->units[u].numel;
+  if (t->tp_comm) { /* --tp: split by the WHOLE units' sizes, so every TP rank cuts in the same place */
+    double *d = xcalloc((size_t)U, sizeof *d, "unit numel (f64)");
+    for (int u = 0; u < U; u++) d[u] = (double)numel[u];
+    comm_ctl_all_reduce_f64(t->tp_comm, d, U, REDOP_SUM);
+    for (int u = 0; u < U; u++) numel[u] = (int64_t)d[u];
+    free(d);
+  }
   st->first = xcalloc((size_t)st->P + 1, sizeof *st->first, "pipeline split");
   pp_split(numel, U, st->P, st->first);
   free(numel);
@@ -491,19 +498,18 @@ static void pp_report(trainer_t *t) {
   int64_t psi_s = 0;
   for (int u = st->u0; u < st->u1; u++) psi_s += t->model.units[u].numel;
   char line[768];
-  int n = snprintf(line, sizeof line,
-                   "rank %d stage %d (units %d..%d): busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f); "
-                   "activations in flight: peak %d micro-batch%s = %lld B (formula %d x %lld B), +%lld B workspace; "
-                   "model states %lld B (formula %.0f: the stage's %lld params)\n",
-                   t->rank, st->stage, st->u0, st->u1 - 1, mine[0] / 1000, (mine[1] - mine[0]) / 1000,
-                   mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, pp_bubble_formula(st->sched, st->P, st->M),
-                   st->peak_in_flight, st->peak_in_flight > 1 ? "es" : "", (long long)mine[2], formula_k,
-                   (long long)st->slot_bytes, (long long)st->ws_bytes,
-                   (long long)(tensor_nbytes(&t->params) + tensor_nbytes(&t->grads) + tensor_nbytes(&t->master) + tensor_nbytes(&t->opt_m) +
-                               tensor_nbytes(&t->opt_v)),
-                   formula_model_states(0, (double)psi_s, 1, t->wdt, t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total,
-                   (long long)psi_s);
-  (void)n;
+  int64_t states = tensor_nbytes(&t->params) + tensor_nbytes(&t->grads) + tensor_nbytes(&t->master) +
+                   tensor_nbytes(&t->opt_m) + tensor_nbytes(&t->opt_v);
+  /* Two lines: the measured times (they vary run to run), then the bytes (they never do). */
+  snprintf(line, sizeof line,
+           "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n"
+           "rank %d stage %d: units %d..%d, model states %lld B (formula %.0f for its %lld params); "
+           "activations in flight: peak %d micro-batch%s x %lld B = %lld B (formula %d x %lld B), +%lld B workspace\n",
+           t->rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000, mine[1] > 0 ? 1 - mine[0] / mine[1] : 0,
+           pp_bubble_formula(st->sched, st->P, st->M), t->rank, st->stage, st->u0, st->u1 - 1, (long long)states,
+           formula_model_states(0, (double)psi_s, 1, t->wdt, t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total,
+           (long long)psi_s, st->peak_in_flight, st->peak_in_flight > 1 ? "es" : "", (long long)st->slot_bytes,
+           (long long)mine[2], formula_k, (long long)st->slot_bytes, (long long)st->ws_bytes);
   if (!t->cfg->quiet) comm_print_ordered(t->comm, line);
   double bubble = 0, sent = 0;
   int match = 1;

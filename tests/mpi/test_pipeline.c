@@ -203,6 +203,36 @@ Test(ch07_pipeline, two_pipelines_equal_ddp_bitwise, .timeout = 120) {
   run_free(&ref);
 }
 
+/* 3-D: --tp T inside every stage (solutions/tp.c's split), pipelines over the ranks / T data-parallel
+ * ranks. (T, P, D) = (2, 2, 1) and (2, 1, 2) on 4 ranks against 1 rank with --accum: within 1e-5
+ * (a row-parallel layer sums partial products in another order: not bitwise, notes/06). */
+Test(ch07_pipeline, three_d_tp_pp_dp_equal_one_rank, .timeout = 180) {
+#define TPM "--input 6 --hidden 16 --classes 12 --layers 4 --batch 24 --seed 7 --steps 2"
+  char dir[256], ref[320], bin[320];
+  zl_tmpdir(dir, sizeof dir, "pp_3d");
+  snprintf(ref, sizeof ref, "%s/ref.bin", dir);
+  char *out = NULL;
+  int rc = zl_run(1, 60, &out, ZL_BIN "/ch02_ddp --variant naive " TPM " --accum 4 --quiet --save-params %s", ref);
+  cr_assert_eq(rc, 0, "reference exited %d:\n%s", rc, out);
+  free(out);
+  int64_t n0 = 0, n1 = 0;
+  float *want = zl_read_floats(ref, &n0);
+  const struct { int T, P, D, M; } g[2] = {{2, 2, 1, 4}, {2, 1, 2, 2}};
+  for (int i = 0; i < 2; i++) {
+    snprintf(bin, sizeof bin, "%s/t%dp%dd%d.bin", dir, g[i].T, g[i].P, g[i].D);
+    rc = zl_run(4, 120, &out, ZL_BIN "/ch07_pipeline " TPM " --tp %d --pp %d --micro-batches %d --quiet --timeout-s 30 "
+                "--save-params %s", g[i].T, g[i].P, g[i].M, bin);
+    cr_assert_eq(rc, 0, "(T %d, P %d, D %d) exited %d:\n%s", g[i].T, g[i].P, g[i].D, rc, out);
+    free(out);
+    float *got = zl_read_floats(bin, &n1);
+    cr_assert_eq(n1, n0, "(T %d, P %d, D %d): %lld params, expected %lld", g[i].T, g[i].P, g[i].D, (long long)n1, (long long)n0);
+    zl_expect_floats("3-D params", got, want, n0, 1e-5);
+    free(got);
+  }
+  free(want);
+#undef TPM
+}
+
 /* A stage that dies, or hangs, mid-pipeline: the job ends, naming it; the survivors' p2p waits
  * have the collectives' deadline (--timeout-s), so nobody waits for ever on a recv. */
 Test(ch07_pipeline, failing_stage_takes_the_job_down, .timeout = 120) {
