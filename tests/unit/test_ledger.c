@@ -135,6 +135,24 @@ static void *hammer(void *arg) {
   return NULL;
 }
 
+/* The host arena (chapter 08): counted apart from the device, outside the --mem-limit-mb budget,
+ * freed back to its own arena; host tensors are DEV_CPU memory ops can use. */
+Test(common_ledger, host_arena_apart_and_unbudgeted) {
+  ledger_init(0, 1 * MiB);
+  tensor_t d = tensor_alloc("dev", LEDGER_PARAMS, DT_F32, DEV_CPU, 1000);
+  tensor_t h = tensor_alloc_host("host", LEDGER_OPTIM, DT_F32, DEV_CPU, 2 * MiB / 4); /* 2 MiB > the 1 MiB budget */
+  cr_assert(h.data && h.dev == DEV_CPU && h.arena == LEDGER_HOST, "host tensor not allocated as host memory");
+  cr_expect_eq(ledger_total_live(), 4000, "device total %lld, expected 4000", (long long)ledger_total_live());
+  cr_expect_eq(ledger_live_in(LEDGER_HOST, LEDGER_OPTIM), 2 * MiB, "host optim %lld", (long long)ledger_live_in(LEDGER_HOST, LEDGER_OPTIM));
+  cr_expect_eq(ledger_live(LEDGER_OPTIM), 0, "the host tensor leaked into the device arena");
+  cr_expect_eq(ledger_total_peak_in(LEDGER_HOST), 2 * MiB, "host peak");
+  tensor_free(&h);
+  tensor_free(&d);
+  cr_expect_eq(ledger_total_live_in(LEDGER_HOST), 0, "host arena not given back");
+  cr_expect_eq(ledger_total_live(), 0, "device arena not given back");
+  cr_expect_str_eq(ledger_arena_name(LEDGER_HOST), "host");
+}
+
 Test(common_ledger, thread_safe) {
   ledger_init(0, 0);
   ledger_cat_t cats[2] = {LEDGER_COMM, LEDGER_ACTS};
