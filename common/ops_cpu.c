@@ -193,12 +193,19 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
 }
 
 /* ---- GELU, tanh approximation (elementwise.h: ew_gelu, ew_gelu_bwd) ----------------------- */
-void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n) {
+/* GELU is ~12% of a GPT step on the CPU (notes/benchmarks.md, GPT): one clone per vector width,
+ * picked at load time. Same bits in every clone: lanes are independent and nothing contracts. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define OPS_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define OPS_VEC_CLONES
+#endif
+OPS_VEC_CLONES void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_fwd(y, x, n));
   for (int64_t i = 0; i < n; i++) y[i] = ew_gelu(x[i]);
 }
 
-void op_gelu_bwd(device_t dev, float *dx, const float *dy, const float *x, int64_t n) {
+OPS_VEC_CLONES void op_gelu_bwd(device_t dev, float *dx, const float *dy, const float *x, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_bwd(dx, dy, x, n));
   for (int64_t i = 0; i < n; i++) dx[i] = ew_gelu_bwd(x[i], dy[i]); /* reads dy[i] before writing dx[i] */
 }

@@ -75,7 +75,7 @@ def torch_worker(rank, world, shape, batch, steps, port, out):
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"median_step_ms": 1e3 * statistics.median(times), "final_loss": float(loss)}, f)
+            json.dump({"median_step_ms": 1e3 * statistics.median(times), "final_loss": loss.item()}, f)
 
 
 def run_torch(world, shape, batch, steps, tmp, rep):
