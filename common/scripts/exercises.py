@@ -660,6 +660,10 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
         return ("timed out", f"timed out after {secs} s — a deadlock? check who sends to whom "
                 f"(every send needs the matching receive on the other rank, in the same order)",
                 [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "did not complete within" in ln][:3])
+    if "MPI_ERR_TRUNCATE" in log:
+        return (state, "the ranks' collectives do not match (MPI_ERR_TRUNCATE: one rank's message is longer "
+                "than the other expects): does every rank launch the same operations, of the same sizes, in "
+                "the same order?", [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "MPI_ERR_TRUNCATE" in ln][:2])
     fails = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines if re.match(r"^(\[----\])?\s*FAIL rank", ln)]
     msgs, inside = [], False  # the assertion messages: the [----] lines after "Assertion Failed"
     for ln in lines:
