@@ -31,7 +31,42 @@ typedef struct rank_numbers {
   int64_t p2p_sent;
   double busy_us[CO_NOPS];
   double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
+  int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */
+  int64_t tp_formula_calls, tp_formula_bytes; /* ... and what the split units declare (tp_formula) */
 } rank_numbers_t;
+
+/* Rows of the per-rank tables: every rank of the job (with --tp the report gathers over the
+ * world, so the T ranks of each data-parallel position all appear), else the strategy's ranks. */
+static int nrows(const trainer_t *t) { return t->tp_comm ? comm_world(t->world_comm) : t->world; }
+
+/* --tp: the all-reduces the split units declare (unit_t.tp_ar_calls of tp_ar_numel per sample,
+ * fp32) for one step of this rank: × micro-batches; --recompute reruns a row-parallel unit's
+ * forward (the units with both replicated parameters and an all-reduce), g included. */
+static void tp_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
+  *calls = *bytes = 0;
+  if (!t->tp_comm) return;
+  int T = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
+  for (int u = 0; u < t->model.n_units; u++) {
+    const unit_t *un = &t->model.units[u];
+    int64_t n = un->tp_ar_calls;
+    if (t->cfg->recompute && n && un->saved_numel > 0 && un->tp_rep_numel > 0) n++;
+    *calls += n * t->cfg->accum;
+    *bytes += n * t->cfg->accum * comm_model_sent(CO_ALL_REDUCE, t->local_batch * un->tp_ar_numel, DT_F32, T, r, 0);
+  }
+}
+
+/* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
+static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
+  if (!t->tp_comm) return;
+  int NR = nrows(t), T = comm_world(t->tp_comm);
+  printf("\ntensor-parallel traffic per step (TP groups of %d, their own counters; not in the line above):\n", T);
+  printf("%-6s %8s %12s %14s %14s %16s\n", "rank", "tp rank", "all-reduces", "formula", "bytes sent", "formula");
+  for (int r = 0; r < NR; r++)
+    printf("%-6d %8lld %12.2f %14lld %14.1f %16lld\n", r, (long long)all[r].tp_rank, (double)all[r].tp_calls / steps,
+           (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes);
+  printf("formula: per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of its "
+         "bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)\n");
+}
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
@@ -323,7 +358,7 @@ static void print_host_table(const trainer_t *t, const rank_numbers_t *all, cons
 
 static void print_tables(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all) {
   const train_cfg_t *cfg = t->cfg;
-  int N = t->world, stage = t->strategy->stage, steps = run->nsteps;
+  int N = t->world, NR = nrows(t), stage = t->strategy->stage, steps = run->nsteps;
   double psi = (double)t->model.numel;
   mem_formula_t f = formula_model_states(stage, psi, N, t->wdt, opt_states(cfg));
   double med = report_median_ms(run->steps, steps);
@@ -346,7 +381,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
          prec_name(cfg), opt_name(cfg), formula_text(stage, t->wdt, opt_states(cfg)));
   printf("%-6s %12s %12s %12s %12s %14s %14s %10s %12s %12s %12s\n", "rank", "params", "grads", "master", "optim",
          "model states", "formula", "padding", "acts peak", "comm peak", "peak");
-  for (int r = 0; r < N; r++) {
+  for (int r = 0; r < NR; r++) {
     const rank_numbers_t *q = &all[r];
     int64_t ms = q->params + q->grads + q->master + q->optim;
     char fb[32], pb[32];
@@ -363,18 +398,19 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
   fmt_bytes(fo, sizeof fo, f.optim);
   printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
   if (t->dev == DEV_CUDA)
-    for (int r = 0; r < N; r++)
+    for (int r = 0; r < NR; r++)
       printf("rank %d on the GPU: ledger peak %lld bytes, driver-reported used-bytes delta %lld (cuBLAS/NCCL "
              "workspaces and the allocator's rounding are outside the ledger)\n",
              r, (long long)all[r].peak, (long long)all[r].device_used);
   print_host_table(t, all, &f);
 
   double fc = formula_comm_bytes(stage, psi, N, t->wdt), total = 0;
-  for (int r = 0; r < N; r++)
+  for (int r = 0; r < NR; r++)
     for (int op = 0; op < CO_NOPS; op++)
       if (op != CO_CONTROL) total += (double)all[r].sent[op];
   printf("\ncommunication per step per rank: %.1f bytes sent (mean over ranks); formula %.1f (stage %d: %s(N-1)/N x psi x %d B)\n",
-         total / N / steps, fc, stage, stage >= 3 ? "3" : "2", (int)dtype_size(t->wdt));
+         total / NR / steps, fc, stage, stage >= 3 ? "3" : "2", (int)dtype_size(t->wdt));
+  print_tp(t, all, steps);
   printf("%-16s %12s %16s %14s\n", "op (rank 0)", "calls/step", "bytes/step", "busy ms/step");
   for (int op = 0; op < CO_NOPS; op++) {
     if (all[0].calls[op] == 0) continue;
@@ -392,7 +428,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
 
 static char *json_text(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all, int64_t *len) {
   const train_cfg_t *cfg = t->cfg;
-  int N = t->world, stage = t->strategy->stage, steps = run->nsteps;
+  int N = t->world, NR = nrows(t), stage = t->strategy->stage, steps = run->nsteps;
   double psi = (double)t->model.numel;
   mem_formula_t f = formula_model_states(stage, psi, N, t->wdt, opt_states(cfg));
   sbuf_t b = {0};
@@ -408,13 +444,13 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
     sb_printf(&b, "%s{\"step\": %d, \"loss\": %s, \"ms\": %.4f}", s ? ",\n   " : "", s,
               jnum(num, sizeof num, run->steps[s].loss), run->steps[s].ms);
   char fpr[96];
-  report_fingerprint(run->full_params, t->model.numel, fpr, sizeof fpr);
+  report_fingerprint(run->full_params, run->full_numel ? run->full_numel : t->model.numel, fpr, sizeof fpr);
   sb_printf(&b, "],\n \"final_loss\": %s, \"params_fingerprint\": \"%s\",\n",
             jnum(num, sizeof num, run->steps[steps - 1].loss), fpr);
   char fb[32];
   fmt_bytes(fb, sizeof fb, device_states_formula(all, N, &f));
   sb_printf(&b, " \"memory\": {\"per_rank\": [");
-  for (int r = 0; r < N; r++) {
+  for (int r = 0; r < NR; r++) {
     const rank_numbers_t *q = &all[r];
     int64_t ms = q->params + q->grads + q->master + q->optim;
     char pb[32];
@@ -442,20 +478,20 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   /* Traffic: mean over ranks (exactly the formula for ring all-reduces of Ψ elements; single
    * ranks differ by a chunk when N does not divide a buffer), and every rank's own number. */
   double total = 0, by_op[CO_NOPS] = {0};
-  for (int r = 0; r < N; r++)
+  for (int r = 0; r < NR; r++)
     for (int op = 0; op < CO_NOPS; op++)
       if (op != CO_CONTROL) {
         total += (double)all[r].sent[op];
         by_op[op] += (double)all[r].sent[op];
       }
   sb_printf(&b, " \"comm\": {\"bytes_per_step_per_rank\": %.6f, \"formula_bytes_per_step_per_rank\": %.6f,\n",
-            total / N / steps, formula_comm_bytes(stage, psi, N, t->wdt));
+            total / NR / steps, formula_comm_bytes(stage, psi, N, t->wdt));
   sb_printf(&b, "   \"by_op\": {\"all_reduce\": %.6f, \"reduce_scatter\": %.6f, \"all_gather\": %.6f, \"broadcast\": %.6f, "
                 "\"reduce\": %.6f, \"send\": %.6f},\n",
-            by_op[CO_ALL_REDUCE] / N / steps, by_op[CO_REDUCE_SCATTER] / N / steps, by_op[CO_ALL_GATHER] / N / steps,
-            by_op[CO_BROADCAST] / N / steps, by_op[CO_REDUCE] / N / steps, by_op[CO_SEND] / N / steps);
+            by_op[CO_ALL_REDUCE] / NR / steps, by_op[CO_REDUCE_SCATTER] / NR / steps, by_op[CO_ALL_GATHER] / NR / steps,
+            by_op[CO_BROADCAST] / NR / steps, by_op[CO_REDUCE] / NR / steps, by_op[CO_SEND] / NR / steps);
   sb_printf(&b, "   \"per_rank\": [");
-  for (int r = 0; r < N; r++) {
+  for (int r = 0; r < NR; r++) {
     int64_t s = 0, calls = 0;
     for (int op = 0; op < CO_NOPS; op++)
       if (op != CO_CONTROL) {
@@ -466,6 +502,16 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
               r ? ", " : "", r, (long long)s, (long long)all[r].p2p_sent, (long long)calls, steps);
   }
   sb_printf(&b, "]},\n");
+  if (t->tp_comm) { /* --tp: the TP groups' all-reduces, apart from the DP traffic above */
+    sb_printf(&b, " \"tp\": {\"T\": %d, \"dp\": %d, \"params_full\": %lld, \"per_rank\": [", comm_world(t->tp_comm), N,
+              (long long)(run->full_numel ? run->full_numel : t->model.numel));
+    for (int r = 0; r < NR; r++)
+      sb_printf(&b, "%s{\"rank\": %d, \"tp_rank\": %lld, \"calls_per_step\": %.6f, \"formula_calls_per_step\": %lld, "
+                    "\"bytes_per_step\": %.6f, \"formula_bytes_per_step\": %lld}",
+                r ? ",\n   " : "", r, (long long)all[r].tp_rank, (double)all[r].tp_calls / steps,
+                (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes);
+    sb_printf(&b, "]},\n");
+  }
   /* Extras: timing summary, overlap from the trace, the strategy's numbers. */
   double med = report_median_ms(run->steps, steps);
   if (isnan(run->teacher_entropy)) sb_printf(&b, " \"teacher_entropy\": null,"); /* text: no teacher */
@@ -504,7 +550,16 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
 }
 
 void report_finish(trainer_t *t, const report_run_t *run) {
-  rank_numbers_t mine = {.rank = t->rank};
+  comm_t *rc = t->tp_comm ? t->world_comm : t->comm; /* --tp: every rank of the job appears */
+  rank_numbers_t mine = {.rank = comm_rank(rc)};
+  if (t->tp_comm) {
+    comm_wait_all(t->tp_comm);
+    comm_counters_t tc = comm_counters(t->tp_comm);
+    mine.tp_rank = comm_rank(t->tp_comm);
+    mine.tp_calls = tc.calls[CO_ALL_REDUCE];
+    mine.tp_sent = tc.sent[CO_ALL_REDUCE];
+    tp_formula(t, &mine.tp_formula_calls, &mine.tp_formula_bytes);
+  }
   mine.params = ledger_peak(LEDGER_PARAMS);
   mine.grads = ledger_peak(LEDGER_GRADS);
   mine.master = ledger_peak(LEDGER_MASTER);
@@ -530,8 +585,8 @@ void report_finish(trainer_t *t, const report_run_t *run) {
 
   char *blob = NULL;
   int64_t *sizes = NULL;
-  comm_ctl_gather(t->comm, &mine, (int64_t)sizeof mine, &blob, &sizes);
-  if (t->rank != 0) return;
+  comm_ctl_gather(rc, &mine, (int64_t)sizeof mine, &blob, &sizes);
+  if (comm_rank(rc) != 0) return;
   const rank_numbers_t *all = (const rank_numbers_t *)blob;
   const train_cfg_t *cfg = t->cfg;
   if (!cfg->quiet) print_tables(t, run, all);

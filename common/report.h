@@ -33,6 +33,7 @@ typedef struct report_run {
   const report_step_t *steps;     /* [nsteps] */
   int nsteps;
   const float *full_params;       /* rank 0: Ψ floats */
+  int64_t full_numel;             /* Ψ of full_params (0: t->model.numel); --tp: the unsplit model's */
   double teacher_entropy;         /* best achievable loss (nats) */
   const report_extra_t *extras;   /* strategy numbers (n_buckets, ...) */
   int nextras;

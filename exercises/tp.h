@@ -23,6 +23,7 @@
 #include <stdint.h>           // int64_t
 #include "../common/comm.h"   // comm_t, comm_chunk_lo, comm_chunk_numel
 #include "../common/tensor.h" // tensor_t
+#include "../common/model.h"  // model_t, unit_t, model_fns_t
 
 /* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
 void tp_f_forward(comm_t *tp, const float *x, int64_t numel);   /* identity: nothing moves */
@@ -96,4 +97,17 @@ static inline int64_t tp_mlp_calls_per_step(void) { return 2; }
 static inline int64_t tp_mlp_bytes_per_step(int B, int h, int T, int r) {
   return 2 * comm_model_sent(CO_ALL_REDUCE, tp_mlp_allreduce_numel(B, h), DT_F32, T, r, 0);
 }
+
+/* ---- training a whole model with TP (train.h: cfg.model_split) ---------------------------- */
+/* Turns the full model m (as the launcher built it) into this rank's part over the TP group tp,
+ * in place: the same units in the same order, each unit's parameters this rank's slice. MLP:
+ * units paired as Megatron does, (0, 1), (2, 3), ...: the first of a pair column-parallel (W, b
+ * split by output features; GELU on the local columns), the second row-parallel (W split by
+ * input features, then g; its bias whole on every rank, added once after the sum); an odd last
+ * unit stays replicated. A local unit's parameters: the replicated ones first (unit_t.tp_rep_numel:
+ * a row-parallel unit's bias; all of a replicated unit), then the split ones. Its init is the full
+ * unit's init, sliced, so T ranks start (and, up to the all-reduce's summation order, train)
+ * exactly as 1 rank does. Keeps what it needs in m->ctx (freed by model_free). Dies when a split
+ * dimension is smaller than T. Not collective. */
+void tp_split_model(model_t *m, comm_t *tp);
 #endif

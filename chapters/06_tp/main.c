@@ -5,13 +5,18 @@
  *   make run CH=06 NP=4 ARGS=--mlp-check    the tensor-parallel MLP block at T = 1, 2, 4 against
  *                                           the 1-rank block; all-reduce count and bytes vs formula
  *   make run CH=06 NP=4 ARGS="--grid --pp 1" which ranks form which TP / PP / DP group
+ *   make run CH=06 NP=4 ARGS="--tp 2 --zero 1"  training: TP groups of 2 split every layer pair,
+ *                                           ZeRO-1 (0: DDP) shards over the 2 data-parallel groups
  * The split layers themselves are solutions/tp.c (the exercises), the groups common/grid.c. */
 #include "args.h"   // arg_spec_t, args_parse, args_error, args_env_world
 #include "check.h"  // die, xcalloc
 #include "comm.h"   // comm_t, comm_all_gather, comm_all_reduce, comm_print_ordered, comm_counters
 #include "grid.h"   // grid_t, grid_init, grid_print
 #include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
-#include "tp.h"     // tp_column_forward, tp_row_slice, tp_mlp_*, tp_mlp_bytes_per_step
+#include "tp.h"     // tp_column_forward, tp_row_slice, tp_mlp_*, tp_mlp_bytes_per_step, tp_split_model
+#include "ddp.h"    // ddp_strategy (--zero 0)
+#include "zero.h"   // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
+#include "train.h"  // train_cfg_t, train_parse_args, train_main, TRAIN_FLAG_TP
 #include <math.h>   // fabs
 #include <stdio.h>  // snprintf, printf
 #include <stdlib.h> // free
@@ -285,7 +290,41 @@ static void run_grid(comm_t *world, int tp, int pp) {
   }
 }
 
+/* Training (no --example / --mlp-check / --grid): the launcher of chapters 02-05 with --tp T, the
+ * model split by tp_split_model, and --zero S choosing the strategy on the data dimension. */
+static int run_training(int argc, char **argv) {
+  int zero = 0;
+  char **args = xcalloc((size_t)argc + 1, sizeof(char *), "args");
+  int n = 0;
+  for (int i = 0; i < argc; i++) { /* --zero S is this chapter's own; the rest are the shared flags */
+    if (strcmp(argv[i], "--zero") == 0 || strncmp(argv[i], "--zero=", 7) == 0) {
+      const char *v = argv[i][6] == '=' ? argv[i] + 7 : i + 1 < argc ? argv[++i] : "";
+      if (strlen(v) != 1 || v[0] < '0' || v[0] > '3') return args_error("--zero", v, "allowed: 0|1|2|3 (0: DDP, bucketed)");
+      zero = v[0] - '0';
+      continue;
+    }
+    args[n++] = argv[i];
+  }
+  train_cfg_t cfg;
+  train_parse_args(n, args, &cfg, "ch06_tp",
+                   "Training with tensor parallelism: --tp T consecutive ranks split every layer pair (column, then\n"
+                   "row-parallel), --zero 0|1|2|3 (0: DDP bucketed; 1/2/3: ZeRO) over the ranks / T data-parallel\n"
+                   "groups. Other modes: --example, --mlp-check, --grid (ch06_tp --example --help).\n"
+                   "Example: make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"",
+                   TRAIN_FLAG_TP | TRAIN_FLAG_BUCKET | (zero == 3 ? TRAIN_FLAG_PREFETCH : 0));
+  cfg.model_split = tp_split_model;
+  const strategy_t *s = zero == 0 ? ddp_strategy("bucketed") : zero == 1 ? zero1_strategy()
+                      : zero == 2 ? zero2_strategy() : zero3_strategy();
+  int rc = train_main(&cfg, s, "06_tp");
+  free(args);
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  int training = argc > 1;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--example") || !strcmp(argv[i], "--mlp-check") || !strcmp(argv[i], "--grid")) training = 0;
+  if (training) return run_training(argc, argv);
   int example = 0, mlp_check = 0, grid = 0, tp = 0, pp = 1;
   mlp_opts_t o = {8, 32, 128, 0, 1, "vendor"};
   int64_t seed = 1;

@@ -99,7 +99,7 @@ Test(ch06_tp, bad_flags_exit_2, .timeout = 60) {
   } cases[] = {
       {"--example", "error: --example: runs on exactly 2 ranks, not 1"},
       {"--mlp-check --tp 3", "error: --tp 3: T must divide the number of ranks (1)"},
-      {"--tp 65", "error: --tp 65: must be an integer in [0, 64]"},
+      {"--grid --tp 65", "error: --tp 65: must be an integer in [0, 64]"},
       {"--example --grid", "error: --example: choose one of --example, --mlp-check, --grid"},
   };
   for (int i = 0; i < 4; i++) {
@@ -109,4 +109,147 @@ Test(ch06_tp, bad_flags_exit_2, .timeout = 60) {
     cr_assert(strstr(out, cases[i].msg), "ch06_tp %s: expected '%s', got:\n%s", cases[i].args, cases[i].msg, out);
     free(out);
   }
+}
+
+/* ---- training with --tp (ch06_tp's training mode) ------------------------------------------
+ * The tiny MLP (input 32, 3 hidden layers of 16, 10 classes: units (0, 1) and (2, 3) are two
+ * column/row pairs), 4 steps of SGD with momentum and --clip 0.5 (so the norm's count-once of
+ * the replicated biases matters), global batch 24. The 1-rank run is the reference. Tolerance:
+ * 1e-5 relative on every final weight (the all-reduces of the row-parallel outputs and of the
+ * column-parallel input gradients add partial dot products in another order: not bitwise, see
+ * notes/06-tensor-parallel.md, "Numerics"); measured about 1e-7. */
+#define TP_BASE "--input 32 --hidden 16 --layers 3 --classes 10 --batch 24 --optimizer sgd --lr 0.05 --clip 0.5"
+#define TP_SHAPE TP_BASE " --steps 4"
+#define TP_TOL 1e-5
+
+static void tp_train(int np, const char *args, const char *params, const char *json) {
+  char *out = NULL;
+  int rc = zl_run(np, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet %s --save-params %s --json %s", ZL_BIN, args, params,
+                  json);
+  cr_assert_eq(rc, 0, "ch06_tp %s on %d ranks exited %d:\n%s", args, np, rc, fail_lines(out));
+  free(out);
+}
+
+static float *tp_reference(int64_t *n, char *json_path, size_t jn) {
+  char dir[256], params[300];
+  zl_tmpdir(dir, sizeof dir, "tp_ref");
+  snprintf(params, sizeof params, "%s/ref.bin", dir);
+  snprintf(json_path, jn, "%s/ref.json", dir);
+  tp_train(1, "", params, json_path);
+  return zl_read_floats(params, n);
+}
+
+/* One TP run against the 1-rank reference: the full (unsplit) weights rank 0 writes, every loss,
+ * and each rank's all-reduce count and bytes on its TP group exactly as the formula. */
+static void tp_vs_one_rank(int np, int T, int zero, const float *ref, int64_t nref, const char *refjson) {
+  int64_t n = 0;
+  char dir[256], params[300], json[300], args[128], what[96];
+  snprintf(what, sizeof what, "tp%d_zero%d_np%d", T, zero, np);
+  zl_tmpdir(dir, sizeof dir, what);
+  snprintf(params, sizeof params, "%s/p.bin", dir);
+  snprintf(json, sizeof json, "%s/r.json", dir);
+  snprintf(args, sizeof args, "--tp %d --zero %d", T, zero);
+  tp_train(np, args, params, json);
+  float *got = zl_read_floats(params, &n);
+  cr_assert_eq(n, nref, "%s: %lld weights written, the 1-rank model has %lld", what, (long long)n, (long long)nref);
+  zl_expect_floats(what, got, ref, n, TP_TOL);
+  char *j = zl_read_file(json, NULL), *rj = zl_read_file(refjson, NULL);
+  double l[8], lr[8];
+  int k = zl_json_all(j, "loss", l, 8), kr = zl_json_all(rj, "loss", lr, 8);
+  cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
+  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= TP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
+  /* all-reduces per step on the TP group: units 1, 3 (row: g forward) and 2 (column: f backward;
+   * unit 0 has no dx) -> 3 calls of b·16, b·16, b·10 elements, 2(T−1)/T of each in fp32 bytes
+   * (ring model; b·n divisible by T in these shapes), b = 24 / D */
+  const char *tp = zl_json_find(j, "tp");
+  cr_assert(tp, "%s: no tp object in the JSON", what);
+  int D = np / T;
+  double b = 24.0 / D, want_bytes = 2.0 * (T - 1) / T * b * (16 + 16 + 10) * 4;
+  const char *p = tp;
+  for (int r = 0; r < np; r++) {
+    p = zl_json_find(p, "tp_rank");
+    cr_assert(p, "%s: rank %d missing from tp.per_rank (the report gathers over every rank)", what, r);
+    double calls = zl_json_num(p, "calls_per_step"), bytes = zl_json_num(p, "bytes_per_step");
+    double fcalls = zl_json_num(p, "formula_calls_per_step"), fbytes = zl_json_num(p, "formula_bytes_per_step");
+    cr_assert(calls == 3 && fcalls == 3, "%s rank %d: %g all-reduces per step (formula %g), expected 3", what, r, calls, fcalls);
+    cr_assert(bytes == want_bytes && fbytes == want_bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f",
+              what, r, bytes, fbytes, want_bytes);
+    p += 8;
+  }
+  free(j);
+  free(rj);
+  free(got);
+}
+
+/* T = 2, 4 and the odd (D, T) = (1, 3) (16 hidden features over 3 ranks: 6 + 5 + 5), DDP. */
+Test(ch06_tp, train_tp_equals_one_rank, .timeout = 120) {
+  int64_t nref = 0;
+  char refjson[300];
+  float *ref = tp_reference(&nref, refjson, sizeof refjson);
+  tp_vs_one_rank(2, 2, 0, ref, nref, refjson);
+  tp_vs_one_rank(4, 4, 0, ref, nref, refjson);
+  tp_vs_one_rank(3, 3, 0, ref, nref, refjson);
+  free(ref);
+}
+/* 2-D: (D, T) = (2, 2), each ZeRO stage on the data dimension (0: DDP). */
+Test(ch06_tp, train_2d_every_stage, .timeout = 120) {
+  int64_t nref = 0;
+  char refjson[300];
+  float *ref = tp_reference(&nref, refjson, sizeof refjson);
+  for (int z = 0; z <= 3; z++) tp_vs_one_rank(4, 2, z, ref, nref, refjson);
+  free(ref);
+}
+
+/* Per-rank weight memory (ledger, LEDGER_PARAMS, DDP: the rank's whole local model) = the split
+ * parameters / T + the replicated ones (the row-parallel biases), to the byte. Split: W1 b1
+ * (16·32 + 16), W2 (16·16), W3 b3 (16·16 + 16), W4 (10·16) = 1216; replicated: b2 16, b4 10. */
+Test(ch06_tp, ledger_params_one_T_th, .timeout = 120) {
+  for (int T = 2; T <= 4; T += 2) {
+    char dir[256], params[300], json[300], args[64];
+    zl_tmpdir(dir, sizeof dir, "tp_ledger");
+    snprintf(params, sizeof params, "%s/p.bin", dir);
+    snprintf(json, sizeof json, "%s/r.json", dir);
+    snprintf(args, sizeof args, "--tp %d", T);
+    tp_train(T, args, params, json);
+    char *j = zl_read_file(json, NULL);
+    const char *p = zl_json_find(j, "memory");
+    double want = (1216.0 / T + 26) * 4;
+    for (int r = 0; r < T; r++) {
+      p = zl_json_find(p, "rank");
+      double got = zl_json_num(p, "params");
+      cr_assert(got == want, "T=%d rank %d: %g bytes of params, expected (1216/T + 26) x 4 = %g", T, r, got, want);
+      p += 6;
+    }
+    free(j);
+  }
+}
+
+/* Checkpoint with TP: 2 steps saved (each TP rank its own DIR/tp-R-of-T), resumed for 2 more,
+ * equals 4 uninterrupted steps bit for bit; resuming at another T is refused (exit 2). */
+Test(ch06_tp, checkpoint_resume_bitwise, .timeout = 120) {
+  char dir[256], ck[300], full[300], resumed[300], json[300], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "tp_ckpt");
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  snprintf(full, sizeof full, "%s/full.bin", dir);
+  snprintf(resumed, sizeof resumed, "%s/resumed.bin", dir);
+  snprintf(json, sizeof json, "%s/r.json", dir);
+  tp_train(4, "--tp 2 --zero 2", full, json);
+  int rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_BASE " --quiet --tp 2 --zero 2 --steps 2 --ckpt %s", ZL_BIN, ck);
+  cr_assert_eq(rc, 0, "save run exited %d:\n%s", rc, fail_lines(out));
+  free(out);
+  rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet --tp 2 --zero 2 --resume %s --save-params %s", ZL_BIN, ck,
+              resumed);
+  cr_assert_eq(rc, 0, "resumed run exited %d:\n%s", rc, fail_lines(out));
+  free(out);
+  int64_t n1 = 0, n2 = 0;
+  float *a = zl_read_floats(full, &n1), *b = zl_read_floats(resumed, &n2);
+  cr_assert_eq(n1, n2, "weights: %lld vs %lld", (long long)n1, (long long)n2);
+  zl_expect_floats("resumed vs uninterrupted (tp 2, zero 2)", b, a, n1, 0);
+  free(a);
+  free(b);
+  rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet --tp 4 --resume %s", ZL_BIN, ck);
+  cr_assert_eq(rc, 2, "resume at --tp 4 of a --tp 2 checkpoint: exit %d, expected 2:\n%s", rc, fail_lines(out));
+  cr_assert(strstr(out, "no checkpoint for --tp 4 here") && strstr(out, "--tp 2") && strstr(out, "resharding across T is not supported"),
+            "refusal message:\n%s", out);
+  free(out);
 }
