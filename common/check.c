@@ -34,6 +34,17 @@ void die(const char *fmt, ...) {
   abort_job(1);
 }
 
+void die_on_rank(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  const char *env = getenv("OMPI_COMM_WORLD_RANK"); /* before comm_init: the launcher's word */
+  fprintf(stderr, "rank %d: %s\n", g_rank >= 0 ? g_rank : env ? atoi(env) : -1, buf);
+  abort_job(1);
+}
+
 void *xmalloc(size_t nbytes, const char *what) {
   void *p = malloc(nbytes ? nbytes : 1);
   if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, nbytes / 1048576.0);

@@ -8,9 +8,13 @@
 
 /* Print `rank R file:line call: msg` and abort every rank (MPI_Abort, or exit(1) before MPI_Init). */
 _Noreturn void check_fail(const char *file, int line, const char *call, const char *msg);
-/* A fatal error that is not a failed call: print the message as given (it should name the rank,
- * e.g. "out of memory on rank 2: ..."), then abort the job with exit code 1. */
+/* A fatal error that is not a failed call: print the message as given (a user-facing
+ * "error: --flag ..." line, or one that names the rank itself), then abort the job (exit 1). */
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same, prefixed with this process's rank in the job: `rank R: <message>` (R is the world
+ * rank set by comm_init, also inside a sub-communicator; before comm_init the launcher's
+ * OMPI_COMM_WORLD_RANK, else -1). */
+_Noreturn void die_on_rank(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The rank this process reports in messages (set by comm_init; -1 before). */
 int check_rank(void);
 void check_set_rank(int rank);

@@ -32,7 +32,7 @@ double comm_now_s(void) {
 }
 
 void comm_timeout_fail(const comm_t *c, const char *op, const char *tag) {
-  die("rank %d: %s (%s) did not complete within %g s", c->rank, op, tag && tag[0] ? tag : "-", c->timeout_s);
+  die_on_rank("%s (%s) did not complete within %g s", op, tag && tag[0] ? tag : "-", c->timeout_s);
 }
 
 /* ---- the ring model of the byte counters ------------------------------------------------- */
@@ -90,7 +90,7 @@ static comm_t *comm_alloc(backend_t backend, device_t dev) {
 static void comm_start_thread(comm_t *c) {
   if (!c->be->threaded) return;
   if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
-    die("rank %d: comm_init: cannot start the communication thread", c->rank);
+    die_on_rank("comm_init: cannot start the communication thread");
   c->thread_started = 1;
 }
 
@@ -100,10 +100,10 @@ comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
   if (dev == DEV_CUDA) device_cuda_select(c->local_rank); /* dies in a CPU-only build */
   if (backend == BACKEND_NCCL) {
 #ifdef ZL_CUDA
-    if (dev != DEV_CUDA) die("rank %d: the NCCL backend needs CUDA buffers (--device cuda)", c->rank);
+    if (dev != DEV_CUDA) die_on_rank("the NCCL backend needs CUDA buffers (--device cuda)");
     comm_nccl_attach(c);
 #else
-    die("rank %d: NCCL backend needs a CUDA build (make GPU=1)", c->rank);
+    die_on_rank("NCCL backend needs a CUDA build (make GPU=1)");
 #endif
   } else {
     comm_mpi_attach(c);
@@ -114,7 +114,7 @@ comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
 
 /* Process groups: the same front on a smaller MPI_Comm (and NCCL communicator). */
 comm_t *comm_split(comm_t *parent, int color, int key) {
-  if (color < 0) die("rank %d: comm_split: color %d must be >= 0 (every rank joins a group)", parent->rank, color);
+  if (color < 0) die_on_rank("comm_split: color %d must be >= 0 (every rank joins a group)", color);
   comm_wait_all(parent); /* the split is a collective on the parent: it follows everything queued there */
   comm_t *c = comm_alloc(parent->backend, parent->dev);
   c->impl = parent->impl;
@@ -125,7 +125,7 @@ comm_t *comm_split(comm_t *parent, int color, int key) {
 #ifdef ZL_CUDA
     comm_nccl_split(parent, c, color, key);
 #else
-    die("rank %d: comm_split: NCCL backend in a CPU-only build", parent->rank);
+    die_on_rank("comm_split: NCCL backend in a CPU-only build");
 #endif
   } else {
     comm_mpi_attach(c);
@@ -199,7 +199,7 @@ static void run_coll(comm_t *c, const comm_task_t *t) {
     if (ring) comm_p2p_recv(c, t->recv, t->numel, t->dt, t->peer);
     else be->recv(c, t->recv, t->numel, t->dt, t->peer);
     break;
-  default: die("rank %d: comm: task kind %d is not a collective", c->rank, (int)t->kind);
+  default: die_on_rank("comm: task kind %d is not a collective", (int)t->kind);
   }
 }
 
@@ -343,7 +343,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
   pthread_mutex_lock(&c->mu);
   if (h > c->next_seq) {
     pthread_mutex_unlock(&c->mu);
-    die("rank %d: comm_wait: handle %lld was never issued", c->rank, (long long)h);
+    die_on_rank("comm_wait: handle %lld was never issued", (long long)h);
   }
   struct timespec dl;
   if (c->timeout_s > 0) {
@@ -380,8 +380,7 @@ void comm_wait_all(comm_t *c) {
 void comm_finalize(comm_t *c) {
   if (!c) return;
   if (c->n_children > 0)
-    die("rank %d: comm_finalize: %d sub-communicator(s) split from this one are still open; finalize them first",
-        c->rank, c->n_children);
+    die_on_rank("comm_finalize: %d sub-communicator(s) split from this one are still open; finalize them first", c->n_children);
   comm_wait_all(c);
   if (c->thread_started) {
     comm_task_t stop = {.kind = TASK_STOP, .op = CO_CONTROL};
@@ -414,10 +413,10 @@ void comm_finalize(comm_t *c) {
 
 /* ---- argument checks ---------------------------------------------------------------------- */
 static void check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer) {
-  if (numel < 0) die("rank %d: %s: numel %lld is negative", c->rank, fn, (long long)numel);
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64) die("rank %d: %s: unknown dtype %d", c->rank, fn, (int)dt);
+  if (numel < 0) die_on_rank("%s: numel %lld is negative", fn, (long long)numel);
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64) die_on_rank("%s: unknown dtype %d", fn, (int)dt);
   if (need_peer && (peer < 0 || peer >= c->world))
-    die("rank %d: %s: rank %d is not in [0, %d)", c->rank, fn, peer, c->world);
+    die_on_rank("%s: rank %d is not in [0, %d)", fn, peer, c->world);
 }
 
 static comm_task_t task(comm_task_kind_t kind, comm_op_t op, const comm_t *c, const void *send, void *recv,
@@ -488,28 +487,28 @@ void comm_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dty
 
 void comm_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
   check_args(c, "comm_send", numel, dt, dst, 1);
-  if (dst == c->rank) die("rank %d: comm_send: cannot send to itself", c->rank);
+  if (dst == c->rank) die_on_rank("comm_send: cannot send to itself");
   comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
   comm_wait(c, submit(c, &t, "blocking"));
 }
 
 void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
   check_args(c, "comm_recv", numel, dt, src, 1);
-  if (src == c->rank) die("rank %d: comm_recv: cannot receive from itself", c->rank);
+  if (src == c->rank) die_on_rank("comm_recv: cannot receive from itself");
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
   comm_wait(c, submit(c, &t, "blocking"));
 }
 
 comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag) {
   check_args(c, "comm_send_async", numel, dt, dst, 1);
-  if (dst == c->rank) die("rank %d: comm_send_async: cannot send to itself", c->rank);
+  if (dst == c->rank) die_on_rank("comm_send_async: cannot send to itself");
   comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
   return submit(c, &t, tag);
 }
 
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag) {
   check_args(c, "comm_recv_async", numel, dt, src, 1);
-  if (src == c->rank) die("rank %d: comm_recv_async: cannot receive from itself", c->rank);
+  if (src == c->rank) die_on_rank("comm_recv_async: cannot receive from itself");
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
   return submit(c, &t, tag);
 }
@@ -528,7 +527,7 @@ static void count_control(comm_t *c, int64_t sent, int64_t recvd) {
 }
 
 void comm_ctl_all_reduce_f64(comm_t *c, double *vals, int n, redop_t op) {
-  if (n < 0) die("rank %d: comm_ctl_all_reduce_f64: n %d is negative", c->rank, n);
+  if (n < 0) die_on_rank("comm_ctl_all_reduce_f64: n %d is negative", n);
   count_control(c, comm_model_sent(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0),
                 comm_model_recvd(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0));
   comm_task_t t = task(TASK_CTL_ALL_REDUCE_F64, CO_CONTROL, c, vals, vals, n, DT_F64, op, 0);
@@ -598,7 +597,7 @@ static void count_p2p(comm_t *c, int64_t sent, int64_t recvd) {
 
 static void check_peer(const comm_t *c, const char *fn, int peer) {
   if (peer < 0 || peer >= c->world || peer == c->rank)
-    die("rank %d: %s: peer %d must be another rank in [0, %d)", c->rank, fn, peer, c->world);
+    die_on_rank("%s: peer %d must be another rank in [0, %d)", fn, peer, c->world);
 }
 
 void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
@@ -627,7 +626,7 @@ void comm_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype
 }
 
 void *comm_scratch(comm_t *c, int slot, int64_t nbytes) {
-  if (slot < 0 || slot > 1) die("rank %d: comm_scratch: slot %d is not 0 or 1", c->rank, slot);
+  if (slot < 0 || slot > 1) die_on_rank("comm_scratch: slot %d is not 0 or 1", slot);
   if (nbytes > c->scratch_nbytes[slot]) {
     if (c->scratch[slot]) {
       c->be->scratch_free(c, c->scratch[slot]);

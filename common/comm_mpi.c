@@ -68,7 +68,7 @@ static int piece(int64_t numel, int64_t off) { return (int)(numel - off < MPI_PI
 /* Fill counts/displs with the chunks of comm.h; they are int for MPI. */
 static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
   if (numel > INT_MAX)
-    die("rank %d: %s of %lld elements: the MPI backend takes at most %d per call", c->rank, fn, (long long)numel,
+    die_on_rank("%s of %lld elements: the MPI backend takes at most %d per call", fn, (long long)numel,
         INT_MAX);
   for (int r = 0; r < c->world; r++) {
     st(c)->counts[r] = (int)comm_chunk_numel(numel, c->world, r);
@@ -208,8 +208,8 @@ void comm_mpi_boot(comm_t *c, int *argc, char ***argv) {
   check_set_rank(c->rank);
   /* The comm thread makes the MPI calls while the main thread may abort the job on a timeout. */
   if (provided < MPI_THREAD_SERIALIZED)
-    die("rank %d: this MPI gives thread level %d; zerolab needs MPI_THREAD_SERIALIZED or better "
-        "(its collectives run on a communication thread)", c->rank, provided);
+    die_on_rank("this MPI gives thread level %d; zerolab needs MPI_THREAD_SERIALIZED or better "
+        "(its collectives run on a communication thread)", provided);
   CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi)); /* inherits MPI_ERRORS_RETURN */
   MPI_Comm node;
   CHECK_MPI(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
@@ -228,8 +228,8 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
   int provided = 0;
   CHECK_MPI(MPI_Query_thread(&provided));
   if (threaded && provided < MPI_THREAD_MULTIPLE)
-    die("rank %d: comm_split: this MPI gives thread level %d, and a sub-communicator runs its own communication "
-        "thread beside the parent's, which needs MPI_THREAD_MULTIPLE (%d)", parent->rank, provided,
+    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator runs its own communication "
+        "thread beside the parent's, which needs MPI_THREAD_MULTIPLE (%d)", provided,
         MPI_THREAD_MULTIPLE);
   CHECK_MPI(MPI_Comm_split(parent->mpi, color, key, &sub->mpi)); /* inherits MPI_ERRORS_RETURN */
   CHECK_MPI(MPI_Comm_rank(sub->mpi, &sub->rank));
@@ -271,7 +271,7 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
       all = xmalloc((size_t)total + 1, "gathered blobs");
       all[total] = 0; /* text stays a C string */
     }
-    if (mine > INT_MAX) die("rank %d: comm_ctl_gather: blob of %lld bytes is too large", c->rank, (long long)mine);
+    if (mine > INT_MAX) die_on_rank("comm_ctl_gather: blob of %lld bytes is too large", (long long)mine);
     CHECK_MPI(MPI_Gatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi));
     free(counts);
     free(displs);
@@ -279,6 +279,6 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
     *t->gather_sizes = sizes;
     break;
   }
-  default: die("rank %d: comm_mpi_control: task kind %d is not a control op", c->rank, (int)t->kind);
+  default: die_on_rank("comm_mpi_control: task kind %d is not a control op", (int)t->kind);
   }
 }

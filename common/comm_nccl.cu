@@ -55,7 +55,7 @@ static ncclDataType_t nccl_type(dtype_t dt) {
   case DT_BF16: return ncclBfloat16;
   case DT_F64: return ncclFloat64;
   }
-  die("rank %d: NCCL: unknown dtype %d", check_rank(), (int)dt);
+  die_on_rank("NCCL: unknown dtype %d", (int)dt);
 }
 static ncclRedOp_t nccl_op(redop_t op) { return op == REDOP_MAX ? ncclMax : ncclSum; }
 static const char *elem(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
@@ -81,7 +81,7 @@ static void *nccl_abort_thread(void *comm) {
     for (int i = 0; i < 1000 && !__atomic_load_n(&g_abort_done, __ATOMIC_ACQUIRE); i++) usleep(10000);
   }
   if (!why) comm_timeout_fail(c, op, tag); /* "rank R: <op> (<tag>) did not complete within S s" */
-  die("rank %d: NCCL %s (%s) failed: %s — aborting the job", c->rank, op, tag, why);
+  die_on_rank("NCCL %s (%s) failed: %s — aborting the job", op, tag, why);
 }
 
 /* A finished task's GPU time (start to end event on the comm stream) goes to the op's busy
@@ -108,7 +108,7 @@ static void nccl_host_wait(comm_t *c, comm_handle_t upto) {
   while (s->done_seq < upto) {
     comm_handle_t next = s->done_seq + 1;
     int slot = (int)(next % NCCL_EVENTS);
-    if (s->ev_seq[slot] != next) die("rank %d: NCCL backend: no event for task %lld", c->rank, (long long)next);
+    if (s->ev_seq[slot] != next) die_on_rank("NCCL backend: no event for task %lld", (long long)next);
     cudaError_t q = cudaEventQuery(s->ev[slot]);
     if (q == cudaSuccess) {
       nccl_count_busy(c, slot);
@@ -156,7 +156,7 @@ static void nccl_task_end(comm_t *c, const comm_task_t *t) {
 static void nccl_wait(comm_t *c, comm_handle_t h) {
   nccl_state_t *s = st(c);
   if (h <= s->done_seq) return;
-  if (h > s->last_seq) die("rank %d: comm_wait: handle %lld was never issued", c->rank, (long long)h);
+  if (h > s->last_seq) die_on_rank("comm_wait: handle %lld was never issued", (long long)h);
   int slot = (int)(h % NCCL_EVENTS); /* holds h, or a later task (waiting for more is still right) */
   CHECK_CUDA(cudaStreamWaitEvent(s->compute, s->ev[slot], 0));
 }
@@ -308,10 +308,9 @@ static void nccl_check_one_rank_per_gpu(comm_t *c) {
     if (r < c->rank) { /* the higher rank of the pair speaks; every rank aborts through MPI */
       char host[64] = "?";
       gethostname(host, sizeof host - 1);
-      die("rank %d: --backend nccl needs one rank per GPU, but ranks %d and %d share GPU %d (%s) on %s.\n"
+      die_on_rank("--backend nccl needs one rank per GPU, but ranks %d and %d share GPU %d (%s) on %s.\n"
           "  NCCL cannot put two ranks on one device. Run at most one rank per GPU (mpirun -np <number of GPUs>),\n"
-          "  or use --backend mpi: collectives staged through host memory, so several ranks can share one GPU.",
-          c->rank, r, c->rank, devcu_current(), prop.name, host);
+          "  or use --backend mpi: collectives staged through host memory, so several ranks can share one GPU.", r, c->rank, devcu_current(), prop.name, host);
     }
   }
   free(all);
@@ -342,7 +341,7 @@ static void nccl_init_from_id(comm_t *c, nccl_state_t *s) {
 }
 
 void comm_nccl_attach(comm_t *c) {
-  if (devcu_current() < 0) die("rank %d: comm_nccl_attach: no GPU selected", c->rank);
+  if (devcu_current() < 0) die_on_rank("comm_nccl_attach: no GPU selected");
   nccl_check_one_rank_per_gpu(c);
   nccl_state_t *s = nccl_state_new((cudaStream_t)devcu_comm_stream(), 0);
   nccl_init_from_id(c, s);
@@ -366,7 +365,7 @@ void comm_nccl_split(comm_t *parent, comm_t *c, int color, int key) {
   CHECK_NCCL(ncclCommUserRank(s->comm, &nrank));
   CHECK_NCCL(ncclCommCount(s->comm, &nworld));
   if (nrank != c->rank || nworld != c->world)
-    die("rank %d: comm_split: NCCL made rank %d of %d where MPI made rank %d of %d", parent->rank, nrank, nworld,
+    die_on_rank("comm_split: NCCL made rank %d of %d where MPI made rank %d of %d", nrank, nworld,
         c->rank, c->world);
   c->be_state = s;
   c->be = &comm_nccl_backend;

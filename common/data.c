@@ -67,7 +67,7 @@ static void rng_normals(uint64_t seed, uint64_t stream, uint64_t first, int n, f
 }
 
 void data_init(data_t *d, int D, int C, uint64_t seed) {
-  if (D < 1 || C < 1) die("rank %d: data_init: input %d and classes %d must be >= 1", check_rank(), D, C);
+  if (D < 1 || C < 1) die_on_rank("data_init: input %d and classes %d must be >= 1", D, C);
   *d = (data_t){.D = D, .C = C, .seed = seed, .fd = -1};
   d->teacher = xmalloc((size_t)C * D * sizeof(float), "data teacher"); // (C, D)
   float scale = (float)(DATA_LOGIT_STD / sqrt((double)D));           // logit std ≈ DATA_LOGIT_STD
@@ -183,11 +183,11 @@ int data_text_check(const char *path, int T, char *why, int why_len) {
 
 void data_init_text(data_t *d, const char *path, int T, uint64_t seed) {
   char why[256];
-  if (data_text_check(path, T, why, sizeof why)) die("rank %d: --data %s: %s", check_rank(), path, why);
+  if (data_text_check(path, T, why, sizeof why)) die_on_rank("--data %s: %s", path, why);
   *d = (data_t){.seed = seed, .is_text = 1, .T = T, .fd = open(path, O_RDONLY)};
-  if (d->fd < 0) die("rank %d: --data %s: cannot open: %s", check_rank(), path, strerror(errno));
+  if (d->fd < 0) die_on_rank("--data %s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(d->fd, &st) != 0) die("rank %d: --data %s: cannot stat: %s", check_rank(), path, strerror(errno));
+  if (fstat(d->fd, &st) != 0) die_on_rank("--data %s: cannot stat: %s", path, strerror(errno));
   d->file_bytes = (int64_t)st.st_size;
   d->train_bytes = d->file_bytes - d->file_bytes / 10; /* the last 10% is validation */
 }
@@ -209,7 +209,7 @@ static void text_window(const data_t *d, int64_t pos, int *x, int *y) {
   int64_t done = 0;
   while (done < d->T + 1) {
     ssize_t k = pread(d->fd, b + done, (size_t)(d->T + 1 - done), (off_t)(pos + done));
-    if (k <= 0) die("rank %d: --data: read of %d bytes at %lld failed (%s)", check_rank(), d->T + 1, (long long)pos,
+    if (k <= 0) die_on_rank("--data: read of %d bytes at %lld failed (%s)", d->T + 1, (long long)pos,
                     k < 0 ? strerror(errno) : "end of file: did the file shrink?");
     done += k;
   }
@@ -221,7 +221,7 @@ static void text_window(const data_t *d, int64_t pos, int *x, int *y) {
 }
 
 void data_val_batch(const data_t *d, int64_t first, int n, int *x, int *y) {
-  if (!d->is_text) die("rank %d: data_val_batch: not a text source", check_rank());
+  if (!d->is_text) die_on_rank("data_val_batch: not a text source");
   for (int r = 0; r < n; r++)
     text_window(d, data_text_val_pos(d, first + r), x + (int64_t)r * d->T, y + (int64_t)r * d->T);
 }

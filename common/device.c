@@ -14,7 +14,7 @@ static int msg_rank(void) { return check_rank() >= 0 ? check_rank() : args_env_r
 
 #ifndef ZL_CUDA
 static _Noreturn void no_cuda(const char *fn) {
-  die("rank %d: %s: this binary was built without CUDA (make GPU=1)", msg_rank(), fn);
+  die_on_rank("%s: this binary was built without CUDA (make GPU=1)", fn);
 }
 #endif
 
@@ -38,7 +38,7 @@ static size_t g_used_at_select; /* driver-reported used bytes right after device
 
 void device_cuda_select(int local_rank) {
 #ifdef ZL_CUDA
-  if (devcu_count() <= 0) die("rank %d: --device cuda asked for a GPU, but none is visible (check nvidia-smi)", msg_rank());
+  if (devcu_count() <= 0) die_on_rank("--device cuda asked for a GPU, but none is visible (check nvidia-smi)");
   devcu_select(local_rank);
   g_used_at_select = devcu_used_bytes(); /* after the context exists: the delta is ours */
 #else
@@ -118,7 +118,7 @@ void dev_upload(device_t dev, void *dst, dtype_t dt, const float *host, int64_t 
     dev_memcpy(dev, dst, DEV_CPU, host, (size_t)n * sizeof(float));
     return;
   }
-  if (dt != DT_BF16) die("rank %d: dev_upload: fp32 -> %s not supported", msg_rank(), dtype_name(dt));
+  if (dt != DT_BF16) die_on_rank("dev_upload: fp32 -> %s not supported", dtype_name(dt));
   bf16_t *cast = dev == DEV_CPU ? dst : xmalloc((size_t)n * sizeof(bf16_t), "upload cast (host)");
   for (int64_t i = 0; i < n; i++) cast[i] = bf16_from_f32(host[i]);
   if (dev != DEV_CPU) {

@@ -22,7 +22,7 @@ static thread_local int t_on_comm = 0;
 static cudaStream_t my_stream(void) { return t_on_comm ? g_comm : g_compute; }
 
 static void need_device(const char *fn) {
-  if (g_device < 0) die("rank %d: %s: no GPU selected yet (device_cuda_select first)", check_rank(), fn);
+  if (g_device < 0) die_on_rank("%s: no GPU selected yet (device_cuda_select first)", fn);
 }
 
 int devcu_count(void) {
@@ -38,7 +38,7 @@ int devcu_count(void) {
 void devcu_select(int local_rank) {
   if (g_device >= 0) return; /* once */
   int n = devcu_count();
-  if (n <= 0) die("rank %d: --device cuda: no GPU visible (nvidia-smi; CUDA_VISIBLE_DEVICES)", check_rank());
+  if (n <= 0) die_on_rank("--device cuda: no GPU visible (nvidia-smi; CUDA_VISIBLE_DEVICES)");
   int dev = (local_rank < 0 ? 0 : local_rank) % n;
   CHECK_CUDA(cudaSetDevice(dev));
   CHECK_CUDA(cudaStreamCreateWithFlags(&g_compute, cudaStreamNonBlocking));

@@ -79,7 +79,7 @@ int grid_format(int nranks, int tp, int pp, char *buf, size_t n) {
 grid_t *grid_init(comm_t *world, int tp, int pp) {
   int nranks = comm_world(world), rank = comm_rank(world);
   char why[160];
-  if (grid_check(nranks, tp, pp, why, sizeof why)) die("rank %d: grid_init: %s", rank, why);
+  if (grid_check(nranks, tp, pp, why, sizeof why)) die_on_rank("grid_init: %s", why);
   grid_t *g = xcalloc(1, sizeof *g, "grid");
   g->world = world;
   g->rank = rank;
@@ -92,7 +92,7 @@ grid_t *grid_init(comm_t *world, int tp, int pp) {
   for (int d = 0; d < GRID_NDIMS; d++) {
     g->comm[d] = comm_split(world, grid_group_of(rank, tp, pp, (grid_dim_t)d), g->coord[d]);
     if (comm_rank(g->comm[d]) != g->coord[d] || comm_world(g->comm[d]) != g->size[d])
-      die("rank %d: grid_init: %s group has rank %d of %d, expected %d of %d", rank, g_dim_names[d],
+      die_on_rank("grid_init: %s group has rank %d of %d, expected %d of %d", g_dim_names[d],
           comm_rank(g->comm[d]), comm_world(g->comm[d]), g->coord[d], g->size[d]);
   }
   return g;

@@ -37,13 +37,13 @@ void ledger_init(int rank, int64_t limit_bytes) {
 }
 
 static void check_cat(ledger_arena_t a, ledger_cat_t cat, const char *fn) {
-  if (a < 0 || a >= LEDGER_NARENA) die("rank %d: %s: bad ledger arena %d", msg_rank(), fn, (int)a);
-  if (cat < 0 || cat >= LEDGER_NCAT) die("rank %d: %s: bad ledger category %d", msg_rank(), fn, (int)cat);
+  if (a < 0 || a >= LEDGER_NARENA) die_on_rank("%s: bad ledger arena %d", fn, (int)a);
+  if (cat < 0 || cat >= LEDGER_NCAT) die_on_rank("%s: bad ledger category %d", fn, (int)cat);
 }
 
 void ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const char *what) {
   check_cat(a, cat, "ledger_add");
-  if (nbytes < 0) die("rank %d: ledger_add: negative size %lld for %s", msg_rank(), (long long)nbytes, what ? what : "?");
+  if (nbytes < 0) die_on_rank("ledger_add: negative size %lld for %s", (long long)nbytes, what ? what : "?");
   pthread_mutex_lock(&g_mu);
   if (a == LEDGER_DEVICE && g_limit > 0 && g_total_live[a] + nbytes > g_limit) {
     /* Copy what the message needs, release the lock, then take the job down. */
@@ -75,7 +75,7 @@ void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes) {
   pthread_mutex_unlock(&g_mu);
   /* Giving back more than is held is a bookkeeping bug (double free, wrong category or arena). */
   if (bad)
-    die("rank %d: ledger_sub: %s%s gives back %lld bytes but holds %lld", msg_rank(), a == LEDGER_HOST ? "host " : "",
+    die_on_rank("ledger_sub: %s%s gives back %lld bytes but holds %lld", a == LEDGER_HOST ? "host " : "",
         ledger_cat_name(cat), (long long)nbytes, (long long)live);
 }
 

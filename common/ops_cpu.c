@@ -33,8 +33,8 @@
 
 /* ---- DEV_CUDA: forward, or say this binary cannot ---------------------------------------- */
 static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
-  die("rank %d: %s on --device cuda, but this binary was built without CUDA (rebuild with make GPU=1, "
-      "or run with --device cpu)", check_rank(), op);
+  die_on_rank("%s on --device cuda, but this binary was built without CUDA (rebuild with make GPU=1, "
+      "or run with --device cpu)", op);
 }
 #ifdef ZL_CUDA
 #define OPS_ON_CUDA(call) do { call; return; } while (0)
@@ -45,7 +45,7 @@ static _Noreturn __attribute__((unused)) void ops_no_cuda(const char *op) {
 #endif
 
 static _Noreturn void ops_bad_dtype(const char *op, dtype_t dt) {
-  die("rank %d: %s: unsupported dtype %s", check_rank(), op, dtype_name(dt));
+  die_on_rank("%s: unsupported dtype %s", op, dtype_name(dt));
 }
 
 /* ---- workspace: grow-only scratch per (device, slot), accounted to LEDGER_ACTS ------------- */
@@ -59,7 +59,7 @@ static ops_ws_t g_ws[2][OPS_WS_NSLOTS]; /* [device][slot] */
  * Not thread-safe: the ops that use it (linear) run on the compute thread only. */
 void *ops_workspace(device_t dev, int slot, int64_t nbytes) {
   if (slot < 0 || slot >= OPS_WS_NSLOTS || (dev != DEV_CPU && dev != DEV_CUDA))
-    die("rank %d: ops_workspace: slot %d on device %d out of range (slots 0..%d)", check_rank(), slot, (int)dev,
+    die_on_rank("ops_workspace: slot %d on device %d out of range (slots 0..%d)", slot, (int)dev,
         OPS_WS_NSLOTS - 1);
   ops_ws_t *w = &g_ws[dev][slot];
   if (nbytes > w->nbytes) {
@@ -219,7 +219,7 @@ double op_softmax_xent(device_t dev, float *dlogits, const float *logits, const 
     const float *l = logits + (int64_t)r * C;
     float *d = dlogits + (int64_t)r * C;
     int yr = y[r];
-    if (yr < 0 || yr >= C) die("rank %d: op_softmax_xent: label y[%d] = %d outside [0, %d)", check_rank(), r, yr, C);
+    if (yr < 0 || yr >= C) die_on_rank("op_softmax_xent: label y[%d] = %d outside [0, %d)", r, yr, C);
     float mx = l[0];
     for (int c = 1; c < C; c++) mx = l[c] > mx ? l[c] : mx;
     double sum = 0.0;
@@ -245,7 +245,7 @@ static inline __attribute__((always_inline)) void adamw_loop(float *w, const voi
 void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n,
               const adamw_hp_t *hp, int t, float gscale) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_adamw(w, grad, gdt, m, v, n, hp, t, gscale));
-  if (t < 1) die("rank %d: op_adamw: step t = %d, must be >= 1 (bias correction)", check_rank(), t);
+  if (t < 1) die_on_rank("op_adamw: step t = %d, must be >= 1 (bias correction)", t);
   ew_adamw_t k = ew_adamw_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, t);
   if (gdt == DT_F32) adamw_loop(w, grad, DT_F32, m, v, n, gscale, k);
   else if (gdt == DT_BF16) adamw_loop(w, grad, DT_BF16, m, v, n, gscale, k);
@@ -287,7 +287,7 @@ void op_cast(device_t dev, void *dst, dtype_t ddt, const void *src, dtype_t sdt,
     const double *s = src;
     for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];
   } else {
-    die("rank %d: op_cast: %s -> %s not supported", check_rank(), dtype_name(sdt), dtype_name(ddt));
+    die_on_rank("op_cast: %s -> %s not supported", dtype_name(sdt), dtype_name(ddt));
   }
 }
 

@@ -44,7 +44,7 @@ __device__ __forceinline__ void d_store64(void *p, int dt, int64_t i, double v) 
 static cudaStream_t compute_stream(void) { return (cudaStream_t)devcu_compute_stream(); }
 static cublasHandle_t cublas(void) {
   cublasHandle_t h = (cublasHandle_t)devcu_cublas();
-  if (!h) die("rank %d: CUDA op called before the GPU was selected (device_cuda_select)", check_rank());
+  if (!h) die_on_rank("CUDA op called before the GPU was selected (device_cuda_select)");
   return h;
 }
 static int blocks_for(int64_t n) {
@@ -52,11 +52,11 @@ static int blocks_for(int64_t n) {
   return (int)(b < 1 ? 1 : b > ZL_MAX_BLOCKS ? ZL_MAX_BLOCKS : b);
 }
 static void check_dt(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16) die("rank %d: %s: dtype %s is not supported on CUDA", check_rank(), fn, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
 }
 static void check_dt64(dtype_t dt, const char *fn) {
   if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64)
-    die("rank %d: %s: dtype %d is not supported on CUDA", check_rank(), fn, (int)dt);
+    die_on_rank("%s: dtype %d is not supported on CUDA", fn, (int)dt);
 }
 
 /* ---- workspace: ops.h's ops_workspace on DEV_CUDA (grown on demand, counted as activations,
@@ -393,7 +393,7 @@ double opcu_softmax_xent(float *dlogits, const float *logits, const int *y, int 
   CHECK_CUDA(cudaStreamSynchronize(s));
   int bad_label = 0;
   memcpy(&bad_label, (char *)host + (size_t)B * sizeof(double), sizeof(int));
-  if (bad_label) die("rank %d: softmax cross-entropy: a label is outside [0, %d)", check_rank(), C);
+  if (bad_label) die_on_rank("softmax cross-entropy: a label is outside [0, %d)", C);
   double sum = 0;
   for (int i = 0; i < B; i++) sum += host[i]; /* rows in order, as the CPU path */
   free(host);
@@ -409,7 +409,7 @@ void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int
                 float gscale) {
   if (n <= 0) return;
   check_dt(gdt, "opcu_adamw");
-  if (t < 1) die("rank %d: opcu_adamw: step %d must be >= 1", check_rank(), t);
+  if (t < 1) die_on_rank("opcu_adamw: step %d must be >= 1", t);
   /* the per-step scalars on the host, by the function ops_cpu.c calls: the same floats */
   ew_adamw_t k = ew_adamw_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, t);
   k_adamw<<<blocks_for(n), ZL_THREADS, 0, compute_stream()>>>(w, grad, gdt, m, v, n, gscale, k);

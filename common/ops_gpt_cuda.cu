@@ -58,7 +58,7 @@ static __device__ __forceinline__ float warp_max(float v) {
 static cudaStream_t stream(void) { return (cudaStream_t)devcu_compute_stream(); }
 static cublasHandle_t cublas(void) {
   cublasHandle_t h = (cublasHandle_t)devcu_cublas();
-  if (!h) die("rank %d: CUDA op called before the GPU was selected (device_cuda_select)", check_rank());
+  if (!h) die_on_rank("CUDA op called before the GPU was selected (device_cuda_select)");
   return h;
 }
 static int grid_for(int64_t n, int per_block) {
@@ -67,7 +67,7 @@ static int grid_for(int64_t n, int per_block) {
 }
 static int warp_rows_grid(int64_t rows) { return (int)((rows + GPT_ROWS_PER_BLOCK - 1) / GPT_ROWS_PER_BLOCK); }
 static void gpt_check_dt(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16) die("rank %d: %s: dtype %s is not supported on CUDA", check_rank(), fn, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
 }
 static void *ws(int slot, int64_t nbytes) { return ops_workspace(DEV_CUDA, slot, nbytes); }
 
@@ -217,7 +217,7 @@ __global__ void k_att_softmax_bwd(float *dS, const float *P, int64_t nrows, int 
 }
 
 void opcu_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  if (NH <= 0 || C % NH != 0) die("rank %d: op_attention_fwd: C = %d is not a multiple of NH = %d", check_rank(), C, NH);
+  if (NH <= 0 || C % NH != 0) die_on_rank("op_attention_fwd: C = %d is not a multiple of NH = %d", C, NH);
   if (B <= 0 || T <= 0) return;
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -238,7 +238,7 @@ void opcu_attention_fwd(float *out, float *att, const float *qkv, int B, int T, 
 
 void opcu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                         int NH) {
-  if (NH <= 0 || C % NH != 0) die("rank %d: op_attention_bwd: C = %d is not a multiple of NH = %d", check_rank(), C, NH);
+  if (NH <= 0 || C % NH != 0) die_on_rank("op_attention_bwd: C = %d is not a multiple of NH = %d", C, NH);
   if (B <= 0 || T <= 0) return;
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -323,7 +323,7 @@ void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *to
   for (int v = 0; v <= V; v++) start[v] = 0;
   for (int64_t p = 0; p < BT; p++) {
     if (tok[p] < 0 || tok[p] >= V)
-      die("rank %d: op_embedding_bwd: token[%lld] = %d outside [0, %d)", check_rank(), (long long)p, tok[p], V);
+      die_on_rank("op_embedding_bwd: token[%lld] = %d outside [0, %d)", (long long)p, tok[p], V);
     start[tok[p] + 1]++;
   }
   for (int v = 0; v < V; v++) start[v + 1] += start[v];

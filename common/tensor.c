@@ -7,7 +7,7 @@
 #include "ledger.h" // ledger_add, ledger_sub, ledger_add_in, ledger_sub_in
 
 tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel) {
-  if (numel < 0) die("rank %d: tensor_alloc: %s has negative numel %lld", check_rank(), name ? name : "?", (long long)numel);
+  if (numel < 0) die_on_rank("tensor_alloc: %s has negative numel %lld", name ? name : "?", (long long)numel);
   tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = dev, .cat = cat, .name = name, .owner = 1};
   if (numel == 0) return t;
   int64_t nbytes = numel * (int64_t)dtype_size(dtype);
@@ -17,7 +17,7 @@ tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_
 }
 
 tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, device_t for_dev, int64_t numel) {
-  if (numel < 0) die("rank %d: tensor_alloc_host: %s has negative numel %lld", check_rank(), name ? name : "?", (long long)numel);
+  if (numel < 0) die_on_rank("tensor_alloc_host: %s has negative numel %lld", name ? name : "?", (long long)numel);
   tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = DEV_CPU, .cat = cat, .name = name, .owner = 1,
                 .arena = LEDGER_HOST, .pinned_for = for_dev};
   if (numel == 0) return t;
@@ -40,7 +40,7 @@ void tensor_free(tensor_t *t) {
 
 tensor_t tensor_view(const tensor_t *t, int64_t off, int64_t numel) {
   if (off < 0 || numel < 0 || off + numel > t->numel)
-    die("rank %d: tensor_view of %s: [%lld, %lld) is outside [0, %lld)", check_rank(), t->name ? t->name : "?",
+    die_on_rank("tensor_view of %s: [%lld, %lld) is outside [0, %lld)", t->name ? t->name : "?",
         (long long)off, (long long)(off + numel), (long long)t->numel);
   tensor_t v = *t;
   v.data = numel ? tensor_at(t, off) : NULL;

@@ -19,7 +19,7 @@ void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md
   // HINT: for each unit: padded = numel rounded up to a multiple of world; piece = padded / world;
   // HINT: off = running sum of padded, shard_off = running sum of piece. Then the model totals.
-  if (world < 1) die("rank %d: shard_plan: world %d must be >= 1", check_rank(), world);
+  if (world < 1) die_on_rank("shard_plan: world %d must be >= 1", world);
   int64_t off = 0, shard_off = 0, max_padded = 0;
   for (int u = 0; u < m->n_units; u++) {
     unit_t *un = &m->units[u];

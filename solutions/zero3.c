@@ -54,7 +54,7 @@ static int find_slot(const zero3_t *z, int e) {
 /* Issue the all-gather of event e's unit into a free slot (allocated now, freed after use). */
 __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e) {
   int s = find_slot(z, -1);
-  if (s < 0) die("rank %d: zero3: no free gather slot for event %d (prefetch %d)", t->rank, e, z->prefetch);
+  if (s < 0) die_on_rank("zero3: no free gather slot for event %d (prefetch %d)", e, z->prefetch);
   const unit_t *un = &t->model.units[event_unit(t, e)];
   gather_slot_t *g = &z->slots[s];
   g->buf = tensor_alloc("gathered unit params", LEDGER_COMM, t->wdt, t->dev, un->padded);
@@ -87,7 +87,7 @@ static void gather_release(trainer_t *t, zero3_t *z, int e) {
   // HINT: find e's slot, tensor_free its buffer, mark the slot free (event −1, handle 0), and
   // HINT: clear t->unit_params of the unit so nothing reads the freed memory.
   int s = find_slot(z, e);
-  if (s < 0) die("rank %d: zero3: event %d released but not gathered", t->rank, e);
+  if (s < 0) die_on_rank("zero3: event %d released but not gathered", e);
   tensor_free(&z->slots[s].buf);
   z->slots[s].event = -1;
   z->slots[s].h = 0;

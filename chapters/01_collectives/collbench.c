@@ -79,7 +79,7 @@ static void run_op(const bench_t *b, const coll_t *co, int64_t numel) {
     break;
   case CO_BROADCAST: comm_broadcast(b->c, b->recv, numel, b->dt, b->root); break;
   case CO_REDUCE: comm_reduce(b->c, b->send, b->recv, numel, b->dt, REDOP_SUM, b->root); break;
-  default: die("rank %d: collbench: op %d", b->rank, (int)co->op);
+  default: die_on_rank("collbench: op %d", (int)co->op);
   }
   dev_sync(b->dev); /* on GPUs the call returns once queued: the time must include the work */
 }

@@ -49,7 +49,7 @@ static void check(const char *op, const char *impl, dtype_t dt, int64_t numel, c
   for (int64_t j = 0; j < n; j++) {
     float got = dt_load(h, dt, j), exp = want(lo + j);
     if (got != exp)
-      die("rank %d: %s (%s, %s, numel %lld): element %lld: got %g, expected %g", g_rank, op, impl, dtype_name(dt),
+      die_on_rank("%s (%s, %s, numel %lld): element %lld: got %g, expected %g", op, impl, dtype_name(dt),
           (long long)numel, (long long)(lo + j), got, exp);
   }
   free(h);
@@ -173,7 +173,7 @@ static void run_hang(comm_t *c, int seconds) {
   float *d = dev_malloc(DEV_CUDA, 1024 * sizeof(float), "gpu_coll hang");
   comm_set_timeout(c, 2);
   if (cudaLaunchHostFunc((cudaStream_t)devcu_compute_stream(), sleep_on_stream, &secs) != cudaSuccess)
-    die("rank %d: cudaLaunchHostFunc failed", g_rank);
+    die_on_rank("cudaLaunchHostFunc failed");
   comm_all_reduce_async(c, d, 1024, DT_F32, REDOP_SUM, "hang-test");
   comm_wait_all(c); /* must not return */
   if (g_rank == 0) printf("gpu_coll: the hang test returned from comm_wait_all (the watchdog did not fire)\n");

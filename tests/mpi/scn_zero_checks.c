@@ -31,7 +31,7 @@ static void check_range(trainer_t *t, const tensor_t *x, int u, int64_t lo, int6
     dev_memcpy(DEV_CPU, raw, x->dev, tensor_at(x, i), dtype_size(x->dtype));
     float v = x->dtype == DT_F32 ? *(float *)raw : bf16_to_f32(*(bf16_t *)raw);
     if (v != 0.0f)
-      die("rank %d: pad slot not zero after step %d: %s[%lld] (unit %d) = %g, expected 0", t->rank, t->step, x->name,
+      die_on_rank("pad slot not zero after step %d: %s[%lld] (unit %d) = %g, expected 0", t->step, x->name,
           (long long)i, u, v);
     g_pads_checked++;
   }
@@ -42,7 +42,7 @@ static void check_pads_of(trainer_t *t, const tensor_t *x) {
   if (!x->data || m->padded_numel == m->numel) return; /* one rank: no pad slots */
   int full = x->numel == m->padded_numel;
   if (!full && x->numel != m->shard_numel)
-    die("rank %d: pad check: %s has %lld elements, neither the padded model (%lld) nor a shard (%lld)", t->rank, x->name,
+    die_on_rank("pad check: %s has %lld elements, neither the padded model (%lld) nor a shard (%lld)", x->name,
         (long long)x->numel, (long long)m->padded_numel, (long long)m->shard_numel);
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
