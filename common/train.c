@@ -924,6 +924,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   /* --tp T: TP groups of T consecutive ranks; the strategy works on the data-parallel group. */
   grid_t *grid = cfg->tp > 1 ? grid_init(comm, cfg->tp, 1) : NULL;
   comm_t *dpc = grid ? grid->comm[GRID_DP] : comm;
+  int quiet = cfg->quiet; /* the same on every rank (below, TP ranks other than 0 turn quiet) */
   train_cfg_t tpcfg;
   char tp_ckpt[1200], tp_resume[1200];
   if (grid) { /* each TP rank: its own checkpoint directory; only TP rank 0 prints */
@@ -937,7 +938,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     cfg = &tpcfg;
   }
   if (grid && !cfg->model_split) die("error: --tp %d: this program has no tensor-parallel model split", cfg->tp);
-  if (grid && wrank == 0 && !cfg->quiet) grid_print(grid);
+  if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
   if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
