@@ -313,12 +313,13 @@ static void put_top(const char *dir, const char *file, const char *text) {
   free(t);
 }
 
-/* A fresh copy of exercises/ under /tmp; returns its path in dst. */
+/* A fresh exercises/ tree generated from solutions/ under /tmp (stubs only, whatever the
+ * checkout's exercises/ holds); returns its path in dst. */
 static void student_tree(char *dst, size_t n, const char *name) {
   char root[256], cmd[1024];
   zl_tmpdir(root, sizeof root, name);
   snprintf(dst, n, "%s/exercises", root);
-  snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r exercises %s", dst, dst);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && " GEN " generate solutions %s --backup %s/backup >/dev/null", dst, dst, root);
   cr_assert_eq(system(cmd), 0, "%s failed", cmd);
 }
 
