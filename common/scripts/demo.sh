@@ -15,7 +15,7 @@
 # announced and skipped.
 # Environment: ZL_BIN (default build/bin), ZL_RESULTS (results), ZL_FIGURES (results/figures),
 # ZL_DEMO_NP (ranks for the chapter runs, default 4), ZL_DEMO_DEVICE (auto|cpu|cuda),
-# ZL_DEMO_GPT_STEPS (the closing GPT run, default 400: about a minute on 2 cores).
+# ZL_DEMO_GPT_STEPS (the closing GPT run, default 500: under a minute on 2 cores).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 
@@ -303,7 +303,7 @@ EOF
   run "$NP" ch05_zero3 --model gpt --gpt small --batch 16 --steps "$GPT_STEPS" --lr 3e-3 --eval-every 100 \
     --sample 300 --device "$DEVICE" --json "$RES/gpt_zero3.json"
 }
-GPT_STEPS=${ZL_DEMO_GPT_STEPS:-400}
+GPT_STEPS=${ZL_DEMO_GPT_STEPS:-500}
 
 # count the steps first, so the progress reads [3/9]
 plan=()
