@@ -109,6 +109,15 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   if (cfg->pp > world) return args_error("--pp", v, "must be at most the ranks (%d)", world), 1;
   if (world % cfg->pp) return args_error("--pp", v, "must divide the ranks (%d): D = ranks / P data-parallel pipelines", world), 1;
   if (cfg->pp > units) return args_error("--pp", v, "must be at most the model's units (%d): every stage holds at least one", units), 1;
+  if (strcmp(cfg->schedule, "interleaved") == 0) { /* v·P chunks of at least one unit; micro-batches in groups of P */
+    if (cfg->pp < 2) return args_error("--pp", v, "must be at least 2 with --schedule interleaved (a ring of stages)"), 1;
+    snprintf(v, sizeof v, "%d", cfg->virtual_stages);
+    if ((int64_t)cfg->virtual_stages * cfg->pp > units)
+      return args_error("--virtual-stages", v, "times --pp %d must be at most the model's units (%d)", cfg->pp, units), 1;
+    snprintf(v, sizeof v, "%d", cfg->micro_batches);
+    if (cfg->micro_batches % cfg->pp)
+      return args_error("--micro-batches", v, "must be a multiple of --pp %d with --schedule interleaved", cfg->pp), 1;
+  }
   if (cfg->accum != 1) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
@@ -163,7 +172,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
                        .model_kind = "mlp", .tp = 1, .eval_batches = 2, .temperature = 1.0,
-                       .pp = -1, .micro_batches = 4, .schedule = "1f1b"};
+                       .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
   arg_spec_t specs[64];
@@ -218,7 +227,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (chapter_flags & TRAIN_FLAG_PIPELINE) {
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
-    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward");
+    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank");
+    SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
   }
   if (chapter_flags & TRAIN_FLAG_TP)
     SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");

@@ -12,6 +12,9 @@
  *   naive  F0 B0 F1 B1 ...           one micro-batch in the whole pipe at a time
  *   gpipe  F0 F1 ... F(M−1) B0 ... B(M−1)   all forwards, then all backwards
  *   1f1b   P−s−1 forwards (warm-up), then F B pairs, then the remaining backwards (cool-down)
+ *   interleaved  1F1B over v virtual stages: the units cut into v·P chunks, chunk c on stage
+ *          c mod P (each rank v non-contiguous chunks; Megatron-LM's interleaved schedule; M a
+ *          multiple of P): a bubble v times smaller, v times the messages
  * Every schedule runs the backwards of a stage in micro-batch order 0..M−1, and each backward
  * writes its units' gradients with beta (micro-batch 0 overwrites, later ones accumulate), as
  * 1-rank training with --accum M does: the gradients, the loss sum (scored on the last stage in
@@ -30,12 +33,14 @@
 #include <stdint.h>          // int64_t
 #include "../common/train.h" // strategy_t
 
-typedef enum { PP_NAIVE = 0, PP_GPIPE = 1, PP_1F1B = 2 } pp_schedule_t;
+typedef enum { PP_NAIVE = 0, PP_GPIPE = 1, PP_1F1B = 2, PP_INTERLEAVED = 3 } pp_schedule_t;
 
-/* One operation of a stage: the forward or the backward of micro-batch `micro`. */
+/* One operation of a stage: the forward or the backward of micro-batch `micro` on its chunk
+ * `chunk` (0..v−1: the rank's chunks in model order; always 0 without virtual stages). */
 typedef struct pp_op {
   char kind; /* 'F' or 'B' */
   int micro;
+  int chunk;
 } pp_op_t;
 
 /* Cut n_units units of numel[u] parameters each into P contiguous stages, every stage at least
@@ -44,21 +49,23 @@ typedef struct pp_op {
  * Needs 1 <= P <= n_units. */
 void pp_split(const int64_t *numel, int n_units, int P, int *first);
 
-/* The 2M operations stage s of P runs in one step, in order, into ops[0..2M). Returns 2M. */
-int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, pp_op_t *ops);
+/* The 2vM operations stage s of P runs in one step, in order, into ops[0..2vM) (v: virtual
+ * stages, 1 unless sched is PP_INTERLEAVED, which needs M a multiple of P). Returns 2vM. */
+int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *ops);
 
 /* Most micro-batches whose activations stage s holds at once (the formula the ledger is
- * checked against): naive 1, gpipe M, 1f1b min(M, P − s). */
-int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M);
+ * checked against): naive 1, gpipe M, 1f1b min(M, P − s); interleaved, in micro-batch-chunks:
+ * min(v·M, 2(P − s − 1) + (v − 1)·P + 1). */
+int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M, int v);
 
 /* The idle fraction of the idealized pipeline (equal stages, backward = forward cost times any
- * constant): naive (P−1)/P; gpipe and 1f1b (P−1)/(M+P−1). */
-double pp_bubble_formula(pp_schedule_t sched, int P, int M);
+ * constant): naive (P−1)/P; gpipe and 1f1b (P−1)/(M+P−1); interleaved (P−1)/(v·M+P−1). */
+double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v);
 
-/* "naive" | "gpipe" | "1f1b" → PP_*; −1 for anything else. */
+/* "naive" | "gpipe" | "1f1b" | "interleaved" → PP_*; −1 for anything else. */
 int pp_schedule_parse(const char *name);
 
-/* The strategy for --schedule naive|gpipe|1f1b (with --pp and --micro-batches from the flags);
+/* The strategy for --schedule naive|gpipe|1f1b|interleaved (with --pp and --micro-batches from the flags);
  * NULL for anything else. */
 const strategy_t *pipeline_strategy(const char *schedule);
 #endif

@@ -1,23 +1,30 @@
-/* pipeline.c — pipeline parallelism: stages of units, micro-batches, naive / GPipe / 1F1B
- * schedules, the bubble measured (notes/07-pipeline.md; the contract is in pipeline.h).
+/* pipeline.c — pipeline parallelism: stages of units, micro-batches, naive / GPipe / 1F1B /
+ * interleaved 1F1B schedules, the bubble measured (notes/07-pipeline.md; the contract is in
+ * pipeline.h).
  *
  * The strategy takes over the step (strategy_t.run_step): the loop's micro-batch loop is replaced
- * by this stage's list of operations (pp_schedule_ops), each a forward or a backward of one
- * micro-batch over this stage's units, with the messages to the neighbour stages around it:
+ * by this rank's list of operations (pp_schedule_ops), each a forward or a backward of one
+ * micro-batch over one CHUNK of units, with the messages to the neighbour chunks around it:
  *
- *   F k:  input  ← stage s−1 (stage 0: the data)   forward units   output → stage s+1 (async)
- *   B k:  dy     ← stage s+1 (last stage: the loss) backward units  dx     → stage s−1 (async)
+ *   F k:  input  ← chunk c−1 (chunk 0: the data)   forward units   output → chunk c+1 (async)
+ *   B k:  dy     ← chunk c+1 (last chunk: the loss) backward units  dx     → chunk c−1 (async)
  *
- * The optimizer (step) then updates this stage's units only (after an all-reduce over the
- * data-parallel replicas when D > 1). Activations live in SLOTS, one per micro-batch in flight,
- * taken at its forward and given back after its backward; the pool grows only when more are in
- * flight than ever before, so its size is the peak the schedule needs — checked against
- * pp_inflight_formula. Busy time is the sum of the F/B blocks (also on the trace); the window is
- * the whole step's pipeline (until a barrier at its end), so idle / window is the bubble. */
+ * Chunk c lives on stage c mod P. Without virtual stages a rank has one chunk (its stage's
+ * units) and its neighbours are stages s−1 and s+1; with v virtual stages (interleaved 1F1B) it
+ * has v chunks, s, s+P, s+2P, ..., and the activation of chunk P−1 (on the last rank) goes to
+ * chunk P (on rank 0): the pipeline is a ring.
+ *
+ * The optimizer (step) then updates this rank's units only (after an all-reduce over the
+ * data-parallel replicas when D > 1). Activations live in SLOTS, one per micro-batch in flight on
+ * a chunk, taken at its forward and given back after its backward; a chunk's pool grows only when
+ * more are in flight than ever before, so its size is the peak the schedule needs — checked
+ * against pp_inflight_formula. Busy time is the sum of the F/B blocks (also on the trace); the
+ * window is the whole step's pipeline (until a barrier at its end), so idle / window is the
+ * bubble. */
 #include "pipeline.h" // pp_split, pp_schedule_ops, pipeline_strategy
 #include "check.h"    // die, xcalloc, xmalloc
 #include "comm.h"     // comm_split, comm_send_async, comm_recv_async, comm_wait, comm_all_reduce
-#include "device.h"   // dev_sync
+#include "device.h"   // dev_sync, dev_upload
 #include "exercise.h" // zl_exercise_todo (the generated stubs call it)
 #include "formula.h"  // formula_model_states
 #include "ledger.h"   // LEDGER_*
@@ -62,41 +69,64 @@ void pp_split(const int64_t *numel, int n_units, int P, int *first) {
   free(cut);
 }
 
-int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, pp_op_t *ops) {
+/* Interleaved 1F1B (Megatron-LM's order): virtual micro-batch i = 0..v·M−1 runs micro-batch
+ * (i / (P·v))·P + i mod P on chunk (i / P) mod v — P micro-batches through chunk 0, the same P
+ * through chunk 1, ..., then the next P; backwards walk the chunks the other way. */
+static pp_op_t interleaved_op(char kind, int i, int P, int v) {
+  int j = (i / P) % v;
+  return (pp_op_t){kind, (i / (P * v)) * P + i % P, kind == 'F' ? j : v - 1 - j};
+}
+
+int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *ops) {
   int n = 0;
   if (sched == PP_NAIVE) { /* one micro-batch at a time: its backward before the next forward */
     for (int k = 0; k < M; k++) {
-      ops[n++] = (pp_op_t){'F', k};
-      ops[n++] = (pp_op_t){'B', k};
+      ops[n++] = (pp_op_t){'F', k, 0};
+      ops[n++] = (pp_op_t){'B', k, 0};
     }
   } else if (sched == PP_GPIPE) { /* all forwards, then all backwards (in micro-batch order) */
-    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k};
-    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k};
+    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k, 0};
+    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k, 0};
+  } else if (sched == PP_INTERLEAVED) { /* 1F1B over v·M virtual micro-batches */
+    int total = v * M, w = (P - s - 1) * 2 + (v - 1) * P;
+    if (w > total) w = total;
+    for (int i = 0; i < w; i++) ops[n++] = interleaved_op('F', i, P, v);
+    for (int i = 0; i < total - w; i++) {
+      ops[n++] = interleaved_op('F', w + i, P, v);
+      ops[n++] = interleaved_op('B', i, P, v);
+    }
+    for (int i = total - w; i < total; i++) ops[n++] = interleaved_op('B', i, P, v);
   } else {
     // BEGIN EXERCISE pp_1f1b_schedule notes/07-pipeline.md
     // HINT: warm-up: stage s runs w = min(P − s − 1, M) forwards before its first backward (the last stage none).
     // HINT: steady state: for each remaining forward, the forward of micro-batch w + i, then the backward of micro-batch i.
     // HINT: cool-down: the last w backwards. Backwards always go in micro-batch order 0..M−1, forwards too.
+    // HINT2: ops[n++] = (pp_op_t){'F', k, 0} appends the forward of micro-batch k (chunk 0); return n = 2M.
     int w = P - s - 1 < M ? P - s - 1 : M;
-    for (int k = 0; k < w; k++) ops[n++] = (pp_op_t){'F', k};
+    for (int k = 0; k < w; k++) ops[n++] = (pp_op_t){'F', k, 0};
     for (int i = 0; i < M - w; i++) {
-      ops[n++] = (pp_op_t){'F', w + i};
-      ops[n++] = (pp_op_t){'B', i};
+      ops[n++] = (pp_op_t){'F', w + i, 0};
+      ops[n++] = (pp_op_t){'B', i, 0};
     }
-    for (int k = M - w; k < M; k++) ops[n++] = (pp_op_t){'B', k};
+    for (int k = M - w; k < M; k++) ops[n++] = (pp_op_t){'B', k, 0};
     // END EXERCISE
   }
   return n;
 }
 
-int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M) {
+int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M, int v) {
   if (sched == PP_NAIVE) return 1;
   if (sched == PP_GPIPE) return M;
+  if (sched == PP_INTERLEAVED) {
+    int w = (P - s - 1) * 2 + (v - 1) * P;
+    return w + 1 < v * M ? w + 1 : v * M;
+  }
   return P - s < M ? P - s : M;
 }
 
-double pp_bubble_formula(pp_schedule_t sched, int P, int M) {
+double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v) {
   if (sched == PP_NAIVE) return (double)(P - 1) / P;
+  if (sched == PP_INTERLEAVED) return (double)(P - 1) / (v * M + P - 1);
   return (double)(P - 1) / (M + P - 1);
 }
 
@@ -105,66 +135,86 @@ int pp_schedule_parse(const char *name) {
   if (strcmp(name, "naive") == 0) return PP_NAIVE;
   if (strcmp(name, "gpipe") == 0) return PP_GPIPE;
   if (strcmp(name, "1f1b") == 0) return PP_1F1B;
+  if (strcmp(name, "interleaved") == 0) return PP_INTERLEAVED;
   return -1;
 }
 
 /* ---- the strategy's state ------------------------------------------------------------------ */
 
-/* One micro-batch's activations on this stage (n = this stage's units). */
+/* One micro-batch's activations on one chunk (n = the chunk's units). */
 typedef struct pp_slot {
-  tensor_t in;         /* (b, in_s) the stage's input: the batch (stage 0, 4-byte) or the received activation */
+  tensor_t in;         /* (b, in_c) the chunk's input: the batch (chunk 0, 4-byte) or the received activation */
   tensor_t *out;       /* [n] (b, y_numel_u) each unit's output; out[n−1] is sent on (or is the logits) */
   tensor_t *saved;     /* [n] (b, saved_numel_u); none with --recompute */
-  comm_handle_t sent;  /* the send of out[n−1] to the next stage (0: none) */
+  comm_handle_t sent;  /* the send of out[n−1] to the next chunk (0: none) */
   int micro;           /* the micro-batch held, −1: free */
 } pp_slot_t;
+
+/* Where a chunk's messages go: a communicator and the peer's rank in it (NULL: none, the data or
+ * the loss is at that end). */
+typedef struct pp_link {
+  comm_t *comm;
+  int peer;
+} pp_link_t;
+
+/* One chunk of units on this rank: global chunk c = j·P + stage. */
+typedef struct pp_chunk {
+  int c, u0, u1;            /* its units [u0, u1) */
+  int64_t in_numel;         /* input elements per sample (in_c) */
+  int64_t slot_bytes;       /* activation bytes of one slot (A_c) */
+  pp_slot_t *slots;         /* [M] the pool; n_slots allocated so far */
+  int n_slots;
+  pp_link_t rx_act, tx_act, rx_grad, tx_grad;
+  tensor_t gsend[2];        /* (b, in_c) gradients of the input, sent to chunk c−1 (double-buffered) */
+  comm_handle_t gsent[2];
+} pp_chunk_t;
 
 typedef struct pp_state {
   pp_schedule_t sched;
   int P, D, stage, dp;  /* P stages × D pipelines; this rank's stage and pipeline */
+  int v, V;             /* chunks per rank (virtual stages), V = v·P chunks in all */
   int M;                /* micro-batches per step */
   int b;                /* samples per micro-batch on this rank: batch / (M·D) */
-  int *first;           /* [P+1] the split: stage s is units first[s]..first[s+1]−1 */
-  int u0, u1;           /* this stage's units [u0, u1) */
-  int64_t off0, numel;  /* this stage's flat range in the model's layout: [off0, off0+numel) */
+  int *first;           /* [V+1] the split: chunk c is units first[c]..first[c+1]−1 */
+  pp_chunk_t *chunks;   /* [v] this rank's chunks, j = 0..v−1 */
+  int64_t *loc;         /* [U] offset of unit u in this rank's buffers, −1: not here */
+  int64_t numel;        /* this rank's parameters (its units' padded sizes, back to back) */
   comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
+  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
   comm_t *dpc;          /* this stage's D replicas (NULL when D = 1) */
-  pp_op_t *ops;         /* [2M] this stage's schedule */
-  pp_slot_t *slots;     /* [M] the pool; n_slots allocated so far */
-  int n_slots, in_flight, peak_in_flight;
-  int64_t slot_bytes;   /* activation bytes of one slot (A_s) */
-  int64_t in_numel;     /* elements of the stage's input per sample (in_s) */
-  tensor_t dy[2];       /* (b, max y_numel of the stage) ping-pong of output gradients */
-  tensor_t gsend[2];    /* (b, in_s) gradients of the input, sent to s−1 (double-buffered); s > 0 */
-  comm_handle_t gsent[2];
-  tensor_t targets;     /* (b, rows) int32, last stage */
+  pp_op_t *ops;         /* [2vM] this rank's schedule */
+  int n_ops;
+  int in_flight, peak_in_flight; /* slots in use, over all chunks */
+  int64_t ws_bytes;     /* the fixed activation workspace below */
+  tensor_t dy[2];       /* (b, max y_numel of this rank's units) ping-pong of output gradients */
+  tensor_t targets;     /* (b, rows) int32, on the rank of the last chunk */
   tensor_t saved_rc;    /* (b, max saved) shared with --recompute */
-  int64_t ws_bytes;     /* the fixed activation workspace above */
   double busy_us, span_us; /* summed over the measured steps */
   int measured;            /* steps measured (all but the first when there are several) */
   int resync;              /* D > 1 after --resume: replicas take dp 0's states once */
   char tag[64];
 } pp_state_t;
 
-static int is_last(const pp_state_t *st) { return st->stage == st->P - 1; }
+static int is_first(const pp_chunk_t *ch) { return ch->c == 0; }
+static int is_last(const pp_state_t *st, const pp_chunk_t *ch) { return ch->c == st->V - 1; }
 
 /* ---- slots ---------------------------------------------------------------------------------- */
 
-static pp_slot_t *slot_take(trainer_t *t, int k) {
+static pp_slot_t *slot_take(trainer_t *t, pp_chunk_t *ch, int k) {
   pp_state_t *st = t->priv;
   const model_t *m = &t->model;
-  int n = st->u1 - st->u0;
+  int n = ch->u1 - ch->u0;
   pp_slot_t *sl = NULL;
-  for (int i = 0; i < st->n_slots && !sl; i++)
-    if (st->slots[i].micro < 0) sl = &st->slots[i];
+  for (int i = 0; i < ch->n_slots && !sl; i++)
+    if (ch->slots[i].micro < 0) sl = &ch->slots[i];
   if (!sl) { /* more in flight than ever before: the pool grows by one (the ledger sees it) */
-    if (st->n_slots >= st->M) die("rank %d: pipeline: more than M = %d micro-batches in flight", t->rank, st->M);
-    sl = &st->slots[st->n_slots++];
-    sl->in = tensor_alloc("stage input", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * st->in_numel);
+    if (ch->n_slots >= st->M) die("rank %d: pipeline: more than M = %d micro-batches in flight", t->rank, st->M);
+    sl = &ch->slots[ch->n_slots++];
+    sl->in = tensor_alloc("stage input", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * ch->in_numel);
     sl->out = xcalloc((size_t)n, sizeof(tensor_t), "slot outputs");
     sl->saved = xcalloc((size_t)n, sizeof(tensor_t), "slot saved");
     for (int i = 0; i < n; i++) {
-      const unit_t *un = &m->units[st->u0 + i];
+      const unit_t *un = &m->units[ch->u0 + i];
       sl->out[i] = tensor_alloc("unit output", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * un->y_numel);
       if (!t->cfg->recompute) sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * un->saved_numel);
     }
@@ -175,133 +225,136 @@ static pp_slot_t *slot_take(trainer_t *t, int k) {
   return sl;
 }
 
-static pp_slot_t *slot_of(trainer_t *t, int k) {
-  pp_state_t *st = t->priv;
-  for (int i = 0; i < st->n_slots; i++)
-    if (st->slots[i].micro == k) return &st->slots[i];
-  die("rank %d: pipeline: backward of micro-batch %d before its forward (schedule bug)", t->rank, k);
+static pp_slot_t *slot_of(trainer_t *t, pp_chunk_t *ch, int k) {
+  for (int i = 0; i < ch->n_slots; i++)
+    if (ch->slots[i].micro == k) return &ch->slots[i];
+  die("rank %d: pipeline: backward of micro-batch %d on chunk %d before its forward (schedule bug)", t->rank, k, ch->c);
 }
 
-static void slot_give_back(trainer_t *t, pp_slot_t *sl) {
+static void slot_give_back(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl) {
   pp_state_t *st = t->priv;
-  comm_wait(st->fwd, sl->sent); /* its output must have left before the slot is reused */
+  if (sl->sent) comm_wait(ch->tx_act.comm, sl->sent); /* its output must have left before the slot is reused */
   sl->micro = -1;
   st->in_flight--;
 }
 
-/* ---- the messages of a stage ---------------------------------------------------------------- */
+/* ---- the messages of a chunk ---------------------------------------------------------------- */
 
-/* Forward: micro-batch k's input activation into sl->in (stage 0 reads the data instead). */
-static void pp_recv_forward(trainer_t *t, pp_slot_t *sl, int k) {
+/* Forward: micro-batch k's input activation into sl->in (chunk 0 reads the data instead). */
+static void pp_recv_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) {
   // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
-  // HINT: stage 0 has no previous stage: load micro-batch k of this pipeline's data slice (trainer_load_micro).
-  // HINT: any other stage receives b × in_s floats from stage − 1 on the forward communicator (comm_recv_async),
-  // HINT: and must wait for it (comm_wait) before its forward may read the buffer.
+  // HINT: chunk 0 (stage 0) has no previous stage: load micro-batch k of this pipeline's data slice (trainer_load_micro).
+  // HINT: any other chunk receives b × in_numel floats from the previous one over ch->rx_act (its comm and peer),
+  // HINT: with comm_recv_async, and must wait for it (comm_wait) before its forward may read the buffer.
   pp_state_t *st = t->priv;
-  if (st->stage == 0) {
+  if (is_first(ch)) {
     trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL);
     return;
   }
   snprintf(st->tag, sizeof st->tag, "recv act %d", k);
-  comm_wait(st->fwd, comm_recv_async(st->fwd, sl->in.data, (int64_t)st->b * st->in_numel, DT_F32, st->stage - 1, st->tag));
+  comm_t *c = ch->rx_act.comm;
+  comm_wait(c, comm_recv_async(c, sl->in.data, (int64_t)st->b * ch->in_numel, DT_F32, ch->rx_act.peer, st->tag));
   // END EXERCISE
 }
 
-/* Forward: send micro-batch k's output on to the next stage, without waiting (the slot keeps the
- * handle: it is waited for before the slot is reused). The last stage sends nothing. */
-static void pp_send_forward(trainer_t *t, pp_slot_t *sl, int k) {
+/* Forward: send micro-batch k's output on to the next chunk, without waiting (the slot keeps the
+ * handle: it is waited for before the slot is reused). The last chunk sends nothing. */
+static void pp_send_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) {
   // BEGIN EXERCISE pp_stage_send notes/07-pipeline.md
-  // HINT: the last stage sends nothing (its output is the logits: the loss is its own).
-  // HINT: the message is the output of the stage's last unit, out[u1 − 1 − u0]: b × y_numel floats to stage + 1.
-  // HINT: send it with comm_send_async on the forward communicator and keep the handle in sl->sent: no wait here,
-  // HINT: so the stage goes on computing while it travels (slot_give_back waits for it before reusing the slot).
+  // HINT: the last chunk sends nothing (its output is the logits: the loss is its own).
+  // HINT: the message is the output of the chunk's last unit, out[u1 − 1 − u0]: b × y_numel floats over ch->tx_act.
+  // HINT: send it with comm_send_async and keep the handle in sl->sent: no wait here, so the stage goes on
+  // HINT: computing while it travels (slot_give_back waits for it before reusing the slot).
   pp_state_t *st = t->priv;
-  if (is_last(st)) return;
-  const unit_t *un = &t->model.units[st->u1 - 1];
+  if (is_last(st, ch)) return;
+  const unit_t *un = &t->model.units[ch->u1 - 1];
   snprintf(st->tag, sizeof st->tag, "send act %d", k);
-  sl->sent = comm_send_async(st->fwd, sl->out[st->u1 - 1 - st->u0].data, (int64_t)st->b * un->y_numel, DT_F32,
-                             st->stage + 1, st->tag);
+  sl->sent = comm_send_async(ch->tx_act.comm, sl->out[ch->u1 - 1 - ch->u0].data, (int64_t)st->b * un->y_numel, DT_F32,
+                             ch->tx_act.peer, st->tag);
   // END EXERCISE
 }
 
-/* Backward: the gradient of micro-batch k's output into dy: from the next stage, or, on the last
- * stage, the loss of the logits (returned; 0 elsewhere). */
-static double pp_recv_backward(trainer_t *t, pp_slot_t *sl, int k, float *dy) {
+/* Backward: the gradient of micro-batch k's output into dy: from the next chunk, or, on the last
+ * chunk, the loss of the logits (returned; 0 elsewhere). */
+static double pp_recv_backward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k, float *dy) {
   pp_state_t *st = t->priv;
-  const unit_t *un = &t->model.units[st->u1 - 1];
-  if (is_last(st)) {
+  const unit_t *un = &t->model.units[ch->u1 - 1];
+  if (is_last(st, ch)) {
     trainer_load_micro(t, k, st->M, st->dp, st->D, NULL, st->targets.data);
-    return trainer_loss(t, st->b, sl->out[st->u1 - 1 - st->u0].data, st->targets.data, dy);
+    return trainer_loss(t, st->b, sl->out[ch->u1 - 1 - ch->u0].data, st->targets.data, dy);
   }
   snprintf(st->tag, sizeof st->tag, "recv grad %d", k);
-  comm_wait(st->bwd, comm_recv_async(st->bwd, dy, (int64_t)st->b * un->y_numel, DT_F32, st->stage + 1, st->tag));
+  comm_t *c = ch->rx_grad.comm;
+  comm_wait(c, comm_recv_async(c, dy, (int64_t)st->b * un->y_numel, DT_F32, ch->rx_grad.peer, st->tag));
   return 0.0;
 }
 
 /* ---- one forward, one backward ---------------------------------------------------------------- */
 
-static unit_io_t stage_io(trainer_t *t, pp_slot_t *sl, int u) {
+static unit_io_t chunk_io(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int u) {
   pp_state_t *st = t->priv;
-  int i = u - st->u0;
+  int i = u - ch->u0;
   return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = st->b, .params = t->unit_params[u],
                      .x = i == 0 ? sl->in.data : sl->out[i - 1].data, .y = sl->out[i].data,
                      .saved = (t->cfg->recompute ? st->saved_rc : sl->saved[i]).data};
 }
 
-/* The forward of micro-batch k on this stage; returns its busy time (µs). */
-static double pp_forward(trainer_t *t, int k) {
+/* The forward of micro-batch k on chunk ch; returns its busy time (µs). */
+static double pp_forward(trainer_t *t, pp_chunk_t *ch, int k) {
   pp_state_t *st = t->priv;
-  pp_slot_t *sl = slot_take(t, k);
-  pp_recv_forward(t, sl, k); /* waiting for the input is idle time, not busy */
+  pp_slot_t *sl = slot_take(t, ch, k);
+  pp_recv_forward(t, ch, sl, k); /* waiting for the input is idle time, not busy */
   char name[32];
-  snprintf(name, sizeof name, "F %d", k);
+  if (st->v > 1) snprintf(name, sizeof name, "F %d.%d", k, ch->c);
+  else snprintf(name, sizeof name, "F %d", k);
   double t0 = trace_now_us();
   trace_begin(name);
-  for (int u = st->u0; u < st->u1; u++) {
-    unit_io_t io = stage_io(t, sl, u);
+  for (int u = ch->u0; u < ch->u1; u++) {
+    unit_io_t io = chunk_io(t, ch, sl, u);
     model_forward(&t->model, u, &io);
   }
   dev_sync(t->dev);
   trace_end(NULL);
   double busy = trace_now_us() - t0;
-  pp_send_forward(t, sl, k);
+  pp_send_forward(t, ch, sl, k);
   return busy;
 }
 
-/* The backward of micro-batch k on this stage: its units in reverse, gradients written with beta
+/* The backward of micro-batch k on chunk ch: its units in reverse, gradients written with beta
  * (micro-batch 0 overwrites, later ones accumulate: the 1-rank --accum order). Adds the loss
- * (last stage) to *loss; returns its busy time (µs). */
-static double pp_backward(trainer_t *t, int k, double *loss) {
+ * (last chunk) to *loss; returns its busy time (µs). */
+static double pp_backward(trainer_t *t, pp_chunk_t *ch, int k, double *loss) {
   pp_state_t *st = t->priv;
   const model_t *m = &t->model;
-  pp_slot_t *sl = slot_of(t, k);
+  pp_slot_t *sl = slot_of(t, ch, k);
   float *dy = st->dy[0].data, *dyp = st->dy[1].data;
   double t0 = 0;
   char name[32];
-  snprintf(name, sizeof name, "B %d", k);
-  if (is_last(st)) { /* the loss is this stage's work: inside the busy block */
+  if (st->v > 1) snprintf(name, sizeof name, "B %d.%d", k, ch->c);
+  else snprintf(name, sizeof name, "B %d", k);
+  if (is_last(st, ch)) { /* the loss is this stage's work: inside the busy block */
     t0 = trace_now_us();
     trace_begin(name);
-    *loss += pp_recv_backward(t, sl, k, dy);
+    *loss += pp_recv_backward(t, ch, sl, k, dy);
   } else {
-    pp_recv_backward(t, sl, k, dy);
+    pp_recv_backward(t, ch, sl, k, dy);
     t0 = trace_now_us();
     trace_begin(name);
   }
-  float *dx_out = NULL; /* the gradient of the stage's input, for stage s−1 */
-  if (st->stage > 0) {
+  float *dx_out = NULL; /* the gradient of the chunk's input, for chunk c−1 */
+  if (!is_first(ch)) {
     int j = k % 2;
-    comm_wait(st->bwd, st->gsent[j]); /* its previous send has left */
-    dx_out = st->gsend[j].data;
+    comm_wait(ch->tx_grad.comm, ch->gsent[j]); /* its previous send has left */
+    dx_out = ch->gsend[j].data;
   }
   t->micro = k;
-  for (int u = st->u1 - 1; u >= st->u0; u--) {
-    unit_io_t io = stage_io(t, sl, u);
+  for (int u = ch->u1 - 1; u >= ch->u0; u--) {
+    unit_io_t io = chunk_io(t, ch, sl, u);
     if (t->cfg->recompute && m->units[u].saved_numel > 0) model_forward(m, u, &io); /* same inputs, same bits */
     io.grads = t->unit_grads[u];
     io.beta = t->grad_beta = k == 0 ? 0.0f : 1.0f;
     io.dy = dy;
-    io.dx = u > st->u0 ? dyp : dx_out; /* unit 0 of the model: NULL, nothing before it */
+    io.dx = u > ch->u0 ? dyp : dx_out; /* unit 0 of the model: NULL, nothing before it */
     model_backward(m, u, &io);
     trainer_check_grads(t, u);
     float *tmp = dy;
@@ -311,11 +364,12 @@ static double pp_backward(trainer_t *t, int k, double *loss) {
   dev_sync(t->dev);
   trace_end(NULL);
   double busy = trace_now_us() - t0;
-  if (st->stage > 0) {
+  if (dx_out) {
     snprintf(st->tag, sizeof st->tag, "send grad %d", k);
-    st->gsent[k % 2] = comm_send_async(st->bwd, dx_out, (int64_t)st->b * st->in_numel, DT_F32, st->stage - 1, st->tag);
+    ch->gsent[k % 2] = comm_send_async(ch->tx_grad.comm, dx_out, (int64_t)st->b * ch->in_numel, DT_F32, ch->tx_grad.peer,
+                                       st->tag);
   }
-  slot_give_back(t, sl);
+  slot_give_back(t, ch, sl);
   return busy;
 }
 
@@ -323,20 +377,26 @@ static double pp_backward(trainer_t *t, int k, double *loss) {
 
 static void pp_resync(trainer_t *t);
 
-/* The whole step's micro-batches in this stage's order (strategy_t.run_step). */
+static void wait_links(pp_state_t *st) {
+  comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  for (int i = 0; i < 4; i++)
+    if (cs[i]) comm_wait_all(cs[i]);
+  for (int j = 0; j < st->v; j++) st->chunks[j].gsent[0] = st->chunks[j].gsent[1] = 0;
+}
+
+/* The whole step's micro-batches in this rank's order (strategy_t.run_step). */
 static double pp_run_step(trainer_t *t) {
   pp_state_t *st = t->priv;
   if (st->resync) pp_resync(t);
   /* The window starts here: every rank left the loop's loss all-reduce of the last step
    * together (no barrier: a rank that never comes is then found by a p2p wait's deadline). */
   double t0 = trace_now_us(), busy = 0, loss = 0;
-  for (int i = 0; i < 2 * st->M; i++) {
+  for (int i = 0; i < st->n_ops; i++) {
     const pp_op_t *op = &st->ops[i];
-    busy += op->kind == 'F' ? pp_forward(t, op->micro) : pp_backward(t, op->micro, &loss);
+    pp_chunk_t *ch = &st->chunks[op->chunk];
+    busy += op->kind == 'F' ? pp_forward(t, ch, op->micro) : pp_backward(t, ch, op->micro, &loss);
   }
-  comm_wait_all(st->fwd);
-  comm_wait_all(st->bwd);
-  st->gsent[0] = st->gsent[1] = 0;
+  wait_links(st);
   comm_barrier(t->comm); /* ... and ends when the last stage of the last pipeline is done */
   double span = trace_now_us() - t0;
   if (t->step > 0 || t->cfg->steps == 1) { /* the first step warms up caches and the pool */
@@ -376,6 +436,20 @@ static void pp_resync(trainer_t *t) {
   if (t->opt_v.data) comm_broadcast(st->dpc, t->opt_v.data, st->numel, DT_F32, 0);
 }
 
+/* The links of chunk c on stage s: activations come from c−1 (stage s−1, or the last stage over
+ * the wrap link when s = 0) and go to c+1; gradients the other way. */
+static void chunk_links(pp_state_t *st, pp_chunk_t *ch) {
+  int s = st->stage, P = st->P;
+  if (ch->c > 0) {
+    ch->rx_act = s > 0 ? (pp_link_t){st->fwd, s - 1} : (pp_link_t){st->fwdw, 1}; /* wrap: 2 ranks, P−1 is 1 */
+    ch->tx_grad = s > 0 ? (pp_link_t){st->bwd, s - 1} : (pp_link_t){st->bwdw, 1};
+  }
+  if (ch->c < st->V - 1) {
+    ch->tx_act = s < P - 1 ? (pp_link_t){st->fwd, s + 1} : (pp_link_t){st->fwdw, 0};
+    ch->rx_grad = s < P - 1 ? (pp_link_t){st->bwd, s + 1} : (pp_link_t){st->bwdw, 0};
+  }
+}
+
 static void pp_setup(trainer_t *t) {
   pp_state_t *st = xcalloc(1, sizeof *st, "pipeline state");
   t->priv = st;
@@ -384,22 +458,34 @@ static void pp_setup(trainer_t *t) {
   int U = m->n_units;
   st->sched = (pp_schedule_t)pp_schedule_parse(c->schedule);
   st->P = c->pp > 0 ? c->pp : t->world;
+  st->v = st->sched == PP_INTERLEAVED ? c->virtual_stages : 1;
+  st->V = st->v * st->P;
   st->M = c->micro_batches;
-  if (st->P > U || t->world % st->P) die("rank %d: --pp %d: needs P <= units (%d) and P dividing the ranks (%d)", t->rank, st->P, U, t->world);
+  if (st->V > U || t->world % st->P)
+    die("rank %d: --pp %d: needs P x virtual stages <= units (%d) and P dividing the ranks (%d)", t->rank, st->P, U, t->world);
   st->D = t->world / st->P;
   st->stage = t->rank % st->P;
   st->dp = t->rank / st->P;
   st->b = (int)(c->batch / ((int64_t)st->M * st->D));
   t->local_batch = st->b;
-  /* Communicators: rank = dp·P + stage. Two copies of this pipeline (one per direction), and the
+  /* Communicators: rank = dp·P + stage. Two copies of this pipeline (one per direction); with
+   * virtual stages, the ring's wrap link (last stage and stage 0) once per direction; the
    * stage's data-parallel group. Collective: every rank makes the same calls in the same order. */
   st->fwd = comm_split(t->comm, st->dp, st->stage);
   st->bwd = comm_split(t->comm, st->dp, st->stage);
+  if (st->v > 1) { /* color: this pipeline's {P−1, 0} pair, key: 0 for stage 0 (so P−1 is rank 1) */
+    int in_wrap = st->stage == 0 || st->stage == st->P - 1;
+    int color = in_wrap ? st->dp : t->world + t->rank; /* the others: a group of their own */
+    comm_t *w1 = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
+    comm_t *w2 = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
+    if (in_wrap) st->fwdw = w1, st->bwdw = w2;
+    else comm_finalize(w2), comm_finalize(w1);
+  }
   comm_t *dpc = comm_split(t->comm, st->stage, st->dp);
   if (st->D > 1) st->dpc = dpc;
   else comm_finalize(dpc);
 
-  /* The split, by parameter count. */
+  /* The split into V chunks, by parameter count. */
   int64_t *numel = xcalloc((size_t)U, sizeof *numel, "unit numel");
   for (int u = 0; u < U; u++) numel[u] = m->units[u].numel;
   if (t->tp_comm) { /* --tp: split by the WHOLE units' sizes, so every TP rank cuts in the same place */
@@ -409,51 +495,69 @@ static void pp_setup(trainer_t *t) {
     for (int u = 0; u < U; u++) numel[u] = (int64_t)d[u];
     free(d);
   }
-  st->first = xcalloc((size_t)st->P + 1, sizeof *st->first, "pipeline split");
-  pp_split(numel, U, st->P, st->first);
+  st->first = xcalloc((size_t)st->V + 1, sizeof *st->first, "pipeline split");
+  pp_split(numel, U, st->V, st->first);
   free(numel);
-  st->u0 = st->first[st->stage];
-  st->u1 = st->first[st->stage + 1];
-  st->off0 = m->units[st->u0].off;
-  st->numel = m->units[st->u1 - 1].off + m->units[st->u1 - 1].padded - st->off0;
 
-  /* Model states for this stage's units only: the flat range [off0, off0+numel). */
+  /* This rank's units: chunks stage, stage+P, ...; their parameters back to back. */
+  st->chunks = xcalloc((size_t)st->v, sizeof *st->chunks, "pipeline chunks");
+  st->loc = xmalloc((size_t)U * sizeof *st->loc, "unit offsets");
+  for (int u = 0; u < U; u++) st->loc[u] = -1;
+  for (int j = 0; j < st->v; j++) {
+    pp_chunk_t *ch = &st->chunks[j];
+    ch->c = j * st->P + st->stage;
+    ch->u0 = st->first[ch->c];
+    ch->u1 = st->first[ch->c + 1];
+    for (int u = ch->u0; u < ch->u1; u++) st->loc[u] = st->numel, st->numel += m->units[u].padded;
+    chunk_links(st, ch);
+  }
+
+  /* Model states for this rank's units only. */
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
   t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
   if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, st->numel);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, st->numel);
   if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, st->numel);
   float *h = xmalloc((size_t)st->numel * sizeof(float) + 4, "stage init");
-  trainer_init_values(t, st->off0, st->off0 + st->numel, h); /* a pure function of the seed: no broadcast */
+  for (int j = 0; j < st->v; j++) { /* a pure function of the seed: no broadcast */
+    const pp_chunk_t *ch = &st->chunks[j];
+    const unit_t *a = &m->units[ch->u0], *z = &m->units[ch->u1 - 1];
+    trainer_init_values(t, a->off, z->off + z->padded, h + st->loc[ch->u0]);
+  }
   dev_upload(t->dev, t->wdt == DT_BF16 ? t->master.data : t->params.data, DT_F32, h, st->numel);
   if (t->wdt == DT_BF16) op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel);
   free(h);
-  for (int u = st->u0; u < st->u1; u++) {
-    t->unit_params[u] = tensor_at(&t->params, m->units[u].off - st->off0);
-    t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off - st->off0);
-  }
+  for (int u = 0; u < U; u++)
+    if (st->loc[u] >= 0) {
+      t->unit_params[u] = tensor_at(&t->params, st->loc[u]);
+      t->unit_grads[u] = tensor_at(&t->grads, st->loc[u]);
+    }
 
-  /* Activations: the pool (empty: it grows as micro-batches go in flight) and the workspace. */
-  st->in_numel = st->u0 == 0 ? m->in_numel : m->units[st->u0 - 1].y_numel;
-  int64_t maxy = 0, maxs = 0, per = st->in_numel;
-  for (int u = st->u0; u < st->u1; u++) {
-    const unit_t *un = &m->units[u];
-    if (un->y_numel > maxy) maxy = un->y_numel;
-    if (un->saved_numel > maxs) maxs = un->saved_numel;
-    per += un->y_numel + (c->recompute ? 0 : un->saved_numel);
+  /* Activations: the pools (empty: they grow as micro-batches go in flight) and the workspace. */
+  int64_t b = st->b, maxy = 0, maxs = 0, last = 0;
+  for (int j = 0; j < st->v; j++) {
+    pp_chunk_t *ch = &st->chunks[j];
+    ch->in_numel = ch->u0 == 0 ? m->in_numel : m->units[ch->u0 - 1].y_numel;
+    int64_t per = ch->in_numel;
+    for (int u = ch->u0; u < ch->u1; u++) {
+      const unit_t *un = &m->units[u];
+      if (un->y_numel > maxy) maxy = un->y_numel;
+      if (un->saved_numel > maxs) maxs = un->saved_numel;
+      per += un->y_numel + (c->recompute ? 0 : un->saved_numel);
+    }
+    ch->slot_bytes = 4 * b * per;
+    ch->slots = xcalloc((size_t)st->M, sizeof *ch->slots, "pipeline slots");
+    if (!is_first(ch)) {
+      ch->gsend[0] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, b * ch->in_numel);
+      ch->gsend[1] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, b * ch->in_numel);
+      st->ws_bytes += 2 * 4 * b * ch->in_numel;
+    }
+    last |= is_last(st, ch);
   }
-  st->slot_bytes = 4 * (int64_t)st->b * per;
-  st->slots = xcalloc((size_t)st->M, sizeof *st->slots, "pipeline slots");
-  int64_t b = st->b;
   st->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
   st->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
-  st->ws_bytes = 2 * 4 * b * maxy;
-  if (st->stage > 0) {
-    st->gsend[0] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, b * st->in_numel);
-    st->gsend[1] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, b * st->in_numel);
-    st->ws_bytes += 2 * 4 * b * st->in_numel;
-  }
-  if (is_last(st)) {
+  st->ws_bytes += 2 * 4 * b * maxy;
+  if (last) {
     st->targets = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows); /* 4-byte ints */
     st->ws_bytes += 4 * b * m->rows;
   }
@@ -461,20 +565,23 @@ static void pp_setup(trainer_t *t) {
     st->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
     st->ws_bytes += 4 * b * maxs;
   }
-  st->ops = xcalloc(2 * (size_t)st->M, sizeof *st->ops, "pipeline schedule");
-  pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->ops);
+  st->ops = xcalloc(2 * (size_t)st->M * (size_t)st->v, sizeof *st->ops, "pipeline schedule");
+  st->n_ops = pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->v, st->ops);
   st->resync = c->resume != NULL;
 
   if (t->rank == 0 && !c->quiet) {
-    printf("pipeline: %d stage%s x %d data-parallel, schedule %s, %d micro-batches of %d sample%s per step "
-           "(bubble formula %.4f)\n", st->P, st->P > 1 ? "s" : "", st->D, c->schedule, st->M, st->b,
-           st->b > 1 ? "s" : "", pp_bubble_formula(st->sched, st->P, st->M));
+    printf("pipeline: %d stage%s x %d data-parallel, schedule %s", st->P, st->P > 1 ? "s" : "", st->D, c->schedule);
+    if (st->v > 1) printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
+    printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b, st->b > 1 ? "s" : "",
+           pp_bubble_formula(st->sched, st->P, st->M, st->v));
     printf("split by parameter count:\n");
-    for (int s = 0; s < st->P; s++) {
+    for (int k = 0; k < st->V; k++) {
       int64_t n = 0;
-      for (int u = st->first[s]; u < st->first[s + 1]; u++) n += m->units[u].numel;
-      printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", s, st->first[s], st->first[s + 1] - 1, (long long)n,
-             100.0 * (double)n / (double)m->numel);
+      for (int u = st->first[k]; u < st->first[k + 1]; u++) n += m->units[u].numel;
+      if (st->v > 1) printf("  chunk %d (stage %d): units %d..%d, %lld params (%.1f%%)\n", k, k % st->P, st->first[k],
+                            st->first[k + 1] - 1, (long long)n, 100.0 * (double)n / (double)m->numel);
+      else printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", k, st->first[k], st->first[k + 1] - 1, (long long)n,
+                  100.0 * (double)n / (double)m->numel);
     }
     fflush(stdout);
   }
@@ -484,71 +591,88 @@ static void pp_setup(trainer_t *t) {
 static void pp_report(trainer_t *t) {
   pp_state_t *st = t->priv;
   int N = t->world, cols = 5;
-  double *v = xcalloc((size_t)N * cols, sizeof *v, "pipeline report");
+  double *vals = xcalloc((size_t)N * cols, sizeof *vals, "pipeline report");
   double steps = st->measured > 0 ? st->measured : 1;
-  int formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M);
-  double *mine = v + (size_t)t->rank * cols;
+  int formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
+  int64_t slot_bytes = 0, pool_bytes = 0; /* one slot (v = 1), and the pools as allocated */
+  for (int j = 0; j < st->v; j++) {
+    slot_bytes = st->chunks[j].slot_bytes;
+    pool_bytes += (int64_t)st->chunks[j].n_slots * st->chunks[j].slot_bytes;
+  }
+  double *mine = vals + (size_t)t->rank * cols;
   mine[0] = st->busy_us / steps;
   mine[1] = st->span_us / steps;
-  mine[2] = (double)st->n_slots * (double)st->slot_bytes;   /* the pool: the peak in flight, measured */
-  mine[3] = (double)formula_k * (double)st->slot_bytes;     /* the formula */
-  comm_counters_t f = comm_counters(st->fwd), g = comm_counters(st->bwd);
-  mine[4] = (double)(f.sent[CO_SEND] + g.sent[CO_SEND]) / t->cfg->steps;
-  comm_ctl_all_reduce_f64(t->comm, v, N * cols, REDOP_SUM);
+  mine[2] = st->v > 1 ? st->peak_in_flight : (double)pool_bytes; /* measured: slots (v > 1) or bytes */
+  mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)slot_bytes; /* the formula, alike */
+  comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  for (int i = 0; i < 4; i++)
+    if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / t->cfg->steps;
+  comm_ctl_all_reduce_f64(t->comm, vals, N * cols, REDOP_SUM);
   int64_t psi_s = 0;
-  for (int u = st->u0; u < st->u1; u++) psi_s += t->model.units[u].numel;
-  char line[768];
+  for (int u = 0; u < t->model.n_units; u++)
+    if (st->loc[u] >= 0) psi_s += t->model.units[u].numel;
   int64_t states = tensor_nbytes(&t->params) + tensor_nbytes(&t->grads) + tensor_nbytes(&t->master) +
                    tensor_nbytes(&t->opt_m) + tensor_nbytes(&t->opt_v);
+  double bf = pp_bubble_formula(st->sched, st->P, st->M, st->v);
+  double fstates = formula_model_states(0, (double)psi_s, 1, t->wdt, t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total;
   /* Two lines: the measured times (they vary run to run), then the bytes (they never do). */
-  snprintf(line, sizeof line,
-           "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n"
-           "rank %d stage %d: units %d..%d, model states %lld B (formula %.0f for its %lld params); "
-           "activations in flight: peak %d micro-batch%s x %lld B = %lld B (formula %d x %lld B), +%lld B workspace\n",
-           t->rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000, mine[1] > 0 ? 1 - mine[0] / mine[1] : 0,
-           pp_bubble_formula(st->sched, st->P, st->M), t->rank, st->stage, st->u0, st->u1 - 1, (long long)states,
-           formula_model_states(0, (double)psi_s, 1, t->wdt, t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total,
-           (long long)psi_s, st->peak_in_flight, st->peak_in_flight > 1 ? "es" : "", (long long)st->slot_bytes,
-           (long long)mine[2], formula_k, (long long)st->slot_bytes, (long long)st->ws_bytes);
+  char line[768];
+  int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
+                   t->rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000,
+                   mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
+  if (st->v > 1)
+    snprintf(line + n, sizeof line - (size_t)n,
+             "rank %d stage %d: %d chunks, model states %lld B (formula %.0f for its %lld params); activations in "
+             "flight: peak %d micro-batch-chunks (formula %d), %lld B allocated, +%lld B workspace\n",
+             t->rank, st->stage, st->v, (long long)states, fstates, (long long)psi_s, st->peak_in_flight, formula_k,
+             (long long)pool_bytes, (long long)st->ws_bytes);
+  else
+    snprintf(line + n, sizeof line - (size_t)n,
+             "rank %d stage %d: units %d..%d, model states %lld B (formula %.0f for its %lld params); activations in "
+             "flight: peak %d micro-batch%s x %lld B = %lld B (formula %d x %lld B), +%lld B workspace\n",
+             t->rank, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fstates, (long long)psi_s,
+             st->peak_in_flight, st->peak_in_flight > 1 ? "es" : "", (long long)slot_bytes, (long long)pool_bytes,
+             formula_k, (long long)slot_bytes, (long long)st->ws_bytes);
   if (!t->cfg->quiet) comm_print_ordered(t->comm, line);
   double bubble = 0, sent = 0;
   int match = 1;
   for (int r = 0; r < N; r++) {
-    const double *q = v + (size_t)r * cols;
+    const double *q = vals + (size_t)r * cols;
     bubble += q[1] > 0 ? 1 - q[0] / q[1] : 0;
     sent += q[4];
     match &= q[2] == q[3];
   }
   trainer_report_extra(t, "pp", st->P);
   trainer_report_extra(t, "micro_batches", st->M);
+  if (st->v > 1) trainer_report_extra(t, "virtual_stages", st->v);
   trainer_report_extra(t, "bubble_fraction", bubble / N);
-  trainer_report_extra(t, "bubble_formula", pp_bubble_formula(st->sched, st->P, st->M));
+  trainer_report_extra(t, "bubble_formula", bf);
   trainer_report_extra(t, "acts_inflight_match_formula", match);
   trainer_report_extra(t, "p2p_bytes_per_step_per_rank", sent / N);
-  for (int s = 0; s < st->P && s < 4; s++) { /* pipeline 0's stages (ranks 0..P−1) */
+  for (int s = 0; s < st->P && s < 4; s++) { /* pipeline 0's stages (ranks 0..P−1): bytes, or slots (v > 1) */
     char key[32];
     snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
-    trainer_report_extra(t, key, v[(size_t)s * cols + 2]);
+    trainer_report_extra(t, key, vals[(size_t)s * cols + 2]);
     snprintf(key, sizeof key, "acts_inflight_formula_s%d", s);
-    trainer_report_extra(t, key, v[(size_t)s * cols + 3]);
+    trainer_report_extra(t, key, vals[(size_t)s * cols + 3]);
   }
   if (t->rank == 0 && !t->cfg->quiet) {
     printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B blocks of the trace), "
-           "formula %.4f (%s)\n", bubble / N, pp_bubble_formula(st->sched, st->P, st->M),
-           st->sched == PP_NAIVE ? "(P-1)/P" : "(P-1)/(M+P-1)");
+           "formula %.4f (%s)\n", bubble / N, bf,
+           st->sched == PP_NAIVE ? "(P-1)/P" : st->sched == PP_INTERLEAVED ? "(P-1)/(v*M+P-1)" : "(P-1)/(M+P-1)");
     fflush(stdout);
   }
-  free(v);
+  free(vals);
 }
 
-/* strategy_t.layout: this stage's units whole (one owner each: dp 0 of the stage); other units
+/* strategy_t.layout: this rank's units whole (one owner each: dp 0 of the stage); other units
  * are not here. Checkpoints and the export go through it. */
 static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   pp_state_t *st = t->priv;
   *out = (unit_layout_t){0};
-  if (u < st->u0 || u >= st->u1) return;
+  if (st->loc[u] < 0) return;
   const unit_t *un = &t->model.units[u];
-  int64_t o = un->off - st->off0;
+  int64_t o = st->loc[u];
   out->held_off = 0;
   out->held_numel = un->padded;
   out->params = t->unit_params[u];
@@ -563,45 +687,54 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
 static void pp_teardown(trainer_t *t) {
   pp_state_t *st = t->priv;
   if (!st) return;
-  int n = st->u1 - st->u0;
-  for (int i = 0; i < st->n_slots; i++) {
-    pp_slot_t *sl = &st->slots[i];
-    tensor_free(&sl->in);
-    for (int j = 0; j < n; j++) {
-      tensor_free(&sl->out[j]);
-      tensor_free(&sl->saved[j]);
+  for (int j = 0; j < st->v; j++) {
+    pp_chunk_t *ch = &st->chunks[j];
+    int n = ch->u1 - ch->u0;
+    for (int i = 0; i < ch->n_slots; i++) {
+      pp_slot_t *sl = &ch->slots[i];
+      tensor_free(&sl->in);
+      for (int k = 0; k < n; k++) {
+        tensor_free(&sl->out[k]);
+        tensor_free(&sl->saved[k]);
+      }
+      free(sl->out);
+      free(sl->saved);
     }
-    free(sl->out);
-    free(sl->saved);
+    free(ch->slots);
+    tensor_free(&ch->gsend[0]);
+    tensor_free(&ch->gsend[1]);
   }
   tensor_free(&st->dy[0]);
   tensor_free(&st->dy[1]);
-  tensor_free(&st->gsend[0]);
-  tensor_free(&st->gsend[1]);
   tensor_free(&st->targets);
   tensor_free(&st->saved_rc);
   if (st->dpc) comm_finalize(st->dpc);
+  if (st->bwdw) comm_finalize(st->bwdw);
+  if (st->fwdw) comm_finalize(st->fwdw);
   comm_finalize(st->bwd);
   comm_finalize(st->fwd);
-  free(st->slots);
+  free(st->chunks);
+  free(st->loc);
   free(st->ops);
   free(st->first);
   free(st);
   t->priv = NULL;
 }
 
-static const strategy_t g_naive = {.name = "pipeline-naive", .stage = 0, .setup = pp_setup, .step = pp_step,
-                                   .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step};
-static const strategy_t g_gpipe = {.name = "pipeline-gpipe", .stage = 0, .setup = pp_setup, .step = pp_step,
-                                   .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step};
-static const strategy_t g_1f1b = {.name = "pipeline-1f1b", .stage = 0, .setup = pp_setup, .step = pp_step,
-                                  .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step};
+#define PP_STRATEGY(var, nm)                                                                                   \
+  static const strategy_t var = {.name = nm, .stage = 0, .setup = pp_setup, .step = pp_step, .teardown = pp_teardown, \
+                                 .layout = pp_layout, .run_step = pp_run_step}
+PP_STRATEGY(g_naive, "pipeline-naive");
+PP_STRATEGY(g_gpipe, "pipeline-gpipe");
+PP_STRATEGY(g_1f1b, "pipeline-1f1b");
+PP_STRATEGY(g_interleaved, "pipeline-interleaved");
 
 const strategy_t *pipeline_strategy(const char *schedule) {
   switch (pp_schedule_parse(schedule)) {
   case PP_NAIVE: return &g_naive;
   case PP_GPIPE: return &g_gpipe;
   case PP_1F1B: return &g_1f1b;
+  case PP_INTERLEAVED: return &g_interleaved;
   default: return NULL;
   }
 }

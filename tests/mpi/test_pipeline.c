@@ -39,30 +39,62 @@ Test(ch07_pipeline, split_is_contiguous_and_balanced) {
   }
 }
 
-/* Every schedule: each micro-batch's F once and B once, F before B, backwards in micro-batch
- * order; simulated in-flight count peaks exactly at the formula. */
+/* Every schedule, P <= 5, M <= 8 (interleaved: v = 2, 3 and M a multiple of P): per chunk, each
+ * micro-batch's F once and B once, forwards and backwards in micro-batch order (the bitwise
+ * argument), in-flight peak equal to the formula; and the P ranks' lists together run to the end
+ * when each op waits only for what it needs (F k of chunk c: F k of chunk c−1; B k: B k of chunk
+ * c+1 and F k of chunk c) — no schedule deadlocks by itself. */
 Test(ch07_pipeline, schedules_are_valid_and_hold_their_formula) {
-  pp_op_t ops[64];
-  for (int sched = 0; sched <= 2; sched++)
-    for (int P = 1; P <= 5; P++)
-      for (int M = 1; M <= 8; M++)
-        for (int s = 0; s < P; s++) {
-          int n = pp_schedule_ops((pp_schedule_t)sched, P, s, M, ops);
-          cr_assert_eq(n, 2 * M);
-          int fwd = 0, bwd = 0, inflight = 0, peak = 0;
-          for (int i = 0; i < n; i++) {
-            if (ops[i].kind == 'F') {
-              cr_assert_eq(ops[i].micro, fwd++, "sched %d P %d s %d M %d: forwards out of order", sched, P, s, M);
-              if (++inflight > peak) peak = inflight;
-            } else {
-              cr_assert_eq(ops[i].micro, bwd++, "sched %d P %d s %d M %d: backwards out of order", sched, P, s, M);
-              cr_assert(ops[i].micro < fwd, "backward of %d before its forward", ops[i].micro);
-              inflight--;
+  enum { MAXOPS = 2 * 3 * 8 };
+  pp_op_t ops[5][MAXOPS];
+  int n_ops[5];
+  for (int sched = 0; sched <= 3; sched++)
+    for (int v = 1; v <= (sched == PP_INTERLEAVED ? 3 : 1); v++) {
+      if (sched == PP_INTERLEAVED && v == 1) continue;
+      for (int P = sched == PP_INTERLEAVED ? 2 : 1; P <= 5; P++)
+        for (int M = 1; M <= 8; M++) {
+          if (sched == PP_INTERLEAVED && M % P) continue;
+          int V = v * P;
+          for (int s = 0; s < P; s++) {
+            int n = n_ops[s] = pp_schedule_ops((pp_schedule_t)sched, P, s, M, v, ops[s]);
+            cr_assert_eq(n, 2 * v * M);
+            int fwd[3] = {0}, bwd[3] = {0}, inflight = 0, peak = 0;
+            for (int i = 0; i < n; i++) {
+              const pp_op_t *o = &ops[s][i];
+              cr_assert(o->chunk >= 0 && o->chunk < v, "chunk %d out of range", o->chunk);
+              if (o->kind == 'F') {
+                cr_assert_eq(o->micro, fwd[o->chunk]++, "sched %d v %d P %d s %d M %d: forwards out of order", sched, v, P, s, M);
+                if (++inflight > peak) peak = inflight;
+              } else {
+                cr_assert_eq(o->micro, bwd[o->chunk]++, "sched %d v %d P %d s %d M %d: backwards out of order", sched, v, P, s, M);
+                cr_assert(o->micro < fwd[o->chunk], "backward of %d before its forward", o->micro);
+                inflight--;
+              }
             }
+            cr_assert_eq(peak, pp_inflight_formula((pp_schedule_t)sched, P, s, M, v), "sched %d v %d P %d s %d M %d: peak %d",
+                         sched, v, P, s, M, peak);
           }
-          cr_assert_eq(peak, pp_inflight_formula((pp_schedule_t)sched, P, s, M), "sched %d P %d s %d M %d: peak %d", sched,
-                       P, s, M, peak);
+          /* run the P lists against each other: done[kind][chunk][micro] */
+          static char done[2][15][8];
+          memset(done, 0, sizeof done);
+          int at[5] = {0}, left = 0, moved = 1;
+          for (int s = 0; s < P; s++) left += n_ops[s];
+          while (left > 0 && moved) {
+            moved = 0;
+            for (int s = 0; s < P; s++)
+              while (at[s] < n_ops[s]) {
+                const pp_op_t *o = &ops[s][at[s]];
+                int c = o->chunk * P + s, k = o->micro, ready;
+                if (o->kind == 'F') ready = c == 0 || done[0][c - 1][k];
+                else ready = done[0][c][k] && (c == V - 1 || done[1][c + 1][k]);
+                if (!ready) break;
+                done[o->kind == 'B'][c][k] = 1;
+                at[s]++, left--, moved = 1;
+              }
+          }
+          cr_assert_eq(left, 0, "sched %d v %d P %d M %d: the ranks' lists deadlock (%d ops never run)", sched, v, P, M, left);
         }
+    }
 }
 
 /* ---- runs ---------------------------------------------------------------------------------- */
@@ -121,6 +153,20 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum %d", M_MICRO);
   run_out_t ref = launch(1, cmd, "ref");
   const char *names[3] = {"naive", "gpipe", "1f1b"};
+  { /* interleaved: P = 2, v = 2 (4 chunks of the 5 units); in-flight peaks counted in chunk-slots */
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp 2 --micro-batches %d --schedule interleaved --virtual-stages 2",
+             M_MICRO);
+    run_out_t r = launch(2, cmd, "pp2_interleaved");
+    zl_expect_floats("pp2_interleaved", r.params, ref.params, PSI, 0);
+    expect_same_losses("pp2_interleaved", r.json, ref.json);
+    for (int s = 0; s < 2; s++) {
+      char key[40];
+      snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
+      double got = zl_json_num(r.json, key);
+      cr_assert_eq(got, pp_inflight_formula(PP_INTERLEAVED, 2, s, M_MICRO, 2), "interleaved stage %d: %g in flight", s, got);
+    }
+    run_free(&r);
+  }
   for (int P = 2; P <= 4; P++) {
     int first[6];
     pp_split(g_units, 5, P, first);
@@ -137,7 +183,7 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
         char key[40];
         snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
         double got = zl_json_num(r.json, key);
-        double want = (double)pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO) * (double)slot_bytes(first, s);
+        double want = (double)pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO, 1) * (double)slot_bytes(first, s);
         cr_assert_eq(got, want, "%s stage %d: activations in flight peak %.0f B, formula %.0f B", name, s, got, want);
         acts[sc][s] = rank_acts_peak(r.json, s);
       }
@@ -146,7 +192,7 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
       run_free(&r);
     }
     for (int s = 0; s < P; s++) {
-      int k1 = pp_inflight_formula(PP_1F1B, P, s, M_MICRO);
+      int k1 = pp_inflight_formula(PP_1F1B, P, s, M_MICRO, 1);
       double want = (double)(M_MICRO - k1) * (double)slot_bytes(first, s);
       cr_assert_eq(acts[1][s] - acts[2][s], want, "P %d stage %d: ledger acts peak gpipe %.0f - 1f1b %.0f, expected %.0f", P,
                    s, acts[1][s], acts[2][s], want);
@@ -188,6 +234,36 @@ Test(ch07_pipeline, gpt_equals_one_rank_accum_bitwise, .timeout = 240) {
   }
   free(want);
 #undef GPT
+}
+
+/* Activations of 16 KiB, past MPI's eager limit (a send then waits for its receive): the
+ * one-communicator-per-direction design must not deadlock in 1F1B's or the interleaved ring's
+ * steady state; still bitwise. */
+Test(ch07_pipeline, large_messages_do_not_deadlock, .timeout = 180) {
+#define BIG "--input 16 --hidden 512 --classes 10 --layers 3 --batch 32 --seed 7 --steps 2"
+  char dir[256], ref[320], bin[320];
+  zl_tmpdir(dir, sizeof dir, "pp_big");
+  snprintf(ref, sizeof ref, "%s/ref.bin", dir);
+  char *out = NULL;
+  int rc = zl_run(1, 60, &out, ZL_BIN "/ch02_ddp --variant naive " BIG " --accum 4 --quiet --save-params %s", ref);
+  cr_assert_eq(rc, 0, "reference exited %d:\n%s", rc, out);
+  free(out);
+  int64_t n0 = 0, n1 = 0;
+  float *want = zl_read_floats(ref, &n0);
+  const char *runs[2][2] = {{"3", "--schedule 1f1b"}, {"2", "--schedule interleaved --virtual-stages 2"}};
+  for (int i = 0; i < 2; i++) {
+    snprintf(bin, sizeof bin, "%s/big%d.bin", dir, i);
+    rc = zl_run(atoi(runs[i][0]), 120, &out, ZL_BIN "/ch07_pipeline " BIG " --pp %s %s --micro-batches 4 --quiet --timeout-s 30 "
+                "--save-params %s", runs[i][0], runs[i][1], bin);
+    cr_assert_eq(rc, 0, "--pp %s %s exited %d:\n%s", runs[i][0], runs[i][1], rc, out);
+    free(out);
+    float *got = zl_read_floats(bin, &n1);
+    cr_assert_eq(n1, n0);
+    zl_expect_floats(runs[i][1], got, want, n0, 0);
+    free(got);
+  }
+  free(want);
+#undef BIG
 }
 
 /* Two data-parallel pipelines (P = 2, D = 2) against DDP on 2 ranks with --accum 4: bitwise. */
@@ -284,6 +360,8 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
       {3, "--pp 3 --layers 1", "error: --pp 3"},
       {2, "--pp 2 --micro-batches 5", "error: --batch 24"},
       {2, "--pp 2 --accum 2", "error: --accum 2"},
+      {2, "--pp 2 --schedule interleaved --micro-batches 3", "error: --micro-batches 3"},
+      {2, "--pp 2 --schedule interleaved --virtual-stages 3", "error: --virtual-stages 3"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
