@@ -6,7 +6,7 @@
 Each trace is a ch07_pipeline --trace file (Chrome trace, common/trace.h: pid = rank, tid 0
 compute, tid 1 communication). For each schedule, one panel: the stages as rows (rank r of a
 pipeline with D = 1 is stage r), the forward ("F k") and backward ("B k") blocks of every
-micro-batch k of the LAST step, and the point-to-point messages (send/recv act/grad) as thin
+micro-batch k of the LAST step ("F k.c": on chunk c, interleaved), and the point-to-point messages (send/recv act/grad) as thin
 bars under them. All panels share one time axis (ms from the start of the step), so the
 bubble — the white space — compares across schedules at a glance. The title of each panel
 gives the measured idle fraction of that step (1 − busy / window, averaged over the stages)
@@ -48,10 +48,10 @@ def blocks(evs, t0, t1):
         if not (t0 <= e["ts"] < t1):
             continue
         name = e.get("name", "")
-        m = re.match(r"([FB]) (\d+)$", name)
+        m = re.match(r"([FB]) (\d+)(?:\.(\d+))?$", name)  # "F k", or "F k.c" on chunk c (interleaved)
         r = out.setdefault(e["pid"], {"fb": [], "msg": []})
         if m and e.get("tid") == 0:
-            r["fb"].append((m.group(1), int(m.group(2)), e["ts"], e["dur"]))
+            r["fb"].append((m.group(1), int(m.group(2)), e["ts"], e["dur"], int(m.group(3) or 0)))
         elif e.get("tid") == 1 and re.match(r"(send|recv) (act|grad) \d+$", name):
             r["msg"].append((name, e["ts"], e["dur"]))
     return out
@@ -59,19 +59,19 @@ def blocks(evs, t0, t1):
 
 def bubble_of(per_rank):
     """Mean over stages of idle / window, the window being the pipeline's span of this step."""
-    starts = [ts for r in per_rank.values() for (_, _, ts, _) in r["fb"]]
-    ends = [ts + d for r in per_rank.values() for (_, _, ts, d) in r["fb"]]
+    starts = [f[2] for r in per_rank.values() for f in r["fb"]]
+    ends = [f[2] + f[3] for r in per_rank.values() for f in r["fb"]]
     if not starts:
         return float("nan"), 0.0, 0.0
     lo, hi = min(starts), max(ends)
-    fr = [1 - sum(d for (*_, d) in r["fb"]) / (hi - lo) for r in per_rank.values() if r["fb"]]
+    fr = [1 - sum(f[3] for f in r["fb"]) / (hi - lo) for r in per_rank.values() if r["fb"]]
     return sum(fr) / len(fr), lo, hi
 
 
-def formula(sched, P, M):
+def formula(sched, P, M, v=1):
     if sched == "naive":
         return (P - 1) / P
-    return (P - 1) / (M + P - 1)
+    return (P - 1) / (v * M + P - 1)  # v = 1 but for interleaved
 
 
 def plot_pipeline(traces, out):
@@ -91,29 +91,32 @@ def plot_pipeline(traces, out):
         per_rank = blocks(evs, win[0], win[1])
         fr, lo, hi = bubble_of(per_rank)
         P = len([r for r in per_rank.values() if r["fb"]])
-        M = max((k for r in per_rank.values() for (_, k, _, _) in r["fb"]), default=-1) + 1
-        panels.append((sched, per_rank, fr, lo, hi, P, M, win[2]))
+        M = max((f[1] for r in per_rank.values() for f in r["fb"]), default=-1) + 1
+        v = (max((f[4] for r in per_rank.values() for f in r["fb"]), default=0) + 1 + P - 1) // P if P else 1
+        panels.append((sched, per_rank, fr, lo, hi, P, M, win[2], v))
     if not panels:
         return 0
-    span = max(hi - lo for (_, _, _, lo, hi, _, _, _) in panels) / 1000.0
+    span = max(p[4] - p[3] for p in panels) / 1000.0
     height = 0.8 + sum(0.6 + 0.5 * p[5] for p in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, height), sharex=True, squeeze=False)
-    for ax, (sched, per_rank, fr, lo, hi, P, M, step) in zip(axes[:, 0], panels):
+    for ax, (sched, per_rank, fr, lo, hi, P, M, step, v) in zip(axes[:, 0], panels):
         for rank, r in sorted(per_rank.items()):
             y = P - 1 - rank  # stage 0 on top
-            for kind, k, ts, d in r["fb"]:
+            for kind, k, ts, d, c in r["fb"]:
                 x, w = (ts - lo) / 1000.0, d / 1000.0
                 ax.barh(y + 0.12, w, left=x, height=0.62, color=F_COLOR if kind == "F" else B_COLOR, edgecolor="black",
-                        linewidth=0.4)
+                        linewidth=0.4, alpha=1.0 if c < P else 0.6)  # later chunks (interleaved) lighter
                 if w > span / 60:
-                    ax.text(x + w / 2, y + 0.12, f"{kind}{k}", ha="center", va="center", fontsize=7, color="white")
+                    label = f"{kind}{k}" + (f".{c}" if v > 1 else "")
+                    ax.text(x + w / 2, y + 0.12, label, ha="center", va="center", fontsize=7, color="white")
             for name, ts, d in r["msg"]:
                 ax.barh(y - 0.3, max(d, 1.0) / 1000.0, left=(ts - lo) / 1000.0, height=0.12, color=MSG_COLOR)
         ax.set_yticks(range(P))
         ax.set_yticklabels([f"stage {P - 1 - i}" for i in range(P)])
         ax.set_ylim(-0.5, P - 0.4)
-        ax.set_title(f"{sched}: P = {P}, M = {M} (step {step}); idle fraction measured {fr:.2f}, "
-                     f"formula {formula(sched, P, M):.2f}; step {(hi - lo) / 1000.0:.1f} ms", fontsize=9, loc="left")
+        vs = f", v = {v}" if v > 1 else ""
+        ax.set_title(f"{sched}: P = {P}, M = {M}{vs} (step {step}); idle fraction measured {fr:.2f}, "
+                     f"formula {formula(sched, P, M, v):.2f}; step {(hi - lo) / 1000.0:.1f} ms", fontsize=9, loc="left")
         ax.set_xlim(0, span * 1.02)
     axes[-1, 0].set_xlabel("ms from the first block of the step (one scale for every panel); "
                            "blue F k: forward of micro-batch k, orange B k: backward, grey: send/recv")
