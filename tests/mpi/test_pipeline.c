@@ -329,12 +329,15 @@ Test(ch07_pipeline, failing_stage_takes_the_job_down, .timeout = 120) {
 }
 
 /* Checkpoint after 2 of 4 steps, resume: bitwise the straight run; and the same checkpoint
- * resumed by 1-rank DDP with --accum 4 (the layout hook's pieces read by another strategy). */
+ * resumed by 1-rank DDP with --accum 4 (the layout hook's pieces read by another strategy).
+ * In bf16 with SGD and --recompute, so those paths of a stage are checked bitwise as well. */
 Test(ch07_pipeline, checkpoint_resume_bitwise, .timeout = 120) {
   char dir[256], cmd[2048], ck[300];
   zl_tmpdir(dir, sizeof dir, "pp_ck");
   snprintf(ck, sizeof ck, "%s/ck", dir);
-  const char *model = "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4";
+  /* bf16 with its fp32 master, SGD's momentum, --recompute: the other paths of a stage, here too */
+  const char *model = "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4 --precision bf16 "
+                      "--optimizer sgd --lr 0.1 --recompute";
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --ckpt %s --save-every 2", model, ck);
   run_out_t a = launch(3, cmd, "ck_straight");
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --schedule gpipe --resume %s/step-000002", model,
