@@ -197,7 +197,17 @@ Test(common_gpt, validation_loss_falls_below_unigram, .timeout = 300) {
   double fin = zl_json_num(r.json, "final_val_loss");
   cr_assert(n == 2 && ev[1] == fin, "%d evaluations (expected 2: steps 200, 400), final %.6f", n, fin);
   cr_assert(fin < 2.9, "validation loss after 400 steps: %.4f, expected < 2.9 (unigram 3.33, uniform 5.55)", fin);
-  cr_assert(strstr(r.text, "sample (40 bytes"), "no sample printed:\n%s", r.text);
+  /* The sample: English-like bytes. The text has no byte outside printable ASCII and
+   * whitespace, so a trained model puts almost no probability there; logits read from the wrong
+   * place (a past bug: a byte offset for a float one) sample nearly uniformly over 256 bytes, and
+   * 63% of those print as '?'. Allow 4 of 40 ('?' is also a real character of the text). */
+  const char *smp = strstr(r.text, "sample (40 bytes");
+  cr_assert(smp && strchr(smp, '\n'), "no sample printed:\n%s", r.text);
+  smp = strchr(smp, '\n') + 1;
+  int odd = 0, len = 0;
+  for (; len < 40 && smp[len]; len++) odd += smp[len] == '?';
+  cr_assert(len == 40 && odd <= 4, "sample: %d bytes, %d of them outside printable ASCII ('?'), expected 40 and <= 4:\n%.40s",
+            len, odd, smp);
   run_free(&r);
 }
 
