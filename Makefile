@@ -76,7 +76,7 @@ ifeq ($(USE_CUDA),1)
   CFLAGS   += -DZL_CUDA -I$(CUDA_HOME)/include
   # -fmad=false: no fused multiply-add, so elementwise kernels (AdamW, SGD, add, scale) do the CPU
   # path's IEEE arithmetic step for step and CPU/GPU runs agree to the bit there (notes/gpu.md)
-  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -fmad=false -DZL_CUDA -Icommon -I$(IMPL) $(shell mpicc --showme:compile) \
+  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -fmad=false -DZL_CUDA -Icommon $(shell mpicc --showme:compile) \
               -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -MMD -MP
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
   LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcublasLt -lnccl -lcudart -lstdc++
