@@ -18,7 +18,8 @@
 void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md
   // HINT: for each unit: padded = numel rounded up to a multiple of world; piece = padded / world;
-  // HINT: off = running sum of padded, shard_off = running sum of piece. Then the model totals.
+  // HINT: off = running sum of padded, shard_off = running sum of piece. Then the model totals
+  // HINT: padded_numel, shard_numel and max_unit_padded (ZeRO-2/3 size their staging buffers by it).
   if (world < 1) die_on_rank("shard_plan: world %d must be >= 1", world);
   int64_t off = 0, shard_off = 0, max_padded = 0;
   for (int u = 0; u < m->n_units; u++) {
@@ -60,6 +61,8 @@ int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
   // HINT: norm: trainer_finish_grads(t, op_sumsq(your grad shard), 1) — ranks own disjoint pieces.
   // HINT: per unit: w = master + shard_off (bf16) or your params piece (fp32); grad, m, v at shard_off;
   // HINT: trainer_optimizer_update(...); in bf16 mode then op_cast the master piece into your params piece.
+  // HINT: Return 0 (nothing updated) when trainer_finish_grads set t->skipped, else 1. Clipping and the
+  // HINT: tests' gradient-norm check go through trainer_finish_grads: call it once, before any update.
   const model_t *m = &t->model;
   size_t gb = dtype_size(t->wdt);
   double sumsq = 0;

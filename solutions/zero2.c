@@ -64,6 +64,7 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
   // HINT: one comm_reduce_scatter_async of the unit's padded grads (the staging slot r->next):
   // HINT: micro-batch 0 lands straight in your piece of t->grads (at shard_off); later ones in
   // HINT: r->acc[slot], with r->add[slot] = 1 so rs_retire adds them. Record handle and unit, advance r->next.
+  // HINT: Do not wait here: rs_retire waits when the slot comes round again (the overlap test checks).
   const unit_t *un = &t->model.units[u];
   int s = r->next;
   int direct = t->micro == 0;

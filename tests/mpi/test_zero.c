@@ -9,7 +9,16 @@
  * cached under /tmp, keyed by the flags and the DDP binary's mtime, so the three chapters share them.
  *
  * Model: input 6, hidden 13, classes 11, 2 hidden layers: units of 91, 182 and 154 elements,
- * Ψ = 427 — none of them a multiple of 3, 4 or 5, so N = 3, 4, 5 pad every unit. */
+ * Ψ = 427 — none of them a multiple of 3, 4 or 5, so N = 3, 4, 5 pad every unit.
+ *
+ * Exercise mode (ZL_EXERCISE_TIMEOUT_S set by `make exercise`, as for chapters 01 and 02): every
+ * launch of a ZeRO program gets that collective deadline (--timeout-s) and a kill after a few of
+ * them, so a hanging exercise body is named in seconds ("did not complete within S s" or "timed
+ * out"); each test stops at its first failing launch (cr_assert), smallest world first.
+ * What the tests need from the exercise bodies beyond the numbers (each failure message says so,
+ * and the exercise's HINT): ZeRO-3's gathers go through gather_issue (it measures the gathered
+ * window) and gather_release frees the buffer; the traffic is one reduce-scatter and one
+ * all-gather per unit; clipping goes through trainer_finish_grads. Tags and tensor names are free. */
 #include "zl_test.h" // zl_run, zl_json_*, zl_read_floats, zl_expect_floats
 #include "formula.h" // formula_model_states, formula_comm_bytes
 #include <sys/stat.h> // stat
@@ -17,6 +26,27 @@
 #define MODEL "--input 6 --hidden 13 --classes 11 --layers 2 --batch 120 --seed 7"
 #define PSI 427
 static const int64_t g_units[3] = {91, 182, 154};
+
+/* Exercise mode: the collective deadline of every launch (0: the program's default). */
+static int ex_deadline(void) {
+  const char *e = getenv("ZL_EXERCISE_TIMEOUT_S");
+  return e && atoi(e) > 0 ? atoi(e) : 0;
+}
+/* The kill for one launch: `normal` seconds, or a few deadlines in exercise mode. */
+static int run_limit(int normal) { return ex_deadline() ? 3 * ex_deadline() + 10 : normal; }
+/* " --timeout-s S" in exercise mode, else "" (for a command line). */
+static const char *ex_flag(void) {
+  static char f[32];
+  f[0] = 0;
+  if (ex_deadline()) snprintf(f, sizeof f, " --timeout-s %d", ex_deadline());
+  return f;
+}
+/* A launch killed by its time limit (exit 124) says what that usually means. */
+static void expect_no_hang(int rc, const char *what, int np, int secs, const char *out) {
+  cr_assert_neq(rc, 124, "%s (N %d): timed out after %d s — a deadlock? every rank must issue the same collectives "
+                "(one reduce-scatter per unit, one all-gather per unit) in the same order, and wait for each; "
+                "output:\n%s", what, np, secs, out);
+}
 
 static const char *stage_bin(int stage) {
   return stage == 1 ? ZL_BIN "/ch03_zero1" : stage == 2 ? ZL_BIN "/ch04_zero2" : ZL_BIN "/ch05_zero3";
@@ -43,8 +73,9 @@ static run_out_t launch(int np, int stage, const char *args, const char *name) {
   snprintf(json, sizeof json, "%s/%s.json", dir, name);
   snprintf(bin_path, sizeof bin_path, "%s/%s.bin", dir, name);
   run_out_t r = {0};
-  int rc = zl_run(np, 240, &r.text, ZL_TESTBIN "/scn_zero_checks %d %s --json %s --save-params %s --quiet", stage, args, json,
-                  bin_path);
+  int rc = zl_run(np, run_limit(240), &r.text, ZL_TESTBIN "/scn_zero_checks %d %s --json %s --save-params %s --quiet%s",
+                  stage, args, json, bin_path, ex_flag());
+  expect_no_hang(rc, name, np, run_limit(240), r.text);
   cr_assert_eq(rc, 0, "%s (N %d, ZeRO-%d %s) exited %d:\n%s", name, np, stage, args, rc, r.text);
   r.json = zl_read_file(json, NULL);
   cr_assert(r.json, "%s: no --json written", name);
@@ -187,7 +218,8 @@ static void scenario(int stage, int N, const char *flags, double tol, int opt_st
   const char *clip = strstr(flags, "--clip ");
   if (clip) { /* the clip must have acted on every step, or the test would not test it */
     double c = atof(clip + 7), nmin = zl_json_num(z.json, "grad_norm_min");
-    cr_assert(nmin > c, "%s: smallest gradient norm %.6g is not above --clip %g: clipping was not exercised", what, nmin, c);
+    cr_assert(nmin > c, "%s: smallest gradient norm %.6g is not above --clip %g: clipping was not exercised (the norm "
+              "is t->grad_norm, set by trainer_finish_grads: does the optimizer step call it?)", what, nmin, c);
   }
   run_free(&z);
   run_free(&d);
@@ -265,13 +297,14 @@ Test(ch05_zero3, prefetch_same_bits_and_gather_window, .timeout = 600) {
     snprintf(what, sizeof what, "ZeRO-3 --prefetch %d", K);
     run_out_t r = launch(N, 3, args, name);
     double got = zl_json_num(r.json, "gathered_peak_bytes"), bound = zl_json_num(r.json, "gather_bound_bytes");
-    cr_assert(got == peak * 4.0, "%s: gathered_peak_bytes %.0f, expected %lld (largest K+1 consecutive gathers)", what, got,
-              (long long)(peak * 4));
+    cr_assert(got == peak * 4.0, "%s: gathered_peak_bytes %.0f, expected %lld (largest K+1 consecutive gathers: acquiring "
+              "event e keeps events e..e+K gathered, the prefetch running on from the forward into the backward; the "
+              "window is measured in gather_issue, so every gather must go through it)", what, got, (long long)(peak * 4));
     cr_assert(bound == (K + 1) * 183 * 4.0 && got <= bound, "%s: gathered peak %.0f vs bound %.0f, expected bound %d", what,
               got, bound, (K + 1) * 183 * 4);
     double comm_peak = rank_mem(r.json, 0, "comm_peak"), staging = 2.0 * 183 * 4;
-    cr_assert(comm_peak == got + staging, "%s: rank 0 comm_peak %.0f, expected gathered %.0f + staging %.0f", what, comm_peak,
-              got, staging);
+    cr_assert(comm_peak == got + staging, "%s: rank 0 comm_peak %.0f, expected gathered %.0f + staging %.0f (a gathered "
+              "unit that gather_release does not tensor_free stays counted)", what, comm_peak, got, staging);
     if (i == 0) base = r;
     else {
       expect_params(what, r.params, base.params, r.n, 0);
@@ -311,7 +344,8 @@ Test(ch05_zero3, prefetch_auto_follows_the_cores) {
   snprintf(expect, sizeof expect, "prefetch: auto -> %d (%ld cores online for 2 ranks", want, cores);
   const char *forms[2] = {"", "--prefetch auto"};
   for (int i = 0; i < 2; i++) {
-    int rc = zl_run(2, 60, &out, "%s " MODEL " --steps 1 --device cpu %s", stage_bin(3), forms[i]);
+    int rc = zl_run(2, run_limit(60), &out, "%s " MODEL " --steps 1 --device cpu %s%s", stage_bin(3), forms[i], ex_flag());
+    expect_no_hang(rc, "ch05_zero3", 2, run_limit(60), out);
     cr_assert_eq(rc, 0, "ch05_zero3 %s: exit %d:\n%s", forms[i], rc, out);
     cr_assert(strstr(out, expect), "ch05_zero3 %s on %ld cores: expected '%s...':\n%s", forms[i], cores, expect, out);
     free(out);

@@ -43,7 +43,8 @@ Test(ch03_shard, plan_pads_every_unit_and_tiles_it) {
       cr_assert_eq(m.padded_numel, off, "shape %zu N %d: padded_numel %lld expected %lld", s, N, (long long)m.padded_numel, (long long)off);
       cr_assert_eq(m.shard_numel, shard_off, "shape %zu N %d: shard_numel", s, N);
       cr_assert_eq(m.shard_numel * N, m.padded_numel, "shape %zu N %d: N shards != padded buffer", s, N);
-      cr_assert_eq(m.max_unit_padded, maxp, "shape %zu N %d: max_unit_padded", s, N);
+      cr_assert_eq(m.max_unit_padded, maxp, "shape %zu N %d: max_unit_padded %lld, expected %lld (the largest unit's padded "
+                   "numel: ZeRO-2/3 size their staging buffers by it)", s, N, (long long)m.max_unit_padded, (long long)maxp);
       cr_assert_eq(shard_padding(&m), m.padded_numel - m.numel, "shape %zu N %d: padding", s, N);
       if (N == 1) cr_assert_eq(shard_padding(&m), 0, "shape %zu: N 1 must not pad", s);
       model_free(&m);
