@@ -82,7 +82,8 @@ struct trainer;
  * world size, any strategy: resharding), the export of the full weights (--save-params, the
  * report's fingerprint) and so zl_ckpt's files all go through it; nothing reads
  * strategy->stage to find memory. Offsets are unit-local elements of the unit's padded
- * layout, [0, padded); slots past numel are pad (0). Pointers are on t->dev. */
+ * layout, [0, padded); slots past numel are pad (0). Pointers are on t->dev, or host memory
+ * (tensor_alloc_host, pinned on CUDA: chapter 08's offloaded w, m, v); dev_* copies take both. */
 typedef struct unit_layout {
   /* The piece whose fp32 truth and optimizer states this rank keeps. Over the ranks the pieces
    * of a unit cover [0, numel) without overlap, or (replicated) every rank keeps the same one. */
