@@ -58,6 +58,7 @@ typedef struct train_cfg {
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
   int virtual_stages;                 /* --virtual-stages v: chunks per rank with interleaved (07) */
+  int zero;                           /* --zero S on a pipeline's data dimension: 0 all-reduce, 1 ZeRO-1 (07) */
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */

@@ -181,6 +181,9 @@ typedef struct pp_state {
   comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
   comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
   comm_t *dpc;          /* this stage's D replicas (NULL when D = 1) */
+  int zero;             /* --zero 1: ZeRO-1 over the D replicas (master and optimizer states: own chunk) */
+  int64_t lo, hi;       /* this replica's chunk [lo, hi) of the rank's parameters (the whole with --zero 0) */
+  tensor_t gshard;      /* (hi − lo) reduce-scatter output, wdt (--zero 1 with D > 1) */
   pp_op_t *ops;         /* [2vM] this rank's schedule */
   int n_ops;
   int in_flight, peak_in_flight; /* slots in use, over all chunks */
@@ -397,17 +400,34 @@ static double pp_run_step(trainer_t *t) {
 
 static void pp_report(trainer_t *t); /* at the end of the last step */
 
+/* The optimizer on this rank's units, once the pipeline has drained (the gradients are final only
+ * after the last micro-batch's backward: the data-parallel reduction cannot start earlier).
+ *   --zero 0: all-reduce the gradients over the D replicas; every replica updates everything.
+ *   --zero 1: reduce-scatter them; each replica updates its own chunk [lo, hi) (its master and
+ *             optimizer states are that chunk only), then all-gathers the parameters. */
 static void pp_step(trainer_t *t) {
   pp_state_t *st = t->priv;
   void *g = t->grads.data;
-  if (st->dpc) TRAINER_PHASE("all_reduce grads", comm_all_reduce(st->dpc, g, st->numel, t->wdt, REDOP_SUM));
-  /* The global norm is the sum over STAGES of their Σg²: one replica of each stage speaks. */
-  double sumsq = st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, st->numel) : 0.0;
+  int64_t n = st->hi - st->lo;
+  size_t esz = dtype_size(t->wdt);
+  if (st->zero && st->dpc) {
+    TRAINER_PHASE("reduce_scatter grads", comm_reduce_scatter(st->dpc, g, st->gshard.data, st->numel, t->wdt, REDOP_SUM));
+    g = st->gshard.data;
+  } else {
+    if (st->dpc) TRAINER_PHASE("all_reduce grads", comm_all_reduce(st->dpc, g, st->numel, t->wdt, REDOP_SUM));
+    g = (char *)g + st->lo * esz; /* --zero 1 with D = 1: the chunk is everything */
+  }
+  /* The global norm is the sum over stages (and ZeRO chunks) of their Σg²: with --zero 0 one
+   * replica of each stage speaks, with --zero 1 every replica for its chunk. */
+  double sumsq = st->zero || st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, n) : 0.0;
   float gscale = trainer_finish_grads(t, sumsq, 1);
-  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data;
-  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, st->numel, gscale));
+  void *p_own = (char *)t->params.data + st->lo * esz; /* the working params of the own chunk */
+  float *w = t->wdt == DT_BF16 ? (float *)t->master.data : (float *)p_own;
+  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, n, gscale));
   if (t->wdt == DT_BF16 && !t->skipped)
-    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel));
+    TRAINER_PHASE("cast params", op_cast(t->dev, p_own, DT_BF16, t->master.data, DT_F32, n));
+  if (st->zero && st->dpc) /* in place: each replica's chunk to all */
+    TRAINER_PHASE("all_gather params", comm_all_gather(st->dpc, p_own, t->params.data, st->numel, t->wdt));
   if (t->step == t->cfg->steps - 1) pp_report(t);
 }
 
@@ -416,7 +436,7 @@ static void pp_step(trainer_t *t) {
 static void pp_resync(trainer_t *t) {
   pp_state_t *st = t->priv;
   st->resync = 0;
-  if (!st->dpc) return;
+  if (!st->dpc || st->zero) return; /* ZeRO-1: every replica owns (and got back) its own chunk */
   comm_broadcast(st->dpc, t->params.data, st->numel, t->wdt, 0);
   if (t->master.data) comm_broadcast(st->dpc, t->master.data, st->numel, DT_F32, 0);
   comm_broadcast(st->dpc, t->opt_m.data, st->numel, DT_F32, 0);
@@ -499,20 +519,30 @@ static void pp_setup(trainer_t *t) {
     chunk_links(st, ch);
   }
 
-  /* Model states for this rank's units only. */
+  /* Model states for this rank's units only: params and grads whole, the fp32 master and the
+   * optimizer states of the own chunk (all of it with --zero 0). */
+  st->zero = c->zero;
+  st->lo = st->zero ? comm_chunk_lo(st->numel, st->D, st->dp) : 0;
+  st->hi = st->zero ? comm_chunk_lo(st->numel, st->D, st->dp + 1) : st->numel;
+  int64_t n_own = st->hi - st->lo;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
   t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
-  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, st->numel);
-  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, st->numel);
-  if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, st->numel);
+  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
+  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, n_own);
+  if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, n_own);
+  if (st->zero && st->dpc) st->gshard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, n_own);
   float *h = xmalloc((size_t)st->numel * sizeof(float) + 4, "stage init");
   for (int j = 0; j < st->v; j++) { /* a pure function of the seed: no broadcast */
     const pp_chunk_t *ch = &st->chunks[j];
     const unit_t *a = &m->units[ch->u0], *z = &m->units[ch->u1 - 1];
     trainer_init_values(t, a->off, z->off + z->padded, h + st->loc[ch->u0]);
   }
-  dev_upload(t->dev, t->wdt == DT_BF16 ? t->master.data : t->params.data, DT_F32, h, st->numel);
-  if (t->wdt == DT_BF16) op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel);
+  if (t->wdt == DT_BF16) {
+    dev_upload(t->dev, t->master.data, DT_F32, h + st->lo, n_own);
+    dev_upload(t->dev, t->params.data, DT_BF16, h, st->numel); /* bf16(init): what the cast of the master gives */
+  } else {
+    dev_upload(t->dev, t->params.data, DT_F32, h, st->numel);
+  }
   free(h);
   for (int u = 0; u < U; u++)
     if (st->loc[u] >= 0) {
@@ -601,7 +631,8 @@ static void pp_report(trainer_t *t) {
   int64_t states = tensor_nbytes(&t->params) + tensor_nbytes(&t->grads) + tensor_nbytes(&t->master) +
                    tensor_nbytes(&t->opt_m) + tensor_nbytes(&t->opt_v);
   double bf = pp_bubble_formula(st->sched, st->P, st->M, st->v);
-  double fstates = formula_model_states(0, (double)psi_s, 1, t->wdt, t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total;
+  double fstates = formula_model_states(st->zero, (double)psi_s, st->zero ? st->D : 1, t->wdt,
+                                        t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total;
   /* Two lines: the measured times (they vary run to run), then the bytes (they never do). */
   char line[768];
   int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
@@ -663,12 +694,15 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   out->held_off = 0;
   out->held_numel = un->padded;
   out->params = t->unit_params[u];
-  if (st->dp != 0) return; /* a replica: dp 0 speaks for the stage (pp_resync after a resume) */
-  out->own_off = 0;
-  out->own_numel = un->numel;
-  out->w = (t->wdt == DT_BF16 ? (float *)t->master.data : (float *)t->params.data) + o;
-  out->m = (float *)t->opt_m.data + o;
-  out->v = t->opt_v.data ? (float *)t->opt_v.data + o : NULL;
+  if (!st->zero && st->dp != 0) return; /* a replica: dp 0 speaks for the stage (pp_resync after a resume) */
+  /* the own piece: the unit's real elements inside this replica's chunk [lo, hi) */
+  int64_t a = o > st->lo ? o : st->lo, z = o + un->numel < st->hi ? o + un->numel : st->hi;
+  if (a >= z) return;
+  out->own_off = a - o;
+  out->own_numel = z - a;
+  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + (a - st->lo) : (float *)t->params.data + a;
+  out->m = (float *)t->opt_m.data + (a - st->lo);
+  out->v = t->opt_v.data ? (float *)t->opt_v.data + (a - st->lo) : NULL;
 }
 
 static void pp_teardown(trainer_t *t) {
@@ -695,6 +729,7 @@ static void pp_teardown(trainer_t *t) {
   tensor_free(&st->dy[1]);
   tensor_free(&st->targets);
   tensor_free(&st->saved_rc);
+  tensor_free(&st->gshard);
   if (st->dpc) comm_finalize(st->dpc);
   if (st->bwdw) comm_finalize(st->bwdw);
   if (st->fwdw) comm_finalize(st->fwdw);
