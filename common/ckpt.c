@@ -70,17 +70,17 @@ static void write_atomic(const char *path, const void *bytes, int64_t n) {
   char tmp[CKPT_PATH_MAX + 32];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) die("rank %d: checkpoint: cannot create %s: %s", check_rank(), tmp, strerror(errno));
+  if (fd < 0) die_on_rank("checkpoint: cannot create %s: %s", tmp, strerror(errno));
   const char *p = bytes;
   for (int64_t done = 0; done < n;) {
     ssize_t k = write(fd, p + done, (size_t)(n - done > (1 << 30) ? (1 << 30) : n - done));
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) die("rank %d: checkpoint: writing %s failed: %s", check_rank(), tmp, strerror(errno));
+    if (k <= 0) die_on_rank("checkpoint: writing %s failed: %s", tmp, strerror(errno));
     done += k;
   }
-  if (fsync(fd) != 0) die("rank %d: checkpoint: fsync %s failed: %s", check_rank(), tmp, strerror(errno));
+  if (fsync(fd) != 0) die_on_rank("checkpoint: fsync %s failed: %s", tmp, strerror(errno));
   close(fd);
-  if (rename(tmp, path) != 0) die("rank %d: checkpoint: rename %s -> %s failed: %s", check_rank(), tmp, path, strerror(errno));
+  if (rename(tmp, path) != 0) die_on_rank("checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
 }
 
 static void fsync_dir(const char *path) {
@@ -394,7 +394,7 @@ void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, f
   }
   const ckpt_unit_t *x = u >= 0 && u < m->n_units ? &m->units[u] : NULL;
   if (!x || lo < 0 || hi > x->numel || sec < 0 || sec >= m->n_sections)
-    die("rank %d: ckpt_read_range: [%lld, %lld) of unit %d section %d is out of range", check_rank(), (long long)lo,
+    die_on_rank("ckpt_read_range: [%lld, %lld) of unit %d section %d is out of range", (long long)lo,
         (long long)hi, u, sec);
   for (int k = x->first; k < x->first + x->n_pieces && lo < hi; k++) {
     const ckpt_piece_t *q = &m->pieces[k]; /* sorted by off: the pieces tile the unit */
@@ -403,13 +403,13 @@ void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, f
     char path[CKPT_PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/%s", m->dir, m->files[q->file].name);
     if (r->fds[q->file] < 0 && (r->fds[q->file] = open(path, O_RDONLY)) < 0)
-      die("rank %d: checkpoint: cannot open %s: %s", check_rank(), path, strerror(errno));
+      die_on_rank("checkpoint: cannot open %s: %s", path, strerror(errno));
     off_t at = (off_t)(((int64_t)sec * m->section_numel[q->file] + q->at + (a - q->off)) * 4);
     size_t want = (size_t)(b - a) * 4, got = 0;
     while (got < want) {
       ssize_t n = pread(r->fds[q->file], (char *)(dst + (a - lo)) + got, want - got, at + (off_t)got);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) die("rank %d: checkpoint: %s: short read at byte %lld (truncated?)", check_rank(), path, (long long)(at + got));
+      if (n <= 0) die_on_rank("checkpoint: %s: short read at byte %lld (truncated?)", path, (long long)(at + got));
       got += (size_t)n;
     }
   }
@@ -428,7 +428,7 @@ void ckpt_reader_close(ckpt_reader_t *r) {
 /* The strategy's answer for unit u (train.h: unit_layout_t). */
 static unit_layout_t layout_of(trainer_t *t, int u) {
   unit_layout_t l = {0};
-  if (!t->strategy->layout) die("rank %d: strategy %s has no layout hook (train.h)", t->rank, t->strategy->name);
+  if (!t->strategy->layout) die_on_rank("strategy %s has no layout hook (train.h)", t->strategy->name);
   t->strategy->layout(t, u, &l);
   return l;
 }
@@ -439,7 +439,7 @@ static int writes_piece(const trainer_t *t, const unit_layout_t *l) { return l->
 /* The device array of section s (0 weights, 1 m, 2 v) of a piece. */
 static float *section_of(const trainer_t *t, const unit_layout_t *l, int s, int u) {
   float *p = s == 0 ? l->w : s == 1 ? l->m : l->v;
-  if (!p) die("rank %d: checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->rank, t->strategy->name,
+  if (!p) die_on_rank("checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->strategy->name,
               s == 0 ? "weights" : s == 1 ? "optimizer state m" : "optimizer state v", u);
   return p;
 }
@@ -470,7 +470,7 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
     return 2;
   }
   comm_ctl_broadcast(t->comm, stepdir, sizeof stepdir, 0);
-  if (ckpt_manifest_read(stepdir, m, why, sizeof why)) die("rank %d: --resume %s: %s", t->rank, where, why);
+  if (ckpt_manifest_read(stepdir, m, why, sizeof why)) die_on_rank("--resume %s: %s", where, why);
   return 0;
 }
 
@@ -503,7 +503,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   snprintf(path, sizeof path, "%s/" LOSSES, m->dir);
   int64_t nb = 0;
   char *lb = slurp(path, &nb);
-  if (!lb || nb != (int64_t)m->step * 16) die("rank %d: checkpoint: %s unreadable or the wrong size", t->rank, path);
+  if (!lb || nb != (int64_t)m->step * 16) die_on_rank("checkpoint: %s unreadable or the wrong size", path);
   for (int s = 0; s < m->step; s++) {
     double v[2];
     memcpy(v, lb + (int64_t)s * 16, 16);
