@@ -38,6 +38,9 @@ typedef struct unit {
                          * group (replicated: counted once in the gradient norm); the rest split */
   int tp_ar_calls;      /* all-reduces over the TP group per forward + backward of the unit, */
   int64_t tp_ar_numel;  /* each of tp_ar_numel fp32 elements per sample (the report's formula) */
+  int tp_ar_fwd_calls;  /* how many of tp_ar_calls are in the forward (--recompute reruns them) */
+  int tp_ar2_calls;     /* a second size: tp_ar2_calls all-reduces of tp_ar2_numel fp32 elements */
+  int64_t tp_ar2_numel; /* per sample (the GPT head's vocab-parallel loss: per-row max and sums) */
 } unit_t;
 
 /* GPT-2's shape (kind "gpt"). */

@@ -40,8 +40,8 @@ typedef struct rank_numbers {
 static int nrows(const trainer_t *t) { return t->tp_comm ? comm_world(t->world_comm) : t->world; }
 
 /* --tp: the all-reduces the split units declare (unit_t.tp_ar_calls of tp_ar_numel per sample,
- * fp32) for one step of this rank: × micro-batches; --recompute reruns a row-parallel unit's
- * forward (the units with both replicated parameters and an all-reduce), g included. */
+ * fp32) for one step of this rank: × micro-batches; --recompute reruns a unit's forward, its
+ * forward all-reduces (tp_ar_fwd_calls: the g's) included; tp_ar2_* a second size (the GPT's loss). */
 static void tp_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   *calls = *bytes = 0;
   if (!t->tp_comm) return;
@@ -49,9 +49,10 @@ static void tp_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   for (int u = 0; u < t->model.n_units; u++) {
     const unit_t *un = &t->model.units[u];
     int64_t n = un->tp_ar_calls;
-    if (t->cfg->recompute && n && un->saved_numel > 0 && un->tp_rep_numel > 0) n++;
-    *calls += n * t->cfg->accum;
+    if (t->cfg->recompute && un->saved_numel > 0) n += un->tp_ar_fwd_calls;
+    *calls += (n + un->tp_ar2_calls) * t->cfg->accum;
     *bytes += n * t->cfg->accum * comm_model_sent(CO_ALL_REDUCE, t->local_batch * un->tp_ar_numel, DT_F32, T, r, 0);
+    *bytes += un->tp_ar2_calls * t->cfg->accum * comm_model_sent(CO_ALL_REDUCE, t->local_batch * un->tp_ar2_numel, DT_F32, T, r, 0);
   }
 }
 

@@ -550,8 +550,9 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
 
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
   const model_t *m = &t->model;
-  double loss = op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes,
-                                (float)(1.0 / ((double)t->cfg->batch * m->rows)));
+  float scale = (float)(1.0 / ((double)t->cfg->batch * m->rows));
+  double loss = m->fns->loss ? m->fns->loss(m, b, logits, targets, dlogits, scale) /* the model's own (vocab-parallel) */
+                             : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
   if (!isfinite(loss)) t->in->local_nonfinite = 1;
   return loss;
 }

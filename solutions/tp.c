@@ -8,6 +8,9 @@
 #include "check.h"    // die, xmalloc
 #include "device.h"   // dev_memcpy
 #include "exercise.h" // zl_exercise_todo (what the generated stubs call)
+#include "gpt.h"      // model_gpt_fns, gpt_block_layout (--model gpt)
+#include "ops_gpt.h"  // op_layernorm_*, op_attention_*, op_embedding_* (--model gpt)
+#include <math.h>     // expf, log
 #include "ops.h"      // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd, op_add, op_cast
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
@@ -200,9 +203,16 @@ static int64_t tp_local_numel(tp_unit_kind_t k, int in, int out, int T, int r) {
   return (int64_t)out * in + out;
 }
 
+static void tp_split_gpt(model_t *m, comm_t *tp);
+
 void tp_split_model(model_t *m, comm_t *tp) {
+  if (m->fns == &model_gpt_fns) {
+    tp_split_gpt(m, tp);
+    return;
+  }
   if (m->fns != &model_mlp_fns)
-    die("rank %d: --tp: the %s model has no tensor-parallel split here (the MLP has)", check_rank(), m->fns->name);
+    die("rank %d: --tp: the %s model has no tensor-parallel split here (the MLP and the GPT have)", check_rank(),
+        m->fns->name);
   int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
   tp_model_t *c = xcalloc(1, sizeof *c, "tp model");
   c->tp = tp, c->T = T, c->r = r;
@@ -233,6 +243,7 @@ void tp_split_model(model_t *m, comm_t *tp) {
       un->saved_numel = gelu ? out : 0;
       un->tp_rep_numel = out; /* b */
       un->tp_ar_calls = 1;    /* g's forward */
+      un->tp_ar_fwd_calls = 1;
       un->tp_ar_numel = out;
       if (out > max_out) max_out = out;
     } else {
@@ -376,3 +387,445 @@ static const model_fns_t tp_mlp_model_fns = {.name = "mlp", .init_unit = tp_mode
                                              .forward = tp_model_forward, .backward = tp_model_backward,
                                              .free_ctx = tp_model_free_ctx, .flops_per_sample = tp_model_flops,
                                              .unsplit = tp_model_unsplit};
+
+/* ---- the GPT, split (notes/06-tensor-parallel.md, "The transformer layer, split") ----------
+ * C = n_embd, S = seq_len, V = vocab, NH heads over T ranks: Cr = C/T features and NHr = NH/T
+ * heads here (T must divide NH), Vr = this rank's part of the vocabulary (comm.h's chunks).
+ * Local layouts, replicated parameters first (unit_t.tp_rep_numel):
+ *   unit 0      embedding  wpe (S,C) | wte_r (Vr,C)                     vocabulary rows [v_lo, v_lo+Vr)
+ *   units 1..L  block      ln1 w,b | proj b | ln2 w,b | fcproj b        6C, replicated
+ *                          qkv W_r (3Cr,C), b_r (3Cr) | proj W_r (C,Cr) |
+ *                          fc W_r (4Cr,C), b_r (4Cr) | fcproj W_r (C,4Cr)  12C·Cr + 7Cr, split
+ *   unit L+1    head       lnf w,b (2C) | W_r (Vr,C)                    logits of this rank's Vr only
+ * qkv W_r holds this rank's heads of q, k AND v: rows [c_lo, c_lo+Cr) of each third of the full
+ * (3C,C) = [q | k | v], so the local qkv (B,S,3Cr) is [q_r | k_r | v_r] and op_attention_* run
+ * on it unchanged with C = Cr, NH = NHr (the head size C/NH and the scale are the same).
+ * Per block and micro-batch: f (identity) → qkv column-parallel → attention on the local heads →
+ * proj row-parallel → g (all-reduce 1) → + b, + x; f → fc column-parallel → GELU → fcproj
+ * row-parallel → g (all-reduce 2) → + b, + x2. Backward: the two f's all-reduce the partial
+ * input gradients of fc and qkv (all-reduces 3 and 4); the g's are identities. Each of B·S·C. */
+typedef struct tp_block_layout {
+  int64_t ln1w, ln1b, projb, ln2w, ln2b, fcprojb, rep; /* replicated: rep = 6C of them */
+  int64_t qkvw, qkvb, projw, fcw, fcb, fcprojw, numel; /* split */
+} tp_block_layout_t;
+
+static tp_block_layout_t tp_block_layout(int C, int Cr) {
+  tp_block_layout_t l;
+  int64_t c = C, cr = Cr, at = 0;
+  l.ln1w = at, at += c;
+  l.ln1b = at, at += c;
+  l.projb = at, at += c;
+  l.ln2w = at, at += c;
+  l.ln2b = at, at += c;
+  l.fcprojb = at, at += c;
+  l.rep = at;
+  l.qkvw = at, at += 3 * cr * c;
+  l.qkvb = at, at += 3 * cr;
+  l.projw = at, at += c * cr;
+  l.fcw = at, at += 4 * cr * c;
+  l.fcb = at, at += 4 * cr;
+  l.fcprojw = at, at += c * 4 * cr;
+  l.numel = at; /* 6C + 12C·Cr + 7Cr: 12C² + 13C at T = 1 */
+  return l;
+}
+
+typedef struct tp_gpt {
+  comm_t *tp;        /* the TP group (not owned) */
+  int T, r;          /* its size, this rank in it */
+  model_t full;      /* the unsplit GPT (its own units array): the init and the export */
+  int S, C, V, NH;   /* the full shape */
+  int Cr, NHr, c_lo; /* this rank's heads: NHr of them, features [c_lo, c_lo+Cr) of q, k and v */
+  int Vr, v_lo;      /* this rank's vocabulary rows [v_lo, v_lo+Vr) */
+  /* working buffers, LEDGER_ACTS, grown on first use: */
+  tensor_t scratch;  /* backward scratch (B·S·(C + 4Cr)) fp32; freed by the embedding's backward */
+  tensor_t wte_ext;  /* (Vr+1, C) wdt: wte_r and a zero row, looked up by tokens of other ranks */
+  tensor_t dwte_ext; /* (Vr+1, C) wdt: its gradient (the zero row's is dropped) */
+  tensor_t wpe_zero; /* (S, C) zeros: ranks other than 0 add no position embedding (added once) */
+  tensor_t tok;      /* (B·S) int32: token − v_lo when this rank holds its row, else Vr */
+  tensor_t rowstat;  /* (B·S) fp32 on the device: the loss's per-row all-reduces (CUDA) */
+  tensor_t bias32;   /* (C) fp32 copy of a replicated bias (bf16 weights) */
+} tp_gpt_t;
+
+static const model_fns_t tp_gpt_model_fns;
+
+/* A working buffer of at least numel elements of dt (zero-filled when (re)allocated). */
+static void *grow(tensor_t *t, const char *name, dtype_t dt, device_t dev, int64_t numel) {
+  if (t->data && (t->numel < numel || t->dtype != dt || t->dev != dev)) tensor_free(t);
+  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, dt, dev, numel);
+  return t->data;
+}
+
+static inline const void *gP(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
+static inline void *gG(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
+
+/* Parameters of unit u on TP rank q. */
+static int64_t tp_gpt_local_numel(const tp_gpt_t *c, int u, int q) {
+  int64_t C = c->C, vn = tp_part_numel(c->V, c->T, q);
+  if (u == 0) return (int64_t)c->S * C + vn * C;
+  if (u == c->full.n_units - 1) return 2 * C + vn * C;
+  return tp_block_layout(c->C, c->C / c->T).numel;
+}
+
+/* Copies between a full unit's parameters and TP rank q's local ones (the layouts above):
+ * full → local when to_local, else local → full (the export). */
+static void mv(float *full, float *local, int64_t n, int to_local) {
+  if (to_local) memcpy(local, full, (size_t)n * sizeof(float));
+  else memcpy(full, local, (size_t)n * sizeof(float));
+}
+static void mv_cols(float *full, float *local, int rows, int in, int lo, int n, int to_local) { /* (rows, in) ↔ (rows, n) */
+  for (int o = 0; o < rows; o++) mv(full + (int64_t)o * in + lo, local + (int64_t)o * n, n, to_local);
+}
+static void tp_gpt_map(const tp_gpt_t *c, int u, int q, float *full, float *local, int to_local) {
+  int64_t S = c->S, C = c->C, V = c->V, vlo = tp_part_lo(c->V, c->T, q), vn = tp_part_numel(c->V, c->T, q);
+  if (u == 0) {                                             /* full: wte (V,C) | wpe (S,C) */
+    mv(full + V * C, local, S * C, to_local);               /* wpe, replicated */
+    mv(full + vlo * C, local + S * C, vn * C, to_local);    /* wte rows of q's vocabulary */
+  } else if (u == c->full.n_units - 1) {                    /* full: lnf w, b | W (V,C) */
+    mv(full, local, 2 * C, to_local);
+    mv(full + 2 * C + vlo * C, local + 2 * C, vn * C, to_local);
+  } else {
+    int cr = c->C / c->T, clo = q * cr;
+    gpt_block_layout_t f = gpt_block_layout(c->C);
+    tp_block_layout_t l = tp_block_layout(c->C, cr);
+    mv(full + f.ln1w, local + l.ln1w, C, to_local);
+    mv(full + f.ln1b, local + l.ln1b, C, to_local);
+    mv(full + f.projb, local + l.projb, C, to_local);
+    mv(full + f.ln2w, local + l.ln2w, C, to_local);
+    mv(full + f.ln2b, local + l.ln2b, C, to_local);
+    mv(full + f.fcprojb, local + l.fcprojb, C, to_local);
+    for (int p = 0; p < 3; p++) { /* q, k, v: q's heads of each */
+      mv(full + f.qkvw + (p * C + clo) * C, local + l.qkvw + (int64_t)p * cr * C, (int64_t)cr * C, to_local);
+      mv(full + f.qkvb + p * C + clo, local + l.qkvb + (int64_t)p * cr, cr, to_local);
+    }
+    mv_cols(full + f.projw, local + l.projw, c->C, c->C, clo, cr, to_local); /* its input columns */
+    mv(full + f.fcw + 4 * clo * C, local + l.fcw, 4 * (int64_t)cr * C, to_local);
+    mv(full + f.fcb + 4 * clo, local + l.fcb, 4 * cr, to_local);
+    mv_cols(full + f.fcprojw, local + l.fcprojw, c->C, 4 * c->C, 4 * clo, 4 * cr, to_local);
+  }
+}
+
+static void tp_split_gpt(model_t *m, comm_t *tp) {
+  int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
+  gpt_shape_t s = m->gpt;
+  if (s.n_head % T != 0)
+    die("error: --tp %d: the GPT's %d heads do not split over %d ranks (n_head must be divisible by T)", T, s.n_head, T);
+  if (s.vocab < T) die("error: --tp %d: a vocabulary of %d rows cannot give every rank one", T, s.vocab);
+  tp_gpt_t *c = xcalloc(1, sizeof *c, "tp gpt");
+  c->tp = tp, c->T = T, c->r = r;
+  c->full = *m;
+  c->full.units = xmalloc((size_t)U * sizeof(unit_t), "tp full units");
+  memcpy(c->full.units, m->units, (size_t)U * sizeof(unit_t));
+  c->full.ctx = NULL;
+  c->S = s.seq_len, c->C = s.n_embd, c->V = s.vocab, c->NH = s.n_head;
+  c->Cr = s.n_embd / T, c->NHr = s.n_head / T, c->c_lo = r * c->Cr;
+  c->Vr = tp_part_numel(s.vocab, T, r), c->v_lo = tp_part_lo(s.vocab, T, r);
+  int64_t S = c->S, C = c->C, SC = S * C, Cr = c->Cr;
+  for (int u = 0; u < U; u++) {
+    unit_t *un = &m->units[u];
+    un->numel = tp_gpt_local_numel(c, u, r);
+    un->tp_ar_numel = SC; /* every all-reduce of a unit carries b·s·h elements */
+    if (u == 0) {         /* wpe replicated; the lookups summed by g */
+      un->tp_rep_numel = SC;
+      un->tp_ar_calls = un->tp_ar_fwd_calls = 1;
+    } else if (u == U - 1) { /* lnf replicated; f's backward sums dlnf; the loss: 3 of S per sample */
+      un->tp_rep_numel = 2 * C;
+      un->y_numel = S * c->Vr; /* the logits: V/T per row */
+      un->tp_ar_calls = 1;
+      un->tp_ar2_calls = 3;
+      un->tp_ar2_numel = S;
+    } else { /* 2 g's forward, 2 f's backward */
+      un->tp_rep_numel = tp_block_layout(c->C, c->Cr).rep;
+      un->saved_numel = 3 * SC + 4 * S + 12 * S * Cr + (int64_t)c->NHr * S * S;
+      un->tp_ar_calls = 4;
+      un->tp_ar_fwd_calls = 2;
+    }
+  }
+  model_layout(m);
+  m->fns = &tp_gpt_model_fns;
+  m->ctx = c;
+}
+
+static void tp_gpt_free_ctx(model_t *m) {
+  tp_gpt_t *c = m->ctx;
+  if (!c) return;
+  free(c->full.units);
+  tensor_free(&c->scratch);
+  tensor_free(&c->wte_ext);
+  tensor_free(&c->dwte_ext);
+  tensor_free(&c->wpe_zero);
+  tensor_free(&c->tok);
+  tensor_free(&c->rowstat);
+  tensor_free(&c->bias32);
+  free(c);
+}
+
+/* Unit u here = the full unit's init (gpt.c, a pure function of seed, u, index), sliced. */
+static void tp_gpt_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  const tp_gpt_t *c = m->ctx;
+  float *w = xmalloc((size_t)c->full.units[u].numel * sizeof(float), "tp init (full unit)");
+  model_gpt_fns.init_unit(&c->full, seed, u, w);
+  tp_gpt_map(c, u, c->r, w, dst, 1);
+  for (int64_t k = m->units[u].numel; k < m->units[u].padded; k++) dst[k] = 0.0f; /* pad slots */
+  free(w);
+}
+
+/* The tokens as rows of this rank's wte_ext: t − v_lo for its own vocabulary, Vr (the zero row)
+ * for the others'. Remapped on the host (a copy each way on CUDA). */
+static const int *tp_gpt_tokens(tp_gpt_t *c, device_t dev, const int *x, int64_t n) {
+  int *dst = grow(&c->tok, "tp local tokens", DT_F32, dev, n); /* int32 in a 4-byte tensor */
+  int *h = dev == DEV_CPU ? dst : xmalloc((size_t)n * sizeof(int), "tp tokens (host)");
+  dev_memcpy(DEV_CPU, h, dev, x, (size_t)n * sizeof(int));
+  for (int64_t k = 0; k < n; k++) {
+    int v = h[k];
+    if (v < 0 || v >= c->V) die_on_rank("tp embedding: token %lld = %d outside [0, %d)", (long long)k, v, c->V);
+    h[k] = v >= c->v_lo && v < c->v_lo + c->Vr ? v - c->v_lo : c->Vr;
+  }
+  if (h != dst) {
+    dev_memcpy(dev, dst, DEV_CPU, h, (size_t)n * sizeof(int));
+    free(h);
+  }
+  return dst;
+}
+
+/* z (rows, C) += b on every row, once (after g's sum); b in wdt. */
+static void tp_gpt_bias_add(tp_gpt_t *c, device_t dev, dtype_t wdt, float *z, const void *b, int rows) {
+  const float *b32 = b;
+  if (wdt != DT_F32) {
+    b32 = grow(&c->bias32, "tp row bias (fp32)", DT_F32, dev, c->C);
+    op_cast(dev, (void *)b32, DT_F32, b, wdt, c->C);
+  }
+  for (int i = 0; i < rows; i++) op_add(dev, z + (int64_t)i * c->C, b32, DT_F32, c->C);
+}
+
+/* A block's saved activations, per sample 3SC + 4S + 12S·Cr + NHr·S² (gpt.c's, with the split
+ * tensors at 1/T: qkv 3S·Cr, att NHr·S², atty S·Cr, fc 4S·Cr and its GELU 4S·Cr). */
+typedef struct tp_block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } tp_block_acts_t;
+static tp_block_acts_t tp_block_acts(const tp_gpt_t *c, int B, float *p) {
+  int64_t BT = (int64_t)B * c->S, BTC = BT * c->C, BTCr = BT * c->Cr;
+  tp_block_acts_t a;
+  a.ln1 = p, p += BTC;
+  a.mean1 = p, p += BT;
+  a.rstd1 = p, p += BT;
+  a.qkv = p, p += 3 * BTCr;
+  a.att = p, p += BT * c->NHr * c->S;
+  a.atty = p, p += BTCr;
+  a.x2 = p, p += BTC;
+  a.ln2 = p, p += BTC;
+  a.mean2 = p, p += BT;
+  a.rstd2 = p, p += BT;
+  a.fch = p, p += 4 * BTCr;
+  a.fchg = p;
+  return a;
+}
+
+static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
+  tp_gpt_t *c = m->ctx;
+  int B = io->B, S = c->S, C = c->C, Cr = c->Cr, BT = B * S;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  if (u == 0) { /* y = Σ over the group of (this rank's wte rows or 0) + wpe on rank 0: g */
+    const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
+    void *ext = grow(&c->wte_ext, "tp wte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
+    dev_memcpy(dev, ext, dev, gP(io, (int64_t)S * C), (size_t)c->Vr * C * dtype_size(wdt));
+    const void *wpe = c->r == 0 ? gP(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
+    op_embedding_fwd(dev, io->y, tok, ext, wpe, wdt, B, S, C, c->Vr + 1);
+    tp_g_forward(c->tp, io->y, n); /* one nonzero term per element pair: exact, as 1 rank */
+    return;
+  }
+  const float *x = io->x;
+  if (u == m->n_units - 1) { /* lnf (replicated), then this rank's logits (B·S, Vr) */
+    float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    op_layernorm_fwd(dev, lnf, mean, rstd, x, gP(io, 0), gP(io, C), wdt, BT, C);
+    tp_f_forward(c->tp, lnf, n);
+    op_linear_fwd(dev, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr);
+    return;
+  }
+  tp_block_layout_t l = tp_block_layout(C, Cr);
+  tp_block_acts_t a = tp_block_acts(c, B, io->saved);
+  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, gP(io, l.ln1w), gP(io, l.ln1b), wdt, BT, C); // (BT,C)
+  tp_f_forward(c->tp, a.ln1, n);
+  op_linear_fwd(dev, a.qkv, a.ln1, gP(io, l.qkvw), gP(io, l.qkvb), wdt, BT, C, 3 * Cr); // (BT,3Cr) own heads
+  op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, c->NHr);                       // (BT,Cr)
+  op_linear_fwd(dev, a.x2, a.atty, gP(io, l.projw), NULL, wdt, BT, Cr, C);            // partial (BT,C)
+  tp_g_forward(c->tp, a.x2, n);                                                         // all-reduce 1
+  tp_gpt_bias_add(c, dev, wdt, a.x2, gP(io, l.projb), BT);
+  op_add(dev, a.x2, x, DT_F32, n); // x2 = x + attn
+  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, gP(io, l.ln2w), gP(io, l.ln2b), wdt, BT, C);
+  tp_f_forward(c->tp, a.ln2, n);
+  op_linear_fwd(dev, a.fch, a.ln2, gP(io, l.fcw), gP(io, l.fcb), wdt, BT, C, 4 * Cr); // (BT,4Cr)
+  op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
+  op_linear_fwd(dev, io->y, a.fchg, gP(io, l.fcprojw), NULL, wdt, BT, 4 * Cr, C); // partial (BT,C)
+  tp_g_forward(c->tp, io->y, n);                                                   // all-reduce 2
+  tp_gpt_bias_add(c, dev, wdt, io->y, gP(io, l.fcprojb), BT);
+  op_add(dev, io->y, a.x2, DT_F32, n); // y = x2 + mlp
+}
+
+static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
+  tp_gpt_t *c = m->ctx;
+  int B = io->B, S = c->S, C = c->C, Cr = c->Cr, BT = B * S;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  float beta = io->beta;
+  if (u == 0) { /* dwpe (the same on every rank: dy is whole), dwte_r through the extended table */
+    const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
+    size_t nb = (size_t)c->Vr * C * dtype_size(wdt);
+    void *dext = grow(&c->dwte_ext, "tp dwte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
+    if (beta != 0.0f) dev_memcpy(dev, dext, dev, gG(io, (int64_t)S * C), nb);
+    op_embedding_bwd(dev, dext, gG(io, 0), io->dy, tok, wdt, B, S, C, c->Vr + 1, beta);
+    dev_memcpy(dev, gG(io, (int64_t)S * C), dev, dext, nb);
+    tensor_free(&c->scratch); /* the last unit of the backward */
+    return;
+  }
+  const float *x = io->x;
+  float *dy = io->dy;
+  float *s4 = grow(&c->scratch, "tp gpt backward scratch", DT_F32, dev, n + 4 * (int64_t)BT * Cr);
+  float *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s1 (BT,C); s4 (BT,4Cr), later s3 (BT,3Cr) */
+  if (u == m->n_units - 1) {
+    const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    op_linear_bwd(dev, s1, gG(io, 2 * (int64_t)C), NULL, dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C, c->Vr, beta);
+    tp_f_backward(c->tp, s1, n); /* dlnf: each rank's share is its vocabulary's */
+    if (io->dx) {
+      op_fill(dev, io->dx, DT_F32, 0.0f, n);
+      op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), s1, x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
+    }
+    return;
+  }
+  tp_block_layout_t l = tp_block_layout(C, Cr);
+  tp_block_acts_t a = tp_block_acts(c, B, io->saved);
+  // MLP: g's backward is the identity (dy whole); fcproj's bias gradient the same on every rank
+  op_linear_bwd(dev, s4, gG(io, l.fcprojw), gG(io, l.fcprojb), dy, a.fchg, gP(io, l.fcprojw), wdt, BT, 4 * Cr, C, beta);
+  op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);
+  op_linear_bwd(dev, s1, gG(io, l.fcw), gG(io, l.fcb), s4, a.ln2, gP(io, l.fcw), wdt, BT, C, 4 * Cr, beta);
+  tp_f_backward(c->tp, s1, n); // all-reduce 3: d ln2
+  op_layernorm_bwd(dev, dy, gG(io, l.ln2w), gG(io, l.ln2b), s1, a.x2, a.mean2, a.rstd2, gP(io, l.ln2w), wdt, BT, C,
+                   beta); // dy := d x2
+  // attention
+  op_linear_bwd(dev, s1, gG(io, l.projw), gG(io, l.projb), dy, a.atty, gP(io, l.projw), wdt, BT, Cr, C, beta); // (BT,Cr)
+  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, c->NHr); // d qkv_r (BT,3Cr)
+  op_linear_bwd(dev, s1, gG(io, l.qkvw), gG(io, l.qkvb), s3, a.ln1, gP(io, l.qkvw), wdt, BT, C, 3 * Cr, beta);
+  tp_f_backward(c->tp, s1, n); // all-reduce 4: d ln1
+  if (io->dx) {
+    dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float));
+    op_layernorm_bwd(dev, io->dx, gG(io, l.ln1w), gG(io, l.ln1b), s1, x, a.mean1, a.rstd1, gP(io, l.ln1w), wdt, BT, C,
+                     beta);
+  }
+}
+
+/* One fp32 value per loss row, all-reduced over the TP group (host array; staged on CUDA). */
+static void tp_rows_all_reduce(tp_gpt_t *c, float *h, int64_t rows, redop_t op) {
+  device_t dev = comm_device(c->tp);
+  if (dev == DEV_CPU) {
+    comm_all_reduce(c->tp, h, rows, DT_F32, op);
+    return;
+  }
+  float *d = grow(&c->rowstat, "tp loss row stats", DT_F32, dev, rows);
+  dev_memcpy(dev, d, DEV_CPU, h, (size_t)rows * sizeof(float));
+  comm_all_reduce(c->tp, d, rows, DT_F32, op);
+  dev_memcpy(DEV_CPU, h, dev, d, (size_t)rows * sizeof(float));
+}
+
+/* The vocab-parallel cross-entropy (model_fns_t.loss): this rank holds logits (rows, Vr) for its
+ * vocabulary only. Per row: M = max over the group of the local maxima (all-reduce MAX),
+ * Z = Σ over the group of Σ_j exp(l_j − M) (all-reduce SUM), and the target's logit from the one
+ * rank that holds it (0 elsewhere, all-reduce SUM): loss = log Z + M − l_target. The gradient is
+ * local: scale·(exp(l_j − M)/Z − [j is the target]). Three all-reduces of rows fp32 values, no
+ * rank ever holds a whole row of logits. Computed on the host (copied over on CUDA). */
+static double tp_gpt_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+  tp_gpt_t *c = m->ctx;
+  device_t dev = comm_device(c->tp);
+  int64_t rows = (int64_t)b * c->S, Vr = c->Vr;
+  size_t nl = (size_t)(rows * Vr) * sizeof(float);
+  const float *l = logits;
+  const int *tg = targets;
+  float *d = dlogits;
+  if (dev != DEV_CPU) {
+    float *hl = xmalloc(nl, "tp logits (host)");
+    int *ht = xmalloc((size_t)rows * sizeof(int), "tp targets (host)");
+    dev_memcpy(DEV_CPU, hl, dev, logits, nl);
+    dev_memcpy(DEV_CPU, ht, dev, targets, (size_t)rows * sizeof(int));
+    l = hl, tg = ht, d = xmalloc(nl, "tp dlogits (host)");
+  }
+  float *mx = xmalloc((size_t)rows * 3 * sizeof(float), "tp loss rows"), *z = mx + rows, *lt = z + rows;
+  for (int64_t i = 0; i < rows; i++) {
+    const float *li = l + i * Vr;
+    float v = li[0];
+    for (int64_t j = 1; j < Vr; j++) v = li[j] > v ? li[j] : v;
+    mx[i] = v;
+  }
+  tp_rows_all_reduce(c, mx, rows, REDOP_MAX); /* 1: each row's max over the whole vocabulary */
+  for (int64_t i = 0; i < rows; i++) {
+    const float *li = l + i * Vr;
+    float *di = d + i * Vr;
+    double sum = 0.0;
+    for (int64_t j = 0; j < Vr; j++) {
+      di[j] = expf(li[j] - mx[i]);
+      sum += di[j];
+    }
+    z[i] = (float)sum;
+    int y = tg[i];
+    if (y < 0 || y >= c->V) die_on_rank("tp_gpt_loss: label y[%lld] = %d outside [0, %d)", (long long)i, y, c->V);
+    lt[i] = y >= c->v_lo && y < c->v_lo + Vr ? li[y - c->v_lo] : 0.0f;
+  }
+  tp_rows_all_reduce(c, z, rows, REDOP_SUM);  /* 2: Σ exp over the whole vocabulary */
+  tp_rows_all_reduce(c, lt, rows, REDOP_SUM); /* 3: the target's logit, from the rank that holds it */
+  double loss = 0.0;
+  for (int64_t i = 0; i < rows; i++) {
+    loss += log((double)z[i]) - ((double)lt[i] - mx[i]);
+    float inv = (float)(1.0 / z[i]), *di = d + i * Vr;
+    for (int64_t j = 0; j < Vr; j++) di[j] = di[j] * inv * scale;
+    int y = tg[i];
+    if (y >= c->v_lo && y < c->v_lo + Vr) di[y - c->v_lo] -= scale;
+  }
+  free(mx);
+  if (dev != DEV_CPU) {
+    dev_memcpy(dev, dlogits, DEV_CPU, d, nl);
+    free((void *)l);
+    free((void *)tg);
+    free(d);
+  }
+  return loss;
+}
+
+static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's count with C·Cr, C·Vr, S²·Cr) */
+  const tp_gpt_t *c = m->ctx;
+  double S = c->S, C = c->C, Cr = c->Cr, L = m->n_units - 2, Vr = c->Vr;
+  return S * (L * 24.0 * C * Cr + 2.0 * C * Vr) + L * 4.0 * S * S * Cr;
+}
+
+/* Rank 0 of the TP group gathers every rank's units and puts each slice back where the full
+ * unit has it (tp_gpt_map backwards); the replicated parameters come from rank 0. */
+static float *tp_gpt_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
+  const tp_gpt_t *c = m->ctx;
+  *full_numel = c->full.numel;
+  if (!has_local) return NULL;
+  char *all = NULL;
+  int64_t *sizes = NULL;
+  comm_ctl_gather(c->tp, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
+  if (c->r != 0) {
+    free(all);
+    free(sizes);
+    return NULL;
+  }
+  float *full = xmalloc((size_t)c->full.numel * sizeof(float), "tp unsplit weights");
+  float **at = xcalloc((size_t)c->T, sizeof(float *), "tp unsplit blobs"); /* rank q's next unit */
+  for (int64_t q = 0, boff = 0; q < c->T; boff += sizes[q] / 4, q++) at[q] = (float *)all + boff;
+  int64_t fo = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    for (int q = c->T - 1; q >= 0; q--) { /* rank 0 last: its replicated parameters stay */
+      tp_gpt_map(c, u, q, full + fo, at[q], 0);
+      at[q] += tp_gpt_local_numel(c, u, q);
+    }
+    fo += c->full.units[u].numel;
+  }
+  free(at);
+  free(all);
+  free(sizes);
+  return full;
+}
+
+static const model_fns_t tp_gpt_model_fns = {.name = "gpt", .init_unit = tp_gpt_init_unit, .forward = tp_gpt_forward,
+                                             .backward = tp_gpt_backward, .free_ctx = tp_gpt_free_ctx,
+                                             .flops_per_sample = tp_gpt_flops, .loss = tp_gpt_loss,
+                                             .unsplit = tp_gpt_unsplit};

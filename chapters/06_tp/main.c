@@ -313,6 +313,14 @@ static int run_training(int argc, char **argv) {
                    "Example: make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"",
                    TRAIN_FLAG_TP | TRAIN_FLAG_BUCKET | (zero == 3 ? TRAIN_FLAG_PREFETCH : 0));
   cfg.model_split = tp_split_model;
+  if (cfg.tp > 1 && strcmp(cfg.model_kind, "gpt") == 0) { /* the GPT's split (tp.c): refused before MPI starts */
+    char v[32];
+    snprintf(v, sizeof v, "%d", cfg.tp);
+    if (cfg.gpt.n_head % cfg.tp)
+      return args_error("--tp", v, "the GPT's %d heads must split evenly over T ranks (--n-head divisible by T)", cfg.gpt.n_head);
+    if (cfg.sample || cfg.eval_every)
+      return args_error("--tp", v, "--sample and --eval-every need whole logits; the vocab-parallel head keeps V/T per row");
+  }
   const strategy_t *s = zero == 0 ? ddp_strategy("bucketed") : zero == 1 ? zero1_strategy()
                       : zero == 2 ? zero2_strategy() : zero3_strategy();
   int rc = train_main(&cfg, s, "06_tp");

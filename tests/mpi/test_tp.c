@@ -253,3 +253,114 @@ Test(ch06_tp, checkpoint_resume_bitwise, .timeout = 120) {
             "refusal message:\n%s", out);
   free(out);
 }
+
+/* ---- the GPT split (--model gpt: heads, vocab-parallel embedding, head and loss) ------------
+ * The tiny GPT with 4 heads (L2 C32 S16 V256; --n-head 4 so that T = 4 divides them), 4 steps of
+ * SGD with momentum and --clip 0.5, global batch 8, against 1 rank within 1e-5 (the all-reduces
+ * sum partial dot products in another order; the embedding's sum has one nonzero term and is
+ * exact). Per step, per rank, on the TP group: the embedding's g, 4 per block (2 g, 2 f), the
+ * head's f, the loss's 3 per-row all-reduces = 1 + 4L + 1 + 3 = 13 calls; bytes
+ * 2(T−1)/T × 4 × b × ((2 + 4L)·S·C + 3·S) with b = 8/D. */
+#define GPT_SHAPE "--model gpt --gpt tiny --n-head 4 --batch 8 --steps 4 --optimizer sgd --lr 0.1 --clip 0.5"
+#define GPT_S 16
+#define GPT_C 32
+#define GPT_L 2
+#define GPT_V 256
+#define GPT_NH 4
+
+static void gpt_train(int np, const char *args, const char *params, const char *json) {
+  char *out = NULL;
+  int rc = zl_run(np, 60, &out, "%s/ch06_tp " GPT_SHAPE " --quiet %s --save-params %s --json %s", ZL_BIN, args, params,
+                  json);
+  cr_assert_eq(rc, 0, "ch06_tp gpt %s on %d ranks exited %d:\n%s", args, np, rc, fail_lines(out));
+  free(out);
+}
+
+/* Per-rank parameters of the split GPT: wpe S·C and wte V/T rows; per block 6C replicated and
+ * 12C·C/T + 7C/T split; the head's lnf 2C and V/T rows. */
+static double gpt_local_params(int T) {
+  double S = GPT_S, C = GPT_C, L = GPT_L, V = GPT_V;
+  return S * C + V / T * C + L * (6 * C + 12 * C * C / T + 7 * C / T) + 2 * C + V / T * C;
+}
+/* Activations the loop keeps per rank (outputs and saved, fp32): gpt.h's with the split tensors
+ * at 1/T and the logits S·V/T per sample. */
+static double gpt_local_acts(int T, double b) {
+  double S = GPT_S, C = GPT_C, L = GPT_L, V = GPT_V, NH = GPT_NH;
+  double outs = S * C * (L + 1) + S * V / T, block = 3 * S * C + 4 * S + 12 * S * C / T + NH / T * S * S;
+  return 4 * b * (outs + L * block + S * C + 2 * S);
+}
+
+static void gpt_vs_one_rank(int np, int T, int zero, const float *ref, int64_t nref, const char *refjson) {
+  int64_t n = 0;
+  char dir[256], params[300], json[300], args[128], what[96];
+  snprintf(what, sizeof what, "gpt_tp%d_zero%d_np%d", T, zero, np);
+  zl_tmpdir(dir, sizeof dir, what);
+  snprintf(params, sizeof params, "%s/p.bin", dir);
+  snprintf(json, sizeof json, "%s/r.json", dir);
+  snprintf(args, sizeof args, "--tp %d --zero %d", T, zero);
+  gpt_train(np, args, params, json);
+  float *got = zl_read_floats(params, &n);
+  cr_assert_eq(n, nref, "%s: %lld weights written, the 1-rank GPT has %lld", what, (long long)n, (long long)nref);
+  zl_expect_floats(what, got, ref, n, TP_TOL);
+  char *j = zl_read_file(json, NULL), *rj = zl_read_file(refjson, NULL);
+  double l[8], lr[8];
+  int k = zl_json_all(j, "loss", l, 8), kr = zl_json_all(rj, "loss", lr, 8);
+  cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
+  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= TP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
+  int D = np / T;
+  double b = 8.0 / D, calls_want = 1 + 4 * GPT_L + 1 + 3;
+  double want_bytes = 2.0 * (T - 1) / T * 4 * b * ((2 + 4 * GPT_L) * GPT_S * GPT_C + 3 * GPT_S);
+  const char *p = zl_json_find(j, "tp");
+  cr_assert(p, "%s: no tp object in the JSON", what);
+  for (int r = 0; r < np; r++) {
+    p = zl_json_find(p, "tp_rank");
+    cr_assert(p, "%s: rank %d missing from tp.per_rank", what, r);
+    double calls = zl_json_num(p, "calls_per_step"), bytes = zl_json_num(p, "bytes_per_step");
+    double fcalls = zl_json_num(p, "formula_calls_per_step"), fbytes = zl_json_num(p, "formula_bytes_per_step");
+    cr_assert(calls == calls_want && fcalls == calls_want, "%s rank %d: %g all-reduces per step (formula %g), expected %g",
+              what, r, calls, fcalls, calls_want);
+    cr_assert(bytes == want_bytes && fbytes == want_bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f",
+              what, r, bytes, fbytes, want_bytes);
+    p += 8;
+  }
+  double acts = zl_json_num(j, "acts_saved_bytes");
+  cr_assert(acts == gpt_local_acts(T, b), "%s: %g activation bytes kept, formula %g (logits S·V/T per sample)", what, acts,
+            gpt_local_acts(T, b));
+  if (zero == 0) { /* DDP: the ledger's params are the rank's whole local model */
+    p = zl_json_find(j, "memory");
+    double want = gpt_local_params(T) * 4;
+    for (int r = 0; r < np; r++) {
+      p = zl_json_find(p, "rank");
+      double got_b = zl_json_num(p, "params");
+      cr_assert(got_b == want, "%s rank %d: %g bytes of params, formula %g", what, r, got_b, want);
+      p += 6;
+    }
+  }
+  free(j);
+  free(rj);
+  free(got);
+}
+
+/* T = 2, 4 (DDP: one data-parallel group) and (D, T) = (2, 2) with ZeRO-3 on the data dimension;
+ * heads that do not split over T are refused before training (exit 2). */
+Test(ch06_tp, gpt_tp_equals_one_rank, .timeout = 120) {
+  char dir[256], params[300], json[300], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "gpt_tp_ref");
+  snprintf(params, sizeof params, "%s/ref.bin", dir);
+  snprintf(json, sizeof json, "%s/ref.json", dir);
+  gpt_train(1, "", params, json);
+  int64_t nref = 0;
+  float *ref = zl_read_floats(params, &nref);
+  char *rj = zl_read_file(json, NULL);
+  double acts1 = zl_json_num(rj, "acts_saved_bytes");
+  cr_assert(acts1 == gpt_local_acts(1, 8), "1 rank: %g activation bytes, formula %g", acts1, gpt_local_acts(1, 8));
+  free(rj);
+  gpt_vs_one_rank(2, 2, 0, ref, nref, json);
+  gpt_vs_one_rank(4, 4, 0, ref, nref, json);
+  gpt_vs_one_rank(4, 2, 3, ref, nref, json);
+  free(ref);
+  int rc = zl_run(4, 30, &out, "%s/ch06_tp --model gpt --gpt tiny --tp 4", ZL_BIN);
+  cr_assert_eq(rc, 2, "--tp 4 with 2 heads: exit %d, expected 2:\n%s", rc, fail_lines(out));
+  cr_assert(strstr(out, "error: --tp 4: the GPT's 2 heads must split evenly over T ranks"), "refusal:\n%s", out);
+  free(out);
+}
