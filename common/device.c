@@ -46,21 +46,21 @@ void device_cuda_select(int local_rank) {
 #endif
 }
 
-void *dev_malloc(device_t dev, size_t nbytes, const char *what) {
-  void *p = NULL;
-  if (dev == DEV_CPU) {
-    p = calloc(nbytes ? nbytes : 1, 1); /* zero-filled */
-  } else {
-#ifdef ZL_CUDA
-    p = devcu_malloc(nbytes ? nbytes : 1);
-#else
-    no_cuda("dev_malloc");
-#endif
-  }
+/* p, or stop: "out of memory on rank R: WHAT needs X MiB<where>" (where: which memory). */
+static void *alloc_or_die(void *p, size_t nbytes, const char *what, const char *where) {
   if (!p)
-    die("out of memory on rank %d: %s needs %.1f MiB%s", msg_rank(), what ? what : "allocation",
-        nbytes / 1048576.0, dev == DEV_CPU ? "" : " (GPU)");
+    die("out of memory on rank %d: %s needs %.1f MiB%s", msg_rank(), what ? what : "allocation", nbytes / 1048576.0,
+        where);
   return p;
+}
+
+void *dev_malloc(device_t dev, size_t nbytes, const char *what) {
+  if (dev == DEV_CPU) return alloc_or_die(calloc(nbytes ? nbytes : 1, 1), nbytes, what, ""); /* zero-filled */
+#ifdef ZL_CUDA
+  return alloc_or_die(devcu_malloc(nbytes ? nbytes : 1), nbytes, what, " (GPU)");
+#else
+  no_cuda("dev_malloc");
+#endif
 }
 
 void dev_free(device_t dev, void *p) {
@@ -128,20 +128,12 @@ void dev_upload(device_t dev, void *dst, dtype_t dt, const float *host, int64_t 
 }
 
 void *dev_host_malloc(device_t dev, size_t nbytes, const char *what) {
-  void *p = NULL;
-  if (dev == DEV_CPU) {
-    p = calloc(nbytes ? nbytes : 1, 1);
-  } else {
+  if (dev == DEV_CPU) return alloc_or_die(calloc(nbytes ? nbytes : 1, 1), nbytes, what, " (host)");
 #ifdef ZL_CUDA
-    p = devcu_host_malloc(nbytes ? nbytes : 1);
+  return alloc_or_die(devcu_host_malloc(nbytes ? nbytes : 1), nbytes, what, " (host, pinned)");
 #else
-    no_cuda("dev_host_malloc");
+  no_cuda("dev_host_malloc");
 #endif
-  }
-  if (!p)
-    die("out of memory on rank %d: %s needs %.1f MiB (host%s)", msg_rank(), what ? what : "allocation",
-        nbytes / 1048576.0, dev == DEV_CPU ? "" : ", pinned");
-  return p;
 }
 
 void dev_host_free(device_t dev, void *p) {

@@ -53,4 +53,7 @@ double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n);
  * LEDGER_ACTS; grows on demand and is reused. Released by ops_release_workspace. */
 void *ops_workspace(device_t dev, int slot, int64_t nbytes);
 void ops_release_workspace(void);
+/* One BLAS thread per rank (ranks are the parallelism, and a threaded sgemm may split sums
+ * differently run to run). Called by every CPU op before its first sgemm; idempotent. */
+void ops_blas_init(void);
 #endif

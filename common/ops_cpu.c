@@ -89,9 +89,9 @@ void ops_release_workspace(void) {
     }
 }
 
-/* One BLAS thread per rank: ranks are the parallelism (and a threaded sgemm may split sums
- * differently run to run). Done here too, so programs started without our wrapper behave. */
-static void ops_blas_init(void) {
+/* Done here too, not only by our launcher's OPENBLAS_NUM_THREADS, so programs started without
+ * the wrapper behave. */
+void ops_blas_init(void) {
   static int done = 0;
   if (done) return;
   done = 1;

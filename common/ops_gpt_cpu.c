@@ -10,9 +10,9 @@
 #include "ops_gpt.h"  // the contracts implemented here
 #include <math.h>     // sqrtf
 #include <string.h>   // memset, memcpy
-#include <cblas.h>    // cblas_sgemm (OpenBLAS), openblas_set_num_threads
+#include <cblas.h>    // cblas_sgemm (OpenBLAS)
 #include "check.h"    // die, check_rank
-#include "ops.h"      // ops_workspace
+#include "ops.h"      // ops_workspace, ops_blas_init
 
 /* As ops_cpu.c: let GCC vectorize the elementwise loops (vector and scalar SSE round alike), and
  * never contract a·b + c into a fused multiply-add: nvcc runs with -fmad=false, so the loops that
@@ -22,6 +22,8 @@
 #elif defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
+/* after the pragma, so that its functions are compiled under it */
+#include "elementwise.h" // ew_exp_nonpos
 
 #ifdef ZL_CUDA
 #define GPT_ON_CUDA(call) do { call; return; } while (0)
@@ -37,15 +39,6 @@
 
 static void gpt_check_dt(dtype_t dt, const char *op) {
   if (dt != DT_F32 && dt != DT_BF16) die("rank %d: %s: unsupported dtype %s", check_rank(), op, dtype_name(dt));
-}
-/* One BLAS thread per rank (ops_cpu.c does the same on its first matmul): ranks are the parallelism. */
-static void gpt_blas_init(void) {
-  static int done = 0;
-  if (done) return;
-  done = 1;
-#ifdef OPENBLAS_CONFIG_H
-  openblas_set_num_threads(1);
-#endif
 }
 /* n elements of p (dtype dt) as fp32: p itself for F32, else widened into a workspace slot. */
 static const float *gpt_as_f32(const void *p, dtype_t dt, int64_t n, int slot) {
@@ -122,31 +115,16 @@ void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *
 
 /* ---- causal self-attention ------------------------------------------------------------- */
 /* exp(x) for x <= 0 in plain float arithmetic so that the softmax loop vectorizes (libm's expf is
- * a call, and the T²/2 exps per head were most of the forward's time). ops_cpu.c's Cephes
- * polynomial (x = n·ln2 + r, |r| <= ln2/2, degree 7 in r: about 1 ulp); x is clamped to −87 first,
- * so 2^n stays a normal float (exp(−87) ≈ 1.6e-38 stands in for anything smaller). */
+ * a call, and the T²/2 exps per head were most of the forward's time): elementwise.h's
+ * ew_exp_nonpos (Cephes, about 1 ulp), with x clamped to −87 first, so 2^n stays a normal float
+ * (exp(−87) ≈ 1.6e-38 stands in for anything smaller). */
 static inline float gpt_exp_nonpos(float x) {
   uint32_t ax; /* x = −min(|x|, 87), clamped on the bits as integers: a float compare would branch */
   memcpy(&ax, &x, sizeof ax);
   ax &= 0x7fffffffu;
   ax = ax < 0x42ae0000u ? ax : 0x42ae0000u; /* 87.0f */
   memcpy(&x, &ax, sizeof x);
-  x = -x;
-  float fn = x * 1.44269504088896341f;   /* x / ln2 */
-  fn = (fn + 12582912.0f) - 12582912.0f; /* round to nearest integer (1.5·2^23 trick) */
-  float r = x - fn * 0.693359375f;       /* ln2 in two parts (Cody-Waite) */
-  r = r - fn * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23; /* 2^n, n >= −126 */
-  float two_n;
-  memcpy(&two_n, &bits, sizeof two_n);
-  return p * two_n;
+  return ew_exp_nonpos(-x);
 }
 
 /* Row t of a T×T block holding scale·q·k for j <= t: softmax over j <= t in place, 0 above. */
@@ -164,7 +142,7 @@ static void att_softmax_row(float *row, int t, int T) {
 void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_attention_fwd(out, att, qkv, B, T, C, NH));
   if (NH <= 0 || C % NH != 0) die("rank %d: %s: C = %d is not a multiple of NH = %d", check_rank(), __func__, C, NH);
-  gpt_blas_init();
+  ops_blas_init();
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -195,7 +173,7 @@ void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float 
                       int C, int NH) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_attention_bwd(dqkv, dout, qkv, att, B, T, C, NH));
   if (NH <= 0 || C % NH != 0) die("rank %d: %s: C = %d is not a multiple of NH = %d", check_rank(), __func__, C, NH);
-  gpt_blas_init();
+  ops_blas_init();
   if (B <= 0 || T <= 0) return;
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);

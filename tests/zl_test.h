@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "dtype.h" // bf16_t, bf16_from_f32, bf16_to_f32
+#include "model.h" // model_t, unit_io_t, model_forward, model_backward: zl_fwd_bwd
+#include "ops.h"   // op_softmax_xent: zl_fwd_bwd
 
 #ifndef ZL_BIN
 #define ZL_BIN "build/bin"
@@ -123,6 +126,17 @@ static inline void zl_tmpdir(char *dst, size_t n, const char *name) {
   mkdir(dst, 0755);
 }
 
+/* Rank r's value of key in the --json's memory.per_rank (the (r+1)-th "rank" entry). */
+static inline double zl_rank_mem(const char *json, int r, const char *key) {
+  const char *p = zl_json_find(json, "per_rank");
+  cr_assert(p, "--json has no memory.per_rank");
+  for (int k = 0; k <= r; k++) {
+    p = zl_json_find(p, "rank");
+    cr_assert(p, "--json memory.per_rank has no entry for rank %d", r);
+  }
+  return zl_json_num(p, key);
+}
+
 /* Relative difference |a-b| / max(|b|, tiny). */
 static inline double zl_rel(double a, double b) {
   double d = fabs(a - b), s = fabs(b);
@@ -142,6 +156,30 @@ static inline void zl_expect_floats(const char *what, const float *got, const fl
                      tol == 0 ? "bitwise" : "relative tolerance");
   }
 }
+/* |got − expected| <= tol (absolute) for every element, against a double reference; fails
+ * naming what, index, got, expected. NaN never passes. */
+static inline void zl_expect_close_abs(const char *what, const float *got, const double *exp, int64_t n, double tol) {
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs((double)got[i] - exp[i]) <= tol))
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %g)", what, (long long)i, got[i], exp[i], tol);
+}
+/* bf16 arrays bit for bit; fails naming what, index, both bit patterns and their values. */
+static inline void zl_expect_bits_bf16(const char *what, const bf16_t *got, const bf16_t *exp, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (got[i] != exp[i])
+      cr_assert_fail("%s[%lld]: got bf16 0x%04x (%g), expected 0x%04x (%g) (bitwise)", what, (long long)i, got[i],
+                     bf16_to_f32(got[i]), exp[i], bf16_to_f32(exp[i]));
+}
+/* n floats rounded to bf16: a new malloc'd array. */
+static inline bf16_t *zl_to_bf16(const float *p, int64_t n) {
+  bf16_t *h = malloc((size_t)(n ? n : 1) * sizeof(bf16_t));
+  for (int64_t i = 0; i < n; i++) h[i] = bf16_from_f32(p[i]);
+  return h;
+}
+/* Round an fp32 array to bf16-representable values in place (so fp32 and bf16 inputs agree). */
+static inline void zl_round_bf16(float *p, int64_t n) {
+  for (int64_t i = 0; i < n; i++) p[i] = bf16_to_f32(bf16_from_f32(p[i]));
+}
 /* Load a raw float32 file (from --save-params); *n elements. */
 static inline float *zl_read_floats(const char *path, int64_t *n) {
   size_t len = 0;
@@ -149,5 +187,76 @@ static inline float *zl_read_floats(const char *path, int64_t *n) {
   cr_assert(b, "missing file %s", path);
   *n = (int64_t)(len / sizeof(float));
   return (float *)b;
+}
+
+/* ---- one launch with --json and --save-params ------------------------------------------- */
+/* What a launch leaves: the --json text, stdout + stderr, the --save-params floats (n of them). */
+typedef struct zl_out {
+  char *json, *text;
+  float *params;
+  int64_t n;
+} zl_out_t;
+static inline void zl_out_free(zl_out_t *r) {
+  free(r->json), free(r->text), free(r->params);
+  memset(r, 0, sizeof *r);
+}
+/* The command fmt... on np ranks (zl_run, killed after timeout_s) with `--json DIR/NAME.json
+ * --save-params DIR/NAME.bin --quiet` appended, DIR = zl_tmpdir(dir_tag). Asserts exit 0 (the
+ * message names name, N, the command and its output) and a written --json; reads both files. */
+static inline zl_out_t zl_launch(int np, int timeout_s, const char *dir_tag, const char *name, const char *fmt, ...) {
+  char dir[256], json[320], bin[320], cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  zl_tmpdir(dir, sizeof dir, dir_tag);
+  snprintf(json, sizeof json, "%s/%s.json", dir, name);
+  snprintf(bin, sizeof bin, "%s/%s.bin", dir, name);
+  zl_out_t r = {0};
+  int rc = zl_run(np, timeout_s, &r.text, "%s --json %s --save-params %s --quiet", cmd, json, bin);
+  cr_assert_eq(rc, 0, "%s (N %d: %s) exited %d:\n%s", name, np, cmd, rc, r.text);
+  r.json = zl_read_file(json, NULL);
+  cr_assert(r.json, "%s: no --json written", name);
+  r.params = zl_read_floats(bin, &r.n);
+  return r;
+}
+
+/* ---- one forward + backward through a model's units, on the CPU --------------------------- */
+/* As the trainer does it: outputs out[u], saved[u], the dy ping-pong. params/grads: flat buffers
+ * in wdt (grads NULL: forward and loss only); x: the first unit's input (floats for the MLP,
+ * token ids for the GPT); tgt: B·rows class indices; beta: the backward's accumulation. Returns
+ * the mean loss; the logits (B·rows × classes) are copied out when logits is not NULL. */
+static inline double zl_fwd_bwd(const model_t *m, const void *params, void *grads, dtype_t wdt, const void *x,
+                                const int *tgt, int B, float beta, float *logits) {
+  enum { MAXU = 16 };
+  size_t es = dtype_size(wdt);
+  int U = m->n_units;
+  cr_assert(U <= MAXU, "zl_fwd_bwd: %d units, at most %d", U, MAXU);
+  float *out[MAXU] = {0}, *saved[MAXU] = {0}, *dy[2];
+  int64_t maxy = model_max_y_numel(m);
+  for (int u = 0; u < U; u++) {
+    out[u] = calloc((size_t)B * m->units[u].y_numel, sizeof(float));
+    saved[u] = calloc((size_t)B * m->units[u].saved_numel + 1, sizeof(float));
+  }
+  dy[0] = calloc((size_t)(B * maxy), sizeof(float));
+  dy[1] = calloc((size_t)(B * maxy), sizeof(float));
+  for (int u = 0; u < U; u++) {
+    unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
+                    .x = u == 0 ? x : out[u - 1], .y = out[u], .saved = saved[u]};
+    model_forward(m, u, &io);
+  }
+  int64_t rows = (int64_t)B * m->rows;
+  if (logits) memcpy(logits, out[U - 1], sizeof(float) * rows * m->classes);
+  double loss = op_softmax_xent(DEV_CPU, dy[0], out[U - 1], tgt, (int)rows, m->classes, 1.0f / rows) / rows;
+  if (grads)
+    for (int u = U - 1, k = 0; u >= 0; u--, k ^= 1) {
+      unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
+                      .grads = (char *)grads + m->units[u].off * es, .beta = beta, .x = u == 0 ? x : out[u - 1],
+                      .y = out[u], .saved = saved[u], .dy = dy[k], .dx = u == 0 ? NULL : dy[k ^ 1]};
+      model_backward(m, u, &io);
+    }
+  for (int u = 0; u < U; u++) free(out[u]), free(saved[u]);
+  free(dy[0]), free(dy[1]);
+  return loss;
 }
 #endif

@@ -10,93 +10,18 @@
  * Σx²) add in different orders on the two devices; they are compared with relative tolerances:
  * fp32 results 1e-5, bf16 results 1e-2, the bf16 tensor-core GEMMs 1e-2; matmuls normwise
  * (|got − expected| <= tol · max|expected|), the others element by element. */
-#include "zl_test.h"  // Criterion, zl_rel
-#include "device.h"   // device_cuda_count, device_cuda_select, dev_malloc, dev_memcpy, dev_sync
-#include "dtype.h"    // bf16_t, bf16_from_f32, bf16_to_f32
-#include "ledger.h"   // ledger_init
+#define ZL_GPU_SEED 0x9e3779b97f4a7c15ull /* this file's random stream */
+#include "zl_gpu_test.h" // zl_gpu_init, rand_f32, up, down, poisoned, expect_close, expect_bits, tol_of
 #include "ops.h"      // op_*
 #include "ops_cuda.h" // opcu_set_matmul_bf16
 
-static void gpu_init(void) {
-  ledger_init(0, 0);
-  int n = device_cuda_count();
-  cr_assert(n > 0, "no GPU visible: make test-gpu needs one (nvidia-smi; CUDA_VISIBLE_DEVICES)");
-  device_cuda_select(0);
-}
-TestSuite(common_gpu_ops, .init = gpu_init, .timeout = 120);
-
-/* ---- helpers ------------------------------------------------------------------------------ */
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float urand(void) { /* [-1, 1) */
-  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-  return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-static float *rand_f32(int64_t n, float scale) {
-  float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
-  for (int64_t i = 0; i < n; i++) h[i] = scale * urand();
-  return h;
-}
-static bf16_t *to_bf16(const float *x, int64_t n) {
-  bf16_t *h = malloc((size_t)(n ? n : 1) * sizeof(bf16_t));
-  for (int64_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
-  return h;
-}
-static float *widen(const void *p, dtype_t dt, int64_t n) {
-  float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
-  for (int64_t i = 0; i < n; i++) h[i] = dt_load(p, dt, i);
-  return h;
-}
-/* A device copy of nbytes of host memory. */
-static void *up(const void *h, size_t nbytes) {
-  void *d = dev_malloc(DEV_CUDA, nbytes, "test buffer");
-  dev_memcpy(DEV_CUDA, d, DEV_CPU, h, nbytes);
-  return d;
-}
-/* A device buffer with every bit set (NaN in f32 and bf16): unwritten elements show. */
-static void *poisoned(size_t nbytes) {
-  unsigned char *h = malloc(nbytes ? nbytes : 1);
-  memset(h, 0xff, nbytes);
-  void *d = up(h, nbytes);
-  free(h);
-  return d;
-}
-static void *down(const void *d, size_t nbytes) {
-  void *h = malloc(nbytes ? nbytes : 1);
-  dev_sync(DEV_CUDA);
-  dev_memcpy(DEV_CPU, h, DEV_CUDA, d, nbytes);
-  return h;
-}
-/* got vs expected: |g − e| <= tol · max(|e|, floor·max|e|). floor 1: normwise; 1e-3: elementwise. */
-static void expect_close(const char *what, const float *got, const float *exp, int64_t n, double tol, double floor) {
-  double scale = 0;
-  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(exp[i]));
-  for (int64_t i = 0; i < n; i++) {
-    double lim = tol * fmax(fabs(exp[i]), floor * scale);
-    if (!(fabs((double)got[i] - exp[i]) <= lim)) /* NaN fails here */
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), |diff| %.3g > %.3g (tol %g)", what, (long long)i,
-                     got[i], exp[i], fabs((double)got[i] - exp[i]), lim, tol);
-  }
-}
-/* Bitwise, except that any NaN matches any NaN (the GPU makes canonical NaNs, the CPU keeps
- * payloads). */
-static double elem_at(const void *p, int64_t i, size_t esz) {
-  return esz == 2 ? bf16_to_f32(((const bf16_t *)p)[i]) : esz == 4 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-static void expect_bits(const char *what, const void *got, const void *exp, int64_t n, size_t esz) {
-  for (int64_t i = 0; i < n; i++) {
-    double g = elem_at(got, i, esz), e = elem_at(exp, i, esz);
-    if (isnan(g) && isnan(e)) continue;
-    if (memcmp((const char *)got + i * esz, (const char *)exp + i * esz, esz) != 0)
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), bitwise", what, (long long)i, g, e);
-  }
-}
-static double tol_of(dtype_t dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
+TestSuite(common_gpu_ops, .init = zl_gpu_init, .timeout = 120);
 
 /* ---- linear ------------------------------------------------------------------------------ */
 static void check_linear_fwd(dtype_t wdt, int B, int in, int out, int bf16mm) {
-  float *x = rand_f32((int64_t)B * in, 1.0f), *Wf = rand_f32((int64_t)out * in, 0.2f), *bf = rand_f32(out, 0.5f);
-  void *W = wdt == DT_BF16 ? (void *)to_bf16(Wf, (int64_t)out * in) : (void *)Wf;
-  void *b = wdt == DT_BF16 ? (void *)to_bf16(bf, out) : (void *)bf;
+  float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *Wf = rand_f32((int64_t)out * in, 0.2f, 0.0f), *bf = rand_f32(out, 0.5f, 0.0f);
+  void *W = wdt == DT_BF16 ? (void *)zl_to_bf16(Wf, (int64_t)out * in) : (void *)Wf;
+  void *b = wdt == DT_BF16 ? (void *)zl_to_bf16(bf, out) : (void *)bf;
   size_t es = dtype_size(wdt), ny = (size_t)B * out * sizeof(float);
   float *y_cpu = malloc(ny);
   op_linear_fwd(DEV_CPU, y_cpu, x, W, b, wdt, B, in, out);
@@ -118,12 +43,12 @@ Test(common_gpu_ops, linear_fwd_bf16_tensor_cores) { check_linear_fwd(DT_F32, 64
 
 static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, int with_dx, int bf16mm) {
   int64_t nx = (int64_t)B * in, nyo = (int64_t)B * out, nw = (int64_t)out * in;
-  float *x = rand_f32(nx, 1.0f), *gy = rand_f32(nyo, 1.0f), *Wf = rand_f32(nw, 0.2f);
-  float *dWf0 = rand_f32(nw, 0.3f), *dbf0 = rand_f32(out, 0.3f); /* old grads, read when beta != 0 */
+  float *x = rand_f32(nx, 1.0f, 0.0f), *gy = rand_f32(nyo, 1.0f, 0.0f), *Wf = rand_f32(nw, 0.2f, 0.0f);
+  float *dWf0 = rand_f32(nw, 0.3f, 0.0f), *dbf0 = rand_f32(out, 0.3f, 0.0f); /* old grads, read when beta != 0 */
   size_t es = dtype_size(wdt);
-  void *W = wdt == DT_BF16 ? (void *)to_bf16(Wf, nw) : (void *)Wf;
-  void *dW0 = wdt == DT_BF16 ? (void *)to_bf16(dWf0, nw) : (void *)dWf0;
-  void *db0 = wdt == DT_BF16 ? (void *)to_bf16(dbf0, out) : (void *)dbf0;
+  void *W = wdt == DT_BF16 ? (void *)zl_to_bf16(Wf, nw) : (void *)Wf;
+  void *dW0 = wdt == DT_BF16 ? (void *)zl_to_bf16(dWf0, nw) : (void *)dWf0;
+  void *db0 = wdt == DT_BF16 ? (void *)zl_to_bf16(dbf0, out) : (void *)dbf0;
   /* CPU reference */
   float *dx_cpu = malloc((size_t)nx * 4);
   void *dW_cpu = malloc((size_t)nw * es), *db_cpu = malloc((size_t)out * es);
@@ -179,7 +104,7 @@ Test(common_gpu_ops, linear_bwd_bf16_tensor_cores) { check_linear_bwd(DT_F32, 64
 /* ---- GELU ---------------------------------------------------------------------------------- */
 Test(common_gpu_ops, gelu_fwd_bwd) {
   int64_t n = 100003;
-  float *x = rand_f32(n, 6.0f), *gy = rand_f32(n, 1.0f);
+  float *x = rand_f32(n, 6.0f, 0.0f), *gy = rand_f32(n, 1.0f, 0.0f);
   float *y_cpu = malloc((size_t)n * 4), *dx_cpu = malloc((size_t)n * 4);
   op_gelu_fwd(DEV_CPU, y_cpu, x, n);
   op_gelu_bwd(DEV_CPU, dx_cpu, gy, x, n);
@@ -187,10 +112,10 @@ Test(common_gpu_ops, gelu_fwd_bwd) {
   op_gelu_fwd(DEV_CUDA, d_y, d_x, n);
   float *y = down(d_y, (size_t)n * 4);
   /* elementwise.h's ew_gelu on both sides (its tanh is plain float arithmetic, no libm): bitwise */
-  expect_bits("gelu_fwd y", y, y_cpu, n, 4);
+  expect_bits("gelu_fwd y", y, y_cpu, n, 4, 1);
   op_gelu_bwd(DEV_CUDA, d_g, d_g, d_x, n); /* in place: dx aliases dy */
   float *dx = down(d_g, (size_t)n * 4);
-  expect_bits("gelu_bwd dx (in place)", dx, dx_cpu, n, 4);
+  expect_bits("gelu_bwd dx (in place)", dx, dx_cpu, n, 4, 1);
   dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_y), dev_free(DEV_CUDA, d_g);
   free(x), free(gy), free(y_cpu), free(dx_cpu), free(y), free(dx);
 }
@@ -198,7 +123,7 @@ Test(common_gpu_ops, gelu_fwd_bwd) {
 /* ---- softmax cross-entropy ---------------------------------------------------------------- */
 static void check_xent(int B, int C) {
   int64_t n = (int64_t)B * C;
-  float *l = rand_f32(n, 4.0f);
+  float *l = rand_f32(n, 4.0f, 0.0f);
   int *y = malloc((size_t)B * sizeof(int));
   for (int i = 0; i < B; i++) y[i] = (int)((urand() + 1.0f) * 0.5f * C) % C;
   float scale = 1.0f / (float)(3 * B);
@@ -223,11 +148,11 @@ Test(common_gpu_ops, softmax_xent) { check_xent(33, 10); check_xent(7, 1000); ch
 static void check_adamw(dtype_t gdt) {
   int64_t n = 4099;
   adamw_hp_t hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
-  float *w = rand_f32(n, 1.0f), *m = rand_f32(n, 0.01f), *v = rand_f32(n, 1e-4f);
+  float *w = rand_f32(n, 1.0f, 0.0f), *m = rand_f32(n, 0.01f, 0.0f), *v = rand_f32(n, 1e-4f, 0.0f);
   for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]); /* a second moment is >= 0 */
-  float *gf = rand_f32(n, 1.0f);
+  float *gf = rand_f32(n, 1.0f, 0.0f);
   gf[0] = 0.0f, gf[1] = -0.0f, gf[2] = 1e-30f, gf[3] = 3e5f; /* zero, tiny, large gradients */
-  void *g = gdt == DT_BF16 ? (void *)to_bf16(gf, n) : (void *)gf;
+  void *g = gdt == DT_BF16 ? (void *)zl_to_bf16(gf, n) : (void *)gf;
   void *d_w = up(w, (size_t)n * 4), *d_m = up(m, (size_t)n * 4), *d_v = up(v, (size_t)n * 4);
   void *d_g = up(g, (size_t)n * dtype_size(gdt));
   for (int t = 1; t <= 3; t++) { /* three steps: bias correction changes with t */
@@ -236,9 +161,9 @@ static void check_adamw(dtype_t gdt) {
   }
   float *gw = down(d_w, (size_t)n * 4), *gm = down(d_m, (size_t)n * 4), *gv = down(d_v, (size_t)n * 4);
   /* one source (elementwise.h: ew_adamw, scalars from ew_adamw_scalars): the same bits */
-  expect_bits(gdt == DT_BF16 ? "adamw w (bf16 grads)" : "adamw w", gw, w, n, 4);
-  expect_bits("adamw m", gm, m, n, 4);
-  expect_bits("adamw v", gv, v, n, 4);
+  expect_bits(gdt == DT_BF16 ? "adamw w (bf16 grads)" : "adamw w", gw, w, n, 4, 1);
+  expect_bits("adamw m", gm, m, n, 4, 1);
+  expect_bits("adamw v", gv, v, n, 4, 1);
   dev_free(DEV_CUDA, d_w), dev_free(DEV_CUDA, d_m), dev_free(DEV_CUDA, d_v), dev_free(DEV_CUDA, d_g);
   free(w), free(m), free(v), free(gf), free(gw), free(gm), free(gv);
   if (gdt == DT_BF16) free(g);
@@ -249,16 +174,16 @@ Test(common_gpu_ops, sgd) {
   int64_t n = 5000;
   for (int k = 0; k < 2; k++) {
     dtype_t gdt = k ? DT_BF16 : DT_F32;
-    float *w = rand_f32(n, 1.0f), *buf = rand_f32(n, 0.1f), *gf = rand_f32(n, 1.0f);
-    void *g = gdt == DT_BF16 ? (void *)to_bf16(gf, n) : (void *)gf;
+    float *w = rand_f32(n, 1.0f, 0.0f), *buf = rand_f32(n, 0.1f, 0.0f), *gf = rand_f32(n, 1.0f, 0.0f);
+    void *g = gdt == DT_BF16 ? (void *)zl_to_bf16(gf, n) : (void *)gf;
     void *d_w = up(w, (size_t)n * 4), *d_b = up(buf, (size_t)n * 4), *d_g = up(g, (size_t)n * dtype_size(gdt));
     for (int t = 0; t < 3; t++) {
       op_sgd(DEV_CPU, w, g, gdt, buf, n, 0.05f, 0.9f, 1e-3f, 0.7f);
       op_sgd(DEV_CUDA, d_w, d_g, gdt, d_b, n, 0.05f, 0.9f, 1e-3f, 0.7f);
     }
     float *gw = down(d_w, (size_t)n * 4), *gb = down(d_b, (size_t)n * 4);
-    expect_bits(k ? "sgd w (bf16 grads)" : "sgd w", gw, w, n, 4); /* elementwise.h: ew_sgd */
-    expect_bits("sgd momentum", gb, buf, n, 4);
+    expect_bits(k ? "sgd w (bf16 grads)" : "sgd w", gw, w, n, 4, 1); /* elementwise.h: ew_sgd */
+    expect_bits("sgd momentum", gb, buf, n, 4, 1);
     dev_free(DEV_CUDA, d_w), dev_free(DEV_CUDA, d_b), dev_free(DEV_CUDA, d_g);
     free(w), free(buf), free(gf), free(gw), free(gb);
     if (gdt == DT_BF16) free(g);
@@ -267,7 +192,7 @@ Test(common_gpu_ops, sgd) {
 
 /* ---- elementwise: same arithmetic as the CPU, so the same bits ------------------------------- */
 static float *with_specials(int64_t n) {
-  float *x = rand_f32(n, 3.0f);
+  float *x = rand_f32(n, 3.0f, 0.0f);
   const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.00390625f /* bf16 tie */, 3.0e38f, 1e-40f};
   for (size_t i = 0; i < sizeof sp / sizeof sp[0] && (int64_t)i < n; i++) x[i * 7 % n] = sp[i];
   return x;
@@ -280,12 +205,12 @@ Test(common_gpu_ops, cast) {
   void *d_x = up(x, (size_t)n * 4), *d_h = poisoned((size_t)n * 2), *d_f = poisoned((size_t)n * 4);
   op_cast(DEV_CUDA, d_h, DT_BF16, d_x, DT_F32, n);
   bf16_t *h = down(d_h, (size_t)n * 2);
-  expect_bits("cast f32->bf16", h, h_cpu, n, 2);
+  expect_bits("cast f32->bf16", h, h_cpu, n, 2, 1);
   float *f_cpu = malloc((size_t)n * 4);
   op_cast(DEV_CPU, f_cpu, DT_F32, h_cpu, DT_BF16, n);
   op_cast(DEV_CUDA, d_f, DT_F32, d_h, DT_BF16, n);
   float *f = down(d_f, (size_t)n * 4);
-  expect_bits("cast bf16->f32", f, f_cpu, n, 4);
+  expect_bits("cast bf16->f32", f, f_cpu, n, 4, 1);
   dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
   free(x), free(h_cpu), free(h), free(f_cpu), free(f);
 }
@@ -296,7 +221,7 @@ typedef void (*binop_t)(device_t, void *, const void *, dtype_t, int64_t);
 static void check_binop(const char *name, binop_t op, dtype_t dt) {
   int64_t n = 20011;
   size_t es = dtype_size(dt);
-  float *af = with_specials(n), *bf = rand_f32(n, 3.0f);
+  float *af = with_specials(n), *bf = rand_f32(n, 3.0f, 0.0f);
   bf[3] = NAN; /* NaN in src too */
   void *a = malloc((size_t)n * es), *b = malloc((size_t)n * es);
   op_cast(DEV_CPU, a, dt, af, DT_F32, n);
@@ -315,7 +240,7 @@ static void check_binop(const char *name, binop_t op, dtype_t dt) {
                 (long long)i, dt_load(g, dt, i));
       dt_store(a, dt, i, NAN); /* checked: let the bitwise pass skip it */
     }
-  expect_bits(what, g, a, n, es);
+  expect_bits(what, g, a, n, es, 1);
   free(nan_in);
   dev_free(DEV_CUDA, d_a), dev_free(DEV_CUDA, d_b);
   free(af), free(bf), free(a), free(b), free(g);
@@ -334,7 +259,7 @@ Test(common_gpu_ops, add_f64) {
   op_add(DEV_CPU, a, b, DT_F64, n);
   op_add(DEV_CUDA, d_a, d_b, DT_F64, n);
   double *g = down(d_a, (size_t)n * 8);
-  expect_bits("add (double)", g, a, n, 8);
+  expect_bits("add (double)", g, a, n, 8, 1);
   dev_free(DEV_CUDA, d_a), dev_free(DEV_CUDA, d_b);
   free(a), free(b), free(g);
 }
@@ -350,12 +275,12 @@ Test(common_gpu_ops, scale_fill) {
     op_scale(DEV_CPU, x, dt, -0.3f, n);
     op_scale(DEV_CUDA, d_x, dt, -0.3f, n);
     void *g = down(d_x, (size_t)n * es);
-    expect_bits(k ? "scale (bf16)" : "scale (f32)", g, x, n, es);
+    expect_bits(k ? "scale (bf16)" : "scale (f32)", g, x, n, es, 1);
     void *d_p = poisoned((size_t)n * es);
     op_fill(DEV_CPU, x, dt, 0.1f, n);
     op_fill(DEV_CUDA, d_p, dt, 0.1f, n);
     void *gf = down(d_p, (size_t)n * es);
-    expect_bits(k ? "fill (bf16)" : "fill (f32)", gf, x, n, es);
+    expect_bits(k ? "fill (bf16)" : "fill (f32)", gf, x, n, es, 1);
     dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_p);
     free(xf), free(x), free(g), free(gf);
   }
@@ -368,7 +293,7 @@ Test(common_gpu_ops, sumsq) {
     for (int k = 0; k < 2; k++) {
       dtype_t dt = k ? DT_BF16 : DT_F32;
       int64_t n = sizes[s];
-      float *xf = rand_f32(n, 2.0f);
+      float *xf = rand_f32(n, 2.0f, 0.0f);
       void *x = malloc((size_t)n * dtype_size(dt));
       op_cast(DEV_CPU, x, dt, xf, DT_F32, n);
       void *d_x = up(x, (size_t)n * dtype_size(dt));
@@ -391,15 +316,15 @@ Test(common_gpu_ops, sumsq) {
 /* ---- determinism: the same inputs give the same bits -------------------------------------- */
 Test(common_gpu_ops, linear_bwd_bit_reproducible) {
   int B = 96, in = 300, out = 200;
-  float *x = rand_f32((int64_t)B * in, 1.0f), *gy = rand_f32((int64_t)B * out, 1.0f), *W = rand_f32((int64_t)out * in, 0.2f);
+  float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *gy = rand_f32((int64_t)B * out, 1.0f, 0.0f), *W = rand_f32((int64_t)out * in, 0.2f, 0.0f);
   void *d_x = up(x, (size_t)B * in * 4), *d_gy = up(gy, (size_t)B * out * 4), *d_W = up(W, (size_t)out * in * 4);
   void *d_dx = poisoned((size_t)B * in * 4), *d_dW = poisoned((size_t)out * in * 4), *d_db = poisoned((size_t)out * 4);
   op_linear_bwd(DEV_CUDA, d_dx, d_dW, d_db, d_gy, d_x, d_W, DT_F32, B, in, out, 0.0f);
   float *a = down(d_dW, (size_t)out * in * 4), *ab = down(d_db, (size_t)out * 4);
   op_linear_bwd(DEV_CUDA, d_dx, d_dW, d_db, d_gy, d_x, d_W, DT_F32, B, in, out, 0.0f);
   float *b = down(d_dW, (size_t)out * in * 4), *bb = down(d_db, (size_t)out * 4);
-  expect_bits("linear_bwd dW, second run", b, a, (int64_t)out * in, 4);
-  expect_bits("linear_bwd db, second run", bb, ab, out, 4);
+  expect_bits("linear_bwd dW, second run", b, a, (int64_t)out * in, 4, 1);
+  expect_bits("linear_bwd db, second run", bb, ab, out, 4, 1);
   dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_gy), dev_free(DEV_CUDA, d_W);
   dev_free(DEV_CUDA, d_dx), dev_free(DEV_CUDA, d_dW), dev_free(DEV_CUDA, d_db);
   free(x), free(gy), free(W), free(a), free(ab), free(b), free(bb);

@@ -15,80 +15,20 @@
  *                       dqkv 1e-4 normwise: three GEMMs over T terms after dS = P·(dP − Σ P·dP),
  *                       whose difference cancels, so relative errors grow ~T·u·|dP|/|dS|.
  * A layout bug (wrong leading dimension, head stride, transpose) is off by O(1). */
-#include "zl_test.h"  // Criterion, zl_rel
-#include "device.h"   // device_cuda_count, device_cuda_select, dev_malloc, dev_memcpy, dev_sync
-#include "dtype.h"    // bf16_t, bf16_from_f32, bf16_to_f32, dt_load
-#include "ledger.h"   // ledger_init
+#define ZL_GPU_SEED 0x2545f4914f6cdd1dull /* this file's random stream */
+#include "zl_gpu_test.h" // zl_gpu_init, rand_f32, up, down, poisoned, expect_close, expect_bits, tol_of
 #include "ops.h"      // op_linear_fwd/bwd
 #include "ops_gpt.h"  // op_layernorm_*, op_attention_*, op_embedding_*
 
-static void gpu_init(void) {
-  ledger_init(0, 0);
-  int n = device_cuda_count();
-  cr_assert(n > 0, "no GPU visible: make test-gpu needs one (nvidia-smi; CUDA_VISIBLE_DEVICES)");
-  device_cuda_select(0);
-}
-TestSuite(common_gpu_ops_gpt, .init = gpu_init, .timeout = 120);
+TestSuite(common_gpu_ops_gpt, .init = zl_gpu_init, .timeout = 120);
 
-/* ---- helpers (as test_gpu_ops.c) --------------------------------------------------------------- */
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static float urand(void) { /* [-1, 1) */
-  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-  return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-static float *rand_f32(int64_t n, float scale, float offset) {
-  float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
-  for (int64_t i = 0; i < n; i++) h[i] = offset + scale * urand();
-  return h;
-}
+/* ---- helpers: zl_gpu_test.h, plus ---------------------------------------------------------- */
 /* n floats as dtype dt (a new buffer: bf16 rounded, or an fp32 copy). */
 static void *as_dt(const float *x, dtype_t dt, int64_t n) {
   void *h = malloc((size_t)(n ? n : 1) * dtype_size(dt));
   for (int64_t i = 0; i < n; i++) dt_store(h, dt, i, x[i]);
   return h;
 }
-static float *widen(const void *p, dtype_t dt, int64_t n) {
-  float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
-  for (int64_t i = 0; i < n; i++) h[i] = dt_load(p, dt, i);
-  return h;
-}
-static void *up(const void *h, size_t nbytes) {
-  void *d = dev_malloc(DEV_CUDA, nbytes, "test buffer");
-  dev_memcpy(DEV_CUDA, d, DEV_CPU, h, nbytes);
-  return d;
-}
-static void *poisoned(size_t nbytes) {
-  unsigned char *h = malloc(nbytes ? nbytes : 1);
-  memset(h, 0xff, nbytes);
-  void *d = up(h, nbytes);
-  free(h);
-  return d;
-}
-static void *down(const void *d, size_t nbytes) {
-  void *h = malloc(nbytes ? nbytes : 1);
-  dev_sync(DEV_CUDA);
-  dev_memcpy(DEV_CPU, h, DEV_CUDA, d, nbytes);
-  return h;
-}
-/* |g − e| <= tol · max(|e|, floor·max|e|). floor 1: normwise. */
-static void expect_close(const char *what, const float *got, const float *exp, int64_t n, double tol, double floor) {
-  double scale = 0;
-  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(exp[i]));
-  for (int64_t i = 0; i < n; i++) {
-    double lim = tol * fmax(fabs(exp[i]), floor * scale);
-    if (!(fabs((double)got[i] - exp[i]) <= lim))
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), |diff| %.3g > %.3g (tol %g)", what, (long long)i,
-                     got[i], exp[i], fabs((double)got[i] - exp[i]), lim, tol);
-  }
-}
-static void expect_bits(const char *what, const void *got, const void *exp, int64_t n, size_t esz) {
-  for (int64_t i = 0; i < n; i++)
-    if (memcmp((const char *)got + i * esz, (const char *)exp + i * esz, esz) != 0)
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), bitwise", what, (long long)i,
-                     esz == 2 ? bf16_to_f32(((const bf16_t *)got)[i]) : ((const float *)got)[i],
-                     esz == 2 ? bf16_to_f32(((const bf16_t *)exp)[i]) : ((const float *)exp)[i]);
-}
-static double tol_of(dtype_t dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
 
 /* ---- LayerNorm ------------------------------------------------------------------------------ */
 static void check_layernorm(dtype_t wdt, int rows, int C, float beta) {
@@ -165,7 +105,7 @@ static void check_attention(int B, int T, int C, int NH) {
   /* deterministic: the same call again gives the same bits */
   op_attention_bwd(DEV_CUDA, d_dqkv, d_dout, d_qkv, d_att, B, T, C, NH);
   float *again = down(d_dqkv, nq * 4);
-  expect_bits("attention dqkv (second call on cuda)", again, dqkv, nq, 4);
+  expect_bits("attention dqkv (second call on cuda)", again, dqkv, nq, 4, 0);
   void *ptrs[] = {d_qkv, d_dout, d_out, d_att, d_dqkv};
   for (int i = 0; i < 5; i++) dev_free(DEV_CUDA, ptrs[i]);
   free(qkv), free(dout), free(out_c), free(att_c), free(dqkv_c), free(out), free(att), free(dqkv), free(again);
@@ -201,9 +141,9 @@ static void check_embedding(dtype_t wdt, int B, int T, int C, int V, float beta)
   void *g = down(d_g, ng);
   char what[96];
   snprintf(what, sizeof what, "embedding out (%s, B %d, T %d, C %d, V %d)", dtype_name(wdt), B, T, C, V);
-  expect_bits(what, out, out_c, n, 4);
+  expect_bits(what, out, out_c, n, 4, 0);
   snprintf(what, sizeof what, "embedding dwte,dwpe (%s, beta %g)", dtype_name(wdt), beta);
-  expect_bits(what, g, g_c, ((int64_t)V + T) * C, es);
+  expect_bits(what, g, g_c, ((int64_t)V + T) * C, es, 0);
   void *ptrs[] = {d_tok, d_te, d_pe, d_dout, d_out, d_g};
   for (int i = 0; i < 6; i++) dev_free(DEV_CUDA, ptrs[i]);
   free(tok), free(tef), free(pef), free(dout), free(oldf), free(wte), free(wpe), free(old), free(out_c), free(g_c);

@@ -7,7 +7,7 @@
  *     (final loss and every parameter from --save-params): NCCL at N = 1, MPI at N = 2, 3, 4.
  * Tolerances: fp32 runs 1e-4 relative on the parameters after 8 steps (CPU and GPU matmuls add in
  * different orders, ~1e-7 per op, and training compounds it a little), bf16 runs 2e-2. */
-#include "zl_test.h" // zl_run, zl_json_*, zl_read_floats, zl_rel
+#include "zl_test.h" // zl_launch, zl_out_t, zl_run, zl_json_*, zl_rel
 
 TestSuite(common_gpu_runs, .timeout = 600);
 
@@ -21,20 +21,8 @@ static int json_str_is(const char *json, const char *key, const char *want) {
   return *p == '"' && strncmp(p + 1, want, strlen(want)) == 0 && p[1 + strlen(want)] == '"';
 }
 
-typedef struct run_out { char *json, *text; float *params; int64_t n; } run_out_t;
-
-static run_out_t launch(int np, const char *bin, const char *args, const char *name) {
-  char dir[256], json[320], params[320];
-  zl_tmpdir(dir, sizeof dir, "gpu");
-  snprintf(json, sizeof json, "%s/%s.json", dir, name);
-  snprintf(params, sizeof params, "%s/%s.bin", dir, name);
-  run_out_t r = {0};
-  int rc = zl_run(np, 120, &r.text, "%s/%s %s --json %s --save-params %s --quiet", ZL_BIN, bin, args, json, params);
-  cr_assert_eq(rc, 0, "%s (N %d: %s %s) exited %d:\n%s", name, np, bin, args, rc, r.text);
-  r.json = zl_read_file(json, NULL);
-  cr_assert(r.json, "%s: no --json written", name);
-  r.params = zl_read_floats(params, &r.n);
-  return r;
+static zl_out_t launch(int np, const char *bin, const char *args, const char *name) {
+  return zl_launch(np, 120, "gpu", name, "%s/%s %s", ZL_BIN, bin, args);
 }
 
 /* bin on --device cpu and on --device cuda --backend <backend>, N ranks each; compare. */
@@ -45,8 +33,8 @@ static void gpu_vs_cpu(const char *bin, int np, const char *backend, const char 
   snprintf(name, sizeof name, "%s_n%d_%s", bin, np, backend);
   char cname[200];
   snprintf(cname, sizeof cname, "%s_cpu", name);
-  run_out_t c = launch(np, bin, cpu_args, cname);
-  run_out_t g = launch(np, bin, gpu_args, name);
+  zl_out_t c = launch(np, bin, cpu_args, cname);
+  zl_out_t g = launch(np, bin, gpu_args, name);
   cr_assert(json_str_is(g.json, "device", "cuda"), "%s: the GPU run's --json does not say \"device\": \"cuda\"", name);
   cr_assert(json_str_is(g.json, "backend", backend), "%s: the GPU run's --json does not say \"backend\": \"%s\"", name,
             backend);
@@ -112,8 +100,8 @@ Test(common_gpu_runs, ch03_nccl_1) {
 /* Determinism: two GPU runs of the same flags give the same bits (no atomics, fixed orders). */
 Test(common_gpu_runs, ch05_nccl_1_bit_reproducible) {
   const char *args = MODEL " --device cuda --backend nccl --prefetch 1";
-  run_out_t a = launch(1, "ch05_zero3", args, "repeat_a");
-  run_out_t b = launch(1, "ch05_zero3", args, "repeat_b");
+  zl_out_t a = launch(1, "ch05_zero3", args, "repeat_a");
+  zl_out_t b = launch(1, "ch05_zero3", args, "repeat_b");
   cr_assert_eq(a.n, b.n, "repeat: %lld vs %lld params", (long long)a.n, (long long)b.n);
   for (int64_t i = 0; i < a.n; i++)
     if (memcmp(&a.params[i], &b.params[i], sizeof(float)) != 0)

@@ -9,7 +9,7 @@
  * Model: the tiny preset (2 layers, seq 16) with 5 heads of 7 (n_embd 35): units of 9520, 15155,
  * 15155 and 9030 elements — 15155 is odd and 9520, 15155 are not multiples of 3, so N = 2 and
  * N = 3 both pad (the test computes the padded sizes itself: gpt_init + rounding up to N). */
-#include "zl_test.h" // zl_run, zl_json_*, zl_read_floats, zl_expect_floats
+#include "zl_test.h" // zl_launch, zl_out_t, zl_rank_mem, zl_run, zl_json_*, zl_expect_floats
 #include "formula.h" // formula_model_states
 #include "gpt.h"     // gpt_init, gpt_acts_bytes
 #include <sys/stat.h> // mkdir
@@ -21,29 +21,9 @@
 
 static gpt_shape_t shape(void) { return (gpt_shape_t){.n_layer = 2, .n_head = 5, .n_embd = 35, .seq_len = 16, .vocab = 256}; }
 
-typedef struct run_out {
-  char *json, *text;
-  float *params;
-  int64_t n;
-} run_out_t;
-
-static void run_free(run_out_t *r) {
-  free(r->json), free(r->text), free(r->params);
-  memset(r, 0, sizeof *r);
-}
-
 /* bin (a program of build/bin) on np ranks with args, --json and --save-params into a temp dir. */
-static run_out_t launch(int np, const char *bin, const char *args, const char *name) {
-  char dir[256], json[320], bin_path[320];
-  zl_tmpdir(dir, sizeof dir, "gpt");
-  snprintf(json, sizeof json, "%s/%s.json", dir, name);
-  snprintf(bin_path, sizeof bin_path, "%s/%s.bin", dir, name);
-  run_out_t r = {0};
-  int rc = zl_run(np, 120, &r.text, ZL_BIN "/%s %s --json %s --save-params %s --quiet", bin, args, json, bin_path);
-  cr_assert_eq(rc, 0, "%s (N %d, %s %s) exited %d:\n%s", name, np, bin, args, rc, r.text);
-  r.json = zl_read_file(json, NULL);
-  cr_assert(r.json, "%s: no --json written", name);
-  r.params = zl_read_floats(bin_path, &r.n);
+static zl_out_t launch(int np, const char *bin, const char *args, const char *name) {
+  zl_out_t r = zl_launch(np, 120, "gpt", name, ZL_BIN "/%s %s", bin, args);
   model_t m;
   gpt_init(&m, shape());
   cr_assert(r.params && (r.n == m.numel || strstr(args, "--n-embd 35") == NULL), "%s: --save-params holds %lld floats, expected Ψ = %lld", name, (long long)r.n,
@@ -54,7 +34,7 @@ static run_out_t launch(int np, const char *bin, const char *args, const char *n
 
 /* Losses of every step and the final weights: bitwise when tol is 0, else relative (with the
  * floor of test_zero.c: 1% of max|expected|, for weights AdamW moves through 0). */
-static void check_same(const run_out_t *a, const run_out_t *b, double tol, const char *what) {
+static void check_same(const zl_out_t *a, const zl_out_t *b, double tol, const char *what) {
   double la[64], lb[64];
   int na = zl_json_all(a->json, "loss", la, 64), nb = zl_json_all(b->json, "loss", lb, 64);
   cr_assert(na == nb && na > 0, "%s: %d losses against %d", what, na, nb);
@@ -72,19 +52,9 @@ static void check_same(const run_out_t *a, const run_out_t *b, double tol, const
   }
 }
 
-static double rank_mem(const char *json, int r, const char *key) {
-  const char *p = zl_json_find(json, "per_rank");
-  cr_assert(p, "--json has no memory.per_rank");
-  for (int k = 0; k <= r; k++) {
-    p = zl_json_find(p, "rank");
-    cr_assert(p, "--json memory.per_rank has no entry for rank %d", r);
-  }
-  return zl_json_num(p, key);
-}
-
 /* Contract 6 for the GPT: params, grads, optim bytes of every rank = the formula at the padded
  * Ψ (each unit rounded up to a multiple of N, as ZeRO pads it; DDP pads nothing). */
-static void check_ledger(const run_out_t *r, int stage, int N, int opt_states, const char *what) {
+static void check_ledger(const zl_out_t *r, int stage, int N, int opt_states, const char *what) {
   model_t m;
   gpt_init(&m, shape());
   int64_t padded = 0, pad = stage == 0 ? 1 : N;
@@ -95,14 +65,14 @@ static void check_ledger(const run_out_t *r, int stage, int N, int opt_states, c
   double exp[3] = {f.params, f.grads, f.optim};
   for (int rk = 0; rk < N; rk++)
     for (int k = 0; k < 3; k++) {
-      double got = rank_mem(r->json, rk, keys[k]);
+      double got = zl_rank_mem(r->json, rk, keys[k]);
       cr_assert(got == exp[k], "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ %lld)", what, rk,
                 keys[k], got, exp[k], (long long)padded);
     }
 }
 
 /* The activations the loop keeps (unit outputs + saved) = gpt_acts_bytes, to the byte. */
-static void check_acts(const run_out_t *r, int64_t local_batch, int recompute, const char *what) {
+static void check_acts(const zl_out_t *r, int64_t local_batch, int recompute, const char *what) {
   double got = zl_json_num(r->json, "acts_saved_bytes"), f = zl_json_num(r->json, "acts_formula_bytes");
   double want = (double)gpt_acts_bytes(shape(), local_batch, recompute);
   cr_assert(got == want && f == want, "%s: activations kept %.0f bytes, formula in the report %.0f, gpt_acts_bytes %.0f",
@@ -117,54 +87,54 @@ static const char *stage_bin(int stage) {
 Test(common_gpt, parity_n2_zero_bitwise_ledger_acts, .timeout = 300) {
   /* SGD for N vs 1: AdamW turns a sum-order difference of 1e-7 in a near-zero gradient (the
    * embedding rows of rare bytes) into a step of ~lr, which no relative tolerance survives */
-  run_out_t one = launch(1, stage_bin(0), GPT " " SGD, "ddp_n1_sgd");
-  run_out_t two = launch(2, stage_bin(0), GPT " " SGD, "ddp_n2_sgd");
+  zl_out_t one = launch(1, stage_bin(0), GPT " " SGD, "ddp_n1_sgd");
+  zl_out_t two = launch(2, stage_bin(0), GPT " " SGD, "ddp_n2_sgd");
   check_same(&two, &one, 1e-5, "GPT DDP N 2 vs N 1 (SGD)");
   check_ledger(&two, 0, 2, 1, "GPT DDP N 2 (SGD)");
-  run_free(&one);
-  run_free(&two);
-  run_out_t ddp = launch(2, stage_bin(0), GPT " " ADAM, "ddp_n2");
+  zl_out_free(&one);
+  zl_out_free(&two);
+  zl_out_t ddp = launch(2, stage_bin(0), GPT " " ADAM, "ddp_n2");
   check_acts(&ddp, 6, 0, "GPT DDP N 2");
   for (int stage = 1; stage <= 3; stage++) {
     char what[64], name[16];
     snprintf(what, sizeof what, "GPT ZeRO-%d N 2 vs DDP", stage);
     snprintf(name, sizeof name, "z%d_n2", stage);
-    run_out_t z = launch(2, stage_bin(stage), GPT " " ADAM, name);
+    zl_out_t z = launch(2, stage_bin(stage), GPT " " ADAM, name);
     check_same(&z, &ddp, 0, what);
     check_ledger(&z, stage, 2, 2, what);
-    run_free(&z);
+    zl_out_free(&z);
   }
-  run_free(&ddp);
+  zl_out_free(&ddp);
 }
 
 /* N = 3 (units padded to multiples of 3), SGD with momentum: ZeRO-1/2/3 within 1e-6 of DDP. */
 Test(common_gpt, parity_n3_zero_within_1e6_ledger, .timeout = 300) {
-  run_out_t ddp = launch(3, stage_bin(0), GPT " " SGD, "ddp_n3");
+  zl_out_t ddp = launch(3, stage_bin(0), GPT " " SGD, "ddp_n3");
   for (int stage = 1; stage <= 3; stage++) {
     char what[64], name[16];
     snprintf(what, sizeof what, "GPT ZeRO-%d N 3 vs DDP", stage);
     snprintf(name, sizeof name, "z%d_n3", stage);
-    run_out_t z = launch(3, stage_bin(stage), GPT " " SGD, name);
+    zl_out_t z = launch(3, stage_bin(stage), GPT " " SGD, name);
     check_same(&z, &ddp, 1e-6, what);
     check_ledger(&z, stage, 3, 1, what);
-    run_free(&z);
+    zl_out_free(&z);
   }
-  run_free(&ddp);
+  zl_out_free(&ddp);
 }
 
 /* --recompute: the same bits (DDP and ZeRO-3 with prefetch), the smaller activation formula. */
 Test(common_gpt, recompute_bitwise_and_its_formula, .timeout = 300) {
-  run_out_t ddp = launch(2, stage_bin(0), GPT " " ADAM, "rc_ddp");
-  run_out_t rc = launch(2, stage_bin(0), GPT " " ADAM " --recompute", "rc_ddp_recompute");
+  zl_out_t ddp = launch(2, stage_bin(0), GPT " " ADAM, "rc_ddp");
+  zl_out_t rc = launch(2, stage_bin(0), GPT " " ADAM " --recompute", "rc_ddp_recompute");
   check_same(&rc, &ddp, 0, "GPT DDP --recompute vs without");
   check_acts(&rc, 6, 1, "GPT DDP --recompute");
-  run_out_t z3 = launch(2, "ch05_zero3 --prefetch 1", GPT " " ADAM " --recompute", "rc_z3");
+  zl_out_t z3 = launch(2, "ch05_zero3 --prefetch 1", GPT " " ADAM " --recompute", "rc_z3");
   check_same(&z3, &ddp, 0, "GPT ZeRO-3 --recompute --prefetch 1 vs DDP");
   double a0 = zl_json_num(ddp.json, "acts_saved_bytes"), a1 = zl_json_num(rc.json, "acts_saved_bytes");
   cr_assert(a1 < a0, "--recompute keeps %.0f activation bytes, not fewer than without (%.0f)", a1, a0);
-  run_free(&ddp);
-  run_free(&rc);
-  run_free(&z3);
+  zl_out_free(&ddp);
+  zl_out_free(&rc);
+  zl_out_free(&z3);
 }
 
 /* Checkpoints: ZeRO-3 N 2, 8 straight steps == 4 steps + resume + 4 steps, bitwise. */
@@ -173,12 +143,12 @@ Test(common_gpt, checkpoint_resume_bitwise, .timeout = 300) {
   zl_tmpdir(dir, sizeof dir, "gpt_ckpt");
   snprintf(ck, sizeof ck, "%s/ck", dir);
   snprintf(args, sizeof args, GPT " --optimizer adamw --lr 0.01 --steps 8 --ckpt %s --save-every 4", ck);
-  run_out_t straight = launch(2, "ch05_zero3", args, "ck_straight");
+  zl_out_t straight = launch(2, "ch05_zero3", args, "ck_straight");
   snprintf(args, sizeof args, GPT " --optimizer adamw --lr 0.01 --steps 8 --resume %s/step-000004", ck);
-  run_out_t resumed = launch(2, "ch05_zero3", args, "ck_resumed");
+  zl_out_t resumed = launch(2, "ch05_zero3", args, "ck_resumed");
   check_same(&resumed, &straight, 0, "GPT ZeRO-3 resumed at step 4 vs straight");
-  run_free(&straight);
-  run_free(&resumed);
+  zl_out_free(&straight);
+  zl_out_free(&resumed);
 }
 
 /* The loss falls on real text. Bound 2.9 nats per byte on the validation split after 400 steps
@@ -189,7 +159,7 @@ Test(common_gpt, checkpoint_resume_bitwise, .timeout = 300) {
  * evaluations land in the JSON in order, and ZeRO-3's forward-only evaluation with --prefetch 1
  * leaves its gathers consistent (the run would stop on "no free gather slot" otherwise). */
 Test(common_gpt, validation_loss_falls_below_unigram, .timeout = 300) {
-  run_out_t r = launch(2, "ch05_zero3 --prefetch 1",
+  zl_out_t r = launch(2, "ch05_zero3 --prefetch 1",
                        "--model gpt --gpt tiny --batch 16 --steps 400 --lr 0.01 --seed 3 --device cpu --eval-every 200 "
                        "--eval-batches 8 --sample 40 --data " TEXT, "falls");
   double ev[8];
@@ -208,7 +178,7 @@ Test(common_gpt, validation_loss_falls_below_unigram, .timeout = 300) {
   for (; len < 40 && smp[len]; len++) odd += smp[len] == '?';
   cr_assert(len == 40 && odd <= 4, "sample: %d bytes, %d of them outside printable ASCII ('?'), expected 40 and <= 4:\n%.40s",
             len, odd, smp);
-  run_free(&r);
+  zl_out_free(&r);
 }
 
 /* Bad --data and GPT flags: one line naming the flag, exit 2, before MPI. */

@@ -9,35 +9,17 @@
  *
  * Model: input 6, hidden 13, classes 11, 2 hidden layers: units of 91, 182 and 154 elements,
  * Ψ = 427, none a multiple of 3 or 4, so N = 3, 4 pad every unit. */
-#include "zl_test.h" // zl_run, zl_json_*, zl_read_floats, zl_tmpdir
+#include "zl_test.h" // zl_launch, zl_out_t, zl_run, zl_json_*, zl_tmpdir
 
 #define MODEL "--input 6 --hidden 13 --classes 11 --layers 2 --batch 120 --seed 7"
 #define PSI 427
 #define BIN ZL_BIN "/ch08_offload"
 
-typedef struct run_out {
-  char *json, *text;
-  float *params; /* --save-params: Ψ fp32 */
-  int64_t n;
-} run_out_t;
-
-static void run_free(run_out_t *r) {
-  free(r->json), free(r->text), free(r->params);
-  memset(r, 0, sizeof *r);
-}
-
 /* ch08_offload on np ranks with --offload `mode` and args (+ --json / --save-params); asserts success. */
-static run_out_t launch(int np, const char *mode, const char *args, const char *name) {
-  char dir[256], json[320], bin[320];
-  zl_tmpdir(dir, sizeof dir, "offload");
-  snprintf(json, sizeof json, "%s/%s_%s.json", dir, name, mode);
-  snprintf(bin, sizeof bin, "%s/%s_%s.bin", dir, name, mode);
-  run_out_t r = {0};
-  int rc = zl_run(np, 120, &r.text, BIN " --offload %s %s --json %s --save-params %s --quiet", mode, args, json, bin);
-  cr_assert_eq(rc, 0, "%s (N %d, --offload %s %s) exited %d:\n%s", name, np, mode, args, rc, r.text);
-  r.json = zl_read_file(json, NULL);
-  cr_assert(r.json, "%s: no --json written", name);
-  r.params = zl_read_floats(bin, &r.n);
+static zl_out_t launch(int np, const char *mode, const char *args, const char *name) {
+  char file[160]; /* the files are NAME_MODE.json, NAME_MODE.bin */
+  snprintf(file, sizeof file, "%s_%s", name, mode);
+  zl_out_t r = zl_launch(np, 120, "offload", file, BIN " --offload %s %s", mode, args);
   cr_assert_eq(r.n, PSI, "%s: --save-params holds %lld floats, expected %d", name, (long long)r.n, PSI);
   return r;
 }
@@ -55,7 +37,7 @@ static const char *rank_entry(const char *json, int r, int host, const char *wha
 }
 
 /* Losses of every step and the final weights: bitwise. */
-static void expect_same_run(const run_out_t *got, const run_out_t *ref, const char *what) {
+static void expect_same_run(const zl_out_t *got, const zl_out_t *ref, const char *what) {
   double lg[64], lr[64];
   int ng = zl_json_all(got->json, "loss", lg, 64), nr = zl_json_all(ref->json, "loss", lr, 64);
   cr_assert(ng == nr && ng > 0, "%s: %d losses, the reference has %d", what, ng, nr);
@@ -74,7 +56,7 @@ static void expect_same_run(const run_out_t *got, const run_out_t *ref, const ch
  *   host:   optim == z's device optim; master == z's device master (bf16) or the fp32 piece,
  *           4 bytes x shard (fp32, where ZeRO-2 keeps none); grads == the device grad shard;
  *   copies: device -> host and host -> device bytes per step == the grad shard's bytes. */
-static void expect_ledgers(const run_out_t *o, const run_out_t *z, int N, int bf16, const char *what) {
+static void expect_ledgers(const zl_out_t *o, const zl_out_t *z, int N, int bf16, const char *what) {
   const char *keys[4] = {"params", "grads", "master", "optim"};
   for (int r = 0; r < N; r++) {
     const char *od = rank_entry(o->json, r, 0, what), *oh = rank_entry(o->json, r, 1, what);
@@ -112,12 +94,12 @@ static void pair(int N, const char *flags, int bf16, const char *name) {
   char args[512], what[640];
   snprintf(args, sizeof args, MODEL " --steps 6 %s%s", flags, bf16 ? " --precision bf16" : "");
   snprintf(what, sizeof what, "N %d [%s]", N, args);
-  run_out_t o = launch(N, "optimizer", args, name), z = launch(N, "none", args, name);
+  zl_out_t o = launch(N, "optimizer", args, name), z = launch(N, "none", args, name);
   cr_assert(strstr(o.json, "\"strategy\": \"zero2-offload\""), "%s: the offloaded run is not zero2-offload", what);
   expect_same_run(&o, &z, what);
   expect_ledgers(&o, &z, N, bf16, what);
-  run_free(&o);
-  run_free(&z);
+  zl_out_free(&o);
+  zl_out_free(&z);
 }
 
 Test(ch08_offload, n1_fp32_adamw_bitwise) { pair(1, "--optimizer adamw --lr 0.01", 0, "n1"); }
@@ -137,16 +119,16 @@ Test(ch08_offload, checkpoint_resumes_bitwise) {
   cr_assert_eq(rc, 0, "the run writing the checkpoint exited %d:\n%s", rc, out);
   free(out);
   snprintf(args, sizeof args, MODEL " --precision bf16 --steps 6");
-  run_out_t straight = launch(2, "optimizer", args, "ck_straight");
+  zl_out_t straight = launch(2, "optimizer", args, "ck_straight");
   snprintf(args, sizeof args, MODEL " --precision bf16 --steps 6 --resume %s", ck);
-  run_out_t back = launch(2, "optimizer", args, "ck_resumed"), plain = launch(2, "none", args, "ck_resumed");
+  zl_out_t back = launch(2, "optimizer", args, "ck_resumed"), plain = launch(2, "none", args, "ck_resumed");
   for (int64_t i = 0; i < PSI; i++) {
     cr_assert(memcmp(&back.params[i], &straight.params[i], 4) == 0, "resumed with offload: weight [%lld] %.9g, straight %.9g",
               (long long)i, back.params[i], straight.params[i]);
     cr_assert(memcmp(&plain.params[i], &straight.params[i], 4) == 0,
               "resumed without offload: weight [%lld] %.9g, straight %.9g", (long long)i, plain.params[i], straight.params[i]);
   }
-  run_free(&straight), run_free(&back), run_free(&plain);
+  zl_out_free(&straight), zl_out_free(&back), zl_out_free(&plain);
 }
 
 /* --mem-limit-mb budgets the device arena only: ZeRO-2 keeps 2Ψ + 14Ψ/N there (~2.0 MiB per rank

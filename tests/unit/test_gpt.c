@@ -2,11 +2,10 @@
  * a whole-model gradient check against finite differences of a double-precision reference,
  * causality, the activation formula against the units' sizes, and the text data source.
  * See common/gpt.h. */
-#include "zl_test.h" // Criterion, zl_expect_floats, zl_rel
+#include "zl_test.h" // Criterion, zl_expect_floats, zl_rel, zl_fwd_bwd
 #include "data.h"    // rng_normal, data_init_text, data_batch, data_val_batch
 #include "gpt.h"     // gpt_init, gpt_count_params, gpt_block_layout, gpt_acts_bytes
 #include "model.h"   // model_t, model_forward, model_backward
-#include "ops.h"     // op_softmax_xent
 
 /* ---- layout ------------------------------------------------------------------------------ */
 Test(common_gpt, layout_and_psi) {
@@ -156,39 +155,6 @@ static double ref_loss(const model_t *m, const float *params, int64_t pert, doub
   return loss / ((double)B * T);
 }
 
-/* One forward + backward through the units with the model table, as the trainer does it
- * (outputs out[u], saved[u], the dy ping-pong; test_model.c's pattern). Returns the mean loss;
- * logits (B,T,V) copied out when not NULL. */
-static double run_fwd_bwd(const model_t *m, const float *params, float *grads, const int *tok, const int *tgt, int B,
-                          float beta, float *logits) {
-  int U = m->n_units;
-  float *out[16] = {0}, *saved[16] = {0}, *dy[2];
-  int64_t maxy = model_max_y_numel(m);
-  for (int u = 0; u < U; u++) {
-    out[u] = calloc((size_t)B * m->units[u].y_numel, sizeof(float));
-    saved[u] = calloc((size_t)B * m->units[u].saved_numel + 1, sizeof(float));
-  }
-  dy[0] = calloc((size_t)(B * maxy), sizeof(float));
-  dy[1] = calloc((size_t)(B * maxy), sizeof(float));
-  for (int u = 0; u < U; u++) {
-    unit_io_t io = {.dev = DEV_CPU, .wdt = DT_F32, .B = B, .params = params + m->units[u].off,
-                    .x = u == 0 ? (const void *)tok : out[u - 1], .y = out[u], .saved = saved[u]};
-    model_forward(m, u, &io);
-  }
-  int64_t rows = (int64_t)B * m->rows;
-  if (logits) memcpy(logits, out[U - 1], sizeof(float) * rows * m->classes);
-  double loss = op_softmax_xent(DEV_CPU, dy[0], out[U - 1], tgt, (int)rows, m->classes, 1.0f / rows) / rows;
-  if (grads)
-    for (int u = U - 1, k = 0; u >= 0; u--, k ^= 1) {
-      unit_io_t io = {.dev = DEV_CPU, .wdt = DT_F32, .B = B, .params = params + m->units[u].off,
-                      .grads = grads + m->units[u].off, .beta = beta, .x = u == 0 ? (const void *)tok : out[u - 1],
-                      .y = out[u], .saved = saved[u], .dy = dy[k], .dx = u == 0 ? NULL : dy[k ^ 1]};
-      model_backward(m, u, &io);
-    }
-  for (int u = 0; u < U; u++) { free(out[u]); free(saved[u]); }
-  free(dy[0]); free(dy[1]);
-  return loss;
-}
 
 /* GPT-2's init plus N(0, 0.1) everywhere, so biases and LayerNorm parameters are not at their
  * special values (1, 0) and every path carries signal. */
@@ -215,7 +181,7 @@ Test(common_gpt, whole_model_gradient_matches_finite_differences) {
   int tok[B * 5], tgt[B * 5];
   for (int i = 0; i < B * 5; i++) tok[i] = (i * 7 + 3) % 11, tgt[i] = (i * 5 + 1) % 11;
   float *params = make_params(&m, 11), *grads = calloc(m.padded_numel, sizeof(float));
-  double loss = run_fwd_bwd(&m, params, grads, tok, tgt, B, 0.0f, NULL);
+  double loss = zl_fwd_bwd(&m, params, grads, DT_F32, tok, tgt, B, 0.0f, NULL);
   double lref = ref_loss(&m, params, -1, 0, tok, tgt, B);
   cr_assert(zl_rel(loss, lref) < 1e-5, "loss: got %.9g, expected %.9g", loss, lref);
   double *num = malloc(sizeof(double) * m.numel), gmax = 0, h = 1e-5;
@@ -251,11 +217,11 @@ Test(common_gpt, backward_beta_accumulates) {
   int tok[B * 16], tgt[B * 16];
   for (int i = 0; i < B * 16; i++) tok[i] = (i * 37) % 256, tgt[i] = (i * 11 + 5) % 256;
   float *p = make_params(&m, 3), *g1 = calloc(m.padded_numel, sizeof(float)), *g2 = malloc(sizeof(float) * m.padded_numel);
-  run_fwd_bwd(&m, p, g1, tok, tgt, B, 0.0f, NULL);
+  zl_fwd_bwd(&m, p, g1, DT_F32, tok, tgt, B, 0.0f, NULL);
   for (int64_t i = 0; i < m.padded_numel; i++) g2[i] = NAN; /* beta 0 must not read this */
-  run_fwd_bwd(&m, p, g2, tok, tgt, B, 0.0f, NULL);
+  zl_fwd_bwd(&m, p, g2, DT_F32, tok, tgt, B, 0.0f, NULL);
   zl_expect_floats("grads (beta 0 over NaN)", g2, g1, m.padded_numel, 0);
-  run_fwd_bwd(&m, p, g2, tok, tgt, B, 1.0f, NULL);
+  zl_fwd_bwd(&m, p, g2, DT_F32, tok, tgt, B, 1.0f, NULL);
   for (int64_t i = 0; i < m.padded_numel; i++) g1[i] *= 2;
   zl_expect_floats("grads (beta 1, same batch twice)", g2, g1, m.padded_numel, 0);
   free(p); free(g1); free(g2);
@@ -271,9 +237,9 @@ Test(common_gpt, logits_are_causal) {
   int tok[16], tgt[16] = {0};
   for (int i = 0; i < 16; i++) tok[i] = (i * 29 + 1) % 256;
   float *p = make_params(&m, 4), *a = malloc(sizeof(float) * 16 * 256), *b = malloc(sizeof(float) * 16 * 256);
-  run_fwd_bwd(&m, p, NULL, tok, tgt, 1, 0, a);
+  zl_fwd_bwd(&m, p, NULL, DT_F32, tok, tgt, 1, 0, a);
   tok[9] = (tok[9] + 100) % 256;
-  run_fwd_bwd(&m, p, NULL, tok, tgt, 1, 0, b);
+  zl_fwd_bwd(&m, p, NULL, DT_F32, tok, tgt, 1, 0, b);
   zl_expect_floats("logits of positions 0..8", b, a, 9 * 256, 0);
   cr_assert(memcmp(a + 9 * 256, b + 9 * 256, 256 * sizeof(float)) != 0, "position 9's logits did not change");
   free(p); free(a); free(b);

@@ -15,11 +15,10 @@
  *   grads   norms 5e-6 relative; entries |got − ref| <= 1e-5·|ref| + 5e-6·norm of the tensor
  * The weights are trained ones (300 steps), so attention is far from uniform: a wrong mask,
  * scale, LayerNorm term or a transposed weight is off by O(1e-2) or more of these scales. */
-#include "zl_test.h" // Criterion, zl_read_file, zl_read_floats, zl_rel
+#include "zl_test.h" // Criterion, zl_read_file, zl_read_floats, zl_rel, zl_fwd_bwd
 #include "data.h"    // data_init_text, data_batch
 #include "gpt.h"     // gpt_init, gpt_preset
-#include "model.h"   // model_forward, model_backward
-#include "ops.h"     // op_softmax_xent
+#include "model.h"   // model_t
 
 #define FIXTURE "tests/fixtures/gpt_tiny_ref"
 #define TEXT "/usr/share/games/fortunes/cookie"
@@ -100,36 +99,6 @@ static void free_fixture(fixture_t *f) {
   free(f->params);
 }
 
-/* One forward + backward through the units (the trainer's order; test_gpt.c's harness). */
-static double fwd_bwd(const model_t *m, const float *params, float *grads, const int *tok, const int *tgt, int B,
-                      float *logits) {
-  int U = m->n_units;
-  float *out[16] = {0}, *saved[16] = {0}, *dy[2];
-  int64_t maxy = model_max_y_numel(m);
-  for (int u = 0; u < U; u++) {
-    out[u] = calloc((size_t)B * m->units[u].y_numel, sizeof(float));
-    saved[u] = calloc((size_t)B * m->units[u].saved_numel + 1, sizeof(float));
-  }
-  dy[0] = calloc((size_t)(B * maxy), sizeof(float));
-  dy[1] = calloc((size_t)(B * maxy), sizeof(float));
-  for (int u = 0; u < U; u++) {
-    unit_io_t io = {.dev = DEV_CPU, .wdt = DT_F32, .B = B, .params = params + m->units[u].off,
-                    .x = u == 0 ? (const void *)tok : out[u - 1], .y = out[u], .saved = saved[u]};
-    model_forward(m, u, &io);
-  }
-  int64_t rows = (int64_t)B * m->rows;
-  memcpy(logits, out[U - 1], sizeof(float) * rows * m->classes);
-  double loss = op_softmax_xent(DEV_CPU, dy[0], out[U - 1], tgt, (int)rows, m->classes, 1.0f / rows) / rows;
-  for (int u = U - 1, k = 0; u >= 0; u--, k ^= 1) {
-    unit_io_t io = {.dev = DEV_CPU, .wdt = DT_F32, .B = B, .params = params + m->units[u].off,
-                    .grads = grads + m->units[u].off, .beta = 0.0f, .x = u == 0 ? (const void *)tok : out[u - 1],
-                    .y = out[u], .saved = saved[u], .dy = dy[k], .dx = u == 0 ? NULL : dy[k ^ 1]};
-    model_backward(m, u, &io);
-  }
-  for (int u = 0; u < U; u++) free(out[u]), free(saved[u]);
-  free(dy[0]), free(dy[1]);
-  return loss;
-}
 
 Test(common_gpt_ref, forward_and_backward_match_pytorch) {
   fixture_t f;
@@ -138,7 +107,7 @@ Test(common_gpt_ref, forward_and_backward_match_pytorch) {
   gpt_init(&m, f.s);
   cr_assert(f.nparams == m.numel, "fixture holds %lld weights, the model has Ψ = %lld", (long long)f.nparams, (long long)m.numel);
   float *grads = calloc(m.numel, sizeof(float)), *logits = malloc(sizeof(float) * f.ntok * f.s.vocab);
-  double loss = fwd_bwd(&m, f.params, grads, f.tok, f.tgt, f.B, logits);
+  double loss = zl_fwd_bwd(&m, f.params, grads, DT_F32, f.tok, f.tgt, f.B, 0.0f, logits);
   double worst_l = 0, worst_g = 0, worst_n = 0;
 
   cr_assert(zl_rel(loss, f.loss) <= 2e-6, "loss: ours %.9g, PyTorch %.9g", loss, f.loss);

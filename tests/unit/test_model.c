@@ -1,10 +1,9 @@
 /* test_model.c — the MLP's layout, init and unit-wise forward/backward (suite common_model):
  * a whole-model gradient check against finite differences of a double-precision reference.
  * See notes/02-ddp.md. */
-#include "zl_test.h" // Criterion, zl_expect_floats
+#include "zl_test.h" // Criterion, zl_expect_floats, zl_fwd_bwd
 #include "data.h"    // rng_normal: test inputs
 #include "model.h"   // model_t, model_init, model_unit_forward, model_unit_backward
-#include "ops.h"     // op_softmax_xent
 
 /* ---- layout ------------------------------------------------------------------------------ */
 Test(common_model, layout_is_unpadded_prefix_sums) {
@@ -117,39 +116,6 @@ static double ref_loss(const model_t *m, const float *params, int64_t pert_idx, 
   return loss / B;
 }
 
-/* One forward + backward through the units with the model table (fp32 or bf16 parameters),
- * as the trainer does it: outputs y[u], saved[u], the dy ping-pong. params/grads: flat buffers
- * in wdt. Returns the mean loss. */
-static double run_fwd_bwd(const model_t *m, const void *params, void *grads, dtype_t wdt, const float *x, const int *y,
-                          int B, float beta) {
-  size_t es = dtype_size(wdt);
-  int U = m->n_units;
-  float *out[8] = {0}, *saved[8] = {0}, *dy[2];
-  int64_t maxy = model_max_y_numel(m);
-  for (int u = 0; u < U; u++) {
-    out[u] = calloc((size_t)B * m->units[u].y_numel, sizeof(float));
-    saved[u] = calloc((size_t)B * m->units[u].saved_numel + 1, sizeof(float));
-  }
-  dy[0] = calloc((size_t)(B * maxy), sizeof(float));
-  dy[1] = calloc((size_t)(B * maxy), sizeof(float));
-  for (int u = 0; u < U; u++) {
-    unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
-                    .x = u == 0 ? (const void *)x : out[u - 1], .y = out[u], .saved = saved[u]};
-    model_forward(m, u, &io);
-  }
-  int L = U - 1;
-  double loss = op_softmax_xent(DEV_CPU, dy[0], out[L], y, B, m->C, 1.0f / B) / B;
-  for (int u = L, k = 0; u >= 0; u--, k ^= 1) {
-    unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
-                    .grads = (char *)grads + m->units[u].off * es, .beta = beta,
-                    .x = u == 0 ? (const void *)x : out[u - 1], .y = out[u], .saved = saved[u], .dy = dy[k],
-                    .dx = u == 0 ? NULL : dy[k ^ 1]};
-    model_backward(m, u, &io);
-  }
-  for (int u = 0; u < U; u++) { free(out[u]); free(saved[u]); }
-  free(dy[0]); free(dy[1]);
-  return loss;
-}
 
 /* Random parameters (init, plus random biases so the forward uses them). */
 static float *make_params(const model_t *m, uint64_t seed) {
@@ -175,7 +141,7 @@ static void gradient_check(int D, int H, int C, int L, int B) {
   int y[16];
   for (int i = 0; i < B * D; i++) x[i] = rng_normal(12, 1, i);
   for (int r = 0; r < B; r++) y[r] = (r * 3 + 1) % C;
-  double loss = run_fwd_bwd(&m, params, grads, DT_F32, x, y, B, 0.0f);
+  double loss = zl_fwd_bwd(&m, params, grads, DT_F32, x, y, B, 0.0f, NULL);
   double lref = ref_loss(&m, params, -1, 0, x, y, B);
   cr_assert(zl_rel(loss, lref) < 1e-5, "model (L=%d) loss: got %.9g, expected %.9g", L, loss, lref);
   double *num = malloc(sizeof(double) * m.numel), gmax = 0, h = 1e-5;
@@ -209,11 +175,11 @@ Test(common_model, backward_beta_accumulates) {
         *g2 = calloc(m.padded_numel, sizeof(float)), *x = malloc(sizeof(float) * 6 * 4);
   int y[6] = {0, 1, 2, 0, 1, 2};
   for (int i = 0; i < 24; i++) x[i] = rng_normal(22, 1, i);
-  run_fwd_bwd(&m, params, g1, DT_F32, x, y, 6, 0.0f);
+  zl_fwd_bwd(&m, params, g1, DT_F32, x, y, 6, 0.0f, NULL);
   for (int64_t i = 0; i < m.padded_numel; i++) g2[i] = NAN; /* beta 0 must not read this */
-  run_fwd_bwd(&m, params, g2, DT_F32, x, y, 6, 0.0f);
+  zl_fwd_bwd(&m, params, g2, DT_F32, x, y, 6, 0.0f, NULL);
   zl_expect_floats("grads (beta 0 over NaN)", g2, g1, m.padded_numel, 0);
-  run_fwd_bwd(&m, params, g2, DT_F32, x, y, 6, 1.0f);
+  zl_fwd_bwd(&m, params, g2, DT_F32, x, y, 6, 1.0f, NULL);
   for (int64_t i = 0; i < m.padded_numel; i++) g1[i] *= 2; /* g + g is exact */
   zl_expect_floats("grads (beta 1, same batch twice)", g2, g1, m.padded_numel, 0);
   free(params); free(g1); free(g2); free(x);
@@ -233,8 +199,8 @@ Test(common_model, bf16_params_match_fp32_with_same_values) {
   }
   int y[4] = {4, 0, 2, 1};
   for (int i = 0; i < 24; i++) x[i] = rng_normal(32, 1, i);
-  double l32 = run_fwd_bwd(&m, p32, g32, DT_F32, x, y, 4, 0.0f);
-  double l16 = run_fwd_bwd(&m, p16, g16, DT_BF16, x, y, 4, 0.0f);
+  double l32 = zl_fwd_bwd(&m, p32, g32, DT_F32, x, y, 4, 0.0f, NULL);
+  double l16 = zl_fwd_bwd(&m, p16, g16, DT_BF16, x, y, 4, 0.0f, NULL);
   cr_assert(memcmp(&l32, &l16, sizeof(double)) == 0, "loss bf16 params: got %.17g, expected %.17g (bitwise)", l16, l32);
   for (int64_t i = 0; i < m.numel; i++)
     if (g16[i] != bf16_from_f32(g32[i]))

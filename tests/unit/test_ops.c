@@ -1,7 +1,7 @@
 /* test_ops.c — the CPU kernels of common/ops.h (suite common_ops): finite-difference
  * gradient checks, bf16 rounding, the optimizers against double-precision references,
  * determinism. See notes/02-ddp.md. */
-#include "zl_test.h" // Criterion, zl_expect_floats
+#include "zl_test.h" // Criterion, zl_expect_floats, zl_expect_close_abs, zl_expect_bits_bf16, zl_to_bf16
 #include <float.h>   // FLT_MAX
 #include "data.h"    // rng_normal, rng_uniform: reproducible test inputs
 #include "device.h"  // dev_malloc, dev_memcpy, device_cuda_count: the CUDA comparison
@@ -14,27 +14,6 @@ static float *randn(int64_t n, uint64_t seed, float scale) {
   float *p = malloc((size_t)n * sizeof(float));
   for (int64_t i = 0; i < n; i++) p[i] = scale * rng_normal(seed, 77, (uint64_t)i);
   return p;
-}
-/* Round an fp32 array to bf16-representable values in place (so fp32 and bf16 inputs agree). */
-static void round_bf16(float *p, int64_t n) {
-  for (int64_t i = 0; i < n; i++) p[i] = bf16_to_f32(bf16_from_f32(p[i]));
-}
-static bf16_t *to_bf16(const float *p, int64_t n) {
-  bf16_t *h = malloc((size_t)n * sizeof(bf16_t));
-  for (int64_t i = 0; i < n; i++) h[i] = bf16_from_f32(p[i]);
-  return h;
-}
-/* Absolute-tolerance comparison against a double reference, naming tensor and index. */
-static void expect_close_abs(const char *what, const float *got, const double *exp, int64_t n, double tol) {
-  for (int64_t i = 0; i < n; i++)
-    if (!(fabs((double)got[i] - exp[i]) <= tol))
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %g)", what, (long long)i, got[i], exp[i], tol);
-}
-static void expect_bits_bf16(const char *what, const bf16_t *got, const bf16_t *exp, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    if (got[i] != exp[i])
-      cr_assert_fail("%s[%lld]: got bf16 0x%04x (%g), expected 0x%04x (%g) (bitwise)", what, (long long)i, got[i],
-                     bf16_to_f32(got[i]), exp[i], bf16_to_f32(exp[i]));
 }
 
 /* y = x·Wᵀ + b in double. */
@@ -102,7 +81,7 @@ Test(common_ops, linear_bwd_finite_difference) {
       cases[c].p[i] = keep;
       num[i] = (lp - lm) / ((double)(keep + h) - (double)(keep - h)); /* the step fp32 really took */
     }
-    expect_close_abs(cases[c].name, cases[c].grad, num, cases[c].n, 5e-4);
+    zl_expect_close_abs(cases[c].name, cases[c].grad, num, cases[c].n, 5e-4);
     free(num);
   }
   free(x); free(W); free(b); free(G);
@@ -150,9 +129,9 @@ Test(common_ops, linear_bwd_beta_accumulates) {
 Test(common_ops, linear_bf16_matches_fp32_with_same_values) {
   int B = 6, in = 33, out = 17, nw = 33 * 17;
   float *x = randn(B * in, 40, 1), *W = randn(nw, 41, 0.3f), *b = randn(out, 42, 1), *G = randn(B * out, 43, 1);
-  round_bf16(W, nw);
-  round_bf16(b, out);
-  bf16_t *Wh = to_bf16(W, nw), *bh = to_bf16(b, out);
+  zl_round_bf16(W, nw);
+  zl_round_bf16(b, out);
+  bf16_t *Wh = zl_to_bf16(W, nw), *bh = zl_to_bf16(b, out);
   float y32[6 * 17], y16[6 * 17], dx32[6 * 33], dx16[6 * 33];
   op_linear_fwd(DEV_CPU, y32, x, W, b, DT_F32, B, in, out);
   op_linear_fwd(DEV_CPU, y16, x, Wh, bh, DT_BF16, B, in, out);
@@ -164,7 +143,7 @@ Test(common_ops, linear_bf16_matches_fp32_with_same_values) {
   op_linear_bwd(DEV_CPU, dx16, g16, g16 + nw, G, x, Wh, DT_BF16, B, in, out, 0.0f);
   zl_expect_floats("dx (bf16 W vs fp32 W)", dx16, dx32, B * in, 0);
   for (int i = 0; i < nw + out; i++) exp16[i] = bf16_from_f32(g32[i]);
-  expect_bits_bf16("dW,db bf16 beta=0", g16, exp16, nw + out);
+  zl_expect_bits_bf16("dW,db bf16 beta=0", g16, exp16, nw + out);
 
   /* beta 1 on a bf16 accumulator: bf16(old + fp32 sum), not bf16(old + bf16(sum)) */
   float *old = randn(nw + out, 44, 0.01f);
@@ -175,7 +154,7 @@ Test(common_ops, linear_bf16_matches_fp32_with_same_values) {
     differs_from_double_rounding |= exp16[i] != bf16_from_f32(bf16_to_f32(g16[i]) + bf16_to_f32(bf16_from_f32(g32[i])));
   }
   op_linear_bwd(DEV_CPU, NULL, g16, g16 + nw, G, x, Wh, DT_BF16, B, in, out, 1.0f);
-  expect_bits_bf16("dW,db bf16 beta=1", g16, exp16, nw + out);
+  zl_expect_bits_bf16("dW,db bf16 beta=1", g16, exp16, nw + out);
   cr_expect(differs_from_double_rounding, "test inputs cannot tell one rounding from two; pick others");
   free(x); free(W); free(b); free(G); free(Wh); free(bh); free(g32); free(g16); free(exp16); free(old);
 }
@@ -207,7 +186,7 @@ Test(common_ops, gelu_forward_and_finite_difference) {
               x[i], y[i], yref[i]);
     cr_assert(isfinite(dx[i]), "gelu dx[%d] (x=%g): got %g, expected finite", i, x[i], dx[i]);
   }
-  expect_close_abs("gelu dx", dx, dxref, N, 4e-6 /* |dy| <= 2.5 */);
+  zl_expect_close_abs("gelu dx", dx, dxref, N, 4e-6 /* |dy| <= 2.5 */);
   /* dx may alias dy */
   float d2[N];
   memcpy(d2, dy, sizeof d2);
@@ -259,7 +238,7 @@ Test(common_ops, softmax_xent_finite_difference) {
     double lm = xent_row_d(l, C, y[r]);
     num[i] = scale * (lp - lm) / (2 * h);
   }
-  expect_close_abs("xent dlogits", dl, num, B * C, 1e-6);
+  zl_expect_close_abs("xent dlogits", dl, num, B * C, 1e-6);
   free(lg);
 }
 
@@ -347,8 +326,8 @@ Test(common_ops, sgd_momentum_matches_reference) {
   }
   double wmax = 0, bmax = 0;
   for (int i = 0; i < N; i++) { wmax = fmax(wmax, fabs(dw[i])); bmax = fmax(bmax, fabs(db[i])); }
-  expect_close_abs("sgd w", w, dw, N, 2e-6 * wmax);
-  expect_close_abs("sgd momentum buffer", buf, db, N, 2e-6 * bmax);
+  zl_expect_close_abs("sgd w", w, dw, N, 2e-6 * wmax);
+  zl_expect_close_abs("sgd momentum buffer", buf, db, N, 2e-6 * bmax);
 }
 
 /* ---- casts and elementwise ops ------------------------------------------------------------ */
@@ -361,7 +340,7 @@ Test(common_ops, cast_round_to_nearest_even) {
   enum { N = sizeof src / sizeof src[0] };
   bf16_t got[N];
   op_cast(DEV_CPU, got, DT_BF16, src, DT_F32, N);
-  expect_bits_bf16("cast f32->bf16", got, want, N);
+  zl_expect_bits_bf16("cast f32->bf16", got, want, N);
   float nan_in = NAN;
   bf16_t nan_out;
   op_cast(DEV_CPU, &nan_out, DT_BF16, &nan_in, DT_F32, 1);
@@ -402,7 +381,7 @@ Test(common_ops, add_max_scale_fill) {
     want_h[i] = bf16_from_f32(bf16_to_f32(ha[i]) + bf16_to_f32(hb[i]));
   }
   op_add(DEV_CPU, ha, hb, DT_BF16, 3);
-  expect_bits_bf16("add bf16", ha, want_h, 3);
+  zl_expect_bits_bf16("add bf16", ha, want_h, 3);
   cr_assert(ha[1] == 0x4381, "add bf16 256+1.5: got 0x%04x (%g), expected 0x4381 (258)", ha[1], bf16_to_f32(ha[1]));
 
   bf16_t hm[2] = {bf16_from_f32(-1), bf16_from_f32(2)}, hs[2] = {bf16_from_f32(3), bf16_from_f32(-4)};
@@ -455,7 +434,7 @@ Test(common_ops, sumsq_exact_and_nonfinite) {
 Test(common_ops, same_inputs_same_bits) {
   int B = 16, in = 40, out = 24, nw = 40 * 24;
   float *x = randn(B * in, 60, 1), *W = randn(nw, 61, 0.2f), *b = randn(out, 62, 1);
-  bf16_t *Wh = to_bf16(W, nw), *bh = to_bf16(b, out);
+  bf16_t *Wh = zl_to_bf16(W, nw), *bh = zl_to_bf16(b, out);
   int y[16];
   for (int i = 0; i < B; i++) y[i] = i % out;
   float *res[2];
@@ -572,8 +551,8 @@ Test(common_ops, cuda_matches_cpu) {
   enum { B = 33, IN = 65, OUT = 47, NW = IN * OUT };
   const double u = 0x1p-24;
   float *x = randn(B * IN, 70, 1), *W = randn(NW, 71, 0.2f), *b = randn(OUT, 72, 1), *dy = randn(B * OUT, 73, 1);
-  round_bf16(W, NW); /* the same weight values in both passes (fp32 and bf16) */
-  round_bf16(b, OUT);
+  zl_round_bf16(W, NW); /* the same weight values in both passes (fp32 and bf16) */
+  zl_round_bf16(b, OUT);
   double *mag_y = calloc(B * OUT, sizeof(double)), *mag_dx = calloc(B * IN, sizeof(double)),
          *mag_dw = calloc(NW + OUT, sizeof(double));
   for (int r = 0; r < B; r++)
@@ -657,7 +636,7 @@ Test(common_ops, cuda_matches_cpu) {
     float *hdl = from_dev(adl, sizeof dl);
     double ref[R * C];
     for (int i = 0; i < R * C; i++) ref[i] = dl[i];
-    expect_close_abs("xent dlogits (cuda vs cpu)", hdl, ref, R * C, 1e-6 / R);
+    zl_expect_close_abs("xent dlogits (cuda vs cpu)", hdl, ref, R * C, 1e-6 / R);
     dev_free(DEV_CUDA, alg); dev_free(DEV_CUDA, adl); dev_free(DEV_CUDA, ay); free(hdl); free(lg);
   }
   /* optimizers: 3 steps each, bf16 gradients for AdamW, fp32 for SGD */
@@ -665,7 +644,7 @@ Test(common_ops, cuda_matches_cpu) {
     enum { N = 1000 };
     adamw_hp_t hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
     float *w = randn(N, 75, 1), *m = calloc(N, 4), *v = calloc(N, 4), *g = randn(N, 76, 1);
-    bf16_t *gh = to_bf16(g, N);
+    bf16_t *gh = zl_to_bf16(g, N);
     float *aw = to_dev(w, N * 4), *am = to_dev(m, N * 4), *av = to_dev(v, N * 4);
     bf16_t *ag = to_dev(gh, N * 2);
     for (int t = 1; t <= 3; t++) {
@@ -694,12 +673,12 @@ Test(common_ops, cuda_matches_cpu) {
   {
     enum { N = 5003 };
     float *a = randn(N, 77, 3), *s = randn(N, 78, 3), *ca = malloc(N * 4);
-    bf16_t *ha = to_bf16(a, N), *hs = to_bf16(s, N), *c16 = malloc(N * 2);
+    bf16_t *ha = zl_to_bf16(a, N), *hs = zl_to_bf16(s, N), *c16 = malloc(N * 2);
     void *da = to_dev(a, N * 4), *d16 = dev_malloc(DEV_CUDA, N * 2, "t"), *ds16 = to_dev(hs, N * 2);
     op_cast(DEV_CPU, c16, DT_BF16, a, DT_F32, N);
     op_cast(DEV_CUDA, d16, DT_BF16, da, DT_F32, N);
     bf16_t *g16 = from_dev(d16, N * 2);
-    expect_bits_bf16("cast f32->bf16 (cuda vs cpu)", g16, c16, N);
+    zl_expect_bits_bf16("cast f32->bf16 (cuda vs cpu)", g16, c16, N);
     free(g16);
     op_add(DEV_CPU, c16, hs, DT_BF16, N);
     op_add(DEV_CUDA, d16, ds16, DT_BF16, N);
@@ -709,7 +688,7 @@ Test(common_ops, cuda_matches_cpu) {
     op_scale(DEV_CPU, c16, DT_BF16, 0.3f, N);
     op_scale(DEV_CUDA, d16, DT_BF16, 0.3f, N);
     g16 = from_dev(d16, N * 2);
-    expect_bits_bf16("add, max, scale bf16 (cuda vs cpu)", g16, c16, N);
+    zl_expect_bits_bf16("add, max, scale bf16 (cuda vs cpu)", g16, c16, N);
     double sc = op_sumsq(DEV_CPU, c16, DT_BF16, N), sg = op_sumsq(DEV_CUDA, d16, DT_BF16, N);
     cr_assert(zl_rel(sg, sc) < 1e-12, "sumsq bf16: got %.17g on cuda, expected %.17g (cpu)", sg, sc);
     double sc32 = op_sumsq(DEV_CPU, a, DT_F32, N), sg32 = op_sumsq(DEV_CUDA, da, DT_F32, N);

@@ -4,7 +4,7 @@
  * forward first, so the two checks hold each other up), plus the contracts: causal mask bit for
  * bit, att rows summing to 1, bf16 weights, beta accumulation, dx accumulation, determinism,
  * repeated tokens, and linear without bias. Whole suite well under a second. */
-#include "zl_test.h" // Criterion, zl_expect_floats, zl_run_child
+#include "zl_test.h" // Criterion, zl_expect_floats, zl_run_child, zl_expect_close_abs, zl_expect_bits_bf16, zl_to_bf16
 #include "data.h"    // rng_normal: reproducible test inputs
 #include "dtype.h"   // bf16_from_f32, bf16_to_f32
 #include "ops.h"     // op_add, op_linear_fwd/bwd (NULL bias)
@@ -21,30 +21,10 @@ static double *widen_d(const float *p, int64_t n) {
   for (int64_t i = 0; i < n; i++) d[i] = p[i];
   return d;
 }
-static void round_bf16(float *p, int64_t n) {
-  for (int64_t i = 0; i < n; i++) p[i] = bf16_to_f32(bf16_from_f32(p[i]));
-}
-static bf16_t *to_bf16(const float *p, int64_t n) {
-  bf16_t *h = malloc((size_t)(n ? n : 1) * sizeof(bf16_t));
-  for (int64_t i = 0; i < n; i++) h[i] = bf16_from_f32(p[i]);
-  return h;
-}
 static float *nan_filled(int64_t n) {
   float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
   for (int64_t i = 0; i < n; i++) p[i] = NAN;
   return p;
-}
-/* |got − expected| <= tol for every element; fails naming op and tensor, index, got, expected. */
-static void expect_close_abs(const char *what, const float *got, const double *exp, int64_t n, double tol) {
-  for (int64_t i = 0; i < n; i++)
-    if (!(fabs((double)got[i] - exp[i]) <= tol))
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %g)", what, (long long)i, got[i], exp[i], tol);
-}
-static void expect_bits_bf16(const char *what, const bf16_t *got, const bf16_t *exp, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    if (got[i] != exp[i])
-      cr_assert_fail("%s[%lld]: got bf16 0x%04x (%g), expected 0x%04x (%g) (bitwise)", what, (long long)i, got[i],
-                     bf16_to_f32(got[i]), exp[i], bf16_to_f32(exp[i]));
 }
 static void expect_same_bits(const char *what, const void *a, const void *b, size_t nbytes) {
   if (memcmp(a, b, nbytes) == 0) return;
@@ -119,7 +99,7 @@ Test(common_ops_gpt, layernorm_fwd_matches_double_reference) {
   double *xd = widen_d(x, LN_ROWS * LN_C), *wd = widen_d(w, LN_C), *bd = widen_d(b, LN_C);
   double yd[LN_ROWS * LN_C], md[LN_ROWS], rd[LN_ROWS];
   ref_layernorm(yd, md, rd, xd, wd, bd, LN_ROWS, LN_C);
-  expect_close_abs("layernorm y", y, yd, LN_ROWS * LN_C, 5e-6);
+  zl_expect_close_abs("layernorm y", y, yd, LN_ROWS * LN_C, 5e-6);
   for (int r = 0; r < LN_ROWS; r++) {
     cr_assert(zl_rel(mean[r], md[r]) < 2e-6, "layernorm mean[%d]: got %.9g, expected %.9g", r, mean[r], md[r]);
     cr_assert(zl_rel(rstd[r], rd[r]) < 2e-6, "layernorm rstd[%d]: got %.9g, expected %.9g", r, rstd[r], rd[r]);
@@ -146,7 +126,7 @@ Test(common_ops_gpt, layernorm_bwd_finite_difference) {
   for (int k = 0; k < 3; k++) {
     ln_ctx_t ctx = {xd, wd, bd, Gd, LN_ROWS, LN_C, k};
     fd_grad(num, cases[k].in, NULL, cases[k].n, 1e-4, ln_loss, &ctx);
-    expect_close_abs(cases[k].name, cases[k].grad, num, cases[k].n, 5e-6);
+    zl_expect_close_abs(cases[k].name, cases[k].grad, num, cases[k].n, 5e-6);
   }
   free(x); free(w); free(b); free(G); free(dx); free(xd); free(wd); free(bd); free(Gd); free(num);
 }
@@ -183,9 +163,9 @@ Test(common_ops_gpt, layernorm_bwd_accumulates) {
 Test(common_ops_gpt, layernorm_bf16_weights) {
   float *x, *w, *b, *G;
   ln_inputs(&x, &w, &b, &G, 130);
-  round_bf16(w, LN_C);
-  round_bf16(b, LN_C);
-  bf16_t *wh = to_bf16(w, LN_C), *bh = to_bf16(b, LN_C);
+  zl_round_bf16(w, LN_C);
+  zl_round_bf16(b, LN_C);
+  bf16_t *wh = zl_to_bf16(w, LN_C), *bh = zl_to_bf16(b, LN_C);
   int n = LN_ROWS * LN_C;
   float y32[LN_ROWS * LN_C], y16[LN_ROWS * LN_C], m32[LN_ROWS], m16[LN_ROWS], r32[LN_ROWS], r16[LN_ROWS];
   op_layernorm_fwd(DEV_CPU, y32, m32, r32, x, w, b, DT_F32, LN_ROWS, LN_C);
@@ -197,14 +177,14 @@ Test(common_ops_gpt, layernorm_bf16_weights) {
   op_layernorm_bwd(DEV_CPU, dx16, g16, g16 + LN_C, G, x, m16, r16, wh, DT_BF16, LN_ROWS, LN_C, 0.0f);
   zl_expect_floats("layernorm dx (bf16 w vs fp32 w)", dx16, dx32, n, 0);
   for (int i = 0; i < 2 * LN_C; i++) e16[i] = bf16_from_f32(g32[i]);
-  expect_bits_bf16("layernorm dw,db bf16 (beta 0)", g16, e16, 2 * LN_C);
+  zl_expect_bits_bf16("layernorm dw,db bf16 (beta 0)", g16, e16, 2 * LN_C);
   float *old = randn(2 * LN_C, 131, 0.05f, 0.0f);
   for (int i = 0; i < 2 * LN_C; i++) {
     g16[i] = bf16_from_f32(old[i]);
     e16[i] = bf16_from_f32(bf16_to_f32(g16[i]) + g32[i]);
   }
   op_layernorm_bwd(DEV_CPU, dx16, g16, g16 + LN_C, G, x, m16, r16, wh, DT_BF16, LN_ROWS, LN_C, 1.0f);
-  expect_bits_bf16("layernorm dw,db bf16 (beta 1)", g16, e16, 2 * LN_C);
+  zl_expect_bits_bf16("layernorm dw,db bf16 (beta 1)", g16, e16, 2 * LN_C);
   free(x); free(w); free(b); free(G); free(wh); free(bh); free(dx32); free(dx16); free(old);
 }
 
@@ -268,8 +248,8 @@ Test(common_ops_gpt, attention_fwd_matches_double_reference) {
     op_attention_fwd(DEV_CPU, out, att, qkv, sh.B, sh.T, sh.C, sh.NH);
     double *qd = widen_d(qkv, nq), *od = malloc(sizeof(double) * no), *ad = malloc(sizeof(double) * na);
     ref_attention(od, ad, qd, sh.B, sh.T, sh.C, sh.NH);
-    expect_close_abs(s ? "attention att (T 70)" : "attention att", att, ad, na, 1e-6);
-    expect_close_abs(s ? "attention out (T 70)" : "attention out", out, od, no, 2e-6);
+    zl_expect_close_abs(s ? "attention att (T 70)" : "attention att", att, ad, na, 1e-6);
+    zl_expect_close_abs(s ? "attention out (T 70)" : "attention out", out, od, no, 2e-6);
     for (int64_t r = 0; r < (int64_t)sh.B * sh.NH * sh.T; r++) {
       int t = (int)(r % sh.T);
       double sum = 0;
@@ -360,9 +340,9 @@ Test(common_ops_gpt, embedding_fwd_exact) {
   for (int pass = 0; pass < 2; pass++) {
     dtype_t wdt = pass ? DT_BF16 : DT_F32;
     float *wte = randn(EV * EC, 300, 1.0f, 0.0f), *wpe = randn(ET * EC, 301, 1.0f, 0.0f), out[EB * ET * EC];
-    if (wdt == DT_BF16) round_bf16(wte, EV * EC), round_bf16(wpe, ET * EC);
-    void *te = wdt == DT_BF16 ? (void *)to_bf16(wte, EV * EC) : (void *)wte;
-    void *pe = wdt == DT_BF16 ? (void *)to_bf16(wpe, ET * EC) : (void *)wpe;
+    if (wdt == DT_BF16) zl_round_bf16(wte, EV * EC), zl_round_bf16(wpe, ET * EC);
+    void *te = wdt == DT_BF16 ? (void *)zl_to_bf16(wte, EV * EC) : (void *)wte;
+    void *pe = wdt == DT_BF16 ? (void *)zl_to_bf16(wpe, ET * EC) : (void *)wpe;
     op_embedding_fwd(DEV_CPU, out, E_TOK, te, pe, wdt, EB, ET, EC, EV);
     float exp[EB * ET * EC];
     for (int p = 0; p < EB * ET; p++)
@@ -395,9 +375,9 @@ Test(common_ops_gpt, embedding_bwd_repeated_tokens_finite_difference) {
   double num[EV * EC];
   emb_ctx_t c0 = {ted, ped, Gd, 0}, c1 = {ted, ped, Gd, 1};
   fd_grad(num, ted, NULL, EV * EC, 0.5, emb_loss, &c0);
-  expect_close_abs("embedding dwte", dwte, num, EV * EC, 1e-6);
+  zl_expect_close_abs("embedding dwte", dwte, num, EV * EC, 1e-6);
   fd_grad(num, ped, NULL, ET * EC, 0.5, emb_loss, &c1);
-  expect_close_abs("embedding dwpe", dwpe, num, ET * EC, 1e-6);
+  zl_expect_close_abs("embedding dwpe", dwpe, num, ET * EC, 1e-6);
   for (int c = 0; c < EC; c++)
     cr_assert(dwte[c] == 0.0f && dwte[6 * EC + c] == 0.0f, "embedding dwte of unused tokens 0, 6 (col %d): got %g, %g, "
               "expected 0", c, dwte[c], dwte[6 * EC + c]);
@@ -419,13 +399,13 @@ Test(common_ops_gpt, embedding_bwd_beta_and_bf16) {
   bf16_t g16[EV * EC + ET * EC], e16[EV * EC + ET * EC];
   op_embedding_bwd(DEV_CPU, g16, g16 + nte, G, E_TOK, DT_BF16, EB, ET, EC, EV, 0.0f);
   for (int i = 0; i < nte + npe; i++) e16[i] = bf16_from_f32(fresh[i]);
-  expect_bits_bf16("embedding dwte,dwpe bf16 (beta 0)", g16, e16, nte + npe);
+  zl_expect_bits_bf16("embedding dwte,dwpe bf16 (beta 0)", g16, e16, nte + npe);
   for (int i = 0; i < nte + npe; i++) {
     g16[i] = bf16_from_f32(old[i]);
     e16[i] = bf16_from_f32(bf16_to_f32(g16[i]) + fresh[i]);
   }
   op_embedding_bwd(DEV_CPU, g16, g16 + nte, G, E_TOK, DT_BF16, EB, ET, EC, EV, 1.0f);
-  expect_bits_bf16("embedding dwte,dwpe bf16 (beta 1)", g16, e16, nte + npe);
+  zl_expect_bits_bf16("embedding dwte,dwpe bf16 (beta 1)", g16, e16, nte + npe);
   free(G); free(old);
 }
 
