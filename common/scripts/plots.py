@@ -32,28 +32,9 @@ import os
 import re
 import sys
 
+from zl_mpl import find_matplotlib  # common/scripts/zl_mpl.py
 
-def _find_matplotlib():
-    """Import matplotlib (Agg); if this python lacks it, re-run under one that has it.
-
-    PATH's python3 is often a pyenv or venv python without matplotlib while Debian's
-    python3-matplotlib lives under /usr/bin/python3 (make deps installs it there)."""
-    import importlib.util
-    if importlib.util.find_spec("matplotlib") is not None:
-        return
-    here = os.path.realpath(sys.executable)
-    for cand in [os.environ.get("ZL_PYTHON", ""), "/usr/bin/python3", "/usr/local/bin/python3"]:
-        if cand and os.path.exists(cand) and os.path.realpath(cand) != here and not os.environ.get("ZL_PLOTS_REEXEC"):
-            import subprocess
-            if subprocess.call([cand, "-c", "import matplotlib"], stderr=subprocess.DEVNULL) == 0:
-                os.environ["ZL_PLOTS_REEXEC"] = "1"
-                os.execv(cand, [cand] + sys.argv)
-    sys.stderr.write("error: matplotlib not found for %s: run 'make deps' "
-                     "(Debian: apt-get install python3-matplotlib), or set ZL_PYTHON\n" % sys.executable)
-    sys.exit(2)
-
-
-_find_matplotlib()
+find_matplotlib()
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
