@@ -820,7 +820,7 @@ static void print_header(const trainer_t *t, const char *chapter) {
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
-  if (m->fns == &model_gpt_fns)
+  if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
            "global batch %lld sequences = %lld tokens per step (%lld per rank per micro-batch, accum %d), %d steps\n",
            m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
