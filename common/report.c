@@ -271,10 +271,6 @@ void report_out_close(FILE *f, const char *what, const char *path, const char *t
   }
 }
 
-void report_write_atomic(const char *path, const char *text, int64_t nbytes) {
-  report_write_output("output", path, text, nbytes);
-}
-
 void report_write_output(const char *what, const char *path, const char *text, int64_t nbytes) {
   char tmp[4200];
   FILE *f = report_out_open(what, path, tmp, sizeof tmp);
@@ -378,8 +374,9 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
   }
   for (int i = 0; i < run->nextras; i++) printf("%s: %g\n", run->extras[i].key, run->extras[i].value);
 
+  int own = t->strategy->own_formulas; /* per-stage formulas, printed by the strategy above */
   printf("\nmemory per rank, bytes (stage %d, %s, %s: model states = %s; measured includes padding)\n", stage,
-         prec_name(cfg), opt_name(cfg), formula_text(stage, t->wdt, opt_states(cfg)));
+         prec_name(cfg), opt_name(cfg), own ? "per rank, the strategy's formula above" : formula_text(stage, t->wdt, opt_states(cfg)));
   printf("%-6s %12s %12s %12s %12s %14s %14s %10s %12s %12s %12s\n", "rank", "params", "grads", "master", "optim",
          "model states", "formula", "padding", "acts peak", "comm peak", "peak");
   for (int r = 0; r < NR; r++) {
@@ -388,6 +385,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
     char fb[32], pb[32];
     fmt_bytes(fb, sizeof fb, device_states_formula(all, N, &f));
     fmt_bytes(pb, sizeof pb, (double)ms - device_states_formula(all, N, &f));
+    if (own) snprintf(fb, sizeof fb, "(above)"), snprintf(pb, sizeof pb, "-");
     printf("%-6d %12lld %12lld %12lld %12lld %14lld %14s %10s %12lld %12lld %12lld\n", r, (long long)q->params,
            (long long)q->grads, (long long)q->master, (long long)q->optim, (long long)ms, fb, pb,
            (long long)q->acts_peak, (long long)q->comm_peak, (long long)q->peak);
@@ -397,7 +395,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
   fmt_bytes(fg, sizeof fg, f.grads);
   fmt_bytes(fm, sizeof fm, f.master);
   fmt_bytes(fo, sizeof fo, f.optim);
-  printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
+  if (!own) printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
   if (t->dev == DEV_CUDA)
     for (int r = 0; r < NR; r++)
       printf("rank %d on the GPU: ledger peak %lld bytes, driver-reported used-bytes delta %lld (cuBLAS/NCCL "
@@ -409,8 +407,12 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
   for (int r = 0; r < NR; r++)
     for (int op = 0; op < CO_NOPS; op++)
       if (op != CO_CONTROL) total += (double)all[r].sent[op];
-  printf("\ncommunication per step per rank: %.1f bytes sent (mean over ranks); formula %.1f (stage %d: %s(N-1)/N x psi x %d B)\n",
-         total / NR / steps, fc, stage, stage >= 3 ? "3" : "2", (int)dtype_size(t->wdt));
+  if (own)
+    printf("\ncommunication per step per rank: %.1f bytes sent (mean over ranks); formula: per rank, the strategy's above\n",
+           total / NR / steps);
+  else
+    printf("\ncommunication per step per rank: %.1f bytes sent (mean over ranks); formula %.1f (stage %d: %s(N-1)/N x psi x %d B)\n",
+           total / NR / steps, fc, stage, stage >= 3 ? "3" : "2", (int)dtype_size(t->wdt));
   print_tp(t, all, steps);
   printf("%-16s %12s %16s %14s\n", "op (rank 0)", "calls/step", "bytes/step", "busy ms/step");
   for (int op = 0; op < CO_NOPS; op++) {
@@ -449,13 +451,16 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, "],\n \"final_loss\": %s, \"params_fingerprint\": \"%s\",\n",
             jnum(num, sizeof num, run->steps[steps - 1].loss), fpr);
   char fb[32];
+  int own = t->strategy->own_formulas; /* per-stage formulas (the strategy's extras): none here */
   fmt_bytes(fb, sizeof fb, device_states_formula(all, N, &f));
+  if (own) snprintf(fb, sizeof fb, "null");
   sb_printf(&b, " \"memory\": {\"per_rank\": [");
   for (int r = 0; r < NR; r++) {
     const rank_numbers_t *q = &all[r];
     int64_t ms = q->params + q->grads + q->master + q->optim;
     char pb[32];
     fmt_bytes(pb, sizeof pb, (double)ms - device_states_formula(all, N, &f));
+    if (own) snprintf(pb, sizeof pb, "null");
     sb_printf(&b, "%s{\"rank\": %d, \"params\": %lld, \"grads\": %lld, \"master\": %lld, \"optim\": %lld, "
                   "\"model_states\": %lld, \"formula_model_states\": %s, \"padding_bytes\": %s, "
                   "\"acts_peak\": %lld, \"comm_peak\": %lld, \"peak\": %lld, \"device_used\": %lld",
@@ -474,8 +479,11 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   fmt_bytes(fg, sizeof fg, f.grads);
   fmt_bytes(fm, sizeof fm, f.master);
   fmt_bytes(fo, sizeof fo, f.optim);
-  sb_printf(&b, "],\n   \"formula\": {\"params\": %s, \"grads\": %s, \"master\": %s, \"optim\": %s, \"total\": %s, \"text\": \"%s\"}},\n",
-            fp, fg, fm, fo, fb, formula_text(stage, t->wdt, opt_states(cfg)));
+  if (own)
+    sb_printf(&b, "],\n   \"formula\": null},\n");
+  else
+    sb_printf(&b, "],\n   \"formula\": {\"params\": %s, \"grads\": %s, \"master\": %s, \"optim\": %s, \"total\": %s, \"text\": \"%s\"}},\n",
+              fp, fg, fm, fo, fb, formula_text(stage, t->wdt, opt_states(cfg)));
   /* Traffic: mean over ranks (exactly the formula for ring all-reduces of Ψ elements; single
    * ranks differ by a chunk when N does not divide a buffer), and every rank's own number. */
   double total = 0, by_op[CO_NOPS] = {0};
@@ -485,8 +493,11 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
         total += (double)all[r].sent[op];
         by_op[op] += (double)all[r].sent[op];
       }
-  sb_printf(&b, " \"comm\": {\"bytes_per_step_per_rank\": %.6f, \"formula_bytes_per_step_per_rank\": %.6f,\n",
-            total / NR / steps, formula_comm_bytes(stage, psi, N, t->wdt));
+  if (own)
+    sb_printf(&b, " \"comm\": {\"bytes_per_step_per_rank\": %.6f, \"formula_bytes_per_step_per_rank\": null,\n", total / NR / steps);
+  else
+    sb_printf(&b, " \"comm\": {\"bytes_per_step_per_rank\": %.6f, \"formula_bytes_per_step_per_rank\": %.6f,\n",
+              total / NR / steps, formula_comm_bytes(stage, psi, N, t->wdt));
   sb_printf(&b, "   \"by_op\": {\"all_reduce\": %.6f, \"reduce_scatter\": %.6f, \"all_gather\": %.6f, \"broadcast\": %.6f, "
                 "\"reduce\": %.6f, \"send\": %.6f},\n",
             by_op[CO_ALL_REDUCE] / NR / steps, by_op[CO_REDUCE_SCATTER] / NR / steps, by_op[CO_ALL_GATHER] / NR / steps,

@@ -70,8 +70,6 @@ int report_check_outputs(const train_cfg_t *cfg);
  * place when path exists and is not a regular file (/dev/null; a rename would replace the
  * device). Any failure stops the job with `error: WHAT PATH: ...` (WHAT: "--json", ...). */
 void report_write_output(const char *what, const char *path, const char *text, int64_t nbytes);
-/* report_write_output("output", ...): kept for the callers that name no flag. */
-void report_write_atomic(const char *path, const char *text, int64_t nbytes);
 /* The same, streamed: open (tmp receives the temp name, or "" when writing in place), fprintf
  * into the FILE, close (flush, rename; dies naming WHAT and path on any error). */
 FILE *report_out_open(const char *what, const char *path, char *tmp, size_t ntmp);

@@ -109,6 +109,8 @@ typedef struct unit_layout {
 typedef struct strategy {
   const char *name;  /* "ddp-naive", "zero1", ... */
   int stage;         /* 0 DDP, 1, 2, 3: selects the formula the report prints (never memory) */
+  int own_formulas;  /* 1: memory and traffic differ per rank (pipeline stages); the strategy prints
+                      * its own formulas and the report prints none of `stage`'s */
   void (*setup)(struct trainer *t);                   /* allocate states, shards, buckets */
   void (*pre_forward)(struct trainer *t, int unit);   /* ZeRO-3: gather unit params (+prefetch) */
   void (*post_forward)(struct trainer *t, int unit);  /* ZeRO-3: free gathered params */
