@@ -64,7 +64,7 @@ static inline __attribute__((always_inline)) void sgd_range(const host_range_t *
 
 static void *host_range_run(void *arg) {
   const host_range_t *r = arg;
-  if (r->gdt != DT_F32 && r->gdt != DT_BF16) die("rank %d: host optimizer: gradient dtype %s", check_rank(), dtype_name(r->gdt));
+  if (r->gdt != DT_F32 && r->gdt != DT_BF16) die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
   if (r->adam) {
     if (r->gdt == DT_F32) adamw_range(r, DT_F32);
     else adamw_range(r, DT_BF16);
@@ -98,7 +98,7 @@ static void host_run(const host_range_t *r, int threads) {
     part[k].v = r->v ? r->v + lo : NULL;
     part[k].grad = (const char *)r->grad + lo * (int64_t)gb;
     if (k > 0 && pthread_create(&tid[k], NULL, host_range_run, &part[k]) != 0)
-      die("rank %d: host optimizer: cannot start thread %d", check_rank(), k);
+      die_on_rank("host optimizer: cannot start thread %d", k);
   }
   host_range_run(&part[0]);
   for (int k = 1; k < threads; k++) pthread_join(tid[k], NULL);

@@ -744,8 +744,8 @@ static void pp_teardown(trainer_t *t) {
 }
 
 #define PP_STRATEGY(var, nm)                                                                                   \
-  static const strategy_t var = {.name = nm, .stage = 0, .setup = pp_setup, .step = pp_step, .teardown = pp_teardown, \
-                                 .layout = pp_layout, .run_step = pp_run_step}
+  static const strategy_t var = {.name = nm, .stage = 0, .own_formulas = 1, .setup = pp_setup, .step = pp_step,    \
+                                 .teardown = pp_teardown, .layout = pp_layout, .run_step = pp_run_step}
 PP_STRATEGY(g_naive, "pipeline-naive");
 PP_STRATEGY(g_gpipe, "pipeline-gpipe");
 PP_STRATEGY(g_1f1b, "pipeline-1f1b");
