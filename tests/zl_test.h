@@ -221,6 +221,61 @@ static inline zl_out_t zl_launch(int np, int timeout_s, const char *dir_tag, con
   return r;
 }
 
+/* ---- --trace files: was the communication overlapped with the backward? ------------------- */
+/* One complete event of a --trace file (row 0 compute, 1 comm); issued = ts − args.queued (the
+ * caller's issue); coll: a collective whose args say "op":"<op>". */
+typedef struct zl_tev { char name[48]; int pid, tid, coll; double ts, dur, issued; } zl_tev_t;
+/* Every "ph": "X" event of a trace (one per line, as common/trace.c writes them); returns the count. */
+static inline int zl_read_trace(const char *text, const char *op, zl_tev_t *ev, int max) {
+  char want[64];
+  snprintf(want, sizeof want, "\"op\":\"%s\"", op);
+  int n = 0;
+  for (const char *p = text; p && *p && n < max; p = strchr(p, '\n')) {
+    if (*p == '\n') p++;
+    const char *end = strchr(p, '\n');
+    zl_tev_t e = {0};
+    if (sscanf(p, "{\"name\": \"%47[^\"]\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf", e.name,
+               &e.pid, &e.tid, &e.ts, &e.dur) != 5)
+      continue;
+    const char *q = strstr(p, "\"queued\":"), *o = strstr(p, want);
+    e.issued = q && (!end || q < end) ? e.ts - strtod(q + 9, NULL) : e.ts;
+    e.coll = e.tid == 1 && o && (!end || o < end);
+    ev[n++] = e;
+  }
+  return n;
+}
+/* What a trace says about overlap. steps: rank-steps ("step N" spans on row 0); late: those whose
+ * first `op` collective is issued only after "bwd 0" starts (first_late describes the first,
+ * naming the collective `label`); running: backward spans that start while an earlier-issued `op`
+ * collective is still running (0 when every collective is waited for at once). */
+typedef struct zl_overlap { int steps, late, running; char first_late[256]; } zl_overlap_t;
+static inline zl_overlap_t zl_trace_overlap(const char *trace_text, const char *op, const char *label) {
+  enum { MAXEV = 8192 };
+  zl_tev_t *ev = calloc(MAXEV, sizeof *ev);
+  int n = zl_read_trace(trace_text, op, ev, MAXEV);
+  zl_overlap_t o = {0};
+  for (int i = 0; i < n; i++) {
+    if (ev[i].tid != 0 || strncmp(ev[i].name, "step ", 5) != 0) continue;
+    double s0 = ev[i].ts, s1 = ev[i].ts + ev[i].dur, bwd0 = -1, first = -1;
+    for (int k = 0; k < n; k++) {
+      if (ev[k].pid != ev[i].pid) continue;
+      if (ev[k].tid == 0 && strcmp(ev[k].name, "bwd 0") == 0 && ev[k].ts >= s0 && ev[k].ts <= s1) bwd0 = ev[k].ts;
+      if (ev[k].coll && ev[k].issued >= s0 && ev[k].issued <= s1 && (first < 0 || ev[k].issued < first)) first = ev[k].issued;
+    }
+    o.steps++;
+    if ((bwd0 < 0 || first < 0 || first >= bwd0) && !o.late++)
+      snprintf(o.first_late, sizeof o.first_late, "rank %d %s: first %s issued at %.1f us, bwd 0 starts at %.1f us",
+               ev[i].pid, ev[i].name, label, first, bwd0);
+  }
+  for (int k = 0; k < n; k++)
+    for (int b = 0; ev[k].coll && b < n; b++)
+      if (ev[b].pid == ev[k].pid && ev[b].tid == 0 && strncmp(ev[b].name, "bwd ", 4) == 0 && ev[b].ts > ev[k].issued &&
+          ev[b].ts < ev[k].ts + ev[k].dur)
+        o.running++;
+  free(ev);
+  return o;
+}
+
 /* ---- one forward + backward through a model's units, on the CPU --------------------------- */
 /* As the trainer does it: outputs out[u], saved[u], the dy ping-pong. params/grads: flat buffers
  * in wdt (grads NULL: forward and loss only); x: the first unit's input (floats for the MLP,

@@ -16,7 +16,7 @@
  * Exercise mode (ZL_EXERCISE_TIMEOUT_S set by `make exercise`): every run gets that collective
  * deadline (--timeout-s) and a short kill, so a hang is named in seconds, not minutes.
  * Model: 32 -> 64 -> 64 -> 64 -> 10 (Ψ = 11082), global batch 60, 20 steps. */
-#include "zl_test.h" // zl_run, zl_read_file, zl_json_*, zl_expect_floats, zl_read_floats
+#include "zl_test.h" // zl_run, zl_read_file, zl_json_*, zl_expect_floats, zl_read_floats, zl_trace_overlap
 
 #define DDP_BIN ZL_BIN "/ch02_ddp"
 #define PSI 11082 /* 32·64+64 + 2·(64·64+64) + 64·10+10 */
@@ -338,29 +338,6 @@ Test(ch02_ddp, bad_flags_exit_2, .timeout = 60) {
 
 /* ---- 7. the overlap itself, from the trace ------------------------------------------------ */
 
-/* One complete event of a --trace file: row 0 compute, 1 comm. issued: ts − args.queued. */
-typedef struct tev { char name[48]; int pid, tid; double ts, dur, issued; int grad_coll; } tev_t;
-
-/* Every "ph": "X" event of a trace (one per line, as common/trace.c writes them). */
-static int read_trace(const char *text, tev_t *ev, int max) {
-  int n = 0;
-  for (const char *p = text; p && n < max; p = strchr(p, '\n')) {
-    p++;
-    const char *end = strchr(p, '\n');
-    if (!strstr(p, "\"ph\": \"X\"") || (end && strstr(p, "\"ph\": \"X\"") > end)) continue;
-    tev_t e = {0};
-    if (sscanf(p, "{\"name\": \"%47[^\"]\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf", e.name,
-               &e.pid, &e.tid, &e.ts, &e.dur) != 5)
-      continue;
-    const char *q = strstr(p, "\"queued\":");
-    e.issued = q && (!end || q < end) ? e.ts - strtod(q + 9, NULL) : e.ts;
-    const char *op = strstr(p, "\"op\":\"all_reduce\"");
-    e.grad_coll = e.tid == 1 && op && (!end || op < end);
-    ev[n++] = e;
-  }
-  return n;
-}
-
 /* Run a variant with --trace at N = 2 and check, per rank and step: the first gradient
  * all-reduce is issued before "bwd 0" starts; and over the run, some backward starts while an
  * all-reduce issued before it is still running (the hook does not wait). */
@@ -372,42 +349,17 @@ static void expect_overlapped(const char *variant) {
   run_t r = ddp_run(2, "overlap_trace", args);
   char *t = zl_read_file(trace, NULL);
   cr_assert(t, "no trace file %s", trace);
-  enum { MAXEV = 8192 };
-  tev_t *ev = calloc(MAXEV, sizeof *ev);
-  int n = read_trace(t, ev, MAXEV), late = 0, steps = 0, running = 0;
-  char first_late[256] = "";
-  for (int i = 0; i < n; i++) {
-    if (ev[i].tid != 0 || strncmp(ev[i].name, "step ", 5) != 0) continue;
-    double s0 = ev[i].ts, s1 = ev[i].ts + ev[i].dur, bwd0 = -1, first = -1;
-    for (int k = 0; k < n; k++) {
-      if (ev[k].pid != ev[i].pid) continue;
-      if (ev[k].tid == 0 && strcmp(ev[k].name, "bwd 0") == 0 && ev[k].ts >= s0 && ev[k].ts <= s1) bwd0 = ev[k].ts;
-      if (ev[k].grad_coll && ev[k].issued >= s0 && ev[k].issued <= s1 && (first < 0 || ev[k].issued < first))
-        first = ev[k].issued;
-    }
-    steps++;
-    if (bwd0 < 0 || first < 0 || first >= bwd0) {
-      if (!late++)
-        snprintf(first_late, sizeof first_late, "rank %d %s: first gradient all-reduce issued at %.1f us, bwd 0 starts at %.1f us",
-                 ev[i].pid, ev[i].name, first, bwd0);
-    }
-  }
-  for (int k = 0; k < n; k++) /* a backward starting while an earlier-issued all-reduce runs */
-    for (int b = 0; ev[k].grad_coll && b < n; b++)
-      if (ev[b].pid == ev[k].pid && ev[b].tid == 0 && strncmp(ev[b].name, "bwd ", 4) == 0 && ev[b].ts > ev[k].issued &&
-          ev[b].ts < ev[k].ts + ev[k].dur)
-        running++;
-  cr_assert_gt(steps, 0, "--variant %s: no \"step\" spans in the trace %s", variant, trace);
-  cr_assert_eq(late, 0,
+  zl_overlap_t o = zl_trace_overlap(t, "all_reduce", "gradient all-reduce");
+  cr_assert_gt(o.steps, 0, "--variant %s: no \"step\" spans in the trace %s", variant, trace);
+  cr_assert_eq(o.late, 0,
                "--variant %s: correct but not overlapped: in %d of %d rank-steps the first gradient all-reduce is "
                "issued only after the backward of unit 0 starts (%s). post_backward(u) must launch unit u's "
                "gradients (or its bucket) as soon as they are final, not after the whole backward.",
-               variant, late, steps, first_late);
-  cr_expect_gt(running, 0,
+               variant, o.late, o.steps, o.first_late);
+  cr_expect_gt(o.running, 0,
                "--variant %s: correct but not overlapped: no backward ever starts while a gradient all-reduce is "
                "running: the hook waits for each all-reduce it launches (comm_wait belongs in the final wait only).",
                variant);
-  free(ev);
   free(t);
   run_free(&r);
 }

@@ -19,7 +19,7 @@
  * and the exercise's HINT): ZeRO-3's gathers go through gather_issue (it measures the gathered
  * window) and gather_release frees the buffer; the traffic is one reduce-scatter and one
  * all-gather per unit; clipping goes through trainer_finish_grads. Tags and tensor names are free. */
-#include "zl_test.h" // zl_run, zl_json_*, zl_read_floats, zl_expect_floats
+#include "zl_test.h" // zl_run, zl_out_t, zl_rank_mem, zl_json_*, zl_read_floats, zl_expect_floats
 #include "formula.h" // formula_model_states, formula_comm_bytes
 #include <sys/stat.h> // stat
 
@@ -52,27 +52,15 @@ static const char *stage_bin(int stage) {
   return stage == 1 ? ZL_BIN "/ch03_zero1" : stage == 2 ? ZL_BIN "/ch04_zero2" : ZL_BIN "/ch05_zero3";
 }
 
-typedef struct run_out {
-  char *json;   /* the --json text */
-  char *text;   /* stdout + stderr */
-  float *params; /* --save-params: Ψ fp32 */
-  int64_t n;
-} run_out_t;
-
-static void run_free(run_out_t *r) {
-  free(r->json), free(r->text), free(r->params);
-  memset(r, 0, sizeof *r);
-}
-
 /* Launch ZeRO stage `stage` on np ranks with args (+ --json/--save-params into /tmp); asserts
  * success. The program is tests/mpi/scn_zero_checks.c: the chapter's strategy with the pad check
  * and the smallest gradient norm (testing aids kept out of solutions/) around it. */
-static run_out_t launch(int np, int stage, const char *args, const char *name) {
+static zl_out_t launch(int np, int stage, const char *args, const char *name) {
   char dir[256], json[320], bin_path[320];
   zl_tmpdir(dir, sizeof dir, "zero");
   snprintf(json, sizeof json, "%s/%s.json", dir, name);
   snprintf(bin_path, sizeof bin_path, "%s/%s.bin", dir, name);
-  run_out_t r = {0};
+  zl_out_t r = {0};
   int rc = zl_run(np, run_limit(240), &r.text, ZL_TESTBIN "/scn_zero_checks %d %s --json %s --save-params %s --quiet%s",
                   stage, args, json, bin_path, ex_flag());
   expect_no_hang(rc, name, np, run_limit(240), r.text);
@@ -85,7 +73,7 @@ static run_out_t launch(int np, int stage, const char *args, const char *name) {
 }
 
 /* The DDP reference for the same N and flags, cached across tests of this run. */
-static run_out_t ddp_reference(int np, const char *args) {
+static zl_out_t ddp_reference(int np, const char *args) {
   struct stat st;
   cr_assert(stat(ZL_BIN "/ch02_ddp", &st) == 0, "missing " ZL_BIN "/ch02_ddp (make build)");
   uint64_t h = 1469598103934665603ull; /* FNV-1a of (np, args, binary mtime) */
@@ -97,7 +85,7 @@ static run_out_t ddp_reference(int np, const char *args) {
   mkdir(dir, 0755);
   snprintf(json, sizeof json, "%s/%016llx.json", dir, (unsigned long long)h);
   snprintf(bin, sizeof bin, "%s/%016llx.bin", dir, (unsigned long long)h);
-  run_out_t r = {0};
+  zl_out_t r = {0};
   r.json = zl_read_file(json, NULL);
   if (!r.json) {
     char tj[160], tb[160];
@@ -112,17 +100,6 @@ static run_out_t ddp_reference(int np, const char *args) {
   return r;
 }
 
-/* Per-rank value of key in memory.per_rank (rank r's entry). */
-static double rank_mem(const char *json, int r, const char *key) {
-  const char *p = zl_json_find(json, "per_rank");
-  cr_assert(p, "--json has no memory.per_rank");
-  for (int k = 0; k <= r; k++) {
-    p = zl_json_find(p, "rank");
-    cr_assert(p, "--json memory.per_rank has no entry for rank %d", r);
-  }
-  return zl_json_num(p, key);
-}
-
 static int64_t padded_numel(int N) {
   int64_t s = 0;
   for (int u = 0; u < 3; u++) s += (g_units[u] + N - 1) / N * N;
@@ -131,18 +108,18 @@ static int64_t padded_numel(int N) {
 
 /* Contract 6: every rank's params, grads, master, optim bytes equal the formula evaluated at the
  * padded parameter count (Σ units rounded up to multiples of N): formula + padding, to the byte. */
-static void check_ledger(const run_out_t *r, int stage, int N, int bf16, int opt_states, const char *what) {
+static void check_ledger(const zl_out_t *r, int stage, int N, int bf16, int opt_states, const char *what) {
   mem_formula_t f = formula_model_states(stage, (double)padded_numel(N), N, bf16 ? DT_BF16 : DT_F32, opt_states);
   mem_formula_t f0 = formula_model_states(stage, (double)PSI, N, bf16 ? DT_BF16 : DT_F32, opt_states);
   const char *keys[4] = {"params", "grads", "master", "optim"};
   double exp[4] = {f.params, f.grads, f.master, f.optim};
   for (int rk = 0; rk < N; rk++) {
     for (int k = 0; k < 4; k++) {
-      double got = rank_mem(r->json, rk, keys[k]);
+      double got = zl_rank_mem(r->json, rk, keys[k]);
       cr_assert(got == exp[k], "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ = %lld)", what, rk,
                 keys[k], got, exp[k], (long long)padded_numel(N));
     }
-    double ms = rank_mem(r->json, rk, "model_states"), fms = rank_mem(r->json, rk, "formula_model_states");
+    double ms = zl_rank_mem(r->json, rk, "model_states"), fms = zl_rank_mem(r->json, rk, "formula_model_states");
     cr_assert(ms == f.total, "%s: rank %d model_states %.0f, expected %.0f", what, rk, ms, f.total);
     cr_assert(fabs(fms - f0.total) <= 0.5, "%s: rank %d formula_model_states %.1f, expected the formula at Ψ %.1f", what, rk,
               fms, f0.total);
@@ -154,7 +131,7 @@ static void check_ledger(const run_out_t *r, int stage, int N, int bf16, int opt
  * sends exactly (N−1)·piece elements per rank). With --accum K, ZeRO-2 and -3 reduce-scatter every
  * micro-batch (K times) and ZeRO-3 gathers twice per micro-batch (2K): the exact expected value
  * counts the calls, (N−1)·Σpiece·b each; the formula's 2(N−1)/N·Ψ holds for K = 1. */
-static void check_traffic(const run_out_t *r, int stage, int N, int bf16, int accum, const char *what) {
+static void check_traffic(const zl_out_t *r, int stage, int N, int bf16, int accum, const char *what) {
   const char *c = zl_json_find(r->json, "comm");
   cr_assert(c, "%s: --json has no comm", what);
   double got = zl_json_num(c, "bytes_per_step_per_rank");
@@ -190,7 +167,7 @@ static void expect_params(const char *what, const float *got, const float *exp, 
 }
 
 /* Losses of every step and the final params against the DDP reference. tol 0: bitwise. */
-static void check_parity(const run_out_t *z, const run_out_t *d, double tol, const char *what) {
+static void check_parity(const zl_out_t *z, const zl_out_t *d, double tol, const char *what) {
   double lz[64], ld[64];
   int nz = zl_json_all(z->json, "loss", lz, 64), nd = zl_json_all(d->json, "loss", ld, 64);
   cr_assert(nz == nd && nz > 0, "%s: %d losses, DDP has %d", what, nz, nd);
@@ -210,8 +187,8 @@ static void scenario(int stage, int N, const char *flags, double tol, int opt_st
   snprintf(args, sizeof args, MODEL " %s --collectives %s%s", flags, ring ? "ring" : "vendor", bf16 ? " --precision bf16" : "");
   snprintf(what, sizeof what, "ZeRO-%d N %d [%s]", stage, N, args);
   snprintf(name, sizeof name, "z%d_n%d_%s%s", stage, N, ring ? "ring" : "vendor", bf16 ? "_bf16" : "");
-  run_out_t z = launch(N, stage, args, name);
-  run_out_t d = ddp_reference(N, args);
+  zl_out_t z = launch(N, stage, args, name);
+  zl_out_t d = ddp_reference(N, args);
   check_parity(&z, &d, tol, what);
   check_ledger(&z, stage, N, bf16, opt_states, what);
   if (traffic) check_traffic(&z, stage, N, bf16, traffic, what);
@@ -221,8 +198,8 @@ static void scenario(int stage, int N, const char *flags, double tol, int opt_st
     cr_assert(nmin > c, "%s: smallest gradient norm %.6g is not above --clip %g: clipping was not exercised (the norm "
               "is t->grad_norm, set by trainer_finish_grads: does the optimizer step call it?)", what, nmin, c);
   }
-  run_free(&z);
-  run_free(&d);
+  zl_out_free(&z);
+  zl_out_free(&d);
 }
 
 #define SGD "--optimizer sgd --momentum 0.9 --lr 0.05 --steps 6"
@@ -281,7 +258,7 @@ Test(ch05_zero3, accum_and_clip, .timeout = 600) { stage_matrix_accum_clip(3); }
 Test(ch05_zero3, prefetch_same_bits_and_gather_window, .timeout = 600) {
   const int N = 3;
   const int64_t ev[6] = {93, 183, 156, 156, 183, 93}; /* padded sizes of the 6 events */
-  run_out_t base = {0};
+  zl_out_t base = {0};
   const int ks[3] = {0, 1, 3};
   for (int i = 0; i < 3; i++) {
     int K = ks[i];
@@ -295,23 +272,23 @@ Test(ch05_zero3, prefetch_same_bits_and_gather_window, .timeout = 600) {
     snprintf(args, sizeof args, MODEL " " ADAM " --prefetch %d", K);
     snprintf(name, sizeof name, "z3_prefetch%d", K);
     snprintf(what, sizeof what, "ZeRO-3 --prefetch %d", K);
-    run_out_t r = launch(N, 3, args, name);
+    zl_out_t r = launch(N, 3, args, name);
     double got = zl_json_num(r.json, "gathered_peak_bytes"), bound = zl_json_num(r.json, "gather_bound_bytes");
     cr_assert(got == peak * 4.0, "%s: gathered_peak_bytes %.0f, expected %lld (largest K+1 consecutive gathers: acquiring "
               "event e keeps events e..e+K gathered, the prefetch running on from the forward into the backward; the "
               "window is measured in gather_issue, so every gather must go through it)", what, got, (long long)(peak * 4));
     cr_assert(bound == (K + 1) * 183 * 4.0 && got <= bound, "%s: gathered peak %.0f vs bound %.0f, expected bound %d", what,
               got, bound, (K + 1) * 183 * 4);
-    double comm_peak = rank_mem(r.json, 0, "comm_peak"), staging = 2.0 * 183 * 4;
+    double comm_peak = zl_rank_mem(r.json, 0, "comm_peak"), staging = 2.0 * 183 * 4;
     cr_assert(comm_peak == got + staging, "%s: rank 0 comm_peak %.0f, expected gathered %.0f + staging %.0f (a gathered "
               "unit that gather_release does not tensor_free stays counted)", what, comm_peak, got, staging);
     if (i == 0) base = r;
     else {
       expect_params(what, r.params, base.params, r.n, 0);
-      run_free(&r);
+      zl_out_free(&r);
     }
   }
-  run_free(&base);
+  zl_out_free(&base);
 }
 
 Test(ch05_zero3, prefetch_beyond_units_is_rejected) {
