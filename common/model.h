@@ -41,6 +41,9 @@ typedef struct unit {
   int tp_ar_fwd_calls;  /* how many of tp_ar_calls are in the forward (--recompute reruns them) */
   int tp_ar2_calls;     /* a second size: tp_ar2_calls all-reduces of tp_ar2_numel fp32 elements */
   int64_t tp_ar2_numel; /* per sample (the GPT head's vocab-parallel loss: per-row max and sums) */
+  int tp_y_rep;         /* 1: the unit's output is the same on every rank of the TP group (it comes
+                         * out of g's all-reduce, or from replicated inputs and weights): with
+                         * --recompute each TP rank keeps only 1/T of it (Pa, common/train.c) */
 } unit_t;
 
 /* GPT-2's shape (kind "gpt"). */

@@ -33,6 +33,7 @@ typedef struct rank_numbers {
   double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
   int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */
   int64_t tp_formula_calls, tp_formula_bytes; /* ... and what the split units declare (tp_formula) */
+  int64_t pa_calls, pa_sent, pa_formula_calls, pa_formula_bytes; /* --pa: the TP group's all-gathers, and formula */
 } rank_numbers_t;
 
 /* Rows of the per-rank tables: every rank of the job (with --tp the report gathers over the
@@ -56,6 +57,21 @@ static void tp_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   }
 }
 
+/* --pa: one all-gather per micro-batch of each partitioned unit output (trainer_pa_slice_numel:
+ * s_u elements per rank, T·s_u in all), before the backward of the unit that reads it; each sends
+ * (T−1)/T of its bytes from every rank (ring model: T−1 slices of s_u fp32). */
+static void pa_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
+  *calls = *bytes = 0;
+  if (!t->tp_comm) return;
+  int T = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
+  for (int u = 0; u < t->model.n_units; u++) {
+    int64_t s = trainer_pa_slice_numel(t, u);
+    if (!s) continue;
+    *calls += t->cfg->accum;
+    *bytes += t->cfg->accum * comm_model_sent(CO_ALL_GATHER, (int64_t)T * s, DT_F32, T, r, 0);
+  }
+}
+
 /* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
 static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
   if (!t->tp_comm) return;
@@ -67,6 +83,14 @@ static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
            (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes);
   printf("formula: per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of its "
          "bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)\n");
+  if (!t->cfg->pa) return;
+  printf("%-6s %8s %12s %14s %14s %16s   (--pa: partitioned checkpoints)\n", "rank", "tp rank", "all-gathers", "formula",
+         "bytes sent", "formula");
+  for (int r = 0; r < NR; r++)
+    printf("%-6d %8lld %12.2f %14lld %14.1f %16lld\n", r, (long long)all[r].tp_rank, (double)all[r].pa_calls / steps,
+           (long long)all[r].pa_formula_calls, (double)all[r].pa_sent / steps, (long long)all[r].pa_formula_bytes);
+  printf("formula: per micro-batch, one all-gather of each partitioned unit output (T slices of ceil(b x y_numel / T) "
+         "fp32) before the backward that reads it, (T-1)/T of its bytes from each rank\n");
 }
 
 /* ---- small helpers ----------------------------------------------------------------------- */
@@ -372,7 +396,8 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
     printf("time: median step %.3f ms, %.0f samples/s (global batch %lld)\n", med,
            med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch);
   }
-  for (int i = 0; i < run->nextras; i++) printf("%s: %g\n", run->extras[i].key, run->extras[i].value);
+  for (int i = 0; i < run->nextras; i++) /* %.15g: byte counts print exact */
+    printf("%s: %.15g\n", run->extras[i].key, run->extras[i].value);
 
   int own = t->strategy->own_formulas; /* per-stage formulas, printed by the strategy above */
   printf("\nmemory per rank, bytes (stage %d, %s, %s: model states = %s; measured includes padding)\n", stage,
@@ -519,9 +544,12 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
               (long long)(run->full_numel ? run->full_numel : t->model.numel));
     for (int r = 0; r < NR; r++)
       sb_printf(&b, "%s{\"rank\": %d, \"tp_rank\": %lld, \"calls_per_step\": %.6f, \"formula_calls_per_step\": %lld, "
-                    "\"bytes_per_step\": %.6f, \"formula_bytes_per_step\": %lld}",
+                    "\"bytes_per_step\": %.6f, \"formula_bytes_per_step\": %lld, \"pa_gathers_per_step\": %.6f, "
+                    "\"formula_pa_gathers_per_step\": %lld, \"pa_bytes_per_step\": %.6f, \"formula_pa_bytes_per_step\": %lld}",
                 r ? ",\n   " : "", r, (long long)all[r].tp_rank, (double)all[r].tp_calls / steps,
-                (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes);
+                (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes,
+                (double)all[r].pa_calls / steps, (long long)all[r].pa_formula_calls, (double)all[r].pa_sent / steps,
+                (long long)all[r].pa_formula_bytes);
     sb_printf(&b, "]},\n");
   }
   /* Extras: timing summary, overlap from the trace, the strategy's numbers. */
@@ -549,7 +577,7 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
   if (cfg->chapter_flags & TRAIN_FLAG_VARIANT) sb_printf(&b, ", \"variant\": \"%s\"", cfg->variant);
   if (cfg->chapter_flags & TRAIN_FLAG_BUCKET) sb_printf(&b, ", \"bucket_mb\": %.9g", cfg->bucket_mb);
   if (cfg->chapter_flags & TRAIN_FLAG_PREFETCH) sb_printf(&b, ", \"prefetch\": %d", cfg->prefetch);
-  for (int i = 0; i < run->nextras; i++) sb_printf(&b, ", \"%s\": %.9g", run->extras[i].key, run->extras[i].value);
+  for (int i = 0; i < run->nextras; i++) sb_printf(&b, ", \"%s\": %.15g", run->extras[i].key, run->extras[i].value);
   double cu = 0, hu = 0, wu = 0;
   overlap_sums(all, N, &cu, &hu, &wu);
   if (cu > 0 || wu > 0)
@@ -571,6 +599,9 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     mine.tp_calls = tc.calls[CO_ALL_REDUCE];
     mine.tp_sent = tc.sent[CO_ALL_REDUCE];
     tp_formula(t, &mine.tp_formula_calls, &mine.tp_formula_bytes);
+    mine.pa_calls = tc.calls[CO_ALL_GATHER]; /* --pa's gathers: the TP group's only all-gathers */
+    mine.pa_sent = tc.sent[CO_ALL_GATHER];
+    pa_formula(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
   }
   mine.params = ledger_peak(LEDGER_PARAMS);
   mine.grads = ledger_peak(LEDGER_GRADS);

@@ -7,12 +7,12 @@
 #include "train.h"  // trainer_t, strategy_t, train_cfg_t
 #include "args.h"   // args_parse, args_error, args_env_world, args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
-#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, comm_all_gather (--pa), counters
 #include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
 #include "gpt.h"    // gpt_init, gpt_preset, gpt_shape_error, gpt_count_params, gpt_acts_bytes (--model gpt)
 #include "device.h" // dev_memcpy, dev_sync, device_cuda_built, device_cuda_count
-#include "ledger.h" // ledger_init
+#include "ledger.h" // ledger_init, ledger_live
 #include "model.h"  // model_init, model_unit_forward, model_unit_backward
 #include "ops.h"    // op_softmax_xent, op_adamw, op_sgd, op_cast, op_sumsq
 #include "report.h" // report_finish, report_write_output, report_step_t
@@ -36,13 +36,19 @@
  *   y[u]      (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
  *   saved[u]  (B, saved_numel_u)  what the unit's backward needs; with --recompute ONE buffer
  *                                 (the largest unit's) shared by all, refilled in the backward
- * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel). */
+ * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
+ * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
+ * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T); the whole output
+ * lives in work[u % 2] while the forward or the backward needs it (pa_keep, pa_gather). */
 struct train_internal {
   tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
   tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
   tensor_t *out;     /* [U] (b, y_numel_u) unit outputs; out[U−1] are the logits                       */
   tensor_t *saved;   /* [U] (b, saved_numel_u), or with --recompute only saved[0], the shared buffer   */
   tensor_t dy[2];    /* (b, max y_numel) ping-pong: gradient w.r.t. a unit's output                    */
+  int pa;            /* --pa: the replicated outputs are kept as 1/T slices in out[u]                  */
+  tensor_t work[2];  /* --pa: (T · max slice) whole outputs, ping-pong: the one read, the one written   */
+  int64_t acts_kept; /* the ledger's LEDGER_ACTS growth for out, saved and work (alloc_acts)           */
   void *xh;          /* (b, in_numel) host staging when the device is a GPU                             */
   int *yh;           /* (b, rows) host staging                                                          */
   report_step_t *steps;
@@ -171,7 +177,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
-                       .model_kind = "mlp", .tp = 1, .eval_batches = 2, .temperature = 1.0,
+                       .model_kind = "mlp", .tp = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
                        .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
@@ -233,6 +239,11 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   }
   if (chapter_flags & TRAIN_FLAG_TP)
     SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
+  if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE)) /* a pipeline keeps its own activations */
+    SPEC("--pa", ARG_INT, &cfg->pa, 0, 1, "auto",
+         "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of every unit "
+         "output the TP group replicates and all-gathers it for the backward; auto: on with --recompute and --tp > 1, "
+         "0: whole outputs (to compare)");
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC
@@ -272,6 +283,9 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
   }
+  if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
+    exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
+  cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
   check_model_flags(cfg);
   if ((chapter_flags & TRAIN_FLAG_PIPELINE) && pipeline_check(cfg, world)) exit(2);
   int64_t psi = strcmp(cfg->model_kind, "gpt") == 0 ? gpt_count_params(cfg->gpt)
@@ -474,20 +488,49 @@ static void check_master_bits(trainer_t *t) {
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
+int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
+  const model_t *m = &t->model;
+  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= m->n_units - 1 || !m->units[u].tp_y_rep) return 0;
+  int T = comm_world(t->tp_comm);
+  return (t->local_batch * m->units[u].y_numel + T - 1) / T; /* rounded up: T slices cover it, pad at the end */
+}
+
+/* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
+ * buffer), in bytes, from the shapes alone (fp32; s_u = ceil(b·y_numel_u / T) for a partitioned u):
+ *   Σ_u (s_u if partitioned, else b·y_numel_u)  +  2 · T · max_u s_u  +  b · max_u saved_numel_u */
+static int64_t pa_acts_formula(const trainer_t *t) {
+  const model_t *m = &t->model;
+  int64_t b = t->local_batch, outs = 0, smax = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    int64_t su = trainer_pa_slice_numel(t, u);
+    outs += su ? su : b * m->units[u].y_numel;
+    if (su > smax) smax = su;
+  }
+  return 4 * (outs + 2 * comm_world(t->tp_comm) * smax + b * model_max_saved_numel(m));
+}
+
 static void alloc_acts(trainer_t *t) {
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
-  int64_t b = t->local_batch;
-  int U = m->n_units;
+  int64_t b = t->local_batch, work = 0;
+  int U = m->n_units, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
+  in->pa = t->cfg->pa && t->tp_comm;
   in->x = tensor_alloc("input", LEDGER_ACTS, DT_F32, t->dev, b * m->in_numel); /* 4-byte elements */
   in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows);   /* 4-byte ints */
   in->out = xcalloc((size_t)U, sizeof(tensor_t), "unit outputs");
   in->saved = xcalloc((size_t)U, sizeof(tensor_t), "unit saved activations");
+  int64_t before = ledger_live(LEDGER_ACTS);
   for (int u = 0; u < U; u++) {
-    in->out[u] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
+    int64_t slice = trainer_pa_slice_numel(t, u); /* --pa: 1/T of a replicated output, else 0: all of it */
+    if (slice) in->out[u] = tensor_alloc("unit output (1/T slice, Pa)", LEDGER_ACTS, DT_F32, t->dev, slice);
+    else in->out[u] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
+    if (T * slice > work) work = T * slice;
     if (!t->cfg->recompute) in->saved[u] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
   }
   if (t->cfg->recompute) in->saved[0] = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * model_max_saved_numel(m));
+  if (in->pa) /* the whole outputs: unit u writes work[u % 2] while it reads work[(u − 1) % 2] */
+    for (int k = 0; k < 2; k++) in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
+  in->acts_kept = ledger_live(LEDGER_ACTS) - before;
   int64_t maxy = model_max_y_numel(m);
   in->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
   in->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
@@ -506,6 +549,8 @@ static void free_acts(trainer_t *t) {
   }
   free(in->out);
   free(in->saved);
+  tensor_free(&in->work[0]);
+  tensor_free(&in->work[1]);
   tensor_free(&in->x);
   tensor_free(&in->y);
   tensor_free(&in->dy[0]);
@@ -563,12 +608,42 @@ void trainer_check_grads(trainer_t *t, int u) {
   tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
 }
 
+/* Where unit u's whole output is during the micro-batch: out[u], or with --pa for a partitioned
+ * output its working buffer (out[u] holds only this rank's slice). */
+static float *unit_y(trainer_t *t, int u) {
+  struct train_internal *in = t->in;
+  return (in->pa && trainer_pa_slice_numel(t, u) ? in->work[u % 2] : in->out[u]).data;
+}
+
 /* Unit u's buffers for this micro-batch (dy, dx and grads are set by the backward). */
 static unit_io_t unit_io(trainer_t *t, int u) {
   struct train_internal *in = t->in;
   return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
-                     .x = u == 0 ? in->x.data : in->out[u - 1].data, .y = in->out[u].data,
+                     .x = u == 0 ? in->x.data : unit_y(t, u - 1), .y = unit_y(t, u),
                      .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
+}
+
+/* --pa, after unit u's forward: keep this rank's slice [r·s, (r+1)·s) of its whole output (the
+ * same bits on every TP rank). The last rank's slice may run past the b·y_numel real elements:
+ * those pad slots are never written and stay 0 (tensor_alloc zero-fills). */
+static void pa_keep(trainer_t *t, int u) {
+  int64_t s = trainer_pa_slice_numel(t, u), n = t->local_batch * t->model.units[u].y_numel;
+  if (!s) return;
+  int64_t lo = s * comm_rank(t->tp_comm), real = n - lo < s ? n - lo : s;
+  if (real > 0) dev_memcpy(t->dev, t->in->out[u].data, t->dev, unit_y(t, u) + lo, (size_t)real * sizeof(float));
+}
+
+/* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
+ * the whole output back from the T slices, one all-gather of T·s over the TP group — it moves
+ * bytes and adds nothing, so the backward sees the bits the forward produced. */
+static void pa_gather(trainer_t *t, int u) {
+  int64_t s = trainer_pa_slice_numel(t, u);
+  if (!s) return;
+  char name[32];
+  snprintf(name, sizeof name, "pa gather %d", u);
+  trace_begin(name);
+  comm_all_gather(t->tp_comm, t->in->out[u].data, unit_y(t, u), s * comm_world(t->tp_comm), DT_F32);
+  trace_end(NULL);
 }
 
 /* One micro-batch: forward, loss, backward with the hooks. Returns the local loss sum. */
@@ -585,6 +660,7 @@ static double micro_batch(trainer_t *t) {
     trace_begin(name);
     unit_io_t io = unit_io(t, u);
     model_forward(m, u, &io);
+    if (in->pa) pa_keep(t, u); /* --pa: this rank's 1/T of a replicated output */
     trace_end(NULL);
     if (s->post_forward) s->post_forward(t, u);
   }
@@ -601,6 +677,7 @@ static double micro_batch(trainer_t *t) {
   for (int u = U - 1; u >= 0; u--) {
     t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
     if (s->pre_backward) s->pre_backward(t, u);
+    if (in->pa && u > 0) pa_gather(t, u - 1); /* --pa: the input, whole again (into its working buffer) */
     unit_io_t io = unit_io(t, u);
     if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
       snprintf(name, sizeof name, "recompute %d", u);
@@ -749,13 +826,19 @@ static void model_from_cfg(trainer_t *t) {
   data_init(&t->data, cfg->input, cfg->classes, cfg->seed);
 }
 
-/* Activation bytes the loop keeps (every unit's output and saved buffers, as the ledger counted
- * them in alloc_acts) beside gpt.h's formula: "acts_saved_bytes", "acts_formula_bytes". */
+/* Activation bytes the loop keeps (every unit's output and saved buffers, and --pa's working
+ * buffers, as the ledger counted them in alloc_acts) beside gpt.h's formula: "acts_saved_bytes",
+ * "acts_formula_bytes"; with --pa the ledger's growth beside pa_acts_formula: "pa_acts_bytes",
+ * "pa_acts_formula_bytes". */
 static void report_acts(trainer_t *t) {
   struct train_internal *in = t->in;
-  int64_t kept = 0;
+  int64_t kept = tensor_nbytes(&in->work[0]) + tensor_nbytes(&in->work[1]); /* --pa's working buffers */
   for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&in->out[u]) + tensor_nbytes(&in->saved[u]);
   trainer_report_extra(t, "acts_saved_bytes", (double)kept);
+  if (in->pa) { /* the ledger's count beside the formula from the shapes (pa_acts_formula) */
+    trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
+    trainer_report_extra(t, "pa_acts_formula_bytes", (double)pa_acts_formula(t));
+  }
   if (t->model.fns == &model_gpt_fns)
     trainer_report_extra(t, "acts_formula_bytes", (double)gpt_acts_bytes(t->model.gpt, t->local_batch, t->cfg->recompute));
 }

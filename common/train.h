@@ -39,6 +39,8 @@ typedef struct train_cfg {
   int steps, accum;                   /* --steps, --accum: micro-batches per step */
   int recompute;                      /* --recompute: activation checkpointing per unit */
   int tp;                             /* --tp T: tensor-parallel ranks per layer (06; 1 = off) */
+  int pa;                             /* --pa: 1 with --recompute and --tp T > 1 (auto), unless --pa 0:
+                                       * partitioned activation checkpointing, ZeRO-R's Pa (train.c) */
   /* Set by a chapter's main, not a flag: turns the full model into this TP rank's part of it
    * (solutions/tp.c) — the units keep their order, their parameters become the rank's slices,
    * and the forward/backward of a split unit talk over tp_comm. Needed when --tp > 1. */
@@ -220,6 +222,11 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
  * what the loop does after each backward: on the CPU, marks this rank's step when they hold a
  * NaN/Inf (GPU: nothing); with --tp, keeps the replicated parameters' gradients for the norm. */
 void trainer_check_grads(trainer_t *t, int u);
+/* --pa (ZeRO-R's partitioned activation checkpointing): the elements of unit u's output this rank
+ * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) — or 0 when the
+ * loop keeps the whole output (Pa off, the unit's output not replicated over the TP group, or the
+ * last unit: the logits). Unit u+1's backward all-gathers T slices over t->tp_comm first. */
+int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)
 #endif

@@ -245,11 +245,13 @@ void tp_split_model(model_t *m, comm_t *tp) {
       un->tp_ar_calls = 1;    /* g's forward */
       un->tp_ar_fwd_calls = 1;
       un->tp_ar_numel = out;
+      un->tp_y_rep = 1;       /* y comes out of g: whole and the same on every rank (Pa keeps 1/T) */
       if (out > max_out) max_out = out;
     } else {
       un->tp_rep_numel = un->numel;
       un->tp_ar_calls = 0;
       un->tp_ar_numel = 0;
+      un->tp_y_rep = 1; /* replicated weights on the row unit's replicated output */
     }
   }
   model_layout(m); /* unpadded local layout; a ZeRO strategy re-pads it over the DP group */
@@ -524,6 +526,7 @@ static void tp_split_gpt(model_t *m, comm_t *tp) {
     unit_t *un = &m->units[u];
     un->numel = tp_gpt_local_numel(c, u, r);
     un->tp_ar_numel = SC; /* every all-reduce of a unit carries b·s·h elements */
+    un->tp_y_rep = u < U - 1; /* the embedding's and the blocks' y come out of g; the logits are V/T */
     if (u == 0) {         /* wpe replicated; the lookups summed by g */
       un->tp_rep_numel = SC;
       un->tp_ar_calls = un->tp_ar_fwd_calls = 1;

@@ -364,3 +364,97 @@ Test(ch06_tp, gpt_tp_equals_one_rank, .timeout = 120) {
   cr_assert(strstr(out, "error: --tp 4: the GPT's 2 heads must split evenly over T ranks"), "refusal:\n%s", out);
   free(out);
 }
+
+/* ---- --pa: ZeRO-R's partitioned activation checkpointing (common/train.c: pa_keep, pa_gather) --
+ * With --recompute at T = 2, --pa (auto: on) against --pa 0: the same losses and final weights
+ * bit for bit (the all-gather moves bytes, it adds nothing); the loop's activations (ledger, rank
+ * 0's "pa_acts_bytes") = the formula from the shapes, to the byte; per rank, the ledger's acts
+ * peak moves by exactly slices + working buffers − whole outputs; one all-gather per partitioned
+ * output per micro-batch, (T−1) slices of fp32 from each rank, exactly. */
+static void pa_expect_same_run(const char *what, const zl_out_t *off, const zl_out_t *on, int steps) {
+  cr_assert_eq(on->n, off->n, "%s: %lld vs %lld weights", what, (long long)on->n, (long long)off->n);
+  zl_expect_floats(what, on->params, off->params, on->n, 0); /* bitwise */
+  double l0[8], l1[8];
+  int k0 = zl_json_all(off->json, "loss", l0, 8), k1 = zl_json_all(on->json, "loss", l1, 8);
+  cr_assert(k0 == steps && k1 == steps, "%s: %d / %d losses", what, k0, k1);
+  for (int s = 0; s < steps; s++) cr_assert(l1[s] == l0[s], "%s: loss %d: %.9g with Pa, %.9g without", what, s, l1[s], l0[s]);
+}
+/* Every rank of the TP table: gathers and bytes per step measured = formula = want; the all-reduces
+ * the same with and without Pa. */
+static void pa_expect_traffic(const char *what, const zl_out_t *off, const zl_out_t *on, int np, double calls, double bytes) {
+  const char *p = zl_json_find(on->json, "tp"), *q = zl_json_find(off->json, "tp");
+  cr_assert(p && q, "%s: no tp object in the JSON", what);
+  for (int r = 0; r < np; r++) {
+    p = zl_json_find(p, "tp_rank");
+    q = zl_json_find(q, "tp_rank");
+    cr_assert(p && q, "%s: rank %d missing from tp.per_rank", what, r);
+    double g = zl_json_num(p, "pa_gathers_per_step"), fg = zl_json_num(p, "formula_pa_gathers_per_step");
+    double b = zl_json_num(p, "pa_bytes_per_step"), fb = zl_json_num(p, "formula_pa_bytes_per_step");
+    cr_assert(g == calls && fg == calls, "%s rank %d: %g all-gathers per step (formula %g), expected %g", what, r, g, fg, calls);
+    cr_assert(b == bytes && fb == bytes, "%s rank %d: %g bytes per step (formula %g), expected %g", what, r, b, fb, bytes);
+    cr_assert(zl_json_num(q, "pa_gathers_per_step") == 0 && zl_json_num(q, "formula_pa_gathers_per_step") == 0,
+              "%s rank %d: all-gathers with --pa 0", what, r);
+    cr_assert(zl_json_num(p, "calls_per_step") == zl_json_num(q, "calls_per_step"), "%s rank %d: all-reduces differ", what, r);
+  }
+  cr_assert(isnan(zl_json_num(off->json, "pa_acts_bytes")), "%s: --pa 0 reports pa_acts_bytes", what);
+}
+
+/* The MLP with hidden 15 (T = 2 splits it 7 + 8: the column outputs differ per rank) and b·15 = 135
+ * odd, so the last rank's slice ends with 1 pad slot: b = 9, --accum 2. Partitioned: unit 1's
+ * output (row-parallel, out of g); unit 0's and unit 2's are this rank's columns, unit 3's the
+ * logits (kept whole). Slice s = ceil(9·15 / 2) = 68. Rank 0 (7 columns), fp32 elements:
+ * outputs 9·7 + 68 + 9·7 + 9·10, shared saved 9·15 (unit 1's pre-GELU), working 2 × 2·68 = 691
+ * → 2764 B. Each rank's acts peak grows by 4 · (2·2·68 + 68 − 135) = 820 B. Per step: 2 gathers
+ * (one per micro-batch), each sending 1 slice: 2 × 68 × 4 = 544 B. */
+#define PA_MLP "--input 32 --hidden 15 --layers 3 --classes 10 --batch 18 --accum 2 --optimizer sgd --lr 0.05 --clip 0.5 " \
+               "--steps 4 --recompute --tp 2"
+Test(ch06_tp, pa_mlp_bitwise_formula, .timeout = 60) {
+  zl_out_t off = zl_launch(2, 30, "pa_mlp", "off", "%s/ch06_tp " PA_MLP " --pa 0", ZL_BIN);
+  zl_out_t on = zl_launch(2, 30, "pa_mlp", "on", "%s/ch06_tp " PA_MLP, ZL_BIN);
+  pa_expect_same_run("mlp --pa vs --pa 0", &off, &on, 4);
+  double acts = zl_json_num(on.json, "pa_acts_bytes"), formula = zl_json_num(on.json, "pa_acts_formula_bytes");
+  cr_assert(acts == 2764 && formula == 2764, "mlp: pa_acts_bytes %g, formula %g, expected 2764", acts, formula);
+  for (int r = 0; r < 2; r++) {
+    double d = zl_rank_mem(on.json, r, "acts_peak") - zl_rank_mem(off.json, r, "acts_peak");
+    cr_assert(d == 820, "mlp rank %d: acts peak %+g B with Pa, expected 4·(2·2·68 + 68 − 135) = +820", r, d);
+  }
+  pa_expect_traffic("mlp", &off, &on, 2, 2, 544);
+  zl_out_free(&off);
+  zl_out_free(&on);
+}
+
+/* The tiny GPT (L2 C32 S16 V256, 4 heads), b = 8, T = 2: the embedding's and both blocks' outputs
+ * partitioned (s = 8·16·32 / 2 = 2048 each), the logits kept (8·16·128). Shared saved: a block's
+ * 3SC + 4S + 12S·C/T + (NH/T)·S² = 5184 per sample (> the head's SC + 2S). Per rank, fp32:
+ * 3·2048 + 16384 + 8·5184 + 2 working × 4096 = 72192 → 288768 B (without Pa: 280576 — at L = 2
+ * the two working buffers outweigh the 3 half-outputs saved). Per step: 3 gathers × 2048 × 4 B. */
+#define PA_GPT GPT_SHAPE " --recompute --tp 2"
+Test(ch06_tp, pa_gpt_bitwise_formula, .timeout = 60) {
+  zl_out_t off = zl_launch(2, 30, "pa_gpt", "off", "%s/ch06_tp " PA_GPT " --pa 0", ZL_BIN);
+  zl_out_t on = zl_launch(2, 30, "pa_gpt", "on", "%s/ch06_tp " PA_GPT, ZL_BIN);
+  pa_expect_same_run("gpt --pa vs --pa 0", &off, &on, 4);
+  double S = GPT_S, C = GPT_C, L = GPT_L, V = GPT_V, NH = GPT_NH, T = 2, b = 8;
+  double s = b * S * C / T, block = 3 * S * C + 4 * S + 12 * S * C / T + NH / T * S * S;
+  double want = 4 * ((L + 1) * s + b * S * V / T + b * block + 2 * T * s), want_off = 4 * ((L + 1) * b * S * C + b * S * V / T + b * block);
+  double acts = zl_json_num(on.json, "pa_acts_bytes"), formula = zl_json_num(on.json, "pa_acts_formula_bytes");
+  cr_assert(acts == want && formula == want, "gpt: pa_acts_bytes %g, formula %g, expected %g", acts, formula, want);
+  cr_assert(zl_json_num(on.json, "acts_saved_bytes") == want && zl_json_num(off.json, "acts_saved_bytes") == want_off,
+            "gpt: acts_saved_bytes %g / %g with / without Pa, expected %g / %g", zl_json_num(on.json, "acts_saved_bytes"),
+            zl_json_num(off.json, "acts_saved_bytes"), want, want_off);
+  for (int r = 0; r < 2; r++) {
+    double d = zl_rank_mem(on.json, r, "acts_peak") - zl_rank_mem(off.json, r, "acts_peak");
+    cr_assert(d == want - want_off, "gpt rank %d: acts peak %+g B with Pa, expected %+g", r, d, want - want_off);
+  }
+  pa_expect_traffic("gpt", &off, &on, 2, L + 1, (L + 1) * s * 4);
+  zl_out_free(&off);
+  zl_out_free(&on);
+}
+
+/* --pa 1 where there is nothing to partition: exit 2 before MPI, naming the flag. */
+Test(ch06_tp, pa_needs_recompute_and_tp, .timeout = 30) {
+  char *out = NULL;
+  int rc = zl_run(0, 30, &out, "%s/ch06_tp --pa 1 --tp 1", ZL_BIN);
+  cr_assert_eq(rc, 2, "--pa 1 without --recompute: exit %d, expected 2:\n%s", rc, fail_lines(out));
+  cr_assert(strstr(out, "error: --pa 1: needs --recompute and --tp T > 1"), "message:\n%s", out);
+  free(out);
+}
