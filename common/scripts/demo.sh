@@ -3,13 +3,13 @@
 #
 #   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or one
 #                        rank per GPU when `nvidia-smi -L` lists 2 or more and the build has CUDA
-#   make demo CH=03      one chapter (a lecture slot)
+#   make demo CH=03      one chapter (a lecture slot): 00 .. 08
 #   --quick              tiny sizes, 2 ranks, fewer launches, into /tmp/zerolab-quick/ (the CI
 #                        check of the figures, tests/mpi/test_tutorial.c, uses it)
 #
-# Writes results/*.json (the programs' --json), results/*.trace.json (--trace, open them in
-# ui.perfetto.dev) and results/figures/*.png (common/scripts/plots.py): everything under
-# results/ (ignored by git), so a checkout is as clean after the tour as before it. The figures
+# Writes results/*.json (the programs' --json), results/*.trace.json and
+# results/pipeline/*.trace.json (--trace, open them in ui.perfetto.dev) and
+# results/figures/*.png (common/scripts/plots.py): everything under results/ (ignored by git), so a checkout is as clean after the tour as before it. The figures
 # the notes show (notes/figures/, tracked) change only through `make figures` (maintainers).
 # Each run is one program launch with small sizes; a chapter whose binary is not built is
 # announced and skipped.
@@ -26,7 +26,7 @@ for a in "$@"; do
     --quick) QUICK=1 ;;
     [0-9][0-9]) CH=$a ;;
     [0-9]) CH=0$a ;;
-    *) echo "error: demo.sh $a: allowed a chapter number 00..05 (make demo CH=03) or --quick" >&2; exit 2 ;;
+    *) echo "error: demo.sh $a: allowed a chapter number 00..08 (make demo CH=03) or --quick" >&2; exit 2 ;;
   esac
 done
 BIN=${ZL_BIN:-build/bin}
@@ -36,14 +36,14 @@ if [ "$QUICK" = 1 ]; then  # tiny runs never overwrite the real results and figu
   RES=${ZL_RESULTS:-/tmp/zerolab-quick/results}
   FIG=${ZL_FIGURES:-/tmp/zerolab-quick/figures}
 fi
-case "$CH" in ''|00|01|02|03|04|05) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05" >&2; exit 2 ;; esac
+case "$CH" in ''|00|01|02|03|04|05|06|07|08) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08" >&2; exit 2 ;; esac
 
 if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
 else B=""; D=""; Y=""; R=""; N=""; fi
 
-mkdir -p "$RES" "$RES/loss" "$RES/sweep" "$FIG"
-# the whole tour starts the loss and sweep folders afresh: runs of another size would not compare
-[ -z "$CH" ] && rm -f "$RES"/loss/*.json "$RES"/sweep/*.json
+mkdir -p "$RES" "$RES/loss" "$RES/sweep" "$RES/pipeline" "$FIG"
+# the whole tour starts the loss, sweep and pipeline folders afresh: runs of another size would not compare
+[ -z "$CH" ] && rm -f "$RES"/loss/*.json "$RES"/sweep/*.json "$RES"/pipeline/*.json
 T0=$(date +%s)
 FAILED=()
 SKIPPED=()
@@ -91,6 +91,15 @@ COLL_NS=(2 4)
 [ "$QUICK" = 1 ] && COLL_NS=(2)
 NPT=2   # the timelines: 2 CPU ranks, so each rank has a core and the rows stay readable
 [ "$DEVICE" = cuda ] && NPT=$NP
+# chapter 07's pipeline: the MLP of notes/07's figure, 6 micro-batches (tiny with --quick)
+PIPE_M=6; PIPE_MODEL=(--layers 5 --hidden 512 --input 256 --classes 10 --batch 384)
+[ "$QUICK" = 1 ] && PIPE_M=4 && PIPE_MODEL=(--layers 3 --hidden 64 --input 32 --classes 8 --batch 16)
+[ "$DEVICE" = cuda ] && PIPE_M=8 && PIPE_MODEL=("${TRACE_MODEL[@]}")
+NPP=$NPT  # pipeline stages: one per rank
+NTP=$(( NPT / 2 * 2 )); [ "$NTP" -lt 2 ] && NTP=2   # tensor parallelism: --tp 2 needs an even count
+# the activations chart (plot_gpt.py's ch00_gpt_acts): an 8B model, Llama-3-8B's shape, per sequence length
+ACTS_SEQS=(1024 2048 4096 8192 16384)
+ACTS_ARGS=(--params 8B --layers 32 --hidden 4096 --heads 32 --micro-batch 1 --ranks 8)
 BENCH=(--maxbytes 4M --iters 5 --warmup_iters 2)          # 4 KiB .. 4 MiB, median of 5
 [ "$QUICK" = 1 ] && BENCH=(--maxbytes 64K --iters 2 --warmup_iters 1)
 
@@ -162,11 +171,24 @@ do_ch00() {
 Mixed-precision Adam keeps 2Ψ bf16 params + 2Ψ grads + 12Ψ fp32 master, m and v = 16Ψ bytes.
 First the ZeRO paper's Figure 1 (7.5B parameters on 64 GPUs: 120 GB per GPU with DDP,
 1.9 GB with ZeRO-3), then an 8B model on one 8-GPU box. Look at the 'total' column.
+Last, the same 8B model with the activations of one sequence beside the model states, at
+sequence lengths ${ACTS_SEQS[0]} .. ${ACTS_SEQS[-1]}: ZeRO shards the states, never the activations.
 EOF
   have ch00_memory || return
   run 0 ch00_memory --params 7.5B --ranks 64 --json "$RES/ch00_paper.json"
   echo
   run 0 ch00_memory --params 8B --ranks 8 --json "$RES/ch00_8b.json"
+  echo
+  echo "${D}\$ $BIN/ch00_memory ${ACTS_ARGS[*]} --seq S --json $RES/ch00_acts_sS.json${N}  (S = ${ACTS_SEQS[*]})"
+  local s out
+  for s in "${ACTS_SEQS[@]}"; do   # one summary line each; the tables are in the JSON
+    if out=$(timeout -k 5 60 "$BIN/ch00_memory" "${ACTS_ARGS[@]}" --seq "$s" --json "$RES/ch00_acts_s$s.json" 2>&1); then
+      printf "  seq %5d: %s\n" "$s" "$(echo "$out" | grep -E '^activations are' | cut -d';' -f1)"
+    else
+      printf "  seq %5d: ${R}failed${N}: %s\n" "$s" "$(echo "$out" | tail -n 1)"
+      FAILED+=("ch00_memory ${ACTS_ARGS[*]} --seq $s")
+    fi
+  done
 }
 
 do_ch01() {
@@ -276,19 +298,72 @@ EOF
   done
 }
 
+do_ch06() {
+  step "Chapter 06 — tensor parallelism: the worked example on 2 ranks" <<'EOF'
+Y = act(X·A) with the 2×2 matrix A split between 2 ranks, printed rank by rank: split by
+columns, every rank gets whole output columns (exact for any activation, no communication);
+split by rows, the partial products must be summed by an all-reduce BEFORE the activation
+(GELU(a) + GELU(b) is not GELU(a + b)). That is Megatron's MLP: columns, then rows.
+EOF
+  have ch06_tp || return
+  run 2 ch06_tp --example
+  step "Chapter 06 — training with --tp 2: every layer pair split across 2 ranks" <<EOF
+The MLP of chapter 02 trained by $NTP ranks in TP groups of 2 (ranks / 2 data-parallel
+replicas): each pair of layers is one column-parallel and one row-parallel linear, with one
+all-reduce forward and one backward. The 'tensor-parallel traffic' table counts the bytes
+each rank sent in its TP group, beside the formula.
+EOF
+  brief_run '^(grid:|loss:|tensor-parallel traffic|rank +tp rank|[0-9]+ +[0-9]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9]+ *$)' \
+    "$NTP" ch06_tp --tp 2 "${MODEL[@]}" --steps "$STEPS" --device "$DEVICE" --json "$RES/ch06_tp.json"
+}
+
+do_ch07() {
+  step "Chapter 07 — pipeline parallelism: naive, GPipe and 1F1B, and their bubble" <<EOF
+The model's units cut into $NPP stages, one per rank; each step is $PIPE_M micro-batches whose
+activations flow forward and gradients backward between neighbour stages. naive runs one
+micro-batch at a time; GPipe all forwards, then all backwards; 1F1B alternates. Look at the
+'bubble' line: the idle fraction measured from the trace, beside (P-1)/P (naive) and
+(P-1)/(M+P-1). Each run writes a timeline: $RES/pipeline/<schedule>.trace.json.
+EOF
+  have ch07_pipeline || return
+  local sc
+  for sc in naive gpipe 1f1b; do
+    [ "$sc" = naive ] || echo
+    brief_run '^(ch07_pipeline:|bubble:|loss:)' "$NPP" ch07_pipeline "${PIPE_MODEL[@]}" --micro-batches "$PIPE_M" \
+      --schedule "$sc" --steps 6 \
+      --device "$DEVICE" --trace "$RES/pipeline/$sc.trace.json" --json "$RES/pipeline/$sc.json"
+  done
+}
+
+do_ch08() {
+  step "Chapter 08 — ZeRO-Offload: the optimizer states and the update on the host" <<EOF
+ZeRO-2 with --offload optimizer, bf16 + AdamW, on $NPT ranks: the device keeps the bf16
+params and this rank's grad shard (2Ψ + 2Ψ/N); the fp32 master, m and v (12Ψ/N) and the
+AdamW update live on the host, and each step copies the grad shard device -> host and the
+updated params host -> device. Compare the two memory tables: 'memory per rank' is the
+device, 'host memory per rank' holds exactly what left it. Timeline: $RES/offload.trace.json.
+EOF
+  have ch08_offload || return
+  brief_run '^(ch08_offload:|loss:|offload_|(host )?memory per rank|rank +params|0 +[0-9]+ |moved here)' \
+    "$NPT" ch08_offload --offload optimizer "${TRACE_MODEL[@]}" --precision bf16 --steps 6 --device "$DEVICE" \
+    --trace "$RES/offload.trace.json" --json "$RES/offload.json"
+}
+
 do_plots() {
   step "Figures from the JSON results" <<EOF
 common/scripts/plots.py draws every figure from the files just written under $RES/
-(never from numbers typed in): memory per rank, ch00's tables, busbw, the timelines,
-the loss curves and the traffic per step.
+(never from numbers typed in): memory per rank, ch00's tables and activations, busbw, the
+timelines (DDP, ZeRO-3, the pipeline, offload), the loss curves and the traffic per step.
 EOF
   local only=()
   case "$CH" in   # one chapter: its own figures only
-    00) only=(--only ch00) ;;
+    00) only=(--only ch00,ch00_gpt_acts) ;;
     01) only=(--only collbench) ;;
     02) only=(--only "memory,traffic,loss,timeline_ddp") ;;
     03 | 04) only=(--only "memory,traffic,loss") ;;
     05) only=(--only "memory,traffic,loss,timeline_zero3") ;;
+    07) only=(--only timeline_pipeline) ;;
+    08) only=(--only timeline_offload) ;;
   esac
   "${PLOT_PYTHON:-python3}" common/scripts/plots.py --results "$RES" --out "$FIG" "${only[@]}" || FAILED+=("plots.py")
 }
@@ -313,16 +388,21 @@ want 02 && plan+=(ch02)
 want 03 && plan+=(ch03)
 want 04 && plan+=(ch04)
 want 05 && plan+=(ch05)
-for p in "${plan[@]}"; do
-  case $p in ch01 | ch02) NSTEPS=$((NSTEPS + 2)) ;; *) NSTEPS=$((NSTEPS + 1)) ;; esac
-done
-sweep=()
+sweep=()   # after the ZeRO chapters, the sweep that measures them
 want 02 && sweep+=(ddp)
 want 03 && sweep+=(zero1)
 want 04 && sweep+=(zero2)
 want 05 && sweep+=(zero3)
-[ ${#sweep[@]} -gt 0 ] && NSTEPS=$((NSTEPS + 1))
-NSTEPS=$((NSTEPS + 1)) # plots
+[ ${#sweep[@]} -gt 0 ] && plan+=(sweep)
+want 06 && plan+=(ch06)
+want 07 && plan+=(ch07)
+want 08 && plan+=(ch08)
+for p in "${plan[@]}"; do
+  case $p in ch01 | ch02 | ch06) NSTEPS=$((NSTEPS + 2)) ;; *) NSTEPS=$((NSTEPS + 1)) ;; esac
+done
+PLOTS=1   # chapter 06 alone draws no figure
+[ "$CH" = 06 ] && PLOTS=0
+NSTEPS=$((NSTEPS + PLOTS))
 GPT=0   # the full tour ends with the GPT (not --quick: the CI check keeps to the figures)
 [ -z "$CH" ] && [ "$QUICK" = 0 ] && GPT=1 && NSTEPS=$((NSTEPS + 1))
 
@@ -338,17 +418,20 @@ for p in "${plan[@]}"; do
     ch03) do_zero 03 ch03_zero1 1 ;;
     ch04) do_zero 04 ch04_zero2 2 ;;
     ch05) do_zero 05 ch05_zero3 3 ;;
+    sweep) do_sweep "${sweep[@]}" ;;
+    ch06) do_ch06 ;;
+    ch07) do_ch07 ;;
+    ch08) do_ch08 ;;
   esac
 done
-[ ${#sweep[@]} -gt 0 ] && do_sweep "${sweep[@]}"
-do_plots
+[ "$PLOTS" = 1 ] && do_plots
 [ "$GPT" = 1 ] && do_gpt
 
 # ---- where everything is --------------------------------------------------------------------
 echo
 echo "${B}Done in $(( $(date +%s) - T0 )) s.${N}"
 echo "  results (JSON, one object per run):  $RES/*.json $RES/loss/ $RES/sweep/"
-traces=$(find "$RES" -maxdepth 1 -name '*.trace.json' | sort | tr '\n' ' ')
+traces=$(find "$RES" -maxdepth 2 -name '*.trace.json' | sort | tr '\n' ' ')
 [ -n "$traces" ] && echo "  timelines (open in ui.perfetto.dev):  $traces"
 echo "  figures:                             $FIG/*.png"
 echo "  the tour explained:                  notes/tour.md"
@@ -362,6 +445,9 @@ fi
 case "$CH" in
   '' | 05) next="make run CH=05 NP=4 ARGS=\"--steps 50 --prefetch 2 --trace /tmp/z3.trace.json\"" ;;
   00) next="$BIN/ch00_memory --params 70B --ranks 512" ;;
+  06) next="make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"" ;;
+  07) next="make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"" ;;
+  08) next="make run CH=08 NP=2 ARGS=\"--precision bf16 --steps 20 --offload none\"" ;;
   01) next="make run CH=01 NP=3 ARGS=\"--op reduce_scatter\"" ;;
   *) next="make run CH=$CH NP=3 ARGS=\"--steps 50 --collectives ring\"" ;;
 esac

@@ -8,7 +8,7 @@ Prints, for rank 0, the milliseconds per step of each phase (steps from 1 on: st
 forward, backward, the copies device -> host of the gradient pieces, the host optimizer, the
 copies host -> device of the updated pieces, and the waits. With --png (matplotlib needed), draws
 step K (default: the last) of every rank: compute row coloured by phase, communication row below.
-The lead wires it into plots.py / make plots.
+plot_trace(trace, png) is the function plots.py calls (figure timeline_offload, make plots).
 """
 import argparse
 import json
@@ -84,13 +84,14 @@ def plot(spans, threads, step, png):
     pids = sorted({e["pid"] for e in spans})
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.9 * len(pids)))
     rows, labels, seen = 0, [], set()
-    t_origin = None
+    t_origin, shown = None, set()
     for pid in pids:
         win = dict((k, (t0, t1)) for k, t0, t1 in step_windows(spans, pid))
-        k = step if step is not None else max(win)
+        k = step if step is not None else max(win, default=None)
         if k not in win:
             continue
         t0, t1 = win[k]
+        shown.add(k)
         if t_origin is None:
             t_origin = t0
         for e in spans:
@@ -109,15 +110,25 @@ def plot(spans, threads, step, png):
             seen.add(g)
         labels += [f"rank {pid} compute", f"rank {pid} comm"]
         rows += 2
+    if rows == 0:
+        plt.close(fig)
+        raise ValueError("no rank has step %s in this trace" % ("(any)" if step is None else step))
     ax.set_yticks(range(rows))
     ax.set_yticklabels(labels)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the start of the step (MEASURED, each rank from its own step start)")
-    ax.set_title(f"ZeRO-Offload: one step (step {step if step is not None else 'last'}) from the trace")
+    ax.set_title(f"ZeRO-Offload: step {', '.join(map(str, sorted(shown)))} of every rank, from the trace")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=4, fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
-    print(f"wrote {png}")
+    plt.close(fig)
+    print(f"  wrote {png}")
+
+
+def plot_trace(trace, png, step=None):
+    """Draw step `step` (default: the last) of the ch08_offload trace at `trace` into `png`."""
+    spans, threads = load(trace)
+    plot(spans, threads, step, png)
 
 
 def main():

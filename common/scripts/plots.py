@@ -6,22 +6,26 @@
 
 Every number comes from a file the programs wrote (--json, --trace, ch00_memory --json,
 ch01_collbench --json); formulas are recomputed here from notes/design.md's table only to
-draw them as outlines beside the measurement. The two schematics are the exception: they are
-drawn from a synthetic schedule (made-up durations, computed below), labelled "schematic" in
-the figure, and need no input. A figure whose inputs are missing is skipped
+draw them as outlines beside the measurement. The schematics are the exception: they are
+drawn from a synthetic schedule (made-up durations, computed below) or by hand (the GPT's
+units, plot_gpt.py), labelled "schematic" in the figure, and need no input. A figure whose inputs are missing is skipped
 with one line saying which file to make (common/scripts/demo.sh makes them all); the exit
 code is 0 unless a figure that had its inputs failed to draw.
 
 Figures (--only NAME) and their inputs, relative to --results:
   memory, traffic  sweep/<strategy>_np<N>.json          strategy ddp zero1 zero2 zero3, one model
   ch00             ch00_paper.json, ch00_8b.json         ch00_memory --json
+  ch00_gpt_acts    ch00_acts_s<S>.json, S = 1024 .. 16384 ch00_memory --seq S --json (plot_gpt.py)
   collbench        collbench_np<N>.json                  ch01_collbench --json
   timeline_ddp     ch02_naive.trace.json, ch02_bucketed.trace.json (+ the .json beside each)
   timeline_zero3   ch05_zero3.trace.json (+ ch05_zero3.json); ch05_zero3_p0.* (no prefetch) if there
+  timeline_pipeline pipeline/<schedule>.trace.json       ch07_pipeline --trace (plot_pipeline.py)
+  timeline_offload offload.trace.json                    ch08_offload --trace (plot_offload.py)
   loss             loss/<strategy>_np<N>.json            same model, batch, seed and steps
-Schematics, drawn with the timeline they come before (no inputs; counted on their own line):
+Schematics (no inputs; counted on their own line):
   schematic_ddp    with timeline_ddp: naive vs bucketed, one rank, synthetic durations
   schematic_zero3  with timeline_zero3: --prefetch 0 vs 1, one rank, synthetic durations
+  gpt_units        --only gpt_units: the GPT as the strategies see it (plot_gpt.py)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -41,6 +45,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402,F401
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+import plot_gpt  # noqa: E402  (common/scripts/plot_gpt.py: gpt_units, ch00_gpt_acts)
+import plot_offload  # noqa: E402  (common/scripts/plot_offload.py: timeline_offload)
+import plot_pipeline  # noqa: E402  (common/scripts/plot_pipeline.py: timeline_pipeline)
 
 STAGES = [("ddp", 0, "DDP (ZeRO-0)"), ("zero1", 1, "ZeRO-1"), ("zero2", 2, "ZeRO-2"), ("zero3", 3, "ZeRO-3")]
 STAGE_OF = {s: k for s, k, _ in STAGES}
@@ -579,6 +587,42 @@ def fig_timelines_zero3(results, outdir):
                              + ("\n" + diff if diff else ""))
 
 
+PIPELINE_ORDER = ["naive", "gpipe", "1f1b", "interleaved"]
+
+
+def fig_timeline_pipeline(results, outdir):
+    paths = glob.glob(os.path.join(results, "pipeline", "*.trace.json"))
+    if not paths:
+        return "no results/pipeline/<schedule>.trace.json (make demo CH=07: ch07_pipeline --schedule S --trace ...)"
+    sched = {os.path.basename(p)[:-len(".trace.json")]: p for p in paths}
+    order = [k for k in PIPELINE_ORDER if k in sched] + sorted(k for k in sched if k not in PIPELINE_ORDER)
+    png = os.path.join(outdir, "timeline_pipeline.png")
+    if plot_pipeline.plot_pipeline({k: sched[k] for k in order}, png) == 0:
+        raise ValueError("no trace under %s had a 'step N' event" % os.path.join(results, "pipeline"))
+    print("  wrote %s" % png)
+    return None
+
+
+def fig_timeline_offload(results, outdir):
+    path = os.path.join(results, "offload.trace.json")
+    if not os.path.exists(path):
+        return "no results/offload.trace.json (make demo CH=08: ch08_offload --trace results/offload.trace.json)"
+    plot_offload.plot_trace(path, os.path.join(outdir, "timeline_offload.png"))
+    return None
+
+
+def fig_gpt_acts(results, outdir):
+    missing = [s for s in plot_gpt.SEQS if not os.path.exists(os.path.join(results, "ch00_acts_s%d.json" % s))]
+    if missing:
+        return "no results/ch00_acts_s<S>.json for S = %s (make demo CH=00: ch00_memory %s --seq S --json ...)" % (
+            " ".join(map(str, missing)), " ".join(plot_gpt.ACTS_ARGS))
+    return plot_gpt.fig_acts(results, outdir, None)
+
+
+def schematic_gpt_units(outdir):
+    plot_gpt.fig_units(None, outdir, None)
+
+
 # ---- schematics: the schedule each strategy aims for, from synthetic durations ---------------
 # Not measurements: made-up durations in "time units", and the assumption that communication runs
 # on a resource of its own (a GPU's NCCL stream and links, or a free core), so it never slows the
@@ -704,8 +748,9 @@ def schematic_zero3(outdir):
         "if communication has a resource of its own" % (p0[2] - p1[2], p0[2]))
 
 
-SCHEMATICS = [  # (drawn with this figure of FIGURES, function, the PNG it writes)
+SCHEMATICS = [  # (drawn with this figure of FIGURES, or a --only name of its own; function, the PNG it writes)
     ("timeline_ddp", schematic_ddp, "schematic_ddp"), ("timeline_zero3", schematic_zero3, "schematic_zero3"),
+    ("gpt_units", schematic_gpt_units, "gpt_units"),
 ]
 
 
@@ -806,10 +851,14 @@ def fig_loss(results, outdir):
 
 FIGURES = [  # (name for --only, function, the PNG it writes)
     ("memory", fig_memory, "memory_per_rank"), ("ch00", fig_ch00, "ch00_memory"),
+    ("ch00_gpt_acts", fig_gpt_acts, "ch00_gpt_acts"),
     ("collbench", fig_collbench, "collbench_busbw"), ("timeline_ddp", fig_timelines_ddp, "timeline_ddp"),
-    ("timeline_zero3", fig_timelines_zero3, "timeline_zero3"), ("loss", fig_loss, "loss_curves"),
+    ("timeline_zero3", fig_timelines_zero3, "timeline_zero3"),
+    ("timeline_pipeline", fig_timeline_pipeline, "timeline_pipeline"),
+    ("timeline_offload", fig_timeline_offload, "timeline_offload"), ("loss", fig_loss, "loss_curves"),
     ("traffic", fig_traffic, "traffic_per_step"),
 ]
+ONLY_NAMES = [f[0] for f in FIGURES] + [s[0] for s in SCHEMATICS if s[0] not in [f[0] for f in FIGURES]]
 
 
 def check_pngs(outdir, names):
@@ -838,15 +887,15 @@ def main():
     ap = argparse.ArgumentParser(description="Draw the tutorial's figures from results/*.json.")
     ap.add_argument("--results", default="results", help="folder with the programs' JSON (default results)")
     ap.add_argument("--out", default=os.path.join("notes", "figures"), help="where the PNGs go (default notes/figures)")
-    ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(f[0] for f in FIGURES))
+    ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(ONLY_NAMES))
     ap.add_argument("--strict", action="store_true", help="exit 1 when any figure is skipped")
     ap.add_argument("--check", action="store_true",
                     help="draw nothing: check that every PNG of --out exists and is not blank (exit 1 if not)")
     args = ap.parse_args()
     only = [s for s in args.only.split(",") if s]
-    bad = [s for s in only if s not in [f[0] for f in FIGURES]]
+    bad = [s for s in only if s not in ONLY_NAMES]
     if bad:
-        sys.stderr.write("error: --only %s: allowed %s\n" % (",".join(bad), ", ".join(f[0] for f in FIGURES)))
+        sys.stderr.write("error: --only %s: allowed %s\n" % (",".join(bad), ", ".join(ONLY_NAMES)))
         return 2
     if args.check:
         names = [png for name, _, png in FIGURES if not only or name in only]
@@ -880,7 +929,7 @@ def main():
             schem_failed.append(name)
             print("  FAILED schematic for %s: %s: %s" % (name, type(e).__name__, e))
     if nschem:
-        print("schematics: %d drawn (synthetic schedules, labelled as such; no inputs needed)" % nschem)
+        print("schematics: %d drawn (synthetic or drawn by hand, labelled as such; no inputs needed)" % nschem)
     print("plots: %d drawn, %d skipped, %d failed -> %s" % (
         len([f for f in FIGURES if (not only or f[0] in only)]) - len(skipped) - len(failed),
         len(skipped), len(failed) + len(schem_failed), args.out))

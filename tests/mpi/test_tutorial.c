@@ -20,7 +20,7 @@ Test(common_tutorial, quick_tour_draws_every_figure, .timeout = 170) {
   int rc = zl_run(0, 150, &out, "%s", cmd);
   cr_assert_eq(rc, 0, "demo.sh --quick exited with %d (every chapter built? make build):\n...%s", rc,
                tail_of(out, 3000));
-  cr_assert(strstr(out, "plots: 7 drawn, 0 skipped, 0 failed"), "plots.py did not draw all 7 figures:\n...%s",
+  cr_assert(strstr(out, "plots: 10 drawn, 0 skipped, 0 failed"), "plots.py did not draw all 10 figures:\n...%s",
             tail_of(out, 3000));
   /* the tour's shape: progress counters, no chapter left unbuilt, the closing pointers */
   cr_assert(strstr(out, "[1/") && strstr(out, "Next, try:"), "demo.sh output lacks [1/N] progress or the closing "
@@ -34,14 +34,15 @@ Test(common_tutorial, quick_tour_draws_every_figure, .timeout = 170) {
   zl_run(0, 30, NULL, "rm -rf %s", dir); /* kept when a check fails, to look at */
 }
 
-/* No results at all: every figure is skipped with a one-line note, nothing crashes, exit 0. */
+/* No results at all: every figure is skipped with a one-line note (the schematics, which need no
+ * input, are still drawn), nothing crashes, exit 0. */
 Test(common_tutorial, plots_skip_missing_inputs, .timeout = 60) {
   char dir[256];
   zl_tmpdir(dir, sizeof dir, "noresults");
   char *out = NULL;
   int rc = zl_run(0, 50, &out, "python3 common/scripts/plots.py --results %s/none --out %s/figures", dir, dir);
   cr_assert_eq(rc, 0, "plots.py with no results exited with %d:\n%s", rc, out);
-  cr_assert(strstr(out, "plots: 0 drawn, 7 skipped, 0 failed"), "expected every figure skipped, got:\n%s", out);
+  cr_assert(strstr(out, "plots: 0 drawn, 10 skipped, 0 failed"), "expected every figure skipped, got:\n%s", out);
   cr_assert(strstr(out, "skipped memory: "), "expected a note naming the missing memory inputs, got:\n%s", out);
   free(out);
   zl_run(0, 30, NULL, "rm -rf %s", dir);
@@ -50,8 +51,9 @@ Test(common_tutorial, plots_skip_missing_inputs, .timeout = 60) {
 /* A chapter that does not exist: one error line, exit code 2, nothing run. */
 Test(common_tutorial, demo_rejects_bad_chapter, .timeout = 30) {
   char *out = NULL;
-  int rc = zl_run(0, 20, &out, "bash common/scripts/demo.sh 07");
-  cr_assert_eq(rc, 2, "demo.sh 07 exited with %d, expected 2:\n%s", rc, out);
-  cr_assert(strstr(out, "error: CH=07: allowed 00, 01, 02, 03, 04, 05"), "expected the allowed chapters, got:\n%s", out);
+  int rc = zl_run(0, 20, &out, "bash common/scripts/demo.sh 09");
+  cr_assert_eq(rc, 2, "demo.sh 09 exited with %d, expected 2:\n%s", rc, out);
+  cr_assert(strstr(out, "error: CH=09: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08"),
+            "expected the allowed chapters, got:\n%s", out);
   free(out);
 }
