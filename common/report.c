@@ -400,8 +400,13 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
     printf("%s: %.15g\n", run->extras[i].key, run->extras[i].value);
 
   int own = t->strategy->own_formulas; /* per-stage formulas, printed by the strategy above */
+  char devtext[64]; /* offloaded: the device keeps params and grads only (k = 0 bytes of optimizer per param) */
+  double wb = (double)dtype_size(t->wdt);
+  const char *mtext = own ? "per rank, the strategy's formula above"
+                      : any_host(all, N) ? strcat(formula_text_k(devtext, 40, stage, wb, wb, 0), " on the device")
+                                         : formula_text(stage, t->wdt, opt_states(cfg));
   printf("\nmemory per rank, bytes (stage %d, %s, %s: model states = %s; measured includes padding)\n", stage,
-         prec_name(cfg), opt_name(cfg), own ? "per rank, the strategy's formula above" : formula_text(stage, t->wdt, opt_states(cfg)));
+         prec_name(cfg), opt_name(cfg), mtext);
   printf("%-6s %12s %12s %12s %12s %14s %14s %10s %12s %12s %12s\n", "rank", "params", "grads", "master", "optim",
          "model states", "formula", "padding", "acts peak", "comm peak", "peak");
   for (int r = 0; r < NR; r++) {
@@ -420,6 +425,7 @@ static void print_tables(const trainer_t *t, const report_run_t *run, const rank
   fmt_bytes(fg, sizeof fg, f.grads);
   fmt_bytes(fm, sizeof fm, f.master);
   fmt_bytes(fo, sizeof fo, f.optim);
+  if (any_host(all, N)) snprintf(fm, sizeof fm, "(host)"), snprintf(fo, sizeof fo, "(host)"); /* offloaded: below */
   if (!own) printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
   if (t->dev == DEV_CUDA)
     for (int r = 0; r < NR; r++)

@@ -3,13 +3,16 @@
 (--mem-limit-mb: the ledger refuses beyond it), N = 4 ranks, bf16 AdamW; the GPT counterpart of
 budget_demo.sh (notes/benchmarks.md, GPT section).
 
-    python3 common/scripts/budget_gpt.py [--bin build/bin] [--out results/budget_gpt.json] [--budget 64]
+    python3 common/scripts/budget_gpt.py [--bin build/bin] [--out results/budget_gpt.json] [--budget 64] [--tp 2]
 
 Model: --n-layer 8 --n-head 4 --seq-len 64, vocab 256, one sequence per rank (--batch 4); the search
 is over n_embd in steps of 16. Predicted: chapter 00 for the same shape (model states per stage
 + this repository's fp32 activations of one sequence, gpt_acts_bytes); measured: the largest
 n_embd whose one-step run the ledger does not refuse. The ledger also counts op workspaces,
 communication buffers and, in ZeRO-3, the gathered units in flight, which the prediction leaves out.
+With --tp T, rows follow for tensor parallel × each stage (ch06_tp --tp T --zero S: T ranks split
+every layer, the stage shards what they hold over D = N/T): the same N, the same global batch of N
+sequences (so each TP rank runs N/D of them); measured only — chapter 00 has no TP formula.
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ def main():
     ap.add_argument("--bin", default="build/bin")
     ap.add_argument("--out", default="results/budget_gpt.json")
     ap.add_argument("--budget", type=float, default=64, help="MiB per rank")
+    ap.add_argument("--tp", type=int, default=0, help="also tensor parallel x each stage with T ranks per layer (0: no)")
     a = ap.parse_args()
     limit = a.budget * 1048576
     tmp = tempfile.mkdtemp(prefix="zl_budget_gpt_")
@@ -83,6 +87,17 @@ def main():
                      "measured_n_embd": mc, "measured_params": mpsi, "refusal": refusal.get(stage, "")})
         print("%-7s %10d %12d %10s %12d %8.2fx  %s" % (name, pc, ppsi, mc, mpsi, mpsi / ddp_psi if ddp_psi else 0,
                                                       refusal.get(stage, "")), flush=True)
+    if a.tp > 1:
+        top = max(r["measured_n_embd"] or 16 for r in rows)
+        for stage, name, _ in STAGES:
+            cmd = ["ch06_tp", "--tp", str(a.tp), "--zero", str(stage)]
+            mc = largest(lambda C: trains(10 + stage, cmd, C), hi=2 * top + 64)
+            mpsi = ch00(mc)[0] if mc else 0
+            rows.append({"stage": stage, "name": "TP%d x %s" % (a.tp, name), "tp": a.tp, "measured_n_embd": mc,
+                         "measured_params": mpsi, "refusal": refusal.get(10 + stage, "")})
+            print("%-7s %10s %12s %10s %12d %8.2fx  %s" % ("TP%d×%s" % (a.tp, name.replace("ZeRO-", "Z")), "-", "-", mc, mpsi,
+                                                          mpsi / ddp_psi if ddp_psi else 0, refusal.get(10 + stage, "")),
+                  flush=True)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     json.dump({"budget_mib": a.budget, "world": N, "precision": "bf16",
                "model": {"n_layer": L, "n_head": NH, "seq_len": T, "vocab": V, "batch_per_rank": 1}, "rows": rows},
