@@ -37,7 +37,7 @@ pack() {
   tar cJf "$build/lib/libs.tar.xz" -C "$tmp" .
   echo "packed $(ls "$tmp" | wc -l) libraries into $build/lib/libs.tar.xz ($(du -h "$build/lib/libs.tar.xz" | cut -f1)):" $(ls "$tmp")
   rm -rf "$tmp"
-  [ -f .ompi/ompi-bundle.sh ] || bash "$root/../shared/tools/ompi-bundle.sh" fetch .ompi || exit 1
+  [ -f .ompi/ompi_bundle.sh ] || bash "$here/ompi_bundle.sh" fetch .ompi || exit 1
   du -sh "$build/bin" "$build/tests" "$build/lib" .ompi
   echo "carry: $build/bin $build/tests $build/lib .ompi   then: bash common/scripts/gpu_session.sh run $build"
 }
@@ -51,8 +51,8 @@ run() {
     export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/tmp/zl_libs"
   fi
   # 2. Open MPI: the machine's, or the bundle carried in .ompi/
-  if ! command -v mpirun >/dev/null && [ -f .ompi/ompi-bundle.sh ]; then
-    eval "$(bash .ompi/ompi-bundle.sh env .ompi)"
+  if ! command -v mpirun >/dev/null && [ -f .ompi/ompi_bundle.sh ]; then
+    eval "$(bash .ompi/ompi_bundle.sh env .ompi)"
   fi
   # 3. CUDA libraries the rpath (/usr/local/cuda/lib64 here) does not find there: look for them
   local missing lib dir

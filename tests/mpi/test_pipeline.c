@@ -1,4 +1,4 @@
-/* test_pipeline.c — chapter 07, pipeline parallelism (contract 10 of ARCHITECTURE.md):
+/* test_pipeline.c — chapter 07, pipeline parallelism (notes/design.md, "The process grid": its contracts):
  * pipeline training equals 1-rank training with --accum M, bitwise, for P = 2, 3, 4 and every
  * schedule; the activations in flight per stage equal their formula (and the ledger's acts
  * peak moves by exactly that between GPipe and 1F1B); a failing stage takes the job down;
