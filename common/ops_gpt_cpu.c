@@ -29,8 +29,8 @@
 #define GPT_ON_CUDA(call) do { call; return; } while (0)
 #else
 #define GPT_ON_CUDA(call) \
-  die("rank %d: %s on --device cuda, but this binary was built without CUDA (rebuild with make GPU=1, " \
-      "or run with --device cpu)", check_rank(), __func__)
+  die_on_rank("%s on --device cuda, but this binary was built without CUDA (rebuild with make GPU=1, " \
+              "or run with --device cpu)", __func__)
 #endif
 
 /* Attention row block: S = Q·Kᵀ for rows r0..r1−1 only needs keys 0..r1−1, so the masked half of
@@ -38,7 +38,7 @@
 #define ATT_BLOCK 64
 
 static void gpt_check_dt(dtype_t dt, const char *op) {
-  if (dt != DT_F32 && dt != DT_BF16) die("rank %d: %s: unsupported dtype %s", check_rank(), op, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16) die_on_rank("%s: unsupported dtype %s", op, dtype_name(dt));
 }
 /* n elements of p (dtype dt) as fp32: p itself for F32, else widened into a workspace slot. */
 static const float *gpt_as_f32(const void *p, dtype_t dt, int64_t n, int slot) {
@@ -141,7 +141,7 @@ static void att_softmax_row(float *row, int t, int T) {
 
 void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_attention_fwd(out, att, qkv, B, T, C, NH));
-  if (NH <= 0 || C % NH != 0) die("rank %d: %s: C = %d is not a multiple of NH = %d", check_rank(), __func__, C, NH);
+  if (NH <= 0 || C % NH != 0) die_on_rank("%s: C = %d is not a multiple of NH = %d", __func__, C, NH);
   ops_blas_init();
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -172,7 +172,7 @@ void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, in
 void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
                       int C, int NH) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_attention_bwd(dqkv, dout, qkv, att, B, T, C, NH));
-  if (NH <= 0 || C % NH != 0) die("rank %d: %s: C = %d is not a multiple of NH = %d", check_rank(), __func__, C, NH);
+  if (NH <= 0 || C % NH != 0) die_on_rank("%s: C = %d is not a multiple of NH = %d", __func__, C, NH);
   ops_blas_init();
   if (B <= 0 || T <= 0) return;
   const int hs = C / NH, C3 = 3 * C;
@@ -226,7 +226,7 @@ void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *w
       int64_t p = (int64_t)b * T + t;
       int tok = tokens[p];
       if (tok < 0 || tok >= V)
-        die("rank %d: %s: token[%lld] = %d outside [0, %d)", check_rank(), __func__, (long long)p, tok, V);
+        die_on_rank("%s: token[%lld] = %d outside [0, %d)", __func__, (long long)p, tok, V);
       float *o = out + p * C;
       int64_t we = (int64_t)tok * C, pe = (int64_t)t * C;
       if (wdt == DT_F32) {
@@ -254,7 +254,7 @@ void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, c
   for (int64_t p = 0; p < BT; p++) {
     int tok = tokens[p];
     if (tok < 0 || tok >= V)
-      die("rank %d: %s: token[%lld] = %d outside [0, %d)", check_rank(), __func__, (long long)p, tok, V);
+      die_on_rank("%s: token[%lld] = %d outside [0, %d)", __func__, (long long)p, tok, V);
     end[tok]++;
   }
   for (int v = 1; v < V; v++) end[v] += end[v - 1]; /* end[v]: one past bucket v */

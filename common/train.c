@@ -205,7 +205,7 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
       if (t->rank == 0)
         die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step, where);
       comm_barrier(t->comm); /* rank 0 takes the job down */
-      die("rank %d: step %d: non-finite gradient", t->rank, t->step);
+      die_on_rank("step %d: non-finite gradient", t->step);
     }
     if (t->rank == 0)
       fprintf(stderr, "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
@@ -228,7 +228,7 @@ void trainer_report_extra(trainer_t *t, const char *key, double value) {
       in->extras[i].value = value;
       return;
     }
-  if (in->nextras >= TRAIN_MAX_EXTRAS) die("rank %d: trainer_report_extra: more than %d extras", t->rank, TRAIN_MAX_EXTRAS);
+  if (in->nextras >= TRAIN_MAX_EXTRAS) die_on_rank("trainer_report_extra: more than %d extras", TRAIN_MAX_EXTRAS);
   report_extra_t *e = &in->extras[in->nextras++];
   snprintf(e->key, sizeof e->key, "%s", key);
   e->value = value;
@@ -245,7 +245,7 @@ static void check_master_bits(trainer_t *t) {
   op_cast(DEV_CPU, want, DT_BF16, m, DT_F32, n);
   for (int64_t i = 0; i < n; i++)
     if (p[i] != want[i])
-      die("rank %d: step %d: bf16 params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->rank, t->step,
+      die_on_rank("step %d: bf16 params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->step,
           (long long)i, p[i], (long long)i, m[i], want[i]);
   free(p);
   free(want);
@@ -513,10 +513,10 @@ static double evaluate(trainer_t *t) {
 
 static void eval_record(trainer_t *t, int step) {
   struct train_internal *in = t->in;
-  if (!in->out) die("rank %d: --eval-every: not available with a strategy that runs its own schedule", t->rank);
+  if (!in->out) die_on_rank("--eval-every: not available with a strategy that runs its own schedule");
   double v = evaluate(t);
   in->evals = realloc(in->evals, sizeof(report_eval_t) * (size_t)(in->nevals + 1));
-  if (!in->evals) die("rank %d: out of host memory for the evaluations", t->rank);
+  if (!in->evals) die_on_rank("out of host memory for the evaluations");
   in->evals[in->nevals++] = (report_eval_t){.step = step, .val_loss = v};
   if (t->rank == 0 && !t->cfg->quiet) {
     printf("step %5d  val loss %.6f  (%d validation batches; uniform over 256 bytes: %.4f)\n", step, v,
@@ -535,7 +535,7 @@ static void sample_text(trainer_t *t) {
   const model_t *m = &t->model;
   const strategy_t *s = t->strategy;
   int T = m->rows, V = m->classes, U = m->n_units, N = cfg->sample, len = 1;
-  if (!in->out) die("rank %d: --sample: not available with a strategy that runs its own schedule", t->rank);
+  if (!in->out) die_on_rank("--sample: not available with a strategy that runs its own schedule");
   int *ctx = xcalloc((size_t)T, sizeof(int), "sample context");
   float *row = xmalloc((size_t)V * sizeof(float), "sample logits");
   char *text = xcalloc((size_t)N + 1, 1, "sample text");
