@@ -65,12 +65,23 @@ gpt_block_layout_t gpt_block_layout(int C) {
   return l;
 }
 
+gpt_block_t gpt_block_whole(gpt_shape_t s) {
+  return (gpt_block_t){.S = s.seq_len, .C = s.n_embd, .Cr = s.n_embd, .NHr = s.n_head, .l = gpt_block_layout(s.n_embd)};
+}
+
+int64_t gpt_block_saved(const gpt_block_t *k) {
+  int64_t S = k->S, C = k->C, Cr = k->Cr;
+  return 3 * S * C + 4 * S + 12 * S * Cr + (int64_t)k->NHr * S * S;
+}
+
+int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B) { return (int64_t)B * k->S * (4 * (int64_t)k->Cr + k->C); }
+
 static int64_t emb_numel(gpt_shape_t s) { return ((int64_t)s.vocab + s.seq_len) * s.n_embd; }
 static int64_t head_numel(gpt_shape_t s) { return (int64_t)s.vocab * s.n_embd + 2 * (int64_t)s.n_embd; }
 /* saved fp32 elements per sample (gpt.h) */
 static int64_t block_saved(gpt_shape_t s) {
-  int64_t T = s.seq_len, C = s.n_embd;
-  return 15 * T * C + 4 * T + (int64_t)s.n_head * T * T;
+  gpt_block_t k = gpt_block_whole(s);
+  return gpt_block_saved(&k);
 }
 static int64_t head_saved(gpt_shape_t s) { return (int64_t)s.seq_len * s.n_embd + 2 * (int64_t)s.seq_len; }
 
@@ -156,21 +167,21 @@ static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->gra
 
 /* A block's saved activations, carved from io->saved in the order of gpt.h: each (B, ...) */
 typedef struct block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } block_acts_t;
-static block_acts_t block_acts(gpt_shape_t s, int B, float *saved) {
-  int64_t BT = (int64_t)B * s.seq_len, BTC = BT * s.n_embd;
+static block_acts_t block_acts(const gpt_block_t *k, int B, float *saved) {
+  int64_t BT = (int64_t)B * k->S, BTC = BT * k->C, BTCr = BT * k->Cr;
   block_acts_t a;
   float *p = saved;
   a.ln1 = p, p += BTC;
   a.mean1 = p, p += BT;
   a.rstd1 = p, p += BT;
-  a.qkv = p, p += 3 * BTC;
-  a.att = p, p += BT * s.n_head * s.seq_len;
-  a.atty = p, p += BTC;
+  a.qkv = p, p += 3 * BTCr;
+  a.att = p, p += BT * k->NHr * k->S;
+  a.atty = p, p += BTCr;
   a.x2 = p, p += BTC;
   a.ln2 = p, p += BTC;
   a.mean2 = p, p += BT;
   a.rstd2 = p, p += BT;
-  a.fch = p, p += 4 * BTC;
+  a.fch = p, p += 4 * BTCr;
   a.fchg = p;
   return a;
 }
@@ -202,18 +213,40 @@ static void gpt_forward(const model_t *m, int u, const unit_io_t *io) {
     op_linear_fwd(dev, io->y, lnf, P(io, 2 * (int64_t)C), NULL, wdt, BT, C, V);
     return;
   }
-  gpt_block_layout_t l = gpt_block_layout(C);
-  block_acts_t a = block_acts(s, B, io->saved);
+  gpt_block_t k = gpt_block_whole(s);
+  gpt_block_forward(&k, io);
+}
+
+/* A row-parallel matmul (proj, fcproj: in → C): with its bias, or (split) partial, then g and the bias. */
+static void row_linear_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in) {
+  int64_t rows = (int64_t)io->B * k->S;
+  if (!k->g_forward) {
+    op_linear_fwd(io->dev, y, x, P(io, w), P(io, b), io->wdt, (int)rows, in, k->C);
+    return;
+  }
+  op_linear_fwd(io->dev, y, x, P(io, w), NULL, io->wdt, (int)rows, in, k->C); // partial (BT,C)
+  k->g_forward(k->hook_ctx, io, y, P(io, b), rows);                          // all-reduce, + b
+}
+
+void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
   int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  gpt_block_layout_t l = k->l;
+  block_acts_t a = block_acts(k, B, io->saved);
+  const float *x = io->x;
   op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BT, C); // (BT,C)
-  op_linear_fwd(dev, a.qkv, a.ln1, P(io, l.qkvw), P(io, l.qkvb), wdt, BT, C, 3 * C);           // (BT,3C)
-  op_attention_fwd(dev, a.atty, a.att, a.qkv, B, T, C, s.n_head);                               // (BT,C)
-  op_linear_fwd(dev, a.x2, a.atty, P(io, l.projw), P(io, l.projb), wdt, BT, C, C);
+  if (k->f_forward) k->f_forward(k->hook_ctx, a.ln1, n);
+  op_linear_fwd(dev, a.qkv, a.ln1, P(io, l.qkvw), P(io, l.qkvb), wdt, BT, C, 3 * Cr);          // (BT,3Cr)
+  op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                                // (BT,Cr)
+  row_linear_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr);
   op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
   op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BT, C);
-  op_linear_fwd(dev, a.fch, a.ln2, P(io, l.fcw), P(io, l.fcb), wdt, BT, C, 4 * C);              // (BT,4C)
-  op_gelu_fwd(dev, a.fchg, a.fch, 4 * n);
-  op_linear_fwd(dev, io->y, a.fchg, P(io, l.fcprojw), P(io, l.fcprojb), wdt, BT, 4 * C, C);
+  if (k->f_forward) k->f_forward(k->hook_ctx, a.ln2, n);
+  op_linear_fwd(dev, a.fch, a.ln2, P(io, l.fcw), P(io, l.fcb), wdt, BT, C, 4 * Cr);             // (BT,4Cr)
+  op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
+  row_linear_fwd(k, io, io->y, a.fchg, l.fcprojw, l.fcprojb, 4 * Cr);
   op_add(dev, io->y, a.x2, DT_F32, n);                                                          // y = x2 + mlp
 }
 
@@ -242,19 +275,33 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
     }
     return;
   }
-  gpt_block_layout_t l = gpt_block_layout(C);
-  block_acts_t a = block_acts(s, B, io->saved);
-  float *s4 = scratch(dev, 5 * n), *s1 = s4 + 4 * n, *s3 = s4; /* s3 reuses s4 once it is dead */
-  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2))))
-  op_linear_bwd(dev, s4, G(io, l.fcprojw), G(io, l.fcprojb), dy, a.fchg, P(io, l.fcprojw), wdt, BT, 4 * C, C, beta);
-  op_gelu_bwd(dev, s4, s4, a.fch, 4 * n);                                                       // d fch
-  op_linear_bwd(dev, s1, G(io, l.fcw), G(io, l.fcb), s4, a.ln2, P(io, l.fcw), wdt, BT, C, 4 * C, beta); // d ln2
+  gpt_block_t k = gpt_block_whole(s);
+  gpt_block_backward(&k, io, scratch(dev, gpt_block_scratch_numel(&k, B)));
+}
+
+void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  float beta = io->beta;
+  gpt_block_layout_t l = k->l;
+  block_acts_t a = block_acts(k, B, io->saved);
+  const float *x = io->x;
+  float *dy = io->dy;
+  float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s4 (BT,4Cr), s1 (BT,C); s3 (BT,3Cr): s4 once dead */
+  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy is whole
+  op_linear_bwd(dev, s4, G(io, l.fcprojw), G(io, l.fcprojb), dy, a.fchg, P(io, l.fcprojw), wdt, BT, 4 * Cr, C, beta);
+  op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                       // d fch
+  op_linear_bwd(dev, s1, G(io, l.fcw), G(io, l.fcb), s4, a.ln2, P(io, l.fcw), wdt, BT, C, 4 * Cr, beta); // d ln2
+  if (k->f_backward) k->f_backward(k->hook_ctx, s1, n);                                        // (split) Σ partials
   op_layernorm_bwd(dev, dy, G(io, l.ln2w), G(io, l.ln2b), s1, a.x2, a.mean2, a.rstd2, P(io, l.ln2w), wdt, BT, C,
                    beta);                                                                       // dy := d x2
   // attention: x2 = x + proj(attn(qkv(ln1(x))))
-  op_linear_bwd(dev, s1, G(io, l.projw), G(io, l.projb), dy, a.atty, P(io, l.projw), wdt, BT, C, C, beta); // d atty
-  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, T, C, s.n_head);                               // d qkv (BT,3C)
-  op_linear_bwd(dev, s1, G(io, l.qkvw), G(io, l.qkvb), s3, a.ln1, P(io, l.qkvw), wdt, BT, C, 3 * C, beta); // d ln1
+  op_linear_bwd(dev, s1, G(io, l.projw), G(io, l.projb), dy, a.atty, P(io, l.projw), wdt, BT, Cr, C, beta); // d atty
+  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv (BT,3Cr)
+  op_linear_bwd(dev, s1, G(io, l.qkvw), G(io, l.qkvb), s3, a.ln1, P(io, l.qkvw), wdt, BT, C, 3 * Cr, beta); // d ln1
+  if (k->f_backward) k->f_backward(k->hook_ctx, s1, n);                                        // (split) Σ partials
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
     op_layernorm_bwd(dev, io->dx, G(io, l.ln1w), G(io, l.ln1b), s1, x, a.mean1, a.rstd1, P(io, l.ln1w), wdt, BT, C,

@@ -44,6 +44,42 @@ typedef struct gpt_block_layout {
 } gpt_block_layout_t;
 gpt_block_layout_t gpt_block_layout(int C);
 
+/* ---- one block, forward and backward: the unsplit GPT's units 1..L and Megatron's split of them
+ * (solutions/tp.c) run this same sequence. What differs is in gpt_block_t: the widths of this
+ * rank's part of attention and of the MLP (Cr = C and NHr = NH unsplit; C/T and NH/T heads with
+ * T-way tensor parallelism), where each tensor sits in the unit (layout l), and, when split,
+ * Megatron's f and g around the column-parallel (qkv, fc) and row-parallel (proj, fcproj) matmuls.
+ * With the hooks NULL a row-parallel matmul adds its own bias; with them its partial output is
+ * summed by g and the bias added once after the sum. g's backward and f's forward are identities:
+ * f_forward is called all the same, so the split reads as Megatron's. */
+typedef struct gpt_block {
+  int S, C;            /* seq_len and n_embd: the residual stream (B·S, C) is whole on every rank */
+  int Cr, NHr;         /* attention on NHr heads, Cr features (qkv 3Cr, atty Cr); the MLP 4Cr wide */
+  gpt_block_layout_t l; /* offsets (elements) of the block's tensors in its unit */
+  void *hook_ctx;      /* the hooks' first argument (tp.c: its tp_gpt_t) */
+  /* before a column-parallel matmul: x (numel) is whole on every rank already (identity) */
+  void (*f_forward)(void *ctx, const float *x, int64_t numel);
+  /* after a column-parallel matmul's backward: dx (numel) = Σ over the group of the partial dx */
+  void (*f_backward)(void *ctx, float *dx, int64_t numel);
+  /* after a row-parallel matmul: y (rows, C) = Σ over the group of the partial y, then + b once
+   * (b: C values in io->wdt) */
+  void (*g_forward)(void *ctx, const unit_io_t *io, float *y, const void *b, int64_t rows);
+} gpt_block_t;
+/* The unsplit block of shape s: Cr = C, NHr = NH, gpt_block_layout, no hooks. */
+gpt_block_t gpt_block_whole(gpt_shape_t s);
+/* fp32 elements a block saves per sample (its saved_numel): 3SC + 4S + 12S·Cr + NHr·S²
+ * (= 15SC + 4S + NH·S² unsplit; gpt.h's table at the top). */
+int64_t gpt_block_saved(const gpt_block_t *k);
+/* fp32 scratch a block's backward needs for B samples: B·S·(4Cr + C). */
+int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B);
+/* One block's forward on io (model.h's unit contract): y (B·S, C) from x, its activations into
+ * io->saved in the order of the table above. */
+void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io);
+/* Its backward: parameter gradients (io->beta accumulation), io->dx when not NULL; io->dy is
+ * overwritten (it carries the gradient of x2 midway). work: gpt_block_scratch_numel fp32 on
+ * io->dev (the caller's; contents irrelevant). */
+void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work);
+
 /* Activation bytes the loop keeps for a micro-batch of b samples: every unit's output plus
  * every unit's saved activations (recompute = 0), or every output plus ONE shared saved buffer
  * of the largest unit (recompute = 1). With s = T, h = C, a = NH, fp32:

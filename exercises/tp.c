@@ -399,13 +399,8 @@ static const model_fns_t tp_mlp_model_fns = {.name = "mlp", .init_unit = tp_mode
  * proj row-parallel → g (all-reduce 1) → + b, + x; f → fc column-parallel → GELU → fcproj
  * row-parallel → g (all-reduce 2) → + b, + x2. Backward: the two f's all-reduce the partial
  * input gradients of fc and qkv (all-reduces 3 and 4); the g's are identities. Each of B·S·C. */
-typedef struct tp_block_layout {
-  int64_t ln1w, ln1b, projb, ln2w, ln2b, fcprojb, rep; /* replicated: rep = 6C of them */
-  int64_t qkvw, qkvb, projw, fcw, fcb, fcprojw, numel; /* split */
-} tp_block_layout_t;
-
-static tp_block_layout_t tp_block_layout(int C, int Cr) {
-  tp_block_layout_t l;
+static gpt_block_layout_t tp_block_layout(int C, int Cr) { /* gpt.h's offsets, in the local order above */
+  gpt_block_layout_t l;
   int64_t c = C, cr = Cr, at = 0;
   l.ln1w = at, at += c;
   l.ln1b = at, at += c;
@@ -413,8 +408,7 @@ static tp_block_layout_t tp_block_layout(int C, int Cr) {
   l.ln2w = at, at += c;
   l.ln2b = at, at += c;
   l.fcprojb = at, at += c;
-  l.rep = at;
-  l.qkvw = at, at += 3 * cr * c;
+  l.qkvw = at, at += 3 * cr * c; /* the first split tensor: the 6C before it are the replicated ones */
   l.qkvb = at, at += 3 * cr;
   l.projw = at, at += c * cr;
   l.fcw = at, at += 4 * cr * c;
@@ -481,7 +475,7 @@ static void tp_gpt_map(const tp_gpt_t *c, int u, int q, float *full, float *loca
   } else {
     int cr = c->C / c->T, clo = q * cr;
     gpt_block_layout_t f = gpt_block_layout(c->C);
-    tp_block_layout_t l = tp_block_layout(c->C, cr);
+    gpt_block_layout_t l = tp_block_layout(c->C, cr);
     mv(full + f.ln1w, local + l.ln1w, C, to_local);
     mv(full + f.ln1b, local + l.ln1b, C, to_local);
     mv(full + f.projb, local + l.projb, C, to_local);
@@ -499,6 +493,34 @@ static void tp_gpt_map(const tp_gpt_t *c, int u, int q, float *full, float *loca
   }
 }
 
+/* z (rows, C) += b on every row, once (after g's sum); b in wdt. */
+static void tp_gpt_bias_add(tp_gpt_t *c, device_t dev, dtype_t wdt, float *z, const void *b, int rows) {
+  const float *b32 = b;
+  if (wdt != DT_F32) {
+    b32 = grow(&c->bias32, "tp row bias (fp32)", DT_F32, dev, c->C);
+    op_cast(dev, (void *)b32, DT_F32, b, wdt, c->C);
+  }
+  for (int i = 0; i < rows; i++) op_add(dev, z + (int64_t)i * c->C, b32, DT_F32, c->C);
+}
+
+/* Megatron's f and g as gpt.h's block hooks: gpt_block_forward / gpt_block_backward run the block
+ * (common/gpt.c), on this rank's heads and MLP columns, and call these around the split matmuls. */
+static void tp_gpt_f_forward(void *ctx, const float *x, int64_t numel) { tp_f_forward(((tp_gpt_t *)ctx)->tp, x, numel); }
+static void tp_gpt_f_backward(void *ctx, float *dx, int64_t numel) { tp_f_backward(((tp_gpt_t *)ctx)->tp, dx, numel); }
+static void tp_gpt_g_forward(void *ctx, const unit_io_t *io, float *y, const void *b, int64_t rows) {
+  tp_gpt_t *c = ctx;
+  tp_g_forward(c->tp, y, rows * c->C);            /* all-reduces 1 (proj) and 2 (fcproj) */
+  tp_gpt_bias_add(c, io->dev, io->wdt, y, b, (int)rows);
+}
+
+/* A block on this rank: Cr = C/T features and NHr = NH/T heads, the local layout, f and g.
+ * It saves per sample 3SC + 4S + 12S·Cr + NHr·S² (gpt.h's, the split tensors at 1/T). */
+static gpt_block_t tp_gpt_block(tp_gpt_t *c) {
+  return (gpt_block_t){.S = c->S, .C = c->C, .Cr = c->Cr, .NHr = c->NHr, .l = tp_block_layout(c->C, c->Cr),
+                       .hook_ctx = c, .f_forward = tp_gpt_f_forward, .f_backward = tp_gpt_f_backward,
+                       .g_forward = tp_gpt_g_forward};
+}
+
 static void tp_split_gpt(model_t *m, comm_t *tp) {
   int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
   gpt_shape_t s = m->gpt;
@@ -514,7 +536,7 @@ static void tp_split_gpt(model_t *m, comm_t *tp) {
   c->S = s.seq_len, c->C = s.n_embd, c->V = s.vocab, c->NH = s.n_head;
   c->Cr = s.n_embd / T, c->NHr = s.n_head / T, c->c_lo = r * c->Cr;
   c->Vr = tp_part_numel(s.vocab, T, r), c->v_lo = tp_part_lo(s.vocab, T, r);
-  int64_t S = c->S, C = c->C, SC = S * C, Cr = c->Cr;
+  int64_t S = c->S, C = c->C, SC = S * C;
   for (int u = 0; u < U; u++) {
     unit_t *un = &m->units[u];
     un->numel = tp_gpt_local_numel(c, u, r);
@@ -530,8 +552,9 @@ static void tp_split_gpt(model_t *m, comm_t *tp) {
       un->tp_ar2_calls = 3;
       un->tp_ar2_numel = S;
     } else { /* 2 g's forward, 2 f's backward */
-      un->tp_rep_numel = tp_block_layout(c->C, c->Cr).rep;
-      un->saved_numel = 3 * SC + 4 * S + 12 * S * Cr + (int64_t)c->NHr * S * S;
+      un->tp_rep_numel = tp_block_layout(c->C, c->Cr).qkvw; /* 6C: all before the first split tensor */
+      gpt_block_t k = tp_gpt_block(c);
+      un->saved_numel = gpt_block_saved(&k);
       un->tp_ar_calls = 4;
       un->tp_ar_fwd_calls = 2;
     }
@@ -583,40 +606,9 @@ static const int *tp_gpt_tokens(tp_gpt_t *c, device_t dev, const int *x, int64_t
   return dst;
 }
 
-/* z (rows, C) += b on every row, once (after g's sum); b in wdt. */
-static void tp_gpt_bias_add(tp_gpt_t *c, device_t dev, dtype_t wdt, float *z, const void *b, int rows) {
-  const float *b32 = b;
-  if (wdt != DT_F32) {
-    b32 = grow(&c->bias32, "tp row bias (fp32)", DT_F32, dev, c->C);
-    op_cast(dev, (void *)b32, DT_F32, b, wdt, c->C);
-  }
-  for (int i = 0; i < rows; i++) op_add(dev, z + (int64_t)i * c->C, b32, DT_F32, c->C);
-}
-
-/* A block's saved activations, per sample 3SC + 4S + 12S·Cr + NHr·S² (gpt.c's, with the split
- * tensors at 1/T: qkv 3S·Cr, att NHr·S², atty S·Cr, fc 4S·Cr and its GELU 4S·Cr). */
-typedef struct tp_block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } tp_block_acts_t;
-static tp_block_acts_t tp_block_acts(const tp_gpt_t *c, int B, float *p) {
-  int64_t BT = (int64_t)B * c->S, BTC = BT * c->C, BTCr = BT * c->Cr;
-  tp_block_acts_t a;
-  a.ln1 = p, p += BTC;
-  a.mean1 = p, p += BT;
-  a.rstd1 = p, p += BT;
-  a.qkv = p, p += 3 * BTCr;
-  a.att = p, p += BT * c->NHr * c->S;
-  a.atty = p, p += BTCr;
-  a.x2 = p, p += BTC;
-  a.ln2 = p, p += BTC;
-  a.mean2 = p, p += BT;
-  a.rstd2 = p, p += BT;
-  a.fch = p, p += 4 * BTCr;
-  a.fchg = p;
-  return a;
-}
-
 static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
   tp_gpt_t *c = m->ctx;
-  int B = io->B, S = c->S, C = c->C, Cr = c->Cr, BT = B * S;
+  int B = io->B, S = c->S, C = c->C, BT = B * S;
   int64_t n = (int64_t)BT * C;
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
@@ -637,29 +629,13 @@ static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
     op_linear_fwd(dev, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr);
     return;
   }
-  tp_block_layout_t l = tp_block_layout(C, Cr);
-  tp_block_acts_t a = tp_block_acts(c, B, io->saved);
-  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, gP(io, l.ln1w), gP(io, l.ln1b), wdt, BT, C); // (BT,C)
-  tp_f_forward(c->tp, a.ln1, n);
-  op_linear_fwd(dev, a.qkv, a.ln1, gP(io, l.qkvw), gP(io, l.qkvb), wdt, BT, C, 3 * Cr); // (BT,3Cr) own heads
-  op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, c->NHr);                       // (BT,Cr)
-  op_linear_fwd(dev, a.x2, a.atty, gP(io, l.projw), NULL, wdt, BT, Cr, C);            // partial (BT,C)
-  tp_g_forward(c->tp, a.x2, n);                                                         // all-reduce 1
-  tp_gpt_bias_add(c, dev, wdt, a.x2, gP(io, l.projb), BT);
-  op_add(dev, a.x2, x, DT_F32, n); // x2 = x + attn
-  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, gP(io, l.ln2w), gP(io, l.ln2b), wdt, BT, C);
-  tp_f_forward(c->tp, a.ln2, n);
-  op_linear_fwd(dev, a.fch, a.ln2, gP(io, l.fcw), gP(io, l.fcb), wdt, BT, C, 4 * Cr); // (BT,4Cr)
-  op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
-  op_linear_fwd(dev, io->y, a.fchg, gP(io, l.fcprojw), NULL, wdt, BT, 4 * Cr, C); // partial (BT,C)
-  tp_g_forward(c->tp, io->y, n);                                                   // all-reduce 2
-  tp_gpt_bias_add(c, dev, wdt, io->y, gP(io, l.fcprojb), BT);
-  op_add(dev, io->y, a.x2, DT_F32, n); // y = x2 + mlp
+  gpt_block_t k = tp_gpt_block(c); /* 2 g's forward (all-reduces 1, 2) */
+  gpt_block_forward(&k, io);
 }
 
 static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   tp_gpt_t *c = m->ctx;
-  int B = io->B, S = c->S, C = c->C, Cr = c->Cr, BT = B * S;
+  int B = io->B, S = c->S, C = c->C, BT = B * S;
   int64_t n = (int64_t)BT * C;
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
@@ -674,39 +650,20 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
     tensor_free(&c->scratch); /* the last unit of the backward */
     return;
   }
-  const float *x = io->x;
-  float *dy = io->dy;
-  float *s4 = grow(&c->scratch, "tp gpt backward scratch", DT_F32, dev, n + 4 * (int64_t)BT * Cr);
-  float *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s1 (BT,C); s4 (BT,4Cr), later s3 (BT,3Cr) */
+  gpt_block_t k = tp_gpt_block(c);
+  float *work = grow(&c->scratch, "tp gpt backward scratch", DT_F32, dev, gpt_block_scratch_numel(&k, B));
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
-    op_linear_bwd(dev, s1, gG(io, 2 * (int64_t)C), NULL, dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C, c->Vr, beta);
-    tp_f_backward(c->tp, s1, n); /* dlnf: each rank's share is its vocabulary's */
+    float *dlnf = work; // (BT,C)
+    op_linear_bwd(dev, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C, c->Vr, beta);
+    tp_f_backward(c->tp, dlnf, n); /* dlnf: each rank's share is its vocabulary's */
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, n);
-      op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), s1, x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
+      op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
     }
     return;
   }
-  tp_block_layout_t l = tp_block_layout(C, Cr);
-  tp_block_acts_t a = tp_block_acts(c, B, io->saved);
-  // MLP: g's backward is the identity (dy whole); fcproj's bias gradient the same on every rank
-  op_linear_bwd(dev, s4, gG(io, l.fcprojw), gG(io, l.fcprojb), dy, a.fchg, gP(io, l.fcprojw), wdt, BT, 4 * Cr, C, beta);
-  op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);
-  op_linear_bwd(dev, s1, gG(io, l.fcw), gG(io, l.fcb), s4, a.ln2, gP(io, l.fcw), wdt, BT, C, 4 * Cr, beta);
-  tp_f_backward(c->tp, s1, n); // all-reduce 3: d ln2
-  op_layernorm_bwd(dev, dy, gG(io, l.ln2w), gG(io, l.ln2b), s1, a.x2, a.mean2, a.rstd2, gP(io, l.ln2w), wdt, BT, C,
-                   beta); // dy := d x2
-  // attention
-  op_linear_bwd(dev, s1, gG(io, l.projw), gG(io, l.projb), dy, a.atty, gP(io, l.projw), wdt, BT, Cr, C, beta); // (BT,Cr)
-  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, c->NHr); // d qkv_r (BT,3Cr)
-  op_linear_bwd(dev, s1, gG(io, l.qkvw), gG(io, l.qkvb), s3, a.ln1, gP(io, l.qkvw), wdt, BT, C, 3 * Cr, beta);
-  tp_f_backward(c->tp, s1, n); // all-reduce 4: d ln1
-  if (io->dx) {
-    dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float));
-    op_layernorm_bwd(dev, io->dx, gG(io, l.ln1w), gG(io, l.ln1b), s1, x, a.mean1, a.rstd1, gP(io, l.ln1w), wdt, BT, C,
-                     beta);
-  }
+  gpt_block_backward(&k, io, work); /* 2 f's backward (all-reduces 3, 4); g's backward is the identity */
 }
 
 /* One fp32 value per loss row, all-reduced over the TP group (host array; staged on CUDA). */
