@@ -54,6 +54,18 @@ static inline int zl_run(int np, int timeout_s, char **out, const char *fmt, ...
   return rc;
 }
 
+/* zl_run that must exit 0: otherwise fails with "WHAT exited RC:" and the output. */
+static inline void zl_run_ok(int np, int timeout_s, const char *what, const char *fmt, ...) {
+  char cmd[4096], *out = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  int rc = zl_run(np, timeout_s, &out, "%s", cmd);
+  cr_assert_eq(rc, 0, "%s exited %d:\n%s", what, rc, out);
+  free(out);
+}
+
 /* Run fn in a forked child with its stderr captured into buf (NUL-terminated); returns the
  * child's exit code (128 + signal when killed). For testing paths that end the process. */
 static inline int zl_run_child(void (*fn)(void), char *buf, size_t n) {
@@ -124,6 +136,13 @@ static inline int zl_json_all(const char *json, const char *key, double *vals, i
 static inline void zl_tmpdir(char *dst, size_t n, const char *name) {
   snprintf(dst, n, "/tmp/zl_test_%d_%s", (int)getpid(), name);
   mkdir(dst, 0755);
+}
+
+/* DIR/name into dst, DIR = zl_tmpdir(dir_tag) (created). */
+static inline void zl_tmppath(char *dst, size_t n, const char *dir_tag, const char *name) {
+  char dir[256];
+  zl_tmpdir(dir, sizeof dir, dir_tag);
+  snprintf(dst, n, "%s/%s", dir, name);
 }
 
 /* Rank r's value of key in the --json's memory.per_rank (the (r+1)-th "rank" entry). */

@@ -9,7 +9,7 @@
  *
  * Model: input 6, hidden 13, classes 11, 2 hidden layers: units of 91, 182 and 154 elements,
  * Ψ = 427, none a multiple of 3 or 4, so N = 3, 4 pad every unit. */
-#include "zl_test.h" // zl_launch, zl_out_t, zl_run, zl_json_*, zl_tmpdir
+#include "zl_test.h" // zl_launch, zl_out_t, zl_run, zl_run_ok, zl_json_*, zl_tmppath
 
 #define MODEL "--input 6 --hidden 13 --classes 11 --layers 2 --batch 120 --seed 7"
 #define PSI 427
@@ -111,13 +111,10 @@ Test(ch08_offload, n4_fp32_adamw_clip_threads_bitwise) { pair(4, "--optimizer ad
 /* A checkpoint written with offload at step 3 resumes to step 6 with the same bits as running
  * straight through, with offload and without (the layout hook names the host pieces). */
 Test(ch08_offload, checkpoint_resumes_bitwise) {
-  char dir[256], ck[320], args[512];
-  zl_tmpdir(dir, sizeof dir, "offload_ckpt");
-  snprintf(ck, sizeof ck, "%s/ck", dir);
-  char *out = NULL;
-  int rc = zl_run(2, 120, &out, BIN " --offload optimizer " MODEL " --precision bf16 --steps 3 --ckpt %s --quiet", ck);
-  cr_assert_eq(rc, 0, "the run writing the checkpoint exited %d:\n%s", rc, out);
-  free(out);
+  char ck[320], args[512];
+  zl_tmppath(ck, sizeof ck, "offload_ckpt", "ck");
+  zl_run_ok(2, 120, "the run writing the checkpoint", BIN " --offload optimizer " MODEL " --precision bf16 --steps 3 --ckpt %s --quiet",
+            ck);
   snprintf(args, sizeof args, MODEL " --precision bf16 --steps 6");
   zl_out_t straight = launch(2, "optimizer", args, "ck_straight");
   snprintf(args, sizeof args, MODEL " --precision bf16 --steps 6 --resume %s", ck);

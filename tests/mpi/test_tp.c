@@ -3,7 +3,7 @@
  * column- and row-parallel linears and the MLP block against 1 rank with scn_tp ops at N = 2 and 4
  * (T = 1, 2, 4; the tolerances are stated in scn_tp.c); then the chapter's program: the worked
  * example's printed numbers exactly, the MLP check's counts, and its flag errors. */
-#include "zl_test.h" // zl_run, cr_assert
+#include "zl_test.h" // zl_run, zl_run_ok, zl_launch, zl_out_t, zl_rank_mem, cr_assert
 
 static const char *fail_lines(const char *out) { return out && *out ? out : "(no output)"; }
 
@@ -122,82 +122,63 @@ Test(ch06_tp, bad_flags_exit_2, .timeout = 60) {
 #define TP_SHAPE TP_BASE " --steps 4"
 #define TP_TOL 1e-5
 
-static void tp_train(int np, const char *args, const char *params, const char *json) {
-  char *out = NULL;
-  int rc = zl_run(np, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet %s --save-params %s --json %s", ZL_BIN, args, params,
-                  json);
-  cr_assert_eq(rc, 0, "ch06_tp %s on %d ranks exited %d:\n%s", args, np, rc, fail_lines(out));
-  free(out);
-}
+/* ch06_tp on np ranks with flags (TP_SHAPE or GPT_SHAPE) and args; files under zl_tmpdir(tag). */
+#define TP_LAUNCH(np, tag, name, shape, args) zl_launch(np, 60, tag, name, "%s/ch06_tp " shape " %s", ZL_BIN, args)
 
-static float *tp_reference(int64_t *n, char *json_path, size_t jn) {
-  char dir[256], params[300];
-  zl_tmpdir(dir, sizeof dir, "tp_ref");
-  snprintf(params, sizeof params, "%s/ref.bin", dir);
-  snprintf(json_path, jn, "%s/ref.json", dir);
-  tp_train(1, "", params, json_path);
-  return zl_read_floats(params, n);
-}
-
-/* One TP run against the 1-rank reference: the full (unsplit) weights rank 0 writes, every loss,
- * and each rank's all-reduce count and bytes on its TP group exactly as the formula. */
-static void tp_vs_one_rank(int np, int T, int zero, const float *ref, int64_t nref, const char *refjson) {
-  int64_t n = 0;
-  char dir[256], params[300], json[300], args[128], what[96];
-  snprintf(what, sizeof what, "tp%d_zero%d_np%d", T, zero, np);
-  zl_tmpdir(dir, sizeof dir, what);
-  snprintf(params, sizeof params, "%s/p.bin", dir);
-  snprintf(json, sizeof json, "%s/r.json", dir);
-  snprintf(args, sizeof args, "--tp %d --zero %d", T, zero);
-  tp_train(np, args, params, json);
-  float *got = zl_read_floats(params, &n);
-  cr_assert_eq(n, nref, "%s: %lld weights written, the 1-rank model has %lld", what, (long long)n, (long long)nref);
-  zl_expect_floats(what, got, ref, n, TP_TOL);
-  char *j = zl_read_file(json, NULL), *rj = zl_read_file(refjson, NULL);
+/* One TP run (np ranks, --tp T --zero zero) against the 1-rank reference ref: the full (unsplit)
+ * weights rank 0 writes, every loss, and each rank's all-reduce count and bytes on its TP group
+ * exactly as the formula (calls, bytes per step). model names the reference in the messages. */
+static zl_out_t vs_one_rank(const char *what, const char *model, zl_out_t run, const zl_out_t *ref, int np, double calls,
+                            double want_bytes) {
+  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, the 1-rank %s has %lld", what, (long long)run.n, model,
+               (long long)ref->n);
+  zl_expect_floats(what, run.params, ref->params, run.n, TP_TOL);
   double l[8], lr[8];
-  int k = zl_json_all(j, "loss", l, 8), kr = zl_json_all(rj, "loss", lr, 8);
+  int k = zl_json_all(run.json, "loss", l, 8), kr = zl_json_all(ref->json, "loss", lr, 8);
   cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
   for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= TP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
-  /* all-reduces per step on the TP group: units 1, 3 (row: g forward) and 2 (column: f backward;
-   * unit 0 has no dx) -> 3 calls of b·16, b·16, b·10 elements, 2(T−1)/T of each in fp32 bytes
-   * (ring model; b·n divisible by T in these shapes), b = 24 / D */
-  const char *tp = zl_json_find(j, "tp");
-  cr_assert(tp, "%s: no tp object in the JSON", what);
-  int D = np / T;
-  double b = 24.0 / D, want_bytes = 2.0 * (T - 1) / T * b * (16 + 16 + 10) * 4;
-  const char *p = tp;
+  const char *p = zl_json_find(run.json, "tp");
+  cr_assert(p, "%s: no tp object in the JSON", what);
   for (int r = 0; r < np; r++) {
     p = zl_json_find(p, "tp_rank");
     cr_assert(p, "%s: rank %d missing from tp.per_rank (the report gathers over every rank)", what, r);
-    double calls = zl_json_num(p, "calls_per_step"), bytes = zl_json_num(p, "bytes_per_step");
+    double got_calls = zl_json_num(p, "calls_per_step"), bytes = zl_json_num(p, "bytes_per_step");
     double fcalls = zl_json_num(p, "formula_calls_per_step"), fbytes = zl_json_num(p, "formula_bytes_per_step");
-    cr_assert(calls == 3 && fcalls == 3, "%s rank %d: %g all-reduces per step (formula %g), expected 3", what, r, calls, fcalls);
+    cr_assert(got_calls == calls && fcalls == calls, "%s rank %d: %g all-reduces per step (formula %g), expected %g", what, r,
+              got_calls, fcalls, calls);
     cr_assert(bytes == want_bytes && fbytes == want_bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f",
               what, r, bytes, fbytes, want_bytes);
     p += 8;
   }
-  free(j);
-  free(rj);
-  free(got);
+  return run;
+}
+
+/* The MLP: all-reduces per step on the TP group: units 1, 3 (row: g forward) and 2 (column: f
+ * backward; unit 0 has no dx) -> 3 calls of b·16, b·16, b·10 elements, 2(T−1)/T of each in fp32
+ * bytes (ring model; b·n divisible by T in these shapes), b = 24 / D */
+static void tp_vs_one_rank(int np, int T, int zero, const zl_out_t *ref) {
+  char args[128], what[96];
+  snprintf(what, sizeof what, "tp%d_zero%d_np%d", T, zero, np);
+  snprintf(args, sizeof args, "--tp %d --zero %d", T, zero);
+  int D = np / T;
+  double b = 24.0 / D, want_bytes = 2.0 * (T - 1) / T * b * (16 + 16 + 10) * 4;
+  zl_out_t run = vs_one_rank(what, "model", TP_LAUNCH(np, what, "r", TP_SHAPE, args), ref, np, 3, want_bytes);
+  zl_out_free(&run);
 }
 
 /* T = 2, 4 and the odd (D, T) = (1, 3) (16 hidden features over 3 ranks: 6 + 5 + 5), DDP. */
 Test(ch06_tp, train_tp_equals_one_rank, .timeout = 120) {
-  int64_t nref = 0;
-  char refjson[300];
-  float *ref = tp_reference(&nref, refjson, sizeof refjson);
-  tp_vs_one_rank(2, 2, 0, ref, nref, refjson);
-  tp_vs_one_rank(4, 4, 0, ref, nref, refjson);
-  tp_vs_one_rank(3, 3, 0, ref, nref, refjson);
-  free(ref);
+  zl_out_t ref = TP_LAUNCH(1, "tp_ref", "ref", TP_SHAPE, "");
+  tp_vs_one_rank(2, 2, 0, &ref);
+  tp_vs_one_rank(4, 4, 0, &ref);
+  tp_vs_one_rank(3, 3, 0, &ref);
+  zl_out_free(&ref);
 }
 /* 2-D: (D, T) = (2, 2), each ZeRO stage on the data dimension (0: DDP). */
 Test(ch06_tp, train_2d_every_stage, .timeout = 120) {
-  int64_t nref = 0;
-  char refjson[300];
-  float *ref = tp_reference(&nref, refjson, sizeof refjson);
-  for (int z = 0; z <= 3; z++) tp_vs_one_rank(4, 2, z, ref, nref, refjson);
-  free(ref);
+  zl_out_t ref = TP_LAUNCH(1, "tp_ref", "ref", TP_SHAPE, "");
+  for (int z = 0; z <= 3; z++) tp_vs_one_rank(4, 2, z, &ref);
+  zl_out_free(&ref);
 }
 
 /* Per-rank weight memory (ledger, LEDGER_PARAMS, DDP: the rank's whole local model) = the split
@@ -205,48 +186,31 @@ Test(ch06_tp, train_2d_every_stage, .timeout = 120) {
  * (16·32 + 16), W2 (16·16), W3 b3 (16·16 + 16), W4 (10·16) = 1216; replicated: b2 16, b4 10. */
 Test(ch06_tp, ledger_params_one_T_th, .timeout = 120) {
   for (int T = 2; T <= 4; T += 2) {
-    char dir[256], params[300], json[300], args[64];
-    zl_tmpdir(dir, sizeof dir, "tp_ledger");
-    snprintf(params, sizeof params, "%s/p.bin", dir);
-    snprintf(json, sizeof json, "%s/r.json", dir);
+    char args[64];
     snprintf(args, sizeof args, "--tp %d", T);
-    tp_train(T, args, params, json);
-    char *j = zl_read_file(json, NULL);
-    const char *p = zl_json_find(j, "memory");
+    zl_out_t run = TP_LAUNCH(T, "tp_ledger", "r", TP_SHAPE, args);
     double want = (1216.0 / T + 26) * 4;
     for (int r = 0; r < T; r++) {
-      p = zl_json_find(p, "rank");
-      double got = zl_json_num(p, "params");
+      double got = zl_rank_mem(run.json, r, "params");
       cr_assert(got == want, "T=%d rank %d: %g bytes of params, expected (1216/T + 26) x 4 = %g", T, r, got, want);
-      p += 6;
     }
-    free(j);
+    zl_out_free(&run);
   }
 }
 
 /* Checkpoint with TP: 2 steps saved (each TP rank its own DIR/tp-R-of-T), resumed for 2 more,
  * equals 4 uninterrupted steps bit for bit; resuming at another T is refused (exit 2). */
 Test(ch06_tp, checkpoint_resume_bitwise, .timeout = 120) {
-  char dir[256], ck[300], full[300], resumed[300], json[300], *out = NULL;
-  zl_tmpdir(dir, sizeof dir, "tp_ckpt");
-  snprintf(ck, sizeof ck, "%s/ck", dir);
-  snprintf(full, sizeof full, "%s/full.bin", dir);
-  snprintf(resumed, sizeof resumed, "%s/resumed.bin", dir);
-  snprintf(json, sizeof json, "%s/r.json", dir);
-  tp_train(4, "--tp 2 --zero 2", full, json);
-  int rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_BASE " --quiet --tp 2 --zero 2 --steps 2 --ckpt %s", ZL_BIN, ck);
-  cr_assert_eq(rc, 0, "save run exited %d:\n%s", rc, fail_lines(out));
-  free(out);
-  rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet --tp 2 --zero 2 --resume %s --save-params %s", ZL_BIN, ck,
-              resumed);
-  cr_assert_eq(rc, 0, "resumed run exited %d:\n%s", rc, fail_lines(out));
-  free(out);
-  int64_t n1 = 0, n2 = 0;
-  float *a = zl_read_floats(full, &n1), *b = zl_read_floats(resumed, &n2);
-  cr_assert_eq(n1, n2, "weights: %lld vs %lld", (long long)n1, (long long)n2);
-  zl_expect_floats("resumed vs uninterrupted (tp 2, zero 2)", b, a, n1, 0);
-  free(a);
-  free(b);
+  char ck[300], *out = NULL;
+  zl_tmppath(ck, sizeof ck, "tp_ckpt", "ck");
+  zl_out_t full = TP_LAUNCH(4, "tp_ckpt", "full", TP_SHAPE, "--tp 2 --zero 2");
+  zl_run_ok(4, 60, "save run", "%s/ch06_tp " TP_BASE " --quiet --tp 2 --zero 2 --steps 2 --ckpt %s", ZL_BIN, ck);
+  zl_out_t resumed = zl_launch(4, 60, "tp_ckpt", "resumed", "%s/ch06_tp " TP_SHAPE " --tp 2 --zero 2 --resume %s", ZL_BIN, ck);
+  cr_assert_eq(full.n, resumed.n, "weights: %lld vs %lld", (long long)full.n, (long long)resumed.n);
+  zl_expect_floats("resumed vs uninterrupted (tp 2, zero 2)", resumed.params, full.params, full.n, 0);
+  zl_out_free(&full);
+  zl_out_free(&resumed);
+  int rc;
   rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet --tp 4 --resume %s", ZL_BIN, ck);
   cr_assert_eq(rc, 2, "resume at --tp 4 of a --tp 2 checkpoint: exit %d, expected 2:\n%s", rc, fail_lines(out));
   cr_assert(strstr(out, "no checkpoint for --tp 4 here") && strstr(out, "--tp 2") && strstr(out, "resharding across T is not supported"),
@@ -268,14 +232,6 @@ Test(ch06_tp, checkpoint_resume_bitwise, .timeout = 120) {
 #define GPT_V 256
 #define GPT_NH 4
 
-static void gpt_train(int np, const char *args, const char *params, const char *json) {
-  char *out = NULL;
-  int rc = zl_run(np, 60, &out, "%s/ch06_tp " GPT_SHAPE " --quiet %s --save-params %s --json %s", ZL_BIN, args, params,
-                  json);
-  cr_assert_eq(rc, 0, "ch06_tp gpt %s on %d ranks exited %d:\n%s", args, np, rc, fail_lines(out));
-  free(out);
-}
-
 /* Per-rank parameters of the split GPT: wpe S·C and wte V/T rows; per block 6C replicated and
  * 12C·C/T + 7C/T split; the head's lnf 2C and V/T rows. */
 static double gpt_local_params(int T) {
@@ -290,75 +246,40 @@ static double gpt_local_acts(int T, double b) {
   return 4 * b * (outs + L * block + S * C + 2 * S);
 }
 
-static void gpt_vs_one_rank(int np, int T, int zero, const float *ref, int64_t nref, const char *refjson) {
-  int64_t n = 0;
-  char dir[256], params[300], json[300], args[128], what[96];
+/* One split-GPT run against the 1-rank reference: vs_one_rank's checks with the calls and bytes
+ * above, then the activations kept and (DDP) each rank's parameter bytes, as the formulas. */
+static void gpt_vs_one_rank(int np, int T, int zero, const zl_out_t *ref) {
+  char args[128], what[96];
   snprintf(what, sizeof what, "gpt_tp%d_zero%d_np%d", T, zero, np);
-  zl_tmpdir(dir, sizeof dir, what);
-  snprintf(params, sizeof params, "%s/p.bin", dir);
-  snprintf(json, sizeof json, "%s/r.json", dir);
   snprintf(args, sizeof args, "--tp %d --zero %d", T, zero);
-  gpt_train(np, args, params, json);
-  float *got = zl_read_floats(params, &n);
-  cr_assert_eq(n, nref, "%s: %lld weights written, the 1-rank GPT has %lld", what, (long long)n, (long long)nref);
-  zl_expect_floats(what, got, ref, n, TP_TOL);
-  char *j = zl_read_file(json, NULL), *rj = zl_read_file(refjson, NULL);
-  double l[8], lr[8];
-  int k = zl_json_all(j, "loss", l, 8), kr = zl_json_all(rj, "loss", lr, 8);
-  cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
-  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= TP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
   int D = np / T;
   double b = 8.0 / D, calls_want = 1 + 4 * GPT_L + 1 + 3;
   double want_bytes = 2.0 * (T - 1) / T * 4 * b * ((2 + 4 * GPT_L) * GPT_S * GPT_C + 3 * GPT_S);
-  const char *p = zl_json_find(j, "tp");
-  cr_assert(p, "%s: no tp object in the JSON", what);
-  for (int r = 0; r < np; r++) {
-    p = zl_json_find(p, "tp_rank");
-    cr_assert(p, "%s: rank %d missing from tp.per_rank", what, r);
-    double calls = zl_json_num(p, "calls_per_step"), bytes = zl_json_num(p, "bytes_per_step");
-    double fcalls = zl_json_num(p, "formula_calls_per_step"), fbytes = zl_json_num(p, "formula_bytes_per_step");
-    cr_assert(calls == calls_want && fcalls == calls_want, "%s rank %d: %g all-reduces per step (formula %g), expected %g",
-              what, r, calls, fcalls, calls_want);
-    cr_assert(bytes == want_bytes && fbytes == want_bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f",
-              what, r, bytes, fbytes, want_bytes);
-    p += 8;
-  }
-  double acts = zl_json_num(j, "acts_saved_bytes");
+  zl_out_t run = vs_one_rank(what, "GPT", TP_LAUNCH(np, what, "r", GPT_SHAPE, args), ref, np, calls_want, want_bytes);
+  double acts = zl_json_num(run.json, "acts_saved_bytes");
   cr_assert(acts == gpt_local_acts(T, b), "%s: %g activation bytes kept, formula %g (logits S·V/T per sample)", what, acts,
             gpt_local_acts(T, b));
   if (zero == 0) { /* DDP: the ledger's params are the rank's whole local model */
-    p = zl_json_find(j, "memory");
     double want = gpt_local_params(T) * 4;
     for (int r = 0; r < np; r++) {
-      p = zl_json_find(p, "rank");
-      double got_b = zl_json_num(p, "params");
+      double got_b = zl_rank_mem(run.json, r, "params");
       cr_assert(got_b == want, "%s rank %d: %g bytes of params, formula %g", what, r, got_b, want);
-      p += 6;
     }
   }
-  free(j);
-  free(rj);
-  free(got);
+  zl_out_free(&run);
 }
 
 /* T = 2, 4 (DDP: one data-parallel group) and (D, T) = (2, 2) with ZeRO-3 on the data dimension;
  * heads that do not split over T are refused before training (exit 2). */
 Test(ch06_tp, gpt_tp_equals_one_rank, .timeout = 120) {
-  char dir[256], params[300], json[300], *out = NULL;
-  zl_tmpdir(dir, sizeof dir, "gpt_tp_ref");
-  snprintf(params, sizeof params, "%s/ref.bin", dir);
-  snprintf(json, sizeof json, "%s/ref.json", dir);
-  gpt_train(1, "", params, json);
-  int64_t nref = 0;
-  float *ref = zl_read_floats(params, &nref);
-  char *rj = zl_read_file(json, NULL);
-  double acts1 = zl_json_num(rj, "acts_saved_bytes");
+  char *out = NULL;
+  zl_out_t ref = TP_LAUNCH(1, "gpt_tp_ref", "ref", GPT_SHAPE, "");
+  double acts1 = zl_json_num(ref.json, "acts_saved_bytes");
   cr_assert(acts1 == gpt_local_acts(1, 8), "1 rank: %g activation bytes, formula %g", acts1, gpt_local_acts(1, 8));
-  free(rj);
-  gpt_vs_one_rank(2, 2, 0, ref, nref, json);
-  gpt_vs_one_rank(4, 4, 0, ref, nref, json);
-  gpt_vs_one_rank(4, 2, 3, ref, nref, json);
-  free(ref);
+  gpt_vs_one_rank(2, 2, 0, &ref);
+  gpt_vs_one_rank(4, 4, 0, &ref);
+  gpt_vs_one_rank(4, 2, 3, &ref);
+  zl_out_free(&ref);
   int rc = zl_run(4, 30, &out, "%s/ch06_tp --model gpt --gpt tiny --tp 4", ZL_BIN);
   cr_assert_eq(rc, 2, "--tp 4 with 2 heads: exit %d, expected 2:\n%s", rc, fail_lines(out));
   cr_assert(strstr(out, "error: --tp 4: the GPT's 2 heads must split evenly over T ranks"), "refusal:\n%s", out);
