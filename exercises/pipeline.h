@@ -22,7 +22,9 @@
  * same additions in the same order; each unit's arithmetic is the same whichever rank runs it).
  * With --clip the global norm is a sum of per-stage sums (another association): equal to
  * rounding. With D = ranks/P > 1 data-parallel pipelines, equal (bitwise for D = 2) to DDP on
- * D ranks with --accum M.
+ * D ranks with --accum M, with --zero 0 (all-reduce), 1 or 2 (zero.h's per-unit pieces over the
+ * D replicas; reduced once per step, after the last micro-batch: ZeRO-2's full gradient lives
+ * through the whole step and is freed only between steps).
  *
  * Ranks: rank = dp · P + stage (the process grid's order with T = 1: stages of one pipeline are
  * neighbours). Activations go forward on one communicator and gradients backward on another,

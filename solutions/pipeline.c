@@ -32,6 +32,7 @@
 #include "tensor.h"   // tensor_alloc, tensor_free, tensor_at
 #include "trace.h"    // trace_begin, trace_end, trace_now_us
 #include "train.h"    // trainer_t, trainer_* helpers
+#include "zero.h"     // shard_plan (--zero 1/2: the data dimension's shard layout)
 #include <stdio.h>    // printf, snprintf
 #include <stdlib.h>   // free
 #include <string.h>   // strcmp
@@ -182,9 +183,12 @@ typedef struct pp_state {
   comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
   comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
   comm_t *dpc;          /* this stage's D replicas (NULL when D = 1) */
-  int zero;             /* --zero 1: ZeRO-1 over the D replicas (master and optimizer states: own chunk) */
-  int64_t lo, hi;       /* this replica's chunk [lo, hi) of the rank's parameters (the whole with --zero 0) */
-  tensor_t gshard;      /* (hi − lo) reduce-scatter output, wdt (--zero 1 with D > 1) */
+  int zero;             /* --zero S over the D replicas (0 when D = 1: nothing to shard) */
+  int64_t *sloc;        /* [U] offset of unit u's piece in this replica's shard, −1: not here */
+  int64_t shard_numel;  /* Σ piece over this rank's units (--zero 1/2: master, m, v; --zero 2: grads too) */
+  tensor_t gshard;      /* (shard_numel) reduce-scatter output, wdt: --zero 1 only (transient, LEDGER_COMM) */
+  tensor_t gfull;       /* (numel) --zero 2: the full gradient, allocated at the step's first backward and
+                         * freed after its reduce-scatter (t->grads is then the shard) */
   pp_op_t *ops;         /* [2vM] this rank's schedule */
   int n_ops;
   int in_flight, peak_in_flight; /* slots in use, over all chunks */
@@ -194,6 +198,7 @@ typedef struct pp_state {
   tensor_t saved_rc;    /* (b, max saved) shared with --recompute */
   double busy_us, span_us; /* summed over the measured steps */
   int measured;            /* steps measured (all but the first when there are several) */
+  int steps_run;           /* steps this process ran (after a resume: fewer than --steps) */
   int resync;              /* D > 1 after --resume: replicas take dp 0's states once */
   char tag[64];
 } pp_state_t;
@@ -380,6 +385,15 @@ static double pp_backward(trainer_t *t, pp_chunk_t *ch, int k, double *loss) {
 
 static void pp_resync(trainer_t *t);
 
+/* --zero 2: the stage's full gradient for this step (zero-filled: the pad slots stay 0 for the
+ * reduce-scatter), and the units' gradient views into it. Freed by pp_step once reduce-scattered. */
+static void pp_grads_full(trainer_t *t) {
+  pp_state_t *st = t->priv;
+  st->gfull = tensor_alloc("grads (full, this step)", LEDGER_GRADS, t->wdt, t->dev, st->numel);
+  for (int u = 0; u < t->model.n_units; u++)
+    if (st->loc[u] >= 0) t->unit_grads[u] = tensor_at(&st->gfull, st->loc[u]);
+}
+
 static void wait_links(pp_state_t *st) {
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
   for (int i = 0; i < 4; i++)
@@ -391,6 +405,7 @@ static void wait_links(pp_state_t *st) {
 static double pp_run_step(trainer_t *t) {
   pp_state_t *st = t->priv;
   if (st->resync) pp_resync(t);
+  if (st->zero == 2) pp_grads_full(t); /* the full gradient lives from here to the reduce-scatter */
   /* The window starts here: every rank left the loop's loss all-reduce of the last step
    * together (no barrier: a rank that never comes is then found by a p2p wait's deadline). */
   double t0 = trace_now_us(), busy = 0, loss = 0;
@@ -416,31 +431,63 @@ static void pp_report(trainer_t *t); /* at the end of the last step */
 /* The optimizer on this rank's units, once the pipeline has drained (the gradients are final only
  * after the last micro-batch's backward: the data-parallel reduction cannot start earlier).
  *   --zero 0: all-reduce the gradients over the D replicas; every replica updates everything.
- *   --zero 1: reduce-scatter them; each replica updates its own chunk [lo, hi) (its master and
- *             optimizer states are that chunk only), then all-gathers the parameters. */
+ *   --zero 1/2: one reduce-scatter per unit (solutions/zero.h's layout: each unit padded to a
+ *             multiple of D, replica dp owns piece dp), each replica updates its pieces (its
+ *             master and optimizer states are those pieces only), one all-gather per unit.
+ *             --zero 2 then frees the full gradient: its shard is all it keeps between steps. */
 static void pp_step(trainer_t *t) {
   pp_state_t *st = t->priv;
-  void *g = t->grads.data;
-  int64_t n = st->hi - st->lo;
+  const model_t *m = &t->model;
+  st->steps_run++;
   size_t esz = dtype_size(t->wdt);
-  if (st->zero && st->dpc) {
-    TRAINER_PHASE("reduce_scatter grads", comm_reduce_scatter(st->dpc, g, st->gshard.data, st->numel, t->wdt, REDOP_SUM));
-    g = st->gshard.data;
-  } else {
+  if (!st->zero) {
+    void *g = t->grads.data;
     if (st->dpc) TRAINER_PHASE("all_reduce grads", comm_all_reduce(st->dpc, g, st->numel, t->wdt, REDOP_SUM));
-    g = (char *)g + st->lo * esz; /* --zero 1 with D = 1: the chunk is everything */
+    /* the global norm is the sum over stages of their Σg²: one replica of each stage speaks */
+    float gscale = trainer_finish_grads(t, st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, st->numel) : 0.0, 1);
+    float *w = t->wdt == DT_BF16 ? (float *)t->master.data : (float *)t->params.data;
+    TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, st->numel, gscale));
+    if (t->wdt == DT_BF16 && !t->skipped)
+      TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel));
+    if (t->step == t->cfg->steps - 1) pp_report(t);
+    return;
   }
-  /* The global norm is the sum over stages (and ZeRO chunks) of their Σg²: with --zero 0 one
-   * replica of each stage speaks, with --zero 1 every replica for its chunk. */
-  double sumsq = st->zero || st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, n) : 0.0;
-  float gscale = trainer_finish_grads(t, sumsq, 1);
-  void *p_own = (char *)t->params.data + st->lo * esz; /* the working params of the own chunk */
-  float *w = t->wdt == DT_BF16 ? (float *)t->master.data : (float *)p_own;
-  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, n, gscale));
-  if (t->wdt == DT_BF16 && !t->skipped)
-    TRAINER_PHASE("cast params", op_cast(t->dev, p_own, DT_BF16, t->master.data, DT_F32, n));
-  if (st->zero && st->dpc) /* in place: each replica's chunk to all */
-    TRAINER_PHASE("all_gather params", comm_all_gather(st->dpc, p_own, t->params.data, st->numel, t->wdt));
+  tensor_t *full = st->zero == 2 ? &st->gfull : &t->grads, *shard = st->zero == 2 ? &t->grads : &st->gshard;
+  trace_begin("reduce_scatter grads");
+  for (int u = 0; u < m->n_units; u++)
+    if (st->loc[u] >= 0)
+      comm_reduce_scatter_async(st->dpc, tensor_at(full, st->loc[u]), tensor_at(shard, st->sloc[u]), m->units[u].padded,
+                                t->wdt, REDOP_SUM, "reduce-scatter grads");
+  comm_wait_all(st->dpc);
+  trace_end(NULL);
+  if (st->zero == 2) { /* the saving of ZeRO-2 under pipelining: only from here to the next step's start */
+    tensor_free(&st->gfull);
+    for (int u = 0; u < m->n_units; u++)
+      if (st->loc[u] >= 0) t->unit_grads[u] = NULL;
+  }
+  /* the global norm: every replica speaks for its pieces (disjoint, pad slots 0) */
+  float gscale = trainer_finish_grads(t, op_sumsq(t->dev, shard->data, t->wdt, st->shard_numel), 1);
+  if (t->skipped) goto done; /* --nonfinite skip: params unchanged everywhere, nothing to gather */
+  trace_begin("optimizer (own pieces) + cast");
+  for (int u = 0; u < m->n_units; u++) {
+    if (st->loc[u] < 0) continue;
+    const unit_t *un = &m->units[u];
+    int64_t o = st->sloc[u];
+    void *p_own = tensor_at(&t->params, st->loc[u] + (int64_t)st->dp * un->piece); /* working params of the piece */
+    float *w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)p_own;
+    trainer_optimizer_update(t, w, (char *)shard->data + o * (int64_t)esz, (float *)t->opt_m.data + o,
+                             t->opt_v.data ? (float *)t->opt_v.data + o : NULL, un->piece, gscale);
+    if (t->wdt == DT_BF16) op_cast(t->dev, p_own, DT_BF16, w, DT_F32, un->piece);
+  }
+  trace_end(NULL);
+  trace_begin("all_gather params");
+  for (int u = 0; u < m->n_units; u++) /* in place: each replica's piece to all */
+    if (st->loc[u] >= 0)
+      comm_all_gather_async(st->dpc, tensor_at(&t->params, st->loc[u] + (int64_t)st->dp * m->units[u].piece),
+                            tensor_at(&t->params, st->loc[u]), m->units[u].padded, t->wdt, "all-gather params");
+  comm_wait_all(st->dpc);
+  trace_end(NULL);
+done:
   if (t->step == t->cfg->steps - 1) pp_report(t);
 }
 
@@ -519,31 +566,43 @@ static void pp_setup(trainer_t *t) {
   pp_split(numel, U, st->V, st->first);
   free(numel);
 
+  /* --zero S: the data dimension's shard layout (solutions/zero.h): every unit padded to a
+   * multiple of D, replica dp owns piece dp of each of its stage's units. */
+  st->zero = st->D > 1 ? c->zero : 0; /* D = 1: nothing to shard */
+  if (c->zero > 2) die("rank %d: --zero %d: not with a pipeline (notes/07-pipeline.md, the data dimension)", t->rank, c->zero);
+  if (st->zero) shard_plan(&t->model, st->D);
+
   /* This rank's units: chunks stage, stage+P, ...; their parameters back to back. */
   st->chunks = xcalloc((size_t)st->v, sizeof *st->chunks, "pipeline chunks");
   st->loc = xmalloc((size_t)U * sizeof *st->loc, "unit offsets");
-  for (int u = 0; u < U; u++) st->loc[u] = -1;
+  st->sloc = xmalloc((size_t)U * sizeof *st->sloc, "unit piece offsets");
+  for (int u = 0; u < U; u++) st->loc[u] = st->sloc[u] = -1;
   for (int j = 0; j < st->v; j++) {
     pp_chunk_t *ch = &st->chunks[j];
     ch->c = j * st->P + st->stage;
     ch->u0 = st->first[ch->c];
     ch->u1 = st->first[ch->c + 1];
-    for (int u = ch->u0; u < ch->u1; u++) st->loc[u] = st->numel, st->numel += m->units[u].padded;
+    for (int u = ch->u0; u < ch->u1; u++) {
+      st->loc[u] = st->numel, st->numel += m->units[u].padded;
+      st->sloc[u] = st->shard_numel, st->shard_numel += m->units[u].piece;
+    }
     chunk_links(st, ch);
   }
 
-  /* Model states for this rank's units only: params and grads whole, the fp32 master and the
-   * optimizer states of the own chunk (all of it with --zero 0). */
-  st->zero = c->zero;
-  st->lo = st->zero ? comm_chunk_lo(st->numel, st->D, st->dp) : 0;
-  st->hi = st->zero ? comm_chunk_lo(st->numel, st->D, st->dp + 1) : st->numel;
-  int64_t n_own = st->hi - st->lo;
+  /* Model states for this rank's units only, as zero.h's stages hold them (ZeRO-0: everything):
+   *            params          grads                           master, m, v
+   *   --zero 0  (Ψs) full       (Ψs) full                       (Ψs)
+   *   --zero 1  (Ψs) full       (Ψs) full                       (Ψs/D) own pieces
+   *   --zero 2  (Ψs) full       (Ψs/D) own pieces, + (Ψs) full   (Ψs/D) own pieces
+   *                             during the step only (pp_grads_full) */
+  int64_t n_own = st->zero ? st->shard_numel : st->numel;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
-  t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
+  t->grads = st->zero == 2 ? tensor_alloc("grads (own shard)", LEDGER_GRADS, t->wdt, t->dev, n_own)
+                           : tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
   if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, n_own);
   if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, n_own);
-  if (st->zero && st->dpc) st->gshard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, n_own);
+  if (st->zero == 1) st->gshard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, n_own);
   float *h = xmalloc((size_t)st->numel * sizeof(float) + 4, "stage init");
   for (int j = 0; j < st->v; j++) { /* a pure function of the seed: no broadcast */
     const pp_chunk_t *ch = &st->chunks[j];
@@ -551,7 +610,12 @@ static void pp_setup(trainer_t *t) {
     trainer_init_values(t, a->off, z->off + z->padded, h + st->loc[ch->u0]);
   }
   if (t->wdt == DT_BF16) {
-    dev_upload(t->dev, t->master.data, DT_F32, h + st->lo, n_own);
+    for (int u = 0; u < U; u++) /* the master: the own pieces (everything with --zero 0) */
+      if (st->loc[u] >= 0) {
+        int64_t n = st->zero ? m->units[u].piece : m->units[u].padded;
+        int64_t from = st->loc[u] + (st->zero ? (int64_t)st->dp * n : 0), to = st->zero ? st->sloc[u] : st->loc[u];
+        dev_upload(t->dev, (float *)t->master.data + to, DT_F32, h + from, n);
+      }
     dev_upload(t->dev, t->params.data, DT_BF16, h, st->numel); /* bf16(init): what the cast of the master gives */
   } else {
     dev_upload(t->dev, t->params.data, DT_F32, h, st->numel);
@@ -560,7 +624,7 @@ static void pp_setup(trainer_t *t) {
   for (int u = 0; u < U; u++)
     if (st->loc[u] >= 0) {
       t->unit_params[u] = tensor_at(&t->params, st->loc[u]);
-      t->unit_grads[u] = tensor_at(&t->grads, st->loc[u]);
+      if (st->zero != 2) t->unit_grads[u] = tensor_at(&t->grads, st->loc[u]); /* --zero 2: each step's own */
     }
 
   /* Activations: the pools (empty: they grow as micro-batches go in flight) and the workspace. */
@@ -604,6 +668,18 @@ static void pp_setup(trainer_t *t) {
     if (st->v > 1) printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
     printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b, st->b > 1 ? "s" : "",
            pp_bubble_formula(st->sched, st->P, st->M, st->v));
+    if (st->D > 1) {
+      static const char *what[3] = {"all-reduce of the grads, every replica updates everything",
+                                    "ZeRO-1: one reduce-scatter per unit, master and optimizer states of the own pieces, "
+                                    "one all-gather per unit",
+                                    "ZeRO-2: as ZeRO-1, and the grads kept between steps are the own pieces"};
+      printf("data dimension: %d replicas of each stage, --zero %d (%s)\n", st->D, st->zero, what[st->zero]);
+      if (st->zero == 2)
+        printf("  caveat: the grads are reduce-scattered once per step, after the last micro-batch; every micro-batch's\n"
+               "  backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
+               "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the grads lines\n",
+               st->M);
+    }
     printf("split by parameter count:\n");
     for (int k = 0; k < st->V; k++) {
       int64_t n = 0;
@@ -620,7 +696,7 @@ static void pp_setup(trainer_t *t) {
 /* Per-rank numbers to rank 0 (control traffic), printed in rank order and put in --json. */
 static void pp_report(trainer_t *t) {
   pp_state_t *st = t->priv;
-  int N = t->world, cols = 5;
+  int N = t->world, cols = 8;
   double *vals = xcalloc((size_t)N * cols, sizeof *vals, "pipeline report");
   double steps = st->measured > 0 ? st->measured : 1;
   int formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
@@ -637,6 +713,12 @@ static void pp_report(trainer_t *t) {
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
   for (int i = 0; i < 4; i++)
     if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / t->cfg->steps;
+  if (st->dpc) { /* the data dimension's traffic per step (not the resync broadcasts of a resume) */
+    comm_counters_t k = comm_counters(st->dpc);
+    mine[5] = (double)(k.sent[CO_ALL_REDUCE] + k.sent[CO_REDUCE_SCATTER] + k.sent[CO_ALL_GATHER]) / st->steps_run;
+  }
+  mine[6] = (double)ledger_peak(LEDGER_GRADS); /* --zero 2: full + shard, at the reduce-scatter */
+  mine[7] = (double)ledger_live(LEDGER_GRADS); /* after the step: what stays between steps */
   comm_ctl_all_reduce_f64(t->comm, vals, N * cols, REDOP_SUM);
   int64_t psi_s = 0;
   for (int u = 0; u < t->model.n_units; u++)
@@ -647,7 +729,7 @@ static void pp_report(trainer_t *t) {
   double fstates = formula_model_states(st->zero, (double)psi_s, st->zero ? st->D : 1, t->wdt,
                                         t->cfg->optimizer == OPT_ADAMW ? 2 : 1).total;
   /* Two lines: the measured times (they vary run to run), then the bytes (they never do). */
-  char line[768];
+  char line[1536];
   int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
                    t->rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000,
                    mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
@@ -664,6 +746,21 @@ static void pp_report(trainer_t *t) {
              t->rank, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fstates, (long long)psi_s,
              st->peak_in_flight, st->peak_in_flight > 1 ? "es" : "", (long long)slot_bytes, (long long)pool_bytes,
              formula_k, (long long)slot_bytes, (long long)st->ws_bytes);
+  size_t len = strlen(line);
+  size_t esz = dtype_size(t->wdt);
+  /* the data dimension, per rank per step: ring all-reduce 2(D−1)/D·Ψs·b; ZeRO-1/2 a reduce-scatter
+   * and an all-gather of every padded unit, (D−1)/D·padded·b each = 2(D−1)·(Σ piece)·b */
+  double dp_formula = st->zero ? 2.0 * (st->D - 1) * (double)st->shard_numel * (double)esz
+                               : 2.0 * (st->D - 1) / st->D * (double)st->numel * (double)esz;
+  if (st->dpc)
+    len += (size_t)snprintf(line + len, sizeof line - len, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n",
+                            t->rank, st->stage, mine[5], dp_formula);
+  if (st->zero == 2)
+    snprintf(line + len, sizeof line - len,
+             "rank %d stage %d: grads %.0f B at the peak of the step (full %lld + own pieces %lld), %.0f B between steps; "
+             "--zero 1 holds %lld B throughout\n",
+             t->rank, st->stage, mine[6], (long long)(st->numel * (int64_t)esz), (long long)(st->shard_numel * (int64_t)esz),
+             mine[7], (long long)(st->numel * (int64_t)esz));
   if (!t->cfg->quiet) comm_print_ordered(t->comm, line);
   double bubble = 0, sent = 0;
   int match = 1;
@@ -680,7 +777,19 @@ static void pp_report(trainer_t *t) {
   trainer_report_extra(t, "bubble_formula", bf);
   trainer_report_extra(t, "acts_inflight_match_formula", match);
   trainer_report_extra(t, "p2p_bytes_per_step_per_rank", sent / N);
-  for (int s = 0; s < st->P && s < 4; s++) { /* pipeline 0's stages (ranks 0..P−1): bytes, or slots (v > 1) */
+  int n_extras = 7 + (st->v > 1);
+  if (st->dpc) { /* rank 0's (stage 0's) numbers: the report keeps rank 0's values */
+    trainer_report_extra(t, "dp_bytes_per_step", vals[5]);
+    trainer_report_extra(t, "dp_bytes_formula", dp_formula);
+    n_extras += 2;
+  }
+  if (st->zero == 2) {
+    trainer_report_extra(t, "grads_peak_bytes", vals[6]);
+    trainer_report_extra(t, "grads_between_steps_bytes", vals[7]);
+    n_extras += 2;
+  }
+  /* pipeline 0's stages (ranks 0..P−1): bytes, or slots (v > 1); as many as the 16 extras leave room for */
+  for (int s = 0; s < st->P && s < 4 && n_extras + 2 <= 16; s++, n_extras += 2) {
     char key[32];
     snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
     trainer_report_extra(t, key, vals[(size_t)s * cols + 2]);
@@ -707,15 +816,23 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   out->held_off = 0;
   out->held_numel = un->padded;
   out->params = t->unit_params[u];
-  if (!st->zero && st->dp != 0) return; /* a replica: dp 0 speaks for the stage (pp_resync after a resume) */
-  /* the own piece: the unit's real elements inside this replica's chunk [lo, hi) */
-  int64_t a = o > st->lo ? o : st->lo, z = o + un->numel < st->hi ? o + un->numel : st->hi;
+  if (!st->zero) { /* every replica holds it all: dp 0 speaks for the stage (pp_resync after a resume) */
+    if (st->dp != 0) return;
+    out->own_numel = un->numel;
+    out->w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)t->params.data + o;
+    out->m = (float *)t->opt_m.data + o;
+    out->v = t->opt_v.data ? (float *)t->opt_v.data + o : NULL;
+    return;
+  }
+  /* --zero 1/2: piece dp of the unit, [dp·piece, (dp+1)·piece), less the pad slots */
+  int64_t a = (int64_t)st->dp * un->piece, z = a + un->piece < un->numel ? a + un->piece : un->numel;
   if (a >= z) return;
-  out->own_off = a - o;
+  int64_t so = st->sloc[u];
+  out->own_off = a;
   out->own_numel = z - a;
-  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + (a - st->lo) : (float *)t->params.data + a;
-  out->m = (float *)t->opt_m.data + (a - st->lo);
-  out->v = t->opt_v.data ? (float *)t->opt_v.data + (a - st->lo) : NULL;
+  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + so : (float *)t->params.data + o + a;
+  out->m = (float *)t->opt_m.data + so;
+  out->v = t->opt_v.data ? (float *)t->opt_v.data + so : NULL;
 }
 
 static void pp_teardown(trainer_t *t) {
@@ -743,6 +860,7 @@ static void pp_teardown(trainer_t *t) {
   tensor_free(&st->targets);
   tensor_free(&st->saved_rc);
   tensor_free(&st->gshard);
+  tensor_free(&st->gfull);
   if (st->dpc) comm_finalize(st->dpc);
   if (st->bwdw) comm_finalize(st->bwdw);
   if (st->fwdw) comm_finalize(st->fwdw);
@@ -750,6 +868,7 @@ static void pp_teardown(trainer_t *t) {
   comm_finalize(st->fwd);
   free(st->chunks);
   free(st->loc);
+  free(st->sloc);
   free(st->ops);
   free(st->first);
   free(st);
