@@ -269,10 +269,11 @@ Test(ch07_pipeline, large_messages_do_not_deadlock, .timeout = 180) {
 }
 
 /* Two data-parallel pipelines (P = 2, D = 2), bf16, against DDP on 2 ranks with --accum 2:
- * bitwise with --zero 1 (ZeRO-1 on the data dimension: reduce-scatter, own chunk, all-gather);
+ * bitwise with --zero 1 (ZeRO-1 on the data dimension: reduce-scatter, own pieces, all-gather)
+ * and --zero 2 (the same, its full grads freed between steps: the ledger's numbers exact);
  * its checkpoint after 2 steps resumed with --zero 0 (dp 0 owns each stage's states and hands
  * them to its replica): bitwise too — the layout hook reshards between the two. */
-Test(ch07_pipeline, two_pipelines_zero1_equal_ddp_bitwise, .timeout = 150) {
+Test(ch07_pipeline, two_pipelines_zero1_zero2_equal_ddp_bitwise, .timeout = 180) {
 #define DPM "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4 --precision bf16"
   char dir[256], cmd[1024], ck[300];
   zl_tmpdir(dir, sizeof dir, "pp_dp");
@@ -285,8 +286,32 @@ Test(ch07_pipeline, two_pipelines_zero1_equal_ddp_bitwise, .timeout = 150) {
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 0 --resume %s/step-000002", ck);
   run_out_t b = launch(4, cmd, "pp2_dp2_zero0_resumed");
   zl_expect_floats("--zero 1 checkpoint resumed with --zero 0", b.params, ref.params, PSI, 0);
+  /* --zero 2: the same reduce-scatter once per step (after the last micro-batch), the full grads
+   * freed after it; its checkpoint resumed with --zero 1, bitwise. Bytes exact: stage 0 holds
+   * units 0..2 (91 + 182 + 182 = 455, padded to 456 for D = 2: pieces of 228), bf16 (2 B). */
+  snprintf(ck, sizeof ck, "%s/ck2", dir);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 2 --ckpt %s --save-every 2", ck);
+  run_out_t c = launch(4, cmd, "pp2_dp2_zero2");
+  zl_expect_floats("pp 2 x dp 2, --zero 2", c.params, ref.params, PSI, 0);
+  expect_same_losses("pp 2 x dp 2, --zero 2", c.json, ref.json);
+  const double full = 456 * 2, piece = 228 * 2;
+  const struct { const char *key; double want; } nums[4] = {
+      {"dp_bytes_per_step", 2 * piece},    /* reduce-scatter + all-gather: (D−1)/D·456·2 B each */
+      {"dp_bytes_formula", 2 * piece},
+      {"grads_peak_bytes", full + piece},  /* the full gradient and the own pieces, at the reduce-scatter */
+      {"grads_between_steps_bytes", piece}, /* ZeRO-2's only saving under pipelining */
+  };
+  for (int i = 0; i < 4; i++) {
+    double got = zl_json_num(c.json, nums[i].key);
+    cr_assert_eq(got, nums[i].want, "--zero 2: %s %.0f, expected %.0f", nums[i].key, got, nums[i].want);
+  }
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
+  run_out_t d = launch(4, cmd, "pp2_dp2_zero1_resumed");
+  zl_expect_floats("--zero 2 checkpoint resumed with --zero 1", d.params, ref.params, PSI, 0);
   run_free(&a);
   run_free(&b);
+  run_free(&c);
+  run_free(&d);
   run_free(&ref);
 #undef DPM
 }
