@@ -177,6 +177,72 @@ void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x) {
   // END EXERCISE
 }
 
+/* ---- shared by both splits (the MLP's and the GPT's) -------------------------------------- */
+/* Copies n floats between a full unit's parameters and a TP rank's local ones: full → local when
+ * to_local, else local → full (the export). mv_cols: columns [lo, lo+n) of a (rows, in) matrix
+ * ↔ a contiguous (rows, n). */
+static void mv(float *full, float *local, int64_t n, int to_local) {
+  if (to_local) memcpy(local, full, (size_t)n * sizeof(float));
+  else memcpy(full, local, (size_t)n * sizeof(float));
+}
+static void mv_cols(float *full, float *local, int rows, int in, int lo, int n, int to_local) {
+  for (int o = 0; o < rows; o++) mv(full + (int64_t)o * in + lo, local + (int64_t)o * n, n, to_local);
+}
+/* A split's map between full unit u and TP rank q's local unit (either way), and q's size of it. */
+typedef void (*tp_map_fn)(const void *ctx, int u, int q, float *full, float *local, int to_local);
+typedef int64_t (*tp_local_numel_fn)(const void *ctx, int u, int q);
+
+/* full := m as the launcher built it, with its own copy of the units (the init and the export). */
+static void tp_keep_full(model_t *full, const model_t *m) {
+  *full = *m;
+  full->units = xmalloc((size_t)m->n_units * sizeof(unit_t), "tp full units");
+  memcpy(full->units, m->units, (size_t)m->n_units * sizeof(unit_t));
+  full->ctx = NULL;
+}
+
+/* Unit u on TP rank r = the full unit's init (a pure function of seed, u, index), mapped; then
+ * zeros in the pad slots of the local unit. */
+static void tp_init_mapped(const model_t *full, const model_t *m, uint64_t seed, int u, int r, float *dst, const void *ctx,
+                           tp_map_fn map) {
+  float *w = xmalloc((size_t)full->units[u].numel * sizeof(float), "tp init (full unit)");
+  full->fns->init_unit(full, seed, u, w);
+  map(ctx, u, r, w, dst, 1);
+  for (int64_t k = m->units[u].numel; k < m->units[u].padded; k++) dst[k] = 0.0f; /* pad slots */
+  free(w);
+}
+
+/* model_fns_t.unsplit for a split: rank 0 of the TP group gathers every rank's units and maps each
+ * slice back where the full unit has it; rank 0 last, so its replicated parameters are the ones kept. */
+static float *tp_unsplit(comm_t *tp, const model_t *full, const model_t *m, const float *local, int has_local,
+                         int64_t *full_numel, const void *ctx, tp_map_fn map, tp_local_numel_fn local_numel) {
+  *full_numel = full->numel;
+  if (!has_local) return NULL; /* the same on the whole group (train.c: DP rank 0 holds the export) */
+  int T = comm_world(tp);
+  char *all = NULL;
+  int64_t *sizes = NULL;
+  comm_ctl_gather(tp, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
+  if (comm_rank(tp) != 0) {
+    free(all);
+    free(sizes);
+    return NULL;
+  }
+  float *w = xmalloc((size_t)full->numel * sizeof(float), "tp unsplit weights");
+  float **at = xcalloc((size_t)T, sizeof(float *), "tp unsplit blobs"); /* rank q's next unit */
+  for (int64_t q = 0, boff = 0; q < T; boff += sizes[q] / 4, q++) at[q] = (float *)all + boff;
+  int64_t fo = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    for (int q = T - 1; q >= 0; q--) {
+      map(ctx, u, q, w + fo, at[q], 0);
+      at[q] += local_numel(ctx, u, q);
+    }
+    fo += full->units[u].numel;
+  }
+  free(at);
+  free(all);
+  free(sizes);
+  return w;
+}
+
 /* ---- a whole model, split: train.h's cfg.model_split ------------------------------------- */
 /* Every unit of the full model becomes one of three kinds on this rank (local layouts):
  *   TPU_COL  column-parallel, out split:  W_r (out_r, in) | b_r (out_r)          GELU after
@@ -216,10 +282,7 @@ void tp_split_model(model_t *m, comm_t *tp) {
   int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
   tp_model_t *c = xcalloc(1, sizeof *c, "tp model");
   c->tp = tp, c->T = T, c->r = r;
-  c->full = *m; /* shapes and scalars; then its own copy of the full units */
-  c->full.units = xmalloc((size_t)U * sizeof(unit_t), "tp full units");
-  memcpy(c->full.units, m->units, (size_t)U * sizeof(unit_t));
-  c->full.ctx = NULL;
+  tp_keep_full(&c->full, m);
   c->kind = xcalloc((size_t)U, sizeof *c->kind, "tp unit kinds");
   int max_out = 1;
   for (int u = 0; u + 1 < U; u += 2) c->kind[u] = TPU_COL, c->kind[u + 1] = TPU_ROW; /* an odd last unit: REPL */
@@ -269,26 +332,32 @@ static void tp_model_free_ctx(model_t *m) {
   free(c);
 }
 
-/* Unit u on this rank = the full unit's init (a pure function of seed, u, index), sliced. */
-static void tp_model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
-  const tp_model_t *c = m->ctx;
+/* Full unit u (W (out, in) | b (out)) ↔ rank q's slice of it (the layouts above). */
+static void tp_mlp_map(const void *ctx, int u, int q, float *full, float *local, int to_local) {
+  const tp_model_t *c = ctx;
   const unit_t *fu = &c->full.units[u];
   int in = fu->in, out = fu->out;
-  float *w = xmalloc((size_t)fu->numel * sizeof(float), "tp init (full unit)");
-  model_mlp_fns.init_unit(&c->full, seed, u, w); /* W (out, in) | b (out) */
-  const float *b = w + (int64_t)out * in;
-  int64_t n = m->units[u].numel;
-  if (c->kind[u] == TPU_COL) {
-    int out_r = tp_part_numel(out, c->T, c->r);
-    tp_column_slice(dst, dst + (int64_t)out_r * in, w, b, in, out, c->T, c->r);
-  } else if (c->kind[u] == TPU_ROW) {
-    memcpy(dst, b, (size_t)out * sizeof(float));
-    tp_row_slice(dst + out, w, in, out, c->T, c->r);
+  float *W = full, *b = full + (int64_t)out * in;
+  if (c->kind[u] == TPU_COL) { /* rows [lo, lo+n) of W and b */
+    int lo = tp_part_lo(out, c->T, q), n = tp_part_numel(out, c->T, q);
+    mv(W + (int64_t)lo * in, local, (int64_t)n * in, to_local);
+    mv(b + lo, local + (int64_t)n * in, n, to_local);
+  } else if (c->kind[u] == TPU_ROW) { /* b whole, then columns [lo, lo+n) of W */
+    int lo = tp_part_lo(in, c->T, q), n = tp_part_numel(in, c->T, q);
+    mv(b, local, out, to_local);
+    mv_cols(W, local + out, out, in, lo, n, to_local);
   } else {
-    memcpy(dst, w, (size_t)n * sizeof(float));
+    mv(W, local, fu->numel, to_local);
   }
-  for (int64_t k = n; k < m->units[u].padded; k++) dst[k] = 0.0f; /* pad slots */
-  free(w);
+}
+static int64_t tp_mlp_local_numel(const void *ctx, int u, int q) {
+  const tp_model_t *c = ctx;
+  return tp_local_numel(c->kind[u], c->full.units[u].in, c->full.units[u].out, c->T, q);
+}
+
+static void tp_model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  const tp_model_t *c = m->ctx;
+  tp_init_mapped(&c->full, m, seed, u, c->r, dst, c, tp_mlp_map);
 }
 
 static const void *wat(const void *base, dtype_t wdt, int64_t k) { return (const char *)base + k * (int64_t)dtype_size(wdt); }
@@ -341,48 +410,9 @@ static double tp_model_flops(const model_t *m) { /* this rank's share */
   return f;
 }
 
-/* Rank 0 of the TP group gathers every rank's units and puts the slices back where the full
- * unit has them (the inverse of tp_model_init_unit's slicing). */
 static float *tp_model_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
   const tp_model_t *c = m->ctx;
-  *full_numel = c->full.numel;
-  if (!has_local) return NULL; /* the same on the whole group (train.c: DP rank 0 holds the export) */
-  char *all = NULL;
-  int64_t *sizes = NULL;
-  comm_ctl_gather(c->tp, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
-  if (c->r != 0) {
-    free(all);
-    free(sizes);
-    return NULL;
-  }
-  float *full = xmalloc((size_t)c->full.numel * sizeof(float), "tp unsplit weights");
-  int64_t *at = xcalloc((size_t)c->T, sizeof(int64_t), "tp unsplit offsets"); /* rank q's unit u in its blob */
-  int64_t fo = 0;
-  for (int u = 0; u < m->n_units; u++) {
-    const unit_t *fu = &c->full.units[u];
-    int in = fu->in, out = fu->out;
-    float *W = full + fo, *b = full + fo + (int64_t)out * in;
-    for (int q = 0, boff = 0; q < c->T; boff += (int)(sizes[q] / 4), q++) {
-      const float *s = (const float *)all + boff + at[q];
-      if (c->kind[u] == TPU_COL) {
-        int lo = tp_part_lo(out, c->T, q), n = tp_part_numel(out, c->T, q);
-        memcpy(W + (int64_t)lo * in, s, (size_t)n * in * sizeof(float));
-        memcpy(b + lo, s + (int64_t)n * in, (size_t)n * sizeof(float));
-      } else if (c->kind[u] == TPU_ROW) {
-        int lo = tp_part_lo(in, c->T, q), n = tp_part_numel(in, c->T, q);
-        if (q == 0) memcpy(b, s, (size_t)out * sizeof(float));
-        for (int o = 0; o < out; o++) memcpy(W + (int64_t)o * in + lo, s + out + (int64_t)o * n, (size_t)n * sizeof(float));
-      } else if (q == 0) {
-        memcpy(W, s, (size_t)fu->numel * sizeof(float));
-      }
-      at[q] += tp_local_numel(c->kind[u], in, out, c->T, q);
-    }
-    fo += fu->numel;
-  }
-  free(at);
-  free(all);
-  free(sizes);
-  return full;
+  return tp_unsplit(c->tp, &c->full, m, local, has_local, full_numel, c, tp_mlp_map, tp_mlp_local_numel);
 }
 
 static const model_fns_t tp_mlp_model_fns = {.name = "mlp", .init_unit = tp_model_init_unit,
@@ -455,23 +485,16 @@ static inline const void *gP(const unit_io_t *io, int64_t off) { return (const c
 static inline void *gG(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
 
 /* Parameters of unit u on TP rank q. */
-static int64_t tp_gpt_local_numel(const tp_gpt_t *c, int u, int q) {
+static int64_t tp_gpt_local_numel(const void *ctx, int u, int q) {
+  const tp_gpt_t *c = ctx;
   int64_t C = c->C, vn = tp_part_numel(c->V, c->T, q);
   if (u == 0) return (int64_t)c->S * C + vn * C;
   if (u == c->full.n_units - 1) return 2 * C + vn * C;
   return tp_block_layout(c->C, c->C / c->T).numel;
 }
 
-/* Copies between a full unit's parameters and TP rank q's local ones (the layouts above):
- * full → local when to_local, else local → full (the export). */
-static void mv(float *full, float *local, int64_t n, int to_local) {
-  if (to_local) memcpy(local, full, (size_t)n * sizeof(float));
-  else memcpy(full, local, (size_t)n * sizeof(float));
-}
-static void mv_cols(float *full, float *local, int rows, int in, int lo, int n, int to_local) { /* (rows, in) ↔ (rows, n) */
-  for (int o = 0; o < rows; o++) mv(full + (int64_t)o * in + lo, local + (int64_t)o * n, n, to_local);
-}
-static void tp_gpt_map(const tp_gpt_t *c, int u, int q, float *full, float *local, int to_local) {
+static void tp_gpt_map(const void *ctx, int u, int q, float *full, float *local, int to_local) {
+  const tp_gpt_t *c = ctx;
   int64_t S = c->S, C = c->C, V = c->V, vlo = tp_part_lo(c->V, c->T, q), vn = tp_part_numel(c->V, c->T, q);
   if (u == 0) {                                             /* full: wte (V,C) | wpe (S,C) */
     mv(full + V * C, local, S * C, to_local);               /* wpe, replicated */
@@ -536,10 +559,7 @@ static void tp_split_gpt(model_t *m, comm_t *tp) {
   if (s.vocab < T) die("error: --tp %d: a vocabulary of %d rows cannot give every rank one", T, s.vocab);
   tp_gpt_t *c = xcalloc(1, sizeof *c, "tp gpt");
   c->tp = tp, c->T = T, c->r = r;
-  c->full = *m;
-  c->full.units = xmalloc((size_t)U * sizeof(unit_t), "tp full units");
-  memcpy(c->full.units, m->units, (size_t)U * sizeof(unit_t));
-  c->full.ctx = NULL;
+  tp_keep_full(&c->full, m);
   c->S = s.seq_len, c->C = s.n_embd, c->V = s.vocab, c->NH = s.n_head;
   c->Cr = s.n_embd / T, c->NHr = s.n_head / T, c->c_lo = r * c->Cr;
   c->Vr = tp_part_numel(s.vocab, T, r), c->v_lo = tp_part_lo(s.vocab, T, r);
@@ -588,11 +608,7 @@ static void tp_gpt_free_ctx(model_t *m) {
 /* Unit u here = the full unit's init (gpt.c, a pure function of seed, u, index), sliced. */
 static void tp_gpt_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
   const tp_gpt_t *c = m->ctx;
-  float *w = xmalloc((size_t)c->full.units[u].numel * sizeof(float), "tp init (full unit)");
-  model_gpt_fns.init_unit(&c->full, seed, u, w);
-  tp_gpt_map(c, u, c->r, w, dst, 1);
-  for (int64_t k = m->units[u].numel; k < m->units[u].padded; k++) dst[k] = 0.0f; /* pad slots */
-  free(w);
+  tp_init_mapped(&c->full, m, seed, u, c->r, dst, c, tp_gpt_map);
 }
 
 /* The tokens as rows of this rank's wte_ext: t − v_lo for its own vocabulary, Vr (the zero row)
@@ -754,35 +770,10 @@ static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's cou
   return S * (L * 24.0 * C * Cr + 2.0 * C * Vr) + L * 4.0 * S * S * Cr;
 }
 
-/* Rank 0 of the TP group gathers every rank's units and puts each slice back where the full
- * unit has it (tp_gpt_map backwards); the replicated parameters come from rank 0. */
+/* Rank 0 of the TP group: the full GPT (tp_gpt_map backwards); the replicated parameters from rank 0. */
 static float *tp_gpt_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
   const tp_gpt_t *c = m->ctx;
-  *full_numel = c->full.numel;
-  if (!has_local) return NULL;
-  char *all = NULL;
-  int64_t *sizes = NULL;
-  comm_ctl_gather(c->tp, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
-  if (c->r != 0) {
-    free(all);
-    free(sizes);
-    return NULL;
-  }
-  float *full = xmalloc((size_t)c->full.numel * sizeof(float), "tp unsplit weights");
-  float **at = xcalloc((size_t)c->T, sizeof(float *), "tp unsplit blobs"); /* rank q's next unit */
-  for (int64_t q = 0, boff = 0; q < c->T; boff += sizes[q] / 4, q++) at[q] = (float *)all + boff;
-  int64_t fo = 0;
-  for (int u = 0; u < m->n_units; u++) {
-    for (int q = c->T - 1; q >= 0; q--) { /* rank 0 last: its replicated parameters stay */
-      tp_gpt_map(c, u, q, full + fo, at[q], 0);
-      at[q] += tp_gpt_local_numel(c, u, q);
-    }
-    fo += c->full.units[u].numel;
-  }
-  free(at);
-  free(all);
-  free(sizes);
-  return full;
+  return tp_unsplit(c->tp, &c->full, m, local, has_local, full_numel, c, tp_gpt_map, tp_gpt_local_numel);
 }
 
 static const model_fns_t tp_gpt_model_fns = {.name = "gpt", .init_unit = tp_gpt_init_unit, .forward = tp_gpt_forward,
