@@ -317,8 +317,9 @@ Test(ch07_pipeline, two_pipelines_zero1_zero2_equal_ddp_bitwise, .timeout = 180)
 }
 
 /* 3-D: --tp T inside every stage (solutions/tp.c's split), pipelines over the ranks / T data-parallel
- * ranks. (T, P, D) = (2, 2, 1) on 4 ranks against 1 rank with --accum: within 1e-5
- * (a row-parallel layer sums partial products in another order: not bitwise, notes/06). */
+ * ranks. (T, P, D) = (2, 2, 1), (2, 1, 2) and (1, 2, 2) on 4 ranks against 1 rank with --accum:
+ * within 1e-5 (a row-parallel layer sums partial products in another order, and the data
+ * dimension's all-reduce adds the replicas' halves: not bitwise, notes/06). */
 Test(ch07_pipeline, three_d_tp_pp_dp_equal_one_rank, .timeout = 180) {
 #define TPM "--input 6 --hidden 16 --classes 12 --layers 4 --batch 24 --seed 7 --steps 2"
   char dir[256], ref[320], bin[320];
@@ -330,9 +331,8 @@ Test(ch07_pipeline, three_d_tp_pp_dp_equal_one_rank, .timeout = 180) {
   free(out);
   int64_t n0 = 0, n1 = 0;
   float *want = zl_read_floats(ref, &n0);
-  /* (2, 1, 2), TP with data parallelism and no pipeline, is chapter 06's (tests/mpi/test_tp.c) */
-  const struct { int T, P, D, M; } g[1] = {{2, 2, 1, 4}};
-  for (int i = 0; i < 1; i++) {
+  const struct { int T, P, D, M; } g[3] = {{2, 2, 1, 4}, {2, 1, 2, 4}, {1, 2, 2, 4}};
+  for (int i = 0; i < 3; i++) {
     snprintf(bin, sizeof bin, "%s/t%dp%dd%d.bin", dir, g[i].T, g[i].P, g[i].D);
     rc = zl_run(4, 120, &out, ZL_BIN "/ch07_pipeline " TPM " --tp %d --pp %d --micro-batches %d --quiet --timeout-s 30 "
                 "--save-params %s", g[i].T, g[i].P, g[i].M, bin);
