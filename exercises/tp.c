@@ -154,6 +154,23 @@ void tp_mlp_free(tp_mlp_t *m) {
   free(m);
 }
 
+void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1, const float *W2,
+                      const float *b2, const float *dy, float *y, float *dx, float *dW1, float *db1, float *dW2,
+                      float *db2) {
+  float *a = xcalloc((size_t)B * ffn, sizeof(float), "reference a");   /* (B, ffn) pre-GELU */
+  float *u = xcalloc((size_t)B * ffn, sizeof(float), "reference u");   /* (B, ffn) GELU(a) */
+  float *du = xcalloc((size_t)B * ffn, sizeof(float), "reference du"); /* (B, ffn) */
+  op_linear_fwd(DEV_CPU, a, x, W1, b1, DT_F32, B, h, ffn);
+  op_gelu_fwd(DEV_CPU, u, a, (int64_t)B * ffn);
+  op_linear_fwd(DEV_CPU, y, u, W2, b2, DT_F32, B, ffn, h);
+  op_linear_bwd(DEV_CPU, du, dW2, db2, dy, u, W2, DT_F32, B, ffn, h, 0.0f);
+  op_gelu_bwd(DEV_CPU, du, du, a, (int64_t)B * ffn);
+  op_linear_bwd(DEV_CPU, dx, dW1, db1, du, x, W1, DT_F32, B, h, ffn, 0.0f);
+  free(a);
+  free(u);
+  free(du);
+}
+
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
   // BEGIN EXERCISE tp_mlp_forward notes/06-tensor-parallel.md
   // HINT: column-parallel first layer, GELU on this rank's own columns (no communication), row-parallel second.

@@ -81,6 +81,12 @@ typedef struct tp_mlp {
 tp_mlp_t *tp_mlp_new(comm_t *tp, int B, int h, int ffn, const float *W1, const float *b1, const float *W2,
                      const float *b2);
 void tp_mlp_free(tp_mlp_t *m);
+/* The same block on one rank with the plain ops, the reference the split block is checked
+ * against: a = x·W1ᵀ + b1, u = GELU(a), y = u·W2ᵀ + b2, then from dy (B, h): dx (B, h) and the
+ * full gradients dW1 (ffn, h), db1 (ffn), dW2 (h, ffn), db2 (h). Host fp32; scratch freed here. */
+void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1, const float *W2,
+                      const float *b2, const float *dy, float *y, float *dx, float *dW1, float *db1, float *dW2,
+                      float *db2);
 /* y (B, h) from x (B, h), both whole on every rank; saves a and u for the backward. */
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x);
 /* From dy (B, h), the same on every rank, and the forward's x: this rank's parameter gradients

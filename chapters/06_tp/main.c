@@ -12,7 +12,7 @@
 #include "check.h"  // die, xcalloc
 #include "comm.h"   // comm_t, comm_all_gather, comm_all_reduce, comm_print_ordered, comm_counters
 #include "grid.h"   // grid_t, grid_init, grid_print
-#include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
+#include "ops.h"    // op_linear_fwd, op_gelu_fwd (the worked example)
 #include "tp.h"     // tp_column_forward, tp_row_slice, tp_mlp_*, tp_mlp_bytes_per_step, tp_split_model
 #include "ddp.h"    // ddp_strategy (--zero 0)
 #include "zero.h"   // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
@@ -196,17 +196,10 @@ static int mlp_check_one(comm_t *world, const mlp_opts_t *o, int T) {
   float *W1 = rnd_new((int64_t)ffn * h, 0.2f), *b1 = rnd_new(ffn, 0.1f);
   float *W2 = rnd_new((int64_t)h * ffn, 0.1f), *b2 = rnd_new(h, 0.1f);
   /* the 1-rank block, with the plain ops */
-  float *a = xcalloc((size_t)B * ffn, sizeof(float), "ref"), *u = xcalloc((size_t)B * ffn, sizeof(float), "ref");
-  float *du = xcalloc((size_t)B * ffn, sizeof(float), "ref"), *y = xcalloc((size_t)B * h, sizeof(float), "ref");
-  float *dx = xcalloc((size_t)B * h, sizeof(float), "ref"), *dW1 = xcalloc((size_t)ffn * h, sizeof(float), "ref");
-  float *db1 = xcalloc((size_t)ffn, sizeof(float), "ref"), *dW2 = xcalloc((size_t)h * ffn, sizeof(float), "ref");
-  float *db2 = xcalloc((size_t)h, sizeof(float), "ref");
-  op_linear_fwd(DEV_CPU, a, x, W1, b1, DT_F32, B, h, ffn);
-  op_gelu_fwd(DEV_CPU, u, a, (int64_t)B * ffn);
-  op_linear_fwd(DEV_CPU, y, u, W2, b2, DT_F32, B, ffn, h);
-  op_linear_bwd(DEV_CPU, du, dW2, db2, dy, u, W2, DT_F32, B, ffn, h, 0.0f);
-  op_gelu_bwd(DEV_CPU, du, du, a, (int64_t)B * ffn);
-  op_linear_bwd(DEV_CPU, dx, dW1, db1, du, x, W1, DT_F32, B, h, ffn, 0.0f);
+  float *y = xcalloc((size_t)B * h, sizeof(float), "ref"), *dx = xcalloc((size_t)B * h, sizeof(float), "ref");
+  float *dW1 = xcalloc((size_t)ffn * h, sizeof(float), "ref"), *db1 = xcalloc((size_t)ffn, sizeof(float), "ref");
+  float *dW2 = xcalloc((size_t)h * ffn, sizeof(float), "ref"), *db2 = xcalloc((size_t)h, sizeof(float), "ref");
+  tp_mlp_reference(B, h, ffn, x, W1, b1, W2, b2, dy, y, dx, dW1, db1, dW2, db2);
   /* the tensor-parallel block */
   tp_mlp_t *m = tp_mlp_new(tp, B, h, ffn, W1, b1, W2, b2);
   float *ty = xcalloc((size_t)B * h, sizeof(float), "tp y"), *tdx = xcalloc((size_t)B * h, sizeof(float), "tp dx");
@@ -250,7 +243,7 @@ static int mlp_check_one(comm_t *world, const mlp_opts_t *o, int T) {
   }
   tp_mlp_free(m);
   free(slice), free(ty), free(tdx), free(x), free(dy), free(W1), free(b1), free(W2), free(b2);
-  free(a), free(u), free(du), free(y), free(dx), free(dW1), free(db1), free(dW2), free(db2);
+  free(y), free(dx), free(dW1), free(db1), free(dW2), free(db2);
   grid_free(g);
   return ok;
 }

@@ -16,7 +16,7 @@
 #include "comm.h"   // comm_t, comm_*, comm_model_sent
 #include "check.h"  // xmalloc, xcalloc
 #include "grid.h"   // grid_t, grid_init, grid_group_ranks
-#include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
+#include "ops.h"    // op_linear_fwd, op_linear_bwd (the 1-rank linear references)
 #include "tp.h"     // tp_* (solutions/ or exercises/)
 #include <math.h>   // fabs
 #include <stdarg.h> // va_list
@@ -254,16 +254,10 @@ static void check_mlp(comm_t *tp, int T, const char *impl) {
   g_rng = 777;
   float *x = rnd_new((int64_t)B * h), *W1 = rnd_new((int64_t)ffn * h), *b1 = rnd_new(ffn);
   float *W2 = rnd_new((int64_t)h * ffn), *b2 = rnd_new(h), *dy = rnd_new((int64_t)B * h);
-  /* reference: a = x·W1ᵀ + b1, u = GELU(a), y = u·W2ᵀ + b2, and back */
-  float *a = fnew((int64_t)B * ffn), *u = fnew((int64_t)B * ffn), *y = fnew((int64_t)B * h);
-  float *du = fnew((int64_t)B * ffn), *dx = fnew((int64_t)B * h);
+  /* reference: a = x·W1ᵀ + b1, u = GELU(a), y = u·W2ᵀ + b2, and back (tp_mlp_reference) */
+  float *y = fnew((int64_t)B * h), *dx = fnew((int64_t)B * h);
   float *dW1 = fnew((int64_t)ffn * h), *db1 = fnew(ffn), *dW2 = fnew((int64_t)h * ffn), *db2 = fnew(h);
-  op_linear_fwd(DEV_CPU, a, x, W1, b1, DT_F32, B, h, ffn);
-  op_gelu_fwd(DEV_CPU, u, a, (int64_t)B * ffn);
-  op_linear_fwd(DEV_CPU, y, u, W2, b2, DT_F32, B, ffn, h);
-  op_linear_bwd(DEV_CPU, du, dW2, db2, dy, u, W2, DT_F32, B, ffn, h, 0.0f);
-  op_gelu_bwd(DEV_CPU, du, du, a, (int64_t)B * ffn);
-  op_linear_bwd(DEV_CPU, dx, dW1, db1, du, x, W1, DT_F32, B, h, ffn, 0.0f);
+  tp_mlp_reference(B, h, ffn, x, W1, b1, W2, b2, dy, y, dx, dW1, db1, dW2, db2);
 
   tp_mlp_t *m = tp_mlp_new(tp, B, h, ffn, W1, b1, W2, b2);
   float *ty = fnew((int64_t)B * h), *tdx = fnew((int64_t)B * h);
@@ -295,8 +289,8 @@ static void check_mlp(comm_t *tp, int T, const char *impl) {
   if (want != 2 * per)
     fail("%s: tp_mlp_bytes_per_step %lld, expected %lld", what, (long long)want, (long long)(2 * per));
   tp_mlp_free(m);
-  free(ref), free(ty), free(tdx), free(x), free(W1), free(b1), free(W2), free(b2), free(dy), free(a), free(u), free(y);
-  free(du), free(dx), free(dW1), free(db1), free(dW2), free(db2);
+  free(ref), free(ty), free(tdx), free(x), free(W1), free(b1), free(W2), free(b2), free(dy), free(y);
+  free(dx), free(dW1), free(db1), free(dW2), free(db2);
 }
 
 static int run_ops(comm_t *world) {
