@@ -24,25 +24,26 @@ void check_fail(const char *file, int line, const char *call, const char *msg) {
   abort_job(1);
 }
 
-void die(const char *fmt, ...) {
+/* The message of die/die_on_rank, prefixed with `rank R: ` when with_rank is set; then the job ends. */
+static _Noreturn void die_va(int with_rank, const char *fmt, va_list ap) {
   char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "%s\n", buf);
+  const char *env = getenv("OMPI_COMM_WORLD_RANK"); /* before comm_init: the launcher's word */
+  if (with_rank) fprintf(stderr, "rank %d: %s\n", g_rank >= 0 ? g_rank : env ? atoi(env) : -1, buf);
+  else fprintf(stderr, "%s\n", buf);
   abort_job(1);
 }
 
-void die_on_rank(const char *fmt, ...) {
-  char buf[1024];
+void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  const char *env = getenv("OMPI_COMM_WORLD_RANK"); /* before comm_init: the launcher's word */
-  fprintf(stderr, "rank %d: %s\n", g_rank >= 0 ? g_rank : env ? atoi(env) : -1, buf);
-  abort_job(1);
+  die_va(0, fmt, ap);
+}
+
+void die_on_rank(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  die_va(1, fmt, ap);
 }
 
 void *xmalloc(size_t nbytes, const char *what) {
