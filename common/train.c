@@ -432,15 +432,10 @@ static double micro_batch(trainer_t *t) {
     if (s->post_forward) s->post_forward(t, u);
   }
   float *dy = in->dy[0].data, *dyp = in->dy[1].data;
-  trace_begin("loss");
   /* Mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks' gradients is
    * then the mean gradient. */
-  int64_t rows = (int64_t)b * m->rows;
-  float scale = (float)(1.0 / ((double)t->cfg->batch * m->rows));
-  double loss = m->fns->loss ? m->fns->loss(m, b, in->out[U - 1].data, (const int *)in->y.data, dy, scale) /* the model's own (vocab-parallel) */
-                             : op_softmax_xent(t->dev, dy, in->out[U - 1].data, (const int *)in->y.data, (int)rows, m->classes, scale);
-  trace_end(NULL);
-  if (!isfinite(loss)) in->local_nonfinite = 1;
+  double loss;
+  TRAINER_PHASE("loss", loss = trainer_loss(t, b, in->out[U - 1].data, (const int *)in->y.data, dy));
   for (int u = U - 1; u >= 0; u--) {
     t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
     if (s->pre_backward) s->pre_backward(t, u);
