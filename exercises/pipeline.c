@@ -37,7 +37,7 @@
 #include "tensor.h"   // tensor_alloc, tensor_free, tensor_at
 #include "trace.h"    // trace_begin, trace_end, trace_now_us
 #include "train.h"    // trainer_t, trainer_* helpers
-#include "zero.h"     // shard_plan (--zero 1/2: the data dimension's shard layout)
+#include "zero.h"     // shard_plan (--zero 1/2/3: the data dimension's shard layout)
 #include <stdio.h>    // printf, snprintf
 #include <stdlib.h>   // free
 #include <string.h>   // strcmp
@@ -184,10 +184,13 @@ typedef struct pp_state {
   comm_t *dpc;          /* this stage's D replicas (NULL when D = 1) */
   int zero;             /* --zero S over the D replicas (0 when D = 1: nothing to shard) */
   int64_t *sloc;        /* [U] offset of unit u's piece in this replica's shard, −1: not here */
-  int64_t shard_numel;  /* Σ piece over this rank's units (--zero 1/2: master, m, v; --zero 2: grads too) */
+  int64_t shard_numel;  /* Σ piece over this rank's units (--zero 1/2/3: master, m, v; --zero 2/3: grads too;
+                         * --zero 3: params too) */
   tensor_t gshard;      /* (shard_numel) reduce-scatter output, wdt: --zero 1 only (transient, LEDGER_COMM) */
-  tensor_t gfull;       /* (numel) --zero 2: the full gradient, allocated at the step's first backward and
+  tensor_t gfull;       /* (numel) --zero 2/3: the full gradient, allocated at the step's start and
                          * freed after its reduce-scatter (t->grads is then the shard) */
+  tensor_t gathered;    /* (one unit's padded) --zero 3: its working params, all-gathered for one forward or
+                         * one backward of one micro-batch, then freed (LEDGER_COMM) */
   pp_op_t *ops;         /* [2vM] this rank's schedule */
   int n_ops;
   int in_flight, peak_in_flight; /* slots in use, over all chunks */
@@ -294,6 +297,27 @@ static unit_io_t chunk_io(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int u) {
                      .saved = (t->cfg->recompute ? st->saved_rc : sl->saved[i]).data};
 }
 
+/* --zero 3: unit u's working params for one forward or one backward of one micro-batch, all-gathered
+ * from the D replicas' pieces into st->gathered (LEDGER_COMM); pp_params_release frees it. Every
+ * replica of the stage runs the same schedule, so they meet in the same gathers in the same order.
+ * Nothing with --zero 0/1/2: the stage's params are whole there. */
+static void pp_params_gather(trainer_t *t, int u) {
+  pp_state_t *st = t->priv;
+  if (st->zero != 3) return;
+  const unit_t *un = &t->model.units[u];
+  st->gathered = tensor_alloc("gathered unit params", LEDGER_COMM, t->wdt, t->dev, un->padded);
+  comm_all_gather(st->dpc, tensor_at(&t->params, st->sloc[u]), st->gathered.data, un->padded, t->wdt);
+  t->unit_params[u] = st->gathered.data;
+}
+
+static void pp_params_release(trainer_t *t, int u) {
+  pp_state_t *st = t->priv;
+  if (st->zero != 3) return;
+  dev_sync(t->dev); /* the unit's kernels have read it */
+  tensor_free(&st->gathered);
+  t->unit_params[u] = NULL;
+}
+
 /* The forward of micro-batch k on chunk ch; returns its busy time (µs). */
 static double pp_forward(trainer_t *t, pp_chunk_t *ch, int k) {
   pp_state_t *st = t->priv;
@@ -305,8 +329,10 @@ static double pp_forward(trainer_t *t, pp_chunk_t *ch, int k) {
   double t0 = trace_now_us();
   trace_begin(name);
   for (int u = ch->u0; u < ch->u1; u++) {
+    pp_params_gather(t, u); /* --zero 3 */
     unit_io_t io = chunk_io(t, ch, sl, u);
     model_forward(&t->model, u, &io);
+    pp_params_release(t, u);
   }
   dev_sync(t->dev);
   trace_end(NULL);
@@ -344,6 +370,7 @@ static double pp_backward(trainer_t *t, pp_chunk_t *ch, int k, double *loss) {
   }
   t->micro = k;
   for (int u = ch->u1 - 1; u >= ch->u0; u--) {
+    pp_params_gather(t, u); /* --zero 3: again, for the backward (and its recompute) */
     unit_io_t io = chunk_io(t, ch, sl, u);
     if (t->cfg->recompute && m->units[u].saved_numel > 0) model_forward(m, u, &io); /* same inputs, same bits */
     io.grads = t->unit_grads[u];
@@ -351,6 +378,7 @@ static double pp_backward(trainer_t *t, pp_chunk_t *ch, int k, double *loss) {
     io.dy = dy;
     io.dx = u > ch->u0 ? dyp : dx_out; /* unit 0 of the model: NULL, nothing before it */
     model_backward(m, u, &io);
+    pp_params_release(t, u);
     trainer_check_grads(t, u);
     float *tmp = dy;
     dy = dyp;
@@ -372,7 +400,7 @@ static double pp_backward(trainer_t *t, pp_chunk_t *ch, int k, double *loss) {
 
 static void pp_resync(trainer_t *t);
 
-/* --zero 2: the stage's full gradient for this step (zero-filled: the pad slots stay 0 for the
+/* --zero 2/3: the stage's full gradient for this step (zero-filled: the pad slots stay 0 for the
  * reduce-scatter), and the units' gradient views into it. Freed by pp_step once reduce-scattered. */
 static void pp_grads_full(trainer_t *t) {
   pp_state_t *st = t->priv;
@@ -392,7 +420,7 @@ static void wait_links(pp_state_t *st) {
 static double pp_run_step(trainer_t *t) {
   pp_state_t *st = t->priv;
   if (st->resync) pp_resync(t);
-  if (st->zero == 2) pp_grads_full(t); /* the full gradient lives from here to the reduce-scatter */
+  if (st->zero >= 2) pp_grads_full(t); /* the full gradient lives from here to the reduce-scatter */
   /* The window starts here: every rank left the loop's loss all-reduce of the last step
    * together (no barrier: a rank that never comes is then found by a p2p wait's deadline). */
   double t0 = trace_now_us(), busy = 0, loss = 0;
@@ -421,7 +449,9 @@ static void pp_report(trainer_t *t); /* at the end of the last step */
  *   --zero 1/2: one reduce-scatter per unit (solutions/zero.h's layout: each unit padded to a
  *             multiple of D, replica dp owns piece dp), each replica updates its pieces (its
  *             master and optimizer states are those pieces only), one all-gather per unit.
- *             --zero 2 then frees the full gradient: its shard is all it keeps between steps. */
+ *             --zero 2 then frees the full gradient: its shard is all it keeps between steps.
+ *   --zero 3: as --zero 2, and the params are the own pieces too: the optimizer casts its update
+ *             into them and nothing is gathered here (each forward and backward gathers its unit). */
 static void pp_step(trainer_t *t) {
   pp_state_t *st = t->priv;
   const model_t *m = &t->model;
@@ -439,7 +469,7 @@ static void pp_step(trainer_t *t) {
     if (t->step == t->cfg->steps - 1) pp_report(t);
     return;
   }
-  tensor_t *full = st->zero == 2 ? &st->gfull : &t->grads, *shard = st->zero == 2 ? &t->grads : &st->gshard;
+  tensor_t *full = st->zero >= 2 ? &st->gfull : &t->grads, *shard = st->zero >= 2 ? &t->grads : &st->gshard;
   trace_begin("reduce_scatter grads");
   for (int u = 0; u < m->n_units; u++)
     if (st->loc[u] >= 0)
@@ -447,7 +477,7 @@ static void pp_step(trainer_t *t) {
                                 t->wdt, REDOP_SUM, "reduce-scatter grads");
   comm_wait_all(st->dpc);
   trace_end(NULL);
-  if (st->zero == 2) { /* the saving of ZeRO-2 under pipelining: only from here to the next step's start */
+  if (st->zero >= 2) { /* the saving of ZeRO-2 under pipelining: only from here to the next step's start */
     tensor_free(&st->gfull);
     for (int u = 0; u < m->n_units; u++)
       if (st->loc[u] >= 0) t->unit_grads[u] = NULL;
@@ -460,13 +490,15 @@ static void pp_step(trainer_t *t) {
     if (st->loc[u] < 0) continue;
     const unit_t *un = &m->units[u];
     int64_t o = st->sloc[u];
-    void *p_own = tensor_at(&t->params, st->loc[u] + (int64_t)st->dp * un->piece); /* working params of the piece */
+    void *p_own = st->zero == 3 ? tensor_at(&t->params, o) /* working params of the piece */
+                                : tensor_at(&t->params, st->loc[u] + (int64_t)st->dp * un->piece);
     float *w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)p_own;
     trainer_optimizer_update(t, w, (char *)shard->data + o * (int64_t)esz, (float *)t->opt_m.data + o,
                              t->opt_v.data ? (float *)t->opt_v.data + o : NULL, un->piece, gscale);
     if (t->wdt == DT_BF16) op_cast(t->dev, p_own, DT_BF16, w, DT_F32, un->piece);
   }
   trace_end(NULL);
+  if (st->zero == 3) goto done; /* the params stay in pieces: the next step's forwards gather them */
   trace_begin("all_gather params");
   for (int u = 0; u < m->n_units; u++) /* in place: each replica's piece to all */
     if (st->loc[u] >= 0)
@@ -556,7 +588,7 @@ static void pp_setup(trainer_t *t) {
   /* --zero S: the data dimension's shard layout (solutions/zero.h): every unit padded to a
    * multiple of D, replica dp owns piece dp of each of its stage's units. */
   st->zero = st->D > 1 ? c->zero : 0; /* D = 1: nothing to shard */
-  if (c->zero > 2) die("rank %d: --zero %d: not with a pipeline (notes/07-pipeline.md, the data dimension)", t->rank, c->zero);
+  if (c->zero > 3) die("rank %d: --zero %d: stages are 0..3 (notes/07-pipeline.md, the data dimension)", t->rank, c->zero);
   if (st->zero) shard_plan(&t->model, st->D);
 
   /* This rank's units: chunks stage, stage+P, ...; their parameters back to back. */
@@ -581,10 +613,13 @@ static void pp_setup(trainer_t *t) {
    *   --zero 0  (Ψs) full       (Ψs) full                       (Ψs)
    *   --zero 1  (Ψs) full       (Ψs) full                       (Ψs/D) own pieces
    *   --zero 2  (Ψs) full       (Ψs/D) own pieces, + (Ψs) full   (Ψs/D) own pieces
-   *                             during the step only (pp_grads_full) */
+   *                             during the step only (pp_grads_full)
+   *   --zero 3  (Ψs/D) own      as --zero 2                      (Ψs/D) own pieces
+   *             pieces, + one unit gathered per forward / backward (pp_params_gather) */
   int64_t n_own = st->zero ? st->shard_numel : st->numel;
-  t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
-  t->grads = st->zero == 2 ? tensor_alloc("grads (own shard)", LEDGER_GRADS, t->wdt, t->dev, n_own)
+  t->params = st->zero == 3 ? tensor_alloc("params (own pieces)", LEDGER_PARAMS, t->wdt, t->dev, n_own)
+                            : tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
+  t->grads = st->zero >= 2 ? tensor_alloc("grads (own shard)", LEDGER_GRADS, t->wdt, t->dev, n_own)
                            : tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
   if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, n_own);
@@ -603,15 +638,20 @@ static void pp_setup(trainer_t *t) {
         int64_t from = st->loc[u] + (st->zero ? (int64_t)st->dp * n : 0), to = st->zero ? st->sloc[u] : st->loc[u];
         dev_upload(t->dev, (float *)t->master.data + to, DT_F32, h + from, n);
       }
-    dev_upload(t->dev, t->params.data, DT_BF16, h, st->numel); /* bf16(init): what the cast of the master gives */
+  }
+  if (st->zero == 3) { /* the own pieces of the working params; bf16(init): what the cast of the master gives */
+    for (int u = 0; u < U; u++)
+      if (st->loc[u] >= 0)
+        dev_upload(t->dev, tensor_at(&t->params, st->sloc[u]), t->wdt, h + st->loc[u] + (int64_t)st->dp * m->units[u].piece,
+                   m->units[u].piece);
   } else {
-    dev_upload(t->dev, t->params.data, DT_F32, h, st->numel);
+    dev_upload(t->dev, t->params.data, t->wdt, h, st->numel);
   }
   free(h);
   for (int u = 0; u < U; u++)
     if (st->loc[u] >= 0) {
-      t->unit_params[u] = tensor_at(&t->params, st->loc[u]);
-      if (st->zero != 2) t->unit_grads[u] = tensor_at(&t->grads, st->loc[u]); /* --zero 2: each step's own */
+      t->unit_params[u] = st->zero == 3 ? NULL : tensor_at(&t->params, st->loc[u]); /* --zero 3: gathered per use */
+      if (st->zero < 2) t->unit_grads[u] = tensor_at(&t->grads, st->loc[u]); /* --zero 2: each step's own */
     }
 
   /* Activations: the pools (empty: they grow as micro-batches go in flight) and the workspace. */
@@ -656,16 +696,24 @@ static void pp_setup(trainer_t *t) {
     printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b, st->b > 1 ? "s" : "",
            pp_bubble_formula(st->sched, st->P, st->M, st->v));
     if (st->D > 1) {
-      static const char *what[3] = {"all-reduce of the grads, every replica updates everything",
+      static const char *what[4] = {"all-reduce of the grads, every replica updates everything",
                                     "ZeRO-1: one reduce-scatter per unit, master and optimizer states of the own pieces, "
                                     "one all-gather per unit",
-                                    "ZeRO-2: as ZeRO-1, and the grads kept between steps are the own pieces"};
+                                    "ZeRO-2: as ZeRO-1, and the grads kept between steps are the own pieces",
+                                    "ZeRO-3: as ZeRO-2, and the params too: each unit all-gathered before every "
+                                    "micro-batch's forward and backward"};
       printf("data dimension: %d replicas of each stage, --zero %d (%s)\n", st->D, st->zero, what[st->zero]);
       if (st->zero == 2)
         printf("  caveat: the grads are reduce-scattered once per step, after the last micro-batch; every micro-batch's\n"
                "  backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
                "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the grads lines\n",
                st->M);
+      if (st->zero == 3)
+        printf("  caveat: the grads are reduce-scattered once per step, after the last micro-batch: the full gradient\n"
+               "  lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
+               "  gathered 2M = %d times per step (M times ZeRO-3's usual 2): (2M+1)(D-1)/D x params bytes per step.\n"
+               "  This is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron pairs PP with ZeRO-1\n",
+               st->M, 2 * st->M);
     }
     printf("split by parameter count:\n");
     for (int k = 0; k < st->V; k++) {
@@ -683,7 +731,7 @@ static void pp_setup(trainer_t *t) {
 /* Per-rank numbers to rank 0 (control traffic), printed in rank order and put in --json. */
 static void pp_report(trainer_t *t) {
   pp_state_t *st = t->priv;
-  int N = t->world, cols = 8;
+  int N = t->world, cols = 9;
   double *vals = xcalloc((size_t)N * cols, sizeof *vals, "pipeline report");
   double steps = st->measured > 0 ? st->measured : 1;
   int formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
@@ -706,6 +754,7 @@ static void pp_report(trainer_t *t) {
   }
   mine[6] = (double)ledger_peak(LEDGER_GRADS); /* --zero 2: full + shard, at the reduce-scatter */
   mine[7] = (double)ledger_live(LEDGER_GRADS); /* after the step: what stays between steps */
+  mine[8] = (double)ledger_live(LEDGER_PARAMS); /* --zero 3: the own pieces (the gathered unit is LEDGER_COMM) */
   comm_ctl_all_reduce_f64(t->comm, vals, N * cols, REDOP_SUM);
   int64_t psi_s = 0;
   for (int u = 0; u < t->model.n_units; u++)
@@ -736,13 +785,24 @@ static void pp_report(trainer_t *t) {
   size_t len = strlen(line);
   size_t esz = dtype_size(t->wdt);
   /* the data dimension, per rank per step: ring all-reduce 2(D−1)/D·Ψs·b; ZeRO-1/2 a reduce-scatter
-   * and an all-gather of every padded unit, (D−1)/D·padded·b each = 2(D−1)·(Σ piece)·b */
-  double dp_formula = st->zero ? 2.0 * (st->D - 1) * (double)st->shard_numel * (double)esz
+   * and an all-gather of every padded unit, (D−1)/D·padded·b each = 2(D−1)·(Σ piece)·b; ZeRO-3
+   * 2M all-gathers (a forward and a backward per micro-batch) and one reduce-scatter: (2M+1)(D−1)·(Σ piece)·b */
+  double gathers = st->zero == 3 ? 2.0 * st->M : 1.0;
+  double dp_formula = st->zero ? (gathers + 1) * (st->D - 1) * (double)st->shard_numel * (double)esz
                                : 2.0 * (st->D - 1) / st->D * (double)st->numel * (double)esz;
+  int64_t unit_max = 0; /* --zero 3: the largest gathered unit */
+  for (int u = 0; u < t->model.n_units; u++)
+    if (st->loc[u] >= 0 && t->model.units[u].padded > unit_max) unit_max = t->model.units[u].padded;
   if (st->dpc)
     len += (size_t)snprintf(line + len, sizeof line - len, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n",
                             t->rank, st->stage, mine[5], dp_formula);
-  if (st->zero == 2)
+  if (st->zero == 3)
+    len += (size_t)snprintf(line + len, sizeof line - len,
+                            "rank %d stage %d: params %.0f B between steps (own pieces %lld; --zero 0/1/2 hold %lld), "
+                            "+ one unit gathered (%lld B at most) per forward / backward\n",
+                            t->rank, st->stage, mine[8], (long long)(st->shard_numel * (int64_t)esz),
+                            (long long)(st->numel * (int64_t)esz), (long long)(unit_max * (int64_t)esz));
+  if (st->zero >= 2)
     snprintf(line + len, sizeof line - len,
              "rank %d stage %d: grads %.0f B at the peak of the step (full %lld + own pieces %lld), %.0f B between steps; "
              "--zero 1 holds %lld B throughout\n",
@@ -770,7 +830,11 @@ static void pp_report(trainer_t *t) {
     trainer_report_extra(t, "dp_bytes_formula", dp_formula);
     n_extras += 2;
   }
-  if (st->zero == 2) {
+  if (st->zero == 3) {
+    trainer_report_extra(t, "params_between_steps_bytes", vals[8]);
+    n_extras += 1;
+  }
+  if (st->zero >= 2) {
     trainer_report_extra(t, "grads_peak_bytes", vals[6]);
     trainer_report_extra(t, "grads_between_steps_bytes", vals[7]);
     n_extras += 2;
@@ -800,9 +864,9 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   if (st->loc[u] < 0) return;
   const unit_t *un = &t->model.units[u];
   int64_t o = st->loc[u];
-  out->held_off = 0;
-  out->held_numel = un->padded;
-  out->params = t->unit_params[u];
+  out->held_off = st->zero == 3 ? (int64_t)st->dp * un->piece : 0; /* --zero 3: the own piece of the params */
+  out->held_numel = st->zero == 3 ? un->piece : un->padded;
+  out->params = st->zero == 3 ? tensor_at(&t->params, st->sloc[u]) : t->unit_params[u];
   if (!st->zero) { /* every replica holds it all: dp 0 speaks for the stage (pp_resync after a resume) */
     if (st->dp != 0) return;
     out->own_numel = un->numel;
@@ -811,13 +875,13 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
     out->v = t->opt_v.data ? (float *)t->opt_v.data + o : NULL;
     return;
   }
-  /* --zero 1/2: piece dp of the unit, [dp·piece, (dp+1)·piece), less the pad slots */
+  /* --zero 1/2/3: piece dp of the unit, [dp·piece, (dp+1)·piece), less the pad slots */
   int64_t a = (int64_t)st->dp * un->piece, z = a + un->piece < un->numel ? a + un->piece : un->numel;
   if (a >= z) return;
   int64_t so = st->sloc[u];
   out->own_off = a;
   out->own_numel = z - a;
-  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + so : (float *)t->params.data + o + a;
+  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + so : (float *)t->params.data + (st->zero == 3 ? so : o + a);
   out->m = (float *)t->opt_m.data + so;
   out->v = t->opt_v.data ? (float *)t->opt_v.data + so : NULL;
 }
@@ -848,6 +912,7 @@ static void pp_teardown(trainer_t *t) {
   tensor_free(&st->saved_rc);
   tensor_free(&st->gshard);
   tensor_free(&st->gfull);
+  tensor_free(&st->gathered);
   if (st->dpc) comm_finalize(st->dpc);
   if (st->bwdw) comm_finalize(st->bwdw);
   if (st->fwdw) comm_finalize(st->fwdw);

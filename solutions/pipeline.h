@@ -20,9 +20,11 @@
  * same additions in the same order; each unit's arithmetic is the same whichever rank runs it).
  * With --clip the global norm is a sum of per-stage sums (another association): equal to
  * rounding. With D = ranks/P > 1 data-parallel pipelines, equal (bitwise for D = 2) to DDP on
- * D ranks with --accum M, with --zero 0 (all-reduce), 1 or 2 (zero.h's per-unit pieces over the
- * D replicas; reduced once per step, after the last micro-batch: ZeRO-2's full gradient lives
- * through the whole step and is freed only between steps).
+ * D ranks with --accum M, with --zero 0 (all-reduce), 1, 2 or 3 (zero.h's per-unit pieces over
+ * the D replicas; reduced once per step, after the last micro-batch: ZeRO-2/3's full gradient
+ * lives through the whole step and is freed only between steps; ZeRO-3 keeps only its pieces of
+ * the params and all-gathers each unit before every micro-batch's forward and backward: 2M
+ * gathers per step, (2M + 1)(D − 1)/D · Ψs · b bytes per rank).
  *
  * Ranks: rank = dp · P + stage (the process grid's order with T = 1: stages of one pipeline are
  * neighbours). Activations go forward on one communicator and gradients backward on another,

@@ -270,10 +270,11 @@ Test(ch07_pipeline, large_messages_do_not_deadlock, .timeout = 180) {
 
 /* Two data-parallel pipelines (P = 2, D = 2), bf16, against DDP on 2 ranks with --accum 2:
  * bitwise with --zero 1 (ZeRO-1 on the data dimension: reduce-scatter, own pieces, all-gather)
- * and --zero 2 (the same, its full grads freed between steps: the ledger's numbers exact);
+ * and --zero 2 (the same, its full grads freed between steps: the ledger's numbers exact) and
+ * --zero 3 (the params in pieces too, each unit gathered 2M times per step);
  * its checkpoint after 2 steps resumed with --zero 0 (dp 0 owns each stage's states and hands
  * them to its replica): bitwise too — the layout hook reshards between the two. */
-Test(ch07_pipeline, two_pipelines_zero1_zero2_equal_ddp_bitwise, .timeout = 180) {
+Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
 #define DPM "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4 --precision bf16"
   char dir[256], cmd[1024], ck[300];
   zl_tmpdir(dir, sizeof dir, "pp_dp");
@@ -308,6 +309,30 @@ Test(ch07_pipeline, two_pipelines_zero1_zero2_equal_ddp_bitwise, .timeout = 180)
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
   run_out_t d = launch(4, cmd, "pp2_dp2_zero1_resumed");
   zl_expect_floats("--zero 2 checkpoint resumed with --zero 1", d.params, ref.params, PSI, 0);
+  /* --zero 3: the params held between steps are the own pieces (228 of stage 0's 456, bf16), each
+   * unit all-gathered before every micro-batch's forward and backward: 2M = 4 gathers and one
+   * reduce-scatter per step, (2M + 1)(D − 1)/D·456·2 B; its checkpoint resumed with --zero 1. */
+  snprintf(ck, sizeof ck, "%s/ck3", dir);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 3 --ckpt %s --save-every 2", ck);
+  run_out_t e = launch(4, cmd, "pp2_dp2_zero3");
+  zl_expect_floats("pp 2 x dp 2, --zero 3", e.params, ref.params, PSI, 0);
+  expect_same_losses("pp 2 x dp 2, --zero 3", e.json, ref.json);
+  const struct { const char *key; double want; } nums3[5] = {
+      {"dp_bytes_per_step", (2 * 2 + 1) * piece}, /* 4 all-gathers + 1 reduce-scatter of (D−1)/D·456·2 B */
+      {"dp_bytes_formula", (2 * 2 + 1) * piece},
+      {"params_between_steps_bytes", piece},      /* the ledger's params: the own pieces only */
+      {"grads_peak_bytes", full + piece},
+      {"grads_between_steps_bytes", piece},
+  };
+  for (int i = 0; i < 5; i++) {
+    double got = zl_json_num(e.json, nums3[i].key);
+    cr_assert_eq(got, nums3[i].want, "--zero 3: %s %.0f, expected %.0f", nums3[i].key, got, nums3[i].want);
+  }
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
+  run_out_t f = launch(4, cmd, "pp2_dp2_zero3_resumed_zero1");
+  zl_expect_floats("--zero 3 checkpoint resumed with --zero 1", f.params, ref.params, PSI, 0);
+  run_free(&e);
+  run_free(&f);
   run_free(&a);
   run_free(&b);
   run_free(&c);
