@@ -11,6 +11,7 @@
 #include <stdio.h>  // fprintf, printf
 #include <stdlib.h> // getenv, strtoll, strtod
 #include <string.h> // strcmp, strchr, strncmp
+#include <unistd.h> // sleep
 
 /* First variable present among names, parsed as a non-negative int; dflt otherwise. */
 static int env_int(const char *const *names, int nnames, int dflt) {
@@ -36,8 +37,18 @@ int args_env_world(void) {
   return w >= 1 ? w : 1;
 }
 
+/* Seconds a rank other than 0 waits before its error exit (see args_error). */
+#define ARGS_PEER_WAIT_S 3
+
 int args_error(const char *flag, const char *value, const char *fmt, ...) {
-  if (args_env_rank() != 0) return 2;
+  /* Under mpirun every rank finds the same error and rank 0 says it. The others wait before they
+   * exit: a rank that exits non-zero first makes mpirun end the job, and a rank 0 that started
+   * late (a loaded machine) would be killed before it printed — no error line at all. Rank 0
+   * exits 2 as soon as it has printed, and mpirun ends the waiting ranks then. */
+  if (args_env_rank() != 0) {
+    sleep(ARGS_PEER_WAIT_S);
+    return 2;
+  }
   char msg[512];
   va_list ap;
   va_start(ap, fmt);

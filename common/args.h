@@ -33,7 +33,9 @@ typedef struct arg_spec {
  * values, repeated flags are errors. */
 int args_parse(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog, const char *about);
 /* Print one error line (rank 0 only) in the standard form and return 2:
- *   error: <flag> <value>: <what is allowed>          */
+ *   error: <flag> <value>: <what is allowed>
+ * Under mpirun the other ranks return only after a few seconds, so that mpirun cannot end the
+ * job before rank 0 has printed (rank 0's exit ends it at once). */
 int args_error(const char *flag, const char *value, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Rank and world size from the launcher's environment (0 and 1 when run without mpirun). */
 int args_env_rank(void);
