@@ -205,31 +205,36 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
   run_free(&ref);
 }
 
+/* Run `np` ranks of CMD (a program and its flags, printf-style) with --quiet --save-params
+ * DIR/NAME.bin; it must exit 0 (else the failure names the command). Returns the saved fp32
+ * weights, *n their count. */
+static float *run_params(int np, int timeout_s, const char *dir, const char *name, int64_t *n, const char *fmt, ...) {
+  char cmd[2048], bin[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  snprintf(bin, sizeof bin, "%s/%s.bin", dir, name);
+  zl_run_ok(np, timeout_s, cmd, "%s --quiet --save-params %s", cmd, bin);
+  return zl_read_floats(bin, n);
+}
+
 /* The GPT (embedding | 2 blocks | head: 4 units): P = 2 naive, 3 gpipe (an odd split), 4 1f1b
  * against 1 rank with --accum 4, bitwise. */
 Test(ch07_pipeline, gpt_equals_one_rank_accum_bitwise, .timeout = 240) {
 #define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
             "--data /usr/share/games/fortunes/cookie"
   const int64_t gpsi = 48860;
-  char cmd[1024], dir[256], ref_bin[320], bin[320];
+  char dir[256], name[32];
   zl_tmpdir(dir, sizeof dir, "pp_gpt");
-  snprintf(ref_bin, sizeof ref_bin, "%s/ref.bin", dir);
-  char *out = NULL;
-  int rc = zl_run(1, 120, &out, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4 --quiet --save-params %s", ref_bin);
-  cr_assert_eq(rc, 0, "GPT reference exited %d:\n%s", rc, out);
-  free(out);
   int64_t n0 = 0, n1 = 0;
-  float *want = zl_read_floats(ref_bin, &n0);
+  float *want = run_params(1, 120, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4");
   cr_assert_eq(n0, gpsi, "GPT reference: %lld params, expected %lld", (long long)n0, (long long)gpsi);
   const char *scheds[3] = {"naive", "gpipe", "1f1b"};
   for (int P = 2; P <= 4; P++) {
-    snprintf(bin, sizeof bin, "%s/pp%d.bin", dir, P);
-    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule %s --quiet --timeout-s 30 --save-params %s",
-             P, scheds[P - 2], bin);
-    rc = zl_run(P, 120, &out, "%s", cmd);
-    cr_assert_eq(rc, 0, "%s exited %d:\n%s", cmd, rc, out);
-    free(out);
-    float *got = zl_read_floats(bin, &n1);
+    snprintf(name, sizeof name, "pp%d", P);
+    float *got = run_params(P, 120, dir, name, &n1, ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule %s "
+                            "--timeout-s 30", P, scheds[P - 2]);
     cr_assert_eq(n1, gpsi);
     zl_expect_floats(scheds[P - 2], got, want, gpsi, 0);
     free(got);
@@ -243,23 +248,15 @@ Test(ch07_pipeline, gpt_equals_one_rank_accum_bitwise, .timeout = 240) {
  * steady state; still bitwise. */
 Test(ch07_pipeline, large_messages_do_not_deadlock, .timeout = 180) {
 #define BIG "--input 16 --hidden 512 --classes 10 --layers 3 --batch 32 --seed 7 --steps 2"
-  char dir[256], ref[320], bin[320];
+  char dir[256], name[32];
   zl_tmpdir(dir, sizeof dir, "pp_big");
-  snprintf(ref, sizeof ref, "%s/ref.bin", dir);
-  char *out = NULL;
-  int rc = zl_run(1, 60, &out, ZL_BIN "/ch02_ddp --variant naive " BIG " --accum 4 --quiet --save-params %s", ref);
-  cr_assert_eq(rc, 0, "reference exited %d:\n%s", rc, out);
-  free(out);
   int64_t n0 = 0, n1 = 0;
-  float *want = zl_read_floats(ref, &n0);
+  float *want = run_params(1, 60, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " BIG " --accum 4");
   const char *runs[2][2] = {{"3", "--schedule 1f1b"}, {"2", "--schedule interleaved --virtual-stages 2"}};
   for (int i = 0; i < 2; i++) {
-    snprintf(bin, sizeof bin, "%s/big%d.bin", dir, i);
-    rc = zl_run(atoi(runs[i][0]), 120, &out, ZL_BIN "/ch07_pipeline " BIG " --pp %s %s --micro-batches 4 --quiet --timeout-s 30 "
-                "--save-params %s", runs[i][0], runs[i][1], bin);
-    cr_assert_eq(rc, 0, "--pp %s %s exited %d:\n%s", runs[i][0], runs[i][1], rc, out);
-    free(out);
-    float *got = zl_read_floats(bin, &n1);
+    snprintf(name, sizeof name, "big%d", i);
+    float *got = run_params(atoi(runs[i][0]), 120, dir, name, &n1, ZL_BIN "/ch07_pipeline " BIG " --pp %s %s --micro-batches 4 "
+                            "--timeout-s 30", runs[i][0], runs[i][1]);
     cr_assert_eq(n1, n0);
     zl_expect_floats(runs[i][1], got, want, n0, 0);
     free(got);
@@ -347,23 +344,15 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
  * dimension's all-reduce adds the replicas' halves: not bitwise, notes/06). */
 Test(ch07_pipeline, three_d_tp_pp_dp_equal_one_rank, .timeout = 180) {
 #define TPM "--input 6 --hidden 16 --classes 12 --layers 4 --batch 24 --seed 7 --steps 2"
-  char dir[256], ref[320], bin[320];
+  char dir[256], name[32];
   zl_tmpdir(dir, sizeof dir, "pp_3d");
-  snprintf(ref, sizeof ref, "%s/ref.bin", dir);
-  char *out = NULL;
-  int rc = zl_run(1, 60, &out, ZL_BIN "/ch02_ddp --variant naive " TPM " --accum 4 --quiet --save-params %s", ref);
-  cr_assert_eq(rc, 0, "reference exited %d:\n%s", rc, out);
-  free(out);
   int64_t n0 = 0, n1 = 0;
-  float *want = zl_read_floats(ref, &n0);
+  float *want = run_params(1, 60, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " TPM " --accum 4");
   const struct { int T, P, D, M; } g[3] = {{2, 2, 1, 4}, {2, 1, 2, 4}, {1, 2, 2, 4}};
   for (int i = 0; i < 3; i++) {
-    snprintf(bin, sizeof bin, "%s/t%dp%dd%d.bin", dir, g[i].T, g[i].P, g[i].D);
-    rc = zl_run(4, 120, &out, ZL_BIN "/ch07_pipeline " TPM " --tp %d --pp %d --micro-batches %d --quiet --timeout-s 30 "
-                "--save-params %s", g[i].T, g[i].P, g[i].M, bin);
-    cr_assert_eq(rc, 0, "(T %d, P %d, D %d) exited %d:\n%s", g[i].T, g[i].P, g[i].D, rc, out);
-    free(out);
-    float *got = zl_read_floats(bin, &n1);
+    snprintf(name, sizeof name, "t%dp%dd%d", g[i].T, g[i].P, g[i].D);
+    float *got = run_params(4, 120, dir, name, &n1, ZL_BIN "/ch07_pipeline " TPM " --tp %d --pp %d --micro-batches %d "
+                            "--timeout-s 30", g[i].T, g[i].P, g[i].M);
     cr_assert_eq(n1, n0, "(T %d, P %d, D %d): %lld params, expected %lld", g[i].T, g[i].P, g[i].D, (long long)n1, (long long)n0);
     zl_expect_floats("3-D params", got, want, n0, 1e-5);
     free(got);
