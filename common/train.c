@@ -370,6 +370,7 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
 }
 
 void trainer_check_grads(trainer_t *t, int u) {
+  /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
   if (t->dev == DEV_CPU && !t->in->local_nonfinite)
     t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
   tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
@@ -455,11 +456,7 @@ static double micro_batch(trainer_t *t) {
     io.dx = u > 0 ? dyp : NULL;
     model_backward(m, u, &io);
     trace_end(NULL);
-    tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
-    /* This rank's own gradients, before any reduction spreads them: is a NaN/Inf ours? (CPU
-     * only: on a GPU the host read would stall the stream; there the loss below stands in.) */
-    if (t->dev == DEV_CPU && !in->local_nonfinite)
-      in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, m->units[u].numel));
+    trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
     if (s->post_backward) s->post_backward(t, u);
     float *tmp = dy;
     dy = dyp;
