@@ -51,8 +51,8 @@ struct train_internal {
   int pa;            /* --pa: the replicated outputs are kept as 1/T slices in out[u]                  */
   tensor_t work[2];  /* --pa: (T · max slice) whole outputs, ping-pong: the one read, the one written   */
   int64_t acts_kept; /* the ledger's LEDGER_ACTS growth for out, saved and work (alloc_acts)           */
-  void *xh;          /* (b, in_numel) host staging when the device is a GPU                             */
-  int *yh;           /* (b, rows) host staging                                                          */
+  void *xh;          /* (b, in_numel) host staging of the evaluation batches when the device is a GPU   */
+  int *yh;           /* (b, rows) host staging (evaluation)                                             */
   report_step_t *steps;
   report_extra_t extras[TRAIN_MAX_EXTRAS];
   int nextras;
@@ -330,24 +330,13 @@ static void free_acts(trainer_t *t) {
  * samples [step·B, (step+1)·B); micro-batch k is its k-th 1/K; rank r takes its r-th slice. */
 static void load_batch(trainer_t *t) {
   struct train_internal *in = t->in;
-  int64_t B = t->cfg->batch, b = t->local_batch, mb = B / t->cfg->accum;
-  int64_t first = (int64_t)t->step * B + (int64_t)t->micro * mb + (int64_t)t->rank * b;
-  int poison = t->micro == 0 && !t->model.in_is_tokens; /* --fault R:S:nan poisons a feature */
-  if (t->dev == DEV_CPU) {
-    data_batch(&t->data, first, (int)b, in->x.data, (int *)in->y.data);
-    if (poison) fault_poison(t->rank, t->step, in->x.data);
-    return;
-  }
-  data_batch(&t->data, first, (int)b, in->xh, in->yh);
-  if (poison) fault_poison(t->rank, t->step, in->xh);
-  dev_memcpy(t->dev, in->x.data, DEV_CPU, in->xh, (size_t)(b * t->model.in_numel) * 4);
-  dev_memcpy(t->dev, in->y.data, DEV_CPU, in->yh, (size_t)(b * t->model.rows) * sizeof(int));
+  trainer_load_micro(t, t->micro, t->cfg->accum, t->rank, t->world, in->x.data, (int *)in->y.data);
 }
 
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y) {
   int64_t B = t->cfg->batch, mb = B / m, b = mb / nslices;
   int64_t first = (int64_t)t->step * B + (int64_t)k * mb + (int64_t)slice * b;
-  int poison = k == 0 && x && !t->model.in_is_tokens; /* --fault R:S:nan, as load_batch */
+  int poison = k == 0 && x && !t->model.in_is_tokens; /* --fault R:S:nan poisons a feature of micro-batch 0 */
   int64_t xn = b * t->model.in_numel, yn = b * t->model.rows;
   /* data_batch writes both: host buffers for what is not a CPU destination */
   void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
