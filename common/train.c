@@ -460,11 +460,23 @@ static double micro_batch(trainer_t *t) {
 /* Validation loss: --eval-batches global batches of the validation split, each split over the
  * ranks and micro-batches exactly as load_batch splits a training batch; the mean over all
  * their tokens. Collective. */
+/* The forward of B samples through every unit with the strategy's forward hooks (so ZeRO-3
+ * gathers), no backward: the evaluation and --sample. */
+static void forward_only(trainer_t *t, int B) {
+  const strategy_t *s = t->strategy;
+  for (int u = 0; u < t->model.n_units; u++) {
+    if (s->pre_forward) s->pre_forward(t, u);
+    unit_io_t io = unit_io(t, u);
+    io.B = B;
+    model_forward(&t->model, u, &io);
+    if (s->post_forward) s->post_forward(t, u);
+  }
+}
+
 static double evaluate(trainer_t *t) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
-  const strategy_t *s = t->strategy;
   int64_t B = cfg->batch, b = t->local_batch, mb = B / cfg->accum;
   int U = m->n_units;
   double sum = 0;
@@ -478,12 +490,7 @@ static double evaluate(trainer_t *t) {
         dev_memcpy(t->dev, in->x.data, DEV_CPU, x, (size_t)(b * m->in_numel) * 4);
         dev_memcpy(t->dev, in->y.data, DEV_CPU, y, (size_t)(b * m->rows) * sizeof(int));
       }
-      for (int u = 0; u < U; u++) {
-        if (s->pre_forward) s->pre_forward(t, u);
-        unit_io_t io = unit_io(t, u);
-        model_forward(m, u, &io);
-        if (s->post_forward) s->post_forward(t, u);
-      }
+      forward_only(t, (int)b);
       sum += op_softmax_xent(t->dev, in->dy[0].data, in->out[U - 1].data, (const int *)in->y.data,
                              (int)(b * m->rows), m->classes, 1.0f);
     }
@@ -514,7 +521,6 @@ static void sample_text(trainer_t *t) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
-  const strategy_t *s = t->strategy;
   int T = m->rows, V = m->classes, U = m->n_units, N = cfg->sample, len = 1;
   if (!in->out) die_on_rank("--sample: not available with a strategy that runs its own schedule");
   int *ctx = xcalloc((size_t)T, sizeof(int), "sample context");
@@ -524,13 +530,7 @@ static void sample_text(trainer_t *t) {
   trace_begin("sample");
   for (int k = 0; k < N; k++) {
     dev_memcpy(t->dev, in->x.data, DEV_CPU, ctx, (size_t)T * sizeof(int));
-    for (int u = 0; u < U; u++) {
-      if (s->pre_forward) s->pre_forward(t, u);
-      unit_io_t io = unit_io(t, u);
-      io.B = 1; /* one sequence: positions >= len are padding the causal mask keeps out */
-      model_forward(m, u, &io);
-      if (s->post_forward) s->post_forward(t, u);
-    }
+    forward_only(t, 1); /* one sequence: positions >= len are padding the causal mask keeps out */
     dev_memcpy(DEV_CPU, row, t->dev, (float *)in->out[U - 1].data + (int64_t)(len - 1) * V, (size_t)V * sizeof(float));
     int next = 0;
     for (int v = 1; v < V; v++)
