@@ -280,6 +280,15 @@ check-exercises:
 .PHONY: check-notes
 check-notes: build
 	@$(PYTHON) common/scripts/check_notes.py --bin $(BIN)
+# "no behaviour change": build BASE (a commit) in a temporary worktree, then run the same small
+# matrix of training runs (ch02-08, MLP and GPT, fp32 and bf16, grids) with its binaries and with
+# build/bin, comparing --save-params bytes and --json losses (common/scripts/same_bits.sh).
+.PHONY: check-bits
+check-bits: build
+	@test -n "$(BASE)" || { echo "usage: make check-bits BASE=REV [FILTER=ch07]"; exit 2; }
+	@d=$$(mktemp -d /tmp/zl_base.XXXXXX) && git worktree add -q --detach $$d/src $(BASE) && \
+	  $(MAKE) --no-print-directory -C $$d/src GPU=0 ZL_SKIP_DEPS=1 build >$$d/build.log 2>&1 || { echo "check-bits: $(BASE) does not build ($$d/build.log)"; exit 1; }; \
+	  bash common/scripts/same_bits.sh $$d/src/build/bin $(BIN) $(FILTER); rc=$$?; git worktree remove --force $$d/src; rm -rf $$d; exit $$rc
 # the chapter's tests on your bodies (the reference code for the exercises not yet written), with
 # short deadlines, then one line per exercise: done / not done / wrong / timed out / not overlapped.
 # EX=name judges that exercise alone.
