@@ -44,3 +44,44 @@ Test(common_docs, a_wrong_number_fails_the_check, .timeout = 60) {
     remove(path);
   }
 }
+
+/* A measured number quoted in a page carries `<!-- data: FILE EXPR -->`; the checker recomputes
+ * EXPR from the JSON and compares it at the page's precision. 1.35 (= 51.11 / 37.73 rounded) passes,
+ * 1.61 fails naming the page line, the quoted number and the JSON's; a missing key fails too. */
+Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
+  char json[128];
+  snprintf(json, sizeof json, "/tmp/zl_docs_%d_data.json", (int)getpid());
+  FILE *j = fopen(json, "w");
+  cr_assert(j, "cannot write %s", json);
+  fprintf(j, "{\"step_ms\": {\"np2\": {\"ddp\": 37.73, \"zero3\": 51.11}}, \"saved\": [-11.24]}\n");
+  fclose(j);
+  const char *quoted[3] = {"**1.35×**", "**1.61×**", "1.35×"};
+  const char *expr[3] = {"step_ms.np2.zero3 / step_ms.np2.ddp", "step_ms.np2.zero3 / step_ms.np2.ddp",
+                         "step_ms.np2.zero4 / step_ms.np2.ddp"};
+  const int want_rc[3] = {0, 1, 1};
+  for (int k = 0; k < 3; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/zl_docs_%d_n%d.md", (int)getpid(), k);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    fprintf(f, "# a page\n\nprefetch lost −11.24 ms<!-- data: %s saved.0 -->; ZeRO-3 took\n"
+               "%s<!-- data: %s %s --> DDP's step.\n", strrchr(json, '/') + 1, quoted[k],
+            strrchr(json, '/') + 1, expr[k]);
+    fclose(f);
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+    cr_expect_eq(rc, want_rc[k], "check_notes.py --numbers on %s (%s, %s): exit %d, expected %d:\n%s",
+                 path, quoted[k], expr[k], rc, want_rc[k], out);
+    if (k > 0) {
+      char where[160];
+      snprintf(where, sizeof where, "%s:4:", path);
+      cr_expect(strstr(out, where) != NULL, "the failure should name %s:\n%s", where, out);
+      cr_expect(k != 1 || (strstr(out, "quoted 1.61") && strstr(out, "= 1.35")),
+                "the failure should give the quoted 1.61 and the JSON's 1.35:\n%s", out);
+      cr_expect(k != 2 || strstr(out, "zero4"), "the failure should name the missing key:\n%s", out);
+    }
+    free(out);
+    remove(path);
+  }
+  remove(json);
+}
