@@ -29,6 +29,9 @@ data change: replace the JSON, rerun, and every page that quotes it says where i
 Exit 0 when every run matches and every marked number agrees, 1 on the first mismatch of each run
 (`PAGE:LINE: $ CMD`, the missing line and the closest real one) or on any wrong number
 (`PAGE:LINE: quoted Q, FILE EXPR = V`), 2 on bad usage. --numbers checks the marked numbers only.
+Links are checked with the numbers: a relative link must name a file that exists, and a
+`#anchor` a heading of that page (GitHub's rule: lower case, punctuation dropped, spaces to -).
+Without PAGE arguments every notes/*.md and the top-level README.md are checked.
 
   python3 common/scripts/check_notes.py [--bin DIR] [--list] [--update] [PAGE ...]
 PAGE: a path (notes/02-ddp.md, any .md) or part of a name under notes/ (02, zero1).
@@ -263,6 +266,57 @@ def check_numbers(page):
     return bad
 
 
+# ---- links: a relative link names a file that exists, and an #anchor a heading of it ----------
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    t = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.replace("`", ""))
+    return re.sub(r"[^\w\- ]", "", t.strip().lower()).replace(" ", "-")
+
+
+def anchors_of(path):
+    out, seen, fence = set(), {}, False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if re.match(r"^(`{3,}|~{3,})", line):
+                fence = not fence
+                continue
+            m = None if fence else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                s = slug(m.group(1))
+                n = seen.get(s, 0)
+                seen[s] = n + 1
+                out.add(s if n == 0 else "%s-%d" % (s, n))
+    return out
+
+
+def check_links(page):
+    """'PAGE:LINE: ...' for each relative link whose file or #anchor does not exist."""
+    rel = os.path.relpath(page, ROOT)
+    where = page if rel.startswith("..") else rel
+    bad, fence = [], False
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for n, line in enumerate(lines, 1):
+        if re.match(r"^(`{3,}|~{3,})", line):
+            fence = not fence
+        if fence:
+            continue
+        for m in LINK.finditer(line):
+            target = m.group(1)
+            if re.match(r"^[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = os.path.normpath(os.path.join(os.path.dirname(page), file)) if file else page
+            if not os.path.exists(path):
+                bad.append("%s:%d: link %s: no such file" % (where, n, target))
+            elif anchor and path.endswith(".md") and anchor not in anchors_of(path):
+                bad.append("%s:%d: link %s: no heading with that anchor in %s" % (where, n, target, file or "this page"))
+    return bad
+
+
 def update_page(page, runs, fresh):
     """Rewrite the pasted output of runs (fresh[i]: new lines) in place, atomically. A pasted
     block ending in `...` keeps its length (the page shows the first lines only)."""
@@ -284,7 +338,7 @@ def update_page(page, runs, fresh):
 def pages_of(args):
     every = sorted(glob.glob(os.path.join(ROOT, "notes", "*.md")))
     if not args:
-        return every
+        return every + [os.path.join(ROOT, "README.md")]
     out = []
     for a in args:
         if os.path.isfile(a):
@@ -314,7 +368,7 @@ def main():
     for page in pages_of(a.pages):
         with open(page, encoding="utf-8") as f:
             n_marks += len(MARKER.findall(f.read()))
-        for b in check_numbers(page):
+        for b in check_numbers(page) + check_links(page):
             print(b)
             wrong += 1
         if a.numbers:
@@ -358,7 +412,7 @@ def main():
         print("%d checked run(s)" % n_runs)
         return 1 if failed or wrong else 0
     verb = "updated" if a.update else "checked"
-    print("check_notes: %d run(s) %s, %d mismatch(es); %d measured number(s), %d wrong; %.1f s"
+    print("check_notes: %d run(s) %s, %d mismatch(es); %d measured number(s), %d wrong or broken link(s); %.1f s"
           % (n_runs, verb, failed, n_marks, wrong, dt))
     return 1 if failed or wrong else 0
 

@@ -85,3 +85,25 @@ Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
   }
   remove(json);
 }
+
+/* A link to a page that exists but a heading that does not (06 has "Meeting 06a" and "06b", not
+ * "06c") fails with the page line; the same link to #meeting-06b passes. */
+Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
+  const char *anchor[2] = {"meeting-06b", "meeting-06c"};
+  for (int k = 0; k < 2; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "notes/.zl_docs_%d_l%d.md", (int)getpid(), k);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    fprintf(f, "# a page\n\nRead [the second meeting](06-tensor-parallel.md#%s) next.\n", anchor[k]);
+    fclose(f);
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+    cr_expect_eq(rc, k, "check_notes.py --numbers on a link to #%s: exit %d, expected %d:\n%s", anchor[k], rc, k, out);
+    char where[160];
+    snprintf(where, sizeof where, "%s:3: link 06-tensor-parallel.md#meeting-06c", path);
+    cr_expect(k == 0 || strstr(out, where), "the failure should name %s:\n%s", where, out);
+    free(out);
+    remove(path);
+  }
+}
