@@ -234,14 +234,19 @@ def evaluate(expr, data):
 
 
 def check_numbers(page):
-    """A list of 'PAGE:LINE: ...' failures for the page's marked numbers (empty: all agree)."""
+    """(number of marked numbers, a list of 'PAGE:LINE: ...' failures: empty when all agree)."""
     rel = os.path.relpath(page, ROOT)
     where = page if rel.startswith("..") else rel
     with open(page, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    cache, bad = {}, []
+    cache, bad, fence, count = {}, [], False, 0
     for n, line in enumerate(lines, 1):
+        if re.match(r"^(`{3,}|~{3,})", line):
+            fence = not fence
+        if fence:  # a marker shown in a code block is an example, not a quote
+            continue
         for m in MARKER.finditer(line):
+            count += 1
             path, expr = m.group(1), m.group(2)
             before = MARKER.sub("", line[:m.start()])
             q = QUOTED.search(before)
@@ -263,7 +268,7 @@ def check_numbers(page):
             if abs(round(value, decimals) - quoted) > 0.5 * 10 ** -decimals + 1e-9:
                 bad.append("%s:%d: quoted %s, %s %s = %.*f (%s)" % (where, n, q.group(0).strip(), path, expr,
                                                                     decimals, value, repr(value)))
-    return bad
+    return count, bad
 
 
 # ---- links: a relative link names a file that exists, and an #anchor a heading of it ----------
@@ -366,9 +371,9 @@ def main():
         return 2
     t0, n_runs, failed, n_marks, wrong = time.time(), 0, 0, 0, 0
     for page in pages_of(a.pages):
-        with open(page, encoding="utf-8") as f:
-            n_marks += len(MARKER.findall(f.read()))
-        for b in check_numbers(page) + check_links(page):
+        marks, wrong_numbers = check_numbers(page)
+        n_marks += marks
+        for b in wrong_numbers + check_links(page):
             print(b)
             wrong += 1
         if a.numbers:
