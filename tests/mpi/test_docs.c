@@ -101,7 +101,7 @@ Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
     int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
     cr_expect_eq(rc, k, "check_notes.py --numbers on a link to #%s: exit %d, expected %d:\n%s", anchor[k], rc, k, out);
     char where[160];
-    snprintf(where, sizeof where, "%s:3: link 06-tensor-parallel.md#meeting-06c", path);
+    snprintf(where, sizeof where, "%.100s:3: link 06-tensor-parallel.md#meeting-06c", path);
     cr_expect(k == 0 || strstr(out, where), "the failure should name %s:\n%s", where, out);
     free(out);
     remove(path);
