@@ -245,6 +245,8 @@ def check_numbers(page):
             fence = not fence
         if fence:  # a marker shown in a code block is an example, not a quote
             continue
+        # a marker inside `inline code` is shown, not used: blank the spans out
+        line = re.sub(r"`[^`]*`", lambda c: " " * len(c.group(0)), line)
         for m in MARKER.finditer(line):
             count += 1
             path, expr = m.group(1), m.group(2)

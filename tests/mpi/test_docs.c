@@ -4,6 +4,18 @@
  * ("Checked outputs"). Suite common_docs. Refresh the pages after a deliberate change with
  * `python3 common/scripts/check_notes.py --update` and review the diff. */
 #include "zl_test.h" // zl_run, Criterion
+#include <stdarg.h>   // va_list: write_page's format arguments
+
+/* Writes the printf-formatted text to path (a page or a JSON for the checker), asserting it could. */
+static void write_page(const char *path, const char *fmt, ...) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "cannot write %s", path);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fclose(f);
+}
 
 /* Every checked run of every page, against the binaries of this build. */
 Test(common_docs, pasted_outputs_match_the_programs, .timeout = 240) {
@@ -25,11 +37,8 @@ Test(common_docs, a_wrong_number_fails_the_check, .timeout = 60) {
   for (int k = 0; k < 2; k++) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/zl_docs_%d_%d.md", (int)getpid(), k);
-    FILE *f = fopen(path, "w");
-    cr_assert(f, "cannot write %s", path);
-    fprintf(f, "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
-               "in GB (1e9 bytes) per rank\n%s         27.6   (2+2+K)Ψ = 8Ψ\n```\n", lines[k]);
-    fclose(f);
+    write_page(path, "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
+                     "in GB (1e9 bytes) per rank\n%s         27.6   (2+2+K)Ψ = 8Ψ\n```\n", lines[k]);
     char *out = NULL;
     int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --bin %s %s", ZL_BIN, path);
     cr_expect_eq(rc, want_rc[k], "check_notes.py on %s (DDP total %s): exit %d, expected %d:\n%s",
@@ -51,10 +60,7 @@ Test(common_docs, a_wrong_number_fails_the_check, .timeout = 60) {
 Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
   char json[128];
   snprintf(json, sizeof json, "/tmp/zl_docs_%d_data.json", (int)getpid());
-  FILE *j = fopen(json, "w");
-  cr_assert(j, "cannot write %s", json);
-  fprintf(j, "{\"step_ms\": {\"np2\": {\"ddp\": 37.73, \"zero3\": 51.11}}, \"saved\": [-11.24]}\n");
-  fclose(j);
+  write_page(json, "{\"step_ms\": {\"np2\": {\"ddp\": 37.73, \"zero3\": 51.11}}, \"saved\": [-11.24]}\n");
   const char *quoted[3] = {"**1.35×**", "**1.61×**", "1.35×"};
   const char *expr[3] = {"step_ms.np2.zero3 / step_ms.np2.ddp", "step_ms.np2.zero3 / step_ms.np2.ddp",
                          "step_ms.np2.zero4 / step_ms.np2.ddp"};
@@ -62,12 +68,9 @@ Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
   for (int k = 0; k < 3; k++) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/zl_docs_%d_n%d.md", (int)getpid(), k);
-    FILE *f = fopen(path, "w");
-    cr_assert(f, "cannot write %s", path);
-    fprintf(f, "# a page\n\nprefetch lost −11.24 ms<!-- data: %s saved.0 -->; ZeRO-3 took\n"
-               "%s<!-- data: %s %s --> DDP's step.\n", strrchr(json, '/') + 1, quoted[k],
-            strrchr(json, '/') + 1, expr[k]);
-    fclose(f);
+    write_page(path, "# a page\n\nprefetch lost −11.24 ms<!-- data: %s saved.0 -->; ZeRO-3 took\n"
+                     "%s<!-- data: %s %s --> DDP's step.\n", strrchr(json, '/') + 1, quoted[k],
+               strrchr(json, '/') + 1, expr[k]);
     char *out = NULL;
     int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
     cr_expect_eq(rc, want_rc[k], "check_notes.py --numbers on %s (%s, %s): exit %d, expected %d:\n%s",
@@ -93,10 +96,7 @@ Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
   for (int k = 0; k < 2; k++) {
     char path[128];
     snprintf(path, sizeof path, "notes/.zl_docs_%d_l%d.md", (int)getpid(), k);
-    FILE *f = fopen(path, "w");
-    cr_assert(f, "cannot write %s", path);
-    fprintf(f, "# a page\n\nRead [the second meeting](06-tensor-parallel.md#%s) next.\n", anchor[k]);
-    fclose(f);
+    write_page(path, "# a page\n\nRead [the second meeting](06-tensor-parallel.md#%s) next.\n", anchor[k]);
     char *out = NULL;
     int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
     cr_expect_eq(rc, k, "check_notes.py --numbers on a link to #%s: exit %d, expected %d:\n%s", anchor[k], rc, k, out);
