@@ -15,6 +15,7 @@ static int64_t g_limit = 0;                         /* bytes of the device arena
 static int64_t g_live[LEDGER_NARENA][LEDGER_NCAT];  /* bytes held now, per arena and category */
 static int64_t g_peak[LEDGER_NARENA][LEDGER_NCAT];  /* highest g_live[a][c] since init/reset */
 static int64_t g_total_live[LEDGER_NARENA], g_total_peak[LEDGER_NARENA];
+static FILE *g_trace; /* --alloc-trace: the alloc/free sequence, or NULL */
 
 static const char *const g_names[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm"};
 
@@ -60,6 +61,7 @@ void ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const cha
   if (g_live[a][cat] > g_peak[a][cat]) g_peak[a][cat] = g_live[a][cat];
   g_total_live[a] += nbytes;
   if (g_total_live[a] > g_total_peak[a]) g_total_peak[a] = g_total_live[a];
+  if (g_trace) fprintf(g_trace, "A %d %d %lld %s\n", (int)a, (int)cat, (long long)nbytes, what ? what : "?");
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -71,6 +73,7 @@ void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes) {
   if (!bad) {
     g_live[a][cat] -= nbytes;
     g_total_live[a] -= nbytes;
+    if (g_trace) fprintf(g_trace, "F %d %d %lld\n", (int)a, (int)cat, (long long)nbytes);
   }
   pthread_mutex_unlock(&g_mu);
   /* Giving back more than is held is a bookkeeping bug (double free, wrong category or arena). */
@@ -107,4 +110,17 @@ void ledger_reset_peaks(void) {
     g_total_peak[a] = g_total_live[a];
   }
   pthread_mutex_unlock(&g_mu);
+}
+
+void ledger_trace_open(const char *path) {
+  pthread_mutex_lock(&g_mu);
+  if (g_trace) fclose(g_trace);
+  g_trace = NULL;
+  if (path && path[0]) {
+    g_trace = fopen(path, "w");
+    if (g_trace) setvbuf(g_trace, NULL, _IOLBF, 0); /* whole lines even if the job dies */
+  }
+  int bad = path && path[0] && !g_trace;
+  pthread_mutex_unlock(&g_mu);
+  if (bad) die_on_rank("--alloc-trace %s: cannot open for writing", path);
 }

@@ -757,6 +757,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
 
   /* The ledger starts before anything is allocated (the communicator's scratch included). */
   ledger_init(env_rank, (int64_t)(cfg->mem_limit_mb * 1048576.0));
+  if (env_rank == 0) ledger_trace_open(cfg->alloc_trace);
   int argc0 = 0;
   char **argv0 = NULL;
   comm_t *comm = comm_init(&argc0, &argv0, cfg->comm_backend, cfg->dev);

@@ -66,6 +66,7 @@ typedef struct train_cfg {
   double timeout_s;                   /* --timeout-s collective deadline */
   const char *json, *trace;           /* --json PATH --trace PATH */
   const char *save_params;            /* --save-params PATH: full fp32 weights (testing aid) */
+  const char *alloc_trace;            /* --alloc-trace PATH: rank 0's ledger alloc/free sequence (allocsim) */
   const char *fault;                  /* --fault RANK:STEP:KIND (testing aid) */
   nonfinite_t nonfinite;              /* --nonfinite abort|skip */
   const char *ckpt, *resume;          /* --ckpt DIR, --resume DIR */

@@ -166,6 +166,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--clip", ARG_DOUBLE, &cfg->clip, 0, 1e9, NULL, "clip the global gradient norm to this (0: off)");
   SPEC("--json", ARG_STR, &cfg->json, 0, 0, NULL, "write the results object to PATH (rank 0)");
   SPEC("--trace", ARG_STR, &cfg->trace, 0, 0, NULL, "write a Chrome trace (Perfetto) to PATH");
+  SPEC("--alloc-trace", ARG_STR, &cfg->alloc_trace, 0, 0, NULL, "write rank 0's ledger alloc/free sequence to PATH (replayed by zl_allocsim, notes/zero-r.md)");
   SPEC("--save-params", ARG_STR, &cfg->save_params, 0, 0, NULL, "write the final fp32 weights (raw float32, Psi values) to PATH");
   SPEC("--mem-limit-mb", ARG_DOUBLE, &cfg->mem_limit_mb, 0, 1e9, NULL, "per-rank memory budget in MiB (0: none)");
   SPEC("--timeout-s", ARG_DOUBLE, &cfg->timeout_s, 0, 1e6, NULL, "deadline for any one collective wait (0: none)");

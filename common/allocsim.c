@@ -1,0 +1,240 @@
+/* allocsim.c — the two allocator designs of allocsim.h replayed over a ledger trace.
+ * Notes: notes/zero-r.md (ZeRO-R memory defragmentation). */
+#include "allocsim.h" // allocsim_event_t, allocsim_run, ...
+#include "check.h"    // die, xcalloc
+#include "ledger.h"   // LEDGER_COMM
+#include <stdio.h>    // FILE, fgets
+#include <stdlib.h>   // realloc, free
+#include <string.h>   // strstr, strncpy
+
+#define MIB ((int64_t)1 << 20)
+enum { POOL_SMALL = 0, POOL_LARGE, POOL_REGION };
+
+typedef struct { int64_t off, size; int seg, free, pool, prev, next, alive; } blk_t; /* one block of a segment */
+typedef struct { int64_t size; int alive, first; } seg_t;                           /* one cudaMalloc */
+typedef struct { blk_t *b; int nb, capb; seg_t *s; int ns, caps; int64_t reserved, allocated; } heap_t;
+typedef struct { int cat; int64_t bytes; int blk, heap, alive; } live_t; /* one live allocation */
+
+static int64_t round512(int64_t n) { return n <= 0 ? 512 : (n + 511) / 512 * 512; }
+
+static int new_block(heap_t *h, int seg, int64_t off, int64_t size, int pool) {
+  if (h->nb == h->capb) {
+    h->capb = h->capb ? 2 * h->capb : 64;
+    h->b = realloc(h->b, (size_t)h->capb * sizeof *h->b);
+    if (!h->b) die("allocsim: out of host memory");
+  }
+  h->b[h->nb] = (blk_t){.off = off, .size = size, .seg = seg, .free = 1, .pool = pool, .prev = -1, .next = -1, .alive = 1};
+  return h->nb++;
+}
+
+/* A new segment of `size` bytes holding one free block; returns the block. */
+static int new_segment(heap_t *h, int64_t size, int pool) {
+  if (h->ns == h->caps) {
+    h->caps = h->caps ? 2 * h->caps : 16;
+    h->s = realloc(h->s, (size_t)h->caps * sizeof *h->s);
+    if (!h->s) die("allocsim: out of host memory");
+  }
+  int i = new_block(h, h->ns, 0, size, pool);
+  h->s[h->ns++] = (seg_t){.size = size, .alive = 1, .first = i};
+  h->reserved += size;
+  return i;
+}
+
+/* Best fit: the smallest free block of the pool holding size bytes (ties: lower segment, offset). */
+static int best_fit(const heap_t *h, int pool, int64_t size) {
+  int best = -1;
+  for (int i = 0; i < h->nb; i++) {
+    const blk_t *k = &h->b[i];
+    if (!k->alive || !k->free || k->pool != pool || k->size < size) continue;
+    if (best < 0 || k->size < h->b[best].size ||
+        (k->size == h->b[best].size && (k->seg < h->b[best].seg || (k->seg == h->b[best].seg && k->off < h->b[best].off))))
+      best = i;
+  }
+  return best;
+}
+
+/* Take size bytes from the front of free block i, splitting off the rest when it is large enough. */
+static void take(heap_t *h, int i, int64_t size) {
+  int64_t rest = h->b[i].size - size;
+  int split = h->b[i].pool == POOL_LARGE ? rest > MIB : rest >= 512;
+  if (split) {
+    int j = new_block(h, h->b[i].seg, h->b[i].off + size, rest, h->b[i].pool); /* may move h->b */
+    h->b[j].prev = i;
+    h->b[j].next = h->b[i].next;
+    if (h->b[i].next >= 0) h->b[h->b[i].next].prev = j;
+    h->b[i].next = j;
+    h->b[i].size = size;
+  }
+  h->b[i].free = 0;
+  h->allocated += h->b[i].size;
+}
+
+/* Free block i and merge it with free neighbours of its segment. */
+static void give(heap_t *h, int i) {
+  h->b[i].free = 1;
+  h->allocated -= h->b[i].size;
+  int n = h->b[i].next;
+  if (n >= 0 && h->b[n].free) { /* absorb the next block */
+    h->b[i].size += h->b[n].size;
+    h->b[i].next = h->b[n].next;
+    if (h->b[n].next >= 0) h->b[h->b[n].next].prev = i;
+    h->b[n].alive = 0;
+  }
+  int p = h->b[i].prev;
+  if (p >= 0 && h->b[p].free) { /* the previous block absorbs this one */
+    h->b[p].size += h->b[i].size;
+    h->b[p].next = h->b[i].next;
+    if (h->b[i].next >= 0) h->b[h->b[i].next].prev = p;
+    h->b[i].alive = 0;
+  }
+}
+
+/* Release every segment that is one free block (cudaFree of cached memory); returns bytes freed. */
+static int64_t release_free(heap_t *h) {
+  int64_t got = 0;
+  for (int s = 0; s < h->ns; s++) {
+    if (!h->s[s].alive) continue;
+    blk_t *k = &h->b[h->s[s].first];
+    if (k->pool == POOL_REGION || !k->free || k->size != h->s[s].size) continue;
+    k->alive = 0;
+    h->s[s].alive = 0;
+    h->reserved -= h->s[s].size;
+    got += h->s[s].size;
+  }
+  return got;
+}
+
+static int64_t largest_free(const heap_t *h) {
+  int64_t m = 0;
+  for (int i = 0; i < h->nb; i++)
+    if (h->b[i].alive && h->b[i].free && h->b[i].size > m) m = h->b[i].size;
+  return m;
+}
+
+/* The caching allocator: a block of the small or large pool, or -1 when the budget (on
+ * h->reserved + other_reserved) refuses a new segment even after releasing cached ones. */
+static int caching_alloc(heap_t *h, int64_t bytes, int64_t budget, int64_t other_reserved, int *retries, int *segments) {
+  int64_t size = round512(bytes);
+  int pool = size <= MIB ? POOL_SMALL : POOL_LARGE;
+  int i = best_fit(h, pool, size);
+  if (i < 0) {
+    int64_t seg = pool == POOL_SMALL ? 2 * MIB : size < 10 * MIB ? 20 * MIB : (size + 2 * MIB - 1) / (2 * MIB) * (2 * MIB);
+    if (budget > 0 && h->reserved + other_reserved + seg > budget) {
+      (*retries)++;
+      release_free(h);
+      if (h->reserved + other_reserved + seg > budget) return -1;
+    }
+    i = new_segment(h, seg, pool);
+    (*segments)++;
+  }
+  take(h, i, size);
+  return i;
+}
+
+int allocsim_long_lived(int cat, const char *what) {
+  if (cat == LEDGER_COMM) return 0;
+  if (what && (strstr(what, "workspace") || strstr(what, "scratch"))) return 0;
+  return 1;
+}
+
+int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget, allocsim_result_t *r) {
+  *r = (allocsim_result_t){.failed_at = -1};
+  heap_t hc = {0}, hr = {0}; /* the caching pools; the long-lived region */
+  live_t *live = xcalloc((size_t)(n > 0 ? n : 1), sizeof *live, "allocsim live");
+  int nlive = 0, rc = 0;
+  if (mode == ALLOCSIM_REGIONS) { /* the region: the long-lived tensors' live peak, known from the trace */
+    int64_t now = 0, peak = 0;
+    int *mark = xcalloc((size_t)(n > 0 ? n : 1), sizeof *mark, "allocsim marks");
+    for (int e = 0; e < n; e++) {
+      if (ev[e].op == 'A') {
+        if (allocsim_long_lived(ev[e].cat, ev[e].what)) { now += round512(ev[e].bytes); mark[e] = 1; }
+        if (now > peak) peak = now;
+        continue;
+      }
+      for (int k = e - 1; k >= 0; k--) /* the allocation this free gives back (most recent match) */
+        if (ev[k].op == 'A' && mark[k] >= 0 && ev[k].cat == ev[e].cat && ev[k].bytes == ev[e].bytes) {
+          if (mark[k] == 1) now -= round512(ev[k].bytes);
+          mark[k] = -1;
+          break;
+        }
+    }
+    free(mark);
+    if (peak > 0) new_segment(&hr, peak, POOL_REGION);
+    r->region_bytes = peak;
+    if (budget > 0 && peak > budget) { r->failed_at = 0; r->fail_bytes = peak; snprintf(r->fail_what, sizeof r->fail_what, "long-lived region"); rc = 1; }
+  }
+  for (int e = 0; e < n && !rc; e++) {
+    if (ev[e].op == 'A') {
+      int heap = 0, b = -1;
+      if (mode == ALLOCSIM_REGIONS && allocsim_long_lived(ev[e].cat, ev[e].what)) {
+        b = best_fit(&hr, POOL_REGION, round512(ev[e].bytes));
+        if (b >= 0) { take(&hr, b, round512(ev[e].bytes)); heap = 1; }
+        else r->spills++;
+      }
+      if (b < 0) b = caching_alloc(&hc, ev[e].bytes, budget, hr.reserved, &r->retries, &r->segments);
+      if (b < 0) {
+        r->failed_at = e;
+        r->fail_bytes = ev[e].bytes;
+        snprintf(r->fail_what, sizeof r->fail_what, "%s", ev[e].what);
+        rc = 1;
+        break;
+      }
+      live[nlive++] = (live_t){.cat = ev[e].cat, .bytes = ev[e].bytes, .blk = b, .heap = heap, .alive = 1};
+    } else {
+      int k = nlive - 1;
+      while (k >= 0 && !(live[k].alive && live[k].cat == ev[e].cat && live[k].bytes == ev[e].bytes)) k--;
+      if (k < 0) die("allocsim: event %d frees %lld bytes of category %d that no live allocation holds", e, (long long)ev[e].bytes, ev[e].cat);
+      live[k].alive = 0;
+      give(live[k].heap ? &hr : &hc, live[k].blk);
+    }
+    int64_t res = hc.reserved + hr.reserved, al = hc.allocated + hr.allocated;
+    if (al > r->alloc_peak) r->alloc_peak = al;
+    if (res > r->reserved_peak) r->reserved_peak = res;
+    if (res - al > r->cached_peak) r->cached_peak = res - al;
+  }
+  int64_t lc = largest_free(&hc), lr = largest_free(&hr);
+  r->largest_free_end = lc > lr ? lc : lr;
+  free(hc.b); free(hc.s); free(hr.b); free(hr.s); free(live);
+  return rc;
+}
+
+int64_t allocsim_min_budget(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t step) {
+  allocsim_result_t r;
+  allocsim_run(ev, n, mode, 0, &r);
+  int64_t hi = (r.reserved_peak + step - 1) / step, lo = 0; /* hi succeeds (it never binds); find the least */
+  if (hi == 0) return 0;
+  while (hi - lo > 1) { /* bisection: assumes success is monotone in the budget */
+    int64_t mid = (lo + hi) / 2;
+    if (allocsim_run(ev, n, mode, mid * step, &r) == 0) hi = mid;
+    else lo = mid;
+  }
+  return hi * step;
+}
+
+allocsim_event_t *allocsim_load(const char *path, int *n) {
+  FILE *f = fopen(path, "r");
+  if (!f) die("allocsim: cannot open %s", path);
+  int cap = 1024, k = 0, line = 0;
+  allocsim_event_t *ev = malloc((size_t)cap * sizeof *ev);
+  char buf[256];
+  while (fgets(buf, sizeof buf, f)) {
+    line++;
+    char op;
+    int arena, cat, used = 0;
+    long long bytes;
+    if (sscanf(buf, "%c %d %d %lld %n", &op, &arena, &cat, &bytes, &used) < 4 || (op != 'A' && op != 'F'))
+      die("allocsim: %s line %d: expected `A|F arena cat bytes [what]`", path, line);
+    if (arena != 0) continue; /* the host arena has no device budget */
+    if (k == cap) { cap *= 2; ev = realloc(ev, (size_t)cap * sizeof *ev); }
+    if (!ev) die("allocsim: out of host memory");
+    ev[k] = (allocsim_event_t){.op = op, .cat = cat, .bytes = bytes};
+    if (op == 'A') {
+      snprintf(ev[k].what, sizeof ev[k].what, "%s", used ? buf + used : "?");
+      ev[k].what[strcspn(ev[k].what, "\n")] = 0;
+    }
+    k++;
+  }
+  fclose(f);
+  *n = k;
+  return ev;
+}
