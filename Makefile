@@ -344,6 +344,13 @@ budget-demo: build
 	@mkdir -p $(RESULTS)
 	@bash common/scripts/budget_demo.sh $(BIN) $(RESULTS) $(BUDGET)
 
+# ZeRO-R memory defragmentation on a GPT step: the ledger's real alloc/free sequence replayed through
+# a caching allocator and ZeRO's contiguous regions (notes/zero-r.md)
+.PHONY: bench-zeror
+bench-zeror: build
+	@mkdir -p $(RESULTS)
+	@bash common/scripts/bench_zeror.sh $(BIN) $(RESULTS)
+
 # the GPT on the CPU: tokens/s of ch02_ddp --model gpt against PyTorch eager on the same model,
 # N = 1 and 2, alternating, medians (notes/benchmarks.md, GPT section); skips PyTorch without torch.
 .PHONY: bench-gpt

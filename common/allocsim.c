@@ -188,7 +188,12 @@ int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_
       give(live[k].heap ? &hr : &hc, live[k].blk);
     }
     int64_t res = hc.reserved + hr.reserved, al = hc.allocated + hr.allocated;
-    if (al > r->alloc_peak) r->alloc_peak = al;
+    if (al >= r->alloc_peak) { /* the fragmentation where it matters: at the allocated peak */
+      int64_t lc = largest_free(&hc), lr = largest_free(&hr);
+      r->alloc_peak = al;
+      r->cached_at_peak = res - al;
+      r->largest_free_at_peak = lc > lr ? lc : lr;
+    }
     if (res > r->reserved_peak) r->reserved_peak = res;
     if (res - al > r->cached_peak) r->cached_peak = res - al;
   }

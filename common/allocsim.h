@@ -31,6 +31,8 @@ typedef struct {
   int64_t reserved_peak;     /* highest sum of segment sizes: reserved_bytes.all.peak                 */
   int64_t cached_peak;       /* highest reserved - allocated at one moment (free but held)            */
   int64_t largest_free_end;  /* largest free block inside the reserved segments after the last event */
+  int64_t cached_at_peak;    /* reserved - allocated when allocated last reached its peak             */
+  int64_t largest_free_at_peak; /* largest free block at that moment                                  */
   int64_t region_bytes;      /* ALLOCSIM_REGIONS: the long-lived region's size; 0 otherwise            */
   int segments;              /* segments created (cudaMalloc calls)                                   */
   int retries;               /* release-and-retry rounds (num_alloc_retries)                          */

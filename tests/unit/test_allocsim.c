@@ -74,6 +74,9 @@ Test(common_allocsim, fragmentation_example_fails_only_without_regions) {
   expect_i64(u.reserved_peak, 40 * MiB, "caching, no budget: reserved peak");
   expect_i64(u.alloc_peak, 17 * MiB, "caching, no budget: allocated peak");
   expect_i64(u.cached_peak, 23 * MiB, "caching, no budget: reserved - allocated");
+  expect_i64(u.cached_at_peak, 23 * MiB, "caching, no budget: cached at the allocated peak");
+  expect_i64(u.largest_free_at_peak, 11 * MiB, "caching, no budget: largest free block at the peak");
+  expect_i64(b.cached_at_peak, 11 * MiB, "regions: cached at the allocated peak");
   expect_i64(allocsim_min_budget(ev, 4, ALLOCSIM_CACHING, MiB), 40 * MiB, "caching: least budget");
   expect_i64(allocsim_min_budget(ev, 4, ALLOCSIM_REGIONS, MiB), 28 * MiB, "regions: least budget");
 }
