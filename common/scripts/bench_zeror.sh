@@ -13,7 +13,7 @@ mkdir -p "$RES/zeror"
 ARGS=(--model gpt --steps 2 --quiet)
 "$HERE/zlrun" 2 "$BIN/ch05_zero3" "${ARGS[@]}" --alloc-trace "$RES/zeror/gpt.trace" >/dev/null
 "$HERE/zlrun" 2 "$BIN/ch05_zero3" "${ARGS[@]}" --recompute --alloc-trace "$RES/zeror/gpt_recompute.trace" >/dev/null
-"$BIN/zl_allocsim" --json "$RES/zeror/md.json" gpt="$RES/zeror/gpt.trace" gpt-recompute="$RES/zeror/gpt_recompute.trace"
+"$BIN/zl_allocsim" --json "$RES/zeror/md.json" gpt="$RES/zeror/gpt.trace" gpt_recompute="$RES/zeror/gpt_recompute.trace"
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 - "$RES/zeror/md.json" "$RES/bench_zeror.json" "$LOAD" <<'PY'
 import json, sys, datetime
