@@ -324,7 +324,7 @@ int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy) {
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, size_t nwhy) {
   char path[CKPT_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/" MANIFEST, m->dir);
-  const char *prec = c->wdt == DT_BF16 ? "bf16" : "fp32", *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
+  const char *prec = dtype_precision(c->wdt), *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
   struct { const char *flag; long long ckpt, run; } nums[] = {
       {"--input", m->input, c->input}, {"--hidden", m->hidden, c->hidden}, {"--classes", m->classes, c->classes},
       {"--layers", m->layers, c->layers}, {"--seed", (long long)m->seed, (long long)c->seed},
@@ -636,7 +636,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     /* stage: what the report's formula was; informative only (the pieces say where things are) */
     EMIT("zerolab-checkpoint 2\nstrategy %s\nstage %d\nworld %d\nshards %d\n", t->strategy->name, t->strategy->stage,
          t->world, shards);
-    EMIT("precision %s\noptimizer %s\n", t->wdt == DT_BF16 ? "bf16" : "fp32", c->optimizer == OPT_SGD ? "sgd" : "adamw");
+    EMIT("precision %s\noptimizer %s\n", dtype_precision(t->wdt), c->optimizer == OPT_SGD ? "sgd" : "adamw");
     EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", c->input, c->hidden, c->classes, c->layers,
          (unsigned long long)c->seed, (long long)c->batch);
     EMIT("psi %lld\nunits %d\n", (long long)md->numel, md->n_units);

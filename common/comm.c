@@ -414,7 +414,7 @@ void comm_finalize(comm_t *c) {
 /* ---- argument checks ---------------------------------------------------------------------- */
 static void check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer) {
   if (numel < 0) die_on_rank("%s: numel %lld is negative", fn, (long long)numel);
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64) die_on_rank("%s: unknown dtype %d", fn, (int)dt);
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && dt != DT_F64) die_on_rank("%s: unknown dtype %d", fn, (int)dt);
   if (need_peer && (peer < 0 || peer >= c->world))
     die_on_rank("%s: rank %d is not in [0, %d)", fn, peer, c->world);
 }

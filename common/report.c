@@ -337,7 +337,7 @@ static const char *jnum(char *dst, size_t n, double x) {
 
 static const char *opt_name(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? "adamw" : "sgd"; }
 static int opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
-static const char *prec_name(const train_cfg_t *c) { return c->wdt == DT_BF16 ? "bf16" : "fp32"; }
+static const char *prec_name(const train_cfg_t *c) { return dtype_precision(c->wdt); }
 
 /* ---- the report ---------------------------------------------------------------------------- */
 
@@ -566,6 +566,11 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
                 "\"accum\": %d, \"seed\": %llu",
             run->skipped_steps, med, med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch,
             cfg->accum, (unsigned long long)cfg->seed);
+  if (cfg->wdt == DT_F16) { /* the loss scale each step's backward used (notes/fp16.md) */
+    sb_printf(&b, ", \"loss_scales\": [");
+    for (int i = 0; i < steps; i++) sb_printf(&b, "%s%.9g", i ? ", " : "", run->steps[i].loss_scale);
+    sb_printf(&b, "]");
+  }
   if (is_gpt(t)) {
     const gpt_shape_t *g = &t->model.gpt;
     sb_printf(&b, ", \"model\": {\"kind\": \"gpt\", \"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"seq_len\": %d, "

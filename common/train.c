@@ -23,6 +23,7 @@
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
 #include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
+#include "scaler.h" // scaler_t, scaler_make, scaler_update (--precision fp16)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // getenv, free
@@ -64,6 +65,9 @@ struct train_internal {
   float *tp_rep;     /* --tp: (Σ unit tp_rep_numel) this rank's local gradients of the replicated
                       * parameters, summed over the step's micro-batches (host; the norm's count-once) */
   int64_t tp_rep_numel;
+  scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
+  int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
+                                * control all-reduce, trainer_finish_grads), summed over the steps */
 };
 
 /* ---- helpers for strategies -------------------------------------------------------------- */
@@ -72,7 +76,7 @@ void trainer_alloc_full_states(trainer_t *t, int with_grads) {
   int64_t P = t->model.padded_numel;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, P);         /* (P) working */
   if (with_grads) t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, P); /* (P) */
-  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
+  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, P);
   if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, P);
 }
@@ -97,7 +101,7 @@ void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst)
 void trainer_init_full_params(trainer_t *t) {
   int64_t P = t->model.padded_numel;
   /* The fp32 copy every rank must agree on: master in bf16 mode, the params in fp32 mode. */
-  tensor_t *w = t->wdt == DT_BF16 ? &t->master : &t->params;
+  tensor_t *w = dtype_is_half(t->wdt) ? &t->master : &t->params;
   if (t->rank == 0) {
     float *h = xmalloc((size_t)P * sizeof(float), "init params (host)");
     trainer_init_values(t, 0, P, h);
@@ -106,7 +110,7 @@ void trainer_init_full_params(trainer_t *t) {
   }
   /* As DDP's constructor does: rank 0's weights are broadcast, so every replica starts equal. */
   comm_broadcast(t->comm, w->data, P, DT_F32, 0);
-  if (t->wdt == DT_BF16) op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P);
+  if (dtype_is_half(t->wdt)) op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P);
 }
 
 void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale) {
@@ -133,9 +137,9 @@ static void tp_capture_rep(trainer_t *t, int u) {
   float *acc = in->tp_rep + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
   if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
   else {
-    bf16_t *h = xmalloc((size_t)n * sizeof(bf16_t), "tp replicated grads (bf16)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(bf16_t));
-    op_cast(DEV_CPU, now, DT_F32, h, DT_BF16, n);
+    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "tp replicated grads (16-bit)");
+    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
+    op_cast(DEV_CPU, now, DT_F32, h, t->wdt, n);
     free(h);
   }
   int add = t->micro > 0 && t->grad_beta == 0.0f;
@@ -160,6 +164,7 @@ static double tp_norm_sumsq(trainer_t *t, double dp_sumsq) {
     free(g);
   }
   comm_ctl_all_reduce_f64(t->tp_comm, &s, 1, REDOP_SUM);
+  if (!isfinite(s)) return s; /* fp16: some TP rank's gradients overflowed */
   s -= (T - 1) * R;
   return s > 0 ? s : 0;
 }
@@ -183,7 +188,13 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     bad[2 + t->rank] = t->in->local_nonfinite;
     comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
   }
-  if (t->tp_comm && !reduced_bad) sumsq = tp_norm_sumsq(t, sumsq);
+  int fp16 = t->wdt == DT_F16;
+  if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
+    t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, t->rank, 0);
+  if (t->tp_comm && fp16) { /* an overflow in one TP rank's slices must skip the step on all of them */
+    sumsq = tp_norm_sumsq(t, reduced_bad ? INFINITY : sumsq);
+    reduced_bad = !isfinite(sumsq);
+  } else if (t->tp_comm && !reduced_bad) sumsq = tp_norm_sumsq(t, sumsq);
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -194,6 +205,14 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     }
   free(bad);
   t->skipped = 0;
+  if ((reduced_bad || nbad > 0) && fp16) { /* the loss scaler's overflow: skip, back off (train_loop) */
+    t->grad_norm = NAN;
+    if (t->rank == 0 && !t->cfg->quiet)
+      printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank\n", t->step,
+             (double)t->in->scaler.scale);
+    t->skipped = 1;
+    return 0.0f;
+  }
   if (reduced_bad || nbad > 0) {
     t->grad_norm = NAN;
     char where[320];
@@ -212,6 +231,12 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
               t->step, where);
     t->skipped = 1;
     return 0.0f;
+  }
+  if (fp16) { /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
+    double S = t->in->scaler.scale, clip = 1.0;
+    t->grad_norm = sqrt(sumsq) / S;
+    if (t->cfg->clip > 0) clip = fmin(1.0, t->cfg->clip / (t->grad_norm + 1e-6));
+    return (float)(clip / S);
   }
   t->grad_norm = sqrt(sumsq);
   if (t->cfg->clip > 0) {
@@ -234,18 +259,18 @@ void trainer_report_extra(trainer_t *t, const char *key, double value) {
   e->value = value;
 }
 
-/* ZL_CHECK_MASTER=1 (tests): in bf16 mode, the working params must be bf16(master) bit for bit. */
+/* ZL_CHECK_MASTER=1 (tests): in bf16/fp16 mode, the working params must be wdt(master) bit for bit. */
 static void check_master_bits(trainer_t *t) {
   int64_t n = t->params.numel;
-  if (t->wdt != DT_BF16 || n == 0 || t->master.numel != n) return;
-  bf16_t *p = xmalloc((size_t)n * 2, "check params"), *want = xmalloc((size_t)n * 2, "check master");
+  if (!dtype_is_half(t->wdt) || n == 0 || t->master.numel != n) return;
+  uint16_t *p = xmalloc((size_t)n * 2, "check params"), *want = xmalloc((size_t)n * 2, "check master");
   float *m = xmalloc((size_t)n * 4, "check master f32");
   dev_memcpy(DEV_CPU, p, t->dev, t->params.data, (size_t)n * 2);
   dev_memcpy(DEV_CPU, m, t->dev, t->master.data, (size_t)n * 4);
-  op_cast(DEV_CPU, want, DT_BF16, m, DT_F32, n);
+  op_cast(DEV_CPU, want, t->wdt, m, DT_F32, n);
   for (int64_t i = 0; i < n; i++)
     if (p[i] != want[i])
-      die_on_rank("step %d: bf16 params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->step,
+      die_on_rank("step %d: 16-bit params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->step,
           (long long)i, p[i], (long long)i, m[i], want[i]);
   free(p);
   free(want);
@@ -351,7 +376,9 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
 
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
   const model_t *m = &t->model;
-  float scale = (float)(1.0 / ((double)t->cfg->batch * m->rows));
+  /* fp16: the loss is multiplied by the loss scale S before the backward (its gradient is) */
+  double S = t->wdt == DT_F16 ? (double)t->in->scaler.scale : 1.0;
+  float scale = (float)(S / ((double)t->cfg->batch * m->rows));
   double loss = m->fns->loss ? m->fns->loss(m, b, logits, targets, dlogits, scale) /* the model's own (vocab-parallel) */
                              : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
   if (!isfinite(loss)) t->in->local_nonfinite = 1;
@@ -623,17 +650,24 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     }
     t->opt_t = *taken + 1;
     t->skipped = 0;
+    double scale_used = in->scaler.scale;
     t->strategy->step(t);
+    if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
     dev_sync(t->dev);
     trace_end(NULL);
     double ms = (trace_now_us() - t0) / 1000.0;
     if (!t->skipped) (*taken)++;
     else (*skipped)++;
     comm_ctl_all_reduce_f64(t->comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
-    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms};
+    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
+                                      .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
     if (log && log_step(cfg, step)) {
-      printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
+      if (t->wdt == DT_F16)
+        printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", step, in->steps[step].loss, ms, scale_used,
+               t->skipped ? "  (skipped)" : "");
+      else
+        printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
       fflush(stdout);
     }
     if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) eval_record(t, step + 1);
@@ -649,7 +683,7 @@ static void print_header(const trainer_t *t, const char *chapter) {
   const model_t *m = &t->model;
   printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->strategy->name, t->world,
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
-         cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
+         cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
   if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
@@ -683,8 +717,17 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   }
   if (full && cfg->save_params)
     report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
-  if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
-    printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
+  if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
+    printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n", dtype_precision(cfg->wdt),
+           dtype_precision(cfg->wdt), in->checked_steps);
+  if (cfg->wdt == DT_F16) { /* the scaler's numbers; the flushed count summed over every rank of the job */
+    double flushed = (double)op_fp16_flushed();
+    comm_ctl_all_reduce_f64(t->tp_comm ? t->world_comm : t->comm, &flushed, 1, REDOP_SUM);
+    trainer_report_extra(t, "overflow_steps", in->scaler.overflows);
+    trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
+    trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
+    trainer_report_extra(t, "fp16_flushed_to_zero", flushed);
+  }
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
   report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full, .full_numel = full_numel,
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
@@ -804,6 +847,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
+  in.scaler = scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
+                          (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
   if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);

@@ -48,7 +48,12 @@ typedef struct train_cfg {
   double lr, momentum, weight_decay, beta1, beta2, eps, clip; /* --clip 0 = off */
   uint64_t seed;
   optim_kind_t optimizer;             /* --optimizer adamw|sgd */
-  dtype_t wdt;                        /* --precision fp32|bf16: working dtype of params and grads */
+  dtype_t wdt;                        /* --precision fp32|bf16|fp16: working dtype of params and grads */
+  /* --precision fp16's loss scaler (common/scaler.h; GradScaler's names and defaults):
+   * --loss-scale S > 0 static, 0 dynamic from --init-scale, with --growth-factor,
+   * --backoff-factor, --growth-interval. */
+  double loss_scale, init_scale, growth_factor, backoff_factor;
+  int growth_interval;
   coll_impl_t collectives;            /* --collectives vendor|ring */
   const char *device;                 /* --device auto|cpu|cuda */
   const char *backend;                /* --backend auto|mpi|nccl */

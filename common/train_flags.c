@@ -129,10 +129,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
                        .model_kind = "mlp", .tp = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
-                       .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2};
+                       .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2,
+                       .loss_scale = 0, .init_scale = 65536, .growth_factor = 2, .backoff_factor = 0.5,
+                       .growth_interval = 2000};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
-  arg_spec_t specs[64];
+  arg_spec_t specs[80];
   int n = 0;
 #define SPEC(...) specs[n++] = (arg_spec_t){__VA_ARGS__}
   SPEC("--layers", ARG_INT, &cfg->layers, 1, 256, NULL, "hidden layers L (the model has L+1 linear units)");
@@ -157,7 +159,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd", "AdamW, or SGD with momentum");
   SPEC("--momentum", ARG_DOUBLE, &cfg->momentum, 0, 0.999999, NULL, "SGD momentum");
   SPEC("--weight-decay", ARG_DOUBLE, &cfg->weight_decay, 0, 10, NULL, "decoupled weight decay (AdamW), L2 (SGD)");
-  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16", "working dtype of params and grads (bf16: fp32 master)");
+  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16|fp16", "working dtype of params and grads (bf16, fp16: fp32 master; fp16 with loss scaling)");
+  SPEC("--loss-scale", ARG_DOUBLE, &cfg->loss_scale, 0, 1e30, NULL, "fp16: static loss scale S (0: dynamic, GradScaler's rule; DeepSpeed's \"loss_scale\")");
+  SPEC("--init-scale", ARG_DOUBLE, &cfg->init_scale, 1e-30, 1e30, NULL, "fp16, dynamic: the first loss scale (GradScaler init_scale 65536)");
+  SPEC("--growth-factor", ARG_DOUBLE, &cfg->growth_factor, 1, 1e6, NULL, "fp16, dynamic: scale *= this after --growth-interval steps without overflow (2)");
+  SPEC("--backoff-factor", ARG_DOUBLE, &cfg->backoff_factor, 1e-6, 1, NULL, "fp16, dynamic: scale *= this on an overflow; the step is skipped (0.5)");
+  SPEC("--growth-interval", ARG_INT, &cfg->growth_interval, 1, 1000000000, NULL, "fp16, dynamic: steps without overflow before the scale grows (2000)");
   SPEC("--collectives", ARG_CHOICE, &collectives, 0, 0, "vendor|ring", "MPI/NCCL collectives, or ours (solutions/ring.c)");
   SPEC("--device", ARG_CHOICE, &cfg->device, 0, 0, "auto|cpu|cuda", "where tensors live (auto: a GPU when visible)");
   SPEC("--backend", ARG_CHOICE, &cfg->backend, 0, 0, "auto|mpi|nccl", "communicator (auto: nccl on cuda, mpi on cpu)");
@@ -204,7 +211,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 
   cfg->seed = (uint64_t)seed;
   cfg->optimizer = strcmp(optimizer, "sgd") == 0 ? OPT_SGD : OPT_ADAMW;
-  cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : DT_F32;
+  cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : strcmp(precision, "fp16") == 0 ? DT_F16 : DT_F32;
   cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
   cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
 
