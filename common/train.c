@@ -171,6 +171,7 @@ static double tp_norm_sumsq(trainer_t *t, double dp_sumsq) {
 
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
+  if (fault_overflow(sharded ? t->rank : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow (testing aid) */
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
    * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
