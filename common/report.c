@@ -568,7 +568,7 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
             cfg->accum, (unsigned long long)cfg->seed);
   if (cfg->wdt == DT_F16) { /* the loss scale each step's backward used (notes/fp16.md) */
     sb_printf(&b, ", \"loss_scales\": [");
-    for (int i = 0; i < steps; i++) sb_printf(&b, "%s%.9g", i ? ", " : "", run->steps[i].loss_scale);
+    for (int i = 0; i < steps; i++) sb_printf(&b, "%s%.17g", i ? ", " : "", run->steps[i].loss_scale);
     sb_printf(&b, "]");
   }
   if (is_gpt(t)) {
