@@ -64,13 +64,16 @@ static inline __attribute__((always_inline)) void sgd_range(const host_range_t *
 
 static void *host_range_run(void *arg) {
   const host_range_t *r = arg;
-  if (r->gdt != DT_F32 && r->gdt != DT_BF16) die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
+  if (r->gdt != DT_F32 && r->gdt != DT_BF16 && r->gdt != DT_F16)
+    die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
   if (r->adam) {
     if (r->gdt == DT_F32) adamw_range(r, DT_F32);
-    else adamw_range(r, DT_BF16);
+    else if (r->gdt == DT_BF16) adamw_range(r, DT_BF16);
+    else adamw_range(r, DT_F16);
   } else {
     if (r->gdt == DT_F32) sgd_range(r, DT_F32);
-    else sgd_range(r, DT_BF16);
+    else if (r->gdt == DT_BF16) sgd_range(r, DT_BF16);
+    else sgd_range(r, DT_F16);
   }
   return NULL;
 }

@@ -462,10 +462,10 @@ static void pp_step(trainer_t *t) {
     if (st->dpc) TRAINER_PHASE("all_reduce grads", comm_all_reduce(st->dpc, g, st->numel, t->wdt, REDOP_SUM));
     /* the global norm is the sum over stages of their Σg²: one replica of each stage speaks */
     float gscale = trainer_finish_grads(t, st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, st->numel) : 0.0, 1);
-    float *w = t->wdt == DT_BF16 ? (float *)t->master.data : (float *)t->params.data;
+    float *w = dtype_is_half(t->wdt) ? (float *)t->master.data : (float *)t->params.data;
     TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, st->numel, gscale));
-    if (t->wdt == DT_BF16 && !t->skipped)
-      TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel));
+    if (dtype_is_half(t->wdt) && !t->skipped)
+      TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, st->numel));
     if (t->step == t->cfg->steps - 1) pp_report(t);
     return;
   }
@@ -492,10 +492,10 @@ static void pp_step(trainer_t *t) {
     int64_t o = st->sloc[u];
     void *p_own = st->zero == 3 ? tensor_at(&t->params, o) /* working params of the piece */
                                 : tensor_at(&t->params, st->loc[u] + (int64_t)st->dp * un->piece);
-    float *w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)p_own;
+    float *w = dtype_is_half(t->wdt) ? (float *)t->master.data + o : (float *)p_own;
     trainer_optimizer_update(t, w, (char *)shard->data + o * (int64_t)esz, (float *)t->opt_m.data + o,
                              t->opt_v.data ? (float *)t->opt_v.data + o : NULL, un->piece, gscale);
-    if (t->wdt == DT_BF16) op_cast(t->dev, p_own, DT_BF16, w, DT_F32, un->piece);
+    if (dtype_is_half(t->wdt)) op_cast(t->dev, p_own, t->wdt, w, DT_F32, un->piece);
   }
   trace_end(NULL);
   if (st->zero == 3) goto done; /* the params stay in pieces: the next step's forwards gather them */
@@ -621,7 +621,7 @@ static void pp_setup(trainer_t *t) {
                             : tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
   t->grads = st->zero >= 2 ? tensor_alloc("grads (own shard)", LEDGER_GRADS, t->wdt, t->dev, n_own)
                            : tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
-  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
+  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, n_own);
   if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, n_own);
   if (st->zero == 1) st->gshard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, n_own);
@@ -631,7 +631,7 @@ static void pp_setup(trainer_t *t) {
     const unit_t *a = &m->units[ch->u0], *z = &m->units[ch->u1 - 1];
     trainer_init_values(t, a->off, z->off + z->padded, h + st->loc[ch->u0]);
   }
-  if (t->wdt == DT_BF16) {
+  if (dtype_is_half(t->wdt)) {
     for (int u = 0; u < U; u++) /* the master: the own pieces (everything with --zero 0) */
       if (st->loc[u] >= 0) {
         int64_t n = st->zero ? m->units[u].piece : m->units[u].padded;
@@ -870,7 +870,7 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   if (!st->zero) { /* every replica holds it all: dp 0 speaks for the stage (pp_resync after a resume) */
     if (st->dp != 0) return;
     out->own_numel = un->numel;
-    out->w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)t->params.data + o;
+    out->w = dtype_is_half(t->wdt) ? (float *)t->master.data + o : (float *)t->params.data + o;
     out->m = (float *)t->opt_m.data + o;
     out->v = t->opt_v.data ? (float *)t->opt_v.data + o : NULL;
     return;
@@ -881,7 +881,7 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   int64_t so = st->sloc[u];
   out->own_off = a;
   out->own_numel = z - a;
-  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + so : (float *)t->params.data + (st->zero == 3 ? so : o + a);
+  out->w = dtype_is_half(t->wdt) ? (float *)t->master.data + so : (float *)t->params.data + (st->zero == 3 ? so : o + a);
   out->m = (float *)t->opt_m.data + so;
   out->v = t->opt_v.data ? (float *)t->opt_v.data + so : NULL;
 }
