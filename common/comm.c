@@ -99,33 +99,31 @@ static void p2p_opened(comm_t *c, comm_handle_t h, const char *fn, const char *t
   }
   struct comm_open_p2p *o = &c->open_p2p[c->n_open_p2p++];
   o->h = h;
-  o->covered = 0;
   o->fn = fn;
   snprintf(o->tag, sizeof o->tag, "%s", tag && tag[0] ? tag : "-");
 }
 
-/* comm_wait(c, h): h is waited for by name; every earlier open handle is completed by it too
- * (covered), though its own wait is still missing. */
+/* comm_wait(c, h): h is waited for by name (a later handle's wait completes it too, but does not
+ * count: the code that dropped it would break the day the stream reorders or the message is late). */
 static void p2p_waited(comm_t *c, comm_handle_t h) {
-  int k = 0;
-  for (int i = 0; i < c->n_open_p2p; i++) {
-    if (c->open_p2p[i].h == h) continue;
-    if (c->open_p2p[i].h < h) c->open_p2p[i].covered = 1;
-    c->open_p2p[k++] = c->open_p2p[i];
-  }
-  c->n_open_p2p = k;
+  for (int i = 0; i < c->n_open_p2p; i++)
+    if (c->open_p2p[i].h == h) {
+      c->open_p2p[i] = c->open_p2p[--c->n_open_p2p];
+      return;
+    }
 }
 
-/* A step boundary (comm_wait_all): a handle that a later wait covered but that was never waited
- * for itself was dropped — its buffer may have been reused (a send) or read (a receive) before
- * the message moved. Dies naming it; then every open handle is complete. */
+/* A step boundary (comm_wait_all, comm_finalize): a point-to-point handle never waited for by
+ * name was dropped — its buffer may be reused (a send) or read (a receive) before the message
+ * moved. Dies naming the first; then every open handle is complete. */
 static void p2p_check_dropped(comm_t *c) {
-  for (int i = 0; i < c->n_open_p2p; i++)
-    if (c->open_p2p[i].covered)
-      die_on_rank("%s (%s): its handle was never waited — keep the handle and comm_wait it before the buffer is "
-                  "reused (a send) or read (a receive); %d such handle(s) on this communicator",
-                  c->open_p2p[i].fn, c->open_p2p[i].tag, c->n_open_p2p);
-  c->n_open_p2p = 0;
+  if (c->n_open_p2p == 0) return;
+  struct comm_open_p2p *o = &c->open_p2p[0];
+  for (int i = 1; i < c->n_open_p2p; i++)
+    if (c->open_p2p[i].h < o->h) o = &c->open_p2p[i];
+  die_on_rank("%s (%s): its handle was never waited — keep the handle and comm_wait it before the buffer is reused "
+              "(a send) or read (a receive); %d such handle(s) on this communicator at the end of the step",
+              o->fn, o->tag, c->n_open_p2p);
 }
 
 static void comm_start_thread(comm_t *c) {

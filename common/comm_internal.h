@@ -137,10 +137,10 @@ struct comm {
   int64_t stage_nbytes[2];
 
   /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles of comm_send_async / comm_recv_async
-   * not yet passed to comm_wait; `covered`: a later wait completed it, though nobody waited
-   * for it by name (a dropped handle). Checked by comm_wait_all (comm.c). Caller's thread only. */
+   * not yet passed to comm_wait by name; one still open at comm_wait_all was dropped (comm.c).
+   * The caller's thread only. */
   int track_p2p;
-  struct comm_open_p2p { comm_handle_t h; int covered; const char *fn; char tag[48]; } *open_p2p;
+  struct comm_open_p2p { comm_handle_t h; const char *fn; char tag[48]; } *open_p2p;
   int n_open_p2p, cap_open_p2p;
 };
 

@@ -28,16 +28,16 @@ void tp_f_forward(comm_t *tp, const float *x, int64_t numel) {
 
 void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
   // BEGIN EXERCISE tp_f_backward notes/06-tensor-parallel.md
-  // HINT: x fed every rank's slice, so its gradient is the sum of what each slice sends back.
-  // HINT: one collective over the TP group, in place on all numel elements of dx, summing.
+  // HINT: x fed every rank's slice of the layer, so x's gradient must be the sum of what each slice sends back, on every rank.
+  // HINT: stuck? `make hint EX=tp_f_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_f_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
 
 void tp_g_forward(comm_t *tp, float *y, int64_t numel) {
   // BEGIN EXERCISE tp_g_forward notes/06-tensor-parallel.md
-  // HINT: each rank holds a partial sum of the same y; the layer's output is their sum, on every rank.
-  // HINT: the same collective as f's backward, on all numel elements of y.
+  // HINT: each rank holds a partial sum of the same y; the layer's output must be the whole sum, the same on every rank.
+  // HINT: stuck? `make hint EX=tp_g_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_g_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
@@ -65,8 +65,8 @@ void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r) { tp_row
 void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r, const float *b_r, int B, int in,
                        int out_r) {
   // BEGIN EXERCISE tp_column_forward notes/06-tensor-parallel.md
-  // HINT: f first (x is whole on every rank), then an ordinary linear on this rank's rows of W and b.
-  // HINT: shapes: x (B, in), W_r (out_r, in), b_r (out_r) -> y_r (B, out_r); weights are fp32.
+  // HINT: x is whole on every rank, so each rank can compute its own output features alone: no sum is needed in the forward.
+  // HINT: stuck? `make hint EX=tp_column_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_column_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
@@ -74,8 +74,8 @@ void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r,
 void tp_column_backward(comm_t *tp, float *dx, float *dW_r, float *db_r, const float *dy_r, const float *x,
                         const float *W_r, int B, int in, int out_r) {
   // BEGIN EXERCISE tp_column_backward notes/06-tensor-parallel.md
-  // HINT: the local backward gives whole dW_r and db_r but only this slice's share of dx; f's backward sums the shares.
-  // HINT: op_linear_bwd on (B, in, out_r), beta 0; then f's backward on B·in elements, only when dx is wanted.
+  // HINT: this rank's weights and bias get whole gradients locally; x's gradient is only this slice's share until the shares are summed.
+  // HINT: stuck? `make hint EX=tp_column_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_column_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
@@ -97,8 +97,8 @@ __attribute__((unused)) static const float *zeros(device_t dev, int n) {
 void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, const float *b, int B, int in_r,
                     int out) {
   // BEGIN EXERCISE tp_row_forward notes/06-tensor-parallel.md
-  // HINT: a local linear WITHOUT bias gives this slice's partial y; g sums the partials; then the bias, once.
-  // HINT: op_linear_fwd on (B, in_r, out) with the bias zeros(dev, out); g on B·out elements; b onto each of B rows.
+  // HINT: each rank's slice of x gives a partial y; y is their sum — and the bias belongs to y, so it must count once, not once per rank.
+  // HINT: stuck? `make hint EX=tp_row_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_row_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
@@ -106,8 +106,8 @@ void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, co
 void tp_row_backward(comm_t *tp, float *dx_r, float *dW_r, float *db, const float *dy, const float *x_r,
                      const float *W_r, int B, int in_r, int out) {
   // BEGIN EXERCISE tp_row_backward notes/06-tensor-parallel.md
-  // HINT: g's backward is the identity: dy is whole on every rank, so all three gradients are local and complete.
-  // HINT: one op_linear_bwd on (B, in_r, out) with beta 0; db comes out the same on every rank.
+  // HINT: the sum's gradient reaches every partial whole: dy is already complete on every rank, so this layer's gradients need no communication.
+  // HINT: stuck? `make hint EX=tp_row_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_row_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
@@ -173,16 +173,16 @@ void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, co
 
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
   // BEGIN EXERCISE tp_mlp_forward notes/06-tensor-parallel.md
-  // HINT: column-parallel first layer, GELU on this rank's own columns (no communication), row-parallel second.
-  // HINT: x (B, h) -> a (B, ffn_r) -> u = GELU(a) (B·ffn_r elements) -> y (B, h); a and u stay in m for the backward.
+  // HINT: split so that the activation needs no communication: each rank applies GELU to the hidden features it owns.
+  // HINT: stuck? `make hint EX=tp_mlp_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_mlp_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
 
 void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x) {
   // BEGIN EXERCISE tp_mlp_backward notes/06-tensor-parallel.md
-  // HINT: the forward in reverse: row-parallel backward, GELU backward on this rank's columns, column-parallel.
-  // HINT: dy (B, h) -> du (B, ffn_r) into m->d -> da in place (GELU' at the saved a) -> dx (B, h).
+  // HINT: the forward in reverse; the GELU's gradient, like the GELU, stays on this rank's own hidden features.
+  // HINT: stuck? `make hint EX=tp_mlp_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_mlp_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }

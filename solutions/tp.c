@@ -23,16 +23,18 @@ void tp_f_forward(comm_t *tp, const float *x, int64_t numel) {
 
 void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
   // BEGIN EXERCISE tp_f_backward notes/06-tensor-parallel.md
-  // HINT: x fed every rank's slice, so its gradient is the sum of what each slice sends back.
-  // HINT: one collective over the TP group, in place on all numel elements of dx, summing.
+  // HINT: x fed every rank's slice of the layer, so x's gradient must be the sum of what each slice sends back, on every rank.
+  // HINT2: dx holds this rank's share, numel elements; after the call every rank holds the same sum. One collective over tp, in place.
+  // HINT3: comm_all_reduce on (tp, dx, numel, DT_F32) with the sum as the op.
   comm_all_reduce(tp, dx, numel, DT_F32, REDOP_SUM);
   // END EXERCISE
 }
 
 void tp_g_forward(comm_t *tp, float *y, int64_t numel) {
   // BEGIN EXERCISE tp_g_forward notes/06-tensor-parallel.md
-  // HINT: each rank holds a partial sum of the same y; the layer's output is their sum, on every rank.
-  // HINT: the same collective as f's backward, on all numel elements of y.
+  // HINT: each rank holds a partial sum of the same y; the layer's output must be the whole sum, the same on every rank.
+  // HINT2: y: numel elements, this rank's partial in, the total out, in place; the collective f's backward uses too.
+  // HINT3: comm_all_reduce on (tp, y, numel, DT_F32) summing.
   comm_all_reduce(tp, y, numel, DT_F32, REDOP_SUM);
   // END EXERCISE
 }
@@ -60,8 +62,9 @@ void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r) { tp_row
 void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r, const float *b_r, int B, int in,
                        int out_r) {
   // BEGIN EXERCISE tp_column_forward notes/06-tensor-parallel.md
-  // HINT: f first (x is whole on every rank), then an ordinary linear on this rank's rows of W and b.
-  // HINT: shapes: x (B, in), W_r (out_r, in), b_r (out_r) -> y_r (B, out_r); weights are fp32.
+  // HINT: x is whole on every rank, so each rank can compute its own output features alone: no sum is needed in the forward.
+  // HINT2: x (B, in), W_r (out_r, in), b_r (out_r) -> y_r (B, out_r), fp32; f's forward (the identity) comes first, then the local linear.
+  // HINT3: tp_f_forward(tp, x, B·in), then op_linear_fwd(comm_device(tp), y_r, x, W_r, b_r, DT_F32, B, in, out_r).
   tp_f_forward(tp, x, (int64_t)B * in);
   op_linear_fwd(comm_device(tp), y_r, x, W_r, b_r, DT_F32, B, in, out_r);
   // END EXERCISE
@@ -70,8 +73,9 @@ void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r,
 void tp_column_backward(comm_t *tp, float *dx, float *dW_r, float *db_r, const float *dy_r, const float *x,
                         const float *W_r, int B, int in, int out_r) {
   // BEGIN EXERCISE tp_column_backward notes/06-tensor-parallel.md
-  // HINT: the local backward gives whole dW_r and db_r but only this slice's share of dx; f's backward sums the shares.
-  // HINT: op_linear_bwd on (B, in, out_r), beta 0; then f's backward on B·in elements, only when dx is wanted.
+  // HINT: this rank's weights and bias get whole gradients locally; x's gradient is only this slice's share until the shares are summed.
+  // HINT2: the local backward of (B, in, out_r), gradients overwritten (beta 0); then f's backward on B·in elements — only when dx is wanted (NULL: none).
+  // HINT3: op_linear_bwd(comm_device(tp), dx, dW_r, db_r, dy_r, x, W_r, DT_F32, B, in, out_r, 0.0f); if (dx) tp_f_backward(tp, dx, B·in).
   op_linear_bwd(comm_device(tp), dx, dW_r, db_r, dy_r, x, W_r, DT_F32, B, in, out_r, 0.0f);
   if (dx) tp_f_backward(tp, dx, (int64_t)B * in);
   // END EXERCISE
@@ -94,8 +98,9 @@ __attribute__((unused)) static const float *zeros(device_t dev, int n) {
 void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, const float *b, int B, int in_r,
                     int out) {
   // BEGIN EXERCISE tp_row_forward notes/06-tensor-parallel.md
-  // HINT: a local linear WITHOUT bias gives this slice's partial y; g sums the partials; then the bias, once.
-  // HINT: op_linear_fwd on (B, in_r, out) with the bias zeros(dev, out); g on B·out elements; b onto each of B rows.
+  // HINT: each rank's slice of x gives a partial y; y is their sum — and the bias belongs to y, so it must count once, not once per rank.
+  // HINT2: order: the local linear with NO bias (B, in_r, out), then g on B·out elements, then the bias onto each of the B rows.
+  // HINT3: op_linear_fwd(dev, y, x_r, W_r, zeros(dev, out), DT_F32, B, in_r, out); tp_g_forward(tp, y, B·out); op_add of b on each row.
   device_t dev = comm_device(tp);
   op_linear_fwd(dev, y, x_r, W_r, zeros(dev, out), DT_F32, B, in_r, out);
   tp_g_forward(tp, y, (int64_t)B * out);
@@ -106,8 +111,9 @@ void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, co
 void tp_row_backward(comm_t *tp, float *dx_r, float *dW_r, float *db, const float *dy, const float *x_r,
                      const float *W_r, int B, int in_r, int out) {
   // BEGIN EXERCISE tp_row_backward notes/06-tensor-parallel.md
-  // HINT: g's backward is the identity: dy is whole on every rank, so all three gradients are local and complete.
-  // HINT: one op_linear_bwd on (B, in_r, out) with beta 0; db comes out the same on every rank.
+  // HINT: the sum's gradient reaches every partial whole: dy is already complete on every rank, so this layer's gradients need no communication.
+  // HINT2: g's backward (the identity) on B·out elements, then one local backward on (B, in_r, out), gradients overwritten; db is the same on every rank.
+  // HINT3: tp_g_backward(tp, dy, B·out); op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, DT_F32, B, in_r, out, 0.0f).
   tp_g_backward(tp, dy, (int64_t)B * out);
   op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, DT_F32, B, in_r, out, 0.0f);
   // END EXERCISE
@@ -174,8 +180,9 @@ void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, co
 
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
   // BEGIN EXERCISE tp_mlp_forward notes/06-tensor-parallel.md
-  // HINT: column-parallel first layer, GELU on this rank's own columns (no communication), row-parallel second.
-  // HINT: x (B, h) -> a (B, ffn_r) -> u = GELU(a) (B·ffn_r elements) -> y (B, h); a and u stay in m for the backward.
+  // HINT: split so that the activation needs no communication: each rank applies GELU to the hidden features it owns.
+  // HINT2: x (B, h) -> column-parallel -> a (B, ffn_r) -> GELU -> u (B·ffn_r) -> row-parallel -> y (B, h); a and u stay in m for the backward.
+  // HINT3: tp_column_forward(m->tp, m->a, x, m->W1, m->b1, B, h, ffn_r); op_gelu_fwd(dev, m->u, m->a, B·ffn_r); tp_row_forward(m->tp, y, m->u, m->W2, m->b2, B, ffn_r, h).
   device_t dev = comm_device(m->tp);
   tp_column_forward(m->tp, m->a, x, m->W1, m->b1, m->B, m->h, m->ffn_r);
   op_gelu_fwd(dev, m->u, m->a, (int64_t)m->B * m->ffn_r);
@@ -185,8 +192,9 @@ void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
 
 void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x) {
   // BEGIN EXERCISE tp_mlp_backward notes/06-tensor-parallel.md
-  // HINT: the forward in reverse: row-parallel backward, GELU backward on this rank's columns, column-parallel.
-  // HINT: dy (B, h) -> du (B, ffn_r) into m->d -> da in place (GELU' at the saved a) -> dx (B, h).
+  // HINT: the forward in reverse; the GELU's gradient, like the GELU, stays on this rank's own hidden features.
+  // HINT2: dy (B, h) -> row-parallel backward -> du (B, ffn_r) into m->d -> GELU backward in place at the saved a -> column-parallel backward -> dx (B, h).
+  // HINT3: tp_row_backward(..., m->d, m->dW2, m->db2, dy, m->u, m->W2, ...); op_gelu_bwd(dev, m->d, m->d, m->a, B·ffn_r); tp_column_backward(..., dx, m->dW1, m->db1, m->d, x, m->W1, ...).
   device_t dev = comm_device(m->tp);
   tp_row_backward(m->tp, m->d, m->dW2, m->db2, dy, m->u, m->W2, m->B, m->ffn_r, m->h);
   op_gelu_bwd(dev, m->d, m->d, m->a, (int64_t)m->B * m->ffn_r);
