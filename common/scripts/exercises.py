@@ -752,7 +752,7 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
     first = comm or fails or msgs
     reason = first[0] if first else f"{test} fails (no message: see the test's output with make test)"
     same = lambda ln: re.sub(r"^(?:FAIL )?rank \d+: ", "", ln)  # the same line from another rank
-    rest = [ln for ln in first[1:] if same(ln) != same(reason)]
+    rest = [ln for ln in first[1:] if same(ln) != same(reason)] if not comm else []
     shown = rest[:5]
     # a program's FAILED / error line past the first few lines (e.g. --mlp-check's "T=2 ... FAILED")
     deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:", ln) and ln != reason and ln not in shown]

@@ -229,7 +229,12 @@ Test(common_exercises, graded_hints_list_backup_and_diff) {
   cr_expect(rc == 0 && strstr(out, "the idea") && !strstr(out, "the indices") && strstr(out, "LEVEL=2"), "hint level 1:\n%s", out);
   free(out);
   rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 2", sol);
-  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices"), "hint level 2:\n%s", out);
+  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices") && strstr(out, "no further hint"),
+            "hint level 2 (the last):\n%s", out);
+  free(out);
+  rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 3", sol);
+  cr_expect(rc == 0 && strstr(out, "there is no level-3 hint") && strstr(out, "no further hint"),
+            "a level beyond the last must say so, not silently repeat:\n%s", out);
   free(out);
 
   /* the student writes fx_add and adds a helper above it (outside the markers) */
@@ -447,5 +452,123 @@ Test(common_exercises, ddp_hook_without_overlap_is_named, .timeout = 150) {
   int rc = judge(dst, "02", "ch02_ddp_overlap/overlap_issues_during_backward", &out);
   cr_expect(verdict_is(out, "ddp_post_backward", "not overlapped") && strstr(out, "correct but not overlapped"),
             "no-overlap hook: exit %d, expected \"correct but not overlapped\":\n%s", rc, out);
+  free(out);
+}
+
+/* ---- chapters 06-08: every verdict says why (notes/README.md, "Exercises") ------------------ */
+/* How many times needle occurs in hay. */
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+/* g forgotten: the scenario's own message (element, got, expected), shown once; g as a
+ * reduce-scatter then an all-gather: values right, another pattern — its own verdict; the bias
+ * added on every rank before the sum, judged by --mlp-check alone: the program's "T=2 ... FAILED"
+ * line, which sits below its banner; f's backward as the identity, judged by the GPT run alone:
+ * the message of an assertion in the test header (zl_test.h). */
+Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout = 300) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_tp");
+  put_body(dst, "tp.c", "tp_g_forward", "  (void)tp, (void)y, (void)numel; /* no sum at all */\n");
+  int rc = judge(dst, "06", "ch06_tp/ops_2_ranks", &out);
+  const char *v = verdict(out, "tp_g_forward");
+  cr_expect(rc == 1 && verdict_is(out, "tp_g_forward", "wrong") && v && strstr(v, "g forward[") && strstr(v, "got ") &&
+                strstr(v, "expected "),
+            "g forgotten: expected wrong with the element, got and expected:\n%s", out);
+  cr_expect(count_of(out, "vendor g forward[11]: got 12") == 1, "the reason must be shown once:\n%s", out);
+  free(out);
+
+  put_body(dst, "tp.c", "tp_g_forward",
+           "  int T = comm_world(tp), r = comm_rank(tp);\n"
+           "  float *mine = xmalloc((size_t)(comm_chunk_numel(numel, T, r) + 1) * sizeof(float), \"my chunk\");\n"
+           "  comm_reduce_scatter(tp, y, mine, numel, DT_F32, REDOP_SUM);\n"
+           "  comm_all_gather(tp, mine, y, numel, DT_F32);\n"
+           "  free(mine);\n");
+  rc = judge(dst, "06", "ch06_tp/ops_2_ranks", &out);
+  v = verdict(out, "tp_g_forward");
+  cr_expect(rc == 1 && verdict_is(out, "tp_g_forward", "other pattern") && v && strstr(v, "values right") &&
+                strstr(v, "one all-reduce each"),
+            "g as reduce-scatter + all-gather: expected \"other pattern\", values right:\n%s", out);
+  free(out);
+
+  student_tree(dst, sizeof dst, "ex_tp");
+  put_body(dst, "tp.c", "tp_row_forward",
+           "  op_linear_fwd(comm_device(tp), y, x_r, W_r, b, DT_F32, B, in_r, out); /* b on every rank */\n"
+           "  tp_g_forward(tp, y, (int64_t)B * out);\n");
+  rc = judge(dst, "06", "ch06_tp/mlp_check_4_ranks", &out);
+  v = verdict(out, "tp_row_forward");
+  cr_expect(rc == 1 && verdict_is(out, "tp_row_forward", "wrong") && v && strstr(v, "T=2 max rel diff") &&
+                strstr(v, "FAILED"),
+            "bias before the sum: expected the program's T=2 ... FAILED line:\n%s", out);
+  free(out);
+
+  student_tree(dst, sizeof dst, "ex_tp");
+  put_body(dst, "tp.c", "tp_f_backward", "  (void)tp, (void)dx, (void)numel; /* identity */\n");
+  rc = judge(dst, "06", "ch06_tp/gpt_tp_equals_one_rank", &out);
+  v = verdict(out, "tp_f_backward");
+  cr_expect(rc == 1 && verdict_is(out, "tp_f_backward", "wrong") && v && strstr(v, "]: got ") && strstr(v, "expected"),
+            "f's backward as the identity: expected the header assertion's message:\n%s", out);
+  free(out);
+}
+
+/* The whole chapter 07 (its own test order): GPipe passed off as 1F1B is named by the 0-second
+ * schedule check in micro-batches; a send whose handle is dropped, and a send on a link the
+ * stage does not have (NULL communicator), are named by the comm layer, not a segfault. */
+Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout = 300) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_pp");
+  put_body(dst, "pipeline.c", "pp_1f1b_schedule",
+           "    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k, 0};\n"
+           "    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k, 0};\n");
+  int rc = judge(dst, "07", "ch07_pipeline/*", &out);
+  const char *v = verdict(out, "pp_1f1b_schedule");
+  cr_expect(rc == 1 && verdict_is(out, "pp_1f1b_schedule", "wrong") && v && strstr(v, "schedules_are_valid") &&
+                strstr(v, "micro-batches in flight on stage") && strstr(v, "1F1B allows"),
+            "GPipe as 1F1B: expected the schedule check, in micro-batches:\n%s", out);
+  free(out);
+
+  static const char *SEND_HEAD =
+      "  pp_state_t *st = t->priv;\n"
+      "  if (is_last(st, ch)) return;\n"
+      "  const unit_t *un = &t->model.units[ch->u1 - 1];\n"
+      "  snprintf(st->tag, sizeof st->tag, \"send act %d\", k);\n";
+  char body[1024];
+  student_tree(dst, sizeof dst, "ex_pp");
+  snprintf(body, sizeof body, "%s  comm_send_async(ch->tx_act.comm, sl->out[ch->u1 - 1 - ch->u0].data, (int64_t)st->b * "
+           "un->y_numel, DT_F32, ch->tx_act.peer, st->tag);\n", SEND_HEAD);
+  put_body(dst, "pipeline.c", "pp_stage_send", body);
+  rc = judge(dst, "07", "ch07_pipeline/*", &out);
+  v = verdict(out, "pp_stage_send");
+  cr_expect(rc == 1 && verdict_is(out, "pp_stage_send", "wrong") && v && strstr(v, "comm_send_async (send act") &&
+                strstr(v, "never waited"),
+            "a dropped send handle: expected it named:\n%s", out);
+  free(out);
+
+  snprintf(body, sizeof body, "%s  sl->sent = comm_send_async(ch->tx_grad.comm, sl->out[ch->u1 - 1 - ch->u0].data, "
+           "(int64_t)st->b * un->y_numel, DT_F32, ch->tx_act.peer, st->tag);\n", SEND_HEAD);
+  put_body(dst, "pipeline.c", "pp_stage_send", body);
+  rc = judge(dst, "07", "ch07_pipeline/*", &out);
+  v = verdict(out, "pp_stage_send");
+  cr_expect(rc == 1 && verdict_is(out, "pp_stage_send", "wrong") && v && strstr(v, "comm_send_async (send act") &&
+                strstr(v, "communicator is NULL") && !strstr(out, "signal"),
+            "a send on a missing link: expected a NULL-communicator line naming the call:\n%s", out);
+  free(out);
+}
+
+/* Chapter 08: a gradient never copied to the host is reported by the offload run itself (the
+ * chapter's test order), not by the checkpoint-resume run. */
+Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_off");
+  put_body(dst, "offload.c", "offload_grad_to_host",
+           "  o->d2h += (int64_t)t->model.units[u].piece * (int64_t)dtype_size(t->wdt); /* never copied */\n"
+           "  o->on_host[u] = 1;\n");
+  int rc = judge(dst, "08", "ch08_offload/*", &out);
+  const char *v = verdict(out, "offload_grad_to_host");
+  cr_expect(rc == 1 && verdict_is(out, "offload_grad_to_host", "wrong") && v && strstr(v, "ch08_offload::n1_") &&
+                !strstr(out, "checkpoint"),
+            "no copy: expected the offload run's verdict:\n%s", out);
   free(out);
 }
