@@ -38,10 +38,12 @@ Commands (SRC is solutions, DST is exercises):
                                one tree = DST outside the bodies + the student's bodies of the
                                chapter + the reference bodies for every other exercise, built
                                and run against the chapter's tests (suites chNN*) in exercise
-                               mode (short deadlines, stop at the first failing test); when a
-                               test fails and several bodies are written, each is run alone on
-                               that test only. One line per exercise: done / not done / wrong /
-                               timed out / not overlapped / does not compile.
+                               mode (short deadlines, the tests one at a time in TEST_ORDER —
+                               the cheapest precise check first — stop at the first failing
+                               test); when a test fails and several bodies are written, each is
+                               run alone on that test only. One line per exercise: done / not
+                               done / wrong / other pattern (values right, communication not the
+                               lesson's) / timed out / not overlapped / does not compile.
   compile-report DST LOG       the exercises whose bodies a failed build LOG (of IMPL=DST)
                                blames, one line each (make test uses it and goes on).
 Exit codes: 0 ok, 1 stale / exercises not done, 2 bad markers or usage.

@@ -572,3 +572,24 @@ Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
             "no copy: expected the offload run's verdict:\n%s", out);
   free(out);
 }
+
+/* Right bodies written otherwise than the reference are done: g's all-reduce issued async and
+ * waited for, and 1F1B built op by op from the micro-batch counts. */
+Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
+  char dst[300], *out = NULL;
+  student_tree(dst, sizeof dst, "ex_alt");
+  put_body(dst, "tp.c", "tp_g_forward", "  comm_wait(tp, comm_all_reduce_async(tp, y, numel, DT_F32, REDOP_SUM, \"g\"));\n");
+  int rc = judge(dst, "06", "ch06_tp/ops_*", &out);
+  cr_expect(verdict_is(out, "tp_g_forward", "done"), "g async + wait must be done (exit %d):\n%s", rc, out);
+  free(out);
+  put_body(dst, "pipeline.c", "pp_1f1b_schedule",
+           "    int f = 0, b = 0, warm = P - s - 1 < M ? P - s - 1 : M;\n"
+           "    while (f < warm) ops[n++] = (pp_op_t){'F', f++, 0};\n"
+           "    while (b < M) {\n"
+           "      if (f < M) ops[n++] = (pp_op_t){'F', f++, 0};\n"
+           "      ops[n++] = (pp_op_t){'B', b++, 0};\n"
+           "    }\n");
+  rc = judge(dst, "07", "ch07_pipeline/schedules_*", &out);
+  cr_expect(verdict_is(out, "pp_1f1b_schedule", "done"), "1F1B op by op must be done (exit %d):\n%s", rc, out);
+  free(out);
+}
