@@ -735,7 +735,8 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
                 "than the other expects): does every rank launch the same operations, of the same sizes, in "
                 "the same order?", [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "MPI_ERR_TRUNCATE" in ln][:2])
     # the comm layer's own verdicts (exercise mode): a handle never waited, a NULL communicator
-    comm = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines if "never waited" in ln or "communicator is NULL" in ln]
+    comm = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines
+            if "never waited" in ln or "communicator is NULL" in ln or "is outside the group" in ln]
     fails = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines if re.match(r"^(\[----\])?\s*FAIL rank", ln)]
     msgs, inside = [], False  # the assertion messages: the [----] lines after "Assertion Failed"
     for ln in lines:

@@ -555,6 +555,16 @@ Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout =
                 strstr(v, "communicator is NULL") && !strstr(out, "signal"),
             "a send on a missing link: expected a NULL-communicator line naming the call:\n%s", out);
   free(out);
+
+  snprintf(body, sizeof body, "%s  sl->sent = comm_send_async(ch->tx_act.comm, sl->out[ch->u1 - 1 - ch->u0].data, "
+           "(int64_t)st->b * un->y_numel, DT_F32, ch->tx_act.peer + 2, st->tag); /* past the link */\n", SEND_HEAD);
+  put_body(dst, "pipeline.c", "pp_stage_send", body);
+  rc = judge(dst, "07", "ch07_pipeline/*", &out);
+  v = verdict(out, "pp_stage_send");
+  cr_expect(rc == 1 && verdict_is(out, "pp_stage_send", "wrong") && v && strstr(v, "comm_send_async (send act") &&
+                strstr(v, "outside the group"),
+            "a send to a rank past the link: expected the rank named outside the group:\n%s", out);
+  free(out);
 }
 
 /* Chapter 08: a gradient never copied to the host is reported by the offload run itself (the
