@@ -65,11 +65,11 @@ static void transpose2(float *dst, const float *src) {
  * and computes act(X·A_r) alone; an all-gather of the columns is the whole act(X·A). */
 static void example_column(comm_t *tp, const float *X, const float *A) {
   int r = comm_rank(tp);
-  float W[4], W_r[2], zero[1] = {0}, xa_r[2], y_r[2], cols[4], Y[4], full[4];
+  float W[4], W_r[2], xa_r[2], y_r[2], cols[4], Y[4], full[4];
   char a[96], b[96], line[320];
   transpose2(W, A);
   tp_column_slice(W_r, NULL, W, NULL, 2, 2, 2, r);
-  tp_column_forward(tp, xa_r, X, W_r, zero, 2, 2, 1); /* f (identity) + local matmul */
+  tp_column_forward(tp, xa_r, X, W_r, NULL, DT_F32, 2, 2, 1); /* f (identity) + local matmul */
   act(ACT_RELU, y_r, xa_r, 2);
   float A_r[2] = {W_r[0], W_r[1]}; /* column r of A, as a (2, 1) matrix */
   snprintf(line, sizeof line, "rank %d: A%d = %s  ReLU(X·A%d) = %s\n", r, r + 1, mat(a, sizeof a, A_r, 2, 1), r + 1,
@@ -305,7 +305,7 @@ static int run_training(int argc, char **argv) {
                    "groups. Other modes: --example, --mlp-check, --grid (ch06_tp --example --help).\n"
                    "Example: make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"",
                    TRAIN_FLAG_TP | TRAIN_FLAG_BUCKET | (zero == 3 ? TRAIN_FLAG_PREFETCH : 0));
-  cfg.model_split = tp_split_model;
+  cfg.transform = &tp_transform;
   if (cfg.tp > 1 && strcmp(cfg.model_kind, "gpt") == 0) { /* the GPT's split (tp.c): refused before MPI starts */
     char v[32];
     snprintf(v, sizeof v, "%d", cfg.tp);

@@ -203,13 +203,13 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   float *W_r = fnew((int64_t)n * in), *b_r = fnew(n), *y_r = fnew((int64_t)B * n), *yref_r = fnew((int64_t)B * n);
   float *dy_r = fnew((int64_t)B * n), *dW_r = fnew((int64_t)n * in), *db_r = fnew(n), *dxc = fnew((int64_t)B * in);
   tp_column_slice(W_r, b_r, W, b, in, out, T, r);
-  tp_column_forward(tp, y_r, x, W_r, b_r, B, in, n);
+  tp_column_forward(tp, y_r, x, W_r, b_r, DT_F32, B, in, n);
   tp_cols_of(yref_r, y, B, out, T, r);
   snprintf(what, sizeof what, "T=%d %s column forward y_r", T, impl);
   compare(what, y_r, yref_r, (int64_t)B * n, 1);
   expect_allreduces(tp, what, 0, 0);
   tp_cols_of(dy_r, dy, B, out, T, r);
-  tp_column_backward(tp, dxc, dW_r, db_r, dy_r, x, W_r, B, in, n);
+  tp_column_backward(tp, dxc, dW_r, db_r, dy_r, x, W_r, DT_F32, B, in, n, 0.0f);
   snprintf(what, sizeof what, "T=%d %s column backward dx", T, impl);
   compare(what, dxc, dx, (int64_t)B * in, T == 1);
   snprintf(what, sizeof what, "T=%d %s column backward dW_r", T, impl);
@@ -218,6 +218,14 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   compare(what, db_r, db + lo, n, 1);
   snprintf(what, sizeof what, "T=%d %s column backward", T, impl);
   expect_allreduces(tp, what, 1, (int64_t)B * in); /* f's backward: B·in elements */
+  /* beta 1 (a second micro-batch): the same gradients again, added to the first: exactly twice */
+  float *two = fnew((int64_t)n * in);
+  for (int64_t i = 0; i < (int64_t)n * in; i++) two[i] = 2.0f * dW_r[i];
+  tp_column_backward(tp, NULL, dW_r, NULL, dy_r, x, W_r, DT_F32, B, in, n, 1.0f);
+  snprintf(what, sizeof what, "T=%d %s column backward beta 1: dW_r (no dx: no all-reduce)", T, impl);
+  compare(what, dW_r, two, (int64_t)n * in, 1);
+  expect_allreduces(tp, what, 0, 0);
+  free(two);
 
   /* row-parallel: rank r holds columns [lo, lo+m) of W, and x's matching columns */
   int m = tp_part_numel(in, T, r);
@@ -226,11 +234,11 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   float *dWc = fnew((int64_t)out * m), *dbr = fnew(out);
   tp_row_slice(Wc, W, in, out, T, r);
   tp_cols_of(x_r, x, B, in, T, r);
-  tp_row_forward(tp, yr, x_r, Wc, b, B, m, out);
+  tp_row_forward(tp, yr, x_r, Wc, b, DT_F32, B, m, out);
   snprintf(what, sizeof what, "T=%d %s row forward y", T, impl);
   compare(what, yr, y, (int64_t)B * out, 0);
   expect_allreduces(tp, what, 1, (int64_t)B * out); /* g's forward: B·out elements */
-  tp_row_backward(tp, dx_r, dWc, dbr, dy, x_r, Wc, B, m, out);
+  tp_row_backward(tp, dx_r, dWc, dbr, dy, x_r, Wc, DT_F32, B, m, out, 0.0f);
   tp_cols_of(dxref_r, dx, B, in, T, r);
   tp_row_slice(Wcref, dW, in, out, T, r);
   snprintf(what, sizeof what, "T=%d %s row backward dx_r", T, impl);
@@ -240,6 +248,13 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   snprintf(what, sizeof what, "T=%d %s row backward db", T, impl);
   compare(what, dbr, db, out, 1);
   expect_allreduces(tp, what, 0, 0);
+  float *twob = fnew(out);
+  for (int i = 0; i < out; i++) twob[i] = 2.0f * dbr[i];
+  tp_row_backward(tp, NULL, dWc, dbr, dy, x_r, Wc, DT_F32, B, m, out, 1.0f);
+  snprintf(what, sizeof what, "T=%d %s row backward beta 1: db", T, impl);
+  compare(what, dbr, twob, out, 1);
+  expect_allreduces(tp, what, 0, 0);
+  free(twob);
 
   free(v), free(vsum), free(W_r), free(b_r), free(y_r), free(yref_r), free(dy_r), free(dW_r), free(db_r), free(dxc);
   free(Wc), free(Wcref), free(x_r), free(yr), free(dx_r), free(dxref_r), free(dWc), free(dbr);
