@@ -59,7 +59,7 @@ typedef struct train_cfg {
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
   int virtual_stages;                 /* --virtual-stages v: chunks per rank with interleaved (07) */
-  int zero;                           /* --zero S on a pipeline's data dimension: 0 all-reduce, 1 ZeRO-1 (07) */
+  int zero;                           /* --zero S on the data dimension: 0 all-reduce, 1/2/3 ZeRO (06, 07) */
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */
@@ -75,7 +75,8 @@ typedef struct train_cfg {
 } train_cfg_t;
 
 /* Which chapter-specific flags a program accepts. */
-enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16 };
+enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16,
+       TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */ };
 
 struct trainer;
 
