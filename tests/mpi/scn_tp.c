@@ -7,7 +7,10 @@
  *   scn_tp ops    for every T in {1, 2, 4} dividing N (grid (T, 1): D = N/T groups run at once):
  *                 f, g, the column- and row-parallel linears and the MLP block, forward and backward,
  *                 vendor and ring, against the 1-rank computation with the same weights; every
- *                 all-reduce count and byte count exact.
+ *                 all-reduce count and byte count exact. Then tp_split_model's public map
+ *                 (tp_map_unit, tp_unit_local_numel) on an uneven MLP and GPT: this rank's piece of a
+ *                 full unit is the split model's own init, and the T pieces put back give the full
+ *                 unit, bitwise.
  * Tolerance (fp32): err = max_i |got_i − ref_i| / max_i |ref_i| <= 1e-6 where a split sum is
  * reassembled (row forward, column backward dx, the block's y and dx); bitwise where no sum is split
  * (column forward, row backward, every weight and bias gradient): the same dot products in the same
@@ -15,7 +18,9 @@
  * rank failed. Driven by tests/mpi/test_tp.c. */
 #include "comm.h"   // comm_t, comm_*, comm_model_sent
 #include "check.h"  // xmalloc, xcalloc
+#include "gpt.h"    // gpt_init (the map on a split GPT)
 #include "grid.h"   // grid_t, grid_init, grid_group_ranks
+#include "model.h"  // model_init, model_init_unit, model_free
 #include "ops.h"    // op_linear_fwd, op_linear_bwd (the 1-rank linear references)
 #include "tp.h"     // tp_* (solutions/ or exercises/)
 #include <math.h>   // fabs
@@ -308,6 +313,44 @@ static void check_mlp(comm_t *tp, int T, const char *impl) {
   free(dx), free(dW1), free(db1), free(dW2), free(db2);
 }
 
+/* tp_split_model's map, on the model built by build() (twice: one copy split over tp, one whole). */
+static void check_map_of(comm_t *tp, int T, const char *kind, void (*build)(model_t *m)) {
+  model_t full, m;
+  build(&full);
+  build(&m);
+  tp_split_model(&m, tp);
+  int r = comm_rank(tp);
+  char what[160];
+  for (int u = 0; u < full.n_units; u++) {
+    int64_t n = full.units[u].numel;
+    float *w = fnew(n), *back = fnew(n), *mine = fnew(m.units[u].padded);
+    model_init_unit(&full, 7, u, w);
+    model_init_unit(&m, 7, u, mine);
+    snprintf(what, sizeof what, "T=%d %s unit %d: tp_unit_local_numel(rank %d)", T, kind, u, r);
+    if (tp_unit_local_numel(&m, u, r) != m.units[u].numel)
+      fail("%s = %lld, the split unit has %lld", what, (long long)tp_unit_local_numel(&m, u, r), (long long)m.units[u].numel);
+    g_cases++;
+    for (int q = 0; q < T; q++) {
+      int64_t nq = tp_unit_local_numel(&m, u, q);
+      float *lq = fnew(nq);
+      tp_map_unit(&m, u, q, w, lq, 1);
+      if (q == r) {
+        snprintf(what, sizeof what, "T=%d %s unit %d: rank %d's piece of the full init vs the split's init", T, kind, u, r);
+        compare(what, lq, mine, nq, 1);
+      }
+      tp_map_unit(&m, u, q, back, lq, 0);
+      free(lq);
+    }
+    snprintf(what, sizeof what, "T=%d %s unit %d: the %d pieces put back vs the full unit", T, kind, u, T);
+    compare(what, back, w, n, 1);
+    free(w), free(back), free(mine);
+  }
+  model_free(&m);
+  model_free(&full);
+}
+static void build_mlp(model_t *m) { model_init(m, 5, 9, 3, 3); } /* 9 hidden features: uneven at T = 2, 4 */
+static void build_gpt(model_t *m) { gpt_init(m, (gpt_shape_t){.n_layer = 1, .n_head = 4, .n_embd = 8, .seq_len = 4, .vocab = 11}); }
+
 static int run_ops(comm_t *world) {
   static const int Ts[] = {1, 2, 4};
   for (int k = 0; k < 3; k++) {
@@ -320,6 +363,8 @@ static int run_ops(comm_t *world) {
       check_ops(g->comm[GRID_TP], T, name);
       check_mlp(g->comm[GRID_TP], T, name);
     }
+    check_map_of(g->comm[GRID_TP], T, "mlp", build_mlp);
+    check_map_of(g->comm[GRID_TP], T, "gpt", build_gpt);
     grid_free(g);
   }
   return 0;
