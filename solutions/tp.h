@@ -15,13 +15,18 @@
  * row-parallel weight's columns are copied out of W row by row (tp_row_slice), so the local
  * matmul is the ordinary op_linear_fwd. Parts follow comm.h's chunks: rank r of T holds features
  * [comm_chunk_lo(n, T, r), comm_chunk_lo(n, T, r+1)), i.e. [r·n/T, (r+1)·n/T) when T divides n.
- * Everything is fp32 (activations are fp32 in every chapter). */
+ * Activations are fp32 (as in every chapter); the split linears take the weights in the run's
+ * working dtype (fp32 or bf16), the MLP block of chapter 06's check is fp32.
+ *
+ * Files: tp.c (f, g, the split linears, the block: the exercises), tp_split.c (TP as train.h's
+ * model transform, tp_transform), tp_mlp.c and tp_gpt.c (the two models, split). */
 #ifndef ZL_TP_H
 #define ZL_TP_H
 #include <stdint.h>           // int64_t
 #include "../common/comm.h"   // comm_t, comm_chunk_lo, comm_chunk_numel
 #include "../common/tensor.h" // tensor_t
-#include "../common/model.h"  // model_t, unit_t, model_fns_t
+#include "../common/model.h"  // model_t
+#include "../common/dtype.h"  // dtype_t
 
 /* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
 void tp_f_forward(comm_t *tp, const float *x, int64_t numel);   /* identity: nothing moves */
