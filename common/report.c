@@ -40,21 +40,6 @@ typedef struct rank_numbers {
  * world, so the T ranks of each data-parallel position all appear), else the strategy's ranks. */
 static int nrows(const trainer_t *t) { return t->tp_comm ? comm_world(t->world_comm) : t->world; }
 
-/* --pa: one all-gather per micro-batch of each partitioned unit output (trainer_pa_slice_numel:
- * s_u elements per rank, T·s_u in all), before the backward of the unit that reads it; each sends
- * (T−1)/T of its bytes from every rank (ring model: T−1 slices of s_u fp32). */
-static void pa_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
-  *calls = *bytes = 0;
-  if (!t->tp_comm) return;
-  int T = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
-  for (int u = 0; u < t->model.n_units; u++) {
-    int64_t s = trainer_pa_slice_numel(t, u);
-    if (!s) continue;
-    *calls += t->cfg->accum;
-    *bytes += t->cfg->accum * comm_model_sent(CO_ALL_GATHER, (int64_t)T * s, DT_F32, T, r, 0);
-  }
-}
-
 /* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
 static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
   if (!t->tp_comm) return;
@@ -589,7 +574,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     t->cfg->transform->traffic(t, &mine.tp_formula_calls, &mine.tp_formula_bytes); /* the transform's formula */
     mine.pa_calls = tc.calls[CO_ALL_GATHER]; /* --pa's gathers: the TP group's only all-gathers */
     mine.pa_sent = tc.sent[CO_ALL_GATHER];
-    pa_formula(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
+    if (t->cfg->transform->pa_traffic) t->cfg->transform->pa_traffic(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
   }
   mine.params = ledger_peak(LEDGER_PARAMS);
   mine.grads = ledger_peak(LEDGER_GRADS);

@@ -10,7 +10,7 @@
 #include "train.h"  // trainer_t, strategy_t, train_cfg_t
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
-#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, comm_all_gather (--pa), counters
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
 #include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
 #include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
@@ -40,8 +40,9 @@
  *                                 (the largest unit's) shared by all, refilled in the backward
  * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
  * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
- * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T); the whole output
- * lives in work[u % 2] while the forward or the backward needs it (pa_keep, pa_gather). */
+ * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
+ * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
+ * needs it (pa_keep, pa_gather: the transform's). */
 struct train_internal {
   tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
   tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
@@ -205,12 +206,9 @@ static void check_master_bits(trainer_t *t) {
 /* ---- the loop ---------------------------------------------------------------------------- */
 
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
-  const model_t *m = &t->model;
-  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= m->n_units - 1 ||
-      !t->cfg->transform->output_replicated(m, u))
-    return 0;
-  int T = comm_world(t->tp_comm);
-  return (t->local_batch * m->units[u].y_numel + T - 1) / T; /* rounded up: T slices cover it, pad at the end */
+  const model_transform_t *xf = t->cfg->transform;
+  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  return xf->pa_slice(t, u);
 }
 
 /* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
@@ -331,26 +329,20 @@ static unit_io_t unit_io(trainer_t *t, int u) {
                      .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
 }
 
-/* --pa, after unit u's forward: keep this rank's slice [r·s, (r+1)·s) of its whole output (the
- * same bits on every TP rank). The last rank's slice may run past the b·y_numel real elements:
- * those pad slots are never written and stay 0 (tensor_alloc zero-fills). */
+/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output in out[u]. */
 static void pa_keep(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u), n = t->local_batch * t->model.units[u].y_numel;
-  if (!s) return;
-  int64_t lo = s * comm_rank(t->tp_comm), real = n - lo < s ? n - lo : s;
-  if (real > 0) dev_memcpy(t->dev, t->in->out[u].data, t->dev, unit_y(t, u) + lo, (size_t)real * sizeof(float));
+  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, u), t->in->out[u].data);
 }
 
 /* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
- * the whole output back from the T slices, one all-gather of T·s over the TP group — it moves
+ * the whole output back from the slices (the transform's all-gather over the TP group): it moves
  * bytes and adds nothing, so the backward sees the bits the forward produced. */
 static void pa_gather(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u);
-  if (!s) return;
+  if (!trainer_pa_slice_numel(t, u)) return;
   char name[32];
   snprintf(name, sizeof name, "pa gather %d", u);
   trace_begin(name);
-  comm_all_gather(t->tp_comm, t->in->out[u].data, unit_y(t, u), s * comm_world(t->tp_comm), DT_F32);
+  t->cfg->transform->pa_gather(t, u, t->in->out[u].data, unit_y(t, u));
   trace_end(NULL);
 }
 

@@ -142,8 +142,8 @@ typedef struct strategy {
  *   launcher:  split(model, group)                  once, after the model is built
  *   loop:      after_backward(t, u)                 after every unit's backward (micro-batch t->micro)
  *              grad_sumsq(t, Σg² over DP)           the whole model's Σg² (the clip and the report)
- *              output_replicated(model, u)          --pa: may the loop keep 1/T of unit u's output?
- *   report:    traffic(t, &calls, &bytes)           the group's all-reduces per step: the formula
+ *              pa_slice / pa_keep / pa_gather       --pa: which part of unit u's output this rank keeps
+ *   report:    traffic, pa_traffic                  the group's collectives per step: the formulas
  *   export:    unsplit(model, local, ...)           the whole model from the parts (--save-params)  */
 typedef struct model_transform {
   const char *name; /* "tp" */
@@ -156,8 +156,17 @@ typedef struct model_transform {
   /* The whole model's Σg² from dp_sumsq, this rank's part summed over its data-parallel group
    * (what trainer_finish_grads has). Collective over t->comm and t->tp_comm. */
   double (*grad_sumsq)(struct trainer *t, double dp_sumsq);
-  /* 1: unit u's output is the same on every rank of the group (--pa may keep a 1/T slice of it). */
-  int (*output_replicated)(const model_t *m, int u);
+  /* --pa (ZeRO-R's partitioned activation checkpointing; NULL: not offered). pa_slice: the elements
+   * of unit u's output (t->local_batch samples) this rank keeps between the unit's forward and the
+   * backward that reads it, 0: the loop keeps the whole output (an output the group does not
+   * replicate). The loop calls it only with --pa, and keeps the whole output meanwhile in a working
+   * buffer of (group size · slice) elements. pa_keep, after the forward: whole → this rank's slice.
+   * pa_gather, before that backward (collective over the group): the slices → the whole output,
+   * the bits the forward produced. pa_traffic: its all-gathers per step (calls, bytes sent). */
+  int64_t (*pa_slice)(const struct trainer *t, int u);
+  void (*pa_keep)(struct trainer *t, int u, const float *whole, float *slice);
+  void (*pa_gather)(struct trainer *t, int u, const float *slice, float *whole);
+  void (*pa_traffic)(const struct trainer *t, int64_t *calls, int64_t *bytes);
   /* This rank's collectives over the group per optimizer step (fp32, comm.h's ring model): the
    * count and the bytes sent, the formula the report prints beside the group's counters. */
   void (*traffic)(const struct trainer *t, int64_t *calls, int64_t *bytes);
@@ -259,9 +268,9 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
  * parameters' gradients, for the norm). */
 void trainer_check_grads(trainer_t *t, int u);
 /* --pa (ZeRO-R's partitioned activation checkpointing): the elements of unit u's output this rank
- * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) — or 0 when the
- * loop keeps the whole output (Pa off, the unit's output not replicated over the TP group (the
- * transform's output_replicated), or the
+ * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) (the transform's
+ * pa_slice) — or 0 when the loop keeps the whole output (Pa off, the unit's output not replicated
+ * over the TP group, or the
  * last unit: the logits). Unit u+1's backward all-gathers T slices over t->tp_comm first. */
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */

@@ -21,7 +21,8 @@ typedef struct tp_unit {
   int ar2_calls;      /* a second size: ar2_calls all-reduces of ar2_numel fp32 elements per */
   int64_t ar2_numel;  /* sample (the GPT head's vocab-parallel loss: per-row max and sums) */
   int y_rep;          /* 1: the unit's output is the same on every rank of the group (it comes out of
-                       * g's all-reduce, or from replicated inputs and weights): --pa keeps 1/T */
+                       * g's all-reduce, or from replicated inputs and weights): --pa keeps 1/T
+                       * (tp_pa.c) */
 } tp_unit_t;
 
 struct tp_split;
@@ -55,6 +56,13 @@ void tp_split_init_unit(const model_t *m, uint64_t seed, int u, float *dst);
  * of a (rows, in) matrix ↔ a contiguous (rows, n). */
 void tp_mv(float *full, float *local, int64_t n, int to_local);
 void tp_mv_cols(float *full, float *local, int rows, int in, int lo, int n, int to_local);
+
+/* --pa over the TP group (tp_pa.c): the transform's pa_slice, pa_keep, pa_gather, pa_traffic. */
+struct trainer;
+int64_t tp_pa_slice(const struct trainer *t, int u);
+void tp_pa_keep(struct trainer *t, int u, const float *whole, float *slice);
+void tp_pa_gather(struct trainer *t, int u, const float *slice, float *whole);
+void tp_pa_traffic(const struct trainer *t, int64_t *calls, int64_t *bytes);
 
 /* The two splits (tp_split_model dispatches). Not collective. */
 void tp_split_mlp(model_t *m, comm_t *tp);

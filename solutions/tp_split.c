@@ -1,6 +1,6 @@
 /* tp_split.c — tensor parallelism as a model transform (train.h's model_transform_t): the split
  * of a whole model (tp_mlp.c, tp_gpt.c) and what the loop, the gradient norm, the report and the
- * export ask of it. The knowledge behind the answers — which parameters are replicated, which
+ * export ask of it (--pa's hooks: tp_pa.c). The knowledge behind the answers — which parameters are replicated, which
  * unit outputs the group shares, which all-reduces a unit runs — is tp_split.h's tp_unit_t, kept
  * in the split's m->ctx; notes/06-tensor-parallel.md explains each. */
 #include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_mlp, tp_split_gpt
@@ -144,8 +144,6 @@ static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
   return sum > 0 ? sum : 0;
 }
 
-static int tp_output_replicated(const model_t *m, int u) { return ((const tp_split_t *)m->ctx)->units[u].y_rep; }
-
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
  * rank: × micro-batches; --recompute reruns a unit's forward, its forward all-reduces (ar_fwd_calls:
  * the g's) included; ar2_* a second size (the GPT's loss). */
@@ -168,7 +166,10 @@ const model_transform_t tp_transform = {
     .split = tp_split_model,
     .after_backward = tp_after_backward,
     .grad_sumsq = tp_grad_sumsq,
-    .output_replicated = tp_output_replicated,
+    .pa_slice = tp_pa_slice,
+    .pa_keep = tp_pa_keep,
+    .pa_gather = tp_pa_gather,
+    .pa_traffic = tp_pa_traffic,
     .traffic = tp_traffic,
     .traffic_text = "per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of "
                     "its bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)",
