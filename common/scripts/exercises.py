@@ -761,6 +761,7 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
     deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:", ln) and ln != reason and ln not in shown]
     if deep and re.search(r"exit(?:ed)? -?\d+:?$", reason):  # "program exited 1:" then its output
         reason = reason.rstrip(":") + ": " + deep.pop(0)
+        shown = []  # its banner says nothing of the failure: its other FAILED lines do
     shown += deep[:3]
     if state == "not overlapped":
         return (state, "correct but not overlapped: " + reason.split("not overlapped: ", 1)[-1], shown)

@@ -495,7 +495,7 @@ Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout 
 
   student_tree(dst, sizeof dst, "ex_tp");
   put_body(dst, "tp.c", "tp_row_forward",
-           "  op_linear_fwd(comm_device(tp), y, x_r, W_r, b, DT_F32, B, in_r, out); /* b on every rank */\n"
+           "  op_linear_fwd(comm_device(tp), y, x_r, W_r, b, wdt, B, in_r, out); /* b on every rank */\n"
            "  tp_g_forward(tp, y, (int64_t)B * out);\n");
   rc = judge(dst, "06", "ch06_tp/mlp_check_4_ranks", &out);
   v = verdict(out, "tp_row_forward");
