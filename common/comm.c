@@ -472,6 +472,18 @@ static void check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t d
                 "world)", fn, peer, c->world - 1);
 }
 
+/* The _async point-to-point calls: a NULL communicator or a peer outside the group, named with
+ * the call's tag (the exercise's own message). */
+static void check_p2p(const comm_t *c, const char *fn, const char *tag, int peer) {
+  const char *what = tag && tag[0] ? tag : "-";
+  if (!c)
+    die_on_rank("%s (%s): the communicator is NULL (a link this stage does not have? the first stage has no previous "
+                "one, the last no next one)", fn, what);
+  if (peer < 0 || peer >= c->world)
+    die_on_rank("%s (%s): rank %d is outside the group: its ranks are 0..%d (a rank of this communicator, not of the "
+                "world)", fn, what, peer, c->world - 1);
+}
+
 static comm_task_t task(comm_task_kind_t kind, comm_op_t op, const comm_t *c, const void *send, void *recv,
                         int64_t numel, dtype_t dt, redop_t redop, int peer) {
   comm_task_t t;
@@ -553,11 +565,7 @@ void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
 }
 
 comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag) {
-  if (!c) die_on_rank("comm_send_async (%s): the communicator is NULL (a link this stage does not have? the first stage "
-                      "has no previous one, the last no next one)", tag ? tag : "-");
-  if (dst < 0 || dst >= c->world)
-    die_on_rank("comm_send_async (%s): rank %d is outside the group: its ranks are 0..%d (a rank of this communicator, "
-                "not of the world)", tag ? tag : "-", dst, c->world - 1);
+  check_p2p(c, "comm_send_async", tag, dst);
   check_args(c, "comm_send_async", numel, dt, dst, 1);
   if (dst == c->rank) die_on_rank("comm_send_async: cannot send to itself");
   comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
@@ -567,11 +575,7 @@ comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t
 }
 
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag) {
-  if (!c) die_on_rank("comm_recv_async (%s): the communicator is NULL (a link this stage does not have? the first stage "
-                      "has no previous one, the last no next one)", tag ? tag : "-");
-  if (src < 0 || src >= c->world)
-    die_on_rank("comm_recv_async (%s): rank %d is outside the group: its ranks are 0..%d (a rank of this communicator, "
-                "not of the world)", tag ? tag : "-", src, c->world - 1);
+  check_p2p(c, "comm_recv_async", tag, src);
   check_args(c, "comm_recv_async", numel, dt, src, 1);
   if (src == c->rank) die_on_rank("comm_recv_async: cannot receive from itself");
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
