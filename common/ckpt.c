@@ -13,6 +13,7 @@
 #include "comm.h"   // comm_barrier, comm_ctl_gather, comm_ctl_broadcast, comm_wait_all
 #include "device.h" // dev_memcpy, dev_sync, dev_upload
 #include "fault.h"  // fault_in_save (--fault R:S:ckpt)
+#include "grid.h"   // grid_t, GRID_TP (the --tp T a checkpoint was saved with)
 #include <dirent.h> // opendir, readdir
 #include <errno.h>  // errno
 #include <fcntl.h>  // open, O_*
@@ -104,6 +105,17 @@ static int is_dir(const char *path) {
 
 /* ---- the manifest ------------------------------------------------------------------------- */
 
+/* T when dir holds the per-TP-rank directories of a --tp T save (tp-R-of-T), else 0. */
+static int tp_layout_of(const char *dir) {
+  DIR *d = opendir(dir);
+  int T = 0, r, tt;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (sscanf(e->d_name, "tp-%d-of-%d", &r, &tt) == 2) T = tt;
+  if (d) closedir(d);
+  return T;
+}
+
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy) {
   char path[CKPT_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/" MANIFEST, where);
@@ -119,7 +131,13 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
   snprintf(path, sizeof path, "%s/latest", where);
   char *latest = slurp(path, NULL);
   if (!latest) {
-    snprintf(why, nwhy, "%s: missing (no complete checkpoint in %s, and it holds no " MANIFEST ")", path, where);
+    int T = tp_layout_of(where);
+    if (T > 1)
+      snprintf(why, nwhy, "%s holds a tensor-parallel layout saved with --tp %d (one checkpoint per TP rank, %s/tp-R-of-%d/): "
+               "resume it with --tp %d (any data-parallel size); another T reads it only after it is made grid-free, "
+               "which this version does not do", where, T, where, T, T);
+    else
+      snprintf(why, nwhy, "%s: missing (no complete checkpoint in %s, and it holds no " MANIFEST ")", path, where);
     return 1;
   }
   char name[64];
@@ -186,6 +204,13 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "shards")) ok = sscanf(v, "%d", &m->shards) == 1;
     else if (!strcmp(key, "precision")) ok = sscanf(v, "%7s", m->precision) == 1;
     else if (!strcmp(key, "optimizer")) ok = sscanf(v, "%7s", m->optimizer) == 1;
+    else if (!strcmp(key, "model")) ok = sscanf(v, "%7s", m->model) == 1;
+    else if (!strcmp(key, "n_layer")) ok = sscanf(v, "%d", &m->gpt.n_layer) == 1;
+    else if (!strcmp(key, "n_head")) ok = sscanf(v, "%d", &m->gpt.n_head) == 1;
+    else if (!strcmp(key, "n_embd")) ok = sscanf(v, "%d", &m->gpt.n_embd) == 1;
+    else if (!strcmp(key, "seq_len")) ok = sscanf(v, "%d", &m->gpt.seq_len) == 1;
+    else if (!strcmp(key, "vocab")) ok = sscanf(v, "%d", &m->gpt.vocab) == 1;
+    else if (!strcmp(key, "tp")) ok = sscanf(v, "%d %d", &m->tp, &m->tp_rank) == 2;
     else if (!strcmp(key, "input")) ok = sscanf(v, "%d", &m->input) == 1;
     else if (!strcmp(key, "hidden")) ok = sscanf(v, "%d", &m->hidden) == 1;
     else if (!strcmp(key, "classes")) ok = sscanf(v, "%d", &m->classes) == 1;
@@ -234,7 +259,9 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     if (!ok) FAIL("%s: bad line '%.80s'", path, l);
   }
   /* The layout must be self-consistent, or reading it would go out of bounds. */
-  if (m->version != 2) FAIL("%s: not a zerolab checkpoint of version 2", path);
+  if (m->version != 2 && m->version != 3) FAIL("%s: not a zerolab checkpoint of version 2 or 3", path);
+  if (!m->model[0]) snprintf(m->model, sizeof m->model, "mlp"); /* version 2 recorded the MLP's shape only */
+  if (m->tp < 1) m->tp = 1, m->tp_rank = 0;
   if (!m->units || nunit != m->n_units) FAIL("%s: %d unit lines, 'units' says %d", path, nunit, m->n_units);
   if (!m->pieces || npiece != m->n_pieces) FAIL("%s: %d piece lines, 'pieces' says %d", path, npiece, m->n_pieces);
   if (!m->files || nfile != m->n_files) FAIL("%s: %d file lines, 'files' says %d", path, nfile, m->n_files);
@@ -321,26 +348,42 @@ int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy) {
   return rc;
 }
 
+/* The --precision name of a working dtype, as the manifest records it. */
+static const char *precision_name(dtype_t wdt) { return wdt == DT_BF16 ? "bf16" : "fp32"; }
+
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, size_t nwhy) {
-  char path[CKPT_PATH_MAX + 32];
+  char path[CKPT_PATH_MAX + 32], diff[768] = "";
+  size_t len = 0;
+  int n = 0;
   snprintf(path, sizeof path, "%s/" MANIFEST, m->dir);
-  const char *prec = c->wdt == DT_BF16 ? "bf16" : "fp32", *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
-  struct { const char *flag; long long ckpt, run; } nums[] = {
-      {"--input", m->input, c->input}, {"--hidden", m->hidden, c->hidden}, {"--classes", m->classes, c->classes},
-      {"--layers", m->layers, c->layers}, {"--seed", (long long)m->seed, (long long)c->seed},
-      {"--batch", m->batch, c->batch}};
-  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-    if (nums[i].ckpt != nums[i].run) {
-      snprintf(why, nwhy, "%s: saved with %s %lld, this run has %s %lld (the checkpoint does not fit these flags)", path,
-               nums[i].flag, nums[i].ckpt, nums[i].flag, nums[i].run);
-      return 1;
+#define DIFF(...) do { if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, \
+                         "%s", n++ ? "; " : ""); \
+                       if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, __VA_ARGS__); } while (0)
+  const char *prec = precision_name(c->wdt), *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
+  int gpt = strcmp(c->model_kind, "gpt") == 0;
+  if (strcmp(m->model, c->model_kind) != 0) {
+    DIFF("saved with --model %s, this run has --model %s", m->model, c->model_kind);
+  } else {
+    struct { const char *flag; long long ckpt, run; } mlp[] = {
+        {"--layers", m->layers, c->layers}, {"--hidden", m->hidden, c->hidden}, {"--input", m->input, c->input},
+        {"--classes", m->classes, c->classes}},
+      gp[] = {{"--n-layer", m->gpt.n_layer, c->gpt.n_layer}, {"--n-head", m->gpt.n_head, c->gpt.n_head},
+              {"--n-embd", m->gpt.n_embd, c->gpt.n_embd}, {"--seq-len", m->gpt.seq_len, c->gpt.seq_len},
+              {"vocab", m->gpt.vocab, c->gpt.vocab}};
+    for (int i = 0; i < (gpt ? 5 : 4); i++) {
+      long long a = gpt ? gp[i].ckpt : mlp[i].ckpt, b = gpt ? gp[i].run : mlp[i].run;
+      const char *f = gpt ? gp[i].flag : mlp[i].flag;
+      if (a != b) DIFF("saved with %s %lld, this run has %s %lld", f, a, f, b);
     }
-  if (strcmp(m->precision, prec)) {
-    snprintf(why, nwhy, "%s: saved with --precision %s, this run has --precision %s", path, m->precision, prec);
-    return 1;
   }
-  if (strcmp(m->optimizer, opt)) {
-    snprintf(why, nwhy, "%s: saved with --optimizer %s, this run has --optimizer %s", path, m->optimizer, opt);
+  if (strcmp(m->precision, prec)) DIFF("saved with --precision %s, this run has --precision %s", m->precision, prec);
+  if (strcmp(m->optimizer, opt)) DIFF("saved with --optimizer %s, this run has --optimizer %s", m->optimizer, opt);
+  if (m->seed != c->seed) DIFF("saved with --seed %llu, this run has --seed %llu", (unsigned long long)m->seed, (unsigned long long)c->seed);
+  if (m->batch != c->batch) DIFF("saved with --batch %lld, this run has --batch %lld", (long long)m->batch, (long long)c->batch);
+#undef DIFF
+  if (n) {
+    snprintf(why, nwhy, "%s: the checkpoint does not fit these flags (%d difference%s): %s", path, n, n > 1 ? "s" : "",
+             diff);
     return 1;
   }
   if (m->step >= c->steps) {
@@ -360,8 +403,13 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
   printf("checkpoint %s\n", m->dir);
   printf("  strategy %s (stage %d) saved by %d rank%s; layout: %d shard%s\n", m->strategy, m->stage, m->world,
          m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "");
-  printf("  model D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
-         (long long)m->psi, m->n_pieces);
+  if (strcmp(m->model, "gpt") == 0)
+    printf("  model gpt n_layer=%d n_head=%d n_embd=%d seq_len=%d vocab=%d: psi %lld params in %d pieces\n",
+           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, (long long)m->psi, m->n_pieces);
+  else
+    printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
+           (long long)m->psi, m->n_pieces);
+  if (m->tp > 1) printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank, m->tp);
   printf("  precision %s, optimizer %s, seed %llu, global batch %lld\n", m->precision, m->optimizer,
          (unsigned long long)m->seed, (long long)m->batch);
   printf("  after step %d: data position %lld samples, optimizer step t = %d, %d skipped\n", m->step,
@@ -634,9 +682,14 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
 #define EMIT(...) len += (size_t)snprintf(txt + len, cap - len, __VA_ARGS__)
     const train_cfg_t *c = t->cfg;
     /* stage: what the report's formula was; informative only (the pieces say where things are) */
-    EMIT("zerolab-checkpoint 2\nstrategy %s\nstage %d\nworld %d\nshards %d\n", t->strategy->name, t->strategy->stage,
+    EMIT("zerolab-checkpoint 3\nstrategy %s\nstage %d\nworld %d\nshards %d\n", t->strategy->name, t->strategy->stage,
          t->world, shards);
-    EMIT("precision %s\noptimizer %s\n", t->wdt == DT_BF16 ? "bf16" : "fp32", c->optimizer == OPT_SGD ? "sgd" : "adamw");
+    EMIT("precision %s\noptimizer %s\n", precision_name(t->wdt), c->optimizer == OPT_SGD ? "sgd" : "adamw");
+    EMIT("model %s\n", c->model_kind);
+    if (strcmp(c->model_kind, "gpt") == 0)
+      EMIT("n_layer %d\nn_head %d\nn_embd %d\nseq_len %d\nvocab %d\n", c->gpt.n_layer, c->gpt.n_head, c->gpt.n_embd,
+           c->gpt.seq_len, c->gpt.vocab);
+    EMIT("tp %d %d\n", t->grid ? t->grid->size[GRID_TP] : 1, t->grid ? t->grid->coord[GRID_TP] : 0);
     EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", c->input, c->hidden, c->classes, c->layers,
          (unsigned long long)c->seed, (long long)c->batch);
     EMIT("psi %lld\nunits %d\n", (long long)md->numel, md->n_units);

@@ -24,7 +24,7 @@
 #include <stddef.h> // size_t
 #include <stdint.h> // int64_t, uint64_t
 #include "report.h" // report_step_t
-#include "train.h"  // trainer_t, train_cfg_t
+#include "train.h"  // trainer_t, train_cfg_t, gpt_shape_t
 
 #define CKPT_MAX_SECTIONS 3
 #define CKPT_PATH_MAX 1024
@@ -55,7 +55,10 @@ typedef struct ckpt_manifest {
   int stage, world;        /* stage 0..3 and ranks of the run that saved */
   int shards;              /* shard files (ranks that owned pieces): world (ZeRO) or 1 (DDP) */
   char precision[8], optimizer[8];
-  int input, hidden, classes, layers;
+  char model[8];           /* "mlp" or "gpt" (version 2 files: "mlp") */
+  int input, hidden, classes, layers; /* the MLP's shape (--input --hidden --classes --layers) */
+  gpt_shape_t gpt;         /* the GPT's shape (n_layer n_head n_embd seq_len vocab); 0s for the MLP */
+  int tp, tp_rank;         /* --tp T of the run that saved, and which TP rank's part this is (1, 0: no TP) */
   uint64_t seed;
   int64_t batch;
   int64_t psi;
@@ -87,8 +90,10 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
 void ckpt_manifest_free(ckpt_manifest_t *m);
 /* Every file of the manifest: present, the right size, the right checksum. 0 or 1 + why. */
 int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy);
-/* The manifest against the flags of this run (model shape, precision, optimizer, seed, batch,
- * steps). 0 or 1 + why. */
+/* The manifest against the flags of this run: the model kind and every shape field (GPT: layers,
+ * heads, width, context, vocab; MLP: layers, hidden, input, classes), precision, optimizer, seed,
+ * batch, steps. 0, or 1 with why naming EVERY difference ("saved with --n-embd 32, this run has --n-embd 64; ...").
+ * The grid (T, P, D, ZeRO stage, offload) is not compared: that is what resharding is for. */
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *cfg, char *why, size_t nwhy);
 /* Print the manifest in readable form (zl_ckpt inspect). */
 void ckpt_manifest_print(const ckpt_manifest_t *m);
