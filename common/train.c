@@ -22,6 +22,7 @@
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
+#include "export.h" // export_safetensors (--save-params PATH.safetensors beside PATH)
 #include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
@@ -681,8 +682,22 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     free(full);
     full = whole;
   }
-  if (full && cfg->save_params)
+  if (full && cfg->save_params) {
     report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
+    struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
+    if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      char st[1200];
+      snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
+      export_model_t em = {.gpt = 1, .g = cfg->gpt};
+      if (export_numel(&em) != full_numel) die("rank 0: --save-params: %lld weights, the GPT's shape has %lld",
+                                               (long long)full_numel, (long long)export_numel(&em));
+      char shape[96];
+      snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
+               cfg->gpt.seq_len, cfg->gpt.vocab);
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->strategy->name, NULL};
+      export_safetensors("--save-params", st, &em, full, meta);
+    }
+  }
   if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
     printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;

@@ -7,6 +7,11 @@
  *       OUT/adam_m.f32      Ψ float32, AdamW first moment      (or OUT/sgd_momentum.f32)
  *       OUT/adam_v.f32      Ψ float32, AdamW second moment     (AdamW only)
  *       OUT/meta.txt        shape, precision, optimizer, step, optimizer t, the files' names
+ *   zl_ckpt export DIR OUT [--format safetensors|raw]
+ *                                  the fp32 weights alone for other tools: safetensors (default)
+ *                                  with GPT-2's tensor names and shapes (common/export.h), which
+ *                                  common/scripts/gpt_load.py loads into PyTorch; raw: the
+ *                                  --save-params format (Ψ float32)
  * DIR is a --ckpt directory (its latest checkpoint) or one step directory. A plain program:
  * no mpirun needed. Bad usage: one error line, exit 2. */
 #include <errno.h>    // errno
@@ -16,9 +21,11 @@
 #include <sys/stat.h> // mkdir
 #include "ckpt.h"     // ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
 #include "check.h"    // die, xmalloc
+#include "export.h"   // export_safetensors, export_model_t
+#include "report.h"   // report_write_output
 
 static int usage_error(const char *what) {
-  fprintf(stderr, "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT (see --help)\n", what);
+  fprintf(stderr, "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt export DIR OUT [--format safetensors|raw] (see --help)\n", what);
   return 2;
 }
 
@@ -55,11 +62,14 @@ static void write_section(ckpt_manifest_t *m, int sec, const char *path) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    printf("usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT\n"
+    printf("usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt export DIR OUT [--format safetensors|raw]\n"
            "  inspect      print the checkpoint's manifest and verify every file's size and checksum\n"
            "  consolidate  write the full fp32 weights and optimizer state into directory OUT:\n"
            "               weights.f32, adam_m.f32 + adam_v.f32 (or sgd_momentum.f32), meta.txt;\n"
            "               Psi float32 each, unit after unit, unpadded (the --save-params format)\n"
+           "  export       the fp32 weights into file OUT: safetensors (default) with GPT-2's names and shapes\n"
+           "               (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ..., ln_f, lm_head; the MLP: fc.U.weight/bias),\n"
+           "               or raw: Psi float32 as --save-params writes them\n"
            "DIR: a --ckpt directory (its latest checkpoint) or one of its step-NNNNNN directories.\n");
     return 0;
   }
@@ -105,6 +115,53 @@ int main(int argc, char **argv) {
     if (fclose(f) != 0) die("error: writing %s failed", path);
     printf("consolidated %s (%s, %d shard%s) into %s: %lld params x %d arrays\n", m.dir, m.strategy, m.shards,
            m.shards > 1 ? "s" : "", out, (long long)m.psi, m.n_sections);
+    ckpt_manifest_free(&m);
+    return 0;
+  }
+  if (!strcmp(cmd, "export")) {
+    const char *fmt = "safetensors";
+    if (argc == 6 && !strcmp(argv[4], "--format")) fmt = argv[5];
+    else if (argc != 4) return usage_error(argc < 4 ? "export: missing DIR or OUT" : "export: expected DIR OUT [--format F]");
+    if (strcmp(fmt, "safetensors") && strcmp(fmt, "raw")) {
+      fprintf(stderr, "error: --format %s: must be safetensors or raw\n", fmt);
+      return 2;
+    }
+    ckpt_manifest_t m;
+    if (open_checkpoint(argv[2], &m, 1)) return 1;
+    if (m.tp > 1) {
+      fprintf(stderr, "error: %s: TP rank %d's part of a tensor-parallel layout (--tp %d): its units are slices, not "
+              "the model's tensors; export a checkpoint saved without --tp\n", m.dir, m.tp_rank, m.tp);
+      ckpt_manifest_free(&m);
+      return 1;
+    }
+    export_model_t em = {.gpt = !strcmp(m.model, "gpt"), .g = m.gpt, .input = m.input, .hidden = m.hidden,
+                         .classes = m.classes, .layers = m.layers};
+    if (export_numel(&em) != m.psi) {
+      fprintf(stderr, "error: %s: psi %lld, but its recorded %s shape has %lld parameters (not a whole model: a "
+              "pipeline stage's part?)\n", m.dir, (long long)m.psi, m.model, (long long)export_numel(&em));
+      ckpt_manifest_free(&m);
+      return 1;
+    }
+    float *w = xmalloc((size_t)m.psi * sizeof(float) + 1, "export weights");
+    ckpt_reader_t r = {.m = &m};
+    for (int u = 0, at = 0; u < m.n_units; at += (int)m.units[u].numel, u++)
+      ckpt_read_range(&r, 0, u, 0, m.units[u].numel, w + at);
+    ckpt_reader_close(&r);
+    if (!strcmp(fmt, "raw")) {
+      report_write_output("export", argv[3], (const char *)w, m.psi * (int64_t)sizeof(float));
+    } else {
+      char step[16], shape[96];
+      snprintf(step, sizeof step, "%d", m.step);
+      if (em.gpt) snprintf(shape, sizeof shape, "%d %d %d %d %d", m.gpt.n_layer, m.gpt.n_head, m.gpt.n_embd,
+                           m.gpt.seq_len, m.gpt.vocab);
+      else snprintf(shape, sizeof shape, "%d %d %d %d", m.input, m.hidden, m.classes, m.layers);
+      const char *meta[] = {"zerolab_model", m.model, "zerolab_shape", shape, "zerolab_step", step,
+                            "zerolab_strategy", m.strategy, NULL};
+      export_safetensors("export", argv[3], &em, w, meta);
+    }
+    printf("exported %s (%s %s, step %d) to %s: %lld fp32 weights, %s\n", m.dir, m.model, m.strategy, m.step, argv[3],
+           (long long)m.psi, fmt);
+    free(w);
     ckpt_manifest_free(&m);
     return 0;
   }
