@@ -110,6 +110,18 @@ void ckpt_reader_close(ckpt_reader_t *r);
 /* Section index of name in m, or -1. */
 int ckpt_section(const ckpt_manifest_t *m, const char *name);
 
+/* The losses.bin of m: m->step × (loss, ms) doubles, malloc'd. Dies naming the file if unreadable. */
+double *ckpt_read_losses(const ckpt_manifest_t *m);
+/* zl_ckpt convert: write a complete GRID-FREE checkpoint into dir (dir/step-NNNNNN, dir/latest):
+ * one file rank-00000.bin holding, per section, the full model's units back to back, unpadded
+ * (one piece per unit, [0, numel): keyed by full-model unit and full-model offset), and a
+ * manifest copying hdr's model, run and position fields (step, opt_t, skipped, sections) with
+ * strategy "grid-free", world 1, tp 1. units[n_units]: the full model's units (in, out, numel);
+ * sec[s]: Ψ floats of section s; losses: hdr->step × (loss, ms). Any grid resumes from it
+ * (with --tp T through model_fns_t.to_local). Dies naming the file on an error. */
+void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_units, const ckpt_unit_t *units,
+                          float *const *sec, const double *losses);
+
 /* ---- the trainer's side (collective calls) ----------------------------------------------- */
 /* --resume: rank 0 resolves and verifies (manifest, every file, the flags), then tells every
  * rank. 0: m filled on every rank. 2: rank 0 printed `error: --resume ...: <why>`; the caller

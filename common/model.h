@@ -87,6 +87,11 @@ typedef struct model_fns {
    * has_local). Collective over the kind's TP group. Returns on the group's rank 0 a malloc'd
    * array of full_numel floats (the unsplit model, unit after unit), NULL elsewhere. */
   float *(*unsplit)(const struct model *m, const float *local, int has_local, int64_t *full_numel);
+  /* A tensor-parallel split only (NULL otherwise): unit u of the full model, full (its numel
+   * floats, the unsplit layout) -> this rank's local unit u, local (m->units[u].numel floats):
+   * the slices this TP rank keeps, replicated parameters included. No communication. A resume
+   * from a grid-free checkpoint (ckpt.h) reads every unit through it. */
+  void (*to_local)(const struct model *m, int u, const float *full, float *local);
 } model_fns_t;
 
 typedef struct model {

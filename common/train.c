@@ -732,9 +732,11 @@ static int is_dir_path(const char *path) {
 
 /* --tp T with --ckpt DIR / --resume DIR: TP rank r of T saves and resumes its own slices as an
  * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
- * dimension works inside it as without TP; across another T it does not: refused here, with the
- * T the checkpoint was saved with). Returns 0, or 2 after one error line (collective over the
- * world: every rank returns the same). */
+ * dimension works inside it as without TP). A --resume DIR without tp-R-of-T directories is
+ * read as it is: a checkpoint of full units (grid-free from zl_ckpt convert, or saved without
+ * --tp) that every TP rank maps to its slices (ckpt.c, model_fns_t.to_local); one of another T
+ * is refused by ckpt_resolve, which names the T and the conversion. Returns 0, or 2 after one
+ * error line (collective over the world: every rank returns the same). */
 static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
   int T = g->size[GRID_TP], r = g->coord[GRID_TP];
   double bad = 0;
@@ -746,20 +748,7 @@ static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, siz
   }
   if (c->resume && !bad) {
     snprintf(rs, n, "%s/tp-%d-of-%d", c->resume, r, T);
-    if (g->rank == 0 && !is_dir_path(rs)) { /* name what is there instead */
-      char found[64] = "";
-      DIR *d = opendir(c->resume);
-      struct dirent *e;
-      int rr, tt;
-      while (d && (e = readdir(d)))
-        if (sscanf(e->d_name, "tp-%d-of-%d", &rr, &tt) == 2) snprintf(found, sizeof found, "--tp %d", tt);
-      if (d) closedir(d);
-      fprintf(stderr, "error: --resume %s: no checkpoint for --tp %d here (%s/tp-%d-of-%d is missing; %s). A checkpoint "
-              "resumes at the T it was saved with: resharding across T is not supported\n", c->resume, T, c->resume, r, T,
-              found[0] ? found : "saved without --tp: it holds no tp-R-of-T directories");
-      bad = 1;
-    }
-    c->resume = rs;
+    if (is_dir_path(rs)) c->resume = rs;
   }
   comm_ctl_all_reduce_f64(g->world, &bad, 1, REDOP_MAX);
   return bad ? 2 : 0;
