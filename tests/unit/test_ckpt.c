@@ -213,7 +213,8 @@ Test(common_ckpt, fault_spec_parser) {
 
 /* A checkpoint knows its model: every shape field, the model kind, precision and optimizer
  * differ one at a time from a matching run, and the refusal names that flag with both values;
- * several at once are all named. The grid (world, stage, --tp) never counts as a difference. */
+ * several at once are all named. The grid (world, stage) never counts as a difference; a TP
+ * rank's part (slices, not units) read at another --tp is named as a tensor-parallel layout. */
 static void match_case(ckpt_manifest_t *m, train_cfg_t c, const char *want) {
   char why[1024] = "";
   int rc = ckpt_match_cfg(m, &c, why, sizeof why);
@@ -227,7 +228,7 @@ static void match_case(ckpt_manifest_t *m, train_cfg_t c, const char *want) {
 
 Test(common_ckpt, a_checkpoint_knows_its_model) {
   ckpt_manifest_t m = {.step = 3, .n_sections = 3, .sections = {"weights", "m", "v"}, .seed = 7, .batch = 8,
-                       .world = 4, .stage = 3, .tp = 2, .gpt = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16,
+                       .world = 4, .stage = 3, .tp = 1, .gpt = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16,
                                                                .vocab = 256},
                        .input = 6, .hidden = 13, .classes = 11, .layers = 2};
   snprintf(m.dir, sizeof m.dir, "ck/step-000003");
@@ -251,6 +252,11 @@ Test(common_ckpt, a_checkpoint_knows_its_model) {
   c = g, c.gpt.n_embd = 64, c.gpt.n_head = 4, c.wdt = DT_BF16;
   match_case(&m, c, "(3 differences): saved with --n-head 2, this run has --n-head 4; saved with --n-embd 32, this run "
                     "has --n-embd 64; saved with --precision fp32, this run has --precision bf16");
+  /* a TP rank's part: fine at its own T, named as a TP layout at another */
+  m.tp = 2, m.tp_rank = 1;
+  c = g, c.tp = 2, match_case(&m, c, NULL);
+  c = g, c.tp = 1, match_case(&m, c, "a tensor-parallel layout: TP rank 1's slices of a --tp 2 save, this run has --tp 1");
+  m.tp = 1, m.tp_rank = 0;
   /* the MLP: its four shape flags, and the GPT's fields ignored */
   snprintf(m.model, sizeof m.model, "mlp");
   train_cfg_t p = {.model_kind = "mlp", .wdt = DT_F32, .optimizer = OPT_ADAMW, .seed = 7, .batch = 8, .steps = 6,
