@@ -281,6 +281,12 @@ static int64_t tp_local_numel(tp_unit_kind_t k, int in, int out, int T, int r) {
 
 static void tp_split_gpt(model_t *m, comm_t *tp);
 
+/* The MLP's units in pairs: column-parallel, then row-parallel; an odd last unit replicated. */
+static tp_unit_kind_t tp_mlp_kind(int U, int u) {
+  if (u % 2 == 0) return u + 1 < U ? TPU_COL : TPU_REPL;
+  return TPU_ROW;
+}
+
 void tp_split_model(model_t *m, comm_t *tp) {
   if (m->fns == &model_gpt_fns) {
     tp_split_gpt(m, tp);
@@ -295,7 +301,7 @@ void tp_split_model(model_t *m, comm_t *tp) {
   tp_keep_full(&c->full, m);
   c->kind = xcalloc((size_t)U, sizeof *c->kind, "tp unit kinds");
   int max_out = 1;
-  for (int u = 0; u + 1 < U; u += 2) c->kind[u] = TPU_COL, c->kind[u + 1] = TPU_ROW; /* an odd last unit: REPL */
+  for (int u = 0; u < U; u++) c->kind[u] = tp_mlp_kind(U, u);
   for (int u = 0; u < U; u++) {
     unit_t *un = &m->units[u];
     int in = un->in, out = un->out, gelu = u < m->L;
@@ -425,10 +431,16 @@ static float *tp_model_unsplit(const model_t *m, const float *local, int has_loc
   return tp_unsplit(c->tp, &c->full, m, local, has_local, full_numel, c, tp_mlp_map, tp_mlp_local_numel);
 }
 
+/* model_fns_t.to_local: this rank's slices of full unit u. */
+static void tp_model_to_local(const model_t *m, int u, const float *full, float *local) {
+  const tp_model_t *c = m->ctx;
+  tp_mlp_map(c, u, c->r, (float *)full, local, 1); /* to_local: full is only read */
+}
+
 static const model_fns_t tp_mlp_model_fns = {.name = "mlp", .init_unit = tp_model_init_unit,
                                              .forward = tp_model_forward, .backward = tp_model_backward,
                                              .free_ctx = tp_model_free_ctx, .flops_per_sample = tp_model_flops,
-                                             .unsplit = tp_model_unsplit};
+                                             .unsplit = tp_model_unsplit, .to_local = tp_model_to_local};
 
 /* ---- the GPT, split (notes/06-tensor-parallel.md, "The transformer layer, split") ----------
  * C = n_embd, S = seq_len, V = vocab, NH heads over T ranks: Cr = C/T features and NHr = NH/T
@@ -786,7 +798,39 @@ static float *tp_gpt_unsplit(const model_t *m, const float *local, int has_local
   return tp_unsplit(c->tp, &c->full, m, local, has_local, full_numel, c, tp_gpt_map, tp_gpt_local_numel);
 }
 
+/* model_fns_t.to_local: this rank's slices of full unit u. */
+static void tp_gpt_to_local(const model_t *m, int u, const float *full, float *local) {
+  const tp_gpt_t *c = m->ctx;
+  tp_gpt_map(c, u, c->r, (float *)full, local, 1); /* to_local: full is only read */
+}
+
 static const model_fns_t tp_gpt_model_fns = {.name = "gpt", .init_unit = tp_gpt_init_unit, .forward = tp_gpt_forward,
                                              .backward = tp_gpt_backward, .free_ctx = tp_gpt_free_ctx,
                                              .flops_per_sample = tp_gpt_flops, .loss = tp_gpt_loss,
-                                             .unsplit = tp_gpt_unsplit};
+                                             .unsplit = tp_gpt_unsplit, .to_local = tp_gpt_to_local};
+
+/* ---- the public mapping (tp.h): a split's map without a communicator ----------------------- */
+
+int64_t tp_unit_local_numel(const model_t *full, int T, int q, int u) {
+  if (full->fns == &model_gpt_fns) {
+    tp_gpt_t c = {.T = T, .S = full->gpt.seq_len, .C = full->gpt.n_embd, .V = full->gpt.vocab, .NH = full->gpt.n_head};
+    c.full.n_units = full->n_units;
+    return tp_gpt_local_numel(&c, u, q);
+  }
+  const unit_t *fu = &full->units[u];
+  return tp_local_numel(tp_mlp_kind(full->n_units, u), fu->in, fu->out, T, q);
+}
+
+void tp_unit_map(const model_t *full, int T, int q, int u, float *full_unit, float *local, int to_local) {
+  if (full->fns == &model_gpt_fns) {
+    tp_gpt_t c = {.T = T, .S = full->gpt.seq_len, .C = full->gpt.n_embd, .V = full->gpt.vocab, .NH = full->gpt.n_head};
+    c.full.n_units = full->n_units;
+    tp_gpt_map(&c, u, q, full_unit, local, to_local);
+    return;
+  }
+  tp_unit_kind_t *kind = xmalloc((size_t)full->n_units * sizeof *kind, "tp unit kinds");
+  for (int k = 0; k < full->n_units; k++) kind[k] = tp_mlp_kind(full->n_units, k);
+  tp_model_t c = {.T = T, .full = *full, .kind = kind};
+  tp_mlp_map(&c, u, q, full_unit, local, to_local);
+  free(kind);
+}

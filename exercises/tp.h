@@ -116,4 +116,16 @@ static inline int64_t tp_mlp_bytes_per_step(int B, int h, int T, int r) {
  * exactly as 1 rank does. Keeps what it needs in m->ctx (freed by model_free). Dies when a split
  * dimension is smaller than T. Not collective. */
 void tp_split_model(model_t *m, comm_t *tp);
+
+/* The public mapping between TP rank q's local units and full-model coordinates, for tools that
+ * hold no communicator (zl_ckpt convert: a --tp T checkpoint -> the grid-free form, ckpt.h).
+ * full: the unsplit model (model_init / gpt_init: only its shapes are read); unit u keeps its
+ * index under the split. tp_unit_local_numel: the floats of q's local unit u (its unpadded numel
+ * in the split model). tp_unit_map: full_unit (full->units[u].numel floats, the full layout) ↔
+ * local (tp_unit_local_numel floats, q's local layout, as tp_split_model lays it out): local
+ * := q's slices of full_unit when to_local, else q's slices written back into full_unit (the
+ * elements q does not hold are left as they are; replicated ones are written by every q).
+ * Every full element is held by at least one q, so mapping q = 0..T−1 back fills full_unit. */
+int64_t tp_unit_local_numel(const model_t *full, int T, int q, int u);
+void tp_unit_map(const model_t *full, int T, int q, int u, float *full_unit, float *local, int to_local);
 #endif
