@@ -105,8 +105,7 @@ static int is_dir(const char *path) {
 
 /* ---- the manifest ------------------------------------------------------------------------- */
 
-/* T when dir holds the per-TP-rank directories of a --tp T save (tp-R-of-T), else 0. */
-static int tp_layout_of(const char *dir) {
+int ckpt_tp_layout(const char *dir) {
   DIR *d = opendir(dir);
   int T = 0, r, tt;
   struct dirent *e;
@@ -131,7 +130,7 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
   snprintf(path, sizeof path, "%s/latest", where);
   char *latest = slurp(path, NULL);
   if (!latest) {
-    int T = tp_layout_of(where);
+    int T = ckpt_tp_layout(where);
     if (T > 1)
       snprintf(why, nwhy, "%s holds a tensor-parallel layout saved with --tp %d (one checkpoint per TP rank, %s/tp-R-of-%d/): "
                "resume it with --tp %d (any data-parallel size), or make it grid-free for any grid (T, P, D, stage): "

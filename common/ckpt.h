@@ -84,6 +84,8 @@ uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n);
 /* Find the checkpoint of `where`: a step directory (holds manifest.txt) or a --ckpt DIR (its
  * latest). Writes the step directory into stepdir. 0 on success, else 1 and why (names the file). */
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy);
+/* T when dir holds the per-TP-rank directories of a --tp T save (dir/tp-R-of-T/), else 0. */
+int ckpt_tp_layout(const char *dir);
 /* Read and check stepdir/manifest.txt (syntax, its own checksum, consistent layout). 0 on
  * success; else 1 with why naming the file and what is wrong. Free with ckpt_manifest_free. */
 int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_t nwhy);

@@ -26,14 +26,13 @@
 #include <stdlib.h>   // free, atoi
 #include <string.h>   // strcmp, strerror
 #include <sys/stat.h> // mkdir
-#include "ckpt.h"     // ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
+#include "ckpt.h"     // ckpt_tp_layout, ckpt_write_grid_free, ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
 #include "check.h"    // die, xmalloc
 #include "export.h"   // export_safetensors, export_model_t
 #include "report.h"   // report_write_output
 #include "gpt.h"      // gpt_init (the full model of a manifest)
 #include "model.h"    // model_init, model_free
 #include "tp.h"       // tp_unit_map, tp_unit_local_numel (a --tp T checkpoint's parts -> full units)
-#include <dirent.h>   // opendir, readdir
 
 static int usage_error(const char *what) {
   fprintf(stderr, "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt convert DIR OUT [--step N] | zl_ckpt export DIR OUT [--format safetensors|raw] (see --help)\n", what);
@@ -71,21 +70,10 @@ static void write_section(ckpt_manifest_t *m, int sec, const char *path) {
   if (fclose(f) != 0 || rename(tmp, path) != 0) die("error: writing %s failed: %s", path, strerror(errno));
 }
 
-/* T when dir holds the tp-R-of-T directories of a --tp T save, else 1. */
-static int tp_parts(const char *dir) {
-  DIR *d = opendir(dir);
-  int T = 1, r, tt;
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    if (sscanf(e->d_name, "tp-%d-of-%d", &r, &tt) == 2) T = tt;
-  if (d) closedir(d);
-  return T;
-}
-
 /* zl_ckpt convert: DIR (any grid; its step `step`, or its latest when -1) -> OUT, grid-free
  * (ckpt_write_grid_free). */
 static int convert(const char *dir, const char *out, int step) {
-  int T = tp_parts(dir);
+  int T = ckpt_tp_layout(dir) > 1 ? ckpt_tp_layout(dir) : 1;
   ckpt_manifest_t *m = calloc((size_t)T, sizeof *m);
   char part[CKPT_PATH_MAX];
   for (int q = 0; q < T; q++) { /* every part: verified, and the same run and step as part 0 */
