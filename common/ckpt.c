@@ -525,8 +525,8 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
 }
 
 /* A tensor-parallel run resuming from full units (a grid-free or a non-TP checkpoint): for each
- * unit and section, the full unit is read, mapped to this TP rank's local unit (model_fns_t.
- * to_local), and the layout's held and own ranges taken from that (pad slots 0). buf: room for
+ * unit and section, the full unit is read, mapped to this TP rank's local unit (the model
+ * transform's to_local, train.h), and the layout's held and own ranges taken from that (pad slots 0). buf: room for
  * the largest held or own range (the caller's). */
 static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
   const model_t *md = &t->model;
@@ -544,7 +544,7 @@ static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
       if (s > 0 && l.own_numel == 0) break;
       ckpt_read_range(&r, s, u, 0, m->units[u].numel, full);
       memset(local, 0, (size_t)md->units[u].padded * sizeof(float));
-      md->fns->to_local(md, u, full, local);
+      t->cfg->transform->to_local(md, u, full, local);
       if (s == 0) { /* the working params this rank holds, and its own fp32 weights */
         memcpy(buf, local + l.held_off, (size_t)l.held_numel * sizeof(float));
         dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
@@ -571,7 +571,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   }
   float *buf = xmalloc((size_t)most * sizeof(float) + 1, "checkpoint restore buffer");
   dev_sync(t->dev);
-  if (md->fns->to_local && m->tp == 1) { /* a TP split reading full units: through the split's map */
+  if (t->tp_comm && m->tp == 1) { /* a TP split reading full units: through the transform's map */
     restore_mapped(t, m, buf);
     most = -1;
   }

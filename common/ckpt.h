@@ -120,7 +120,7 @@ double *ckpt_read_losses(const ckpt_manifest_t *m);
  * manifest copying hdr's model, run and position fields (step, opt_t, skipped, sections) with
  * strategy "grid-free", world 1, tp 1. units[n_units]: the full model's units (in, out, numel);
  * sec[s]: Ψ floats of section s; losses: hdr->step × (loss, ms). Any grid resumes from it
- * (with --tp T through model_fns_t.to_local). Dies naming the file on an error. */
+ * (with --tp T through the model transform's to_local, train.h). Dies naming the file on an error. */
 void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_units, const ckpt_unit_t *units,
                           float *const *sec, const double *losses);
 

@@ -10,7 +10,7 @@
 #include "train.h"  // trainer_t, strategy_t, train_cfg_t
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
-#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, comm_all_gather (--pa), counters
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
 #include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
 #include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
@@ -41,8 +41,9 @@
  *                                 (the largest unit's) shared by all, refilled in the backward
  * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
  * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
- * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T); the whole output
- * lives in work[u % 2] while the forward or the backward needs it (pa_keep, pa_gather). */
+ * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
+ * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
+ * needs it (pa_keep, pa_gather: the transform's). */
 struct train_internal {
   tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
   tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
@@ -62,9 +63,6 @@ struct train_internal {
   int checked_steps;
   report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
   int nevals;
-  float *tp_rep;     /* --tp: (Σ unit tp_rep_numel) this rank's local gradients of the replicated
-                      * parameters, summed over the step's micro-batches (host; the norm's count-once) */
-  int64_t tp_rep_numel;
 };
 
 /* ---- helpers for strategies -------------------------------------------------------------- */
@@ -117,54 +115,6 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
   else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
 
-/* --tp: the replicated parameters' local gradients of this micro-batch's backward of unit u
- * (unit_t.tp_rep_numel, the first of the unit) into in->tp_rep, summed over the micro-batches
- * whatever the strategy does with its buffers between them (beta 1: the buffer already holds the
- * sum; beta 0: add). Host copy of a few biases: off the critical path of the lesson. */
-static void tp_capture_rep(trainer_t *t, int u) {
-  struct train_internal *in = t->in;
-  const model_t *m = &t->model;
-  int64_t at = 0, n = m->units[u].tp_rep_numel;
-  if (!t->tp_comm || n == 0) return;
-  if (!in->tp_rep) {
-    for (int v = 0; v < m->n_units; v++) in->tp_rep_numel += m->units[v].tp_rep_numel;
-    in->tp_rep = xcalloc((size_t)in->tp_rep_numel, sizeof(float), "tp replicated grads");
-  }
-  for (int v = 0; v < u; v++) at += m->units[v].tp_rep_numel;
-  float *acc = in->tp_rep + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
-  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
-  else {
-    bf16_t *h = xmalloc((size_t)n * sizeof(bf16_t), "tp replicated grads (bf16)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(bf16_t));
-    op_cast(DEV_CPU, now, DT_F32, h, DT_BF16, n);
-    free(h);
-  }
-  int add = t->micro > 0 && t->grad_beta == 0.0f;
-  for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
-  free(now);
-}
-
-/* --tp: Σg² of the whole model from this rank's (Σ over its DP group, as trainer_finish_grads
- * has it): every TP rank's sum holds its split parameters AND the replicated ones, which are the
- * same on every TP rank — so the sum over the TP group counts them T times. They are counted
- * once: Σ_tp − (T − 1)·R, R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
-static double tp_norm_sumsq(trainer_t *t, double dp_sumsq) {
-  struct train_internal *in = t->in;
-  int T = comm_world(t->tp_comm);
-  double R = 0, s = dp_sumsq;
-  if (in->tp_rep_numel > 0) {
-    double *g = xmalloc((size_t)in->tp_rep_numel * sizeof(double), "tp replicated grads (f64)");
-    for (int64_t k = 0; k < in->tp_rep_numel; k++) g[k] = in->tp_rep[k];
-    for (int64_t k = 0; k < in->tp_rep_numel; k += 1 << 20) /* ctl all-reduces take an int count */
-      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(in->tp_rep_numel - k < (1 << 20) ? in->tp_rep_numel - k : 1 << 20), REDOP_SUM);
-    for (int64_t k = 0; k < in->tp_rep_numel; k++) R += g[k] * g[k];
-    free(g);
-  }
-  comm_ctl_all_reduce_f64(t->tp_comm, &s, 1, REDOP_SUM);
-  s -= (T - 1) * R;
-  return s > 0 ? s : 0;
-}
-
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
   double sumsq = local_sumsq;
@@ -184,7 +134,7 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     bad[2 + t->rank] = t->in->local_nonfinite;
     comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
   }
-  if (t->tp_comm && !reduced_bad) sumsq = tp_norm_sumsq(t, sumsq);
+  if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -257,10 +207,9 @@ static void check_master_bits(trainer_t *t) {
 /* ---- the loop ---------------------------------------------------------------------------- */
 
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
-  const model_t *m = &t->model;
-  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= m->n_units - 1 || !m->units[u].tp_y_rep) return 0;
-  int T = comm_world(t->tp_comm);
-  return (t->local_batch * m->units[u].y_numel + T - 1) / T; /* rounded up: T slices cover it, pad at the end */
+  const model_transform_t *xf = t->cfg->transform;
+  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  return xf->pa_slice(t, u);
 }
 
 /* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
@@ -363,7 +312,7 @@ void trainer_check_grads(trainer_t *t, int u) {
   /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
   if (t->dev == DEV_CPU && !t->in->local_nonfinite)
     t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
-  tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
+  if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
 }
 
 /* Where unit u's whole output is during the micro-batch: out[u], or with --pa for a partitioned
@@ -381,26 +330,20 @@ static unit_io_t unit_io(trainer_t *t, int u) {
                      .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
 }
 
-/* --pa, after unit u's forward: keep this rank's slice [r·s, (r+1)·s) of its whole output (the
- * same bits on every TP rank). The last rank's slice may run past the b·y_numel real elements:
- * those pad slots are never written and stay 0 (tensor_alloc zero-fills). */
+/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output in out[u]. */
 static void pa_keep(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u), n = t->local_batch * t->model.units[u].y_numel;
-  if (!s) return;
-  int64_t lo = s * comm_rank(t->tp_comm), real = n - lo < s ? n - lo : s;
-  if (real > 0) dev_memcpy(t->dev, t->in->out[u].data, t->dev, unit_y(t, u) + lo, (size_t)real * sizeof(float));
+  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, u), t->in->out[u].data);
 }
 
 /* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
- * the whole output back from the T slices, one all-gather of T·s over the TP group — it moves
+ * the whole output back from the slices (the transform's all-gather over the TP group): it moves
  * bytes and adds nothing, so the backward sees the bits the forward produced. */
 static void pa_gather(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u);
-  if (!s) return;
+  if (!trainer_pa_slice_numel(t, u)) return;
   char name[32];
   snprintf(name, sizeof name, "pa gather %d", u);
   trace_begin(name);
-  comm_all_gather(t->tp_comm, t->in->out[u].data, unit_y(t, u), s * comm_world(t->tp_comm), DT_F32);
+  t->cfg->transform->pa_gather(t, u, t->in->out[u].data, unit_y(t, u));
   trace_end(NULL);
 }
 
@@ -677,8 +620,8 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
   int64_t full_numel = t->model.numel;
-  if (t->tp_comm && t->model.fns->unsplit) { /* --tp: this TP rank's part -> the whole model on world rank 0 */
-    float *whole = t->model.fns->unsplit(&t->model, full, rank == 0, &full_numel);
+  if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
+    float *whole = cfg->transform->unsplit(&t->model, full, rank == 0, &full_numel);
     free(full);
     full = whole;
   }
@@ -718,7 +661,6 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(full);
   free(in->steps);
   free(in->evals);
-  free(in->tp_rep);
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
@@ -734,7 +676,7 @@ static int is_dir_path(const char *path) {
  * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
  * dimension works inside it as without TP). A --resume DIR without tp-R-of-T directories is
  * read as it is: a checkpoint of full units (grid-free from zl_ckpt convert, or saved without
- * --tp) that every TP rank maps to its slices (ckpt.c, model_fns_t.to_local); one of another T
+ * --tp) that every TP rank maps to its slices (ckpt.c, the transform's to_local); one of another T
  * is refused by ckpt_resolve, which names the T and the conversion. Returns 0, or 2 after one
  * error line (collective over the world: every rank returns the same). */
 static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
@@ -785,7 +727,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     if (grid->coord[GRID_TP] != 0) tpcfg.quiet = 1;
     cfg = &tpcfg;
   }
-  if (grid && !cfg->model_split) die("error: --tp %d: this program has no tensor-parallel model split", cfg->tp);
+  if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
   if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
@@ -804,7 +746,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     return 2;
   }
   model_from_cfg(&t);
-  if (grid) cfg->model_split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
+  if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");

@@ -191,9 +191,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
     SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank");
-    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
   }
+  if (chapter_flags & (TRAIN_FLAG_PIPELINE | TRAIN_FLAG_ZERO))
+    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
   if (chapter_flags & TRAIN_FLAG_TP)
     SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
   if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE)) /* a pipeline keeps its own activations */

@@ -13,7 +13,7 @@
  *                                  grid resumes: --resume OUT with any T, P, D, ZeRO stage,
  *                                  offload. DIR: a --ckpt directory of any run, --tp T ones
  *                                  included (their tp-R-of-T parts are put back together through
- *                                  solutions/tp.h's tp_unit_map)
+ *                                  solutions/tp.h's tp_map_unit)
  *   zl_ckpt export DIR OUT [--format safetensors|raw]
  *                                  the fp32 weights alone for other tools: safetensors (default)
  *                                  with GPT-2's tensor names and shapes (common/export.h), which
@@ -32,7 +32,8 @@
 #include "report.h"   // report_write_output
 #include "gpt.h"      // gpt_init (the full model of a manifest)
 #include "model.h"    // model_init, model_free
-#include "tp.h"       // tp_unit_map, tp_unit_local_numel (a --tp T checkpoint's parts -> full units)
+#include "tp.h"       // tp_split_model, tp_map_unit, tp_unit_local_numel (a --tp T save's parts -> full units)
+#include "comm.h"     // comm_shape_only (the split sized without communicating)
 
 static int usage_error(const char *what) {
   fprintf(stderr, "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt convert DIR OUT [--step N] | zl_ckpt export DIR OUT [--format safetensors|raw] (see --help)\n", what);
@@ -92,9 +93,16 @@ static int convert(const char *dir, const char *out, int step) {
       return 1;
     }
   }
-  model_t full;
+  model_t full, split = {0}; /* split: the TP split of the full model (any q's map: tp.h) */
+  comm_t *shape = NULL;
   if (!strcmp(m[0].model, "gpt")) gpt_init(&full, m[0].gpt);
   else model_init(&full, m[0].input, m[0].hidden, m[0].classes, m[0].layers);
+  if (T > 1) {
+    if (!strcmp(m[0].model, "gpt")) gpt_init(&split, m[0].gpt);
+    else model_init(&split, m[0].input, m[0].hidden, m[0].classes, m[0].layers);
+    shape = comm_shape_only(T, 0, DEV_CPU);
+    tp_split_model(&split, shape);
+  }
   if (full.n_units != m[0].n_units) {
     fprintf(stderr, "error: %s: %d units, its recorded %s shape has %d (a pipeline stage's part?)\n", m[0].dir,
             m[0].n_units, m[0].model, full.n_units);
@@ -106,7 +114,7 @@ static int convert(const char *dir, const char *out, int step) {
   for (int u = 0; u < full.n_units; u++) {
     units[u] = (ckpt_unit_t){.in = full.units[u].in, .out = full.units[u].out, .numel = full.units[u].numel};
     for (int q = 0; q < T; q++) {
-      int64_t want = T > 1 ? tp_unit_local_numel(&full, T, q, u) : full.units[u].numel;
+      int64_t want = T > 1 ? tp_unit_local_numel(&split, u, q) : full.units[u].numel;
       if (m[q].units[u].numel != want) {
         fprintf(stderr, "error: %s: unit %d holds %lld values, the %s split over --tp %d gives rank %d %lld\n", m[q].dir, u,
                 (long long)m[q].units[u].numel, m[0].model, T, q, (long long)want);
@@ -123,7 +131,7 @@ static int convert(const char *dir, const char *out, int step) {
         ckpt_reader_t r = {.m = &m[q]};
         ckpt_read_range(&r, s, u, 0, m[q].units[u].numel, T > 1 ? local : sec[s] + at);
         ckpt_reader_close(&r);
-        if (T > 1) tp_unit_map(&full, T, q, u, sec[s] + at, local, 0);
+        if (T > 1) tp_map_unit(&split, u, q, sec[s] + at, local, 0);
       }
   }
   double *losses = ckpt_read_losses(&m[0]);
@@ -138,6 +146,8 @@ static int convert(const char *dir, const char *out, int step) {
   free(local);
   free(losses);
   model_free(&full);
+  if (T > 1) model_free(&split);
+  free(shape);
   return 0;
 }
 
