@@ -347,8 +347,9 @@ int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy) {
   return rc;
 }
 
-/* The --precision name of a working dtype, as the manifest records it. */
-static const char *precision_name(dtype_t wdt) { return wdt == DT_BF16 ? "bf16" : "fp32"; }
+/* The --precision name of a working dtype, as the manifest records it (a dtype added later, fp16,
+ * is recorded under its dtype_name until named here: never as another precision). */
+static const char *precision_name(dtype_t wdt) { return wdt == DT_BF16 ? "bf16" : wdt == DT_F32 ? "fp32" : dtype_name(wdt); }
 
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, size_t nwhy) {
   char path[CKPT_PATH_MAX + 32], diff[768] = "";
