@@ -178,6 +178,12 @@ comm_t *comm_split(comm_t *parent, int color, int key) {
 
 comm_t *comm_parent(const comm_t *c) { return c->parent; }
 
+comm_t *comm_shape_only(int world, int rank, device_t dev) {
+  comm_t *c = xcalloc(1, sizeof *c, "shape-only communicator");
+  c->world = world, c->rank = rank, c->dev = dev;
+  return c;
+}
+
 int comm_rank(const comm_t *c) {
   if (!c) die_on_rank("comm_rank: the communicator is NULL (a link this stage does not have?)");
   return c->rank;

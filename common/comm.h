@@ -74,6 +74,11 @@ void comm_finalize(comm_t *c);
  * parent's counters do not see its traffic. The parent's queued work is waited for first.
  * Released with comm_finalize (before the parent). */
 comm_t *comm_split(comm_t *parent, int color, int key);
+/* A stand-in communicator that answers only comm_rank, comm_world and comm_device: for code that
+ * lays out a split without communicating (zl_ckpt convert sizes and maps the parts of a --tp T
+ * checkpoint through the TP split, solutions/tp.h). No backend: a collective on it is a bug.
+ * Release it with free(), not comm_finalize. */
+comm_t *comm_shape_only(int world, int rank, device_t dev);
 /* The communicator c was split from; NULL for the one from comm_init. */
 comm_t *comm_parent(const comm_t *c);
 

@@ -608,12 +608,13 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   if (!cfg->quiet) print_tables(t, run, all);
   else {
     double med = report_median_ms(run->steps, run->nsteps);
-    if (is_gpt(t))
-      printf("%s: final loss %.6f (uniform %.4f), validation %.6f, median step %.3f ms, %.0f tokens/s\n",
-             t->strategy->name, run->steps[run->nsteps - 1].loss, log((double)t->model.classes),
-             run->nevals ? run->evals[run->nevals - 1].val_loss : NAN, med,
+    if (is_gpt(t)) {
+      char val[64] = "no validation run"; /* --eval-every 0: no number to print */
+      if (run->nevals) snprintf(val, sizeof val, "validation %.6f", run->evals[run->nevals - 1].val_loss);
+      printf("%s: final loss %.6f (uniform %.4f), %s, median step %.3f ms, %.0f tokens/s\n", t->strategy->name,
+             run->steps[run->nsteps - 1].loss, log((double)t->model.classes), val, med,
              med > 0 ? (double)cfg->batch * t->model.rows / (med / 1000.0) : 0.0);
-    else
+    } else
       printf("%s: final loss %.6f (teacher %.6f), median step %.3f ms, %.0f samples/s\n", t->strategy->name,
              run->steps[run->nsteps - 1].loss, run->teacher_entropy, med,
              med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0);

@@ -22,6 +22,7 @@
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
+#include "export.h" // export_safetensors (--save-params PATH.safetensors beside PATH)
 #include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
@@ -624,8 +625,22 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     free(full);
     full = whole;
   }
-  if (full && cfg->save_params)
+  if (full && cfg->save_params) {
     report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
+    struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
+    if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      char st[1200];
+      snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
+      export_model_t em = {.gpt = 1, .g = cfg->gpt};
+      if (export_numel(&em) != full_numel) die("rank 0: --save-params: %lld weights, the GPT's shape has %lld",
+                                               (long long)full_numel, (long long)export_numel(&em));
+      char shape[96];
+      snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
+               cfg->gpt.seq_len, cfg->gpt.vocab);
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->strategy->name, NULL};
+      export_safetensors("--save-params", st, &em, full, meta);
+    }
+  }
   if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
     printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
@@ -659,9 +674,11 @@ static int is_dir_path(const char *path) {
 
 /* --tp T with --ckpt DIR / --resume DIR: TP rank r of T saves and resumes its own slices as an
  * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
- * dimension works inside it as without TP; across another T it does not: refused here, with the
- * T the checkpoint was saved with). Returns 0, or 2 after one error line (collective over the
- * world: every rank returns the same). */
+ * dimension works inside it as without TP). A --resume DIR without tp-R-of-T directories is
+ * read as it is: a checkpoint of full units (grid-free from zl_ckpt convert, or saved without
+ * --tp) that every TP rank maps to its slices (ckpt.c, the transform's to_local); one of another T
+ * is refused by ckpt_resolve, which names the T and the conversion. Returns 0, or 2 after one
+ * error line (collective over the world: every rank returns the same). */
 static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
   int T = g->size[GRID_TP], r = g->coord[GRID_TP];
   double bad = 0;
@@ -673,20 +690,7 @@ static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, siz
   }
   if (c->resume && !bad) {
     snprintf(rs, n, "%s/tp-%d-of-%d", c->resume, r, T);
-    if (g->rank == 0 && !is_dir_path(rs)) { /* name what is there instead */
-      char found[64] = "";
-      DIR *d = opendir(c->resume);
-      struct dirent *e;
-      int rr, tt;
-      while (d && (e = readdir(d)))
-        if (sscanf(e->d_name, "tp-%d-of-%d", &rr, &tt) == 2) snprintf(found, sizeof found, "--tp %d", tt);
-      if (d) closedir(d);
-      fprintf(stderr, "error: --resume %s: no checkpoint for --tp %d here (%s/tp-%d-of-%d is missing; %s). A checkpoint "
-              "resumes at the T it was saved with: resharding across T is not supported\n", c->resume, T, c->resume, r, T,
-              found[0] ? found : "saved without --tp: it holds no tp-R-of-T directories");
-      bad = 1;
-    }
-    c->resume = rs;
+    if (is_dir_path(rs)) c->resume = rs;
   }
   comm_ctl_all_reduce_f64(g->world, &bad, 1, REDOP_MAX);
   return bad ? 2 : 0;

@@ -175,6 +175,11 @@ typedef struct model_transform {
    * after unit (m->numel floats; ignored unless has_local). Collective over the group. Returns on
    * the group's rank 0 a malloc'd array of *full_numel floats (the unsplit model), NULL elsewhere. */
   float *(*unsplit)(const model_t *m, const float *local, int has_local, int64_t *full_numel);
+  /* Full unit u (the unsplit model's layout, its numel floats) → this rank's local unit u
+   * (m->units[u].numel floats): the part this rank keeps, replicated parameters included. No
+   * communication. A resume from full units (a grid-free checkpoint, or one saved without the
+   * transform: ckpt.h) reads every unit through it. */
+  void (*to_local)(const model_t *m, int u, const float *full, float *local);
 } model_transform_t;
 
 typedef struct trainer {

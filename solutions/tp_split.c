@@ -161,6 +161,12 @@ static void tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   }
 }
 
+/* The transform's to_local: this rank's slices of full unit u (tp_map_unit with q = this rank). */
+static void tp_to_local(const model_t *m, int u, const float *full, float *local) {
+  const tp_split_t *s = m->ctx;
+  s->map(s, u, s->r, (float *)full, local, 1); /* full → local: full is only read */
+}
+
 const model_transform_t tp_transform = {
     .name = "tp",
     .split = tp_split_model,
@@ -174,4 +180,5 @@ const model_transform_t tp_transform = {
     .traffic_text = "per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of "
                     "its bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)",
     .unsplit = tp_unsplit,
+    .to_local = tp_to_local,
 };
