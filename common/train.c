@@ -10,7 +10,7 @@
 #include "train.h"  // trainer_t, strategy_t, train_cfg_t
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
-#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, comm_all_gather (--pa), counters
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
 #include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
 #include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
@@ -22,6 +22,7 @@
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
+#include "export.h" // export_safetensors (--save-params PATH.safetensors beside PATH)
 #include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
 #include "scaler.h" // scaler_t, scaler_make, scaler_update (--precision fp16)
 #include <math.h>   // isfinite, sqrt, NAN
@@ -41,8 +42,9 @@
  *                                 (the largest unit's) shared by all, refilled in the backward
  * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
  * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
- * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T); the whole output
- * lives in work[u % 2] while the forward or the backward needs it (pa_keep, pa_gather). */
+ * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
+ * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
+ * needs it (pa_keep, pa_gather: the transform's). */
 struct train_internal {
   tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
   tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
@@ -62,9 +64,6 @@ struct train_internal {
   int checked_steps;
   report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
   int nevals;
-  float *tp_rep;     /* --tp: (Σ unit tp_rep_numel) this rank's local gradients of the replicated
-                      * parameters, summed over the step's micro-batches (host; the norm's count-once) */
-  int64_t tp_rep_numel;
   scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
@@ -120,55 +119,6 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
   else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
 
-/* --tp: the replicated parameters' local gradients of this micro-batch's backward of unit u
- * (unit_t.tp_rep_numel, the first of the unit) into in->tp_rep, summed over the micro-batches
- * whatever the strategy does with its buffers between them (beta 1: the buffer already holds the
- * sum; beta 0: add). Host copy of a few biases: off the critical path of the lesson. */
-static void tp_capture_rep(trainer_t *t, int u) {
-  struct train_internal *in = t->in;
-  const model_t *m = &t->model;
-  int64_t at = 0, n = m->units[u].tp_rep_numel;
-  if (!t->tp_comm || n == 0) return;
-  if (!in->tp_rep) {
-    for (int v = 0; v < m->n_units; v++) in->tp_rep_numel += m->units[v].tp_rep_numel;
-    in->tp_rep = xcalloc((size_t)in->tp_rep_numel, sizeof(float), "tp replicated grads");
-  }
-  for (int v = 0; v < u; v++) at += m->units[v].tp_rep_numel;
-  float *acc = in->tp_rep + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
-  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
-  else {
-    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "tp replicated grads (16-bit)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
-    op_cast(DEV_CPU, now, DT_F32, h, t->wdt, n);
-    free(h);
-  }
-  int add = t->micro > 0 && t->grad_beta == 0.0f;
-  for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
-  free(now);
-}
-
-/* --tp: Σg² of the whole model from this rank's (Σ over its DP group, as trainer_finish_grads
- * has it): every TP rank's sum holds its split parameters AND the replicated ones, which are the
- * same on every TP rank — so the sum over the TP group counts them T times. They are counted
- * once: Σ_tp − (T − 1)·R, R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
-static double tp_norm_sumsq(trainer_t *t, double dp_sumsq) {
-  struct train_internal *in = t->in;
-  int T = comm_world(t->tp_comm);
-  double R = 0, s = dp_sumsq;
-  if (in->tp_rep_numel > 0) {
-    double *g = xmalloc((size_t)in->tp_rep_numel * sizeof(double), "tp replicated grads (f64)");
-    for (int64_t k = 0; k < in->tp_rep_numel; k++) g[k] = in->tp_rep[k];
-    for (int64_t k = 0; k < in->tp_rep_numel; k += 1 << 20) /* ctl all-reduces take an int count */
-      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(in->tp_rep_numel - k < (1 << 20) ? in->tp_rep_numel - k : 1 << 20), REDOP_SUM);
-    for (int64_t k = 0; k < in->tp_rep_numel; k++) R += g[k] * g[k];
-    free(g);
-  }
-  comm_ctl_all_reduce_f64(t->tp_comm, &s, 1, REDOP_SUM);
-  if (!isfinite(s)) return s; /* fp16: some TP rank's gradients overflowed */
-  s -= (T - 1) * R;
-  return s > 0 ? s : 0;
-}
-
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
   if (fault_overflow(sharded ? t->rank : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow (testing aid) */
@@ -192,10 +142,10 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int fp16 = t->wdt == DT_F16;
   if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
     t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, t->rank, 0);
-  if (t->tp_comm && fp16) { /* an overflow in one TP rank's slices must skip the step on all of them */
-    sumsq = tp_norm_sumsq(t, reduced_bad ? INFINITY : sumsq);
+  if (t->tp_comm && fp16) { /* fp16: an overflow in one TP rank's slices must skip the step on all of them */
+    sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
-  } else if (t->tp_comm && !reduced_bad) sumsq = tp_norm_sumsq(t, sumsq);
+  } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -282,10 +232,9 @@ static void check_master_bits(trainer_t *t) {
 /* ---- the loop ---------------------------------------------------------------------------- */
 
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
-  const model_t *m = &t->model;
-  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= m->n_units - 1 || !m->units[u].tp_y_rep) return 0;
-  int T = comm_world(t->tp_comm);
-  return (t->local_batch * m->units[u].y_numel + T - 1) / T; /* rounded up: T slices cover it, pad at the end */
+  const model_transform_t *xf = t->cfg->transform;
+  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  return xf->pa_slice(t, u);
 }
 
 /* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
@@ -390,7 +339,7 @@ void trainer_check_grads(trainer_t *t, int u) {
   /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
   if (t->dev == DEV_CPU && !t->in->local_nonfinite)
     t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
-  tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
+  if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
 }
 
 /* Where unit u's whole output is during the micro-batch: out[u], or with --pa for a partitioned
@@ -408,26 +357,20 @@ static unit_io_t unit_io(trainer_t *t, int u) {
                      .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
 }
 
-/* --pa, after unit u's forward: keep this rank's slice [r·s, (r+1)·s) of its whole output (the
- * same bits on every TP rank). The last rank's slice may run past the b·y_numel real elements:
- * those pad slots are never written and stay 0 (tensor_alloc zero-fills). */
+/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output in out[u]. */
 static void pa_keep(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u), n = t->local_batch * t->model.units[u].y_numel;
-  if (!s) return;
-  int64_t lo = s * comm_rank(t->tp_comm), real = n - lo < s ? n - lo : s;
-  if (real > 0) dev_memcpy(t->dev, t->in->out[u].data, t->dev, unit_y(t, u) + lo, (size_t)real * sizeof(float));
+  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, u), t->in->out[u].data);
 }
 
 /* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
- * the whole output back from the T slices, one all-gather of T·s over the TP group — it moves
+ * the whole output back from the slices (the transform's all-gather over the TP group): it moves
  * bytes and adds nothing, so the backward sees the bits the forward produced. */
 static void pa_gather(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u);
-  if (!s) return;
+  if (!trainer_pa_slice_numel(t, u)) return;
   char name[32];
   snprintf(name, sizeof name, "pa gather %d", u);
   trace_begin(name);
-  comm_all_gather(t->tp_comm, t->in->out[u].data, unit_y(t, u), s * comm_world(t->tp_comm), DT_F32);
+  t->cfg->transform->pa_gather(t, u, t->in->out[u].data, unit_y(t, u));
   trace_end(NULL);
 }
 
@@ -711,13 +654,27 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
   int64_t full_numel = t->model.numel;
-  if (t->tp_comm && t->model.fns->unsplit) { /* --tp: this TP rank's part -> the whole model on world rank 0 */
-    float *whole = t->model.fns->unsplit(&t->model, full, rank == 0, &full_numel);
+  if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
+    float *whole = cfg->transform->unsplit(&t->model, full, rank == 0, &full_numel);
     free(full);
     full = whole;
   }
-  if (full && cfg->save_params)
+  if (full && cfg->save_params) {
     report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
+    struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
+    if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      char st[1200];
+      snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
+      export_model_t em = {.gpt = 1, .g = cfg->gpt};
+      if (export_numel(&em) != full_numel) die("rank 0: --save-params: %lld weights, the GPT's shape has %lld",
+                                               (long long)full_numel, (long long)export_numel(&em));
+      char shape[96];
+      snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
+               cfg->gpt.seq_len, cfg->gpt.vocab);
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->strategy->name, NULL};
+      export_safetensors("--save-params", st, &em, full, meta);
+    }
+  }
   if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
     printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n", dtype_precision(cfg->wdt),
            dtype_precision(cfg->wdt), in->checked_steps);
@@ -747,7 +704,6 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(full);
   free(in->steps);
   free(in->evals);
-  free(in->tp_rep);
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
@@ -761,9 +717,11 @@ static int is_dir_path(const char *path) {
 
 /* --tp T with --ckpt DIR / --resume DIR: TP rank r of T saves and resumes its own slices as an
  * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
- * dimension works inside it as without TP; across another T it does not: refused here, with the
- * T the checkpoint was saved with). Returns 0, or 2 after one error line (collective over the
- * world: every rank returns the same). */
+ * dimension works inside it as without TP). A --resume DIR without tp-R-of-T directories is
+ * read as it is: a checkpoint of full units (grid-free from zl_ckpt convert, or saved without
+ * --tp) that every TP rank maps to its slices (ckpt.c, the transform's to_local); one of another T
+ * is refused by ckpt_resolve, which names the T and the conversion. Returns 0, or 2 after one
+ * error line (collective over the world: every rank returns the same). */
 static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
   int T = g->size[GRID_TP], r = g->coord[GRID_TP];
   double bad = 0;
@@ -775,20 +733,7 @@ static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, siz
   }
   if (c->resume && !bad) {
     snprintf(rs, n, "%s/tp-%d-of-%d", c->resume, r, T);
-    if (g->rank == 0 && !is_dir_path(rs)) { /* name what is there instead */
-      char found[64] = "";
-      DIR *d = opendir(c->resume);
-      struct dirent *e;
-      int rr, tt;
-      while (d && (e = readdir(d)))
-        if (sscanf(e->d_name, "tp-%d-of-%d", &rr, &tt) == 2) snprintf(found, sizeof found, "--tp %d", tt);
-      if (d) closedir(d);
-      fprintf(stderr, "error: --resume %s: no checkpoint for --tp %d here (%s/tp-%d-of-%d is missing; %s). A checkpoint "
-              "resumes at the T it was saved with: resharding across T is not supported\n", c->resume, T, c->resume, r, T,
-              found[0] ? found : "saved without --tp: it holds no tp-R-of-T directories");
-      bad = 1;
-    }
-    c->resume = rs;
+    if (is_dir_path(rs)) c->resume = rs;
   }
   comm_ctl_all_reduce_f64(g->world, &bad, 1, REDOP_MAX);
   return bad ? 2 : 0;
@@ -825,7 +770,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     if (grid->coord[GRID_TP] != 0) tpcfg.quiet = 1;
     cfg = &tpcfg;
   }
-  if (grid && !cfg->model_split) die("error: --tp %d: this program has no tensor-parallel model split", cfg->tp);
+  if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
   if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
@@ -844,7 +789,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     return 2;
   }
   model_from_cfg(&t);
-  if (grid) cfg->model_split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
+  if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");

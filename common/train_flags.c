@@ -2,7 +2,7 @@
  * checked before MPI starts, one line naming the flag and exit code 2 on a bad one, --device and
  * --backend resolved once. The loop and the launcher are in train.c. */
 #include "train.h"  // train_cfg_t, train_parse_args, TRAIN_FLAG_*
-#include "args.h"   // args_parse, args_error, args_env_world, arg_spec_t
+#include "args.h"   // args_parse, args_error, args_given, args_env_world, arg_spec_t
 #include "data.h"   // data_text_check (--data)
 #include "device.h" // device_cuda_built, device_cuda_count
 #include "fault.h"  // fault_parse (--fault)
@@ -88,11 +88,17 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   return 0;
 }
 
-/* --model gpt: the preset, then the overrides, then the text file; --model mlp: none of the GPT
- * flags. Exits 2 with one line naming the flag. */
-static void check_model_flags(train_cfg_t *cfg) {
+/* --model gpt: the preset, then the overrides, then the text file, and none of the MLP's shape
+ * flags given; --model mlp: none of the GPT flags. Exits 2 with one line naming the flag. */
+static void check_model_flags(train_cfg_t *cfg, int argc, char **argv) {
   char v[64];
   gpt_shape_t over = cfg->gpt;
+  static const char *mlp_flags[] = {"--layers", "--hidden", "--input", "--classes"};
+  for (int i = 0; i < 4 && strcmp(cfg->model_kind, "gpt") == 0; i++) {
+    const char *given = args_given(argc, argv, mlp_flags[i]);
+    if (given) exit(args_error(mlp_flags[i], given, "is the MLP's shape; --model gpt takes --gpt PRESET, --n-layer, --n-head, "
+                               "--n-embd, --seq-len"));
+  }
   if (strcmp(cfg->model_kind, "gpt") != 0) {
     const char *gflag = cfg->gpt_preset ? "--gpt" : over.n_layer ? "--n-layer" : over.n_head ? "--n-head"
                       : over.n_embd ? "--n-embd" : over.seq_len ? "--seq-len" : cfg->data ? "--data"
@@ -192,9 +198,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
     SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank");
-    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
   }
+  if (chapter_flags & (TRAIN_FLAG_PIPELINE | TRAIN_FLAG_ZERO))
+    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
   if (chapter_flags & TRAIN_FLAG_TP)
     SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
   if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE)) /* a pipeline keeps its own activations */
@@ -244,7 +251,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
     exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
   cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
-  check_model_flags(cfg);
+  check_model_flags(cfg, argc, argv);
   if ((chapter_flags & TRAIN_FLAG_PIPELINE) && pipeline_check(cfg, world)) exit(2);
   int64_t psi = strcmp(cfg->model_kind, "gpt") == 0 ? gpt_count_params(cfg->gpt)
                                                     : model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);

@@ -99,10 +99,9 @@ int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *op
     for (int i = total - w; i < total; i++) ops[n++] = interleaved_op('B', i, P, v);
   } else {
     // BEGIN EXERCISE pp_1f1b_schedule notes/07-pipeline.md
-    // HINT: warm-up: stage s runs w = min(P − s − 1, M) forwards before its first backward (the last stage none).
-    // HINT: steady state: for each remaining forward, the forward of micro-batch w + i, then the backward of micro-batch i.
-    // HINT: cool-down: the last w backwards. Backwards always go in micro-batch order 0..M−1, forwards too.
-    // HINT2: ops[n++] = (pp_op_t){'F', k, 0} appends the forward of micro-batch k (chunk 0); return n = 2M.
+    // HINT: a stage may start its first backward as soon as the pipeline behind it is full: then at most P − s micro-batches are alive on stage s, not M.
+    // HINT2: three phases: warm-up forwards (how many depends on s: the last stage none), a steady state alternating forward and backward, a cool-down of backwards. Forwards and backwards each in micro-batch order; 2M ops in all.
+    // HINT3: w = min(P − s − 1, M) forwards; then for i < M − w: F(w + i), B(i); then B(M − w .. M − 1). Append with ops[n++] = (pp_op_t){'F', k, 0}.
     int w = P - s - 1 < M ? P - s - 1 : M;
     for (int k = 0; k < w; k++) ops[n++] = (pp_op_t){'F', k, 0};
     for (int i = 0; i < M - w; i++) {
@@ -254,9 +253,9 @@ static void slot_give_back(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl) {
 /* Forward: micro-batch k's input activation into sl->in (chunk 0 reads the data instead). */
 static void pp_recv_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) {
   // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
-  // HINT: chunk 0 (stage 0) has no previous stage: load micro-batch k of this pipeline's data slice (trainer_load_micro).
-  // HINT: any other chunk receives b × in_numel floats from the previous one over ch->rx_act (its comm and peer),
-  // HINT: with comm_recv_async, and must wait for it (comm_wait) before its forward may read the buffer.
+  // HINT: a stage's forward may only read its input once it has arrived; the first stage has no stage before it: its input is the data.
+  // HINT2: chunk 0: micro-batch k of this pipeline's data slice; other chunks: b × in_numel floats from ch->rx_act (its comm and peer), received into sl->in, complete before returning.
+  // HINT3: is_first(ch): trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL); else comm_wait(c, comm_recv_async(c, sl->in.data, ..., ch->rx_act.peer, tag)).
   pp_state_t *st = t->priv;
   if (is_first(ch)) {
     trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL);
@@ -272,10 +271,9 @@ static void pp_recv_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) 
  * handle: it is waited for before the slot is reused). The last chunk sends nothing. */
 static void pp_send_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) {
   // BEGIN EXERCISE pp_stage_send notes/07-pipeline.md
-  // HINT: the last chunk sends nothing (its output is the logits: the loss is its own).
-  // HINT: the message is the output of the chunk's last unit, out[u1 − 1 − u0]: b × y_numel floats over ch->tx_act.
-  // HINT: send it with comm_send_async and keep the handle in sl->sent: no wait here, so the stage goes on
-  // HINT: computing while it travels (slot_give_back waits for it before reusing the slot).
+  // HINT: the next stage needs this chunk's output; the stage should go on computing while it travels — but the buffer must not be reused before it has left.
+  // HINT2: the last chunk sends nothing (its output is the logits). Else: out[u1 − 1 − u0], b × y_numel floats, over ch->tx_act; the handle is kept in the slot (slot_give_back waits for it).
+  // HINT3: sl->sent = comm_send_async(ch->tx_act.comm, sl->out[ch->u1 - 1 - ch->u0].data, b × un->y_numel, DT_F32, ch->tx_act.peer, tag) with un the chunk's last unit.
   pp_state_t *st = t->priv;
   if (is_last(st, ch)) return;
   const unit_t *un = &t->model.units[ch->u1 - 1];
@@ -424,6 +422,9 @@ static void pp_grads_full(trainer_t *t) {
 
 static void wait_links(pp_state_t *st) {
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  for (int j = 0; j < st->v; j++) /* every handle waited by name (exercise mode names a dropped one) */
+    for (int i = 0; i < 2; i++)
+      if (st->chunks[j].gsent[i]) comm_wait(st->chunks[j].tx_grad.comm, st->chunks[j].gsent[i]);
   for (int i = 0; i < 4; i++)
     if (cs[i]) comm_wait_all(cs[i]);
   for (int j = 0; j < st->v; j++) st->chunks[j].gsent[0] = st->chunks[j].gsent[1] = 0;
@@ -759,6 +760,9 @@ static void pp_report(trainer_t *t) {
   mine[2] = st->v > 1 ? st->peak_in_flight : (double)pool_bytes; /* measured: slots (v > 1) or bytes */
   mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)slot_bytes; /* the formula, alike */
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  for (int j = 0; j < st->v; j++) /* every handle waited by name (exercise mode names a dropped one) */
+    for (int i = 0; i < 2; i++)
+      if (st->chunks[j].gsent[i]) comm_wait(st->chunks[j].tx_grad.comm, st->chunks[j].gsent[i]);
   for (int i = 0; i < 4; i++)
     if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / t->cfg->steps;
   if (st->dpc) { /* the data dimension's traffic per step (not the resync broadcasts of a resume) */

@@ -16,8 +16,22 @@ with build/bin replaced by --bin DIR. Each run is executed from the repository r
     collapsed; lines `rank R: ...` come from different processes, so only their presence counts.
 Deterministic numbers (losses, bytes, memory tables, collective results) must match exactly.
 The runs see no GPU (CUDA_VISIBLE_DEVICES empty): the pages show the CPU path.
-Exit 0 when every run matches, 1 on the first mismatch of each run (`PAGE:LINE: $ CMD`, the
-missing line and the closest real one), 2 on bad usage.
+
+Measured numbers quoted in prose or tables are checked too. A measured number comes from one
+committed JSON (notes/data/*.json: what a benchmark wrote, with the command, machine and load),
+and carries a marker right after it on the same line:
+    ZeRO-3 with prefetch took **1.35×**<!-- data: data/bench_zero.json step_ms.np2.zero3 / step_ms.np2.ddp -->
+The marker names the file (relative to the page) and an expression over dotted keys (list
+indices are numbers: `runs_ms.0`) with + - * / and parentheses. The quoted number is the last
+number before the marker on its line (−, thousands commas and a trailing % or × allowed); it must
+equal the expression rounded to as many decimals as the page shows. A new measurement is then a
+data change: replace the JSON, rerun, and every page that quotes it says where it went stale.
+Exit 0 when every run matches and every marked number agrees, 1 on the first mismatch of each run
+(`PAGE:LINE: $ CMD`, the missing line and the closest real one) or on any wrong number
+(`PAGE:LINE: quoted Q, FILE EXPR = V`), 2 on bad usage. --numbers checks the marked numbers only.
+Links are checked with the numbers: a relative link must name a file that exists, and a
+`#anchor` a heading of that page (GitHub's rule: lower case, punctuation dropped, spaces to -).
+Without PAGE arguments every notes/*.md and the top-level README.md are checked.
 
   python3 common/scripts/check_notes.py [--bin DIR] [--list] [--update] [PAGE ...]
 PAGE: a path (notes/02-ddp.md, any .md) or part of a name under notes/ (02, zero1).
@@ -26,8 +40,10 @@ review the diff; the file is replaced atomically). `make check-notes` runs the c
 `make test` runs it too (tests/mpi/test_docs.c, suite common_docs).
 """
 import argparse
+import ast
 import difflib
 import glob
+import json
 import os
 import re
 import shlex
@@ -178,6 +194,136 @@ def execute(argv):
     return rc, text.rstrip("\n").split("\n") if text.strip() else []
 
 
+# ---- measured numbers: <!-- data: FILE EXPR --> right after the number -----------------------------
+MARKER = re.compile(r"<!--\s*data:\s*(\S+)\s+(.+?)\s*-->")
+# the last number before a marker: optional sign (- or U+2212), digits with thousands commas, decimals
+QUOTED = re.compile(r"([+\u2212-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?=[^\d]*$)")
+KEYPATH = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*")
+
+
+def lookup(data, path):
+    """data[k1][k2]... for the dotted path (numbers index lists); KeyError naming the missing part."""
+    cur = data
+    for part in path.split("."):
+        if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        elif isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        else:
+            raise KeyError("no key %r in %s" % (part, path))
+    if not isinstance(cur, (int, float)) or isinstance(cur, bool):
+        raise KeyError("%s is not a number" % path)
+    return float(cur)
+
+
+def evaluate(expr, data):
+    """The value of EXPR: dotted keys of data, numbers, + - * / and parentheses."""
+    names = {}
+
+    def sub(m):
+        names["k%d" % len(names)] = lookup(data, m.group(0))
+        return "k%d" % (len(names) - 1)
+    code = KEYPATH.sub(sub, expr)
+    tree = ast.parse(code, mode="eval")
+    ok = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub,
+          ast.UAdd, ast.Name, ast.Load, ast.Constant)
+    for node in ast.walk(tree):
+        if not isinstance(node, ok):
+            raise ValueError("unsupported expression %r" % expr)
+    return float(eval(compile(tree, "<marker>", "eval"), {"__builtins__": {}}, names))
+
+
+def check_numbers(page):
+    """(number of marked numbers, a list of 'PAGE:LINE: ...' failures: empty when all agree)."""
+    rel = os.path.relpath(page, ROOT)
+    where = page if rel.startswith("..") else rel
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    cache, bad, fence, count = {}, [], False, 0
+    for n, line in enumerate(lines, 1):
+        if re.match(r"^(`{3,}|~{3,})", line):
+            fence = not fence
+        if fence:  # a marker shown in a code block is an example, not a quote
+            continue
+        # a marker inside `inline code` is shown, not used: blank the spans out
+        line = re.sub(r"`[^`]*`", lambda c: " " * len(c.group(0)), line)
+        for m in MARKER.finditer(line):
+            count += 1
+            path, expr = m.group(1), m.group(2)
+            before = MARKER.sub("", line[:m.start()])
+            q = QUOTED.search(before)
+            if not q:
+                bad.append("%s:%d: marker %s %s has no number before it" % (where, n, path, expr))
+                continue
+            sign = -1.0 if q.group(1) in ("-", "\u2212") else 1.0
+            quoted = sign * float(q.group(2).replace(",", "") + ("." + q.group(3) if q.group(3) else ""))
+            decimals = len(q.group(3) or "")
+            file = os.path.normpath(os.path.join(os.path.dirname(page), path))
+            try:
+                if file not in cache:
+                    with open(file, encoding="utf-8") as f:
+                        cache[file] = json.load(f)
+                value = evaluate(expr, cache[file])
+            except (OSError, ValueError, KeyError, ZeroDivisionError, SyntaxError) as e:
+                bad.append("%s:%d: marker %s %s: %s" % (where, n, path, expr, e))
+                continue
+            if abs(round(value, decimals) - quoted) > 0.5 * 10 ** -decimals + 1e-9:
+                bad.append("%s:%d: quoted %s, %s %s = %.*f (%s)" % (where, n, q.group(0).strip(), path, expr,
+                                                                    decimals, value, repr(value)))
+    return count, bad
+
+
+# ---- links: a relative link names a file that exists, and an #anchor a heading of it ----------
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    t = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.replace("`", ""))
+    return re.sub(r"[^\w\- ]", "", t.strip().lower()).replace(" ", "-")
+
+
+def anchors_of(path):
+    out, seen, fence = set(), {}, False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if re.match(r"^(`{3,}|~{3,})", line):
+                fence = not fence
+                continue
+            m = None if fence else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                s = slug(m.group(1))
+                n = seen.get(s, 0)
+                seen[s] = n + 1
+                out.add(s if n == 0 else "%s-%d" % (s, n))
+    return out
+
+
+def check_links(page):
+    """'PAGE:LINE: ...' for each relative link whose file or #anchor does not exist."""
+    rel = os.path.relpath(page, ROOT)
+    where = page if rel.startswith("..") else rel
+    bad, fence = [], False
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for n, line in enumerate(lines, 1):
+        if re.match(r"^(`{3,}|~{3,})", line):
+            fence = not fence
+        if fence:
+            continue
+        for m in LINK.finditer(line):
+            target = m.group(1)
+            if re.match(r"^[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = os.path.normpath(os.path.join(os.path.dirname(page), file)) if file else page
+            if not os.path.exists(path):
+                bad.append("%s:%d: link %s: no such file" % (where, n, target))
+            elif anchor and path.endswith(".md") and anchor not in anchors_of(path):
+                bad.append("%s:%d: link %s: no heading with that anchor in %s" % (where, n, target, file or "this page"))
+    return bad
+
+
 def update_page(page, runs, fresh):
     """Rewrite the pasted output of runs (fresh[i]: new lines) in place, atomically. A pasted
     block ending in `...` keeps its length (the page shows the first lines only)."""
@@ -199,7 +345,7 @@ def update_page(page, runs, fresh):
 def pages_of(args):
     every = sorted(glob.glob(os.path.join(ROOT, "notes", "*.md")))
     if not args:
-        return every
+        return every + [os.path.join(ROOT, "README.md")]
     out = []
     for a in args:
         if os.path.isfile(a):
@@ -219,13 +365,21 @@ def main():
     ap.add_argument("--bin", default="build/bin", help="where the programs are (default build/bin)")
     ap.add_argument("--list", action="store_true", help="list the checked runs, run nothing")
     ap.add_argument("--update", action="store_true", help="rewrite pasted outputs with fresh ones")
+    ap.add_argument("--numbers", action="store_true", help="check the marked measured numbers only, run nothing")
     a = ap.parse_args()
     bindir = a.bin if os.path.isabs(a.bin) else os.path.relpath(os.path.join(os.getcwd(), a.bin), ROOT)
-    if not a.list and not os.path.isdir(os.path.join(ROOT, bindir)):
+    if not a.list and not a.numbers and not os.path.isdir(os.path.join(ROOT, bindir)):
         print("error: --bin %s: no such directory (make build first?)" % a.bin, file=sys.stderr)
         return 2
-    t0, n_runs, failed = time.time(), 0, 0
+    t0, n_runs, failed, n_marks, wrong = time.time(), 0, 0, 0, 0
     for page in pages_of(a.pages):
+        marks, wrong_numbers = check_numbers(page)
+        n_marks += marks
+        for b in wrong_numbers + check_links(page):
+            print(b)
+            wrong += 1
+        if a.numbers:
+            continue
         runs = parse(page)
         fresh = []
         for run in runs:
@@ -263,10 +417,11 @@ def main():
     dt = time.time() - t0
     if a.list:
         print("%d checked run(s)" % n_runs)
-        return 1 if failed else 0
+        return 1 if failed or wrong else 0
     verb = "updated" if a.update else "checked"
-    print("check_notes: %d run(s) %s, %d mismatch(es), %.1f s" % (n_runs, verb, failed, dt))
-    return 1 if failed else 0
+    print("check_notes: %d run(s) %s, %d mismatch(es); %d measured number(s), %d wrong or broken link(s); %.1f s"
+          % (n_runs, verb, failed, n_marks, wrong, dt))
+    return 1 if failed or wrong else 0
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Schematics (no inputs; counted on their own line):
   schematic_ddp    with timeline_ddp: naive vs bucketed, one rank, synthetic durations
   schematic_zero3  with timeline_zero3: --prefetch 0 vs 1, one rank, synthetic durations
   gpt_units        --only gpt_units: the GPT as the strategies see it (plot_gpt.py)
+  schematic_tp     --only schematic_tp: one tensor-parallel MLP block on 2 ranks, f and g (chapter 06)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -748,9 +749,59 @@ def schematic_zero3(outdir):
         "if communication has a resource of its own" % (p0[2] - p1[2], p0[2]))
 
 
+def schematic_tp(outdir):
+    """One MLP block on T = 2 ranks (Megatron's column-then-row split): which slice of each matrix
+    a rank holds, where f and g sit, and what they do forward and backward. Drawn by hand."""
+    from matplotlib.patches import FancyArrowPatch
+    fig, ax = plt.subplots(figsize=(13, 5.2))
+    ax.set_xlim(0, 13)
+    ax.set_ylim(0, 5.2)
+    ax.axis("off")
+    rank_col = ["#4C72B0", "#DD8452"]
+
+    def box(x, y, w, h, text, color, alpha=1.0, fs=9):
+        ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", lw=0.8, alpha=alpha))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs,
+                color="white" if alpha > 0.6 and color != "#EEEEEE" else "black")
+
+    def arrow(x0, y0, x1, y1, color="black"):
+        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=12, lw=1.0, color=color))
+
+    # the input x, whole on both ranks
+    for r, y in enumerate((3.0, 1.0)):
+        ax.text(0.15, y + 0.45, "rank %d" % r, fontsize=10, color=rank_col[r], weight="bold", va="center")
+        box(1.0, y, 1.0, 0.9, "x\n(B, h)\nwhole", "#EEEEEE")
+        arrow(2.0, y + 0.45, 3.5, y + 0.45)
+        # column-parallel W1: rank r holds rows r of W1 (= output columns r)
+        box(3.5, y - 0.1, 1.9, 1.1, "x · W1_%dᵀ + b1_%d\ncolumn-parallel\n(ffn/T, h) slice" % (r, r), rank_col[r])
+        arrow(5.4, y + 0.45, 6.0, y + 0.45)
+        box(6.0, y + 0.1, 0.9, 0.7, "GELU", rank_col[r], alpha=0.55)
+        arrow(6.9, y + 0.45, 7.5, y + 0.45)
+        box(7.5, y - 0.1, 1.9, 1.1, "u_%d · W2_%dᵀ\nrow-parallel\n(h, ffn/T) slice" % (r, r), rank_col[r])
+        arrow(9.4, y + 0.45, 10.5, y + 0.45)
+        box(11.3, y, 1.4, 0.9, "+ b2 → y\n(B, h) whole", "#EEEEEE")
+        arrow(10.9, y + 0.45, 11.3, y + 0.45)
+    # f and g: the two points that talk
+    for x, name, fwd, bwd in ((2.75, "f", "forward: identity", "backward: all-reduce dx"),
+                              (10.7, "g", "forward: all-reduce y", "backward: identity")):
+        ax.add_patch(Rectangle((x - 0.2, 0.8), 0.4, 3.3, facecolor="#55A868", edgecolor="black", lw=0.8, alpha=0.85))
+        ax.text(x, 2.45, name, ha="center", va="center", fontsize=14, color="white", weight="bold")
+        ax.text(x, 4.35, fwd, ha="center", fontsize=9)
+        ax.text(x, 0.45, bwd, ha="center", fontsize=9)
+    ax.text(6.45, 2.45, "u_r = GELU(x · W1_rᵀ + b1_r): rank r's ffn/T columns,\n"
+            "exactly the rows of W2 it holds — nothing to send", ha="center", va="center", fontsize=9, style="italic")
+    ax.text(6.5, 4.85, "per block: one all-reduce of (B, h) forward (g), one backward (f); weights, their "
+            "gradients and the (B, ffn) activation never move", ha="center", fontsize=9.5)
+    fig.suptitle("SCHEMATIC (drawn by hand, not a measurement)\n"
+                 "Tensor parallel MLP block on T = 2 ranks: column-parallel, GELU, row-parallel (Megatron's f and g)",
+                 fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    savefig(fig, outdir, "schematic_tp")
+
+
 SCHEMATICS = [  # (drawn with this figure of FIGURES, or a --only name of its own; function, the PNG it writes)
     ("timeline_ddp", schematic_ddp, "schematic_ddp"), ("timeline_zero3", schematic_zero3, "schematic_zero3"),
-    ("gpt_units", schematic_gpt_units, "gpt_units"),
+    ("gpt_units", schematic_gpt_units, "gpt_units"), ("schematic_tp", schematic_tp, "schematic_tp"),
 ]
 
 

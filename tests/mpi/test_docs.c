@@ -4,6 +4,18 @@
  * ("Checked outputs"). Suite common_docs. Refresh the pages after a deliberate change with
  * `python3 common/scripts/check_notes.py --update` and review the diff. */
 #include "zl_test.h" // zl_run, Criterion
+#include <stdarg.h>   // va_list: write_page's format arguments
+
+/* Writes the printf-formatted text to path (a page or a JSON for the checker), asserting it could. */
+static void write_page(const char *path, const char *fmt, ...) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "cannot write %s", path);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fclose(f);
+}
 
 /* Every checked run of every page, against the binaries of this build. */
 Test(common_docs, pasted_outputs_match_the_programs, .timeout = 240) {
@@ -25,11 +37,8 @@ Test(common_docs, a_wrong_number_fails_the_check, .timeout = 60) {
   for (int k = 0; k < 2; k++) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/zl_docs_%d_%d.md", (int)getpid(), k);
-    FILE *f = fopen(path, "w");
-    cr_assert(f, "cannot write %s", path);
-    fprintf(f, "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
-               "in GB (1e9 bytes) per rank\n%s         27.6   (2+2+K)Ψ = 8Ψ\n```\n", lines[k]);
-    fclose(f);
+    write_page(path, "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
+                     "in GB (1e9 bytes) per rank\n%s         27.6   (2+2+K)Ψ = 8Ψ\n```\n", lines[k]);
     char *out = NULL;
     int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --bin %s %s", ZL_BIN, path);
     cr_expect_eq(rc, want_rc[k], "check_notes.py on %s (DDP total %s): exit %d, expected %d:\n%s",
@@ -40,6 +49,60 @@ Test(common_docs, a_wrong_number_fails_the_check, .timeout = 60) {
       cr_expect(strstr(out, where) && strstr(out, "57.0"), "the failure should name %s and the line "
                 "with 57.0:\n%s", where, out);
     }
+    free(out);
+    remove(path);
+  }
+}
+
+/* A measured number quoted in a page carries `<!-- data: FILE EXPR -->`; the checker recomputes
+ * EXPR from the JSON and compares it at the page's precision. 1.35 (= 51.11 / 37.73 rounded) passes,
+ * 1.61 fails naming the page line, the quoted number and the JSON's; a missing key fails too. */
+Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
+  char json[128];
+  snprintf(json, sizeof json, "/tmp/zl_docs_%d_data.json", (int)getpid());
+  write_page(json, "{\"step_ms\": {\"np2\": {\"ddp\": 37.73, \"zero3\": 51.11}}, \"saved\": [-11.24]}\n");
+  const char *quoted[3] = {"**1.35×**", "**1.61×**", "1.35×"};
+  const char *expr[3] = {"step_ms.np2.zero3 / step_ms.np2.ddp", "step_ms.np2.zero3 / step_ms.np2.ddp",
+                         "step_ms.np2.zero4 / step_ms.np2.ddp"};
+  const int want_rc[3] = {0, 1, 1};
+  for (int k = 0; k < 3; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/zl_docs_%d_n%d.md", (int)getpid(), k);
+    write_page(path, "# a page\n\nprefetch lost −11.24 ms<!-- data: %s saved.0 -->; ZeRO-3 took\n"
+                     "%s<!-- data: %s %s --> DDP's step.\n", strrchr(json, '/') + 1, quoted[k],
+               strrchr(json, '/') + 1, expr[k]);
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+    cr_expect_eq(rc, want_rc[k], "check_notes.py --numbers on %s (%s, %s): exit %d, expected %d:\n%s",
+                 path, quoted[k], expr[k], rc, want_rc[k], out);
+    if (k > 0) {
+      char where[160];
+      snprintf(where, sizeof where, "%s:4:", path);
+      cr_expect(strstr(out, where) != NULL, "the failure should name %s:\n%s", where, out);
+      cr_expect(k != 1 || (strstr(out, "quoted 1.61") && strstr(out, "= 1.35")),
+                "the failure should give the quoted 1.61 and the JSON's 1.35:\n%s", out);
+      cr_expect(k != 2 || strstr(out, "zero4"), "the failure should name the missing key:\n%s", out);
+    }
+    free(out);
+    remove(path);
+  }
+  remove(json);
+}
+
+/* A link to a page that exists but a heading that does not (06 has "Meeting 06a" and "06b", not
+ * "06c") fails with the page line; the same link to #meeting-06b passes. */
+Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
+  const char *anchor[2] = {"meeting-06b", "meeting-06c"};
+  for (int k = 0; k < 2; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "notes/.zl_docs_%d_l%d.md", (int)getpid(), k);
+    write_page(path, "# a page\n\nRead [the second meeting](06-tensor-parallel.md#%s) next.\n", anchor[k]);
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+    cr_expect_eq(rc, k, "check_notes.py --numbers on a link to #%s: exit %d, expected %d:\n%s", anchor[k], rc, k, out);
+    char where[160];
+    snprintf(where, sizeof where, "%.100s:3: link 06-tensor-parallel.md#meeting-06c", path);
+    cr_expect(k == 0 || strstr(out, where), "the failure should name %s:\n%s", where, out);
     free(out);
     remove(path);
   }

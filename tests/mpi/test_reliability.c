@@ -423,6 +423,64 @@ Test(common_reliability, ckpt_refuses_bad_checkpoints) {
   refused(&k, "optimizer", "true", "--hidden 13 --optimizer sgd", "manifest.txt", "--optimizer adamw");
 }
 
+/* A checkpoint knows its model (issue: each of these ran to the end reading weights of another
+ * shape): a GPT saved by ZeRO-1 on 2 ranks, resumed with another width, head count, context, or
+ * as the MLP, is refused with exit 2 naming the difference, before training. */
+Test(common_reliability, ckpt_refuses_another_model) {
+  char dir[256], ck[300], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ck_model");
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  int rc = zl_run(2, 90, &out, ZL_BIN "/ch03_zero1 --model gpt --gpt tiny --batch 4 --steps 3 --ckpt %s --save-every 3 --quiet",
+                  ck);
+  cr_assert_eq(rc, 0, "the GPT run that saves: exit %d; output:\n%s", rc, out);
+  /* --eval-every 0 (the default): the one-line summary has no validation number */
+  cr_assert(strstr(out, "no validation run") && !strstr(out, "validation nan"), "summary line:\n%s", out);
+  free(out);
+  struct { const char *flags, *want; } cases[] = {
+      {"--model gpt --gpt tiny --n-embd 64", "saved with --n-embd 32, this run has --n-embd 64"},
+      {"--model gpt --gpt tiny --n-head 4", "saved with --n-head 2, this run has --n-head 4"},
+      {"--model gpt --gpt tiny --seq-len 8", "saved with --seq-len 16, this run has --seq-len 8"},
+      {"--model gpt --gpt tiny --n-layer 3", "saved with --n-layer 2, this run has --n-layer 3"},
+      {"", "saved with --model gpt, this run has --model mlp"},
+      {"--model gpt --gpt tiny --optimizer sgd --precision bf16",
+       "saved with --precision fp32, this run has --precision bf16; saved with --optimizer adamw, this run has --optimizer sgd"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rc = zl_run(2, 60, &out, ZL_BIN "/ch03_zero1 %s --batch 4 --steps 5 --resume %s --quiet", cases[i].flags, ck);
+    cr_assert(rc == 2 && strstr(out, cases[i].want) && !strstr(out, "final loss"),
+              "resume with '%s': exit %d (expected 2), expected '%s' and no training; output:\n%s", cases[i].flags, rc,
+              cases[i].want, out);
+    free(out);
+  }
+  /* the MLP's shape flags with --model gpt: refused like the reverse */
+  const char *mlp[] = {"--input 64", "--hidden 64", "--layers 2", "--classes 5"};
+  for (int i = 0; i < 4; i++) {
+    rc = zl_run(0, 30, &out, ZL_BIN "/ch03_zero1 --model gpt --gpt tiny %s --steps 1 --quiet", mlp[i]);
+    char want[64];
+    snprintf(want, sizeof want, "error: %s: is the MLP's shape", mlp[i]);
+    cr_assert(rc == 2 && strstr(out, want), "--model gpt %s: exit %d, expected 2 and '%s'; output:\n%s", mlp[i], rc, want,
+              out);
+    free(out);
+  }
+}
+
+/* A --tp 2 checkpoint resumed without --tp: the message names the tensor-parallel layout (it
+ * used to say "ck/latest: missing"). */
+Test(common_reliability, ckpt_tp_layout_is_named) {
+  char dir[256], ck[300], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ck_tpname");
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  int rc = zl_run(2, 90, &out, ZL_BIN "/ch06_tp --tp 2 " MODEL " --steps 2 --ckpt %s --save-every 1", ck);
+  cr_assert_eq(rc, 0, "ch06_tp --tp 2 saving: exit %d; output:\n%s", rc, out);
+  free(out);
+  const char *progs[] = {"ch06_tp --tp 1", "ch02_ddp"};
+  for (int i = 0; i < 2; i++) {
+    rc = zl_run(2, 60, &out, ZL_BIN "/%s " MODEL " --steps 4 --resume %s", progs[i], ck);
+    cr_assert(rc == 2 && strstr(out, "tensor-parallel layout saved with --tp 2") && !strstr(out, "latest: missing"),
+              "%s --resume of a --tp 2 checkpoint: exit %d; output:\n%s", progs[i], rc, out);
+    free(out);
+  }
+}
+
 /* ---- 6. output files that cannot be written at the end ------------------------------------ */
 
 /* FLAG /dev/full: every write fails (ENOSPC) after training: the job must end non-zero with one
