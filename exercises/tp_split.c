@@ -11,6 +11,7 @@
 #include "gpt.h"      // model_gpt_fns
 #include "ops.h"      // op_cast
 #include "train.h"    // trainer_t, model_transform_t
+#include <math.h>     // isfinite
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
@@ -116,9 +117,9 @@ static void tp_after_backward(trainer_t *t, int u) {
   float *acc = s->rep_grads + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
   if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
   else {
-    bf16_t *h = xmalloc((size_t)n * sizeof(bf16_t), "tp replicated grads (bf16)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(bf16_t));
-    op_cast(DEV_CPU, now, DT_F32, h, DT_BF16, n);
+    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "tp replicated grads (16-bit)");
+    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
+    op_cast(DEV_CPU, now, DT_F32, h, t->wdt, n); /* bf16 or fp16 */
     free(h);
   }
   int add = t->micro > 0 && t->grad_beta == 0.0f;
@@ -142,6 +143,7 @@ static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
     free(g);
   }
   comm_ctl_all_reduce_f64(s->tp, &sum, 1, REDOP_SUM);
+  if (!isfinite(sum)) return sum; /* fp16: some TP rank's gradients overflowed (all must skip) */
   sum -= (s->T - 1) * R;
   return sum > 0 ? sum : 0;
 }
