@@ -33,7 +33,7 @@
 #include <errno.h>  // errno, EEXIST
 #include <sys/stat.h> // mkdir, stat
 
-#define TRAIN_MAX_EXTRAS 16
+#define TRAIN_MAX_EXTRAS 24
 /* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
 
 /* What only the loop sees. Activation buffers per unit u (B = local micro-batch, in samples):
