@@ -9,23 +9,11 @@
  *   4. fp16's range problem: without scaling (--loss-scale 1) gradients flush to zero, counted,
  *      and the default scale (65536) flushes fewer of them.
  * Suite ch_fp16. Tiny models, few steps. */
-#include "zl_test.h" // zl_run, zl_launch, zl_json_num, zl_json_all, zl_read_file, zl_expect_floats
+#include "zl_test.h" // zl_run, zl_launch, zl_json_num, zl_read_file, zl_expect_floats, zl_expect_same_file
 #include <math.h>    // ldexp, fabs
 
 #define SHAPE "--hidden 13 --input 6 --classes 11 --layers 2 --batch 120 --seed 7 --precision fp16"
 #define MLP SHAPE " --lr 0.01"
-
-/* Whole-file equality (bitwise), naming both paths and the first differing float. */
-static void expect_same_file(const char *a, const char *b) {
-  size_t na = 0, nb = 0;
-  char *x = zl_read_file(a, &na), *y = zl_read_file(b, &nb);
-  cr_assert(x && y, "missing checkpoint file %s or %s", a, b);
-  cr_assert_eq(na, nb, "%s has %zu bytes, %s has %zu", a, na, b, nb);
-  for (size_t i = 0; i < na; i++)
-    cr_assert_eq(x[i], y[i], "%s and %s differ first at byte %zu (float element %zu)", a, b, i, i / 4);
-  free(x);
-  free(y);
-}
 
 /* 1a. N = 1, --init-scale 2^40: the first steps overflow, each halving the scale, until it
  * fits (then it may overflow again later: the dynamic scaler probes). Every step the scale
@@ -84,7 +72,7 @@ Test(ch_fp16, one_shard_overflow_skips_on_every_rank_zero3) {
   for (int r = 0; r < 3; r++) {
     snprintf(a, sizeof a, "%s/step-000001/rank-%05d.bin", dir, r);
     snprintf(b, sizeof b, "%s/step-000002/rank-%05d.bin", dir, r);
-    expect_same_file(a, b); /* params, master, m, v of rank r's shard */
+    zl_expect_same_file(a, b); /* params, master, m, v of rank r's shard */
   }
   snprintf(a, sizeof a, "%s/step-000002/manifest.txt", dir);
   char *man = zl_read_file(a, NULL), *js = zl_read_file(json, NULL);

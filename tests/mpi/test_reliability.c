@@ -190,20 +190,6 @@ Test(common_reliability, nonfinite_abort_names_step_and_rank) {
   nonfinite_abort("ch04_zero2", 3, 1); /* reduce-scatter: pieces of every rank */
 }
 
-/* Whole file equality (bitwise), failing with both paths. */
-static void expect_same_file(const char *a, const char *b) {
-  size_t na = 0, nb = 0;
-  char *x = zl_read_file(a, &na), *y = zl_read_file(b, &nb);
-  cr_assert(x, "missing file %s", a);
-  cr_assert(y, "missing file %s", b);
-  cr_assert_eq(na, nb, "%s has %zu bytes, %s has %zu", a, na, b, nb);
-  for (size_t i = 0; i < na; i++)
-    cr_assert_eq(x[i], y[i], "%s and %s differ first at byte %zu (offset %zu of a float32 array: element %zu)", a, b, i, i,
-                 i / 4);
-  free(x);
-  free(y);
-}
-
 static void nonfinite_skip(const char *prog, int np, int rank) {
   char dir[256], *out = NULL, a[400], b[400];
   zl_tmpdir(dir, sizeof dir, prog);
@@ -218,7 +204,7 @@ static void nonfinite_skip(const char *prog, int np, int rank) {
   for (int r = 0; r < files; r++) {
     snprintf(a, sizeof a, "%s/step-000001/rank-%05d.bin", dir, r);
     snprintf(b, sizeof b, "%s/step-000002/rank-%05d.bin", dir, r);
-    expect_same_file(a, b);
+    zl_expect_same_file(a, b);
   }
   snprintf(a, sizeof a, "%s/step-000002/manifest.txt", dir);
   char *man = zl_read_file(a, NULL);
@@ -297,7 +283,7 @@ static ck_t ckpt_same_world(const char *prog, int np, const char *extra, const c
   snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s", extra, k.a_ck,
            b_ck, b_bin);
   run_ok(np, "resumed run", ZL_BIN "/%s %s", prog, args);
-  expect_same_file(k.a_bin, b_bin);
+  zl_expect_same_file(k.a_bin, b_bin);
   snprintf(p, sizeof p, "%s/step-000008/losses.bin", k.a_ck);
   snprintf(q, sizeof q, "%s/step-000008/losses.bin", b_ck);
   expect_same_losses(p, q);
@@ -305,7 +291,7 @@ static ck_t ckpt_same_world(const char *prog, int np, const char *extra, const c
   for (int r = 0; r < files; r++) {
     snprintf(p, sizeof p, "%s/step-000008/rank-%05d.bin", k.a_ck, r);
     snprintf(q, sizeof q, "%s/step-000008/rank-%05d.bin", b_ck, r);
-    expect_same_file(p, q); /* weights AND optimizer states */
+    zl_expect_same_file(p, q); /* weights AND optimizer states */
   }
   cr_log_info("checkpoint: %s N %d %s: 8 straight steps == 4 + resume + 4, bitwise", prog, np, extra);
   return k;
@@ -355,7 +341,7 @@ Test(common_reliability, ckpt_zero2_resume_crash_midsave_reshard) {
   snprintf(args, sizeof args, MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 --resume %s --save-params %s",
            x_ck, x_bin);
   run_ok(2, "resume after the crash", ZL_BIN "/%s %s", "ch04_zero2", args);
-  expect_same_file(k.a_bin, x_bin); /* nothing was lost */
+  zl_expect_same_file(k.a_bin, x_bin); /* nothing was lost */
   ckpt_reshard(&k, "ch02_ddp", 3, "--optimizer sgd --momentum 0.9 --accum 2", 1e-6);
 }
 
@@ -368,7 +354,7 @@ Test(common_reliability, ckpt_zero3_resume_consolidate_inspect) {
   cr_assert_eq(rc, 0, "zl_ckpt consolidate: exit %d; output:\n%s", rc, out);
   free(out);
   snprintf(w, sizeof w, "%s/weights.f32", out_dir);
-  expect_same_file(w, k.a_bin); /* the fp32 master weights, as --save-params exports them */
+  zl_expect_same_file(w, k.a_bin); /* the fp32 master weights, as --save-params exports them */
   const char *others[] = {"adam_m.f32", "adam_v.f32", "meta.txt"};
   for (int i = 0; i < 3; i++) {
     snprintf(w, sizeof w, "%s/%s", out_dir, others[i]);

@@ -6,16 +6,6 @@
 #include "dtype.h"   // fp16_from_f32, fp16_to_f32, dt_load, dt_store
 #include <math.h>    // isnan, fabs
 
-static float f_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t u_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 
 typedef struct { uint32_t in; uint16_t out; const char *what; } fp16_case_t;
 static const fp16_case_t g_cases[] = {
@@ -50,7 +40,7 @@ static const fp16_case_t g_cases[] = {
 
 Test(common_fp16, hand_cases) {
   for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
-    uint16_t got = fp16_from_f32(f_of(g_cases[i].in));
+    uint16_t got = fp16_from_f32(zl_f32_of_bits(g_cases[i].in));
     cr_expect_eq(got, g_cases[i].out, "fp16_from_f32(0x%08x) [%s]: got 0x%04x, expected 0x%04x", g_cases[i].in,
                  g_cases[i].what, got, g_cases[i].out);
   }
@@ -59,7 +49,7 @@ Test(common_fp16, hand_cases) {
 Test(common_fp16, nan_stays_quiet_nan) {
   const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0xffc00000u, 0x7fffffffu};
   for (int i = 0; i < 4; i++) {
-    uint16_t h = fp16_from_f32(f_of(nans[i]));
+    uint16_t h = fp16_from_f32(zl_f32_of_bits(nans[i]));
     cr_expect((h & 0x7c00) == 0x7c00 && (h & 0x0200), "fp16_from_f32(NaN 0x%08x): got 0x%04x, expected a quiet NaN",
               nans[i], h);
     cr_expect((h & 0x8000) == ((nans[i] >> 16) & 0x8000), "NaN 0x%08x: sign lost (0x%04x)", nans[i], h);
@@ -78,8 +68,8 @@ Test(common_fp16, every_fp16_round_trips) {
       cr_assert(isnan(f), "fp16_to_f32(0x%04x): got %g, expected NaN", h, f);
       continue;
     }
-    cr_assert_eq(u_of(f), u_of((float)ref), "fp16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, u_of(f),
-                 u_of((float)ref));
+    cr_assert_eq(zl_bits_of_f32(f), zl_bits_of_f32((float)ref), "fp16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, zl_bits_of_f32(f),
+                 zl_bits_of_f32((float)ref));
     uint16_t back = fp16_from_f32(f);
     cr_assert_eq(back, h, "fp16_from_f32(fp16_to_f32(0x%04x)): got 0x%04x", h, back);
   }
@@ -90,7 +80,7 @@ Test(common_fp16, every_fp16_round_trips) {
  * check in double that does not use either conversion. */
 Test(common_fp16, matches_compiler_and_nearest_over_fp32) {
   for (uint64_t u = 0; u < 0x100000000ull; u += 97) {
-    float f = f_of((uint32_t)u);
+    float f = zl_f32_of_bits((uint32_t)u);
     uint16_t got = fp16_from_f32(f);
     if (isnan(f)) continue; /* NaNs checked above (payload bits are the implementation's) */
     _Float16 ref = (_Float16)f;
