@@ -291,3 +291,13 @@ void args_usage(const arg_spec_t *specs, int nspecs, const char *prog, const cha
   printf("  %-26s %s\n", "--help", "this text");
   fflush(stdout);
 }
+
+const char *args_given(int argc, char **argv, const char *flag) {
+  size_t n = strlen(flag);
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], flag, n) != 0) continue;
+    if (argv[i][n] == '=') return argv[i] + n + 1;
+    if (argv[i][n] == 0) return i + 1 < argc ? argv[i + 1] : "";
+  }
+  return NULL;
+}

@@ -38,6 +38,9 @@ int args_parse(int argc, char **argv, const arg_spec_t *specs, int nspecs, const
  * job before rank 0 has printed (rank 0's exit ends it at once). */
 int args_error(const char *flag, const char *value, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Rank and world size from the launcher's environment (0 and 1 when run without mpirun). */
+/* The value flag was given with on a command line args_parse accepted ("--f v" or "--f=v"),
+ * or NULL when it was not given: tells an explicit flag from its default. */
+const char *args_given(int argc, char **argv, const char *flag);
 int args_env_rank(void);
 int args_env_world(void);
 /* Print the usage of specs to stdout. */

@@ -13,6 +13,7 @@
 #include "comm.h"   // comm_barrier, comm_ctl_gather, comm_ctl_broadcast, comm_wait_all
 #include "device.h" // dev_memcpy, dev_sync, dev_upload
 #include "fault.h"  // fault_in_save (--fault R:S:ckpt)
+#include "grid.h"   // grid_t, GRID_TP (the --tp T a checkpoint was saved with)
 #include <dirent.h> // opendir, readdir
 #include <errno.h>  // errno
 #include <fcntl.h>  // open, O_*
@@ -104,6 +105,16 @@ static int is_dir(const char *path) {
 
 /* ---- the manifest ------------------------------------------------------------------------- */
 
+int ckpt_tp_layout(const char *dir) {
+  DIR *d = opendir(dir);
+  int T = 0, r, tt;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (sscanf(e->d_name, "tp-%d-of-%d", &r, &tt) == 2) T = tt;
+  if (d) closedir(d);
+  return T;
+}
+
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy) {
   char path[CKPT_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/" MANIFEST, where);
@@ -119,7 +130,13 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
   snprintf(path, sizeof path, "%s/latest", where);
   char *latest = slurp(path, NULL);
   if (!latest) {
-    snprintf(why, nwhy, "%s: missing (no complete checkpoint in %s, and it holds no " MANIFEST ")", path, where);
+    int T = ckpt_tp_layout(where);
+    if (T > 1)
+      snprintf(why, nwhy, "%s holds a tensor-parallel layout saved with --tp %d (one checkpoint per TP rank, %s/tp-R-of-%d/): "
+               "resume it with --tp %d (any data-parallel size), or make it grid-free for any grid (T, P, D, stage): "
+               "zl_ckpt convert %s OUT, then --resume OUT", where, T, where, T, T, where);
+    else
+      snprintf(why, nwhy, "%s: missing (no complete checkpoint in %s, and it holds no " MANIFEST ")", path, where);
     return 1;
   }
   char name[64];
@@ -186,6 +203,13 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "shards")) ok = sscanf(v, "%d", &m->shards) == 1;
     else if (!strcmp(key, "precision")) ok = sscanf(v, "%7s", m->precision) == 1;
     else if (!strcmp(key, "optimizer")) ok = sscanf(v, "%7s", m->optimizer) == 1;
+    else if (!strcmp(key, "model")) ok = sscanf(v, "%7s", m->model) == 1;
+    else if (!strcmp(key, "n_layer")) ok = sscanf(v, "%d", &m->gpt.n_layer) == 1;
+    else if (!strcmp(key, "n_head")) ok = sscanf(v, "%d", &m->gpt.n_head) == 1;
+    else if (!strcmp(key, "n_embd")) ok = sscanf(v, "%d", &m->gpt.n_embd) == 1;
+    else if (!strcmp(key, "seq_len")) ok = sscanf(v, "%d", &m->gpt.seq_len) == 1;
+    else if (!strcmp(key, "vocab")) ok = sscanf(v, "%d", &m->gpt.vocab) == 1;
+    else if (!strcmp(key, "tp")) ok = sscanf(v, "%d %d", &m->tp, &m->tp_rank) == 2;
     else if (!strcmp(key, "input")) ok = sscanf(v, "%d", &m->input) == 1;
     else if (!strcmp(key, "hidden")) ok = sscanf(v, "%d", &m->hidden) == 1;
     else if (!strcmp(key, "classes")) ok = sscanf(v, "%d", &m->classes) == 1;
@@ -234,7 +258,9 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     if (!ok) FAIL("%s: bad line '%.80s'", path, l);
   }
   /* The layout must be self-consistent, or reading it would go out of bounds. */
-  if (m->version != 2) FAIL("%s: not a zerolab checkpoint of version 2", path);
+  if (m->version != 2 && m->version != 3) FAIL("%s: not a zerolab checkpoint of version 2 or 3", path);
+  if (!m->model[0]) snprintf(m->model, sizeof m->model, "mlp"); /* version 2 recorded the MLP's shape only */
+  if (m->tp < 1) m->tp = 1, m->tp_rank = 0;
   if (!m->units || nunit != m->n_units) FAIL("%s: %d unit lines, 'units' says %d", path, nunit, m->n_units);
   if (!m->pieces || npiece != m->n_pieces) FAIL("%s: %d piece lines, 'pieces' says %d", path, npiece, m->n_pieces);
   if (!m->files || nfile != m->n_files) FAIL("%s: %d file lines, 'files' says %d", path, nfile, m->n_files);
@@ -321,26 +347,45 @@ int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy) {
   return rc;
 }
 
+/* The --precision name of a working dtype, as the manifest records it: fp32, bf16, fp16. */
+static const char *precision_name(dtype_t wdt) { return dtype_precision(wdt); }
+
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, size_t nwhy) {
-  char path[CKPT_PATH_MAX + 32];
+  char path[CKPT_PATH_MAX + 32], diff[768] = "";
+  size_t len = 0;
+  int n = 0;
   snprintf(path, sizeof path, "%s/" MANIFEST, m->dir);
-  const char *prec = c->wdt == DT_BF16 ? "bf16" : "fp32", *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
-  struct { const char *flag; long long ckpt, run; } nums[] = {
-      {"--input", m->input, c->input}, {"--hidden", m->hidden, c->hidden}, {"--classes", m->classes, c->classes},
-      {"--layers", m->layers, c->layers}, {"--seed", (long long)m->seed, (long long)c->seed},
-      {"--batch", m->batch, c->batch}};
-  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-    if (nums[i].ckpt != nums[i].run) {
-      snprintf(why, nwhy, "%s: saved with %s %lld, this run has %s %lld (the checkpoint does not fit these flags)", path,
-               nums[i].flag, nums[i].ckpt, nums[i].flag, nums[i].run);
-      return 1;
+#define DIFF(...) do { if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, \
+                         "%s", n++ ? "; " : ""); \
+                       if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, __VA_ARGS__); } while (0)
+  const char *prec = precision_name(c->wdt), *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
+  int gpt = strcmp(c->model_kind, "gpt") == 0;
+  if (strcmp(m->model, c->model_kind) != 0) {
+    DIFF("saved with --model %s, this run has --model %s", m->model, c->model_kind);
+  } else {
+    struct { const char *flag; long long ckpt, run; } mlp[] = {
+        {"--layers", m->layers, c->layers}, {"--hidden", m->hidden, c->hidden}, {"--input", m->input, c->input},
+        {"--classes", m->classes, c->classes}},
+      gp[] = {{"--n-layer", m->gpt.n_layer, c->gpt.n_layer}, {"--n-head", m->gpt.n_head, c->gpt.n_head},
+              {"--n-embd", m->gpt.n_embd, c->gpt.n_embd}, {"--seq-len", m->gpt.seq_len, c->gpt.seq_len},
+              {"vocab", m->gpt.vocab, c->gpt.vocab}};
+    for (int i = 0; i < (gpt ? 5 : 4); i++) {
+      long long a = gpt ? gp[i].ckpt : mlp[i].ckpt, b = gpt ? gp[i].run : mlp[i].run;
+      const char *f = gpt ? gp[i].flag : mlp[i].flag;
+      if (a != b) DIFF("saved with %s %lld, this run has %s %lld", f, a, f, b);
     }
-  if (strcmp(m->precision, prec)) {
-    snprintf(why, nwhy, "%s: saved with --precision %s, this run has --precision %s", path, m->precision, prec);
-    return 1;
   }
-  if (strcmp(m->optimizer, opt)) {
-    snprintf(why, nwhy, "%s: saved with --optimizer %s, this run has --optimizer %s", path, m->optimizer, opt);
+  if (strcmp(m->precision, prec)) DIFF("saved with --precision %s, this run has --precision %s", m->precision, prec);
+  if (strcmp(m->optimizer, opt)) DIFF("saved with --optimizer %s, this run has --optimizer %s", m->optimizer, opt);
+  if (m->seed != c->seed) DIFF("saved with --seed %llu, this run has --seed %llu", (unsigned long long)m->seed, (unsigned long long)c->seed);
+  if (m->batch != c->batch) DIFF("saved with --batch %lld, this run has --batch %lld", (long long)m->batch, (long long)c->batch);
+  if (m->tp > 1 && m->tp != (c->tp > 1 ? c->tp : 1))
+    DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it with --tp %d, "
+         "or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)", m->tp_rank, m->tp, c->tp > 1 ? c->tp : 1, m->tp);
+#undef DIFF
+  if (n) {
+    snprintf(why, nwhy, "%s: the checkpoint does not fit these flags (%d difference%s): %s", path, n, n > 1 ? "s" : "",
+             diff);
     return 1;
   }
   if (m->step >= c->steps) {
@@ -360,8 +405,13 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
   printf("checkpoint %s\n", m->dir);
   printf("  strategy %s (stage %d) saved by %d rank%s; layout: %d shard%s\n", m->strategy, m->stage, m->world,
          m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "");
-  printf("  model D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
-         (long long)m->psi, m->n_pieces);
+  if (strcmp(m->model, "gpt") == 0)
+    printf("  model gpt n_layer=%d n_head=%d n_embd=%d seq_len=%d vocab=%d: psi %lld params in %d pieces\n",
+           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, (long long)m->psi, m->n_pieces);
+  else
+    printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
+           (long long)m->psi, m->n_pieces);
+  if (m->tp > 1) printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank, m->tp);
   printf("  precision %s, optimizer %s, seed %llu, global batch %lld\n", m->precision, m->optimizer,
          (unsigned long long)m->seed, (long long)m->batch);
   printf("  after step %d: data position %lld samples, optimizer step t = %d, %d skipped\n", m->step,
@@ -474,6 +524,42 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
   return 0;
 }
 
+/* A tensor-parallel run resuming from full units (a grid-free or a non-TP checkpoint): for each
+ * unit and section, the full unit is read, mapped to this TP rank's local unit (the model
+ * transform's to_local, train.h), and the layout's held and own ranges taken from that (pad slots 0). buf: room for
+ * the largest held or own range (the caller's). */
+static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
+  const model_t *md = &t->model;
+  ckpt_reader_t r = {.m = m};
+  int64_t fmost = 0, lmost = 0;
+  for (int u = 0; u < md->n_units; u++) {
+    if (m->units[u].numel > fmost) fmost = m->units[u].numel;
+    if (md->units[u].padded > lmost) lmost = md->units[u].padded;
+  }
+  float *full = xmalloc((size_t)fmost * sizeof(float), "checkpoint full unit");
+  float *local = xmalloc((size_t)lmost * sizeof(float), "checkpoint local unit");
+  for (int u = 0; u < md->n_units; u++) {
+    unit_layout_t l = layout_of(t, u);
+    for (int s = 0; s < m->n_sections; s++) {
+      if (s > 0 && l.own_numel == 0) break;
+      ckpt_read_range(&r, s, u, 0, m->units[u].numel, full);
+      memset(local, 0, (size_t)md->units[u].padded * sizeof(float));
+      t->cfg->transform->to_local(md, u, full, local);
+      if (s == 0) { /* the working params this rank holds, and its own fp32 weights */
+        memcpy(buf, local + l.held_off, (size_t)l.held_numel * sizeof(float));
+        dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
+      }
+      if (l.own_numel > 0) {
+        memcpy(buf, local + l.own_off, (size_t)l.own_numel * sizeof(float));
+        dev_upload(t->dev, section_of(t, &l, s, u), DT_F32, buf, l.own_numel);
+      }
+    }
+  }
+  free(full);
+  free(local);
+  ckpt_reader_close(&r);
+}
+
 void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses) {
   const model_t *md = &t->model;
   ckpt_reader_t r = {.m = m};
@@ -485,7 +571,11 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   }
   float *buf = xmalloc((size_t)most * sizeof(float) + 1, "checkpoint restore buffer");
   dev_sync(t->dev);
-  for (int u = 0; u < md->n_units; u++) {
+  if (t->tp_comm && m->tp == 1) { /* a TP split reading full units: through the transform's map */
+    restore_mapped(t, m, buf);
+    most = -1;
+  }
+  for (int u = 0; u < md->n_units && most >= 0; u++) {
     unit_layout_t l = layout_of(t, u);
     /* the working params this rank holds: wdt(fp32 weights), what every step leaves there */
     read_piece(&r, 0, u, l.held_off, l.held_numel, buf);
@@ -499,16 +589,8 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   ckpt_reader_close(&r);
   free(buf);
   /* losses of the steps before, for the report and --json */
-  char path[CKPT_PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/" LOSSES, m->dir);
-  int64_t nb = 0;
-  char *lb = slurp(path, &nb);
-  if (!lb || nb != (int64_t)m->step * 16) die_on_rank("checkpoint: %s unreadable or the wrong size", path);
-  for (int s = 0; s < m->step; s++) {
-    double v[2];
-    memcpy(v, lb + (int64_t)s * 16, 16);
-    losses[s] = (report_step_t){.loss = v[0], .ms = v[1]};
-  }
+  double *lb = ckpt_read_losses(m);
+  for (int s = 0; s < m->step; s++) losses[s] = (report_step_t){.loss = lb[2 * s], .ms = lb[2 * s + 1]};
   free(lb);
   t->opt_t = m->opt_t;
   dev_sync(t->dev);
@@ -550,6 +632,73 @@ static void prune(const char *dir, int keep) {
     snprintf(path, sizeof path, "%s/step-%06d", dir, nums[i]);
     rm_tree(path);
   }
+}
+
+/* The manifest's text (the inverse of ckpt_manifest_read), its own checksum last. malloc'd. */
+static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
+  size_t cap = 4096 + (size_t)m->n_units * 96 + (size_t)m->n_pieces * 96 + (size_t)m->n_files * 96, len = 0;
+  char *txt = xmalloc(cap, "checkpoint manifest");
+#define EMIT(...) len += (size_t)snprintf(txt + len, cap - len, __VA_ARGS__)
+  /* stage: what the report's formula was; informative only (the pieces say where things are) */
+  EMIT("zerolab-checkpoint %d\nstrategy %s\nstage %d\nworld %d\nshards %d\n", m->version, m->strategy, m->stage, m->world,
+       m->shards);
+  EMIT("precision %s\noptimizer %s\nmodel %s\n", m->precision, m->optimizer, m->model);
+  if (strcmp(m->model, "gpt") == 0)
+    EMIT("n_layer %d\nn_head %d\nn_embd %d\nseq_len %d\nvocab %d\n", m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd,
+         m->gpt.seq_len, m->gpt.vocab);
+  EMIT("tp %d %d\n", m->tp, m->tp_rank);
+  EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", m->input, m->hidden, m->classes, m->layers,
+       (unsigned long long)m->seed, (long long)m->batch);
+  EMIT("psi %lld\nunits %d\n", (long long)m->psi, m->n_units);
+  for (int u = 0; u < m->n_units; u++)
+    EMIT("unit %d %d %d %lld\n", u, m->units[u].in, m->units[u].out, (long long)m->units[u].numel);
+  EMIT("pieces %d\n", m->n_pieces); /* file unit off numel at */
+  for (int k = 0; k < m->n_pieces; k++) {
+    const ckpt_piece_t *q = &m->pieces[k];
+    EMIT("piece %d %d %lld %lld %lld\n", q->file, q->unit, (long long)q->off, (long long)q->numel, (long long)q->at);
+  }
+  EMIT("step %d\ndata_position %lld\nopt_t %d\nskipped %d\n", m->step, (long long)m->data_position, m->opt_t, m->skipped);
+  EMIT("rng none (data sample i and the init are pure functions of the seed and i)\n");
+  EMIT("sections");
+  for (int s = 0; s < m->n_sections; s++) EMIT(" %s", s == 0 ? "weights" : s == 1 ? "m" : "v");
+  EMIT("\nfiles %d\n", m->n_files);
+  for (int f = 0; f < m->n_files; f++)
+    EMIT("file %s %lld %016" PRIx64 "\n", m->files[f].name, (long long)m->files[f].nbytes, m->files[f].sum);
+  if (len + 40 >= cap) die("rank 0: checkpoint manifest longer than %zu bytes", cap);
+  EMIT("checksum %016" PRIx64 "\n", ckpt_sum(CKPT_SUM_INIT, txt, len));
+#undef EMIT
+  *out_len = len;
+  return txt;
+}
+
+/* The last part of every save: partial/manifest.txt from m, then the directory renamed to
+ * dir/step-NNNNNN (m->step), then dir/latest rewritten, then older steps pruned. */
+static void publish(const char *dir, const char *partial, const ckpt_manifest_t *m) {
+  char path[CKPT_PATH_MAX + 64], final_dir[CKPT_PATH_MAX + 32];
+  snprintf(final_dir, sizeof final_dir, "%s/step-%06d", dir, m->step);
+  size_t len = 0;
+  char *txt = manifest_text(m, &len);
+  snprintf(path, sizeof path, "%s/" MANIFEST, partial);
+  write_atomic(path, txt, (int64_t)len);
+  free(txt);
+  fsync_dir(partial);
+  /* publish: the complete directory under its name, then `latest` */
+  if (is_dir(final_dir)) { /* an older save of the same step (a rerun): move it away first */
+    char old[CKPT_PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s/.step-%06d.old-%d", dir, m->step, (int)getpid());
+    if (rename(final_dir, old) != 0) die("rank 0: checkpoint: rename %s failed: %s", final_dir, strerror(errno));
+    if (rename(partial, final_dir) != 0) die("rank 0: checkpoint: rename %s failed: %s", partial, strerror(errno));
+    rm_tree(old);
+  } else if (rename(partial, final_dir) != 0) {
+    die("rank 0: checkpoint: rename %s -> %s failed: %s", partial, final_dir, strerror(errno));
+  }
+  fsync_dir(dir);
+  char line[32];
+  int n = snprintf(line, sizeof line, "step-%06d\n", m->step);
+  snprintf(path, sizeof path, "%s/latest", dir);
+  write_atomic(path, line, n);
+  fsync_dir(dir);
+  prune(dir, m->step);
 }
 
 /* What each rank tells rank 0 after writing its shard: the file, then its pieces (u, off, numel). */
@@ -628,67 +777,43 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     snprintf(path, sizeof path, "%s/" LOSSES, partial);
     write_atomic(path, lb, (int64_t)steps_done * 16);
     free(lb);
-    /* the manifest, last */
-    size_t cap = 4096 + (size_t)md->n_units * 96 + (size_t)n_pieces * 96 + (size_t)shards * 96, len = 0;
-    char *txt = xmalloc(cap, "checkpoint manifest");
-#define EMIT(...) len += (size_t)snprintf(txt + len, cap - len, __VA_ARGS__)
+    /* the manifest, last: the table of every piece */
     const train_cfg_t *c = t->cfg;
-    /* stage: what the report's formula was; informative only (the pieces say where things are) */
-    EMIT("zerolab-checkpoint 2\nstrategy %s\nstage %d\nworld %d\nshards %d\n", t->strategy->name, t->strategy->stage,
-         t->world, shards);
-    EMIT("precision %s\noptimizer %s\n", t->wdt == DT_BF16 ? "bf16" : "fp32", c->optimizer == OPT_SGD ? "sgd" : "adamw");
-    EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", c->input, c->hidden, c->classes, c->layers,
-         (unsigned long long)c->seed, (long long)c->batch);
-    EMIT("psi %lld\nunits %d\n", (long long)md->numel, md->n_units);
-    for (int u = 0; u < md->n_units; u++) {
-      const unit_t *un = &md->units[u];
-      EMIT("unit %d %d %d %lld\n", u, un->in, un->out, (long long)un->numel);
-    }
-    EMIT("pieces %d\n", n_pieces); /* file unit off numel at */
-    for (int r = 0, f = 0; r < t->world; r++) {
+    ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->world, .shards = shards,
+                         .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
+                         .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
+                         .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
+                         .n_pieces = n_pieces, .step = steps_done, .data_position = (int64_t)steps_done * c->batch,
+                         .opt_t = opt_t, .skipped = skipped, .n_sections = nsec, .n_files = shards + 1};
+    snprintf(m.strategy, sizeof m.strategy, "%s", t->strategy->name);
+    snprintf(m.precision, sizeof m.precision, "%s", precision_name(t->wdt));
+    snprintf(m.optimizer, sizeof m.optimizer, "%s", c->optimizer == OPT_SGD ? "sgd" : "adamw");
+    snprintf(m.model, sizeof m.model, "%s", c->model_kind);
+    if (strcmp(c->model_kind, "gpt") == 0) m.gpt = c->gpt;
+    m.units = xcalloc((size_t)md->n_units, sizeof *m.units, "checkpoint units");
+    for (int u = 0; u < md->n_units; u++)
+      m.units[u] = (ckpt_unit_t){.in = md->units[u].in, .out = md->units[u].out, .numel = md->units[u].numel};
+    m.pieces = xcalloc((size_t)n_pieces + 1, sizeof *m.pieces, "checkpoint pieces");
+    m.files = xcalloc((size_t)shards + 1, sizeof *m.files, "checkpoint files");
+    for (int r = 0, f = 0, k = 0; r < t->world; r++) {
       const file_stat_t *fs = (const file_stat_t *)from[r];
       const int64_t *e = (const int64_t *)(fs + 1);
       int64_t at = 0;
-      for (int k = 0; k < fs->n_pieces; k++, e += 3) {
-        EMIT("piece %d %lld %lld %lld %lld\n", f, (long long)e[0], (long long)e[1], (long long)e[2], (long long)at);
+      for (int i = 0; i < fs->n_pieces; i++, e += 3, k++) {
+        m.pieces[k] = (ckpt_piece_t){.file = f, .unit = (int)e[0], .off = e[1], .numel = e[2], .at = at};
         at += e[2];
       }
-      f += fs->n_pieces > 0;
+      if (fs->n_pieces > 0) {
+        snprintf(m.files[f].name, sizeof m.files[f].name, "rank-%05d.bin", r);
+        m.files[f].nbytes = fs->nbytes, m.files[f].sum = fs->sum;
+        f++;
+      }
     }
-    EMIT("step %d\ndata_position %lld\nopt_t %d\nskipped %d\n", steps_done, (long long)steps_done * c->batch, opt_t,
-         skipped);
-    EMIT("rng none (data sample i and the init are pure functions of the seed and i)\n");
-    EMIT("sections weights m%s\nfiles %d\n", nsec == 3 ? " v" : "", shards + 1);
-    for (int r = 0; r < t->world; r++) {
-      const file_stat_t *fs = (const file_stat_t *)from[r];
-      if (fs->n_pieces > 0) EMIT("file rank-%05d.bin %lld %016" PRIx64 "\n", r, (long long)fs->nbytes, fs->sum);
-    }
-    EMIT("file " LOSSES " %lld %016" PRIx64 "\n", (long long)steps_done * 16, lsum);
+    snprintf(m.files[shards].name, sizeof m.files[shards].name, LOSSES);
+    m.files[shards].nbytes = (int64_t)steps_done * 16, m.files[shards].sum = lsum;
     free(from);
-    if (len + 40 >= cap) die("rank 0: checkpoint manifest longer than %zu bytes", cap);
-    EMIT("checksum %016" PRIx64 "\n", ckpt_sum(CKPT_SUM_INIT, txt, len));
-#undef EMIT
-    snprintf(path, sizeof path, "%s/" MANIFEST, partial);
-    write_atomic(path, txt, (int64_t)len);
-    free(txt);
-    fsync_dir(partial);
-    /* publish: the complete directory under its name, then `latest` */
-    if (is_dir(final_dir)) { /* an older save of the same step (a rerun): move it away first */
-      char old[CKPT_PATH_MAX + 64];
-      snprintf(old, sizeof old, "%s/.step-%06d.old-%d", dir, steps_done, (int)getpid());
-      if (rename(final_dir, old) != 0) die("rank 0: checkpoint: rename %s failed: %s", final_dir, strerror(errno));
-      if (rename(partial, final_dir) != 0) die("rank 0: checkpoint: rename %s failed: %s", partial, strerror(errno));
-      rm_tree(old);
-    } else if (rename(partial, final_dir) != 0) {
-      die("rank 0: checkpoint: rename %s -> %s failed: %s", partial, final_dir, strerror(errno));
-    }
-    fsync_dir(dir);
-    char line[32];
-    int n = snprintf(line, sizeof line, "step-%06d\n", steps_done);
-    snprintf(path, sizeof path, "%s/latest", dir);
-    write_atomic(path, line, n);
-    fsync_dir(dir);
-    prune(dir, steps_done);
+    publish(dir, partial, &m);
+    ckpt_manifest_free(&m);
     if (!t->cfg->quiet) {
       printf("checkpoint: saved %s (%d files + manifest)\n", final_dir, shards + 1);
       fflush(stdout);
@@ -696,6 +821,55 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
   }
   free(all);
   free(sizes);
+}
+
+/* ---- the grid-free form (zl_ckpt convert) ------------------------------------------------- */
+
+void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_units, const ckpt_unit_t *units,
+                          float *const *sec, const double *losses) {
+  char partial[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("error: %s: cannot create it: %s", dir, strerror(errno));
+  snprintf(partial, sizeof partial, "%s/.step-%06d.partial", dir, hdr->step);
+  rm_tree(partial);
+  if (mkdir(partial, 0755) != 0) die("error: cannot create %s: %s", partial, strerror(errno));
+  ckpt_manifest_t m = *hdr;
+  snprintf(m.strategy, sizeof m.strategy, "grid-free");
+  m.version = 3, m.stage = 0, m.world = 1, m.shards = 1, m.tp = 1, m.tp_rank = 0, m.n_units = n_units;
+  m.n_pieces = n_units, m.n_files = 2, m.psi = 0;
+  m.units = NULL, m.files = NULL, m.section_numel = NULL;
+  for (int u = 0; u < n_units; u++) m.psi += units[u].numel;
+  m.units = xcalloc((size_t)n_units, sizeof *m.units, "grid-free units");
+  m.pieces = xcalloc((size_t)n_units, sizeof *m.pieces, "grid-free pieces");
+  m.files = xcalloc(2, sizeof *m.files, "grid-free files");
+  for (int u = 0, at = 0; u < n_units; at += (int)units[u].numel, u++) {
+    m.units[u] = (ckpt_unit_t){.in = units[u].in, .out = units[u].out, .numel = units[u].numel};
+    m.pieces[u] = (ckpt_piece_t){.file = 0, .unit = u, .off = 0, .numel = units[u].numel, .at = at};
+  }
+  /* rank-00000.bin: sections back to back, each the Ψ values unit after unit */
+  size_t nb = (size_t)m.n_sections * (size_t)m.psi * sizeof(float);
+  char *buf = xmalloc(nb + 1, "grid-free shard");
+  for (int s = 0; s < m.n_sections; s++) memcpy(buf + (size_t)s * (size_t)m.psi * 4, sec[s], (size_t)m.psi * 4);
+  snprintf(path, sizeof path, "%s/rank-00000.bin", partial);
+  write_atomic(path, buf, (int64_t)nb);
+  m.files[0] = (ckpt_file_t){.name = "rank-00000.bin", .nbytes = (int64_t)nb, .sum = ckpt_sum(CKPT_SUM_INIT, buf, nb)};
+  free(buf);
+  snprintf(path, sizeof path, "%s/" LOSSES, partial);
+  write_atomic(path, losses, (int64_t)m.step * 16);
+  m.files[1] = (ckpt_file_t){.name = LOSSES, .nbytes = (int64_t)m.step * 16,
+                             .sum = ckpt_sum(CKPT_SUM_INIT, losses, (size_t)m.step * 16)};
+  publish(dir, partial, &m);
+  free(m.units);
+  free(m.pieces);
+  free(m.files);
+}
+
+double *ckpt_read_losses(const ckpt_manifest_t *m) {
+  char path[CKPT_PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/" LOSSES, m->dir);
+  int64_t nb = 0;
+  char *lb = slurp(path, &nb);
+  if (!lb || nb != (int64_t)m->step * 16) die_on_rank("checkpoint: %s unreadable or the wrong size", path);
+  return (double *)lb;
 }
 
 /* ---- the export of the full weights ------------------------------------------------------- */

@@ -24,7 +24,7 @@
 #include <stddef.h> // size_t
 #include <stdint.h> // int64_t, uint64_t
 #include "report.h" // report_step_t
-#include "train.h"  // trainer_t, train_cfg_t
+#include "train.h"  // trainer_t, train_cfg_t, gpt_shape_t
 
 #define CKPT_MAX_SECTIONS 3
 #define CKPT_PATH_MAX 1024
@@ -55,7 +55,10 @@ typedef struct ckpt_manifest {
   int stage, world;        /* stage 0..3 and ranks of the run that saved */
   int shards;              /* shard files (ranks that owned pieces): world (ZeRO) or 1 (DDP) */
   char precision[8], optimizer[8];
-  int input, hidden, classes, layers;
+  char model[8];           /* "mlp" or "gpt" (version 2 files: "mlp") */
+  int input, hidden, classes, layers; /* the MLP's shape (--input --hidden --classes --layers) */
+  gpt_shape_t gpt;         /* the GPT's shape (n_layer n_head n_embd seq_len vocab); 0s for the MLP */
+  int tp, tp_rank;         /* --tp T of the run that saved, and which TP rank's part this is (1, 0: no TP) */
   uint64_t seed;
   int64_t batch;
   int64_t psi;
@@ -81,14 +84,18 @@ uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n);
 /* Find the checkpoint of `where`: a step directory (holds manifest.txt) or a --ckpt DIR (its
  * latest). Writes the step directory into stepdir. 0 on success, else 1 and why (names the file). */
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy);
+/* T when dir holds the per-TP-rank directories of a --tp T save (dir/tp-R-of-T/), else 0. */
+int ckpt_tp_layout(const char *dir);
 /* Read and check stepdir/manifest.txt (syntax, its own checksum, consistent layout). 0 on
  * success; else 1 with why naming the file and what is wrong. Free with ckpt_manifest_free. */
 int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_t nwhy);
 void ckpt_manifest_free(ckpt_manifest_t *m);
 /* Every file of the manifest: present, the right size, the right checksum. 0 or 1 + why. */
 int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy);
-/* The manifest against the flags of this run (model shape, precision, optimizer, seed, batch,
- * steps). 0 or 1 + why. */
+/* The manifest against the flags of this run: the model kind and every shape field (GPT: layers,
+ * heads, width, context, vocab; MLP: layers, hidden, input, classes), precision, optimizer, seed,
+ * batch, steps. 0, or 1 with why naming EVERY difference ("saved with --n-embd 32, this run has --n-embd 64; ...").
+ * The grid (T, P, D, ZeRO stage, offload) is not compared: that is what resharding is for. */
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *cfg, char *why, size_t nwhy);
 /* Print the manifest in readable form (zl_ckpt inspect). */
 void ckpt_manifest_print(const ckpt_manifest_t *m);
@@ -104,6 +111,18 @@ void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, f
 void ckpt_reader_close(ckpt_reader_t *r);
 /* Section index of name in m, or -1. */
 int ckpt_section(const ckpt_manifest_t *m, const char *name);
+
+/* The losses.bin of m: m->step × (loss, ms) doubles, malloc'd. Dies naming the file if unreadable. */
+double *ckpt_read_losses(const ckpt_manifest_t *m);
+/* zl_ckpt convert: write a complete GRID-FREE checkpoint into dir (dir/step-NNNNNN, dir/latest):
+ * one file rank-00000.bin holding, per section, the full model's units back to back, unpadded
+ * (one piece per unit, [0, numel): keyed by full-model unit and full-model offset), and a
+ * manifest copying hdr's model, run and position fields (step, opt_t, skipped, sections) with
+ * strategy "grid-free", world 1, tp 1. units[n_units]: the full model's units (in, out, numel);
+ * sec[s]: Ψ floats of section s; losses: hdr->step × (loss, ms). Any grid resumes from it
+ * (with --tp T through the model transform's to_local, train.h). Dies naming the file on an error. */
+void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_units, const ckpt_unit_t *units,
+                          float *const *sec, const double *losses);
 
 /* ---- the trainer's side (collective calls) ----------------------------------------------- */
 /* --resume: rank 0 resolves and verifies (manifest, every file, the flags), then tells every

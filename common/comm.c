@@ -84,7 +84,46 @@ static comm_t *comm_alloc(backend_t backend, device_t dev) {
   pthread_condattr_destroy(&ca);
   c->q_cap = 64;
   c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
+  const char *ex = getenv("ZL_EXERCISE_TIMEOUT_S"); /* exercise mode: name dropped handles */
+  c->track_p2p = ex != NULL && ex[0] != '\0';
   return c;
+}
+
+/* ---- exercise mode: point-to-point handles nobody waited for (see comm_internal.h) ---------- */
+static void p2p_opened(comm_t *c, comm_handle_t h, const char *fn, const char *tag) {
+  if (!c->track_p2p) return;
+  if (c->n_open_p2p == c->cap_open_p2p) {
+    c->cap_open_p2p = c->cap_open_p2p ? 2 * c->cap_open_p2p : 16;
+    c->open_p2p = realloc(c->open_p2p, (size_t)c->cap_open_p2p * sizeof *c->open_p2p);
+    if (!c->open_p2p) die_on_rank("out of memory tracking %d communication handles", c->cap_open_p2p);
+  }
+  struct comm_open_p2p *o = &c->open_p2p[c->n_open_p2p++];
+  o->h = h;
+  o->fn = fn;
+  snprintf(o->tag, sizeof o->tag, "%s", tag && tag[0] ? tag : "-");
+}
+
+/* comm_wait(c, h): h is waited for by name (a later handle's wait completes it too, but does not
+ * count: the code that dropped it would break the day the stream reorders or the message is late). */
+static void p2p_waited(comm_t *c, comm_handle_t h) {
+  for (int i = 0; i < c->n_open_p2p; i++)
+    if (c->open_p2p[i].h == h) {
+      c->open_p2p[i] = c->open_p2p[--c->n_open_p2p];
+      return;
+    }
+}
+
+/* A step boundary (comm_wait_all, comm_finalize): a point-to-point handle never waited for by
+ * name was dropped — its buffer may be reused (a send) or read (a receive) before the message
+ * moved. Dies naming the first; then every open handle is complete. */
+static void p2p_check_dropped(comm_t *c) {
+  if (c->n_open_p2p == 0) return;
+  struct comm_open_p2p *o = &c->open_p2p[0];
+  for (int i = 1; i < c->n_open_p2p; i++)
+    if (c->open_p2p[i].h < o->h) o = &c->open_p2p[i];
+  die_on_rank("%s (%s): its handle was never waited — keep the handle and comm_wait it before the buffer is reused "
+              "(a send) or read (a receive); %d such handle(s) on this communicator at the end of the step",
+              o->fn, o->tag, c->n_open_p2p);
 }
 
 static void comm_start_thread(comm_t *c) {
@@ -139,8 +178,20 @@ comm_t *comm_split(comm_t *parent, int color, int key) {
 
 comm_t *comm_parent(const comm_t *c) { return c->parent; }
 
-int comm_rank(const comm_t *c) { return c->rank; }
-int comm_world(const comm_t *c) { return c->world; }
+comm_t *comm_shape_only(int world, int rank, device_t dev) {
+  comm_t *c = xcalloc(1, sizeof *c, "shape-only communicator");
+  c->world = world, c->rank = rank, c->dev = dev;
+  return c;
+}
+
+int comm_rank(const comm_t *c) {
+  if (!c) die_on_rank("comm_rank: the communicator is NULL (a link this stage does not have?)");
+  return c->rank;
+}
+int comm_world(const comm_t *c) {
+  if (!c) die_on_rank("comm_world: the communicator is NULL (a link this stage does not have?)");
+  return c->world;
+}
 int comm_local_rank(const comm_t *c) { return c->local_rank; }
 device_t comm_device(const comm_t *c) { return c->dev; }
 backend_t comm_backend(const comm_t *c) { return c->backend; }
@@ -335,7 +386,9 @@ static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
 }
 
 void comm_wait(comm_t *c, comm_handle_t h) {
+  if (!c) die_on_rank("comm_wait: the communicator is NULL (a link this stage does not have?)");
   if (h <= 0) return;
+  if (c->n_open_p2p) p2p_waited(c, h);
   if (!c->be->threaded) {
     c->be->wait(c, h);
     return;
@@ -367,6 +420,8 @@ void comm_wait(comm_t *c, comm_handle_t h) {
 }
 
 void comm_wait_all(comm_t *c) {
+  if (!c) die_on_rank("comm_wait_all: the communicator is NULL (a link this stage does not have?)");
+  if (c->n_open_p2p) p2p_check_dropped(c);
   if (!c->be->threaded) {
     c->be->wait_all(c);
     return;
@@ -408,15 +463,31 @@ void comm_finalize(comm_t *c) {
   pthread_cond_destroy(&c->cv_done);
   pthread_mutex_destroy(&c->mu);
   free(c->queue);
+  free(c->open_p2p);
   free(c);
 }
 
 /* ---- argument checks ---------------------------------------------------------------------- */
 static void check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer) {
+  if (!c) die_on_rank("%s: the communicator is NULL (a link this stage does not have? the first stage has no "
+                      "previous one, the last no next one)", fn);
   if (numel < 0) die_on_rank("%s: numel %lld is negative", fn, (long long)numel);
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64) die_on_rank("%s: unknown dtype %d", fn, (int)dt);
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && dt != DT_F64) die_on_rank("%s: unknown dtype %d", fn, (int)dt);
   if (need_peer && (peer < 0 || peer >= c->world))
-    die_on_rank("%s: rank %d is not in [0, %d)", fn, peer, c->world);
+    die_on_rank("%s: rank %d is outside the group: its ranks are 0..%d (a rank of this communicator, not of the "
+                "world)", fn, peer, c->world - 1);
+}
+
+/* The _async point-to-point calls: a NULL communicator or a peer outside the group, named with
+ * the call's tag (the exercise's own message). */
+static void check_p2p(const comm_t *c, const char *fn, const char *tag, int peer) {
+  const char *what = tag && tag[0] ? tag : "-";
+  if (!c)
+    die_on_rank("%s (%s): the communicator is NULL (a link this stage does not have? the first stage has no previous "
+                "one, the last no next one)", fn, what);
+  if (peer < 0 || peer >= c->world)
+    die_on_rank("%s (%s): rank %d is outside the group: its ranks are 0..%d (a rank of this communicator, not of the "
+                "world)", fn, what, peer, c->world - 1);
 }
 
 static comm_task_t task(comm_task_kind_t kind, comm_op_t op, const comm_t *c, const void *send, void *recv,
@@ -500,20 +571,27 @@ void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
 }
 
 comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag) {
+  check_p2p(c, "comm_send_async", tag, dst);
   check_args(c, "comm_send_async", numel, dt, dst, 1);
   if (dst == c->rank) die_on_rank("comm_send_async: cannot send to itself");
   comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
-  return submit(c, &t, tag);
+  comm_handle_t h = submit(c, &t, tag);
+  p2p_opened(c, h, "comm_send_async", tag);
+  return h;
 }
 
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag) {
+  check_p2p(c, "comm_recv_async", tag, src);
   check_args(c, "comm_recv_async", numel, dt, src, 1);
   if (src == c->rank) die_on_rank("comm_recv_async: cannot receive from itself");
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
-  return submit(c, &t, tag);
+  comm_handle_t h = submit(c, &t, tag);
+  p2p_opened(c, h, "comm_recv_async", tag);
+  return h;
 }
 
 void comm_barrier(comm_t *c) {
+  check_args(c, "comm_barrier", 0, DT_F32, 0, 0);
   comm_task_t t = task(TASK_BARRIER, CO_CONTROL, c, NULL, NULL, 0, DT_F32, REDOP_SUM, 0);
   comm_wait(c, submit(c, &t, "barrier"));
 }

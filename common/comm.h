@@ -74,6 +74,11 @@ void comm_finalize(comm_t *c);
  * parent's counters do not see its traffic. The parent's queued work is waited for first.
  * Released with comm_finalize (before the parent). */
 comm_t *comm_split(comm_t *parent, int color, int key);
+/* A stand-in communicator that answers only comm_rank, comm_world and comm_device: for code that
+ * lays out a split without communicating (zl_ckpt convert sizes and maps the parts of a --tp T
+ * checkpoint through the TP split, solutions/tp.h). No backend: a collective on it is a bug.
+ * Release it with free(), not comm_finalize. */
+comm_t *comm_shape_only(int world, int rank, device_t dev);
 /* The communicator c was split from; NULL for the one from comm_init. */
 comm_t *comm_parent(const comm_t *c);
 
@@ -116,7 +121,13 @@ comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t 
 comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag);
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag);
 /* Block until h (and everything queued before it) is done. On CUDA: the compute stream waits
- * for it instead (no host block), which is what lets NCCL overlap with compute. */
+ * for it instead (no host block), which is what lets NCCL overlap with compute.
+ * Exercise mode (ZL_EXERCISE_TIMEOUT_S set, as `make exercise` does): every handle of
+ * comm_send_async / comm_recv_async must be passed to comm_wait itself before comm_wait_all
+ * (the end of a step) or comm_finalize; one that was not (dropped: a later wait completed it,
+ * by luck of the stream's order) ends the job naming the call and its tag.
+ * Every comm_* call on a NULL communicator, and a send/recv to a rank outside the group, ends
+ * the job with one line naming the call (and the tag, for the _async ones). */
 void comm_wait(comm_t *c, comm_handle_t h);
 void comm_wait_all(comm_t *c);
 

@@ -135,6 +135,13 @@ struct comm {
   int64_t scratch_nbytes[2];
   void *stage[2];
   int64_t stage_nbytes[2];
+
+  /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles of comm_send_async / comm_recv_async
+   * not yet passed to comm_wait by name; one still open at comm_wait_all was dropped (comm.c).
+   * The caller's thread only. */
+  int track_p2p;
+  struct comm_open_p2p { comm_handle_t h; const char *fn; char tag[48]; } *open_p2p;
+  int n_open_p2p, cap_open_p2p;
 };
 
 /* ---- backends --------------------------------------------------------------------------- */

@@ -1,8 +1,8 @@
 /* comm_mpi.c — the MPI backend (host buffers), MPI start-up, and control traffic for every backend.
  * Notes: notes/01-collectives.md. Every function here except comm_mpi_boot/comm_mpi_shutdown
  * runs on the communicator's thread (comm.c), so MPI sees one caller at a time after init.
- * bf16 has no MPI type: it travels as a 2-byte contiguous type, and its sum/max are user
- * MPI_Ops that add in fp32 and round once per element (the same arithmetic as the ring). */
+ * bf16 and fp16 have no MPI type: they travel as a 2-byte contiguous type, and their sum/max are
+ * user MPI_Ops that add in fp32 and round once per element (the same arithmetic as the ring). */
 #include "comm_internal.h" // struct comm, comm_backend_t, comm_task_t
 #include "check.h"         // CHECK_MPI, die, xmalloc, check_set_rank
 #include <limits.h>        // INT_MAX
@@ -15,6 +15,7 @@ enum { TAG_RING = 0, TAG_USER = 1 }; /* the ring's p2p vs comm_send/comm_recv */
 typedef struct mpi_state {
   MPI_Datatype bf16;      /* 2 contiguous bytes */
   MPI_Op bf16_sum, bf16_max;
+  MPI_Op fp16_sum, fp16_max; /* fp16 travels as the same 2 bytes */
   int *counts, *displs;   /* [world] chunk sizes and offsets for reduce-scatter / all-gather */
 } mpi_state_t;
 
@@ -36,6 +37,13 @@ __attribute__((optimize("O3"))) static void host_reduce(void *dst, const void *s
       for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
     else
       for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]) > bf16_to_f32(d[i]) ? s[i] : d[i];
+  } else if (dt == DT_F16) {
+    fp16_t *restrict d = dst;
+    const fp16_t *restrict s = src;
+    if (op == REDOP_SUM)
+      for (int64_t i = 0; i < n; i++) d[i] = fp16_from_f32(fp16_to_f32(d[i]) + fp16_to_f32(s[i]));
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = fp16_to_f32(s[i]) > fp16_to_f32(d[i]) ? s[i] : d[i];
   } else {
     double *restrict d = dst;
     const double *restrict s = src;
@@ -54,11 +62,19 @@ static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
   host_reduce(inout, in, *len, DT_BF16, REDOP_MAX);
 }
 
+static void fp16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  host_reduce(inout, in, *len, DT_F16, REDOP_SUM);
+}
+static void fp16_max_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  host_reduce(inout, in, *len, DT_F16, REDOP_MAX);
+}
+
 static MPI_Datatype mpi_type(const comm_t *c, dtype_t dt) {
   return dt == DT_F32 ? MPI_FLOAT : dt == DT_F64 ? MPI_DOUBLE : st(c)->bf16;
 }
 static MPI_Op mpi_op(const comm_t *c, dtype_t dt, redop_t op) {
   if (dt == DT_BF16) return op == REDOP_SUM ? st(c)->bf16_sum : st(c)->bf16_max;
+  if (dt == DT_F16) return op == REDOP_SUM ? st(c)->fp16_sum : st(c)->fp16_max;
   return op == REDOP_SUM ? MPI_SUM : MPI_MAX;
 }
 static const char *at(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
@@ -158,6 +174,8 @@ static void mpi_finalize_backend(comm_t *c) {
   mpi_state_t *s = st(c);
   CHECK_MPI(MPI_Op_free(&s->bf16_sum));
   CHECK_MPI(MPI_Op_free(&s->bf16_max));
+  CHECK_MPI(MPI_Op_free(&s->fp16_sum));
+  CHECK_MPI(MPI_Op_free(&s->fp16_max));
   CHECK_MPI(MPI_Type_free(&s->bf16));
   free(s->counts);
   free(s->displs);
@@ -190,6 +208,8 @@ void comm_mpi_attach(comm_t *c) {
   CHECK_MPI(MPI_Type_commit(&s->bf16));
   CHECK_MPI(MPI_Op_create(bf16_sum_fn, 1, &s->bf16_sum));
   CHECK_MPI(MPI_Op_create(bf16_max_fn, 1, &s->bf16_max));
+  CHECK_MPI(MPI_Op_create(fp16_sum_fn, 1, &s->fp16_sum));
+  CHECK_MPI(MPI_Op_create(fp16_max_fn, 1, &s->fp16_max));
   s->counts = xcalloc((size_t)c->world, sizeof(int), "MPI chunk counts");
   s->displs = xcalloc((size_t)c->world, sizeof(int), "MPI chunk offsets");
   c->be_state = s;

@@ -53,6 +53,7 @@ static ncclDataType_t nccl_type(dtype_t dt) {
   switch (dt) {
   case DT_F32: return ncclFloat32;
   case DT_BF16: return ncclBfloat16;
+  case DT_F16: return ncclFloat16;
   case DT_F64: return ncclFloat64;
   }
   die_on_rank("NCCL: unknown dtype %d", (int)dt);

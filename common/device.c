@@ -118,9 +118,12 @@ void dev_upload(device_t dev, void *dst, dtype_t dt, const float *host, int64_t 
     dev_memcpy(dev, dst, DEV_CPU, host, (size_t)n * sizeof(float));
     return;
   }
-  if (dt != DT_BF16) die_on_rank("dev_upload: fp32 -> %s not supported", dtype_name(dt));
-  bf16_t *cast = dev == DEV_CPU ? dst : xmalloc((size_t)n * sizeof(bf16_t), "upload cast (host)");
-  for (int64_t i = 0; i < n; i++) cast[i] = bf16_from_f32(host[i]);
+  if (dt != DT_BF16 && dt != DT_F16) die_on_rank("dev_upload: fp32 -> %s not supported", dtype_name(dt));
+  uint16_t *cast = dev == DEV_CPU ? dst : xmalloc((size_t)n * sizeof(uint16_t), "upload cast (host)");
+  if (dt == DT_BF16)
+    for (int64_t i = 0; i < n; i++) cast[i] = bf16_from_f32(host[i]);
+  else
+    for (int64_t i = 0; i < n; i++) cast[i] = fp16_from_f32(host[i]);
   if (dev != DEV_CPU) {
     dev_memcpy(dev, dst, DEV_CPU, cast, (size_t)n * sizeof(bf16_t));
     free(cast);

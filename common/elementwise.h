@@ -16,7 +16,7 @@
 #define ZL_ELEMENTWISE_H
 #include <math.h>   // sqrtf, fabsf, copysignf (host and device), pow, sqrt (host)
 #include <stdint.h> // int32_t, uint32_t
-#include "dtype.h"  // ZL_HD, bf16_t, bf16_from_f32, bf16_to_f32
+#include "dtype.h"  // ZL_HD, bf16_t, fp16_t and their casts
 
 /* ---- optimizers ------------------------------------------------------------------------- */
 /* AdamW's per-step scalars: the bias corrections in double, as PyTorch computes them on the
@@ -64,6 +64,9 @@ ZL_HD float ew_scale_f32(float x, float s) { return x * s; }
 ZL_HD bf16_t ew_scale_bf16(bf16_t x, float s) { return bf16_from_f32(bf16_to_f32(x) * s); }
 ZL_HD double ew_scale_f64(double x, float s) { return x * s; }
 ZL_HD bf16_t ew_add_bf16(bf16_t a, bf16_t b) { return bf16_from_f32(bf16_to_f32(a) + bf16_to_f32(b)); }
+/* fp16 the same way: widened (exactly), combined in fp32, rounded once (fp16_from_f32). */
+ZL_HD fp16_t ew_scale_fp16(fp16_t x, float s) { return fp16_from_f32(fp16_to_f32(x) * s); }
+ZL_HD fp16_t ew_add_fp16(fp16_t a, fp16_t b) { return fp16_from_f32(fp16_to_f32(a) + fp16_to_f32(b)); }
 /* max picks an operand, never rounds: 1 when src replaces dst. NaN in either operand gives
  * NaN (a max must not hide a non-finite value): a NaN src is taken, a NaN dst is kept. */
 ZL_HD int ew_max_takes_src(float dst, float src) { return src > dst || src != src; }

@@ -11,10 +11,10 @@
 #include <string.h> // strcmp, strchr
 #include <unistd.h> // _exit, sleep
 
-static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang", "nan", "ckpt"};
+static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang", "nan", "ckpt", "overflow"};
 static fault_t g_fault; /* the armed fault; kind FAULT_NONE when --fault is absent */
 
-const char *fault_kind_name(fault_kind_t k) { return k >= FAULT_NONE && k <= FAULT_CKPT ? g_names[k] : "?"; }
+const char *fault_kind_name(fault_kind_t k) { return k >= FAULT_NONE && k <= FAULT_OVERFLOW ? g_names[k] : "?"; }
 
 /* A whole non-negative decimal number ending at `end` (':' or NUL); -1 when it is not one. */
 static long whole(const char *s, char stop, const char **next) {
@@ -33,11 +33,11 @@ int fault_parse(const char *spec, int world, int steps, fault_t *f, char *why, s
   long s = r >= 0 ? whole(q, ':', &p) : -1;
   int kind = FAULT_NONE;
   if (s >= 0)
-    for (int k = FAULT_EXIT; k <= FAULT_CKPT; k++)
+    for (int k = FAULT_EXIT; k <= FAULT_OVERFLOW; k++)
       if (strcmp(p, g_names[k]) == 0) kind = k;
   if (r < 0 || s < 0 || kind == FAULT_NONE || r >= world || s >= steps) {
     snprintf(why, nwhy, "must be RANK:STEP:KIND with RANK in [0, %d], STEP in [0, %d], KIND one of "
-             "exit|abort|kill|hang|nan|ckpt (a testing aid)", world - 1, steps - 1);
+             "exit|abort|kill|hang|nan|ckpt|overflow (a testing aid)", world - 1, steps - 1);
     return 1;
   }
   *f = (fault_t){.rank = (int)r, .step = (int)s, .kind = (fault_kind_t)kind};
@@ -79,6 +79,12 @@ void fault_poison(int rank, int step, float *x) {
   if (!armed(FAULT_NAN, rank, step) || !x) return;
   announce(rank, step);
   x[0] = NAN;
+}
+
+int fault_overflow(int rank, int step) {
+  if (g_fault.kind != FAULT_OVERFLOW || g_fault.step != step || (rank >= 0 && g_fault.rank != rank)) return 0;
+  announce(rank, step);
+  return 1;
 }
 
 void fault_in_save(int rank, int step) {

@@ -9,12 +9,15 @@
  *            non-finite (exercises --nonfinite abort|skip)
  *     ckpt   the rank exits in the middle of the checkpoint save that follows step STEP,
  *            after writing its shard and before the manifest (exercises atomic saves)
+ *     overflow the rank's own gradients (its shard, under ZeRO) read as inf in that step's
+ *            overflow check, as if they alone had overflowed fp16 (exercises the loss scaler's
+ *            combined check: every rank must skip the step)
  * Before failing, the rank prints `rank R: injected fault <kind> at step S` to stderr. */
 #ifndef ZL_FAULT_H
 #define ZL_FAULT_H
 #include <stddef.h> // size_t
 
-typedef enum { FAULT_NONE = 0, FAULT_EXIT, FAULT_ABORT, FAULT_KILL, FAULT_HANG, FAULT_NAN, FAULT_CKPT } fault_kind_t;
+typedef enum { FAULT_NONE = 0, FAULT_EXIT, FAULT_ABORT, FAULT_KILL, FAULT_HANG, FAULT_NAN, FAULT_CKPT, FAULT_OVERFLOW } fault_kind_t;
 typedef struct fault {
   int rank, step;
   fault_kind_t kind;
@@ -31,6 +34,9 @@ void fault_arm(const char *spec, int world, int steps);
 void fault_at_step(int rank, int step);
 /* The nan kind: writes a NaN into x[0] when the armed fault is nan for this rank and step. */
 void fault_poison(int rank, int step, float *x);
+/* The overflow kind: 1 when armed for this rank (rank -1: any rank) and step (the caller makes
+ * its Σg² inf; where every rank holds the same reduced gradients, DDP, all ranks ask with -1). */
+int fault_overflow(int rank, int step);
 /* The ckpt kind: exits here (mid-save) when armed for this rank and step. */
 void fault_in_save(int rank, int step);
 

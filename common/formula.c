@@ -20,8 +20,8 @@ mem_formula_t formula_zero_k(int stage, double psi, int world, double param_byte
 mem_formula_t formula_model_states(int stage, double psi, int world, dtype_t wdt, int opt_states) {
   /* bf16: working params and grads in bf16, an fp32 master copy for the update;
    * fp32: params and grads in fp32 and the optimizer updates them in place (no master). */
-  double wbytes = wdt == DT_BF16 ? 2 : 4;
-  double master = wdt == DT_BF16 ? 4 : 0;
+  double wbytes = dtype_is_half(wdt) ? 2 : 4;
+  double master = dtype_is_half(wdt) ? 4 : 0;
   mem_formula_t f;
   f.params = shard(wbytes * psi, stage >= 3, world);
   f.grads = shard(wbytes * psi, stage >= 2, world);
@@ -57,7 +57,7 @@ static pthread_mutex_t g_text_mu = PTHREAD_MUTEX_INITIALIZER;
 
 const char *formula_text(int stage, dtype_t wdt, int opt_states) {
   if (stage < 0 || stage > 3 || opt_states < 0 || opt_states >= FT_STATES) return "(no formula for this stage/optimizer)";
-  int d = wdt == DT_BF16 ? 1 : 0;
+  int d = dtype_is_half(wdt) ? 1 : 0;
   pthread_mutex_lock(&g_text_mu);
   char *s = g_text[stage][d][opt_states];
   if (!s[0]) {

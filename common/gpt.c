@@ -217,15 +217,28 @@ static void gpt_forward(const model_t *m, int u, const unit_io_t *io) {
   gpt_block_forward(&k, io);
 }
 
-/* A row-parallel matmul (proj, fcproj: in → C): with its bias, or (split) partial, then g and the bias. */
-static void row_linear_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in) {
-  int64_t rows = (int64_t)io->B * k->S;
-  if (!k->g_forward) {
-    op_linear_fwd(io->dev, y, x, P(io, w), P(io, b), io->wdt, (int)rows, in, k->C);
-    return;
-  }
-  op_linear_fwd(io->dev, y, x, P(io, w), NULL, io->wdt, (int)rows, in, k->C); // partial (BT,C)
-  k->g_forward(k->hook_ctx, io, y, P(io, b), rows);                          // all-reduce, + b
+/* The block's four matmuls through gpt_block_t's hooks (the split linears), or the plain ops. */
+static void col_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in, int out) {
+  int rows = io->B * k->S;
+  if (k->col_fwd) k->col_fwd(k->hook_ctx, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
+  else op_linear_fwd(io->dev, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
+}
+static void row_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in, int out) {
+  int rows = io->B * k->S;
+  if (k->row_fwd) k->row_fwd(k->hook_ctx, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
+  else op_linear_fwd(io->dev, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
+}
+static void col_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
+                    const float *x, int in, int out) {
+  int rows = io->B * k->S;
+  if (k->col_bwd) k->col_bwd(k->hook_ctx, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
+  else op_linear_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
+}
+static void row_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
+                    const float *x, int in, int out) {
+  int rows = io->B * k->S;
+  if (k->row_bwd) k->row_bwd(k->hook_ctx, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
+  else op_linear_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
 }
 
 void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
@@ -237,16 +250,14 @@ void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
   op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BT, C); // (BT,C)
-  if (k->f_forward) k->f_forward(k->hook_ctx, a.ln1, n);
-  op_linear_fwd(dev, a.qkv, a.ln1, P(io, l.qkvw), P(io, l.qkvb), wdt, BT, C, 3 * Cr);          // (BT,3Cr)
+  col_fwd(k, io, a.qkv, a.ln1, l.qkvw, l.qkvb, C, 3 * Cr);                                      // (BT,3Cr)
   op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                                // (BT,Cr)
-  row_linear_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr);
+  row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BT,C)
   op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
   op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BT, C);
-  if (k->f_forward) k->f_forward(k->hook_ctx, a.ln2, n);
-  op_linear_fwd(dev, a.fch, a.ln2, P(io, l.fcw), P(io, l.fcb), wdt, BT, C, 4 * Cr);             // (BT,4Cr)
+  col_fwd(k, io, a.fch, a.ln2, l.fcw, l.fcb, C, 4 * Cr);                                        // (BT,4Cr)
   op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
-  row_linear_fwd(k, io, io->y, a.fchg, l.fcprojw, l.fcprojb, 4 * Cr);
+  row_fwd(k, io, io->y, a.fchg, l.fcprojw, l.fcprojb, 4 * Cr, C);
   op_add(dev, io->y, a.x2, DT_F32, n);                                                          // y = x2 + mlp
 }
 
@@ -291,17 +302,15 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) 
   float *dy = io->dy;
   float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s4 (BT,4Cr), s1 (BT,C); s3 (BT,3Cr): s4 once dead */
   // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy is whole
-  op_linear_bwd(dev, s4, G(io, l.fcprojw), G(io, l.fcprojb), dy, a.fchg, P(io, l.fcprojw), wdt, BT, 4 * Cr, C, beta);
+  row_bwd(k, io, s4, l.fcprojw, l.fcprojb, dy, a.fchg, 4 * Cr, C);                             // d fchg
   op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                       // d fch
-  op_linear_bwd(dev, s1, G(io, l.fcw), G(io, l.fcb), s4, a.ln2, P(io, l.fcw), wdt, BT, C, 4 * Cr, beta); // d ln2
-  if (k->f_backward) k->f_backward(k->hook_ctx, s1, n);                                        // (split) Σ partials
+  col_bwd(k, io, s1, l.fcw, l.fcb, s4, a.ln2, C, 4 * Cr);                                      // d ln2 (split: Σ partials)
   op_layernorm_bwd(dev, dy, G(io, l.ln2w), G(io, l.ln2b), s1, a.x2, a.mean2, a.rstd2, P(io, l.ln2w), wdt, BT, C,
                    beta);                                                                       // dy := d x2
   // attention: x2 = x + proj(attn(qkv(ln1(x))))
-  op_linear_bwd(dev, s1, G(io, l.projw), G(io, l.projb), dy, a.atty, P(io, l.projw), wdt, BT, Cr, C, beta); // d atty
+  row_bwd(k, io, s1, l.projw, l.projb, dy, a.atty, Cr, C);                                      // d atty
   op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv (BT,3Cr)
-  op_linear_bwd(dev, s1, G(io, l.qkvw), G(io, l.qkvb), s3, a.ln1, P(io, l.qkvw), wdt, BT, C, 3 * Cr, beta); // d ln1
-  if (k->f_backward) k->f_backward(k->hook_ctx, s1, n);                                        // (split) Σ partials
+  col_bwd(k, io, s1, l.qkvw, l.qkvb, s3, a.ln1, C, 3 * Cr);                                    // d ln1 (split: Σ partials)
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
     op_layernorm_bwd(dev, io->dx, G(io, l.ln1w), G(io, l.ln1b), s1, x, a.mean1, a.rstd1, P(io, l.ln1w), wdt, BT, C,

@@ -45,25 +45,28 @@ typedef struct gpt_block_layout {
 gpt_block_layout_t gpt_block_layout(int C);
 
 /* ---- one block, forward and backward: the unsplit GPT's units 1..L and Megatron's split of them
- * (solutions/tp.c) run this same sequence. What differs is in gpt_block_t: the widths of this
+ * (solutions/tp_gpt.c) run this same sequence. What differs is in gpt_block_t: the widths of this
  * rank's part of attention and of the MLP (Cr = C and NHr = NH unsplit; C/T and NH/T heads with
- * T-way tensor parallelism), where each tensor sits in the unit (layout l), and, when split,
- * Megatron's f and g around the column-parallel (qkv, fc) and row-parallel (proj, fcproj) matmuls.
- * With the hooks NULL a row-parallel matmul adds its own bias; with them its partial output is
- * summed by g and the bias added once after the sum. g's backward and f's forward are identities:
- * f_forward is called all the same, so the split reads as Megatron's. */
+ * T-way tensor parallelism), where each tensor sits in the unit (layout l), and, when split, the
+ * column-parallel (qkv, fc) and row-parallel (proj, fcproj) linears that carry Megatron's f and g:
+ * chapter 06's exercises tp_column_* / tp_row_* (solutions/tp.h). With the hooks NULL each matmul
+ * is the plain op_linear_fwd / op_linear_bwd with its bias. */
 typedef struct gpt_block {
   int S, C;            /* seq_len and n_embd: the residual stream (B·S, C) is whole on every rank */
   int Cr, NHr;         /* attention on NHr heads, Cr features (qkv 3Cr, atty Cr); the MLP 4Cr wide */
   gpt_block_layout_t l; /* offsets (elements) of the block's tensors in its unit */
-  void *hook_ctx;      /* the hooks' first argument (tp.c: its tp_gpt_t) */
-  /* before a column-parallel matmul: x (numel) is whole on every rank already (identity) */
-  void (*f_forward)(void *ctx, const float *x, int64_t numel);
-  /* after a column-parallel matmul's backward: dx (numel) = Σ over the group of the partial dx */
-  void (*f_backward)(void *ctx, float *dx, int64_t numel);
-  /* after a row-parallel matmul: y (rows, C) = Σ over the group of the partial y, then + b once
-   * (b: C values in io->wdt) */
-  void (*g_forward)(void *ctx, const unit_io_t *io, float *y, const void *b, int64_t rows);
+  void *hook_ctx;      /* the hooks' first argument (solutions/tp_gpt.c: its split) */
+  /* The arguments of op_linear_fwd / op_linear_bwd (common/ops.h), rows = B·S, b in wdt:
+   * column-parallel: x whole on every rank, y this rank's output features (f around it) */
+  void (*col_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
+                  int out);
+  void (*col_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                  dtype_t wdt, int rows, int in, int out, float beta);
+  /* row-parallel: x this rank's input features, y (rows, C) summed over the group (g), + b once */
+  void (*row_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
+                  int out);
+  void (*row_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                  dtype_t wdt, int rows, int in, int out, float beta);
 } gpt_block_t;
 /* The unsplit block of shape s: Cr = C, NHr = NH, gpt_block_layout, no hooks. */
 gpt_block_t gpt_block_whole(gpt_shape_t s);

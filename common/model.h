@@ -33,17 +33,6 @@ typedef struct unit {
   int64_t shard_off;    /* offset of this rank's piece inside its shard buffer: Σ_{v<u} piece_v */
   int64_t y_numel;      /* fp32 output elements per sample (the next unit's input) */
   int64_t saved_numel;  /* fp32 elements per sample kept for backward besides input and output */
-  /* Tensor parallelism (--tp, solutions/tp.c): the unit is this TP rank's part of a full unit. */
-  int64_t tp_rep_numel; /* its FIRST tp_rep_numel parameters are the same on every rank of the TP
-                         * group (replicated: counted once in the gradient norm); the rest split */
-  int tp_ar_calls;      /* all-reduces over the TP group per forward + backward of the unit, */
-  int64_t tp_ar_numel;  /* each of tp_ar_numel fp32 elements per sample (the report's formula) */
-  int tp_ar_fwd_calls;  /* how many of tp_ar_calls are in the forward (--recompute reruns them) */
-  int tp_ar2_calls;     /* a second size: tp_ar2_calls all-reduces of tp_ar2_numel fp32 elements */
-  int64_t tp_ar2_numel; /* per sample (the GPT head's vocab-parallel loss: per-row max and sums) */
-  int tp_y_rep;         /* 1: the unit's output is the same on every rank of the TP group (it comes
-                         * out of g's all-reduce, or from replicated inputs and weights): with
-                         * --recompute each TP rank keeps only 1/T of it (Pa, common/train.c) */
 } unit_t;
 
 /* GPT-2's shape (kind "gpt"). */
@@ -80,13 +69,9 @@ typedef struct model_fns {
   /* Optional (NULL: the loop's softmax cross-entropy on the last unit's output): the loss of b
    * samples computed by the model itself — a vocab-parallel head whose logits no rank holds
    * whole. Same contract as trainer_loss: returns the local loss sum, writes dlogits (the last
-   * unit's dy, its own layout) with scale 1/(global batch · rows). Collective for TP kinds. */
+   * unit's dy, its own layout) with scale 1/(global batch · rows). Collective for a split kind
+   * (chapter 06's transform, train.h's model_transform_t, gives a model this table of its own). */
   double (*loss)(const struct model *m, int b, const float *logits, const int *targets, float *dlogits, float scale);
-  /* Optional (tensor-parallel kinds): the FULL model's weights from every TP rank's own.
-   * local: this rank's unpadded weights, unit after unit (m->numel floats; ignored unless
-   * has_local). Collective over the kind's TP group. Returns on the group's rank 0 a malloc'd
-   * array of full_numel floats (the unsplit model, unit after unit), NULL elsewhere. */
-  float *(*unsplit)(const struct model *m, const float *local, int has_local, int64_t *full_numel);
 } model_fns_t;
 
 typedef struct model {

@@ -52,6 +52,11 @@ double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n);
 /* Scratch memory for ops (fp32 copies of bf16 weights, fp32 gradient sums), accounted to
  * LEDGER_ACTS; grows on demand and is reused. Released by ops_release_workspace. */
 void *ops_workspace(device_t dev, int slot, int64_t nbytes);
+/* fp16 underflow count: the CPU backward ops (linear, LayerNorm, embedding) add the gradient
+ * elements whose fp32 value was nonzero and whose fp16 store is ±0 (flushed). op_fp16_flushed
+ * returns this process's total so far; ops_fp16_count_flushed is the ops' own hook. */
+int64_t op_fp16_flushed(void);
+void ops_fp16_count_flushed(int64_t k);
 void ops_release_workspace(void);
 /* One BLAS thread per rank (ranks are the parallelism, and a threaded sgemm may split sums
  * differently run to run). Called by every CPU op before its first sgemm; idempotent. */

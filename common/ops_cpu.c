@@ -100,13 +100,20 @@ void ops_blas_init(void) {
 #endif
 }
 
+static int64_t g_fp16_flushed; /* written by the compute thread only (the backward) */
+int64_t op_fp16_flushed(void) { return g_fp16_flushed; }
+void ops_fp16_count_flushed(int64_t k) { g_fp16_flushed += k; }
+
 /* A float view of n elements of p (dtype dt): p itself for F32, else widened into a slot. */
 static const float *ops_as_f32(const void *p, dtype_t dt, int64_t n, int slot, const char *op) {
   if (dt == DT_F32) return (const float *)p;
-  if (dt != DT_BF16) ops_bad_dtype(op, dt);
+  if (dt != DT_BF16 && dt != DT_F16) ops_bad_dtype(op, dt);
   float *w = ops_workspace(DEV_CPU, slot, n * (int64_t)sizeof(float));
-  const bf16_t *h = (const bf16_t *)p;
-  for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(h[i]);
+  const uint16_t *h = (const uint16_t *)p;
+  if (dt == DT_BF16)
+    for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(h[i]);
+  else
+    for (int64_t i = 0; i < n; i++) w[i] = fp16_to_f32(h[i]);
   return w;
 }
 
@@ -117,12 +124,21 @@ static void ops_store_acc(void *dst, dtype_t dt, const float *add, int64_t n, fl
     if (beta == 0.0f) memcpy(d, add, (size_t)n * sizeof(float));
     else
       for (int64_t i = 0; i < n; i++) d[i] = ew_acc(d[i], add[i], beta);
-  } else {
+  } else if (dt == DT_BF16) {
     bf16_t *d = (bf16_t *)dst;
     if (beta == 0.0f)
       for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(add[i]);
     else
       for (int64_t i = 0; i < n; i++) d[i] = bf16_from_f32(ew_acc(bf16_to_f32(d[i]), add[i], beta));
+  } else {
+    fp16_t *d = (fp16_t *)dst;
+    int64_t flushed = 0;
+    for (int64_t i = 0; i < n; i++) {
+      float v = beta == 0.0f ? add[i] : ew_acc(fp16_to_f32(d[i]), add[i], beta);
+      d[i] = fp16_from_f32(v);
+      flushed += v != 0.0f && (d[i] & 0x7fffu) == 0;
+    }
+    ops_fp16_count_flushed(flushed);
   }
 }
 
@@ -149,7 +165,7 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
                    dtype_t wdt, int B, int in, int out, float beta) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd(dx, dW, db, dy, x, W, wdt, B, in, out, beta));
   ops_blas_init();
-  if (wdt != DT_F32 && wdt != DT_BF16) ops_bad_dtype(__func__, wdt);
+  if (wdt != DT_F32 && wdt != DT_BF16 && wdt != DT_F16) ops_bad_dtype(__func__, wdt);
   int64_t wn = (int64_t)out * in;
   if (B <= 0) { /* no rows: nothing new, dW = beta·dW and db = beta·db */
     if (beta == 0.0f) {
@@ -249,6 +265,7 @@ void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, f
   ew_adamw_t k = ew_adamw_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, t);
   if (gdt == DT_F32) adamw_loop(w, grad, DT_F32, m, v, n, gscale, k);
   else if (gdt == DT_BF16) adamw_loop(w, grad, DT_BF16, m, v, n, gscale, k);
+  else if (gdt == DT_F16) adamw_loop(w, grad, DT_F16, m, v, n, gscale, k);
   else ops_bad_dtype(__func__, gdt);
 }
 
@@ -262,6 +279,7 @@ void op_sgd(device_t dev, float *w, const void *grad, dtype_t gdt, float *buf, i
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_sgd(w, grad, gdt, buf, n, lr, momentum, weight_decay, gscale));
   if (gdt == DT_F32) sgd_loop(w, grad, DT_F32, buf, n, lr, momentum, weight_decay, gscale);
   else if (gdt == DT_BF16) sgd_loop(w, grad, DT_BF16, buf, n, lr, momentum, weight_decay, gscale);
+  else if (gdt == DT_F16) sgd_loop(w, grad, DT_F16, buf, n, lr, momentum, weight_decay, gscale);
   else ops_bad_dtype(__func__, gdt);
 }
 
@@ -279,7 +297,15 @@ void op_cast(device_t dev, void *dst, dtype_t ddt, const void *src, dtype_t sdt,
     float *d = dst;
     const bf16_t *s = src;
     for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
-  } else if (ddt == DT_F64 && (sdt == DT_F32 || sdt == DT_BF16)) {
+  } else if (ddt == DT_F16 && sdt == DT_F32) {
+    fp16_t *d = dst;
+    const float *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = fp16_from_f32(s[i]);
+  } else if (ddt == DT_F32 && sdt == DT_F16) {
+    float *d = dst;
+    const fp16_t *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = fp16_to_f32(s[i]);
+  } else if (ddt == DT_F64 && (sdt == DT_F32 || sdt == DT_BF16 || sdt == DT_F16)) {
     double *d = dst;
     for (int64_t i = 0; i < n; i++) d[i] = dt_load(src, sdt, i);
   } else if (sdt == DT_F64 && ddt == DT_F32) {
@@ -301,6 +327,10 @@ void op_add(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
     bf16_t *d = dst;
     const bf16_t *s = src;
     for (int64_t i = 0; i < n; i++) d[i] = ew_add_bf16(d[i], s[i]);
+  } else if (dt == DT_F16) {
+    fp16_t *d = dst;
+    const fp16_t *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = ew_add_fp16(d[i], s[i]);
   } else if (dt == DT_F64) {
     double *d = dst;
     const double *s = src;
@@ -321,6 +351,10 @@ void op_max(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
     bf16_t *d = dst;
     const bf16_t *s = src;
     for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src(bf16_to_f32(d[i]), bf16_to_f32(s[i])) ? s[i] : d[i];
+  } else if (dt == DT_F16) {
+    fp16_t *d = dst;
+    const fp16_t *s = src;
+    for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src(fp16_to_f32(d[i]), fp16_to_f32(s[i])) ? s[i] : d[i];
   } else if (dt == DT_F64) {
     double *d = dst;
     const double *s = src;
@@ -338,6 +372,9 @@ void op_scale(device_t dev, void *x, dtype_t dt, float s, int64_t n) {
   } else if (dt == DT_BF16) {
     bf16_t *p = x;
     for (int64_t i = 0; i < n; i++) p[i] = ew_scale_bf16(p[i], s);
+  } else if (dt == DT_F16) {
+    fp16_t *p = x;
+    for (int64_t i = 0; i < n; i++) p[i] = ew_scale_fp16(p[i], s);
   } else if (dt == DT_F64) {
     double *p = x;
     for (int64_t i = 0; i < n; i++) p[i] = ew_scale_f64(p[i], s);
@@ -353,6 +390,9 @@ void op_fill(device_t dev, void *x, dtype_t dt, float value, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] = value;
   } else if (dt == DT_BF16) {
     bf16_t *p = x, h = bf16_from_f32(value);
+    for (int64_t i = 0; i < n; i++) p[i] = h;
+  } else if (dt == DT_F16) {
+    fp16_t *p = x, h = fp16_from_f32(value);
     for (int64_t i = 0; i < n; i++) p[i] = h;
   } else if (dt == DT_F64) {
     double *p = x;
@@ -374,11 +414,13 @@ void op_fill(device_t dev, void *x, dtype_t dt, float value, int64_t n) {
   } while (0)
 #define SUMSQ_ID(v) ((double)(v))
 #define SUMSQ_BF(v) ((double)bf16_to_f32(v))
+#define SUMSQ_H(v) ((double)fp16_to_f32(v))
 double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA_RET(opcu_sumsq(x, dt, n));
   double acc[8] = {0};
   if (dt == DT_F32) SUMSQ_LOOP(float, SUMSQ_ID);
   else if (dt == DT_BF16) SUMSQ_LOOP(bf16_t, SUMSQ_BF);
+  else if (dt == DT_F16) SUMSQ_LOOP(fp16_t, SUMSQ_H);
   else if (dt == DT_F64) SUMSQ_LOOP(double, SUMSQ_ID);
   else ops_bad_dtype(__func__, dt);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));

@@ -38,13 +38,16 @@
 #define ATT_BLOCK 64
 
 static void gpt_check_dt(dtype_t dt, const char *op) {
-  if (dt != DT_F32 && dt != DT_BF16) die_on_rank("%s: unsupported dtype %s", op, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) die_on_rank("%s: unsupported dtype %s", op, dtype_name(dt));
 }
 /* n elements of p (dtype dt) as fp32: p itself for F32, else widened into a workspace slot. */
 static const float *gpt_as_f32(const void *p, dtype_t dt, int64_t n, int slot) {
   if (dt == DT_F32) return (const float *)p;
   float *w = ops_workspace(DEV_CPU, slot, n * (int64_t)sizeof(float));
-  for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(((const bf16_t *)p)[i]);
+  if (dt == DT_BF16)
+    for (int64_t i = 0; i < n; i++) w[i] = bf16_to_f32(((const bf16_t *)p)[i]);
+  else
+    for (int64_t i = 0; i < n; i++) w[i] = fp16_to_f32(((const fp16_t *)p)[i]);
   return w;
 }
 /* dst[i] = beta·dst[i] + s[i] in dt (beta 0 overwrites: an old NaN does not leak in). */
@@ -52,6 +55,7 @@ static void gpt_store_acc(void *dst, dtype_t dt, const float *s, int64_t n, floa
   for (int64_t i = 0; i < n; i++) {
     float v = beta == 0.0f ? s[i] : beta * dt_load(dst, dt, i) + s[i];
     dt_store(dst, dt, i, v);
+    if (dt == DT_F16 && v != 0.0f && (((const fp16_t *)dst)[i] & 0x7fffu) == 0) ops_fp16_count_flushed(1);
   }
 }
 
@@ -232,9 +236,12 @@ void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *w
       if (wdt == DT_F32) {
         const float *a = (const float *)wte + we, *e = (const float *)wpe + pe;
         for (int c = 0; c < C; c++) o[c] = a[c] + e[c];
-      } else {
+      } else if (wdt == DT_BF16) {
         const bf16_t *a = (const bf16_t *)wte + we, *e = (const bf16_t *)wpe + pe;
         for (int c = 0; c < C; c++) o[c] = bf16_to_f32(a[c]) + bf16_to_f32(e[c]);
+      } else {
+        const fp16_t *a = (const fp16_t *)wte + we, *e = (const fp16_t *)wpe + pe;
+        for (int c = 0; c < C; c++) o[c] = fp16_to_f32(a[c]) + fp16_to_f32(e[c]);
       }
     }
 }

@@ -32,45 +32,13 @@ typedef struct rank_numbers {
   double busy_us[CO_NOPS];
   double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
   int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */
-  int64_t tp_formula_calls, tp_formula_bytes; /* ... and what the split units declare (tp_formula) */
+  int64_t tp_formula_calls, tp_formula_bytes; /* ... and the model transform's formula (its traffic hook) */
   int64_t pa_calls, pa_sent, pa_formula_calls, pa_formula_bytes; /* --pa: the TP group's all-gathers, and formula */
 } rank_numbers_t;
 
 /* Rows of the per-rank tables: every rank of the job (with --tp the report gathers over the
  * world, so the T ranks of each data-parallel position all appear), else the strategy's ranks. */
 static int nrows(const trainer_t *t) { return t->tp_comm ? comm_world(t->world_comm) : t->world; }
-
-/* --tp: the all-reduces the split units declare (unit_t.tp_ar_calls of tp_ar_numel per sample,
- * fp32) for one step of this rank: × micro-batches; --recompute reruns a unit's forward, its
- * forward all-reduces (tp_ar_fwd_calls: the g's) included; tp_ar2_* a second size (the GPT's loss). */
-static void tp_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
-  *calls = *bytes = 0;
-  if (!t->tp_comm) return;
-  int T = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
-  for (int u = 0; u < t->model.n_units; u++) {
-    const unit_t *un = &t->model.units[u];
-    int64_t n = un->tp_ar_calls;
-    if (t->cfg->recompute && un->saved_numel > 0) n += un->tp_ar_fwd_calls;
-    *calls += (n + un->tp_ar2_calls) * t->cfg->accum;
-    *bytes += n * t->cfg->accum * comm_model_sent(CO_ALL_REDUCE, t->local_batch * un->tp_ar_numel, DT_F32, T, r, 0);
-    *bytes += un->tp_ar2_calls * t->cfg->accum * comm_model_sent(CO_ALL_REDUCE, t->local_batch * un->tp_ar2_numel, DT_F32, T, r, 0);
-  }
-}
-
-/* --pa: one all-gather per micro-batch of each partitioned unit output (trainer_pa_slice_numel:
- * s_u elements per rank, T·s_u in all), before the backward of the unit that reads it; each sends
- * (T−1)/T of its bytes from every rank (ring model: T−1 slices of s_u fp32). */
-static void pa_formula(const trainer_t *t, int64_t *calls, int64_t *bytes) {
-  *calls = *bytes = 0;
-  if (!t->tp_comm) return;
-  int T = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
-  for (int u = 0; u < t->model.n_units; u++) {
-    int64_t s = trainer_pa_slice_numel(t, u);
-    if (!s) continue;
-    *calls += t->cfg->accum;
-    *bytes += t->cfg->accum * comm_model_sent(CO_ALL_GATHER, (int64_t)T * s, DT_F32, T, r, 0);
-  }
-}
 
 /* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
 static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
@@ -81,8 +49,7 @@ static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
   for (int r = 0; r < NR; r++)
     printf("%-6d %8lld %12.2f %14lld %14.1f %16lld\n", r, (long long)all[r].tp_rank, (double)all[r].tp_calls / steps,
            (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes);
-  printf("formula: per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of its "
-         "bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)\n");
+  printf("formula: %s\n", t->cfg->transform->traffic_text);
   if (!t->cfg->pa) return;
   printf("%-6s %8s %12s %14s %14s %16s   (--pa: partitioned checkpoints)\n", "rank", "tp rank", "all-gathers", "formula",
          "bytes sent", "formula");
@@ -337,7 +304,7 @@ static const char *jnum(char *dst, size_t n, double x) {
 
 static const char *opt_name(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? "adamw" : "sgd"; }
 static int opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
-static const char *prec_name(const train_cfg_t *c) { return c->wdt == DT_BF16 ? "bf16" : "fp32"; }
+static const char *prec_name(const train_cfg_t *c) { return dtype_precision(c->wdt); }
 
 /* ---- the report ---------------------------------------------------------------------------- */
 
@@ -566,6 +533,11 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
                 "\"accum\": %d, \"seed\": %llu",
             run->skipped_steps, med, med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0, (long long)cfg->batch,
             cfg->accum, (unsigned long long)cfg->seed);
+  if (cfg->wdt == DT_F16) { /* the loss scale each step's backward used (notes/fp16.md) */
+    sb_printf(&b, ", \"loss_scales\": [");
+    for (int i = 0; i < steps; i++) sb_printf(&b, "%s%.17g", i ? ", " : "", run->steps[i].loss_scale);
+    sb_printf(&b, "]");
+  }
   if (is_gpt(t)) {
     const gpt_shape_t *g = &t->model.gpt;
     sb_printf(&b, ", \"model\": {\"kind\": \"gpt\", \"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"seq_len\": %d, "
@@ -604,10 +576,10 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     mine.tp_rank = comm_rank(t->tp_comm);
     mine.tp_calls = tc.calls[CO_ALL_REDUCE];
     mine.tp_sent = tc.sent[CO_ALL_REDUCE];
-    tp_formula(t, &mine.tp_formula_calls, &mine.tp_formula_bytes);
+    t->cfg->transform->traffic(t, &mine.tp_formula_calls, &mine.tp_formula_bytes); /* the transform's formula */
     mine.pa_calls = tc.calls[CO_ALL_GATHER]; /* --pa's gathers: the TP group's only all-gathers */
     mine.pa_sent = tc.sent[CO_ALL_GATHER];
-    pa_formula(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
+    if (t->cfg->transform->pa_traffic) t->cfg->transform->pa_traffic(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
   }
   mine.params = ledger_peak(LEDGER_PARAMS);
   mine.grads = ledger_peak(LEDGER_GRADS);
@@ -641,12 +613,13 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   if (!cfg->quiet) print_tables(t, run, all);
   else {
     double med = report_median_ms(run->steps, run->nsteps);
-    if (is_gpt(t))
-      printf("%s: final loss %.6f (uniform %.4f), validation %.6f, median step %.3f ms, %.0f tokens/s\n",
-             t->strategy->name, run->steps[run->nsteps - 1].loss, log((double)t->model.classes),
-             run->nevals ? run->evals[run->nevals - 1].val_loss : NAN, med,
+    if (is_gpt(t)) {
+      char val[64] = "no validation run"; /* --eval-every 0: no number to print */
+      if (run->nevals) snprintf(val, sizeof val, "validation %.6f", run->evals[run->nevals - 1].val_loss);
+      printf("%s: final loss %.6f (uniform %.4f), %s, median step %.3f ms, %.0f tokens/s\n", t->strategy->name,
+             run->steps[run->nsteps - 1].loss, log((double)t->model.classes), val, med,
              med > 0 ? (double)cfg->batch * t->model.rows / (med / 1000.0) : 0.0);
-    else
+    } else
       printf("%s: final loss %.6f (teacher %.6f), median step %.3f ms, %.0f samples/s\n", t->strategy->name,
              run->steps[run->nsteps - 1].loss, run->teacher_entropy, med,
              med > 0 ? (double)cfg->batch / (med / 1000.0) : 0.0);

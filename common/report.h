@@ -13,6 +13,7 @@
 typedef struct report_step {
   double loss; /* mean loss over the global batch of the step (before its update) */
   double ms;   /* wall time of the step on rank 0 (forward, backward, communication, optimizer) */
+  double loss_scale; /* --precision fp16: the loss scale S this step's backward used (0 otherwise) */
 } report_step_t;
 
 typedef struct report_extra {

@@ -10,7 +10,7 @@
 #include "train.h"  // trainer_t, strategy_t, train_cfg_t
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
-#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, comm_all_gather (--pa), counters
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
 #include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
 #include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
@@ -22,7 +22,9 @@
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
+#include "export.h" // export_safetensors (--save-params PATH.safetensors beside PATH)
 #include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
+#include "scaler.h" // scaler_t, scaler_make, scaler_update (--precision fp16)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // getenv, free
@@ -31,7 +33,7 @@
 #include <errno.h>  // errno, EEXIST
 #include <sys/stat.h> // mkdir, stat
 
-#define TRAIN_MAX_EXTRAS 16
+#define TRAIN_MAX_EXTRAS 24
 /* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
 
 /* What only the loop sees. Activation buffers per unit u (B = local micro-batch, in samples):
@@ -40,8 +42,9 @@
  *                                 (the largest unit's) shared by all, refilled in the backward
  * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
  * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
- * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T); the whole output
- * lives in work[u % 2] while the forward or the backward needs it (pa_keep, pa_gather). */
+ * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
+ * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
+ * needs it (pa_keep, pa_gather: the transform's). */
 struct train_internal {
   tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
   tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
@@ -61,9 +64,9 @@ struct train_internal {
   int checked_steps;
   report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
   int nevals;
-  float *tp_rep;     /* --tp: (Σ unit tp_rep_numel) this rank's local gradients of the replicated
-                      * parameters, summed over the step's micro-batches (host; the norm's count-once) */
-  int64_t tp_rep_numel;
+  scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
+  int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
+                                * control all-reduce, trainer_finish_grads), summed over the steps */
 };
 
 /* ---- helpers for strategies -------------------------------------------------------------- */
@@ -72,7 +75,7 @@ void trainer_alloc_full_states(trainer_t *t, int with_grads) {
   int64_t P = t->model.padded_numel;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, P);         /* (P) working */
   if (with_grads) t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, P); /* (P) */
-  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
+  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, P);
   if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, P);
 }
@@ -97,7 +100,7 @@ void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst)
 void trainer_init_full_params(trainer_t *t) {
   int64_t P = t->model.padded_numel;
   /* The fp32 copy every rank must agree on: master in bf16 mode, the params in fp32 mode. */
-  tensor_t *w = t->wdt == DT_BF16 ? &t->master : &t->params;
+  tensor_t *w = dtype_is_half(t->wdt) ? &t->master : &t->params;
   if (t->rank == 0) {
     float *h = xmalloc((size_t)P * sizeof(float), "init params (host)");
     trainer_init_values(t, 0, P, h);
@@ -106,7 +109,7 @@ void trainer_init_full_params(trainer_t *t) {
   }
   /* As DDP's constructor does: rank 0's weights are broadcast, so every replica starts equal. */
   comm_broadcast(t->comm, w->data, P, DT_F32, 0);
-  if (t->wdt == DT_BF16) op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P);
+  if (dtype_is_half(t->wdt)) op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P);
 }
 
 void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale) {
@@ -116,56 +119,9 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
   else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
 
-/* --tp: the replicated parameters' local gradients of this micro-batch's backward of unit u
- * (unit_t.tp_rep_numel, the first of the unit) into in->tp_rep, summed over the micro-batches
- * whatever the strategy does with its buffers between them (beta 1: the buffer already holds the
- * sum; beta 0: add). Host copy of a few biases: off the critical path of the lesson. */
-static void tp_capture_rep(trainer_t *t, int u) {
-  struct train_internal *in = t->in;
-  const model_t *m = &t->model;
-  int64_t at = 0, n = m->units[u].tp_rep_numel;
-  if (!t->tp_comm || n == 0) return;
-  if (!in->tp_rep) {
-    for (int v = 0; v < m->n_units; v++) in->tp_rep_numel += m->units[v].tp_rep_numel;
-    in->tp_rep = xcalloc((size_t)in->tp_rep_numel, sizeof(float), "tp replicated grads");
-  }
-  for (int v = 0; v < u; v++) at += m->units[v].tp_rep_numel;
-  float *acc = in->tp_rep + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
-  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
-  else {
-    bf16_t *h = xmalloc((size_t)n * sizeof(bf16_t), "tp replicated grads (bf16)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(bf16_t));
-    op_cast(DEV_CPU, now, DT_F32, h, DT_BF16, n);
-    free(h);
-  }
-  int add = t->micro > 0 && t->grad_beta == 0.0f;
-  for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
-  free(now);
-}
-
-/* --tp: Σg² of the whole model from this rank's (Σ over its DP group, as trainer_finish_grads
- * has it): every TP rank's sum holds its split parameters AND the replicated ones, which are the
- * same on every TP rank — so the sum over the TP group counts them T times. They are counted
- * once: Σ_tp − (T − 1)·R, R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
-static double tp_norm_sumsq(trainer_t *t, double dp_sumsq) {
-  struct train_internal *in = t->in;
-  int T = comm_world(t->tp_comm);
-  double R = 0, s = dp_sumsq;
-  if (in->tp_rep_numel > 0) {
-    double *g = xmalloc((size_t)in->tp_rep_numel * sizeof(double), "tp replicated grads (f64)");
-    for (int64_t k = 0; k < in->tp_rep_numel; k++) g[k] = in->tp_rep[k];
-    for (int64_t k = 0; k < in->tp_rep_numel; k += 1 << 20) /* ctl all-reduces take an int count */
-      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(in->tp_rep_numel - k < (1 << 20) ? in->tp_rep_numel - k : 1 << 20), REDOP_SUM);
-    for (int64_t k = 0; k < in->tp_rep_numel; k++) R += g[k] * g[k];
-    free(g);
-  }
-  comm_ctl_all_reduce_f64(t->tp_comm, &s, 1, REDOP_SUM);
-  s -= (T - 1) * R;
-  return s > 0 ? s : 0;
-}
-
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
+  if (fault_overflow(sharded ? t->rank : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow (testing aid) */
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
    * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
@@ -183,7 +139,13 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     bad[2 + t->rank] = t->in->local_nonfinite;
     comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
   }
-  if (t->tp_comm && !reduced_bad) sumsq = tp_norm_sumsq(t, sumsq);
+  int fp16 = t->wdt == DT_F16;
+  if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
+    t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, t->rank, 0);
+  if (t->tp_comm && fp16) { /* fp16: an overflow in one TP rank's slices must skip the step on all of them */
+    sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
+    reduced_bad = !isfinite(sumsq);
+  } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -194,6 +156,14 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     }
   free(bad);
   t->skipped = 0;
+  if ((reduced_bad || nbad > 0) && fp16) { /* the loss scaler's overflow: skip, back off (train_loop) */
+    t->grad_norm = NAN;
+    if (t->rank == 0 && !t->cfg->quiet)
+      printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank\n", t->step,
+             (double)t->in->scaler.scale);
+    t->skipped = 1;
+    return 0.0f;
+  }
   if (reduced_bad || nbad > 0) {
     t->grad_norm = NAN;
     char where[320];
@@ -212,6 +182,12 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
               t->step, where);
     t->skipped = 1;
     return 0.0f;
+  }
+  if (fp16) { /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
+    double S = t->in->scaler.scale, clip = 1.0;
+    t->grad_norm = sqrt(sumsq) / S;
+    if (t->cfg->clip > 0) clip = fmin(1.0, t->cfg->clip / (t->grad_norm + 1e-6));
+    return (float)(clip / S);
   }
   t->grad_norm = sqrt(sumsq);
   if (t->cfg->clip > 0) {
@@ -234,18 +210,18 @@ void trainer_report_extra(trainer_t *t, const char *key, double value) {
   e->value = value;
 }
 
-/* ZL_CHECK_MASTER=1 (tests): in bf16 mode, the working params must be bf16(master) bit for bit. */
+/* ZL_CHECK_MASTER=1 (tests): in bf16/fp16 mode, the working params must be wdt(master) bit for bit. */
 static void check_master_bits(trainer_t *t) {
   int64_t n = t->params.numel;
-  if (t->wdt != DT_BF16 || n == 0 || t->master.numel != n) return;
-  bf16_t *p = xmalloc((size_t)n * 2, "check params"), *want = xmalloc((size_t)n * 2, "check master");
+  if (!dtype_is_half(t->wdt) || n == 0 || t->master.numel != n) return;
+  uint16_t *p = xmalloc((size_t)n * 2, "check params"), *want = xmalloc((size_t)n * 2, "check master");
   float *m = xmalloc((size_t)n * 4, "check master f32");
   dev_memcpy(DEV_CPU, p, t->dev, t->params.data, (size_t)n * 2);
   dev_memcpy(DEV_CPU, m, t->dev, t->master.data, (size_t)n * 4);
-  op_cast(DEV_CPU, want, DT_BF16, m, DT_F32, n);
+  op_cast(DEV_CPU, want, t->wdt, m, DT_F32, n);
   for (int64_t i = 0; i < n; i++)
     if (p[i] != want[i])
-      die_on_rank("step %d: bf16 params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->step,
+      die_on_rank("step %d: 16-bit params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->step,
           (long long)i, p[i], (long long)i, m[i], want[i]);
   free(p);
   free(want);
@@ -256,10 +232,9 @@ static void check_master_bits(trainer_t *t) {
 /* ---- the loop ---------------------------------------------------------------------------- */
 
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
-  const model_t *m = &t->model;
-  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= m->n_units - 1 || !m->units[u].tp_y_rep) return 0;
-  int T = comm_world(t->tp_comm);
-  return (t->local_batch * m->units[u].y_numel + T - 1) / T; /* rounded up: T slices cover it, pad at the end */
+  const model_transform_t *xf = t->cfg->transform;
+  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  return xf->pa_slice(t, u);
 }
 
 /* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
@@ -351,7 +326,9 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
 
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
   const model_t *m = &t->model;
-  float scale = (float)(1.0 / ((double)t->cfg->batch * m->rows));
+  /* fp16: the loss is multiplied by the loss scale S before the backward (its gradient is) */
+  double S = t->wdt == DT_F16 ? (double)t->in->scaler.scale : 1.0;
+  float scale = (float)(S / ((double)t->cfg->batch * m->rows));
   double loss = m->fns->loss ? m->fns->loss(m, b, logits, targets, dlogits, scale) /* the model's own (vocab-parallel) */
                              : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
   if (!isfinite(loss)) t->in->local_nonfinite = 1;
@@ -362,7 +339,7 @@ void trainer_check_grads(trainer_t *t, int u) {
   /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
   if (t->dev == DEV_CPU && !t->in->local_nonfinite)
     t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
-  tp_capture_rep(t, u); /* --tp: the replicated parameters' gradients, for the norm */
+  if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
 }
 
 /* Where unit u's whole output is during the micro-batch: out[u], or with --pa for a partitioned
@@ -380,26 +357,20 @@ static unit_io_t unit_io(trainer_t *t, int u) {
                      .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
 }
 
-/* --pa, after unit u's forward: keep this rank's slice [r·s, (r+1)·s) of its whole output (the
- * same bits on every TP rank). The last rank's slice may run past the b·y_numel real elements:
- * those pad slots are never written and stay 0 (tensor_alloc zero-fills). */
+/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output in out[u]. */
 static void pa_keep(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u), n = t->local_batch * t->model.units[u].y_numel;
-  if (!s) return;
-  int64_t lo = s * comm_rank(t->tp_comm), real = n - lo < s ? n - lo : s;
-  if (real > 0) dev_memcpy(t->dev, t->in->out[u].data, t->dev, unit_y(t, u) + lo, (size_t)real * sizeof(float));
+  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, u), t->in->out[u].data);
 }
 
 /* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
- * the whole output back from the T slices, one all-gather of T·s over the TP group — it moves
+ * the whole output back from the slices (the transform's all-gather over the TP group): it moves
  * bytes and adds nothing, so the backward sees the bits the forward produced. */
 static void pa_gather(trainer_t *t, int u) {
-  int64_t s = trainer_pa_slice_numel(t, u);
-  if (!s) return;
+  if (!trainer_pa_slice_numel(t, u)) return;
   char name[32];
   snprintf(name, sizeof name, "pa gather %d", u);
   trace_begin(name);
-  comm_all_gather(t->tp_comm, t->in->out[u].data, unit_y(t, u), s * comm_world(t->tp_comm), DT_F32);
+  t->cfg->transform->pa_gather(t, u, t->in->out[u].data, unit_y(t, u));
   trace_end(NULL);
 }
 
@@ -623,17 +594,24 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     }
     t->opt_t = *taken + 1;
     t->skipped = 0;
+    double scale_used = in->scaler.scale;
     t->strategy->step(t);
+    if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
     dev_sync(t->dev);
     trace_end(NULL);
     double ms = (trace_now_us() - t0) / 1000.0;
     if (!t->skipped) (*taken)++;
     else (*skipped)++;
     comm_ctl_all_reduce_f64(t->comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
-    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms};
+    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
+                                      .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
     if (log && log_step(cfg, step)) {
-      printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
+      if (t->wdt == DT_F16)
+        printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", step, in->steps[step].loss, ms, scale_used,
+               t->skipped ? "  (skipped)" : "");
+      else
+        printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
       fflush(stdout);
     }
     if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) eval_record(t, step + 1);
@@ -649,7 +627,7 @@ static void print_header(const trainer_t *t, const char *chapter) {
   const model_t *m = &t->model;
   printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->strategy->name, t->world,
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
-         cfg->collectives == COLL_RING ? "ring" : "vendor", cfg->wdt == DT_BF16 ? "bf16" : "fp32",
+         cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
   if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
@@ -676,15 +654,38 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
   int64_t full_numel = t->model.numel;
-  if (t->tp_comm && t->model.fns->unsplit) { /* --tp: this TP rank's part -> the whole model on world rank 0 */
-    float *whole = t->model.fns->unsplit(&t->model, full, rank == 0, &full_numel);
+  if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
+    float *whole = cfg->transform->unsplit(&t->model, full, rank == 0, &full_numel);
     free(full);
     full = whole;
   }
-  if (full && cfg->save_params)
+  if (full && cfg->save_params) {
     report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
-  if (in->check_master && rank == 0 && cfg->wdt == DT_BF16) /* also with --quiet: tests read it */
-    printf("check: bf16 params == bf16(master) bit for bit after each of %d steps (rank 0)\n", in->checked_steps);
+    struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
+    if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      char st[1200];
+      snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
+      export_model_t em = {.gpt = 1, .g = cfg->gpt};
+      if (export_numel(&em) != full_numel) die("rank 0: --save-params: %lld weights, the GPT's shape has %lld",
+                                               (long long)full_numel, (long long)export_numel(&em));
+      char shape[96];
+      snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
+               cfg->gpt.seq_len, cfg->gpt.vocab);
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->strategy->name, NULL};
+      export_safetensors("--save-params", st, &em, full, meta);
+    }
+  }
+  if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
+    printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n", dtype_precision(cfg->wdt),
+           dtype_precision(cfg->wdt), in->checked_steps);
+  if (cfg->wdt == DT_F16) { /* the scaler's numbers; the flushed count summed over every rank of the job */
+    double flushed = (double)op_fp16_flushed();
+    comm_ctl_all_reduce_f64(t->tp_comm ? t->world_comm : t->comm, &flushed, 1, REDOP_SUM);
+    trainer_report_extra(t, "overflow_steps", in->scaler.overflows);
+    trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
+    trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
+    trainer_report_extra(t, "fp16_flushed_to_zero", flushed);
+  }
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
   report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full, .full_numel = full_numel,
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
@@ -703,7 +704,6 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(full);
   free(in->steps);
   free(in->evals);
-  free(in->tp_rep);
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
@@ -717,9 +717,11 @@ static int is_dir_path(const char *path) {
 
 /* --tp T with --ckpt DIR / --resume DIR: TP rank r of T saves and resumes its own slices as an
  * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
- * dimension works inside it as without TP; across another T it does not: refused here, with the
- * T the checkpoint was saved with). Returns 0, or 2 after one error line (collective over the
- * world: every rank returns the same). */
+ * dimension works inside it as without TP). A --resume DIR without tp-R-of-T directories is
+ * read as it is: a checkpoint of full units (grid-free from zl_ckpt convert, or saved without
+ * --tp) that every TP rank maps to its slices (ckpt.c, the transform's to_local); one of another T
+ * is refused by ckpt_resolve, which names the T and the conversion. Returns 0, or 2 after one
+ * error line (collective over the world: every rank returns the same). */
 static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
   int T = g->size[GRID_TP], r = g->coord[GRID_TP];
   double bad = 0;
@@ -731,20 +733,7 @@ static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, siz
   }
   if (c->resume && !bad) {
     snprintf(rs, n, "%s/tp-%d-of-%d", c->resume, r, T);
-    if (g->rank == 0 && !is_dir_path(rs)) { /* name what is there instead */
-      char found[64] = "";
-      DIR *d = opendir(c->resume);
-      struct dirent *e;
-      int rr, tt;
-      while (d && (e = readdir(d)))
-        if (sscanf(e->d_name, "tp-%d-of-%d", &rr, &tt) == 2) snprintf(found, sizeof found, "--tp %d", tt);
-      if (d) closedir(d);
-      fprintf(stderr, "error: --resume %s: no checkpoint for --tp %d here (%s/tp-%d-of-%d is missing; %s). A checkpoint "
-              "resumes at the T it was saved with: resharding across T is not supported\n", c->resume, T, c->resume, r, T,
-              found[0] ? found : "saved without --tp: it holds no tp-R-of-T directories");
-      bad = 1;
-    }
-    c->resume = rs;
+    if (is_dir_path(rs)) c->resume = rs;
   }
   comm_ctl_all_reduce_f64(g->world, &bad, 1, REDOP_MAX);
   return bad ? 2 : 0;
@@ -782,7 +771,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     if (grid->coord[GRID_TP] != 0) tpcfg.quiet = 1;
     cfg = &tpcfg;
   }
-  if (grid && !cfg->model_split) die("error: --tp %d: this program has no tensor-parallel model split", cfg->tp);
+  if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
   if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
@@ -801,10 +790,12 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     return 2;
   }
   model_from_cfg(&t);
-  if (grid) cfg->model_split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
+  if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
+  in.scaler = scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
+                          (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
   if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);

@@ -41,14 +41,18 @@ typedef struct train_cfg {
   int tp;                             /* --tp T: tensor-parallel ranks per layer (06; 1 = off) */
   int pa;                             /* --pa: 1 with --recompute and --tp T > 1 (auto), unless --pa 0:
                                        * partitioned activation checkpointing, ZeRO-R's Pa (train.c) */
-  /* Set by a chapter's main, not a flag: turns the full model into this TP rank's part of it
-   * (solutions/tp.c) — the units keep their order, their parameters become the rank's slices,
-   * and the forward/backward of a split unit talk over tp_comm. Needed when --tp > 1. */
-  void (*model_split)(model_t *m, comm_t *tp_comm);
+  /* Set by a chapter's main, not a flag: the model transform that --tp T > 1 applies (chapter 06's
+   * tensor parallelism, solutions/tp.h's tp_transform); NULL: the program has none. */
+  const struct model_transform *transform;
   double lr, momentum, weight_decay, beta1, beta2, eps, clip; /* --clip 0 = off */
   uint64_t seed;
   optim_kind_t optimizer;             /* --optimizer adamw|sgd */
-  dtype_t wdt;                        /* --precision fp32|bf16: working dtype of params and grads */
+  dtype_t wdt;                        /* --precision fp32|bf16|fp16: working dtype of params and grads */
+  /* --precision fp16's loss scaler (common/scaler.h; GradScaler's names and defaults):
+   * --loss-scale S > 0 static, 0 dynamic from --init-scale, with --growth-factor,
+   * --backoff-factor, --growth-interval. */
+  double loss_scale, init_scale, growth_factor, backoff_factor;
+  int growth_interval;
   coll_impl_t collectives;            /* --collectives vendor|ring */
   const char *device;                 /* --device auto|cpu|cuda */
   const char *backend;                /* --backend auto|mpi|nccl */
@@ -60,7 +64,7 @@ typedef struct train_cfg {
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
   int virtual_stages;                 /* --virtual-stages v: chunks per rank with interleaved (07) */
-  int zero;                           /* --zero S on a pipeline's data dimension: 0 all-reduce, 1 ZeRO-1 (07) */
+  int zero;                           /* --zero S on the data dimension: 0 all-reduce, 1/2/3 ZeRO (06, 07) */
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */
@@ -77,7 +81,8 @@ typedef struct train_cfg {
 } train_cfg_t;
 
 /* Which chapter-specific flags a program accepts. */
-enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16 };
+enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16,
+       TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */ };
 
 struct trainer;
 
@@ -133,6 +138,55 @@ typedef struct strategy {
    * own, LEDGER_ACTS) and t->local_batch is the strategy's to set in setup. */
   double (*run_step)(struct trainer *t);
 } strategy_t;
+
+/* A MODEL TRANSFORM (chapter 06's tensor parallelism: solutions/tp.h, tp_transform) turns the full
+ * model into this rank's part of it over a group of ranks (t->tp_comm), and answers for that part
+ * what the loop, the gradient norm and the report ask. The loop, the launcher and the report know
+ * nothing else of it: the knowledge of which parameters are split, which replicated, which unit
+ * outputs the group shares and what its collectives cost stays in the transform's own files.
+ *
+ *   launcher:  split(model, group)                  once, after the model is built
+ *   loop:      after_backward(t, u)                 after every unit's backward (micro-batch t->micro)
+ *              grad_sumsq(t, Σg² over DP)           the whole model's Σg² (the clip and the report)
+ *              pa_slice / pa_keep / pa_gather       --pa: which part of unit u's output this rank keeps
+ *   report:    traffic, pa_traffic                  the group's collectives per step: the formulas
+ *   export:    unsplit(model, local, ...)           the whole model from the parts (--save-params)  */
+typedef struct model_transform {
+  const char *name; /* "tp" */
+  /* The full model m (as the launcher built it) → this rank's part over group g, in place: the same
+   * units in the same order, each unit's parameters this rank's part. Not collective; dies (naming
+   * the unit) when a split dimension is smaller than the group. */
+  void (*split)(model_t *m, comm_t *g);
+  /* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, micro-batch t->micro). */
+  void (*after_backward)(struct trainer *t, int u);
+  /* The whole model's Σg² from dp_sumsq, this rank's part summed over its data-parallel group
+   * (what trainer_finish_grads has). Collective over t->comm and t->tp_comm. */
+  double (*grad_sumsq)(struct trainer *t, double dp_sumsq);
+  /* --pa (ZeRO-R's partitioned activation checkpointing; NULL: not offered). pa_slice: the elements
+   * of unit u's output (t->local_batch samples) this rank keeps between the unit's forward and the
+   * backward that reads it, 0: the loop keeps the whole output (an output the group does not
+   * replicate). The loop calls it only with --pa, and keeps the whole output meanwhile in a working
+   * buffer of (group size · slice) elements. pa_keep, after the forward: whole → this rank's slice.
+   * pa_gather, before that backward (collective over the group): the slices → the whole output,
+   * the bits the forward produced. pa_traffic: its all-gathers per step (calls, bytes sent). */
+  int64_t (*pa_slice)(const struct trainer *t, int u);
+  void (*pa_keep)(struct trainer *t, int u, const float *whole, float *slice);
+  void (*pa_gather)(struct trainer *t, int u, const float *slice, float *whole);
+  void (*pa_traffic)(const struct trainer *t, int64_t *calls, int64_t *bytes);
+  /* This rank's collectives over the group per optimizer step (fp32, comm.h's ring model): the
+   * count and the bytes sent, the formula the report prints beside the group's counters. */
+  void (*traffic)(const struct trainer *t, int64_t *calls, int64_t *bytes);
+  const char *traffic_text; /* one line naming what the formula counts (printed under the table) */
+  /* The FULL model's fp32 weights from every rank's own. local: this rank's unpadded weights, unit
+   * after unit (m->numel floats; ignored unless has_local). Collective over the group. Returns on
+   * the group's rank 0 a malloc'd array of *full_numel floats (the unsplit model), NULL elsewhere. */
+  float *(*unsplit)(const model_t *m, const float *local, int has_local, int64_t *full_numel);
+  /* Full unit u (the unsplit model's layout, its numel floats) → this rank's local unit u
+   * (m->units[u].numel floats): the part this rank keeps, replicated parameters included. No
+   * communication. A resume from full units (a grid-free checkpoint, or one saved without the
+   * transform: ckpt.h) reads every unit through it. */
+  void (*to_local)(const model_t *m, int u, const float *full, float *local);
+} model_transform_t;
 
 typedef struct trainer {
   const train_cfg_t *cfg;
@@ -221,11 +275,13 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits);
 /* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, for micro-batch t->micro),
  * what the loop does after each backward: on the CPU, marks this rank's step when they hold a
- * NaN/Inf (GPU: nothing); with --tp, keeps the replicated parameters' gradients for the norm. */
+ * NaN/Inf (GPU: nothing); then the model transform's after_backward (--tp: the replicated
+ * parameters' gradients, for the norm). */
 void trainer_check_grads(trainer_t *t, int u);
 /* --pa (ZeRO-R's partitioned activation checkpointing): the elements of unit u's output this rank
- * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) — or 0 when the
- * loop keeps the whole output (Pa off, the unit's output not replicated over the TP group, or the
+ * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) (the transform's
+ * pa_slice) — or 0 when the loop keeps the whole output (Pa off, the unit's output not replicated
+ * over the TP group, or the
  * last unit: the logits). Unit u+1's backward all-gathers T slices over t->tp_comm first. */
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */

@@ -2,7 +2,7 @@
  * checked before MPI starts, one line naming the flag and exit code 2 on a bad one, --device and
  * --backend resolved once. The loop and the launcher are in train.c. */
 #include "train.h"  // train_cfg_t, train_parse_args, TRAIN_FLAG_*
-#include "args.h"   // args_parse, args_error, args_env_world, arg_spec_t
+#include "args.h"   // args_parse, args_error, args_given, args_env_world, arg_spec_t
 #include "data.h"   // data_text_check (--data)
 #include "device.h" // device_cuda_built, device_cuda_count
 #include "fault.h"  // fault_parse (--fault)
@@ -88,11 +88,17 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   return 0;
 }
 
-/* --model gpt: the preset, then the overrides, then the text file; --model mlp: none of the GPT
- * flags. Exits 2 with one line naming the flag. */
-static void check_model_flags(train_cfg_t *cfg) {
+/* --model gpt: the preset, then the overrides, then the text file, and none of the MLP's shape
+ * flags given; --model mlp: none of the GPT flags. Exits 2 with one line naming the flag. */
+static void check_model_flags(train_cfg_t *cfg, int argc, char **argv) {
   char v[64];
   gpt_shape_t over = cfg->gpt;
+  static const char *mlp_flags[] = {"--layers", "--hidden", "--input", "--classes"};
+  for (int i = 0; i < 4 && strcmp(cfg->model_kind, "gpt") == 0; i++) {
+    const char *given = args_given(argc, argv, mlp_flags[i]);
+    if (given) exit(args_error(mlp_flags[i], given, "is the MLP's shape; --model gpt takes --gpt PRESET, --n-layer, --n-head, "
+                               "--n-embd, --seq-len"));
+  }
   if (strcmp(cfg->model_kind, "gpt") != 0) {
     const char *gflag = cfg->gpt_preset ? "--gpt" : over.n_layer ? "--n-layer" : over.n_head ? "--n-head"
                       : over.n_embd ? "--n-embd" : over.seq_len ? "--seq-len" : cfg->data ? "--data"
@@ -129,10 +135,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
                        .model_kind = "mlp", .tp = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
-                       .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2};
+                       .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2,
+                       .loss_scale = 0, .init_scale = 65536, .growth_factor = 2, .backoff_factor = 0.5,
+                       .growth_interval = 2000};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
-  arg_spec_t specs[64];
+  arg_spec_t specs[80];
   int n = 0;
 #define SPEC(...) specs[n++] = (arg_spec_t){__VA_ARGS__}
   SPEC("--layers", ARG_INT, &cfg->layers, 1, 256, NULL, "hidden layers L (the model has L+1 linear units)");
@@ -157,7 +165,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd", "AdamW, or SGD with momentum");
   SPEC("--momentum", ARG_DOUBLE, &cfg->momentum, 0, 0.999999, NULL, "SGD momentum");
   SPEC("--weight-decay", ARG_DOUBLE, &cfg->weight_decay, 0, 10, NULL, "decoupled weight decay (AdamW), L2 (SGD)");
-  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16", "working dtype of params and grads (bf16: fp32 master)");
+  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16|fp16", "working dtype of params and grads (bf16, fp16: fp32 master; fp16 with loss scaling)");
+  SPEC("--loss-scale", ARG_DOUBLE, &cfg->loss_scale, 0, 1e30, NULL, "fp16: static loss scale S (0: dynamic, GradScaler's rule; DeepSpeed's \"loss_scale\")");
+  SPEC("--init-scale", ARG_DOUBLE, &cfg->init_scale, 1e-30, 1e30, NULL, "fp16, dynamic: the first loss scale (GradScaler init_scale 65536)");
+  SPEC("--growth-factor", ARG_DOUBLE, &cfg->growth_factor, 1, 1e6, NULL, "fp16, dynamic: scale *= this after --growth-interval steps without overflow (2)");
+  SPEC("--backoff-factor", ARG_DOUBLE, &cfg->backoff_factor, 1e-6, 1, NULL, "fp16, dynamic: scale *= this on an overflow; the step is skipped (0.5)");
+  SPEC("--growth-interval", ARG_INT, &cfg->growth_interval, 1, 1000000000, NULL, "fp16, dynamic: steps without overflow before the scale grows (2000)");
   SPEC("--collectives", ARG_CHOICE, &collectives, 0, 0, "vendor|ring", "MPI/NCCL collectives, or ours (solutions/ring.c)");
   SPEC("--device", ARG_CHOICE, &cfg->device, 0, 0, "auto|cpu|cuda", "where tensors live (auto: a GPU when visible)");
   SPEC("--backend", ARG_CHOICE, &cfg->backend, 0, 0, "auto|mpi|nccl", "communicator (auto: nccl on cuda, mpi on cpu)");
@@ -173,7 +186,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip", "on a NaN/Inf gradient: stop, or skip the step");
   SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every L steps (0: first and last)");
   SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
-  SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL, "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt: make one rank fail (testing aid)");
+  SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL, "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt|overflow: make one rank fail (testing aid)");
   SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL, "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
   SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL, "save a checkpoint to --ckpt every S steps and after the last (0: after the last only)");
   SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL, "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
@@ -186,9 +199,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
     SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank");
-    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
   }
+  if (chapter_flags & (TRAIN_FLAG_PIPELINE | TRAIN_FLAG_ZERO))
+    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
   if (chapter_flags & TRAIN_FLAG_TP)
     SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
   if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE)) /* a pipeline keeps its own activations */
@@ -205,7 +219,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 
   cfg->seed = (uint64_t)seed;
   cfg->optimizer = strcmp(optimizer, "sgd") == 0 ? OPT_SGD : OPT_ADAMW;
-  cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : DT_F32;
+  cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : strcmp(precision, "fp16") == 0 ? DT_F16 : DT_F32;
   cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
   cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
 
@@ -238,7 +252,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
     exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
   cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
-  check_model_flags(cfg);
+  check_model_flags(cfg, argc, argv);
   if ((chapter_flags & TRAIN_FLAG_PIPELINE) && pipeline_check(cfg, world)) exit(2);
   int64_t psi = strcmp(cfg->model_kind, "gpt") == 0 ? gpt_count_params(cfg->gpt)
                                                     : model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
@@ -248,6 +262,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                     (long long)psi));
   }
   resolve_device(cfg);
+  if (cfg->wdt == DT_F16 && cfg->dev == DEV_CUDA) /* ops_cuda.cu's kernels take fp32|bf16 so far */
+    exit(args_error("--precision", "fp16", "runs on the CPU only (--device cpu); on a GPU use fp32 or bf16"));
   if (report_check_outputs(cfg)) exit(2); /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
 }
 

@@ -121,17 +121,17 @@ static void ddp_step(trainer_t *t) {
   /* Every rank holds the same summed gradients: the norm needs no communication (sharded = 0). */
   double sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, P);
   float gscale = trainer_finish_grads(t, sumsq, 0);
-  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data; /* fp32 weights the update acts on */
+  float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data; /* fp32 weights the update acts on */
   TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
-  if (t->wdt == DT_BF16 && !t->skipped) /* the working copy is bf16(master), exactly */
-    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P));
+  if (dtype_is_half(t->wdt) && !t->skipped) /* the working copy is bf16(master), exactly */
+    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P));
 }
 
 /* Every rank keeps every unit whole, the same values everywhere (strategy_t.layout): rank 0's
  * copy is the one a checkpoint or the export takes. */
 static void ddp_layout(trainer_t *t, int u, unit_layout_t *out) {
   const unit_t *un = &t->model.units[u];
-  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data;
+  float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data;
   *out = (unit_layout_t){
       .own_off = 0,
       .own_numel = un->padded,

@@ -64,13 +64,16 @@ static inline __attribute__((always_inline)) void sgd_range(const host_range_t *
 
 static void *host_range_run(void *arg) {
   const host_range_t *r = arg;
-  if (r->gdt != DT_F32 && r->gdt != DT_BF16) die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
+  if (r->gdt != DT_F32 && r->gdt != DT_BF16 && r->gdt != DT_F16)
+    die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
   if (r->adam) {
     if (r->gdt == DT_F32) adamw_range(r, DT_F32);
-    else adamw_range(r, DT_BF16);
+    else if (r->gdt == DT_BF16) adamw_range(r, DT_BF16);
+    else adamw_range(r, DT_F16);
   } else {
     if (r->gdt == DT_F32) sgd_range(r, DT_F32);
-    else sgd_range(r, DT_BF16);
+    else if (r->gdt == DT_BF16) sgd_range(r, DT_BF16);
+    else sgd_range(r, DT_F16);
   }
   return NULL;
 }
@@ -133,8 +136,7 @@ static int g_host_threads = 1; /* offload_strategy's argument: threads of the ho
  * copy of the piece to the host. */
 static void offload_grad_to_host(trainer_t *t, offload_t *o, int u) {
   // BEGIN EXERCISE offload_grad_to_host notes/08-offload.md
-  // HINT: the piece of unit u is at shard_off in both t->grads (device) and o->xfer (host), piece elements of t->wdt.
-  // HINT: one dev_copy_async(t->dev, dst, src, bytes); count the bytes in o->d2h and set o->on_host[u].
+  // HINT: as soon as a unit's gradient piece is final, start moving it to the host, so the copy overlaps the rest of the backward; the host step reads it there.
   // HINT: stuck? `make hint EX=offload_grad_to_host LEVEL=2` gives the next hint
   zl_exercise_todo("offload_grad_to_host", "notes/08-offload.md");
   // END EXERCISE
@@ -198,11 +200,8 @@ static void offload_post_backward(trainer_t *t, int unit) {
  * the device's params, cast to the working dtype; the copies are async (dev_copy_wait after). */
 static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
   // BEGIN EXERCISE offload_update_and_send notes/08-offload.md
-  // HINT: per unit u, at un->shard_off: w = t->master (host, fp32), grad = o->xfer (host, wdt), m = t->opt_m, v = t->opt_v (host).
-  // HINT: update with offload_host_adamw(w, grad, t->wdt, m, v, piece, k, gscale, g_host_threads), k = ew_adamw_scalars(...,
-  // HINT: t->opt_t) once per step (SGD: offload_host_sgd with cfg lr, momentum, weight_decay).
-  // HINT: then your params piece on the device (t->params at shard_piece_off) must become wdt(w): bf16: op_cast(DEV_CPU, ...)
-  // HINT: into the unit's slot of o->xfer (its grads are used up) and copy that; fp32: copy w itself. dev_copy_async; count o->h2d.
+  // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the updated weights back, in its working dtype.
+  // HINT: stuck? `make hint EX=offload_update_and_send LEVEL=2` gives the next hint
   zl_exercise_todo("offload_update_and_send", "notes/08-offload.md");
   // END EXERCISE
 }

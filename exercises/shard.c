@@ -22,9 +22,8 @@
 
 void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md
-  // HINT: for each unit: padded = numel rounded up to a multiple of world; piece = padded / world;
-  // HINT: off = running sum of padded, shard_off = running sum of piece. Then the model totals
-  // HINT: padded_numel, shard_numel and max_unit_padded (ZeRO-2/3 size their staging buffers by it).
+  // HINT: every unit must split into world equal pieces, one per rank, so each unit is padded up to a multiple of world; the pieces tile each rank's shard.
+  // HINT: stuck? `make hint EX=shard_plan LEVEL=2` gives the next hint
   zl_exercise_todo("shard_plan", "notes/03-zero1.md");
   // END EXERCISE
 }
@@ -49,19 +48,16 @@ static void *own_params(trainer_t *t, const unit_t *un, int params_full) {
 
 int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
-  // HINT: norm: trainer_finish_grads(t, op_sumsq(your grad shard), 1) — ranks own disjoint pieces.
-  // HINT: per unit: w = master + shard_off (bf16) or your params piece (fp32); grad, m, v at shard_off;
-  // HINT: trainer_optimizer_update(...); in bf16 mode then op_cast the master piece into your params piece.
-  // HINT: Return 0 (nothing updated) when trainer_finish_grads set t->skipped, else 1. Clipping and the
-  // HINT: tests' gradient-norm check go through trainer_finish_grads: call it once, before any update.
+  // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the whole model: the ranks' pieces are disjoint, so their squared sums add.
+  // HINT: stuck? `make hint EX=zero_optimizer_step LEVEL=2` gives the next hint
   zl_exercise_todo("zero_optimizer_step", "notes/03-zero1.md");
   // END EXERCISE
 }
 
 void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
-  // HINT: one comm_all_gather_async per unit, in place: send = your piece, recv = the whole unit;
-  // HINT: keep each handle in handles[u] when handles is not NULL.
+  // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit back, without waiting here.
+  // HINT: stuck? `make hint EX=zero_all_gather_params LEVEL=2` gives the next hint
   zl_exercise_todo("zero_all_gather_params", "notes/03-zero1.md");
   // END EXERCISE
 }

@@ -17,13 +17,18 @@
  * row-parallel weight's columns are copied out of W row by row (tp_row_slice), so the local
  * matmul is the ordinary op_linear_fwd. Parts follow comm.h's chunks: rank r of T holds features
  * [comm_chunk_lo(n, T, r), comm_chunk_lo(n, T, r+1)), i.e. [r·n/T, (r+1)·n/T) when T divides n.
- * Everything is fp32 (activations are fp32 in every chapter). */
+ * Activations are fp32 (as in every chapter); the split linears take the weights in the run's
+ * working dtype (fp32 or bf16), the MLP block of chapter 06's check is fp32.
+ *
+ * Files: tp.c (f, g, the split linears, the block: the exercises), tp_split.c (TP as train.h's
+ * model transform, tp_transform), tp_mlp.c and tp_gpt.c (the two models, split). */
 #ifndef ZL_TP_H
 #define ZL_TP_H
 #include <stdint.h>           // int64_t
 #include "../common/comm.h"   // comm_t, comm_chunk_lo, comm_chunk_numel
 #include "../common/tensor.h" // tensor_t
-#include "../common/model.h"  // model_t, unit_t, model_fns_t
+#include "../common/model.h"  // model_t
+#include "../common/dtype.h"  // dtype_t
 
 /* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
 void tp_f_forward(comm_t *tp, const float *x, int64_t numel);   /* identity: nothing moves */
@@ -43,23 +48,28 @@ void tp_row_slice(float *W_r, const float *W, int in, int out, int T, int r);
 /* Rank r's columns of a (B, n) activation: x_r (B, n_r) = x[:, lo:lo+n_r], contiguous. */
 void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r);
 
-/* ---- the split linears (exercises) ------------------------------------------------------- */
-/* Column-parallel forward: f, then y_r(B, out_r) = x(B, in) · W_rᵀ + b_r. */
-void tp_column_forward(comm_t *tp, float *y_r, const float *x, const float *W_r, const float *b_r, int B, int in,
-                       int out_r);
-/* Column-parallel backward from dy_r (B, out_r): dW_r = dy_rᵀ·x, db_r = Σ_rows dy_r (this rank's
- * slices, overwritten), then dx(B, in) = dy_r · W_r — a partial sum — completed by f's backward
- * (all-reduce). dx may be NULL (first layer: no input gradient, no all-reduce). */
-void tp_column_backward(comm_t *tp, float *dx, float *dW_r, float *db_r, const float *dy_r, const float *x,
-                        const float *W_r, int B, int in, int out_r);
-/* Row-parallel forward: partial y(B, out) = x_r(B, in_r) · W_rᵀ, g (all-reduce), then + b once,
- * after the sum (b is the whole bias, the same on every rank). */
-void tp_row_forward(comm_t *tp, float *y, const float *x_r, const float *W_r, const float *b, int B, int in_r, int out);
+/* ---- the split linears (exercises): what training runs -------------------------------------
+ * The arguments follow op_linear_fwd / op_linear_bwd (common/ops.h): weights and their gradients
+ * in wdt (DT_F32 or DT_BF16), activations fp32, beta 0 to overwrite the gradients or 1 to
+ * accumulate them (micro-batches). The split MLP and the split GPT train through these four
+ * (tp_split.c, tp_gpt.c), the block below and chapter 06's checks call them too. */
+/* Column-parallel forward: f, then y_r(B, out_r) = x(B, in) · W_rᵀ + b_r (b_r NULL: no bias). */
+void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt, int B,
+                       int in, int out_r);
+/* Column-parallel backward from dy_r (B, out_r): dW_r = β·dW_r + dy_rᵀ·x, db_r = β·db_r + Σ_rows dy_r
+ * (this rank's slices; db_r NULL: no bias), then dx(B, in) = dy_r · W_r — a partial sum — completed
+ * by f's backward (all-reduce). dx may be NULL (first layer: no input gradient, no all-reduce). */
+void tp_column_backward(comm_t *tp, float *dx, void *dW_r, void *db_r, const float *dy_r, const float *x,
+                        const void *W_r, dtype_t wdt, int B, int in, int out_r, float beta);
+/* Row-parallel forward: partial y(B, out) = x_r(B, in_r) · W_rᵀ (no bias), g (all-reduce), then + b
+ * once, after the sum (b: the whole bias, fp32, the same on every rank). */
+void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt, int B,
+                    int in_r, int out);
 /* Row-parallel backward from dy (B, out), the same on every rank (g's backward is the identity):
- * dx_r(B, in_r) = dy · W_r (local, complete), dW_r = dyᵀ·x_r, db = Σ_rows dy (whole bias: every
- * rank computes the same). Nothing moves. dx_r may be NULL. */
-void tp_row_backward(comm_t *tp, float *dx_r, float *dW_r, float *db, const float *dy, const float *x_r,
-                     const float *W_r, int B, int in_r, int out);
+ * dx_r(B, in_r) = dy · W_r (local, complete), dW_r = β·dW_r + dyᵀ·x_r, db = β·db + Σ_rows dy (whole
+ * bias: every rank computes the same). Nothing moves. dx_r may be NULL. */
+void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r, const void *W_r,
+                     dtype_t wdt, int B, int in_r, int out, float beta);
 
 /* ---- the tensor-parallel MLP block: y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 ------------------------ */
 /* W1 (ffn, h) column-parallel, W2 (h, ffn) row-parallel: one all-reduce forward (g), one backward
@@ -104,16 +114,30 @@ static inline int64_t tp_mlp_bytes_per_step(int B, int h, int T, int r) {
   return 2 * comm_model_sent(CO_ALL_REDUCE, tp_mlp_allreduce_numel(B, h), DT_F32, T, r, 0);
 }
 
-/* ---- training a whole model with TP (train.h: cfg.model_split) ---------------------------- */
+/* ---- training a whole model with TP: a model transform (train.h) ---------------------------
+ * What chapters 06 and 07 set as cfg.transform: --tp T > 1 splits the model with tp_split_model,
+ * and the loop, the gradient norm, the report and the export ask it what only TP knows
+ * (solutions/tp_split.c). */
+struct model_transform;
+extern const struct model_transform tp_transform;
+
 /* Turns the full model m (as the launcher built it) into this rank's part over the TP group tp,
- * in place: the same units in the same order, each unit's parameters this rank's slice. MLP:
- * units paired as Megatron does, (0, 1), (2, 3), ...: the first of a pair column-parallel (W, b
- * split by output features; GELU on the local columns), the second row-parallel (W split by
- * input features, then g; its bias whole on every rank, added once after the sum); an odd last
- * unit stays replicated. A local unit's parameters: the replicated ones first (unit_t.tp_rep_numel:
- * a row-parallel unit's bias; all of a replicated unit), then the split ones. Its init is the full
- * unit's init, sliced, so T ranks start (and, up to the all-reduce's summation order, train)
- * exactly as 1 rank does. Keeps what it needs in m->ctx (freed by model_free). Dies when a split
- * dimension is smaller than T. Not collective. */
+ * in place: the same units in the same order, each unit's parameters this rank's slice, and the
+ * unit's forward/backward the split linears above. MLP (tp_mlp.c): units paired as Megatron does,
+ * (0, 1), (2, 3), ...: the first of a pair column-parallel (W, b split by output features; GELU on
+ * the local columns), the second row-parallel (W split by input features, then g; its bias whole
+ * on every rank, added once after the sum); an odd last unit stays replicated. GPT (tp_gpt.c): the
+ * heads and the MLP of every block, the vocabulary of the embedding and the head. A local unit's
+ * parameters: the replicated ones first, then the split ones. Its init is the full unit's init,
+ * sliced, so T ranks start (and, up to the all-reduce's summation order, train) exactly as 1 rank
+ * does. Keeps what it needs in m->ctx (freed by model_free). Dies when a split dimension is smaller
+ * than T. Not collective. */
 void tp_split_model(model_t *m, comm_t *tp);
+
+/* A split model's map between full-model coordinates and TP rank q's part (m split by
+ * tp_split_model; checkpoints and the export use it): full unit u (the unsplit model's layout, its
+ * numel floats) ↔ q's local unit u (tp_unit_local_numel floats, unpadded); full → local when
+ * to_local, else local → full (a replicated parameter is written by every q: the same values). */
+void tp_map_unit(const model_t *m, int u, int q, float *full, float *local, int to_local);
+int64_t tp_unit_local_numel(const model_t *m, int u, int q);
 #endif

@@ -67,8 +67,8 @@ static void zero1_pre_backward(trainer_t *t, int unit) {
 /* Step 2 for one unit: rank r receives piece r of the unit's gradient, summed over the ranks. */
 static void zero1_reduce_scatter_unit(trainer_t *t, zero1_t *z, int u) {
   // BEGIN EXERCISE zero1_reduce_scatter notes/03-zero1.md
-  // HINT: one comm_reduce_scatter_async: send the unit's padded grads (at its off in t->grads),
-  // HINT: receive your piece into z->grad_shard at the unit's shard_off; REDOP_SUM; any tag.
+  // HINT: each rank needs the sum over ranks of only the gradient piece it owns — not the whole summed gradient.
+  // HINT: stuck? `make hint EX=zero1_reduce_scatter LEVEL=2` gives the next hint
   zl_exercise_todo("zero1_reduce_scatter", "notes/03-zero1.md");
   // END EXERCISE
 }

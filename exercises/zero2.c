@@ -66,10 +66,8 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
 
 void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
   // BEGIN EXERCISE zero_rs_end_unit notes/04-zero2.md
-  // HINT: one comm_reduce_scatter_async of the unit's padded grads (the staging slot r->next):
-  // HINT: micro-batch 0 lands straight in your piece of t->grads (at shard_off); later ones in
-  // HINT: r->acc[slot], with r->add[slot] = 1 so rs_retire adds them. Record handle and unit, advance r->next.
-  // HINT: Do not wait here: rs_retire waits when the slot comes round again (the overlap test checks).
+  // HINT: as soon as a unit's gradient is final, start its reduce-scatter so it overlaps the rest of the backward; never wait here.
+  // HINT: stuck? `make hint EX=zero_rs_end_unit LEVEL=2` gives the next hint
   zl_exercise_todo("zero_rs_end_unit", "notes/04-zero2.md");
   // END EXERCISE
 }

@@ -74,10 +74,8 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
 /* Before event e: its unit gathered (issue it if prefetch did not), the next K issued, then wait. */
 static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_acquire notes/05-zero3.md
-  // HINT: if no slot holds event e, gather_issue(t, z, e); then issue events e+1..e+K that are
-  // HINT: < n_events(t) and not yet issued (the prefetch, also with gather_issue: it measures the
-  // HINT: gathered window the tests check); wait for e's handle; point
-  // HINT: t->unit_params[event_unit(t, e)] at the slot's buffer.
+  // HINT: before a unit's forward or backward its whole parameters must be on this rank; gathering the next ones ahead of time (the prefetch) hides the all-gather behind compute.
+  // HINT: stuck? `make hint EX=zero3_gather_acquire LEVEL=2` gives the next hint
   zl_exercise_todo("zero3_gather_acquire", "notes/05-zero3.md");
   // END EXERCISE
 }
@@ -85,9 +83,8 @@ static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
 /* After event e: free its gathered unit, so only the shard stays resident. */
 static void gather_release(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_release notes/05-zero3.md
-  // HINT: find e's slot, tensor_free its buffer, mark the slot free (event −1, handle 0), and
-  // HINT: clear t->unit_params of the unit so nothing reads the freed memory (a buffer not freed
-  // HINT: stays in the ledger's comm peak, which the tests check).
+  // HINT: once a unit is used, its gathered full parameters must go: that is all of ZeRO-3's memory saving, and nothing may read them afterwards.
+  // HINT: stuck? `make hint EX=zero3_gather_release LEVEL=2` gives the next hint
   zl_exercise_todo("zero3_gather_release", "notes/05-zero3.md");
   // END EXERCISE
 }

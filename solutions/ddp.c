@@ -39,6 +39,10 @@ int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_b
   // HINT2: walk u = U−1 down to 0 with the open bucket's byte count; close it when it is not empty
   // HINT2: and adding unit u would pass the cap. A bucket's off is its lowest unit's off, its numel
   // HINT2: the sum of its units' padded; unit_bucket[u] says which bucket holds u.
+  // HINT3: cap = bucket_mb·2^20; n = 0, open = 0; for u = U−1..0: nbytes = padded·elem_bytes; if open > 0 and
+  // HINT3: open + nbytes > cap: n++, open = 0; if open == 0 start out[n] at u; out[n].first_unit = u, .off =
+  // HINT3: units[u].off, .numel += padded, .nbytes += nbytes; open += nbytes; unit_bucket[u] = n. Return n+1
+  // HINT3: (0 when there are no units).
   double cap = bucket_mb * 1048576.0;
   int n = 0;
   int64_t open_bytes = 0;
@@ -79,6 +83,9 @@ static void ddp_post_backward(trainer_t *t, int u) {
   // HINT2: overlap: ddp_launch(t, units[u].off, units[u].padded, tag). bucketed: bucket
   // HINT2: b = st->unit_bucket[u] is complete when u == st->buckets[b].first_unit (its lowest
   // HINT2: unit, the last the backward reaches). naive: nothing here, step() launches it all.
+  // HINT3: if (!t->last_micro || naive) return; overlap: ddp_launch(t, un->off, un->padded, st->tags[u]);
+  // HINT3: bucketed: b = st->unit_bucket[u]; if (u == st->buckets[b].first_unit) ddp_launch(t, buckets[b].off,
+  // HINT3: buckets[b].numel, st->tags[b]).
   ddp_state_t *st = t->priv;
   if (!t->last_micro || st->variant == DDP_NAIVE) return;
   const unit_t *un = &t->model.units[u];
@@ -98,6 +105,7 @@ static void ddp_wait_grads(trainer_t *t) {
   // HINT: the stream runs them in issue order.
   // HINT2: so one comm_wait on the LAST handle (st->last) waits for all; then reset st->last and
   // HINT2: st->launched so the next step starts clean.
+  // HINT3: if (st->last) comm_wait(t->comm, st->last); st->last = 0; st->launched = 0.
   ddp_state_t *st = t->priv;
   if (st->last) comm_wait(t->comm, st->last);
   st->last = 0;
@@ -151,17 +159,17 @@ static void ddp_step(trainer_t *t) {
   /* Every rank holds the same summed gradients: the norm needs no communication (sharded = 0). */
   double sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, P);
   float gscale = trainer_finish_grads(t, sumsq, 0);
-  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data; /* fp32 weights the update acts on */
+  float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data; /* fp32 weights the update acts on */
   TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
-  if (t->wdt == DT_BF16 && !t->skipped) /* the working copy is bf16(master), exactly */
-    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, P));
+  if (dtype_is_half(t->wdt) && !t->skipped) /* the working copy is bf16(master), exactly */
+    TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P));
 }
 
 /* Every rank keeps every unit whole, the same values everywhere (strategy_t.layout): rank 0's
  * copy is the one a checkpoint or the export takes. */
 static void ddp_layout(trainer_t *t, int u, unit_layout_t *out) {
   const unit_t *un = &t->model.units[u];
-  float *w = t->wdt == DT_BF16 ? t->master.data : t->params.data;
+  float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data;
   *out = (unit_layout_t){
       .own_off = 0,
       .own_numel = un->padded,

@@ -59,13 +59,16 @@ static inline __attribute__((always_inline)) void sgd_range(const host_range_t *
 
 static void *host_range_run(void *arg) {
   const host_range_t *r = arg;
-  if (r->gdt != DT_F32 && r->gdt != DT_BF16) die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
+  if (r->gdt != DT_F32 && r->gdt != DT_BF16 && r->gdt != DT_F16)
+    die_on_rank("host optimizer: gradient dtype %s", dtype_name(r->gdt));
   if (r->adam) {
     if (r->gdt == DT_F32) adamw_range(r, DT_F32);
-    else adamw_range(r, DT_BF16);
+    else if (r->gdt == DT_BF16) adamw_range(r, DT_BF16);
+    else adamw_range(r, DT_F16);
   } else {
     if (r->gdt == DT_F32) sgd_range(r, DT_F32);
-    else sgd_range(r, DT_BF16);
+    else if (r->gdt == DT_BF16) sgd_range(r, DT_BF16);
+    else sgd_range(r, DT_F16);
   }
   return NULL;
 }
@@ -128,9 +131,9 @@ static int g_host_threads = 1; /* offload_strategy's argument: threads of the ho
  * copy of the piece to the host. */
 static void offload_grad_to_host(trainer_t *t, offload_t *o, int u) {
   // BEGIN EXERCISE offload_grad_to_host notes/08-offload.md
-  // HINT: the piece of unit u is at shard_off in both t->grads (device) and o->xfer (host), piece elements of t->wdt.
-  // HINT: one dev_copy_async(t->dev, dst, src, bytes); count the bytes in o->d2h and set o->on_host[u].
-  // HINT2: trace it as its own phase: TRAINER_PHASE("copy grads D->H", ...).
+  // HINT: as soon as a unit's gradient piece is final, start moving it to the host, so the copy overlaps the rest of the backward; the host step reads it there.
+  // HINT2: the piece sits at the same offset (un->shard_off) in t->grads (device) and o->xfer (host): piece elements of t->wdt; one async copy; count its bytes in o->d2h, mark o->on_host[u].
+  // HINT3: TRAINER_PHASE("copy grads D->H", dev_copy_async(t->dev, tensor_at(&o->xfer, off), tensor_at(&t->grads, off), piece × dtype_size(t->wdt))).
   const unit_t *un = &t->model.units[u];
   size_t nbytes = (size_t)un->piece * dtype_size(t->wdt);
   TRAINER_PHASE("copy grads D->H",
@@ -198,11 +201,9 @@ static void offload_post_backward(trainer_t *t, int unit) {
  * the device's params, cast to the working dtype; the copies are async (dev_copy_wait after). */
 static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
   // BEGIN EXERCISE offload_update_and_send notes/08-offload.md
-  // HINT: per unit u, at un->shard_off: w = t->master (host, fp32), grad = o->xfer (host, wdt), m = t->opt_m, v = t->opt_v (host).
-  // HINT: update with offload_host_adamw(w, grad, t->wdt, m, v, piece, k, gscale, g_host_threads), k = ew_adamw_scalars(...,
-  // HINT: t->opt_t) once per step (SGD: offload_host_sgd with cfg lr, momentum, weight_decay).
-  // HINT: then your params piece on the device (t->params at shard_piece_off) must become wdt(w): bf16: op_cast(DEV_CPU, ...)
-  // HINT: into the unit's slot of o->xfer (its grads are used up) and copy that; fp32: copy w itself. dev_copy_async; count o->h2d.
+  // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the updated weights back, in its working dtype.
+  // HINT2: per unit, at un->shard_off: update the master piece with the host optimizer (AdamW: its scalars once per step from t->opt_t; SGD: lr, momentum, weight decay), then bring the piece to t->params at shard_piece_off, counting o->h2d.
+  // HINT3: offload_host_adamw(w, grad in o->xfer, t->wdt, m, v, piece, ew_adamw_scalars(..., t->opt_t), gscale, g_host_threads); bf16: op_cast(DEV_CPU, ...) into o->xfer's slot and copy that; fp32: copy w; dev_copy_async.
   const model_t *m = &t->model;
   const train_cfg_t *c = t->cfg;
   ew_adamw_t k = {0};

@@ -99,10 +99,9 @@ int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *op
     for (int i = total - w; i < total; i++) ops[n++] = interleaved_op('B', i, P, v);
   } else {
     // BEGIN EXERCISE pp_1f1b_schedule notes/07-pipeline.md
-    // HINT: warm-up: stage s runs w = min(P − s − 1, M) forwards before its first backward (the last stage none).
-    // HINT: steady state: for each remaining forward, the forward of micro-batch w + i, then the backward of micro-batch i.
-    // HINT: cool-down: the last w backwards. Backwards always go in micro-batch order 0..M−1, forwards too.
-    // HINT2: ops[n++] = (pp_op_t){'F', k, 0} appends the forward of micro-batch k (chunk 0); return n = 2M.
+    // HINT: a stage may start its first backward as soon as the pipeline behind it is full: then at most P − s micro-batches are alive on stage s, not M.
+    // HINT2: three phases: warm-up forwards (how many depends on s: the last stage none), a steady state alternating forward and backward, a cool-down of backwards. Forwards and backwards each in micro-batch order; 2M ops in all.
+    // HINT3: w = min(P − s − 1, M) forwards; then for i < M − w: F(w + i), B(i); then B(M − w .. M − 1). Append with ops[n++] = (pp_op_t){'F', k, 0}.
     int w = P - s - 1 < M ? P - s - 1 : M;
     for (int k = 0; k < w; k++) ops[n++] = (pp_op_t){'F', k, 0};
     for (int i = 0; i < M - w; i++) {
@@ -254,9 +253,9 @@ static void slot_give_back(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl) {
 /* Forward: micro-batch k's input activation into sl->in (chunk 0 reads the data instead). */
 static void pp_recv_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) {
   // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
-  // HINT: chunk 0 (stage 0) has no previous stage: load micro-batch k of this pipeline's data slice (trainer_load_micro).
-  // HINT: any other chunk receives b × in_numel floats from the previous one over ch->rx_act (its comm and peer),
-  // HINT: with comm_recv_async, and must wait for it (comm_wait) before its forward may read the buffer.
+  // HINT: a stage's forward may only read its input once it has arrived; the first stage has no stage before it: its input is the data.
+  // HINT2: chunk 0: micro-batch k of this pipeline's data slice; other chunks: b × in_numel floats from ch->rx_act (its comm and peer), received into sl->in, complete before returning.
+  // HINT3: is_first(ch): trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL); else comm_wait(c, comm_recv_async(c, sl->in.data, ..., ch->rx_act.peer, tag)).
   pp_state_t *st = t->priv;
   if (is_first(ch)) {
     trainer_load_micro(t, k, st->M, st->dp, st->D, sl->in.data, NULL);
@@ -272,10 +271,9 @@ static void pp_recv_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) 
  * handle: it is waited for before the slot is reused). The last chunk sends nothing. */
 static void pp_send_forward(trainer_t *t, pp_chunk_t *ch, pp_slot_t *sl, int k) {
   // BEGIN EXERCISE pp_stage_send notes/07-pipeline.md
-  // HINT: the last chunk sends nothing (its output is the logits: the loss is its own).
-  // HINT: the message is the output of the chunk's last unit, out[u1 − 1 − u0]: b × y_numel floats over ch->tx_act.
-  // HINT: send it with comm_send_async and keep the handle in sl->sent: no wait here, so the stage goes on
-  // HINT: computing while it travels (slot_give_back waits for it before reusing the slot).
+  // HINT: the next stage needs this chunk's output; the stage should go on computing while it travels — but the buffer must not be reused before it has left.
+  // HINT2: the last chunk sends nothing (its output is the logits). Else: out[u1 − 1 − u0], b × y_numel floats, over ch->tx_act; the handle is kept in the slot (slot_give_back waits for it).
+  // HINT3: sl->sent = comm_send_async(ch->tx_act.comm, sl->out[ch->u1 - 1 - ch->u0].data, b × un->y_numel, DT_F32, ch->tx_act.peer, tag) with un the chunk's last unit.
   pp_state_t *st = t->priv;
   if (is_last(st, ch)) return;
   const unit_t *un = &t->model.units[ch->u1 - 1];
@@ -424,6 +422,9 @@ static void pp_grads_full(trainer_t *t) {
 
 static void wait_links(pp_state_t *st) {
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  for (int j = 0; j < st->v; j++) /* every handle waited by name (exercise mode names a dropped one) */
+    for (int i = 0; i < 2; i++)
+      if (st->chunks[j].gsent[i]) comm_wait(st->chunks[j].tx_grad.comm, st->chunks[j].gsent[i]);
   for (int i = 0; i < 4; i++)
     if (cs[i]) comm_wait_all(cs[i]);
   for (int j = 0; j < st->v; j++) st->chunks[j].gsent[0] = st->chunks[j].gsent[1] = 0;
@@ -475,10 +476,10 @@ static void pp_step(trainer_t *t) {
     if (st->dpc) TRAINER_PHASE("all_reduce grads", comm_all_reduce(st->dpc, g, st->numel, t->wdt, REDOP_SUM));
     /* the global norm is the sum over stages of their Σg²: one replica of each stage speaks */
     float gscale = trainer_finish_grads(t, st->dp == 0 ? op_sumsq(t->dev, g, t->wdt, st->numel) : 0.0, 1);
-    float *w = t->wdt == DT_BF16 ? (float *)t->master.data : (float *)t->params.data;
+    float *w = dtype_is_half(t->wdt) ? (float *)t->master.data : (float *)t->params.data;
     TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, g, t->opt_m.data, t->opt_v.data, st->numel, gscale));
-    if (t->wdt == DT_BF16 && !t->skipped)
-      TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, DT_BF16, t->master.data, DT_F32, st->numel));
+    if (dtype_is_half(t->wdt) && !t->skipped)
+      TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, st->numel));
     if (t->step == t->cfg->steps - 1) pp_report(t);
     return;
   }
@@ -505,10 +506,10 @@ static void pp_step(trainer_t *t) {
     int64_t o = st->sloc[u];
     void *p_own = st->zero == 3 ? tensor_at(&t->params, o) /* working params of the piece */
                                 : tensor_at(&t->params, st->loc[u] + (int64_t)st->dp * un->piece);
-    float *w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)p_own;
+    float *w = dtype_is_half(t->wdt) ? (float *)t->master.data + o : (float *)p_own;
     trainer_optimizer_update(t, w, (char *)shard->data + o * (int64_t)esz, (float *)t->opt_m.data + o,
                              t->opt_v.data ? (float *)t->opt_v.data + o : NULL, un->piece, gscale);
-    if (t->wdt == DT_BF16) op_cast(t->dev, p_own, DT_BF16, w, DT_F32, un->piece);
+    if (dtype_is_half(t->wdt)) op_cast(t->dev, p_own, t->wdt, w, DT_F32, un->piece);
   }
   trace_end(NULL);
   if (st->zero == 3) goto done; /* the params stay in pieces: the next step's forwards gather them */
@@ -634,7 +635,7 @@ static void pp_setup(trainer_t *t) {
                             : tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, st->numel);
   t->grads = st->zero >= 2 ? tensor_alloc("grads (own shard)", LEDGER_GRADS, t->wdt, t->dev, n_own)
                            : tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, st->numel);
-  if (t->wdt == DT_BF16) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
+  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, n_own);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, n_own);
   if (c->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, n_own);
   if (st->zero == 1) st->gshard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, n_own);
@@ -644,7 +645,7 @@ static void pp_setup(trainer_t *t) {
     const unit_t *a = &m->units[ch->u0], *z = &m->units[ch->u1 - 1];
     trainer_init_values(t, a->off, z->off + z->padded, h + st->loc[ch->u0]);
   }
-  if (t->wdt == DT_BF16) {
+  if (dtype_is_half(t->wdt)) {
     for (int u = 0; u < U; u++) /* the master: the own pieces (everything with --zero 0) */
       if (st->loc[u] >= 0) {
         int64_t n = st->zero ? m->units[u].piece : m->units[u].padded;
@@ -759,6 +760,9 @@ static void pp_report(trainer_t *t) {
   mine[2] = st->v > 1 ? st->peak_in_flight : (double)pool_bytes; /* measured: slots (v > 1) or bytes */
   mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)slot_bytes; /* the formula, alike */
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  for (int j = 0; j < st->v; j++) /* every handle waited by name (exercise mode names a dropped one) */
+    for (int i = 0; i < 2; i++)
+      if (st->chunks[j].gsent[i]) comm_wait(st->chunks[j].tx_grad.comm, st->chunks[j].gsent[i]);
   for (int i = 0; i < 4; i++)
     if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / t->cfg->steps;
   if (st->dpc) { /* the data dimension's traffic per step (not the resync broadcasts of a resume) */
@@ -883,7 +887,7 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   if (!st->zero) { /* every replica holds it all: dp 0 speaks for the stage (pp_resync after a resume) */
     if (st->dp != 0) return;
     out->own_numel = un->numel;
-    out->w = t->wdt == DT_BF16 ? (float *)t->master.data + o : (float *)t->params.data + o;
+    out->w = dtype_is_half(t->wdt) ? (float *)t->master.data + o : (float *)t->params.data + o;
     out->m = (float *)t->opt_m.data + o;
     out->v = t->opt_v.data ? (float *)t->opt_v.data + o : NULL;
     return;
@@ -894,7 +898,7 @@ static void pp_layout(trainer_t *t, int u, unit_layout_t *out) {
   int64_t so = st->sloc[u];
   out->own_off = a;
   out->own_numel = z - a;
-  out->w = t->wdt == DT_BF16 ? (float *)t->master.data + so : (float *)t->params.data + (st->zero == 3 ? so : o + a);
+  out->w = dtype_is_half(t->wdt) ? (float *)t->master.data + so : (float *)t->params.data + (st->zero == 3 ? so : o + a);
   out->m = (float *)t->opt_m.data + so;
   out->v = t->opt_v.data ? (float *)t->opt_v.data + so : NULL;
 }

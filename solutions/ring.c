@@ -30,6 +30,10 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   // HINT2: so the last one received (s = N−2) is chunk r. Two scratch slots, alternating, keep
   // HINT2: what you forward apart from what arrives. In place (recv inside send): the last chunk
   // HINT2: must land in scratch too, and be added into recv.
+  // HINT3: for s in 0..N−2: ks = mod(r−s−1), kr = mod(r−s−2); send buffer = your chunk ks of send at s = 0,
+  // HINT3: else the slot you just filled; receive into comm_scratch(c, s % 2, max-chunk bytes) (at the last
+  // HINT3: step straight into recv unless in place); comm_p2p_sendrecv(c, sb, n(ks), r+1, rb, n(kr), r−1, dt);
+  // HINT3: then comm_local_reduce(c, rb, your chunk kr of send, n(kr), dt, op) (in place, last step: into recv).
   int N = comm_world(c), r = comm_rank(c);
   if (N == 1) {
     comm_local_copy(c, recv, send, numel, dt);
@@ -62,6 +66,9 @@ void ring_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dty
   // HINT: into recv. After N−1 steps every chunk has visited every rank. No scratch needed.
   // HINT2: going to r+1: at step s send chunk (r−s) mod N, receive chunk (r−s−1) mod N. In C,
   // HINT2: (r − s) % N can be negative: use ((x % N) + N) % N.
+  // HINT3: comm_local_copy(c, recv + lo(r), send, n(r), dt); for s in 0..N−2: ks = mod(r−s), kr = mod(r−s−1);
+  // HINT3: comm_p2p_sendrecv(c, recv + lo(ks), n(ks), r+1, recv + lo(kr), n(kr), r−1, dt) — lo and n from
+  // HINT3: comm_chunk_lo / comm_chunk_numel, offsets in elements of dt.
   int N = comm_world(c), r = comm_rank(c);
   int next = mod(r + 1, N), prev = mod(r - 1, N);
   comm_local_copy(c, elem(recv, comm_chunk_lo(numel, N, r), dt), send, comm_chunk_numel(numel, N, r), dt);
@@ -78,6 +85,8 @@ void ring_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op
   // HINT: all-reduce = reduce-scatter + all-gather: two calls to your own functions, in place.
   // HINT2: your chunk of buf (at comm_chunk_lo(numel, N, r)) is the output of the first call and
   // HINT2: the input of the second: check what your reduce-scatter does when recv points into send.
+  // HINT3: own = buf + comm_chunk_lo(numel, N, r) elements; ring_reduce_scatter(c, buf, own, numel, dt, op);
+  // HINT3: ring_all_gather(c, own, buf, numel, dt).
   int N = comm_world(c), r = comm_rank(c);
   void *own = elem(buf, comm_chunk_lo(numel, N, r), dt); /* (n/N) this rank's chunk, inside buf */
   ring_reduce_scatter(c, buf, own, numel, dt, op);
@@ -92,6 +101,10 @@ void ring_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
   // HINT2: your position in the chain is p = (r − root) mod N: p = 0 only sends, p = N−1 only
   // HINT2: receives; a middle rank receives segment 0, then for i = 1.. sends i−1 while receiving i
   // HINT2: (one comm_p2p_sendrecv), and last sends segment nseg−1.
+  // HINT3: seg = RING_SEGMENT_BYTES / dtype_size(dt) (at most numel), nseg = ceil(numel / seg). p == 0: for each
+  // HINT3: i comm_p2p_send(segment i, next); p == N−1: for each i comm_p2p_recv(segment i, prev); else recv
+  // HINT3: segment 0, then for i = 1..nseg−1 comm_p2p_sendrecv(segment i−1 to next, segment i from prev), then
+  // HINT3: send segment nseg−1. Return at once when N == 1 or numel == 0.
   int N = comm_world(c), r = comm_rank(c);
   if (N == 1 || numel == 0) return;
   int p = mod(r - root, N), next = mod(r + 1, N), prev = mod(r - 1, N);
@@ -123,6 +136,10 @@ void ring_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t
   // HINT2: position p = (r − root − 1) mod N: p = 0 starts the chain (sends its input), p = N−1 is
   // HINT2: the root. Per segment: receive into scratch, comm_local_reduce your values in, send on.
   // HINT2: In place at the root (send == recv), the incoming partial must land in scratch.
+  // HINT3: segments as in ring_broadcast. p == 0: send each segment of send. Root (p == N−1): per segment
+  // HINT3: receive the partial (into scratch when send == recv, else into recv), comm_local_reduce your own
+  // HINT3: values in. Middle: two comm_scratch slots; recv segment 0, add yours, then per i sendrecv (slot
+  // HINT3: (i−1)%2 to next, slot i%2 from prev) and add yours to slot i%2; finally send the last slot.
   int N = comm_world(c), r = comm_rank(c);
   if (N == 1) {
     comm_local_copy(c, recv, send, numel, dt);

@@ -17,9 +17,9 @@
 
 void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md
-  // HINT: for each unit: padded = numel rounded up to a multiple of world; piece = padded / world;
-  // HINT: off = running sum of padded, shard_off = running sum of piece. Then the model totals
-  // HINT: padded_numel, shard_numel and max_unit_padded (ZeRO-2/3 size their staging buffers by it).
+  // HINT: every unit must split into world equal pieces, one per rank, so each unit is padded up to a multiple of world; the pieces tile each rank's shard.
+  // HINT2: per unit, in unit order: padded, piece = padded / world, off (running sum of padded), shard_off (running sum of piece); then the model's padded_numel, shard_numel and max_unit_padded.
+  // HINT3: padded = (numel + world − 1) / world · world; off += padded; shard_off += piece; max_unit_padded = the largest padded (ZeRO-2/3 size their staging buffers by it).
   if (world < 1) die_on_rank("shard_plan: world %d must be >= 1", world);
   int64_t off = 0, shard_off = 0, max_padded = 0;
   for (int u = 0; u < m->n_units; u++) {
@@ -58,11 +58,9 @@ static void *own_params(trainer_t *t, const unit_t *un, int params_full) {
 
 int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
-  // HINT: norm: trainer_finish_grads(t, op_sumsq(your grad shard), 1) — ranks own disjoint pieces.
-  // HINT: per unit: w = master + shard_off (bf16) or your params piece (fp32); grad, m, v at shard_off;
-  // HINT: trainer_optimizer_update(...); in bf16 mode then op_cast the master piece into your params piece.
-  // HINT: Return 0 (nothing updated) when trainer_finish_grads set t->skipped, else 1. Clipping and the
-  // HINT: tests' gradient-norm check go through trainer_finish_grads: call it once, before any update.
+  // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the whole model: the ranks' pieces are disjoint, so their squared sums add.
+  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, sum of squares of your grad shard, 1) — return 0 if it set t->skipped; then per unit at shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
+  // HINT3: gscale = trainer_finish_grads(t, op_sumsq(t->dev, grad_shard, t->wdt, shard_numel), 1); per unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un, params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece -> own_params; return 1.
   const model_t *m = &t->model;
   size_t gb = dtype_size(t->wdt);
   double sumsq = 0;
@@ -93,8 +91,9 @@ int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
 
 void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
-  // HINT: one comm_all_gather_async per unit, in place: send = your piece, recv = the whole unit;
-  // HINT: keep each handle in handles[u] when handles is not NULL.
+  // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit back, without waiting here.
+  // HINT2: per unit: your piece (inside the unit, at your rank's place) in, the whole unit (padded elements at its off) out, in place; the handles go to the caller (handles[u], when not NULL).
+  // HINT3: h = comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)), tensor_at(&t->params, un->off), un->padded, t->wdt, tag); if (handles) handles[u] = h.
   const model_t *m = &t->model;
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];

@@ -62,8 +62,9 @@ static void zero1_pre_backward(trainer_t *t, int unit) {
 /* Step 2 for one unit: rank r receives piece r of the unit's gradient, summed over the ranks. */
 static void zero1_reduce_scatter_unit(trainer_t *t, zero1_t *z, int u) {
   // BEGIN EXERCISE zero1_reduce_scatter notes/03-zero1.md
-  // HINT: one comm_reduce_scatter_async: send the unit's padded grads (at its off in t->grads),
-  // HINT: receive your piece into z->grad_shard at the unit's shard_off; REDOP_SUM; any tag.
+  // HINT: each rank needs the sum over ranks of only the gradient piece it owns — not the whole summed gradient.
+  // HINT2: per unit: the unit's padded grads (at its off in t->grads) in, your piece out into z->grad_shard at the unit's shard_off, summed.
+  // HINT3: comm_reduce_scatter_async(t->comm, t->grads at un->off, z->grad_shard at un->shard_off, un->padded, t->wdt, REDOP_SUM, tag).
   const unit_t *un = &t->model.units[u];
   comm_reduce_scatter_async(t->comm, tensor_at(&t->grads, un->off), tensor_at(&z->grad_shard, un->shard_off), un->padded,
                             t->wdt, REDOP_SUM, "2 reduce-scatter grads");

@@ -61,10 +61,9 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
 
 void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
   // BEGIN EXERCISE zero_rs_end_unit notes/04-zero2.md
-  // HINT: one comm_reduce_scatter_async of the unit's padded grads (the staging slot r->next):
-  // HINT: micro-batch 0 lands straight in your piece of t->grads (at shard_off); later ones in
-  // HINT: r->acc[slot], with r->add[slot] = 1 so rs_retire adds them. Record handle and unit, advance r->next.
-  // HINT: Do not wait here: rs_retire waits when the slot comes round again (the overlap test checks).
+  // HINT: as soon as a unit's gradient is final, start its reduce-scatter so it overlaps the rest of the backward; never wait here.
+  // HINT2: the staging slot r->next holds the unit's padded grads; micro-batch 0 lands straight in your piece of t->grads (at shard_off), later micro-batches in r->acc[slot] with r->add[slot] = 1 (rs_retire adds them); record the handle and the unit, advance r->next.
+  // HINT3: s = r->next; r->h[s] = comm_reduce_scatter_async(t->comm, r->staging[s].data, t->micro == 0 ? your piece of t->grads : r->acc[s].data, padded, t->wdt, REDOP_SUM, tag); r->unit[s] = u; r->add[s] = t->micro != 0; r->next = 1 − s.
   const unit_t *un = &t->model.units[u];
   int s = r->next;
   int direct = t->micro == 0;

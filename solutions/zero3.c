@@ -69,10 +69,9 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
 /* Before event e: its unit gathered (issue it if prefetch did not), the next K issued, then wait. */
 static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_acquire notes/05-zero3.md
-  // HINT: if no slot holds event e, gather_issue(t, z, e); then issue events e+1..e+K that are
-  // HINT: < n_events(t) and not yet issued (the prefetch, also with gather_issue: it measures the
-  // HINT: gathered window the tests check); wait for e's handle; point
-  // HINT: t->unit_params[event_unit(t, e)] at the slot's buffer.
+  // HINT: before a unit's forward or backward its whole parameters must be on this rank; gathering the next ones ahead of time (the prefetch) hides the all-gather behind compute.
+  // HINT2: if no slot holds event e, issue its gather; then issue events e+1..e+K not yet issued (< n_events(t)); wait for e's handle; point t->unit_params[event_unit(t, e)] at e's slot buffer.
+  // HINT3: if (find_slot(z, e) < 0) gather_issue(t, z, e); the same for e + 1..e + z->prefetch (< n_events(t)); comm_wait(t->comm, z->slots[find_slot(z, e)].h); t->unit_params[event_unit(t, e)] = that slot's buf.data.
   if (find_slot(z, e) < 0) gather_issue(t, z, e);
   for (int k = 1; k <= z->prefetch && e + k < n_events(t); k++)
     if (find_slot(z, e + k) < 0) gather_issue(t, z, e + k);
@@ -85,9 +84,9 @@ static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
 /* After event e: free its gathered unit, so only the shard stays resident. */
 static void gather_release(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_release notes/05-zero3.md
-  // HINT: find e's slot, tensor_free its buffer, mark the slot free (event −1, handle 0), and
-  // HINT: clear t->unit_params of the unit so nothing reads the freed memory (a buffer not freed
-  // HINT: stays in the ledger's comm peak, which the tests check).
+  // HINT: once a unit is used, its gathered full parameters must go: that is all of ZeRO-3's memory saving, and nothing may read them afterwards.
+  // HINT2: find e's slot; free its buffer (the ledger's peak counts it otherwise); mark the slot free (event −1, handle 0); clear t->unit_params of the unit.
+  // HINT3: s = find_slot(z, e); tensor_free(&z->slots[s].buf); z->slots[s].event = −1; z->slots[s].h = 0; t->unit_params[event_unit(t, e)] = NULL.
   int s = find_slot(z, e);
   if (s < 0) die_on_rank("zero3: event %d released but not gathered", e);
   tensor_free(&z->slots[s].buf);

@@ -199,6 +199,17 @@ static inline bf16_t *zl_to_bf16(const float *p, int64_t n) {
 static inline void zl_round_bf16(float *p, int64_t n) {
   for (int64_t i = 0; i < n; i++) p[i] = bf16_to_f32(bf16_from_f32(p[i]));
 }
+/* The float with bits u, and the bits of f (cast tests). */
+static inline float zl_f32_of_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t zl_bits_of_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
 /* Load a raw float32 file (from --save-params); *n elements. */
 static inline float *zl_read_floats(const char *path, int64_t *n) {
   size_t len = 0;
@@ -206,6 +217,20 @@ static inline float *zl_read_floats(const char *path, int64_t *n) {
   cr_assert(b, "missing file %s", path);
   *n = (int64_t)(len / sizeof(float));
   return (float *)b;
+}
+
+/* Whole file equality (bitwise), failing with both paths. */
+static inline void zl_expect_same_file(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  char *x = zl_read_file(a, &na), *y = zl_read_file(b, &nb);
+  cr_assert(x, "missing file %s", a);
+  cr_assert(y, "missing file %s", b);
+  cr_assert_eq(na, nb, "%s has %zu bytes, %s has %zu", a, na, b, nb);
+  for (size_t i = 0; i < na; i++)
+    cr_assert_eq(x[i], y[i], "%s and %s differ first at byte %zu (offset %zu of a float32 array: element %zu)", a, b, i, i,
+                 i / 4);
+  free(x);
+  free(y);
 }
 
 /* ---- one launch with --json and --save-params ------------------------------------------- */

@@ -5,7 +5,7 @@
  * (solutions/tp.c), the pipelines made of the ranks / T data-parallel ranks.
  * The loop, the report and the flags are common/train.c; the strategy is solutions/pipeline.c. */
 #include "pipeline.h" // pipeline_strategy
-#include "tp.h"       // tp_split_model (--tp)
+#include "tp.h"       // tp_transform (--tp)
 #include "train.h"    // train_cfg_t, train_parse_args, train_main
 
 int main(int argc, char **argv) {
@@ -17,6 +17,6 @@ int main(int argc, char **argv) {
                    "--tp T adds tensor parallelism inside every stage (3-D with the data dimension).\n"
                    "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
                    TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP);
-  cfg.model_split = tp_split_model;
+  cfg.transform = &tp_transform;
   return train_main(&cfg, pipeline_strategy(cfg.schedule), "07_pipeline");
 }

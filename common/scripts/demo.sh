@@ -306,7 +306,7 @@ split by rows, the partial products must be summed by an all-reduce BEFORE the a
 (GELU(a) + GELU(b) is not GELU(a + b)). That is Megatron's MLP: columns, then rows.
 EOF
   have ch06_tp || return
-  run 2 ch06_tp --example
+  run 2 ch06_example
   step "Chapter 06 — training with --tp 2: every layer pair split across 2 ranks" <<EOF
 The MLP of chapter 02 trained by $NTP ranks in TP groups of 2 (ranks / 2 data-parallel
 replicas): each pair of layers is one column-parallel and one row-parallel linear, with one

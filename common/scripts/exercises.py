@@ -30,17 +30,20 @@ Commands (SRC is solutions, DST is exercises):
   list SRC [--chapter NN] [--dst DST] [--status FILE]
                                one line per exercise: name, notes page, file:line in DST (read
                                from DST itself), and the status of the last `make exercise`.
-  hint SRC NAME [--level K]    the hints of one exercise up to level K (1: the idea, 2: the
-                               indices), and its notes page.
+  hint SRC NAME [--level K]    the hints of one exercise up to level K (1: the idea — what must
+                               be true, not the code; 2: the shapes and the order; 3: nearly
+                               the code), its notes page, and whether a further level exists.
   status SRC DST --chapter NN [--ex NAME] --make CMD --build DIR
                                judge the chapter's exercises (`make exercise CH=NN [EX=name]`):
                                one tree = DST outside the bodies + the student's bodies of the
                                chapter + the reference bodies for every other exercise, built
                                and run against the chapter's tests (suites chNN*) in exercise
-                               mode (short deadlines, stop at the first failing test); when a
-                               test fails and several bodies are written, each is run alone on
-                               that test only. One line per exercise: done / not done / wrong /
-                               timed out / not overlapped / does not compile.
+                               mode (short deadlines, the tests one at a time in TEST_ORDER —
+                               the cheapest precise check first — stop at the first failing
+                               test); when a test fails and several bodies are written, each is
+                               run alone on that test only. One line per exercise: done / not
+                               done / wrong / other pattern (values right, communication not the
+                               lesson's) / timed out / not overlapped / does not compile.
   compile-report DST LOG       the exercises whose bodies a failed build LOG (of IMPL=DST)
                                blames, one line each (make test uses it and goes on).
 Exit codes: 0 ok, 1 stale / exercises not done, 2 bad markers or usage.
@@ -67,6 +70,30 @@ HAS_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:\.\./common/)?exercise\.h[">
 INCLUDE = re.compile(r"^\s*#\s*include\b")
 # exercise mode: the collective deadline the tests give each run (seconds; the tests read it)
 EXERCISE_TIMEOUT_S = 8
+# The order the chapter's tests run in when an exercise is judged: the cheapest precise check
+# first (a unit check of the schedule before 30 s end-to-end runs; the offload runs before the
+# checkpoint-resume run that merely goes through the offload), then what is left, alphabetically.
+# Patterns are fnmatch globs over "suite/test".
+TEST_ORDER = {
+    "01": ["ch01_collectives/world3", "ch01_collectives/world2", "ch01_collectives/world4", "ch01_collectives/*",
+           "ch01_programs/demo_*", "ch01_programs/timeout_names_the_op"],
+    "02": ["ch02_buckets/*", "ch02_ddp/variants_bitwise_at_two_ranks", "ch02_ddp/n_ranks_equal_one_rank_sgd",
+           "ch02_ddp/n_ranks_equal_one_rank_adamw", "ch02_ddp/variants_agree_*", "ch02_ddp/accumulation_*",
+           "ch02_ddp/*", "ch02_ddp_overlap/*"],
+    "03": ["ch03_shard/*", "ch03_zero1/parity_n2_*", "ch03_zero1/parity_n3_*", "ch03_zero1/accum_and_clip"],
+    "04": ["ch03_shard/*", "ch04_zero2/parity_n2_*", "ch04_zero2/parity_n3_*", "ch04_zero2/accum_and_clip",
+           "ch04_zero2/*", "ch04_zero2_overlap/*"],
+    "05": ["ch05_zero3/parity_n2_*", "ch05_zero3/parity_n3_*", "ch05_zero3/accum_and_clip",
+           "ch05_zero3/prefetch_same_bits_*"],
+    "06": ["ch06_grid/*", "ch06_tp/ops_2_ranks", "ch06_tp/ops_4_ranks", "ch06_tp/mlp_check_4_ranks",
+           "ch06_tp/example_2_ranks", "ch06_tp/train_tp_equals_one_rank", "ch06_tp/gpt_tp_equals_one_rank",
+           "ch06_tp/groups_*", "ch06_tp/ledger_*", "ch06_tp/train_2d_*", "ch06_tp/pa_*"],
+    "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_pipeline/split_is_*",
+           "ch07_pipeline/equals_one_rank_*", "ch07_pipeline/large_messages_*", "ch07_pipeline/gpt_equals_*",
+           "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
+    "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
+           "ch08_offload/trains_under_*"],
+}
 # ... and the most one test may take before Criterion kills it
 EXERCISE_TEST_LIMIT_S = 100
 
@@ -474,8 +501,12 @@ def cmd_hint(a):
             for lv, t in shown or [(1, "(no hint: the notes page walks through it)")]:
                 print(f"  {'hint ' + str(lv) + ':' if lv != prev else '       '} {t}")
                 prev = lv
+            if a.level > top:
+                print(f"  (there is no level-{a.level} hint: level {top} above is the last one)")
             if level < top:
                 print(f"  next hint: make hint EX={r.name} LEVEL={level + 1}")
+            else:
+                print(f"  no further hint: this is the last level; {r.notes} walks through it")
             return 0
     names = ", ".join(r.name for _, r in all_regions(a.src)) or "none marked yet"
     print(f"error: EX={a.name}: no such exercise; allowed: {names}", file=sys.stderr)
@@ -617,9 +648,45 @@ def build(a, tree, clock, label):
     return ok, "".join(log)
 
 
-def run_tests(binary, filt, clock, deadline, echo=True):
+def list_tests(binary, filt, env):
+    """["suite/test", ...] of the binary matching the Criterion glob filt (fnmatch), as listed."""
+    import fnmatch
+    p = subprocess.run([binary, "--list"], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    out, suite = [], None
+    for ln in p.stdout.splitlines():
+        m = re.match(r"^(\S+): \d+ tests?$", ln)
+        if m:
+            suite = m.group(1)
+            continue
+        m = re.match(r"^\W+\s(\S+)$", ln)
+        if m and suite and fnmatch.fnmatchcase(f"{suite}/{m.group(1)}", filt):
+            out.append(f"{suite}/{m.group(1)}")
+    return out
+
+
+def ordered_tests(tests, chapter):
+    """tests in TEST_ORDER[chapter]'s order (the first pattern each matches), the rest after them
+    alphabetically."""
+    import fnmatch
+    pats = TEST_ORDER.get(chapter, [])
+    rank = lambda t: next((i for i, p in enumerate(pats) if fnmatch.fnmatchcase(t, p)), len(pats))
+    return sorted(tests, key=lambda t: (rank(t), t))
+
+
+def run_tests(binary, filt, clock, deadline, echo=True, chapter=None):
     """Criterion on the tests matching filt, in exercise mode: short collective deadlines, stop at
-    the first failure. Returns (rc, log, failed test name or None)."""
+    the first failure; the chapter's tests one at a time in TEST_ORDER (cheapest precise check
+    first). Returns (rc, log, failed test name or None)."""
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
+    tests = list_tests(binary, filt, env0) if chapter else []
+    if len(tests) > 1:
+        logs = []
+        for t in ordered_tests(tests, chapter):
+            rc, log, failed = run_tests(binary, t, clock, deadline, echo)
+            logs.append(log)
+            if rc != 0:
+                return rc, "".join(logs), failed
+        return 0, "".join(logs), None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
     env = dict(env, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
                ZL_EXERCISE_TIMEOUT_S=str(deadline))
@@ -648,7 +715,10 @@ def run_tests(binary, filt, clock, deadline, echo=True):
 
 
 def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
-    """(state, one-line reason, the lines worth showing) for the failing test's log."""
+    """(state, one-line reason, the lines worth showing) for the failing test's log. The reason is
+    the first failing check's own message (an assertion in a test .c or a test header .h, or a
+    rank's FAIL line); the lines shown under it never repeat it, and they include the program's
+    own FAILED / error lines however deep in its output they sit."""
     if test and test.split("::")[0].endswith("_overlap"):
         state = "not overlapped"
     else:
@@ -664,22 +734,39 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
         return (state, "the ranks' collectives do not match (MPI_ERR_TRUNCATE: one rank's message is longer "
                 "than the other expects): does every rank launch the same operations, of the same sizes, in "
                 "the same order?", [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "MPI_ERR_TRUNCATE" in ln][:2])
+    # the comm layer's own verdicts (exercise mode): a handle never waited, a NULL communicator
+    comm = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines
+            if "never waited" in ln or "communicator is NULL" in ln or "is outside the group" in ln]
     fails = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines if re.match(r"^(\[----\])?\s*FAIL rank", ln)]
     msgs, inside = [], False  # the assertion messages: the [----] lines after "Assertion Failed"
     for ln in lines:
         body = ln[7:].strip() if ln.startswith("[----]") else None
         if body is None:
             inside = False
-        elif re.match(r"^\S+\.c:\d+: (Assertion Failed|Unexpected signal)", body):
+        elif re.match(r"^\S+\.[ch]:\d+: (Assertion Failed|Unexpected signal)", body):
             inside = True
             if "signal" in body:
                 msgs.append("crashed: " + body)
         elif inside and body and not body.startswith("FAIL rank") and not body.startswith("scn_"):
             msgs.append(body)
-    shown = fails[:6] if fails else msgs[:6]
-    reason = (fails[0] if fails else (msgs[0] if msgs else f"{test} fails"))
+    # a wrong value before "values right, but ..." (a count off where the values held, e.g. on 1 rank)
+    fails.sort(key=lambda ln: "values right" in ln)
+    msgs.sort(key=lambda ln: "values right" in ln)
+    first = comm or fails or msgs
+    reason = first[0] if first else f"{test} fails (no message: see the test's output with make test)"
+    same = lambda ln: re.sub(r"^(?:FAIL )?rank \d+: ", "", ln)  # the same line from another rank
+    rest = [ln for ln in first[1:] if same(ln) != same(reason)] if not comm else []
+    shown = rest[:5]
+    # a program's FAILED / error line past the first few lines (e.g. --mlp-check's "T=2 ... FAILED")
+    deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:", ln) and ln != reason and ln not in shown]
+    if deep and re.search(r"exit(?:ed)? -?\d+:?$", reason):  # "program exited 1:" then its output
+        reason = reason.rstrip(":") + ": " + deep.pop(0)
+        shown = []  # its banner says nothing of the failure: its other FAILED lines do
+    shown += deep[:3]
     if state == "not overlapped":
         return (state, "correct but not overlapped: " + reason.split("not overlapped: ", 1)[-1], shown)
+    if "values right" in reason:  # the rest says the same of other ranks and cases
+        return ("other pattern", reason, [])
     return (state, reason, shown)
 
 
@@ -742,7 +829,7 @@ def cmd_status(a):
         chosen -= blamed
     failed_test = None
     if chosen:
-        rc, log, failed_test = run_tests(binary, filt, clock, a.deadline)
+        rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter)
         tested = len(re.findall(r"^\[(?:PASS|FAIL|ERR )", log, re.M))
         if rc == 0:
             unwritten = len(regs) - len(written)

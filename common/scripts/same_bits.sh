@@ -33,11 +33,14 @@ ch06_tp2_mlp|2|ch06_tp|$M --tp 2
 ch06_tp2_gpt|2|ch06_tp|$G --tp 2
 ch06_tp2_d2_gpt_bf16_zero1|4|ch06_tp|$G --tp 2 --zero 1 --precision bf16
 ch06_tp2_gpt_pa|2|ch06_tp|$G --tp 2 --recompute
+ch06_tp2_mlp_bf16_accum|2|ch06_tp|$M --tp 2 --precision bf16 --accum 2
+ch06_tp2_d2_mlp_zero3_pa|4|ch06_tp|$M --tp 2 --zero 3 --recompute
 ch07_1f1b_mlp|2|ch07_pipeline|$M --pp 2 --micro-batches 4 --schedule 1f1b
 ch07_gpipe_gpt|2|ch07_pipeline|$G --pp 2 --micro-batches 2 --schedule gpipe
 ch07_interleaved_mlp|2|ch07_pipeline|--layers 7 --hidden 48 --input 20 --classes 6 --batch 24 --pp 2 --micro-batches 4 --schedule interleaved --virtual-stages 2
 ch07_p2d2_gpt_bf16|4|ch07_pipeline|$G --pp 2 --micro-batches 2 --schedule 1f1b --precision bf16
 ch07_p2d2_mlp_zero3|4|ch07_pipeline|$M --pp 2 --micro-batches 2 --schedule 1f1b --zero 3
+ch07_p2t2_gpt|4|ch07_pipeline|$G --pp 2 --tp 2 --micro-batches 2 --schedule 1f1b
 ch08_mlp_bf16|2|ch08_offload|$M --precision bf16 --offload optimizer
 ch08_gpt|2|ch08_offload|$G --offload optimizer
 EOF

@@ -7,7 +7,10 @@
  *   scn_tp ops    for every T in {1, 2, 4} dividing N (grid (T, 1): D = N/T groups run at once):
  *                 f, g, the column- and row-parallel linears and the MLP block, forward and backward,
  *                 vendor and ring, against the 1-rank computation with the same weights; every
- *                 all-reduce count and byte count exact.
+ *                 all-reduce count and byte count exact. Then tp_split_model's public map
+ *                 (tp_map_unit, tp_unit_local_numel) on an uneven MLP and GPT: this rank's piece of a
+ *                 full unit is the split model's own init, and the T pieces put back give the full
+ *                 unit, bitwise.
  * Tolerance (fp32): err = max_i |got_i − ref_i| / max_i |ref_i| <= 1e-6 where a split sum is
  * reassembled (row forward, column backward dx, the block's y and dx); bitwise where no sum is split
  * (column forward, row backward, every weight and bias gradient): the same dot products in the same
@@ -15,7 +18,9 @@
  * rank failed. Driven by tests/mpi/test_tp.c. */
 #include "comm.h"   // comm_t, comm_*, comm_model_sent
 #include "check.h"  // xmalloc, xcalloc
+#include "gpt.h"    // gpt_init (the map on a split GPT)
 #include "grid.h"   // grid_t, grid_init, grid_group_ranks
+#include "model.h"  // model_init, model_init_unit, model_free
 #include "ops.h"    // op_linear_fwd, op_linear_bwd (the 1-rank linear references)
 #include "tp.h"     // tp_* (solutions/ or exercises/)
 #include <math.h>   // fabs
@@ -148,22 +153,41 @@ static float *rnd_new(int64_t n) {
 }
 
 /* err = max|got − ref| / max|ref|; bitwise: every element equal. */
+static int g_value_fails, g_value_fails_seen; /* compare's failures; those expect_allreduces has seen */
+
+/* A failure names the element farthest off: what[i]: got, expected. */
 static void compare(const char *what, const float *got, const float *ref, int64_t n, int bitwise) {
   double dmax = 0, rmax = 0;
+  int64_t imax = -1;
   for (int64_t i = 0; i < n; i++) {
     double d = fabs((double)got[i] - ref[i]);
-    if (d > dmax) dmax = d;
+    if (d > dmax || (imax < 0 && memcmp(&got[i], &ref[i], sizeof(float)) != 0)) dmax = d, imax = i;
     if (fabs(ref[i]) > rmax) rmax = fabs(ref[i]);
   }
   double err = rmax > 0 ? dmax / rmax : dmax;
-  if (bitwise ? memcmp(got, ref, (size_t)n * sizeof(float)) != 0 : !(err <= TOL))
-    fail("%s: max rel diff %.3g (%s)", what, err, bitwise ? "expected bitwise equal" : "tolerance 1e-6");
+  if (bitwise ? memcmp(got, ref, (size_t)n * sizeof(float)) != 0 : !(err <= TOL)) {
+    g_value_fails++;
+    fail("%s[%lld]: got %.9g, expected %.9g (max rel diff %.3g, %s)", what, (long long)imax, got[imax], ref[imax], err,
+         bitwise ? "expected bitwise equal" : "tolerance 1e-6");
+  }
   g_cases++;
 }
 
-/* One all-reduce count and its exact bytes, then reset. */
+/* One all-reduce count and its exact bytes, then reset. When every value compared since the last
+ * count was right, a count off is another communication pattern, not a wrong result: said so. */
 static void expect_allreduces(comm_t *tp, const char *what, int ncalls, int64_t numel_each) {
-  check_counters(tp, what, CO_ALL_REDUCE, numel_each, ncalls, comm_impl(tp) == COLL_RING);
+  comm_counters_t k = comm_counters(tp);
+  if (k.calls[CO_ALL_REDUCE] != ncalls && g_value_fails == g_value_fails_seen) {
+    fail("%s: values right, but %lld all-reduce call(s) where the lesson's pattern has %d (reduce-scatter %lld, "
+         "all-gather %lld, broadcast %lld, reduce %lld calls): f's backward and g's forward are one all-reduce each, "
+         "f's forward and g's backward none (notes/06-tensor-parallel.md)",
+         what, (long long)k.calls[CO_ALL_REDUCE], ncalls, (long long)k.calls[CO_REDUCE_SCATTER],
+         (long long)k.calls[CO_ALL_GATHER], (long long)k.calls[CO_BROADCAST], (long long)k.calls[CO_REDUCE]);
+    g_cases++;
+  } else {
+    check_counters(tp, what, CO_ALL_REDUCE, numel_each, ncalls, comm_impl(tp) == COLL_RING);
+  }
+  g_value_fails_seen = g_value_fails;
   comm_counters_reset(tp);
 }
 
@@ -203,13 +227,13 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   float *W_r = fnew((int64_t)n * in), *b_r = fnew(n), *y_r = fnew((int64_t)B * n), *yref_r = fnew((int64_t)B * n);
   float *dy_r = fnew((int64_t)B * n), *dW_r = fnew((int64_t)n * in), *db_r = fnew(n), *dxc = fnew((int64_t)B * in);
   tp_column_slice(W_r, b_r, W, b, in, out, T, r);
-  tp_column_forward(tp, y_r, x, W_r, b_r, B, in, n);
+  tp_column_forward(tp, y_r, x, W_r, b_r, DT_F32, B, in, n);
   tp_cols_of(yref_r, y, B, out, T, r);
   snprintf(what, sizeof what, "T=%d %s column forward y_r", T, impl);
   compare(what, y_r, yref_r, (int64_t)B * n, 1);
   expect_allreduces(tp, what, 0, 0);
   tp_cols_of(dy_r, dy, B, out, T, r);
-  tp_column_backward(tp, dxc, dW_r, db_r, dy_r, x, W_r, B, in, n);
+  tp_column_backward(tp, dxc, dW_r, db_r, dy_r, x, W_r, DT_F32, B, in, n, 0.0f);
   snprintf(what, sizeof what, "T=%d %s column backward dx", T, impl);
   compare(what, dxc, dx, (int64_t)B * in, T == 1);
   snprintf(what, sizeof what, "T=%d %s column backward dW_r", T, impl);
@@ -218,6 +242,14 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   compare(what, db_r, db + lo, n, 1);
   snprintf(what, sizeof what, "T=%d %s column backward", T, impl);
   expect_allreduces(tp, what, 1, (int64_t)B * in); /* f's backward: B·in elements */
+  /* beta 1 (a second micro-batch): the same gradients again, added to the first: exactly twice */
+  float *two = fnew((int64_t)n * in);
+  for (int64_t i = 0; i < (int64_t)n * in; i++) two[i] = 2.0f * dW_r[i];
+  tp_column_backward(tp, NULL, dW_r, NULL, dy_r, x, W_r, DT_F32, B, in, n, 1.0f);
+  snprintf(what, sizeof what, "T=%d %s column backward beta 1: dW_r (no dx: no all-reduce)", T, impl);
+  compare(what, dW_r, two, (int64_t)n * in, 1);
+  expect_allreduces(tp, what, 0, 0);
+  free(two);
 
   /* row-parallel: rank r holds columns [lo, lo+m) of W, and x's matching columns */
   int m = tp_part_numel(in, T, r);
@@ -226,11 +258,11 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   float *dWc = fnew((int64_t)out * m), *dbr = fnew(out);
   tp_row_slice(Wc, W, in, out, T, r);
   tp_cols_of(x_r, x, B, in, T, r);
-  tp_row_forward(tp, yr, x_r, Wc, b, B, m, out);
+  tp_row_forward(tp, yr, x_r, Wc, b, DT_F32, B, m, out);
   snprintf(what, sizeof what, "T=%d %s row forward y", T, impl);
   compare(what, yr, y, (int64_t)B * out, 0);
   expect_allreduces(tp, what, 1, (int64_t)B * out); /* g's forward: B·out elements */
-  tp_row_backward(tp, dx_r, dWc, dbr, dy, x_r, Wc, B, m, out);
+  tp_row_backward(tp, dx_r, dWc, dbr, dy, x_r, Wc, DT_F32, B, m, out, 0.0f);
   tp_cols_of(dxref_r, dx, B, in, T, r);
   tp_row_slice(Wcref, dW, in, out, T, r);
   snprintf(what, sizeof what, "T=%d %s row backward dx_r", T, impl);
@@ -240,6 +272,13 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   snprintf(what, sizeof what, "T=%d %s row backward db", T, impl);
   compare(what, dbr, db, out, 1);
   expect_allreduces(tp, what, 0, 0);
+  float *twob = fnew(out);
+  for (int i = 0; i < out; i++) twob[i] = 2.0f * dbr[i];
+  tp_row_backward(tp, NULL, dWc, dbr, dy, x_r, Wc, DT_F32, B, m, out, 1.0f);
+  snprintf(what, sizeof what, "T=%d %s row backward beta 1: db", T, impl);
+  compare(what, dbr, twob, out, 1);
+  expect_allreduces(tp, what, 0, 0);
+  free(twob);
 
   free(v), free(vsum), free(W_r), free(b_r), free(y_r), free(yref_r), free(dy_r), free(dW_r), free(db_r), free(dxc);
   free(Wc), free(Wcref), free(x_r), free(yr), free(dx_r), free(dxref_r), free(dWc), free(dbr);
@@ -263,15 +302,15 @@ static void check_mlp(comm_t *tp, int T, const char *impl) {
   float *ty = fnew((int64_t)B * h), *tdx = fnew((int64_t)B * h);
   comm_counters_reset(tp);
   tp_mlp_forward(m, ty, x);
+  snprintf(what, sizeof what, "T=%d %s MLP y", T, impl);
+  compare(what, ty, y, (int64_t)B * h, T == 1);
   snprintf(what, sizeof what, "T=%d %s MLP forward", T, impl);
   expect_allreduces(tp, what, 1, tp_mlp_allreduce_numel(B, h));
   tp_mlp_backward(m, tdx, dy, x);
-  snprintf(what, sizeof what, "T=%d %s MLP backward", T, impl);
-  expect_allreduces(tp, what, 1, tp_mlp_allreduce_numel(B, h));
-  snprintf(what, sizeof what, "T=%d %s MLP y", T, impl);
-  compare(what, ty, y, (int64_t)B * h, T == 1);
   snprintf(what, sizeof what, "T=%d %s MLP dx", T, impl);
   compare(what, tdx, dx, (int64_t)B * h, T == 1);
+  snprintf(what, sizeof what, "T=%d %s MLP backward", T, impl);
+  expect_allreduces(tp, what, 1, tp_mlp_allreduce_numel(B, h));
   int lo = tp_part_lo(ffn, T, r), fr = m->ffn_r;
   float *ref = fnew((int64_t)h * fr);
   snprintf(what, sizeof what, "T=%d %s MLP dW1_r", T, impl);
@@ -293,6 +332,44 @@ static void check_mlp(comm_t *tp, int T, const char *impl) {
   free(dx), free(dW1), free(db1), free(dW2), free(db2);
 }
 
+/* tp_split_model's map, on the model built by build() (twice: one copy split over tp, one whole). */
+static void check_map_of(comm_t *tp, int T, const char *kind, void (*build)(model_t *m)) {
+  model_t full, m;
+  build(&full);
+  build(&m);
+  tp_split_model(&m, tp);
+  int r = comm_rank(tp);
+  char what[160];
+  for (int u = 0; u < full.n_units; u++) {
+    int64_t n = full.units[u].numel;
+    float *w = fnew(n), *back = fnew(n), *mine = fnew(m.units[u].padded);
+    model_init_unit(&full, 7, u, w);
+    model_init_unit(&m, 7, u, mine);
+    snprintf(what, sizeof what, "T=%d %s unit %d: tp_unit_local_numel(rank %d)", T, kind, u, r);
+    if (tp_unit_local_numel(&m, u, r) != m.units[u].numel)
+      fail("%s = %lld, the split unit has %lld", what, (long long)tp_unit_local_numel(&m, u, r), (long long)m.units[u].numel);
+    g_cases++;
+    for (int q = 0; q < T; q++) {
+      int64_t nq = tp_unit_local_numel(&m, u, q);
+      float *lq = fnew(nq);
+      tp_map_unit(&m, u, q, w, lq, 1);
+      if (q == r) {
+        snprintf(what, sizeof what, "T=%d %s unit %d: rank %d's piece of the full init vs the split's init", T, kind, u, r);
+        compare(what, lq, mine, nq, 1);
+      }
+      tp_map_unit(&m, u, q, back, lq, 0);
+      free(lq);
+    }
+    snprintf(what, sizeof what, "T=%d %s unit %d: the %d pieces put back vs the full unit", T, kind, u, T);
+    compare(what, back, w, n, 1);
+    free(w), free(back), free(mine);
+  }
+  model_free(&m);
+  model_free(&full);
+}
+static void build_mlp(model_t *m) { model_init(m, 5, 9, 3, 3); } /* 9 hidden features: uneven at T = 2, 4 */
+static void build_gpt(model_t *m) { gpt_init(m, (gpt_shape_t){.n_layer = 1, .n_head = 4, .n_embd = 8, .seq_len = 4, .vocab = 11}); }
+
 static int run_ops(comm_t *world) {
   static const int Ts[] = {1, 2, 4};
   for (int k = 0; k < 3; k++) {
@@ -305,6 +382,8 @@ static int run_ops(comm_t *world) {
       check_ops(g->comm[GRID_TP], T, name);
       check_mlp(g->comm[GRID_TP], T, name);
     }
+    check_map_of(g->comm[GRID_TP], T, "mlp", build_mlp);
+    check_map_of(g->comm[GRID_TP], T, "gpt", build_gpt);
     grid_free(g);
   }
   return 0;

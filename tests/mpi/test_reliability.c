@@ -190,20 +190,6 @@ Test(common_reliability, nonfinite_abort_names_step_and_rank) {
   nonfinite_abort("ch04_zero2", 3, 1); /* reduce-scatter: pieces of every rank */
 }
 
-/* Whole file equality (bitwise), failing with both paths. */
-static void expect_same_file(const char *a, const char *b) {
-  size_t na = 0, nb = 0;
-  char *x = zl_read_file(a, &na), *y = zl_read_file(b, &nb);
-  cr_assert(x, "missing file %s", a);
-  cr_assert(y, "missing file %s", b);
-  cr_assert_eq(na, nb, "%s has %zu bytes, %s has %zu", a, na, b, nb);
-  for (size_t i = 0; i < na; i++)
-    cr_assert_eq(x[i], y[i], "%s and %s differ first at byte %zu (offset %zu of a float32 array: element %zu)", a, b, i, i,
-                 i / 4);
-  free(x);
-  free(y);
-}
-
 static void nonfinite_skip(const char *prog, int np, int rank) {
   char dir[256], *out = NULL, a[400], b[400];
   zl_tmpdir(dir, sizeof dir, prog);
@@ -218,7 +204,7 @@ static void nonfinite_skip(const char *prog, int np, int rank) {
   for (int r = 0; r < files; r++) {
     snprintf(a, sizeof a, "%s/step-000001/rank-%05d.bin", dir, r);
     snprintf(b, sizeof b, "%s/step-000002/rank-%05d.bin", dir, r);
-    expect_same_file(a, b);
+    zl_expect_same_file(a, b);
   }
   snprintf(a, sizeof a, "%s/step-000002/manifest.txt", dir);
   char *man = zl_read_file(a, NULL);
@@ -297,7 +283,7 @@ static ck_t ckpt_same_world(const char *prog, int np, const char *extra, const c
   snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s", extra, k.a_ck,
            b_ck, b_bin);
   run_ok(np, "resumed run", ZL_BIN "/%s %s", prog, args);
-  expect_same_file(k.a_bin, b_bin);
+  zl_expect_same_file(k.a_bin, b_bin);
   snprintf(p, sizeof p, "%s/step-000008/losses.bin", k.a_ck);
   snprintf(q, sizeof q, "%s/step-000008/losses.bin", b_ck);
   expect_same_losses(p, q);
@@ -305,7 +291,7 @@ static ck_t ckpt_same_world(const char *prog, int np, const char *extra, const c
   for (int r = 0; r < files; r++) {
     snprintf(p, sizeof p, "%s/step-000008/rank-%05d.bin", k.a_ck, r);
     snprintf(q, sizeof q, "%s/step-000008/rank-%05d.bin", b_ck, r);
-    expect_same_file(p, q); /* weights AND optimizer states */
+    zl_expect_same_file(p, q); /* weights AND optimizer states */
   }
   cr_log_info("checkpoint: %s N %d %s: 8 straight steps == 4 + resume + 4, bitwise", prog, np, extra);
   return k;
@@ -355,7 +341,7 @@ Test(common_reliability, ckpt_zero2_resume_crash_midsave_reshard) {
   snprintf(args, sizeof args, MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 --resume %s --save-params %s",
            x_ck, x_bin);
   run_ok(2, "resume after the crash", ZL_BIN "/%s %s", "ch04_zero2", args);
-  expect_same_file(k.a_bin, x_bin); /* nothing was lost */
+  zl_expect_same_file(k.a_bin, x_bin); /* nothing was lost */
   ckpt_reshard(&k, "ch02_ddp", 3, "--optimizer sgd --momentum 0.9 --accum 2", 1e-6);
 }
 
@@ -368,7 +354,7 @@ Test(common_reliability, ckpt_zero3_resume_consolidate_inspect) {
   cr_assert_eq(rc, 0, "zl_ckpt consolidate: exit %d; output:\n%s", rc, out);
   free(out);
   snprintf(w, sizeof w, "%s/weights.f32", out_dir);
-  expect_same_file(w, k.a_bin); /* the fp32 master weights, as --save-params exports them */
+  zl_expect_same_file(w, k.a_bin); /* the fp32 master weights, as --save-params exports them */
   const char *others[] = {"adam_m.f32", "adam_v.f32", "meta.txt"};
   for (int i = 0; i < 3; i++) {
     snprintf(w, sizeof w, "%s/%s", out_dir, others[i]);
@@ -421,6 +407,64 @@ Test(common_reliability, ckpt_refuses_bad_checkpoints) {
   refused(&k, "shape", "true", "--hidden 14", "manifest.txt", "saved with --hidden 13, this run has --hidden 14");
   refused(&k, "precision", "true", "--hidden 13 --precision bf16", "manifest.txt", "--precision fp32");
   refused(&k, "optimizer", "true", "--hidden 13 --optimizer sgd", "manifest.txt", "--optimizer adamw");
+}
+
+/* A checkpoint knows its model (issue: each of these ran to the end reading weights of another
+ * shape): a GPT saved by ZeRO-1 on 2 ranks, resumed with another width, head count, context, or
+ * as the MLP, is refused with exit 2 naming the difference, before training. */
+Test(common_reliability, ckpt_refuses_another_model) {
+  char dir[256], ck[300], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ck_model");
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  int rc = zl_run(2, 90, &out, ZL_BIN "/ch03_zero1 --model gpt --gpt tiny --batch 4 --steps 3 --ckpt %s --save-every 3 --quiet",
+                  ck);
+  cr_assert_eq(rc, 0, "the GPT run that saves: exit %d; output:\n%s", rc, out);
+  /* --eval-every 0 (the default): the one-line summary has no validation number */
+  cr_assert(strstr(out, "no validation run") && !strstr(out, "validation nan"), "summary line:\n%s", out);
+  free(out);
+  struct { const char *flags, *want; } cases[] = {
+      {"--model gpt --gpt tiny --n-embd 64", "saved with --n-embd 32, this run has --n-embd 64"},
+      {"--model gpt --gpt tiny --n-head 4", "saved with --n-head 2, this run has --n-head 4"},
+      {"--model gpt --gpt tiny --seq-len 8", "saved with --seq-len 16, this run has --seq-len 8"},
+      {"--model gpt --gpt tiny --n-layer 3", "saved with --n-layer 2, this run has --n-layer 3"},
+      {"", "saved with --model gpt, this run has --model mlp"},
+      {"--model gpt --gpt tiny --optimizer sgd --precision bf16",
+       "saved with --precision fp32, this run has --precision bf16; saved with --optimizer adamw, this run has --optimizer sgd"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rc = zl_run(2, 60, &out, ZL_BIN "/ch03_zero1 %s --batch 4 --steps 5 --resume %s --quiet", cases[i].flags, ck);
+    cr_assert(rc == 2 && strstr(out, cases[i].want) && !strstr(out, "final loss"),
+              "resume with '%s': exit %d (expected 2), expected '%s' and no training; output:\n%s", cases[i].flags, rc,
+              cases[i].want, out);
+    free(out);
+  }
+  /* the MLP's shape flags with --model gpt: refused like the reverse */
+  const char *mlp[] = {"--input 64", "--hidden 64", "--layers 2", "--classes 5"};
+  for (int i = 0; i < 4; i++) {
+    rc = zl_run(0, 30, &out, ZL_BIN "/ch03_zero1 --model gpt --gpt tiny %s --steps 1 --quiet", mlp[i]);
+    char want[64];
+    snprintf(want, sizeof want, "error: %s: is the MLP's shape", mlp[i]);
+    cr_assert(rc == 2 && strstr(out, want), "--model gpt %s: exit %d, expected 2 and '%s'; output:\n%s", mlp[i], rc, want,
+              out);
+    free(out);
+  }
+}
+
+/* A --tp 2 checkpoint resumed without --tp: the message names the tensor-parallel layout (it
+ * used to say "ck/latest: missing"). */
+Test(common_reliability, ckpt_tp_layout_is_named) {
+  char dir[256], ck[300], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ck_tpname");
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  int rc = zl_run(2, 90, &out, ZL_BIN "/ch06_tp --tp 2 " MODEL " --steps 2 --ckpt %s --save-every 1", ck);
+  cr_assert_eq(rc, 0, "ch06_tp --tp 2 saving: exit %d; output:\n%s", rc, out);
+  free(out);
+  const char *progs[] = {"ch06_tp --tp 1", "ch02_ddp"};
+  for (int i = 0; i < 2; i++) {
+    rc = zl_run(2, 60, &out, ZL_BIN "/%s " MODEL " --steps 4 --resume %s", progs[i], ck);
+    cr_assert(rc == 2 && strstr(out, "tensor-parallel layout saved with --tp 2") && !strstr(out, "latest: missing"),
+              "%s --resume of a --tp 2 checkpoint: exit %d; output:\n%s", progs[i], rc, out);
+    free(out);
+  }
 }
 
 /* ---- 6. output files that cannot be written at the end ------------------------------------ */

@@ -4,16 +4,6 @@
 #include "dtype.h"   // bf16_from_f32, bf16_to_f32, dt_load, dt_store
 #include <float.h>   // FLT_MAX
 
-static float f_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t u_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 
 /* fp32 bits in -> expected bf16 bits out */
 typedef struct { uint32_t in; uint16_t out; const char *what; } bf16_case_t;
@@ -48,7 +38,7 @@ static const bf16_case_t g_cases[] = {
 
 Test(common_bf16, rne_edge_cases) {
   for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
-    uint16_t got = bf16_from_f32(f_of(g_cases[i].in));
+    uint16_t got = bf16_from_f32(zl_f32_of_bits(g_cases[i].in));
     cr_expect_eq(got, g_cases[i].out, "bf16_from_f32(0x%08x) [%s]: got 0x%04x, expected 0x%04x", g_cases[i].in,
                  g_cases[i].what, got, g_cases[i].out);
   }
@@ -61,7 +51,7 @@ Test(common_bf16, nan_stays_quiet_nan) {
   /* quiet, signalling with payload only in the low 16 bits (truncation would make it inf), both signs */
   const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7f80ffffu, 0x7fbfffffu, 0xffc00000u, 0xff800001u, 0x7fffffffu};
   for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
-    uint16_t h = bf16_from_f32(f_of(nans[i]));
+    uint16_t h = bf16_from_f32(zl_f32_of_bits(nans[i]));
     cr_expect(is_quiet_nan(h), "bf16_from_f32(0x%08x): got 0x%04x, expected a quiet NaN", nans[i], h);
     cr_expect_eq(h >> 15, nans[i] >> 31, "bf16_from_f32(0x%08x): sign of NaN lost (got 0x%04x)", nans[i], h);
     cr_expect(isnan(bf16_to_f32(h)), "bf16_to_f32(0x%04x) is not NaN", h);
@@ -72,7 +62,7 @@ Test(common_bf16, every_bf16_round_trips) {
   /* bf16 -> fp32 is exact, so fp32 -> bf16 must give back the same bits (NaNs: a quiet NaN) */
   for (uint32_t h = 0; h <= 0xffff; h++) {
     float f = bf16_to_f32((uint16_t)h);
-    cr_assert_eq(u_of(f), h << 16, "bf16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, u_of(f), h << 16);
+    cr_assert_eq(zl_bits_of_f32(f), h << 16, "bf16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, zl_bits_of_f32(f), h << 16);
     uint16_t back = bf16_from_f32(f);
     if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) {
       cr_assert(is_quiet_nan(back), "NaN 0x%04x came back as 0x%04x", h, back);
@@ -88,8 +78,8 @@ Test(common_bf16, every_bf16_round_trips) {
 static uint16_t ref_round(uint32_t u) {
   uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
   uint32_t lo = mag & 0xffff0000u;
-  double x = (double)f_of(mag), dlo = (double)f_of(lo);
-  double dhi = (lo >> 16) + 1 == 0x7f80 ? ldexp(1.0, 128) : (double)f_of(lo + 0x10000u);
+  double x = (double)zl_f32_of_bits(mag), dlo = (double)zl_f32_of_bits(lo);
+  double dhi = (lo >> 16) + 1 == 0x7f80 ? ldexp(1.0, 128) : (double)zl_f32_of_bits(lo + 0x10000u);
   uint32_t r;
   if (x - dlo < dhi - x) r = lo >> 16;
   else if (x - dlo > dhi - x) r = (lo >> 16) + 1;
@@ -103,8 +93,8 @@ Test(common_bf16, matches_reference_on_random_floats) {
     s ^= s << 13, s ^= s >> 7, s ^= s << 17; /* xorshift64 */
     uint32_t u = (uint32_t)(s >> 16);
     if ((u & 0x7f800000u) == 0x7f800000u) continue; /* inf/NaN: covered above */
-    uint16_t got = bf16_from_f32(f_of(u)), exp = ref_round(u);
-    cr_assert_eq(got, exp, "bf16_from_f32(0x%08x = %.9g): got 0x%04x, expected 0x%04x", u, f_of(u), got, exp);
+    uint16_t got = bf16_from_f32(zl_f32_of_bits(u)), exp = ref_round(u);
+    cr_assert_eq(got, exp, "bf16_from_f32(0x%08x = %.9g): got 0x%04x, expected 0x%04x", u, zl_f32_of_bits(u), got, exp);
   }
 }
 
@@ -119,8 +109,8 @@ Test(common_bf16, dt_load_store) {
   }
   for (int i = 0; i < 4; i++) {
     float g32 = dt_load(f32, DT_F32, i), g16 = dt_load(b16, DT_BF16, i);
-    cr_expect_eq(u_of(g32), u_of(vals[i]), "f32[%d]: got %.9g, expected %.9g", i, g32, vals[i]);
-    cr_expect_eq(u_of(g16), u_of(want_bf16[i]), "bf16[%d]: got %.9g, expected %.9g", i, g16, want_bf16[i]);
+    cr_expect_eq(zl_bits_of_f32(g32), zl_bits_of_f32(vals[i]), "f32[%d]: got %.9g, expected %.9g", i, g32, vals[i]);
+    cr_expect_eq(zl_bits_of_f32(g16), zl_bits_of_f32(want_bf16[i]), "bf16[%d]: got %.9g, expected %.9g", i, g16, want_bf16[i]);
   }
   cr_expect_eq(b16[2], 0x3f80, "bf16 store of the tie 1+2^-8: got 0x%04x, expected 0x3f80", b16[2]);
   cr_expect(fabsf(want_bf16[3] - 3.0e38f) / 3.0e38f < 1.0f / 256, "bf16 of 3e38 off by more than half an ulp");

@@ -210,3 +210,61 @@ Test(common_ckpt, fault_spec_parser) {
     cr_assert(strstr(why, "RANK in [0, 2]") && strstr(why, "STEP in [0, 9]"), "'%s': message '%s'", bad[i], why);
   }
 }
+
+/* A checkpoint knows its model: every shape field, the model kind, precision and optimizer
+ * differ one at a time from a matching run, and the refusal names that flag with both values;
+ * several at once are all named. The grid (world, stage) never counts as a difference; a TP
+ * rank's part (slices, not units) read at another --tp is named as a tensor-parallel layout. */
+static void match_case(ckpt_manifest_t *m, train_cfg_t c, const char *want) {
+  char why[1024] = "";
+  int rc = ckpt_match_cfg(m, &c, why, sizeof why);
+  if (!want) {
+    cr_assert_eq(rc, 0, "a matching run was refused: %s", why);
+    return;
+  }
+  cr_assert_eq(rc, 1, "resume accepted although '%s' differs", want);
+  cr_assert(strstr(why, want), "refusal '%s' does not name '%s'", why, want);
+}
+
+Test(common_ckpt, a_checkpoint_knows_its_model) {
+  ckpt_manifest_t m = {.step = 3, .n_sections = 3, .sections = {"weights", "m", "v"}, .seed = 7, .batch = 8,
+                       .world = 4, .stage = 3, .tp = 1, .gpt = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16,
+                                                               .vocab = 256},
+                       .input = 6, .hidden = 13, .classes = 11, .layers = 2};
+  snprintf(m.dir, sizeof m.dir, "ck/step-000003");
+  snprintf(m.model, sizeof m.model, "gpt");
+  snprintf(m.precision, sizeof m.precision, "fp32");
+  snprintf(m.optimizer, sizeof m.optimizer, "adamw");
+  train_cfg_t g = {.model_kind = "gpt", .gpt = m.gpt, .wdt = DT_F32, .optimizer = OPT_ADAMW, .seed = 7, .batch = 8,
+                   .steps = 6, .input = 32, .hidden = 128, .classes = 10, .layers = 3}; /* MLP fields: ignored */
+  match_case(&m, g, NULL);
+  train_cfg_t c = g;
+  c.gpt.n_layer = 3, match_case(&m, c, "saved with --n-layer 2, this run has --n-layer 3");
+  c = g, c.gpt.n_head = 4, match_case(&m, c, "saved with --n-head 2, this run has --n-head 4");
+  c = g, c.gpt.n_embd = 64, match_case(&m, c, "saved with --n-embd 32, this run has --n-embd 64");
+  c = g, c.gpt.seq_len = 8, match_case(&m, c, "saved with --seq-len 16, this run has --seq-len 8");
+  c = g, c.gpt.vocab = 128, match_case(&m, c, "saved with vocab 256, this run has vocab 128");
+  c = g, c.model_kind = "mlp", match_case(&m, c, "saved with --model gpt, this run has --model mlp");
+  c = g, c.wdt = DT_BF16, match_case(&m, c, "saved with --precision fp32, this run has --precision bf16");
+  c = g, c.optimizer = OPT_SGD, match_case(&m, c, "saved with --optimizer adamw, this run has --optimizer sgd");
+  c = g, c.seed = 8, match_case(&m, c, "saved with --seed 7, this run has --seed 8");
+  c = g, c.batch = 16, match_case(&m, c, "saved with --batch 8, this run has --batch 16");
+  c = g, c.gpt.n_embd = 64, c.gpt.n_head = 4, c.wdt = DT_BF16;
+  match_case(&m, c, "(3 differences): saved with --n-head 2, this run has --n-head 4; saved with --n-embd 32, this run "
+                    "has --n-embd 64; saved with --precision fp32, this run has --precision bf16");
+  /* a TP rank's part: fine at its own T, named as a TP layout at another */
+  m.tp = 2, m.tp_rank = 1;
+  c = g, c.tp = 2, match_case(&m, c, NULL);
+  c = g, c.tp = 1, match_case(&m, c, "a tensor-parallel layout: TP rank 1's slices of a --tp 2 save, this run has --tp 1");
+  m.tp = 1, m.tp_rank = 0;
+  /* the MLP: its four shape flags, and the GPT's fields ignored */
+  snprintf(m.model, sizeof m.model, "mlp");
+  train_cfg_t p = {.model_kind = "mlp", .wdt = DT_F32, .optimizer = OPT_ADAMW, .seed = 7, .batch = 8, .steps = 6,
+                   .input = 6, .hidden = 13, .classes = 11, .layers = 2, .gpt = {.n_embd = 999}};
+  match_case(&m, p, NULL);
+  c = p, c.layers = 3, match_case(&m, c, "saved with --layers 2, this run has --layers 3");
+  c = p, c.hidden = 14, match_case(&m, c, "saved with --hidden 13, this run has --hidden 14");
+  c = p, c.input = 7, match_case(&m, c, "saved with --input 6, this run has --input 7");
+  c = p, c.classes = 12, match_case(&m, c, "saved with --classes 11, this run has --classes 12");
+  c = p, c.model_kind = "gpt", c.gpt = g.gpt, match_case(&m, c, "saved with --model mlp, this run has --model gpt");
+}

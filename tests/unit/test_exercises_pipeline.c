@@ -229,7 +229,12 @@ Test(common_exercises, graded_hints_list_backup_and_diff) {
   cr_expect(rc == 0 && strstr(out, "the idea") && !strstr(out, "the indices") && strstr(out, "LEVEL=2"), "hint level 1:\n%s", out);
   free(out);
   rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 2", sol);
-  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices"), "hint level 2:\n%s", out);
+  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices") && strstr(out, "no further hint"),
+            "hint level 2 (the last):\n%s", out);
+  free(out);
+  rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 3", sol);
+  cr_expect(rc == 0 && strstr(out, "there is no level-3 hint") && strstr(out, "no further hint"),
+            "a level beyond the last must say so, not silently repeat:\n%s", out);
   free(out);
 
   /* the student writes fx_add and adds a helper above it (outside the markers) */
@@ -448,4 +453,130 @@ Test(common_exercises, ddp_hook_without_overlap_is_named, .timeout = 150) {
   cr_expect(verdict_is(out, "ddp_post_backward", "not overlapped") && strstr(out, "correct but not overlapped"),
             "no-overlap hook: exit %d, expected \"correct but not overlapped\":\n%s", rc, out);
   free(out);
+}
+
+/* ---- chapters 06-08: every verdict says why (notes/README.md, "Exercises") ------------------ */
+/* How many times needle occurs in hay. */
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+/* Judge tree dst (chapter, Criterion filter): exercise `name` must get `state`, and its verdict
+ * (the line and the lines under it) must hold every string of `must` (NULL-ended) and none of
+ * `never` (NULL-ended, may be NULL). Returns the whole output (the caller frees it). */
+static char *expect_verdict(const char *case_name, const char *dst, const char *chapter, const char *filter,
+                            const char *name, const char *state, const char *const *must, const char *const *never) {
+  char *out = NULL;
+  int rc = judge(dst, chapter, filter, &out);
+  const char *v = verdict(out, name);
+  cr_expect(verdict_is(out, name, state), "%s: exit %d, expected %s \"%s\":\n%s", case_name, rc, name, state, out);
+  for (int i = 0; must[i]; i++)
+    cr_expect(v && strstr(v, must[i]), "%s: the verdict of %s must say \"%s\":\n%s", case_name, name, must[i], out);
+  for (int i = 0; never && never[i]; i++)
+    cr_expect(!strstr(out, never[i]), "%s: the output must not say \"%s\":\n%s", case_name, never[i], out);
+  return out;
+}
+#define STRS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* g forgotten: the scenario's own message (element, got, expected), shown once; g as a
+ * reduce-scatter then an all-gather: values right, another pattern — its own verdict; the bias
+ * added on every rank before the sum, judged by --mlp-check alone: the program's "T=2 ... FAILED"
+ * line, which sits below its banner; f's backward as the identity, judged by the GPT run alone:
+ * the message of an assertion in the test header (zl_test.h). */
+Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout = 300) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_tp");
+  put_body(dst, "tp.c", "tp_g_forward", "  (void)tp, (void)y, (void)numel; /* no sum at all */\n");
+  char *out = expect_verdict("g forgotten", dst, "06", "ch06_tp/ops_2_ranks", "tp_g_forward", "wrong",
+                             STRS("g forward[", "got ", "expected "), NULL);
+  cr_expect(count_of(out, "vendor g forward[11]: got 12") == 1, "the reason must be shown once:\n%s", out);
+  free(out);
+
+  put_body(dst, "tp.c", "tp_g_forward",
+           "  int T = comm_world(tp), r = comm_rank(tp);\n"
+           "  float *mine = xmalloc((size_t)(comm_chunk_numel(numel, T, r) + 1) * sizeof(float), \"my chunk\");\n"
+           "  comm_reduce_scatter(tp, y, mine, numel, DT_F32, REDOP_SUM);\n"
+           "  comm_all_gather(tp, mine, y, numel, DT_F32);\n"
+           "  free(mine);\n");
+  free(expect_verdict("g as reduce-scatter + all-gather", dst, "06", "ch06_tp/ops_2_ranks", "tp_g_forward",
+                      "other pattern", STRS("values right", "one all-reduce each"), NULL));
+
+  student_tree(dst, sizeof dst, "ex_tp");
+  put_body(dst, "tp.c", "tp_row_forward",
+           "  op_linear_fwd(comm_device(tp), y, x_r, W_r, b, wdt, B, in_r, out); /* b on every rank */\n"
+           "  tp_g_forward(tp, y, (int64_t)B * out);\n");
+  free(expect_verdict("bias before the sum", dst, "06", "ch06_tp/mlp_check_4_ranks", "tp_row_forward", "wrong",
+                      STRS("T=2 max rel diff", "FAILED"), NULL));
+
+  student_tree(dst, sizeof dst, "ex_tp");
+  put_body(dst, "tp.c", "tp_f_backward", "  (void)tp, (void)dx, (void)numel; /* identity */\n");
+  free(expect_verdict("f's backward as the identity", dst, "06", "ch06_tp/gpt_tp_equals_one_rank", "tp_f_backward",
+                      "wrong", STRS("]: got ", "expected"), NULL));
+}
+
+/* The whole chapter 07 (its own test order): GPipe passed off as 1F1B is named by the 0-second
+ * schedule check in micro-batches; a send whose handle is dropped, a send on a link the stage
+ * does not have (NULL communicator) and one to a rank past the link are named by the comm layer
+ * with the call's tag, not a segfault. */
+Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout = 300) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_pp");
+  put_body(dst, "pipeline.c", "pp_1f1b_schedule",
+           "    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k, 0};\n"
+           "    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k, 0};\n");
+  free(expect_verdict("GPipe as 1F1B", dst, "07", "ch07_pipeline/*", "pp_1f1b_schedule", "wrong",
+                      STRS("schedules_are_valid", "micro-batches in flight on stage", "1F1B allows"), NULL));
+
+  static const struct { const char *what, *send, *must; } cases[] = {
+      {"a dropped send handle", "  comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer, st->tag);\n", "never waited"},
+      {"a send on a missing link", "  sl->sent = comm_send_async(ch->tx_grad.comm, %s, ch->tx_act.peer, st->tag);\n",
+       "communicator is NULL"},
+      {"a send past the link", "  sl->sent = comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer + 2, st->tag);\n",
+       "outside the group"},
+  };
+  student_tree(dst, sizeof dst, "ex_pp");
+  for (int i = 0; i < 3; i++) {
+    char send[256], body[1024];
+    snprintf(send, sizeof send, cases[i].send, "sl->out[ch->u1 - 1 - ch->u0].data, (int64_t)st->b * un->y_numel, DT_F32");
+    snprintf(body, sizeof body,
+             "  pp_state_t *st = t->priv;\n"
+             "  if (is_last(st, ch)) return;\n"
+             "  const unit_t *un = &t->model.units[ch->u1 - 1];\n"
+             "  snprintf(st->tag, sizeof st->tag, \"send act %%d\", k);\n%s", send);
+    put_body(dst, "pipeline.c", "pp_stage_send", body);
+    free(expect_verdict(cases[i].what, dst, "07", "ch07_pipeline/*", "pp_stage_send", "wrong",
+                        STRS("comm_send_async (send act", cases[i].must), STRS("signal")));
+  }
+}
+
+/* Chapter 08: a gradient never copied to the host is reported by the offload run itself (the
+ * chapter's test order), not by the checkpoint-resume run. */
+Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_off");
+  put_body(dst, "offload.c", "offload_grad_to_host",
+           "  o->d2h += (int64_t)t->model.units[u].piece * (int64_t)dtype_size(t->wdt); /* never copied */\n"
+           "  o->on_host[u] = 1;\n");
+  free(expect_verdict("no copy", dst, "08", "ch08_offload/*", "offload_grad_to_host", "wrong", STRS("ch08_offload::n1_"),
+                      STRS("checkpoint")));
+}
+
+/* Right bodies written otherwise than the reference are done: g's all-reduce issued async and
+ * waited for, and 1F1B built op by op from the micro-batch counts. */
+Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_alt");
+  put_body(dst, "tp.c", "tp_g_forward", "  comm_wait(tp, comm_all_reduce_async(tp, y, numel, DT_F32, REDOP_SUM, \"g\"));\n");
+  free(expect_verdict("g async + wait", dst, "06", "ch06_tp/ops_*", "tp_g_forward", "done", STRS("tests pass"), NULL));
+  put_body(dst, "pipeline.c", "pp_1f1b_schedule",
+           "    int f = 0, b = 0, warm = P - s - 1 < M ? P - s - 1 : M;\n"
+           "    while (f < warm) ops[n++] = (pp_op_t){'F', f++, 0};\n"
+           "    while (b < M) {\n"
+           "      if (f < M) ops[n++] = (pp_op_t){'F', f++, 0};\n"
+           "      ops[n++] = (pp_op_t){'B', b++, 0};\n"
+           "    }\n");
+  free(expect_verdict("1F1B op by op", dst, "07", "ch07_pipeline/schedules_*", "pp_1f1b_schedule", "done",
+                      STRS("tests pass"), NULL));
 }

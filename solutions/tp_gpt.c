@@ -1,0 +1,365 @@
+/* tp_gpt.c — the GPT, split over a TP group (tp.h's tp_split_model; notes/06-tensor-parallel.md,
+ * "The transformer layer, split"): every block's heads and MLP through the exercised split linears
+ * of tp.c (gpt.h's block hooks), the vocabulary of the embedding and the head over the group, and
+ * the vocab-parallel cross-entropy that never holds a whole row of logits.
+ *
+ * C = n_embd, S = seq_len, V = vocab, NH heads over T ranks: Cr = C/T features and NHr = NH/T
+ * heads here (T must divide NH), Vr = this rank's part of the vocabulary (comm.h's chunks).
+ * Local layouts, replicated parameters first (unit_t.tp_rep_numel):
+ *   unit 0      embedding  wpe (S,C) | wte_r (Vr,C)                     vocabulary rows [v_lo, v_lo+Vr)
+ *   units 1..L  block      ln1 w,b | proj b | ln2 w,b | fcproj b        6C, replicated
+ *                          qkv W_r (3Cr,C), b_r (3Cr) | proj W_r (C,Cr) |
+ *                          fc W_r (4Cr,C), b_r (4Cr) | fcproj W_r (C,4Cr)  12C·Cr + 7Cr, split
+ *   unit L+1    head       lnf w,b (2C) | W_r (Vr,C)                    logits of this rank's Vr only
+ * qkv W_r holds this rank's heads of q, k AND v: rows [c_lo, c_lo+Cr) of each third of the full
+ * (3C,C) = [q | k | v], so the local qkv (B,S,3Cr) is [q_r | k_r | v_r] and op_attention_* run
+ * on it unchanged with C = Cr, NH = NHr (the head size C/NH and the scale are the same).
+ * Per block and micro-batch: f (identity) → qkv column-parallel → attention on the local heads →
+ * proj row-parallel → g (all-reduce 1) → + b, + x; f → fc column-parallel → GELU → fcproj
+ * row-parallel → g (all-reduce 2) → + b, + x2. Backward: the two f's all-reduce the partial
+ * input gradients of fc and qkv (all-reduces 3 and 4); the g's are identities. Each of B·S·C. */
+#include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_begin, tp_mv, tp_mv_cols, tp_split_init_unit
+#include "check.h"    // die, die_on_rank, xcalloc, xmalloc
+#include "device.h"   // dev_memcpy
+#include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_block_layout
+#include "ops.h"      // op_linear_fwd, op_cast, op_fill
+#include "ops_gpt.h"  // op_layernorm_*, op_embedding_*
+#include <math.h>     // expf, log
+#include <stdlib.h>   // free
+
+static gpt_block_layout_t tp_block_layout(int C, int Cr) { /* gpt.h's offsets, in the local order above */
+  gpt_block_layout_t l;
+  int64_t c = C, cr = Cr, at = 0;
+  l.ln1w = at, at += c;
+  l.ln1b = at, at += c;
+  l.projb = at, at += c;
+  l.ln2w = at, at += c;
+  l.ln2b = at, at += c;
+  l.fcprojb = at, at += c;
+  l.qkvw = at, at += 3 * cr * c; /* the first split tensor: the 6C before it are the replicated ones */
+  l.qkvb = at, at += 3 * cr;
+  l.projw = at, at += c * cr;
+  l.fcw = at, at += 4 * cr * c;
+  l.fcb = at, at += 4 * cr;
+  l.fcprojw = at, at += c * 4 * cr;
+  l.numel = at; /* 6C + 12C·Cr + 7Cr: 12C² + 13C at T = 1 */
+  return l;
+}
+
+typedef struct tp_gpt {
+  tp_split_t s;      /* the TP group, the unsplit GPT, per unit what TP knows (first member) */
+  int S, C, V, NH;   /* the full shape */
+  int Cr, NHr, c_lo; /* this rank's heads: NHr of them, features [c_lo, c_lo+Cr) of q, k and v */
+  int Vr, v_lo;      /* this rank's vocabulary rows [v_lo, v_lo+Vr) */
+  /* working buffers, LEDGER_ACTS, grown on first use: */
+  tensor_t scratch;  /* backward scratch (B·S·(C + 4Cr)) fp32; freed by the embedding's backward */
+  tensor_t wte_ext;  /* (Vr+1, C) wdt: wte_r and a zero row, looked up by tokens of other ranks */
+  tensor_t dwte_ext; /* (Vr+1, C) wdt: its gradient (the zero row's is dropped) */
+  tensor_t wpe_zero; /* (S, C) zeros: ranks other than 0 add no position embedding (added once) */
+  tensor_t tok;      /* (B·S) int32: token − v_lo when this rank holds its row, else Vr */
+  tensor_t rowstat;  /* (B·S) fp32 on the device: the loss's per-row all-reduces (CUDA) */
+  tensor_t bias32;   /* (C) fp32 copy of a replicated bias (bf16 weights) */
+} tp_gpt_t;
+
+static const model_fns_t tp_gpt_model_fns;
+
+/* A working buffer of at least numel elements of dt (zero-filled when (re)allocated). */
+static void *grow(tensor_t *t, const char *name, dtype_t dt, device_t dev, int64_t numel) {
+  if (t->data && (t->numel < numel || t->dtype != dt || t->dev != dev)) tensor_free(t);
+  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, dt, dev, numel);
+  return t->data;
+}
+
+static inline const void *gP(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
+static inline void *gG(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
+
+/* Parameters of unit u on TP rank q. */
+static int64_t tp_gpt_local_numel(const tp_split_t *s, int u, int q) {
+  const tp_gpt_t *c = (const tp_gpt_t *)s;
+  int64_t C = c->C, vn = tp_part_numel(c->V, c->s.T, q);
+  if (u == 0) return (int64_t)c->S * C + vn * C;
+  if (u == c->s.full.n_units - 1) return 2 * C + vn * C;
+  return tp_block_layout(c->C, c->C / c->s.T).numel;
+}
+
+static void tp_gpt_map(const tp_split_t *s, int u, int q, float *full, float *local, int to_local) {
+  const tp_gpt_t *c = (const tp_gpt_t *)s;
+  int64_t S = c->S, C = c->C, V = c->V, vlo = tp_part_lo(c->V, c->s.T, q), vn = tp_part_numel(c->V, c->s.T, q);
+  if (u == 0) {                                             /* full: wte (V,C) | wpe (S,C) */
+    tp_mv(full + V * C, local, S * C, to_local);               /* wpe, replicated */
+    tp_mv(full + vlo * C, local + S * C, vn * C, to_local);    /* wte rows of q's vocabulary */
+  } else if (u == c->s.full.n_units - 1) {                    /* full: lnf w, b | W (V,C) */
+    tp_mv(full, local, 2 * C, to_local);
+    tp_mv(full + 2 * C + vlo * C, local + 2 * C, vn * C, to_local);
+  } else {
+    int cr = c->C / c->s.T, clo = q * cr;
+    gpt_block_layout_t f = gpt_block_layout(c->C);
+    gpt_block_layout_t l = tp_block_layout(c->C, cr);
+    tp_mv(full + f.ln1w, local + l.ln1w, C, to_local);
+    tp_mv(full + f.ln1b, local + l.ln1b, C, to_local);
+    tp_mv(full + f.projb, local + l.projb, C, to_local);
+    tp_mv(full + f.ln2w, local + l.ln2w, C, to_local);
+    tp_mv(full + f.ln2b, local + l.ln2b, C, to_local);
+    tp_mv(full + f.fcprojb, local + l.fcprojb, C, to_local);
+    for (int p = 0; p < 3; p++) { /* q, k, v: q's heads of each */
+      tp_mv(full + f.qkvw + (p * C + clo) * C, local + l.qkvw + (int64_t)p * cr * C, (int64_t)cr * C, to_local);
+      tp_mv(full + f.qkvb + p * C + clo, local + l.qkvb + (int64_t)p * cr, cr, to_local);
+    }
+    tp_mv_cols(full + f.projw, local + l.projw, c->C, c->C, clo, cr, to_local); /* its input columns */
+    tp_mv(full + f.fcw + 4 * clo * C, local + l.fcw, 4 * (int64_t)cr * C, to_local);
+    tp_mv(full + f.fcb + 4 * clo, local + l.fcb, 4 * cr, to_local);
+    tp_mv_cols(full + f.fcprojw, local + l.fcprojw, c->C, 4 * c->C, 4 * clo, 4 * cr, to_local);
+  }
+}
+
+/* The block's four matmuls (gpt.h's hooks) are chapter 06's split linears: qkv and fc column-
+ * parallel (f around them: all-reduces 3 and 4, backward), proj and fcproj row-parallel (g: all-
+ * reduces 1 and 2, forward; the bias, in wdt in the unit, added once after the sum in fp32). */
+static void tp_gpt_col_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
+                           int in, int out) {
+  tp_column_forward(((tp_gpt_t *)ctx)->s.tp, y, x, W, b, wdt, rows, in, out);
+}
+static void tp_gpt_col_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                           dtype_t wdt, int rows, int in, int out, float beta) {
+  tp_column_backward(((tp_gpt_t *)ctx)->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
+}
+static void tp_gpt_row_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
+                           int in, int out) {
+  tp_gpt_t *c = ctx;
+  device_t dev = comm_device(c->s.tp);
+  const float *b32 = b;
+  if (wdt != DT_F32) {
+    b32 = grow(&c->bias32, "tp row bias (fp32)", DT_F32, dev, out);
+    op_cast(dev, (void *)b32, DT_F32, b, wdt, out);
+  }
+  tp_row_forward(c->s.tp, y, x, W, b32, wdt, rows, in, out);
+}
+static void tp_gpt_row_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                           dtype_t wdt, int rows, int in, int out, float beta) {
+  tp_row_backward(((tp_gpt_t *)ctx)->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
+}
+
+/* A block on this rank: Cr = C/T features and NHr = NH/T heads, the local layout, the split linears.
+ * It saves per sample 3SC + 4S + 12S·Cr + NHr·S² (gpt.h's, the split tensors at 1/T). */
+static gpt_block_t tp_gpt_block(tp_gpt_t *c) {
+  return (gpt_block_t){.S = c->S, .C = c->C, .Cr = c->Cr, .NHr = c->NHr, .l = tp_block_layout(c->C, c->Cr),
+                       .hook_ctx = c, .col_fwd = tp_gpt_col_fwd, .col_bwd = tp_gpt_col_bwd, .row_fwd = tp_gpt_row_fwd,
+                       .row_bwd = tp_gpt_row_bwd};
+}
+
+void tp_split_gpt(model_t *m, comm_t *tp) {
+  int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
+  gpt_shape_t s = m->gpt;
+  if (s.n_head % T != 0)
+    die("error: --tp %d: the GPT's %d heads do not split over %d ranks (n_head must be divisible by T)", T, s.n_head, T);
+  if (s.vocab < T) die("error: --tp %d: a vocabulary of %d rows cannot give every rank one", T, s.vocab);
+  tp_gpt_t *c = xcalloc(1, sizeof *c, "tp gpt");
+  tp_split_begin(&c->s, m, tp, tp_gpt_map, tp_gpt_local_numel);
+  c->S = s.seq_len, c->C = s.n_embd, c->V = s.vocab, c->NH = s.n_head;
+  c->Cr = s.n_embd / T, c->NHr = s.n_head / T, c->c_lo = r * c->Cr;
+  c->Vr = tp_part_numel(s.vocab, T, r), c->v_lo = tp_part_lo(s.vocab, T, r);
+  int64_t S = c->S, C = c->C, SC = S * C;
+  for (int u = 0; u < U; u++) {
+    unit_t *un = &m->units[u];
+    tp_unit_t *k = &c->s.units[u];
+    un->numel = tp_gpt_local_numel(&c->s, u, r);
+    k->ar_numel = SC; /* every all-reduce of a unit carries b·s·h elements */
+    k->y_rep = u < U - 1; /* the embedding's and the blocks' y come out of g; the logits are V/T */
+    if (u == 0) {         /* wpe replicated; the lookups summed by g */
+      k->rep_numel = SC;
+      k->ar_calls = k->ar_fwd_calls = 1;
+    } else if (u == U - 1) { /* lnf replicated; f's backward sums dlnf; the loss: 3 of S per sample */
+      k->rep_numel = 2 * C;
+      un->y_numel = S * c->Vr; /* the logits: V/T per row */
+      k->ar_calls = 1;
+      k->ar2_calls = 3;
+      k->ar2_numel = S;
+    } else { /* 2 g's forward, 2 f's backward */
+      k->rep_numel = tp_block_layout(c->C, c->Cr).qkvw; /* 6C: all before the first split tensor */
+      gpt_block_t blk = tp_gpt_block(c);
+      un->saved_numel = gpt_block_saved(&blk);
+      k->ar_calls = 4;
+      k->ar_fwd_calls = 2;
+    }
+  }
+  model_layout(m);
+  m->fns = &tp_gpt_model_fns;
+  m->ctx = c;
+}
+
+static void tp_gpt_free_ctx(model_t *m) {
+  tp_gpt_t *c = m->ctx;
+  if (!c) return;
+  tp_split_end(&c->s);
+  tensor_free(&c->scratch);
+  tensor_free(&c->wte_ext);
+  tensor_free(&c->dwte_ext);
+  tensor_free(&c->wpe_zero);
+  tensor_free(&c->tok);
+  tensor_free(&c->rowstat);
+  tensor_free(&c->bias32);
+  free(c);
+}
+
+/* The tokens as rows of this rank's wte_ext: t − v_lo for its own vocabulary, Vr (the zero row)
+ * for the others'. Remapped on the host (a copy each way on CUDA). */
+static const int *tp_gpt_tokens(tp_gpt_t *c, device_t dev, const int *x, int64_t n) {
+  int *dst = grow(&c->tok, "tp local tokens", DT_F32, dev, n); /* int32 in a 4-byte tensor */
+  int *h = dev == DEV_CPU ? dst : xmalloc((size_t)n * sizeof(int), "tp tokens (host)");
+  dev_memcpy(DEV_CPU, h, dev, x, (size_t)n * sizeof(int));
+  for (int64_t k = 0; k < n; k++) {
+    int v = h[k];
+    if (v < 0 || v >= c->V) die_on_rank("tp embedding: token %lld = %d outside [0, %d)", (long long)k, v, c->V);
+    h[k] = v >= c->v_lo && v < c->v_lo + c->Vr ? v - c->v_lo : c->Vr;
+  }
+  if (h != dst) {
+    dev_memcpy(dev, dst, DEV_CPU, h, (size_t)n * sizeof(int));
+    free(h);
+  }
+  return dst;
+}
+
+static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
+  tp_gpt_t *c = m->ctx;
+  int B = io->B, S = c->S, C = c->C, BT = B * S;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  if (u == 0) { /* y = Σ over the group of (this rank's wte rows or 0) + wpe on rank 0: g */
+    const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
+    void *ext = grow(&c->wte_ext, "tp wte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
+    dev_memcpy(dev, ext, dev, gP(io, (int64_t)S * C), (size_t)c->Vr * C * dtype_size(wdt));
+    const void *wpe = c->s.r == 0 ? gP(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
+    op_embedding_fwd(dev, io->y, tok, ext, wpe, wdt, B, S, C, c->Vr + 1);
+    tp_g_forward(c->s.tp, io->y, n); /* one nonzero term per element pair: exact, as 1 rank */
+    return;
+  }
+  const float *x = io->x;
+  if (u == m->n_units - 1) { /* lnf (replicated), then this rank's logits (B·S, Vr) */
+    float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    op_layernorm_fwd(dev, lnf, mean, rstd, x, gP(io, 0), gP(io, C), wdt, BT, C);
+    tp_column_forward(c->s.tp, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr); /* no bias */
+    return;
+  }
+  gpt_block_t k = tp_gpt_block(c); /* 2 g's forward (all-reduces 1, 2) */
+  gpt_block_forward(&k, io);
+}
+
+static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
+  tp_gpt_t *c = m->ctx;
+  int B = io->B, S = c->S, C = c->C, BT = B * S;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  float beta = io->beta;
+  if (u == 0) { /* dwpe (the same on every rank: dy is whole), dwte_r through the extended table */
+    const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
+    size_t nb = (size_t)c->Vr * C * dtype_size(wdt);
+    void *dext = grow(&c->dwte_ext, "tp dwte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
+    if (beta != 0.0f) dev_memcpy(dev, dext, dev, gG(io, (int64_t)S * C), nb);
+    op_embedding_bwd(dev, dext, gG(io, 0), io->dy, tok, wdt, B, S, C, c->Vr + 1, beta);
+    dev_memcpy(dev, gG(io, (int64_t)S * C), dev, dext, nb);
+    tensor_free(&c->scratch); /* the last unit of the backward */
+    return;
+  }
+  gpt_block_t k = tp_gpt_block(c);
+  float *work = grow(&c->scratch, "tp gpt backward scratch", DT_F32, dev, gpt_block_scratch_numel(&k, B));
+  if (u == m->n_units - 1) {
+    const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    float *dlnf = work; // (BT,C)
+    /* dlnf: each rank's share is its vocabulary's, summed by f's backward */
+    tp_column_backward(c->s.tp, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C,
+                       c->Vr, beta);
+    if (io->dx) {
+      op_fill(dev, io->dx, DT_F32, 0.0f, n);
+      op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
+    }
+    return;
+  }
+  gpt_block_backward(&k, io, work); /* 2 f's backward (all-reduces 3, 4); g's backward is the identity */
+}
+
+/* One fp32 value per loss row, all-reduced over the TP group (host array; staged on CUDA). */
+static void tp_rows_all_reduce(tp_gpt_t *c, float *h, int64_t rows, redop_t op) {
+  device_t dev = comm_device(c->s.tp);
+  if (dev == DEV_CPU) {
+    comm_all_reduce(c->s.tp, h, rows, DT_F32, op);
+    return;
+  }
+  float *d = grow(&c->rowstat, "tp loss row stats", DT_F32, dev, rows);
+  dev_memcpy(dev, d, DEV_CPU, h, (size_t)rows * sizeof(float));
+  comm_all_reduce(c->s.tp, d, rows, DT_F32, op);
+  dev_memcpy(DEV_CPU, h, dev, d, (size_t)rows * sizeof(float));
+}
+
+/* The vocab-parallel cross-entropy (model_fns_t.loss): this rank holds logits (rows, Vr) for its
+ * vocabulary only. Per row: M = max over the group of the local maxima (all-reduce MAX),
+ * Z = Σ over the group of Σ_j exp(l_j − M) (all-reduce SUM), and the target's logit from the one
+ * rank that holds it (0 elsewhere, all-reduce SUM): loss = log Z + M − l_target. The gradient is
+ * local: scale·(exp(l_j − M)/Z − [j is the target]). Three all-reduces of rows fp32 values, no
+ * rank ever holds a whole row of logits. Computed on the host (copied over on CUDA). */
+static double tp_gpt_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+  tp_gpt_t *c = m->ctx;
+  device_t dev = comm_device(c->s.tp);
+  int64_t rows = (int64_t)b * c->S, Vr = c->Vr;
+  size_t nl = (size_t)(rows * Vr) * sizeof(float);
+  const float *l = logits;
+  const int *tg = targets;
+  float *d = dlogits;
+  if (dev != DEV_CPU) {
+    float *hl = xmalloc(nl, "tp logits (host)");
+    int *ht = xmalloc((size_t)rows * sizeof(int), "tp targets (host)");
+    dev_memcpy(DEV_CPU, hl, dev, logits, nl);
+    dev_memcpy(DEV_CPU, ht, dev, targets, (size_t)rows * sizeof(int));
+    l = hl, tg = ht, d = xmalloc(nl, "tp dlogits (host)");
+  }
+  float *mx = xmalloc((size_t)rows * 3 * sizeof(float), "tp loss rows"), *z = mx + rows, *lt = z + rows;
+  for (int64_t i = 0; i < rows; i++) {
+    const float *li = l + i * Vr;
+    float v = li[0];
+    for (int64_t j = 1; j < Vr; j++) v = li[j] > v ? li[j] : v;
+    mx[i] = v;
+  }
+  tp_rows_all_reduce(c, mx, rows, REDOP_MAX); /* 1: each row's max over the whole vocabulary */
+  for (int64_t i = 0; i < rows; i++) {
+    const float *li = l + i * Vr;
+    float *di = d + i * Vr;
+    double sum = 0.0;
+    for (int64_t j = 0; j < Vr; j++) {
+      di[j] = expf(li[j] - mx[i]);
+      sum += di[j];
+    }
+    z[i] = (float)sum;
+    int y = tg[i];
+    if (y < 0 || y >= c->V) die_on_rank("tp_gpt_loss: label y[%lld] = %d outside [0, %d)", (long long)i, y, c->V);
+    lt[i] = y >= c->v_lo && y < c->v_lo + Vr ? li[y - c->v_lo] : 0.0f;
+  }
+  tp_rows_all_reduce(c, z, rows, REDOP_SUM);  /* 2: Σ exp over the whole vocabulary */
+  tp_rows_all_reduce(c, lt, rows, REDOP_SUM); /* 3: the target's logit, from the rank that holds it */
+  double loss = 0.0;
+  for (int64_t i = 0; i < rows; i++) {
+    loss += log((double)z[i]) - ((double)lt[i] - mx[i]);
+    float inv = (float)(1.0 / z[i]), *di = d + i * Vr;
+    for (int64_t j = 0; j < Vr; j++) di[j] = di[j] * inv * scale;
+    int y = tg[i];
+    if (y >= c->v_lo && y < c->v_lo + Vr) di[y - c->v_lo] -= scale;
+  }
+  free(mx);
+  if (dev != DEV_CPU) {
+    dev_memcpy(dev, dlogits, DEV_CPU, d, nl);
+    free((void *)l);
+    free((void *)tg);
+    free(d);
+  }
+  return loss;
+}
+
+static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's count with C·Cr, C·Vr, S²·Cr) */
+  const tp_gpt_t *c = m->ctx;
+  double S = c->S, C = c->C, Cr = c->Cr, L = m->n_units - 2, Vr = c->Vr;
+  return S * (L * 24.0 * C * Cr + 2.0 * C * Vr) + L * 4.0 * S * S * Cr;
+}
+
+static const model_fns_t tp_gpt_model_fns = {.name = "gpt", .init_unit = tp_split_init_unit, .forward = tp_gpt_forward,
+                                             .backward = tp_gpt_backward, .free_ctx = tp_gpt_free_ctx,
+                                             .flops_per_sample = tp_gpt_flops, .loss = tp_gpt_loss};

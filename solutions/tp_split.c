@@ -1,0 +1,186 @@
+/* tp_split.c — tensor parallelism as a model transform (train.h's model_transform_t): the split
+ * of a whole model (tp_mlp.c, tp_gpt.c) and what the loop, the gradient norm, the report and the
+ * export ask of it (--pa's hooks: tp_pa.c). The knowledge behind the answers — which parameters are replicated, which
+ * unit outputs the group shares, which all-reduces a unit runs — is tp_split.h's tp_unit_t, kept
+ * in the split's m->ctx; notes/06-tensor-parallel.md explains each. */
+#include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_mlp, tp_split_gpt
+#include "check.h"    // die, xmalloc, xcalloc, check_rank
+#include "device.h"   // dev_memcpy
+#include "gpt.h"      // model_gpt_fns
+#include "ops.h"      // op_cast
+#include "train.h"    // trainer_t, model_transform_t
+#include <math.h>     // isfinite
+#include <stdlib.h>   // free
+#include <string.h>   // memcpy
+
+/* ---- the machinery both splits share ------------------------------------------------------ */
+void tp_mv(float *full, float *local, int64_t n, int to_local) {
+  if (to_local) memcpy(local, full, (size_t)n * sizeof(float));
+  else memcpy(full, local, (size_t)n * sizeof(float));
+}
+
+void tp_mv_cols(float *full, float *local, int rows, int in, int lo, int n, int to_local) {
+  for (int o = 0; o < rows; o++) tp_mv(full + (int64_t)o * in + lo, local + (int64_t)o * n, n, to_local);
+}
+
+void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map, tp_local_numel_fn local_numel) {
+  s->tp = tp, s->T = comm_world(tp), s->r = comm_rank(tp);
+  s->full = *m;
+  s->full.units = xmalloc((size_t)m->n_units * sizeof(unit_t), "tp full units");
+  memcpy(s->full.units, m->units, (size_t)m->n_units * sizeof(unit_t));
+  s->full.ctx = NULL;
+  s->units = xcalloc((size_t)m->n_units, sizeof(tp_unit_t), "tp unit infos");
+  s->map = map, s->local_numel = local_numel;
+}
+
+void tp_split_end(tp_split_t *s) {
+  free(s->full.units);
+  free(s->units);
+  free(s->rep_grads);
+}
+
+void tp_split_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  const tp_split_t *s = m->ctx;
+  float *w = xmalloc((size_t)s->full.units[u].numel * sizeof(float), "tp init (full unit)");
+  s->full.fns->init_unit(&s->full, seed, u, w);
+  s->map(s, u, s->r, w, dst, 1);
+  for (int64_t k = m->units[u].numel; k < m->units[u].padded; k++) dst[k] = 0.0f; /* pad slots */
+  free(w);
+}
+
+void tp_split_model(model_t *m, comm_t *tp) {
+  if (m->fns == &model_gpt_fns) tp_split_gpt(m, tp);
+  else if (m->fns == &model_mlp_fns) tp_split_mlp(m, tp);
+  else
+    die("rank %d: --tp: the %s model has no tensor-parallel split here (the MLP and the GPT have)", check_rank(),
+        m->fns->name);
+}
+
+void tp_map_unit(const model_t *m, int u, int q, float *full, float *local, int to_local) {
+  const tp_split_t *s = m->ctx;
+  s->map(s, u, q, full, local, to_local);
+}
+
+int64_t tp_unit_local_numel(const model_t *m, int u, int q) {
+  const tp_split_t *s = m->ctx;
+  return s->local_numel(s, u, q);
+}
+
+/* ---- the transform's answers -------------------------------------------------------------- */
+/* Rank 0 of the TP group gathers every rank's units and maps each slice back where the full unit
+ * has it; rank 0 last, so its replicated parameters are the ones kept. */
+static float *tp_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
+  const tp_split_t *s = m->ctx;
+  *full_numel = s->full.numel;
+  if (!has_local) return NULL; /* the same on the whole group (train.c: DP rank 0 holds the export) */
+  int T = s->T;
+  char *all = NULL;
+  int64_t *sizes = NULL;
+  comm_ctl_gather(s->tp, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
+  if (s->r != 0) {
+    free(all);
+    free(sizes);
+    return NULL;
+  }
+  float *w = xmalloc((size_t)s->full.numel * sizeof(float), "tp unsplit weights");
+  float **at = xcalloc((size_t)T, sizeof(float *), "tp unsplit blobs"); /* rank q's next unit */
+  for (int64_t q = 0, boff = 0; q < T; boff += sizes[q] / 4, q++) at[q] = (float *)all + boff;
+  int64_t fo = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    for (int q = T - 1; q >= 0; q--) {
+      s->map(s, u, q, w + fo, at[q], 0);
+      at[q] += s->local_numel(s, u, q);
+    }
+    fo += s->full.units[u].numel;
+  }
+  free(at);
+  free(all);
+  free(sizes);
+  return w;
+}
+
+/* The replicated parameters' local gradients of this micro-batch's backward of unit u (its first
+ * rep_numel) into rep_grads, summed over the micro-batches whatever the strategy does with its
+ * buffers between them (beta 1: the buffer already holds the sum; beta 0: add). Host copy of a
+ * few biases: off the critical path of the lesson. */
+static void tp_after_backward(trainer_t *t, int u) {
+  tp_split_t *s = t->model.ctx;
+  int64_t at = 0, n = s->units[u].rep_numel;
+  if (n == 0) return;
+  if (!s->rep_grads) {
+    for (int v = 0; v < t->model.n_units; v++) s->rep_total += s->units[v].rep_numel;
+    s->rep_grads = xcalloc((size_t)s->rep_total, sizeof(float), "tp replicated grads");
+  }
+  for (int v = 0; v < u; v++) at += s->units[v].rep_numel;
+  float *acc = s->rep_grads + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
+  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
+  else {
+    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "tp replicated grads (16-bit)");
+    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
+    op_cast(DEV_CPU, now, DT_F32, h, t->wdt, n); /* bf16 or fp16 */
+    free(h);
+  }
+  int add = t->micro > 0 && t->grad_beta == 0.0f;
+  for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
+  free(now);
+}
+
+/* Σg² of the whole model from this rank's (Σ over its DP group): every TP rank's sum holds its
+ * split parameters AND the replicated ones, which are the same on every TP rank — so the sum over
+ * the TP group counts them T times. They are counted once: Σ_tp − (T − 1)·R,
+ * R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
+static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
+  tp_split_t *s = t->model.ctx;
+  double R = 0, sum = dp_sumsq;
+  if (s->rep_total > 0) {
+    double *g = xmalloc((size_t)s->rep_total * sizeof(double), "tp replicated grads (f64)");
+    for (int64_t k = 0; k < s->rep_total; k++) g[k] = s->rep_grads[k];
+    for (int64_t k = 0; k < s->rep_total; k += 1 << 20) /* ctl all-reduces take an int count */
+      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(s->rep_total - k < (1 << 20) ? s->rep_total - k : 1 << 20), REDOP_SUM);
+    for (int64_t k = 0; k < s->rep_total; k++) R += g[k] * g[k];
+    free(g);
+  }
+  comm_ctl_all_reduce_f64(s->tp, &sum, 1, REDOP_SUM);
+  if (!isfinite(sum)) return sum; /* fp16: some TP rank's gradients overflowed (all must skip) */
+  sum -= (s->T - 1) * R;
+  return sum > 0 ? sum : 0;
+}
+
+/* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
+ * rank: × micro-batches; --recompute reruns a unit's forward, its forward all-reduces (ar_fwd_calls:
+ * the g's) included; ar2_* a second size (the GPT's loss). */
+static void tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
+  const tp_split_t *s = t->model.ctx;
+  int64_t A = t->cfg->accum, b = t->local_batch;
+  *calls = *bytes = 0;
+  for (int u = 0; u < t->model.n_units; u++) {
+    const tp_unit_t *k = &s->units[u];
+    int64_t n = k->ar_calls;
+    if (t->cfg->recompute && t->model.units[u].saved_numel > 0) n += k->ar_fwd_calls;
+    *calls += (n + k->ar2_calls) * A;
+    *bytes += n * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar_numel, DT_F32, s->T, s->r, 0);
+    *bytes += k->ar2_calls * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar2_numel, DT_F32, s->T, s->r, 0);
+  }
+}
+
+/* The transform's to_local: this rank's slices of full unit u (tp_map_unit with q = this rank). */
+static void tp_to_local(const model_t *m, int u, const float *full, float *local) {
+  const tp_split_t *s = m->ctx;
+  s->map(s, u, s->r, (float *)full, local, 1); /* full → local: full is only read */
+}
+
+const model_transform_t tp_transform = {
+    .name = "tp",
+    .split = tp_split_model,
+    .after_backward = tp_after_backward,
+    .grad_sumsq = tp_grad_sumsq,
+    .pa_slice = tp_pa_slice,
+    .pa_keep = tp_pa_keep,
+    .pa_gather = tp_pa_gather,
+    .pa_traffic = tp_pa_traffic,
+    .traffic = tp_traffic,
+    .traffic_text = "per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of "
+                    "its bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)",
+    .unsplit = tp_unsplit,
+    .to_local = tp_to_local,
+};
