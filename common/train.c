@@ -752,6 +752,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   comm_t *comm = comm_init(&argc0, &argv0, cfg->comm_backend, cfg->dev);
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
+  comm_set_piece_bytes(comm, (int64_t)(cfg->buffer_mb * 1048576.0)); /* --buffer-mb: 0 = whole collectives */
   fault_arm(cfg->fault, comm_world(comm), cfg->steps);
   int wrank = comm_rank(comm);
   trace_init(wrank, cfg->trace);
