@@ -615,7 +615,8 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
       fflush(stdout);
     }
     if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) eval_record(t, step + 1);
-    if (ckpt_due(cfg, step)) ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps);
+    if (ckpt_due(cfg, step))
+      ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
   }
   comm_wait_all(t->comm);
 }
@@ -816,6 +817,11 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     start = resume.step;
     taken = resume.opt_t;
     skipped = resume.skipped;
+    if (resume.has_scaler && t.wdt == DT_F16 && cfg->loss_scale == 0) { /* the dynamic scaler goes on where it was */
+      in.scaler.scale = resume.loss_scale;
+      in.scaler.growth_tracker = resume.growth_tracker;
+      in.scaler.overflows = resume.overflows;
+    }
     ckpt_manifest_free(&resume);
   }
   train_loop(&t, start, &taken, &skipped);

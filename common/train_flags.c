@@ -267,8 +267,6 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                     (long long)psi));
   }
   resolve_device(cfg);
-  if (cfg->wdt == DT_F16 && cfg->dev == DEV_CUDA) /* ops_cuda.cu's kernels take fp32|bf16 so far */
-    exit(args_error("--precision", "fp16", "runs on the CPU only (--device cpu); on a GPU use fp32 or bf16"));
   if (report_check_outputs(cfg)) exit(2); /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
 }
 
