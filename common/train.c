@@ -630,17 +630,19 @@ static void print_header(const trainer_t *t, const char *chapter) {
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+  /* A pipeline (run_step) cuts the batch itself, in its setup after this line: its own line gives
+   * the micro-batch, so the loop's per-rank view is not printed for it. */
+  char per_rank[96];
+  if (t->strategy->run_step) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
+  else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
   if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
-           "global batch %lld sequences = %lld tokens per step (%lld per rank per micro-batch, accum %d), %d steps\n",
+           "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
            m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
-           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, (long long)t->local_batch, cfg->accum,
-           cfg->steps);
+           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, per_rank, cfg->steps);
   else
-    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
-           "(%lld per rank per micro-batch, accum %d), %d steps\n",
-           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, (long long)t->local_batch,
-           cfg->accum, cfg->steps);
+    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld (%s), %d steps\n",
+           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, per_rank, cfg->steps);
   fflush(stdout);
 }
 
