@@ -36,26 +36,51 @@
 #define TRAIN_MAX_EXTRAS 24
 /* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
 
-/* What only the loop sees. Activation buffers per unit u (B = local micro-batch, in samples):
- *   y[u]      (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
+/* What only the loop sees. Activations live in SLOTS, one per micro-batch in flight on a chunk
+ * (B = local micro-batch, in samples; u the chunk's units):
+ *   in        (B, in_numel_c)     the chunk's input: the batch, or a previous stage's output
+ *   out[u]    (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
  *   saved[u]  (B, saved_numel_u)  what the unit's backward needs; with --recompute ONE buffer
  *                                 (the largest unit's) shared by all, refilled in the backward
- * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
- * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
+ * Without a schedule there is one chunk and one slot, allocated at the start; a schedule's pool
+ * grows a slot at a time, when more micro-batches are in flight than ever before, so its size is
+ * the peak the schedule needs (07). Beside the pool: the targets (on the last chunk) and the
+ * gradient ping-pong dy[2] (B, max y_numel).
+ * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): out[u] of a unit whose
  * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
  * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
  * needs it (pa_keep, pa_gather: the transform's). */
+typedef struct act_slot {
+  tensor_t in;       /* (b, in_numel_c) 4-byte inputs: fp32 features, int32 tokens or a stage's activation */
+  tensor_t *out;     /* [n] (b, y_numel_u) unit outputs (the last chunk's last: the logits)              */
+  tensor_t *saved;   /* [n] (b, saved_numel_u); none with --recompute                                   */
+  int micro;         /* the micro-batch it holds, −1: free                                              */
+} act_slot_t;
+
+typedef struct act_pool {
+  act_slot_t *slots; /* [n_micro] room; n_slots allocated */
+  int n_slots;
+  int64_t in_numel;  /* 4-byte input elements per sample */
+  int64_t slot_bytes;
+} act_pool_t;
+
 struct train_internal {
-  tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
-  tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
-  tensor_t *out;     /* [U] (b, y_numel_u) unit outputs; out[U−1] are the logits                       */
-  tensor_t *saved;   /* [U] (b, saved_numel_u), or with --recompute only saved[0], the shared buffer   */
+  act_pool_t *pools; /* [n_chunks] */
+  int in_flight, peak_in_flight; /* slots in use, over all chunks */
+  tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements), on the last chunk          */
+  tensor_t saved_rc; /* --recompute: (b, max saved_numel) shared by every unit                             */
   tensor_t dy[2];    /* (b, max y_numel) ping-pong: gradient w.r.t. a unit's output                    */
+  int64_t ws_bytes;  /* y, saved_rc and dy: the buffers beside the pool                                 */
   int pa;            /* --pa: the replicated outputs are kept as 1/T slices in out[u]                  */
   tensor_t work[2];  /* --pa: (T · max slice) whole outputs, ping-pong: the one read, the one written   */
   int64_t acts_kept; /* the ledger's LEDGER_ACTS growth for out, saved and work (alloc_acts)           */
   void *xh;          /* (b, in_numel) host staging of the evaluation batches when the device is a GPU   */
   int *yh;           /* (b, rows) host staging (evaluation)                                             */
+  train_chunk_t whole_chunk; /* without a schedule: the one chunk, every unit                          */
+  train_op_t *own_ops;       /* without a schedule: F k, B k for k < accum                             */
+  train_use_t *step_uses, *fwd_uses; /* the pre hooks' order in a step, and in a forward-only pass     */
+  int n_step_uses;
+  model_t whole;             /* a schedule's copy of the model before trainer_keep_units                 */
   report_step_t *steps;
   report_extra_t extras[TRAIN_MAX_EXTRAS];
   int nextras;
@@ -121,7 +146,7 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
 
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
-  if (fault_overflow(sharded ? t->rank : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow (testing aid) */
+  if (fault_overflow(sharded ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow */
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
    * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
@@ -146,6 +171,11 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
   } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
+  const schedule_t *sc = t->cfg->sched;
+  if (sc && sc->grad_sumsq) { /* a pipeline: every stage's part summed; a NaN or an overflow anywhere skips all */
+    sumsq = sc->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
+    reduced_bad = !isfinite(sumsq);
+  }
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -229,11 +259,11 @@ static void check_master_bits(trainer_t *t) {
   t->in->checked_steps++;
 }
 
-/* ---- the loop ---------------------------------------------------------------------------- */
+/* ---- the activations ----------------------------------------------------------------------- */
 
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
   const model_transform_t *xf = t->cfg->transform;
-  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  if (!t->cfg->pa || !t->tp_comm || t->cfg->sched || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
   return xf->pa_slice(t, u);
 }
 
@@ -251,32 +281,75 @@ static int64_t pa_acts_formula(const trainer_t *t) {
   return 4 * (outs + 2 * comm_world(t->tp_comm) * smax + b * model_max_saved_numel(m));
 }
 
+/* A new slot of chunk c: its input, and its units' outputs and saved activations (LEDGER_ACTS). */
+static void slot_alloc(trainer_t *t, int c, act_slot_t *sl) {
+  const model_t *m = &t->model;
+  const train_chunk_t *ch = &t->chunks[c];
+  int64_t b = t->local_batch;
+  int n = ch->u1 - ch->u0, U = m->n_units;
+  sl->in = tensor_alloc(ch->first ? "input" : "stage input", LEDGER_ACTS, DT_F32, t->dev, b * t->in->pools[c].in_numel);
+  sl->out = xcalloc((size_t)n, sizeof(tensor_t), "unit outputs");
+  sl->saved = xcalloc((size_t)n, sizeof(tensor_t), "unit saved activations");
+  for (int i = 0; i < n; i++) {
+    int u = ch->u0 + i;
+    int64_t slice = trainer_pa_slice_numel(t, u); /* --pa: 1/T of a replicated output, else 0: all of it */
+    if (slice) sl->out[i] = tensor_alloc("unit output (1/T slice, Pa)", LEDGER_ACTS, DT_F32, t->dev, slice);
+    else sl->out[i] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
+    if (!t->cfg->recompute) sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
+  }
+  sl->micro = -1;
+}
+
+static void slot_free(trainer_t *t, int c, act_slot_t *sl) {
+  int n = t->chunks[c].u1 - t->chunks[c].u0;
+  tensor_free(&sl->in);
+  for (int i = 0; i < n; i++) {
+    tensor_free(&sl->out[i]);
+    tensor_free(&sl->saved[i]);
+  }
+  free(sl->out);
+  free(sl->saved);
+}
+
+/* The pools (without a schedule: its one slot now) and the buffers beside them. */
 static void alloc_acts(trainer_t *t) {
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
-  int64_t b = t->local_batch, work = 0;
-  int U = m->n_units, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
-  in->pa = t->cfg->pa && t->tp_comm;
-  in->x = tensor_alloc("input", LEDGER_ACTS, DT_F32, t->dev, b * m->in_numel); /* 4-byte elements */
-  in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows);   /* 4-byte ints */
-  in->out = xcalloc((size_t)U, sizeof(tensor_t), "unit outputs");
-  in->saved = xcalloc((size_t)U, sizeof(tensor_t), "unit saved activations");
-  int64_t before = ledger_live(LEDGER_ACTS);
-  for (int u = 0; u < U; u++) {
-    int64_t slice = trainer_pa_slice_numel(t, u); /* --pa: 1/T of a replicated output, else 0: all of it */
-    if (slice) in->out[u] = tensor_alloc("unit output (1/T slice, Pa)", LEDGER_ACTS, DT_F32, t->dev, slice);
-    else in->out[u] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
-    if (T * slice > work) work = T * slice;
-    if (!t->cfg->recompute) in->saved[u] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
+  int64_t b = t->local_batch, work = 0, maxy = 0, maxs = 0;
+  int last = 0, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
+  in->pa = t->cfg->pa && t->tp_comm && !t->cfg->sched;
+  in->pools = xcalloc((size_t)t->n_chunks, sizeof *in->pools, "activation pools");
+  for (int c = 0; c < t->n_chunks; c++) {
+    const train_chunk_t *ch = &t->chunks[c];
+    act_pool_t *p = &in->pools[c];
+    p->in_numel = ch->first ? m->in_numel : m->units[ch->u0 - 1].y_numel;
+    int64_t per = p->in_numel;
+    for (int u = ch->u0; u < ch->u1; u++) {
+      const unit_t *un = &m->units[u];
+      if (un->y_numel > maxy) maxy = un->y_numel;
+      if (un->saved_numel > maxs) maxs = un->saved_numel;
+      per += un->y_numel + (t->cfg->recompute ? 0 : un->saved_numel);
+      int64_t slice = trainer_pa_slice_numel(t, u);
+      if (T * slice > work) work = T * slice;
+    }
+    p->slot_bytes = 4 * b * per;
+    p->slots = xcalloc((size_t)t->n_micro, sizeof *p->slots, "activation slots");
+    last |= ch->last;
   }
-  if (t->cfg->recompute) in->saved[0] = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * model_max_saved_numel(m));
+  int64_t before = ledger_live(LEDGER_ACTS);
+  if (!t->cfg->sched) { /* the loop's own list: one micro-batch in flight, its slot now */
+    slot_alloc(t, 0, &in->pools[0].slots[0]);
+    in->pools[0].n_slots = 1;
+  }
+  if (t->cfg->recompute) in->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
   if (in->pa) /* the whole outputs: unit u writes work[u % 2] while it reads work[(u − 1) % 2] */
     for (int k = 0; k < 2; k++) in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
   in->acts_kept = ledger_live(LEDGER_ACTS) - before;
-  int64_t maxy = model_max_y_numel(m);
+  if (last) in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows); /* 4-byte ints */
   in->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
   in->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
-  if (t->dev != DEV_CPU) {
+  in->ws_bytes = tensor_nbytes(&in->y) + tensor_nbytes(&in->saved_rc) + 2 * tensor_nbytes(&in->dy[0]);
+  if (t->dev != DEV_CPU && !t->cfg->sched) {
     in->xh = xmalloc((size_t)(b * m->in_numel) * 4, "input staging");
     in->yh = xmalloc((size_t)(b * m->rows) * sizeof(int), "target staging");
   }
@@ -284,16 +357,15 @@ static void alloc_acts(trainer_t *t) {
 
 static void free_acts(trainer_t *t) {
   struct train_internal *in = t->in;
-  if (!in->out) return; /* never allocated (run_step) */
-  for (int u = 0; u < t->model.n_units; u++) {
-    tensor_free(&in->out[u]);
-    tensor_free(&in->saved[u]);
+  if (!in->pools) return;
+  for (int c = 0; c < t->n_chunks; c++) {
+    for (int i = 0; i < in->pools[c].n_slots; i++) slot_free(t, c, &in->pools[c].slots[i]);
+    free(in->pools[c].slots);
   }
-  free(in->out);
-  free(in->saved);
+  free(in->pools);
+  tensor_free(&in->saved_rc);
   tensor_free(&in->work[0]);
   tensor_free(&in->work[1]);
-  tensor_free(&in->x);
   tensor_free(&in->y);
   tensor_free(&in->dy[0]);
   tensor_free(&in->dy[1]);
@@ -301,12 +373,42 @@ static void free_acts(trainer_t *t) {
   free(in->yh);
 }
 
-/* Samples of micro-batch `micro` of step `step` for this rank: the global batch of the step is
- * samples [step·B, (step+1)·B); micro-batch k is its k-th 1/K; rank r takes its r-th slice. */
-static void load_batch(trainer_t *t) {
+/* A free slot of chunk c for micro-batch k: the pool grows by one when every slot is in use. */
+static act_slot_t *slot_take(trainer_t *t, int c, int k) {
   struct train_internal *in = t->in;
-  trainer_load_micro(t, t->micro, t->cfg->accum, t->rank, t->world, in->x.data, (int *)in->y.data);
+  act_pool_t *p = &in->pools[c];
+  act_slot_t *sl = NULL;
+  for (int i = 0; i < p->n_slots && !sl; i++)
+    if (p->slots[i].micro < 0) sl = &p->slots[i];
+  if (!sl) { /* more in flight than ever before (the ledger sees it) */
+    if (p->n_slots >= t->n_micro) die_on_rank("more than %d micro-batches in flight on chunk %d", t->n_micro, c);
+    sl = &p->slots[p->n_slots++];
+    slot_alloc(t, c, sl);
+  }
+  sl->micro = k;
+  if (++in->in_flight > in->peak_in_flight) in->peak_in_flight = in->in_flight;
+  return sl;
 }
+
+static act_slot_t *slot_of(trainer_t *t, int c, int k) {
+  act_pool_t *p = &t->in->pools[c];
+  for (int i = 0; i < p->n_slots; i++)
+    if (p->slots[i].micro == k) return &p->slots[i];
+  die_on_rank("backward of micro-batch %d on chunk %d before its forward (a schedule's bug)", k, c);
+}
+
+/* After micro-batch k's backward: its slot is free again, once the schedule's sends out of it left. */
+static void slot_give_back(trainer_t *t, int c, act_slot_t *sl) {
+  const schedule_t *sc = t->cfg->sched;
+  if (sc && sc->release) sc->release(t, c, sl->micro);
+  sl->micro = -1;
+  t->in->in_flight--;
+}
+
+int trainer_slots(const trainer_t *t, int c) { return t->in->pools[c].n_slots; }
+int64_t trainer_slot_bytes(const trainer_t *t, int c) { return t->in->pools[c].slot_bytes; }
+int trainer_peak_in_flight(const trainer_t *t) { return t->in->peak_in_flight; }
+int64_t trainer_acts_workspace(const trainer_t *t) { return t->in->ws_bytes; }
 
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y) {
   int64_t B = t->cfg->batch, mb = B / m, b = mb / nslices;
@@ -317,7 +419,7 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
   void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
   int *yh = y && t->dev == DEV_CPU ? y : xmalloc((size_t)yn * sizeof(int) + 4, "target staging");
   data_batch(&t->data, first, (int)b, xh, yh);
-  if (poison) fault_poison(t->rank, t->step, xh);
+  if (poison) fault_poison(comm_rank(t->world_comm), t->step, xh);
   if (x && t->dev != DEV_CPU) dev_memcpy(t->dev, x, DEV_CPU, xh, (size_t)xn * 4);
   if (y && t->dev != DEV_CPU) dev_memcpy(t->dev, y, DEV_CPU, yh, (size_t)yn * sizeof(int));
   if (xh != x) free(xh);
@@ -342,66 +444,111 @@ void trainer_check_grads(trainer_t *t, int u) {
   if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
 }
 
-/* Where unit u's whole output is during the micro-batch: out[u], or with --pa for a partitioned
- * output its working buffer (out[u] holds only this rank's slice). */
-static float *unit_y(trainer_t *t, int u) {
+/* Where unit u's whole output is during the micro-batch: the slot's out, or with --pa for a
+ * partitioned output its working buffer (out holds only this rank's slice). */
+static float *unit_y(trainer_t *t, const act_slot_t *sl, int c, int u) {
   struct train_internal *in = t->in;
-  return (in->pa && trainer_pa_slice_numel(t, u) ? in->work[u % 2] : in->out[u]).data;
+  return (in->pa && trainer_pa_slice_numel(t, u) ? in->work[u % 2] : sl->out[u - t->chunks[c].u0]).data;
 }
 
-/* Unit u's buffers for this micro-batch (dy, dx and grads are set by the backward). */
-static unit_io_t unit_io(trainer_t *t, int u) {
-  struct train_internal *in = t->in;
+/* Unit u's buffers in slot sl of chunk c (dy, dx and grads are set by the backward). */
+static unit_io_t unit_io(trainer_t *t, const act_slot_t *sl, int c, int u) {
   return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
-                     .x = u == 0 ? in->x.data : unit_y(t, u - 1), .y = unit_y(t, u),
-                     .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
+                     .x = u == t->chunks[c].u0 ? sl->in.data : unit_y(t, sl, c, u - 1), .y = unit_y(t, sl, c, u),
+                     .saved = t->cfg->recompute ? t->in->saved_rc.data : sl->saved[u - t->chunks[c].u0].data};
 }
 
-/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output in out[u]. */
-static void pa_keep(trainer_t *t, int u) {
-  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, u), t->in->out[u].data);
+/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output. */
+static void pa_keep(trainer_t *t, const act_slot_t *sl, int u) {
+  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, sl, 0, u), sl->out[u].data);
 }
 
 /* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
  * the whole output back from the slices (the transform's all-gather over the TP group): it moves
  * bytes and adds nothing, so the backward sees the bits the forward produced. */
-static void pa_gather(trainer_t *t, int u) {
+static void pa_gather(trainer_t *t, const act_slot_t *sl, int u) {
   if (!trainer_pa_slice_numel(t, u)) return;
   char name[32];
   snprintf(name, sizeof name, "pa gather %d", u);
   trace_begin(name);
-  t->cfg->transform->pa_gather(t, u, t->in->out[u].data, unit_y(t, u));
+  t->cfg->transform->pa_gather(t, u, sl->out[u].data, unit_y(t, sl, 0, u));
   trace_end(NULL);
 }
 
-/* One micro-batch: forward, loss, backward with the hooks. Returns the local loss sum. */
-static double micro_batch(trainer_t *t) {
-  struct train_internal *in = t->in;
-  const strategy_t *s = t->strategy;
-  const model_t *m = &t->model;
-  int U = m->n_units, b = (int)t->local_batch;
+/* ---- one operation: the forward or the backward of a micro-batch over a chunk -------------- */
+
+/* A schedule's F/B block on the trace (plot_pipeline.py draws them): "F k", or "F k.c" with
+ * several chunks per rank; the units' own events lie inside. */
+static void op_event(const trainer_t *t, const train_op_t *op, double t0) {
   char name[32];
-  load_batch(t);
-  for (int u = 0; u < U; u++) {
+  if (t->n_chunks > 1) snprintf(name, sizeof name, "%c %d.%d", op->kind, op->micro, op->chunk);
+  else snprintf(name, sizeof name, "%c %d", op->kind, op->micro);
+  trace_event(TRACE_COMPUTE, name, t0, trace_now_us(), NULL);
+}
+
+/* F k over chunk c: the input (the data, or the previous stage's output), the units forward
+ * with the strategy's hooks, the output on to the next stage. Returns the compute time (µs, with
+ * a schedule; the wait for the input is idle, not busy). */
+static double op_forward(trainer_t *t, const train_op_t *op) {
+  struct train_internal *in = t->in;
+  const schedule_t *sc = t->cfg->sched;
+  const strategy_t *s = t->strategy;
+  const train_chunk_t *ch = &t->chunks[op->chunk];
+  int k = op->micro;
+  char name[32];
+  act_slot_t *sl = slot_take(t, op->chunk, k);
+  if (!ch->first) sc->recv_forward(t, op->chunk, k, sl->in.data);
+  else /* the loop's own chunk scores here too: its targets come with the inputs */
+    trainer_load_micro(t, k, t->n_micro, t->rank, t->world, sl->in.data, ch->last && !sc ? (int *)in->y.data : NULL);
+  double t0 = trace_now_us();
+  for (int u = ch->u0; u < ch->u1; u++, t->use++) {
     if (s->pre_forward) s->pre_forward(t, u);
     snprintf(name, sizeof name, "fwd %d", u);
     trace_begin(name);
-    unit_io_t io = unit_io(t, u);
-    model_forward(m, u, &io);
-    if (in->pa) pa_keep(t, u); /* --pa: this rank's 1/T of a replicated output */
+    unit_io_t io = unit_io(t, sl, op->chunk, u);
+    model_forward(&t->model, u, &io);
+    if (in->pa) pa_keep(t, sl, u); /* --pa: this rank's 1/T of a replicated output */
     trace_end(NULL);
     if (s->post_forward) s->post_forward(t, u);
   }
+  if (!sc) return 0;
+  dev_sync(t->dev);
+  double busy = trace_now_us() - t0;
+  op_event(t, op, t0);
+  if (!ch->last) sc->send_forward(t, op->chunk, k, sl->out[ch->u1 - 1 - ch->u0].data);
+  return busy;
+}
+
+/* B k over chunk c: the gradient of the output (the loss on the last chunk, added to *loss; else
+ * from the next stage), the units backward in reverse with the strategy's hooks, the gradient of
+ * the input back to the previous stage. Gradients are written with beta: micro-batch 0
+ * overwrites, later ones accumulate (the strategy's pre_backward may choose otherwise). */
+static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
+  struct train_internal *in = t->in;
+  const schedule_t *sc = t->cfg->sched;
+  const strategy_t *s = t->strategy;
+  const model_t *m = &t->model;
+  const train_chunk_t *ch = &t->chunks[op->chunk];
+  int k = op->micro;
+  char name[32];
+  act_slot_t *sl = slot_of(t, op->chunk, k);
   float *dy = in->dy[0].data, *dyp = in->dy[1].data;
-  /* Mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks' gradients is
-   * then the mean gradient. */
-  double loss;
-  TRAINER_PHASE("loss", loss = trainer_loss(t, b, in->out[U - 1].data, (const int *)in->y.data, dy));
-  for (int u = U - 1; u >= 0; u--) {
-    t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
+  double t0 = trace_now_us();
+  if (ch->last) { /* mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks'
+                   * gradients is then the mean gradient. A schedule's loss is its stage's work. */
+    if (sc) trainer_load_micro(t, k, t->n_micro, t->rank, t->world, NULL, (int *)in->y.data);
+    TRAINER_PHASE("loss", *loss += trainer_loss(t, (int)t->local_batch, sl->out[ch->u1 - 1 - ch->u0].data,
+                                                (const int *)in->y.data, dy));
+  } else {
+    sc->recv_backward(t, op->chunk, k, dy);
+    t0 = trace_now_us();
+  }
+  float *dx_out = ch->first ? NULL : sc->dx_buffer(t, op->chunk, k); /* the model's unit 0 has no dx */
+  for (int u = ch->u1 - 1; u >= ch->u0; u--, t->use++) {
+    t->grad_beta = k == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
     if (s->pre_backward) s->pre_backward(t, u);
-    if (in->pa && u > 0) pa_gather(t, u - 1); /* --pa: the input, whole again (into its working buffer) */
-    unit_io_t io = unit_io(t, u);
+    if (in->pa && u > 0) pa_gather(t, sl, u - 1); /* --pa: the input, whole again (into its working buffer) */
+    unit_io_t io = unit_io(t, sl, op->chunk, u);
     if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
       snprintf(name, sizeof name, "recompute %d", u);
       trace_begin(name);
@@ -413,7 +560,7 @@ static double micro_batch(trainer_t *t) {
     io.grads = t->unit_grads[u];
     io.beta = t->grad_beta;
     io.dy = dy;
-    io.dx = u > 0 ? dyp : NULL;
+    io.dx = u > ch->u0 ? dyp : dx_out;
     model_backward(m, u, &io);
     trace_end(NULL);
     trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
@@ -422,8 +569,83 @@ static double micro_batch(trainer_t *t) {
     dy = dyp;
     dyp = tmp;
   }
+  double busy = 0;
+  if (sc) {
+    dev_sync(t->dev);
+    busy = trace_now_us() - t0;
+    op_event(t, op, t0);
+    if (!ch->first) sc->send_backward(t, op->chunk, k, dx_out);
+  }
+  slot_give_back(t, op->chunk, sl);
+  return busy;
+}
+
+/* One step's operations in order; returns this rank's local loss sum (0 without the last chunk). */
+static double run_ops(trainer_t *t) {
+  const schedule_t *sc = t->cfg->sched;
+  double loss = 0, busy = 0, t0 = trace_now_us();
+  t->uses = t->in->step_uses;
+  t->n_uses = t->in->n_step_uses;
+  t->use = 0;
+  for (int i = 0; i < t->n_ops; i++) {
+    const train_op_t *op = &t->ops[i];
+    t->micro = op->micro;
+    t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
+    busy += op->kind == 'F' ? op_forward(t, op) : op_backward(t, op, &loss);
+  }
+  if (sc) sc->step_end(t, busy, t0);
   return loss;
 }
+
+/* The pre hooks' order of a step (the operations' units: forwards in order, backwards in
+ * reverse) and of a forward-only pass (every unit once), for train_use_t. */
+static void build_uses(trainer_t *t) {
+  struct train_internal *in = t->in;
+  int n = 0, U = t->model.n_units;
+  for (int i = 0; i < t->n_ops; i++) n += t->chunks[t->ops[i].chunk].u1 - t->chunks[t->ops[i].chunk].u0;
+  in->step_uses = xcalloc((size_t)n + 1, sizeof *in->step_uses, "unit uses");
+  t->n_uses = 0;
+  for (int i = 0; i < t->n_ops; i++) {
+    const train_chunk_t *ch = &t->chunks[t->ops[i].chunk];
+    for (int j = 0; j < ch->u1 - ch->u0; j++)
+      in->step_uses[t->n_uses++] = (train_use_t){t->ops[i].kind == 'F' ? ch->u0 + j : ch->u1 - 1 - j, t->ops[i].kind};
+  }
+  in->n_step_uses = t->n_uses;
+  in->fwd_uses = xcalloc((size_t)U, sizeof *in->fwd_uses, "forward uses");
+  for (int u = 0; u < U; u++) in->fwd_uses[u] = (train_use_t){u, 'F'};
+  t->uses = in->step_uses;
+}
+
+/* Without a schedule: one chunk of every unit, F k B k for each of the --accum micro-batches. */
+static void own_schedule(trainer_t *t) {
+  struct train_internal *in = t->in;
+  int A = t->cfg->accum;
+  t->n_micro = A;
+  in->whole_chunk = (train_chunk_t){.u0 = 0, .u1 = t->model.n_units, .first = 1, .last = 1};
+  t->chunks = &in->whole_chunk;
+  t->n_chunks = 1;
+  in->own_ops = xcalloc(2 * (size_t)A, sizeof *in->own_ops, "the loop's operations");
+  for (int k = 0; k < A; k++) {
+    in->own_ops[2 * k] = (train_op_t){'F', k, 0};
+    in->own_ops[2 * k + 1] = (train_op_t){'B', k, 0};
+  }
+  t->ops = in->own_ops;
+  t->n_ops = 2 * A;
+}
+
+void trainer_keep_units(trainer_t *t, const char *here) {
+  struct train_internal *in = t->in;
+  model_t *m = &t->model;
+  in->whole = *m;
+  in->whole.units = xmalloc((size_t)m->n_units * sizeof(unit_t), "whole model units");
+  memcpy(in->whole.units, m->units, (size_t)m->n_units * sizeof(unit_t));
+  for (int u = 0; u < m->n_units; u++)
+    if (!here[u]) m->units[u].numel = 0;
+  model_layout(m);
+  t->whole = &in->whole;
+}
+
+int trainer_prints(const trainer_t *t) { return t->model_rank == 0 && !t->cfg->quiet; }
 
 /* ---- --model gpt: validation loss and sampling (forward only, through the strategy's hooks, so
  * ZeRO-3 gathers each unit as in training; every rank runs them, in step) ------------------ */
@@ -435,13 +657,19 @@ static double micro_batch(trainer_t *t) {
  * gathers), no backward: the evaluation and --sample. */
 static void forward_only(trainer_t *t, int B) {
   const strategy_t *s = t->strategy;
-  for (int u = 0; u < t->model.n_units; u++) {
+  const act_slot_t *sl = &t->in->pools[0].slots[0]; /* the loop's own chunk (no schedule: train_flags.c) */
+  t->uses = t->in->fwd_uses;
+  t->n_uses = t->model.n_units;
+  t->use = 0;
+  for (int u = 0; u < t->model.n_units; u++, t->use++) {
     if (s->pre_forward) s->pre_forward(t, u);
-    unit_io_t io = unit_io(t, u);
+    unit_io_t io = unit_io(t, sl, 0, u);
     io.B = B;
     model_forward(&t->model, u, &io);
     if (s->post_forward) s->post_forward(t, u);
   }
+  t->uses = t->in->step_uses; /* the next step's */
+  t->n_uses = t->in->n_step_uses;
 }
 
 static double evaluate(trainer_t *t) {
@@ -450,19 +678,20 @@ static double evaluate(trainer_t *t) {
   const model_t *m = &t->model;
   int64_t B = cfg->batch, b = t->local_batch, mb = B / cfg->accum;
   int U = m->n_units;
+  const act_slot_t *sl = &in->pools[0].slots[0];
   double sum = 0;
   trace_begin("eval");
   for (int e = 0; e < cfg->eval_batches; e++)
     for (int k = 0; k < cfg->accum; k++) {
       int64_t first = (int64_t)e * B + (int64_t)k * mb + (int64_t)t->rank * b;
-      int *x = t->dev == DEV_CPU ? in->x.data : in->xh, *y = t->dev == DEV_CPU ? in->y.data : in->yh;
+      int *x = t->dev == DEV_CPU ? sl->in.data : in->xh, *y = t->dev == DEV_CPU ? in->y.data : in->yh;
       data_val_batch(&t->data, first, (int)b, x, y);
       if (t->dev != DEV_CPU) {
-        dev_memcpy(t->dev, in->x.data, DEV_CPU, x, (size_t)(b * m->in_numel) * 4);
+        dev_memcpy(t->dev, sl->in.data, DEV_CPU, x, (size_t)(b * m->in_numel) * 4);
         dev_memcpy(t->dev, in->y.data, DEV_CPU, y, (size_t)(b * m->rows) * sizeof(int));
       }
       forward_only(t, (int)b);
-      sum += op_softmax_xent(t->dev, in->dy[0].data, in->out[U - 1].data, (const int *)in->y.data,
+      sum += op_softmax_xent(t->dev, in->dy[0].data, sl->out[U - 1].data, (const int *)in->y.data,
                              (int)(b * m->rows), m->classes, 1.0f);
     }
   comm_ctl_all_reduce_f64(t->comm, &sum, 1, REDOP_SUM); /* control traffic */
@@ -472,7 +701,6 @@ static double evaluate(trainer_t *t) {
 
 static void eval_record(trainer_t *t, int step) {
   struct train_internal *in = t->in;
-  if (!in->out) die_on_rank("--eval-every: not available with a strategy that runs its own schedule");
   double v = evaluate(t);
   in->evals = realloc(in->evals, sizeof(report_eval_t) * (size_t)(in->nevals + 1));
   if (!in->evals) die_on_rank("out of host memory for the evaluations");
@@ -493,16 +721,16 @@ static void sample_text(trainer_t *t) {
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
   int T = m->rows, V = m->classes, U = m->n_units, N = cfg->sample, len = 1;
-  if (!in->out) die_on_rank("--sample: not available with a strategy that runs its own schedule");
+  const act_slot_t *sl = &in->pools[0].slots[0];
   int *ctx = xcalloc((size_t)T, sizeof(int), "sample context");
   float *row = xmalloc((size_t)V * sizeof(float), "sample logits");
   char *text = xcalloc((size_t)N + 1, 1, "sample text");
   ctx[0] = '\n';
   trace_begin("sample");
   for (int k = 0; k < N; k++) {
-    dev_memcpy(t->dev, in->x.data, DEV_CPU, ctx, (size_t)T * sizeof(int));
+    dev_memcpy(t->dev, sl->in.data, DEV_CPU, ctx, (size_t)T * sizeof(int));
     forward_only(t, 1); /* one sequence: positions >= len are padding the causal mask keeps out */
-    dev_memcpy(DEV_CPU, row, t->dev, (float *)in->out[U - 1].data + (int64_t)(len - 1) * V, (size_t)V * sizeof(float));
+    dev_memcpy(DEV_CPU, row, t->dev, (float *)sl->out[U - 1].data + (int64_t)(len - 1) * V, (size_t)V * sizeof(float));
     int next = 0;
     for (int v = 1; v < V; v++)
       if (row[v] > row[next]) next = v;
@@ -551,8 +779,9 @@ static void model_from_cfg(trainer_t *t) {
  * "pa_acts_formula_bytes". */
 static void report_acts(trainer_t *t) {
   struct train_internal *in = t->in;
-  int64_t kept = tensor_nbytes(&in->work[0]) + tensor_nbytes(&in->work[1]); /* --pa's working buffers */
-  for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&in->out[u]) + tensor_nbytes(&in->saved[u]);
+  const act_slot_t *sl = &in->pools[0].slots[0]; /* the loop's own chunk: every unit */
+  int64_t kept = tensor_nbytes(&in->work[0]) + tensor_nbytes(&in->work[1]) + tensor_nbytes(&in->saved_rc);
+  for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&sl->out[u]) + tensor_nbytes(&sl->saved[u]);
   trainer_report_extra(t, "acts_saved_bytes", (double)kept);
   if (in->pa) { /* the ledger's count beside the formula from the shapes (pa_acts_formula) */
     trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
@@ -570,39 +799,34 @@ static int log_step(const train_cfg_t *c, int step) {
 
 /* ---- the loop: what train.h's diagram shows, and nothing else ------------------------------ */
 
-/* Steps [start, cfg->steps): micro-batches (forward, loss, backward with the hooks), then the
- * strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
+/* Steps [start, cfg->steps): the step's operations (forwards, losses, backwards with the hooks),
+ * then the strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
  * *taken counts applied optimizer steps (AdamW's t), *skipped the steps --nonfinite skip dropped. */
 static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
-  int log = t->rank == 0 && !cfg->quiet;
+  int log = trainer_prints(t);
   for (int step = start; step < cfg->steps; step++) {
     char name[32];
     snprintf(name, sizeof name, "step %d", step);
     double t0 = trace_now_us();
     trace_begin(name);
     t->step = step;
-    fault_at_step(t->rank, step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    fault_at_step(comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     in->local_nonfinite = 0;
-    double loss_sum = 0;
-    if (t->strategy->run_step) loss_sum = t->strategy->run_step(t); /* the strategy's schedule (07) */
-    else for (int k = 0; k < cfg->accum; k++) {
-      t->micro = k;
-      t->last_micro = k == cfg->accum - 1; /* DDP all-reduces only now (no_sync before) */
-      loss_sum += micro_batch(t);
-    }
+    double loss_sum = run_ops(t);
     t->opt_t = *taken + 1;
     t->skipped = 0;
     double scale_used = in->scaler.scale;
     t->strategy->step(t);
+    if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
     if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
     dev_sync(t->dev);
     trace_end(NULL);
     double ms = (trace_now_us() - t0) / 1000.0;
     if (!t->skipped) (*taken)++;
     else (*skipped)++;
-    comm_ctl_all_reduce_f64(t->comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
+    comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* every stage's: control traffic */
     in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
@@ -626,14 +850,14 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
 static void print_header(const trainer_t *t, const char *chapter) {
   const train_cfg_t *cfg = t->cfg;
   const model_t *m = &t->model;
-  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->strategy->name, t->world,
+  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, t->world,
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
-  /* A pipeline (run_step) cuts the batch itself, in its setup after this line: its own line gives
+  /* A schedule (a pipeline) cuts the batch itself, in its setup after this line: its own line gives
    * the micro-batch, so the loop's per-rank view is not printed for it. */
   char per_rank[96];
-  if (t->strategy->run_step) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
+  if (cfg->sched) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
   else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
   if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
@@ -653,12 +877,12 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
   const strategy_t *s = t->strategy;
-  int rank = t->rank;
-  float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
+  int rank = t->model_rank; /* where the export lands: rank 0 of the model's ranks */
+  float *full = rank == 0 ? xmalloc((size_t)t->whole->numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
-  int64_t full_numel = t->model.numel;
+  int64_t full_numel = t->whole->numel;
   if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
-    float *whole = cfg->transform->unsplit(&t->model, full, rank == 0, &full_numel);
+    float *whole = cfg->transform->unsplit(t->whole, full, rank == 0, &full_numel);
     free(full);
     full = whole;
   }
@@ -674,7 +898,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
       char shape[96];
       snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
                cfg->gpt.seq_len, cfg->gpt.vocab);
-      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->strategy->name, NULL};
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->name, NULL};
       export_safetensors("--save-params", st, &em, full, meta);
     }
   }
@@ -683,7 +907,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
            dtype_precision(cfg->wdt), in->checked_steps);
   if (cfg->wdt == DT_F16) { /* the scaler's numbers; the flushed count summed over every rank of the job */
     double flushed = (double)op_fp16_flushed();
-    comm_ctl_all_reduce_f64(t->tp_comm ? t->world_comm : t->comm, &flushed, 1, REDOP_SUM);
+    comm_ctl_all_reduce_f64(t->world_comm, &flushed, 1, REDOP_SUM);
     trainer_report_extra(t, "overflow_steps", in->scaler.overflows);
     trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
     trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
@@ -694,7 +918,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
                       .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
   report_finish(t, &run);
-  trace_write(t->comm);
+  trace_write(t->model_comm);
 
   if (s->teardown) s->teardown(t);
   tensor_free(&t->params); /* the model states: the strategy allocated them, the trainer frees them (train.h) */
@@ -703,10 +927,15 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   tensor_free(&t->opt_m);
   tensor_free(&t->opt_v);
   free_acts(t);
+  if (cfg->sched && cfg->sched->teardown) cfg->sched->teardown(t); /* after the strategy: its comms */
   ops_release_workspace();
   free(full);
   free(in->steps);
   free(in->evals);
+  free(in->own_ops);
+  free(in->step_uses);
+  free(in->fwd_uses);
+  free(in->whole.units); /* a schedule's copy (the units only: the ctx is the model's) */
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
@@ -778,12 +1007,17 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
-  if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
+  if (!cfg->sched && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
 
   struct train_internal in = {0};
   trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
-                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in};
+                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
+                 .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model};
+  char name[96]; /* the run's name: the strategy's, after the schedule's when there is one */
+  if (cfg->sched) snprintf(name, sizeof name, "%s+%s", cfg->sched->name, s->name);
+  else snprintf(name, sizeof name, "%s", s->name);
+  t.name = name;
   t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                       .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
   t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
@@ -803,15 +1037,22 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
   if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);
+  /* The step's list: a schedule's (this rank's part of the model, narrowed to its replicas), or
+   * the loop's own. */
+  if (cfg->sched) cfg->sched->setup(&t);
+  else own_schedule(&t);
+  build_uses(&t);
 
   fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
   trace_begin("setup");
-  if (!s->run_step) alloc_acts(&t); /* a run_step strategy owns its activations */
-  if (!s->run_step) report_acts(&t);
+  alloc_acts(&t);
+  if (!cfg->sched) report_acts(&t);
   s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
+  comm_wait_all(t.comm);
   comm_wait_all(comm);
   trace_end(NULL);
   comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
+  if (t.comm != comm) comm_counters_reset(t.comm);
 
   int taken = 0, skipped = 0, start = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
   if (cfg->resume) { /* the states, the losses so far and the position of the checkpoint */
