@@ -24,6 +24,7 @@
 #include <stdint.h> // int64_t
 #include "comm.h"   // comm_t, comm_handle_t
 #include "data.h"   // data_t
+#include "formula.h" // formula_t
 #include "model.h"  // model_t, unit_t
 #include "ops.h"    // adamw_hp_t
 #include "tensor.h" // tensor_t
@@ -117,18 +118,6 @@ typedef struct unit_layout {
   void *params;               /* (held_numel) */
 } unit_layout_t;
 
-/* What a strategy says about itself (strategy_t.formula): this rank's model-state bytes by category
- * and its bytes sent per step, from the shapes alone. The report prints them beside what the ledger
- * and the communicator count, ch00 shows them for any Ψ and N, and the out-of-memory pre-check
- * (fault.c) refuses with them a run the host cannot hold, before anything is allocated. Ψ is
- * t->model.numel, the units this rank keeps (a pipeline stage's, 07); N = t->world. */
-typedef struct train_formula {
-  double params, grads, master, optim; /* bytes per rank in the device arena */
-  double host;                          /* bytes per rank in the host arena (08's offloaded states) */
-  double comm_bytes;                    /* bytes this rank sends per optimizer step (ring model) */
-  char mem_text[96];                    /* the formula, e.g. "4Ψ + 12Ψ/N" */
-  char comm_text[96];                   /* e.g. "2(N-1)/N x psi x 2 B" */
-} train_formula_t;
 
 /* A parallelism strategy. The loop calls, in this order (NULL hooks are skipped):
  *   setup; then per step, per operation of the step's list (train_op_t: the forward or backward
@@ -157,9 +146,13 @@ typedef struct strategy {
   /* Where unit u lives on this rank (unit_layout_t above): the one hook checkpoints, resume,
    * resharding and the export need. Required; called between steps, comm idle. */
   void (*layout)(struct trainer *t, int u, unit_layout_t *out);
-  /* This rank's formulas (train_formula_t above). Required; a pure function of t->cfg, t->model,
-   * t->wdt, t->world, t->n_micro and t->no_sync, so it may be called before setup. */
-  void (*formula)(const struct trainer *t, train_formula_t *f);
+  /* What the strategy says about itself (formula.h's formula_t): this rank's model-state bytes by
+   * category and its bytes sent per step, from the shapes alone (Ψ = t->model.numel: the units this
+   * rank keeps, a pipeline stage's; N = t->world). The report prints them beside what the ledger and
+   * the communicator count; the out-of-memory pre-check (fault.c) refuses with them a run the host
+   * cannot hold. Required; a pure function of t->cfg, t->model, t->wdt, t->world, t->n_micro and
+   * t->no_sync, so it may be called before setup. */
+  void (*formula)(const struct trainer *t, formula_t *f);
 } strategy_t;
 
 /* One operation of a step: the forward ('F') or the backward ('B') of micro-batch `micro` over
@@ -342,6 +335,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 
 /* ---- helpers for strategies ----------------------------------------------------------- */
+/* fp32 optimizer buffers per parameter: AdamW 2 (m, v), SGD with momentum 1. */
+static inline int train_opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
 /* Allocate full params/grads/master/optimizer states ("optim m", "optim v") for the current
  * layout (DDP-style); the trainer frees them after teardown like any model state. */
 void trainer_alloc_full_states(trainer_t *t, int with_grads);
