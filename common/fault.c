@@ -109,7 +109,8 @@ void fault_check_host_memory(const trainer_t *t) {
   if (t->dev != DEV_CPU) return; /* on a GPU, cudaMalloc itself says no, cleanly */
   const model_t *m = &t->model;
   formula_t f; /* what the strategy says this rank holds: its units only (a pipeline stage's) */
-  t->strategy->formula(t, &f);
+  if (t->strategy->formula) t->strategy->formula(t, &f);
+  else formula_stage(&f, 0, (double)m->numel, t->world, t->wdt, train_opt_states(t->cfg)); /* none: a replica's, the most */
   double states = f.params + f.grads + f.master + f.optim + f.host; /* on a CPU run both arenas are this host's */
   double acts = (double)m->in_numel + m->rows + 2.0 * (double)model_max_y_numel(m); /* batch, dy ping-pong */
   for (int c = 0; c < t->n_chunks; c++) /* one micro-batch of this rank's units */

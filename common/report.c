@@ -30,8 +30,9 @@ int report_uniform(const rank_numbers_t *all, int nr) {
 void report_finish(trainer_t *t, const report_run_t *run) {
   comm_t *rc = t->world_comm; /* every rank of the job appears (--tp, a pipeline's stages) */
   rank_numbers_t mine = {.rank = comm_rank(rc)};
-  formula_t f; /* what this rank's strategy says it holds and sends */
-  t->strategy->formula(t, &f);
+  formula_t f = {.mem_text = "no formula (the strategy has no formula hook)", .comm_text = "none"};
+  if (t->strategy->formula) t->strategy->formula(t, &f); /* what this rank's strategy says it holds and sends */
+  mine.has_formula = t->strategy->formula != NULL;
   mine.f_params = f.params, mine.f_grads = f.grads, mine.f_master = f.master, mine.f_optim = f.optim;
   mine.f_host = f.host, mine.f_comm = f.comm_bytes;
   if (t->tp_comm) {

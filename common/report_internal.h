@@ -25,6 +25,7 @@ typedef struct rank_numbers {
   int64_t pa_calls, pa_sent, pa_formula_calls, pa_formula_bytes; /* --pa: the TP group's all-gathers, and formula */
   /* The rank's strategy's formulas (strategy_t.formula): a pipeline stage's differ from the next's. */
   double f_params, f_grads, f_master, f_optim, f_host, f_comm;
+  int64_t has_formula; /* 0: the strategy has no formula hook (a toy: tests/mpi/scn_layout.c) */
 } rank_numbers_t;
 
 /* Rows of the per-rank tables: every rank of the job. */

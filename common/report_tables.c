@@ -86,6 +86,7 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
     char fb[32], pb[32];
     report_fmt_bytes(fb, sizeof fb, report_states_formula(q));
     report_fmt_bytes(pb, sizeof pb, (double)ms - report_states_formula(q));
+    if (!q->has_formula) snprintf(fb, sizeof fb, "-"), snprintf(pb, sizeof pb, "-");
     printf("%-6d %12lld %12lld %12lld %12lld %14lld %14s %10s %12lld %12lld %12lld\n", r, (long long)q->params,
            (long long)q->grads, (long long)q->master, (long long)q->optim, (long long)ms, fb, pb,
            (long long)q->acts_peak, (long long)q->comm_peak, (long long)q->peak);
@@ -96,7 +97,7 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
   report_fmt_bytes(fm, sizeof fm, f->master);
   report_fmt_bytes(fo, sizeof fo, f->optim);
   if (f->host > 0) snprintf(fm, sizeof fm, "(host)"), snprintf(fo, sizeof fo, "(host)"); /* offloaded: below */
-  if (same) printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
+  if (same && all[0].has_formula) printf("%-6s %12s %12s %12s %12s\n", "formula", fp, fg, fm, fo);
   if (t->dev == DEV_CUDA)
     for (int r = 0; r < NR; r++)
       printf("rank %d on the GPU: ledger peak %lld bytes, driver-reported used-bytes delta %lld (cuBLAS/NCCL "

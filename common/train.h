@@ -150,8 +150,9 @@ typedef struct strategy {
    * category and its bytes sent per step, from the shapes alone (Ψ = t->model.numel: the units this
    * rank keeps, a pipeline stage's; N = t->world). The report prints them beside what the ledger and
    * the communicator count; the out-of-memory pre-check (fault.c) refuses with them a run the host
-   * cannot hold. Required; a pure function of t->cfg, t->model, t->wdt, t->world, t->n_micro and
-   * t->no_sync, so it may be called before setup. */
+   * cannot hold. A pure function of t->cfg, t->model, t->wdt, t->world, t->n_micro and t->no_sync,
+   * so it may be called before setup. NULL (a toy strategy): the report prints no formula and the
+   * pre-check assumes a whole replica. */
   void (*formula)(const struct trainer *t, formula_t *f);
 } strategy_t;
 

@@ -1,27 +1,20 @@
-/* pipeline.c — pipeline parallelism as a schedule (train.h's schedule_t): stages of units,
- * micro-batches, the naive / GPipe / 1F1B / interleaved 1F1B orders, the p2p between stages, the
- * bubble measured (notes/07-pipeline.md; the contract is in pipeline.h).
+/* pipeline.c — pipeline parallelism as a schedule of the loop (train.h's schedule_t): the split of
+ * the units into stages, the naive / GPipe / 1F1B / interleaved 1F1B orders, the messages between
+ * stages (notes/07-pipeline.md; the contract is in pipeline.h, the report in pipeline_report.c).
  *
  * The loop (train.c) runs this rank's list of operations (pp_schedule_ops), each the forward or
- * the backward of one micro-batch over one CHUNK of units, and asks the schedule for the messages
- * to the neighbour chunks around it:
+ * the backward of one micro-batch over one CHUNK of units, and asks the schedule for the messages:
  *
  *   F k:  input  ← chunk c−1 (chunk 0: the data)    forward units    output → chunk c+1 (async)
  *   B k:  dy     ← chunk c+1 (last chunk: the loss)  backward units   dx     → chunk c−1 (async)
  *
- * Chunk c lives on stage c mod P. Without virtual stages a rank has one chunk (its stage's
- * units) and its neighbours are stages s−1 and s+1; with v virtual stages (interleaved 1F1B) it
- * has v chunks, s, s+P, s+2P, ..., and the activation of chunk P−1 (on the last rank) goes to
- * chunk P (on rank 0): the pipeline is a ring.
- *
- * The data dimension is not here: the D replicas of a stage are the strategy's ranks (t->comm),
- * and DDP or ZeRO-1/2/3 (solutions/ddp.c, zero*.c) run on the stage's units as on a whole model,
- * their hooks called by the loop on every unit of every operation. The schedule asks them only
- * for no_sync (train.h): each unit reduced once per step, after its last micro-batch, so that the
- * step is bitwise 1-rank training with --accum M. Busy time is the sum of the loop's F/B blocks;
- * the window is the whole step's pipeline (until a barrier at its end), so idle / window is the
- * bubble. */
-#include "pipeline.h" // pp_split, pp_schedule_ops, pipeline_schedule
+ * Chunk c lives on stage c mod P: one chunk per rank without virtual stages, v of them (s, s+P,
+ * ...) with interleaved 1F1B, where chunk P−1 (the last rank) feeds chunk P (rank 0): a ring.
+ * The data dimension is not here: a stage's D replicas are the strategy's ranks (t->comm), and
+ * DDP or ZeRO-1/2/3 (solutions/ddp.c, zero*.c) run on the stage's units as on a whole model, the
+ * loop calling their hooks on every unit of every operation; the schedule asks them only for
+ * no_sync (train.h), so that a step is bitwise 1-rank training with --accum M. */
+#include "pipeline_state.h" // pp_state_t, pp_chunk_t, pp_report; pipeline.h: pp_split, pp_schedule_ops
 #include "check.h"    // die, xcalloc, xmalloc
 #include "comm.h"     // comm_split, comm_send_async, comm_recv_async, comm_wait, comm_ctl_all_reduce_f64
 #include "exercise.h" // zl_exercise_todo (the generated stubs call it)
@@ -134,44 +127,6 @@ int pp_schedule_parse(const char *name) {
   if (strcmp(name, "interleaved") == 0) return PP_INTERLEAVED;
   return -1;
 }
-
-/* ---- the schedule's state ------------------------------------------------------------------ */
-
-/* Where a chunk's messages go: a communicator and the peer's rank in it (NULL: none, the data or
- * the loss is at that end). */
-typedef struct pp_link {
-  comm_t *comm;
-  int peer;
-} pp_link_t;
-
-/* One chunk of units on this rank: global chunk c = j·P + stage (the loop's t->chunks[j]). */
-typedef struct pp_chunk {
-  int c, u0, u1;             /* its units [u0, u1) */
-  int64_t in_numel;          /* input elements per sample */
-  pp_link_t rx_act, tx_act, rx_grad, tx_grad;
-  comm_handle_t *sent;       /* [M] the send of micro-batch k's output (0: none), waited in pp_release */
-  tensor_t gsend[2];         /* (b, in_numel) gradients of the input, sent to chunk c−1 (double-buffered) */
-  comm_handle_t gsent[2];
-} pp_chunk_t;
-
-typedef struct pp_state {
-  pp_schedule_t sched;
-  int P, D, stage, dp;  /* P stages × D pipelines; this rank's stage and pipeline */
-  int v, V;             /* chunks per rank (virtual stages), V = v·P chunks in all */
-  int M;                /* micro-batches per step */
-  int b;                /* samples per micro-batch on this rank: batch / (M·D) */
-  int *first;           /* [V+1] the split: chunk c is units first[c]..first[c+1]−1 */
-  pp_chunk_t *chunks;   /* [v] this rank's chunks, j = 0..v−1 */
-  comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
-  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
-  comm_t *pipe;         /* this pipeline's P ranks, for the control sums (the gradient norm) */
-  comm_t *dpc;          /* this stage's D replicas: the strategy's communicator (t->comm) */
-  int64_t ws_bytes;     /* gsend, beside the loop's workspace */
-  double busy_us, span_us; /* summed over the measured steps */
-  int measured;            /* steps measured (all but the first when there are several) */
-  int steps_run;           /* steps this process ran (after a resume: fewer than --steps) */
-  char tag[64];
-} pp_state_t;
 
 /* ---- the messages of a chunk ---------------------------------------------------------------- */
 
@@ -305,27 +260,9 @@ static void pp_print(const trainer_t *t, const pp_state_t *st) {
   if (st->v > 1) printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
   printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b, st->b > 1 ? "s" : "",
          pp_bubble_formula(st->sched, st->P, st->M, st->v));
-  if (st->D > 1) {
-    static const char *what[4] = {"all-reduce of the grads, every replica updates everything",
-                                  "ZeRO-1: one reduce-scatter per unit, master and optimizer states of the own pieces, "
-                                  "one all-gather per unit",
-                                  "ZeRO-2: as ZeRO-1, and the grads kept between steps are the own pieces",
-                                  "ZeRO-3: as ZeRO-2, and the params too: each unit all-gathered before every "
-                                  "micro-batch's forward and backward"};
-    printf("data dimension: %d replicas of each stage, --zero %d (%s; solutions/%s.c's hooks on the stage's units)\n",
-           st->D, c->zero, what[c->zero], c->zero ? (c->zero == 1 ? "zero1" : c->zero == 2 ? "zero2" : "zero3") : "ddp");
-    if (c->zero == 2)
-      printf("  caveat: the grads are reduce-scattered once per step, after the last micro-batch; every micro-batch's\n"
-             "  backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
-             "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the grads lines\n",
-             st->M);
-    if (c->zero == 3)
-      printf("  caveat: the grads are reduce-scattered once per step, after the last micro-batch: the full gradient\n"
-             "  lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
-             "  gathered 2M = %d times per step (M times ZeRO-3's usual 2): (2M+1)(D-1)/D x params bytes per step.\n"
-             "  This is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron pairs PP with ZeRO-1\n",
-             st->M, 2 * st->M);
-  }
+  if (st->D > 1) /* the strategy says the rest in its own setup */
+    printf("data dimension: %d replicas of each stage, --zero %d: %s on the stage's units, each reduced once per step\n",
+           st->D, c->zero, t->strategy->name);
   printf("split by parameter count:\n");
   for (int k = 0; k < st->V; k++) {
     int64_t n = 0;
@@ -404,125 +341,6 @@ static void pp_setup(trainer_t *t) {
   free(here);
   t->model_comm = t->comm, t->model_rank = t->rank, t->model_world = t->world;
   t->comm = st->dpc, t->rank = st->dp, t->world = st->D;
-}
-
-/* ---- the report: per-rank numbers to rank 0 (control traffic), printed in rank order ---------- */
-
-static void pp_report(trainer_t *t) {
-  pp_state_t *st = t->sched_priv;
-  int N = t->model_world, cols = 9, zero = t->strategy->stage;
-  double *vals = xcalloc((size_t)N * cols, sizeof *vals, "pipeline report");
-  double steps = st->measured > 0 ? st->measured : 1;
-  int formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
-  int64_t slot_bytes = 0, pool_bytes = 0; /* one slot (v = 1), and the pools as allocated */
-  for (int j = 0; j < st->v; j++) {
-    slot_bytes = trainer_slot_bytes(t, j);
-    pool_bytes += (int64_t)trainer_slots(t, j) * slot_bytes;
-  }
-  int peak = trainer_peak_in_flight(t);
-  double *mine = vals + (size_t)t->model_rank * cols;
-  mine[0] = st->busy_us / steps;
-  mine[1] = st->span_us / steps;
-  mine[2] = st->v > 1 ? peak : (double)pool_bytes;                  /* measured: slots (v > 1) or bytes */
-  mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)slot_bytes; /* the formula, alike */
-  comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
-  for (int i = 0; i < 4; i++)
-    if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / t->cfg->steps;
-  comm_wait_all(t->comm);
-  comm_counters_t k = comm_counters(t->comm); /* the data dimension's traffic per step */
-  mine[5] = (double)(k.sent[CO_ALL_REDUCE] + k.sent[CO_REDUCE_SCATTER] + k.sent[CO_ALL_GATHER]) / st->steps_run;
-  mine[6] = (double)ledger_peak(LEDGER_GRADS); /* --zero 2: full + shard, at the reduce-scatter */
-  mine[7] = (double)ledger_live(LEDGER_GRADS); /* after the step: what stays between steps */
-  mine[8] = (double)ledger_live(LEDGER_PARAMS); /* --zero 3: the own pieces (the gathered unit is LEDGER_COMM) */
-  comm_ctl_all_reduce_f64(t->model_comm, vals, N * cols, REDOP_SUM);
-  const model_t *m = &t->model;
-  formula_t f, fp;
-  t->strategy->formula(t, &f);
-  trainer_t padded = *t; /* the data dimension's formula at the padded sizes: what the collectives move */
-  padded.model.numel = m->padded_numel;
-  t->strategy->formula(&padded, &fp);
-  double fstates = f.params + f.grads + f.master + f.optim + f.host, bf = pp_bubble_formula(st->sched, st->P, st->M, st->v);
-  int64_t states = ledger_peak(LEDGER_PARAMS) + ledger_peak(LEDGER_GRADS) + ledger_peak(LEDGER_MASTER) +
-                   ledger_peak(LEDGER_OPTIM) + ledger_peak_in(LEDGER_HOST, LEDGER_MASTER) + ledger_peak_in(LEDGER_HOST, LEDGER_OPTIM);
-  /* Two lines: the measured times (they vary run to run), then the bytes (they never do). */
-  char line[1536];
-  int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
-                   t->model_rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000,
-                   mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
-  int64_t ws = st->ws_bytes + trainer_acts_workspace(t);
-  if (st->v > 1)
-    n += snprintf(line + n, sizeof line - (size_t)n,
-                  "rank %d stage %d: %d chunks, model states %lld B (formula %.0f for its %lld params); activations in "
-                  "flight: peak %d micro-batch-chunks (formula %d), %lld B allocated, +%lld B workspace\n",
-                  t->model_rank, st->stage, st->v, (long long)states, fstates, (long long)m->numel, peak, formula_k,
-                  (long long)pool_bytes, (long long)ws);
-  else
-    n += snprintf(line + n, sizeof line - (size_t)n,
-                  "rank %d stage %d: units %d..%d, model states %lld B (formula %.0f for its %lld params); activations in "
-                  "flight: peak %d micro-batch%s x %lld B = %lld B (formula %d x %lld B), +%lld B workspace\n",
-                  t->model_rank, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fstates,
-                  (long long)m->numel, peak, peak > 1 ? "es" : "", (long long)slot_bytes, (long long)pool_bytes, formula_k,
-                  (long long)slot_bytes, (long long)ws);
-  size_t len = (size_t)n, esz = dtype_size(t->wdt);
-  int64_t unit_max = m->max_unit_padded, piece = m->shard_numel, full = m->padded_numel; /* this stage's */
-  if (st->D > 1)
-    len += (size_t)snprintf(line + len, sizeof line - len, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n",
-                            t->model_rank, st->stage, mine[5], fp.comm_bytes);
-  if (st->D > 1 && zero == 3)
-    len += (size_t)snprintf(line + len, sizeof line - len,
-                            "rank %d stage %d: params %.0f B between steps (own pieces %lld; --zero 0/1/2 hold %lld), "
-                            "+ one unit gathered (%lld B at most) per forward / backward\n",
-                            t->model_rank, st->stage, mine[8], (long long)(piece * (int64_t)esz), (long long)(full * (int64_t)esz),
-                            (long long)(unit_max * (int64_t)esz));
-  if (st->D > 1 && zero >= 2)
-    snprintf(line + len, sizeof line - len,
-             "rank %d stage %d: grads %.0f B at the peak of the step (full %lld + own pieces %lld), %.0f B between steps; "
-             "--zero 1 holds %lld B throughout\n",
-             t->model_rank, st->stage, mine[6], (long long)(full * (int64_t)esz), (long long)(piece * (int64_t)esz), mine[7],
-             (long long)(full * (int64_t)esz));
-  if (!t->cfg->quiet) comm_print_ordered(t->model_comm, line);
-  double bubble = 0, sent = 0;
-  int match = 1;
-  for (int r = 0; r < N; r++) {
-    const double *q = vals + (size_t)r * cols;
-    bubble += q[1] > 0 ? 1 - q[0] / q[1] : 0;
-    sent += q[4];
-    match &= q[2] == q[3];
-  }
-  trainer_report_extra(t, "pp", st->P);
-  trainer_report_extra(t, "micro_batches", st->M);
-  if (st->v > 1) trainer_report_extra(t, "virtual_stages", st->v);
-  trainer_report_extra(t, "bubble_fraction", bubble / N);
-  trainer_report_extra(t, "bubble_formula", bf);
-  trainer_report_extra(t, "acts_inflight_match_formula", match);
-  trainer_report_extra(t, "p2p_bytes_per_step_per_rank", sent / N);
-  int n_extras = 7 + (st->v > 1);
-  if (st->D > 1) { /* rank 0's (stage 0's) numbers: the report keeps rank 0's values */
-    trainer_report_extra(t, "dp_bytes_per_step", vals[5]);
-    trainer_report_extra(t, "dp_bytes_formula", fp.comm_bytes);
-    n_extras += 2;
-  }
-  if (st->D > 1 && zero == 3) trainer_report_extra(t, "params_between_steps_bytes", vals[8]), n_extras++;
-  if (st->D > 1 && zero >= 2) {
-    trainer_report_extra(t, "grads_peak_bytes", vals[6]);
-    trainer_report_extra(t, "grads_between_steps_bytes", vals[7]);
-    n_extras += 2;
-  }
-  /* pipeline 0's stages (ranks 0..P−1): bytes, or slots (v > 1); as many as the 16 extras leave room for */
-  for (int s = 0; s < st->P && s < 4 && n_extras + 2 <= 16; s++, n_extras += 2) {
-    char key[32];
-    snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
-    trainer_report_extra(t, key, vals[(size_t)s * cols + 2]);
-    snprintf(key, sizeof key, "acts_inflight_formula_s%d", s);
-    trainer_report_extra(t, key, vals[(size_t)s * cols + 3]);
-  }
-  if (t->model_rank == 0 && !t->cfg->quiet) {
-    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B blocks of the trace), "
-           "formula %.4f (%s)\n", bubble / N, bf,
-           st->sched == PP_NAIVE ? "(P-1)/P" : st->sched == PP_INTERLEAVED ? "(P-1)/(v*M+P-1)" : "(P-1)/(M+P-1)");
-    fflush(stdout);
-  }
-  free(vals);
 }
 
 /* schedule_t.teardown: after the strategy's (it uses the replicas' communicator). */

@@ -12,7 +12,7 @@
  * With --accum K each micro-batch is reduce-scattered and summed into the shard: K times the
  * reduce-scatter traffic, but full gradients never stay resident (DeepSpeed's choice). */
 #include "zero.h"              // zero2_strategy, zero_rs_t, shard_plan, zero_* helpers
-#include <stdio.h>             // snprintf
+#include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free
 #include "../common/check.h"    // xcalloc
 #include "../common/comm.h"     // comm_reduce_scatter_async, comm_wait, comm_wait_all
@@ -140,6 +140,11 @@ static void zero2_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
+  if (t->no_sync && trainer_prints(t))
+    printf("  zero2 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch; every\n"
+           "  micro-batch's backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
+           "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the grads lines\n",
+           t->n_micro);
   z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);

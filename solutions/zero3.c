@@ -147,6 +147,12 @@ static void zero3_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
+  if (t->no_sync && trainer_prints(t))
+    printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch: the full\n"
+           "  gradient lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
+           "  gathered 2M = %d times per step (M times ZeRO-3's usual 2): (2M+1)(D-1)/D x params bytes per step.\n"
+           "  This is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron pairs PP with ZeRO-1\n",
+           t->n_micro, 2 * t->n_micro);
   for (int u = 0; u < m->n_units; u++) t->unit_params[u] = t->unit_grads[u] = NULL; /* set per hook */
   zero_init_params(t, 0);
 }
