@@ -17,6 +17,14 @@ void report_fmt_bytes(char *dst, size_t n, double x) {
   else snprintf(dst, n, "%.1f", x);
 }
 
+int64_t report_row_states(const rank_numbers_t *q, char *fb, char *pb, size_t n, const char *none) {
+  int64_t ms = q->params + q->grads + q->master + q->optim;
+  report_fmt_bytes(fb, n, report_states_formula(q));
+  report_fmt_bytes(pb, n, (double)ms - report_states_formula(q));
+  if (!q->has_formula) snprintf(fb, n, "%s", none), snprintf(pb, n, "%s", none);
+  return ms;
+}
+
 int report_is_gpt(const trainer_t *t) { return strcmp(t->model.fns->name, "gpt") == 0; }
 
 int report_uniform(const rank_numbers_t *all, int nr) {

@@ -32,6 +32,9 @@ typedef struct rank_numbers {
 static inline int report_rows(const trainer_t *t) { return comm_world(t->world_comm); }
 /* Device model states of a rank's formula. */
 static inline double report_states_formula(const rank_numbers_t *q) { return q->f_params + q->f_grads + q->f_master + q->f_optim; }
+/* A row's measured model states (returned), its formula and the padding (measured − formula) as
+ * text into fb and pb (n bytes each); `none` for both when the strategy gives no formula. */
+int64_t report_row_states(const rank_numbers_t *q, char *fb, char *pb, size_t n, const char *none);
 /* 1 when every row has rank 0's formulas (one formula row, one text), 0 when they differ (stages). */
 int report_uniform(const rank_numbers_t *all, int nr);
 /* Bytes as an integer when whole, else with one decimal (formulas of Ψ/N may not be). */

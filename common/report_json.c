@@ -63,11 +63,8 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, " \"memory\": {\"per_rank\": [");
   for (int r = 0; r < NR; r++) { /* each rank beside its own strategy's formula */
     const rank_numbers_t *q = &all[r];
-    int64_t ms = q->params + q->grads + q->master + q->optim;
     char fb[32], pb[32];
-    report_fmt_bytes(fb, sizeof fb, report_states_formula(q));
-    report_fmt_bytes(pb, sizeof pb, (double)ms - report_states_formula(q));
-    if (!q->has_formula) snprintf(fb, sizeof fb, "null"), snprintf(pb, sizeof pb, "null");
+    int64_t ms = report_row_states(q, fb, pb, sizeof fb, "null");
     sb_printf(&b, "%s{\"rank\": %d, \"params\": %lld, \"grads\": %lld, \"master\": %lld, \"optim\": %lld, "
                   "\"model_states\": %lld, \"formula_model_states\": %s, \"padding_bytes\": %s, "
                   "\"acts_peak\": %lld, \"comm_peak\": %lld, \"peak\": %lld, \"device_used\": %lld",

@@ -82,11 +82,8 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
          "model states", "formula", "padding", "acts peak", "comm peak", "peak");
   for (int r = 0; r < NR; r++) {
     const rank_numbers_t *q = &all[r];
-    int64_t ms = q->params + q->grads + q->master + q->optim;
     char fb[32], pb[32];
-    report_fmt_bytes(fb, sizeof fb, report_states_formula(q));
-    report_fmt_bytes(pb, sizeof pb, (double)ms - report_states_formula(q));
-    if (!q->has_formula) snprintf(fb, sizeof fb, "-"), snprintf(pb, sizeof pb, "-");
+    int64_t ms = report_row_states(q, fb, pb, sizeof fb, "-");
     printf("%-6d %12lld %12lld %12lld %12lld %14lld %14s %10s %12lld %12lld %12lld\n", r, (long long)q->params,
            (long long)q->grads, (long long)q->master, (long long)q->optim, (long long)ms, fb, pb,
            (long long)q->acts_peak, (long long)q->comm_peak, (long long)q->peak);
