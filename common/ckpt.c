@@ -19,6 +19,7 @@
 #include <fcntl.h>  // open, O_*
 #include <ftw.h>    // nftw (removing an old checkpoint directory)
 #include <inttypes.h> // PRIx64, SCNx64
+#include <math.h>   // isfinite (the saved loss scale)
 #include <stdio.h>  // snprintf, fopen, printf
 #include <stdlib.h> // free, qsort
 #include <string.h> // strcmp, strerror, strncmp
@@ -221,6 +222,12 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "data_position")) ok = sscanf(v, "%" SCNd64, &m->data_position) == 1;
     else if (!strcmp(key, "opt_t")) ok = sscanf(v, "%d", &m->opt_t) == 1;
     else if (!strcmp(key, "skipped")) ok = sscanf(v, "%d", &m->skipped) == 1;
+    else if (!strcmp(key, "scaler")) {
+      double s;
+      ok = sscanf(v, "%la %d %d", &s, &m->growth_tracker, &m->overflows) == 3 && s > 0 && isfinite(s);
+      m->loss_scale = (float)s;
+      m->has_scaler = ok;
+    }
     else if (!strcmp(key, "units")) {
       ok = !have_units && sscanf(v, "%d", &m->n_units) == 1 && m->n_units >= 2 && m->n_units <= 257;
       if (ok) m->units = xcalloc((size_t)m->n_units, sizeof *m->units, "checkpoint units");
@@ -658,6 +665,8 @@ static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
     EMIT("piece %d %d %lld %lld %lld\n", q->file, q->unit, (long long)q->off, (long long)q->numel, (long long)q->at);
   }
   EMIT("step %d\ndata_position %lld\nopt_t %d\nskipped %d\n", m->step, (long long)m->data_position, m->opt_t, m->skipped);
+  if (m->has_scaler) /* fp16: the loss scale exactly (hex float), the growth tracker, the overflows so far */
+    EMIT("scaler %a %d %d\n", (double)m->loss_scale, m->growth_tracker, m->overflows);
   EMIT("rng none (data sample i and the init are pure functions of the seed and i)\n");
   EMIT("sections");
   for (int s = 0; s < m->n_sections; s++) EMIT(" %s", s == 0 ? "weights" : s == 1 ? "m" : "v");
@@ -704,7 +713,8 @@ static void publish(const char *dir, const char *partial, const ckpt_manifest_t 
 /* What each rank tells rank 0 after writing its shard: the file, then its pieces (u, off, numel). */
 typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
 
-void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses) {
+void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses,
+               const scaler_t *scaler) {
   const model_t *md = &t->model;
   int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
   char partial[CKPT_PATH_MAX + 32], final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
@@ -785,6 +795,12 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
                          .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
                          .n_pieces = n_pieces, .step = steps_done, .data_position = (int64_t)steps_done * c->batch,
                          .opt_t = opt_t, .skipped = skipped, .n_sections = nsec, .n_files = shards + 1};
+    if (scaler) {
+      m.has_scaler = 1;
+      m.loss_scale = scaler->scale;
+      m.growth_tracker = scaler->growth_tracker;
+      m.overflows = scaler->overflows;
+    }
     snprintf(m.strategy, sizeof m.strategy, "%s", t->strategy->name);
     snprintf(m.precision, sizeof m.precision, "%s", precision_name(t->wdt));
     snprintf(m.optimizer, sizeof m.optimizer, "%s", c->optimizer == OPT_SGD ? "sgd" : "adamw");

@@ -24,6 +24,7 @@
 #include <stddef.h> // size_t
 #include <stdint.h> // int64_t, uint64_t
 #include "report.h" // report_step_t
+#include "scaler.h" // scaler_t (--precision fp16: the loss scaler's state is part of the checkpoint)
 #include "train.h"  // trainer_t, train_cfg_t, gpt_shape_t
 
 #define CKPT_MAX_SECTIONS 3
@@ -70,7 +71,10 @@ typedef struct ckpt_manifest {
   int step;                /* steps completed: the resumed run starts at this step */
   int64_t data_position;   /* samples consumed = step x batch (the data is addressed by sample) */
   int opt_t;               /* optimizer steps applied (AdamW bias correction) */
-  int skipped;             /* steps dropped by --nonfinite skip */
+  int skipped;             /* steps dropped by --nonfinite skip (and fp16 overflows) */
+  int has_scaler;          /* --precision fp16: the loss scaler's state below was saved */
+  float loss_scale;        /* its scale S, exact (written as a hex float)               */
+  int growth_tracker, overflows; /* steps since S last changed; steps skipped for overflow */
   int n_sections;
   char sections[CKPT_MAX_SECTIONS][8]; /* "weights", "m", "v" */
   int n_files;
@@ -136,8 +140,11 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
 /* Whether to save after step `step` (0-based): every --save-every steps and after the last. */
 int ckpt_due(const train_cfg_t *cfg, int step);
 /* Save after `steps_done` steps (collective; see the header comment for the layout). Each rank
- * writes the pieces its strategy's layout says it owns (rank 0 alone for replicated ones). */
-void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses);
+ * writes the pieces its strategy's layout says it owns (rank 0 alone for replicated ones).
+ * scaler: the fp16 loss scaler's state after that step (NULL unless --precision fp16); a resume
+ * continues with it (manifest fields has_scaler, loss_scale, growth_tracker, overflows). */
+void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses,
+               const scaler_t *scaler);
 /* The full fp32 weights (Ψ, unpadded, unit after unit) into host dst on rank 0 (dst NULL
  * elsewhere), from the pieces the strategy's layout names: collective, one control gather —
  * none when every unit is replicated (DDP: rank 0 copies its own). */

@@ -158,6 +158,7 @@ comm_t *comm_split(comm_t *parent, int color, int key) {
   comm_t *c = comm_alloc(parent->backend, parent->dev);
   c->impl = parent->impl;
   c->timeout_s = parent->timeout_s;
+  c->piece_bytes = parent->piece_bytes;
   c->parent = parent;
   comm_mpi_split(parent, c, color, key, parent->be->threaded);
   if (parent->backend == BACKEND_NCCL) {
@@ -199,6 +200,11 @@ const char *comm_backend_name(const comm_t *c) { return c->be->name; }
 void comm_set_impl(comm_t *c, coll_impl_t impl) { c->impl = impl; }
 coll_impl_t comm_impl(const comm_t *c) { return c->impl; }
 void comm_set_timeout(comm_t *c, double seconds) { c->timeout_s = seconds > 0 ? seconds : 0; }
+void comm_set_piece_bytes(comm_t *c, int64_t nbytes) {
+  if (c->piece && nbytes != c->piece_bytes) die_on_rank("comm_set_piece_bytes: the cap is set once, before the first pieced operation");
+  c->piece_bytes = nbytes > 0 ? nbytes : 0;
+}
+int64_t comm_piece_bytes(const comm_t *c) { return c->piece_bytes; }
 
 /* ---- running a task on the stream --------------------------------------------------------- */
 static int needs_staging(const comm_t *c) { return c->be->host_only && c->dev == DEV_CUDA; }
@@ -306,10 +312,39 @@ static void run_staged(comm_t *c, const comm_task_t *t) {
   }
 }
 
+/* Copy numel elements between two buffers of the stream's device, on the stream. */
+static void piece_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt) {
+  if (numel <= 0 || dst == src) return;
+  if (c->piece_on_cuda) dev_memcpy(DEV_CUDA, dst, DEV_CUDA, src, (size_t)numel * dtype_size(dt));
+  else c->be->local_copy(c, dst, src, numel, dt);
+}
+
+/* One piece of a reduce-scatter or all-gather (comm_set_piece_bytes): the N slices of s elements,
+ * piece_stride apart in the caller's buffer, packed side by side in c->piece, where the
+ * collective of N·s elements runs; its own chunk (s elements) is the caller's. */
+static void run_piece(comm_t *c, const comm_task_t *t) {
+  int64_t s = t->numel / c->world;
+  size_t esz = dtype_size(t->dt);
+  comm_task_t p = *t;
+  if (t->kind == TASK_REDUCE_SCATTER) { /* send: slice 0 of the caller's buffer; recv: this rank's s */
+    for (int r = 0; r < c->world; r++)
+      piece_copy(c, (char *)c->piece + (size_t)(r * s) * esz, (const char *)t->send + (size_t)(r * t->piece_stride) * esz, s, t->dt);
+    p.send = c->piece;
+  } else { /* all-gather: send: this rank's s; recv: slice 0 of the caller's buffer */
+    p.recv = c->piece;
+  }
+  if (needs_staging(c)) run_staged(c, &p);
+  else run_coll(c, &p);
+  if (t->kind == TASK_ALL_GATHER)
+    for (int r = 0; r < c->world; r++)
+      piece_copy(c, (char *)t->recv + (size_t)(r * t->piece_stride) * esz, (const char *)c->piece + (size_t)(r * s) * esz, s, t->dt);
+}
+
 static void run_task(comm_t *c, comm_task_t *t) {
   double t0 = trace_now_us();
   if (c->be->task_begin) c->be->task_begin(c, t);
   if (t->kind >= TASK_BARRIER) comm_mpi_control(c, t); /* barrier and control ops: host, MPI */
+  else if (t->piece_stride > 0) run_piece(c, t);
   else if (needs_staging(c)) run_staged(c, t);
   else run_coll(c, t);
   if (c->be->task_end) c->be->task_end(c, t);
@@ -452,6 +487,11 @@ void comm_finalize(comm_t *c) {
       ledger_sub(LEDGER_COMM, c->stage_nbytes[s]);
     }
   }
+  if (c->piece) {
+    if (c->piece_on_cuda) dev_free(DEV_CUDA, c->piece);
+    else c->be->scratch_free(c, c->piece);
+    ledger_sub(LEDGER_COMM, c->piece_bytes);
+  }
   if (c->be->finalize) c->be->finalize(c);
   comm_mpi_shutdown(c); /* a sub-communicator: MPI_Comm_free only */
   if (c->parent) {
@@ -506,31 +546,89 @@ static comm_task_t task(comm_task_kind_t kind, comm_op_t op, const comm_t *c, co
   return t;
 }
 
+/* ---- constant-size pieces (comm_set_piece_bytes) ------------------------------------------- */
+/* Elements per piece of an in-place op over numel elements: the whole when there is no cap or
+ * it fits, else the cap in elements (at least 1). */
+static int64_t piece_elems(const comm_t *c, int64_t numel, dtype_t dt) {
+  int64_t esz = (int64_t)dtype_size(dt);
+  if (c->piece_bytes <= 0 || numel * esz <= c->piece_bytes) return numel;
+  int64_t e = c->piece_bytes / esz;
+  return e > 0 ? e : 1;
+}
+
+/* All-reduce or broadcast of buf in contiguous pieces of at most the cap, in order. */
+static comm_handle_t submit_contiguous(comm_t *c, comm_task_t *t, const char *tag) {
+  int64_t e = piece_elems(c, t->numel, t->dt), numel = t->numel;
+  if (e >= numel) return submit(c, t, tag);
+  size_t esz = dtype_size(t->dt);
+  comm_handle_t h = 0;
+  for (int64_t lo = 0; lo < numel; lo += e) {
+    comm_task_t p = *t;
+    p.recv = (char *)t->recv + (size_t)lo * esz;
+    p.send = p.recv;
+    p.numel = lo + e <= numel ? e : numel - lo;
+    h = submit(c, &p, tag);
+  }
+  return h;
+}
+
+/* Reduce-scatter or all-gather in pieces: piece j is the slice [lo, lo+s) of every rank's chunk
+ * (chunks equal: numel divisible by N), N·s <= the cap; runs whole otherwise. */
+static comm_handle_t submit_chunked(comm_t *c, comm_task_t *t, const char *tag) {
+  int N = c->world;
+  if (piece_elems(c, t->numel, t->dt) >= t->numel || N < 1 || t->numel % N != 0) return submit(c, t, tag);
+  int64_t chunk = t->numel / N, s = c->piece_bytes / ((int64_t)dtype_size(t->dt) * N);
+  if (s < 1) s = 1;
+  if (s >= chunk) return submit(c, t, tag);
+  if (!c->piece) { /* issue side, before any piece runs; never regrown, so the stream may use it freely */
+    ledger_add(LEDGER_COMM, c->piece_bytes, "comm piece buffer"); /* dies first if over the budget */
+    c->piece_on_cuda = needs_staging(c);
+    c->piece = c->piece_on_cuda ? dev_malloc(DEV_CUDA, (size_t)c->piece_bytes, "comm piece buffer")
+                                : c->be->scratch_alloc(c, c->piece_bytes);
+  }
+  if ((int64_t)N * (int64_t)dtype_size(t->dt) > c->piece_bytes)
+    die_on_rank("comm: the piece buffer (%lld bytes) is smaller than one element per rank (%d ranks)",
+                (long long)c->piece_bytes, N);
+  size_t esz = dtype_size(t->dt);
+  comm_handle_t h = 0;
+  for (int64_t lo = 0; lo < chunk; lo += s) {
+    comm_task_t p = *t;
+    p.numel = (lo + s <= chunk ? s : chunk - lo) * N;
+    p.piece_stride = chunk;
+    /* reduce-scatter: send = slice lo of chunk 0 (run_piece packs the N slices), recv = this
+     * rank's chunk at lo; all-gather: send = this rank's chunk at lo, recv = slice lo of chunk 0 */
+    p.send = (const char *)t->send + (size_t)lo * esz;
+    p.recv = (char *)t->recv + (size_t)lo * esz;
+    h = submit(c, &p, tag);
+  }
+  return h;
+}
+
 /* ---- asynchronous collectives -------------------------------------------------------------- */
 comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag) {
   check_args(c, "comm_all_reduce", numel, dt, 0, 0);
   comm_task_t t = task(TASK_ALL_REDUCE, CO_ALL_REDUCE, c, buf, buf, numel, dt, op, 0);
-  return submit(c, &t, tag);
+  return submit_contiguous(c, &t, tag);
 }
 
 comm_handle_t comm_reduce_scatter_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                         redop_t op, const char *tag) {
   check_args(c, "comm_reduce_scatter", numel, dt, 0, 0);
   comm_task_t t = task(TASK_REDUCE_SCATTER, CO_REDUCE_SCATTER, c, send, recv, numel, dt, op, 0);
-  return submit(c, &t, tag);
+  return submit_chunked(c, &t, tag);
 }
 
 comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                     const char *tag) {
   check_args(c, "comm_all_gather", numel, dt, 0, 0);
   comm_task_t t = task(TASK_ALL_GATHER, CO_ALL_GATHER, c, send, recv, numel, dt, REDOP_SUM, 0);
-  return submit(c, &t, tag);
+  return submit_chunked(c, &t, tag);
 }
 
 comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag) {
   check_args(c, "comm_broadcast", numel, dt, root, 1);
   comm_task_t t = task(TASK_BROADCAST, CO_BROADCAST, c, buf, buf, numel, dt, REDOP_SUM, root);
-  return submit(c, &t, tag);
+  return submit_contiguous(c, &t, tag);
 }
 
 /* ---- blocking = async + wait --------------------------------------------------------------- */

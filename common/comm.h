@@ -93,6 +93,22 @@ coll_impl_t comm_impl(const comm_t *c);
 /* Deadline for any one wait (comm_wait and the blocking calls), seconds; 0 = none. On expiry:
  * `rank R: <op> (<tag>) did not complete within S s`, then the job is aborted. */
 void comm_set_timeout(comm_t *c, double seconds);
+/* Constant-size buffers (ZeRO-R CB, --buffer-mb; notes/zero-r.md). nbytes > 0: from now on an
+ * all-reduce, broadcast, reduce-scatter or all-gather (_async or blocking) over more than nbytes
+ * runs as several operations of at most nbytes each, queued in order on the stream; the handle
+ * returned is the last piece's (waiting for it waits for all). All-reduce and broadcast cut the
+ * buffer into contiguous pieces. Reduce-scatter and all-gather with numel divisible by N take
+ * the same slice [lo, lo+s) of every rank's chunk per piece (N·s elements <= nbytes), packed
+ * into one buffer of nbytes (LEDGER_COMM, "comm piece buffer"), so the host staging and ring
+ * scratch are bounded by nbytes too; with numel not divisible by N they run whole. A piece is
+ * at least one element per rank (the floor when nbytes < N elements). Each piece counts as one
+ * call with its own ring-model bytes: the per-step calls grow as nbytes shrinks, the bytes do
+ * not. Results: every element is the same reduction over the same ranks (all-gather and, at
+ * N = 2, every sum a+b: bitwise); the vendor library may pick another summation order for a
+ * smaller message at N > 2. 0 (the default) = whole operations. Sub-communicators split later
+ * inherit it. */
+void comm_set_piece_bytes(comm_t *c, int64_t nbytes);
+int64_t comm_piece_bytes(const comm_t *c);
 
 /* ---- blocking collectives (buffers on comm_device(c)) ---------------------------------- */
 void comm_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root);

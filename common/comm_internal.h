@@ -69,6 +69,8 @@ typedef struct comm_task {
   double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
   char **gather_all;     /* TASK_CTL_GATHER outputs (see comm_ctl_gather) */
   int64_t **gather_sizes;
+  int64_t piece_stride;  /* a piece of a reduce-scatter/all-gather (comm_set_piece_bytes): elements between the
+                          * ranks' slices in the caller's full buffer; the slices go through c->piece. 0: whole */
 } comm_task_t;
 
 /* The backend vtable. Every function pointer is called "on the stream": on the comm thread for
@@ -135,6 +137,11 @@ struct comm {
   int64_t scratch_nbytes[2];
   void *stage[2];
   int64_t stage_nbytes[2];
+  /* constant-size buffers (comm_set_piece_bytes): the cap, 0 = none, and the packing buffer of
+   * the pieced reduce-scatters / all-gathers (piece_bytes, allocated at the first such piece) */
+  int64_t piece_bytes;
+  void *piece;
+  int piece_on_cuda; /* piece came from dev_malloc (CUDA buffers on a host-only backend) */
 
   /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles of comm_send_async / comm_recv_async
    * not yet passed to comm_wait by name; one still open at comm_wait_all was dropped (comm.c).

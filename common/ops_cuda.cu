@@ -52,10 +52,10 @@ static int blocks_for(int64_t n) {
   return (int)(b < 1 ? 1 : b > ZL_MAX_BLOCKS ? ZL_MAX_BLOCKS : b);
 }
 static void check_dt(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
 }
 static void check_dt64(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F64)
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && dt != DT_F64)
     die_on_rank("%s: dtype %d is not supported on CUDA", fn, (int)dt);
 }
 
@@ -82,11 +82,13 @@ __global__ void k_cast(void *dst, int ddt, const void *src, int sdt, int64_t n) 
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     d_store64(dst, ddt, i, d_load64(src, sdt, i));
 }
-/* bf16: add in fp32, round once (ew_add_bf16); f32 in f32; f64 in f64 (the CPU path's arithmetic). */
+/* bf16, fp16: add in fp32, round once (ew_add_bf16, ew_add_fp16); f32 in f32; f64 in f64 (the CPU
+ * path's arithmetic). */
 __global__ void k_add(void *dst, const void *src, int dt, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     if (dt == DT_F64) ((double *)dst)[i] += ((const double *)src)[i];
     else if (dt == DT_F32) ((float *)dst)[i] += ((const float *)src)[i];
+    else if (dt == DT_F16) ((fp16_t *)dst)[i] = ew_add_fp16(((const fp16_t *)dst)[i], ((const fp16_t *)src)[i]);
     else ((bf16_t *)dst)[i] = ew_add_bf16(((const bf16_t *)dst)[i], ((const bf16_t *)src)[i]);
   }
 }
@@ -101,10 +103,10 @@ __global__ void k_max(void *dst, const void *src, int dt, int64_t n) {
       float *d = (float *)dst;
       const float *s = (const float *)src;
       if (ew_max_takes_src(d[i], s[i])) d[i] = s[i];
-    } else {
-      bf16_t *d = (bf16_t *)dst;
-      const bf16_t *s = (const bf16_t *)src;
-      if (ew_max_takes_src(bf16_to_f32(d[i]), bf16_to_f32(s[i]))) d[i] = s[i];
+    } else { /* bf16, fp16: compared as fp32 (exact), the picked element copied */
+      uint16_t *d = (uint16_t *)dst;
+      const uint16_t *s = (const uint16_t *)src;
+      if (ew_max_takes_src(d_load(d, dt, i), d_load(s, dt, i))) d[i] = s[i];
     }
   }
 }
@@ -112,6 +114,7 @@ __global__ void k_scale(void *x, int dt, float s, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     if (dt == DT_F64) ((double *)x)[i] = ew_scale_f64(((double *)x)[i], s);
     else if (dt == DT_F32) ((float *)x)[i] = ew_scale_f32(((float *)x)[i], s);
+    else if (dt == DT_F16) ((fp16_t *)x)[i] = ew_scale_fp16(((fp16_t *)x)[i], s);
     else ((bf16_t *)x)[i] = ew_scale_bf16(((bf16_t *)x)[i], s);
   }
 }
@@ -234,11 +237,11 @@ static void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, 
                             CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/* W as fp32 (widened into a workspace slot when wdt is bf16). */
+/* W as fp32 (widened into a workspace slot when wdt is bf16 or fp16: exact). */
 static const float *weights_f32(const void *W, dtype_t wdt, int64_t n) {
   if (wdt == DT_F32) return (const float *)W;
   float *w = (float *)workspace(WS_W, n * (int64_t)sizeof(float));
-  opcu_cast(w, DT_F32, W, DT_BF16, n);
+  opcu_cast(w, DT_F32, W, wdt, n);
   return w;
 }
 /* p as bf16 (rounded into a workspace slot when it is fp32). */
@@ -280,10 +283,11 @@ __global__ void k_bias_grad(void *db, int dt, const float *dy, int B, int out, f
   for (int i = 0; i < B; i++) s += dy[(int64_t)i * out + j];
   d_store(db, dt, j, ew_acc(d_load(db, dt, j), s, beta)); /* beta 0 ignores old (even NaN) */
 }
-/* dW = beta·dW + g (bf16 dW, fp32 g): one rounding per element. */
-__global__ void k_accum_grad(bf16_t *dW, const float *g, float beta, int64_t n) {
+/* dW = beta·dW + g (bf16 or fp16 dW, fp32 g): one rounding per element (ops_cpu.c's
+ * ops_store_acc; the CPU also counts fp16 gradients that flushed to zero, the GPU does not). */
+__global__ void k_accum_grad(void *dW, int dt, const float *g, float beta, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dW[i] = bf16_from_f32(ew_acc(bf16_to_f32(dW[i]), g[i], beta));
+    d_store(dW, dt, i, beta == 0.0f ? g[i] : ew_acc(d_load(dW, dt, i), g[i], beta));
 }
 
 void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W, dtype_t wdt,
@@ -325,8 +329,8 @@ void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float
     } else {
       gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, x, in, dy, out, gbeta, g, in);
     }
-    if (wdt == DT_BF16) {
-      k_accum_grad<<<blocks_for(wn), ZL_THREADS, 0, s>>>((bf16_t *)dW, g, beta, wn);
+    if (wdt != DT_F32) {
+      k_accum_grad<<<blocks_for(wn), ZL_THREADS, 0, s>>>(dW, wdt, g, beta, wn);
       CHECK_LAUNCH();
     }
   }

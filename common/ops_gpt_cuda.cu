@@ -25,21 +25,9 @@ extern "C" {
 #define GPT_MAX_BLOCKS 4096
 #define LN_CHUNKS 128                   /* row chunks of the dw/db reduction: fixed, for determinism */
 
-/* ---- bf16 on the device: the bits of dtype.h's host functions -------------------------------- */
-static __device__ __forceinline__ float g_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-static __device__ __forceinline__ uint16_t g_bf16_from_f32(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                             /* RNE */
-  return (uint16_t)(u >> 16);
-}
-static __device__ __forceinline__ float g_load(const void *p, int dt, int64_t i) {
-  return dt == DT_F32 ? ((const float *)p)[i] : g_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-static __device__ __forceinline__ void g_store(void *p, int dt, int64_t i, float v) {
-  if (dt == DT_F32) ((float *)p)[i] = v;
-  else ((uint16_t *)p)[i] = g_bf16_from_f32(v);
-}
+/* ---- 16-bit on the device: dtype.h's dt_load / dt_store (ZL_HD), the host's bits for bf16 and fp16 */
+static __device__ __forceinline__ float g_load(const void *p, int dt, int64_t i) { return dt_load(p, (dtype_t)dt, i); }
+static __device__ __forceinline__ void g_store(void *p, int dt, int64_t i, float v) { dt_store(p, (dtype_t)dt, i, v); }
 /* dst[i] = beta·dst[i] + s in dt, beta 0 overwrites (ops_gpt_cpu.c's gpt_store_acc). */
 static __device__ __forceinline__ void g_store_acc(void *dst, int dt, int64_t i, float s, float beta) {
   g_store(dst, dt, i, beta == 0.0f ? s : beta * g_load(dst, dt, i) + s);
@@ -67,7 +55,7 @@ static int grid_for(int64_t n, int per_block) {
 }
 static int warp_rows_grid(int64_t rows) { return (int)((rows + GPT_ROWS_PER_BLOCK - 1) / GPT_ROWS_PER_BLOCK); }
 static void gpt_check_dt(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
 }
 static void *ws(int slot, int64_t nbytes) { return ops_workspace(DEV_CUDA, slot, nbytes); }
 

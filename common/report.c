@@ -7,6 +7,7 @@
 #include "args.h"    // args_error
 #include "check.h"   // die, xmalloc
 #include "comm.h"    // comm_counters, comm_ctl_gather, comm_op_name
+#include "cpuuse.h"  // cpuuse_now: threads and their CPU time
 #include "formula.h" // formula_model_states, formula_comm_bytes, formula_text
 #include "device.h"  // dev_used_delta
 #include "ledger.h"  // ledger_peak, ledger_total_peak, ledger_peak_in (host arena)
@@ -34,6 +35,7 @@ typedef struct rank_numbers {
   int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */
   int64_t tp_formula_calls, tp_formula_bytes; /* ... and the model transform's formula (its traffic hook) */
   int64_t pa_calls, pa_sent, pa_formula_calls, pa_formula_bytes; /* --pa: the TP group's all-gathers, and formula */
+  cpuuse_t cpu; /* threads and their CPU seconds at the end of the run (--json "cpu") */
 } rank_numbers_t;
 
 /* Rows of the per-rank tables: every rank of the job (with --tp the report gathers over the
@@ -562,6 +564,16 @@ static char *json_text(const trainer_t *t, const report_run_t *run, const rank_n
     sb_printf(&b, ",\n \"overlap\": {\"comm_ms_per_step_per_rank\": %.4f, \"hidden_ms_per_step_per_rank\": %.4f, "
                   "\"hidden_fraction\": %.4f, \"wait_ms_per_step_per_rank\": %.4f, \"measured_from\": \"last_join\"}",
               cu / N / steps / 1000.0, hu / N / steps / 1000.0, cu > 0 ? hu / cu : 0.0, wu / N / steps / 1000.0);
+  /* where each rank's CPU went: a thread that polls while it waits shows as CPU beside no work */
+  sb_printf(&b, ",\n \"cpu\": {\"per_rank\": [");
+  for (int r = 0; r < NR; r++) {
+    const cpuuse_t *u = &all[r].cpu;
+    sb_printf(&b, "%s{\"rank\": %d, \"threads\": %d, \"wall_s\": %.3f, \"main_cpu_s\": %.3f, "
+                  "\"main_idle_s\": %.3f, \"other_threads_cpu_s\": %.3f, \"busiest_other_thread_cpu_s\": %.3f}",
+              r ? ",\n   " : "", r, u->nthreads, u->wall_s, u->main_cpu_s, u->wall_s - u->main_cpu_s, u->other_cpu_s,
+              u->max_other_cpu_s);
+  }
+  sb_printf(&b, "], \"source\": \"/proc/self/task/*/stat utime+stime, since process start\"}");
   sb_printf(&b, "}\n");
   *len = b.len;
   return b.p;
@@ -604,6 +616,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   report_overlap_joined(t->comm, joined, njoined, &mine.comm_us, &mine.hidden_us, &mine.wait_us);
   free(joined);
 
+  mine.cpu = cpuuse_now();
   char *blob = NULL;
   int64_t *sizes = NULL;
   comm_ctl_gather(rc, &mine, (int64_t)sizeof mine, &blob, &sizes);

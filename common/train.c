@@ -615,7 +615,8 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
       fflush(stdout);
     }
     if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) eval_record(t, step + 1);
-    if (ckpt_due(cfg, step)) ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps);
+    if (ckpt_due(cfg, step))
+      ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
   }
   comm_wait_all(t->comm);
 }
@@ -629,17 +630,19 @@ static void print_header(const trainer_t *t, const char *chapter) {
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+  /* A pipeline (run_step) cuts the batch itself, in its setup after this line: its own line gives
+   * the micro-batch, so the loop's per-rank view is not printed for it. */
+  char per_rank[96];
+  if (t->strategy->run_step) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
+  else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
   if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
-           "global batch %lld sequences = %lld tokens per step (%lld per rank per micro-batch, accum %d), %d steps\n",
+           "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
            m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
-           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, (long long)t->local_batch, cfg->accum,
-           cfg->steps);
+           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, per_rank, cfg->steps);
   else
-    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld "
-           "(%lld per rank per micro-batch, accum %d), %d steps\n",
-           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, (long long)t->local_batch,
-           cfg->accum, cfg->steps);
+    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld (%s), %d steps\n",
+           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, per_rank, cfg->steps);
   fflush(stdout);
 }
 
@@ -752,6 +755,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   comm_t *comm = comm_init(&argc0, &argv0, cfg->comm_backend, cfg->dev);
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
+  comm_set_piece_bytes(comm, (int64_t)(cfg->buffer_mb * 1048576.0)); /* --buffer-mb: 0 = whole collectives */
   fault_arm(cfg->fault, comm_world(comm), cfg->steps);
   int wrank = comm_rank(comm);
   trace_init(wrank, cfg->trace);
@@ -815,6 +819,11 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     start = resume.step;
     taken = resume.opt_t;
     skipped = resume.skipped;
+    if (resume.has_scaler && t.wdt == DT_F16 && cfg->loss_scale == 0) { /* the dynamic scaler goes on where it was */
+      in.scaler.scale = resume.loss_scale;
+      in.scaler.growth_tracker = resume.growth_tracker;
+      in.scaler.overflows = resume.overflows;
+    }
     ckpt_manifest_free(&resume);
   }
   train_loop(&t, start, &taken, &skipped);

@@ -61,6 +61,7 @@ typedef struct train_cfg {
   char device_note[256];              /* what "auto" chose and why ("" when nothing was automatic) */
   const char *variant;                /* --variant naive|overlap|bucketed (02, 04) */
   double bucket_mb;                   /* --bucket-mb (02, 04) */
+  double buffer_mb;                   /* --buffer-mb: constant-size buffers (ZeRO-R CB), 0 = unbounded */
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
   int virtual_stages;                 /* --virtual-stages v: chunks per rank with interleaved (07) */

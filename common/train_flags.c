@@ -191,6 +191,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--alloc-trace", ARG_STR, &cfg->alloc_trace, 0, 0, NULL, "write rank 0's ledger alloc/free sequence to PATH (replayed by zl_allocsim, notes/zero-r.md)");
   SPEC("--save-params", ARG_STR, &cfg->save_params, 0, 0, NULL, "write the final fp32 weights (raw float32, Psi values) to PATH");
   SPEC("--mem-limit-mb", ARG_DOUBLE, &cfg->mem_limit_mb, 0, 1e9, NULL, "per-rank memory budget in MiB (0: none)");
+  SPEC("--buffer-mb", ARG_DOUBLE, &cfg->buffer_mb, 0, 1e6, NULL, "constant-size buffers (ZeRO-R CB, notes/zero-r.md): cap every collective and per-step comm buffer at this many MiB, larger ones run in pieces (0: unbounded)");
   SPEC("--timeout-s", ARG_DOUBLE, &cfg->timeout_s, 0, 1e6, NULL, "deadline for any one collective wait (0: none)");
   SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip", "on a NaN/Inf gradient: stop, or skip the step");
   SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every L steps (0: first and last)");
@@ -239,6 +240,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     snprintf(v, sizeof v, "%g", cfg->bucket_mb);
     exit(args_error("--bucket-mb", v, "must be > 0 (any positive size; 1e-9 puts each unit in its own bucket)"));
   }
+  if (cfg->buffer_mb > 0 && cfg->buffer_mb * 1048576.0 < 8.0 * world) {
+    snprintf(v, sizeof v, "%g", cfg->buffer_mb);
+    exit(args_error("--buffer-mb", v, "must be 0 (unbounded) or at least one 8-byte element per rank (%d bytes)", 8 * world));
+  }
   if (cfg->tp < 1) cfg->tp = 1;
   if (world % cfg->tp) {
     snprintf(v, sizeof v, "%d", cfg->tp);
@@ -271,8 +276,6 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                     (long long)psi));
   }
   resolve_device(cfg);
-  if (cfg->wdt == DT_F16 && cfg->dev == DEV_CUDA) /* ops_cuda.cu's kernels take fp32|bf16 so far */
-    exit(args_error("--precision", "fp16", "runs on the CPU only (--device cpu); on a GPU use fp32 or bf16"));
   if (report_check_outputs(cfg)) exit(2); /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
 }
 

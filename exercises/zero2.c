@@ -29,10 +29,15 @@
 void zero_rs_init(zero_rs_t *r, trainer_t *t) {
   const model_t *m = &t->model;
   int64_t max_piece = m->max_unit_padded / t->world;
+  /* --buffer-mb B: one staging slot when two would pass B (the next unit's backward then waits
+   * for the previous reduce-scatter: less overlap, same sums); one unit is the floor */
+  int64_t buf = comm_piece_bytes(t->comm);
+  r->nslots = buf > 0 && 2 * m->max_unit_padded * (int64_t)dtype_size(t->wdt) > buf ? 1 : 2;
   for (int s = 0; s < 2; s++) {
-    r->staging[s] = tensor_alloc("grad staging (unit)", LEDGER_COMM, t->wdt, t->dev, m->max_unit_padded);
+    int64_t n = s < r->nslots ? m->max_unit_padded : 0;
+    r->staging[s] = tensor_alloc("grad staging (unit)", LEDGER_COMM, t->wdt, t->dev, n);
     /* only --accum > 1 needs a landing buffer for the later micro-batches */
-    r->acc[s] = tensor_alloc("grad reduce-scatter landing", LEDGER_COMM, t->wdt, t->dev, t->cfg->accum > 1 ? max_piece : 0);
+    r->acc[s] = tensor_alloc("grad reduce-scatter landing", LEDGER_COMM, t->wdt, t->dev, t->cfg->accum > 1 && n ? max_piece : 0);
     r->h[s] = 0;
     r->unit[s] = -1;
     r->add[s] = 0;
@@ -55,6 +60,7 @@ static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
 
 void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
   const unit_t *un = &t->model.units[u];
+  if (r->nslots == 1) r->next = 0; /* zero_rs_end_unit alternates; with one slot it is always 0 */
   int s = r->next;
   if (r->h[s]) TRAINER_PHASE("wait staging", rs_retire(r, t, s));
   /* backward writes only the unit's numel grads: the pad tail must read 0 (a larger unit may

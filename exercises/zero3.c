@@ -115,6 +115,17 @@ static void zero3_setup(trainer_t *t) {
   zero3_t *z = xcalloc(1, sizeof *z, "zero3 state");
   t->priv = z;
   z->prefetch = t->cfg->prefetch >= 0 ? t->cfg->prefetch : auto_prefetch(t); /* range: checked by the flags */
+  /* --buffer-mb B: the gathered window in bytes (DeepSpeed's stage3_max_live_parameters): at most
+   * B / largest unit slots; one whole unit is the floor (the forward needs it all at once) */
+  int64_t buf = comm_piece_bytes(t->comm), unit_bytes = m->max_unit_padded * (int64_t)dtype_size(t->wdt);
+  if (buf > 0) {
+    int64_t fit = buf / (unit_bytes > 0 ? unit_bytes : 1);
+    if (fit < z->prefetch + 1) z->prefetch = fit > 1 ? (int)fit - 1 : 0;
+    if (unit_bytes > buf) trainer_report_extra(t, "buffer_floor_bytes", (double)unit_bytes);
+    if (unit_bytes > buf && t->rank == 0 && !t->cfg->quiet)
+      printf("zero3: --buffer-mb %g is below the largest unit (%.4g MiB): one whole unit gathered is the floor\n",
+             (double)buf / 1048576.0, (double)unit_bytes / 1048576.0);
+  }
   trainer_report_extra(t, "prefetch_depth", z->prefetch); /* the depth used: --json "prefetch" says -1 for auto */
   z->nslots = z->prefetch + 1;
   z->slots = xcalloc((size_t)z->nslots, sizeof *z->slots, "zero3 gather slots");

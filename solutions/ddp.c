@@ -134,9 +134,13 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
     st->buckets = xcalloc((size_t)U, sizeof *st->buckets, "ddp buckets");
     st->unit_bucket = xcalloc((size_t)U, sizeof *st->unit_bucket, "ddp unit buckets");
     int esz = (int)dtype_size(t->wdt);
-    st->n_buckets = ddp_assign_buckets(m, t->cfg->bucket_mb, esz, st->buckets, st->unit_bucket);
+    /* --buffer-mb B caps the buckets too (--bucket-mb keeps its meaning below B; a unit larger than
+     * B sits alone in its bucket and the comm layer all-reduces it in pieces of B) */
+    double cap = t->cfg->bucket_mb, buffer_mb = (double)comm_piece_bytes(t->comm) / 1048576.0;
+    if (buffer_mb > 0 && buffer_mb < cap) cap = buffer_mb;
+    st->n_buckets = ddp_assign_buckets(m, cap, esz, st->buckets, st->unit_bucket);
     if (log) printf("ddp-bucketed: %d bucket%s of at most %g MiB (%s grads), in backward order:\n", st->n_buckets,
-                    st->n_buckets > 1 ? "s" : "", t->cfg->bucket_mb, dtype_name(t->wdt));
+                    st->n_buckets > 1 ? "s" : "", cap, dtype_name(t->wdt));
     for (int b = 0; b < st->n_buckets; b++) {
       const ddp_bucket_t *k = &st->buckets[b];
       snprintf(st->tags[b], sizeof st->tags[b], "all_reduce bucket %d", b);

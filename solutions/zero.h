@@ -73,6 +73,7 @@ typedef struct zero_rs {
   int unit[2];         /* its unit, or −1 */
   int add[2];          /* 1: acc[slot] must be added into the shard when it completes */
   int next;            /* the slot the next unit uses */
+  int nslots;          /* 2, or 1 when two units' staging would pass --buffer-mb (the floor: one unit) */
 } zero_rs_t;
 void zero_rs_init(zero_rs_t *r, trainer_t *t);
 /* pre_backward(u): pick a staging slot (wait for its previous reduce-scatter), zero its pad tail,

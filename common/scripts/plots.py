@@ -900,6 +900,39 @@ def fig_loss(results, outdir):
     return None
 
 
+def fig_zeror_cb(datadir, outdir):
+    """ZeRO-R constant-size buffers: memory against synchronization points (notes/zero-r.md),
+    from the committed measurement notes/data/bench_zeror.json (make bench-zeror)."""
+    doc = load_json(os.path.join(datadir, "bench_zeror.json"))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for ax, (strat, rows) in zip(axes, sorted(doc["cb"].items())):
+        rows = sorted(rows, key=lambda r: -(r["buffer_mb"] or 1e9))
+        xs = [r["calls_per_step"] for r in rows]
+        ys = [r["comm_peak"] / 2**20 for r in rows]
+        ax.plot(xs, ys, "o-", color="C0", lw=1.8)
+        labels = {}  # sizes that measure the same share one label
+        for r, x, y in zip(rows, xs, ys):
+            labels.setdefault((x, y), []).append("unbounded" if not r["buffer_mb"] else "%g MiB" % r["buffer_mb"])
+        for (x, y), names in labels.items():
+            ax.annotate(", ".join(names), (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xlabel("collective calls per step (synchronization points), rank 0")
+        ax.set_ylabel("comm / temporary peak, MiB (rank 0)")
+        ax.set_title("%s: bytes sent per step %.2f MiB at every size" % (strat.upper().replace("ZERO", "ZeRO-"),
+                                                                       rows[0]["bytes_per_step"] / 2**20), fontsize=10)
+        ax.set_ylim(0, max(ys) * 1.25)
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle("Constant-size buffers (--buffer-mb), GPT, N = 2: smaller buffers, more synchronization points "
+                 "(measured; one unit is the floor)", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    savefig(fig, outdir, "zeror_cb")
+    return None
+
+
+DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no results/ needed): name, function, PNG
+    ("zeror_cb", fig_zeror_cb, "zeror_cb"),
+]
+
 FIGURES = [  # (name for --only, function, the PNG it writes)
     ("memory", fig_memory, "memory_per_rank"), ("ch00", fig_ch00, "ch00_memory"),
     ("ch00_gpt_acts", fig_gpt_acts, "ch00_gpt_acts"),
@@ -909,7 +942,8 @@ FIGURES = [  # (name for --only, function, the PNG it writes)
     ("timeline_offload", fig_timeline_offload, "timeline_offload"), ("loss", fig_loss, "loss_curves"),
     ("traffic", fig_traffic, "traffic_per_step"),
 ]
-ONLY_NAMES = [f[0] for f in FIGURES] + [s[0] for s in SCHEMATICS if s[0] not in [f[0] for f in FIGURES]]
+ONLY_NAMES = ([f[0] for f in FIGURES] + [s[0] for s in SCHEMATICS if s[0] not in [f[0] for f in FIGURES]]
+              + [d[0] for d in DATA_FIGURES])
 
 
 def check_pngs(outdir, names):
@@ -938,6 +972,8 @@ def main():
     ap = argparse.ArgumentParser(description="Draw the tutorial's figures from results/*.json.")
     ap.add_argument("--results", default="results", help="folder with the programs' JSON (default results)")
     ap.add_argument("--out", default=os.path.join("notes", "figures"), help="where the PNGs go (default notes/figures)")
+    ap.add_argument("--data", default=os.path.join("notes", "data"),
+                    help="the committed measurements the data figures read (default notes/data)")
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(ONLY_NAMES))
     ap.add_argument("--strict", action="store_true", help="exit 1 when any figure is skipped")
     ap.add_argument("--check", action="store_true",
@@ -951,6 +987,7 @@ def main():
     if args.check:
         names = [png for name, _, png in FIGURES if not only or name in only]
         names += [png for name, _, png in SCHEMATICS if not only or name in only]
+        names += [png for name, _, png in DATA_FIGURES if not only or name in only]
         nbad = check_pngs(args.out, names)
         print("plots check: %d of %d figures ok in %s" % (len(names) - nbad, len(names), args.out))
         return 1 if nbad else 0
@@ -981,6 +1018,18 @@ def main():
             print("  FAILED schematic for %s: %s: %s" % (name, type(e).__name__, e))
     if nschem:
         print("schematics: %d drawn (synthetic or drawn by hand, labelled as such; no inputs needed)" % nschem)
+    ndata = 0
+    for name, fn, _ in DATA_FIGURES:  # measured, but committed: drawn wherever notes/data is
+        if only and name not in only:
+            continue
+        try:
+            fn(args.data, args.out)
+            ndata += 1
+        except Exception as e:
+            schem_failed.append(name)
+            print("  FAILED data figure %s: %s: %s" % (name, type(e).__name__, e))
+    if ndata:
+        print("data figures: %d drawn (from the committed measurements in %s)" % (ndata, args.data))
     print("plots: %d drawn, %d skipped, %d failed -> %s" % (
         len([f for f in FIGURES if (not only or f[0] in only)]) - len(skipped) - len(failed),
         len(skipped), len(failed) + len(schem_failed), args.out))

@@ -8,7 +8,7 @@
  * GPU call the same functions (common/elementwise.h, dtype.h) with no fused multiply-add on either
  * side, so any differing bit is a bug. Sums over many terms (matmuls, bias gradients, softmax rows,
  * Σx²) add in different orders on the two devices; they are compared with relative tolerances:
- * fp32 results 1e-5, bf16 results 1e-2, the bf16 tensor-core GEMMs 1e-2; matmuls normwise
+ * fp32 results 1e-5, bf16 results 1e-2, fp16 results 5e-3, the bf16 tensor-core GEMMs 1e-2; matmuls normwise
  * (|got − expected| <= tol · max|expected|), the others element by element. */
 #define ZL_GPU_SEED 0x9e3779b97f4a7c15ull /* this file's random stream */
 #include "zl_gpu_test.h" // zl_gpu_init, rand_f32, up, down, poisoned, expect_close, expect_bits, tol_of
@@ -20,8 +20,8 @@ TestSuite(common_gpu_ops, .init = zl_gpu_init, .timeout = 120);
 /* ---- linear ------------------------------------------------------------------------------ */
 static void check_linear_fwd(dtype_t wdt, int B, int in, int out, int bf16mm) {
   float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *Wf = rand_f32((int64_t)out * in, 0.2f, 0.0f), *bf = rand_f32(out, 0.5f, 0.0f);
-  void *W = wdt == DT_BF16 ? (void *)zl_to_bf16(Wf, (int64_t)out * in) : (void *)Wf;
-  void *b = wdt == DT_BF16 ? (void *)zl_to_bf16(bf, out) : (void *)bf;
+  void *W = narrow(Wf, wdt, (int64_t)out * in);
+  void *b = narrow(bf, wdt, out);
   size_t es = dtype_size(wdt), ny = (size_t)B * out * sizeof(float);
   float *y_cpu = malloc(ny);
   op_linear_fwd(DEV_CPU, y_cpu, x, W, b, wdt, B, in, out);
@@ -35,10 +35,11 @@ static void check_linear_fwd(dtype_t wdt, int B, int in, int out, int bf16mm) {
   expect_close(what, y, y_cpu, (int64_t)B * out, bf16mm ? 1e-2 : 1e-5, 1.0);
   dev_free(DEV_CUDA, dx), dev_free(DEV_CUDA, dW), dev_free(DEV_CUDA, db), dev_free(DEV_CUDA, dy);
   free(y), free(y_cpu), free(x), free(Wf), free(bf);
-  if (wdt == DT_BF16) free(W), free(b);
+  free_dt(W, wdt), free_dt(b, wdt);
 }
 Test(common_gpu_ops, linear_fwd_f32) { check_linear_fwd(DT_F32, 37, 53, 29, 0); check_linear_fwd(DT_F32, 128, 256, 512, 0); }
 Test(common_gpu_ops, linear_fwd_bf16) { check_linear_fwd(DT_BF16, 37, 53, 29, 0); check_linear_fwd(DT_BF16, 128, 256, 512, 0); }
+Test(common_gpu_ops, linear_fwd_fp16) { check_linear_fwd(DT_F16, 37, 53, 29, 0); check_linear_fwd(DT_F16, 128, 256, 512, 0); }
 Test(common_gpu_ops, linear_fwd_bf16_tensor_cores) { check_linear_fwd(DT_F32, 64, 256, 128, 1); check_linear_fwd(DT_BF16, 64, 256, 128, 1); }
 
 static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, int with_dx, int bf16mm) {
@@ -46,9 +47,9 @@ static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, in
   float *x = rand_f32(nx, 1.0f, 0.0f), *gy = rand_f32(nyo, 1.0f, 0.0f), *Wf = rand_f32(nw, 0.2f, 0.0f);
   float *dWf0 = rand_f32(nw, 0.3f, 0.0f), *dbf0 = rand_f32(out, 0.3f, 0.0f); /* old grads, read when beta != 0 */
   size_t es = dtype_size(wdt);
-  void *W = wdt == DT_BF16 ? (void *)zl_to_bf16(Wf, nw) : (void *)Wf;
-  void *dW0 = wdt == DT_BF16 ? (void *)zl_to_bf16(dWf0, nw) : (void *)dWf0;
-  void *db0 = wdt == DT_BF16 ? (void *)zl_to_bf16(dbf0, out) : (void *)dbf0;
+  void *W = narrow(Wf, wdt, nw);
+  void *dW0 = narrow(dWf0, wdt, nw);
+  void *db0 = narrow(dbf0, wdt, out);
   /* CPU reference */
   float *dx_cpu = malloc((size_t)nx * 4);
   void *dW_cpu = malloc((size_t)nw * es), *db_cpu = malloc((size_t)out * es);
@@ -86,7 +87,7 @@ static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, in
   for (int i = 0; i < 6; i++) dev_free(DEV_CUDA, ptrs[i]);
   free(x), free(gy), free(Wf), free(dWf0), free(dbf0), free(dx_cpu), free(dW_cpu), free(db_cpu);
   free(dW), free(db), free(gW), free(eW), free(gb), free(eb);
-  if (wdt == DT_BF16) free(W), free(dW0), free(db0);
+  free_dt(W, wdt), free_dt(dW0, wdt), free_dt(db0, wdt);
 }
 Test(common_gpu_ops, linear_bwd_f32) {
   check_linear_bwd(DT_F32, 37, 53, 29, 0.0f, 1, 0);
@@ -98,6 +99,11 @@ Test(common_gpu_ops, linear_bwd_bf16) {
   check_linear_bwd(DT_BF16, 37, 53, 29, 0.0f, 1, 0);
   check_linear_bwd(DT_BF16, 37, 53, 29, 1.0f, 1, 0);
   check_linear_bwd(DT_BF16, 64, 200, 100, 0.0f, 0, 0);
+}
+Test(common_gpu_ops, linear_bwd_fp16) {
+  check_linear_bwd(DT_F16, 37, 53, 29, 0.0f, 1, 0);
+  check_linear_bwd(DT_F16, 37, 53, 29, 1.0f, 1, 0);
+  check_linear_bwd(DT_F16, 64, 200, 100, 0.0f, 0, 0);
 }
 Test(common_gpu_ops, linear_bwd_bf16_tensor_cores) { check_linear_bwd(DT_F32, 64, 256, 128, 0.0f, 1, 1); }
 
@@ -152,7 +158,7 @@ static void check_adamw(dtype_t gdt) {
   for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]); /* a second moment is >= 0 */
   float *gf = rand_f32(n, 1.0f, 0.0f);
   gf[0] = 0.0f, gf[1] = -0.0f, gf[2] = 1e-30f, gf[3] = 3e5f; /* zero, tiny, large gradients */
-  void *g = gdt == DT_BF16 ? (void *)zl_to_bf16(gf, n) : (void *)gf;
+  void *g = narrow(gf, gdt, n);
   void *d_w = up(w, (size_t)n * 4), *d_m = up(m, (size_t)n * 4), *d_v = up(v, (size_t)n * 4);
   void *d_g = up(g, (size_t)n * dtype_size(gdt));
   for (int t = 1; t <= 3; t++) { /* three steps: bias correction changes with t */
@@ -161,32 +167,37 @@ static void check_adamw(dtype_t gdt) {
   }
   float *gw = down(d_w, (size_t)n * 4), *gm = down(d_m, (size_t)n * 4), *gv = down(d_v, (size_t)n * 4);
   /* one source (elementwise.h: ew_adamw, scalars from ew_adamw_scalars): the same bits */
-  expect_bits(gdt == DT_BF16 ? "adamw w (bf16 grads)" : "adamw w", gw, w, n, 4, 1);
+  char aw[48];
+  snprintf(aw, sizeof aw, "adamw w (%s grads)", dtype_name(gdt));
+  expect_bits(aw, gw, w, n, 4, 1);
   expect_bits("adamw m", gm, m, n, 4, 1);
   expect_bits("adamw v", gv, v, n, 4, 1);
   dev_free(DEV_CUDA, d_w), dev_free(DEV_CUDA, d_m), dev_free(DEV_CUDA, d_v), dev_free(DEV_CUDA, d_g);
   free(w), free(m), free(v), free(gf), free(gw), free(gm), free(gv);
-  if (gdt == DT_BF16) free(g);
+  free_dt(g, gdt);
 }
-Test(common_gpu_ops, adamw) { check_adamw(DT_F32); check_adamw(DT_BF16); }
+Test(common_gpu_ops, adamw) { check_adamw(DT_F32); check_adamw(DT_BF16); check_adamw(DT_F16); }
 
 Test(common_gpu_ops, sgd) {
   int64_t n = 5000;
-  for (int k = 0; k < 2; k++) {
-    dtype_t gdt = k ? DT_BF16 : DT_F32;
+  const dtype_t dts[] = {DT_F32, DT_BF16, DT_F16};
+  for (int k = 0; k < 3; k++) {
+    dtype_t gdt = dts[k];
     float *w = rand_f32(n, 1.0f, 0.0f), *buf = rand_f32(n, 0.1f, 0.0f), *gf = rand_f32(n, 1.0f, 0.0f);
-    void *g = gdt == DT_BF16 ? (void *)zl_to_bf16(gf, n) : (void *)gf;
+    void *g = narrow(gf, gdt, n);
     void *d_w = up(w, (size_t)n * 4), *d_b = up(buf, (size_t)n * 4), *d_g = up(g, (size_t)n * dtype_size(gdt));
     for (int t = 0; t < 3; t++) {
       op_sgd(DEV_CPU, w, g, gdt, buf, n, 0.05f, 0.9f, 1e-3f, 0.7f);
       op_sgd(DEV_CUDA, d_w, d_g, gdt, d_b, n, 0.05f, 0.9f, 1e-3f, 0.7f);
     }
     float *gw = down(d_w, (size_t)n * 4), *gb = down(d_b, (size_t)n * 4);
-    expect_bits(k ? "sgd w (bf16 grads)" : "sgd w", gw, w, n, 4, 1); /* elementwise.h: ew_sgd */
+    char sw[48];
+    snprintf(sw, sizeof sw, "sgd w (%s grads)", dtype_name(gdt));
+    expect_bits(sw, gw, w, n, 4, 1); /* elementwise.h: ew_sgd */
     expect_bits("sgd momentum", gb, buf, n, 4, 1);
     dev_free(DEV_CUDA, d_w), dev_free(DEV_CUDA, d_b), dev_free(DEV_CUDA, d_g);
     free(w), free(buf), free(gf), free(gw), free(gb);
-    if (gdt == DT_BF16) free(g);
+    free_dt(g, gdt);
   }
 }
 
@@ -211,6 +222,29 @@ Test(common_gpu_ops, cast) {
   op_cast(DEV_CUDA, d_f, DT_F32, d_h, DT_BF16, n);
   float *f = down(d_f, (size_t)n * 4);
   expect_bits("cast bf16->f32", f, f_cpu, n, 4, 1);
+  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
+  free(x), free(h_cpu), free(h), free(f_cpu), free(f);
+}
+/* fp16 (dtype.h's fp16_from_f32 / fp16_to_f32, ZL_HD): the same bits on both sides, also for
+ * subnormals (2^-24..2^-14), the round-to-inf edge (65504, 65519, 65520) and the flush to zero. */
+Test(common_gpu_ops, cast_fp16) {
+  int64_t n = 10007;
+  float *x = with_specials(n);
+  const float edge[] = {65504.0f, 65519.0f, 65520.0f, -65536.0f, 6.103515625e-05f /* 2^-14 */, 5.9604645e-08f /* 2^-24 */,
+                        2.9802322e-08f /* 2^-25: ties to zero */, 4.5e-08f, 1.0009765625f /* tie */, 3.0e-6f};
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) x[100 + i] = edge[i];
+  for (int64_t i = 200; i < 1200; i++) x[i] *= 1e-5f; /* many subnormal results */
+  fp16_t *h_cpu = malloc((size_t)n * 2);
+  op_cast(DEV_CPU, h_cpu, DT_F16, x, DT_F32, n);
+  void *d_x = up(x, (size_t)n * 4), *d_h = poisoned((size_t)n * 2), *d_f = poisoned((size_t)n * 4);
+  op_cast(DEV_CUDA, d_h, DT_F16, d_x, DT_F32, n);
+  fp16_t *h = down(d_h, (size_t)n * 2);
+  expect_bits("cast f32->fp16", h, h_cpu, n, 2, 1);
+  float *f_cpu = malloc((size_t)n * 4);
+  op_cast(DEV_CPU, f_cpu, DT_F32, h_cpu, DT_F16, n);
+  op_cast(DEV_CUDA, d_f, DT_F32, d_h, DT_F16, n);
+  float *f = down(d_f, (size_t)n * 4);
+  expect_bits("cast fp16->f32", f, f_cpu, n, 4, 1);
   dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
   free(x), free(h_cpu), free(h), free(f_cpu), free(f);
 }
@@ -250,6 +284,8 @@ Test(common_gpu_ops, add_max) {
   check_binop("add", op_add, DT_BF16);
   check_binop("max", op_max, DT_F32);
   check_binop("max", op_max, DT_BF16);
+  check_binop("add", op_add, DT_F16);
+  check_binop("max", op_max, DT_F16);
 }
 Test(common_gpu_ops, add_f64) {
   int64_t n = 1001;
@@ -265,8 +301,10 @@ Test(common_gpu_ops, add_f64) {
 }
 Test(common_gpu_ops, scale_fill) {
   int64_t n = 30001;
-  for (int k = 0; k < 2; k++) {
-    dtype_t dt = k ? DT_BF16 : DT_F32;
+  const dtype_t dts[] = {DT_F32, DT_BF16, DT_F16};
+  for (int k = 0; k < 3; k++) {
+    dtype_t dt = dts[k];
+    char what[48];
     size_t es = dtype_size(dt);
     float *xf = with_specials(n);
     void *x = malloc((size_t)n * es);
@@ -275,12 +313,14 @@ Test(common_gpu_ops, scale_fill) {
     op_scale(DEV_CPU, x, dt, -0.3f, n);
     op_scale(DEV_CUDA, d_x, dt, -0.3f, n);
     void *g = down(d_x, (size_t)n * es);
-    expect_bits(k ? "scale (bf16)" : "scale (f32)", g, x, n, es, 1);
+    snprintf(what, sizeof what, "scale (%s)", dtype_name(dt));
+    expect_bits(what, g, x, n, es, 1);
     void *d_p = poisoned((size_t)n * es);
     op_fill(DEV_CPU, x, dt, 0.1f, n);
     op_fill(DEV_CUDA, d_p, dt, 0.1f, n);
     void *gf = down(d_p, (size_t)n * es);
-    expect_bits(k ? "fill (bf16)" : "fill (f32)", gf, x, n, es, 1);
+    snprintf(what, sizeof what, "fill (%s)", dtype_name(dt));
+    expect_bits(what, gf, x, n, es, 1);
     dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_p);
     free(xf), free(x), free(g), free(gf);
   }
@@ -290,8 +330,9 @@ Test(common_gpu_ops, scale_fill) {
 Test(common_gpu_ops, sumsq) {
   int64_t sizes[] = {1, 255, 65537, 1000003};
   for (int s = 0; s < 4; s++)
-    for (int k = 0; k < 2; k++) {
-      dtype_t dt = k ? DT_BF16 : DT_F32;
+    for (int k = 0; k < 3; k++) {
+      const dtype_t dts[] = {DT_F32, DT_BF16, DT_F16};
+      dtype_t dt = dts[k];
       int64_t n = sizes[s];
       float *xf = rand_f32(n, 2.0f, 0.0f);
       void *x = malloc((size_t)n * dtype_size(dt));

@@ -6,7 +6,8 @@
  *   - chapters 02–05 on --device cuda agree with the same configuration on --device cpu
  *     (final loss and every parameter from --save-params): NCCL at N = 1, MPI at N = 2, 3, 4.
  * Tolerances: fp32 runs 1e-4 relative on the parameters after 8 steps (CPU and GPU matmuls add in
- * different orders, ~1e-7 per op, and training compounds it a little), bf16 runs 2e-2. */
+ * different orders, ~1e-7 per op, and training compounds it a little), bf16 runs 2e-2, fp16 runs
+ * (with the loss scaler) 2e-2: the same element-wise source, fp16 keeping more bits than bf16. */
 #include "zl_test.h" // zl_launch, zl_out_t, zl_run, zl_json_*, zl_rel
 
 TestSuite(common_gpu_runs, .timeout = 600);
@@ -96,6 +97,13 @@ Test(common_gpu_runs, ch02_nccl_1) {
 Test(common_gpu_runs, ch03_nccl_1) {
   gpu_vs_cpu("ch03_zero1", 1, "nccl", "", 1e-4);
   gpu_vs_cpu("ch03_zero1", 1, "nccl", "--precision bf16", 2e-2);
+}
+/* --precision fp16 with dynamic loss scaling: the weights within the 16-bit tolerance, also where
+ * a huge initial scale makes the first steps overflow and skip (on both devices alike, or the
+ * weights would differ by whole updates). */
+Test(common_gpu_runs, fp16_nccl_1_and_staged_mpi_2) {
+  gpu_vs_cpu("ch03_zero1", 1, "nccl", "--precision fp16", 2e-2);
+  gpu_vs_cpu("ch05_zero3", 2, "mpi", "--precision fp16 --init-scale 1099511627776", 2e-2);
 }
 /* Determinism: two GPU runs of the same flags give the same bits (no atomics, fixed orders). */
 Test(common_gpu_runs, ch05_nccl_1_bit_reproducible) {

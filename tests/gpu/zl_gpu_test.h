@@ -38,6 +38,15 @@ static inline float *widen(const void *p, dtype_t dt, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = dt_load(p, dt, i);
   return h;
 }
+/* n floats stored in dtype dt (dtype.h's rounding): a new malloc'd array, or p itself for F32
+ * (free it with free_dt). */
+static inline void *narrow(const float *p, dtype_t dt, int64_t n) {
+  if (dt == DT_F32) return (void *)p;
+  void *h = malloc((size_t)(n ? n : 1) * dtype_size(dt));
+  for (int64_t i = 0; i < n; i++) dt_store(h, dt, i, p[i]);
+  return h;
+}
+static inline void free_dt(void *h, dtype_t dt) { if (dt != DT_F32) free(h); }
 /* A device copy of nbytes of host memory. */
 static inline void *up(const void *h, size_t nbytes) {
   void *d = dev_malloc(DEV_CUDA, nbytes, "test buffer");
@@ -85,5 +94,7 @@ static inline void expect_bits(const char *what, const void *got, const void *ex
       cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), bitwise", what, (long long)i, g, e);
   }
 }
-static inline double tol_of(dtype_t dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
+/* bf16 keeps 8 significant bits (2^-8 ≈ 4e-3 a rounding), fp16 11 (2^-11 ≈ 5e-4): 1e-2 and 5e-3 are a few
+ * roundings of room for sums taken in another order; fp32 1e-5. */
+static inline double tol_of(dtype_t dt) { return dt == DT_BF16 ? 1e-2 : dt == DT_F16 ? 5e-3 : 1e-5; }
 #endif

@@ -133,3 +133,48 @@ Test(ch_fp16, without_scaling_gradients_flush_to_zero, .timeout = 300) {
   zl_out_free(&u);
   zl_out_free(&s);
 }
+
+/* 5. The loss scaler's state is part of the checkpoint: a dynamic fp16 run of 8 steps (scale
+ * 2^30 at first, so it backs off; growth interval 2, so the growth tracker matters) equals the
+ * same run stopped after step 4 and resumed, bitwise — the weights and the scale of every step
+ * after the resume (a resume that restarted from --init-scale would skip steps again). */
+static void json_scales(const char *json, double *sc, int n) {
+  const char *p = strstr(json, "\"loss_scales\": [");
+  cr_assert(p, "--json has no loss_scales array:\n%s", json);
+  p += strlen("\"loss_scales\": [");
+  for (int i = 0; i < n; i++) {
+    char *e;
+    sc[i] = strtod(p, &e);
+    cr_assert(e != p, "loss_scales[%d] missing", i);
+    p = e + (*e == ',' ? 2 : 0);
+  }
+}
+Test(ch_fp16, scaler_state_survives_a_resume_bitwise) {
+  enum { S = 8, CUT = 4 }; /* --save-every 4 saves after steps 4 and 8; both are kept */
+  char dir[256], step[320];
+  zl_tmpdir(dir, sizeof dir, "fp16_resume_ck");
+#define SCALER MLP " --steps 8 --init-scale 1073741824 --growth-interval 2"
+  zl_out_t full = zl_launch(2, 60, "fp16_resume", "full", ZL_BIN "/ch03_zero1 " SCALER " --ckpt %s --save-every %d", dir, CUT);
+  snprintf(step, sizeof step, "%s/step-%06d", dir, CUT);
+  char man_path[400];
+  snprintf(man_path, sizeof man_path, "%s/manifest.txt", step);
+  char *man = zl_read_file(man_path, NULL);
+  cr_assert(man && strstr(man, "\nscaler "), "%s: no 'scaler' line (the loss scaler's state is not saved):\n%s", man_path,
+            man ? man : "(missing)");
+  free(man);
+  zl_out_t res = zl_launch(2, 60, "fp16_resume", "resumed", ZL_BIN "/ch03_zero1 " SCALER " --resume %s", step);
+  double a[S], b[S];
+  json_scales(full.json, a, S);
+  json_scales(res.json, b, S);
+  cr_assert(zl_json_num(full.json, "skipped_steps") >= 1, "scale 2^30 never overflowed: the test proves nothing");
+  for (int i = CUT; i < S; i++)
+    cr_assert(a[i] == b[i], "loss scale of step %d: resumed %.17g, uninterrupted %.17g", i, b[i], a[i]);
+  cr_assert(zl_json_num(full.json, "loss_scale_final") == zl_json_num(res.json, "loss_scale_final"),
+            "loss_scale_final: resumed %g, uninterrupted %g", zl_json_num(res.json, "loss_scale_final"),
+            zl_json_num(full.json, "loss_scale_final"));
+  cr_assert_eq(full.n, res.n);
+  zl_expect_floats("weights after 8 steps: resumed at step 4 vs uninterrupted", res.params, full.params, full.n, 0);
+#undef SCALER
+  zl_out_free(&full);
+  zl_out_free(&res);
+}
