@@ -79,6 +79,15 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
   }
+  /* the pipeline's schedule replaces the trainer's forward, which validation and sampling run */
+  if (cfg->eval_every > 0) {
+    snprintf(v, sizeof v, "%d", cfg->eval_every);
+    return args_error("--eval-every", v, "must be 0 with a pipeline (validation runs the whole model on one rank)"), 1;
+  }
+  if (cfg->sample > 0) {
+    snprintf(v, sizeof v, "%d", cfg->sample);
+    return args_error("--sample", v, "must be 0 with a pipeline (sampling runs the whole model on one rank)"), 1;
+  }
   int64_t per = (int64_t)cfg->micro_batches * (world / cfg->pp);
   if (cfg->batch % per) {
     snprintf(v, sizeof v, "%lld", (long long)cfg->batch);

@@ -432,3 +432,19 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
     free(out);
   }
 }
+
+/* --eval-every and --sample run the trainer's own forward, which a pipeline replaces: refused up
+ * front (exit 2, one line naming the flag), not after training. */
+Test(ch07_pipeline, eval_and_sample_refused_up_front) {
+  const char *cases[][2] = {{"--eval-every 1", "error: --eval-every 1"}, {"--sample 8", "error: --sample 8"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " ZL_BIN
+                    "/ch07_pipeline --model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --pp 2 %s",
+                    cases[i][0]);
+    cr_assert_eq(rc, 2, "`%s`: exit code %d, expected 2:\n%s", cases[i][0], rc, out);
+    cr_assert(strstr(out, cases[i][1]), "`%s`: expected '%s' in:\n%s", cases[i][0], cases[i][1], out);
+    cr_assert(!strstr(out, "step "), "`%s`: refused after training started:\n%s", cases[i][0], out);
+    free(out);
+  }
+}
