@@ -364,3 +364,18 @@ help:
 
 clean:
 	rm -rf $(BUILD)
+
+# ch07: 1F1B and GPipe bubble vs (P-1)/(M+P-1) at P = 2, M = 1, 4, 8, and the P = 2, M = 8 step vs
+# the ideal (M+P-1)/(MP) x the 1-rank step, this build against BASE's (built in a temporary
+# worktree as check-bits does), alternating, medians (notes/design.md, the stream model).
+# BENCH_BASE=REV (default: none, this build only); ZL_BENCH_REPS (default 3).
+.PHONY: bench-pipeline
+bench-pipeline: build
+	@mkdir -p $(RESULTS)
+	@if [ -n "$(BENCH_BASE)" ]; then d=$$(mktemp -d /tmp/zl_bench_base.XXXXXX) && \
+	  git worktree add -q --detach $$d/src $(BENCH_BASE) && \
+	  $(MAKE) --no-print-directory -C $$d/src GPU=0 ZL_SKIP_DEPS=1 build >$$d/build.log 2>&1 || { echo "bench-pipeline: $(BENCH_BASE) does not build ($$d/build.log)"; exit 1; }; \
+	  $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --base-bin $$d/src/build/bin --base-name $(BENCH_BASE) \
+	    --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
+	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
+	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; fi

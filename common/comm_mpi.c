@@ -8,6 +8,7 @@
 #include <limits.h>        // INT_MAX
 #include <stdlib.h>        // free
 #include <string.h>        // memcpy
+#include <time.h>          // nanosleep: the backing-off wait
 
 enum { TAG_RING = 0, TAG_USER = 1 }; /* the ring's p2p vs comm_send/comm_recv */
 #define MPI_PIECE ((int64_t)1 << 30)     /* MPI counts are int: long buffers go in pieces */
@@ -20,6 +21,47 @@ typedef struct mpi_state {
 } mpi_state_t;
 
 static mpi_state_t *st(const comm_t *c) { return (mpi_state_t *)c->be_state; }
+
+/* ---- waiting that does not steal the core ----------------------------------------------------
+ * A blocking MPI_Send/MPI_Recv makes Open MPI poll the network at full speed for as long as the
+ * peer is busy: on a box with one core per rank the waiting comm thread takes CPU from the
+ * compute thread beside it. So p2p here is nonblocking (MPI_Isend/MPI_Irecv) and completed by
+ * mpi_wait_backoff: MPI_Testall a few times (a message that is already there costs nothing more),
+ * then sleep between tests, doubling the sleep from 1 us up to MPI_BACKOFF_MAX_NS. The latency
+ * this adds is at most one sleep (<= 0.2 ms) per message, against a wait that is a whole stage's
+ * compute in a pipeline bubble. */
+enum { MPI_SPIN_TESTS = 64 };
+#define MPI_BACKOFF_MAX_NS 200000L
+
+static void mpi_wait_backoff(int n, MPI_Request *req) {
+  long ns = 1000;
+  for (int i = 0;; i++) {
+    int done = 0;
+    CHECK_MPI(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    if (i < MPI_SPIN_TESTS) continue;
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+    if (ns < MPI_BACKOFF_MAX_NS) ns = ns * 2 < MPI_BACKOFF_MAX_NS ? ns * 2 : MPI_BACKOFF_MAX_NS;
+  }
+}
+
+/* ZL_SYNC_SENDS=1: every send is synchronous (MPI_Issend: completes only once the receiver has
+ * matched it), the rendezvous semantics of ncclSend. Small CPU messages otherwise go eagerly, so a
+ * send/recv ordering that would deadlock on a GPU passes here; this mode makes it hang (and the
+ * --timeout-s deadline name the rank) on the laptop too. Read once. */
+static int mpi_sync_sends(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("ZL_SYNC_SENDS");
+    v = e && e[0] == '1' && e[1] == 0;
+  }
+  return v;
+}
+
+static int mpi_isend(const void *buf, int n, MPI_Datatype ty, int dst, int tag, MPI_Comm comm, MPI_Request *r) {
+  return mpi_sync_sends() ? MPI_Issend(buf, n, ty, dst, tag, comm, r) : MPI_Isend(buf, n, ty, dst, tag, comm, r);
+}
 
 /* ---- element-wise reductions on the host (the ring's local reduce and the bf16 MPI_Ops) ---- */
 __attribute__((optimize("O3"))) static void host_reduce(void *dst, const void *src, int64_t n, dtype_t dt, redop_t op) {
@@ -133,13 +175,20 @@ static void mpi_all_gather(comm_t *c, const void *send, void *recv, int64_t nume
 
 static void mpi_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Send(at(buf, off, dt), piece(numel, off), mpi_type(c, dt), dst, TAG_USER, c->mpi));
+  {
+    MPI_Request r;
+    CHECK_MPI(mpi_isend(at(buf, off, dt), piece(numel, off), mpi_type(c, dt), dst, TAG_USER, c->mpi, &r));
+    mpi_wait_backoff(1, &r);
+  }
 }
 
 static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Recv(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), src, TAG_USER, c->mpi,
-                       MPI_STATUS_IGNORE));
+  {
+    MPI_Request r;
+    CHECK_MPI(MPI_Irecv(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), src, TAG_USER, c->mpi, &r));
+    mpi_wait_backoff(1, &r);
+  }
 }
 
 /* ---- what the ring is built from ----------------------------------------------------------- */
@@ -149,13 +198,11 @@ static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int
   for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
     int ns = off < send_numel ? piece(send_numel, off) : 0;
     int nr = off < recv_numel ? piece(recv_numel, off) : 0;
-    if (ns > 0 && nr > 0)
-      CHECK_MPI(MPI_Sendrecv(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, atw(recvbuf, off, dt), nr, ty, src, TAG_RING,
-                             c->mpi, MPI_STATUS_IGNORE));
-    else if (ns > 0)
-      CHECK_MPI(MPI_Send(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, c->mpi));
-    else
-      CHECK_MPI(MPI_Recv(atw(recvbuf, off, dt), nr, ty, src, TAG_RING, c->mpi, MPI_STATUS_IGNORE));
+    MPI_Request r[2];
+    int n = 0;
+    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, TAG_RING, c->mpi, &r[n++]));
+    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, c->mpi, &r[n++]));
+    mpi_wait_backoff(n, r);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "report_internal.h" // rank_numbers_t, report_print_tables, report_json_text
 #include "comm.h"            // comm_counters, comm_ctl_gather
 #include "device.h"          // dev_used_delta
+#include "cpuuse.h"          // cpuuse_now: threads and their CPU time
 #include "ledger.h"          // ledger_peak, ledger_total_peak, ledger_peak_in (host arena)
 #include <math.h>            // log
 #include <stdio.h>           // printf, snprintf
@@ -77,6 +78,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   report_overlap_joined(t->comm, joined, njoined, &mine.comm_us, &mine.hidden_us, &mine.wait_us);
   free(joined);
 
+  mine.cpu = cpuuse_now();
   char *blob = NULL;
   int64_t *sizes = NULL;
   comm_ctl_gather(rc, &mine, (int64_t)sizeof mine, &blob, &sizes);

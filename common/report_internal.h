@@ -6,6 +6,7 @@
 #include <stdint.h> // int64_t
 #include <stddef.h> // size_t
 #include "comm.h"   // comm_t, CO_NOPS
+#include "cpuuse.h" // cpuuse_t
 #include "ledger.h" // LEDGER_NCAT
 #include "report.h" // report_run_t, trainer_t
 
@@ -26,6 +27,7 @@ typedef struct rank_numbers {
   /* The rank's strategy's formulas (strategy_t.formula): a pipeline stage's differ from the next's. */
   double f_params, f_grads, f_master, f_optim, f_host, f_comm;
   int64_t has_formula; /* 0: the strategy has no formula hook (a toy: tests/mpi/scn_layout.c) */
+  cpuuse_t cpu; /* threads and their CPU seconds at the end of the run (--json "cpu") */
 } rank_numbers_t;
 
 /* Rows of the per-rank tables: every rank of the job. */

@@ -168,6 +168,16 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
     sb_printf(&b, ",\n \"overlap\": {\"comm_ms_per_step_per_rank\": %.4f, \"hidden_ms_per_step_per_rank\": %.4f, "
                   "\"hidden_fraction\": %.4f, \"wait_ms_per_step_per_rank\": %.4f, \"measured_from\": \"last_join\"}",
               cu / NR / steps / 1000.0, hu / NR / steps / 1000.0, cu > 0 ? hu / cu : 0.0, wu / NR / steps / 1000.0);
+  /* where each rank's CPU went: a thread that polls while it waits shows as CPU beside no work */
+  sb_printf(&b, ",\n \"cpu\": {\"per_rank\": [");
+  for (int r = 0; r < NR; r++) {
+    const cpuuse_t *u = &all[r].cpu;
+    sb_printf(&b, "%s{\"rank\": %d, \"threads\": %d, \"wall_s\": %.3f, \"main_cpu_s\": %.3f, "
+                  "\"main_idle_s\": %.3f, \"other_threads_cpu_s\": %.3f, \"busiest_other_thread_cpu_s\": %.3f}",
+              r ? ",\n   " : "", r, u->nthreads, u->wall_s, u->main_cpu_s, u->wall_s - u->main_cpu_s, u->other_cpu_s,
+              u->max_other_cpu_s);
+  }
+  sb_printf(&b, "], \"source\": \"/proc/self/task/*/stat utime+stime, since process start\"}");
   sb_printf(&b, "}\n");
   *len = b.len;
   return b.p;

@@ -79,11 +79,14 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
   }
-  if (cfg->eval_every || cfg->sample) { /* a forward of the whole model on one rank: a stage holds only its units */
-    snprintf(v, sizeof v, "%d", cfg->eval_every ? cfg->eval_every : cfg->sample);
-    return args_error(cfg->eval_every ? "--eval-every" : "--sample", v,
-                      "needs the whole model on every rank; a pipeline keeps each stage's units on its own ranks "
-                      "(evaluate or sample from its --save-params or --ckpt with chapters 02-05)"), 1;
+  /* validation and sampling run a forward of the whole model on every rank: a stage holds only its units */
+  if (cfg->eval_every > 0) {
+    snprintf(v, sizeof v, "%d", cfg->eval_every);
+    return args_error("--eval-every", v, "must be 0 with a pipeline (validation runs the whole model on one rank)"), 1;
+  }
+  if (cfg->sample > 0) {
+    snprintf(v, sizeof v, "%d", cfg->sample);
+    return args_error("--sample", v, "must be 0 with a pipeline (sampling runs the whole model on one rank)"), 1;
   }
   int64_t per = (int64_t)cfg->micro_batches * (world / cfg->pp);
   if (cfg->batch % per) {

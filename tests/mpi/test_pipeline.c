@@ -421,18 +421,30 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
       {2, "--pp 2 --accum 2", "error: --accum 2"},
       {2, "--pp 2 --schedule interleaved --micro-batches 3", "error: --micro-batches 3"},
       {2, "--pp 2 --schedule interleaved --virtual-stages 3", "error: --virtual-stages 3"},
-      /* refused before training, not after it: a stage has only its units for a forward of the whole model */
-      {2, "--pp 2 --model gpt --gpt tiny --data /usr/share/games/fortunes/cookie --eval-every 1", "error: --eval-every 1"},
-      {2, "--pp 2 --model gpt --gpt tiny --data /usr/share/games/fortunes/cookie --sample 8", "error: --sample 8"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
-    const char *shape = strstr(cases[i].args, "--model gpt") ? "" : "--input 6 --hidden 13 --classes 11";
     /* refused before MPI starts: the world size comes from the launcher's environment alone */
     int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=%d OMPI_COMM_WORLD_RANK=0 " ZL_BIN
-                    "/ch07_pipeline %s --batch 24 %s", cases[i].np, shape, cases[i].args);
+                    "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s", cases[i].np, cases[i].args);
     cr_assert_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2:\n%s", cases[i].args, cases[i].np, rc, out);
     cr_assert(strstr(out, cases[i].flag), "`%s`: expected '%s' in:\n%s", cases[i].args, cases[i].flag, out);
+    free(out);
+  }
+}
+
+/* --eval-every and --sample run a forward of the whole model on every rank, which a stage lacks: refused up
+ * front (exit 2, one line naming the flag), not after training. */
+Test(ch07_pipeline, eval_and_sample_refused_up_front) {
+  const char *cases[][2] = {{"--eval-every 1", "error: --eval-every 1"}, {"--sample 8", "error: --sample 8"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " ZL_BIN
+                    "/ch07_pipeline --model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --pp 2 %s",
+                    cases[i][0]);
+    cr_assert_eq(rc, 2, "`%s`: exit code %d, expected 2:\n%s", cases[i][0], rc, out);
+    cr_assert(strstr(out, cases[i][1]), "`%s`: expected '%s' in:\n%s", cases[i][0], cases[i][1], out);
+    cr_assert(!strstr(out, "step "), "`%s`: refused after training started:\n%s", cases[i][0], out);
     free(out);
   }
 }
