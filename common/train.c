@@ -344,7 +344,8 @@ static void alloc_acts(trainer_t *t) {
   if (t->cfg->recompute) in->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
   if (in->pa) /* the whole outputs: unit u writes work[u % 2] while it reads work[(u − 1) % 2] */
     for (int k = 0; k < 2; k++) in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
-  in->acts_kept = ledger_live(LEDGER_ACTS) - before;
+  in->acts_kept = ledger_live(LEDGER_ACTS) - before; /* outputs, saved, working buffers: not the input */
+  if (!t->cfg->sched) in->acts_kept -= tensor_nbytes(&in->pools[0].slots[0].in);
   if (last) in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows); /* 4-byte ints */
   in->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
   in->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
