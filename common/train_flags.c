@@ -263,6 +263,13 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
   }
+  if ((chapter_flags & (TRAIN_FLAG_ZERO | TRAIN_FLAG_PIPELINE)) && (chapter_flags & TRAIN_FLAG_PREFETCH)) {
+    if (cfg->prefetch >= 0 && cfg->zero != 3) { /* ZeRO-3's flag: the other strategies gather nothing */
+      snprintf(v, sizeof v, "%d", cfg->prefetch);
+      exit(args_error("--prefetch", v, "only with --zero 3 (the units ZeRO-3 gathers ahead)"));
+    }
+    if (cfg->zero != 3) cfg->chapter_flags &= ~(unsigned)TRAIN_FLAG_PREFETCH; /* the report names it for ZeRO-3 only */
+  }
   if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
     exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
   cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */

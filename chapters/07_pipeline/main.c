@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
                    "neighbour stages, in the order of --schedule; the bubble is measured beside its formula.\n"
                    "--tp T adds tensor parallelism inside every stage (3-D with the data dimension).\n"
                    "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
-                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP);
+                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH);
   cfg.transform = &tp_transform;
   cfg.sched = pipeline_schedule(cfg.schedule);
   /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank);
