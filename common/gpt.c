@@ -71,7 +71,7 @@ gpt_block_t gpt_block_whole(gpt_shape_t s) {
 
 int64_t gpt_block_saved(const gpt_block_t *k) {
   int64_t S = k->S, C = k->C, Cr = k->Cr;
-  return 3 * S * C + 4 * S + 12 * S * Cr + (int64_t)k->NHr * S * S;
+  return 3 * S * C + 4 * S + 12 * S * Cr + S * (k->att_fwd ? k->att_saved : (int64_t)k->NHr * S);
 }
 
 int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B) { return (int64_t)B * k->S * (4 * (int64_t)k->Cr + k->C); }
@@ -175,7 +175,7 @@ static block_acts_t block_acts(const gpt_block_t *k, int B, float *saved) {
   a.mean1 = p, p += BT;
   a.rstd1 = p, p += BT;
   a.qkv = p, p += 3 * BTCr;
-  a.att = p, p += BT * k->NHr * k->S;
+  a.att = p, p += BT * (k->att_fwd ? k->att_saved : (int64_t)k->NHr * k->S);
   a.atty = p, p += BTCr;
   a.x2 = p, p += BTC;
   a.ln2 = p, p += BTC;
@@ -251,7 +251,8 @@ void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
   const float *x = io->x;
   op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BT, C); // (BT,C)
   col_fwd(k, io, a.qkv, a.ln1, l.qkvw, l.qkvb, C, 3 * Cr);                                      // (BT,3Cr)
-  op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                                // (BT,Cr)
+  if (k->att_fwd) k->att_fwd(k->hook_ctx, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);               // (BT,Cr)
+  else op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                           // (BT,Cr)
   row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BT,C)
   op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
   op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BT, C);
@@ -309,7 +310,8 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) 
                    beta);                                                                       // dy := d x2
   // attention: x2 = x + proj(attn(qkv(ln1(x))))
   row_bwd(k, io, s1, l.projw, l.projb, dy, a.atty, Cr, C);                                      // d atty
-  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv (BT,3Cr)
+  if (k->att_bwd) k->att_bwd(k->hook_ctx, s3, s1, a.qkv, a.atty, a.att, B, S, Cr, k->NHr);     // d qkv (BT,3Cr)
+  else op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                           // d qkv (BT,3Cr)
   col_bwd(k, io, s1, l.qkvw, l.qkvb, s3, a.ln1, C, 3 * Cr);                                    // d ln1 (split: Σ partials)
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */

@@ -67,11 +67,19 @@ typedef struct gpt_block {
                   int out);
   void (*row_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                   dtype_t wdt, int rows, int in, int out, float beta);
+  /* Attention on qkv (B·S, 3Cr) → atty (B·S, Cr), saving att_saved fp32 per token in att (NULL:
+   * op_attention_fwd/bwd on B whole sequences of S, att_saved = NHr·S: the probabilities). Context
+   * parallelism (solutions/cp.h) puts its ring here: its B·S tokens are chunks of longer sequences,
+   * and it saves NHr per token (the log-sum-exp), not the S² probabilities. */
+  void (*att_fwd)(void *ctx, float *atty, float *att, const float *qkv, int B, int S, int Cr, int NHr);
+  void (*att_bwd)(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty, const float *att,
+                  int B, int S, int Cr, int NHr);
+  int64_t att_saved;   /* with att_fwd: fp32 elements att keeps per token */
 } gpt_block_t;
 /* The unsplit block of shape s: Cr = C, NHr = NH, gpt_block_layout, no hooks. */
 gpt_block_t gpt_block_whole(gpt_shape_t s);
 /* fp32 elements a block saves per sample (its saved_numel): 3SC + 4S + 12S·Cr + NHr·S²
- * (= 15SC + 4S + NH·S² unsplit; gpt.h's table at the top). */
+ * (= 15SC + 4S + NH·S² unsplit; gpt.h's table at the top); with att_fwd, S·att_saved for NHr·S². */
 int64_t gpt_block_saved(const gpt_block_t *k);
 /* fp32 scratch a block's backward needs for B samples: B·S·(4Cr + C). */
 int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B);

@@ -450,6 +450,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   }
   model_from_cfg(&t);
   if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
+  if (cfg->cp > 1) cfg->cp_split(&t); /* --cp: this rank's chunks of every sequence (chapter 10) */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");

@@ -32,6 +32,7 @@
 typedef enum { OPT_ADAMW = 0, OPT_SGD = 1 } optim_kind_t;
 typedef enum { NONFINITE_ABORT = 0, NONFINITE_SKIP = 1 } nonfinite_t;
 
+struct trainer;
 /* Flags shared by chapters 02+ (train_parse_args fills and validates them). */
 typedef struct train_cfg {
   int layers, hidden, input, classes; /* --layers --hidden --input --classes */
@@ -51,6 +52,12 @@ typedef struct train_cfg {
   /* Set by a chapter's main, not a flag: the model transform that --tp T > 1 applies (chapter 06's
    * tensor parallelism, solutions/tp.h's tp_transform); NULL: the program has none. */
   const struct model_transform *transform;
+  int cp, cp_balance;                 /* --cp C: context-parallel ranks per sequence (10; 1 = off);
+                                       * --cp-balance 0|1: each rank two mirrored chunks (causal balance) */
+  /* Set by a chapter's main, not a flag: with --cp C > 1 the launcher calls it once, after the
+   * model is built and before the activations are sized (chapter 10's context parallelism,
+   * solutions/cp.h's cp_split_trainer): the model becomes this rank's sequence chunks. */
+  void (*cp_split)(struct trainer *t);
   /* Set by a chapter's main, not a flag: the schedule of a step (chapter 07's pipeline,
    * solutions/pipeline.h's pipeline_schedule); NULL: the loop's own (schedule_t below). */
   const struct schedule *sched;
@@ -93,7 +100,8 @@ typedef struct train_cfg {
 
 /* Which chapter-specific flags a program accepts. */
 enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16,
-       TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */ };
+       TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */,
+       TRAIN_FLAG_CP = 64   /* --cp C, --cp-balance (10) */ };
 
 struct trainer;
 

@@ -143,7 +143,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
-                       .model_kind = "mlp", .tp = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
+                       .model_kind = "mlp", .tp = 1, .cp = 1, .cp_balance = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
                        .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2,
                        .loss_scale = 0, .init_scale = 65536, .growth_factor = 2, .backoff_factor = 0.5,
                        .growth_interval = 2000};
@@ -220,6 +220,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of every unit "
          "output the TP group replicates and all-gathers it for the backward; auto: on with --recompute and --tp > 1, "
          "0: whole outputs (to compare)");
+  if (chapter_flags & TRAIN_FLAG_CP) { /* checked against the world and the model by the chapter (solutions/cp.h) */
+    SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL, "context-parallel ranks C per sequence (consecutive ranks): each holds S/C of every sequence, attention a ring of K/V blocks; the data dimension is ranks / C");
+    SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL, "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk");
+  }
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC

@@ -1,0 +1,26 @@
+/* ch10_long — long sequences: context parallelism (ring attention with an online softmax).
+ * --cp C consecutive ranks share every sequence, S/C positions each (solutions/cp.h); --zero S
+ * chooses the strategy on all the ranks (the C·D of the CP × DP grid: the weights are whole on
+ * every rank, their gradients summed over CP and DP alike). Notes: notes/10-long-sequences.md.
+ *   make run CH=10 NP=4 ARGS="--model gpt --gpt tiny --cp 2 --zero 1"   CP 2 × DP 2, ZeRO-1
+ * Megatron sequence parallelism (--sp) is chapter 06's flag beside --tp. */
+#include "cp.h"     // cp_check_args, cp_split_trainer, cp_strategy
+#include "ddp.h"    // ddp_strategy (--zero 0)
+#include "zero.h"   // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
+#include "train.h"  // train_cfg_t, train_parse_args, train_main, TRAIN_FLAG_*
+
+int main(int argc, char **argv) {
+  train_cfg_t cfg;
+  train_parse_args(argc, argv, &cfg, "ch10_long",
+                   "Training long sequences with context parallelism: --cp C consecutive ranks hold S/C positions of\n"
+                   "every sequence and pass K/V blocks round a ring for the attention (online softmax); --cp-balance 1\n"
+                   "(default) gives each rank two mirrored chunks so the causal work is even; --zero 0|1|2|3 over all\n"
+                   "the ranks (CP x DP). Example: make run CH=10 NP=4 ARGS=\"--model gpt --gpt tiny --cp 2 --zero 1\"",
+                   TRAIN_FLAG_CP | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
+  int rc = cp_check_args(&cfg); /* before MPI and any allocation */
+  if (rc) return rc;
+  cfg.cp_split = cp_split_trainer;
+  const strategy_t *s = cfg.zero == 0 ? ddp_strategy("bucketed") : cfg.zero == 1 ? zero1_strategy()
+                      : cfg.zero == 2 ? zero2_strategy() : zero3_strategy();
+  return train_main(&cfg, cfg.cp > 1 ? cp_strategy(s) : s, "10_long");
+}

@@ -1,0 +1,268 @@
+/* cp_gpt.c — the GPT with context parallelism (cp.h; notes/10-long-sequences.md, Part 2): every
+ * rank of a CP group holds n = S/C positions of each sequence, the weights whole (replicated: the
+ * strategy sums their gradients over the CP group with the data-parallel ranks), and runs every
+ * per-token layer (embedding, LayerNorms, qkv, proj, MLP, head, loss) on its own positions; the
+ * attention is cp.c's ring.
+ *
+ * The loop is the data-parallel one over all C·D ranks: it hands each rank b = batch/(C·D·accum)
+ * whole sequences ("loop samples" of S tokens). The CP group trades them: an all-gather of the
+ * token ids (and, at the loss, of the targets) gives every rank its positions of all C·b
+ * sequences, so a rank's activations are R = C·b rows of n positions — b·S tokens, the buffers the
+ * loop sized — and its loss covers batch/D·S/C tokens, scaled as the loop's 1/(batch·S).
+ * What a block saves per loop sample: gpt.h's 15SC + 4S, and the attention's log-sum-exp NH·S
+ * instead of the NH·S² probabilities (the ring recomputes scores block by block). */
+#include "cp.h"
+#include <stdio.h>          // printf, snprintf
+#include <stdlib.h>         // free
+#include <string.h>         // strcmp, memcpy
+#include "../common/args.h"   // args_error, args_env_world
+#include "../common/check.h"  // die, xcalloc
+#include "../common/gpt.h"    // model_gpt_fns, gpt_block_*
+#include "../common/ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
+#include "../common/ops_gpt.h" // op_embedding_*, op_layernorm_bwd
+#include "../common/train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
+
+typedef struct cp_gpt {
+  cp_ring_t g;          /* the ring over this rank's CP group (g.c: owned here) */
+  const trainer_t *t;
+  int S, E, V, NH, C;
+  tensor_t tok_all;     /* (C·b, S) int32: the group's sequences (tokens, then targets) */
+  tensor_t tok_loc;     /* (R, n) int32: this rank's positions of them, kept for the embedding's backward */
+  tensor_t tgt_loc;     /* (R, n) int32: the targets at those positions */
+  tensor_t wpe_loc;     /* (n, E) wdt: wpe's rows at this rank's positions; dwpe_loc its gradient */
+  tensor_t dwpe_loc;
+  tensor_t scratch;     /* the blocks' backward scratch */
+} cp_gpt_t;
+
+static const model_fns_t cp_gpt_fns;
+
+static void *grow(tensor_t *t, const char *name, dtype_t dt, int64_t numel) {
+  if (t->data && (t->numel < numel || t->dtype != dt)) tensor_free(t);
+  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, dt, DEV_CPU, numel);
+  return t->data;
+}
+static inline const void *P(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
+static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
+
+/* The group's C·b sequences (b·S int32 from this rank) → dst (R, n): this rank's positions. */
+static void cp_exchange(cp_gpt_t *c, const int *mine, int b, int *dst) {
+  int64_t bs = (int64_t)b * c->S, R = (int64_t)b * c->C;
+  int *all = grow(&c->tok_all, "cp sequences (ids)", DT_F32, c->C * bs); /* int32 in 4-byte elements */
+  comm_all_gather(c->g.c, mine, all, c->C * bs, DT_F32);                 /* bits moved, nothing added */
+  const int *pos = c->g.pos + (int64_t)c->g.r * c->g.n;
+  for (int64_t rho = 0; rho < R; rho++)
+    for (int i = 0; i < c->g.n; i++) dst[rho * c->g.n + i] = all[rho * c->S + pos[i]];
+}
+
+/* wpe's rows at this rank's positions ↔ the local (n, E) table, in wdt. */
+static void cp_rows(cp_gpt_t *c, void *full, void *loc, dtype_t wdt, int to_loc) {
+  size_t row = (size_t)c->E * dtype_size(wdt);
+  const int *pos = c->g.pos + (int64_t)c->g.r * c->g.n;
+  for (int i = 0; i < c->g.n; i++) {
+    char *f = (char *)full + (size_t)pos[i] * row, *l = (char *)loc + (size_t)i * row;
+    memcpy(to_loc ? l : f, to_loc ? f : l, row);
+  }
+}
+
+static void cp_att_fwd(void *ctx, float *atty, float *att, const float *qkv, int B, int S, int Cr, int NHr) {
+  cp_gpt_t *c = ctx;
+  cp_ring_forward(&c->g, atty, att, qkv, B * c->C); /* att: the log-sum-exp (R, NH, n) */
+}
+static void cp_att_bwd(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty, const float *att,
+                       int B, int S, int Cr, int NHr) {
+  cp_gpt_t *c = ctx;
+  cp_ring_backward(&c->g, dqkv, datty, qkv, atty, att, B * c->C);
+}
+
+/* A block: gpt.h's whole block on b·S tokens (R rows of n positions), the ring for its attention. */
+static gpt_block_t cp_block(cp_gpt_t *c, gpt_shape_t s) {
+  gpt_block_t k = gpt_block_whole(s);
+  k.hook_ctx = c, k.att_fwd = cp_att_fwd, k.att_bwd = cp_att_bwd, k.att_saved = s.n_head;
+  return k;
+}
+
+static void cp_forward(const model_t *m, int u, const unit_io_t *io) {
+  cp_gpt_t *c = m->ctx;
+  int R = io->B * c->C, n = c->g.n;
+  if (u == 0) { /* y (R, n, E) = wte[this rank's tokens] + wpe[its positions] */
+    int *tok = grow(&c->tok_loc, "cp local tokens", DT_F32, (int64_t)R * n);
+    cp_exchange(c, io->x, io->B, tok);
+    void *wl = grow(&c->wpe_loc, "cp wpe rows", io->wdt, (int64_t)n * c->E);
+    cp_rows(c, (void *)P(io, (int64_t)c->V * c->E), wl, io->wdt, 1);
+    op_embedding_fwd(io->dev, io->y, tok, P(io, 0), wl, io->wdt, R, n, c->E, c->V);
+    return;
+  }
+  if (u == m->n_units - 1) { /* lnf and the logits: per token, gpt.c's own */
+    model_gpt_fns.forward(m, u, io);
+    return;
+  }
+  gpt_block_t k = cp_block(c, m->gpt);
+  gpt_block_forward(&k, io);
+}
+
+static void cp_backward(const model_t *m, int u, const unit_io_t *io) {
+  cp_gpt_t *c = m->ctx;
+  int R = io->B * c->C, n = c->g.n, E = c->E, BT = io->B * c->S;
+  dtype_t wdt = io->wdt;
+  if (u == 0) { /* dwte; dwpe at this rank's rows (the others: 0, or left as they were when accumulating) */
+    void *dwpe = G(io, (int64_t)c->V * E), *dl = grow(&c->dwpe_loc, "cp dwpe rows", wdt, (int64_t)n * E);
+    if (io->beta != 0.0f) cp_rows(c, dwpe, dl, wdt, 1);
+    op_embedding_bwd(io->dev, G(io, 0), dl, io->dy, c->tok_loc.data, wdt, R, n, E, c->V, io->beta);
+    if (io->beta == 0.0f) op_fill(io->dev, dwpe, wdt, 0.0f, (int64_t)c->S * E);
+    cp_rows(c, dwpe, dl, wdt, 0);
+    tensor_free(&c->scratch); /* the last unit of the backward */
+    return;
+  }
+  gpt_block_t k = cp_block(c, m->gpt);
+  float *work = grow(&c->scratch, "cp gpt backward scratch", DT_F32, gpt_block_scratch_numel(&k, io->B));
+  if (u == m->n_units - 1) { /* gpt.c's head backward, with this file's scratch */
+    int64_t nn = (int64_t)BT * E;
+    const float *lnf = io->saved, *mean = lnf + nn, *rstd = mean + BT;
+    op_linear_bwd(io->dev, work, G(io, 2 * (int64_t)E), NULL, io->dy, lnf, P(io, 2 * (int64_t)E), wdt, BT, E, c->V, io->beta);
+    if (io->dx) {
+      op_fill(io->dev, io->dx, DT_F32, 0.0f, nn);
+      op_layernorm_bwd(io->dev, io->dx, G(io, 0), G(io, E), work, io->x, mean, rstd, P(io, 0), wdt, BT, E, io->beta);
+    }
+    return;
+  }
+  gpt_block_backward(&k, io, work);
+}
+
+/* The loss at this rank's positions: the targets trade like the tokens. Scale: the loop's. */
+static double cp_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+  cp_gpt_t *c = m->ctx;
+  int64_t N = (int64_t)b * c->S; /* = R·n */
+  int *tg = grow(&c->tgt_loc, "cp local targets", DT_F32, N);
+  cp_exchange(c, targets, b, tg);
+  return op_softmax_xent(DEV_CPU, dlogits, logits, tg, (int)N, c->V, scale);
+}
+
+static void cp_free_ctx(model_t *m) {
+  cp_gpt_t *c = m->ctx;
+  if (!c) return;
+  tensor_free(&c->tok_all);
+  tensor_free(&c->tok_loc);
+  tensor_free(&c->tgt_loc);
+  tensor_free(&c->wpe_loc);
+  tensor_free(&c->dwpe_loc);
+  tensor_free(&c->scratch);
+  comm_t *g = c->g.c;
+  cp_ring_free(&c->g);
+  comm_finalize(g);
+  free(c);
+  m->ctx = NULL;
+}
+
+static void cp_init_unit(const model_t *m, uint64_t seed, int u, float *dst) { model_gpt_fns.init_unit(m, seed, u, dst); }
+static double cp_flops(const model_t *m) { return model_gpt_fns.flops_per_sample(m); } /* C·n·S = S² per loop sample */
+
+static const model_fns_t cp_gpt_fns = {.name = "gpt", .init_unit = cp_init_unit, .forward = cp_forward,
+                                       .backward = cp_backward, .free_ctx = cp_free_ctx, .flops_per_sample = cp_flops,
+                                       .loss = cp_loss};
+
+/* ---- the checks, the split, the formulas ---------------------------------------------------- */
+int cp_check_args(const train_cfg_t *cfg) {
+  if (cfg->cp <= 1) return 0;
+  char v[32], why[160];
+  snprintf(v, sizeof v, "%d", cfg->cp);
+  int world = args_env_world();
+  if (strcmp(cfg->model_kind, "gpt") != 0) return args_error("--cp", v, "needs --model gpt (it splits a sequence)");
+  if (world % cfg->cp)
+    return args_error("--cp", v, "must divide the ranks (%d): D = ranks / C data-parallel groups of C", world);
+  if (cp_layout_check(cfg->gpt.seq_len, cfg->cp, cfg->cp_balance, why, sizeof why))
+    return args_error("--cp", v, "%s (--seq-len %d, --cp-balance %d)", why, cfg->gpt.seq_len, cfg->cp_balance);
+  if (cfg->dev == DEV_CUDA) return args_error("--cp", v, "the ring attention runs on the CPU only (--device cpu)");
+  if (cfg->recompute) return args_error("--cp", v, "is not offered with --recompute (the ring would run again in the backward)");
+  if (cfg->sample || cfg->eval_every)
+    return args_error("--cp", v, "--sample and --eval-every need whole sequences on one rank; use 1 rank for them");
+  return 0;
+}
+
+/* Activation bytes the loop keeps per rank for b loop samples (gpt.h's table with the ring's
+ * attention): 4b·[S·E·(L+1) + S·V + L·(15SE + 4S + NH·S) + S·E + 2S] = per sequence that the rank
+ * shares, S/C of its tokens: ∝ S/C, and linear in S (no S² term). */
+static int64_t cp_acts_formula(gpt_shape_t s, int64_t b) {
+  int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab, NH = s.n_head;
+  return 4 * b * (S * E * (L + 1) + S * V + L * (15 * S * E + 4 * S + NH * S) + S * E + 2 * S);
+}
+
+void cp_split_trainer(trainer_t *t) {
+  const train_cfg_t *cfg = t->cfg;
+  model_t *m = &t->model;
+  int C = cfg->cp, wr = comm_rank(t->world_comm);
+  if (m->fns != &model_gpt_fns) die("error: --cp %d: context parallelism splits the GPT only", C);
+  cp_gpt_t *c = xcalloc(1, sizeof *c, "cp gpt");
+  comm_t *g = comm_split(t->world_comm, wr / C, wr % C); /* C consecutive ranks */
+  gpt_shape_t s = m->gpt;
+  cp_ring_init(&c->g, g, s.seq_len, cfg->cp_balance, s.n_embd, s.n_head);
+  c->t = t, c->S = s.seq_len, c->E = s.n_embd, c->V = s.vocab, c->NH = s.n_head, c->C = C;
+  gpt_block_t k = cp_block(c, s);
+  for (int u = 1; u < m->n_units - 1; u++) m->units[u].saved_numel = gpt_block_saved(&k);
+  m->fns = &cp_gpt_fns;
+  m->ctx = c;
+  int64_t b = t->local_batch, R = b * C, L = s.n_layer;
+  trainer_report_extra(t, "cp", C);
+  trainer_report_extra(t, "cp_acts_formula_bytes", (double)cp_acts_formula(s, b));
+  trainer_report_extra(t, "cp_kv_bytes_formula",
+                       4.0 * L * cfg->accum * (cp_ring_fwd_numel(C, R, c->g.n, c->E) + cp_ring_bwd_numel(C, R, c->g.n, c->E)));
+}
+
+/* ---- the end-of-run lines: a strategy that is s with them after its last step ---------------- */
+static strategy_t cp_wrapped;
+static const strategy_t *cp_inner;
+
+static void cp_report(trainer_t *t) {
+  const cp_gpt_t *c = t->model.ctx;
+  const train_cfg_t *cfg = t->cfg;
+  comm_wait_all(c->g.c);
+  comm_counters_t k = comm_counters(c->g.c);
+  int steps = cfg->steps, C = c->C;
+  int64_t b = t->local_batch, R = b * C, L = t->model.gpt.n_layer;
+  double kv = (double)k.sent[CO_SEND] / steps, tok = (double)k.sent[CO_ALL_GATHER] / steps;
+  double kv_f = 4.0 * L * cfg->accum * (cp_ring_fwd_numel(C, R, c->g.n, c->E) + cp_ring_bwd_numel(C, R, c->g.n, c->E));
+  double tok_f = 2.0 * cfg->accum * comm_model_sent(CO_ALL_GATHER, C * b * c->S, DT_F32, C, c->g.r, 0);
+  /* the attention work of one layer's forward on one micro-batch: max and sum over the group */
+  double w[2] = {(double)c->g.work_fwd, (double)c->g.work_fwd}, wmax = 0, wsum = 0;
+  comm_ctl_all_reduce_f64(c->g.c, &w[0], 1, REDOP_MAX);
+  comm_ctl_all_reduce_f64(c->g.c, &w[1], 1, REDOP_SUM);
+  for (int q = 0; q < C; q++) {
+    double f = (double)cp_work_formula(c->S, C, cfg->cp_balance, q) * R * c->NH;
+    wmax = f > wmax ? f : wmax;
+    wsum += f;
+  }
+  double other = 0, osum = 0; /* the other layout's formula, for the line */
+  for (int q = 0; q < C; q++) {
+    double f = (double)cp_work_formula(c->S, C, !cfg->cp_balance, q);
+    other = f > other ? f : other;
+    osum += f;
+  }
+  double imb = w[0] / (w[1] / C), imb_other = other / (osum / C);
+  trainer_report_extra(t, "cp_kv_bytes_per_step", kv);
+  trainer_report_extra(t, "cp_tok_bytes_per_step", tok);
+  trainer_report_extra(t, "cp_work_max", w[0]);
+  trainer_report_extra(t, "cp_work_formula_max", wmax);
+  trainer_report_extra(t, "cp_imbalance", imb);
+  if (!trainer_prints(t)) return;
+  printf("cp: C=%d, %s: each rank %d of the %d positions of every sequence\n", C,
+         cfg->cp_balance ? "balanced (chunks q and 2C-1-q of 2C)" : "contiguous (chunk q of C)", c->g.n, c->S);
+  printf("cp: K/V ring bytes sent per rank per step %.0f  (formula 4 B x L %lld x accum %d x [fwd (C-1)*2*R*n*E + bwd "
+         "((C-1)*4 + 2)*R*n*E], R = %lld rows, n = %d, E = %d: %.0f)\n",
+         kv, (long long)L, cfg->accum, (long long)R, c->g.n, c->E, kv_f);
+  printf("cp: token and target all-gathers per rank per step %.0f bytes (formula %.0f)\n", tok, tok_f);
+  printf("cp: attention work per rank (score pairs, one layer's forward of one micro-batch): max %.0f mean %.0f "
+         "(formula max %.0f mean %.0f); imbalance max/mean %.3f (--cp-balance %d would give %.3f)\n",
+         w[0], w[1] / C, wmax, wsum / C, imb, !cfg->cp_balance, imb_other);
+  fflush(stdout);
+}
+
+static void cp_step(trainer_t *t) {
+  cp_inner->step(t);
+  if (t->step == t->cfg->steps - 1 && t->cfg->cp > 1) cp_report(t);
+}
+
+const strategy_t *cp_strategy(const strategy_t *s) {
+  cp_inner = s;
+  cp_wrapped = *s;
+  cp_wrapped.step = cp_step;
+  return &cp_wrapped;
+}
