@@ -365,6 +365,16 @@ help:
 clean:
 	rm -rf $(BUILD)
 
+# ch10: the long-sequence demo: the largest sequence length that trains one step under BUDGET_LONG MiB
+# per rank for 1 rank, TP 4 (and TP 4 + SP when ch06_tp has --sp), CP 4, CP 4 + ZeRO-3, CP 2 x ZeRO-3,
+# then CP 4's causal imbalance with and without --cp-balance (notes/10-long-sequences.md). Writes
+# LONG_OUT (default notes/data/bench_long.json, the committed measurement make plots draws).
+BUDGET_LONG ?= 24
+LONG_OUT ?= notes/data/bench_long.json
+.PHONY: bench-long
+bench-long: build
+	@$(PYTHON) common/scripts/bench_long.py --bin $(BIN) --out $(LONG_OUT) --budget $(BUDGET_LONG)
+
 # ch07: 1F1B and GPipe bubble vs (P-1)/(M+P-1) at P = 2, M = 1, 4, 8, and the P = 2, M = 8 step vs
 # the ideal (M+P-1)/(MP) x the 1-rank step, this build against BASE's (built in a temporary
 # worktree as check-bits does), alternating, medians (notes/design.md, the stream model).

@@ -3,7 +3,7 @@
 #
 #   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or one
 #                        rank per GPU when `nvidia-smi -L` lists 2 or more and the build has CUDA
-#   make demo CH=03      one chapter (a lecture slot): 00 .. 08
+#   make demo CH=03      one chapter (a lecture slot): 00 .. 08, 10
 #   --quick              tiny sizes, 2 ranks, fewer launches, into /tmp/zerolab-quick/ (the CI
 #                        check of the figures, tests/mpi/test_tutorial.c, uses it)
 #
@@ -26,7 +26,7 @@ for a in "$@"; do
     --quick) QUICK=1 ;;
     [0-9][0-9]) CH=$a ;;
     [0-9]) CH=0$a ;;
-    *) echo "error: demo.sh $a: allowed a chapter number 00..08 (make demo CH=03) or --quick" >&2; exit 2 ;;
+    *) echo "error: demo.sh $a: allowed a chapter number 00..08 or 10 (make demo CH=03) or --quick" >&2; exit 2 ;;
   esac
 done
 BIN=${ZL_BIN:-build/bin}
@@ -36,7 +36,7 @@ if [ "$QUICK" = 1 ]; then  # tiny runs never overwrite the real results and figu
   RES=${ZL_RESULTS:-/tmp/zerolab-quick/results}
   FIG=${ZL_FIGURES:-/tmp/zerolab-quick/figures}
 fi
-case "$CH" in ''|00|01|02|03|04|05|06|07|08) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08" >&2; exit 2 ;; esac
+case "$CH" in ''|00|01|02|03|04|05|06|07|08|10) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08, 10" >&2; exit 2 ;; esac
 
 if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
 else B=""; D=""; Y=""; R=""; N=""; fi
@@ -349,6 +349,26 @@ EOF
     --trace "$RES/offload.trace.json" --json "$RES/offload.json"
 }
 
+do_ch10() { # chapter 10 alone (make demo CH=10): context parallelism, then the long-sequence demo
+  step "Chapter 10 — long sequences: context parallelism (ring attention)" <<EOF
+--cp 4: every rank holds S/4 positions of each sequence; attention passes K/V blocks round a ring
+with an online softmax. Look at the cp: lines — the K/V bytes per step beside their formula, and
+the attention work per rank: balanced (two mirrored chunks) against contiguous (--cp-balance 0).
+Then the demo: the largest sequence that trains under one per-rank budget, per layout (a few
+minutes on 2 cores: one-step runs; a refused one ends at its first allocation over the budget).
+EOF
+  have ch10_long || return
+  local bal
+  for bal in 1 0; do
+    [ "$bal" = 1 ] || echo
+    brief_run '^(ch10_long:|cp:|step )' 4 ch10_long --model gpt --gpt small --n-layer 2 --seq-len 256 --batch 4 \
+      --steps 3 --cp 4 --cp-balance "$bal" --json "$RES/ch10_cp4_bal$bal.json"
+  done
+  echo
+  echo "${D}\$ python3 common/scripts/bench_long.py --bin $BIN --out $RES/bench_long.json${N}"
+  python3 common/scripts/bench_long.py --bin "$BIN" --out "$RES/bench_long.json" || FAILED+=("bench_long.py")
+}
+
 do_plots() {
   step "Figures from the JSON results" <<EOF
 common/scripts/plots.py draws every figure from the files just written under $RES/
@@ -364,6 +384,7 @@ EOF
     05) only=(--only "memory,traffic,loss,timeline_zero3") ;;
     07) only=(--only timeline_pipeline) ;;
     08) only=(--only timeline_offload) ;;
+    10) only=(--only schematic_cp,long_seq --data "$RES") ;;
   esac
   "${PLOT_PYTHON:-python3}" common/scripts/plots.py --results "$RES" --out "$FIG" "${only[@]}" || FAILED+=("plots.py")
 }
@@ -397,6 +418,7 @@ want 05 && sweep+=(zero3)
 want 06 && plan+=(ch06)
 want 07 && plan+=(ch07)
 want 08 && plan+=(ch08)
+[ "$CH" = 10 ] && plan+=(ch10)   # not in the whole tour: its demo alone takes minutes
 for p in "${plan[@]}"; do
   case $p in ch01 | ch02 | ch06) NSTEPS=$((NSTEPS + 2)) ;; *) NSTEPS=$((NSTEPS + 1)) ;; esac
 done
@@ -422,6 +444,7 @@ for p in "${plan[@]}"; do
     ch06) do_ch06 ;;
     ch07) do_ch07 ;;
     ch08) do_ch08 ;;
+    ch10) do_ch10 ;;
   esac
 done
 [ "$PLOTS" = 1 ] && do_plots
@@ -448,6 +471,7 @@ case "$CH" in
   06) next="make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"" ;;
   07) next="make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"" ;;
   08) next="make run CH=08 NP=2 ARGS=\"--precision bf16 --steps 20 --offload none\"" ;;
+  10) next="make run CH=10 NP=4 ARGS=\"--model gpt --gpt tiny --cp 2 --zero 3\"" ;;
   01) next="make run CH=01 NP=3 ARGS=\"--op reduce_scatter\"" ;;
   *) next="make run CH=$CH NP=3 ARGS=\"--steps 50 --collectives ring\"" ;;
 esac

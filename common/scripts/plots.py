@@ -27,6 +27,9 @@ Schematics (no inputs; counted on their own line):
   schematic_zero3  with timeline_zero3: --prefetch 0 vs 1, one rank, synthetic durations
   gpt_units        --only gpt_units: the GPT as the strategies see it (plot_gpt.py)
   schematic_tp     --only schematic_tp: one tensor-parallel MLP block on 2 ranks, f and g (chapter 06)
+  schematic_cp     --only schematic_cp: a sequence over 4 CP ranks, the K/V ring, the causal work (chapter 10)
+Data figures (committed measurements, --data notes/data):
+  zeror_cb         bench_zeror.json (make bench-zeror);  long_seq  bench_long.json (make bench-long, chapter 10)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -50,6 +53,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 import plot_gpt  # noqa: E402  (common/scripts/plot_gpt.py: gpt_units, ch00_gpt_acts)
 import plot_offload  # noqa: E402  (common/scripts/plot_offload.py: timeline_offload)
 import plot_pipeline  # noqa: E402  (common/scripts/plot_pipeline.py: timeline_pipeline)
+import plot_long  # noqa: E402  (common/scripts/plot_long.py: schematic_cp, long_seq)
 
 STAGES = [("ddp", 0, "DDP (ZeRO-0)"), ("zero1", 1, "ZeRO-1"), ("zero2", 2, "ZeRO-2"), ("zero3", 3, "ZeRO-3")]
 STAGE_OF = {s: k for s, k, _ in STAGES}
@@ -802,6 +806,7 @@ def schematic_tp(outdir):
 SCHEMATICS = [  # (drawn with this figure of FIGURES, or a --only name of its own; function, the PNG it writes)
     ("timeline_ddp", schematic_ddp, "schematic_ddp"), ("timeline_zero3", schematic_zero3, "schematic_zero3"),
     ("gpt_units", schematic_gpt_units, "gpt_units"), ("schematic_tp", schematic_tp, "schematic_tp"),
+    ("schematic_cp", plot_long.schematic_cp, "schematic_cp"),
 ]
 
 
@@ -930,7 +935,7 @@ def fig_zeror_cb(datadir, outdir):
 
 
 DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no results/ needed): name, function, PNG
-    ("zeror_cb", fig_zeror_cb, "zeror_cb"),
+    ("zeror_cb", fig_zeror_cb, "zeror_cb"), ("long_seq", plot_long.fig_long_seq, "long_seq"),
 ]
 
 FIGURES = [  # (name for --only, function, the PNG it writes)
