@@ -59,7 +59,6 @@ static int visible(const int *kpos, int n, int p) {
 /* ---- the kernels --------------------------------------------------------------------------- */
 int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int *qpos, const float *kv,
                         const int *kpos, float *m, float *l, float *acc) {
-  int hs = E / NH;
   float *s = xmalloc((size_t)n * sizeof(float) + 4, "cp scores"); // (n) one query's scores
   int64_t work = 0;
   for (int rho = 0; rho < R; rho++)

@@ -54,7 +54,6 @@ static int visible(const int *kpos, int n, int p) {
 /* ---- the kernels --------------------------------------------------------------------------- */
 int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int *qpos, const float *kv,
                         const int *kpos, float *m, float *l, float *acc) {
-  int hs = E / NH;
   float *s = xmalloc((size_t)n * sizeof(float) + 4, "cp scores"); // (n) one query's scores
   int64_t work = 0;
   for (int rho = 0; rho < R; rho++)
@@ -64,9 +63,10 @@ int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int
         if (cnt == 0) continue;
         // BEGIN EXERCISE cp_attend_block notes/10-long-sequences.md
         // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the new max m', then add this block's e^(s − m') terms.
-        // HINT2: q = qkv + (rho·n + i)·3E + h·hs; m[st], l[st] with st = (rho·NH + h)·n + i; acc at (rho·n + i)·E + h·hs.
+        // HINT2: hs = E/NH, scale = 1/sqrt(hs); q = qkv + (rho·n + i)·3E + h·hs; m[st], l[st] with st = (rho·NH + h)·n + i; acc at (rho·n + i)·E + h·hs.
         // HINT2: k_j = kv + (rho·n + j)·2E + h·hs, v_j = the same + E; s[j] = scale·q·k_j for j < cnt. m[st] starts at −INFINITY: expf(−inf) = 0 rescales nothing.
         // HINT3: mx = max s[j]; mn = fmaxf(m[st], mx); c = expf(m[st] − mn); a[d] *= c; then p = expf(s[j] − mn): sum += p, a[d] += p·v_j[d]; l[st] = l[st]·c + sum; m[st] = mn.
+        int hs = E / NH;                                                         // head size
         const float *q = qkv + ((int64_t)rho * n + i) * 3 * E + (int64_t)h * hs; // (hs) this query, head h
         int64_t st = ((int64_t)rho * NH + h) * n + i;                            // its m, l
         float scale = 1.0f / sqrtf((float)hs);

@@ -139,6 +139,13 @@ def fig_acts(results, outdir, binary):
                 tot = p + g + o + acts
                 top = max(top, tot)
                 ax.text(x, tot, "%s\n%.0f" % (lab, tot), ha="center", va="bottom", fontsize=7)
+            # context parallelism (chapter 10): ZeRO-3 over the same N ranks, each holding s/N positions of the
+            # sequence, so the same formula's activations / N (the ring keeps no s x s block of other ranks' keys)
+            r, x, n = st[3], i + 0.5, d["world"]
+            base = (r["params"] + r["grads"] + r["optim"]) / gb
+            ax.bar(x, base, 0.2, color=C_OPT, hatch="//", edgecolor="white")
+            ax.bar(x, acts / n, 0.2, bottom=base, color=C_ACTS, hatch="//", edgecolor="white")
+            ax.text(x, base + acts / n, "CP%d\n%.0f" % (n, base + acts / n), ha="center", va="bottom", fontsize=7)
         ax.axhline(80, color="#555555", ls="--", lw=1)
         ax.text(-0.45, 80, "80 GB (one H100)", ha="left", va="bottom", fontsize=8, color="#555555")
         ax.set_xticks(range(len(SEQS)))
@@ -154,7 +161,8 @@ def fig_acts(results, outdir, binary):
                             Patch(color=C_ACTS, label="activations (Korthikanti et al. 2022)")],
                    loc="upper left", fontsize=8)
     fig.suptitle("An 8B model (Llama-3-8B-like: L 32, h 4096, a 32), mixed-precision Adam, N = %d: "
-                 "ZeRO-3 shards the model states, never the activations" % d0["world"], fontsize=11)
+                 "ZeRO-3 shards the model states, never the activations;\nCP%d (hatched, chapter 10): ZeRO-3 with "
+                 "each rank holding s/%d of the sequence splits both" % (d0["world"], d0["world"], d0["world"]), fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     savefig(fig, outdir, "ch00_gpt_acts")
     return None

@@ -42,7 +42,7 @@ def work(S, C, balance, q, src):
 def schematic_cp(outdir):
     S, C = 16, 4
     colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
-    fig = plt.figure(figsize=(13, 5.2))
+    fig = plt.figure(figsize=(13, 5.8))
     ax = fig.add_axes([0.02, 0.52, 0.96, 0.38])
     ax.set_xlim(-0.5, S + 0.5)
     ax.set_ylim(-1.6, 2.2)
@@ -72,7 +72,7 @@ def schematic_cp(outdir):
              fontsize=8)
     # the work matrices
     for k, bal in enumerate((0, 1)):
-        axm = fig.add_axes([0.40 + 0.30 * k, 0.06, 0.22, 0.38])
+        axm = fig.add_axes([0.40 + 0.30 * k, 0.09, 0.22, 0.34])
         m = [[work(S, C, bal, q, src) for src in range(C)] for q in range(C)]
         axm.imshow(m, cmap="Blues", vmin=0, vmax=max(max(r) for r in m) * 1.2)
         for q in range(C):
