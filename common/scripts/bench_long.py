@@ -11,6 +11,7 @@ ledger refuses beyond it), global batch 4 sequences, for
     CP 4               ch10_long --cp 4             (every layer at S/4 positions; ring attention)
     CP 4 + ZeRO-3      ch10_long --cp 4 --zero 3    (the weights sharded over the same 4 ranks)
     CP 2 x ZeRO-3 D 2  ch10_long --cp 2 --zero 3    (CP 2 x DP 2, ZeRO-3 over the 4 ranks)
+    ... + recompute    ch10_long --cp 4 --zero 3 --recompute (one block's saved activations kept)
 
 then the causal balance: one run of CP 4 with --cp-balance 0 and one with 1 at the CP 4 row's S,
 the attention work per rank measured (score pairs; max/mean) and the step time.
@@ -56,7 +57,8 @@ def main():
     if "--sp" in help06:
         rows.append(("TP 4 + SP", 4, ch06, ["--tp", "4", "--sp"]))
     rows += [("ZeRO-3 (D 4)", 4, ch10, ["--zero", "3"]), ("CP 4", 4, ch10, ["--cp", "4"]), ("CP 4 + ZeRO-3", 4, ch10, ["--cp", "4", "--zero", "3"]),
-             ("CP 2 x ZeRO-3 (D 2)", 4, ch10, ["--cp", "2", "--zero", "3"])]
+             ("CP 2 x ZeRO-3 (D 2)", 4, ch10, ["--cp", "2", "--zero", "3"]),
+             ("CP 4 + ZeRO-3 + recompute", 4, ch10, ["--cp", "4", "--zero", "3", "--recompute"])]
     budget = ["--mem-limit-mb", "%g" % a.budget]
     out = {"budget_mib": a.budget, "model": " ".join(MODEL), "load": os.getloadavg()[0], "rows": [], "balance": []}
     print("largest S that trains one step under --mem-limit-mb %g per rank; %s (S in steps of %d)"

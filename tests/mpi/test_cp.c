@@ -3,7 +3,8 @@
  * and --clip 0.5, global batch 8, against 1 rank: every loss and every final weight within 1e-5
  * (the ring sums each query's keys block by block, in another order than the plain softmax);
  * per rank, the K/V bytes sent round the ring per step and the activation bytes the loop keeps
- * equal to the formulas written here from the shapes; CP × DP with ZeRO on the data dimension;
+ * equal to the formulas written here from the shapes (--recompute too); CP × DP with ZeRO on the data
+ * dimension;
  * the attention work per rank (causal imbalance) with and without --cp-balance; the refusals. */
 #include "zl_test.h" // zl_launch, zl_run, zl_json_num, zl_json_all, zl_expect_floats, cr_assert
 
@@ -18,25 +19,26 @@
 
 static const char *fail_lines(const char *out) { return out && *out ? out : "(no output)"; }
 
-/* K/V bytes one rank sends per step: per layer, forward (C−1) hops of [K|V] and backward (C−1)
- * hops of [K|V|dK|dV] and one of [dK|dV], each block R·n·E floats per K, R = C·b rows of n = S/C. */
-static double kv_bytes(int C, double b) {
+/* K/V bytes one rank sends per step: per layer, forward (C−1) hops of [K|V] (twice with
+ * --recompute: the block's forward runs again before its backward) and backward (C−1) hops of
+ * [K|V|dK|dV] and one of [dK|dV], each block R·n·E floats per K, R = C·b rows of n = S/C. */
+static double kv_bytes(int C, double b, int rc) {
   double R = C * b, n = (double)CP_S / C, blk = R * n * CP_E;
-  return 4.0 * CP_L * ((C - 1) * 2 * blk + (C - 1) * 4 * blk + 2 * blk);
+  return 4.0 * CP_L * ((1 + rc) * (C - 1) * 2 * blk + (C - 1) * 4 * blk + 2 * blk);
 }
 /* Activation bytes the loop keeps per rank for b loop samples (S tokens each: b·S = this rank's
  * share of batch/D sequences at S/C positions): outputs S·E per unit, the logits S·V; per block
  * 15SE + 4S and the log-sum-exp NH·S (no S² term); the head's lnf SE + 2S. */
-static double acts_bytes(double b) {
-  double S = CP_S, E = CP_E, L = CP_L, V = CP_V, NH = CP_NH;
-  return 4 * b * (S * E * (L + 1) + S * V + L * (15 * S * E + 4 * S + NH * S) + S * E + 2 * S);
+static double acts_bytes(double b, int rc) {
+  double S = CP_S, E = CP_E, L = CP_L, V = CP_V, NH = CP_NH, block = 15 * S * E + 4 * S + NH * S;
+  return 4 * b * (S * E * (L + 1) + S * V + (rc ? block : L * block + S * E + 2 * S)); /* --recompute: one block's */
 }
 
 /* One CP run against the 1-rank reference. */
-static zl_out_t cp_vs_one_rank(int np, int C, int balance, int zero, const zl_out_t *ref) {
+static zl_out_t cp_vs_one_rank_rc(int np, int C, int balance, int zero, int rc, const zl_out_t *ref) {
   char args[128], what[96];
-  snprintf(what, sizeof what, "cp%d_bal%d_zero%d_np%d", C, balance, zero, np);
-  snprintf(args, sizeof args, "--cp %d --cp-balance %d --zero %d", C, balance, zero);
+  snprintf(what, sizeof what, "cp%d_bal%d_zero%d_np%d%s", C, balance, zero, np, rc ? "_rc" : "");
+  snprintf(args, sizeof args, "--cp %d --cp-balance %d --zero %d%s", C, balance, zero, rc ? " --recompute" : "");
   zl_out_t run = CP_LAUNCH(np, what, "r", args);
   cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n, (long long)ref->n);
   zl_expect_floats(what, run.params, ref->params, run.n, CP_TOL);
@@ -46,12 +48,15 @@ static zl_out_t cp_vs_one_rank(int np, int C, int balance, int zero, const zl_ou
   for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= CP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
   double b = 8.0 / np; /* loop samples per rank: batch / (C·D) */
   double kv = zl_json_num(run.json, "cp_kv_bytes_per_step"), kvf = zl_json_num(run.json, "cp_kv_bytes_formula");
-  cr_assert(kv == kv_bytes(C, b) && kvf == kv_bytes(C, b), "%s rank 0: %g K/V bytes sent per step (its formula %g), expected %g",
-            what, kv, kvf, kv_bytes(C, b));
+  cr_assert(kv == kv_bytes(C, b, rc) && kvf == kv_bytes(C, b, rc),
+            "%s rank 0: %g K/V bytes sent per step (its formula %g), expected %g", what, kv, kvf, kv_bytes(C, b, rc));
   double acts = zl_json_num(run.json, "acts_saved_bytes"), af = zl_json_num(run.json, "cp_acts_formula_bytes");
-  cr_assert(acts == acts_bytes(b) && af == acts_bytes(b), "%s rank 0: %g activation bytes kept (its formula %g), expected %g",
-            what, acts, af, acts_bytes(b));
+  cr_assert(acts == acts_bytes(b, rc) && af == acts_bytes(b, rc),
+            "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what, acts, af, acts_bytes(b, rc));
   return run;
+}
+static zl_out_t cp_vs_one_rank(int np, int C, int balance, int zero, const zl_out_t *ref) {
+  return cp_vs_one_rank_rc(np, C, balance, zero, 0, ref);
 }
 
 /* C = 2 and 4, balanced and contiguous, DDP over the CP ranks; activations ∝ 1/C at one batch. */
@@ -62,6 +67,14 @@ Test(ch10_long, cp_equals_one_rank, .timeout = 120) {
   double a2 = zl_json_num(c2.json, "acts_saved_bytes"), a4 = zl_json_num(c4.json, "acts_saved_bytes");
   cr_assert(a2 == 2 * a4, "activation bytes per rank: C=2 %g, C=4 %g: not halved", a2, a4);
   zl_out_free(&c2), zl_out_free(&c4), zl_out_free(&c2c), zl_out_free(&ref);
+}
+
+/* --recompute: each block's forward (and its ring) runs again before its backward; the loop keeps
+ * one block's saved activations. Same weights as 1 rank within 1e-5. */
+Test(ch10_long, cp_recompute, .timeout = 120) {
+  zl_out_t ref = CP_LAUNCH(1, "cp_ref", "ref", "");
+  zl_out_t rc = cp_vs_one_rank_rc(2, 2, 1, 0, 1, &ref);
+  zl_out_free(&rc), zl_out_free(&ref);
 }
 
 /* C = 3 on a sequence of 24 (2C = 6 chunks of 4), batch 6. */
@@ -110,7 +123,7 @@ Test(ch10_long, cp_refusals, .timeout = 120) {
       {2, "--model gpt --gpt tiny --cp 3", "error: --cp 3: must divide the ranks (2)"},
       {2, "--model gpt --gpt tiny --seq-len 18 --cp 2", "error: --cp 2: seq_len 18 must be divisible by 2C"},
       {2, "--cp 2", "error: --cp 2: needs --model gpt"},
-      {2, "--model gpt --gpt tiny --cp 2 --recompute", "error: --cp 2: is not offered with --recompute"},
+      {2, "--model gpt --gpt tiny --cp 2 --sample 10", "error: --cp 2: --sample and --eval-every need whole sequences"},
       {1, "--model gpt --gpt tiny --cp 0", "--cp"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -44,7 +44,7 @@ Test(common_tutorial, plots_skip_missing_inputs, .timeout = 60) {
   cr_assert_eq(rc, 0, "plots.py with no results exited with %d:\n%s", rc, out);
   cr_assert(strstr(out, "plots: 0 drawn, 10 skipped, 0 failed"), "expected every figure skipped, got:\n%s", out);
   cr_assert(strstr(out, "skipped memory: "), "expected a note naming the missing memory inputs, got:\n%s", out);
-  cr_assert(strstr(out, "schematics: 4 drawn"), "expected the 4 schematics (ddp, zero3, gpt_units, tp) drawn "
+  cr_assert(strstr(out, "schematics: 5 drawn"), "expected the 5 schematics (ddp, zero3, gpt_units, tp, cp) drawn "
             "without inputs, got:\n%s", out);
   rc = zl_run(0, 30, NULL, "test -s %s/figures/schematic_tp.png", dir);
   cr_assert_eq(rc, 0, "no %s/figures/schematic_tp.png (chapter 06's f and g figure)", dir);
