@@ -60,7 +60,7 @@ static zl_out_t cp_vs_one_rank(int np, int C, int balance, int zero, const zl_ou
 }
 
 /* C = 2 and 4, balanced and contiguous, DDP over the CP ranks; activations ∝ 1/C at one batch. */
-Test(ch10_long, cp_equals_one_rank, .timeout = 120) {
+Test(ch10_context, cp_equals_one_rank, .timeout = 120) {
   zl_out_t ref = CP_LAUNCH(1, "cp_ref", "ref", "");
   zl_out_t c2 = cp_vs_one_rank(2, 2, 1, 0, &ref), c4 = cp_vs_one_rank(4, 4, 1, 0, &ref);
   zl_out_t c2c = cp_vs_one_rank(2, 2, 0, 0, &ref);
@@ -71,14 +71,14 @@ Test(ch10_long, cp_equals_one_rank, .timeout = 120) {
 
 /* --recompute: each block's forward (and its ring) runs again before its backward; the loop keeps
  * one block's saved activations. Same weights as 1 rank within 1e-5. */
-Test(ch10_long, cp_recompute, .timeout = 120) {
+Test(ch10_context, cp_recompute, .timeout = 120) {
   zl_out_t ref = CP_LAUNCH(1, "cp_ref", "ref", "");
   zl_out_t rc = cp_vs_one_rank_rc(2, 2, 1, 0, 1, &ref);
   zl_out_free(&rc), zl_out_free(&ref);
 }
 
 /* C = 3 on a sequence of 24 (2C = 6 chunks of 4), batch 6. */
-Test(ch10_long, cp3_equals_one_rank, .timeout = 120) {
+Test(ch10_context, cp3_equals_one_rank, .timeout = 120) {
   const char *shape = "--model gpt --gpt tiny --seq-len 24 --batch 6 --steps 4 --optimizer sgd --lr 0.1 --clip 0.5";
   zl_out_t ref = zl_launch(1, 60, "cp3_ref", "ref", "%s/ch10_long %s", ZL_BIN, shape);
   zl_out_t run = zl_launch(3, 60, "cp3", "r", "%s/ch10_long %s --cp 3", ZL_BIN, shape);
@@ -92,7 +92,7 @@ Test(ch10_long, cp3_equals_one_rank, .timeout = 120) {
 
 /* CP × DP: C = 2 × D = 2 with ZeRO-1 and ZeRO-3 over the four ranks (the weights are whole on the
  * CP ranks, so the data dimension and the CP dimension shard and reduce together). */
-Test(ch10_long, cp_x_dp_zero, .timeout = 120) {
+Test(ch10_context, cp_x_dp_zero, .timeout = 120) {
   zl_out_t ref = CP_LAUNCH(1, "cp_ref", "ref", "");
   zl_out_t z1 = cp_vs_one_rank(4, 2, 1, 1, &ref), z3 = cp_vs_one_rank(4, 2, 1, 3, &ref);
   zl_out_free(&z1), zl_out_free(&z3), zl_out_free(&ref);
@@ -101,7 +101,7 @@ Test(ch10_long, cp_x_dp_zero, .timeout = 120) {
 /* The causal work per rank (score pairs of one layer's forward on one micro-batch, R = C·b rows,
  * NH heads): contiguous chunks of C = 4, n = 4: rank q computes Σ_{p=4q}^{4q+3} (p+1) = 16q + 10 per
  * row and head: max 58, mean 34, imbalance 58/34; balanced: 34 on every rank, 1. */
-Test(ch10_long, causal_balance, .timeout = 120) {
+Test(ch10_context, causal_balance, .timeout = 120) {
   double R = 4 * 2.0; /* b = 8/4 loop samples, C = 4 rows each */
   for (int balance = 0; balance <= 1; balance++) {
     char args[64], what[32];
@@ -118,7 +118,7 @@ Test(ch10_long, causal_balance, .timeout = 120) {
 }
 
 /* Bad --cp values: one line naming the flag and what it allows, exit 2, before training. */
-Test(ch10_long, cp_refusals, .timeout = 120) {
+Test(ch10_context, cp_refusals, .timeout = 120) {
   static const struct { int np; const char *args, *want; } cases[] = {
       {2, "--model gpt --gpt tiny --cp 3", "error: --cp 3: must divide the ranks (2)"},
       {2, "--model gpt --gpt tiny --seq-len 18 --cp 2", "error: --cp 2: seq_len 18 must be divisible by 2C"},
