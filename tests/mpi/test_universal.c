@@ -1,4 +1,4 @@
-/* test_universal.c — one checkpoint, any grid (suite common_universal; common/ckpt.h, zl_ckpt
+/* test_universal.c — one checkpoint, any grid (suite common_universal; common/train/ckpt.h, zl_ckpt
  * convert, notes/reliability.md "The universal form"). DeepSpeed's universal checkpointing is
  * the anchor: a checkpoint of any grid (T, P, D, ZeRO stage, offload) is made grid-free — every
  * state keyed by full-model unit and full-model offset — and resumed on another grid.
