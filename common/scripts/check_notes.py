@@ -299,18 +299,24 @@ def anchors_of(path):
     return out
 
 
-def check_links(page):
-    """'PAGE:LINE: ...' for each relative link whose file or #anchor does not exist."""
+def prose_lines(page):
+    """(page as named in messages, line number, line) for each line outside fenced blocks."""
     rel = os.path.relpath(page, ROOT)
     where = page if rel.startswith("..") else rel
-    bad, fence = [], False
+    fence = False
     with open(page, encoding="utf-8") as f:
         lines = f.read().split("\n")
     for n, line in enumerate(lines, 1):
         if re.match(r"^(`{3,}|~{3,})", line):
             fence = not fence
-        if fence:
-            continue
+        if not fence:
+            yield where, n, line
+
+
+def check_links(page):
+    """'PAGE:LINE: ...' for each relative link whose file or #anchor does not exist."""
+    bad = []
+    for where, n, line in prose_lines(page):
         for m in LINK.finditer(line):
             target = m.group(1)
             if re.match(r"^[a-z]+:", target):
@@ -346,16 +352,8 @@ def source_files():
 
 def check_code_refs(page):
     """'PAGE:LINE: ...' for each code reference whose file or symbol does not exist."""
-    rel = os.path.relpath(page, ROOT)
-    where = page if rel.startswith("..") else rel
-    bad, fence = [], False
-    with open(page, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for n, line in enumerate(lines, 1):
-        if re.match(r"^(`{3,}|~{3,})", line):
-            fence = not fence
-        if fence:
-            continue
+    bad = []
+    for where, n, line in prose_lines(page):
         for m in CODE_REF.finditer(line):
             file, sym = m.group(1), m.group(2)
             if "/" in file:
