@@ -1,6 +1,7 @@
 # zerolab — one entry point.
 #   make demo            the guided tour (installs what is missing first)
-#   make test            every test (unit + multi-rank), ends with Criterion's summary
+#   make test            every contract (unit + multi-rank), ends with Criterion's summary
+#   make test-long       the longer sweeps make test leaves out (suites *_long)
 #   make run CH=03 NP=4 ARGS="--steps 50"
 #   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
 #   make doctor          what the build found;  make GPU=0  CPU only
@@ -109,7 +110,7 @@ TEST_BIN  := $(OUT)/tests/zl_tests
 SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 
-.PHONY: all build demo test test-prep test-run run doctor deps exercises check-exercises exercise hint \
+.PHONY: all build demo test test-long test-prep test-run run doctor deps exercises check-exercises exercise hint \
         exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
@@ -196,6 +197,11 @@ endif
 ifeq ($(USE_CUDA),1)
 	@$(MAKE) --no-print-directory cuda-check
 endif
+
+# make test-long: the longer sweeps (suites *_long: more grids, more rows of a table), which
+# make test leaves out; each contract they check is also in make test at a smaller size.
+test-long: test-prep
+	@bash common/scripts/run_tests.sh $(TEST_BIN) '*_long/*'
 
 test-run: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
