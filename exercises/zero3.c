@@ -50,7 +50,7 @@ typedef struct zero3 {
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
 } zero3_t;
 
-static int n_events(const trainer_t *t) { return t->n_uses; }
+__attribute__((unused)) static int n_events(const trainer_t *t) { return t->n_uses; }
 static int event_unit(const trainer_t *t, int e) { return t->uses[e].unit; }
 static int find_slot(const zero3_t *z, int e) {
   for (int s = 0; s < z->nslots; s++)
