@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
                    "groups. The chapter's other programs: ch06_example, ch06_mlp_check, ch06_grid.\n"
                    "Example: make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"",
                    TRAIN_FLAG_TP | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
-  cfg.transform = &tp_transform;
+  cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   char v[32];
   if (cfg.tp > 1 && strcmp(cfg.model_kind, "gpt") == 0) { /* the GPT's split (tp_gpt.c): refused before MPI starts */
     snprintf(v, sizeof v, "%d", cfg.tp);
