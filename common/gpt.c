@@ -118,11 +118,14 @@ void gpt_init(model_t *m, gpt_shape_t s) {
   model_layout(m);
 }
 
-int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) {
-  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab;
-  int64_t outs = T * C * (L + 1) + T * V; /* embedding and block outputs, logits */
-  int64_t saved = recompute ? (block_saved(s) > head_saved(s) ? block_saved(s) : head_saved(s))
-                            : L * block_saved(s) + head_saved(s);
+int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) { return gpt_acts_bytes_tp(s, b, recompute, 1, 0); }
+
+int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp) {
+  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab, Ts = sp ? T / t : T; /* Ts: the residual's positions */
+  gpt_block_t k = {.S = s.seq_len, .Ss = (int)Ts, .C = s.n_embd, .Cr = s.n_embd / t, .NHr = s.n_head / t};
+  int64_t blk = gpt_block_saved(&k), head = Ts * C + 2 * Ts;
+  int64_t outs = Ts * C * (L + 1) + T * V / t; /* embedding and block outputs, logits */
+  int64_t saved = recompute ? (blk > head ? blk : head) : L * blk + head;
   return 4 * b * (outs + saved);
 }
 

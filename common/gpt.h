@@ -99,4 +99,9 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work);
  *   recompute   4b·[ s·h·(L+1) + s·V + max(15sh + 4s + a·s², sh + 2s) ]
  * Korthikanti et al. 2022 count s·b·h·(34 + 5as/h) BYTES per layer in 16 bit; see gpt.c. */
 int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute);
+/* The same per rank of t-way tensor parallelism (solutions/tp_gpt.c; t dividing n_head, n_embd and
+ * vocab): the block's qkv, attention, fc tensors and the logits at 1/t; with sp (sequence
+ * parallelism, t dividing seq_len) the LayerNorm/residual tensors and every unit output too, so
+ * that everything is 1/t: gpt_acts_bytes_tp(s, b, r, t, 1) = gpt_acts_bytes(s, b, r) / t. t = 1: gpt_acts_bytes. */
+int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp);
 #endif
