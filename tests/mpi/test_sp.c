@@ -22,8 +22,8 @@ static void run_scn(int np) {
 }
 
 /* The all-gather and the reduce-scatter along the sequence: T = 2 and the odd T = 3. */
-Test(ch06_sp, collectives_2_ranks, .timeout = 60) { run_scn(2); }
-Test(ch06_sp, collectives_3_ranks, .timeout = 60) { run_scn(3); }
+Test(ch10_sp, collectives_2_ranks, .timeout = 60) { run_scn(2); }
+Test(ch10_sp, collectives_3_ranks, .timeout = 60) { run_scn(3); }
 
 /* ---- training --------------------------------------------------------------------------------
  * The tiny GPT with 4 heads (L2 C32 S16 V256), 4 steps of SGD with momentum and --clip 0.5 (the
@@ -103,7 +103,7 @@ static void expect_acts(const char *what, const zl_out_t *run, double want) {
  * heads, features, vocabulary); collectives = the count above; and SP − TP bytes = exactly the
  * extra gathers of the LayerNorm outputs (2 per block, 1 in the head) and the LayerNorm gradient
  * all-reduces: the g/ḡ pairs move what TP's all-reduces moved. */
-Test(ch06_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
+Test(ch10_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
   zl_out_t ref = zl_launch(1, 60, "sp_train", "ref", "%s/ch06_tp " SP_SHAPE, ZL_BIN);
   zl_out_t tp = zl_launch(2, 60, "sp_train", "tp2", "%s/ch06_tp " SP_SHAPE " --tp 2", ZL_BIN);
   zl_out_t sp = zl_launch(2, 60, "sp_train", "sp2", "%s/ch06_tp " SP_SHAPE " --tp 2 --sp", ZL_BIN);
@@ -138,7 +138,7 @@ Test(ch06_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
 
 /* --recompute --accum 2: the checkpoints are (S/T, C) per sample already (no Pa needed), the
  * forward's gathers and scatters run again in the backward. */
-Test(ch06_sp, sp_recompute_accum, .timeout = 60) {
+Test(ch10_sp, sp_recompute_accum, .timeout = 60) {
   zl_out_t ref = zl_launch(1, 60, "sp_rc", "ref", "%s/ch06_tp " SP_SHAPE " --recompute --accum 2", ZL_BIN);
   zl_out_t sp = zl_launch(2, 60, "sp_rc", "sp2", "%s/ch06_tp " SP_SHAPE " --recompute --accum 2 --tp 2 --sp", ZL_BIN);
   expect_close_run("tp2 --sp --recompute --accum 2 vs 1 rank", &sp, &ref, 4);
@@ -153,7 +153,7 @@ Test(ch06_sp, sp_recompute_accum, .timeout = 60) {
 
 /* The pipeline's P × T grid (ch07, P = 2 stages of T = 2): a stage sends its (b, S/T, C) part to the
  * same TP rank of the next stage; against 1 rank with --accum M (the same micro-batches). */
-Test(ch06_sp, sp_pipeline_2x2, .timeout = 60) {
+Test(ch10_sp, sp_pipeline_2x2, .timeout = 60) {
   zl_out_t ref = zl_launch(1, 60, "sp_pp", "ref", "%s/ch06_tp " SP_SHAPE " --accum 2", ZL_BIN);
   zl_out_t pp = zl_launch(4, 60, "sp_pp", "pp", "%s/ch07_pipeline " SP_SHAPE " --pp 2 --micro-batches 2 --tp 2 --sp", ZL_BIN);
   expect_close_run("P 2 x T 2 --sp vs 1 rank", &pp, &ref, 4);
@@ -162,7 +162,7 @@ Test(ch06_sp, sp_pipeline_2x2, .timeout = 60) {
 }
 
 /* Refused before MPI starts, exit 2, one line naming the flag. */
-Test(ch06_sp, bad_flags_exit_2, .timeout = 60) {
+Test(ch10_sp, bad_flags_exit_2, .timeout = 60) {
   static const struct {
     int np;
     const char *args, *msg;
