@@ -97,6 +97,21 @@ static void expect_acts(const char *what, const zl_out_t *run, double want) {
             want);
 }
 
+/* --tp T --sp --zero zero on np ranks against the 1-rank reference: weights and losses, activations
+ * 1 rank's / T at b = 8/D samples per rank, the TP group's collectives as sp_traffic. */
+static void sp_vs_one_rank(int np, int T, int zero, const zl_out_t *ref) {
+  char what[64], args[64];
+  snprintf(what, sizeof what, "(D, T) = (%d, %d) --sp --zero %d", np / T, T, zero);
+  snprintf(args, sizeof args, "--tp %d --sp --zero %d", T, zero);
+  zl_out_t run = zl_launch(np, 60, "sp_train", "sp", "%s/ch06_tp " SP_SHAPE " %s", ZL_BIN, args);
+  double b = 8.0 / (np / T), calls, bytes;
+  expect_close_run(what, &run, ref, 4);
+  expect_acts(what, &run, acts_one_rank(b, 0) / T);
+  sp_traffic(T, b, 1, 0, &calls, &bytes);
+  expect_traffic(what, run.json, np, calls, bytes);
+  zl_out_free(&run);
+}
+
 /* 1 rank; --tp 2; --tp 2 --sp; --tp 4 --sp; (D, T) = (2, 2) --sp with ZeRO-1 on the data dimension.
  * SP: within SP_TOL of 1 rank and of TP; activations per rank exactly 1 rank's / T (everything of
  * every unit is split: outputs, LayerNorm and residual tensors along the sequence, the rest by
@@ -121,18 +136,8 @@ Test(ch10_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
             "exactly the all-reduces' bytes", d, extra);
   zl_out_free(&tp);
   zl_out_free(&sp);
-  zl_out_t sp4 = zl_launch(4, 60, "sp_train", "sp4", "%s/ch06_tp " SP_SHAPE " --tp 4 --sp", ZL_BIN);
-  expect_close_run("tp4 --sp vs 1 rank", &sp4, &ref, 4);
-  expect_acts("tp4 --sp", &sp4, acts_one_rank(8, 0) / 4);
-  sp_traffic(4, 8, 1, 0, &calls, &bytes);
-  expect_traffic("tp4 --sp", sp4.json, 4, calls, bytes);
-  zl_out_free(&sp4);
-  zl_out_t z = zl_launch(4, 60, "sp_train", "sp2z1", "%s/ch06_tp " SP_SHAPE " --tp 2 --sp --zero 1", ZL_BIN);
-  expect_close_run("(D, T) = (2, 2) --sp --zero 1 vs 1 rank", &z, &ref, 4);
-  expect_acts("(D, T) = (2, 2) --sp", &z, acts_one_rank(4, 0) / 2);
-  sp_traffic(2, 4, 1, 0, &calls, &bytes);
-  expect_traffic("(D, T) = (2, 2) --sp", z.json, 4, calls, bytes);
-  zl_out_free(&z);
+  sp_vs_one_rank(4, 4, 0, &ref);
+  sp_vs_one_rank(4, 2, 1, &ref);
   zl_out_free(&ref);
 }
 
