@@ -12,26 +12,11 @@
 #include "comm.h"   // comm_t, comm_*, comm_model_sent
 #include "check.h"  // xcalloc
 #include "tp_sp.h"  // tp_sp_all_gather, tp_sp_reduce_scatter (solutions/ or exercises/)
-#include <stdarg.h> // va_list
-#include <stdio.h>  // printf
+#include "zl_scn.h" // fail, g_rank, g_fails
+#include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // free
 
-#define MAX_LINES 20
-
-static int g_rank, g_fails, g_lines, g_cases;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...) {
-  g_fails++;
-  if (g_lines++ >= MAX_LINES) return;
-  va_list ap;
-  va_start(ap, fmt);
-  printf("FAIL rank %d: ", g_rank);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  fflush(stdout);
-}
+static int g_cases;
 
 /* Rank q's value at sample b, position s (of its own slice or of the whole sequence), feature c: a
  * small integer, distinct enough that a misplaced block shows. */
