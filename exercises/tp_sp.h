@@ -27,10 +27,10 @@
  * collectives), tp_gpt.c (the GPT's units with --sp), tp_split.c (tp_sp_transform). */
 #ifndef ZL_TP_SP_H
 #define ZL_TP_SP_H
-#include <stdint.h>           // int64_t
-#include "../common/comm.h"   // comm_t
-#include "../common/dtype.h"  // dtype_t
-#include "../common/tensor.h" // tensor_t
+#include <stdint.h> // int64_t
+#include "comm.h"   // comm_t
+#include "dtype.h"  // dtype_t
+#include "tensor.h" // tensor_t
 
 /* ---- the sequence collectives (the exercises tp_sp_all_gather, tp_sp_reduce_scatter) -------
  * full (B, S, C) and part (B, S/T, C), fp32 on comm_device(tp), T = comm_world(tp) dividing S;

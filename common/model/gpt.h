@@ -59,7 +59,7 @@ typedef struct gpt_block {
   int Cr, NHr;         /* attention on NHr heads, Cr features (qkv 3Cr, atty Cr); the MLP 4Cr wide */
   gpt_block_layout_t l; /* offsets (elements) of the block's tensors in its unit */
   void *hook_ctx;      /* the hooks' first argument (solutions/tp_gpt.c: its split) */
-  /* The arguments of op_linear_fwd / op_linear_bwd (common/ops.h), rows = B·S, b in wdt; the
+  /* The arguments of op_linear_fwd / op_linear_bwd (common/device/ops.h), rows = B·S, b in wdt; the
    * LayerNorm side (a column hook's x and dx, a row hook's y and dy) has B·Ss rows:
    * column-parallel: x whole on every rank, y this rank's output features (f around it) */
   void (*col_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
@@ -71,7 +71,7 @@ typedef struct gpt_block {
                   int out);
   void (*row_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                   dtype_t wdt, int rows, int in, int out, float beta);
-  /* op_layernorm_bwd's arguments (common/ops_gpt.h), rows = B·Ss; NULL: the plain op. With Ss < S
+  /* op_layernorm_bwd's arguments (common/device/ops_gpt.h), rows = B·Ss; NULL: the plain op. With Ss < S
    * each rank's dw, db are a partial sum over its rows: sequence parallelism sums them here. */
   void (*ln_bwd)(void *ctx, float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
                  const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta);
