@@ -3,7 +3,7 @@
  *   make run CH=07 NP=4 ARGS="--pp 4 --micro-batches 8 --schedule 1f1b"
  * With --tp T (3-D: N = D x P x T): every stage's units split over T consecutive ranks
  * (solutions/tp.c), the pipelines made of the ranks / T data-parallel ranks.
- * The loop, the report and the flags are common/train.c; the schedule is solutions/pipeline.c;
+ * The loop, the report and the flags are common/train/loop.c; the schedule is solutions/pipeline.c;
  * the data dimension (--zero S over the D = ranks / (P x T) replicas of each stage) is the
  * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c. */
 #include "args.h"     // args_env_world
@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
                    "--tp T adds tensor parallelism inside every stage (3-D with the data dimension).\n"
                    "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
                    TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH);
-  cfg.transform = &tp_transform;
+  cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   cfg.sched = pipeline_schedule(cfg.schedule);
   /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank);
    * DDP's naive variant: one all-reduce of the stage's gradient after its last backward */

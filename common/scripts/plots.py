@@ -31,7 +31,7 @@ Schematics (no inputs; counted on their own line):
 Data figures (committed measurements, --data notes/data):
   zeror_cb         bench_zeror.json (make bench-zeror);  long_seq  bench_long.json (make bench-long, chapter 10)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
-(common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
+(common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
 import argparse
 import glob

@@ -1,7 +1,7 @@
 /* test_gpt.c — the GPT behind the model table (suite common_gpt): layout and Ψ, GPT-2's init,
  * a whole-model gradient check against finite differences of a double-precision reference,
  * causality, the activation formula against the units' sizes, and the text data source.
- * See common/gpt.h. */
+ * See common/model/gpt.h. */
 #include "zl_test.h" // Criterion, zl_expect_floats, zl_rel, zl_fwd_bwd
 #include "data.h"    // rng_normal, data_init_text, data_batch, data_val_batch
 #include "gpt.h"     // gpt_init, gpt_count_params, gpt_block_layout, gpt_acts_bytes
@@ -272,6 +272,28 @@ Test(common_gpt, activation_formula_matches_units) {
   gpt_preset("tiny", &t);
   cr_assert(gpt_acts_bytes(t, 1, 0) == 90752, "tiny: %lld", (long long)gpt_acts_bytes(t, 1, 0));
   cr_assert(gpt_acts_bytes(t, 1, 1) == 55552, "tiny recompute: %lld", (long long)gpt_acts_bytes(t, 1, 1));
+}
+
+/* Per rank of t-way TP (gpt_acts_bytes_tp, solutions/tp_gpt.c's split): by hand for tiny with 4 heads
+ * at t = 2, b = 1: block saved 3·16·32 + 4·16 + 12·16·16 + 2·16² = 5184, outputs 16·32·3 + 16·128 =
+ * 3584, head 544: 4·(3584 + 2·5184 + 544) = 57984; with SP every term at 1/t: exactly 1 rank's / t,
+ * for every preset, t in {1, 2, 4}, with and without recompute. */
+Test(common_gpt, activation_formula_tp_and_sp) {
+  gpt_shape_t t;
+  gpt_preset("tiny", &t);
+  t.n_head = 4;
+  cr_assert(gpt_acts_bytes_tp(t, 1, 0, 2, 0) == 57984, "tiny tp 2: %lld", (long long)gpt_acts_bytes_tp(t, 1, 0, 2, 0));
+  cr_assert(gpt_acts_bytes_tp(t, 1, 0, 1, 0) == gpt_acts_bytes(t, 1, 0), "t = 1 is gpt_acts_bytes");
+  const char *names[3] = {"tiny", "small", "124m-shape"};
+  for (int p = 0; p < 3; p++) {
+    gpt_shape_t s;
+    gpt_preset(names[p], &s);
+    s.n_head = 4;
+    for (int k = 1; k <= 4; k *= 2)
+      for (int rc = 0; rc < 2; rc++)
+        cr_assert(gpt_acts_bytes_tp(s, 3, rc, k, 1) * k == gpt_acts_bytes(s, 3, rc), "%s t %d recompute %d: %lld x t != %lld",
+                  names[p], k, rc, (long long)gpt_acts_bytes_tp(s, 3, rc, k, 1), (long long)gpt_acts_bytes(s, 3, rc));
+  }
 }
 
 /* ---- text data ------------------------------------------------------------------------------- */

@@ -1,0 +1,200 @@
+/* comm_internal.h — inside the communicator: struct comm and the backend interface.
+ * Only common/comm/comm.c (the front), common/comm/comm_mpi.c and common/comm/comm_nccl.cu include this.
+ * Users and strategies see comm.h only. Notes: notes/01-collectives.md.
+ *
+ * Split of work:
+ *   front (comm.c)  argument checks, the per-op byte counters (ring model), the task queue,
+ *                   handles, timeouts, the ring/vendor dispatch, control ops, staging of CUDA
+ *                   buffers through host memory for host-only backends, scratch + ledger.
+ *   backend         the vendor collectives, the p2p primitives the ring is built from, local
+ *                   reduce/copy and scratch memory on its device, and (non-threaded backends)
+ *                   ordering on its own stream.
+ *
+ * Two execution models, chosen by comm_backend_t.threaded:
+ *   threaded = 1 (MPI)   the front owns a communication thread. comm_*_async() appends a task to
+ *                        a queue and returns its sequence number; the thread runs tasks in order
+ *                        and every backend function is called on that thread (all MPI calls after
+ *                        comm_init happen there). comm_wait blocks the caller on a condition
+ *                        variable (pthread_cond_timedwait: the deadline of comm_set_timeout).
+ *   threaded = 0 (NCCL)  no thread. The front runs the task inline on the caller's thread:
+ *                        task_begin (e.g. comm stream waits for the compute stream), the vendor or
+ *                        ring body (which only ENQUEUES work on the backend's stream), task_end
+ *                        (e.g. record a CUDA event for t->seq). comm_wait(h) calls be->wait, which
+ *                        makes the compute stream wait for h's event (no host block);
+ *                        comm_wait_all calls be->wait_all (host sync, must honour c->timeout_s via
+ *                        comm_timeout_fail).
+ * Either way the ring code (solutions/ring.c) runs "on the stream": it calls comm_p2p_sendrecv,
+ * comm_local_reduce, comm_local_copy and comm_scratch, which the front forwards to the backend.
+ *
+ * CUDA buffers on a host-only backend (MPI with comm_device == DEV_CUDA): the front stages.
+ * At submit it syncs the compute stream (dev_sync) so the inputs are final; on the comm thread it
+ * copies device inputs into host staging buffers (dev_memcpy), runs the task (vendor or ring) on
+ * the host copies, and copies the outputs back before marking the task done. The comm thread
+ * first calls comm_cuda_thread_attach() (below) so its CUDA calls use the rank's GPU. So the MPI
+ * backend itself only ever sees host pointers. */
+#ifndef ZL_COMM_INTERNAL_H
+#define ZL_COMM_INTERNAL_H
+#ifdef __cplusplus
+#define OMPI_SKIP_MPICXX 1   /* C API only: Open MPI's C++ bindings do not build with -Werror */
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>      // MPI_Comm (launch, control traffic, and the MPI backend)
+#include <pthread.h>  // pthread_t, pthread_mutex_t, pthread_cond_t: the comm thread
+#include "comm.h"     // comm_t, comm_op_t, comm_counters_t, redop_t, coll_impl_t
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a queued task does (the counter category is separate: comm_task_t.op). */
+typedef enum {
+  TASK_BROADCAST = 0, TASK_REDUCE, TASK_ALL_REDUCE, TASK_REDUCE_SCATTER, TASK_ALL_GATHER,
+  TASK_SEND, TASK_RECV, TASK_BARRIER,
+  TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, /* host memory, always MPI */
+  TASK_STOP                                                      /* ends the comm thread */
+} comm_task_kind_t;
+
+/* One operation on the stream. Pointers are the caller's (or host staging copies, see above). */
+typedef struct comm_task {
+  comm_task_kind_t kind;
+  comm_op_t op;          /* counter category: CO_ALL_REDUCE, ..., CO_CONTROL */
+  coll_impl_t impl;      /* COLL_VENDOR or COLL_RING, captured at submit */
+  const void *send;      /* input (== recv for in-place ops: broadcast, all-reduce) */
+  void *recv;            /* output */
+  int64_t numel;         /* full-buffer elements (reduce-scatter/all-gather: the whole buffer) */
+  dtype_t dt;
+  redop_t redop;
+  int peer;              /* root (broadcast/reduce), dst (send), src (recv) */
+  char tag[48];          /* names the op in traces and timeout messages */
+  comm_handle_t seq;     /* 1, 2, 3 ... in issue order */
+  double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
+  char **gather_all;     /* TASK_CTL_GATHER outputs (see comm_ctl_gather) */
+  int64_t **gather_sizes;
+  int64_t piece_stride;  /* a piece of a reduce-scatter/all-gather (comm_set_piece_bytes): elements between the
+                          * ranks' slices in the caller's full buffer; the slices go through c->piece. 0: whole */
+} comm_task_t;
+
+/* The backend vtable. Every function pointer is called "on the stream": on the comm thread for
+ * threaded backends, inline (enqueueing on the backend's stream) for the others. Buffers are on
+ * the backend's device (host for MPI). numel may be 0; world may be 1. */
+typedef struct comm_backend {
+  const char *name; /* "mpi", "nccl" */
+  int threaded;     /* 1: the front runs tasks on its comm thread; 0: inline, backend orders them */
+  int host_only;    /* 1: needs host pointers (the front stages CUDA buffers); 0: takes comm_device */
+  /* vendor collectives, same semantics and chunking as comm.h */
+  void (*broadcast)(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root);
+  void (*reduce)(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root);
+  void (*all_reduce)(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op);
+  void (*reduce_scatter)(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op);
+  void (*all_gather)(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt);
+  void (*send)(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst);
+  void (*recv)(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src);
+  /* p2p primitive of the ring: send to dst and receive from src at the same time. A side with
+   * numel 0 is skipped (no message): the ring only pairs equal sizes, so the peer skips its
+   * matching side too. dst/src are never this rank (the ring does not call it when world == 1). */
+  void (*sendrecv)(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                   int64_t recv_numel, int src, dtype_t dt);
+  void (*local_reduce)(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op);
+  void (*local_copy)(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt);
+  /* Scratch memory on the backend's device (the front accounts it in the ledger). */
+  void *(*scratch_alloc)(comm_t *c, int64_t nbytes);
+  void (*scratch_free)(comm_t *c, void *p);
+  /* Ordering hooks for non-threaded backends (NULL when unused). */
+  void (*task_begin)(comm_t *c, const comm_task_t *t); /* e.g. comm stream waits for compute stream */
+  void (*task_end)(comm_t *c, const comm_task_t *t);   /* e.g. record the event of t->seq */
+  void (*wait)(comm_t *c, comm_handle_t h);            /* compute stream waits for h */
+  void (*wait_all)(comm_t *c);                         /* host waits for everything (honours timeout) */
+  /* Release the backend (called after the stream is drained, before MPI_Finalize). */
+  void (*finalize)(comm_t *c);
+} comm_backend_t;
+
+struct comm {
+  int rank, world, local_rank;
+  device_t dev;
+  backend_t backend;
+  const comm_backend_t *be;
+  void *be_state;            /* the backend's own (MPI: bf16 type and ops; NCCL: ncclComm_t, events) */
+  MPI_Comm mpi;              /* duplicate of MPI_COMM_WORLD (a sub-communicator: its MPI_Comm_split), errors returned */
+  comm_t *parent;            /* comm_split: the communicator this one was split from; NULL: the world */
+  int n_children;            /* sub-communicators split from this one and not yet finalized */
+  coll_impl_t impl;
+  double timeout_s;          /* 0 = no deadline */
+
+  /* the stream (threaded backends); everything below is guarded by mu */
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work;    /* queue got a task */
+  pthread_cond_t cv_done;    /* done_seq advanced */
+  comm_task_t *queue;        /* circular buffer of q_cap tasks */
+  int q_head, q_len, q_cap;
+  comm_handle_t next_seq;    /* last handle issued */
+  comm_handle_t done_seq;    /* every task with seq <= done_seq is complete */
+  comm_task_t running;       /* the task on the stream now (valid when done_seq < next_seq) */
+  comm_counters_t ctr;
+
+  /* scratch (ring) and host staging (CUDA buffers on a host-only backend), grown on demand */
+  void *scratch[2];
+  int64_t scratch_nbytes[2];
+  void *stage[2];
+  int64_t stage_nbytes[2];
+  /* constant-size buffers (comm_set_piece_bytes): the cap, 0 = none, and the packing buffer of
+   * the pieced reduce-scatters / all-gathers (piece_bytes, allocated at the first such piece) */
+  int64_t piece_bytes;
+  void *piece;
+  int piece_on_cuda; /* piece came from dev_malloc (CUDA buffers on a host-only backend) */
+
+  /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles of comm_send_async / comm_recv_async
+   * not yet passed to comm_wait by name; one still open at comm_wait_all was dropped (comm.c).
+   * The caller's thread only. */
+  int track_p2p;
+  struct comm_open_p2p { comm_handle_t h; const char *fn; char tag[48]; } *open_p2p;
+  int n_open_p2p, cap_open_p2p;
+};
+
+/* ---- backends --------------------------------------------------------------------------- */
+/* MPI is always there: it launches the job and carries control traffic. */
+/* MPI_Init_thread (MULTIPLE requested, SERIALIZED at least), MPI_ERRORS_RETURN on
+ * MPI_COMM_WORLD, c->rank/world/local_rank (MPI_Comm_split_type SHARED), c->mpi. */
+void comm_mpi_boot(comm_t *c, int *argc, char ***argv);
+/* Attach the MPI backend: c->be = &comm_mpi_backend, c->be_state. */
+void comm_mpi_attach(comm_t *c);
+/* Control ops and barrier (host memory, MPI on c->mpi), for every backend. */
+void comm_mpi_control(comm_t *c, comm_task_t *t);
+/* MPI_Comm_free + MPI_Finalize (after the stream has stopped and the backend is released);
+ * a sub-communicator only frees its MPI_Comm. */
+void comm_mpi_shutdown(comm_t *c);
+/* comm_split, MPI side (every backend): MPI_Comm_split of parent->mpi (errors returned) into
+ * sub->mpi; sub->rank, world, local_rank. `threaded`: the sub will run its own communication
+ * thread, so MPI_THREAD_MULTIPLE is required (dies saying so otherwise). */
+void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threaded);
+extern const comm_backend_t comm_mpi_backend;
+
+#ifdef ZL_CUDA
+/* common/comm/comm_nccl.cu (CUDA builds only): c->dev == DEV_CUDA and the GPU is already selected
+ * (comm_init calls device_cuda_select(local_rank) first). Creates the NCCL communicator from an
+ * id broadcast over c->mpi; sets c->be (threaded = 0, host_only = 0) and c->be_state. Dies with a
+ * clear message when it cannot work (e.g. two ranks on one GPU). */
+void comm_nccl_attach(comm_t *c);
+/* comm_split on the NCCL backend: sub->mpi, rank and world are set (comm_mpi_split). The sub's
+ * NCCL communicator comes from ncclCommSplit of the parent's (NCCL >= 2.18), else from a new id
+ * broadcast over sub->mpi; it gets its own comm stream and events. Sets sub->be, sub->be_state. */
+void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
+/* Makes the calling thread (the comm thread) use the rank's GPU (cudaSetDevice); called by the
+ * front at the start of the comm thread when comm_device(c) == DEV_CUDA. */
+void comm_cuda_thread_attach(void);
+#endif
+
+/* ---- front services for backends ---------------------------------------------------------- */
+#ifdef __cplusplus
+#define COMM_NORETURN [[noreturn]]
+#else
+#define COMM_NORETURN _Noreturn
+#endif
+/* Print `rank R: <op> (<tag>) did not complete within S s` and abort the job. */
+COMM_NORETURN void comm_timeout_fail(const comm_t *c, const char *op, const char *tag);
+/* Seconds on a monotonic clock (for deadlines). */
+double comm_now_s(void);
+#ifdef __cplusplus
+}
+#endif
+#endif

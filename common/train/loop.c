@@ -1,0 +1,499 @@
+/* loop.c — the training loop of chapters 02+ and its launcher (see train.h; notes/design.md,
+ * "The loop and the strategy interface"; notes/02-ddp.md).
+ *
+ * The loop (train_loop): each step runs its list of operations (loop_ops.c: the forward or the
+ * backward of a micro-batch over a chunk of units, the strategy's hooks around every unit, a
+ * schedule's messages around every operation), then the strategy's step. The launcher
+ * (train_main): communicator and process grid, model and data, the transform's split, the
+ * schedule's part, the strategy's setup, resume; after the loop the results and the teardown.
+ * Here too the helpers strategies call (states, init, optimizer, the gradient norm). The flags
+ * are parsed in loop_flags.c, the evaluation and --sample are loop_eval.c's. */
+#include "loop_internal.h" // struct train_internal, train_run_ops, train_alloc_acts; train.h
+#include "args.h"   // args_env_rank
+#include "check.h"  // die, xmalloc, xcalloc
+#include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
+#include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
+#include "grid.h"   // grid_init, grid_print, grid_free (--tp)
+#include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
+#include "device.h" // dev_memcpy, dev_sync
+#include "ledger.h" // ledger_init, ledger_live
+#include "model.h"  // model_init, model_unit_forward, model_unit_backward
+#include "ops.h"    // op_softmax_xent, op_adamw, op_sgd, op_cast, op_sumsq
+#include "outfile.h" // outfile_write
+#include "report.h" // report_finish, report_write_trace, report_step_t
+#include "tensor.h" // tensor_alloc, tensor_free
+#include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
+#include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
+#include "export.h" // export_safetensors (--save-params PATH.safetensors beside PATH)
+#include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
+#include "scaler.h" // scaler_t, scaler_make, scaler_update (--precision fp16)
+#include <math.h>   // isfinite, sqrt, NAN
+#include <stdio.h>  // printf, snprintf
+#include <stdlib.h> // getenv, free
+#include <string.h> // strcmp, memcpy, memcmp
+#include <dirent.h> // opendir, readdir (--tp checkpoints)
+#include <errno.h>  // errno, EEXIST
+#include <sys/stat.h> // mkdir, stat
+
+/* ---- helpers for strategies -------------------------------------------------------------- */
+
+void trainer_alloc_full_states(trainer_t *t, int with_grads) {
+  int64_t P = t->model.padded_numel;
+  t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, P);         /* (P) working */
+  if (with_grads) t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, P); /* (P) */
+  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
+  t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, P);
+  if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, P);
+}
+
+void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst) {
+  const model_t *m = &t->model;
+  for (int u = 0; u < m->n_units; u++) {
+    const unit_t *un = &m->units[u];
+    int64_t a = un->off > lo ? un->off : lo, b = un->off + un->padded < hi ? un->off + un->padded : hi;
+    if (a >= b) continue;
+    if (a == un->off && b == un->off + un->padded) { /* the whole unit: write in place */
+      model_init_unit(m, t->cfg->seed, u, dst + (a - lo));
+      continue;
+    }
+    float *tmp = xmalloc((size_t)un->padded * sizeof(float), "init scratch");
+    model_init_unit(m, t->cfg->seed, u, tmp);
+    memcpy(dst + (a - lo), tmp + (a - un->off), (size_t)(b - a) * sizeof(float));
+    free(tmp);
+  }
+}
+
+void trainer_init_full_params(trainer_t *t) {
+  int64_t P = t->model.padded_numel;
+  /* The fp32 copy every rank must agree on: master in bf16 mode, the params in fp32 mode. */
+  tensor_t *w = dtype_is_half(t->wdt) ? &t->master : &t->params;
+  if (t->rank == 0) {
+    float *h = xmalloc((size_t)P * sizeof(float), "init params (host)");
+    trainer_init_values(t, 0, P, h);
+    dev_memcpy(t->dev, w->data, DEV_CPU, h, (size_t)P * sizeof(float));
+    free(h);
+  }
+  /* As DDP's constructor does: rank 0's weights are broadcast, so every replica starts equal. */
+  comm_broadcast(t->comm, w->data, P, DT_F32, 0);
+  if (dtype_is_half(t->wdt)) op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P);
+}
+
+void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale) {
+  if (t->skipped || n == 0) return;
+  const train_cfg_t *c = t->cfg;
+  if (c->optimizer == OPT_ADAMW) op_adamw(t->dev, w, grad, t->wdt, m, v, n, &t->hp, t->opt_t, gscale);
+  else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
+}
+
+float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
+  int N = t->world;
+  if (fault_overflow(sharded ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow */
+  double sumsq = local_sumsq;
+  /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
+   * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
+   * them), so the message names where it appeared, not everyone the reduction spread it to. */
+  double *bad = xcalloc((size_t)N + 2, sizeof(double), "nonfinite flags");
+  int reduced_bad = !isfinite(local_sumsq);
+  if (sharded) {
+    bad[0] = reduced_bad ? 0.0 : local_sumsq;
+    bad[1] = reduced_bad;
+    bad[2 + t->rank] = t->in->local_nonfinite;
+    comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
+    sumsq = bad[0];
+    reduced_bad = bad[1] != 0;
+  } else if (reduced_bad) { /* every rank holds the same reduced grads: all see it, all join */
+    bad[2 + t->rank] = t->in->local_nonfinite;
+    comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
+  }
+  int fp16 = t->wdt == DT_F16;
+  if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
+    t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, t->rank, 0);
+  if (t->tp_comm && fp16) { /* fp16: an overflow in one TP rank's slices must skip the step on all of them */
+    sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
+    reduced_bad = !isfinite(sumsq);
+  } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
+  const schedule_t *sc = t->cfg->sched;
+  if (sc && sc->grad_sumsq) { /* a pipeline: every stage's part summed; a NaN or an overflow anywhere skips all */
+    sumsq = sc->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
+    reduced_bad = !isfinite(sumsq);
+  }
+  int nbad = 0;
+  char ranks[256] = "";
+  for (int r = 0; r < N; r++)
+    if (bad[2 + r] != 0) {
+      size_t len = strlen(ranks);
+      if (len < sizeof ranks - 16) snprintf(ranks + len, sizeof ranks - len, "%s%d", nbad ? "," : "", r);
+      nbad++;
+    }
+  free(bad);
+  t->skipped = 0;
+  if ((reduced_bad || nbad > 0) && fp16) { /* the loss scaler's overflow: skip, back off (train_loop) */
+    t->grad_norm = NAN;
+    if (t->rank == 0 && !t->cfg->quiet)
+      printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank\n", t->step,
+             (double)t->in->scaler.scale);
+    t->skipped = 1;
+    return 0.0f;
+  }
+  if (reduced_bad || nbad > 0) {
+    t->grad_norm = NAN;
+    char where[320];
+    if (nbad > 0)
+      snprintf(where, sizeof where, "on rank%s %s (local gradients, before the reduction)", nbad > 1 ? "s" : "", ranks);
+    else
+      snprintf(where, sizeof where, "in the reduced gradients (no rank's local gradients were flagged)");
+    if (t->cfg->nonfinite == NONFINITE_ABORT) {
+      if (t->rank == 0)
+        die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step, where);
+      comm_barrier(t->comm); /* rank 0 takes the job down */
+      die_on_rank("step %d: non-finite gradient", t->step);
+    }
+    if (t->rank == 0)
+      fprintf(stderr, "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
+              t->step, where);
+    t->skipped = 1;
+    return 0.0f;
+  }
+  if (fp16) { /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
+    double S = t->in->scaler.scale, clip = 1.0;
+    t->grad_norm = sqrt(sumsq) / S;
+    if (t->cfg->clip > 0) clip = fmin(1.0, t->cfg->clip / (t->grad_norm + 1e-6));
+    return (float)(clip / S);
+  }
+  t->grad_norm = sqrt(sumsq);
+  if (t->cfg->clip > 0) {
+    double s = t->cfg->clip / (t->grad_norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+  }
+  return 1.0f;
+}
+
+void trainer_report_extra(trainer_t *t, const char *key, double value) {
+  struct train_internal *in = t->in;
+  for (int i = 0; i < in->nextras; i++)
+    if (strcmp(in->extras[i].key, key) == 0) {
+      in->extras[i].value = value;
+      return;
+    }
+  if (in->nextras >= TRAIN_MAX_EXTRAS) die_on_rank("trainer_report_extra: more than %d extras", TRAIN_MAX_EXTRAS);
+  report_extra_t *e = &in->extras[in->nextras++];
+  snprintf(e->key, sizeof e->key, "%s", key);
+  e->value = value;
+}
+
+/* ZL_CHECK_MASTER=1 (tests): in bf16/fp16 mode, the working params must be wdt(master) bit for bit. */
+static void check_master_bits(trainer_t *t) {
+  int64_t n = t->params.numel;
+  if (!dtype_is_half(t->wdt) || n == 0 || t->master.numel != n) return;
+  uint16_t *p = xmalloc((size_t)n * 2, "check params"), *want = xmalloc((size_t)n * 2, "check master");
+  float *m = xmalloc((size_t)n * 4, "check master f32");
+  dev_memcpy(DEV_CPU, p, t->dev, t->params.data, (size_t)n * 2);
+  dev_memcpy(DEV_CPU, m, t->dev, t->master.data, (size_t)n * 4);
+  op_cast(DEV_CPU, want, t->wdt, m, DT_F32, n);
+  for (int64_t i = 0; i < n; i++)
+    if (p[i] != want[i])
+      die_on_rank("step %d: 16-bit params[%lld] = 0x%04x but bf16(master[%lld] = %.9g) = 0x%04x", t->step,
+          (long long)i, p[i], (long long)i, m[i], want[i]);
+  free(p);
+  free(want);
+  free(m);
+  t->in->checked_steps++;
+}
+
+/* The model and data source of cfg (--model mlp|gpt): model_init + data_init, or the GPT and
+ * its text. */
+static void model_from_cfg(trainer_t *t) {
+  const train_cfg_t *cfg = t->cfg;
+  if (strcmp(cfg->model_kind, "gpt") == 0) {
+    gpt_init(&t->model, cfg->gpt);
+    data_init_text(&t->data, cfg->data, cfg->gpt.seq_len, cfg->seed);
+    return;
+  }
+  model_init(&t->model, cfg->input, cfg->hidden, cfg->classes, cfg->layers);
+  data_init(&t->data, cfg->input, cfg->classes, cfg->seed);
+}
+
+static int log_step(const train_cfg_t *c, int step) {
+  if (c->quiet) return 0;
+  if (step == 0 || step == c->steps - 1) return 1;
+  return c->log_every > 0 && step % c->log_every == 0;
+}
+
+/* ---- the loop: what train.h's diagram shows, and nothing else ------------------------------ */
+
+/* Steps [start, cfg->steps): the step's operations (forwards, losses, backwards with the hooks),
+ * then the strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
+ * *taken counts applied optimizer steps (AdamW's t), *skipped the steps --nonfinite skip dropped. */
+static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
+  const train_cfg_t *cfg = t->cfg;
+  struct train_internal *in = t->in;
+  int log = trainer_prints(t);
+  for (int step = start; step < cfg->steps; step++) {
+    char name[32];
+    snprintf(name, sizeof name, "step %d", step);
+    double t0 = trace_now_us();
+    trace_begin(name);
+    t->step = step;
+    fault_at_step(comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    in->local_nonfinite = 0;
+    double loss_sum = train_run_ops(t);
+    t->opt_t = *taken + 1;
+    t->skipped = 0;
+    double scale_used = in->scaler.scale;
+    t->strategy->step(t);
+    if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
+    if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
+    dev_sync(t->dev);
+    trace_end(NULL);
+    double ms = (trace_now_us() - t0) / 1000.0;
+    if (!t->skipped) (*taken)++;
+    else (*skipped)++;
+    comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* every stage's: control traffic */
+    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
+                                      .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
+    if (in->check_master) check_master_bits(t);
+    if (log && log_step(cfg, step)) {
+      if (t->wdt == DT_F16)
+        printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", step, in->steps[step].loss, ms, scale_used,
+               t->skipped ? "  (skipped)" : "");
+      else
+        printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
+      fflush(stdout);
+    }
+    if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) train_eval_record(t, step + 1);
+    if (ckpt_due(cfg, step))
+      ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
+  }
+  comm_wait_all(t->comm);
+}
+
+/* ---- the launcher: communicator, model, states, resume; then results and teardown --------- */
+
+static void print_header(const trainer_t *t, const char *chapter) {
+  const train_cfg_t *cfg = t->cfg;
+  const model_t *m = &t->model;
+  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, t->world,
+         t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
+         cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
+         cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+  /* A schedule (a pipeline) cuts the batch itself, in its setup after this line: its own line gives
+   * the micro-batch, so the loop's per-rank view is not printed for it. */
+  char per_rank[96];
+  if (cfg->sched) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
+  else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
+  if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
+    printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
+           "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
+           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
+           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, per_rank, cfg->steps);
+  else
+    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld (%s), %d steps\n",
+           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, per_rank, cfg->steps);
+  fflush(stdout);
+}
+
+/* Results (the full fp32 weights on rank 0: fingerprint, --save-params; the report, the trace),
+ * then every buffer freed. The model states belong to the strategy (train.h); the trainer
+ * frees what it allocated itself: activations, its tables, the model and the data. */
+static void train_finish(trainer_t *t, const char *chapter, int skipped) {
+  const train_cfg_t *cfg = t->cfg;
+  struct train_internal *in = t->in;
+  const strategy_t *s = t->strategy;
+  int rank = t->model_rank; /* where the export lands: rank 0 of the model's ranks */
+  float *full = rank == 0 ? xmalloc((size_t)t->whole->numel * sizeof(float), "exported params") : NULL;
+  ckpt_export_weights(t, full); /* through the strategy's layout hook */
+  int64_t full_numel = t->whole->numel;
+  if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
+    float *whole = cfg->transform->unsplit(t->whole, full, rank == 0, &full_numel);
+    free(full);
+    full = whole;
+  }
+  if (full && cfg->save_params) {
+    outfile_write("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
+    struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
+    if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      char st[1200];
+      snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
+      export_model_t em = {.gpt = 1, .g = cfg->gpt};
+      if (export_numel(&em) != full_numel) die("rank 0: --save-params: %lld weights, the GPT's shape has %lld",
+                                               (long long)full_numel, (long long)export_numel(&em));
+      char shape[96];
+      snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
+               cfg->gpt.seq_len, cfg->gpt.vocab);
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->name, NULL};
+      export_safetensors("--save-params", st, &em, full, meta);
+    }
+  }
+  if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
+    printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n", dtype_precision(cfg->wdt),
+           dtype_precision(cfg->wdt), in->checked_steps);
+  if (cfg->wdt == DT_F16) { /* the scaler's numbers; the flushed count summed over every rank of the job */
+    double flushed = (double)op_fp16_flushed();
+    comm_ctl_all_reduce_f64(t->world_comm, &flushed, 1, REDOP_SUM);
+    trainer_report_extra(t, "overflow_steps", in->scaler.overflows);
+    trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
+    trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
+    trainer_report_extra(t, "fp16_flushed_to_zero", flushed);
+  }
+  double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
+  report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full, .full_numel = full_numel,
+                      .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
+                      .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
+  report_finish(t, &run);
+  report_write_trace(t->model_comm);
+
+  if (s->teardown) s->teardown(t);
+  tensor_free(&t->params); /* the model states: the strategy allocated them, the trainer frees them (train.h) */
+  tensor_free(&t->grads);
+  tensor_free(&t->master);
+  tensor_free(&t->opt_m);
+  tensor_free(&t->opt_v);
+  train_free_acts(t);
+  if (cfg->sched && cfg->sched->teardown) cfg->sched->teardown(t); /* after the strategy: its comms */
+  ops_release_workspace();
+  free(full);
+  free(in->steps);
+  free(in->evals);
+  free(in->own_ops);
+  free(in->step_uses);
+  free(in->fwd_uses);
+  free(in->whole.units); /* a schedule's copy (the units only: the ctx is the model's) */
+  free(t->unit_params);
+  free(t->unit_grads);
+  model_free(&t->model);
+  data_free(&t->data);
+}
+
+static int is_dir_path(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* --tp T with --ckpt DIR / --resume DIR: TP rank r of T saves and resumes its own slices as an
+ * ordinary checkpoint of its part of the model, in DIR/tp-R-of-T (resharding over the data
+ * dimension works inside it as without TP). A --resume DIR without tp-R-of-T directories is
+ * read as it is: a checkpoint of full units (grid-free from zl_ckpt convert, or saved without
+ * --tp) that every TP rank maps to its slices (ckpt.c, the transform's to_local); one of another T
+ * is refused by ckpt_resolve, which names the T and the conversion. Returns 0, or 2 after one
+ * error line (collective over the world: every rank returns the same). */
+static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, size_t n) {
+  int T = g->size[GRID_TP], r = g->coord[GRID_TP];
+  double bad = 0;
+  if (c->ckpt) {
+    snprintf(ck, n, "%s/tp-%d-of-%d", c->ckpt, r, T);
+    if (g->rank == 0 && mkdir(c->ckpt, 0755) != 0 && errno != EEXIST) bad = 1;
+    comm_barrier(g->world);
+    c->ckpt = ck;
+  }
+  if (c->resume && !bad) {
+    snprintf(rs, n, "%s/tp-%d-of-%d", c->resume, r, T);
+    if (is_dir_path(rs)) c->resume = rs;
+  }
+  comm_ctl_all_reduce_f64(g->world, &bad, 1, REDOP_MAX);
+  return bad ? 2 : 0;
+}
+
+int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter) {
+  if (!s) die("error: no strategy for this run");
+  int env_rank = args_env_rank();
+  if (env_rank == 0 && !cfg->quiet && cfg->device_note[0]) printf("%s\n", cfg->device_note);
+
+  /* The ledger starts before anything is allocated (the communicator's scratch included). */
+  ledger_init(env_rank, (int64_t)(cfg->mem_limit_mb * 1048576.0));
+  if (env_rank == 0) ledger_trace_open(cfg->alloc_trace);
+  int argc0 = 0;
+  char **argv0 = NULL;
+  comm_t *comm = comm_init(&argc0, &argv0, cfg->comm_backend, cfg->dev);
+  comm_set_impl(comm, cfg->collectives);
+  comm_set_timeout(comm, cfg->timeout_s);
+  comm_set_piece_bytes(comm, (int64_t)(cfg->buffer_mb * 1048576.0)); /* --buffer-mb: 0 = whole collectives */
+  fault_arm(cfg->fault, comm_world(comm), cfg->steps);
+  int wrank = comm_rank(comm);
+  trace_init(wrank, cfg->trace);
+  /* --tp T: TP groups of T consecutive ranks; the strategy works on the data-parallel group. */
+  grid_t *grid = cfg->tp > 1 ? grid_init(comm, cfg->tp, 1) : NULL;
+  comm_t *dpc = grid ? grid->comm[GRID_DP] : comm;
+  int quiet = cfg->quiet; /* the same on every rank (below, TP ranks other than 0 turn quiet) */
+  train_cfg_t tpcfg;
+  char tp_ckpt[1200], tp_resume[1200];
+  if (grid) { /* each TP rank: its own checkpoint directory; only TP rank 0 prints */
+    tpcfg = *cfg;
+    if (tp_ckpt_dirs(&tpcfg, grid, tp_ckpt, tp_resume, sizeof tp_ckpt)) {
+      grid_free(grid);
+      comm_finalize(comm);
+      return 2;
+    }
+    if (grid->coord[GRID_TP] != 0) tpcfg.quiet = 1;
+    cfg = &tpcfg;
+  }
+  if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
+  if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
+  int rank = comm_rank(dpc), world = comm_world(dpc);
+  if (!cfg->sched && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
+    die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
+
+  struct train_internal in = {0};
+  trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
+                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
+                 .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model};
+  char name[96]; /* the run's name: the strategy's, after the schedule's when there is one */
+  if (cfg->sched) snprintf(name, sizeof name, "%s+%s", cfg->sched->name, s->name);
+  else snprintf(name, sizeof name, "%s", s->name);
+  t.name = name;
+  t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
+                      .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
+  t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
+  ckpt_manifest_t resume = {0}; /* --resume: verified before anything is allocated or written */
+  if (cfg->resume && ckpt_open_resume(&t, cfg->resume, &resume)) {
+    if (grid) grid_free(grid);
+    comm_finalize(comm);
+    return 2;
+  }
+  model_from_cfg(&t);
+  if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
+  if (cfg->cp > 1) cfg->cp_split(&t); /* --cp: this rank's chunks of every sequence (chapter 10) */
+  t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
+  t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
+  in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
+  in.scaler = scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
+                          (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
+  const char *cm = getenv("ZL_CHECK_MASTER");
+  in.check_master = cm && strcmp(cm, "1") == 0;
+  if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);
+  /* The step's list: a schedule's (this rank's part of the model, narrowed to its replicas), or
+   * the loop's own. */
+  if (cfg->sched) cfg->sched->setup(&t);
+  else train_own_schedule(&t);
+  train_build_uses(&t);
+
+  fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
+  trace_begin("setup");
+  train_alloc_acts(&t);
+  if (!cfg->sched) train_report_acts(&t);
+  s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
+  comm_wait_all(t.comm);
+  comm_wait_all(comm);
+  trace_end(NULL);
+  comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
+  if (t.comm != comm) comm_counters_reset(t.comm);
+
+  int taken = 0, skipped = 0, start = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
+  if (cfg->resume) { /* the states, the losses so far and the position of the checkpoint */
+    ckpt_restore(&t, &resume, in.steps);
+    start = resume.step;
+    taken = resume.opt_t;
+    skipped = resume.skipped;
+    if (resume.has_scaler && t.wdt == DT_F16 && cfg->loss_scale == 0) { /* the dynamic scaler goes on where it was */
+      in.scaler.scale = resume.loss_scale;
+      in.scaler.growth_tracker = resume.growth_tracker;
+      in.scaler.overflows = resume.overflows;
+    }
+    ckpt_manifest_free(&resume);
+  }
+  train_loop(&t, start, &taken, &skipped);
+  if (cfg->sample > 0) train_sample_text(&t);
+  train_finish(&t, chapter, skipped);
+  if (grid) grid_free(grid);
+  comm_finalize(comm);
+  return 0;
+}
