@@ -118,9 +118,12 @@ all: build
 build: $(PROGRAMS) $(TOOLS) $(TEST_BIN) $(SCN_BIN)
 	@echo "built $(IMPL) into $(BIN) (CUDA path: $(if $(filter 1,$(USE_CUDA)),on,off))"
 
-$(LIB): $(COMMON_O) $(IMPL_O)
+# a fresh archive each time (ar alone would keep members of objects that no longer exist, e.g.
+# after a file moved), and again when this Makefile changes (a new source list)
+$(LIB): $(COMMON_O) $(IMPL_O) Makefile
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	@rm -f $@
+	ar rcs $@ $(filter %.o,$^)
 
 $(COBJ)/%.o: common/%.c
 	@mkdir -p $(@D)

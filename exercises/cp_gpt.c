@@ -17,12 +17,12 @@
 #include <stdio.h>          // printf, snprintf
 #include <stdlib.h>         // free
 #include <string.h>         // strcmp, memcpy
-#include "../common/args.h"   // args_error, args_env_world
-#include "../common/check.h"  // die, xcalloc
-#include "../common/gpt.h"    // model_gpt_fns, gpt_block_*
-#include "../common/ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
-#include "../common/ops_gpt.h" // op_embedding_*, op_layernorm_bwd
-#include "../common/train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
+#include "args.h"   // args_error, args_env_world
+#include "check.h"  // die, xcalloc
+#include "gpt.h"    // model_gpt_fns, gpt_block_*
+#include "ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
+#include "ops_gpt.h" // op_embedding_*, op_layernorm_bwd
+#include "train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
 
 typedef struct cp_gpt {
   cp_ring_t g;          /* the ring over this rank's CP group (g.c: owned here) */
@@ -174,7 +174,6 @@ int cp_check_args(const train_cfg_t *cfg) {
   if (cp_layout_check(cfg->gpt.seq_len, cfg->cp, cfg->cp_balance, why, sizeof why))
     return args_error("--cp", v, "%s (--seq-len %d, --cp-balance %d)", why, cfg->gpt.seq_len, cfg->cp_balance);
   if (cfg->dev == DEV_CUDA) return args_error("--cp", v, "the ring attention runs on the CPU only (--device cpu)");
-  if (cfg->recompute) return args_error("--cp", v, "is not offered with --recompute (the ring would run again in the backward)");
   if (cfg->sample || cfg->eval_every)
     return args_error("--cp", v, "--sample and --eval-every need whole sequences on one rank; use 1 rank for them");
   return 0;
@@ -182,10 +181,19 @@ int cp_check_args(const train_cfg_t *cfg) {
 
 /* Activation bytes the loop keeps per rank for b loop samples (gpt.h's table with the ring's
  * attention): 4b·[S·E·(L+1) + S·V + L·(15SE + 4S + NH·S) + S·E + 2S] = per sequence that the rank
- * shares, S/C of its tokens: ∝ S/C, and linear in S (no S² term). */
-static int64_t cp_acts_formula(gpt_shape_t s, int64_t b) {
+ * shares, S/C of its tokens: ∝ S/C, and linear in S (no S² term). With --recompute the L blocks'
+ * and the head's saved activations become one buffer of the largest: 15SE + 4S + NH·S. */
+static int64_t cp_acts_formula(gpt_shape_t s, int64_t b, int recompute) {
   int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab, NH = s.n_head;
-  return 4 * b * (S * E * (L + 1) + S * V + L * (15 * S * E + 4 * S + NH * S) + S * E + 2 * S);
+  int64_t block = 15 * S * E + 4 * S + NH * S, head = S * E + 2 * S;
+  return 4 * b * (S * E * (L + 1) + S * V + (recompute ? (block > head ? block : head) : L * block + head));
+}
+
+/* K/V bytes one rank sends per step: per layer and micro-batch the backward's ring and the
+ * forward's, twice with --recompute (the loop reruns each block's forward before its backward). */
+static double cp_kv_formula(const train_cfg_t *cfg, int64_t R, int n, int E) {
+  int C = cfg->cp, L = cfg->gpt.n_layer;
+  return 4.0 * L * cfg->accum * ((1 + (cfg->recompute != 0)) * cp_ring_fwd_numel(C, R, n, E) + cp_ring_bwd_numel(C, R, n, E));
 }
 
 void cp_split_trainer(trainer_t *t) {
@@ -202,11 +210,10 @@ void cp_split_trainer(trainer_t *t) {
   for (int u = 1; u < m->n_units - 1; u++) m->units[u].saved_numel = gpt_block_saved(&k);
   m->fns = &cp_gpt_fns;
   m->ctx = c;
-  int64_t b = t->local_batch, R = b * C, L = s.n_layer;
+  int64_t b = t->local_batch, R = b * C;
   trainer_report_extra(t, "cp", C);
-  trainer_report_extra(t, "cp_acts_formula_bytes", (double)cp_acts_formula(s, b));
-  trainer_report_extra(t, "cp_kv_bytes_formula",
-                       4.0 * L * cfg->accum * (cp_ring_fwd_numel(C, R, c->g.n, c->E) + cp_ring_bwd_numel(C, R, c->g.n, c->E)));
+  trainer_report_extra(t, "cp_acts_formula_bytes", (double)cp_acts_formula(s, b, cfg->recompute));
+  trainer_report_extra(t, "cp_kv_bytes_formula", cp_kv_formula(cfg, R, c->g.n, c->E));
 }
 
 /* ---- the end-of-run lines: a strategy that is s with them after its last step ---------------- */
@@ -221,7 +228,7 @@ static void cp_report(trainer_t *t) {
   int steps = cfg->steps, C = c->C;
   int64_t b = t->local_batch, R = b * C, L = t->model.gpt.n_layer;
   double kv = (double)k.sent[CO_SEND] / steps, tok = (double)k.sent[CO_ALL_GATHER] / steps;
-  double kv_f = 4.0 * L * cfg->accum * (cp_ring_fwd_numel(C, R, c->g.n, c->E) + cp_ring_bwd_numel(C, R, c->g.n, c->E));
+  double kv_f = cp_kv_formula(cfg, R, c->g.n, c->E);
   double tok_f = 2.0 * cfg->accum * comm_model_sent(CO_ALL_GATHER, C * b * c->S, DT_F32, C, c->g.r, 0);
   /* the attention work of one layer's forward on one micro-batch: max and sum over the group */
   double w[2] = {(double)c->g.work_fwd, (double)c->g.work_fwd}, wmax = 0, wsum = 0;
@@ -247,9 +254,9 @@ static void cp_report(trainer_t *t) {
   if (!trainer_prints(t)) return;
   printf("cp: C=%d, %s: each rank %d of the %d positions of every sequence\n", C,
          cfg->cp_balance ? "balanced (chunks q and 2C-1-q of 2C)" : "contiguous (chunk q of C)", c->g.n, c->S);
-  printf("cp: K/V ring bytes sent per rank per step %.0f  (formula 4 B x L %lld x accum %d x [fwd (C-1)*2*R*n*E + bwd "
+  printf("cp: K/V ring bytes sent per rank per step %.0f  (formula 4 B x L %lld x accum %d x [%sfwd (C-1)*2*R*n*E + bwd "
          "((C-1)*4 + 2)*R*n*E], R = %lld rows, n = %d, E = %d: %.0f)\n",
-         kv, (long long)L, cfg->accum, (long long)R, c->g.n, c->E, kv_f);
+         kv, (long long)L, cfg->accum, cfg->recompute ? "2 x " : "", (long long)R, c->g.n, c->E, kv_f);
   printf("cp: token and target all-gathers per rank per step %.0f bytes (formula %.0f)\n", tok, tok_f);
   printf("cp: attention work per rank (score pairs, one layer's forward of one micro-batch): max %.0f mean %.0f "
          "(formula max %.0f mean %.0f); imbalance max/mean %.3f (--cp-balance %d would give %.3f)\n",

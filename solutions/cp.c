@@ -6,9 +6,9 @@
 #include <stdio.h>          // snprintf
 #include <stdlib.h>         // free
 #include <string.h>         // memcpy, memset
-#include "../common/check.h"    // die, xmalloc, xcalloc
-#include "../common/exercise.h" // zl_exercise_todo (what the generated stubs call)
-#include "../common/ledger.h"   // LEDGER_ACTS
+#include "check.h"    // die, xmalloc, xcalloc
+#include "exercise.h" // zl_exercise_todo (what the generated stubs call)
+#include "ledger.h"   // LEDGER_ACTS
 
 /* ---- the layout ---------------------------------------------------------------------------- */
 int cp_layout_check(int S, int C, int balance, char *why, size_t n) {

@@ -21,8 +21,8 @@
 #ifndef ZL_CP_H
 #define ZL_CP_H
 #include <stdint.h>           // int64_t
-#include "../common/comm.h"   // comm_t
-#include "../common/tensor.h" // tensor_t
+#include "comm.h"   // comm_t
+#include "tensor.h" // tensor_t
 
 /* ---- the layout (pure functions) ---------------------------------------------------------- */
 /* 0 when C ranks can split a sequence of S positions (C >= 1, S divisible by C, or by 2C with

@@ -15,12 +15,12 @@
 #include <stdio.h>          // printf, snprintf
 #include <stdlib.h>         // free
 #include <string.h>         // strcmp, memcpy
-#include "../common/args.h"   // args_error, args_env_world
-#include "../common/check.h"  // die, xcalloc
-#include "../common/gpt.h"    // model_gpt_fns, gpt_block_*
-#include "../common/ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
-#include "../common/ops_gpt.h" // op_embedding_*, op_layernorm_bwd
-#include "../common/train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
+#include "args.h"   // args_error, args_env_world
+#include "check.h"  // die, xcalloc
+#include "gpt.h"    // model_gpt_fns, gpt_block_*
+#include "ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
+#include "ops_gpt.h" // op_embedding_*, op_layernorm_bwd
+#include "train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
 
 typedef struct cp_gpt {
   cp_ring_t g;          /* the ring over this rank's CP group (g.c: owned here) */

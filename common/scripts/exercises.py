@@ -93,6 +93,9 @@ TEST_ORDER = {
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
            "ch08_offload/trains_under_*"],
+    "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
+           "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
+           "ch10_context/cp3_equals_one_rank"],
 }
 # ... and the most one test may take before Criterion kills it
 EXERCISE_TEST_LIMIT_S = 100
