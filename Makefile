@@ -2,6 +2,7 @@
 #   make demo            the guided tour (installs what is missing first)
 #   make test            every test (unit + multi-rank), ends with Criterion's summary
 #   make run CH=03 NP=4 ARGS="--steps 50"
+#   make run CH=05 NP=4 NODES=2 LINK_MBIT=200   the same across 2 emulated nodes (root)
 #   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
 #   make doctor          what the build found;  make GPU=0  CPU only
 # Everything is built under build/ (ignored). See README.md.
@@ -213,11 +214,13 @@ plots figures:
 	@test -n "$(PLOT_PYTHON)" || { echo "error: no python3 with matplotlib: run 'make deps' (Debian: apt-get install python3-matplotlib)"; exit 2; }
 	@$(PLOT_PYTHON) common/scripts/plots.py --results $(RESULTS) --out $(if $(filter figures,$@),notes/figures,$(RESULTS)/figures)
 
-# the chapter's main program (chapters/NN_name/main.c -> chNN_name); PROG=collbench picks another
+# the chapter's main program (chapters/NN_name/main.c -> chNN_name); PROG=collbench picks another;
+# NODES=K runs the NP ranks on K emulated nodes (root; common/scripts/cluster.sh, notes/09-nodes.md),
+# LINK_MBIT=R shapes their links
 CH_NAME   = $(patsubst $(CH)_%,%,$(firstword $(filter $(CH)_%,$(CHAPTERS))))
 run: build
 	@test -n "$(CH)" -a -n "$(CH_NAME)" || { echo "usage: make run CH=NN NP=N ARGS=\"...\" [PROG=name]  (chapters: $(CHAPTERS))"; exit 2; }
-	@bash common/scripts/zlrun $(NP) $(BIN)/ch$(CH)_$(or $(PROG),$(CH_NAME)) $(ARGS)
+	@bash common/scripts/zlrun $(if $(NODES),--nodes $(NODES) $(if $(LINK_MBIT),--link-mbit $(LINK_MBIT))) $(NP) $(BIN)/ch$(CH)_$(or $(PROG),$(CH_NAME)) $(ARGS)
 
 doctor:
 	@ZL_USE_CUDA="$(USE_CUDA)" ZL_CUDA_WHY="$(CUDA_WHY)" ZL_NVCC="$(NVCC)" ZL_NCCL_H="$(NCCL_H)" \
