@@ -5,7 +5,7 @@
 #include "args.h"   // arg_spec_t, args_parse, args_error, ...
 #include <errno.h>  // errno, ERANGE
 #include <limits.h> // INT_MAX, INT_MIN
-#include <math.h>   // isfinite
+#include <math.h>   // isfinite, floor
 #include <stdarg.h> // va_list
 #include <stdint.h> // int64_t
 #include <stdio.h>  // fprintf, printf
@@ -83,6 +83,26 @@ int args_parse_count(const char *s, double *out) {
   v *= mult;
   if (!isfinite(v)) return 1;
   *out = v;
+  return 0;
+}
+
+int args_parse_bytes(const char *s, int64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) return 1;
+  double mult = 1;
+  if (*end) {
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; break;
+    case 'm': case 'M': mult = 1048576.0; break;
+    case 'g': case 'G': mult = 1073741824.0; break;
+    default: return 1;
+    }
+    if (end[1] && !((end[1] == 'B' || end[1] == 'b') && !end[2])) return 1; /* "4K" or "4KB" */
+  }
+  v *= mult;
+  if (v != floor(v) || v > 1e12) return 1;
+  *out = (int64_t)v;
   return 0;
 }
 

@@ -47,4 +47,7 @@ int args_env_world(void);
 void args_usage(const arg_spec_t *specs, int nspecs, const char *prog, const char *about);
 /* Parse a count such as "7.5e9", "7B", "124M" into *out; 0 on success. */
 int args_parse_count(const char *s, double *out);
+/* Parse a byte count as nccl-tests writes them: 4096, 4K, 64M, 1G, 4KB (binary: K = 1024), a
+ * whole number of bytes in [0, 1e12], into *out; 0 on success. */
+int args_parse_bytes(const char *s, int64_t *out);
 #endif

@@ -5,7 +5,7 @@
 #   cluster.sh down                              remove everything `up` made (also the watchdog)
 #   cluster.sh status                            the nodes, their addresses, the link; exit 1 if down
 #   cluster.sh check                             can nodes be made here? exit 0, or 1 and the reason
-#   cluster.sh hosts                             "ADDR:SLOTS ..." lines for zlrun (internal)
+#   cluster.sh hosts | link                      the nodes' addresses, one a line | the link's Mbit/s (zlrun)
 #   options for every command: --name NAME (default zl, or $ZL_CLUSTER; letters/digits, <= 5)
 #                              --subnet A.B.C (default 10.209.9, or $ZL_CLUSTER_SUBNET; a /24)
 #
@@ -186,6 +186,7 @@ case "$cmd" in
         [ $had = 1 ] && echo "cluster $NAME: down" || echo "cluster $NAME: was not up";;
   status) do_status;;
   check) why=$(can_make) && echo "emulated nodes can be made here" || { echo "$why"; exit 1; };;
+  link) [ -f "$STATE/link_mbit" ] || { echo "cluster $NAME is not up" >&2; exit 1; }; cat "$STATE/link_mbit";;
   hosts) [ -f "$STATE/nodes" ] || { echo "cluster $NAME is not up (common/scripts/cluster.sh up K)" >&2; exit 1; }
          awk '{print $3}' "$STATE/nodes";;
   *) echo "usage: cluster.sh up K [--link-mbit R] [--ttl S] | down | status | check  [--name NAME] [--subnet A.B.C]" >&2; exit 2;;
