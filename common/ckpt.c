@@ -511,22 +511,22 @@ static void read_piece(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t n, 
 int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
   char why[1024] = "";
   char stepdir[CKPT_PATH_MAX];
-  if (t->rank == 0) { /* one reader checks everything; the verdict goes to all */
+  if (t->model_rank == 0) { /* one reader checks everything; the verdict goes to all */
     if (!ckpt_resolve(where, stepdir, sizeof stepdir, why, sizeof why) &&
         !ckpt_manifest_read(stepdir, m, why, sizeof why)) {
       if (!ckpt_match_cfg(m, t->cfg, why, sizeof why)) ckpt_verify_files(m, why, sizeof why);
       ckpt_manifest_free(m);
     }
   }
-  comm_ctl_broadcast(t->comm, why, sizeof why, 0);
+  comm_ctl_broadcast(t->model_comm, why, sizeof why, 0);
   if (why[0]) {
-    if (t->rank == 0) {
+    if (t->model_rank == 0) {
       fprintf(stderr, "error: --resume %s: %s; nothing was run or written\n", where, why);
       fflush(stderr);
     }
     return 2;
   }
-  comm_ctl_broadcast(t->comm, stepdir, sizeof stepdir, 0);
+  comm_ctl_broadcast(t->model_comm, stepdir, sizeof stepdir, 0);
   if (ckpt_manifest_read(stepdir, m, why, sizeof why)) die_on_rank("--resume %s: %s", where, why);
   return 0;
 }
@@ -536,12 +536,13 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
  * transform's to_local, train.h), and the layout's held and own ranges taken from that (pad slots 0). buf: room for
  * the largest held or own range (the caller's). */
 static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
-  const model_t *md = &t->model;
+  const model_t *md = t->whole; /* the transform's split, every unit (the layout: t->model's) */
   ckpt_reader_t r = {.m = m};
   int64_t fmost = 0, lmost = 0;
   for (int u = 0; u < md->n_units; u++) {
     if (m->units[u].numel > fmost) fmost = m->units[u].numel;
-    if (md->units[u].padded > lmost) lmost = md->units[u].padded;
+    if (t->model.units[u].padded > lmost) lmost = t->model.units[u].padded;
+    if (md->units[u].numel > lmost) lmost = md->units[u].numel;
   }
   float *full = xmalloc((size_t)fmost * sizeof(float), "checkpoint full unit");
   float *local = xmalloc((size_t)lmost * sizeof(float), "checkpoint local unit");
@@ -550,7 +551,7 @@ static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
     for (int s = 0; s < m->n_sections; s++) {
       if (s > 0 && l.own_numel == 0) break;
       ckpt_read_range(&r, s, u, 0, m->units[u].numel, full);
-      memset(local, 0, (size_t)md->units[u].padded * sizeof(float));
+      memset(local, 0, (size_t)lmost * sizeof(float));
       t->cfg->transform->to_local(md, u, full, local);
       if (s == 0) { /* the working params this rank holds, and its own fp32 weights */
         memcpy(buf, local + l.held_off, (size_t)l.held_numel * sizeof(float));
@@ -601,10 +602,10 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   free(lb);
   t->opt_t = m->opt_t;
   dev_sync(t->dev);
-  if (t->rank == 0 && !t->cfg->quiet) {
+  if (t->model_rank == 0 && !t->cfg->quiet) {
     printf("resumed from %s: %s on %d rank%s (layout of %d shard%s) -> %s on %d; continuing at step %d (optimizer t = %d)\n",
            m->dir, m->strategy, m->world, m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "",
-           t->strategy->name, t->world, m->step, m->opt_t);
+           t->name, t->model_world, m->step, m->opt_t);
     fflush(stdout);
   }
 }
@@ -715,19 +716,20 @@ typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
 
 void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses,
                const scaler_t *scaler) {
-  const model_t *md = &t->model;
+  const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
   int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
   char partial[CKPT_PATH_MAX + 32], final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
   snprintf(partial, sizeof partial, "%s/.step-%06d.partial", dir, steps_done);
   snprintf(final_dir, sizeof final_dir, "%s/step-%06d", dir, steps_done);
   comm_wait_all(t->comm); /* ZeRO-1/2's param all-gathers of this step finish first */
   dev_sync(t->dev);
-  if (t->rank == 0) {
+  int root = t->model_rank == 0; /* rank 0 of every rank that holds a part of the model */
+  if (root) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("rank 0: --ckpt %s: cannot create it: %s", dir, strerror(errno));
     rm_tree(partial); /* left by a crash during an earlier save */
     if (mkdir(partial, 0755) != 0) die("rank 0: --ckpt: cannot create %s: %s", partial, strerror(errno));
   }
-  comm_barrier(t->comm);
+  comm_barrier(t->model_comm);
 
   /* The pieces this rank writes, as its strategy's layout names them; the blob for rank 0 is
    * file_stat_t then (unit, off, numel) per piece. */
@@ -755,23 +757,23 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     }
     mine->nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
     mine->sum = ckpt_sum(CKPT_SUM_INIT, host, (size_t)mine->nbytes);
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", partial, t->rank);
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", partial, t->model_rank);
     write_atomic(path, host, mine->nbytes);
     free(host);
   }
   free(ls);
-  fault_in_save(t->rank, steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
+  fault_in_save(comm_rank(t->world_comm), steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
 
   char *all = NULL;
   int64_t *sizes = NULL;
-  comm_ctl_gather(t->comm, blob, (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all,
+  comm_ctl_gather(t->model_comm, blob, (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all,
                   &sizes);
   free(blob);
-  if (t->rank == 0) {
+  if (root) {
     /* every rank's blob: which ranks wrote a file, and the pieces in it */
-    const char **from = xmalloc((size_t)t->world * sizeof *from, "checkpoint blobs");
+    const char **from = xmalloc((size_t)t->model_world * sizeof *from, "checkpoint blobs");
     int shards = 0, n_pieces = 0;
-    for (int r = 0, off = 0; r < t->world; off += (int)sizes[r], r++) {
+    for (int r = 0, off = 0; r < t->model_world; off += (int)sizes[r], r++) {
       from[r] = all + off;
       const file_stat_t *fs = (const file_stat_t *)from[r];
       shards += fs->n_pieces > 0;
@@ -789,7 +791,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     free(lb);
     /* the manifest, last: the table of every piece */
     const train_cfg_t *c = t->cfg;
-    ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->world, .shards = shards,
+    ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->model_world, .shards = shards,
                          .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
                          .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
                          .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
@@ -801,7 +803,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
       m.growth_tracker = scaler->growth_tracker;
       m.overflows = scaler->overflows;
     }
-    snprintf(m.strategy, sizeof m.strategy, "%s", t->strategy->name);
+    snprintf(m.strategy, sizeof m.strategy, "%s", t->name);
     snprintf(m.precision, sizeof m.precision, "%s", precision_name(t->wdt));
     snprintf(m.optimizer, sizeof m.optimizer, "%s", c->optimizer == OPT_SGD ? "sgd" : "adamw");
     snprintf(m.model, sizeof m.model, "%s", c->model_kind);
@@ -811,7 +813,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
       m.units[u] = (ckpt_unit_t){.in = md->units[u].in, .out = md->units[u].out, .numel = md->units[u].numel};
     m.pieces = xcalloc((size_t)n_pieces + 1, sizeof *m.pieces, "checkpoint pieces");
     m.files = xcalloc((size_t)shards + 1, sizeof *m.files, "checkpoint files");
-    for (int r = 0, f = 0, k = 0; r < t->world; r++) {
+    for (int r = 0, f = 0, k = 0; r < t->model_world; r++) {
       const file_stat_t *fs = (const file_stat_t *)from[r];
       const int64_t *e = (const int64_t *)(fs + 1);
       int64_t at = 0;
@@ -901,9 +903,11 @@ static int64_t place(const model_t *md, int u, int64_t off, int64_t n, const flo
 }
 
 void ckpt_export_weights(trainer_t *t, float *dst) {
-  const model_t *md = &t->model;
+  const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
   unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "export layouts");
-  int all_replicated = 1; /* the same on every rank (train.h), so every rank takes the same path */
+  /* every rank takes the same path: replicated is the same on every rank (train.h); a schedule keeps
+   * other units on other ranks, so there rank 0 does not hold them all */
+  int all_replicated = t->model_comm == t->comm;
   int64_t sn = 0, n_pieces = 0;
   for (int u = 0; u < md->n_units; u++) {
     ls[u] = layout_of(t, u);
@@ -927,14 +931,14 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
   char *all = (char *)blob;
   int64_t *sizes = NULL, one = (int64_t)head * 8 + sn * 4;
   if (!all_replicated) { /* one control gather: rank 0 receives every rank's pieces */
-    comm_ctl_gather(t->comm, blob, one, &all, &sizes);
+    comm_ctl_gather(t->model_comm, blob, one, &all, &sizes);
     free(blob);
   } else {
     sizes = &one; /* rank 0 holds every piece already (replicated): no communication */
   }
-  if (t->rank == 0) {
+  if (t->model_rank == 0) {
     int64_t placed = 0;
-    int senders = all_replicated ? 1 : t->world;
+    int senders = all_replicated ? 1 : t->model_world;
     const char *p = all;
     for (int r = 0; r < senders; p += sizes[r], r++) {
       const int64_t *h = (const int64_t *)p;

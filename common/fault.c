@@ -1,7 +1,7 @@
 /* fault.c — --fault RANK:STEP:KIND, a testing aid (see fault.h; notes/reliability.md). */
 #include "fault.h"  // fault_t, fault_kind_t
 #include "check.h"  // die
-#include "formula.h" // formula_model_states
+#include "formula.h" // formula_t
 #include "train.h"  // trainer_t
 #include <errno.h>  // errno
 #include <math.h>   // NAN
@@ -108,10 +108,13 @@ static double host_available_bytes(void) {
 void fault_check_host_memory(const trainer_t *t) {
   if (t->dev != DEV_CPU) return; /* on a GPU, cudaMalloc itself says no, cleanly */
   const model_t *m = &t->model;
-  int opt_states = t->cfg->optimizer == OPT_ADAMW ? 2 : 1;
-  double states = formula_model_states(t->strategy->stage, (double)m->numel, t->world, t->wdt, opt_states).total;
+  formula_t f; /* what the strategy says this rank holds: its units only (a pipeline stage's) */
+  if (t->strategy->formula) t->strategy->formula(t, &f);
+  else formula_stage(&f, 0, (double)m->numel, t->world, t->wdt, train_opt_states(t->cfg)); /* none: a replica's, the most */
+  double states = f.params + f.grads + f.master + f.optim + f.host; /* on a CPU run both arenas are this host's */
   double acts = (double)m->in_numel + m->rows + 2.0 * (double)model_max_y_numel(m); /* batch, dy ping-pong */
-  for (int u = 0; u < m->n_units; u++) acts += (double)m->units[u].y_numel + (double)m->units[u].saved_numel;
+  for (int c = 0; c < t->n_chunks; c++) /* one micro-batch of this rank's units */
+    for (int u = t->chunks[c].u0; u < t->chunks[c].u1; u++) acts += (double)m->units[u].y_numel + (double)m->units[u].saved_numel;
   acts *= 4.0 * (double)t->local_batch;
   const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   int local = e && atoi(e) > 0 ? atoi(e) : 1;

@@ -40,7 +40,8 @@ int fault_overflow(int rank, int step);
 /* The ckpt kind: exits here (mid-save) when armed for this rank and step. */
 void fault_in_save(int rank, int step);
 
-/* Out-of-memory pre-flight (CPU runs): the model states of the formula plus the activations,
+/* Out-of-memory pre-flight (CPU runs): the model states of the strategy's formula (strategy_t.formula: this
+ * rank's units only, a pipeline stage's) plus one micro-batch of activations of its chunks,
  * times the ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE), against the host's MemAvailable.
  * Too much: dies with `out of memory on rank R: ... need X MiB ...` before allocating, instead
  * of letting the kernel's OOM killer end the job half-way with a SIGKILL. */

@@ -67,3 +67,12 @@ const char *formula_text(int stage, dtype_t wdt, int opt_states) {
   pthread_mutex_unlock(&g_text_mu);
   return s;
 }
+
+void formula_stage(formula_t *f, int stage, double psi, int world, dtype_t wdt, int opt_states) {
+  mem_formula_t m = formula_model_states(stage, psi, world, wdt, opt_states);
+  *f = (formula_t){.params = m.params, .grads = m.grads, .master = m.master, .optim = m.optim,
+                   .comm_bytes = formula_comm_bytes(stage, psi, world, wdt)};
+  snprintf(f->mem_text, sizeof f->mem_text, "%s", formula_text(stage, wdt, opt_states));
+  snprintf(f->comm_text, sizeof f->comm_text, "stage %d: %s(N-1)/N x psi x %d B", stage, stage >= 3 ? "3" : "2",
+           (int)dtype_size(wdt));
+}

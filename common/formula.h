@@ -27,6 +27,19 @@ mem_formula_t formula_model_states(int stage, double psi, int world, dtype_t wdt
 /* Bytes sent per rank per step by ring algorithms: stages 0–2: 2(N−1)/N·Ψ·b, stage 3: 3(N−1)/N·Ψ·b,
  * b = bytes per element of the communicated dtype. */
 double formula_comm_bytes(int stage, double psi, int world, dtype_t wdt);
+/* What a strategy says about itself (train.h's strategy_t.formula): its model-state bytes per rank
+ * by category, in the device arena and in the host arena, its bytes sent per step, and the
+ * formulas as text. */
+typedef struct formula {
+  double params, grads, master, optim; /* bytes per rank in the device arena (the whole run's peak) */
+  double host;                          /* bytes per rank in the host arena (08's offloaded states) */
+  double comm_bytes;                    /* bytes this rank sends per optimizer step (ring model) */
+  char mem_text[64];                    /* "4Ψ + 12Ψ/N", "2Ψ + 2Ψ/N on the device" */
+  char comm_text[64];                   /* "2(N-1)/N x psi x 2 B" */
+} formula_t;
+/* ZeRO stage `stage`'s (0: DDP) for Ψ = psi, N = world (formula_model_states, formula_comm_bytes,
+ * formula_text): what strategies built on the stage start from. */
+void formula_stage(formula_t *f, int stage, double psi, int world, dtype_t wdt, int opt_states);
 /* A printable formula, e.g. "4Ψ + 12Ψ/N" (bf16, Adam), for the report and ch00. */
 const char *formula_text(int stage, dtype_t wdt, int opt_states);
 /* The same text for the paper's form (formula_zero_k) with any K, written into dst

@@ -1,13 +1,14 @@
 /* train.c — the training loop of chapters 02+ and its launcher (see train.h; notes/design.md,
  * "The loop and the strategy interface"; notes/02-ddp.md).
  *
- * The loop (train_loop, micro_batch): for each micro-batch, forward unit by unit (strategy hooks
- * around each unit), the loss over the GLOBAL batch, backward in reverse handing each unit's
- * gradients to the strategy the moment they exist; then the strategy's step. Unit outputs and
- * saved activations live in LEDGER_ACTS (alloc_acts). The launcher (train_main): communicator
- * and process grid, model and data, the strategy's setup, resume; after the loop the results
- * and the teardown. The flags are parsed in train_flags.c. */
-#include "train.h"  // trainer_t, strategy_t, train_cfg_t
+ * The loop (train_loop): each step runs its list of operations (train_ops.c: the forward or the
+ * backward of a micro-batch over a chunk of units, the strategy's hooks around every unit, a
+ * schedule's messages around every operation), then the strategy's step. The launcher
+ * (train_main): communicator and process grid, model and data, the transform's split, the
+ * schedule's part, the strategy's setup, resume; after the loop the results and the teardown.
+ * Here too the helpers strategies call (states, init, optimizer, the gradient norm). The flags
+ * are parsed in train_flags.c, the evaluation and --sample are train_eval.c's. */
+#include "train_internal.h" // struct train_internal, train_run_ops, train_alloc_acts; train.h
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
 #include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
@@ -32,42 +33,6 @@
 #include <dirent.h> // opendir, readdir (--tp checkpoints)
 #include <errno.h>  // errno, EEXIST
 #include <sys/stat.h> // mkdir, stat
-
-#define TRAIN_MAX_EXTRAS 24
-/* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
-
-/* What only the loop sees. Activation buffers per unit u (B = local micro-batch, in samples):
- *   y[u]      (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
- *   saved[u]  (B, saved_numel_u)  what the unit's backward needs; with --recompute ONE buffer
- *                                 (the largest unit's) shared by all, refilled in the backward
- * plus the batch (x, targets) and the gradient ping-pong dy[2] (B, max y_numel).
- * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): y[u] of a unit whose
- * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
- * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
- * needs it (pa_keep, pa_gather: the transform's). */
-struct train_internal {
-  tensor_t x;        /* (b, in_numel) 4-byte inputs of the micro-batch: fp32 features or int32 tokens */
-  tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements)                         */
-  tensor_t *out;     /* [U] (b, y_numel_u) unit outputs; out[U−1] are the logits                       */
-  tensor_t *saved;   /* [U] (b, saved_numel_u), or with --recompute only saved[0], the shared buffer   */
-  tensor_t dy[2];    /* (b, max y_numel) ping-pong: gradient w.r.t. a unit's output                    */
-  int pa;            /* --pa: the replicated outputs are kept as 1/T slices in out[u]                  */
-  tensor_t work[2];  /* --pa: (T · max slice) whole outputs, ping-pong: the one read, the one written   */
-  int64_t acts_kept; /* the ledger's LEDGER_ACTS growth for out, saved and work (alloc_acts)           */
-  void *xh;          /* (b, in_numel) host staging of the evaluation batches when the device is a GPU   */
-  int *yh;           /* (b, rows) host staging (evaluation)                                             */
-  report_step_t *steps;
-  report_extra_t extras[TRAIN_MAX_EXTRAS];
-  int nextras;
-  int check_master;  /* ZL_CHECK_MASTER=1: bf16 params == bf16(master) after every step */
-  int local_nonfinite; /* this rank's OWN gradients of this step held NaN/Inf (before any reduction) */
-  int checked_steps;
-  report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
-  int nevals;
-  scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
-  int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
-                                * control all-reduce, trainer_finish_grads), summed over the steps */
-};
 
 /* ---- helpers for strategies -------------------------------------------------------------- */
 
@@ -121,7 +86,7 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
 
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
-  if (fault_overflow(sharded ? t->rank : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow (testing aid) */
+  if (fault_overflow(sharded ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow */
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
    * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
@@ -146,6 +111,11 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
   } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
+  const schedule_t *sc = t->cfg->sched;
+  if (sc && sc->grad_sumsq) { /* a pipeline: every stage's part summed; a NaN or an overflow anywhere skips all */
+    sumsq = sc->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
+    reduced_bad = !isfinite(sumsq);
+  }
   int nbad = 0;
   char ranks[256] = "";
   for (int r = 0; r < N; r++)
@@ -229,309 +199,6 @@ static void check_master_bits(trainer_t *t) {
   t->in->checked_steps++;
 }
 
-/* ---- the loop ---------------------------------------------------------------------------- */
-
-int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
-  const model_transform_t *xf = t->cfg->transform;
-  if (!t->cfg->pa || !t->tp_comm || t->strategy->run_step || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
-  return xf->pa_slice(t, u);
-}
-
-/* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
- * buffer), in bytes, from the shapes alone (fp32; s_u = ceil(b·y_numel_u / T) for a partitioned u):
- *   Σ_u (s_u if partitioned, else b·y_numel_u)  +  2 · T · max_u s_u  +  b · max_u saved_numel_u */
-static int64_t pa_acts_formula(const trainer_t *t) {
-  const model_t *m = &t->model;
-  int64_t b = t->local_batch, outs = 0, smax = 0;
-  for (int u = 0; u < m->n_units; u++) {
-    int64_t su = trainer_pa_slice_numel(t, u);
-    outs += su ? su : b * m->units[u].y_numel;
-    if (su > smax) smax = su;
-  }
-  return 4 * (outs + 2 * comm_world(t->tp_comm) * smax + b * model_max_saved_numel(m));
-}
-
-static void alloc_acts(trainer_t *t) {
-  struct train_internal *in = t->in;
-  const model_t *m = &t->model;
-  int64_t b = t->local_batch, work = 0;
-  int U = m->n_units, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
-  in->pa = t->cfg->pa && t->tp_comm;
-  in->x = tensor_alloc("input", LEDGER_ACTS, DT_F32, t->dev, b * m->in_numel); /* 4-byte elements */
-  in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows);   /* 4-byte ints */
-  in->out = xcalloc((size_t)U, sizeof(tensor_t), "unit outputs");
-  in->saved = xcalloc((size_t)U, sizeof(tensor_t), "unit saved activations");
-  int64_t before = ledger_live(LEDGER_ACTS);
-  for (int u = 0; u < U; u++) {
-    int64_t slice = trainer_pa_slice_numel(t, u); /* --pa: 1/T of a replicated output, else 0: all of it */
-    if (slice) in->out[u] = tensor_alloc("unit output (1/T slice, Pa)", LEDGER_ACTS, DT_F32, t->dev, slice);
-    else in->out[u] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
-    if (T * slice > work) work = T * slice;
-    if (!t->cfg->recompute) in->saved[u] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
-  }
-  if (t->cfg->recompute) in->saved[0] = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * model_max_saved_numel(m));
-  if (in->pa) /* the whole outputs: unit u writes work[u % 2] while it reads work[(u − 1) % 2] */
-    for (int k = 0; k < 2; k++) in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
-  in->acts_kept = ledger_live(LEDGER_ACTS) - before;
-  int64_t maxy = model_max_y_numel(m);
-  in->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
-  in->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
-  if (t->dev != DEV_CPU) {
-    in->xh = xmalloc((size_t)(b * m->in_numel) * 4, "input staging");
-    in->yh = xmalloc((size_t)(b * m->rows) * sizeof(int), "target staging");
-  }
-}
-
-static void free_acts(trainer_t *t) {
-  struct train_internal *in = t->in;
-  if (!in->out) return; /* never allocated (run_step) */
-  for (int u = 0; u < t->model.n_units; u++) {
-    tensor_free(&in->out[u]);
-    tensor_free(&in->saved[u]);
-  }
-  free(in->out);
-  free(in->saved);
-  tensor_free(&in->work[0]);
-  tensor_free(&in->work[1]);
-  tensor_free(&in->x);
-  tensor_free(&in->y);
-  tensor_free(&in->dy[0]);
-  tensor_free(&in->dy[1]);
-  free(in->xh);
-  free(in->yh);
-}
-
-/* Samples of micro-batch `micro` of step `step` for this rank: the global batch of the step is
- * samples [step·B, (step+1)·B); micro-batch k is its k-th 1/K; rank r takes its r-th slice. */
-static void load_batch(trainer_t *t) {
-  struct train_internal *in = t->in;
-  trainer_load_micro(t, t->micro, t->cfg->accum, t->rank, t->world, in->x.data, (int *)in->y.data);
-}
-
-void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y) {
-  int64_t B = t->cfg->batch, mb = B / m, b = mb / nslices;
-  int64_t first = (int64_t)t->step * B + (int64_t)k * mb + (int64_t)slice * b;
-  int poison = k == 0 && x && !t->model.in_is_tokens; /* --fault R:S:nan poisons a feature of micro-batch 0 */
-  int64_t xn = b * t->model.in_numel, yn = b * t->model.rows;
-  /* data_batch writes both: host buffers for what is not a CPU destination */
-  void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
-  int *yh = y && t->dev == DEV_CPU ? y : xmalloc((size_t)yn * sizeof(int) + 4, "target staging");
-  data_batch(&t->data, first, (int)b, xh, yh);
-  if (poison) fault_poison(t->rank, t->step, xh);
-  if (x && t->dev != DEV_CPU) dev_memcpy(t->dev, x, DEV_CPU, xh, (size_t)xn * 4);
-  if (y && t->dev != DEV_CPU) dev_memcpy(t->dev, y, DEV_CPU, yh, (size_t)yn * sizeof(int));
-  if (xh != x) free(xh);
-  if (yh != y) free(yh);
-}
-
-double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
-  const model_t *m = &t->model;
-  /* fp16: the loss is multiplied by the loss scale S before the backward (its gradient is) */
-  double S = t->wdt == DT_F16 ? (double)t->in->scaler.scale : 1.0;
-  float scale = (float)(S / ((double)t->cfg->batch * m->rows));
-  double loss = m->fns->loss ? m->fns->loss(m, b, logits, targets, dlogits, scale) /* the model's own (vocab-parallel) */
-                             : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
-  if (!isfinite(loss)) t->in->local_nonfinite = 1;
-  return loss;
-}
-
-void trainer_check_grads(trainer_t *t, int u) {
-  /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
-  if (t->dev == DEV_CPU && !t->in->local_nonfinite)
-    t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
-  if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
-}
-
-/* Where unit u's whole output is during the micro-batch: out[u], or with --pa for a partitioned
- * output its working buffer (out[u] holds only this rank's slice). */
-static float *unit_y(trainer_t *t, int u) {
-  struct train_internal *in = t->in;
-  return (in->pa && trainer_pa_slice_numel(t, u) ? in->work[u % 2] : in->out[u]).data;
-}
-
-/* Unit u's buffers for this micro-batch (dy, dx and grads are set by the backward). */
-static unit_io_t unit_io(trainer_t *t, int u) {
-  struct train_internal *in = t->in;
-  return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
-                     .x = u == 0 ? in->x.data : unit_y(t, u - 1), .y = unit_y(t, u),
-                     .saved = (t->cfg->recompute ? in->saved[0] : in->saved[u]).data};
-}
-
-/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output in out[u]. */
-static void pa_keep(trainer_t *t, int u) {
-  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, u), t->in->out[u].data);
-}
-
-/* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
- * the whole output back from the slices (the transform's all-gather over the TP group): it moves
- * bytes and adds nothing, so the backward sees the bits the forward produced. */
-static void pa_gather(trainer_t *t, int u) {
-  if (!trainer_pa_slice_numel(t, u)) return;
-  char name[32];
-  snprintf(name, sizeof name, "pa gather %d", u);
-  trace_begin(name);
-  t->cfg->transform->pa_gather(t, u, t->in->out[u].data, unit_y(t, u));
-  trace_end(NULL);
-}
-
-/* One micro-batch: forward, loss, backward with the hooks. Returns the local loss sum. */
-static double micro_batch(trainer_t *t) {
-  struct train_internal *in = t->in;
-  const strategy_t *s = t->strategy;
-  const model_t *m = &t->model;
-  int U = m->n_units, b = (int)t->local_batch;
-  char name[32];
-  load_batch(t);
-  for (int u = 0; u < U; u++) {
-    if (s->pre_forward) s->pre_forward(t, u);
-    snprintf(name, sizeof name, "fwd %d", u);
-    trace_begin(name);
-    unit_io_t io = unit_io(t, u);
-    model_forward(m, u, &io);
-    if (in->pa) pa_keep(t, u); /* --pa: this rank's 1/T of a replicated output */
-    trace_end(NULL);
-    if (s->post_forward) s->post_forward(t, u);
-  }
-  float *dy = in->dy[0].data, *dyp = in->dy[1].data;
-  /* Mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks' gradients is
-   * then the mean gradient. */
-  double loss;
-  TRAINER_PHASE("loss", loss = trainer_loss(t, b, in->out[U - 1].data, (const int *)in->y.data, dy));
-  for (int u = U - 1; u >= 0; u--) {
-    t->grad_beta = t->micro == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
-    if (s->pre_backward) s->pre_backward(t, u);
-    if (in->pa && u > 0) pa_gather(t, u - 1); /* --pa: the input, whole again (into its working buffer) */
-    unit_io_t io = unit_io(t, u);
-    if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
-      snprintf(name, sizeof name, "recompute %d", u);
-      trace_begin(name);
-      model_forward(m, u, &io);
-      trace_end(NULL);
-    }
-    snprintf(name, sizeof name, "bwd %d", u);
-    trace_begin(name);
-    io.grads = t->unit_grads[u];
-    io.beta = t->grad_beta;
-    io.dy = dy;
-    io.dx = u > 0 ? dyp : NULL;
-    model_backward(m, u, &io);
-    trace_end(NULL);
-    trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
-    if (s->post_backward) s->post_backward(t, u);
-    float *tmp = dy;
-    dy = dyp;
-    dyp = tmp;
-  }
-  return loss;
-}
-
-/* ---- --model gpt: validation loss and sampling (forward only, through the strategy's hooks, so
- * ZeRO-3 gathers each unit as in training; every rank runs them, in step) ------------------ */
-
-/* Validation loss: --eval-batches global batches of the validation split, each split over the
- * ranks and micro-batches exactly as load_batch splits a training batch; the mean over all
- * their tokens. Collective. */
-/* The forward of B samples through every unit with the strategy's forward hooks (so ZeRO-3
- * gathers), no backward: the evaluation and --sample. */
-static void forward_only(trainer_t *t, int B) {
-  const strategy_t *s = t->strategy;
-  for (int u = 0; u < t->model.n_units; u++) {
-    if (s->pre_forward) s->pre_forward(t, u);
-    unit_io_t io = unit_io(t, u);
-    io.B = B;
-    model_forward(&t->model, u, &io);
-    if (s->post_forward) s->post_forward(t, u);
-  }
-}
-
-static double evaluate(trainer_t *t) {
-  const train_cfg_t *cfg = t->cfg;
-  struct train_internal *in = t->in;
-  const model_t *m = &t->model;
-  int64_t B = cfg->batch, b = t->local_batch, mb = B / cfg->accum;
-  int U = m->n_units;
-  double sum = 0;
-  trace_begin("eval");
-  for (int e = 0; e < cfg->eval_batches; e++)
-    for (int k = 0; k < cfg->accum; k++) {
-      int64_t first = (int64_t)e * B + (int64_t)k * mb + (int64_t)t->rank * b;
-      int *x = t->dev == DEV_CPU ? in->x.data : in->xh, *y = t->dev == DEV_CPU ? in->y.data : in->yh;
-      data_val_batch(&t->data, first, (int)b, x, y);
-      if (t->dev != DEV_CPU) {
-        dev_memcpy(t->dev, in->x.data, DEV_CPU, x, (size_t)(b * m->in_numel) * 4);
-        dev_memcpy(t->dev, in->y.data, DEV_CPU, y, (size_t)(b * m->rows) * sizeof(int));
-      }
-      forward_only(t, (int)b);
-      sum += op_softmax_xent(t->dev, in->dy[0].data, in->out[U - 1].data, (const int *)in->y.data,
-                             (int)(b * m->rows), m->classes, 1.0f);
-    }
-  comm_ctl_all_reduce_f64(t->comm, &sum, 1, REDOP_SUM); /* control traffic */
-  trace_end(NULL);
-  return sum / ((double)cfg->eval_batches * (double)B * m->rows);
-}
-
-static void eval_record(trainer_t *t, int step) {
-  struct train_internal *in = t->in;
-  if (!in->out) die_on_rank("--eval-every: not available with a strategy that runs its own schedule");
-  double v = evaluate(t);
-  in->evals = realloc(in->evals, sizeof(report_eval_t) * (size_t)(in->nevals + 1));
-  if (!in->evals) die_on_rank("out of host memory for the evaluations");
-  in->evals[in->nevals++] = (report_eval_t){.step = step, .val_loss = v};
-  if (t->rank == 0 && !t->cfg->quiet) {
-    printf("step %5d  val loss %.6f  (%d validation batches; uniform over 256 bytes: %.4f)\n", step, v,
-           t->cfg->eval_batches, log(256.0));
-    fflush(stdout);
-  }
-}
-
-/* --sample N: N bytes generated from a newline, one forward of ONE sequence per byte (the last
- * seq_len bytes as context), each byte drawn from softmax(logits / temperature) with
- * rng_uniform(seed, stream 0x3000, k) (greedy at temperature 0). Every rank computes the same
- * bytes (ZeRO-3 gathers are collective); rank 0 prints them. */
-static void sample_text(trainer_t *t) {
-  const train_cfg_t *cfg = t->cfg;
-  struct train_internal *in = t->in;
-  const model_t *m = &t->model;
-  int T = m->rows, V = m->classes, U = m->n_units, N = cfg->sample, len = 1;
-  if (!in->out) die_on_rank("--sample: not available with a strategy that runs its own schedule");
-  int *ctx = xcalloc((size_t)T, sizeof(int), "sample context");
-  float *row = xmalloc((size_t)V * sizeof(float), "sample logits");
-  char *text = xcalloc((size_t)N + 1, 1, "sample text");
-  ctx[0] = '\n';
-  trace_begin("sample");
-  for (int k = 0; k < N; k++) {
-    dev_memcpy(t->dev, in->x.data, DEV_CPU, ctx, (size_t)T * sizeof(int));
-    forward_only(t, 1); /* one sequence: positions >= len are padding the causal mask keeps out */
-    dev_memcpy(DEV_CPU, row, t->dev, (float *)in->out[U - 1].data + (int64_t)(len - 1) * V, (size_t)V * sizeof(float));
-    int next = 0;
-    for (int v = 1; v < V; v++)
-      if (row[v] > row[next]) next = v;
-    if (cfg->temperature > 0) { /* inverse CDF of softmax(row / temperature), in double */
-      double mx = row[next], z = 0, cdf = 0, r = rng_uniform(cfg->seed, 0x3000, (uint64_t)k);
-      for (int v = 0; v < V; v++) z += exp((row[v] - mx) / cfg->temperature);
-      for (int v = 0; v < V; v++) {
-        cdf += exp((row[v] - mx) / cfg->temperature) / z;
-        if (r < cdf) { next = v; break; }
-      }
-    }
-    text[k] = (char)((next >= 32 && next < 127) || next == '\n' || next == '\t' ? next : '?');
-    if (len < T) ctx[len++] = next;
-    else {
-      memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int));
-      ctx[T - 1] = next;
-    }
-  }
-  trace_end(NULL);
-  if (t->rank == 0) {
-    printf("sample (%d bytes, temperature %g, seed %llu; bytes outside printable ASCII shown as ?):\n%s\n", N,
-           cfg->temperature, (unsigned long long)cfg->seed, text);
-    fflush(stdout);
-  }
-  free(ctx);
-  free(row);
-  free(text);
-}
-
 /* The model and data source of cfg (--model mlp|gpt): model_init + data_init, or the GPT and
  * its text. */
 static void model_from_cfg(trainer_t *t) {
@@ -545,23 +212,6 @@ static void model_from_cfg(trainer_t *t) {
   data_init(&t->data, cfg->input, cfg->classes, cfg->seed);
 }
 
-/* Activation bytes the loop keeps (every unit's output and saved buffers, and --pa's working
- * buffers, as the ledger counted them in alloc_acts) beside gpt.h's formula: "acts_saved_bytes",
- * "acts_formula_bytes"; with --pa the ledger's growth beside pa_acts_formula: "pa_acts_bytes",
- * "pa_acts_formula_bytes". */
-static void report_acts(trainer_t *t) {
-  struct train_internal *in = t->in;
-  int64_t kept = tensor_nbytes(&in->work[0]) + tensor_nbytes(&in->work[1]); /* --pa's working buffers */
-  for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&in->out[u]) + tensor_nbytes(&in->saved[u]);
-  trainer_report_extra(t, "acts_saved_bytes", (double)kept);
-  if (in->pa) { /* the ledger's count beside the formula from the shapes (pa_acts_formula) */
-    trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
-    trainer_report_extra(t, "pa_acts_formula_bytes", (double)pa_acts_formula(t));
-  }
-  if (t->model.fns == &model_gpt_fns)
-    trainer_report_extra(t, "acts_formula_bytes", (double)gpt_acts_bytes(t->model.gpt, t->local_batch, t->cfg->recompute));
-}
-
 static int log_step(const train_cfg_t *c, int step) {
   if (c->quiet) return 0;
   if (step == 0 || step == c->steps - 1) return 1;
@@ -570,39 +220,34 @@ static int log_step(const train_cfg_t *c, int step) {
 
 /* ---- the loop: what train.h's diagram shows, and nothing else ------------------------------ */
 
-/* Steps [start, cfg->steps): micro-batches (forward, loss, backward with the hooks), then the
- * strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
+/* Steps [start, cfg->steps): the step's operations (forwards, losses, backwards with the hooks),
+ * then the strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
  * *taken counts applied optimizer steps (AdamW's t), *skipped the steps --nonfinite skip dropped. */
 static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
-  int log = t->rank == 0 && !cfg->quiet;
+  int log = trainer_prints(t);
   for (int step = start; step < cfg->steps; step++) {
     char name[32];
     snprintf(name, sizeof name, "step %d", step);
     double t0 = trace_now_us();
     trace_begin(name);
     t->step = step;
-    fault_at_step(t->rank, step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    fault_at_step(comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     in->local_nonfinite = 0;
-    double loss_sum = 0;
-    if (t->strategy->run_step) loss_sum = t->strategy->run_step(t); /* the strategy's schedule (07) */
-    else for (int k = 0; k < cfg->accum; k++) {
-      t->micro = k;
-      t->last_micro = k == cfg->accum - 1; /* DDP all-reduces only now (no_sync before) */
-      loss_sum += micro_batch(t);
-    }
+    double loss_sum = train_run_ops(t);
     t->opt_t = *taken + 1;
     t->skipped = 0;
     double scale_used = in->scaler.scale;
     t->strategy->step(t);
+    if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
     if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
     dev_sync(t->dev);
     trace_end(NULL);
     double ms = (trace_now_us() - t0) / 1000.0;
     if (!t->skipped) (*taken)++;
     else (*skipped)++;
-    comm_ctl_all_reduce_f64(t->comm, &loss_sum, 1, REDOP_SUM); /* control traffic, not counted per step */
+    comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* every stage's: control traffic */
     in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
@@ -614,7 +259,7 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
         printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
       fflush(stdout);
     }
-    if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) eval_record(t, step + 1);
+    if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) train_eval_record(t, step + 1);
     if (ckpt_due(cfg, step))
       ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
   }
@@ -626,14 +271,14 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
 static void print_header(const trainer_t *t, const char *chapter) {
   const train_cfg_t *cfg = t->cfg;
   const model_t *m = &t->model;
-  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->strategy->name, t->world,
+  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, t->world,
          t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
-  /* A pipeline (run_step) cuts the batch itself, in its setup after this line: its own line gives
+  /* A schedule (a pipeline) cuts the batch itself, in its setup after this line: its own line gives
    * the micro-batch, so the loop's per-rank view is not printed for it. */
   char per_rank[96];
-  if (t->strategy->run_step) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
+  if (cfg->sched) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
   else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
   if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
@@ -653,12 +298,12 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
   const strategy_t *s = t->strategy;
-  int rank = t->rank;
-  float *full = rank == 0 ? xmalloc((size_t)t->model.numel * sizeof(float), "exported params") : NULL;
+  int rank = t->model_rank; /* where the export lands: rank 0 of the model's ranks */
+  float *full = rank == 0 ? xmalloc((size_t)t->whole->numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
-  int64_t full_numel = t->model.numel;
+  int64_t full_numel = t->whole->numel;
   if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
-    float *whole = cfg->transform->unsplit(&t->model, full, rank == 0, &full_numel);
+    float *whole = cfg->transform->unsplit(t->whole, full, rank == 0, &full_numel);
     free(full);
     full = whole;
   }
@@ -674,7 +319,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
       char shape[96];
       snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
                cfg->gpt.seq_len, cfg->gpt.vocab);
-      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->strategy->name, NULL};
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->name, NULL};
       export_safetensors("--save-params", st, &em, full, meta);
     }
   }
@@ -683,7 +328,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
            dtype_precision(cfg->wdt), in->checked_steps);
   if (cfg->wdt == DT_F16) { /* the scaler's numbers; the flushed count summed over every rank of the job */
     double flushed = (double)op_fp16_flushed();
-    comm_ctl_all_reduce_f64(t->tp_comm ? t->world_comm : t->comm, &flushed, 1, REDOP_SUM);
+    comm_ctl_all_reduce_f64(t->world_comm, &flushed, 1, REDOP_SUM);
     trainer_report_extra(t, "overflow_steps", in->scaler.overflows);
     trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
     trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
@@ -694,7 +339,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
                       .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
   report_finish(t, &run);
-  trace_write(t->comm);
+  trace_write(t->model_comm);
 
   if (s->teardown) s->teardown(t);
   tensor_free(&t->params); /* the model states: the strategy allocated them, the trainer frees them (train.h) */
@@ -702,11 +347,16 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   tensor_free(&t->master);
   tensor_free(&t->opt_m);
   tensor_free(&t->opt_v);
-  free_acts(t);
+  train_free_acts(t);
+  if (cfg->sched && cfg->sched->teardown) cfg->sched->teardown(t); /* after the strategy: its comms */
   ops_release_workspace();
   free(full);
   free(in->steps);
   free(in->evals);
+  free(in->own_ops);
+  free(in->step_uses);
+  free(in->fwd_uses);
+  free(in->whole.units); /* a schedule's copy (the units only: the ctx is the model's) */
   free(t->unit_params);
   free(t->unit_grads);
   model_free(&t->model);
@@ -778,12 +428,17 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
-  if (!s->run_step && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
+  if (!cfg->sched && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
 
   struct train_internal in = {0};
   trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
-                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in};
+                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
+                 .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model};
+  char name[96]; /* the run's name: the strategy's, after the schedule's when there is one */
+  if (cfg->sched) snprintf(name, sizeof name, "%s+%s", cfg->sched->name, s->name);
+  else snprintf(name, sizeof name, "%s", s->name);
+  t.name = name;
   t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                       .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
   t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
@@ -803,15 +458,22 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
   if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);
+  /* The step's list: a schedule's (this rank's part of the model, narrowed to its replicas), or
+   * the loop's own. */
+  if (cfg->sched) cfg->sched->setup(&t);
+  else train_own_schedule(&t);
+  train_build_uses(&t);
 
   fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
   trace_begin("setup");
-  if (!s->run_step) alloc_acts(&t); /* a run_step strategy owns its activations */
-  if (!s->run_step) report_acts(&t);
+  train_alloc_acts(&t);
+  if (!cfg->sched) train_report_acts(&t);
   s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
+  comm_wait_all(t.comm);
   comm_wait_all(comm);
   trace_end(NULL);
   comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
+  if (t.comm != comm) comm_counters_reset(t.comm);
 
   int taken = 0, skipped = 0, start = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
   if (cfg->resume) { /* the states, the losses so far and the position of the checkpoint */
@@ -827,7 +489,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     ckpt_manifest_free(&resume);
   }
   train_loop(&t, start, &taken, &skipped);
-  if (cfg->sample > 0) sample_text(&t);
+  if (cfg->sample > 0) train_sample_text(&t);
   train_finish(&t, chapter, skipped);
   if (grid) grid_free(grid);
   comm_finalize(comm);

@@ -1,13 +1,19 @@
-/* train.h — the training loop shared by chapters 02–05, and the strategy interface.
+/* train.h — the training loop shared by chapters 02–08, and the strategy interface.
  *
  * The model does not know about ranks. The loop calls hooks; a strategy implements them —
  * as PyTorch DDP (autograd hooks) and FSDP (pre/post forward hooks) do:
  *
- *   for each micro-batch:
- *     for u = 0..U−1:   pre_forward(u);  forward of unit u;  post_forward(u)
- *     loss (mean over the GLOBAL batch: local sum / B, so summing over ranks is the mean)
- *     for u = U−1..0:   pre_backward(u); backward of unit u; post_backward(u)
+ *   for each operation of the step's list (without a schedule: F 0, B 0, F 1, B 1, ...):
+ *     F k:  for u in the chunk:   pre_forward(u);  forward of unit u;  post_forward(u)
+ *     B k:  the loss on the last chunk (mean over the GLOBAL batch: local sum / B, so summing
+ *           over ranks is the mean), then for u in the chunk, in reverse:
+ *                                 pre_backward(u); backward of unit u; post_backward(u)
  *   step()   (wait for communication, optimizer on what this rank owns, re-gather)
+ *
+ * Three things wrap the model, each in its own files, in this order (picotron's TP, then PP, then
+ * DP): a model TRANSFORM splits every unit over T ranks (06's tensor parallelism), a SCHEDULE
+ * keeps a stage's units on this rank and orders the micro-batches across stages (07's pipeline),
+ * and the STRATEGY is the data dimension over the replicas of what is left (02–05, 08).
  *
  * What the strategy must provide before each unit's forward/backward: t->unit_params[u]
  * (where the unit's working params are) and t->unit_grads[u] (where backward writes its
@@ -18,6 +24,7 @@
 #include <stdint.h> // int64_t
 #include "comm.h"   // comm_t, comm_handle_t
 #include "data.h"   // data_t
+#include "formula.h" // formula_t
 #include "model.h"  // model_t, unit_t
 #include "ops.h"    // adamw_hp_t
 #include "tensor.h" // tensor_t
@@ -44,6 +51,9 @@ typedef struct train_cfg {
   /* Set by a chapter's main, not a flag: the model transform that --tp T > 1 applies (chapter 06's
    * tensor parallelism, solutions/tp.h's tp_transform); NULL: the program has none. */
   const struct model_transform *transform;
+  /* Set by a chapter's main, not a flag: the schedule of a step (chapter 07's pipeline,
+   * solutions/pipeline.h's pipeline_schedule); NULL: the loop's own (schedule_t below). */
+  const struct schedule *sched;
   double lr, momentum, weight_decay, beta1, beta2, eps, clip; /* --clip 0 = off */
   uint64_t seed;
   optim_kind_t optimizer;             /* --optimizer adamw|sgd */
@@ -108,18 +118,24 @@ typedef struct unit_layout {
   void *params;               /* (held_numel) */
 } unit_layout_t;
 
+
 /* A parallelism strategy. The loop calls, in this order (NULL hooks are skipped):
- *   setup; then per step: per micro-batch  pre_forward(u) / post_forward(u) for u = 0..U−1,
- *   pre_backward(u) / post_backward(u) for u = U−1..0;  then step;  after the last step
- *   (and for every checkpoint or export) layout(u); teardown last.
+ *   setup; then per step, per operation of the step's list (train_op_t: the forward or backward
+ *   of micro-batch t->micro over a chunk of units): pre_forward(u) / post_forward(u) around each
+ *   unit's forward, pre_backward(u) / post_backward(u) around each unit's backward (the chunk's
+ *   units in reverse); then step;  after the last step (and for every checkpoint or export)
+ *   layout(u); teardown last. Without a schedule the list is F 0, B 0, F 1, B 1, ... over one chunk
+ *   of every unit; a pipeline's (07) interleaves micro-batches, but each unit still sees its
+ *   backwards in micro-batch order, t->last_micro on the last.
+ * A unit this rank does not hold (a pipeline keeps it on another stage) has numel 0: a strategy
+ * allocates, shards and sends nothing for it, and the loop never runs it.
  * Ownership: setup allocates the model states (t->params, grads, master, opt_m, opt_v) in the
  * shape it chooses; the TRAINER frees them after teardown. teardown frees only the strategy's
  * own state (t->priv and what hangs from it). */
 typedef struct strategy {
   const char *name;  /* "ddp-naive", "zero1", ... */
-  int stage;         /* 0 DDP, 1, 2, 3: selects the formula the report prints (never memory) */
-  int own_formulas;  /* 1: memory and traffic differ per rank (pipeline stages); the strategy prints
-                      * its own formulas and the report prints none of `stage`'s */
+  int stage;         /* 0 DDP, 1, 2, 3: the ZeRO stage, a name only (checkpoint manifests); memory
+                      * and traffic come from formula */
   void (*setup)(struct trainer *t);                   /* allocate states, shards, buckets */
   void (*pre_forward)(struct trainer *t, int unit);   /* ZeRO-3: gather unit params (+prefetch) */
   void (*post_forward)(struct trainer *t, int unit);  /* ZeRO-3: free gathered params */
@@ -130,15 +146,72 @@ typedef struct strategy {
   /* Where unit u lives on this rank (unit_layout_t above): the one hook checkpoints, resume,
    * resharding and the export need. Required; called between steps, comm idle. */
   void (*layout)(struct trainer *t, int u, unit_layout_t *out);
-  /* Optional: the strategy runs the whole step's micro-batches itself (a pipeline schedule).
-   * When set, the loop calls run_step(t) INSTEAD of the micro-batch loop (so the pre/post
-   * hooks above are not called by the loop), then step() as usual: run_step does forwards,
-   * losses and backwards only, never the optimizer. It returns this rank's local loss sum
-   * (Σ of trainer_loss over the micro-batches this rank scored, in micro-batch order; 0 on
-   * ranks that score none). The trainer then allocates no activations (the strategy owns its
-   * own, LEDGER_ACTS) and t->local_batch is the strategy's to set in setup. */
-  double (*run_step)(struct trainer *t);
+  /* What the strategy says about itself (formula.h's formula_t): this rank's model-state bytes by
+   * category and its bytes sent per step, from the shapes alone (Ψ = t->model.numel: the units this
+   * rank keeps, a pipeline stage's; N = t->world). The report prints them beside what the ledger and
+   * the communicator count; the out-of-memory pre-check (fault.c) refuses with them a run the host
+   * cannot hold. A pure function of t->cfg, t->model, t->wdt, t->world, t->n_micro and t->no_sync,
+   * so it may be called before setup. NULL (a toy strategy): the report prints no formula and the
+   * pre-check assumes a whole replica. */
+  void (*formula)(const struct trainer *t, formula_t *f);
 } strategy_t;
+
+/* One operation of a step: the forward ('F') or the backward ('B') of micro-batch `micro` over
+ * chunk `chunk` of this rank's units (t->chunks). */
+typedef struct train_op {
+  char kind;
+  int micro;
+  int chunk;
+} train_op_t;
+
+/* A chunk: the consecutive units [u0, u1) this rank runs as one piece. first: u0 is the model's
+ * first unit (its input is the data); last: u1 − 1 is the model's last (its output is the logits,
+ * scored here). */
+typedef struct train_chunk {
+  int u0, u1;
+  int first, last;
+} train_chunk_t;
+
+/* One use of a unit in a pass, in the order the loop calls the strategy's pre hooks: its forward
+ * ('F') or its backward ('B'). t->uses[t->use] is the one being run: ZeRO-3 prefetches along them. */
+typedef struct train_use {
+  int unit;
+  char kind;
+} train_use_t;
+
+/* A SCHEDULE (chapter 07's pipeline: solutions/pipeline.h) gives this rank part of the model's
+ * units and the order of a step's operations over them; the loop runs the list with the
+ * strategy's hooks on every unit and asks the schedule for what crosses ranks:
+ *
+ *   F k on chunk c:  x ← recv_forward (first chunk: the data)     units forward     send_forward(y)
+ *   B k on chunk c:  dy ← recv_backward (last chunk: the loss)     units backward    send_backward(dx)
+ *
+ * Activations live in slots, one per micro-batch in flight on a chunk: the loop's pool, which
+ * grows only when more are in flight than ever before; release(c, k) waits for what the schedule
+ * still sends out of k's slot before it is reused. Without a schedule the loop runs one chunk of
+ * every unit with one slot. */
+typedef struct schedule {
+  const char *name; /* "pipeline-1f1b" */
+  /* Launcher, after the model (and a transform's split), before the strategy's setup: sets
+   * t->n_micro, t->local_batch, t->chunks, t->ops (and their counts); narrows t->comm, t->rank,
+   * t->world to the replicas of this rank's part and empties the units it does not hold
+   * (trainer_keep_units). Collective over t->comm. */
+  void (*setup)(struct trainer *t);
+  void (*recv_forward)(struct trainer *t, int chunk, int k, float *x);        /* not the first chunk */
+  void (*send_forward)(struct trainer *t, int chunk, int k, const float *y);  /* not the last chunk */
+  void (*recv_backward)(struct trainer *t, int chunk, int k, float *dy);      /* not the last chunk */
+  /* Where the backward of chunk c (not the first) writes the gradient of its input, sent next. */
+  float *(*dx_buffer)(struct trainer *t, int chunk, int k);
+  void (*send_backward)(struct trainer *t, int chunk, int k, const float *dx);
+  void (*release)(struct trainer *t, int chunk, int k);
+  /* After the step's last operation: every message of the step done. busy_us: this rank's compute
+   * in the operations (its F/B blocks), t0_us: when the step's first operation began. */
+  void (*step_end)(struct trainer *t, double busy_us, double t0_us);
+  /* The whole model's Σg² from this rank's part's (its replicas' sum). Collective. */
+  double (*grad_sumsq)(struct trainer *t, double part_sumsq);
+  void (*report)(struct trainer *t);   /* after the last step: its lines and extras. Collective */
+  void (*teardown)(struct trainer *t); /* frees t->sched_priv */
+} schedule_t;
 
 /* A MODEL TRANSFORM (chapter 06's tensor parallelism: solutions/tp.h, tp_transform) turns the full
  * model into this rank's part of it over a group of ranks (t->tp_comm), and answers for that part
@@ -192,17 +265,18 @@ typedef struct model_transform {
 typedef struct trainer {
   const train_cfg_t *cfg;
   const strategy_t *strategy;
+  const char *name;     /* the run's: the strategy's, or "SCHEDULE+STRATEGY" ("pipeline-1f1b+zero1") */
   comm_t *comm;         /* the strategy's communicator: the data-parallel ranks (all of them
                          * without --tp; with --tp T the N/T ranks that share this tp_rank)   */
   int rank, world;      /* this rank in comm, and comm's size (what DDP/ZeRO shard over)      */
-  comm_t *world_comm;   /* every rank of the job (= comm without --tp)                        */
+  comm_t *world_comm;   /* every rank of the job (= comm without --tp and a schedule)          */
   comm_t *tp_comm;      /* --tp T: the T consecutive ranks that split each layer; NULL without */
   struct grid *grid;    /* --tp: the process grid (common/grid.h); NULL without               */
   device_t dev;
   dtype_t wdt;          /* working dtype of params and grads */
   model_t model;        /* shapes + flat layout (the strategy re-pads it for ZeRO) */
   data_t data;
-  int64_t local_batch;  /* rows per micro-batch on this rank: batch / (world·accum) */
+  int64_t local_batch;  /* rows per micro-batch on this rank: batch / (world·n_micro) */
 
   /* Model states: the strategy's setup allocates them (which are full, which are shards is its
    * business; strategy_t.layout tells the rest of the program), the trainer frees them.   */
@@ -220,12 +294,34 @@ typedef struct trainer {
 
   /* Loop position. */
   int step;             /* current step, from 0 */
-  int micro;            /* current micro-batch, 0..accum−1 */
+  int micro;            /* current micro-batch, 0..n_micro−1 */
   int last_micro;       /* 1 on the last micro-batch of the step (DDP communicates only then) */
   int skipped;          /* set by trainer_finish_grads when --nonfinite skip drops this step */
   double grad_norm;     /* global gradient norm of this step (before clipping) */
 
+  /* The step's list: the schedule's (train.h's schedule_t), or the loop's own. */
+  int n_micro;          /* micro-batches per step: --accum, or the schedule's (--micro-batches) */
+  int n_chunks;
+  train_chunk_t *chunks;/* [n_chunks] this rank's chunks of units */
+  int n_ops;
+  train_op_t *ops;      /* [n_ops] one step's operations, in order */
+  const train_use_t *uses; /* [n_uses] the units' uses in the order of the pre hooks: the step's, or
+                            * a forward-only pass's (the evaluation, --sample) */
+  int n_uses, use;      /* use: the index of the one being run */
+  int no_sync;          /* 1: a unit's gradient is reduced once per step, on its last micro-batch,
+                         * from gradients accumulated locally (DDP's and ZeRO-1's way; ZeRO-2/3 then
+                         * keep the full gradient through the step: FSDP's no_sync). Set by a
+                         * schedule that promises 1-rank --accum's bits (07) */
+
+  /* The whole model and every rank that holds part of it (the ranks less the TP dimension): what a
+   * checkpoint, the export and the report gather over. Without a schedule: &model, comm, rank and
+   * world; a pipeline narrows comm to its stage's replicas and model to its units. */
+  const model_t *whole;
+  comm_t *model_comm;
+  int model_rank, model_world;
+
   void *priv;           /* the strategy's own state */
+  void *sched_priv;     /* the schedule's own state (train.h's schedule_t) */
   struct train_internal *in; /* activations, batch buffers, results (train.c only) */
 } trainer_t;
 
@@ -240,6 +336,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 
 /* ---- helpers for strategies ----------------------------------------------------------- */
+/* fp32 optimizer buffers per parameter: AdamW 2 (m, v), SGD with momentum 1. */
+static inline int train_opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
 /* Allocate full params/grads/master/optimizer states ("optim m", "optim v") for the current
  * layout (DDP-style); the trainer frees them after teardown like any model state. */
 void trainer_alloc_full_states(trainer_t *t, int with_grads);
@@ -262,12 +360,12 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded);
 /* Add a number to the end-of-run report and the --json object (e.g. "n_buckets"); at most
  * 16 per run, key copied (up to 31 characters). Any rank may call it; rank 0's values are used. */
 void trainer_report_extra(trainer_t *t, const char *key, double value);
-/* For strategies with run_step (schedules): micro-batch k of m of the current step t->step,
- * cut into nslices equal slices (data-parallel replicas), slice `slice`: b = batch/(m·nslices)
- * samples starting at step·batch + k·(batch/m) + slice·b — exactly what 1-rank training with
- * --accum m reads for micro-batch k when nslices is 1. x: (b, in_numel) 4-byte inputs, y:
- * (b, rows) int32 targets, both on t->dev; either may be NULL (not loaded). GPU: staged
- * through host memory allocated and freed here. --fault R:S:nan poisons x of micro-batch 0. */
+/* Micro-batch k of m of the current step t->step, cut into nslices equal slices (data-parallel
+ * replicas), slice `slice`: b = batch/(m·nslices) samples starting at step·batch + k·(batch/m) +
+ * slice·b — exactly what 1-rank training with --accum m reads for micro-batch k when nslices is
+ * 1. x: (b, in_numel) 4-byte inputs, y: (b, rows) int32 targets, both on t->dev; either may be
+ * NULL (not loaded). GPU: staged through host memory allocated and freed here. --fault R:S:nan
+ * poisons x of micro-batch 0. */
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y);
 /* The loss of b samples as the loop computes it: softmax cross-entropy of logits (b·rows,
  * classes) against targets (b·rows), scale 1/(global batch·rows), dlogits (b·rows, classes)
@@ -279,6 +377,23 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
  * NaN/Inf (GPU: nothing); then the model transform's after_backward (--tp: the replicated
  * parameters' gradients, for the norm). */
 void trainer_check_grads(trainer_t *t, int u);
+/* 1 on the one rank that prints a strategy's or a schedule's lines (rank 0 of the job), unless --quiet. */
+int trainer_prints(const trainer_t *t);
+
+/* ---- helpers for schedules ------------------------------------------------------------ */
+/* This rank keeps only the units with here[u] != 0: the others become empty (numel 0, so no
+ * strategy allocates, shards or sends anything for them) and the unpadded layout is recomputed
+ * (model_layout); t->whole keeps the model as it was, for checkpoints and the export. Once, in
+ * the schedule's setup. */
+void trainer_keep_units(trainer_t *t, const char *here);
+/* The loop's activation pool (schedule_t): slots allocated for chunk c so far and the bytes of one
+ * (its input and, per unit, output and saved activations); the most slots in use at once over all
+ * chunks; the bytes of the loop's fixed buffers beside the pool (the gradient ping-pong, the
+ * targets, the shared recompute buffer). */
+int trainer_slots(const trainer_t *t, int c);
+int64_t trainer_slot_bytes(const trainer_t *t, int c);
+int trainer_peak_in_flight(const trainer_t *t);
+int64_t trainer_acts_workspace(const trainer_t *t);
 /* --pa (ZeRO-R's partitioned activation checkpointing): the elements of unit u's output this rank
  * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) (the transform's
  * pa_slice) — or 0 when the loop keeps the whole output (Pa off, the unit's output not replicated

@@ -79,6 +79,15 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
   }
+  /* validation and sampling run a forward of the whole model on every rank: a stage holds only its units */
+  if (cfg->eval_every > 0) {
+    snprintf(v, sizeof v, "%d", cfg->eval_every);
+    return args_error("--eval-every", v, "must be 0 with a pipeline (validation runs the whole model on one rank)"), 1;
+  }
+  if (cfg->sample > 0) {
+    snprintf(v, sizeof v, "%d", cfg->sample);
+    return args_error("--sample", v, "must be 0 with a pipeline (sampling runs the whole model on one rank)"), 1;
+  }
   int64_t per = (int64_t)cfg->micro_batches * (world / cfg->pp);
   if (cfg->batch % per) {
     snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
@@ -253,6 +262,13 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
+  }
+  if ((chapter_flags & (TRAIN_FLAG_ZERO | TRAIN_FLAG_PIPELINE)) && (chapter_flags & TRAIN_FLAG_PREFETCH)) {
+    if (cfg->prefetch >= 0 && cfg->zero != 3) { /* ZeRO-3's flag: the other strategies gather nothing */
+      snprintf(v, sizeof v, "%d", cfg->prefetch);
+      exit(args_error("--prefetch", v, "only with --zero 3 (the units ZeRO-3 gathers ahead)"));
+    }
+    if (cfg->zero != 3) cfg->chapter_flags &= ~(unsigned)TRAIN_FLAG_PREFETCH; /* the report names it for ZeRO-3 only */
   }
   if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
     exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));

@@ -88,7 +88,7 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
     t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
   }
   st->tags = xcalloc((size_t)U + 1, sizeof *st->tags, "ddp tags");
-  int log = t->rank == 0 && !t->cfg->quiet;
+  int log = trainer_prints(t);
   if (st->variant == DDP_OVERLAP) {
     for (int u = 0; u < U; u++) snprintf(st->tags[u], sizeof st->tags[u], "all_reduce unit %d", u);
     if (log) printf("ddp-overlap: one all-reduce per unit, launched as its backward finishes (%d per step)\n", U);
@@ -164,15 +164,20 @@ static void ddp_setup_naive(trainer_t *t) { ddp_setup(t, DDP_NAIVE); }
 static void ddp_setup_overlap(trainer_t *t) { ddp_setup(t, DDP_OVERLAP); }
 static void ddp_setup_bucketed(trainer_t *t) { ddp_setup(t, DDP_BUCKETED); }
 
+/* ZeRO stage 0's formulas: every rank holds everything, (b + b + K)Ψ; one all-reduce, 2(N−1)/N·Ψ·b. */
+static void ddp_formula(const trainer_t *t, formula_t *f) {
+  formula_stage(f, 0, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
+}
+
 /* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
 static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup_naive, .step = ddp_step,
-                                   .teardown = ddp_teardown, .layout = ddp_layout};
+                                   .teardown = ddp_teardown, .layout = ddp_layout, .formula = ddp_formula};
 static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup_overlap,
                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
-                                     .layout = ddp_layout};
+                                     .layout = ddp_layout, .formula = ddp_formula};
 static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup_bucketed,
                                       .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
-                                      .layout = ddp_layout};
+                                      .layout = ddp_layout, .formula = ddp_formula};
 
 const strategy_t *ddp_strategy(const char *variant) {
   if (!variant) return NULL;

@@ -30,6 +30,7 @@
 #endif
 #include "offload.h"             // offload_kind_t, offload_strategy, offload_host_adamw
 #include <pthread.h>             // pthread_create, pthread_join (host step threads)
+#include <stdio.h>               // snprintf
 #include <stdlib.h>              // free
 #include <string.h>              // strcmp
 #include "zero.h"                // zero2_strategy, shard_plan, zero_rs_*, zero_* helpers
@@ -258,6 +259,17 @@ static void offload_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
+/* ZeRO-Offload's formulas: ZeRO-2's, its master and optimizer states in the host arena: the device
+ * keeps bΨ + bΨ/N (params, grad shard), the host K·Ψ/N; the traffic is ZeRO-2's. */
+static void offload_formula(const trainer_t *t, formula_t *f) {
+  double wb = (double)dtype_size(t->wdt);
+  formula_stage(f, 2, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
+  f->host = f->master + f->optim;
+  f->master = f->optim = 0;
+  char dev[40];
+  snprintf(f->mem_text, sizeof f->mem_text, "%s on the device", formula_text_k(dev, (int)sizeof dev, 2, wb, wb, 0));
+}
+
 static const strategy_t offload_s = {
     .name = "zero2-offload",
     .stage = 2,
@@ -268,6 +280,7 @@ static const strategy_t offload_s = {
     .step = offload_step,
     .teardown = offload_teardown,
     .layout = offload_layout,
+    .formula = offload_formula,
 };
 
 int offload_parse(const char *word, offload_kind_t *kind) {

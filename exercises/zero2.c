@@ -17,6 +17,7 @@
  * With --accum K each micro-batch is reduce-scattered and summed into the shard: K times the
  * reduce-scatter traffic, but full gradients never stay resident (DeepSpeed's choice). */
 #include "zero.h"              // zero2_strategy, zero_rs_t, shard_plan, zero_* helpers
+#include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free
 #include "../common/check.h"    // xcalloc
 #include "../common/comm.h"     // comm_reduce_scatter_async, comm_wait, comm_wait_all
@@ -28,6 +29,12 @@
 /* ---- the reduce-scatter during backward (zero_rs_*, declared in zero.h; ZeRO-3 uses it) ---- */
 void zero_rs_init(zero_rs_t *r, trainer_t *t) {
   const model_t *m = &t->model;
+  *r = (zero_rs_t){.next = 0};
+  if (t->no_sync) { /* the full gradient, each step (zero_rs_begin_unit); no staging */
+    r->nslots = 2;
+    for (int s = 0; s < 2; s++) r->unit[s] = -1;
+    return;
+  }
   int64_t max_piece = m->max_unit_padded / t->world;
   /* --buffer-mb B: one staging slot when two would pass B (the next unit's backward then waits
    * for the previous reduce-scatter: less overlap, same sums); one unit is the floor */
@@ -60,6 +67,12 @@ static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
 
 void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
   const unit_t *un = &t->model.units[u];
+  if (t->no_sync) { /* the step's full gradient (zero-filled: its pad slots stay 0), accumulated over micro-batches */
+    if (!r->full.data) r->full = tensor_alloc("grads (full, this step)", LEDGER_GRADS, t->wdt, t->dev, t->model.padded_numel);
+    t->unit_grads[u] = tensor_at(&r->full, un->off);
+    t->grad_beta = t->micro > 0 ? 1.0f : 0.0f;
+    return;
+  }
   if (r->nslots == 1) r->next = 0; /* zero_rs_end_unit alternates; with one slot it is always 0 */
   int s = r->next;
   if (r->h[s]) TRAINER_PHASE("wait staging", rs_retire(r, t, s));
@@ -71,6 +84,13 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
 }
 
 void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
+  if (t->no_sync) { /* once per step: the unit's gradient is final after its last micro-batch */
+    const unit_t *f = &t->model.units[u];
+    if (t->last_micro)
+      comm_reduce_scatter_async(t->comm, tensor_at(&r->full, f->off), tensor_at(&t->grads, f->shard_off), f->padded, t->wdt,
+                                REDOP_SUM, "reduce-scatter grads");
+    return;
+  }
   // BEGIN EXERCISE zero_rs_end_unit notes/04-zero2.md
   // HINT: as soon as a unit's gradient is final, start its reduce-scatter so it overlaps the rest of the backward; never wait here.
   // HINT: stuck? `make hint EX=zero_rs_end_unit LEVEL=2` gives the next hint
@@ -82,6 +102,10 @@ void zero_rs_finish(zero_rs_t *r, trainer_t *t) {
   trace_begin("wait reduce-scatter");
   comm_wait_all(t->comm);
   for (int k = 0; k < 2; k++) rs_retire(r, t, (r->next + k) % 2); /* oldest first */
+  if (r->full.data) { /* no_sync: the full gradient goes until the next step's first backward */
+    tensor_free(&r->full);
+    for (int u = 0; u < t->model.n_units; u++) t->unit_grads[u] = NULL;
+  }
   trace_end(NULL);
 }
 
@@ -90,6 +114,7 @@ void zero_rs_free(zero_rs_t *r) {
     tensor_free(&r->staging[s]);
     tensor_free(&r->acc[s]);
   }
+  tensor_free(&r->full);
 }
 
 /* ---- the strategy ------------------------------------------------------------------------ */
@@ -112,6 +137,11 @@ static void zero2_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
+  if (t->no_sync && trainer_prints(t))
+    printf("  zero2 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch; every\n"
+           "  micro-batch's backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
+           "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the grads lines\n",
+           t->n_micro);
   z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
@@ -160,6 +190,17 @@ static void zero2_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
+/* ZeRO-2's formulas: bΨ + (b + K)Ψ/N; per step a reduce-scatter and an all-gather, 2(N−1)/N·Ψ·b.
+ * no_sync (a pipeline's): the full gradient lives through the step, + bΨ at its peak. */
+static void zero2_formula(const trainer_t *t, formula_t *f) {
+  double psi = (double)t->model.numel;
+  formula_stage(f, 2, psi, t->world, t->wdt, train_opt_states(t->cfg));
+  if (t->no_sync) {
+    f->grads += psi * (double)dtype_size(t->wdt);
+    snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step", formula_text(2, t->wdt, train_opt_states(t->cfg)));
+  }
+}
+
 static const strategy_t zero2_s = {
     .name = "zero2",
     .stage = 2,
@@ -170,6 +211,7 @@ static const strategy_t zero2_s = {
     .step = zero2_step,
     .teardown = zero2_teardown,
     .layout = zero2_layout,
+    .formula = zero2_formula,
 };
 
 const strategy_t *zero2_strategy(void) { return &zero2_s; }

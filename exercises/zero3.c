@@ -14,9 +14,11 @@
  * The optimizer updates the shard in place; nothing is gathered at the end of the step: the
  * next forward gathers what it needs. Traffic: two all-gathers + one reduce-scatter = 3(N−1)/N·Ψ.
  *
- * The gathers of one micro-batch form a sequence of 2U events: forward of units 0..U−1 (event
- * e = u), then backward of units U−1..0 (event e = 2U−1−u). Prefetch walks that sequence, so
- * the last forward unit already prefetches the first backward one.
+ * The gathers of a step form a sequence of events, one per use of a unit, in the order the loop
+ * runs them (train.h's t->uses, event e = t->use): per micro-batch the forward of units 0..U−1,
+ * then the backward of units U−1..0; under a pipeline schedule (07), the order of its operations.
+ * Prefetch walks that sequence, so the last forward unit already prefetches the first backward
+ * one, and the last backward of a micro-batch the next one's first forward.
  *
  * --prefetch auto (the default) prefetches one unit where communication does not take compute's
  * core: on NCCL (its own CUDA stream and SMs), or with MPI when this host has a spare core per
@@ -24,7 +26,7 @@
  * 2-core box with 2 ranks the prefetching thread and the compute spin against each other and
  * the step gets slower (notes/benchmarks.md). */
 #include "zero.h"              // zero3_strategy, shard_plan, zero_rs_*, zero_* helpers
-#include <stdio.h>             // printf
+#include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free, getenv, atoi
 #include <string.h>            // strcmp
 #include <unistd.h>            // sysconf
@@ -48,8 +50,8 @@ typedef struct zero3 {
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
 } zero3_t;
 
-static int n_events(const trainer_t *t) { return 2 * t->model.n_units; }
-static int event_unit(const trainer_t *t, int e) { return e < t->model.n_units ? e : n_events(t) - 1 - e; }
+static int n_events(const trainer_t *t) { return t->n_uses; }
+static int event_unit(const trainer_t *t, int e) { return t->uses[e].unit; }
 static int find_slot(const zero3_t *z, int e) {
   for (int s = 0; s < z->nslots; s++)
     if (z->slots[s].event == e) return s;
@@ -65,7 +67,7 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   g->buf = tensor_alloc("gathered unit params", LEDGER_COMM, t->wdt, t->dev, un->padded);
   g->event = e;
   g->h = comm_all_gather_async(t->comm, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
-                               e < t->model.n_units ? "all-gather params (fwd)" : "all-gather params (bwd)");
+                               t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
   int64_t live = 0; /* the transient window: what all slots hold right now */
   for (int k = 0; k < z->nslots; k++) live += tensor_nbytes(&z->slots[k].buf);
   if (live > z->gathered_peak) z->gathered_peak = live;
@@ -105,7 +107,7 @@ static int auto_prefetch(const trainer_t *t) {
              k ? "a spare core per rank for the communication thread"
                : "no spare core for the communication thread, which would slow the compute down");
   }
-  if (t->rank == 0 && !t->cfg->quiet) printf("prefetch: auto -> %d (%s)\n", k, why);
+  if (trainer_prints(t)) printf("prefetch: auto -> %d (%s)\n", k, why);
   return k < t->model.n_units ? k : t->model.n_units;
 }
 
@@ -122,7 +124,7 @@ static void zero3_setup(trainer_t *t) {
     int64_t fit = buf / (unit_bytes > 0 ? unit_bytes : 1);
     if (fit < z->prefetch + 1) z->prefetch = fit > 1 ? (int)fit - 1 : 0;
     if (unit_bytes > buf) trainer_report_extra(t, "buffer_floor_bytes", (double)unit_bytes);
-    if (unit_bytes > buf && t->rank == 0 && !t->cfg->quiet)
+    if (unit_bytes > buf && trainer_prints(t))
       printf("zero3: --buffer-mb %g is below the largest unit (%.4g MiB): one whole unit gathered is the floor\n",
              (double)buf / 1048576.0, (double)unit_bytes / 1048576.0);
   }
@@ -138,13 +140,20 @@ static void zero3_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
+  if (t->no_sync && trainer_prints(t))
+    printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch: the full\n"
+           "  gradient lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
+           "  gathered 2M = %d times per step (M times ZeRO-3's usual 2): (2M+1)(D-1)/D x params bytes per step.\n"
+           "  This is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron pairs PP with ZeRO-1\n",
+           t->n_micro, 2 * t->n_micro);
   for (int u = 0; u < m->n_units; u++) t->unit_params[u] = t->unit_grads[u] = NULL; /* set per hook */
   zero_init_params(t, 0);
 }
 
 /* A forward with no backward (validation, sampling: train.c) leaves the first backward units
- * it prefetched in their slots; the next forward starts with every slot free again. In training
- * nothing is held at unit 0 (the backward released everything), so this changes nothing there. */
+ * it prefetched in their slots; the next sequence starts with every slot free again. In training
+ * nothing is held at its first event (the last backward released everything), so this changes
+ * nothing there. */
 static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
   for (int s = 0; s < z->nslots; s++)
     if (z->slots[s].event >= 0) {
@@ -155,24 +164,25 @@ static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
     }
 }
 
+/* The hooks: event t->use of the sequence is unit `unit`'s forward or backward (train.h). */
 static void zero3_pre_forward(trainer_t *t, int unit) {
-  if (unit == 0) drop_stale_gathers(t, t->priv);
-  gather_acquire(t, t->priv, unit);
+  if (t->use == 0) drop_stale_gathers(t, t->priv);
+  gather_acquire(t, t->priv, t->use);
 }
 static void zero3_post_forward(trainer_t *t, int unit) {
-  TRAINER_PHASE("free unit params", gather_release(t, t->priv, unit)); /* visible in the trace */
+  TRAINER_PHASE("free unit params", gather_release(t, t->priv, t->use)); /* visible in the trace */
 }
 
 static void zero3_pre_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
-  gather_acquire(t, z, n_events(t) - 1 - unit);
+  gather_acquire(t, z, t->use);
   zero_rs_begin_unit(&z->rs, t, unit);
 }
 
 static void zero3_post_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   zero_rs_end_unit(&z->rs, t, unit); /* queued behind the prefetch gathers already issued */
-  TRAINER_PHASE("free unit params", gather_release(t, z, n_events(t) - 1 - unit));
+  TRAINER_PHASE("free unit params", gather_release(t, z, t->use));
 }
 
 static void zero3_step(trainer_t *t) {
@@ -202,6 +212,20 @@ static void zero3_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
+/* ZeRO-3's formulas: (b + b + K)Ψ/N; two all-gathers and a reduce-scatter per step, 3(N−1)/N·Ψ·b.
+ * no_sync (a pipeline's, M micro-batches): + bΨ of full gradients through the step, and 2M
+ * all-gathers: (2M + 1)(N−1)/N·Ψ·b. */
+static void zero3_formula(const trainer_t *t, formula_t *f) {
+  double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
+  formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
+  if (t->no_sync) {
+    f->grads += psi * b;
+    f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;
+    snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step", formula_text(3, t->wdt, train_opt_states(t->cfg)));
+    snprintf(f->comm_text, sizeof f->comm_text, "(2M+1)(N-1)/N x psi x %d B, M = %d", (int)b, t->n_micro);
+  }
+}
+
 static const strategy_t zero3_s = {
     .name = "zero3",
     .stage = 3,
@@ -213,6 +237,7 @@ static const strategy_t zero3_s = {
     .step = zero3_step,
     .teardown = zero3_teardown,
     .layout = zero3_layout,
+    .formula = zero3_formula,
 };
 
 const strategy_t *zero3_strategy(void) { return &zero3_s; }

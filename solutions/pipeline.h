@@ -1,12 +1,14 @@
-/* pipeline.h — chapter 07's adapter: pipeline parallelism (notes/07-pipeline.md).
+/* pipeline.h — chapter 07's adapter: pipeline parallelism, a schedule of the loop (train.h's
+ * schedule_t; notes/07-pipeline.md).
  *
  * The model's units are cut into P contiguous STAGES, one per rank of a pipeline (balanced by
- * parameter count). A stage keeps the parameters, gradients, master and optimizer states of its
- * own units only, and the activations of the micro-batches it has in flight. A step is M
- * micro-batches: stage s receives micro-batch k's input activation from stage s−1, runs its
- * units forward and sends the output to stage s+1; later it receives the gradient of that output
- * from s+1, runs its units backward and sends the gradient of its input to s−1. The SCHEDULE is
- * the order in which a stage runs its 2M operations:
+ * parameter count). A stage keeps its own units only — the data-parallel strategy (DDP, ZeRO-1/2/3)
+ * allocates their states over the stage's D replicas as it would a whole model's — and the
+ * activations of the micro-batches it has in flight. A step is M micro-batches: stage s receives
+ * micro-batch k's input activation from stage s−1, runs its units forward and sends the output to
+ * stage s+1; later it receives the gradient of that output from s+1, runs its units backward and
+ * sends the gradient of its input to s−1. The SCHEDULE is the order in which a stage runs its 2M
+ * operations (the loop runs them):
  *   naive  F0 B0 F1 B1 ...           one micro-batch in the whole pipe at a time
  *   gpipe  F0 F1 ... F(M−1) B0 ... B(M−1)   all forwards, then all backwards
  *   1f1b   P−s−1 forwards (warm-up), then F B pairs, then the remaining backwards (cool-down)
@@ -20,11 +22,11 @@
  * same additions in the same order; each unit's arithmetic is the same whichever rank runs it).
  * With --clip the global norm is a sum of per-stage sums (another association): equal to
  * rounding. With D = ranks/P > 1 data-parallel pipelines, equal (bitwise for D = 2) to DDP on
- * D ranks with --accum M, with --zero 0 (all-reduce), 1, 2 or 3 (zero.h's per-unit pieces over
- * the D replicas; reduced once per step, after the last micro-batch: ZeRO-2/3's full gradient
- * lives through the whole step and is freed only between steps; ZeRO-3 keeps only its pieces of
- * the params and all-gathers each unit before every micro-batch's forward and backward: 2M
- * gathers per step, (2M + 1)(D − 1)/D · Ψs · b bytes per rank).
+ * D ranks with --accum M, with --zero 0 (DDP), 1, 2 or 3 (solutions/zero*.c on the stage's units
+ * over the D replicas; no_sync, train.h: each unit reduced once per step, after its last
+ * micro-batch, so ZeRO-2/3's full gradient lives through the whole step and is freed only between
+ * steps; ZeRO-3 all-gathers each unit before every micro-batch's forward and backward: 2M gathers
+ * per step, (2M + 1)(D − 1)/D · Ψs · b bytes per rank).
  *
  * Ranks: rank = dp · P + stage (the process grid's order with T = 1: stages of one pipeline are
  * neighbours). Activations go forward on one communicator and gradients backward on another,
@@ -33,17 +35,14 @@
 #ifndef ZL_PIPELINE_H
 #define ZL_PIPELINE_H
 #include <stdint.h>          // int64_t
-#include "../common/train.h" // strategy_t
+#include "../common/train.h" // schedule_t, train_op_t
 
 typedef enum { PP_NAIVE = 0, PP_GPIPE = 1, PP_1F1B = 2, PP_INTERLEAVED = 3 } pp_schedule_t;
 
-/* One operation of a stage: the forward or the backward of micro-batch `micro` on its chunk
- * `chunk` (0..v−1: the rank's chunks in model order; always 0 without virtual stages). */
-typedef struct pp_op {
-  char kind; /* 'F' or 'B' */
-  int micro;
-  int chunk;
-} pp_op_t;
+/* One operation of a stage (train.h's train_op_t): the forward 'F' or the backward 'B' of
+ * micro-batch `micro` on its chunk `chunk` (0..v−1: the rank's chunks in model order; always 0
+ * without virtual stages). */
+typedef train_op_t pp_op_t;
 
 /* Cut n_units units of numel[u] parameters each into P contiguous stages, every stage at least
  * one unit, minimizing the largest stage's parameter count (ties: the earliest cuts). Writes
@@ -67,7 +66,7 @@ double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v);
 /* "naive" | "gpipe" | "1f1b" | "interleaved" → PP_*; −1 for anything else. */
 int pp_schedule_parse(const char *name);
 
-/* The strategy for --schedule naive|gpipe|1f1b|interleaved (with --pp and --micro-batches from the flags);
- * NULL for anything else. */
-const strategy_t *pipeline_strategy(const char *schedule);
+/* The schedule for --schedule naive|gpipe|1f1b|interleaved (with --pp and --micro-batches from the
+ * flags); NULL for anything else. */
+const schedule_t *pipeline_schedule(const char *schedule);
 #endif

@@ -97,6 +97,7 @@ void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   const model_t *m = &t->model;
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
+    if (un->padded == 0) continue; /* a unit this rank does not hold (a pipeline's other stage) */
     comm_handle_t h = comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)),
                                             tensor_at(&t->params, un->off), un->padded, t->wdt, "all-gather params");
     if (handles) handles[u] = h;

@@ -147,13 +147,14 @@ static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
 }
 
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
- * rank: × micro-batches; --recompute reruns a unit's forward, its forward all-reduces (ar_fwd_calls:
+ * rank: × micro-batches (t->n_micro: --accum, or a pipeline's M), of the units it holds; --recompute reruns a unit's forward, its forward all-reduces (ar_fwd_calls:
  * the g's) included; ar2_* a second size (the GPT's loss). */
 static void tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   const tp_split_t *s = t->model.ctx;
-  int64_t A = t->cfg->accum, b = t->local_batch;
+  int64_t A = t->n_micro, b = t->local_batch;
   *calls = *bytes = 0;
   for (int u = 0; u < t->model.n_units; u++) {
+    if (t->model.units[u].numel == 0) continue; /* a pipeline keeps it on another stage */
     const tp_unit_t *k = &s->units[u];
     int64_t n = k->ar_calls;
     if (t->cfg->recompute && t->model.units[u].saved_numel > 0) n += k->ar_fwd_calls;

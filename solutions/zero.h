@@ -65,7 +65,9 @@ void zero_unit_layout(trainer_t *t, int u, int params_full, unit_layout_t *out);
  * largest unit each); post_backward reduce-scatters it, async, into this rank's piece of the
  * grad shard, so the full gradient of a unit lives only until its reduce-scatter is done and
  * the next-but-one unit reuses the buffer. With --accum K every micro-batch is reduce-scattered:
- * micro-batch 0 writes the shard, later ones land in a piece-sized buffer that is added in. */
+ * micro-batch 0 writes the shard, later ones land in a piece-sized buffer that is added in.
+ * With t->no_sync (train.h) the micro-batches accumulate in a full gradient instead and each unit
+ * is reduce-scattered once, after its last micro-batch: the sums of DDP with --accum, bit for bit. */
 typedef struct zero_rs {
   tensor_t staging[2]; /* (max unit padded) full grads of the unit in flight, wdt */
   tensor_t acc[2];     /* (max piece) reduce-scatter output to add in (micro-batches > 0) */
@@ -74,6 +76,10 @@ typedef struct zero_rs {
   int add[2];          /* 1: acc[slot] must be added into the shard when it completes */
   int next;            /* the slot the next unit uses */
   int nslots;          /* 2, or 1 when two units' staging would pass --buffer-mb (the floor: one unit) */
+  /* t->no_sync (a pipeline's, 07): no staging; the full gradient of the units (padded_numel, LEDGER_GRADS)
+   * lives from the step's first backward to its reduce-scatters, each unit's issued after its last
+   * micro-batch's backward, from the sum the micro-batches accumulated in it (FSDP's no_sync) */
+  tensor_t full;
 } zero_rs_t;
 void zero_rs_init(zero_rs_t *r, trainer_t *t);
 /* pre_backward(u): pick a staging slot (wait for its previous reduce-scatter), zero its pad tail,

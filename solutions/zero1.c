@@ -101,6 +101,11 @@ static void zero1_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
+/* ZeRO-1's formulas: (b + b)Ψ + KΨ/N; a reduce-scatter and an all-gather, 2(N−1)/N·Ψ·b. */
+static void zero1_formula(const trainer_t *t, formula_t *f) {
+  formula_stage(f, 1, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
+}
+
 static const strategy_t zero1_s = {
     .name = "zero1",
     .stage = 1,
@@ -111,6 +116,7 @@ static const strategy_t zero1_s = {
     .step = zero1_step,
     .teardown = zero1_teardown,
     .layout = zero1_layout,
+    .formula = zero1_formula,
 };
 
 const strategy_t *zero1_strategy(void) { return &zero1_s; }

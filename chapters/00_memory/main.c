@@ -9,8 +9,14 @@
  * activations of one micro-batch (notes/gpt.md): Korthikanti et al. 2022's 16-bit count
  * s·b·h·(34 + 5·a·s/h) bytes per layer, with and without full recomputation, beside this
  * repository's fp32 GPT of the same shape (gpt_acts_bytes, common/gpt.h). Activations are the
- * same at every stage: ZeRO shards model states, not activations. */
+ * same at every stage: ZeRO shards model states, not activations.
+ * With the default K and no --fp32-grads the stages' numbers are what the strategies of chapters
+ * 02-05 say about themselves (strategy_t.formula: solutions/ddp.c, zero1.c, zero2.c, zero3.c) —
+ * the formulas their training reports print beside the ledger; otherwise the paper's generic form. */
 #include "args.h"    // arg_spec_t, args_parse, args_error, args_env_rank
+#include "ddp.h"     // ddp_strategy: stage 0's formula hook
+#include "train.h"   // trainer_t, strategy_t (the formula hooks)
+#include "zero.h"    // zero1_strategy, zero2_strategy, zero3_strategy
 #include "check.h"   // die
 #include "dtype.h"   // DT_BF16, DT_F32
 #include "formula.h" // formula_zero_k, formula_text_k, formula_comm_bytes
@@ -38,6 +44,21 @@ static void generic_text(char *dst, size_t n, int stage, int p, int g, int acc) 
   case 2: snprintf(dst, n, "%dΨ + (%s+K)Ψ/N", p, gt); break;
   default: snprintf(dst, n, "(%d+%s+K)Ψ/N", p, gt); break;
   }
+}
+
+/* Stage s's model states per rank as its strategy says them (strategy_t.formula), for Ψ = psi on N
+ * = world ranks, AdamW: master and the optimizer states together as the paper's KΨ. */
+static mem_formula_t strategy_states(int s, double psi, int world, dtype_t wdt) {
+  const strategy_t *st = s == 0 ? ddp_strategy("naive") : s == 1 ? zero1_strategy() : s == 2 ? zero2_strategy()
+                                                                                       : zero3_strategy();
+  train_cfg_t cfg = {.optimizer = OPT_ADAMW, .wdt = wdt, .accum = 1};
+  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1};
+  t.model.numel = (int64_t)psi;
+  formula_t f;
+  st->formula(&t, &f);
+  mem_formula_t m = {.params = f.params, .grads = f.grads, .master = 0, .optim = f.master + f.optim + f.host};
+  m.total = m.params + m.grads + m.optim;
+  return m;
 }
 
 /* A number of GB for the table: one decimal like the paper, three when below 1 GB. */
@@ -169,9 +190,12 @@ int main(int argc, char **argv) {
   else if (!bf16 && k == 8) printf(" (Adam m 4 + v 4, no master)");
   printf("\n\n");
 
-  mem_formula_t ddp = formula_zero_k(0, psi, world, wbytes, gbytes, k);
+  /* the default K and no accumulation buffer: the strategies' own formulas (the training reports'); else the
+   * paper's generic form */
+  int ours = k == (bf16 ? 12 : 8) && !acc && psi == (double)(int64_t)psi;
+  mem_formula_t ddp = ours ? strategy_states(0, psi, world, wdt) : formula_zero_k(0, psi, world, wbytes, gbytes, k);
   mem_formula_t f[4];
-  for (int s = s0; s <= s1; s++) f[s] = formula_zero_k(s, psi, world, wbytes, gbytes, k);
+  for (int s = s0; s <= s1; s++) f[s] = ours ? strategy_states(s, psi, world, wdt) : formula_zero_k(s, psi, world, wbytes, gbytes, k);
 
   printf("in GB (1e9 bytes) per rank\n");
   printf("%-8s %10s %10s %10s %10s %8s %12s   %s\n", "stage", "params", "grads", "optim", "total", "vs DDP",

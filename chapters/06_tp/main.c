@@ -23,11 +23,6 @@ int main(int argc, char **argv) {
                    TRAIN_FLAG_TP | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
   cfg.transform = &tp_transform;
   char v[32];
-  if (cfg.prefetch >= 0 && cfg.zero != 3) { /* ZeRO-3's flag: the other strategies gather nothing */
-    snprintf(v, sizeof v, "%d", cfg.prefetch);
-    return args_error("--prefetch", v, "only with --zero 3 (the units ZeRO-3 gathers ahead)");
-  }
-  if (cfg.zero != 3) cfg.chapter_flags &= ~(unsigned)TRAIN_FLAG_PREFETCH; /* the report names it for ZeRO-3 only */
   if (cfg.tp > 1 && strcmp(cfg.model_kind, "gpt") == 0) { /* the GPT's split (tp_gpt.c): refused before MPI starts */
     snprintf(v, sizeof v, "%d", cfg.tp);
     if (cfg.gpt.n_head % cfg.tp)

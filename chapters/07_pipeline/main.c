@@ -3,10 +3,15 @@
  *   make run CH=07 NP=4 ARGS="--pp 4 --micro-batches 8 --schedule 1f1b"
  * With --tp T (3-D: N = D x P x T): every stage's units split over T consecutive ranks
  * (solutions/tp.c), the pipelines made of the ranks / T data-parallel ranks.
- * The loop, the report and the flags are common/train.c; the strategy is solutions/pipeline.c. */
-#include "pipeline.h" // pipeline_strategy
+ * The loop, the report and the flags are common/train.c; the schedule is solutions/pipeline.c;
+ * the data dimension (--zero S over the D = ranks / (P x T) replicas of each stage) is the
+ * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c. */
+#include "args.h"     // args_env_world
+#include "ddp.h"      // ddp_strategy (--zero 0)
+#include "pipeline.h" // pipeline_schedule
 #include "tp.h"       // tp_transform (--tp)
 #include "train.h"    // train_cfg_t, train_parse_args, train_main
+#include "zero.h"     // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
 
 int main(int argc, char **argv) {
   train_cfg_t cfg;
@@ -16,7 +21,12 @@ int main(int argc, char **argv) {
                    "neighbour stages, in the order of --schedule; the bubble is measured beside its formula.\n"
                    "--tp T adds tensor parallelism inside every stage (3-D with the data dimension).\n"
                    "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
-                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP);
+                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH);
   cfg.transform = &tp_transform;
-  return train_main(&cfg, pipeline_strategy(cfg.schedule), "07_pipeline");
+  cfg.sched = pipeline_schedule(cfg.schedule);
+  /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank);
+   * DDP's naive variant: one all-reduce of the stage's gradient after its last backward */
+  int D = args_env_world() / (cfg.tp * cfg.pp), z = D > 1 ? cfg.zero : 0;
+  const strategy_t *s = z == 0 ? ddp_strategy("naive") : z == 1 ? zero1_strategy() : z == 2 ? zero2_strategy() : zero3_strategy();
+  return train_main(&cfg, s, "07_pipeline");
 }

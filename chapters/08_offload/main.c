@@ -8,12 +8,10 @@
  *   --host-threads K           threads of the host optimizer step (default 1; same bits for any K)
  *   --bench-adam N             time the host AdamW on N fp32 parameters and exit
  * The strategy is solutions/offload.c; the loop, the report and the shared flags are common/. */
-#include "args.h"    // args_error, args_parse_count
 #include "offload.h" // offload_strategy, offload_parse, offload_host_adamw
 #include "train.h"   // train_cfg_t, train_parse_args, train_main
 #include <stdio.h>   // printf
 #include <stdlib.h>  // malloc, free, strtol, qsort
-#include <string.h>  // strcmp
 #include <time.h>    // clock_gettime
 
 static double now_s(void) {
@@ -58,29 +56,8 @@ int main(int argc, char **argv) {
   int threads = 1;
   double bench = 0;
   /* take this chapter's flags out of argv; the rest goes to train_parse_args */
-  int out = 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    int ours = !strcmp(a, "--offload") || !strcmp(a, "--host-threads") || !strcmp(a, "--bench-adam");
-    if (!ours) {
-      argv[out++] = argv[i];
-      continue;
-    }
-    if (i + 1 >= argc) return args_error(a, NULL, "needs a value");
-    const char *v = argv[++i];
-    if (!strcmp(a, "--offload")) {
-      if (offload_parse(v, &kind)) return args_error(a, v, "allowed none|optimizer");
-    } else if (!strcmp(a, "--host-threads")) {
-      char *end;
-      long k = strtol(v, &end, 10);
-      if (*v == 0 || *end || k < 1 || k > 64) return args_error(a, v, "must be an integer in [1, 64]");
-      threads = (int)k;
-    } else if (args_parse_count(v, &bench) || bench < 1 || bench > 4e9) {
-      return args_error(a, v, "must be a count in [1, 4e9] (e.g. 16M)");
-    }
-  }
-  argc = out;
-  argv[argc] = NULL;
+  int rc = offload_take_flags(&argc, argv, &kind, &threads, &bench);
+  if (rc) return rc;
   if (bench > 0) return bench_adam(bench, threads);
   train_cfg_t cfg;
   train_parse_args(argc, argv, &cfg, "ch08_offload",

@@ -208,22 +208,31 @@ static float *with_specials(int64_t n) {
   for (size_t i = 0; i < sizeof sp / sizeof sp[0] && (int64_t)i < n; i++) x[i * 7 % n] = sp[i];
   return x;
 }
+/* x (n floats) cast to the 16-bit dtype dt and back, on the CPU and on the GPU: the same bits
+ * both ways (dtype.h's ZL_HD casts on both sides). */
+static void check_cast_16(dtype_t dt, float *x, int64_t n) {
+  char what[48];
+  uint16_t *h_cpu = malloc((size_t)n * 2);
+  op_cast(DEV_CPU, h_cpu, dt, x, DT_F32, n);
+  void *d_x = up(x, (size_t)n * 4), *d_h = poisoned((size_t)n * 2), *d_f = poisoned((size_t)n * 4);
+  op_cast(DEV_CUDA, d_h, dt, d_x, DT_F32, n);
+  uint16_t *h = down(d_h, (size_t)n * 2);
+  snprintf(what, sizeof what, "cast f32->%s", dtype_precision(dt));
+  expect_bits(what, h, h_cpu, n, 2, 1);
+  float *f_cpu = malloc((size_t)n * 4);
+  op_cast(DEV_CPU, f_cpu, DT_F32, h_cpu, dt, n);
+  op_cast(DEV_CUDA, d_f, DT_F32, d_h, dt, n);
+  float *f = down(d_f, (size_t)n * 4);
+  snprintf(what, sizeof what, "cast %s->f32", dtype_precision(dt));
+  expect_bits(what, f, f_cpu, n, 4, 1);
+  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
+  free(h_cpu), free(h), free(f_cpu), free(f);
+}
 Test(common_gpu_ops, cast) {
   int64_t n = 10007;
   float *x = with_specials(n);
-  bf16_t *h_cpu = malloc((size_t)n * 2);
-  op_cast(DEV_CPU, h_cpu, DT_BF16, x, DT_F32, n);
-  void *d_x = up(x, (size_t)n * 4), *d_h = poisoned((size_t)n * 2), *d_f = poisoned((size_t)n * 4);
-  op_cast(DEV_CUDA, d_h, DT_BF16, d_x, DT_F32, n);
-  bf16_t *h = down(d_h, (size_t)n * 2);
-  expect_bits("cast f32->bf16", h, h_cpu, n, 2, 1);
-  float *f_cpu = malloc((size_t)n * 4);
-  op_cast(DEV_CPU, f_cpu, DT_F32, h_cpu, DT_BF16, n);
-  op_cast(DEV_CUDA, d_f, DT_F32, d_h, DT_BF16, n);
-  float *f = down(d_f, (size_t)n * 4);
-  expect_bits("cast bf16->f32", f, f_cpu, n, 4, 1);
-  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
-  free(x), free(h_cpu), free(h), free(f_cpu), free(f);
+  check_cast_16(DT_BF16, x, n);
+  free(x);
 }
 /* fp16 (dtype.h's fp16_from_f32 / fp16_to_f32, ZL_HD): the same bits on both sides, also for
  * subnormals (2^-24..2^-14), the round-to-inf edge (65504, 65519, 65520) and the flush to zero. */
@@ -234,19 +243,8 @@ Test(common_gpu_ops, cast_fp16) {
                         2.9802322e-08f /* 2^-25: ties to zero */, 4.5e-08f, 1.0009765625f /* tie */, 3.0e-6f};
   for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) x[100 + i] = edge[i];
   for (int64_t i = 200; i < 1200; i++) x[i] *= 1e-5f; /* many subnormal results */
-  fp16_t *h_cpu = malloc((size_t)n * 2);
-  op_cast(DEV_CPU, h_cpu, DT_F16, x, DT_F32, n);
-  void *d_x = up(x, (size_t)n * 4), *d_h = poisoned((size_t)n * 2), *d_f = poisoned((size_t)n * 4);
-  op_cast(DEV_CUDA, d_h, DT_F16, d_x, DT_F32, n);
-  fp16_t *h = down(d_h, (size_t)n * 2);
-  expect_bits("cast f32->fp16", h, h_cpu, n, 2, 1);
-  float *f_cpu = malloc((size_t)n * 4);
-  op_cast(DEV_CPU, f_cpu, DT_F32, h_cpu, DT_F16, n);
-  op_cast(DEV_CUDA, d_f, DT_F32, d_h, DT_F16, n);
-  float *f = down(d_f, (size_t)n * 4);
-  expect_bits("cast fp16->f32", f, f_cpu, n, 4, 1);
-  dev_free(DEV_CUDA, d_x), dev_free(DEV_CUDA, d_h), dev_free(DEV_CUDA, d_f);
-  free(x), free(h_cpu), free(h), free(f_cpu), free(f);
+  check_cast_16(DT_F16, x, n);
+  free(x);
 }
 
 /* op(dst, src) on CPU and GPU, compared bitwise. For max the contract is checked directly where

@@ -342,6 +342,43 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
 #undef DPM
 }
 
+/* What a strategy says about itself (strategy_t.formula) on a pipeline rank is its stage's units
+ * only: 16·Ψs in fp32 with AdamW under DDP, to the byte the ledger's model states of that rank (no
+ * padding), different per stage — the report's table and the out-of-memory pre-check use it. And
+ * ZeRO-3 on the data dimension prefetches along the schedule's operations (--prefetch 1, 2: the
+ * gathers of the next use, whichever micro-batch and direction it is): the same bits as without,
+ * and the gathered window within its bound (K + 1 units). */
+Test(ch07_pipeline, formulas_per_stage_and_zero3_prefetch_along_the_ops, .timeout = 180) {
+  int first[3];
+  pp_split(g_units, 5, 2, first);
+  run_out_t a = launch(2, ZL_BIN "/ch07_pipeline " MODEL " --pp 2 --micro-batches 4", "pp2_formula");
+  for (int s = 0; s < 2; s++) {
+    double psi_s = 0;
+    for (int u = first[s]; u < first[s + 1]; u++) psi_s += (double)g_units[u];
+    double ms = zl_rank_mem(a.json, s, "model_states"), f = zl_rank_mem(a.json, s, "formula_model_states");
+    cr_assert_eq(f, 16 * psi_s, "rank %d (stage %d, %.0f params): formula_model_states %.0f, expected 16 x its params = %.0f",
+                 s, s, psi_s, f, 16 * psi_s);
+    cr_assert_eq(ms, f, "rank %d: the ledger's model states %.0f, its formula %.0f", s, ms, f);
+  }
+  run_free(&a);
+#define Z3 ZL_BIN "/ch07_pipeline " SHAPE " --steps 3 --pp 2 --micro-batches 4 --zero 3 --precision bf16"
+  run_out_t ref = launch(4, Z3 " --prefetch 0", "z3_prefetch0");
+  for (int K = 1; K <= 2; K++) {
+    char cmd[512], name[32];
+    snprintf(cmd, sizeof cmd, Z3 " --prefetch %d", K);
+    snprintf(name, sizeof name, "z3_prefetch%d", K);
+    run_out_t r = launch(4, cmd, name);
+    zl_expect_floats(name, r.params, ref.params, PSI, 0);
+    expect_same_losses(name, r.json, ref.json);
+    double peak = zl_json_num(r.json, "gathered_peak_bytes"), bound = zl_json_num(r.json, "gather_bound_bytes");
+    cr_assert_eq(zl_json_num(r.json, "prefetch_depth"), K, "%s: prefetch depth %g", name, zl_json_num(r.json, "prefetch_depth"));
+    cr_assert(peak > 0 && peak <= bound, "%s: gathered peak %.0f B, bound (K+1) x largest unit %.0f B", name, peak, bound);
+    run_free(&r);
+  }
+  run_free(&ref);
+#undef Z3
+}
+
 /* 3-D: --tp T inside every stage (solutions/tp.c's split), pipelines over the ranks / T data-parallel
  * ranks. (T, P, D) = (2, 2, 1), (2, 1, 2) and (1, 2, 2) on 4 ranks against 1 rank with --accum:
  * within 1e-5 (a row-parallel layer sums partial products in another order, and the data
@@ -429,6 +466,22 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
                     "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s", cases[i].np, cases[i].args);
     cr_assert_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2:\n%s", cases[i].args, cases[i].np, rc, out);
     cr_assert(strstr(out, cases[i].flag), "`%s`: expected '%s' in:\n%s", cases[i].args, cases[i].flag, out);
+    free(out);
+  }
+}
+
+/* --eval-every and --sample run a forward of the whole model on every rank, which a stage lacks: refused up
+ * front (exit 2, one line naming the flag), not after training. */
+Test(ch07_pipeline, eval_and_sample_refused_up_front) {
+  const char *cases[][2] = {{"--eval-every 1", "error: --eval-every 1"}, {"--sample 8", "error: --sample 8"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " ZL_BIN
+                    "/ch07_pipeline --model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --pp 2 %s",
+                    cases[i][0]);
+    cr_assert_eq(rc, 2, "`%s`: exit code %d, expected 2:\n%s", cases[i][0], rc, out);
+    cr_assert(strstr(out, cases[i][1]), "`%s`: expected '%s' in:\n%s", cases[i][0], cases[i][1], out);
+    cr_assert(!strstr(out, "step "), "`%s`: refused after training started:\n%s", cases[i][0], out);
     free(out);
   }
 }

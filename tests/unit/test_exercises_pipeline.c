@@ -531,18 +531,18 @@ Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout =
 
   static const struct { const char *what, *send, *must; } cases[] = {
       {"a dropped send handle", "  comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer, st->tag);\n", "never waited"},
-      {"a send on a missing link", "  sl->sent = comm_send_async(ch->tx_grad.comm, %s, ch->tx_act.peer, st->tag);\n",
+      {"a send on a missing link", "  ch->sent[k] = comm_send_async(ch->tx_grad.comm, %s, ch->tx_act.peer, st->tag);\n",
        "communicator is NULL"},
-      {"a send past the link", "  sl->sent = comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer + 2, st->tag);\n",
+      {"a send past the link", "  ch->sent[k] = comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer + 2, st->tag);\n",
        "outside the group"},
   };
   student_tree(dst, sizeof dst, "ex_pp");
   for (int i = 0; i < 3; i++) {
     char send[256], body[1024];
-    snprintf(send, sizeof send, cases[i].send, "sl->out[ch->u1 - 1 - ch->u0].data, (int64_t)st->b * un->y_numel, DT_F32");
+    snprintf(send, sizeof send, cases[i].send, "y, (int64_t)st->b * un->y_numel, DT_F32");
     snprintf(body, sizeof body,
-             "  pp_state_t *st = t->priv;\n"
-             "  if (is_last(st, ch)) return;\n"
+             "  pp_state_t *st = t->sched_priv;\n"
+             "  pp_chunk_t *ch = &st->chunks[j];\n"
              "  const unit_t *un = &t->model.units[ch->u1 - 1];\n"
              "  snprintf(st->tag, sizeof st->tag, \"send act %%d\", k);\n%s", send);
     put_body(dst, "pipeline.c", "pp_stage_send", body);

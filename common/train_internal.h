@@ -1,0 +1,90 @@
+/* train_internal.h — what the loop's files share and nothing else sees (common/train.c: the
+ * launcher, the step, the helpers for strategies; train_ops.c: the activations and a step's
+ * operations; train_eval.c: the evaluation and --sample). The contract is train.h. */
+#ifndef ZL_TRAIN_INTERNAL_H
+#define ZL_TRAIN_INTERNAL_H
+#include "report.h" // report_step_t, report_extra_t, report_eval_t
+#include "scaler.h" // scaler_t
+#include "tensor.h" // tensor_t
+#include "train.h"  // trainer_t, train_chunk_t, train_op_t, train_use_t
+
+#define TRAIN_MAX_EXTRAS 24
+/* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
+
+/* What only the loop sees. Activations live in SLOTS, one per micro-batch in flight on a chunk
+ * (B = local micro-batch, in samples; u the chunk's units):
+ *   in        (B, in_numel_c)     the chunk's input: the batch, or a previous stage's output
+ *   out[u]    (B, y_numel_u)      the unit's output = the next unit's input (kept to the backward)
+ *   saved[u]  (B, saved_numel_u)  what the unit's backward needs; with --recompute ONE buffer
+ *                                 (the largest unit's) shared by all, refilled in the backward
+ * Without a schedule there is one chunk and one slot, allocated at the start; a schedule's pool
+ * grows a slot at a time, when more micro-batches are in flight than ever before, so its size is
+ * the peak the schedule needs (07). Beside the pool: the targets (on the last chunk) and the
+ * gradient ping-pong dy[2] (B, max y_numel).
+ * With --pa (--recompute --tp T, ZeRO-R's Pa; notes/06-tensor-parallel.md): out[u] of a unit whose
+ * output the TP group replicates is this rank's 1/T slice, ceil(B·y_numel_u / T) (the model
+ * transform's pa_slice); the whole output lives in work[u % 2] while the forward or the backward
+ * needs it (pa_keep, pa_gather: the transform's). */
+typedef struct act_slot {
+  tensor_t in;       /* (b, in_numel_c) 4-byte inputs: fp32 features, int32 tokens or a stage's activation */
+  tensor_t *out;     /* [n] (b, y_numel_u) unit outputs (the last chunk's last: the logits)              */
+  tensor_t *saved;   /* [n] (b, saved_numel_u); none with --recompute                                   */
+  int micro;         /* the micro-batch it holds, −1: free                                              */
+} act_slot_t;
+
+typedef struct act_pool {
+  act_slot_t *slots; /* [n_micro] room; n_slots allocated */
+  int n_slots;
+  int64_t in_numel;  /* 4-byte input elements per sample */
+  int64_t slot_bytes;
+} act_pool_t;
+
+struct train_internal {
+  act_pool_t *pools; /* [n_chunks] */
+  int in_flight, peak_in_flight; /* slots in use, over all chunks */
+  tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements), on the last chunk          */
+  tensor_t saved_rc; /* --recompute: (b, max saved_numel) shared by every unit                             */
+  tensor_t dy[2];    /* (b, max y_numel) ping-pong: gradient w.r.t. a unit's output                    */
+  int64_t ws_bytes;  /* y, saved_rc and dy: the buffers beside the pool                                 */
+  int pa;            /* --pa: the replicated outputs are kept as 1/T slices in out[u]                  */
+  tensor_t work[2];  /* --pa: (T · max slice) whole outputs, ping-pong: the one read, the one written   */
+  int64_t acts_kept; /* the ledger's LEDGER_ACTS growth for out, saved and work (alloc_acts)           */
+  void *xh;          /* (b, in_numel) host staging of the evaluation batches when the device is a GPU   */
+  int *yh;           /* (b, rows) host staging (evaluation)                                             */
+  train_chunk_t whole_chunk; /* without a schedule: the one chunk, every unit                          */
+  train_op_t *own_ops;       /* without a schedule: F k, B k for k < accum                             */
+  train_use_t *step_uses, *fwd_uses; /* the pre hooks' order in a step, and in a forward-only pass     */
+  int n_step_uses;
+  model_t whole;             /* a schedule's copy of the model before trainer_keep_units                 */
+  report_step_t *steps;
+  report_extra_t extras[TRAIN_MAX_EXTRAS];
+  int nextras;
+  int check_master;  /* ZL_CHECK_MASTER=1: bf16 params == bf16(master) after every step */
+  int local_nonfinite; /* this rank's OWN gradients of this step held NaN/Inf (before any reduction) */
+  int checked_steps;
+  report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
+  int nevals;
+  scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
+  int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
+                                * control all-reduce, trainer_finish_grads), summed over the steps */
+};
+
+/* train_ops.c: the pools (without a schedule: its one slot now) and the buffers beside them; their
+ * release. */
+void train_alloc_acts(trainer_t *t);
+void train_free_acts(trainer_t *t);
+/* Without a schedule: one chunk of every unit, F k B k for each of the --accum micro-batches. */
+void train_own_schedule(trainer_t *t);
+/* The pre hooks' order of a step and of a forward-only pass (t->uses). */
+void train_build_uses(trainer_t *t);
+/* One step's operations in order; returns this rank's local loss sum (0 without the last chunk). */
+double train_run_ops(trainer_t *t);
+/* The forward of B samples through every unit with the strategy's forward hooks (so ZeRO-3 gathers),
+ * no backward, in the loop's own slot: the evaluation and --sample (no schedule: train_flags.c). */
+void train_forward_only(trainer_t *t, int B);
+/* "acts_saved_bytes" and the activation formulas (--model gpt, --pa) into the report. */
+void train_report_acts(trainer_t *t);
+/* train_eval.c: --eval-every's validation loss after `step` steps (collective); --sample N. */
+void train_eval_record(trainer_t *t, int step);
+void train_sample_text(trainer_t *t);
+#endif

@@ -1,0 +1,447 @@
+/* train_ops.c — the loop's activations and a step's operations (train.h's train_op_t, the diagram
+ * of its header): the slot pool, the forward and the backward of a micro-batch over a chunk with
+ * the strategy's hooks on every unit and the schedule's messages around them, the loss, --pa's
+ * partitioned outputs (ZeRO-R's Pa: the transform's hooks). notes/design.md, "The loop and the
+ * strategy interface". */
+#include "train_internal.h" // struct train_internal, act_slot_t, train_run_ops
+#include "check.h"          // die_on_rank, xmalloc, xcalloc
+#include "comm.h"           // comm_world
+#include "data.h"           // data_batch
+#include "device.h"         // dev_memcpy, dev_sync
+#include "fault.h"          // fault_poison (--fault R:S:nan)
+#include "gpt.h"            // model_gpt_fns, gpt_acts_bytes
+#include "ledger.h"         // ledger_live
+#include "model.h"          // model_forward, model_backward, model_layout
+#include "ops.h"            // op_softmax_xent, op_sumsq
+#include "trace.h"          // trace_begin, trace_end, trace_event, trace_now_us
+#include <math.h>           // isfinite
+#include <stdio.h>          // snprintf
+#include <stdlib.h>         // free
+#include <string.h>         // memcpy
+
+/* ---- the activations ----------------------------------------------------------------------- */
+
+int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
+  const model_transform_t *xf = t->cfg->transform;
+  if (!t->cfg->pa || !t->tp_comm || t->cfg->sched || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  return xf->pa_slice(t, u);
+}
+
+/* --pa: what alloc_acts keeps for the checkpoints (outputs, working buffers, the shared saved
+ * buffer), in bytes, from the shapes alone (fp32; s_u = ceil(b·y_numel_u / T) for a partitioned u):
+ *   Σ_u (s_u if partitioned, else b·y_numel_u)  +  2 · T · max_u s_u  +  b · max_u saved_numel_u */
+static int64_t pa_acts_formula(const trainer_t *t) {
+  const model_t *m = &t->model;
+  int64_t b = t->local_batch, outs = 0, smax = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    int64_t su = trainer_pa_slice_numel(t, u);
+    outs += su ? su : b * m->units[u].y_numel;
+    if (su > smax) smax = su;
+  }
+  return 4 * (outs + 2 * comm_world(t->tp_comm) * smax + b * model_max_saved_numel(m));
+}
+
+/* A new slot of chunk c: its input, and its units' outputs and saved activations (LEDGER_ACTS). */
+static void slot_alloc(trainer_t *t, int c, act_slot_t *sl) {
+  const model_t *m = &t->model;
+  const train_chunk_t *ch = &t->chunks[c];
+  int64_t b = t->local_batch;
+  int n = ch->u1 - ch->u0, U = m->n_units;
+  sl->in = tensor_alloc(ch->first ? "input" : "stage input", LEDGER_ACTS, DT_F32, t->dev, b * t->in->pools[c].in_numel);
+  sl->out = xcalloc((size_t)n, sizeof(tensor_t), "unit outputs");
+  sl->saved = xcalloc((size_t)n, sizeof(tensor_t), "unit saved activations");
+  for (int i = 0; i < n; i++) {
+    int u = ch->u0 + i;
+    int64_t slice = trainer_pa_slice_numel(t, u); /* --pa: 1/T of a replicated output, else 0: all of it */
+    if (slice) sl->out[i] = tensor_alloc("unit output (1/T slice, Pa)", LEDGER_ACTS, DT_F32, t->dev, slice);
+    else sl->out[i] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
+    if (!t->cfg->recompute) sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
+  }
+  sl->micro = -1;
+}
+
+static void slot_free(trainer_t *t, int c, act_slot_t *sl) {
+  int n = t->chunks[c].u1 - t->chunks[c].u0;
+  tensor_free(&sl->in);
+  for (int i = 0; i < n; i++) {
+    tensor_free(&sl->out[i]);
+    tensor_free(&sl->saved[i]);
+  }
+  free(sl->out);
+  free(sl->saved);
+}
+
+/* The pools (without a schedule: its one slot now) and the buffers beside them. */
+void train_alloc_acts(trainer_t *t) {
+  struct train_internal *in = t->in;
+  const model_t *m = &t->model;
+  int64_t b = t->local_batch, work = 0, maxy = 0, maxs = 0;
+  int last = 0, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
+  in->pa = t->cfg->pa && t->tp_comm && !t->cfg->sched;
+  in->pools = xcalloc((size_t)t->n_chunks, sizeof *in->pools, "activation pools");
+  for (int c = 0; c < t->n_chunks; c++) {
+    const train_chunk_t *ch = &t->chunks[c];
+    act_pool_t *p = &in->pools[c];
+    p->in_numel = ch->first ? m->in_numel : m->units[ch->u0 - 1].y_numel;
+    int64_t per = p->in_numel;
+    for (int u = ch->u0; u < ch->u1; u++) {
+      const unit_t *un = &m->units[u];
+      if (un->y_numel > maxy) maxy = un->y_numel;
+      if (un->saved_numel > maxs) maxs = un->saved_numel;
+      per += un->y_numel + (t->cfg->recompute ? 0 : un->saved_numel);
+      int64_t slice = trainer_pa_slice_numel(t, u);
+      if (T * slice > work) work = T * slice;
+    }
+    p->slot_bytes = 4 * b * per;
+    p->slots = xcalloc((size_t)t->n_micro, sizeof *p->slots, "activation slots");
+    last |= ch->last;
+  }
+  int64_t before = ledger_live(LEDGER_ACTS);
+  if (!t->cfg->sched) { /* the loop's own list: one micro-batch in flight, its slot now */
+    slot_alloc(t, 0, &in->pools[0].slots[0]);
+    in->pools[0].n_slots = 1;
+  }
+  if (t->cfg->recompute) in->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
+  if (in->pa) /* the whole outputs: unit u writes work[u % 2] while it reads work[(u − 1) % 2] */
+    for (int k = 0; k < 2; k++) in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
+  in->acts_kept = ledger_live(LEDGER_ACTS) - before; /* outputs, saved, working buffers: not the input */
+  if (!t->cfg->sched) in->acts_kept -= tensor_nbytes(&in->pools[0].slots[0].in);
+  if (last) in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows); /* 4-byte ints */
+  in->dy[0] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
+  in->dy[1] = tensor_alloc("dy", LEDGER_ACTS, DT_F32, t->dev, b * maxy);
+  in->ws_bytes = tensor_nbytes(&in->y) + tensor_nbytes(&in->saved_rc) + 2 * tensor_nbytes(&in->dy[0]);
+  if (t->dev != DEV_CPU && !t->cfg->sched) {
+    in->xh = xmalloc((size_t)(b * m->in_numel) * 4, "input staging");
+    in->yh = xmalloc((size_t)(b * m->rows) * sizeof(int), "target staging");
+  }
+}
+
+void train_free_acts(trainer_t *t) {
+  struct train_internal *in = t->in;
+  if (!in->pools) return;
+  for (int c = 0; c < t->n_chunks; c++) {
+    for (int i = 0; i < in->pools[c].n_slots; i++) slot_free(t, c, &in->pools[c].slots[i]);
+    free(in->pools[c].slots);
+  }
+  free(in->pools);
+  tensor_free(&in->saved_rc);
+  tensor_free(&in->work[0]);
+  tensor_free(&in->work[1]);
+  tensor_free(&in->y);
+  tensor_free(&in->dy[0]);
+  tensor_free(&in->dy[1]);
+  free(in->xh);
+  free(in->yh);
+}
+
+/* A free slot of chunk c for micro-batch k: the pool grows by one when every slot is in use. */
+static act_slot_t *slot_take(trainer_t *t, int c, int k) {
+  struct train_internal *in = t->in;
+  act_pool_t *p = &in->pools[c];
+  act_slot_t *sl = NULL;
+  for (int i = 0; i < p->n_slots && !sl; i++)
+    if (p->slots[i].micro < 0) sl = &p->slots[i];
+  if (!sl) { /* more in flight than ever before (the ledger sees it) */
+    if (p->n_slots >= t->n_micro) die_on_rank("more than %d micro-batches in flight on chunk %d", t->n_micro, c);
+    sl = &p->slots[p->n_slots++];
+    slot_alloc(t, c, sl);
+  }
+  sl->micro = k;
+  if (++in->in_flight > in->peak_in_flight) in->peak_in_flight = in->in_flight;
+  return sl;
+}
+
+static act_slot_t *slot_of(trainer_t *t, int c, int k) {
+  act_pool_t *p = &t->in->pools[c];
+  for (int i = 0; i < p->n_slots; i++)
+    if (p->slots[i].micro == k) return &p->slots[i];
+  die_on_rank("backward of micro-batch %d on chunk %d before its forward (a schedule's bug)", k, c);
+}
+
+/* After micro-batch k's backward: its slot is free again, once the schedule's sends out of it left. */
+static void slot_give_back(trainer_t *t, int c, act_slot_t *sl) {
+  const schedule_t *sc = t->cfg->sched;
+  if (sc && sc->release) sc->release(t, c, sl->micro);
+  sl->micro = -1;
+  t->in->in_flight--;
+}
+
+int trainer_slots(const trainer_t *t, int c) { return t->in->pools[c].n_slots; }
+int64_t trainer_slot_bytes(const trainer_t *t, int c) { return t->in->pools[c].slot_bytes; }
+int trainer_peak_in_flight(const trainer_t *t) { return t->in->peak_in_flight; }
+int64_t trainer_acts_workspace(const trainer_t *t) { return t->in->ws_bytes; }
+
+void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y) {
+  int64_t B = t->cfg->batch, mb = B / m, b = mb / nslices;
+  int64_t first = (int64_t)t->step * B + (int64_t)k * mb + (int64_t)slice * b;
+  int poison = k == 0 && x && !t->model.in_is_tokens; /* --fault R:S:nan poisons a feature of micro-batch 0 */
+  int64_t xn = b * t->model.in_numel, yn = b * t->model.rows;
+  /* data_batch writes both: host buffers for what is not a CPU destination */
+  void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
+  int *yh = y && t->dev == DEV_CPU ? y : xmalloc((size_t)yn * sizeof(int) + 4, "target staging");
+  data_batch(&t->data, first, (int)b, xh, yh);
+  if (poison) fault_poison(comm_rank(t->world_comm), t->step, xh);
+  if (x && t->dev != DEV_CPU) dev_memcpy(t->dev, x, DEV_CPU, xh, (size_t)xn * 4);
+  if (y && t->dev != DEV_CPU) dev_memcpy(t->dev, y, DEV_CPU, yh, (size_t)yn * sizeof(int));
+  if (xh != x) free(xh);
+  if (yh != y) free(yh);
+}
+
+double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
+  const model_t *m = &t->model;
+  /* fp16: the loss is multiplied by the loss scale S before the backward (its gradient is) */
+  double S = t->wdt == DT_F16 ? (double)t->in->scaler.scale : 1.0;
+  float scale = (float)(S / ((double)t->cfg->batch * m->rows));
+  double loss = m->fns->loss ? m->fns->loss(m, b, logits, targets, dlogits, scale) /* the model's own (vocab-parallel) */
+                             : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
+  if (!isfinite(loss)) t->in->local_nonfinite = 1;
+  return loss;
+}
+
+void trainer_check_grads(trainer_t *t, int u) {
+  /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
+  if (t->dev == DEV_CPU && !t->in->local_nonfinite)
+    t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
+  if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
+}
+
+/* Where unit u's whole output is during the micro-batch: the slot's out, or with --pa for a
+ * partitioned output its working buffer (out holds only this rank's slice). */
+static float *unit_y(trainer_t *t, const act_slot_t *sl, int c, int u) {
+  struct train_internal *in = t->in;
+  return (in->pa && trainer_pa_slice_numel(t, u) ? in->work[u % 2] : sl->out[u - t->chunks[c].u0]).data;
+}
+
+/* Unit u's buffers in slot sl of chunk c (dy, dx and grads are set by the backward). */
+static unit_io_t unit_io(trainer_t *t, const act_slot_t *sl, int c, int u) {
+  return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
+                     .x = u == t->chunks[c].u0 ? sl->in.data : unit_y(t, sl, c, u - 1), .y = unit_y(t, sl, c, u),
+                     .saved = t->cfg->recompute ? t->in->saved_rc.data : sl->saved[u - t->chunks[c].u0].data};
+}
+
+/* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output. */
+static void pa_keep(trainer_t *t, const act_slot_t *sl, int u) {
+  if (trainer_pa_slice_numel(t, u)) t->cfg->transform->pa_keep(t, u, unit_y(t, sl, 0, u), sl->out[u].data);
+}
+
+/* --pa, before the backward of unit u+1 (its recompute and its backward read x = unit u's output):
+ * the whole output back from the slices (the transform's all-gather over the TP group): it moves
+ * bytes and adds nothing, so the backward sees the bits the forward produced. */
+static void pa_gather(trainer_t *t, const act_slot_t *sl, int u) {
+  if (!trainer_pa_slice_numel(t, u)) return;
+  char name[32];
+  snprintf(name, sizeof name, "pa gather %d", u);
+  trace_begin(name);
+  t->cfg->transform->pa_gather(t, u, sl->out[u].data, unit_y(t, sl, 0, u));
+  trace_end(NULL);
+}
+
+/* ---- one operation: the forward or the backward of a micro-batch over a chunk -------------- */
+
+/* A schedule's F/B block on the trace (plot_pipeline.py draws them): "F k", or "F k.c" with
+ * several chunks per rank; the units' own events lie inside. */
+static void op_event(const trainer_t *t, const train_op_t *op, double t0) {
+  char name[32];
+  if (t->n_chunks > 1) snprintf(name, sizeof name, "%c %d.%d", op->kind, op->micro, op->chunk);
+  else snprintf(name, sizeof name, "%c %d", op->kind, op->micro);
+  trace_event(TRACE_COMPUTE, name, t0, trace_now_us(), NULL);
+}
+
+/* F k over chunk c: the input (the data, or the previous stage's output), the units forward
+ * with the strategy's hooks, the output on to the next stage. Returns the compute time (µs, with
+ * a schedule; the wait for the input is idle, not busy). */
+static double op_forward(trainer_t *t, const train_op_t *op) {
+  struct train_internal *in = t->in;
+  const schedule_t *sc = t->cfg->sched;
+  const strategy_t *s = t->strategy;
+  const train_chunk_t *ch = &t->chunks[op->chunk];
+  int k = op->micro;
+  char name[32];
+  act_slot_t *sl = slot_take(t, op->chunk, k);
+  if (!ch->first) sc->recv_forward(t, op->chunk, k, sl->in.data);
+  else /* the loop's own chunk scores here too: its targets come with the inputs */
+    trainer_load_micro(t, k, t->n_micro, t->rank, t->world, sl->in.data, ch->last && !sc ? (int *)in->y.data : NULL);
+  double t0 = trace_now_us();
+  for (int u = ch->u0; u < ch->u1; u++, t->use++) {
+    if (s->pre_forward) s->pre_forward(t, u);
+    snprintf(name, sizeof name, "fwd %d", u);
+    trace_begin(name);
+    unit_io_t io = unit_io(t, sl, op->chunk, u);
+    model_forward(&t->model, u, &io);
+    if (in->pa) pa_keep(t, sl, u); /* --pa: this rank's 1/T of a replicated output */
+    trace_end(NULL);
+    if (s->post_forward) s->post_forward(t, u);
+  }
+  if (!sc) return 0;
+  dev_sync(t->dev);
+  double busy = trace_now_us() - t0;
+  op_event(t, op, t0);
+  if (!ch->last) sc->send_forward(t, op->chunk, k, sl->out[ch->u1 - 1 - ch->u0].data);
+  return busy;
+}
+
+/* B k over chunk c: the gradient of the output (the loss on the last chunk, added to *loss; else
+ * from the next stage), the units backward in reverse with the strategy's hooks, the gradient of
+ * the input back to the previous stage. Gradients are written with beta: micro-batch 0
+ * overwrites, later ones accumulate (the strategy's pre_backward may choose otherwise). */
+static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
+  struct train_internal *in = t->in;
+  const schedule_t *sc = t->cfg->sched;
+  const strategy_t *s = t->strategy;
+  const model_t *m = &t->model;
+  const train_chunk_t *ch = &t->chunks[op->chunk];
+  int k = op->micro;
+  char name[32];
+  act_slot_t *sl = slot_of(t, op->chunk, k);
+  float *dy = in->dy[0].data, *dyp = in->dy[1].data;
+  double t0 = trace_now_us();
+  if (ch->last) { /* mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks'
+                   * gradients is then the mean gradient. A schedule's loss is its stage's work. */
+    if (sc) trainer_load_micro(t, k, t->n_micro, t->rank, t->world, NULL, (int *)in->y.data);
+    TRAINER_PHASE("loss", *loss += trainer_loss(t, (int)t->local_batch, sl->out[ch->u1 - 1 - ch->u0].data,
+                                                (const int *)in->y.data, dy));
+  } else {
+    sc->recv_backward(t, op->chunk, k, dy);
+    t0 = trace_now_us();
+  }
+  float *dx_out = ch->first ? NULL : sc->dx_buffer(t, op->chunk, k); /* the model's unit 0 has no dx */
+  for (int u = ch->u1 - 1; u >= ch->u0; u--, t->use++) {
+    t->grad_beta = k == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
+    if (s->pre_backward) s->pre_backward(t, u);
+    if (in->pa && u > 0) pa_gather(t, sl, u - 1); /* --pa: the input, whole again (into its working buffer) */
+    unit_io_t io = unit_io(t, sl, op->chunk, u);
+    if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
+      snprintf(name, sizeof name, "recompute %d", u);
+      trace_begin(name);
+      model_forward(m, u, &io);
+      trace_end(NULL);
+    }
+    snprintf(name, sizeof name, "bwd %d", u);
+    trace_begin(name);
+    io.grads = t->unit_grads[u];
+    io.beta = t->grad_beta;
+    io.dy = dy;
+    io.dx = u > ch->u0 ? dyp : dx_out;
+    model_backward(m, u, &io);
+    trace_end(NULL);
+    trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
+    if (s->post_backward) s->post_backward(t, u);
+    float *tmp = dy;
+    dy = dyp;
+    dyp = tmp;
+  }
+  double busy = 0;
+  if (sc) {
+    dev_sync(t->dev);
+    busy = trace_now_us() - t0;
+    op_event(t, op, t0);
+    if (!ch->first) sc->send_backward(t, op->chunk, k, dx_out);
+  }
+  slot_give_back(t, op->chunk, sl);
+  return busy;
+}
+
+/* One step's operations in order; returns this rank's local loss sum (0 without the last chunk). */
+double train_run_ops(trainer_t *t) {
+  const schedule_t *sc = t->cfg->sched;
+  double loss = 0, busy = 0, t0 = trace_now_us();
+  t->uses = t->in->step_uses;
+  t->n_uses = t->in->n_step_uses;
+  t->use = 0;
+  for (int i = 0; i < t->n_ops; i++) {
+    const train_op_t *op = &t->ops[i];
+    t->micro = op->micro;
+    t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
+    busy += op->kind == 'F' ? op_forward(t, op) : op_backward(t, op, &loss);
+  }
+  if (sc) sc->step_end(t, busy, t0);
+  return loss;
+}
+
+/* The pre hooks' order of a step (the operations' units: forwards in order, backwards in
+ * reverse) and of a forward-only pass (every unit once), for train_use_t. */
+void train_build_uses(trainer_t *t) {
+  struct train_internal *in = t->in;
+  int n = 0, U = t->model.n_units;
+  for (int i = 0; i < t->n_ops; i++) n += t->chunks[t->ops[i].chunk].u1 - t->chunks[t->ops[i].chunk].u0;
+  in->step_uses = xcalloc((size_t)n + 1, sizeof *in->step_uses, "unit uses");
+  t->n_uses = 0;
+  for (int i = 0; i < t->n_ops; i++) {
+    const train_chunk_t *ch = &t->chunks[t->ops[i].chunk];
+    for (int j = 0; j < ch->u1 - ch->u0; j++)
+      in->step_uses[t->n_uses++] = (train_use_t){t->ops[i].kind == 'F' ? ch->u0 + j : ch->u1 - 1 - j, t->ops[i].kind};
+  }
+  in->n_step_uses = t->n_uses;
+  in->fwd_uses = xcalloc((size_t)U, sizeof *in->fwd_uses, "forward uses");
+  for (int u = 0; u < U; u++) in->fwd_uses[u] = (train_use_t){u, 'F'};
+  t->uses = in->step_uses;
+}
+
+/* Without a schedule: one chunk of every unit, F k B k for each of the --accum micro-batches. */
+void train_own_schedule(trainer_t *t) {
+  struct train_internal *in = t->in;
+  int A = t->cfg->accum;
+  t->n_micro = A;
+  in->whole_chunk = (train_chunk_t){.u0 = 0, .u1 = t->model.n_units, .first = 1, .last = 1};
+  t->chunks = &in->whole_chunk;
+  t->n_chunks = 1;
+  in->own_ops = xcalloc(2 * (size_t)A, sizeof *in->own_ops, "the loop's operations");
+  for (int k = 0; k < A; k++) {
+    in->own_ops[2 * k] = (train_op_t){'F', k, 0};
+    in->own_ops[2 * k + 1] = (train_op_t){'B', k, 0};
+  }
+  t->ops = in->own_ops;
+  t->n_ops = 2 * A;
+}
+
+void trainer_keep_units(trainer_t *t, const char *here) {
+  struct train_internal *in = t->in;
+  model_t *m = &t->model;
+  in->whole = *m;
+  in->whole.units = xmalloc((size_t)m->n_units * sizeof(unit_t), "whole model units");
+  memcpy(in->whole.units, m->units, (size_t)m->n_units * sizeof(unit_t));
+  for (int u = 0; u < m->n_units; u++)
+    if (!here[u]) m->units[u].numel = 0;
+  model_layout(m);
+  t->whole = &in->whole;
+}
+
+int trainer_prints(const trainer_t *t) { return t->model_rank == 0 && !t->cfg->quiet; }
+
+/* The forward of B samples through every unit with the strategy's forward hooks (so ZeRO-3
+ * gathers), no backward: the evaluation and --sample. */
+void train_forward_only(trainer_t *t, int B) {
+  const strategy_t *s = t->strategy;
+  const act_slot_t *sl = &t->in->pools[0].slots[0]; /* the loop's own chunk (no schedule: train_flags.c) */
+  t->uses = t->in->fwd_uses;
+  t->n_uses = t->model.n_units;
+  t->use = 0;
+  for (int u = 0; u < t->model.n_units; u++, t->use++) {
+    if (s->pre_forward) s->pre_forward(t, u);
+    unit_io_t io = unit_io(t, sl, 0, u);
+    io.B = B;
+    model_forward(&t->model, u, &io);
+    if (s->post_forward) s->post_forward(t, u);
+  }
+  t->uses = t->in->step_uses; /* the next step's */
+  t->n_uses = t->in->n_step_uses;
+}
+
+/* Activation bytes the loop keeps (every unit's output and saved buffers, and --pa's working
+ * buffers, as the ledger counted them in alloc_acts) beside gpt.h's formula: "acts_saved_bytes",
+ * "acts_formula_bytes"; with --pa the ledger's growth beside pa_acts_formula: "pa_acts_bytes",
+ * "pa_acts_formula_bytes". */
+void train_report_acts(trainer_t *t) {
+  struct train_internal *in = t->in;
+  const act_slot_t *sl = &in->pools[0].slots[0]; /* the loop's own chunk: every unit */
+  int64_t kept = tensor_nbytes(&in->work[0]) + tensor_nbytes(&in->work[1]) + tensor_nbytes(&in->saved_rc);
+  for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&sl->out[u]) + tensor_nbytes(&sl->saved[u]);
+  trainer_report_extra(t, "acts_saved_bytes", (double)kept);
+  if (in->pa) { /* the ledger's count beside the formula from the shapes (pa_acts_formula) */
+    trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
+    trainer_report_extra(t, "pa_acts_formula_bytes", (double)pa_acts_formula(t));
+  }
+  if (t->model.fns == &model_gpt_fns)
+    trainer_report_extra(t, "acts_formula_bytes", (double)gpt_acts_bytes(t->model.gpt, t->local_batch, t->cfg->recompute));
+}
+

@@ -1,0 +1,49 @@
+/* pipeline_state.h — what solutions/pipeline.c (the schedule, its messages) and pipeline_report.c
+ * (the bubble and the stages' bytes, measured beside their formulas) share: the schedule's state
+ * in t->sched_priv. Not part of the chapter's contract (pipeline.h). */
+#ifndef ZL_PIPELINE_STATE_H
+#define ZL_PIPELINE_STATE_H
+#include "pipeline.h"       // pp_schedule_t
+#include "../common/comm.h" // comm_t, comm_handle_t
+#include "../common/tensor.h" // tensor_t
+#include "../common/train.h"  // trainer_t
+
+/* Where a chunk's messages go: a communicator and the peer's rank in it (NULL: none, the data or
+ * the loss is at that end). */
+typedef struct pp_link {
+  comm_t *comm;
+  int peer;
+} pp_link_t;
+
+/* One chunk of units on this rank: global chunk c = j·P + stage (the loop's t->chunks[j]). */
+typedef struct pp_chunk {
+  int c, u0, u1;             /* its units [u0, u1) */
+  int64_t in_numel;          /* input elements per sample */
+  pp_link_t rx_act, tx_act, rx_grad, tx_grad;
+  comm_handle_t *sent;       /* [M] the send of micro-batch k's output (0: none), waited in pp_release */
+  tensor_t gsend[2];         /* (b, in_numel) gradients of the input, sent to chunk c−1 (double-buffered) */
+  comm_handle_t gsent[2];
+} pp_chunk_t;
+
+typedef struct pp_state {
+  pp_schedule_t sched;
+  int P, D, stage, dp;  /* P stages × D pipelines; this rank's stage and pipeline */
+  int v, V;             /* chunks per rank (virtual stages), V = v·P chunks in all */
+  int M;                /* micro-batches per step */
+  int b;                /* samples per micro-batch on this rank: batch / (M·D) */
+  int *first;           /* [V+1] the split: chunk c is units first[c]..first[c+1]−1 */
+  pp_chunk_t *chunks;   /* [v] this rank's chunks, j = 0..v−1 */
+  comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
+  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
+  comm_t *pipe;         /* this pipeline's P ranks, for the control sums (the gradient norm) */
+  comm_t *dpc;          /* this stage's D replicas: the strategy's communicator (t->comm) */
+  int64_t ws_bytes;     /* gsend, beside the loop's workspace */
+  double busy_us, span_us; /* summed over the measured steps */
+  int measured;            /* steps measured (all but the first when there are several) */
+  int steps_run;           /* steps this process ran (after a resume: fewer than --steps) */
+  char tag[64];
+} pp_state_t;
+
+/* schedule_t.report (pipeline_report.c): bubble, activations in flight, the data dimension's bytes. */
+void pp_report(trainer_t *t);
+#endif
