@@ -21,6 +21,8 @@
 # `up` is idempotent (the same K: only the link rate and the watchdog change; another K: down,
 # then up) and tears down what it made when a step fails. A watchdog (--ttl S, default 7200)
 # runs `down` after S seconds so a forgotten cluster does not outlive its use; 0 = none.
+# Every command is bounded in time: up/down wait at most 30 s for another up/down of the same
+# cluster (a lock), and each step is one ip/tc call.
 # State: /run/zerolab-cluster/NAME/ (nodes, link_mbit, subnet, watchdog.pid).
 set -u
 ME=$(readlink -f "$0")
@@ -93,7 +95,7 @@ start_watchdog() {
     grep -qs "cluster.sh" "/proc/$w/cmdline" && kill -- "-$w" 2>/dev/null
   fi
   # sleep, then become `cluster.sh down` (same pid, so do_down knows not to kill it)
-  setsid bash -c "sleep $TTL; exec bash '$ME' down --name $NAME --subnet $SUBNET" </dev/null >/dev/null 2>&1 &
+  setsid bash -c "sleep $TTL; exec bash '$ME' down --name $NAME --subnet $SUBNET" </dev/null >/dev/null 2>&1 9>&- &
   echo $! >"$STATE/watchdog.pid"
   echo "$(( $(date +%s) + TTL ))" >"$STATE/expires"
 }
@@ -180,6 +182,14 @@ do_status() {
   return 0
 }
 
+# up and down of one cluster one at a time (two test runs, a watchdog): wait at most 30 s
+if [ "$cmd" = up ] || [ "$cmd" = down ]; then
+  if [ "$(id -u)" = 0 ]; then
+    mkdir -p /run/zerolab-cluster
+    exec 9>"/run/zerolab-cluster/.$NAME.lock"
+    flock -w 30 9 || die "$cmd: cluster $NAME is busy (another up/down held its lock for 30 s)"
+  fi
+fi
 case "$cmd" in
   up) do_up;;
   down) [ "$(id -u)" = 0 ] || die "down: not root"; had=0; [ -d "$STATE" ] && had=1; do_down
