@@ -114,6 +114,7 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
   else
     printf("\ncommunication per step per rank: %.1f bytes sent (mean over ranks); formula %.1f (the mean of each rank's, "
            "rank 0's: %s)\n", total / NR / steps, fc / NR, f->comm_text);
+  report_nodes_print(t, all, f, steps);
   print_tp(t, all, steps);
   printf("%-16s %12s %16s %14s\n", "op (rank 0)", "calls/step", "bytes/step", "busy ms/step");
   for (int op = 0; op < CO_NOPS; op++) {

@@ -220,6 +220,11 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of every unit "
          "output the TP group replicates and all-gathers it for the backward; auto: on with --recompute and --tp > 1, "
          "0: whole outputs (to compare)");
+  const char *shard_group = "all";
+  if (chapter_flags & TRAIN_FLAG_SHARD_GROUP)
+    SPEC("--shard-group", ARG_CHOICE, &shard_group, 0, 0, "all|node",
+         "the ranks ZeRO-3 shards over: all of them, or each node's (HSDP, FSDP's HYBRID_SHARD: shard inside the node, "
+         "all-reduce the grad shards across nodes; notes/09-nodes.md)");
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC
@@ -232,6 +237,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : strcmp(precision, "fp16") == 0 ? DT_F16 : DT_F32;
   cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
   cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
+  cfg->shard_group_node = strcmp(shard_group, "node") == 0;
 
   /* Checks that need more than one flag, or the world size (from the launcher's environment). */
   char v[64];
@@ -259,6 +265,9 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
+  if (cfg->shard_group_node && cfg->resume) /* HSDP's layout names one node's copy: what a restore cannot fill */
+    exit(args_error("--resume", cfg->resume, "cannot restore into --shard-group node (its checkpoints resume with "
+                    "--shard-group all, any rank count)"));
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
