@@ -382,3 +382,12 @@ bench-pipeline: build
 	    --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
 	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; fi
+
+# ch09: on 2 emulated nodes x 2 ranks (root; skipped with the reason elsewhere), at link rates
+# LINKS (Mbit/s): the flat vs two-level all-reduce (bytes across nodes beside the formula), and
+# the step time of DDP, ZeRO-3, HSDP, TP = 2 inside a node and TP = 2 across (notes/09-nodes.md).
+LINKS ?= 100,400
+.PHONY: bench-nodes
+bench-nodes: build
+	@mkdir -p $(RESULTS)
+	@$(PYTHON) common/scripts/bench_nodes.py --bin $(BIN) --links $(LINKS) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_nodes.json

@@ -23,6 +23,7 @@ typedef struct rank_numbers {
   /* topology (report_nodes.c): this rank's node, the part of sent[] that crossed nodes, and the
    * formula of that part (the strategy's, or the ring rule) */
   int64_t node, inter_sent[CO_NOPS];
+  int64_t tp_inter_sent; /* --tp: the part of the TP group's bytes that crossed nodes */
   double f_inter;
   double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
   int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */

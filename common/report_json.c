@@ -132,8 +132,9 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
     int64_t x = 0;
     for (int op = 0; op < CO_NOPS; op++)
       if (op != CO_CONTROL) x += all[r].inter_sent[op];
-    sb_printf(&b, "%s{\"rank\": %d, \"node\": %lld, \"inter_bytes_per_step\": %.6f, \"formula\": %.6f}", r ? ", " : "", r,
-              (long long)all[r].node, (double)x / steps, all[r].f_inter);
+    sb_printf(&b, "%s{\"rank\": %d, \"node\": %lld, \"inter_bytes_per_step\": %.6f, \"formula\": %.6f, "
+                  "\"tp_inter_bytes_per_step\": %.6f}", r ? ", " : "", r, (long long)all[r].node, (double)x / steps, all[r].f_inter,
+              (double)all[r].tp_inter_sent / steps);
   }
   sb_printf(&b, "]},\n");
   if (t->tp_comm) { /* --tp: the TP groups' all-reduces, apart from the DP traffic above */
