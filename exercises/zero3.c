@@ -48,6 +48,7 @@ typedef struct zero3 {
   int nslots;           /* K + 1 */
   gather_slot_t *slots; /* [K+1] */
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
+  comm_t *rep;          /* HSDP: the ranks with this rank's place in the other nodes (NULL: ZeRO-3) */
 } zero3_t;
 
 static int n_events(const trainer_t *t) { return t->n_uses; }
@@ -188,6 +189,9 @@ static void zero3_post_backward(trainer_t *t, int unit) {
 static void zero3_step(trainer_t *t) {
   zero3_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
+  if (z->rep) /* HSDP: the node's sum of this piece, summed over the nodes (the replicas of the piece) */
+    TRAINER_PHASE("all-reduce grad shard across nodes",
+                  comm_all_reduce(z->rep, t->grads.data, t->model.shard_numel, t->wdt, REDOP_SUM));
   TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
   /* the gathered window, apart from the resident shards: peak vs its bound (K+1)·largest unit */
   trainer_report_extra(t, "gathered_peak_bytes", (double)z->gathered_peak);
@@ -241,3 +245,106 @@ static const strategy_t zero3_s = {
 };
 
 const strategy_t *zero3_strategy(void) { return &zero3_s; }
+
+/* ---- HSDP: --shard-group node (notes/09-nodes.md) -------------------------------------------
+ * ZeRO-3 unchanged, on the g ranks of this node: during every hook the strategy's communicator
+ * (t->comm, t->rank, t->world) is the node's group, so the shards, the gathers and the
+ * reduce-scatters above stay inside the node (shared memory); the step adds one all-reduce of the
+ * grad shard (Ψ/g) over `rep`, the K ranks holding the same piece on the K nodes — the only bytes
+ * that cross a node: 2(K−1)/K·Ψ/g·b per rank, against ZeRO-3's 3(N−1)/N·Ψ·b on the ring's boundary
+ * ranks. Memory: ZeRO-3's with N → g. Between hooks the loop sees every rank (the data is split
+ * over all N). The pieces of node 0 are the ones the layout names (the other nodes hold copies),
+ * so a checkpoint or an export holds each piece once. */
+typedef struct hsdp_view { comm_t *comm; int rank, world; } hsdp_view_t;
+
+static hsdp_view_t hsdp_enter(trainer_t *t) {
+  hsdp_view_t all = {t->comm, t->rank, t->world};
+  comm_t *node = t->sub_comms[0];
+  t->comm = node, t->rank = comm_rank(node), t->world = comm_world(node);
+  return all;
+}
+static void hsdp_leave(trainer_t *t, hsdp_view_t all) { t->comm = all.comm, t->rank = all.rank, t->world = all.world; }
+
+static void hsdp_setup(trainer_t *t) {
+  comm_t *c = t->comm;
+  int g = comm_node_size(c);
+  for (int r = 0; r < comm_world(c); r++) { /* the cross groups pair place i of every node */
+    int gr = 0;
+    for (int q = 0; q < comm_world(c); q++) gr += comm_node_of(c, q) == comm_node_of(c, r);
+    if (gr != g)
+      die_on_rank("--shard-group node: node %d holds %d ranks and node %d holds %d; HSDP needs the same number on every "
+                  "node (zlrun --nodes K puts NP/K on each)", comm_node(c), g, comm_node_of(c, r), gr);
+  }
+  t->sub_comms[0] = comm_split(c, comm_node(c), comm_rank(c));      /* shard group: this node's ranks */
+  t->sub_comms[1] = comm_split(c, comm_node_rank(c), comm_rank(c)); /* replica group: one rank per node */
+  t->n_sub_comms = 2;
+  hsdp_view_t all = hsdp_enter(t);
+  zero3_setup(t);
+  hsdp_leave(t, all);
+  zero3_t *z = t->priv;
+  z->rep = t->sub_comms[1];
+  if (trainer_prints(t))
+    printf("hsdp: ZeRO-3 inside each of %d nodes of %d ranks (shard group), grad shards all-reduced across the nodes\n",
+           comm_nodes(c), g);
+}
+
+#define HSDP_HOOK(name, call)                                                                                          \
+  static void hsdp_##name(trainer_t *t, int unit) {                                                                    \
+    hsdp_view_t all = hsdp_enter(t);                                                                                   \
+    call;                                                                                                              \
+    hsdp_leave(t, all);                                                                                                \
+  }
+HSDP_HOOK(pre_forward, zero3_pre_forward(t, unit))
+HSDP_HOOK(post_forward, zero3_post_forward(t, unit))
+HSDP_HOOK(pre_backward, zero3_pre_backward(t, unit))
+HSDP_HOOK(post_backward, zero3_post_backward(t, unit))
+HSDP_HOOK(step_, zero3_step(t))
+static void hsdp_step(trainer_t *t) { hsdp_step_(t, 0); }
+
+/* Node 0's ranks name their pieces; the other nodes' copies are the same bits, named by none. */
+static void hsdp_layout(trainer_t *t, int u, unit_layout_t *out) {
+  hsdp_view_t all = hsdp_enter(t);
+  zero_unit_layout(t, u, 0, out);
+  hsdp_leave(t, all);
+  if (comm_rank(t->sub_comms[1]) != 0) out->own_numel = 0;
+}
+
+static void hsdp_teardown(trainer_t *t) {
+  hsdp_view_t all = hsdp_enter(t);
+  zero3_teardown(t);
+  hsdp_leave(t, all);
+  comm_finalize(t->sub_comms[1]);
+  comm_finalize(t->sub_comms[0]);
+  t->sub_comms[0] = t->sub_comms[1] = NULL;
+  t->n_sub_comms = 0;
+}
+
+/* ZeRO-3's memory with N → g (the node's ranks); bytes sent per step: 3(g−1)/g·Ψ·b inside the node,
+ * 2(K−1)/K·Ψ/g·b across (all of it inter-node). */
+static void hsdp_formula(const trainer_t *t, formula_t *f) {
+  double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
+  int g = comm_node_size(t->comm), K = comm_nodes(t->comm);
+  formula_stage(f, 3, psi, g, t->wdt, train_opt_states(t->cfg));
+  f->comm_inter_set = 1;
+  f->comm_inter_bytes = 2.0 * (K - 1) / K * psi / g * b;
+  f->comm_bytes = 3.0 * (g - 1) / g * psi * b + f->comm_inter_bytes;
+  snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
+  snprintf(f->comm_text, sizeof f->comm_text, "3(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B", (int)b, (int)b);
+  snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "2(K-1)/K x psi/g x %d B, K = %d nodes", (int)b, K);
+}
+
+static const strategy_t hsdp_s = {
+    .name = "hsdp",
+    .stage = 3,
+    .setup = hsdp_setup,
+    .pre_forward = hsdp_pre_forward,
+    .post_forward = hsdp_post_forward,
+    .pre_backward = hsdp_pre_backward,
+    .post_backward = hsdp_post_backward,
+    .step = hsdp_step,
+    .teardown = hsdp_teardown,
+    .layout = hsdp_layout,
+    .formula = hsdp_formula,
+};
+
+const strategy_t *hsdp_strategy(void) { return &hsdp_s; }

@@ -49,9 +49,9 @@ def main():
     os.environ.setdefault("ZL_CLUSTER_SUBNET", "10.213.7")
     links = [int(x) for x in a.links.split(",")]
     load0 = os.getloadavg()
-    res = {"_meta": {"command": "make bench-nodes " + " ".join(sys.argv[1:]), "machine": platform.node() + " %d cores" %
+    res = {"_meta": {"command": "make bench-nodes LINKS=%s ZL_BENCH_REPS=%d (common/scripts/bench_nodes.py %s)" % (a.links, a.reps, " ".join(sys.argv[1:])), "machine": platform.node() + " %d cores" %
                      os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load_before": load0,
-                     "reps": a.reps, "steps": a.steps, "layout": "2 emulated nodes x 2 ranks (network namespaces, tc tbf)",
+                     "reps": a.reps, "steps": a.steps, "layout": "2 emulated nodes x 2 ranks (network namespaces, tc htb token bucket per direction)",
                      "model": "default MLP of the chapters (--input 32 --hidden 128 --layers 3 --classes 10, batch 240), fp32"},
            "allreduce": {}, "steps": {}}
     subprocess.run(["bash", "common/scripts/cluster.sh", "up", "2", "--ttl", "1800"], check=True, stdout=subprocess.DEVNULL)
