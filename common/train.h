@@ -78,6 +78,7 @@ typedef struct train_cfg {
   int zero;                           /* --zero S on the data dimension: 0 all-reduce, 1/2/3 ZeRO (06, 07) */
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   int shard_group_node;               /* --shard-group node (05): HSDP, shard in the node, all-reduce across */
+  int hpz;                            /* --hpz (05): ZeRO++'s secondary param shard in the node */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */
   const char *json, *trace;           /* --json PATH --trace PATH */

@@ -225,6 +225,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--shard-group", ARG_CHOICE, &shard_group, 0, 0, "all|node",
          "the ranks ZeRO-3 shards over: all of them, or each node's (HSDP, FSDP's HYBRID_SHARD: shard inside the node, "
          "all-reduce the grad shards across nodes; notes/09-nodes.md)");
+  if (chapter_flags & TRAIN_FLAG_SHARD_GROUP)
+    SPEC("--hpz", ARG_FLAG, &cfg->hpz, 0, 0, NULL,
+         "ZeRO++ hpZ: keep a second copy of the params sharded inside the node (+2Psi/g in bf16), so the backward's "
+         "all-gathers stay in the node; the forward's still span every rank (notes/09-nodes.md)");
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC
@@ -265,6 +269,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
+  if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
+    exit(args_error("--hpz", "", "needs --shard-group all: with --shard-group node every gather is inside the node already"));
   if (cfg->shard_group_node && cfg->resume) /* HSDP's layout names one node's copy: what a restore cannot fill */
     exit(args_error("--resume", cfg->resume, "cannot restore into --shard-group node (its checkpoints resume with "
                     "--shard-group all, any rank count)"));

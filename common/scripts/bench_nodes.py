@@ -8,7 +8,7 @@ inter-node link rate of --links (Mbit/s each way, tc tbf):
      bytes each node's eth0 really sent; the program's whole --json is kept.
   2. step time of the strategies on the default MLP, --reps runs each, the strategies alternating
      (and their order reversed every rep): DDP (ch02 bucketed), ZeRO-3 over all 4 ranks, HSDP
-     (ch05 --shard-group node), TP = 2 inside a node with DP across (ch06 --tp 2), and TP = 2
+     (ch05 --shard-group node), ZeRO++ hpZ (ch05 --hpz), TP = 2 inside a node with DP across (ch06 --tp 2), and TP = 2
      across the nodes (the same, ranks placed round-robin: mpirun --map-by node). Per run: the
      median step, and the bytes per step per rank that crossed nodes (DP and TP groups) beside
      the formula, from the run's --json.
@@ -21,6 +21,7 @@ STRATS = [  # name, program, flags, extra environment
     ("ddp", "ch02_ddp", ["--variant", "bucketed"], {}),
     ("zero3", "ch05_zero3", [], {}),
     ("hsdp", "ch05_zero3", ["--shard-group", "node"], {}),
+    ("hpz", "ch05_zero3", ["--hpz"], {}),
     ("tp2_in_node", "ch06_tp", ["--tp", "2"], {}),
     ("tp2_across_nodes", "ch06_tp", ["--tp", "2"], {"ZL_MPIRUN_FLAGS": "--map-by node"}),
 ]

@@ -182,6 +182,41 @@ Test(ch09_hsdp, checkpoint_resumes_on_one_box, .timeout = 90) {
   free(out);
 }
 
+/* ZeRO++ hpZ: the backward gathers the same bits from the node's secondary copy, so the run is
+ * ZeRO-3's bit for bit; its bytes across nodes are only the forward gather's and the
+ * reduce-scatter's (the ring rule), the backward's stay in the node; params + the copy, P/N + P/g. */
+Test(ch09_hsdp, hpz_equals_zero3_bitwise_and_bytes, .timeout = 60) {
+  char a[512], b[512], j[512];
+  zl_tmppath(a, sizeof a, "hpz", "hpz.bin");
+  zl_tmppath(b, sizeof b, "hpz", "zero3.bin");
+  zl_tmppath(j, sizeof j, "hpz", "hpz.json");
+  zl_run_ok(4, 60, "ch05_zero3 --hpz", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --hpz %s --save-params %s --json %s", ZL_BIN,
+            HSDP_RUN, a, j);
+  zl_run_ok(4, 60, "ch05_zero3", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 %s --save-params %s", ZL_BIN, HSDP_RUN, b);
+  size_t n = 0;
+  double d = max_diff(a, b, &n);
+  cr_assert(d == 0, "hpZ vs ZeRO-3: max |weight difference| %.3g over %zu weights (expected bit for bit)", d, n);
+  char *text = zl_read_file(j, NULL);
+  cr_assert(text, "no --json");
+  double P = zl_json_num(text, "padded_params");
+  const char *p = zl_json_find(zl_json_find(text, "nodes"), "per_rank");
+  for (int r = 0; r < 4; r++) {
+    p = zl_json_find(p, "rank");
+    double got = zl_json_num(p, "inter_bytes_per_step");
+    double want = r % 2 ? 2.0 * 3 / 4 * P * 4 : 0; /* ranks 1, 3: the ring's boundary; fwd gather + RS, padded */
+    cr_assert_eq(got, want, "rank %d: bytes across nodes per step got %.1f expected %.1f (the backward's gathers must stay "
+                 "in the node)", r, got, want);
+    double params = zl_rank_mem(text, r, "params");
+    cr_assert_eq(params, (P / 4 + P / 2) * 4, "rank %d: params got %.0f bytes expected (P/N + P/g) x 4 = %.0f", r, params,
+                 (P / 4 + P / 2) * 4);
+  }
+  free(text);
+  char *out = NULL;
+  int rc = zl_run(0, 30, &out, "%s/ch05_zero3 --hpz --shard-group node", ZL_BIN);
+  cr_assert(rc == 2 && strstr(out, "--hpz"), "--hpz with --shard-group node: exit %d (want 2):\n%s", rc, out);
+  free(out);
+}
+
 /* ---- the emulated nodes (root) ------------------------------------------------------------ */
 static char g_name[8], g_subnet[32], g_env[160];
 
@@ -289,8 +324,9 @@ Test(ch09_cluster, two_level_across_two_nodes, .timeout = 90) {
 Test(ch09_cluster, strategies_on_two_nodes_equal_one_box, .timeout = 120) {
   need_cluster();
   static const char *const progs[][2] = {
-      {"ch02_ddp", "--variant bucketed"}, {"ch05_zero3", ""}, {"ch04_zero2", ""}, {"ch05_zero3", "--shard-group node"}};
-  for (int i = 0; i < 4; i++) {
+      {"ch02_ddp", "--variant bucketed"}, {"ch05_zero3", ""}, {"ch04_zero2", ""}, {"ch05_zero3", "--shard-group node"},
+      {"ch05_zero3", "--hpz"}};
+  for (int i = 0; i < 5; i++) {
     char a[512], b[512], *out = NULL;
     zl_tmppath(a, sizeof a, "cluster", "nodes.bin");
     zl_tmppath(b, sizeof b, "cluster", "box.bin");
