@@ -321,3 +321,28 @@ const char *args_given(int argc, char **argv, const char *flag) {
   }
   return NULL;
 }
+
+int args_parse_nccl(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog, const char *about) {
+  static const char *const map[][2] = {{"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
+                                       {"-n", "--iters"},    {"-w", "--warmup_iters"}, {"-c", "--check"},
+                                       {"-d", "--dtype"},    {"-r", "--root"}};
+  char **av = malloc((size_t)(argc + 1) * sizeof *av);
+  if (!av) return args_error("argv", "", "out of memory copying %d arguments", argc);
+  for (int i = 0; i < argc; i++) {
+    av[i] = argv[i];
+    for (size_t k = 0; i > 0 && k < sizeof map / sizeof map[0]; k++)
+      if (strcmp(argv[i], map[k][0]) == 0) av[i] = (char *)map[k][1];
+  }
+  av[argc] = NULL;
+  int rc = args_parse(argc, av, specs, nspecs, prog, about);
+  free(av);
+  return rc;
+}
+
+int args_byte_range(const char *minb_s, const char *maxb_s, int64_t *minb, int64_t *maxb) {
+  if (args_parse_bytes(minb_s, minb) || *minb < 1)
+    return args_error("-b", minb_s, "must be a byte count >= 1 like 4096, 4K, 64M, 1G (K = 1024)");
+  if (args_parse_bytes(maxb_s, maxb) || *maxb < *minb)
+    return args_error("-e", maxb_s, "must be a byte count like 64M, and at least -b (%s)", minb_s);
+  return 0;
+}

@@ -15,7 +15,7 @@
  *   #wrong    one more run each on inputs (r+1)·(i mod 7 + 1), whose sums are exact; every element
  *             of every rank checked
  * Exit 1 when a result is wrong or a measured byte count differs from its formula. */
-#include "args.h"   // arg_spec_t, args_parse, args_error, args_parse_bytes
+#include "args.h"   // arg_spec_t, args_parse_nccl, args_error, args_byte_range
 #include "check.h"  // xmalloc, xcalloc, die
 #include "comm.h"   // comm_t, comm_all_reduce, comm_counters, comm_node_of, comm_nodes, ...
 #include "device.h" // dev_malloc, dev_memcpy, dev_sync, device_cuda_built
@@ -207,14 +207,6 @@ static void json_array(FILE *f, const double *v, int n) {
   fprintf(f, "]");
 }
 
-static const char *long_flag(const char *a) {
-  static const char *const map[][2] = {{"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
-                                       {"-n", "--iters"},    {"-w", "--warmup_iters"}, {"-c", "--check"},
-                                       {"-d", "--dtype"}};
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (strcmp(a, map[i][0]) == 0) return map[i][1];
-  return a;
-}
 
 int main(int argc, char **argv) {
   const char *minb_s = "1M", *maxb_s = "16M", *dtype_s = "float", *impl_s = "vendor", *json = NULL,
@@ -241,21 +233,14 @@ int main(int argc, char **argv) {
       {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (rank 0)"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
-  char **av = xmalloc((size_t)(argc + 1) * sizeof *av, "argv");
-  for (int i = 0; i < argc; i++) av[i] = (char *)(i ? long_flag(argv[i]) : argv[i]);
-  av[argc] = NULL;
-  int rc = args_parse(argc, av, specs, nspecs, "ch09_nodes",
+  int rc = args_parse_nccl(argc, argv, specs, nspecs, "ch09_nodes",
                       "The flat ring all-reduce against the two-level one (solutions/hier.c) across nodes:\n"
                       "time, busbw beside the link's rate, inter-node bytes per rank measured beside the formula.\n"
                       "Example: make run CH=09 NP=4 NODES=2 LINK_MBIT=200   (root; notes/09-nodes.md)");
-  free(av);
   if (rc == 1) return 0;
   if (rc) return 2;
   int64_t minb, maxb;
-  if (args_parse_bytes(minb_s, &minb) || minb < 1)
-    return args_error("-b", minb_s, "must be a byte count >= 1 like 4096, 4K, 64M, 1G (K = 1024)");
-  if (args_parse_bytes(maxb_s, &maxb) || maxb < minb)
-    return args_error("-e", maxb_s, "must be a byte count like 64M, and at least -b (%s)", minb_s);
+  if (args_byte_range(minb_s, maxb_s, &minb, &maxb)) return 2;
   if (link_mbit < 0) {
     const char *e = getenv("ZL_LINK_MBIT");
     link_mbit = e && *e ? atof(e) : 0;
