@@ -11,7 +11,7 @@
  * rank of each node in the flat ring (comm.h, topology). */
 #ifndef ZL_HIER_H
 #define ZL_HIER_H
-#include "../common/comm.h" // comm_t, comm_split, comm_reduce_scatter, comm_all_reduce, comm_all_gather
+#include "comm.h" // comm_t, comm_split, comm_reduce_scatter, comm_all_reduce, comm_all_gather
 
 typedef struct hier {
   comm_t *node;  /* the ranks of this node (rank = place in the node, in world-rank order) */

@@ -21,7 +21,7 @@
 #include "device.h" // dev_malloc, dev_memcpy, dev_sync, device_cuda_built
 #include "dtype.h"  // dt_load, dt_store, dtype_size
 #include "hier.h"   // hier_t, hier_init, hier_all_reduce, hier_free
-#include "report.h" // report_out_open, report_out_close
+#include "outfile.h" // outfile_open, outfile_close
 #include <mpi.h>    // MPI_Wtime
 #include <stdio.h>  // printf, FILE
 #include <stdlib.h> // getenv, qsort, free, atof
@@ -290,7 +290,7 @@ int main(int argc, char **argv) {
   FILE *jf = NULL;
   char tmp[4096];
   if (json && b.rank == 0) {
-    jf = report_out_open("--json", json, tmp, sizeof tmp);
+    jf = outfile_open("--json", json, tmp, sizeof tmp);
     fprintf(jf, "{\"bench\": \"nodes\", \"world\": %d, \"nodes\": %d, \"ranks_per_node\": %d, \"node_of_rank\": [", N,
             K, g);
     for (int r = 0; r < N; r++) fprintf(jf, "%s%d", r ? ", " : "", comm_node_of(c, r));
@@ -367,7 +367,7 @@ int main(int argc, char **argv) {
   }
   if (jf) {
     fprintf(jf, "\n ],\n \"wrong\": %lld, \"ranks_off_formula\": %lld}\n", (long long)wrong, (long long)off);
-    report_out_close(jf, "--json", json, tmp);
+    outfile_close(jf, "--json", json, tmp);
   }
   for (int a = 0; a < NALGS; a++) {
     free(rows[a].inter);
