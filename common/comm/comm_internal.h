@@ -188,7 +188,7 @@ void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
 void comm_cuda_thread_attach(void);
 #endif
 
-/* common/comm_topo.c: the node map of c (collective over c->mpi, main thread, before the stream
+/* comm_topo.c: the node map of c (collective over c->mpi, main thread, before the stream
  * starts; parent NULL: from MPI_COMM_TYPE_SHARED or ZL_NODE_OF_RANK), its release, and the
  * inter-node share of one count (under c->mu; see comm.h, topology). */
 void comm_topo_init(comm_t *c, const comm_t *parent);
