@@ -119,8 +119,11 @@ all: build
 build: $(PROGRAMS) $(TOOLS) $(TEST_BIN) $(SCN_BIN)
 	@echo "built $(IMPL) into $(BIN) (CUDA path: $(if $(filter 1,$(USE_CUDA)),on,off))"
 
+# the archive is made afresh: `ar rcs` on an old one keeps members whose sources moved or went
+# (after common/ moved into layers, a stale train.o broke every link)
 $(LIB): $(COMMON_O) $(IMPL_O)
 	@mkdir -p $(@D)
+	@rm -f $@
 	ar rcs $@ $^
 
 $(COBJ)/%.o: common/%.c
