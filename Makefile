@@ -243,7 +243,7 @@ doctor:
 # every common/LAYER/*.cu compiled into the CUDA-enabled libzl (make test runs it when the path is on)
 cuda-check: $(LIB)
 ifeq ($(USE_CUDA),1)
-	@n=0; for f in $(COMMON_CU); do o=$(COBJ)/$$(basename $$f .cu).cu.o; \
+	@n=0; for f in $(COMMON_CU); do o=$(COBJ)/$${f#common/}; o=$${o%.cu}.cu.o; \
 	   test $$o -nt $$f || { echo "error: $$f was not compiled into $$o"; exit 1; }; n=$$((n+1)); done; \
 	 echo "CUDA path: $$n .cu file(s) compiled with $(NVCC) into $(LIB)$(if $(COMMON_CU), ($(notdir $(COMMON_CU))))"
 else

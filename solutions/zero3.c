@@ -84,7 +84,7 @@ static comm_handle_t hpz_gather_backward(trainer_t *t, zero3_t *z, int u, void *
   return 0;
 }
 
-static int n_events(const trainer_t *t) { return t->n_uses; }
+__attribute__((unused)) static int n_events(const trainer_t *t) { return t->n_uses; }
 static int event_unit(const trainer_t *t, int e) { return t->uses[e].unit; }
 static int find_slot(const zero3_t *z, int e) {
   for (int s = 0; s < z->nslots; s++)
