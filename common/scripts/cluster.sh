@@ -209,6 +209,9 @@ fi
 case "$cmd" in
   up) do_up;;
   down) [ "$(id -u)" = 0 ] || die "down: not root"; had=0; [ -d "$STATE" ] && had=1; do_down
+        # the lock file goes too (an up waiting on it at this instant then holds a lock no one else
+        # sees: harmless, the namespaces are made by one up at a time in practice)
+        rm -f "/run/zerolab-cluster/.$NAME.lock"
         [ $had = 1 ] && echo "cluster $NAME: down" || echo "cluster $NAME: was not up";;
   status) do_status;;
   check) why=$(can_make) && echo "emulated nodes can be made here" || { echo "$why"; exit 1; };;
