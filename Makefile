@@ -3,6 +3,7 @@
 #   make test            every contract (unit + multi-rank), ends with Criterion's summary
 #   make test-long       the longer sweeps make test leaves out (suites *_long)
 #   make run CH=03 NP=4 ARGS="--steps 50"
+#   make run CH=05 NP=4 NODES=2 LINK_MBIT=200   the same across 2 emulated nodes (root)
 #   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
 #   make doctor          what the build found;  make GPU=0  CPU only
 # Everything is built under build/ (ignored). See README.md.
@@ -226,11 +227,13 @@ plots figures:
 	@test -n "$(PLOT_PYTHON)" || { echo "error: no python3 with matplotlib: run 'make deps' (Debian: apt-get install python3-matplotlib)"; exit 2; }
 	@$(PLOT_PYTHON) common/scripts/plots.py --results $(RESULTS) --out $(if $(filter figures,$@),notes/figures,$(RESULTS)/figures)
 
-# the chapter's main program (chapters/NN_name/main.c -> chNN_name); PROG=collbench picks another
+# the chapter's main program (chapters/NN_name/main.c -> chNN_name); PROG=collbench picks another;
+# NODES=K runs the NP ranks on K emulated nodes (root; common/scripts/cluster.sh, notes/09-nodes.md),
+# LINK_MBIT=R shapes their links
 CH_NAME   = $(patsubst $(CH)_%,%,$(firstword $(filter $(CH)_%,$(CHAPTERS))))
 run: build
 	@test -n "$(CH)" -a -n "$(CH_NAME)" || { echo "usage: make run CH=NN NP=N ARGS=\"...\" [PROG=name]  (chapters: $(CHAPTERS))"; exit 2; }
-	@bash common/scripts/zlrun $(NP) $(BIN)/ch$(CH)_$(or $(PROG),$(CH_NAME)) $(ARGS)
+	@bash common/scripts/zlrun $(if $(NODES),--nodes $(NODES) $(if $(LINK_MBIT),--link-mbit $(LINK_MBIT))) $(NP) $(BIN)/ch$(CH)_$(or $(PROG),$(CH_NAME)) $(ARGS)
 
 doctor:
 	@ZL_USE_CUDA="$(USE_CUDA)" ZL_CUDA_WHY="$(CUDA_WHY)" ZL_NVCC="$(NVCC)" ZL_NCCL_H="$(NCCL_H)" \
@@ -402,3 +405,12 @@ bench-pipeline: build
 	    --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
 	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; fi
+
+# ch09: on 2 emulated nodes x 2 ranks (root; skipped with the reason elsewhere), at link rates
+# LINKS (Mbit/s): the flat vs two-level all-reduce (bytes across nodes beside the formula), and
+# the step time of DDP, ZeRO-3, HSDP, TP = 2 inside a node and TP = 2 across (notes/09-nodes.md).
+LINKS ?= 100,400
+.PHONY: bench-nodes
+bench-nodes: build
+	@mkdir -p $(RESULTS)
+	@$(PYTHON) common/scripts/bench_nodes.py --bin $(BIN) --links $(LINKS) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_nodes.json

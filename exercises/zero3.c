@@ -31,7 +31,8 @@
 #include <string.h>            // strcmp
 #include <unistd.h>            // sysconf
 #include "check.h"    // die, xcalloc
-#include "comm.h"     // comm_all_gather_async, comm_wait
+#include "comm.h"     // comm_all_gather_async, comm_wait, comm_split, comm_node*
+#include "device.h"   // dev_memcpy
 #include "exercise.h" // zl_exercise_todo (in the generated stubs)
 #include "tensor.h"   // tensor_alloc, tensor_free
 #include "trace.h"    // trace_begin, trace_end
@@ -48,7 +49,45 @@ typedef struct zero3 {
   int nslots;           /* K + 1 */
   gather_slot_t *slots; /* [K+1] */
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
+  comm_t *rep;          /* HSDP: the ranks with this rank's place in the other nodes (NULL: ZeRO-3) */
+  comm_t *node;         /* --hpz: this node's ranks (NULL: off) */
+  tensor_t sec;         /* --hpz: (P/g) the secondary copy: this rank's 1/g of every unit's working
+                         * params, for the node's backward gathers (wdt) */
 } zero3_t;
+
+/* ---- ZeRO++ hpZ (--hpz; notes/09-nodes.md) -----------------------------------------------
+ * The forward gathers every unit over all N ranks (crossing nodes) as ZeRO-3 does; when a
+ * forward's gathered unit is complete, this rank keeps its 1/g of it (its place in the node) in
+ * `sec`, and the backward gathers the unit from the node's g secondary pieces only: shared memory,
+ * no bytes across. The same bits reach the backward, so the run is ZeRO-3's bit for bit; the
+ * price is sec, 2Ψ/g more per rank (bf16). Units are padded to a multiple of N, so of g too: the
+ * secondary piece of unit u is at off/g, (padded/g) long. */
+static void hpz_keep(trainer_t *t, zero3_t *z, int s) {
+  const unit_t *un = &t->model.units[t->uses[z->slots[s].event].unit];
+  int g = comm_world(z->node);
+  int64_t piece = un->padded / g;
+  size_t esz = dtype_size(t->wdt);
+  dev_memcpy(t->dev, tensor_at(&z->sec, un->off / g), t->dev,
+             (char *)z->slots[s].buf.data + (size_t)(comm_rank(z->node) * piece) * esz, (size_t)piece * esz);
+}
+
+/* A backward gather of unit u under --hpz: first keep u's piece from its forward gather if that
+ * is still in a slot (a prefetch can issue the backward before the forward is released), then
+ * gather from the node's secondary pieces. Waited here: its handle belongs to the node's group,
+ * and the loop waits slots on the strategy's communicator. */
+static comm_handle_t hpz_gather_backward(trainer_t *t, zero3_t *z, int u, void *dst) {
+  for (int s = 0; s < z->nslots; s++) {
+    int ev = z->slots[s].event;
+    if (ev >= 0 && t->uses[ev].unit == u && t->uses[ev].kind == 'F') {
+      comm_wait(t->comm, z->slots[s].h);
+      hpz_keep(t, z, s);
+    }
+  }
+  const unit_t *un = &t->model.units[u];
+  comm_wait(z->node, comm_all_gather_async(z->node, tensor_at(&z->sec, un->off / comm_world(z->node)), dst, un->padded,
+                                           t->wdt, "all-gather params (bwd, hpZ: in the node)"));
+  return 0;
+}
 
 __attribute__((unused)) static int n_events(const trainer_t *t) { return t->n_uses; }
 static int event_unit(const trainer_t *t, int e) { return t->uses[e].unit; }
@@ -56,6 +95,19 @@ static int find_slot(const zero3_t *z, int e) {
   for (int s = 0; s < z->nslots; s++)
     if (z->slots[s].event == e) return s;
   return -1;
+}
+
+/* Dies, naming `flag` and the nodes' sizes, unless every node holds the same number of c's ranks
+ * (the groups pair place i of every node). */
+static void nodes_equal_or_die(comm_t *c, const char *flag) {
+  int g = comm_node_size(c);
+  for (int r = 0; r < comm_world(c); r++) {
+    int gr = 0;
+    for (int q = 0; q < comm_world(c); q++) gr += comm_node_of(c, q) == comm_node_of(c, r);
+    if (gr != g)
+      die_on_rank("%s: node %d holds %d ranks and node %d holds %d; it needs the same number on every node "
+                  "(zlrun --nodes K puts NP/K on each)", flag, comm_node(c), g, comm_node_of(c, r), gr);
+  }
 }
 
 /* Issue the all-gather of event e's unit into a free slot (allocated now, freed after use). */
@@ -66,8 +118,11 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   gather_slot_t *g = &z->slots[s];
   g->buf = tensor_alloc("gathered unit params", LEDGER_COMM, t->wdt, t->dev, un->padded);
   g->event = e;
-  g->h = comm_all_gather_async(t->comm, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
-                               t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
+  if (z->node && t->uses[e].kind == 'B')
+    g->h = hpz_gather_backward(t, z, event_unit(t, e), g->buf.data);
+  else
+    g->h = comm_all_gather_async(t->comm, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
+                                 t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
   int64_t live = 0; /* the transient window: what all slots hold right now */
   for (int k = 0; k < z->nslots; k++) live += tensor_nbytes(&z->slots[k].buf);
   if (live > z->gathered_peak) z->gathered_peak = live;
@@ -140,6 +195,16 @@ static void zero3_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t);
+  if (t->cfg->hpz) {
+    nodes_equal_or_die(t->comm, "--hpz");
+    int g = comm_node_size(t->comm);
+    z->node = comm_split(t->comm, comm_node(t->comm), comm_rank(t->comm));
+    t->sub_comms[t->n_sub_comms++] = z->node; /* the report counts its bytes */
+    z->sec = tensor_alloc("params (hpZ secondary)", LEDGER_PARAMS, t->wdt, t->dev, m->padded_numel / g); // (P/g)
+    if (trainer_prints(t))
+      printf("hpZ: a secondary copy of the params sharded over each node's %d ranks; the backward gathers from it, "
+             "inside the node\n", g);
+  }
   if (t->no_sync && trainer_prints(t))
     printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch: the full\n"
            "  gradient lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
@@ -170,7 +235,12 @@ static void zero3_pre_forward(trainer_t *t, int unit) {
   gather_acquire(t, t->priv, t->use);
 }
 static void zero3_post_forward(trainer_t *t, int unit) {
-  TRAINER_PHASE("free unit params", gather_release(t, t->priv, t->use)); /* visible in the trace */
+  zero3_t *z = t->priv;
+  if (z->node) { /* hpZ: keep this rank's 1/g of the unit for the backward (if not kept already) */
+    int s = find_slot(z, t->use);
+    if (s >= 0) hpz_keep(t, z, s);
+  }
+  TRAINER_PHASE("free unit params", gather_release(t, z, t->use)); /* visible in the trace */
 }
 
 static void zero3_pre_backward(trainer_t *t, int unit) {
@@ -188,6 +258,9 @@ static void zero3_post_backward(trainer_t *t, int unit) {
 static void zero3_step(trainer_t *t) {
   zero3_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
+  if (z->rep) /* HSDP: the node's sum of this piece, summed over the nodes (the replicas of the piece) */
+    TRAINER_PHASE("all-reduce grad shard across nodes",
+                  comm_all_reduce(z->rep, t->grads.data, t->model.shard_numel, t->wdt, REDOP_SUM));
   TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
   /* the gathered window, apart from the resident shards: peak vs its bound (K+1)·largest unit */
   trainer_report_extra(t, "gathered_peak_bytes", (double)z->gathered_peak);
@@ -207,6 +280,11 @@ static void zero3_teardown(trainer_t *t) {
     for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf);
     zero_rs_free(&z->rs);
     free(z->slots);
+    if (z->node) {
+      tensor_free(&z->sec);
+      comm_finalize(z->node);
+      t->n_sub_comms = 0;
+    }
   }
   free(z);
   t->priv = NULL;
@@ -218,6 +296,17 @@ static void zero3_teardown(trainer_t *t) {
 static void zero3_formula(const trainer_t *t, formula_t *f) {
   double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
   formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
+  if (t->cfg->hpz) { /* + the secondary copy; the backward's gather over the node's g ranks */
+    int g = comm_node_size(t->comm), N = t->world, r = t->rank;
+    f->params += psi * b / g;
+    double across = 2.0 * (N - 1) / N * psi * b; /* the forward gather and the reduce-scatter, over all N */
+    f->comm_bytes = across + (g - 1.0) / g * psi * b;
+    f->comm_inter_set = 1; /* the ring rule on those two; the node's gather never crosses */
+    f->comm_inter_bytes = N > 1 && comm_node_of(t->comm, (r + 1) % N) != comm_node_of(t->comm, r) ? across : 0;
+    snprintf(f->mem_text, sizeof f->mem_text, "%s + bΨ/g (hpZ copy), g = %d", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
+    snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N x psi x %d B + (g-1)/g x psi x %d B", (int)b, (int)b);
+    snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "the ring rule on 2(N-1)/N x psi x %d B (fwd gather, RS)", (int)b);
+  }
   if (t->no_sync) {
     f->grads += psi * b;
     f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;
@@ -241,3 +330,100 @@ static const strategy_t zero3_s = {
 };
 
 const strategy_t *zero3_strategy(void) { return &zero3_s; }
+
+/* ---- HSDP: --shard-group node (notes/09-nodes.md) -------------------------------------------
+ * ZeRO-3 unchanged, on the g ranks of this node: during every hook the strategy's communicator
+ * (t->comm, t->rank, t->world) is the node's group, so the shards, the gathers and the
+ * reduce-scatters above stay inside the node (shared memory); the step adds one all-reduce of the
+ * grad shard (Ψ/g) over `rep`, the K ranks holding the same piece on the K nodes — the only bytes
+ * that cross a node: 2(K−1)/K·Ψ/g·b per rank, against ZeRO-3's 3(N−1)/N·Ψ·b on the ring's boundary
+ * ranks. Memory: ZeRO-3's with N → g. Between hooks the loop sees every rank (the data is split
+ * over all N). The pieces of node 0 are the ones the layout names (the other nodes hold copies),
+ * so a checkpoint or an export holds each piece once. */
+typedef struct hsdp_view { comm_t *comm; int rank, world; } hsdp_view_t;
+
+static hsdp_view_t hsdp_enter(trainer_t *t) {
+  hsdp_view_t all = {t->comm, t->rank, t->world};
+  comm_t *node = t->sub_comms[0];
+  t->comm = node, t->rank = comm_rank(node), t->world = comm_world(node);
+  return all;
+}
+static void hsdp_leave(trainer_t *t, hsdp_view_t all) { t->comm = all.comm, t->rank = all.rank, t->world = all.world; }
+
+static void hsdp_setup(trainer_t *t) {
+  comm_t *c = t->comm;
+  int g = comm_node_size(c);
+  nodes_equal_or_die(c, "--shard-group node");
+  t->sub_comms[0] = comm_split(c, comm_node(c), comm_rank(c));      /* shard group: this node's ranks */
+  t->sub_comms[1] = comm_split(c, comm_node_rank(c), comm_rank(c)); /* replica group: one rank per node */
+  t->n_sub_comms = 2;
+  hsdp_view_t all = hsdp_enter(t);
+  zero3_setup(t);
+  hsdp_leave(t, all);
+  zero3_t *z = t->priv;
+  z->rep = t->sub_comms[1];
+  if (trainer_prints(t))
+    printf("hsdp: ZeRO-3 inside each of %d nodes of %d ranks (shard group), grad shards all-reduced across the nodes\n",
+           comm_nodes(c), g);
+}
+
+#define HSDP_HOOK(name, call)                                                                                          \
+  static void hsdp_##name(trainer_t *t, int unit) {                                                                    \
+    hsdp_view_t all = hsdp_enter(t);                                                                                   \
+    call;                                                                                                              \
+    hsdp_leave(t, all);                                                                                                \
+  }
+HSDP_HOOK(pre_forward, zero3_pre_forward(t, unit))
+HSDP_HOOK(post_forward, zero3_post_forward(t, unit))
+HSDP_HOOK(pre_backward, zero3_pre_backward(t, unit))
+HSDP_HOOK(post_backward, zero3_post_backward(t, unit))
+HSDP_HOOK(step_, zero3_step(t))
+static void hsdp_step(trainer_t *t) { hsdp_step_(t, 0); }
+
+/* Node 0's ranks name their pieces; the other nodes' copies are the same bits, named by none. */
+static void hsdp_layout(trainer_t *t, int u, unit_layout_t *out) {
+  hsdp_view_t all = hsdp_enter(t);
+  zero_unit_layout(t, u, 0, out);
+  hsdp_leave(t, all);
+  if (comm_rank(t->sub_comms[1]) != 0) out->own_numel = 0;
+}
+
+static void hsdp_teardown(trainer_t *t) {
+  hsdp_view_t all = hsdp_enter(t);
+  zero3_teardown(t);
+  hsdp_leave(t, all);
+  comm_finalize(t->sub_comms[1]);
+  comm_finalize(t->sub_comms[0]);
+  t->sub_comms[0] = t->sub_comms[1] = NULL;
+  t->n_sub_comms = 0;
+}
+
+/* ZeRO-3's memory with N → g (the node's ranks); bytes sent per step: 3(g−1)/g·Ψ·b inside the node,
+ * 2(K−1)/K·Ψ/g·b across (all of it inter-node). */
+static void hsdp_formula(const trainer_t *t, formula_t *f) {
+  double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
+  int g = comm_node_size(t->comm), K = comm_nodes(t->comm);
+  formula_stage(f, 3, psi, g, t->wdt, train_opt_states(t->cfg));
+  f->comm_inter_set = 1;
+  f->comm_inter_bytes = 2.0 * (K - 1) / K * psi / g * b;
+  f->comm_bytes = 3.0 * (g - 1) / g * psi * b + f->comm_inter_bytes;
+  snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
+  snprintf(f->comm_text, sizeof f->comm_text, "3(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B", (int)b, (int)b);
+  snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "2(K-1)/K x psi/g x %d B, K = %d nodes", (int)b, K);
+}
+
+static const strategy_t hsdp_s = {
+    .name = "hsdp",
+    .stage = 3,
+    .setup = hsdp_setup,
+    .pre_forward = hsdp_pre_forward,
+    .post_forward = hsdp_post_forward,
+    .pre_backward = hsdp_pre_backward,
+    .post_backward = hsdp_post_backward,
+    .step = hsdp_step,
+    .teardown = hsdp_teardown,
+    .layout = hsdp_layout,
+    .formula = hsdp_formula,
+};
+
+const strategy_t *hsdp_strategy(void) { return &hsdp_s; }

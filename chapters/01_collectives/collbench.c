@@ -13,12 +13,11 @@
  * program exits 1 if any count is not 0.
  * GPUs (CUDA build): --device cuda --backend nccl (one rank per GPU) or --backend mpi (staged through
  * the host); each timed call ends with dev_sync, since GPU collectives return once queued. */
-#include "args.h"   // arg_spec_t, args_parse, args_error
+#include "args.h"   // arg_spec_t, args_parse_nccl, args_error, args_byte_range
 #include "check.h"  // xmalloc, die
 #include "comm.h"   // comm_t, comm_all_reduce, comm_reduce_scatter, ..., comm_ctl_all_reduce_f64
 #include "device.h" // dev_malloc, dev_memcpy, dev_sync, device_cuda_built
 #include "dtype.h"  // dt_load, dt_store, dtype_size
-#include <math.h>   // floor
 #include <mpi.h>    // MPI_Wtime
 #include <stdio.h>  // printf, fopen
 #include <stdlib.h> // qsort, free
@@ -154,37 +153,6 @@ static void measure(bench_t *b, const coll_t *co, int64_t numel, const coll_impl
   free(t);
 }
 
-/* nccl-tests byte counts: 4096, 4K, 64M, 1G (binary: K = 1024). 0 on success. */
-static int parse_bytes(const char *s, int64_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  if (end == s || v < 0) return 1;
-  double mult = 1;
-  if (*end) {
-    switch (*end) {
-    case 'k': case 'K': mult = 1024.0; break;
-    case 'm': case 'M': mult = 1048576.0; break;
-    case 'g': case 'G': mult = 1073741824.0; break;
-    default: return 1;
-    }
-    if (end[1] && !((end[1] == 'B' || end[1] == 'b') && !end[2])) return 1; /* "4K" or "4KB" */
-  }
-  v *= mult;
-  if (v != floor(v) || v > 1e12) return 1;
-  *out = (int64_t)v;
-  return 0;
-}
-
-/* nccl-tests' short flags, mapped to the long ones args_parse knows. */
-static const char *long_flag(const char *a) {
-  static const char *const map[][2] = {{"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
-                                       {"-n", "--iters"},    {"-w", "--warmup_iters"}, {"-c", "--check"},
-                                       {"-d", "--dtype"},    {"-r", "--root"}};
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (strcmp(a, map[i][0]) == 0) return map[i][1];
-  return a;
-}
-
 int main(int argc, char **argv) {
   const char *minb_s = "4K", *maxb_s = "64M", *op_s = "all_reduce", *dtype_s = "float", *impl_s = "both",
              *json = NULL, *device_s = "cpu", *backend_s = "mpi";
@@ -207,20 +175,13 @@ int main(int argc, char **argv) {
       {"--json", ARG_STR, &json, 0, 0, NULL, "write every row as JSON to this path (rank 0)"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
-  char **av = xmalloc((size_t)(argc + 1) * sizeof *av, "argv");
-  for (int i = 0; i < argc; i++) av[i] = (char *)(i ? long_flag(argv[i]) : argv[i]);
-  av[argc] = NULL;
-  int rc = args_parse(argc, av, specs, nspecs, "ch01_collbench",
+  int rc = args_parse_nccl(argc, argv, specs, nspecs, "ch01_collbench",
                       "nccl-tests-style bandwidth table of the collectives, vendor (MPI) vs ring (solutions/ring.c).\n"
                       "Example: zlrun 4 build/bin/ch01_collbench -b 4K -e 64M -f 2 --op all_reduce --impl both");
-  free(av);
   if (rc == 1) return 0;
   if (rc) return 2;
   int64_t minb, maxb;
-  if (parse_bytes(minb_s, &minb) || minb < 1)
-    return args_error("-b", minb_s, "must be a byte count >= 1 like 4096, 4K, 64M, 1G (K = 1024)");
-  if (parse_bytes(maxb_s, &maxb) || maxb < minb)
-    return args_error("-e", maxb_s, "must be a byte count like 64M, and at least -b (%s)", minb_s);
+  if (args_byte_range(minb_s, maxb_s, &minb, &maxb)) return 2;
   if (root >= args_env_world()) {
     char v[16];
     snprintf(v, sizeof v, "%d", root);

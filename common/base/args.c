@@ -5,7 +5,7 @@
 #include "args.h"   // arg_spec_t, args_parse, args_error, ...
 #include <errno.h>  // errno, ERANGE
 #include <limits.h> // INT_MAX, INT_MIN
-#include <math.h>   // isfinite
+#include <math.h>   // isfinite, floor
 #include <stdarg.h> // va_list
 #include <stdint.h> // int64_t
 #include <stdio.h>  // fprintf, printf
@@ -83,6 +83,26 @@ int args_parse_count(const char *s, double *out) {
   v *= mult;
   if (!isfinite(v)) return 1;
   *out = v;
+  return 0;
+}
+
+int args_parse_bytes(const char *s, int64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) return 1;
+  double mult = 1;
+  if (*end) {
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; break;
+    case 'm': case 'M': mult = 1048576.0; break;
+    case 'g': case 'G': mult = 1073741824.0; break;
+    default: return 1;
+    }
+    if (end[1] && !((end[1] == 'B' || end[1] == 'b') && !end[2])) return 1; /* "4K" or "4KB" */
+  }
+  v *= mult;
+  if (v != floor(v) || v > 1e12) return 1;
+  *out = (int64_t)v;
   return 0;
 }
 
@@ -300,4 +320,29 @@ const char *args_given(int argc, char **argv, const char *flag) {
     if (argv[i][n] == 0) return i + 1 < argc ? argv[i + 1] : "";
   }
   return NULL;
+}
+
+int args_parse_nccl(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog, const char *about) {
+  static const char *const map[][2] = {{"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
+                                       {"-n", "--iters"},    {"-w", "--warmup_iters"}, {"-c", "--check"},
+                                       {"-d", "--dtype"},    {"-r", "--root"}};
+  char **av = malloc((size_t)(argc + 1) * sizeof *av);
+  if (!av) return args_error("argv", "", "out of memory copying %d arguments", argc);
+  for (int i = 0; i < argc; i++) {
+    av[i] = argv[i];
+    for (size_t k = 0; i > 0 && k < sizeof map / sizeof map[0]; k++)
+      if (strcmp(argv[i], map[k][0]) == 0) av[i] = (char *)map[k][1];
+  }
+  av[argc] = NULL;
+  int rc = args_parse(argc, av, specs, nspecs, prog, about);
+  free(av);
+  return rc;
+}
+
+int args_byte_range(const char *minb_s, const char *maxb_s, int64_t *minb, int64_t *maxb) {
+  if (args_parse_bytes(minb_s, minb) || *minb < 1)
+    return args_error("-b", minb_s, "must be a byte count >= 1 like 4096, 4K, 64M, 1G (K = 1024)");
+  if (args_parse_bytes(maxb_s, maxb) || *maxb < *minb)
+    return args_error("-e", maxb_s, "must be a byte count like 64M, and at least -b (%s)", minb_s);
+  return 0;
 }

@@ -47,4 +47,14 @@ int args_env_world(void);
 void args_usage(const arg_spec_t *specs, int nspecs, const char *prog, const char *about);
 /* Parse a count such as "7.5e9", "7B", "124M" into *out; 0 on success. */
 int args_parse_count(const char *s, double *out);
+/* Parse a byte count as nccl-tests writes them: 4096, 4K, 64M, 1G, 4KB (binary: K = 1024), a
+ * whole number of bytes in [0, 1e12], into *out; 0 on success. */
+int args_parse_bytes(const char *s, int64_t *out);
+/* args_parse with nccl-tests' short flags first mapped to the long ones the specs name: -b
+ * --minbytes, -e --maxbytes, -f --stepfactor, -n --iters, -w --warmup_iters, -c --check,
+ * -d --dtype, -r --root (ch01_collbench, ch09_nodes). Same return values as args_parse. */
+int args_parse_nccl(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog, const char *about);
+/* -b MIN and -e MAX as byte counts (args_parse_bytes), 1 <= MIN <= MAX, into *minb, *maxb:
+ * 0, or 2 after one error line naming the flag. */
+int args_byte_range(const char *minb_s, const char *maxb_s, int64_t *minb, int64_t *maxb);
 #endif

@@ -36,6 +36,12 @@ typedef struct formula {
   double comm_bytes;                    /* bytes this rank sends per optimizer step (ring model) */
   char mem_text[64];                    /* "4Ψ + 12Ψ/N", "2Ψ + 2Ψ/N on the device" */
   char comm_text[64];                   /* "2(N-1)/N x psi x 2 B" */
+  /* The part of comm_bytes that crosses nodes (notes/09-nodes.md), when the strategy states it
+   * (comm_inter_set = 1: HSDP's groups); 0: the report applies the ring rule of comm.h's topology
+   * (all of comm_bytes when the ring's next rank is on another node, else none). */
+  int comm_inter_set;
+  double comm_inter_bytes;
+  char comm_inter_text[64];
 } formula_t;
 /* ZeRO stage `stage`'s (0: DDP) for Ψ = psi, N = world (formula_model_states, formula_comm_bytes,
  * formula_text): what strategies built on the stage start from. */

@@ -136,6 +136,7 @@ static void comm_start_thread(comm_t *c) {
 comm_t *comm_init(int *argc, char ***argv, backend_t backend, device_t dev) {
   comm_t *c = comm_alloc(backend, dev);
   comm_mpi_boot(c, argc, argv); /* rank, world, local rank, check_set_rank */
+  comm_topo_init(c, NULL);      /* node of every rank */
   if (dev == DEV_CUDA) device_cuda_select(c->local_rank); /* dies in a CPU-only build */
   if (backend == BACKEND_NCCL) {
 #ifdef ZL_CUDA
@@ -161,6 +162,7 @@ comm_t *comm_split(comm_t *parent, int color, int key) {
   c->piece_bytes = parent->piece_bytes;
   c->parent = parent;
   comm_mpi_split(parent, c, color, key, parent->be->threaded);
+  comm_topo_init(c, parent);
   if (parent->backend == BACKEND_NCCL) {
 #ifdef ZL_CUDA
     comm_nccl_split(parent, c, color, key);
@@ -391,8 +393,11 @@ static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
   if (t->kind < TASK_BARRIER && needs_staging(c)) dev_sync(DEV_CUDA); /* inputs final before the thread copies */
   pthread_mutex_lock(&c->mu);
   if (t->op != CO_CONTROL) {
-    c->ctr.sent[t->op] += comm_model_sent(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
-    c->ctr.recvd[t->op] += comm_model_recvd(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
+    int64_t sent = comm_model_sent(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
+    int64_t recvd = comm_model_recvd(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
+    c->ctr.sent[t->op] += sent;
+    c->ctr.recvd[t->op] += recvd;
+    comm_topo_count(c, t->op, t->peer, sent, recvd);
   }
   if (t->kind != TASK_STOP) c->ctr.calls[t->op]++;
   t->seq = ++c->next_seq;
@@ -503,6 +508,7 @@ void comm_finalize(comm_t *c) {
   pthread_cond_destroy(&c->cv_done);
   pthread_mutex_destroy(&c->mu);
   free(c->queue);
+  comm_topo_free(c);
   free(c->open_p2p);
   free(c);
 }
@@ -695,17 +701,21 @@ void comm_barrier(comm_t *c) {
 }
 
 /* ---- control traffic (host memory; counted under CO_CONTROL with the ring model) ----------- */
-static void count_control(comm_t *c, int64_t sent, int64_t recvd) {
+/* gather: the bytes went to rank 0 (comm_ctl_gather; on rank 0, sizes[world] of what came in);
+ * otherwise the ring model's neighbours */
+static void count_control(comm_t *c, int64_t sent, int64_t recvd, int gather, const int64_t *sizes) {
   pthread_mutex_lock(&c->mu);
   c->ctr.sent[CO_CONTROL] += sent;
   c->ctr.recvd[CO_CONTROL] += recvd;
+  if (gather) comm_topo_count_gather(c, sent, sizes);
+  else comm_topo_count(c, CO_CONTROL, 0, sent, recvd);
   pthread_mutex_unlock(&c->mu);
 }
 
 void comm_ctl_all_reduce_f64(comm_t *c, double *vals, int n, redop_t op) {
   if (n < 0) die_on_rank("comm_ctl_all_reduce_f64: n %d is negative", n);
   count_control(c, comm_model_sent(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0),
-                comm_model_recvd(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0));
+                comm_model_recvd(CO_ALL_REDUCE, n, DT_F64, c->world, c->rank, 0), 0, NULL);
   comm_task_t t = task(TASK_CTL_ALL_REDUCE_F64, CO_CONTROL, c, vals, vals, n, DT_F64, op, 0);
   comm_wait(c, submit(c, &t, "ctl_all_reduce"));
 }
@@ -714,7 +724,7 @@ void comm_ctl_broadcast(comm_t *c, void *bytes, int64_t nbytes, int root) {
   check_args(c, "comm_ctl_broadcast", nbytes, DT_F32, root, 1);
   /* counted as the chain broadcast of nbytes one-byte elements */
   count_control(c, model_elems(CO_BROADCAST, 1, nbytes, c->world, c->rank, root),
-                model_elems(CO_BROADCAST, 0, nbytes, c->world, c->rank, root));
+                model_elems(CO_BROADCAST, 0, nbytes, c->world, c->rank, root), 0, NULL);
   comm_task_t t = task(TASK_CTL_BROADCAST, CO_CONTROL, c, bytes, bytes, nbytes, DT_F32, REDOP_SUM, root);
   comm_wait(c, submit(c, &t, "ctl_broadcast"));
 }
@@ -728,7 +738,7 @@ void comm_ctl_gather(comm_t *c, const void *blob, int64_t nbytes, char **all, in
   int64_t got = 0;
   if (c->rank == 0)
     for (int r = 1; r < c->world; r++) got += (*sizes)[r];
-  count_control(c, c->rank == 0 ? 0 : nbytes, got);
+  count_control(c, c->rank == 0 ? 0 : nbytes, got, 1, c->rank == 0 ? *sizes : NULL);
 }
 
 void comm_print_ordered(comm_t *c, const char *text) {
@@ -764,10 +774,11 @@ void comm_counters_reset(comm_t *c) {
 }
 
 /* ---- what the ring code builds on (called on the stream) ----------------------------------- */
-static void count_p2p(comm_t *c, int64_t sent, int64_t recvd) {
+static void count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd) {
   pthread_mutex_lock(&c->mu);
   c->ctr.p2p_sent += sent;
   c->ctr.p2p_recvd += recvd;
+  comm_topo_count_p2p(c, dst, sent, src, recvd);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -781,7 +792,7 @@ void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int d
   if (send_numel > 0) check_peer(c, "comm_p2p_sendrecv", dst);
   if (recv_numel > 0) check_peer(c, "comm_p2p_sendrecv", src);
   int64_t esz = (int64_t)dtype_size(dt);
-  count_p2p(c, send_numel * esz, recv_numel * esz);
+  count_p2p(c, dst, send_numel * esz, src, recv_numel * esz);
   c->be->sendrecv(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt);
 }
 

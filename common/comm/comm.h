@@ -46,6 +46,11 @@ typedef struct comm_counters {
   int64_t p2p_sent;       /* bytes actually sent by comm_p2p_* (the ring implementation) */
   int64_t p2p_recvd;
   double busy_us[CO_NOPS]; /* time the stream spent in each op */
+  /* the part of sent / recvd / p2p_* that crosses nodes (topology, below) */
+  int64_t inter_sent[CO_NOPS];
+  int64_t inter_recvd[CO_NOPS];
+  int64_t p2p_inter_sent;
+  int64_t p2p_inter_recvd;
 } comm_counters_t;
 
 static inline int64_t comm_chunk_lo(int64_t numel, int world, int r) { return numel * r / world; }
@@ -162,6 +167,34 @@ void comm_counters_reset(comm_t *c);
 /* The ring-model byte counts for one call (what comm_* adds to sent/recvd). */
 int64_t comm_model_sent(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root);
 int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root);
+
+/* ---- topology: nodes (notes/09-nodes.md) --------------------------------------------------
+ * A node is a set of ranks that share memory: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) at
+ * comm_init (one host; on the emulated nodes of common/scripts/cluster.sh, one namespace), or the
+ * map in ZL_NODE_OF_RANK="0,0,1,1" (one node number per world rank), which lets the counters be
+ * tested on one box. Nodes are numbered 0..K-1 in the order of their lowest world rank; a
+ * sub-communicator keeps the job's numbers (comm_nodes counts the distinct ones among its ranks).
+ *
+ * Inter-node bytes (comm_counters_t.inter_*): the share of sent / recvd that crosses a node
+ * boundary, under the same ring model as the totals, whatever implementation ran: a collective
+ * sends to rank+1 and receives from rank−1 (mod N) of its communicator, so ALL of its sent bytes
+ * are inter-node when node(rank+1) != node(rank), and none otherwise; send/recv count when the
+ * peer is on another node; comm_ctl_gather when rank 0 is. p2p_inter_*: the bytes the ring code
+ * really sent to / received from another node. So a flat ring over N ranks on K nodes of g
+ * consecutive ranks (N = K·g) has K boundary ranks, each sending its whole ring traffic across:
+ *     all-reduce of B bytes, inter-node bytes per rank: 2(N−1)/N·B on the last rank of each
+ *     node, 0 on the others; mean (K/N)·2(N−1)/N·B; per node link 2(N−1)/N·B each way;
+ * and a communicator of one rank per node (the cross-node step of a two-level all-reduce) sends
+ * everything across: 2(K−1)/K·B' for its all-reduce of B' bytes. */
+int comm_node(const comm_t *c);               /* node of this rank */
+int comm_node_of(const comm_t *c, int rank);  /* node of rank `rank` of c */
+int comm_nodes(const comm_t *c);              /* distinct nodes among c's ranks */
+int comm_node_rank(const comm_t *c);          /* rank among c's ranks on this node (in rank order) */
+int comm_node_size(const comm_t *c);          /* c's ranks on this node */
+/* The inter-node part of comm_model_sent for rank `rank` of `world` ranks whose nodes are
+ * node_of[world] (root = the destination for CO_SEND). */
+int64_t comm_model_inter_sent(comm_op_t op, int64_t numel, dtype_t dt, const int *node_of, int world, int rank,
+                              int root);
 
 /* ---- what the ring code builds on (comm_impl side) ------------------------------------------
  * These run inside the stream's context (on the comm thread, or enqueued on the NCCL stream),

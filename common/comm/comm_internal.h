@@ -149,6 +149,10 @@ struct comm {
   int track_p2p;
   struct comm_open_p2p { comm_handle_t h; const char *fn; char tag[48]; } *open_p2p;
   int n_open_p2p, cap_open_p2p;
+
+  /* topology (comm_topo.c): the node of each rank of this communicator, the job's numbering */
+  int *node_of;              /* [world]; NULL on comm_shape_only */
+  int n_nodes;               /* distinct nodes among this communicator's ranks */
 };
 
 /* ---- backends --------------------------------------------------------------------------- */
@@ -183,6 +187,16 @@ void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
  * front at the start of the comm thread when comm_device(c) == DEV_CUDA. */
 void comm_cuda_thread_attach(void);
 #endif
+
+/* comm_topo.c: the node map of c (collective over c->mpi, main thread, before the stream
+ * starts; parent NULL: from MPI_COMM_TYPE_SHARED or ZL_NODE_OF_RANK), its release, and the
+ * inter-node share of one count (under c->mu; see comm.h, topology). */
+void comm_topo_init(comm_t *c, const comm_t *parent);
+void comm_topo_free(comm_t *c);
+void comm_topo_count(comm_t *c, comm_op_t op, int peer, int64_t sent, int64_t recvd);
+void comm_topo_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd);
+/* comm_ctl_gather: `sent` went to rank 0; on rank 0, sizes[world] came in from each rank */
+void comm_topo_count_gather(comm_t *c, int64_t sent, const int64_t *sizes);
 
 /* ---- front services for backends ---------------------------------------------------------- */
 #ifdef __cplusplus

@@ -3,7 +3,8 @@
 #
 #   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or one
 #                        rank per GPU when `nvidia-smi -L` lists 2 or more and the build has CUDA
-#   make demo CH=03      one chapter (a lecture slot): 00 .. 08, 10
+#   make demo CH=03      one chapter (a lecture slot): 00 .. 10 (09: on 2 emulated nodes as root,
+#                        else on one box with the node map faked: the bytes, not the times)
 #   --quick              tiny sizes, 2 ranks, fewer launches, into /tmp/zerolab-quick/ (the CI
 #                        check of the figures, tests/mpi/test_tutorial.c, uses it)
 #
@@ -26,7 +27,7 @@ for a in "$@"; do
     --quick) QUICK=1 ;;
     [0-9][0-9]) CH=$a ;;
     [0-9]) CH=0$a ;;
-    *) echo "error: demo.sh $a: allowed a chapter number 00..08 or 10 (make demo CH=03) or --quick" >&2; exit 2 ;;
+    *) echo "error: demo.sh $a: allowed a chapter number 00..10 (make demo CH=03) or --quick" >&2; exit 2 ;;
   esac
 done
 BIN=${ZL_BIN:-build/bin}
@@ -36,7 +37,7 @@ if [ "$QUICK" = 1 ]; then  # tiny runs never overwrite the real results and figu
   RES=${ZL_RESULTS:-/tmp/zerolab-quick/results}
   FIG=${ZL_FIGURES:-/tmp/zerolab-quick/figures}
 fi
-case "$CH" in ''|00|01|02|03|04|05|06|07|08|10) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08, 10" >&2; exit 2 ;; esac
+case "$CH" in ''|00|01|02|03|04|05|06|07|08|09|10) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10" >&2; exit 2 ;; esac
 
 if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
 else B=""; D=""; Y=""; R=""; N=""; fi
@@ -399,6 +400,36 @@ EOF
   run "$NP" ch05_zero3 --model gpt --gpt small --batch 16 --steps "$GPT_STEPS" --lr 3e-3 --eval-every 100 \
     --sample 300 --device "$DEVICE" --json "$RES/gpt_zero3.json"
 }
+do_ch09() {
+  local where=(env ZL_NODE_OF_RANK=0,0,1,1) nodes=() how="one box, the node map faked (ZL_NODE_OF_RANK=0,0,1,1): the bytes are
+the emulated nodes' bytes, the times one box's (as root the run goes on 2 emulated nodes)"
+  if bash common/scripts/cluster.sh check >/dev/null 2>&1; then
+    where=(env ZL_CLUSTER=zldem) nodes=(--nodes 2 --link-mbit 200)
+    how="2 emulated nodes (network namespaces, common/scripts/cluster.sh), 2 ranks each, the link
+between them shaped to 200 Mbit/s each way; inside a node, shared memory"
+  fi
+  step "Chapter 09 — two nodes: the flat ring against the two-level all-reduce, then HSDP" <<EOF
+Where: $how.
+Per size: time and busbw of the flat ring and of the two-level all-reduce (reduce-scatter in the
+node, all-reduce across on 1/g of the data, all-gather in the node), and the bytes each rank sent
+ACROSS nodes, measured beside the formula: flat 2(N-1)/N x B on the last rank of each node,
+two-level 2(K-1)/K x B/g on every rank. Then ZeRO-3 over all 4 ranks against HSDP
+(--shard-group node): compare the 'across nodes' tables.
+EOF
+  have ch09_nodes || return
+  echo "${D}\$ common/scripts/zlrun ${nodes[*]} 4 $BIN/ch09_nodes -b 1M -e 4M -n 3 --impl ring --json $RES/ch09_nodes.json${N}"
+  "${where[@]}" timeout -k 5 120 bash common/scripts/zlrun "${nodes[@]}" 4 "$BIN/ch09_nodes" -b 1M -e 4M -n 3 --impl ring \
+    --json "$RES/ch09_nodes.json" || FAILED+=("ch09_nodes")
+  local s
+  for s in all node; do
+    echo
+    echo "${D}\$ common/scripts/zlrun ${nodes[*]} 4 $BIN/ch05_zero3 --shard-group $s --steps 6 --json $RES/ch09_zero3_$s.json${N}"
+    "${where[@]}" timeout -k 5 120 bash common/scripts/zlrun "${nodes[@]}" 4 "$BIN/ch05_zero3" --shard-group "$s" --steps 6 \
+      --log-every 0 --json "$RES/ch09_zero3_$s.json" 2>&1 |
+      grep -E '^(ch05_zero3|hsdp:|loss:|time:|across nodes|rank +node|[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$|mean +)' ||
+      FAILED+=("ch05_zero3 --shard-group $s")
+  done
+}
 GPT_STEPS=${ZL_DEMO_GPT_STEPS:-500}
 
 # count the steps first, so the progress reads [3/9]
@@ -418,12 +449,14 @@ want 05 && sweep+=(zero3)
 want 06 && plan+=(ch06)
 want 07 && plan+=(ch07)
 want 08 && plan+=(ch08)
+want 09 && [ "$QUICK" = 0 ] && plan+=(ch09)
 [ "$CH" = 10 ] && plan+=(ch10)   # not in the whole tour: its demo alone takes minutes
 for p in "${plan[@]}"; do
   case $p in ch01 | ch02 | ch06) NSTEPS=$((NSTEPS + 2)) ;; *) NSTEPS=$((NSTEPS + 1)) ;; esac
 done
 PLOTS=1   # chapter 06 alone draws no figure
 [ "$CH" = 06 ] && PLOTS=0
+[ "$CH" = 09 ] && PLOTS=0
 NSTEPS=$((NSTEPS + PLOTS))
 GPT=0   # the full tour ends with the GPT (not --quick: the CI check keeps to the figures)
 [ -z "$CH" ] && [ "$QUICK" = 0 ] && GPT=1 && NSTEPS=$((NSTEPS + 1))
@@ -444,6 +477,7 @@ for p in "${plan[@]}"; do
     ch06) do_ch06 ;;
     ch07) do_ch07 ;;
     ch08) do_ch08 ;;
+    ch09) do_ch09 ;;
     ch10) do_ch10 ;;
   esac
 done
@@ -473,6 +507,7 @@ case "$CH" in
   08) next="make run CH=08 NP=2 ARGS=\"--precision bf16 --steps 20 --offload none\"" ;;
   10) next="make run CH=10 NP=4 ARGS=\"--model gpt --gpt tiny --cp 2 --zero 3\"" ;;
   01) next="make run CH=01 NP=3 ARGS=\"--op reduce_scatter\"" ;;
+  09) next="make run CH=09 NP=4 NODES=2 LINK_MBIT=100 ARGS=\"-b 4M -e 16M\"   (root; else ZL_NODE_OF_RANK=0,0,1,1 make run CH=09 NP=4)" ;;
   *) next="make run CH=$CH NP=3 ARGS=\"--steps 50 --collectives ring\"" ;;
 esac
 echo "Next, try:  $next"

@@ -93,6 +93,8 @@ TEST_ORDER = {
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
            "ch08_offload/trains_under_*"],
+    "09": ["ch09_nodes/counters_equal_formula_2x2_ring", "ch09_nodes/counters_*", "ch09_nodes/*", "ch09_cluster/two_level_*",
+           "ch09_hsdp/*", "ch09_cluster/*"],
     "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
            "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
            "ch10_context/cp3_equals_one_rank"],

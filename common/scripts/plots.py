@@ -934,8 +934,47 @@ def fig_zeror_cb(datadir, outdir):
     return None
 
 
+def fig_nodes_links(datadir, outdir):
+    """Chapter 09: step time of each strategy on 2 emulated nodes x 2 ranks against the inter-node
+    link rate, and the bytes per step per rank that crossed nodes (notes/09-nodes.md), from the
+    committed measurement notes/data/bench_nodes_links.json (make bench-nodes LINKS=...)."""
+    doc = load_json(os.path.join(datadir, "bench_nodes_links.json"))
+    links = sorted(doc["steps"], key=int)
+    names = list(doc["steps"][links[0]])
+    labels = {"ddp": "DDP", "zero3": "ZeRO-3 (all ranks)", "hsdp": "HSDP (--shard-group node)", "hpz": "ZeRO++ hpZ",
+              "tp2_in_node": "TP=2 in node, DP across", "tp2_across_nodes": "TP=2 across nodes"}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for i, n in enumerate(names):
+        ys = [doc["steps"][L][n]["median_step_ms"] for L in links]
+        axes[0].plot([int(L) for L in links], ys, "o-", color="C%d" % i, label=labels.get(n, n))
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_yscale("log")
+    axes[0].set_xticks([int(L) for L in links])
+    axes[0].set_xticklabels(links)
+    axes[0].set_xlabel("link between the nodes, Mbit/s each way")
+    axes[0].set_ylabel("median step, ms")
+    axes[0].set_title("step time (MLP, fp32, batch 240; median of %d runs)" % doc["_meta"]["reps"], fontsize=10)
+    axes[0].grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    across = [doc["steps"][links[0]][n]["inter_bytes_per_step_per_rank"] + doc["steps"][links[0]][n]["tp_inter_bytes_per_step_per_rank"]
+              for n in names]
+    axes[1].barh(range(len(names)), [a / 1024 for a in across], color=["C%d" % i for i in range(len(names))])
+    axes[1].set_yticks(range(len(names)))
+    axes[1].set_yticklabels([labels.get(n, n) for n in names], fontsize=9)
+    axes[1].invert_yaxis()
+    axes[1].set_xlabel("KiB per step per rank across nodes (mean over ranks, measured)")
+    axes[1].set_title("bytes that cross the slow link", fontsize=10)
+    axes[1].grid(alpha=0.3, axis="x")
+    fig.suptitle("2 emulated nodes x 2 ranks: step time against the inter-node link (measured on a shared 2-core box)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    savefig(fig, outdir, "nodes_links")
+    return None
+
+
 DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no results/ needed): name, function, PNG
     ("zeror_cb", fig_zeror_cb, "zeror_cb"), ("long_seq", plot_long.fig_long_seq, "long_seq"),
+    ("nodes_links", fig_nodes_links, "nodes_links"),
 ]
 
 FIGURES = [  # (name for --only, function, the PNG it writes)

@@ -224,6 +224,15 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of every unit "
          "output the TP group replicates and all-gathers it for the backward; auto: on with --recompute and --tp > 1, "
          "0: whole outputs (to compare)");
+  const char *shard_group = "all";
+  if (chapter_flags & TRAIN_FLAG_SHARD_GROUP)
+    SPEC("--shard-group", ARG_CHOICE, &shard_group, 0, 0, "all|node",
+         "the ranks ZeRO-3 shards over: all of them, or each node's (HSDP, FSDP's HYBRID_SHARD: shard inside the node, "
+         "all-reduce the grad shards across nodes; notes/09-nodes.md)");
+  if (chapter_flags & TRAIN_FLAG_SHARD_GROUP)
+    SPEC("--hpz", ARG_FLAG, &cfg->hpz, 0, 0, NULL,
+         "ZeRO++ hpZ: keep a second copy of the params sharded inside the node (+2Psi/g in bf16), so the backward's "
+         "all-gathers stay in the node; the forward's still span every rank (notes/09-nodes.md)");
   if (chapter_flags & TRAIN_FLAG_CP) { /* checked against the world and the model by the chapter (solutions/cp.h) */
     SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL, "context-parallel ranks C per sequence (consecutive ranks): each holds S/C of every sequence, attention a ring of K/V blocks; the data dimension is ranks / C");
     SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL, "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk");
@@ -240,6 +249,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : strcmp(precision, "fp16") == 0 ? DT_F16 : DT_F32;
   cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
   cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
+  cfg->shard_group_node = strcmp(shard_group, "node") == 0;
 
   /* Checks that need more than one flag, or the world size (from the launcher's environment). */
   char v[64];
@@ -267,6 +277,11 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
+  if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
+    exit(args_error("--hpz", "", "needs --shard-group all: with --shard-group node every gather is inside the node already"));
+  if (cfg->shard_group_node && cfg->resume) /* HSDP's layout names one node's copy: what a restore cannot fill */
+    exit(args_error("--resume", cfg->resume, "cannot restore into --shard-group node (its checkpoints resume with "
+                    "--shard-group all, any rank count)"));
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));

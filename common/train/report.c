@@ -76,6 +76,17 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     mine.busy_us[op] = cc.busy_us[op];
   }
   mine.p2p_sent = cc.p2p_sent;
+  for (int i = 0; i < t->n_sub_comms; i++) { /* the strategy's own groups (HSDP's): their bytes are its bytes */
+    comm_wait_all(t->sub_comms[i]);
+    comm_counters_t sc = comm_counters(t->sub_comms[i]);
+    for (int op = 0; op < CO_NOPS; op++) {
+      mine.sent[op] += sc.sent[op];
+      mine.calls[op] += sc.calls[op];
+      mine.busy_us[op] += sc.busy_us[op];
+    }
+    mine.p2p_sent += sc.p2p_sent;
+  }
+  report_nodes_mine(t, &f, &mine);
   int64_t njoined = 0;
   double *joined = report_last_joins(t->comm, &njoined); /* collective: every rank, trace on or off */
   report_overlap_joined(t->comm, joined, njoined, &mine.comm_us, &mine.hidden_us, &mine.wait_us);

@@ -20,6 +20,11 @@ typedef struct rank_numbers {
   int64_t sent[CO_NOPS], calls[CO_NOPS]; /* since the end of setup, all steps */
   int64_t p2p_sent;
   double busy_us[CO_NOPS];
+  /* topology (report_nodes.c): this rank's node, the part of sent[] that crossed nodes, and the
+   * formula of that part (the strategy's, or the ring rule) */
+  int64_t node, inter_sent[CO_NOPS];
+  int64_t tp_inter_sent; /* --tp: the part of the TP group's bytes that crossed nodes */
+  double f_inter;
   double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
   int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */
   int64_t tp_formula_calls, tp_formula_bytes; /* ... and the model transform's formula (its traffic hook) */
@@ -46,6 +51,11 @@ int report_is_gpt(const trainer_t *t);
 void report_overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us, double *wait_us);
 /* Collective over c: when the last rank of c started each of its operations (report_analysis.c). */
 double *report_last_joins(comm_t *c, int64_t *n);
+/* This rank's topology numbers into *mine (report_nodes.c): its node, the inter-node part of
+ * what t->comm and the strategy's sub_comms sent, and f's inter-node formula. */
+void report_nodes_mine(const trainer_t *t, const formula_t *f, rank_numbers_t *mine);
+/* Rank 0: the lines of the bytes that crossed nodes beside the formula (nothing on one node). */
+void report_nodes_print(const trainer_t *t, const rank_numbers_t *all, const formula_t *f, int steps);
 /* Rank 0: the tables (report_tables.c); the --json text, malloc'd, *len bytes (report_json.c).
  * f: rank 0's formulas (their texts). */
 void report_print_tables(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all, const formula_t *f);

@@ -118,6 +118,25 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
               r ? ", " : "", r, (long long)s, (long long)all[r].p2p_sent, (long long)calls, steps);
   }
   sb_printf(&b, "]},\n");
+  /* topology (report_nodes.c): bytes per step across nodes, measured and formula, every rank */
+  double inter = 0, fi = 0;
+  for (int r = 0; r < NR; r++) {
+    fi += all[r].f_inter;
+    for (int op = 0; op < CO_NOPS; op++)
+      if (op != CO_CONTROL) inter += (double)all[r].inter_sent[op];
+  }
+  sb_printf(&b, " \"nodes\": {\"count\": %d, \"inter_bytes_per_step_per_rank\": %.6f, "
+                "\"formula_inter_bytes_per_step_per_rank\": %.6f,\n   \"per_rank\": [",
+            comm_nodes(t->world_comm), inter / NR / steps, fi / NR);
+  for (int r = 0; r < NR; r++) {
+    int64_t x = 0;
+    for (int op = 0; op < CO_NOPS; op++)
+      if (op != CO_CONTROL) x += all[r].inter_sent[op];
+    sb_printf(&b, "%s{\"rank\": %d, \"node\": %lld, \"inter_bytes_per_step\": %.6f, \"formula\": %.6f, "
+                  "\"tp_inter_bytes_per_step\": %.6f}", r ? ", " : "", r, (long long)all[r].node, (double)x / steps, all[r].f_inter,
+              (double)all[r].tp_inter_sent / steps);
+  }
+  sb_printf(&b, "]},\n");
   if (t->tp_comm) { /* --tp: the TP groups' all-reduces, apart from the DP traffic above */
     sb_printf(&b, " \"tp\": {\"T\": %d, \"dp\": %d, \"params_full\": %lld, \"per_rank\": [", comm_world(t->tp_comm), N,
               (long long)(run->full_numel ? run->full_numel : t->whole->numel));

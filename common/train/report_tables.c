@@ -115,12 +115,21 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
   else
     printf("\ncommunication per step per rank: %.1f bytes sent (mean over ranks); formula %.1f (the mean of each rank's, "
            "rank 0's: %s)\n", total / NR / steps, fc / NR, f->comm_text);
+  report_nodes_print(t, all, f, steps);
   print_tp(t, all, steps);
-  printf("%-16s %12s %16s %14s\n", "op (rank 0)", "calls/step", "bytes/step", "busy ms/step");
+  int multinode = comm_nodes(t->world_comm) > 1; /* and each op's bytes across nodes, mean over ranks */
+  printf("%-16s %12s %16s %14s%s\n", "op (rank 0)", "calls/step", "bytes/step", "busy ms/step",
+         multinode ? "   across nodes/step (mean of ranks)" : "");
   for (int op = 0; op < CO_NOPS; op++) {
     if (all[0].calls[op] == 0) continue;
-    printf("%-16s %12.2f %16.1f %14.3f\n", comm_op_name((comm_op_t)op), (double)all[0].calls[op] / steps,
+    printf("%-16s %12.2f %16.1f %14.3f", comm_op_name((comm_op_t)op), (double)all[0].calls[op] / steps,
            (double)all[0].sent[op] / steps, all[0].busy_us[op] / 1000.0 / steps);
+    if (multinode) {
+      double x = 0;
+      for (int r = 0; r < NR; r++) x += (double)all[r].inter_sent[op];
+      printf(" %35.1f", x / NR / steps);
+    }
+    printf("\n");
   }
   double cu = 0, hu = 0, wu = 0;
   report_overlap_sums(all, NR, &cu, &hu, &wu);

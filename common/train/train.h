@@ -86,6 +86,8 @@ typedef struct train_cfg {
   int virtual_stages;                 /* --virtual-stages v: chunks per rank with interleaved (07) */
   int zero;                           /* --zero S on the data dimension: 0 all-reduce, 1/2/3 ZeRO (06, 07) */
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
+  int shard_group_node;               /* --shard-group node (05): HSDP, shard in the node, all-reduce across */
+  int hpz;                            /* --hpz (05): ZeRO++'s secondary param shard in the node */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */
   const char *json, *trace;           /* --json PATH --trace PATH */
@@ -103,7 +105,8 @@ typedef struct train_cfg {
 /* Which chapter-specific flags a program accepts. */
 enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16,
        TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */,
-       TRAIN_FLAG_CP = 64   /* --cp C, --cp-balance (10) */ };
+       TRAIN_FLAG_SHARD_GROUP = 64, /* --shard-group all|node: ZeRO-3 over every rank, or HSDP (05, 09) */
+       TRAIN_FLAG_CP = 128          /* --cp C, --cp-balance (10) */ };
 
 struct trainer;
 
@@ -280,6 +283,9 @@ typedef struct trainer {
                          * without --tp; with --tp T the N/T ranks that share this tp_rank)   */
   int rank, world;      /* this rank in comm, and comm's size (what DDP/ZeRO shard over)      */
   comm_t *world_comm;   /* every rank of the job (= comm without --tp and a schedule)          */
+  comm_t *sub_comms[2]; /* groups the strategy split from comm for its own collectives (HSDP's node
+                         * and cross-node groups): the report counts their bytes with comm's   */
+  int n_sub_comms;
   comm_t *tp_comm;      /* --tp T: the T consecutive ranks that split each layer; NULL without */
   struct grid *grid;    /* --tp: the process grid (common/comm/grid.h); NULL without               */
   device_t dev;
