@@ -67,7 +67,7 @@ int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int
 }
 
 /* ---- init / finalize ---------------------------------------------------------------------- */
-static void *comm_thread_main(void *arg);
+static void comm_stream_main(comm_t *c);
 
 /* A communicator with its lock, condition variables and task queue; no MPI, no backend yet. */
 static comm_t *comm_alloc(backend_t backend, device_t dev) {
@@ -76,7 +76,6 @@ static comm_t *comm_alloc(backend_t backend, device_t dev) {
   c->backend = backend;
   c->impl = COLL_VENDOR;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_work, NULL);
   pthread_condattr_t ca; /* deadlines on the monotonic clock, immune to clock changes */
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -128,8 +127,7 @@ static void p2p_check_dropped(comm_t *c) {
 
 static void comm_start_thread(comm_t *c) {
   if (!c->be->threaded) return;
-  if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
-    die_on_rank("comm_init: cannot start the communication thread");
+  comm_engine_attach(c, comm_stream_main); /* a fiber on the rank's one engine thread */
   c->thread_started = 1;
 }
 
@@ -361,14 +359,14 @@ static void run_task(comm_t *c, comm_task_t *t) {
   }
 }
 
-static void *comm_thread_main(void *arg) {
-  comm_t *c = arg;
+/* The stream of a threaded backend: a fiber on the engine (comm_engine.c), tasks in order. */
+static void comm_stream_main(comm_t *c) {
 #ifdef ZL_CUDA
   if (c->dev == DEV_CUDA) comm_cuda_thread_attach(); /* staging copies use the rank's GPU */
 #endif
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (c->q_len == 0) pthread_cond_wait(&c->cv_work, &c->mu);
+    while (c->q_len == 0) comm_engine_idle(c);
     comm_task_t t = c->queue[c->q_head];
     c->q_head = (c->q_head + 1) % c->q_cap;
     c->q_len--;
@@ -381,7 +379,7 @@ static void *comm_thread_main(void *arg) {
     if (t.kind == TASK_STOP) break;
   }
   pthread_mutex_unlock(&c->mu);
-  return NULL;
+  comm_engine_progress();
 }
 
 /* Count the ring-model bytes, give the task its handle, and queue it (threaded) or run it (inline). */
@@ -407,7 +405,7 @@ static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
     }
     c->queue[(c->q_head + c->q_len) % c->q_cap] = *t;
     c->q_len++;
-    pthread_cond_signal(&c->cv_work);
+    comm_engine_wake(c);
     pthread_mutex_unlock(&c->mu);
   } else {
     c->running = *t;
@@ -440,6 +438,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
     dl.tv_sec = (time_t)s;
     dl.tv_nsec = (long)((s - (double)dl.tv_sec) * 1e9);
   }
+  double w0 = c->done_seq < h ? comm_now_s() : 0;
   while (c->done_seq < h) {
     if (c->timeout_s <= 0) {
       pthread_cond_wait(&c->cv_done, &c->mu);
@@ -452,6 +451,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
     }
   }
   pthread_mutex_unlock(&c->mu);
+  if (w0 > 0) comm_engine_note_wait(comm_now_s() - w0);
 }
 
 void comm_wait_all(comm_t *c) {
@@ -475,7 +475,7 @@ void comm_finalize(comm_t *c) {
   if (c->thread_started) {
     comm_task_t stop = {.kind = TASK_STOP, .op = CO_CONTROL};
     submit(c, &stop, "stop");
-    pthread_join(c->thread, NULL);
+    comm_engine_detach(c); /* returns once the fiber has run the stop */
   }
   for (int s = 0; s < 2; s++) {
     if (c->scratch[s]) {
@@ -499,7 +499,6 @@ void comm_finalize(comm_t *c) {
     c->parent->n_children--;
     pthread_mutex_unlock(&c->parent->mu);
   }
-  pthread_cond_destroy(&c->cv_work);
   pthread_cond_destroy(&c->cv_done);
   pthread_mutex_destroy(&c->mu);
   free(c->queue);

@@ -11,10 +11,11 @@
  *                   ordering on its own stream.
  *
  * Two execution models, chosen by comm_backend_t.threaded:
- *   threaded = 1 (MPI)   the front owns a communication thread. comm_*_async() appends a task to
- *                        a queue and returns its sequence number; the thread runs tasks in order
- *                        and every backend function is called on that thread (all MPI calls after
- *                        comm_init happen there). comm_wait blocks the caller on a condition
+ *   threaded = 1 (MPI)   the front owns a stream: a fiber on the rank's one progress engine thread
+ *                        (comm_engine.h), shared by all its communicators. comm_*_async() appends a
+ *                        task to a queue and returns its sequence number; the fiber runs tasks in
+ *                        order and every backend function is called there (all MPI calls after
+ *                        comm_init happen on the engine thread); a backend wait yields the fiber. comm_wait blocks the caller on a condition
  *                        variable (pthread_cond_timedwait: the deadline of comm_set_timeout).
  *   threaded = 0 (NCCL)  no thread. The front runs the task inline on the caller's thread:
  *                        task_begin (e.g. comm stream waits for the compute stream), the vendor or
@@ -119,11 +120,11 @@ struct comm {
   coll_impl_t impl;
   double timeout_s;          /* 0 = no deadline */
 
-  /* the stream (threaded backends); everything below is guarded by mu */
-  pthread_t thread;
+  /* the stream (threaded backends): a fiber on the rank's engine (comm_engine.c); everything
+   * below is guarded by mu */
+  struct comm_fiber *fiber;
   int thread_started;
   pthread_mutex_t mu;
-  pthread_cond_t cv_work;    /* queue got a task */
   pthread_cond_t cv_done;    /* done_seq advanced */
   comm_task_t *queue;        /* circular buffer of q_cap tasks */
   int q_head, q_len, q_cap;
@@ -183,6 +184,24 @@ void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
  * front at the start of the comm thread when comm_device(c) == DEV_CUDA. */
 void comm_cuda_thread_attach(void);
 #endif
+
+/* ---- the progress engine (common/comm_engine.c; public part: comm_engine.h) ---------------
+ * attach: c's stream becomes a fiber running body(c) (the front's task loop); the engine thread
+ * starts with the first. detach: after body returned (TASK_STOP ran), frees the fiber; the last
+ * one stops the engine thread. idle: in the fiber, c->mu held, queue empty: sleep until
+ * comm_engine_wake(c) (called under c->mu after queueing). block: in a fiber, an MPI request
+ * tested not done: let the other fibers run (no-op outside a fiber); progress: a test succeeded.
+ * note_wait: seconds a caller spent blocked in comm_wait. */
+struct comm_fiber;
+void comm_engine_attach(comm_t *c, void (*body)(comm_t *));
+void comm_engine_detach(comm_t *c);
+void comm_engine_idle(comm_t *c);
+void comm_engine_wake(comm_t *c);
+int comm_engine_in_fiber(void);
+void comm_engine_block(void);
+void comm_engine_progress(void);
+void comm_engine_count_test(void);
+void comm_engine_note_wait(double seconds);
 
 /* ---- front services for backends ---------------------------------------------------------- */
 #ifdef __cplusplus

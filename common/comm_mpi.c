@@ -1,6 +1,6 @@
 /* comm_mpi.c — the MPI backend (host buffers), MPI start-up, and control traffic for every backend.
- * Notes: notes/01-collectives.md. Every function here except comm_mpi_boot/comm_mpi_shutdown
- * runs on the communicator's thread (comm.c), so MPI sees one caller at a time after init.
+ * Notes: notes/01-collectives.md. Every function here except comm_mpi_boot/comm_mpi_shutdown/
+ * comm_mpi_split runs on the rank's engine thread (comm_engine.c), in the communicator's fiber.
  * bf16 and fp16 have no MPI type: they travel as a 2-byte contiguous type, and their sum/max are
  * user MPI_Ops that add in fp32 and round once per element (the same arithmetic as the ring). */
 #include "comm_internal.h" // struct comm, comm_backend_t, comm_task_t
@@ -23,28 +23,41 @@ typedef struct mpi_state {
 static mpi_state_t *st(const comm_t *c) { return (mpi_state_t *)c->be_state; }
 
 /* ---- waiting that does not steal the core ----------------------------------------------------
- * A blocking MPI_Send/MPI_Recv makes Open MPI poll the network at full speed for as long as the
- * peer is busy: on a box with one core per rank the waiting comm thread takes CPU from the
- * compute thread beside it. So p2p here is nonblocking (MPI_Isend/MPI_Irecv) and completed by
- * mpi_wait_backoff: MPI_Testall a few times (a message that is already there costs nothing more),
- * then sleep between tests, doubling the sleep from 1 us up to MPI_BACKOFF_MAX_NS. The latency
- * this adds is at most one sleep (<= 0.2 ms) per message, against a wait that is a whole stage's
- * compute in a pipeline bubble. */
+ * A blocking MPI call makes Open MPI poll at full speed for as long as the peer is busy, and on
+ * the rank's one engine thread (comm_engine.h) it would also hold up every other communicator.
+ * So every MPI call here is nonblocking (MPI_Isend/MPI_Irecv, MPI_Iallreduce, MPI_Ibarrier ...)
+ * and completed by mpi_wait_backoff: MPI_Testall, and while it is not done, yield the fiber
+ * (the engine runs the other communicators' streams and backs off, 1 us doubling to 200 us, when
+ * a whole round made no progress). Called outside the engine (control traffic of a non-threaded
+ * backend, on the caller's thread) it backs off itself: a few tests, then sleeps doubling from
+ * 1 us up to MPI_BACKOFF_MAX_NS. */
 enum { MPI_SPIN_TESTS = 64 };
 #define MPI_BACKOFF_MAX_NS 200000L
 
 static void mpi_wait_backoff(int n, MPI_Request *req) {
   long ns = 1000;
+  int fiber = comm_engine_in_fiber();
   for (int i = 0;; i++) {
     int done = 0;
     CHECK_MPI(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
+    comm_engine_count_test();
+    if (done) {
+      comm_engine_progress();
+      return;
+    }
+    if (fiber) {
+      comm_engine_block();
+      continue;
+    }
     if (i < MPI_SPIN_TESTS) continue;
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
     if (ns < MPI_BACKOFF_MAX_NS) ns = ns * 2 < MPI_BACKOFF_MAX_NS ? ns * 2 : MPI_BACKOFF_MAX_NS;
   }
 }
+
+/* One request, waited for as above. */
+static void mpi_wait1(MPI_Request *r) { mpi_wait_backoff(1, r); }
 
 /* ZL_SYNC_SENDS=1: every send is synchronous (MPI_Issend: completes only once the receiver has
  * matched it), the rendezvous semantics of ncclSend. Small CPU messages otherwise go eagerly, so a
@@ -136,21 +149,30 @@ static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
 
 /* ---- the vendor collectives ------------------------------------------------------------------ */
 static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Bcast(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), root, c->mpi));
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
+    MPI_Request r;
+    CHECK_MPI(MPI_Ibcast(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), root, c->mpi, &r));
+    mpi_wait1(&r);
+  }
 }
 
 static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
   int in_place = c->rank == root && send == recv;
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Reduce(in_place ? MPI_IN_PLACE : at(send, off, dt), c->rank == root ? atw(recv, off, dt) : NULL,
-                         piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op), root, c->mpi));
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
+    MPI_Request r;
+    CHECK_MPI(MPI_Ireduce(in_place ? MPI_IN_PLACE : at(send, off, dt), c->rank == root ? atw(recv, off, dt) : NULL,
+                          piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op), root, c->mpi, &r));
+    mpi_wait1(&r);
+  }
 }
 
 static void mpi_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op),
-                            c->mpi));
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
+    MPI_Request r;
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op),
+                             c->mpi, &r));
+    mpi_wait1(&r);
+  }
 }
 
 static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
@@ -161,7 +183,9 @@ static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t 
   const char *s0 = send, *r0 = recv;
   int overlap = r0 < s0 + numel * (int64_t)dtype_size(dt) && s0 < r0 + own;
   void *out = overlap ? comm_scratch(c, 0, own) : recv;
-  CHECK_MPI(MPI_Reduce_scatter(send, out, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi));
+  MPI_Request r;
+  CHECK_MPI(MPI_Ireduce_scatter(send, out, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi, &r));
+  mpi_wait1(&r);
   if (overlap) memcpy(recv, out, (size_t)own);
 }
 
@@ -169,25 +193,25 @@ static void mpi_all_gather(comm_t *c, const void *send, void *recv, int64_t nume
   if (numel == 0) return;
   chunk_layout(c, numel, "all_gather");
   const void *own = at(recv, st(c)->displs[c->rank], dt);
-  CHECK_MPI(MPI_Allgatherv(send == own ? MPI_IN_PLACE : send, st(c)->counts[c->rank], mpi_type(c, dt), recv,
-                           st(c)->counts, st(c)->displs, mpi_type(c, dt), c->mpi));
+  MPI_Request r;
+  CHECK_MPI(MPI_Iallgatherv(send == own ? MPI_IN_PLACE : send, st(c)->counts[c->rank], mpi_type(c, dt), recv,
+                            st(c)->counts, st(c)->displs, mpi_type(c, dt), c->mpi, &r));
+  mpi_wait1(&r);
 }
 
 static void mpi_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-  {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
     CHECK_MPI(mpi_isend(at(buf, off, dt), piece(numel, off), mpi_type(c, dt), dst, TAG_USER, c->mpi, &r));
-    mpi_wait_backoff(1, &r);
+    mpi_wait1(&r);
   }
 }
 
 static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-  {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
     CHECK_MPI(MPI_Irecv(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), src, TAG_USER, c->mpi, &r));
-    mpi_wait_backoff(1, &r);
+    mpi_wait1(&r);
   }
 }
 
@@ -309,20 +333,25 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
 
 /* ---- control traffic: host memory, for every backend ----------------------------------------- */
 void comm_mpi_control(comm_t *c, comm_task_t *t) {
+  MPI_Request r;
   switch (t->kind) {
-  case TASK_BARRIER: CHECK_MPI(MPI_Barrier(c->mpi)); break;
+  case TASK_BARRIER: CHECK_MPI(MPI_Ibarrier(c->mpi, &r)); mpi_wait1(&r); break;
   case TASK_CTL_ALL_REDUCE_F64:
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t->recv, (int)t->numel, MPI_DOUBLE, t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX,
-                            c->mpi));
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, t->recv, (int)t->numel, MPI_DOUBLE, t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX,
+                             c->mpi, &r));
+    mpi_wait1(&r);
     break;
   case TASK_CTL_BROADCAST:
-    for (int64_t off = 0; off < t->numel; off += MPI_PIECE)
-      CHECK_MPI(MPI_Bcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi));
+    for (int64_t off = 0; off < t->numel; off += MPI_PIECE) {
+      CHECK_MPI(MPI_Ibcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi, &r));
+      mpi_wait1(&r);
+    }
     break;
   case TASK_CTL_GATHER: {
     int64_t mine = t->numel, *sizes = NULL;
     if (c->rank == 0) sizes = xcalloc((size_t)c->world, sizeof *sizes, "gather sizes");
-    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT64_T, sizes, 1, MPI_INT64_T, 0, c->mpi));
+    CHECK_MPI(MPI_Igather(&mine, 1, MPI_INT64_T, sizes, 1, MPI_INT64_T, 0, c->mpi, &r));
+    mpi_wait1(&r);
     int *counts = NULL, *displs = NULL;
     char *all = NULL;
     if (c->rank == 0) {
@@ -339,7 +368,8 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
       all[total] = 0; /* text stays a C string */
     }
     if (mine > INT_MAX) die_on_rank("comm_ctl_gather: blob of %lld bytes is too large", (long long)mine);
-    CHECK_MPI(MPI_Gatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi));
+    CHECK_MPI(MPI_Igatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi, &r));
+    mpi_wait1(&r);
     free(counts);
     free(displs);
     *t->gather_all = all;
