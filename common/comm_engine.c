@@ -19,8 +19,20 @@ enum { ENGINE_SPIN_ROUNDS = 64 };          /* rounds of pure tests before the fi
 #define ENGINE_BACKOFF_MAX_NS 200000L
 #define FIBER_STACK_BYTES ((size_t)1 << 20) /* 1 MiB, touched lazily; CUDA staging calls run here */
 
+/* A thread that runs one communicator's blocking MPI reductions (comm_engine_run_blocking). */
+typedef struct blocking_helper {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  void (*fn)(void *);
+  void *arg;
+  int stop;
+  atomic_int busy; /* 1 from posting a call until it returned */
+} blocking_helper_t;
+
 struct comm_fiber {
   comm_t *c;
+  blocking_helper_t *helper; /* created at the first comm_engine_run_blocking, NULL before */
   void (*body)(comm_t *);
   ucontext_t ctx;
   void *stack;
@@ -39,7 +51,7 @@ static struct {
   int stop;                /* asked to exit once no fiber is left */
   int wake;                /* a wake came since the engine last looked */
   struct comm_fiber *fibers;
-  int nfibers, peak;
+  int nfibers, peak, helpers;
   ucontext_t sched;        /* the engine's own context, which fibers yield to */
   double busy_s, sleep_s, cpu_s_done, main_wait_s;
   int64_t sleeps;
@@ -105,6 +117,69 @@ static void fiber_start(void) {
   f->finished = 1;
   f->progressed = 1;
   swapcontext(&f->ctx, &E.sched); /* never resumed */
+}
+
+/* ---- blocking reductions on a helper (see comm_engine.h) ----------------------------------- */
+static void *helper_main(void *arg) {
+  blocking_helper_t *h = arg;
+  pthread_mutex_lock(&h->mu);
+  for (;;) {
+    while (!h->fn && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
+    if (h->stop) break;
+    void (*fn)(void *) = h->fn;
+    pthread_mutex_unlock(&h->mu);
+    fn(h->arg);
+    pthread_mutex_lock(&h->mu);
+    h->fn = NULL;
+    atomic_store(&h->busy, 0);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
+}
+
+void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg) {
+  struct comm_fiber *f = g_current;
+  if (!f || f->c != c) { /* not on the engine: the caller's own thread may block */
+    fn(arg);
+    return;
+  }
+  blocking_helper_t *h = f->helper;
+  if (!h) {
+    h = xcalloc(1, sizeof *h, "comm blocking helper");
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    if (pthread_create(&h->thread, NULL, helper_main, h) != 0)
+      die_on_rank("comm: cannot start the helper thread of a %d-rank communicator", c->world);
+    f->helper = h;
+    pthread_mutex_lock(&E.mu);
+    E.helpers++;
+    pthread_mutex_unlock(&E.mu);
+  }
+  atomic_store(&h->busy, 1);
+  pthread_mutex_lock(&h->mu);
+  h->fn = fn;
+  h->arg = arg;
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  while (atomic_load(&h->busy)) fiber_yield(); /* the other streams go on meanwhile */
+  f->progressed = 1;
+}
+
+static void helper_stop(struct comm_fiber *f) {
+  blocking_helper_t *h = f->helper;
+  if (!h) return;
+  pthread_mutex_lock(&h->mu);
+  h->stop = 1;
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  pthread_join(h->thread, NULL);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  free(h);
+  f->helper = NULL;
+  pthread_mutex_lock(&E.mu);
+  E.helpers--;
+  pthread_mutex_unlock(&E.mu);
 }
 
 /* ---- the engine thread --------------------------------------------------------------------- */
@@ -231,6 +306,7 @@ void comm_engine_detach(comm_t *c) {
     E.running = 0;
     pthread_mutex_unlock(&E.mu);
   }
+  helper_stop(f);
   munmap(f->stack, FIBER_STACK_BYTES + 4096);
   free(f);
   c->fiber = NULL;
@@ -246,6 +322,7 @@ comm_engine_stats_t comm_engine_stats(void) {
   comm_engine_stats_t s = {0};
   pthread_mutex_lock(&E.mu);
   s.engine_threads = E.running;
+  s.helper_threads = E.helpers;
   s.fibers = E.nfibers;
   s.fibers_peak = E.peak;
   s.engine_busy_s = E.busy_s;

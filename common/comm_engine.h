@@ -14,8 +14,16 @@
  * test per fiber per sleep, not a core; and since every MPI call of the backend is
  * nonblocking, a communicator blocked on its peer never holds up another one.
  *
- * Threads per rank on the MPI backend: the main thread + 1 engine thread + Open MPI's own,
- * whatever the number of communicators (tests/mpi/test_engine.c checks it). */
+ * One exception keeps the results bitwise what they were: Open MPI's nonblocking reductions
+ * (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Ireduce) add in another order than its blocking ones
+ * once a group has 3 or more ranks (at 2, a+b is a+b either way). So a vendor reduction on a
+ * communicator of >= 3 ranks runs the blocking MPI call on that communicator's helper thread
+ * (created at its first such call), while its fiber yields until it returns.
+ *
+ * Threads per rank on the MPI backend: the main thread + 1 engine thread + Open MPI's own
+ * (2 here), + 1 helper per communicator of >= 3 ranks that runs vendor reductions — at most
+ * the world, the rank's TP group and its DP group; never a pipeline link or a 2-rank group.
+ * So the count stays bounded whatever TP x PP x DP (tests/mpi/test_engine.c checks it). */
 #ifndef ZL_COMM_ENGINE_H
 #define ZL_COMM_ENGINE_H
 #include <stdint.h> // int64_t
@@ -24,6 +32,7 @@
  * named cpu). Read at any time (values are a consistent-enough snapshot for a report). */
 typedef struct comm_engine_stats {
   int engine_threads;      /* engine threads running now (0 or 1) */
+  int helper_threads;      /* helpers of >= 3-rank communicators' blocking reductions, now */
   int fibers;              /* communicator streams on the engine now */
   int fibers_peak;         /* ... the most at once */
   double engine_busy_s;    /* engine thread: inside fibers (MPI calls, tests, copies, ring reductions) */

@@ -202,6 +202,9 @@ void comm_engine_block(void);
 void comm_engine_progress(void);
 void comm_engine_count_test(void);
 void comm_engine_note_wait(double seconds);
+/* In c's fiber: run fn(arg), a blocking MPI call, on c's helper thread while the fiber yields
+ * (comm_engine.h: why); elsewhere: call it here. */
+void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg);
 
 /* ---- front services for backends ---------------------------------------------------------- */
 #ifdef __cplusplus

@@ -147,6 +147,49 @@ static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
   }
 }
 
+/* ---- reductions: nonblocking at 2 ranks, the blocking call on a helper at 3+ -----------------
+ * Open MPI's nonblocking reductions add in another order than its blocking ones once the group
+ * has 3 or more ranks; the blocking call (on the communicator's helper thread, comm_engine.h)
+ * keeps every result bitwise what it was. At 2 ranks each element is a+b either way. */
+typedef enum { RED_ALL_REDUCE, RED_REDUCE, RED_REDUCE_SCATTER } mpi_red_kind_t;
+typedef struct mpi_red {
+  mpi_red_kind_t kind;
+  const void *send;
+  void *recv;
+  int count;          /* all-reduce, reduce */
+  const int *counts;  /* reduce-scatter */
+  MPI_Datatype ty;
+  MPI_Op op;
+  int root;
+  MPI_Comm comm;
+  int rc;
+} mpi_red_t;
+
+static void mpi_red_blocking(void *arg) {
+  mpi_red_t *a = arg;
+  switch (a->kind) {
+  case RED_ALL_REDUCE: a->rc = MPI_Allreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm); break;
+  case RED_REDUCE: a->rc = MPI_Reduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm); break;
+  case RED_REDUCE_SCATTER: a->rc = MPI_Reduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm); break;
+  }
+}
+
+static void mpi_reduction(comm_t *c, mpi_red_t *a) {
+  a->comm = c->mpi;
+  if (c->world >= 3) {
+    comm_engine_run_blocking(c, mpi_red_blocking, a);
+    CHECK_MPI(a->rc);
+    return;
+  }
+  MPI_Request r;
+  switch (a->kind) {
+  case RED_ALL_REDUCE: CHECK_MPI(MPI_Iallreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm, &r)); break;
+  case RED_REDUCE: CHECK_MPI(MPI_Ireduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm, &r)); break;
+  case RED_REDUCE_SCATTER: CHECK_MPI(MPI_Ireduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm, &r)); break;
+  }
+  mpi_wait1(&r);
+}
+
 /* ---- the vendor collectives ------------------------------------------------------------------ */
 static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
@@ -159,19 +202,18 @@ static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int r
 static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
   int in_place = c->rank == root && send == recv;
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
-    MPI_Request r;
-    CHECK_MPI(MPI_Ireduce(in_place ? MPI_IN_PLACE : at(send, off, dt), c->rank == root ? atw(recv, off, dt) : NULL,
-                          piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op), root, c->mpi, &r));
-    mpi_wait1(&r);
+    mpi_red_t a = {.kind = RED_REDUCE, .send = in_place ? MPI_IN_PLACE : at(send, off, dt),
+                   .recv = c->rank == root ? atw(recv, off, dt) : NULL, .count = piece(numel, off),
+                   .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op), .root = root};
+    mpi_reduction(c, &a);
   }
 }
 
 static void mpi_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
-    MPI_Request r;
-    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op),
-                             c->mpi, &r));
-    mpi_wait1(&r);
+    mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = atw(buf, off, dt), .count = piece(numel, off),
+                   .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op)};
+    mpi_reduction(c, &a);
   }
 }
 
@@ -183,9 +225,9 @@ static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t 
   const char *s0 = send, *r0 = recv;
   int overlap = r0 < s0 + numel * (int64_t)dtype_size(dt) && s0 < r0 + own;
   void *out = overlap ? comm_scratch(c, 0, own) : recv;
-  MPI_Request r;
-  CHECK_MPI(MPI_Ireduce_scatter(send, out, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi, &r));
-  mpi_wait1(&r);
+  mpi_red_t a = {.kind = RED_REDUCE_SCATTER, .send = send, .recv = out, .counts = st(c)->counts,
+                 .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op)};
+  mpi_reduction(c, &a);
   if (overlap) memcpy(recv, out, (size_t)own);
 }
 
@@ -336,11 +378,12 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
   MPI_Request r;
   switch (t->kind) {
   case TASK_BARRIER: CHECK_MPI(MPI_Ibarrier(c->mpi, &r)); mpi_wait1(&r); break;
-  case TASK_CTL_ALL_REDUCE_F64:
-    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, t->recv, (int)t->numel, MPI_DOUBLE, t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX,
-                             c->mpi, &r));
-    mpi_wait1(&r);
+  case TASK_CTL_ALL_REDUCE_F64: {
+    mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = t->recv, .count = (int)t->numel,
+                   .ty = MPI_DOUBLE, .op = t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX};
+    mpi_reduction(c, &a);
     break;
+  }
   case TASK_CTL_BROADCAST:
     for (int64_t off = 0; off < t->numel; off += MPI_PIECE) {
       CHECK_MPI(MPI_Ibcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi, &r));
