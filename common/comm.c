@@ -254,6 +254,10 @@ static void run_coll(comm_t *c, const comm_task_t *t) {
     if (ring) comm_p2p_recv(c, t->recv, t->numel, t->dt, t->peer);
     else be->recv(c, t->recv, t->numel, t->dt, t->peer);
     break;
+  case TASK_SENDRECV:
+    if (ring) comm_p2p_sendrecv(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
+    else be->sendrecv_user(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
+    break;
   default: die_on_rank("comm: task kind %d is not a collective", (int)t->kind);
   }
 }
@@ -306,6 +310,15 @@ static void run_staged(comm_t *c, const comm_task_t *t) {
     run_coll(c, &h);
     dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)nb);
     break;
+  case TASK_SENDRECV: {
+    int64_t rb = t->recv_numel * (int64_t)esz;
+    h.send = stage_buf(c, 0, nb);
+    h.recv = stage_buf(c, 1, rb);
+    dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)nb);
+    run_coll(c, &h);
+    dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)rb);
+    break;
+  }
   default: run_coll(c, t);
   }
 }
@@ -684,6 +697,25 @@ comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, i
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
   comm_handle_t h = submit(c, &t, tag);
   p2p_opened(c, h, "comm_recv_async", tag);
+  return h;
+}
+
+comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                                  int64_t recv_numel, int src, dtype_t dt, const char *tag) {
+  check_p2p(c, "comm_sendrecv_async", tag, dst);
+  check_p2p(c, "comm_sendrecv_async", tag, src);
+  check_args(c, "comm_sendrecv_async", send_numel, dt, dst, 1);
+  check_args(c, "comm_sendrecv_async", recv_numel, dt, src, 1);
+  if (dst == c->rank || src == c->rank) die_on_rank("comm_sendrecv_async (%s): cannot exchange with itself", tag ? tag : "-");
+  comm_task_t t = task(TASK_SENDRECV, CO_SEND, c, sendbuf, recvbuf, send_numel, dt, REDOP_SUM, dst);
+  t.recv_numel = recv_numel;
+  t.peer2 = src;
+  pthread_mutex_lock(&c->mu); /* the receive half's counters (submit counts the send) */
+  c->ctr.recvd[CO_RECV] += comm_model_recvd(CO_RECV, recv_numel, dt, c->world, c->rank, src);
+  c->ctr.calls[CO_RECV]++;
+  pthread_mutex_unlock(&c->mu);
+  comm_handle_t h = submit(c, &t, tag);
+  p2p_opened(c, h, "comm_sendrecv_async", tag);
   return h;
 }
 

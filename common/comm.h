@@ -136,6 +136,15 @@ comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t 
  * buffer stays untouched (send) or unread (recv) until comm_wait on the handle. */
 comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag);
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag);
+/* A send and a receive as ONE operation on the stream, so the two cannot wait on each other:
+ * NCCL: ncclSend + ncclRecv in one ncclGroupStart/End (NCCL's rule for a pair exchanged with
+ * peers that also send first); MPI: MPI_Isend + MPI_Irecv completed together. dst and src may be
+ * the same rank (a pipeline stage and its neighbour: activation out, gradient in). Each message
+ * matches the peer's comm_send_async / comm_recv_async / comm_sendrecv_async on this communicator
+ * in issue order. A side with numel 0 is skipped. Counted as a send (CO_SEND) and a receive
+ * (CO_RECV); one handle covers both buffers. */
+comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                                  int64_t recv_numel, int src, dtype_t dt, const char *tag);
 /* Block until h (and everything queued before it) is done. On CUDA: the compute stream waits
  * for it instead (no host block), which is what lets NCCL overlap with compute.
  * Exercise mode (ZL_EXERCISE_TIMEOUT_S set, as `make exercise` does): every handle of

@@ -49,7 +49,7 @@ extern "C" {
 /* What a queued task does (the counter category is separate: comm_task_t.op). */
 typedef enum {
   TASK_BROADCAST = 0, TASK_REDUCE, TASK_ALL_REDUCE, TASK_REDUCE_SCATTER, TASK_ALL_GATHER,
-  TASK_SEND, TASK_RECV, TASK_BARRIER,
+  TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_BARRIER,
   TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, /* host memory, always MPI */
   TASK_STOP                                                      /* ends the comm thread */
 } comm_task_kind_t;
@@ -64,7 +64,9 @@ typedef struct comm_task {
   int64_t numel;         /* full-buffer elements (reduce-scatter/all-gather: the whole buffer) */
   dtype_t dt;
   redop_t redop;
-  int peer;              /* root (broadcast/reduce), dst (send), src (recv) */
+  int peer;              /* root (broadcast/reduce), dst (send, sendrecv), src (recv) */
+  int64_t recv_numel;    /* TASK_SENDRECV: elements received into recv, from peer2 */
+  int peer2;
   char tag[48];          /* names the op in traces and timeout messages */
   comm_handle_t seq;     /* 1, 2, 3 ... in issue order */
   double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
@@ -106,6 +108,10 @@ typedef struct comm_backend {
   void (*wait_all)(comm_t *c);                         /* host waits for everything (honours timeout) */
   /* Release the backend (called after the stream is drained, before MPI_Finalize). */
   void (*finalize)(comm_t *c);
+  /* comm_sendrecv_async, vendor path: as sendrecv, but matching the user's send/recv (MPI: their
+   * tag; NCCL has no tags: the same grouped ncclSend/ncclRecv as sendrecv). */
+  void (*sendrecv_user)(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                        int64_t recv_numel, int src, dtype_t dt);
 } comm_backend_t;
 
 struct comm {

@@ -272,6 +272,21 @@ static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int
   }
 }
 
+/* comm_sendrecv_async: both messages with the user's tag, so they match comm_send/comm_recv. */
+static void mpi_sendrecv_user(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                              int64_t recv_numel, int src, dtype_t dt) {
+  MPI_Datatype ty = mpi_type(c, dt);
+  for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
+    int ns = off < send_numel ? piece(send_numel, off) : 0;
+    int nr = off < recv_numel ? piece(recv_numel, off) : 0;
+    MPI_Request r[2];
+    int n = 0;
+    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, TAG_USER, c->mpi, &r[n++]));
+    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, TAG_USER, c->mpi, &r[n++]));
+    mpi_wait_backoff(n, r);
+  }
+}
+
 static void mpi_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
   host_reduce(dst, src, numel, dt, op);
 }
@@ -313,6 +328,7 @@ const comm_backend_t comm_mpi_backend = {
     .scratch_alloc = mpi_scratch_alloc,
     .scratch_free = mpi_scratch_free,
     .finalize = mpi_finalize_backend,
+    .sendrecv_user = mpi_sendrecv_user,
 };
 
 void comm_mpi_attach(comm_t *c) {

@@ -11,6 +11,8 @@
  *            receive on A and a send on B, rank 0 sends on A only after receiving on B — so a
  *            stream blocked on A's receive must not hold up B (one blocking engine thread
  *            would deadlock here). "order: ok"; FAIL lines name rank, index, got, expected.
+ *   sendrecv comm_sendrecv_async crossing (both ranks send first) completes, also with
+ *            ZL_SYNC_SENDS=1, vendor and ring; and matches the peer's plain send/recv.
  *   timeout  rank 0 waits (deadline 1 s) for a receive on a sub-communicator that rank 1 never
  *            sends; the job must end with "rank 0: recv (never-sent) did not complete within 1 s". */
 #include "comm.h"        // comm_init, comm_split, comm_*_async, comm_wait, comm_set_timeout
@@ -104,6 +106,46 @@ static int order_case(comm_t *w) {
   return bad;
 }
 
+/* comm_sendrecv_async between ranks 0 and 1, both sending first (the crossing that deadlocks with
+ * plain sends under ZL_SYNC_SENDS=1, tests/mpi/scn_sync_sends.c): each pair is one operation, so
+ * it completes; then a pair against the peer's plain comm_recv_async + comm_send_async (the
+ * messages match across the two forms). Vendor and ring implementations. */
+static int sendrecv_case(comm_t *w) {
+  int r = comm_rank(w), bad = 0;
+  comm_t *c = comm_split(w, r < 2 ? 0 : 1, r);
+  if (r < 2) {
+    int peer = 1 - r;
+    for (int impl = 0; impl < 2; impl++) {
+      comm_set_impl(c, impl ? COLL_RING : COLL_VENDOR);
+      for (int k = 0; k < 8; k++) {
+        float mine[5], theirs[5] = {0};
+        for (int i = 0; i < 5; i++) mine[i] = (float)(100 * r + 10 * k + i);
+        comm_wait(c, comm_sendrecv_async(c, mine, 5, peer, theirs, 5, peer, DT_F32, "pair"));
+        for (int i = 0; i < 5 && !bad; i++)
+          if (theirs[i] != (float)(100 * peer + 10 * k + i)) {
+            printf("FAIL rank %d: %s pair %d, element %d: got %g, expected %d\n", r, impl ? "ring" : "vendor", k, i,
+                   theirs[i], 100 * peer + 10 * k + i);
+            bad = 1;
+          }
+      }
+      float a = (float)(r + 1), b = 0;
+      if (r == 0) comm_wait(c, comm_sendrecv_async(c, &a, 1, 1, &b, 1, 1, DT_F32, "pair vs plain"));
+      else {
+        comm_handle_t hr = comm_recv_async(c, &b, 1, DT_F32, 0, "plain");
+        comm_handle_t hs = comm_send_async(c, &a, 1, DT_F32, 0, "plain");
+        comm_wait(c, hr), comm_wait(c, hs);
+      }
+      if (b != (float)(2 - r)) printf("FAIL rank %d: pair vs plain got %g, expected %d\n", r, b, 2 - r), bad = 1;
+    }
+    comm_counters_t k = comm_counters(c);
+    if (!bad && r == 0) printf("sendrecv: ok (send calls %lld, recv calls %lld)\n", (long long)k.calls[CO_SEND],
+                               (long long)k.calls[CO_RECV]);
+  }
+  fflush(stdout);
+  comm_finalize(c);
+  return bad;
+}
+
 static int timeout_case(comm_t *w) {
   int r = comm_rank(w);
   comm_t *s = comm_split(w, 0, r);
@@ -121,7 +163,8 @@ int main(int argc, char **argv) {
   int rc = !strcmp(what, "threads") ? threads_case(w)
          : !strcmp(what, "order")   ? order_case(w)
          : !strcmp(what, "timeout") ? timeout_case(w)
-                                    : (printf("usage: scn_engine threads|order|timeout\n"), 2);
+         : !strcmp(what, "sendrecv") ? sendrecv_case(w)
+                                    : (printf("usage: scn_engine threads|order|timeout|sendrecv\n"), 2);
   fflush(stdout);
   if (rc) return rc; /* mpirun takes the others down */
   comm_finalize(w);

@@ -30,3 +30,20 @@ Test(common_engine, deadline_on_a_sub_communicator_names_the_rank, .timeout = 90
             "the abort should name rank 0, the op and its tag:\n%s", out);
   free(out);
 }
+
+Test(common_engine, sendrecv_pairs_complete_under_synchronous_sends, .timeout = 90) {
+  const char *modes[] = {"0", "1"};
+  for (int m = 0; m < 2; m++) {
+    char *out = NULL;
+    setenv("ZL_SYNC_SENDS", modes[m], 1);
+    setenv("ZL_MPIRUN_FLAGS", "-x ZL_SYNC_SENDS", 1);
+    int rc = zl_run(2, 60, &out, ZL_TESTBIN "/scn_engine sendrecv");
+    unsetenv("ZL_SYNC_SENDS");
+    unsetenv("ZL_MPIRUN_FLAGS");
+    /* 8 pairs + 1 pair-vs-plain, twice (vendor, ring): 18 sends and 18 receives counted */
+    cr_assert(rc == 0 && strstr(out, "sendrecv: ok (send calls 18, recv calls 18)"),
+              "ZL_SYNC_SENDS=%s: a send/receive pair must complete where two plain sends would deadlock, and count "
+              "as one send and one receive (rc %d; 124: deadlock):\n%s", modes[m], rc, out);
+    free(out);
+  }
+}
