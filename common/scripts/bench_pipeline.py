@@ -5,8 +5,8 @@ formulas (notes/07-pipeline.md, notes/design.md: the stream model).
 Matrix (--bin, this build): ch07_pipeline GPipe, 1F1B and interleaved 1F1B (2 virtual stages) at
 P = 2, M = 1, 4, 8 and P = 4, M = 8, on two models: the MLP --input 512 --hidden 2048 --layers 4
 --batch 256 and --model gpt --gpt small --batch 32; and the 1-rank step (ch02_ddp, 1 rank) of each
-model at the same batch. Interleaved needs P x 2 units: where the model has fewer it is skipped,
-and the table says so. Reps alternate the order of the cases (forward, then reversed); medians
+model at the same batch. Interleaved needs P x 2 units and M a multiple of P: where not, it is
+skipped, and the table says so. Reps alternate the order of the cases (forward, then reversed); medians
 of --reps.
 
 Printed per case: the chapter's measured bubble_fraction beside its formula ((P-1)/(M+P-1),
@@ -63,6 +63,9 @@ def main():
                 if sched == "interleaved" and P * V > UNITS[model]:
                     skipped[case_key(model, sched, P, M)] = "needs P x %d = %d units, the model has %d" % (
                         V, P * V, UNITS[model])
+                    continue
+                if sched == "interleaved" and M % P:
+                    skipped[case_key(model, sched, P, M)] = "M must be a multiple of P (ch07 refuses M %d)" % M
                     continue
                 cases.append((model, sched, P, M))
     sets = [("after", a.bin)] + ([("before (%s)" % a.base_name, a.base_bin)] if a.base_bin else [])
