@@ -353,6 +353,7 @@ static void run_piece(comm_t *c, const comm_task_t *t) {
 
 static void run_task(comm_t *c, comm_task_t *t) {
   double t0 = trace_now_us();
+  if (c->be->threaded) comm_engine_task_bytes(c, (t->numel + t->recv_numel) * (int64_t)dtype_size(t->dt));
   if (c->be->task_begin) c->be->task_begin(c, t);
   if (t->kind >= TASK_BARRIER) comm_mpi_control(c, t); /* barrier and control ops: host, MPI */
   else if (t->piece_stride > 0) run_piece(c, t);

@@ -18,6 +18,12 @@ enum { ENGINE_SPIN_ROUNDS = 64 };          /* rounds of pure tests before the fi
 #define ENGINE_BACKOFF_MIN_NS 1000L
 #define ENGINE_BACKOFF_MAX_NS 200000L
 #define FIBER_STACK_BYTES ((size_t)1 << 20) /* 1 MiB, touched lazily; CUDA staging calls run here */
+/* A wait keeps the engine testing without sleeps for max(ENGINE_SPIN_MIN_S, task bytes /
+ * ENGINE_SPIN_BYTES_PER_S): Open MPI moves a large shared-memory message a fragment per test, so
+ * sleeping between tests would cap its bandwidth (64 KiB per 200 us sleep = 0.3 GB/s); a peer
+ * that is simply late (a pipeline bubble) costs at most that long of tests before the sleeps. */
+#define ENGINE_SPIN_MIN_S 50e-6
+#define ENGINE_SPIN_BYTES_PER_S 0.25e9
 
 /* A thread that runs one communicator's blocking MPI reductions (comm_engine_run_blocking). */
 typedef struct blocking_helper {
@@ -37,6 +43,8 @@ struct comm_fiber {
   ucontext_t ctx;
   void *stack;
   atomic_int runnable;  /* has work (or is inside a task): the engine resumes it */
+  double spin_s;        /* the running task's spin budget per wait (comm_engine_task_bytes) */
+  double spin_until;    /* the current wait keeps the engine hot until then; 0: not waiting */
   int progressed;       /* set by the fiber during its turn: a test succeeded or a task ended */
   int finished;         /* its body returned (TASK_STOP): never resumed again */
   int reaped;           /* the engine has let go of it: comm_engine_detach may free it */
@@ -85,11 +93,25 @@ static void fiber_yield(void) {
 }
 
 void comm_engine_block(void) {
-  if (g_current) fiber_yield();
+  struct comm_fiber *f = g_current;
+  if (!f) return;
+  double now = now_s(CLOCK_MONOTONIC);
+  if (f->spin_until == 0) f->spin_until = now + (f->spin_s > 0 ? f->spin_s : ENGINE_SPIN_MIN_S);
+  if (now < f->spin_until) f->progressed = 1; /* a large message is moving: no sleep yet */
+  fiber_yield();
 }
 
 void comm_engine_progress(void) {
-  if (g_current) g_current->progressed = 1;
+  if (!g_current) return;
+  g_current->progressed = 1;
+  g_current->spin_until = 0;
+}
+
+void comm_engine_task_bytes(comm_t *c, int64_t bytes) {
+  struct comm_fiber *f = c->fiber;
+  if (!f) return;
+  double s = (double)bytes / ENGINE_SPIN_BYTES_PER_S;
+  f->spin_s = s > ENGINE_SPIN_MIN_S ? s : ENGINE_SPIN_MIN_S;
 }
 
 void comm_engine_count_test(void) { atomic_fetch_add_explicit(&E.tests, 1, memory_order_relaxed); }

@@ -206,6 +206,9 @@ void comm_engine_wake(comm_t *c);
 int comm_engine_in_fiber(void);
 void comm_engine_block(void);
 void comm_engine_progress(void);
+/* The task about to run on c moves about `bytes`: its waits test without sleeping for a time
+ * proportional (comm_engine.c: why). */
+void comm_engine_task_bytes(comm_t *c, int64_t bytes);
 void comm_engine_count_test(void);
 void comm_engine_note_wait(double seconds);
 /* In c's fiber: run fn(arg), a blocking MPI call, on c's helper thread while the fiber yields

@@ -258,33 +258,31 @@ static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
 }
 
 /* ---- what the ring is built from ----------------------------------------------------------- */
-static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
-                         int64_t recv_numel, int src, dtype_t dt) {
+/* Send to dst and receive from src at once, in pieces of MPI_PIECE, with MPI tag `tag`; a side of
+ * 0 elements is skipped. */
+static void mpi_pair(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf, int64_t recv_numel,
+                     int src, dtype_t dt, int tag) {
   MPI_Datatype ty = mpi_type(c, dt);
   for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
     int ns = off < send_numel ? piece(send_numel, off) : 0;
     int nr = off < recv_numel ? piece(recv_numel, off) : 0;
     MPI_Request r[2];
     int n = 0;
-    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, TAG_RING, c->mpi, &r[n++]));
-    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, c->mpi, &r[n++]));
+    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, tag, c->mpi, &r[n++]));
+    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, tag, c->mpi, &r[n++]));
     mpi_wait_backoff(n, r);
   }
+}
+
+static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                         int64_t recv_numel, int src, dtype_t dt) {
+  mpi_pair(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt, TAG_RING);
 }
 
 /* comm_sendrecv_async: both messages with the user's tag, so they match comm_send/comm_recv. */
 static void mpi_sendrecv_user(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
                               int64_t recv_numel, int src, dtype_t dt) {
-  MPI_Datatype ty = mpi_type(c, dt);
-  for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
-    int ns = off < send_numel ? piece(send_numel, off) : 0;
-    int nr = off < recv_numel ? piece(recv_numel, off) : 0;
-    MPI_Request r[2];
-    int n = 0;
-    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, TAG_USER, c->mpi, &r[n++]));
-    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, TAG_USER, c->mpi, &r[n++]));
-    mpi_wait_backoff(n, r);
-  }
+  mpi_pair(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt, TAG_USER);
 }
 
 static void mpi_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {

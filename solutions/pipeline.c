@@ -250,34 +250,33 @@ static void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx)
   st->pend.numel = (int64_t)st->b * st->chunks[j].in_numel;
 }
 
+/* The held-back send and this receive as one operation on the forward communicator; the send
+ * is then complete, so its handle slot is cleared. */
+static void pp_pair_exchange(pp_state_t *st, int tx_peer, float *rbuf, int64_t rnumel, int rx_peer, const char *what,
+                             int k, comm_handle_t *sent) {
+  snprintf(st->tag, sizeof st->tag, "send %s %d + recv %s %d", st->pend.kind == 'F' ? "act" : "grad", st->pend.k,
+           what, k);
+  comm_wait(st->fwd, comm_sendrecv_async(st->fwd, st->pend.buf, st->pend.numel, tx_peer, rbuf, rnumel, rx_peer,
+                                         DT_F32, st->tag));
+  *sent = 0;
+  st->pend.kind = 0;
+}
+
 /* The loop's recv_backward: with a forward send held back, the two as one operation. */
 static void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy) {
   pp_state_t *st = t->sched_priv;
-  if (st->pend.kind != 'F') {
-    pp_recv_backward(t, j, k, dy);
-    return;
-  }
   pp_chunk_t *ch = &st->chunks[j];
-  snprintf(st->tag, sizeof st->tag, "send act %d + recv grad %d", st->pend.k, k);
-  comm_wait(st->fwd, comm_sendrecv_async(st->fwd, st->pend.buf, st->pend.numel, ch->tx_act.peer, dy,
-                                         (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel, ch->rx_grad.peer,
-                                         DT_F32, st->tag));
-  ch->sent[st->pend.k] = 0; /* the output has left */
-  st->pend.kind = 0;
+  if (st->pend.kind != 'F') pp_recv_backward(t, j, k, dy);
+  else pp_pair_exchange(st, ch->tx_act.peer, dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel,
+                        ch->rx_grad.peer, "grad", k, &ch->sent[st->pend.k]);
 }
 
 static void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x) {
   pp_state_t *st = t->sched_priv;
-  if (st->pend.kind != 'B') {
-    pp_recv_forward(t, j, k, x);
-    return;
-  }
   pp_chunk_t *ch = &st->chunks[j];
-  snprintf(st->tag, sizeof st->tag, "send grad %d + recv act %d", st->pend.k, k);
-  comm_wait(st->fwd, comm_sendrecv_async(st->fwd, st->pend.buf, st->pend.numel, ch->tx_grad.peer, x,
-                                         (int64_t)st->b * ch->in_numel, ch->rx_act.peer, DT_F32, st->tag));
-  ch->gsent[st->pend.k % 2] = 0; /* the gradient has left: its buffer is free */
-  st->pend.kind = 0;
+  if (st->pend.kind != 'B') pp_recv_forward(t, j, k, x);
+  else pp_pair_exchange(st, ch->tx_grad.peer, x, (int64_t)st->b * ch->in_numel, ch->rx_act.peer, "act", k,
+                        &ch->gsent[st->pend.k % 2]);
 }
 
 /* After the step's operations: every handle waited by name (exercise mode names a dropped one),

@@ -11,7 +11,9 @@ of --reps.
 
 Printed per case: the chapter's measured bubble_fraction beside its formula ((P-1)/(M+P-1),
 interleaved (P-1)/(vM+P-1)), "ok" when within 10% (relative) + 0.02 of it; the step time beside
-the ideal: (1-rank step / P) / (1 - formula bubble) = (M+P-1)/(M P) x the 1-rank step.
+the ideal: (1-rank step / P) / (1 - formula bubble) = (M+P-1)/(M P) x the 1-rank step; and the
+same with the 1-rank step run as M accumulated micro-batches (ch02_ddp --accum M): what the
+stages' compute costs when cut as small as the pipeline cuts it.
 
 --base-bin (make bench-pipeline BENCH_BASE=REV): the same MLP P = 2 cases with another build,
 alternating with this one rep by rep (before/after a change of the communication engine).
@@ -76,13 +78,14 @@ def main():
         order = list(sets if rep % 2 == 0 else sets[::-1])
         for name, b in order:
             todo = [c for c in cases if name == "after" or (c[0] == "mlp" and c[2] == 2 and c[1] != "interleaved")]
-            todo = [("1rank", m) for m in models if name == "after" or m == "mlp"] + todo
+            todo = [("1rank", m, acc) for m in models for acc in (1, 4, 8) if name == "after" or m == "mlp"] + todo
             if rep % 2:
                 todo = todo[::-1]
             for c in todo:
-                if c[0] == "1rank":
-                    d = run(1, os.path.join(b, "ch02_ddp"), MODELS[c[1]], a.steps)
-                    raw[name].setdefault("1rank_" + c[1], []).append({"ms": d["median_step_ms"]})
+                if c[0] == "1rank":  # the whole batch at once, and as M accumulated micro-batches
+                    d = run(1, os.path.join(b, "ch02_ddp"), MODELS[c[1]] + ["--accum", str(c[2])], a.steps)
+                    key = "1rank_" + c[1] + ("" if c[2] == 1 else "_accum%d" % c[2])
+                    raw[name].setdefault(key, []).append({"ms": d["median_step_ms"]})
                     continue
                 model, sched, P, M = c
                 args = MODELS[model] + ["--schedule", sched, "--micro-batches", str(M), "--pp", str(P)]
@@ -108,9 +111,9 @@ def main():
     for name, _ in sets:
         r = raw[name]
         out = {"one_rank_step_ms": {}, "cases": {}, "raw": r}
-        for m in models:
-            if "1rank_" + m in r:
-                out["one_rank_step_ms"][m] = statistics.median(x["ms"] for x in r["1rank_" + m])
+        for k in r:
+            if k.startswith("1rank_"):
+                out["one_rank_step_ms"][k[6:]] = statistics.median(x["ms"] for x in r[k])
         for c in cases:
             k = case_key(*c)
             if k not in r:
@@ -122,16 +125,19 @@ def main():
             f = formula(sched, P, M)
             one = out["one_rank_step_ms"][model]
             ideal = one / P / (1 - f)
+            acc = out["one_rank_step_ms"].get(model + ("" if M == 1 else "_accum%d" % M))
+            ideal_acc = acc / P / (1 - f) if acc else None
             ok = abs(bub - f) <= 0.1 * f + 0.02
             out["cases"][k] = {"model": model, "schedule": sched, "P": P, "M": M, "bubble_fraction": bub,
                                "bubble_formula": f, "within": ok, "step_ms": ms, "ideal_ms": ideal,
-                               "ratio": ms / ideal}
+                               "ratio": ms / ideal, "ideal_same_micro_ms": ideal_acc,
+                               "ratio_same_micro": ms / ideal_acc if ideal_acc else None}
             print(hdr.replace("%8s %8s", "%8.3f %8.3f").replace("%10s %10s %6s", "%10.1f %10.1f %6.2f") %
-                  (name, model, sched, P, M, bub, f, "ok" if ok else "no", ms, ideal, ms / ideal))
-        for m in models:
-            if m in out["one_rank_step_ms"]:
-                print("%-20s %s: 1-rank step (ch02_ddp, 1 rank, same batch) %.1f ms" % (name, m,
-                                                                                          out["one_rank_step_ms"][m]))
+                  (name, model, sched, P, M, bub, f, "ok" if ok else "no", ms, ideal, ms / ideal) +
+                  ("   same micro-batches: ideal %.1f, x %.2f" % (ideal_acc, ms / ideal_acc) if ideal_acc else ""))
+        for m, v in sorted(out["one_rank_step_ms"].items()):
+            print("%-20s 1-rank step (ch02_ddp, 1 rank, same batch%s) %s: %.1f ms" % (
+                name, ", --accum " + m.split("accum")[1] if "accum" in m else "", m.split("_")[0], v))
         res["sets"][name] = out
     for k, why in skipped.items():
         print("skipped %s: %s" % (k, why))
