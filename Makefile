@@ -1,6 +1,7 @@
 # zerolab — one entry point.
 #   make demo            the guided tour (installs what is missing first)
-#   make test            every test (unit + multi-rank), ends with Criterion's summary
+#   make test            every contract (unit + multi-rank), ends with Criterion's summary
+#   make test-long       the longer sweeps make test leaves out (suites *_long)
 #   make run CH=03 NP=4 ARGS="--steps 50"
 #   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
 #   make doctor          what the build found;  make GPU=0  CPU only
@@ -40,7 +41,11 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS   ?= -O2 -g -fno-math-errno
-CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -Icommon -I$(IMPL) $(BLAS_CFLAGS) -MMD -MP
+# common/ is layered (notes/design.md, "The layers"): base < device < comm < model < train; each
+# layer is a folder, and every folder is on the include path ("comm.h", not a relative path)
+LAYERS   := base device comm model train
+LAYER_INC := $(LAYERS:%=-Icommon/%)
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(LAYER_INC) -I$(IMPL) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(BLAS_LIBS) -lpthread -lm
 
 # ---- CUDA: auto-detected; GPU=1 demands it, GPU=0 leaves it out --------------------------
@@ -76,15 +81,15 @@ ifeq ($(USE_CUDA),1)
   CFLAGS   += -DZL_CUDA -I$(CUDA_HOME)/include
   # -fmad=false: no fused multiply-add, so elementwise kernels (AdamW, SGD, add, scale) do the CPU
   # path's IEEE arithmetic step for step and CPU/GPU runs agree to the bit there (notes/gpu.md)
-  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -fmad=false -DZL_CUDA -Icommon $(shell mpicc --showme:compile) \
+  NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -fmad=false -DZL_CUDA $(LAYER_INC) $(shell mpicc --showme:compile) \
               -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -MMD -MP
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
   LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcublasLt -lnccl -lcudart -lstdc++
 endif
 
 # ---- sources (discovered: add a file, it is built) --------------------------------------
-COMMON_C  := $(wildcard common/*.c)
-COMMON_CU := $(if $(filter 1,$(USE_CUDA)),$(wildcard common/*.cu))
+COMMON_C  := $(foreach l,$(LAYERS),$(wildcard common/$(l)/*.c))
+COMMON_CU := $(if $(filter 1,$(USE_CUDA)),$(foreach l,$(LAYERS),$(wildcard common/$(l)/*.cu)))
 IMPL_C    := $(wildcard $(IMPL)/*.c)
 CHAPTERS  := $(sort $(notdir $(wildcard chapters/[0-9][0-9]_*)))
 COMMON_O  := $(COMMON_C:common/%.c=$(COBJ)/%.o) $(COMMON_CU:common/%.cu=$(COBJ)/%.cu.o)
@@ -105,7 +110,7 @@ TEST_BIN  := $(OUT)/tests/zl_tests
 SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 
-.PHONY: all build demo test test-prep test-run run doctor deps exercises check-exercises exercise hint \
+.PHONY: all build demo test test-long test-prep test-run run doctor deps exercises check-exercises exercise hint \
         exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
@@ -193,6 +198,11 @@ ifeq ($(USE_CUDA),1)
 	@$(MAKE) --no-print-directory cuda-check
 endif
 
+# make test-long: the longer sweeps (suites *_long: more grids, more rows of a table), which
+# make test leaves out; each contract they check is also in make test at a smaller size.
+test-long: test-prep
+	@bash common/scripts/run_tests.sh $(TEST_BIN) '*_long/*'
+
 test-run: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
 
@@ -224,10 +234,10 @@ doctor:
 	 ZL_CUDA_HOME="$(CUDA_HOME)" ZL_GPU="$(GPU)" ZL_PYTHON="$(PYTHON)" ZL_PLOT_PYTHON="$(PLOT_PYTHON)" \
 	 ZL_CC="$(CC)" bash common/scripts/doctor.sh
 
-# every common/*.cu compiled into the CUDA-enabled libzl (make test runs it when the path is on)
+# every common/LAYER/*.cu compiled into the CUDA-enabled libzl (make test runs it when the path is on)
 cuda-check: $(LIB)
 ifeq ($(USE_CUDA),1)
-	@n=0; for f in $(COMMON_CU); do o=$(COBJ)/$$(basename $$f .cu).cu.o; \
+	@n=0; for f in $(COMMON_CU); do o=$(COBJ)/$${f#common/}; o=$${o%.cu}.cu.o; \
 	   test $$o -nt $$f || { echo "error: $$f was not compiled into $$o"; exit 1; }; n=$$((n+1)); done; \
 	 echo "CUDA path: $$n .cu file(s) compiled with $(NVCC) into $(LIB)$(if $(COMMON_CU), ($(notdir $(COMMON_CU))))"
 else

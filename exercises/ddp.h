@@ -10,8 +10,8 @@
 #ifndef ZL_DDP_H
 #define ZL_DDP_H
 #include <stdint.h>          // int64_t
-#include "../common/model.h" // model_t
-#include "../common/train.h" // strategy_t
+#include "model.h" // model_t
+#include "train.h" // strategy_t
 
 /* One bucket: units first_unit..last_unit (first <= last), i.e. the flat range [off, off+numel). */
 typedef struct ddp_bucket {

@@ -31,17 +31,18 @@
 #include "offload.h"             // offload_kind_t, offload_strategy, offload_host_adamw
 #include <pthread.h>             // pthread_create, pthread_join (host step threads)
 #include <stdio.h>               // snprintf
-#include <stdlib.h>              // free
+#include <stdlib.h>              // free, strtol
 #include <string.h>              // strcmp
 #include "zero.h"                // zero2_strategy, shard_plan, zero_rs_*, zero_* helpers
-#include "../common/check.h"     // die, xcalloc
-#include "../common/comm.h"      // comm_wait_all
-#include "../common/device.h"    // dev_copy_async, dev_copy_wait
-#include "../common/elementwise.h" // ew_adamw, ew_adamw_scalars, ew_sgd (after the pragma)
-#include "../common/exercise.h"  // zl_exercise_todo (in the generated stubs)
-#include "../common/ops.h"       // op_sumsq, op_cast
-#include "../common/tensor.h"    // tensor_alloc, tensor_alloc_host, tensor_at, tensor_free
-#include "../common/trace.h"     // trace_begin, trace_end
+#include "args.h"      // args_error, args_parse_count (offload_take_flags)
+#include "check.h"     // die, xcalloc
+#include "comm.h"      // comm_wait_all
+#include "device.h"    // dev_copy_async, dev_copy_wait
+#include "elementwise.h" // ew_adamw, ew_adamw_scalars, ew_sgd (after the pragma)
+#include "exercise.h"  // zl_exercise_todo (in the generated stubs)
+#include "ops.h"       // op_sumsq, op_cast
+#include "tensor.h"    // tensor_alloc, tensor_alloc_host, tensor_at, tensor_free
+#include "trace.h"     // trace_begin, trace_end
 
 /* ---- the host optimizer: elementwise.h over a range, optionally threaded ----------------- */
 
@@ -288,6 +289,33 @@ int offload_parse(const char *word, offload_kind_t *kind) {
   if (strcmp(word, "none") == 0) *kind = OFFLOAD_NONE;
   else if (strcmp(word, "optimizer") == 0) *kind = OFFLOAD_OPTIMIZER;
   else return -1;
+  return 0;
+}
+
+int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *threads, double *bench) {
+  int out = 1;
+  for (int i = 1; i < *argc; i++) {
+    const char *a = argv[i];
+    int ours = !strcmp(a, "--offload") || !strcmp(a, "--host-threads") || (bench && !strcmp(a, "--bench-adam"));
+    if (!ours) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (i + 1 >= *argc) return args_error(a, NULL, "needs a value");
+    const char *v = argv[++i];
+    if (!strcmp(a, "--offload")) {
+      if (offload_parse(v, kind)) return args_error(a, v, "allowed none|optimizer");
+    } else if (!strcmp(a, "--host-threads")) {
+      char *end;
+      long k = strtol(v, &end, 10);
+      if (*v == 0 || *end || k < 1 || k > 64) return args_error(a, v, "must be an integer in [1, 64]");
+      *threads = (int)k;
+    } else if (args_parse_count(v, bench) || *bench < 1 || *bench > 4e9) {
+      return args_error(a, v, "must be a count in [1, 4e9] (e.g. 16M)");
+    }
+  }
+  *argc = out;
+  argv[out] = NULL;
   return 0;
 }
 

@@ -20,14 +20,19 @@
 #ifndef ZL_OFFLOAD_H
 #define ZL_OFFLOAD_H
 #include <stdint.h>                // int64_t
-#include "../common/dtype.h"       // dtype_t
-#include "../common/elementwise.h" // ew_adamw_t
-#include "../common/train.h"       // strategy_t
+#include "dtype.h"       // dtype_t
+#include "elementwise.h" // ew_adamw_t
+#include "train.h"       // strategy_t
 
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER = 1 } offload_kind_t;
 
 /* "none" | "optimizer" → *kind; returns 0, or -1 for any other word. */
 int offload_parse(const char *word, offload_kind_t *kind);
+/* Takes the offload flags out of argv (the rest goes on to train_parse_args, *argc updated):
+ * --offload none|optimizer into *kind, --host-threads K (1..64) into *threads, and --bench-adam N
+ * into *bench when bench is not NULL (else it is not one of them). Returns 0, or 2 after one error
+ * line naming the flag (the caller exits with it). */
+int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *threads, double *bench);
 /* The ZeRO-2 strategy with `kind` offloaded: OFFLOAD_NONE is zero2_strategy() itself (the
  * reference the tests compare with), OFFLOAD_OPTIMIZER is "zero2-offload". host_threads >= 1:
  * threads of the host optimizer step (the bits do not depend on it). */

@@ -7,7 +7,7 @@
  * the units into stages, the naive / GPipe / 1F1B / interleaved 1F1B orders, the messages between
  * stages (notes/07-pipeline.md; the contract is in pipeline.h, the report in pipeline_report.c).
  *
- * The loop (train.c) runs this rank's list of operations (pp_schedule_ops), each the forward or
+ * The loop (loop.c) runs this rank's list of operations (pp_schedule_ops), each the forward or
  * the backward of one micro-batch over one CHUNK of units, and asks the schedule for the messages:
  *
  *   F k:  input  ← chunk c−1 (chunk 0: the data)    forward units    output → chunk c+1 (async)

@@ -37,7 +37,7 @@
 #ifndef ZL_PIPELINE_H
 #define ZL_PIPELINE_H
 #include <stdint.h>          // int64_t
-#include "../common/train.h" // schedule_t, train_op_t
+#include "train.h" // schedule_t, train_op_t
 
 typedef enum { PP_NAIVE = 0, PP_GPIPE = 1, PP_1F1B = 2, PP_INTERLEAVED = 3 } pp_schedule_t;
 

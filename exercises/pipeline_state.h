@@ -6,9 +6,9 @@
 #ifndef ZL_PIPELINE_STATE_H
 #define ZL_PIPELINE_STATE_H
 #include "pipeline.h"       // pp_schedule_t
-#include "../common/comm.h" // comm_t, comm_handle_t
-#include "../common/tensor.h" // tensor_t
-#include "../common/train.h"  // trainer_t
+#include "comm.h" // comm_t, comm_handle_t
+#include "tensor.h" // tensor_t
+#include "train.h"  // trainer_t
 
 /* Where a chunk's messages go: a communicator and the peer's rank in it (NULL: none, the data or
  * the loss is at that end). */

@@ -5,7 +5,7 @@
  * through comm_* with comm_set_impl(c, COLL_RING), never directly from the training loop. */
 #ifndef ZL_RING_H
 #define ZL_RING_H
-#include "../common/comm.h" // comm_t, comm_p2p_sendrecv, comm_local_reduce, comm_scratch
+#include "comm.h" // comm_t, comm_p2p_sendrecv, comm_local_reduce, comm_scratch
 
 /* Ring reduce-scatter: N−1 steps; at step s rank r sends chunk (r−s−1) mod N to r+1 and adds
  * chunk (r−s−2) mod N received from r−1. Rank r ends with chunk r reduced over all ranks. */

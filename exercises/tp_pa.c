@@ -6,7 +6,7 @@
  * reads it; an output that comes out of g's all-reduce (or from replicated weights on such an
  * output) is the same bits on all T ranks of the group — T copies, the waste ZeRO removed from the
  * optimizer states. Pa keeps 1/T of it on each rank and all-gathers it back for the backward. The
- * loop owns the buffers (train.c: the slices in out[u], the whole outputs in two working buffers);
+ * loop owns the buffers (loop.c: the slices in out[u], the whole outputs in two working buffers);
  * which outputs, which slice and the collective are TP's, here. */
 #include "tp_split.h" // tp_split_t, tp_unit_t
 #include "device.h"   // dev_memcpy

@@ -21,10 +21,10 @@
 #ifndef ZL_ZERO_H
 #define ZL_ZERO_H
 #include <stdint.h>            // int64_t
-#include "../common/comm.h"    // comm_handle_t
-#include "../common/model.h"   // model_t, unit_t
-#include "../common/tensor.h"  // tensor_t
-#include "../common/train.h"   // strategy_t, trainer_t, unit_layout_t
+#include "comm.h"    // comm_handle_t
+#include "model.h"   // model_t, unit_t
+#include "tensor.h"  // tensor_t
+#include "train.h"   // strategy_t, trainer_t, unit_layout_t
 
 /* ---- the shard plan (solutions/shard.c) ------------------------------------------------- */
 /* Re-lay out an initialized model (model_init) for `world` ranks: each unit's padded =

@@ -20,11 +20,11 @@
  * once, during the backward of the last micro-batch. */
 #include "zero.h"              // zero1_strategy, shard_plan, zero_* helpers
 #include <stdlib.h>            // free
-#include "../common/check.h"    // xmalloc, xcalloc
-#include "../common/comm.h"     // comm_reduce_scatter_async, comm_wait_all
-#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
-#include "../common/tensor.h"   // tensor_alloc, tensor_free
-#include "../common/trace.h"    // trace_begin, trace_end
+#include "check.h"    // xmalloc, xcalloc
+#include "comm.h"     // comm_reduce_scatter_async, comm_wait_all
+#include "exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "tensor.h"   // tensor_alloc, tensor_free
+#include "trace.h"    // trace_begin, trace_end
 
 typedef struct zero1 {
   tensor_t grad_shard; /* (P/N) reduce-scatter output, wdt: transient, LEDGER_COMM */

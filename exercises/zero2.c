@@ -19,12 +19,12 @@
 #include "zero.h"              // zero2_strategy, zero_rs_t, shard_plan, zero_* helpers
 #include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free
-#include "../common/check.h"    // xcalloc
-#include "../common/comm.h"     // comm_reduce_scatter_async, comm_wait, comm_wait_all
-#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
-#include "../common/ops.h"      // op_add, op_fill
-#include "../common/tensor.h"   // tensor_alloc, tensor_free, tensor_at
-#include "../common/trace.h"    // trace_begin, trace_end
+#include "check.h"    // xcalloc
+#include "comm.h"     // comm_reduce_scatter_async, comm_wait, comm_wait_all
+#include "exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "ops.h"      // op_add, op_fill
+#include "tensor.h"   // tensor_alloc, tensor_free, tensor_at
+#include "trace.h"    // trace_begin, trace_end
 
 /* ---- the reduce-scatter during backward (zero_rs_*, declared in zero.h; ZeRO-3 uses it) ---- */
 void zero_rs_init(zero_rs_t *r, trainer_t *t) {

@@ -29,15 +29,15 @@
 #include <stdlib.h>              // free, strtol
 #include <string.h>              // strcmp
 #include "zero.h"                // zero2_strategy, shard_plan, zero_rs_*, zero_* helpers
-#include "../common/args.h"      // args_error, args_parse_count (offload_take_flags)
-#include "../common/check.h"     // die, xcalloc
-#include "../common/comm.h"      // comm_wait_all
-#include "../common/device.h"    // dev_copy_async, dev_copy_wait
-#include "../common/elementwise.h" // ew_adamw, ew_adamw_scalars, ew_sgd (after the pragma)
-#include "../common/exercise.h"  // zl_exercise_todo (in the generated stubs)
-#include "../common/ops.h"       // op_sumsq, op_cast
-#include "../common/tensor.h"    // tensor_alloc, tensor_alloc_host, tensor_at, tensor_free
-#include "../common/trace.h"     // trace_begin, trace_end
+#include "args.h"      // args_error, args_parse_count (offload_take_flags)
+#include "check.h"     // die, xcalloc
+#include "comm.h"      // comm_wait_all
+#include "device.h"    // dev_copy_async, dev_copy_wait
+#include "elementwise.h" // ew_adamw, ew_adamw_scalars, ew_sgd (after the pragma)
+#include "exercise.h"  // zl_exercise_todo (in the generated stubs)
+#include "ops.h"       // op_sumsq, op_cast
+#include "tensor.h"    // tensor_alloc, tensor_alloc_host, tensor_at, tensor_free
+#include "trace.h"     // trace_begin, trace_end
 
 /* ---- the host optimizer: elementwise.h over a range, optionally threaded ----------------- */
 

@@ -18,9 +18,9 @@
 #ifndef ZL_OFFLOAD_H
 #define ZL_OFFLOAD_H
 #include <stdint.h>                // int64_t
-#include "../common/dtype.h"       // dtype_t
-#include "../common/elementwise.h" // ew_adamw_t
-#include "../common/train.h"       // strategy_t
+#include "dtype.h"       // dtype_t
+#include "elementwise.h" // ew_adamw_t
+#include "train.h"       // strategy_t
 
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER = 1 } offload_kind_t;
 

@@ -7,13 +7,13 @@
 #include "zero.h"            // shard_plan, zero_* declarations
 #include <stdlib.h>          // free
 #include <string.h>          // memcpy
-#include "../common/check.h"  // die, xmalloc
-#include "../common/comm.h"   // comm_all_gather_async, comm_wait
-#include "../common/device.h" // dev_upload
-#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
-#include "../common/ops.h"    // op_cast, op_sumsq
-#include "../common/tensor.h" // tensor_at
-#include "../common/trace.h"  // trace_begin, trace_end
+#include "check.h"  // die, xmalloc
+#include "comm.h"   // comm_all_gather_async, comm_wait
+#include "device.h" // dev_upload
+#include "exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "ops.h"    // op_cast, op_sumsq
+#include "tensor.h" // tensor_at
+#include "trace.h"  // trace_begin, trace_end
 
 void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md

@@ -5,7 +5,7 @@
  *
  * Every collective here is an all-reduce on the TP group, blocking: its result is needed by the
  * very next op (the critical path — unlike DDP's gradient all-reduce, nothing overlaps it).
- * The local math is the ordinary ops of common/ops.h on this rank's slices. */
+ * The local math is the ordinary ops of common/device/ops.h on this rank's slices. */
 #include "tp.h"       // tp_*, comm_t, tensor_t
 #include "check.h"    // die, xmalloc
 #include "device.h"   // dev_memcpy

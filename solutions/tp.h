@@ -1,6 +1,6 @@
 /* tp.h — chapter 06's adapter: Megatron-LM's tensor parallelism (notes/06-tensor-parallel.md).
  *
- * T ranks of one tensor-parallel group (`tp`, a comm_split communicator: common/grid.h) share
+ * T ranks of one tensor-parallel group (`tp`, a comm_split communicator: common/comm/grid.h) share
  * each split layer. Megatron's two conjugate operators carry all of its communication:
  *   f   forward: identity (every rank already holds the whole input)
  *       backward: all-reduce (each rank's input gradient is a partial sum over its slice)
@@ -23,10 +23,10 @@
 #ifndef ZL_TP_H
 #define ZL_TP_H
 #include <stdint.h>           // int64_t
-#include "../common/comm.h"   // comm_t, comm_chunk_lo, comm_chunk_numel
-#include "../common/tensor.h" // tensor_t
-#include "../common/model.h"  // model_t
-#include "../common/dtype.h"  // dtype_t
+#include "comm.h"   // comm_t, comm_chunk_lo, comm_chunk_numel
+#include "tensor.h" // tensor_t
+#include "model.h"  // model_t
+#include "dtype.h"  // dtype_t
 
 /* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
 void tp_f_forward(comm_t *tp, const float *x, int64_t numel);   /* identity: nothing moves */
@@ -47,7 +47,7 @@ void tp_row_slice(float *W_r, const float *W, int in, int out, int T, int r);
 void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r);
 
 /* ---- the split linears (exercises): what training runs -------------------------------------
- * The arguments follow op_linear_fwd / op_linear_bwd (common/ops.h): weights and their gradients
+ * The arguments follow op_linear_fwd / op_linear_bwd (common/device/ops.h): weights and their gradients
  * in wdt (DT_F32 or DT_BF16), activations fp32, beta 0 to overwrite the gradients or 1 to
  * accumulate them (micro-batches). The split MLP and the split GPT train through these four
  * (tp_split.c, tp_gpt.c), the block below and chapter 06's checks call them too. */

@@ -72,7 +72,7 @@ int64_t tp_unit_local_numel(const model_t *m, int u, int q) {
 static float *tp_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
   const tp_split_t *s = m->ctx;
   *full_numel = s->full.numel;
-  if (!has_local) return NULL; /* the same on the whole group (train.c: DP rank 0 holds the export) */
+  if (!has_local) return NULL; /* the same on the whole group (loop.c: DP rank 0 holds the export) */
   int T = s->T;
   char *all = NULL;
   int64_t *sizes = NULL;

@@ -25,11 +25,11 @@
 #include <stdlib.h>            // free, getenv, atoi
 #include <string.h>            // strcmp
 #include <unistd.h>            // sysconf
-#include "../common/check.h"    // die, xcalloc
-#include "../common/comm.h"     // comm_all_gather_async, comm_wait
-#include "../common/exercise.h" // zl_exercise_todo (in the generated stubs)
-#include "../common/tensor.h"   // tensor_alloc, tensor_free
-#include "../common/trace.h"    // trace_begin, trace_end
+#include "check.h"    // die, xcalloc
+#include "comm.h"     // comm_all_gather_async, comm_wait
+#include "exercise.h" // zl_exercise_todo (in the generated stubs)
+#include "tensor.h"   // tensor_alloc, tensor_free
+#include "trace.h"    // trace_begin, trace_end
 
 typedef struct gather_slot {
   tensor_t buf;    /* (unit padded) gathered working params, LEDGER_COMM; empty when free */
@@ -45,7 +45,7 @@ typedef struct zero3 {
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
 } zero3_t;
 
-static int n_events(const trainer_t *t) { return t->n_uses; }
+__attribute__((unused)) static int n_events(const trainer_t *t) { return t->n_uses; }
 static int event_unit(const trainer_t *t, int e) { return t->uses[e].unit; }
 static int find_slot(const zero3_t *z, int e) {
   for (int s = 0; s < z->nslots; s++)
@@ -157,7 +157,7 @@ static void zero3_setup(trainer_t *t) {
   zero_init_params(t, 0);
 }
 
-/* A forward with no backward (validation, sampling: train.c) leaves the first backward units
+/* A forward with no backward (validation, sampling: loop.c) leaves the first backward units
  * it prefetched in their slots; the next sequence starts with every slot free again. In training
  * nothing is held at its first event (the last backward released everything), so this changes
  * nothing there. */

@@ -269,7 +269,7 @@ static inline zl_out_t zl_launch(int np, int timeout_s, const char *dir_tag, con
 /* One complete event of a --trace file (row 0 compute, 1 comm); issued = ts − args.queued (the
  * caller's issue); coll: a collective whose args say "op":"<op>". */
 typedef struct zl_tev { char name[48]; int pid, tid, coll; double ts, dur, issued; } zl_tev_t;
-/* Every "ph": "X" event of a trace (one per line, as common/trace.c writes them); returns the count. */
+/* Every "ph": "X" event of a trace (one per line, as common/base/trace.c writes them); returns the count. */
 static inline int zl_read_trace(const char *text, const char *op, zl_tev_t *ev, int max) {
   char want[64];
   snprintf(want, sizeof want, "\"op\":\"%s\"", op);

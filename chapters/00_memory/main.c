@@ -8,7 +8,7 @@
  * With a transformer shape (--layers --hidden --heads --seq [--micro-batch --vocab]) it adds the
  * activations of one micro-batch (notes/gpt.md): Korthikanti et al. 2022's 16-bit count
  * s·b·h·(34 + 5·a·s/h) bytes per layer, with and without full recomputation, beside this
- * repository's fp32 GPT of the same shape (gpt_acts_bytes, common/gpt.h). Activations are the
+ * repository's fp32 GPT of the same shape (gpt_acts_bytes, common/model/gpt.h). Activations are the
  * same at every stage: ZeRO shards model states, not activations.
  * With the default K and no --fp32-grads the stages' numbers are what the strategies of chapters
  * 02-05 say about themselves (strategy_t.formula: solutions/ddp.c, zero1.c, zero2.c, zero3.c) —
@@ -228,12 +228,12 @@ int main(int argc, char **argv) {
     double s = seq, h = hidden, a = heads, sbh = s * (double)micro * h;
     printf("\nactivations of one micro-batch (every rank, every stage: ZeRO does not shard them)\n");
     printf("shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads, seq,
-           (long long)micro, psi_given ? "" : " (Ψ above from this shape: the GPT of common/gpt.h with --vocab)");
+           (long long)micro, psi_given ? "" : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
     printf("Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f bytes\n", sbh,
            34.0 + 5.0 * a * s / h, act.per_layer);
     printf("  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f bytes\n", layers, act.total,
            act.recompute);
-    printf("this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/gpt.h): %.0f bytes; --recompute %.0f bytes\n",
+    printf("this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; --recompute %.0f bytes\n",
            vocab, act.ours, act.ours_rc);
     printf("\nmodel states + activations per rank, in GB (1e9 bytes); activations by Korthikanti et al.\n");
     printf("%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp", "total");

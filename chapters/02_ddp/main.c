@@ -1,6 +1,6 @@
 /* ch02_ddp — data-parallel training three ways: naive, per-unit overlap, buckets (notes/02-ddp.md).
  *   make run CH=02 NP=2 ARGS="--variant naive"
- * The loop, the report and the flags are common/train.c; the strategy is solutions/ddp.c. */
+ * The loop, the report and the flags are common/train/loop.c; the strategy is solutions/ddp.c. */
 #include "ddp.h"   // ddp_strategy
 #include "train.h" // train_cfg_t, train_parse_args, train_main
 

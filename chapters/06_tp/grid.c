@@ -1,4 +1,4 @@
-/* ch06_grid — which ranks form which tensor-, pipeline- and data-parallel group (common/grid.h):
+/* ch06_grid — which ranks form which tensor-, pipeline- and data-parallel group (common/comm/grid.h):
  * for every T dividing ranks / P (or the one --tp names), each rank's line, in rank order.
  *   make run CH=06 NP=4 PROG=grid ARGS="--tp 2"
  *   make run CH=06 NP=8 PROG=grid ARGS="--tp 2 --pp 2" */

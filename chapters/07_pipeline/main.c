@@ -3,7 +3,7 @@
  *   make run CH=07 NP=4 ARGS="--pp 4 --micro-batches 8 --schedule 1f1b"
  * With --tp T (3-D: N = D x P x T): every stage's units split over T consecutive ranks
  * (solutions/tp.c), the pipelines made of the ranks / T data-parallel ranks.
- * The loop, the report and the flags are common/train.c; the schedule is solutions/pipeline.c;
+ * The loop, the report and the flags are common/train/loop.c; the schedule is solutions/pipeline.c;
  * the data dimension (--zero S over the D = ranks / (P x T) replicas of each stage) is the
  * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c. */
 #include "args.h"     // args_env_world

@@ -8,7 +8,7 @@ the identical model, on the CPU (notes/benchmarks.md, "GPT"; notes/gpt.md).
     make bench-gpt                      (the same, into results/)
 
 Both sides: the same GPT (gpt_reference.GPT, the module the reference fixture checks against
-common/gpt.c), fp32, AdamW (lr 3e-3, betas 0.9/0.999, eps 1e-8, no weight decay: our defaults),
+common/model/gpt.c), fp32, AdamW (lr 3e-3, betas 0.9/0.999, eps 1e-8, no weight decay: our defaults),
 the same GLOBAL batch of --batch sequences split over N ranks, one thread per rank (ours: one
 OpenBLAS thread per MPI rank, zlrun; PyTorch: torch.set_num_threads(1) per process).
   ours     common/scripts/zlrun N BIN/ch02_ddp --model gpt --gpt P --batch B --steps S
@@ -43,7 +43,7 @@ try:
 except ImportError:
     torch = None
 
-# common/gpt.c gpt_preset: (n_layer, n_head, n_embd, seq_len, vocab); checked against ours' --json
+# common/model/gpt.c gpt_preset: (n_layer, n_head, n_embd, seq_len, vocab); checked against ours' --json
 PRESETS = {"tiny": (2, 2, 32, 16, 256), "small": (4, 4, 128, 64, 256), "124m-shape": (12, 12, 768, 1024, 256)}
 HP = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 

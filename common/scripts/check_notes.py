@@ -299,18 +299,24 @@ def anchors_of(path):
     return out
 
 
-def check_links(page):
-    """'PAGE:LINE: ...' for each relative link whose file or #anchor does not exist."""
+def prose_lines(page):
+    """(page as named in messages, line number, line) for each line outside fenced blocks."""
     rel = os.path.relpath(page, ROOT)
     where = page if rel.startswith("..") else rel
-    bad, fence = [], False
+    fence = False
     with open(page, encoding="utf-8") as f:
         lines = f.read().split("\n")
     for n, line in enumerate(lines, 1):
         if re.match(r"^(`{3,}|~{3,})", line):
             fence = not fence
-        if fence:
-            continue
+        if not fence:
+            yield where, n, line
+
+
+def check_links(page):
+    """'PAGE:LINE: ...' for each relative link whose file or #anchor does not exist."""
+    bad = []
+    for where, n, line in prose_lines(page):
         for m in LINK.finditer(line):
             target = m.group(1)
             if re.match(r"^[a-z]+:", target):
@@ -321,6 +327,51 @@ def check_links(page):
                 bad.append("%s:%d: link %s: no such file" % (where, n, target))
             elif anchor and path.endswith(".md") and anchor not in anchors_of(path):
                 bad.append("%s:%d: link %s: no heading with that anchor in %s" % (where, n, target, file or "this page"))
+    return bad
+
+
+# ---- code references: `common/comm/comm.c` names a file that exists, and `loop_ops.c:trainer_loss`
+# (or `loop_ops.c: trainer_loss`) a symbol that file holds; a bare file name must be unique ------
+CODE_REF = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:cuh|cu|c|h))\b(?::\s?([A-Za-z_]\w*))?")
+SOURCE_DIRS = ("common", "solutions", "chapters", "tests")
+_sources = None
+
+
+def source_files():
+    """basename -> [paths relative to ROOT] of every C/CUDA source under SOURCE_DIRS."""
+    global _sources
+    if _sources is None:
+        _sources = {}
+        for top in SOURCE_DIRS:
+            for d, _, names in os.walk(os.path.join(ROOT, top)):
+                for n in names:
+                    if re.search(r"\.(c|h|cu|cuh)$", n):
+                        _sources.setdefault(n, []).append(os.path.relpath(os.path.join(d, n), ROOT))
+    return _sources
+
+
+def check_code_refs(page):
+    """'PAGE:LINE: ...' for each code reference whose file or symbol does not exist."""
+    bad = []
+    for where, n, line in prose_lines(page):
+        for m in CODE_REF.finditer(line):
+            file, sym = m.group(1), m.group(2)
+            if "/" in file:
+                if not file.startswith(SOURCE_DIRS) or file.startswith("exercises/"):
+                    continue
+                cands = [file] if os.path.exists(os.path.join(ROOT, file)) else []
+                if not cands:
+                    bad.append("%s:%d: `%s`: no such file" % (where, n, file))
+                    continue
+            else:
+                cands = source_files().get(file, [])
+                if not cands:
+                    if sym:  # a bare name without a symbol may be a program's output file
+                        bad.append("%s:%d: `%s`: no source file of that name" % (where, n, file))
+                    continue
+            if sym and not any(re.search(r"\b%s\b" % re.escape(sym), open(os.path.join(ROOT, c), encoding="utf-8",
+                                                                         errors="replace").read()) for c in cands):
+                bad.append("%s:%d: `%s:%s`: %s holds no %s" % (where, n, file, sym, " or ".join(cands), sym))
     return bad
 
 
@@ -375,7 +426,7 @@ def main():
     for page in pages_of(a.pages):
         marks, wrong_numbers = check_numbers(page)
         n_marks += marks
-        for b in wrong_numbers + check_links(page):
+        for b in wrong_numbers + check_links(page) + check_code_refs(page):
             print(b)
             wrong += 1
         if a.numbers:

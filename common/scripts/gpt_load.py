@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """gpt_load.py — load zerolab's GPT weights (safetensors, GPT-2's names) and sample from them
-(notes/gpt.md, "Loading the weights in PyTorch"; the format: common/export.h).
+(notes/gpt.md, "Loading the weights in PyTorch"; the format: common/model/export.h).
 
 The file comes from `zl_ckpt export CKPT OUT.safetensors` or from `--save-params PATH` (which
 writes PATH.safetensors beside the raw PATH for --model gpt). This script
@@ -75,7 +75,7 @@ def shape_of(tensors):
 
 
 def names(L):
-    """Every tensor name, in our flat order (common/gpt.h), with its Conv1D flag."""
+    """Every tensor name, in our flat order (common/model/gpt.h), with its Conv1D flag."""
     out = [("wte.weight", False), ("wpe.weight", False)]
     for l in range(L):
         out += [(f"h.{l}.{n}", conv) for n, conv in BLOCK]
@@ -111,7 +111,7 @@ def check_raw(tensors, raw_path):
     print(f"check: {len(names(L))} tensors == {raw_path} ({at} float32 values), bit for bit")
 
 
-# ---- the plain-Python forward (float64): common/gpt.c's GPT, one sequence ----------------------
+# ---- the plain-Python forward (float64): common/model/gpt.c's GPT, one sequence ----------------------
 
 def py_model(tensors, n_head):
     L, C, T, V = shape_of(tensors)
@@ -192,7 +192,7 @@ def sample(logits_last, seq_len, n):
     ctx, text = [10], []
     for _ in range(n):
         row = logits_last(ctx)
-        nxt = max(range(len(row)), key=lambda v: (row[v], -v))  # the first maximum, as train.c
+        nxt = max(range(len(row)), key=lambda v: (row[v], -v))  # the first maximum, as loop.c
         text.append(chr(nxt) if 32 <= nxt < 127 or nxt in (9, 10) else "?")
         ctx = (ctx + [nxt])[-seq_len:]
     return "".join(text)

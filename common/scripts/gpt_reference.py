@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpt_reference.py — the PyTorch reference for common/gpt.c (notes/gpt.md, "PyTorch").
+"""gpt_reference.py — the PyTorch reference for common/model/gpt.c (notes/gpt.md, "PyTorch").
 
 Builds the same GPT-2 in PyTorch (class GPT below: token + position embeddings, pre-LN blocks
 with causal self-attention and a tanh-GELU MLP, final LayerNorm, untied head without bias), loads
@@ -38,7 +38,7 @@ except ImportError:  # torch is optional
 
 
 def layout(n_layer, n_embd, seq_len, vocab):
-    """[(name, shape)] in the order of common/gpt.h: embedding | blocks | head."""
+    """[(name, shape)] in the order of common/model/gpt.h: embedding | blocks | head."""
     C, T, V = n_embd, seq_len, vocab
     out = [("wte", (V, C)), ("wpe", (T, C))]
     for l in range(n_layer):
@@ -82,7 +82,7 @@ if torch is not None:
             return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
     class GPT(nn.Module):
-        """GPT-2 as common/gpt.c builds it: untied wte and head, the head without bias."""
+        """GPT-2 as common/model/gpt.c builds it: untied wte and head, the head without bias."""
 
         def __init__(self, n_layer, n_head, n_embd, seq_len, vocab, sdpa=False):
             super().__init__()
@@ -113,7 +113,7 @@ if torch is not None:
 
         @torch.no_grad()
         def load_flat(self, flat):
-            """Copy our flat fp32 buffer (Ψ values, common/gpt.h's order) into the module."""
+            """Copy our flat fp32 buffer (Ψ values, common/model/gpt.h's order) into the module."""
             at = 0
             for p in self.tensors():
                 n = p.numel()
@@ -186,7 +186,7 @@ def main():
     rows = [0, T - 1, T + T // 2, B * T - 1] if B >= 2 else [0, T // 2, T - 1]
     lg = logits.detach().view(B * T, V).tolist()
     lines = [
-        f"# gpt_tiny_ref — PyTorch reference for common/gpt.c, written by common/scripts/gpt_reference.py",
+        f"# gpt_tiny_ref — PyTorch reference for common/model/gpt.c, written by common/scripts/gpt_reference.py",
         f"# torch {torch.__version__}, python {sys.version.split()[0]}; fp32 on the CPU, 1 thread;",
         f"# command: python3 common/scripts/gpt_reference.py --build {a.build} --preset {a.preset} --seed {a.seed} "
         f"--batch {a.batch} --steps {a.steps} --data {a.data} --out {a.out}",

@@ -6,7 +6,7 @@
 
   gpt_units        SCHEMATIC (no inputs): the GPT as the strategies see it, one box per unit
                    (embedding | L pre-LN blocks | final LN + head), the ops inside a block, and
-                   what each unit keeps for its backward (common/gpt.h).
+                   what each unit keeps for its backward (common/model/gpt.h).
   ch00_gpt_acts    per-rank memory of an 8B model at sequence lengths 1024 ... 16384, from
                    ch00_memory --json (results/ch00_acts_s<S>.json): model states at DDP and at
                    ZeRO-3 (N = 8) stacked under the activations of one sequence, without and
@@ -80,7 +80,7 @@ def fig_units(results, outdir, binary):
     ax.text(0.2, 5.75, "tokens (B, T)", fontsize=9)
     ax.text(10.0, 5.75, "logits (B, T, V) → loss", fontsize=9)
     # what each keeps for backward
-    ax.text(0.2, 3.75, "what each unit keeps for its backward (fp32 elements per sequence; common/gpt.h):",
+    ax.text(0.2, 3.75, "what each unit keeps for its backward (fp32 elements per sequence; common/model/gpt.h):",
             fontsize=10, fontweight="bold")
     box(0.2, 2.3, 1.9, 1.2, "nothing\n(its input is tokens)\n\n0", "#DCE6F2", fs=8)
     box(2.6, 2.3, 6.3, 1.2, "ln1 out TC, mean/rstd 2T, qkv 3TC, att probs NH·T², att out TC,\n"

@@ -3,7 +3,7 @@
 
     python3 common/scripts/plot_pipeline.py --out FIG.png naive=T1.json gpipe=T2.json 1f1b=T3.json
 
-Each trace is a ch07_pipeline --trace file (Chrome trace, common/trace.h: pid = rank, tid 0
+Each trace is a ch07_pipeline --trace file (Chrome trace, common/base/trace.h: pid = rank, tid 0
 compute, tid 1 communication). For each schedule, one panel: the stages as rows (rank r of a
 pipeline with D = 1 is stage r), the forward ("F k") and backward ("B k") blocks of every
 micro-batch k of the LAST step ("F k.c": on chunk c, interleaved), and the point-to-point messages (send/recv act/grad) as thin

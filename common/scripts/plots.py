@@ -28,7 +28,7 @@ Schematics (no inputs; counted on their own line):
   gpt_units        --only gpt_units: the GPT as the strategies see it (plot_gpt.py)
   schematic_tp     --only schematic_tp: one tensor-parallel MLP block on 2 ranks, f and g (chapter 06)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
-(common/trace.h: pid = rank, tid 0 compute, tid 1 communication).
+(common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
 import argparse
 import glob

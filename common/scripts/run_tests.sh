@@ -7,7 +7,9 @@
 # a failing test prints its messages as it happens. The last line printed is Criterion's
 # summary; the exit code is Criterion's (non-zero when a test failed or crashed), so
 # `make test` fails with it.
-#   FILTER: Criterion's --filter, e.g. 'ch01*/*' (one chapter) or 'common_exercises/*'.
+#   FILTER: Criterion's --filter, e.g. 'ch01*/*' (one chapter) or 'common_exercises/*'. Without
+#   one, suites named *_long are left out: they are the longer sweeps of `make test-long`
+#   (filter '*_long/*'); `make test` covers each of their contracts at a smaller size.
 #   ZL_TEST_VERBOSE=1: Criterion's own --verbose output, unfiltered (a line as each test starts
 #   and ends, and the tests' info lines).
 set -u
@@ -22,7 +24,8 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 # --device auto stays on the CPU; `make test-gpu` runs the GPU suite (ZL_TEST_GPUS=1 keeps them).
 [ "${ZL_TEST_GPUS:-0}" = 1 ] || export CUDA_VISIBLE_DEVICES=
 args=(--jobs "${ZL_TEST_JOBS:-1}" --short-filename --verbose)
-[ -n "$filter" ] && args+=(--filter "$filter")
+[ -n "$filter" ] || filter='!(*_long)/*'
+args+=(--filter "$filter")
 echo "tests: ${bin#"$root"/}${filter:+ --filter '$filter'}, one at a time; a line per suite, failures as they happen (ZL_TEST_VERBOSE=1 shows each test)"
 if [ "${ZL_TEST_VERBOSE:-0}" = 1 ]; then exec "$bin" "${args[@]}" </dev/null; fi
 # Criterion --verbose prints [RUN ] / [PASS] / [FAIL] per test, the [----] lines of a failure (or

@@ -1,5 +1,5 @@
 /* zl_allocsim — replay --alloc-trace files through the caching allocator and ZeRO's contiguous
- * regions (common/allocsim.h) and print reserved vs allocated peaks, the largest free block and
+ * regions (common/base/allocsim.h) and print reserved vs allocated peaks, the largest free block and
  * the first allocation that fails under a budget with the caching allocator but not with the
  * regions. Usage: zl_allocsim [--json PATH] LABEL=TRACE... (notes/zero-r.md). */
 #include "allocsim.h" // allocsim_run, allocsim_min_budget, allocsim_load

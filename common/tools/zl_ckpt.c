@@ -1,4 +1,4 @@
-/* zl_ckpt — look into and convert zerolab checkpoints (notes/reliability.md; common/ckpt.h).
+/* zl_ckpt — look into and convert zerolab checkpoints (notes/reliability.md; common/train/ckpt.h).
  *   zl_ckpt inspect DIR            print the manifest and verify every file (exit 1 if bad)
  *   zl_ckpt consolidate DIR OUT    the full fp32 state, whatever stage and world size saved it
  *                                  (the zero_to_fp32 of this project), into directory OUT:
@@ -16,7 +16,7 @@
  *                                  solutions/tp.h's tp_map_unit)
  *   zl_ckpt export DIR OUT [--format safetensors|raw]
  *                                  the fp32 weights alone for other tools: safetensors (default)
- *                                  with GPT-2's tensor names and shapes (common/export.h), which
+ *                                  with GPT-2's tensor names and shapes (common/model/export.h), which
  *                                  common/scripts/gpt_load.py loads into PyTorch; raw: the
  *                                  --save-params format (Ψ float32)
  * DIR is a --ckpt directory (its latest checkpoint) or one step directory. A plain program:
@@ -29,7 +29,7 @@
 #include "ckpt.h"     // ckpt_tp_layout, ckpt_write_grid_free, ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
 #include "check.h"    // die, xmalloc
 #include "export.h"   // export_safetensors, export_model_t
-#include "report.h"   // report_write_output
+#include "outfile.h"  // outfile_write
 #include "gpt.h"      // gpt_init (the full model of a manifest)
 #include "model.h"    // model_init, model_free
 #include "tp.h"       // tp_split_model, tp_map_unit, tp_unit_local_numel (a --tp T save's parts -> full units)
@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
       ckpt_read_range(&r, 0, u, 0, m.units[u].numel, w + at);
     ckpt_reader_close(&r);
     if (!strcmp(fmt, "raw")) {
-      report_write_output("export", argv[3], (const char *)w, m.psi * (int64_t)sizeof(float));
+      outfile_write("export", argv[3], (const char *)w, m.psi * (int64_t)sizeof(float));
     } else {
       char step[16], shape[96];
       snprintf(step, sizeof step, "%d", m.step);

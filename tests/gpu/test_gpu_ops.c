@@ -1,11 +1,11 @@
-/* test_gpu_ops.c — every CUDA op (common/ops_cuda.cu) against the CPU op (common/ops_cpu.c) on
+/* test_gpu_ops.c — every CUDA op (common/device/ops_cuda.cu) against the CPU op (common/device/ops_cpu.c) on
  * fresh random inputs. Needs a GPU: part of `make test-gpu`, never of `make test`.
  * Notes: notes/gpu.md.
  *
  * Rules: outputs are poisoned (all bits set: NaN in f32 and bf16) before each run, so an element
  * the kernel forgot to write fails; NaN never passes a comparison.
  * Element-wise ops — AdamW, SGD, casts, add, max, scale, fill, GELU — are compared BITWISE: CPU and
- * GPU call the same functions (common/elementwise.h, dtype.h) with no fused multiply-add on either
+ * GPU call the same functions (common/device/elementwise.h, dtype.h) with no fused multiply-add on either
  * side, so any differing bit is a bug. Sums over many terms (matmuls, bias gradients, softmax rows,
  * Σx²) add in different orders on the two devices; they are compared with relative tolerances:
  * fp32 results 1e-5, bf16 results 1e-2, fp16 results 5e-3, the bf16 tensor-core GEMMs 1e-2; matmuls normwise

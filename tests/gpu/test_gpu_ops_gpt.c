@@ -1,4 +1,4 @@
-/* test_gpu_ops_gpt.c — every CUDA op of common/ops_gpt.h (ops_gpt_cuda.cu) against the CPU op
+/* test_gpu_ops_gpt.c — every CUDA op of common/device/ops_gpt.h (ops_gpt_cuda.cu) against the CPU op
  * (ops_gpt_cpu.c) on the same random inputs, plus linear without bias on CUDA. Needs a GPU: part
  * of `make test-gpu`, never of `make test`. Notes: notes/gpu.md.
  *

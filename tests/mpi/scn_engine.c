@@ -1,5 +1,5 @@
 /* scn_engine.c — the progress engine's contract, one scenario per argument (driven by
- * tests/mpi/test_engine.c; common/comm_engine.h):
+ * tests/mpi/test_engine.c; common/comm/comm_engine.h):
  *   threads  the rank's thread count after comm_init and after splitting seven sub-communicators
  *            (six 2-rank groups: TP-, DP-like pairs, pipeline-like links, a split of a split;
  *            one 4-rank group), each reducing twice: one engine thread, eight fibers, and one

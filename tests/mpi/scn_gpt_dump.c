@@ -5,7 +5,7 @@
  *   scn_gpt_dump PRESET SEED BATCH TEXT OUTDIR [WEIGHTS]
  *
  * writes OUTDIR/params.bin   Ψ float32 (little endian), the unpadded flat buffer unit by unit
- *                            (common/gpt.h for the order inside each unit): the init of SEED, or
+ *                            (common/model/gpt.h for the order inside each unit): the init of SEED, or
  *                            WEIGHTS (a --save-params file of a trained run) checked for size
  *        OUTDIR/batch.bin    int32 tokens (BATCH, T), then int32 targets (BATCH, T): global
  *                            samples [0, BATCH) of the train split (step 0's batch)

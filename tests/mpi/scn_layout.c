@@ -1,4 +1,4 @@
-/* scn_layout — a toy strategy written only against the public hook set of common/train.h, to
+/* scn_layout — a toy strategy written only against the public hook set of common/train/train.h, to
  * show that a new strategy gets checkpoints, resume, resharding, the export of the weights and
  * zl_ckpt by answering strategy_t.layout and nothing else (no code in common/ knows it).
  *

@@ -133,7 +133,7 @@ Test(ch00_memory, transformer_activations_by_hand, .timeout = 30) {
   cr_expect(strstr(out, "= 16384 × 74 = 1212416 bytes"), "per-layer count missing:\n%s", out);
   cr_expect(strstr(out, "all 2 layers: 2424832 bytes; full recompute: 2·s·b·h·L + one layer = 1277952 bytes"),
             "totals missing:\n%s", out);
-  cr_expect(strstr(out, "common/gpt.h): 3549184 bytes; --recompute 1970176 bytes"), "our fp32 count missing:\n%s", out);
+  cr_expect(strstr(out, "common/model/gpt.h): 3549184 bytes; --recompute 1970176 bytes"), "our fp32 count missing:\n%s", out);
   free(out);
   char *js = zl_read_file(path, NULL);
   cr_assert(js, "no --json file %s", path);

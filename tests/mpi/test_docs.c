@@ -107,3 +107,22 @@ Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
     remove(path);
   }
 }
+
+/* A code reference names a file that exists and a symbol it holds: `loop_ops.c:trainer_loss`
+ * passes; a symbol that moved away, or a path from before common/ had layer folders, fails. */
+Test(common_docs, a_stale_code_reference_fails_the_check, .timeout = 30) {
+  const char *ref[3] = {"common/train/loop_ops.c:trainer_loss", "loop_ops.c:report_finish", "common/train.c"};
+  const char *said[3] = {"", "`loop_ops.c:report_finish`: common/train/loop_ops.c holds no report_finish",
+                         "`common/train.c`: no such file"};
+  for (int k = 0; k < 3; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "notes/.zl_docs_%d_c%d.md", (int)getpid(), k);
+    write_page(path, "# a page\n\nThe loss gradient is `%s`.\n", ref[k]);
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+    cr_expect_eq(rc, k ? 1 : 0, "check_notes.py --numbers on `%s`: exit %d, expected %d:\n%s", ref[k], rc, k ? 1 : 0, out);
+    cr_expect(strstr(out, said[k]), "the output should say %s:\n%s", said[k], out);
+    free(out);
+    remove(path);
+  }
+}

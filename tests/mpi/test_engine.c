@@ -1,4 +1,4 @@
-/* test_engine.c — the rank's one progress engine (common/comm_engine.h), on 4 ranks
+/* test_engine.c — the rank's one progress engine (common/comm/comm_engine.h), on 4 ranks
  * (tests/mpi/scn_engine.c): the thread count does not grow with sub-communicators, each
  * communicator keeps its issue order and one blocked stream does not hold up another, and a
  * deadline on a sub-communicator still ends the job naming the rank and the operation. */

@@ -1,4 +1,4 @@
-/* test_export.c — weights a PyTorch user can load (suite common_export; common/export.h,
+/* test_export.c — weights a PyTorch user can load (suite common_export; common/model/export.h,
  * common/scripts/gpt_load.py, notes/gpt.md "Loading the weights in PyTorch"):
  *   --save-params PATH writes PATH.safetensors beside it, and `zl_ckpt export` writes the same
  *   tensors from a checkpoint; the header has GPT-2's names, shapes and dtypes, data offsets

@@ -1,4 +1,4 @@
-/* test_fp16.c — --precision fp16 with the loss scaler (common/scaler.c, train.c:
+/* test_fp16.c — --precision fp16 with the loss scaler (common/train/scaler.c, loop.c:
  * trainer_finish_grads; notes/fp16.md):
  *   1. a forced overflow skips exactly the expected steps and leaves the weights bitwise
  *      unchanged on them: a huge --init-scale at N = 1 (the skipped steps are the prefix where

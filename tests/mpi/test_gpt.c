@@ -1,4 +1,4 @@
-/* test_gpt.c — every training contract for --model gpt (suite common_gpt; common/gpt.h):
+/* test_gpt.c — every training contract for --model gpt (suite common_gpt; common/model/gpt.h):
  *   N ranks = 1 rank (1e-5, DDP N = 2 against N = 1);
  *   ZeRO-1/2/3 = DDP bitwise at N = 2 and within 1e-6 at N = 3 (padded units), with the ledger's
  *   model states = the formula at the padded Ψ, to the byte;

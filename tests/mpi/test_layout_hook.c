@@ -7,7 +7,7 @@
  *   - reshard both ways: its checkpoint resumed by DDP and ZeRO-3 on 3 ranks, a ZeRO-2
  *     checkpoint resumed by it on 3 ranks, within 1e-6 of the straight runs;
  *   - consolidate with zl_ckpt into the --save-params weights, bitwise.
- * Notes: notes/reliability.md ("Checkpoints"); the hook: common/train.h (unit_layout_t). */
+ * Notes: notes/reliability.md ("Checkpoints"); the hook: common/train/train.h (unit_layout_t). */
 #include "zl_test.h" // zl_run, zl_tmpdir, zl_read_file, zl_read_floats, zl_expect_floats
 
 #define MODEL "--input 6 --hidden 13 --classes 11 --layers 2 --batch 120 --seed 7 --optimizer adamw --lr 0.01"

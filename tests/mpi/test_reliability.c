@@ -172,7 +172,7 @@ Test(common_reliability, fault_exit) { fault_case("ch02_ddp", "exit"); }
 Test(common_reliability, fault_abort) { fault_case("ch03_zero1", "abort"); }
 Test(common_reliability, fault_kill) { fault_case("ch04_zero2", "kill"); }
 Test(common_reliability, fault_hang) { fault_case("ch05_zero3", "hang"); }
-Test(common_reliability, fault_hang_ddp) { fault_case("ch02_ddp", "hang"); }
+Test(common_reliability_long, fault_hang_ddp) { fault_case("ch02_ddp", "hang"); }
 
 /* ---- 3. non-finite gradients ------------------------------------------------------------- */
 

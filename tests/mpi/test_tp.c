@@ -297,7 +297,7 @@ Test(ch06_tp, gpt_tp_equals_one_rank, .timeout = 120) {
   free(out);
 }
 
-/* ---- --pa: ZeRO-R's partitioned activation checkpointing (common/train.c: pa_keep, pa_gather) --
+/* ---- --pa: ZeRO-R's partitioned activation checkpointing (common/train/loop.c: pa_keep, pa_gather) --
  * With --recompute at T = 2, --pa (auto: on) against --pa 0: the same losses and final weights
  * bit for bit (the all-gather moves bytes, it adds nothing); the loop's activations (ledger, rank
  * 0's "pa_acts_bytes") = the formula from the shapes, to the byte; per rank, the ledger's acts

@@ -1,6 +1,7 @@
-/* test_universal.c — one checkpoint, any grid (suite common_universal; common/ckpt.h, zl_ckpt
- * convert, notes/reliability.md "The universal form"). DeepSpeed's universal checkpointing is
- * the anchor: a checkpoint of any grid (T, P, D, ZeRO stage, offload) is made grid-free — every
+/* test_universal.c — one checkpoint, any grid (suite common_universal; three more source grids
+ * in common_universal_long, make test-long; common/train/ckpt.h, zl_ckpt convert,
+ * notes/reliability.md "The universal form"). DeepSpeed's universal checkpointing is the anchor:
+ * a checkpoint of any grid (T, P, D, ZeRO stage, offload) is made grid-free — every
  * state keyed by full-model unit and full-model offset — and resumed on another grid.
  *
  * For each SOURCE grid of the table below: a straight run of 8 steps saving at 4 and 8; then
@@ -126,8 +127,8 @@ static const ucase_t CASES[] = {
 };
 
 Test(common_universal, tp2_to_ddp_and_tp4) { universal(&CASES[0]); }
-Test(common_universal, tp2_pp2_to_zero3_and_tp2_d2) { universal(&CASES[1]); }
+Test(common_universal_long, tp2_pp2_to_zero3_and_tp2_d2) { universal(&CASES[1]); }
 Test(common_universal, zero3_to_tp2_and_pp3_zero1) { universal(&CASES[2]); }
-Test(common_universal, offload_to_tp2_pp2_and_zero2) { universal(&CASES[3]); }
+Test(common_universal_long, offload_to_tp2_pp2_and_zero2) { universal(&CASES[3]); }
 Test(common_universal, gpt_tp2_pa_to_tp3_vocab_and_offload) { universal(&CASES[4]); }
-Test(common_universal, gpt_interleaved_to_tp2_and_zero1) { universal(&CASES[5]); }
+Test(common_universal_long, gpt_interleaved_to_tp2_and_zero1) { universal(&CASES[5]); }

@@ -1,4 +1,4 @@
-/* test_allocsim.c — the allocator simulation of ZeRO-R memory defragmentation (common/allocsim.h):
+/* test_allocsim.c — the allocator simulation of ZeRO-R memory defragmentation (common/base/allocsim.h):
  * best fit, split, merge, release-and-retry, the contiguous regions, and a fragmentation example
  * whose answer is worked out by hand. Notes: notes/zero-r.md. Suite common_allocsim. */
 #include "zl_test.h"  // Criterion, zl helpers

@@ -1,4 +1,4 @@
-/* test_args.c — flag validation (common/args.h): every bad input gives exactly one line
+/* test_args.c — flag validation (common/base/args.h): every bad input gives exactly one line
  * `error: <flag> <value>: <allowed>` on stderr and code 2, before anything else happens.
  * Notes: notes/00-memory.md. Suite common_args. */
 #include "zl_test.h" // Criterion, zl helpers

@@ -1,4 +1,4 @@
-/* test_bf16.c — fp32 -> bf16 round-to-nearest-even and dt_load/dt_store (common/dtype.h).
+/* test_bf16.c — fp32 -> bf16 round-to-nearest-even and dt_load/dt_store (common/base/dtype.h).
  * Notes: notes/00-memory.md (why bf16). Suite common_bf16. */
 #include "zl_test.h" // Criterion, zl helpers
 #include "dtype.h"   // bf16_from_f32, bf16_to_f32, dt_load, dt_store

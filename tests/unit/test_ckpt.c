@@ -1,5 +1,5 @@
-/* test_ckpt.c — the checkpoint format and the resharding read, without MPI (common/ckpt.h),
- * and the --fault spec parser (common/fault.h). Notes: notes/reliability.md.
+/* test_ckpt.c — the checkpoint format and the resharding read, without MPI (common/train/ckpt.h),
+ * and the --fault spec parser (common/train/fault.h). Notes: notes/reliability.md.
  * A synthetic checkpoint (3 ZeRO shards, or 2 files of uneven pieces) holds value(s, u, i) = 100000 s + 1000 u + i at element
  * i of unit u in section s (exact in float32); every range read back, in any cut, must give
  * exactly those values: that is what resuming with another world size or stage relies on. */

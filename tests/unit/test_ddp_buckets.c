@@ -101,7 +101,7 @@ Test(ch02_buckets, single_unit_model) {
   model_free(&m);
 }
 
-/* The overlap measurement of the report (common/report.c:report_overlap) on a hand-made trace:
+/* The overlap measurement of the report (common/train/report.c:report_overlap) on a hand-made trace:
  * communication [15, 35) us overlaps bwd [10, 20) by 5 and bwd [30, 40) by 5: half hidden.
  * Control traffic and anything before the first step do not count. */
 Test(ch02_buckets, overlap_fraction_from_trace) {

@@ -99,7 +99,7 @@ Test(common_exercises, stub_replaces_marked_bodies) {
   cr_expect(strstr(h, FIXTURE_H) && !strstr(h, "zl_exercise_todo"), "exercises/fx.h: got\n%s", h);
 
   /* the stubbed file compiles with the project's warnings (zl_exercise_todo is noreturn) */
-  rc = zl_run(0, 60, &out, "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Icommon -c %s/exercises/fx.c -o %s/fx.o",
+  rc = zl_run(0, 60, &out, "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Icommon/base -c %s/exercises/fx.c -o %s/fx.o",
               root, root);
   cr_expect_eq(rc, 0, "generated exercises/fx.c does not compile with -Werror (exit %d):\n%s", rc, out);
   free(out);

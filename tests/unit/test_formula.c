@@ -1,4 +1,4 @@
-/* test_formula.c — the memory and traffic formulas (common/formula.h) against tables written
+/* test_formula.c — the memory and traffic formulas (common/base/formula.h) against tables written
  * out by hand from the ZeRO paper. Notes: notes/00-memory.md. Suite ch00_memory. */
 #include "zl_test.h" // Criterion, zl helpers
 #include "formula.h" // formula_zero_k, formula_model_states, formula_comm_bytes, formula_text

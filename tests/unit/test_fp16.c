@@ -1,4 +1,4 @@
-/* test_fp16.c — fp32 <-> fp16 (IEEE binary16) casts of common/dtype.h: round to nearest even,
+/* test_fp16.c — fp32 <-> fp16 (IEEE binary16) casts of common/base/dtype.h: round to nearest even,
  * overflow to inf, subnormals, NaN, and dt_load/dt_store. The reference is the compiler's own
  * _Float16 conversion (GCC on x86-64: IEEE, round to nearest even) and, independently, the
  * nearest of the two neighbouring fp16 values computed in double. Suite common_fp16. */

@@ -1,7 +1,7 @@
 /* test_gpt.c — the GPT behind the model table (suite common_gpt): layout and Ψ, GPT-2's init,
  * a whole-model gradient check against finite differences of a double-precision reference,
  * causality, the activation formula against the units' sizes, and the text data source.
- * See common/gpt.h. */
+ * See common/model/gpt.h. */
 #include "zl_test.h" // Criterion, zl_expect_floats, zl_rel, zl_fwd_bwd
 #include "data.h"    // rng_normal, data_init_text, data_batch, data_val_batch
 #include "gpt.h"     // gpt_init, gpt_count_params, gpt_block_layout, gpt_acts_bytes

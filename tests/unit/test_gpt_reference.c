@@ -1,4 +1,4 @@
-/* test_gpt_reference.c — common/gpt.c against PyTorch (suite common_gpt_ref): one forward and
+/* test_gpt_reference.c — common/model/gpt.c against PyTorch (suite common_gpt_ref): one forward and
  * backward of the tiny preset on the committed fixture tests/fixtures/gpt_tiny_ref.* (written
  * by common/scripts/gpt_reference.py; provenance in tests/fixtures/README.md): the loss, the
  * logits of 4 positions, and per parameter tensor the gradient's L2 norm and 5 entries.

@@ -1,4 +1,4 @@
-/* test_grid.c — the process grid's layout (common/grid.h; notes/06-tensor-parallel.md): TP
+/* test_grid.c — the process grid's layout (common/comm/grid.h; notes/06-tensor-parallel.md): TP
  * innermost, then PP, then DP, as Megatron and picotron order the ranks. Pure functions, no MPI;
  * the communicators themselves are checked by tests/mpi/scn_tp.c. */
 #include "zl_test.h" // cr_assert, Test

@@ -1,4 +1,4 @@
-/* test_ops.c — the CPU kernels of common/ops.h (suite common_ops): finite-difference
+/* test_ops.c — the CPU kernels of common/device/ops.h (suite common_ops): finite-difference
  * gradient checks, bf16 rounding, the optimizers against double-precision references,
  * determinism. See notes/02-ddp.md. */
 #include "zl_test.h" // Criterion, zl_expect_floats, zl_expect_close_abs, zl_expect_bits_bf16, zl_to_bf16

@@ -1,4 +1,4 @@
-/* test_ops_gpt.c — the CPU kernels of common/ops_gpt.h (suite common_ops_gpt): every forward
+/* test_ops_gpt.c — the CPU kernels of common/device/ops_gpt.h (suite common_ops_gpt): every forward
  * against a plain double-precision reference written here, every backward against central
  * finite differences of that reference (the reference itself is checked against the fp32
  * forward first, so the two checks hold each other up), plus the contracts: causal mask bit for

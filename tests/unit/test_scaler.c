@@ -1,4 +1,4 @@
-/* test_scaler.c — the loss scaler's state machine (common/scaler.c) against GradScaler's rule,
+/* test_scaler.c — the loss scaler's state machine (common/train/scaler.c) against GradScaler's rule,
  * replayed by hand. Suite common_scaler. */
 #include "zl_test.h" // Criterion, zl helpers
 #include "scaler.h"  // scaler_make, scaler_update

@@ -1,7 +1,8 @@
 /* trace.h — a Chrome-trace timeline (open the JSON in Perfetto or chrome://tracing).
  * One process per rank (pid = rank), two rows: compute (tid 0) and communication (tid 1).
  * Events are recorded in memory (thread-safe: the comm thread writes the comm row) and
- * gathered to rank 0 by trace_write. Disabled (all calls no-ops) when path is NULL. */
+ * gathered to rank 0 and written by report_write_trace (common/train). Disabled (all calls no-ops)
+ * when path is NULL. Layer: base (includes nothing of zerolab but check.h). */
 #ifndef ZL_TRACE_H
 #define ZL_TRACE_H
 #include <stdint.h> // int64_t
@@ -26,10 +27,8 @@ void trace_comm_event(const struct comm *c, int64_t seq, const char *name, doubl
 /* Begin/end pairs on the compute row of the calling thread (nestable, 32 deep). */
 void trace_begin(const char *name);
 void trace_end(const char *args_json);
-/* Gather every rank's events to rank 0 and write one JSON file (atomic: temp file + rename, or
- * straight into a path that is not a regular file, such as /dev/null). A failed write stops the
- * job naming the file: `error: --trace PATH: ...` (exit code 1). */
-void trace_write(struct comm *c);
+/* The --trace path when recording, else NULL. */
+const char *trace_path(void);
 /* Events recorded on this rank so far (for tests and the overlap measurement). */
 typedef struct trace_ev {
   double t0, t1;

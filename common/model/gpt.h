@@ -56,7 +56,7 @@ typedef struct gpt_block {
   int Cr, NHr;         /* attention on NHr heads, Cr features (qkv 3Cr, atty Cr); the MLP 4Cr wide */
   gpt_block_layout_t l; /* offsets (elements) of the block's tensors in its unit */
   void *hook_ctx;      /* the hooks' first argument (solutions/tp_gpt.c: its split) */
-  /* The arguments of op_linear_fwd / op_linear_bwd (common/ops.h), rows = B·S, b in wdt:
+  /* The arguments of op_linear_fwd / op_linear_bwd (common/device/ops.h), rows = B·S, b in wdt:
    * column-parallel: x whole on every rank, y this rank's output features (f around it) */
   void (*col_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
                   int out);

@@ -1,6 +1,6 @@
 /* report.h — what a training run prints at the end, and its --json results (notes/02-ddp.md).
  * Rank 0 prints: loss at start and end beside the teacher's entropy, the median step time and
- * samples/s, every rank's memory ledger by category beside the formula (common/formula.h,
+ * samples/s, every rank's memory ledger by category beside the formula (common/base/formula.h,
  * notes/design.md), the bytes communicated per step per rank beside the formula, and a
  * per-op breakdown. Per-rank numbers are gathered with comm_ctl_gather. The --json schema is
  * in notes/design.md ("The results JSON"). */
@@ -67,12 +67,8 @@ void report_finish(trainer_t *t, const report_run_t *run);
  * as /dev/null), --ckpt a writable directory or one that can be created. Returns 0, or 2 after
  * one line (rank 0) `error: --json PATH: must be ...`: the caller exits with it. */
 int report_check_outputs(const train_cfg_t *cfg);
-/* Write nbytes of text to path: a temp file beside it (path.tmp.PID) renamed over it, or in
- * place when path exists and is not a regular file (/dev/null; a rename would replace the
- * device). Any failure stops the job with `error: WHAT PATH: ...` (WHAT: "--json", ...). */
-void report_write_output(const char *what, const char *path, const char *text, int64_t nbytes);
-/* The same, streamed: open (tmp receives the temp name, or "" when writing in place), fprintf
- * into the FILE, close (flush, rename; dies naming WHAT and path on any error). */
-FILE *report_out_open(const char *what, const char *path, char *tmp, size_t ntmp);
-void report_out_close(FILE *f, const char *what, const char *path, const char *tmp);
+/* Collective: gather every rank's trace events (trace.h) to rank 0 and write --trace as one JSON
+ * file (atomic, outfile.h). A failed write stops the job naming the file: `error: --trace PATH:
+ * ...` (exit code 1). No-op when the trace is off. */
+void report_write_trace(struct comm *c);
 #endif

@@ -2,7 +2,7 @@
  * machine (names and defaults: init_scale 65536, growth_factor 2, backoff_factor 0.5,
  * growth_interval 2000), or a static scale (--loss-scale S > 0, DeepSpeed's "loss_scale": S).
  *
- * The loss is multiplied by `scale` before the backward (train.c: the gradient of the loss,
+ * The loss is multiplied by `scale` before the backward (loop.c: the gradient of the loss,
  * dlogits, is scaled; the backward is linear in it), the gradients are unscaled by 1/scale
  * inside the update (the optimizer's gscale), and after every step scaler_update is told
  * whether any gradient anywhere held inf/NaN (one flag combined over all ranks and shards,

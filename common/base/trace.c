@@ -1,11 +1,10 @@
 /* trace.c — a Chrome-trace timeline: pid = rank, tid 0 compute, tid 1 communication
  * (see trace.h; notes/02-ddp.md shows how to read one in Perfetto).
  * Events are kept in memory under a mutex (the comm thread records the comm row while the
- * compute thread records its own), gathered to rank 0 at the end and written as one file. */
+ * compute thread records its own); common/train/report_trace.c gathers them to rank 0 and writes
+ * the file. */
 #include "trace.h"   // trace_event, trace_begin, trace_end, trace_ev_t
 #include "check.h"   // die, xmalloc
-#include "comm.h"    // comm_ctl_gather, comm_rank, comm_world
-#include "report.h"  // report_out_open, report_out_close
 #include <pthread.h> // pthread_mutex_t
 #include <stdio.h>   // snprintf, fopen
 #include <stdlib.h>  // realloc, free
@@ -110,57 +109,4 @@ void trace_clear(void) {
   pthread_mutex_unlock(&g_mu);
 }
 
-/* JSON string body of s (quotes, backslashes and control characters escaped). */
-static void put_escaped(FILE *f, const char *s) {
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-}
-
-void trace_write(struct comm *c) {
-  if (!g_enabled) return;
-  int n = 0;
-  const trace_ev_t *ev = trace_events(&n);
-  char *all = NULL;
-  int64_t *sizes = NULL;
-  comm_ctl_gather(c, ev, (int64_t)n * (int64_t)sizeof(trace_ev_t), &all, &sizes);
-  if (comm_rank(c) != 0) return;
-  int N = comm_world(c);
-  /* Times relative to the earliest event of any rank (all ranks share CLOCK_MONOTONIC). */
-  double t_min = 0;
-  int64_t total = 0;
-  for (int r = 0; r < N; r++) total += sizes[r] / (int64_t)sizeof(trace_ev_t);
-  const trace_ev_t *e = (const trace_ev_t *)all;
-  for (int64_t i = 0; i < total; i++)
-    if (i == 0 || e[i].t0 < t_min) t_min = e[i].t0;
-  char tmp[4200];
-  FILE *f = report_out_open("--trace", g_path, tmp, sizeof tmp);
-  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-  for (int r = 0; r < N; r++)
-    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}},\n"
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"compute\"}},\n"
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"comm\"}},\n",
-            r, r, r, r);
-  int64_t at = 0;
-  int first = 1;
-  for (int r = 0; r < N; r++) {
-    int64_t k = sizes[r] / (int64_t)sizeof(trace_ev_t);
-    for (int64_t i = at; i < at + k; i++) {
-      fprintf(f, "%s{\"name\": \"", first ? "" : ",\n");
-      put_escaped(f, e[i].name);
-      fprintf(f, "\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {%s", r,
-              e[i].row, e[i].t0 - t_min, e[i].t1 - e[i].t0, e[i].args);
-      if (e[i].seq > 0) fprintf(f, "%s\"seq\": %lld", e[i].args[0] ? ", " : "", (long long)e[i].seq);
-      fprintf(f, "}}");
-      first = 0;
-    }
-    at += k;
-  }
-  fprintf(f, "\n]}\n");
-  report_out_close(f, "--trace", g_path, tmp); /* dies naming the file when any write failed */
-  free(all);
-  free(sizes);
-}
+const char *trace_path(void) { return g_enabled ? g_path : NULL; }

@@ -7,7 +7,7 @@
  * fastest links — TP talks every layer), the P stages of a pipeline are T apart, and the D
  * replicas of one (pp, tp) position are P·T apart. N = 4, T = 2:
  *   tp groups: {0, 1} {2, 3}    dp groups: {0, 2} {1, 3}    pp groups: {0} {1} {2} {3}
- * Each group is a comm_split of the world communicator (common/comm.h): its own counters, so
+ * Each group is a comm_split of the world communicator (common/comm/comm.h): its own counters, so
  * TP traffic and DP traffic are reported apart. */
 #ifndef ZL_GRID_H
 #define ZL_GRID_H

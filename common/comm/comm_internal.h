@@ -1,5 +1,5 @@
 /* comm_internal.h — inside the communicator: struct comm and the backend interface.
- * Only common/comm.c (the front), common/comm_mpi.c and common/comm_nccl.cu include this.
+ * Only common/comm/comm.c (the front), common/comm/comm_mpi.c and common/comm/comm_nccl.cu include this.
  * Users and strategies see comm.h only. Notes: notes/01-collectives.md.
  *
  * Split of work:
@@ -177,7 +177,7 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
 extern const comm_backend_t comm_mpi_backend;
 
 #ifdef ZL_CUDA
-/* common/comm_nccl.cu (CUDA builds only): c->dev == DEV_CUDA and the GPU is already selected
+/* common/comm/comm_nccl.cu (CUDA builds only): c->dev == DEV_CUDA and the GPU is already selected
  * (comm_init calls device_cuda_select(local_rank) first). Creates the NCCL communicator from an
  * id broadcast over c->mpi; sets c->be (threaded = 0, host_only = 0) and c->be_state. Dies with a
  * clear message when it cannot work (e.g. two ranks on one GPU). */
@@ -191,7 +191,7 @@ void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
 void comm_cuda_thread_attach(void);
 #endif
 
-/* ---- the progress engine (common/comm_engine.c; public part: comm_engine.h) ---------------
+/* ---- the progress engine (common/comm/comm_engine.c; public part: comm_engine.h) ---------------
  * attach: c's stream becomes a fiber running body(c) (the front's task loop); the engine thread
  * starts with the first. detach: after body returned (TASK_STOP ran), frees the fiber; the last
  * one stops the engine thread. idle: in the fiber, c->mu held, queue empty: sleep until

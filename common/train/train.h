@@ -47,7 +47,7 @@ typedef struct train_cfg {
   int recompute;                      /* --recompute: activation checkpointing per unit */
   int tp;                             /* --tp T: tensor-parallel ranks per layer (06; 1 = off) */
   int pa;                             /* --pa: 1 with --recompute and --tp T > 1 (auto), unless --pa 0:
-                                       * partitioned activation checkpointing, ZeRO-R's Pa (train.c) */
+                                       * partitioned activation checkpointing, ZeRO-R's Pa (loop.c) */
   /* Set by a chapter's main, not a flag: the model transform that --tp T > 1 applies (chapter 06's
    * tensor parallelism, solutions/tp.h's tp_transform); NULL: the program has none. */
   const struct model_transform *transform;
@@ -58,7 +58,7 @@ typedef struct train_cfg {
   uint64_t seed;
   optim_kind_t optimizer;             /* --optimizer adamw|sgd */
   dtype_t wdt;                        /* --precision fp32|bf16|fp16: working dtype of params and grads */
-  /* --precision fp16's loss scaler (common/scaler.h; GradScaler's names and defaults):
+  /* --precision fp16's loss scaler (common/train/scaler.h; GradScaler's names and defaults):
    * --loss-scale S > 0 static, 0 dynamic from --init-scale, with --growth-factor,
    * --backoff-factor, --growth-interval. */
   double loss_scale, init_scale, growth_factor, backoff_factor;
@@ -271,7 +271,7 @@ typedef struct trainer {
   int rank, world;      /* this rank in comm, and comm's size (what DDP/ZeRO shard over)      */
   comm_t *world_comm;   /* every rank of the job (= comm without --tp and a schedule)          */
   comm_t *tp_comm;      /* --tp T: the T consecutive ranks that split each layer; NULL without */
-  struct grid *grid;    /* --tp: the process grid (common/grid.h); NULL without               */
+  struct grid *grid;    /* --tp: the process grid (common/comm/grid.h); NULL without               */
   device_t dev;
   dtype_t wdt;          /* working dtype of params and grads */
   model_t model;        /* shapes + flat layout (the strategy re-pads it for ZeRO) */
@@ -322,7 +322,7 @@ typedef struct trainer {
 
   void *priv;           /* the strategy's own state */
   void *sched_priv;     /* the schedule's own state (train.h's schedule_t) */
-  struct train_internal *in; /* activations, batch buffers, results (train.c only) */
+  struct train_internal *in; /* activations, batch buffers, results (loop.c only) */
 } trainer_t;
 
 /* Parse and validate the training flags (before MPI) into cfg, and resolve --device/--backend
@@ -331,7 +331,7 @@ typedef struct trainer {
  * for its strings. */
 void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about, unsigned chapter_flags);
 /* The whole program for chapters 02+: the launcher (communicator, model, the strategy's setup,
- * resume), the loop (train.c's train_loop: the diagram above), then the results (report,
+ * resume), the loop (loop.c's train_loop: the diagram above), then the results (report,
  * --json, --trace, --save-params) and the teardown. Returns the process exit code. */
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 

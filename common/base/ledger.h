@@ -49,7 +49,7 @@ int64_t ledger_total_live_in(ledger_arena_t a);
 int64_t ledger_total_peak_in(ledger_arena_t a);
 /* --alloc-trace PATH: from now on every ledger_add/ledger_sub is written to PATH, one line each,
  * `A <arena> <cat> <bytes> <what>` or `F <arena> <cat> <bytes>` (arena and category as numbers),
- * the real allocation/free sequence that common/allocsim.h replays. NULL or "" turns it off.
+ * the real allocation/free sequence that common/base/allocsim.h replays. NULL or "" turns it off.
  * Counters and budgets are unchanged by it. Dies naming PATH if it cannot be opened. */
 void ledger_trace_open(const char *path);
 #endif

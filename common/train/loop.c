@@ -1,14 +1,14 @@
-/* train.c — the training loop of chapters 02+ and its launcher (see train.h; notes/design.md,
+/* loop.c — the training loop of chapters 02+ and its launcher (see train.h; notes/design.md,
  * "The loop and the strategy interface"; notes/02-ddp.md).
  *
- * The loop (train_loop): each step runs its list of operations (train_ops.c: the forward or the
+ * The loop (train_loop): each step runs its list of operations (loop_ops.c: the forward or the
  * backward of a micro-batch over a chunk of units, the strategy's hooks around every unit, a
  * schedule's messages around every operation), then the strategy's step. The launcher
  * (train_main): communicator and process grid, model and data, the transform's split, the
  * schedule's part, the strategy's setup, resume; after the loop the results and the teardown.
  * Here too the helpers strategies call (states, init, optimizer, the gradient norm). The flags
- * are parsed in train_flags.c, the evaluation and --sample are train_eval.c's. */
-#include "train_internal.h" // struct train_internal, train_run_ops, train_alloc_acts; train.h
+ * are parsed in loop_flags.c, the evaluation and --sample are loop_eval.c's. */
+#include "loop_internal.h" // struct train_internal, train_run_ops, train_alloc_acts; train.h
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
 #include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
@@ -19,7 +19,8 @@
 #include "ledger.h" // ledger_init, ledger_live
 #include "model.h"  // model_init, model_unit_forward, model_unit_backward
 #include "ops.h"    // op_softmax_xent, op_adamw, op_sgd, op_cast, op_sumsq
-#include "report.h" // report_finish, report_write_output, report_step_t
+#include "outfile.h" // outfile_write
+#include "report.h" // report_finish, report_write_trace, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
 #include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
@@ -308,7 +309,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     full = whole;
   }
   if (full && cfg->save_params) {
-    report_write_output("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
+    outfile_write("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
     struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
     if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
       char st[1200];
@@ -339,7 +340,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
                       .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
                       .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
   report_finish(t, &run);
-  trace_write(t->model_comm);
+  report_write_trace(t->model_comm);
 
   if (s->teardown) s->teardown(t);
   tensor_free(&t->params); /* the model states: the strategy allocated them, the trainer frees them (train.h) */

@@ -1,9 +1,9 @@
-/* train_ops.c — the loop's activations and a step's operations (train.h's train_op_t, the diagram
+/* loop_ops.c — the loop's activations and a step's operations (train.h's train_op_t, the diagram
  * of its header): the slot pool, the forward and the backward of a micro-batch over a chunk with
  * the strategy's hooks on every unit and the schedule's messages around them, the loss, --pa's
  * partitioned outputs (ZeRO-R's Pa: the transform's hooks). notes/design.md, "The loop and the
  * strategy interface". */
-#include "train_internal.h" // struct train_internal, act_slot_t, train_run_ops
+#include "loop_internal.h" // struct train_internal, act_slot_t, train_run_ops
 #include "check.h"          // die_on_rank, xmalloc, xcalloc
 #include "comm.h"           // comm_world
 #include "data.h"           // data_batch
@@ -412,7 +412,7 @@ int trainer_prints(const trainer_t *t) { return t->model_rank == 0 && !t->cfg->q
  * gathers), no backward: the evaluation and --sample. */
 void train_forward_only(trainer_t *t, int B) {
   const strategy_t *s = t->strategy;
-  const act_slot_t *sl = &t->in->pools[0].slots[0]; /* the loop's own chunk (no schedule: train_flags.c) */
+  const act_slot_t *sl = &t->in->pools[0].slots[0]; /* the loop's own chunk (no schedule: loop_flags.c) */
   t->uses = t->in->fwd_uses;
   t->n_uses = t->model.n_units;
   t->use = 0;

@@ -1,6 +1,6 @@
-/* train_flags.c — the training flags of chapters 02+ (train.h: train_parse_args): parsed and
+/* loop_flags.c — the training flags of chapters 02+ (train.h: train_parse_args): parsed and
  * checked before MPI starts, one line naming the flag and exit code 2 on a bad one, --device and
- * --backend resolved once. The loop and the launcher are in train.c. */
+ * --backend resolved once. The loop and the launcher are in loop.c. */
 #include "train.h"  // train_cfg_t, train_parse_args, TRAIN_FLAG_*
 #include "args.h"   // args_parse, args_error, args_given, args_env_world, arg_spec_t
 #include "data.h"   // data_text_check (--data)
@@ -157,7 +157,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--input", ARG_INT, &cfg->input, 1, 65536, NULL, "input features D");
   SPEC("--classes", ARG_INT, &cfg->classes, 2, 65536, NULL, "classes C");
   SPEC("--model", ARG_CHOICE, &cfg->model_kind, 0, 0, "mlp|gpt", "the MLP on teacher-student data, or GPT-2 on text (bytes as tokens)");
-  SPEC("--gpt", ARG_CHOICE, &cfg->gpt_preset, 0, 0, "tiny|small|124m-shape", "GPT shape preset (default small; common/gpt.h)");
+  SPEC("--gpt", ARG_CHOICE, &cfg->gpt_preset, 0, 0, "tiny|small|124m-shape", "GPT shape preset (default small; common/model/gpt.h)");
   SPEC("--n-layer", ARG_INT, &cfg->gpt.n_layer, 1, 1024, NULL, "GPT blocks L (overrides the preset)");
   SPEC("--n-head", ARG_INT, &cfg->gpt.n_head, 1, 1024, NULL, "GPT attention heads (overrides the preset)");
   SPEC("--n-embd", ARG_INT, &cfg->gpt.n_embd, 1, 65536, NULL, "GPT width C, divisible by --n-head (overrides the preset)");

@@ -1,8 +1,7 @@
-/* report_files.c — the run's output files (report.h): checked before step 0 (report_check_outputs),
- * written atomically (a temp file renamed over the path, or in place for a device such as
- * /dev/null), a failed write an error naming the flag and the file. */
-#include "report.h"   // report_check_outputs, report_out_open, report_write_output
-#include "args.h"     // args_error
+/* outfile.c — the run's output files (outfile.h): written atomically (a temp file renamed over
+ * the path, or in place for a device such as /dev/null), a failed write an error naming the flag
+ * and the file; outfile_problem says why a path cannot be written before anything runs. */
+#include "outfile.h"  // outfile_problem, outfile_open, outfile_close, outfile_write
 #include "check.h"    // die
 #include <errno.h>    // errno, ENOENT
 #include <stdio.h>    // snprintf, fopen, rename
@@ -18,10 +17,10 @@ static void dir_of(const char *path, char *dst, size_t n) {
   else snprintf(dst, n, "%.*s", (int)(slash - path), path);
 }
 
-/* Why path cannot be written (0 when it can): is_dir 1 for a directory we create or fill (--ckpt),
+/* (outfile.h) Why path cannot be written (0 when it can): is_dir 1 for a directory we create or fill (--ckpt),
  * 0 for a file written as a temp file beside it and renamed, or in place when it is not a regular
  * file (/dev/null). */
-static int out_problem(const char *path, int is_dir, char *why, size_t n) {
+int outfile_problem(const char *path, int is_dir, char *why, size_t n) {
   struct stat st;
   char dir[4096];
   if (stat(path, &st) == 0) {
@@ -47,17 +46,7 @@ static int out_problem(const char *path, int is_dir, char *why, size_t n) {
   return 0;
 }
 
-int report_check_outputs(const train_cfg_t *cfg) {
-  const struct { const char *flag, *path; int is_dir; } outs[] = {
-      {"--json", cfg->json, 0}, {"--trace", cfg->trace, 0}, {"--save-params", cfg->save_params, 0}, {"--ckpt", cfg->ckpt, 1}};
-  char why[4200];
-  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-    if (outs[i].path && out_problem(outs[i].path, outs[i].is_dir, why, sizeof why))
-      return args_error(outs[i].flag, outs[i].path, "%s", why);
-  return 0;
-}
-
-FILE *report_out_open(const char *what, const char *path, char *tmp, size_t ntmp) {
+FILE *outfile_open(const char *what, const char *path, char *tmp, size_t ntmp) {
   struct stat st;
   tmp[0] = 0;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
@@ -71,7 +60,7 @@ FILE *report_out_open(const char *what, const char *path, char *tmp, size_t ntmp
   return f;
 }
 
-void report_out_close(FILE *f, const char *what, const char *path, const char *tmp) {
+void outfile_close(FILE *f, const char *what, const char *path, const char *tmp) {
   int bad = ferror(f), err = 0;
   if (fflush(f) != 0) bad = 1;
   if (bad) err = errno;
@@ -83,10 +72,10 @@ void report_out_close(FILE *f, const char *what, const char *path, const char *t
   }
 }
 
-void report_write_output(const char *what, const char *path, const char *text, int64_t nbytes) {
+void outfile_write(const char *what, const char *path, const char *text, int64_t nbytes) {
   char tmp[4200];
-  FILE *f = report_out_open(what, path, tmp, sizeof tmp);
+  FILE *f = outfile_open(what, path, tmp, sizeof tmp);
   if (nbytes > 0) fwrite(text, 1, (size_t)nbytes, f); /* a short write sets the error flag */
-  report_out_close(f, what, path, tmp);
+  outfile_close(f, what, path, tmp);
 }
 

@@ -3,7 +3,7 @@
 #include "check.h"  // die, xmalloc
 #include "gpt.h"    // gpt_count_params
 #include "model.h"  // model_count_params
-#include "report.h" // report_out_open, report_out_close
+#include "outfile.h" // outfile_open, outfile_close
 #include <stdio.h>  // snprintf, fwrite
 #include <stdlib.h> // free
 #include <string.h> // memcpy
@@ -90,7 +90,7 @@ void export_safetensors(const char *what, const char *path, const export_model_t
   if (off != 4 * export_numel(em)) die("error: %s %s: the tensor table covers %lld bytes of %lld", what, path,
                                        (long long)off, (long long)(4 * export_numel(em)));
   char tmp[1200];
-  FILE *f = report_out_open(what, path, tmp, sizeof tmp);
+  FILE *f = outfile_open(what, path, tmp, sizeof tmp);
   unsigned char n8[8];
   for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)len >> (8 * i)); /* little-endian u64 */
   fwrite(n8, 1, 8, f);
@@ -112,5 +112,5 @@ void export_safetensors(const char *what, const char *path, const export_model_t
   free(tr);
   free(h);
   free(t);
-  report_out_close(f, what, path, tmp);
+  outfile_close(f, what, path, tmp);
 }

@@ -1,6 +1,6 @@
-/* train_internal.h — what the loop's files share and nothing else sees (common/train.c: the
- * launcher, the step, the helpers for strategies; train_ops.c: the activations and a step's
- * operations; train_eval.c: the evaluation and --sample). The contract is train.h. */
+/* loop_internal.h — what the loop's files share and nothing else sees (common/train/loop.c: the
+ * launcher, the step, the helpers for strategies; loop_ops.c: the activations and a step's
+ * operations; loop_eval.c: the evaluation and --sample). The contract is train.h. */
 #ifndef ZL_TRAIN_INTERNAL_H
 #define ZL_TRAIN_INTERNAL_H
 #include "report.h" // report_step_t, report_extra_t, report_eval_t
@@ -69,7 +69,7 @@ struct train_internal {
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };
 
-/* train_ops.c: the pools (without a schedule: its one slot now) and the buffers beside them; their
+/* loop_ops.c: the pools (without a schedule: its one slot now) and the buffers beside them; their
  * release. */
 void train_alloc_acts(trainer_t *t);
 void train_free_acts(trainer_t *t);
@@ -80,11 +80,11 @@ void train_build_uses(trainer_t *t);
 /* One step's operations in order; returns this rank's local loss sum (0 without the last chunk). */
 double train_run_ops(trainer_t *t);
 /* The forward of B samples through every unit with the strategy's forward hooks (so ZeRO-3 gathers),
- * no backward, in the loop's own slot: the evaluation and --sample (no schedule: train_flags.c). */
+ * no backward, in the loop's own slot: the evaluation and --sample (no schedule: loop_flags.c). */
 void train_forward_only(trainer_t *t, int B);
 /* "acts_saved_bytes" and the activation formulas (--model gpt, --pa) into the report. */
 void train_report_acts(trainer_t *t);
-/* train_eval.c: --eval-every's validation loss after `step` steps (collective); --sample N. */
+/* loop_eval.c: --eval-every's validation loss after `step` steps (collective); --sample N. */
 void train_eval_record(trainer_t *t, int step);
 void train_sample_text(trainer_t *t);
 #endif

@@ -10,7 +10,7 @@
  * tests/gpu/test_gpu_ops.c compares them bitwise. Scalars that depend on the step (AdamW's bias
  * corrections) are computed once on the host, in double, by ew_adamw_scalars, and passed to
  * both. Clipping is the `gscale` factor of the updates: the clip coefficient itself is one
- * scalar per step, computed on the host (train.c: trainer_finish_grads).
+ * scalar per step, computed on the host (loop.c: trainer_finish_grads).
  * notes/design.md ("One source of the bits") says which ops are bitwise and which are not. */
 #ifndef ZL_ELEMENTWISE_H
 #define ZL_ELEMENTWISE_H

@@ -7,7 +7,7 @@
  * {...}} padded with spaces to a multiple of 8, then the tensors' bytes back to back (offsets
  * relative to the end of the header), in the order listed.
  *
- * The GPT (common/gpt.h's units) under Hugging Face GPT2LMHeadModel's names:
+ * The GPT (common/model/gpt.h's units) under Hugging Face GPT2LMHeadModel's names:
  *   wte.weight (V, C)  wpe.weight (T, C)
  *   h.N.ln_1.weight/bias (C)          h.N.attn.c_attn.weight (C, 3C)  .bias (3C)
  *   h.N.attn.c_proj.weight (C, C) .bias (C)   h.N.ln_2.weight/bias (C)
@@ -33,7 +33,7 @@ int64_t export_numel(const export_model_t *em);
 /* Write w (Ψ fp32 values, unit after unit, unpadded: the --save-params order) to path as
  * safetensors with the names above; meta: extra "__metadata__" string pairs (NULL-terminated
  * key, value list, may be NULL). Written to a temp file and renamed; dies naming WHAT and path
- * on an error (report_out_open). */
+ * on an error (outfile_open). */
 void export_safetensors(const char *what, const char *path, const export_model_t *em, const float *w,
                         const char *const *meta);
 #endif

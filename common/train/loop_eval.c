@@ -1,7 +1,7 @@
-/* train_eval.c — --model gpt's validation loss (--eval-every) and --sample: forwards only,
+/* loop_eval.c — --model gpt's validation loss (--eval-every) and --sample: forwards only,
  * through the strategy's hooks (so ZeRO-3 gathers each unit as in training), every rank in step.
  * notes/gpt.md. */
-#include "train_internal.h" // struct train_internal, train_forward_only
+#include "loop_internal.h" // struct train_internal, train_forward_only
 #include "check.h"          // die_on_rank, xmalloc, xcalloc
 #include "comm.h"           // comm_ctl_all_reduce_f64
 #include "data.h"           // data_val_batch, rng_uniform

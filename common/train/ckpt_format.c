@@ -1,33 +1,20 @@
-/* ckpt.c — checkpoints: atomic save, verification, resume with resharding (see ckpt.h).
- * Notes: notes/reliability.md ("Checkpoints").
- *
- * The one idea: a checkpoint stores each model state (fp32 weights, Adam m and v) as the pieces
- * the strategy says its ranks own (strategy_t.layout: unit u, [off, off+numel)), and the
- * manifest lists every piece with its file and place. Whatever wrote it (N ranks of ZeRO,
- * DDP's replicated copy, any future strategy), element i of unit u lives in the one piece of u
- * that covers i: ckpt_read_range hands any rank of any new layout the ranges it needs, so
- * resharding is a table lookup and no rank assembles the full model unless its own layout
- * holds it whole. The stage is only written down for the reader: memory is found by the hook. */
-#include "ckpt.h"   // ckpt_manifest_t, ckpt_*
-#include "check.h"  // die, xmalloc, xcalloc
-#include "comm.h"   // comm_barrier, comm_ctl_gather, comm_ctl_broadcast, comm_wait_all
-#include "device.h" // dev_memcpy, dev_sync, dev_upload
-#include "fault.h"  // fault_in_save (--fault R:S:ckpt)
-#include "grid.h"   // grid_t, GRID_TP (the --tp T a checkpoint was saved with)
-#include <dirent.h> // opendir, readdir
-#include <errno.h>  // errno
-#include <fcntl.h>  // open, O_*
-#include <ftw.h>    // nftw (removing an old checkpoint directory)
+/* ckpt_format.c — a checkpoint on disk (ckpt.h; the trainer's side is ckpt.c): the step
+ * directory, its manifest (read, checked against the files and the run's flags, printed, written),
+ * the shard files read as ranges of any layout (the resharding), and the atomic publish of a save
+ * (partial directory, fsync, rename, `latest`, pruning). Notes: notes/reliability.md ("Checkpoints"). */
+#include "ckpt_internal.h" // ckpt_manifest_t, ckpt_*; MANIFEST, LOSSES
+#include "check.h"    // die, die_on_rank, xmalloc, xcalloc
+#include <dirent.h>   // opendir, readdir
+#include <errno.h>    // errno
+#include <fcntl.h>    // open, O_*
+#include <ftw.h>      // nftw (removing an old checkpoint directory)
 #include <inttypes.h> // PRIx64, SCNx64
-#include <math.h>   // isfinite (the saved loss scale)
-#include <stdio.h>  // snprintf, fopen, printf
-#include <stdlib.h> // free, qsort
-#include <string.h> // strcmp, strerror, strncmp
-#include <sys/stat.h> // mkdir, stat
-#include <unistd.h> // pread, write, fsync, close, getpid
-
-#define MANIFEST "manifest.txt"
-#define LOSSES "losses.bin"
+#include <math.h>     // isfinite (the saved loss scale)
+#include <stdio.h>    // snprintf, fopen, printf
+#include <stdlib.h>   // free, qsort
+#include <string.h>   // strcmp, strerror, strncmp
+#include <sys/stat.h> // stat
+#include <unistd.h>   // pread, write, fsync, close, getpid
 
 uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n) {
   const unsigned char *p = bytes;
@@ -41,7 +28,7 @@ uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n) {
 /* ---- small file helpers ------------------------------------------------------------------- */
 
 /* Whole file into a malloc'd buffer (NUL-terminated); NULL when it cannot be read. */
-static char *slurp(const char *path, int64_t *nbytes) {
+char *ckpt_slurp(const char *path, int64_t *nbytes) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   char *buf = NULL;
@@ -68,7 +55,7 @@ static char *slurp(const char *path, int64_t *nbytes) {
 }
 
 /* Write n bytes to path atomically: path.tmp, fsync, rename. Dies naming the path on error. */
-static void write_atomic(const char *path, const void *bytes, int64_t n) {
+void ckpt_write_atomic(const char *path, const void *bytes, int64_t n) {
   char tmp[CKPT_PATH_MAX + 32];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -94,7 +81,7 @@ static void fsync_dir(const char *path) {
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) { return remove(path); }
 /* rm -rf of a directory this module created (a checkpoint step or a partial one). */
-static void rm_tree(const char *path) {
+void ckpt_rm_tree(const char *path) {
   struct stat sb;
   if (stat(path, &sb) == 0) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -129,7 +116,7 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
     return 1;
   }
   snprintf(path, sizeof path, "%s/latest", where);
-  char *latest = slurp(path, NULL);
+  char *latest = ckpt_slurp(path, NULL);
   if (!latest) {
     int T = ckpt_tp_layout(where);
     if (T > 1)
@@ -183,7 +170,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
   char path[CKPT_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/" MANIFEST, stepdir);
   int64_t len = 0;
-  char *text = slurp(path, &len);
+  char *text = ckpt_slurp(path, &len);
   if (!text) FAIL("%s: missing or unreadable (the save did not complete?)", path);
   /* The last line checksums everything before it. */
   char *ck = strstr(text, "\nchecksum ");
@@ -355,7 +342,6 @@ int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy) {
 }
 
 /* The --precision name of a working dtype, as the manifest records it: fp32, bf16, fp16. */
-static const char *precision_name(dtype_t wdt) { return dtype_precision(wdt); }
 
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, size_t nwhy) {
   char path[CKPT_PATH_MAX + 32], diff[768] = "";
@@ -365,7 +351,7 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
 #define DIFF(...) do { if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, \
                          "%s", n++ ? "; " : ""); \
                        if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, __VA_ARGS__); } while (0)
-  const char *prec = precision_name(c->wdt), *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
+  const char *prec = dtype_precision(c->wdt), *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
   int gpt = strcmp(c->model_kind, "gpt") == 0;
   if (strcmp(m->model, c->model_kind) != 0) {
     DIFF("saved with --model %s, this run has --model %s", m->model, c->model_kind);
@@ -480,142 +466,6 @@ void ckpt_reader_close(ckpt_reader_t *r) {
   r->fds = NULL;
 }
 
-/* ---- the trainer's side -------------------------------------------------------------------- */
-
-/* The strategy's answer for unit u (train.h: unit_layout_t). */
-static unit_layout_t layout_of(trainer_t *t, int u) {
-  unit_layout_t l = {0};
-  if (!t->strategy->layout) die_on_rank("strategy %s has no layout hook (train.h)", t->strategy->name);
-  t->strategy->layout(t, u, &l);
-  return l;
-}
-
-/* Whether this rank writes (and exports) its own piece of unit u: one copy of every piece. */
-static int writes_piece(const trainer_t *t, const unit_layout_t *l) { return l->own_numel > 0 && (!l->replicated || t->rank == 0); }
-
-/* The device array of section s (0 weights, 1 m, 2 v) of a piece. */
-static float *section_of(const trainer_t *t, const unit_layout_t *l, int s, int u) {
-  float *p = s == 0 ? l->w : s == 1 ? l->m : l->v;
-  if (!p) die_on_rank("checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->strategy->name,
-              s == 0 ? "weights" : s == 1 ? "optimizer state m" : "optimizer state v", u);
-  return p;
-}
-
-/* Unit-local [lo, lo+n) of unit u, section sec, into host dst: the part past numel is pad (0). */
-static void read_piece(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t n, float *dst) {
-  int64_t numel = r->m->units[u].numel, hi = lo + n < numel ? lo + n : numel;
-  memset(dst, 0, (size_t)n * sizeof(float));
-  if (hi > lo) ckpt_read_range(r, sec, u, lo, hi, dst);
-}
-
-int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
-  char why[1024] = "";
-  char stepdir[CKPT_PATH_MAX];
-  if (t->model_rank == 0) { /* one reader checks everything; the verdict goes to all */
-    if (!ckpt_resolve(where, stepdir, sizeof stepdir, why, sizeof why) &&
-        !ckpt_manifest_read(stepdir, m, why, sizeof why)) {
-      if (!ckpt_match_cfg(m, t->cfg, why, sizeof why)) ckpt_verify_files(m, why, sizeof why);
-      ckpt_manifest_free(m);
-    }
-  }
-  comm_ctl_broadcast(t->model_comm, why, sizeof why, 0);
-  if (why[0]) {
-    if (t->model_rank == 0) {
-      fprintf(stderr, "error: --resume %s: %s; nothing was run or written\n", where, why);
-      fflush(stderr);
-    }
-    return 2;
-  }
-  comm_ctl_broadcast(t->model_comm, stepdir, sizeof stepdir, 0);
-  if (ckpt_manifest_read(stepdir, m, why, sizeof why)) die_on_rank("--resume %s: %s", where, why);
-  return 0;
-}
-
-/* A tensor-parallel run resuming from full units (a grid-free or a non-TP checkpoint): for each
- * unit and section, the full unit is read, mapped to this TP rank's local unit (the model
- * transform's to_local, train.h), and the layout's held and own ranges taken from that (pad slots 0). buf: room for
- * the largest held or own range (the caller's). */
-static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
-  const model_t *md = t->whole; /* the transform's split, every unit (the layout: t->model's) */
-  ckpt_reader_t r = {.m = m};
-  int64_t fmost = 0, lmost = 0;
-  for (int u = 0; u < md->n_units; u++) {
-    if (m->units[u].numel > fmost) fmost = m->units[u].numel;
-    if (t->model.units[u].padded > lmost) lmost = t->model.units[u].padded;
-    if (md->units[u].numel > lmost) lmost = md->units[u].numel;
-  }
-  float *full = xmalloc((size_t)fmost * sizeof(float), "checkpoint full unit");
-  float *local = xmalloc((size_t)lmost * sizeof(float), "checkpoint local unit");
-  for (int u = 0; u < md->n_units; u++) {
-    unit_layout_t l = layout_of(t, u);
-    for (int s = 0; s < m->n_sections; s++) {
-      if (s > 0 && l.own_numel == 0) break;
-      ckpt_read_range(&r, s, u, 0, m->units[u].numel, full);
-      memset(local, 0, (size_t)lmost * sizeof(float));
-      t->cfg->transform->to_local(md, u, full, local);
-      if (s == 0) { /* the working params this rank holds, and its own fp32 weights */
-        memcpy(buf, local + l.held_off, (size_t)l.held_numel * sizeof(float));
-        dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
-      }
-      if (l.own_numel > 0) {
-        memcpy(buf, local + l.own_off, (size_t)l.own_numel * sizeof(float));
-        dev_upload(t->dev, section_of(t, &l, s, u), DT_F32, buf, l.own_numel);
-      }
-    }
-  }
-  free(full);
-  free(local);
-  ckpt_reader_close(&r);
-}
-
-void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses) {
-  const model_t *md = &t->model;
-  ckpt_reader_t r = {.m = m};
-  int64_t most = 0;
-  for (int u = 0; u < md->n_units; u++) {
-    unit_layout_t l = layout_of(t, u);
-    if (l.held_numel > most) most = l.held_numel;
-    if (l.own_numel > most) most = l.own_numel;
-  }
-  float *buf = xmalloc((size_t)most * sizeof(float) + 1, "checkpoint restore buffer");
-  dev_sync(t->dev);
-  if (t->tp_comm && m->tp == 1) { /* a TP split reading full units: through the transform's map */
-    restore_mapped(t, m, buf);
-    most = -1;
-  }
-  for (int u = 0; u < md->n_units && most >= 0; u++) {
-    unit_layout_t l = layout_of(t, u);
-    /* the working params this rank holds: wdt(fp32 weights), what every step leaves there */
-    read_piece(&r, 0, u, l.held_off, l.held_numel, buf);
-    dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
-    /* the own piece: fp32 weights, then the optimizer states */
-    for (int s = 0; s < m->n_sections && l.own_numel > 0; s++) {
-      read_piece(&r, s, u, l.own_off, l.own_numel, buf);
-      dev_upload(t->dev, section_of(t, &l, s, u), DT_F32, buf, l.own_numel);
-    }
-  }
-  ckpt_reader_close(&r);
-  free(buf);
-  /* losses of the steps before, for the report and --json */
-  double *lb = ckpt_read_losses(m);
-  for (int s = 0; s < m->step; s++) losses[s] = (report_step_t){.loss = lb[2 * s], .ms = lb[2 * s + 1]};
-  free(lb);
-  t->opt_t = m->opt_t;
-  dev_sync(t->dev);
-  if (t->model_rank == 0 && !t->cfg->quiet) {
-    printf("resumed from %s: %s on %d rank%s (layout of %d shard%s) -> %s on %d; continuing at step %d (optimizer t = %d)\n",
-           m->dir, m->strategy, m->world, m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "",
-           t->name, t->model_world, m->step, m->opt_t);
-    fflush(stdout);
-  }
-}
-
-int ckpt_due(const train_cfg_t *cfg, int step) {
-  if (!cfg->ckpt) return 0;
-  if (step == cfg->steps - 1) return 1;
-  return cfg->save_every > 0 && (step + 1) % cfg->save_every == 0;
-}
-
 static int cmp_desc(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   return (x < y) - (x > y);
@@ -638,7 +488,7 @@ static void prune(const char *dir, int keep) {
     if (nums[i] == keep) continue;
     char path[CKPT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/step-%06d", dir, nums[i]);
-    rm_tree(path);
+    ckpt_rm_tree(path);
   }
 }
 
@@ -683,13 +533,13 @@ static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
 
 /* The last part of every save: partial/manifest.txt from m, then the directory renamed to
  * dir/step-NNNNNN (m->step), then dir/latest rewritten, then older steps pruned. */
-static void publish(const char *dir, const char *partial, const ckpt_manifest_t *m) {
+void ckpt_publish(const char *dir, const char *partial, const ckpt_manifest_t *m) {
   char path[CKPT_PATH_MAX + 64], final_dir[CKPT_PATH_MAX + 32];
   snprintf(final_dir, sizeof final_dir, "%s/step-%06d", dir, m->step);
   size_t len = 0;
   char *txt = manifest_text(m, &len);
   snprintf(path, sizeof path, "%s/" MANIFEST, partial);
-  write_atomic(path, txt, (int64_t)len);
+  ckpt_write_atomic(path, txt, (int64_t)len);
   free(txt);
   fsync_dir(partial);
   /* publish: the complete directory under its name, then `latest` */
@@ -698,7 +548,7 @@ static void publish(const char *dir, const char *partial, const ckpt_manifest_t 
     snprintf(old, sizeof old, "%s/.step-%06d.old-%d", dir, m->step, (int)getpid());
     if (rename(final_dir, old) != 0) die("rank 0: checkpoint: rename %s failed: %s", final_dir, strerror(errno));
     if (rename(partial, final_dir) != 0) die("rank 0: checkpoint: rename %s failed: %s", partial, strerror(errno));
-    rm_tree(old);
+    ckpt_rm_tree(old);
   } else if (rename(partial, final_dir) != 0) {
     die("rank 0: checkpoint: rename %s -> %s failed: %s", partial, final_dir, strerror(errno));
   }
@@ -706,253 +556,7 @@ static void publish(const char *dir, const char *partial, const ckpt_manifest_t 
   char line[32];
   int n = snprintf(line, sizeof line, "step-%06d\n", m->step);
   snprintf(path, sizeof path, "%s/latest", dir);
-  write_atomic(path, line, n);
+  ckpt_write_atomic(path, line, n);
   fsync_dir(dir);
   prune(dir, m->step);
-}
-
-/* What each rank tells rank 0 after writing its shard: the file, then its pieces (u, off, numel). */
-typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
-
-void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses,
-               const scaler_t *scaler) {
-  const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
-  int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
-  char partial[CKPT_PATH_MAX + 32], final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
-  snprintf(partial, sizeof partial, "%s/.step-%06d.partial", dir, steps_done);
-  snprintf(final_dir, sizeof final_dir, "%s/step-%06d", dir, steps_done);
-  comm_wait_all(t->comm); /* ZeRO-1/2's param all-gathers of this step finish first */
-  dev_sync(t->dev);
-  int root = t->model_rank == 0; /* rank 0 of every rank that holds a part of the model */
-  if (root) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("rank 0: --ckpt %s: cannot create it: %s", dir, strerror(errno));
-    rm_tree(partial); /* left by a crash during an earlier save */
-    if (mkdir(partial, 0755) != 0) die("rank 0: --ckpt: cannot create %s: %s", partial, strerror(errno));
-  }
-  comm_barrier(t->model_comm);
-
-  /* The pieces this rank writes, as its strategy's layout names them; the blob for rank 0 is
-   * file_stat_t then (unit, off, numel) per piece. */
-  int64_t *blob = xmalloc(sizeof(file_stat_t) + (size_t)md->n_units * 3 * sizeof(int64_t), "checkpoint piece list");
-  file_stat_t *mine = (file_stat_t *)blob;
-  int64_t *list = blob + sizeof(file_stat_t) / sizeof(int64_t), sn = 0;
-  *mine = (file_stat_t){0, CKPT_SUM_INIT, 0};
-  unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "checkpoint layouts");
-  for (int u = 0; u < md->n_units; u++) {
-    ls[u] = layout_of(t, u);
-    if (!writes_piece(t, &ls[u])) continue;
-    int64_t *e = list + 3 * mine->n_pieces++;
-    e[0] = u, e[1] = ls[u].own_off, e[2] = ls[u].own_numel;
-    sn += ls[u].own_numel;
-  }
-  if (mine->n_pieces > 0) { /* sections back to back, each the own pieces unit after unit */
-    float *host = xmalloc((size_t)(nsec * sn) * sizeof(float) + 1, "checkpoint shard (host)");
-    int64_t at = 0;
-    for (int u = 0; u < md->n_units; u++) {
-      if (!writes_piece(t, &ls[u])) continue;
-      for (int s = 0; s < nsec; s++)
-        dev_memcpy(DEV_CPU, host + (int64_t)s * sn + at, t->dev, section_of(t, &ls[u], s, u),
-                   (size_t)ls[u].own_numel * sizeof(float));
-      at += ls[u].own_numel;
-    }
-    mine->nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
-    mine->sum = ckpt_sum(CKPT_SUM_INIT, host, (size_t)mine->nbytes);
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", partial, t->model_rank);
-    write_atomic(path, host, mine->nbytes);
-    free(host);
-  }
-  free(ls);
-  fault_in_save(comm_rank(t->world_comm), steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
-
-  char *all = NULL;
-  int64_t *sizes = NULL;
-  comm_ctl_gather(t->model_comm, blob, (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all,
-                  &sizes);
-  free(blob);
-  if (root) {
-    /* every rank's blob: which ranks wrote a file, and the pieces in it */
-    const char **from = xmalloc((size_t)t->model_world * sizeof *from, "checkpoint blobs");
-    int shards = 0, n_pieces = 0;
-    for (int r = 0, off = 0; r < t->model_world; off += (int)sizes[r], r++) {
-      from[r] = all + off;
-      const file_stat_t *fs = (const file_stat_t *)from[r];
-      shards += fs->n_pieces > 0;
-      n_pieces += (int)fs->n_pieces;
-    }
-    /* losses.bin: (loss, ms) doubles of every step so far */
-    double *lb = xmalloc((size_t)steps_done * 16 + 1, "checkpoint losses");
-    for (int s = 0; s < steps_done; s++) {
-      lb[2 * s] = losses[s].loss;
-      lb[2 * s + 1] = losses[s].ms;
-    }
-    uint64_t lsum = ckpt_sum(CKPT_SUM_INIT, lb, (size_t)steps_done * 16);
-    snprintf(path, sizeof path, "%s/" LOSSES, partial);
-    write_atomic(path, lb, (int64_t)steps_done * 16);
-    free(lb);
-    /* the manifest, last: the table of every piece */
-    const train_cfg_t *c = t->cfg;
-    ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->model_world, .shards = shards,
-                         .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
-                         .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
-                         .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
-                         .n_pieces = n_pieces, .step = steps_done, .data_position = (int64_t)steps_done * c->batch,
-                         .opt_t = opt_t, .skipped = skipped, .n_sections = nsec, .n_files = shards + 1};
-    if (scaler) {
-      m.has_scaler = 1;
-      m.loss_scale = scaler->scale;
-      m.growth_tracker = scaler->growth_tracker;
-      m.overflows = scaler->overflows;
-    }
-    snprintf(m.strategy, sizeof m.strategy, "%s", t->name);
-    snprintf(m.precision, sizeof m.precision, "%s", precision_name(t->wdt));
-    snprintf(m.optimizer, sizeof m.optimizer, "%s", c->optimizer == OPT_SGD ? "sgd" : "adamw");
-    snprintf(m.model, sizeof m.model, "%s", c->model_kind);
-    if (strcmp(c->model_kind, "gpt") == 0) m.gpt = c->gpt;
-    m.units = xcalloc((size_t)md->n_units, sizeof *m.units, "checkpoint units");
-    for (int u = 0; u < md->n_units; u++)
-      m.units[u] = (ckpt_unit_t){.in = md->units[u].in, .out = md->units[u].out, .numel = md->units[u].numel};
-    m.pieces = xcalloc((size_t)n_pieces + 1, sizeof *m.pieces, "checkpoint pieces");
-    m.files = xcalloc((size_t)shards + 1, sizeof *m.files, "checkpoint files");
-    for (int r = 0, f = 0, k = 0; r < t->model_world; r++) {
-      const file_stat_t *fs = (const file_stat_t *)from[r];
-      const int64_t *e = (const int64_t *)(fs + 1);
-      int64_t at = 0;
-      for (int i = 0; i < fs->n_pieces; i++, e += 3, k++) {
-        m.pieces[k] = (ckpt_piece_t){.file = f, .unit = (int)e[0], .off = e[1], .numel = e[2], .at = at};
-        at += e[2];
-      }
-      if (fs->n_pieces > 0) {
-        snprintf(m.files[f].name, sizeof m.files[f].name, "rank-%05d.bin", r);
-        m.files[f].nbytes = fs->nbytes, m.files[f].sum = fs->sum;
-        f++;
-      }
-    }
-    snprintf(m.files[shards].name, sizeof m.files[shards].name, LOSSES);
-    m.files[shards].nbytes = (int64_t)steps_done * 16, m.files[shards].sum = lsum;
-    free(from);
-    publish(dir, partial, &m);
-    ckpt_manifest_free(&m);
-    if (!t->cfg->quiet) {
-      printf("checkpoint: saved %s (%d files + manifest)\n", final_dir, shards + 1);
-      fflush(stdout);
-    }
-  }
-  free(all);
-  free(sizes);
-}
-
-/* ---- the grid-free form (zl_ckpt convert) ------------------------------------------------- */
-
-void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_units, const ckpt_unit_t *units,
-                          float *const *sec, const double *losses) {
-  char partial[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("error: %s: cannot create it: %s", dir, strerror(errno));
-  snprintf(partial, sizeof partial, "%s/.step-%06d.partial", dir, hdr->step);
-  rm_tree(partial);
-  if (mkdir(partial, 0755) != 0) die("error: cannot create %s: %s", partial, strerror(errno));
-  ckpt_manifest_t m = *hdr;
-  snprintf(m.strategy, sizeof m.strategy, "grid-free");
-  m.version = 3, m.stage = 0, m.world = 1, m.shards = 1, m.tp = 1, m.tp_rank = 0, m.n_units = n_units;
-  m.n_pieces = n_units, m.n_files = 2, m.psi = 0;
-  m.units = NULL, m.files = NULL, m.section_numel = NULL;
-  for (int u = 0; u < n_units; u++) m.psi += units[u].numel;
-  m.units = xcalloc((size_t)n_units, sizeof *m.units, "grid-free units");
-  m.pieces = xcalloc((size_t)n_units, sizeof *m.pieces, "grid-free pieces");
-  m.files = xcalloc(2, sizeof *m.files, "grid-free files");
-  for (int u = 0, at = 0; u < n_units; at += (int)units[u].numel, u++) {
-    m.units[u] = (ckpt_unit_t){.in = units[u].in, .out = units[u].out, .numel = units[u].numel};
-    m.pieces[u] = (ckpt_piece_t){.file = 0, .unit = u, .off = 0, .numel = units[u].numel, .at = at};
-  }
-  /* rank-00000.bin: sections back to back, each the Ψ values unit after unit */
-  size_t nb = (size_t)m.n_sections * (size_t)m.psi * sizeof(float);
-  char *buf = xmalloc(nb + 1, "grid-free shard");
-  for (int s = 0; s < m.n_sections; s++) memcpy(buf + (size_t)s * (size_t)m.psi * 4, sec[s], (size_t)m.psi * 4);
-  snprintf(path, sizeof path, "%s/rank-00000.bin", partial);
-  write_atomic(path, buf, (int64_t)nb);
-  m.files[0] = (ckpt_file_t){.name = "rank-00000.bin", .nbytes = (int64_t)nb, .sum = ckpt_sum(CKPT_SUM_INIT, buf, nb)};
-  free(buf);
-  snprintf(path, sizeof path, "%s/" LOSSES, partial);
-  write_atomic(path, losses, (int64_t)m.step * 16);
-  m.files[1] = (ckpt_file_t){.name = LOSSES, .nbytes = (int64_t)m.step * 16,
-                             .sum = ckpt_sum(CKPT_SUM_INIT, losses, (size_t)m.step * 16)};
-  publish(dir, partial, &m);
-  free(m.units);
-  free(m.pieces);
-  free(m.files);
-}
-
-double *ckpt_read_losses(const ckpt_manifest_t *m) {
-  char path[CKPT_PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/" LOSSES, m->dir);
-  int64_t nb = 0;
-  char *lb = slurp(path, &nb);
-  if (!lb || nb != (int64_t)m->step * 16) die_on_rank("checkpoint: %s unreadable or the wrong size", path);
-  return (double *)lb;
-}
-
-/* ---- the export of the full weights ------------------------------------------------------- */
-
-/* Copy the part of piece [off, off+n) of unit u below numel from host src into the unpadded Ψ
- * array dst; returns the elements placed. */
-static int64_t place(const model_t *md, int u, int64_t off, int64_t n, const float *src, float *dst) {
-  int64_t start = 0; /* the unit's offset in the unpadded layout */
-  for (int v = 0; v < u; v++) start += md->units[v].numel;
-  int64_t k = off + n < md->units[u].numel ? n : md->units[u].numel - off;
-  if (k > 0) memcpy(dst + start + off, src, (size_t)k * sizeof(float));
-  return k > 0 ? k : 0;
-}
-
-void ckpt_export_weights(trainer_t *t, float *dst) {
-  const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
-  unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "export layouts");
-  /* every rank takes the same path: replicated is the same on every rank (train.h); a schedule keeps
-   * other units on other ranks, so there rank 0 does not hold them all */
-  int all_replicated = t->model_comm == t->comm;
-  int64_t sn = 0, n_pieces = 0;
-  for (int u = 0; u < md->n_units; u++) {
-    ls[u] = layout_of(t, u);
-    all_replicated &= ls[u].replicated;
-    if (writes_piece(t, &ls[u])) sn += ls[u].own_numel, n_pieces++;
-  }
-  /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats */
-  int64_t head = 1 + 3 * n_pieces;
-  int64_t *blob = xmalloc((size_t)head * sizeof(int64_t) + (size_t)sn * sizeof(float), "export pieces");
-  float *vals = (float *)(blob + head);
-  blob[0] = n_pieces;
-  int64_t *e = blob + 1, at = 0;
-  for (int u = 0; u < md->n_units; u++) {
-    if (!writes_piece(t, &ls[u])) continue;
-    e[0] = u, e[1] = ls[u].own_off, e[2] = ls[u].own_numel;
-    e += 3;
-    dev_memcpy(DEV_CPU, vals + at, t->dev, ls[u].w, (size_t)ls[u].own_numel * sizeof(float));
-    at += ls[u].own_numel;
-  }
-  free(ls);
-  char *all = (char *)blob;
-  int64_t *sizes = NULL, one = (int64_t)head * 8 + sn * 4;
-  if (!all_replicated) { /* one control gather: rank 0 receives every rank's pieces */
-    comm_ctl_gather(t->model_comm, blob, one, &all, &sizes);
-    free(blob);
-  } else {
-    sizes = &one; /* rank 0 holds every piece already (replicated): no communication */
-  }
-  if (t->model_rank == 0) {
-    int64_t placed = 0;
-    int senders = all_replicated ? 1 : t->model_world;
-    const char *p = all;
-    for (int r = 0; r < senders; p += sizes[r], r++) {
-      const int64_t *h = (const int64_t *)p;
-      const float *f = (const float *)(h + 1 + 3 * h[0]);
-      for (int64_t k = 0; k < h[0]; k++) {
-        const int64_t *e = h + 1 + 3 * k;
-        placed += place(md, (int)e[0], e[1], e[2], f, dst);
-        f += e[2];
-      }
-    }
-    if (placed != md->numel) /* the pieces must tile every unit (train.h) */
-      die("rank 0: export: strategy %s's layout hook names %lld of the %lld weights", t->strategy->name, (long long)placed,
-          (long long)md->numel);
-  }
-  if (!all_replicated) free(sizes);
-  free(all);
 }

@@ -8,6 +8,7 @@
 #include "device.h"          // dev_used_delta
 #include "cpuuse.h"          // cpuuse_now: threads and their CPU time
 #include "ledger.h"          // ledger_peak, ledger_total_peak, ledger_peak_in (host arena)
+#include "outfile.h"         // outfile_write (--json)
 #include <math.h>            // log
 #include <stdio.h>           // printf, snprintf
 #include <stdlib.h>          // free
@@ -103,7 +104,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   if (cfg->json) {
     int64_t len = 0;
     char *text = report_json_text(t, run, all, &f, &len);
-    report_write_output("--json", cfg->json, text, len);
+    outfile_write("--json", cfg->json, text, len);
     free(text);
     if (!cfg->quiet) printf("results: %s\n", cfg->json);
   }

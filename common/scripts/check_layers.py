@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""check_layers.py — common/'s layers stay layers (make test runs it: suite common_layers).
+
+common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
+(base device comm model train). The rules, each one checked here:
+
+  1. every source file of common/ lives in a layer folder (scripts/ and tools/ hold programs);
+  2. every layer folder has a README.md saying what it owns and what it may include;
+  3. a file includes headers of its own layer or of a lower one, never of a higher one, and
+     never a solutions/ header -- except the one edge the design has on purpose: comm runs the
+     ring collectives of solutions/ring.c (ALLOWED below);
+  4. no include cycle among modules: a module is a file's stem up to its first underscore
+     (loop.c, loop_ops.c and loop_internal.h are one module, "loop"), and the graph of
+     "a file of module A includes a header of module B" has no cycle.
+
+  python3 common/scripts/check_layers.py [--root DIR]     exit 0 clean, 1 with one line per problem
+"""
+import argparse
+import os
+import re
+import sys
+
+SRC = re.compile(r"\.(c|h|cu|cuh)$")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# (layer, header of solutions/) pairs common/ may include; see rule 3
+ALLOWED = {("comm", "ring.h")}
+
+
+def layers_of(root):
+    """The LAYERS line of the Makefile, lowest first."""
+    with open(os.path.join(root, "Makefile")) as f:
+        m = re.search(r"^LAYERS\s*:=\s*(.+)$", f.read(), re.M)
+    if not m:
+        sys.exit("check_layers: no `LAYERS := ...` line in %s/Makefile" % root)
+    return m.group(1).split()
+
+
+def module(name):
+    return os.path.basename(name).split(".")[0].split("_")[0]
+
+
+def find_cycle(graph):
+    """One cycle of graph (dict node -> set of nodes) as a list [a, b, ..., a], or None."""
+    colour, parent = {}, {}
+    for start in sorted(graph):
+        if start in colour:
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        colour[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[node] = 2
+                stack.pop()
+            elif colour.get(nxt) == 1:  # back edge: the cycle is nxt ... node, nxt
+                path = [node]
+                while path[-1] != nxt:
+                    path.append(parent[path[-1]])
+                return list(reversed(path)) + [nxt]
+            elif nxt not in colour:
+                colour[nxt], parent[nxt] = 1, node
+                stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
+    return None
+
+
+def check(root):
+    problems = []
+    layers = layers_of(root)
+    rank = {name: i for i, name in enumerate(layers)}
+    common = os.path.join(root, "common")
+    for entry in sorted(os.listdir(common)):
+        path = os.path.join(common, entry)
+        if os.path.isfile(path) and SRC.search(entry):
+            problems.append("common/%s: a source file outside the layer folders (%s)" % (entry, " ".join(layers)))
+        elif os.path.isdir(path) and entry not in rank and entry not in ("scripts", "tools"):
+            problems.append("common/%s/: a folder that is not a layer (Makefile LAYERS: %s)" % (entry, " ".join(layers)))
+    where = {}  # header basename -> layer
+    files = []  # (layer, path relative to root)
+    for layer in layers:
+        folder = os.path.join(common, layer)
+        if not os.path.isdir(folder):
+            problems.append("common/%s/: missing (a layer in the Makefile's LAYERS)" % layer)
+            continue
+        readme = os.path.join(folder, "README.md")
+        if not os.path.isfile(readme) or "May include" not in open(readme).read():
+            problems.append("common/%s/README.md: missing, or without its `May include` line" % layer)
+        for name in sorted(os.listdir(folder)):
+            if SRC.search(name):
+                if name in where:
+                    problems.append("common/%s/%s: the same name as common/%s/%s" % (layer, name, where[name], name))
+                where[name] = layer
+                files.append((layer, "common/%s/%s" % (layer, name)))
+    solutions = set(n for n in os.listdir(os.path.join(root, "solutions")) if n.endswith(".h")) \
+        if os.path.isdir(os.path.join(root, "solutions")) else set()
+    graph, n_inc = {}, 0
+    for layer, rel in files:
+        src = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        mod = "%s/%s" % (layer, module(rel))
+        graph.setdefault(mod, set())
+        for inc in INCLUDE.findall(src):
+            n_inc += 1
+            base = os.path.basename(inc)
+            if inc != base:
+                problems.append("%s: includes \"%s\": a path; common/'s headers are found by name (-Icommon/LAYER)" % (rel, inc))
+            if base in where:
+                other = where[base]
+                if rank[other] > rank[layer]:
+                    problems.append("%s: includes %s of layer %s, above %s (allowed: %s)"
+                                    % (rel, base, other, layer, " ".join(layers[: rank[layer] + 1])))
+                target = "%s/%s" % (other, module(base))
+                if target != mod:
+                    graph[mod].add(target)
+            elif base in solutions:
+                if (layer, base) not in ALLOWED:
+                    problems.append("%s: includes solutions/%s (common/ builds on no solution but comm's ring)" % (rel, base))
+            else:
+                problems.append("%s: includes \"%s\", which is no header of common/'s layers" % (rel, inc))
+    cycle = find_cycle(graph)
+    if cycle:
+        problems.append("include cycle among modules: %s" % " -> ".join(cycle))
+    return problems, len(files), n_inc, len(graph)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default=".", help="the repository (default: .)")
+    args = ap.parse_args()
+    problems, n_files, n_inc, n_mod = check(args.root)
+    for p in problems:
+        print(p)
+    print("layers: %s; %d files, %d modules, %d includes, %d problem(s)"
+          % (" < ".join(layers_of(args.root)), n_files, n_mod, n_inc, len(problems)))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

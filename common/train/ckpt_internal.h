@@ -1,0 +1,22 @@
+/* ckpt_internal.h — what the two halves of the checkpoint module share: ckpt.c (the trainer's
+ * side: save, resume, the grid-free form, the export) and ckpt_format.c (the directory on disk). */
+#ifndef ZL_CKPT_INTERNAL_H
+#define ZL_CKPT_INTERNAL_H
+#include "ckpt.h"   // ckpt_manifest_t, CKPT_PATH_MAX
+#include <stdint.h> // int64_t
+
+#define MANIFEST "manifest.txt" /* in every step directory */
+#define LOSSES "losses.bin"     /* every step's (loss, skipped) so far, 16 bytes each */
+
+/* Whole file into a malloc'd buffer (NUL-terminated; *nbytes its size when not NULL); NULL when it
+ * cannot be read. */
+char *ckpt_slurp(const char *path, int64_t *nbytes);
+/* Write n bytes to path atomically: path.tmp, fsync, rename. Dies naming the path on error. */
+void ckpt_write_atomic(const char *path, const void *bytes, int64_t n);
+/* rm -rf of a directory this module created (a checkpoint step or a partial one). */
+void ckpt_rm_tree(const char *path);
+/* The last part of every save (rank 0): partial/manifest.txt from m, then the directory renamed to
+ * dir/step-NNNNNN (m->step), then dir/latest rewritten, then older steps pruned (the two newest
+ * and m->step kept). */
+void ckpt_publish(const char *dir, const char *partial, const ckpt_manifest_t *m);
+#endif

@@ -1,0 +1,60 @@
+/* test_layers.c — common/'s folders are its layers (notes/design.md, "The layers"): a file
+ * includes only its own layer and the ones below, and no include cycle joins two modules.
+ * The check is common/scripts/check_layers.py; these tests run it on the repository and on
+ * small trees that break each rule, so the check itself can fail. Suite common_layers. */
+#include "zl_test.h" // zl_run, zl_tmpdir, Criterion
+#include <stdio.h>    // fopen, fprintf
+#include <sys/stat.h> // mkdir
+
+/* root/rel := text (parent folders created). */
+static void put(const char *root, const char *rel, const char *text) {
+  char path[512], dir[512];
+  snprintf(path, sizeof path, "%s/%s", root, rel);
+  for (char *s = path + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+    snprintf(dir, sizeof dir, "%.*s", (int)(s - path), path);
+    mkdir(dir, 0755);
+  }
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+Test(common_layers, the_repository_keeps_its_layers, .timeout = 60) {
+  char *out = NULL;
+  int rc = zl_run(0, 50, &out, "python3 common/scripts/check_layers.py");
+  cr_expect_eq(rc, 0, "check_layers.py exited %d (0: no upward include, no cycle):\n%s", rc, out);
+  cr_expect(strstr(out, "0 problem(s)") != NULL, "no summary line in:\n%s", out);
+  free(out);
+}
+
+/* A two-layer tree, then one broken rule at a time: each is named, and the clean tree passes. */
+Test(common_layers, each_broken_rule_is_named, .timeout = 60) {
+  const char *cases[][3] = {
+      /* file to add, its text, what the checker must say */
+      {"", "", "0 problem(s)"},
+      {"common/low/up.c", "#include \"top.h\"\n", "common/low/up.c: includes top.h of layer top, above low"},
+      {"common/low/b.c", "#include \"a.h\"\n", "include cycle among modules: low/a -> low/b -> low/a"},
+      {"common/stray.c", "int x;\n", "common/stray.c: a source file outside the layer folders"},
+      {"common/low/s.c", "#include \"sol.h\"\n", "common/low/s.c: includes solutions/sol.h"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char root[256];
+    char tag[32];
+    snprintf(tag, sizeof tag, "layers%zu", k);
+    zl_tmpdir(root, sizeof root, tag);
+    put(root, "Makefile", "LAYERS := low top\n");
+    put(root, "common/low/README.md", "# low\n\nMay include: low.\n");
+    put(root, "common/top/README.md", "# top\n\nMay include: low, top.\n");
+    put(root, "common/low/a.h", "#include \"b.h\"\n");
+    put(root, "common/low/b.h", "int b;\n");
+    put(root, "common/top/top.h", "#include \"a.h\"\n");
+    put(root, "solutions/sol.h", "int s;\n");
+    if (cases[k][0][0]) put(root, cases[k][0], cases[k][1]);
+    char *out = NULL;
+    int rc = zl_run(0, 30, &out, "python3 common/scripts/check_layers.py --root %s", root);
+    cr_expect_eq(rc, k == 0 ? 0 : 1, "case %zu (%s): exit %d:\n%s", k, cases[k][0], rc, out);
+    cr_expect(strstr(out, cases[k][2]) != NULL, "case %zu (%s): expected `%s` in:\n%s", k, cases[k][0], cases[k][2], out);
+    free(out);
+  }
+}
