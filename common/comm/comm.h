@@ -7,9 +7,9 @@
  *   - ring:   our own, built only from send/recv in solutions/ring.c (notes/01-collectives.md)
  * chosen per communicator with comm_set_impl.
  *
- * Execution: operations run in issue order on the communicator's "stream" — a per-rank
- * communication thread on the MPI backend (the CPU analogue of a CUDA stream), the NCCL
- * stream on the NCCL backend. The _async calls return at once with a handle; comm_wait(h)
+ * Execution: operations run in issue order on the communicator's "stream" — on the MPI backend a
+ * fiber on the rank's one progress engine thread (comm_engine.h; the CPU analogue of a CUDA
+ * stream), the NCCL stream on the NCCL backend. The _async calls return at once with a handle; comm_wait(h)
  * returns when that operation (and every earlier one) is complete. The blocking calls are
  * _async + comm_wait. Compute goes on while the stream works: that is the overlap.
  *
@@ -68,7 +68,8 @@ void comm_finalize(comm_t *c);
  * color (>= 0) form one sub-communicator, ranked by key (ties: by parent rank), as
  * MPI_Comm_split. The sub-communicator is a full comm_t: same backend, device, implementation
  * (vendor or ring: solutions/ring.c runs on it unchanged) and timeout as the parent; its own
- * stream (MPI: its own communication thread, so MPI_THREAD_MULTIPLE is required; NCCL: its own
+ * stream (MPI: its own fiber on the rank's engine thread, while the caller's thread makes MPI calls
+ * too, so MPI_THREAD_MULTIPLE is required; NCCL: its own
  * CUDA stream, ncclCommSplit from the parent's NCCL communicator, or a fresh id broadcast over
  * the group when the installed NCCL predates it); its own counters, starting at zero — the
  * parent's counters do not see its traffic. The parent's queued work is waited for first.

@@ -18,7 +18,8 @@
  * (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Ireduce) add in another order than its blocking ones
  * once a group has 3 or more ranks (at 2, a+b is a+b either way). So a vendor reduction on a
  * communicator of >= 3 ranks runs the blocking MPI call on that communicator's helper thread
- * (created at its first such call), while its fiber yields until it returns.
+ * (created at its first such call), while its fiber yields until it returns. (Only with
+ * MPI_THREAD_MULTIPLE, which Open MPI gives; with less, the nonblocking reduction runs instead.)
  *
  * Threads per rank on the MPI backend: the main thread + 1 engine thread + Open MPI's own
  * (2 here), + 1 helper per communicator of >= 3 ranks that runs vendor reductions — at most

@@ -175,8 +175,14 @@ static void mpi_red_blocking(void *arg) {
 }
 
 static void mpi_reduction(comm_t *c, mpi_red_t *a) {
+  static int multiple = -1; /* the helper calls MPI beside the engine thread: MULTIPLE only */
+  if (multiple < 0) {
+    int provided = 0;
+    CHECK_MPI(MPI_Query_thread(&provided));
+    multiple = provided >= MPI_THREAD_MULTIPLE;
+  }
   a->comm = c->mpi;
-  if (c->world >= 3) {
+  if (c->world >= 3 && multiple) {
     comm_engine_run_blocking(c, mpi_red_blocking, a);
     CHECK_MPI(a->rc);
     return;
@@ -375,8 +381,8 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
   int provided = 0;
   CHECK_MPI(MPI_Query_thread(&provided));
   if (threaded && provided < MPI_THREAD_MULTIPLE)
-    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator runs its own communication "
-        "thread beside the parent's, which needs MPI_THREAD_MULTIPLE (%d)", provided,
+    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator's stream makes MPI calls on the "
+        "engine thread while this thread splits (and a helper's blocking reductions), which needs MPI_THREAD_MULTIPLE (%d)", provided,
         MPI_THREAD_MULTIPLE);
   CHECK_MPI(MPI_Comm_split(parent->mpi, color, key, &sub->mpi)); /* inherits MPI_ERRORS_RETURN */
   CHECK_MPI(MPI_Comm_rank(sub->mpi, &sub->rank));
