@@ -120,6 +120,8 @@ static inline int64_t tp_mlp_bytes_per_step(int B, int h, int T, int r) {
  * (solutions/tp_split.c). */
 struct model_transform;
 extern const struct model_transform tp_transform;
+/* --sp: tensor parallelism with Megatron's sequence parallelism on the GPT (solutions/tp_sp.h). */
+extern const struct model_transform tp_sp_transform;
 
 /* Turns the full model m (as the launcher built it) into this rank's part over the TP group tp,
  * in place: the same units in the same order, each unit's parameters this rank's slice, and the

@@ -163,7 +163,20 @@ static void tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
     *calls += (n + k->ar2_calls) * A;
     *bytes += n * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar_numel, DT_F32, s->T, s->r, 0);
     *bytes += k->ar2_calls * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar2_numel, DT_F32, s->T, s->r, 0);
+    int rc = t->cfg->recompute && t->model.units[u].saved_numel > 0; /* --sp: the sequence's collectives */
+    int64_t ag = k->ag_calls + (rc ? k->ag_fwd_calls : 0), rs = k->rs_calls + (rc ? k->rs_fwd_calls : 0);
+    *calls += (ag + rs + k->ln_calls) * A;
+    *bytes += ag * A * comm_model_sent(CO_ALL_GATHER, b * k->ar_numel, DT_F32, s->T, s->r, 0);
+    *bytes += rs * A * comm_model_sent(CO_REDUCE_SCATTER, b * k->ar_numel, DT_F32, s->T, s->r, 0);
+    *bytes += k->ln_calls * A * comm_model_sent(CO_ALL_REDUCE, k->ln_numel, DT_F32, s->T, s->r, 0);
   }
+}
+
+/* tp_sp_transform's split: the GPT only (the MLP has no sequence; train_flags.c refuses it first). */
+static void tp_sp_split_model(model_t *m, comm_t *tp) {
+  if (m->fns != &model_gpt_fns)
+    die("rank %d: --sp: the %s model has no sequence to split (the GPT has)", check_rank(), m->fns->name);
+  tp_split_gpt_sp(m, tp);
 }
 
 /* The transform's to_local: this rank's slices of full unit u (tp_map_unit with q = this rank). */
@@ -184,6 +197,23 @@ const model_transform_t tp_transform = {
     .traffic = tp_traffic,
     .traffic_text = "per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of "
                     "its bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)",
+    .unsplit = tp_unsplit,
+    .to_local = tp_to_local,
+};
+
+/* --sp: the same transform with the GPT split along the sequence between its attention and MLP
+ * (tp_sp.h). No Pa: no unit output is replicated over the group any more (train_flags.c refuses
+ * --pa 1 with --sp). The traffic formula counts the all-gathers and reduce-scatters too. */
+const model_transform_t tp_sp_transform = {
+    .name = "tp+sp",
+    .split = tp_sp_split_model,
+    .after_backward = tp_after_backward,
+    .grad_sumsq = tp_grad_sumsq,
+    .traffic = tp_traffic,
+    .traffic_text = "per micro-batch, along the sequence: the embedding 1 reduce-scatter + 1 all-gather, each block "
+                    "6 all-gathers + 4 reduce-scatters (g, g-bar: the bytes of plain TP's 4 all-reduces, + 2 gathers of "
+                    "the LayerNorm outputs for the weight gradients), the head 2 + 1, of b x s x h fp32, (T-1)/T of "
+                    "their bytes each; all-reduces of 2h per LayerNorm (its weight gradients) and the loss's 3 of b x s",
     .unsplit = tp_unsplit,
     .to_local = tp_to_local,
 };

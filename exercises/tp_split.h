@@ -20,6 +20,13 @@ typedef struct tp_unit {
   int ar_fwd_calls;   /* how many of ar_calls are in the forward (--recompute reruns them) */
   int ar2_calls;      /* a second size: ar2_calls all-reduces of ar2_numel fp32 elements per */
   int64_t ar2_numel;  /* sample (the GPT head's vocab-parallel loss: per-row max and sums) */
+  int ag_calls;       /* --sp (tp_sp.h): all-gathers and reduce-scatters along the sequence per forward +
+                       * backward, each of ar_numel fp32 elements per sample (the whole sequence's; */
+  int rs_calls;       /* each rank sends (T−1)/T of it), */
+  int ag_fwd_calls;   /* of which in the forward (--recompute reruns them) */
+  int rs_fwd_calls;
+  int ln_calls;       /* --sp: all-reduces of ln_numel fp32 per micro-batch (not per sample): the */
+  int64_t ln_numel;   /* LayerNorm weight gradients, summed over the sequence's parts */
   int y_rep;          /* 1: the unit's output is the same on every rank of the group (it comes out of
                        * g's all-reduce, or from replicated inputs and weights): --pa keeps 1/T
                        * (tp_pa.c) */
@@ -64,7 +71,9 @@ void tp_pa_keep(struct trainer *t, int u, const float *whole, float *slice);
 void tp_pa_gather(struct trainer *t, int u, const float *slice, float *whole);
 void tp_pa_traffic(const struct trainer *t, int64_t *calls, int64_t *bytes);
 
-/* The two splits (tp_split_model dispatches). Not collective. */
+/* The two splits (tp_split_model dispatches). Not collective. tp_split_gpt_sp: the GPT with
+ * sequence parallelism as well (--sp, tp_sp.h): every unit output (B, S/T, C) along the sequence. */
 void tp_split_mlp(model_t *m, comm_t *tp);
 void tp_split_gpt(model_t *m, comm_t *tp);
+void tp_split_gpt_sp(model_t *m, comm_t *tp);
 #endif

@@ -19,6 +19,7 @@
  * row-parallel → g (all-reduce 2) → + b, + x2. Backward: the two f's all-reduce the partial
  * input gradients of fc and qkv (all-reduces 3 and 4); the g's are identities. Each of B·S·C. */
 #include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_begin, tp_mv, tp_mv_cols, tp_split_init_unit
+#include "tp_sp.h"    // tp_sp_t, tp_sp_* (--sp: the sequence-parallel linears and collectives)
 #include "check.h"    // die, die_on_rank, xcalloc, xmalloc
 #include "device.h"   // dev_memcpy
 #include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_block_layout
@@ -51,6 +52,7 @@ typedef struct tp_gpt {
   int S, C, V, NH;   /* the full shape */
   int Cr, NHr, c_lo; /* this rank's heads: NHr of them, features [c_lo, c_lo+Cr) of q, k and v */
   int Vr, v_lo;      /* this rank's vocabulary rows [v_lo, v_lo+Vr) */
+  tp_sp_t *sp;       /* --sp: the sequence split of the LayerNorm/residual regions (NULL: plain TP) */
   /* working buffers, LEDGER_ACTS, grown on first use: */
   tensor_t scratch;  /* backward scratch (B·S·(C + 4Cr)) fp32; freed by the embedding's backward */
   tensor_t wte_ext;  /* (Vr+1, C) wdt: wte_r and a zero row, looked up by tokens of other ranks */
@@ -117,11 +119,15 @@ static void tp_gpt_map(const tp_split_t *s, int u, int q, float *full, float *lo
  * reduces 1 and 2, forward; the bias, in wdt in the unit, added once after the sum in fp32). */
 static void tp_gpt_col_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
                            int in, int out) {
-  tp_column_forward(((tp_gpt_t *)ctx)->s.tp, y, x, W, b, wdt, rows, in, out);
+  tp_gpt_t *c = ctx;
+  if (c->sp) tp_sp_column_forward(c->sp, y, x, W, b, wdt, rows / c->S, in, out); /* g: all-gather along s */
+  else tp_column_forward(c->s.tp, y, x, W, b, wdt, rows, in, out);
 }
 static void tp_gpt_col_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                            dtype_t wdt, int rows, int in, int out, float beta) {
-  tp_column_backward(((tp_gpt_t *)ctx)->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
+  tp_gpt_t *c = ctx;
+  if (c->sp) tp_sp_column_backward(c->sp, dx, dW, db, dy, x, W, wdt, rows / c->S, in, out, beta);
+  else tp_column_backward(c->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
 }
 static void tp_gpt_row_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
                            int in, int out) {
@@ -132,22 +138,37 @@ static void tp_gpt_row_fwd(void *ctx, float *y, const float *x, const void *W, c
     b32 = grow(&c->bias32, "tp row bias (fp32)", DT_F32, dev, out);
     op_cast(dev, (void *)b32, DT_F32, b, wdt, out);
   }
-  tp_row_forward(c->s.tp, y, x, W, b32, wdt, rows, in, out);
+  if (c->sp) tp_sp_row_forward(c->sp, y, x, W, b32, wdt, rows / c->S, in, out); /* ḡ: reduce-scatter along s */
+  else tp_row_forward(c->s.tp, y, x, W, b32, wdt, rows, in, out);
 }
 static void tp_gpt_row_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                            dtype_t wdt, int rows, int in, int out, float beta) {
-  tp_row_backward(((tp_gpt_t *)ctx)->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
+  tp_gpt_t *c = ctx;
+  if (c->sp) tp_sp_row_backward(c->sp, dx, dW, db, dy, x, W, wdt, rows / c->S, in, out, beta);
+  else tp_row_backward(c->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
+}
+/* --sp: a LayerNorm's weight gradients summed over the sequence's parts (tp_sp.h). */
+static void tp_gpt_ln_bwd(void *ctx, float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
+                          const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta) {
+  tp_sp_layernorm_backward(((tp_gpt_t *)ctx)->sp, dx, dw, db, dy, x, mean, rstd, w, wdt, rows, C, beta);
 }
 
 /* A block on this rank: Cr = C/T features and NHr = NH/T heads, the local layout, the split linears.
- * It saves per sample 3SC + 4S + 12S·Cr + NHr·S² (gpt.h's, the split tensors at 1/T). */
+ * It saves per sample 3SC + 4S + 12S·Cr + NHr·S² (gpt.h's, the split tensors at 1/T); with --sp the
+ * LayerNorm/residual region holds Ss = S/T positions: 3SC/T + 4S/T + 12S·Cr + NHr·S² (all at 1/T). */
 static gpt_block_t tp_gpt_block(tp_gpt_t *c) {
-  return (gpt_block_t){.S = c->S, .C = c->C, .Cr = c->Cr, .NHr = c->NHr, .l = tp_block_layout(c->C, c->Cr),
-                       .hook_ctx = c, .col_fwd = tp_gpt_col_fwd, .col_bwd = tp_gpt_col_bwd, .row_fwd = tp_gpt_row_fwd,
-                       .row_bwd = tp_gpt_row_bwd};
+  return (gpt_block_t){.S = c->S, .Ss = c->sp ? c->sp->Sl : c->S, .C = c->C, .Cr = c->Cr, .NHr = c->NHr,
+                       .l = tp_block_layout(c->C, c->Cr), .hook_ctx = c, .col_fwd = tp_gpt_col_fwd,
+                       .col_bwd = tp_gpt_col_bwd, .row_fwd = tp_gpt_row_fwd, .row_bwd = tp_gpt_row_bwd,
+                       .ln_bwd = c->sp ? tp_gpt_ln_bwd : NULL};
 }
 
-void tp_split_gpt(model_t *m, comm_t *tp) {
+/* The split (tp_split_gpt, tp_split_gpt_sp). --sp, per micro-batch along the sequence (tp_sp.h):
+ * the embedding's g becomes a reduce-scatter (forward) and an all-gather (backward, its dy); a block's
+ * two g's and two ḡ's 4 all-gathers + 4 reduce-scatters, + 2 all-gathers in the backward (ln1 and ln2
+ * out, kept 1/T, again for the weight gradients), + 2 all-reduces of 2C (the LayerNorms' dw, db); the
+ * head gathers lnf out forward and backward and reduce-scatters d lnf, + 1 all-reduce of 2C. */
+static void split_gpt(model_t *m, comm_t *tp, int sp) {
   int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
   gpt_shape_t s = m->gpt;
   if (s.n_head % T != 0)
@@ -158,34 +179,43 @@ void tp_split_gpt(model_t *m, comm_t *tp) {
   c->S = s.seq_len, c->C = s.n_embd, c->V = s.vocab, c->NH = s.n_head;
   c->Cr = s.n_embd / T, c->NHr = s.n_head / T, c->c_lo = r * c->Cr;
   c->Vr = tp_part_numel(s.vocab, T, r), c->v_lo = tp_part_lo(s.vocab, T, r);
-  int64_t S = c->S, C = c->C, SC = S * C;
+  if (sp) c->sp = tp_sp_new(tp, s.seq_len);
+  int64_t S = c->S, C = c->C, SC = S * C, Sl = sp ? S / T : S; /* Sl: positions of the residual stream here */
   for (int u = 0; u < U; u++) {
     unit_t *un = &m->units[u];
     tp_unit_t *k = &c->s.units[u];
     un->numel = tp_gpt_local_numel(&c->s, u, r);
     k->ar_numel = SC; /* every all-reduce of a unit carries b·s·h elements */
-    k->y_rep = u < U - 1; /* the embedding's and the blocks' y come out of g; the logits are V/T */
+    k->y_rep = !sp && u < U - 1; /* the embedding's and the blocks' y come out of g; the logits are V/T */
+    if (u < U - 1) un->y_numel = Sl * C; /* --sp: (S/T, C) per sample */
+    k->ln_numel = 2 * C;
     if (u == 0) {         /* wpe replicated; the lookups summed by g */
       k->rep_numel = SC;
-      k->ar_calls = k->ar_fwd_calls = 1;
+      if (sp) k->rs_calls = k->rs_fwd_calls = k->ag_calls = 1;
+      else k->ar_calls = k->ar_fwd_calls = 1;
     } else if (u == U - 1) { /* lnf replicated; f's backward sums dlnf; the loss: 3 of S per sample */
       k->rep_numel = 2 * C;
       un->y_numel = S * c->Vr; /* the logits: V/T per row */
-      k->ar_calls = 1;
+      un->saved_numel = Sl * C + 2 * Sl; /* lnf out, mean, rstd */
+      if (sp) k->ag_calls = 2, k->ag_fwd_calls = 1, k->rs_calls = 1, k->ln_calls = 1;
+      else k->ar_calls = 1;
       k->ar2_calls = 3;
       k->ar2_numel = S;
     } else { /* 2 g's forward, 2 f's backward */
       k->rep_numel = tp_block_layout(c->C, c->Cr).qkvw; /* 6C: all before the first split tensor */
       gpt_block_t blk = tp_gpt_block(c);
       un->saved_numel = gpt_block_saved(&blk);
-      k->ar_calls = 4;
-      k->ar_fwd_calls = 2;
+      if (sp) k->ag_calls = 6, k->ag_fwd_calls = 2, k->rs_calls = 4, k->rs_fwd_calls = 2, k->ln_calls = 2;
+      else k->ar_calls = 4, k->ar_fwd_calls = 2;
     }
   }
   model_layout(m);
   m->fns = &tp_gpt_model_fns;
   m->ctx = c;
 }
+
+void tp_split_gpt(model_t *m, comm_t *tp) { split_gpt(m, tp, 0); }
+void tp_split_gpt_sp(model_t *m, comm_t *tp) { split_gpt(m, tp, 1); }
 
 static void tp_gpt_free_ctx(model_t *m) {
   tp_gpt_t *c = m->ctx;
@@ -198,6 +228,7 @@ static void tp_gpt_free_ctx(model_t *m) {
   tensor_free(&c->tok);
   tensor_free(&c->rowstat);
   tensor_free(&c->bias32);
+  tp_sp_free(c->sp);
   free(c);
 }
 
@@ -230,15 +261,19 @@ static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
     void *ext = grow(&c->wte_ext, "tp wte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
     dev_memcpy(dev, ext, dev, gP(io, (int64_t)S * C), (size_t)c->Vr * C * dtype_size(wdt));
     const void *wpe = c->s.r == 0 ? gP(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
-    op_embedding_fwd(dev, io->y, tok, ext, wpe, wdt, B, S, C, c->Vr + 1);
-    tp_g_forward(c->s.tp, io->y, n); /* one nonzero term per element pair: exact, as 1 rank */
+    float *y = c->sp ? tp_sp_buffer(c->sp, 1, n) : io->y; /* --sp: the whole sequence's partial sums */
+    op_embedding_fwd(dev, y, tok, ext, wpe, wdt, B, S, C, c->Vr + 1);
+    if (c->sp) tp_sp_scatter(c->sp, io->y, y, B, C); /* --sp: ḡ, this rank's positions (B, S/T, C) */
+    else tp_g_forward(c->s.tp, io->y, n); /* one nonzero term per element pair: exact, as 1 rank */
     return;
   }
   const float *x = io->x;
   if (u == m->n_units - 1) { /* lnf (replicated), then this rank's logits (B·S, Vr) */
-    float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
-    op_layernorm_fwd(dev, lnf, mean, rstd, x, gP(io, 0), gP(io, C), wdt, BT, C);
-    tp_column_forward(c->s.tp, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr); /* no bias */
+    int BTs = c->sp ? B * c->sp->Sl : BT; /* --sp: lnf on this rank's positions, then g (all-gather) */
+    float *lnf = io->saved, *mean = lnf + (int64_t)BTs * C, *rstd = mean + BTs;
+    op_layernorm_fwd(dev, lnf, mean, rstd, x, gP(io, 0), gP(io, C), wdt, BTs, C);
+    if (c->sp) tp_sp_column_forward(c->sp, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, B, C, c->Vr);
+    else tp_column_forward(c->s.tp, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr); /* no bias */
     return;
   }
   gpt_block_t k = tp_gpt_block(c); /* 2 g's forward (all-reduces 1, 2) */
@@ -254,10 +289,16 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   float beta = io->beta;
   if (u == 0) { /* dwpe (the same on every rank: dy is whole), dwte_r through the extended table */
     const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
+    const float *dy = io->dy;
+    if (c->sp) { /* --sp: ḡ's backward, every position's dy (all-gather) */
+      float *whole = tp_sp_buffer(c->sp, 0, n);
+      tp_sp_gather(c->sp, whole, io->dy, B, C);
+      dy = whole;
+    }
     size_t nb = (size_t)c->Vr * C * dtype_size(wdt);
     void *dext = grow(&c->dwte_ext, "tp dwte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
     if (beta != 0.0f) dev_memcpy(dev, dext, dev, gG(io, (int64_t)S * C), nb);
-    op_embedding_bwd(dev, dext, gG(io, 0), io->dy, tok, wdt, B, S, C, c->Vr + 1, beta);
+    op_embedding_bwd(dev, dext, gG(io, 0), dy, tok, wdt, B, S, C, c->Vr + 1, beta);
     dev_memcpy(dev, gG(io, (int64_t)S * C), dev, dext, nb);
     tensor_free(&c->scratch); /* the last unit of the backward */
     return;
@@ -265,14 +306,22 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   gpt_block_t k = tp_gpt_block(c);
   float *work = grow(&c->scratch, "tp gpt backward scratch", DT_F32, dev, gpt_block_scratch_numel(&k, B));
   if (u == m->n_units - 1) {
-    const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
-    float *dlnf = work; // (BT,C)
-    /* dlnf: each rank's share is its vocabulary's, summed by f's backward */
-    tp_column_backward(c->s.tp, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C,
-                       c->Vr, beta);
+    int BTs = c->sp ? B * c->sp->Sl : BT; /* --sp: this rank's positions */
+    const float *lnf = io->saved, *mean = lnf + (int64_t)BTs * C, *rstd = mean + BTs;
+    float *dlnf = work; // (BTs,C)
+    /* dlnf: each rank's share is its vocabulary's, summed by f's backward (--sp: g's, a reduce-scatter) */
+    if (c->sp)
+      tp_sp_column_backward(c->sp, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, B, C,
+                            c->Vr, beta);
+    else
+      tp_column_backward(c->s.tp, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C,
+                         c->Vr, beta);
     if (io->dx) {
-      op_fill(dev, io->dx, DT_F32, 0.0f, n);
-      op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
+      op_fill(dev, io->dx, DT_F32, 0.0f, (int64_t)BTs * C);
+      if (c->sp) /* the LayerNorm's dw, db summed over the sequence's parts */
+        tp_sp_layernorm_backward(c->sp, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BTs, C,
+                                 beta);
+      else op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
     }
     return;
   }

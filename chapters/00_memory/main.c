@@ -9,7 +9,8 @@
  * activations of one micro-batch (notes/gpt.md): Korthikanti et al. 2022's 16-bit count
  * s·b·h·(34 + 5·a·s/h) bytes per layer, with and without full recomputation, beside this
  * repository's fp32 GPT of the same shape (gpt_acts_bytes, common/model/gpt.h). Activations are the
- * same at every stage: ZeRO shards model states, not activations.
+ * same at every stage: ZeRO shards model states, not activations. --tp t adds the activations per
+ * rank of t-way tensor parallelism, and with sequence parallelism (gpt_acts_bytes_tp).
  * With the default K and no --fp32-grads the stages' numbers are what the strategies of chapters
  * 02-05 say about themselves (strategy_t.formula: solutions/ddp.c, zero1.c, zero2.c, zero3.c) —
  * the formulas their training reports print beside the ledger; otherwise the paper's generic form. */
@@ -73,11 +74,25 @@ typedef struct acts {
   double total;           /* × L */
   double recompute;       /* full recomputation: 2·s·b·h per layer (its input) + one layer's per_layer */
   double ours, ours_rc;   /* this repository's fp32 GPT: gpt_acts_bytes(recompute 0 / 1) */
+  /* --tp t > 1, per rank (Korthikanti et al. §4.2): tensor parallelism splits the 24 and the 5as/h
+   * of a layer, sequence parallelism (Megatron's --sequence-parallel) the remaining 10 too */
+  double tp_layer, tp_total;       /* TP: s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer, × L */
+  double sp_layer, sp_total, sp_rc;/* TP + SP: s·b·h·(34 + 5·a·s/h)/t per layer, × L; full recompute 2sbhL/t + a layer */
+  double ours_sp, ours_sp_rc;      /* the fp32 GPT with --tp t --sp: gpt_acts_bytes_tp (= gpt_acts_bytes / t) */
 } acts_t;
 
-static acts_t acts_of(gpt_shape_t g, int64_t b) {
+static acts_t acts_of(gpt_shape_t g, int64_t b, int t) {
   double s = g.seq_len, h = g.n_embd, a = g.n_head, L = g.n_layer, sbh = s * (double)b * h;
-  acts_t r;
+  acts_t r = {0};
+  if (t > 1) {
+    r.tp_layer = sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    r.tp_total = L * r.tp_layer;
+    r.sp_layer = sbh * (34.0 + 5.0 * a * s / h) / t;
+    r.sp_total = L * r.sp_layer;
+    r.sp_rc = 2.0 * sbh * L / t + r.sp_layer;
+    r.ours_sp = (double)gpt_acts_bytes_tp(g, b, 0, t, 1);
+    r.ours_sp_rc = (double)gpt_acts_bytes_tp(g, b, 1, t, 1);
+  }
   r.per_layer = sbh * (34.0 + 5.0 * a * s / h);
   r.total = L * r.per_layer;
   r.recompute = 2.0 * sbh * L + r.per_layer;
@@ -100,7 +115,7 @@ static void fmt_psi(char *dst, size_t n, double psi) {
 
 int main(int argc, char **argv) {
   double psi = 7.5e9, k = -1;
-  int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256;
+  int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
   int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
   arg_spec_t specs[] = {
@@ -120,6 +135,9 @@ int main(int argc, char **argv) {
       {"--heads", ARG_INT, &heads, 1, 1 << 16, NULL, "attention heads a (h divisible by a)"},
       {"--seq", ARG_INT, &seq, 1, 1 << 24, NULL, "sequence length s"},
       {"--micro-batch", ARG_I64, &micro, 1, 1 << 20, NULL, "sequences per rank per forward b (default 1)"},
+      {"--tp", ARG_INT, &tp, 1, 1 << 16, NULL,
+       "with a transformer shape: also the activations per rank of t-way tensor parallelism, without and with "
+       "sequence parallelism (notes/10-long-sequences.md); t divides --heads, --hidden, --seq and --vocab"},
       {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
        "vocabulary of the fp32 GPT's count and of Ψ when --params is not given (default 256: bytes)"},
   };
@@ -166,6 +184,15 @@ int main(int argc, char **argv) {
       return args_error("--hidden", hv, "must be divisible by --heads %d", heads);
     }
     if (!psi_given) psi = (double)gpt_count_params(shape);
+    if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
+      char tv[32];
+      snprintf(tv, sizeof tv, "%d", tp);
+      return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads, hidden, seq, vocab);
+    }
+  } else if (tp > 1) {
+    char tv[32];
+    snprintf(tv, sizeof tv, "%d", tp);
+    return args_error("--tp", tv, "needs a transformer shape (--layers --hidden --heads --seq)");
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
 
@@ -224,7 +251,7 @@ int main(int argc, char **argv) {
   acts_t act = {0};
   if (!tf) printf("activations, temporary buffers and fragmentation come on top of these model states\n");
   else {
-    act = acts_of(shape, micro);
+    act = acts_of(shape, micro, tp);
     double s = seq, h = hidden, a = heads, sbh = s * (double)micro * h;
     printf("\nactivations of one micro-batch (every rank, every stage: ZeRO does not shard them)\n");
     printf("shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads, seq,
@@ -248,6 +275,28 @@ int main(int argc, char **argv) {
     }
     printf("activations are %.0f%% of the DDP total without recompute; ZeRO-3 divides the states by N, "
            "never the activations\n", 100.0 * act.total / (ddp.total + act.total));
+    if (tp > 1) { /* the same formulas, per rank of a TP group of t (Korthikanti et al. §4.2) */
+      char m_[32], a_[32], t_[32], ar[32], tr[32];
+      printf("\nwith t = %d ranks splitting every layer, per rank, 16 bit (Korthikanti et al. 2022, §4.2):\n", tp);
+      printf("  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f bytes\n", act.tp_layer,
+             layers, act.tp_total);
+      printf("  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f bytes; "
+             "full recompute: 2·s·b·h·L/t + one layer = %.0f bytes\n", act.sp_layer, layers, act.sp_total, act.sp_rc);
+      printf("this repository's fp32 GPT with --tp %d --sp (gpt_acts_bytes_tp): %.0f bytes; --recompute %.0f bytes "
+             "(= the whole model's / t)\n", tp, act.ours_sp, act.ours_sp_rc);
+      printf("model states + activations per rank of t = %d tensor-parallel ranks, GB (every rank holds 1/t of every\n"
+             "parameter with its states: DDP's states / t, the replicated LayerNorms left out; TP's recompute keeps\n"
+             "2·s·b·h·L whole)\n", tp);
+      for (int sp = 0; sp < 2; sp++) {
+        double a0 = sp ? act.sp_total : act.tp_total, a1 = sp ? act.sp_rc : 2.0 * s * (double)micro * h * layers + act.tp_layer;
+        fmt_size(m_, sizeof m_, ddp.total / tp, GB);
+        fmt_size(a_, sizeof a_, a0, GB);
+        fmt_size(t_, sizeof t_, ddp.total / tp + a0, GB);
+        fmt_size(ar, sizeof ar, a1, GB);
+        fmt_size(tr, sizeof tr, ddp.total / tp + a1, GB);
+        printf("%-8s %10s %10s %10s   %12s %10s\n", sp ? "TP+SP" : "TP", m_, a_, t_, ar, tr);
+      }
+    }
   }
 
   if (json) {
@@ -262,6 +311,10 @@ int main(int argc, char **argv) {
                   "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
               layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute, act.ours,
               act.ours_rc);
+    if (tf && tp > 1) /* --tp: per rank of the TP group, without and with sequence parallelism */
+      fprintf(fp, " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
+                  "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
+              tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
     fprintf(fp, " \"stages\": [");
     for (int s = s0; s <= s1; s++) {
       char num[64];

@@ -3,6 +3,7 @@
  * MLP and vocabulary), --zero S chooses the strategy on the ranks / T data-parallel groups.
  * Notes: notes/06-tensor-parallel.md.
  *   make run CH=06 NP=4 ARGS="--tp 2 --zero 1"   TP groups of 2, ZeRO-1 over the 2 DP groups
+ * --sp (the GPT): Megatron's sequence parallelism on top (solutions/tp_sp.h; notes/10-long-sequences.md).
  * The chapter's other programs: ch06_example (the worked example), ch06_mlp_check (the split MLP
  * block against 1 rank), ch06_grid (the process grid): make run CH=06 NP=2 PROG=example. */
 #include "args.h"   // args_error
@@ -18,10 +19,11 @@ int main(int argc, char **argv) {
   train_parse_args(argc, argv, &cfg, "ch06_tp",
                    "Training with tensor parallelism: --tp T consecutive ranks split every layer pair (column, then\n"
                    "row-parallel), --zero 0|1|2|3 (0: DDP bucketed; 1/2/3: ZeRO) over the ranks / T data-parallel\n"
-                   "groups. The chapter's other programs: ch06_example, ch06_mlp_check, ch06_grid.\n"
+                   "groups; --sp adds sequence parallelism (the GPT: notes/10-long-sequences.md). The chapter's\n"
+                   "other programs: ch06_example, ch06_mlp_check, ch06_grid.\n"
                    "Example: make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"",
                    TRAIN_FLAG_TP | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
-  cfg.transform = &tp_transform;
+  cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   char v[32];
   if (cfg.tp > 1 && strcmp(cfg.model_kind, "gpt") == 0) { /* the GPT's split (tp_gpt.c): refused before MPI starts */
     snprintf(v, sizeof v, "%d", cfg.tp);

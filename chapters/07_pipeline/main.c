@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
                    "--tp T adds tensor parallelism inside every stage (3-D with the data dimension).\n"
                    "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
                    TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH);
-  cfg.transform = &tp_transform;
+  cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   cfg.sched = pipeline_schedule(cfg.schedule);
   /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank);
    * DDP's naive variant: one all-reduce of the stage's gradient after its last backward */

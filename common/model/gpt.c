@@ -66,12 +66,13 @@ gpt_block_layout_t gpt_block_layout(int C) {
 }
 
 gpt_block_t gpt_block_whole(gpt_shape_t s) {
-  return (gpt_block_t){.S = s.seq_len, .C = s.n_embd, .Cr = s.n_embd, .NHr = s.n_head, .l = gpt_block_layout(s.n_embd)};
+  return (gpt_block_t){.S = s.seq_len, .Ss = s.seq_len, .C = s.n_embd, .Cr = s.n_embd, .NHr = s.n_head,
+                       .l = gpt_block_layout(s.n_embd)};
 }
 
 int64_t gpt_block_saved(const gpt_block_t *k) {
-  int64_t S = k->S, C = k->C, Cr = k->Cr;
-  return 3 * S * C + 4 * S + 12 * S * Cr + (int64_t)k->NHr * S * S;
+  int64_t S = k->S, Ss = k->Ss, C = k->C, Cr = k->Cr;
+  return 3 * Ss * C + 4 * Ss + 12 * S * Cr + (int64_t)k->NHr * S * S;
 }
 
 int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B) { return (int64_t)B * k->S * (4 * (int64_t)k->Cr + k->C); }
@@ -117,11 +118,14 @@ void gpt_init(model_t *m, gpt_shape_t s) {
   model_layout(m);
 }
 
-int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) {
-  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab;
-  int64_t outs = T * C * (L + 1) + T * V; /* embedding and block outputs, logits */
-  int64_t saved = recompute ? (block_saved(s) > head_saved(s) ? block_saved(s) : head_saved(s))
-                            : L * block_saved(s) + head_saved(s);
+int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) { return gpt_acts_bytes_tp(s, b, recompute, 1, 0); }
+
+int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp) {
+  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab, Ts = sp ? T / t : T; /* Ts: the residual's positions */
+  gpt_block_t k = {.S = s.seq_len, .Ss = (int)Ts, .C = s.n_embd, .Cr = s.n_embd / t, .NHr = s.n_head / t};
+  int64_t blk = gpt_block_saved(&k), head = Ts * C + 2 * Ts;
+  int64_t outs = Ts * C * (L + 1) + T * V / t; /* embedding and block outputs, logits */
+  int64_t saved = recompute ? (blk > head ? blk : head) : L * blk + head;
   return 4 * b * (outs + saved);
 }
 
@@ -168,19 +172,19 @@ static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->gra
 /* A block's saved activations, carved from io->saved in the order of gpt.h: each (B, ...) */
 typedef struct block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } block_acts_t;
 static block_acts_t block_acts(const gpt_block_t *k, int B, float *saved) {
-  int64_t BT = (int64_t)B * k->S, BTC = BT * k->C, BTCr = BT * k->Cr;
+  int64_t BT = (int64_t)B * k->S, BTs = (int64_t)B * k->Ss, BTC = BTs * k->C, BTCr = BT * k->Cr;
   block_acts_t a;
   float *p = saved;
-  a.ln1 = p, p += BTC;
-  a.mean1 = p, p += BT;
-  a.rstd1 = p, p += BT;
-  a.qkv = p, p += 3 * BTCr;
+  a.ln1 = p, p += BTC; /* the LayerNorm/residual region: B·Ss rows */
+  a.mean1 = p, p += BTs;
+  a.rstd1 = p, p += BTs;
+  a.qkv = p, p += 3 * BTCr; /* attention and the MLP: B·S rows */
   a.att = p, p += BT * k->NHr * k->S;
   a.atty = p, p += BTCr;
   a.x2 = p, p += BTC;
   a.ln2 = p, p += BTC;
-  a.mean2 = p, p += BT;
-  a.rstd2 = p, p += BT;
+  a.mean2 = p, p += BTs;
+  a.rstd2 = p, p += BTs;
   a.fch = p, p += 4 * BTCr;
   a.fchg = p;
   return a;
@@ -242,19 +246,19 @@ static void row_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_
 }
 
 void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
-  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
-  int64_t n = (int64_t)BT * C;
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S, BTs = B * k->Ss;
+  int64_t n = (int64_t)BTs * C;
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   gpt_block_layout_t l = k->l;
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
-  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BT, C); // (BT,C)
+  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BTs, C); // (BTs,C)
   col_fwd(k, io, a.qkv, a.ln1, l.qkvw, l.qkvb, C, 3 * Cr);                                      // (BT,3Cr)
   op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                                // (BT,Cr)
-  row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BT,C)
+  row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BTs,C)
   op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
-  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BT, C);
+  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BTs, C);
   col_fwd(k, io, a.fch, a.ln2, l.fcw, l.fcb, C, 4 * Cr);                                        // (BT,4Cr)
   op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
   row_fwd(k, io, io->y, a.fchg, l.fcprojw, l.fcprojb, 4 * Cr, C);
@@ -290,31 +294,35 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   gpt_block_backward(&k, io, scratch(dev, gpt_block_scratch_numel(&k, B)));
 }
 
+/* LayerNorm's backward through gpt_block_t's hook (sequence parallelism sums dw, db), or the plain op. */
+static void ln_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
+                   const float *x, const float *mean, const float *rstd) {
+  int rows = io->B * k->Ss;
+  if (k->ln_bwd) k->ln_bwd(k->hook_ctx, dx, G(io, w), G(io, b), dy, x, mean, rstd, P(io, w), io->wdt, rows, k->C, io->beta);
+  else op_layernorm_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, mean, rstd, P(io, w), io->wdt, rows, k->C, io->beta);
+}
+
 void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) {
   int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
-  int64_t n = (int64_t)BT * C;
+  int64_t n = (int64_t)B * k->Ss * C;
   device_t dev = io->dev;
-  dtype_t wdt = io->wdt;
-  float beta = io->beta;
   gpt_block_layout_t l = k->l;
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
   float *dy = io->dy;
-  float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s4 (BT,4Cr), s1 (BT,C); s3 (BT,3Cr): s4 once dead */
+  float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s4 (BT,4Cr), s1 (BT,C) or (BTs,C); s3 (BT,3Cr) */
   // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy is whole
   row_bwd(k, io, s4, l.fcprojw, l.fcprojb, dy, a.fchg, 4 * Cr, C);                             // d fchg
   op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                       // d fch
   col_bwd(k, io, s1, l.fcw, l.fcb, s4, a.ln2, C, 4 * Cr);                                      // d ln2 (split: Σ partials)
-  op_layernorm_bwd(dev, dy, G(io, l.ln2w), G(io, l.ln2b), s1, a.x2, a.mean2, a.rstd2, P(io, l.ln2w), wdt, BT, C,
-                   beta);                                                                       // dy := d x2
+  ln_bwd(k, io, dy, l.ln2w, l.ln2b, s1, a.x2, a.mean2, a.rstd2);                              // dy := d x2
   // attention: x2 = x + proj(attn(qkv(ln1(x))))
   row_bwd(k, io, s1, l.projw, l.projb, dy, a.atty, Cr, C);                                      // d atty
   op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv (BT,3Cr)
   col_bwd(k, io, s1, l.qkvw, l.qkvb, s3, a.ln1, C, 3 * Cr);                                    // d ln1 (split: Σ partials)
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
-    op_layernorm_bwd(dev, io->dx, G(io, l.ln1w), G(io, l.ln1b), s1, x, a.mean1, a.rstd1, P(io, l.ln1w), wdt, BT, C,
-                     beta);
+    ln_bwd(k, io, io->dx, l.ln1w, l.ln1b, s1, x, a.mean1, a.rstd1);
   }
 }
 

@@ -52,11 +52,15 @@ gpt_block_layout_t gpt_block_layout(int C);
  * chapter 06's exercises tp_column_* / tp_row_* (solutions/tp.h). With the hooks NULL each matmul
  * is the plain op_linear_fwd / op_linear_bwd with its bias. */
 typedef struct gpt_block {
-  int S, C;            /* seq_len and n_embd: the residual stream (B·S, C) is whole on every rank */
+  int S, C;            /* seq_len and n_embd: attention and the MLP see the whole sequence (B·S rows) */
+  int Ss;              /* rows per sample of the LayerNorm/residual region here: S, or S/T with sequence
+                        * parallelism (solutions/tp_sp.c): x, y, ln1, x2, ln2 are then (B·Ss, C) and
+                        * the column hooks gather them to B·S rows, the row hooks scatter back */
   int Cr, NHr;         /* attention on NHr heads, Cr features (qkv 3Cr, atty Cr); the MLP 4Cr wide */
   gpt_block_layout_t l; /* offsets (elements) of the block's tensors in its unit */
   void *hook_ctx;      /* the hooks' first argument (solutions/tp_gpt.c: its split) */
-  /* The arguments of op_linear_fwd / op_linear_bwd (common/device/ops.h), rows = B·S, b in wdt:
+  /* The arguments of op_linear_fwd / op_linear_bwd (common/device/ops.h), rows = B·S, b in wdt; the
+   * LayerNorm side (a column hook's x and dx, a row hook's y and dy) has B·Ss rows:
    * column-parallel: x whole on every rank, y this rank's output features (f around it) */
   void (*col_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
                   int out);
@@ -67,15 +71,19 @@ typedef struct gpt_block {
                   int out);
   void (*row_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                   dtype_t wdt, int rows, int in, int out, float beta);
+  /* op_layernorm_bwd's arguments (common/device/ops_gpt.h), rows = B·Ss; NULL: the plain op. With Ss < S
+   * each rank's dw, db are a partial sum over its rows: sequence parallelism sums them here. */
+  void (*ln_bwd)(void *ctx, float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
+                 const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta);
 } gpt_block_t;
-/* The unsplit block of shape s: Cr = C, NHr = NH, gpt_block_layout, no hooks. */
+/* The unsplit block of shape s: Ss = S, Cr = C, NHr = NH, gpt_block_layout, no hooks. */
 gpt_block_t gpt_block_whole(gpt_shape_t s);
-/* fp32 elements a block saves per sample (its saved_numel): 3SC + 4S + 12S·Cr + NHr·S²
+/* fp32 elements a block saves per sample (its saved_numel): 3Ss·C + 4Ss + 12S·Cr + NHr·S²
  * (= 15SC + 4S + NH·S² unsplit; gpt.h's table at the top). */
 int64_t gpt_block_saved(const gpt_block_t *k);
 /* fp32 scratch a block's backward needs for B samples: B·S·(4Cr + C). */
 int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B);
-/* One block's forward on io (model.h's unit contract): y (B·S, C) from x, its activations into
+/* One block's forward on io (model.h's unit contract): y (B·Ss, C) from x, its activations into
  * io->saved in the order of the table above. */
 void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io);
 /* Its backward: parameter gradients (io->beta accumulation), io->dx when not NULL; io->dy is
@@ -91,4 +99,9 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work);
  *   recompute   4b·[ s·h·(L+1) + s·V + max(15sh + 4s + a·s², sh + 2s) ]
  * Korthikanti et al. 2022 count s·b·h·(34 + 5as/h) BYTES per layer in 16 bit; see gpt.c. */
 int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute);
+/* The same per rank of t-way tensor parallelism (solutions/tp_gpt.c; t dividing n_head, n_embd and
+ * vocab): the block's qkv, attention, fc tensors and the logits at 1/t; with sp (sequence
+ * parallelism, t dividing seq_len) the LayerNorm/residual tensors and every unit output too, so
+ * that everything is 1/t: gpt_acts_bytes_tp(s, b, r, t, 1) = gpt_acts_bytes(s, b, r) / t. t = 1: gpt_acts_bytes. */
+int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp);
 #endif

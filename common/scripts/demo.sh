@@ -99,7 +99,7 @@ NPP=$NPT  # pipeline stages: one per rank
 NTP=$(( NPT / 2 * 2 )); [ "$NTP" -lt 2 ] && NTP=2   # tensor parallelism: --tp 2 needs an even count
 # the activations chart (plot_gpt.py's ch00_gpt_acts): an 8B model, Llama-3-8B's shape, per sequence length
 ACTS_SEQS=(1024 2048 4096 8192 16384)
-ACTS_ARGS=(--params 8B --layers 32 --hidden 4096 --heads 32 --micro-batch 1 --ranks 8)
+ACTS_ARGS=(--params 8B --layers 32 --hidden 4096 --heads 32 --micro-batch 1 --ranks 8 --tp 8)
 BENCH=(--maxbytes 4M --iters 5 --warmup_iters 2)          # 4 KiB .. 4 MiB, median of 5
 [ "$QUICK" = 1 ] && BENCH=(--maxbytes 64K --iters 2 --warmup_iters 1)
 

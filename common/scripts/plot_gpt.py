@@ -10,10 +10,12 @@
   ch00_gpt_acts    per-rank memory of an 8B model at sequence lengths 1024 ... 16384, from
                    ch00_memory --json (results/ch00_acts_s<S>.json): model states at DDP and at
                    ZeRO-3 (N = 8) stacked under the activations of one sequence, without and
-                   with full recomputation. With --bin and a missing JSON, this script runs
-                   BIN/ch00_memory itself:
+                   with full recomputation, and the same 8 ranks as one TP group with sequence
+                   parallelism (TP+SP: states / 8, activations per rank by Korthikanti et al.'s
+                   s·b·h·(34 + 5·a·s/h)/t; notes/10-long-sequences.md). With --bin and a missing
+                   JSON, this script runs BIN/ch00_memory itself:
                      ch00_memory --params 8B --layers 32 --hidden 4096 --heads 32 --seq S
-                                 --micro-batch 1 --ranks 8 --json results/ch00_acts_s<S>.json
+                                 --micro-batch 1 --ranks 8 --tp 8 --json results/ch00_acts_s<S>.json
                    The shape is Llama-3-8B's (32 layers, hidden 4096, 32 heads; Ψ = 8B) read as
                    a GPT-style block: Korthikanti et al.'s count assumes multi-head attention
                    and a 4h MLP, where Llama 3 has 8 key/value heads and a 14336 SwiGLU MLP, so
@@ -29,7 +31,7 @@ import sys
 
 SEQS = [1024, 2048, 4096, 8192, 16384]
 ACTS_ARGS = ["--params", "8B", "--layers", "32", "--hidden", "4096", "--heads", "32", "--micro-batch", "1",
-             "--ranks", "8"]
+             "--ranks", "8", "--tp", "8"]
 
 
 from zl_mpl import find_matplotlib  # noqa: E402  (common/scripts/zl_mpl.py)
@@ -128,17 +130,21 @@ def fig_acts(results, outdir, binary):
             tr = d["transformer"]
             acts = tr["acts_recompute" if rc else "acts"] / gb
             st = {r["stage"]: r for r in d["stages"]}
-            for j, (stage, lab) in enumerate(((0, "DDP"), (3, "ZeRO-3"))):
-                r = st[stage]
-                x = i + (j - 0.5) * 0.38
-                p, g, o = r["params"] / gb, r["grads"] / gb, r["optim"] / gb
-                ax.bar(x, p, 0.34, color=C_PARAMS)
-                ax.bar(x, g, 0.34, bottom=p, color=C_GRADS)
-                ax.bar(x, o, 0.34, bottom=p + g, color=C_OPT)
-                ax.bar(x, acts, 0.34, bottom=p + g + o, color=C_ACTS)
-                tot = p + g + o + acts
+            tp = d.get("tp")  # ch00_memory --tp t: t ranks of TP + SP instead of data parallelism
+            bars = [(st[0], "DDP", acts, 1), (st[3], "ZeRO-3", acts, 1)]
+            if tp:
+                bars.append((st[0], "TP+SP", tp["acts_tp_sp_recompute" if rc else "acts_tp_sp"] / gb, tp["t"]))
+            w = 0.8 / len(bars)
+            for j, (r, lab, a, div) in enumerate(bars):
+                x = i + (j - (len(bars) - 1) / 2) * w
+                p, g, o = r["params"] / gb / div, r["grads"] / gb / div, r["optim"] / gb / div
+                ax.bar(x, p, w * 0.9, color=C_PARAMS)
+                ax.bar(x, g, w * 0.9, bottom=p, color=C_GRADS)
+                ax.bar(x, o, w * 0.9, bottom=p + g, color=C_OPT)
+                ax.bar(x, a, w * 0.9, bottom=p + g + o, color=C_ACTS)
+                tot = p + g + o + a
                 top = max(top, tot)
-                ax.text(x, tot, "%s\n%.0f" % (lab, tot), ha="center", va="bottom", fontsize=7)
+                ax.text(x, tot, "%s\n%.0f" % (lab, tot), ha="center", va="bottom", fontsize=6)
         ax.axhline(80, color="#555555", ls="--", lw=1)
         ax.text(-0.45, 80, "80 GB (one H100)", ha="left", va="bottom", fontsize=8, color="#555555")
         ax.set_xticks(range(len(SEQS)))
@@ -151,11 +157,12 @@ def fig_acts(results, outdir, binary):
     d0 = docs[SEQS[0]]
     axes[0].legend(handles=[Patch(color=C_PARAMS, label="params (bf16)"), Patch(color=C_GRADS, label="grads (bf16)"),
                             Patch(color=C_OPT, label="optimizer states (K = %g)" % d0["k"]),
-                            Patch(color=C_ACTS, label="activations (Korthikanti et al. 2022)")],
+                            Patch(color=C_ACTS, label="activations (Korthikanti et al. 2022; TP+SP: t = 8 ranks)")],
                    loc="upper left", fontsize=8)
-    fig.suptitle("An 8B model (Llama-3-8B-like: L 32, h 4096, a 32), mixed-precision Adam, N = %d: "
-                 "ZeRO-3 shards the model states, never the activations" % d0["world"], fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.suptitle("An 8B model (Llama-3-8B-like: L 32, h 4096, a 32), mixed-precision Adam, N = %d: ZeRO-3 shards the "
+                 "model states, never the activations;\nthe same ranks as one TP group with sequence parallelism "
+                 "(TP+SP) split both" % d0["world"], fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     savefig(fig, outdir, "ch00_gpt_acts")
     return None
 

@@ -215,6 +215,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
   if (chapter_flags & TRAIN_FLAG_TP)
     SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
+  if (chapter_flags & TRAIN_FLAG_TP)
+    SPEC("--sp", ARG_FLAG, &cfg->sp, 0, 0, NULL, "sequence parallelism (Megatron's --sequence-parallel): with --tp T > 1 and "
+         "--model gpt, the LayerNorm and residual regions split along the sequence over the TP group (T must divide "
+         "--seq-len); notes/10-long-sequences.md");
   if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE)) /* a pipeline keeps its own activations */
     SPEC("--pa", ARG_INT, &cfg->pa, 0, 1, "auto",
          "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of every unit "
@@ -272,8 +276,20 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   }
   if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
     exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
-  cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
+  if (cfg->pa == 1 && cfg->sp)
+    exit(args_error("--pa", "1", "with --sp no unit output is replicated over the TP group: every checkpoint is "
+                                 "already 1/T along the sequence (nothing for Pa to partition)"));
+  cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !cfg->sp && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
   check_model_flags(cfg, argc, argv);
+  if (cfg->sp && cfg->tp < 2)
+    exit(args_error("--sp", NULL, "needs --tp T > 1 (it splits the LayerNorm/residual regions over the TP group)"));
+  if (cfg->sp && strcmp(cfg->model_kind, "gpt") != 0)
+    exit(args_error("--sp", NULL, "needs --model gpt (the MLP has no sequence to split)"));
+  if (cfg->sp && cfg->gpt.seq_len % cfg->tp) {
+    snprintf(v, sizeof v, "%d", cfg->tp);
+    exit(args_error("--sp", NULL, "--seq-len %d must be divisible by --tp %s (each TP rank holds seq_len / T positions)",
+                    cfg->gpt.seq_len, v));
+  }
   if ((chapter_flags & TRAIN_FLAG_PIPELINE) && pipeline_check(cfg, world)) exit(2);
   int64_t psi = strcmp(cfg->model_kind, "gpt") == 0 ? gpt_count_params(cfg->gpt)
                                                     : model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);

@@ -9,7 +9,7 @@
 #include "data.h"           // data_batch
 #include "device.h"         // dev_memcpy, dev_sync
 #include "fault.h"          // fault_poison (--fault R:S:nan)
-#include "gpt.h"            // model_gpt_fns, gpt_acts_bytes
+#include "gpt.h"            // gpt_acts_bytes_tp
 #include "ledger.h"         // ledger_live
 #include "model.h"          // model_forward, model_backward, model_layout
 #include "ops.h"            // op_softmax_xent, op_sumsq
@@ -428,7 +428,8 @@ void train_forward_only(trainer_t *t, int B) {
 }
 
 /* Activation bytes the loop keeps (every unit's output and saved buffers, and --pa's working
- * buffers, as the ledger counted them in alloc_acts) beside gpt.h's formula: "acts_saved_bytes",
+ * buffers, as the ledger counted them in alloc_acts) beside gpt.h's formula (this rank's part with
+ * --tp, and --sp; gpt_acts_bytes_tp): "acts_saved_bytes",
  * "acts_formula_bytes"; with --pa the ledger's growth beside pa_acts_formula: "pa_acts_bytes",
  * "pa_acts_formula_bytes". */
 void train_report_acts(trainer_t *t) {
@@ -441,7 +442,9 @@ void train_report_acts(trainer_t *t) {
     trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
     trainer_report_extra(t, "pa_acts_formula_bytes", (double)pa_acts_formula(t));
   }
-  if (t->model.fns == &model_gpt_fns)
-    trainer_report_extra(t, "acts_formula_bytes", (double)gpt_acts_bytes(t->model.gpt, t->local_batch, t->cfg->recompute));
+  int T = t->tp_comm ? comm_world(t->tp_comm) : 1; /* --tp: this rank's part (gpt.h: T dividing the vocabulary) */
+  if (strcmp(t->model.fns->name, "gpt") == 0 && t->model.gpt.vocab % T == 0) /* the GPT, whole or split */
+    trainer_report_extra(t, "acts_formula_bytes",
+                         (double)gpt_acts_bytes_tp(t->model.gpt, t->local_batch, t->cfg->recompute, T, t->cfg->sp));
 }
 

@@ -49,11 +49,13 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     comm_wait_all(t->tp_comm);
     comm_counters_t tc = comm_counters(t->tp_comm);
     mine.tp_rank = comm_rank(t->tp_comm);
-    mine.tp_calls = tc.calls[CO_ALL_REDUCE];
-    mine.tp_sent = tc.sent[CO_ALL_REDUCE];
+    /* the group's collectives: all-reduces; --sp's all-gathers and reduce-scatters along the sequence
+     * (--pa's all-gathers, which --sp excludes, are counted apart below) */
+    mine.tp_calls = tc.calls[CO_ALL_REDUCE] + tc.calls[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.calls[CO_ALL_GATHER]);
+    mine.tp_sent = tc.sent[CO_ALL_REDUCE] + tc.sent[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.sent[CO_ALL_GATHER]);
     t->cfg->transform->traffic(t, &mine.tp_formula_calls, &mine.tp_formula_bytes); /* the transform's formula */
-    mine.pa_calls = tc.calls[CO_ALL_GATHER]; /* --pa's gathers: the TP group's only all-gathers */
-    mine.pa_sent = tc.sent[CO_ALL_GATHER];
+    mine.pa_calls = t->cfg->pa ? tc.calls[CO_ALL_GATHER] : 0; /* --pa's gathers: the TP group's only all-gathers */
+    mine.pa_sent = t->cfg->pa ? tc.sent[CO_ALL_GATHER] : 0;
     if (t->cfg->transform->pa_traffic) t->cfg->transform->pa_traffic(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
   }
   mine.params = ledger_peak(LEDGER_PARAMS);

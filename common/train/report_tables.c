@@ -14,7 +14,8 @@ static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
   if (!t->tp_comm) return;
   int NR = report_rows(t), T = comm_world(t->tp_comm);
   printf("\ntensor-parallel traffic per step (TP groups of %d, their own counters; not in the line above):\n", T);
-  printf("%-6s %8s %12s %14s %14s %16s\n", "rank", "tp rank", "all-reduces", "formula", "bytes sent", "formula");
+  printf("%-6s %8s %12s %14s %14s %16s\n", "rank", "tp rank", t->cfg->sp ? "collectives" : "all-reduces", "formula",
+         "bytes sent", "formula");
   for (int r = 0; r < NR; r++)
     printf("%-6d %8lld %12.2f %14lld %14.1f %16lld\n", r, (long long)all[r].tp_rank, (double)all[r].tp_calls / steps,
            (long long)all[r].tp_formula_calls, (double)all[r].tp_sent / steps, (long long)all[r].tp_formula_bytes);

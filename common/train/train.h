@@ -46,6 +46,8 @@ typedef struct train_cfg {
   int steps, accum;                   /* --steps, --accum: micro-batches per step */
   int recompute;                      /* --recompute: activation checkpointing per unit */
   int tp;                             /* --tp T: tensor-parallel ranks per layer (06; 1 = off) */
+  int sp;                             /* --sp: sequence parallelism with --tp T > 1, --model gpt (06, 07;
+                                       * solutions/tp_sp.h): the chapter's main sets tp_sp_transform */
   int pa;                             /* --pa: 1 with --recompute and --tp T > 1 (auto), unless --pa 0:
                                        * partitioned activation checkpointing, ZeRO-R's Pa (loop.c) */
   /* Set by a chapter's main, not a flag: the model transform that --tp T > 1 applies (chapter 06's

@@ -23,29 +23,15 @@
 #include "model.h"  // model_init, model_init_unit, model_free
 #include "ops.h"    // op_linear_fwd, op_linear_bwd (the 1-rank linear references)
 #include "tp.h"     // tp_* (solutions/ or exercises/)
+#include "zl_scn.h" // fail, g_rank, g_fails
 #include <math.h>   // fabs
-#include <stdarg.h> // va_list
 #include <stdio.h>  // printf
 #include <stdlib.h> // free
 #include <string.h> // strcmp, memcpy, memset
 
-#define MAX_LINES 30
 #define TOL 1e-6
 
-static int g_rank, g_world, g_fails, g_lines, g_cases;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...) {
-  g_fails++;
-  if (g_lines++ >= MAX_LINES) return;
-  va_list ap;
-  va_start(ap, fmt);
-  printf("FAIL rank %d: ", g_rank);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  fflush(stdout);
-}
+static int g_world, g_cases;
 
 static float *fnew(int64_t n) { return xcalloc((size_t)(n > 0 ? n : 1), sizeof(float), "scn_tp buffer"); }
 

@@ -157,6 +157,38 @@ Test(ch00_memory, transformer_activations_by_hand, .timeout = 30) {
   free(out);
 }
 
+/* --tp t: the same shape per rank of t = 2 tensor-parallel ranks (Korthikanti et al. §4.2), by hand:
+ *   TP per layer       s·b·h·(10 + 24/t + 5·a·s/(h·t)) = 16384 · (10 + 12 + 20) = 688128, × 2 = 1376256
+ *   TP + SP per layer  s·b·h·(34 + 5·a·s/h)/t = 16384 · 74 / 2 = 606208, × 2 = 1212416
+ *   TP + SP recompute  2·s·b·h·L/t + one layer = 32768 + 606208 = 638976
+ *   our fp32 GPT, SP   everything at 1/t: 3549184 / 2 = 1774592, --recompute 1970176 / 2 = 985088
+ * and t must divide the heads, the width, the sequence and the vocabulary (exit 2 otherwise). */
+Test(ch00_memory, tensor_and_sequence_parallel_activations, .timeout = 30) {
+  char *out = NULL, path[128];
+  snprintf(path, sizeof path, "/tmp/zl_ch00_sp_%d.json", (int)getpid());
+  int rc = zl_run(0, 20, &out, ZL_BIN "/ch00_memory --layers 2 --hidden 64 --heads 4 --seq 128 --micro-batch 2 --ranks 4 "
+                               "--tp 2 --json %s", path);
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  free(out);
+  char *js = zl_read_file(path, NULL);
+  cr_assert(js, "no --json file %s", path);
+  const char *t = zl_json_find(js, "tp");
+  cr_assert(t, "no tp object in:\n%s", js);
+  cr_expect_eq(zl_json_num(t, "t"), 2);
+  cr_expect_eq(zl_json_num(t, "acts_tp"), 1376256, "TP: %.0f", zl_json_num(t, "acts_tp"));
+  cr_expect_eq(zl_json_num(t, "acts_tp_sp"), 1212416, "TP+SP: %.0f", zl_json_num(t, "acts_tp_sp"));
+  cr_expect_eq(zl_json_num(t, "acts_tp_sp_recompute"), 638976);
+  cr_expect_eq(zl_json_num(t, "ours_fp32_acts_tp_sp"), 1774592);
+  cr_expect_eq(zl_json_num(t, "ours_fp32_acts_tp_sp_recompute"), 985088);
+  free(js);
+  unlink(path);
+  rc = zl_run(0, 20, &out, "env -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK " ZL_BIN
+               "/ch00_memory --layers 2 --hidden 64 --heads 4 --seq 128 --tp 3");
+  cr_expect_eq(rc, 2, "--tp 3 on 4 heads must exit 2");
+  cr_expect_str_eq(out, "error: --tp 3: must divide --heads 4, --hidden 64, --seq 128 and --vocab 256\n");
+  free(out);
+}
+
 Test(ch00_memory, bad_flags_exit_2_with_one_line, .timeout = 30) {
   const char *cases[][2] = {
       {"--ranks 0", "error: --ranks 0: must be an integer in [1, 1048576]\n"},

@@ -274,6 +274,28 @@ Test(common_gpt, activation_formula_matches_units) {
   cr_assert(gpt_acts_bytes(t, 1, 1) == 55552, "tiny recompute: %lld", (long long)gpt_acts_bytes(t, 1, 1));
 }
 
+/* Per rank of t-way TP (gpt_acts_bytes_tp, solutions/tp_gpt.c's split): by hand for tiny with 4 heads
+ * at t = 2, b = 1: block saved 3·16·32 + 4·16 + 12·16·16 + 2·16² = 5184, outputs 16·32·3 + 16·128 =
+ * 3584, head 544: 4·(3584 + 2·5184 + 544) = 57984; with SP every term at 1/t: exactly 1 rank's / t,
+ * for every preset, t in {1, 2, 4}, with and without recompute. */
+Test(common_gpt, activation_formula_tp_and_sp) {
+  gpt_shape_t t;
+  gpt_preset("tiny", &t);
+  t.n_head = 4;
+  cr_assert(gpt_acts_bytes_tp(t, 1, 0, 2, 0) == 57984, "tiny tp 2: %lld", (long long)gpt_acts_bytes_tp(t, 1, 0, 2, 0));
+  cr_assert(gpt_acts_bytes_tp(t, 1, 0, 1, 0) == gpt_acts_bytes(t, 1, 0), "t = 1 is gpt_acts_bytes");
+  const char *names[3] = {"tiny", "small", "124m-shape"};
+  for (int p = 0; p < 3; p++) {
+    gpt_shape_t s;
+    gpt_preset(names[p], &s);
+    s.n_head = 4;
+    for (int k = 1; k <= 4; k *= 2)
+      for (int rc = 0; rc < 2; rc++)
+        cr_assert(gpt_acts_bytes_tp(s, 3, rc, k, 1) * k == gpt_acts_bytes(s, 3, rc), "%s t %d recompute %d: %lld x t != %lld",
+                  names[p], k, rc, (long long)gpt_acts_bytes_tp(s, 3, rc, k, 1), (long long)gpt_acts_bytes(s, 3, rc));
+  }
+}
+
 /* ---- text data ------------------------------------------------------------------------------- */
 static const char *write_text(char *path, size_t n, int64_t len) {
   snprintf(path, n, "/tmp/zl_gpt_text_%d.txt", (int)getpid());
