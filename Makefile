@@ -395,7 +395,8 @@ bench-pipeline: build
 	    --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} --models $${ZL_BENCH_MODELS:-mlp,gpt} \
 	    --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
-	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; fi
+	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
+	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --out $(RESULTS)/bench_pipeline.json; fi
 
 # ch09: on 2 emulated nodes x 2 ranks (root; skipped with the reason elsewhere), at link rates
 # LINKS (Mbit/s): the flat vs two-level all-reduce (bytes across nodes beside the formula), and
@@ -405,8 +406,6 @@ LINKS ?= 100,400
 bench-nodes: build
 	@mkdir -p $(RESULTS)
 	@$(PYTHON) common/scripts/bench_nodes.py --bin $(BIN) --links $(LINKS) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_nodes.json
-	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
-	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --out $(RESULTS)/bench_pipeline.json; fi
 
 # ch02 / ch05: DDP bucketed vs naive and ZeRO-3 prefetch 1 vs 0 at N = 2 and 4: the step time
 # overlap saves beside the collectives' own time in the run without it (the most it could save),
