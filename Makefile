@@ -391,10 +391,10 @@ LONG_OUT ?= notes/data/bench_long.json
 bench-long: build
 	@$(PYTHON) common/scripts/bench_long.py --bin $(BIN) --out $(LONG_OUT) --budget $(BUDGET_LONG)
 
-# ch07: 1F1B and GPipe bubble vs (P-1)/(M+P-1) at P = 2, M = 1, 4, 8, and the P = 2, M = 8 step vs
-# the ideal (M+P-1)/(MP) x the 1-rank step, this build against BASE's (built in a temporary
-# worktree as check-bits does), alternating, medians (notes/design.md, the stream model).
-# BENCH_BASE=REV (default: none, this build only); ZL_BENCH_REPS (default 3).
+# ch07: GPipe, 1F1B and interleaved bubble vs formula at P = 2, M = 1, 4, 8 and P = 4, M = 8, on the
+# MLP and GPT small, each step vs the ideal (M+P-1)/(MP) x the 1-rank step (notes/07-pipeline.md);
+# BENCH_BASE=REV adds REV's build (temporary worktree, as check-bits) on the MLP P = 2 cases,
+# alternating. ZL_BENCH_REPS (default 3), ZL_BENCH_STEPS (default 4), ZL_BENCH_MODELS (mlp,gpt).
 .PHONY: bench-pipeline
 bench-pipeline: build
 	@mkdir -p $(RESULTS)
@@ -402,9 +402,11 @@ bench-pipeline: build
 	  git worktree add -q --detach $$d/src $(BENCH_BASE) && \
 	  $(MAKE) --no-print-directory -C $$d/src GPU=0 ZL_SKIP_DEPS=1 build >$$d/build.log 2>&1 || { echo "bench-pipeline: $(BENCH_BASE) does not build ($$d/build.log)"; exit 1; }; \
 	  $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --base-bin $$d/src/build/bin --base-name $(BENCH_BASE) \
-	    --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
+	    --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} --models $${ZL_BENCH_MODELS:-mlp,gpt} \
+	    --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
-	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_pipeline.json; fi
+	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
+	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --out $(RESULTS)/bench_pipeline.json; fi
 
 # ch09: on 2 emulated nodes x 2 ranks (root; skipped with the reason elsewhere), at link rates
 # LINKS (Mbit/s): the flat vs two-level all-reduce (bytes across nodes beside the formula), and
@@ -414,3 +416,12 @@ LINKS ?= 100,400
 bench-nodes: build
 	@mkdir -p $(RESULTS)
 	@$(PYTHON) common/scripts/bench_nodes.py --bin $(BIN) --links $(LINKS) --reps $${ZL_BENCH_REPS:-3} --out $(RESULTS)/bench_nodes.json
+
+# ch02 / ch05: DDP bucketed vs naive and ZeRO-3 prefetch 1 vs 0 at N = 2 and 4: the step time
+# overlap saves beside the collectives' own time in the run without it (the most it could save),
+# alternating, medians (notes/02-ddp.md, notes/05-zero3.md). ZL_BENCH_REPS (3), ZL_BENCH_STEPS (4).
+.PHONY: bench-overlap
+bench-overlap: build
+	@mkdir -p $(RESULTS)
+	@$(PYTHON) common/scripts/bench_overlap.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
+	  --out $(RESULTS)/bench_overlap.json

@@ -161,21 +161,12 @@ int64_t cp_ring_bwd_numel(int C, int64_t R, int n, int E) {
 }
 
 /* One hop round the ring: send numel floats of `out` to r + 1 and receive numel into `in` from
- * r − 1, queued on the group's stream (even ranks send first, odd ranks receive first, so no
- * cycle of blocked sends forms for any C). Returns with both handles in h[2]: waited by hop_wait. */
-static void hop_start(cp_ring_t *g, const float *out, float *in, int64_t numel, comm_handle_t h[2], const char *tag) {
+ * r − 1 as ONE paired operation on the group's stream (comm_sendrecv_async: on NCCL one grouped
+ * call, so no cycle of blocked sends forms for any C, with eager or synchronous sends alike).
+ * Returns the handle that covers both buffers. */
+static comm_handle_t hop_start(cp_ring_t *g, const float *out, float *in, int64_t numel, const char *tag) {
   int nx = (g->r + 1) % g->C, pv = (g->r + g->C - 1) % g->C;
-  if (g->r % 2 == 0) {
-    h[0] = comm_send_async(g->c, out, numel, DT_F32, nx, tag);
-    h[1] = comm_recv_async(g->c, in, numel, DT_F32, pv, tag);
-  } else {
-    h[1] = comm_recv_async(g->c, in, numel, DT_F32, pv, tag);
-    h[0] = comm_send_async(g->c, out, numel, DT_F32, nx, tag);
-  }
-}
-static void hop_wait(cp_ring_t *g, comm_handle_t h[2]) {
-  comm_wait(g->c, h[0]);
-  comm_wait(g->c, h[1]);
+  return comm_sendrecv_async(g->c, out, numel, nx, in, numel, pv, DT_F32, tag);
 }
 
 void cp_ring_forward(cp_ring_t *g, float *out, float *lse, const float *qkv, int R) {
@@ -190,11 +181,11 @@ void cp_ring_forward(cp_ring_t *g, float *out, float *lse, const float *qkv, int
   g->work_fwd = 0;
   for (int j = 0; j < C; j++) {
     int src = (r - j + C) % C; /* whose block this rank holds at step j */
-    comm_handle_t h[2];
-    if (j < C - 1) hop_start(g, cur, nxt, kvn, h, "cp kv"); /* the next block travels while this one is used */
+    comm_handle_t h = 0;
+    if (j < C - 1) h = hop_start(g, cur, nxt, kvn, "cp kv"); /* the next block travels while this one is used */
     g->work_fwd += cp_attend_block(R, n, E, g->NH, qkv, qpos, cur, g->pos + (int64_t)src * n, lse, l, out);
     if (j < C - 1) {
-      hop_wait(g, h);
+      comm_wait(g->c, h);
       float *t = cur;
       cur = nxt, nxt = t;
     }
@@ -218,10 +209,9 @@ void cp_ring_backward(cp_ring_t *g, float *dqkv, const float *dout, const float 
     int src = (r - j + C) % C;
     cp_attend_block_bwd(R, n, E, g->NH, qkv, qpos, dout, lse, dsum, cur, g->pos + (int64_t)src * n, dq, cur + kvn);
     if (C == 1) break;
-    comm_handle_t h[2];
-    if (j < C - 1) hop_start(g, cur, nxt, 2 * kvn, h, "cp kv+dkv"); /* [K|V|dK|dV] to the next rank */
-    else hop_start(g, cur + kvn, nxt + kvn, kvn, h, "cp dkv home"); /* block r+1's gradient to rank r+1 */
-    hop_wait(g, h);
+    comm_handle_t h = j < C - 1 ? hop_start(g, cur, nxt, 2 * kvn, "cp kv+dkv") /* [K|V|dK|dV] to the next rank */
+                                : hop_start(g, cur + kvn, nxt + kvn, kvn, "cp dkv home"); /* block r+1's gradient to rank r+1 */
+    comm_wait(g->c, h);
     float *t = cur;
     cur = nxt, nxt = t;
   }

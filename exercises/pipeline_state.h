@@ -40,6 +40,11 @@ typedef struct pp_state {
   comm_t *pipe;         /* this pipeline's P ranks, for the control sums (the gradient norm) */
   comm_t *dpc;          /* this stage's D replicas: the strategy's communicator (t->comm) */
   int64_t ws_bytes;     /* gsend, beside the loop's workspace */
+  /* 1F1B's steady state (pipeline.c, "pairs"): [M] 1 where F k's send of its output goes with
+   * the next B's receive (pair_fwd), or B k's send of its input's gradient with the next F's
+   * receive (pair_bwd), as one comm_sendrecv_async; the deferred send waiting for its partner. */
+  char *pair_fwd, *pair_bwd;
+  struct { char kind; int k; const float *buf; int64_t numel; } pend;
   double busy_us, span_us; /* summed over the measured steps */
   int measured;            /* steps measured (all but the first when there are several) */
   int steps_run;           /* steps this process ran (after a resume: fewer than --steps) */

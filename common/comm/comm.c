@@ -67,7 +67,7 @@ int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int
 }
 
 /* ---- init / finalize ---------------------------------------------------------------------- */
-static void *comm_thread_main(void *arg);
+static void comm_stream_main(comm_t *c);
 
 /* A communicator with its lock, condition variables and task queue; no MPI, no backend yet. */
 static comm_t *comm_alloc(backend_t backend, device_t dev) {
@@ -76,7 +76,6 @@ static comm_t *comm_alloc(backend_t backend, device_t dev) {
   c->backend = backend;
   c->impl = COLL_VENDOR;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_work, NULL);
   pthread_condattr_t ca; /* deadlines on the monotonic clock, immune to clock changes */
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -128,8 +127,7 @@ static void p2p_check_dropped(comm_t *c) {
 
 static void comm_start_thread(comm_t *c) {
   if (!c->be->threaded) return;
-  if (pthread_create(&c->thread, NULL, comm_thread_main, c) != 0)
-    die_on_rank("comm_init: cannot start the communication thread");
+  comm_engine_attach(c, comm_stream_main); /* a fiber on the rank's one engine thread */
   c->thread_started = 1;
 }
 
@@ -258,6 +256,10 @@ static void run_coll(comm_t *c, const comm_task_t *t) {
     if (ring) comm_p2p_recv(c, t->recv, t->numel, t->dt, t->peer);
     else be->recv(c, t->recv, t->numel, t->dt, t->peer);
     break;
+  case TASK_SENDRECV:
+    if (ring) comm_p2p_sendrecv(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
+    else be->sendrecv_user(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
+    break;
   default: die_on_rank("comm: task kind %d is not a collective", (int)t->kind);
   }
 }
@@ -310,6 +312,15 @@ static void run_staged(comm_t *c, const comm_task_t *t) {
     run_coll(c, &h);
     dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)nb);
     break;
+  case TASK_SENDRECV: {
+    int64_t rb = t->recv_numel * (int64_t)esz;
+    h.send = stage_buf(c, 0, nb);
+    h.recv = stage_buf(c, 1, rb);
+    dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)nb);
+    run_coll(c, &h);
+    dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)rb);
+    break;
+  }
   default: run_coll(c, t);
   }
 }
@@ -344,6 +355,7 @@ static void run_piece(comm_t *c, const comm_task_t *t) {
 
 static void run_task(comm_t *c, comm_task_t *t) {
   double t0 = trace_now_us();
+  if (c->be->threaded) comm_engine_task_bytes(c, (t->numel + t->recv_numel) * (int64_t)dtype_size(t->dt));
   if (c->be->task_begin) c->be->task_begin(c, t);
   if (t->kind >= TASK_BARRIER) comm_mpi_control(c, t); /* barrier and control ops: host, MPI */
   else if (t->piece_stride > 0) run_piece(c, t);
@@ -363,14 +375,14 @@ static void run_task(comm_t *c, comm_task_t *t) {
   }
 }
 
-static void *comm_thread_main(void *arg) {
-  comm_t *c = arg;
+/* The stream of a threaded backend: a fiber on the engine (comm_engine.c), tasks in order. */
+static void comm_stream_main(comm_t *c) {
 #ifdef ZL_CUDA
   if (c->dev == DEV_CUDA) comm_cuda_thread_attach(); /* staging copies use the rank's GPU */
 #endif
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (c->q_len == 0) pthread_cond_wait(&c->cv_work, &c->mu);
+    while (c->q_len == 0) comm_engine_idle(c);
     comm_task_t t = c->queue[c->q_head];
     c->q_head = (c->q_head + 1) % c->q_cap;
     c->q_len--;
@@ -383,7 +395,7 @@ static void *comm_thread_main(void *arg) {
     if (t.kind == TASK_STOP) break;
   }
   pthread_mutex_unlock(&c->mu);
-  return NULL;
+  comm_engine_progress();
 }
 
 /* Count the ring-model bytes, give the task its handle, and queue it (threaded) or run it (inline). */
@@ -412,7 +424,7 @@ static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
     }
     c->queue[(c->q_head + c->q_len) % c->q_cap] = *t;
     c->q_len++;
-    pthread_cond_signal(&c->cv_work);
+    comm_engine_wake(c);
     pthread_mutex_unlock(&c->mu);
   } else {
     c->running = *t;
@@ -445,6 +457,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
     dl.tv_sec = (time_t)s;
     dl.tv_nsec = (long)((s - (double)dl.tv_sec) * 1e9);
   }
+  double w0 = c->done_seq < h ? comm_now_s() : 0;
   while (c->done_seq < h) {
     if (c->timeout_s <= 0) {
       pthread_cond_wait(&c->cv_done, &c->mu);
@@ -457,6 +470,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
     }
   }
   pthread_mutex_unlock(&c->mu);
+  if (w0 > 0) comm_engine_note_wait(comm_now_s() - w0);
 }
 
 void comm_wait_all(comm_t *c) {
@@ -480,7 +494,7 @@ void comm_finalize(comm_t *c) {
   if (c->thread_started) {
     comm_task_t stop = {.kind = TASK_STOP, .op = CO_CONTROL};
     submit(c, &stop, "stop");
-    pthread_join(c->thread, NULL);
+    comm_engine_detach(c); /* returns once the fiber has run the stop */
   }
   for (int s = 0; s < 2; s++) {
     if (c->scratch[s]) {
@@ -504,7 +518,6 @@ void comm_finalize(comm_t *c) {
     c->parent->n_children--;
     pthread_mutex_unlock(&c->parent->mu);
   }
-  pthread_cond_destroy(&c->cv_work);
   pthread_cond_destroy(&c->cv_done);
   pthread_mutex_destroy(&c->mu);
   free(c->queue);
@@ -691,6 +704,25 @@ comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, i
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
   comm_handle_t h = submit(c, &t, tag);
   p2p_opened(c, h, "comm_recv_async", tag);
+  return h;
+}
+
+comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                                  int64_t recv_numel, int src, dtype_t dt, const char *tag) {
+  check_p2p(c, "comm_sendrecv_async", tag, dst);
+  check_p2p(c, "comm_sendrecv_async", tag, src);
+  check_args(c, "comm_sendrecv_async", send_numel, dt, dst, 1);
+  check_args(c, "comm_sendrecv_async", recv_numel, dt, src, 1);
+  if (dst == c->rank || src == c->rank) die_on_rank("comm_sendrecv_async (%s): cannot exchange with itself", tag ? tag : "-");
+  comm_task_t t = task(TASK_SENDRECV, CO_SEND, c, sendbuf, recvbuf, send_numel, dt, REDOP_SUM, dst);
+  t.recv_numel = recv_numel;
+  t.peer2 = src;
+  pthread_mutex_lock(&c->mu); /* the receive half's counters (submit counts the send) */
+  c->ctr.recvd[CO_RECV] += comm_model_recvd(CO_RECV, recv_numel, dt, c->world, c->rank, src);
+  c->ctr.calls[CO_RECV]++;
+  pthread_mutex_unlock(&c->mu);
+  comm_handle_t h = submit(c, &t, tag);
+  p2p_opened(c, h, "comm_sendrecv_async", tag);
   return h;
 }
 

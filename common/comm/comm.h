@@ -7,9 +7,9 @@
  *   - ring:   our own, built only from send/recv in solutions/ring.c (notes/01-collectives.md)
  * chosen per communicator with comm_set_impl.
  *
- * Execution: operations run in issue order on the communicator's "stream" — a per-rank
- * communication thread on the MPI backend (the CPU analogue of a CUDA stream), the NCCL
- * stream on the NCCL backend. The _async calls return at once with a handle; comm_wait(h)
+ * Execution: operations run in issue order on the communicator's "stream" — on the MPI backend a
+ * fiber on the rank's one progress engine thread (comm_engine.h; the CPU analogue of a CUDA
+ * stream), the NCCL stream on the NCCL backend. The _async calls return at once with a handle; comm_wait(h)
  * returns when that operation (and every earlier one) is complete. The blocking calls are
  * _async + comm_wait. Compute goes on while the stream works: that is the overlap.
  *
@@ -73,7 +73,8 @@ void comm_finalize(comm_t *c);
  * color (>= 0) form one sub-communicator, ranked by key (ties: by parent rank), as
  * MPI_Comm_split. The sub-communicator is a full comm_t: same backend, device, implementation
  * (vendor or ring: solutions/ring.c runs on it unchanged) and timeout as the parent; its own
- * stream (MPI: its own communication thread, so MPI_THREAD_MULTIPLE is required; NCCL: its own
+ * stream (MPI: its own fiber on the rank's engine thread, while the caller's thread makes MPI calls
+ * too, so MPI_THREAD_MULTIPLE is required; NCCL: its own
  * CUDA stream, ncclCommSplit from the parent's NCCL communicator, or a fresh id broadcast over
  * the group when the installed NCCL predates it); its own counters, starting at zero — the
  * parent's counters do not see its traffic. The parent's queued work is waited for first.
@@ -141,6 +142,15 @@ comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t 
  * buffer stays untouched (send) or unread (recv) until comm_wait on the handle. */
 comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag);
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag);
+/* A send and a receive as ONE operation on the stream, so the two cannot wait on each other:
+ * NCCL: ncclSend + ncclRecv in one ncclGroupStart/End (NCCL's rule for a pair exchanged with
+ * peers that also send first); MPI: MPI_Isend + MPI_Irecv completed together. dst and src may be
+ * the same rank (a pipeline stage and its neighbour: activation out, gradient in). Each message
+ * matches the peer's comm_send_async / comm_recv_async / comm_sendrecv_async on this communicator
+ * in issue order. A side with numel 0 is skipped. Counted as a send (CO_SEND) and a receive
+ * (CO_RECV); one handle covers both buffers. */
+comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                                  int64_t recv_numel, int src, dtype_t dt, const char *tag);
 /* Block until h (and everything queued before it) is done. On CUDA: the compute stream waits
  * for it instead (no host block), which is what lets NCCL overlap with compute.
  * Exercise mode (ZL_EXERCISE_TIMEOUT_S set, as `make exercise` does): every handle of

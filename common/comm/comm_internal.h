@@ -11,10 +11,11 @@
  *                   ordering on its own stream.
  *
  * Two execution models, chosen by comm_backend_t.threaded:
- *   threaded = 1 (MPI)   the front owns a communication thread. comm_*_async() appends a task to
- *                        a queue and returns its sequence number; the thread runs tasks in order
- *                        and every backend function is called on that thread (all MPI calls after
- *                        comm_init happen there). comm_wait blocks the caller on a condition
+ *   threaded = 1 (MPI)   the front owns a stream: a fiber on the rank's one progress engine thread
+ *                        (comm_engine.h), shared by all its communicators. comm_*_async() appends a
+ *                        task to a queue and returns its sequence number; the fiber runs tasks in
+ *                        order and every backend function is called there (all MPI calls after
+ *                        comm_init happen on the engine thread); a backend wait yields the fiber. comm_wait blocks the caller on a condition
  *                        variable (pthread_cond_timedwait: the deadline of comm_set_timeout).
  *   threaded = 0 (NCCL)  no thread. The front runs the task inline on the caller's thread:
  *                        task_begin (e.g. comm stream waits for the compute stream), the vendor or
@@ -48,7 +49,7 @@ extern "C" {
 /* What a queued task does (the counter category is separate: comm_task_t.op). */
 typedef enum {
   TASK_BROADCAST = 0, TASK_REDUCE, TASK_ALL_REDUCE, TASK_REDUCE_SCATTER, TASK_ALL_GATHER,
-  TASK_SEND, TASK_RECV, TASK_BARRIER,
+  TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_BARRIER,
   TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, /* host memory, always MPI */
   TASK_STOP                                                      /* ends the comm thread */
 } comm_task_kind_t;
@@ -63,7 +64,9 @@ typedef struct comm_task {
   int64_t numel;         /* full-buffer elements (reduce-scatter/all-gather: the whole buffer) */
   dtype_t dt;
   redop_t redop;
-  int peer;              /* root (broadcast/reduce), dst (send), src (recv) */
+  int peer;              /* root (broadcast/reduce), dst (send, sendrecv), src (recv) */
+  int64_t recv_numel;    /* TASK_SENDRECV: elements received into recv, from peer2 */
+  int peer2;
   char tag[48];          /* names the op in traces and timeout messages */
   comm_handle_t seq;     /* 1, 2, 3 ... in issue order */
   double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
@@ -105,6 +108,10 @@ typedef struct comm_backend {
   void (*wait_all)(comm_t *c);                         /* host waits for everything (honours timeout) */
   /* Release the backend (called after the stream is drained, before MPI_Finalize). */
   void (*finalize)(comm_t *c);
+  /* comm_sendrecv_async, vendor path: as sendrecv, but matching the user's send/recv (MPI: their
+   * tag; NCCL has no tags: the same grouped ncclSend/ncclRecv as sendrecv). */
+  void (*sendrecv_user)(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                        int64_t recv_numel, int src, dtype_t dt);
 } comm_backend_t;
 
 struct comm {
@@ -119,11 +126,11 @@ struct comm {
   coll_impl_t impl;
   double timeout_s;          /* 0 = no deadline */
 
-  /* the stream (threaded backends); everything below is guarded by mu */
-  pthread_t thread;
+  /* the stream (threaded backends): a fiber on the rank's engine (comm_engine.c); everything
+   * below is guarded by mu */
+  struct comm_fiber *fiber;
   int thread_started;
   pthread_mutex_t mu;
-  pthread_cond_t cv_work;    /* queue got a task */
   pthread_cond_t cv_done;    /* done_seq advanced */
   comm_task_t *queue;        /* circular buffer of q_cap tasks */
   int q_head, q_len, q_cap;
@@ -197,6 +204,29 @@ void comm_topo_count(comm_t *c, comm_op_t op, int peer, int64_t sent, int64_t re
 void comm_topo_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd);
 /* comm_ctl_gather: `sent` went to rank 0; on rank 0, sizes[world] came in from each rank */
 void comm_topo_count_gather(comm_t *c, int64_t sent, const int64_t *sizes);
+/* ---- the progress engine (common/comm/comm_engine.c; public part: comm_engine.h) ---------------
+ * attach: c's stream becomes a fiber running body(c) (the front's task loop); the engine thread
+ * starts with the first. detach: after body returned (TASK_STOP ran), frees the fiber; the last
+ * one stops the engine thread. idle: in the fiber, c->mu held, queue empty: sleep until
+ * comm_engine_wake(c) (called under c->mu after queueing). block: in a fiber, an MPI request
+ * tested not done: let the other fibers run (no-op outside a fiber); progress: a test succeeded.
+ * note_wait: seconds a caller spent blocked in comm_wait. */
+struct comm_fiber;
+void comm_engine_attach(comm_t *c, void (*body)(comm_t *));
+void comm_engine_detach(comm_t *c);
+void comm_engine_idle(comm_t *c);
+void comm_engine_wake(comm_t *c);
+int comm_engine_in_fiber(void);
+void comm_engine_block(void);
+void comm_engine_progress(void);
+/* The task about to run on c moves about `bytes`: its waits test without sleeping for a time
+ * proportional (comm_engine.c: why). */
+void comm_engine_task_bytes(comm_t *c, int64_t bytes);
+void comm_engine_count_test(void);
+void comm_engine_note_wait(double seconds);
+/* In c's fiber: run fn(arg), a blocking MPI call, on c's helper thread while the fiber yields
+ * (comm_engine.h: why); elsewhere: call it here. */
+void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg);
 
 /* ---- front services for backends ---------------------------------------------------------- */
 #ifdef __cplusplus

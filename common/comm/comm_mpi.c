@@ -1,6 +1,6 @@
 /* comm_mpi.c — the MPI backend (host buffers), MPI start-up, and control traffic for every backend.
- * Notes: notes/01-collectives.md. Every function here except comm_mpi_boot/comm_mpi_shutdown
- * runs on the communicator's thread (comm.c), so MPI sees one caller at a time after init.
+ * Notes: notes/01-collectives.md. Every function here except comm_mpi_boot/comm_mpi_shutdown/
+ * comm_mpi_split runs on the rank's engine thread (comm_engine.c), in the communicator's fiber.
  * bf16 and fp16 have no MPI type: they travel as a 2-byte contiguous type, and their sum/max are
  * user MPI_Ops that add in fp32 and round once per element (the same arithmetic as the ring). */
 #include "comm_internal.h" // struct comm, comm_backend_t, comm_task_t
@@ -23,28 +23,41 @@ typedef struct mpi_state {
 static mpi_state_t *st(const comm_t *c) { return (mpi_state_t *)c->be_state; }
 
 /* ---- waiting that does not steal the core ----------------------------------------------------
- * A blocking MPI_Send/MPI_Recv makes Open MPI poll the network at full speed for as long as the
- * peer is busy: on a box with one core per rank the waiting comm thread takes CPU from the
- * compute thread beside it. So p2p here is nonblocking (MPI_Isend/MPI_Irecv) and completed by
- * mpi_wait_backoff: MPI_Testall a few times (a message that is already there costs nothing more),
- * then sleep between tests, doubling the sleep from 1 us up to MPI_BACKOFF_MAX_NS. The latency
- * this adds is at most one sleep (<= 0.2 ms) per message, against a wait that is a whole stage's
- * compute in a pipeline bubble. */
+ * A blocking MPI call makes Open MPI poll at full speed for as long as the peer is busy, and on
+ * the rank's one engine thread (comm_engine.h) it would also hold up every other communicator.
+ * So every MPI call here is nonblocking (MPI_Isend/MPI_Irecv, MPI_Iallreduce, MPI_Ibarrier ...)
+ * and completed by mpi_wait_backoff: MPI_Testall, and while it is not done, yield the fiber
+ * (the engine runs the other communicators' streams and backs off, 1 us doubling to 200 us, when
+ * a whole round made no progress). Called outside the engine (control traffic of a non-threaded
+ * backend, on the caller's thread) it backs off itself: a few tests, then sleeps doubling from
+ * 1 us up to MPI_BACKOFF_MAX_NS. */
 enum { MPI_SPIN_TESTS = 64 };
 #define MPI_BACKOFF_MAX_NS 200000L
 
 static void mpi_wait_backoff(int n, MPI_Request *req) {
   long ns = 1000;
+  int fiber = comm_engine_in_fiber();
   for (int i = 0;; i++) {
     int done = 0;
     CHECK_MPI(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
+    comm_engine_count_test();
+    if (done) {
+      comm_engine_progress();
+      return;
+    }
+    if (fiber) {
+      comm_engine_block();
+      continue;
+    }
     if (i < MPI_SPIN_TESTS) continue;
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
     if (ns < MPI_BACKOFF_MAX_NS) ns = ns * 2 < MPI_BACKOFF_MAX_NS ? ns * 2 : MPI_BACKOFF_MAX_NS;
   }
 }
+
+/* One request, waited for as above. */
+static void mpi_wait1(MPI_Request *r) { mpi_wait_backoff(1, r); }
 
 /* ZL_SYNC_SENDS=1: every send is synchronous (MPI_Issend: completes only once the receiver has
  * matched it), the rendezvous semantics of ncclSend. Small CPU messages otherwise go eagerly, so a
@@ -134,23 +147,80 @@ static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
   }
 }
 
+/* ---- reductions: nonblocking at 2 ranks, the blocking call on a helper at 3+ -----------------
+ * Open MPI's nonblocking reductions add in another order than its blocking ones once the group
+ * has 3 or more ranks; the blocking call (on the communicator's helper thread, comm_engine.h)
+ * keeps every result bitwise what it was. At 2 ranks each element is a+b either way. */
+typedef enum { RED_ALL_REDUCE, RED_REDUCE, RED_REDUCE_SCATTER } mpi_red_kind_t;
+typedef struct mpi_red {
+  mpi_red_kind_t kind;
+  const void *send;
+  void *recv;
+  int count;          /* all-reduce, reduce */
+  const int *counts;  /* reduce-scatter */
+  MPI_Datatype ty;
+  MPI_Op op;
+  int root;
+  MPI_Comm comm;
+  int rc;
+} mpi_red_t;
+
+static void mpi_red_blocking(void *arg) {
+  mpi_red_t *a = arg;
+  switch (a->kind) {
+  case RED_ALL_REDUCE: a->rc = MPI_Allreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm); break;
+  case RED_REDUCE: a->rc = MPI_Reduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm); break;
+  case RED_REDUCE_SCATTER: a->rc = MPI_Reduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm); break;
+  }
+}
+
+static void mpi_reduction(comm_t *c, mpi_red_t *a) {
+  static int multiple = -1; /* the helper calls MPI beside the engine thread: MULTIPLE only */
+  if (multiple < 0) {
+    int provided = 0;
+    CHECK_MPI(MPI_Query_thread(&provided));
+    multiple = provided >= MPI_THREAD_MULTIPLE;
+  }
+  a->comm = c->mpi;
+  if (c->world >= 3 && multiple) {
+    comm_engine_run_blocking(c, mpi_red_blocking, a);
+    CHECK_MPI(a->rc);
+    return;
+  }
+  MPI_Request r;
+  switch (a->kind) {
+  case RED_ALL_REDUCE: CHECK_MPI(MPI_Iallreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm, &r)); break;
+  case RED_REDUCE: CHECK_MPI(MPI_Ireduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm, &r)); break;
+  case RED_REDUCE_SCATTER: CHECK_MPI(MPI_Ireduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm, &r)); break;
+  }
+  mpi_wait1(&r);
+}
+
 /* ---- the vendor collectives ------------------------------------------------------------------ */
 static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Bcast(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), root, c->mpi));
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
+    MPI_Request r;
+    CHECK_MPI(MPI_Ibcast(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), root, c->mpi, &r));
+    mpi_wait1(&r);
+  }
 }
 
 static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
   int in_place = c->rank == root && send == recv;
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Reduce(in_place ? MPI_IN_PLACE : at(send, off, dt), c->rank == root ? atw(recv, off, dt) : NULL,
-                         piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op), root, c->mpi));
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
+    mpi_red_t a = {.kind = RED_REDUCE, .send = in_place ? MPI_IN_PLACE : at(send, off, dt),
+                   .recv = c->rank == root ? atw(recv, off, dt) : NULL, .count = piece(numel, off),
+                   .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op), .root = root};
+    mpi_reduction(c, &a);
+  }
 }
 
 static void mpi_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), mpi_op(c, dt, op),
-                            c->mpi));
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
+    mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = atw(buf, off, dt), .count = piece(numel, off),
+                   .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op)};
+    mpi_reduction(c, &a);
+  }
 }
 
 static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
@@ -161,7 +231,9 @@ static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t 
   const char *s0 = send, *r0 = recv;
   int overlap = r0 < s0 + numel * (int64_t)dtype_size(dt) && s0 < r0 + own;
   void *out = overlap ? comm_scratch(c, 0, own) : recv;
-  CHECK_MPI(MPI_Reduce_scatter(send, out, st(c)->counts, mpi_type(c, dt), mpi_op(c, dt, op), c->mpi));
+  mpi_red_t a = {.kind = RED_REDUCE_SCATTER, .send = send, .recv = out, .counts = st(c)->counts,
+                 .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op)};
+  mpi_reduction(c, &a);
   if (overlap) memcpy(recv, out, (size_t)own);
 }
 
@@ -169,41 +241,54 @@ static void mpi_all_gather(comm_t *c, const void *send, void *recv, int64_t nume
   if (numel == 0) return;
   chunk_layout(c, numel, "all_gather");
   const void *own = at(recv, st(c)->displs[c->rank], dt);
-  CHECK_MPI(MPI_Allgatherv(send == own ? MPI_IN_PLACE : send, st(c)->counts[c->rank], mpi_type(c, dt), recv,
-                           st(c)->counts, st(c)->displs, mpi_type(c, dt), c->mpi));
+  MPI_Request r;
+  CHECK_MPI(MPI_Iallgatherv(send == own ? MPI_IN_PLACE : send, st(c)->counts[c->rank], mpi_type(c, dt), recv,
+                            st(c)->counts, st(c)->displs, mpi_type(c, dt), c->mpi, &r));
+  mpi_wait1(&r);
 }
 
 static void mpi_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-  {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
     CHECK_MPI(mpi_isend(at(buf, off, dt), piece(numel, off), mpi_type(c, dt), dst, TAG_USER, c->mpi, &r));
-    mpi_wait_backoff(1, &r);
+    mpi_wait1(&r);
   }
 }
 
 static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
-  for (int64_t off = 0; off < numel; off += MPI_PIECE)
-  {
+  for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
     CHECK_MPI(MPI_Irecv(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), src, TAG_USER, c->mpi, &r));
-    mpi_wait_backoff(1, &r);
+    mpi_wait1(&r);
   }
 }
 
 /* ---- what the ring is built from ----------------------------------------------------------- */
-static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
-                         int64_t recv_numel, int src, dtype_t dt) {
+/* Send to dst and receive from src at once, in pieces of MPI_PIECE, with MPI tag `tag`; a side of
+ * 0 elements is skipped. */
+static void mpi_pair(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf, int64_t recv_numel,
+                     int src, dtype_t dt, int tag) {
   MPI_Datatype ty = mpi_type(c, dt);
   for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
     int ns = off < send_numel ? piece(send_numel, off) : 0;
     int nr = off < recv_numel ? piece(recv_numel, off) : 0;
     MPI_Request r[2];
     int n = 0;
-    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, TAG_RING, c->mpi, &r[n++]));
-    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, TAG_RING, c->mpi, &r[n++]));
+    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, tag, c->mpi, &r[n++]));
+    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, tag, c->mpi, &r[n++]));
     mpi_wait_backoff(n, r);
   }
+}
+
+static void mpi_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                         int64_t recv_numel, int src, dtype_t dt) {
+  mpi_pair(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt, TAG_RING);
+}
+
+/* comm_sendrecv_async: both messages with the user's tag, so they match comm_send/comm_recv. */
+static void mpi_sendrecv_user(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                              int64_t recv_numel, int src, dtype_t dt) {
+  mpi_pair(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt, TAG_USER);
 }
 
 static void mpi_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
@@ -247,6 +332,7 @@ const comm_backend_t comm_mpi_backend = {
     .scratch_alloc = mpi_scratch_alloc,
     .scratch_free = mpi_scratch_free,
     .finalize = mpi_finalize_backend,
+    .sendrecv_user = mpi_sendrecv_user,
 };
 
 void comm_mpi_attach(comm_t *c) {
@@ -295,8 +381,8 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
   int provided = 0;
   CHECK_MPI(MPI_Query_thread(&provided));
   if (threaded && provided < MPI_THREAD_MULTIPLE)
-    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator runs its own communication "
-        "thread beside the parent's, which needs MPI_THREAD_MULTIPLE (%d)", provided,
+    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator's stream makes MPI calls on the "
+        "engine thread while this thread splits (and a helper's blocking reductions), which needs MPI_THREAD_MULTIPLE (%d)", provided,
         MPI_THREAD_MULTIPLE);
   CHECK_MPI(MPI_Comm_split(parent->mpi, color, key, &sub->mpi)); /* inherits MPI_ERRORS_RETURN */
   CHECK_MPI(MPI_Comm_rank(sub->mpi, &sub->rank));
@@ -309,20 +395,26 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
 
 /* ---- control traffic: host memory, for every backend ----------------------------------------- */
 void comm_mpi_control(comm_t *c, comm_task_t *t) {
+  MPI_Request r;
   switch (t->kind) {
-  case TASK_BARRIER: CHECK_MPI(MPI_Barrier(c->mpi)); break;
-  case TASK_CTL_ALL_REDUCE_F64:
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t->recv, (int)t->numel, MPI_DOUBLE, t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX,
-                            c->mpi));
+  case TASK_BARRIER: CHECK_MPI(MPI_Ibarrier(c->mpi, &r)); mpi_wait1(&r); break;
+  case TASK_CTL_ALL_REDUCE_F64: {
+    mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = t->recv, .count = (int)t->numel,
+                   .ty = MPI_DOUBLE, .op = t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX};
+    mpi_reduction(c, &a);
     break;
+  }
   case TASK_CTL_BROADCAST:
-    for (int64_t off = 0; off < t->numel; off += MPI_PIECE)
-      CHECK_MPI(MPI_Bcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi));
+    for (int64_t off = 0; off < t->numel; off += MPI_PIECE) {
+      CHECK_MPI(MPI_Ibcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi, &r));
+      mpi_wait1(&r);
+    }
     break;
   case TASK_CTL_GATHER: {
     int64_t mine = t->numel, *sizes = NULL;
     if (c->rank == 0) sizes = xcalloc((size_t)c->world, sizeof *sizes, "gather sizes");
-    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT64_T, sizes, 1, MPI_INT64_T, 0, c->mpi));
+    CHECK_MPI(MPI_Igather(&mine, 1, MPI_INT64_T, sizes, 1, MPI_INT64_T, 0, c->mpi, &r));
+    mpi_wait1(&r);
     int *counts = NULL, *displs = NULL;
     char *all = NULL;
     if (c->rank == 0) {
@@ -339,7 +431,8 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
       all[total] = 0; /* text stays a C string */
     }
     if (mine > INT_MAX) die_on_rank("comm_ctl_gather: blob of %lld bytes is too large", (long long)mine);
-    CHECK_MPI(MPI_Gatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi));
+    CHECK_MPI(MPI_Igatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi, &r));
+    mpi_wait1(&r);
     free(counts);
     free(displs);
     *t->gather_all = all;

@@ -11,9 +11,11 @@
  *   comm_wait(h) compute stream waits for h's event      (cudaStreamWaitEvent: no host block)
  *
  * The host only waits in comm_wait_all, in control ops (MPI on the host: the comm stream is
- * drained first) and at finalize; there a watchdog polls ncclCommGetAsyncError and the deadline of
+ * drained first), at finalize, and in dev_sync (the compute stream, which may wait on a
+ * collective's event); there a watchdog polls ncclCommGetAsyncError and the deadline of
  * comm_set_timeout, and on error or timeout aborts the NCCL communicator, names the rank, the
- * collective and its tag, and takes the job down (MPI_Abort).
+ * collective and its tag, and takes the job down (MPI_Abort). dev_sync's watchdog
+ * (nccl_watchdog) checks every NCCL communicator of the rank.
  *
  * Uneven chunks: ncclReduceScatter / ncclAllGather need numel divisible by N. Otherwise the
  * vendor path runs one grouped ncclReduce (reduce-scatter) or ncclBroadcast (all-gather) per
@@ -45,7 +47,14 @@ typedef struct nccl_state {
   comm_handle_t last_seq;   /* last task with a recorded event */
   comm_handle_t done_seq;   /* every task <= done_seq is known complete on the GPU */
   int own_stream;           /* 1: a sub-communicator's stream, created (and destroyed) here */
+  comm_t *c;                /* its communicator (the watchdog's list) */
+  struct nccl_state *next;  /* every live NCCL communicator of the rank (nccl_watchdog) */
 } nccl_state_t;
+
+/* The rank's NCCL communicators (world and sub-communicators), for dev_sync's watchdog. Touched
+ * at attach, split and finalize (the caller's thread) and read by the watchdog (the same thread:
+ * the NCCL backend has no comm thread). */
+static nccl_state_t *g_nccl_all = NULL;
 
 static nccl_state_t *st(const comm_t *c) { return (nccl_state_t *)c->be_state; }
 
@@ -125,6 +134,32 @@ static void nccl_host_wait(comm_t *c, comm_handle_t upto) {
     usleep((useconds_t)sleep_us);
     if (sleep_us < 1000) sleep_us *= 2;
   }
+}
+
+/* dev_sync's watchdog (devcu_set_sync_watchdog): the compute stream may wait on any NCCL
+ * communicator's event, so each is checked: a NCCL asynchronous error ends the job at once;
+ * past the deadline (the longest comm_set_timeout among them), the oldest task still running on
+ * any of them is named ("rank R: <op> (<tag>) did not complete within S s"), or the compute
+ * stream itself when every collective is done. */
+static void nccl_watchdog(double waited_s) {
+  double limit = 0;
+  for (nccl_state_t *s = g_nccl_all; s; s = s->next) {
+    ncclResult_t ae = ncclSuccess;
+    CHECK_NCCL(ncclCommGetAsyncError(s->comm, &ae));
+    if (ae != ncclSuccess && ae != ncclInProgress) nccl_fail(s->c, s->done_seq + 1, ncclGetErrorString(ae));
+    if (s->c->timeout_s > limit) limit = s->c->timeout_s;
+  }
+  if (limit <= 0 || waited_s <= limit) return;
+  for (nccl_state_t *s = g_nccl_all; s; s = s->next) {
+    while (s->done_seq < s->last_seq) { /* advance past what has finished: the first unfinished names the hang */
+      int slot = (int)((s->done_seq + 1) % NCCL_EVENTS);
+      if (s->ev_seq[slot] != s->done_seq + 1 || cudaEventQuery(s->ev[slot]) != cudaSuccess) break;
+      nccl_count_busy(s->c, slot);
+      s->done_seq++;
+    }
+    if (s->done_seq < s->last_seq) nccl_fail(s->c, s->done_seq + 1, NULL);
+  }
+  die_on_rank("dev_sync: the compute stream did not finish within %g s (every collective has)", limit);
 }
 
 /* ---- ordering hooks ----------------------------------------------------------------------- */
@@ -278,6 +313,12 @@ static void nccl_finalize(comm_t *c) {
   nccl_host_wait(c, s->last_seq);
   CHECK_CUDA(cudaStreamSynchronize(s->stream));
   CHECK_NCCL(ncclCommDestroy(s->comm));
+  for (nccl_state_t **p = &g_nccl_all; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  if (!g_nccl_all) devcu_set_sync_watchdog(NULL);
   if (s->own_stream) CHECK_CUDA(cudaStreamDestroy(s->stream));
   CHECK_CUDA(cudaEventDestroy(s->ev_compute));
   for (int i = 0; i < NCCL_EVENTS; i++) {
@@ -292,7 +333,8 @@ static const comm_backend_t comm_nccl_backend = {
     /* name */ "nccl", /* threaded */ 0, /* host_only */ 0,
     nccl_broadcast, nccl_reduce, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_send, nccl_recv,
     nccl_sendrecv, nccl_local_reduce, nccl_local_copy, nccl_scratch_alloc, nccl_scratch_free,
-    nccl_task_begin, nccl_task_end, nccl_wait, nccl_wait_all, nccl_finalize};
+    nccl_task_begin, nccl_task_end, nccl_wait, nccl_wait_all, nccl_finalize,
+    /* sendrecv_user: the same grouped pair (NCCL matches p2p by order, not by tag) */ nccl_sendrecv};
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 /* NCCL refuses two ranks on one GPU (it would hang or fail deep inside init): compare the GPUs'
@@ -320,8 +362,12 @@ static void nccl_check_one_rank_per_gpu(comm_t *c) {
 }
 
 /* State with its streams and events; the NCCL communicator is made by the caller. */
-static nccl_state_t *nccl_state_new(cudaStream_t stream, int own_stream) {
+static nccl_state_t *nccl_state_new(comm_t *c, cudaStream_t stream, int own_stream) {
   nccl_state_t *s = (nccl_state_t *)xcalloc(1, sizeof *s, "NCCL state");
+  s->c = c;
+  s->next = g_nccl_all;
+  g_nccl_all = s;
+  devcu_set_sync_watchdog(nccl_watchdog);
   s->stream = stream;
   s->own_stream = own_stream;
   s->compute = (cudaStream_t)devcu_compute_stream();
@@ -344,7 +390,7 @@ static void nccl_init_from_id(comm_t *c, nccl_state_t *s) {
 void comm_nccl_attach(comm_t *c) {
   if (devcu_current() < 0) die_on_rank("comm_nccl_attach: no GPU selected");
   nccl_check_one_rank_per_gpu(c);
-  nccl_state_t *s = nccl_state_new((cudaStream_t)devcu_comm_stream(), 0);
+  nccl_state_t *s = nccl_state_new(c, (cudaStream_t)devcu_comm_stream(), 0);
   nccl_init_from_id(c, s);
   c->be_state = s;
   c->be = &comm_nccl_backend;
@@ -355,7 +401,7 @@ void comm_nccl_attach(comm_t *c) {
 void comm_nccl_split(comm_t *parent, comm_t *c, int color, int key) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  nccl_state_t *s = nccl_state_new(stream, 1);
+  nccl_state_t *s = nccl_state_new(c, stream, 1);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
   /* NULL config: the parent's; ranks ordered by key then parent rank, as MPI_Comm_split */
   CHECK_NCCL(ncclCommSplit(st(parent)->comm, color, key, &s->comm, NULL));

@@ -9,6 +9,8 @@
 #include "cuda_common.cuh" // CHECK_CUDA, CHECK_CUBLAS, die, check_rank
 #include "device_cuda.h"   // devcu_*
 #include <string.h>        // memset (pinned host memory)
+#include <time.h>          // clock_gettime: devcu_sync's watchdog
+#include <unistd.h>        // usleep: devcu_sync's polling
 
 static int g_device = -1;              /* selected GPU, -1 before devcu_select */
 static cudaStream_t g_compute = NULL;  /* kernels, cuBLAS, copies of the compute thread */
@@ -92,9 +94,35 @@ void devcu_memset0(void *p, size_t nbytes) {
   CHECK_CUDA(cudaMemsetAsync(p, 0, nbytes, my_stream())); /* ordered on the stream, no host wait */
 }
 
+static void (*g_sync_watchdog)(double waited_s) = NULL; /* set by the NCCL backend */
+static thread_local cudaEvent_t t_sync_ev = NULL;      /* per thread: the compute and comm threads */
+
+void devcu_set_sync_watchdog(void (*check)(double waited_s)) { g_sync_watchdog = check; }
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 void devcu_sync(void) {
   if (g_device < 0) return;
-  CHECK_CUDA(cudaStreamSynchronize(my_stream()));
+  if (!g_sync_watchdog) {
+    CHECK_CUDA(cudaStreamSynchronize(my_stream()));
+    return;
+  }
+  if (!t_sync_ev) CHECK_CUDA(cudaEventCreateWithFlags(&t_sync_ev, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(t_sync_ev, my_stream()));
+  double t0 = mono_s();
+  int sleep_us = 20;
+  for (;;) {
+    cudaError_t q = cudaEventQuery(t_sync_ev);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) CHECK_CUDA(q);
+    g_sync_watchdog(mono_s() - t0); /* dies on a NCCL error or past the deadline */
+    usleep((useconds_t)sleep_us);
+    if (sleep_us < 1000) sleep_us *= 2;
+  }
 }
 
 void *devcu_host_malloc(size_t nbytes) {

@@ -14,7 +14,14 @@ void devcu_free(void *p);
 /* kind: 0 host->device, 1 device->host, 2 device->device (on the compute stream, then synced) */
 void devcu_memcpy(void *dst, const void *src, size_t nbytes, int kind);
 void devcu_memset0(void *p, size_t nbytes);
-void devcu_sync(void);                 /* synchronize the compute stream */
+/* Synchronize the compute stream. With a watchdog set (devcu_set_sync_watchdog) the host does not
+ * block in cudaStreamSynchronize: it records an event and polls it (cudaEventQuery, sleeps
+ * doubling from 20 us to 1 ms), calling the watchdog between polls with the seconds waited; the
+ * watchdog dies (naming the rank and the operation) when the wait must end, or returns. */
+void devcu_sync(void);
+/* The NCCL backend's watchdog for devcu_sync (a compute stream that waits on a collective's event
+ * hangs when a peer died). NULL: plain cudaStreamSynchronize. */
+void devcu_set_sync_watchdog(void (*check)(double waited_s));
 /* Pinned host memory (cudaMallocHost + memset 0); NULL on failure (device.c reports). */
 void *devcu_host_malloc(size_t nbytes);
 void devcu_host_free(void *p);

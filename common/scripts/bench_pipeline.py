@@ -1,28 +1,50 @@
 #!/usr/bin/env python3
-"""bench_pipeline.py — `make bench-pipeline`: the pipeline's bubble and step time, before and
-after a change of the communication engine, side by side (notes/design.md, the stream model).
+"""bench_pipeline.py — `make bench-pipeline`: the pipeline's bubble and step time beside their
+formulas (notes/07-pipeline.md, notes/design.md: the stream model).
 
-For each binary set (--bin: this build; --base-bin: another, e.g. the base commit's) and
-alternating between them rep by rep: ch07_pipeline 1F1B and GPipe at P = 2, M = 1, 4, 8 on the
-MLP --input 512 --hidden 2048 --layers 4 --batch 256, and the 1-rank step of ch02_ddp on the
-same model and batch. Prints the medians (bubble_fraction beside (P-1)/(M+P-1); step time at
-P = 2, M = 8 beside the ideal (M+P-1)/(M P) x the 1-rank step) and writes JSON with _meta
-(command, machine, date, load before and after)."""
+Matrix (--bin, this build): ch07_pipeline GPipe, 1F1B and interleaved 1F1B (2 virtual stages) at
+P = 2, M = 1, 4, 8 and P = 4, M = 8, on two models: the MLP --input 512 --hidden 2048 --layers 4
+--batch 256 and --model gpt --gpt small --batch 32; and the 1-rank step (ch02_ddp, 1 rank) of each
+model at the same batch. Interleaved needs P x 2 units and M a multiple of P: where not, it is
+skipped, and the table says so. Reps alternate the order of the cases (forward, then reversed); medians
+of --reps.
+
+Printed per case: the chapter's measured bubble_fraction beside its formula ((P-1)/(M+P-1),
+interleaved (P-1)/(vM+P-1)), "ok" when within 10% (relative) + 0.02 of it; the step time beside
+the ideal: (1-rank step / P) / (1 - formula bubble) = (M+P-1)/(M P) x the 1-rank step; and the
+same with the 1-rank step run as M accumulated micro-batches (ch02_ddp --accum M): what the
+stages' compute costs when cut as small as the pipeline cuts it.
+
+--base-bin (make bench-pipeline BENCH_BASE=REV): the same MLP P = 2 cases with another build,
+alternating with this one rep by rep (before/after a change of the communication engine).
+JSON: --out, with _meta (command, machine, date, load before and after)."""
 import argparse, json, os, platform, statistics, subprocess, sys, tempfile, time
 
-MODEL = ["--input", "512", "--hidden", "2048", "--layers", "4", "--batch", "256"]
+MODELS = {
+    "mlp": ["--input", "512", "--hidden", "2048", "--layers", "4", "--batch", "256"],
+    "gpt": ["--model", "gpt", "--gpt", "small", "--batch", "32"],
+}
+UNITS = {"mlp": 5, "gpt": 6}  # the models' units (ch07's split prints them): interleaved needs P*v of them
+V = 2  # virtual stages of the interleaved runs
 
 
 def run(np_, binary, args, steps):
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    cmd = ["bash", "common/scripts/zlrun", str(np_), binary] + MODEL + ["--steps", str(steps), "--quiet",
-                                                                          "--json", path] + args
+    cmd = ["bash", "common/scripts/zlrun", str(np_), binary] + args + ["--steps", str(steps), "--quiet", "--json", path]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(path) as f:
         d = json.load(f)
     os.unlink(path)
     return d
+
+
+def formula(sched, P, M):
+    return (P - 1) / (V * M + P - 1) if sched == "interleaved" else (P - 1) / (M + P - 1)
+
+
+def case_key(model, sched, P, M):
+    return "%s_%s_P%d_M%d" % (model, sched, P, M)
 
 
 def main():
@@ -31,50 +53,94 @@ def main():
     ap.add_argument("--base-bin", default="")
     ap.add_argument("--base-name", default="base")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--models", default="mlp,gpt")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    models = a.models.split(",")
+    cases, skipped = [], {}
+    for model in models:
+        for P, M in ((2, 1), (2, 4), (2, 8), (4, 8)):
+            for sched in ("gpipe", "1f1b", "interleaved"):
+                if sched == "interleaved" and P * V > UNITS[model]:
+                    skipped[case_key(model, sched, P, M)] = "needs P x %d = %d units, the model has %d" % (
+                        V, P * V, UNITS[model])
+                    continue
+                if sched == "interleaved" and M % P:
+                    skipped[case_key(model, sched, P, M)] = "M must be a multiple of P (ch07 refuses M %d)" % M
+                    continue
+                cases.append((model, sched, P, M))
     sets = [("after", a.bin)] + ([("before (%s)" % a.base_name, a.base_bin)] if a.base_bin else [])
-    cases = [(s, m) for s in ("1f1b", "gpipe") for m in (1, 4, 8)]
     load0 = os.getloadavg()
-    raw = {name: {"1rank": [], **{"%s_M%d" % c: [] for c in cases}} for name, _ in sets}
+    raw = {name: {} for name, _ in sets}
+    t_start = time.time()
     for rep in range(a.reps):
-        order = sets if rep % 2 == 0 else sets[::-1]  # alternate which build goes first
+        order = list(sets if rep % 2 == 0 else sets[::-1])
         for name, b in order:
-            d = run(1, os.path.join(b, "ch02_ddp"), [], a.steps)
-            raw[name]["1rank"].append({"ms": d["median_step_ms"]})
-            for s, m in cases:
-                d = run(2, os.path.join(b, "ch07_pipeline"), ["--schedule", s, "--micro-batches", str(m)], a.steps)
-                cpu = d.get("cpu", {}).get("per_rank", [])
-                raw[name]["%s_M%d" % (s, m)].append({"ms": d["median_step_ms"], "bubble": d["bubble_fraction"],
-                                                      "formula": d["bubble_formula"], "cpu": cpu})
-            print("rep %d/%d %s done (load %.2f)" % (rep + 1, a.reps, name, os.getloadavg()[0]), file=sys.stderr)
+            todo = [c for c in cases if name == "after" or (c[0] == "mlp" and c[2] == 2 and c[1] != "interleaved")]
+            todo = [("1rank", m, acc) for m in models for acc in (1, 4, 8) if name == "after" or m == "mlp"] + todo
+            if rep % 2:
+                todo = todo[::-1]
+            for c in todo:
+                if c[0] == "1rank":  # the whole batch at once, and as M accumulated micro-batches
+                    d = run(1, os.path.join(b, "ch02_ddp"), MODELS[c[1]] + ["--accum", str(c[2])], a.steps)
+                    key = "1rank_" + c[1] + ("" if c[2] == 1 else "_accum%d" % c[2])
+                    raw[name].setdefault(key, []).append({"ms": d["median_step_ms"]})
+                    continue
+                model, sched, P, M = c
+                args = MODELS[model] + ["--schedule", sched, "--micro-batches", str(M), "--pp", str(P)]
+                if sched == "interleaved":
+                    args += ["--virtual-stages", str(V)]
+                d = run(P, os.path.join(b, "ch07_pipeline"), args, a.steps)
+                raw[name].setdefault(case_key(*c), []).append(
+                    {"ms": d["median_step_ms"], "bubble": d["bubble_fraction"], "formula": d["bubble_formula"],
+                     "cpu": d.get("cpu", {}).get("per_rank", [])})
+            print("rep %d/%d %s done (load %.2f, %.0f s so far)" % (rep + 1, a.reps, name, os.getloadavg()[0],
+                                                                    time.time() - t_start), file=sys.stderr)
     load1 = os.getloadavg()
     res = {"_meta": {"command": "make bench-pipeline " + " ".join(sys.argv[1:]), "machine": platform.node() + " " +
                      platform.processor() + " %d cores" % os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC",
                      time.gmtime()), "load_before": load0, "load_after": load1, "reps": a.reps, "steps": a.steps,
-                     "model": " ".join(MODEL)}, "sets": {}}
-    P = 2
-    print("\npipeline P = 2, MLP %s: medians of %d reps (alternating), %d steps each; load %.2f -> %.2f" %
-          (" ".join(MODEL), a.reps, a.steps, load0[0], load1[0]))
-    print("%-22s %-6s %3s %10s %10s %12s" % ("build", "sched", "M", "bubble", "formula", "step ms"))
+                     "models": {m: " ".join(MODELS[m]) for m in models}, "virtual_stages": V,
+                     "ok_rule": "|measured - formula| <= 0.1 formula + 0.02",
+                     "skipped": skipped}, "sets": {}}
+    print("\npipeline bubble and step time: medians of %d reps (case order alternating), %d steps each; "
+          "load %.2f -> %.2f" % (a.reps, a.steps, load0[0], load1[0]))
+    hdr = "%-20s %-5s %-12s %2s %3s %8s %8s %4s %10s %10s %6s"
+    print(hdr % ("build", "model", "schedule", "P", "M", "bubble", "formula", "ok", "step ms", "ideal ms", "x"))
     for name, _ in sets:
         r = raw[name]
-        one = statistics.median(x["ms"] for x in r["1rank"])
-        out = {"one_rank_step_ms": one, "cases": {}, "raw": r}
-        for s, m in cases:
-            xs = r["%s_M%d" % (s, m)]
+        out = {"one_rank_step_ms": {}, "cases": {}, "raw": r}
+        for k in r:
+            if k.startswith("1rank_"):
+                out["one_rank_step_ms"][k[6:]] = statistics.median(x["ms"] for x in r[k])
+        for c in cases:
+            k = case_key(*c)
+            if k not in r:
+                continue
+            model, sched, P, M = c
+            xs = r[k]
             bub = statistics.median(x["bubble"] for x in xs)
             ms = statistics.median(x["ms"] for x in xs)
-            f = (P - 1) / (m + P - 1)
-            out["cases"]["%s_M%d" % (s, m)] = {"bubble_fraction": bub, "bubble_formula": f, "step_ms": ms}
-            print("%-22s %-6s %3d %10.3f %10.3f %12.1f" % (name, s, m, bub, f, ms))
-        ideal = (8 + P - 1) / (8 * P) * one
-        s8 = out["cases"]["1f1b_M8"]["step_ms"]
-        out["p2_m8"] = {"step_ms": s8, "ideal_ms": ideal, "ratio": s8 / ideal}
-        print("%-22s 1-rank step (ch02_ddp) %.1f ms; 1F1B P=2 M=8 %.1f ms vs ideal (M+P-1)/(MP) x 1-rank = %.1f ms: "
-              "%.2fx" % (name, one, s8, ideal, s8 / ideal))
+            f = formula(sched, P, M)
+            one = out["one_rank_step_ms"][model]
+            ideal = one / P / (1 - f)
+            acc = out["one_rank_step_ms"].get(model + ("" if M == 1 else "_accum%d" % M))
+            ideal_acc = acc / P / (1 - f) if acc else None
+            ok = abs(bub - f) <= 0.1 * f + 0.02
+            out["cases"][k] = {"model": model, "schedule": sched, "P": P, "M": M, "bubble_fraction": bub,
+                               "bubble_formula": f, "within": ok, "step_ms": ms, "ideal_ms": ideal,
+                               "ratio": ms / ideal, "ideal_same_micro_ms": ideal_acc,
+                               "ratio_same_micro": ms / ideal_acc if ideal_acc else None}
+            print(hdr.replace("%8s %8s", "%8.3f %8.3f").replace("%10s %10s %6s", "%10.1f %10.1f %6.2f") %
+                  (name, model, sched, P, M, bub, f, "ok" if ok else "no", ms, ideal, ms / ideal) +
+                  ("   same micro-batches: ideal %.1f, x %.2f" % (ideal_acc, ms / ideal_acc) if ideal_acc else ""))
+        for m, v in sorted(out["one_rank_step_ms"].items()):
+            print("%-20s 1-rank step (ch02_ddp, 1 rank, same batch%s) %s: %.1f ms" % (
+                name, ", --accum " + m.split("accum")[1] if "accum" in m else "", m.split("_")[0], v))
         res["sets"][name] = out
+    for k, why in skipped.items():
+        print("skipped %s: %s" % (k, why))
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print("results: %s" % a.out)

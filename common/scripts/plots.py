@@ -969,12 +969,83 @@ def fig_nodes_links(datadir, outdir):
                  fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     savefig(fig, outdir, "nodes_links")
+def fig_pipeline_bubble(datadir, outdir):
+    """ch07: the measured bubble of GPipe / 1F1B / interleaved beside its formula, and the step
+    time beside the ideal, from the committed notes/data/bench_pipeline.json (make bench-pipeline)."""
+    doc = load_json(os.path.join(datadir, "bench_pipeline.json"))
+    cases = doc["sets"]["after"]["cases"]
+    models = [m for m in ("mlp", "gpt") if any(c["model"] == m for c in cases.values())]
+    fig, axes = plt.subplots(2, len(models), figsize=(6.2 * len(models), 8.2), squeeze=False)
+    scheds = [("gpipe", "C0"), ("1f1b", "C1"), ("interleaved", "C2")]
+    for col, m in enumerate(models):
+        rows = [c for c in cases.values() if c["model"] == m]
+        labels = sorted({(c["P"], c["M"]) for c in rows})
+        xs = range(len(labels))
+        axb, axt = axes[0][col], axes[1][col]
+        w = 0.26
+        for i, (sc, color) in enumerate(scheds):
+            meas = [next((c for c in rows if c["schedule"] == sc and (c["P"], c["M"]) == pm), None) for pm in labels]
+            pos = [x + (i - 1) * w for x in xs]
+            axb.bar([p for p, c in zip(pos, meas) if c], [c["bubble_fraction"] for c in meas if c], w, color=color,
+                    label="%s measured" % sc)
+            axb.scatter([p for p, c in zip(pos, meas) if c], [c["bubble_formula"] for c in meas if c], marker="_",
+                        s=260, color="black", zorder=3, label="formula" if i == 0 else None)
+            axt.bar([p for p, c in zip(pos, meas) if c], [c["ratio"] for c in meas if c], w, color=color, label=sc)
+        axb.set_xticks(list(xs))
+        axb.set_xticklabels(["P=%d M=%d" % pm for pm in labels])
+        axb.set_ylabel("bubble fraction")
+        axb.set_ylim(0, 1)
+        axb.set_title("%s: measured bubble (bars) vs formula (black)" % m.upper(), fontsize=10)
+        axb.legend(fontsize=8)
+        axb.grid(alpha=0.3, axis="y")
+        axt.axhline(1.0, color="black", lw=1)
+        axt.axhline(1.15, color="gray", lw=1, ls="--")
+        axt.set_xticks(list(xs))
+        axt.set_xticklabels(["P=%d M=%d" % pm for pm in labels])
+        axt.set_ylabel("step / ideal  ((M+P-1)/(MP) x 1-rank step)")
+        axt.set_title("%s: step time over the ideal (1 = formula; dashed: 1.15)" % m.upper(), fontsize=10)
+        axt.legend(fontsize=8)
+        axt.grid(alpha=0.3, axis="y")
+    meta = doc["_meta"]
+    fig.suptitle("Pipeline bubble, measured (make bench-pipeline, %s, load %.1f -> %.1f, medians of %d)" %
+                 (meta["date"], meta["load_before"][0], meta["load_after"][0], meta["reps"]), fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    savefig(fig, outdir, "pipeline_bubble")
+    return None
+
+
+def fig_overlap_saved(datadir, outdir):
+    """ch02 / ch05: step time that overlap saved (DDP bucketed vs naive, ZeRO-3 prefetch 1 vs 0)
+    beside the most it could save (the collectives' own time in the run without overlap), from
+    the committed notes/data/bench_overlap.json (make bench-overlap)."""
+    doc = load_json(os.path.join(datadir, "bench_overlap.json"))
+    keys = [k for k in ("ddp_N2", "ddp_N4", "zero3_N2", "zero3_N4") if k in doc["cases"]]
+    cs = [doc["cases"][k] for k in keys]
+    fig, ax = plt.subplots(figsize=(9, 4.6))
+    xs = range(len(keys))
+    ax.bar([x - 0.2 for x in xs], [c["collectives_alone_ms"] for c in cs], 0.4, color="C7",
+           label="could save: the collectives' time in the run without overlap")
+    ax.bar([x + 0.2 for x in xs], [c["saved_ms"] for c in cs], 0.4, color="C2", label="saved: step(without) - step(with)")
+    ax.axhline(0, color="black", lw=0.8)
+    names = {"ddp": "DDP bucketed vs naive", "zero3": "ZeRO-3 prefetch 1 vs 0"}
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(["%s\nN = %s" % (names[k.split("_")[0]], k.split("N")[1]) for k in keys], fontsize=9)
+    ax.set_ylabel("ms per step")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    meta = doc["_meta"]
+    ax.set_title("Overlap, measured (make bench-overlap, %s, load %.1f -> %.1f, medians of %d)" %
+                 (meta["date"], meta["load_before"][0], meta["load_after"][0], meta["reps"]), fontsize=10)
+    fig.tight_layout()
+    savefig(fig, outdir, "overlap_saved")
     return None
 
 
 DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no results/ needed): name, function, PNG
     ("zeror_cb", fig_zeror_cb, "zeror_cb"), ("long_seq", plot_long.fig_long_seq, "long_seq"),
     ("nodes_links", fig_nodes_links, "nodes_links"),
+    ("pipeline_bubble", fig_pipeline_bubble, "pipeline_bubble"),
+    ("overlap_saved", fig_overlap_saved, "overlap_saved"),
 ]
 
 FIGURES = [  # (name for --only, function, the PNG it writes)

@@ -93,6 +93,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   free(joined);
 
   mine.cpu = cpuuse_now();
+  mine.engine = comm_engine_stats();
   char *blob = NULL;
   int64_t *sizes = NULL;
   comm_ctl_gather(rc, &mine, (int64_t)sizeof mine, &blob, &sizes);

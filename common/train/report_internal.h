@@ -7,6 +7,7 @@
 #include <stddef.h> // size_t
 #include "comm.h"   // comm_t, CO_NOPS
 #include "cpuuse.h" // cpuuse_t
+#include "comm_engine.h" // comm_engine_stats_t
 #include "ledger.h" // LEDGER_NCAT
 #include "report.h" // report_run_t, trainer_t
 
@@ -33,6 +34,7 @@ typedef struct rank_numbers {
   double f_params, f_grads, f_master, f_optim, f_host, f_comm;
   int64_t has_formula; /* 0: the strategy has no formula hook (a toy: tests/mpi/scn_layout.c) */
   cpuuse_t cpu; /* threads and their CPU seconds at the end of the run (--json "cpu") */
+  comm_engine_stats_t engine; /* the progress engine's busy / sleep / waits (--json "cpu", report) */
 } rank_numbers_t;
 
 /* Rows of the per-rank tables: every rank of the job. */

@@ -106,6 +106,14 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
                 "\"reduce\": %.6f, \"send\": %.6f},\n",
             by_op[CO_ALL_REDUCE] / NR / steps, by_op[CO_REDUCE_SCATTER] / NR / steps, by_op[CO_ALL_GATHER] / NR / steps,
             by_op[CO_BROADCAST] / NR / steps, by_op[CO_REDUCE] / NR / steps, by_op[CO_SEND] / NR / steps);
+  double busy[CO_NOPS] = {0}; /* the stream's time in each op (on the MPI engine: wall time, waits for peers included) */
+  for (int r = 0; r < NR; r++)
+    for (int op = 0; op < CO_NOPS; op++) busy[op] += all[r].busy_us[op];
+  sb_printf(&b, "   \"busy_ms_per_step_per_rank\": {\"all_reduce\": %.4f, \"reduce_scatter\": %.4f, \"all_gather\": %.4f, "
+                "\"broadcast\": %.4f, \"send\": %.4f, \"recv\": %.4f},\n",
+            busy[CO_ALL_REDUCE] / NR / steps / 1e3, busy[CO_REDUCE_SCATTER] / NR / steps / 1e3,
+            busy[CO_ALL_GATHER] / NR / steps / 1e3, busy[CO_BROADCAST] / NR / steps / 1e3, busy[CO_SEND] / NR / steps / 1e3,
+            busy[CO_RECV] / NR / steps / 1e3);
   sb_printf(&b, "   \"per_rank\": [");
   for (int r = 0; r < NR; r++) {
     int64_t s = 0, calls = 0;
@@ -191,12 +199,18 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, ",\n \"cpu\": {\"per_rank\": [");
   for (int r = 0; r < NR; r++) {
     const cpuuse_t *u = &all[r].cpu;
+    const comm_engine_stats_t *e = &all[r].engine;
     sb_printf(&b, "%s{\"rank\": %d, \"threads\": %d, \"wall_s\": %.3f, \"main_cpu_s\": %.3f, "
-                  "\"main_idle_s\": %.3f, \"other_threads_cpu_s\": %.3f, \"busiest_other_thread_cpu_s\": %.3f}",
+                  "\"main_idle_s\": %.3f, \"other_threads_cpu_s\": %.3f, \"busiest_other_thread_cpu_s\": %.3f, "
+                  "\"main_comm_wait_s\": %.3f, \"engine\": {\"threads\": %d, \"helper_threads\": %d, \"streams_peak\": %d, "
+                  "\"busy_s\": %.3f, \"sleep_s\": %.3f, \"cpu_s\": %.3f, \"sleeps\": %lld, \"tests\": %lld}}",
               r ? ",\n   " : "", r, u->nthreads, u->wall_s, u->main_cpu_s, u->wall_s - u->main_cpu_s, u->other_cpu_s,
-              u->max_other_cpu_s);
+              u->max_other_cpu_s, e->main_wait_s, e->engine_threads, e->helper_threads, e->fibers_peak, e->engine_busy_s,
+              e->engine_sleep_s, e->engine_cpu_s, (long long)e->sleeps, (long long)e->tests);
   }
-  sb_printf(&b, "], \"source\": \"/proc/self/task/*/stat utime+stime, since process start\"}");
+  sb_printf(&b, "], \"source\": \"/proc/self/task/*/stat utime+stime, since process start; main_comm_wait_s: time "
+                "blocked in comm_wait; engine: the progress thread's wall time inside streams (busy) and asleep, "
+                "its CPU (comm_engine.h)\"}");
   sb_printf(&b, "}\n");
   *len = b.len;
   return b.p;

@@ -3,8 +3,8 @@
  * semantics). Small CPU messages otherwise go eagerly, so an ordering of sends and receives that
  * deadlocks on a GPU would pass on the laptop; in this mode it hangs here too, and the deadline
  * names the rank. First the mode is shown to bite (a crossed send/send, tests/mpi/scn_sync_sends),
- * then the pipeline (1F1B and GPipe), tensor parallelism and ZeRO-3 run under it without
- * deadlock and to the same loss as with eager sends. Notes: notes/design.md (the stream model). */
+ * then the pipeline (1F1B and GPipe), tensor parallelism, ZeRO-3 and the context-parallel ring
+ * (3 ranks: an odd ring) run under it without deadlock and to the same loss as with eager sends. Notes: notes/design.md (the stream model). */
 #include "zl_test.h" // zl_run, cr_assert
 
 #define SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 2 --timeout-s 20 --quiet"
@@ -41,13 +41,14 @@ static char *final_loss(const char *out) {
   return e ? strndup(p, (size_t)(e - p)) : NULL;
 }
 
-Test(common_sync_sends, pipeline_tp_zero3_run_under_synchronous_sends, .timeout = 600) {
+Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) {
   static const struct { int np; const char *cmd; } runs[] = {
       {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule 1f1b"},
       {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule gpipe"},
       {4, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule interleaved --virtual-stages 1 --pp 4"},
       {4, ZL_BIN "/ch06_tp " SHAPE " --tp 2"},
       {2, ZL_BIN "/ch05_zero3 " SHAPE " --prefetch 1"},
+      {3, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 24 --batch 6 --steps 2 --timeout-s 20 --quiet --cp 3"},
   };
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
     char *eager = NULL, *sync = NULL;

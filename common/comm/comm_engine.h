@@ -1,0 +1,50 @@
+/* comm_engine.h — one progress engine per rank: the thread that runs every MPI-backend
+ * communicator's stream (the world, and every TP / PP / DP sub-communicator split from it).
+ * Notes: notes/design.md (the stream model).
+ *
+ * Each communicator keeps the contract of comm.h (its own queue, issue order, handles,
+ * deadlines, counters, traces); what changes is who runs it. Instead of a thread per
+ * communicator (a rank at TP x PP x DP had 1 + its communicators threads), the rank has ONE
+ * engine thread, and each communicator's stream is a fiber (a user-level context with its own
+ * stack) on it. A fiber runs its tasks in order; where a task would block — waiting for an MPI
+ * request — it tests the request and, if it is not done, yields to the next fiber. When a
+ * whole round of fibers made no progress, the engine backs off: a few rounds of pure tests,
+ * then sleeps doubling from 1 us to 200 us (a new task wakes it at once). When no fiber has
+ * work the engine sleeps on a condition until a task is queued. So a rank's waiting costs a
+ * test per fiber per sleep, not a core; and since every MPI call of the backend is
+ * nonblocking, a communicator blocked on its peer never holds up another one.
+ *
+ * One exception keeps the results bitwise what they were: Open MPI's nonblocking reductions
+ * (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Ireduce) add in another order than its blocking ones
+ * once a group has 3 or more ranks (at 2, a+b is a+b either way). So a vendor reduction on a
+ * communicator of >= 3 ranks runs the blocking MPI call on that communicator's helper thread
+ * (created at its first such call), while its fiber yields until it returns. (Only with
+ * MPI_THREAD_MULTIPLE, which Open MPI gives; with less, the nonblocking reduction runs instead.)
+ *
+ * Threads per rank on the MPI backend: the main thread + 1 engine thread + Open MPI's own
+ * (2 here), + 1 helper per communicator of >= 3 ranks that runs vendor reductions — the
+ * world and the rank's groups (TP, DP, a pipeline's control group), a handful whatever the
+ * grid; never a pipeline link or a 2-rank group. So the count stays bounded whatever
+ * TP x PP x DP (tests/mpi/test_engine.c checks it; measured: 4 threads per rank at P = 2,
+ * 6 at P = 4: the world's and the pipeline control group's helpers). */
+#ifndef ZL_COMM_ENGINE_H
+#define ZL_COMM_ENGINE_H
+#include <stdint.h> // int64_t
+
+/* What the rank's waiting cost, since the process started (all seconds of wall clock unless
+ * named cpu). Read at any time (values are a consistent-enough snapshot for a report). */
+typedef struct comm_engine_stats {
+  int engine_threads;      /* engine threads running now (0 or 1) */
+  int helper_threads;      /* helpers of >= 3-rank communicators' blocking reductions, now */
+  int fibers;              /* communicator streams on the engine now */
+  int fibers_peak;         /* ... the most at once */
+  double engine_busy_s;    /* engine thread: inside fibers (MPI calls, tests, copies, ring reductions) */
+  double engine_sleep_s;   /* engine thread: asleep (backing off, or no work) */
+  double engine_cpu_s;     /* engine thread: CPU seconds (CLOCK_THREAD_CPUTIME_ID), summed over its lives */
+  double main_wait_s;      /* callers (the main thread) blocked in comm_wait / comm_wait_all */
+  int64_t sleeps;          /* backoff sleeps taken by the engine */
+  int64_t tests;           /* MPI_Testall calls made by fibers */
+} comm_engine_stats_t;
+
+comm_engine_stats_t comm_engine_stats(void);
+#endif

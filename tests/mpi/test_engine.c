@@ -1,0 +1,49 @@
+/* test_engine.c — the rank's one progress engine (common/comm/comm_engine.h), on 4 ranks
+ * (tests/mpi/scn_engine.c): the thread count does not grow with sub-communicators, each
+ * communicator keeps its issue order and one blocked stream does not hold up another, and a
+ * deadline on a sub-communicator still ends the job naming the rank and the operation. */
+#include "zl_test.h" // zl_run, cr_assert
+
+Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 90) {
+  char *out = NULL;
+  int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine threads");
+  cr_assert(rc == 0, "seven sub-communicators must add no thread but the 4-rank group's helper (rc %d):\n%s", rc, out);
+  cr_assert(strstr(out, "rank 3: init") && strstr(out, "engine threads 1, helpers 1, fibers 8"),
+            "every rank should print its thread counts: one engine thread, one helper, 8 fibers:\n%s", out);
+  free(out);
+}
+
+Test(common_engine, issue_order_kept_and_streams_independent, .timeout = 90) {
+  char *out = NULL;
+  int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine order");
+  cr_assert(rc == 0 && strstr(out, "order: ok"),
+            "order per communicator, and a stream blocked on one communicator holding up another? (rc %d; 124: "
+            "deadlock):\n%s", rc, out);
+  free(out);
+}
+
+Test(common_engine, deadline_on_a_sub_communicator_names_the_rank, .timeout = 90) {
+  char *out = NULL;
+  int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine timeout");
+  cr_assert(rc != 0 && rc != 124, "the 1 s deadline must end the job (rc %d; 124: nothing did):\n%s", rc, out);
+  cr_assert(strstr(out, "rank 0: recv (never-sent) did not complete within 1 s"),
+            "the abort should name rank 0, the op and its tag:\n%s", out);
+  free(out);
+}
+
+Test(common_engine, sendrecv_pairs_complete_under_synchronous_sends, .timeout = 90) {
+  const char *modes[] = {"0", "1"};
+  for (int m = 0; m < 2; m++) {
+    char *out = NULL;
+    setenv("ZL_SYNC_SENDS", modes[m], 1);
+    setenv("ZL_MPIRUN_FLAGS", "-x ZL_SYNC_SENDS", 1);
+    int rc = zl_run(2, 60, &out, ZL_TESTBIN "/scn_engine sendrecv");
+    unsetenv("ZL_SYNC_SENDS");
+    unsetenv("ZL_MPIRUN_FLAGS");
+    /* 8 pairs + 1 pair-vs-plain, twice (vendor, ring): 18 sends and 18 receives counted */
+    cr_assert(rc == 0 && strstr(out, "sendrecv: ok (send calls 18, recv calls 18)"),
+              "ZL_SYNC_SENDS=%s: a send/receive pair must complete where two plain sends would deadlock, and count "
+              "as one send and one receive (rc %d; 124: deadlock):\n%s", modes[m], rc, out);
+    free(out);
+  }
+}

@@ -1,0 +1,65 @@
+/* test_pipeline_pairs.c — 1F1B's steady state sends and receives in pairs (solutions/pipeline.c,
+ * "pairs"; comm_sendrecv_async: one grouped NCCL call on a GPU). Under synchronous sends
+ * (ZL_SYNC_SENDS=1, ncclSend's rendezvous) P = 4, M = 8 runs to the loss of GPipe (which pairs
+ * nothing), and its trace holds exactly the pairs the schedule has: stage s < P−1 pairs
+ * M − w_s outputs with gradients (w_s = min(P − s − 1, M) warm-up forwards), and its neighbour
+ * the same messages the other way: 2 · Σ_{s<P−1} (M − w_s) pair events. M = 1 (no steady state)
+ * pairs none. */
+#include "zl_test.h" // zl_run, cr_assert
+
+#define PP_SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 1 --timeout-s 20 --quiet"
+
+/* Occurrences of needle in the file at path (0 when it cannot be read). */
+static int count_in_file(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  size_t got = fread(buf, 1, (size_t)n, f);
+  buf[got] = 0;
+  fclose(f);
+  int k = 0;
+  for (const char *p = buf; (p = strstr(p, needle)); p++) k++;
+  free(buf);
+  return k;
+}
+
+static char *loss_of(const char *out) {
+  const char *p = strstr(out, "final loss ");
+  if (!p) return NULL;
+  const char *e = strchr(p, '(');
+  return e ? strndup(p, (size_t)(e - p)) : NULL;
+}
+
+static int run_sync(int np, char **out, const char *fmt, const char *arg) {
+  setenv("ZL_SYNC_SENDS", "1", 1);
+  setenv("ZL_MPIRUN_FLAGS", "-x ZL_SYNC_SENDS", 1);
+  int rc = zl_run(np, 90, out, fmt, arg);
+  unsetenv("ZL_SYNC_SENDS");
+  unsetenv("ZL_MPIRUN_FLAGS");
+  return rc;
+}
+
+Test(ch07_pipeline_pairs, steady_state_pairs_under_synchronous_sends, .timeout = 200) {
+  const char *tr = "/tmp/zl_pp_pairs_trace.json";
+  char *o1 = NULL, *o2 = NULL, *o3 = NULL;
+  int rc = run_sync(4, &o1, ZL_BIN "/ch07_pipeline " PP_SHAPE " --pp 4 --micro-batches 8 --schedule 1f1b --trace %s", tr);
+  cr_assert_eq(rc, 0, "1F1B P 4 M 8 with ZL_SYNC_SENDS=1 exited %d (124: deadlock):\n%s", rc, o1);
+  int P = 4, M = 8, want = 0;
+  for (int s = 0; s < P - 1; s++) want += 2 * (M - (P - s - 1 < M ? P - s - 1 : M));
+  int got = count_in_file(tr, " + recv ");
+  cr_assert_eq(got, want, "1F1B P 4 M 8: %d paired send+recv events in the trace, expected %d", got, want);
+  rc = run_sync(4, &o2, ZL_BIN "/ch07_pipeline " PP_SHAPE " --pp 4 --micro-batches 8 --schedule gpipe%s", "");
+  cr_assert_eq(rc, 0, "GPipe P 4 M 8 with ZL_SYNC_SENDS=1 exited %d:\n%s", rc, o2);
+  char *l1 = loss_of(o1), *l2 = loss_of(o2);
+  cr_assert(l1 && l2 && strcmp(l1, l2) == 0, "1F1B with pairs vs GPipe: loss '%s' vs '%s'", l1 ? l1 : "(none)",
+            l2 ? l2 : "(none)");
+  rc = run_sync(2, &o3, ZL_BIN "/ch07_pipeline " PP_SHAPE " --micro-batches 1 --schedule 1f1b --trace %s", tr);
+  cr_assert_eq(rc, 0, "1F1B P 2 M 1 with ZL_SYNC_SENDS=1 exited %d:\n%s", rc, o3);
+  got = count_in_file(tr, " + recv ");
+  cr_assert_eq(got, 0, "1F1B P 2 M 1 has no steady state, yet %d pairs in the trace", got);
+  unlink(tr);
+  free(l1), free(l2), free(o1), free(o2), free(o3);
+}
