@@ -1,5 +1,6 @@
-/* pipeline_state.h — what solutions/pipeline.c (the schedule, its messages) and pipeline_report.c
- * (the bubble and the stages' bytes, measured beside their formulas) share: the schedule's state
+/* pipeline_state.h — what solutions/pipeline.c (the schedule, its messages), pipeline_pairs.c
+ * (1F1B's paired messages) and pipeline_report.c (the bubble and the stages' bytes, measured
+ * beside their formulas) share: the schedule's state
  * in t->sched_priv. Not part of the chapter's contract (pipeline.h). */
 #ifndef ZL_PIPELINE_STATE_H
 #define ZL_PIPELINE_STATE_H
@@ -38,7 +39,7 @@ typedef struct pp_state {
   comm_t *pipe;         /* this pipeline's P ranks, for the control sums (the gradient norm) */
   comm_t *dpc;          /* this stage's D replicas: the strategy's communicator (t->comm) */
   int64_t ws_bytes;     /* gsend, beside the loop's workspace */
-  /* 1F1B's steady state (pipeline.c, "pairs"): [M] 1 where F k's send of its output goes with
+  /* 1F1B's steady state (pipeline_pairs.c): [M] 1 where F k's send of its output goes with
    * the next B's receive (pair_fwd), or B k's send of its input's gradient with the next F's
    * receive (pair_bwd), as one comm_sendrecv_async; the deferred send waiting for its partner. */
   char *pair_fwd, *pair_bwd;
@@ -48,6 +49,21 @@ typedef struct pp_state {
   int steps_run;           /* steps this process ran (after a resume: fewer than --steps) */
   char tag[64];
 } pp_state_t;
+
+/* The messages of chunk j for micro-batch k (pipeline.c): the loop's hooks without pairs. */
+void pp_recv_forward(trainer_t *t, int j, int k, float *x);
+void pp_send_forward(trainer_t *t, int j, int k, const float *y);
+void pp_recv_backward(trainer_t *t, int j, int k, float *dy);
+void pp_send_backward(trainer_t *t, int j, int k, const float *dx);
+
+/* 1F1B's pairs (pipeline_pairs.c): which sends go with the next receive (st->pair_fwd/pair_bwd,
+ * from both neighbours' operation lists), and the loop's hooks that hold such a send back and
+ * issue it with that receive as one comm_sendrecv_async. */
+void pp_pairs_setup(pp_state_t *st);
+void pp_send_forward_paired(trainer_t *t, int j, int k, const float *y);
+void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx);
+void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy);
+void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x);
 
 /* schedule_t.report (pipeline_report.c): bubble, activations in flight, the data dimension's bytes. */
 void pp_report(trainer_t *t);

@@ -1,0 +1,98 @@
+/* pipeline_pairs.c — 1F1B's steady state as paired messages: a stage's send and the next receive
+ * from the same neighbour go as ONE operation (comm_sendrecv_async), so two sends issued apart
+ * cannot wait on each other when sends wait for their receiver (NCCL; ZL_SYNC_SENDS=1 on MPI).
+ * The messages themselves are pipeline.c's; this file decides which pair and holds a send back
+ * for its partner. Shared state: pipeline_state.h. Notes: notes/07-pipeline.md. */
+#include "pipeline_state.h" // pp_state_t, pp_chunk_t, the messages (pp_send_forward, ...)
+#include "check.h"          // xcalloc
+#include "comm.h"           // comm_sendrecv_async, comm_wait
+#include "train.h"          // trainer_t
+#include <stdio.h>          // snprintf
+#include <stdlib.h>         // free
+
+/* ---- which messages pair ---------------------------------------------------------------------
+ * In 1F1B's steady state stage s ends F k by sending its output to s+1 and starts the B that
+ * follows by receiving a gradient from s+1, while s+1 ends that B's partner by sending the
+ * gradient and starts the F that receives the output. With NCCL (ncclSend waits for its
+ * receiver) two such sends issued apart can deadlock; NCCL's guide, Megatron's
+ * send_forward_recv_backward and picotron pair them in one grouped call. Here the send is held
+ * back until the next receive and both go as one comm_sendrecv_async on the forward
+ * communicator (both directions of the pair on one communicator: a single NCCL p2p stream).
+ * Which messages pair is decided from the two stages' operation lists (pp_schedule_ops), so
+ * the two sides always agree: stage s pairs F k -> B j when its own list has F k right before
+ * B j AND the neighbour's list has B j right before F k (the neighbour checks the same two
+ * facts). Warm-up and cool-down messages, and every message with virtual stages, go alone. */
+void pp_pairs_setup(pp_state_t *st) {
+  int M = st->M, s = st->stage, P = st->P;
+  st->pair_fwd = xcalloc((size_t)M, 1, "pipeline pairs");
+  st->pair_bwd = xcalloc((size_t)M, 1, "pipeline pairs");
+  if (st->v != 1 || P < 2) return;
+  pp_op_t *me = xcalloc(2 * (size_t)M, sizeof *me, "pipeline pairs"), *nb = xcalloc(2 * (size_t)M, sizeof *nb, "pipeline pairs");
+  int n = pp_schedule_ops(st->sched, P, s, M, 1, me);
+  for (int side = 0; side < 2; side++) { /* 0: with s+1 (F then B here), 1: with s-1 (B then F here) */
+    int peer = side == 0 ? s + 1 : s - 1;
+    if (peer < 0 || peer >= P) continue;
+    int nn = pp_schedule_ops(st->sched, P, peer, M, 1, nb);
+    char a = side == 0 ? 'F' : 'B', b = side == 0 ? 'B' : 'F';
+    for (int i = 0; i + 1 < n; i++) {
+      if (me[i].kind != a || me[i + 1].kind != b) continue;
+      for (int m = 0; m + 1 < nn; m++)
+        if (nb[m].kind == b && nb[m].micro == me[i + 1].micro && nb[m + 1].kind == a && nb[m + 1].micro == me[i].micro)
+          (side == 0 ? st->pair_fwd : st->pair_bwd)[me[i].micro] = 1;
+    }
+  }
+  free(me);
+  free(nb);
+}
+
+/* ---- the loop's hooks with pairs ---------------------------------------------------------- */
+
+/* The loop's send_forward: held back when it pairs with the next receive (else sent now). */
+void pp_send_forward_paired(trainer_t *t, int j, int k, const float *y) {
+  pp_state_t *st = t->sched_priv;
+  if (!st->pair_fwd[k]) {
+    pp_send_forward(t, j, k, y);
+    return;
+  }
+  st->pend.kind = 'F', st->pend.k = k, st->pend.buf = y;
+  st->pend.numel = (int64_t)st->b * t->model.units[st->chunks[j].u1 - 1].y_numel;
+}
+
+void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx) {
+  pp_state_t *st = t->sched_priv;
+  if (!st->pair_bwd[k]) {
+    pp_send_backward(t, j, k, dx);
+    return;
+  }
+  st->pend.kind = 'B', st->pend.k = k, st->pend.buf = dx;
+  st->pend.numel = (int64_t)st->b * st->chunks[j].in_numel;
+}
+
+/* The held-back send and this receive as one operation on the forward communicator; the send
+ * is then complete, so its handle slot is cleared. */
+static void pp_pair_exchange(pp_state_t *st, int tx_peer, float *rbuf, int64_t rnumel, int rx_peer, const char *what,
+                             int k, comm_handle_t *sent) {
+  snprintf(st->tag, sizeof st->tag, "send %s %d + recv %s %d", st->pend.kind == 'F' ? "act" : "grad", st->pend.k,
+           what, k);
+  comm_wait(st->fwd, comm_sendrecv_async(st->fwd, st->pend.buf, st->pend.numel, tx_peer, rbuf, rnumel, rx_peer,
+                                         DT_F32, st->tag));
+  *sent = 0;
+  st->pend.kind = 0;
+}
+
+/* The loop's recv_backward: with a forward send held back, the two as one operation. */
+void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy) {
+  pp_state_t *st = t->sched_priv;
+  pp_chunk_t *ch = &st->chunks[j];
+  if (st->pend.kind != 'F') pp_recv_backward(t, j, k, dy);
+  else pp_pair_exchange(st, ch->tx_act.peer, dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel,
+                        ch->rx_grad.peer, "grad", k, &ch->sent[st->pend.k]);
+}
+
+void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x) {
+  pp_state_t *st = t->sched_priv;
+  pp_chunk_t *ch = &st->chunks[j];
+  if (st->pend.kind != 'B') pp_recv_forward(t, j, k, x);
+  else pp_pair_exchange(st, ch->tx_grad.peer, x, (int64_t)st->b * ch->in_numel, ch->rx_act.peer, "act", k,
+                        &ch->gsent[st->pend.k % 2]);
+}
