@@ -215,15 +215,19 @@ static void stage_matrix_exact(int stage) {
 static void stage_matrix_uneven(int stage) {
   scenario(stage, 3, ADAM, 1e-6, 2, 0, 0, 0);
   scenario(stage, 4, SGD, 1e-6, 1, 0, 1, 1);
-  scenario(stage, 5, ADAM, 1e-6, 2, 0, 1, 1);
   scenario(stage, 1, ADAM, 0, 2, 0, 0, 0); /* one rank: no padding, bitwise, ledger = formula */
   scenario(stage, 1, SGD, 0, 1, 1, 0, 0);  /* and in bf16 */
 }
-/* bf16 at N 3, 4, 5: sums in a different order round differently in bf16; stated tolerance 2e-2
+/* bf16 at N 3, 4 (5: stage_matrix_n5): sums in a different order round differently in bf16; stated tolerance 2e-2
  * relative on the params and losses after 6 steps (bf16 has 8 bits of mantissa: 4e-3 per rounding). */
 static void stage_matrix_bf16(int stage) {
   scenario(stage, 3, ADAM, 2e-2, 2, 1, 1, 1);
   scenario(stage, 4, SGD, 2e-2, 1, 1, 0, 0);
+}
+/* make test-long: N = 5 (5 ranks oversubscribed on a small box), fp32 and bf16, the same
+ * contracts as above at one more shard count (make test covers them at N = 1..4). */
+static void stage_matrix_n5(int stage) {
+  scenario(stage, 5, ADAM, 1e-6, 2, 0, 1, 1);
   scenario(stage, 5, ADAM, 2e-2, 2, 1, 0, 0);
 }
 /* --accum 2 --clip: ZeRO-1 accumulates full grads locally like DDP (bitwise at N 2); ZeRO-2/3
@@ -236,17 +240,20 @@ static void stage_matrix_accum_clip(int stage) {
 }
 
 Test(ch03_zero1, parity_n2_bitwise_ledger_traffic, .timeout = 600) { stage_matrix_exact(1); }
-Test(ch03_zero1, parity_n3_n4_n5_n1, .timeout = 600) { stage_matrix_uneven(1); }
+Test(ch03_zero1, parity_n3_n4_n1, .timeout = 600) { stage_matrix_uneven(1); }
+Test(ch03_zero1_long, parity_and_bf16_n5, .timeout = 600) { stage_matrix_n5(1); }
 Test(ch03_zero1, bf16_tolerance, .timeout = 600) { stage_matrix_bf16(1); }
 Test(ch03_zero1, accum_and_clip, .timeout = 600) { stage_matrix_accum_clip(1); }
 
 Test(ch04_zero2, parity_n2_bitwise_ledger_traffic, .timeout = 600) { stage_matrix_exact(2); }
-Test(ch04_zero2, parity_n3_n4_n5_n1, .timeout = 600) { stage_matrix_uneven(2); }
+Test(ch04_zero2, parity_n3_n4_n1, .timeout = 600) { stage_matrix_uneven(2); }
+Test(ch04_zero2_long, parity_and_bf16_n5, .timeout = 600) { stage_matrix_n5(2); }
 Test(ch04_zero2, bf16_tolerance, .timeout = 600) { stage_matrix_bf16(2); }
 Test(ch04_zero2, accum_and_clip, .timeout = 600) { stage_matrix_accum_clip(2); }
 
 Test(ch05_zero3, parity_n2_bitwise_ledger_traffic, .timeout = 600) { stage_matrix_exact(3); }
-Test(ch05_zero3, parity_n3_n4_n5_n1, .timeout = 600) { stage_matrix_uneven(3); }
+Test(ch05_zero3, parity_n3_n4_n1, .timeout = 600) { stage_matrix_uneven(3); }
+Test(ch05_zero3_long, parity_and_bf16_n5, .timeout = 600) { stage_matrix_n5(3); }
 Test(ch05_zero3, bf16_tolerance, .timeout = 600) { stage_matrix_bf16(3); }
 Test(ch05_zero3, accum_and_clip, .timeout = 600) { stage_matrix_accum_clip(3); }
 
