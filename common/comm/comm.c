@@ -458,6 +458,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
     dl.tv_nsec = (long)((s - (double)dl.tv_sec) * 1e9);
   }
   double w0 = c->done_seq < h ? comm_now_s() : 0;
+  if (w0 > 0) comm_engine_main_waits(+1);
   while (c->done_seq < h) {
     if (c->timeout_s <= 0) {
       pthread_cond_wait(&c->cv_done, &c->mu);
@@ -470,7 +471,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
     }
   }
   pthread_mutex_unlock(&c->mu);
-  if (w0 > 0) comm_engine_note_wait(comm_now_s() - w0);
+  if (w0 > 0) comm_engine_main_waits(-1), comm_engine_note_wait(comm_now_s() - w0);
 }
 
 void comm_wait_all(comm_t *c) {

@@ -9,7 +9,10 @@
  * stack) on it. A fiber runs its tasks in order; where a task would block — waiting for an MPI
  * request — it tests the request and, if it is not done, yields to the next fiber. When a
  * whole round of fibers made no progress, the engine backs off: a few rounds of pure tests,
- * then sleeps doubling from 1 us to 200 us (a new task wakes it at once). When no fiber has
+ * then sleeps doubling from 1 us to 200 us (a new task wakes it at once) — unless the main
+ * thread is blocked in comm_wait and every rank of the machine has a core of its own: then the
+ * engine tests again at once (sched_yield between rounds), since the core would idle anyway and a
+ * sleep delays the message the rank waits for (comm_engine.c: engine_poll_allowed). When no fiber has
  * work the engine sleeps on a condition until a task is queued. So a rank's waiting costs a
  * test per fiber per sleep, not a core; and since every MPI call of the backend is
  * nonblocking, a communicator blocked on its peer never holds up another one.
@@ -41,6 +44,8 @@ typedef struct comm_engine_stats {
   double engine_busy_s;    /* engine thread: inside fibers (MPI calls, tests, copies, ring reductions) */
   double engine_sleep_s;   /* engine thread: asleep (backing off, or no work) */
   double engine_cpu_s;     /* engine thread: CPU seconds (CLOCK_THREAD_CPUTIME_ID), summed over its lives */
+  double engine_poll_s;    /* engine thread: testing without sleeps while the main thread waited */
+  int poll_when_waited;    /* 1: the engine polls while the main thread waits (a core per rank) */
   double main_wait_s;      /* callers (the main thread) blocked in comm_wait / comm_wait_all */
   int64_t sleeps;          /* backoff sleeps taken by the engine */
   int64_t tests;           /* MPI_Testall calls made by fibers */

@@ -224,6 +224,8 @@ void comm_engine_progress(void);
 void comm_engine_task_bytes(comm_t *c, int64_t bytes);
 void comm_engine_count_test(void);
 void comm_engine_note_wait(double seconds);
+/* +1 when the caller's thread starts blocking in comm_wait, −1 when it stops (see comm_engine.c). */
+void comm_engine_main_waits(int delta);
 /* In c's fiber: run fn(arg), a blocking MPI call, on c's helper thread while the fiber yields
  * (comm_engine.h: why); elsewhere: call it here. */
 void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg);

@@ -48,6 +48,9 @@ void op_scale(device_t dev, void *x, dtype_t dt, float s, int64_t n);
 void op_fill(device_t dev, void *x, dtype_t dt, float value, int64_t n);
 /* Σ x[i]² in double, fixed order; NaN/Inf anywhere make the result non-finite. */
 double op_sumsq(device_t dev, const void *x, dtype_t dt, int64_t n);
+/* 1 when x holds a NaN or an Inf (exponent bits all ones), else 0: the gradient check, one read of
+ * x with integer tests, ~5x cheaper on the CPU than op_sumsq (whose result it equals in finiteness). */
+int op_has_nonfinite(device_t dev, const void *x, dtype_t dt, int64_t n);
 
 /* Scratch memory for ops (fp32 copies of bf16 weights, fp32 gradient sums), accounted to
  * LEDGER_ACTS; grows on demand and is reused. Released by ops_release_workspace. */

@@ -208,7 +208,7 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
   ops_store_acc(db, wdt, s, out, beta);
 }
 
-/* ---- GELU, tanh approximation (elementwise.h: ew_gelu, ew_gelu_bwd) ----------------------- */
+/* ---- vector clones ---------------------------------------------------------------------- */
 /* GELU is ~12% of a GPT step on the CPU (notes/benchmarks.md, GPT): one clone per vector width,
  * picked at load time. Same bits in every clone: lanes are independent and nothing contracts. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -216,6 +216,28 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
 #else
 #define OPS_VEC_CLONES
 #endif
+
+/* ---- the gradient check ----------------------------------------------------------------- */
+/* Exponent bits all ones = NaN or Inf. OR-ing the test over the whole vector (no early exit)
+ * lets the compiler vectorize it: one pass over memory, no float arithmetic. */
+#define NONFINITE_LOOP(T, MASK)                                                      \
+  do {                                                                               \
+    const T *p = (const T *)x;                                                       \
+    T any = 0;                                                                       \
+    for (int64_t i = 0; i < n; i++) any |= (T)((p[i] & (MASK)) == (MASK));           \
+    return any != 0;                                                                 \
+  } while (0)
+static OPS_VEC_CLONES int nonfinite_f32(const void *x, int64_t n) { NONFINITE_LOOP(uint32_t, 0x7f800000u); }
+static OPS_VEC_CLONES int nonfinite_h16(const void *x, int64_t n, uint16_t mask) { NONFINITE_LOOP(uint16_t, mask); }
+int op_has_nonfinite(device_t dev, const void *x, dtype_t dt, int64_t n) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA_RET(!isfinite(opcu_sumsq(x, dt, n)));
+  if (dt == DT_F32) return nonfinite_f32(x, n);
+  if (dt == DT_BF16) return nonfinite_h16(x, n, 0x7f80u);
+  if (dt == DT_F16) return nonfinite_h16(x, n, 0x7c00u);
+  return !isfinite(op_sumsq(dev, x, dt, n)); /* f64 */
+}
+
+/* ---- GELU, tanh approximation (elementwise.h: ew_gelu, ew_gelu_bwd) ----------------------- */
 OPS_VEC_CLONES void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_gelu_fwd(y, x, n));
   for (int64_t i = 0; i < n; i++) y[i] = ew_gelu(x[i]);

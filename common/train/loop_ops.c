@@ -12,7 +12,7 @@
 #include "gpt.h"            // gpt_acts_bytes_tp
 #include "ledger.h"         // ledger_live
 #include "model.h"          // model_forward, model_backward, model_layout
-#include "ops.h"            // op_softmax_xent, op_sumsq
+#include "ops.h"            // op_softmax_xent, op_has_nonfinite
 #include "trace.h"          // trace_begin, trace_end, trace_event, trace_now_us
 #include <math.h>           // isfinite
 #include <stdio.h>          // snprintf
@@ -199,9 +199,13 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
 }
 
 void trainer_check_grads(trainer_t *t, int u) {
-  /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. */
-  if (t->dev == DEV_CPU && !t->in->local_nonfinite)
-    t->in->local_nonfinite = !isfinite(op_sumsq(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel));
+  /* CPU only: on a GPU the host read would stall the stream; there the loss stands in. Gradients
+   * the next micro-batch adds to (beta 1) are checked once, on the step's last micro-batch: a NaN
+   * or Inf stays in the sum (x + NaN = NaN, x + Inf = Inf or NaN). Fresh ones (beta 0: micro-batch
+   * 0, or a strategy that ships every micro-batch's) are checked each time, before they leave. */
+  int final = t->grad_beta == 0.0f || t->micro == t->n_micro - 1;
+  if (t->dev == DEV_CPU && !t->in->local_nonfinite && final)
+    t->in->local_nonfinite = op_has_nonfinite(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel);
   if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
 }
 
@@ -259,9 +263,9 @@ static double op_forward(trainer_t *t, const train_op_t *op) {
   char name[32];
   act_slot_t *sl = slot_take(t, op->chunk, k);
   if (!ch->first) sc->recv_forward(t, op->chunk, k, sl->in.data);
-  else /* the loop's own chunk scores here too: its targets come with the inputs */
+  double t0 = trace_now_us(); /* loading the data is work (busy); waiting for the previous stage is not */
+  if (ch->first) /* the loop's own chunk scores here too: its targets come with the inputs */
     trainer_load_micro(t, k, t->n_micro, t->rank, t->world, sl->in.data, ch->last && !sc ? (int *)in->y.data : NULL);
-  double t0 = trace_now_us();
   for (int u = ch->u0; u < ch->u1; u++, t->use++) {
     if (s->pre_forward) s->pre_forward(t, u);
     snprintf(name, sizeof name, "fwd %d", u);

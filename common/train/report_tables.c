@@ -132,10 +132,12 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
     printf("\n");
   }
   const comm_engine_stats_t *e = &all[0].engine; /* where rank 0's waiting went (comm_engine.h) */
+  char poll[64] = "no polling: more ranks than cores";
+  if (e->poll_when_waited) snprintf(poll, sizeof poll, "polled %.2f s for the waiting main", e->engine_poll_s);
   printf("threads (rank 0): %d in all: main (CPU %.2f s, %.2f s blocked in comm_wait), %d comm engine (busy %.2f s, "
-         "asleep %.2f s, CPU %.2f s, %d streams), %d helper(s), the rest MPI's own\n",
+         "asleep %.2f s, %s, CPU %.2f s, %d streams), %d helper(s), the rest MPI's own\n",
          all[0].cpu.nthreads, all[0].cpu.main_cpu_s, e->main_wait_s, e->engine_threads, e->engine_busy_s,
-         e->engine_sleep_s, e->engine_cpu_s, e->fibers_peak, e->helper_threads);
+         e->engine_sleep_s, poll, e->engine_cpu_s, e->fibers_peak, e->helper_threads);
   double cu = 0, hu = 0, wu = 0;
   report_overlap_sums(all, NR, &cu, &hu, &wu);
   if (cu > 0 || wu > 0)
