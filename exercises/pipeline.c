@@ -117,6 +117,18 @@ double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v) {
   return (double)(P - 1) / (M + P - 1);
 }
 
+/* The bubble when the stages are not equal: t[s] = stage s's busy time per step (M micro-batches,
+ * all its chunks). The slowest stage sets the pace of the steady state, the others fill and drain:
+ * step = M·t_max + (Σt − t_max)/v per micro-batch time t = t[s]/M, and the bubble is the step's
+ * share the mean stage idles, 1 − M·mean t / step. Equal stages give pp_bubble_formula; naive
+ * runs every micro-batch through all stages in turn (step = M·Σt): (P−1)/P whatever the split. */
+double pp_bubble_stages(pp_schedule_t sched, int P, int M, int v, const double *t) {
+  double sum = 0, max = 0;
+  for (int s = 0; s < P; s++) sum += t[s] / M, max = t[s] / M > max ? t[s] / M : max;
+  double step = sched == PP_NAIVE ? M * sum : M * max + (sum - max) / (sched == PP_INTERLEAVED ? v : 1);
+  return step > 0 ? 1 - M * (sum / P) / step : 0;
+}
+
 int pp_schedule_parse(const char *name) {
   if (!name) return -1;
   if (strcmp(name, "naive") == 0) return PP_NAIVE;

@@ -65,6 +65,11 @@ int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M, int v);
  * constant): naive (P−1)/P; gpipe and 1f1b (P−1)/(M+P−1); interleaved (P−1)/(v·M+P−1). */
 double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v);
 
+/* The same for stages that are not equal, t[s] = stage s's busy time per step (any unit): the
+ * slowest stage paces the steady state, step = M·t_max + (Σt − t_max)/v per micro-batch
+ * (naive: M·Σt); bubble = 1 − M·mean t / step. Equal t[s] give pp_bubble_formula. */
+double pp_bubble_stages(pp_schedule_t sched, int P, int M, int v, const double *t);
+
 /* "naive" | "gpipe" | "1f1b" | "interleaved" → PP_*; −1 for anything else. */
 int pp_schedule_parse(const char *name);
 

@@ -53,7 +53,7 @@ static int pp_bytes_line(const trainer_t *t, const pp_state_t *st, char *line, i
  * and extras for --json (pipeline 0's stages; the data dimension's of rank 0). */
 void pp_report(trainer_t *t) {
   pp_state_t *st = t->sched_priv;
-  enum { COLS = 10 };
+  enum { COLS = 11 };
   int N = t->model_world, formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
   double *vals = xcalloc((size_t)N * COLS, sizeof *vals, "pipeline report"), *mine = vals + (size_t)t->model_rank * COLS;
   double steps = st->measured > 0 ? st->measured : 1, bf = pp_bubble_formula(st->sched, st->P, st->M, st->v);
@@ -77,6 +77,7 @@ void pp_report(trainer_t *t) {
   padded.model.numel = t->model.padded_numel;
   t->strategy->formula(&padded, &fp);
   mine[9] = fp.comm_bytes;
+  mine[10] = st->stage;
   char line[1536];
   int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
                    t->model_rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000, mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
@@ -91,9 +92,16 @@ void pp_report(trainer_t *t) {
     sent += q[4];
     match &= q[2] == q[3];
   }
+  double *busy = xcalloc((size_t)st->P * 2, sizeof *busy, "pipeline report (stages)");
+  for (int r = 0; r < N; r++) { /* each stage's busy time per step, averaged over its replicas */
+    const double *q = vals + (size_t)r * COLS;
+    busy[(int)q[10]] += q[0], busy[st->P + (int)q[10]] += 1;
+  }
+  for (int s = 0; s < st->P; s++) busy[s] /= busy[st->P + s];
+  double bf_stages = pp_bubble_stages(st->sched, st->P, st->M, st->v, busy);
   struct { const char *key; double v; int on; } ex[] = {
       {"pp", st->P, 1}, {"micro_batches", st->M, 1}, {"virtual_stages", st->v, st->v > 1}, {"bubble_fraction", bubble / N, 1},
-      {"bubble_formula", bf, 1}, {"acts_inflight_match_formula", match, 1}, {"p2p_bytes_per_step_per_rank", sent / N, 1},
+      {"bubble_formula", bf, 1}, {"bubble_formula_stages", bf_stages, 1}, {"acts_inflight_match_formula", match, 1}, {"p2p_bytes_per_step_per_rank", sent / N, 1},
       {"dp_bytes_per_step", vals[5], st->D > 1}, {"dp_bytes_formula", vals[9], st->D > 1},
       {"params_between_steps_bytes", vals[8], st->D > 1 && t->cfg->zero == 3},
       {"grads_peak_bytes", vals[6], st->D > 1 && t->cfg->zero >= 2},
@@ -109,9 +117,15 @@ void pp_report(trainer_t *t) {
     snprintf(key, sizeof key, "acts_inflight_formula_s%d", s);
     trainer_report_extra(t, key, vals[(size_t)s * COLS + 3]);
   }
-  if (trainer_prints(t))
-    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B blocks of the trace), formula %.4f (%s)\n",
-           bubble / N, bf, st->sched == PP_NAIVE ? "(P-1)/P" : st->sched == PP_INTERLEAVED ? "(P-1)/(v*M+P-1)" : "(P-1)/(M+P-1)");
+  if (trainer_prints(t)) {
+    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B blocks of the trace), formula %.4f (%s, "
+           "equal stages)\n", bubble / N, bf,
+           st->sched == PP_NAIVE ? "(P-1)/P" : st->sched == PP_INTERLEAVED ? "(P-1)/(v*M+P-1)" : "(P-1)/(M+P-1)");
+    printf("bubble for the stages as they are: %.4f (busy per micro-batch", bf_stages);
+    for (int s = 0; s < st->P; s++) printf("%s %.2f", s ? " /" : "", busy[s] / st->M / 1000);
+    printf(" ms, stage 0..%d; %s)\n", st->P - 1, st->sched == PP_NAIVE ? "step = M·Σt" : "step = M·max t + (Σt − max t)/v");
+  }
+  free(busy);
   fflush(stdout);
   free(vals);
 }

@@ -430,6 +430,44 @@ Test(common_ops, sumsq_exact_and_nonfinite) {
   cr_assert(!isfinite(op_sumsq(DEV_CPU, x, DT_F32, N)), "sumsq with Inf: expected non-finite");
 }
 
+/* The loop's gradient check: 1 exactly where op_sumsq is non-finite, for each 16- and 32-bit
+ * dtype, a NaN or Inf (either sign) at every position of a length that is no multiple of a vector
+ * (the tail counts), and finite extremes (the largest, subnormals, −0) never flagged. */
+Test(common_ops, has_nonfinite_is_sumsq_nonfinite) {
+  enum { N = 77 };
+  const float bad[3] = {NAN, INFINITY, -INFINITY};
+  const dtype_t dts[3] = {DT_F32, DT_BF16, DT_F16};
+  const float big[3] = {FLT_MAX, 3.3895313892515355e38f /* bf16 0x7f7f */, 65504.0f /* fp16's largest */};
+  for (int d = 0; d < 3; d++) {
+    float x[N];
+    uint16_t h[N];
+    const float edge[4] = {big[d], -big[d], 1e-40f, -0.0f}; /* finite: the dtype's extremes, a subnormal (f32), -0 */
+    for (int i = 0; i < N; i++) x[i] = (float)((i % 13) - 6) * 0.25f;
+    for (int e = 0; e < 4; e++) x[(e * 19) % N] = edge[e];
+    void *p = x;
+    if (dts[d] == DT_BF16) for (int i = 0; i < N; i++) h[i] = bf16_from_f32(x[i]);
+    if (dts[d] == DT_F16) for (int i = 0; i < N; i++) h[i] = fp16_from_f32(x[i]);
+    if (dts[d] != DT_F32) p = h;
+    cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], N), 0, "%s: finite values (extremes, subnormal, -0) flagged",
+                 dtype_name(dts[d]));
+    cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], 0), 0, "%s: 0 elements flagged", dtype_name(dts[d]));
+    for (int b = 0; b < 3; b++)
+      for (int i = 0; i < N; i++) {
+        float keep = x[i];
+        uint16_t keep_h = h[i];
+        if (dts[d] == DT_F32) x[i] = bad[b];
+        else h[i] = dts[d] == DT_BF16 ? bf16_from_f32(bad[b]) : fp16_from_f32(bad[b]);
+        int got = op_has_nonfinite(DEV_CPU, p, dts[d], N), want = !isfinite(op_sumsq(DEV_CPU, p, dts[d], N));
+        cr_assert(got == 1 && want == 1, "%s: %g at index %d of %d: has_nonfinite %d, sumsq non-finite %d (expected 1, 1)",
+                  dtype_name(dts[d]), (double)bad[b], i, N, got, want);
+        cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], i), 0, "%s: %g just past the first %d elements flagged",
+                     dtype_name(dts[d]), (double)bad[b], i);
+        x[i] = keep;
+        h[i] = keep_h;
+      }
+  }
+}
+
 /* ---- determinism and the workspace -------------------------------------------------------- */
 Test(common_ops, same_inputs_same_bits) {
   int B = 16, in = 40, out = 24, nw = 40 * 24;
