@@ -989,13 +989,18 @@ def fig_pipeline_bubble(datadir, outdir):
             axb.bar([p for p, c in zip(pos, meas) if c], [c["bubble_fraction"] for c in meas if c], w, color=color,
                     label="%s measured" % sc)
             axb.scatter([p for p, c in zip(pos, meas) if c], [c["bubble_formula"] for c in meas if c], marker="_",
-                        s=260, color="black", zorder=3, label="formula" if i == 0 else None)
+                        s=260, color="black", zorder=3, label="formula (equal stages)" if i == 0 else None)
+            st = [(p, c["bubble_formula_stages"]) for p, c in zip(pos, meas) if c and c.get("bubble_formula_stages")]
+            if st:  # the same formula for the stages as they ran (their measured busy times)
+                axb.scatter([p for p, _ in st], [v for _, v in st], marker="x", s=40, color="black", zorder=4,
+                            label="formula, stages as measured" if i == 0 else None)
             axt.bar([p for p, c in zip(pos, meas) if c], [c["ratio"] for c in meas if c], w, color=color, label=sc)
         axb.set_xticks(list(xs))
         axb.set_xticklabels(["P=%d M=%d" % pm for pm in labels])
         axb.set_ylabel("bubble fraction")
         axb.set_ylim(0, 1)
-        axb.set_title("%s: measured bubble (bars) vs formula (black)" % m.upper(), fontsize=10)
+        axb.set_title("%s: measured bubble (bars) vs formula (black: equal stages -, measured stages x)" % m.upper(),
+                      fontsize=10)
         axb.legend(fontsize=8)
         axb.grid(alpha=0.3, axis="y")
         axt.axhline(1.0, color="black", lw=1)
