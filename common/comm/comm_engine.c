@@ -47,6 +47,7 @@ struct comm_fiber {
   double spin_s;        /* the running task's spin budget per wait (comm_engine_task_bytes) */
   double spin_until;    /* the current wait keeps the engine hot until then; 0: not waiting */
   int progressed;       /* set by the fiber during its turn: a test succeeded or a task ended */
+  int on_helper;        /* waiting for its helper's blocking call: nothing to test meanwhile */
   int finished;         /* its body returned (TASK_STOP): never resumed again */
   int reaped;           /* the engine has let go of it: comm_engine_detach may free it */
   struct comm_fiber *next;
@@ -157,6 +158,10 @@ static void *helper_main(void *arg) {
     pthread_mutex_lock(&h->mu);
     h->fn = NULL;
     atomic_store(&h->busy, 0);
+    pthread_mutex_lock(&E.mu); /* the engine may sleep until this call returns: wake it */
+    E.wake = 1;
+    pthread_cond_signal(&E.cv);
+    pthread_mutex_unlock(&E.mu);
   }
   pthread_mutex_unlock(&h->mu);
   return NULL;
@@ -186,7 +191,9 @@ void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg) {
   h->arg = arg;
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
+  f->on_helper = 1;
   while (atomic_load(&h->busy)) fiber_yield(); /* the other streams go on meanwhile */
+  f->on_helper = 0;
   f->progressed = 1;
 }
 
@@ -252,7 +259,7 @@ static void *engine_main(void *arg) {
      * and only the engine removes from it, so walking it unlocked is safe) */
     struct comm_fiber *head = E.fibers;
     pthread_mutex_unlock(&E.mu);
-    int any_runnable = 0, progressed = 0, reap = 0;
+    int any_runnable = 0, any_testing = 0, progressed = 0, reap = 0;
     double t0 = now_s(CLOCK_MONOTONIC);
     for (struct comm_fiber *f = head; f; f = f->next) {
       if (f->finished || !atomic_load(&f->runnable)) continue;
@@ -263,6 +270,7 @@ static void *engine_main(void *arg) {
       g_current = NULL;
       progressed |= f->progressed;
       reap |= f->finished;
+      any_testing |= !f->on_helper && !f->finished;
     }
     double t1 = now_s(CLOCK_MONOTONIC);
     pthread_mutex_lock(&E.mu);
@@ -286,6 +294,10 @@ static void *engine_main(void *arg) {
       quiet_rounds = 0;
     } else if (!any_runnable) {
       engine_sleep(0); /* no work anywhere: until a task is queued */
+      backoff = ENGINE_BACKOFF_MIN_NS;
+      quiet_rounds = 0;
+    } else if (!any_testing) {
+      engine_sleep(0); /* every busy stream waits for its helper's blocking call: until one returns */
       backoff = ENGINE_BACKOFF_MIN_NS;
       quiet_rounds = 0;
     } else if (E.poll_when_waited && atomic_load(&E.main_waiting) > 0) {

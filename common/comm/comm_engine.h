@@ -17,19 +17,19 @@
  * test per fiber per sleep, not a core; and since every MPI call of the backend is
  * nonblocking, a communicator blocked on its peer never holds up another one.
  *
- * One exception keeps the results bitwise what they were: Open MPI's nonblocking reductions
- * (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Ireduce) add in another order than its blocking ones
- * once a group has 3 or more ranks (at 2, a+b is a+b either way). So a vendor reduction on a
- * communicator of >= 3 ranks runs the blocking MPI call on that communicator's helper thread
- * (created at its first such call), while its fiber yields until it returns. (Only with
+ * One exception: the vendor reductions (MPI_Allreduce, MPI_Reduce_scatter, MPI_Reduce) run as
+ * the blocking MPI call on the communicator's helper thread (created at its first such call),
+ * while its fiber waits and the engine sleeps until the helper wakes it. Open MPI's nonblocking
+ * reductions add in another order than its blocking ones once a group has 3 or more ranks, so
+ * the blocking call keeps the results bitwise what they were; at 2 ranks (a+b either way) the
+ * nonblocking one was slower when progressed by tests (comm_mpi.c has the numbers). (Only with
  * MPI_THREAD_MULTIPLE, which Open MPI gives; with less, the nonblocking reduction runs instead.)
  *
  * Threads per rank on the MPI backend: the main thread + 1 engine thread + Open MPI's own
- * (2 here), + 1 helper per communicator of >= 3 ranks that runs vendor reductions — the
- * world and the rank's groups (TP, DP, a pipeline's control group), a handful whatever the
- * grid; never a pipeline link or a 2-rank group. So the count stays bounded whatever
- * TP x PP x DP (tests/mpi/test_engine.c checks it; measured: 4 threads per rank at P = 2,
- * 6 at P = 4: the world's and the pipeline control group's helpers). */
+ * (2 here), + 1 helper per communicator that runs vendor reductions — the world and the
+ * rank's groups (TP, DP, a pipeline's control group), a handful whatever the grid; never a
+ * pipeline link. So the count stays bounded whatever TP x PP x DP (tests/mpi/test_engine.c
+ * checks it; the report prints it). */
 #ifndef ZL_COMM_ENGINE_H
 #define ZL_COMM_ENGINE_H
 #include <stdint.h> // int64_t

@@ -147,10 +147,14 @@ static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
   }
 }
 
-/* ---- reductions: nonblocking at 2 ranks, the blocking call on a helper at 3+ -----------------
+/* ---- reductions: the blocking call, on the communicator's helper thread ----------------------
  * Open MPI's nonblocking reductions add in another order than its blocking ones once the group
  * has 3 or more ranks; the blocking call (on the communicator's helper thread, comm_engine.h)
- * keeps every result bitwise what it was. At 2 ranks each element is a+b either way. */
+ * keeps every result bitwise what it was. At 2 ranks each element is a+b either way, but the
+ * nonblocking one is slower: MPI_Iallreduce progressed by the engine's tests moved 4.0 / 3.2 /
+ * 2.5 / 1.1 GB/s at 1 / 4 / 16 / 64 MiB where the blocking call on the helper moves 5.7 / 5.0 /
+ * 4.1 / 1.6 (ch01_collbench, 2 ranks, 2026-11-25), so every group size takes the helper. Without
+ * MPI_THREAD_MULTIPLE (a helper may not call MPI beside the engine) the nonblocking call runs. */
 typedef enum { RED_ALL_REDUCE, RED_REDUCE, RED_REDUCE_SCATTER } mpi_red_kind_t;
 typedef struct mpi_red {
   mpi_red_kind_t kind;
@@ -182,7 +186,7 @@ static void mpi_reduction(comm_t *c, mpi_red_t *a) {
     multiple = provided >= MPI_THREAD_MULTIPLE;
   }
   a->comm = c->mpi;
-  if (c->world >= 3 && multiple) {
+  if (multiple && c->world >= 2) {
     comm_engine_run_blocking(c, mpi_red_blocking, a);
     CHECK_MPI(a->rc);
     return;

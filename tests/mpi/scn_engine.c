@@ -1,11 +1,12 @@
 /* scn_engine.c — the progress engine's contract, one scenario per argument (driven by
  * tests/mpi/test_engine.c; common/comm/comm_engine.h):
  *   threads  the rank's thread count after comm_init and after splitting seven sub-communicators
- *            (six 2-rank groups: TP-, DP-like pairs, pipeline-like links, a split of a split;
- *            one 4-rank group), each reducing twice: one engine thread, eight fibers, and one
- *            helper thread more than at init (the 4-rank group's blocking reductions,
- *            comm_engine.h). Prints "threads: rank R: init T0, after splits T1, ..."; exit 1 if
- *            T1 != T0 + helpers or the engine or helper count is not 1.
+ *            (six 2-rank groups: TP-, DP-like pairs, a pipeline-like link, a split of a split;
+ *            one 4-rank group), each used twice — the link for a paired send/receive, the others
+ *            for reductions: one engine thread, eight fibers, and one helper thread per group that
+ *            reduced (six: the blocking reductions, comm_engine.h), none for the link, none more
+ *            in the second round. Prints "threads: rank R: init T0, after splits T1, ..."; exit 1
+ *            if T1 != T0 + helpers, or the engine count is not 1, or the helpers not 6.
  *   order    two communicators between ranks 0 and 1: 64 sends on each, interleaved, arrive in
  *            issue order with their values; then a dependency across them: rank 1 queues a
  *            receive on A and a send on B, rank 0 sends on A only after receiving on B — so a
@@ -30,12 +31,24 @@ static int threads_case(comm_t *w) {
   sub[0] = comm_split(w, r % 2, r);             /* "TP" pairs */
   sub[1] = comm_split(w, r / 2, r);             /* "DP" pairs */
   sub[2] = comm_split(w, r == 0 || r == 3, r);  /* another pairing */
-  sub[3] = comm_split(w, r / 2, n - r);         /* pipeline-like links, both directions */
+  sub[3] = comm_split(w, r / 2, n - r);         /* a pipeline-like link: sends and receives only */
   sub[4] = comm_split(w, r / 2, r);
   sub[5] = comm_split(sub[0], 0, r);            /* a split of a split */
-  sub[6] = comm_split(w, 0, r);                 /* the one group of 4: its reductions get a helper */
+  sub[6] = comm_split(w, 0, r);                 /* the one group of 4 */
+  enum { LINK = 3 };
   for (int rep = 0; rep < 2; rep++)             /* a second round adds nothing */
     for (int i = 0; i < NSUB; i++) {
+      if (i == LINK) { /* the link's two ranks swap a value: a link never reduces, so it gets no helper */
+        int me = comm_rank(sub[i]), peer = 1 - me;
+        float out = (float)(10 * r + rep), in = -1;
+        comm_wait(sub[i], comm_sendrecv_async(sub[i], &out, 1, peer, &in, 1, peer, DT_F32, "link"));
+        float want = (float)(10 * (r % 2 ? r - 1 : r + 1) + rep);
+        if (in != want) {
+          printf("FAIL rank %d: the link's exchange: got %g, expected %g\n", r, in, want);
+          return 1;
+        }
+        continue;
+      }
       double v = 1;
       comm_ctl_all_reduce_f64(sub[i], &v, 1, REDOP_SUM);
       float x[3] = {1, 2, 3};
@@ -51,10 +64,10 @@ static int threads_case(comm_t *w) {
   snprintf(line, sizeof line, "threads: rank %d: init %d, after splits %d, engine threads %d, helpers %d, fibers %d\n",
            r, t0, t1, s.engine_threads, s.helper_threads, s.fibers);
   comm_print_ordered(w, line);
-  int bad = t1 != t0 + s.helper_threads || s.engine_threads != 1 || s.helper_threads != 1 || s.fibers != NSUB + 1;
+  int bad = t1 != t0 + s.helper_threads || s.engine_threads != 1 || s.helper_threads != NSUB - 1 || s.fibers != NSUB + 1;
   if (bad) printf("FAIL rank %d: %d threads after init, %d after %d splits (engine threads %d, helpers %d: expected 1 "
-                  "and 1, for the one 4-rank group; fibers %d)\n", r, t0, t1, NSUB, s.engine_threads, s.helper_threads,
-                  s.fibers);
+                  "and %d, one per group that reduced, none for the link; fibers %d)\n", r, t0, t1, NSUB,
+                  s.engine_threads, s.helper_threads, NSUB - 1, s.fibers);
   for (int i = NSUB - 1; i >= 0; i--) comm_finalize(sub[i]);
   return bad;
 }
