@@ -999,8 +999,7 @@ def fig_pipeline_bubble(datadir, outdir):
         axb.set_xticklabels(["P=%d M=%d" % pm for pm in labels])
         axb.set_ylabel("bubble fraction")
         axb.set_ylim(0, 1)
-        axb.set_title("%s: measured bubble (bars) vs formula (black: equal stages -, measured stages x)" % m.upper(),
-                      fontsize=10)
+        axb.set_title("%s: bubble measured (bars); formula: - equal stages, x stages as run" % m.upper(), fontsize=10)
         axb.legend(fontsize=8)
         axb.grid(alpha=0.3, axis="y")
         axt.axhline(1.0, color="black", lw=1)
