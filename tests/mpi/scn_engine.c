@@ -6,7 +6,9 @@
  *            for reductions: one engine thread, eight fibers, and one helper thread per group that
  *            reduced (six: the blocking reductions, comm_engine.h), none for the link, none more
  *            in the second round. Prints "threads: rank R: init T0, after splits T1, ..."; exit 1
- *            if T1 != T0 + helpers, or the engine count is not 1, or the helpers not 6.
+ *            if T1 != T0 + helpers, or the engine count is not 1, or the helpers not 6. It also prints
+ *            whether the engine polls while the main thread waits (test_engine.c checks it against
+ *            the cores: only with a core per rank, or as ZL_ENGINE_POLL says).
  *   order    two communicators between ranks 0 and 1: 64 sends on each, interleaved, arrive in
  *            issue order with their values; then a dependency across them: rank 1 queues a
  *            receive on A and a send on B, rank 0 sends on A only after receiving on B — so a
@@ -61,8 +63,8 @@ static int threads_case(comm_t *w) {
   int t1 = cpuuse_now().nthreads;
   comm_engine_stats_t s = comm_engine_stats();
   char line[200];
-  snprintf(line, sizeof line, "threads: rank %d: init %d, after splits %d, engine threads %d, helpers %d, fibers %d\n",
-           r, t0, t1, s.engine_threads, s.helper_threads, s.fibers);
+  snprintf(line, sizeof line, "threads: rank %d: init %d, after splits %d, engine threads %d, helpers %d, fibers %d, "
+           "polls when waited %d\n", r, t0, t1, s.engine_threads, s.helper_threads, s.fibers, s.poll_when_waited);
   comm_print_ordered(w, line);
   int bad = t1 != t0 + s.helper_threads || s.engine_threads != 1 || s.helper_threads != NSUB - 1 || s.fibers != NSUB + 1;
   if (bad) printf("FAIL rank %d: %d threads after init, %d after %d splits (engine threads %d, helpers %d: expected 1 "

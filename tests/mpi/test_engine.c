@@ -4,15 +4,37 @@
  * communicator keeps its issue order and one blocked stream does not hold up another, and a
  * deadline on a sub-communicator still ends the job naming the rank and the operation. */
 #include "zl_test.h" // zl_run, cr_assert
+#include <sched.h>   // sched_getaffinity, CPU_COUNT: the cores zlrun counts
+#include <stdlib.h>  // setenv, unsetenv
 
-Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 90) {
+Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 180) {
   char *out = NULL;
+  unsetenv("ZL_ENGINE_POLL"); /* zlrun's own choice first */
   int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine threads");
   cr_assert(rc == 0, "seven sub-communicators must add no thread but a helper per group that reduced (6; none for the "
             "link) (rc %d):\n%s", rc, out);
   cr_assert(strstr(out, "rank 3: init") && strstr(out, "engine threads 1, helpers 6, fibers 8"),
             "every rank should print its thread counts: one engine thread, 6 helpers, 8 fibers:\n%s", out);
+  /* the engine polls for a waiting main thread only when every rank has a core (zlrun: 4 ranks
+   * against the cores this process may run on, as nproc counts them), or as ZL_ENGINE_POLL says */
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  char want[64];
+  const char *line3 = strstr(out, "threads: rank 3:");
+  snprintf(want, sizeof want, "polls when waited %d", 4 <= cores);
+  cr_assert(line3 && strstr(line3, want), "4 ranks on %d cores: expected '%s' on rank 3's line:\n%s", cores, want, out);
   free(out);
+  const char *forced[2] = {"0", "1"};
+  for (int i = 0; i < 2; i++) { /* ZL_ENGINE_POLL decides when set */
+    setenv("ZL_ENGINE_POLL", forced[i], 1);
+    rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine threads");
+    unsetenv("ZL_ENGINE_POLL");
+    snprintf(want, sizeof want, "polls when waited %s", forced[i]);
+    line3 = strstr(out, "threads: rank 3:");
+    cr_assert(rc == 0 && line3 && strstr(line3, want), "ZL_ENGINE_POLL=%s: expected '%s' on rank 3's line (rc %d):\n%s",
+              forced[i], want, rc, out);
+    free(out);
+  }
 }
 
 Test(common_engine, issue_order_kept_and_streams_independent, .timeout = 90) {
