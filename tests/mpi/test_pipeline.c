@@ -44,6 +44,28 @@ Test(ch07_pipeline, split_is_contiguous_and_balanced) {
  * argument), in-flight peak equal to the formula; and the P ranks' lists together run to the end
  * when each op waits only for what it needs (F k of chunk c: F k of chunk c−1; B k: B k of chunk
  * c+1 and F k of chunk c) — no schedule deadlocks by itself. */
+/* The bubble for the stages as they ran: equal stage times give the schedule's formula; unequal
+ * ones are paced by the slowest (t = 1, 2 per step, M = 4: step = 4·(2/4) + 1/4 = 2.25 micro-units,
+ * mean busy 1.5, bubble 1 − 1.5/2.25 = 1/3; interleaved v = 2: 2 + 1/8, 1 − 1.5/2.125); naive stays (P−1)/P. */
+Test(ch07_pipeline, bubble_for_unequal_stages) {
+  const pp_schedule_t sc[4] = {PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED};
+  for (int i = 0; i < 4; i++)
+    for (int P = 2; P <= 4; P++)
+      for (int M = 1; M <= 8; M *= 2) {
+        double t[4] = {3.5, 3.5, 3.5, 3.5}, got = pp_bubble_stages(sc[i], P, M, 2, t), want = pp_bubble_formula(sc[i], P, M, 2);
+        cr_assert(fabs(got - want) < 1e-12, "schedule %d, P %d, M %d, equal stages: %.15g, the formula says %.15g", i, P, M,
+                  got, want);
+      }
+  const double t2[2] = {1, 2};
+  struct { pp_schedule_t s; double want; } c[4] = {
+      {PP_NAIVE, 0.5}, {PP_GPIPE, 1.0 / 3}, {PP_1F1B, 1.0 / 3}, {PP_INTERLEAVED, 1 - 1.5 / 2.125}};
+  for (int i = 0; i < 4; i++) {
+    double got = pp_bubble_stages(c[i].s, 2, 4, 2, t2);
+    cr_assert(fabs(got - c[i].want) < 1e-12, "schedule %d, stage times 1 and 2, M 4: bubble %.15g, expected %.15g", c[i].s,
+              got, c[i].want);
+  }
+}
+
 Test(ch07_pipeline, schedules_are_valid_and_hold_their_formula) {
   static const char *sched_names[4] = {"naive", "GPipe", "1F1B", "interleaved 1F1B"};
   enum { MAXOPS = 2 * 3 * 8 };
@@ -195,6 +217,10 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
       }
       double bf = sc == 0 ? (double)(P - 1) / P : (double)(P - 1) / (M_MICRO + P - 1);
       cr_assert(fabs(zl_json_num(r.json, "bubble_formula") - bf) < 1e-8, "%s: bubble_formula, expected %g", name, bf);
+      /* the stages' formula: never below the equal-stage one (a split only adds idle; naive: equal) */
+      double bs = zl_json_num(r.json, "bubble_formula_stages");
+      cr_assert(bs >= bf - 1e-9 && bs < 1 && (sc != 0 || fabs(bs - bf) < 1e-9), "%s: bubble_formula_stages %g, expected in "
+                "[%g, 1)%s", name, bs, bf, sc == 0 ? " and equal to it (naive)" : "");
       run_free(&r);
     }
     for (int s = 0; s < P; s++) {
