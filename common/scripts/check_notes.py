@@ -32,6 +32,12 @@ Exit 0 when every run matches and every marked number agrees, 1 on the first mis
 Links are checked with the numbers: a relative link must name a file that exists, and a
 `#anchor` a heading of that page (GitHub's rule: lower case, punctuation dropped, spaces to -).
 Without PAGE arguments every notes/*.md and the top-level README.md are checked.
+Without PAGE arguments (and without --list or --update) the checks that run no program run too
+(common/scripts/notes_claims.py): every chapter page, meeting and program is in the reading plan
+of notes/README.md and in README.md's chapter table; the plan's and the pages' reading times
+agree with the words at the stated pace; every "not built" / "not yet" sentence is listed and
+checked against the flags, programs and sources that exist. --claims runs only those, listing
+each claim's checks.
 
   python3 common/scripts/check_notes.py [--bin DIR] [--list] [--update] [PAGE ...]
 PAGE: a path (notes/02-ddp.md, any .md) or part of a name under notes/ (02, zero1).
@@ -51,6 +57,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import notes_claims  # the checks that run no program: the reading plan, reading times, "not built" claims
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 60
@@ -417,7 +426,11 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the checked runs, run nothing")
     ap.add_argument("--update", action="store_true", help="rewrite pasted outputs with fresh ones")
     ap.add_argument("--numbers", action="store_true", help="check the marked measured numbers only, run nothing")
+    ap.add_argument("--claims", action="store_true", help="check the reading plan, the reading times and the "
+                    "'not built' claims only (each claim's checks listed), run nothing")
     a = ap.parse_args()
+    if a.claims:
+        return 1 if notes_claims.report(ROOT, sys.stdout, verbose=True) else 0
     bindir = a.bin if os.path.isabs(a.bin) else os.path.relpath(os.path.join(os.getcwd(), a.bin), ROOT)
     if not a.list and not a.numbers and not os.path.isdir(os.path.join(ROOT, bindir)):
         print("error: --bin %s: no such directory (make build first?)" % a.bin, file=sys.stderr)
@@ -465,6 +478,8 @@ def main():
                       % (run.line + 1 + i, rc, time.time() - t, run.expected[i].strip(), close))
         if a.update and runs and not a.list:
             update_page(page, runs, fresh)
+    if not a.pages and not a.list and not a.update:  # the whole repository: the checks that run nothing
+        wrong += notes_claims.report(ROOT, sys.stdout)
     dt = time.time() - t0
     if a.list:
         print("%d checked run(s)" % n_runs)

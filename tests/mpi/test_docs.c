@@ -126,3 +126,49 @@ Test(common_docs, a_stale_code_reference_fails_the_check, .timeout = 30) {
     remove(path);
   }
 }
+
+/* The checks that run no program (common/scripts/notes_claims.py), on a tree of two chapters made
+ * here: with chapter 08 missing from the reading plan and a "--dpu" flag in the sources while
+ * notes/08-offload.md says the delayed parameter update is not built, the check fails naming
+ * both; with 08 in the plan and no such flag, it passes. */
+Test(common_docs, a_chapter_missing_from_the_plan_or_a_built_claim_fails, .timeout = 30) {
+  const int want_rc[2] = {1, 0};
+  for (int k = 0; k < 2; k++) {
+    char root[128], path[256];
+    snprintf(root, sizeof root, "/tmp/zl_docs_%d_tree%d", (int)getpid(), k);
+    const char *dirs[] = {"", "/chapters", "/chapters/01_ring", "/chapters/08_offload", "/notes", "/solutions"};
+    for (int d = 0; d < 6; d++) {
+      snprintf(path, sizeof path, "%s%s", root, dirs[d]);
+      mkdir(path, 0755);
+    }
+    snprintf(path, sizeof path, "%s/chapters/01_ring/main.c", root);
+    write_page(path, "int main(void) { return 0; }\n");
+    snprintf(path, sizeof path, "%s/chapters/08_offload/main.c", root);
+    write_page(path, "int main(void) { return 0; }\n");
+    snprintf(path, sizeof path, "%s/solutions/offload.c", root);
+    write_page(path, "%s\n", k == 0 ? "static const char *flag = \"--dpu\"; /* the update, one step late */" : "");
+    snprintf(path, sizeof path, "%s/notes/01-ring.md", root);
+    write_page(path, "# 01 ring\n\nA ring.\n");
+    snprintf(path, sizeof path, "%s/notes/08-offload.md", root);
+    write_page(path, "# 08 offload\n\n- **Delayed parameter update** (the paper's DPU, not built here).\n");
+    snprintf(path, sizeof path, "%s/README.md", root);
+    write_page(path, "# x\n\n## Chapters\n\n| ch | program | notes |\n|---|---|---|\n"
+                     "| 01 | `ch01_ring` | [notes/01-ring.md](notes/01-ring.md) |\n"
+                     "| 08 | `ch08_offload` | [notes/08-offload.md](notes/08-offload.md) |\n");
+    snprintf(path, sizeof path, "%s/notes/README.md", root);
+    write_page(path, "# notes\n\n## A reading plan\n\n| week | read | reading | run |\n|---|---|---|---|\n"
+                     "| 1 | [01-ring](01-ring.md) | 0 min | `make run CH=01` |\n%s",
+               k == 0 ? "" : "| 2 | [08-offload](08-offload.md) | 0 min | `make run CH=08` |\n");
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "python3 common/scripts/notes_claims.py --root %s", root);
+    cr_expect_eq(rc, want_rc[k], "notes_claims.py --root %s: exit %d, expected %d:\n%s", root, rc, want_rc[k], out);
+    if (k == 0) {
+      cr_expect(strstr(out, "the reading plan has no week for notes/08-offload.md") != NULL,
+                "the failure should name the page missing from the plan:\n%s", out);
+      cr_expect(strstr(out, "notes/08-offload.md:3:") && strstr(out, "flag --dpu exists"),
+                "the failure should name the 'not built' line and the flag that exists:\n%s", out);
+    }
+    free(out);
+    zl_run(0, 10, NULL, "rm -rf %s", root);
+  }
+}
