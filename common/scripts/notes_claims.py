@@ -14,7 +14,7 @@ check_reading_times(root)
     agree with the words they name, at PACE words a minute: the words as `wc -w` counts them,
     without HTML comments (the invisible data markers) and without the Exercises and Code map
     sections (the reading track skips them), within TOLERANCE_MIN minutes; a page's time for one
-    meeting equals the plan's for that meeting.
+    meeting equals the plan's for that meeting; no week's reading is over BUDGET_MIN minutes.
 check_claims(root)
     Every sentence that says something is not there — "not built", "not yet", "not implemented",
     "not here", "left for later", "zerolab does not have", and every item of a section headed
@@ -38,6 +38,7 @@ import re
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACE = 200            # words a minute: the reading plan's stated pace
 TOLERANCE_MIN = 2     # stated against computed reading minutes
+BUDGET_MIN = 25       # a week's reading at most (notes/README.md says so): past it, split the page
 REFERENCE_PAGES = {"README.md", "design.md"}   # notes pages that are references, not a week's reading
 SOURCE_TOPS = ("chapters", "common", "solutions")
 
@@ -459,6 +460,10 @@ def check_reading_times(root):
         if abs(stated - minutes(words)) > TOLERANCE_MIN:
             bad.append("notes/README.md:%d: week %s states %d min of reading; %s: %d words = %.1f min at %d words a minute"
                        % (n, cells[0], stated, " + ".join(targets), words, minutes(words), PACE))
+        if minutes(words) > BUDGET_MIN:
+            bad.append("notes/README.md:%d: week %s: %s is %.1f min of reading, over the %d-minute budget of a week "
+                       "(split it into meetings, or move detail to benchmarks.md)" % (n, cells[0], " + ".join(targets),
+                                                                                   minutes(words), BUDGET_MIN))
         if len(targets) == 1:
             stated_plan[targets[0]] = (stated, n)
     for path in sorted(glob.glob(os.path.join(root, "notes", "[0-9][0-9]-*.md"))):
