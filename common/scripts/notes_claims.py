@@ -110,6 +110,10 @@ CLAIMS = [
      "prose: exit code 3, a stub the student has not written"),
     ("README.md", r"the exercises you have not written yet", [],
      "prose: the student's exercises, not a feature"),
+    ("notes/README.md", r"The plan and \"not built\" claims, checked", [],
+     "prose: the heading of this check's description"),
+    ("notes/README.md", r"says something is\s+not built, not yet done or left for later", [],
+     "prose: this check's description"),
     ("notes/tour.md", r"If a\s+chapter is not built it says so",
      [], "prose: a chapter missing from build/, not a feature"),
 ]
