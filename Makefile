@@ -111,7 +111,7 @@ TEST_BIN  := $(OUT)/tests/zl_tests
 SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 
-.PHONY: all build demo test test-long test-prep test-run run doctor deps exercises check-exercises exercise hint \
+.PHONY: all build demo test test-long test-kernels test-prep test-run run doctor deps exercises check-exercises exercise hint \
         exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
@@ -206,6 +206,14 @@ endif
 # make test leaves out; each contract they check is also in make test at a smaller size.
 test-long: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) '*_long/*'
+
+# make test-kernels: the portability matrix — the tests that compare across GEMM shapes (or
+# TEST_FILTER's) once per OpenBLAS kernel (KERNELS=all, a list, or others:N), forced with
+# OPENBLAS_CORETYPE (common/scripts/kernels.sh; notes/benchmarks.md, "Portability").
+KERNELS ?= all
+test-kernels: test-prep
+	@bash common/scripts/kernels.sh $(TEST_BIN) --kernels $(KERNELS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') \
+	  $(if $(KERNELS_JSON),--json $(KERNELS_JSON))
 
 test-run: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)

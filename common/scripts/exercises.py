@@ -678,6 +678,20 @@ def ordered_tests(tests, chapter):
     return sorted(tests, key=lambda t: (rank(t), t))
 
 
+_RUN_CACHE = []
+
+
+def run_cache_dir():
+    """The reference cache of this judging (tests/zl_test.h, zl_cache_stem): one directory for the
+    tests this command runs, removed when it exits — never a cache an earlier run left."""
+    if not _RUN_CACHE:
+        import atexit
+        d = tempfile.mkdtemp(prefix="zl_test_cache.")
+        atexit.register(shutil.rmtree, d, True)
+        _RUN_CACHE.append(d)
+    return _RUN_CACHE[0]
+
+
 def run_tests(binary, filt, clock, deadline, echo=True, chapter=None):
     """Criterion on the tests matching filt, in exercise mode: short collective deadlines, stop at
     the first failure; the chapter's tests one at a time in TEST_ORDER (cheapest precise check
@@ -694,7 +708,7 @@ def run_tests(binary, filt, clock, deadline, echo=True, chapter=None):
         return 0, "".join(logs), None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
     env = dict(env, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
-               ZL_EXERCISE_TIMEOUT_S=str(deadline))
+               ZL_EXERCISE_TIMEOUT_S=str(deadline), ZL_TEST_CACHE=run_cache_dir())
     args = [binary, "--jobs", "1", "--short-filename", "--fail-fast", "--verbose", "--filter", filt,
             "--timeout", str(EXERCISE_TEST_LIMIT_S)]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,

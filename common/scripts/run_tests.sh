@@ -20,6 +20,12 @@ case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 [ -x "$bin" ] || { echo "error: $bin not built (make build)" >&2; exit 2; }
 cd "$root" || exit 2
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+# References that several tests share (test_zero.c's DDP runs) are cached for this run only, in a
+# directory made here and removed when the run ends (zl_test.h, zl_cache_stem): no result of a
+# test depends on an earlier run, or on a run under another BLAS kernel.
+ZL_TEST_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/zl_test_cache.XXXXXX") || exit 2
+export ZL_TEST_CACHE
+trap 'rm -rf "$ZL_TEST_CACHE"' EXIT
 # This is the CPU suite: the same results on a laptop and on a GPU box. GPUs are hidden so that
 # --device auto stays on the CPU; `make test-gpu` runs the GPU suite (ZL_TEST_GPUS=1 keeps them).
 [ "${ZL_TEST_GPUS:-0}" = 1 ] || export CUDA_VISIBLE_DEVICES=
@@ -27,7 +33,7 @@ args=(--jobs "${ZL_TEST_JOBS:-1}" --short-filename --verbose)
 [ -n "$filter" ] || filter='!(*_long)/*'
 args+=(--filter "$filter")
 echo "tests: ${bin#"$root"/}${filter:+ --filter '$filter'}, one at a time; a line per suite, failures as they happen (ZL_TEST_VERBOSE=1 shows each test)"
-if [ "${ZL_TEST_VERBOSE:-0}" = 1 ]; then exec "$bin" "${args[@]}" </dev/null; fi
+if [ "${ZL_TEST_VERBOSE:-0}" = 1 ]; then "$bin" "${args[@]}" </dev/null; exit $?; fi
 # Criterion --verbose prints [RUN ] / [PASS] / [FAIL] per test, the [----] lines of a failure (or
 # of cr_log_info) before its [FAIL], and the [====] Synthesis line at the end. Keep a failing
 # test's lines, fold passing ones into the suite's line, and pass anything else through.

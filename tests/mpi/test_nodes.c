@@ -352,23 +352,32 @@ Test(ch09_cluster, strategies_on_two_nodes_equal_one_box, .timeout = 120) {
 }
 
 /* A checkpoint written on 2 emulated nodes (ZeRO-3 over 4 ranks) resumes on 2 ranks of one box: the
- * resumed run ends where ZeRO-3 on 2 ranks straight through ends, within 1e-5 (another rank count
- * sums in another order). */
+ * resumed run ends where ZeRO-3 on 2 ranks straight through ends, within 1e-6 · max|w| (normwise).
+ * Not bitwise: the first 3 steps ran on 4 ranks, GEMMs of 4 rows per rank where the straight run has
+ * 8 — another shape, so another BLAS kernel order (notes/design.md, "Bits or a tolerance"). SGD
+ * with momentum, not AdamW: AdamW turns a ~0 gradient's rounding into a step of ~lr either way
+ * (measured 1.01e-5 on one kernel), SGD keeps the gap at the gradients' own (~1e-7 of max|w|;
+ * the log line prints it). */
 Test(ch09_cluster, checkpoint_from_two_nodes_resumes_on_one_box, .timeout = 90) {
   need_cluster();
   char dir[512], a[512], b[512];
   zl_tmppath(dir, sizeof dir, "cluster", "ckpt");
   zl_tmppath(a, sizeof a, "cluster", "resumed.bin");
   zl_tmppath(b, sizeof b, "cluster", "straight.bin");
-  const char *run = "--batch 16 --seed 5 --optimizer adamw --lr 0.01 --quiet --timeout-s 30";
+  const char *run = "--batch 16 --seed 5 --optimizer sgd --momentum 0.9 --lr 0.05 --quiet --timeout-s 30";
   zl_run_ok(0, 60, "zero3 on 2 nodes --ckpt", "%s bash common/scripts/zlrun --nodes 2 4 %s/ch05_zero3 --steps 3 %s --ckpt %s",
             g_env, ZL_BIN, run, dir);
   cluster_down();
   zl_run_ok(2, 60, "zero3 --resume on one box", "%s/ch05_zero3 --steps 6 %s --resume %s --save-params %s", ZL_BIN, run, dir, a);
   zl_run_ok(2, 60, "zero3 6 steps on one box", "%s/ch05_zero3 --steps 6 %s --save-params %s", ZL_BIN, run, b);
-  size_t n = 0;
-  double d = max_diff(a, b, &n);
-  cr_assert(d <= 1e-5, "3 steps on 2 nodes + 3 resumed on one box vs 6 on one box: max |difference| %.3g (tolerance 1e-5)", d);
+  int64_t na = 0, nb = 0;
+  float *got = zl_read_floats(a, &na), *want = zl_read_floats(b, &nb);
+  cr_assert(got && want && na == nb && na > 0, "--save-params %s (%lld floats) and %s (%lld)", a, (long long)na, b,
+            (long long)nb);
+  double gap = zl_expect_close_norm("3 steps on 2 nodes + 3 resumed on one box vs 6 on one box: weights", got, want, na, 1e-6);
+  cr_log_info("checkpoint from two nodes: largest |difference| / max|w| %.2g (tolerance 1e-6)", gap);
+  free(got);
+  free(want);
 }
 
 /* A node whose link goes down mid-run takes the job down within --timeout-s (plus zlrun's few

@@ -13,9 +13,13 @@
  *      m and v take the step's gradient, so only the weights can be compared after a step);
  *   3. the loss goes on: G (or, for grids without --tp, the step-4 directory itself, directly)
  *      resumed on every TARGET grid to step 8: params within the case's tolerance of the
- *      straight run (another grid sums in another order: 1e-6 relative for the MLP with AdamW,
- *      1e-4 for the GPT with SGD momentum — AdamW divides each gradient by its own scale, so a
- *      weight whose gradient is ~0 moves by ~lr in a direction the summation order decides).
+ *      straight run, normwise (|Δw_i| <= tol·max|w|; zl_expect_close_norm): another grid runs its
+ *      GEMMs on other shapes and sums in another order, so the bits differ (notes/design.md, "Bits
+ *      or a tolerance"), and a per-weight relative test is no measure (AdamW moves a weight whose
+ *      gradient is ~0 by ~lr in a direction the summation order decides). tol = 1e-6: measured
+ *      over the OpenBLAS kernels Prescott..Cooperlake, the largest gap is 5.8e-8 (MLP, AdamW) and
+ *      7.4e-9 (GPT, SGD) — a margin of 17x; a lost gradient piece or a wrong lr moves weights by
+ *      ~lr·|g| ≈ 1e-3 of max|w| (the log line prints each case's gap).
  *      Tiny models, 2–4 ranks, 8 steps; the table covers TP (the GPT's vocab-parallel embedding
  *      and head, Pa), TP x PP, ZeRO-1/2/3, offload and the interleaved pipeline. */
 #include "zl_test.h" // zl_run, zl_tmpdir, zl_read_file, zl_read_floats, zl_expect_floats
@@ -106,7 +110,9 @@ static void universal(const ucase_t *c) {
     cr_assert_eq(n, psi, "%s: %lld params, expected %lld", t, (long long)n, (long long)psi);
     snprintf(q, sizeof q, "%s: %s %s (%d ranks) -> %s %s (%d ranks), params after step 8", c->name, c->src.prog,
              c->src.flags, c->src.np, c->dst[k].prog, c->dst[k].flags, c->dst[k].np);
-    zl_expect_floats(q, got, want, n, c->tol);
+    double gap = zl_expect_close_norm(q, got, want, n, c->tol);
+    cr_log_info("universal %s -> %s %s: largest |difference| / max|w| %.2g (tolerance %g)", c->name, c->dst[k].prog,
+                c->dst[k].flags, gap, c->tol);
     free(got);
   }
   free(want);
@@ -120,9 +126,9 @@ static const ucase_t CASES[] = {
     {"u_tp2pp2", MLP, 1e-6, {4, "ch07_pipeline", "--tp 2 --pp 2"}, 0, {{3, "ch05_zero3", ""}, {4, "ch06_tp", "--tp 2"}}},
     {"u_zero3", MLP, 1e-6, {3, "ch05_zero3", ""}, 1, {{2, "ch06_tp", "--tp 2"}, {3, "ch07_pipeline", "--pp 3 --zero 1"}}},
     {"u_offload", MLP, 1e-6, {2, "ch08_offload", ""}, 1, {{4, "ch07_pipeline", "--tp 2 --pp 2"}, {3, "ch04_zero2", ""}}},
-    {"u_gpt_tp2_pa", GPT, 1e-4, {2, "ch06_tp", "--tp 2 --recompute"}, 0,
+    {"u_gpt_tp2_pa", GPT, 1e-6, {2, "ch06_tp", "--tp 2 --recompute"}, 0,
      {{3, "ch06_tp", "--tp 3"}, {2, "ch08_offload", ""}}},
-    {"u_gpt_interleaved", GPT, 1e-4, {2, "ch07_pipeline", "--pp 2 --schedule interleaved --virtual-stages 2"}, 1,
+    {"u_gpt_interleaved", GPT, 1e-6, {2, "ch07_pipeline", "--pp 2 --schedule interleaved --virtual-stages 2"}, 1,
      {{2, "ch06_tp", "--tp 2 --recompute"}, {3, "ch03_zero1", ""}}},
 };
 
