@@ -83,16 +83,20 @@ for k in "${list[@]}"; do
   fi
   echo "== OPENBLAS_CORETYPE=$k"
   t0=$(date +%s)
-  out=$(OPENBLAS_CORETYPE=$k bash "$root/common/scripts/run_tests.sh" "$bin" "$filter" 2>&1)
+  out=$(OPENBLAS_CORETYPE=$k ZL_TEST_VERBOSE=1 bash "$root/common/scripts/run_tests.sh" "$bin" "$filter" 2>&1)
   rc=$?
   t1=$(date +%s)
-  echo "$out" | grep -v '^tests: ' | sed 's/^/  /'
+  # failures in full; of the passing tests, the lines that state a measured gap against its tolerance
+  echo "$out" | grep -a -E '^\[(FAIL|ERR )|largest|^\[----\] .*(got|expected|Assertion)' | sed 's/^/  /'
+  # the largest gap as a fraction of its own tolerance (each line: "largest ...: GAP (tolerance TOL)")
+  gap=$(echo "$out" | grep -a -o -E 'largest[^:]*: [0-9.eE+-]+ \(tolerance [0-9.eE+-]+\)' |
+        sed -E 's/.*: ([0-9.eE+-]+) \(tolerance ([0-9.eE+-]+)\)/\1 \2/' | awk '{ f = $1 / $2; if (f > m) m = f } END { if (NR) printf "%.3g", m }')
   summary=$(echo "$out" | grep -a 'Synthesis' | tail -1 | sed 's/.*Synthesis: //')
   p=$(echo "$summary" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p'); f=$(echo "$summary" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
   c=$(echo "$summary" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
   [ "$rc" = 0 ] || failed=1
-  rows+=("$(printf '%-12s %-8s %s passed, %s failed, %s crashed, %d s' "$k" "$([ "$rc" = 0 ] && echo ok || echo FAILED)" "${p:-?}" "${f:-?}" "${c:-?}" $((t1 - t0)))")
-  jrows+="${jrows:+,}\"$k\": {\"rc\": $rc, \"passed\": ${p:-null}, \"failed\": ${f:-null}, \"crashed\": ${c:-null}, \"seconds\": $((t1 - t0))}"
+  rows+=("$(printf '%-12s %-8s %s passed, %s failed, %s crashed, %d s; largest gap %s of its tolerance' "$k" "$([ "$rc" = 0 ] && echo ok || echo FAILED)" "${p:-?}" "${f:-?}" "${c:-?}" $((t1 - t0)) "${gap:-?}")")
+  jrows+="${jrows:+,}\"$k\": {\"rc\": $rc, \"passed\": ${p:-null}, \"failed\": ${f:-null}, \"crashed\": ${c:-null}, \"seconds\": $((t1 - t0)), \"largest_gap_over_tolerance\": ${gap:-null}}"
 done
 echo
 printf '%-12s %-8s %s\n' kernel result detail

@@ -404,7 +404,7 @@ int main(int argc, char **argv) {
   comm_ctl_all_reduce_f64(c, &worst, 1, REDOP_MAX);
   if (g_rank == 0) {
     if (bad == 0 && strcmp(mode, "ops") == 0)
-      printf("scn_tp: ok (%d cases; largest max rel diff where a GEMM's shape changes: %.2g, tolerance %g)\n", g_cases,
+      printf("scn_tp: ok (%d cases; largest max rel diff where a GEMM's shape changes: %.2g (tolerance %g))\n", g_cases,
              worst, TOL);
     else if (bad == 0) printf("scn_tp: ok (%d cases)\n", g_cases);
     else printf("scn_tp: %g failures\n", bad);

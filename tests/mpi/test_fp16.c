@@ -4,7 +4,8 @@
  *      unchanged on them: a huge --init-scale at N = 1 (the skipped steps are the prefix where
  *      the scale is too big, each one halving it), and --fault R:S:overflow under ZeRO-3 at
  *      N = 3, where only rank R's shard overflows and every rank must skip;
- *   2. fp16 DDP at N = 2 = N = 1 within a stated tolerance; fp16 ZeRO-1/2/3 = fp16 DDP bitwise;
+ *   2. fp16 DDP at N = 2 = N = 1 within a stated tolerance (other per-rank GEMM shapes); fp16
+ *      ZeRO-1/2/3 = fp16 DDP bitwise (the same kernels and shapes; at N = 2 each sum is a + b);
  *   3. the GPT trains in fp16 to bf16's validation loss within a stated margin;
  *   4. fp16's range problem: without scaling (--loss-scale 1) gradients flush to zero, counted,
  *      and the default scale (65536) flushes fewer of them.

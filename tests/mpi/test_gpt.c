@@ -1,5 +1,6 @@
 /* test_gpt.c — every training contract for --model gpt (suite common_gpt; common/model/gpt.h):
- *   N ranks = 1 rank (1e-5, DDP N = 2 against N = 1);
+ *   (bitwise only where the same kernels run the same shapes in the same order: notes/design.md, "Bits or a tolerance")
+ *   N ranks = 1 rank (1e-5, DDP N = 2 against N = 1: another per-rank batch, other GEMM shapes);
  *   ZeRO-1/2/3 = DDP bitwise at N = 2 and within 1e-6 at N = 3 (padded units), with the ledger's
  *   model states = the formula at the padded Ψ, to the byte;
  *   --recompute changes no bit; checkpoints resume bitwise (ZeRO-3, 4 steps + 4 resumed);

@@ -2,7 +2,8 @@
  * resume, resharding and zl_ckpt for free: tests/mpi/scn_layout.c ("unit owners": rank u mod N
  * keeps unit u's fp32 weights and optimizer states, every rank the working params) implements
  * strategy_t.layout and nothing checkpoint-specific, and must
- *   - train bit for bit like ch02_ddp --variant naive (the export goes through its layout too);
+ *   - train bit for bit like ch02_ddp --variant naive (the same N, batch and GEMM shapes: only where
+ *     the weights live differs; the export goes through its layout too);
  *   - resume bitwise: 8 straight steps == 4 + resume + 4 (params, losses, every shard file);
  *   - reshard both ways: its checkpoint resumed by DDP and ZeRO-3 on 3 ranks, a ZeRO-2
  *     checkpoint resumed by it on 3 ranks, within 1e-6 of the straight runs;

@@ -5,7 +5,9 @@
  *     (model states device vs host, to the byte); the bytes copied per step equal the shard;
  *   - checkpoints written with offload resume bitwise, with and without offload (layout hook);
  *   - under --mem-limit-mb (the device arena only) a model ZeRO-2 refuses trains with offload.
- * The reference is the same program with --offload none (zero2_strategy() itself).
+ * The reference is the same program with --offload none (zero2_strategy() itself): the same
+ * kernels on the same shapes in the same order (the host step calls the device step's element-wise
+ * functions), so bitwise is the rule's (notes/design.md, "Bits or a tolerance"), on any CPU.
  *
  * Model: input 6, hidden 13, classes 11, 2 hidden layers: units of 91, 182 and 154 elements,
  * Ψ = 427, none a multiple of 3 or 4, so N = 3, 4 pad every unit. */

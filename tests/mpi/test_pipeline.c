@@ -174,12 +174,14 @@ static double rank_acts_peak(const char *json, int r) {
  * --accum 4: bitwise weights and losses;
  * the in-flight activations per stage equal the formula; GPipe − 1F1B on the ledger's acts
  * peak is exactly (M − min(M, P − s)) micro-batches of the stage. */
-Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 240) {
+/* Pipelines of P = Plo..Phi stages (and, with interleaved, P = 2 v = 2) against 1 rank with
+ * --accum M: the same micro-batches through the same kernels, in the same order — bitwise. */
+static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum %d", M_MICRO);
   run_out_t ref = launch(1, cmd, "ref");
   const char *names[3] = {"naive", "gpipe", "1f1b"};
-  { /* interleaved: P = 2, v = 2 (4 chunks of the 5 units); in-flight peaks counted in chunk-slots */
+  if (interleaved) { /* interleaved: P = 2, v = 2 (4 chunks of the 5 units); in-flight peaks counted in chunk-slots */
     snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp 2 --micro-batches %d --schedule interleaved --virtual-stages 2",
              M_MICRO);
     run_out_t r = launch(2, cmd, "pp2_interleaved");
@@ -193,7 +195,7 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
     }
     run_free(&r);
   }
-  for (int P = 2; P <= 4; P++) {
+  for (int P = Plo; P <= Phi; P++) {
     int first[6];
     pp_split(g_units, 5, P, first);
     double acts[3][4] = {{0}};
@@ -234,6 +236,13 @@ Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 2
   }
   run_free(&ref);
 }
+
+/* make test: P = 2 (every schedule, and interleaved) and P = 4; make test-long: P = 3 (an odd split) */
+Test(ch07_pipeline, equals_one_rank_accum_bitwise_and_acts_formula, .timeout = 240) {
+  pp_equals_one_rank(2, 2, 1);
+  pp_equals_one_rank(4, 4, 0);
+}
+Test(ch07_pipeline_long, equals_one_rank_accum_bitwise_p3, .timeout = 240) { pp_equals_one_rank(3, 3, 0); }
 
 /* Run `np` ranks of CMD (a program and its flags, printf-style) with --quiet --save-params
  * DIR/NAME.bin; it must exit 0 (else the failure names the command). Returns the saved fp32

@@ -41,25 +41,33 @@ static char *final_loss(const char *out) {
   return e ? strndup(p, (size_t)(e - p)) : NULL;
 }
 
-Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) {
-  static const struct { int np; const char *cmd; } runs[] = {
-      {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule 1f1b"},
-      {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule gpipe"},
-      {4, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule interleaved --virtual-stages 1 --pp 4"},
-      {4, ZL_BIN "/ch06_tp " SHAPE " --tp 2"},
-      {2, ZL_BIN "/ch05_zero3 " SHAPE " --prefetch 1"},
-      {3, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 24 --batch 6 --steps 2 --timeout-s 20 --quiet --cp 3"},
-  };
-  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+static const struct { int np; const char *cmd; } SYNC_RUNS[] = {
+    {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule 1f1b"},
+    {4, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule interleaved --virtual-stages 1 --pp 4"},
+    {3, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 24 --batch 6 --steps 2 --timeout-s 20 --quiet --cp 3"},
+    /* make test-long: the rest */
+    {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule gpipe"},
+    {4, ZL_BIN "/ch06_tp " SHAPE " --tp 2"},
+    {2, ZL_BIN "/ch05_zero3 " SHAPE " --prefetch 1"},
+};
+/* runs [lo, hi) of SYNC_RUNS, eager then with ZL_SYNC_SENDS=1: the same final loss, no deadlock */
+static void sync_runs(size_t lo, size_t hi) {
+  for (size_t i = lo; i < hi; i++) {
     char *eager = NULL, *sync = NULL;
-    int rc0 = run_mode("0", runs[i].np, &eager, runs[i].cmd);
-    cr_assert_eq(rc0, 0, "%s (eager sends) exited %d:\n%s", runs[i].cmd, rc0, eager);
-    int rc1 = run_mode("1", runs[i].np, &sync, runs[i].cmd);
-    cr_assert_eq(rc1, 0, "%s with ZL_SYNC_SENDS=1 exited %d (124: a deadlock nothing named):\n%s", runs[i].cmd, rc1,
+    int rc0 = run_mode("0", SYNC_RUNS[i].np, &eager, SYNC_RUNS[i].cmd);
+    cr_assert_eq(rc0, 0, "%s (eager sends) exited %d:\n%s", SYNC_RUNS[i].cmd, rc0, eager);
+    int rc1 = run_mode("1", SYNC_RUNS[i].np, &sync, SYNC_RUNS[i].cmd);
+    cr_assert_eq(rc1, 0, "%s with ZL_SYNC_SENDS=1 exited %d (124: a deadlock nothing named):\n%s", SYNC_RUNS[i].cmd, rc1,
                  sync);
     char *l0 = final_loss(eager), *l1 = final_loss(sync);
     cr_assert(l0 && l1 && strcmp(l0, l1) == 0, "%s: synchronous sends changed the result: eager '%s', sync '%s'",
-              runs[i].cmd, l0 ? l0 : "(none)", l1 ? l1 : "(none)");
+              SYNC_RUNS[i].cmd, l0 ? l0 : "(none)", l1 ? l1 : "(none)");
     free(l0), free(l1), free(eager), free(sync);
   }
+}
+/* make test: the pipeline (1F1B, and interleaved across 4 stages) and ring CP, whose sends pair up
+ * across ranks; make test-long adds GPipe, TP and ZeRO-3 prefetch (collectives only). */
+Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) { sync_runs(0, 3); }
+Test(common_sync_sends_long, gpipe_tp_and_zero3_under_synchronous_sends, .timeout = 600) {
+  sync_runs(3, sizeof SYNC_RUNS / sizeof SYNC_RUNS[0]);
 }

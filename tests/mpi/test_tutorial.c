@@ -10,7 +10,9 @@ static const char *tail_of(const char *out, size_t keep) {
   return n > keep ? out + n - keep : out;
 }
 
-Test(common_tutorial, quick_tour_draws_every_figure, .timeout = 170) {
+/* make test-long: the whole quick tour, every chapter, every figure (about 45 s); make test runs one
+ * chapter of it (one_chapter_of_the_tour_draws_its_figures, below). */
+Test(common_tutorial_long, quick_tour_draws_every_figure, .timeout = 170) {
   char dir[256], cmd[1024];
   zl_tmpdir(dir, sizeof dir, "tour");
   char *out = NULL;
@@ -32,6 +34,27 @@ Test(common_tutorial, quick_tour_draws_every_figure, .timeout = 170) {
   cr_assert_eq(rc, 0, "plots.py --check: a figure is missing or blank (exit %d):\n%s", rc, out);
   free(out);
   zl_run(0, 30, NULL, "rm -rf %s", dir); /* kept when a check fails, to look at */
+}
+
+/* make test: one chapter of the quick tour (02: DDP's loss, memory, traffic and the timeline), its
+ * figures drawn and not blank, the closing pointers to the next command and the exercises. */
+Test(common_tutorial, one_chapter_of_the_tour_draws_its_figures, .timeout = 90) {
+  char dir[256];
+  zl_tmpdir(dir, sizeof dir, "tour02");
+  char *out = NULL;
+  int rc = zl_run(0, 80, &out, "env ZL_BIN=%s ZL_RESULTS=%s/results ZL_FIGURES=%s/figures ZL_DEMO_DEVICE=cpu bash "
+                  "common/scripts/demo.sh 02 --quick", ZL_BIN, dir, dir);
+  cr_assert_eq(rc, 0, "demo.sh 02 --quick exited with %d:\n...%s", rc, tail_of(out, 3000));
+  cr_assert(strstr(out, "plots: 4 drawn, 0 skipped, 0 failed"), "plots.py did not draw chapter 02's 4 figures:\n...%s",
+            tail_of(out, 3000));
+  cr_assert(strstr(out, "Next, try:") && strstr(out, "make exercise CH=02"), "no closing pointers:\n...%s",
+            tail_of(out, 2000));
+  free(out);
+  out = NULL;
+  rc = zl_run(0, 60, &out, "python3 common/scripts/plots.py --check --out %s/figures", dir);
+  cr_assert_eq(rc, 0, "plots.py --check: a figure is missing or blank (exit %d):\n%s", rc, out);
+  free(out);
+  zl_run(0, 30, NULL, "rm -rf %s", dir);
 }
 
 /* No results at all: every figure is skipped with a one-line note (the schematics, which need no

@@ -4,6 +4,11 @@
  * --prefetch auto choice, and the memory budget refusal.
  * Notes: notes/03-zero1.md, notes/04-zero2.md, notes/05-zero3.md.
  *
+ * Bits or a tolerance (notes/design.md, "Bits or a tolerance"): ZeRO at N ranks and its DDP reference run the
+ * same GEMMs on the same per-rank shapes in the same order; only the gradient reduction differs, and
+ * at N = 2 (and 1) each of its sums is a + b either way — bitwise on any CPU. At N >= 3 a
+ * reduce-scatter and an all-reduce add three or more terms in other orders: a tolerance.
+ *
  * One launch gives loss, parameters, ledger and traffic, so each scenario checks them all.
  * The DDP references (build/bin/ch02_ddp --variant naive, same N and flags) are run once per run of
  * the suite and shared by the three chapters (zl_cache_stem: $ZL_TEST_CACHE, removed after the run,
