@@ -6,6 +6,9 @@
 # to the last printed digit; the params bytes are the exact check).
 #   make check-bits BASE=REV  builds REV in a temporary worktree and runs this against build/bin.
 #   FILTER: only the runs whose name contains it (e.g. ch07).
+# Bitwise is the right test here (notes/design.md, "Bits or a tolerance"): both sets of binaries run
+# on this machine, one after the other, under the same OpenBLAS kernel (printed first), so the same
+# kernels meet the same shapes in the same order unless the change itself changed them.
 # Prints one line per run (same / DIFFERENT and why) and exits 1 if any run differs or fails; a run
 # whose flag the BEFORE binaries do not know yet (exit 2, "unknown flag") is named and not compared.
 set -u
@@ -15,6 +18,8 @@ filter=${3:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 tmp=$(mktemp -d /tmp/zl_bits.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+kernel=$(python3 -c 'import ctypes; l = ctypes.CDLL("libopenblas.so.0"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())' 2>/dev/null)
+echo "same_bits: both builds on this machine, OpenBLAS kernel ${kernel:-unknown}${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 
 G="--model gpt --gpt tiny --batch 8"
 M="--layers 3 --hidden 48 --input 20 --classes 6 --batch 24"
