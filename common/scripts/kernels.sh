@@ -33,7 +33,8 @@ flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
 # what each kernel executes, beyond the previous one's (OpenBLAS's kernel/x86_64 sources)
 needs() {
   case "$1" in
-    Prescott) echo pni ;; Nehalem) echo "pni ssse3 sse4_2" ;;  # pni: SSE3 Sandybridge) echo "sse4_2 avx" ;;
+    # (pni is how /proc/cpuinfo names SSE3)
+    Prescott) echo pni ;; Nehalem) echo "pni ssse3 sse4_2" ;; Sandybridge) echo "sse4_2 avx" ;;
     Haswell|Zen) echo "avx avx2 fma" ;; SkylakeX) echo "avx2 fma avx512f avx512bw avx512vl avx512dq" ;;
     Cooperlake) echo "avx512f avx512bw avx512vl avx512_bf16" ;; *) echo "unknown-kernel" ;;
   esac
