@@ -177,7 +177,8 @@ $(OUT)/tests/scn_%: $(OBJ)/tests/mpi/scn_%.o $(LIB)
 # objects reached only through pattern rules are "intermediate": keep them (no rm, no rebuild)
 .SECONDARY: $(SCN_C:tests/%.c=$(OBJ)/tests/%.o) $(TOOL_C:common/tools/%.c=$(OBJ)/tools/%.o)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# (and those of a tree outside BUILD, such as make exercise's judged one: a changed header rebuilds its objects too)
+-include $(shell find $(BUILD) $(if $(filter $(BUILD)/%,$(OUT)),,$(OUT)) -name '*.d' 2>/dev/null)
 
 # ---- the two commands ---------------------------------------------------------------------
 deps:

@@ -40,7 +40,8 @@ typedef struct ddp_state {
 int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket) {
   // BEGIN EXERCISE ddp_assign_buckets notes/02-ddp.md
   // HINT: buckets are filled in the order the backward produces gradients (the last unit first),
-  // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket.
+  // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket. A unit this
+  // HINT: rank does not hold (padded 0: a pipeline keeps it on another stage) is in no bucket.
   // HINT: stuck? `make hint EX=ddp_assign_buckets LEVEL=2` gives the next hint
   zl_exercise_todo("ddp_assign_buckets", "notes/02-ddp.md");
   // END EXERCISE

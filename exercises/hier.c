@@ -39,6 +39,8 @@ void hier_all_reduce(hier_t *h, void *buf, int64_t numel, dtype_t dt, redop_t op
   // HINT: three collectives, no new algorithm: first make every rank of the node own 1/g of the
   // HINT: node's sum; then only those pieces cross the nodes, each summed with the same piece of
   // HINT: the other nodes; then the node puts its pieces back together on every rank.
+  // HINT: buf lives on comm_device(h->node) and the collectives work in place on it (hier.h): no
+  // HINT: scratch buffer (xmalloc would be host memory). Any numel, also one g does not divide.
   // HINT: stuck? `make hint EX=hier_all_reduce LEVEL=2` gives the next hint
   zl_exercise_todo("hier_all_reduce", "notes/09-nodes.md");
   // END EXERCISE

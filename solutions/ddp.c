@@ -35,19 +35,26 @@ typedef struct ddp_state {
 int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket) {
   // BEGIN EXERCISE ddp_assign_buckets notes/02-ddp.md
   // HINT: buckets are filled in the order the backward produces gradients (the last unit first),
-  // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket.
-  // HINT2: walk u = U−1 down to 0 with the open bucket's byte count; close it when it is not empty
-  // HINT2: and adding unit u would pass the cap. A bucket's off is its lowest unit's off, its numel
-  // HINT2: the sum of its units' padded; unit_bucket[u] says which bucket holds u.
-  // HINT3: cap = bucket_mb·2^20; n = 0, open = 0; for u = U−1..0: nbytes = padded·elem_bytes; if open > 0 and
-  // HINT3: open + nbytes > cap: n++, open = 0; if open == 0 start out[n] at u; out[n].first_unit = u, .off =
-  // HINT3: units[u].off, .numel += padded, .nbytes += nbytes; open += nbytes; unit_bucket[u] = n. Return n+1
-  // HINT3: (0 when there are no units).
+  // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket. A unit this
+  // HINT: rank does not hold (padded 0: a pipeline keeps it on another stage) is in no bucket.
+  // HINT2: walk u = U−1 down to 0 with the open bucket's byte count; skip a unit of padded 0
+  // HINT2: (unit_bucket[u] = −1); close the open bucket when it is not empty and adding unit u would
+  // HINT2: pass the cap. A bucket's off is its lowest unit's off, its numel the sum of its units'
+  // HINT2: padded; unit_bucket[u] says which bucket holds u.
+  // HINT3: cap = bucket_mb·2^20; n = 0, open = 0; for u = U−1..0: if padded == 0 { unit_bucket[u] = −1; continue; }
+  // HINT3: nbytes = padded·elem_bytes; if open > 0 and open + nbytes > cap: n++, open = 0; if open == 0 start
+  // HINT3: out[n] at u; out[n].first_unit = u, .off = units[u].off, .numel += padded, .nbytes += nbytes; open +=
+  // HINT3: nbytes; unit_bucket[u] = n. Return n+1 (0 when no unit is held).
   double cap = bucket_mb * 1048576.0;
-  int n = 0;
+  int n = 0, any = 0;
   int64_t open_bytes = 0;
   for (int u = m->n_units - 1; u >= 0; u--) {
     const unit_t *un = &m->units[u];
+    if (un->padded == 0) { /* on another stage: its backward never runs here, it must start no bucket */
+      unit_bucket[u] = -1;
+      continue;
+    }
+    any = 1;
     int64_t nbytes = un->padded * (int64_t)elem_bytes;
     if (open_bytes > 0 && (double)(open_bytes + nbytes) > cap) { /* close it: unit u starts the next */
       n++;
@@ -62,7 +69,7 @@ int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_b
     open_bytes += nbytes;
     unit_bucket[u] = n;
   }
-  return m->n_units > 0 ? n + 1 : 0;
+  return any ? n + 1 : 0;
   // END EXERCISE
 }
 

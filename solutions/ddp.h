@@ -21,8 +21,11 @@ typedef struct ddp_bucket {
 /* Assign units to buckets in backward order (unit U−1 first). cap = bucket_mb MiB (2^20 bytes),
  * elem_bytes per gradient element. A bucket closes when adding the next unit would take it past
  * the cap; a unit larger than the cap gets a bucket of its own. So bucket 0 holds the last unit(s)
- * and is launched first. Writes out[0..n) (room for m->n_units) and unit_bucket[u] for every unit;
- * returns n, the number of buckets. */
+ * and is launched first. A unit this rank does not hold (padded 0: on another pipeline stage) is in
+ * no bucket (unit_bucket[u] = −1): a bucket launches when its lowest unit's backward is done, and
+ * that backward never runs on this rank — the replicas would silently drift apart. Writes
+ * out[0..n) (room for m->n_units) and unit_bucket[u] for every unit; returns n, the number of
+ * buckets (0 when no unit is held). */
 int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket);
 
 /* The strategy for --variant naive|overlap|bucketed; NULL for anything else. */

@@ -34,6 +34,8 @@ void hier_all_reduce(hier_t *h, void *buf, int64_t numel, dtype_t dt, redop_t op
   // HINT: three collectives, no new algorithm: first make every rank of the node own 1/g of the
   // HINT: node's sum; then only those pieces cross the nodes, each summed with the same piece of
   // HINT: the other nodes; then the node puts its pieces back together on every rank.
+  // HINT: buf lives on comm_device(h->node) and the collectives work in place on it (hier.h): no
+  // HINT: scratch buffer (xmalloc would be host memory). Any numel, also one g does not divide.
   // HINT2: h->node has g ranks, h->cross has K (one per node, all with the same place i in
   // HINT2: their node). Your piece is chunk i of buf in h->node's chunking: comm_chunk_lo(numel,
   // HINT2: g, i) and comm_chunk_numel(numel, g, i). Reduce-scatter and all-gather work in place

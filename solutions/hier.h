@@ -25,6 +25,12 @@ hier_t hier_init(comm_t *c);
 /* Finalize both groups (before c). */
 void hier_free(hier_t *h);
 /* The sum (op) over every rank of c of buf (numel elements, in place), in the three steps
- * above; blocking. Same result as comm_all_reduce(c, ...) up to the order of the additions. */
+ * above; blocking (every operation it issues is waited for before it returns). Same result as
+ * comm_all_reduce(c, ...) up to the order of the additions. Any numel: 0, fewer than g, or one g
+ * does not divide (rank i's piece is chunk i of comm.h's chunking, comm_chunk_lo(numel, g, i) and
+ * comm_chunk_numel(numel, g, i)). buf is on comm_device(h->node) (a GPU buffer with --device cuda).
+ * No scratch buffer is needed: comm_reduce_scatter and comm_all_gather work in place (comm.h); one
+ * of your own would come from dev_malloc(comm_device(h->node), ...) and go back with dev_free
+ * (xmalloc is host memory). */
 void hier_all_reduce(hier_t *h, void *buf, int64_t numel, dtype_t dt, redop_t op);
 #endif

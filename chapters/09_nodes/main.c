@@ -13,7 +13,8 @@
  *   wire      on emulated nodes: what the node's eth0 really transmitted during one all-reduce
  *             (/sys/class/net/eth0/statistics/tx_bytes, TCP/IP headers and launcher chatter included)
  *   #wrong    one more run each on inputs (r+1)·(i mod 7 + 1), whose sums are exact; every element
- *             of every rank checked
+ *             of every rank checked (a WRONG line under the row names the first wrong one: rank,
+ *             element, got, expected; a MEASURED != FORMULA line each rank off the formula)
  * Exit 1 when a result is wrong or a measured byte count differs from its formula. */
 #include "args.h"   // arg_spec_t, args_parse_nccl, args_error, args_byte_range
 #include "check.h"  // xmalloc, xcalloc, die
@@ -51,6 +52,7 @@ typedef struct row {
   double *wire;          /* [K] eth0 tx bytes during one all-reduce, each node (emulated only) */
   double *p2p;           /* [N] inter-node bytes the ring code really sent (--impl ring) */
   int64_t wrong;
+  double first[4];       /* the first wrong element: rank, index, got, expected (rank −1: none) */
 } row_t;
 
 /* Rank r's input element i: (r+1)·(i mod 7 + 1), so every sum is exact in fp32 and bf16. */
@@ -62,8 +64,15 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void run_alg(bench_t *b, int alg, int64_t numel) {
-  if (alg == FLAT) comm_all_reduce(b->c, b->buf, numel, b->dt, REDOP_SUM);
-  else hier_all_reduce(&b->h, b->buf, numel, b->dt, REDOP_SUM);
+  if (alg == FLAT) {
+    comm_all_reduce(b->c, b->buf, numel, b->dt, REDOP_SUM);
+  } else { /* blocking by contract: `make exercise` names a handle it left open (comm.h) */
+    comm_handle_t s0 = comm_issued(b->c), s1 = comm_issued(b->h.node), s2 = comm_issued(b->h.cross);
+    hier_all_reduce(&b->h, b->buf, numel, b->dt, REDOP_SUM);
+    comm_expect_waited(b->h.node, s1, "hier_all_reduce");
+    comm_expect_waited(b->h.cross, s2, "hier_all_reduce");
+    comm_expect_waited(b->c, s0, "hier_all_reduce");
+  }
   dev_sync(b->dev); /* GPU collectives return once queued */
 }
 
@@ -176,15 +185,25 @@ static void measure(bench_t *b, int64_t numel, row_t *rows) {
     for (int k = 0; k < b->K; k++) w->wire[k] = b->emulated ? tx[k] : -1;
     free(tx);
     w->wrong = -1;
+    w->first[0] = -1;
     if (b->check) {
       dev_memcpy(DEV_CPU, b->host, b->dev, b->buf, (size_t)B);
-      double wrong = 0;
+      /* [0]: wrong elements over the ranks; then each rank's first wrong one: index + 1, got, expected */
+      double *chk = xcalloc((size_t)(1 + 3 * N), sizeof *chk, "check");
       for (int64_t i = 0; i < numel; i++) {
-        double exp = (double)(N * (N + 1) / 2) * (double)(i % 7 + 1);
-        if ((double)dt_load(b->host, b->dt, i) != exp) wrong++;
+        double exp = (double)(N * (N + 1) / 2) * (double)(i % 7 + 1), got = (double)dt_load(b->host, b->dt, i);
+        if (got != exp && chk[0]++ == 0) {
+          chk[1 + 3 * b->rank] = (double)i + 1;
+          chk[2 + 3 * b->rank] = got;
+          chk[3 + 3 * b->rank] = exp;
+        }
       }
-      comm_ctl_all_reduce_f64(b->c, &wrong, 1, REDOP_SUM);
-      w->wrong = (int64_t)wrong;
+      comm_ctl_all_reduce_f64(b->c, chk, 1 + 3 * N, REDOP_SUM);
+      w->wrong = (int64_t)chk[0];
+      for (int r = 0; r < N && w->first[0] < 0; r++)
+        if (chk[1 + 3 * r] > 0)
+          w->first[0] = r, w->first[1] = chk[1 + 3 * r] - 1, w->first[2] = chk[2 + 3 * r], w->first[3] = chk[3 + 3 * r];
+      free(chk);
     }
   }
   free(mine);
@@ -338,6 +357,14 @@ int main(int argc, char **argv) {
       printf("%-10lld %-9s %9.2f %9.1f %8s %13.0f %13.0f %13.0f %13.0f %12s %6s%s\n", (long long)nbytes,
              a == FLAT ? "flat" : "two-level", w->time_us / 1000, w->busbw_mbs, ratio, imax, fmax, w->link,
              w->formula_link, wire, wr, bad ? "  MEASURED != FORMULA" : "");
+      if (w->first[0] >= 0)
+        printf("  WRONG: rank %.0f element %.0f got %g, expected %g (the sum over the %d ranks)\n", w->first[0], w->first[1],
+               w->first[2], w->first[3], N);
+      if (bad)
+        for (int r = 0; r < N; r++)
+          if (w->inter[r] != w->formula[r])
+            printf("  MEASURED != FORMULA: rank %d sent %.0f bytes across nodes per all-reduce, the formula %.0f\n", r,
+                   w->inter[r], w->formula[r]);
       if (jf) {
         fprintf(jf, "%s\n  {\"bytes\": %lld, \"algorithm\": \"%s\", \"time_us\": %.3f, \"busbw_mbs\": %.4f, "
                     "\"busbw_over_link\": ",
@@ -355,7 +382,12 @@ int main(int argc, char **argv) {
                 w->link, w->formula_link);
         if (b.emulated) json_array(jf, w->wire, K);
         else fprintf(jf, "null");
-        fprintf(jf, ", \"wrong\": %lld, \"ranks_off_formula\": %d}", (long long)w->wrong, bad);
+        fprintf(jf, ", \"wrong\": %lld, \"ranks_off_formula\": %d, \"first_wrong\": ", (long long)w->wrong, bad);
+        if (w->first[0] >= 0)
+          fprintf(jf, "{\"rank\": %.0f, \"index\": %.0f, \"got\": %.17g, \"expected\": %.17g}}", w->first[0], w->first[1],
+                  w->first[2], w->first[3]);
+        else
+          fprintf(jf, "null}");
       }
     }
     if (b.rank == 0) fflush(stdout);

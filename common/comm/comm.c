@@ -68,6 +68,7 @@ int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int
 
 /* ---- init / finalize ---------------------------------------------------------------------- */
 static void comm_stream_main(comm_t *c);
+static void track_register(comm_t *c);
 
 /* A communicator with its lock, condition variables and task queue; no MPI, no backend yet. */
 static comm_t *comm_alloc(backend_t backend, device_t dev) {
@@ -84,45 +85,157 @@ static comm_t *comm_alloc(backend_t backend, device_t dev) {
   c->q_cap = 64;
   c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
   const char *ex = getenv("ZL_EXERCISE_TIMEOUT_S"); /* exercise mode: name dropped handles */
-  c->track_p2p = ex != NULL && ex[0] != '\0';
+  if (ex != NULL && ex[0] != '\0') track_register(c);
   return c;
 }
 
-/* ---- exercise mode: point-to-point handles nobody waited for (see comm_internal.h) ---------- */
-static void p2p_opened(comm_t *c, comm_handle_t h, const char *fn, const char *tag) {
-  if (!c->track_p2p) return;
-  if (c->n_open_p2p == c->cap_open_p2p) {
-    c->cap_open_p2p = c->cap_open_p2p ? 2 * c->cap_open_p2p : 16;
-    c->open_p2p = realloc(c->open_p2p, (size_t)c->cap_open_p2p * sizeof *c->open_p2p);
-    if (!c->open_p2p) die_on_rank("out of memory tracking %d communication handles", c->cap_open_p2p);
+/* ---- exercise mode: handles nobody waited for (see comm_internal.h) ------------------------ */
+/* Every tracked communicator, so that an operation of one is checked against what the others
+ * have in flight; their lists of open handles are read and written under g_track_mu. */
+static pthread_mutex_t g_track_mu = PTHREAD_MUTEX_INITIALIZER;
+static comm_t **g_tracked;
+static int g_n_tracked, g_cap_tracked;
+
+static void track_register(comm_t *c) {
+  pthread_mutex_lock(&g_track_mu);
+  if (g_n_tracked == g_cap_tracked) {
+    g_cap_tracked = g_cap_tracked ? 2 * g_cap_tracked : 8;
+    g_tracked = realloc(g_tracked, (size_t)g_cap_tracked * sizeof *g_tracked);
+    if (!g_tracked) die_on_rank("out of memory tracking %d communicators", g_cap_tracked);
   }
-  struct comm_open_p2p *o = &c->open_p2p[c->n_open_p2p++];
+  g_tracked[g_n_tracked++] = c;
+  c->track = 1;
+  pthread_mutex_unlock(&g_track_mu);
+}
+
+static void track_unregister(comm_t *c) {
+  if (!c->track) return;
+  pthread_mutex_lock(&g_track_mu);
+  for (int i = 0; i < g_n_tracked; i++)
+    if (g_tracked[i] == c) g_tracked[i] = g_tracked[--g_n_tracked];
+  free(c->open);
+  c->open = NULL;
+  c->n_open = c->cap_open = 0;
+  pthread_mutex_unlock(&g_track_mu);
+}
+
+static int overlaps(const char *a, int64_t an, const char *b, int64_t bn) {
+  return a && b && an > 0 && bn > 0 && a < b + bn && b < a + an;
+}
+
+/* Before c's operation `fn` reads rd_n bytes at rd and writes wr_n at wr: an operation of another
+ * communicator still open (nobody waited for it) that writes what this one touches, or reads what
+ * it writes, races it — the two streams do not wait for each other. Dies naming both. */
+static void track_check(comm_t *c, const char *fn, const char *tag, const void *rd, int64_t rd_n, const void *wr,
+                        int64_t wr_n) {
+  if (!c->track) return;
+  pthread_mutex_lock(&g_track_mu);
+  for (int k = 0; k < g_n_tracked; k++) {
+    comm_t *o = g_tracked[k];
+    if (o == c) continue;
+    for (int i = 0; i < o->n_open; i++) {
+      const struct comm_open *e = &o->open[i];
+      int writes = overlaps(wr, wr_n, e->wr, e->wr_n) || overlaps(rd, rd_n, e->wr, e->wr_n);
+      if (!writes && !overlaps(wr, wr_n, e->rd, e->rd_n)) continue;
+      char what[96];
+      snprintf(what, sizeof what, "%s (%s)", e->fn, e->tag);
+      pthread_mutex_unlock(&g_track_mu);
+      die_on_rank("%s (%s) %s a buffer that %s, issued earlier on another communicator and never waited for, %s: the "
+                  "two communicators' streams do not wait for each other, so the two race — comm_wait that handle (on "
+                  "its own communicator) before %s",
+                  fn, tag && tag[0] ? tag : "-", writes ? "uses" : "writes", what, writes ? "writes" : "reads", fn);
+    }
+  }
+  pthread_mutex_unlock(&g_track_mu);
+}
+
+/* After submit: handle h of `fn` is open (p2p: until waited by name; a collective: until a wait
+ * on it or a later handle of c). */
+static void track_open(comm_t *c, comm_handle_t h, const char *fn, const char *tag, int p2p, const void *rd,
+                       int64_t rd_n, const void *wr, int64_t wr_n) {
+  if (!c->track || h <= 0) return;
+  pthread_mutex_lock(&g_track_mu);
+  if (c->n_open == c->cap_open) {
+    c->cap_open = c->cap_open ? 2 * c->cap_open : 16;
+    c->open = realloc(c->open, (size_t)c->cap_open * sizeof *c->open);
+    if (!c->open) die_on_rank("out of memory tracking %d communication handles", c->cap_open);
+  }
+  struct comm_open *o = &c->open[c->n_open++];
+  memset(o, 0, sizeof *o);
   o->h = h;
   o->fn = fn;
   snprintf(o->tag, sizeof o->tag, "%s", tag && tag[0] ? tag : "-");
+  o->p2p = p2p;
+  o->rd = rd, o->rd_n = rd_n;
+  o->wr = wr, o->wr_n = wr_n;
+  pthread_mutex_unlock(&g_track_mu);
 }
 
-/* comm_wait(c, h): h is waited for by name (a later handle's wait completes it too, but does not
- * count: the code that dropped it would break the day the stream reorders or the message is late). */
-static void p2p_waited(comm_t *c, comm_handle_t h) {
-  for (int i = 0; i < c->n_open_p2p; i++)
-    if (c->open_p2p[i].h == h) {
-      c->open_p2p[i] = c->open_p2p[--c->n_open_p2p];
-      return;
-    }
+/* comm_wait(c, h): a point-to-point h is waited for by name (a later handle's wait completes it
+ * too, but does not count: the code that dropped it would break the day the stream reorders or
+ * the message is late); the collectives up to h are complete (the stream's order, comm.h). */
+static void track_waited(comm_t *c, comm_handle_t h) {
+  if (!c->track) return;
+  pthread_mutex_lock(&g_track_mu);
+  for (int i = 0; i < c->n_open;)
+    if (c->open[i].p2p ? c->open[i].h == h : c->open[i].h <= h) c->open[i] = c->open[--c->n_open];
+    else i++;
+  pthread_mutex_unlock(&g_track_mu);
+}
+
+/* The open handle of c with the lowest number above `since`, of point-to-point ones only when
+ * p2p_only; NULL if none. Under g_track_mu. */
+static const struct comm_open *first_open(const comm_t *c, comm_handle_t since, int p2p_only) {
+  const struct comm_open *o = NULL;
+  for (int i = 0; i < c->n_open; i++)
+    if (c->open[i].h > since && (!p2p_only || c->open[i].p2p) && (!o || c->open[i].h < o->h)) o = &c->open[i];
+  return o;
 }
 
 /* A step boundary (comm_wait_all, comm_finalize): a point-to-point handle never waited for by
  * name was dropped — its buffer may be reused (a send) or read (a receive) before the message
  * moved. Dies naming the first; then every open handle is complete. */
-static void p2p_check_dropped(comm_t *c) {
-  if (c->n_open_p2p == 0) return;
-  struct comm_open_p2p *o = &c->open_p2p[0];
-  for (int i = 1; i < c->n_open_p2p; i++)
-    if (c->open_p2p[i].h < o->h) o = &c->open_p2p[i];
-  die_on_rank("%s (%s): its handle was never waited — keep the handle and comm_wait it before the buffer is reused "
-              "(a send) or read (a receive); %d such handle(s) on this communicator at the end of the step",
-              o->fn, o->tag, c->n_open_p2p);
+static void track_wait_all(comm_t *c) {
+  if (!c->track) return;
+  pthread_mutex_lock(&g_track_mu);
+  const struct comm_open *o = first_open(c, 0, 1);
+  if (o) {
+    int n = 0;
+    for (int i = 0; i < c->n_open; i++) n += c->open[i].p2p;
+    char what[96];
+    snprintf(what, sizeof what, "%s (%s)", o->fn, o->tag);
+    pthread_mutex_unlock(&g_track_mu);
+    die_on_rank("%s: its handle was never waited — keep the handle and comm_wait it before the buffer is reused "
+                "(a send) or read (a receive); %d such handle(s) on this communicator at the end of the step",
+                what, n);
+  }
+  c->n_open = 0;
+  pthread_mutex_unlock(&g_track_mu);
+}
+
+comm_handle_t comm_issued(comm_t *c) {
+  if (!c) die_on_rank("comm_issued: the communicator is NULL");
+  pthread_mutex_lock(&c->mu);
+  comm_handle_t h = c->next_seq;
+  pthread_mutex_unlock(&c->mu);
+  return h;
+}
+
+void comm_expect_waited(comm_t *c, comm_handle_t since, const char *who) {
+  if (!c || !c->track) return;
+  pthread_mutex_lock(&g_track_mu);
+  const struct comm_open *o = first_open(c, since, 0);
+  if (!o) {
+    pthread_mutex_unlock(&g_track_mu);
+    return;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%s (%s)", o->fn, o->tag);
+  pthread_mutex_unlock(&g_track_mu);
+  die_on_rank("%s: its handle was never waited before %s returned — %s is blocking: comm_wait the handle (or a later "
+              "one of the same communicator) before returning, or the caller reads the buffer while the stream may "
+              "still write it",
+              what, who, who);
 }
 
 static void comm_start_thread(comm_t *c) {
@@ -440,7 +553,7 @@ static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
 void comm_wait(comm_t *c, comm_handle_t h) {
   if (!c) die_on_rank("comm_wait: the communicator is NULL (a link this stage does not have?)");
   if (h <= 0) return;
-  if (c->n_open_p2p) p2p_waited(c, h);
+  track_waited(c, h);
   if (!c->be->threaded) {
     c->be->wait(c, h);
     return;
@@ -476,7 +589,7 @@ void comm_wait(comm_t *c, comm_handle_t h) {
 
 void comm_wait_all(comm_t *c) {
   if (!c) die_on_rank("comm_wait_all: the communicator is NULL (a link this stage does not have?)");
-  if (c->n_open_p2p) p2p_check_dropped(c);
+  track_wait_all(c);
   if (!c->be->threaded) {
     c->be->wait_all(c);
     return;
@@ -523,7 +636,7 @@ void comm_finalize(comm_t *c) {
   pthread_mutex_destroy(&c->mu);
   free(c->queue);
   comm_topo_free(c);
-  free(c->open_p2p);
+  track_unregister(c);
   free(c);
 }
 
@@ -625,58 +738,99 @@ static comm_handle_t submit_chunked(comm_t *c, comm_task_t *t, const char *tag) 
 }
 
 /* ---- asynchronous collectives -------------------------------------------------------------- */
-comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag) {
-  check_args(c, "comm_all_reduce", numel, dt, 0, 0);
+/* Exercise mode (track_check, track_open): the bytes an operation reads and writes on this rank. */
+static int64_t nbytes_of(int64_t numel, dtype_t dt) { return numel * (int64_t)dtype_size(dt); }
+
+/* The _async collectives; fn names the call the caller made (the blocking ones pass their own). */
+static comm_handle_t all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag,
+                                      const char *fn) {
+  check_args(c, fn, numel, dt, 0, 0);
+  track_check(c, fn, tag, buf, nbytes_of(numel, dt), buf, nbytes_of(numel, dt));
   comm_task_t t = task(TASK_ALL_REDUCE, CO_ALL_REDUCE, c, buf, buf, numel, dt, op, 0);
-  return submit_contiguous(c, &t, tag);
+  comm_handle_t h = submit_contiguous(c, &t, tag);
+  track_open(c, h, fn, tag, 0, buf, nbytes_of(numel, dt), buf, nbytes_of(numel, dt));
+  return h;
+}
+
+static comm_handle_t reduce_scatter_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                          redop_t op, const char *tag, const char *fn) {
+  check_args(c, fn, numel, dt, 0, 0);
+  int64_t own = nbytes_of(comm_chunk_numel(numel, c->world, c->rank), dt);
+  track_check(c, fn, tag, send, nbytes_of(numel, dt), recv, own);
+  comm_task_t t = task(TASK_REDUCE_SCATTER, CO_REDUCE_SCATTER, c, send, recv, numel, dt, op, 0);
+  comm_handle_t h = submit_chunked(c, &t, tag);
+  track_open(c, h, fn, tag, 0, send, nbytes_of(numel, dt), recv, own);
+  return h;
+}
+
+static comm_handle_t all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                      const char *tag, const char *fn) {
+  check_args(c, fn, numel, dt, 0, 0);
+  int64_t own = nbytes_of(comm_chunk_numel(numel, c->world, c->rank), dt);
+  track_check(c, fn, tag, send, own, recv, nbytes_of(numel, dt));
+  comm_task_t t = task(TASK_ALL_GATHER, CO_ALL_GATHER, c, send, recv, numel, dt, REDOP_SUM, 0);
+  comm_handle_t h = submit_chunked(c, &t, tag);
+  track_open(c, h, fn, tag, 0, send, own, recv, nbytes_of(numel, dt));
+  return h;
+}
+
+static comm_handle_t broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag,
+                                     const char *fn) {
+  check_args(c, fn, numel, dt, root, 1);
+  track_check(c, fn, tag, buf, nbytes_of(numel, dt), buf, nbytes_of(numel, dt));
+  comm_task_t t = task(TASK_BROADCAST, CO_BROADCAST, c, buf, buf, numel, dt, REDOP_SUM, root);
+  comm_handle_t h = submit_contiguous(c, &t, tag);
+  track_open(c, h, fn, tag, 0, buf, nbytes_of(numel, dt), buf, nbytes_of(numel, dt));
+  return h;
+}
+
+comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag) {
+  return all_reduce_async(c, buf, numel, dt, op, tag, "comm_all_reduce_async");
 }
 
 comm_handle_t comm_reduce_scatter_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                         redop_t op, const char *tag) {
-  check_args(c, "comm_reduce_scatter", numel, dt, 0, 0);
-  comm_task_t t = task(TASK_REDUCE_SCATTER, CO_REDUCE_SCATTER, c, send, recv, numel, dt, op, 0);
-  return submit_chunked(c, &t, tag);
+  return reduce_scatter_async(c, send, recv, numel, dt, op, tag, "comm_reduce_scatter_async");
 }
 
 comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                     const char *tag) {
-  check_args(c, "comm_all_gather", numel, dt, 0, 0);
-  comm_task_t t = task(TASK_ALL_GATHER, CO_ALL_GATHER, c, send, recv, numel, dt, REDOP_SUM, 0);
-  return submit_chunked(c, &t, tag);
+  return all_gather_async(c, send, recv, numel, dt, tag, "comm_all_gather_async");
 }
 
 comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag) {
-  check_args(c, "comm_broadcast", numel, dt, root, 1);
-  comm_task_t t = task(TASK_BROADCAST, CO_BROADCAST, c, buf, buf, numel, dt, REDOP_SUM, root);
-  return submit_contiguous(c, &t, tag);
+  return broadcast_async(c, buf, numel, dt, root, tag, "comm_broadcast_async");
 }
 
 /* ---- blocking = async + wait --------------------------------------------------------------- */
 void comm_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
-  comm_wait(c, comm_broadcast_async(c, buf, numel, dt, root, "blocking"));
+  comm_wait(c, broadcast_async(c, buf, numel, dt, root, "blocking", "comm_broadcast"));
 }
 
 void comm_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
   check_args(c, "comm_reduce", numel, dt, root, 1);
+  void *out = c->rank == root ? recv : NULL; /* significant on root only */
+  track_check(c, "comm_reduce", "blocking", send, nbytes_of(numel, dt), out, nbytes_of(numel, dt));
   comm_task_t t = task(TASK_REDUCE, CO_REDUCE, c, send, recv, numel, dt, op, root);
   comm_wait(c, submit(c, &t, "blocking"));
 }
 
 void comm_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
-  comm_wait(c, comm_all_reduce_async(c, buf, numel, dt, op, "blocking"));
+  comm_wait(c, all_reduce_async(c, buf, numel, dt, op, "blocking", "comm_all_reduce"));
 }
 
 void comm_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
-  comm_wait(c, comm_reduce_scatter_async(c, send, recv, numel, dt, op, "blocking"));
+  comm_wait(c, reduce_scatter_async(c, send, recv, numel, dt, op, "blocking", "comm_reduce_scatter"));
 }
 
 void comm_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
-  comm_wait(c, comm_all_gather_async(c, send, recv, numel, dt, "blocking"));
+  comm_wait(c, all_gather_async(c, send, recv, numel, dt, "blocking", "comm_all_gather"));
 }
 
 void comm_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
   check_args(c, "comm_send", numel, dt, dst, 1);
   if (dst == c->rank) die_on_rank("comm_send: cannot send to itself");
+  track_check(c, "comm_send", "blocking", buf, nbytes_of(numel, dt), NULL, 0);
   comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
   comm_wait(c, submit(c, &t, "blocking"));
 }
@@ -684,6 +838,7 @@ void comm_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
 void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
   check_args(c, "comm_recv", numel, dt, src, 1);
   if (src == c->rank) die_on_rank("comm_recv: cannot receive from itself");
+  track_check(c, "comm_recv", "blocking", NULL, 0, buf, nbytes_of(numel, dt));
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
   comm_wait(c, submit(c, &t, "blocking"));
 }
@@ -692,9 +847,10 @@ comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t
   check_p2p(c, "comm_send_async", tag, dst);
   check_args(c, "comm_send_async", numel, dt, dst, 1);
   if (dst == c->rank) die_on_rank("comm_send_async: cannot send to itself");
+  track_check(c, "comm_send_async", tag, buf, nbytes_of(numel, dt), NULL, 0);
   comm_task_t t = task(TASK_SEND, CO_SEND, c, buf, NULL, numel, dt, REDOP_SUM, dst);
   comm_handle_t h = submit(c, &t, tag);
-  p2p_opened(c, h, "comm_send_async", tag);
+  track_open(c, h, "comm_send_async", tag, 1, buf, nbytes_of(numel, dt), NULL, 0);
   return h;
 }
 
@@ -702,9 +858,10 @@ comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, i
   check_p2p(c, "comm_recv_async", tag, src);
   check_args(c, "comm_recv_async", numel, dt, src, 1);
   if (src == c->rank) die_on_rank("comm_recv_async: cannot receive from itself");
+  track_check(c, "comm_recv_async", tag, NULL, 0, buf, nbytes_of(numel, dt));
   comm_task_t t = task(TASK_RECV, CO_RECV, c, NULL, buf, numel, dt, REDOP_SUM, src);
   comm_handle_t h = submit(c, &t, tag);
-  p2p_opened(c, h, "comm_recv_async", tag);
+  track_open(c, h, "comm_recv_async", tag, 1, NULL, 0, buf, nbytes_of(numel, dt));
   return h;
 }
 
@@ -715,6 +872,7 @@ comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_n
   check_args(c, "comm_sendrecv_async", send_numel, dt, dst, 1);
   check_args(c, "comm_sendrecv_async", recv_numel, dt, src, 1);
   if (dst == c->rank || src == c->rank) die_on_rank("comm_sendrecv_async (%s): cannot exchange with itself", tag ? tag : "-");
+  track_check(c, "comm_sendrecv_async", tag, sendbuf, nbytes_of(send_numel, dt), recvbuf, nbytes_of(recv_numel, dt));
   comm_task_t t = task(TASK_SENDRECV, CO_SEND, c, sendbuf, recvbuf, send_numel, dt, REDOP_SUM, dst);
   t.recv_numel = recv_numel;
   t.peer2 = src;
@@ -723,7 +881,8 @@ comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_n
   c->ctr.calls[CO_RECV]++;
   pthread_mutex_unlock(&c->mu);
   comm_handle_t h = submit(c, &t, tag);
-  p2p_opened(c, h, "comm_sendrecv_async", tag);
+  track_open(c, h, "comm_sendrecv_async", tag, 1, sendbuf, nbytes_of(send_numel, dt), recvbuf,
+             nbytes_of(recv_numel, dt));
   return h;
 }
 

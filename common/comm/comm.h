@@ -116,12 +116,16 @@ void comm_set_timeout(comm_t *c, double seconds);
 void comm_set_piece_bytes(comm_t *c, int64_t nbytes);
 int64_t comm_piece_bytes(const comm_t *c);
 
-/* ---- blocking collectives (buffers on comm_device(c)) ---------------------------------- */
+/* ---- blocking collectives (buffers on comm_device(c)) ----------------------------------
+ * Every buffer is on comm_device(c): with --device cuda a GPU buffer, so a scratch buffer of your
+ * own for them comes from dev_malloc(comm_device(c), ...) and goes back with dev_free (xmalloc is
+ * host memory); most code needs none: the calls below work in place where they say so. */
 void comm_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root);
 /* recv (significant on root) = op over ranks of send; send == recv allowed. */
 void comm_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root);
 void comm_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op);
-/* send: numel elements on every rank; recv: this rank's chunk (comm_chunk_numel(numel, N, rank)). */
+/* send: numel elements on every rank; recv: this rank's chunk (comm_chunk_numel(numel, N, rank)).
+ * recv may point into send at this rank's chunk, comm_chunk_lo(numel, N, rank) (in place). */
 void comm_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op);
 /* send: this rank's chunk; recv: all numel elements, chunk r from rank r. send may point into recv
  * at this rank's chunk (in place). */
@@ -156,11 +160,24 @@ comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_n
  * Exercise mode (ZL_EXERCISE_TIMEOUT_S set, as `make exercise` does): every handle of
  * comm_send_async / comm_recv_async must be passed to comm_wait itself before comm_wait_all
  * (the end of a step) or comm_finalize; one that was not (dropped: a later wait completed it,
- * by luck of the stream's order) ends the job naming the call and its tag.
+ * by luck of the stream's order) ends the job naming the call and its tag. A collective's
+ * handle counts as waited once comm_wait had it or a later handle of the same communicator (the
+ * stream's order), or comm_wait_all ran; before that, an operation of ANOTHER communicator that
+ * touches a buffer it writes (or writes one it reads) ends the job naming both (the two streams
+ * do not wait for each other: a race), and so does comm_expect_waited (below) after a blocking
+ * function returned with it still open.
  * Every comm_* call on a NULL communicator, and a send/recv to a rank outside the group, ends
  * the job with one line naming the call (and the tag, for the _async ones). */
 void comm_wait(comm_t *c, comm_handle_t h);
 void comm_wait_all(comm_t *c);
+/* A function that is blocking by contract but built from _async calls (an exercise such as
+ * hier_all_reduce or tp_sp_all_gather) must return with every operation it issued waited for.
+ * Its caller takes since = comm_issued(c) before the call (the last handle issued on c, 0 before
+ * any) and calls comm_expect_waited(c, since, "its name") after it: in exercise mode a handle
+ * issued on c after `since` and not waited for (see comm_wait) ends the job naming the call, its
+ * tag and the function; otherwise nothing. */
+comm_handle_t comm_issued(comm_t *c);
+void comm_expect_waited(comm_t *c, comm_handle_t since, const char *who);
 
 /* ---- control traffic (host memory, blocking, counted under CO_CONTROL) --------------------- */
 void comm_ctl_all_reduce_f64(comm_t *c, double *vals, int n, redop_t op);

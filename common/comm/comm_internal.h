@@ -150,12 +150,22 @@ struct comm {
   void *piece;
   int piece_on_cuda; /* piece came from dev_malloc (CUDA buffers on a host-only backend) */
 
-  /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles of comm_send_async / comm_recv_async
-   * not yet passed to comm_wait by name; one still open at comm_wait_all was dropped (comm.c).
-   * The caller's thread only. */
-  int track_p2p;
-  struct comm_open_p2p { comm_handle_t h; const char *fn; char tag[48]; } *open_p2p;
-  int n_open_p2p, cap_open_p2p;
+  /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles not yet waited for (comm.c, "exercise
+   * mode"): a point-to-point one (p2p) until comm_wait on it by name — one still open at
+   * comm_wait_all was dropped; a collective one until comm_wait on it or on a later handle of this
+   * communicator, or comm_wait_all. With the bytes each reads (rd) and writes (wr), so that an
+   * operation of another communicator touching them (a race: two streams do not wait for each
+   * other) is named. Guarded by comm.c's g_track_mu. */
+  int track;
+  struct comm_open {
+    comm_handle_t h;
+    const char *fn;
+    char tag[48];
+    int p2p;
+    const char *rd, *wr;
+    int64_t rd_n, wr_n;
+  } *open;
+  int n_open, cap_open;
 
   /* topology (comm_topo.c): the node of each rank of this communicator, the job's numbering */
   int *node_of;              /* [world]; NULL on comm_shape_only */

@@ -17,14 +17,20 @@ static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, 
   cr_assert(n >= 1 && n <= m->n_units, "cap %g MiB: %d buckets for %d units", bucket_mb, n, m->n_units);
   int64_t end = m->padded_numel; /* bucket 0 ends at the top of the flat buffer, each next one below */
   int next_unit = m->n_units - 1;
+  while (next_unit >= 0 && m->units[next_unit].padded == 0) next_unit--; /* not held: in no bucket */
   for (int k = 0; k < n; k++) {
     cr_assert_eq(b[k].last_unit, next_unit, "cap %g: bucket %d last_unit %d, expected %d (backward order)", bucket_mb, k,
                  b[k].last_unit, next_unit);
     cr_assert(b[k].first_unit <= b[k].last_unit, "cap %g: bucket %d units %d..%d", bucket_mb, k, b[k].first_unit, b[k].last_unit);
+    cr_assert(m->units[b[k].first_unit].padded > 0, "cap %g: bucket %d starts at unit %d, which this rank does not hold "
+              "(padded 0): its backward never runs here, so the bucket would never be all-reduced", bucket_mb, k,
+              b[k].first_unit);
     int64_t numel = 0;
     for (int u = b[k].first_unit; u <= b[k].last_unit; u++) {
       numel += m->units[u].padded;
-      cr_assert_eq(ub[u], k, "cap %g: unit %d maps to bucket %d, expected %d", bucket_mb, u, ub[u], k);
+      int want = m->units[u].padded ? k : -1;
+      cr_assert_eq(ub[u], want, "cap %g: unit %d (padded %lld) maps to bucket %d, expected %d", bucket_mb, u,
+                   (long long)m->units[u].padded, ub[u], want);
     }
     cr_assert_eq(b[k].off, m->units[b[k].first_unit].off, "cap %g: bucket %d off %lld, expected %lld", bucket_mb, k,
                  (long long)b[k].off, (long long)m->units[b[k].first_unit].off);
@@ -38,7 +44,10 @@ static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, 
               b[k].last_unit - b[k].first_unit + 1);
     end = b[k].off;
     next_unit = b[k].first_unit - 1;
+    while (next_unit >= 0 && m->units[next_unit].padded == 0) next_unit--;
   }
+  for (int u = next_unit; u >= 0; u--) /* below the last bucket: only units not held */
+    cr_assert(m->units[u].padded == 0 && ub[u] == -1, "cap %g: unit %d is in no bucket (unit_bucket %d)", bucket_mb, u, ub[u]);
   cr_assert_eq(end, 0, "cap %g: buckets do not reach offset 0", bucket_mb);
   return n;
 }
@@ -99,6 +108,38 @@ Test(ch02_buckets, single_unit_model) {
   n = assign(&m, 1, 4, b, ub);
   expect_units(b, n, "0..1", 1);
   model_free(&m);
+}
+
+/* A pipeline stage holds some units only; the others have numel and padded 0 (train.h). Stage 1 of
+ * 2 (units 2, 3 held), stage 0 (units 0, 1), and a middle stage of 3 (unit 1 of 0..2 held) of an
+ * interleaved layout with holes: buckets over the held units only, every bucket starting (its
+ * lowest unit, the one whose backward launches it) at a unit this rank holds. The bug this
+ * catches: a bucket "first unit" on another stage is never launched, and the replicas drift. */
+static void hold_only(model_t *m, const int *held) {
+  int64_t off = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    if (!held[u]) m->units[u].numel = 0, m->units[u].padded = 0;
+    m->units[u].off = off;
+    off += m->units[u].padded;
+  }
+  m->numel = m->padded_numel = off;
+}
+Test(ch02_buckets, a_pipeline_stage_buckets_only_its_own_units) {
+  static const int stages[4][4] = {{0, 0, 1, 1}, {1, 1, 0, 0}, {0, 1, 0, 0}, {1, 0, 1, 0}};
+  static const char *const whole[4] = {"2..3", "0..1", "1..1", "0..2"};
+  static const char *const alone[4] = {"3..3 2..2", "1..1 0..0", "1..1", "2..2 0..0"};
+  for (int i = 0; i < 4; i++) {
+    model_t m;
+    model_init(&m, 32, 64, 10, 3);
+    hold_only(&m, stages[i]);
+    ddp_bucket_t b[4];
+    int ub[4];
+    int n = assign(&m, 1000, 4, b, ub); /* one bucket: from the lowest HELD unit */
+    expect_units(b, n, whole[i], 1000);
+    n = assign(&m, 4.0 / MIB, 4, b, ub); /* every held unit alone */
+    expect_units(b, n, alone[i], 4.0 / MIB);
+    model_free(&m);
+  }
 }
 
 /* The overlap measurement of the report (common/train/report.c:report_overlap) on a hand-made trace:
