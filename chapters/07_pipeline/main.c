@@ -6,27 +6,61 @@
  * The loop, the report and the flags are common/train/loop.c; the schedule is solutions/pipeline.c;
  * the data dimension (--zero S over the D = ranks / (P x T) replicas of each stage) is the
  * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c. */
-#include "args.h"     // args_env_world
-#include "ddp.h"      // ddp_strategy (--zero 0)
+#include "args.h"     // args_env_world, args_error
+#include "ddp.h"      // ddp_strategy (--zero 0, --variant)
+#include "offload.h"  // offload_take_flags, offload_strategy (--offload optimizer)
 #include "pipeline.h" // pipeline_schedule
 #include "tp.h"       // tp_transform (--tp)
 #include "train.h"    // train_cfg_t, train_parse_args, train_main
-#include "zero.h"     // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
+#include "zero.h"     // zero1_strategy, zero2_strategy, zero3_strategy, hsdp_strategy (--zero 1|2|3)
+#include <stdio.h>    // snprintf
+#include <string.h>   // strcmp, strncmp
 
 int main(int argc, char **argv) {
+  /* the data dimension's strategy is any of chapters 02-05, 08 and 09 (notes/design.md, "The process
+   * grid"): DDP's variant (default here: naive, one all-reduce of the stage's gradient after its
+   * last backward), ZeRO-1/2/3, ZeRO-2 with the optimizer offloaded, HSDP */
+  int variant_given = 0;
+  for (int i = 1; i < argc; i++) variant_given |= !strcmp(argv[i], "--variant") || !strncmp(argv[i], "--variant=", 10);
+  offload_kind_t offload = OFFLOAD_NONE;
+  int threads = 1;
+  int rc = offload_take_flags(&argc, argv, &offload, &threads, NULL);
+  if (rc) return rc;
   train_cfg_t cfg;
   train_parse_args(argc, argv, &cfg, "ch07_pipeline",
                    "Chapter 07: pipeline parallelism. The units are cut into P stages (one per rank); each\n"
                    "step is M micro-batches whose activations flow forward and gradients backward between\n"
                    "neighbour stages, in the order of --schedule; the bubble is measured beside its formula.\n"
-                   "--tp T adds tensor parallelism inside every stage (3-D with the data dimension).\n"
+                   "--tp T adds tensor parallelism inside every stage (3-D with the data dimension), and the\n"
+                   "data dimension takes any strategy: --zero 0 (DDP, --variant naive|overlap|bucketed),\n"
+                   "--zero 1|2|3, --zero 2 --offload optimizer [--host-threads K], --zero 3 --shard-group node.\n"
                    "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
-                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH);
+                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH | TRAIN_FLAG_VARIANT | TRAIN_FLAG_BUCKET |
+                       TRAIN_FLAG_SHARD_GROUP);
   cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   cfg.sched = pipeline_schedule(cfg.schedule);
-  /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank);
-   * DDP's naive variant: one all-reduce of the stage's gradient after its last backward */
+  char v[32];
+  /* what does not compose is refused here, before MPI, naming why */
+  if (variant_given && cfg.zero != 0) {
+    snprintf(v, sizeof v, "%s", cfg.variant);
+    return args_error("--variant", v, "is DDP's (--zero 0); --zero %d has no variants", cfg.zero);
+  }
+  if (offload != OFFLOAD_NONE && cfg.zero != 2) {
+    snprintf(v, sizeof v, "%d", cfg.zero);
+    return args_error("--zero", v, "must be 2 with --offload optimizer (ZeRO-Offload is ZeRO-2 with the optimizer on the host)");
+  }
+  if (cfg.shard_group_node && cfg.zero != 3) {
+    snprintf(v, sizeof v, "%d", cfg.zero);
+    return args_error("--zero", v, "must be 3 with --shard-group node (HSDP is ZeRO-3 inside a node)");
+  }
+  if (!variant_given) cfg.variant = "naive";
+  /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank) */
   int D = args_env_world() / (cfg.tp * cfg.pp), z = D > 1 ? cfg.zero : 0;
-  const strategy_t *s = z == 0 ? ddp_strategy("naive") : z == 1 ? zero1_strategy() : z == 2 ? zero2_strategy() : zero3_strategy();
+  const strategy_t *s = offload != OFFLOAD_NONE ? offload_strategy(offload, threads)
+                        : z == 0                ? ddp_strategy(cfg.variant)
+                        : z == 1                ? zero1_strategy()
+                        : z == 2                ? zero2_strategy()
+                        : cfg.shard_group_node  ? hsdp_strategy()
+                                                : zero3_strategy();
   return train_main(&cfg, s, "07_pipeline");
 }
