@@ -52,6 +52,12 @@ void *xmalloc(size_t nbytes, const char *what) {
   return p;
 }
 
+void *xrealloc(void *old, size_t nbytes, const char *what) {
+  void *p = realloc(old, nbytes ? nbytes : 1);
+  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, nbytes / 1048576.0);
+  return p;
+}
+
 void *xcalloc(size_t n, size_t size, const char *what) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, (double)n * size / 1048576.0);

@@ -33,6 +33,8 @@ void check_set_rank(int rank);
 /* Allocation that never returns NULL: dies with `out of memory on rank R: <what> needs X MiB`. */
 void *xmalloc(size_t nbytes, const char *what);
 void *xcalloc(size_t n, size_t size, const char *what);
+/* realloc(old, nbytes), dying as xmalloc does when it cannot. */
+void *xrealloc(void *old, size_t nbytes, const char *what);
 
 #ifdef ZL_CUDA_SOURCE /* only .cu files and files that include the CUDA runtime define this */
 #define CHECK_CUDA(call)                                                      \

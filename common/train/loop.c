@@ -175,7 +175,10 @@ void trainer_report_extra(trainer_t *t, const char *key, double value) {
       in->extras[i].value = value;
       return;
     }
-  if (in->nextras >= TRAIN_MAX_EXTRAS) die_on_rank("trainer_report_extra: more than %d extras", TRAIN_MAX_EXTRAS);
+  if (in->nextras == in->cap_extras) { /* one growable list, no cap to outgrow */
+    in->cap_extras = in->cap_extras ? 2 * in->cap_extras : 16;
+    in->extras = xrealloc(in->extras, (size_t)in->cap_extras * sizeof *in->extras, "report extras");
+  }
   report_extra_t *e = &in->extras[in->nextras++];
   snprintf(e->key, sizeof e->key, "%s", key);
   e->value = value;
@@ -243,6 +246,8 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     t->strategy->step(t);
     if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
     if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
+    in->steps_run++;
+    in->overflows_run += t->wdt == DT_F16 && t->skipped;
     dev_sync(t->dev);
     trace_end(NULL);
     double ms = (trace_now_us() - t0) / 1000.0;
@@ -334,6 +339,12 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
     trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
     trainer_report_extra(t, "fp16_flushed_to_zero", flushed);
+    int ran = in->steps_run; /* this run's steps (a resumed run starts at its checkpoint's step) */
+    if (rank == 0 && ran > 0 && in->overflows_run == ran)
+      printf("warning: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight changed. "
+             "%s\n", ran, cfg->loss_scale > 0 ? "The static --loss-scale is too large for these gradients: lower it, "
+             "or use the dynamic scale (--loss-scale 0)" : "The dynamic scale halves on each overflow: more steps, or a "
+             "smaller --init-scale");
   }
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
   report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full, .full_numel = full_numel,
@@ -353,6 +364,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   ops_release_workspace();
   free(full);
   free(in->steps);
+  free(in->extras);
   free(in->evals);
   free(in->own_ops);
   free(in->step_uses);

@@ -253,6 +253,18 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 
   /* Checks that need more than one flag, or the world size (from the launcher's environment). */
   char v[64];
+  if (cfg->wdt != DT_F16) { /* the loss scaler's flags mean nothing without fp16: refused, not ignored */
+    const struct { const char *flag; double got, dflt; } fp16_only[] = {
+        {"--loss-scale", cfg->loss_scale, 0},          {"--init-scale", cfg->init_scale, 65536},
+        {"--growth-factor", cfg->growth_factor, 2},    {"--backoff-factor", cfg->backoff_factor, 0.5},
+        {"--growth-interval", cfg->growth_interval, 2000}};
+    for (size_t i = 0; i < sizeof fp16_only / sizeof fp16_only[0]; i++)
+      if (fp16_only[i].got != fp16_only[i].dflt) {
+        snprintf(v, sizeof v, "%g", fp16_only[i].got);
+        exit(args_error(fp16_only[i].flag, v, "needs --precision fp16 (the loss scaler; --precision %s has no scaling)",
+                        precision));
+      }
+  }
   int world = args_env_world();
   if ((chapter_flags & TRAIN_FLAG_BUCKET) && !(cfg->bucket_mb > 0)) {
     snprintf(v, sizeof v, "%g", cfg->bucket_mb);

@@ -8,7 +8,6 @@
 #include "tensor.h" // tensor_t
 #include "train.h"  // trainer_t, train_chunk_t, train_op_t, train_use_t
 
-#define TRAIN_MAX_EXTRAS 24
 /* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
 
 /* What only the loop sees. Activations live in SLOTS, one per micro-batch in flight on a chunk
@@ -57,14 +56,15 @@ struct train_internal {
   int n_step_uses;
   model_t whole;             /* a schedule's copy of the model before trainer_keep_units                 */
   report_step_t *steps;
-  report_extra_t extras[TRAIN_MAX_EXTRAS];
-  int nextras;
+  report_extra_t *extras; /* the report's strategy numbers (trainer_report_extra): grows as needed */
+  int nextras, cap_extras;
   int check_master;  /* ZL_CHECK_MASTER=1: bf16 params == bf16(master) after every step */
   int local_nonfinite; /* this rank's OWN gradients of this step held NaN/Inf (before any reduction) */
   int checked_steps;
   report_eval_t *evals; /* --eval-every: [nevals] validation losses (--model gpt) */
   int nevals;
   scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
+  int steps_run, overflows_run; /* this run's steps, and those of them fp16 overflowed (skipped) */
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };

@@ -21,6 +21,21 @@
  * halved after is a skipped step and no other: the count of halvings (the scales in --json,
  * then loss_scale_final) is skipped_steps. The weights after the first run of skipped steps
  * are the initial weights, bitwise (a run with --lr 0). */
+/* A static scale that overflows on every step trains nothing: the run says so in one line, and
+ * how to fix it — not only "overflow_steps: 3". */
+Test(ch_fp16, a_static_scale_that_always_overflows_is_named) {
+  char *out = NULL;
+  int rc = zl_run(1, 30, &out, ZL_BIN "/ch02_ddp " MLP " --loss-scale 1e30 --steps 3");
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  cr_assert(strstr(out, "warning: every one of the 3 steps of this run overflowed in fp16") &&
+                strstr(out, "static --loss-scale is too large"),
+            "no line saying that every step overflowed and why:\n%s", out);
+  free(out);
+  rc = zl_run(1, 30, &out, ZL_BIN "/ch02_ddp " MLP " --steps 3");
+  cr_assert(rc == 0 && !strstr(out, "warning: every one"), "a run that trains must not say it:\n%s", out);
+  free(out);
+}
+
 Test(ch_fp16, huge_initial_scale_skips_the_expected_steps_weights_unchanged) {
   enum { S = 30 };
   zl_out_t a = zl_launch(1, 60, "fp16_huge", "huge", ZL_BIN "/ch02_ddp " MLP " --steps %d --init-scale 1099511627776", S);

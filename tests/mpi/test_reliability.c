@@ -63,6 +63,9 @@ static const bad_case_t g_bad[] = {
     {0, "ch00_memory --params abc", "error: --params abc"},
     {0, "ch00_memory --params -5", "error: --params -5"},
     {0, "ch00_memory --params 0", "error: --params 0"},
+    /* the loss scaler's flags without fp16: refused, not silently ignored */
+    {1, "ch02_ddp --precision bf16 --init-scale 1024", "error: --init-scale 1024: needs --precision fp16"},
+    {1, "ch03_zero1 --loss-scale 128", "error: --loss-scale 128: needs --precision fp16"},
     {0, "ch00_memory --params 1e30", "error: --params 1e30"},
     {0, "ch00_memory --ranks 0", "error: --ranks 0"},
     {0, "ch00_memory --model 16777216,16777216,16777216,65536", "error: --model 16777216"}, /* Ψ overflows 64 bits */
