@@ -8,6 +8,7 @@
 #include "zl_test.h" // zl_run, cr_assert
 
 #define SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 2 --timeout-s 20 --quiet"
+#define SHAPE7 "--input 6 --hidden 13 --classes 11 --layers 7 --batch 24 --seed 7 --steps 2 --timeout-s 20 --quiet" /* 8 units */
 
 /* zl_run with ZL_SYNC_SENDS set to `sync` ("0" or "1") on every rank. */
 static int run_mode(const char *sync, int np, char **out, const char *cmd) {
@@ -45,7 +46,11 @@ static const struct { int np; const char *cmd; } SYNC_RUNS[] = {
     {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule 1f1b"},
     {4, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule interleaved --virtual-stages 1 --pp 4"},
     {3, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 24 --batch 6 --steps 2 --timeout-s 20 --quiet --cp 3"},
+    /* two chunks per rank: the warm-up and cool-down messages of the interleaved schedule */
+    {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule interleaved --virtual-stages 2"},
     /* make test-long: the rest */
+    {2, ZL_BIN "/ch07_pipeline " SHAPE7 " --micro-batches 4 --schedule interleaved --virtual-stages 3"},
+    {4, ZL_BIN "/ch07_pipeline " SHAPE7 " --micro-batches 4 --schedule interleaved --virtual-stages 2 --pp 4"},
     {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule gpipe"},
     {4, ZL_BIN "/ch06_tp " SHAPE " --tp 2"},
     {2, ZL_BIN "/ch05_zero3 " SHAPE " --prefetch 1"},
@@ -65,9 +70,10 @@ static void sync_runs(size_t lo, size_t hi) {
     free(l0), free(l1), free(eager), free(sync);
   }
 }
-/* make test: the pipeline (1F1B, and interleaved across 4 stages) and ring CP, whose sends pair up
- * across ranks; make test-long adds GPipe, TP and ZeRO-3 prefetch (collectives only). */
-Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) { sync_runs(0, 3); }
+/* make test: the pipeline (1F1B; interleaved across 4 stages, and with 2 chunks per rank) and ring
+ * CP, whose sends pair up across ranks; make test-long adds interleaved v = 3 and v = 2 at P = 4,
+ * GPipe, TP and ZeRO-3 prefetch (collectives only). */
+Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) { sync_runs(0, 4); }
 Test(common_sync_sends_long, gpipe_tp_and_zero3_under_synchronous_sends, .timeout = 600) {
-  sync_runs(3, sizeof SYNC_RUNS / sizeof SYNC_RUNS[0]);
+  sync_runs(4, sizeof SYNC_RUNS / sizeof SYNC_RUNS[0]);
 }
