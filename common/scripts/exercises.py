@@ -37,13 +37,17 @@ Commands (SRC is solutions, DST is exercises):
                                judge the chapter's exercises (`make exercise CH=NN [EX=name]`):
                                one tree = DST outside the bodies + the student's bodies of the
                                chapter + the reference bodies for every other exercise, built
-                               and run against the chapter's tests (suites chNN*) in exercise
-                               mode (short deadlines, the tests one at a time in TEST_ORDER —
-                               the cheapest precise check first — stop at the first failing
-                               test); when a test fails and several bodies are written, each is
-                               run alone on that test only. One line per exercise: done / not
-                               done / wrong / other pattern (values right, communication not the
-                               lesson's) / timed out / not overlapped / does not compile.
+                               and run against the chapter's tests that call them (suites chNN*
+                               but not *_long; EXERCISE_TESTS narrows it where a chapter's tests
+                               do not all call every exercise) in exercise mode (short deadlines,
+                               the tests one at a time in TEST_ORDER — the cheapest precise check
+                               first — stop at the first failing test); when a test fails and
+                               several bodies are written, the one the test calls is named, or,
+                               when it calls several, each is run alone on that test only. One
+                               line per exercise: done (which tests ran, which skipped and why) /
+                               not done / wrong / other pattern (values right, communication not
+                               the lesson's) / timed out / not overlapped / does not compile,
+                               with the reason: the failing check's own message.
   compile-report DST LOG       the exercises whose bodies a failed build LOG (of IMPL=DST)
                                blames, one line each (make test uses it and goes on).
 Exit codes: 0 ok, 1 stale / exercises not done, 2 bad markers or usage.
@@ -76,6 +80,7 @@ EXERCISE_TIMEOUT_S = 8
 # Patterns are fnmatch globs over "suite/test".
 TEST_ORDER = {
     "01": ["ch01_collectives/world3", "ch01_collectives/world2", "ch01_collectives/world4", "ch01_collectives/*",
+           "ch01_alltoall/world3", "ch01_alltoall/world2", "ch01_alltoall/world4", "ch01_alltoall/*",
            "ch01_programs/demo_*", "ch01_programs/timeout_names_the_op"],
     "02": ["ch02_buckets/*", "ch02_ddp/variants_bitwise_at_two_ranks", "ch02_ddp/n_ranks_equal_one_rank_sgd",
            "ch02_ddp/n_ranks_equal_one_rank_adamw", "ch02_ddp/variants_agree_*", "ch02_ddp/accumulation_*",
@@ -93,11 +98,24 @@ TEST_ORDER = {
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
            "ch08_offload/trains_under_*"],
-    "09": ["ch09_nodes/counters_equal_formula_2x2_ring", "ch09_nodes/counters_*", "ch09_nodes/*", "ch09_cluster/two_level_*",
-           "ch09_hsdp/*", "ch09_cluster/*"],
+    "09": ["ch09_nodes/hier_*", "ch09_nodes/counters_equal_formula_2x2_ring", "ch09_nodes/counters_*", "ch09_nodes/*",
+           "ch09_cluster/two_level_*", "ch09_hsdp/*", "ch09_cluster/*"],
     "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
            "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
            "ch10_context/cp3_equals_one_rank"],
+}
+# The tests that call an exercise, for the chapters whose tests do not all call every exercise of
+# theirs (fnmatch globs over "suite/test"): a body is judged on these only, and a done verdict says
+# so (the chapter's other tests cannot see it; `make test` runs them). An exercise not listed here
+# is judged on every test of its chapter. When a test of these fails and it calls only one of the
+# bodies written, that body is named without rebuilding the others alone.
+EXERCISE_TESTS = {
+    "hier_all_reduce": ["ch09_nodes/hier_*", "ch09_nodes/counters_*", "ch09_cluster/two_level_*"],
+    "tp_sp_all_gather": ["ch10_sp/collectives_*", "ch10_sp/sp_*"],
+    "tp_sp_reduce_scatter": ["ch10_sp/collectives_*", "ch10_sp/sp_*"],
+    "cp_attend_block": ["ch10_cp/ring_equals_plain_attention", "ch10_context/cp_equals_one_rank",
+                        "ch10_context/cp3_equals_one_rank", "ch10_context/cp_recompute", "ch10_context/cp_x_dp_zero",
+                        "ch10_context/causal_balance"],
 }
 # ... and the most one test may take before Criterion kills it
 EXERCISE_TEST_LIMIT_S = 100
@@ -654,7 +672,8 @@ def build(a, tree, clock, label):
 
 
 def list_tests(binary, filt, env):
-    """["suite/test", ...] of the binary matching the Criterion glob filt (fnmatch), as listed."""
+    """["suite/test", ...] of the binary matching the Criterion glob filt (fnmatch), as listed; the
+    suites named *_long (`make test-long`'s longer sweeps) only when filt names such a suite."""
     import fnmatch
     p = subprocess.run([binary, "--list"], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     out, suite = [], None
@@ -665,8 +684,26 @@ def list_tests(binary, filt, env):
             continue
         m = re.match(r"^\W+\s(\S+)$", ln)
         if m and suite and fnmatch.fnmatchcase(f"{suite}/{m.group(1)}", filt):
+            if suite.endswith("_long") and "_long" not in filt:
+                continue
             out.append(f"{suite}/{m.group(1)}")
     return out
+
+
+def calls(test, name):
+    """Whether test ("suite/test" or "suite::test") calls exercise `name` (EXERCISE_TESTS; an
+    exercise not listed there: every test of its chapter)."""
+    import fnmatch
+    if name not in EXERCISE_TESTS:
+        return True
+    return any(fnmatch.fnmatchcase(test.replace("::", "/"), p) for p in EXERCISE_TESTS[name])
+
+
+def skipped_tests(log):
+    """[(suite::test, reason)] of the tests that skipped themselves (cr_skip_test: not root, ...),
+    not those a filter left out ("Test is disabled")."""
+    return [(m.group(1), m.group(2).strip()) for m in re.finditer(r"^\[SKIP\] (\S+::\S+?):? (.*)$", log, re.M)
+            if "Test is disabled" not in m.group(2)]
 
 
 def ordered_tests(tests, chapter):
@@ -692,12 +729,15 @@ def run_cache_dir():
     return _RUN_CACHE[0]
 
 
-def run_tests(binary, filt, clock, deadline, echo=True, chapter=None):
-    """Criterion on the tests matching filt, in exercise mode: short collective deadlines, stop at
-    the first failure; the chapter's tests one at a time in TEST_ORDER (cheapest precise check
-    first). Returns (rc, log, failed test name or None)."""
+def run_tests(binary, filt, clock, deadline, echo=True, chapter=None, tests=None):
+    """Criterion on the tests matching filt (or the list `tests`, "suite/test"), in exercise mode:
+    short collective deadlines, stop at the first failure; the chapter's tests one at a time in
+    TEST_ORDER (cheapest precise check first). Returns (rc, log, failed test name or None)."""
     env0 = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
-    tests = list_tests(binary, filt, env0) if chapter else []
+    if tests is None:
+        tests = list_tests(binary, filt, env0) if chapter else []
+    elif len(tests) == 1:
+        filt = tests[0]
     if len(tests) > 1:
         logs = []
         for t in ordered_tests(tests, chapter):
@@ -724,6 +764,9 @@ def run_tests(binary, filt, clock, deadline, echo=True, chapter=None):
                 t = re.search(r"\(([\d.]+s)\)", line)
                 print(f"[{clock.s()}]   {m.group(2):<55} {'ok' if m.group(1) == 'PASS' else 'FAILED'}"
                       f"{' (' + t.group(1) + ')' if t else ''}", flush=True)
+        elif echo and line.startswith("[SKIP]") and "Test is disabled" not in line:
+            for name, why in skipped_tests(line):
+                print(f"[{clock.s()}]   {name:<55} skipped: {why}", flush=True)
     rc = p.wait()
     text = "".join(log)
     if failed is None and rc != 0:
@@ -777,7 +820,8 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
     rest = [ln for ln in first[1:] if same(ln) != same(reason)] if not comm else []
     shown = rest[:5]
     # a program's FAILED / error line past the first few lines (e.g. --mlp-check's "T=2 ... FAILED")
-    deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:", ln) and ln != reason and ln not in shown]
+    deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:|\bWRONG\b|MEASURED != FORMULA", ln)
+            and ln != reason and ln not in shown]
     if deep and re.search(r"exit(?:ed)? -?\d+:?$", reason):  # "program exited 1:" then its output
         reason = reason.rstrip(":") + ": " + deep.pop(0)
         shown = []  # its banner says nothing of the failure: its other FAILED lines do
@@ -848,23 +892,50 @@ def cmd_status(a):
         chosen -= blamed
     failed_test = None
     if chosen:
-        rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter)
+        env0 = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
+        every = list_tests(binary, filt, env0)
+        # the tests that call the bodies judged (EXERCISE_TESTS), unless a --filter picked them
+        mine = every if a.filter else [t for t in every if any(calls(t, n) for n in chosen)]
+        rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter, tests=mine)
         tested = len(re.findall(r"^\[(?:PASS|FAIL|ERR )", log, re.M))
+        skipped = skipped_tests(log)
         if rc == 0:
             unwritten = len(regs) - len(written)
             for n in chosen:
-                results[n] = ("done", f"the chapter's {tested} tests pass" +
-                              (" (the reference code stands in for the exercises not written)" if unwritten else ""))
+                ran = [x for x in mine if calls(x, n)]
+                passed = [x.replace("/", "::") for x in ran if x.replace("/", "::") not in dict(skipped)]
+                if len(ran) < len(every) and not a.filter:
+                    detail = (f"the {len(passed)} tests that call it pass ({', '.join(passed)}); the chapter's "
+                              f"{len(every) - len(ran)} other tests do not call it (`make test` runs them)")
+                else:
+                    detail = f"the chapter's {tested} tests pass"
+                if skipped:
+                    detail += (f"; {len(skipped)} skipped here: " +
+                               "; ".join(f"{s} ({why})" for s, why in skipped[:3]) + ("; ..." if len(skipped) > 3 else ""))
+                if unwritten:
+                    detail += " (the reference code stands in for the exercises not written)"
+                results[n] = ("done", detail)
         else:
             state, reason, shown = failure_kind(log, failed_test, a.deadline)
             ref = {r.name: files[rel][0][r.begin + 1:r.end] for rel, r in regs}
             same = {n for n in chosen if norm(student[n]) == norm(ref[n])}  # the reference itself
-            # the bodies the failure names first (ring_all_gather for "all_gather"), then notes order
-            named = lambda n: not any(len(w) > 2 and w in log for w in [n, n.split("_", 1)[-1]])
+            # the bodies the failure names first (its reason and the lines shown: ring_all_gather, or
+            # "all_gather"), then notes order
+            said = " ".join([reason] + shown)
+            named = lambda n: not any(re.search(r"\b%s\b" % re.escape(w), said) for w in [n, n.split("_", 1)[-1]]
+                                      if len(w) > 2)
             suspects = sorted(chosen - same, key=lambda n: (named(n), written.index(n)))
             for n in same:
                 results[n] = ("pending", "the same as the reference code; judged in full once the chapter passes")
-            if len(suspects) == 1:
+            # the failing test calls only one of them (EXERCISE_TESTS): that one, without rebuilding
+            called = [n for n in suspects if calls(failed_test or "", n)]
+            if len(called) == 1 and len(suspects) > 1:
+                results[called[0]] = (state, f"{failed_test}: {reason}")
+                shown_lines[called[0]] = shown
+                for n in suspects:
+                    if n != called[0]:
+                        results[n] = ("pending", f"judged in full once {called[0]} passes ({failed_test} does not call it)")
+            elif len(suspects) == 1:
                 results[suspects[0]] = (state, f"{failed_test}: {reason}")
                 shown_lines[suspects[0]] = shown
             else:

@@ -3,7 +3,9 @@
  * K/V blocks in ring order (its own, then rank r−1's, ...) with the online softmax, and the
  * backward's dK/dV accumulated block by block — against the plain attention of the whole sequence
  * (op_attention_fwd / op_attention_bwd) within 1e-5 absolute, for C = 1, 2, 4 and 3, contiguous and
- * balanced. A mismatch names C, the layout, the tensor, the index, got and expected. */
+ * balanced: first the forward's statistics (each query's log-sum-exp, which the backward reads), then
+ * its output, then the backward. A mismatch names C, the layout, the tensor, the index, got and
+ * expected. */
 #include "zl_test.h" // cr_assert, zl_expect_floats
 #include "cp.h"      // cp_positions, cp_attend_*, cp_layout_check, cp_work_formula
 #include "ops_gpt.h" // op_attention_fwd, op_attention_bwd
@@ -18,6 +20,30 @@ static void expect_close(const char *what, const float *got, const float *exp, i
   for (int64_t i = 0; i < n; i++) e[i] = exp[i];
   zl_expect_close_abs(what, got, e, n, CP_TOL);
   free(e);
+}
+
+/* The forward's statistics: every query's log-sum-exp over the keys it sees (causal), per head, from
+ * qkv (R, S, 3E) in double — what cp_attend_finish leaves in m: lse[(rho·NH + h)·S + p]. */
+static double *plain_lse(const float *qkv, int R, int S, int E, int NH) {
+  int hs = E / NH;
+  double scale = 1.0 / sqrt((double)hs), *lse = malloc((size_t)R * NH * S * sizeof(double));
+  for (int rho = 0; rho < R; rho++)
+    for (int h = 0; h < NH; h++)
+      for (int p = 0; p < S; p++) {
+        const float *q = qkv + ((int64_t)rho * S + p) * 3 * E + (int64_t)h * hs;
+        double mx = -INFINITY, *s = malloc((size_t)(p + 1) * sizeof(double)), sum = 0;
+        for (int j = 0; j <= p; j++) {
+          const float *k = qkv + ((int64_t)rho * S + j) * 3 * E + E + (int64_t)h * hs;
+          double d = 0;
+          for (int c = 0; c < hs; c++) d += (double)q[c] * k[c];
+          s[j] = d * scale;
+          mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j <= p; j++) sum += exp(s[j] - mx);
+        lse[((int64_t)rho * NH + h) * S + p] = mx + log(sum);
+        free(s);
+      }
+  return lse;
 }
 
 /* Rank q's rows of a (R, S, w) tensor at its positions → (R, n, w), or back (to_full). */
@@ -75,6 +101,21 @@ static void ring_vs_plain(int C, int balance, int R, int S, int E, int NH) {
     take(lout[q], got_out, R, S, (int)n, E, pos + q * n, 1);
     free(l);
   }
+  /* the forward's statistics first (the backward reads them: a wrong one shows there only as NaN) */
+  double *lse = plain_lse(qkv, R, S, E, NH);
+  for (int q = 0; q < C; q++)
+    for (int rho = 0; rho < R; rho++)
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < n; i++) {
+          double want = lse[((int64_t)rho * NH + h) * S + pos[q * n + i]];
+          float got = llse[q][((int64_t)rho * NH + h) * n + i];
+          cr_assert(fabs(got - want) <= CP_TOL * fmax(1.0, fabs(want)),
+                    "C=%d balance=%d forward statistics, rank %d, sequence %d, head %d, position %d: m after "
+                    "cp_attend_finish (m + log l, the log-sum-exp of the query's scores) got %.9g, expected %.9g: m must "
+                    "hold the running max of the scores seen so far, l the sum of e^(s - m) (both updated every block)",
+                    C, balance, q, rho, h, pos[q * n + i], got, want);
+        }
+  free(lse);
   snprintf(what, sizeof what, "C=%d balance=%d forward out (R,S,E)", C, balance);
   expect_close(what, got_out, out, N * E);
   for (int q = 0; q < C; q++) { /* backward: dq at home, dK/dV accumulated into the block's owner */
