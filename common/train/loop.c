@@ -243,10 +243,10 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     t->opt_t = *taken + 1;
     t->skipped = 0;
     double scale_used = in->scaler.scale;
+    in->steps_run++; /* this step counts for the rates a strategy's last step() reports */
     t->strategy->step(t);
     if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
     if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
-    in->steps_run++;
     in->overflows_run += t->wdt == DT_F16 && t->skipped;
     dev_sync(t->dev);
     trace_end(NULL);

@@ -411,6 +411,7 @@ void trainer_keep_units(trainer_t *t, const char *here) {
 }
 
 int trainer_prints(const trainer_t *t) { return t->model_rank == 0 && !t->cfg->quiet; }
+int trainer_steps_run(const trainer_t *t) { return t->in->steps_run; }
 
 /* The forward of B samples through every unit with the strategy's forward hooks (so ZeRO-3
  * gathers), no backward: the evaluation and --sample. */

@@ -154,6 +154,13 @@ typedef struct strategy {
   void (*post_forward)(struct trainer *t, int unit);  /* ZeRO-3: free gathered params */
   void (*pre_backward)(struct trainer *t, int unit);
   void (*post_backward)(struct trainer *t, int unit); /* unit grads ready: bucket / reduce */
+  /* A schedule that splits each backward in two (07's zero-bubble schedules: 'B' computes the
+   * inputs' gradients, a later 'W' the weights') calls post_backward after B with t->last_micro 0
+   * — the unit's backward use is over (ZeRO-3 frees its gathered params), no gradient is final —
+   * and this after the W of the unit's last micro-batch (t->last_micro 1), when its gradient is:
+   * where the strategy starts the reduction post_backward starts without a split (DDP's
+   * all-reduce, ZeRO's reduce-scatter). Required for a split backward (the loop refuses without). */
+  void (*grad_ready)(struct trainer *t, int unit);
   void (*step)(struct trainer *t);                    /* wait comm, optimizer on own shard, gather */
   void (*teardown)(struct trainer *t);                /* free what setup put in t->priv */
   /* Where unit u lives on this rank (unit_layout_t above): the one hook checkpoints, resume,
@@ -170,7 +177,9 @@ typedef struct strategy {
 } strategy_t;
 
 /* One operation of a step: the forward ('F') or the backward ('B') of micro-batch `micro` over
- * chunk `chunk` of this rank's units (t->chunks). */
+ * chunk `chunk` of this rank's units (t->chunks); or, when the list has them (a split backward:
+ * chapter 07's zero-bubble schedules), 'W': the weights' gradients of micro-batch `micro`, whose
+ * 'B' then computed the inputs' gradients only. The W's of a chunk come in the order of its B's. */
 typedef struct train_op {
   char kind;
   int micro;
@@ -198,10 +207,12 @@ typedef struct train_use {
  *
  *   F k on chunk c:  x ← recv_forward (first chunk: the data)     units forward     send_forward(y)
  *   B k on chunk c:  dy ← recv_backward (last chunk: the loss)     units backward    send_backward(dx)
+ *   W k on chunk c:  (a split backward) the units' weight gradients from what B k kept
  *
  * Activations live in slots, one per micro-batch in flight on a chunk: the loop's pool, which
  * grows only when more are in flight than ever before; release(c, k) waits for what the schedule
- * still sends out of k's slot before it is reused. Without a schedule the loop runs one chunk of
+ * still sends out of k's slot before it is reused (after B k, or W k when the list has W's: its
+ * slot then keeps what the weights' gradients need). Without a schedule the loop runs one chunk of
  * every unit with one slot. */
 typedef struct schedule {
   const char *name; /* "pipeline-1f1b" */
@@ -321,6 +332,7 @@ typedef struct trainer {
   train_chunk_t *chunks;/* [n_chunks] this rank's chunks of units */
   int n_ops;
   train_op_t *ops;      /* [n_ops] one step's operations, in order */
+  double busy_us[3];    /* this step's compute in its F, B and W operations (µs, with a schedule) */
   const train_use_t *uses; /* [n_uses] the units' uses in the order of the pre hooks: the step's, or
                             * a forward-only pass's (the evaluation, --sample) */
   int n_uses, use;      /* use: the index of the one being run */
@@ -395,6 +407,9 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
 void trainer_check_grads(trainer_t *t, int u);
 /* 1 on the one rank that prints a strategy's or a schedule's lines (rank 0 of the job), unless --quiet. */
 int trainer_prints(const trainer_t *t);
+/* The steps this process has run so far, the current one included once its strategy step() is
+ * called (after --resume: fewer than --steps): what a per-step rate divides by. */
+int trainer_steps_run(const trainer_t *t);
 
 /* ---- helpers for schedules ------------------------------------------------------------ */
 /* This rank keeps only the units with here[u] != 0: the others become empty (numel 0, so no

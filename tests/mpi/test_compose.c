@@ -17,11 +17,12 @@
  * matrix, 8 strategies x 3 schedules x 2 models. */
 #include "zl_test.h" // zl_launch, zl_expect_floats, zl_json_*
 
-#define MLP "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 3"
+#define MLP "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7"
+#define STEPS " --steps 3"
 #define GPT "--model gpt --gpt tiny --batch 8 --seed 5 --steps 3 --device cpu --data /usr/share/games/fortunes/cookie"
 #define M_MICRO 4
 
-static const char *const MODELS[2] = {MLP, GPT};
+static const char *const MODELS[2] = {MLP STEPS, GPT};
 static const char *const MODEL_NAMES[2] = {"mlp", "gpt"};
 static const struct { const char *name, *flags; } STRATEGIES[8] = {
     {"ddp-naive", "--zero 0"},
@@ -104,5 +105,29 @@ Test(common_compose, what_does_not_compose_is_refused, .timeout = 60) {
     cr_expect(rc == 2 && strstr(out, bad[i].says), "%s: exit %d (expected 2) and '%s':\n%s", bad[i].flags, rc, bad[i].says,
               out);
     free(out);
+  }
+}
+
+/* Per-step rates divide by the steps this run made: a run resumed at step 2 of 4 reports the
+ * same pipeline p2p and CP K/V bytes per step as the straight run (they used to divide by --steps
+ * and came out half as large after a resume). */
+Test(common_compose, per_step_bytes_after_a_resume, .timeout = 120) {
+  static const struct { int np; const char *cmd, *key; } runs[2] = {
+      {2, ZL_BIN "/ch07_pipeline " MLP " --pp 2 --micro-batches 4 --steps 4", "p2p_bytes_per_step_per_rank"},
+      {2, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 16 --batch 4 --steps 4 --cp 2 --device cpu", "cp_kv_bytes_per_step"},
+  };
+  for (int i = 0; i < 2; i++) {
+    char dir[256], name[32];
+    zl_tmpdir(dir, sizeof dir, "compose_rates");
+    snprintf(name, sizeof name, "straight%d", i);
+    zl_out_t a = zl_launch(runs[i].np, 60, "compose_rates", name, "%s --ckpt %s/ck%d --save-every 2 --timeout-s 30",
+                           runs[i].cmd, dir, i);
+    snprintf(name, sizeof name, "resumed%d", i);
+    zl_out_t b = zl_launch(runs[i].np, 60, "compose_rates", name, "%s --resume %s/ck%d/step-000002 --timeout-s 30",
+                           runs[i].cmd, dir, i);
+    double x = zl_json_num(a.json, runs[i].key), y = zl_json_num(b.json, runs[i].key);
+    cr_assert(x > 0 && x == y, "%s: straight run %.17g, resumed at step 2 %.17g (the steps run, not --steps)", runs[i].key, x, y);
+    zl_out_free(&a);
+    zl_out_free(&b);
   }
 }
