@@ -32,7 +32,9 @@ static unit_layout_t layout_of(trainer_t *t, int u) {
 }
 
 /* Whether this rank writes (and exports) its own piece of unit u: one copy of every piece. */
-static int writes_piece(const trainer_t *t, const unit_layout_t *l) { return l->own_numel > 0 && (!l->replicated || t->rank == 0); }
+static int writes_piece(const trainer_t *t, const unit_layout_t *l) {
+  return l->own_numel > 0 && !l->saved_elsewhere && (!l->replicated || t->rank == 0);
+}
 
 /* The device array of section s (0 weights, 1 m, 2 v) of a piece. */
 static float *section_of(const trainer_t *t, const unit_layout_t *l, int s, int u) {

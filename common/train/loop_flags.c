@@ -291,9 +291,6 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     exit(args_error("--fault", cfg->fault, "%s", why));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
     exit(args_error("--hpz", "", "needs --shard-group all: with --shard-group node every gather is inside the node already"));
-  if (cfg->shard_group_node && cfg->resume) /* HSDP's layout names one node's copy: what a restore cannot fill */
-    exit(args_error("--resume", cfg->resume, "cannot restore into --shard-group node (its checkpoints resume with "
-                    "--shard-group all, any rank count)"));
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));

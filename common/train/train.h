@@ -125,6 +125,8 @@ typedef struct unit_layout {
   float *m, *v;               /* (own_numel) optimizer states (m: Adam m or SGD momentum); NULL if none */
   int replicated;             /* 1: every rank keeps this same piece (DDP): rank 0's copy is saved and
                                * exported. The same answer on every rank. */
+  int saved_elsewhere;        /* 1: another rank keeps and saves this same piece (HSDP: the same piece on
+                               * every node, node 0's is saved): this rank restores it, saves nothing */
   /* The working params (wdt) of unit u this rank holds between steps; a restore fills them with
    * the fp32 weights cast to wdt (what every step leaves there). */
   int64_t held_off, held_numel;

@@ -1,0 +1,56 @@
+/* test_hsdp.c — HSDP's checkpoints resume like every other strategy's (notes/09-nodes.md,
+ * notes/reliability.md "The universal form"): ZeRO-3 inside each node (--shard-group node), the
+ * nodes faked on one box with ZL_NODE_OF_RANK (2 nodes x 2 ranks). Every node holds the same
+ * pieces; node 0's are saved, the others' restored from them (unit_layout_t.saved_elsewhere).
+ *   - 3 HSDP steps + resume + 3 = 6 straight HSDP steps, bitwise: the same kernels, shapes and
+ *     order (notes/design.md, "Bits or a tolerance"), every loss and weight;
+ *   - the same checkpoint resumed as DDP on 3 ranks and as ZeRO-1 on 2: within 1e-6 · max|w| of the
+ *     straight HSDP run (other per-rank batches: other GEMM shapes; SGD with momentum, so the gap is
+ *     the gradients' rounding; the log line prints it);
+ *   - an HSDP run resumes a ZeRO-2 checkpoint (any grid into HSDP), within the same tolerance.
+ * Suite ch09_hsdp (with tests/mpi/test_nodes.c's). */
+#include "zl_test.h" // zl_launch, zl_run, zl_expect_floats, zl_expect_close_norm
+
+#define RUN "--batch 24 --seed 5 --optimizer sgd --momentum 0.9 --lr 0.05 --timeout-s 30"
+#define NODES "env ZL_NODE_OF_RANK=0,0,1,1 "
+
+static void same_losses(const char *what, const char *got, const char *want) {
+  double a[16], b[16];
+  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 16), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 16);
+  cr_assert(na == 6 && nb == 6, "%s: %d and %d losses, expected 6", what, na, nb);
+  for (int i = 0; i < na; i++)
+    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
+}
+
+Test(ch09_hsdp, checkpoint_resumes_on_hsdp_bitwise_and_on_other_grids, .timeout = 120) {
+  char dir[256];
+  zl_tmpdir(dir, sizeof dir, "hsdp_ck");
+  zl_out_t straight = zl_launch(4, 60, "hsdp_ck", "straight", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN
+                                " --steps 6 --ckpt %s/ck --save-every 3", dir);
+  cr_assert(strstr(straight.json, "hsdp"), "the straight run is not HSDP:\n%s", straight.text);
+  zl_out_t resumed = zl_launch(4, 60, "hsdp_ck", "resumed", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN
+                               " --steps 6 --resume %s/ck/step-000003", dir);
+  zl_expect_floats("HSDP 3 + resumed 3 vs 6 straight: weights", resumed.params, straight.params, straight.n, 0);
+  same_losses("HSDP 3 + resumed 3 vs 6 straight", resumed.json, straight.json);
+  static const struct { int np; const char *cmd; } other[2] = {
+      {3, ZL_BIN "/ch02_ddp --variant naive " RUN " --steps 6 --resume %s/ck/step-000003"},
+      {2, ZL_BIN "/ch03_zero1 " RUN " --steps 6 --resume %s/ck/step-000003"},
+  };
+  for (int i = 0; i < 2; i++) {
+    char name[32], what[160];
+    snprintf(name, sizeof name, "other%d", i);
+    zl_out_t o = zl_launch(other[i].np, 60, "hsdp_ck", name, other[i].cmd, dir);
+    snprintf(what, sizeof what, "HSDP checkpoint resumed on %d ranks (%s) vs HSDP straight", other[i].np, i ? "zero1" : "ddp");
+    cr_assert_eq(o.n, straight.n, "%s: %lld weights", what, (long long)o.n);
+    double gap = zl_expect_close_norm(what, o.params, straight.params, o.n, 1e-6);
+    cr_log_info("%s: largest |difference| / max|w|: %.2g (tolerance 1e-06)", what, gap);
+    zl_out_free(&o);
+  }
+  /* any grid into HSDP: a ZeRO-2 checkpoint of 3 ranks resumed by HSDP on 2 x 2 */
+  zl_out_t z2 = zl_launch(3, 60, "hsdp_ck", "zero2", ZL_BIN "/ch04_zero2 " RUN " --steps 6 --ckpt %s/ck2 --save-every 3", dir);
+  zl_out_t into = zl_launch(4, 60, "hsdp_ck", "into", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN
+                            " --steps 6 --resume %s/ck2/step-000003", dir);
+  double gap = zl_expect_close_norm("ZeRO-2 checkpoint resumed by HSDP vs ZeRO-2 straight", into.params, z2.params, z2.n, 1e-6);
+  cr_log_info("ZeRO-2 (3 ranks) -> HSDP (2 x 2): largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
+  zl_out_free(&z2), zl_out_free(&into), zl_out_free(&straight), zl_out_free(&resumed);
+}
