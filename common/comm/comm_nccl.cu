@@ -311,7 +311,7 @@ static void nccl_finalize(comm_t *c) {
   nccl_state_t *s = st(c);
   if (!s) return;
   nccl_host_wait(c, s->last_seq);
-  CHECK_CUDA(cudaStreamSynchronize(s->stream));
+  devcu_wait_stream(s->stream);
   CHECK_NCCL(ncclCommDestroy(s->comm));
   for (nccl_state_t **p = &g_nccl_all; *p; p = &(*p)->next)
     if (*p == s) {

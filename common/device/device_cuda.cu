@@ -65,7 +65,7 @@ void *devcu_malloc(size_t nbytes) {
   }
   CHECK_CUDA(e);
   CHECK_CUDA(cudaMemsetAsync(p, 0, nbytes, s)); /* zero-filled, ordered before any use on s */
-  if (t_on_comm) CHECK_CUDA(cudaStreamSynchronize(s));
+  if (t_on_comm) devcu_wait_stream(s);
   return p;
 }
 
@@ -85,7 +85,7 @@ void devcu_memcpy(void *dst, const void *src, size_t nbytes, int kind) {
   cudaMemcpyKind k = cudaMemcpyDefault;
   cudaStream_t s = my_stream();
   CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, k, s));
-  CHECK_CUDA(cudaStreamSynchronize(s)); /* the contract: done when the call returns */
+  devcu_wait_stream(s); /* the contract: done when the call returns (the watchdog bounds the wait) */
 }
 
 void devcu_memset0(void *p, size_t nbytes) {
@@ -107,12 +107,21 @@ static double mono_s(void) {
 
 void devcu_sync(void) {
   if (g_device < 0) return;
-  if (!g_sync_watchdog) {
-    CHECK_CUDA(cudaStreamSynchronize(my_stream()));
+  devcu_wait_stream(my_stream());
+}
+
+/* THE host wait of the CUDA path: every wait of common/ for a stream's work comes here (the layer
+ * check, common/scripts/check_layers.py, fails on any other cudaStreamSynchronize), so a stream
+ * that waits on a collective whose peer died ends the job within --timeout-s, naming the rank —
+ * the loss, the gradient norm, a dev_memcpy, the offload copy, the embedding backward alike. */
+void devcu_wait_stream(void *stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  if (!g_sync_watchdog) { /* no collective can hang this stream (no NCCL): a plain wait */
+    CHECK_CUDA(cudaStreamSynchronize(s));
     return;
   }
   if (!t_sync_ev) CHECK_CUDA(cudaEventCreateWithFlags(&t_sync_ev, cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventRecord(t_sync_ev, my_stream()));
+  CHECK_CUDA(cudaEventRecord(t_sync_ev, s));
   double t0 = mono_s();
   int sleep_us = 20;
   for (;;) {
@@ -140,7 +149,9 @@ void *devcu_host_malloc(size_t nbytes) {
 
 void devcu_host_free(void *p) {
   if (!p) return;
-  /* cudaFreeHost synchronizes the device: nothing queued may still read or write p */
+  /* cudaFreeHost synchronizes the device: nothing queued may still read or write p. The bounded
+   * wait first, so a stream stuck behind a dead peer's collective ends the job, not this call. */
+  devcu_sync();
   CHECK_CUDA(cudaFreeHost(p));
 }
 
@@ -157,7 +168,7 @@ void devcu_copy_async(void *dst, const void *src, size_t nbytes) {
 }
 
 void devcu_copy_wait(void) {
-  if (g_copy) CHECK_CUDA(cudaStreamSynchronize(g_copy));
+  if (g_copy) devcu_wait_stream(g_copy);
 }
 
 size_t devcu_used_bytes(void) {

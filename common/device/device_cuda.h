@@ -19,6 +19,9 @@ void devcu_memset0(void *p, size_t nbytes);
  * doubling from 20 us to 1 ms), calling the watchdog between polls with the seconds waited; the
  * watchdog dies (naming the rank and the operation) when the wait must end, or returns. */
 void devcu_sync(void);
+/* The same bounded wait for any stream (a cudaStream_t): devcu_sync's is the compute stream's.
+ * Every host wait of the CUDA path goes through here (check_layers.py holds it). */
+void devcu_wait_stream(void *stream);
 /* The NCCL backend's watchdog for devcu_sync (a compute stream that waits on a collective's event
  * hangs when a peer died). NULL: plain cudaStreamSynchronize. */
 void devcu_set_sync_watchdog(void (*check)(double waited_s));

@@ -191,7 +191,7 @@ double opcu_sumsq(const void *x, dtype_t dt, int64_t n) {
   CHECK_LAUNCH();
   double host[ZL_SUMSQ_BLOCKS];
   CHECK_CUDA(cudaMemcpyAsync(host, partial, sizeof host, cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
+  devcu_wait_stream(s); /* bounded by the watchdog: the stream may wait on a collective */
   double sum = 0;
   for (int b = 0; b < ZL_SUMSQ_BLOCKS; b++) sum += host[b]; /* fixed order */
   return sum;
@@ -394,7 +394,7 @@ double opcu_softmax_xent(float *dlogits, const float *logits, const int *y, int 
   double *host = (double *)malloc((size_t)B * sizeof(double) + sizeof(int));
   if (!host) die("out of memory on rank %d: softmax row losses", check_rank());
   CHECK_CUDA(cudaMemcpyAsync(host, ws, (size_t)B * sizeof(double) + sizeof(int), cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
+  devcu_wait_stream(s);
   int bad_label = 0;
   memcpy(&bad_label, (char *)host + (size_t)B * sizeof(double), sizeof(int));
   if (bad_label) die_on_rank("softmax cross-entropy: a label is outside [0, %d)", C);

@@ -305,7 +305,7 @@ void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *to
   int *start = g_emb_host, *pos = start + V + 1, *tok = pos + BT;
   if (BT > 0) {
     CHECK_CUDA(cudaMemcpyAsync(tok, tokens, (size_t)BT * sizeof(int), cudaMemcpyDeviceToHost, s));
-    CHECK_CUDA(cudaStreamSynchronize(s));
+    devcu_wait_stream(s);
   }
   /* stable counting sort, as ops_gpt_cpu.c: within a bucket, positions increase */
   for (int v = 0; v <= V; v++) start[v] = 0;

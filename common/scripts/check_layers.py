@@ -11,7 +11,11 @@ common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
      ring collectives of solutions/ring.c (ALLOWED below);
   4. no include cycle among modules: a module is a file's stem up to its first underscore
      (loop.c, loop_ops.c and loop_internal.h are one module, "loop"), and the graph of
-     "a file of module A includes a header of module B" has no cycle.
+     "a file of module A includes a header of module B" has no cycle;
+  5. every host wait of the CUDA path goes through one watchdog: a blocking CUDA wait
+     (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a synchronous
+     cudaMemcpy) appears in the code (comments aside) of common/ only inside devcu_wait_stream
+     (common/device/device_cuda.cu), which polls an event and ends the job past --timeout-s.
 
   python3 common/scripts/check_layers.py [--root DIR]     exit 0 clean, 1 with one line per problem
 """
@@ -21,6 +25,9 @@ import re
 import sys
 
 SRC = re.compile(r"\.(c|h|cu|cuh)$")
+# rule 5: the blocking CUDA waits, and the one function allowed to make them
+BLOCKING = re.compile(r"\b(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy)\s*\(")
+WAIT_HOME = ("common/device/device_cuda.cu", "devcu_wait_stream")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # (layer, header of solutions/) pairs common/ may include; see rule 3
 ALLOWED = {("comm", "ring.h")}
@@ -33,6 +40,51 @@ def layers_of(root):
     if not m:
         sys.exit("check_layers: no `LAYERS := ...` line in %s/Makefile" % root)
     return m.group(1).split()
+
+
+def strip_comments(src):
+    """The code of a C/CUDA source without its comments (string literals kept), line breaks kept."""
+    out, i, n = [], 0, len(src)
+    while i < n:
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * src.count("\n", i, j))
+            i = j
+        elif src[i] == '"':
+            j = i + 1
+            while j < n and src[j] != '"':
+                j += 2 if src[j] == "\\" else 1
+            out.append(src[i:j + 1])
+            i = j + 1
+        else:
+            out.append(src[i])
+            i += 1
+    return "".join(out)
+
+
+def blocking_waits(rel, src):
+    """Rule 5's problems in one file: each blocking CUDA wait outside devcu_wait_stream."""
+    code, problems = strip_comments(src), []
+    home = re.search(r"\bvoid\s+%s\s*\([^)]*\)\s*\{" % WAIT_HOME[1], code) if rel == WAIT_HOME[0] else None
+    lo = hi = -1
+    if home:  # the function's body: to its matching brace
+        depth, k = 0, home.end() - 1
+        for k in range(home.end() - 1, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[k], 0)
+            if depth == 0:
+                break
+        lo, hi = home.start(), k
+    for m in BLOCKING.finditer(code):
+        if lo <= m.start() <= hi:
+            continue
+        line = code.count("\n", 0, m.start()) + 1
+        problems.append("%s:%d: %s blocks the host with no deadline: wait through devcu_wait_stream (%s), "
+                        "whose watchdog ends the job past --timeout-s" % (rel, line, m.group(1), WAIT_HOME[0]))
+    return problems
 
 
 def module(name):
@@ -96,6 +148,7 @@ def check(root):
     graph, n_inc = {}, 0
     for layer, rel in files:
         src = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        problems += blocking_waits(rel, src)
         mod = "%s/%s" % (layer, module(rel))
         graph.setdefault(mod, set())
         for inc in INCLUDE.findall(src):
