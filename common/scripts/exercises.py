@@ -820,7 +820,7 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
     rest = [ln for ln in first[1:] if same(ln) != same(reason)] if not comm else []
     shown = rest[:5]
     # a program's FAILED / error line past the first few lines (e.g. --mlp-check's "T=2 ... FAILED")
-    deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:|\bWRONG\b|MEASURED != FORMULA", ln)
+    deep = [ln for ln in msgs[:400] if re.search(r"\bFAILED\b|\berror:|\bWRONG\b|(?:MEASURED|MODEL) != FORMULA", ln)
             and ln != reason and ln not in shown]
     if deep and re.search(r"exit(?:ed)? -?\d+:?$", reason):  # "program exited 1:" then its output
         reason = reason.rstrip(":") + ": " + deep.pop(0)
