@@ -32,7 +32,10 @@ void report_nodes_print(const trainer_t *t, const rank_numbers_t *all, const for
   double sent = 0, inter = 0, fi = 0;
   printf("across nodes (%d nodes; node of each rank:", K);
   for (int r = 0; r < NR; r++) printf(" %lld", (long long)all[r].node);
-  printf("), bytes sent per step by the data-parallel collectives:\n%-6s %5s %16s %16s %16s%s\n", "rank", "node",
+  printf("), bytes sent per step by the data-parallel collectives (%s):\n%-6s %5s %16s %16s %16s%s\n",
+         comm_impl(t->comm) == COLL_RING ? "measured: what the ring code sent"
+                                         : "the counters' ring model: the vendor library picks its own algorithm",
+         "rank", "node",
          "inside the node", "across nodes", "formula across", t->tp_comm ? "   TP group across" : "");
   for (int r = 0; r < NR; r++) {
     double s = 0, x = 0;
