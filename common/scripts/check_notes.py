@@ -19,8 +19,9 @@ Numbers are compared number by number, the rest of the line letter for letter: a
 within NUM_RTOL = 1e-4 relative of the pasted one. Why a tolerance: OpenBLAS picks its GEMM kernel
 by CPU, and so the order of every dot product's sum — the same run prints losses ~1e-6 apart
 (fp32) and ~1e-5 apart (bf16) on another CPU (measured: the largest gap over the seven kernels
-Prescott..Cooperlake was 9.2e-6, a bf16 loss after 6 steps; notes/benchmarks.md, "Portability"),
-a margin of 10x; a wrong loss (a lost 1/N, a dropped micro-batch or bucket) moves it by 1e-3 or more.
+Prescott..Cooperlake was 2.3e-5, a bf16 loss after 6 steps on the Prescott kernel; fp32 losses
+1.4e-6; notes/benchmarks.md, "Portability"), a margin of 4x; a wrong loss (a lost 1/N, a dropped
+micro-batch or bucket) moves it by 1e-3 or more.
 The runs see no GPU (CUDA_VISIBLE_DEVICES empty): the pages show the CPU path.
 
 Measured numbers quoted in prose or tables are checked too. A measured number comes from one
