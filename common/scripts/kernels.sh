@@ -73,6 +73,8 @@ case "$kernels" in
 esac
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+isa=$(for f in avx512f avx2 avx sse4_2; do case "$flags" in *" $f "*) echo "$f"; break ;; esac; done)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "portability matrix: $(nproc) cores, $cpu; OpenBLAS's own kernel here: $own"
 echo "filter: $filter"
 rows=() failed=0 jrows=
@@ -96,8 +98,9 @@ for k in "${list[@]}"; do
   p=$(echo "$summary" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p'); f=$(echo "$summary" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
   c=$(echo "$summary" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
   [ "$rc" = 0 ] || failed=1
+  fails=$(echo "$out" | sed -n 's/^\[FAIL\] \([^:]*::[^:]*\):.*/"\1"/p' | paste -sd, -)
   rows+=("$(printf '%-12s %-8s %s passed, %s failed, %s crashed, %d s; largest gap %s of its tolerance' "$k" "$([ "$rc" = 0 ] && echo ok || echo FAILED)" "${p:-?}" "${f:-?}" "${c:-?}" $((t1 - t0)) "${gap:-?}")")
-  jrows+="${jrows:+,}\"$k\": {\"rc\": $rc, \"passed\": ${p:-null}, \"failed\": ${f:-null}, \"crashed\": ${c:-null}, \"seconds\": $((t1 - t0)), \"largest_gap_over_tolerance\": ${gap:-null}}"
+  jrows+="${jrows:+,}\"$k\": {\"rc\": $rc, \"passed\": ${p:-null}, \"failed\": ${f:-null}, \"crashed\": ${c:-null}, \"seconds\": $((t1 - t0)), \"largest_gap_over_tolerance\": ${gap:-null}, \"failed_tests\": [${fails}]}"
 done
 echo
 printf '%-12s %-8s %s\n' kernel result detail
@@ -105,8 +108,8 @@ for r in "${rows[@]}"; do echo "$r"; done
 if [ -n "$json" ]; then
   mkdir -p "$(dirname "$json")"
   f_esc=$(printf '%s' "$filter" | sed 's/\\/\\\\/g; s/"/\\"/g')
-  printf '{"_meta": {"cpu": "%s", "cores": %d, "own_kernel": "%s", "date": "%s", "filter": "%s", "command": "make test-kernels"},\n %s}\n' \
-    "$cpu" "$(nproc)" "$own" "$(date -u +%Y-%m-%dT%H:%MZ)" "$f_esc" "$jrows" >"$json"
+  printf '{"_meta": {"cpu": "%s", "widest_isa": "%s", "cores": %d, "own_kernel": "%s", "date": "%s", "load_before": "%s", "load_after": "%s", "filter": "%s", "command": "make test-kernels"},\n %s}\n' \
+    "$cpu" "$isa" "$(nproc)" "$own" "$(date -u +%Y-%m-%dT%H:%MZ)" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$f_esc" "$jrows" >"$json"
   echo "kernels.sh: wrote $json"
 fi
 exit $failed
