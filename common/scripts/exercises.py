@@ -48,6 +48,10 @@ Commands (SRC is solutions, DST is exercises):
                                not done / wrong / other pattern (values right, communication not
                                the lesson's) / timed out / not overlapped / does not compile,
                                with the reason: the failing check's own message.
+  calls SRC --chapter NN --binary BIN
+                               the chapter's tests (not *_long) as BIN lists them, one a line:
+                               "suite/test: the chapter's exercises it calls" (EXERCISE_TESTS),
+                               "-" for none (make test-long checks the map against stubs).
   compile-report DST LOG       the exercises whose bodies a failed build LOG (of IMPL=DST)
                                blames, one line each (make test uses it and goes on).
 Exit codes: 0 ok, 1 stale / exercises not done, 2 bad markers or usage.
@@ -985,6 +989,15 @@ def cmd_status(a):
     return 0 if all(results[r.name][0] == "done" for _, r in regs) else 1
 
 
+def cmd_calls(a):
+    """The chapter's tests and the exercises each calls (EXERCISE_TESTS), as BIN lists them."""
+    names = [r.name for _, r in all_regions(a.src, a.chapter)]
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
+    for t in list_tests(a.binary, f"ch{a.chapter}*/*", env0):
+        print(f"{t}: {' '.join(n for n in names if calls(t, n)) or '-'}")
+    return 0
+
+
 def cmd_compile_report(a):
     """Name the exercises a failed build of DST blames (make test goes on after it)."""
     log = read_text(a.log) if os.path.isfile(a.log) else ""
@@ -1033,6 +1046,8 @@ def main():
     s.add_argument("--filter", help="Criterion filter of the tests to run (default: ch<NN>*/*)")
     s.add_argument("--deadline", type=int, default=EXERCISE_TIMEOUT_S,
                    help="collective deadline of every test run, seconds (exercise mode)")
+    ca = sub.add_parser("calls")
+    ca.add_argument("src"), ca.add_argument("--chapter", required=True), ca.add_argument("--binary", required=True)
     cr = sub.add_parser("compile-report")
     cr.add_argument("dst"), cr.add_argument("log")
     a = p.parse_args()
@@ -1048,7 +1063,7 @@ def main():
         return 2
     try:
         return {"generate": cmd_generate, "check": cmd_check, "list": cmd_list,
-                "hint": cmd_hint, "status": cmd_status}[a.cmd](a)
+                "hint": cmd_hint, "status": cmd_status, "calls": cmd_calls}[a.cmd](a)
     except MarkerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

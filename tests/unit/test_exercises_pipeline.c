@@ -581,3 +581,201 @@ Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
   free(expect_verdict("1F1B op by op", dst, "07", "ch07_pipeline/schedules_*", "pp_1f1b_schedule", "done",
                       STRS("tests pass"), NULL));
 }
+
+/* ---- chapters 09 and 10: the reason in the first lines, whatever the class ------------------- */
+/* Chapter 09 on its own scenario (tests/mpi/scn_hier: sizes g does not divide, the bytes across
+ * nodes; a second each): a forgotten cross-node step names a rank, an element, got and expected;
+ * the piece at me·(numel/g) is caught on the sizes g does not divide, and the verdict says so;
+ * reduce + all-reduce + broadcast (right sums, the whole buffer across from one rank) is "other
+ * pattern", values right; an all-gather whose handle is dropped is named by the comm layer. */
+#define HIER_PIECE "  int g = comm_world(h->node), i = comm_rank(h->node);\n" \
+                   "  int64_t lo = comm_chunk_lo(numel, g, i), n = comm_chunk_numel(numel, g, i);\n" \
+                   "  void *own = (char *)buf + lo * (int64_t)dtype_size(dt);\n"
+Test(common_exercises, ch09_verdicts_say_why, .timeout = 150) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_hier");
+  put_body(dst, "hier.c", "hier_all_reduce", HIER_PIECE "  (void)n;\n"
+           "  comm_reduce_scatter(h->node, buf, own, numel, dt, op);\n"
+           "  comm_all_gather(h->node, own, buf, numel, dt);\n");
+  free(expect_verdict("no cross-node step", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
+                      STRS("hier_all_reduce numel=", "rank 0: buf[", "expected", "the sum over the 4 ranks"), NULL));
+  put_body(dst, "hier.c", "hier_all_reduce",
+           "  int g = comm_world(h->node), me = comm_rank(h->node);\n"
+           "  int64_t n = numel / g;\n"
+           "  void *own = (char *)buf + me * n * (int64_t)dtype_size(dt);\n"
+           "  comm_reduce_scatter(h->node, buf, own, numel, dt, op);\n"
+           "  comm_all_reduce(h->cross, own, n, dt, op);\n"
+           "  comm_all_gather(h->node, own, buf, numel, dt);\n");
+  free(expect_verdict("the piece at me*(numel/g)", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
+                      STRS("right for every size g = 2", "numel*i/g", "buf[0] = ", "expected"), NULL));
+  put_body(dst, "hier.c", "hier_all_reduce",
+           "  comm_reduce(h->node, buf, buf, numel, dt, op, 0);\n"
+           "  if (comm_rank(h->node) == 0) comm_all_reduce(h->cross, buf, numel, dt, op);\n"
+           "  comm_broadcast(h->node, buf, numel, dt, 0);\n");
+  free(expect_verdict("reduce + all-reduce + broadcast", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce",
+                      "other pattern", STRS("values right", "bytes across nodes where the two-level all-reduce sends"),
+                      NULL));
+  put_body(dst, "hier.c", "hier_all_reduce", HIER_PIECE
+           "  comm_reduce_scatter(h->node, buf, own, numel, dt, op);\n"
+           "  comm_all_reduce(h->cross, own, n, dt, op);\n"
+           "  comm_all_gather_async(h->node, own, buf, numel, dt, \"gather back\");\n");
+  free(expect_verdict("a dropped all-gather handle", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
+                      STRS("comm_all_gather_async (gather back)", "never waited before hier_all_reduce returned"),
+                      STRS("signal")));
+}
+
+/* make test-long: chapter 10's classes and chapter 09's race. T broadcasts for the all-gather and an
+ * all-reduce then my positions for the reduce-scatter: values right, other pattern; an all-gather
+ * whose handle is dropped: named; a forgotten running max: the forward's statistics, not a NaN in
+ * the backward; with cp_attend_block wrong beside a right tp_sp_all_gather, cp_attend_block is named
+ * without a rebuild (its test does not call the other); in chapter 09, a reduce-scatter whose handle
+ * is dropped before the cross-node all-reduce reads its output: the race, named. */
+Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 300) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_long10");
+  const char *gather_out =
+      "  for (int q = 0; q < T; q++)\n"
+      "    for (int b = 0; b < B; b++)\n"
+      "      dev_memcpy(dev, full + ((int64_t)b * S + (int64_t)q * Sl) * C, dev, stage + ((int64_t)q * B + b) * blk,\n"
+      "                 (size_t)blk * sizeof(float));\n";
+  char body[2048];
+  snprintf(body, sizeof body,
+           "  int T = comm_world(tp), Sl = S / T, r = comm_rank(tp);\n"
+           "  int64_t blk = (int64_t)Sl * C, pn = (int64_t)B * blk;\n"
+           "  device_t dev = comm_device(tp);\n"
+           "  for (int q = 0; q < T; q++) {\n"
+           "    if (q == r) dev_memcpy(dev, stage + q * pn, dev, part, (size_t)pn * sizeof(float));\n"
+           "    comm_broadcast(tp, stage + q * pn, pn, DT_F32, q);\n"
+           "  }\n%s", gather_out);
+  put_body(dst, "tp_sp.c", "tp_sp_all_gather", body);
+  free(expect_verdict("T broadcasts", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_all_gather", "other pattern",
+                      STRS("values right", "broadcast", "exactly one all_gather"), NULL));
+  snprintf(body, sizeof body,
+           "  int T = comm_world(tp), Sl = S / T;\n"
+           "  int64_t blk = (int64_t)Sl * C;\n"
+           "  device_t dev = comm_device(tp);\n"
+           "  comm_all_gather_async(tp, part, stage, (int64_t)B * S * C, DT_F32, \"sequence gather\");\n%s", gather_out);
+  put_body(dst, "tp_sp.c", "tp_sp_all_gather", body);
+  free(expect_verdict("a dropped all-gather handle", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_all_gather", "wrong",
+                      STRS("comm_all_gather_async (sequence gather)", "never waited before tp_sp_all_gather returned"),
+                      NULL));
+  student_tree(dst, sizeof dst, "ex_long10");
+  put_body(dst, "tp_sp.c", "tp_sp_reduce_scatter",
+           "  int T = comm_world(tp), Sl = S / T, r = comm_rank(tp);\n"
+           "  int64_t blk = (int64_t)Sl * C;\n"
+           "  device_t dev = comm_device(tp);\n"
+           "  dev_memcpy(dev, stage, dev, full, (size_t)B * S * C * sizeof(float));\n"
+           "  comm_all_reduce(tp, stage, (int64_t)B * S * C, DT_F32, REDOP_SUM);\n"
+           "  for (int b = 0; b < B; b++)\n"
+           "    dev_memcpy(dev, part + (int64_t)b * blk, dev, stage + ((int64_t)b * S + (int64_t)r * Sl) * C,\n"
+           "               (size_t)blk * sizeof(float));\n");
+  free(expect_verdict("an all-reduce, then my positions", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_reduce_scatter",
+                      "other pattern", STRS("values right", "1 all_reduce"), NULL));
+  /* the reference's online softmax without its last line (m[st] = mn), beside a right all-gather */
+  student_tree(dst, sizeof dst, "ex_long10");
+  char *cp = zl_read_file("solutions/cp.c", NULL);
+  cr_assert(cp, "cannot read solutions/cp.c");
+  char *s = strchr(strstr(cp, "// BEGIN EXERCISE cp_attend_block "), '\n') + 1, *e = strstr(s, "// END EXERCISE");
+  while (e > s && e[-1] != '\n') e--;
+  char *nomax = malloc((size_t)(e - s) + 1), *k = strstr(s, "        m[st] = mn;\n");
+  cr_assert(k && k < e, "no 'm[st] = mn;' line in cp_attend_block's reference body");
+  sprintf(nomax, "%.*s%.*s", (int)(k - s), s, (int)(e - k - strlen("        m[st] = mn;\n")), k + strlen("        m[st] = mn;\n"));
+  put_body(dst, "cp.c", "cp_attend_block", nomax);
+  snprintf(body, sizeof body,
+           "  int T = comm_world(tp), Sl = S / T;\n"
+           "  int64_t blk = (int64_t)Sl * C;\n"
+           "  device_t dev = comm_device(tp);\n"
+           "  comm_all_gather(tp, part, stage, (int64_t)B * S * C, DT_F32);\n%s", gather_out);
+  put_body(dst, "tp_sp.c", "tp_sp_all_gather", body); /* right */
+  char *out = NULL;
+  char build[256];
+  build_dir(build, sizeof build);
+  zl_run(0, 150, &out, GEN " status solutions %s --chapter 10 --build %s --work %s/exercise-check-tests --deadline 3 "
+         "--make 'make --no-print-directory BUILD=%s'", dst, build, build, build);
+  cr_expect(verdict_is(out, "cp_attend_block", "wrong") && strstr(out, "forward statistics") && strstr(out, "got -inf"),
+            "a forgotten running max: the forward's statistics:\n%s", out);
+  cr_expect(!strstr(out, "alone"), "cp_attend_block's test does not call tp_sp_all_gather: no body rebuilt alone:\n%s", out);
+  free(out);
+  free(nomax);
+  free(cp);
+  /* chapter 09: the reduce-scatter's handle dropped, the cross-node all-reduce reading its output */
+  student_tree(dst, sizeof dst, "ex_long10");
+  put_body(dst, "hier.c", "hier_all_reduce", HIER_PIECE
+           "  comm_reduce_scatter_async(h->node, buf, own, numel, dt, op, \"node sum\");\n"
+           "  comm_handle_t x = comm_all_reduce_async(h->cross, own, n, dt, op, \"across\");\n"
+           "  comm_wait(h->node, comm_all_gather_async(h->node, own, buf, numel, dt, \"gather back\"));\n"
+           "  comm_wait(h->cross, x);\n");
+  free(expect_verdict("a dropped reduce-scatter handle", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
+                      STRS("comm_all_reduce_async (across)", "comm_reduce_scatter_async (node sum)", "never waited"),
+                      NULL));
+}
+
+/* make test-long: EXERCISE_TESTS (exercises.py), the tests a body of chapters 09 and 10 is judged on,
+ * against the code itself: with one exercise stubbed and the reference for every other, each test
+ * the map gives it fails (it calls the stub) and every other test of its chapter passes (it cannot
+ * see the body: a done verdict may leave it out). A test that skips itself here (no root) is not
+ * counted. */
+static char *body_of(const char *path, const char *name) {
+  char *t = zl_read_file(path, NULL), begin[160];
+  cr_assert(t, "cannot read %s", path);
+  snprintf(begin, sizeof begin, "// BEGIN EXERCISE %s ", name);
+  char *b = strstr(t, begin);
+  cr_assert(b, "no exercise %s in %s", name, path);
+  char *s = strchr(b, '\n') + 1, *e = strstr(s, "// END EXERCISE");
+  while (e > s && e[-1] != '\n') e--;
+  char *o = malloc((size_t)(e - s) + 1);
+  sprintf(o, "%.*s", (int)(e - s), s);
+  free(t);
+  return o;
+}
+Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 900) {
+  static const struct { const char *chapter, *file, *name; } ex[] = {
+      {"09", "hier.c", "hier_all_reduce"}, {"10", "tp_sp.c", "tp_sp_all_gather"},
+      {"10", "tp_sp.c", "tp_sp_reduce_scatter"}, {"10", "cp.c", "cp_attend_block"}};
+  char root[256], build[256], cmd[2048], *out = NULL;
+  zl_tmpdir(root, sizeof root, "ex_map");
+  build_dir(build, sizeof build);
+  snprintf(cmd, sizeof cmd, "rm -rf %s/gen %s/tree %s/tree-build && " GEN " generate solutions %s/gen --backup %s/bk >/dev/null",
+           root, root, root, root, root);
+  cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) {
+    char tree[300], gen[300];
+    snprintf(tree, sizeof tree, "%s/tree", root);
+    snprintf(gen, sizeof gen, "%s/gen/%s", root, ex[i].file);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r solutions %s", tree, tree);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    char *stub = body_of(gen, ex[i].name);
+    put_body(tree, ex[i].file, ex[i].name, stub);
+    free(stub);
+    int rc = zl_run(0, 600, &out, "make --no-print-directory BUILD=%s IMPL=%s GPU=0 build", build, tree);
+    cr_assert_eq(rc, 0, "the tree with %s stubbed does not build:\n%s", ex[i].name, out);
+    free(out);
+    rc = zl_run(0, 60, &out, GEN " calls solutions --chapter %s --binary %s-build/tests/zl_tests", ex[i].chapter, tree);
+    cr_assert(rc == 0 && out && *out, "exercises.py calls: exit %d:\n%s", rc, out);
+    int checked = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+      char test[256], *colon = strstr(line, ": ");
+      cr_assert(colon, "exercises.py calls printed %s", line);
+      snprintf(test, sizeof test, "%.*s", (int)(colon - line), line);
+      char pad[128];
+      snprintf(pad, sizeof pad, " %s ", ex[i].name);
+      char list[1024];
+      snprintf(list, sizeof list, " %s ", colon + 2);
+      int mapped = strstr(list, pad) != NULL;
+      char *res = NULL;
+      /* a Criterion run of its own: without this one's CRITERION_* / BXF_* variables (exercises.py's run_tests) */
+      int trc = zl_run(0, 300, &res, "sh -c 'for v in $(env | sed -n \"s/^\\(CRITERION[^=]*\\|BXF[^=]*\\)=.*/\\1/p\"); "
+                       "do unset $v; done; ZL_EXERCISE_TIMEOUT_S=10 exec %s-build/tests/zl_tests --filter %s'", tree, test);
+      if (trc == 0 && strstr(res, "Tested: 0 ")) { /* it skipped itself here */
+        free(res);
+        continue;
+      }
+      cr_expect(mapped ? trc != 0 : trc == 0, "%s stubbed: %s %s (exit %d) but EXERCISE_TESTS says it %s:\n%s",
+                ex[i].name, test, trc ? "fails" : "passes", trc, mapped ? "calls it" : "does not call it", res);
+      checked++;
+      free(res);
+    }
+    cr_expect(checked > 0, "no test of chapter %s checked for %s", ex[i].chapter, ex[i].name);
+    free(out);
+  }
+}
