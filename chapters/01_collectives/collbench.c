@@ -2,8 +2,9 @@
  * (MPI's own) against ring (solutions/ring.c), same columns and semantics as nccl-tests:
  *   size count type redop root | time algbw busbw #wrong      (one group per implementation)
  * size = bytes of the full buffer; algbw = size / time; busbw = algbw × 2(N−1)/N (all-reduce),
- * × (N−1)/N (reduce-scatter, all-gather), × 1 (broadcast, reduce) — the bandwidth a link must
- * carry, comparable across N (nccl-tests doc/PERFORMANCE.md). Notes: notes/01-collectives.md.
+ * × (N−1)/N (reduce-scatter, all-gather, all-to-all), × 1 (broadcast, reduce) — the bandwidth a link
+ * must carry, comparable across N (nccl-tests doc/PERFORMANCE.md). Notes: notes/01-collectives.md.
+ * The all-to-all's "ring" column is the pairwise exchange of solutions/alltoall.c (COLL_RING).
  *   make run CH=01 NP=4 ARGS=... runs ch01_collectives; this one: zlrun 4 build/bin/ch01_collbench -b 4K -e 64M
  * Timing: a barrier, then each op timed alone with MPI_Wtime; the per-iteration time is the max
  * over ranks and the table shows the median over iterations. With --impl both, vendor and ring
@@ -42,6 +43,7 @@ static const coll_t g_colls[] = {
     {"all_gather", CO_ALL_GATHER, 0, 0, 1, f_chunked},
     {"broadcast", CO_BROADCAST, 1, 0, 0, f_one},
     {"reduce", CO_REDUCE, 1, 1, 0, f_one},
+    {"all_to_all", CO_ALL_TO_ALL, 0, 0, 1, f_chunked}, /* every block but its own leaves: (N−1)/N */
 };
 #define NCOLLS ((int)(sizeof g_colls / sizeof g_colls[0]))
 
@@ -78,6 +80,7 @@ static void run_op(const bench_t *b, const coll_t *co, int64_t numel) {
     break;
   case CO_BROADCAST: comm_broadcast(b->c, b->recv, numel, b->dt, b->root); break;
   case CO_REDUCE: comm_reduce(b->c, b->send, b->recv, numel, b->dt, REDOP_SUM, b->root); break;
+  case CO_ALL_TO_ALL: comm_all_to_all(b->c, b->send, b->recv, numel, b->dt); break;
   default: die_on_rank("collbench: op %d", (int)co->op);
   }
   dev_sync(b->dev); /* on GPUs the call returns once queued: the time must include the work */
@@ -101,6 +104,9 @@ static int64_t count_wrong(const bench_t *b, const coll_t *co, int64_t numel) {
       for (int q = 0; q < N; q++) exp += input(q, i);
     } else if (co->op == CO_BROADCAST) {
       exp = input(b->root, i);
+    } else if (co->op == CO_ALL_TO_ALL) { /* block q came from rank q: its block r */
+      int64_t blk = numel / N;
+      exp = input((int)(i / blk), r * blk + i % blk);
     } else { /* all-gather: the chunk owner's input */
       while (comm_chunk_lo(numel, N, owner + 1) <= i) owner++;
       exp = input(owner, i);
@@ -165,10 +171,12 @@ int main(int argc, char **argv) {
       {"--iters", ARG_INT, &iters, 1, 100000, NULL, "-n: timed iterations per size (the table shows the median)"},
       {"--warmup_iters", ARG_INT, &warmup, 0, 100000, NULL, "-w: untimed iterations first"},
       {"--check", ARG_INT, &check, 0, 1, NULL, "-c: 1 = one more run per row, checked exactly (#wrong)"},
-      {"--op", ARG_CHOICE, &op_s, 0, 0, "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all", "collective"},
+      {"--op", ARG_CHOICE, &op_s, 0, 0, "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all|all",
+       "collective"},
       {"--dtype", ARG_CHOICE, &dtype_s, 0, 0, "float|bfloat16", "-d: element type"},
       {"--root", ARG_INT, &root, 0, 1 << 20, NULL, "-r: root of broadcast and reduce"},
-      {"--impl", ARG_CHOICE, &impl_s, 0, 0, "vendor|ring|both", "vendor: the backend's own; ring: solutions/ring.c"},
+      {"--impl", ARG_CHOICE, &impl_s, 0, 0, "vendor|ring|both",
+       "vendor: the backend's own; ring: solutions/ring.c (all_to_all: the pairwise exchange, solutions/alltoall.c)"},
       {"--device", ARG_CHOICE, &device_s, 0, 0, "cpu|cuda", "where the buffers live (cuda: one GPU per local rank)"},
       {"--backend", ARG_CHOICE, &backend_s, 0, 0, "mpi|nccl",
        "mpi: Open MPI (CUDA buffers staged through the host); nccl: one rank per GPU, needs --device cuda"},

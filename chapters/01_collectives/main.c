@@ -1,8 +1,9 @@
-/* ch01_collectives — the five collectives (and send/recv) on tiny tensors, every rank's buffer
- * printed before and after, in rank order. Notes: notes/01-collectives.md.
+/* ch01_collectives — the five collectives (and send/recv, and the all-to-all) on tiny tensors, every
+ * rank's buffer printed before and after, in rank order. Notes: notes/01-collectives.md.
  *   make run CH=01 NP=3 ARGS="--op reduce_scatter"
  *   After ReduceScatter on rank 0: [6, 12]   (rank 1: [14, 56], rank 2: [36, 288])
- * --impl ring runs the same calls through solutions/ring.c (built from send/recv only). */
+ * --impl ring runs the same calls through solutions/ring.c (built from send/recv only) and the
+ * all-to-all through the pairwise exchange of solutions/alltoall.c. */
 #include "args.h"   // arg_spec_t, args_parse
 #include "check.h"  // die, xcalloc
 #include "comm.h"   // comm_t, comm_broadcast, comm_reduce_scatter, comm_print_ordered, ...
@@ -131,12 +132,48 @@ static void demo_send_recv(const demo_t *d) {
   free(x);
 }
 
+/* All-to-all: rank r holds [10(r+1), 10(r+1)+1, ..., 10(r+1)+N−1]; element j goes to rank j. With 3
+ * ranks rank 0 ends with [10, 20, 30], rank 1 with [11, 21, 31]: the N×N matrix transposed. */
+static void demo_all_to_all(const demo_t *d) {
+  int N = d->world;
+  void *x = vec_new(d, N), *y = vec_new(d, N);
+  for (int j = 0; j < N; j++) dt_store(x, d->dt, j, (float)(10 * (d->rank + 1) + j));
+  show(d, "Before", "AllToAll", x, N);
+  comm_all_to_all(d->c, x, y, N, d->dt);
+  show(d, "After", "AllToAll", y, N);
+  notice(d, "element j of rank r went to rank j, as element r there: the matrix of blocks transposed.");
+  free(x);
+  free(y);
+}
+
+/* All-to-all-v: rank r sends (r+j) mod N copies of 10(r+1)+j to rank j (0 allowed), in rank
+ * order; each rank knows what comes to it (here by formula; in a MoE layer by a count exchange). */
+static void demo_all_to_allv(const demo_t *d) {
+  int N = d->world, r = d->rank;
+  int64_t *sc = xcalloc((size_t)N, sizeof *sc, "counts"), *rc = xcalloc((size_t)N, sizeof *rc, "counts"), ns = 0, nr = 0;
+  for (int j = 0; j < N; j++) ns += sc[j] = (r + j) % N, nr += rc[j] = (j + r) % N;
+  void *x = vec_new(d, ns), *y = vec_new(d, nr);
+  for (int j = 0, k = 0; j < N; j++)
+    for (int64_t e = 0; e < sc[j]; e++) dt_store(x, d->dt, k++, (float)(10 * (r + 1) + j));
+  show(d, "Before", "AllToAllv", x, ns);
+  comm_all_to_allv(d->c, x, sc, NULL, y, rc, NULL, d->dt);
+  show(d, "After", "AllToAllv", y, nr);
+  notice(d, "uneven blocks (some empty): rank r sent (r+j) mod N elements to rank j, which expected exactly that "
+            "many (a count that disagrees stops every rank with exit 2).");
+  free(x);
+  free(y);
+  free(sc);
+  free(rc);
+}
+
 int main(int argc, char **argv) {
   const char *op = "all", *impl = "vendor", *dtype = "f32";
   arg_spec_t specs[] = {
-      {"--op", ARG_CHOICE, &op, 0, 0, "broadcast|reduce|all_reduce|reduce_scatter|all_gather|send_recv|all",
+      {"--op", ARG_CHOICE, &op, 0, 0,
+       "broadcast|reduce|all_reduce|reduce_scatter|all_gather|send_recv|all_to_all|all_to_allv|all",
        "which collective to show"},
-      {"--impl", ARG_CHOICE, &impl, 0, 0, "vendor|ring", "vendor: MPI's own; ring: solutions/ring.c (send/recv only)"},
+      {"--impl", ARG_CHOICE, &impl, 0, 0, "vendor|ring",
+       "vendor: MPI's own; ring: solutions/ring.c (send/recv only; the all-to-all: solutions/alltoall.c)"},
       {"--dtype", ARG_CHOICE, &dtype, 0, 0, "f32|bf16", "element type of the tensors"},
   };
   int rc = args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), "ch01_collectives",
@@ -158,6 +195,8 @@ int main(int argc, char **argv) {
   if (all || strcmp(op, "reduce_scatter") == 0) demo_reduce_scatter(&d);
   if (all || strcmp(op, "all_gather") == 0) demo_all_gather(&d);
   if (all || strcmp(op, "send_recv") == 0) demo_send_recv(&d);
+  if (all || strcmp(op, "all_to_all") == 0) demo_all_to_all(&d);
+  if (all || strcmp(op, "all_to_allv") == 0) demo_all_to_allv(&d);
   comm_finalize(c);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "device.h"        // dev_sync, dev_memcpy, device_cuda_select
 #include "ledger.h"        // ledger_add, ledger_sub, LEDGER_COMM
 #include "ring.h"          // ring_broadcast, ring_reduce, ring_all_reduce, ...
+#include "alltoall.h"      // pairwise_all_to_all
 #include "trace.h"         // trace_comm_event, trace_now_us
 #include <errno.h>         // ETIMEDOUT
 #include <stdio.h>         // snprintf, fputs
@@ -21,7 +22,7 @@
 #include <time.h>          // clock_gettime
 
 static const char *const g_op_names[CO_NOPS] = {"broadcast", "reduce", "all_reduce", "reduce_scatter",
-                                                "all_gather", "send", "recv", "control"};
+                                                "all_gather", "send", "recv", "control", "all_to_all"};
 
 const char *comm_op_name(comm_op_t op) { return (op >= 0 && op < CO_NOPS) ? g_op_names[op] : "unknown"; }
 
@@ -41,7 +42,9 @@ void comm_timeout_fail(const comm_t *c, const char *op, const char *tag) {
  *   all-gather      sends every chunk but r+1,        receives every chunk but r
  *   all-reduce      the two above added
  *   broadcast       chain root→…→root−1: every rank but the last sends, every rank but root receives
- *   reduce          chain root+1→…→root: every rank but root sends, every rank but root+1 receives */
+ *   reduce          chain root+1→…→root: every rank but root sends, every rank but root+1 receives
+ *   all-to-all      no ring: block j goes straight to rank j; every block but its own, each way
+ *                   (the v form counts its blocks at issue: comm_model_all_to_allv) */
 static int64_t model_elems(comm_op_t op, int sent, int64_t n, int N, int r, int root) {
   if (op == CO_SEND) return sent ? n : 0;
   if (op == CO_RECV) return sent ? 0 : n;
@@ -55,6 +58,7 @@ static int64_t model_elems(comm_op_t op, int sent, int64_t n, int N, int r, int 
                 : 2 * n - comm_chunk_numel(n, N, prev) - comm_chunk_numel(n, N, r);
   case CO_BROADCAST: return sent ? (r == (root - 1 + N) % N ? 0 : n) : (r == root ? 0 : n);
   case CO_REDUCE: return sent ? (r == root ? 0 : n) : (r == (root + 1) % N ? 0 : n);
+  case CO_ALL_TO_ALL: return n - comm_chunk_numel(n, N, r);
   default: return 0;
   }
 }
@@ -336,6 +340,13 @@ static void *stage_buf(comm_t *c, int slot, int64_t nbytes) {
   return c->stage[slot];
 }
 
+/* The all-to-all (defined at the end of this file): its counters (at submit, under c->mu), the
+ * check of the split matrix (on the stream, before the data), the call itself, its staging. */
+static void a2a_count(comm_t *c, const comm_task_t *t);
+static void a2a_check_splits(comm_t *c, const comm_task_t *t);
+static void a2a_run(comm_t *c, const comm_task_t *t);
+static void a2a_staged(comm_t *c, const comm_task_t *t);
+
 /* The collective itself, vendor or ring, on buffers the backend can use. */
 static void run_coll(comm_t *c, const comm_task_t *t) {
   const comm_backend_t *be = c->be;
@@ -373,6 +384,8 @@ static void run_coll(comm_t *c, const comm_task_t *t) {
     if (ring) comm_p2p_sendrecv(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
     else be->sendrecv_user(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
     break;
+  case TASK_ALL_TO_ALL:
+  case TASK_ALL_TO_ALLV: a2a_run(c, t); break;
   default: die_on_rank("comm: task kind %d is not a collective", (int)t->kind);
   }
 }
@@ -434,6 +447,8 @@ static void run_staged(comm_t *c, const comm_task_t *t) {
     dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)rb);
     break;
   }
+  case TASK_ALL_TO_ALL:
+  case TASK_ALL_TO_ALLV: a2a_staged(c, t); break;
   default: run_coll(c, t);
   }
 }
@@ -469,12 +484,15 @@ static void run_piece(comm_t *c, const comm_task_t *t) {
 static void run_task(comm_t *c, comm_task_t *t) {
   double t0 = trace_now_us();
   if (c->be->threaded) comm_engine_task_bytes(c, (t->numel + t->recv_numel) * (int64_t)dtype_size(t->dt));
+  if (t->kind == TASK_ALL_TO_ALLV) a2a_check_splits(c, t); /* every rank agrees on the splits, or all stop */
   if (c->be->task_begin) c->be->task_begin(c, t);
   if (t->kind >= TASK_BARRIER) comm_mpi_control(c, t); /* barrier and control ops: host, MPI */
   else if (t->piece_stride > 0) run_piece(c, t);
   else if (needs_staging(c)) run_staged(c, t);
   else run_coll(c, t);
   if (c->be->task_end) c->be->task_end(c, t);
+  free(t->a2a); /* the all-to-all-v's copy of the counts (c->running keeps the pointer, never reads it) */
+  t->a2a = NULL;
   double t1 = trace_now_us();
   pthread_mutex_lock(&c->mu);
   c->ctr.busy_us[t->op] += t1 - t0;
@@ -517,7 +535,8 @@ static comm_handle_t submit(comm_t *c, comm_task_t *t, const char *tag) {
   t->issued_us = trace_now_us();
   if (t->kind < TASK_BARRIER && needs_staging(c)) dev_sync(DEV_CUDA); /* inputs final before the thread copies */
   pthread_mutex_lock(&c->mu);
-  if (t->op != CO_CONTROL) {
+  if (t->op == CO_ALL_TO_ALL) a2a_count(c, t);
+  else if (t->op != CO_CONTROL) {
     int64_t sent = comm_model_sent(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
     int64_t recvd = comm_model_recvd(t->op, t->numel, t->dt, c->world, c->rank, t->peer);
     c->ctr.sent[t->op] += sent;
@@ -1018,4 +1037,187 @@ void *comm_scratch(comm_t *c, int slot, int64_t nbytes) {
     c->scratch_nbytes[slot] = nbytes;
   }
   return c->scratch[slot];
+}
+
+/* ---- all-to-all (comm.h; notes/01-collectives.md, "All-to-all") ------------------------------ */
+/* Block j of a task's send side (side 0) or recv side (side 1): its elements and its offset. */
+static int64_t a2a_n(const comm_t *c, const comm_task_t *t, int side, int j) {
+  return t->a2a ? t->a2a[(2 * side) * c->world + j] : t->numel / c->world;
+}
+static int64_t a2a_lo(const comm_t *c, const comm_task_t *t, int side, int j) {
+  return t->a2a ? t->a2a[(2 * side + 1) * c->world + j] : j * (t->numel / c->world);
+}
+/* Elements from the start of that side's buffer to the end of its last block. */
+static int64_t a2a_extent(const comm_t *c, const comm_task_t *t, int side) {
+  int64_t x = 0;
+  for (int j = 0; j < c->world; j++)
+    if (a2a_n(c, t, side, j) > 0 && a2a_lo(c, t, side, j) + a2a_n(c, t, side, j) > x)
+      x = a2a_lo(c, t, side, j) + a2a_n(c, t, side, j);
+  return x;
+}
+
+/* Under c->mu: every block but this rank's own, each way, and the share that crosses nodes. */
+static void a2a_count(comm_t *c, const comm_task_t *t) {
+  int N = c->world;
+  int64_t esz = (int64_t)dtype_size(t->dt), *b = xcalloc(2 * (size_t)N, sizeof *b, "all_to_all counts");
+  for (int j = 0; j < N; j++) {
+    if (j == c->rank) continue;
+    b[j] = a2a_n(c, t, 0, j) * esz;
+    b[N + j] = a2a_n(c, t, 1, j) * esz;
+    c->ctr.sent[CO_ALL_TO_ALL] += b[j];
+    c->ctr.recvd[CO_ALL_TO_ALL] += b[N + j];
+  }
+  comm_topo_count_peers(c, CO_ALL_TO_ALL, b, b + N);
+  free(b);
+}
+
+int64_t comm_model_all_to_allv(const int64_t *counts, dtype_t dt, int world, int rank) {
+  int64_t n = 0;
+  for (int j = 0; j < world; j++)
+    if (j != rank) n += counts[j];
+  return n * (int64_t)dtype_size(dt);
+}
+
+/* On the stream, before any data moves (Megatron-LM #1877: splits that disagree hang the job or
+ * garble it): every rank all-gathers its send and recv counts, so each holds the whole N×N split
+ * matrix and reaches the same verdict; on a disagreement every rank stops with exit code 2 and
+ * rank 0 names the pairs. */
+static void a2a_check_splits(comm_t *c, const comm_task_t *t) {
+  int N = c->world;
+  int64_t *mine = xmalloc(2 * (size_t)N * sizeof *mine, "all_to_allv split check");
+  int64_t *all = xmalloc(2 * (size_t)N * (size_t)N * sizeof *all, "all_to_allv split matrix");
+  for (int j = 0; j < N; j++) mine[j] = a2a_n(c, t, 0, j), mine[N + j] = a2a_n(c, t, 1, j);
+  comm_mpi_all_gather_i64(c, mine, 2 * N, all); /* all[i·2N + j]: rank i sends to j; [j·2N + N + i]: j expects from i */
+  char text[1024];
+  int len = 0, bad = 0;
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++) {
+      int64_t sends = all[(size_t)i * 2 * N + j], expects = all[(size_t)j * 2 * N + N + i];
+      if (sends == expects) continue;
+      if (bad++ == 0)
+        len = snprintf(text, sizeof text, "comm_all_to_allv (%s): split sizes disagree between ranks:", t->tag[0] ? t->tag : "-");
+      if (bad <= 4 && len < (int)sizeof text)
+        len += snprintf(text + len, sizeof text - (size_t)len, "%s rank %d sends %lld element(s) to rank %d, which expects %lld from it",
+                        bad > 1 ? ";" : "", i, (long long)sends, j, (long long)expects);
+    }
+  free(mine);
+  free(all);
+  if (!bad) return;
+  if (len < (int)sizeof text)
+    snprintf(text + len, sizeof text - (size_t)len, "%s — rank i's send_counts[j] must equal rank j's recv_counts[i]: "
+             "exchange the counts first (an all-to-all of the counts, as a dropless MoE dispatcher does)",
+             bad > 4 ? " (and more pairs)" : "");
+  comm_mpi_fail_all(c, text, 2);
+}
+
+/* The vendor call, or the pairwise exchange of solutions/alltoall.c (COLL_RING); the equal form
+ * reaches the pairwise code as counts and displacements. */
+static void a2a_run(comm_t *c, const comm_task_t *t) {
+  int N = c->world;
+  if (t->kind == TASK_ALL_TO_ALL && t->impl != COLL_RING) {
+    c->be->all_to_all(c, t->send, t->recv, t->numel, t->dt);
+    return;
+  }
+  int64_t *v = t->a2a, *eq = NULL;
+  if (!v) {
+    v = eq = xmalloc(4 * (size_t)N * sizeof *eq, "all_to_all blocks");
+    for (int j = 0; j < N; j++) {
+      eq[j] = eq[2 * N + j] = t->numel / N;
+      eq[N + j] = eq[3 * N + j] = j * (t->numel / N);
+    }
+  }
+  if (t->impl == COLL_RING) pairwise_all_to_all(c, t->send, v, v + N, t->recv, v + 2 * N, v + 3 * N, t->dt);
+  else c->be->all_to_allv(c, t->send, v, v + N, t->recv, v + 2 * N, v + 3 * N, t->dt);
+  free(eq);
+}
+
+/* CUDA buffers on a host-only backend: the send side to the host, the call there, each received
+ * block back into place (what lies between the blocks of recv stays untouched). */
+static void a2a_staged(comm_t *c, const comm_task_t *t) {
+  size_t esz = dtype_size(t->dt);
+  int64_t sx = a2a_extent(c, t, 0), rx = a2a_extent(c, t, 1);
+  comm_task_t h = *t;
+  h.send = stage_buf(c, 0, sx * (int64_t)esz);
+  h.recv = stage_buf(c, 1, rx * (int64_t)esz);
+  if (sx > 0) dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)sx * esz);
+  run_coll(c, &h);
+  for (int j = 0; j < c->world; j++) {
+    int64_t lo = a2a_lo(c, t, 1, j), n = a2a_n(c, t, 1, j);
+    if (n > 0) dev_memcpy(DEV_CUDA, (char *)t->recv + lo * (int64_t)esz, DEV_CPU, (char *)h.recv + lo * (int64_t)esz, (size_t)n * esz);
+  }
+}
+
+/* Issue one all-to-all task: send and recv must not overlap; in exercise mode the bytes it reads
+ * (send, to its last block) and writes (recv, likewise) are checked and tracked as the other
+ * collectives' are (track_check, track_open). */
+static comm_handle_t a2a_submit(comm_t *c, const char *fn, comm_task_t *t, const char *tag) {
+  int64_t esz = (int64_t)dtype_size(t->dt), sn = a2a_extent(c, t, 0) * esz, rn = a2a_extent(c, t, 1) * esz;
+  const char *s = t->send, *r = t->recv;
+  if (s && r && sn > 0 && rn > 0 && s < r + rn && r < s + sn)
+    die_on_rank("%s: send and recv overlap; the all-to-all has no in-place form (use two buffers)", fn);
+  track_check(c, fn, tag, s, sn, r, rn);
+  comm_handle_t h = submit(c, t, tag);
+  track_open(c, h, fn, tag, 0, s, sn, r, rn);
+  return h;
+}
+
+static comm_handle_t all_to_all_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                      const char *tag, const char *fn) {
+  check_args(c, fn, numel, dt, 0, 0);
+  if (numel % c->world != 0)
+    die_on_rank("%s: numel %lld is not divisible by the %d ranks: equal blocks need numel = N·block (uneven "
+                "splits: comm_all_to_allv)", fn, (long long)numel, c->world);
+  comm_task_t t = task(TASK_ALL_TO_ALL, CO_ALL_TO_ALL, c, send, recv, numel, dt, REDOP_SUM, 0);
+  t.recv_numel = numel;
+  return a2a_submit(c, fn, &t, tag);
+}
+
+static comm_handle_t all_to_allv_async(comm_t *c, const void *send, const int64_t *send_counts,
+                                       const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                                       const int64_t *recv_displs, dtype_t dt, const char *tag, const char *fn) {
+  check_args(c, fn, 0, dt, 0, 0);
+  if (!send_counts || !recv_counts) die_on_rank("%s: send_counts and recv_counts are required (displs may be NULL: packed)", fn);
+  int N = c->world;
+  int64_t *v = xmalloc(4 * (size_t)N * sizeof *v, "all_to_allv counts"), ns = 0, nr = 0;
+  const int64_t *src[4] = {send_counts, send_displs, recv_counts, recv_displs};
+  static const char *const what[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
+  for (int k = 0; k < 4; k++)
+    for (int j = 0; j < N; j++) {
+      int64_t x = src[k] ? src[k][j] : (k == 1 ? ns : nr); /* displs NULL: packed, the prefix sums */
+      if (x < 0) die_on_rank("%s: %s[%d] = %lld is negative", fn, what[k], j, (long long)x);
+      v[k * N + j] = x;
+      if (k == 0 || k == 2) continue;
+      if (k == 1) ns += v[j];
+      else nr += v[2 * N + j];
+    }
+  comm_task_t t = task(TASK_ALL_TO_ALLV, CO_ALL_TO_ALL, c, send, recv, ns, dt, REDOP_SUM, 0);
+  t.recv_numel = nr;
+  t.a2a = v;
+  /* the count exchange of a2a_check_splits: an all-gather of 2N int64s per rank (control traffic) */
+  int64_t cn = 2 * (int64_t)N * N;
+  count_control(c, comm_model_sent(CO_ALL_GATHER, cn, DT_F64, N, c->rank, 0),
+                comm_model_recvd(CO_ALL_GATHER, cn, DT_F64, N, c->rank, 0), 0, NULL);
+  return a2a_submit(c, fn, &t, tag);
+}
+
+comm_handle_t comm_all_to_all_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                    const char *tag) {
+  return all_to_all_async(c, send, recv, numel, dt, tag, "comm_all_to_all_async");
+}
+
+comm_handle_t comm_all_to_allv_async(comm_t *c, const void *send, const int64_t *send_counts,
+                                     const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                                     const int64_t *recv_displs, dtype_t dt, const char *tag) {
+  return all_to_allv_async(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt, tag,
+                           "comm_all_to_allv_async");
+}
+
+void comm_all_to_all(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  comm_wait(c, all_to_all_async(c, send, recv, numel, dt, "blocking", "comm_all_to_all"));
+}
+
+void comm_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
+                      void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt) {
+  comm_wait(c, all_to_allv_async(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt, "blocking",
+                                 "comm_all_to_allv"));
 }

@@ -4,7 +4,8 @@
  * ranks can share one GPU) and "nccl" (one rank per GPU, collectives on a dedicated CUDA
  * stream). Every collective exists twice:
  *   - vendor: MPI_Allreduce / ncclAllReduce ...
- *   - ring:   our own, built only from send/recv in solutions/ring.c (notes/01-collectives.md)
+ *   - ring:   our own, built only from send/recv in solutions/ring.c (notes/01-collectives.md);
+ *             the all-to-all has no ring: COLL_RING runs the pairwise exchange of solutions/alltoall.c
  * chosen per communicator with comm_set_impl.
  *
  * Execution: operations run in issue order on the communicator's "stream" — on the MPI backend a
@@ -19,7 +20,8 @@
  *
  * Counters: each call adds, per op, the bytes the ring algorithm sends from (and receives
  * into) this rank — (N−1)/N of the buffer for reduce-scatter and all-gather, 2(N−1)/N for
- * all-reduce, the buffer for broadcast/reduce/send; exact per-rank values for uneven chunks —
+ * all-reduce, the buffer for broadcast/reduce/send, every block but its own for all-to-all (each
+ * goes straight to its owner: (N−1)/N of an equal one); exact per-rank values for uneven chunks —
  * whatever implementation ran. The ring code also counts the bytes it really sends (p2p_sent);
  * a test checks the two agree. Control traffic (loss, norms, flags, gathers of text) is counted
  * apart under CO_CONTROL so per-step traffic compares cleanly with the formulas. */
@@ -33,7 +35,7 @@ typedef enum { COLL_VENDOR = 0, COLL_RING = 1 } coll_impl_t;
 typedef enum { BACKEND_MPI = 0, BACKEND_NCCL = 1 } backend_t;
 typedef enum {
   CO_BROADCAST = 0, CO_REDUCE, CO_ALL_REDUCE, CO_REDUCE_SCATTER, CO_ALL_GATHER, CO_SEND, CO_RECV,
-  CO_CONTROL, CO_NOPS
+  CO_CONTROL, CO_ALL_TO_ALL, CO_NOPS
 } comm_op_t;
 
 typedef struct comm comm_t;
@@ -194,6 +196,36 @@ void comm_counters_reset(comm_t *c);
 /* The ring-model byte counts for one call (what comm_* adds to sent/recvd). */
 int64_t comm_model_sent(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root);
 int64_t comm_model_recvd(comm_op_t op, int64_t numel, dtype_t dt, int world, int rank, int root);
+
+/* ---- all-to-all (notes/01-collectives.md, "All-to-all") -----------------------------------------
+ * Rank r's block j goes to rank j, where it becomes block r: the transpose of an N×N matrix of
+ * blocks. No reduction, so every implementation gives the same bits. Not pieced by
+ * comm_set_piece_bytes; send and recv must not overlap (no in-place form). Vendor: MPI_Alltoall(v)
+ * on the MPI backend, one group of ncclSend/ncclRecv (every peer, this rank included) on NCCL;
+ * COLL_RING: the pairwise exchange of solutions/alltoall.c (step s: to r+s, from r−s). Counted
+ * under CO_ALL_TO_ALL: the bytes of every block but this rank's own, sent and received (the
+ * inter-node share: the blocks whose peer is on another node).
+ * comm_all_to_all: send and recv hold numel elements on every rank, numel divisible by N, block
+ * j = [j·numel/N, (j+1)·numel/N) (dist.all_to_all_single(out, in) with equal splits).
+ * comm_all_to_allv: send_counts[j] elements from send + send_displs[j] go to rank j;
+ * recv_counts[i] elements from rank i land at recv + recv_displs[i]; displs NULL = packed (the
+ * prefix sums of the counts). Counts of 0 are allowed. The call copies the four arrays, so they
+ * may change once it returns. Before any data moves, the ranks all-gather their counts (2N
+ * int64s each, counted under CO_CONTROL) and check the N×N split matrix: rank i's
+ * send_counts[j] must be rank j's recv_counts[i]; where not, every rank stops with exit code 2
+ * and rank 0 names the pairs (`comm_all_to_allv (tag): split sizes disagree between ranks: rank 1
+ * sends 5 element(s) to rank 2, which expects 4 from it`) instead of a hang or a truncated message. */
+void comm_all_to_all(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt);
+comm_handle_t comm_all_to_all_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                    const char *tag);
+void comm_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
+                      void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt);
+comm_handle_t comm_all_to_allv_async(comm_t *c, const void *send, const int64_t *send_counts,
+                                     const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                                     const int64_t *recv_displs, dtype_t dt, const char *tag);
+/* The bytes one all-to-all-v moves out of (counts = send_counts) or into (counts = recv_counts)
+ * rank `rank`: every block but its own (what comm_all_to_allv adds to sent / recvd). */
+int64_t comm_model_all_to_allv(const int64_t *counts, dtype_t dt, int world, int rank);
 
 /* ---- topology: nodes (notes/09-nodes.md) --------------------------------------------------
  * A node is a set of ranks that share memory: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) at

@@ -49,7 +49,7 @@ extern "C" {
 /* What a queued task does (the counter category is separate: comm_task_t.op). */
 typedef enum {
   TASK_BROADCAST = 0, TASK_REDUCE, TASK_ALL_REDUCE, TASK_REDUCE_SCATTER, TASK_ALL_GATHER,
-  TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_BARRIER,
+  TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_ALL_TO_ALL, TASK_ALL_TO_ALLV, TASK_BARRIER,
   TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, /* host memory, always MPI */
   TASK_STOP                                                      /* ends the comm thread */
 } comm_task_kind_t;
@@ -74,6 +74,9 @@ typedef struct comm_task {
   int64_t **gather_sizes;
   int64_t piece_stride;  /* a piece of a reduce-scatter/all-gather (comm_set_piece_bytes): elements between the
                           * ranks' slices in the caller's full buffer; the slices go through c->piece. 0: whole */
+  int64_t *a2a;          /* TASK_ALL_TO_ALLV: [4·world] send_counts, send_displs, recv_counts, recv_displs (a copy
+                          * made at issue, freed once the task ran); numel = Σ send_counts, recv_numel = Σ
+                          * recv_counts. TASK_ALL_TO_ALL: NULL, numel = the whole buffer (block = numel/world) */
 } comm_task_t;
 
 /* The backend vtable. Every function pointer is called "on the stream": on the comm thread for
@@ -112,6 +115,11 @@ typedef struct comm_backend {
    * tag; NCCL has no tags: the same grouped ncclSend/ncclRecv as sendrecv). */
   void (*sendrecv_user)(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
                         int64_t recv_numel, int src, dtype_t dt);
+  /* vendor all-to-all (comm.h): equal blocks of numel/world, and the v form with counts and
+   * displacements in elements ([world] each; the front has checked they agree across ranks) */
+  void (*all_to_all)(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt);
+  void (*all_to_allv)(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
+                      void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt);
 } comm_backend_t;
 
 struct comm {
@@ -188,6 +196,9 @@ void comm_mpi_shutdown(comm_t *c);
  * sub->mpi; sub->rank, world, local_rank. `threaded`: the sub will run its own communication
  * thread, so MPI_THREAD_MULTIPLE is required (dies saying so otherwise). */
 void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threaded);
+/* all[world·n] = every rank's n int64s, in rank order (MPI on c->mpi, host memory): the count
+ * exchange of comm_all_to_allv, on the stream (or the caller's thread on a non-threaded backend). */
+void comm_mpi_all_gather_i64(comm_t *c, const int64_t *mine, int n, int64_t *all);
 extern const comm_backend_t comm_mpi_backend;
 
 #ifdef ZL_CUDA
@@ -214,6 +225,8 @@ void comm_topo_count(comm_t *c, comm_op_t op, int peer, int64_t sent, int64_t re
 void comm_topo_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd);
 /* comm_ctl_gather: `sent` went to rank 0; on rank 0, sizes[world] came in from each rank */
 void comm_topo_count_gather(comm_t *c, int64_t sent, const int64_t *sizes);
+/* an all-to-all: sent_to[j] / recvd_from[j] bytes to / from rank j (this rank's own entry ignored) */
+void comm_topo_count_peers(comm_t *c, comm_op_t op, const int64_t *sent_to, const int64_t *recvd_from);
 /* ---- the progress engine (common/comm/comm_engine.c; public part: comm_engine.h) ---------------
  * attach: c's stream becomes a fiber running body(c) (the front's task loop); the engine thread
  * starts with the first. detach: after body returned (TASK_STOP ran), frees the fiber; the last
@@ -250,6 +263,9 @@ void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg);
 COMM_NORETURN void comm_timeout_fail(const comm_t *c, const char *op, const char *tag);
 /* Seconds on a monotonic clock (for deadlines). */
 double comm_now_s(void);
+/* comm_mpi.c: every rank of c calls it with the same text: rank 0 prints it to stderr, then the
+ * job ends with exit code `code` (the ranks meet first, so the line is out before anyone aborts). */
+COMM_NORETURN void comm_mpi_fail_all(comm_t *c, const char *text, int code);
 #ifdef __cplusplus
 }
 #endif

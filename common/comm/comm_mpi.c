@@ -6,7 +6,8 @@
 #include "comm_internal.h" // struct comm, comm_backend_t, comm_task_t
 #include "check.h"         // CHECK_MPI, die, xmalloc, check_set_rank
 #include <limits.h>        // INT_MAX
-#include <stdlib.h>        // free
+#include <stdio.h>         // fprintf: comm_mpi_fail_all
+#include <stdlib.h>        // free, exit
 #include <string.h>        // memcpy
 #include <time.h>          // nanosleep: the backing-off wait
 
@@ -267,6 +268,36 @@ static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
   }
 }
 
+/* ---- all-to-all (comm.h): blocks straight to their owners; no arithmetic, so no order to keep ---- */
+static int int_count(int64_t n, const char *fn) {
+  if (n > INT_MAX) die_on_rank("%s: %lld elements in one block; the MPI backend takes at most %d", fn, (long long)n, INT_MAX);
+  return (int)n;
+}
+
+static void mpi_all_to_all(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  if (numel == 0) return;
+  int b = int_count(numel / c->world, "all_to_all");
+  MPI_Request r;
+  CHECK_MPI(MPI_Ialltoall(send, b, mpi_type(c, dt), recv, b, mpi_type(c, dt), c->mpi, &r));
+  mpi_wait1(&r);
+}
+
+static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
+                            void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt) {
+  int N = c->world;
+  int *v = xmalloc(4 * (size_t)N * sizeof *v, "all_to_allv counts"); /* MPI wants int */
+  for (int j = 0; j < N; j++) {
+    v[j] = int_count(send_counts[j], "all_to_allv");
+    v[N + j] = int_count(send_displs[j], "all_to_allv");
+    v[2 * N + j] = int_count(recv_counts[j], "all_to_allv");
+    v[3 * N + j] = int_count(recv_displs[j], "all_to_allv");
+  }
+  MPI_Request r;
+  CHECK_MPI(MPI_Ialltoallv(send, v, v + N, mpi_type(c, dt), recv, v + 2 * N, v + 3 * N, mpi_type(c, dt), c->mpi, &r));
+  mpi_wait1(&r);
+  free(v);
+}
+
 /* ---- what the ring is built from ----------------------------------------------------------- */
 /* Send to dst and receive from src at once, in pieces of MPI_PIECE, with MPI tag `tag`; a side of
  * 0 elements is skipped. */
@@ -337,6 +368,8 @@ const comm_backend_t comm_mpi_backend = {
     .scratch_free = mpi_scratch_free,
     .finalize = mpi_finalize_backend,
     .sendrecv_user = mpi_sendrecv_user,
+    .all_to_all = mpi_all_to_all,
+    .all_to_allv = mpi_all_to_allv,
 };
 
 void comm_mpi_attach(comm_t *c) {
@@ -395,6 +428,23 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
   CHECK_MPI(MPI_Comm_split_type(sub->mpi, MPI_COMM_TYPE_SHARED, sub->rank, MPI_INFO_NULL, &node));
   CHECK_MPI(MPI_Comm_rank(node, &sub->local_rank));
   CHECK_MPI(MPI_Comm_free(&node));
+}
+
+/* ---- the count exchange of comm_all_to_allv, and a verdict every rank reaches (comm_internal.h) ---- */
+void comm_mpi_all_gather_i64(comm_t *c, const int64_t *mine, int n, int64_t *all) {
+  MPI_Request r;
+  CHECK_MPI(MPI_Iallgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, c->mpi, &r));
+  mpi_wait1(&r);
+}
+
+void comm_mpi_fail_all(comm_t *c, const char *text, int code) {
+  if (c->rank == 0) fprintf(stderr, "%s\n", text);
+  fflush(stdout);
+  fflush(stderr);
+  MPI_Request r; /* rank 0's line is out before any rank aborts the job */
+  if (MPI_Ibarrier(c->mpi, &r) == MPI_SUCCESS) mpi_wait1(&r);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
 }
 
 /* ---- control traffic: host memory, for every backend ----------------------------------------- */

@@ -265,6 +265,34 @@ static void nccl_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) 
   CHECK_NCCL(ncclRecv(buf, (size_t)numel, nccl_type(dt), src, st(c)->comm, st(c)->stream));
 }
 
+/* ---- all-to-all: one group of ncclSend/ncclRecv, every peer and this rank itself (as nccl-tests'
+ * alltoall.cu does); NCCL runs the group's transfers at once, so no order can deadlock -------- */
+static void nccl_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
+                             void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt) {
+  nccl_state_t *s = st(c);
+  CHECK_NCCL(ncclGroupStart());
+  for (int j = 0; j < c->world; j++) {
+    if (send_counts[j] > 0)
+      CHECK_NCCL(ncclSend(elem(send, send_displs[j], dt), (size_t)send_counts[j], nccl_type(dt), j, s->comm, s->stream));
+    if (recv_counts[j] > 0)
+      CHECK_NCCL(ncclRecv((void *)elem(recv, recv_displs[j], dt), (size_t)recv_counts[j], nccl_type(dt), j, s->comm,
+                          s->stream));
+  }
+  CHECK_NCCL(ncclGroupEnd());
+}
+
+static void nccl_all_to_all(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt) {
+  nccl_state_t *s = st(c);
+  int64_t b = numel / c->world; /* the front checked numel % world == 0 */
+  if (b == 0) return;
+  CHECK_NCCL(ncclGroupStart());
+  for (int j = 0; j < c->world; j++) {
+    CHECK_NCCL(ncclSend(elem(send, j * b, dt), (size_t)b, nccl_type(dt), j, s->comm, s->stream));
+    CHECK_NCCL(ncclRecv((void *)elem(recv, j * b, dt), (size_t)b, nccl_type(dt), j, s->comm, s->stream));
+  }
+  CHECK_NCCL(ncclGroupEnd());
+}
+
 /* ---- what the ring (solutions/ring.c) is built from ---------------------------------------- */
 /* Send and receive at once: one NCCL group, so neighbours in the ring never deadlock. */
 static void nccl_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
@@ -334,7 +362,8 @@ static const comm_backend_t comm_nccl_backend = {
     nccl_broadcast, nccl_reduce, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_send, nccl_recv,
     nccl_sendrecv, nccl_local_reduce, nccl_local_copy, nccl_scratch_alloc, nccl_scratch_free,
     nccl_task_begin, nccl_task_end, nccl_wait, nccl_wait_all, nccl_finalize,
-    /* sendrecv_user: the same grouped pair (NCCL matches p2p by order, not by tag) */ nccl_sendrecv};
+    /* sendrecv_user: the same grouped pair (NCCL matches p2p by order, not by tag) */ nccl_sendrecv,
+    nccl_all_to_all, nccl_all_to_allv};
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 /* NCCL refuses two ranks on one GPU (it would hang or fail deep inside init): compare the GPUs'

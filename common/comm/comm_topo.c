@@ -110,6 +110,18 @@ void comm_topo_count_gather(comm_t *c, int64_t sent, const int64_t *sizes) {
       if (c->node_of[r] != root) c->ctr.inter_recvd[CO_CONTROL] += sizes[r];
 }
 
+/* Under c->mu. An all-to-all sends each block straight to its owner: a block crosses when its peer
+ * is on another node (whatever implementation ran, as the ring model above). */
+void comm_topo_count_peers(comm_t *c, comm_op_t op, const int64_t *sent_to, const int64_t *recvd_from) {
+  if (!c->node_of || c->world < 2) return;
+  int me = c->node_of[c->rank];
+  for (int j = 0; j < c->world; j++)
+    if (j != c->rank && c->node_of[j] != me) {
+      c->ctr.inter_sent[op] += sent_to[j];
+      c->ctr.inter_recvd[op] += recvd_from[j];
+    }
+}
+
 void comm_topo_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd) {
   if (!c->node_of) return;
   int me = c->node_of[c->rank];
@@ -120,6 +132,12 @@ void comm_topo_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recv
 int64_t comm_model_inter_sent(comm_op_t op, int64_t numel, dtype_t dt, const int *node_of, int world, int rank,
                               int root) {
   if (world < 2) return 0;
+  if (op == CO_ALL_TO_ALL) { /* block j straight to rank j: the blocks for other nodes cross */
+    int64_t x = 0;
+    for (int j = 0; j < world; j++)
+      if (node_of[j] != node_of[rank]) x += numel / world;
+    return x * (int64_t)dtype_size(dt);
+  }
   int to = op == CO_SEND ? root : (rank + 1) % world; /* CO_SEND: root is the destination */
   return node_of[to] != node_of[rank] ? comm_model_sent(op, numel, dt, world, rank, root) : 0;
 }

@@ -79,8 +79,34 @@ Test(common_comm, model_conserves_bytes_and_matches_formula) {
   }
 }
 
+/* The all-to-all sends every block but its own, straight to its owner: (N−1)/N of an equal one
+ * each way; the v form sums its blocks but its own; the blocks for other nodes cross. */
+Test(common_comm, model_all_to_all) {
+  for (int N = 1; N <= 8; N++)
+    for (int r = 0; r < N; r++) {
+      int64_t n = 12 * 7 * 5 * 8; /* divisible by 1..8 */
+      cr_assert_eq(comm_model_sent(CO_ALL_TO_ALL, n, DT_BF16, N, r, 0), (N - 1) * n / N * 2, "N=%d rank %d", N, r);
+      cr_assert_eq(comm_model_recvd(CO_ALL_TO_ALL, n, DT_BF16, N, r, 0), (N - 1) * n / N * 2, "N=%d rank %d", N, r);
+    }
+  /* a 3×3 split matrix (rank i sends m[i][j] to j): every byte sent is received */
+  const int64_t m[3][3] = {{4, 0, 7}, {1, 9, 0}, {0, 2, 5}};
+  int64_t sent = 0, recvd = 0;
+  for (int r = 0; r < 3; r++) {
+    int64_t col[3] = {m[0][r], m[1][r], m[2][r]};
+    sent += comm_model_all_to_allv(m[r], DT_F32, 3, r);
+    recvd += comm_model_all_to_allv(col, DT_F32, 3, r);
+  }
+  cr_assert_eq(comm_model_all_to_allv(m[0], DT_F32, 3, 0), 7 * 4, "rank 0 sends 0 + 7 elements (its 4 stay)");
+  cr_assert_eq(sent, (0 + 7 + 1 + 0 + 0 + 2) * 4);
+  cr_assert_eq(sent, recvd);
+  const int node_of[4] = {0, 0, 1, 1};
+  cr_assert_eq(comm_model_inter_sent(CO_ALL_TO_ALL, 16, DT_F32, node_of, 4, 0, 0), 2 * 4 * 4, "two blocks of 4 cross");
+  cr_assert_eq(comm_model_sent(CO_ALL_TO_ALL, 16, DT_F32, 4, 0, 0), 3 * 4 * 4);
+}
+
 Test(common_comm, op_names) {
   cr_assert_str_eq(comm_op_name(CO_ALL_REDUCE), "all_reduce");
   cr_assert_str_eq(comm_op_name(CO_REDUCE_SCATTER), "reduce_scatter");
   cr_assert_str_eq(comm_op_name(CO_CONTROL), "control");
+  cr_assert_str_eq(comm_op_name(CO_ALL_TO_ALL), "all_to_all");
 }
