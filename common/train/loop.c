@@ -338,7 +338,9 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     trainer_report_extra(t, "overflow_steps", in->scaler.overflows);
     trainer_report_extra(t, "overflow_check_bytes", (double)in->overflow_ctl_bytes);
     trainer_report_extra(t, "loss_scale_final", in->scaler.scale);
-    trainer_report_extra(t, "fp16_flushed_to_zero", flushed);
+    if (t->dev == DEV_CPU) trainer_report_extra(t, "fp16_flushed_to_zero", flushed);
+    else if (rank == 0) /* the CUDA casts do not count them: say so rather than print a 0 nobody counted */
+      printf("fp16_flushed_to_zero: not counted on the GPU (the CPU path counts them: --device cpu)\n");
     int ran = in->steps_run; /* this run's steps (a resumed run starts at its checkpoint's step) */
     if (rank == 0 && ran > 0 && in->overflows_run == ran)
       printf("warning: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight changed. "
