@@ -64,6 +64,7 @@ static struct {
   int nfibers, peak, helpers;
   ucontext_t sched;        /* the engine's own context, which fibers yield to */
   double busy_s, sleep_s, cpu_s_done, main_wait_s, poll_s;
+  double helper_cpu_s_done; /* CPU seconds of the helpers that have exited */
   atomic_int main_waiting; /* threads blocked in comm_wait: the rank has nothing else to run */
   int poll_when_waited;    /* engine_poll_allowed(), decided when the thread starts */
   int64_t sleeps;
@@ -164,6 +165,11 @@ static void *helper_main(void *arg) {
     pthread_mutex_unlock(&E.mu);
   }
   pthread_mutex_unlock(&h->mu);
+  struct timespec ts; /* this helper's CPU: Open MPI may spin inside the blocking call (report) */
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  pthread_mutex_lock(&E.mu);
+  E.helper_cpu_s_done += (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  pthread_mutex_unlock(&E.mu);
   return NULL;
 }
 
@@ -398,6 +404,12 @@ comm_engine_stats_t comm_engine_stats(void) {
     clockid_t id;
     if (pthread_getcpuclockid(E.thread, &id) == 0) s.engine_cpu_s += now_s(id);
   }
+  s.helper_cpu_s = E.helper_cpu_s_done;
+  for (struct comm_fiber *f = E.fibers; f; f = f->next) /* the live helpers' CPU so far */
+    if (f->helper) {
+      clockid_t id;
+      if (pthread_getcpuclockid(f->helper->thread, &id) == 0) s.helper_cpu_s += now_s(id);
+    }
   s.main_wait_s = E.main_wait_s;
   s.engine_poll_s = E.poll_s;
   s.poll_when_waited = E.poll_when_waited;

@@ -13,13 +13,18 @@
  * thread is blocked in comm_wait and every rank of the machine has a core of its own: then the
  * engine tests again at once (sched_yield between rounds), since the core would idle anyway and a
  * sleep delays the message the rank waits for (comm_engine.c: engine_poll_allowed). When no fiber has
- * work the engine sleeps on a condition until a task is queued. So a rank's waiting costs a
- * test per fiber per sleep, not a core; and since every MPI call of the backend is
- * nonblocking, a communicator blocked on its peer never holds up another one.
+ * work the engine sleeps on a condition until a task is queued. So the ENGINE's waiting costs a
+ * test per fiber per sleep, not a core; and since every MPI call it makes is nonblocking, a
+ * communicator blocked on its peer never holds up another one.
  *
  * One exception: the vendor reductions (MPI_Allreduce, MPI_Reduce_scatter, MPI_Reduce) run as
  * the blocking MPI call on the communicator's helper thread (created at its first such call),
- * while its fiber waits and the engine sleeps until the helper wakes it. Open MPI's nonblocking
+ * while its fiber waits and the engine sleeps until the helper wakes it. The helper's wait is
+ * Open MPI's, not ours: inside a blocking call Open MPI polls its transports in a loop — a spinning
+ * core — unless mpi_yield_when_idle is set, and then it yields between polls (zlrun sets it when
+ * the ranks' threads outnumber the cores). So with vendor reductions a waiting rank may spin one
+ * helper per busy communicator; the report prints the helpers' CPU seconds (helper_cpu_s) beside
+ * the engine's and the main thread's, so the cost is measured, not assumed. Open MPI's nonblocking
  * reductions add in another order than its blocking ones once a group has 3 or more ranks, so
  * the blocking call keeps the results bitwise what they were; at 2 ranks (a+b either way) the
  * nonblocking one was slower when progressed by tests (comm_mpi.c has the numbers). (Only with
@@ -44,6 +49,7 @@ typedef struct comm_engine_stats {
   double engine_busy_s;    /* engine thread: inside fibers (MPI calls, tests, copies, ring reductions) */
   double engine_sleep_s;   /* engine thread: asleep (backing off, or no work) */
   double engine_cpu_s;     /* engine thread: CPU seconds (CLOCK_THREAD_CPUTIME_ID), summed over its lives */
+  double helper_cpu_s;     /* helper threads: CPU seconds (may spin inside Open MPI's blocking reductions) */
   double engine_poll_s;    /* engine thread: testing without sleeps while the main thread waited */
   int poll_when_waited;    /* 1: the engine polls while the main thread waits (a core per rank) */
   double main_wait_s;      /* callers (the main thread) blocked in comm_wait / comm_wait_all */

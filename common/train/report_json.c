@@ -204,10 +204,10 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
                   "\"main_idle_s\": %.3f, \"other_threads_cpu_s\": %.3f, \"busiest_other_thread_cpu_s\": %.3f, "
                   "\"main_comm_wait_s\": %.3f, \"engine\": {\"threads\": %d, \"helper_threads\": %d, \"streams_peak\": %d, "
                   "\"busy_s\": %.3f, \"sleep_s\": %.3f, \"poll_s\": %.3f, \"polls_when_waited\": %d, \"cpu_s\": %.3f, "
-                  "\"sleeps\": %lld, \"tests\": %lld}}",
+                  "\"helper_cpu_s\": %.3f, \"sleeps\": %lld, \"tests\": %lld}}",
               r ? ",\n   " : "", r, u->nthreads, u->wall_s, u->main_cpu_s, u->wall_s - u->main_cpu_s, u->other_cpu_s,
               u->max_other_cpu_s, e->main_wait_s, e->engine_threads, e->helper_threads, e->fibers_peak, e->engine_busy_s,
-              e->engine_sleep_s, e->engine_poll_s, e->poll_when_waited, e->engine_cpu_s, (long long)e->sleeps,
+              e->engine_sleep_s, e->engine_poll_s, e->poll_when_waited, e->engine_cpu_s, e->helper_cpu_s, (long long)e->sleeps,
               (long long)e->tests);
   }
   sb_printf(&b, "], \"source\": \"/proc/self/task/*/stat utime+stime, since process start; main_comm_wait_s: time "

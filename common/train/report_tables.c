@@ -8,6 +8,7 @@
 #include "formula.h"         // formula_t
 #include <math.h>            // log
 #include <stdio.h>           // printf, snprintf
+#include <stdlib.h>          // getenv, atoi
 
 /* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
 static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
@@ -135,9 +136,11 @@ void report_print_tables(const trainer_t *t, const report_run_t *run, const rank
   char poll[64] = "no polling: more ranks than cores";
   if (e->poll_when_waited) snprintf(poll, sizeof poll, "polled %.2f s for the waiting main", e->engine_poll_s);
   printf("threads (rank 0): %d in all: main (CPU %.2f s, %.2f s blocked in comm_wait), %d comm engine (busy %.2f s, "
-         "asleep %.2f s, %s, CPU %.2f s, %d streams), %d helper(s), the rest MPI's own\n",
+         "asleep %.2f s, %s, CPU %.2f s, %d streams), %d helper(s) (CPU %.2f s: Open MPI's blocking reductions %s "
+         "while they wait), the rest MPI's own\n",
          all[0].cpu.nthreads, all[0].cpu.main_cpu_s, e->main_wait_s, e->engine_threads, e->engine_busy_s,
-         e->engine_sleep_s, poll, e->engine_cpu_s, e->fibers_peak, e->helper_threads);
+         e->engine_sleep_s, poll, e->engine_cpu_s, e->fibers_peak, e->helper_threads, e->helper_cpu_s,
+         getenv("OMPI_MCA_mpi_yield_when_idle") && atoi(getenv("OMPI_MCA_mpi_yield_when_idle")) ? "yield" : "may spin");
   double cu = 0, hu = 0, wu = 0;
   report_overlap_sums(all, NR, &cu, &hu, &wu);
   if (cu > 0 || wu > 0)
