@@ -108,8 +108,8 @@ for r in "${rows[@]}"; do echo "$r"; done
 if [ -n "$json" ]; then
   mkdir -p "$(dirname "$json")"
   f_esc=$(printf '%s' "$filter" | sed 's/\\/\\\\/g; s/"/\\"/g')
-  printf '{"_meta": {"cpu": "%s", "widest_isa": "%s", "cores": %d, "own_kernel": "%s", "date": "%s", "load_before": "%s", "load_after": "%s", "filter": "%s", "command": "make test-kernels"},\n %s}\n' \
-    "$cpu" "$isa" "$(nproc)" "$own" "$(date -u +%Y-%m-%dT%H:%MZ)" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$f_esc" "$jrows" >"$json"
+  printf '{"_meta": {"cpu": "%s", "widest_isa": "%s", "cores": %d, "own_kernel": "%s", "date": "%s", "load_before": "%s", "load_after": "%s", "commit": "%s", "filter": "%s", "command": "make test-kernels"},\n %s}\n' \
+    "$cpu" "$isa" "$(nproc)" "$own" "$(date -u +%Y-%m-%dT%H:%MZ)" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$f_esc" "$jrows" >"$json"
   echo "kernels.sh: wrote $json"
 fi
 exit $failed
