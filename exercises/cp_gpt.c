@@ -225,7 +225,7 @@ static void cp_report(trainer_t *t) {
   const train_cfg_t *cfg = t->cfg;
   comm_wait_all(c->g.c);
   comm_counters_t k = comm_counters(c->g.c);
-  int steps = cfg->steps, C = c->C;
+  int steps = trainer_steps_run(t), C = c->C; /* after --resume: the steps this run made, not --steps */
   int64_t b = t->local_batch, R = b * C, L = t->model.gpt.n_layer;
   double kv = (double)k.sent[CO_SEND] / steps, tok = (double)k.sent[CO_ALL_GATHER] / steps;
   double kv_f = cp_kv_formula(cfg, R, c->g.n, c->E);

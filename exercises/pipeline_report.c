@@ -65,7 +65,7 @@ void pp_report(trainer_t *t) {
   mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)trainer_slot_bytes(t, 0); /* the formula, alike */
   comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
   for (int i = 0; i < 4; i++)
-    if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / t->cfg->steps;
+    if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / st->steps_run; /* after --resume: fewer */
   comm_wait_all(t->comm);
   comm_counters_t k = comm_counters(t->comm); /* the data dimension: the strategy's collectives */
   mine[5] = (double)(k.sent[CO_ALL_REDUCE] + k.sent[CO_REDUCE_SCATTER] + k.sent[CO_ALL_GATHER]) / st->steps_run;

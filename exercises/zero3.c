@@ -380,12 +380,14 @@ HSDP_HOOK(post_backward, zero3_post_backward(t, unit))
 HSDP_HOOK(step_, zero3_step(t))
 static void hsdp_step(trainer_t *t) { hsdp_step_(t, 0); }
 
-/* Node 0's ranks name their pieces; the other nodes' copies are the same bits, named by none. */
+/* Every rank keeps its piece of the node's shard (ZeRO-3's layout over the node's g ranks); the
+ * nodes hold the same pieces, so node 0's are saved and the others' marked saved_elsewhere — a
+ * restore fills every node's (HSDP resumes on HSDP, and its checkpoint on any other grid). */
 static void hsdp_layout(trainer_t *t, int u, unit_layout_t *out) {
   hsdp_view_t all = hsdp_enter(t);
   zero_unit_layout(t, u, 0, out);
   hsdp_leave(t, all);
-  if (comm_rank(t->sub_comms[1]) != 0) out->own_numel = 0;
+  out->saved_elsewhere = comm_rank(t->sub_comms[1]) != 0;
 }
 
 static void hsdp_teardown(trainer_t *t) {
