@@ -103,17 +103,18 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
   sb_printf(&b, " \"comm\": {\"bytes_per_step_per_rank\": %.6f, \"formula_bytes_per_step_per_rank\": %.6f,\n",
             total / NR / steps, fc);
   sb_printf(&b, "   \"by_op\": {\"all_reduce\": %.6f, \"reduce_scatter\": %.6f, \"all_gather\": %.6f, \"broadcast\": %.6f, "
-                "\"reduce\": %.6f, \"send\": %.6f},\n",
+                "\"reduce\": %.6f, \"send\": %.6f, \"all_to_all\": %.6f},\n",
             by_op[CO_ALL_REDUCE] / NR / steps, by_op[CO_REDUCE_SCATTER] / NR / steps, by_op[CO_ALL_GATHER] / NR / steps,
-            by_op[CO_BROADCAST] / NR / steps, by_op[CO_REDUCE] / NR / steps, by_op[CO_SEND] / NR / steps);
+            by_op[CO_BROADCAST] / NR / steps, by_op[CO_REDUCE] / NR / steps, by_op[CO_SEND] / NR / steps,
+            by_op[CO_ALL_TO_ALL] / NR / steps);
   double busy[CO_NOPS] = {0}; /* the stream's time in each op (on the MPI engine: wall time, waits for peers included) */
   for (int r = 0; r < NR; r++)
     for (int op = 0; op < CO_NOPS; op++) busy[op] += all[r].busy_us[op];
   sb_printf(&b, "   \"busy_ms_per_step_per_rank\": {\"all_reduce\": %.4f, \"reduce_scatter\": %.4f, \"all_gather\": %.4f, "
-                "\"broadcast\": %.4f, \"send\": %.4f, \"recv\": %.4f},\n",
+                "\"broadcast\": %.4f, \"send\": %.4f, \"recv\": %.4f, \"all_to_all\": %.4f},\n",
             busy[CO_ALL_REDUCE] / NR / steps / 1e3, busy[CO_REDUCE_SCATTER] / NR / steps / 1e3,
             busy[CO_ALL_GATHER] / NR / steps / 1e3, busy[CO_BROADCAST] / NR / steps / 1e3, busy[CO_SEND] / NR / steps / 1e3,
-            busy[CO_RECV] / NR / steps / 1e3);
+            busy[CO_RECV] / NR / steps / 1e3, busy[CO_ALL_TO_ALL] / NR / steps / 1e3);
   sb_printf(&b, "   \"per_rank\": [");
   for (int r = 0; r < NR; r++) {
     int64_t s = 0, calls = 0;
