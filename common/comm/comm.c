@@ -294,7 +294,6 @@ comm_t *comm_split(comm_t *parent, int color, int key) {
   return c;
 }
 
-comm_t *comm_parent(const comm_t *c) { return c->parent; }
 
 comm_t *comm_shape_only(int world, int rank, device_t dev) {
   comm_t *c = xcalloc(1, sizeof *c, "shape-only communicator");
@@ -310,7 +309,6 @@ int comm_world(const comm_t *c) {
   if (!c) die_on_rank("comm_world: the communicator is NULL (a link this stage does not have?)");
   return c->world;
 }
-int comm_local_rank(const comm_t *c) { return c->local_rank; }
 device_t comm_device(const comm_t *c) { return c->dev; }
 backend_t comm_backend(const comm_t *c) { return c->backend; }
 const char *comm_backend_name(const comm_t *c) { return c->be->name; }

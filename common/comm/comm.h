@@ -87,12 +87,9 @@ comm_t *comm_split(comm_t *parent, int color, int key);
  * checkpoint through the TP split, solutions/tp.h). No backend: a collective on it is a bug.
  * Release it with free(), not comm_finalize. */
 comm_t *comm_shape_only(int world, int rank, device_t dev);
-/* The communicator c was split from; NULL for the one from comm_init. */
-comm_t *comm_parent(const comm_t *c);
 
 int comm_rank(const comm_t *c);
 int comm_world(const comm_t *c);
-int comm_local_rank(const comm_t *c); /* rank among the processes on this host */
 device_t comm_device(const comm_t *c);
 backend_t comm_backend(const comm_t *c);
 const char *comm_backend_name(const comm_t *c); /* "mpi" or "nccl" */
