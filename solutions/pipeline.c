@@ -18,6 +18,7 @@
 #include "check.h"    // die, xcalloc, xmalloc
 #include "comm.h"     // comm_split, comm_send_async, comm_recv_async, comm_wait, comm_ctl_all_reduce_f64
 #include "exercise.h" // zl_exercise_todo (the generated stubs call it)
+#include "grid.h"     // grid_coords: the one source of the rank layout
 #include "ledger.h"   // ledger_peak, ledger_live, LEDGER_*
 #include "tensor.h"   // tensor_alloc, tensor_free
 #include "trace.h"    // trace_now_us
@@ -304,8 +305,10 @@ static void pp_setup(trainer_t *t) {
   if (st->V > U || N % st->P)
     die("rank %d: --pp %d: needs P x virtual stages <= units (%d) and P dividing the ranks (%d)", t->rank, st->P, U, N);
   st->D = N / st->P;
-  st->stage = t->rank % st->P;
-  st->dp = t->rank / st->P;
+  int coord[GRID_NDIMS]; /* the grid's one rule (grid.h: rank = dp·P + stage once TP is split off) */
+  grid_coords(t->rank, 1, st->P, coord);
+  st->stage = coord[GRID_PP];
+  st->dp = coord[GRID_DP];
   st->b = (int)(c->batch / ((int64_t)st->M * st->D));
   /* Communicators: two copies of this pipeline (one per direction) and one for control sums; with
    * virtual stages, the ring's wrap link (last stage and stage 0) once per direction; the stage's
