@@ -4,7 +4,7 @@
  * rank of a CP group holds n = S/C positions of each sequence, the weights whole (replicated: the
  * strategy sums their gradients over the CP group with the data-parallel ranks), and runs every
  * per-token layer (embedding, LayerNorms, qkv, proj, MLP, head, loss) on its own positions; the
- * attention is cp.c's ring.
+ * attention is cp.c's ring, or with --cp-comm a2a ulysses.c's all-to-alls around the ordinary attention.
  *
  * The loop is the data-parallel one over all C·D ranks: it hands each rank b = batch/(C·D·accum)
  * whole sequences ("loop samples" of S tokens). The CP group trades them: an all-gather of the
@@ -23,9 +23,11 @@
 #include "ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
 #include "ops_gpt.h" // op_embedding_*, op_layernorm_bwd
 #include "train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
+#include "ulysses.h" // cp_ulysses_* (--cp-comm a2a)
 
 typedef struct cp_gpt {
-  cp_ring_t g;          /* the ring over this rank's CP group (g.c: owned here) */
+  cp_ring_t g;          /* the ring over this rank's CP group (g.c: owned here); with a2a its layout only */
+  cp_ulysses_t *u;      /* --cp-comm a2a: the all-to-all attention (NULL: the ring) */
   const trainer_t *t;
   int S, E, V, NH, C;
   tensor_t tok_all;     /* (C·b, S) int32: the group's sequences (tokens, then targets) */
@@ -68,18 +70,27 @@ static void cp_rows(cp_gpt_t *c, void *full, void *loc, dtype_t wdt, int to_loc)
 
 static void cp_att_fwd(void *ctx, float *atty, float *att, const float *qkv, int B, int S, int Cr, int NHr) {
   cp_gpt_t *c = ctx;
-  cp_ring_forward(&c->g, atty, att, qkv, B * c->C); /* att: the log-sum-exp (R, NH, n) */
+  if (c->u) cp_ulysses_forward(c->u, atty, att, qkv, B * c->C); /* att: probabilities and q k v of its heads */
+  else cp_ring_forward(&c->g, atty, att, qkv, B * c->C); /* att: the log-sum-exp (R, NH, n) */
 }
 static void cp_att_bwd(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty, const float *att,
                        int B, int S, int Cr, int NHr) {
   cp_gpt_t *c = ctx;
-  cp_ring_backward(&c->g, dqkv, datty, qkv, atty, att, B * c->C);
+  if (c->u) cp_ulysses_backward(c->u, dqkv, datty, att, B * c->C);
+  else cp_ring_backward(&c->g, dqkv, datty, qkv, atty, att, B * c->C);
 }
 
-/* A block: gpt.h's whole block on b·S tokens (R rows of n positions), the ring for its attention. */
+/* fp32 the attention keeps per local token: the ring's log-sum-exp NH, Ulysses' NH·S + 3E. */
+static int64_t cp_att_saved(gpt_shape_t s, int a2a) {
+  return a2a ? cp_ulysses_saved_per_token(s.seq_len, s.n_embd, s.n_head) : s.n_head;
+}
+static int cp_is_a2a(const train_cfg_t *cfg) { return cfg->cp_comm && strcmp(cfg->cp_comm, "a2a") == 0; }
+
+/* A block: gpt.h's whole block on b·S tokens (R rows of n positions), the ring (or the
+ * all-to-alls) for its attention. */
 static gpt_block_t cp_block(cp_gpt_t *c, gpt_shape_t s) {
   gpt_block_t k = gpt_block_whole(s);
-  k.hook_ctx = c, k.att_fwd = cp_att_fwd, k.att_bwd = cp_att_bwd, k.att_saved = s.n_head;
+  k.hook_ctx = c, k.att_fwd = cp_att_fwd, k.att_bwd = cp_att_bwd, k.att_saved = cp_att_saved(s, c->u != NULL);
   return k;
 }
 
@@ -149,6 +160,7 @@ static void cp_free_ctx(model_t *m) {
   tensor_free(&c->dwpe_loc);
   tensor_free(&c->scratch);
   comm_t *g = c->g.c;
+  if (c->u) cp_ulysses_free(c->u), free(c->u);
   cp_ring_free(&c->g);
   comm_finalize(g);
   free(c);
@@ -171,9 +183,17 @@ int cp_check_args(const train_cfg_t *cfg) {
   if (strcmp(cfg->model_kind, "gpt") != 0) return args_error("--cp", v, "needs --model gpt (it splits a sequence)");
   if (world % cfg->cp)
     return args_error("--cp", v, "must divide the ranks (%d): D = ranks / C data-parallel groups of C", world);
-  if (cp_layout_check(cfg->gpt.seq_len, cfg->cp, cfg->cp_balance, why, sizeof why))
+  if (cp_is_a2a(cfg) && cp_ulysses_check(cfg->gpt.seq_len, cfg->gpt.n_head, cfg->cp, why, sizeof why)) {
+    char ok[96] = "";
+    for (int d = 1, k = 0; d <= cfg->gpt.n_head && k < 90; d++)
+      if (cfg->gpt.n_head % d == 0 && cfg->gpt.seq_len % d == 0) k += snprintf(ok + k, sizeof ok - k, "%s%d", k ? ", " : "", d);
+    return args_error("--cp", v, "with --cp-comm a2a: %s (--seq-len %d, %d heads): allowed %s", why, cfg->gpt.seq_len,
+                      cfg->gpt.n_head, ok);
+  }
+  if (!cp_is_a2a(cfg) && cp_layout_check(cfg->gpt.seq_len, cfg->cp, cfg->cp_balance, why, sizeof why))
     return args_error("--cp", v, "%s (--seq-len %d, --cp-balance %d)", why, cfg->gpt.seq_len, cfg->cp_balance);
-  if (cfg->dev == DEV_CUDA) return args_error("--cp", v, "the ring attention runs on the CPU only (--device cpu)");
+  if (cfg->dev == DEV_CUDA)
+    return args_error("--cp", v, "the %s attention runs on the CPU only (--device cpu)", cp_is_a2a(cfg) ? "all-to-all" : "ring");
   if (cfg->sample || cfg->eval_every)
     return args_error("--cp", v, "--sample and --eval-every need whole sequences on one rank; use 1 rank for them");
   return 0;
@@ -182,10 +202,12 @@ int cp_check_args(const train_cfg_t *cfg) {
 /* Activation bytes the loop keeps per rank for b loop samples (gpt.h's table with the ring's
  * attention): 4b·[S·E·(L+1) + S·V + L·(15SE + 4S + NH·S) + S·E + 2S] = per sequence that the rank
  * shares, S/C of its tokens: ∝ S/C, and linear in S (no S² term). With --recompute the L blocks'
- * and the head's saved activations become one buffer of the largest: 15SE + 4S + NH·S. */
-static int64_t cp_acts_formula(gpt_shape_t s, int64_t b, int recompute) {
-  int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab, NH = s.n_head;
-  int64_t block = 15 * S * E + 4 * S + NH * S, head = S * E + 2 * S;
+ * and the head's saved activations become one buffer of the largest: 15SE + 4S + NH·S.
+ * Ulysses (a2a) keeps its heads' probabilities and q k v instead of NH·S: 15SE + 4S + NH·S² + 3SE —
+ * ∝ S/C for every term but NH·S² (the ordinary attention's, R·NH/C·S² on each rank: b·NH·S²). */
+static int64_t cp_acts_formula(gpt_shape_t s, int64_t b, int recompute, int a2a) {
+  int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab;
+  int64_t block = 15 * S * E + 4 * S + S * cp_att_saved(s, a2a), head = S * E + 2 * S;
   return 4 * b * (S * E * (L + 1) + S * V + (recompute ? (block > head ? block : head) : L * block + head));
 }
 
@@ -193,6 +215,9 @@ static int64_t cp_acts_formula(gpt_shape_t s, int64_t b, int recompute) {
  * forward's, twice with --recompute (the loop reruns each block's forward before its backward). */
 static double cp_kv_formula(const train_cfg_t *cfg, int64_t R, int n, int E) {
   int C = cfg->cp, L = cfg->gpt.n_layer;
+  if (cp_is_a2a(cfg)) /* the same shape for Ulysses' all-to-alls */
+    return 4.0 * L * cfg->accum *
+           ((1 + (cfg->recompute != 0)) * cp_ulysses_fwd_numel(C, R, n, E) + cp_ulysses_bwd_numel(C, R, n, E));
   return 4.0 * L * cfg->accum * ((1 + (cfg->recompute != 0)) * cp_ring_fwd_numel(C, R, n, E) + cp_ring_bwd_numel(C, R, n, E));
 }
 
@@ -204,16 +229,25 @@ void cp_split_trainer(trainer_t *t) {
   cp_gpt_t *c = xcalloc(1, sizeof *c, "cp gpt");
   comm_t *g = comm_split(t->world_comm, wr / C, wr % C); /* C consecutive ranks */
   gpt_shape_t s = m->gpt;
-  cp_ring_init(&c->g, g, s.seq_len, cfg->cp_balance, s.n_embd, s.n_head);
+  int a2a = cp_is_a2a(cfg);
+  cp_ring_init(&c->g, g, s.seq_len, a2a ? 0 : cfg->cp_balance, s.n_embd, s.n_head); /* a2a: contiguous */
   c->t = t, c->S = s.seq_len, c->E = s.n_embd, c->V = s.vocab, c->NH = s.n_head, c->C = C;
+  if (a2a) {
+    c->u = xcalloc(1, sizeof *c->u, "cp ulysses");
+    cp_ulysses_init(c->u, g, s.seq_len, s.n_embd, s.n_head, c->g.pos);
+  }
   gpt_block_t k = cp_block(c, s);
   for (int u = 1; u < m->n_units - 1; u++) m->units[u].saved_numel = gpt_block_saved(&k);
   m->fns = &cp_gpt_fns;
   m->ctx = c;
   int64_t b = t->local_batch, R = b * C;
   trainer_report_extra(t, "cp", C);
-  trainer_report_extra(t, "cp_acts_formula_bytes", (double)cp_acts_formula(s, b, cfg->recompute));
-  trainer_report_extra(t, "cp_kv_bytes_formula", cp_kv_formula(cfg, R, c->g.n, c->E));
+  trainer_report_extra(t, "cp_a2a", a2a);
+  trainer_report_extra(t, "cp_acts_formula_bytes", (double)cp_acts_formula(s, b, cfg->recompute, a2a));
+  trainer_report_extra(t, a2a ? "cp_a2a_bytes_formula" : "cp_kv_bytes_formula", cp_kv_formula(cfg, R, c->g.n, c->E));
+  /* one layer's forward on one micro-batch, per rank: what notes/10's table derives side by side */
+  trainer_report_extra(t, "cp_layer_fwd_bytes_formula",
+                       4.0 * (a2a ? cp_ulysses_fwd_numel(C, R, c->g.n, c->E) : cp_ring_fwd_numel(C, R, c->g.n, c->E)));
 }
 
 /* ---- the end-of-run lines: a strategy that is s with them after its last step ---------------- */
@@ -230,6 +264,23 @@ static void cp_report(trainer_t *t) {
   double kv = (double)k.sent[CO_SEND] / steps, tok = (double)k.sent[CO_ALL_GATHER] / steps;
   double kv_f = cp_kv_formula(cfg, R, c->g.n, c->E);
   double tok_f = 2.0 * cfg->accum * comm_model_sent(CO_ALL_GATHER, C * b * c->S, DT_F32, C, c->g.r, 0);
+  if (c->u) { /* Ulysses: the all-to-alls' bytes; every rank attends all S positions of NH/C heads */
+    double a2a = (double)k.sent[CO_ALL_TO_ALL] / steps, a2a_f = kv_f;
+    trainer_report_extra(t, "cp_a2a_bytes_per_step", a2a);
+    trainer_report_extra(t, "cp_tok_bytes_per_step", tok);
+    trainer_report_extra(t, "cp_work_max", (double)R * (c->NH / C) * c->S * (c->S + 1.0) / 2);
+    if (!trainer_prints(t)) return;
+    printf("cp: C=%d, --cp-comm a2a (Ulysses): each rank %d of the %d positions of every sequence (contiguous); "
+           "attention on %d of the %d heads over all %d\n", C, c->g.n, c->S, c->NH / C, c->NH, c->S);
+    printf("cp: all-to-all bytes sent per rank per step %.0f  (formula 4 B x L %lld x accum %d x [%sfwd 4*(C-1)*R*n*E/C + "
+           "bwd 4*(C-1)*R*n*E/C], R = %lld rows, n = %d, E = %d: %.0f; the ring would send %.0f)\n",
+           a2a, (long long)L, cfg->accum, cfg->recompute ? "2 x " : "", (long long)R, c->g.n, c->E, a2a_f,
+           4.0 * L * cfg->accum * ((1 + (cfg->recompute != 0)) * cp_ring_fwd_numel(C, R, c->g.n, c->E) +
+                                   cp_ring_bwd_numel(C, R, c->g.n, c->E)));
+    printf("cp: token and target all-gathers per rank per step %.0f bytes (formula %.0f)\n", tok, tok_f);
+    fflush(stdout);
+    return;
+  }
   /* the attention work of one layer's forward on one micro-batch: max and sum over the group */
   double w[2] = {(double)c->g.work_fwd, (double)c->g.work_fwd}, wmax = 0, wsum = 0;
   comm_ctl_all_reduce_f64(c->g.c, &w[0], 1, REDOP_MAX);

@@ -106,7 +106,7 @@ TEST_ORDER = {
            "ch09_cluster/two_level_*", "ch09_hsdp/*", "ch09_cluster/*"],
     "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
            "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
-           "ch10_context/cp3_equals_one_rank"],
+           "ch10_context/cp3_equals_one_rank", "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
 }
 # The tests that call an exercise, for the chapters whose tests do not all call every exercise of
 # theirs (fnmatch globs over "suite/test"): a body is judged on these only, and a done verdict says
@@ -120,6 +120,7 @@ EXERCISE_TESTS = {
     "cp_attend_block": ["ch10_cp/ring_equals_plain_attention", "ch10_context/cp_equals_one_rank",
                         "ch10_context/cp3_equals_one_rank", "ch10_context/cp_recompute", "ch10_context/cp_x_dp_zero",
                         "ch10_context/causal_balance"],
+    "ulysses_unpack": ["ch10_ulysses/*"],
 }
 # ... and the most one test may take before Criterion kills it
 EXERCISE_TEST_LIMIT_S = 100

@@ -235,7 +235,9 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "all-gathers stay in the node; the forward's still span every rank (notes/09-nodes.md)");
   if (chapter_flags & TRAIN_FLAG_CP) { /* checked against the world and the model by the chapter (solutions/cp.h) */
     SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL, "context-parallel ranks C per sequence (consecutive ranks): each holds S/C of every sequence, attention a ring of K/V blocks; the data dimension is ranks / C");
-    SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL, "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk");
+    SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL, "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk (--cp-comm ring; a2a: contiguous, every rank attends every position)");
+    cfg->cp_comm = "ring";
+    SPEC("--cp-comm", ARG_CHOICE, &cfg->cp_comm, 0, 0, "ring|a2a", "the attention over the C ranks: ring, K/V blocks round a ring (online softmax); a2a, DeepSpeed-Ulysses: an all-to-all to NH/C heads of the whole sequence, the ordinary attention, an all-to-all back (C must divide the heads)");
   }
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");

@@ -56,6 +56,8 @@ typedef struct train_cfg {
   const struct model_transform *transform;
   int cp, cp_balance;                 /* --cp C: context-parallel ranks per sequence (10; 1 = off);
                                        * --cp-balance 0|1: each rank two mirrored chunks (causal balance) */
+  const char *cp_comm;                /* --cp-comm ring|a2a: the ring of K/V blocks, or Ulysses' all-to-alls
+                                       * (solutions/ulysses.h); NULL reads as ring */
   /* Set by a chapter's main, not a flag: with --cp C > 1 the launcher calls it once, after the
    * model is built and before the activations are sized (chapter 10's context parallelism,
    * solutions/cp.h's cp_split_trainer): the model becomes this rank's sequence chunks. */
