@@ -89,8 +89,11 @@ for k in "${list[@]}"; do
   out=$(OPENBLAS_CORETYPE=$k ZL_TEST_VERBOSE=1 bash "$root/common/scripts/run_tests.sh" "$bin" "$filter" 2>&1)
   rc=$?
   t1=$(date +%s)
-  # failures in full; of the passing tests, the lines that state a measured gap against its tolerance
-  echo "$out" | grep -a -E '^\[(FAIL|ERR )|largest|^\[----\] .*(got|expected|Assertion)' | sed 's/^/  /'
+  # a failing test's lines in full; of the passing tests, the lines that state a measured gap
+  echo "$out" | awk '/^\[RUN \]/ { n = 0; next }
+    /^\[----\]/ { buf[++n] = $0; next }
+    /^\[PASS\]/ { for (i = 1; i <= n; i++) if (buf[i] ~ /largest/) print "  " buf[i]; n = 0; next }
+    /^\[(FAIL|ERR )/ { for (i = 1; i <= n; i++) print "  " buf[i]; print "  " $0; n = 0; next }'
   # the largest gap as a fraction of its own tolerance (each line: "largest ...: GAP (tolerance TOL)")
   gap=$(echo "$out" | grep -a -o -E 'largest[^:]*: [0-9.eE+-]+ \(tolerance [0-9.eE+-]+\)' |
         sed -E 's/.*: ([0-9.eE+-]+) \(tolerance ([0-9.eE+-]+)\)/\1 \2/' | awk '{ f = $1 / $2; if (f > m) m = f } END { if (NR) printf "%.3g", m }')
