@@ -191,7 +191,8 @@ int cp_check_args(const train_cfg_t *cfg) {
   if (!cp_is_a2a(cfg) && cp_layout_check(cfg->gpt.seq_len, cfg->cp, cfg->cp_balance, why, sizeof why))
     return args_error("--cp", v, "%s (--seq-len %d, --cp-balance %d)", why, cfg->gpt.seq_len, cfg->cp_balance);
   if (cfg->dev == DEV_CUDA)
-    return args_error("--cp", v, "the %s attention runs on the CPU only (--device cpu)", cp_is_a2a(cfg) ? "all-to-all" : "ring");
+    return cp_is_a2a(cfg) ? args_error("--cp", v, "the all-to-all attention runs on the CPU only (--device cpu)")
+                          : args_error("--cp", v, "the ring attention runs on the CPU only (--device cpu)");
   if (cfg->sample || cfg->eval_every)
     return args_error("--cp", v, "--sample and --eval-every need whole sequences on one rank; use 1 rank for them");
   return 0;
