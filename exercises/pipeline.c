@@ -32,113 +32,6 @@
 #include <stdlib.h>   // free
 #include <string.h>   // strcmp
 
-/* ---- the split and the schedules (pure functions, unit-tested) ---------------------------- */
-
-void pp_split(const int64_t *numel, int n_units, int P, int *first) {
-  if (P < 1 || P > n_units) die("pp_split: %d stages for %d units", P, n_units);
-  /* best[s][u]: the smallest possible largest stage when units 0..u−1 make s stages; a linear
-   * partition by dynamic programming (U and P are small). */
-  int64_t *pre = xcalloc((size_t)n_units + 1, sizeof *pre, "pp prefix");
-  for (int u = 0; u < n_units; u++) pre[u + 1] = pre[u] + numel[u];
-  int64_t *best = xcalloc((size_t)(P + 1) * (size_t)(n_units + 1), sizeof *best, "pp best");
-  int *cut = xcalloc((size_t)(P + 1) * (size_t)(n_units + 1), sizeof *cut, "pp cut");
-#define BEST(s, u) best[(size_t)(s) * (size_t)(n_units + 1) + (size_t)(u)]
-#define CUT(s, u) cut[(size_t)(s) * (size_t)(n_units + 1) + (size_t)(u)]
-  for (int u = 1; u <= n_units; u++) BEST(1, u) = pre[u];
-  for (int s = 2; s <= P; s++)
-    for (int u = s; u <= n_units; u++) {
-      BEST(s, u) = INT64_MAX;
-      for (int c = s - 1; c < u; c++) { /* the last stage is units c..u−1 */
-        int64_t last = pre[u] - pre[c], worst = BEST(s - 1, c) > last ? BEST(s - 1, c) : last;
-        if (worst < BEST(s, u)) BEST(s, u) = worst, CUT(s, u) = c;
-      }
-    }
-  first[P] = n_units;
-  for (int s = P, u = n_units; s >= 1; s--) {
-    first[s - 1] = s == 1 ? 0 : CUT(s, u);
-    u = first[s - 1];
-  }
-#undef BEST
-#undef CUT
-  free(pre);
-  free(best);
-  free(cut);
-}
-
-/* Interleaved 1F1B (Megatron-LM's order): virtual micro-batch i = 0..v·M−1 runs micro-batch
- * (i / (P·v))·P + i mod P on chunk (i / P) mod v — P micro-batches through chunk 0, the same P
- * through chunk 1, ..., then the next P; backwards walk the chunks the other way. */
-static pp_op_t interleaved_op(char kind, int i, int P, int v) {
-  int j = (i / P) % v;
-  return (pp_op_t){kind, (i / (P * v)) * P + i % P, kind == 'F' ? j : v - 1 - j};
-}
-
-int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *ops) {
-  int n = 0;
-  if (sched == PP_NAIVE) { /* one micro-batch at a time: its backward before the next forward */
-    for (int k = 0; k < M; k++) {
-      ops[n++] = (pp_op_t){'F', k, 0};
-      ops[n++] = (pp_op_t){'B', k, 0};
-    }
-  } else if (sched == PP_GPIPE) { /* all forwards, then all backwards (in micro-batch order) */
-    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k, 0};
-    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k, 0};
-  } else if (sched == PP_INTERLEAVED) { /* 1F1B over v·M virtual micro-batches */
-    int total = v * M, w = (P - s - 1) * 2 + (v - 1) * P;
-    if (w > total) w = total;
-    for (int i = 0; i < w; i++) ops[n++] = interleaved_op('F', i, P, v);
-    for (int i = 0; i < total - w; i++) {
-      ops[n++] = interleaved_op('F', w + i, P, v);
-      ops[n++] = interleaved_op('B', i, P, v);
-    }
-    for (int i = total - w; i < total; i++) ops[n++] = interleaved_op('B', i, P, v);
-  } else {
-    // BEGIN EXERCISE pp_1f1b_schedule notes/07-pipeline.md
-    // HINT: a stage may start its first backward as soon as the pipeline behind it is full: then at most P − s micro-batches are alive on stage s, not M.
-    // HINT: stuck? `make hint EX=pp_1f1b_schedule LEVEL=2` gives the next hint
-    zl_exercise_todo("pp_1f1b_schedule", "notes/07-pipeline.md");
-    // END EXERCISE
-  }
-  return n;
-}
-
-int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M, int v) {
-  if (sched == PP_NAIVE) return 1;
-  if (sched == PP_GPIPE) return M;
-  if (sched == PP_INTERLEAVED) {
-    int w = (P - s - 1) * 2 + (v - 1) * P;
-    return w + 1 < v * M ? w + 1 : v * M;
-  }
-  return P - s < M ? P - s : M;
-}
-
-double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v) {
-  if (sched == PP_NAIVE) return (double)(P - 1) / P;
-  if (sched == PP_INTERLEAVED) return (double)(P - 1) / (v * M + P - 1);
-  return (double)(P - 1) / (M + P - 1);
-}
-
-/* The bubble when the stages are not equal: t[s] = stage s's busy time per step (M micro-batches,
- * all its chunks). The slowest stage sets the pace of the steady state, the others fill and drain:
- * step = M·t_max + (Σt − t_max)/v per micro-batch time t = t[s]/M, and the bubble is the step's
- * share the mean stage idles, 1 − M·mean t / step. Equal stages give pp_bubble_formula; naive
- * runs every micro-batch through all stages in turn (step = M·Σt): (P−1)/P whatever the split. */
-double pp_bubble_stages(pp_schedule_t sched, int P, int M, int v, const double *t) {
-  double sum = 0, max = 0;
-  for (int s = 0; s < P; s++) sum += t[s] / M, max = t[s] / M > max ? t[s] / M : max;
-  double step = sched == PP_NAIVE ? M * sum : M * max + (sum - max) / (sched == PP_INTERLEAVED ? v : 1);
-  return step > 0 ? 1 - M * (sum / P) / step : 0;
-}
-
-int pp_schedule_parse(const char *name) {
-  if (!name) return -1;
-  if (strcmp(name, "naive") == 0) return PP_NAIVE;
-  if (strcmp(name, "gpipe") == 0) return PP_GPIPE;
-  if (strcmp(name, "1f1b") == 0) return PP_1F1B;
-  if (strcmp(name, "interleaved") == 0) return PP_INTERLEAVED;
-  return -1;
-}
-
 /* ---- the messages of a chunk ---------------------------------------------------------------- */
 
 /* Forward: micro-batch k's input activation of chunk j (not chunk 0: its input is the data, which
@@ -213,6 +106,7 @@ static void pp_step_end(trainer_t *t, double busy_us, double t0_us) {
   st->steps_run++;
   if (t->step > 0 || t->cfg->steps == 1) { /* the first step warms up caches and the pool */
     st->busy_us += busy_us;
+    for (int i = 0; i < 3; i++) st->kind_us[i] += t->busy_us[i];
     st->span_us += trace_now_us() - t0_us;
     st->measured++;
   }
@@ -251,7 +145,7 @@ static void pp_cut(trainer_t *t, pp_state_t *st) {
   if (t->tp_comm) comm_ctl_all_reduce_f64(t->tp_comm, d, U, REDOP_SUM);
   for (int u = 0; u < U; u++) numel[u] = (int64_t)d[u];
   st->first = xcalloc((size_t)st->V + 1, sizeof *st->first, "pipeline split");
-  pp_split(numel, U, st->V, st->first);
+  if (pp_split(numel, U, st->V, st->first)) die("rank %d: cannot cut %d units into %d chunks", t->rank, U, st->V);
   free(d);
   free(numel);
 }
@@ -336,8 +230,12 @@ static void pp_setup(trainer_t *t) {
     }
   }
   t->n_chunks = st->v;
-  t->ops = xcalloc(2 * (size_t)st->M * (size_t)st->v, sizeof *t->ops, "pipeline schedule");
-  t->n_ops = pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->v, t->ops);
+  int nops = pp_schedule_nops(st->sched, st->M, st->v);
+  pp_op_t *ops = xcalloc((size_t)nops, sizeof *ops, "pipeline schedule");
+  t->ops = xcalloc((size_t)nops, sizeof *t->ops, "pipeline schedule");
+  t->n_ops = pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->v, ops);
+  for (int i = 0; i < t->n_ops; i++) t->ops[i] = (train_op_t){ops[i].kind, ops[i].micro, ops[i].chunk};
+  free(ops);
   pp_pairs_setup(st);
   t->n_micro = st->M;
   t->local_batch = st->b;
@@ -383,6 +281,8 @@ PP_SCHEDULE(g_naive, "pipeline-naive");
 PP_SCHEDULE(g_gpipe, "pipeline-gpipe");
 PP_SCHEDULE(g_1f1b, "pipeline-1f1b");
 PP_SCHEDULE(g_interleaved, "pipeline-interleaved");
+PP_SCHEDULE(g_zbh1, "pipeline-zb-h1");
+PP_SCHEDULE(g_zbh2, "pipeline-zb-h2");
 
 const schedule_t *pipeline_schedule(const char *schedule) {
   switch (pp_schedule_parse(schedule)) {
@@ -390,6 +290,8 @@ const schedule_t *pipeline_schedule(const char *schedule) {
   case PP_GPIPE: return &g_gpipe;
   case PP_1F1B: return &g_1f1b;
   case PP_INTERLEAVED: return &g_interleaved;
+  case PP_ZB_H1: return &g_zbh1;
+  case PP_ZB_H2: return &g_zbh2;
   default: return NULL;
   }
 }

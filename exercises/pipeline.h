@@ -10,14 +10,19 @@
  * micro-batch k's input activation from stage s−1, runs its units forward and sends the output to
  * stage s+1; later it receives the gradient of that output from s+1, runs its units backward and
  * sends the gradient of its input to s−1. The SCHEDULE is the order in which a stage runs its 2M
- * operations (the loop runs them):
+ * operations (3M with the W's below; the loop runs them):
  *   naive  F0 B0 F1 B1 ...           one micro-batch in the whole pipe at a time
  *   gpipe  F0 F1 ... F(M−1) B0 ... B(M−1)   all forwards, then all backwards
  *   1f1b   P−s−1 forwards (warm-up), then F B pairs, then the remaining backwards (cool-down)
  *   interleaved  1F1B over v virtual stages: the units cut into v·P chunks, chunk c on stage
  *          c mod P (each rank v non-contiguous chunks; Megatron-LM's interleaved schedule; M a
  *          multiple of P): a bubble v times smaller, v times the messages
- * Every schedule runs the backwards of a stage in micro-batch order 0..M−1, and each backward
+ *   zb-h1, zb-h2  zero bubble (Qi et al. 2023): each backward split into B (the input's gradient,
+ *          sent on at once) and W (the weights' gradient, deferred: the loop's 'W' operations,
+ *          3M per stage); ZB-H1 is 1F1B with stage s's first s W's held back into its cool-down,
+ *          ZB-H2 doubles the warm-up and the W's held back (pipeline_sched.h has the orders)
+ * Every schedule runs the backwards of a stage in micro-batch order 0..M−1 (with a split, the W's
+ * too: each weight's gradient is written by its W), and each backward
  * writes its units' gradients with beta (micro-batch 0 overwrites, later ones accumulate), as
  * 1-rank training with --accum M does: the gradients, the loss sum (scored on the last stage in
  * micro-batch order) and so the weights are BITWISE those of 1-rank --accum M training (the
@@ -37,43 +42,10 @@
 #ifndef ZL_PIPELINE_H
 #define ZL_PIPELINE_H
 #include <stdint.h>          // int64_t
+#include "pipeline_sched.h" // pp_schedule_t, pp_op_t, pp_split, pp_schedule_ops, the formulas, checker, simulator
 #include "train.h" // schedule_t, train_op_t
 
-typedef enum { PP_NAIVE = 0, PP_GPIPE = 1, PP_1F1B = 2, PP_INTERLEAVED = 3 } pp_schedule_t;
-
-/* One operation of a stage (train.h's train_op_t): the forward 'F' or the backward 'B' of
- * micro-batch `micro` on its chunk `chunk` (0..v−1: the rank's chunks in model order; always 0
- * without virtual stages). */
-typedef train_op_t pp_op_t;
-
-/* Cut n_units units of numel[u] parameters each into P contiguous stages, every stage at least
- * one unit, minimizing the largest stage's parameter count (ties: the earliest cuts). Writes
- * first[0..P]: stage s is units first[s] .. first[s+1]−1 (first[0] = 0, first[P] = n_units).
- * Needs 1 <= P <= n_units. */
-void pp_split(const int64_t *numel, int n_units, int P, int *first);
-
-/* The 2vM operations stage s of P runs in one step, in order, into ops[0..2vM) (v: virtual
- * stages, 1 unless sched is PP_INTERLEAVED, which needs M a multiple of P). Returns 2vM. */
-int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *ops);
-
-/* Most micro-batches whose activations stage s holds at once (the formula the ledger is
- * checked against): naive 1, gpipe M, 1f1b min(M, P − s); interleaved, in micro-batch-chunks:
- * min(v·M, 2(P − s − 1) + (v − 1)·P + 1). */
-int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M, int v);
-
-/* The idle fraction of the idealized pipeline (equal stages, backward = forward cost times any
- * constant): naive (P−1)/P; gpipe and 1f1b (P−1)/(M+P−1); interleaved (P−1)/(v·M+P−1). */
-double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v);
-
-/* The same for stages that are not equal, t[s] = stage s's busy time per step (any unit): the
- * slowest stage paces the steady state, step = M·t_max + (Σt − t_max)/v per micro-batch
- * (naive: M·Σt); bubble = 1 − M·mean t / step. Equal t[s] give pp_bubble_formula. */
-double pp_bubble_stages(pp_schedule_t sched, int P, int M, int v, const double *t);
-
-/* "naive" | "gpipe" | "1f1b" | "interleaved" → PP_*; −1 for anything else. */
-int pp_schedule_parse(const char *name);
-
-/* The schedule for --schedule naive|gpipe|1f1b|interleaved (with --pp and --micro-batches from the
- * flags); NULL for anything else. */
+/* The schedule for --schedule naive|gpipe|1f1b|interleaved|zb-h1|zb-h2 (with --pp and --micro-batches
+ * from the flags); NULL for anything else. */
 const schedule_t *pipeline_schedule(const char *schedule);
 #endif

@@ -23,28 +23,14 @@
  * Which messages pair is decided from the two stages' operation lists (pp_schedule_ops), so
  * the two sides always agree: stage s pairs F k -> B j when its own list has F k right before
  * B j AND the neighbour's list has B j right before F k (the neighbour checks the same two
- * facts). Warm-up and cool-down messages, and every message with virtual stages, go alone. */
+ * facts: pp_pairs in pipeline_sched.c, which the checker runs too). Warm-up and cool-down
+ * messages, and every message with virtual stages, go alone; so do the zero-bubble schedules'
+ * where a W sits between the two (holding the input gradient back through a W would delay the
+ * previous stage: B is their critical path). */
 void pp_pairs_setup(pp_state_t *st) {
-  int M = st->M, s = st->stage, P = st->P;
-  st->pair_fwd = xcalloc((size_t)M, 1, "pipeline pairs");
-  st->pair_bwd = xcalloc((size_t)M, 1, "pipeline pairs");
-  if (st->v != 1 || P < 2) return;
-  pp_op_t *me = xcalloc(2 * (size_t)M, sizeof *me, "pipeline pairs"), *nb = xcalloc(2 * (size_t)M, sizeof *nb, "pipeline pairs");
-  int n = pp_schedule_ops(st->sched, P, s, M, 1, me);
-  for (int side = 0; side < 2; side++) { /* 0: with s+1 (F then B here), 1: with s-1 (B then F here) */
-    int peer = side == 0 ? s + 1 : s - 1;
-    if (peer < 0 || peer >= P) continue;
-    int nn = pp_schedule_ops(st->sched, P, peer, M, 1, nb);
-    char a = side == 0 ? 'F' : 'B', b = side == 0 ? 'B' : 'F';
-    for (int i = 0; i + 1 < n; i++) {
-      if (me[i].kind != a || me[i + 1].kind != b) continue;
-      for (int m = 0; m + 1 < nn; m++)
-        if (nb[m].kind == b && nb[m].micro == me[i + 1].micro && nb[m + 1].kind == a && nb[m + 1].micro == me[i].micro)
-          (side == 0 ? st->pair_fwd : st->pair_bwd)[me[i].micro] = 1;
-    }
-  }
-  free(me);
-  free(nb);
+  st->pair_fwd = xcalloc((size_t)st->M, 1, "pipeline pairs");
+  st->pair_bwd = xcalloc((size_t)st->M, 1, "pipeline pairs");
+  pp_pairs(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd); /* pipeline_sched.c */
 }
 
 /* ---- the loop's hooks with pairs ---------------------------------------------------------- */

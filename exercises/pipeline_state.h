@@ -47,6 +47,7 @@ typedef struct pp_state {
   char *pair_fwd, *pair_bwd;
   struct { char kind; int k; const float *buf; int64_t numel; } pend;
   double busy_us, span_us; /* summed over the measured steps */
+  double kind_us[3];       /* the same busy time in F, B and W operations (t->busy_us), summed */
   int measured;            /* steps measured (all but the first when there are several) */
   int steps_run;           /* steps this process ran (after a resume: fewer than --steps) */
   char tag[64];

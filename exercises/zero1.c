@@ -79,6 +79,12 @@ static void zero1_post_backward(trainer_t *t, int unit) {
   if (unit == 0) trace_end(NULL);
 }
 
+/* A split backward (07's zero-bubble schedules): the W of the unit's last micro-batch made its
+ * gradient final — step 2 for it now (its B's post_backward ran with t->last_micro 0). */
+static void zero1_grad_ready(trainer_t *t, int unit) {
+  if (t->last_micro) zero1_reduce_scatter_unit(t, t->priv, unit);
+}
+
 static void zero1_step(trainer_t *t) {
   zero1_t *z = t->priv;
   TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
@@ -115,6 +121,7 @@ static const strategy_t zero1_s = {
     .pre_forward = zero1_pre_forward,
     .pre_backward = zero1_pre_backward,
     .post_backward = zero1_post_backward,
+    .grad_ready = zero1_grad_ready,
     .step = zero1_step,
     .teardown = zero1_teardown,
     .layout = zero1_layout,

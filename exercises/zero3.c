@@ -255,6 +255,14 @@ static void zero3_post_backward(trainer_t *t, int unit) {
   TRAINER_PHASE("free unit params", gather_release(t, z, t->use));
 }
 
+/* A split backward (07's zero-bubble schedules, always no_sync): the W of the unit's last
+ * micro-batch made its gradient final — its reduce-scatter starts here; the gathered params went
+ * back after its B (post_backward: a W needs no parameters). */
+static void zero3_grad_ready(trainer_t *t, int unit) {
+  zero3_t *z = t->priv;
+  zero_rs_end_unit(&z->rs, t, unit);
+}
+
 static void zero3_step(trainer_t *t) {
   zero3_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
@@ -323,6 +331,7 @@ static const strategy_t zero3_s = {
     .post_forward = zero3_post_forward,
     .pre_backward = zero3_pre_backward,
     .post_backward = zero3_post_backward,
+    .grad_ready = zero3_grad_ready,
     .step = zero3_step,
     .teardown = zero3_teardown,
     .layout = zero3_layout,

@@ -51,7 +51,7 @@ static int pp_bytes_line(const trainer_t *t, const pp_state_t *st, char *line, i
  * and extras for --json (pipeline 0's stages; the data dimension's of rank 0). */
 void pp_report(trainer_t *t) {
   pp_state_t *st = t->sched_priv;
-  enum { COLS = 11 };
+  enum { COLS = 14 };
   int N = t->model_world, formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
   double *vals = xcalloc((size_t)N * COLS, sizeof *vals, "pipeline report"), *mine = vals + (size_t)t->model_rank * COLS;
   double steps = st->measured > 0 ? st->measured : 1, bf = pp_bubble_formula(st->sched, st->P, st->M, st->v);
@@ -76,6 +76,7 @@ void pp_report(trainer_t *t) {
   t->strategy->formula(&padded, &fp);
   mine[9] = fp.comm_bytes;
   mine[10] = st->stage;
+  for (int i = 0; i < 3; i++) mine[11 + i] = st->kind_us[i] / steps / st->M; /* F, B, W per micro-batch (all chunks), µs */
   char line[1536];
   int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
                    t->model_rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000, mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
@@ -91,15 +92,28 @@ void pp_report(trainer_t *t) {
     match &= q[2] == q[3];
   }
   double *busy = xcalloc((size_t)st->P * 2, sizeof *busy, "pipeline report (stages)");
-  for (int r = 0; r < N; r++) { /* each stage's busy time per step, averaged over its replicas */
+  pp_cost_t *cost = xcalloc((size_t)st->P, sizeof *cost, "pipeline report (costs)");
+  for (int r = 0; r < N; r++) { /* each stage's busy time per step, and per operation, averaged over its replicas */
     const double *q = vals + (size_t)r * COLS;
-    busy[(int)q[10]] += q[0], busy[st->P + (int)q[10]] += 1;
+    int s = (int)q[10];
+    busy[s] += q[0], busy[st->P + s] += 1;
+    cost[s].f += q[11] / st->D, cost[s].b += q[12] / st->D, cost[s].w += q[13] / st->D;
   }
   for (int s = 0; s < st->P; s++) busy[s] /= busy[st->P + s];
   double bf_stages = pp_bubble_stages(st->sched, st->P, st->M, st->v, busy);
+  /* The simulator fed with this run's own F, B, W (pipeline_sched.h; no message cost): the bubble one
+   * step of this loop would show (its window: makespan), and ZB-H2's from the stage's first operation
+   * (the paper's, when post-validation lets the next step's forwards start in this one's drain). */
+  pp_sim_t sim = {0};
+  int sim_ok = pp_simulate(st->sched, st->P, st->M, st->v, cost, 0, &sim) == 0;
+  double fbw[3] = {0};
+  for (int s = 0; s < st->P; s++) fbw[0] += cost[s].f / st->P, fbw[1] += cost[s].b / st->P, fbw[2] += cost[s].w / st->P;
   struct { const char *key; double v; int on; } ex[] = {
       {"pp", st->P, 1}, {"micro_batches", st->M, 1}, {"virtual_stages", st->v, st->v > 1}, {"bubble_fraction", bubble / N, 1},
-      {"bubble_formula", bf, 1}, {"bubble_formula_stages", bf_stages, 1}, {"acts_inflight_match_formula", match, 1}, {"p2p_bytes_per_step_per_rank", sent / N, 1},
+      {"bubble_formula", bf, 1}, {"bubble_formula_stages", bf_stages, 1}, {"bubble_sim", sim.bubble_makespan, sim_ok},
+      {"bubble_sim_span", sim.bubble, sim_ok && st->sched == PP_ZB_H2},
+      {"op_f_ms", fbw[0] / 1000, 1}, {"op_b_ms", fbw[1] / 1000, 1}, {"op_w_ms", fbw[2] / 1000, pp_splits_backward(st->sched)},
+      {"acts_inflight_match_formula", match, 1}, {"p2p_bytes_per_step_per_rank", sent / N, 1},
       {"dp_bytes_per_step", vals[5], st->D > 1}, {"dp_bytes_formula", vals[9], st->D > 1},
       {"params_between_steps_bytes", vals[8], st->D > 1 && t->cfg->zero == 3},
       {"grads_peak_bytes", vals[6], st->D > 1 && t->cfg->zero >= 2},
@@ -108,7 +122,7 @@ void pp_report(trainer_t *t) {
   for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
     if (ex[i].on) trainer_report_extra(t, ex[i].key, ex[i].v), n_extras++;
   /* pipeline 0's stages (ranks 0..P−1): bytes, or slots (v > 1); as many as the 16 extras leave room for */
-  for (int s = 0; s < st->P && s < 4 && n_extras + 2 <= 16; s++, n_extras += 2) {
+  for (int s = 0; s < st->P && s < 4 && n_extras + 2 <= 20; s++, n_extras += 2) {
     char key[32];
     snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
     trainer_report_extra(t, key, vals[(size_t)s * COLS + 2]);
@@ -116,14 +130,30 @@ void pp_report(trainer_t *t) {
     trainer_report_extra(t, key, vals[(size_t)s * COLS + 3]);
   }
   if (trainer_prints(t)) {
-    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B blocks of the trace), formula %.4f (%s, "
-           "equal stages)\n", bubble / N, bf,
-           st->sched == PP_NAIVE ? "(P-1)/P" : st->sched == PP_INTERLEAVED ? "(P-1)/(v*M+P-1)" : "(P-1)/(M+P-1)");
+    static const char *closed[PP_NSCHED] = {"(P-1)/P", "(P-1)/(M+P-1)", "(P-1)/(M+P-1)", "(P-1)/(v*M+P-1)",
+                                            "F = B = W: (P-1)/(3M+P-1) for M >= P", "F = B = W: 0 for M >= 2P-1"};
+    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B%s blocks of the trace), formula %.4f "
+           "(%s, equal stages; simulated)\n", bubble / N, pp_splits_backward(st->sched) ? "/W" : "", bf, closed[st->sched]);
     printf("bubble for the stages as they are: %.4f (busy per micro-batch", bf_stages);
     for (int s = 0; s < st->P; s++) printf("%s %.2f", s ? " /" : "", busy[s] / st->M / 1000);
-    printf(" ms, stage 0..%d; %s)\n", st->P - 1, st->sched == PP_NAIVE ? "step = M·Σt" : "step = M·max t + (Σt − max t)/v");
+    printf(" ms, stage 0..%d; simulated, the backward 2/3 of each)\n", st->P - 1);
+    if (sim_ok) {
+      printf("bubble simulated with this run's operations: %.4f (per micro-batch, stage 0..%d: F", sim.bubble_makespan, st->P - 1);
+      for (int s = 0; s < st->P; s++) printf("%s %.3f", s ? " /" : "", cost[s].f / 1000);
+      printf(", B");
+      for (int s = 0; s < st->P; s++) printf("%s %.3f", s ? " /" : "", cost[s].b / 1000);
+      if (pp_splits_backward(st->sched)) {
+        printf(", W");
+        for (int s = 0; s < st->P; s++) printf("%s %.3f", s ? " /" : "", cost[s].w / 1000);
+      }
+      printf(" ms; messages free)\n");
+      if (st->sched == PP_ZB_H2)
+        printf("  zb-h2 from each stage's first operation (the paper's measure: steps overlapping, as post-validation "
+               "allows): %.4f\n", sim.bubble);
+    }
   }
   free(busy);
+  free(cost);
   fflush(stdout);
   free(vals);
 }

@@ -169,6 +169,13 @@ static void zero2_post_backward(trainer_t *t, int unit) {
   zero_rs_end_unit(&z->rs, t, unit);
 }
 
+/* A split backward (07's zero-bubble schedules, always no_sync): the W of the unit's last
+ * micro-batch made its gradient final — its reduce-scatter starts here (zero_rs_end_unit). */
+static void zero2_grad_ready(trainer_t *t, int unit) {
+  zero2_t *z = t->priv;
+  zero_rs_end_unit(&z->rs, t, unit);
+}
+
 static void zero2_step(trainer_t *t) {
   zero2_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
@@ -211,6 +218,7 @@ static const strategy_t zero2_s = {
     .pre_forward = zero2_pre_forward,
     .pre_backward = zero2_pre_backward,
     .post_backward = zero2_post_backward,
+    .grad_ready = zero2_grad_ready,
     .step = zero2_step,
     .teardown = zero2_teardown,
     .layout = zero2_layout,

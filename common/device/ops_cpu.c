@@ -161,9 +161,25 @@ void op_linear_fwd(device_t dev, float *y, const float *x, const void *W, const 
   }
 }
 
-void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
-                   dtype_t wdt, int B, int in, int out, float beta) {
-  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd(dx, dW, db, dy, x, W, wdt, B, in, out, beta));
+/* op_linear_bwd in its two halves (ops.h): B, the input's gradient, and W, the weights'. Each
+ * half is the fused op's own code, so B then W is op_linear_bwd bit for bit. */
+void op_linear_bwd_input(device_t dev, float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in, int out) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd_input(dx, dy, W, wdt, B, in, out));
+  ops_blas_init();
+  if (wdt != DT_F32 && wdt != DT_BF16 && wdt != DT_F16) ops_bad_dtype(__func__, wdt);
+  if (B <= 0 || !dx || in <= 0) return;
+  // dx(B,in) = dy(B,out) · W(out,in)
+  if (out > 0) {
+    const float *Wf = ops_as_f32(W, wdt, (int64_t)out * in, OPS_WS_W, __func__);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, dy, out, Wf, in, 0.0f, dx, in);
+  } else {
+    memset(dx, 0, (size_t)B * in * sizeof(float));
+  }
+}
+
+void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in,
+                          int out, float beta) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd_weight(dW, db, dy, x, wdt, B, in, out, beta));
   ops_blas_init();
   if (wdt != DT_F32 && wdt != DT_BF16 && wdt != DT_F16) ops_bad_dtype(__func__, wdt);
   int64_t wn = (int64_t)out * in;
@@ -176,15 +192,6 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
       if (db) op_scale(DEV_CPU, db, wdt, beta, out);
     }
     return;
-  }
-  // dx(B,in) = dy(B,out) · W(out,in)
-  if (dx && in > 0) {
-    if (out > 0) {
-      const float *Wf = ops_as_f32(W, wdt, wn, OPS_WS_W, __func__);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, dy, out, Wf, in, 0.0f, dx, in);
-    } else {
-      memset(dx, 0, (size_t)B * in * sizeof(float));
-    }
   }
   if (out <= 0) return;
   // dW(out,in) = beta·dW + dyᵀ(out,B) · x(B,in); the new sum is complete before it meets dW
@@ -206,6 +213,13 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
     for (int o = 0; o < out; o++) s[o] += dyr[o];
   }
   ops_store_acc(db, wdt, s, out, beta);
+}
+
+void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                   dtype_t wdt, int B, int in, int out, float beta) {
+  if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd(dx, dW, db, dy, x, W, wdt, B, in, out, beta));
+  op_linear_bwd_input(dev, dx, dy, W, wdt, B, in, out);
+  op_linear_bwd_weight(dev, dW, db, dy, x, wdt, B, in, out, beta);
 }
 
 /* ---- vector clones ---------------------------------------------------------------------- */

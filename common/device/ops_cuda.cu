@@ -290,9 +290,25 @@ __global__ void k_accum_grad(void *dW, int dt, const float *g, float beta, int64
     d_store(dW, dt, i, beta == 0.0f ? g[i] : ew_acc(d_load(dW, dt, i), g[i], beta));
 }
 
-void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W, dtype_t wdt,
-                     int B, int in, int out, float beta) {
-  check_dt(wdt, "opcu_linear_bwd");
+/* op_linear_bwd's two halves (ops.h): each is the fused op's own code, so B then W is the fused
+ * op bit for bit (the bf16 copies of the operands are made again by each half). */
+void opcu_linear_bwd_input(float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in, int out) {
+  check_dt(wdt, "opcu_linear_bwd_input");
+  if (out <= 0 || in <= 0 || B <= 0 || !dx) return;
+  int64_t wn = (int64_t)out * in;
+  /* dx(B,in) = dy · W */
+  if (opcu_matmul_bf16()) {
+    const void *w16 = as_bf16(W, wdt, wn, WS_W16);
+    const void *dy16 = as_bf16(dy, DT_F32, (int64_t)B * out, WS_X16);
+    gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, w16, in, dy16, out, 0.0f, dx, in);
+  } else {
+    gemm_f32(CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, weights_f32(W, wdt, wn), in, dy, out, 0.0f, dx, in);
+  }
+}
+
+void opcu_linear_bwd_weight(void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in, int out,
+                            float beta) {
+  check_dt(wdt, "opcu_linear_bwd_weight");
   if (out <= 0 || in <= 0) return;
   int64_t wn = (int64_t)out * in;
   int bf16mm = opcu_matmul_bf16();
@@ -306,16 +322,6 @@ void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float
       if (db) opcu_scale(db, wdt, beta, out);
     }
     return;
-  }
-  /* dx(B,in) = dy · W */
-  if (dx) {
-    if (bf16mm) {
-      const void *w16 = as_bf16(W, wdt, wn, WS_W16);
-      const void *dy16 = as_bf16(dy, DT_F32, (int64_t)B * out, WS_X16);
-      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, w16, in, dy16, out, 0.0f, dx, in);
-    } else {
-      gemm_f32(CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, weights_f32(W, wdt, wn), in, dy, out, 0.0f, dx, in);
-    }
   }
   /* dW(out,in) = beta·dW + dyᵀ·x  (fp32 sum; bf16 dW rounded once) */
   if (dW) {
@@ -338,6 +344,14 @@ void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float
     k_bias_grad<<<(out + ZL_THREADS - 1) / ZL_THREADS, ZL_THREADS, 0, s>>>(db, wdt, dy, B, out, beta);
     CHECK_LAUNCH();
   }
+}
+
+void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W, dtype_t wdt,
+                     int B, int in, int out, float beta) {
+  check_dt(wdt, "opcu_linear_bwd");
+  if (out <= 0 || in <= 0) return;
+  opcu_linear_bwd_input(dx, dy, W, wdt, B, in, out);
+  opcu_linear_bwd_weight(dW, db, dy, x, wdt, B, in, out, beta);
 }
 
 /* ---- softmax cross-entropy: one block per row, fixed-order trees ----------------------------- */

@@ -54,6 +54,12 @@ void op_layernorm_fwd(device_t dev, float *y, float *mean, float *rstd, const fl
  * x, mean, rstd as the forward saved them; w (C) in wdt. dx must not alias dy. */
 void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *dy, const float *x,
                       const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta);
+/* Its two halves (chapter 07's zero-bubble schedules: B now, W later): _input the dx line (needs w),
+ * _weight the dw, db lines (needs no w). The fused op is _input then _weight, bit for bit. */
+void op_layernorm_bwd_input(device_t dev, float *dx, const float *dy, const float *x, const float *mean,
+                            const float *rstd, const void *w, dtype_t wdt, int rows, int C);
+void op_layernorm_bwd_weight(device_t dev, void *dw, void *db, const float *dy, const float *x, const float *mean,
+                             const float *rstd, dtype_t wdt, int rows, int C, float beta);
 
 /* Causal multi-head self-attention (GPT-2), hs = C/NH, scale = 1/sqrt(hs):
  *   qkv (B,T,3C) = [q | k | v] per position, head h in columns h·hs..(h+1)·hs−1 of each third;
@@ -87,6 +93,10 @@ void opcu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, cons
                         int rows, int C);
 void opcu_layernorm_bwd(float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
                         const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta);
+void opcu_layernorm_bwd_input(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+                              const void *w, dtype_t wdt, int rows, int C);
+void opcu_layernorm_bwd_weight(void *dw, void *db, const float *dy, const float *x, const float *mean,
+                               const float *rstd, dtype_t wdt, int rows, int C, float beta);
 void opcu_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void opcu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                         int NH);

@@ -117,6 +117,54 @@ void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *
   gpt_store_acc(db, wdt, dbs, C, beta);
 }
 
+/* op_layernorm_bwd in two halves (ops_gpt.h): the fused op's two loops, apart; the same
+ * expressions in the same order, so B then W is the fused op bit for bit. */
+void op_layernorm_bwd_input(device_t dev, float *dx, const float *dy, const float *x, const float *mean,
+                            const float *rstd, const void *w, dtype_t wdt, int rows, int C) {
+  if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_bwd_input(dx, dy, x, mean, rstd, w, wdt, rows, C));
+  gpt_check_dt(wdt, __func__);
+  if (C <= 0) return;
+  const float *wf = gpt_as_f32(w, wdt, C, OPS_GPT_WS_A);
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (int64_t)r * C, *dyr = dy + (int64_t)r * C;
+    float *dxr = dx + (int64_t)r * C;
+    float m = mean[r], s = rstd[r];
+    float gm = 0.0f, gnm = 0.0f; /* mean_c(g), mean_c(g·n) */
+    for (int c = 0; c < C; c++) {
+      float n = (xr[c] - m) * s, g = wf[c] * dyr[c];
+      gm += g;
+      gnm += g * n;
+    }
+    gm /= (float)C;
+    gnm /= (float)C;
+    for (int c = 0; c < C; c++) {
+      float n = (xr[c] - m) * s, g = wf[c] * dyr[c];
+      dxr[c] += ((g - gm) - n * gnm) * s;
+    }
+  }
+}
+
+void op_layernorm_bwd_weight(device_t dev, void *dw, void *db, const float *dy, const float *x, const float *mean,
+                             const float *rstd, dtype_t wdt, int rows, int C, float beta) {
+  if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_bwd_weight(dw, db, dy, x, mean, rstd, wdt, rows, C, beta));
+  gpt_check_dt(wdt, __func__);
+  if (C <= 0) return;
+  float *dws = ops_workspace(DEV_CPU, OPS_GPT_WS_B, 2 * (int64_t)C * (int64_t)sizeof(float)); // Σ n·dy | Σ dy
+  float *dbs = dws + C;
+  memset(dws, 0, 2 * (size_t)C * sizeof(float));
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (int64_t)r * C, *dyr = dy + (int64_t)r * C;
+    float m = mean[r], s = rstd[r];
+    for (int c = 0; c < C; c++) {
+      float n = (xr[c] - m) * s;
+      dbs[c] += dyr[c];
+      dws[c] += n * dyr[c];
+    }
+  }
+  gpt_store_acc(dw, wdt, dws, C, beta);
+  gpt_store_acc(db, wdt, dbs, C, beta);
+}
+
 /* ---- causal self-attention ------------------------------------------------------------- */
 /* exp(x) for x <= 0 in plain float arithmetic so that the softmax loop vectorizes (libm's expf is
  * a call, and the T²/2 exps per head were most of the forward's time): elementwise.h's

@@ -142,16 +142,20 @@ void opcu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, cons
   CHECK_LAUNCH();
 }
 
-void opcu_layernorm_bwd(float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
-                        const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta) {
-  gpt_check_dt(wdt, "opcu_layernorm_bwd");
+void opcu_layernorm_bwd_input(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+                              const void *w, dtype_t wdt, int rows, int C) {
+  gpt_check_dt(wdt, "opcu_layernorm_bwd_input");
+  if (C <= 0 || rows <= 0) return;
+  k_ln_bwd_dx<<<warp_rows_grid(rows), GPT_THREADS, 0, stream()>>>(dx, dy, x, mean, rstd, w, wdt, rows, C);
+  CHECK_LAUNCH();
+}
+
+void opcu_layernorm_bwd_weight(void *dw, void *db, const float *dy, const float *x, const float *mean,
+                               const float *rstd, dtype_t wdt, int rows, int C, float beta) {
+  gpt_check_dt(wdt, "opcu_layernorm_bwd_weight");
   if (C <= 0) return;
   cudaStream_t s = stream();
   int r = rows > 0 ? rows : 0;
-  if (r > 0) {
-    k_ln_bwd_dx<<<warp_rows_grid(r), GPT_THREADS, 0, s>>>(dx, dy, x, mean, rstd, w, wdt, r, C);
-    CHECK_LAUNCH();
-  }
   int nchunks = r < LN_CHUNKS ? (r > 0 ? r : 1) : LN_CHUNKS;
   int per = r > 0 ? (r + nchunks - 1) / nchunks : 0;
   float *pw = (float *)ws(OPS_GPT_WS_A, 2 * (int64_t)nchunks * C * (int64_t)sizeof(float)); // (nchunks,C) x2
@@ -161,6 +165,15 @@ void opcu_layernorm_bwd(float *dx, void *dw, void *db, const float *dy, const fl
   CHECK_LAUNCH();
   k_ln_bwd_finish<<<(C + GPT_THREADS - 1) / GPT_THREADS, GPT_THREADS, 0, s>>>(dw, db, wdt, pw, pb, nchunks, C, beta);
   CHECK_LAUNCH();
+}
+
+/* The fused op is its two halves (the dx kernel, then the partial sums and their finish). */
+void opcu_layernorm_bwd(float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
+                        const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta) {
+  gpt_check_dt(wdt, "opcu_layernorm_bwd");
+  if (C <= 0) return;
+  opcu_layernorm_bwd_input(dx, dy, x, mean, rstd, w, wdt, rows, C);
+  opcu_layernorm_bwd_weight(dw, db, dy, x, mean, rstd, wdt, rows, C, beta);
 }
 
 /* ---- causal self-attention --------------------------------------------------------------------- */

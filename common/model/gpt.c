@@ -90,6 +90,8 @@ int64_t gpt_count_params(gpt_shape_t s) {
   return emb_numel(s) + (int64_t)s.n_layer * gpt_block_layout(s.n_embd).numel + head_numel(s);
 }
 
+static int64_t gpt_wsaved_numel(const model_t *m, int u); /* the split backward's (below) */
+
 void gpt_init(model_t *m, gpt_shape_t s) {
   const char *why = gpt_shape_error(s);
   if (why) die("gpt shape n_layer %d n_head %d n_embd %d seq_len %d vocab %d: %s", s.n_layer, s.n_head, s.n_embd,
@@ -115,6 +117,7 @@ void gpt_init(model_t *m, gpt_shape_t s) {
       un->saved_numel = block_saved(s);
     }
   }
+  for (int u = 0; u < U; u++) m->units[u].wsaved_numel = gpt_wsaved_numel(m, u);
   model_layout(m);
 }
 
@@ -328,6 +331,111 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) 
   }
 }
 
+/* ---- the backward in two halves (model.h: backward_input B, backward_weight W) ----------------
+ * B runs backward's input-gradient chain and leaves, for W, the gradient of every weight GEMM's
+ * output: over an activation only B reads where one has the shape (a block's qkv → d qkv, its
+ * pre-GELU fch → d fch, the head's logits → d logits), the rest in wsaved (fp32 per token):
+ *   embedding  d out                            C    (its output is the next unit's input: kept)
+ *   block      d y | d ln2 | d x2 | d ln1      4C
+ *   head       d lnf                           C
+ * W then runs backward's weight-gradient ops on those, in any order (each writes its own tensor).
+ * Each op is backward's own on the same operands: B then W is backward, bit for bit. The unsplit
+ * block only (no gpt_block_t hooks: chapter 06's splits keep the fused backward). */
+static int64_t gpt_wsaved_numel(const model_t *m, int u) {
+  int64_t TC = (int64_t)m->gpt.seq_len * m->gpt.n_embd;
+  return u == 0 || u == m->n_units - 1 ? TC : 4 * TC;
+}
+
+static void block_backward_input(const gpt_block_t *k, const unit_io_t *io, float *work) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
+  int64_t n = (int64_t)B * k->Ss * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  gpt_block_layout_t l = k->l;
+  block_acts_t a = block_acts(k, B, io->saved);
+  float *dy = io->dy, *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4;
+  float *w_dy = io->wsaved, *w_dln2 = w_dy + n, *w_dx2 = w_dln2 + n, *w_dln1 = w_dx2 + n;
+  dev_memcpy(dev, w_dy, dev, dy, (size_t)n * sizeof(float));                                   // d y, for fcproj's W
+  op_linear_bwd_input(dev, s4, dy, P(io, l.fcprojw), wdt, BT, 4 * Cr, C);                       // d fchg
+  op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                        // d fch
+  dev_memcpy(dev, a.fch, dev, s4, (size_t)BT * 4 * Cr * sizeof(float));                         // over fch, for fc's W
+  op_linear_bwd_input(dev, s1, s4, P(io, l.fcw), wdt, BT, C, 4 * Cr);                           // d ln2
+  dev_memcpy(dev, w_dln2, dev, s1, (size_t)n * sizeof(float));
+  op_layernorm_bwd_input(dev, dy, s1, a.x2, a.mean2, a.rstd2, P(io, l.ln2w), wdt, BT, C);       // dy := d x2
+  dev_memcpy(dev, w_dx2, dev, dy, (size_t)n * sizeof(float));                                   // for proj's W
+  op_linear_bwd_input(dev, s1, dy, P(io, l.projw), wdt, BT, Cr, C);                             // d atty
+  op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv
+  dev_memcpy(dev, a.qkv, dev, s3, (size_t)BT * 3 * Cr * sizeof(float));                         // over qkv, for qkv's W
+  op_linear_bwd_input(dev, s1, s3, P(io, l.qkvw), wdt, BT, C, 3 * Cr);                          // d ln1
+  dev_memcpy(dev, w_dln1, dev, s1, (size_t)n * sizeof(float));
+  if (io->dx) {
+    dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
+    op_layernorm_bwd_input(dev, io->dx, s1, io->x, a.mean1, a.rstd1, P(io, l.ln1w), wdt, BT, C);
+  }
+}
+
+static void block_backward_weight(const gpt_block_t *k, const unit_io_t *io) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
+  int64_t n = (int64_t)B * k->Ss * C;
+  device_t dev = io->dev;
+  dtype_t wdt = io->wdt;
+  float beta = io->beta;
+  gpt_block_layout_t l = k->l;
+  block_acts_t a = block_acts(k, B, io->saved);
+  const float *w_dy = io->wsaved, *w_dln2 = w_dy + n, *w_dx2 = w_dln2 + n, *w_dln1 = w_dx2 + n;
+  op_linear_bwd_weight(dev, G(io, l.fcprojw), G(io, l.fcprojb), w_dy, a.fchg, wdt, BT, 4 * Cr, C, beta);
+  op_linear_bwd_weight(dev, G(io, l.fcw), G(io, l.fcb), a.fch, a.ln2, wdt, BT, C, 4 * Cr, beta);
+  op_layernorm_bwd_weight(dev, G(io, l.ln2w), G(io, l.ln2b), w_dln2, a.x2, a.mean2, a.rstd2, wdt, BT, C, beta);
+  op_linear_bwd_weight(dev, G(io, l.projw), G(io, l.projb), w_dx2, a.atty, wdt, BT, Cr, C, beta);
+  op_linear_bwd_weight(dev, G(io, l.qkvw), G(io, l.qkvb), a.qkv, a.ln1, wdt, BT, C, 3 * Cr, beta);
+  /* (backward skips LN1's gradients without a dx, which a block never lacks: unit 0 is the embedding;
+   * W takes no dx, so it does not ask) */
+  op_layernorm_bwd_weight(dev, G(io, l.ln1w), G(io, l.ln1b), w_dln1, io->x, a.mean1, a.rstd1, wdt, BT, C, beta);
+}
+
+static void gpt_backward_input(const model_t *m, int u, const unit_io_t *io) {
+  gpt_shape_t s = m->gpt;
+  int B = io->B, T = s.seq_len, C = s.n_embd, V = s.vocab, BT = B * T;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  if (u == 0) { /* the embedding has no input gradient: keep d out for its W */
+    dev_memcpy(dev, io->wsaved, dev, io->dy, (size_t)n * sizeof(float));
+    tensor_free(&g_scratch); /* the last unit of the backward, as in gpt_backward */
+    return;
+  }
+  if (u == m->n_units - 1) {
+    const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    dev_memcpy(dev, io->y, dev, io->dy, (size_t)BT * V * sizeof(float)); /* d logits over the logits, for the head's W */
+    op_linear_bwd_input(dev, io->wsaved, io->dy, P(io, 2 * (int64_t)C), io->wdt, BT, C, V); /* d lnf */
+    if (io->dx) {
+      op_fill(dev, io->dx, DT_F32, 0.0f, n);
+      op_layernorm_bwd_input(dev, io->dx, io->wsaved, io->x, mean, rstd, P(io, 0), io->wdt, BT, C);
+    }
+    return;
+  }
+  gpt_block_t k = gpt_block_whole(s);
+  block_backward_input(&k, io, scratch(dev, gpt_block_scratch_numel(&k, B)));
+}
+
+static void gpt_backward_weight(const model_t *m, int u, const unit_io_t *io) {
+  gpt_shape_t s = m->gpt;
+  int B = io->B, T = s.seq_len, C = s.n_embd, V = s.vocab, BT = B * T;
+  int64_t n = (int64_t)BT * C;
+  device_t dev = io->dev;
+  if (u == 0) {
+    op_embedding_bwd(dev, G(io, 0), G(io, (int64_t)V * C), io->wsaved, io->x, io->wdt, B, T, C, V, io->beta);
+    return;
+  }
+  if (u == m->n_units - 1) {
+    const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
+    op_linear_bwd_weight(dev, G(io, 2 * (int64_t)C), NULL, io->y, lnf, io->wdt, BT, C, V, io->beta);
+    op_layernorm_bwd_weight(dev, G(io, 0), G(io, C), io->wsaved, io->x, mean, rstd, io->wdt, BT, C, io->beta);
+    return;
+  }
+  gpt_block_t k = gpt_block_whole(s);
+  block_backward_weight(&k, io);
+}
+
 /* Forward FLOPs per sample, 2 per multiply-add: the matmuls of every token,
  *   T·(L·24C² + 2CV)      (qkv 3C², proj C², fc 4C², fcproj 4C² per layer; the head VC)
  * plus attention's two T×T products per layer counted in full (as PaLM's 6N + 12·L·C·T per
@@ -341,4 +449,5 @@ static double gpt_flops_per_sample(const model_t *m) {
 }
 
 const model_fns_t model_gpt_fns = {.name = "gpt", .init_unit = gpt_init_unit, .forward = gpt_forward,
-                                   .backward = gpt_backward, .flops_per_sample = gpt_flops_per_sample};
+                                   .backward = gpt_backward, .backward_input = gpt_backward_input,
+                                   .backward_weight = gpt_backward_weight, .flops_per_sample = gpt_flops_per_sample};

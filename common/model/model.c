@@ -9,7 +9,8 @@
 #include <stdlib.h> // free
 #include "check.h"  // die, xcalloc
 #include "data.h"   // rng_normal
-#include "ops.h"    // op_linear_fwd, op_linear_bwd, op_gelu_fwd, op_gelu_bwd
+#include "device.h" // dev_memcpy
+#include "ops.h"    // op_linear_fwd, op_linear_bwd(_input, _weight), op_gelu_fwd, op_gelu_bwd
 
 /* rng stream of unit u's init: MODEL_STREAM + u (data.c uses streams 1..3). */
 #define MODEL_STREAM 0x1000u
@@ -115,6 +116,26 @@ static void mlp_backward(const model_t *m, int u, const unit_io_t *io) {
                 unit_W(base, io->wdt), io->wdt, io->B, un->in, un->out, io->beta);
 }
 
+/* The backward in two halves (model.h). B: dz as backward computes it, kept where W finds it —
+ * over the saved pre-activation z (unit u < L: GELU' has read it) or over the logits (unit L:
+ * the loss has read them) — then dx = dz·W. W: dW, db from that dz and the input x. The MLP
+ * needs no wsaved. */
+static void mlp_backward_input(const model_t *m, int u, const unit_io_t *io) {
+  const unit_t *un = &m->units[u];
+  int64_t n = (int64_t)io->B * un->out;
+  float *dz = u != m->n_units - 1 ? io->saved : io->y;
+  if (u != m->n_units - 1) op_gelu_bwd(io->dev, io->dy, io->dy, io->saved, n);
+  dev_memcpy(io->dev, dz, io->dev, io->dy, (size_t)n * sizeof(float));
+  op_linear_bwd_input(io->dev, io->dx, io->dy, unit_W((void *)io->params, io->wdt), io->wdt, io->B, un->in, un->out);
+}
+
+static void mlp_backward_weight(const model_t *m, int u, const unit_io_t *io) {
+  const unit_t *un = &m->units[u];
+  const float *dz = u != m->n_units - 1 ? io->saved : io->y;
+  op_linear_bwd_weight(io->dev, unit_W(io->grads, io->wdt), unit_b(un, io->grads, io->wdt), dz, io->x, io->wdt, io->B,
+                       un->in, un->out, io->beta);
+}
+
 static double mlp_flops_per_sample(const model_t *m) {
   double f = 0;
   for (int u = 0; u < m->n_units; u++) f += 2.0 * m->units[u].in * m->units[u].out;
@@ -122,4 +143,5 @@ static double mlp_flops_per_sample(const model_t *m) {
 }
 
 const model_fns_t model_mlp_fns = {.name = "mlp", .init_unit = mlp_init_unit, .forward = mlp_forward,
-                                   .backward = mlp_backward, .flops_per_sample = mlp_flops_per_sample};
+                                   .backward = mlp_backward, .backward_input = mlp_backward_input,
+                                   .backward_weight = mlp_backward_weight, .flops_per_sample = mlp_flops_per_sample};

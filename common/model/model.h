@@ -33,6 +33,8 @@ typedef struct unit {
   int64_t shard_off;    /* offset of this rank's piece inside its shard buffer: Σ_{v<u} piece_v */
   int64_t y_numel;      /* fp32 output elements per sample (the next unit's input) */
   int64_t saved_numel;  /* fp32 elements per sample kept for backward besides input and output */
+  int64_t wsaved_numel; /* a backward split in two (model_fns_t.backward_input/_weight): fp32 elements per
+                         * sample the input half leaves for the weight half beside saved (0: the MLP) */
 } unit_t;
 
 /* GPT-2's shape (kind "gpt"). */
@@ -52,6 +54,7 @@ typedef struct unit_io {
   float *saved;         /* (B, saved_numel) what backward needs (may be NULL when saved_numel is 0) */
   float *dy;            /* backward: (B, y_numel) gradient w.r.t. y; the unit may overwrite it */
   float *dx;            /* backward: (B, in) gradient w.r.t. x, overwritten; NULL: not needed (unit 0) */
+  float *wsaved;        /* split backward: (B, wsaved_numel) written by backward_input, read by backward_weight */
 } unit_io_t;
 
 /* What a model kind provides. Every function is deterministic: same inputs, same bits. */
@@ -62,6 +65,15 @@ typedef struct model_fns {
   void (*init_unit)(const struct model *m, uint64_t seed, int u, float *dst);
   void (*forward)(const struct model *m, int u, const unit_io_t *io);  /* x → y, saved */
   void (*backward)(const struct model *m, int u, const unit_io_t *io); /* dy, x, y, saved → dx, grads */
+  /* The backward in two halves (chapter 07's zero-bubble schedules; NULL: the kind has none).
+   * backward_input (B): dx from dy (dx NULL: nothing to send), and into io->wsaved — and over the
+   * activations only B reads (saved's pre-activations, the output y) — the gradients of the unit's
+   * weight GEMMs' outputs; it writes no parameter gradient. backward_weight (W), any time later
+   * while x, y, saved and wsaved are kept: the parameter gradients (io->grads with io->beta) from
+   * them; it needs no parameters and reads no io->dx (the loop passes none). B then W writes the same dx and gradients as backward, bit for
+   * bit (the same ops on the same operands), and leaves io->dy as backward does. */
+  void (*backward_input)(const struct model *m, int u, const unit_io_t *io);
+  void (*backward_weight)(const struct model *m, int u, const unit_io_t *io);
   /* Frees what the kind keeps in m->ctx (NULL: nothing). */
   void (*free_ctx)(struct model *m);
   /* Forward FLOPs per sample of the whole model (multiply-add = 2), for MFU. */
@@ -110,6 +122,8 @@ void model_free(model_t *m);
 static inline void model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) { m->fns->init_unit(m, seed, u, dst); }
 static inline void model_forward(const model_t *m, int u, const unit_io_t *io) { m->fns->forward(m, u, io); }
 static inline void model_backward(const model_t *m, int u, const unit_io_t *io) { m->fns->backward(m, u, io); }
+static inline void model_backward_input(const model_t *m, int u, const unit_io_t *io) { m->fns->backward_input(m, u, io); }
+static inline void model_backward_weight(const model_t *m, int u, const unit_io_t *io) { m->fns->backward_weight(m, u, io); }
 /* Largest per-sample output and saved sizes over the units (buffers the loop shares). */
 int64_t model_max_y_numel(const model_t *m);
 int64_t model_max_saved_numel(const model_t *m);

@@ -5,7 +5,8 @@
 
 Each trace is a ch07_pipeline --trace file (Chrome trace, common/base/trace.h: pid = rank, tid 0
 compute, tid 1 communication). For each schedule, one panel: the stages as rows (rank r of a
-pipeline with D = 1 is stage r), the forward ("F k") and backward ("B k") blocks of every
+pipeline with D = 1 is stage r), the forward ("F k"), backward ("B k") and weight-gradient ("W k",
+the zero-bubble schedules) blocks of every
 micro-batch k of the LAST step ("F k.c": on chunk c, interleaved), and the point-to-point messages (send/recv act/grad) as thin
 bars under them. All panels share one time axis (ms from the start of the step), so the
 bubble — the white space — compares across schedules at a glance. The title of each panel
@@ -21,7 +22,7 @@ import os
 import re
 import sys
 
-F_COLOR, B_COLOR, MSG_COLOR = "#4c78a8", "#f58518", "#9d9d9d"
+F_COLOR, B_COLOR, W_COLOR, MSG_COLOR = "#4c78a8", "#f58518", "#54a24b", "#9d9d9d"
 
 
 def load_events(path):
@@ -48,7 +49,7 @@ def blocks(evs, t0, t1):
         if not (t0 <= e["ts"] < t1):
             continue
         name = e.get("name", "")
-        m = re.match(r"([FB]) (\d+)(?:\.(\d+))?$", name)  # "F k", or "F k.c" on chunk c (interleaved)
+        m = re.match(r"([FBW]) (\d+)(?:\.(\d+))?$", name)  # "F k", or "F k.c" on chunk c (interleaved); W: zero bubble
         r = out.setdefault(e["pid"], {"fb": [], "msg": []})
         if m and e.get("tid") == 0:
             r["fb"].append((m.group(1), int(m.group(2)), e["ts"], e["dur"], int(m.group(3) or 0)))
@@ -69,8 +70,14 @@ def bubble_of(per_rank):
 
 
 def formula(sched, P, M, v=1):
+    """Equal stages, messages free (solutions/pipeline_sched.h, pp_bubble_formula): the zero-bubble
+    ones with F = B = W, in their stated ranges (ZB-H1 M >= P, ZB-H2 M >= 2P - 1)."""
     if sched == "naive":
         return (P - 1) / P
+    if sched == "zb-h1":
+        return (P - 1) / (3 * M + P - 1)
+    if sched == "zb-h2":
+        return 0.0
     return (P - 1) / (v * M + P - 1)  # v = 1 but for interleaved
 
 
@@ -104,7 +111,8 @@ def plot_pipeline(traces, out):
             y = P - 1 - rank  # stage 0 on top
             for kind, k, ts, d, c in r["fb"]:
                 x, w = (ts - lo) / 1000.0, d / 1000.0
-                ax.barh(y + 0.12, w, left=x, height=0.62, color=F_COLOR if kind == "F" else B_COLOR, edgecolor="black",
+                color = F_COLOR if kind == "F" else B_COLOR if kind == "B" else W_COLOR
+                ax.barh(y + 0.12, w, left=x, height=0.62, color=color, edgecolor="black",
                         linewidth=0.4, alpha=1.0 if c < P else 0.6)  # later chunks (interleaved) lighter
                 if w > span / 60:
                     label = f"{kind}{k}" + (f".{c}" if v > 1 else "")
@@ -119,7 +127,8 @@ def plot_pipeline(traces, out):
                      f"formula {formula(sched, P, M, v):.2f}; step {(hi - lo) / 1000.0:.1f} ms", fontsize=9, loc="left")
         ax.set_xlim(0, span * 1.02)
     axes[-1, 0].set_xlabel("ms from the first block of the step (one scale for every panel); "
-                           "blue F k: forward of micro-batch k, orange B k: backward, grey: send/recv")
+                           "blue F k: forward of micro-batch k, orange B k: backward (zero bubble: its input "
+                           "gradient), green W k: the weights' gradient, grey: send/recv")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=120)

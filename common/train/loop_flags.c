@@ -11,7 +11,7 @@
 #include "report.h" // report_check_outputs
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // exit, getenv, atoi
-#include <string.h> // strcmp
+#include <string.h> // strcmp, strncmp
 
 #define TRAIN_DEFAULT_TEXT "/usr/share/games/fortunes/cookie"
 
@@ -78,6 +78,16 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   if (cfg->accum != 1) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
+  }
+  if (strncmp(cfg->schedule, "zb-", 3) == 0) { /* B now, W later: the unsplit model's two halves (model.h) */
+    if (cfg->tp > 1) {
+      snprintf(v, sizeof v, "%d", cfg->tp);
+      return args_error("--tp", v, "must be 1 with --schedule %s (the tensor-parallel layers keep their backward whole)",
+                        cfg->schedule), 1;
+    }
+    if (cfg->recompute)
+      return args_error("--recompute", NULL, "cannot go with --schedule %s (a W runs after its B, when the shared "
+                        "recompute buffer holds another unit)", cfg->schedule), 1;
   }
   /* validation and sampling run a forward of the whole model on every rank: a stage holds only its units */
   if (cfg->eval_every > 0) {
@@ -208,7 +218,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (chapter_flags & TRAIN_FLAG_PIPELINE) {
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
-    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank");
+    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank; zb-h1, zb-h2: zero bubble, each backward split into B (inputs' gradient) and W (weights', deferred into the bubble): h1 at 1F1B's peak (stage 0: P micro-batches in flight), h2 about twice (2P - 1)");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
   }
   if (chapter_flags & (TRAIN_FLAG_PIPELINE | TRAIN_FLAG_ZERO))

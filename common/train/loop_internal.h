@@ -29,6 +29,11 @@ typedef struct act_slot {
   tensor_t *out;     /* [n] (b, y_numel_u) unit outputs (the last chunk's last: the logits)              */
   tensor_t *saved;   /* [n] (b, saved_numel_u); none with --recompute                                   */
   int micro;         /* the micro-batch it holds, −1: free                                              */
+  /* A split backward (a schedule's 'W' operations): B leaves these for W, which gives the slot back */
+  tensor_t *wsaved;  /* [n] (b, wsaved_numel_u): what the model's backward_input keeps for its W         */
+  void **wgrads;     /* [n] where B's strategy hooks said unit u's gradients go, and with what beta:    */
+  float *wbeta;      /* W writes them there (the strategy's pointer and beta of that micro-batch)       */
+  int bdone;         /* 1 once B of this micro-batch ran (its W may run)                                */
 } act_slot_t;
 
 typedef struct act_pool {
@@ -40,6 +45,10 @@ typedef struct act_pool {
 
 struct train_internal {
   act_pool_t *pools; /* [n_chunks] */
+  int split;         /* the step's list has 'W' operations: B computes the inputs' gradients only, W the
+                      * weights' later (model_fns_t.backward_input / backward_weight) */
+  int *w_due;        /* [n_chunks] split: the micro-batch whose W comes next (the W's run in the order
+                      * of their B's, so each weight's gradient adds micro-batches 0..M−1 in order) */
   int in_flight, peak_in_flight; /* slots in use, over all chunks */
   tensor_t y;        /* (b, rows) int32 targets (allocated as 4-byte elements), on the last chunk          */
   tensor_t saved_rc; /* --recompute: (b, max saved_numel) shared by every unit                             */

@@ -17,7 +17,7 @@
 #include <math.h>           // isfinite
 #include <stdio.h>          // snprintf
 #include <stdlib.h>         // free
-#include <string.h>         // memcpy
+#include <string.h>         // memcpy, memset
 
 /* ---- the activations ----------------------------------------------------------------------- */
 
@@ -57,6 +57,13 @@ static void slot_alloc(trainer_t *t, int c, act_slot_t *sl) {
     else sl->out[i] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
     if (!t->cfg->recompute) sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
   }
+  if (t->in->split) { /* a split backward: what B keeps for W (model.h), and where W writes */
+    sl->wsaved = xcalloc((size_t)n, sizeof(tensor_t), "unit wsaved");
+    for (int i = 0; i < n; i++)
+      sl->wsaved[i] = tensor_alloc("saved for W", LEDGER_ACTS, DT_F32, t->dev, b * m->units[ch->u0 + i].wsaved_numel);
+    sl->wgrads = xcalloc((size_t)n, sizeof(void *), "unit W grads");
+    sl->wbeta = xcalloc((size_t)n, sizeof(float), "unit W beta");
+  }
   sl->micro = -1;
 }
 
@@ -66,9 +73,13 @@ static void slot_free(trainer_t *t, int c, act_slot_t *sl) {
   for (int i = 0; i < n; i++) {
     tensor_free(&sl->out[i]);
     tensor_free(&sl->saved[i]);
+    if (sl->wsaved) tensor_free(&sl->wsaved[i]);
   }
   free(sl->out);
   free(sl->saved);
+  free(sl->wsaved);
+  free(sl->wgrads);
+  free(sl->wbeta);
 }
 
 /* The pools (without a schedule: its one slot now) and the buffers beside them. */
@@ -78,6 +89,19 @@ void train_alloc_acts(trainer_t *t) {
   int64_t b = t->local_batch, work = 0, maxy = 0, maxs = 0;
   int last = 0, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
   in->pa = t->cfg->pa && t->tp_comm && !t->cfg->sched;
+  for (int i = 0; i < t->n_ops; i++) in->split |= t->ops[i].kind == 'W';
+  if (in->split) { /* B now, W later: the model's halves, and a strategy that knows where W ends */
+    if (!m->fns->backward_input || !m->fns->backward_weight)
+      die_on_rank("%s: the %s model here has no backward in two halves (B and W): a split schedule needs one", t->name,
+                  m->fns->name);
+    if (t->cfg->recompute) die_on_rank("%s: --recompute reruns a unit's forward in its backward into one shared buffer, "
+                                       "which a W run later would no longer find", t->name);
+    if (!t->no_sync) die_on_rank("%s: a split backward needs no_sync (one reduction per unit and step)", t->name);
+    if (t->strategy->post_backward && !t->strategy->grad_ready)
+      die_on_rank("%s: strategy %s has no grad_ready hook (train.h): it could not tell when a W made a gradient final",
+                  t->name, t->strategy->name);
+    in->w_due = xcalloc((size_t)t->n_chunks, sizeof *in->w_due, "W due");
+  }
   in->pools = xcalloc((size_t)t->n_chunks, sizeof *in->pools, "activation pools");
   for (int c = 0; c < t->n_chunks; c++) {
     const train_chunk_t *ch = &t->chunks[c];
@@ -88,7 +112,7 @@ void train_alloc_acts(trainer_t *t) {
       const unit_t *un = &m->units[u];
       if (un->y_numel > maxy) maxy = un->y_numel;
       if (un->saved_numel > maxs) maxs = un->saved_numel;
-      per += un->y_numel + (t->cfg->recompute ? 0 : un->saved_numel);
+      per += un->y_numel + (t->cfg->recompute ? 0 : un->saved_numel) + (in->split ? un->wsaved_numel : 0);
       int64_t slice = trainer_pa_slice_numel(t, u);
       if (T * slice > work) work = T * slice;
     }
@@ -124,6 +148,7 @@ void train_free_acts(trainer_t *t) {
     free(in->pools[c].slots);
   }
   free(in->pools);
+  free(in->w_due);
   tensor_free(&in->saved_rc);
   tensor_free(&in->work[0]);
   tensor_free(&in->work[1]);
@@ -220,7 +245,8 @@ static float *unit_y(trainer_t *t, const act_slot_t *sl, int c, int u) {
 static unit_io_t unit_io(trainer_t *t, const act_slot_t *sl, int c, int u) {
   return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
                      .x = u == t->chunks[c].u0 ? sl->in.data : unit_y(t, sl, c, u - 1), .y = unit_y(t, sl, c, u),
-                     .saved = t->cfg->recompute ? t->in->saved_rc.data : sl->saved[u - t->chunks[c].u0].data};
+                     .saved = t->cfg->recompute ? t->in->saved_rc.data : sl->saved[u - t->chunks[c].u0].data,
+                     .wsaved = sl->wsaved ? sl->wsaved[u - t->chunks[c].u0].data : NULL};
 }
 
 /* --pa, after unit u's forward: the transform keeps this rank's slice of its whole output. */
@@ -320,16 +346,26 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
       model_forward(m, u, &io);
       trace_end(NULL);
     }
-    snprintf(name, sizeof name, "bwd %d", u);
-    trace_begin(name);
     io.grads = t->unit_grads[u];
     io.beta = t->grad_beta;
     io.dy = dy;
     io.dx = u > ch->u0 ? dyp : dx_out;
-    model_backward(m, u, &io);
-    trace_end(NULL);
-    trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
-    if (s->post_backward) s->post_backward(t, u);
+    if (in->split) { /* B: the input's gradient now; the weights' in W k (op_weight), where the
+                      * strategy's hooks said now (its pointer, its beta) */
+      snprintf(name, sizeof name, "bwd input %d", u);
+      TRAINER_PHASE(name, model_backward_input(m, u, &io));
+      sl->wgrads[u - ch->u0] = t->unit_grads[u];
+      sl->wbeta[u - ch->u0] = t->grad_beta;
+      int last = t->last_micro; /* the unit's use is over, its gradient is not final: that is W's (grad_ready) */
+      t->last_micro = 0;
+      if (s->post_backward) s->post_backward(t, u);
+      t->last_micro = last;
+    } else {
+      snprintf(name, sizeof name, "bwd %d", u);
+      TRAINER_PHASE(name, model_backward(m, u, &io));
+      trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
+      if (s->post_backward) s->post_backward(t, u);
+    }
     float *tmp = dy;
     dy = dyp;
     dyp = tmp;
@@ -341,6 +377,49 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
     op_event(t, op, t0);
     if (!ch->first) sc->send_backward(t, op->chunk, k, dx_out);
   }
+  if (in->split) sl->bdone = 1; /* its W runs later, then gives the slot back */
+  else slot_give_back(t, op->chunk, sl);
+  return busy;
+}
+
+/* W k over chunk c (a split backward): the weights' gradients of micro-batch k, from what its B
+ * kept, where its B's strategy hooks said, with their beta; then the slot goes back. The W's of a
+ * chunk run in the order of its B's — micro-batch order: so each weight's gradient adds 0..M−1 in
+ * order, 1F1B's (and 1-rank --accum M's) additions, bit for bit. THE REDUCTION WAITS FOR ITS LAST W:
+ * after the W of micro-batch M−1 a unit's gradient is final, and here the strategy's grad_ready
+ * starts its all-reduce or reduce-scatter (train.h) — not after its B, as without a split. */
+static double op_weight(trainer_t *t, const train_op_t *op) {
+  struct train_internal *in = t->in;
+  const strategy_t *s = t->strategy;
+  const model_t *m = &t->model;
+  const train_chunk_t *ch = &t->chunks[op->chunk];
+  int k = op->micro;
+  act_slot_t *sl = NULL;
+  for (int i = 0; i < in->pools[op->chunk].n_slots && !sl; i++)
+    if (in->pools[op->chunk].slots[i].micro == k) sl = &in->pools[op->chunk].slots[i];
+  if (!sl || !sl->bdone)
+    die_on_rank("a W before its B: W %d on chunk %d runs before B %d (a schedule's bug: the weights' gradient needs the "
+                "gradient of their output)", k, op->chunk, k);
+  if (k != in->w_due[op->chunk])
+    die_on_rank("a W out of order: W %d on chunk %d, but W %d is due (each weight's gradient adds its micro-batches in "
+                "order; a schedule's bug)", k, op->chunk, in->w_due[op->chunk]);
+  in->w_due[op->chunk]++;
+  double t0 = trace_now_us();
+  char name[32];
+  for (int u = ch->u1 - 1; u >= ch->u0; u--) {
+    unit_io_t io = unit_io(t, sl, op->chunk, u);
+    io.grads = sl->wgrads[u - ch->u0];
+    io.beta = sl->wbeta[u - ch->u0];
+    snprintf(name, sizeof name, "bwd weights %d", u);
+    TRAINER_PHASE(name, model_backward_weight(m, u, &io));
+    t->grad_beta = io.beta, t->unit_grads[u] = io.grads; /* what trainer_check_grads reads */
+    trainer_check_grads(t, u);
+    if (t->last_micro && s->grad_ready) s->grad_ready(t, u); /* final: the reduction may start */
+  }
+  dev_sync(t->dev);
+  double busy = trace_now_us() - t0;
+  op_event(t, op, t0);
+  sl->bdone = 0;
   slot_give_back(t, op->chunk, sl);
   return busy;
 }
@@ -352,11 +431,15 @@ double train_run_ops(trainer_t *t) {
   t->uses = t->in->step_uses;
   t->n_uses = t->in->n_step_uses;
   t->use = 0;
+  t->busy_us[0] = t->busy_us[1] = t->busy_us[2] = 0;
+  if (t->in->w_due) memset(t->in->w_due, 0, (size_t)t->n_chunks * sizeof *t->in->w_due);
   for (int i = 0; i < t->n_ops; i++) {
     const train_op_t *op = &t->ops[i];
     t->micro = op->micro;
     t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
-    busy += op->kind == 'F' ? op_forward(t, op) : op_backward(t, op, &loss);
+    double b = op->kind == 'F' ? op_forward(t, op) : op->kind == 'B' ? op_backward(t, op, &loss) : op_weight(t, op);
+    t->busy_us[op->kind == 'F' ? 0 : op->kind == 'B' ? 1 : 2] += b;
+    busy += b;
   }
   if (sc) sc->step_end(t, busy, t0);
   return loss;
@@ -371,6 +454,7 @@ void train_build_uses(trainer_t *t) {
   in->step_uses = xcalloc((size_t)n + 1, sizeof *in->step_uses, "unit uses");
   t->n_uses = 0;
   for (int i = 0; i < t->n_ops; i++) {
+    if (t->ops[i].kind == 'W') continue; /* a W runs no strategy hook before its units: no use */
     const train_chunk_t *ch = &t->chunks[t->ops[i].chunk];
     for (int j = 0; j < ch->u1 - ch->u0; j++)
       in->step_uses[t->n_uses++] = (train_use_t){t->ops[i].kind == 'F' ? ch->u0 + j : ch->u1 - 1 - j, t->ops[i].kind};

@@ -480,6 +480,142 @@ Test(ch07_pipeline, checkpoint_resume_bitwise, .timeout = 120) {
   run_free(&c);
 }
 
+/* ---- the zero-bubble schedules (meeting 07c): B and W apart, the bits of 1F1B ------------------- */
+
+/* Pipelines of P stages with --schedule zb-h1 and zb-h2 (each backward split into B, the input's
+ * gradient, and W, the weights', run later from a per-stage queue in micro-batch order) against
+ * 1 rank with --accum 4: bitwise weights and losses, as 1F1B (the same GEMMs on the same operands,
+ * each weight's gradient adding micro-batches 0..M−1 in order); a slot lives from F k to W k, so the
+ * in-flight peak is the schedule's formula (ZB-H1: P on every stage; ZB-H2: 2P − 1) times the slot. */
+static void zb_equals_one_rank(int P) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum %d", M_MICRO);
+  run_out_t ref = launch(1, cmd, "zb_ref");
+  int first[6];
+  pp_split(g_units, 5, P, first);
+  const char *names[2] = {"zb-h1", "zb-h2"};
+  for (int i = 0; i < 2; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "pp%d_%s", P, names[i]);
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P, M_MICRO, names[i]);
+    run_out_t r = launch(P, cmd, name);
+    zl_expect_floats(name, r.params, ref.params, PSI, 0);
+    expect_same_losses(name, r.json, ref.json);
+    for (int s = 0; s < P && s < 2; s++) {
+      char key[40];
+      snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
+      int k = pp_inflight_formula(i ? PP_ZB_H2 : PP_ZB_H1, P, s, M_MICRO, 1);
+      double got = zl_json_num(r.json, key), want = (double)k * (double)slot_bytes(first, s); /* the MLP keeps no wsaved */
+      cr_assert_eq(got, want, "%s stage %d: %.0f B of activations in flight at the peak, the schedule's formula %d x %lld B",
+                   name, s, got, k, (long long)slot_bytes(first, s));
+    }
+    double sim = zl_json_num(r.json, "bubble_sim"), w = zl_json_num(r.json, "op_w_ms");
+    cr_assert(sim >= 0 && sim < 1 && w > 0, "%s: bubble_sim %g, op_w_ms %g (the simulator fed with the run's F, B, W)", name,
+              sim, w);
+    run_free(&r);
+  }
+  run_free(&ref);
+}
+
+Test(ch07_pipeline, zero_bubble_equals_one_rank_bitwise, .timeout = 240) {
+  zb_equals_one_rank(2);
+  /* the GPT (embedding | 2 blocks | head): its B keeps d out / 4C per token / d lnf for W */
+#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
+            "--data /usr/share/games/fortunes/cookie"
+  char dir[256];
+  zl_tmpdir(dir, sizeof dir, "pp_zb_gpt");
+  int64_t n0 = 0, n1 = 0;
+  float *want = run_params(1, 120, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4");
+  float *got = run_params(2, 120, dir, "zb_h1", &n1, ZL_BIN "/ch07_pipeline " GPT " --pp 2 --micro-batches 4 --schedule zb-h1 "
+                          "--timeout-s 30");
+  cr_assert_eq(n1, n0);
+  zl_expect_floats("GPT zb-h1", got, want, n0, 0);
+  free(got);
+  free(want);
+#undef GPT
+}
+Test(ch07_pipeline_long, zero_bubble_equals_one_rank_bitwise_p3_p4, .timeout = 300) {
+  zb_equals_one_rank(3);
+  zb_equals_one_rank(4);
+  char dir[256];
+  zl_tmpdir(dir, sizeof dir, "pp_zb_gpt_long");
+  int64_t n0 = 0, n1 = 0;
+#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
+            "--data /usr/share/games/fortunes/cookie"
+  float *want = run_params(1, 120, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4");
+  for (int P = 3; P <= 4; P++) {
+    float *got = run_params(P, 120, dir, "zb_h2", &n1, ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule "
+                            "zb-h2 --timeout-s 30", P);
+    cr_assert_eq(n1, n0);
+    zl_expect_floats("GPT zb-h2", got, want, n0, 0);
+    free(got);
+  }
+  free(want);
+#undef GPT
+  /* synchronous sends (NCCL's rendezvous): the zero-bubble lists still pair and run */
+  float *ref = run_params(1, 60, dir, "mref", &n0, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum 4");
+  setenv("ZL_SYNC_SENDS", "1", 1);
+  setenv("ZL_MPIRUN_FLAGS", "-x ZL_SYNC_SENDS", 1);
+  float *sync = run_params(3, 120, dir, "zb_sync", &n1, ZL_BIN "/ch07_pipeline " MODEL " --pp 3 --micro-batches 4 "
+                           "--schedule zb-h2 --timeout-s 30");
+  unsetenv("ZL_SYNC_SENDS");
+  unsetenv("ZL_MPIRUN_FLAGS");
+  zl_expect_floats("zb-h2 under synchronous sends", sync, ref, n0, 0);
+  free(ref);
+  free(sync);
+}
+
+/* The data dimension under a split backward: P = 2 × D = 2, bf16, --zero 1, 2, 3 with zb-h1 (and
+ * zb-h2 with --zero 2) against DDP on 2 ranks with --accum 2: bitwise, as 1F1B. A unit's reduction
+ * waits for its last W (loop_ops.c, op_weight: the strategy's grad_ready after the W of micro-batch
+ * M−1): in the trace every reduce-scatter of a step is issued after that step's "W 1" began on its
+ * rank, none after its B. */
+Test(ch07_pipeline, zero_bubble_data_dimension_bitwise_and_reduce_after_last_w, .timeout = 240) {
+#define DPM "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 3 --precision bf16"
+  char dir[256], cmd[1024], trace[400];
+  zl_tmpdir(dir, sizeof dir, "pp_zb_dp");
+  run_out_t ref = launch(2, ZL_BIN "/ch02_ddp --variant naive " DPM " --accum 2", "zb_ddp2");
+  const struct { int zero; const char *sched; } c[4] = {{1, "zb-h1"}, {2, "zb-h1"}, {3, "zb-h1"}, {2, "zb-h2"}};
+  for (int i = 0; i < 4; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "pp2_dp2_zero%d_%s", c[i].zero, c[i].sched);
+    snprintf(trace, sizeof trace, "%s/%s.trace.json", dir, name);
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero %d --schedule %s%s%s", c[i].zero,
+             c[i].sched, i == 1 ? " --trace " : "", i == 1 ? trace : "");
+    run_out_t r = launch(4, cmd, name);
+    zl_expect_floats(name, r.params, ref.params, PSI, 0);
+    expect_same_losses(name, r.json, ref.json);
+    run_free(&r);
+    if (i != 1) continue;
+    char *t = zl_read_file(trace, NULL);
+    cr_assert(t, "no trace %s", trace);
+    enum { MAXEV = 16384 };
+    zl_tev_t *ev = calloc(MAXEV, sizeof *ev);
+    int n = zl_read_trace(t, "reduce_scatter", ev, MAXEV), rs = 0, ws = 0;
+    for (int a = 0; a < n; a++) {
+      if (ev[a].tid == 0 && strncmp(ev[a].name, "W ", 2) == 0) ws++;
+      if (!ev[a].coll) continue;
+      rs++;
+      double last_w = -1, step0 = -1, step1 = -1; /* the step holding it, and its W 1 on the same rank */
+      for (int b = 0; b < n; b++)
+        if (ev[b].pid == ev[a].pid && ev[b].tid == 0 && strncmp(ev[b].name, "step ", 5) == 0 && ev[b].ts <= ev[a].issued &&
+            ev[a].issued <= ev[b].ts + ev[b].dur)
+          step0 = ev[b].ts, step1 = ev[b].ts + ev[b].dur;
+      for (int b = 0; b < n; b++)
+        if (ev[b].pid == ev[a].pid && ev[b].tid == 0 && strcmp(ev[b].name, "W 1") == 0 && ev[b].ts >= step0 && ev[b].ts <= step1)
+          last_w = ev[b].ts;
+      cr_assert(last_w >= 0 && ev[a].issued >= last_w, "rank %d: a reduce-scatter issued at %.1f us, before its step's last "
+                "W began (%.1f us): the gradient was not final", ev[a].pid, ev[a].issued, last_w);
+    }
+    cr_assert(rs > 0 && ws >= 4 * 2 * 3, "the trace has %d reduce-scatters and %d W blocks (expected every rank's 2 per step)",
+              rs, ws);
+    free(ev);
+    free(t);
+  }
+  run_free(&ref);
+#undef DPM
+}
+
 /* Flags that cannot work: one line naming the flag, exit code 2, before anything runs. */
 Test(ch07_pipeline, bad_flags_one_line_exit_2) {
   const struct {
@@ -493,6 +629,8 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
       {2, "--pp 2 --accum 2", "error: --accum 2"},
       {2, "--pp 2 --schedule interleaved --micro-batches 3", "error: --micro-batches 3"},
       {2, "--pp 2 --schedule interleaved --virtual-stages 3", "error: --virtual-stages 3"},
+      {4, "--pp 2 --schedule zb-h1 --tp 2", "error: --tp 2"},
+      {2, "--pp 2 --schedule zb-h2 --recompute", "error: --recompute"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;

@@ -524,7 +524,7 @@ Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout 
 Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout = 300) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_pp");
-  put_body(dst, "pipeline.c", "pp_1f1b_schedule",
+  put_body(dst, "pipeline_sched.c", "pp_1f1b_schedule",
            "    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'F', k, 0};\n"
            "    for (int k = 0; k < M; k++) ops[n++] = (pp_op_t){'B', k, 0};\n");
   free(expect_verdict("GPipe as 1F1B", dst, "07", "ch07_pipeline/*", "pp_1f1b_schedule", "wrong",
@@ -571,7 +571,7 @@ Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
   student_tree(dst, sizeof dst, "ex_alt");
   put_body(dst, "tp.c", "tp_g_forward", "  comm_wait(tp, comm_all_reduce_async(tp, y, numel, DT_F32, REDOP_SUM, \"g\"));\n");
   free(expect_verdict("g async + wait", dst, "06", "ch06_tp/ops_*", "tp_g_forward", "done", STRS("tests pass"), NULL));
-  put_body(dst, "pipeline.c", "pp_1f1b_schedule",
+  put_body(dst, "pipeline_sched.c", "pp_1f1b_schedule",
            "    int f = 0, b = 0, warm = P - s - 1 < M ? P - s - 1 : M;\n"
            "    while (f < warm) ops[n++] = (pp_op_t){'F', f++, 0};\n"
            "    while (b < M) {\n"
