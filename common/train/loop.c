@@ -85,9 +85,26 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
   else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
 
+/* The norm of a finite step (t->grad_norm) and the scale its update takes: the clip, and 1/S in fp16. */
+static float finish_scale(trainer_t *t, double sumsq) {
+  if (t->wdt == DT_F16) { /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
+    double S = t->in->scaler.scale, clip = 1.0;
+    t->grad_norm = sqrt(sumsq) / S;
+    if (t->cfg->clip > 0) clip = fmin(1.0, t->cfg->clip / (t->grad_norm + 1e-6));
+    return (float)(clip / S);
+  }
+  t->grad_norm = sqrt(sumsq);
+  if (t->cfg->clip > 0) {
+    double s = t->cfg->clip / (t->grad_norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+  }
+  return 1.0f;
+}
+
 float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   int N = t->world;
-  if (fault_overflow(sharded ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY; /* --fault R:S:overflow */
+  /* --fault R:S:overflow: rank R's own gradients (its shard under ZeRO; its stage's in a pipeline) */
+  if (fault_overflow(sharded || t->cfg->sched ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY;
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
    * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
@@ -113,6 +130,20 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     reduced_bad = !isfinite(sumsq);
   } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
   const schedule_t *sc = t->cfg->sched;
+  if (sc && sc->grad_sumsq && t->in->pv.on && !t->in->pv.redo) {
+    /* --post-validate: no waiting for the other stages here. The update runs now with no clip
+     * (an overflow of this stage's own included: the copy puts it back); pv_validate sums the
+     * stages' parts after it and rolls the step back if they say so. */
+    int mine_bad = reduced_bad;
+    for (int r = 0; r < N; r++) mine_bad |= bad[2 + r] != 0;
+    free(bad);
+    t->in->pv.pending = 1;
+    t->in->pv.stage_sumsq = mine_bad ? INFINITY : sumsq;
+    t->in->pv.gscale = fp16 ? (float)(1.0 / t->in->scaler.scale) : 1.0f;
+    t->skipped = 0;
+    t->grad_norm = NAN; /* known after the validation */
+    return t->in->pv.gscale;
+  }
   if (sc && sc->grad_sumsq) { /* a pipeline: every stage's part summed; a NaN or an overflow anywhere skips all */
     sumsq = sc->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
@@ -154,18 +185,7 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     t->skipped = 1;
     return 0.0f;
   }
-  if (fp16) { /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
-    double S = t->in->scaler.scale, clip = 1.0;
-    t->grad_norm = sqrt(sumsq) / S;
-    if (t->cfg->clip > 0) clip = fmin(1.0, t->cfg->clip / (t->grad_norm + 1e-6));
-    return (float)(clip / S);
-  }
-  t->grad_norm = sqrt(sumsq);
-  if (t->cfg->clip > 0) {
-    double s = t->cfg->clip / (t->grad_norm + 1e-6);
-    return s < 1.0 ? (float)s : 1.0f;
-  }
-  return 1.0f;
+  return finish_scale(t, sumsq);
 }
 
 void trainer_report_extra(trainer_t *t, const char *key, double value) {
@@ -222,6 +242,75 @@ static int log_step(const train_cfg_t *c, int step) {
   return c->log_every > 0 && step % c->log_every == 0;
 }
 
+/* ---- --post-validate (07): step at once, validate after, roll back bitwise ----------------------
+ * Qi et al. 2023, §4 ("optimizer post-validation"): the gradient-norm clip and fp16's overflow check
+ * need every stage's gradients, an all-reduce across the pipeline that makes each stage wait for
+ * the last one before it may update. With --post-validate the strategy's step updates at once
+ * (trainer_finish_grads returns the unclipped scale), then pv_validate sums the stages' parts: a
+ * step the sum says to skip (an overflow or a NaN on any stage) gets the states back from the host
+ * copy taken before it, bit for bit; a step it says to clip gets them back too and runs again,
+ * clipped (pv.redo: the strategy's step on the ordinary, waiting path). Either way the weights are
+ * those of the run without --post-validate, bit for bit; the price is the copy (the stage's params,
+ * master and optimizer states, in host memory: the report's host columns), copied each step, and
+ * on a clipped step the update twice. */
+static void pv_copy(trainer_t *t, int back) {
+  tensor_t *src[4] = {&t->params, &t->master, &t->opt_m, &t->opt_v};
+  static const char *names[4] = {"params (post-validate copy)", "master (post-validate copy)",
+                                 "optim m (post-validate copy)", "optim v (post-validate copy)"};
+  static const ledger_cat_t cats[4] = {LEDGER_PARAMS, LEDGER_MASTER, LEDGER_OPTIM, LEDGER_OPTIM};
+  for (int i = 0; i < 4; i++) {
+    tensor_t *c = &t->in->pv.copy[i];
+    if (!src[i]->data || src[i]->numel == 0) continue;
+    if (!c->data || c->numel != src[i]->numel || c->dtype != src[i]->dtype) {
+      if (back) die_on_rank("--post-validate: %s changed size within the step", names[i]);
+      tensor_free(c);
+      *c = tensor_alloc_host(names[i], cats[i], src[i]->dtype, t->dev, src[i]->numel);
+    }
+    size_t n = tensor_nbytes(src[i]);
+    if (back) dev_memcpy(t->dev, src[i]->data, DEV_CPU, c->data, n);
+    else dev_memcpy(DEV_CPU, c->data, t->dev, src[i]->data, n);
+  }
+}
+
+static void pv_validate(trainer_t *t) {
+  struct train_internal *in = t->in;
+  if (!in->pv.pending) return;
+  in->pv.pending = 0;
+  comm_wait_all(t->comm); /* what the step sent (ZeRO's all-gather of the params) has landed */
+  double sumsq;
+  TRAINER_PHASE("post-validate: the stages' norm", sumsq = t->cfg->sched->grad_sumsq(t, in->pv.stage_sumsq));
+  if (!isfinite(sumsq)) { /* an overflow or a NaN on some stage: the step must not have happened */
+    TRAINER_PHASE("post-validate: roll back", pv_copy(t, 1));
+    in->pv.rollbacks++;
+    t->skipped = 1;
+    t->grad_norm = NAN;
+    if (t->wdt == DT_F16) {
+      if (trainer_prints(t))
+        printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank (post-validation: "
+               "the update rolled back)\n", t->step, (double)in->scaler.scale);
+      return;
+    }
+    if (t->cfg->nonfinite == NONFINITE_ABORT) {
+      if (t->model_rank == 0)
+        die("error: step %d: non-finite gradient on a stage (found by the post-validation, after the update, which "
+            "was rolled back); stopping (--nonfinite skip drops such steps)", t->step);
+      comm_barrier(t->model_comm); /* rank 0 takes the job down */
+      die_on_rank("step %d: non-finite gradient", t->step);
+    }
+    if (t->model_rank == 0)
+      fprintf(stderr, "warning: step %d: non-finite gradient on a stage; the update rolled back on every rank "
+              "(--nonfinite skip, post-validation)\n", t->step);
+    return;
+  }
+  float want = finish_scale(t, sumsq);
+  if (want == in->pv.gscale) return; /* the update that ran was the right one */
+  TRAINER_PHASE("post-validate: roll back", pv_copy(t, 1)); /* to be clipped: undo, then redo with the clip */
+  in->pv.redos++;
+  in->pv.redo = 1;
+  t->strategy->step(t);
+  in->pv.redo = 0;
+}
+
 /* ---- the loop: what train.h's diagram shows, and nothing else ------------------------------ */
 
 /* Steps [start, cfg->steps): the step's operations (forwards, losses, backwards with the hooks),
@@ -244,7 +333,9 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     t->skipped = 0;
     double scale_used = in->scaler.scale;
     in->steps_run++; /* this step counts for the rates a strategy's last step() reports */
+    if (in->pv.on) TRAINER_PHASE("post-validate: copy the states", pv_copy(t, 0));
     t->strategy->step(t);
+    if (in->pv.on) pv_validate(t); /* after the update: the stages' norm and flags, and a rollback if they say so */
     if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
     if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
     in->overflows_run += t->wdt == DT_F16 && t->skipped;
@@ -332,6 +423,10 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
     printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n", dtype_precision(cfg->wdt),
            dtype_precision(cfg->wdt), in->checked_steps);
+  if (in->pv.on) { /* the same decisions on every rank: rank 0's counts are everyone's */
+    trainer_report_extra(t, "post_validate_rollbacks", in->pv.rollbacks);
+    trainer_report_extra(t, "post_validate_redos", in->pv.redos);
+  }
   if (cfg->wdt == DT_F16) { /* the scaler's numbers; the flushed count summed over every rank of the job */
     double flushed = (double)op_fp16_flushed();
     comm_ctl_all_reduce_f64(t->world_comm, &flushed, 1, REDOP_SUM);
@@ -362,6 +457,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   tensor_free(&t->opt_m);
   tensor_free(&t->opt_v);
   train_free_acts(t);
+  for (int i = 0; i < 4; i++) tensor_free(&in->pv.copy[i]);
   if (cfg->sched && cfg->sched->teardown) cfg->sched->teardown(t); /* after the strategy: its comms */
   ops_release_workspace();
   free(full);
@@ -473,6 +569,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
                           (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
+  in.pv.on = cfg->post_validate && cfg->sched;
   if (wrank == 0 && !cfg->quiet) print_header(&t, chapter);
   /* The step's list: a schedule's (this rank's part of the model, narrowed to its replicas), or
    * the loop's own. */

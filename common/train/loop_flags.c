@@ -79,6 +79,9 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
   }
+  if (cfg->post_validate && cfg->clip > 0 && cfg->zero == 0 && world / cfg->pp > 1) /* DDP sums the gradients in its step */
+    return args_error("--post-validate", NULL, "with --clip and --zero 0 needs one replica per stage (D = 1): DDP sums "
+                      "the gradients inside its step, which a clipped redo would run again (use --zero 1, 2 or 3)"), 1;
   if (strncmp(cfg->schedule, "zb-", 3) == 0) { /* B now, W later: the unsplit model's two halves (model.h) */
     if (cfg->tp > 1) {
       snprintf(v, sizeof v, "%d", cfg->tp);
@@ -220,6 +223,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
     SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank; zb-h1, zb-h2: zero bubble, each backward split into B (inputs' gradient) and W (weights', deferred into the bubble): h1 at 1F1B's peak (stage 0: P micro-batches in flight), h2 about twice (2P - 1)");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
+    SPEC("--post-validate", ARG_FLAG, &cfg->post_validate, 0, 0, NULL, "optimizer post-validation (zero bubble's): each stage updates at once, without waiting for the gradient norm and overflow check summed over the stages; when they come back saying clip or skip, the update is rolled back bitwise (from a host copy of the stage's states) and redone clipped, or dropped");
   }
   if (chapter_flags & (TRAIN_FLAG_PIPELINE | TRAIN_FLAG_ZERO))
     SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");

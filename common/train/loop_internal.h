@@ -74,6 +74,16 @@ struct train_internal {
   int nevals;
   scaler_t scaler;             /* --precision fp16: the loss scale S and its state (scaler.h) */
   int steps_run, overflows_run; /* this run's steps, and those of them fp16 overflowed (skipped) */
+  /* --post-validate (07; loop.c, pv_*): the step's update runs before the stages' sum of the norm and
+   * of the overflow flags; a host copy of what the update may touch is taken before it and put back
+   * when that sum says the step is skipped (or clipped: then the step runs again, pv.redo) */
+  struct {
+    int on, pending, redo;
+    double stage_sumsq;   /* this stage's Σg² (its replicas' sum), INFINITY when its gradients overflowed */
+    float gscale;         /* the scale the update ran with: no clip (1/S in fp16) */
+    tensor_t copy[4];     /* host: params, master, optim m, optim v as they were before the update */
+    int rollbacks, redos; /* steps rolled back (skipped), and rolled back then redone clipped */
+  } pv;
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };

@@ -97,6 +97,9 @@ typedef struct train_cfg {
   const char *alloc_trace;            /* --alloc-trace PATH: rank 0's ledger alloc/free sequence (allocsim) */
   const char *fault;                  /* --fault RANK:STEP:KIND (testing aid) */
   nonfinite_t nonfinite;              /* --nonfinite abort|skip */
+  int post_validate;                  /* --post-validate (07): each stage steps its optimizer at once and
+                                       * validates after: the norm and overflow check across the stages come
+                                       * back later, and a step they clip or skip is rolled back bitwise */
   const char *ckpt, *resume;          /* --ckpt DIR, --resume DIR */
   int save_every;
   int log_every;                      /* print a loss line every K steps (0 = first and last) */

@@ -616,6 +616,44 @@ Test(ch07_pipeline, zero_bubble_data_dimension_bitwise_and_reduce_after_last_w, 
 #undef DPM
 }
 
+/* --post-validate (optimizer post-validation, meeting 07c): each stage updates at once and learns the
+ * stages' gradient norm and overflow flags after; an fp16 overflow forced on stage 1 at step 1 rolls
+ * the update back on every stage — the weights are bitwise those of the run that skipped the step
+ * the ordinary way (waiting for the flags first) — and a clipped step is rolled back and redone,
+ * bitwise the ordinary run with --clip. */
+static void pv_pair(int np, const char *what, const char *flags, const char *count_key, int count_min) {
+  char cmd[1024], name[64];
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s", flags);
+  snprintf(name, sizeof name, "%s_waiting", what);
+  run_out_t a = launch(np, cmd, name);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --post-validate", flags);
+  snprintf(name, sizeof name, "%s_post_validated", what);
+  run_out_t b = launch(np, cmd, name);
+  zl_expect_floats(name, b.params, a.params, PSI, 0);
+  expect_same_losses(name, b.json, a.json);
+  double n = zl_json_num(b.json, count_key);
+  cr_assert(n >= count_min, "%s: %s %g, expected at least %d", name, count_key, n, count_min);
+  run_free(&a);
+  run_free(&b);
+}
+
+Test(ch07_pipeline, post_validate_rolls_back_bitwise, .timeout = 120) {
+  pv_pair(2, "overflow", SHAPE " --steps 3 --pp 2 --micro-batches 4 --schedule zb-h1 --precision fp16 --fault 1:1:overflow",
+          "post_validate_rollbacks", 1);
+  pv_pair(2, "clip", SHAPE " --steps 3 --pp 2 --micro-batches 4 --schedule zb-h2 --clip 0.3", "post_validate_redos", 1);
+}
+Test(ch07_pipeline_long, post_validate_data_dimension_bitwise, .timeout = 240) {
+  for (int z = 1; z <= 3; z++) {
+    char flags[512], what[32];
+    snprintf(flags, sizeof flags, SHAPE " --steps 3 --pp 2 --micro-batches 2 --zero %d --schedule zb-h1 --precision bf16 "
+             "--clip 0.3", z);
+    snprintf(what, sizeof what, "zero%d_clip", z);
+    pv_pair(4, what, flags, "post_validate_redos", 1);
+  }
+  pv_pair(4, "zero1_overflow", SHAPE " --steps 3 --pp 2 --micro-batches 2 --zero 1 --schedule 1f1b --precision fp16 "
+          "--fault 2:1:overflow", "post_validate_rollbacks", 1);
+}
+
 /* Flags that cannot work: one line naming the flag, exit code 2, before anything runs. */
 Test(ch07_pipeline, bad_flags_one_line_exit_2) {
   const struct {
@@ -631,6 +669,7 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
       {2, "--pp 2 --schedule interleaved --virtual-stages 3", "error: --virtual-stages 3"},
       {4, "--pp 2 --schedule zb-h1 --tp 2", "error: --tp 2"},
       {2, "--pp 2 --schedule zb-h2 --recompute", "error: --recompute"},
+      {4, "--pp 2 --post-validate --clip 1 --zero 0", "error: --post-validate"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
