@@ -4,7 +4,8 @@
 # launch, so Criterion runs one test at a time (ZL_TEST_JOBS=2 to try two). Runs from the
 # repository root (the tests name common/scripts/zlrun and build/ paths relative to it).
 # Progress: one line per suite as it finishes (`ch02_ddp: 8/8 passed (41.2 s; 2m05s so far)`);
-# a failing test prints its messages as it happens. The last line printed is Criterion's
+# a failing test prints its messages as it happens; a test that skips itself (no root for the
+# emulated nodes, no GPU) prints `skipped: suite::test: why` and counts on its suite's line. The last line printed is Criterion's
 # summary; the exit code is Criterion's (non-zero when a test failed or crashed), so
 # `make test` fails with it.
 #   FILTER: Criterion's --filter, e.g. 'ch01*/*' (one chapter) or 'common_exercises/*'. Without
@@ -43,11 +44,12 @@ if [ "${ZL_TEST_VERBOSE:-0}" = 1 ]; then "$bin" "${args[@]}" </dev/null; exit $?
   function flush_suite() {
     if (suite == "") return
     el = now() - t0
-    printf "  %s: %d/%d passed (%.1f s; %dm%02ds so far)\n", suite, npass, nrun, secs, el / 60, el % 60
+    printf "  %s: %d/%d passed%s (%.1f s; %dm%02ds so far)\n", suite, npass, nrun,
+           nskip ? sprintf(", %d skipped", nskip) : "", secs, el / 60, el % 60
     fflush(); suite = ""
   }
   BEGIN { t0 = now(); suite = "" }
-  /^\[RUN \] / { s = suite_of($3); if (s != suite) { flush_suite(); suite = s; npass = 0; nrun = 0; secs = 0 }
+  /^\[RUN \] / { s = suite_of($3); if (s != suite) { flush_suite(); suite = s; npass = 0; nrun = 0; nskip = 0; secs = 0 }
                   nbuf = 0; intest = 1; next }
   /^\[PASS\] / { nrun++; npass++; if (match($0, /\([0-9.]+s\)/)) secs += substr($0, RSTART + 1, RLENGTH - 3)
                   nbuf = 0; intest = 0; next }
@@ -56,7 +58,9 @@ if [ "${ZL_TEST_VERBOSE:-0}" = 1 ]; then "$bin" "${args[@]}" </dev/null; exit $?
                   if (match($0, /\([0-9.]+s\)/)) secs += substr($0, RSTART + 1, RLENGTH - 3)
                   print; fflush(); intest = 0; next }
   /^\[----\] / { if (intest) buf[++nbuf] = $0; next }
-  /^\[SKIP\] / || /^\[====\] Running / { next }
+  # a test that ran and skipped itself (no root, no GPU): listed with its reason, counted on the suite line
+  /^\[SKIP\] / { if (intest) { nskip++; sub(/^\[SKIP\] /, "  skipped: "); print; fflush() } intest = 0; nbuf = 0; next }
+  /^\[====\] Running / { next }
   /^\[====\] Synthesis/ { flush_suite(); print; fflush(); next }
   { if (intest) buf[++nbuf] = $0; else { print; fflush() } }
 '
