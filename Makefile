@@ -191,9 +191,8 @@ deps:
 # The build runs on every core (JOBS, default nproc): a fresh clone's build is a fifth of the budget.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
-	@bash common/scripts/deps.sh
-	@$(MAKE) --no-print-directory -j$(JOBS) test-prep
-	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
+	@t0=$$(date +%s); bash common/scripts/deps.sh && $(MAKE) --no-print-directory -j$(JOBS) test-prep && \
+	  ZL_TEST_T0=$$t0 bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
 
 test-prep: build
 ifeq ($(IMPL),solutions)
@@ -406,6 +405,9 @@ bench-long: build
 # MLP and GPT small, each step vs the ideal (M+P-1)/(MP) x the 1-rank step (notes/07-pipeline.md);
 # BENCH_BASE=REV adds REV's build (temporary worktree, as check-bits) on the MLP P = 2 cases,
 # alternating. ZL_BENCH_REPS (default 3), ZL_BENCH_STEPS (default 4), ZL_BENCH_MODELS (mlp,gpt).
+# The zero-bubble rows (zb-h1, zb-h2 beside 1f1b at P = 2, M = 4, 8, with the simulator fed the run's
+# F, B, W; P = 4, 8 predicted by it): in the matrix; ZL_BENCH_CASES=zb runs only those.
+# ZL_BENCH_NOTE="..." goes into the JSON's _meta (what else ran on the box).
 .PHONY: bench-pipeline
 bench-pipeline: build
 	@mkdir -p $(RESULTS)
@@ -417,7 +419,8 @@ bench-pipeline: build
 	    --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
 	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
-	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --out $(RESULTS)/bench_pipeline.json; fi
+	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --cases $${ZL_BENCH_CASES:-all} --note "$${ZL_BENCH_NOTE:-}" \
+	  --out $(RESULTS)/bench_pipeline.json; fi
 
 # ch09: on 2 emulated nodes x 2 ranks (root; skipped with the reason elsewhere), at link rates
 # LINKS (Mbit/s): the flat vs two-level all-reduce (bytes across nodes beside the formula), and

@@ -61,7 +61,10 @@ if [ "${ZL_TEST_VERBOSE:-0}" = 1 ]; then "$bin" "${args[@]}" </dev/null; exit $?
   # a test that ran and skipped itself (no root, no GPU): listed with its reason, counted on the suite line
   /^\[SKIP\] / { if (intest) { nskip++; sub(/^\[SKIP\] /, "  skipped: "); print; fflush() } intest = 0; nbuf = 0; next }
   /^\[====\] Running / { next }
-  /^\[====\] Synthesis/ { flush_suite(); print; fflush(); next }
+  /^\[====\] Synthesis/ { flush_suite()
+                  if (ENVIRON["ZL_TEST_T0"] != "") { el = now() - ENVIRON["ZL_TEST_T0"]
+                    printf "make test: %dm%02ds from its start, the set-up and the build included (budget: 12 minutes on 2 cores)\n", el / 60, el % 60 }
+                  print; fflush(); next }
   { if (intest) buf[++nbuf] = $0; else { print; fflush() } }
 '
 exit "${PIPESTATUS[0]}"
