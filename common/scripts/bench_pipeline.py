@@ -19,8 +19,18 @@ stages' compute costs when cut as small as the pipeline cuts it.
 
 --base-bin (make bench-pipeline BENCH_BASE=REV): the same MLP P = 2 cases with another build,
 alternating with this one rep by rep (before/after a change of the communication engine).
+
+The zero-bubble rows (meeting 07c): zb-h1 and zb-h2 beside 1f1b at P = 2, M = 4, 8. For every case
+the chapter's own simulator fed with the run's measured F, B, W per micro-batch and stage
+("bubble_sim": solutions/pipeline_sched.c with messages free; "ok" within 10% + 0.02 of it); the
+activation peak per stage, the loop's slots (acts_inflight_peak_s*) beside the schedule's formula
+(in-flight count x slot bytes) and the ledger's acts peak; and, labelled PREDICTED, P = 4 and 8 at
+M = 8, 16, 32 from the same simulator (solutions/pipeline_sched.c compiled here into a shared
+library and called through ctypes: the file needs nothing but libc), each stage costing 2/P of the
+P = 2 zb-h1 run's measured stage. --cases zb (ZL_BENCH_CASES=zb): only those P = 2 rows and the
+1-rank steps; all (the default): the whole matrix.
 JSON: --out, with _meta (command, machine, date, load before and after)."""
-import argparse, json, os, platform, statistics, subprocess, sys, tempfile, time
+import argparse, ctypes, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
 MODELS = {
     "mlp": ["--input", "512", "--hidden", "2048", "--layers", "4", "--batch", "256"],
@@ -41,12 +51,72 @@ def run(np_, binary, args, steps):
     return d
 
 
+SCHEDS = {"naive": 0, "gpipe": 1, "1f1b": 2, "interleaved": 3, "zb-h1": 4, "zb-h2": 5}  # pp_schedule_t
+
+
 def formula(sched, P, M):
+    """The equal-stage formulas (pp_bubble_formula; the zero-bubble ones with F = B = W)."""
+    if sched == "zb-h1":
+        return (P - 1) / (3 * M + P - 1)
+    if sched == "zb-h2":
+        return 0.0
     return (P - 1) / (V * M + P - 1) if sched == "interleaved" else (P - 1) / (M + P - 1)
 
 
+class Sim:
+    """pp_simulate of solutions/pipeline_sched.c through ctypes (compiled here: the file is plain C)."""
+
+    class Cost(ctypes.Structure):
+        _fields_ = [("f", ctypes.c_double), ("b", ctypes.c_double), ("w", ctypes.c_double)]
+
+    class Out(ctypes.Structure):
+        _fields_ = [(k, ctypes.c_double) for k in ("makespan", "span", "busy", "bubble", "bubble_makespan")]
+
+    def __init__(self):
+        cc = shutil.which("cc") or shutil.which("gcc")
+        self.dir = tempfile.mkdtemp(prefix="zl_ppsim.")
+        so = os.path.join(self.dir, "libppsched.so")
+        subprocess.run([cc, "-std=c11", "-O2", "-shared", "-fPIC", "-o", so, "solutions/pipeline_sched.c"], check=True)
+        self.lib = ctypes.CDLL(so)
+        self.lib.pp_simulate.argtypes = [ctypes.c_int] * 4 + [ctypes.POINTER(Sim.Cost), ctypes.c_double,
+                                                               ctypes.POINTER(Sim.Out)]
+
+    def run(self, sched, P, M, f, b, w, c=0.0):
+        cost = (Sim.Cost * P)(*[Sim.Cost(f, b, w)] * P)
+        out = Sim.Out()
+        if self.lib.pp_simulate(SCHEDS[sched], P, M, 1, cost, c, ctypes.byref(out)) != 0:
+            return None
+        return {"bubble": out.bubble, "bubble_makespan": out.bubble_makespan, "step": out.makespan, "span": out.span}
+
+
 def case_key(model, sched, P, M):
-    return "%s_%s_P%d_M%d" % (model, sched, P, M)
+    """mlp_zbh1_P2_M4: no '-' (the notes' data markers read '-' as a minus)."""
+    return "%s_%s_P%d_M%d" % (model, sched.replace("-", ""), P, M)
+
+
+def predict(cases, models):
+    """P = 4 and 8 from the simulator: each stage 2/P of the P = 2 zb-h1 M = 8 run's measured stage
+    (the same model cut finer, messages free)."""
+    sim, pred = Sim(), {}
+    for m in models:
+        c = cases.get(case_key(m, "zb-h1", 2, 8))
+        if not c or not c.get("fbw_ms"):
+            continue
+        f2, b2, w2 = c["fbw_ms"]
+        rows = []
+        for P in (4, 8):
+            for M in (8, 16, 32):
+                f, b, w = (x * 2 / P for x in (f2, b2, w2))
+                r = {"P": P, "M": M, "stage_fbw_ms": [f, b, w], "predicted": True}
+                for sched in ("1f1b", "zb-h1", "zb-h2"):  # keys without '-' (the notes' data markers)
+                    s = sim.run(sched, P, M, f, b, w)
+                    r[sched.replace("-", "")] = s["bubble_makespan"] if s else None
+                    if sched == "zb-h2" and s:
+                        r["zbh2_span"] = s["bubble"]
+                rows.append(r)
+        pred[m] = rows
+    shutil.rmtree(sim.dir, ignore_errors=True)
+    return pred
 
 
 def main():
@@ -57,13 +127,18 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--models", default="mlp,gpt")
+    ap.add_argument("--cases", default="all", choices=["all", "zb"])
+    ap.add_argument("--note", default="", help="a line for _meta (what else ran on the box)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     models = a.models.split(",")
     cases, skipped = [], {}
     for model in models:
         for P, M in ((2, 1), (2, 4), (2, 8), (4, 8)):
-            for sched in ("gpipe", "1f1b", "interleaved"):
+            scheds = ("gpipe", "1f1b", "interleaved") + (("zb-h1", "zb-h2") if P == 2 and M > 1 else ())
+            if a.cases == "zb":
+                scheds = ("1f1b", "zb-h1", "zb-h2") if P == 2 and M > 1 else ()
+            for sched in scheds:
                 if sched == "interleaved" and P * V > UNITS[model]:
                     skipped[case_key(model, sched, P, M)] = "needs P x %d = %d units, the model has %d" % (
                         V, P * V, UNITS[model])
@@ -79,7 +154,7 @@ def main():
     for rep in range(a.reps):
         order = list(sets if rep % 2 == 0 else sets[::-1])
         for name, b in order:
-            todo = [c for c in cases if name == "after" or (c[0] == "mlp" and c[2] == 2 and c[1] != "interleaved")]
+            todo = [c for c in cases if name == "after" or (c[0] == "mlp" and c[2] == 2 and c[1] in ("gpipe", "1f1b"))]
             todo = [("1rank", m, acc) for m in models for acc in (1, 4, 8) if name == "after" or m == "mlp"] + todo
             if rep % 2:
                 todo = todo[::-1]
@@ -94,9 +169,16 @@ def main():
                 if sched == "interleaved":
                     args += ["--virtual-stages", str(V)]
                 d = run(P, os.path.join(b, "ch07_pipeline"), args, a.steps)
+                per = d.get("memory", {}).get("per_rank", [])
                 raw[name].setdefault(case_key(*c), []).append(
                     {"ms": d["median_step_ms"], "bubble": d["bubble_fraction"], "formula": d["bubble_formula"],
-                     "stages": d.get("bubble_formula_stages"), "cpu": d.get("cpu", {}).get("per_rank", [])})
+                     "stages": d.get("bubble_formula_stages"), "sim": d.get("bubble_sim"),
+                     "sim_span": d.get("bubble_sim_span"),
+                     "fbw_ms": [d.get("op_f_ms"), d.get("op_b_ms"), d.get("op_w_ms", 0.0)],
+                     "inflight": [[d.get("acts_inflight_peak_s%d" % s), d.get("acts_inflight_formula_s%d" % s)]
+                                  for s in range(min(P, 2))],
+                     "ledger_acts_peak": [r.get("acts_peak") for r in per],
+                     "cpu": d.get("cpu", {}).get("per_rank", [])})
             print("rep %d/%d %s done (load %.2f, %.0f s so far)" % (rep + 1, a.reps, name, os.getloadavg()[0],
                                                                     time.time() - t_start), file=sys.stderr)
     load1 = os.getloadavg()
@@ -105,8 +187,10 @@ def main():
                      time.gmtime()), "load_before": load0, "load_after": load1, "reps": a.reps, "steps": a.steps,
                      "models": {m: " ".join(MODELS[m]) for m in models}, "virtual_stages": V,
                      "ok_rule": "|measured - formula| <= 0.1 formula + 0.02 (within: the equal-stage formula; "
-                     "within_stages: the formula for the stages' measured busy times)",
-                     "skipped": skipped}, "sets": {}}
+                     "within_stages: the formula for the stages' measured busy times; within_sim: the simulator fed "
+                     "with the run's measured F, B, W)",
+                     "skipped": skipped, "box": "%d cores; whatever else runs on the box runs beside the benchmark "
+                     "(load_before, load_after)%s" % (os.cpu_count(), ": " + a.note if a.note else "")}, "sets": {}}
     print("\npipeline bubble and step time: medians of %d reps (case order alternating), %d steps each; "
           "load %.2f -> %.2f" % (a.reps, a.steps, load0[0], load1[0]))
     hdr = "%-20s %-5s %-12s %2s %3s %8s %8s %4s %8s %4s %10s %10s %6s"
@@ -135,15 +219,44 @@ def main():
             st = [x["stages"] for x in xs if x.get("stages") is not None]
             fs = statistics.median(st) if st else None  # the formula for the stages as they ran (their busy times)
             ok_s = fs is not None and abs(bub - fs) <= 0.1 * fs + 0.02
+            sims = [x["sim"] for x in xs if x.get("sim") is not None]
+            sim = statistics.median(sims) if sims else None  # the simulator fed with this run's F, B, W
+            ok_sim = sim is not None and abs(bub - sim) <= 0.1 * sim + 0.02
+            fbw = [statistics.median(x["fbw_ms"][i] or 0.0 for x in xs) for i in range(3)] if "fbw_ms" in xs[0] else None
             out["cases"][k] = {"model": model, "schedule": sched, "P": P, "M": M, "bubble_fraction": bub,
                                "bubble_formula": f, "within": ok, "bubble_formula_stages": fs, "within_stages": ok_s,
+                               "bubble_sim": sim, "within_sim": ok_sim, "fbw_ms": fbw,
+                               "acts_inflight": xs[0].get("inflight"), "ledger_acts_peak": xs[0].get("ledger_acts_peak"),
                                "step_ms": ms, "ideal_ms": ideal,
                                "ratio": ms / ideal, "ideal_same_micro_ms": ideal_acc,
                                "ratio_same_micro": ms / ideal_acc if ideal_acc else None}
+            sims_span = [x["sim_span"] for x in xs if x.get("sim_span") is not None]
+            if sims_span:
+                out["cases"][k]["bubble_sim_span"] = statistics.median(sims_span)
             print(hdr.replace("%8s %8s", "%8.3f %8.3f").replace("%10s %10s %6s", "%10.1f %10.1f %6.2f") %
                   (name, model, sched, P, M, bub, f, "ok" if ok else "no", "%.3f" % fs if fs is not None else "-",
                    "ok" if ok_s else "no", ms, ideal, ms / ideal) +
                   ("   same micro-batches: ideal %.1f, x %.2f" % (ideal_acc, ms / ideal_acc) if ideal_acc else ""))
+        zb = [k for k in out["cases"] if out["cases"][k]["schedule"] in ("zb-h1", "zb-h2", "1f1b")
+              and out["cases"][k]["P"] == 2 and out["cases"][k]["M"] > 1]
+        if zb:
+            print("\n%-20s zero bubble at P = 2: measured bubble beside the simulator fed with the run's F, B, W "
+                  "(messages free); activations in flight per stage (bytes) beside the formula; the ledger's acts peak" % name)
+            for k in zb:
+                c = out["cases"][k]
+                fl = c["acts_inflight"] or []
+                print("%-20s %-5s %-6s M %d: bubble %.3f  sim %s %s  F/B/W %s ms  in flight %s  ledger %s" % (
+                    name, c["model"], c["schedule"], c["M"], c["bubble_fraction"],
+                    "%.3f" % c["bubble_sim"] if c["bubble_sim"] is not None else "-", "ok" if c["within_sim"] else "no",
+                    "/".join("%.2f" % v for v in c["fbw_ms"]) if c["fbw_ms"] else "-",
+                    " ".join("%s (formula %s)" % (int(p), int(q)) for p, q in fl if p is not None),
+                    " ".join(str(x) for x in c["ledger_acts_peak"] or [])))
+            out["predicted"] = predict(out["cases"], models)
+            for m, rows in out["predicted"].items():
+                for r in rows:
+                    print("%-20s PREDICTED %s P %d M %2d (stage costs 2/P of P = 2's): 1f1b %.3f  zb-h1 %.3f  zb-h2 %.3f "
+                          "(its own window %.3f)" % (name, m, r["P"], r["M"], r["1f1b"], r["zbh1"], r["zbh2"],
+                                                      r["zbh2_span"]))
         for m, v in sorted(out["one_rank_step_ms"].items()):
             print("%-20s 1-rank step (ch02_ddp, 1 rank, same batch%s) %s: %.1f ms" % (
                 name, ", --accum " + m.split("accum")[1] if "accum" in m else "", m.split("_")[0], v))
