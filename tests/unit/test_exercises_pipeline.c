@@ -555,6 +555,33 @@ Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout =
   }
 }
 
+/* Chapter 07c's exercise: the ZB-H1 order judged by the pure checker, first and in microseconds —
+ * a W put before its B and the W's in the wrong order are each named in the verdict's reason. */
+Test(common_exercises_long, zbh1_verdicts_name_the_w, .timeout = 300) {
+  char dst[300];
+  student_tree(dst, sizeof dst, "ex_zb");
+  put_body(dst, "pipeline_sched.c", "pp_zbh1_schedule",
+           "  int w = P - s - 1 < M ? P - s - 1 : M;\n"
+           "  for (int i = 0; i < w; i++) ops[n++] = (pp_op_t){'F', i, 0};\n"
+           "  for (int i = 0; i < M; i++) {\n"
+           "    if (w + i < M) ops[n++] = (pp_op_t){'F', w + i, 0};\n"
+           "    ops[n++] = (pp_op_t){'W', i, 0}; /* before its B */\n"
+           "    ops[n++] = (pp_op_t){'B', i, 0};\n"
+           "  }\n");
+  free(expect_verdict("W before B", dst, "07", "ch07_pipeline/schedules_*", "pp_zbh1_schedule", "wrong",
+                      STRS("schedules_are_valid_zero_bubble", "a W before its B"), NULL));
+  put_body(dst, "pipeline_sched.c", "pp_zbh1_schedule",
+           "  int w = P - s - 1 < M ? P - s - 1 : M;\n"
+           "  for (int i = 0; i < w; i++) ops[n++] = (pp_op_t){'F', i, 0};\n"
+           "  for (int i = 0; i < M; i++) {\n"
+           "    if (w + i < M) ops[n++] = (pp_op_t){'F', w + i, 0};\n"
+           "    ops[n++] = (pp_op_t){'B', i, 0};\n"
+           "  }\n"
+           "  for (int i = M - 1; i >= 0; i--) ops[n++] = (pp_op_t){'W', i, 0}; /* last first */\n");
+  free(expect_verdict("W's reversed", dst, "07", "ch07_pipeline/schedules_*", "pp_zbh1_schedule", "wrong",
+                      STRS("a W out of order"), NULL));
+}
+
 /* Chapter 08: a gradient never copied to the host is reported by the offload run itself (the
  * chapter's test order), not by the checkpoint-resume run. */
 Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
