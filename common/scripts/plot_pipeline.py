@@ -127,7 +127,7 @@ def plot_pipeline(traces, out):
                      f"formula {formula(sched, P, M, v):.2f}; step {(hi - lo) / 1000.0:.1f} ms", fontsize=9, loc="left")
         ax.set_xlim(0, span * 1.02)
     axes[-1, 0].set_xlabel("ms from the first block of the step (one scale for every panel); "
-                           "blue F k: forward of micro-batch k, orange B k: backward (zero bubble: its input "
+                           "blue F k: forward of micro-batch k, orange B k: backward\n(zero bubble: its input "
                            "gradient), green W k: the weights' gradient, grey: send/recv")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
