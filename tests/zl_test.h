@@ -184,6 +184,15 @@ static inline double zl_rel(double a, double b) {
   double d = fabs(a - b), s = fabs(b);
   return s > 1e-30 ? d / s : d;
 }
+/* Every step's loss of two --json outputs ("steps": [{"loss": ...}, ...]), bitwise: at least two
+ * steps, as many in each; fails naming the step, got and expected. */
+static inline void zl_expect_same_losses(const char *what, const char *got, const char *want) {
+  double a[64], b[64];
+  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 64);
+  cr_assert(na >= 2 && na == nb, "%s: %d losses, expected %d", what, na, nb);
+  for (int i = 0; i < na; i++)
+    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
+}
 /* Compare two float arrays: bitwise when tol == 0 — only for runs that call the same kernels on the
  * same shapes in the same order (notes/design.md, "Bits or a tolerance") — else normwise,
  * |got_i − exp_i| <= tol·max_j |exp_j| (zl_expect_close_norm: a run that sums in another order

@@ -37,14 +37,6 @@ static const struct { const char *name, *flags; } STRATEGIES[8] = {
 static const char *const SCHEDULES[3] = {"--schedule 1f1b", "--schedule gpipe",
                                          "--schedule interleaved --virtual-stages 2"};
 
-static void expect_same_losses(const char *what, const char *got, const char *want) {
-  double a[16], b[16];
-  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 16), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 16);
-  cr_assert(na >= 2 && na == nb, "%s: %d losses, expected %d", what, na, nb);
-  for (int i = 0; i < na; i++)
-    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
-}
-
 /* The reference of model m: 2-rank DDP (naive) with --accum M. */
 static zl_out_t reference(int m) {
   char name[32];
@@ -66,7 +58,7 @@ static void one(int m, int s, int c, const zl_out_t *ref) {
                          MODELS[m], M_MICRO, SCHEDULES[c], STRATEGIES[s].flags);
   cr_assert_eq(r.n, ref->n, "%s: %lld weights, expected %lld", what, (long long)r.n, (long long)ref->n);
   zl_expect_floats(what, r.params, ref->params, r.n, 0);
-  expect_same_losses(what, r.json, ref->json);
+  zl_expect_same_losses(what, r.json, ref->json);
   /* the strategy the report names is the one asked for (a flag dropped on the way would pass above
    * only by luck of an identical strategy) */
   cr_assert(strstr(r.json, STRATEGIES[s].name), "%s: the --json does not name strategy %s", what, STRATEGIES[s].name);

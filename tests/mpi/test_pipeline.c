@@ -147,14 +147,6 @@ static run_out_t launch(int np, const char *cmd, const char *name) {
 
 static void run_free(run_out_t *r) { free(r->json), free(r->text), free(r->params); }
 
-static void expect_same_losses(const char *what, const char *got, const char *want) {
-  double a[16], b[16];
-  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 16), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 16);
-  cr_assert(na >= 2 && na == nb, "%s: %d losses, expected %d", what, na, nb);
-  for (int i = 0; i < na; i++)
-    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
-}
-
 /* Activation bytes of one micro-batch on stage s (units first[s]..first[s+1]−1): the stage's
  * input, and per unit its output and saved pre-activation (the MLP: H and H, the last C and 0). */
 static int64_t slot_bytes(const int *first, int s) {
@@ -186,7 +178,7 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
              M_MICRO);
     run_out_t r = launch(2, cmd, "pp2_interleaved");
     zl_expect_floats("pp2_interleaved", r.params, ref.params, PSI, 0);
-    expect_same_losses("pp2_interleaved", r.json, ref.json);
+    zl_expect_same_losses("pp2_interleaved", r.json, ref.json);
     for (int s = 0; s < 2; s++) {
       char key[40];
       snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
@@ -207,7 +199,7 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
                names[sc]);
       run_out_t r = launch(P, cmd, name);
       zl_expect_floats(name, r.params, ref.params, PSI, 0);
-      expect_same_losses(name, r.json, ref.json);
+      zl_expect_same_losses(name, r.json, ref.json);
       for (int s = 0; s < P; s++) {
         char key[40];
         snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
@@ -319,7 +311,7 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --ckpt %s --save-every 2", ck);
   run_out_t a = launch(4, cmd, "pp2_dp2_zero1");
   zl_expect_floats("pp 2 x dp 2, --zero 1", a.params, ref.params, PSI, 0);
-  expect_same_losses("pp 2 x dp 2, --zero 1", a.json, ref.json);
+  zl_expect_same_losses("pp 2 x dp 2, --zero 1", a.json, ref.json);
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 0 --resume %s/step-000002", ck);
   run_out_t b = launch(4, cmd, "pp2_dp2_zero0_resumed");
   zl_expect_floats("--zero 1 checkpoint resumed with --zero 0", b.params, ref.params, PSI, 0);
@@ -330,7 +322,7 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 2 --ckpt %s --save-every 2", ck);
   run_out_t c = launch(4, cmd, "pp2_dp2_zero2");
   zl_expect_floats("pp 2 x dp 2, --zero 2", c.params, ref.params, PSI, 0);
-  expect_same_losses("pp 2 x dp 2, --zero 2", c.json, ref.json);
+  zl_expect_same_losses("pp 2 x dp 2, --zero 2", c.json, ref.json);
   const double full = 456 * 2, piece = 228 * 2;
   const struct { const char *key; double want; } nums[4] = {
       {"dp_bytes_per_step", 2 * piece},    /* reduce-scatter + all-gather: (D−1)/D·456·2 B each */
@@ -352,7 +344,7 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 3 --ckpt %s --save-every 2", ck);
   run_out_t e = launch(4, cmd, "pp2_dp2_zero3");
   zl_expect_floats("pp 2 x dp 2, --zero 3", e.params, ref.params, PSI, 0);
-  expect_same_losses("pp 2 x dp 2, --zero 3", e.json, ref.json);
+  zl_expect_same_losses("pp 2 x dp 2, --zero 3", e.json, ref.json);
   const struct { const char *key; double want; } nums3[5] = {
       {"dp_bytes_per_step", (2 * 2 + 1) * piece}, /* 4 all-gathers + 1 reduce-scatter of (D−1)/D·456·2 B */
       {"dp_bytes_formula", (2 * 2 + 1) * piece},
@@ -404,7 +396,7 @@ Test(ch07_pipeline, formulas_per_stage_and_zero3_prefetch_along_the_ops, .timeou
     snprintf(name, sizeof name, "z3_prefetch%d", K);
     run_out_t r = launch(4, cmd, name);
     zl_expect_floats(name, r.params, ref.params, PSI, 0);
-    expect_same_losses(name, r.json, ref.json);
+    zl_expect_same_losses(name, r.json, ref.json);
     double peak = zl_json_num(r.json, "gathered_peak_bytes"), bound = zl_json_num(r.json, "gather_bound_bytes");
     cr_assert_eq(zl_json_num(r.json, "prefetch_depth"), K, "%s: prefetch depth %g", name, zl_json_num(r.json, "prefetch_depth"));
     cr_assert(peak > 0 && peak <= bound, "%s: gathered peak %.0f B, bound (K+1) x largest unit %.0f B", name, peak, bound);
@@ -500,7 +492,7 @@ static void zb_equals_one_rank(int P) {
     snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P, M_MICRO, names[i]);
     run_out_t r = launch(P, cmd, name);
     zl_expect_floats(name, r.params, ref.params, PSI, 0);
-    expect_same_losses(name, r.json, ref.json);
+    zl_expect_same_losses(name, r.json, ref.json);
     for (int s = 0; s < P && s < 2; s++) {
       char key[40];
       snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
@@ -584,7 +576,7 @@ Test(ch07_pipeline, zero_bubble_data_dimension_bitwise_and_reduce_after_last_w, 
              c[i].sched, i == 1 ? " --trace " : "", i == 1 ? trace : "");
     run_out_t r = launch(4, cmd, name);
     zl_expect_floats(name, r.params, ref.params, PSI, 0);
-    expect_same_losses(name, r.json, ref.json);
+    zl_expect_same_losses(name, r.json, ref.json);
     run_free(&r);
     if (i != 1) continue;
     char *t = zl_read_file(trace, NULL);
@@ -630,7 +622,7 @@ static void pv_pair(int np, const char *what, const char *flags, const char *cou
   snprintf(name, sizeof name, "%s_post_validated", what);
   run_out_t b = launch(np, cmd, name);
   zl_expect_floats(name, b.params, a.params, PSI, 0);
-  expect_same_losses(name, b.json, a.json);
+  zl_expect_same_losses(name, b.json, a.json);
   double n = zl_json_num(b.json, count_key);
   cr_assert(n >= count_min, "%s: %s %g, expected at least %d", name, count_key, n, count_min);
   run_free(&a);
