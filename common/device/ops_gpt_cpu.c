@@ -88,33 +88,11 @@ void op_layernorm_fwd(device_t dev, float *y, float *mean, float *rstd, const fl
 void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *dy, const float *x,
                       const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, wdt, rows, C, beta));
-  gpt_check_dt(wdt, __func__);
-  if (C <= 0) return;
-  const float *wf = gpt_as_f32(w, wdt, C, OPS_GPT_WS_A);
-  float *dws = ops_workspace(DEV_CPU, OPS_GPT_WS_B, 2 * (int64_t)C * (int64_t)sizeof(float)); // Σ n·dy | Σ dy
-  float *dbs = dws + C;
-  memset(dws, 0, 2 * (size_t)C * sizeof(float));
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (int64_t)r * C, *dyr = dy + (int64_t)r * C;
-    float *dxr = dx + (int64_t)r * C;
-    float m = mean[r], s = rstd[r];
-    float gm = 0.0f, gnm = 0.0f; /* mean_c(g), mean_c(g·n) */
-    for (int c = 0; c < C; c++) {
-      float n = (xr[c] - m) * s, g = wf[c] * dyr[c];
-      gm += g;
-      gnm += g * n;
-    }
-    gm /= (float)C;
-    gnm /= (float)C;
-    for (int c = 0; c < C; c++) {
-      float n = (xr[c] - m) * s, g = wf[c] * dyr[c];
-      dbs[c] += dyr[c];
-      dws[c] += n * dyr[c];
-      dxr[c] += ((g - gm) - n * gnm) * s;
-    }
-  }
-  gpt_store_acc(dw, wdt, dws, C, beta);
-  gpt_store_acc(db, wdt, dbs, C, beta);
+  /* its two halves, one after the other: each element's arithmetic is the fused loop's, in the same
+   * order (the rows in turn), so the bits are the same (dx is never dy: the halves read dy after
+   * the input half wrote dx) */
+  op_layernorm_bwd_input(DEV_CPU, dx, dy, x, mean, rstd, w, wdt, rows, C);
+  op_layernorm_bwd_weight(DEV_CPU, dw, db, dy, x, mean, rstd, wdt, rows, C, beta);
 }
 
 /* op_layernorm_bwd in two halves (ops_gpt.h): the fused op's two loops, apart; the same
