@@ -184,6 +184,17 @@ static inline double zl_rel(double a, double b) {
   double d = fabs(a - b), s = fabs(b);
   return s > 1e-30 ? d / s : d;
 }
+/* Program prog (under ZL_BIN) with args on np ranks refuses before anything starts: exit 2, the
+ * line `want` in its output, no training step printed. Fails naming the command and the output. */
+static inline void zl_expect_refused(int np, const char *prog, const char *args, const char *want) {
+  char *out = NULL;
+  int rc = zl_run(np, 30, &out, "%s/%s %s", ZL_BIN, prog, args);
+  const char *shown = out && *out ? out : "(no output)";
+  cr_assert_eq(rc, 2, "%s %s on %d ranks: exit %d, expected 2:\n%s", prog, args, np, rc, shown);
+  cr_assert(strstr(shown, want), "%s %s: expected the line\n  %s\ngot:\n%s", prog, args, want, shown);
+  cr_assert(!strstr(shown, "step "), "%s %s: trained before refusing:\n%s", prog, args, shown);
+  free(out);
+}
 /* Every step's loss of two --json outputs ("steps": [{"loss": ...}, ...]), bitwise: at least two
  * steps, as many in each; fails naming the step, got and expected. */
 static inline void zl_expect_same_losses(const char *what, const char *got, const char *want) {

@@ -15,7 +15,6 @@
 #define U_L 2
 #define U_V 256
 
-static const char *fail_lines(const char *out) { return out && *out ? out : "(no output)"; }
 
 /* All-to-all bytes one rank sends per step: per layer, forward Q, K, V out and O back, backward dO
  * out and dQ, dK, dV back — 4 tensors each way, each an all-to-all that keeps 1/C home: (C−1)/C of
@@ -82,15 +81,7 @@ Test(ch10_ulysses, a2a_refusals, .timeout = 120) {
        "error: --cp 4: with --cp-comm a2a: seq_len 18 must be divisible by C (--seq-len 18, 4 heads): allowed 1, 2"},
       {2, "--model gpt --gpt tiny --cp 2 --cp-comm alltoall", "error: --cp-comm alltoall: must be one of ring|a2a"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *out = NULL;
-    int rc = zl_run(cases[i].np, 30, &out, "%s/ch10_long %s", ZL_BIN, cases[i].args);
-    cr_assert_eq(rc, 2, "ch10_long %s on %d ranks: exit %d, expected 2:\n%s", cases[i].args, cases[i].np, rc, fail_lines(out));
-    cr_assert(out && strstr(out, cases[i].want), "ch10_long %s: expected the line\n  %s\ngot:\n%s", cases[i].args, cases[i].want,
-              fail_lines(out));
-    cr_assert(!strstr(out, "step "), "ch10_long %s: trained before refusing:\n%s", cases[i].args, out);
-    free(out);
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
 }
 
 /* The sweep: C = 2, 4 × --zero 0..3, --recompute, and C = 3 (3 heads of 16, S = 24, batch 6). */
