@@ -1,0 +1,322 @@
+/* memcalc.c — chapter 00's calculator (ch00_memory) as one function of its flags: the text it prints
+ * and the JSON it writes (see memcalc.h). chapters/00_memory/main.c is main() around it, with the
+ * strategies' formula hooks; the explorer page (common/explorer/) runs this same file compiled to
+ * WebAssembly, with memcalc_stage_states. Plain C: no MPI, no allocation beyond flags.
+ * Notes: notes/00-memory.md (the 16Ψ story), notes/gpt.md (activations). */
+#include "memcalc.h" // memcalc_main, memcalc_states_fn
+#include "args.h"    // arg_spec_t, args_parse, args_error, args_env_rank
+#include "dtype.h"   // DT_BF16, DT_F32
+#include "formula.h" // formula_zero_k, formula_text_k, formula_comm_bytes, formula_model_states
+#include "gpt.h"     // gpt_acts_bytes, gpt_count_params: this repository's fp32 GPT
+#include "model.h"   // model_count_params: Ψ of the zerolab MLP
+#include <stdint.h>  // int64_t
+#include <stdio.h>   // fprintf, fopen
+#include <string.h>  // strcmp
+
+/* What die() said here before this was a function: the line, exit code 1 (no MPI to abort). */
+static int memcalc_fail(const char *json) {
+  fflush(stdout);
+  fprintf(stderr, "ch00_memory: cannot write --json %s\n", json);
+  return 1;
+}
+
+mem_formula_t memcalc_stage_states(int stage, double psi, int world, dtype_t wdt) {
+  /* what ddp.c's, zero1.c's, zero2.c's and zero3.c's formula hooks say for ch00's trainer (AdamW,
+   * one micro-batch, no hpZ, no pipeline): formula_stage, master and optimizer states together */
+  mem_formula_t f = formula_model_states(stage, psi, world, wdt, 2);
+  mem_formula_t m = {.params = f.params, .grads = f.grads, .master = 0, .optim = f.master + f.optim};
+  m.total = m.params + m.grads + m.optim;
+  return m;
+}
+
+#define GB 1e9
+#define GIB 1073741824.0
+
+static const char *const g_stage_name[4] = {"DDP (0)", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+
+/* The paper's generic form of a stage with the bytes per param of params (p) and grads (g),
+ * plus acc bytes per param of an fp32 gradient-accumulation buffer (0: none), which is sharded
+ * with the grads: bf16 stage 1 -> "2Ψ + 2Ψ + KΨ/N"; with acc = 4 -> "2Ψ + (2+4)Ψ + KΨ/N". */
+static void generic_text(char *dst, size_t n, int stage, int p, int g, int acc) {
+  char gt[32]; /* the grads' bytes per param: "2" or "2+4" */
+  if (acc) snprintf(gt, sizeof gt, "%d+%d", g, acc);
+  else snprintf(gt, sizeof gt, "%d", g);
+  switch (stage) {
+  case 0: snprintf(dst, n, "(%d+%s+K)Ψ", p, gt); break;
+  case 1: snprintf(dst, n, acc ? "%dΨ + (%s)Ψ + KΨ/N" : "%dΨ + %sΨ + KΨ/N", p, gt); break;
+  case 2: snprintf(dst, n, "%dΨ + (%s+K)Ψ/N", p, gt); break;
+  default: snprintf(dst, n, "(%d+%s+K)Ψ/N", p, gt); break;
+  }
+}
+
+/* A number of GB for the table: one decimal like the paper, three when below 1 GB. */
+static void fmt_size(char *dst, size_t n, double bytes, double unit) {
+  double v = bytes / unit;
+  snprintf(dst, n, v >= 0.95 || v == 0 ? "%.1f" : "%.3f", v);
+}
+
+/* Activations of one micro-batch of a transformer (bytes per rank, every stage alike). */
+typedef struct acts {
+  double per_layer;       /* Korthikanti et al. 2022, 16 bit: s·b·h·(34 + 5·a·s/h) */
+  double total;           /* × L */
+  double recompute;       /* full recomputation: 2·s·b·h per layer (its input) + one layer's per_layer */
+  double ours, ours_rc;   /* this repository's fp32 GPT: gpt_acts_bytes(recompute 0 / 1) */
+  /* --tp t > 1, per rank (Korthikanti et al. §4.2): tensor parallelism splits the 24 and the 5as/h
+   * of a layer, sequence parallelism (Megatron's --sequence-parallel) the remaining 10 too */
+  double tp_layer, tp_total;       /* TP: s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer, × L */
+  double sp_layer, sp_total, sp_rc;/* TP + SP: s·b·h·(34 + 5·a·s/h)/t per layer, × L; full recompute 2sbhL/t + a layer */
+  double ours_sp, ours_sp_rc;      /* the fp32 GPT with --tp t --sp: gpt_acts_bytes_tp (= gpt_acts_bytes / t) */
+} acts_t;
+
+static acts_t acts_of(gpt_shape_t g, int64_t b, int t) {
+  double s = g.seq_len, h = g.n_embd, a = g.n_head, L = g.n_layer, sbh = s * (double)b * h;
+  acts_t r = {0};
+  if (t > 1) {
+    r.tp_layer = sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    r.tp_total = L * r.tp_layer;
+    r.sp_layer = sbh * (34.0 + 5.0 * a * s / h) / t;
+    r.sp_total = L * r.sp_layer;
+    r.sp_rc = 2.0 * sbh * L / t + r.sp_layer;
+    r.ours_sp = (double)gpt_acts_bytes_tp(g, b, 0, t, 1);
+    r.ours_sp_rc = (double)gpt_acts_bytes_tp(g, b, 1, t, 1);
+  }
+  r.per_layer = sbh * (34.0 + 5.0 * a * s / h);
+  r.total = L * r.per_layer;
+  r.recompute = 2.0 * sbh * L + r.per_layer;
+  r.ours = (double)gpt_acts_bytes(g, b, 0);
+  r.ours_rc = (double)gpt_acts_bytes(g, b, 1);
+  return r;
+}
+
+/* Ψ for humans: 7500000000 -> "7.5e+09 (7.50 B)". */
+static void fmt_psi(char *dst, size_t n, double psi) {
+  const char *sfx = "";
+  double div = 1;
+  if (psi >= 1e12) { sfx = " T"; div = 1e12; }
+  else if (psi >= 1e9) { sfx = " B"; div = 1e9; }
+  else if (psi >= 1e6) { sfx = " M"; div = 1e6; }
+  else if (psi >= 1e3) { sfx = " K"; div = 1e3; }
+  if (div > 1) snprintf(dst, n, "%.0f (%.2f%s)", psi, psi / div, sfx);
+  else snprintf(dst, n, "%.0f", psi);
+}
+
+int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
+  double psi = 7.5e9, k = -1;
+  int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
+  int64_t micro = 1;
+  const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
+  arg_spec_t specs[] = {
+      {"--params", ARG_COUNT, &psi, 1, 1e15, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
+      {"--model", ARG_STR, &model, 0, 0, NULL, "D,H,C,L: take Ψ from the zerolab MLP of this shape instead"},
+      {"--ranks", ARG_INT, &world, 1, 1 << 20, NULL, "data-parallel ranks N"},
+      {"--precision", ARG_CHOICE, &precision, 0, 0, "bf16|fp32",
+       "bf16: 2-byte params and grads, fp32 master in K; fp32: 4-byte params and grads, no master"},
+      {"--k", ARG_DOUBLE, &k, -1, 1024, NULL,
+       "optimizer-state bytes per parameter; -1: 12 in bf16 (master 4 + Adam m 4 + v 4), 8 in fp32 (m + v)"},
+      {"--fp32-grads", ARG_FLAG, &fp32_grads, 0, 0, NULL,
+       "bf16 only: add an fp32 gradient-accumulation buffer (+4Ψ, 20Ψ with Adam), sharded with the grads"},
+      {"--stage", ARG_CHOICE, &stage_s, 0, 0, "0|1|2|3|all", "ZeRO stage to show"},
+      {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (for plots)"},
+      {"--layers", ARG_INT, &layers, 1, 1 << 16, NULL, "transformer layers L: adds activations (with --hidden --heads --seq)"},
+      {"--hidden", ARG_INT, &hidden, 1, 1 << 20, NULL, "transformer hidden size h"},
+      {"--heads", ARG_INT, &heads, 1, 1 << 16, NULL, "attention heads a (h divisible by a)"},
+      {"--seq", ARG_INT, &seq, 1, 1 << 24, NULL, "sequence length s"},
+      {"--micro-batch", ARG_I64, &micro, 1, 1 << 20, NULL, "sequences per rank per forward b (default 1)"},
+      {"--tp", ARG_INT, &tp, 1, 1 << 16, NULL,
+       "with a transformer shape: also the activations per rank of t-way tensor parallelism, without and with "
+       "sequence parallelism (notes/10-long-sequences.md); t divides --heads, --hidden, --seq and --vocab"},
+      {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
+       "vocabulary of the fp32 GPT's count and of Ψ when --params is not given (default 256: bytes)"},
+  };
+  const int nspecs = (int)(sizeof specs / sizeof specs[0]);
+  int rc = args_parse(argc, argv, specs, nspecs, "ch00_memory",
+                      "ZeRO memory calculator: bytes per rank of params, grads and optimizer states at each stage\n"
+                      "(Rajbhandari et al. 2020, Figure 1). Example: ch00_memory --params 7.5B --ranks 64");
+  if (rc == 1) return 0;
+  if (rc) return 2;
+  if (k < 0 && k != -1) {
+    char kv[32];
+    snprintf(kv, sizeof kv, "%g", k);
+    return args_error("--k", kv, "must be -1 (by precision) or a number in [0, 1024]");
+  }
+  int psi_given = 0, ranks_given = 0;
+  for (int i = 1; i < argc; i++) {
+    psi_given |= strncmp(argv[i], "--params", 8) == 0;
+    ranks_given |= strncmp(argv[i], "--ranks", 7) == 0;
+  }
+  if (fp32_grads && strcmp(precision, "bf16") != 0)
+    return args_error("--fp32-grads", NULL, "only with --precision bf16 (fp32 gradients already accumulate in fp32)");
+  if (model) {
+    long long d[4];
+    char tail;
+    if (psi_given) return args_error("--model", model, "give either --params or --model, not both");
+    if (sscanf(model, "%lld,%lld,%lld,%lld%c", &d[0], &d[1], &d[2], &d[3], &tail) != 4 || d[0] < 1 || d[1] < 1 ||
+        d[2] < 1 || d[3] < 1 || d[0] > 1 << 24 || d[1] > 1 << 24 || d[2] > 1 << 24 || d[3] > 1 << 16)
+      return args_error("--model", model, "must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4");
+    /* Ψ in double first: this shape range can overflow a 64-bit count (and its byte counts) */
+    double psi_d = (double)d[1] * (d[0] + 1) + (double)(d[3] - 1) * d[1] * (d[1] + 1) + (double)d[2] * (d[1] + 1);
+    if (psi_d > 1e15)
+      return args_error("--model", model, "must have at most 1e15 parameters (as --params); this shape has psi = %.3g, whose byte counts overflow", psi_d);
+    psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
+  }
+  int tf = layers || hidden || heads || seq; /* a transformer shape: activations too */
+  gpt_shape_t shape = {.n_layer = layers, .n_head = heads, .n_embd = hidden, .seq_len = seq, .vocab = vocab};
+  if (tf) {
+    const char *missing = !layers ? "--layers" : !hidden ? "--hidden" : !heads ? "--heads" : !seq ? "--seq" : NULL;
+    if (missing) return args_error(missing, NULL, "a transformer shape needs --layers, --hidden, --heads and --seq");
+    if (model) return args_error("--model", model, "give either an MLP (--model) or a transformer shape (--layers ...), not both");
+    if (hidden % heads != 0) {
+      char hv[32];
+      snprintf(hv, sizeof hv, "%d", hidden);
+      return args_error("--hidden", hv, "must be divisible by --heads %d", heads);
+    }
+    if (!psi_given) psi = (double)gpt_count_params(shape);
+    if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
+      char tv[32];
+      snprintf(tv, sizeof tv, "%d", tp);
+      return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads, hidden, seq, vocab);
+    }
+  } else if (tp > 1) {
+    char tv[32];
+    snprintf(tv, sizeof tv, "%d", tp);
+    return args_error("--tp", tv, "needs a transformer shape (--layers --hidden --heads --seq)");
+  }
+  if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
+
+  int bf16 = strcmp(precision, "bf16") == 0;
+  int wbytes = bf16 ? 2 : 4; /* bytes per param of the working params and of the grads */
+  int acc = fp32_grads ? 4 : 0; /* fp32 gradient-accumulation buffer, bytes per param */
+  int gbytes = wbytes + acc;    /* everything that is sharded like the gradients */
+  if (k == -1) k = bf16 ? 12 : 8;
+  dtype_t wdt = bf16 ? DT_BF16 : DT_F32;
+  int s0 = 0, s1 = 3;
+  if (strcmp(stage_s, "all") != 0) s0 = s1 = stage_s[0] - '0';
+
+  char psi_txt[64];
+  fmt_psi(psi_txt, sizeof psi_txt, psi);
+  fprintf(out, "ZeRO model states per rank: Ψ = %s parameters, N = %d rank%s", psi_txt, world, world == 1 ? "" : "s");
+  if (world == 1) fprintf(out, " (one GPU: every stage holds the same and sends nothing)");
+  else if (!ranks_given) fprintf(out, " (the default of --ranks)");
+  fprintf(out, "\nprecision %s: params %dΨ bytes, grads %dΨ bytes", precision, wbytes, wbytes);
+  if (acc) fprintf(out, " + fp32 accumulation %dΨ bytes", acc);
+  fprintf(out, ", optimizer states KΨ bytes with K = %g", k);
+  if (bf16 && k == 12) fprintf(out, " (fp32 master 4 + Adam m 4 + v 4)");
+  else if (!bf16 && k == 8) fprintf(out, " (Adam m 4 + v 4, no master)");
+  fprintf(out, "\n\n");
+
+  /* the default K and no accumulation buffer: the strategies' own formulas (the training reports'); else the
+   * paper's generic form */
+  int ours = k == (bf16 ? 12 : 8) && !acc && psi == (double)(int64_t)psi;
+  mem_formula_t ddp = ours ? states(0, psi, world, wdt) : formula_zero_k(0, psi, world, wbytes, gbytes, k);
+  mem_formula_t f[4];
+  for (int s = s0; s <= s1; s++) f[s] = ours ? states(s, psi, world, wdt) : formula_zero_k(s, psi, world, wbytes, gbytes, k);
+
+  fprintf(out, "in GB (1e9 bytes) per rank\n");
+  fprintf(out, "%-8s %10s %10s %10s %10s %8s %12s   %s\n", "stage", "params", "grads", "optim", "total", "vs DDP",
+         "comm/step", "formula");
+  for (int s = s0; s <= s1; s++) {
+    char p[32], g[32], o[32], t[32], c[32], gen[64], num[64];
+    fmt_size(p, sizeof p, f[s].params, GB);
+    fmt_size(g, sizeof g, f[s].grads, GB);
+    fmt_size(o, sizeof o, f[s].optim, GB);
+    fmt_size(t, sizeof t, f[s].total, GB);
+    fmt_size(c, sizeof c, formula_comm_bytes(s, psi, world, wdt), GB);
+    generic_text(gen, sizeof gen, s, wbytes, wbytes, acc);
+    formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
+    fprintf(out, "%-8s %10s %10s %10s %10s %7.1fx %12s   %s = %s\n", g_stage_name[s], p, g, o, t, ddp.total / f[s].total, c,
+           gen, num);
+  }
+  fprintf(out, "\nin GiB (2^30 bytes) per rank\n");
+  fprintf(out, "%-8s %10s %10s %10s %10s\n", "stage", "params", "grads", "optim", "total");
+  for (int s = s0; s <= s1; s++)
+    fprintf(out, "%-8s %10.2f %10.2f %10.2f %10.2f\n", g_stage_name[s], f[s].params / GIB, f[s].grads / GIB,
+           f[s].optim / GIB, f[s].total / GIB);
+  fprintf(out, "\ncomm/step: bytes each rank sends per step with ring collectives, %s elements: stages 0-2 "
+         "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
+         precision);
+  if (acc) fprintf(out, "grads include the fp32 accumulation buffer (%dΨ + %dΨ): full at stages 0-1, sharded at 2-3\n", wbytes, acc);
+  acts_t act = {0};
+  if (!tf) fprintf(out, "activations, temporary buffers and fragmentation come on top of these model states\n");
+  else {
+    act = acts_of(shape, micro, tp);
+    double s = seq, h = hidden, a = heads, sbh = s * (double)micro * h;
+    fprintf(out, "\nactivations of one micro-batch (every rank, every stage: ZeRO does not shard them)\n");
+    fprintf(out, "shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads, seq,
+           (long long)micro, psi_given ? "" : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
+    fprintf(out, "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f bytes\n", sbh,
+           34.0 + 5.0 * a * s / h, act.per_layer);
+    fprintf(out, "  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f bytes\n", layers, act.total,
+           act.recompute);
+    fprintf(out, "this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; --recompute %.0f bytes\n",
+           vocab, act.ours, act.ours_rc);
+    fprintf(out, "\nmodel states + activations per rank, in GB (1e9 bytes); activations by Korthikanti et al.\n");
+    fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp", "total");
+    for (int st = s0; st <= s1; st++) {
+      char m_[32], a_[32], t_[32], ar[32], tr[32];
+      fmt_size(m_, sizeof m_, f[st].total, GB);
+      fmt_size(a_, sizeof a_, act.total, GB);
+      fmt_size(t_, sizeof t_, f[st].total + act.total, GB);
+      fmt_size(ar, sizeof ar, act.recompute, GB);
+      fmt_size(tr, sizeof tr, f[st].total + act.recompute, GB);
+      fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", g_stage_name[st], m_, a_, t_, ar, tr);
+    }
+    fprintf(out, "activations are %.0f%% of the DDP total without recompute; ZeRO-3 divides the states by N, "
+           "never the activations\n", 100.0 * act.total / (ddp.total + act.total));
+    if (tp > 1) { /* the same formulas, per rank of a TP group of t (Korthikanti et al. §4.2) */
+      char m_[32], a_[32], t_[32], ar[32], tr[32];
+      fprintf(out, "\nwith t = %d ranks splitting every layer, per rank, 16 bit (Korthikanti et al. 2022, §4.2):\n", tp);
+      fprintf(out, "  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f bytes\n", act.tp_layer,
+             layers, act.tp_total);
+      fprintf(out, "  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f bytes; "
+             "full recompute: 2·s·b·h·L/t + one layer = %.0f bytes\n", act.sp_layer, layers, act.sp_total, act.sp_rc);
+      fprintf(out, "this repository's fp32 GPT with --tp %d --sp (gpt_acts_bytes_tp): %.0f bytes; --recompute %.0f bytes "
+             "(= the whole model's / t)\n", tp, act.ours_sp, act.ours_sp_rc);
+      fprintf(out, "model states + activations per rank of t = %d tensor-parallel ranks, GB (every rank holds 1/t of every\n"
+             "parameter with its states: DDP's states / t, the replicated LayerNorms left out; TP's recompute keeps\n"
+             "2·s·b·h·L whole)\n", tp);
+      for (int sp = 0; sp < 2; sp++) {
+        double a0 = sp ? act.sp_total : act.tp_total, a1 = sp ? act.sp_rc : 2.0 * s * (double)micro * h * layers + act.tp_layer;
+        fmt_size(m_, sizeof m_, ddp.total / tp, GB);
+        fmt_size(a_, sizeof a_, a0, GB);
+        fmt_size(t_, sizeof t_, ddp.total / tp + a0, GB);
+        fmt_size(ar, sizeof ar, a1, GB);
+        fmt_size(tr, sizeof tr, ddp.total / tp + a1, GB);
+        fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", sp ? "TP+SP" : "TP", m_, a_, t_, ar, tr);
+      }
+    }
+  }
+
+  if (json) {
+    FILE *fp = fopen(json, "w");
+    if (!fp) return memcalc_fail(json);
+    fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
+                "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
+            psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);
+    if (tf)
+      fprintf(fp, " \"transformer\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, \"micro_batch\": %lld, "
+                  "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
+                  "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
+              layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute, act.ours,
+              act.ours_rc);
+    if (tf && tp > 1) /* --tp: per rank of the TP group, without and with sequence parallelism */
+      fprintf(fp, " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
+                  "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
+              tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
+    fprintf(fp, " \"stages\": [");
+    for (int s = s0; s <= s1; s++) {
+      char num[64];
+      formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
+      fprintf(fp, "%s\n  {\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
+                  "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"",
+              s == s0 ? "" : ",", s, f[s].params, f[s].grads, f[s].optim, f[s].total, ddp.total / f[s].total,
+              formula_comm_bytes(s, psi, world, wdt), num);
+      if (tf) /* "total" stays the model states' (the plots and tests read it); these come after it */
+        fprintf(fp, ", \"acts\": %.17g, \"total_with_acts\": %.17g, \"total_with_acts_recompute\": %.17g",
+                act.total, f[s].total + act.total, f[s].total + act.recompute);
+      fprintf(fp, "}");
+    }
+    fprintf(fp, "\n]}\n");
+    if (fclose(fp) != 0) return memcalc_fail(json);
+  }
+  return 0;
+}

@@ -1,0 +1,25 @@
+/* memcalc.h — chapter 00's memory calculator as a function (notes/00-memory.md): the flags of
+ * ch00_memory in, its table out. ch00_memory's main() is this with the strategies' formula hooks
+ * (chapters/00_memory/main.c); the explorer page (common/explorer/) calls the same code compiled
+ * to WebAssembly with memcalc_stage_states, so the page's numbers are ch00_memory's to the byte.
+ * Pure: no MPI, no CUDA, nothing of train.h (it compiles alone with base/ and model/ on the path).
+ * A new row of the table (a new kind of bytes) is added here, once, for both. */
+#ifndef ZL_MEMCALC_H
+#define ZL_MEMCALC_H
+#include <stdio.h>   // FILE
+#include "dtype.h"   // dtype_t
+#include "formula.h" // mem_formula_t
+
+/* Model states per rank of ZeRO stage `stage` (0: DDP) for Ψ = psi, N = world, working dtype wdt,
+ * AdamW: params, grads, and master + optimizer states together in optim (the paper's KΨ). */
+typedef mem_formula_t (*memcalc_states_fn)(int stage, double psi, int world, dtype_t wdt);
+
+/* The stage's states from formula.h: what the four strategies' formula hooks (solutions/ddp.c,
+ * zero1.c, zero2.c, zero3.c) say for ch00's trainer; a unit test holds the two equal. */
+mem_formula_t memcalc_stage_states(int stage, double psi, int world, dtype_t wdt);
+
+/* ch00_memory with argv: parses the flags (a bad one: its line on stderr, returns 2; --help: 0),
+ * prints the table to `out`, writes --json's file. Returns the exit code. `states` gives the stages'
+ * model states when the default K and no --fp32-grads (else the paper's generic form). */
+int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out);
+#endif
