@@ -517,6 +517,11 @@ int pp_check_schedule(pp_schedule_t sched, int P, int M, int v, char *why, size_
 
 int pp_simulate_lists(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, const pp_cost_t *cost,
                       double c, pp_sim_t *out) {
+  return pp_simulate_timeline(P, M, v, split, ops, n, cost, c, NULL, out);
+}
+
+int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, const pp_cost_t *cost,
+                         double c, double *const *at, pp_sim_t *out) {
   if (pp_check_lists(P, M, v, split, ops, n, NULL, 0)) return -1;
   int V = v * P;
   /* end[kind][chunk c][k], < 0 until it ran */
@@ -546,6 +551,7 @@ int pp_simulate_lists(int P, int M, int v, int split, pp_op_t *const *ops, const
         t /= v;
         double start = ready > free_at[s] ? ready : free_at[s];
         if (first[s] < 0) first[s] = start;
+        if (at) at[s][pc[s]] = start;
         free_at[s] = start + t;
         END(kind, ch, k) = start + t;
         busy[s] += t;

@@ -129,4 +129,8 @@ int pp_simulate(pp_schedule_t sched, int P, int M, int v, const pp_cost_t *cost,
 /* The same for given lists (ops[s][0..n[s]), split as in pp_check_lists). */
 int pp_simulate_lists(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, const pp_cost_t *cost,
                       double c, pp_sim_t *out);
+/* pp_simulate_lists that also writes when each operation starts, at[s][i] for ops[s][i] (its end:
+ * + its cost, as above): the timeline the explorer page draws (common/explorer/). at: P arrays of n[s]. */
+int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, const pp_cost_t *cost,
+                         double c, double *const *at, pp_sim_t *out);
 #endif
