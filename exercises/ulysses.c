@@ -9,8 +9,9 @@
  * attention op between the two all-to-alls. */
 #include "ulysses.h"
 #include <stdio.h>    // snprintf
+#include <stdlib.h>   // free
 #include <string.h>   // memcpy
-#include "check.h"    // die
+#include "check.h"    // die, xmalloc
 #include "exercise.h" // zl_exercise_todo (what the generated stubs call)
 #include "ledger.h"   // LEDGER_ACTS
 #include "ops_gpt.h"  // op_attention_fwd, op_attention_bwd
@@ -69,6 +70,8 @@ void cp_ulysses_init(cp_ulysses_t *u, comm_t *c, int S, int E, int NH, const int
 }
 
 void cp_ulysses_free(cp_ulysses_t *u) {
+  free(u->own_pos);
+  u->own_pos = NULL;
   tensor_free(&u->send);
   tensor_free(&u->recv);
   tensor_free(&u->dh);
@@ -101,7 +104,35 @@ static void to_positions(cp_ulysses_t *u, float *x, const float *y, int R, int F
   ulysses_unpack_back(R, u->n, u->E, F, u->C, rcv, x);
 }
 
+/* The hybrid: the ring of G across the groups instead of the ordinary attention, on this rank's
+ * NH/A heads of the group's A·n positions. saved: [lse (R, NH/A, A·n) | q k v (R, A·n, 3E/A) |
+ * out (R, A·n, E/A)]. */
+static void usp_forward(cp_ulysses_t *u, float *out, float *saved, const float *qkv, int R) {
+  int64_t N = (int64_t)R * u->S; /* R rows × the group's A·n positions */
+  int Eh = u->E / u->C;
+  float *lse = saved, *qkvh = lse + N * (u->NH / u->C), *outh = qkvh + N * 3 * Eh;
+  to_heads(u, qkvh, qkv, R, 3);
+  cp_ring_forward(u->ring, outh, lse, qkvh, R); /* K/V blocks of A·n positions, E/A features, round G */
+  to_positions(u, out, outh, R, 1);
+  u->calls_fwd++;
+}
+
+static void usp_backward(cp_ulysses_t *u, float *dqkv, const float *dout, const float *saved, int R) {
+  int64_t N = (int64_t)R * u->S;
+  int Eh = u->E / u->C;
+  const float *lse = saved, *qkvh = lse + N * (u->NH / u->C), *outh = qkvh + N * 3 * Eh;
+  float *doh = grow(&u->dh, "ulysses heads buffer", N * 4 * Eh), *dqkvh = doh + N * Eh;
+  to_heads(u, doh, dout, R, 1);
+  cp_ring_backward(u->ring, dqkvh, doh, qkvh, outh, lse, R);
+  to_positions(u, dqkv, dqkvh, R, 3);
+  u->calls_bwd++;
+}
+
 void cp_ulysses_forward(cp_ulysses_t *u, float *out, float *saved, const float *qkv, int R) {
+  if (u->ring) {
+    usp_forward(u, out, saved, qkv, R);
+    return;
+  }
   int S = u->S, Eh = u->E / u->C, NHh = u->NH / u->C;
   float *att = saved, *qkvh = saved + (int64_t)R * NHh * S * S; /* (R, NH/C, S, S) | (R, S, 3Eh) */
   to_heads(u, qkvh, qkv, R, 3);                                  /* Q, K, V: one all-to-all of 3 parts */
@@ -112,6 +143,10 @@ void cp_ulysses_forward(cp_ulysses_t *u, float *out, float *saved, const float *
 }
 
 void cp_ulysses_backward(cp_ulysses_t *u, float *dqkv, const float *dout, const float *saved, int R) {
+  if (u->ring) {
+    usp_backward(u, dqkv, dout, saved, R);
+    return;
+  }
   int S = u->S, Eh = u->E / u->C, NHh = u->NH / u->C;
   const float *att = saved, *qkvh = saved + (int64_t)R * NHh * S * S;
   float *dh = grow(&u->dh, "ulysses heads buffer", (int64_t)R * S * 4 * Eh), *dqkvh = dh + (int64_t)R * S * Eh;
@@ -120,3 +155,28 @@ void cp_ulysses_backward(cp_ulysses_t *u, float *dqkv, const float *dout, const 
   to_positions(u, dqkv, dqkvh, R, 3);                            /* dQ, dK, dV back: one all-to-all */
   u->calls_bwd++;
 }
+
+/* ---- the 2-D hybrid ------------------------------------------------------------------------------ */
+int cp_usp_check(int S, int NH, int C, int A, int balance, char *why, size_t n) {
+  if (A < 1 || C < 1 || C % A) return snprintf(why, n, "A must divide C (%d): groups of A ranks", C), 1;
+  if (NH % A) return snprintf(why, n, "the heads (%d) must be divisible by A: each rank of a group attends NH/A of them", NH), 1;
+  if (S % C) return snprintf(why, n, "seq_len %d must be divisible by C = %d", S, C), 1;
+  if (balance && S % (2 * (C / A))) /* the ring of G = C/A groups: two mirrored chunks each */
+    return snprintf(why, n, "seq_len %d must be divisible by 2G = %d (the ring of G = C/A groups, two mirrored chunks each)", S,
+                    2 * (C / A)), 1;
+  return 0;
+}
+
+void cp_usp_init(cp_ulysses_t *u, comm_t *a2a, cp_ring_t *ring, int E, int NH) {
+  int A = comm_world(a2a);
+  *u = (cp_ulysses_t){.c = a2a, .C = A, .r = comm_rank(a2a), .S = ring->n, .E = E, .NH = NH, .ring = ring};
+  if (ring->n % A || NH % A || E % A || ring->E * A != E || ring->NH * A != NH)
+    die("cp_usp_init: the ring (n %d, E %d, %d heads) is not the groups' of A = %d (E %d, %d heads)", ring->n, ring->E, ring->NH,
+        A, E, NH);
+  u->n = ring->n / A;
+  u->own_pos = xmalloc((size_t)ring->n * sizeof(int), "usp group positions");
+  for (int i = 0; i < ring->n; i++) u->own_pos[i] = i; /* the group's positions, in the ring block's order */
+  u->pos = u->own_pos;
+}
+
+int64_t cp_usp_saved_per_token(int E, int NH) { return (int64_t)NH + 4 * (int64_t)E; }

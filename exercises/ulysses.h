@@ -24,6 +24,7 @@
 #define ZL_ULYSSES_H
 #include <stdint.h>  // int64_t
 #include "comm.h"    // comm_t
+#include "cp.h"      // cp_ring_t (the 2-D hybrid's ring across the groups)
 #include "tensor.h"  // tensor_t
 
 /* ---- the transpose's index arithmetic (the exercise; pure, no communication) -------------------
@@ -48,6 +49,8 @@ typedef struct cp_ulysses {
   const int *pos;       /* [C·n] every rank's positions (the ring's cp_ring_t.pos: not owned) */
   tensor_t send, recv;  /* the all-to-all's buffers: R·n·3E fp32 each */
   tensor_t dh;          /* (R, S, E/C) dO in the heads' layout, then (R, S, 3E/C) d[q|k|v] */
+  cp_ring_t *ring;      /* the 2-D hybrid (cp_usp_init): the ring across the groups; NULL: plain Ulysses */
+  int *own_pos;         /* the hybrid's positions inside the group, 0 .. A·n − 1 (owned) */
   int64_t calls_fwd, calls_bwd;
 } cp_ulysses_t;
 
@@ -69,4 +72,29 @@ void cp_ulysses_backward(cp_ulysses_t *u, float *dqkv, const float *dout, const 
  * 4·(C−1)·R·n·E/C (0 when C = 1). */
 int64_t cp_ulysses_fwd_numel(int C, int64_t R, int n, int E);
 int64_t cp_ulysses_bwd_numel(int C, int64_t R, int n, int E);
+
+/* ---- the 2-D hybrid: all-to-all inside groups of A, the ring across the G = C/A groups ----------
+ * USP (Fang & Zhao 2024, arXiv:2405.07719; feifeibear/long-context-attention), Megatron's
+ * --cp-comm-type a2a+p2p. CP rank q = g·A + a: ulysses group g holds A consecutive ranks (a = 0..A−1),
+ * ring a the G ranks with the same a (g = 0..G−1). The sequence is laid out for a ring of G: group g
+ * holds the A·n positions cp_positions(S, G, balance, g) (two mirrored chunks with balance), and rank a
+ * of the group the a-th n of them — rank q's positions are cp_positions' flat array at q·n, as for a
+ * ring of C. The all-to-all inside the group turns [R, n, all NH heads] into [R, A·n, NH/A heads] (the
+ * group's positions, in the group's order: pos = 0 .. A·n − 1), the ring of G runs on those heads with
+ * A·n positions per block and E/A features, and the all-to-all turns the output back. The backward
+ * mirrors it: dO out, the ring's backward (its dK/dV travel with the blocks), [dQ | dK | dV] back.
+ * The head count bounds A only: C = A·G may exceed NH.
+ * Bytes one rank sends per layer and micro-batch of R rows (n = S/C positions):
+ *   forward  all-to-all 4·(A−1)·R·n·E/A        + ring (G−1)·2·R·n·E
+ *   backward all-to-all 4·(A−1)·R·n·E/A        + ring (G−1)·4·R·n·E + 2·R·n·E  (the ring's: 0 when G = 1)
+ * (the ring of G on blocks of A·n positions of E/A features: the same R·n·E per hop as a ring of C). */
+/* 0 when the hybrid can run: A divides C, A divides NH, C divides S, and a ring of G = C/A splits S
+ * (2G | S with balance); else 1 and why. */
+int cp_usp_check(int S, int NH, int C, int A, int balance, char *why, size_t n);
+/* Collective-free. u over the group's all-to-all communicator a2a (A ranks), ring: a ring of G ranks
+ * (the ranks with this a) already made by cp_ring_init(ring, ring_comm, S, balance, E/A, NH/A), not owned. */
+void cp_usp_init(cp_ulysses_t *u, comm_t *a2a, cp_ring_t *ring, int E, int NH);
+/* fp32 the hybrid's forward saves per local token: the ring's lse NH (NH/A heads over A·n positions),
+ * q k v and the output in the heads' layout 3E + E (what the ring's backward reads). */
+int64_t cp_usp_saved_per_token(int E, int NH);
 #endif

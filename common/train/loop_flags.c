@@ -252,6 +252,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL, "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk (--cp-comm ring; a2a: contiguous, every rank attends every position)");
     cfg->cp_comm = "ring";
     SPEC("--cp-comm", ARG_CHOICE, &cfg->cp_comm, 0, 0, "ring|a2a", "the attention over the C ranks: ring, K/V blocks round a ring (online softmax); a2a, DeepSpeed-Ulysses: an all-to-all to NH/C heads of the whole sequence, the ordinary attention, an all-to-all back (C must divide the heads)");
+    cfg->cp_a2a = 1;
+    SPEC("--cp-a2a", ARG_INT, &cfg->cp_a2a, 1, 256, NULL, "the 2-D hybrid (USP; --cp-comm ring): Ulysses' all-to-all inside groups of A consecutive ranks of the C, to NH/A heads of the group's positions, the ring of K/V blocks across the C/A groups; A must divide C and the heads (1: the ring alone)");
   }
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");

@@ -58,6 +58,8 @@ typedef struct train_cfg {
                                        * --cp-balance 0|1: each rank two mirrored chunks (causal balance) */
   const char *cp_comm;                /* --cp-comm ring|a2a: the ring of K/V blocks, or Ulysses' all-to-alls
                                        * (solutions/ulysses.h); NULL reads as ring */
+  int cp_a2a;                         /* --cp-a2a A: the 2-D hybrid (USP), Ulysses' all-to-all inside groups
+                                       * of A of the C ranks, the ring across the C/A groups (1 = the ring) */
   /* Set by a chapter's main, not a flag: with --cp C > 1 the launcher calls it once, after the
    * model is built and before the activations are sized (chapter 10's context parallelism,
    * solutions/cp.h's cp_split_trainer): the model becomes this rank's sequence chunks. */
