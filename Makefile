@@ -384,6 +384,31 @@ bench-gpt: build
 	@mkdir -p $(RESULTS)
 	@$(PYTHON) common/scripts/bench_gpt.py --bin $(BIN) --out $(RESULTS)/bench_gpt.json
 
+# ---- the explorer page (common/explorer/README.md): memory, schedules and collectives in a browser,
+# every number from the project's C compiled to WebAssembly (Debian's emscripten). Writes
+# EXPLORER_OUT/index.html and its files: open it from disk (file://), no server. Optional: skipped
+# with a note where emcc is missing; make test never needs it (make test-long tests it in Chromium).
+# The C is always solutions/'s (the exercises' stubs would stop the page). NODE_PATH: Debian's emcc
+# runs its JS optimizer on node, which finds acorn there when node is not Debian's own.
+EMCC ?= $(shell command -v emcc 2>/dev/null)
+EXPLORER_OUT ?= $(RESULTS)/explorer
+EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/base/args.c common/base/formula.c \
+              common/model/gpt.c common/model/model.c solutions/pipeline_sched.c solutions/ring.c
+EXPLORER_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \
+                  -sSINGLE_FILE=1 -sALLOW_MEMORY_GROWTH=1 -sENVIRONMENT=web,node \
+                  -sEXPORTED_RUNTIME_METHODS=ccall,UTF8ToString
+.PHONY: explorer
+explorer:
+ifeq ($(EMCC),)
+	@echo "make explorer: skipped, no emcc (Debian: apt-get install emscripten); the page's sources are in common/explorer/"
+else
+	@mkdir -p $(EXPLORER_OUT)
+	NODE_PATH=/usr/share/nodejs$${NODE_PATH:+:$$NODE_PATH} $(EMCC) $(EXPLORER_FLAGS) $(EXPLORER_C) -o $(EXPLORER_OUT)/zl_explorer.js
+	@cp common/explorer/index.html common/explorer/explorer.js $(EXPLORER_OUT)/
+	@$(PYTHON) common/explorer/measured.py notes/data $(EXPLORER_OUT)/measured.js
+	@echo "explorer: open $(EXPLORER_OUT)/index.html in a browser (from disk, no server: file://$(abspath $(EXPLORER_OUT))/index.html)"
+endif
+
 help:
 	@sed -n '2,/^$$/{/^$$/d;s/^# \{0,1\}//;p}' Makefile
 	@echo "  more: make exercises | check-exercises | exercise-list | hint EX=name | bench | cuda-check | deps | clean"

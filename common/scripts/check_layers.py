@@ -4,7 +4,8 @@
 common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
 (base device comm model train). The rules, each one checked here:
 
-  1. every source file of common/ lives in a layer folder (scripts/ and tools/ hold programs);
+  1. every source file of common/ lives in a layer folder (scripts/ and tools/ hold programs,
+     explorer/ the browser page, built by emcc alone: nothing of libzl includes it);
   2. every layer folder has a README.md saying what it owns and what it may include;
   3. a file includes headers of its own layer or of a lower one, never of a higher one, and
      never a solutions/ header -- except the one edge the design has on purpose: comm runs the
@@ -126,7 +127,7 @@ def check(root):
         path = os.path.join(common, entry)
         if os.path.isfile(path) and SRC.search(entry):
             problems.append("common/%s: a source file outside the layer folders (%s)" % (entry, " ".join(layers)))
-        elif os.path.isdir(path) and entry not in rank and entry not in ("scripts", "tools"):
+        elif os.path.isdir(path) and entry not in rank and entry not in ("scripts", "tools", "explorer"):
             problems.append("common/%s/: a folder that is not a layer (Makefile LAYERS: %s)" % (entry, " ".join(layers)))
     where = {}  # header basename -> layer
     files = []  # (layer, path relative to root)

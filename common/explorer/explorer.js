@@ -1,0 +1,364 @@
+// explorer.js — the explorer page's UI (common/explorer/README.md): reads the sliders, calls the
+// WebAssembly exports of explorer.c (the project's own C), draws what they return. It computes no
+// number of its own: the bytes, the bubbles, the timelines and the ring's steps all come from C.
+// Test mode (common/explorer/browser_test.py): index.html#test=<JSON> sets the sliders for each
+// configuration in turn, reads the numbers back from the page and writes them into #zx-test-out.
+"use strict";
+
+var ZX = {};
+var $ = function (id) { return document.getElementById(id); };
+var SVGNS = "http://www.w3.org/2000/svg";
+
+// ---- the sliders' values (what a flag may be; the C checks them) --------------------------------
+var V = {
+  psi: ["1M", "10M", "124M", "350M", "1.3B", "2.7B", "7B", "7.5B", "13B", "30B", "70B", "175B", "1T"],
+  ranks: [1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+  stage: ["0", "1", "2", "3", "all"],
+  k: [-1, 4, 8, 12, 16, 20],
+  layers: [1, 2, 6, 12, 24, 32, 48, 64, 80, 96],
+  hidden: [64, 256, 768, 1024, 2048, 4096, 5120, 8192, 12288],
+  heads: [1, 2, 4, 12, 16, 32, 40, 64],
+  seq: [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+  micro: [1, 2, 4, 8, 16, 32, 64],
+  tp: [1, 2, 4, 8, 16],
+  vocab: [256, 32000, 50304, 128256]
+};
+var KIND_COLOR = { params: "#457b9d", grads: "#e76f51", optim: "#2a9d8f", acts: "#e9c46a" };
+var OP_COLOR = { F: "#4c78a8", B: "#54a24b", W: "#f58518" };
+
+function el(tag, attrs, parent, text) {
+  var e = document.createElementNS(SVGNS, tag);
+  for (var k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+function gb(x) { return (x / 1e9).toFixed(x >= 1e9 ? 1 : 3) + " GB"; }
+function exact(x) { return Number.isInteger(x) ? x.toLocaleString("en-US") : String(x); }
+function val(id) { return V[id.replace(/^m-/, "")][+$(id).value]; }
+
+// ---- memory: ch00_memory's flags, run by its own C -------------------------------------------------
+function memoryFlags() {
+  var f = [];
+  if ($("m-kind").value === "psi") f.push("--params " + val("m-psi"));
+  else {
+    f.push("--layers " + val("m-layers"), "--hidden " + val("m-hidden"), "--heads " + val("m-heads"),
+      "--seq " + val("m-seq"), "--micro-batch " + val("m-micro"));
+    if (val("m-tp") > 1) f.push("--tp " + val("m-tp"));
+    f.push("--vocab " + val("m-vocab"));
+  }
+  f.push("--ranks " + val("m-ranks"), "--precision " + $("m-precision").value);
+  if (val("m-stage") !== "all") f.push("--stage " + val("m-stage"));
+  if (val("m-k") !== -1) f.push("--k " + val("m-k"));
+  if ($("m-fp32grads").checked) f.push("--fp32-grads");
+  return f.join(" ");
+}
+
+function updateMemory() {
+  ["psi", "ranks", "stage", "k", "layers", "hidden", "heads", "seq", "micro", "tp", "vocab"].forEach(function (n) {
+    var v = val("m-" + n);
+    $("m-" + n + "-v").textContent = n === "k" && v === -1 ? "by precision (12 bf16, 8 fp32)" : String(v);
+  });
+  var gpt = $("m-kind").value === "gpt";
+  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
+  $("m-psi").disabled = gpt;
+  var flags = memoryFlags();
+  $("m-cmd").textContent = "ch00_memory " + flags;
+  Module.zxErr = [];
+  var rc = Module.ccall("zx_memory", "number", ["string"], [flags]);
+  ZX.memRc = rc;
+  $("m-err").textContent = rc === 0 ? "" : Module.zxErr.join("\n") + " (exit " + rc + ")";
+  $("m-text").textContent = Module.UTF8ToString(Module._zx_memory_text());
+  var table = $("m-table"), chart = $("m-chart");
+  clear(table);
+  clear(chart);
+  if (rc !== 0) return;
+  var j = JSON.parse(Module.UTF8ToString(Module._zx_memory_json()));
+  drawMemory(j, table, chart);
+}
+
+function drawMemory(j, table, chart) {
+  var cols = ["params", "grads", "optim", "total", "comm_bytes_per_step"];
+  if (j.transformer) cols.push("acts", "total_with_acts", "total_with_acts_recompute");
+  var tr = document.createElement("tr");
+  tr.innerHTML = "<th>stage</th>" + cols.map(function (c) { return "<th>" + c + "</th>"; }).join("");
+  table.appendChild(tr);
+  j.stages.forEach(function (s) {
+    var r = document.createElement("tr");
+    r.innerHTML = "<th>" + (s.stage === 0 ? "DDP (0)" : "ZeRO-" + s.stage) + "</th>";
+    cols.forEach(function (c) {
+      var td = document.createElement("td");
+      td.textContent = exact(s[c]);
+      td.setAttribute("data-k", "stages." + s.stage + "." + c);
+      td.setAttribute("data-v", String(s[c]));
+      r.appendChild(td);
+    });
+    table.appendChild(r);
+  });
+  if (j.transformer) { // the activations' own numbers, and the TP rows when --tp
+    var t = j.transformer, extra = [["acts_per_layer", t.acts_per_layer], ["acts", t.acts], ["acts_recompute", t.acts_recompute],
+      ["ours_fp32_acts", t.ours_fp32_acts], ["ours_fp32_acts_recompute", t.ours_fp32_acts_recompute]];
+    if (j.tp) for (var k in j.tp) if (k !== "t") extra.push(["tp." + k, j.tp[k]]);
+    extra.forEach(function (e) {
+      var r = document.createElement("tr"), key = e[0].indexOf("tp.") === 0 ? e[0] : "transformer." + e[0];
+      r.innerHTML = "<th>" + key + "</th>";
+      var td = document.createElement("td");
+      td.colSpan = cols.length;
+      td.textContent = exact(e[1]);
+      td.setAttribute("data-k", key);
+      td.setAttribute("data-v", String(e[1]));
+      r.appendChild(td);
+      table.appendChild(r);
+    });
+  }
+  // the chart: one stacked bar per stage (and TP, TP+SP), bytes per rank by kind
+  var rc = $("m-recompute").checked, bars = j.stages.map(function (s) {
+    var b = { name: s.stage === 0 ? "DDP" : "ZeRO-" + s.stage, params: s.params, grads: s.grads, optim: s.optim, acts: 0 };
+    if (j.transformer) b.acts = rc ? j.transformer.acts_recompute : j.transformer.acts;
+    return b;
+  });
+  if (j.tp) {
+    bars.push({ name: "TP t=" + j.tp.t, states: j.tp.states, acts: j.tp.acts_tp });
+    bars.push({ name: "TP+SP", states: j.tp.states, acts: rc ? j.tp.acts_tp_sp_recompute : j.tp.acts_tp_sp });
+  }
+  var max = 0;
+  bars.forEach(function (b) { b.sum = (b.states !== undefined ? b.states : b.params + b.grads + b.optim) + b.acts; max = Math.max(max, b.sum); });
+  var W = +chart.getAttribute("width"), H = +chart.getAttribute("height"), x0 = 70, y0 = H - 40, bw = Math.min(90, (W - x0 - 160) / bars.length - 14);
+  el("text", { x: 8, y: 18, "font-size": 15 }, chart, "bytes per rank (" + j.precision + ", Ψ = " + j.params.toExponential(3) + ", N = " + j.world + ")");
+  el("line", { x1: x0, y1: y0, x2: W - 150, y2: y0, stroke: "#333" }, chart);
+  bars.forEach(function (b, i) {
+    var x = x0 + 10 + i * (bw + 14), y = y0, parts = b.states !== undefined ? [["params", b.states, "states (TP: DDP's / t)"], ["acts", b.acts]] :
+      [["params", b.params], ["grads", b.grads], ["optim", b.optim], ["acts", b.acts]];
+    parts.forEach(function (p) {
+      var h = max > 0 ? p[1] / max * (y0 - 40) : 0;
+      y -= h;
+      el("rect", { x: x, y: y, width: bw, height: Math.max(h, 0), fill: KIND_COLOR[p[0]] }, chart);
+    });
+    el("text", { x: x + bw / 2, y: y - 6, "text-anchor": "middle", "font-size": 14 }, chart, gb(b.sum));
+    el("text", { x: x + bw / 2, y: y0 + 20, "text-anchor": "middle", "font-size": 15 }, chart, b.name);
+  });
+  ["params", "grads", "optim", "acts"].forEach(function (k, i) {
+    el("rect", { x: W - 140, y: 40 + i * 26, width: 18, height: 18, fill: KIND_COLOR[k] }, chart);
+    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") : k);
+  });
+}
+
+// ---- schedules: the simulator of solutions/pipeline_sched.c ---------------------------------------
+var SCHED_NAME = ["naive", "GPipe", "1F1B", "interleaved", "ZB-H1", "ZB-H2"];
+var SCHED_FORMULA = ["(P−1)/P", "(P−1)/(M+P−1)", "(P−1)/(M+P−1)", "(P−1)/(v·M+P−1)",
+  "(P−1)(F+B−W) / ((P−1)(F+B−W) + M(F+B+W)), M ≥ P", "(P−1)(F+B−2W) / (… + M(F+B+W)), ≥ 0, M ≥ 2P−1"];
+function sched() {
+  return { sched: +$("s-sched").value, P: +$("s-P").value, M: +$("s-M").value, v: +$("s-v").value,
+    f: +$("s-f").value / 10, b: +$("s-b").value / 10, w: +$("s-w").value / 10, c: +$("s-c").value / 10 };
+}
+function runSched(q, M) {
+  return Module._zx_sched(q.sched, q.P, M === undefined ? q.M : M, q.v, q.f, q.b, q.w, q.c);
+}
+
+function updateSchedules() {
+  var q = sched();
+  ["P", "M", "v"].forEach(function (n) { $("s-" + n + "-v").textContent = q[n]; });
+  ["f", "b", "w", "c"].forEach(function (n) { $("s-" + n + "-v").textContent = q[n].toFixed(1); });
+  $("s-v").disabled = q.sched !== 3;
+  // the curve first (it reruns the simulator for every M), then this M last, whose results stay
+  drawCurve(q);
+  var rc = runSched(q);
+  ZX.schedRc = rc;
+  var tl = $("s-timeline");
+  clear(tl);
+  $("s-formula-text").textContent = SCHED_FORMULA[q.sched];
+  if (rc !== 0) {
+    $("s-err").textContent = "the simulator refuses this case (interleaved needs M a multiple of P)";
+    ["s-bubble", "s-closed", "s-makespan", "s-busy"].forEach(function (id) { $(id).textContent = "–"; $(id).removeAttribute("data-v"); });
+    return;
+  }
+  $("s-err").textContent = "";
+  var bub = Module._zx_sched_bubble(), closed = Module._zx_bubble_closed(q.sched, q.P, q.M, q.v, q.f, q.b, q.w);
+  $("s-bubble").textContent = bub.toFixed(4);
+  $("s-bubble").setAttribute("data-v", String(bub));
+  $("s-closed").textContent = closed < 0 ? "(does not hold here)" : closed.toFixed(4) + (q.c > 0 ? " (c = 0)" : "");
+  $("s-closed").setAttribute("data-v", String(closed));
+  var mk = Module._zx_sched_makespan();
+  $("s-makespan").textContent = mk.toFixed(2);
+  $("s-busy").textContent = Module._zx_sched_busy().toFixed(2);
+  var W = +tl.getAttribute("width"), rowH = Math.max(12, Math.min(40, 260 / q.P)), x0 = 80;
+  tl.setAttribute("height", q.P * rowH + 40);
+  var sx = (W - x0 - 10) / mk;
+  for (var s = 0; s < q.P; s++) {
+    var y = 10 + s * rowH;
+    el("text", { x: 4, y: y + rowH * 0.7, "font-size": 14 }, tl, "stage " + s);
+    var n = Module._zx_sched_nops(s);
+    for (var i = 0; i < n; i++) {
+      var k = String.fromCharCode(Module._zx_sched_kind(s, i)), t0 = Module._zx_sched_start(s, i), d = Module._zx_sched_dur(s, i);
+      var chunk = Module._zx_sched_chunk(s, i);
+      el("rect", { x: x0 + t0 * sx, y: y, width: Math.max(d * sx - 1, 1), height: rowH - 3, fill: OP_COLOR[k],
+        "fill-opacity": chunk > 0 ? 0.6 : 1, stroke: "#fff" }, tl);
+      if (d * sx > 16 && rowH > 14)
+        el("text", { x: x0 + (t0 + d / 2) * sx, y: y + rowH * 0.65, "text-anchor": "middle", "font-size": Math.min(13, rowH * 0.5), fill: "#fff" }, tl, k + Module._zx_sched_micro(s, i));
+    }
+  }
+  el("text", { x: x0, y: q.P * rowH + 32, "font-size": 14 }, tl, SCHED_NAME[q.sched] + ", P = " + q.P + ", M = " + q.M +
+    (q.sched === 3 ? ", v = " + q.v + " (lighter: chunk ≥ 1)" : "") + ": F blue, B green, W orange; white gaps are the bubble");
+}
+
+function drawCurve(q) {
+  var svg = $("s-curve");
+  clear(svg);
+  var W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), x0 = 50, y0 = H - 40, Mmax = 32;
+  var sx = function (M) { return x0 + (M - 1) / (Mmax - 1) * (W - x0 - 20); }, sy = function (b) { return y0 - b * (y0 - 20); };
+  el("line", { x1: x0, y1: y0, x2: W - 10, y2: y0, stroke: "#333" }, svg);
+  el("line", { x1: x0, y1: y0, x2: x0, y2: 15, stroke: "#333" }, svg);
+  [0, 0.25, 0.5, 0.75, 1].forEach(function (b) { el("text", { x: 8, y: sy(b) + 5, "font-size": 13 }, svg, b.toFixed(2)); });
+  [1, 8, 16, 24, 32].forEach(function (M) { el("text", { x: sx(M), y: y0 + 18, "font-size": 13, "text-anchor": "middle" }, svg, "M=" + M); });
+  var pts = [];
+  for (var M = 1; M <= Mmax; M++) if (runSched(q, M) === 0) pts.push(sx(M) + "," + sy(Module._zx_sched_bubble()));
+  el("polyline", { points: pts.join(" "), fill: "none", stroke: "#1d3557", "stroke-width": 2 }, svg);
+  el("text", { x: x0 + 10, y: 16, "font-size": 14 }, svg, "bubble vs M: simulator (line), " + SCHED_NAME[q.sched] + ", P = " + q.P + ", these F, B, W");
+  var meas = (typeof ZX_MEASURED === "undefined" ? [] : ZX_MEASURED).filter(function (p) {
+    return p.sched === q.sched && p.P === q.P && (q.sched !== 3 || p.v === q.v) && p.M <= Mmax;
+  });
+  var files = {};
+  meas.forEach(function (p) {
+    var c = el("circle", { cx: sx(p.M), cy: sy(p.bubble), r: 6, fill: p.model === "gpt" ? "#e63946" : "#8d5fd3", "fill-opacity": 0.8 }, svg);
+    el("title", {}, c, "measured: " + p.case + " " + p.bubble.toFixed(3) + " (" + p.file + ", " + p.date + ")");
+    el("text", { x: sx(p.M) + 8, y: sy(p.bubble) - 6, "font-size": 12 }, svg, "measured " + p.model);
+    files[p.file + " (" + p.date + ", " + p.machine + ")"] = 1;
+  });
+  $("s-measured-note").textContent = meas.length ? "dots: measured on this project's machine by make bench-pipeline (" + meas.length +
+    " runs, the real program with its messages and its stages' unequal costs): " + Object.keys(files).join("; ") +
+    ". The line is the simulator with the sliders' F, B, W and no message cost unless c > 0." :
+    "no measured run of this schedule at P = " + q.P + " in notes/data (measured: P = 2 and 4, GPipe, 1F1B, interleaved v = 2, ZB-H1, ZB-H2).";
+}
+
+// ---- collectives: solutions/ring.c on N simulated ranks --------------------------------------------
+function updateCollectives() {
+  var op = +$("c-op").value, N = +$("c-N").value, per = +$("c-per").value;
+  $("c-step").max = N - 1;
+  if (+$("c-step").value > N - 1) $("c-step").value = N - 1;
+  var step = +$("c-step").value;
+  $("c-N-v").textContent = N;
+  $("c-per-v").textContent = per;
+  $("c-step-v").textContent = step + " of " + (N - 1);
+  var steps = Module._zx_ring(op, N, per), n = Module._zx_ring_numel();
+  var vals = function (f) { var a = []; for (var i = 0; i < per; i++) a.push(f(i)); return "[" + a.join(", ") + "]"; };
+  var table = $("c-table");
+  clear(table);
+  var head = document.createElement("tr");
+  head.innerHTML = "<th>rank</th><th>input</th>" + Array.from({ length: step }, function (_, s) { return "<th>after step " + (s + 1) + "</th>"; }).join("") +
+    (step === steps ? "<th>output</th>" : "");
+  table.appendChild(head);
+  for (var r = 0; r < N; r++) {
+    var tr = document.createElement("tr"), inp = [];
+    for (var i = 0; i < (op === 0 ? n : per); i++) inp.push(Module._zx_ring_in(r, i));
+    tr.innerHTML = "<th>" + r + "</th><td>[" + inp.join(", ") + "]</td>";
+    for (var s = 0; s < step; s++) {
+      var td = document.createElement("td");
+      td.textContent = "chunk " + Module._zx_ring_chunk(r, s) + ": " + vals(function (i) { return Module._zx_ring_after(r, s, i); });
+      tr.appendChild(td);
+    }
+    if (step === steps) {
+      var out = [];
+      for (var i2 = 0; i2 < (op === 0 ? per : n); i2++) out.push(Module._zx_ring_out(r, i2));
+      var td2 = document.createElement("td");
+      td2.textContent = "[" + out.join(", ") + "]";
+      td2.setAttribute("data-k", "out." + r);
+      td2.setAttribute("data-v", JSON.stringify(out));
+      tr.appendChild(td2);
+    }
+    table.appendChild(tr);
+  }
+  // the ring: this step's messages, r -> r+1, with what they carry
+  var svg = $("c-ring");
+  clear(svg);
+  var cx = 260, cy = 230, R = 170;
+  var pos = function (r) { var a = -Math.PI / 2 + 2 * Math.PI * r / N; return [cx + R * Math.cos(a), cy + R * Math.sin(a)]; };
+  el("defs", {}, svg).innerHTML = '<marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#e63946"/></marker>';
+  var bytes = 0;
+  for (var r2 = 0; r2 < N; r2++) {
+    var a = pos(r2), b = pos((r2 + 1) % N);
+    if (step > 0) {
+      var sent = Module._zx_ring_sent(r2, step - 1);
+      bytes = sent * 4;
+      var dx = b[0] - a[0], dy = b[1] - a[1], L = Math.hypot(dx, dy), ux = dx / L, uy = dy / L;
+      el("line", { x1: a[0] + ux * 34, y1: a[1] + uy * 34, x2: b[0] - ux * 34, y2: b[1] - uy * 34, stroke: "#e63946", "stroke-width": 3, "marker-end": "url(#arr)" }, svg);
+      el("text", { x: (a[0] + b[0]) / 2 - uy * 26, y: (a[1] + b[1]) / 2 + ux * 26, "text-anchor": "middle", "font-size": 13 }, svg,
+        vals(function (i) { return Module._zx_ring_sent_value(r2, step - 1, i); }) + ", " + sent * 4 + " B");
+    }
+    el("circle", { cx: a[0], cy: a[1], r: 30, fill: "#1d3557" }, svg);
+    el("text", { x: a[0], y: a[1] + 6, "text-anchor": "middle", fill: "#fff", "font-size": 18 }, svg, "rank " + r2);
+  }
+  el("text", { x: 10, y: 20, "font-size": 15 }, svg, (op === 0 ? "reduce-scatter" : "all-gather") + ", N = " + N + ", n = " + n + " floats" +
+    (step > 0 ? ": step " + step + "'s messages" : ": the inputs"));
+  $("c-step-bytes").textContent = step > 0 ? bytes + " B" : "–";
+  $("c-step-bytes").setAttribute("data-v", step > 0 ? String(bytes) : "");
+  $("c-step-formula").textContent = Module._zx_ring_formula_step(N, n, 4) + " B";
+  var total = 0;
+  for (var s2 = 0; s2 < steps; s2++) total += Module._zx_ring_sent(0, s2) * 4;
+  $("c-total-bytes").textContent = "rank 0: " + total + " B (ring model: " + Module._zx_ring_model_bytes(N, n, 4, 0) + " B)";
+  $("c-total-bytes").setAttribute("data-v", String(total));
+  $("c-total-formula").textContent = Module._zx_ring_formula_total(N, n, 4) + " B";
+}
+
+// ---- panels, and the test mode ------------------------------------------------------------------
+function show(panel) {
+  document.querySelectorAll("section").forEach(function (s) { s.classList.toggle("on", s.id === panel); });
+  document.querySelectorAll("nav button").forEach(function (b) { b.classList.toggle("on", b.getAttribute("data-panel") === panel); });
+}
+
+function setControls(cfg) {
+  for (var id in cfg) {
+    var e = $(id);
+    if (e.type === "checkbox") e.checked = !!cfg[id];
+    else e.value = cfg[id];
+    e.dispatchEvent(new Event(e.tagName === "SELECT" || e.type === "checkbox" ? "change" : "input"));
+  }
+}
+function readNumbers(section) {
+  var out = {};
+  document.querySelectorAll("#" + section + " [data-v]").forEach(function (e) {
+    out[e.getAttribute("data-k") || e.id] = e.getAttribute("data-v");
+  });
+  return out;
+}
+
+function runTests(t) {
+  var res = { memory: [], schedules: [], collectives: [] };
+  (t.memory || []).forEach(function (cfg) {
+    show("memory");
+    setControls(cfg);
+    res.memory.push({ cfg: cfg, flags: memoryFlags(), rc: ZX.memRc, err: $("m-err").textContent, text: $("m-text").textContent, numbers: readNumbers("memory") });
+  });
+  (t.schedules || []).forEach(function (cfg) {
+    show("schedules");
+    setControls(cfg);
+    var q = sched();
+    res.schedules.push({ cfg: cfg, q: q, rc: ZX.schedRc, bubble: $("s-bubble").getAttribute("data-v"), closed: $("s-closed").getAttribute("data-v"),
+      ops0: Module._zx_sched_nops(0) });
+  });
+  (t.collectives || []).forEach(function (cfg) {
+    show("collectives");
+    setControls(cfg);
+    res.collectives.push({ cfg: cfg, numbers: readNumbers("collectives") });
+  });
+  $("zx-test-out").textContent = JSON.stringify(res);
+}
+
+function start() {
+  document.querySelectorAll("nav button").forEach(function (b) {
+    b.addEventListener("click", function () { show(b.getAttribute("data-panel")); location.hash = b.getAttribute("data-panel"); });
+  });
+  document.querySelectorAll("#memory input, #memory select").forEach(function (e) { e.addEventListener("input", updateMemory); e.addEventListener("change", updateMemory); });
+  document.querySelectorAll("#schedules input, #schedules select").forEach(function (e) { e.addEventListener("input", updateSchedules); e.addEventListener("change", updateSchedules); });
+  document.querySelectorAll("#collectives input, #collectives select").forEach(function (e) { e.addEventListener("input", updateCollectives); e.addEventListener("change", updateCollectives); });
+  updateMemory();
+  updateSchedules();
+  updateCollectives();
+  $("zx-status").textContent = "every number: the project's C, compiled to WebAssembly";
+  var h = decodeURIComponent(location.hash.slice(1));
+  if (h.indexOf("test=") === 0) runTests(JSON.parse(h.slice(5)));
+  else if (h.indexOf("panel=") === 0) { var p = JSON.parse(h.slice(6)); show(p.panel); setControls(p.cfg || {}); }
+  else show(["memory", "schedules", "collectives"].indexOf(h) >= 0 ? h : "memory");
+}
+if (Module.calledRun) start();
+else Module.onRuntimeInitialized = start;
