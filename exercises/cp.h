@@ -65,6 +65,7 @@ typedef struct cp_ring {
   tensor_t ml, dq;    /* (R, NH, n) the running sum / dsum; (R, n, E) dq */
   int64_t work_fwd;   /* score pairs computed by the last forward call (one layer, one micro-batch) */
   int64_t calls_fwd, calls_bwd; /* ring calls so far (the layers × micro-batches × steps) */
+  double wait_us;     /* time this rank's compute waited for hops so far: what the fold did not hide */
 } cp_ring_t;
 
 /* Collective-free: the ring of this rank in group c over sequences of S, E features, NH heads. */

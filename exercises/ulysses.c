@@ -15,6 +15,7 @@
 #include "exercise.h" // zl_exercise_todo (what the generated stubs call)
 #include "ledger.h"   // LEDGER_ACTS
 #include "ops_gpt.h"  // op_attention_fwd, op_attention_bwd
+#include "trace.h"    // trace_now_us
 
 /* ---- the transpose's index arithmetic ---------------------------------------------------------- */
 void ulysses_pack(int R, int n, int E, int F, int C, const float *x, float *send) {
@@ -92,7 +93,9 @@ static void to_heads(cp_ulysses_t *u, float *y, const float *x, int R, int F) {
   int64_t numel = (int64_t)R * u->n * F * u->E;
   float *snd = grow(&u->send, "ulysses a2a send", numel), *rcv = grow(&u->recv, "ulysses a2a recv", numel);
   ulysses_pack(R, u->n, u->E, F, u->C, x, snd);
+  double t0 = trace_now_us();
   comm_all_to_all(u->c, snd, rcv, numel, DT_F32);
+  u->wait_us += trace_now_us() - t0;
   ulysses_unpack(R, u->n, u->S, u->E, F, u->C, u->pos, rcv, y);
 }
 /* The way back: [R, S, F·E/C] → [R, n, F·E]. */
@@ -100,7 +103,9 @@ static void to_positions(cp_ulysses_t *u, float *x, const float *y, int R, int F
   int64_t numel = (int64_t)R * u->n * F * u->E;
   float *snd = grow(&u->send, "ulysses a2a send", numel), *rcv = grow(&u->recv, "ulysses a2a recv", numel);
   ulysses_pack_back(R, u->n, u->S, u->E, F, u->C, u->pos, y, snd);
+  double t0 = trace_now_us();
   comm_all_to_all(u->c, snd, rcv, numel, DT_F32);
+  u->wait_us += trace_now_us() - t0;
   ulysses_unpack_back(R, u->n, u->E, F, u->C, rcv, x);
 }
 

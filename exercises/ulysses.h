@@ -52,6 +52,7 @@ typedef struct cp_ulysses {
   cp_ring_t *ring;      /* the 2-D hybrid (cp_usp_init): the ring across the groups; NULL: plain Ulysses */
   int *own_pos;         /* the hybrid's positions inside the group, 0 .. A·n − 1 (owned) */
   int64_t calls_fwd, calls_bwd;
+  double wait_us;       /* time this rank spent in the all-to-alls so far (blocking: all of it exposed) */
 } cp_ulysses_t;
 
 /* Collective-free. pos: every rank's n = S/C positions (cp_positions), kept by the caller. */

@@ -9,6 +9,7 @@
 #include "check.h"    // die, xmalloc, xcalloc
 #include "exercise.h" // zl_exercise_todo (what the generated stubs call)
 #include "ledger.h"   // LEDGER_ACTS
+#include "trace.h"    // trace_now_us
 
 /* ---- the layout ---------------------------------------------------------------------------- */
 int cp_layout_check(int S, int C, int balance, char *why, size_t n) {
@@ -206,7 +207,9 @@ void cp_ring_forward(cp_ring_t *g, float *out, float *lse, const float *qkv, int
     if (j < C - 1) h = hop_start(g, cur, nxt, kvn, "cp kv"); /* the next block travels while this one is used */
     g->work_fwd += cp_attend_block(R, n, E, g->NH, qkv, qpos, cur, g->pos + (int64_t)src * n, lse, l, out);
     if (j < C - 1) {
+      double t0 = trace_now_us(); /* what of the hop the fold did not cover */
       comm_wait(g->c, h);
+      g->wait_us += trace_now_us() - t0;
       float *t = cur;
       cur = nxt, nxt = t;
     }
@@ -232,7 +235,9 @@ void cp_ring_backward(cp_ring_t *g, float *dqkv, const float *dout, const float 
     if (C == 1) break;
     comm_handle_t h = j < C - 1 ? hop_start(g, cur, nxt, 2 * kvn, "cp kv+dkv") /* [K|V|dK|dV] to the next rank */
                                 : hop_start(g, cur + kvn, nxt + kvn, kvn, "cp dkv home"); /* block r+1's gradient to rank r+1 */
+    double t0 = trace_now_us();
     comm_wait(g->c, h);
+    g->wait_us += trace_now_us() - t0;
     float *t = cur;
     cur = nxt, nxt = t;
   }

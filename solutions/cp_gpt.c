@@ -320,6 +320,17 @@ static void cp_report(trainer_t *t) {
   int64_t b = t->local_batch, R = b * C, L = t->model.gpt.n_layer;
   double kv = (double)k.sent[CO_SEND] / steps, tok = (double)k.sent[CO_ALL_GATHER] / steps;
   double kv_f = cp_part_formula(cfg, c->u && !c->ring ? 1 : 0, R, c->g.n, c->E);
+  /* the time the communication stream spent in the ring's hops and in the all-to-alls, per step: the
+   * hops run under the fold's compute (hidden but for what sticks out), the all-to-alls block the
+   * attention (exposed) — make bench-long's emulated nodes put the two side by side */
+  comm_counters_t kr = c->ring ? (comm_wait_all(c->ring->c), comm_counters(c->ring->c)) : k;
+  comm_counters_t ka = c->ring ? (comm_wait_all(c->ga), comm_counters(c->ga)) : k;
+  trainer_report_extra(t, "cp_kv_busy_ms_per_step", (kr.busy_us[CO_SEND] + kr.busy_us[CO_RECV]) / steps / 1000.0);
+  trainer_report_extra(t, "cp_a2a_busy_ms_per_step", ka.busy_us[CO_ALL_TO_ALL] / steps / 1000.0);
+  /* and the time this rank's compute waited for them: exposed (busy − exposed: hidden under the fold) */
+  const cp_ring_t *rw = c->ring ? c->ring : c->u ? NULL : &c->g;
+  trainer_report_extra(t, "cp_kv_wait_ms_per_step", rw ? rw->wait_us / steps / 1000.0 : 0.0);
+  trainer_report_extra(t, "cp_a2a_wait_ms_per_step", c->u ? c->u->wait_us / steps / 1000.0 : 0.0);
   double tok_f = 2.0 * cfg->accum * comm_model_sent(CO_ALL_GATHER, C * b * c->S, DT_F32, C, c->g.r, 0);
   if (c->u && !c->ring) { /* Ulysses: the all-to-alls' bytes; every rank attends all S positions of NH/C heads */
     double a2a = (double)k.sent[CO_ALL_TO_ALL] / steps, a2a_f = kv_f;
@@ -343,10 +354,8 @@ static void cp_report(trainer_t *t) {
   int A = c->A, G = C / A; /* the ring's size (G = C without the hybrid) and each rank's heads in it */
   const cp_ring_t *rg = c->ring ? c->ring : &c->g;
   if (c->ring) {
-    comm_wait_all(c->ga);
-    comm_wait_all(c->ring->c);
-    kv = (double)comm_counters(c->ring->c).sent[CO_SEND] / steps;
-    a2a = (double)comm_counters(c->ga).sent[CO_ALL_TO_ALL] / steps;
+    kv = (double)kr.sent[CO_SEND] / steps;
+    a2a = (double)ka.sent[CO_ALL_TO_ALL] / steps;
     a2a_f = cp_part_formula(cfg, 1, R, c->g.n, c->E);
   }
   /* the attention work of one layer's forward on one micro-batch: max and sum over the group (the
