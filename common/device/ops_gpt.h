@@ -86,6 +86,21 @@ void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *w
  * (on CUDA that copies the B·T tokens to the host: one stream synchronization). */
 void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B,
                       int T, int C, int V, float beta);
+/* ---- chapter 12's Mixture of Experts: rows moved between tokens and experts (solutions/moe.h) ------
+ * Index arrays are int, on the op's device; a negative index is "no row" (a dropped token, a
+ * capacity slot nobody filled). Deterministic: every output row is one thread's (or loop's) fixed-
+ * order sum, no atomics. No workspace. */
+/* dst[i,:] = src_row[i] >= 0 ? s_i·src[src_row[i],:] : 0 for i < n, s_i = scale ? scale[i] : 1.
+ * dst (n,C), src (rows,C): the dispatch (token rows into the experts' buffer) and, scaled by the
+ * gates, the combine's backward (d y rows into the experts' output gradient). */
+void op_rows_gather(device_t dev, float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C);
+/* y[t,:] = beta·y[t,:] + Σ_{j<k, slot[t,j] >= 0} w_tj·src[slot[t,j],:], the j in order, w_tj = w ? w[t·k+j] : 1:
+ * the combine (w the gates), and the dispatch's backward (w NULL). y (T,C) must not alias src. */
+void op_rows_combine(device_t dev, float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C,
+                     float beta);
+/* dw[t·k+j] = slot[t,j] >= 0 ? Σ_c dy[t,c]·src[slot[t,j],c] : 0 (c in order): the gates' gradient. */
+void op_rows_dot(device_t dev, float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C);
+
 
 /* ---- the CUDA implementations (ops_gpt_cuda.cu), called by ops_gpt_cpu.c for DEV_CUDA ---------
  * Same contracts, all on the compute stream. Not for direct use. */
@@ -104,6 +119,9 @@ void opcu_embedding_fwd(float *out, const int *tokens, const void *wte, const vo
                         int C, int V);
 void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B, int T, int C,
                         int V, float beta);
+void opcu_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C);
+void opcu_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C, float beta);
+void opcu_rows_dot(float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C);
 #ifdef __cplusplus
 }
 #endif

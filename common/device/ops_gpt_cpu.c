@@ -310,3 +310,48 @@ void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, c
     gpt_store_acc((char *)dwpe + (int64_t)t * C * (int64_t)dtype_size(wdt), wdt, s, C, beta);
   }
 }
+
+/* ---- chapter 12's rows (ops_gpt.h) ------------------------------------------------------------- */
+void op_rows_gather(device_t dev, float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C) {
+  if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_rows_gather(dst, src, src_row, scale, n, C));
+  for (int64_t i = 0; i < n; i++) {
+    float *d = dst + i * C;
+    int r = src_row[i];
+    if (r < 0) {
+      for (int c = 0; c < C; c++) d[c] = 0.0f;
+      continue;
+    }
+    const float *s = src + (int64_t)r * C, w = scale ? scale[i] : 1.0f;
+    if (scale)
+      for (int c = 0; c < C; c++) d[c] = w * s[c];
+    else memcpy(d, s, (size_t)C * sizeof(float));
+  }
+}
+
+void op_rows_combine(device_t dev, float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C,
+                     float beta) {
+  if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_rows_combine(y, src, slot, w, T, k, C, beta));
+  for (int64_t t = 0; t < T; t++) {
+    float *d = y + t * C;
+    for (int c = 0; c < C; c++) {
+      float acc = beta == 0.0f ? 0.0f : d[c];
+      for (int j = 0; j < k; j++) {
+        int r = slot[t * k + j];
+        if (r >= 0) acc += (w ? w[t * k + j] : 1.0f) * src[(int64_t)r * C + c];
+      }
+      d[c] = acc;
+    }
+  }
+}
+
+void op_rows_dot(device_t dev, float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C) {
+  if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_rows_dot(dw, dy, src, slot, T, k, C));
+  for (int64_t t = 0; t < T; t++)
+    for (int j = 0; j < k; j++) {
+      int r = slot[t * k + j];
+      float acc = 0.0f;
+      if (r >= 0)
+        for (int c = 0; c < C; c++) acc += dy[t * C + c] * src[(int64_t)r * C + c];
+      dw[t * k + j] = acc;
+    }
+}

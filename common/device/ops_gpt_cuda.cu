@@ -344,3 +344,48 @@ void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *to
     CHECK_LAUNCH();
   }
 }
+
+/* ---- chapter 12's rows (ops_gpt.h): one thread per output element, its sum in a fixed order ----- */
+__global__ void k_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * C) return;
+  int64_t row = i / C, c = i % C;
+  int r = src_row[row];
+  dst[i] = r < 0 ? 0.0f : (scale ? scale[row] * src[(int64_t)r * C + c] : src[(int64_t)r * C + c]);
+}
+__global__ void k_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C,
+                               float beta) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * C) return;
+  int64_t t = i / C, c = i % C;
+  float acc = beta == 0.0f ? 0.0f : y[i];
+  for (int j = 0; j < k; j++) {
+    int r = slot[t * k + j];
+    if (r >= 0) acc += (w ? w[t * k + j] : 1.0f) * src[(int64_t)r * C + c];
+  }
+  y[i] = acc;
+}
+__global__ void k_rows_dot(float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * k) return;
+  int r = slot[i];
+  float acc = 0.0f;
+  if (r >= 0)
+    for (int c = 0; c < C; c++) acc += dy[(i / k) * C + c] * src[(int64_t)r * C + c];
+  dw[i] = acc;
+}
+void opcu_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C) {
+  if (n * C <= 0) return;
+  k_rows_gather<<<grid_for(n * C, GPT_THREADS), GPT_THREADS, 0, stream()>>>(dst, src, src_row, scale, n, C);
+  CHECK_LAUNCH();
+}
+void opcu_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C, float beta) {
+  if (T * C <= 0) return;
+  k_rows_combine<<<grid_for(T * C, GPT_THREADS), GPT_THREADS, 0, stream()>>>(y, src, slot, w, T, k, C, beta);
+  CHECK_LAUNCH();
+}
+void opcu_rows_dot(float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C) {
+  if (T * k <= 0) return;
+  k_rows_dot<<<grid_for(T * k, GPT_THREADS), GPT_THREADS, 0, stream()>>>(dw, dy, src, slot, T, k, C);
+  CHECK_LAUNCH();
+}

@@ -248,14 +248,17 @@ static void row_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_
   else op_linear_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
 }
 
-void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
-  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S, BTs = B * k->Ss;
+int64_t gpt_block_attn_saved(const gpt_block_t *k) { return gpt_block_saved(k) - 8 * (int64_t)k->S * k->Cr; }
+
+void gpt_block_attn_forward(const gpt_block_t *k, const unit_io_t *io, float **x2, float **ln2) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BTs = B * k->Ss;
   int64_t n = (int64_t)BTs * C;
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   gpt_block_layout_t l = k->l;
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
+  (void)S;
   op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BTs, C); // (BTs,C)
   col_fwd(k, io, a.qkv, a.ln1, l.qkvw, l.qkvb, C, 3 * Cr);                                      // (BT,3Cr)
   if (k->att_fwd) k->att_fwd(k->hook_ctx, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);               // (BT,Cr)
@@ -263,10 +266,21 @@ void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
   row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BTs,C)
   op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
   op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BTs, C);
-  col_fwd(k, io, a.fch, a.ln2, l.fcw, l.fcb, C, 4 * Cr);                                        // (BT,4Cr)
+  *x2 = a.x2, *ln2 = a.ln2;
+}
+
+void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S, BTs = B * k->Ss;
+  int64_t n = (int64_t)BTs * C;
+  device_t dev = io->dev;
+  gpt_block_layout_t l = k->l;
+  block_acts_t a = block_acts(k, B, io->saved);
+  float *x2, *ln2;
+  gpt_block_attn_forward(k, io, &x2, &ln2);
+  col_fwd(k, io, a.fch, ln2, l.fcw, l.fcb, C, 4 * Cr);                                          // (BT,4Cr)
   op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
   row_fwd(k, io, io->y, a.fchg, l.fcprojw, l.fcprojb, 4 * Cr, C);
-  op_add(dev, io->y, a.x2, DT_F32, n);                                                          // y = x2 + mlp
+  op_add(dev, io->y, x2, DT_F32, n);                                                            // y = x2 + mlp
 }
 
 /* ---- backward --------------------------------------------------------------------------------- */
@@ -306,20 +320,16 @@ static void ln_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t
   else op_layernorm_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, mean, rstd, P(io, w), io->wdt, rows, k->C, io->beta);
 }
 
-void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) {
-  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
+void gpt_block_attn_backward(const gpt_block_t *k, const unit_io_t *io, const float *dln2, float *work) {
+  int B = io->B, S = k->S, Cr = k->Cr, BT = B * S, C = k->C;
   int64_t n = (int64_t)B * k->Ss * C;
   device_t dev = io->dev;
   gpt_block_layout_t l = k->l;
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
   float *dy = io->dy;
-  float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s4 (BT,4Cr), s1 (BT,C) or (BTs,C); s3 (BT,3Cr) */
-  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy is whole
-  row_bwd(k, io, s4, l.fcprojw, l.fcprojb, dy, a.fchg, 4 * Cr, C);                             // d fchg
-  op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                       // d fch
-  col_bwd(k, io, s1, l.fcw, l.fcb, s4, a.ln2, C, 4 * Cr);                                      // d ln2 (split: Σ partials)
-  ln_bwd(k, io, dy, l.ln2w, l.ln2b, s1, a.x2, a.mean2, a.rstd2);                              // dy := d x2
+  float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4; /* s1 (BT,C) or (BTs,C); s3 (BT,3Cr) */
+  ln_bwd(k, io, dy, l.ln2w, l.ln2b, dln2, a.x2, a.mean2, a.rstd2);                             // dy := d x2
   // attention: x2 = x + proj(attn(qkv(ln1(x))))
   row_bwd(k, io, s1, l.projw, l.projb, dy, a.atty, Cr, C);                                      // d atty
   if (k->att_bwd) k->att_bwd(k->hook_ctx, s3, s1, a.qkv, a.atty, a.att, B, S, Cr, k->NHr);     // d qkv (BT,3Cr)
@@ -329,6 +339,20 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) 
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
     ln_bwd(k, io, io->dx, l.ln1w, l.ln1b, s1, x, a.mean1, a.rstd1);
   }
+}
+
+void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) {
+  int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S;
+  device_t dev = io->dev;
+  gpt_block_layout_t l = k->l;
+  block_acts_t a = block_acts(k, B, io->saved);
+  float *dy = io->dy;
+  float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr; /* s4 (BT,4Cr), s1 (BT,C) or (BTs,C) */
+  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy is whole
+  row_bwd(k, io, s4, l.fcprojw, l.fcprojb, dy, a.fchg, 4 * Cr, C);                             // d fchg
+  op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                       // d fch
+  col_bwd(k, io, s1, l.fcw, l.fcb, s4, a.ln2, C, 4 * Cr);                                      // d ln2 (split: Σ partials)
+  gpt_block_attn_backward(k, io, s1, work);                                                    // dy := d x2, then attention
 }
 
 /* ---- the backward in two halves (model.h: backward_input B, backward_weight W) ----------------

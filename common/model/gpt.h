@@ -99,6 +99,18 @@ void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io);
  * io->dev (the caller's; contents irrelevant). */
 void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work);
 
+/* The attention half of a block, for a block whose MLP is another's (chapter 12's experts,
+ * solutions/moe.h): ln1, qkv, attention, proj, the residual x2 = x + attn and ln2's output, saved
+ * in the first gpt_block_attn_saved(k) floats per sample of io->saved (the table's order, without
+ * fch and fchg: gpt_block_saved − 8·S·Cr). *x2 and *ln2 point at them (B·Ss rows of C).
+ * gpt_block_forward is this, then the MLP; gpt_block_backward the MLP's backward (d ln2), then
+ * gpt_block_attn_backward: io->dy holds d y on entry (the residual's share of d x2), d x2 after;
+ * dln2 the gradient of ln2's output (may be in work: read before work is reused); work as
+ * gpt_block_backward's. */
+int64_t gpt_block_attn_saved(const gpt_block_t *k);
+void gpt_block_attn_forward(const gpt_block_t *k, const unit_io_t *io, float **x2, float **ln2);
+void gpt_block_attn_backward(const gpt_block_t *k, const unit_io_t *io, const float *dln2, float *work);
+
 /* Activation bytes the loop keeps for a micro-batch of b samples: every unit's output plus
  * every unit's saved activations (recompute = 0), or every output plus ONE shared saved buffer
  * of the largest unit (recompute = 1). With s = T, h = C, a = NH, fp32:

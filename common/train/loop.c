@@ -349,6 +349,7 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
     if (log && log_step(cfg, step)) {
+    if (t->tp_comm && cfg->transform->splits_batch) comm_ctl_all_reduce_f64(t->tp_comm, &loss_sum, 1, REDOP_SUM);
       if (t->wdt == DT_F16)
         printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", step, in->steps[step].loss, ms, scale_used,
                t->skipped ? "  (skipped)" : "");
@@ -377,7 +378,7 @@ static void print_header(const trainer_t *t, const char *chapter) {
   char per_rank[96];
   if (cfg->sched) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
   else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
-  if (strcmp(m->fns->name, "gpt") == 0) /* --tp: the split GPT has its own table */
+  if (strcmp(m->fns->name, "gpt") == 0 || strcmp(m->fns->name, "gpt-moe") == 0) /* --tp: the split GPT has its own table */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
            "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
            m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
@@ -539,8 +540,9 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
-  if (!cfg->sched && cfg->batch % ((int64_t)world * cfg->accum) != 0) /* when launched without the env variables */
-    die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, world, cfg->accum);
+  int slices = grid && cfg->transform->splits_batch ? comm_world(comm) : world; /* expert parallelism: D·T */
+  if (!cfg->sched && cfg->batch % ((int64_t)slices * cfg->accum) != 0) /* when launched without the env variables */
+    die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, slices, cfg->accum);
 
   struct train_internal in = {0};
   trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
@@ -552,7 +554,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   t.name = name;
   t.hp = (adamw_hp_t){.lr = (float)cfg->lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                       .eps = (float)cfg->eps, .weight_decay = (float)cfg->weight_decay};
-  t.local_batch = cfg->batch / ((int64_t)world * cfg->accum);
+  t.local_batch = cfg->batch / ((int64_t)slices * cfg->accum);
   ckpt_manifest_t resume = {0}; /* --resume: verified before anything is allocated or written */
   if (cfg->resume && ckpt_open_resume(&t, cfg->resume, &resume)) {
     if (grid) grid_free(grid);
@@ -566,6 +568,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
   in.scaler = scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
+  if (cfg->model_hook) cfg->model_hook(&t); /* chapter 12: the MLPs become experts (solutions/moe.h) */
                           (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;

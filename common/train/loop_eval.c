@@ -24,10 +24,12 @@ static double evaluate(trainer_t *t) {
   int U = m->n_units;
   const act_slot_t *sl = &in->pools[0].slots[0];
   double sum = 0;
+  int slice, nslices; /* this rank's slice: its DP rank's, or with expert parallelism its own (of D·T) */
+  trainer_data_slice(t, &slice, &nslices);
   trace_begin("eval");
   for (int e = 0; e < cfg->eval_batches; e++)
     for (int k = 0; k < cfg->accum; k++) {
-      int64_t first = (int64_t)e * B + (int64_t)k * mb + (int64_t)t->rank * b;
+      int64_t first = (int64_t)e * B + (int64_t)k * mb + (int64_t)slice * b;
       int *x = t->dev == DEV_CPU ? sl->in.data : in->xh, *y = t->dev == DEV_CPU ? in->y.data : in->yh;
       data_val_batch(&t->data, first, (int)b, x, y);
       if (t->dev != DEV_CPU) {
@@ -39,6 +41,7 @@ static double evaluate(trainer_t *t) {
                              (int)(b * m->rows), m->classes, 1.0f);
     }
   comm_ctl_all_reduce_f64(t->comm, &sum, 1, REDOP_SUM); /* control traffic */
+  if (nslices > t->world) comm_ctl_all_reduce_f64(t->tp_comm, &sum, 1, REDOP_SUM); /* the group's slices too */
   trace_end(NULL);
   return sum / ((double)cfg->eval_batches * (double)B * m->rows);
 }

@@ -156,13 +156,13 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
-                       .model_kind = "mlp", .tp = 1, .cp = 1, .cp_balance = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
+                       .model_kind = "mlp", .tp = 1, .moe = 8, .topk = 2, .moe_every = 1, .ep = 1, .aux_loss_coeff = 1e-2, .cp = 1, .cp_balance = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
                        .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2,
                        .loss_scale = 0, .init_scale = 65536, .growth_factor = 2, .backoff_factor = 0.5,
                        .growth_interval = 2000};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
-  arg_spec_t specs[80];
+  arg_spec_t specs[96];
   int n = 0;
 #define SPEC(...) specs[n++] = (arg_spec_t){__VA_ARGS__}
   SPEC("--layers", ARG_INT, &cfg->layers, 1, 256, NULL, "hidden layers L (the model has L+1 linear units)");
@@ -254,6 +254,15 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--cp-comm", ARG_CHOICE, &cfg->cp_comm, 0, 0, "ring|a2a", "the attention over the C ranks: ring, K/V blocks round a ring (online softmax); a2a, DeepSpeed-Ulysses: an all-to-all to NH/C heads of the whole sequence, the ordinary attention, an all-to-all back (C must divide the heads)");
     cfg->cp_a2a = 1;
     SPEC("--cp-a2a", ARG_INT, &cfg->cp_a2a, 1, 256, NULL, "the 2-D hybrid (USP; --cp-comm ring): Ulysses' all-to-all inside groups of A consecutive ranks of the C, to NH/A heads of the group's positions, the ring of K/V blocks across the C/A groups; A must divide C and the heads (1: the ring alone)");
+  }
+  if (chapter_flags & TRAIN_FLAG_MOE) { /* checked against the world and the model by the chapter (solutions/moe.h) */
+    SPEC("--moe", ARG_INT, &cfg->moe, 1, 1024, NULL, "experts E in each MoE block (each a GPT MLP of 4C); the router sends each token to --topk of them");
+    SPEC("--topk", ARG_INT, &cfg->topk, 1, 1024, NULL, "experts k per token (<= --moe): the router's top-k of its softmax");
+    SPEC("--moe-every", ARG_INT, &cfg->moe_every, 1, 1024, NULL, "every m-th block is MoE (blocks m-1, 2m-1, ...), the others keep their dense MLP; 1: all");
+    SPEC("--capacity-factor", ARG_DOUBLE, &cfg->capacity_factor, 0, 64, NULL, "cf > 0: capacity ceil(cf x tokens x k / E) rows per expert and micro-batch, padded [E, C, h] buffers, tokens past it dropped (they ride the residual); 0: dropless (a count exchange, then all-to-all-v)");
+    SPEC("--aux-loss-coeff", ARG_DOUBLE, &cfg->aux_loss_coeff, 0, 10, NULL, "Switch's load-balancing loss alpha: alpha x E x sum_e f_e P_e per block and micro-batch (0: none)");
+    SPEC("--router-bias-rate", ARG_DOUBLE, &cfg->router_bias_rate, 0, 10, NULL, "DeepSeek-V3's auxiliary-loss-free balance: after each step every expert's selection bias moves by this rate toward the mean load, from counts summed over all ranks (0: no bias)");
+    SPEC("--ep", ARG_INT, &cfg->ep, 1, 256, NULL, "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
   }
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");

@@ -212,6 +212,16 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
   if (yh != y) free(yh);
 }
 
+double trainer_loss_scale(const trainer_t *t) { return t->wdt == DT_F16 ? (double)t->in->scaler.scale : 1.0; }
+
+void trainer_data_slice(const trainer_t *t, int *slice, int *nslices) {
+  *slice = t->rank, *nslices = t->world;
+  if (t->tp_comm && t->cfg->transform->splits_batch) {
+    int T = comm_world(t->tp_comm);
+    *slice = t->rank * T + comm_rank(t->tp_comm), *nslices = t->world * T;
+  }
+}
+
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
   const model_t *m = &t->model;
   /* fp16: the loss is multiplied by the loss scale S before the backward (its gradient is) */
@@ -290,8 +300,11 @@ static double op_forward(trainer_t *t, const train_op_t *op) {
   act_slot_t *sl = slot_take(t, op->chunk, k);
   if (!ch->first) sc->recv_forward(t, op->chunk, k, sl->in.data);
   double t0 = trace_now_us(); /* loading the data is work (busy); waiting for the previous stage is not */
-  if (ch->first) /* the loop's own chunk scores here too: its targets come with the inputs */
-    trainer_load_micro(t, k, t->n_micro, t->rank, t->world, sl->in.data, ch->last && !sc ? (int *)in->y.data : NULL);
+  if (ch->first) { /* the loop's own chunk scores here too: its targets come with the inputs */
+    int slice, nslices;
+    trainer_data_slice(t, &slice, &nslices);
+    trainer_load_micro(t, k, t->n_micro, slice, nslices, sl->in.data, ch->last && !sc ? (int *)in->y.data : NULL);
+  }
   for (int u = ch->u0; u < ch->u1; u++, t->use++) {
     if (s->pre_forward) s->pre_forward(t, u);
     snprintf(name, sizeof name, "fwd %d", u);
@@ -327,7 +340,11 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
   double t0 = trace_now_us();
   if (ch->last) { /* mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks'
                    * gradients is then the mean gradient. A schedule's loss is its stage's work. */
-    if (sc) trainer_load_micro(t, k, t->n_micro, t->rank, t->world, NULL, (int *)in->y.data);
+    if (sc) {
+      int slice, nslices;
+      trainer_data_slice(t, &slice, &nslices);
+      trainer_load_micro(t, k, t->n_micro, slice, nslices, NULL, (int *)in->y.data);
+    }
     TRAINER_PHASE("loss", *loss += trainer_loss(t, (int)t->local_batch, sl->out[ch->u1 - 1 - ch->u0].data,
                                                 (const int *)in->y.data, dy));
   } else {

@@ -64,6 +64,16 @@ typedef struct train_cfg {
    * model is built and before the activations are sized (chapter 10's context parallelism,
    * solutions/cp.h's cp_split_trainer): the model becomes this rank's sequence chunks. */
   void (*cp_split)(struct trainer *t);
+  /* Chapter 12's Mixture of Experts (solutions/moe.h; TRAIN_FLAG_MOE): --moe E experts in every
+   * --moe-every m-th block, --topk k of them per token, --capacity-factor cf (0: dropless), the Switch
+   * load-balancing loss --aux-loss-coeff, DeepSeek-V3's bias --router-bias-rate, --ep P_E ranks over
+   * which the experts are split (solutions/ep.c). moe 0: no experts. */
+  int moe, topk, moe_every, ep;
+  double capacity_factor, aux_loss_coeff, router_bias_rate;
+  /* Set by a chapter's main, not a flag: called once after the model is built and a transform's split
+   * (chapter 12: the GPT's MLPs become experts, solutions/moe.h's moe_setup), before the activations
+   * are sized and the strategy's setup. NULL: none. */
+  void (*model_hook)(struct trainer *t);
   /* Set by a chapter's main, not a flag: the schedule of a step (chapter 07's pipeline,
    * solutions/pipeline.h's pipeline_schedule); NULL: the loop's own (schedule_t below). */
   const struct schedule *sched;
@@ -113,7 +123,9 @@ typedef struct train_cfg {
 enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16,
        TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */,
        TRAIN_FLAG_SHARD_GROUP = 64, /* --shard-group all|node: ZeRO-3 over every rank, or HSDP (05, 09) */
-       TRAIN_FLAG_CP = 128          /* --cp C, --cp-balance (10) */ };
+       TRAIN_FLAG_CP = 128,         /* --cp C, --cp-balance (10) */
+       TRAIN_FLAG_MOE = 256         /* --moe E, --topk, --moe-every, --capacity-factor, --aux-loss-coeff,
+                                     * --router-bias-rate, --ep (12) */ };
 
 struct trainer;
 
@@ -284,6 +296,11 @@ typedef struct model_transform {
    * count and the bytes sent, the formula the report prints beside the group's counters. */
   void (*traffic)(const struct trainer *t, int64_t *calls, int64_t *bytes);
   const char *traffic_text; /* one line naming what the formula counts (printed under the table) */
+  /* 0 (tensor parallelism): the group's ranks work on the same samples. 1 (chapter 12's expert
+   * parallelism): they are data-parallel for everything the transform does not split — each reads
+   * its own slice of the batch (the slices over D·T ranks, trainer_data_slice), and the loss is
+   * summed over the group too. */
+  int splits_batch;
   /* The FULL model's fp32 weights from every rank's own. local: this rank's unpadded weights, unit
    * after unit (m->numel floats; ignored unless has_local). Collective over the group. Returns on
    * the group's rank 0 a malloc'd array of *full_numel floats (the unsplit model), NULL elsewhere. */
@@ -406,6 +423,12 @@ void trainer_report_extra(trainer_t *t, const char *key, double value);
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y);
 /* The loss of b samples as the loop computes it: softmax cross-entropy of logits (b·rows,
  * classes) against targets (b·rows), scale 1/(global batch·rows), dlogits (b·rows, classes)
+/* The factor the loss's gradient carries this step: fp16's loss scale S, else 1 (a model that adds a
+ * loss of its own, chapter 12's auxiliary loss, scales its gradient by it). */
+double trainer_loss_scale(const trainer_t *t);
+/* Which slice of each micro-batch this rank reads, of how many: its data-parallel rank of t->world,
+ * or with a transform that splits the batch (expert parallelism) dp_rank·T + group rank of D·T. */
+void trainer_data_slice(const trainer_t *t, int *slice, int *nslices);
  * written. Returns the local loss sum; a non-finite one marks this rank's step (the
  * --nonfinite message names it). */
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits);

@@ -1,0 +1,149 @@
+/* ep.c — expert parallelism as a model transform (ep.h; notes/12-experts.md): the exchanges of
+ * rows over the EP group, the dense gradients summed over it, the gradient norm that counts them
+ * once, the group's traffic formula, and the whole model back from the ranks' experts (--save-params). */
+#include "ep.h"       // ep_transform, ep_exchange_rows, ep_exchange_counts
+#include "moe.h"      // moe_unit_dense, moe_unit_experts
+#include "check.h"    // die, xmalloc, xcalloc
+#include "comm.h"     // comm_all_to_all, comm_all_to_allv, comm_all_reduce, comm_ctl_*
+#include "device.h"   // dev_memcpy
+#include "ops.h"      // op_cast
+#include "train.h"    // trainer_t, model_transform_t
+#include <math.h>     // isfinite
+#include <stdlib.h>   // free
+#include <string.h>   // memcpy
+
+void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv, const int64_t *recv_rows,
+                      int C, const char *tag) {
+  int P = comm_world(g);
+  int64_t sc[256], rc[256];
+  for (int q = 0; q < P; q++) sc[q] = send_rows[q] * C, rc[q] = recv_rows[q] * C;
+  comm_handle_t h = comm_all_to_allv_async(g, send, sc, NULL, recv, rc, NULL, DT_F32, tag);
+  comm_wait(g, h);
+}
+
+void ep_exchange_counts(comm_t *g, const float *send, float *recv, int El) {
+  comm_all_to_all(g, send, recv, (int64_t)El * comm_world(g), DT_F32);
+}
+
+/* ---- the transform ---------------------------------------------------------------------------- */
+/* The model stays whole here: moe_setup (the chapter's model hook, after this) keeps this rank's
+ * experts of every MoE block. */
+static void ep_split(model_t *m, comm_t *g) { (void)m, (void)g; }
+
+/* The dense elements of unit u (the first n of it: a MoE block's prefix, every other unit whole). */
+static int64_t dense_numel(const trainer_t *t, int u) { return moe_unit_dense(&t->model, u); }
+
+typedef struct ep_state { float *dense; int64_t total; } ep_state_t; /* the dense grads, host fp32, for the norm */
+static ep_state_t g_ep;
+
+/* On the step's last micro-batch (no_sync: the gradient is the step's sum), before the strategy
+ * reduces unit u over D: its dense part summed over the EP group. A host copy of it is kept for the
+ * norm (the dense part is the same on the whole group: counted once). */
+static void ep_after_backward(trainer_t *t, int u) {
+  if (t->micro != t->n_micro - 1) return;
+  int64_t n = dense_numel(t, u);
+  if (n == 0) return;
+  comm_all_reduce(t->tp_comm, t->unit_grads[u], n, t->wdt, REDOP_SUM);
+  if (!g_ep.dense) {
+    for (int v = 0; v < t->model.n_units; v++) g_ep.total += dense_numel(t, v);
+    g_ep.dense = xcalloc((size_t)g_ep.total, sizeof(float), "ep dense grads (norm)");
+  }
+  int64_t at = 0;
+  for (int v = 0; v < u; v++) at += dense_numel(t, v);
+  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, g_ep.dense + at, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
+  else {
+    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "ep dense grads (16-bit)");
+    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
+    op_cast(DEV_CPU, g_ep.dense + at, DT_F32, h, t->wdt, n);
+    free(h);
+  }
+}
+
+/* Σg² of the whole model: every EP rank's dp_sumsq holds its experts and the dense part, which is the
+ * same on the group — counted P_E times in the sum over the group, so (P_E − 1)·R is taken off,
+ * R = Σ (Σ_D dense)² (an f64 control all-reduce over D, as tp_split.c does for TP's replicated
+ * parameters). */
+static double ep_grad_sumsq(trainer_t *t, double dp_sumsq) {
+  double R = 0, sum = dp_sumsq;
+  int P = comm_world(t->tp_comm);
+  if (g_ep.total > 0) {
+    double *g = xmalloc((size_t)g_ep.total * sizeof(double), "ep dense grads (f64)");
+    for (int64_t k = 0; k < g_ep.total; k++) g[k] = g_ep.dense[k];
+    for (int64_t k = 0; k < g_ep.total; k += 1 << 20)
+      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(g_ep.total - k < (1 << 20) ? g_ep.total - k : 1 << 20), REDOP_SUM);
+    for (int64_t k = 0; k < g_ep.total; k++) R += g[k] * g[k];
+    free(g);
+  }
+  comm_ctl_all_reduce_f64(t->tp_comm, &sum, 1, REDOP_SUM);
+  if (!isfinite(sum)) return sum;
+  sum -= (P - 1) * R;
+  return sum > 0 ? sum : 0;
+}
+
+/* The EP group's all-reduces per step (fp32 ring model): one per unit, of its dense elements. The
+ * all-to-alls are counted apart (moe.c's lines, under CO_ALL_TO_ALL). */
+static void ep_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
+  int P = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
+  *calls = *bytes = 0;
+  for (int u = 0; u < t->model.n_units; u++) {
+    int64_t n = dense_numel(t, u);
+    if (n == 0) continue;
+    *calls += 1;
+    *bytes += comm_model_sent(CO_ALL_REDUCE, n, t->wdt, P, r, 0);
+  }
+}
+
+/* The whole model on the group's rank 0: the dense part from rank 0, each rank's experts where the
+ * full unit has them. local: this rank's units, unpadded, in order. */
+static float *ep_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
+  comm_t *g = moe_group(m);
+  int P = comm_world(g), r = comm_rank(g);
+  *full_numel = moe_full_numel(m);
+  if (!has_local) return NULL;
+  char *all = NULL;
+  int64_t *sizes = NULL;
+  comm_ctl_gather(g, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
+  if (r != 0) {
+    free(all);
+    free(sizes);
+    return NULL;
+  }
+  float *w = xmalloc((size_t)*full_numel * sizeof(float), "ep unsplit weights");
+  const float **at = xcalloc((size_t)P, sizeof(float *), "ep unsplit blobs");
+  for (int64_t q = 0, boff = 0; q < P; boff += sizes[q] / 4, q++) at[q] = (const float *)all + boff;
+  float *o = w;
+  for (int u = 0; u < m->n_units; u++) {
+    int64_t d = moe_unit_dense(m, u), x = m->units[u].numel - d; /* x: this rank's experts (the same on every rank) */
+    memcpy(o, at[0], (size_t)d * sizeof(float)), o += d;
+    for (int q = 0; q < P; q++) {
+      memcpy(o, at[q] + d, (size_t)x * sizeof(float)), o += x;
+      at[q] += d + x;
+    }
+  }
+  free(at);
+  free(all);
+  free(sizes);
+  return w;
+}
+
+/* Full unit u → this rank's: the dense part, then its experts. */
+static void ep_to_local(const model_t *m, int u, const float *full, float *local) {
+  comm_t *g = moe_group(m);
+  int64_t d = moe_unit_dense(m, u), x = m->units[u].numel - d;
+  memcpy(local, full, (size_t)d * sizeof(float));
+  memcpy(local + d, full + d + (int64_t)comm_rank(g) * x, (size_t)x * sizeof(float));
+}
+
+const model_transform_t ep_transform = {
+    .name = "ep",
+    .split = ep_split,
+    .after_backward = ep_after_backward,
+    .grad_sumsq = ep_grad_sumsq,
+    .traffic = ep_traffic,
+    .traffic_text = "per unit and step, one all-reduce over the EP group of its dense elements (every parameter but "
+                    "the experts: the group's ranks read different samples), 2(P_E-1)/P_E of its bytes; the "
+                    "all-to-alls of the tokens are counted apart (the moe lines)",
+    .unsplit = ep_unsplit,
+    .to_local = ep_to_local,
+    .splits_batch = 1,
+};

@@ -1,0 +1,32 @@
+/* ep.h — chapter 12's expert parallelism (notes/12-experts.md, "Expert parallelism"): the experts
+ * of every MoE block split over P_E consecutive ranks, the tokens moved to them and back by
+ * all-to-all (the rows: solutions/moe.c), and the model transform (train.h) that keeps the rest
+ * data-parallel over all the ranks.
+ *
+ * The grid is chapter 06's with the EP group where TP's was: rank = dp·P_E + ep, the strategy on
+ * the D ranks that share an ep index (the expert-data-parallel group: the replicas of the same
+ * experts), every rank its own slice of the batch (splits_batch). So the strategy (DDP, ZeRO-1/2/3)
+ * reduces everything over D ranks; the dense weights (every parameter but the experts) are the same
+ * on the whole group and were computed from different samples, so their gradient is first summed
+ * over the EP group (one all-reduce per unit and step: after_backward, on the last micro-batch, with
+ * no_sync), then over D by the strategy: the sum over all D·P_E ranks. The experts' gradients are
+ * summed over D only — each expert saw every token of its group through the all-to-all — and, like
+ * the dense ones, are the gradient of the mean over the GLOBAL batch (the loss is local sum / B):
+ * never divided by D (DeepSpeed #6545's bug: expert gradients P_E times too large). */
+#ifndef ZL_EP_H
+#define ZL_EP_H
+#include <stdint.h> // int64_t
+#include "comm.h"   // comm_t
+
+struct model_transform;
+extern const struct model_transform ep_transform;
+
+/* Rows of C fp32 per peer: send_rows[q] rows from send (packed in q order) go to rank q of the group;
+ * recv_rows[q] rows from rank q land packed in q order in recv (comm_all_to_allv; a mismatch between
+ * two ranks' counts stops the job naming them). */
+void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv, const int64_t *recv_rows,
+                      int C, const char *tag);
+/* The dropless count exchange: send (P_E·El floats: my rows for each expert, expert e at e) → recv
+ * (P_E·El: rank q's rows for my expert i at q·El + i). An all-to-all of El per peer. */
+void ep_exchange_counts(comm_t *g, const float *send, float *recv, int El);
+#endif
