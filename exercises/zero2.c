@@ -27,18 +27,18 @@
 #include "trace.h"    // trace_begin, trace_end
 
 /* ---- the reduce-scatter during backward (zero_rs_*, declared in zero.h; ZeRO-3 uses it) ---- */
-void zero_rs_init(zero_rs_t *r, trainer_t *t) {
+void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard) {
   const model_t *m = &t->model;
-  *r = (zero_rs_t){.next = 0};
+  *r = (zero_rs_t){.comm = shard, .next = 0};
   if (t->no_sync) { /* the full gradient, each step (zero_rs_begin_unit); no staging */
     r->nslots = 2;
     for (int s = 0; s < 2; s++) r->unit[s] = -1;
     return;
   }
-  int64_t max_piece = m->max_unit_padded / t->world;
+  int64_t max_piece = m->max_unit_padded / comm_world(shard);
   /* --buffer-mb B: one staging slot when two would pass B (the next unit's backward then waits
    * for the previous reduce-scatter: less overlap, same sums); one unit is the floor */
-  int64_t buf = comm_piece_bytes(t->comm);
+  int64_t buf = comm_piece_bytes(shard);
   r->nslots = buf > 0 && 2 * m->max_unit_padded * (int64_t)dtype_size(t->wdt) > buf ? 1 : 2;
   for (int s = 0; s < 2; s++) {
     int64_t n = s < r->nslots ? m->max_unit_padded : 0;
@@ -55,7 +55,7 @@ void zero_rs_init(zero_rs_t *r, trainer_t *t) {
 /* Wait for slot s's reduce-scatter and, for micro-batches > 0, add its piece into the shard. */
 static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
   if (!r->h[s]) return;
-  comm_wait(t->comm, r->h[s]);
+  comm_wait(r->comm, r->h[s]);
   if (r->add[s]) {
     const unit_t *un = &t->model.units[r->unit[s]];
     op_add(t->dev, tensor_at(&t->grads, un->shard_off), r->acc[s].data, t->wdt, un->piece);
@@ -87,7 +87,7 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
   if (t->no_sync) { /* once per step: the unit's gradient is final after its last micro-batch */
     const unit_t *f = &t->model.units[u];
     if (t->last_micro)
-      comm_reduce_scatter_async(t->comm, tensor_at(&r->full, f->off), tensor_at(&t->grads, f->shard_off), f->padded, t->wdt,
+      comm_reduce_scatter_async(r->comm, tensor_at(&r->full, f->off), tensor_at(&t->grads, f->shard_off), f->padded, t->wdt,
                                 REDOP_SUM, "reduce-scatter grads");
     return;
   }
@@ -100,7 +100,7 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
 
 void zero_rs_finish(zero_rs_t *r, trainer_t *t) {
   trace_begin("wait reduce-scatter");
-  comm_wait_all(t->comm);
+  comm_wait_all(r->comm);
   for (int k = 0; k < 2; k++) rs_retire(r, t, (r->next + k) % 2); /* oldest first */
   if (r->full.data) { /* no_sync: the full gradient goes until the next step's first backward */
     tensor_free(&r->full);
@@ -136,7 +136,7 @@ static void zero2_setup(trainer_t *t) {
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);       // (P/N)
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
-  zero_rs_init(&z->rs, t);
+  zero_rs_init(&z->rs, t, t->comm);
   if (t->no_sync && trainer_prints(t))
     printf("  zero2 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch; every\n"
            "  micro-batch's backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
@@ -147,7 +147,7 @@ static void zero2_setup(trainer_t *t) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
     t->unit_grads[u] = NULL; /* set per unit in pre_backward: a staging buffer */
   }
-  zero_init_params(t, 1);
+  zero_init_params(t, t->comm, 1);
 }
 
 /* Each unit waits for its all-gather of the previous step just before its forward. */
@@ -177,13 +177,13 @@ static void zero2_step(trainer_t *t) {
   zero2_t *z = t->priv;
   zero_rs_finish(&z->rs, t);
   int updated;
-  TRAINER_PHASE("update own shard + cast", updated = zero_optimizer_step(t, t->grads.data, 1));
+  TRAINER_PHASE("update own shard + cast", updated = zero_optimizer_step(t, t->comm, t->grads.data, 1));
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("issue all-gather params", zero_all_gather_params(t, z->ag));
 }
 
 /* Rank r owns piece r of every unit and holds the full working params (strategy_t.layout). */
-static void zero2_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, u, 1, out); }
+static void zero2_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, t->comm, u, 1, out); }
 
 /* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
 static void zero2_teardown(trainer_t *t) {

@@ -167,9 +167,9 @@ static void ddp_step(trainer_t *t) {
   int64_t P = t->model.padded_numel;
   if (st->variant == DDP_NAIVE) ddp_launch(t, 0, P, st->tags[0]); /* only now: nothing overlaps */
   TRAINER_PHASE("wait grads", ddp_wait_grads(t));
-  /* Every rank holds the same summed gradients: the norm needs no communication (sharded = 0). */
+  /* Every rank holds the same summed gradients: the norm needs no communication (no pieces: NULL). */
   double sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, P);
-  float gscale = trainer_finish_grads(t, sumsq, 0);
+  float gscale = trainer_finish_grads(t, sumsq, NULL);
   float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data; /* fp32 weights the update acts on */
   TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
   if (dtype_is_half(t->wdt) && !t->skipped) /* the working copy is bf16(master), exactly */

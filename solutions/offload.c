@@ -160,7 +160,7 @@ static void offload_setup(trainer_t *t) {
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc_host("optim v (host)", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel); // (P/N)
   o->xfer = tensor_alloc_host("grad shard (host)", LEDGER_GRADS, t->wdt, t->dev, m->shard_numel);  // (P/N) wdt
-  zero_rs_init(&o->rs, t);
+  zero_rs_init(&o->rs, t, t->comm);
   o->ag = xcalloc((size_t)m->n_units, sizeof *o->ag, "offload gather handles");
   o->on_host = xcalloc((size_t)m->n_units, 1, "offload copy flags");
   for (int u = 0; u < m->n_units; u++) {
@@ -169,7 +169,7 @@ static void offload_setup(trainer_t *t) {
   }
   /* The full working params (and, bf16, the master pieces) from the deterministic init, as
    * ZeRO-2 does; then the fp32 piece on the host in fp32 mode, where zero_init_params has none. */
-  zero_init_params(t, 1);
+  zero_init_params(t, t->comm, 1);
   if (t->wdt == DT_F32)
     for (int u = 0; u < m->n_units; u++) {
       const unit_t *un = &m->units[u];
@@ -241,7 +241,7 @@ static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
 static int offload_host_step(trainer_t *t, offload_t *o) {
   double sumsq = 0;
   TRAINER_PHASE("grad norm", sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, t->model.shard_numel));
-  float gscale = trainer_finish_grads(t, sumsq, 1); /* pieces are disjoint: Σg² summed over ranks */
+  float gscale = trainer_finish_grads(t, sumsq, t->comm); /* pieces are disjoint: Σg² summed over ranks */
   if (t->skipped) return 0;
   TRAINER_PHASE("wait copies D->H", dev_copy_wait(t->dev)); /* the grad pieces are on the host */
   offload_update_and_send(t, o, gscale);
@@ -270,7 +270,7 @@ static void offload_step(trainer_t *t) {
 /* Rank r owns piece r of every unit (ZeRO-2's answer), whose fp32 weights and optimizer states
  * are in the host arena; fp32 mode: its fp32 truth is the host piece, not the device params. */
 static void offload_layout(trainer_t *t, int u, unit_layout_t *out) {
-  zero_unit_layout(t, u, 1, out);
+  zero_unit_layout(t, t->comm, u, 1, out);
   out->w = (float *)t->master.data + t->model.units[u].shard_off;
 }
 

@@ -3,7 +3,9 @@
  *
  * Layout (solutions/zero.h): each unit padded to a multiple of N; rank r owns piece r of every
  * unit; a rank's shard is its pieces, unit after unit. The stages differ only in what stays
- * resident, so the optimizer step, the init and the layout answer below serve all three. */
+ * resident, so the optimizer step, the init and the layout answer below serve all three. They take
+ * the shard group (N ranks, r its rank) explicitly: ZeRO-1/2 pass t->comm, ZeRO-3 its own z->shard
+ * (all of t->comm, or HSDP's node: solutions/hsdp.c). */
 #include "zero.h"            // shard_plan, zero_* declarations
 #include <stdlib.h>          // free
 #include <string.h>          // memcpy
@@ -51,21 +53,22 @@ void shard_assemble(const model_t *m, int world, const float *shards, float *dst
   }
 }
 
-/* Where the working params of this rank's piece of unit u live. */
-static void *own_params(trainer_t *t, const unit_t *un, int params_full) {
-  return tensor_at(&t->params, params_full ? shard_piece_off(un, t->rank) : un->shard_off);
+/* Where the working params of this rank's piece of unit u live (rank: its place in the shard group). */
+static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_full) {
+  return tensor_at(&t->params, params_full ? shard_piece_off(un, rank) : un->shard_off);
 }
 
-int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
+int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
   // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the whole model: the ranks' pieces are disjoint, so their squared sums add.
-  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, sum of squares of your grad shard, 1) — return 0 if it set t->skipped; then per unit at shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
-  // HINT3: gscale = trainer_finish_grads(t, op_sumsq(t->dev, grad_shard, t->wdt, shard_numel), 1); per unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un, params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece -> own_params; return 1.
+  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, sum of squares of your grad shard, the shard group) — return 0 if it set t->skipped; then per unit at shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
+  // HINT3: gscale = trainer_finish_grads(t, op_sumsq(t->dev, grad_shard, t->wdt, shard_numel), shard); per unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un, comm_rank(shard), params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece -> own_params; return 1.
   const model_t *m = &t->model;
   size_t gb = dtype_size(t->wdt);
+  int rank = comm_rank(shard);
   double sumsq = 0;
   TRAINER_PHASE("grad norm", sumsq = op_sumsq(t->dev, grad_shard, t->wdt, m->shard_numel));
-  float gscale = trainer_finish_grads(t, sumsq, 1); /* sums Σg² over ranks: pieces are disjoint */
+  float gscale = trainer_finish_grads(t, sumsq, shard); /* sums Σg² over the shard group: its pieces are disjoint */
   if (t->skipped) return 0;
   trace_begin("optimizer (own shard)");
   for (int u = 0; u < m->n_units; u++) {
@@ -73,7 +76,7 @@ int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
     const void *g = (const char *)grad_shard + un->shard_off * (int64_t)gb;
     float *mom = t->opt_m.data ? (float *)t->opt_m.data + un->shard_off : NULL;
     float *var = t->opt_v.data ? (float *)t->opt_v.data + un->shard_off : NULL;
-    float *w = t->wdt == DT_F32 ? (float *)own_params(t, un, params_full) : (float *)t->master.data + un->shard_off;
+    float *w = t->wdt == DT_F32 ? (float *)own_params(t, un, rank, params_full) : (float *)t->master.data + un->shard_off;
     trainer_optimizer_update(t, w, g, mom, var, un->piece, gscale);
   }
   trace_end(NULL);
@@ -81,7 +84,7 @@ int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full) {
     trace_begin("cast master -> params");
     for (int u = 0; u < m->n_units; u++) {
       const unit_t *un = &m->units[u];
-      op_cast(t->dev, own_params(t, un, params_full), t->wdt, (float *)t->master.data + un->shard_off, DT_F32, un->piece);
+      op_cast(t->dev, own_params(t, un, rank, params_full), t->wdt, (float *)t->master.data + un->shard_off, DT_F32, un->piece);
     }
     trace_end(NULL);
   }
@@ -111,12 +114,13 @@ void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
   handles[u] = 0;
 }
 
-void zero_init_params(trainer_t *t, int params_full) {
+void zero_init_params(trainer_t *t, comm_t *shard, int params_full) {
   const model_t *m = &t->model;
+  int rank = comm_rank(shard);
   float *vals = xmalloc((size_t)m->max_unit_padded * sizeof(float), "init values");
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
-    int64_t lo = shard_piece_off(un, t->rank);
+    int64_t lo = shard_piece_off(un, rank);
     if (params_full) { /* the full working params: every rank computes them, no broadcast */
       trainer_init_values(t, un->off, un->off + un->padded, vals);
       dev_upload(t->dev, tensor_at(&t->params, un->off), t->wdt, vals, un->padded);
@@ -125,20 +129,21 @@ void zero_init_params(trainer_t *t, int params_full) {
       dev_upload(t->dev, tensor_at(&t->params, un->shard_off), t->wdt, vals, un->piece);
     }
     if (t->wdt != DT_F32) {
-      const float *mine = params_full ? vals + (int64_t)t->rank * un->piece : vals;
+      const float *mine = params_full ? vals + (int64_t)rank * un->piece : vals;
       dev_upload(t->dev, (float *)t->master.data + un->shard_off, DT_F32, mine, un->piece);
     }
   }
   free(vals);
 }
 
-void zero_unit_layout(trainer_t *t, int u, int params_full, unit_layout_t *out) {
+void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out) {
   const unit_t *un = &t->model.units[u];
-  int64_t mine = (int64_t)t->rank * un->piece; /* piece r: unit-local [r·piece, (r+1)·piece) */
+  int rank = comm_rank(shard);
+  int64_t mine = (int64_t)rank * un->piece; /* piece r: unit-local [r·piece, (r+1)·piece) */
   *out = (unit_layout_t){
       .own_off = mine,
       .own_numel = un->piece,
-      .w = t->wdt == DT_F32 ? own_params(t, un, params_full) : (float *)t->master.data + un->shard_off,
+      .w = t->wdt == DT_F32 ? own_params(t, un, rank, params_full) : (float *)t->master.data + un->shard_off,
       .m = t->opt_m.data ? (float *)t->opt_m.data + un->shard_off : NULL,
       .v = t->opt_v.data ? (float *)t->opt_v.data + un->shard_off : NULL,
       .held_off = params_full ? 0 : mine, /* ZeRO-1/2 hold the whole unit, ZeRO-3 the piece */

@@ -39,13 +39,17 @@ static inline int64_t shard_padding(const model_t *m) { return m->padded_numel -
 void shard_assemble(const model_t *m, int world, const float *shards, float *dst);
 
 /* ---- shared by the three stages (solutions/shard.c) ------------------------------------- */
+/* `shard` below is the group the stage shards over — its N ranks own pieces 0..N−1 of every unit,
+ * this rank piece comm_rank(shard): t->comm for ZeRO-1/2, ZeRO-3's own (all of t->comm, or one
+ * node's ranks under HSDP, whose nodes each hold every piece: solutions/hsdp.c). */
 /* The sharded optimizer step shared by all stages: the global norm from this rank's grad shard
- * (grad_shard: shard_numel elements in wdt, unit order) summed over ranks, then the update of
- * the rank's pieces — master pieces then cast into the working params (bf16), or the fp32
- * params pieces in place. params_full = 1: t->params is the full padded buffer (ZeRO-1/2),
- * 0: it is the shard (ZeRO-3). Returns 0 if --nonfinite skip dropped the step. */
-int zero_optimizer_step(trainer_t *t, const void *grad_shard, int params_full);
-/* All-gather every unit's working params in place in the full buffer (ZeRO-1/2), async on the
+ * (grad_shard: shard_numel elements in wdt, unit order) summed over the shard group (its pieces
+ * tile the model once), then the update of the rank's pieces — master pieces then cast into the
+ * working params (bf16), or the fp32 params pieces in place. params_full = 1: t->params is the
+ * full padded buffer (ZeRO-1/2), 0: it is the shard (ZeRO-3). Returns 0 if --nonfinite skip
+ * dropped the step. */
+int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full);
+/* All-gather every unit's working params in place in the full buffer (ZeRO-1/2, over t->comm), async on the
  * stream, one call per unit; handles[u] (n_units, may be NULL) receives unit u's handle so the
  * next forward waits for each unit just before using it (the gather overlaps the forward). */
 void zero_all_gather_params(trainer_t *t, comm_handle_t *handles);
@@ -53,12 +57,13 @@ void zero_all_gather_params(trainer_t *t, comm_handle_t *handles);
 void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u);
 /* Fill this rank's master / params shard with the deterministic init (no broadcast needed:
  * trainer_init_values is a pure function of the seed). params_full as above. */
-void zero_init_params(trainer_t *t, int params_full);
+void zero_init_params(trainer_t *t, comm_t *shard, int params_full);
 
-/* strategy_t.layout of the three stages: rank r owns piece r of unit u — its fp32 weights (the
- * master piece, or its piece of the fp32 params) and optimizer states at shard_off — and holds
- * the working params of the whole unit (params_full = 1: ZeRO-1/2) or of the piece (ZeRO-3). */
-void zero_unit_layout(trainer_t *t, int u, int params_full, unit_layout_t *out);
+/* strategy_t.layout of the three stages: rank r of the shard group owns piece r of unit u — its
+ * fp32 weights (the master piece, or its piece of the fp32 params) and optimizer states at
+ * shard_off — and holds the working params of the whole unit (params_full = 1: ZeRO-1/2) or of
+ * the piece (ZeRO-3). */
+void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out);
 
 /* ---- ZeRO-2's reduce-scatter during backward (solutions/zero2.c; ZeRO-3 uses it too) ------
  * Backward writes a unit's full gradient into one of two staging buffers (LEDGER_COMM, the
@@ -67,8 +72,10 @@ void zero_unit_layout(trainer_t *t, int u, int params_full, unit_layout_t *out);
  * the next-but-one unit reuses the buffer. With --accum K every micro-batch is reduce-scattered:
  * micro-batch 0 writes the shard, later ones land in a piece-sized buffer that is added in.
  * With t->no_sync (train.h) the micro-batches accumulate in a full gradient instead and each unit
- * is reduce-scattered once, after its last micro-batch: the sums of DDP with --accum, bit for bit. */
+ * is reduce-scattered once, after its last micro-batch: the sums of DDP with --accum, bit for bit.
+ * Every reduce-scatter goes over r->comm, the shard group zero_rs_init was given. */
 typedef struct zero_rs {
+  comm_t *comm;        /* the shard group: t->comm (ZeRO-2, offload), ZeRO-3's z->shard */
   tensor_t staging[2]; /* (max unit padded) full grads of the unit in flight, wdt */
   tensor_t acc[2];     /* (max piece) reduce-scatter output to add in (micro-batches > 0) */
   comm_handle_t h[2];  /* pending reduce-scatter per staging slot (0: none) */
@@ -81,7 +88,7 @@ typedef struct zero_rs {
    * micro-batch's backward, from the sum the micro-batches accumulated in it (FSDP's no_sync) */
   tensor_t full;
 } zero_rs_t;
-void zero_rs_init(zero_rs_t *r, trainer_t *t);
+void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard);
 /* pre_backward(u): pick a staging slot (wait for its previous reduce-scatter), zero its pad tail,
  * point t->unit_grads[u] at it with t->grad_beta = 0. */
 void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u);
@@ -95,8 +102,8 @@ void zero_rs_free(zero_rs_t *r);
 const strategy_t *zero1_strategy(void); /* "zero1": P_os */
 const strategy_t *zero2_strategy(void); /* "zero2": P_os+g, reduce-scatter per unit during backward */
 const strategy_t *zero3_strategy(void); /* "zero3": P_os+g+p, gather per unit, --prefetch K|auto */
-/* "hsdp" (--shard-group node; notes/09-nodes.md): ZeRO-3 over the g ranks of each node, the grad
- * shards all-reduced across the K nodes before the update (FSDP's HYBRID_SHARD). Every node must
- * hold the same number of ranks (dies naming the nodes' sizes otherwise). */
+/* "hsdp" (--shard-group node; solutions/hsdp.c, notes/09-nodes.md): ZeRO-3 over the g ranks of each
+ * node, the grad shards all-reduced across the K nodes before the update (FSDP's HYBRID_SHARD).
+ * Every node must hold the same number of ranks (dies naming the nodes' sizes otherwise). */
 const strategy_t *hsdp_strategy(void);
 #endif

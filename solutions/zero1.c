@@ -44,7 +44,7 @@ static void zero1_setup(trainer_t *t) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
     t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
   }
-  zero_init_params(t, 1);
+  zero_init_params(t, t->comm, 1);
 }
 
 /* Step 1 on the trace: forward + backward of a micro-batch, with the full params; each unit
@@ -87,13 +87,13 @@ static void zero1_step(trainer_t *t) {
   zero1_t *z = t->priv;
   TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
   int updated;
-  TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, z->grad_shard.data, 1));
+  TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, t->comm, z->grad_shard.data, 1));
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("5 issue all-gather params", zero_all_gather_params(t, z->ag));
 }
 
 /* Rank r owns piece r of every unit and holds the full working params (strategy_t.layout). */
-static void zero1_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, u, 1, out); }
+static void zero1_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, t->comm, u, 1, out); }
 
 /* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
 static void zero1_teardown(trainer_t *t) {

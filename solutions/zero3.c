@@ -15,74 +15,27 @@
  * Prefetch walks that sequence, so the last forward unit already prefetches the first backward
  * one, and the last backward of a micro-batch the next one's first forward.
  *
+ * Every collective of ZeRO-3 goes over its own shard group z->shard, and its pieces are laid out
+ * over that group's ranks (zero3_state.h): here all of the trainer's t->comm. HSDP is this same
+ * code given one node's ranks, plus one all-reduce across the nodes (solutions/hsdp.c); ZeRO++'s
+ * hpZ changes only where the backward's gathers read from (solutions/hpz.c).
+ *
  * --prefetch auto (the default) prefetches one unit where communication does not take compute's
  * core: on NCCL (its own CUDA stream and SMs), or with MPI when this host has a spare core per
  * rank for its communication thread (online cores >= 2 x ranks on the host); else 0 — on a
  * 2-core box with 2 ranks the prefetching thread and the compute spin against each other and
  * the step gets slower (notes/benchmarks.md). */
 #include "zero.h"              // zero3_strategy, shard_plan, zero_rs_*, zero_* helpers
+#include "zero3_state.h"       // zero3_t, gather_slot_t, hpz_* (--hpz)
 #include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free, getenv, atoi
 #include <string.h>            // strcmp
 #include <unistd.h>            // sysconf
 #include "check.h"    // die, xcalloc
-#include "comm.h"     // comm_all_gather_async, comm_wait, comm_split, comm_node*
-#include "device.h"   // dev_memcpy
+#include "comm.h"     // comm_all_gather_async, comm_wait, comm_piece_bytes
 #include "exercise.h" // zl_exercise_todo (in the generated stubs)
 #include "tensor.h"   // tensor_alloc, tensor_free
 #include "trace.h"    // trace_begin, trace_end
-
-typedef struct gather_slot {
-  tensor_t buf;    /* (unit padded) gathered working params, LEDGER_COMM; empty when free */
-  int event;       /* which event of the sequence it holds, −1 when free */
-  comm_handle_t h; /* its all-gather */
-} gather_slot_t;
-
-typedef struct zero3 {
-  zero_rs_t rs;         /* gradient staging and pending reduce-scatters */
-  int prefetch;         /* K: gathers issued ahead of use */
-  int nslots;           /* K + 1 */
-  gather_slot_t *slots; /* [K+1] */
-  int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
-  comm_t *rep;          /* HSDP: the ranks with this rank's place in the other nodes (NULL: ZeRO-3) */
-  comm_t *node;         /* --hpz: this node's ranks (NULL: off) */
-  tensor_t sec;         /* --hpz: (P/g) the secondary copy: this rank's 1/g of every unit's working
-                         * params, for the node's backward gathers (wdt) */
-} zero3_t;
-
-/* ---- ZeRO++ hpZ (--hpz; notes/09-nodes.md) -----------------------------------------------
- * The forward gathers every unit over all N ranks (crossing nodes) as ZeRO-3 does; when a
- * forward's gathered unit is complete, this rank keeps its 1/g of it (its place in the node) in
- * `sec`, and the backward gathers the unit from the node's g secondary pieces only: shared memory,
- * no bytes across. The same bits reach the backward, so the run is ZeRO-3's bit for bit; the
- * price is sec, 2Ψ/g more per rank (bf16). Units are padded to a multiple of N, so of g too: the
- * secondary piece of unit u is at off/g, (padded/g) long. */
-static void hpz_keep(trainer_t *t, zero3_t *z, int s) {
-  const unit_t *un = &t->model.units[t->uses[z->slots[s].event].unit];
-  int g = comm_world(z->node);
-  int64_t piece = un->padded / g;
-  size_t esz = dtype_size(t->wdt);
-  dev_memcpy(t->dev, tensor_at(&z->sec, un->off / g), t->dev,
-             (char *)z->slots[s].buf.data + (size_t)(comm_rank(z->node) * piece) * esz, (size_t)piece * esz);
-}
-
-/* A backward gather of unit u under --hpz: first keep u's piece from its forward gather if that
- * is still in a slot (a prefetch can issue the backward before the forward is released), then
- * gather from the node's secondary pieces. Waited here: its handle belongs to the node's group,
- * and the loop waits slots on the strategy's communicator. */
-static comm_handle_t hpz_gather_backward(trainer_t *t, zero3_t *z, int u, void *dst) {
-  for (int s = 0; s < z->nslots; s++) {
-    int ev = z->slots[s].event;
-    if (ev >= 0 && t->uses[ev].unit == u && t->uses[ev].kind == 'F') {
-      comm_wait(t->comm, z->slots[s].h);
-      hpz_keep(t, z, s);
-    }
-  }
-  const unit_t *un = &t->model.units[u];
-  comm_wait(z->node, comm_all_gather_async(z->node, tensor_at(&z->sec, un->off / comm_world(z->node)), dst, un->padded,
-                                           t->wdt, "all-gather params (bwd, hpZ: in the node)"));
-  return 0;
-}
 
 __attribute__((unused)) static int n_events(const trainer_t *t) { return t->n_uses; }
 static int event_unit(const trainer_t *t, int e) { return t->uses[e].unit; }
@@ -90,19 +43,6 @@ static int find_slot(const zero3_t *z, int e) {
   for (int s = 0; s < z->nslots; s++)
     if (z->slots[s].event == e) return s;
   return -1;
-}
-
-/* Dies, naming `flag` and the nodes' sizes, unless every node holds the same number of c's ranks
- * (the groups pair place i of every node). */
-static void nodes_equal_or_die(comm_t *c, const char *flag) {
-  int g = comm_node_size(c);
-  for (int r = 0; r < comm_world(c); r++) {
-    int gr = 0;
-    for (int q = 0; q < comm_world(c); q++) gr += comm_node_of(c, q) == comm_node_of(c, r);
-    if (gr != g)
-      die_on_rank("%s: node %d holds %d ranks and node %d holds %d; it needs the same number on every node "
-                  "(zlrun --nodes K puts NP/K on each)", flag, comm_node(c), g, comm_node_of(c, r), gr);
-  }
 }
 
 /* Issue the all-gather of event e's unit into a free slot (allocated now, freed after use). */
@@ -113,10 +53,10 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   gather_slot_t *g = &z->slots[s];
   g->buf = tensor_alloc("gathered unit params", LEDGER_COMM, t->wdt, t->dev, un->padded);
   g->event = e;
-  if (z->node && t->uses[e].kind == 'B')
+  if (z->hpz && t->uses[e].kind == 'B') /* --hpz: from the node's secondary copy (hpz.c) */
     g->h = hpz_gather_backward(t, z, event_unit(t, e), g->buf.data);
   else
-    g->h = comm_all_gather_async(t->comm, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
+    g->h = comm_all_gather_async(z->shard, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
                                  t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
   int64_t live = 0; /* the transient window: what all slots hold right now */
   for (int k = 0; k < z->nslots; k++) live += tensor_nbytes(&z->slots[k].buf);
@@ -128,12 +68,12 @@ static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_acquire notes/05-zero3.md
   // HINT: before a unit's forward or backward its whole parameters must be on this rank; gathering the next ones ahead of time (the prefetch) hides the all-gather behind compute.
   // HINT2: if no slot holds event e, issue its gather; then issue events e+1..e+K not yet issued (< n_events(t)); wait for e's handle; point t->unit_params[event_unit(t, e)] at e's slot buffer.
-  // HINT3: if (find_slot(z, e) < 0) gather_issue(t, z, e); the same for e + 1..e + z->prefetch (< n_events(t)); comm_wait(t->comm, z->slots[find_slot(z, e)].h); t->unit_params[event_unit(t, e)] = that slot's buf.data.
+  // HINT3: if (find_slot(z, e) < 0) gather_issue(t, z, e); the same for e + 1..e + z->prefetch (< n_events(t)); comm_wait(z->shard, z->slots[find_slot(z, e)].h); t->unit_params[event_unit(t, e)] = that slot's buf.data.
   if (find_slot(z, e) < 0) gather_issue(t, z, e);
   for (int k = 1; k <= z->prefetch && e + k < n_events(t); k++)
     if (find_slot(z, e + k) < 0) gather_issue(t, z, e + k);
   gather_slot_t *g = &z->slots[find_slot(z, e)];
-  TRAINER_PHASE("wait all-gather", comm_wait(t->comm, g->h));
+  TRAINER_PHASE("wait all-gather", comm_wait(z->shard, g->h));
   t->unit_params[event_unit(t, e)] = g->buf.data;
   // END EXERCISE
 }
@@ -173,15 +113,14 @@ static int auto_prefetch(const trainer_t *t) {
   return k < t->model.n_units ? k : t->model.n_units;
 }
 
-static void zero3_setup(trainer_t *t) {
+void zero3_init(trainer_t *t, zero3_t *z, comm_t *shard) {
   model_t *m = &t->model;
-  shard_plan(m, t->world);
-  zero3_t *z = xcalloc(1, sizeof *z, "zero3 state");
-  t->priv = z;
+  z->shard = shard, z->rank = comm_rank(shard), z->world = comm_world(shard);
+  shard_plan(m, z->world);
   z->prefetch = t->cfg->prefetch >= 0 ? t->cfg->prefetch : auto_prefetch(t); /* range: checked by the flags */
   /* --buffer-mb B: the gathered window in bytes (DeepSpeed's stage3_max_live_parameters): at most
    * B / largest unit slots; one whole unit is the floor (the forward needs it all at once) */
-  int64_t buf = comm_piece_bytes(t->comm), unit_bytes = m->max_unit_padded * (int64_t)dtype_size(t->wdt);
+  int64_t buf = comm_piece_bytes(shard), unit_bytes = m->max_unit_padded * (int64_t)dtype_size(t->wdt);
   if (buf > 0) {
     int64_t fit = buf / (unit_bytes > 0 ? unit_bytes : 1);
     if (fit < z->prefetch + 1) z->prefetch = fit > 1 ? (int)fit - 1 : 0;
@@ -201,17 +140,8 @@ static void zero3_setup(trainer_t *t) {
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);       // (P/N)
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
-  zero_rs_init(&z->rs, t);
-  if (t->cfg->hpz) {
-    nodes_equal_or_die(t->comm, "--hpz");
-    int g = comm_node_size(t->comm);
-    z->node = comm_split(t->comm, comm_node(t->comm), comm_rank(t->comm));
-    t->sub_comms[t->n_sub_comms++] = z->node; /* the report counts its bytes */
-    z->sec = tensor_alloc("params (hpZ secondary)", LEDGER_PARAMS, t->wdt, t->dev, m->padded_numel / g); // (P/g)
-    if (trainer_prints(t))
-      printf("hpZ: a secondary copy of the params sharded over each node's %d ranks; the backward gathers from it, "
-             "inside the node\n", g);
-  }
+  zero_rs_init(&z->rs, t, shard);
+  if (t->cfg->hpz) hpz_setup(t, z); /* ZeRO++'s secondary copy inside the node (hpz.c) */
   if (t->no_sync && trainer_prints(t))
     printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch: the full\n"
            "  gradient lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
@@ -219,7 +149,13 @@ static void zero3_setup(trainer_t *t) {
            "  This is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron pairs PP with ZeRO-1\n",
            t->n_micro, 2 * t->n_micro);
   for (int u = 0; u < m->n_units; u++) t->unit_params[u] = t->unit_grads[u] = NULL; /* set per hook */
-  zero_init_params(t, 0);
+  zero_init_params(t, shard, 0);
+}
+
+static void zero3_setup(trainer_t *t) {
+  zero3_t *z = xcalloc(1, sizeof *z, "zero3 state");
+  t->priv = z;
+  zero3_init(t, z, t->comm); /* ZeRO-3 shards over every rank of the strategy's communicator */
 }
 
 /* A forward with no backward (validation, sampling: loop.c) leaves the first backward units
@@ -229,7 +165,7 @@ static void zero3_setup(trainer_t *t) {
 static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
   for (int s = 0; s < z->nslots; s++)
     if (z->slots[s].event >= 0) {
-      comm_wait(t->comm, z->slots[s].h); /* every rank issued it: complete it before freeing */
+      comm_wait(z->shard, z->slots[s].h); /* every rank issued it: complete it before freeing */
       tensor_free(&z->slots[s].buf);
       z->slots[s].event = -1;
       z->slots[s].h = 0;
@@ -237,26 +173,23 @@ static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
 }
 
 /* The hooks: event t->use of the sequence is unit `unit`'s forward or backward (train.h). */
-static void zero3_pre_forward(trainer_t *t, int unit) {
+void zero3_pre_forward(trainer_t *t, int unit) {
   if (t->use == 0) drop_stale_gathers(t, t->priv);
   gather_acquire(t, t->priv, t->use);
 }
-static void zero3_post_forward(trainer_t *t, int unit) {
+void zero3_post_forward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
-  if (z->node) { /* hpZ: keep this rank's 1/g of the unit for the backward (if not kept already) */
-    int s = find_slot(z, t->use);
-    if (s >= 0) hpz_keep(t, z, s);
-  }
+  if (z->hpz) hpz_keep_forward(t, z, t->use); /* --hpz: keep this rank's 1/g of the unit for the backward */
   TRAINER_PHASE("free unit params", gather_release(t, z, t->use)); /* visible in the trace */
 }
 
-static void zero3_pre_backward(trainer_t *t, int unit) {
+void zero3_pre_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   gather_acquire(t, z, t->use);
   zero_rs_begin_unit(&z->rs, t, unit);
 }
 
-static void zero3_post_backward(trainer_t *t, int unit) {
+void zero3_post_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   zero_rs_end_unit(&z->rs, t, unit); /* queued behind the prefetch gathers already issued */
   TRAINER_PHASE("free unit params", gather_release(t, z, t->use));
@@ -265,42 +198,44 @@ static void zero3_post_backward(trainer_t *t, int unit) {
 /* A split backward (07's zero-bubble schedules, always no_sync): the W of the unit's last
  * micro-batch made its gradient final — its reduce-scatter starts here; the gathered params went
  * back after its B (post_backward: a W needs no parameters). */
-static void zero3_grad_ready(trainer_t *t, int unit) {
+void zero3_grad_ready(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   zero_rs_end_unit(&z->rs, t, unit);
 }
 
-static void zero3_step(trainer_t *t) {
-  zero3_t *z = t->priv;
-  zero_rs_finish(&z->rs, t);
-  if (z->rep) /* HSDP: the node's sum of this piece, summed over the nodes (the replicas of the piece) */
-    TRAINER_PHASE("all-reduce grad shard across nodes",
-                  comm_all_reduce(z->rep, t->grads.data, t->model.shard_numel, t->wdt, REDOP_SUM));
-  TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, t->grads.data, 0));
+void zero3_update(trainer_t *t, zero3_t *z) {
+  TRAINER_PHASE("update own shard + cast", zero_optimizer_step(t, z->shard, t->grads.data, 0));
   /* the gathered window, apart from the resident shards: peak vs its bound (K+1)·largest unit */
   trainer_report_extra(t, "gathered_peak_bytes", (double)z->gathered_peak);
   trainer_report_extra(t, "gather_bound_bytes",
                        (double)((int64_t)z->nslots * t->model.max_unit_padded * (int64_t)dtype_size(t->wdt)));
+}
+
+static void zero3_step(trainer_t *t) {
+  zero3_t *z = t->priv;
+  zero_rs_finish(&z->rs, t); /* every unit's reduce-scatter: this rank's piece, summed over the shard group */
+  zero3_update(t, z);
   /* no all-gather here: the next forward gathers each unit when it needs it */
 }
 
 /* Rank r owns piece r of every unit and holds only that piece of the params (strategy_t.layout). */
-static void zero3_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_layout(t, u, 0, out); }
+static void zero3_layout(trainer_t *t, int u, unit_layout_t *out) {
+  zero3_t *z = t->priv;
+  zero_unit_layout(t, z->shard, u, 0, out);
+}
+
+void zero3_release(trainer_t *t, zero3_t *z) {
+  comm_wait_all(z->shard);
+  for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf);
+  zero_rs_free(&z->rs);
+  free(z->slots);
+  if (z->hpz) hpz_release(t, z);
+}
 
 /* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
 static void zero3_teardown(trainer_t *t) {
   zero3_t *z = t->priv;
-  comm_wait_all(t->comm);
-  if (z) {
-    for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf);
-    zero_rs_free(&z->rs);
-    free(z->slots);
-    if (z->node) {
-      tensor_free(&z->sec);
-      comm_finalize(z->node);
-      t->n_sub_comms = 0;
-    }
-  }
+  if (z) zero3_release(t, z);
   free(z);
   t->priv = NULL;
 }
@@ -311,17 +246,7 @@ static void zero3_teardown(trainer_t *t) {
 static void zero3_formula(const trainer_t *t, formula_t *f) {
   double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
   formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
-  if (t->cfg->hpz) { /* + the secondary copy; the backward's gather over the node's g ranks */
-    int g = comm_node_size(t->comm), N = t->world, r = t->rank;
-    f->params += psi * b / g;
-    double across = 2.0 * (N - 1) / N * psi * b; /* the forward gather and the reduce-scatter, over all N */
-    f->comm_bytes = across + (g - 1.0) / g * psi * b;
-    f->comm_inter_set = 1; /* the ring rule on those two; the node's gather never crosses */
-    f->comm_inter_bytes = N > 1 && comm_node_of(t->comm, (r + 1) % N) != comm_node_of(t->comm, r) ? across : 0;
-    snprintf(f->mem_text, sizeof f->mem_text, "%s + bΨ/g (hpZ copy), g = %d", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
-    snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N x psi x %d B + (g-1)/g x psi x %d B", (int)b, (int)b);
-    snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "the ring rule on 2(N-1)/N x psi x %d B (fwd gather, RS)", (int)b);
-  }
+  if (t->cfg->hpz) hpz_formula(t, f); /* + the secondary copy; the backward's gather inside the node */
   if (t->no_sync) {
     f->grads += psi * b;
     f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;
@@ -346,102 +271,3 @@ static const strategy_t zero3_s = {
 };
 
 const strategy_t *zero3_strategy(void) { return &zero3_s; }
-
-/* ---- HSDP: --shard-group node (notes/09-nodes.md) -------------------------------------------
- * ZeRO-3 unchanged, on the g ranks of this node: during every hook the strategy's communicator
- * (t->comm, t->rank, t->world) is the node's group, so the shards, the gathers and the
- * reduce-scatters above stay inside the node (shared memory); the step adds one all-reduce of the
- * grad shard (Ψ/g) over `rep`, the K ranks holding the same piece on the K nodes — the only bytes
- * that cross a node: 2(K−1)/K·Ψ/g·b per rank, against ZeRO-3's 3(N−1)/N·Ψ·b on the ring's boundary
- * ranks. Memory: ZeRO-3's with N → g. Between hooks the loop sees every rank (the data is split
- * over all N). The pieces of node 0 are the ones the layout names (the other nodes hold copies),
- * so a checkpoint or an export holds each piece once. */
-typedef struct hsdp_view { comm_t *comm; int rank, world; } hsdp_view_t;
-
-static hsdp_view_t hsdp_enter(trainer_t *t) {
-  hsdp_view_t all = {t->comm, t->rank, t->world};
-  comm_t *node = t->sub_comms[0];
-  t->comm = node, t->rank = comm_rank(node), t->world = comm_world(node);
-  return all;
-}
-static void hsdp_leave(trainer_t *t, hsdp_view_t all) { t->comm = all.comm, t->rank = all.rank, t->world = all.world; }
-
-static void hsdp_setup(trainer_t *t) {
-  comm_t *c = t->comm;
-  int g = comm_node_size(c);
-  nodes_equal_or_die(c, "--shard-group node");
-  t->sub_comms[0] = comm_split(c, comm_node(c), comm_rank(c));      /* shard group: this node's ranks */
-  t->sub_comms[1] = comm_split(c, comm_node_rank(c), comm_rank(c)); /* replica group: one rank per node */
-  t->n_sub_comms = 2;
-  hsdp_view_t all = hsdp_enter(t);
-  zero3_setup(t);
-  hsdp_leave(t, all);
-  zero3_t *z = t->priv;
-  z->rep = t->sub_comms[1];
-  if (trainer_prints(t))
-    printf("hsdp: ZeRO-3 inside each of %d nodes of %d ranks (shard group), grad shards all-reduced across the nodes\n",
-           comm_nodes(c), g);
-}
-
-#define HSDP_HOOK(name, call)                                                                                          \
-  static void hsdp_##name(trainer_t *t, int unit) {                                                                    \
-    hsdp_view_t all = hsdp_enter(t);                                                                                   \
-    call;                                                                                                              \
-    hsdp_leave(t, all);                                                                                                \
-  }
-HSDP_HOOK(pre_forward, zero3_pre_forward(t, unit))
-HSDP_HOOK(post_forward, zero3_post_forward(t, unit))
-HSDP_HOOK(pre_backward, zero3_pre_backward(t, unit))
-HSDP_HOOK(post_backward, zero3_post_backward(t, unit))
-HSDP_HOOK(step_, zero3_step(t))
-static void hsdp_step(trainer_t *t) { hsdp_step_(t, 0); }
-
-/* Every rank keeps its piece of the node's shard (ZeRO-3's layout over the node's g ranks); the
- * nodes hold the same pieces, so node 0's are saved and the others' marked saved_elsewhere — a
- * restore fills every node's (HSDP resumes on HSDP, and its checkpoint on any other grid). */
-static void hsdp_layout(trainer_t *t, int u, unit_layout_t *out) {
-  hsdp_view_t all = hsdp_enter(t);
-  zero_unit_layout(t, u, 0, out);
-  hsdp_leave(t, all);
-  out->saved_elsewhere = comm_rank(t->sub_comms[1]) != 0;
-}
-
-static void hsdp_teardown(trainer_t *t) {
-  hsdp_view_t all = hsdp_enter(t);
-  zero3_teardown(t);
-  hsdp_leave(t, all);
-  comm_finalize(t->sub_comms[1]);
-  comm_finalize(t->sub_comms[0]);
-  t->sub_comms[0] = t->sub_comms[1] = NULL;
-  t->n_sub_comms = 0;
-}
-
-/* ZeRO-3's memory with N → g (the node's ranks); bytes sent per step: 3(g−1)/g·Ψ·b inside the node,
- * 2(K−1)/K·Ψ/g·b across (all of it inter-node). */
-static void hsdp_formula(const trainer_t *t, formula_t *f) {
-  double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
-  int g = comm_node_size(t->comm), K = comm_nodes(t->comm);
-  formula_stage(f, 3, psi, g, t->wdt, train_opt_states(t->cfg));
-  f->comm_inter_set = 1;
-  f->comm_inter_bytes = 2.0 * (K - 1) / K * psi / g * b;
-  f->comm_bytes = 3.0 * (g - 1) / g * psi * b + f->comm_inter_bytes;
-  snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
-  snprintf(f->comm_text, sizeof f->comm_text, "3(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B", (int)b, (int)b);
-  snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "2(K-1)/K x psi/g x %d B, K = %d nodes", (int)b, K);
-}
-
-static const strategy_t hsdp_s = {
-    .name = "hsdp",
-    .stage = 3,
-    .setup = hsdp_setup,
-    .pre_forward = hsdp_pre_forward,
-    .post_forward = hsdp_post_forward,
-    .pre_backward = hsdp_pre_backward,
-    .post_backward = hsdp_post_backward,
-    .step = hsdp_step,
-    .teardown = hsdp_teardown,
-    .layout = hsdp_layout,
-    .formula = hsdp_formula,
-};
-
-const strategy_t *hsdp_strategy(void) { return &hsdp_s; }

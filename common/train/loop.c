@@ -101,8 +101,11 @@ static float finish_scale(trainer_t *t, double sumsq) {
   return 1.0f;
 }
 
-float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
-  int N = t->world;
+float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
+  /* the group the flags and Σg² go over: the one whose pieces tile the model once (ZeRO's t->comm,
+   * HSDP's node), or t->comm when every rank holds every gradient (only the flags, on a non-finite) */
+  comm_t *c = pieces ? pieces : t->comm;
+  int N = comm_world(c), rank = comm_rank(c), sharded = pieces != NULL;
   /* --fault R:S:overflow: rank R's own gradients (its shard under ZeRO; its stage's in a pipeline) */
   if (fault_overflow(sharded || t->cfg->sched ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY;
   double sumsq = local_sumsq;
@@ -114,17 +117,17 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   if (sharded) {
     bad[0] = reduced_bad ? 0.0 : local_sumsq;
     bad[1] = reduced_bad;
-    bad[2 + t->rank] = t->in->local_nonfinite;
-    comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
+    bad[2 + rank] = t->in->local_nonfinite;
+    comm_ctl_all_reduce_f64(c, bad, N + 2, REDOP_SUM);
     sumsq = bad[0];
     reduced_bad = bad[1] != 0;
   } else if (reduced_bad) { /* every rank holds the same reduced grads: all see it, all join */
-    bad[2 + t->rank] = t->in->local_nonfinite;
-    comm_ctl_all_reduce_f64(t->comm, bad, N + 2, REDOP_SUM);
+    bad[2 + rank] = t->in->local_nonfinite;
+    comm_ctl_all_reduce_f64(c, bad, N + 2, REDOP_SUM);
   }
   int fp16 = t->wdt == DT_F16;
   if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
-    t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, t->rank, 0);
+    t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, rank, 0);
   if (t->tp_comm && fp16) { /* fp16: an overflow in one TP rank's slices must skip the step on all of them */
     sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
@@ -160,7 +163,7 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
   t->skipped = 0;
   if ((reduced_bad || nbad > 0) && fp16) { /* the loss scaler's overflow: skip, back off (train_loop) */
     t->grad_norm = NAN;
-    if (t->rank == 0 && !t->cfg->quiet)
+    if (rank == 0 && !t->cfg->quiet)
       printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank\n", t->step,
              (double)t->in->scaler.scale);
     t->skipped = 1;
@@ -170,16 +173,17 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded) {
     t->grad_norm = NAN;
     char where[320];
     if (nbad > 0)
-      snprintf(where, sizeof where, "on rank%s %s (local gradients, before the reduction)", nbad > 1 ? "s" : "", ranks);
+      snprintf(where, sizeof where, "on rank%s %s%s (local gradients, before the reduction)", nbad > 1 ? "s" : "", ranks,
+               c != t->comm ? " of the shard group" : ""); /* HSDP: the node's ranks, numbered in the node */
     else
       snprintf(where, sizeof where, "in the reduced gradients (no rank's local gradients were flagged)");
     if (t->cfg->nonfinite == NONFINITE_ABORT) {
-      if (t->rank == 0)
+      if (rank == 0)
         die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step, where);
-      comm_barrier(t->comm); /* rank 0 takes the job down */
+      comm_barrier(c); /* rank 0 takes the job down */
       die_on_rank("step %d: non-finite gradient", t->step);
     }
-    if (t->rank == 0)
+    if (rank == 0)
       fprintf(stderr, "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
               t->step, where);
     t->skipped = 1;

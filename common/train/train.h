@@ -407,10 +407,12 @@ void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst)
  * t->skipped is set (--nonfinite skip), so a strategy may call it unconditionally. */
 void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale);
 /* Gradient norm and non-finite check of a step. local_sumsq: Σg² over the grads this rank
- * owns; sharded: 1 if ranks own disjoint pieces (sum over ranks), 0 if every rank holds all
- * grads (no communication). Sets t->grad_norm and t->skipped; returns the clip scale (1 when
- * --clip is off). With --nonfinite abort, a non-finite norm stops the job naming the step. */
-float trainer_finish_grads(trainer_t *t, double local_sumsq, int sharded);
+ * owns; pieces: the group whose ranks own disjoint pieces that together hold every gradient once
+ * (Σ over it: ZeRO's t->comm; HSDP's node group, every node holding every piece), or NULL if every
+ * rank holds all grads (DDP: no communication). Sets t->grad_norm and t->skipped; returns the clip
+ * scale (1 when --clip is off). With --nonfinite abort, a non-finite norm stops the job naming the
+ * step. */
+float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces);
 /* Add a number to the end-of-run report and the --json object (e.g. "n_buckets"); at most
  * 16 per run, key copied (up to 31 characters). Any rank may call it; rank 0's values are used. */
 void trainer_report_extra(trainer_t *t, const char *key, double value);

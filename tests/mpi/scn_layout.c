@@ -30,7 +30,7 @@ static void toy_setup(trainer_t *t) {
 static void toy_step(trainer_t *t) {
   int64_t P = t->model.padded_numel;
   comm_all_reduce(t->comm, t->grads.data, P, t->wdt, REDOP_SUM);
-  float gscale = trainer_finish_grads(t, op_sumsq(t->dev, t->grads.data, t->wdt, P), 0);
+  float gscale = trainer_finish_grads(t, op_sumsq(t->dev, t->grads.data, t->wdt, P), NULL);
   if (t->skipped) return;
   for (int u = 0; u < t->model.n_units; u++) {
     const unit_t *un = &t->model.units[u];

@@ -8,6 +8,9 @@
  *     straight HSDP run (other per-rank batches: other GEMM shapes; SGD with momentum, so the gap is
  *     the gradients' rounding; the log line prints it);
  *   - an HSDP run resumes a ZeRO-2 checkpoint (any grid into HSDP), within the same tolerance.
+ * And the gradient norm of HSDP (solutions/hsdp.c: ZeRO-3 whose shard group is the node): after the
+ * all-reduce across nodes every node holds every piece, so Σg² is summed over the node's ranks —
+ * each piece once — with or without tensor parallelism.
  * Suite ch09_hsdp (with tests/mpi/test_nodes.c's). */
 #include "zl_test.h" // zl_launch, zl_run, zl_expect_floats, zl_expect_close_norm
 
@@ -45,4 +48,36 @@ Test(ch09_hsdp, checkpoint_resumes_on_hsdp_bitwise_and_on_other_grids, .timeout 
   double gap = zl_expect_close_norm("ZeRO-2 checkpoint resumed by HSDP vs ZeRO-2 straight", into.params, z2.params, z2.n, 1e-6);
   cr_log_info("ZeRO-2 (3 ranks) -> HSDP (2 x 2): largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
   zl_out_free(&z2), zl_out_free(&into), zl_out_free(&straight), zl_out_free(&resumed);
+}
+
+/* --clip makes the update depend on the norm: HSDP on 2 x 2 with the clip active (it moves the weights
+ * by 4e-2 of max|w| here) ends where DDP on 4 ranks ends, within 1e-6 · max|w| (the same gradients,
+ * summed inside the node then across: another order in general; SGD with momentum). A norm summed over
+ * all N ranks counts every piece K = 2 times (the clip scale 1/sqrt 2 of the right one): measured
+ * 6.9e-4 of max|w| away. */
+Test(ch09_hsdp, gradient_norm_counts_each_piece_once, .timeout = 60) {
+  zl_out_t h = zl_launch(4, 60, "hsdp_norm", "hsdp", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN " --steps 4 --clip 0.05");
+  zl_out_t d = zl_launch(4, 60, "hsdp_norm", "ddp", ZL_BIN "/ch02_ddp --variant naive " RUN " --steps 4 --clip 0.05");
+  cr_assert_eq(h.n, d.n, "HSDP %lld weights, DDP %lld", (long long)h.n, (long long)d.n);
+  double gap = zl_expect_close_norm("HSDP (2 x 2) vs DDP (4), --clip 0.05", h.params, d.params, d.n, 1e-6);
+  cr_log_info("HSDP vs DDP with the clip active: largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
+  zl_out_free(&h), zl_out_free(&d);
+}
+
+/* HSDP under tensor parallelism (chapter 07's grid, --pp 1 --tp 2: D = 2 replicas, one per node, so the
+ * node's shard group is one rank and the all-reduce across does the sum) against ZeRO-3 over the same
+ * D = 2, --clip active (it moves the weights by 1.6e-2 of max|w|): within 1e-6 · max|w|. The norm's TP
+ * correction (the replicated parameters counted once: tp_split.c's grad_sumsq) sums their gradients
+ * over every data-parallel rank, t->comm — which HSDP once swapped for the node's group while its
+ * hooks ran: summed over the node only, the run ended 1.5e-5 of max|w| away. */
+Test(ch09_hsdp, with_tensor_parallelism_equals_zero3, .timeout = 60) {
+#define TPRUN ZL_BIN "/ch07_pipeline --pp 1 --tp 2 --zero 3 --layers 3 --hidden 48 --input 20 --classes 6 " RUN " --steps 3 --clip 0.05"
+  zl_out_t h = zl_launch(4, 60, "hsdp_tp", "hsdp", NODES TPRUN " --shard-group node");
+  zl_out_t z = zl_launch(4, 60, "hsdp_tp", "zero3", NODES TPRUN);
+  cr_assert(strstr(h.json, "hsdp"), "the run is not HSDP:\n%s", h.text);
+  cr_assert_eq(h.n, z.n, "HSDP %lld weights, ZeRO-3 %lld", (long long)h.n, (long long)z.n);
+  double gap = zl_expect_close_norm("HSDP x TP 2 vs ZeRO-3 x TP 2, --clip 0.05", h.params, z.params, z.n, 1e-6);
+  cr_log_info("HSDP x TP vs ZeRO-3 x TP: largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
+  zl_out_free(&h), zl_out_free(&z);
+#undef TPRUN
 }
