@@ -19,6 +19,7 @@
 #include "ops.h"      // op_linear_fwd/bwd, op_gelu_*, op_add, op_fill
 #include "ops_gpt.h"  // op_rows_gather, op_rows_combine, op_rows_dot
 #include "tensor.h"   // tensor_alloc, tensor_free
+#include "trace.h"    // trace_begin, trace_end (--trace: dispatch, experts, combine)
 #include "train.h"    // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
 #include <math.h>     // expf, sqrt
 #include <stdio.h>    // printf
@@ -226,6 +227,7 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   for (int e = 0; e < E; e++) mu->f[e] = 0;
   for (int64_t i = 0; i < BT * k; i++) mu->f[mu->ids[i]] += 1.0 / (double)(BT * k);
   /* dispatch: the send layout, then (--ep) the all-to-all into the experts' layout */
+  trace_begin("moe dispatch");
   int64_t send_rows[256], recv_src[256];
   exchange_plan(c, mu, cap, send_rows, recv_src);
   int64_t Rx = mu->Rx;
@@ -240,6 +242,8 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
     ep_exchange_rows(c->g, xs, send_rows, recv, recv_src, Cn, "moe dispatch");
     op_rows_gather(dev, X, recv, dev_ints(c, dev, mu->perm_x, Rx, IX_PERM_X), NULL, Rx, Cn);
   } else dev_memcpy(dev, X, dev, xs, (size_t)(Rx * C) * sizeof(float));
+  trace_end(NULL);
+  trace_begin("moe experts");
   for (int i = 0; i < c->El; i++) { /* each expert: one GEMM pair on its rows */
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
     if (n == 0) continue;
@@ -248,6 +252,8 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
     op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, PP(io, w + 4 * C * C + 4 * C), PP(io, w + 8 * C * C + 4 * C),
                   wdt, (int)n, 4 * Cn, Cn);
   }
+  trace_end(NULL);
+  trace_begin("moe combine");
   if (c->ep > 1) { /* combine's all-to-all: the outputs back to their tokens' ranks */
     float *back = grow(&c->recv, "moe received rows", dev, Rx * C);
     op_rows_gather(dev, back, eox, dev_ints(c, dev, mu->perm_b, Rx, IX_PERM_B), NULL, Rx, Cn);
@@ -259,6 +265,7 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   if (gd != mu->gates) dev_memcpy(dev, gd, DEV_CPU, mu->gates, (size_t)(BT * k) * sizeof(float));
   op_rows_combine(dev, io->y, eo, dev_ints(c, dev, mu->slot, BT * k, IX_SLOT), gd, BT, k, Cn, 0.0f);
   op_add(dev, io->y, x2, DT_F32, BT * C);
+  trace_end(NULL);
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
@@ -282,6 +289,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   int64_t cap = moe_capacity(c->cf, BT, k, E);
   for (int e = 0; e < E; e++) send_rows[e / c->El] += cap > 0 ? cap : mu->counts[e];
   /* combine's backward: d eo (send layout) = g · dy of the row's token; then to the experts */
+  trace_begin("moe combine backward");
   idx_room(c, dev, mu, BT);
   float *rg = dev == DEV_CPU ? mu->row_gate : grow(&c->gd, "moe gates", dev, Rs);
   if (rg != mu->row_gate) dev_memcpy(dev, rg, DEV_CPU, mu->row_gate, (size_t)Rs * sizeof(float));
@@ -293,6 +301,8 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
     ep_exchange_rows(c->g, dsend, send_rows, recv, recv_src, Cn, "moe combine backward");
     op_rows_gather(dev, deo_x, recv, dev_ints(c, dev, mu->perm_x, Rx, IX_PERM_X), NULL, Rx, Cn);
   } else dev_memcpy(dev, deo_x, dev, dsend, (size_t)(Rx * C) * sizeof(float));
+  trace_end(NULL);
+  trace_begin("moe experts backward");
   float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * 4 * C);
   for (int i = 0; i < c->El; i++) {
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
@@ -306,6 +316,8 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
     op_linear_bwd(dev, dx_x + r0 * C, GG(io, w), GG(io, w + 4 * C * C), dpost + r0 * 4 * C, X + r0 * C, PP(io, w), wdt,
                   (int)n, Cn, 4 * Cn, beta);
   }
+  trace_end(NULL);
+  trace_begin("moe dispatch backward");
   /* the dispatch's backward: d rows home (--ep: the all-to-all back), then summed per token */
   if (c->ep > 1) {
     float *back = grow(&c->recv, "moe received rows", dev, Rx * C);
@@ -316,6 +328,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * BT * C), *dln2r = dln2 + BT * C;
   const int *slot = dev_ints(c, dev, mu->slot, BT * k, IX_SLOT);
   op_rows_combine(dev, dln2, dsend, slot, NULL, BT, k, Cn, 0.0f);
+  trace_end(NULL);
   /* the gates' gradient, then the router's: softmax backward with Switch's aux term on the host */
   float *dg = grow(&c->dg, "moe d gates", dev, BT * k);
   op_rows_dot(dev, dg, io->dy, eo, slot, BT, k, Cn);
