@@ -408,6 +408,11 @@ else
 	@$(PYTHON) common/explorer/measured.py notes/data $(EXPLORER_OUT)/measured.js
 	@echo "explorer: open $(EXPLORER_OUT)/index.html in a browser (from disk, no server: file://$(abspath $(EXPLORER_OUT))/index.html)"
 endif
+# make explorer-check: the page in headless Chromium against the native programs (what make test-long
+# runs, suite explorer_long); SHOTS=notes/figures also saves a screenshot of each panel there.
+.PHONY: explorer-check
+explorer-check: explorer $(BIN)/ch00_memory
+	@$(PYTHON) common/explorer/browser_test.py --page $(EXPLORER_OUT)/index.html --bin $(BIN) $(if $(SHOTS),--shots $(SHOTS))
 
 help:
 	@sed -n '2,/^$$/{/^$$/d;s/^# \{0,1\}//;p}' Makefile

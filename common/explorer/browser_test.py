@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""browser_test.py — the explorer page in a real browser against the native programs (make test-long,
+suite explorer_long; common/explorer/README.md).
+
+Headless Chromium loads PAGE (results/explorer/index.html, from disk) with a list of random
+configurations in its address (#test=...): the page sets its sliders for each in turn and writes
+back what it shows. Then, for every configuration:
+  memory       the native BIN/ch00_memory runs the page's flags: its printout must equal the page's
+               text to the byte, its exit code and refusal line the page's, and every byte count of
+               its --json the page's number (bitwise: the same double);
+  schedules    solutions/pipeline_sched.c compiled natively here (cc -shared) runs pp_simulate for
+               the same P, M, v, F, B, W and c: its bubble must equal the page's (bitwise), and the
+               cases it refuses the page must refuse;
+  collectives  ring.c's outputs on the page must be the sums (reduce-scatter) or the gathered
+               inputs (all-gather) of chapter 01's inputs, and rank 0's bytes (N−1) chunks.
+A failure names the configuration, the flag line, what the page showed and what the program said.
+--shots DIR also saves a screenshot of each panel (DIR/explorer_{memory,schedules,collectives}.png).
+
+  python3 common/explorer/browser_test.py --page results/explorer/index.html --bin build/bin
+      [--n 50] [--seed 41] [--shots notes/figures] [--chromium chromium]
+Exit 0 when everything matches, 1 with one line per mismatch.
+"""
+import argparse
+import ctypes
+import html
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+
+# the page's slider lengths (explorer.js, V): index ranges
+LEN = {"m-psi": 13, "m-ranks": 12, "m-stage": 5, "m-k": 6, "m-layers": 10, "m-hidden": 9, "m-heads": 8, "m-seq": 9,
+       "m-micro": 7, "m-tp": 5, "m-vocab": 4}
+SCHED_OK = {0, 1, 2, 3, 4, 5}
+
+
+def memory_configs(rng, n):
+    out = []
+    for _ in range(n):
+        c = {k: rng.randrange(v) for k, v in LEN.items()}
+        c["m-kind"] = rng.choice(["psi", "gpt"])
+        c["m-precision"] = rng.choice(["bf16", "bf16", "fp32"])
+        c["m-fp32grads"] = rng.random() < (0.3 if c["m-precision"] == "bf16" else 0.05)  # fp32: refused
+        c["m-recompute"] = rng.random() < 0.5
+        if c["m-kind"] == "gpt" and rng.random() < 0.8:  # most shapes valid: heads divide hidden
+            c["m-heads"] = rng.choice([0, 1, 2, 3, 4])  # 1, 2, 4, 12, 16
+            c["m-hidden"] = rng.choice([3, 4, 5, 6, 8]) if c["m-heads"] <= 4 else c["m-hidden"]
+            c["m-tp"] = min(c["m-tp"], [0, 1, 2, 2, 4][c["m-heads"]])  # t divides the heads
+        out.append(c)
+    return out
+
+
+def schedule_configs(rng, n):
+    out = []
+    for _ in range(n):
+        sched = rng.choice([1, 2, 3, 4, 5, 0])
+        P = rng.randint(1, 16)
+        M = rng.randint(1, 32)
+        if sched == 3 and rng.random() < 0.8:  # interleaved: mostly M a multiple of P
+            M = P * rng.randint(1, max(1, 32 // P))
+        out.append({"s-sched": sched, "s-P": P, "s-M": M, "s-v": rng.randint(1, 4), "s-f": rng.randint(1, 30),
+                    "s-b": rng.randint(1, 30), "s-w": rng.randint(0, 30), "s-c": rng.choice([0, 0, rng.randint(0, 10)])})
+    return out
+
+
+def collective_configs(rng, n):
+    out = [{"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 2}]  # chapter 01's three-rank example first
+    for _ in range(n - 1):
+        N = rng.randint(2, 8)
+        out.append({"c-op": rng.randint(0, 1), "c-N": N, "c-per": rng.randint(1, 4), "c-step": N - 1})
+    return out
+
+
+def chromium_dom(chromium, url, budget_ms=20000):
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+           "--virtual-time-budget=%d" % budget_ms, "--dump-dom", url]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=240)
+    return r.stdout.decode("utf-8", "replace")
+
+
+def chromium_shot(chromium, url, path, size="1400,1000"):
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=" + size,
+           "--virtual-time-budget=5000", "--screenshot=" + path, url]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    return os.path.isfile(path)
+
+
+class Sim:
+    """pp_simulate of solutions/pipeline_sched.c, compiled natively (the file is plain C)."""
+
+    class Cost(ctypes.Structure):
+        _fields_ = [("f", ctypes.c_double), ("b", ctypes.c_double), ("w", ctypes.c_double)]
+
+    class Out(ctypes.Structure):
+        _fields_ = [(k, ctypes.c_double) for k in ("makespan", "span", "busy", "bubble", "bubble_makespan")]
+
+    def __init__(self, src):
+        self.dir = tempfile.mkdtemp(prefix="zl_explorer_sim.")
+        so = os.path.join(self.dir, "pp.so")
+        subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", src, "-o", so], check=True)
+        self.lib = ctypes.CDLL(so)
+        self.lib.pp_simulate.argtypes = [ctypes.c_int] * 4 + [ctypes.POINTER(Sim.Cost), ctypes.c_double,
+                                                              ctypes.POINTER(Sim.Out)]
+
+    def run(self, sched, P, M, v, f, b, w, c):
+        cost = (Sim.Cost * P)(*[Sim.Cost(f, b, w) for _ in range(P)])
+        out = Sim.Out()
+        rc = self.lib.pp_simulate(sched, P, M, v if sched == 3 else 1, cost, c, ctypes.byref(out))
+        return rc, out.bubble
+
+
+def native_value(j, key):
+    parts = key.split(".")
+    if parts[0] == "stages":
+        for s in j["stages"]:
+            if s["stage"] == int(parts[1]):
+                return s[parts[2]]
+        return None
+    return j.get(parts[0], {}).get(parts[1])
+
+
+def check_memory(res, binary, problems):
+    n_ok = n_refused = n_numbers = 0
+    tmp = tempfile.mkdtemp(prefix="zl_explorer_ch00.")
+    for i, r in enumerate(res):
+        path = os.path.join(tmp, "m%d.json" % i)
+        argv = [binary] + r["flags"].split() + ["--json", path]
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        out, err = p.stdout.decode(), p.stderr.decode().strip()
+        where = "memory %d (ch00_memory %s)" % (i, r["flags"])
+        if p.returncode != r["rc"]:
+            problems.append("%s: the page's exit code %s, the program's %d (%s)" % (where, r["rc"], p.returncode, err))
+            continue
+        if p.returncode != 0:
+            want = err + " (exit %d)" % p.returncode
+            if r["err"] != want:
+                problems.append("%s: the page says %r, the program %r" % (where, r["err"], want))
+            else:
+                n_refused += 1
+            continue
+        if r["text"] != out:
+            a, b = r["text"].splitlines(), out.splitlines()
+            k = next((x for x in range(min(len(a), len(b))) if a[x] != b[x]), min(len(a), len(b)))
+            problems.append("%s: the page's text differs from the printout at line %d: page %r, program %r"
+                            % (where, k + 1, a[k] if k < len(a) else None, b[k] if k < len(b) else None))
+            continue
+        with open(path) as f:
+            j = json.load(f)
+        bad = 0
+        for key, v in r["numbers"].items():
+            want = native_value(j, key)
+            if want is None or float(v) != float(want):
+                problems.append("%s: %s on the page %s, in the program's --json %r" % (where, key, v, want))
+                bad += 1
+        n_numbers += len(r["numbers"])
+        if not r["numbers"]:
+            problems.append("%s: no number read back from the page" % where)
+        elif not bad:
+            n_ok += 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    return n_ok, n_refused, n_numbers
+
+
+def check_schedules(res, sim, problems):
+    n_ok = n_refused = 0
+    for i, r in enumerate(res):
+        c = r["cfg"]
+        f, b, w, cc = c["s-f"] / 10, c["s-b"] / 10, c["s-w"] / 10, c["s-c"] / 10
+        rc, bubble = sim.run(c["s-sched"], c["s-P"], c["s-M"], c["s-v"], f, b, w, cc)
+        where = "schedule %d (sched %d P %d M %d v %d F %g B %g W %g c %g)" % (i, c["s-sched"], c["s-P"], c["s-M"], c["s-v"], f, b, w, cc)
+        if (rc != 0) != (r["rc"] != 0):
+            problems.append("%s: the page's simulator returned %s, pp_simulate %d" % (where, r["rc"], rc))
+        elif rc != 0:
+            n_refused += 1
+        elif r["bubble"] is None or float(r["bubble"]) != bubble:
+            problems.append("%s: bubble on the page %s, pp_simulate %r" % (where, r["bubble"], bubble))
+        else:
+            n_ok += 1
+    return n_ok, n_refused
+
+
+def check_collectives(res, problems):
+    n_ok = 0
+    for i, r in enumerate(res):
+        c, nums = r["cfg"], r["numbers"]
+        op, N, per = c["c-op"], c["c-N"], c["c-per"]
+        where = "collective %d (%s, N %d, %d per chunk)" % (i, "reduce-scatter" if op == 0 else "all-gather", N, per)
+        bad = 0
+        for rank in range(N):
+            # reduce-scatter: chunk r on rank q is [((q+1)(e+1))^(r+1)], summed over q in float: a tolerance,
+            # |got - sum| <= (2N - 1) 2^-24 sum (each input a product of at most N floats, N - 1 additions
+            # of positive terms: relative rounding 2^-24 each), exact while every partial sum is below 2^24.
+            # all-gather: copies, exact.
+            if op == 0:
+                want = [float(sum(((q + 1) * (e + 1)) ** (rank + 1) for q in range(N))) for e in range(per)]
+            else:
+                want = [float((q + 1) * (e + 1)) for q in range(N) for e in range(per)]
+            got = json.loads(nums.get("out.%d" % rank, "null") or "null")
+            tol = [(2 * N - 1) * 2.0 ** -24 * x if op == 0 else 0 for x in want]
+            if got is None or len(got) != len(want) or any(abs(g - x) > t for g, x, t in zip(got, want, tol)):
+                problems.append("%s: rank %d's output on the page %s, expected %s (bound %s)" % (where, rank, got, want, tol))
+                bad += 1
+        total = nums.get("c-total-bytes")
+        if total is None or float(total) != (N - 1) * per * 4:
+            problems.append("%s: rank 0 sent %s bytes on the page, expected (N-1) chunks of %d floats = %d"
+                            % (where, total, per, (N - 1) * per * 4))
+            bad += 1
+        n_ok += bad == 0
+    return n_ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--page", default="results/explorer/index.html")
+    ap.add_argument("--bin", default="build/bin")
+    ap.add_argument("--sched-src", default="solutions/pipeline_sched.c")
+    ap.add_argument("--n", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=41)
+    ap.add_argument("--shots", default=None)
+    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
+    a = ap.parse_args()
+    page = os.path.abspath(a.page)
+    if not os.path.isfile(page):
+        sys.exit("browser_test: no page at %s: run make explorer first" % page)
+    rng = random.Random(a.seed)
+    tests = {"memory": memory_configs(rng, a.n), "schedules": schedule_configs(rng, a.n),
+             "collectives": collective_configs(rng, 10)}
+    url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
+    for attempt in range(3):  # a browser that did not get the page running in time: once more, said
+        dom = chromium_dom(a.chromium, url, budget_ms=20000 * (attempt + 1))
+        m = re.search(r'<pre id="zx-test-out"[^>]*>(.*?)</pre>', dom, re.S)
+        if m and m.group(1).strip():
+            break
+        print("browser_test: try %d: the page wrote no results (did the WebAssembly load?); the DOM began: %r"
+              % (attempt + 1, dom[:300]))
+    else:
+        return 1
+    res = json.loads(html.unescape(m.group(1)))
+    problems = []
+    binary = os.path.join(a.bin, "ch00_memory")
+    m_ok, m_ref, m_num = check_memory(res["memory"], binary, problems)
+    sim = Sim(a.sched_src)
+    s_ok, s_ref = check_schedules(res["schedules"], sim, problems)
+    shutil.rmtree(sim.dir, ignore_errors=True)
+    c_ok = check_collectives(res["collectives"], problems)
+    for p in problems:
+        print(p)
+    print("browser_test (Chromium, %s): memory %d of %d configurations equal ch00_memory's printout and --json "
+          "(%d numbers; %d refused alike); schedules %d of %d bubbles equal pp_simulate's bitwise (%d refused alike); "
+          "collectives %d of %d ring.c runs give the expected sums and bytes"
+          % (os.path.basename(a.chromium), m_ok + m_ref, len(res["memory"]), m_num, m_ref, s_ok + s_ref,
+             len(res["schedules"]), s_ref, c_ok, len(res["collectives"])))
+    if a.shots:
+        os.makedirs(a.shots, exist_ok=True)
+        views = {"memory": {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-seq": 4, "m-micro": 0,
+                            "m-tp": 2, "m-vocab": 2, "m-ranks": 7},
+                 "schedules": {"s-sched": 4, "s-P": 4, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10},
+                 "collectives": {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1}}
+        for panel, cfg in views.items():
+            shot = os.path.join(a.shots, "explorer_%s.png" % panel)
+            h = urllib.parse.quote(json.dumps({"panel": panel, "cfg": cfg}, separators=(",", ":")))
+            ok = chromium_shot(a.chromium, "file://" + page + "#panel=" + h, shot)
+            print("browser_test: %s %s" % (shot, "written" if ok else "NOT written"))
+            if not ok:
+                problems.append("no screenshot %s" % shot)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
