@@ -34,14 +34,25 @@
 
 /* ---- the messages of a chunk ---------------------------------------------------------------- */
 
-/* Forward: micro-batch k's input activation of chunk j (not chunk 0: its input is the data, which
- * the loop loads) into x, complete before returning. */
-void pp_recv_forward(trainer_t *t, int j, int k, float *x) {
+/* Forward: POST the receive of micro-batch k's input activation of chunk j (not chunk 0: its input
+ * is the data, which the loop loads) into buf, and return its handle WITHOUT waiting: the receive is
+ * posted ahead of the forward that reads it (pipeline_post.c), so the previous stage's send finds it
+ * posted and the message moves while this stage still computes; pp_recv_forward waits for it. */
+comm_handle_t pp_post_recv_forward(trainer_t *t, int j, int k, float *buf) {
   // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
-  // HINT: a stage's forward may only read its input once it has arrived: the output of the chunk before, on the previous stage.
+  // HINT: a stage's forward needs the output of the chunk before, on the previous stage; post the receive now, wait only when the forward needs it.
   // HINT: stuck? `make hint EX=pp_stage_recv LEVEL=2` gives the next hint
   zl_exercise_todo("pp_stage_recv", "notes/07-pipeline.md");
   // END EXERCISE
+}
+
+/* Forward: micro-batch k's input activation of chunk j into x, complete before returning: from its
+ * pre-posted receive (copied), or, without pre-posting, received now. */
+void pp_recv_forward(trainer_t *t, int j, int k, float *x) {
+  pp_state_t *st = t->sched_priv;
+  pp_chunk_t *ch = &st->chunks[j];
+  if (st->prepost) pp_post_take(t, &st->rxa, j, k, x, "activation");
+  else comm_wait(ch->rx_act.comm, pp_post_recv_forward(t, j, k, x));
 }
 
 /* Forward: send micro-batch k's output y of chunk j (not the last chunk: its output is the
@@ -55,14 +66,21 @@ void pp_send_forward(trainer_t *t, int j, int k, const float *y) {
   // END EXERCISE
 }
 
-/* Backward: the gradient of micro-batch k's output of chunk j (not the last) from the next chunk. */
-void pp_recv_backward(trainer_t *t, int j, int k, float *dy) {
+/* Backward: the gradient of micro-batch k's output of chunk j (not the last) from the next chunk:
+ * posted into buf (handle returned, no wait), and waited for into dy (as the forward's). */
+comm_handle_t pp_post_recv_backward(trainer_t *t, int j, int k, float *buf) {
   pp_state_t *st = t->sched_priv;
   pp_chunk_t *ch = &st->chunks[j];
   snprintf(st->tag, sizeof st->tag, "recv grad %d", k);
-  comm_t *c = ch->rx_grad.comm;
-  comm_wait(c, comm_recv_async(c, dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel, DT_F32, ch->rx_grad.peer,
-                               st->tag));
+  return comm_recv_async(ch->rx_grad.comm, buf, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel, DT_F32,
+                         ch->rx_grad.peer, st->tag);
+}
+
+void pp_recv_backward(trainer_t *t, int j, int k, float *dy) {
+  pp_state_t *st = t->sched_priv;
+  pp_chunk_t *ch = &st->chunks[j];
+  if (st->prepost) pp_post_take(t, &st->rxg, j, k, dy, "gradient");
+  else comm_wait(ch->rx_grad.comm, pp_post_recv_backward(t, j, k, dy));
 }
 
 /* Backward: where chunk j writes the gradient of its input, once that buffer's previous send left. */
@@ -94,13 +112,14 @@ static void pp_step_end(trainer_t *t, double busy_us, double t0_us) {
   pp_state_t *st = t->sched_priv;
   if (st->pend.kind) die_on_rank("pipeline: the %s of micro-batch %d was held for a pair that never came",
                                  st->pend.kind == 'F' ? "output" : "input gradient", st->pend.k);
-  comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
+  pp_post_step_end(t); /* every receive posted ahead was read */
+  comm_t *cs[8] = {st->fwd, st->bwd, st->fwdw, st->bwdw, st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
   for (int j = 0; j < st->v; j++)
     for (int i = 0; i < 2; i++) {
       if (st->chunks[j].gsent[i]) comm_wait(st->chunks[j].tx_grad.comm, st->chunks[j].gsent[i]);
       st->chunks[j].gsent[i] = 0;
     }
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 8; i++)
     if (cs[i]) comm_wait_all(cs[i]);
   comm_barrier(t->model_comm);
   st->steps_run++;
@@ -121,16 +140,21 @@ static double pp_grad_sumsq(trainer_t *t, double part) {
 /* ---- the setup: the ranks, the split, this rank's chunks and list ---------------------------- */
 
 /* The links of chunk c on stage s: activations come from c−1 (stage s−1, or the last stage over
- * the wrap link when s = 0) and go to c+1; gradients the other way. */
+ * the wrap link when s = 0) and go to c+1; gradients the other way. With pre-posted receives the
+ * unpaired messages to stage r go on acts[r % 2] / grads[r % 2] (the pairs stay on fwd); grouped
+ * (NCCL), every message on fwd. */
 static void chunk_links(pp_state_t *st, pp_chunk_t *ch) {
   int s = st->stage, P = st->P;
+  comm_t *a_in = st->prepost ? st->acts[s % 2] : st->fwd, *a_out = st->prepost ? st->acts[(s + 1) % 2] : st->fwd;
+  comm_t *g_in = st->prepost ? st->grads[s % 2] : st->grouped ? st->fwd : st->bwd;
+  comm_t *g_out = st->prepost ? st->grads[(s + 1) % 2] : st->grouped ? st->fwd : st->bwd;
   if (ch->c > 0) {
-    ch->rx_act = s > 0 ? (pp_link_t){st->fwd, s - 1} : (pp_link_t){st->fwdw, 1}; /* wrap: 2 ranks, P−1 is 1 */
-    ch->tx_grad = s > 0 ? (pp_link_t){st->bwd, s - 1} : (pp_link_t){st->bwdw, 1};
+    ch->rx_act = s > 0 ? (pp_link_t){a_in, s - 1} : (pp_link_t){st->fwdw, 1}; /* wrap: 2 ranks, P−1 is 1 */
+    ch->tx_grad = s > 0 ? (pp_link_t){g_out, s - 1} : (pp_link_t){st->bwdw, 1};
   }
   if (ch->c < st->V - 1) {
-    ch->tx_act = s < P - 1 ? (pp_link_t){st->fwd, s + 1} : (pp_link_t){st->fwdw, 0};
-    ch->rx_grad = s < P - 1 ? (pp_link_t){st->bwd, s + 1} : (pp_link_t){st->bwdw, 0};
+    ch->tx_act = s < P - 1 ? (pp_link_t){a_out, s + 1} : (pp_link_t){st->fwdw, 0};
+    ch->rx_grad = s < P - 1 ? (pp_link_t){g_in, s + 1} : (pp_link_t){st->bwdw, 0};
   }
 }
 
@@ -192,12 +216,20 @@ static void pp_setup(trainer_t *t) {
   st->stage = coord[GRID_PP];
   st->dp = coord[GRID_DP];
   st->b = (int)(c->batch / ((int64_t)st->M * st->D));
-  /* Communicators: two copies of this pipeline (one per direction) and one for control sums; with
+  /* Communicators: two copies of this pipeline (one per direction; on MPI, with pre-posted
+   * receives, the pairs' one and four for the unpaired messages: acts, grads; on NCCL with v = 1,
+   * one for every message, in groups: pipeline_pairs.c) and one for control sums; with
    * virtual stages, the ring's wrap link (last stage and stage 0) once per direction; the stage's
    * replicas. Collective: every rank makes the same calls in the same order. */
+  st->prepost = comm_backend(t->comm) == BACKEND_MPI && st->P > 1; /* the same on every rank */
+  st->grouped = comm_backend(t->comm) == BACKEND_NCCL && st->P > 1 && st->v == 1;
   st->fwd = comm_split(t->comm, st->dp, st->stage);
-  st->bwd = comm_split(t->comm, st->dp, st->stage);
+  if (!st->prepost && !st->grouped) st->bwd = comm_split(t->comm, st->dp, st->stage);
   st->pipe = comm_split(t->comm, st->dp, st->stage);
+  for (int i = 0; i < 2 && st->prepost; i++) { /* the unpaired messages' four streams (pipeline_state.h) */
+    st->acts[i] = comm_split(t->comm, st->dp, st->stage);
+    st->grads[i] = comm_split(t->comm, st->dp, st->stage);
+  }
   if (st->v > 1) { /* color: this pipeline's {P−1, 0} pair, key: 0 for stage 0 (so P−1 is rank 1) */
     int in_wrap = st->stage == 0 || st->stage == st->P - 1;
     int color = in_wrap ? st->dp : N + t->rank; /* the others: a group of their own */
@@ -237,6 +269,7 @@ static void pp_setup(trainer_t *t) {
   for (int i = 0; i < t->n_ops; i++) t->ops[i] = (train_op_t){ops[i].kind, ops[i].micro, ops[i].chunk};
   free(ops);
   pp_pairs_setup(st);
+  pp_post_setup(t); /* after the pairs: the receives that do not go in one */
   t->n_micro = st->M;
   t->local_batch = st->b;
   t->no_sync = 1; /* one reduction per unit and step: 1-rank --accum M's bits */
@@ -251,13 +284,14 @@ static void pp_setup(trainer_t *t) {
 static void pp_teardown(trainer_t *t) {
   pp_state_t *st = t->sched_priv;
   if (!st) return;
+  pp_post_teardown(t);
   for (int j = 0; j < st->v; j++) {
     tensor_free(&st->chunks[j].gsend[0]);
     tensor_free(&st->chunks[j].gsend[1]);
     free(st->chunks[j].sent);
   }
-  comm_t *cs[6] = {st->dpc, st->bwdw, st->fwdw, st->pipe, st->bwd, st->fwd};
-  for (int i = 0; i < 6; i++)
+  comm_t *cs[10] = {st->dpc, st->bwdw, st->fwdw, st->grads[1], st->acts[1], st->grads[0], st->acts[0], st->pipe, st->bwd, st->fwd};
+  for (int i = 0; i < 10; i++)
     if (cs[i]) comm_finalize(cs[i]);
   t->comm = t->model_comm; /* the communicator the launcher made */
   free(t->chunks);

@@ -26,11 +26,20 @@
  * facts: pp_pairs in pipeline_sched.c, which the checker runs too). Warm-up and cool-down
  * messages, and every message with virtual stages, go alone; so do the zero-bubble schedules'
  * where a W sits between the two (holding the input gradient back through a W would delay the
- * previous stage: B is their critical path). */
+ * previous stage: B is their critical path).
+ *
+ * GROUPED (the NCCL backend, v = 1): Megatron's batched p2p — every message of the pipeline on ONE
+ * communicator (st->fwd, one NCCL stream), and at each operation boundary the send just made and
+ * the next receive in one ncclGroupStart/End: a send is held back whenever the next operation
+ * that is not a W receives (pp_groups; the pair may be F's output with the next F's input, from
+ * the other neighbour), and goes alone when it receives nothing. The checker runs these groups
+ * (pp_check_grouped: no deadlock for every schedule but interleaved, P <= 8, M <= 32); interleaved
+ * keeps the two communicators per direction and its wrap links. Not run here (no GPU): compiled. */
 void pp_pairs_setup(pp_state_t *st) {
   st->pair_fwd = xcalloc((size_t)st->M, 1, "pipeline pairs");
   st->pair_bwd = xcalloc((size_t)st->M, 1, "pipeline pairs");
-  pp_pairs(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd); /* pipeline_sched.c */
+  if (st->grouped) pp_groups(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd);
+  else pp_pairs(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd); /* pipeline_sched.c */
 }
 
 /* ---- the loop's hooks with pairs ---------------------------------------------------------- */
@@ -38,6 +47,7 @@ void pp_pairs_setup(pp_state_t *st) {
 /* The loop's send_forward: held back when it pairs with the next receive (else sent now). */
 void pp_send_forward_paired(trainer_t *t, int j, int k, const float *y) {
   pp_state_t *st = t->sched_priv;
+  pp_post_open(t); /* the step's first receives posted ahead, if not yet (pipeline_post.c) */
   if (!st->pair_fwd[k]) {
     pp_send_forward(t, j, k, y);
     return;
@@ -48,6 +58,7 @@ void pp_send_forward_paired(trainer_t *t, int j, int k, const float *y) {
 
 void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx) {
   pp_state_t *st = t->sched_priv;
+  pp_post_open(t);
   if (!st->pair_bwd[k]) {
     pp_send_backward(t, j, k, dx);
     return;
@@ -68,19 +79,29 @@ static void pp_pair_exchange(pp_state_t *st, int tx_peer, float *rbuf, int64_t r
   st->pend.kind = 0;
 }
 
-/* The loop's recv_backward: with a forward send held back, the two as one operation. */
+/* The held send's peer and handle slot (v = 1 when a send is held: chunk 0). */
+static int pend_peer(pp_state_t *st) {
+  return st->pend.kind == 'F' ? st->chunks[0].tx_act.peer : st->chunks[0].tx_grad.peer;
+}
+static comm_handle_t *pend_slot(pp_state_t *st) {
+  return st->pend.kind == 'F' ? &st->chunks[0].sent[st->pend.k] : &st->chunks[0].gsent[st->pend.k % 2];
+}
+
+/* The loop's recv_backward: with a send held back (pairs: the forward's; grouped: either), the two
+ * as one operation. */
 void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy) {
   pp_state_t *st = t->sched_priv;
+  pp_post_open(t);
   pp_chunk_t *ch = &st->chunks[j];
-  if (st->pend.kind != 'F') pp_recv_backward(t, j, k, dy);
-  else pp_pair_exchange(st, ch->tx_act.peer, dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel,
-                        ch->rx_grad.peer, "grad", k, &ch->sent[st->pend.k]);
+  if (!st->pend.kind) pp_recv_backward(t, j, k, dy);
+  else pp_pair_exchange(st, pend_peer(st), dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel, ch->rx_grad.peer,
+                        "grad", k, pend_slot(st));
 }
 
 void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x) {
   pp_state_t *st = t->sched_priv;
+  pp_post_open(t);
   pp_chunk_t *ch = &st->chunks[j];
-  if (st->pend.kind != 'B') pp_recv_forward(t, j, k, x);
-  else pp_pair_exchange(st, ch->tx_grad.peer, x, (int64_t)st->b * ch->in_numel, ch->rx_act.peer, "act", k,
-                        &ch->gsent[st->pend.k % 2]);
+  if (!st->pend.kind) pp_recv_forward(t, j, k, x);
+  else pp_pair_exchange(st, pend_peer(st), x, (int64_t)st->b * ch->in_numel, ch->rx_act.peer, "act", k, pend_slot(st));
 }

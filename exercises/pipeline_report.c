@@ -63,8 +63,8 @@ void pp_report(trainer_t *t) {
   mine[1] = st->span_us / steps;
   mine[2] = st->v > 1 ? trainer_peak_in_flight(t) : (double)pool;                   /* measured: slots (v > 1) or bytes */
   mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)trainer_slot_bytes(t, 0); /* the formula, alike */
-  comm_t *cs[4] = {st->fwd, st->bwd, st->fwdw, st->bwdw};
-  for (int i = 0; i < 4; i++)
+  comm_t *cs[8] = {st->fwd, st->bwd, st->fwdw, st->bwdw, st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
+  for (int i = 0; i < 8; i++)
     if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / st->steps_run; /* after --resume: fewer */
   comm_wait_all(t->comm);
   comm_counters_t k = comm_counters(t->comm); /* the data dimension: the strategy's collectives */

@@ -18,6 +18,21 @@ typedef struct pp_link {
   int peer;
 } pp_link_t;
 
+/* PRE-POSTED RECEIVES (the MPI backend; pipeline_post.c): the stage's receives of one kind (the
+ * activations into its chunks, or the gradients of their outputs) that do not go in a pair,
+ * posted PP_RECV_AHEAD ahead of the operation that reads them, each into a receive buffer of its
+ * own: so the neighbour's send finds its receive posted, and the message moves while this stage
+ * still computes (above Open MPI's eager limit a send without a posted receive waits for it:
+ * notes/07-pipeline.md, 07c). One queue per kind: every chunk's receives of that kind come over
+ * the same link, matched in the order they are sent, which is the order this stage reads them. */
+typedef struct pp_rxq { /* PP_RECV_AHEAD, pp_posted_recvs: pipeline_sched.h */
+  int n, *micro, *chunk;     /* the step's unpaired receives in the order read: micro-batch, chunk j */
+  int posted, used;          /* how many of them this step has posted, and read */
+  int64_t numel;             /* elements of a buffer: the largest of them (b × the boundary's width) */
+  tensor_t buf[PP_RECV_AHEAD]; /* receive n lands in buf[n % PP_RECV_AHEAD] (LEDGER_ACTS) */
+  comm_handle_t h[PP_RECV_AHEAD];
+} pp_rxq_t;
+
 /* One chunk of units on this rank: global chunk c = j·P + stage (the loop's t->chunks[j]). */
 typedef struct pp_chunk {
   int c, u0, u1;             /* its units [u0, u1) */
@@ -36,14 +51,25 @@ typedef struct pp_state {
   int b;                /* samples per micro-batch on this rank: batch / (M·D) */
   int *first;           /* [V+1] the split: chunk c is units first[c]..first[c+1]−1 */
   pp_chunk_t *chunks;   /* [v] this rank's chunks, j = 0..v−1 */
-  comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward */
+  comm_t *fwd, *bwd;    /* this pipeline's P ranks: activations forward, gradients backward; with
+                         * pre-posted receives, fwd carries the pairs only (pipeline_pairs.c) */
+  comm_t *acts[2], *grads[2]; /* pre-posted receives (MPI): the unpaired activations (gradients) sent
+                         * to stage r go on acts[r % 2] (grads[r % 2]), so a stage's receives (its
+                         * own parity) and its sends (the other) are on different streams: a receive
+                         * posted ahead never holds back a send queued after it. Else NULL */
   comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
+  int prepost;          /* 1: receives posted ahead (pipeline_post.c; the MPI backend) */
+  int grouped;          /* 1: one communicator (fwd) for every message, each operation's send grouped
+                         * with the next receive where pp_groups says (the NCCL backend, v = 1) */
+  pp_rxq_t rxa, rxg;    /* ... the activations in, the gradients in */
+  int window_open;      /* this step's first receives are posted */
   comm_t *pipe;         /* this pipeline's P ranks, for the control sums (the gradient norm) */
   comm_t *dpc;          /* this stage's D replicas: the strategy's communicator (t->comm) */
   int64_t ws_bytes;     /* gsend, beside the loop's workspace */
   /* 1F1B's steady state (pipeline_pairs.c): [M] 1 where F k's send of its output goes with
    * the next B's receive (pair_fwd), or B k's send of its input's gradient with the next F's
-   * receive (pair_bwd), as one comm_sendrecv_async; the deferred send waiting for its partner. */
+   * receive (pair_bwd), as one comm_sendrecv_async; grouped, where pp_groups says (the next
+   * receive, whichever); the deferred send waiting for its partner. */
   char *pair_fwd, *pair_bwd;
   struct { char kind; int k; const float *buf; int64_t numel; } pend;
   double busy_us, span_us; /* summed over the measured steps */
@@ -53,7 +79,11 @@ typedef struct pp_state {
   char tag[64];
 } pp_state_t;
 
-/* The messages of chunk j for micro-batch k (pipeline.c): the loop's hooks without pairs. */
+/* The messages of chunk j for micro-batch k (pipeline.c): the loop's hooks without pairs. The
+ * receives: pp_post_recv_* posts one into buf and returns its handle (no wait); pp_recv_* waits
+ * for micro-batch k's (posted ahead, then copied into x / dy; or posted now). */
+comm_handle_t pp_post_recv_forward(trainer_t *t, int j, int k, float *buf);
+comm_handle_t pp_post_recv_backward(trainer_t *t, int j, int k, float *buf);
 void pp_recv_forward(trainer_t *t, int j, int k, float *x);
 void pp_send_forward(trainer_t *t, int j, int k, const float *y);
 void pp_recv_backward(trainer_t *t, int j, int k, float *dy);
@@ -67,6 +97,15 @@ void pp_send_forward_paired(trainer_t *t, int j, int k, const float *y);
 void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx);
 void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy);
 void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x);
+
+/* Pre-posted receives (pipeline_post.c): the queues, their buffers (counted in st->ws_bytes), the
+ * step's first posts (at the step's first message hook), a receive taken from its queue (waited,
+ * copied into dst, the queue's next posted), the step's end (every receive read), the release. */
+void pp_post_setup(trainer_t *t);
+void pp_post_open(trainer_t *t);
+void pp_post_take(trainer_t *t, pp_rxq_t *q, int j, int k, float *dst, const char *what);
+void pp_post_step_end(trainer_t *t);
+void pp_post_teardown(trainer_t *t);
 
 /* schedule_t.report (pipeline_report.c): bubble, activations in flight, the data dimension's bytes. */
 void pp_report(trainer_t *t);

@@ -250,11 +250,16 @@ int pp_check_lists(int P, int M, int v, int split, pp_op_t *const *ops, const in
 
 /* ---- the checker: the stages' lists together, with the program's messages ----------------------
  * Streams: per stage, one per communicator (0 fwd and 1 bwd: the pipeline's two; 2 fwdw and 3 bwdw:
- * the ring's wrap link, v > 1), each running its operations one at a time in issue order. A send
+ * the ring's wrap link, v > 1; with receives posted ahead, 4 + r % 2 and 6 + r % 2: the unpaired
+ * activations and gradients sent to stage r, and fwd the pairs only), each running its operations
+ * one at a time in issue order. A send
  * completes only when its peer's stream is at the matching receive (synchronous: NCCL's and
  * ZL_SYNC_SENDS=1's rendezvous); a send-receive pair is one operation whose two halves match
- * separately. The main thread of a stage runs its list as pipeline.c and the loop do. */
-enum { MX_SEND = 1, MX_RECV = 2, MX_NCOMM = 4 };
+ * separately. The main thread of a stage runs its list as pipeline.c and the loop do; with
+ * receives posted ahead (pipeline_post.c) it posts each kind's first `ahead` unpaired receives
+ * before its first operation, waits for the posted one where the list reads it, and then posts
+ * the kind's next. */
+enum { MX_SEND = 1, MX_RECV = 2, MX_NCOMM = 8, MX_AHEAD = 8 };
 typedef struct mx_op {
   int parts;         /* MX_SEND | MX_RECV */
   int to, from;      /* the send's peer, the receive's peer (stages) */
@@ -268,6 +273,9 @@ typedef struct mx_stream {
 
 typedef struct mx {
   int P, M, v, V, split;
+  int grouped; /* NCCL's batched p2p: every message on fwd (one stream), each operation's send held back
+                * and grouped with the next operation's receive when it has one (else sent alone) */
+  int ahead, parity; /* receives posted ahead (0: none); their streams by the receiver's parity (else fwd / bwd) */
   mx_op_t *op;
   int nop, cap;
   mx_stream_t st[8][MX_NCOMM]; /* [stage][comm] */
@@ -324,9 +332,14 @@ static int mx_match(mx_t *x, char *why, size_t nwhy) {
 typedef struct mx_main {
   int pc, phase, wait; /* wait: an op index that must complete first (−1: none) */
   int pend_kind, pend_k, pend_c; /* a send held back for its pair: 'F' / 'B', micro, chunk index j */
+  int pend_to, pend_msg;         /* ... its peer and message */
   int *sent;           /* [v·M] the activation send of (chunk j, micro k), −1: none */
   int gsent[8][2];     /* [chunk j][k % 2] the gradient send, −1: none */
   char pf[4096], pb[4096];
+  /* receives posted ahead: per kind (0 activations in, 1 gradients in) the unpaired receives in the
+   * order the list reads them (micro-batch, chunk j), how many posted and read, the posted ones'
+   * operations (ring), and the kind whose next receive is posted once the wait is over (−1: none) */
+  int qn[2], *qk[2], *qj[2], posted[2], used[2], ring[2][MX_AHEAD], opened, repost;
 } mx_main_t;
 
 static int mx_done(const mx_t *x, int id) { return id < 0 || x->op[id].left == 0; }
@@ -337,6 +350,51 @@ static void mx_link(const mx_t *x, int s, int dir, int data, int *comm, int *pee
   int wrap = dir == 0 ? s == 0 : s == x->P - 1;
   *comm = data + (wrap ? 2 : 0);
   *peer = dir == 0 ? (wrap ? x->P - 1 : s - 1) : (wrap ? 0 : s + 1);
+  if (x->grouped) *comm = 0; /* one communicator: the wrap link's peers are ranks of it too */
+  if (!wrap && x->ahead && x->parity) { /* the stage the message goes to: its parity's stream */
+    int to = dir == 0 ? (data == 0 ? s : s - 1) : (data == 0 ? s + 1 : s);
+    *comm = 4 + 2 * data + to % 2;
+  }
+}
+
+/* Is the send of stage s's current operation held back for the next receive? Where pf / pb say
+ * (v = 1): pp_pairs's pairs, or grouped, pp_groups's. */
+static int mx_hold(const mx_t *x, const mx_main_t *mm, int s, pp_op_t *const *ops) {
+  pp_op_t o = ops[s][mm->pc];
+  return x->v == 1 && (o.kind == 'F' ? mm->pf[o.micro] : mm->pb[o.micro]);
+}
+
+static void mx_hold_send(mx_main_t *mm, int kind, int k, int j, int to, int msg) {
+  mm->pend_kind = kind, mm->pend_k = k, mm->pend_c = j, mm->pend_to = to, mm->pend_msg = msg;
+}
+
+/* The held send and this receive (from `from`, message msg_r) as one operation on fwd. */
+static void mx_group(mx_t *x, mx_main_t *mm, int s, int from, int msg_r) {
+  mm->wait = mx_issue(x, s, 0, MX_SEND | MX_RECV, mm->pend_to, mm->pend_msg, from, msg_r);
+  if (mm->pend_kind == 'F') mm->sent[mm->pend_c * x->M + mm->pend_k] = -1;
+  else mm->gsent[mm->pend_c][mm->pend_k % 2] = -1;
+  mm->pend_kind = 0;
+}
+
+/* Post kind a's next receive ahead (its link, its message), on stage s's stream. */
+static void mx_post(mx_t *x, mx_main_t *mm, int s, int a) {
+  int i = mm->posted[a], j = mm->qj[a][i], k = mm->qk[a][i], c = j * x->P + s, comm, peer;
+  mx_link(x, s, a, a, &comm, &peer); /* activations in: the input side; gradients in: the output side */
+  mm->ring[a][i % x->ahead] = mx_issue(x, s, comm, MX_RECV, -1, 0, peer, a ? mx_msg(1, c + 1, k) : mx_msg(0, c - 1, k));
+  mm->posted[a]++;
+}
+
+/* Where the list reads kind a's receive of (chunk j, micro-batch k) posted ahead: it must be the
+ * kind's next; wait for it, and post the kind's next once it is in. */
+static int mx_take(mx_t *x, mx_main_t *mm, int s, int a, int j, int k, char *why, size_t nwhy) {
+  int i = mm->used[a];
+  if (i >= mm->qn[a] || mm->qk[a][i] != k || mm->qj[a][i] != j)
+    return say(why, nwhy, "stage %d: the %s of micro-batch %d (chunk %d) is not the next receive posted ahead", s,
+               a ? "gradient" : "activation", k, j);
+  mm->wait = mm->ring[a][i % x->ahead];
+  mm->used[a]++;
+  if (mm->posted[a] < mm->qn[a]) mm->repost = a;
+  return 0;
 }
 
 /* Advance stage s's main thread as far as it goes; returns 1 when it moved. */
@@ -345,6 +403,12 @@ static int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int
   while (mm->pc < n[s]) {
     if (!mx_done(x, mm->wait)) return moved;
     mm->wait = -1;
+    if (mm->repost >= 0) mx_post(x, mm, s, mm->repost), mm->repost = -1, moved = 1;
+    if (x->ahead && !mm->opened) { /* the step's first receives, before its first operation */
+      mm->opened = 1, moved = 1;
+      for (int a = 0; a < 2; a++)
+        while (mm->posted[a] < mm->qn[a] && mm->posted[a] < x->ahead) mx_post(x, mm, s, a);
+    }
     pp_op_t o = ops[s][mm->pc];
     int j = o.chunk, c = j * P + s, k = o.micro, comm, peer;
     if (o.kind == 'F') {
@@ -352,22 +416,19 @@ static int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int
         mm->phase = 1;
         if (c > 0) {
           mx_link(x, s, 0, 0, &comm, &peer);
-          if (mm->pend_kind == 'B') { /* the held gradient send with this receive, on the forward link */
-            mm->wait = mx_issue(x, s, 0, MX_SEND | MX_RECV, s - 1, mx_msg(1, mm->pend_c * P + s, mm->pend_k), s - 1,
-                                mx_msg(0, c - 1, k));
-            mm->gsent[mm->pend_c][mm->pend_k % 2] = -1;
-            mm->pend_kind = 0;
+          if (mm->pend_kind) { /* the held send with this receive, one operation on the forward link */
+            mx_group(x, mm, s, peer, mx_msg(0, c - 1, k));
+          } else if (x->ahead) {
+            if (mx_take(x, mm, s, 0, j, k, why, nwhy)) return *err = 1, moved;
           } else mm->wait = mx_issue(x, s, comm, MX_RECV, -1, 0, peer, mx_msg(0, c - 1, k));
           moved = 1;
           continue;
         }
       }
       if (c < x->V - 1) {
-        if (mm->pf[k] && x->v == 1) mm->pend_kind = 'F', mm->pend_k = k, mm->pend_c = j;
-        else {
-          mx_link(x, s, 1, 0, &comm, &peer);
-          mm->sent[j * x->M + k] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(0, c, k), -1, 0);
-        }
+        mx_link(x, s, 1, 0, &comm, &peer);
+        if (mx_hold(x, mm, s, ops)) mx_hold_send(mm, 'F', k, j, peer, mx_msg(0, c, k));
+        else mm->sent[j * x->M + k] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(0, c, k), -1, 0);
       }
       mm->pc++, mm->phase = 0, moved = 1;
     } else if (o.kind == 'B') {
@@ -375,11 +436,10 @@ static int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int
         mm->phase = 1;
         if (c < x->V - 1) {
           mx_link(x, s, 1, 1, &comm, &peer);
-          if (mm->pend_kind == 'F') { /* the held activation send with this receive, on the forward link */
-            mm->wait = mx_issue(x, s, 0, MX_SEND | MX_RECV, s + 1, mx_msg(0, mm->pend_c * P + s, mm->pend_k), s + 1,
-                                mx_msg(1, c + 1, k));
-            mm->sent[mm->pend_c * x->M + mm->pend_k] = -1;
-            mm->pend_kind = 0;
+          if (mm->pend_kind) {
+            mx_group(x, mm, s, peer, mx_msg(1, c + 1, k));
+          } else if (x->ahead) {
+            if (mx_take(x, mm, s, 1, j, k, why, nwhy)) return *err = 1, moved;
           } else mm->wait = mx_issue(x, s, comm, MX_RECV, -1, 0, peer, mx_msg(1, c + 1, k));
           moved = 1;
           continue;
@@ -397,11 +457,9 @@ static int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int
       if (mm->phase == 2) {
         mm->phase = 3;
         if (c > 0) {
-          if (mm->pb[k] && x->v == 1) mm->pend_kind = 'B', mm->pend_k = k, mm->pend_c = j;
-          else {
-            mx_link(x, s, 0, 1, &comm, &peer);
-            mm->gsent[j][k % 2] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(1, c, k), -1, 0);
-          }
+          mx_link(x, s, 0, 1, &comm, &peer);
+          if (mx_hold(x, mm, s, ops)) mx_hold_send(mm, 'B', k, j, peer, mx_msg(1, c, k));
+          else mm->gsent[j][k % 2] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(1, c, k), -1, 0);
         }
         moved = 1;
         if (!x->split) { /* the slot goes back: its output's send must have left */
@@ -430,14 +488,69 @@ static int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int
   return moved;
 }
 
+/* Grouped (pp_groups): hf[k] / hb[k] = 1 when F k's / B k's send is held back for the receive of
+ * the next operation that is not a W, that one receiving (v = 1). */
+static void groups_from_list(int P, int s, int v, const pp_op_t *ops, int n, char *hf, char *hb) {
+  if (v != 1) return;
+  for (int i = 0; i < n; i++) {
+    pp_op_t o = ops[i];
+    if (!((o.kind == 'F' && s < P - 1) || (o.kind == 'B' && s > 0))) continue; /* no send */
+    int i2 = i + 1;
+    while (i2 < n && ops[i2].kind == 'W') i2++;
+    if (i2 < n && ((ops[i2].kind == 'F' && s > 0) || (ops[i2].kind == 'B' && s < P - 1)))
+      (o.kind == 'F' ? hf : hb)[o.micro] = 1;
+  }
+}
+
+void pp_groups(pp_schedule_t sched, int P, int s, int M, int v, char *hold_fwd, char *hold_bwd) {
+  memset(hold_fwd, 0, (size_t)M), memset(hold_bwd, 0, (size_t)M);
+  if (v != 1 || sched < 0 || sched >= PP_NSCHED || P < 1 || s < 0 || s >= P || M < 1) return;
+  pp_op_t *ops = calloc((size_t)pp_schedule_nops(sched, M, v), sizeof *ops);
+  int n = pp_schedule_ops(sched, P, s, M, v, ops);
+  groups_from_list(P, s, v, ops, n, hold_fwd, hold_bwd);
+  free(ops);
+}
+
+/* Stage s's receives of one kind ('F': activations in, 'B': gradients in) from its list, in order,
+ * but those the previous operation's held send goes with (pairs pf / pb, v = 1). */
+static int unpaired_recvs(int P, int s, int v, const pp_op_t *ops, int n, const char *pf, const char *pb, char kind,
+                          pp_op_t *out) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    pp_op_t o = ops[i];
+    int c = o.chunk * P + s;
+    if (o.kind != kind || (kind == 'F' ? c == 0 : c == v * P - 1)) continue;
+    if (v == 1 && i > 0 && ops[i - 1].kind == (kind == 'F' ? 'B' : 'F') && (kind == 'F' ? pb : pf)[ops[i - 1].micro])
+      continue; /* a pair: the previous operation's send goes with this receive */
+    out[m++] = o;
+  }
+  return m;
+}
+
+int pp_posted_recvs(pp_schedule_t sched, int P, int s, int M, int v, char kind, pp_op_t *out) {
+  if (sched < 0 || sched >= PP_NSCHED || P < 1 || s < 0 || s >= P || M < 1 || v < 1) return 0;
+  int nops = pp_schedule_nops(sched, M, v), m;
+  pp_op_t *ops = calloc((size_t)nops, sizeof *ops), *tmp = out ? out : calloc((size_t)nops, sizeof *ops);
+  char *pf = calloc((size_t)M, 1), *pb = calloc((size_t)M, 1);
+  int n = pp_schedule_ops(sched, P, s, M, v, ops);
+  pp_pairs(sched, P, s, M, v, pf, pb);
+  m = unpaired_recvs(P, s, v, ops, n, pf, pb, kind, tmp);
+  if (!out) free(tmp);
+  free(ops), free(pf), free(pb);
+  return m;
+}
+
 /* The stages' lists ops/n run against each other; pairs as pp_pairs decides for `sched` (−1: no
- * pairs, every message alone). */
-static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, int sched, char *why, size_t nwhy) {
-  if (P < 1 || P > 8 || M < 1 || M > 4095 || v < 1 || v > 8)
-    return say(why, nwhy, "P %d, M %d, v %d: the checker takes P <= 8, M < 4096, v <= 8", P, M, v);
+ * pairs, every message alone); ahead > 0: the unpaired receives posted that far ahead, on the
+ * receiver's parity's streams when parity (pipeline_post.c), else on fwd / bwd. */
+static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, int sched, int ahead, int parity,
+                  int grouped, char *why, size_t nwhy) {
+  if (P < 1 || P > 8 || M < 1 || M > 4095 || v < 1 || v > 8 || ahead < 0 || ahead > MX_AHEAD)
+    return say(why, nwhy, "P %d, M %d, v %d, ahead %d: the checker takes P <= 8, M < 4096, v <= 8, ahead <= %d", P, M,
+               v, ahead, MX_AHEAD);
   int bad = pp_check_lists(P, M, v, split, ops, n, why, nwhy);
   if (bad) return bad;
-  mx_t x = {.P = P, .M = M, .v = v, .V = v * P, .split = split};
+  mx_t x = {.P = P, .M = M, .v = v, .V = v * P, .split = split, .ahead = ahead, .parity = parity, .grouped = grouped};
   for (int s = 0; s < P; s++) x.cap += 3 * n[s] + 8;
   x.op = calloc((size_t)x.cap, sizeof *x.op);
   mx_main_t *mm = calloc((size_t)P, sizeof *mm);
@@ -446,8 +559,19 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
     mm[s].sent = malloc((size_t)v * M * sizeof(int));
     for (int i = 0; i < v * M; i++) mm[s].sent[i] = -1;
     for (int j = 0; j < 8; j++) mm[s].gsent[j][0] = mm[s].gsent[j][1] = -1;
-    mm[s].wait = -1;
-    if (sched >= 0) pp_pairs((pp_schedule_t)sched, P, s, M, v, mm[s].pf, mm[s].pb);
+    mm[s].wait = -1, mm[s].repost = -1;
+    if (grouped) groups_from_list(P, s, v, ops[s], n[s], mm[s].pf, mm[s].pb);
+    else if (sched >= 0) pp_pairs((pp_schedule_t)sched, P, s, M, v, mm[s].pf, mm[s].pb);
+    for (int a = 0; a < 2; a++) {
+      mm[s].qk[a] = calloc((size_t)n[s] + 1, sizeof(int));
+      mm[s].qj[a] = calloc((size_t)n[s] + 1, sizeof(int));
+    }
+    for (int a = 0; a < 2 && ahead; a++) { /* the unpaired receives, as pp_posted_recvs lists them */
+      pp_op_t *q = calloc((size_t)n[s] + 1, sizeof *q);
+      mm[s].qn[a] = unpaired_recvs(P, s, v, ops[s], n[s], mm[s].pf, mm[s].pb, a ? 'B' : 'F', q);
+      for (int i = 0; i < mm[s].qn[a]; i++) mm[s].qk[a][i] = q[i].micro, mm[s].qj[a][i] = q[i].chunk;
+      free(q);
+    }
   }
   int progress = 1;
   while (!bad && progress) {
@@ -478,6 +602,7 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
   }
   for (int s = 0; s < P; s++) {
     free(mm[s].sent);
+    for (int a = 0; a < 2; a++) free(mm[s].qk[a]), free(mm[s].qj[a]);
     for (int c = 0; c < MX_NCOMM; c++) free(x.st[s][c].q);
   }
   free(mm);
@@ -485,11 +610,27 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
   return bad;
 }
 
+static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, int grouped,
+                                   char *why, size_t nwhy);
+
 int pp_check_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *why, size_t nwhy) {
-  return mx_run(P, M, v, split, ops, n, -1, why, nwhy);
+  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 0, why, nwhy);
+}
+
+int pp_check_posted(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, char *why, size_t nwhy) {
+  return pp_check_messages_ahead(sched, P, M, v, ahead, parity, 0, why, nwhy);
+}
+
+int pp_check_grouped(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy) {
+  return pp_check_messages_ahead(sched, P, M, v, 0, 0, 1, why, nwhy);
 }
 
 int pp_check_messages(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy) {
+  return pp_check_messages_ahead(sched, P, M, v, 0, 0, 0, why, nwhy);
+}
+
+static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, int grouped,
+                                   char *why, size_t nwhy) {
   if (P < 1 || P > 8 || M < 1 || M > 4095 || v < 1 || v > 8 || sched < 0 || sched >= PP_NSCHED)
     return say(why, nwhy, "P %d, M %d, v %d: the checker takes P <= 8, M < 4096, v <= 8", P, M, v);
   int cap = pp_schedule_nops(sched, M, v), n[8];
@@ -498,7 +639,7 @@ int pp_check_messages(pp_schedule_t sched, int P, int M, int v, char *why, size_
     ops[s] = calloc((size_t)cap, sizeof(pp_op_t));
     n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]);
   }
-  int bad = mx_run(P, M, v, pp_splits_backward(sched), ops, n, sched, why, nwhy);
+  int bad = mx_run(P, M, v, pp_splits_backward(sched), ops, n, sched, ahead, parity, grouped, why, nwhy);
   if (bad && why && nwhy) { /* name the schedule */
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", why);

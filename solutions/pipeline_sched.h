@@ -79,6 +79,25 @@ double pp_bubble_stages(pp_schedule_t sched, int P, int M, int v, const double *
  * with v = 1. pair_fwd, pair_bwd: [M], written. */
 void pp_pairs(pp_schedule_t sched, int P, int s, int M, int v, char *pair_fwd, char *pair_bwd);
 
+/* ---- the groups: one communicator per pipeline (the NCCL backend, v = 1) --------------------
+ * hold_fwd[k] = 1 when stage s's send of F k's output is held back and issued with the receive of
+ * its next operation that is not a W (as one group), because that operation receives; hold_bwd[k]
+ * the same for B k's input gradient. Otherwise the send goes alone at once. Every boundary of the
+ * step is then at most one group, on one stream; the checker (pp_check_grouped) runs it for every
+ * schedule but interleaved, where such groups deadlock (it keeps its four communicators). [M]. */
+void pp_groups(pp_schedule_t sched, int P, int s, int M, int v, char *hold_fwd, char *hold_bwd);
+
+/* ---- receives posted ahead (the MPI backend: pipeline_post.c) ------------------------------
+ * The receives stage s posts ahead, of one kind — 'F': activations in (F k of a chunk c > 0), 'B':
+ * gradients in (B k of a chunk c < vP − 1) — in the order its list reads them, leaving out those
+ * that go in a pair (the operation before held its send back for it: pp_pairs, v = 1). Written
+ * to out[0..n) (room for pp_schedule_nops; out NULL: only counted); returns n. The stage posts
+ * PP_RECV_AHEAD of each kind ahead, each into a receive buffer of its own: min(PP_RECV_AHEAD, n)
+ * buffers of the kind's largest message (b × the boundary's width floats), activations in the
+ * ledger (LEDGER_ACTS) beside the slots. */
+enum { PP_RECV_AHEAD = 2 };
+int pp_posted_recvs(pp_schedule_t sched, int P, int s, int M, int v, char kind, pp_op_t *out);
+
 /* ---- the checker --------------------------------------------------------------------------
  * pp_check_lists: the P stages' lists (ops[s][0..n[s])), v chunks per stage, split = 1 when
  * backwards are split: per chunk every micro-batch's F once, then its B once, then (split) its W
@@ -98,6 +117,16 @@ int pp_check_messages(pp_schedule_t sched, int P, int M, int v, char *why, size_
  * (no pairs): a list that waits for what its neighbour will only send after waiting for it. */
 int pp_check_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *why, size_t nwhy);
 int pp_check_schedule(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy);
+/* The MPI backend's messages (pipeline_post.c): the unpaired receives posted `ahead` ahead (each
+ * kind's first before the stage's first operation, the next once one is read), on streams of
+ * their own — parity 1: the messages to stage r on a stream of r's parity, so that no stage's
+ * receive and send share one; parity 0: on fwd / bwd as without, which deadlocks past P = 2
+ * (a receive posted ahead holds back a send queued after it on the same stream). ahead 1..8. */
+int pp_check_posted(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, char *why, size_t nwhy);
+/* The NCCL backend's messages (pipeline_pairs.c, grouped; v = 1): every message on ONE
+ * communicator per pipeline (a single stream), a send held back where pp_groups says and issued
+ * with that receive as one group (ncclGroupStart/End: Megatron's batched p2p), else alone. */
+int pp_check_grouped(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy);
 
 /* ---- the simulator ------------------------------------------------------------------------
  * Per stage s, cost[s]: f, b, w = one micro-batch's forward, input-gradient backward and

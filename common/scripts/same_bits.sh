@@ -46,6 +46,10 @@ ch06_tp2_d2_gpt_sp_zero2_accum|4|ch06_tp|$G --tp 2 --sp --zero 2 --accum 2
 ch07_1f1b_mlp|2|ch07_pipeline|$M --pp 2 --micro-batches 4 --schedule 1f1b
 ch07_gpipe_gpt|2|ch07_pipeline|$G --pp 2 --micro-batches 2 --schedule gpipe
 ch07_interleaved_mlp|2|ch07_pipeline|--layers 7 --hidden 48 --input 20 --classes 6 --batch 24 --pp 2 --micro-batches 4 --schedule interleaved --virtual-stages 2
+ch07_zbh1_gpt|2|ch07_pipeline|$G --pp 2 --micro-batches 4 --schedule zb-h1
+ch07_zbh2_mlp_p4|4|ch07_pipeline|--layers 7 --hidden 48 --input 20 --classes 6 --batch 24 --pp 4 --micro-batches 8 --schedule zb-h2
+ch07_1f1b_mlp_p4|4|ch07_pipeline|--layers 7 --hidden 48 --input 20 --classes 6 --batch 24 --pp 4 --micro-batches 8 --schedule 1f1b
+ch07_interleaved_mlp_p4|4|ch07_pipeline|--layers 9 --hidden 48 --input 20 --classes 6 --batch 24 --pp 4 --micro-batches 4 --schedule interleaved --virtual-stages 2
 ch07_p2d2_gpt_bf16|4|ch07_pipeline|$G --pp 2 --micro-batches 2 --schedule 1f1b --precision bf16
 ch07_p2d2_mlp_zero3|4|ch07_pipeline|$M --pp 2 --micro-batches 2 --schedule 1f1b --zero 3
 ch07_p2t2_gpt|4|ch07_pipeline|$G --pp 2 --tp 2 --micro-batches 2 --schedule 1f1b

@@ -48,6 +48,9 @@ static const struct { int np; const char *cmd; } SYNC_RUNS[] = {
     {3, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 24 --batch 6 --steps 2 --timeout-s 20 --quiet --cp 3"},
     /* two chunks per rank: the warm-up and cool-down messages of the interleaved schedule */
     {2, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 4 --schedule interleaved --virtual-stages 2"},
+    /* four stages of ZB-H2 (receives posted ahead on the MPI backend, the middle stages' on their own
+     * streams: solutions/pipeline_post.c) */
+    {4, ZL_BIN "/ch07_pipeline " SHAPE " --micro-batches 8 --schedule zb-h2 --pp 4"},
     /* make test-long: the rest */
     {2, ZL_BIN "/ch07_pipeline " SHAPE7 " --micro-batches 4 --schedule interleaved --virtual-stages 3"},
     {4, ZL_BIN "/ch07_pipeline " SHAPE7 " --micro-batches 4 --schedule interleaved --virtual-stages 2 --pp 4"},
@@ -70,10 +73,10 @@ static void sync_runs(size_t lo, size_t hi) {
     free(l0), free(l1), free(eager), free(sync);
   }
 }
-/* make test: the pipeline (1F1B; interleaved across 4 stages, and with 2 chunks per rank) and ring
- * CP, whose sends pair up across ranks; make test-long adds interleaved v = 3 and v = 2 at P = 4,
+/* make test: the pipeline (1F1B; interleaved across 4 stages, and with 2 chunks per rank; ZB-H2 across
+ * 4 stages) and ring CP, whose sends pair up across ranks; make test-long adds interleaved v = 3 and v = 2 at P = 4,
  * GPipe, TP and ZeRO-3 prefetch (collectives only). */
-Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) { sync_runs(0, 4); }
+Test(common_sync_sends, pipeline_tp_zero3_cp_run_under_synchronous_sends, .timeout = 600) { sync_runs(0, 5); }
 Test(common_sync_sends_long, gpipe_tp_and_zero3_under_synchronous_sends, .timeout = 600) {
-  sync_runs(4, sizeof SYNC_RUNS / sizeof SYNC_RUNS[0]);
+  sync_runs(5, sizeof SYNC_RUNS / sizeof SYNC_RUNS[0]);
 }

@@ -143,6 +143,62 @@ Test(ch07_sched, every_schedule_pairs_without_deadlock) {
   cr_log_info("%d schedules checked", runs);
 }
 
+/* The MPI backend's messages (pipeline_post.c): the unpaired receives posted 1..3 ahead (the program
+ * posts PP_RECV_AHEAD = 2), the messages to stage r on streams of r's parity: every schedule runs to
+ * the end under synchronous sends. On the pipeline's two streams instead (the receives beside the
+ * sends) a receive posted ahead holds back a send queued after it: past P = 2 the checker finds the
+ * deadlock the parity streams avoid (naive, P 3, M 2), or the messages cross (zb-h1, P 4: the
+ * pairs share the forward stream with the unpaired activations). */
+Test(ch07_sched, receives_posted_ahead_run_without_deadlock) {
+  char why[1024];
+  int runs = 0;
+  for (int ahead = 1; ahead <= 3; ahead++)
+    for (int sched = 0; sched < PP_NSCHED; sched++)
+      for (int v = 1; v <= (sched == PP_INTERLEAVED ? 3 : 1); v++) {
+        if (sched == PP_INTERLEAVED && v == 1) continue;
+        for (int P = sched == PP_INTERLEAVED ? 2 : 1; P <= MAXP; P++)
+          for (int M = 1; M <= 16; M++) {
+            if (sched == PP_INTERLEAVED && M % P) continue;
+            cr_assert(!pp_check_posted((pp_schedule_t)sched, P, M, v, ahead, 1, why, sizeof why), "ahead %d: %s", ahead, why);
+            runs++;
+          }
+      }
+  cr_log_info("%d schedules checked with receives posted ahead", runs);
+  for (int P = 1; P <= 2; P++) /* one stage, or two: no stage both sends and receives one kind, the two streams do */
+    cr_assert(!pp_check_posted(PP_ZB_H2, P, 8, 1, 2, 0, why, sizeof why), "%s", why);
+  cr_assert(pp_check_posted(PP_NAIVE, 3, 2, 1, 2, 0, why, sizeof why) && strstr(why, "deadlock"),
+            "posted ahead on the pipeline's two streams, P 3: the checker must find the deadlock: %s", why);
+  cr_assert(pp_check_posted(PP_ZB_H1, 4, 8, 1, 2, 0, why, sizeof why), "zb-h1 P 4 on the two streams must fail");
+  cr_assert(pp_check_posted(PP_1F1B, 2, 4, 1, 0, 1, why, sizeof why) == 0 && pp_check_posted(PP_1F1B, 2, 4, 1, 9, 1, why, sizeof why) &&
+            strstr(why, "ahead"), "ahead 9 is refused, naming it: %s", why);
+}
+
+/* The NCCL backend's groups (pp_groups, pipeline_pairs.c): every message of a pipeline on ONE
+ * communicator, each send held back for the next receive (past W's) as one group — every schedule
+ * with v = 1 runs to the end under synchronous sends, P <= 8, M <= 32; 1F1B's pairs are groups too
+ * (Megatron's send_forward_recv_backward / send_backward_recv_forward); interleaved deadlocks with
+ * such groups (it keeps its communicators per direction: the checker says why, here). */
+Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
+  char why[1024], hf[MAXM], hb[MAXM], pf[MAXM], pb[MAXM];
+  for (int sched = 0; sched < PP_NSCHED; sched++) {
+    if (sched == PP_INTERLEAVED) continue;
+    for (int P = 1; P <= MAXP; P++)
+      for (int M = 1; M <= MAXM; M++) {
+        cr_assert(!pp_check_grouped((pp_schedule_t)sched, P, M, 1, why, sizeof why), "grouped: %s", why);
+        if (sched != PP_1F1B) continue;
+        for (int s = 0; s < P; s++) {
+          pp_groups(PP_1F1B, P, s, M, 1, hf, hb);
+          pp_pairs(PP_1F1B, P, s, M, 1, pf, pb);
+          for (int k = 0; k < M; k++)
+            cr_assert((!pf[k] || hf[k]) && (!pb[k] || hb[k]), "1f1b P %d M %d stage %d micro-batch %d: a pair (%d %d) that is "
+                      "not a group (%d %d)", P, M, s, k, pf[k], pb[k], hf[k], hb[k]);
+        }
+      }
+  }
+  cr_assert(pp_check_grouped(PP_INTERLEAVED, 2, 4, 2, why, sizeof why) && strstr(why, "deadlock"),
+            "interleaved in groups on one communicator: the checker must find the deadlock: %s", why);
+}
+
 static void equal_costs(pp_cost_t *c, int P, double f, double b, double w) {
   for (int s = 0; s < P; s++) c[s] = (pp_cost_t){f, b, w};
 }
