@@ -412,7 +412,8 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   if (full && cfg->save_params) {
     outfile_write("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
     struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
-    if (strcmp(cfg->model_kind, "gpt") == 0 && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    if (strcmp(cfg->model_kind, "gpt") == 0 && !(cfg->chapter_flags & TRAIN_FLAG_MOE) /* GPT-2's names: dense only */
+        && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
       char st[1200];
       snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
       export_model_t em = {.gpt = 1, .g = cfg->gpt};

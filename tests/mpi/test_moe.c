@@ -1,0 +1,187 @@
+/* test_moe.c — chapter 12's Mixture of Experts and expert parallelism (ch12_experts; solutions/moe.h,
+ * solutions/ep.h; notes/12-experts.md). The tiny GPT (L2 NH2 C32 S16 V256), 4 steps of SGD with
+ * momentum and --clip 0.5, global batch 8:
+ *   - the dispatch plan (the exercise moe_dispatch_plan): every property a correct plan must have;
+ *   - dispatch then combine with gates 1/k gives the input back bit for bit, and the dispatch's
+ *     backward the gradient (k = 1, 2: 1/k and the sum of k halves are exact in fp32);
+ *   - E = 1, k = 1 is the dense GPT: the same kernels on the same rows in the same order (the
+ *     router's softmax over one expert is exactly 1, its gradient exactly 0): every loss bitwise;
+ *   - data parallelism over 2 ranks (the experts replicated) = 1 rank with --accum 2, bitwise: each
+ *     micro-batch routes alike (capacity per micro-batch) and the sums meet in the same order;
+ *   - expert parallelism over 2 ranks = 1 rank with --accum 2, within 1e-5 of max|w| (the experts see
+ *     both ranks' rows in one GEMM, 1 rank sees them in two: another shape, so a tolerance — notes/
+ *     design.md "Bits or a tolerance"; the routing, the drops and the aux loss's f_e are the same),
+ *     and the all-to-all bytes per step measured on the EP group = the formula from the routing;
+ *   - the refusals. The sweep (ZeRO-1/2/3 with --ep, 4 ranks, bf16, --moe-every 2, --recompute) is
+ *     ch12_moe_long. */
+#include "zl_test.h" // zl_launch, zl_run, zl_json_num, zl_expect_*, cr_assert
+#include "moe.h"     // moe_plan, moe_capacity
+#include "ops_gpt.h" // op_rows_gather, op_rows_combine
+#include <stdint.h>  // int64_t
+
+#define MOE_TOL 1e-5
+#define MOE_SHAPE "--model gpt --gpt tiny --batch 8 --steps 4 --optimizer sgd --lr 0.1 --clip 0.5"
+#define MOE_LAUNCH(np, tag, name, args) zl_launch(np, 60, tag, name, "%s/ch12_experts " MOE_SHAPE " %s", ZL_BIN, args)
+
+/* ---- the plan (pure) -------------------------------------------------------------------------- */
+static uint64_t lcg(uint64_t *s) { return *s = *s * 6364136223846793005ull + 1442695040888963407ull, *s >> 33; }
+
+/* k distinct experts per token, drawn from a skewed distribution so that capacity bites. */
+static void random_ids(int *ids, int64_t T, int k, int E, uint64_t seed) {
+  for (int64_t t = 0; t < T; t++)
+    for (int j = 0; j < k; j++) {
+      int e, dup;
+      do {
+        uint64_t x = lcg(&seed) % (uint64_t)(E * E);
+        e = (int)(x % 3 == 0 ? x % (uint64_t)E : (x / (uint64_t)E) % (uint64_t)((E + 1) / 2)); /* low experts hot */
+        dup = 0;
+        for (int q = 0; q < j; q++) dup |= ids[t * k + q] == e;
+      } while (dup);
+      ids[t * k + j] = e;
+    }
+}
+
+/* What any correct plan must do (moe.h): rows = E·cap or T·k; expert e's rows start where the layout
+ * says, hold only its choices, in token order, at most cap of them; every choice of e before its cap
+ * keeps a row (first come, first served), the rest are dropped; padding rows name no token. */
+static void check_plan(int64_t T, int k, int E, int64_t cap, uint64_t seed) {
+  int *ids = malloc((size_t)(T * k) * sizeof(int)), *slot = malloc((size_t)(T * k) * sizeof(int));
+  int64_t rows_max = cap > 0 ? E * cap : T * k, counts[64];
+  int *row_tok = malloc((size_t)rows_max * sizeof(int));
+  random_ids(ids, T, k, E, seed);
+  for (int64_t i = 0; i < T * k; i++) slot[i] = -7;
+  for (int64_t r = 0; r < rows_max; r++) row_tok[r] = -7;
+  int64_t rows = moe_plan(ids, T, k, E, cap, counts, slot, row_tok);
+  char what[96];
+  snprintf(what, sizeof what, "moe_plan(T %lld, k %d, E %d, cap %lld)", (long long)T, k, E, (long long)cap);
+  cr_assert_eq(rows, rows_max, "%s returned %lld rows, expected %lld (%s)", what, (long long)rows, (long long)rows_max,
+               cap > 0 ? "E x cap: the padded buffer" : "T x k: one row per choice");
+  int64_t seen[64] = {0}, start = 0, last_tok[64];
+  for (int e = 0; e < E; e++) last_tok[e] = -1;
+  for (int e = 0; e < E; e++) {
+    int64_t want = 0;
+    for (int64_t i = 0; i < T * k; i++) want += ids[i] == e;
+    if (cap > 0 && want > cap) want = cap;
+    cr_assert_eq(counts[e], want, "%s: counts[%d] = %lld, expected %lld (%s)", what, e, (long long)counts[e],
+                 (long long)want, cap > 0 ? "its choices, at most cap" : "its choices");
+  }
+  for (int64_t t = 0; t < T; t++)
+    for (int j = 0; j < k; j++) {
+      int e = ids[t * k + j], s = slot[t * k + j];
+      int64_t first = 0;
+      for (int e2 = 0; e2 < e; e2++) first += cap > 0 ? cap : counts[e2];
+      if (cap > 0 && seen[e] == cap) {
+        cr_assert_eq(s, -1, "%s: choice (token %lld, j %d) of expert %d past its capacity %lld got row %d, expected -1 "
+                     "(dropped: the first cap choices in token order keep their rows)", what, (long long)t, j, e,
+                     (long long)cap, s);
+        continue;
+      }
+      cr_assert(s >= first && s < first + (cap > 0 ? cap : counts[e]), "%s: choice (token %lld, j %d) of expert %d at "
+                "row %d, outside expert %d's rows [%lld, %lld)", what, (long long)t, j, e, s, e, (long long)first,
+                (long long)(first + (cap > 0 ? cap : counts[e])));
+      cr_assert_eq(s, first + seen[e], "%s: choice (token %lld, j %d) of expert %d at row %d, expected %lld (an expert's "
+                   "rows in token order, no gaps)", what, (long long)t, j, e, s, (long long)(first + seen[e]));
+      cr_assert_eq(row_tok[s], (int)t, "%s: row_tok[%d] = %d, expected token %lld", what, s, row_tok[s], (long long)t);
+      cr_assert(last_tok[e] < t || last_tok[e] == -1, "%s: expert %d: token %lld after token %lld", what, e, (long long)t,
+                (long long)last_tok[e]);
+      last_tok[e] = t, seen[e]++;
+    }
+  for (int e = 0; e < E && cap > 0; e++)
+    for (int64_t r = e * cap + counts[e]; r < (e + 1) * cap; r++)
+      cr_assert_eq(row_tok[r], -1, "%s: padding row %lld (expert %d holds %lld of %lld) names token %d, expected -1",
+                   what, (long long)r, e, (long long)counts[e], (long long)cap, row_tok[r]);
+  (void)start;
+  free(ids), free(slot), free(row_tok);
+}
+
+Test(ch12_moe, plan_contract) {
+  check_plan(64, 2, 4, 0, 1);                       /* dropless */
+  check_plan(64, 1, 8, 0, 2);
+  check_plan(64, 2, 4, moe_capacity(1.0, 64, 2, 4), 3); /* capacity: 32, the hot experts drop */
+  check_plan(64, 2, 4, moe_capacity(1.25, 64, 2, 4), 4);
+  check_plan(17, 3, 5, moe_capacity(0.5, 17, 3, 5), 5);
+  check_plan(1, 1, 1, 0, 6);
+  cr_assert_eq(moe_capacity(1.25, 64, 2, 4), 40, "ceil(1.25 x 64 x 2 / 4) = 40, got %lld", (long long)moe_capacity(1.25, 64, 2, 4));
+  cr_assert_eq(moe_capacity(0, 64, 2, 4), 0, "cf 0 is dropless: capacity 0");
+}
+
+/* Dispatch (the plan's rows) then combine with gates 1/k: the input, bit for bit; the dispatch's
+ * backward of a gradient g (combine with no gates of the rows g/k): g. Megatron's dropless test. */
+Test(ch12_moe, dispatch_combine_identity) {
+  for (int k = 1; k <= 2; k++) {
+    int64_t T = 48, C = 8, E = 4, rows = T * k, counts[4];
+    int *ids = malloc((size_t)(T * k) * sizeof(int)), *slot = malloc((size_t)(T * k) * sizeof(int));
+    int *row_tok = malloc((size_t)rows * sizeof(int));
+    float *x = malloc((size_t)(T * C) * sizeof(float)), *y = malloc((size_t)(T * C) * sizeof(float));
+    float *xr = malloc((size_t)(rows * C) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
+    float *rs = malloc((size_t)rows * sizeof(float));
+    uint64_t s = 11;
+    for (int64_t i = 0; i < T * C; i++) x[i] = (float)((int64_t)lcg(&s) % 2001 - 1000) / 37.0f;
+    random_ids(ids, T, k, (int)E, 12);
+    moe_plan(ids, T, k, (int)E, 0, counts, slot, row_tok);
+    for (int64_t i = 0; i < T * k; i++) w[i] = 1.0f / k;
+    for (int64_t r = 0; r < rows; r++) rs[r] = 1.0f / k;
+    op_rows_gather(DEV_CPU, xr, x, row_tok, NULL, rows, (int)C);
+    op_rows_combine(DEV_CPU, y, xr, slot, w, T, k, (int)C, 0.0f);
+    char what[64];
+    snprintf(what, sizeof what, "dispatch + combine (k %d, gates 1/k)", k);
+    zl_expect_floats(what, y, x, T * C, 0);
+    op_rows_gather(DEV_CPU, xr, x, row_tok, rs, rows, (int)C); /* the combine's backward with gates 1/k */
+    op_rows_combine(DEV_CPU, y, xr, slot, NULL, T, k, (int)C, 0.0f); /* the dispatch's backward */
+    snprintf(what, sizeof what, "the gradient through them (k %d)", k);
+    zl_expect_floats(what, y, x, T * C, 0);
+    free(ids), free(slot), free(row_tok), free(x), free(y), free(xr), free(w), free(rs);
+  }
+}
+
+Test(ch12_moe, one_expert_is_the_dense_gpt) {
+  zl_out_t moe = MOE_LAUNCH(1, "moe", "e1k1", "--moe 1 --topk 1");
+  zl_out_t dense = zl_launch(1, 60, "moe", "dense", "%s/ch02_ddp " MOE_SHAPE, ZL_BIN);
+  zl_expect_same_losses("--moe 1 --topk 1 against ch02_ddp's dense GPT", moe.json, dense.json);
+  zl_out_free(&moe), zl_out_free(&dense);
+}
+
+/* DP 2 (experts replicated), EP 2 and 1 rank --accum 2, dropless and with a capacity. */
+static void ep_case(const char *extra, double *gap) {
+  char a1[160], a2[160], a3[160], n1[32], n2[32], n3[32];
+  snprintf(a1, sizeof a1, "--moe 4 --topk 2 --accum 2 %s", extra);
+  snprintf(a2, sizeof a2, "--moe 4 --topk 2 %s", extra);
+  snprintf(a3, sizeof a3, "--moe 4 --topk 2 --ep 2 %s", extra);
+  snprintf(n1, sizeof n1, "one%zu", strlen(extra)), snprintf(n2, sizeof n2, "dp%zu", strlen(extra));
+  snprintf(n3, sizeof n3, "ep%zu", strlen(extra));
+  zl_out_t one = MOE_LAUNCH(1, "moe", n1, a1), dp = MOE_LAUNCH(2, "moe", n2, a2), ep = MOE_LAUNCH(2, "moe", n3, a3);
+  char what[160];
+  snprintf(what, sizeof what, "DP 2 against 1 rank --accum 2 (%s)", extra);
+  zl_expect_same_losses(what, dp.json, one.json);
+  cr_assert_eq(ep.n, one.n, "EP 2 exported %lld weights, 1 rank %lld (the full model: every expert)", (long long)ep.n,
+               (long long)one.n);
+  snprintf(what, sizeof what, "EP 2 weights against 1 rank --accum 2 (%s)", extra);
+  *gap = zl_expect_close_norm(what, ep.params, one.params, one.n, MOE_TOL);
+  double d1 = zl_json_num(one.json, "moe_drop_rate"), d2 = zl_json_num(ep.json, "moe_drop_rate");
+  cr_assert_eq(d1, d2, "%s: EP 2 dropped %.17g of the choices, 1 rank %.17g (the same routing: capacity per micro-batch)",
+               extra, d2, d1);
+  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"), f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
+  cr_assert(m > 0 && m == f, "%s: EP 2 all-to-all bytes per step %.17g measured, formula %.17g", extra, m, f);
+  zl_out_free(&one), zl_out_free(&dp), zl_out_free(&ep);
+}
+
+Test(ch12_moe, ep_equals_one_rank) {
+  double g0, g1;
+  ep_case("", &g0);
+  ep_case("--capacity-factor 1.0", &g1);
+  cr_log_info("EP 2 against 1 rank: largest weight gap %.3g (dropless), %.3g (capacity 1.0) of max|w|; tolerance %g",
+              g0, g1, MOE_TOL);
+}
+
+Test(ch12_moe, router_bias_same_on_every_rank) {
+  zl_out_t r = MOE_LAUNCH(2, "moe", "bias", "--moe 4 --topk 2 --ep 2 --router-bias-rate 0.001 --aux-loss-coeff 0");
+  cr_assert(zl_json_num(r.json, "moe_bias_hash") > 0, "no router bias fingerprint in the JSON:\n%s", r.text);
+  zl_out_free(&r); /* each step every rank compared its bias bits with the others': a difference stops the job */
+}
+
+Test(ch12_moe, refusals) {
+  zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe 4 --topk 5", "--topk");
+  zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 3 --ep 2", "--ep");
+  zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --sample 10", "--sample");
+  zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe-every 3", "--moe-every");
+}
