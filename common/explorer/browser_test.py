@@ -259,7 +259,7 @@ def main():
         os.makedirs(a.shots, exist_ok=True)
         views = {"memory": {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-seq": 4, "m-micro": 0,
                             "m-tp": 2, "m-vocab": 2, "m-ranks": 7},
-                 "schedules": {"s-sched": 4, "s-P": 4, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10},
+                 "schedules": {"s-sched": 4, "s-P": 2, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10},
                  "collectives": {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1}}
         for panel, cfg in views.items():
             shot = os.path.join(a.shots, "explorer_%s.png" % panel)

@@ -23,7 +23,7 @@ var V = {
   tp: [1, 2, 4, 8, 16],
   vocab: [256, 32000, 50304, 128256]
 };
-var KIND_COLOR = { params: "#457b9d", grads: "#e76f51", optim: "#2a9d8f", acts: "#e9c46a" };
+var KIND_COLOR = { params: "#457b9d", grads: "#e76f51", optim: "#2a9d8f", acts: "#e9c46a", states: "#6c757d" };
 var OP_COLOR = { F: "#4c78a8", B: "#54a24b", W: "#f58518" };
 
 function el(tag, attrs, parent, text) {
@@ -105,6 +105,7 @@ function drawMemory(j, table, chart) {
       r.innerHTML = "<th>" + key + "</th>";
       var td = document.createElement("td");
       td.colSpan = cols.length;
+      td.style.textAlign = "left";
       td.textContent = exact(e[1]);
       td.setAttribute("data-k", key);
       td.setAttribute("data-v", String(e[1]));
@@ -128,7 +129,7 @@ function drawMemory(j, table, chart) {
   el("text", { x: 8, y: 18, "font-size": 15 }, chart, "bytes per rank (" + j.precision + ", Ψ = " + j.params.toExponential(3) + ", N = " + j.world + ")");
   el("line", { x1: x0, y1: y0, x2: W - 150, y2: y0, stroke: "#333" }, chart);
   bars.forEach(function (b, i) {
-    var x = x0 + 10 + i * (bw + 14), y = y0, parts = b.states !== undefined ? [["params", b.states, "states (TP: DDP's / t)"], ["acts", b.acts]] :
+    var x = x0 + 10 + i * (bw + 14), y = y0, parts = b.states !== undefined ? [["states", b.states], ["acts", b.acts]] :
       [["params", b.params], ["grads", b.grads], ["optim", b.optim], ["acts", b.acts]];
     parts.forEach(function (p) {
       var h = max > 0 ? p[1] / max * (y0 - 40) : 0;
@@ -138,9 +139,9 @@ function drawMemory(j, table, chart) {
     el("text", { x: x + bw / 2, y: y - 6, "text-anchor": "middle", "font-size": 14 }, chart, gb(b.sum));
     el("text", { x: x + bw / 2, y: y0 + 20, "text-anchor": "middle", "font-size": 15 }, chart, b.name);
   });
-  ["params", "grads", "optim", "acts"].forEach(function (k, i) {
+  (j.tp ? ["params", "grads", "optim", "acts", "states"] : ["params", "grads", "optim", "acts"]).forEach(function (k, i) {
     el("rect", { x: W - 140, y: 40 + i * 26, width: 18, height: 18, fill: KIND_COLOR[k] }, chart);
-    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") : k);
+    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") : k === "states" ? "states / t (TP)" : k);
   });
 }
 
@@ -250,8 +251,8 @@ function updateCollectives() {
   table.appendChild(head);
   for (var r = 0; r < N; r++) {
     var tr = document.createElement("tr"), inp = [];
-    for (var i = 0; i < (op === 0 ? n : per); i++) inp.push(Module._zx_ring_in(r, i));
-    tr.innerHTML = "<th>" + r + "</th><td>[" + inp.join(", ") + "]</td>";
+    for (var i = 0; i < (op === 0 ? n : per); i++) inp.push((i > 0 && i % per === 0 ? "| " : "") + Module._zx_ring_in(r, i));
+    tr.innerHTML = "<th>" + r + "</th><td>[" + inp.join(", ").replace(/, \| /g, " | ") + "]</td>";
     for (var s = 0; s < step; s++) {
       var td = document.createElement("td");
       td.textContent = "chunk " + Module._zx_ring_chunk(r, s) + ": " + vals(function (i) { return Module._zx_ring_after(r, s, i); });
