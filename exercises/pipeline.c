@@ -29,7 +29,7 @@
 #include "trace.h"    // trace_now_us
 #include "train.h"    // trainer_t, schedule_t, trainer_* helpers
 #include <stdio.h>    // printf, snprintf
-#include <stdlib.h>   // free
+#include <stdlib.h>   // free, getenv
 #include <string.h>   // strcmp
 
 /* ---- the messages of a chunk ---------------------------------------------------------------- */
@@ -221,8 +221,12 @@ static void pp_setup(trainer_t *t) {
    * one for every message, in groups: pipeline_pairs.c) and one for control sums; with
    * virtual stages, the ring's wrap link (last stage and stage 0) once per direction; the stage's
    * replicas. Collective: every rank makes the same calls in the same order. */
-  st->prepost = comm_backend(t->comm) == BACKEND_MPI && st->P > 1; /* the same on every rank */
-  st->grouped = comm_backend(t->comm) == BACKEND_NCCL && st->P > 1 && st->v == 1;
+  /* The messages: on NCCL (v = 1) in groups on one communicator; on MPI with receives posted ahead.
+   * ZL_PP_GROUPED=1 runs the NCCL way on MPI too (the tests: its logic and bits on a CPU). The same on
+   * every rank. */
+  const char *ge = getenv("ZL_PP_GROUPED");
+  st->grouped = (comm_backend(t->comm) == BACKEND_NCCL || (ge && !strcmp(ge, "1"))) && st->P > 1 && st->v == 1;
+  st->prepost = comm_backend(t->comm) == BACKEND_MPI && !st->grouped && st->P > 1;
   st->fwd = comm_split(t->comm, st->dp, st->stage);
   if (!st->prepost && !st->grouped) st->bwd = comm_split(t->comm, st->dp, st->stage);
   st->pipe = comm_split(t->comm, st->dp, st->stage);

@@ -63,3 +63,33 @@ Test(ch07_pipeline_pairs, steady_state_pairs_under_synchronous_sends, .timeout =
   unlink(tr);
   free(l1), free(l2), free(o1), free(o2), free(o3);
 }
+
+/* The NCCL backend's groups (solutions/pipeline_pairs.c, pp_groups: every message on one communicator,
+ * each send grouped with the next receive), run on MPI with ZL_PP_GROUPED=1: under synchronous sends
+ * (ncclSend's rendezvous) 1F1B, ZB-H1 and ZB-H2 at P = 4 run to the end with the default messages'
+ * final loss (receives posted ahead); interleaved keeps its links (grouped or not, the same run). */
+Test(ch07_pipeline_pairs, nccl_groups_run_on_mpi_under_synchronous_sends, .timeout = 200) {
+  static const char *scheds[] = {"1f1b --micro-batches 8 --pp 4", "zb-h1 --micro-batches 8 --pp 4",
+                                 "zb-h2 --micro-batches 8 --pp 4", "interleaved --virtual-stages 2 --micro-batches 4 --pp 2"};
+  for (int i = 0; i < 4; i++) {
+    char *o1 = NULL, *o2 = NULL;
+    int np = i == 3 ? 2 : 4;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " PP_SHAPE " --schedule %s%%s", scheds[i]);
+    int rc = zl_run(np, 90, &o1, cmd, "");
+    cr_assert_eq(rc, 0, "%s (receives posted ahead) exited %d:\n%s", scheds[i], rc, o1);
+    setenv("ZL_PP_GROUPED", "1", 1);
+    setenv("ZL_SYNC_SENDS", "1", 1);
+    setenv("ZL_MPIRUN_FLAGS", "-x ZL_SYNC_SENDS -x ZL_PP_GROUPED", 1);
+    rc = zl_run(np, 90, &o2, cmd, "");
+    unsetenv("ZL_PP_GROUPED");
+    unsetenv("ZL_SYNC_SENDS");
+    unsetenv("ZL_MPIRUN_FLAGS");
+    cr_assert_eq(rc, 0, "%s grouped on one communicator, ZL_SYNC_SENDS=1: exited %d (124: deadlock):\n%s", scheds[i], rc,
+                 o2);
+    char *l1 = loss_of(o1), *l2 = loss_of(o2);
+    cr_assert(l1 && l2 && strcmp(l1, l2) == 0, "%s: posted ahead vs grouped: loss '%s' vs '%s'", scheds[i],
+              l1 ? l1 : "(none)", l2 ? l2 : "(none)");
+    free(l1), free(l2), free(o1), free(o2);
+  }
+}
