@@ -79,8 +79,8 @@ function updateMemory() {
 }
 
 function drawMemory(j, table, chart) {
-  var cols = ["params", "grads", "optim", "total", "comm_bytes_per_step"];
-  if (j.transformer) cols.push("acts", "total_with_acts", "total_with_acts_recompute");
+  // every number of the JSON, as it comes: a field ch00_memory gains shows up here by itself
+  var cols = Object.keys(j.stages[0]).filter(function (c) { return c !== "stage" && typeof j.stages[0][c] === "number"; });
   var tr = document.createElement("tr");
   tr.innerHTML = "<th>stage</th>" + cols.map(function (c) { return "<th>" + c + "</th>"; }).join("");
   table.appendChild(tr);
@@ -96,23 +96,22 @@ function drawMemory(j, table, chart) {
     });
     table.appendChild(r);
   });
-  if (j.transformer) { // the activations' own numbers, and the TP rows when --tp
-    var t = j.transformer, extra = [["acts_per_layer", t.acts_per_layer], ["acts", t.acts], ["acts_recompute", t.acts_recompute],
-      ["ours_fp32_acts", t.ours_fp32_acts], ["ours_fp32_acts_recompute", t.ours_fp32_acts_recompute]];
-    if (j.tp) for (var k in j.tp) if (k !== "t") extra.push(["tp." + k, j.tp[k]]);
-    extra.forEach(function (e) {
-      var r = document.createElement("tr"), key = e[0].indexOf("tp.") === 0 ? e[0] : "transformer." + e[0];
+  Object.keys(j).forEach(function (obj) { // the other groups of numbers: transformer, tp, ...
+    if (obj === "stages" || typeof j[obj] !== "object" || j[obj] === null) return;
+    Object.keys(j[obj]).forEach(function (k) {
+      if (typeof j[obj][k] !== "number") return;
+      var r = document.createElement("tr"), key = obj + "." + k;
       r.innerHTML = "<th>" + key + "</th>";
       var td = document.createElement("td");
       td.colSpan = cols.length;
       td.style.textAlign = "left";
-      td.textContent = exact(e[1]);
+      td.textContent = exact(j[obj][k]);
       td.setAttribute("data-k", key);
-      td.setAttribute("data-v", String(e[1]));
+      td.setAttribute("data-v", String(j[obj][k]));
       r.appendChild(td);
       table.appendChild(r);
     });
-  }
+  });
   // the chart: one stacked bar per stage (and TP, TP+SP), bytes per rank by kind
   var rc = $("m-recompute").checked, bars = j.stages.map(function (s) {
     var b = { name: s.stage === 0 ? "DDP" : "ZeRO-" + s.stage, params: s.params, grads: s.grads, optim: s.optim, acts: 0 };
