@@ -6,6 +6,7 @@
 #   make run CH=05 NP=4 NODES=2 LINK_MBIT=200   the same across 2 emulated nodes (root)
 #   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
 #   make doctor          what the build found;  make GPU=0  CPU only
+#   make explorer        the page to play with: results/explorer/index.html (needs emscripten)
 # Everything is built under build/ (ignored). See README.md.
 
 IMPL    ?= solutions
