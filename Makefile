@@ -447,7 +447,7 @@ bench-pipeline: build
 	  $(MAKE) --no-print-directory -C $$d/src GPU=0 ZL_SKIP_DEPS=1 build >$$d/build.log 2>&1 || { echo "bench-pipeline: $(BENCH_BASE) does not build ($$d/build.log)"; exit 1; }; \
 	  $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --base-bin $$d/src/build/bin --base-name $(BENCH_BASE) \
 	    --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} --models $${ZL_BENCH_MODELS:-mlp,gpt} \
-	    --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
+	    --cases $${ZL_BENCH_CASES:-all} --note "$${ZL_BENCH_NOTE:-}" --out $(RESULTS)/bench_pipeline.json; rc=$$?; \
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
 	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
 	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --cases $${ZL_BENCH_CASES:-all} --note "$${ZL_BENCH_NOTE:-}" \

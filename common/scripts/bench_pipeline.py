@@ -18,7 +18,9 @@ same with the 1-rank step run as M accumulated micro-batches (ch02_ddp --accum M
 stages' compute costs when cut as small as the pipeline cuts it.
 
 --base-bin (make bench-pipeline BENCH_BASE=REV): the same MLP P = 2 cases with another build,
-alternating with this one rep by rep (before/after a change of the communication engine).
+alternating with this one rep by rep (before/after a change of the communication engine); with
+--cases zb, every zero-bubble row and 1-rank step with both builds (before/after a change of the
+pipeline's messages).
 
 The zero-bubble rows (meeting 07c): zb-h1 and zb-h2 beside 1f1b at P = 2, M = 4, 8. For every case
 the chapter's own simulator fed with the run's measured F, B, W per micro-batch and stage
@@ -154,8 +156,9 @@ def main():
     for rep in range(a.reps):
         order = list(sets if rep % 2 == 0 else sets[::-1])
         for name, b in order:
-            todo = [c for c in cases if name == "after" or (c[0] == "mlp" and c[2] == 2 and c[1] in ("gpipe", "1f1b"))]
-            todo = [("1rank", m, acc) for m in models for acc in (1, 4, 8) if name == "after" or m == "mlp"] + todo
+            every = name == "after" or a.cases == "zb"  # --cases zb: the base build runs the same rows
+            todo = [c for c in cases if every or (c[0] == "mlp" and c[2] == 2 and c[1] in ("gpipe", "1f1b"))]
+            todo = [("1rank", m, acc) for m in models for acc in (1, 4, 8) if every or m == "mlp"] + todo
             if rep % 2:
                 todo = todo[::-1]
             for c in todo:

@@ -30,6 +30,7 @@ Schematics (no inputs; counted on their own line):
   schematic_cp     --only schematic_cp: a sequence over 4 CP ranks, the K/V ring, the causal work (chapter 10)
 Data figures (committed measurements, --data notes/data):
   zeror_cb         bench_zeror.json (make bench-zeror);  long_seq  bench_long.json (make bench-long, chapter 10)
+  long_split       bench_long.json: SP, ring, Ulysses, hybrid bytes and step time, and on emulated nodes (chapter 10)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -1018,6 +1019,59 @@ def fig_pipeline_bubble(datadir, outdir):
     return None
 
 
+def fig_pipeline_zero_bubble(datadir, outdir):
+    """ch07c: 1F1B, ZB-H1 and ZB-H2 at P = 2, M = 4, 8 — the measured bubble (bars; the build before
+    the receives posted ahead hatched, when the file has it) beside the simulator fed with the same
+    run's F, B, W (markers) and its 10% + 0.02 band, and the step times, from the committed
+    notes/data/bench_pipeline_zb.json (make bench-pipeline ZL_BENCH_CASES=zb)."""
+    doc = load_json(os.path.join(datadir, "bench_pipeline_zb.json"))
+    after = doc["sets"]["after"]["cases"]
+    before_name = next((k for k in doc["sets"] if k.startswith("before")), None)
+    before = doc["sets"][before_name]["cases"] if before_name else {}
+    models = [m for m in ("mlp", "gpt") if any(c["model"] == m for c in after.values())]
+    scheds = [("1f1b", "C1"), ("zb-h1", "C2"), ("zb-h2", "C3")]
+    fig, axes = plt.subplots(2, len(models), figsize=(6.2 * len(models), 7.6), squeeze=False)
+    for col, m in enumerate(models):
+        axb, axt = axes[0][col], axes[1][col]
+        Ms = sorted({c["M"] for c in after.values() if c["model"] == m})
+        w = 0.13 if before else 0.26
+        for i, (sc, color) in enumerate(scheds):
+            for j, M in enumerate(Ms):
+                key = "%s_%s_P2_M%d" % (m, sc.replace("-", ""), M)
+                a, b = after.get(key), before.get(key)
+                x = j + (i - 1) * (2 * w if before else w)
+                if b:
+                    axb.bar(x - w / 2, b["bubble_fraction"], w, color=color, alpha=0.45, hatch="//",
+                            label="%s, %s" % (sc, before_name) if j == 0 else None)
+                    axt.bar(x - w / 2, b["step_ms"], w, color=color, alpha=0.45, hatch="//")
+                if not a:
+                    continue
+                xa = x + w / 2 if b else x
+                axb.bar(xa, a["bubble_fraction"], w, color=color, label="%s measured" % sc if j == 0 else None)
+                axt.bar(xa, a["step_ms"], w, color=color, label=sc if j == 0 else None)
+                if a.get("bubble_sim") is not None:
+                    sim = a["bubble_sim"]
+                    axb.errorbar(xa, sim, yerr=0.1 * sim + 0.02, fmt="_", color="black", ms=14, capsize=3,
+                                 label="simulated (F, B, W of the run), 10% + 0.02" if i == 0 and j == 0 else None)
+        for ax in (axb, axt):
+            ax.set_xticks(range(len(Ms)))
+            ax.set_xticklabels(["P=2 M=%d" % M for M in Ms])
+            ax.grid(alpha=0.3, axis="y")
+        axb.set_ylabel("bubble fraction")
+        axb.set_title("%s: bubble measured (bars) and simulated (marker, band)" % m.upper(), fontsize=10)
+        axb.legend(fontsize=7)
+        axt.set_ylabel("step ms (median)")
+        axt.set_title("%s: step time" % m.upper(), fontsize=10)
+        axt.legend(fontsize=7)
+    meta = doc["_meta"]
+    fig.suptitle("Zero bubble at P = 2, measured (make bench-pipeline ZL_BENCH_CASES=zb, %s, load %.1f -> %.1f, "
+                 "medians of %d)" % (meta["date"], meta["load_before"][0], meta["load_after"][0], meta["reps"]),
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    savefig(fig, outdir, "pipeline_zero_bubble")
+    return None
+
+
 def fig_overlap_saved(datadir, outdir):
     """ch02 / ch05: step time that overlap saved (DDP bucketed vs naive, ZeRO-3 prefetch 1 vs 0)
     beside the most it could save (the collectives' own time in the run without overlap), from
@@ -1047,8 +1101,10 @@ def fig_overlap_saved(datadir, outdir):
 
 DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no results/ needed): name, function, PNG
     ("zeror_cb", fig_zeror_cb, "zeror_cb"), ("long_seq", plot_long.fig_long_seq, "long_seq"),
+    ("long_split", plot_long.fig_long_split, "long_split"),
     ("nodes_links", fig_nodes_links, "nodes_links"),
     ("pipeline_bubble", fig_pipeline_bubble, "pipeline_bubble"),
+    ("pipeline_zero_bubble", fig_pipeline_zero_bubble, "pipeline_zero_bubble"),
     ("overlap_saved", fig_overlap_saved, "overlap_saved"),
 ]
 
