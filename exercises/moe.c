@@ -45,6 +45,7 @@ typedef struct moe_unit {
   float *row_gate;             /* (Rs) its gate (0 for padding) */
   int64_t *counts;             /* (E) rows kept per expert (the plan's) */
   double *f;                   /* (E) the micro-batch's share of choices per expert (the aux loss's f_e) */
+  double *load_now;            /* (E) this rank's choices per expert in the micro-batch */
   int64_t Rs, Rx;              /* rows: this rank's send layout (the plan's), and its experts' (received) */
   int64_t *recv_rows;          /* (ep·El) rows from source q for local expert i: [q·El + i] */
   int *perm_x, *perm_b;        /* (Rx) expert row → received row; (Rx) received row → expert row (ep > 1) */
@@ -57,6 +58,7 @@ typedef struct moe_gpt {
   trainer_t *t;
   int E, k, every, ep, er, El;   /* experts, top-k, every m-th block, group size, this rank's index, E/ep */
   double cf, aux, rate;
+  int aux_global;                /* --aux-loss-scope global */
   int64_t C, S, D, R, X;         /* n_embd, seq_len, dense prefix, router E·C, one expert 8C² + 5C */
   comm_t *g;                     /* the EP group (t->tp_comm), NULL with --ep 1 */
   moe_unit_t *u;                 /* [n_units] */
@@ -225,9 +227,16 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   for (int64_t r = 0; r < mu->Rs; r++) mu->row_gate[r] = 0.0f;
   for (int64_t i = 0; i < BT * k; i++)
     if (mu->slot[i] >= 0) mu->row_gate[mu->slot[i]] = mu->gates[i];
-  /* f_e: the share of this micro-batch's choices that picked e (Switch's aux loss; before capacity) */
-  for (int e = 0; e < E; e++) mu->f[e] = 0;
-  for (int64_t i = 0; i < BT * k; i++) mu->f[mu->ids[i]] += 1.0 / (double)(BT * k);
+  /* f_e: the share of the micro-batch's choices that picked e (Switch's aux loss; before capacity): of
+   * this rank's tokens, or (--aux-loss-scope global) of every rank's (counts summed: exact integers) */
+  for (int e = 0; e < E; e++) mu->f[e] = 0, mu->load_now[e] = 0;
+  for (int64_t i = 0; i < BT * k; i++) mu->f[mu->ids[i]] += 1, mu->load_now[mu->ids[i]] += 1;
+  double chosen = (double)(BT * k);
+  if (c->aux_global) {
+    comm_ctl_all_reduce_f64(c->t->world_comm, mu->f, E, REDOP_SUM);
+    chosen *= comm_world(c->t->world_comm); /* every rank routes as many tokens */
+  }
+  for (int e = 0; e < E; e++) mu->f[e] /= chosen;
   /* dispatch: the send layout, then (--ep) the all-to-all into the experts' layout */
   trace_begin("moe dispatch");
   int64_t send_rows[256], recv_src[256];
@@ -353,7 +362,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   for (int e = 0; e < E; e++) {
     double P = 0;
     for (int64_t t = 0; t < BT; t++) P += mu->probs[t * E + e];
-    mu->load_step[e] += mu->f[e] * (double)(BT * k);
+    mu->load_step[e] += mu->load_now[e];
     aux += mu->f[e] * P / (double)BT;
   }
   for (int64_t i = 0; i < BT * k; i++) mu->dropped_step += mu->slot[i] < 0;
@@ -454,6 +463,7 @@ void moe_setup(trainer_t *t) {
   moe_gpt_t *c = xcalloc(1, sizeof *c, "moe");
   c->t = t, c->E = cfg->moe, c->k = cfg->topk, c->every = cfg->moe_every, c->cf = cfg->capacity_factor;
   c->aux = cfg->aux_loss_coeff, c->rate = cfg->router_bias_rate;
+  c->aux_global = cfg->aux_loss_scope && strcmp(cfg->aux_loss_scope, "global") == 0;
   c->g = cfg->ep > 1 ? t->tp_comm : NULL;
   c->ep = c->g ? comm_world(c->g) : 1, c->er = c->g ? comm_rank(c->g) : 0, c->El = c->E / c->ep;
   gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
@@ -471,6 +481,7 @@ void moe_setup(trainer_t *t) {
     mu->on = 1;
     mu->counts = xcalloc((size_t)c->E, sizeof(int64_t), "moe counts");
     mu->f = xcalloc((size_t)c->E, sizeof(double), "moe f");
+    mu->load_now = xcalloc((size_t)c->E, sizeof(double), "moe loads (micro-batch)");
     mu->load_step = xcalloc((size_t)c->E, sizeof(double), "moe loads");
     mu->recv_rows = xcalloc((size_t)(c->ep * c->El), sizeof(int64_t), "moe recv rows");
     if (c->rate > 0) mu->bias = xcalloc((size_t)c->E, sizeof(float), "moe bias");
@@ -666,6 +677,9 @@ int moe_check_args(const train_cfg_t *cfg) {
     snprintf(v, sizeof v, "%d", cfg->sample);
     return args_error("--sample", v, "must be 0 with --ep > 1 (generation runs on one rank's copy of the model)");
   }
-  if (cfg->ep > 1 && cfg->wdt == DT_F16) return args_error("--precision", "fp16", "must be fp32 or bf16 with --ep > 1");
+  if (cfg->router_bias_rate > 0 && cfg->resume) {
+    snprintf(v, sizeof v, "%g", cfg->router_bias_rate);
+    return args_error("--router-bias-rate", v, "must be 0 with --resume: the router bias is not in the checkpoint (not built)");
+  }
   return 0;
 }

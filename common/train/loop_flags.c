@@ -261,6 +261,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--moe-every", ARG_INT, &cfg->moe_every, 1, 1024, NULL, "every m-th block is MoE (blocks m-1, 2m-1, ...), the others keep their dense MLP; 1: all");
     SPEC("--capacity-factor", ARG_DOUBLE, &cfg->capacity_factor, 0, 64, NULL, "cf > 0: capacity ceil(cf x tokens x k / E) rows per expert and micro-batch, padded [E, C, h] buffers, tokens past it dropped (they ride the residual); 0: dropless (a count exchange, then all-to-all-v)");
     SPEC("--aux-loss-coeff", ARG_DOUBLE, &cfg->aux_loss_coeff, 0, 10, NULL, "Switch's load-balancing loss alpha: alpha x E x sum_e f_e P_e per block and micro-batch (0: none)");
+    cfg->aux_loss_scope = "local";
+    SPEC("--aux-loss-scope", ARG_CHOICE, &cfg->aux_loss_scope, 0, 0, "local|global", "the tokens the aux loss's f_e counts: this rank's micro-batch (local: Switch, GShard), or the micro-batch of every rank (global: the same loss on any layout of the same --accum)");
     SPEC("--router-bias-rate", ARG_DOUBLE, &cfg->router_bias_rate, 0, 10, NULL, "DeepSeek-V3's auxiliary-loss-free balance: after each step every expert's selection bias moves by this rate toward the mean load, from counts summed over all ranks (0: no bias)");
     SPEC("--ep", ARG_INT, &cfg->ep, 1, 256, NULL, "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
   }

@@ -70,6 +70,8 @@ typedef struct train_cfg {
    * which the experts are split (solutions/ep.c). moe 0: no experts. */
   int moe, topk, moe_every, ep;
   double capacity_factor, aux_loss_coeff, router_bias_rate;
+  const char *aux_loss_scope;         /* --aux-loss-scope local|global: f_e of this rank's micro-batch (Switch), or
+                                       * of the micro-batch over every rank (global-batch balance); NULL reads local */
   /* Set by a chapter's main, not a flag: called once after the model is built and a transform's split
    * (chapter 12: the GPT's MLPs become experts, solutions/moe.h's moe_setup), before the activations
    * are sized and the strategy's setup. NULL: none. */

@@ -20,8 +20,11 @@
 #include <stdint.h>  // int64_t
 
 #define MOE_TOL 1e-5
-#define MOE_SHAPE "--model gpt --gpt tiny --batch 8 --steps 4 --optimizer sgd --lr 0.1 --clip 0.5"
+#define MOE_NOSTEPS "--model gpt --gpt tiny --optimizer sgd --lr 0.1 --clip 0.5"
+#define MOE_BASE MOE_NOSTEPS " --steps 4"
+#define MOE_SHAPE MOE_BASE " --batch 8"
 #define MOE_LAUNCH(np, tag, name, args) zl_launch(np, 60, tag, name, "%s/ch12_experts " MOE_SHAPE " %s", ZL_BIN, args)
+#define MOE_LAUNCH16(np, tag, name, args) zl_launch(np, 90, tag, name, "%s/ch12_experts " MOE_BASE " --batch 16 %s", ZL_BIN, args)
 
 /* ---- the plan (pure) -------------------------------------------------------------------------- */
 static uint64_t lcg(uint64_t *s) { return *s = *s * 6364136223846793005ull + 1442695040888963407ull, *s >> 33; }
@@ -173,6 +176,20 @@ Test(ch12_moe, ep_equals_one_rank) {
               g0, g1, MOE_TOL);
 }
 
+/* --aux-loss-scope global: f_e counts every rank's choices, so the aux loss and its gradient are the
+ * same on any layout of the same --accum: EP 2 and DP 2 against 1 rank with the whole batch. */
+Test(ch12_moe, global_aux_loss_any_layout) {
+  const char *g = "--moe 4 --topk 2 --aux-loss-coeff 0.1 --aux-loss-scope global";
+  char a[160];
+  zl_out_t one = MOE_LAUNCH(1, "moe", "gone", g);
+  snprintf(a, sizeof a, "%s --ep 2", g);
+  zl_out_t ep = MOE_LAUNCH(2, "moe", "gep", a);
+  zl_expect_close_norm("--aux-loss-scope global: EP 2 against 1 rank (whole batch)", ep.params, one.params, one.n, MOE_TOL);
+  double x = zl_json_num(one.json, "moe_aux_loss_last"), y = zl_json_num(ep.json, "moe_aux_loss_last");
+  cr_assert(zl_rel(y, x) <= 1e-6, "--aux-loss-scope global: aux loss EP 2 %.9g, 1 rank %.9g", y, x);
+  zl_out_free(&one), zl_out_free(&ep);
+}
+
 Test(ch12_moe, router_bias_same_on_every_rank) {
   zl_out_t r = MOE_LAUNCH(2, "moe", "bias", "--moe 4 --topk 2 --ep 2 --router-bias-rate 0.001 --aux-loss-coeff 0");
   cr_assert(zl_json_num(r.json, "moe_bias_hash") > 0, "no router bias fingerprint in the JSON:\n%s", r.text);
@@ -184,4 +201,71 @@ Test(ch12_moe, refusals) {
   zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 3 --ep 2", "--ep");
   zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --sample 10", "--sample");
   zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe-every 3", "--moe-every");
+}
+
+/* ---- the sweep (make test-long) ------------------------------------------------------------------ */
+/* EP 2 x D 2 with every strategy on the data dimension, and EP 2 with --accum 2, --moe-every 2,
+ * --recompute in bf16 and in fp16, each against 1 rank with --accum 4 (the same micro-batches): the
+ * weights within 1e-5 of max|w| in fp32; bf16 and fp16 round the weights to 8 and 11 bits after every
+ * step, so there the losses within 1e-4 relative. */
+Test(ch12_moe_long, ep_with_every_strategy) {
+  zl_out_t one = MOE_LAUNCH16(1, "moel", "one", "--moe 4 --topk 2 --accum 4");
+  for (int z = 0; z <= 3; z++) {
+    char args[96], name[32], what[96];
+    snprintf(args, sizeof args, "--moe 4 --topk 2 --ep 2 --zero %d", z);
+    snprintf(name, sizeof name, "ep2z%d", z);
+    zl_out_t r = MOE_LAUNCH16(4, "moel", name, args);
+    snprintf(what, sizeof what, "EP 2 x D 2 --zero %d against 1 rank --accum 4", z);
+    zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
+    zl_out_free(&r);
+  }
+  zl_out_free(&one);
+}
+
+Test(ch12_moe_long, ep_half_precision_recompute) {
+  const char *prec[2] = {"bf16", "fp16"};
+  for (int p = 0; p < 2; p++) {
+    char a1[160], a2[160], n1[16], n2[16];
+    snprintf(a1, sizeof a1, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --accum 4", prec[p]);
+    snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 2 --accum 2", prec[p]);
+    snprintf(n1, sizeof n1, "one%d", p), snprintf(n2, sizeof n2, "ep%d", p);
+    zl_out_t one = MOE_LAUNCH16(1, "moel", n1, a1), ep = MOE_LAUNCH16(2, "moel", n2, a2);
+    double a[64], b[64];
+    int na = zl_json_all(zl_json_find(ep.json, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(one.json, "steps"), "loss", b, 64);
+    cr_assert(na == nb && na >= 2, "%s: %d losses against %d", prec[p], na, nb);
+    for (int i = 0; i < na; i++)
+      cr_assert(zl_rel(a[i], b[i]) <= 1e-4, "%s: EP 2 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)", prec[p], i,
+                a[i], b[i]);
+    zl_out_free(&one), zl_out_free(&ep);
+  }
+}
+
+/* Checkpoints: EP 2's resumes on EP 2 (the same grid: bit for bit the straight run); with
+ * --aux-loss-scope global (f_e over every rank's micro-batch: the same loss on any layout of the same
+ * --accum) 1 rank's resumes on EP 2 and EP 2's on EP 2 x D 2, within 1e-5 of max|w| of the straight
+ * runs (their first steps ran other GEMM shapes). */
+Test(ch12_moe_long, checkpoints_resume_across_grids) {
+  char dir[256], ck1[300], ck2[300], args[512];
+  zl_tmpdir(dir, sizeof dir, "moeck");
+  snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck2, sizeof ck2, "%s/ep", dir);
+  const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
+  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ckpt %s --quiet", ZL_BIN, g, ck1);
+  zl_run_ok(1, 60, "1 rank, checkpoint at step 2", "%s", args);
+  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ep 2 --ckpt %s --quiet", ZL_BIN, g,
+           ck2);
+  zl_run_ok(2, 60, "EP 2, checkpoint at step 2", "%s", args);
+  char ra[400], rb[400], rc[400], sg2[200];
+  snprintf(ra, sizeof ra, "%s --ep 2 --resume %s", g, ck1);
+  snprintf(rb, sizeof rb, "%s --ep 2 --resume %s", g, ck2);
+  snprintf(rc, sizeof rc, "%s --ep 2 --resume %s", g, ck2);
+  snprintf(sg2, sizeof sg2, "%s --ep 2", g);
+  zl_out_t straight2 = MOE_LAUNCH16(2, "moeck", "straight2", sg2), same = MOE_LAUNCH16(2, "moeck", "same", rc);
+  zl_out_t from1 = MOE_LAUNCH16(2, "moeck", "from1", ra);
+  zl_out_t straight4 = MOE_LAUNCH16(4, "moeck", "straight4", sg2), from2 = MOE_LAUNCH16(4, "moeck", "from2", rb);
+  zl_expect_floats("EP 2 resumed from EP 2's checkpoint, against EP 2 straight", same.params, straight2.params, straight2.n, 0);
+  zl_expect_close_norm("EP 2 resumed from 1 rank's checkpoint, against EP 2 straight", from1.params, straight2.params,
+                       straight2.n, MOE_TOL);
+  zl_expect_close_norm("EP 2 x D 2 resumed from EP 2's checkpoint, against EP 2 x D 2 straight", from2.params,
+                       straight4.params, straight4.n, MOE_TOL);
+  zl_out_free(&straight2), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight4), zl_out_free(&from2);
 }
