@@ -424,13 +424,19 @@ clean:
 
 # ch10: the long-sequence demo: the largest sequence length that trains one step under BUDGET_LONG MiB
 # per rank for 1 rank, TP 4 (and TP 4 + SP when ch06_tp has --sp), CP 4, CP 4 + ZeRO-3, CP 2 x ZeRO-3,
-# then CP 4's causal imbalance with and without --cp-balance (notes/10-long-sequences.md). Writes
-# LONG_OUT (default notes/data/bench_long.json, the committed measurement make plots draws).
+# Ulysses, the hybrid, then CP 4's causal imbalance with and without --cp-balance, the traffic of SP,
+# ring, Ulysses and the hybrid at C = 2, 4, and (root) the same on 2 emulated nodes at LINKS_LONG
+# Mbit/s (0 = unshaped; LINKS_LONG= skips them) (notes/10-long-sequences.md). Writes LONG_OUT (default
+# notes/data/bench_long.json, the committed measurement make plots draws); LONG_PARTS=comm,nodes
+# runs only those parts and keeps the others.
 BUDGET_LONG ?= 24
 LONG_OUT ?= notes/data/bench_long.json
+LINKS_LONG ?= 0,1000,100,20
+LONG_PARTS ?= seq,balance,comm,nodes
 .PHONY: bench-long
 bench-long: build
-	@$(PYTHON) common/scripts/bench_long.py --bin $(BIN) --out $(LONG_OUT) --budget $(BUDGET_LONG)
+	@$(PYTHON) common/scripts/bench_long.py --bin $(BIN) --out $(LONG_OUT) --budget $(BUDGET_LONG) --links "$(LINKS_LONG)" \
+	  --parts $(LONG_PARTS) --reps $${ZL_BENCH_REPS:-2}
 
 # ch07: GPipe, 1F1B and interleaved bubble vs formula at P = 2, M = 1, 4, 8 and P = 4, M = 8, on the
 # MLP and GPT small, each step vs the ideal (M+P-1)/(MP) x the 1-rank step (notes/07-pipeline.md);

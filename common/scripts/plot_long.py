@@ -8,6 +8,10 @@
   long_seq         the long-sequence demo from the committed measurement notes/data/bench_long.json
                    (make bench-long): the largest S per layout under one per-rank budget, and
                    each row's peak split into model states and the rest.
+  long_split       the sequence splits side by side from the same JSON: SP, the ring, Ulysses and the
+                   hybrid at C = 2, 4 (bytes per rank per step, measured; the step time on one 2-core
+                   box), and on 2 emulated nodes the step time against the link rate with the time the
+                   ranks waited for the ring's hops and for the all-to-alls (exposed).
 """
 import json
 import os
@@ -114,4 +118,63 @@ def fig_long_seq(datadir, outdir):
     fig.suptitle("Long sequences (measured): %s" % doc["model"], fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(os.path.join(outdir, "long_seq.png"), dpi=DPI)
+    plt.close(fig)
+
+
+def fig_long_split(datadir, outdir):
+    doc = json.load(open(os.path.join(datadir, "bench_long.json")))
+    comm = doc["comm"]
+    colors = {"SP": "#8172B3", "ring": "#4C72B0", "Ulysses": "#DD8452", "hybrid": "#55A868"}
+
+    def color(name):
+        return next(v for k, v in colors.items() if name.startswith(k))
+    nodes = doc.get("nodes")
+    fig, axs = plt.subplots(1, 3 if nodes else 2, figsize=(16 if nodes else 11, 4.8))
+    a1, a2 = axs[0], axs[1]
+    labels, sent, ms, cols = [], [], [], []
+    for r in comm:
+        labels.append("%s, C=%d" % (r["layout"], r["C"]))
+        sent.append(r["sent_bytes_per_step"] / 2**20)
+        ms.append(r["step_ms"])
+        cols.append(color(r["layout"]))
+    ys = range(len(labels))
+    a1.barh(ys, sent, color=cols)
+    for y, v in zip(ys, sent):
+        a1.text(v, y, " %.2f" % v, va="center", fontsize=8)
+    a1.set_yticks(list(ys))
+    a1.set_yticklabels(labels, fontsize=8)
+    a1.invert_yaxis()
+    a1.set_xlabel("MiB sent per rank per step (S %d, batch %d, L %d; SP: all its collectives)"
+                  % (comm[0]["seq"], comm[0]["batch"], comm[0]["layers"]), fontsize=8)
+    a1.set_title("bytes per rank per step (the CP rows: measured = formula)", fontsize=10)
+    a2.barh(ys, ms, color=cols)
+    a2.set_yticks(list(ys))
+    a2.set_yticklabels([])
+    a2.invert_yaxis()
+    a2.set_xlabel("median step ms, one shared %d-core box (C = 4 oversubscribes it)" % doc["_meta"]["cores"], fontsize=8)
+    a2.set_title("step time (the ring's fold is a scalar kernel, Ulysses' attention BLAS)", fontsize=9)
+    if nodes:
+        a3 = axs[2]
+        runs = [r for r in nodes["runs"] if r["C"] == 4]
+        links = sorted({r["link_mbit"] for r in runs if r["link_mbit"] > 0}, reverse=True)
+        for name in sorted({r["layout"] for r in runs}, key=lambda n: list(colors).index(n.split()[0])):
+            pts = sorted([r for r in runs if r["layout"] == name and r["link_mbit"] > 0], key=lambda r: -r["link_mbit"])
+            xs = [r["link_mbit"] for r in pts]
+            a3.plot(xs, [r["step_ms"] for r in pts], "o-", color=color(name), label=name + ": step")
+            a3.plot(xs, [r["hops_wait_ms"] + r["a2a_wait_ms"] for r in pts], "x--", color=color(name),
+                    label=name + ": waited for CP comm")
+        a3.set_xscale("log")
+        a3.set_yscale("log")
+        a3.set_xticks(links)
+        a3.set_xticklabels([str(x) for x in links])
+        a3.invert_xaxis()
+        a3.set_xlabel("link between the 2 emulated nodes, Mbit/s each way (tc)", fontsize=8)
+        a3.set_ylabel("ms per step (median of %d runs)" % nodes["reps"], fontsize=8)
+        a3.set_title("C = 4 on 2 nodes x 2 ranks", fontsize=10)
+        a3.legend(fontsize=7)
+        a3.grid(alpha=0.3, which="both")
+    fig.suptitle("The sequence splits side by side (measured, make bench-long %s): the small GPT with 2 layers, S %d, "
+                 "global batch %d, 4 steps" % (doc["_meta"].get("date", ""), comm[0]["seq"], comm[0]["batch"]), fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(os.path.join(outdir, "long_split.png"), dpi=DPI)
     plt.close(fig)
