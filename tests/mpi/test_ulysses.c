@@ -102,6 +102,11 @@ static void usp_vs_one_rank(int np, int C, int A, int balance, int zero, int rc,
   cr_assert(ga == wa && gaf == wa, "%s rank 0: %g all-to-all bytes sent per step (its formula %g), expected %g", what, ga, gaf, wa);
   double gr = zl_json_num(run.json, "cp_kv_bytes_per_step"), grf = zl_json_num(run.json, "cp_kv_bytes_formula");
   cr_assert(gr == wr && grf == wr, "%s rank 0: %g ring bytes sent per step (its formula %g), expected %g", what, gr, grf, wr);
+  if (!rc) { /* one layer's forward and backward, both parts: the report's per-layer formula and the measured step / L */
+    double lf = zl_json_num(run.json, "cp_layer_bytes_formula"), want = (wa + wr) / U_L;
+    cr_assert(lf == want && (ga + gr) / U_L == want, "%s rank 0: %g bytes per layer by its formula, %g measured, expected %g", what,
+              lf, (ga + gr) / U_L, want);
+  }
   double acts = zl_json_num(run.json, "acts_saved_bytes"), af = zl_json_num(run.json, "cp_acts_formula_bytes");
   double aw = usp_acts_bytes(b, sh.S, sh.E, sh.NH, rc);
   cr_assert(acts == aw && af == aw, "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what, acts, af, aw);
