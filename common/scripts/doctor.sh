@@ -42,6 +42,9 @@ if [ -n "$plot" ]; then
 else
   row "plots" "no python with matplotlib (Debian: apt-get install python3-matplotlib, for /usr/bin/python3)"
 fi
+echo "explorer page (optional; make explorer, notes/tour.md)"
+row "emcc" "$(command -v emcc >/dev/null && first emcc --version || echo 'not found: make explorer skips (Debian: apt-get install emscripten)')"
+row "chromium" "$(command -v chromium >/dev/null && first chromium --version || echo 'not found: make test-long skips the browser test (Debian: apt-get install chromium)')"
 echo "CUDA (optional; notes/gpu.md)"
 if [ -n "$nvcc" ]; then
   row "nvcc" "$nvcc ($("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' | head -1))"
