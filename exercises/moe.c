@@ -617,6 +617,15 @@ static void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_a2a_bytes_per_step", a2a);
   trainer_report_extra(t, "moe_a2a_bytes_formula", c->a2a_formula / steps);
   if (c->rate > 0) trainer_report_extra(t, "moe_bias_hash", (double)c->bias_hash);
+  /* bytes of fp32 state per owned parameter: the weight (or bf16's master) and the optimizer's states.
+   * ZeRO cuts each unit's flat range into D pieces, so one rank's piece of a MoE block may be mostly
+   * dense or mostly experts: the D ranks of an expert group together hold each once (+ padding) */
+  double per = 4.0 * (1 + (t->cfg->optimizer == OPT_ADAMW ? 2 : 1)), grp[2] = {own[0], own[1]};
+  comm_ctl_all_reduce_f64(t->comm, grp, 2, REDOP_SUM);
+  trainer_report_extra(t, "moe_expert_state_bytes_group", grp[1] * per);
+  trainer_report_extra(t, "moe_expert_state_bytes_formula", exp_rank * per);
+  trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
+  trainer_report_extra(t, "moe_dense_state_bytes_formula", (double)p.dense * per);
   if (!trainer_prints(t)) return;
   printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld (experts "
          "%lld)\n", nm, m->gpt.n_layer, c->E, c->k,
@@ -628,9 +637,13 @@ static void moe_report(trainer_t *t) {
   printf("moe: load max/mean over the experts (mean over the MoE blocks): step 0 %.3f, last %.3f; aux loss last step "
          "%.6f (alpha %g)%s\n", c->load_ratio[0], c->last_ratio, c->last_aux, c->aux,
          c->rate > 0 ? "; router bias: the same bits on every rank (checked each step)" : "");
-  printf("moe: this rank keeps fp32 states of %.0f expert and %.0f dense parameters, holds working params of %.0f expert "
-         "and %.0f dense (formula: %d/%d of the %lld expert parameters = %.0f per replica)\n", own[1], own[0], held[1],
-         held[0], c->El, c->E, (long long)p.expert, exp_rank);
+
+  printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same experts keep experts "
+         "%.0f B, dense %.0f B (formula: E/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense = %.0f B; "
+         "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n", per, t->world,
+         t->world > 1 ? "s" : "", grp[1] * per, grp[0] * per, c->El, c->E, (long long)p.expert, exp_rank * per,
+         (long long)p.dense, (double)p.dense * per, own[1] * per, own[0] * per);
+  printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
   if (c->g)
     printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine and their "
            "backwards) x rows for other ranks' experts x C x 4 B%s)\n", a2a, c->a2a_formula / steps,

@@ -217,6 +217,13 @@ Test(ch12_moe_long, ep_with_every_strategy) {
     zl_out_t r = MOE_LAUNCH16(4, "moel", name, args);
     snprintf(what, sizeof what, "EP 2 x D 2 --zero %d against 1 rank --accum 4", z);
     zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
+    const char *kind[2] = {"expert", "dense"}; /* the ledger of states by kind: the expert group's sum = formula */
+    for (int q = 0; q < 2; q++) {
+      char kg[64], kf[64];
+      snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
+      double g = zl_json_num(r.json, kg), f = zl_json_num(r.json, kf);
+      cr_assert(g == f && f > 0, "--zero %d: %s states kept by the expert group %.17g B, formula %.17g B", z, kind[q], g, f);
+    }
     zl_out_free(&r);
   }
   zl_out_free(&one);
