@@ -590,9 +590,11 @@ static void moe_report(trainer_t *t) {
   int steps = trainer_steps_run(t), U = m->n_units, nm = 0;
   for (int u = 0; u < U; u++) nm += c->u[u].on;
   double own[2] = {0, 0}, held[2] = {0, 0}; /* [dense, expert] */
+  int copies = 1; /* DDP: every rank of the expert group keeps a whole copy (its layout says replicated) */
   for (int u = 0; u < U; u++) {
     unit_layout_t lay = {0};
     t->strategy->layout(t, u, &lay);
+    if (lay.replicated) copies = t->world;
     int64_t d = moe_unit_dense(m, u);
     int64_t o0 = lay.own_off, o1 = lay.own_off + lay.own_numel, h0 = lay.held_off, h1 = lay.held_off + lay.held_numel;
     own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d)), own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
@@ -623,9 +625,9 @@ static void moe_report(trainer_t *t) {
   double per = 4.0 * (1 + (t->cfg->optimizer == OPT_ADAMW ? 2 : 1)), grp[2] = {own[0], own[1]};
   comm_ctl_all_reduce_f64(t->comm, grp, 2, REDOP_SUM);
   trainer_report_extra(t, "moe_expert_state_bytes_group", grp[1] * per);
-  trainer_report_extra(t, "moe_expert_state_bytes_formula", exp_rank * per);
+  trainer_report_extra(t, "moe_expert_state_bytes_formula", copies * exp_rank * per);
   trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
-  trainer_report_extra(t, "moe_dense_state_bytes_formula", (double)p.dense * per);
+  trainer_report_extra(t, "moe_dense_state_bytes_formula", copies * (double)p.dense * per);
   if (!trainer_prints(t)) return;
   printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld (experts "
          "%lld)\n", nm, m->gpt.n_layer, c->E, c->k,
@@ -639,10 +641,11 @@ static void moe_report(trainer_t *t) {
          c->rate > 0 ? "; router bias: the same bits on every rank (checked each step)" : "");
 
   printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same experts keep experts "
-         "%.0f B, dense %.0f B (formula: E/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense = %.0f B; "
+         "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense = %.0f B; "
          "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n", per, t->world,
-         t->world > 1 ? "s" : "", grp[1] * per, grp[0] * per, c->El, c->E, (long long)p.expert, exp_rank * per,
-         (long long)p.dense, (double)p.dense * per, own[1] * per, own[0] * per);
+         t->world > 1 ? "s" : "", grp[1] * per, grp[0] * per, copies > 1 ? "D whole copies (DDP) of " : "", c->El, c->E,
+         (long long)p.expert, copies * exp_rank * per, (long long)p.dense, copies * (double)p.dense * per, own[1] * per,
+         own[0] * per);
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
   if (c->g)
     printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine and their "
