@@ -63,6 +63,7 @@ function updateMemory() {
   var gpt = $("m-kind").value === "gpt";
   ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
   $("m-psi").disabled = gpt;
+  if (gpt) $("m-psi-v").textContent = "from the shape (the GPT of common/model/gpt.h)";
   var flags = memoryFlags();
   $("m-cmd").textContent = "ch00_memory " + flags;
   Module.zxErr = [];
