@@ -39,10 +39,17 @@ LEN = {"m-psi": 13, "m-ranks": 12, "m-stage": 5, "m-k": 6, "m-layers": 10, "m-hi
 SCHED_OK = {0, 1, 2, 3, 4, 5}
 
 
-def memory_configs(rng, n):
+MOE_LEN = {"m-experts": 7, "m-topk": 4, "m-moe": 3, "m-ep": 7}  # where ch00_memory has chapter 12's flags
+
+
+def memory_configs(rng, n, moe):
     out = []
     for _ in range(n):
         c = {k: rng.randrange(v) for k, v in LEN.items()}
+        if moe:
+            c.update({k: rng.randrange(v) for k, v in MOE_LEN.items()})
+            if rng.random() < 0.5:
+                c["m-experts"] = 0
         c["m-kind"] = rng.choice(["psi", "gpt"])
         c["m-precision"] = rng.choice(["bf16", "bf16", "fp32"])
         c["m-fp32grads"] = rng.random() < (0.3 if c["m-precision"] == "bf16" else 0.05)  # fp32: refused
@@ -228,7 +235,10 @@ def main():
     if not os.path.isfile(page):
         sys.exit("browser_test: no page at %s: run make explorer first" % page)
     rng = random.Random(a.seed)
-    tests = {"memory": memory_configs(rng, a.n), "schedules": schedule_configs(rng, a.n),
+    binary = os.path.join(a.bin, "ch00_memory")
+    helptext = subprocess.run([binary, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
+    moe = "--experts" in helptext
+    tests = {"memory": memory_configs(rng, a.n, moe), "schedules": schedule_configs(rng, a.n),
              "collectives": collective_configs(rng, 10)}
     url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
     for attempt in range(3):  # a browser that did not get the page running in time: once more, said
@@ -242,7 +252,6 @@ def main():
         return 1
     res = json.loads(html.unescape(m.group(1)))
     problems = []
-    binary = os.path.join(a.bin, "ch00_memory")
     m_ok, m_ref, m_num = check_memory(res["memory"], binary, problems)
     sim = Sim(a.sched_src)
     s_ok, s_ref = check_schedules(res["schedules"], sim, problems)

@@ -21,7 +21,11 @@ var V = {
   seq: [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
   micro: [1, 2, 4, 8, 16, 32, 64],
   tp: [1, 2, 4, 8, 16],
-  vocab: [256, 32000, 50304, 128256]
+  vocab: [256, 32000, 50304, 128256],
+  experts: [0, 4, 8, 16, 32, 64, 128],
+  topk: [1, 2, 4, 8],
+  moe: [1, 2, 4],
+  ep: [1, 2, 4, 8, 16, 32, 64]
 };
 var KIND_COLOR = { params: "#457b9d", grads: "#e76f51", optim: "#2a9d8f", acts: "#e9c46a", states: "#6c757d" };
 var OP_COLOR = { F: "#4c78a8", B: "#54a24b", W: "#f58518" };
@@ -47,6 +51,8 @@ function memoryFlags() {
       "--seq " + val("m-seq"), "--micro-batch " + val("m-micro"));
     if (val("m-tp") > 1) f.push("--tp " + val("m-tp"));
     f.push("--vocab " + val("m-vocab"));
+    if (ZX.moe && val("m-experts") > 0) // chapter 12's flags, where this ch00_memory has them (its --help says)
+      f.push("--experts " + val("m-experts"), "--topk " + val("m-topk"), "--moe-every " + val("m-moe"), "--ep " + val("m-ep"));
   }
   f.push("--ranks " + val("m-ranks"), "--precision " + $("m-precision").value);
   if (val("m-stage") !== "all") f.push("--stage " + val("m-stage"));
@@ -56,12 +62,12 @@ function memoryFlags() {
 }
 
 function updateMemory() {
-  ["psi", "ranks", "stage", "k", "layers", "hidden", "heads", "seq", "micro", "tp", "vocab"].forEach(function (n) {
+  ["psi", "ranks", "stage", "k", "layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep"].forEach(function (n) {
     var v = val("m-" + n);
     $("m-" + n + "-v").textContent = n === "k" && v === -1 ? "by precision (12 bf16, 8 fp32)" : String(v);
   });
   var gpt = $("m-kind").value === "gpt";
-  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
+  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
   $("m-psi").disabled = gpt;
   if (gpt) $("m-psi-v").textContent = "from the shape (the GPT of common/model/gpt.h)";
   var flags = memoryFlags();
@@ -346,6 +352,11 @@ function runTests(t) {
 }
 
 function start() {
+  // the sliders of chapter 12's Mixture of Experts, where this ch00_memory has its flags
+  Module.zxOut = [];
+  Module.ccall("zx_memory", "number", ["string"], ["--help"]);
+  ZX.moe = Module.zxOut.join("\n").indexOf("--experts") >= 0;
+  document.querySelectorAll("label.moe").forEach(function (l) { l.style.display = ZX.moe ? "" : "none"; });
   document.querySelectorAll("nav button").forEach(function (b) {
     b.addEventListener("click", function () { show(b.getAttribute("data-panel")); location.hash = b.getAttribute("data-panel"); });
   });
