@@ -116,6 +116,7 @@ static const strategy_t hsdp_s = {
     .post_forward = zero3_post_forward,
     .pre_backward = zero3_pre_backward,
     .post_backward = zero3_post_backward,
+    .grad_ready = zero3_grad_ready, /* a split backward (07's zero-bubble schedules): the W made it final */
     .step = hsdp_step,
     .teardown = hsdp_teardown,
     .layout = hsdp_layout,

@@ -81,3 +81,28 @@ Test(ch09_hsdp, with_tensor_parallelism_equals_zero3, .timeout = 60) {
   zl_out_free(&h), zl_out_free(&z);
 #undef TPRUN
 }
+
+/* HSDP under the zero-bubble schedules (chapter 07's split backward: the W of a unit's last micro-batch
+ * makes its gradient final, and HSDP's hooks are ZeRO-3's, grad_ready included): P = 2 stages x D = 2
+ * replicas, each stage's replicas on two nodes (the shard group one rank, the all-reduce across does
+ * the sum), equals 2-rank DDP with --accum 4 bit for bit, every weight and loss — as every strategy
+ * under GPipe, 1F1B and interleaved does (tests/mpi/test_compose.c: the same shapes, order and a + b
+ * sums). Before, HSDP had no grad_ready and the zero-bubble schedules refused it. */
+Test(ch09_hsdp, under_zero_bubble_schedules_equals_ddp_accum, .timeout = 90) {
+#define ZBMLP "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 3 --timeout-s 30"
+  zl_out_t ref = zl_launch(2, 60, "hsdp_zb", "ref", ZL_BIN "/ch02_ddp --variant naive " ZBMLP " --accum 4");
+  static const char *const sched[2] = {"zb-h1", "zb-h2"};
+  for (int i = 0; i < 2; i++) {
+    char what[128];
+    snprintf(what, sizeof what, "HSDP under %s, P 2 x D 2 vs 2-rank DDP --accum 4", sched[i]);
+    zl_out_t r = zl_launch(4, 60, "hsdp_zb", sched[i], NODES ZL_BIN "/ch07_pipeline " ZBMLP " --pp 2 --micro-batches 4 "
+                           "--schedule %s --zero 3 --shard-group node", sched[i]);
+    cr_assert(strstr(r.json, "hsdp"), "%s: the --json does not name hsdp", what);
+    cr_assert_eq(r.n, ref.n, "%s: %lld weights, expected %lld", what, (long long)r.n, (long long)ref.n);
+    zl_expect_floats(what, r.params, ref.params, r.n, 0);
+    zl_expect_same_losses(what, r.json, ref.json);
+    zl_out_free(&r);
+  }
+  zl_out_free(&ref);
+#undef ZBMLP
+}
