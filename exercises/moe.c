@@ -442,19 +442,6 @@ static double moe_flops(const model_t *m) {
 static const model_fns_t moe_gpt_fns = {.name = "gpt-moe", .init_unit = moe_init_unit, .forward = moe_forward,
                                         .backward = moe_backward, .flops_per_sample = moe_flops};
 
-/* ---- counts ------------------------------------------------------------------------------------ */
-moe_params_t moe_count_params(int n_layer, int n_embd, int seq_len, int vocab, int E, int k, int every) {
-  gpt_shape_t s = {.n_layer = n_layer, .n_head = 1, .n_embd = n_embd, .seq_len = seq_len, .vocab = vocab};
-  int64_t C = n_embd, X = 8 * C * C + 5 * C, moe_blocks = 0;
-  for (int l = 0; l < n_layer; l++) moe_blocks += l % every == every - 1;
-  moe_params_t p;
-  p.dense = gpt_count_params(s) - moe_blocks * X + moe_blocks * (int64_t)E * C; /* the dense MLPs out, routers in */
-  p.expert = moe_blocks * (int64_t)E * X;
-  p.total = p.dense + p.expert;
-  p.active = p.dense + moe_blocks * (int64_t)k * X;
-  return p;
-}
-
 /* ---- setup --------------------------------------------------------------------------------------- */
 void moe_setup(trainer_t *t) {
   const train_cfg_t *cfg = t->cfg;
@@ -491,8 +478,11 @@ void moe_setup(trainer_t *t) {
   m->fns = &moe_gpt_fns;
   m->ctx = c;
   model_layout(m);
-  if (c->ep > 1) t->no_sync = 1; /* the dense gradients are summed over the group once per step (ep.c) */
-  moe_params_t p = moe_count_params(m->gpt.n_layer, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, c->E, c->k, c->every);
+  /* --ep with --accum > 1: the dense gradients are summed over the group once per step, from the step's
+   * sum (ep.c): every strategy then reduces once per step too (no_sync: ZeRO-2/3 keep the full gradient
+   * through the step, + one Ψ of gradients; their formula says so) */
+  if (c->ep > 1 && cfg->accum > 1) t->no_sync = 1;
+  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
   if (c->g && trainer_prints(t)) {
     printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d experts of each "
            "MoE block per rank; the strategy on the D = %d ranks that hold the same experts\n", c->ep, c->El, c->E, t->world);
@@ -600,7 +590,7 @@ static void moe_report(trainer_t *t) {
     own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d)), own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
     held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)), held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
   }
-  moe_params_t p = moe_count_params(m->gpt.n_layer, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, c->E, c->k, c->every);
+  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
   comm_counters_t k = {0};
   if (c->g) comm_wait_all(c->g), k = comm_counters(c->g);

@@ -77,9 +77,4 @@ int64_t moe_unit_dense(const model_t *m, int u);
 comm_t *moe_group(const model_t *m);
 int64_t moe_full_numel(const model_t *m);
 
-/* ---- counts for chapter 00 and the report -------------------------------------------------- */
-/* Ψ of a GPT with MoE blocks: total (every expert) and active (k experts per token), and the
- * expert share of the total. */
-typedef struct moe_params { int64_t total, active, expert, dense; } moe_params_t;
-moe_params_t moe_count_params(int n_layer, int n_embd, int seq_len, int vocab, int E, int k, int every);
 #endif

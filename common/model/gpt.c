@@ -90,6 +90,17 @@ int64_t gpt_count_params(gpt_shape_t s) {
   return emb_numel(s) + (int64_t)s.n_layer * gpt_block_layout(s.n_embd).numel + head_numel(s);
 }
 
+gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every) {
+  int64_t C = s.n_embd, X = 8 * C * C + 5 * C, nm = 0; /* X: one MLP (fc 4C·C + 4C, fcproj C·4C + C) */
+  for (int l = 0; E > 0 && every > 0 && l < s.n_layer; l++) nm += l % every == every - 1;
+  gpt_moe_params_t p;
+  p.dense = gpt_count_params(s) - nm * X + nm * (int64_t)E * C; /* the MoE blocks' MLPs out, their routers in */
+  p.expert = nm * (int64_t)E * X;
+  p.total = p.dense + p.expert;
+  p.active = p.dense + nm * (int64_t)k * X;
+  return p;
+}
+
 static int64_t gpt_wsaved_numel(const model_t *m, int u); /* the split backward's (below) */
 
 void gpt_init(model_t *m, gpt_shape_t s) {

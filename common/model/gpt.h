@@ -38,6 +38,13 @@ int gpt_preset(const char *name, gpt_shape_t *out);
 /* Ψ of a shape, without building it. */
 int64_t gpt_count_params(gpt_shape_t s);
 
+/* Ψ of the GPT whose every m-th block (blocks m−1, 2m−1, ...) has E expert MLPs (each the dense MLP:
+ * 8C² + 5C) and a router (E·C, no bias) in place of its MLP (chapter 12, solutions/moe.h): total (every
+ * expert), active per token (k experts of each MoE block), expert (every expert's), dense (the rest,
+ * routers included). E = 0: the dense GPT (expert 0, active = total). */
+typedef struct gpt_moe_params { int64_t total, active, expert, dense; } gpt_moe_params_t;
+gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every);
+
 /* Offsets (elements) of one block's tensors inside its unit. */
 typedef struct gpt_block_layout {
   int64_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, numel;

@@ -103,6 +103,7 @@ static void fmt_psi(char *dst, size_t n, double psi) {
 int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
   double psi = 7.5e9, k = -1;
   int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
+  int experts = 0, topk = 2, moe_every = 1, ep = 1; /* chapter 12: Mixture of Experts */
   int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
   arg_spec_t specs[] = {
@@ -125,6 +126,13 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
       {"--tp", ARG_INT, &tp, 1, 1 << 16, NULL,
        "with a transformer shape: also the activations per rank of t-way tensor parallelism, without and with "
        "sequence parallelism (notes/10-long-sequences.md); t divides --heads, --hidden, --seq and --vocab"},
+      {"--experts", ARG_INT, &experts, 0, 1 << 16, NULL,
+       "with a transformer shape: E expert MLPs in every --moe-every m-th block (chapter 12; 0: dense): Ψ total and "
+       "active, and per rank with --ep"},
+      {"--topk", ARG_INT, &topk, 1, 1 << 16, NULL, "experts per token k (<= --experts; default 2)"},
+      {"--moe-every", ARG_INT, &moe_every, 1, 1 << 16, NULL, "every m-th block is MoE (default 1: all)"},
+      {"--ep", ARG_INT, &ep, 1, 1 << 20, NULL,
+       "expert-parallel ranks P_E: each holds E/P_E of the experts; P_E divides --ranks and --experts"},
       {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
        "vocabulary of the fp32 GPT's count and of Ψ when --params is not given (default 256: bytes)"},
   };
@@ -170,12 +178,22 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
       snprintf(hv, sizeof hv, "%d", hidden);
       return args_error("--hidden", hv, "must be divisible by --heads %d", heads);
     }
-    if (!psi_given) psi = (double)gpt_count_params(shape);
+    if (experts > 0) {
+      char v[32];
+      if (topk > experts) return snprintf(v, sizeof v, "%d", topk), args_error("--topk", v, "must be between 1 and --experts %d", experts);
+      if (world % ep || experts % ep)
+        return snprintf(v, sizeof v, "%d", ep), args_error("--ep", v, "must divide --ranks %d and --experts %d", world, experts);
+      if (psi_given) return args_error("--params", NULL, "give the transformer shape alone with --experts (Ψ comes from it)");
+    }
+    if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, experts, topk, moe_every).total
+                                      : (double)gpt_count_params(shape);
     if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
       char tv[32];
       snprintf(tv, sizeof tv, "%d", tp);
       return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads, hidden, seq, vocab);
     }
+  } else if (experts > 0 || ep > 1) {
+    return args_error(experts > 0 ? "--experts" : "--ep", NULL, "needs a transformer shape (--layers --hidden --heads --seq)");
   } else if (tp > 1) {
     char tv[32];
     snprintf(tv, sizeof tv, "%d", tp);
@@ -286,6 +304,35 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
     }
   }
 
+  gpt_moe_params_t mp = {0};
+  mem_formula_t ms[4] = {{0}};
+  if (experts > 0) { /* chapter 12: total against active, and where the expert states live */
+    mp = gpt_moe_count_params(shape, experts, topk, moe_every);
+    int D = world / ep;
+    double local = (double)mp.dense + (double)mp.expert / ep; /* one rank's model: the dense part, E/P_E experts */
+    char every[32] = "every";
+    if (moe_every > 1) snprintf(every, sizeof every, "every %d%s", moe_every, moe_every == 2 ? "nd" : moe_every == 3 ? "rd" : "th");
+    fprintf(out, "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per token\n", experts,
+            every, topk);
+    fprintf(out, "  Ψ total %.0f = dense %.0f (routers E·h included) + experts %.0f; active per token %.0f (%.1f%% of total)\n",
+            (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active, 100.0 * mp.active / mp.total);
+    fprintf(out, "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every MoE block, "
+            "Ψ per rank %.0f;\n  the strategy runs on the D = N/P_E = %d ranks that hold the same experts (ch12_experts' "
+            "layout: dense and expert states sharded over D)\n", ep, world, experts / ep, local, D);
+    fprintf(out, "%-8s %14s %14s %14s   (GB per rank)\n", "stage", "dense states", "expert states", "total");
+    for (int st = s0; st <= s1; st++) {
+      mem_formula_t fd = ours ? states(st, (double)mp.dense, D, wdt) : formula_zero_k(st, (double)mp.dense, D, wbytes, gbytes, k);
+      double xe = (double)mp.expert / ep;
+      mem_formula_t fx = ours && xe == (double)(int64_t)xe ? states(st, xe, D, wdt) : formula_zero_k(st, xe, D, wbytes, gbytes, k);
+      char a_[32], b_[32], t_[32];
+      fmt_size(a_, sizeof a_, fd.total, GB);
+      fmt_size(b_, sizeof b_, fx.total, GB);
+      fmt_size(t_, sizeof t_, fd.total + fx.total, GB);
+      fprintf(out, "%-8s %14s %14s %14s\n", g_stage_name[st], a_, b_, t_);
+      ms[st].params = fd.total, ms[st].grads = fx.total, ms[st].total = fd.total + fx.total;
+    }
+  }
+
   if (json) {
     FILE *fp = fopen(json, "w");
     if (!fp) return memcalc_fail(json);
@@ -302,6 +349,15 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
       fprintf(fp, " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
                   "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
               tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
+    if (experts > 0) {
+      fprintf(fp, " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"params_total\": %.17g, "
+                  "\"params_active\": %.17g, \"params_expert\": %.17g, \"params_dense\": %.17g, \"per_stage\": [",
+              experts, topk, moe_every, ep, (double)mp.total, (double)mp.active, (double)mp.expert, (double)mp.dense);
+      for (int st = s0; st <= s1; st++)
+        fprintf(fp, "%s{\"stage\": %d, \"dense_states\": %.17g, \"expert_states\": %.17g, \"total\": %.17g}",
+                st == s0 ? "" : ", ", st, ms[st].params, ms[st].grads, ms[st].total);
+      fprintf(fp, "]},\n");
+    }
     fprintf(fp, " \"stages\": [");
     for (int s = s0; s <= s1; s++) {
       char num[64];

@@ -224,6 +224,18 @@ Test(ch12_moe_long, ep_with_every_strategy) {
       double g = zl_json_num(r.json, kg), f = zl_json_num(r.json, kf);
       cr_assert(g == f && f > 0, "--zero %d: %s states kept by the expert group %.17g B, formula %.17g B", z, kind[q], g, f);
     }
+    /* chapter 00's per-rank states for this layout (--ranks 4 --ep 2, fp32, SGD momentum: K = 4) = the ledger's */
+    char c0p[320];
+    zl_tmppath(c0p, sizeof c0p, "moel", z == 0 ? "c0_0.json" : z == 1 ? "c0_1.json" : z == 2 ? "c0_2.json" : "c0_3.json");
+    zl_run_ok(0, 30, "ch00_memory", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 "
+              "--ranks 4 --ep 2 --precision fp32 --k 4 --stage %d --json %s", ZL_BIN, z, c0p); /* SGD: momentum 4 B */
+    char *c0 = zl_read_file(c0p, NULL);
+    cr_assert(c0, "no --json from ch00_memory");
+    double f00 = zl_json_num(zl_json_find(c0, "per_stage"), "total");
+    for (int q = 0; q < 4; q++)
+      cr_assert_eq(zl_rank_mem(r.json, q, "model_states"), f00, "--zero %d rank %d: model states %.17g B in the ledger, "
+                   "ch00_memory --experts 4 --ep 2 says %.17g B", z, q, zl_rank_mem(r.json, q, "model_states"), f00);
+    free(c0);
     zl_out_free(&r);
   }
   zl_out_free(&one);
@@ -275,4 +287,27 @@ Test(ch12_moe_long, checkpoints_resume_across_grids) {
   zl_expect_close_norm("EP 2 x D 2 resumed from EP 2's checkpoint, against EP 2 x D 2 straight", from2.params,
                        straight4.params, straight4.n, MOE_TOL);
   zl_out_free(&straight2), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight4), zl_out_free(&from2);
+}
+
+/* Chapter 00's calculator knows the experts: Ψ total = the weights ch12_experts exports (every expert),
+ * both = the count written here from the shape; active = dense + k experts per MoE block. */
+Test(ch12_moe, ch00_counts_total_and_active) {
+  char dir[256], json[320];
+  zl_tmpdir(dir, sizeof dir, "moe00");
+  snprintf(json, sizeof json, "%s/c0.json", dir);
+  zl_run_ok(0, 30, "ch00_memory --experts", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 "
+            "--topk 2 --ranks 4 --ep 2 --precision fp32 --json %s", ZL_BIN, json);
+  char *c0 = zl_read_file(json, NULL);
+  cr_assert(c0, "no --json from ch00_memory");
+  const char *moe = zl_json_find(c0, "moe");
+  cr_assert(moe, "ch00_memory --experts wrote no \"moe\" object:\n%s", c0);
+  double C = 32, L = 2, S = 16, V = 256, E = 4, k = 2, X = 8 * C * C + 5 * C;
+  double dense = 2 * V * C + S * C + 2 * C + L * (4 * C * C + 8 * C + E * C), total = dense + L * E * X;
+  cr_assert_eq(zl_json_num(moe, "params_total"), total, "Ψ total %.17g, expected %.17g", zl_json_num(moe, "params_total"), total);
+  cr_assert_eq(zl_json_num(moe, "params_active"), dense + L * k * X, "Ψ active %.17g, expected %.17g",
+               zl_json_num(moe, "params_active"), dense + L * k * X);
+  zl_out_t r = MOE_LAUNCH(1, "moe00", "export", "--moe 4 --topk 2");
+  cr_assert_eq((double)r.n, total, "ch12_experts exported %lld weights, ch00 counts %.17g", (long long)r.n, total);
+  zl_out_free(&r);
+  free(c0);
 }
