@@ -373,8 +373,12 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
 static void print_header(const trainer_t *t, const char *chapter) {
   const train_cfg_t *cfg = t->cfg;
   const model_t *m = &t->model;
-  printf("ch%s: %s on %d rank%s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, t->world,
-         t->world > 1 ? "s" : "", device_name(t->dev), comm_backend_name(t->comm),
+  char ranks[64]; /* the strategy's ranks; with expert parallelism (12) every rank of the job: EP × D */
+  if (t->tp_comm && cfg->transform->splits_batch)
+    snprintf(ranks, sizeof ranks, "%d ranks (EP %d x D %d)", comm_world(t->world_comm), comm_world(t->tp_comm), t->world);
+  else snprintf(ranks, sizeof ranks, "%d rank%s", t->world, t->world > 1 ? "s" : "");
+  printf("ch%s: %s on %s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, ranks,
+         device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
          cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
   /* A schedule (a pipeline) cuts the batch itself, in its setup after this line: its own line gives

@@ -9,12 +9,15 @@
 #include <math.h>            // log
 #include <stdio.h>           // printf, snprintf
 #include <stdlib.h>          // getenv, atoi
+#include <string.h>          // strcmp
 
 /* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
 static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
   if (!t->tp_comm) return;
   int NR = report_rows(t), T = comm_world(t->tp_comm);
-  printf("\ntensor-parallel traffic per step (TP groups of %d, their own counters; not in the line above):\n", T);
+  int ep = strcmp(t->cfg->transform->name, "ep") == 0; /* chapter 12's expert parallelism sits in TP's place */
+  printf("\n%s traffic per step (%s groups of %d, their own counters; not in the line above):\n",
+         ep ? "expert-parallel" : "tensor-parallel", ep ? "EP" : "TP", T);
   printf("%-6s %8s %12s %14s %14s %16s\n", "rank", "tp rank", t->cfg->sp ? "collectives" : "all-reduces", "formula",
          "bytes sent", "formula");
   for (int r = 0; r < NR; r++)
