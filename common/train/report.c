@@ -27,7 +27,7 @@ int64_t report_row_states(const rank_numbers_t *q, char *fb, char *pb, size_t n,
   return ms;
 }
 
-int report_is_gpt(const trainer_t *t) { return strcmp(t->model.fns->name, "gpt") == 0; }
+int report_is_gpt(const trainer_t *t) { return t->model.in_is_tokens; } /* the GPT and its splits (tp, cp, moe): token inputs */
 
 int report_uniform(const rank_numbers_t *all, int nr) {
   for (int r = 1; r < nr; r++)
