@@ -349,11 +349,11 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     if (!t->skipped) (*taken)++;
     else (*skipped)++;
     comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* every stage's: control traffic */
+    if (t->tp_comm && cfg->transform->splits_batch) comm_ctl_all_reduce_f64(t->tp_comm, &loss_sum, 1, REDOP_SUM);
     in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
     if (log && log_step(cfg, step)) {
-    if (t->tp_comm && cfg->transform->splits_batch) comm_ctl_all_reduce_f64(t->tp_comm, &loss_sum, 1, REDOP_SUM);
       if (t->wdt == DT_F16)
         printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", step, in->steps[step].loss, ms, scale_used,
                t->skipped ? "  (skipped)" : "");
@@ -573,11 +573,11 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   model_from_cfg(&t);
   if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
   if (cfg->cp > 1) cfg->cp_split(&t); /* --cp: this rank's chunks of every sequence (chapter 10) */
+  if (cfg->model_hook) cfg->model_hook(&t); /* chapter 12: the MLPs become experts (solutions/moe.h) */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
   in.scaler = scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
-  if (cfg->model_hook) cfg->model_hook(&t); /* chapter 12: the MLPs become experts (solutions/moe.h) */
                           (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;

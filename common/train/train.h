@@ -425,14 +425,14 @@ void trainer_report_extra(trainer_t *t, const char *key, double value);
  * NULL (not loaded). GPU: staged through host memory allocated and freed here. --fault R:S:nan
  * poisons x of micro-batch 0. */
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y);
-/* The loss of b samples as the loop computes it: softmax cross-entropy of logits (b·rows,
- * classes) against targets (b·rows), scale 1/(global batch·rows), dlogits (b·rows, classes)
 /* The factor the loss's gradient carries this step: fp16's loss scale S, else 1 (a model that adds a
  * loss of its own, chapter 12's auxiliary loss, scales its gradient by it). */
 double trainer_loss_scale(const trainer_t *t);
 /* Which slice of each micro-batch this rank reads, of how many: its data-parallel rank of t->world,
  * or with a transform that splits the batch (expert parallelism) dp_rank·T + group rank of D·T. */
 void trainer_data_slice(const trainer_t *t, int *slice, int *nslices);
+/* The loss of b samples as the loop computes it: softmax cross-entropy of logits (b·rows,
+ * classes) against targets (b·rows), scale 1/(global batch·rows), dlogits (b·rows, classes)
  * written. Returns the local loss sum; a non-finite one marks this rank's step (the
  * --nonfinite message names it). */
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits);
