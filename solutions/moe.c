@@ -189,6 +189,32 @@ static double a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int6
   return rows * (double)c->C * 4.0;
 }
 
+/* Rows from the send layout (grouped by destination rank) to this rank's experts' layout: with --ep
+ * the all-to-all, then each expert's rows gathered in source order; alone, the same rows. */
+static void to_experts(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_x, const float *send,
+                       const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
+  int Cn = (int)c->C;
+  if (c->ep == 1) {
+    dev_memcpy(dev, dst_x, dev, send, (size_t)(mu->Rx * c->C) * sizeof(float));
+    return;
+  }
+  float *recv = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
+  ep_exchange_rows(c->g, send, send_rows, recv, recv_src, Cn, tag);
+  op_rows_gather(dev, dst_x, recv, dev_ints(c, dev, mu->perm_x, mu->Rx, IX_PERM_X), NULL, mu->Rx, Cn);
+}
+/* And back: the experts' rows to their tokens' ranks, in the send layout. */
+static void to_tokens(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_send, const float *src_x,
+                      const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
+  int Cn = (int)c->C;
+  if (c->ep == 1) {
+    dev_memcpy(dev, dst_send, dev, src_x, (size_t)(mu->Rs * c->C) * sizeof(float));
+    return;
+  }
+  float *back = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
+  op_rows_gather(dev, back, src_x, dev_ints(c, dev, mu->perm_b, mu->Rx, IX_PERM_B), NULL, mu->Rx, Cn);
+  ep_exchange_rows(c->g, back, recv_src, dst_send, send_rows, Cn, tag);
+}
+
 /* Rows of expert i in the expert layout: [first, first + n). */
 static int64_t expert_rows(const moe_gpt_t *c, const moe_unit_t *mu, int i, int64_t *first) {
   int64_t at = 0, n = 0;
@@ -246,11 +272,7 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home */
   float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
-  if (c->ep > 1) {
-    float *recv = grow(&c->recv, "moe received rows", dev, Rx * C);
-    ep_exchange_rows(c->g, xs, send_rows, recv, recv_src, Cn, "moe dispatch");
-    op_rows_gather(dev, X, recv, dev_ints(c, dev, mu->perm_x, Rx, IX_PERM_X), NULL, Rx, Cn);
-  } else dev_memcpy(dev, X, dev, xs, (size_t)(Rx * C) * sizeof(float));
+  to_experts(c, mu, dev, X, xs, send_rows, recv_src, "moe dispatch");
   trace_end(NULL);
   trace_begin("moe experts");
   for (int i = 0; i < c->El; i++) { /* each expert: one GEMM pair on its rows */
@@ -263,11 +285,7 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   }
   trace_end(NULL);
   trace_begin("moe combine");
-  if (c->ep > 1) { /* combine's all-to-all: the outputs back to their tokens' ranks */
-    float *back = grow(&c->recv, "moe received rows", dev, Rx * C);
-    op_rows_gather(dev, back, eox, dev_ints(c, dev, mu->perm_b, Rx, IX_PERM_B), NULL, Rx, Cn);
-    ep_exchange_rows(c->g, back, recv_src, eo, send_rows, Cn, "moe combine");
-  }
+  if (c->ep > 1) to_tokens(c, mu, dev, eo, eox, send_rows, recv_src, "moe combine"); /* back to their tokens' ranks */
   if (c->ep > 1) c->a2a_formula += a2a_bytes(c, send_rows, recv_src) + (c->cf > 0 ? 0 : 4.0 * (c->ep - 1) * c->El);
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *gd = dev == DEV_CPU ? mu->gates : grow(&c->gd, "moe gates", dev, BT * k);
@@ -305,11 +323,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float *dsend = grow(&c->dsend, "moe d rows (send)", dev, Rs * C);
   op_rows_gather(dev, dsend, io->dy, dev_ints(c, dev, mu->row_tok, Rs, IX_ROWS), rg, Rs, Cn);
   float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, 2 * Rx * C), *deo_x = dx_x + Rx * C;
-  if (c->ep > 1) {
-    float *recv = grow(&c->recv, "moe received rows", dev, Rx * C);
-    ep_exchange_rows(c->g, dsend, send_rows, recv, recv_src, Cn, "moe combine backward");
-    op_rows_gather(dev, deo_x, recv, dev_ints(c, dev, mu->perm_x, Rx, IX_PERM_X), NULL, Rx, Cn);
-  } else dev_memcpy(dev, deo_x, dev, dsend, (size_t)(Rx * C) * sizeof(float));
+  to_experts(c, mu, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
   trace_end(NULL);
   trace_begin("moe experts backward");
   float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * 4 * C);
@@ -328,11 +342,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   trace_end(NULL);
   trace_begin("moe dispatch backward");
   /* the dispatch's backward: d rows home (--ep: the all-to-all back), then summed per token */
-  if (c->ep > 1) {
-    float *back = grow(&c->recv, "moe received rows", dev, Rx * C);
-    op_rows_gather(dev, back, dx_x, dev_ints(c, dev, mu->perm_b, Rx, IX_PERM_B), NULL, Rx, Cn);
-    ep_exchange_rows(c->g, back, recv_src, dsend, send_rows, Cn, "moe dispatch backward");
-  } else dev_memcpy(dev, dsend, dev, dx_x, (size_t)(Rs * C) * sizeof(float));
+  to_tokens(c, mu, dev, dsend, dx_x, send_rows, recv_src, "moe dispatch backward");
   if (c->ep > 1) c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * BT * C), *dln2r = dln2 + BT * C;
   const int *slot = dev_ints(c, dev, mu->slot, BT * k, IX_SLOT);
