@@ -176,3 +176,31 @@ Test(common_gpu_ops_gpt, linear_without_bias) {
   for (int i = 0; i < 6; i++) dev_free(DEV_CUDA, ptrs[i]);
   free(x), free(W), free(dy), free(y_c), free(dx_c), free(dW_c), free(y), free(dx), free(dW);
 }
+
+/* ---- chapter 12's rows: gather, combine, dot — bitwise (one thread per output, the CPU's order) -- */
+Test(common_gpu_ops_gpt, moe_rows_bitwise) {
+  const int64_t T = 53, R = 97;
+  const int k = 2, C = 40;
+  float *src = rand_f32(R * C, 1, 0), *tok = rand_f32(T * C, 1, 0), *w = rand_f32(T * k, 1, 0), *sc = rand_f32(R, 1, 0);
+  int *rows = malloc(R * sizeof(int)), *slot = malloc(T * k * sizeof(int));
+  for (int64_t r = 0; r < R; r++) rows[r] = r % 7 == 3 ? -1 : (int)((r * 31) % T); /* padding rows: -1 */
+  for (int64_t i = 0; i < T * k; i++) slot[i] = i % 11 == 5 ? -1 : (int)((i * 17) % R); /* dropped choices: -1 */
+  float *g_c = malloc(R * C * 4), *y_c = malloc(T * C * 4), *d_c = malloc(T * k * 4);
+  op_rows_gather(DEV_CPU, g_c, tok, rows, sc, R, C);
+  memcpy(y_c, tok, T * C * 4);
+  op_rows_combine(DEV_CPU, y_c, src, slot, w, T, k, C, 1.0f);
+  op_rows_dot(DEV_CPU, d_c, tok, src, slot, T, k, C);
+  void *d_src = up(src, R * C * 4), *d_tok = up(tok, T * C * 4), *d_w = up(w, T * k * 4), *d_sc = up(sc, R * 4);
+  void *d_rows = up(rows, R * sizeof(int)), *d_slot = up(slot, T * k * sizeof(int));
+  void *d_g = poisoned(R * C * 4), *d_y = up(tok, T * C * 4), *d_d = poisoned(T * k * 4);
+  op_rows_gather(DEV_CUDA, d_g, d_tok, d_rows, d_sc, R, C);
+  op_rows_combine(DEV_CUDA, d_y, d_src, d_slot, d_w, T, k, C, 1.0f);
+  op_rows_dot(DEV_CUDA, d_d, d_tok, d_src, d_slot, T, k, C);
+  float *g = down(d_g, R * C * 4), *y = down(d_y, T * C * 4), *d = down(d_d, T * k * 4);
+  expect_bits("op_rows_gather (scaled, padding rows 0)", g, g_c, R * C, 4, 0);
+  expect_bits("op_rows_combine (gates, beta 1, dropped choices)", y, y_c, T * C, 4, 0);
+  expect_bits("op_rows_dot", d, d_c, T * k, 4, 0);
+  void *ptrs[] = {d_src, d_tok, d_w, d_sc, d_rows, d_slot, d_g, d_y, d_d};
+  for (int i = 0; i < 9; i++) dev_free(DEV_CUDA, ptrs[i]);
+  free(src), free(tok), free(w), free(sc), free(rows), free(slot), free(g_c), free(y_c), free(d_c), free(g), free(y), free(d);
+}
