@@ -476,3 +476,18 @@ bench-overlap: build
 	@mkdir -p $(RESULTS)
 	@$(PYTHON) common/scripts/bench_overlap.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
 	  --out $(RESULTS)/bench_overlap.json
+
+# ch12: Mixture of Experts on the small GPT (notes/12-experts.md): the drop rate against the capacity
+# factor (1.0, 1.25, 2.0; top-1 and top-2, with and without the aux loss), max/mean expert load over the
+# first steps with no balancing, the aux loss and the aux-free bias, the all-to-all bytes at EP 2 beside
+# their formula and beside ch06_tp's TP 2 of the dense MLP, step time and peak per rank at EP 1, 2, 4
+# against dense DDP with the same active parameters (ZL_BENCH_REPS runs each, alternating, medians; N = 4
+# oversubscribes a 2-core box), and the time per step in the dispatch / experts / combine spans of a
+# --trace. Writes EXPERTS_OUT (default notes/data/bench_experts.json, the committed measurement make
+# plots draws); EXPERTS_PARTS=bytes,trace runs only those and keeps the others. About 3-4 min on 2 cores.
+EXPERTS_OUT ?= notes/data/bench_experts.json
+EXPERTS_PARTS ?= drop,balance,bytes,step,trace
+.PHONY: bench-experts
+bench-experts: build
+	@$(PYTHON) common/scripts/bench_experts.py --bin $(BIN) --out $(EXPERTS_OUT) --parts $(EXPERTS_PARTS) \
+	  --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-8}

@@ -31,6 +31,7 @@ Schematics (no inputs; counted on their own line):
 Data figures (committed measurements, --data notes/data):
   zeror_cb         bench_zeror.json (make bench-zeror);  long_seq  bench_long.json (make bench-long, chapter 10)
   long_split       bench_long.json: SP, ring, Ulysses, hybrid bytes and step time, and on emulated nodes (chapter 10)
+  experts          bench_experts.json (make bench-experts): drops, balance, all-to-all bytes, EP step and memory, trace (chapter 12)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -55,6 +56,7 @@ import plot_gpt  # noqa: E402  (common/scripts/plot_gpt.py: gpt_units, ch00_gpt_
 import plot_offload  # noqa: E402  (common/scripts/plot_offload.py: timeline_offload)
 import plot_pipeline  # noqa: E402  (common/scripts/plot_pipeline.py: timeline_pipeline)
 import plot_long  # noqa: E402  (common/scripts/plot_long.py: schematic_cp, long_seq)
+import plot_experts  # noqa: E402  (common/scripts/plot_experts.py: experts, chapter 12)
 
 STAGES = [("ddp", 0, "DDP (ZeRO-0)"), ("zero1", 1, "ZeRO-1"), ("zero2", 2, "ZeRO-2"), ("zero3", 3, "ZeRO-3")]
 STAGE_OF = {s: k for s, k, _ in STAGES}
@@ -1106,6 +1108,7 @@ DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no resu
     ("pipeline_bubble", fig_pipeline_bubble, "pipeline_bubble"),
     ("pipeline_zero_bubble", fig_pipeline_zero_bubble, "pipeline_zero_bubble"),
     ("overlap_saved", fig_overlap_saved, "overlap_saved"),
+    ("experts", plot_experts.fig_experts, "experts"),
 ]
 
 FIGURES = [  # (name for --only, function, the PNG it writes)
