@@ -19,7 +19,7 @@
 #include <string.h>         // strcmp, memcpy
 #include "args.h"   // args_error, args_env_world
 #include "check.h"  // die, xcalloc
-#include "gpt.h"    // model_gpt_fns, gpt_block_*
+#include "gpt.h"    // model_gpt_fns, gpt_block_*, gpt_cp_acts_bytes
 #include "ops.h"    // op_linear_bwd, op_fill, op_softmax_xent
 #include "ops_gpt.h" // op_embedding_*, op_layernorm_bwd
 #include "train.h"  // trainer_t, train_cfg_t, strategy_t, trainer_report_extra
@@ -237,9 +237,7 @@ int cp_check_args(const train_cfg_t *cfg) {
  * ∝ S/C for every term but NH·S² (the ordinary attention's, R·NH/C·S² on each rank: b·NH·S²).
  * The hybrid (--cp-a2a A) keeps the ring's lse and q k v and out in the heads' layout: 15SE + 4S + NH·S + 4SE. */
 static int64_t cp_acts_formula(gpt_shape_t s, int64_t b, int recompute, int mode) {
-  int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab;
-  int64_t block = 15 * S * E + 4 * S + S * cp_att_saved(s, mode), head = S * E + 2 * S;
-  return 4 * b * (S * E * (L + 1) + S * V + (recompute ? (block > head ? block : head) : L * block + head));
+  return gpt_cp_acts_bytes(s, b, recompute, cp_att_saved(s, mode)); /* gpt.c's: ch00_memory --cp uses it too */
 }
 
 /* fp32 elements one rank sends per layer and micro-batch of R rows (n positions each), forward

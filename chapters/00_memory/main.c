@@ -10,7 +10,10 @@
  * s·b·h·(34 + 5·a·s/h) bytes per layer, with and without full recomputation, beside this
  * repository's fp32 GPT of the same shape (gpt_acts_bytes, common/model/gpt.h). Activations are the
  * same at every stage: ZeRO shards model states, not activations. --tp t adds the activations per
- * rank of t-way tensor parallelism, and with sequence parallelism (gpt_acts_bytes_tp).
+ * rank of t-way tensor parallelism, and with sequence parallelism (gpt_acts_bytes_tp). --pp P, --cp C
+ * and --offload: the pipeline's stages (chapter 07: each stage's states and the activations 1F1B keeps
+ * in flight), context parallelism's activations of S/C positions (chapter 10), ZeRO-Offload's device
+ * and host (chapter 08).
  * With the default K and no --fp32-grads the stages' numbers are what the strategies of chapters
  * 02-05 say about themselves (strategy_t.formula: solutions/ddp.c, zero1.c, zero2.c, zero3.c) —
  * the formulas their training reports print beside the ledger; otherwise the paper's generic form.
@@ -21,16 +24,20 @@
 #include "train.h"   // trainer_t, strategy_t (the formula hooks)
 #include "zero.h"    // zero1_strategy, zero2_strategy, zero3_strategy
 #include "formula.h" // formula_t, mem_formula_t
+#include "offload.h" // offload_strategy: --offload's formula hook (MEMCALC_OFFLOAD)
+#include "pipeline_sched.h" // pp_split: --pp cuts the GPT's units as ch07_pipeline does
 #include <stdint.h>  // int64_t
 #include <stdio.h>   // stdout
 
 /* Stage s's model states per rank as its strategy says them (strategy_t.formula), for Ψ = psi on N
  * = world ranks, AdamW: master and the optimizer states together as the paper's KΨ. */
 static mem_formula_t strategy_states(int s, double psi, int world, dtype_t wdt) {
+  int no_sync = (s & MEMCALC_NO_SYNC) != 0; /* a pipeline's data dimension (chapter 07) */
+  s &= ~MEMCALC_NO_SYNC;
   const strategy_t *st = s == 0 ? ddp_strategy("naive") : s == 1 ? zero1_strategy() : s == 2 ? zero2_strategy()
-                                                                                       : zero3_strategy();
+                         : s == MEMCALC_OFFLOAD ? offload_strategy(OFFLOAD_OPTIMIZER, 1) : zero3_strategy();
   train_cfg_t cfg = {.optimizer = OPT_ADAMW, .wdt = wdt, .accum = 1};
-  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1};
+  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1, .no_sync = no_sync};
   t.model.numel = (int64_t)psi;
   formula_t f;
   st->formula(&t, &f);
@@ -39,4 +46,4 @@ static mem_formula_t strategy_states(int s, double psi, int world, dtype_t wdt) 
   return m;
 }
 
-int main(int argc, char **argv) { return memcalc_main(argc, argv, strategy_states, stdout); }
+int main(int argc, char **argv) { return memcalc_main(argc, argv, strategy_states, pp_split, stdout); }

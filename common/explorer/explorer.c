@@ -41,7 +41,7 @@ EXPORT int zx_memory(const char *line) {
   g_text = NULL;
   size_t n = 0;
   FILE *out = open_memstream(&g_text, &n);
-  int rc = memcalc_main(argc, argv, memcalc_stage_states, out);
+  int rc = memcalc_main(argc, argv, memcalc_stage_states, pp_split, out);
   fclose(out);
   fflush(stderr);
   g_json[0] = 0;

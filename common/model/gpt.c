@@ -86,6 +86,17 @@ static int64_t block_saved(gpt_shape_t s) {
 }
 static int64_t head_saved(gpt_shape_t s) { return (int64_t)s.seq_len * s.n_embd + 2 * (int64_t)s.seq_len; }
 
+void gpt_unit_sizes(gpt_shape_t s, int u, int64_t *numel, int64_t *y_numel, int64_t *saved_numel) {
+  int64_t TC = (int64_t)s.seq_len * s.n_embd;
+  if (u == 0) { /* the embedding: wte | wpe, keeps nothing */
+    *numel = emb_numel(s), *y_numel = TC, *saved_numel = 0;
+  } else if (u == s.n_layer + 1) { /* the head: its output is the logits */
+    *numel = head_numel(s), *y_numel = (int64_t)s.seq_len * s.vocab, *saved_numel = head_saved(s);
+  } else {
+    *numel = gpt_block_layout(s.n_embd).numel, *y_numel = TC, *saved_numel = block_saved(s);
+  }
+}
+
 int64_t gpt_count_params(gpt_shape_t s) {
   return emb_numel(s) + (int64_t)s.n_layer * gpt_block_layout(s.n_embd).numel + head_numel(s);
 }
@@ -108,31 +119,24 @@ void gpt_init(model_t *m, gpt_shape_t s) {
   if (why) die("gpt shape n_layer %d n_head %d n_embd %d seq_len %d vocab %d: %s", s.n_layer, s.n_head, s.n_embd,
                s.seq_len, s.vocab, why);
   int U = s.n_layer + 2;
-  int64_t TC = (int64_t)s.seq_len * s.n_embd;
   *m = (model_t){.fns = &model_gpt_fns, .gpt = s, .in_numel = s.seq_len, .in_is_tokens = 1, .rows = s.seq_len,
                  .classes = s.vocab, .n_units = U};
   m->units = xcalloc((size_t)U, sizeof(unit_t), "gpt units");
   for (int u = 0; u < U; u++) {
     unit_t *un = &m->units[u];
-    if (u == 0) {
-      un->numel = emb_numel(s);
-      un->y_numel = TC;
-      un->saved_numel = 0;
-    } else if (u == U - 1) {
-      un->numel = head_numel(s);
-      un->y_numel = (int64_t)s.seq_len * s.vocab; /* the logits */
-      un->saved_numel = head_saved(s);
-    } else {
-      un->numel = gpt_block_layout(s.n_embd).numel;
-      un->y_numel = TC;
-      un->saved_numel = block_saved(s);
-    }
+    gpt_unit_sizes(s, u, &un->numel, &un->y_numel, &un->saved_numel);
   }
   for (int u = 0; u < U; u++) m->units[u].wsaved_numel = gpt_wsaved_numel(m, u);
   model_layout(m);
 }
 
 int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) { return gpt_acts_bytes_tp(s, b, recompute, 1, 0); }
+
+int64_t gpt_cp_acts_bytes(gpt_shape_t s, int64_t b, int recompute, int64_t att_saved) {
+  int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab;
+  int64_t block = 15 * S * E + 4 * S + S * att_saved, head = S * E + 2 * S;
+  return 4 * b * (S * E * (L + 1) + S * V + (recompute ? (block > head ? block : head) : L * block + head));
+}
 
 int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp) {
   int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab, Ts = sp ? T / t : T; /* Ts: the residual's positions */

@@ -37,6 +37,10 @@ const char *gpt_shape_error(gpt_shape_t s);
 int gpt_preset(const char *name, gpt_shape_t *out);
 /* Ψ of a shape, without building it. */
 int64_t gpt_count_params(gpt_shape_t s);
+/* Unit u's sizes as gpt_init sets them, without building the model (u = 0: the embedding, 1..L the
+ * blocks, L+1 the head; the table above): its parameters, its output and its saved activations, fp32
+ * elements per sample. A pipeline stage's slot (chapter 07) and ch00_memory --pp are sums of these. */
+void gpt_unit_sizes(gpt_shape_t s, int u, int64_t *numel, int64_t *y_numel, int64_t *saved_numel);
 
 /* Ψ of the GPT whose every m-th block (blocks m−1, 2m−1, ...) has E expert MLPs (each the dense MLP:
  * 8C² + 5C) and a router (E·C, no bias) in place of its MLP (chapter 12, solutions/moe.h): total (every
@@ -131,4 +135,11 @@ int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute);
  * parallelism, t dividing seq_len) the LayerNorm/residual tensors and every unit output too, so
  * that everything is 1/t: gpt_acts_bytes_tp(s, b, r, t, 1) = gpt_acts_bytes(s, b, r) / t. t = 1: gpt_acts_bytes. */
 int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp);
+/* Context parallelism's (solutions/cp_gpt.c, chapter 10): activation bytes a rank keeps for b loop
+ * samples, b·S tokens that are S/C positions of C·b sequences, when each block's attention saves
+ * att_saved fp32 per token (the ring's log-sum-exp: n_head; Ulysses', the hybrid's: ulysses.h):
+ *   4b·[S·E·(L+1) + S·V + L·(15SE + 4S + S·att_saved) + S·E + 2S]
+ * linear in S (no S² term); --recompute: the L blocks' and the head's saved activations one buffer of
+ * the largest. att_saved = n_head·S gives gpt_acts_bytes. ch00_memory --cp C is this over C. */
+int64_t gpt_cp_acts_bytes(gpt_shape_t s, int64_t b, int recompute, int64_t att_saved);
 #endif

@@ -1,7 +1,7 @@
 /* memcalc.c — chapter 00's calculator (ch00_memory) as one function of its flags: the text it prints
  * and the JSON it writes (see memcalc.h). chapters/00_memory/main.c is main() around it, with the
  * strategies' formula hooks; the explorer page (common/explorer/) runs this same file compiled to
- * WebAssembly, with memcalc_stage_states. Plain C: no MPI, no allocation beyond flags.
+ * WebAssembly, with memcalc_stage_states. Plain C: no MPI, no allocation beyond flags and --pp's unit table.
  * Notes: notes/00-memory.md (the 16Ψ story), notes/gpt.md (activations). */
 #include "memcalc.h" // memcalc_main, memcalc_states_fn
 #include "args.h"    // arg_spec_t, args_parse, args_error, args_env_rank
@@ -11,6 +11,7 @@
 #include "model.h"   // model_count_params: Ψ of the zerolab MLP
 #include <stdint.h>  // int64_t
 #include <stdio.h>   // fprintf, fopen
+#include <stdlib.h>  // calloc, free: --pp's unit table
 #include <string.h>  // strcmp
 
 /* What die() said here before this was a function: the line, exit code 1 (no MPI to abort). */
@@ -22,8 +23,13 @@ static int memcalc_fail(const char *json) {
 
 mem_formula_t memcalc_stage_states(int stage, double psi, int world, dtype_t wdt) {
   /* what ddp.c's, zero1.c's, zero2.c's and zero3.c's formula hooks say for ch00's trainer (AdamW,
-   * one micro-batch, no hpZ, no pipeline): formula_stage, master and optimizer states together */
-  mem_formula_t f = formula_model_states(stage, psi, world, wdt, 2);
+   * one micro-batch, no hpZ; MEMCALC_NO_SYNC: a pipeline's, ZeRO-2/3 + bΨ of full grads):
+   * formula_stage, master and optimizer states together; MEMCALC_OFFLOAD: offload.c's, ZeRO-2's with
+   * those in host memory (optim: the host's) */
+  int no_sync = (stage & MEMCALC_NO_SYNC) != 0;
+  stage &= ~MEMCALC_NO_SYNC;
+  mem_formula_t f = formula_model_states(stage == MEMCALC_OFFLOAD ? 2 : stage, psi, world, wdt, 2);
+  if (no_sync && (stage == 2 || stage == 3)) f.grads += psi * (double)dtype_size(wdt);
   mem_formula_t m = {.params = f.params, .grads = f.grads, .master = 0, .optim = f.master + f.optim};
   m.total = m.params + m.grads + m.optim;
   return m;
@@ -100,10 +106,36 @@ static void fmt_psi(char *dst, size_t n, double psi) {
   else snprintf(dst, n, "%.0f", psi);
 }
 
-int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
+/* The model states of `stage` (MEMCALC_OFFLOAD: ZeRO-Offload's; | MEMCALC_NO_SYNC: under a pipeline)
+ * for Ψ = psi on N = world: the strategies' own formulas (`ours`: the default K, no accumulation
+ * buffer, a whole Ψ), else the paper's generic form with K (offload: ZeRO-2's, its optim column the
+ * host's; no_sync: ZeRO-2/3 + the full gradient, gbytes·Ψ). */
+static mem_formula_t states_of(memcalc_states_fn states, int ours, int stage, double psi, int world, dtype_t wdt, int wbytes,
+                               int gbytes, double k) {
+  if (ours && psi == (double)(int64_t)psi) return states(stage, psi, world, wdt);
+  int no_sync = (stage & MEMCALC_NO_SYNC) != 0;
+  stage &= ~MEMCALC_NO_SYNC;
+  mem_formula_t f = formula_zero_k(stage == MEMCALC_OFFLOAD ? 2 : stage, psi, world, wbytes, gbytes, k);
+  if (no_sync && (stage == 2 || stage == 3)) f.grads += gbytes * psi, f.total += gbytes * psi;
+  return f;
+}
+
+/* One pipeline stage of the GPT (ch00_memory --pp; chapter 07): its units [u0, u1) as pp_split cuts
+ * them by parameter count, and what 1F1B keeps there for micro-batches of b sequences. */
+typedef struct pp_stage {
+  int u0, u1, blocks;   /* units, and how many of them are transformer blocks */
+  double params;        /* Ψ of its units */
+  int in_flight;        /* 1F1B with M >= P micro-batches: stage s holds P − s (pp_inflight_formula) */
+  double slot, slot_rc; /* the loop's slot for one micro-batch: 4b·(input + Σ output + saved), --recompute
+                         * without the saved (loop_ops.c: pool.slot_bytes; one saved buffer of the
+                         * largest unit besides, the workspace, is not in the pool) */
+} pp_stage_t;
+
+int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_fn split, FILE *out) {
   double psi = 7.5e9, k = -1;
   int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
   int experts = 0, topk = 2, moe_every = 1, ep = 1; /* chapter 12: Mixture of Experts */
+  int pp = 1, cp = 1, offload = 0; /* chapters 07, 10, 08: pipeline stages, context parallelism, ZeRO-Offload */
   int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
   arg_spec_t specs[] = {
@@ -135,6 +167,15 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
        "expert-parallel ranks P_E: each holds E/P_E of the experts; P_E divides --ranks and --experts"},
       {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
        "vocabulary of the fp32 GPT's count and of Ψ when --params is not given (default 256: bytes)"},
+      {"--pp", ARG_INT, &pp, 1, 1 << 16, NULL,
+       "with a transformer shape: P pipeline stages (chapter 07): per stage its units' states over the D = N/P "
+       "replicas and the activations 1F1B keeps in flight (stage s: P - s micro-batches); P divides --ranks"},
+      {"--cp", ARG_INT, &cp, 1, 1 << 16, NULL,
+       "with a transformer shape: C-way context parallelism (chapter 10, the ring): each rank holds S/C positions "
+       "of the --micro-batch sequences; C divides --ranks and --seq"},
+      {"--offload", ARG_FLAG, &offload, 0, 0, NULL,
+       "ZeRO-Offload (chapter 08): ZeRO-2 with the fp32 master and optimizer states in host memory: the device "
+       "keeps params + grads"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
   int rc = args_parse(argc, argv, specs, nspecs, "ch00_memory",
@@ -198,6 +239,33 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
     char tv[32];
     snprintf(tv, sizeof tv, "%d", tp);
     return args_error("--tp", tv, "needs a transformer shape (--layers --hidden --heads --seq)");
+  }
+  { /* chapters 07, 10, 08: what composes here (ch00 computes each with the data-parallel ranks alone) */
+    char v[32];
+    if ((pp > 1 || cp > 1) && !tf)
+      return snprintf(v, sizeof v, "%d", pp > 1 ? pp : cp), args_error(pp > 1 ? "--pp" : "--cp", v,
+                                                                        "needs a transformer shape (--layers --hidden --heads --seq)");
+    if (pp > 1) {
+      snprintf(v, sizeof v, "%d", pp);
+      if (world % pp) return args_error("--pp", v, "must divide --ranks %d (D = N/P replicas of each stage)", world);
+      if (pp > layers + 2) return args_error("--pp", v, "must be at most the GPT's L + 2 = %d units (embedding, blocks, head)", layers + 2);
+      if (cp > 1) return args_error("--pp", v, "with --cp: not computed here (give one of them)");
+      if (tp > 1) return args_error("--pp", v, "with --tp: not computed here (ch07_pipeline's 3-D grid; give one of them)");
+      if (experts > 0) return args_error("--pp", v, "with --experts: not computed here (chapter 12 runs no pipeline)");
+      if (offload) return args_error("--offload", NULL, "with --pp: not computed here (give one of them)");
+      if (!split) return args_error("--pp", v, "this build has no pipeline split");
+    }
+    if (cp > 1) {
+      snprintf(v, sizeof v, "%d", cp);
+      if (world % cp || seq % cp) return args_error("--cp", v, "must divide --ranks %d and --seq %d", world, seq);
+      if (tp > 1) return args_error("--cp", v, "with --tp: not computed here (give one of them)");
+      if (experts > 0) return args_error("--cp", v, "with --experts: not computed here (chapter 12 runs no context parallelism)");
+    }
+    if (offload) {
+      if (strcmp(stage_s, "2") != 0 && strcmp(stage_s, "all") != 0)
+        return args_error("--offload", NULL, "is ZeRO-2's (chapter 08): with --stage 2 or all, not --stage %s", stage_s);
+      if (experts > 0) return args_error("--offload", NULL, "with --experts: not computed here (give one of them)");
+    }
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
 
@@ -333,9 +401,120 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
     }
   }
 
+  /* chapter 07: the GPT's units cut into P stages as ch07_pipeline cuts them (pp_split, by parameter count) */
+  pp_stage_t *ps = NULL;
+  int D = world / pp;
+  if (pp > 1) {
+    int U = layers + 2, *first = calloc((size_t)pp + 1, sizeof *first);
+    int64_t *nu = calloc((size_t)U * 3, sizeof *nu), *yu = nu + U, *su = nu + 2 * (size_t)U;
+    ps = calloc((size_t)pp, sizeof *ps);
+    if (first && nu)
+      for (int u = 0; u < U; u++) gpt_unit_sizes(shape, u, &nu[u], &yu[u], &su[u]); /* gpt_init's units */
+    if (!first || !nu || !ps || split(nu, U, pp, first)) {
+      free(first), free(nu), free(ps);
+      fflush(stdout);
+      fprintf(stderr, "ch00_memory: cannot split %d units into %d stages\n", U, pp);
+      return 1;
+    }
+    for (int st = 0; st < pp; st++) {
+      pp_stage_t *q = &ps[st];
+      q->u0 = first[st], q->u1 = first[st + 1], q->in_flight = pp - st;
+      int64_t in = st == 0 ? seq : yu[q->u0 - 1]; /* the tokens (int32: 4 bytes each) or the previous unit's output */
+      double per = (double)in, per_rc = (double)in;
+      for (int u = q->u0; u < q->u1; u++) {
+        q->params += (double)nu[u], per += (double)(yu[u] + su[u]), per_rc += (double)yu[u];
+        q->blocks += u >= 1 && u <= layers;
+      }
+      q->slot = 4.0 * (double)micro * per, q->slot_rc = 4.0 * (double)micro * per_rc;
+    }
+    free(first), free(nu);
+    fprintf(out, "\npipeline parallelism (chapter 07): P = %d stages x D = N/P = %d replica%s of each; 1F1B with M >= P "
+                 "micro-batches of b = %lld:\nstage s keeps P - s of them in flight. The split by parameter count is "
+                 "ch07_pipeline's (pp_split; unit 0 the embedding, 1..%d the blocks, %d the head)\n",
+            pp, D, D == 1 ? "" : "s", (long long)micro, layers, layers + 1);
+    fprintf(out, "%-6s %-11s %14s %9s %16s %16s %16s   (bytes per rank)\n", "stage", "units", "params", "in flight",
+            "acts fp32 GPT", "--recompute", "Korthikanti");
+    for (int st = 0; st < pp; st++) {
+      char u_[32];
+      snprintf(u_, sizeof u_, "%d..%d", ps[st].u0, ps[st].u1 - 1);
+      fprintf(out, "%-6d %-11s %14.0f %9d %16.0f %16.0f %16.0f\n", st, u_, ps[st].params, ps[st].in_flight,
+              ps[st].in_flight * ps[st].slot, ps[st].in_flight * ps[st].slot_rc, ps[st].in_flight * ps[st].blocks * act.per_layer);
+    }
+    fprintf(out, "acts fp32 GPT: in flight x the loop's slot of the stage (ch07_pipeline's 'activations in flight': its input, "
+                 "every unit's\noutput and saved activations; --recompute: the outputs, one saved buffer of the largest unit "
+                 "besides). Korthikanti et al.\n2022, 16 bit: in flight x the stage's blocks x s·b·h·(34 + 5·a·s/h), the "
+                 "embedding and head not counted: the first\nstage's P micro-batches of about L/P layers are all L layers' "
+                 "worth, as without a pipeline\n");
+    fprintf(out, "model states per rank of each stage, GB: its units' Ψ over its D = %d replica%s as ch07_pipeline --zero runs them\n"
+                 "(a stage sums its micro-batches' gradients before one reduction: ZeRO-2 and -3 keep the full grads through the step)\n",
+            D, D == 1 ? "" : "s");
+    fprintf(out, "%-6s", "stage");
+    for (int z = s0; z <= s1; z++) fprintf(out, " %10s", g_stage_name[z]);
+    fprintf(out, "\n");
+    for (int st = 0; st < pp; st++) {
+      fprintf(out, "%-6d", st);
+      for (int z = s0; z <= s1; z++) {
+        char t_[32];
+        fmt_size(t_, sizeof t_, states_of(states, ours, z | MEMCALC_NO_SYNC, ps[st].params, D, wdt, wbytes, gbytes, k).total, GB);
+        fprintf(out, " %10s", t_);
+      }
+      fprintf(out, "\n");
+    }
+  }
+
+  /* chapter 10: the ring's activations per rank of S/C positions of each sequence */
+  double cp_ours = 0, cp_ours_rc = 0;
+  if (cp > 1) {
+    cp_ours = (double)gpt_cp_acts_bytes(shape, micro, 0, heads) / cp; /* exact: every term is a multiple of S, C | S */
+    cp_ours_rc = (double)gpt_cp_acts_bytes(shape, micro, 1, heads) / cp;
+    fprintf(out, "\ncontext parallelism (chapter 10, the ring): C = %d ranks share each of the b = %lld sequences, S/C = %d "
+                 "positions each;\nthe weights whole on every rank: the states are the N = %d ranks' above (CP ranks are "
+                 "data-parallel to the strategy)\n", cp, (long long)micro, seq / cp, world);
+    fprintf(out, "Korthikanti et al. 2022, 16 bit, on S/C positions: s·b·h·(34 + 5·a·s/h)/C = %.0f bytes per layer, all %d "
+                 "layers: %.0f bytes;\n  full recompute: (2·s·b·h·L + one layer)/C = %.0f bytes\n", act.per_layer / cp,
+            layers, act.total / cp, act.recompute / cp);
+    fprintf(out, "this repository's fp32 GPT with ring attention (gpt_cp_acts_bytes / C: the log-sum-exp, no S² "
+                 "probabilities;\nch10_long's cp_acts_formula_bytes when its loop gives each rank b/C sequences): %.0f bytes; "
+                 "--recompute %.0f bytes\n", cp_ours, cp_ours_rc);
+    fprintf(out, "model states + activations per rank of C = %d, GB; activations by Korthikanti et al. / C\n", cp);
+    fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp", "total");
+    for (int st = s0; st <= s1; st++) {
+      char m_[32], a_[32], t_[32], ar[32], tr[32];
+      fmt_size(m_, sizeof m_, f[st].total, GB);
+      fmt_size(a_, sizeof a_, act.total / cp, GB);
+      fmt_size(t_, sizeof t_, f[st].total + act.total / cp, GB);
+      fmt_size(ar, sizeof ar, act.recompute / cp, GB);
+      fmt_size(tr, sizeof tr, f[st].total + act.recompute / cp, GB);
+      fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", g_stage_name[st], m_, a_, t_, ar, tr);
+    }
+  }
+
+  /* chapter 08: ZeRO-2 with the master and optimizer states on the host (offload.c's formula hook) */
+  mem_formula_t off = {0}, z2 = {0};
+  double staging = 0;
+  if (offload) {
+    off = states_of(states, ours, MEMCALC_OFFLOAD, psi, world, wdt, wbytes, gbytes, k);
+    z2 = states_of(states, ours, 2, psi, world, wdt, wbytes, gbytes, k);
+    staging = (double)wbytes * psi / world + (bf16 ? 0 : 4.0 * psi / world);
+    char p_[32], g_[32], d_[32], h_[32], z_[32], txt[64];
+    fmt_size(p_, sizeof p_, off.params, GB);
+    fmt_size(g_, sizeof g_, off.grads, GB);
+    fmt_size(d_, sizeof d_, off.params + off.grads, GB);
+    fmt_size(h_, sizeof h_, off.optim, GB);
+    fmt_size(z_, sizeof z_, z2.total, GB);
+    formula_text_k(txt, sizeof txt, 2, wbytes, gbytes, 0);
+    fprintf(out, "\nZeRO-Offload (chapter 08, --offload): ZeRO-2 with the master and optimizer states (KΨ/N) in host memory, "
+                 "per rank, GB\n");
+    fprintf(out, "%-8s %10s %10s %12s %12s %14s\n", "", "params", "grads", "device", "host (K)", "ZeRO-2 device");
+    fprintf(out, "%-8s %10s %10s %12s %12s %14s\n", "offload", p_, g_, d_, h_, z_);
+    fprintf(out, "device %s = %.0f bytes, host KΨ/N = %.0f bytes (ch08_offload's formula); its ledger also keeps on the "
+                 "host\nthe gradient shard's copy %dΨ/N%s: %.0f bytes\n", txt, off.params + off.grads, off.optim, wbytes,
+            bf16 ? "" : " and the fp32 piece as master 4Ψ/N", staging);
+  }
+
   if (json) {
     FILE *fp = fopen(json, "w");
-    if (!fp) return memcalc_fail(json);
+    if (!fp) return free(ps), memcalc_fail(json);
     fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
                 "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
             psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);
@@ -358,6 +537,29 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
                 st == s0 ? "" : ", ", st, ms[st].params, ms[st].grads, ms[st].total);
       fprintf(fp, "]},\n");
     }
+    if (pp > 1) {
+      fprintf(fp, " \"pp\": {\"p\": %d, \"d\": %d, \"per_stage\": [", pp, D);
+      for (int st = 0; st < pp; st++) {
+        const pp_stage_t *q = &ps[st];
+        fprintf(fp, "%s{\"pp_stage\": %d, \"first_unit\": %d, \"last_unit\": %d, \"blocks\": %d, \"params\": %.17g, "
+                    "\"in_flight\": %d, \"slot_bytes\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
+                    "\"acts_korthikanti\": %.17g",
+                st ? ", " : "", st, q->u0, q->u1 - 1, q->blocks, q->params, q->in_flight, q->slot, q->in_flight * q->slot,
+                q->in_flight * q->slot_rc, q->in_flight * q->blocks * act.per_layer);
+        for (int z = s0; z <= s1; z++)
+          fprintf(fp, ", \"states_z%d\": %.17g", z, states_of(states, ours, z | MEMCALC_NO_SYNC, q->params, D, wdt, wbytes, gbytes, k).total);
+        fprintf(fp, "}");
+      }
+      fprintf(fp, "]},\n");
+    }
+    if (cp > 1)
+      fprintf(fp, " \"cp\": {\"c\": %d, \"positions\": %d, \"acts_korthikanti\": %.17g, \"acts_korthikanti_recompute\": %.17g, "
+                  "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
+              cp, seq / cp, act.total / cp, act.recompute / cp, cp_ours, cp_ours_rc);
+    if (offload)
+      fprintf(fp, " \"offload\": {\"device_params\": %.17g, \"device_grads\": %.17g, \"device\": %.17g, \"host\": %.17g, "
+                  "\"host_staging\": %.17g, \"zero2_device\": %.17g},\n",
+              off.params, off.grads, off.params + off.grads, off.optim, staging, z2.total);
     fprintf(fp, " \"stages\": [");
     for (int s = s0; s <= s1; s++) {
       char num[64];
@@ -372,7 +574,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out) {
       fprintf(fp, "}");
     }
     fprintf(fp, "\n]}\n");
-    if (fclose(fp) != 0) return memcalc_fail(json);
+    if (fclose(fp) != 0) return free(ps), memcalc_fail(json);
   }
+  free(ps);
   return 0;
 }

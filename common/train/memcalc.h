@@ -10,9 +10,24 @@
 #include "dtype.h"   // dtype_t
 #include "formula.h" // mem_formula_t
 
-/* Model states per rank of ZeRO stage `stage` (0: DDP) for Ψ = psi, N = world, working dtype wdt,
- * AdamW: params, grads, and master + optimizer states together in optim (the paper's KΨ). */
+#include <stdint.h>  // int64_t
+
+/* The stage code of ZeRO-Offload (chapter 08, solutions/offload.c: ZeRO-2 with the master and
+ * optimizer states on the host): params and grads on the device, optim the host's. */
+#define MEMCALC_OFFLOAD 4
+/* Or'd into a stage code: the states of a strategy that accumulates the step's full gradient over its
+ * micro-batches before one reduction (train.h's no_sync: a pipeline's data dimension, chapter 07):
+ * ZeRO-2 and ZeRO-3 keep bΨ of full grads besides their shard. */
+#define MEMCALC_NO_SYNC 0x100
+
+/* Model states per rank of ZeRO stage `stage` (0: DDP; MEMCALC_OFFLOAD) for Ψ = psi, N = world,
+ * working dtype wdt, AdamW: params, grads, and master + optimizer states together in optim (the
+ * paper's KΨ). */
 typedef mem_formula_t (*memcalc_states_fn)(int stage, double psi, int world, dtype_t wdt);
+
+/* The pipeline's split (--pp; chapter 07's pp_split, solutions/pipeline_sched.h): n_units sizes into P
+ * consecutive stages, first[0..P] the first unit of each (first[P] = n_units); 0, or -1. */
+typedef int (*memcalc_split_fn)(const int64_t *numel, int n_units, int P, int *first);
 
 /* The stage's states from formula.h: what the four strategies' formula hooks (solutions/ddp.c,
  * zero1.c, zero2.c, zero3.c) say for ch00's trainer; a unit test holds the two equal. */
@@ -20,6 +35,7 @@ mem_formula_t memcalc_stage_states(int stage, double psi, int world, dtype_t wdt
 
 /* ch00_memory with argv: parses the flags (a bad one: its line on stderr, returns 2; --help: 0),
  * prints the table to `out`, writes --json's file. Returns the exit code. `states` gives the stages'
- * model states when the default K and no --fp32-grads (else the paper's generic form). */
-int memcalc_main(int argc, char **argv, memcalc_states_fn states, FILE *out);
+ * model states when the default K and no --fp32-grads (else the paper's generic form); `split` cuts
+ * the GPT's units into --pp stages (ch00_memory and the page both pass pp_split). */
+int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_fn split, FILE *out);
 #endif

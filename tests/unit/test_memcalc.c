@@ -5,19 +5,24 @@
  * Notes: notes/00-memory.md, notes/tour.md ("The explorer page"). */
 #include "zl_test.h" // Criterion, zl helpers
 #include "ddp.h"     // ddp_strategy
-#include "memcalc.h" // memcalc_main, memcalc_stage_states
+#include "memcalc.h" // memcalc_main, memcalc_stage_states, MEMCALC_OFFLOAD
+#include "offload.h" // offload_strategy
+#include "pipeline_sched.h" // pp_split
 #include "train.h"   // trainer_t, strategy_t
 #include "zero.h"    // zero1_strategy, zero2_strategy, zero3_strategy
 #include <stdio.h>   // open_memstream
 #include <stdlib.h>  // free
 #include <string.h>  // strcmp
 
-/* As ch00_memory's main.c: the stage's strategy's formula hook, AdamW, one micro-batch. */
+/* As ch00_memory's main.c: the stage's strategy's formula hook (MEMCALC_OFFLOAD: offload.c's), AdamW,
+ * one micro-batch. */
 static mem_formula_t hook_states(int s, double psi, int world, dtype_t wdt) {
+  int no_sync = (s & MEMCALC_NO_SYNC) != 0; /* a pipeline's data dimension (chapter 07) */
+  s &= ~MEMCALC_NO_SYNC;
   const strategy_t *st = s == 0 ? ddp_strategy("naive") : s == 1 ? zero1_strategy() : s == 2 ? zero2_strategy()
-                                                                                       : zero3_strategy();
+                         : s == MEMCALC_OFFLOAD ? offload_strategy(OFFLOAD_OPTIMIZER, 1) : zero3_strategy();
   train_cfg_t cfg = {.optimizer = OPT_ADAMW, .wdt = wdt, .accum = 1};
-  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1};
+  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1, .no_sync = no_sync};
   t.model.numel = (int64_t)psi;
   formula_t f;
   st->formula(&t, &f);
@@ -30,17 +35,20 @@ Test(ch00_memory, page_states_equal_the_strategies_hooks) {
   const double psis[] = {1, 1000, 124439808, 7.5e9, 1e15};
   const int worlds[] = {1, 3, 7, 64, 1 << 20};
   const dtype_t dts[] = {DT_BF16, DT_F32};
-  for (int s = 0; s < 4; s++)
+  /* 0-3: DDP, ZeRO-1/2/3; 4: ZeRO-Offload; 0x100 + 0-3: the same under a pipeline (no_sync) */
+  const int codes[] = {0, 1, 2, 3, MEMCALC_OFFLOAD, MEMCALC_NO_SYNC, MEMCALC_NO_SYNC | 1, MEMCALC_NO_SYNC | 2, MEMCALC_NO_SYNC | 3};
+  for (int c = 0; c < 9; c++)
     for (int i = 0; i < 5; i++)
       for (int j = 0; j < 5; j++)
         for (int d = 0; d < 2; d++) {
+          int s = codes[c];
           mem_formula_t got = memcalc_stage_states(s, psis[i], worlds[j], dts[d]);
           mem_formula_t want = hook_states(s, psis[i], worlds[j], dts[d]);
           const double g[4] = {got.params, got.grads, got.optim, got.total};
           const double w[4] = {want.params, want.grads, want.optim, want.total};
           const char *names[4] = {"params", "grads", "optim", "total"};
           for (int k = 0; k < 4; k++)
-            cr_expect_eq(g[k], w[k], "stage %d psi %.17g N %d %s, %s: memcalc_stage_states %.17g, the hook %.17g", s,
+            cr_expect_eq(g[k], w[k], "stage code %#x psi %.17g N %d %s, %s: memcalc_stage_states %.17g, the hook %.17g", s,
                          psis[i], worlds[j], dtype_name(dts[d]), names[k], g[k], w[k]);
         }
 }
@@ -55,7 +63,7 @@ static char *run_text(const char *line, memcalc_states_fn states, int *rc) {
   char *text = NULL;
   size_t n = 0;
   FILE *out = open_memstream(&text, &n);
-  *rc = memcalc_main(argc, argv, states, out);
+  *rc = memcalc_main(argc, argv, states, pp_split, out);
   fclose(out);
   return text;
 }
@@ -63,8 +71,11 @@ static char *run_text(const char *line, memcalc_states_fn states, int *rc) {
 Test(ch00_memory, page_text_equals_the_programs) {
   const char *lines[] = {"--params 7.5B --ranks 64", "--model 784,1024,10,4 --ranks 4 --precision fp32",
                          "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 7 --tp 4 --vocab 50304",
-                         "--params 1.3B --ranks 3 --stage 2"};
-  for (int i = 0; i < 4; i++) {
+                         "--params 1.3B --ranks 3 --stage 2",
+                         "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 8 --pp 4 --micro-batch 2",
+                         "--layers 4 --hidden 64 --heads 4 --seq 256 --ranks 4 --cp 4 --precision fp32 --offload",
+                         "--params 7.5B --ranks 64 --offload --stage 2"};
+  for (int i = 0; i < 7; i++) {
     int rc_page, rc_prog;
     char *page = run_text(lines[i], memcalc_stage_states, &rc_page);
     char *prog = run_text(lines[i], hook_states, &rc_prog);
