@@ -640,10 +640,10 @@ static void moe_report(trainer_t *t) {
          "%.6f (alpha %g)%s\n", c->load_ratio[0], c->last_ratio, c->last_aux, c->aux,
          c->rate > 0 ? "; router bias: the same bits on every rank (checked each step)" : "");
 
-  printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same experts keep experts "
+  printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same experts keep%s experts "
          "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense = %.0f B; "
          "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n", per, t->world,
-         t->world > 1 ? "s" : "", grp[1] * per, grp[0] * per, copies > 1 ? "D whole copies (DDP) of " : "", c->El, c->E,
+         t->world > 1 ? "s" : "", t->world > 1 ? "" : "s", grp[1] * per, grp[0] * per, copies > 1 ? "D whole copies (DDP) of " : "", c->El, c->E,
          (long long)p.expert, copies * exp_rank * per, (long long)p.dense, copies * (double)p.dense * per, own[1] * per,
          own[0] * per);
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);

@@ -3,7 +3,7 @@
 #
 #   make demo            every chapter, briefly: 4 CPU ranks through common/scripts/zlrun, or one
 #                        rank per GPU when `nvidia-smi -L` lists 2 or more and the build has CUDA
-#   make demo CH=03      one chapter (a lecture slot): 00 .. 10 (09: on 2 emulated nodes as root,
+#   make demo CH=03      one chapter (a lecture slot): 00 .. 10, 12 (09: on 2 emulated nodes as root,
 #                        else on one box with the node map faked: the bytes, not the times)
 #   --quick              tiny sizes, 2 ranks, fewer launches, into /tmp/zerolab-quick/ (the CI
 #                        check of the figures, tests/mpi/test_tutorial.c, uses it)
@@ -27,7 +27,7 @@ for a in "$@"; do
     --quick) QUICK=1 ;;
     [0-9][0-9]) CH=$a ;;
     [0-9]) CH=0$a ;;
-    *) echo "error: demo.sh $a: allowed a chapter number 00..10 (make demo CH=03) or --quick" >&2; exit 2 ;;
+    *) echo "error: demo.sh $a: allowed a chapter number 00..10 or 12 (make demo CH=03) or --quick" >&2; exit 2 ;;
   esac
 done
 BIN=${ZL_BIN:-build/bin}
@@ -37,7 +37,7 @@ if [ "$QUICK" = 1 ]; then  # tiny runs never overwrite the real results and figu
   RES=${ZL_RESULTS:-/tmp/zerolab-quick/results}
   FIG=${ZL_FIGURES:-/tmp/zerolab-quick/figures}
 fi
-case "$CH" in ''|00|01|02|03|04|05|06|07|08|09|10) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10" >&2; exit 2 ;; esac
+case "$CH" in ''|00|01|02|03|04|05|06|07|08|09|10|12) ;; *) echo "error: CH=$CH: allowed 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 12 (11 is a reading: notes/11-choosing-a-layout.md)" >&2; exit 2 ;; esac
 
 if [ -t 1 ]; then B=$'\e[1m'; D=$'\e[2m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'
 else B=""; D=""; Y=""; R=""; N=""; fi
@@ -370,6 +370,23 @@ EOF
   python3 common/scripts/bench_long.py --bin "$BIN" --out "$RES/bench_long.json" || FAILED+=("bench_long.py")
 }
 
+do_ch12() { # chapter 12 alone (make demo CH=12): Mixture of Experts, expert parallelism
+  step "Chapter 12 — Mixture of Experts: the router, capacity, expert parallelism" <<EOF
+Every block's MLP becomes 8 experts and a router that sends each token to 2 of them. First on 2
+ranks, data-parallel (every rank all 8 experts), with a capacity factor of 1.25: look at the moe:
+lines — Ψ total against active per token, the choices dropped, the expert load max/mean. Then
+--ep 2: each rank holds 4 experts, the tokens travel to them and back by all-to-all (the bytes
+beside their formula), and the same losses as the data-parallel run, to rounding.
+EOF
+  have ch12_experts || return
+  local ep
+  for ep in 1 2; do
+    [ "$ep" = 1 ] || echo
+    brief_run '^(ch12_experts:|ep:|moe:|step )' 2 ch12_experts --model gpt --gpt tiny --moe 8 --topk 2 \
+      --capacity-factor 1.25 --ep "$ep" --batch 16 --steps 8 --log-every 4 --json "$RES/ch12_ep$ep.json"
+  done
+}
+
 do_plots() {
   step "Figures from the JSON results" <<EOF
 common/scripts/plots.py draws every figure from the files just written under $RES/
@@ -451,12 +468,14 @@ want 07 && plan+=(ch07)
 want 08 && plan+=(ch08)
 want 09 && [ "$QUICK" = 0 ] && plan+=(ch09)
 [ "$CH" = 10 ] && plan+=(ch10)   # not in the whole tour: its demo alone takes minutes
+[ "$CH" = 12 ] && plan+=(ch12)   # chapter 12 alone (a lecture slot)
 for p in "${plan[@]}"; do
   case $p in ch01 | ch02 | ch06) NSTEPS=$((NSTEPS + 2)) ;; *) NSTEPS=$((NSTEPS + 1)) ;; esac
 done
 PLOTS=1   # chapter 06 alone draws no figure
 [ "$CH" = 06 ] && PLOTS=0
 [ "$CH" = 09 ] && PLOTS=0
+[ "$CH" = 12 ] && PLOTS=0   # its figure comes from make bench-experts (notes/12-experts.md)
 NSTEPS=$((NSTEPS + PLOTS))
 GPT=0   # the full tour ends with the GPT (not --quick: the CI check keeps to the figures)
 [ -z "$CH" ] && [ "$QUICK" = 0 ] && GPT=1 && NSTEPS=$((NSTEPS + 1))
@@ -479,6 +498,7 @@ for p in "${plan[@]}"; do
     ch08) do_ch08 ;;
     ch09) do_ch09 ;;
     ch10) do_ch10 ;;
+    ch12) do_ch12 ;;
   esac
 done
 [ "$PLOTS" = 1 ] && do_plots
@@ -506,6 +526,7 @@ case "$CH" in
   07) next="make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"" ;;
   08) next="make run CH=08 NP=2 ARGS=\"--precision bf16 --steps 20 --offload none\"" ;;
   10) next="make run CH=10 NP=4 ARGS=\"--model gpt --gpt tiny --cp 2 --zero 3\"" ;;
+  12) next="make run CH=12 NP=4 ARGS=\"--model gpt --gpt tiny --moe 8 --topk 2 --ep 2 --zero 1\"" ;;
   01) next="make run CH=01 NP=3 ARGS=\"--op reduce_scatter\"" ;;
   09) next="make run CH=09 NP=4 NODES=2 LINK_MBIT=100 ARGS=\"-b 4M -e 16M\"   (root; else ZL_NODE_OF_RANK=0,0,1,1 make run CH=09 NP=4)" ;;
   *) next="make run CH=$CH NP=3 ARGS=\"--steps 50 --collectives ring\"" ;;

@@ -107,6 +107,8 @@ TEST_ORDER = {
     "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
            "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
            "ch10_context/cp3_equals_one_rank", "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
+    "12": ["ch12_moe/plan_contract", "ch12_moe/dispatch_combine_identity", "ch12_moe/one_expert_is_the_dense_gpt",
+           "ch12_moe/ep_equals_one_rank", "ch12_moe/*"],
 }
 # The tests that call an exercise, for the chapters whose tests do not all call every exercise of
 # theirs (fnmatch globs over "suite/test"; "!glob" takes tests out again): a body is judged on these
@@ -122,6 +124,7 @@ EXERCISE_TESTS = {
     "tp_sp_reduce_scatter": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
     "cp_attend_block": ["ch10_cp/*", "!ch10_cp/layout", "ch10_context/*", "!ch10_context/cp_refusals"],
     "ulysses_unpack": ["ch10_ulysses/*", "!ch10_ulysses/a2a_refusals"],
+    "moe_dispatch_plan": ["ch12_moe/*", "!ch12_moe/refusals", "!ch12_moe/ch00_counts_total_and_active"],
 }
 # ... and the most one test may take before Criterion kills it
 EXERCISE_TEST_LIMIT_S = 100
