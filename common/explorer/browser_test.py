@@ -14,7 +14,8 @@ back what it shows. Then, for every configuration:
   collectives  ring.c's outputs on the page must be the sums (reduce-scatter) or the gathered
                inputs (all-gather) of chapter 01's inputs, and rank 0's bytes (N−1) chunks.
 A failure names the configuration, the flag line, what the page showed and what the program said.
---shots DIR also saves a screenshot of each panel (DIR/explorer_{memory,schedules,collectives}.png).
+--shots DIR also saves a screenshot of each panel (DIR/explorer_{memory,schedules,collectives}.png; where
+ch00_memory has --pp: explorer_memory_pp.png and explorer_memory_cp.png, the pipeline and CP + offload).
 
   python3 common/explorer/browser_test.py --page results/explorer/index.html --bin build/bin
       [--n 50] [--seed 41] [--shots notes/figures] [--chromium chromium]
@@ -40,9 +41,10 @@ SCHED_OK = {0, 1, 2, 3, 4, 5}
 
 
 MOE_LEN = {"m-experts": 7, "m-topk": 4, "m-moe": 3, "m-ep": 7}  # where ch00_memory has chapter 12's flags
+GRID_LEN = {"m-pp": 5, "m-cp": 5}  # where ch00_memory has chapters 07 and 10's flags (and 08's --offload)
 
 
-def memory_configs(rng, n, moe):
+def memory_configs(rng, n, moe, grid):
     out = []
     for _ in range(n):
         c = {k: rng.randrange(v) for k, v in LEN.items()}
@@ -50,7 +52,25 @@ def memory_configs(rng, n, moe):
             c.update({k: rng.randrange(v) for k, v in MOE_LEN.items()})
             if rng.random() < 0.5:
                 c["m-experts"] = 0
-        c["m-kind"] = rng.choice(["psi", "gpt"])
+        if grid:  # mostly one of P, C at a time, without TP and experts (what ch00 computes); the rest refused alike
+            c.update({k: rng.randrange(v) for k, v in GRID_LEN.items()})
+            r = rng.random()
+            if r < 0.35:
+                c["m-cp"], c["m-tp"], c["m-experts"] = 0, 0, 0
+            elif r < 0.7:
+                c["m-pp"], c["m-tp"], c["m-experts"] = 0, 0, 0
+            elif r < 0.9:
+                c["m-pp"], c["m-cp"] = 0, 0
+            if r < 0.7 and rng.random() < 0.8:  # a transformer on 16..1024 ranks: P and C divide them
+                c["grid"] = True
+            if c["m-pp"] and rng.random() < 0.8:  # P <= L + 2 mostly: 6 layers and up
+                c["m-layers"] = max(c["m-layers"], 2)
+            c["m-offload"] = rng.random() < (0.05 if c["m-pp"] else 0.3)  # with --pp: refused
+            if c["m-offload"] and rng.random() < 0.7:
+                c["m-stage"] = rng.choice([2, 4])  # ZeRO-2 or all: offload's
+        c["m-kind"] = "gpt" if c.pop("grid", False) else rng.choice(["psi", "gpt"])
+        if c["m-kind"] == "gpt" and (c.get("m-pp") or c.get("m-cp")):
+            c["m-ranks"] = max(c["m-ranks"], 5)  # 16 and up
         c["m-precision"] = rng.choice(["bf16", "bf16", "fp32"])
         c["m-fp32grads"] = rng.random() < (0.3 if c["m-precision"] == "bf16" else 0.05)  # fp32: refused
         c["m-recompute"] = rng.random() < 0.5
@@ -128,7 +148,18 @@ def native_value(j, key):
             if s["stage"] == int(parts[1]):
                 return s[parts[2]]
         return None
-    return j.get(parts[0], {}).get(parts[1])
+    v = j  # obj.key, or obj.list.index.key (pp.per_stage.0.acts)
+    for p in parts:
+        if isinstance(v, list) and p.isdigit() and int(p) < len(v):
+            v = v[int(p)]
+        elif isinstance(v, dict) and p in v:
+            v = v[p]
+        else:
+            return None
+    return v
+
+
+FLAG_OK = {}  # flag -> configurations with it whose every number equalled the program's
 
 
 def check_memory(res, binary, problems):
@@ -149,6 +180,8 @@ def check_memory(res, binary, problems):
                 problems.append("%s: the page says %r, the program %r" % (where, r["err"], want))
             else:
                 n_refused += 1
+                if os.environ.get("ZL_EXPLORER_VERBOSE"):
+                    print("refused alike: ch00_memory %s: %s" % (r["flags"], want))
             continue
         if r["text"] != out:
             a, b = r["text"].splitlines(), out.splitlines()
@@ -169,6 +202,9 @@ def check_memory(res, binary, problems):
             problems.append("%s: no number read back from the page" % where)
         elif not bad:
             n_ok += 1
+            for flag in ("--pp", "--cp", "--offload", "--experts", "--tp"):  # what the equal ones exercised
+                if flag in r["flags"].split():
+                    FLAG_OK[flag] = FLAG_OK.get(flag, 0) + 1
     shutil.rmtree(tmp, ignore_errors=True)
     return n_ok, n_refused, n_numbers
 
@@ -238,7 +274,8 @@ def main():
     binary = os.path.join(a.bin, "ch00_memory")
     helptext = subprocess.run([binary, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
     moe = "--experts" in helptext
-    tests = {"memory": memory_configs(rng, a.n, moe), "schedules": schedule_configs(rng, a.n),
+    grid = "--pp" in helptext
+    tests = {"memory": memory_configs(rng, a.n, moe, grid), "schedules": schedule_configs(rng, a.n),
              "collectives": collective_configs(rng, 10)}
     url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
     for attempt in range(3):  # a browser that did not get the page running in time: once more, said
@@ -264,14 +301,22 @@ def main():
           "collectives %d of %d ring.c runs give the expected sums and bytes"
           % (os.path.basename(a.chromium), m_ok + m_ref, len(res["memory"]), m_num, m_ref, s_ok + s_ref,
              len(res["schedules"]), s_ref, c_ok, len(res["collectives"])))
+    print("browser_test: memory configurations equal with each flag: %s"
+          % ", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())))
     if a.shots:
         os.makedirs(a.shots, exist_ok=True)
-        views = {"memory": {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-seq": 4, "m-micro": 0,
-                            "m-tp": 2, "m-vocab": 2, "m-ranks": 7},
-                 "schedules": {"s-sched": 4, "s-P": 2, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10},
-                 "collectives": {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1}}
-        for panel, cfg in views.items():
-            shot = os.path.join(a.shots, "explorer_%s.png" % panel)
+        views = {"memory": ("memory", {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-seq": 4, "m-micro": 0,
+                                       "m-tp": 2, "m-vocab": 2, "m-ranks": 7}),
+                 "schedules": ("schedules", {"s-sched": 4, "s-P": 2, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10}),
+                 "collectives": ("collectives", {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1})}
+        if grid:  # chapters 07, 10, 08: GPT-2 small's shape on 64 ranks (V 256: the blocks split evenly), 4 pipeline
+            # stages; then V 50304, S 8192, C = 4 and offload
+            views["memory_pp"] = ("memory", {"m-kind": "gpt", "m-layers": 3, "m-hidden": 2, "m-heads": 3, "m-seq": 3,
+                                             "m-micro": 0, "m-vocab": 0, "m-ranks": 7, "m-pp": 2})
+            views["memory_cp"] = ("memory", {"m-kind": "gpt", "m-layers": 3, "m-hidden": 2, "m-heads": 3, "m-seq": 6,
+                                             "m-micro": 0, "m-vocab": 2, "m-ranks": 7, "m-cp": 2, "m-offload": True})
+        for name, (panel, cfg) in views.items():
+            shot = os.path.join(a.shots, "explorer_%s.png" % name)
             h = urllib.parse.quote(json.dumps({"panel": panel, "cfg": cfg}, separators=(",", ":")))
             ok = chromium_shot(a.chromium, "file://" + page + "#panel=" + h, shot)
             print("browser_test: %s %s" % (shot, "written" if ok else "NOT written"))

@@ -25,7 +25,9 @@ var V = {
   experts: [0, 4, 8, 16, 32, 64, 128],
   topk: [1, 2, 4, 8],
   moe: [1, 2, 4],
-  ep: [1, 2, 4, 8, 16, 32, 64]
+  ep: [1, 2, 4, 8, 16, 32, 64],
+  pp: [1, 2, 4, 8, 16],
+  cp: [1, 2, 4, 8, 16]
 };
 var KIND_COLOR = { params: "#457b9d", grads: "#e76f51", optim: "#2a9d8f", acts: "#e9c46a", states: "#6c757d" };
 var OP_COLOR = { F: "#4c78a8", B: "#54a24b", W: "#f58518" };
@@ -50,6 +52,8 @@ function memoryFlags() {
     f.push("--layers " + val("m-layers"), "--hidden " + val("m-hidden"), "--heads " + val("m-heads"),
       "--seq " + val("m-seq"), "--micro-batch " + val("m-micro"));
     if (val("m-tp") > 1) f.push("--tp " + val("m-tp"));
+    if (ZX.grid && val("m-pp") > 1) f.push("--pp " + val("m-pp")); // chapters 07 and 10, where ch00_memory has them
+    if (ZX.grid && val("m-cp") > 1) f.push("--cp " + val("m-cp"));
     f.push("--vocab " + val("m-vocab"));
     if (ZX.moe && val("m-experts") > 0) // chapter 12's flags, where this ch00_memory has them (its --help says)
       f.push("--experts " + val("m-experts"), "--topk " + val("m-topk"), "--moe-every " + val("m-moe"), "--ep " + val("m-ep"));
@@ -58,16 +62,17 @@ function memoryFlags() {
   if (val("m-stage") !== "all") f.push("--stage " + val("m-stage"));
   if (val("m-k") !== -1) f.push("--k " + val("m-k"));
   if ($("m-fp32grads").checked) f.push("--fp32-grads");
+  if (ZX.grid && $("m-offload").checked) f.push("--offload"); // chapter 08
   return f.join(" ");
 }
 
 function updateMemory() {
-  ["psi", "ranks", "stage", "k", "layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep"].forEach(function (n) {
+  ["psi", "ranks", "stage", "k", "layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep", "pp", "cp"].forEach(function (n) {
     var v = val("m-" + n);
     $("m-" + n + "-v").textContent = n === "k" && v === -1 ? "by precision (12 bf16, 8 fp32)" : String(v);
   });
   var gpt = $("m-kind").value === "gpt";
-  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
+  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep", "pp", "cp"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
   $("m-psi").disabled = gpt;
   if (gpt) $("m-psi-v").textContent = "from the shape (the GPT of common/model/gpt.h)";
   var flags = memoryFlags();
@@ -103,20 +108,28 @@ function drawMemory(j, table, chart) {
     });
     table.appendChild(r);
   });
-  Object.keys(j).forEach(function (obj) { // the other groups of numbers: transformer, tp, ...
+  // the other groups of numbers: transformer, tp, moe, pp, cp, offload; a list of objects (pp.per_stage)
+  // by its index: pp.per_stage.0.acts
+  var row = function (key, v) {
+    var r = document.createElement("tr");
+    r.innerHTML = "<th>" + key + "</th>";
+    var td = document.createElement("td");
+    td.colSpan = cols.length;
+    td.style.textAlign = "left";
+    td.textContent = exact(v);
+    td.setAttribute("data-k", key);
+    td.setAttribute("data-v", String(v));
+    r.appendChild(td);
+    table.appendChild(r);
+  };
+  Object.keys(j).forEach(function (obj) {
     if (obj === "stages" || typeof j[obj] !== "object" || j[obj] === null) return;
     Object.keys(j[obj]).forEach(function (k) {
-      if (typeof j[obj][k] !== "number") return;
-      var r = document.createElement("tr"), key = obj + "." + k;
-      r.innerHTML = "<th>" + key + "</th>";
-      var td = document.createElement("td");
-      td.colSpan = cols.length;
-      td.style.textAlign = "left";
-      td.textContent = exact(j[obj][k]);
-      td.setAttribute("data-k", key);
-      td.setAttribute("data-v", String(j[obj][k]));
-      r.appendChild(td);
-      table.appendChild(r);
+      var v = j[obj][k];
+      if (typeof v === "number") row(obj + "." + k, v);
+      else if (Array.isArray(v)) v.forEach(function (e, i) {
+        if (e && typeof e === "object") Object.keys(e).forEach(function (f) { if (typeof e[f] === "number") row(obj + "." + k + "." + i + "." + f, e[f]); });
+      });
     });
   });
   // the chart: one stacked bar per stage (and TP, TP+SP), bytes per rank by kind
@@ -129,10 +142,23 @@ function drawMemory(j, table, chart) {
     bars.push({ name: "TP t=" + j.tp.t, states: j.tp.states, acts: j.tp.acts_tp });
     bars.push({ name: "TP+SP", states: j.tp.states, acts: rc ? j.tp.acts_tp_sp_recompute : j.tp.acts_tp_sp });
   }
+  var last = j.stages[j.stages.length - 1], z = last.stage;
+  if (j.pp) // each pipeline stage at the last ZeRO stage shown: its states, 1F1B's activations in flight (Korthikanti's)
+    j.pp.per_stage.slice(0, 4).forEach(function (q) {
+      bars.push({ name: "PP s" + q.pp_stage, states: q["states_z" + z], acts: q.acts_korthikanti });
+    });
+  if (j.cp) bars.push({ name: "CP C=" + j.cp.c, states: last.total, acts: rc ? j.cp.acts_korthikanti_recompute : j.cp.acts_korthikanti });
+  if (j.offload) { // the device keeps params and grads; the host the optimizer states
+    bars.push({ name: "offl. dev", params: j.offload.device_params, grads: j.offload.device_grads, optim: 0,
+      acts: j.transformer ? (rc ? j.transformer.acts_recompute : j.transformer.acts) : 0 });
+    bars.push({ name: "offl. host", params: 0, grads: 0, optim: j.offload.host, acts: 0 });
+  }
   var max = 0;
   bars.forEach(function (b) { b.sum = (b.states !== undefined ? b.states : b.params + b.grads + b.optim) + b.acts; max = Math.max(max, b.sum); });
   var W = +chart.getAttribute("width"), H = +chart.getAttribute("height"), x0 = 70, y0 = H - 40, bw = Math.min(90, (W - x0 - 160) / bars.length - 14);
-  el("text", { x: 8, y: 18, "font-size": 15 }, chart, "bytes per rank (" + j.precision + ", Ψ = " + j.params.toExponential(3) + ", N = " + j.world + ")");
+  var grouped = j.tp || j.pp || j.cp;
+  el("text", { x: 8, y: 18, "font-size": 15 }, chart, "bytes per rank (" + j.precision + ", Ψ = " + j.params.toExponential(3) + ", N = " + j.world + ")" +
+    (j.pp || j.cp ? "; PP, CP bars at " + (z === 0 ? "DDP" : "ZeRO-" + z) : ""));
   el("line", { x1: x0, y1: y0, x2: W - 150, y2: y0, stroke: "#333" }, chart);
   bars.forEach(function (b, i) {
     var x = x0 + 10 + i * (bw + 14), y = y0, parts = b.states !== undefined ? [["states", b.states], ["acts", b.acts]] :
@@ -145,9 +171,10 @@ function drawMemory(j, table, chart) {
     el("text", { x: x + bw / 2, y: y - 6, "text-anchor": "middle", "font-size": 14 }, chart, gb(b.sum));
     el("text", { x: x + bw / 2, y: y0 + 20, "text-anchor": "middle", "font-size": 15 }, chart, b.name);
   });
-  (j.tp ? ["params", "grads", "optim", "acts", "states"] : ["params", "grads", "optim", "acts"]).forEach(function (k, i) {
+  (grouped ? ["params", "grads", "optim", "acts", "states"] : ["params", "grads", "optim", "acts"]).forEach(function (k, i) {
     el("rect", { x: W - 140, y: 40 + i * 26, width: 18, height: 18, fill: KIND_COLOR[k] }, chart);
-    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") : k === "states" ? "states / t (TP)" : k);
+    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") :
+      k === "states" ? (j.tp ? "states / t (TP)" : "model states") : k);
   });
 }
 
@@ -357,6 +384,9 @@ function start() {
   Module.ccall("zx_memory", "number", ["string"], ["--help"]);
   ZX.moe = Module.zxOut.join("\n").indexOf("--experts") >= 0;
   document.querySelectorAll("label.moe").forEach(function (l) { l.style.display = ZX.moe ? "" : "none"; });
+  // chapters 07, 10 and 08's sliders (--pp, --cp, --offload), likewise
+  ZX.grid = Module.zxOut.join("\n").indexOf("--pp") >= 0;
+  document.querySelectorAll("label.grid").forEach(function (l) { l.style.display = ZX.grid ? "" : "none"; });
   document.querySelectorAll("nav button").forEach(function (b) {
     b.addEventListener("click", function () { show(b.getAttribute("data-panel")); location.hash = b.getAttribute("data-panel"); });
   });

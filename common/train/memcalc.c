@@ -443,8 +443,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     fprintf(out, "acts fp32 GPT: in flight x the loop's slot of the stage (ch07_pipeline's 'activations in flight': its input, "
                  "every unit's\noutput and saved activations; --recompute: the outputs, one saved buffer of the largest unit "
                  "besides). Korthikanti et al.\n2022, 16 bit: in flight x the stage's blocks x s·b·h·(34 + 5·a·s/h), the "
-                 "embedding and head not counted: the first\nstage's P micro-batches of about L/P layers are all L layers' "
-                 "worth, as without a pipeline\n");
+                 "embedding and head not counted: with L/P blocks\non the first stage its P micro-batches hold all L layers' "
+                 "worth, as without a pipeline (a large vocabulary's embedding or head\nmay take a stage of its own: the "
+                 "split is by parameters)\n");
     fprintf(out, "model states per rank of each stage, GB: its units' Ψ over its D = %d replica%s as ch07_pipeline --zero runs them\n"
                  "(a stage sums its micro-batches' gradients before one reduction: ZeRO-2 and -3 keep the full grads through the step)\n",
             D, D == 1 ? "" : "s");
