@@ -11,7 +11,8 @@
  *   --offload  the device's states = ch08_offload's ledger, the host's = its formula hook, and host
  *              + the staging ch00 names = the ledger's host states (fp32 and bf16);
  * every number equal (bytes are integers in doubles: exact). And the refusals: exit 2, one line.
- * Suite ch00_memory (each run a second or less). Notes: notes/00-memory.md. */
+ * Suite ch00_memory (each run a second or less); the sweep over more grids is ch00_memory_long.
+ * Notes: notes/00-memory.md. */
 #include "zl_test.h" // zl_run, zl_launch, zl_json_*, zl_rank_mem, Criterion
 
 #define C00_SHAPE "--hidden 32 --heads 2 --seq 16 --precision fp32"
@@ -150,5 +151,53 @@ Test(ch00_memory, grid_flags_refused_with_one_line, .timeout = 30) {
     cr_expect_eq(rc, 2, "'%s': exit %d, expected 2", line, rc);
     cr_expect_str_eq(out, cases[i][1], "'%s': output '%s'", line, out);
     free(out);
+  }
+}
+
+/* make test-long: the same contracts over more grids. --pp: P 2..4, D 1..2, --zero 0..3, fp32 and
+ * bf16, with and without --recompute (the tiny GPT with L 3..6, b = 2, M = 4); --cp: C 2 and 4, D 1
+ * and 2, --zero 0..3, fp32 and bf16, with and without --recompute. Every byte equal. */
+Test(ch00_memory_long, pp_and_cp_over_grids, .timeout = 600) {
+  const struct { int P, D, z, rc, L; const char *prec; } pp[] = {
+      {2, 1, 0, 0, 4, "fp32"}, {3, 1, 0, 1, 4, "bf16"}, {4, 1, 0, 0, 6, "fp32"}, {2, 2, 1, 0, 4, "bf16"},
+      {2, 2, 2, 1, 4, "fp32"}, {2, 2, 3, 0, 4, "bf16"}, {3, 2, 2, 0, 3, "bf16"}};
+  for (size_t i = 0; i < sizeof pp / sizeof pp[0]; i++) {
+    char name[32], what[160], args[256];
+    snprintf(name, sizeof name, "pp%zu", i);
+    zl_out_t r = zl_launch(pp[i].P * pp[i].D, 120, "c00long", name, "%s/ch07_pipeline " TRAIN_TINY " --n-layer %d --pp %d "
+                           "--zero %d --micro-batches 4 --batch %d --precision %s%s", ZL_BIN, pp[i].L, pp[i].P, pp[i].z,
+                           8 * pp[i].D, pp[i].prec, pp[i].rc ? " --recompute" : "");
+    snprintf(args, sizeof args, "--layers %d --hidden 32 --heads 2 --seq 16 --precision %s --micro-batch 2 --ranks %d --pp %d "
+             "--stage %d", pp[i].L, pp[i].prec, pp[i].P * pp[i].D, pp[i].P, pp[i].z);
+    snprintf(name, sizeof name, "c0_pp%zu.json", i);
+    char *c0 = ch00_json("c00long", name, args);
+    snprintf(what, sizeof what, "ch07 --pp %d x D %d --zero %d %s%s (L %d)", pp[i].P, pp[i].D, pp[i].z, pp[i].prec,
+             pp[i].rc ? " --recompute" : "", pp[i].L);
+    expect_pp(what, &r, c0, pp[i].P, pp[i].D, pp[i].z, pp[i].rc);
+    free(c0);
+    zl_out_free(&r);
+  }
+  const struct { int C, D, z, rc; const char *prec; } cp[] = {
+      {2, 1, 0, 0, "fp32"}, {4, 1, 0, 1, "fp32"}, {2, 2, 3, 0, "fp32"}, {2, 2, 1, 1, "bf16"}, {4, 1, 2, 0, "bf16"}};
+  for (size_t i = 0; i < sizeof cp / sizeof cp[0]; i++) {
+    char name[32], args[256];
+    int N = cp[i].C * cp[i].D;
+    snprintf(name, sizeof name, "cp%zu", i);
+    zl_out_t r = zl_launch(N, 120, "c00long", name, "%s/ch10_long " TRAIN_TINY " --cp %d --batch %d --zero %d --precision %s%s",
+                           ZL_BIN, cp[i].C, N, cp[i].z, cp[i].prec, cp[i].rc ? " --recompute" : "");
+    snprintf(args, sizeof args, "--layers 2 --hidden 32 --heads 2 --seq 16 --precision %s --micro-batch %d --ranks %d --cp %d "
+             "--stage %d", cp[i].prec, cp[i].C, N, cp[i].C, cp[i].z);
+    snprintf(name, sizeof name, "c0_cp%zu.json", i);
+    char *c0 = ch00_json("c00long", name, args);
+    double want = zl_json_num(zl_json_find(c0, "cp"), cp[i].rc ? "ours_fp32_acts_recompute" : "ours_fp32_acts");
+    double meas = zl_json_num(r.json, "acts_saved_bytes"), states = zl_json_num(zl_json_find(c0, "stages"), "total");
+    cr_expect(meas == want && want > 0, "ch10 --cp %d x D %d --zero %d %s%s: %.17g B of saved activations measured, "
+              "ch00_memory --cp says %.17g B", cp[i].C, cp[i].D, cp[i].z, cp[i].prec, cp[i].rc ? " --recompute" : "", meas, want);
+    for (int q = 0; q < N; q++)
+      cr_expect(zl_rank_mem(r.json, q, "model_states") == states, "ch10 --cp %d x D %d --zero %d %s: rank %d model states "
+                "%.17g B in the ledger, ch00_memory %.17g B", cp[i].C, cp[i].D, cp[i].z, cp[i].prec, q,
+                zl_rank_mem(r.json, q, "model_states"), states);
+    free(c0);
+    zl_out_free(&r);
   }
 }
