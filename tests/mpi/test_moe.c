@@ -264,7 +264,7 @@ Test(ch12_moe_long, ep_half_precision_recompute) {
  * --accum) 1 rank's resumes on EP 2 and EP 2's on EP 2 x D 2, within 1e-5 of max|w| of the straight
  * runs (their first steps ran other GEMM shapes). */
 Test(ch12_moe_long, checkpoints_resume_across_grids) {
-  char dir[256], ck1[300], ck2[300], args[512];
+  char dir[256], ck1[300], ck2[300], args[2048];
   zl_tmpdir(dir, sizeof dir, "moeck");
   snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck2, sizeof ck2, "%s/ep", dir);
   const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
@@ -273,7 +273,7 @@ Test(ch12_moe_long, checkpoints_resume_across_grids) {
   snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ep 2 --ckpt %s --quiet", ZL_BIN, g,
            ck2);
   zl_run_ok(2, 60, "EP 2, checkpoint at step 2", "%s", args);
-  char ra[400], rb[400], rc[400], sg2[200];
+  char ra[512], rb[512], rc[512], sg2[200];
   snprintf(ra, sizeof ra, "%s --ep 2 --resume %s", g, ck1);
   snprintf(rb, sizeof rb, "%s --ep 2 --resume %s", g, ck2);
   snprintf(rc, sizeof rc, "%s --ep 2 --resume %s", g, ck2);
