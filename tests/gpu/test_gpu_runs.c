@@ -4,7 +4,8 @@
  *     GPU, and the host-staged MPI backend with 2, 3 and 4 ranks sharing that GPU;
  *   - NCCL with two ranks on one GPU stops with a message that names --backend mpi;
  *   - chapters 02–05 on --device cuda agree with the same configuration on --device cpu
- *     (final loss and every parameter from --save-params): NCCL at N = 1, MPI at N = 2, 3, 4.
+ *     (final loss and every parameter from --save-params): NCCL at N = 1, MPI at N = 2, 3, 4;
+ *     chapter 12's experts too (NCCL at N = 1, EP 2 staged through MPI).
  * Tolerances: fp32 runs 1e-4 relative on the parameters after 8 steps (CPU and GPU matmuls add in
  * different orders, ~1e-7 per op, and training compounds it a little), bf16 runs 2e-2, fp16 runs
  * (with the loss scaler) 2e-2: the same element-wise source, fp16 keeping more bits than bf16. */
@@ -27,10 +28,11 @@ static zl_out_t launch(int np, const char *bin, const char *args, const char *na
 }
 
 /* bin on --device cpu and on --device cuda --backend <backend>, N ranks each; compare. */
-static void gpu_vs_cpu(const char *bin, int np, const char *backend, const char *args, double tol) {
+static void gpu_vs_cpu_model(const char *bin, int np, const char *backend, const char *model, const char *args,
+                             double tol) {
   char cpu_args[512], gpu_args[512], name[160];
-  snprintf(cpu_args, sizeof cpu_args, "%s %s --device cpu", MODEL, args);
-  snprintf(gpu_args, sizeof gpu_args, "%s %s --device cuda --backend %s", MODEL, args, backend);
+  snprintf(cpu_args, sizeof cpu_args, "%s %s --device cpu", model, args);
+  snprintf(gpu_args, sizeof gpu_args, "%s %s --device cuda --backend %s", model, args, backend);
   snprintf(name, sizeof name, "%s_n%d_%s", bin, np, backend);
   char cname[200];
   snprintf(cname, sizeof cname, "%s_cpu", name);
@@ -52,6 +54,10 @@ static void gpu_vs_cpu(const char *bin, int np, const char *backend, const char 
                      c.params[i], tol);
   }
   free(c.json), free(c.text), free(c.params), free(g.json), free(g.text), free(g.params);
+}
+
+static void gpu_vs_cpu(const char *bin, int np, const char *backend, const char *args, double tol) {
+  gpu_vs_cpu_model(bin, np, backend, MODEL, args, tol);
 }
 
 /* ---- collectives on CUDA buffers ------------------------------------------------------------ */
@@ -128,3 +134,14 @@ Test(common_gpu_runs, ch05_staged_mpi_4) {
   gpu_vs_cpu("ch05_zero3", 4, "mpi", "--precision bf16", 2e-2);
 }
 Test(common_gpu_runs, ch02_staged_mpi_4_bf16) { gpu_vs_cpu("ch02_ddp", 4, "mpi", "--precision bf16", 2e-2); }
+
+/* Chapter 12 on the GPU: the router's probabilities go to the host, the rows move with op_rows_* on
+ * the device, the all-to-alls on NCCL (one rank: the exchange is local) or staged through MPI (EP 2
+ * sharing the GPU). The router picks by value, so a near-tie that CPU and GPU round apart would send
+ * a token elsewhere and fail this by far more than rounding: the seed's 8 steps are the check. */
+#define MOE_MODEL "--model gpt --gpt tiny --moe 4 --topk 2 --batch 8 --steps 8 --seed 11"
+Test(common_gpu_runs, ch12_nccl_1) { gpu_vs_cpu_model("ch12_experts", 1, "nccl", MOE_MODEL, "", 1e-4); }
+Test(common_gpu_runs, ch12_staged_mpi_2_ep2) {
+  gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2", 1e-4);
+  gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --capacity-factor 1.25 --zero 3", 1e-4);
+}
