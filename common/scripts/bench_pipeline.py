@@ -149,7 +149,7 @@ def main():
                     skipped[case_key(model, sched, P, M)] = "M must be a multiple of P (ch07 refuses M %d)" % M
                     continue
                 cases.append((model, sched, P, M))
-    sets = [("after", a.bin)] + ([("before (%s)" % a.base_name, a.base_bin)] if a.base_bin else [])
+    sets = [("after", a.bin)] + ([("before", a.base_bin)] if a.base_bin else [])  # _meta.base names the base
     load0 = os.getloadavg()
     raw = {name: {} for name, _ in sets}
     t_start = time.time()
@@ -189,6 +189,7 @@ def main():
                      platform.processor() + " %d cores" % os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC",
                      time.gmtime()), "load_before": load0, "load_after": load1, "reps": a.reps, "steps": a.steps,
                      "models": {m: " ".join(MODELS[m]) for m in models}, "virtual_stages": V,
+                     "base": a.base_name if a.base_bin else None,
                      "ok_rule": "|measured - formula| <= 0.1 formula + 0.02 (within: the equal-stage formula; "
                      "within_stages: the formula for the stages' measured busy times; within_sim: the simulator fed "
                      "with the run's measured F, B, W)",

@@ -1044,7 +1044,7 @@ def fig_pipeline_zero_bubble(datadir, outdir):
                 x = j + (i - 1) * (2 * w if before else w)
                 if b:
                     axb.bar(x - w / 2, b["bubble_fraction"], w, color=color, alpha=0.45, hatch="//",
-                            label="%s, %s" % (sc, before_name) if j == 0 else None)
+                            label="%s, before (%s)" % (sc, doc["_meta"].get("base")) if j == 0 else None)
                     axt.bar(x - w / 2, b["step_ms"], w, color=color, alpha=0.45, hatch="//")
                 if not a:
                     continue
