@@ -20,7 +20,7 @@ stages' compute costs when cut as small as the pipeline cuts it.
 --base-bin (make bench-pipeline BENCH_BASE=REV): the same MLP P = 2 cases with another build,
 alternating with this one rep by rep (before/after a change of the communication engine); with
 --cases zb, every zero-bubble row and 1-rank step with both builds (before/after a change of the
-pipeline's messages).
+pipeline's messages). The JSON's sets: "after" (--bin) and "before" (--base-bin; _meta.base names it).
 
 The zero-bubble rows (meeting 07c): zb-h1 and zb-h2 beside 1f1b at P = 2, M = 4, 8. For every case
 the chapter's own simulator fed with the run's measured F, B, W per micro-batch and stage
