@@ -87,6 +87,9 @@ void pp_recv_backward(trainer_t *t, int j, int k, float *dy) {
 static float *pp_dx_buffer(trainer_t *t, int j, int k) {
   pp_state_t *st = t->sched_priv;
   pp_chunk_t *ch = &st->chunks[j];
+  for (int h = 0; h < st->nheld; h++) /* interleaved grouped: a send held is not issued yet */
+    if (st->held[h].kind == 'B' && st->held[h].j == j && st->held[h].k % 2 == k % 2)
+      die_on_rank("pipeline: chunk %d's input-gradient buffer %d is still held for a group (a schedule's bug)", j, k % 2);
   comm_wait(ch->tx_grad.comm, ch->gsent[k % 2]);
   ch->gsent[k % 2] = 0;
   return ch->gsend[k % 2].data;
@@ -113,6 +116,7 @@ static void pp_step_end(trainer_t *t, double busy_us, double t0_us) {
   if (st->pend.kind) die_on_rank("pipeline: the %s of micro-batch %d was held for a pair that never came",
                                  st->pend.kind == 'F' ? "output" : "input gradient", st->pend.k);
   pp_post_step_end(t); /* every receive posted ahead was read */
+  pp_seg_step_end(t);  /* nothing held, nothing received ahead left */
   comm_t *cs[8] = {st->fwd, st->bwd, st->fwdw, st->bwdw, st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
   for (int j = 0; j < st->v; j++)
     for (int i = 0; i < 2; i++) {
@@ -142,19 +146,24 @@ static double pp_grad_sumsq(trainer_t *t, double part) {
 /* The links of chunk c on stage s: activations come from c−1 (stage s−1, or the last stage over
  * the wrap link when s = 0) and go to c+1; gradients the other way. With pre-posted receives the
  * unpaired messages to stage r go on acts[r % 2] / grads[r % 2] (the pairs stay on fwd); grouped
- * (NCCL), every message on fwd. */
+ * (NCCL), every message on fwd, the wrap's too (stage P−1 and stage 0 are ranks of it). */
 static void chunk_links(pp_state_t *st, pp_chunk_t *ch) {
   int s = st->stage, P = st->P;
   comm_t *a_in = st->prepost ? st->acts[s % 2] : st->fwd, *a_out = st->prepost ? st->acts[(s + 1) % 2] : st->fwd;
   comm_t *g_in = st->prepost ? st->grads[s % 2] : st->grouped ? st->fwd : st->bwd;
   comm_t *g_out = st->prepost ? st->grads[(s + 1) % 2] : st->grouped ? st->fwd : st->bwd;
+  /* the wrap (v > 1): its own two-rank links, where P−1 is rank 1; grouped, on fwd (P−1 and 0) */
+  pp_link_t wrap_in = st->grouped ? (pp_link_t){st->fwd, P - 1} : (pp_link_t){st->fwdw, 1};
+  pp_link_t wrap_gout = st->grouped ? (pp_link_t){st->fwd, P - 1} : (pp_link_t){st->bwdw, 1};
+  pp_link_t wrap_out = st->grouped ? (pp_link_t){st->fwd, 0} : (pp_link_t){st->fwdw, 0};
+  pp_link_t wrap_gin = st->grouped ? (pp_link_t){st->fwd, 0} : (pp_link_t){st->bwdw, 0};
   if (ch->c > 0) {
-    ch->rx_act = s > 0 ? (pp_link_t){a_in, s - 1} : (pp_link_t){st->fwdw, 1}; /* wrap: 2 ranks, P−1 is 1 */
-    ch->tx_grad = s > 0 ? (pp_link_t){g_out, s - 1} : (pp_link_t){st->bwdw, 1};
+    ch->rx_act = s > 0 ? (pp_link_t){a_in, s - 1} : wrap_in;
+    ch->tx_grad = s > 0 ? (pp_link_t){g_out, s - 1} : wrap_gout;
   }
   if (ch->c < st->V - 1) {
-    ch->tx_act = s < P - 1 ? (pp_link_t){a_out, s + 1} : (pp_link_t){st->fwdw, 0};
-    ch->rx_grad = s < P - 1 ? (pp_link_t){g_in, s + 1} : (pp_link_t){st->bwdw, 0};
+    ch->tx_act = s < P - 1 ? (pp_link_t){a_out, s + 1} : wrap_out;
+    ch->rx_grad = s < P - 1 ? (pp_link_t){g_in, s + 1} : wrap_gin;
   }
 }
 
@@ -217,15 +226,15 @@ static void pp_setup(trainer_t *t) {
   st->dp = coord[GRID_DP];
   st->b = (int)(c->batch / ((int64_t)st->M * st->D));
   /* Communicators: two copies of this pipeline (one per direction; on MPI, with pre-posted
-   * receives, the pairs' one and four for the unpaired messages: acts, grads; on NCCL with v = 1,
-   * one for every message, in groups: pipeline_pairs.c) and one for control sums; with
-   * virtual stages, the ring's wrap link (last stage and stage 0) once per direction; the stage's
-   * replicas. Collective: every rank makes the same calls in the same order. */
-  /* The messages: on NCCL (v = 1) in groups on one communicator; on MPI with receives posted ahead.
+   * receives, the pairs' one and four for the unpaired messages: acts, grads; on NCCL one for
+   * every message, the wrap's included, in groups: pipeline_pairs.c) and one for control sums;
+   * with virtual stages and not grouped, the ring's wrap link (last stage and stage 0) once per
+   * direction; the stage's replicas. Collective: every rank makes the same calls in the same order. */
+  /* The messages: on NCCL in groups on one communicator; on MPI with receives posted ahead.
    * ZL_PP_GROUPED=1 runs the NCCL way on MPI too (the tests: its logic and bits on a CPU). The same on
    * every rank. */
   const char *ge = getenv("ZL_PP_GROUPED");
-  st->grouped = (comm_backend(t->comm) == BACKEND_NCCL || (ge && !strcmp(ge, "1"))) && st->P > 1 && st->v == 1;
+  st->grouped = (comm_backend(t->comm) == BACKEND_NCCL || (ge && !strcmp(ge, "1"))) && st->P > 1;
   st->prepost = comm_backend(t->comm) == BACKEND_MPI && !st->grouped && st->P > 1;
   st->fwd = comm_split(t->comm, st->dp, st->stage);
   if (!st->prepost && !st->grouped) st->bwd = comm_split(t->comm, st->dp, st->stage);
@@ -234,7 +243,7 @@ static void pp_setup(trainer_t *t) {
     st->acts[i] = comm_split(t->comm, st->dp, st->stage);
     st->grads[i] = comm_split(t->comm, st->dp, st->stage);
   }
-  if (st->v > 1) { /* color: this pipeline's {P−1, 0} pair, key: 0 for stage 0 (so P−1 is rank 1) */
+  if (st->v > 1 && !st->grouped) { /* color: this pipeline's {P−1, 0} pair, key: 0 for stage 0 (so P−1 is rank 1) */
     int in_wrap = st->stage == 0 || st->stage == st->P - 1;
     int color = in_wrap ? st->dp : N + t->rank; /* the others: a group of their own */
     comm_t *w1 = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
@@ -273,6 +282,7 @@ static void pp_setup(trainer_t *t) {
   for (int i = 0; i < t->n_ops; i++) t->ops[i] = (train_op_t){ops[i].kind, ops[i].micro, ops[i].chunk};
   free(ops);
   pp_pairs_setup(st);
+  pp_seg_setup(t);  /* interleaved grouped: its boundaries (pipeline_pairs.c) */
   pp_post_setup(t); /* after the pairs: the receives that do not go in one */
   t->n_micro = st->M;
   t->local_batch = st->b;
@@ -289,6 +299,7 @@ static void pp_teardown(trainer_t *t) {
   pp_state_t *st = t->sched_priv;
   if (!st) return;
   pp_post_teardown(t);
+  pp_seg_teardown(t);
   for (int j = 0; j < st->v; j++) {
     tensor_free(&st->chunks[j].gsend[0]);
     tensor_free(&st->chunks[j].gsend[1]);

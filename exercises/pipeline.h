@@ -40,8 +40,9 @@
  * each its own stream: a send waits only behind sends of its own direction, never behind the
  * opposite flow (which would deadlock blocking sends in 1F1B's steady state). On the MPI backend
  * the receives that no pair takes are posted ahead (pipeline_post.c), on streams of their own by
- * the receiving stage's parity; on NCCL (v = 1) every message goes on one communicator, each send
- * grouped with the next receive (pipeline_pairs.c). Either way the bits are the same. */
+ * the receiving stage's parity; on NCCL every message goes on one communicator, in groups: each
+ * send with the next receive (v = 1), interleaved's in Megatron's groups of a steady-state pair's
+ * two sends and two receives (pipeline_pairs.c). Either way the bits are the same. */
 #ifndef ZL_PIPELINE_H
 #define ZL_PIPELINE_H
 #include <stdint.h>          // int64_t

@@ -259,12 +259,18 @@ int pp_check_lists(int P, int M, int v, int split, pp_op_t *const *ops, const in
  * receives posted ahead (pipeline_post.c) it posts each kind's first `ahead` unpaired receives
  * before its first operation, waits for the posted one where the list reads it, and then posts
  * the kind's next. */
-enum { MX_SEND = 1, MX_RECV = 2, MX_NCOMM = 8, MX_AHEAD = 8 };
+enum { MX_SEND = 1, MX_RECV = 2, MX_NCOMM = 8, MX_AHEAD = 8, MX_HALVES = 4 };
+/* One send or receive of an operation: dir MX_SEND / MX_RECV (0 once matched), its peer (a stage),
+ * its message: kind·2^24 + chunk·2^12 + micro (chunk: the sender's). */
+typedef struct mx_half {
+  int dir, peer, msg;
+} mx_half_t;
+/* An operation of a stream: one send, one receive, or a group of them (a pair; NCCL's group of up
+ * to two sends and two receives), done when every half matched. Within a group the halves with
+ * one peer match in the order they were issued (NCCL's and MPI's order per peer). */
 typedef struct mx_op {
-  int parts;         /* MX_SEND | MX_RECV */
-  int to, from;      /* the send's peer, the receive's peer (stages) */
-  int msg_s, msg_r;  /* what is sent, what is expected: kind·2^24 + chunk·2^12 + micro (chunk: the sender's) */
-  int left;          /* the parts not matched yet */
+  int nh, left;      /* halves, and those not matched yet */
+  mx_half_t h[MX_HALVES];
 } mx_op_t;
 
 typedef struct mx_stream {
@@ -273,6 +279,7 @@ typedef struct mx_stream {
 
 typedef struct mx {
   int P, M, v, V, split;
+  int seg;     /* grouped with v > 1: the boundaries of pp_group_cuts (mx_step_seg) */
   int grouped; /* NCCL's batched p2p: every message on fwd (one stream), each operation's send held back
                 * and grouped with the next operation's receive when it has one (else sent alone) */
   int ahead, parity; /* receives posted ahead (0: none); their streams by the receiver's parity (else fwd / bwd) */
@@ -287,13 +294,23 @@ static void mx_name(int msg, char *buf, size_t n) {
 }
 
 /* Queue an operation on stage s's stream of communicator c; returns its index. */
-static int mx_issue(mx_t *x, int s, int c, int parts, int to, int msg_s, int from, int msg_r) {
-  x->op[x->nop] = (mx_op_t){.parts = parts, .to = to, .from = from, .msg_s = msg_s, .msg_r = msg_r,
-                            .left = (parts & MX_SEND ? 1 : 0) + (parts & MX_RECV ? 1 : 0)};
+static int mx_issue_halves(mx_t *x, int s, int c, int nh, const mx_half_t *h) {
+  mx_op_t *o = &x->op[x->nop];
+  o->nh = o->left = nh;
+  for (int i = 0; i < nh; i++) o->h[i] = h[i];
   mx_stream_t *q = &x->st[s][c];
   q->q[q->tail++] = x->nop;
   return x->nop++;
 }
+
+static int mx_issue(mx_t *x, int s, int c, int parts, int to, int msg_s, int from, int msg_r) {
+  mx_half_t h[2];
+  int nh = 0;
+  if (parts & MX_SEND) h[nh++] = (mx_half_t){MX_SEND, to, msg_s};
+  if (parts & MX_RECV) h[nh++] = (mx_half_t){MX_RECV, from, msg_r};
+  return mx_issue_halves(x, s, c, nh, h);
+}
+
 
 /* Match the heads of every stream once; returns the matches made, or −1 (why written) when two
  * heads meet with different messages. */
@@ -304,21 +321,30 @@ static int mx_match(mx_t *x, char *why, size_t nwhy) {
       mx_stream_t *qa = &x->st[a][c];
       if (qa->head == qa->tail) continue;
       mx_op_t *h = &x->op[qa->q[qa->head]];
-      if (!(h->parts & MX_SEND) || h->left == 0) continue;
-      mx_stream_t *qb = &x->st[h->to][c];
-      if (qb->head == qb->tail) continue;
-      mx_op_t *g = &x->op[qb->q[qb->head]];
-      if (!(g->parts & MX_RECV) || g->from != a) continue;
-      if (g->msg_r != h->msg_s) {
-        char s1[96], s2[96];
-        mx_name(h->msg_s, s1, sizeof s1), mx_name(g->msg_r, s2, sizeof s2);
-        say(why, nwhy, "the messages cross: stage %d sends the %s while stage %d receives, in that place of the link's "
-            "order, the %s", a, s1, h->to, s2);
-        return -1;
+      for (int i = 0; i < h->nh; i++) {
+        mx_half_t *hs = &h->h[i];
+        int first = 1; /* the op's first unmatched send to that peer */
+        for (int i2 = 0; i2 < i; i2++)
+          if (h->h[i2].dir == MX_SEND && h->h[i2].peer == hs->peer) first = 0;
+        if (hs->dir != MX_SEND || !first) continue;
+        mx_stream_t *qb = &x->st[hs->peer][c];
+        if (qb->head == qb->tail) continue;
+        mx_op_t *g = &x->op[qb->q[qb->head]];
+        mx_half_t *gr = NULL; /* its first unmatched receive from a */
+        for (int i2 = 0; i2 < g->nh && !gr; i2++)
+          if (g->h[i2].dir == MX_RECV && g->h[i2].peer == a) gr = &g->h[i2];
+        if (!gr) continue;
+        if (gr->msg != hs->msg) {
+          char s1[96], s2[96];
+          mx_name(hs->msg, s1, sizeof s1), mx_name(gr->msg, s2, sizeof s2);
+          say(why, nwhy, "the messages cross: stage %d sends the %s while stage %d receives, in that place of the "
+              "link's order, the %s", a, s1, hs->peer, s2);
+          return -1;
+        }
+        hs->dir = gr->dir = 0; /* matched: the halves leave their operations */
+        h->left--, g->left--;
+        made++;
       }
-      h->parts &= ~MX_SEND, g->parts &= ~MX_RECV; /* matched: the halves leave their operations */
-      h->left--, g->left--;
-      made++;
     }
   for (int s = 0; s < x->P; s++) /* completed heads leave their streams */
     for (int c = 0; c < MX_NCOMM; c++) {
@@ -340,6 +366,12 @@ typedef struct mx_main {
    * order the list reads them (micro-batch, chunk j), how many posted and read, the posted ones'
    * operations (ring), and the kind whose next receive is posted once the wait is over (−1: none) */
   int qn[2], *qk[2], *qj[2], posted[2], used[2], ring[2][MX_AHEAD], opened, repost;
+  /* segments (grouped, v > 1: pp_group_cuts): cut[i] = 1 where a group boundary precedes operation i;
+   * the sends held for the next boundary's group (their kind 'F' / 'B', chunk j, micro-batch) */
+  char *cut;
+  int npend, segrecv;
+  mx_half_t pend[MX_HALVES];
+  int pend_kk[MX_HALVES], pend_jj[MX_HALVES], pend_mm[MX_HALVES];
 } mx_main_t;
 
 static int mx_done(const mx_t *x, int id) { return id < 0 || x->op[id].left == 0; }
@@ -488,6 +520,138 @@ static int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int
   return moved;
 }
 
+/* Does operation o of stage s receive (F: its input from chunk c − 1; B: its output's gradient
+ * from chunk c + 1), and does it send? */
+static int op_receives(int P, int V, int s, pp_op_t o) {
+  int c = o.chunk * P + s;
+  return (o.kind == 'F' && c > 0) || (o.kind == 'B' && c < V - 1);
+}
+static int op_sends(int P, int V, int s, pp_op_t o) {
+  int c = o.chunk * P + s;
+  return (o.kind == 'F' && c < V - 1) || (o.kind == 'B' && c > 0);
+}
+
+/* The segment that starts at operation i (cut[i]): its end (the next cut), and whether it receives. */
+static int seg_end(const char *cut, int n, int i) {
+  int e = i + 1;
+  while (e < n && !(cut[e] & 1)) e++;
+  return e;
+}
+
+/* Grouped with segments (x->seg: interleaved on NCCL): at each boundary (cut) ONE group of the
+ * sends held since the last boundary and the receives of the operations up to the next one; a
+ * boundary whose next segment receives nothing sends what is held as one group of sends. The
+ * main thread waits for a boundary's group before the segment's first operation. */
+static int mx_step_seg(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, char *why, size_t nwhy,
+                       int *err) {
+  int moved = 0, P = x->P, V = x->V;
+  while (mm->pc < n[s]) {
+    if (!mx_done(x, mm->wait)) return moved;
+    mm->wait = -1;
+    pp_op_t o = ops[s][mm->pc];
+    int j = o.chunk, c = j * P + s, k = o.micro, comm, peer;
+    if (mm->phase == 0) { /* the boundary before this operation: its group */
+      mm->phase = 1;
+      if (mm->cut[mm->pc] & 1) {
+        int e = seg_end(mm->cut, n[s], mm->pc), nh = 0;
+        mx_half_t h[MX_HALVES];
+        for (int i = 0; i < mm->npend; i++) h[nh++] = mm->pend[i];
+        for (int i = mm->pc; i < e; i++) {
+          pp_op_t r = ops[s][i];
+          if (!op_receives(P, V, s, r)) continue;
+          int cr = r.chunk * P + s;
+          mx_link(x, s, r.kind == 'F' ? 0 : 1, r.kind == 'F' ? 0 : 1, &comm, &peer);
+          if (nh == MX_HALVES) return *err = 1, say(why, nwhy, "stage %d: a group of more than %d", s, MX_HALVES), moved;
+          h[nh++] = (mx_half_t){MX_RECV, peer, r.kind == 'F' ? mx_msg(0, cr - 1, r.micro) : mx_msg(1, cr + 1, r.micro)};
+        }
+        if (nh > mm->npend) { /* a group with receives: the held sends go in it */
+          mm->wait = mx_issue_halves(x, s, 0, nh, h);
+          for (int i = 0; i < mm->npend; i++)
+            if (mm->pend_kk[i] == 'F') mm->sent[mm->pend_jj[i] * x->M + mm->pend_mm[i]] = -1;
+            else mm->gsent[mm->pend_jj[i]][mm->pend_mm[i] % 2] = -1;
+          mm->npend = 0;
+        } else if (nh) return *err = 1, say(why, nwhy, "stage %d: sends held for a segment with no receive", s), moved;
+        moved = 1;
+        continue;
+      }
+    }
+    if (o.kind == 'B' && mm->phase == 1) { /* the input gradient's buffer k % 2: its previous send must have left */
+      mm->phase = 2;
+      for (int i = 0; i < mm->npend && c > 0; i++)
+        if (mm->pend_kk[i] == 'B' && mm->pend_jj[i] == j && mm->pend_mm[i] % 2 == k % 2)
+          return *err = 1, say(why, nwhy, "stage %d: B %d of chunk %d needs its input-gradient buffer %d, whose send is "
+                               "held", s, k, j, k % 2), moved;
+      if (c > 0 && mm->gsent[j][k % 2] >= 0) {
+        mm->wait = mm->gsent[j][k % 2];
+        mm->gsent[j][k % 2] = -1;
+        moved = 1;
+        continue;
+      }
+    }
+    if (mm->phase <= 2) { /* the operation ran: its send held for the next boundary, or (flush) the held ones now */
+      mm->phase = 3;
+      if (op_sends(P, V, s, o)) {
+        mx_link(x, s, o.kind == 'F' ? 1 : 0, o.kind == 'F' ? 0 : 1, &comm, &peer);
+        int i = mm->npend++;
+        mm->pend[i] = (mx_half_t){MX_SEND, peer, o.kind == 'F' ? mx_msg(0, c, k) : mx_msg(1, c, k)};
+        mm->pend_kk[i] = o.kind, mm->pend_jj[i] = j, mm->pend_mm[i] = k;
+        if (mm->cut[mm->pc] & 2) {
+          int id = mx_issue_halves(x, s, 0, mm->npend, mm->pend);
+          for (int i2 = 0; i2 < mm->npend; i2++)
+            if (mm->pend_kk[i2] == 'F') mm->sent[mm->pend_jj[i2] * x->M + mm->pend_mm[i2]] = id;
+            else mm->gsent[mm->pend_jj[i2]][mm->pend_mm[i2] % 2] = id;
+          mm->npend = 0;
+        }
+      }
+      if (o.kind == 'B' && !x->split) { /* the slot goes back: its output's send must have left */
+        for (int i = 0; i < mm->npend; i++)
+          if (mm->pend_kk[i] == 'F' && mm->pend_jj[i] == j && mm->pend_mm[i] == k)
+            return *err = 1, say(why, nwhy, "stage %d: B %d of chunk %d gives its slot back while its output's send is "
+                                 "held", s, k, j), moved;
+        mm->wait = mm->sent[j * x->M + k];
+        mm->sent[j * x->M + k] = -1;
+      }
+      moved = 1;
+      continue;
+    }
+    mm->pc++, mm->phase = 0, moved = 1;
+  }
+  if (mm->npend && !*err) {
+    *err = 1;
+    say(why, nwhy, "stage %d: %d sends held at the end of the list", s, mm->npend);
+  }
+  return moved;
+}
+
+/* The held sends go at once (bit 1 of cut[i]) at the last send of each segment whose next segment
+ * receives nothing (or that ends the list): no boundary would take them. cut[i] & 1: the boundaries. */
+static void group_flush(int P, int s, int v, const pp_op_t *ops, int n, char *cut) {
+  int V = v * P;
+  for (int i = 0; i < n; i++) cut[i] &= 1;
+  for (int i = 0; i < n;) {
+    int e = seg_end(cut, n, i), last = -1, recv = 0;
+    for (int i2 = i; i2 < e; i2++)
+      if (op_sends(P, V, s, ops[i2])) last = i2;
+    int e2 = e < n ? seg_end(cut, n, e) : e;
+    for (int i2 = e; i2 < e2; i2++) recv |= op_receives(P, V, s, ops[i2]);
+    if (last >= 0 && !recv) cut[last] |= 2;
+    i = e;
+  }
+}
+
+/* Interleaved on NCCL (Megatron-LM's forward_backward_pipelining_with_interleaving): a boundary
+ * before every operation but the B of a steady-state pair (F, B) — the pair's two sends go together
+ * after its B, its two receives together before its F (send_forward_backward_recv_forward_backward). */
+void pp_group_cuts(pp_schedule_t sched, int P, int s, int M, int v, const pp_op_t *ops, int n, char *cut) {
+  (void)sched;
+  int w = (P - s - 1) * 2 + (v - 1) * P; /* the warm-up forwards (pp_schedule_ops), then the pairs */
+  if (w > v * M) w = v * M;
+  for (int i = 0; i < n; i++) cut[i] = 1;
+  for (int i = w; i + 1 < n && i < 2 * v * M - w; i += 2) /* the steady pairs: F at w, w + 2, ..., B after it */
+    if (ops[i].kind == 'F' && ops[i + 1].kind == 'B') cut[i + 1] = 0;
+  group_flush(P, s, v, ops, n, cut);
+}
+
 /* Grouped (pp_groups): hf[k] / hb[k] = 1 when F k's / B k's send is held back for the receive of
  * the next operation that is not a W, that one receiving (v = 1). */
 static void groups_from_list(int P, int s, int v, const pp_op_t *ops, int n, char *hf, char *hb) {
@@ -544,13 +708,14 @@ int pp_posted_recvs(pp_schedule_t sched, int P, int s, int M, int v, char kind, 
  * pairs, every message alone); ahead > 0: the unpaired receives posted that far ahead, on the
  * receiver's parity's streams when parity (pipeline_post.c), else on fwd / bwd. */
 static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, int sched, int ahead, int parity,
-                  int grouped, char *why, size_t nwhy) {
+                  int grouped, char *const *bounds, char *why, size_t nwhy) {
   if (P < 1 || P > 8 || M < 1 || M > 4095 || v < 1 || v > 8 || ahead < 0 || ahead > MX_AHEAD)
     return say(why, nwhy, "P %d, M %d, v %d, ahead %d: the checker takes P <= 8, M < 4096, v <= 8, ahead <= %d", P, M,
                v, ahead, MX_AHEAD);
   int bad = pp_check_lists(P, M, v, split, ops, n, why, nwhy);
   if (bad) return bad;
-  mx_t x = {.P = P, .M = M, .v = v, .V = v * P, .split = split, .ahead = ahead, .parity = parity, .grouped = grouped};
+  mx_t x = {.P = P, .M = M, .v = v, .V = v * P, .split = split, .ahead = ahead, .parity = parity, .grouped = grouped,
+           .seg = grouped && v > 1};
   for (int s = 0; s < P; s++) x.cap += 3 * n[s] + 8;
   x.op = calloc((size_t)x.cap, sizeof *x.op);
   mx_main_t *mm = calloc((size_t)P, sizeof *mm);
@@ -560,6 +725,11 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
     for (int i = 0; i < v * M; i++) mm[s].sent[i] = -1;
     for (int j = 0; j < 8; j++) mm[s].gsent[j][0] = mm[s].gsent[j][1] = -1;
     mm[s].wait = -1, mm[s].repost = -1;
+    mm[s].cut = calloc((size_t)n[s] + 1, 1);
+    if (x.seg && bounds) { /* given boundaries (pp_check_bounds), the flushes as pp_group_cuts's */
+      for (int i = 0; i < n[s]; i++) mm[s].cut[i] = (char)(bounds[s][i] & 1);
+      group_flush(P, s, v, ops[s], n[s], mm[s].cut);
+    } else if (x.seg) pp_group_cuts((pp_schedule_t)sched, P, s, M, v, ops[s], n[s], mm[s].cut);
     if (grouped) groups_from_list(P, s, v, ops[s], n[s], mm[s].pf, mm[s].pb);
     else if (sched >= 0) pp_pairs((pp_schedule_t)sched, P, s, M, v, mm[s].pf, mm[s].pb);
     for (int a = 0; a < 2; a++) {
@@ -576,7 +746,8 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
   int progress = 1;
   while (!bad && progress) {
     progress = 0;
-    for (int s = 0; s < P && !bad; s++) progress |= mx_step(&x, &mm[s], s, ops, n, why, nwhy, &bad);
+    for (int s = 0; s < P && !bad; s++)
+      progress |= x.seg ? mx_step_seg(&x, &mm[s], s, ops, n, why, nwhy, &bad) : mx_step(&x, &mm[s], s, ops, n, why, nwhy, &bad);
     if (bad) break;
     int m = mx_match(&x, why, nwhy);
     if (m < 0) bad = 1;
@@ -602,6 +773,7 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
   }
   for (int s = 0; s < P; s++) {
     free(mm[s].sent);
+    free(mm[s].cut);
     for (int a = 0; a < 2; a++) free(mm[s].qk[a]), free(mm[s].qj[a]);
     for (int c = 0; c < MX_NCOMM; c++) free(x.st[s][c].q);
   }
@@ -614,7 +786,13 @@ static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int
                                    char *why, size_t nwhy);
 
 int pp_check_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *why, size_t nwhy) {
-  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 0, why, nwhy);
+  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 0, NULL, why, nwhy);
+}
+
+int pp_check_bounds(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *bounds, char *why,
+                    size_t nwhy) {
+  if (v < 2) return say(why, nwhy, "v %d: the boundaries' groups are interleaved's (v >= 2)", v);
+  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 1, bounds, why, nwhy);
 }
 
 int pp_check_posted(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, char *why, size_t nwhy) {
@@ -639,7 +817,7 @@ static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int
     ops[s] = calloc((size_t)cap, sizeof(pp_op_t));
     n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]);
   }
-  int bad = mx_run(P, M, v, pp_splits_backward(sched), ops, n, sched, ahead, parity, grouped, why, nwhy);
+  int bad = mx_run(P, M, v, pp_splits_backward(sched), ops, n, sched, ahead, parity, grouped, NULL, why, nwhy);
   if (bad && why && nwhy) { /* name the schedule */
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", why);

@@ -79,13 +79,20 @@ double pp_bubble_stages(pp_schedule_t sched, int P, int M, int v, const double *
  * with v = 1. pair_fwd, pair_bwd: [M], written. */
 void pp_pairs(pp_schedule_t sched, int P, int s, int M, int v, char *pair_fwd, char *pair_bwd);
 
-/* ---- the groups: one communicator per pipeline (the NCCL backend, v = 1) --------------------
- * hold_fwd[k] = 1 when stage s's send of F k's output is held back and issued with the receive of
- * its next operation that is not a W (as one group), because that operation receives; hold_bwd[k]
- * the same for B k's input gradient. Otherwise the send goes alone at once. Every boundary of the
- * step is then at most one group, on one stream; the checker (pp_check_grouped) runs it for every
- * schedule but interleaved, where such groups deadlock (it keeps its four communicators). [M]. */
+/* ---- the groups: one communicator per pipeline (the NCCL backend) --------------------------
+ * v = 1: hold_fwd[k] = 1 when stage s's send of F k's output is held back and issued with the
+ * receive of its next operation that is not a W (as one group), because that operation receives;
+ * hold_bwd[k] the same for B k's input gradient. Otherwise the send goes alone at once. Every
+ * boundary of the step is then at most one group, on one stream. [M]; all 0 when v > 1. */
 void pp_groups(pp_schedule_t sched, int P, int s, int M, int v, char *hold_fwd, char *hold_bwd);
+/* v > 1 (interleaved; such pairs deadlock there: pp_check_bounds finds it at P = 2, M = 4):
+ * Megatron-LM's groups. Stage s's list ops[0..n) is cut into segments — every operation alone, but
+ * a steady-state F with the B after it (the pair Megatron runs between two exchanges) — and at each
+ * boundary ONE group holds the sends of the segment before and the receives of the segment after
+ * (up to two of each: send_forward_backward_recv_forward_backward). cut[i] bit 0: a boundary before
+ * operation i; bit 1: operation i's send sends the held ones at once, as a group of sends (the
+ * segment's last send, when the next segment receives nothing or none follows). cut: [n]. */
+void pp_group_cuts(pp_schedule_t sched, int P, int s, int M, int v, const pp_op_t *ops, int n, char *cut);
 
 /* ---- receives posted ahead (the MPI backend: pipeline_post.c) ------------------------------
  * The receives stage s posts ahead, of one kind — 'F': activations in (F k of a chunk c > 0), 'B':
@@ -123,10 +130,16 @@ int pp_check_schedule(pp_schedule_t sched, int P, int M, int v, char *why, size_
  * receive and send share one; parity 0: on fwd / bwd as without, which deadlocks past P = 2
  * (a receive posted ahead holds back a send queued after it on the same stream). ahead 1..8. */
 int pp_check_posted(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, char *why, size_t nwhy);
-/* The NCCL backend's messages (pipeline_pairs.c, grouped; v = 1): every message on ONE
- * communicator per pipeline (a single stream), a send held back where pp_groups says and issued
- * with that receive as one group (ncclGroupStart/End: Megatron's batched p2p), else alone. */
+/* The NCCL backend's messages (pipeline_pairs.c, grouped): every message on ONE communicator per
+ * pipeline (a single stream); v = 1: a send held back where pp_groups says and issued with that
+ * receive as one group (ncclGroupStart/End: Megatron's batched p2p), else alone; v > 1: the
+ * groups of pp_group_cuts, each one operation whose halves match separately (with one peer in the
+ * group's order), the stage waiting for a boundary's group before its segment. */
 int pp_check_grouped(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy);
+/* The v > 1 run for given lists and boundaries (bounds[s][i] bit 0 as pp_group_cuts's; the
+ * sends that no boundary takes go at their segment's last send, as there): a grouping to try. */
+int pp_check_bounds(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *bounds, char *why,
+                    size_t nwhy);
 
 /* ---- the simulator ------------------------------------------------------------------------
  * Per stage s, cost[s]: f, b, w = one micro-batch's forward, input-gradient backward and

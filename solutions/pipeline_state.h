@@ -55,10 +55,11 @@ typedef struct pp_state {
                          * to stage r go on acts[r % 2] (grads[r % 2]), so a stage's receives (its
                          * own parity) and its sends (the other) are on different streams: a receive
                          * posted ahead never holds back a send queued after it. Else NULL */
-  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1; else NULL */
+  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back) with v > 1 not grouped; else NULL */
   int prepost;          /* 1: receives posted ahead (pipeline_post.c; the MPI backend) */
-  int grouped;          /* 1: one communicator (fwd) for every message, each operation's send grouped
-                         * with the next receive where pp_groups says (the NCCL backend, v = 1) */
+  int grouped;          /* 1: one communicator (fwd) for every message (the NCCL backend), each
+                         * operation's send grouped with the next receive where pp_groups says (v = 1),
+                         * or Megatron's groups (v > 1: seg below) */
   pp_rxq_t rxa, rxg;    /* ... the activations in, the gradients in */
   int window_open;      /* this step's first receives are posted */
   comm_t *pipe;         /* this pipeline's P ranks, for the control sums (the gradient norm) */
@@ -70,6 +71,18 @@ typedef struct pp_state {
    * receive, whichever); the deferred send waiting for its partner. */
   char *pair_fwd, *pair_bwd;
   struct { char kind; int k; const float *buf; int64_t numel; } pend;
+  /* Interleaved grouped (the NCCL backend, v > 1: pipeline_pairs.c, pp_group_cuts): at each boundary
+   * ONE group (comm_group_async on fwd) of the sends held since the last boundary and the receives of
+   * the operations up to the next one; a B's gradient received before its segment's F waits in
+   * gstage and is copied into the loop's dy. */
+  int seg;              /* 1: these groups */
+  char *cut;            /* [n_ops] pp_group_cuts: bit 0 a boundary before the op, bit 1 its send sends the held */
+  int *op_at;           /* [2vM] the op index of F k on chunk j at j·M + k, of B k at vM + j·M + k */
+  int seg_done;         /* the first op of the segment whose group was issued (−1: none this step) */
+  int nheld;            /* sends held for the next boundary: */
+  struct { char kind; int j, k; const float *buf; int64_t numel; int peer; } held[2];
+  tensor_t gstage;      /* b × the widest output (LEDGER_ACTS, in ws_bytes) */
+  int gstage_j, gstage_k; /* whose gradient it holds (−1: none) */
   double busy_us, span_us; /* summed over the measured steps */
   double kind_us[3];       /* the same busy time in F, B and W operations (t->busy_us), summed */
   int measured;            /* steps measured (all but the first when there are several) */
@@ -95,6 +108,10 @@ void pp_send_forward_paired(trainer_t *t, int j, int k, const float *y);
 void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx);
 void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy);
 void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x);
+/* Interleaved grouped (st->seg): the boundaries (after the ops list), the step's end check, the release. */
+void pp_seg_setup(trainer_t *t);
+void pp_seg_step_end(trainer_t *t);
+void pp_seg_teardown(trainer_t *t);
 
 /* Pre-posted receives (pipeline_post.c): the queues, their buffers (counted in st->ws_bytes), the
  * step's first posts (at the step's first message hook), a receive taken from its queue (waited,

@@ -344,6 +344,7 @@ static void a2a_count(comm_t *c, const comm_task_t *t);
 static void a2a_check_splits(comm_t *c, const comm_task_t *t);
 static void a2a_run(comm_t *c, const comm_task_t *t);
 static void a2a_staged(comm_t *c, const comm_task_t *t);
+static void count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd);
 
 /* The collective itself, vendor or ring, on buffers the backend can use. */
 static void run_coll(comm_t *c, const comm_task_t *t) {
@@ -381,6 +382,14 @@ static void run_coll(comm_t *c, const comm_task_t *t) {
   case TASK_SENDRECV:
     if (ring) comm_p2p_sendrecv(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
     else be->sendrecv_user(c, t->send, t->numel, t->peer, t->recv, t->recv_numel, t->peer2, t->dt);
+    break;
+  case TASK_GROUP: /* one group of the vendor's; with the ring's implementation counted as p2p traffic too */
+    for (int i = 0; i < t->n_group && ring; i++) {
+      int64_t nb = t->group[i].numel * (int64_t)dtype_size(t->dt);
+      if (t->group[i].send) count_p2p(c, t->group[i].peer, nb, t->group[i].peer, 0);
+      else count_p2p(c, t->group[i].peer, 0, t->group[i].peer, nb);
+    }
+    be->group(c, t->n_group, t->group, t->dt);
     break;
   case TASK_ALL_TO_ALL:
   case TASK_ALL_TO_ALLV: a2a_run(c, t); break;
@@ -443,6 +452,27 @@ static void run_staged(comm_t *c, const comm_task_t *t) {
     dev_memcpy(DEV_CPU, (void *)h.send, DEV_CUDA, t->send, (size_t)nb);
     run_coll(c, &h);
     dev_memcpy(DEV_CUDA, t->recv, DEV_CPU, h.recv, (size_t)rb);
+    break;
+  }
+  case TASK_GROUP: { /* the sends packed in staging slot 0, the receives in slot 1 */
+    int64_t off[2] = {0, 0};
+    for (int i = 0; i < t->n_group; i++) off[t->group[i].recv != NULL] += t->group[i].numel * (int64_t)esz;
+    char *buf[2] = {stage_buf(c, 0, off[0]), stage_buf(c, 1, off[1])};
+    off[0] = off[1] = 0;
+    for (int i = 0; i < t->n_group; i++) {
+      int r = t->group[i].recv != NULL;
+      int64_t nbi = t->group[i].numel * (int64_t)esz;
+      if (r) h.group[i].recv = buf[1] + off[1];
+      else {
+        h.group[i].send = buf[0] + off[0];
+        dev_memcpy(DEV_CPU, buf[0] + off[0], DEV_CUDA, t->group[i].send, (size_t)nbi);
+      }
+      off[r] += nbi;
+    }
+    run_coll(c, &h);
+    for (int i = 0; i < t->n_group; i++)
+      if (t->group[i].recv)
+        dev_memcpy(DEV_CUDA, t->group[i].recv, DEV_CPU, h.group[i].recv, (size_t)(t->group[i].numel * (int64_t)esz));
     break;
   }
   case TASK_ALL_TO_ALL:
@@ -900,6 +930,46 @@ comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_n
   comm_handle_t h = submit(c, &t, tag);
   track_open(c, h, "comm_sendrecv_async", tag, 1, sendbuf, nbytes_of(send_numel, dt), recvbuf,
              nbytes_of(recv_numel, dt));
+  return h;
+}
+
+comm_handle_t comm_group_async(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt, const char *tag) {
+  const char *fn = "comm_group_async";
+  if (n < 1 || n > COMM_GROUP_MAX)
+    die_on_rank("%s (%s): %d operations; a group holds 1..%d", fn, tag ? tag : "-", n, COMM_GROUP_MAX);
+  int nsend = 0;
+  for (int i = 0; i < n; i++) {
+    check_p2p(c, fn, tag, ops[i].peer);
+    check_args(c, fn, ops[i].numel, dt, ops[i].peer, 1);
+    if (!ops[i].send == !ops[i].recv)
+      die_on_rank("%s (%s): entry %d must be a send or a receive (exactly one of send, recv set)", fn, tag ? tag : "-", i);
+    if (ops[i].peer == c->rank) die_on_rank("%s (%s): cannot exchange with itself", fn, tag ? tag : "-");
+    track_check(c, fn, tag, ops[i].send, ops[i].send ? nbytes_of(ops[i].numel, dt) : 0, ops[i].recv,
+                ops[i].recv ? nbytes_of(ops[i].numel, dt) : 0);
+    nsend += ops[i].send != NULL;
+  }
+  /* counted as the separate sends and receives would be: the task itself counts none (numel 0)
+   * and one call of its kind, the loop below the rest */
+  comm_op_t kind = nsend ? CO_SEND : CO_RECV;
+  comm_task_t t = task(TASK_GROUP, kind, c, NULL, NULL, 0, dt, REDOP_SUM, ops[0].peer);
+  t.n_group = n;
+  for (int i = 0; i < n; i++) t.group[i] = ops[i];
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < n; i++) {
+    comm_op_t op = ops[i].send ? CO_SEND : CO_RECV;
+    int64_t sent = comm_model_sent(op, ops[i].numel, dt, c->world, c->rank, ops[i].peer);
+    int64_t recvd = comm_model_recvd(op, ops[i].numel, dt, c->world, c->rank, ops[i].peer);
+    c->ctr.sent[op] += sent;
+    c->ctr.recvd[op] += recvd;
+    comm_topo_count(c, op, ops[i].peer, sent, recvd);
+    c->ctr.calls[op]++;
+  }
+  c->ctr.calls[kind]--; /* submit counts the task's one */
+  pthread_mutex_unlock(&c->mu);
+  comm_handle_t h = submit(c, &t, tag);
+  for (int i = 0; i < n; i++)
+    track_open(c, h, fn, tag, 1, ops[i].send, ops[i].send ? nbytes_of(ops[i].numel, dt) : 0, ops[i].recv,
+               ops[i].recv ? nbytes_of(ops[i].numel, dt) : 0);
   return h;
 }
 

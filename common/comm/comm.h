@@ -154,6 +154,22 @@ comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, i
  * (CO_RECV); one handle covers both buffers. */
 comm_handle_t comm_sendrecv_async(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
                                   int64_t recv_numel, int src, dtype_t dt, const char *tag);
+/* Up to COMM_GROUP_MAX sends and receives as ONE operation on the stream (Megatron's batched p2p,
+ * torch's batch_isend_irecv): NCCL: every ncclSend / ncclRecv in one ncclGroupStart/End, so they
+ * progress together and the group completes when all of them did; MPI: every MPI_Isend / MPI_Irecv
+ * posted, then completed together. An entry is a send (send set, recv NULL) or a receive (recv
+ * set, send NULL) of numel elements to / from peer (another rank; numel 0: skipped). The messages
+ * match the peer's comm_send_async / comm_recv_async / comm_sendrecv_async / comm_group_async on
+ * this communicator in issue order: within a group, those with one peer in the order of `ops`.
+ * Counted as its sends (CO_SEND) and receives (CO_RECV); one handle covers every buffer. */
+enum { COMM_GROUP_MAX = 4 };
+typedef struct comm_p2p {
+  const void *send;
+  void *recv;
+  int64_t numel;
+  int peer;
+} comm_p2p_t;
+comm_handle_t comm_group_async(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt, const char *tag);
 /* Block until h (and everything queued before it) is done. On CUDA: the compute stream waits
  * for it instead (no host block), which is what lets NCCL overlap with compute.
  * Exercise mode (ZL_EXERCISE_TIMEOUT_S set, as `make exercise` does): every handle of

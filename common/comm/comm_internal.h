@@ -49,7 +49,7 @@ extern "C" {
 /* What a queued task does (the counter category is separate: comm_task_t.op). */
 typedef enum {
   TASK_BROADCAST = 0, TASK_REDUCE, TASK_ALL_REDUCE, TASK_REDUCE_SCATTER, TASK_ALL_GATHER,
-  TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_ALL_TO_ALL, TASK_ALL_TO_ALLV, TASK_BARRIER,
+  TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_GROUP, TASK_ALL_TO_ALL, TASK_ALL_TO_ALLV, TASK_BARRIER,
   TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, /* host memory, always MPI */
   TASK_STOP                                                      /* ends the comm thread */
 } comm_task_kind_t;
@@ -67,6 +67,8 @@ typedef struct comm_task {
   int peer;              /* root (broadcast/reduce), dst (send, sendrecv), src (recv) */
   int64_t recv_numel;    /* TASK_SENDRECV: elements received into recv, from peer2 */
   int peer2;
+  int n_group;           /* TASK_GROUP: its sends and receives (comm_group_async) */
+  comm_p2p_t group[COMM_GROUP_MAX];
   char tag[48];          /* names the op in traces and timeout messages */
   comm_handle_t seq;     /* 1, 2, 3 ... in issue order */
   double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
@@ -120,6 +122,9 @@ typedef struct comm_backend {
   void (*all_to_all)(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt);
   void (*all_to_allv)(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
                       void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt);
+  /* comm_group_async: n sends and receives as one operation (NCCL: one group; MPI: all posted,
+   * then completed together), matching the user's send/recv */
+  void (*group)(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt);
 } comm_backend_t;
 
 struct comm {

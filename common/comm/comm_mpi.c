@@ -326,6 +326,29 @@ static void mpi_sendrecv_user(comm_t *c, const void *sendbuf, int64_t send_numel
   mpi_pair(c, sendbuf, send_numel, dst, recvbuf, recv_numel, src, dt, TAG_USER);
 }
 
+/* comm_group_async: every receive posted, then every send, each in pieces of MPI_PIECE, all completed
+ * together (a group is one operation: no piece waits for another's, as in an NCCL group). The
+ * user's tag; messages to one peer in the order of ops. */
+static void mpi_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
+  MPI_Datatype ty = mpi_type(c, dt);
+  int nreq = 0;
+  for (int i = 0; i < n; i++) nreq += (int)((ops[i].numel + MPI_PIECE - 1) / MPI_PIECE);
+  MPI_Request *r = xmalloc((size_t)(nreq + 1) * sizeof *r, "comm group requests");
+  nreq = 0;
+  for (int pass = 0; pass < 2; pass++) /* receives first */
+    for (int i = 0; i < n; i++)
+      for (int64_t off = 0; off < ops[i].numel; off += MPI_PIECE) {
+        if (pass == 0 && ops[i].recv)
+          CHECK_MPI(MPI_Irecv(atw(ops[i].recv, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER, c->mpi,
+                              &r[nreq++]));
+        if (pass == 1 && ops[i].send)
+          CHECK_MPI(mpi_isend(at(ops[i].send, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER, c->mpi,
+                              &r[nreq++]));
+      }
+  mpi_wait_backoff(nreq, r);
+  free(r);
+}
+
 static void mpi_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
   host_reduce(dst, src, numel, dt, op);
 }
@@ -370,6 +393,7 @@ const comm_backend_t comm_mpi_backend = {
     .sendrecv_user = mpi_sendrecv_user,
     .all_to_all = mpi_all_to_all,
     .all_to_allv = mpi_all_to_allv,
+    .group = mpi_group,
 };
 
 void comm_mpi_attach(comm_t *c) {

@@ -311,6 +311,18 @@ static void nccl_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, in
   CHECK_NCCL(ncclGroupEnd());
 }
 
+/* comm_group_async: every send and receive in one group (Megatron's batched p2p). */
+static void nccl_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
+  nccl_state_t *s = st(c);
+  CHECK_NCCL(ncclGroupStart());
+  for (int i = 0; i < n; i++) {
+    if (ops[i].numel <= 0) continue;
+    if (ops[i].send) CHECK_NCCL(ncclSend(ops[i].send, (size_t)ops[i].numel, nccl_type(dt), ops[i].peer, s->comm, s->stream));
+    else CHECK_NCCL(ncclRecv(ops[i].recv, (size_t)ops[i].numel, nccl_type(dt), ops[i].peer, s->comm, s->stream));
+  }
+  CHECK_NCCL(ncclGroupEnd());
+}
+
 static void nccl_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
   if (op == REDOP_MAX) opcu_max_on((void *)st(c)->stream, dst, src, dt, numel);
   else opcu_add_on((void *)st(c)->stream, dst, src, dt, numel);
@@ -363,7 +375,7 @@ static const comm_backend_t comm_nccl_backend = {
     nccl_sendrecv, nccl_local_reduce, nccl_local_copy, nccl_scratch_alloc, nccl_scratch_free,
     nccl_task_begin, nccl_task_end, nccl_wait, nccl_wait_all, nccl_finalize,
     /* sendrecv_user: the same grouped pair (NCCL matches p2p by order, not by tag) */ nccl_sendrecv,
-    nccl_all_to_all, nccl_all_to_allv};
+    nccl_all_to_all, nccl_all_to_allv, nccl_group};
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 /* NCCL refuses two ranks on one GPU (it would hang or fail deep inside init): compare the GPUs'

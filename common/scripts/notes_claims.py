@@ -62,8 +62,6 @@ CLAIMS = [
      "the pipeline's ZeRO-3 gathers are not prefetched"),
     ("notes/07-pipeline.md", r"Open MPI's single-copy mechanism .CMA.",
      [], "unchecked: an Open MPI transport (ptrace permission), no flag to look for"),
-    ("notes/07-pipeline.md", r"grouping its chunks' messages is not built",
-     [], "unchecked: NCCL's groups for interleaved (pp_groups holds nothing back when v > 1), no flag"),
     ("notes/07-pipeline.md", r"step t \+ 1's forwards while step t drains is left for later",
      ["no flag --overlap-steps", "has flag --post-validate"],
      "steps that overlap (ZB-H2's parallelogram): the loop ends each step with a barrier; post-validation is built"),

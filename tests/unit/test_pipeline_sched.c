@@ -176,8 +176,10 @@ Test(ch07_sched, receives_posted_ahead_run_without_deadlock) {
 /* The NCCL backend's groups (pp_groups, pipeline_pairs.c): every message of a pipeline on ONE
  * communicator, each send held back for the next receive (past W's) as one group — every schedule
  * with v = 1 runs to the end under synchronous sends, P <= 8, M <= 32; 1F1B's pairs are groups too
- * (Megatron's send_forward_recv_backward / send_backward_recv_forward); interleaved deadlocks with
- * such groups (it keeps its communicators per direction: the checker says why, here). */
+ * (Megatron's send_forward_recv_backward / send_backward_recv_forward). Interleaved (v = 2, 3, P <=
+ * 8, M <= 32 a multiple of P) with Megatron's groups (pp_group_cuts: a steady-state pair's two
+ * sends and two receives in one group) runs to the end too; with every operation a segment of its
+ * own (each send with the next operation's receive) it deadlocks, and the checker says so. */
 Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
   char why[1024], hf[MAXM], hb[MAXM], pf[MAXM], pb[MAXM];
   for (int sched = 0; sched < PP_NSCHED; sched++) {
@@ -195,8 +197,30 @@ Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
         }
       }
   }
-  cr_assert(pp_check_grouped(PP_INTERLEAVED, 2, 4, 2, why, sizeof why) && strstr(why, "deadlock"),
-            "interleaved in groups on one communicator: the checker must find the deadlock: %s", why);
+  int runs = 0;
+  for (int v = 2; v <= 3; v++)
+    for (int P = 2; P <= MAXP; P++)
+      for (int M = P; M <= MAXM; M += P, runs++)
+        cr_assert(!pp_check_grouped(PP_INTERLEAVED, P, M, v, why, sizeof why), "interleaved grouped: %s", why);
+  cr_assert_eq(runs, 2 * (16 + 10 + 8 + 6 + 5 + 4 + 4), "%d interleaved cases", runs);
+  /* the boundaries: before every operation but a steady-state B, which follows its F */
+  pp_op_t ops[2][2 * 2 * 4], *lists[2] = {ops[0], ops[1]};
+  char cut[2][2 * 2 * 4], *bounds[2] = {cut[0], cut[1]};
+  int n[2];
+  for (int s = 0; s < 2; s++) {
+    n[s] = pp_schedule_ops(PP_INTERLEAVED, 2, s, 4, 2, ops[s]);
+    pp_group_cuts(PP_INTERLEAVED, 2, s, 4, 2, ops[s], n[s], cut[s]);
+  }
+  /* stage 1 of P 2, v 2, M 4: F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 ... (the pairs from its third op) */
+  for (int i = 0; i < n[1]; i++)
+    cr_assert_eq(cut[1][i] & 1, !(i >= 3 && ops[1][i].kind == 'B' && ops[1][i - 1].kind == 'F'),
+                 "stage 1, op %d (%c %d.%d): boundary %d", i, ops[1][i].kind, ops[1][i].micro, ops[1][i].chunk, cut[1][i] & 1);
+  cr_assert(!pp_check_bounds(2, 4, 2, 0, lists, n, bounds, why, sizeof why), "%s", why);
+  for (int s = 0; s < 2; s++) /* every operation a segment: each send with the next operation's receives */
+    memset(cut[s], 1, (size_t)n[s]);
+  cr_assert(pp_check_bounds(2, 4, 2, 0, lists, n, bounds, why, sizeof why) && strstr(why, "deadlock"),
+            "interleaved with each send grouped with the next receive: the checker must find the deadlock: %s", why);
+  cr_log_info("interleaved, a group per operation: %s", why);
 }
 
 static void equal_costs(pp_cost_t *c, int P, double f, double b, double w) {
