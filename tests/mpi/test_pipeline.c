@@ -224,10 +224,12 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
       }
       double bf = sc == 0 ? (double)(P - 1) / P : (double)(P - 1) / (M_MICRO + P - 1);
       cr_assert(fabs(zl_json_num(r.json, "bubble_formula") - bf) < 1e-8, "%s: bubble_formula, expected %g", name, bf);
-      /* the stages' formula: never below the equal-stage one (a split only adds idle; naive: equal) */
+      /* the stages' formula, from this run's measured busy times: an idle fraction, and for naive the
+       * equal-stage one whatever the times. (Not compared with bf otherwise: with an earlier stage the
+       * slowest it may fall a little below it — pipeline_sched.h — so that would assert a timing.) */
       double bs = zl_json_num(r.json, "bubble_formula_stages");
-      cr_assert(bs >= bf - 1e-9 && bs < 1 && (sc != 0 || fabs(bs - bf) < 1e-9), "%s: bubble_formula_stages %g, expected in "
-                "[%g, 1)%s", name, bs, bf, sc == 0 ? " and equal to it (naive)" : "");
+      cr_assert(bs >= 0 && bs < 1 && (sc != 0 || fabs(bs - bf) < 1e-9), "%s: bubble_formula_stages %g, expected in "
+                "[0, 1)%s", name, bs, sc == 0 ? " and equal to the formula (naive)" : "");
       run_free(&r);
     }
     for (int s = 0; s < P; s++) {
