@@ -7,11 +7,8 @@
  * in the split's m->ctx; notes/06-tensor-parallel.md explains each. */
 #include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_mlp, tp_split_gpt
 #include "check.h"    // die, xmalloc, xcalloc, check_rank
-#include "device.h"   // dev_memcpy
 #include "gpt.h"      // model_gpt_fns
-#include "ops.h"      // op_cast
-#include "train.h"    // trainer_t, model_transform_t
-#include <math.h>     // isfinite
+#include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
@@ -115,13 +112,7 @@ static void tp_after_backward(trainer_t *t, int u) {
   }
   for (int v = 0; v < u; v++) at += s->units[v].rep_numel;
   float *acc = s->rep_grads + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
-  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, now, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
-  else {
-    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "tp replicated grads (16-bit)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
-    op_cast(DEV_CPU, now, DT_F32, h, t->wdt, n); /* bf16 or fp16 */
-    free(h);
-  }
+  trainer_grads_to_host(t, u, n, now);
   int add = t->micro > 0 && t->grad_beta == 0.0f;
   for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
   free(now);
@@ -133,19 +124,7 @@ static void tp_after_backward(trainer_t *t, int u) {
  * R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
 static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
   tp_split_t *s = t->model.ctx;
-  double R = 0, sum = dp_sumsq;
-  if (s->rep_total > 0) {
-    double *g = xmalloc((size_t)s->rep_total * sizeof(double), "tp replicated grads (f64)");
-    for (int64_t k = 0; k < s->rep_total; k++) g[k] = s->rep_grads[k];
-    for (int64_t k = 0; k < s->rep_total; k += 1 << 20) /* ctl all-reduces take an int count */
-      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(s->rep_total - k < (1 << 20) ? s->rep_total - k : 1 << 20), REDOP_SUM);
-    for (int64_t k = 0; k < s->rep_total; k++) R += g[k] * g[k];
-    free(g);
-  }
-  comm_ctl_all_reduce_f64(s->tp, &sum, 1, REDOP_SUM);
-  if (!isfinite(sum)) return sum; /* fp16: some TP rank's gradients overflowed (all must skip) */
-  sum -= (s->T - 1) * R;
-  return sum > 0 ? sum : 0;
+  return trainer_sumsq_once(t->comm, s->tp, dp_sumsq, s->rep_grads, s->rep_total);
 }
 
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this

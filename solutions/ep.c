@@ -2,13 +2,10 @@
  * rows over the EP group, the dense gradients summed over it, the gradient norm that counts them
  * once, the group's traffic formula, and the whole model back from the ranks' experts (--save-params). */
 #include "ep.h"       // ep_transform, ep_exchange_rows, ep_exchange_counts
-#include "moe.h"      // moe_unit_dense, moe_unit_experts
+#include "moe.h"      // moe_unit_dense, moe_group, moe_full_numel
 #include "check.h"    // die, xmalloc, xcalloc
 #include "comm.h"     // comm_all_to_all, comm_all_to_allv, comm_all_reduce, comm_ctl_*
-#include "device.h"   // dev_memcpy
-#include "ops.h"      // op_cast
-#include "train.h"    // trainer_t, model_transform_t
-#include <math.h>     // isfinite
+#include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
@@ -50,34 +47,14 @@ static void ep_after_backward(trainer_t *t, int u) {
   }
   int64_t at = 0;
   for (int v = 0; v < u; v++) at += dense_numel(t, v);
-  if (t->wdt == DT_F32) dev_memcpy(DEV_CPU, g_ep.dense + at, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
-  else {
-    uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "ep dense grads (16-bit)");
-    dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
-    op_cast(DEV_CPU, g_ep.dense + at, DT_F32, h, t->wdt, n);
-    free(h);
-  }
+  trainer_grads_to_host(t, u, n, g_ep.dense + at);
 }
 
 /* Σg² of the whole model: every EP rank's dp_sumsq holds its experts and the dense part, which is the
  * same on the group — counted P_E times in the sum over the group, so (P_E − 1)·R is taken off,
- * R = Σ (Σ_D dense)² (an f64 control all-reduce over D, as tp_split.c does for TP's replicated
- * parameters). */
+ * R = Σ (Σ_D dense)² (trainer_sumsq_once: the mechanism TP's replicated parameters use too). */
 static double ep_grad_sumsq(trainer_t *t, double dp_sumsq) {
-  double R = 0, sum = dp_sumsq;
-  int P = comm_world(t->tp_comm);
-  if (g_ep.total > 0) {
-    double *g = xmalloc((size_t)g_ep.total * sizeof(double), "ep dense grads (f64)");
-    for (int64_t k = 0; k < g_ep.total; k++) g[k] = g_ep.dense[k];
-    for (int64_t k = 0; k < g_ep.total; k += 1 << 20)
-      comm_ctl_all_reduce_f64(t->comm, g + k, (int)(g_ep.total - k < (1 << 20) ? g_ep.total - k : 1 << 20), REDOP_SUM);
-    for (int64_t k = 0; k < g_ep.total; k++) R += g[k] * g[k];
-    free(g);
-  }
-  comm_ctl_all_reduce_f64(t->tp_comm, &sum, 1, REDOP_SUM);
-  if (!isfinite(sum)) return sum;
-  sum -= (P - 1) * R;
-  return sum > 0 ? sum : 0;
+  return trainer_sumsq_once(t->comm, t->tp_comm, dp_sumsq, g_ep.dense, g_ep.total);
 }
 
 /* The EP group's all-reduces per step (fp32 ring model): one per unit, of its dense elements. The

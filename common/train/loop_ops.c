@@ -12,7 +12,7 @@
 #include "gpt.h"            // gpt_acts_bytes_tp
 #include "ledger.h"         // ledger_live
 #include "model.h"          // model_forward, model_backward, model_layout
-#include "ops.h"            // op_softmax_xent, op_has_nonfinite
+#include "ops.h"            // op_softmax_xent, op_has_nonfinite, op_cast
 #include "trace.h"          // trace_begin, trace_end, trace_event, trace_now_us
 #include <math.h>           // isfinite
 #include <stdio.h>          // snprintf
@@ -242,6 +242,33 @@ void trainer_check_grads(trainer_t *t, int u) {
   if (t->dev == DEV_CPU && !t->in->local_nonfinite && final)
     t->in->local_nonfinite = op_has_nonfinite(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel);
   if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
+}
+
+void trainer_grads_to_host(const trainer_t *t, int u, int64_t n, float *dst) {
+  if (t->wdt == DT_F32) {
+    dev_memcpy(DEV_CPU, dst, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
+    return;
+  }
+  uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "gradients (16-bit, host copy)");
+  dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
+  op_cast(DEV_CPU, dst, DT_F32, h, t->wdt, n); /* bf16 or fp16 */
+  free(h);
+}
+
+double trainer_sumsq_once(comm_t *dp, comm_t *group, double dp_sumsq, const float *rep, int64_t n) {
+  double R = 0, sum = dp_sumsq;
+  if (n > 0) {
+    double *g = xmalloc((size_t)n * sizeof(double), "alike gradients (f64)");
+    for (int64_t k = 0; k < n; k++) g[k] = rep[k];
+    for (int64_t k = 0; k < n; k += 1 << 20) /* ctl all-reduces take an int count */
+      comm_ctl_all_reduce_f64(dp, g + k, (int)(n - k < (1 << 20) ? n - k : 1 << 20), REDOP_SUM);
+    for (int64_t k = 0; k < n; k++) R += g[k] * g[k];
+    free(g);
+  }
+  comm_ctl_all_reduce_f64(group, &sum, 1, REDOP_SUM);
+  if (!isfinite(sum)) return sum; /* fp16: some rank's gradients overflowed (all must skip) */
+  sum -= (comm_world(group) - 1) * R;
+  return sum > 0 ? sum : 0;
 }
 
 /* Where unit u's whole output is during the micro-batch: the slot's out, or with --pa for a

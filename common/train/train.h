@@ -441,6 +441,15 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
  * NaN/Inf (GPU: nothing); then the model transform's after_backward (--tp: the replicated
  * parameters' gradients, for the norm). */
 void trainer_check_grads(trainer_t *t, int u);
+/* For a model transform whose group (TP's, EP's) holds some parameters alike on every rank:
+ * trainer_grads_to_host copies the first n gradients of unit u (t->unit_grads[u], wdt, on t->dev)
+ * widened to fp32 into host dst; trainer_sumsq_once turns group_sumsq's parts into the whole model's
+ * Σg²: Σ over group of dp_sumsq (each rank's Σ over its data-parallel group, dp), less (|group| − 1)·R,
+ * R = Σ_k (Σ_dp rep_k)² of the n alike gradients rep (host fp32; an f64 control all-reduce over dp),
+ * which the sum over the group counted |group| times. Non-finite sums come back as they are (fp16: every
+ * rank must skip). Collective over dp and group. */
+void trainer_grads_to_host(const trainer_t *t, int u, int64_t n, float *dst);
+double trainer_sumsq_once(comm_t *dp, comm_t *group, double dp_sumsq, const float *rep, int64_t n);
 /* 1 on the one rank that prints a strategy's or a schedule's lines (rank 0 of the job), unless --quiet. */
 int trainer_prints(const trainer_t *t);
 /* The steps this process has run so far, the current one included once its strategy step() is
