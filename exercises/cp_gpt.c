@@ -46,9 +46,7 @@ typedef struct cp_gpt {
 static const model_fns_t cp_gpt_fns;
 
 static void *grow(tensor_t *t, const char *name, dtype_t dt, int64_t numel) {
-  if (t->data && (t->numel < numel || t->dtype != dt)) tensor_free(t);
-  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, dt, DEV_CPU, numel);
-  return t->data;
+  return tensor_grow(t, name, LEDGER_ACTS, dt, DEV_CPU, numel);
 }
 static inline const void *P(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
 static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }

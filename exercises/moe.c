@@ -77,11 +77,7 @@ typedef struct moe_gpt {
 static moe_gpt_t *ctx_of(const model_t *m) { return (moe_gpt_t *)m->ctx; }
 
 static float *grow(tensor_t *b, const char *name, device_t dev, int64_t numel) {
-  if (numel < 1) numel = 1;
-  if (b->data && b->numel >= numel) return b->data;
-  if (b->data) tensor_free(b);
-  *b = tensor_alloc(name, LEDGER_ACTS, DT_F32, dev, numel);
-  return b->data;
+  return tensor_grow(b, name, LEDGER_ACTS, DT_F32, dev, numel > 0 ? numel : 1); /* an empty pass still gets a pointer */
 }
 
 /* The index arrays a pass needs on the device, each at its own offset of one buffer (grown first

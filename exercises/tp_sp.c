@@ -53,9 +53,7 @@ void tp_sp_free(tp_sp_t *sp) {
 }
 
 static float *grow(tensor_t *t, const char *name, device_t dev, int64_t numel) {
-  if (t->data && t->numel < numel) tensor_free(t);
-  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, DT_F32, dev, numel);
-  return t->data;
+  return tensor_grow(t, name, LEDGER_ACTS, DT_F32, dev, numel);
 }
 
 float *tp_sp_buffer(tp_sp_t *sp, int k, int64_t numel) {

@@ -79,9 +79,7 @@ void cp_ulysses_free(cp_ulysses_t *u) {
 }
 
 static float *grow(tensor_t *t, const char *name, int64_t numel) {
-  if (t->data && t->numel < numel) tensor_free(t);
-  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, DT_F32, DEV_CPU, numel);
-  return t->data;
+  return tensor_grow(t, name, LEDGER_ACTS, DT_F32, DEV_CPU, numel);
 }
 
 int64_t cp_ulysses_saved_per_token(int S, int E, int NH) { return (int64_t)NH * S + 3 * (int64_t)E; }

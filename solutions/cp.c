@@ -172,9 +172,7 @@ void cp_ring_free(cp_ring_t *g) {
 }
 
 static float *grow(tensor_t *t, const char *name, int64_t numel) {
-  if (t->data && t->numel < numel) tensor_free(t);
-  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, DT_F32, DEV_CPU, numel);
-  return t->data;
+  return tensor_grow(t, name, LEDGER_ACTS, DT_F32, DEV_CPU, numel);
 }
 
 int64_t cp_ring_fwd_numel(int C, int64_t R, int n, int E) { return (int64_t)(C - 1) * 2 * R * n * E; }

@@ -67,9 +67,7 @@ static const model_fns_t tp_gpt_model_fns;
 
 /* A working buffer of at least numel elements of dt (zero-filled when (re)allocated). */
 static void *grow(tensor_t *t, const char *name, dtype_t dt, device_t dev, int64_t numel) {
-  if (t->data && (t->numel < numel || t->dtype != dt || t->dev != dev)) tensor_free(t);
-  if (!t->data) *t = tensor_alloc(name, LEDGER_ACTS, dt, dev, numel);
-  return t->data;
+  return tensor_grow(t, name, LEDGER_ACTS, dt, dev, numel);
 }
 
 static inline const void *gP(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }

@@ -48,3 +48,9 @@ tensor_t tensor_view(const tensor_t *t, int64_t off, int64_t numel) {
   v.owner = 0;
   return v;
 }
+
+void *tensor_grow(tensor_t *t, const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel) {
+  if (t->data && (t->numel < numel || t->dtype != dtype || t->dev != dev)) tensor_free(t);
+  if (!t->data) *t = tensor_alloc(name, cat, dtype, dev, numel);
+  return t->data;
+}

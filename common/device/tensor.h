@@ -31,6 +31,10 @@ tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, de
 /* Release an owning tensor and give its bytes back to the ledger; a view or empty tensor is a no-op.
  * Leaves t empty (data NULL, numel 0). */
 void tensor_free(tensor_t *t);
+/* A working buffer that grows: at least numel elements of dtype on dev in *t, reallocated (freed,
+ * then tensor_alloc: contents not kept) when it is smaller or of another dtype or device; returns
+ * t->data (NULL for numel 0). The scratch of split layers (solutions/: tp, sp, cp, ulysses, moe). */
+void *tensor_grow(tensor_t *t, const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel);
 /* A view of elements [off, off+numel) of t. */
 tensor_t tensor_view(const tensor_t *t, int64_t off, int64_t numel);
 static inline int64_t tensor_nbytes(const tensor_t *t) { return t->numel * (int64_t)dtype_size(t->dtype); }
