@@ -187,15 +187,12 @@ static double a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int6
   return rows * (double)c->C * 4.0;
 }
 
-/* Rows from the send layout (grouped by destination rank) to this rank's experts' layout: with --ep
- * the all-to-all, then each expert's rows gathered in source order; alone, the same rows. */
+/* --ep: rows from the send layout (grouped by destination rank) to this rank's experts' layout — the
+ * all-to-all, then each expert's rows gathered in source order. (Alone, the two layouts are one: the
+ * callers use the same buffer and do not call these.) */
 static void to_experts(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_x, const float *send,
                        const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
-  if (c->ep == 1) {
-    dev_memcpy(dev, dst_x, dev, send, (size_t)(mu->Rx * c->C) * sizeof(float));
-    return;
-  }
   float *recv = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
   ep_exchange_rows(c->g, send, send_rows, recv, recv_src, Cn, tag);
   op_rows_gather(dev, dst_x, recv, dev_ints(c, dev, mu->perm_x, mu->Rx, IX_PERM_X), NULL, mu->Rx, Cn);
@@ -204,10 +201,6 @@ static void to_experts(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *
 static void to_tokens(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_send, const float *src_x,
                       const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
-  if (c->ep == 1) {
-    dev_memcpy(dev, dst_send, dev, src_x, (size_t)(mu->Rs * c->C) * sizeof(float));
-    return;
-  }
   float *back = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
   op_rows_gather(dev, back, src_x, dev_ints(c, dev, mu->perm_b, mu->Rx, IX_PERM_B), NULL, mu->Rx, Cn);
   ep_exchange_rows(c->g, back, recv_src, dst_send, send_rows, Cn, tag);
@@ -264,13 +257,14 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   int64_t send_rows[256], recv_src[256];
   exchange_plan(c, mu, cap, send_rows, recv_src);
   int64_t Rx = mu->Rx;
-  float *xs = grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C);
-  idx_room(c, dev, mu, BT);
-  op_rows_gather(dev, xs, ln2, dev_ints(c, dev, mu->row_tok, mu->Rs, IX_ROWS), NULL, mu->Rs, Cn);
-  /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home */
+  /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home.
+   * Alone the send layout is the experts' (Rs = Rx): the rows are gathered straight into X */
   float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
-  to_experts(c, mu, dev, X, xs, send_rows, recv_src, "moe dispatch");
+  float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C) : X;
+  idx_room(c, dev, mu, BT);
+  op_rows_gather(dev, xs, ln2, dev_ints(c, dev, mu->row_tok, mu->Rs, IX_ROWS), NULL, mu->Rs, Cn);
+  if (c->ep > 1) to_experts(c, mu, dev, X, xs, send_rows, recv_src, "moe dispatch");
   trace_end(NULL);
   trace_begin("moe experts");
   for (int i = 0; i < c->El; i++) { /* each expert: one GEMM pair on its rows */
@@ -303,7 +297,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   int64_t BT = (int64_t)io->B * c->S, C = c->C, Rs = mu->Rs, Rx = mu->Rx;
   float beta = io->beta;
   gpt_block_t kb = gpt_block_whole(m->gpt);
-  float *ln2 = io->saved + (gpt_block_attn_saved(&kb) - 2 * c->S - c->S * C) * io->B; /* gpt.h's order: ln2, mean2, rstd2 last */
+  const float *ln2 = gpt_block_saved_ln2(&kb, io); /* the router's and the experts' input, kept by the forward */
   float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C;
   int64_t send_rows[256], recv_src[256];
@@ -320,8 +314,10 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   if (rg != mu->row_gate) dev_memcpy(dev, rg, DEV_CPU, mu->row_gate, (size_t)Rs * sizeof(float));
   float *dsend = grow(&c->dsend, "moe d rows (send)", dev, Rs * C);
   op_rows_gather(dev, dsend, io->dy, dev_ints(c, dev, mu->row_tok, Rs, IX_ROWS), rg, Rs, Cn);
-  float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, 2 * Rx * C), *deo_x = dx_x + Rx * C;
-  to_experts(c, mu, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
+  /* the experts' input and output gradients (alone: the output's is dsend itself) */
+  float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, (c->ep > 1 ? 2 : 1) * Rx * C);
+  float *deo_x = c->ep > 1 ? dx_x + Rx * C : dsend;
+  if (c->ep > 1) to_experts(c, mu, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
   trace_end(NULL);
   trace_begin("moe experts backward");
   float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * 4 * C);
@@ -340,11 +336,15 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   trace_end(NULL);
   trace_begin("moe dispatch backward");
   /* the dispatch's backward: d rows home (--ep: the all-to-all back), then summed per token */
-  to_tokens(c, mu, dev, dsend, dx_x, send_rows, recv_src, "moe dispatch backward");
-  if (c->ep > 1) c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
+  float *dtok = dx_x; /* the input gradients in the send layout: alone, the experts' rows are */
+  if (c->ep > 1) {
+    to_tokens(c, mu, dev, dsend, dx_x, send_rows, recv_src, "moe dispatch backward");
+    dtok = dsend;
+    c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
+  }
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * BT * C), *dln2r = dln2 + BT * C;
   const int *slot = dev_ints(c, dev, mu->slot, BT * k, IX_SLOT);
-  op_rows_combine(dev, dln2, dsend, slot, NULL, BT, k, Cn, 0.0f);
+  op_rows_combine(dev, dln2, dtok, slot, NULL, BT, k, Cn, 0.0f);
   trace_end(NULL);
   /* the gates' gradient, then the router's: softmax backward with Switch's aux term on the host */
   float *dg = grow(&c->dg, "moe d gates", dev, BT * k);

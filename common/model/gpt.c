@@ -284,6 +284,8 @@ void gpt_block_attn_forward(const gpt_block_t *k, const unit_io_t *io, float **x
   *x2 = a.x2, *ln2 = a.ln2;
 }
 
+const float *gpt_block_saved_ln2(const gpt_block_t *k, const unit_io_t *io) { return block_acts(k, io->B, io->saved).ln2; }
+
 void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
   int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S, BTs = B * k->Ss;
   int64_t n = (int64_t)BTs * C;

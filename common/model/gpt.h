@@ -121,6 +121,8 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work);
 int64_t gpt_block_attn_saved(const gpt_block_t *k);
 void gpt_block_attn_forward(const gpt_block_t *k, const unit_io_t *io, float **x2, float **ln2);
 void gpt_block_attn_backward(const gpt_block_t *k, const unit_io_t *io, const float *dln2, float *work);
+/* ln2's output as the forward saved it in io->saved (B·Ss rows of C): what a block's MLP read. */
+const float *gpt_block_saved_ln2(const gpt_block_t *k, const unit_io_t *io);
 
 /* Activation bytes the loop keeps for a micro-batch of b samples: every unit's output plus
  * every unit's saved activations (recompute = 0), or every output plus ONE shared saved buffer
