@@ -386,7 +386,7 @@ static void print_header(const trainer_t *t, const char *chapter) {
   char per_rank[96];
   if (cfg->sched) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
   else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
-  if (strcmp(m->fns->name, "gpt") == 0 || strcmp(m->fns->name, "gpt-moe") == 0) /* --tp: the split GPT has its own table */
+  if (m->in_is_tokens) /* the GPT and its forms (tp, cp, moe), as the report tells them (report_is_gpt) */
     printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
            "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
            m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
