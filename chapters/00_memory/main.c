@@ -18,32 +18,10 @@
  * 02-05 say about themselves (strategy_t.formula: solutions/ddp.c, zero1.c, zero2.c, zero3.c) —
  * the formulas their training reports print beside the ledger; otherwise the paper's generic form.
  * The calculator itself is common/train/memcalc.c (memcalc_main): the explorer page runs the same
- * code in the browser (common/explorer/); this file gives it the strategies' hooks. */
-#include "memcalc.h" // memcalc_main: the calculator, flags to table
-#include "ddp.h"     // ddp_strategy: stage 0's formula hook
-#include "train.h"   // trainer_t, strategy_t (the formula hooks)
-#include "zero.h"    // zero1_strategy, zero2_strategy, zero3_strategy
-#include "formula.h" // formula_t, mem_formula_t
-#include "offload.h" // offload_strategy: --offload's formula hook (MEMCALC_OFFLOAD)
+ * code in the browser (common/explorer/); this file gives it the strategies' hooks (solutions/stage_states.c). */
+#include "memcalc.h"      // memcalc_main: the calculator, flags to table
 #include "pipeline_sched.h" // pp_split: --pp cuts the GPT's units as ch07_pipeline does
-#include <stdint.h>  // int64_t
-#include <stdio.h>   // stdout
+#include "stage_states.h"   // strategy_stage_states: the stages' formula hooks
+#include <stdio.h>          // stdout
 
-/* Stage s's model states per rank as its strategy says them (strategy_t.formula), for Ψ = psi on N
- * = world ranks, AdamW: master and the optimizer states together as the paper's KΨ. */
-static mem_formula_t strategy_states(int s, double psi, int world, dtype_t wdt) {
-  int no_sync = (s & MEMCALC_NO_SYNC) != 0; /* a pipeline's data dimension (chapter 07) */
-  s &= ~MEMCALC_NO_SYNC;
-  const strategy_t *st = s == 0 ? ddp_strategy("naive") : s == 1 ? zero1_strategy() : s == 2 ? zero2_strategy()
-                         : s == MEMCALC_OFFLOAD ? offload_strategy(OFFLOAD_OPTIMIZER, 1) : zero3_strategy();
-  train_cfg_t cfg = {.optimizer = OPT_ADAMW, .wdt = wdt, .accum = 1};
-  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1, .no_sync = no_sync};
-  t.model.numel = (int64_t)psi;
-  formula_t f;
-  st->formula(&t, &f);
-  mem_formula_t m = {.params = f.params, .grads = f.grads, .master = 0, .optim = f.master + f.optim + f.host};
-  m.total = m.params + m.grads + m.optim;
-  return m;
-}
-
-int main(int argc, char **argv) { return memcalc_main(argc, argv, strategy_states, pp_split, stdout); }
+int main(int argc, char **argv) { return memcalc_main(argc, argv, strategy_stage_states, pp_split, stdout); }

@@ -4,32 +4,12 @@
  * WebAssembly). Bitwise: the same doubles from the same formula. Suite ch00_memory.
  * Notes: notes/00-memory.md, notes/tour.md ("The explorer page"). */
 #include "zl_test.h" // Criterion, zl helpers
-#include "ddp.h"     // ddp_strategy
 #include "memcalc.h" // memcalc_main, memcalc_stage_states, MEMCALC_OFFLOAD
-#include "offload.h" // offload_strategy
 #include "pipeline_sched.h" // pp_split
-#include "train.h"   // trainer_t, strategy_t
-#include "zero.h"    // zero1_strategy, zero2_strategy, zero3_strategy
+#include "stage_states.h" // strategy_stage_states: ch00_memory's hook
 #include <stdio.h>   // open_memstream
 #include <stdlib.h>  // free
 #include <string.h>  // strcmp
-
-/* As ch00_memory's main.c: the stage's strategy's formula hook (MEMCALC_OFFLOAD: offload.c's), AdamW,
- * one micro-batch. */
-static mem_formula_t hook_states(int s, double psi, int world, dtype_t wdt) {
-  int no_sync = (s & MEMCALC_NO_SYNC) != 0; /* a pipeline's data dimension (chapter 07) */
-  s &= ~MEMCALC_NO_SYNC;
-  const strategy_t *st = s == 0 ? ddp_strategy("naive") : s == 1 ? zero1_strategy() : s == 2 ? zero2_strategy()
-                         : s == MEMCALC_OFFLOAD ? offload_strategy(OFFLOAD_OPTIMIZER, 1) : zero3_strategy();
-  train_cfg_t cfg = {.optimizer = OPT_ADAMW, .wdt = wdt, .accum = 1};
-  trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1, .no_sync = no_sync};
-  t.model.numel = (int64_t)psi;
-  formula_t f;
-  st->formula(&t, &f);
-  mem_formula_t m = {.params = f.params, .grads = f.grads, .master = 0, .optim = f.master + f.optim + f.host};
-  m.total = m.params + m.grads + m.optim;
-  return m;
-}
 
 Test(ch00_memory, page_states_equal_the_strategies_hooks) {
   const double psis[] = {1, 1000, 124439808, 7.5e9, 1e15};
@@ -43,7 +23,7 @@ Test(ch00_memory, page_states_equal_the_strategies_hooks) {
         for (int d = 0; d < 2; d++) {
           int s = codes[c];
           mem_formula_t got = memcalc_stage_states(s, psis[i], worlds[j], dts[d]);
-          mem_formula_t want = hook_states(s, psis[i], worlds[j], dts[d]);
+          mem_formula_t want = strategy_stage_states(s, psis[i], worlds[j], dts[d]);
           const double g[4] = {got.params, got.grads, got.optim, got.total};
           const double w[4] = {want.params, want.grads, want.optim, want.total};
           const char *names[4] = {"params", "grads", "optim", "total"};
@@ -78,7 +58,7 @@ Test(ch00_memory, page_text_equals_the_programs) {
   for (int i = 0; i < 7; i++) {
     int rc_page, rc_prog;
     char *page = run_text(lines[i], memcalc_stage_states, &rc_page);
-    char *prog = run_text(lines[i], hook_states, &rc_prog);
+    char *prog = run_text(lines[i], strategy_stage_states, &rc_prog);
     cr_expect_eq(rc_page, 0, "%s: exit %d", lines[i], rc_page);
     cr_expect_eq(rc_prog, 0, "%s: exit %d", lines[i], rc_prog);
     cr_expect(strcmp(page, prog) == 0, "%s: the page's text differs from the program's:\n%s\n---\n%s", lines[i], page, prog);
