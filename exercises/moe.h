@@ -76,5 +76,16 @@ int moe_check_args(const struct train_cfg *cfg);
 int64_t moe_unit_dense(const model_t *m, int u);
 comm_t *moe_group(const model_t *m);
 int64_t moe_full_numel(const model_t *m);
+/* And what ep_tp.c asks (--tp T inside the EP group): the router's offset in unit u (−1: not a MoE
+ * block; E·C elements), the TP group and the group's ranks with this TP index (NULL without --tp),
+ * the model before the experts (tp_gpt.c's split: its fns and ctx, for the dense units' maps), the
+ * full unit's size, and full unit u → this rank's (a MoE block: its part of the attention, the
+ * router, its experts). */
+int64_t moe_unit_router(const model_t *m, int u);
+comm_t *moe_tp_group(const model_t *m);
+comm_t *moe_xg_group(const model_t *m);
+model_t moe_base(const model_t *m);
+int64_t moe_full_unit_numel(const model_t *m, int u);
+void moe_unit_to_local(const model_t *m, int u, const float *full, float *local);
 
 #endif

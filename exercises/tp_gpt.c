@@ -163,6 +163,53 @@ static gpt_block_t tp_gpt_block(tp_gpt_t *c) {
                        .ln_bwd = c->sp ? tp_gpt_ln_bwd : NULL};
 }
 
+/* ---- chapter 12: a MoE block's attention half, split (tp.h; solutions/ep_tp.c) ---------------------
+ * Its local layout: the replicated ln1 w,b | proj b | ln2 w,b (5C), then qkv W_r, b_r | proj W_r — the
+ * block's without the MLP's tensors (the MoE block's experts replace them). */
+static gpt_block_layout_t tp_attn_layout(int C, int Cr) {
+  gpt_block_layout_t l = {0};
+  int64_t c = C, cr = Cr, at = 0;
+  l.ln1w = at, at += c;
+  l.ln1b = at, at += c;
+  l.projb = at, at += c;
+  l.ln2w = at, at += c;
+  l.ln2b = at, at += c;
+  l.qkvw = at, at += 3 * cr * c; /* the first split tensor: 5C replicated before it */
+  l.qkvb = at, at += 3 * cr;
+  l.projw = at, at += c * cr;
+  l.fcw = l.fcb = l.fcprojw = l.fcprojb = at; /* none: the experts' */
+  l.numel = at;
+  return l;
+}
+
+gpt_block_t tp_gpt_attn_block(const model_t *m) {
+  gpt_block_t k = tp_gpt_block(m->ctx);
+  k.l = tp_attn_layout(k.C, k.Cr);
+  return k;
+}
+int64_t tp_gpt_attn_numel(const model_t *m) {
+  const tp_gpt_t *c = m->ctx;
+  return tp_attn_layout(c->C, c->Cr).numel;
+}
+int64_t tp_gpt_attn_rep_numel(const model_t *m) { return tp_attn_layout(((const tp_gpt_t *)m->ctx)->C, 1).qkvw; }
+
+void tp_gpt_attn_map(const model_t *m, int q, float *full, float *local, int to_local) {
+  const tp_gpt_t *c = m->ctx;
+  int64_t C = c->C;
+  int cr = c->C / c->s.T, clo = q * cr;
+  gpt_block_layout_t f = gpt_block_layout(c->C), l = tp_attn_layout(c->C, cr);
+  tp_mv(full + f.ln1w, local + l.ln1w, C, to_local);
+  tp_mv(full + f.ln1b, local + l.ln1b, C, to_local);
+  tp_mv(full + f.projb, local + l.projb, C, to_local);
+  tp_mv(full + f.ln2w, local + l.ln2w, C, to_local);
+  tp_mv(full + f.ln2b, local + l.ln2b, C, to_local);
+  for (int p = 0; p < 3; p++) {
+    tp_mv(full + f.qkvw + (p * C + clo) * C, local + l.qkvw + (int64_t)p * cr * C, (int64_t)cr * C, to_local);
+    tp_mv(full + f.qkvb + p * C + clo, local + l.qkvb + (int64_t)p * cr, cr, to_local);
+  }
+  tp_mv_cols(full + f.projw, local + l.projw, c->C, c->C, clo, cr, to_local);
+}
+
 /* The split (tp_split_gpt, tp_split_gpt_sp). --sp, per micro-batch along the sequence (tp_sp.h):
  * the embedding's g becomes a reduce-scatter (forward) and an all-gather (backward, its dy); a block's
  * two g's and two ḡ's 4 all-gathers + 4 reduce-scatters, + 2 all-gathers in the backward (ln1 and ln2

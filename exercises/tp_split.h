@@ -70,6 +70,9 @@ int64_t tp_pa_slice(const struct trainer *t, int u);
 void tp_pa_keep(struct trainer *t, int u, const float *whole, float *slice);
 void tp_pa_gather(struct trainer *t, int u, const float *slice, float *whole);
 void tp_pa_traffic(const struct trainer *t, int64_t *calls, int64_t *bytes);
+/* Unit u's collectives over a TP group of T (this rank r) in one step of t, by k's counts (tp_split.c's
+ * formula, per unit): added to *calls, *bytes. */
+void tp_unit_traffic(const tp_unit_t *k, const struct trainer *t, int u, int T, int r, int64_t *calls, int64_t *bytes);
 
 /* The two splits (tp_split_model dispatches). Not collective. tp_split_gpt_sp: the GPT with
  * sequence parallelism as well (--sp, tp_sp.h): every unit output (B, S/T, C) along the sequence. */

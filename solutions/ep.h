@@ -20,6 +20,9 @@
 
 struct model_transform;
 extern const struct model_transform ep_transform;
+/* --ep P_E --tp T (solutions/ep_tp.c): T consecutive ranks of each EP group split the attention (chapter
+ * 06's GPT split) and read the same samples; at a MoE block each routes 1/T of their tokens. */
+extern const struct model_transform ep_tp_transform;
 
 /* Rows of C fp32 per peer: send_rows[q] rows from send (packed in q order) go to rank q of the group;
  * recv_rows[q] rows from rank q land packed in q order in recv (comm_all_to_allv; a mismatch between

@@ -9,6 +9,7 @@
  * anyway); every row of activations moves on the device (ops_gpt.h's op_rows_*). */
 #include "moe.h"      // moe_setup, moe_strategy, moe_plan
 #include "ep.h"       // ep_exchange_counts, ep_exchange_rows, ep_transform
+#include "tp.h"       // tp_split_model, tp_gpt_attn_* (--tp inside the EP group)
 #include "args.h"     // args_error, args_env_world
 #include "check.h"    // die, die_on_rank, xcalloc, xmalloc
 #include "comm.h"     // comm_ctl_all_reduce_f64
@@ -57,12 +58,22 @@ typedef struct moe_gpt {
   int E, k, every, ep, er, El;   /* experts, top-k, every m-th block, group size, this rank's index, E/ep */
   double cf, aux, rate;
   int aux_global;                /* --aux-loss-scope global */
-  int64_t C, S, D, R, X;         /* n_embd, seq_len, dense prefix, router E·C, one expert 8C² + 5C */
+  int64_t C, S, D, R, X;         /* n_embd, seq_len, dense prefix (this rank's), router E·C, one expert 8C² + 5C */
   comm_t *g;                     /* the EP group (t->tp_comm), NULL with --ep 1 */
+  /* --tp T inside the EP group (solutions/ep_tp.c): the T consecutive ranks that split the attention
+   * (tp) and the P_E/T ranks of the group with the same TP index (xg: data-parallel for the attention);
+   * at a MoE block TP rank tr routes rows [tr·BT/T, (tr+1)·BT/T) of the micro-batch's B·T tokens */
+  comm_t *tp, *xg;
+  int T, tr;
+  model_t base;                  /* the model before the experts: gpt.c's, or tp_gpt.c's split (its fns, ctx) */
+  model_fns_t fns;               /* this model's table (the base's loss when it has one) */
+  gpt_block_t kb;                /* a MoE block's attention half: gpt.h's whole block, or TP's split one */
+  int64_t Df;                    /* the full unit's dense prefix (ln1 .. ln2): D is this rank's part of it */
   moe_unit_t *u;                 /* [n_units] */
   /* device scratch, grown on demand (LEDGER_ACTS) */
   tensor_t logits, xs, recv, eo_x, dsend, dx_x, dpost, dln2, dln2r, dg, work;
   tensor_t idx, gd;              /* device copies of the index arrays a pass needs; of the gates */
+  tensor_t ys;                   /* --tp: this rank's rows of the MoE output (forward), of d ln2 (backward) */
   int64_t ix_off[4];
   /* the run's statistics (rank-local until moe_step_end sums them) */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), last step */
@@ -223,10 +234,11 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   int E = c->E, k = c->k, Cn = (int)c->C;
-  int64_t BT = (int64_t)io->B * c->S, C = c->C;
-  gpt_block_t kb = gpt_block_whole(m->gpt);
+  int64_t BTall = (int64_t)io->B * c->S, C = c->C, BT = BTall / c->T; /* BT: the tokens this rank routes */
+  gpt_block_t kb = c->kb;
   float *x2, *ln2;
   gpt_block_attn_forward(&kb, io, &x2, &ln2);
+  ln2 += (int64_t)c->tr * BT * C; /* --tp: this rank's rows of the group's (the same on its T ranks) */
   /* the router, in fp32 on the device; the softmax and the choice on the host */
   float *logits = grow(&c->logits, "moe router logits", dev, BT * E);
   op_linear_fwd(dev, logits, ln2, PP(io, c->D), NULL, wdt, (int)BT, Cn, E);
@@ -280,8 +292,10 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *gd = dev == DEV_CPU ? mu->gates : grow(&c->gd, "moe gates", dev, BT * k);
   if (gd != mu->gates) dev_memcpy(dev, gd, DEV_CPU, mu->gates, (size_t)(BT * k) * sizeof(float));
-  op_rows_combine(dev, io->y, eo, dev_ints(c, dev, mu->slot, BT * k, IX_SLOT), gd, BT, k, Cn, 0.0f);
-  op_add(dev, io->y, x2, DT_F32, BT * C);
+  float *y = c->T > 1 ? grow(&c->ys, "moe rows (tp)", dev, BT * C) : io->y;
+  op_rows_combine(dev, y, eo, dev_ints(c, dev, mu->slot, BT * k, IX_SLOT), gd, BT, k, Cn, 0.0f);
+  if (c->T > 1) comm_all_gather(c->tp, y, io->y, BTall * C, DT_F32); /* --tp: every rank's rows, in row order */
+  op_add(dev, io->y, x2, DT_F32, BTall * C);
   trace_end(NULL);
 }
 
@@ -292,10 +306,11 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   int E = c->E, k = c->k, Cn = (int)c->C;
-  int64_t BT = (int64_t)io->B * c->S, C = c->C, Rs = mu->Rs, Rx = mu->Rx;
+  int64_t BTall = (int64_t)io->B * c->S, C = c->C, BT = BTall / c->T, Rs = mu->Rs, Rx = mu->Rx;
   float beta = io->beta;
-  gpt_block_t kb = gpt_block_whole(m->gpt);
-  const float *ln2 = gpt_block_saved_ln2(&kb, io); /* the router's and the experts' input, kept by the forward */
+  gpt_block_t kb = c->kb;
+  /* the router's and the experts' input, kept by the forward (--tp: this rank's rows), and d y's rows */
+  const float *ln2 = gpt_block_saved_ln2(&kb, io) + (int64_t)c->tr * BT * C, *dy = io->dy + (int64_t)c->tr * BT * C;
   float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C;
   int64_t send_rows[256], recv_src[256];
@@ -311,7 +326,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float *rg = dev == DEV_CPU ? mu->row_gate : grow(&c->gd, "moe gates", dev, Rs);
   if (rg != mu->row_gate) dev_memcpy(dev, rg, DEV_CPU, mu->row_gate, (size_t)Rs * sizeof(float));
   float *dsend = grow(&c->dsend, "moe d rows (send)", dev, Rs * C);
-  op_rows_gather(dev, dsend, io->dy, dev_ints(c, dev, mu->row_tok, Rs, IX_ROWS), rg, Rs, Cn);
+  op_rows_gather(dev, dsend, dy, dev_ints(c, dev, mu->row_tok, Rs, IX_ROWS), rg, Rs, Cn);
   /* the experts' input and output gradients (alone: the output's is dsend itself) */
   float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, (c->ep > 1 ? 2 : 1) * Rx * C);
   float *deo_x = c->ep > 1 ? dx_x + Rx * C : dsend;
@@ -346,7 +361,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   trace_end(NULL);
   /* the gates' gradient, then the router's: softmax backward with Switch's aux term on the host */
   float *dg = grow(&c->dg, "moe d gates", dev, BT * k);
-  op_rows_dot(dev, dg, io->dy, eo, slot, BT, k, Cn);
+  op_rows_dot(dev, dg, dy, eo, slot, BT, k, Cn);
   float *dgh = xmalloc((size_t)(BT * k + 2 * BT * E) * sizeof(float), "moe router backward (host)");
   float *dp = dgh + BT * k, *dl = dp + BT * E;
   dev_memcpy(DEV_CPU, dgh, dev, dg, (size_t)(BT * k) * sizeof(float));
@@ -377,18 +392,50 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   free(dgh);
   op_linear_bwd(dev, dln2r, GG(io, c->D), NULL, dlog, ln2, PP(io, c->D), wdt, (int)BT, Cn, E, beta);
   op_add(dev, dln2, dln2r, DT_F32, BT * C);
+  if (c->T > 1) { /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
+    float *whole = grow(&c->ys, "moe rows (tp)", dev, BTall * C);
+    comm_all_gather(c->tp, dln2, whole, BTall * C, DT_F32);
+    dln2 = whole;
+  }
   float *work = grow(&c->work, "moe attention scratch", dev, gpt_block_scratch_numel(&kb, io->B));
   gpt_block_attn_backward(&kb, io, dln2, work);
 }
 
 /* ---- the model's table: dense units are gpt.c's ---------------------------------------------- */
+/* The base model's view of m (gpt.c's, or tp_gpt.c's split: its own ctx) for a dense unit. */
+static model_t base_of(const model_t *m) {
+  model_t b = *m;
+  b.fns = ctx_of(m)->base.fns, b.ctx = ctx_of(m)->base.ctx;
+  return b;
+}
 static void moe_forward(const model_t *m, int u, const unit_io_t *io) {
   if (ctx_of(m)->u[u].on) moe_block_forward(m, u, io);
-  else model_gpt_fns.forward(m, u, io);
+  else {
+    model_t b = base_of(m);
+    b.fns->forward(&b, u, io);
+  }
 }
 static void moe_backward(const model_t *m, int u, const unit_io_t *io) {
   if (ctx_of(m)->u[u].on) moe_block_backward(m, u, io);
-  else model_gpt_fns.backward(m, u, io);
+  else {
+    model_t b = base_of(m);
+    b.fns->backward(&b, u, io);
+  }
+}
+static double moe_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+  model_t bm = base_of(m); /* --tp: the vocab-parallel cross-entropy (tp_gpt.c) */
+  return bm.fns->loss(&bm, b, logits, targets, dlogits, scale);
+}
+static void moe_free_ctx(model_t *m) {
+  moe_gpt_t *c = m->ctx;
+  if (!c) return;
+  if (c->base.ctx) {
+    model_t b = base_of(m);
+    if (b.fns->free_ctx) b.fns->free_ctx(&b);
+    c->base.ctx = NULL;
+  }
+  if (c->xg) comm_finalize(c->xg), c->xg = NULL; /* --tp's groups, before the EP group they were split from */
+  if (c->tp) comm_finalize(c->tp), c->tp = NULL;
 }
 
 /* Initial values of the FULL unit u (every expert), as moe.h says: pure in (seed, u, index). */
@@ -402,11 +449,11 @@ static void moe_init_full(const moe_gpt_t *c, const model_t *m, uint64_t seed, i
   float *blk = xmalloc((size_t)l.numel * sizeof(float), "moe init (dense block)");
   model_gpt_fns.init_unit(&dense, seed, u, blk);
   free(dense.units);
-  memcpy(dst, blk, (size_t)c->D * sizeof(float)); /* ln1 .. ln2: the dense block's */
-  for (int64_t i = 0; i < c->R; i++) dst[c->D + i] = 0.02f * rng_normal(seed, MOE_ROUTER_STREAM + (uint64_t)u, (uint64_t)i);
+  memcpy(dst, blk, (size_t)c->Df * sizeof(float)); /* ln1 .. ln2: the dense block's */
+  for (int64_t i = 0; i < c->R; i++) dst[c->Df + i] = 0.02f * rng_normal(seed, MOE_ROUTER_STREAM + (uint64_t)u, (uint64_t)i);
   double rstd = 0.02 / sqrt(2.0 * m->gpt.n_layer);
   for (int e = 0; e < c->E; e++) {
-    float *x = dst + c->D + c->R + (int64_t)e * c->X;
+    float *x = dst + c->Df + c->R + (int64_t)e * c->X;
     if (e == 0) { /* expert 0: the dense MLP's values */
       memcpy(x, blk + l.fcw, (size_t)c->X * sizeof(float));
       continue;
@@ -423,13 +470,13 @@ static void moe_init_full(const moe_gpt_t *c, const model_t *m, uint64_t seed, i
 static void moe_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
   const moe_gpt_t *c = ctx_of(m);
   if (!c->u[u].on) {
-    model_gpt_fns.init_unit(m, seed, u, dst);
+    model_t b = base_of(m);
+    b.fns->init_unit(&b, seed, u, dst);
     return;
   }
-  float *full = xmalloc((size_t)(c->D + c->R + (int64_t)c->E * c->X) * sizeof(float), "moe init (full unit)");
+  float *full = xmalloc((size_t)(c->Df + c->R + (int64_t)c->E * c->X) * sizeof(float), "moe init (full unit)");
   moe_init_full(c, m, seed, u, full);
-  memcpy(dst, full, (size_t)(c->D + c->R) * sizeof(float));
-  memcpy(dst + c->D + c->R, full + c->D + c->R + (int64_t)c->er * c->El * c->X, (size_t)(c->El * c->X) * sizeof(float));
+  moe_unit_to_local(m, u, full, dst);
   for (int64_t i = m->units[u].numel; i < m->units[u].padded; i++) dst[i] = 0.0f;
   free(full);
 }
@@ -437,9 +484,10 @@ static void moe_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
 /* FLOPs per sample: the GPT's, with each MoE block's MLP k times (k experts per token) + the router. */
 static double moe_flops(const model_t *m) {
   const moe_gpt_t *c = ctx_of(m);
-  double T = m->gpt.seq_len, C = c->C, f = model_gpt_fns.flops_per_sample(m);
+  model_t b = base_of(m); /* --tp: the split model's share; a MoE block's experts then run 1/T of the tokens here */
+  double T = m->gpt.seq_len, C = c->C, f = b.fns->flops_per_sample(&b);
   for (int u = 1; u < m->n_units - 1; u++)
-    if (c->u[u].on) f += T * ((c->k - 1) * 16.0 * C * C + 2.0 * C * c->E);
+    if (c->u[u].on) f += T * ((c->k - 1) * 16.0 * C * C + 2.0 * C * c->E) / c->T;
   return f;
 }
 
@@ -458,9 +506,19 @@ void moe_setup(trainer_t *t) {
   c->g = cfg->ep > 1 ? t->tp_comm : NULL;
   c->ep = c->g ? comm_world(c->g) : 1, c->er = c->g ? comm_rank(c->g) : 0, c->El = c->E / c->ep;
   gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
-  c->C = m->gpt.n_embd, c->S = m->gpt.seq_len, c->D = l.fcw, c->R = (int64_t)c->E * c->C, c->X = l.numel - l.fcw;
+  c->C = m->gpt.n_embd, c->S = m->gpt.seq_len, c->Df = l.fcw, c->R = (int64_t)c->E * c->C, c->X = l.numel - l.fcw;
+  c->T = 1, c->D = c->Df, c->kb = gpt_block_whole(m->gpt);
+  if (c->g && cfg->ep_tp > 1) { /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
+    int T = cfg->ep_tp, gr = comm_rank(c->g);
+    c->tp = comm_split(c->g, gr / T, gr % T);  /* the attention's TP group */
+    c->xg = comm_split(c->g, gr % T, gr / T);  /* the group's ranks with my TP index: data-parallel for it */
+    c->T = T, c->tr = gr % T;
+    tp_split_model(m, c->tp);
+    c->kb = tp_gpt_attn_block(m), c->D = tp_gpt_attn_numel(m);
+  }
+  c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
   c->u = xcalloc((size_t)m->n_units, sizeof(moe_unit_t), "moe units");
-  gpt_block_t kb = gpt_block_whole(m->gpt);
+  gpt_block_t kb = c->kb;
   /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k)
    * and the experts' (capacity: the same; dropless: in the worst case every token of the group here) */
   int64_t Sk = c->S * c->k, rs = c->cf > 0 ? (int64_t)ceil(c->cf * Sk) + c->E : Sk;
@@ -479,7 +537,10 @@ void moe_setup(trainer_t *t) {
     m->units[u].numel = c->D + c->R + (int64_t)c->El * c->X;
     m->units[u].saved_numel = gpt_block_attn_saved(&kb) + rx * 9 * c->C + rs * c->C;
   }
-  m->fns = &moe_gpt_fns;
+  c->fns = moe_gpt_fns;
+  c->fns.free_ctx = moe_free_ctx;
+  if (c->base.fns->loss) c->fns.loss = moe_loss;
+  m->fns = &c->fns;
   m->ctx = c;
   model_layout(m);
   /* --ep with --accum > 1: the dense gradients are summed over the group once per step, from the step's
@@ -490,6 +551,10 @@ void moe_setup(trainer_t *t) {
   if (c->g && trainer_prints(t)) {
     printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d experts of each "
            "MoE block per rank; the strategy on the D = %d ranks that hold the same experts\n", c->ep, c->El, c->E, t->world);
+    if (c->tp)
+      printf("ep: --tp %d inside each EP group: %d consecutive ranks split the attention's heads, the embedding and the "
+             "head and read the same samples (%d slices of the batch per group); at a MoE block each routes 1/%d of "
+             "their tokens\n", c->T, c->T, c->ep / c->T, c->T);
     fflush(stdout);
   }
   trainer_report_extra(t, "moe_experts", c->E);
@@ -504,12 +569,34 @@ int64_t moe_unit_dense(const model_t *m, int u) {
   const moe_gpt_t *c = ctx_of(m);
   return c->u[u].on ? c->D + c->R : m->units[u].numel;
 }
-comm_t *moe_group(const model_t *m) { return ctx_of(m)->g; }
-int64_t moe_full_numel(const model_t *m) {
+int64_t moe_unit_router(const model_t *m, int u) {
   const moe_gpt_t *c = ctx_of(m);
+  return c->u[u].on ? c->D : -1;
+}
+comm_t *moe_group(const model_t *m) { return ctx_of(m)->g; }
+comm_t *moe_tp_group(const model_t *m) { return ctx_of(m)->tp; }
+comm_t *moe_xg_group(const model_t *m) { return ctx_of(m)->xg; }
+model_t moe_base(const model_t *m) { return base_of(m); }
+int64_t moe_full_unit_numel(const model_t *m, int u) {
+  const moe_gpt_t *c = ctx_of(m);
+  if (c->u[u].on) return c->Df + c->R + (int64_t)c->E * c->X;
+  if (!c->tp) return m->units[u].numel;
+  model_t b = base_of(m);
+  return tp_full_unit_numel(&b, u);
+}
+int64_t moe_full_numel(const model_t *m) {
   int64_t n = 0;
-  for (int u = 0; u < m->n_units; u++) n += c->u[u].on ? c->D + c->R + (int64_t)c->E * c->X : m->units[u].numel;
+  for (int u = 0; u < m->n_units; u++) n += moe_full_unit_numel(m, u);
   return n;
+}
+void moe_unit_to_local(const model_t *m, int u, const float *full, float *local) {
+  const moe_gpt_t *c = ctx_of(m);
+  if (c->tp) {
+    model_t b = base_of(m);
+    tp_gpt_attn_map(&b, c->tr, (float *)full, local, 1); /* full → local: full is only read */
+  } else memcpy(local, full, (size_t)c->Df * sizeof(float));
+  memcpy(local + c->D, full + c->Df, (size_t)c->R * sizeof(float));
+  memcpy(local + c->D + c->R, full + c->Df + c->R + (int64_t)c->er * c->El * c->X, (size_t)(c->El * c->X) * sizeof(float));
 }
 
 /* ---- after each step: the loads over every rank, the bias, the statistics ------------------------- */
@@ -576,6 +663,20 @@ static void moe_step_end(trainer_t *t) {
 }
 
 /* ---- the end-of-run lines ---------------------------------------------------------------------- */
+/* The dense parameters one rank keeps, of the model's dense: all of them, or with --tp T the replicated
+ * ones and 1/T of the split: every block's qkv and proj (4C² + 3C), a dense block's MLP too (8C² + 4C
+ * more), and Vr of the V rows of wte and of the head (tp_gpt.c's layouts). */
+static double dense_rank_formula(const moe_gpt_t *c, const model_t *m, double dense) {
+  if (!c->tp) return dense;
+  double C = (double)c->C, V = m->gpt.vocab, Vr = tp_part_numel(m->gpt.vocab, c->T, c->tr);
+  double split = 2 * V * C, mine = 2 * Vr * C;
+  for (int u = 1; u < m->n_units - 1; u++) {
+    double sb = c->u[u].on ? 4 * C * C + 3 * C : 12 * C * C + 7 * C;
+    split += sb, mine += sb / c->T;
+  }
+  return dense - split + mine;
+}
+
 /* This rank's expert and dense elements of what it keeps (the strategy's layout: the own pieces'
  * fp32 states, the held working params) beside the formula. */
 static void moe_report(trainer_t *t) {
@@ -596,6 +697,7 @@ static void moe_report(trainer_t *t) {
   }
   gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
+  double dense_rank = dense_rank_formula(c, m, (double)p.dense);
   comm_counters_t k = {0};
   if (c->g) comm_wait_all(c->g), k = comm_counters(c->g);
   double a2a = (double)k.sent[CO_ALL_TO_ALL] / steps;
@@ -621,7 +723,7 @@ static void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_expert_state_bytes_group", grp[1] * per);
   trainer_report_extra(t, "moe_expert_state_bytes_formula", copies * exp_rank * per);
   trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
-  trainer_report_extra(t, "moe_dense_state_bytes_formula", copies * (double)p.dense * per);
+  trainer_report_extra(t, "moe_dense_state_bytes_formula", copies * dense_rank * per);
   if (!trainer_prints(t)) return;
   printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld (experts "
          "%lld)\n", nm, m->gpt.n_layer, c->E, c->k,
@@ -635,10 +737,11 @@ static void moe_report(trainer_t *t) {
          c->rate > 0 ? "; router bias: the same bits on every rank (checked each step)" : "");
 
   printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same experts keep%s experts "
-         "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense = %.0f B; "
+         "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense%s = %.0f B; "
          "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n", per, t->world,
          t->world > 1 ? "s" : "", t->world > 1 ? "" : "s", grp[1] * per, grp[0] * per, copies > 1 ? "D whole copies (DDP) of " : "", c->El, c->E,
-         (long long)p.expert, copies * exp_rank * per, (long long)p.dense, copies * (double)p.dense * per, own[1] * per,
+         (long long)p.expert, copies * exp_rank * per, (long long)p.dense, c->tp ? " (this TP rank's part of them)" : "",
+         copies * dense_rank * per, own[1] * per,
          own[0] * per);
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
   if (c->g)
@@ -682,6 +785,22 @@ int moe_check_args(const train_cfg_t *cfg) {
     snprintf(v, sizeof v, "%d", cfg->ep);
     return args_error("--ep", v, "must divide the ranks (%d) and the experts (--moe %d): P_E consecutive ranks hold E/P_E "
                       "experts each", world, cfg->moe);
+  }
+  if (cfg->tp > 1) { /* TP on the attention inside each EP group (ep_tp.c) */
+    snprintf(v, sizeof v, "%d", cfg->tp);
+    if (cfg->ep % cfg->tp != 0)
+      return args_error("--tp", v, "must divide --ep (%d): T consecutive ranks of each EP group split the attention (for "
+                        "--tp alone: chapter 06)", cfg->ep);
+    if (cfg->gpt.n_head % cfg->tp != 0)
+      return args_error("--tp", v, "must divide the heads (--n-head %d): each rank a whole number of heads", cfg->gpt.n_head);
+    if (cfg->gpt.vocab < cfg->tp)
+      return args_error("--tp", v, "must be at most the vocabulary (%d rows: every rank some)", cfg->gpt.vocab);
+    int64_t b = cfg->batch / ((int64_t)(world / cfg->tp) * cfg->accum); /* samples per micro-batch of a TP group */
+    if (b * cfg->gpt.seq_len % cfg->tp != 0)
+      return args_error("--tp", v, "must divide the tokens of a micro-batch (%lld x %d): each TP rank routes 1/T of them",
+                        (long long)b, cfg->gpt.seq_len);
+    const char *no = cfg->resume ? "--resume" : cfg->ckpt ? "--ckpt" : cfg->eval_every ? "--eval-every" : NULL;
+    if (no) return args_error(no, NULL, "not with --tp in chapter 12 (TP inside the EP group: checkpoints and validation not built)");
   }
   if (cfg->ep > 1 && cfg->sample > 0) {
     snprintf(v, sizeof v, "%d", cfg->sample);

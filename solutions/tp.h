@@ -27,6 +27,7 @@
 #include "tensor.h" // tensor_t
 #include "model.h"  // model_t
 #include "dtype.h"  // dtype_t
+#include "gpt.h"    // gpt_block_t
 
 /* ---- f and g (the exercises tp_f_backward, tp_g_forward) --------------------------------- */
 void tp_f_forward(comm_t *tp, const float *x, int64_t numel);   /* identity: nothing moves */
@@ -140,4 +141,16 @@ void tp_split_model(model_t *m, comm_t *tp);
  * to_local, else local → full (a replicated parameter is written by every q: the same values). */
 void tp_map_unit(const model_t *m, int u, int q, float *full, float *local, int to_local);
 int64_t tp_unit_local_numel(const model_t *m, int u, int q);
+int64_t tp_full_unit_numel(const model_t *m, int u); /* the unsplit unit's parameters */
+
+/* ---- chapter 12: TP on the attention of a MoE block (solutions/ep_tp.c, moe.c) -------------------
+ * m: a GPT split by tp_split_model. A MoE block keeps its attention half split as the dense blocks
+ * do, without the MLP's tensors: local layout ln1 w,b | proj b | ln2 w,b (tp_gpt_attn_rep_numel = 5C
+ * replicated) | qkv W_r (3Cr,C), b_r (3Cr) | proj W_r (C,Cr): tp_gpt_attn_numel floats. The block for
+ * gpt.h's gpt_block_attn_forward/backward (the split linears as hooks, that layout), and the map of
+ * TP rank q's part ↔ the full block's first gpt_block_layout(C).fcw floats (ln1 .. ln2, full order). */
+gpt_block_t tp_gpt_attn_block(const model_t *m);
+int64_t tp_gpt_attn_numel(const model_t *m);
+int64_t tp_gpt_attn_rep_numel(const model_t *m);
+void tp_gpt_attn_map(const model_t *m, int q, float *full, float *local, int to_local);
 #endif

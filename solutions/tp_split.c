@@ -63,6 +63,8 @@ int64_t tp_unit_local_numel(const model_t *m, int u, int q) {
   return s->local_numel(s, u, q);
 }
 
+int64_t tp_full_unit_numel(const model_t *m, int u) { return ((const tp_split_t *)m->ctx)->full.units[u].numel; }
+
 /* ---- the transform's answers -------------------------------------------------------------- */
 /* Rank 0 of the TP group gathers every rank's units and maps each slice back where the full unit
  * has it; rank 0 last, so its replicated parameters are the ones kept. */
@@ -128,25 +130,26 @@ static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
  * rank: × micro-batches (t->n_micro: --accum, or a pipeline's M), of the units it holds; --recompute reruns a unit's forward, its forward all-reduces (ar_fwd_calls:
  * the g's) included; ar2_* a second size (the GPT's loss). */
+void tp_unit_traffic(const tp_unit_t *k, const trainer_t *t, int u, int T, int r, int64_t *calls, int64_t *bytes) {
+  int64_t A = t->n_micro, b = t->local_batch;
+  if (t->model.units[u].numel == 0) return; /* a pipeline keeps it on another stage */
+  int64_t n = k->ar_calls;
+  if (t->cfg->recompute && t->model.units[u].saved_numel > 0) n += k->ar_fwd_calls;
+  *calls += (n + k->ar2_calls) * A;
+  *bytes += n * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar_numel, DT_F32, T, r, 0);
+  *bytes += k->ar2_calls * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar2_numel, DT_F32, T, r, 0);
+  int rc = t->cfg->recompute && t->model.units[u].saved_numel > 0; /* --sp: the sequence's collectives */
+  int64_t ag = k->ag_calls + (rc ? k->ag_fwd_calls : 0), rs = k->rs_calls + (rc ? k->rs_fwd_calls : 0);
+  *calls += (ag + rs + k->ln_calls) * A;
+  *bytes += ag * A * comm_model_sent(CO_ALL_GATHER, b * k->ar_numel, DT_F32, T, r, 0);
+  *bytes += rs * A * comm_model_sent(CO_REDUCE_SCATTER, b * k->ar_numel, DT_F32, T, r, 0);
+  *bytes += k->ln_calls * A * comm_model_sent(CO_ALL_REDUCE, k->ln_numel, DT_F32, T, r, 0);
+}
+
 static void tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   const tp_split_t *s = t->model.ctx;
-  int64_t A = t->n_micro, b = t->local_batch;
   *calls = *bytes = 0;
-  for (int u = 0; u < t->model.n_units; u++) {
-    if (t->model.units[u].numel == 0) continue; /* a pipeline keeps it on another stage */
-    const tp_unit_t *k = &s->units[u];
-    int64_t n = k->ar_calls;
-    if (t->cfg->recompute && t->model.units[u].saved_numel > 0) n += k->ar_fwd_calls;
-    *calls += (n + k->ar2_calls) * A;
-    *bytes += n * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar_numel, DT_F32, s->T, s->r, 0);
-    *bytes += k->ar2_calls * A * comm_model_sent(CO_ALL_REDUCE, b * k->ar2_numel, DT_F32, s->T, s->r, 0);
-    int rc = t->cfg->recompute && t->model.units[u].saved_numel > 0; /* --sp: the sequence's collectives */
-    int64_t ag = k->ag_calls + (rc ? k->ag_fwd_calls : 0), rs = k->rs_calls + (rc ? k->rs_fwd_calls : 0);
-    *calls += (ag + rs + k->ln_calls) * A;
-    *bytes += ag * A * comm_model_sent(CO_ALL_GATHER, b * k->ar_numel, DT_F32, s->T, s->r, 0);
-    *bytes += rs * A * comm_model_sent(CO_REDUCE_SCATTER, b * k->ar_numel, DT_F32, s->T, s->r, 0);
-    *bytes += k->ln_calls * A * comm_model_sent(CO_ALL_REDUCE, k->ln_numel, DT_F32, s->T, s->r, 0);
-  }
+  for (int u = 0; u < t->model.n_units; u++) tp_unit_traffic(&s->units[u], t, u, s->T, s->r, calls, bytes);
 }
 
 /* tp_sp_transform's split: the GPT only (the MLP has no sequence; train_flags.c refuses it first). */

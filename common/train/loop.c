@@ -349,7 +349,10 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     if (!t->skipped) (*taken)++;
     else (*skipped)++;
     comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* every stage's: control traffic */
-    if (t->tp_comm && cfg->transform->splits_batch) comm_ctl_all_reduce_f64(t->tp_comm, &loss_sum, 1, REDOP_SUM);
+    if (t->tp_comm && cfg->transform->splits_batch) { /* the group's slices, each once (TP inside EP: T ranks share one) */
+      if (comm_rank(t->tp_comm) % trainer_batch_share(t)) loss_sum = 0;
+      comm_ctl_all_reduce_f64(t->tp_comm, &loss_sum, 1, REDOP_SUM);
+    }
     in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
@@ -375,7 +378,8 @@ static void print_header(const trainer_t *t, const char *chapter) {
   const model_t *m = &t->model;
   char ranks[64]; /* the strategy's ranks; with expert parallelism (12) every rank of the job: EP × D */
   if (t->tp_comm && cfg->transform->splits_batch)
-    snprintf(ranks, sizeof ranks, "%d ranks (EP %d x D %d)", comm_world(t->world_comm), comm_world(t->tp_comm), t->world);
+    snprintf(ranks, sizeof ranks, cfg->ep_tp > 1 ? "%d ranks (EP %d, TP %d inside, x D %d)" : "%d ranks (EP %d x D %d)",
+             comm_world(t->world_comm), comm_world(t->tp_comm), cfg->ep_tp > 1 ? cfg->ep_tp : t->world, t->world);
   else snprintf(ranks, sizeof ranks, "%d rank%s", t->world, t->world > 1 ? "s" : "");
   printf("ch%s: %s on %s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, ranks,
          device_name(t->dev), comm_backend_name(t->comm),
@@ -549,7 +553,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
-  int slices = grid && cfg->transform->splits_batch ? comm_world(comm) : world; /* expert parallelism: D·T */
+  int slices = grid && cfg->transform->splits_batch ? comm_world(comm) / (cfg->ep_tp > 1 ? cfg->ep_tp : 1) : world; /* EP: D·P_E (/T: TP inside) */
   if (!cfg->sched && cfg->batch % ((int64_t)slices * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, slices, cfg->accum);
 

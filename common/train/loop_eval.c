@@ -41,7 +41,10 @@ static double evaluate(trainer_t *t) {
                              (int)(b * m->rows), m->classes, 1.0f);
     }
   comm_ctl_all_reduce_f64(t->comm, &sum, 1, REDOP_SUM); /* control traffic */
-  if (nslices > t->world) comm_ctl_all_reduce_f64(t->tp_comm, &sum, 1, REDOP_SUM); /* the group's slices too */
+  if (nslices > t->world) { /* the group's slices too, each once */
+    if (comm_rank(t->tp_comm) % trainer_batch_share(t)) sum = 0;
+    comm_ctl_all_reduce_f64(t->tp_comm, &sum, 1, REDOP_SUM);
+  }
   trace_end(NULL);
   return sum / ((double)cfg->eval_batches * (double)B * m->rows);
 }

@@ -217,9 +217,13 @@ double trainer_loss_scale(const trainer_t *t) { return t->wdt == DT_F16 ? (doubl
 void trainer_data_slice(const trainer_t *t, int *slice, int *nslices) {
   *slice = t->rank, *nslices = t->world;
   if (t->tp_comm && t->cfg->transform->splits_batch) {
-    int T = comm_world(t->tp_comm);
-    *slice = t->rank * T + comm_rank(t->tp_comm), *nslices = t->world * T;
+    int share = trainer_batch_share(t), T = comm_world(t->tp_comm) / share;
+    *slice = t->rank * T + comm_rank(t->tp_comm) / share, *nslices = t->world * T;
   }
+}
+
+int trainer_batch_share(const trainer_t *t) {
+  return t->tp_comm && t->cfg->transform->splits_batch && t->cfg->ep_tp > 1 ? t->cfg->ep_tp : 1;
 }
 
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {

@@ -48,6 +48,13 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   if (t->tp_comm) {
     comm_wait_all(t->tp_comm);
     comm_counters_t tc = comm_counters(t->tp_comm);
+    comm_t *sub[4];
+    int ns = t->cfg->transform->groups ? t->cfg->transform->groups(t, sub, 4) : 0;
+    for (int i = 0; i < ns; i++) { /* the transform's other groups (chapter 12's TP inside EP): its bytes too */
+      comm_wait_all(sub[i]);
+      comm_counters_t sc = comm_counters(sub[i]);
+      for (int op = 0; op < CO_NOPS; op++) tc.calls[op] += sc.calls[op], tc.sent[op] += sc.sent[op];
+    }
     mine.tp_rank = comm_rank(t->tp_comm);
     /* the group's collectives: all-reduces; --sp's all-gathers and reduce-scatters along the sequence
      * (--pa's all-gathers, which --sp excludes, are counted apart below) */

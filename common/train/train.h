@@ -69,6 +69,9 @@ typedef struct train_cfg {
    * load-balancing loss --aux-loss-coeff, DeepSeek-V3's bias --router-bias-rate, --ep P_E ranks over
    * which the experts are split (solutions/ep.c). moe 0: no experts. */
   int moe, topk, moe_every, ep;
+  int ep_tp;                          /* --tp T with --ep (chapter 12, solutions/ep_tp.c): tensor parallelism on the
+                                       * attention inside each EP group — its T consecutive ranks read the same
+                                       * samples (the transform's group splits the batch in P_E/T slices); 1: none */
   double capacity_factor, aux_loss_coeff, router_bias_rate;
   const char *aux_loss_scope;         /* --aux-loss-scope local|global: f_e of this rank's micro-batch (Switch), or
                                        * of the micro-batch over every rank (global-batch balance); NULL reads local */
@@ -303,6 +306,10 @@ typedef struct model_transform {
    * its own slice of the batch (the slices over D·T ranks, trainer_data_slice), and the loss is
    * summed over the group too. */
   int splits_batch;
+  /* The groups, besides t->tp_comm, that the transform's collectives run on (chapter 12's TP inside
+   * the EP group: the TP ranks and the ranks that share a TP index): up to max into out, their
+   * number. The report adds their counters to the group's. NULL: none. */
+  int (*groups)(const struct trainer *t, comm_t **out, int max);
   /* The FULL model's fp32 weights from every rank's own. local: this rank's unpadded weights, unit
    * after unit (m->numel floats; ignored unless has_local). Collective over the group. Returns on
    * the group's rank 0 a malloc'd array of *full_numel floats (the unsplit model), NULL elsewhere. */
@@ -431,6 +438,9 @@ double trainer_loss_scale(const trainer_t *t);
 /* Which slice of each micro-batch this rank reads, of how many: its data-parallel rank of t->world,
  * or with a transform that splits the batch (expert parallelism) dp_rank·T + group rank of D·T. */
 void trainer_data_slice(const trainer_t *t, int *slice, int *nslices);
+/* How many consecutive ranks of the transform's group read the same slice: cfg->ep_tp with a transform
+ * that splits the batch (chapter 12's TP inside the EP group), else 1. */
+int trainer_batch_share(const trainer_t *t);
 /* The loss of b samples as the loop computes it: softmax cross-entropy of logits (b·rows,
  * classes) against targets (b·rows), scale 1/(global batch·rows), dlogits (b·rows, classes)
  * written. Returns the local loss sum; a non-finite one marks this rank's step (the

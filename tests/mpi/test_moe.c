@@ -196,11 +196,71 @@ Test(ch12_moe, router_bias_same_on_every_rank) {
   zl_out_free(&r); /* each step every rank compared its bias bits with the others': a difference stops the job */
 }
 
+/* --tp T inside the EP group (solutions/ep_tp.c): TP 2 x EP 4 on 4 ranks — the attention split over 2,
+ * each TP rank routing half of its group's tokens, the 4 experts one per rank — against 1 rank with
+ * --accum 4: each rank routes the tokens of one of 1 rank's micro-batches (2 samples), so the routing,
+ * the drops and the aux loss's f_e are the same; the attention and the experts run other shapes: the
+ * weights within 1e-5 of max|w| (--clip 0.5 clips every step here: the norm counts each value once).
+ * The groups' traffic, counted here from the shape (notes/12-experts.md, "TP inside the EP group"):
+ * over TP (T = 2, b·S·C = 4·16·32 fp32 per collective, 2(T-1)/T of it per all-reduce, (T-1)/T per
+ * all-gather): the embedding's g, per MoE block 2 all-reduces + 2 all-gathers, the head's f and the
+ * loss's 3 all-reduces of b·S; a router's gradient (E·C) over TP per block; each unit's dense
+ * gradient over the 2 ranks with the same TP index (wpe + Vr rows of wte; 5C + qkv/proj/T + router;
+ * lnf + Vr rows of the head). */
+static void tp_ep_expected_traffic(double *calls, double *bytes) {
+  const double T = 2, X = 2, C = 32, S = 16, V = 256, b = 4, L = 2, E = 4, Cr = C / T, Vr = V / T;
+  double n = b * S * C, ar = 2 * (T - 1) / T * 4, ag = (T - 1) / T * 4, arx = 2 * (X - 1) / X * 4;
+  double emb = S * C + Vr * C, blk = 5 * C + 3 * Cr * C + 3 * Cr + C * Cr + E * C, head = 2 * C + Vr * C;
+  *calls = 1 + 4 * L + 1 + 3 + L + (L + 2);
+  *bytes = (1 + 2 * L + 1) * n * ar + 2 * L * n * ag + 3 * b * S * ar + L * E * C * ar + (emb + L * blk + head) * arx;
+}
+
+Test(ch12_moe, tp_inside_ep_equals_one_rank) {
+  zl_out_t one = MOE_LAUNCH(1, "moe", "tpone", "--moe 4 --topk 2 --accum 4");
+  zl_out_t r = MOE_LAUNCH(4, "moe", "tpep", "--moe 4 --topk 2 --ep 4 --tp 2");
+  cr_assert_eq(r.n, one.n, "TP 2 x EP 4 exported %lld weights, 1 rank %lld (the full model)", (long long)r.n, (long long)one.n);
+  double gap = zl_expect_close_norm("TP 2 x EP 4 weights against 1 rank --accum 4", r.params, one.params, one.n, MOE_TOL);
+  double d1 = zl_json_num(one.json, "moe_drop_rate"), d2 = zl_json_num(r.json, "moe_drop_rate");
+  double x1 = zl_json_num(one.json, "moe_aux_loss_last"), x2 = zl_json_num(r.json, "moe_aux_loss_last");
+  cr_assert_eq(d1, d2, "TP 2 x EP 4 dropped %.17g of the choices, 1 rank %.17g", d2, d1);
+  cr_assert(zl_rel(x2, x1) <= 1e-6, "TP 2 x EP 4: aux loss %.9g, 1 rank --accum 4 %.9g (the same tokens per f_e)", x2, x1);
+  double m = zl_json_num(r.json, "moe_a2a_bytes_per_step"), f = zl_json_num(r.json, "moe_a2a_bytes_formula");
+  cr_assert(m > 0 && m == f, "TP 2 x EP 4: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
+  const char *kind[2] = {"expert", "dense"};
+  for (int q = 0; q < 2; q++) {
+    char kg[64], kf[64];
+    snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
+    double g = zl_json_num(r.json, kg), ff = zl_json_num(r.json, kf);
+    cr_assert(g == ff && ff > 0, "TP 2 x EP 4: %s states of rank 0 %.17g B, formula %.17g B", kind[q], g, ff);
+  }
+  double calls, bytes;
+  tp_ep_expected_traffic(&calls, &bytes);
+  const char *p = zl_json_find(r.json, "tp");
+  cr_assert(p, "TP 2 x EP 4: no tp object in the JSON");
+  for (int q = 0; q < 4; q++) {
+    p = zl_json_find(p, "tp_rank");
+    cr_assert(p, "TP 2 x EP 4: rank %d missing from tp.per_rank", q);
+    double c = zl_json_num(p, "calls_per_step"), fc = zl_json_num(p, "formula_calls_per_step");
+    double by = zl_json_num(p, "bytes_per_step"), fb = zl_json_num(p, "formula_bytes_per_step");
+    cr_assert(c == calls && fc == calls, "TP 2 x EP 4 rank %d: %g collectives per step on the TP and data groups (report's "
+              "formula %g), expected %g", q, c, fc, calls);
+    cr_assert(by == bytes && fb == bytes, "TP 2 x EP 4 rank %d: %.1f bytes per step (report's formula %.1f), expected %.1f",
+              q, by, fb, bytes);
+    p += 8;
+  }
+  cr_log_info("TP 2 x EP 4 against 1 rank --accum 4: largest weight gap %.3g of max|w| (tolerance %g); %g collectives, "
+              "%.0f B per rank and step besides the all-to-alls", gap, MOE_TOL, calls, bytes);
+  zl_out_free(&one), zl_out_free(&r);
+}
+
 Test(ch12_moe, refusals) {
   zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe 4 --topk 5", "--topk");
   zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 3 --ep 2", "--ep");
   zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --sample 10", "--sample");
   zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe-every 3", "--moe-every");
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --tp 4", "--tp");  /* T must divide P_E */
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 4", "--tp");  /* and the heads (2) */
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --ckpt /nonexistent", "--ckpt");
 }
 
 /* ---- the sweep (make test-long) ------------------------------------------------------------------ */
@@ -256,6 +316,46 @@ Test(ch12_moe_long, ep_half_precision_recompute) {
       cr_assert(zl_rel(a[i], b[i]) <= 1e-4, "%s: EP 2 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)", prec[p], i,
                 a[i], b[i]);
     zl_out_free(&one), zl_out_free(&ep);
+  }
+}
+
+/* TP 2 inside EP 4 with D 2 (8 ranks) and every strategy on the data dimension, against 1 rank with
+ * --accum 8; and in bf16 / fp16 with --recompute, --moe-every 2 and --accum 2 (4 ranks) against 1 rank
+ * --accum 8: fp32 within 1e-5 of max|w|, the half precisions' losses within 1e-4 relative. */
+Test(ch12_moe_long, tp_inside_ep_every_strategy) {
+  zl_out_t one = MOE_LAUNCH16(1, "moel", "tone", "--moe 4 --topk 2 --accum 8 --capacity-factor 1.25");
+  for (int z = 0; z <= 3; z++) {
+    char args[128], name[32], what[96];
+    snprintf(args, sizeof args, "--moe 4 --topk 2 --ep 4 --tp 2 --capacity-factor 1.25 --zero %d", z);
+    snprintf(name, sizeof name, "tpz%d", z);
+    zl_out_t r = MOE_LAUNCH16(8, "moel", name, args);
+    snprintf(what, sizeof what, "TP 2 x EP 4 x D 2 --zero %d against 1 rank --accum 8", z);
+    zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
+    cr_assert_eq(zl_json_num(r.json, "moe_drop_rate"), zl_json_num(one.json, "moe_drop_rate"), "%s: drop rates differ", what);
+    const char *kind[2] = {"expert", "dense"};
+    for (int q = 0; q < 2; q++) {
+      char kg[64], kf[64];
+      snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
+      double g = zl_json_num(r.json, kg), f = zl_json_num(r.json, kf);
+      cr_assert(g == f && f > 0, "--zero %d: %s states kept by the expert group %.17g B, formula %.17g B", z, kind[q], g, f);
+    }
+    zl_out_free(&r);
+  }
+  zl_out_free(&one);
+  const char *prec[2] = {"bf16", "fp16"};
+  for (int p = 0; p < 2; p++) {
+    char a1[160], a2[160], n1[16], n2[16];
+    snprintf(a1, sizeof a1, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --accum 8", prec[p]);
+    snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 4 --tp 2 --accum 2", prec[p]);
+    snprintf(n1, sizeof n1, "tone%d", p), snprintf(n2, sizeof n2, "tph%d", p);
+    zl_out_t o = MOE_LAUNCH16(1, "moel", n1, a1), r = MOE_LAUNCH16(4, "moel", n2, a2);
+    double a[64], b[64];
+    int na = zl_json_all(zl_json_find(r.json, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(o.json, "steps"), "loss", b, 64);
+    cr_assert(na == nb && na >= 2, "%s: %d losses against %d", prec[p], na, nb);
+    for (int i = 0; i < na; i++)
+      cr_assert(zl_rel(a[i], b[i]) <= 1e-4, "%s: TP 2 x EP 4 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)",
+                prec[p], i, a[i], b[i]);
+    zl_out_free(&o), zl_out_free(&r);
   }
 }
 

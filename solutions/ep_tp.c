@@ -1,0 +1,172 @@
+/* ep_tp.c — chapter 12: tensor parallelism on the attention inside the expert-parallel group
+ * (ep.h; notes/12-experts.md, "TP inside the EP group"). `ch12_experts --ep P_E --tp T`.
+ *
+ * The EP group of P_E consecutive ranks (the transform's group, t->tp_comm) holds every expert
+ * once, E/P_E per rank, as without TP. Inside it, T consecutive ranks form a TP group: they split
+ * the attention's heads, the embedding's and the head's vocabulary (chapter 06's split GPT,
+ * tp_gpt.c) and read the same samples, so the group reads P_E/T slices of the batch. At a MoE block
+ * the T ranks hold the same ln2 output; each takes 1/T of its rows (tokens), routes them and sends
+ * them to the experts over the whole EP group, and the T parts of the block's output are
+ * all-gathered back (the backward all-gathers d ln2 likewise). That is Megatron's "MoE parallel
+ * folding" with expert-tensor-parallel size 1: the attention's TP ranks fold into the experts' EP.
+ *
+ * Gradients, per step (on the last micro-batch, before the strategy reduces over D):
+ *   the dense part of a unit (everything but the experts) summed over the P_E/T ranks of the group
+ *     with this TP index (xg: they read different samples, hold the same slices);
+ *   a router's, also summed over the TP group: its T ranks routed different tokens;
+ *   the experts': nothing here (every token of the group reached its expert by the all-to-all).
+ * The norm counts each value once: Σ over the group of the ranks' sums, less the copies (two
+ * trainer_sumsq_once: the dense part alike on xg, then the TP-replicated part alike on TP). */
+#include "ep.h"       // ep_tp_transform
+#include "moe.h"      // moe_unit_dense, moe_unit_router, moe_tp_group, moe_xg_group, moe_base, moe_full_*
+#include "tp.h"       // tp_map_unit, tp_unit_local_numel, tp_gpt_attn_*
+#include "tp_split.h" // tp_split_t, tp_unit_t, tp_unit_traffic
+#include "check.h"    // xmalloc, xcalloc
+#include "comm.h"     // comm_all_reduce, comm_ctl_gather, comm_model_sent
+#include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
+#include <stdlib.h>   // free
+#include <string.h>   // memcpy
+
+/* moe_setup (the chapter's model hook, after this) splits the GPT over the TP group: it knows T. */
+static void ep_tp_split(model_t *m, comm_t *g) { (void)m, (void)g; }
+
+/* Unit u's TP-replicated parameters: a prefix (tp_gpt.c's layouts: the LayerNorms, the row-parallel
+ * biases, wpe) and a MoE block's router (after the TP all-reduce, the same on the TP group). */
+static int64_t rep_prefix(const model_t *m, int u) {
+  model_t b = moe_base(m);
+  if (moe_unit_router(m, u) >= 0) return tp_gpt_attn_rep_numel(&b);
+  return ((const tp_split_t *)b.ctx)->units[u].rep_numel;
+}
+static int64_t router_numel(const model_t *m, int u) {
+  int64_t ro = moe_unit_router(m, u);
+  return ro < 0 ? 0 : moe_unit_dense(m, u) - ro;
+}
+
+typedef struct ep_tp_state {
+  float *dense, *rep;      /* host fp32: the dense gradients (alike on xg), the TP-replicated ones (alike on all) */
+  int64_t n_dense, n_rep;
+} ep_tp_state_t;
+static ep_tp_state_t g_st;
+
+static void ep_tp_after_backward(trainer_t *t, int u) {
+  if (t->micro != t->n_micro - 1) return; /* no_sync: the step's sum (moe_setup) */
+  model_t *m = &t->model;
+  comm_t *xg = moe_xg_group(m), *tp = moe_tp_group(m);
+  int64_t n = moe_unit_dense(m, u), ro = moe_unit_router(m, u), R = router_numel(m, u), rp = rep_prefix(m, u);
+  size_t ds = dtype_size(t->wdt);
+  if (n == 0) return;
+  if (comm_world(xg) > 1) comm_all_reduce(xg, t->unit_grads[u], n, t->wdt, REDOP_SUM);
+  if (R > 0) comm_all_reduce(tp, (char *)t->unit_grads[u] + ro * (int64_t)ds, R, t->wdt, REDOP_SUM);
+  if (!g_st.dense) {
+    for (int v = 0; v < m->n_units; v++) g_st.n_dense += moe_unit_dense(m, v), g_st.n_rep += rep_prefix(m, v) + router_numel(m, v);
+    g_st.dense = xcalloc((size_t)g_st.n_dense, sizeof(float), "ep tp dense grads (norm)");
+    g_st.rep = xcalloc((size_t)(g_st.n_rep > 0 ? g_st.n_rep : 1), sizeof(float), "ep tp replicated grads (norm)");
+  }
+  int64_t at = 0, ar = 0;
+  for (int v = 0; v < u; v++) at += moe_unit_dense(m, v), ar += rep_prefix(m, v) + router_numel(m, v);
+  float *d = g_st.dense + at;
+  trainer_grads_to_host(t, u, n, d);
+  memcpy(g_st.rep + ar, d, (size_t)rp * sizeof(float));
+  if (R > 0) memcpy(g_st.rep + ar + rp, d + ro, (size_t)R * sizeof(float));
+}
+
+/* Σg²: a rank's sum holds its TP slices (alike on xg), the TP-replicated values (alike on the whole
+ * group) and its experts. Over xg the dense part is counted P_E/T times: less (P_E/T − 1)·its Σ; then
+ * over TP the replicated part is still counted T times: less (T − 1)·its Σ. */
+static double ep_tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
+  const model_t *m = &t->model;
+  double s = trainer_sumsq_once(t->comm, moe_xg_group(m), dp_sumsq, g_st.dense, g_st.n_dense);
+  return trainer_sumsq_once(t->comm, moe_tp_group(m), s, g_st.rep, g_st.n_rep);
+}
+
+/* Per step: the split GPT's collectives over TP (tp_split.c's formula, unit by unit; a MoE block's
+ * attention: proj's g forward, qkv's f backward, and the all-gathers of the block's output and of
+ * d ln2, each of b·S·C), then the gradients: each unit's dense part over xg, a router over TP. */
+static void ep_tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
+  const model_t *m = &t->model;
+  comm_t *xg = moe_xg_group(m), *tp = moe_tp_group(m);
+  model_t b = moe_base(m);
+  const tp_split_t *s = b.ctx;
+  int T = comm_world(tp), r = comm_rank(tp), X = comm_world(xg), xr = comm_rank(xg);
+  *calls = *bytes = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    tp_unit_t moe_k = {.ar_calls = 2, .ar_fwd_calls = 1, .ag_calls = 2, .ag_fwd_calls = 1,
+                       .ar_numel = (int64_t)m->gpt.seq_len * m->gpt.n_embd};
+    tp_unit_traffic(moe_unit_router(m, u) >= 0 ? &moe_k : &s->units[u], t, u, T, r, calls, bytes);
+    if (X > 1) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, moe_unit_dense(m, u), t->wdt, X, xr, 0);
+    if (router_numel(m, u) > 0) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, router_numel(m, u), t->wdt, T, r, 0);
+  }
+}
+
+static int ep_tp_groups(const trainer_t *t, comm_t **out, int max) {
+  if (max < 2) return 0;
+  out[0] = moe_tp_group(&t->model), out[1] = moe_xg_group(&t->model);
+  return 2;
+}
+
+/* The whole model on the group's rank 0: a unit's TP parts from ranks 0..T−1 (the first TP group;
+ * rank 0 last, so its replicated values are kept), a router from rank 0, each rank's experts where
+ * the full unit has them. */
+static float *ep_tp_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
+  comm_t *g = moe_group(m);
+  int P = comm_world(g), T = comm_world(moe_tp_group(m));
+  *full_numel = moe_full_numel(m);
+  if (!has_local) return NULL;
+  char *all = NULL;
+  int64_t *sizes = NULL;
+  comm_ctl_gather(g, local, m->numel * (int64_t)sizeof(float), &all, &sizes);
+  if (comm_rank(g) != 0) {
+    free(all);
+    free(sizes);
+    return NULL;
+  }
+  float *w = xmalloc((size_t)*full_numel * sizeof(float), "ep tp unsplit weights");
+  float **at = xcalloc((size_t)P, sizeof(float *), "ep tp unsplit blobs");
+  for (int64_t q = 0, boff = 0; q < P; boff += sizes[q] / 4, q++) at[q] = (float *)all + boff;
+  model_t b = moe_base(m);
+  float *o = w;
+  for (int u = 0; u < m->n_units; u++) {
+    int64_t ro = moe_unit_router(m, u);
+    if (ro >= 0) {
+      gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
+      int64_t R = router_numel(m, u), n = moe_unit_dense(m, u), x = m->units[u].numel - n; /* x: a rank's experts */
+      for (int q = T - 1; q >= 0; q--) tp_gpt_attn_map(&b, q, o, at[q], 0);
+      memcpy(o + l.fcw, at[0] + ro, (size_t)R * sizeof(float));
+      for (int q = 0; q < P; q++) memcpy(o + l.fcw + R + q * x, at[q] + n, (size_t)x * sizeof(float));
+      for (int q = 0; q < P; q++) at[q] += m->units[u].numel;
+    } else {
+      for (int q = T - 1; q >= 0; q--) tp_map_unit(&b, u, q, o, at[q], 0);
+      for (int q = 0; q < P; q++) at[q] += tp_unit_local_numel(&b, u, q % T);
+    }
+    o += moe_full_unit_numel(m, u);
+  }
+  free(at);
+  free(all);
+  free(sizes);
+  return w;
+}
+
+static void ep_tp_to_local(const model_t *m, int u, const float *full, float *local) {
+  if (moe_unit_router(m, u) >= 0) {
+    moe_unit_to_local(m, u, full, local);
+    return;
+  }
+  model_t b = moe_base(m);
+  tp_map_unit(&b, u, comm_rank(moe_tp_group(m)), (float *)full, local, 1); /* full → local: only read */
+}
+
+const model_transform_t ep_tp_transform = {
+    .name = "ep",
+    .split = ep_tp_split,
+    .after_backward = ep_tp_after_backward,
+    .grad_sumsq = ep_tp_grad_sumsq,
+    .traffic = ep_tp_traffic,
+    .traffic_text = "over the TP group (T ranks inside each EP group): the split GPT's all-reduces as chapter 06's (a MoE "
+                    "block's attention: 2), a MoE block's 2 all-gathers of b x s x h fp32 (its output, d ln2); per unit "
+                    "and step one all-reduce of its dense elements over the P_E/T ranks with the same TP index, and of a "
+                    "router's over the TP group; the all-to-alls of the tokens are counted apart (the moe lines)",
+    .groups = ep_tp_groups,
+    .unsplit = ep_tp_unsplit,
+    .to_local = ep_tp_to_local,
+    .splits_batch = 1,
+};
