@@ -519,9 +519,10 @@ void moe_setup(trainer_t *t) {
   c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
   c->u = xcalloc((size_t)m->n_units, sizeof(moe_unit_t), "moe units");
   gpt_block_t kb = c->kb;
-  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k)
-   * and the experts' (capacity: the same; dropless: in the worst case every token of the group here) */
-  int64_t Sk = c->S * c->k, rs = c->cf > 0 ? (int64_t)ceil(c->cf * Sk) + c->E : Sk;
+  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k; with
+   * --tp each rank routes 1/T of the tokens) and the experts' (capacity: the same; dropless: in the worst
+   * case every token of the group here) */
+  int64_t Sk = (c->S * c->k + c->T - 1) / c->T, rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->T) + c->E : Sk;
   int64_t rx = c->cf > 0 ? rs : Sk * c->ep;
   for (int u = 1; u < m->n_units - 1; u++) {
     int blk = u - 1;

@@ -142,11 +142,12 @@ def part_bytes(a, tmp):
 STEP_CASES = [("dense DDP", 2, "ch02_ddp", []), ("MoE EP 1", 2, "ch12_experts", ["--ep", "1"]),
               ("MoE EP 2", 2, "ch12_experts", ["--ep", "2"]),
               ("dense DDP", 4, "ch02_ddp", []), ("MoE EP 1", 4, "ch12_experts", ["--ep", "1"]),
-              ("MoE EP 2", 4, "ch12_experts", ["--ep", "2"]), ("MoE EP 4", 4, "ch12_experts", ["--ep", "4"])]
+              ("MoE EP 2", 4, "ch12_experts", ["--ep", "2"]), ("MoE EP 4", 4, "ch12_experts", ["--ep", "4"]),
+              ("MoE EP 4 TP 2", 4, "ch12_experts", ["--ep", "4", "--tp", "2"])]
 
 
 def step_key(name, np_, flags):
-    return "%s_N%d" % ("dense" if not flags else "ep" + flags[1], np_)
+    return "%s_N%d" % ("dense" if not flags else "".join(f.lstrip("-") for f in flags), np_)
 
 
 def step_args(prog, flags, steps):
@@ -176,7 +177,8 @@ def part_step(a, tmp):
                                                              "states B", "a2a B", "sent B"))
     for name, np_, prog, flags in STEP_CASES:
         rs = raw[step_key(name, np_, flags)]
-        r = {"name": name, "N": np_, "ep": int(flags[1]) if flags else 0, "median_step_ms": statistics.median(x["ms"] for x in rs),
+        r = {"name": name, "N": np_, "ep": int(flags[1]) if flags else 0, "tp": int(flags[3]) if len(flags) > 3 else 1,
+             "median_step_ms": statistics.median(x["ms"] for x in rs),
              "step_ms_runs": [x["ms"] for x in rs], "peak_bytes": rs[0]["peak"], "model_states_bytes": rs[0]["states"],
              "params_active": rs[0]["active"], "params_total": rs[0]["total"], "params_rank": rs[0]["params"],
              "a2a_bytes_per_step": rs[0]["a2a"], "grad_bytes_per_step": rs[0]["grad_bytes"],

@@ -86,7 +86,7 @@ def fig_experts(datadir, outdir):
     # (d), (e) step time and peak per rank
     st = list(doc["step"].values())
     labels = ["%s\nN=%d" % (r["name"].replace("MoE ", ""), r["N"]) for r in st]
-    colors = ["C7" if r["name"].startswith("dense") else "C%d" % (r["ep"]) for r in st]
+    colors = ["C7" if r["name"].startswith("dense") else "C%d" % (r["ep"] + (r.get("tp", 1) > 1)) for r in st]
     xs = range(len(st))
     d.bar(list(xs), [r["median_step_ms"] for r in st], color=colors)
     for x, r in zip(xs, st):
@@ -126,8 +126,10 @@ def fig_experts(datadir, outdir):
     f.grid(alpha=0.3, axis="x")
 
     m = doc["_meta"]
-    fig.suptitle("Mixture of Experts, measured (make bench-experts, %s, %s; load %.1f -> %.1f, medians of %d)" %
-                 (m["date"], m["model"], m["load_before"][0], m["load_after"][0], m["reps"]), fontsize=11)
+    pm = doc.get("_part_meta", {})
+    when = "; ".join("%s %s, load %.1f" % (p, pm[p]["date"][:16], pm[p]["load_before"][0]) for p in ("drop", "step") if p in pm)
+    fig.suptitle("Mixture of Experts, measured (make bench-experts, %s; %s; (d)(e) medians of %d)" %
+                 (m["model"], when or m["date"], m["reps"]), fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(os.path.join(outdir, "experts.png"), dpi=DPI)
     plt.close(fig)

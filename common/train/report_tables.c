@@ -16,9 +16,10 @@ static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
   if (!t->tp_comm) return;
   int NR = report_rows(t), T = comm_world(t->tp_comm);
   int ep = strcmp(t->cfg->transform->name, "ep") == 0; /* chapter 12's expert parallelism sits in TP's place */
-  printf("\n%s traffic per step (%s groups of %d, their own counters; not in the line above):\n",
-         ep ? "expert-parallel" : "tensor-parallel", ep ? "EP" : "TP", T);
-  printf("%-6s %8s %12s %14s %14s %16s\n", "rank", "tp rank", t->cfg->sp ? "collectives" : "all-reduces", "formula",
+  int sub = t->cfg->transform->groups != NULL; /* chapter 12's TP inside EP: the TP and data groups' counters too */
+  printf("\n%s traffic per step (%s groups of %d%s, their own counters; not in the line above):\n",
+         ep ? "expert-parallel" : "tensor-parallel", ep ? "EP" : "TP", T, sub ? " and the groups inside them" : "");
+  printf("%-6s %8s %12s %14s %14s %16s\n", "rank", "tp rank", t->cfg->sp || sub ? "collectives" : "all-reduces", "formula",
          "bytes sent", "formula");
   for (int r = 0; r < NR; r++)
     printf("%-6d %8lld %12.2f %14lld %14.1f %16lld\n", r, (long long)all[r].tp_rank, (double)all[r].tp_calls / steps,
