@@ -666,19 +666,6 @@ static void moe_step_end(trainer_t *t) {
 }
 
 /* ---- the end-of-run lines ---------------------------------------------------------------------- */
-/* The dense parameters one rank keeps, of the model's dense: all of them, or with --tp T the replicated
- * ones and 1/T of the split: every block's qkv and proj (4C² + 3C), a dense block's MLP too (8C² + 4C
- * more), and Vr of the V rows of wte and of the head (tp_gpt.c's layouts). */
-static double dense_rank_formula(const moe_gpt_t *c, const model_t *m, double dense) {
-  if (!c->tp) return dense;
-  double C = (double)c->C, V = m->gpt.vocab, Vr = tp_part_numel(m->gpt.vocab, c->T, c->tr);
-  double split = 2 * V * C, mine = 2 * Vr * C;
-  for (int u = 1; u < m->n_units - 1; u++) {
-    double sb = c->u[u].on ? 4 * C * C + 3 * C : 12 * C * C + 7 * C;
-    split += sb, mine += sb / c->T;
-  }
-  return dense - split + mine;
-}
 
 /* This rank's expert and dense elements of what it keeps (the strategy's layout: the own pieces'
  * fp32 states, the held working params) beside the formula. */
@@ -700,7 +687,7 @@ static void moe_report(trainer_t *t) {
   }
   gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
-  double dense_rank = dense_rank_formula(c, m, (double)p.dense);
+  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, c->E, c->every, c->T, tp_part_numel(m->gpt.vocab, c->T, c->tr));
   comm_counters_t k = {0};
   if (c->g) comm_wait_all(c->g), k = comm_counters(c->g);
   double a2a = (double)k.sent[CO_ALL_TO_ALL] / steps;

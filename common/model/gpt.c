@@ -112,6 +112,18 @@ gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every) {
   return p;
 }
 
+int64_t gpt_moe_dense_rank(gpt_shape_t s, int E, int every, int T, int64_t Vr) {
+  int64_t C = s.n_embd, dense = gpt_moe_count_params(s, E, 1, every).dense;
+  if (T <= 1) return dense;
+  int64_t split = 2 * (int64_t)s.vocab * C, mine = 2 * Vr * C;
+  for (int l = 0; l < s.n_layer; l++) {
+    int moe = E > 0 && every > 0 && l % every == every - 1;
+    int64_t sb = moe ? 4 * C * C + 3 * C : 12 * C * C + 7 * C; /* divisible by T: T divides the heads, so C */
+    split += sb, mine += sb / T;
+  }
+  return dense - split + mine;
+}
+
 static int64_t gpt_wsaved_numel(const model_t *m, int u); /* the split backward's (below) */
 
 void gpt_init(model_t *m, gpt_shape_t s) {

@@ -48,6 +48,11 @@ void gpt_unit_sizes(gpt_shape_t s, int u, int64_t *numel, int64_t *y_numel, int6
  * routers included). E = 0: the dense GPT (expert 0, active = total). */
 typedef struct gpt_moe_params { int64_t total, active, expert, dense; } gpt_moe_params_t;
 gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every);
+/* The dense parameters one rank of a T-way tensor-parallel split of that GPT keeps (Megatron's split,
+ * solutions/tp_gpt.c; chapter 12's --tp inside the EP group): the replicated ones (LayerNorms, wpe,
+ * the row-parallel biases, the routers) whole, 1/T of every block's qkv and proj (4C² + 3C) and of a
+ * dense block's MLP (8C² + 4C more), and Vr of the V rows of wte and of the head. T = 1: dense. */
+int64_t gpt_moe_dense_rank(gpt_shape_t s, int E, int every, int T, int64_t Vr);
 
 /* Offsets (elements) of one block's tensors inside its unit. */
 typedef struct gpt_block_layout {

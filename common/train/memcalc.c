@@ -225,6 +225,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       if (world % ep || experts % ep)
         return snprintf(v, sizeof v, "%d", ep), args_error("--ep", v, "must divide --ranks %d and --experts %d", world, experts);
       if (psi_given) return args_error("--params", NULL, "give the transformer shape alone with --experts (Ψ comes from it)");
+      if (ep % tp)
+        return snprintf(v, sizeof v, "%d", tp), args_error("--tp", v, "with --experts must divide --ep %d (chapter 12: T ranks "
+                                                             "of each EP group split the attention)", ep);
     }
     if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, experts, topk, moe_every).total
                                       : (double)gpt_count_params(shape);
@@ -377,7 +380,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   if (experts > 0) { /* chapter 12: total against active, and where the expert states live */
     mp = gpt_moe_count_params(shape, experts, topk, moe_every);
     int D = world / ep;
-    double local = (double)mp.dense + (double)mp.expert / ep; /* one rank's model: the dense part, E/P_E experts */
+    /* one rank's model: the dense part (--tp t inside the EP group: its part of it), E/P_E experts */
+    double dense = (double)gpt_moe_dense_rank(shape, experts, moe_every, tp, vocab / tp);
+    double local = dense + (double)mp.expert / ep;
     char every[32] = "every";
     if (moe_every > 1) snprintf(every, sizeof every, "every %d%s", moe_every, moe_every == 2 ? "nd" : moe_every == 3 ? "rd" : "th");
     fprintf(out, "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per token\n", experts,
@@ -387,9 +392,12 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     fprintf(out, "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every MoE block, "
             "Ψ per rank %.0f;\n  the strategy runs on the D = N/P_E = %d ranks that hold the same experts (ch12_experts' "
             "layout: dense and expert states sharded over D)\n", ep, world, experts / ep, local, D);
+    if (tp > 1)
+      fprintf(out, "  --tp %d inside each EP group: the attention, the embedding and the head split over %d ranks, dense per "
+              "rank %.0f of %.0f (the routers and LayerNorms whole)\n", tp, tp, dense, (double)mp.dense);
     fprintf(out, "%-8s %14s %14s %14s   (GB per rank)\n", "stage", "dense states", "expert states", "total");
     for (int st = s0; st <= s1; st++) {
-      mem_formula_t fd = ours ? states(st, (double)mp.dense, D, wdt) : formula_zero_k(st, (double)mp.dense, D, wbytes, gbytes, k);
+      mem_formula_t fd = ours ? states(st, dense, D, wdt) : formula_zero_k(st, dense, D, wbytes, gbytes, k);
       double xe = (double)mp.expert / ep;
       mem_formula_t fx = ours && xe == (double)(int64_t)xe ? states(st, xe, D, wdt) : formula_zero_k(st, xe, D, wbytes, gbytes, k);
       char a_[32], b_[32], t_[32];

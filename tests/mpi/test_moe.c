@@ -233,6 +233,18 @@ Test(ch12_moe, tp_inside_ep_equals_one_rank) {
     double g = zl_json_num(r.json, kg), ff = zl_json_num(r.json, kf);
     cr_assert(g == ff && ff > 0, "TP 2 x EP 4: %s states of rank 0 %.17g B, formula %.17g B", kind[q], g, ff);
   }
+  /* chapter 00's per-rank states for this layout (--ep 4 --tp 2, fp32, SGD momentum: K = 4) = the ledger's */
+  char c0p[320];
+  zl_tmppath(c0p, sizeof c0p, "moe", "c0_tpep.json");
+  zl_run_ok(0, 30, "ch00_memory", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 --ranks 4 "
+            "--ep 4 --tp 2 --precision fp32 --k 4 --stage 0 --json %s", ZL_BIN, c0p);
+  char *c0 = zl_read_file(c0p, NULL);
+  cr_assert(c0, "no --json from ch00_memory");
+  double f00 = zl_json_num(zl_json_find(c0, "per_stage"), "total");
+  for (int q = 0; q < 4; q++)
+    cr_assert_eq(zl_rank_mem(r.json, q, "model_states"), f00, "TP 2 x EP 4 rank %d: model states %.17g B in the ledger, "
+                 "ch00_memory --experts 4 --ep 4 --tp 2 says %.17g B", q, zl_rank_mem(r.json, q, "model_states"), f00);
+  free(c0);
   double calls, bytes;
   tp_ep_expected_traffic(&calls, &bytes);
   const char *p = zl_json_find(r.json, "tp");
