@@ -145,3 +145,8 @@ Test(common_gpu_runs, ch12_staged_mpi_2_ep2) {
   gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2", 1e-4);
   gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --capacity-factor 1.25 --zero 3", 1e-4);
 }
+/* --tp 2 inside EP 2 (solutions/ep_tp.c): the attention split, each rank routing half the tokens, the
+ * all-gathers of the MoE output and of d ln2 on the device. */
+Test(common_gpu_runs, ch12_staged_mpi_2_tp2_ep2) {
+  gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --tp 2", 1e-4);
+}
