@@ -196,6 +196,34 @@ Test(ch12_moe, router_bias_same_on_every_rank) {
   zl_out_free(&r); /* each step every rank compared its bias bits with the others': a difference stops the job */
 }
 
+/* The ledger of states by kind: the expert group's sum of expert and of dense states = the formula. */
+static void expect_states_by_kind(const char *what, const char *json) {
+  const char *kind[2] = {"expert", "dense"};
+  for (int q = 0; q < 2; q++) {
+    char kg[64], kf[64];
+    snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
+    double g = zl_json_num(json, kg), f = zl_json_num(json, kf);
+    cr_assert(g == f && f > 0, "%s: %s states kept by the expert group %.17g B, formula %.17g B", what, kind[q], g, f);
+  }
+}
+
+/* Chapter 00's per-rank states for the tiny GPT's layout (layout: "--ep P [--tp T]", fp32, SGD momentum: K = 4)
+ * at --stage z = every rank's ledger (np ranks). */
+static void expect_ch00_states(const char *what, const char *json, int np, const char *layout, int z) {
+  char c0p[320], name[32];
+  snprintf(name, sizeof name, "c0_%d_%d_%zu.json", np, z, strlen(layout)); /* one file per case: suites may run at once */
+  zl_tmppath(c0p, sizeof c0p, "moe", name);
+  zl_run_ok(0, 30, "ch00_memory", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 "
+            "--ranks %d %s --precision fp32 --k 4 --stage %d --json %s", ZL_BIN, np, layout, z, c0p);
+  char *c0 = zl_read_file(c0p, NULL);
+  cr_assert(c0, "%s: no --json from ch00_memory", what);
+  double f00 = zl_json_num(zl_json_find(c0, "per_stage"), "total");
+  for (int q = 0; q < np; q++)
+    cr_assert_eq(zl_rank_mem(json, q, "model_states"), f00, "%s rank %d: model states %.17g B in the ledger, "
+                 "ch00_memory --experts 4 %s says %.17g B", what, q, zl_rank_mem(json, q, "model_states"), layout, f00);
+  free(c0);
+}
+
 /* --tp T inside the EP group (solutions/ep_tp.c): TP 2 x EP 4 on 4 ranks — the attention split over 2,
  * each TP rank routing half of its group's tokens, the 4 experts one per rank — against 1 rank with
  * --accum 4: each rank routes the tokens of one of 1 rank's micro-batches (2 samples), so the routing,
@@ -226,25 +254,8 @@ Test(ch12_moe, tp_inside_ep_equals_one_rank) {
   cr_assert(zl_rel(x2, x1) <= 1e-6, "TP 2 x EP 4: aux loss %.9g, 1 rank --accum 4 %.9g (the same tokens per f_e)", x2, x1);
   double m = zl_json_num(r.json, "moe_a2a_bytes_per_step"), f = zl_json_num(r.json, "moe_a2a_bytes_formula");
   cr_assert(m > 0 && m == f, "TP 2 x EP 4: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
-  const char *kind[2] = {"expert", "dense"};
-  for (int q = 0; q < 2; q++) {
-    char kg[64], kf[64];
-    snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
-    double g = zl_json_num(r.json, kg), ff = zl_json_num(r.json, kf);
-    cr_assert(g == ff && ff > 0, "TP 2 x EP 4: %s states of rank 0 %.17g B, formula %.17g B", kind[q], g, ff);
-  }
-  /* chapter 00's per-rank states for this layout (--ep 4 --tp 2, fp32, SGD momentum: K = 4) = the ledger's */
-  char c0p[320];
-  zl_tmppath(c0p, sizeof c0p, "moe", "c0_tpep.json");
-  zl_run_ok(0, 30, "ch00_memory", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 --ranks 4 "
-            "--ep 4 --tp 2 --precision fp32 --k 4 --stage 0 --json %s", ZL_BIN, c0p);
-  char *c0 = zl_read_file(c0p, NULL);
-  cr_assert(c0, "no --json from ch00_memory");
-  double f00 = zl_json_num(zl_json_find(c0, "per_stage"), "total");
-  for (int q = 0; q < 4; q++)
-    cr_assert_eq(zl_rank_mem(r.json, q, "model_states"), f00, "TP 2 x EP 4 rank %d: model states %.17g B in the ledger, "
-                 "ch00_memory --experts 4 --ep 4 --tp 2 says %.17g B", q, zl_rank_mem(r.json, q, "model_states"), f00);
-  free(c0);
+  expect_states_by_kind("TP 2 x EP 4", r.json);
+  expect_ch00_states("TP 2 x EP 4", r.json, 4, "--ep 4 --tp 2", 0);
   double calls, bytes;
   tp_ep_expected_traffic(&calls, &bytes);
   const char *p = zl_json_find(r.json, "tp");
@@ -289,25 +300,8 @@ Test(ch12_moe_long, ep_with_every_strategy) {
     zl_out_t r = MOE_LAUNCH16(4, "moel", name, args);
     snprintf(what, sizeof what, "EP 2 x D 2 --zero %d against 1 rank --accum 4", z);
     zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
-    const char *kind[2] = {"expert", "dense"}; /* the ledger of states by kind: the expert group's sum = formula */
-    for (int q = 0; q < 2; q++) {
-      char kg[64], kf[64];
-      snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
-      double g = zl_json_num(r.json, kg), f = zl_json_num(r.json, kf);
-      cr_assert(g == f && f > 0, "--zero %d: %s states kept by the expert group %.17g B, formula %.17g B", z, kind[q], g, f);
-    }
-    /* chapter 00's per-rank states for this layout (--ranks 4 --ep 2, fp32, SGD momentum: K = 4) = the ledger's */
-    char c0p[320];
-    zl_tmppath(c0p, sizeof c0p, "moel", z == 0 ? "c0_0.json" : z == 1 ? "c0_1.json" : z == 2 ? "c0_2.json" : "c0_3.json");
-    zl_run_ok(0, 30, "ch00_memory", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 "
-              "--ranks 4 --ep 2 --precision fp32 --k 4 --stage %d --json %s", ZL_BIN, z, c0p); /* SGD: momentum 4 B */
-    char *c0 = zl_read_file(c0p, NULL);
-    cr_assert(c0, "no --json from ch00_memory");
-    double f00 = zl_json_num(zl_json_find(c0, "per_stage"), "total");
-    for (int q = 0; q < 4; q++)
-      cr_assert_eq(zl_rank_mem(r.json, q, "model_states"), f00, "--zero %d rank %d: model states %.17g B in the ledger, "
-                   "ch00_memory --experts 4 --ep 2 says %.17g B", z, q, zl_rank_mem(r.json, q, "model_states"), f00);
-    free(c0);
+    expect_states_by_kind(what, r.json);
+    expect_ch00_states(what, r.json, 4, "--ep 2", z);
     zl_out_free(&r);
   }
   zl_out_free(&one);
@@ -344,13 +338,8 @@ Test(ch12_moe_long, tp_inside_ep_every_strategy) {
     snprintf(what, sizeof what, "TP 2 x EP 4 x D 2 --zero %d against 1 rank --accum 8", z);
     zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
     cr_assert_eq(zl_json_num(r.json, "moe_drop_rate"), zl_json_num(one.json, "moe_drop_rate"), "%s: drop rates differ", what);
-    const char *kind[2] = {"expert", "dense"};
-    for (int q = 0; q < 2; q++) {
-      char kg[64], kf[64];
-      snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
-      double g = zl_json_num(r.json, kg), f = zl_json_num(r.json, kf);
-      cr_assert(g == f && f > 0, "--zero %d: %s states kept by the expert group %.17g B, formula %.17g B", z, kind[q], g, f);
-    }
+    expect_states_by_kind(what, r.json);
+    expect_ch00_states(what, r.json, 8, "--ep 4 --tp 2", z);
     zl_out_free(&r);
   }
   zl_out_free(&one);
