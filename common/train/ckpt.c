@@ -242,6 +242,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->model_world, .shards = shards,
                          .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
                          .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
+                         .ep_tp = c->ep_tp > 1 ? c->ep_tp : 1,
                          .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
                          .n_pieces = n_pieces, .step = steps_done, .data_position = (int64_t)steps_done * c->batch,
                          .opt_t = opt_t, .skipped = skipped, .n_sections = nsec, .n_files = shards + 1};

@@ -198,6 +198,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "seq_len")) ok = sscanf(v, "%d", &m->gpt.seq_len) == 1;
     else if (!strcmp(key, "vocab")) ok = sscanf(v, "%d", &m->gpt.vocab) == 1;
     else if (!strcmp(key, "tp")) ok = sscanf(v, "%d %d", &m->tp, &m->tp_rank) == 2;
+    else if (!strcmp(key, "ep_tp")) ok = sscanf(v, "%d", &m->ep_tp) == 1;
     else if (!strcmp(key, "input")) ok = sscanf(v, "%d", &m->input) == 1;
     else if (!strcmp(key, "hidden")) ok = sscanf(v, "%d", &m->hidden) == 1;
     else if (!strcmp(key, "classes")) ok = sscanf(v, "%d", &m->classes) == 1;
@@ -255,6 +256,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
   if (m->version != 2 && m->version != 3) FAIL("%s: not a zerolab checkpoint of version 2 or 3", path);
   if (!m->model[0]) snprintf(m->model, sizeof m->model, "mlp"); /* version 2 recorded the MLP's shape only */
   if (m->tp < 1) m->tp = 1, m->tp_rank = 0;
+  if (m->ep_tp < 1) m->ep_tp = 1; /* written only when > 1 */
   if (!m->units || nunit != m->n_units) FAIL("%s: %d unit lines, 'units' says %d", path, nunit, m->n_units);
   if (!m->pieces || npiece != m->n_pieces) FAIL("%s: %d piece lines, 'pieces' says %d", path, npiece, m->n_pieces);
   if (!m->files || nfile != m->n_files) FAIL("%s: %d file lines, 'files' says %d", path, nfile, m->n_files);
@@ -375,6 +377,10 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
   if (m->tp > 1 && m->tp != (c->tp > 1 ? c->tp : 1))
     DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it with --tp %d, "
          "or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)", m->tp_rank, m->tp, c->tp > 1 ? c->tp : 1, m->tp);
+  int mt = m->ep_tp > 1 ? m->ep_tp : 1, ct = c->ep_tp > 1 ? c->ep_tp : 1;
+  if (m->tp > 1 && mt != ct) /* chapter 12: the local layouts differ */
+    DIFF("saved with --tp %d inside each EP group of %d ranks, this run has --tp %d there (resume it with --tp %d; 1: "
+         "without it)", mt, m->tp, ct, mt);
 #undef DIFF
   if (n) {
     snprintf(why, nwhy, "%s: the checkpoint does not fit these flags (%d difference%s): %s", path, n, n > 1 ? "s" : "",
@@ -405,6 +411,8 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
     printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
            (long long)m->psi, m->n_pieces);
   if (m->tp > 1) printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank, m->tp);
+  if (m->ep_tp > 1) printf("  chapter 12: that group is an EP group with --tp %d inside it (ch12_experts --ep %d --tp %d)\n",
+                           m->ep_tp, m->tp, m->ep_tp);
   printf("  precision %s, optimizer %s, seed %llu, global batch %lld\n", m->precision, m->optimizer,
          (unsigned long long)m->seed, (long long)m->batch);
   printf("  after step %d: data position %lld samples, optimizer step t = %d, %d skipped\n", m->step,
@@ -505,6 +513,7 @@ static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
     EMIT("n_layer %d\nn_head %d\nn_embd %d\nseq_len %d\nvocab %d\n", m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd,
          m->gpt.seq_len, m->gpt.vocab);
   EMIT("tp %d %d\n", m->tp, m->tp_rank);
+  if (m->ep_tp > 1) EMIT("ep_tp %d\n", m->ep_tp);
   EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", m->input, m->hidden, m->classes, m->layers,
        (unsigned long long)m->seed, (long long)m->batch);
   EMIT("psi %lld\nunits %d\n", (long long)m->psi, m->n_units);

@@ -283,7 +283,7 @@ Test(ch12_moe, refusals) {
   zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe-every 3", "--moe-every");
   zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --tp 4", "--tp");  /* T must divide P_E */
   zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 4", "--tp");  /* and the heads (2) */
-  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --ckpt /nonexistent", "--ckpt");
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --eval-every 2", "--eval-every");
 }
 
 /* ---- the sweep (make test-long) ------------------------------------------------------------------ */
@@ -388,6 +388,37 @@ Test(ch12_moe_long, checkpoints_resume_across_grids) {
   zl_expect_close_norm("EP 2 x D 2 resumed from EP 2's checkpoint, against EP 2 x D 2 straight", from2.params,
                        straight4.params, straight4.n, MOE_TOL);
   zl_out_free(&straight2), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight4), zl_out_free(&from2);
+}
+
+/* The same with --tp 2 inside EP 4 (solutions/ep_tp.c): its checkpoint resumes on its grid bit for bit
+ * and on TP 2 x EP 4 x D 2 with ZeRO-1 within 1e-5 of max|w|; 1 rank's resumes on TP 2 x EP 4 within
+ * 1e-5; EP 4 without --tp refuses it (another local layout), naming the flag. */
+Test(ch12_moe_long, tp_inside_ep_checkpoints) {
+  char dir[256], ck1[300], ck2[300], args[2048];
+  zl_tmpdir(dir, sizeof dir, "moetck");
+  snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck2, sizeof ck2, "%s/tpep", dir);
+  const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
+  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ckpt %s --quiet", ZL_BIN, g, ck1);
+  zl_run_ok(1, 60, "1 rank, checkpoint at step 2", "%s", args);
+  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ep 4 --tp 2 --ckpt %s "
+           "--quiet", ZL_BIN, g, ck2);
+  zl_run_ok(4, 60, "TP 2 x EP 4, checkpoint at step 2", "%s", args);
+  char ra[512], rb[512], rc[512], s4[200], s8[200], refuse[512];
+  snprintf(s4, sizeof s4, "%s --ep 4 --tp 2", g), snprintf(s8, sizeof s8, "%s --ep 4 --tp 2 --zero 1", g);
+  snprintf(ra, sizeof ra, "%s --resume %s", s4, ck1), snprintf(rb, sizeof rb, "%s --resume %s", s4, ck2);
+  snprintf(rc, sizeof rc, "%s --resume %s", s8, ck2);
+  zl_out_t straight4 = MOE_LAUNCH16(4, "moetck", "straight4", s4), same = MOE_LAUNCH16(4, "moetck", "same", rb);
+  zl_out_t from1 = MOE_LAUNCH16(4, "moetck", "from1", ra);
+  zl_out_t straight8 = MOE_LAUNCH16(8, "moetck", "straight8", s8), from4 = MOE_LAUNCH16(8, "moetck", "from4", rc);
+  zl_expect_floats("TP 2 x EP 4 resumed from its own checkpoint, against the straight run", same.params, straight4.params,
+                   straight4.n, 0);
+  zl_expect_close_norm("TP 2 x EP 4 resumed from 1 rank's checkpoint, against the straight run", from1.params,
+                       straight4.params, straight4.n, MOE_TOL);
+  zl_expect_close_norm("TP 2 x EP 4 x D 2 --zero 1 resumed from TP 2 x EP 4's checkpoint, against the straight run",
+                       from4.params, straight8.params, straight8.n, MOE_TOL);
+  snprintf(refuse, sizeof refuse, MOE_NOSTEPS " --batch 16 --steps 4 %s --ep 4 --resume %s", g, ck2);
+  zl_expect_refused(4, "ch12_experts", refuse, "saved with --tp 2 inside each EP group");
+  zl_out_free(&straight4), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight8), zl_out_free(&from4);
 }
 
 /* Chapter 00's calculator knows the experts: Ψ total = the weights ch12_experts exports (every expert),
