@@ -257,8 +257,6 @@ def main():
         with open(a.out) as f:
             out = json.load(f)
     prev_meta = out.get("_meta")
-    if prev_meta:
-        prev_meta.pop("earlier", None)
     load0 = os.getloadavg()
     t0 = time.time()
     fns = {"drop": part_drop, "balance": part_balance, "bytes": part_bytes, "step": part_step, "trace": part_trace}
@@ -267,13 +265,15 @@ def main():
             if p in parts:
                 l0, d0 = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
                 out[p] = fns[p](a, tmp)
-                out.setdefault("_part_meta", {})[p] = {"date": d0, "load_before": l0, "load_after": os.getloadavg()}
+                out.setdefault("_part_meta", {})[p] = {"date": d0, "load_before": l0, "load_after": os.getloadavg(),
+                                                       "reps": a.reps, "steps": a.steps,
+                                                       "command": "bench_experts.py %s" % " ".join(sys.argv[1:])}
     load1 = os.getloadavg()
     try:
         rev = subprocess.run(["git", "describe", "--always", "--dirty"], stdout=subprocess.PIPE, text=True).stdout.strip()
     except OSError:
         rev = "?"
-    out["_meta"] = {"command": "make bench-experts (bench_experts.py %s)" % " ".join(sys.argv[1:]),
+    meta = {"command": "make bench-experts (bench_experts.py %s)" % " ".join(sys.argv[1:]),
                     "machine": "%s, %d cores" % (platform.machine(), os.cpu_count() or 0), "git": rev,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load_before": load0,
                     "load_after": load1, "reps": a.reps, "steps": a.steps, "parts": parts, "seconds": time.time() - t0,
@@ -281,8 +281,9 @@ def main():
                     "switch_paper": "Fedus, Zoph, Shazeer, Switch Transformers (JMLR 23, 2022; arXiv:2101.03961) "
                                     "section 2.2: tokens dropped 'typically < 1%' with the auxiliary loss, alpha = 1e-2; "
                                     "Table 1 trains Switch-Base at capacity factors 1.0, 1.25, 2.0 (T5-Base on C4)"}
-    if prev_meta and set(parts) != set(PARTS):  # a run of some parts: the run that made the others, kept
-        out["_meta"]["earlier"] = prev_meta
+    # _meta is the last whole run's; a run of some parts keeps it and says so in _part_meta (each part's
+    # date, load, reps and command), so a page quoting the whole run's load stays true
+    out["_meta"] = prev_meta if prev_meta and set(parts) != set(PARTS) else meta
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)

@@ -129,7 +129,7 @@ def fig_experts(datadir, outdir):
     pm = doc.get("_part_meta", {})
     when = "; ".join("%s %s, load %.1f" % (p, pm[p]["date"][:16], pm[p]["load_before"][0]) for p in ("drop", "step") if p in pm)
     fig.suptitle("Mixture of Experts, measured (make bench-experts, %s; %s; (d)(e) medians of %d)" %
-                 (m["model"], when or m["date"], m["reps"]), fontsize=11)
+                 (m["model"], when or m["date"], pm.get("step", m).get("reps", m["reps"])), fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(os.path.join(outdir, "experts.png"), dpi=DPI)
     plt.close(fig)
