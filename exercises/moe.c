@@ -67,6 +67,9 @@ typedef struct moe_gpt {
    * at a MoE block TP rank tr routes rows [tr·BT/T, (tr+1)·BT/T) of the micro-batch's B·T tokens */
   comm_t *tp, *xg;
   int T, tr;
+  int gather;                    /* --tp without --sp: the T ranks hold the same rows, each routes its 1/T and the
+                                  * output is all-gathered; with --sp (Megatron's way) each already holds 1/T of
+                                  * the positions of every sample: it routes those, nothing to gather */
   model_t base;                  /* the model before the experts: gpt.c's, or tp_gpt.c's split (its fns, ctx) */
   model_fns_t fns;               /* this model's table (the base's loss when it has one) */
   gpt_block_t kb;                /* a MoE block's attention half: gpt.h's whole block, or TP's split one */
@@ -240,7 +243,8 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   gpt_block_t kb = c->kb;
   float *x2, *ln2;
   gpt_block_attn_forward(&kb, io, &x2, &ln2);
-  ln2 += (int64_t)c->tr * BT * C; /* --tp: this rank's rows of the group's (the same on its T ranks) */
+  int64_t here = c->gather ? BTall : BT; /* the rows of x2, ln2 and y on this rank */
+  ln2 += c->gather ? (int64_t)c->tr * BT * C : 0; /* --tp: this rank's rows of the group's (the same on its T ranks) */
   /* the router, in fp32 on the device; the softmax and the choice on the host */
   float *logits = grow(&c->logits, "moe router logits", dev, BT * E);
   op_linear_fwd(dev, logits, ln2, PP(io, c->D), NULL, wdt, (int)BT, Cn, E);
@@ -294,10 +298,10 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *gd = dev == DEV_CPU ? mu->gates : grow(&c->gd, "moe gates", dev, BT * k);
   if (gd != mu->gates) dev_memcpy(dev, gd, DEV_CPU, mu->gates, (size_t)(BT * k) * sizeof(float));
-  float *y = c->T > 1 ? grow(&c->ys, "moe rows (tp)", dev, BT * C) : io->y;
+  float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, BT * C) : io->y;
   op_rows_combine(dev, y, eo, dev_ints(c, dev, mu->slot, BT * k, IX_SLOT), gd, BT, k, Cn, 0.0f);
-  if (c->T > 1) comm_all_gather(c->tp, y, io->y, BTall * C, DT_F32); /* --tp: every rank's rows, in row order */
-  op_add(dev, io->y, x2, DT_F32, BTall * C);
+  if (c->gather) comm_all_gather(c->tp, y, io->y, BTall * C, DT_F32); /* --tp: every rank's rows, in row order */
+  op_add(dev, io->y, x2, DT_F32, here * C);
   trace_end(NULL);
 }
 
@@ -312,7 +316,8 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float beta = io->beta;
   gpt_block_t kb = c->kb;
   /* the router's and the experts' input, kept by the forward (--tp: this rank's rows), and d y's rows */
-  const float *ln2 = gpt_block_saved_ln2(&kb, io) + (int64_t)c->tr * BT * C, *dy = io->dy + (int64_t)c->tr * BT * C;
+  int64_t row0 = c->gather ? (int64_t)c->tr * BT * C : 0;
+  const float *ln2 = gpt_block_saved_ln2(&kb, io) + row0, *dy = io->dy + row0;
   float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C;
   int64_t send_rows[256], recv_src[256];
@@ -394,7 +399,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   free(dgh);
   op_linear_bwd(dev, dln2r, GG(io, c->D), NULL, dlog, ln2, PP(io, c->D), wdt, (int)BT, Cn, E, beta);
   op_add(dev, dln2, dln2r, DT_F32, BT * C);
-  if (c->T > 1) { /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
+  if (c->gather) { /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
     float *whole = grow(&c->ys, "moe rows (tp)", dev, BTall * C);
     comm_all_gather(c->tp, dln2, whole, BTall * C, DT_F32);
     dln2 = whole;
@@ -514,8 +519,9 @@ void moe_setup(trainer_t *t) {
     int T = cfg->ep_tp, gr = comm_rank(c->g);
     c->tp = comm_split(c->g, gr / T, gr % T);  /* the attention's TP group */
     c->xg = comm_split(c->g, gr % T, gr / T);  /* the group's ranks with my TP index: data-parallel for it */
-    c->T = T, c->tr = gr % T;
-    tp_split_model(m, c->tp);
+    c->T = T, c->tr = gr % T, c->gather = !cfg->sp;
+    if (cfg->sp) tp_sp_transform.split(m, c->tp); /* --sp: the LayerNorm/residual regions along the sequence */
+    else tp_split_model(m, c->tp);
     c->kb = tp_gpt_attn_block(m), c->D = tp_gpt_attn_numel(m);
   }
   c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
@@ -557,7 +563,8 @@ void moe_setup(trainer_t *t) {
     if (c->tp)
       printf("ep: --tp %d inside each EP group: %d consecutive ranks split the attention's heads, the embedding and the "
              "head and read the same samples (%d slices of the batch per group); at a MoE block each routes 1/%d of "
-             "their tokens\n", c->T, c->T, c->ep / c->T, c->T);
+             "their tokens%s\n", c->T, c->T, c->ep / c->T, c->T,
+             c->gather ? "" : " (--sp: its own positions of every sample, nothing gathered)");
     fflush(stdout);
   }
   trainer_report_extra(t, "moe_experts", c->E);

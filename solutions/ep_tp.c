@@ -9,6 +9,8 @@
  * them to the experts over the whole EP group, and the T parts of the block's output are
  * all-gathered back (the backward all-gathers d ln2 likewise). That is Megatron's "MoE parallel
  * folding" with expert-tensor-parallel size 1: the attention's TP ranks fold into the experts' EP.
+ * With --sp (Megatron's way, tp_sp.h) the T ranks hold different positions of every sample from the
+ * LayerNorm on: each routes its own, and nothing is gathered at the block.
  *
  * Gradients, per step (on the last micro-batch, before the strategy reduces over D):
  *   the dense part of a unit (everything but the experts) summed over the P_E/T ranks of the group
@@ -92,6 +94,10 @@ static void ep_tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   for (int u = 0; u < m->n_units; u++) {
     tp_unit_t moe_k = {.ar_calls = 2, .ar_fwd_calls = 1, .ag_calls = 2, .ag_fwd_calls = 1,
                        .ar_numel = (int64_t)m->gpt.seq_len * m->gpt.n_embd};
+    if (t->cfg->sp) /* --sp: the attention half's g and ḡ along the sequence (tp_gpt.c's block: 3 of its 6 all-gathers,
+                     * 2 of its 4 reduce-scatters, both LayerNorms' weight gradients); nothing at the MoE half */
+      moe_k = (tp_unit_t){.ag_calls = 3, .ag_fwd_calls = 1, .rs_calls = 2, .rs_fwd_calls = 1, .ln_calls = 2,
+                          .ln_numel = 2 * (int64_t)m->gpt.n_embd, .ar_numel = moe_k.ar_numel};
     tp_unit_traffic(moe_unit_router(m, u) >= 0 ? &moe_k : &s->units[u], t, u, T, r, calls, bytes);
     if (X > 1) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, moe_unit_dense(m, u), t->wdt, X, xr, 0);
     if (router_numel(m, u) > 0) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, router_numel(m, u), t->wdt, T, r, 0);
@@ -162,7 +168,9 @@ const model_transform_t ep_tp_transform = {
     .grad_sumsq = ep_tp_grad_sumsq,
     .traffic = ep_tp_traffic,
     .traffic_text = "over the TP group (T ranks inside each EP group): the split GPT's all-reduces as chapter 06's (a MoE "
-                    "block's attention: 2), a MoE block's 2 all-gathers of b x s x h fp32 (its output, d ln2); per unit "
+                    "block's attention: 2), a MoE block's 2 all-gathers of b x s x h fp32 (its output, d ln2; with --sp the split "
+                    "GPT's sequence collectives instead, a MoE block's attention 3 all-gathers + 2 reduce-scatters + "
+                    "its 2 LayerNorms' 2h, nothing at its MoE half); per unit "
                     "and step one all-reduce of its dense elements over the P_E/T ranks with the same TP index, and of a "
                     "router's over the TP group; the all-to-alls of the tokens are counted apart (the moe lines)",
     .groups = ep_tp_groups,

@@ -143,7 +143,8 @@ STEP_CASES = [("dense DDP", 2, "ch02_ddp", []), ("MoE EP 1", 2, "ch12_experts", 
               ("MoE EP 2", 2, "ch12_experts", ["--ep", "2"]),
               ("dense DDP", 4, "ch02_ddp", []), ("MoE EP 1", 4, "ch12_experts", ["--ep", "1"]),
               ("MoE EP 2", 4, "ch12_experts", ["--ep", "2"]), ("MoE EP 4", 4, "ch12_experts", ["--ep", "4"]),
-              ("MoE EP 4 TP 2", 4, "ch12_experts", ["--ep", "4", "--tp", "2"])]
+              ("MoE EP 4 TP 2", 4, "ch12_experts", ["--ep", "4", "--tp", "2"]),
+              ("MoE EP 4 TP 2 SP", 4, "ch12_experts", ["--ep", "4", "--tp", "2", "--sp"])]
 
 
 def step_key(name, np_, flags):
@@ -178,6 +179,7 @@ def part_step(a, tmp):
     for name, np_, prog, flags in STEP_CASES:
         rs = raw[step_key(name, np_, flags)]
         r = {"name": name, "N": np_, "ep": int(flags[1]) if flags else 0, "tp": int(flags[3]) if len(flags) > 3 else 1,
+             "sp": "--sp" in flags,
              "median_step_ms": statistics.median(x["ms"] for x in rs),
              "step_ms_runs": [x["ms"] for x in rs], "peak_bytes": rs[0]["peak"], "model_states_bytes": rs[0]["states"],
              "params_active": rs[0]["active"], "params_total": rs[0]["total"], "params_rank": rs[0]["params"],

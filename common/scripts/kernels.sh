@@ -17,7 +17,7 @@ shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The checks that compare results across GEMM shapes (TP slices, pipeline micro-batches, another
 # rank count, the pasted outputs): where another CPU's BLAS could change the last bits.
-SMOKE='@(ch06_tp/ops_*|common_exercises/@(right_alternatives_are_done|tp_verdicts_*)|common_universal/*|common_docs/*|ch07_pipeline/equals_one_rank_*|ch10_context/cp_equals_one_rank|ch10_sp/sp_equals_tp_and_one_rank|ch10_ulysses/*|ch09_cluster/checkpoint_*|ch12_moe/@(ep_equals_one_rank|tp_inside_ep_equals_one_rank|global_aux_loss_any_layout))'
+SMOKE='@(ch06_tp/ops_*|common_exercises/@(right_alternatives_are_done|tp_verdicts_*)|common_universal/*|common_docs/*|ch07_pipeline/equals_one_rank_*|ch10_context/cp_equals_one_rank|ch10_sp/sp_equals_tp_and_one_rank|ch10_ulysses/*|ch09_cluster/checkpoint_*|ch12_moe/@(ep_equals_one_rank|tp_inside_ep_equals_one_rank|tp_sp_inside_ep_equals_one_rank|global_aux_loss_any_layout))'
 kernels=all filter=$SMOKE json=
 while [ $# -gt 0 ]; do
   case "$1" in

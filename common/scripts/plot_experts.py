@@ -85,8 +85,10 @@ def fig_experts(datadir, outdir):
 
     # (d), (e) step time and peak per rank
     st = list(doc["step"].values())
-    labels = ["%s\nN=%d" % (r["name"].replace("MoE ", ""), r["N"]) for r in st]
-    colors = ["C7" if r["name"].startswith("dense") else "C%d" % (r["ep"] + (r.get("tp", 1) > 1)) for r in st]
+    labels = ["%s\nN=%d" % (r["name"].replace("MoE ", "").replace("dense ", "dense\n").replace(" TP", "\nTP"), r["N"])
+              for r in st]
+    colors = ["C7" if r["name"].startswith("dense") else "C%d" % (r["ep"] + (r.get("tp", 1) > 1) + r.get("sp", 0))
+              for r in st]
     xs = range(len(st))
     d.bar(list(xs), [r["median_step_ms"] for r in st], color=colors)
     for x, r in zip(xs, st):
@@ -95,7 +97,7 @@ def fig_experts(datadir, outdir):
             d.text(x, 2, "%.1f MiB\nsent" % (r["sent_bytes_per_step"] / 2**20), ha="center", va="bottom", fontsize=7,
                    color="white")
     d.set_xticks(list(xs))
-    d.set_xticklabels(labels, fontsize=8)
+    d.set_xticklabels(labels, fontsize=7)
     d.set_ylabel("median step, ms (dots: each run)")
     d.set_title("(d) step, top-1 E 4 vs dense; in the bars: sent per rank\n(N=4: 4 ranks on 2 cores)", fontsize=10)
     d.grid(alpha=0.3, axis="y")
@@ -104,7 +106,7 @@ def fig_experts(datadir, outdir):
           bottom=[r["model_states_bytes"] / 2**20 for r in st], color=colors, alpha=0.4,
           label="activations, buffers (lighter)")
     e.set_xticks(list(xs))
-    e.set_xticklabels(labels, fontsize=8)
+    e.set_xticklabels(labels, fontsize=7)
     e.set_ylabel("peak MiB per rank (ledger, max over ranks)")
     e.set_title("(e) memory per rank (global batch 16)", fontsize=10)
     e.legend(fontsize=8)

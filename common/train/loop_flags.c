@@ -267,6 +267,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--ep", ARG_INT, &cfg->ep, 1, 256, NULL, "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
     if (!(chapter_flags & TRAIN_FLAG_TP))
       SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T on the attention inside each EP group (consecutive; T must divide --ep): they split the heads, the embedding and the head, and read the same samples; at each MoE block they take 1/T of the tokens each, so the P_E ranks of the group route and hold E/P_E experts as without TP (Megatron's MoE parallel folding)");
+    if (!(chapter_flags & TRAIN_FLAG_TP))
+      SPEC("--sp", ARG_FLAG, &cfg->sp, 0, 0, NULL, "with --tp: sequence parallelism (Megatron's way, which it requires for MoE with TP): the LayerNorm/residual regions split along the sequence over the TP group (T must divide --seq-len), so each TP rank routes its own positions at a MoE block and nothing is all-gathered there");
   }
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
     SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");

@@ -237,12 +237,44 @@ static void expect_ch00_states(const char *what, const char *json, int np, const
  * loss's 3 all-reduces of b·S; a router's gradient (E·C) over TP per block; each unit's dense
  * gradient over the 2 ranks with the same TP index (wpe + Vr rows of wte; 5C + qkv/proj/T + router;
  * lnf + Vr rows of the head). */
-static void tp_ep_expected_traffic(double *calls, double *bytes) {
+static void tp_ep_expected_traffic(int sp, double *calls, double *bytes) {
   const double T = 2, X = 2, C = 32, S = 16, V = 256, b = 4, L = 2, E = 4, Cr = C / T, Vr = V / T;
   double n = b * S * C, ar = 2 * (T - 1) / T * 4, ag = (T - 1) / T * 4, arx = 2 * (X - 1) / X * 4;
   double emb = S * C + Vr * C, blk = 5 * C + 3 * Cr * C + 3 * Cr + C * Cr + E * C, head = 2 * C + Vr * C;
-  *calls = 1 + 4 * L + 1 + 3 + L + (L + 2);
-  *bytes = (1 + 2 * L + 1) * n * ar + 2 * L * n * ag + 3 * b * S * ar + L * E * C * ar + (emb + L * blk + head) * arx;
+  double grads_calls = L + (L + 2), grads = L * E * C * ar + (emb + L * blk + head) * arx; /* routers; dense parts */
+  if (!sp) {
+    *calls = 1 + 4 * L + 1 + 3 + grads_calls;
+    *bytes = (1 + 2 * L + 1) * n * ar + 2 * L * n * ag + 3 * b * S * ar + grads;
+    return;
+  }
+  /* --sp (along the sequence, each of b·S·C, (T-1)/T of it per rank): the embedding's reduce-scatter and,
+   * backward, all-gather; per MoE block's attention 3 all-gathers (qkv's input, proj's d y, ln1 again) and 2
+   * reduce-scatters (proj's output, qkv's d x), and the 2 LayerNorms' weight gradients (2C each); the head
+   * 2 all-gathers + 1 reduce-scatter, lnf's 2C and the loss's 3 rows; nothing at the MoE half */
+  *calls = 2 + L * (5 + 2) + (3 + 1 + 3) + grads_calls;
+  *bytes = (2 + 5 * L + 3) * n * ag + (2 * L + 1) * 2 * C * ar + 3 * b * S * ar + grads;
+}
+
+/* Every rank's collectives and bytes per step on the TP and data groups, measured and the report's
+ * formula, against the count from the shape. */
+static void expect_tp_ep_traffic(const char *what, const char *json, int np, int sp) {
+  double calls, bytes;
+  tp_ep_expected_traffic(sp, &calls, &bytes);
+  const char *p = zl_json_find(json, "tp");
+  cr_assert(p, "%s: no tp object in the JSON", what);
+  for (int q = 0; q < np; q++) {
+    p = zl_json_find(p, "tp_rank");
+    cr_assert(p, "%s: rank %d missing from tp.per_rank", what, q);
+    double c = zl_json_num(p, "calls_per_step"), fc = zl_json_num(p, "formula_calls_per_step");
+    double by = zl_json_num(p, "bytes_per_step"), fb = zl_json_num(p, "formula_bytes_per_step");
+    cr_assert(c == calls && fc == calls, "%s rank %d: %g collectives per step on the TP and data groups (report's "
+              "formula %g), expected %g", what, q, c, fc, calls);
+    cr_assert(by == bytes && fb == bytes, "%s rank %d: %.1f bytes per step (report's formula %.1f), expected %.1f", what,
+              q, by, fb, bytes);
+    p += 8;
+  }
+  cr_log_info("%s: %g collectives, %.0f B per rank and step besides the all-to-alls (= the report's formula)", what,
+              calls, bytes);
 }
 
 Test(ch12_moe, tp_inside_ep_equals_one_rank) {
@@ -258,24 +290,26 @@ Test(ch12_moe, tp_inside_ep_equals_one_rank) {
   cr_assert(m > 0 && m == f, "TP 2 x EP 4: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
   expect_states_by_kind("TP 2 x EP 4", r.json);
   expect_ch00_states("TP 2 x EP 4", r.json, 4, "--ep 4 --tp 2", 0);
-  double calls, bytes;
-  tp_ep_expected_traffic(&calls, &bytes);
-  const char *p = zl_json_find(r.json, "tp");
-  cr_assert(p, "TP 2 x EP 4: no tp object in the JSON");
-  for (int q = 0; q < 4; q++) {
-    p = zl_json_find(p, "tp_rank");
-    cr_assert(p, "TP 2 x EP 4: rank %d missing from tp.per_rank", q);
-    double c = zl_json_num(p, "calls_per_step"), fc = zl_json_num(p, "formula_calls_per_step");
-    double by = zl_json_num(p, "bytes_per_step"), fb = zl_json_num(p, "formula_bytes_per_step");
-    cr_assert(c == calls && fc == calls, "TP 2 x EP 4 rank %d: %g collectives per step on the TP and data groups (report's "
-              "formula %g), expected %g", q, c, fc, calls);
-    cr_assert(by == bytes && fb == bytes, "TP 2 x EP 4 rank %d: %.1f bytes per step (report's formula %.1f), expected %.1f",
-              q, by, fb, bytes);
-    p += 8;
-  }
-  cr_log_info("TP 2 x EP 4 against 1 rank --accum 4: %g collectives, %.0f B per rank and step besides the all-to-alls; "
-              "largest |difference| / max|w|: %.3g (tolerance %g)", calls, bytes, gap, MOE_TOL);
+  expect_tp_ep_traffic("TP 2 x EP 4", r.json, 4, 0);
+  cr_log_info("TP 2 x EP 4 against 1 rank --accum 4: largest |difference| / max|w|: %.3g (tolerance %g)", gap, MOE_TOL);
   zl_out_free(&one), zl_out_free(&r);
+}
+
+/* With --sp (Megatron's way) each TP rank routes its own positions of every sample — not one of 1 rank's
+ * micro-batches — so the contract is the global aux scope's: = 1 rank with the whole batch, 1e-5. */
+Test(ch12_moe, tp_sp_inside_ep_equals_one_rank) {
+  const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
+  char a[160];
+  snprintf(a, sizeof a, "%s --ep 4 --tp 2 --sp", g);
+  zl_out_t one = MOE_LAUNCH(1, "moe", "spone", g), sp = MOE_LAUNCH(4, "moe", "sp", a);
+  double gap = zl_expect_close_norm("TP 2 + SP inside EP 4 against 1 rank (whole batch, global aux scope)", sp.params,
+                                    one.params, one.n, MOE_TOL);
+  double x = zl_json_num(one.json, "moe_aux_loss_last"), y = zl_json_num(sp.json, "moe_aux_loss_last");
+  cr_assert(zl_rel(y, x) <= 1e-6, "TP 2 + SP x EP 4: aux loss %.9g, 1 rank %.9g", y, x);
+  expect_tp_ep_traffic("TP 2 + SP x EP 4", sp.json, 4, 1);
+  expect_states_by_kind("TP 2 + SP x EP 4", sp.json);
+  cr_log_info("TP 2 + SP inside EP 4 against 1 rank: largest |difference| / max|w|: %.3g (tolerance %g)", gap, MOE_TOL);
+  zl_out_free(&one), zl_out_free(&sp);
 }
 
 Test(ch12_moe, refusals) {
@@ -390,6 +424,37 @@ Test(ch12_moe_long, checkpoints_resume_across_grids) {
   zl_expect_close_norm("EP 2 x D 2 resumed from EP 2's checkpoint, against EP 2 x D 2 straight", from2.params,
                        straight4.params, straight4.n, MOE_TOL);
   zl_out_free(&straight2), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight4), zl_out_free(&from2);
+}
+
+/* --sp inside EP: TP 2 + SP x EP 4 x D 2 (8 ranks) with ZeRO-1 and ZeRO-3, dropless, global aux scope,
+ * against 1 rank with the whole batch (1e-5 of max|w|); in bf16 with --recompute, --moe-every 2 and
+ * --accum 2 against 1 rank --accum 2, the losses within 1e-4 relative. (A capacity is per rank and
+ * micro-batch: with SP a rank's tokens are positions, not samples, so its drops differ from 1 rank's.) */
+Test(ch12_moe_long, tp_sp_inside_ep) {
+  const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
+  char a[200];
+  zl_out_t one = MOE_LAUNCH16(1, "moesp", "one", g);
+  for (int z = 1; z <= 3; z += 2) {
+    char name[16], what[96];
+    snprintf(a, sizeof a, "%s --ep 4 --tp 2 --sp --zero %d", g, z), snprintf(name, sizeof name, "z%d", z);
+    zl_out_t r = MOE_LAUNCH16(8, "moesp", name, a);
+    snprintf(what, sizeof what, "TP 2 + SP x EP 4 x D 2 --zero %d against 1 rank", z);
+    zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
+    expect_states_by_kind(what, r.json);
+    zl_out_free(&r);
+  }
+  zl_out_free(&one);
+  char a1[200];
+  snprintf(a1, sizeof a1, "%s --moe-every 2 --recompute --precision bf16 --accum 2", g);
+  snprintf(a, sizeof a, "%s --moe-every 2 --recompute --precision bf16 --accum 2 --ep 4 --tp 2 --sp", g);
+  zl_out_t o = MOE_LAUNCH16(1, "moesp", "bf1", a1), r = MOE_LAUNCH16(4, "moesp", "bf4", a);
+  double x[64], y[64];
+  int nx = zl_json_all(zl_json_find(r.json, "steps"), "loss", x, 64), ny = zl_json_all(zl_json_find(o.json, "steps"), "loss", y, 64);
+  cr_assert(nx == ny && nx >= 2, "bf16: %d losses against %d", nx, ny);
+  for (int i = 0; i < nx; i++)
+    cr_assert(zl_rel(x[i], y[i]) <= 1e-4, "bf16: TP 2 + SP x EP 4 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)",
+              i, x[i], y[i]);
+  zl_out_free(&o), zl_out_free(&r);
 }
 
 /* The same with --tp 2 inside EP 4 (solutions/ep_tp.c): its checkpoint resumes on its grid bit for bit
