@@ -12,8 +12,11 @@
  *     both ranks' rows in one GEMM, 1 rank sees them in two: another shape, so a tolerance — notes/
  *     design.md "Bits or a tolerance"; the routing, the drops and the aux loss's f_e are the same),
  *     and the all-to-all bytes per step measured on the EP group = the formula from the routing;
- *   - the refusals. The sweep (ZeRO-1/2/3 with --ep, 4 ranks, bf16, --moe-every 2, --recompute) is
- *     ch12_moe_long. */
+ *   - TP inside the EP group (--ep 4 --tp 2, solutions/ep_tp.c) = 1 rank with --accum 4 within 1e-5, and
+ *     with --sp = 1 rank (global aux scope); each with its groups' traffic counted here from the shape,
+ *     the states by kind and chapter 00's per-rank states;
+ *   - the refusals. The sweep (ZeRO-1/2/3 with --ep and with TP inside it, 4 and 8 ranks, bf16,
+ *     --moe-every 2, --recompute, checkpoints across grids) is ch12_moe_long. */
 #include "zl_test.h" // zl_launch, zl_run, zl_json_num, zl_expect_*, cr_assert
 #include "moe.h"     // moe_plan, moe_capacity
 #include "ops_gpt.h" // op_rows_gather, op_rows_combine
@@ -322,6 +325,16 @@ Test(ch12_moe, refusals) {
   zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --eval-every 2", "--eval-every");
 }
 
+/* Every step's loss of got within tol relative of want's (the half precisions round the weights after
+ * every step: the losses, not the weights, are compared). */
+static void expect_losses_close(const char *what, const char *got, const char *want, double tol) {
+  double a[64], b[64];
+  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 64);
+  cr_assert(na == nb && na >= 2, "%s: %d losses against %d", what, na, nb);
+  for (int i = 0; i < na; i++)
+    cr_assert(zl_rel(a[i], b[i]) <= tol, "%s: loss of step %d %.9g, 1 rank %.9g (beyond %g relative)", what, i, a[i], b[i], tol);
+}
+
 /* ---- the sweep (make test-long) ------------------------------------------------------------------ */
 /* EP 2 x D 2 with every strategy on the data dimension, and EP 2 with --accum 2, --moe-every 2,
  * --recompute in bf16 and in fp16, each against 1 rank with --accum 4 (the same micro-batches): the
@@ -351,12 +364,9 @@ Test(ch12_moe_long, ep_half_precision_recompute) {
     snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 2 --accum 2", prec[p]);
     snprintf(n1, sizeof n1, "one%d", p), snprintf(n2, sizeof n2, "ep%d", p);
     zl_out_t one = MOE_LAUNCH16(1, "moel", n1, a1), ep = MOE_LAUNCH16(2, "moel", n2, a2);
-    double a[64], b[64];
-    int na = zl_json_all(zl_json_find(ep.json, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(one.json, "steps"), "loss", b, 64);
-    cr_assert(na == nb && na >= 2, "%s: %d losses against %d", prec[p], na, nb);
-    for (int i = 0; i < na; i++)
-      cr_assert(zl_rel(a[i], b[i]) <= 1e-4, "%s: EP 2 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)", prec[p], i,
-                a[i], b[i]);
+    char what[64];
+    snprintf(what, sizeof what, "%s: EP 2 --accum 2 against 1 rank --accum 4", prec[p]);
+    expect_losses_close(what, ep.json, one.json, 1e-4);
     zl_out_free(&one), zl_out_free(&ep);
   }
 }
@@ -386,12 +396,9 @@ Test(ch12_moe_long, tp_inside_ep_every_strategy) {
     snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 4 --tp 2 --accum 2", prec[p]);
     snprintf(n1, sizeof n1, "tone%d", p), snprintf(n2, sizeof n2, "tph%d", p);
     zl_out_t o = MOE_LAUNCH16(1, "moel", n1, a1), r = MOE_LAUNCH16(4, "moel", n2, a2);
-    double a[64], b[64];
-    int na = zl_json_all(zl_json_find(r.json, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(o.json, "steps"), "loss", b, 64);
-    cr_assert(na == nb && na >= 2, "%s: %d losses against %d", prec[p], na, nb);
-    for (int i = 0; i < na; i++)
-      cr_assert(zl_rel(a[i], b[i]) <= 1e-4, "%s: TP 2 x EP 4 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)",
-                prec[p], i, a[i], b[i]);
+    char what[64];
+    snprintf(what, sizeof what, "%s: TP 2 x EP 4 --accum 2 against 1 rank --accum 8", prec[p]);
+    expect_losses_close(what, r.json, o.json, 1e-4);
     zl_out_free(&o), zl_out_free(&r);
   }
 }
@@ -448,12 +455,7 @@ Test(ch12_moe_long, tp_sp_inside_ep) {
   snprintf(a1, sizeof a1, "%s --moe-every 2 --recompute --precision bf16 --accum 2", g);
   snprintf(a, sizeof a, "%s --moe-every 2 --recompute --precision bf16 --accum 2 --ep 4 --tp 2 --sp", g);
   zl_out_t o = MOE_LAUNCH16(1, "moesp", "bf1", a1), r = MOE_LAUNCH16(4, "moesp", "bf4", a);
-  double x[64], y[64];
-  int nx = zl_json_all(zl_json_find(r.json, "steps"), "loss", x, 64), ny = zl_json_all(zl_json_find(o.json, "steps"), "loss", y, 64);
-  cr_assert(nx == ny && nx >= 2, "bf16: %d losses against %d", nx, ny);
-  for (int i = 0; i < nx; i++)
-    cr_assert(zl_rel(x[i], y[i]) <= 1e-4, "bf16: TP 2 + SP x EP 4 loss of step %d %.9g, 1 rank %.9g (beyond 1e-4 relative)",
-              i, x[i], y[i]);
+  expect_losses_close("bf16: TP 2 + SP x EP 4 --accum 2 against 1 rank --accum 2", r.json, o.json, 1e-4);
   zl_out_free(&o), zl_out_free(&r);
 }
 
