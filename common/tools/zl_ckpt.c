@@ -93,6 +93,12 @@ static int convert(const char *dir, const char *out, int step) {
       return 1;
     }
   }
+  if (m[0].moe > 0) { /* chapter 12: its units hold experts (and an EP rank only some of them) */
+    fprintf(stderr, "error: %s: a Mixture-of-Experts checkpoint (--moe %d --moe-every %d): convert knows the dense "
+            "models' splits only (not built); ch12_experts resumes it on its EP grid with any D, and 1 rank's on any\n",
+            m[0].dir, m[0].moe, m[0].moe_every);
+    return 1;
+  }
   model_t full, split = {0}; /* split: the TP split of the full model (any q's map: tp.h) */
   comm_t *shape = NULL;
   if (!strcmp(m[0].model, "gpt")) gpt_init(&full, m[0].gpt);

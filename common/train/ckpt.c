@@ -126,6 +126,11 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
     restore_mapped(t, m, buf);
     most = -1;
   }
+  for (int u = 0; u < md->n_units && most >= 0; u++) /* the same layout: every unit its size (a backstop of ckpt_match_cfg) */
+    if (m->n_units != t->whole->n_units || m->units[u].numel != t->whole->units[u].numel)
+      die_on_rank("--resume %s: unit %d holds %lld values there, %lld in this run's model (%d units there, %d here): another "
+                  "model", m->dir, u, (long long)(u < m->n_units ? m->units[u].numel : -1),
+                  (long long)t->whole->units[u].numel, m->n_units, t->whole->n_units);
   for (int u = 0; u < md->n_units && most >= 0; u++) {
     unit_layout_t l = layout_of(t, u);
     /* the working params this rank holds: wdt(fp32 weights), what every step leaves there */
@@ -243,6 +248,8 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
                          .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
                          .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
                          .ep_tp = c->ep_tp > 1 ? c->ep_tp : 1,
+                         .moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0,
+                         .moe_every = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_every : 0,
                          .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
                          .n_pieces = n_pieces, .step = steps_done, .data_position = (int64_t)steps_done * c->batch,
                          .opt_t = opt_t, .skipped = skipped, .n_sections = nsec, .n_files = shards + 1};

@@ -61,6 +61,7 @@ typedef struct ckpt_manifest {
   gpt_shape_t gpt;         /* the GPT's shape (n_layer n_head n_embd seq_len vocab); 0s for the MLP */
   int tp, tp_rank;         /* --tp T of the run that saved, and which TP rank's part this is (1, 0: no TP) */
   int ep_tp;               /* chapter 12: --tp inside each EP group of the run that saved (1: none; tp is P_E) */
+  int moe, moe_every;      /* chapter 12: --moe E and --moe-every m of the run that saved (0: a dense model) */
   uint64_t seed;
   int64_t batch;
   int64_t psi;

@@ -199,6 +199,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "vocab")) ok = sscanf(v, "%d", &m->gpt.vocab) == 1;
     else if (!strcmp(key, "tp")) ok = sscanf(v, "%d %d", &m->tp, &m->tp_rank) == 2;
     else if (!strcmp(key, "ep_tp")) ok = sscanf(v, "%d", &m->ep_tp) == 1;
+    else if (!strcmp(key, "moe")) ok = sscanf(v, "%d %d", &m->moe, &m->moe_every) == 2;
     else if (!strcmp(key, "input")) ok = sscanf(v, "%d", &m->input) == 1;
     else if (!strcmp(key, "hidden")) ok = sscanf(v, "%d", &m->hidden) == 1;
     else if (!strcmp(key, "classes")) ok = sscanf(v, "%d", &m->classes) == 1;
@@ -377,6 +378,15 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
   if (m->tp > 1 && m->tp != (c->tp > 1 ? c->tp : 1))
     DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it with --tp %d, "
          "or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)", m->tp_rank, m->tp, c->tp > 1 ? c->tp : 1, m->tp);
+  int run_moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0; /* chapter 12: the experts change every MoE unit */
+  if (m->moe != run_moe || (run_moe && m->moe_every != c->moe_every)) {
+    char saved[64], run[64];
+    if (m->moe) snprintf(saved, sizeof saved, "--moe %d --moe-every %d", m->moe, m->moe_every);
+    else snprintf(saved, sizeof saved, "a dense model (no experts)");
+    if (run_moe) snprintf(run, sizeof run, "--moe %d --moe-every %d", run_moe, c->moe_every);
+    else snprintf(run, sizeof run, "a dense model (ch12_experts resumes it)");
+    DIFF("saved with %s, this run has %s", saved, run);
+  }
   int mt = m->ep_tp > 1 ? m->ep_tp : 1, ct = c->ep_tp > 1 ? c->ep_tp : 1;
   if (m->tp > 1 && mt != ct) /* chapter 12: the local layouts differ */
     DIFF("saved with --tp %d inside each EP group of %d ranks, this run has --tp %d there (resume it with --tp %d; 1: "
@@ -411,6 +421,7 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
     printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
            (long long)m->psi, m->n_pieces);
   if (m->tp > 1) printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank, m->tp);
+  if (m->moe > 0) printf("  Mixture of Experts (chapter 12): --moe %d --moe-every %d\n", m->moe, m->moe_every);
   if (m->ep_tp > 1) printf("  chapter 12: that group is an EP group with --tp %d inside it (ch12_experts --ep %d --tp %d)\n",
                            m->ep_tp, m->tp, m->ep_tp);
   printf("  precision %s, optimizer %s, seed %llu, global batch %lld\n", m->precision, m->optimizer,
@@ -514,6 +525,7 @@ static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
          m->gpt.seq_len, m->gpt.vocab);
   EMIT("tp %d %d\n", m->tp, m->tp_rank);
   if (m->ep_tp > 1) EMIT("ep_tp %d\n", m->ep_tp);
+  if (m->moe > 0) EMIT("moe %d %d\n", m->moe, m->moe_every);
   EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", m->input, m->hidden, m->classes, m->layers,
        (unsigned long long)m->seed, (long long)m->batch);
   EMIT("psi %lld\nunits %d\n", (long long)m->psi, m->n_units);

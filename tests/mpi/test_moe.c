@@ -335,6 +335,30 @@ static void expect_losses_close(const char *what, const char *got, const char *w
     cr_assert(zl_rel(a[i], b[i]) <= tol, "%s: loss of step %d %.9g, 1 rank %.9g (beyond %g relative)", what, i, a[i], b[i], tol);
 }
 
+/* A checkpoint knows its experts (--moe E --moe-every m in its manifest): resuming it with other experts, or
+ * in a dense program, or a dense one here, is refused in one line before anything runs; zl_ckpt convert
+ * refuses it too (it knows the dense models' splits only). */
+Test(ch12_moe, checkpoint_knows_its_experts) {
+  char dir[256], ckm[300], ckd[300], args[1024];
+  zl_tmpdir(dir, sizeof dir, "moeckm");
+  snprintf(ckm, sizeof ckm, "%s/moe", dir), snprintf(ckd, sizeof ckd, "%s/dense", dir);
+  zl_run_ok(1, 60, "MoE, checkpoint at step 2", "%s/ch12_experts " MOE_NOSTEPS " --batch 8 --moe 4 --topk 2 --steps 2 "
+            "--save-every 2 --ckpt %s --quiet", ZL_BIN, ckm);
+  zl_run_ok(1, 60, "dense, checkpoint at step 2", "%s/ch02_ddp " MOE_NOSTEPS " --batch 8 --steps 2 --save-every 2 --ckpt %s "
+            "--quiet", ZL_BIN, ckd);
+  snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 8 --topk 2 --resume %s", ckm);
+  zl_expect_refused(1, "ch12_experts", args, "saved with --moe 4 --moe-every 1, this run has --moe 8 --moe-every 1");
+  snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --resume %s", ckm);
+  zl_expect_refused(1, "ch02_ddp", args, "saved with --moe 4 --moe-every 1, this run has a dense model");
+  snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 4 --topk 2 --resume %s", ckd);
+  zl_expect_refused(1, "ch12_experts", args, "saved with a dense model (no experts), this run has --moe 4");
+  char *out = NULL;
+  int rc = zl_run(0, 30, &out, "%s/zl_ckpt convert %s %s/gf", ZL_BIN, ckm, dir);
+  cr_assert(rc == 1 && out && strstr(out, "a Mixture-of-Experts checkpoint (--moe 4"), "zl_ckpt convert of a MoE checkpoint: "
+            "exit %d, expected 1 and a line naming it:\n%s", rc, out ? out : "(no output)");
+  free(out);
+}
+
 /* ---- the sweep (make test-long) ------------------------------------------------------------------ */
 /* EP 2 x D 2 with every strategy on the data dimension, and EP 2 with --accum 2, --moe-every 2,
  * --recompute in bf16 and in fp16, each against 1 rank with --accum 4 (the same micro-batches): the
