@@ -4,7 +4,7 @@
  * rows over the EP group, the dense gradients summed over it, the gradient norm that counts them
  * once, the group's traffic formula, and the whole model back from the ranks' experts (--save-params). */
 #include "ep.h"       // ep_transform, ep_exchange_rows, ep_exchange_counts
-#include "moe.h"      // moe_unit_dense, moe_group, moe_full_numel
+#include "moe.h"      // moe_unit_dense, moe_unit_router, moe_unit_to_local, moe_group, moe_full_numel
 #include "check.h"    // die, xmalloc, xcalloc
 #include "comm.h"     // comm_all_to_all, comm_all_to_allv, comm_all_reduce, comm_ctl_*
 #include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
@@ -105,12 +105,10 @@ static float *ep_unsplit(const model_t *m, const float *local, int has_local, in
   return w;
 }
 
-/* Full unit u → this rank's: the dense part, then its experts. */
+/* Full unit u → this rank's: a MoE block's dense part, then its experts (moe.c); any other unit whole. */
 static void ep_to_local(const model_t *m, int u, const float *full, float *local) {
-  comm_t *g = moe_group(m);
-  int64_t d = moe_unit_dense(m, u), x = m->units[u].numel - d;
-  memcpy(local, full, (size_t)d * sizeof(float));
-  memcpy(local + d, full + d + (int64_t)comm_rank(g) * x, (size_t)x * sizeof(float));
+  if (moe_unit_router(m, u) >= 0) moe_unit_to_local(m, u, full, local);
+  else memcpy(local, full, (size_t)m->units[u].numel * sizeof(float));
 }
 
 const model_transform_t ep_transform = {

@@ -49,6 +49,7 @@ static int64_t router_numel(const model_t *m, int u) {
 typedef struct ep_tp_state {
   float *dense, *rep;      /* host fp32: the dense gradients (alike on xg), the TP-replicated ones (alike on all) */
   int64_t n_dense, n_rep;
+  int64_t *at_dense, *at_rep; /* [n_units]: where unit u's part of each starts (set once) */
 } ep_tp_state_t;
 static ep_tp_state_t g_st;
 
@@ -56,22 +57,25 @@ static void ep_tp_after_backward(trainer_t *t, int u) {
   if (t->micro != t->n_micro - 1) return; /* no_sync: the step's sum (moe_setup) */
   model_t *m = &t->model;
   comm_t *xg = moe_xg_group(m), *tp = moe_tp_group(m);
-  int64_t n = moe_unit_dense(m, u), ro = moe_unit_router(m, u), R = router_numel(m, u), rp = rep_prefix(m, u);
+  int64_t n = moe_unit_dense(m, u), ro = moe_unit_router(m, u), R = router_numel(m, u);
   size_t ds = dtype_size(t->wdt);
   if (n == 0) return;
   if (comm_world(xg) > 1) comm_all_reduce(xg, t->unit_grads[u], n, t->wdt, REDOP_SUM);
   if (R > 0) comm_all_reduce(tp, (char *)t->unit_grads[u] + ro * (int64_t)ds, R, t->wdt, REDOP_SUM);
-  if (!g_st.dense) {
-    for (int v = 0; v < m->n_units; v++) g_st.n_dense += moe_unit_dense(m, v), g_st.n_rep += rep_prefix(m, v) + router_numel(m, v);
+  if (!g_st.dense) { /* the layout of the host copies, once */
+    g_st.at_dense = xcalloc((size_t)(2 * m->n_units), sizeof(int64_t), "ep tp offsets"), g_st.at_rep = g_st.at_dense + m->n_units;
+    for (int v = 0; v < m->n_units; v++) {
+      g_st.at_dense[v] = g_st.n_dense, g_st.at_rep[v] = g_st.n_rep;
+      g_st.n_dense += moe_unit_dense(m, v), g_st.n_rep += rep_prefix(m, v) + router_numel(m, v);
+    }
     g_st.dense = xcalloc((size_t)g_st.n_dense, sizeof(float), "ep tp dense grads (norm)");
     g_st.rep = xcalloc((size_t)(g_st.n_rep > 0 ? g_st.n_rep : 1), sizeof(float), "ep tp replicated grads (norm)");
   }
-  int64_t at = 0, ar = 0;
-  for (int v = 0; v < u; v++) at += moe_unit_dense(m, v), ar += rep_prefix(m, v) + router_numel(m, v);
-  float *d = g_st.dense + at;
+  float *d = g_st.dense + g_st.at_dense[u], *r = g_st.rep + g_st.at_rep[u];
+  int64_t rp = rep_prefix(m, u);
   trainer_grads_to_host(t, u, n, d);
-  memcpy(g_st.rep + ar, d, (size_t)rp * sizeof(float));
-  if (R > 0) memcpy(g_st.rep + ar + rp, d + ro, (size_t)R * sizeof(float));
+  memcpy(r, d, (size_t)rp * sizeof(float)); /* the replicated prefix, then the router (alike on the TP group now) */
+  if (R > 0) memcpy(r + rp, d + ro, (size_t)R * sizeof(float));
 }
 
 /* Σg²: a rank's sum holds its TP slices (alike on xg), the TP-replicated values (alike on the whole

@@ -62,7 +62,8 @@ typedef struct moe_gpt {
   comm_t *g;                     /* the EP group (t->tp_comm), NULL with --ep 1 */
   /* --tp T inside the EP group (solutions/ep_tp.c): the T consecutive ranks that split the attention
    * (tp) and the P_E/T ranks of the group with the same TP index (xg: data-parallel for the attention);
-   * at a MoE block TP rank tr routes rows [tr·BT/T, (tr+1)·BT/T) of the micro-batch's B·T tokens */
+   * at a MoE block TP rank tr routes rows [tr·BT/T, (tr+1)·BT/T) of the micro-batch's BT = B·S tokens
+   * (with --sp: its own B·S/T positions) */
   comm_t *tp, *xg;
   int T, tr;
   int gather;                    /* --tp without --sp: the T ranks hold the same rows, each routes its 1/T and the

@@ -37,6 +37,14 @@ int report_uniform(const rank_numbers_t *all, int nr) {
   return 1;
 }
 
+int report_tp_groups(const trainer_t *t, comm_t **out, int max) {
+  if (!t->tp_comm || max < 1) return 0;
+  out[0] = t->tp_comm;
+  int n = 1 + (t->cfg->transform->groups ? t->cfg->transform->groups(t, out + 1, max - 1) : 0);
+  for (int i = 0; i < n; i++) comm_wait_all(out[i]);
+  return n;
+}
+
 void report_finish(trainer_t *t, const report_run_t *run) {
   comm_t *rc = t->world_comm; /* every rank of the job appears (--tp, a pipeline's stages) */
   rank_numbers_t mine = {.rank = comm_rank(rc)};
@@ -46,13 +54,11 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   mine.f_params = f.params, mine.f_grads = f.grads, mine.f_master = f.master, mine.f_optim = f.optim;
   mine.f_host = f.host, mine.f_comm = f.comm_bytes;
   if (t->tp_comm) {
-    comm_wait_all(t->tp_comm);
-    comm_counters_t tc = comm_counters(t->tp_comm);
-    comm_t *sub[4];
-    int ns = t->cfg->transform->groups ? t->cfg->transform->groups(t, sub, 4) : 0;
-    for (int i = 0; i < ns; i++) { /* the transform's other groups (chapter 12's TP inside EP): its bytes too */
-      comm_wait_all(sub[i]);
-      comm_counters_t sc = comm_counters(sub[i]);
+    comm_t *g[5];
+    int ng = report_tp_groups(t, g, 5);
+    comm_counters_t tc = comm_counters(g[0]);
+    for (int i = 1; i < ng; i++) { /* the transform's other groups (chapter 12's TP inside EP): its bytes too */
+      comm_counters_t sc = comm_counters(g[i]);
       for (int op = 0; op < CO_NOPS; op++) tc.calls[op] += sc.calls[op], tc.sent[op] += sc.sent[op];
     }
     mine.tp_rank = comm_rank(t->tp_comm);

@@ -16,14 +16,11 @@ void report_nodes_mine(const trainer_t *t, const formula_t *f, rank_numbers_t *m
     comm_counters_t sc = comm_counters(t->sub_comms[i]);
     for (int op = 0; op < CO_NOPS; op++) mine->inter_sent[op] += sc.inter_sent[op];
   }
-  if (t->tp_comm) { /* the group's, and its transform's other groups' (chapter 12's TP inside EP) */
-    comm_t *g[5] = {t->tp_comm};
-    int ng = 1 + (t->cfg->transform->groups ? t->cfg->transform->groups(t, g + 1, 4) : 0);
-    for (int i = 0; i < ng; i++) {
-      comm_counters_t tc = comm_counters(g[i]);
-      for (int op = 0; op < CO_NOPS; op++)
-        if (op != CO_CONTROL) mine->tp_inter_sent += tc.inter_sent[op];
-    }
+  comm_t *g[5]; /* the transform's group, and its other groups (chapter 12's TP inside EP) */
+  for (int i = 0, ng = report_tp_groups(t, g, 5); i < ng; i++) {
+    comm_counters_t tc = comm_counters(g[i]);
+    for (int op = 0; op < CO_NOPS; op++)
+      if (op != CO_CONTROL) mine->tp_inter_sent += tc.inter_sent[op];
   }
   int N = comm_world(t->comm), r = comm_rank(t->comm);
   int ring_crosses = N > 1 && comm_node_of(t->comm, (r + 1) % N) != comm_node_of(t->comm, r);

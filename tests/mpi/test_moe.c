@@ -427,34 +427,43 @@ Test(ch12_moe_long, tp_inside_ep_every_strategy) {
   }
 }
 
-/* Checkpoints: EP 2's resumes on EP 2 (the same grid: bit for bit the straight run); with
- * --aux-loss-scope global (f_e over every rank's micro-batch: the same loss on any layout of the same
- * --accum) 1 rank's resumes on EP 2 and EP 2's on EP 2 x D 2, within 1e-5 of max|w| of the straight
- * runs (their first steps ran other GEMM shapes). */
-Test(ch12_moe_long, checkpoints_resume_across_grids) {
-  char dir[256], ck1[300], ck2[300], args[2048];
-  zl_tmpdir(dir, sizeof dir, "moeck");
-  snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck2, sizeof ck2, "%s/ep", dir);
-  const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
-  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ckpt %s --quiet", ZL_BIN, g, ck1);
+/* Checkpoints across grids, with --aux-loss-scope global (f_e over every rank's micro-batch: the same loss
+ * on any layout of the same --accum): 1 rank's and `layout`'s (np_a ranks, named `name`) at step 2; `layout`
+ * resumed from its own = its straight run bit for bit, from 1 rank's within 1e-5 of max|w| (its first steps
+ * ran other GEMM shapes); `wider` (np_b ranks) from `layout`'s within 1e-5 of its straight run. ck: where
+ * `layout`'s checkpoint is (the caller's refusals). */
+#define MOE_CK_GLOBAL "--moe 4 --topk 2 --aux-loss-scope global"
+static void expect_resume_across_grids(const char *tag, const char *name, const char *layout, int np_a, const char *wider,
+                                       int np_b, char *ck, size_t nck) {
+  char dir[256], ck1[300], args[2048], sa[200], sb[200], ra[600], rb[600], rc[600], what[200];
+  zl_tmpdir(dir, sizeof dir, tag);
+  snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck, nck, "%s/layout", dir);
+  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 " MOE_CK_GLOBAL " --steps 2 --save-every 2 --ckpt %s "
+           "--quiet", ZL_BIN, ck1);
   zl_run_ok(1, 60, "1 rank, checkpoint at step 2", "%s", args);
-  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ep 2 --ckpt %s --quiet", ZL_BIN, g,
-           ck2);
-  zl_run_ok(2, 60, "EP 2, checkpoint at step 2", "%s", args);
-  char ra[512], rb[512], rc[512], sg2[200];
-  snprintf(ra, sizeof ra, "%s --ep 2 --resume %s", g, ck1);
-  snprintf(rb, sizeof rb, "%s --ep 2 --resume %s", g, ck2);
-  snprintf(rc, sizeof rc, "%s --ep 2 --resume %s", g, ck2);
-  snprintf(sg2, sizeof sg2, "%s --ep 2", g);
-  zl_out_t straight2 = MOE_LAUNCH16(2, "moeck", "straight2", sg2), same = MOE_LAUNCH16(2, "moeck", "same", rc);
-  zl_out_t from1 = MOE_LAUNCH16(2, "moeck", "from1", ra);
-  zl_out_t straight4 = MOE_LAUNCH16(4, "moeck", "straight4", sg2), from2 = MOE_LAUNCH16(4, "moeck", "from2", rb);
-  zl_expect_floats("EP 2 resumed from EP 2's checkpoint, against EP 2 straight", same.params, straight2.params, straight2.n, 0);
-  zl_expect_close_norm("EP 2 resumed from 1 rank's checkpoint, against EP 2 straight", from1.params, straight2.params,
-                       straight2.n, MOE_TOL);
-  zl_expect_close_norm("EP 2 x D 2 resumed from EP 2's checkpoint, against EP 2 x D 2 straight", from2.params,
-                       straight4.params, straight4.n, MOE_TOL);
-  zl_out_free(&straight2), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight4), zl_out_free(&from2);
+  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 " MOE_CK_GLOBAL " --steps 2 --save-every 2 %s "
+           "--ckpt %s --quiet", ZL_BIN, layout, ck);
+  snprintf(what, sizeof what, "%s, checkpoint at step 2", name);
+  zl_run_ok(np_a, 60, what, "%s", args);
+  snprintf(sa, sizeof sa, MOE_CK_GLOBAL " %s", layout), snprintf(sb, sizeof sb, MOE_CK_GLOBAL " %s", wider);
+  snprintf(ra, sizeof ra, "%s --resume %s", sa, ck1), snprintf(rb, sizeof rb, "%s --resume %s", sa, ck);
+  snprintf(rc, sizeof rc, "%s --resume %s", sb, ck);
+  zl_out_t straight_a = MOE_LAUNCH16(np_a, tag, "straight_a", sa), same = MOE_LAUNCH16(np_a, tag, "same", rb);
+  zl_out_t from1 = MOE_LAUNCH16(np_a, tag, "from1", ra);
+  zl_out_t straight_b = MOE_LAUNCH16(np_b, tag, "straight_b", sb), from_a = MOE_LAUNCH16(np_b, tag, "from_a", rc);
+  snprintf(what, sizeof what, "%s resumed from its own checkpoint, against its straight run", name);
+  zl_expect_floats(what, same.params, straight_a.params, straight_a.n, 0);
+  snprintf(what, sizeof what, "%s resumed from 1 rank's checkpoint, against its straight run", name);
+  zl_expect_close_norm(what, from1.params, straight_a.params, straight_a.n, MOE_TOL);
+  snprintf(what, sizeof what, "%s resumed from %s's checkpoint, against its straight run", wider, name);
+  zl_expect_close_norm(what, from_a.params, straight_b.params, straight_b.n, MOE_TOL);
+  zl_out_free(&straight_a), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight_b), zl_out_free(&from_a);
+}
+
+/* EP 2 on 2 ranks, and EP 2 x D 2 on 4 from its checkpoint. */
+Test(ch12_moe_long, checkpoints_resume_across_grids) {
+  char ck[300];
+  expect_resume_across_grids("moeck", "EP 2", "--ep 2", 2, "--ep 2", 4, ck, sizeof ck);
 }
 
 /* --sp inside EP: TP 2 + SP x EP 4 x D 2 (8 ranks) with ZeRO-1 and ZeRO-3, dropless, global aux scope,
@@ -487,31 +496,10 @@ Test(ch12_moe_long, tp_sp_inside_ep) {
  * and on TP 2 x EP 4 x D 2 with ZeRO-1 within 1e-5 of max|w|; 1 rank's resumes on TP 2 x EP 4 within
  * 1e-5; EP 4 without --tp refuses it (another local layout), naming the flag. */
 Test(ch12_moe_long, tp_inside_ep_checkpoints) {
-  char dir[256], ck1[300], ck2[300], args[2048];
-  zl_tmpdir(dir, sizeof dir, "moetck");
-  snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck2, sizeof ck2, "%s/tpep", dir);
-  const char *g = "--moe 4 --topk 2 --aux-loss-scope global";
-  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ckpt %s --quiet", ZL_BIN, g, ck1);
-  zl_run_ok(1, 60, "1 rank, checkpoint at step 2", "%s", args);
-  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 %s --steps 2 --save-every 2 --ep 4 --tp 2 --ckpt %s "
-           "--quiet", ZL_BIN, g, ck2);
-  zl_run_ok(4, 60, "TP 2 x EP 4, checkpoint at step 2", "%s", args);
-  char ra[512], rb[512], rc[512], s4[200], s8[200], refuse[512];
-  snprintf(s4, sizeof s4, "%s --ep 4 --tp 2", g), snprintf(s8, sizeof s8, "%s --ep 4 --tp 2 --zero 1", g);
-  snprintf(ra, sizeof ra, "%s --resume %s", s4, ck1), snprintf(rb, sizeof rb, "%s --resume %s", s4, ck2);
-  snprintf(rc, sizeof rc, "%s --resume %s", s8, ck2);
-  zl_out_t straight4 = MOE_LAUNCH16(4, "moetck", "straight4", s4), same = MOE_LAUNCH16(4, "moetck", "same", rb);
-  zl_out_t from1 = MOE_LAUNCH16(4, "moetck", "from1", ra);
-  zl_out_t straight8 = MOE_LAUNCH16(8, "moetck", "straight8", s8), from4 = MOE_LAUNCH16(8, "moetck", "from4", rc);
-  zl_expect_floats("TP 2 x EP 4 resumed from its own checkpoint, against the straight run", same.params, straight4.params,
-                   straight4.n, 0);
-  zl_expect_close_norm("TP 2 x EP 4 resumed from 1 rank's checkpoint, against the straight run", from1.params,
-                       straight4.params, straight4.n, MOE_TOL);
-  zl_expect_close_norm("TP 2 x EP 4 x D 2 --zero 1 resumed from TP 2 x EP 4's checkpoint, against the straight run",
-                       from4.params, straight8.params, straight8.n, MOE_TOL);
-  snprintf(refuse, sizeof refuse, MOE_NOSTEPS " --batch 16 --steps 4 %s --ep 4 --resume %s", g, ck2);
+  char ck[300], refuse[600];
+  expect_resume_across_grids("moetck", "TP 2 x EP 4", "--ep 4 --tp 2", 4, "--ep 4 --tp 2 --zero 1", 8, ck, sizeof ck);
+  snprintf(refuse, sizeof refuse, MOE_NOSTEPS " --batch 16 --steps 4 " MOE_CK_GLOBAL " --ep 4 --resume %s", ck);
   zl_expect_refused(4, "ch12_experts", refuse, "saved with --tp 2 inside each EP group");
-  zl_out_free(&straight4), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight8), zl_out_free(&from4);
 }
 
 /* Chapter 00's calculator knows the experts: Ψ total = the weights ch12_experts exports (every expert),
