@@ -87,16 +87,16 @@ int64_t cp_ring_bwd_numel(int C, int64_t R, int n, int E);
 /* ---- training: the GPT with --cp C (cp_gpt.c) ---------------------------------------------- */
 struct train_cfg;
 struct trainer;
-struct strategy;
+struct model_transform;
 /* The chapter's checks of --cp and --cp-balance against the world size and the model, before MPI:
  * 0, or 2 after one line naming the flag and what it allows. */
 int cp_check_args(const struct train_cfg *cfg);
-/* train_cfg_t.cp_split: the GPT becomes this rank's chunks of every sequence over its CP group
- * (C consecutive ranks of the job, comm_split here); the data-parallel strategy runs over all the
- * ranks (the C·D of the CP × DP grid: Megatron's data-and-context-parallel group), so the
- * gradients of the replicated weights are summed over the CP group too. Formulas into the report. */
+/* Chapter 10's model transform (with --cp C > 1). Its setup, cp_split_trainer: the GPT becomes this
+ * rank's chunks of every sequence over its CP group (C consecutive ranks of the job, comm_split
+ * here); the data-parallel strategy runs over all the ranks (the C·D of the CP × DP grid:
+ * Megatron's data-and-context-parallel group), so the gradients of the replicated weights are
+ * summed over the CP group too; formulas into the report. Its report: the end-of-run cp: lines (K/V
+ * bytes per step measured and by formula, the attention work per rank and its imbalance). */
+extern const struct model_transform cp_transform;
 void cp_split_trainer(struct trainer *t);
-/* The strategy s with --cp's end-of-run lines after its last step (K/V bytes per step measured and
- * by formula, the attention work per rank and its imbalance, activation bytes). */
-const struct strategy *cp_strategy(const struct strategy *s);
 #endif

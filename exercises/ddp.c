@@ -18,7 +18,7 @@
 #include "check.h"    // die, xcalloc
 #include "comm.h"     // comm_all_reduce_async, comm_wait
 #include "exercise.h" // zl_exercise_todo (the generated stubs call it)
-#include "ops.h"      // op_sumsq, op_cast
+#include "ops.h"      // op_cast
 #include "trace.h"    // trace_begin, trace_end (TRAINER_PHASE)
 #include "train.h"    // trainer_t, strategy_t, trainer_* helpers
 #include <stdio.h>    // printf, snprintf
@@ -124,7 +124,7 @@ static void ddp_step(trainer_t *t) {
   if (st->variant == DDP_NAIVE) ddp_launch(t, 0, P, st->tags[0]); /* only now: nothing overlaps */
   TRAINER_PHASE("wait grads", ddp_wait_grads(t));
   /* Every rank holds the same summed gradients: the norm needs no communication (no pieces: NULL). */
-  double sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, P);
+  double sumsq = trainer_grad_sumsq(t, t->grads.data, -1); /* the whole model, unsharded */
   float gscale = trainer_finish_grads(t, sumsq, NULL);
   float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data; /* fp32 weights the update acts on */
   TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));

@@ -3,7 +3,7 @@
 /* ep_tp.c — chapter 12: tensor parallelism on the attention inside the expert-parallel group
  * (ep.h; notes/12-experts.md, "TP inside the EP group"). `ch12_experts --ep P_E --tp T`.
  *
- * The EP group of P_E consecutive ranks (the transform's group, t->tp_comm) holds every expert
+ * The EP group of P_E consecutive ranks (the transform's group, t->group_comm) holds every expert
  * once, E/P_E per rank, as without TP. Inside it, T consecutive ranks form a TP group: they split
  * the attention's heads, the embedding's and the head's vocabulary (chapter 06's split GPT,
  * tp_gpt.c) and read the same samples, so the group reads P_E/T slices of the batch. At a MoE block
@@ -19,20 +19,20 @@
  *     with this TP index (xg: they read different samples, hold the same slices);
  *   a router's, also summed over the TP group: its T ranks routed different tokens;
  *   the experts': nothing here (every token of the group reached its expert by the all-to-all).
- * The norm counts each value once: Σ over the group of the ranks' sums, less the copies (two
- * trainer_sumsq_once: the dense part alike on xg, then the TP-replicated part alike on TP). */
+ * The norm counts each value once: of each set of alike copies one rank counts it (norm_ranges),
+ * and the sum over the group adds the ranks' sums. */
 #include "ep.h"       // ep_tp_transform
-#include "moe.h"      // moe_unit_dense, moe_unit_router, moe_tp_group, moe_xg_group, moe_base, moe_full_*
+#include "moe.h"      // moe_setup, moe_step_end, moe_report, moe_unit_*, moe_*_group, moe_base, ...
 #include "tp.h"       // tp_map_unit, tp_unit_local_numel, tp_gpt_attn_*
 #include "tp_split.h" // tp_split_t, tp_unit_t, tp_unit_traffic
 #include "check.h"    // xmalloc, xcalloc
 #include "comm.h"     // comm_all_reduce, comm_ctl_gather, comm_model_sent
-#include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
+#include "train.h"    // trainer_t, model_transform_t
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
-/* moe_setup (the chapter's model hook, after this) splits the GPT over the TP group: it knows T. */
-static void ep_tp_split(model_t *m, comm_t *g) { (void)m, (void)g; }
+/* No split: the transform's setup (moe_setup) splits the GPT over the TP groups it makes inside the EP
+ * group, then keeps this rank's experts. */
 
 /* Unit u's TP-replicated parameters: a prefix (tp_gpt.c's layouts: the LayerNorms, the row-parallel
  * biases, wpe) and a MoE block's router (after the TP all-reduce, the same on the TP group). */
@@ -46,45 +46,40 @@ static int64_t router_numel(const model_t *m, int u) {
   return ro < 0 ? 0 : moe_unit_dense(m, u) - ro;
 }
 
-typedef struct ep_tp_state {
-  float *dense, *rep;      /* host fp32: the dense gradients (alike on xg), the TP-replicated ones (alike on all) */
-  int64_t n_dense, n_rep;
-  int64_t *at_dense, *at_rep; /* [n_units]: where unit u's part of each starts (set once) */
-} ep_tp_state_t;
-static ep_tp_state_t g_st;
-
+/* On the step's last micro-batch (no_sync: the step's sum, moe_setup), before the strategy reduces
+ * unit u over D: the dense part over the ranks with this TP index (they read different samples, hold
+ * the same slices), a router's also over the TP group (its T ranks routed different tokens). */
 static void ep_tp_after_backward(trainer_t *t, int u) {
-  if (t->micro != t->n_micro - 1) return; /* no_sync: the step's sum (moe_setup) */
+  if (t->micro != t->n_micro - 1) return;
   model_t *m = &t->model;
   comm_t *xg = moe_xg_group(m), *tp = moe_tp_group(m);
   int64_t n = moe_unit_dense(m, u), ro = moe_unit_router(m, u), R = router_numel(m, u);
-  size_t ds = dtype_size(t->wdt);
   if (n == 0) return;
   if (comm_world(xg) > 1) comm_all_reduce(xg, t->unit_grads[u], n, t->wdt, REDOP_SUM);
-  if (R > 0) comm_all_reduce(tp, (char *)t->unit_grads[u] + ro * (int64_t)ds, R, t->wdt, REDOP_SUM);
-  if (!g_st.dense) { /* the layout of the host copies, once */
-    g_st.at_dense = xcalloc((size_t)(2 * m->n_units), sizeof(int64_t), "ep tp offsets"), g_st.at_rep = g_st.at_dense + m->n_units;
-    for (int v = 0; v < m->n_units; v++) {
-      g_st.at_dense[v] = g_st.n_dense, g_st.at_rep[v] = g_st.n_rep;
-      g_st.n_dense += moe_unit_dense(m, v), g_st.n_rep += rep_prefix(m, v) + router_numel(m, v);
-    }
-    g_st.dense = xcalloc((size_t)g_st.n_dense, sizeof(float), "ep tp dense grads (norm)");
-    g_st.rep = xcalloc((size_t)(g_st.n_rep > 0 ? g_st.n_rep : 1), sizeof(float), "ep tp replicated grads (norm)");
-  }
-  float *d = g_st.dense + g_st.at_dense[u], *r = g_st.rep + g_st.at_rep[u];
-  int64_t rp = rep_prefix(m, u);
-  trainer_grads_to_host(t, u, n, d);
-  memcpy(r, d, (size_t)rp * sizeof(float)); /* the replicated prefix, then the router (alike on the TP group now) */
-  if (R > 0) memcpy(r + rp, d + ro, (size_t)R * sizeof(float));
+  if (R > 0) comm_all_reduce(tp, (char *)t->unit_grads[u] + ro * (int64_t)dtype_size(t->wdt), R, t->wdt, REDOP_SUM);
 }
 
-/* Σg²: a rank's sum holds its TP slices (alike on xg), the TP-replicated values (alike on the whole
- * group) and its experts. Over xg the dense part is counted P_E/T times: less (P_E/T − 1)·its Σ; then
- * over TP the replicated part is still counted T times: less (T − 1)·its Σ. */
-static double ep_tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
+/* Appends [lo, hi) to the ranges r[0..n) (joined to the last when they touch); returns the count. */
+static int add_range(int64_t r[][2], int n, int64_t lo, int64_t hi) {
+  if (hi <= lo) return n;
+  if (n > 0 && r[n - 1][1] == lo) r[n - 1][1] = hi;
+  else r[n][0] = lo, r[n][1] = hi, n++;
+  return n;
+}
+
+/* The norm's ranges (train.h's norm_ranges), unit u's local layout in order: the TP-replicated prefix
+ * (alike on the whole EP group: group rank 0 counts it), the TP slices (alike on the ranks with this
+ * TP index: the first of them, xg rank 0, counts them), a MoE block's router (alike on the whole
+ * group after the two all-reduces: group rank 0) and its experts (this rank's own: always). */
+static int ep_tp_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
   const model_t *m = &t->model;
-  double s = trainer_sumsq_once(t->comm, moe_xg_group(m), dp_sumsq, g_st.dense, g_st.n_dense);
-  return trainer_sumsq_once(t->comm, moe_tp_group(m), s, g_st.rep, g_st.n_rep);
+  int first = comm_rank(t->group_comm) == 0, first_xg = comm_rank(moe_xg_group(m)) == 0;
+  int64_t rp = rep_prefix(m, u), ro = moe_unit_router(m, u), d = moe_unit_dense(m, u);
+  int64_t slices_end = ro >= 0 ? ro : d; /* a dense unit: TP slices to its end */
+  int n = add_range(r, 0, 0, first ? rp : 0);
+  n = add_range(r, n, rp, first_xg ? slices_end : rp);
+  n = add_range(r, n, slices_end, first ? d : slices_end);
+  return add_range(r, (int)n, d, m->units[u].numel);
 }
 
 /* Per step: the split GPT's collectives over TP (tp_split.c's formula, unit by unit; a MoE block's
@@ -169,9 +164,11 @@ static void ep_tp_to_local(const model_t *m, int u, const float *full, float *lo
 
 const model_transform_t ep_tp_transform = {
     .name = "ep",
-    .split = ep_tp_split,
+    .setup = moe_setup,
     .after_backward = ep_tp_after_backward,
-    .grad_sumsq = ep_tp_grad_sumsq,
+    .norm_ranges = ep_tp_norm_ranges,
+    .step_end = moe_step_end,
+    .report = moe_report,
     .traffic = ep_tp_traffic,
     .traffic_text = "over the TP group (T ranks inside each EP group): the split GPT's all-reduces as chapter 06's (a MoE "
                     "block's attention: 2), a MoE block's 2 all-gathers of b x s x h fp32 (its output, d ln2; with --sp the split "

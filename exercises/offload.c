@@ -40,7 +40,7 @@
 #include "device.h"    // dev_copy_async, dev_copy_wait
 #include "elementwise.h" // ew_adamw, ew_adamw_scalars, ew_sgd (after the pragma)
 #include "exercise.h"  // zl_exercise_todo (in the generated stubs)
-#include "ops.h"       // op_sumsq, op_cast
+#include "ops.h"       // op_cast
 #include "tensor.h"    // tensor_alloc, tensor_alloc_host, tensor_at, tensor_free
 #include "trace.h"     // trace_begin, trace_end
 
@@ -212,7 +212,7 @@ static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
  * the update on the host. Returns 0 if --nonfinite skip dropped the step. */
 static int offload_host_step(trainer_t *t, offload_t *o) {
   double sumsq = 0;
-  TRAINER_PHASE("grad norm", sumsq = op_sumsq(t->dev, t->grads.data, t->wdt, t->model.shard_numel));
+  TRAINER_PHASE("grad norm", sumsq = trainer_grad_sumsq(t, t->grads.data, comm_rank(t->comm)));
   float gscale = trainer_finish_grads(t, sumsq, t->comm); /* pieces are disjoint: Σg² summed over ranks */
   if (t->skipped) return 0;
   TRAINER_PHASE("wait copies D->H", dev_copy_wait(t->dev)); /* the grad pieces are on the host */

@@ -175,7 +175,7 @@ static void pp_cut(trainer_t *t, pp_state_t *st) {
   int64_t *numel = xcalloc((size_t)U, sizeof *numel, "unit numel");
   double *d = xcalloc((size_t)U, sizeof *d, "unit numel (f64)");
   for (int u = 0; u < U; u++) d[u] = (double)m->units[u].numel;
-  if (t->tp_comm) comm_ctl_all_reduce_f64(t->tp_comm, d, U, REDOP_SUM);
+  if (t->group_comm) comm_ctl_all_reduce_f64(t->group_comm, d, U, REDOP_SUM);
   for (int u = 0; u < U; u++) numel[u] = (int64_t)d[u];
   st->first = xcalloc((size_t)st->V + 1, sizeof *st->first, "pipeline split");
   if (pp_split(numel, U, st->V, st->first)) die("rank %d: cannot cut %d units into %d chunks", t->rank, U, st->V);

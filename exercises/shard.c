@@ -12,13 +12,14 @@
  * the shard group (N ranks, r its rank) explicitly: ZeRO-1/2 pass t->comm, ZeRO-3 its own z->shard
  * (all of t->comm, or HSDP's node: solutions/hsdp.c). */
 #include "zero.h"            // shard_plan, zero_* declarations
+#include "ddp.h"             // ddp_strategy (zero_strategy_for --zero 0)
 #include <stdlib.h>          // free
 #include <string.h>          // memcpy
 #include "check.h"  // die, xmalloc
 #include "comm.h"   // comm_all_gather_async, comm_wait
 #include "device.h" // dev_upload
 #include "exercise.h" // zl_exercise_todo (in the generated stubs)
-#include "ops.h"    // op_cast, op_sumsq
+#include "ops.h"    // op_cast
 #include "tensor.h" // tensor_at
 #include "trace.h"  // trace_begin, trace_end
 
@@ -106,4 +107,9 @@ void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_
       .held_numel = params_full ? un->padded : un->piece,
       .params = tensor_at(&t->params, params_full ? un->off : un->shard_off),
   };
+}
+
+const strategy_t *zero_strategy_for(int zero, const char *ddp_variant) {
+  return zero == 0 ? ddp_strategy(ddp_variant) : zero == 1 ? zero1_strategy()
+       : zero == 2 ? zero2_strategy() : zero3_strategy();
 }

@@ -8,7 +8,7 @@
 #include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_mlp, tp_split_gpt
 #include "check.h"    // die, xmalloc, xcalloc, check_rank
 #include "gpt.h"      // model_gpt_fns
-#include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
+#include "train.h"    // trainer_t, model_transform_t
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
@@ -35,7 +35,6 @@ void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map, 
 void tp_split_end(tp_split_t *s) {
   free(s->full.units);
   free(s->units);
-  free(s->rep_grads);
 }
 
 void tp_split_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
@@ -100,33 +99,13 @@ static float *tp_unsplit(const model_t *m, const float *local, int has_local, in
   return w;
 }
 
-/* The replicated parameters' local gradients of this micro-batch's backward of unit u (its first
- * rep_numel) into rep_grads, summed over the micro-batches whatever the strategy does with its
- * buffers between them (beta 1: the buffer already holds the sum; beta 0: add). Host copy of a
- * few biases: off the critical path of the lesson. */
-static void tp_after_backward(trainer_t *t, int u) {
-  tp_split_t *s = t->model.ctx;
-  int64_t at = 0, n = s->units[u].rep_numel;
-  if (n == 0) return;
-  if (!s->rep_grads) {
-    for (int v = 0; v < t->model.n_units; v++) s->rep_total += s->units[v].rep_numel;
-    s->rep_grads = xcalloc((size_t)s->rep_total, sizeof(float), "tp replicated grads");
-  }
-  for (int v = 0; v < u; v++) at += s->units[v].rep_numel;
-  float *acc = s->rep_grads + at, *now = xmalloc((size_t)n * sizeof(float), "tp replicated grads (step)");
-  trainer_grads_to_host(t, u, n, now);
-  int add = t->micro > 0 && t->grad_beta == 0.0f;
-  for (int64_t k = 0; k < n; k++) acc[k] = add ? acc[k] + now[k] : now[k];
-  free(now);
-}
-
-/* Σg² of the whole model from this rank's (Σ over its DP group): every TP rank's sum holds its
- * split parameters AND the replicated ones, which are the same on every TP rank — so the sum over
- * the TP group counts them T times. They are counted once: Σ_tp − (T − 1)·R,
- * R = Σ (Σ_dp local replicated grads)² (a control all-reduce over DP). */
-static double tp_grad_sumsq(trainer_t *t, double dp_sumsq) {
-  tp_split_t *s = t->model.ctx;
-  return trainer_sumsq_once(t->comm, s->tp, dp_sumsq, s->rep_grads, s->rep_total);
+/* The norm's ranges (train.h's norm_ranges): a unit's first rep_numel parameters are the same on every
+ * TP rank (replicated), so TP rank 0 counts them and the others count only their split slices — the
+ * sum over the group then holds every value once (Megatron's param_is_not_tensor_parallel_duplicate). */
+static int tp_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
+  const tp_split_t *s = t->model.ctx;
+  r[0][0] = s->r == 0 ? 0 : s->units[u].rep_numel, r[0][1] = t->model.units[u].numel;
+  return 1;
 }
 
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
@@ -170,8 +149,7 @@ static void tp_to_local(const model_t *m, int u, const float *full, float *local
 const model_transform_t tp_transform = {
     .name = "tp",
     .split = tp_split_model,
-    .after_backward = tp_after_backward,
-    .grad_sumsq = tp_grad_sumsq,
+    .norm_ranges = tp_norm_ranges,
     .pa_slice = tp_pa_slice,
     .pa_keep = tp_pa_keep,
     .pa_gather = tp_pa_gather,
@@ -189,8 +167,7 @@ const model_transform_t tp_transform = {
 const model_transform_t tp_sp_transform = {
     .name = "tp+sp",
     .split = tp_sp_split_model,
-    .after_backward = tp_after_backward,
-    .grad_sumsq = tp_grad_sumsq,
+    .norm_ranges = tp_norm_ranges,
     .traffic = tp_traffic,
     .traffic_text = "per micro-batch, along the sequence: the embedding 1 reduce-scatter + 1 all-gather, each block "
                     "6 all-gathers + 4 reduce-scatters (g, g-bar: the bytes of plain TP's 4 all-reduces, + 2 gathers of "

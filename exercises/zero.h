@@ -104,6 +104,9 @@ void zero_rs_free(zero_rs_t *r);
 const strategy_t *zero1_strategy(void); /* "zero1": P_os */
 const strategy_t *zero2_strategy(void); /* "zero2": P_os+g, reduce-scatter per unit during backward */
 const strategy_t *zero3_strategy(void); /* "zero3": P_os+g+p, gather per unit, --prefetch K|auto */
+/* The strategy --zero S names on the data dimension (chapters 06, 07, 10, 12): 0 DDP with ddp_variant
+ * (ddp.h: "naive", "overlap", "bucketed"), 1/2/3 ZeRO-1/2/3 (shard.c). */
+const strategy_t *zero_strategy_for(int zero, const char *ddp_variant);
 /* "hsdp" (--shard-group node; solutions/hsdp.c, notes/09-nodes.md): ZeRO-3 over the g ranks of each
  * node, the grad shards all-reduced across the K nodes before the update (FSDP's HYBRID_SHARD).
  * Every node must hold the same number of ranks (dies naming the nodes' sizes otherwise). */

@@ -46,8 +46,6 @@ static const model_fns_t cp_gpt_fns;
 static void *grow(tensor_t *t, const char *name, dtype_t dt, int64_t numel) {
   return tensor_grow(t, name, LEDGER_ACTS, dt, DEV_CPU, numel);
 }
-static inline const void *P(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
-static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
 
 /* The group's C·b sequences (b·S int32 from this rank) → dst (R, n): this rank's positions. */
 static void cp_exchange(cp_gpt_t *c, const int *mine, int b, int *dst) {
@@ -109,8 +107,8 @@ static void cp_forward(const model_t *m, int u, const unit_io_t *io) {
     int *tok = grow(&c->tok_loc, "cp local tokens", DT_F32, (int64_t)R * n);
     cp_exchange(c, io->x, io->B, tok);
     void *wl = grow(&c->wpe_loc, "cp wpe rows", io->wdt, (int64_t)n * c->E);
-    cp_rows(c, (void *)P(io, (int64_t)c->V * c->E), wl, io->wdt, 1);
-    op_embedding_fwd(io->dev, io->y, tok, P(io, 0), wl, io->wdt, R, n, c->E, c->V);
+    cp_rows(c, (void *)param_at(io, (int64_t)c->V * c->E), wl, io->wdt, 1);
+    op_embedding_fwd(io->dev, io->y, tok, param_at(io, 0), wl, io->wdt, R, n, c->E, c->V);
     return;
   }
   if (u == m->n_units - 1) { /* lnf and the logits: per token, gpt.c's own */
@@ -126,9 +124,9 @@ static void cp_backward(const model_t *m, int u, const unit_io_t *io) {
   int R = io->B * c->C, n = c->g.n, E = c->E, BT = io->B * c->S;
   dtype_t wdt = io->wdt;
   if (u == 0) { /* dwte; dwpe at this rank's rows (the others: 0, or left as they were when accumulating) */
-    void *dwpe = G(io, (int64_t)c->V * E), *dl = grow(&c->dwpe_loc, "cp dwpe rows", wdt, (int64_t)n * E);
+    void *dwpe = grad_at(io, (int64_t)c->V * E), *dl = grow(&c->dwpe_loc, "cp dwpe rows", wdt, (int64_t)n * E);
     if (io->beta != 0.0f) cp_rows(c, dwpe, dl, wdt, 1);
-    op_embedding_bwd(io->dev, G(io, 0), dl, io->dy, c->tok_loc.data, wdt, R, n, E, c->V, io->beta);
+    op_embedding_bwd(io->dev, grad_at(io, 0), dl, io->dy, c->tok_loc.data, wdt, R, n, E, c->V, io->beta);
     if (io->beta == 0.0f) op_fill(io->dev, dwpe, wdt, 0.0f, (int64_t)c->S * E);
     cp_rows(c, dwpe, dl, wdt, 0);
     tensor_free(&c->scratch); /* the last unit of the backward */
@@ -139,10 +137,10 @@ static void cp_backward(const model_t *m, int u, const unit_io_t *io) {
   if (u == m->n_units - 1) { /* gpt.c's head backward, with this file's scratch */
     int64_t nn = (int64_t)BT * E;
     const float *lnf = io->saved, *mean = lnf + nn, *rstd = mean + BT;
-    op_linear_bwd(io->dev, work, G(io, 2 * (int64_t)E), NULL, io->dy, lnf, P(io, 2 * (int64_t)E), wdt, BT, E, c->V, io->beta);
+    op_linear_bwd(io->dev, work, grad_at(io, 2 * (int64_t)E), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)E), wdt, BT, E, c->V, io->beta);
     if (io->dx) {
       op_fill(io->dev, io->dx, DT_F32, 0.0f, nn);
-      op_layernorm_bwd(io->dev, io->dx, G(io, 0), G(io, E), work, io->x, mean, rstd, P(io, 0), wdt, BT, E, io->beta);
+      op_layernorm_bwd(io->dev, io->dx, grad_at(io, 0), grad_at(io, E), work, io->x, mean, rstd, param_at(io, 0), wdt, BT, E, io->beta);
     }
     return;
   }
@@ -303,10 +301,7 @@ void cp_split_trainer(trainer_t *t) {
   trainer_report_extra(t, "cp_layer_bytes_formula", 4.0 * (f0 + f1 + b0 + b1));
 }
 
-/* ---- the end-of-run lines: a strategy that is s with them after its last step ---------------- */
-static strategy_t cp_wrapped;
-static const strategy_t *cp_inner;
-
+/* ---- the end-of-run lines (the transform's report) -------------------------------------------- */
 static void cp_report(trainer_t *t) {
   const cp_gpt_t *c = t->model.ctx;
   const train_cfg_t *cfg = t->cfg;
@@ -402,14 +397,9 @@ static void cp_report(trainer_t *t) {
   fflush(stdout);
 }
 
-static void cp_step(trainer_t *t) {
-  cp_inner->step(t);
-  if (t->step == t->cfg->steps - 1 && t->cfg->cp > 1) cp_report(t);
-}
-
-const strategy_t *cp_strategy(const strategy_t *s) {
-  cp_inner = s;
-  cp_wrapped = *s;
-  cp_wrapped.step = cp_step;
-  return &cp_wrapped;
-}
+/* Chapter 10's model transform: the sequence split at setup, the cp: lines at the end. */
+const model_transform_t cp_transform = {
+    .name = "cp",
+    .setup = cp_split_trainer,
+    .report = cp_report,
+};

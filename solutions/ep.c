@@ -1,11 +1,12 @@
 /* ep.c — expert parallelism as a model transform (ep.h; notes/12-experts.md): the exchanges of
  * rows over the EP group, the dense gradients summed over it, the gradient norm that counts them
- * once, the group's traffic formula, and the whole model back from the ranks' experts (--save-params). */
+ * once, the group's traffic formula, and the whole model back from the ranks' experts (--save-params).
+ * The model itself (the experts, the router) is moe.c's: the transform's setup, step_end and report. */
 #include "ep.h"       // ep_transform, ep_exchange_rows, ep_exchange_counts
-#include "moe.h"      // moe_unit_dense, moe_unit_router, moe_unit_to_local, moe_group, moe_full_numel
+#include "moe.h"      // moe_setup, moe_step_end, moe_report, moe_unit_dense, moe_unit_router, moe_group, ...
 #include "check.h"    // die, xmalloc, xcalloc
 #include "comm.h"     // comm_all_to_all, comm_all_to_allv, comm_all_reduce, comm_ctl_*
-#include "train.h"    // trainer_t, model_transform_t, trainer_grads_to_host, trainer_sumsq_once
+#include "train.h"    // trainer_t, model_transform_t
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
@@ -22,45 +23,34 @@ void ep_exchange_counts(comm_t *g, const float *send, float *recv, int El) {
   comm_all_to_all(g, send, recv, (int64_t)El * comm_world(g), DT_F32);
 }
 
-/* ---- the transform ---------------------------------------------------------------------------- */
-/* The model stays whole here: moe_setup (the chapter's model hook, after this) keeps this rank's
- * experts of every MoE block. */
-static void ep_split(model_t *m, comm_t *g) { (void)m, (void)g; }
+/* ---- the transform ----------------------------------------------------------------------------
+ * No split: the model stays whole until the transform's setup (moe_setup) keeps this rank's experts
+ * of every MoE block. */
 
 /* The dense elements of unit u (the first n of it: a MoE block's prefix, every other unit whole). */
 static int64_t dense_numel(const trainer_t *t, int u) { return moe_unit_dense(&t->model, u); }
 
-typedef struct ep_state { float *dense; int64_t total; } ep_state_t; /* the dense grads, host fp32, for the norm */
-static ep_state_t g_ep;
-
 /* On the step's last micro-batch (no_sync: the gradient is the step's sum), before the strategy
- * reduces unit u over D: its dense part summed over the EP group. A host copy of it is kept for the
- * norm (the dense part is the same on the whole group: counted once). */
+ * reduces unit u over D: its dense part summed over the EP group — the group's ranks read different
+ * samples and hold the same dense weights. */
 static void ep_after_backward(trainer_t *t, int u) {
   if (t->micro != t->n_micro - 1) return;
   int64_t n = dense_numel(t, u);
-  if (n == 0) return;
-  comm_all_reduce(t->tp_comm, t->unit_grads[u], n, t->wdt, REDOP_SUM);
-  if (!g_ep.dense) {
-    for (int v = 0; v < t->model.n_units; v++) g_ep.total += dense_numel(t, v);
-    g_ep.dense = xcalloc((size_t)g_ep.total, sizeof(float), "ep dense grads (norm)");
-  }
-  int64_t at = 0;
-  for (int v = 0; v < u; v++) at += dense_numel(t, v);
-  trainer_grads_to_host(t, u, n, g_ep.dense + at);
+  if (n > 0) comm_all_reduce(t->group_comm, t->unit_grads[u], n, t->wdt, REDOP_SUM);
 }
 
-/* Σg² of the whole model: every EP rank's dp_sumsq holds its experts and the dense part, which is the
- * same on the group — counted P_E times in the sum over the group, so (P_E − 1)·R is taken off,
- * R = Σ (Σ_D dense)² (trainer_sumsq_once: the mechanism TP's replicated parameters use too). */
-static double ep_grad_sumsq(trainer_t *t, double dp_sumsq) {
-  return trainer_sumsq_once(t->comm, t->tp_comm, dp_sumsq, g_ep.dense, g_ep.total);
+/* The norm's ranges (train.h's norm_ranges): after ep_after_backward the dense part is the same on
+ * the whole group, so the group's rank 0 counts it; every rank counts its own experts. */
+static int ep_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
+  int64_t lo = comm_rank(t->group_comm) == 0 ? 0 : dense_numel(t, u), hi = t->model.units[u].numel;
+  r[0][0] = lo, r[0][1] = hi;
+  return hi > lo;
 }
 
 /* The EP group's all-reduces per step (fp32 ring model): one per unit, of its dense elements. The
  * all-to-alls are counted apart (moe.c's lines, under CO_ALL_TO_ALL). */
 static void ep_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
-  int P = comm_world(t->tp_comm), r = comm_rank(t->tp_comm);
+  int P = comm_world(t->group_comm), r = comm_rank(t->group_comm);
   *calls = *bytes = 0;
   for (int u = 0; u < t->model.n_units; u++) {
     int64_t n = dense_numel(t, u);
@@ -111,9 +101,11 @@ static void ep_to_local(const model_t *m, int u, const float *full, float *local
 
 const model_transform_t ep_transform = {
     .name = "ep",
-    .split = ep_split,
+    .setup = moe_setup,
     .after_backward = ep_after_backward,
-    .grad_sumsq = ep_grad_sumsq,
+    .norm_ranges = ep_norm_ranges,
+    .step_end = moe_step_end,
+    .report = moe_report,
     .traffic = ep_traffic,
     .traffic_text = "per unit and step, one all-reduce over the EP group of its dense elements (every parameter but "
                     "the experts: the group's ranks read different samples), 2(P_E-1)/P_E of its bytes; the "

@@ -59,7 +59,7 @@ typedef struct moe_gpt {
   double cf, aux, rate;
   int aux_global;                /* --aux-loss-scope global */
   int64_t C, S, D, R, X;         /* n_embd, seq_len, dense prefix (this rank's), router E·C, one expert 8C² + 5C */
-  comm_t *g;                     /* the EP group (t->tp_comm), NULL with --ep 1 */
+  comm_t *g;                     /* the EP group (t->group_comm), NULL with --ep 1 */
   /* --tp T inside the EP group (solutions/ep_tp.c): the T consecutive ranks that split the attention
    * (tp) and the P_E/T ranks of the group with the same TP index (xg: data-parallel for the attention);
    * at a MoE block TP rank tr routes rows [tr·BT/T, (tr+1)·BT/T) of the micro-batch's BT = B·S tokens
@@ -110,8 +110,6 @@ static const int *dev_ints(moe_gpt_t *c, device_t dev, const int *h, int64_t n, 
 
 /* ---- offsets inside a MoE unit ---------------------------------------------------------------- */
 static int64_t expert_off(const moe_gpt_t *c, int i) { return c->D + c->R + (int64_t)i * c->X; }
-static const void *PP(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
-static void *GG(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
 
 /* ---- the router (host) -------------------------------------------------------------------------- */
 /* probs = softmax(logits) per token (fp32, max subtracted); ids, gates = the top-k of probs + bias
@@ -246,7 +244,7 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   ln2 += c->gather ? (int64_t)c->tr * BT * C : 0; /* --tp: this rank's rows of the group's (the same on its T ranks) */
   /* the router, in fp32 on the device; the softmax and the choice on the host */
   float *logits = grow(&c->logits, "moe router logits", dev, BT * E);
-  op_linear_fwd(dev, logits, ln2, PP(io, c->D), NULL, wdt, (int)BT, Cn, E);
+  op_linear_fwd(dev, logits, ln2, param_at(io, c->D), NULL, wdt, (int)BT, Cn, E);
   int64_t cap = moe_capacity(c->cf, BT, k, E), Rs = cap > 0 ? E * cap : BT * k;
   unit_host(c, mu, BT, Rs, Rs * c->ep);
   float *lh = dev == DEV_CPU ? logits : xmalloc((size_t)(BT * E) * sizeof(float), "moe logits (host)");
@@ -285,9 +283,9 @@ static void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   for (int i = 0; i < c->El; i++) { /* each expert: one GEMM pair on its rows */
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
     if (n == 0) continue;
-    op_linear_fwd(dev, pre + r0 * 4 * C, X + r0 * C, PP(io, w), PP(io, w + 4 * C * C), wdt, (int)n, Cn, 4 * Cn);
+    op_linear_fwd(dev, pre + r0 * 4 * C, X + r0 * C, param_at(io, w), param_at(io, w + 4 * C * C), wdt, (int)n, Cn, 4 * Cn);
     op_gelu_fwd(dev, post + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, PP(io, w + 4 * C * C + 4 * C), PP(io, w + 8 * C * C + 4 * C),
+    op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C), param_at(io, w + 8 * C * C + 4 * C),
                   wdt, (int)n, 4 * Cn, Cn);
   }
   trace_end(NULL);
@@ -343,13 +341,13 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   for (int i = 0; i < c->El; i++) {
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
     if (n == 0) { /* no rows: its gradient is 0 (overwritten with beta 0, kept with beta 1) */
-      if (beta == 0.0f) op_fill(dev, GG(io, w), wdt, 0.0f, c->X);
+      if (beta == 0.0f) op_fill(dev, grad_at(io, w), wdt, 0.0f, c->X);
       continue;
     }
-    op_linear_bwd(dev, dpost + r0 * 4 * C, GG(io, w + 4 * C * C + 4 * C), GG(io, w + 8 * C * C + 4 * C), deo_x + r0 * C,
-                  post + r0 * 4 * C, PP(io, w + 4 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn, beta);
+    op_linear_bwd(dev, dpost + r0 * 4 * C, grad_at(io, w + 4 * C * C + 4 * C), grad_at(io, w + 8 * C * C + 4 * C), deo_x + r0 * C,
+                  post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn, beta);
     op_gelu_bwd(dev, dpost + r0 * 4 * C, dpost + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_bwd(dev, dx_x + r0 * C, GG(io, w), GG(io, w + 4 * C * C), dpost + r0 * 4 * C, X + r0 * C, PP(io, w), wdt,
+    op_linear_bwd(dev, dx_x + r0 * C, grad_at(io, w), grad_at(io, w + 4 * C * C), dpost + r0 * 4 * C, X + r0 * C, param_at(io, w), wdt,
                   (int)n, Cn, 4 * Cn, beta);
   }
   trace_end(NULL);
@@ -396,7 +394,7 @@ static void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float *dlog = grow(&c->logits, "moe router logits", dev, BT * E);
   dev_memcpy(dev, dlog, DEV_CPU, dl, (size_t)(BT * E) * sizeof(float));
   free(dgh);
-  op_linear_bwd(dev, dln2r, GG(io, c->D), NULL, dlog, ln2, PP(io, c->D), wdt, (int)BT, Cn, E, beta);
+  op_linear_bwd(dev, dln2r, grad_at(io, c->D), NULL, dlog, ln2, param_at(io, c->D), wdt, (int)BT, Cn, E, beta);
   op_add(dev, dln2, dln2r, DT_F32, BT * C);
   if (c->gather) { /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
     float *whole = grow(&c->ys, "moe rows (tp)", dev, BTall * C);
@@ -509,13 +507,13 @@ void moe_setup(trainer_t *t) {
   c->t = t, c->E = cfg->moe, c->k = cfg->topk, c->every = cfg->moe_every, c->cf = cfg->capacity_factor;
   c->aux = cfg->aux_loss_coeff, c->rate = cfg->router_bias_rate;
   c->aux_global = cfg->aux_loss_scope && strcmp(cfg->aux_loss_scope, "global") == 0;
-  c->g = cfg->ep > 1 ? t->tp_comm : NULL;
+  c->g = cfg->ep > 1 ? t->group_comm : NULL;
   c->ep = c->g ? comm_world(c->g) : 1, c->er = c->g ? comm_rank(c->g) : 0, c->El = c->E / c->ep;
   gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
   c->C = m->gpt.n_embd, c->S = m->gpt.seq_len, c->Df = l.fcw, c->R = (int64_t)c->E * c->C, c->X = l.numel - l.fcw;
   c->T = 1, c->D = c->Df, c->kb = gpt_block_whole(m->gpt);
-  if (c->g && cfg->ep_tp > 1) { /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
-    int T = cfg->ep_tp, gr = comm_rank(c->g);
+  if (c->g && cfg->tp > 1) { /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
+    int T = cfg->tp, gr = comm_rank(c->g);
     c->tp = comm_split(c->g, gr / T, gr % T);  /* the attention's TP group */
     c->xg = comm_split(c->g, gr % T, gr / T);  /* the group's ranks with my TP index: data-parallel for it */
     c->T = T, c->tr = gr % T, c->gather = !cfg->sp;
@@ -621,7 +619,7 @@ static uint64_t bias_hash(const moe_gpt_t *c, int n_units) {
   return h & 0xffffffffu; /* exact in a double */
 }
 
-static void moe_step_end(trainer_t *t) {
+void moe_step_end(trainer_t *t) {
   moe_gpt_t *c = t->model.ctx;
   int E = c->E, U = t->model.n_units, nm = 0;
   for (int u = 0; u < U; u++) nm += c->u[u].on;
@@ -675,7 +673,7 @@ static void moe_step_end(trainer_t *t) {
 
 /* This rank's expert and dense elements of what it keeps (the strategy's layout: the own pieces'
  * fp32 states, the held working params) beside the formula. */
-static void moe_report(trainer_t *t) {
+void moe_report(trainer_t *t) {
   moe_gpt_t *c = t->model.ctx;
   const model_t *m = &t->model;
   int steps = trainer_steps_run(t), U = m->n_units, nm = 0;
@@ -747,21 +745,13 @@ static void moe_report(trainer_t *t) {
   fflush(stdout);
 }
 
-static strategy_t moe_wrapped;
-static const strategy_t *moe_inner;
-
-static void moe_step(trainer_t *t) {
-  moe_inner->step(t);
-  moe_step_end(t);
-  if (t->step == t->cfg->steps - 1) moe_report(t);
-}
-
-const strategy_t *moe_strategy(const strategy_t *s) {
-  moe_inner = s;
-  moe_wrapped = *s;
-  moe_wrapped.step = moe_step;
-  return &moe_wrapped;
-}
+/* --ep 1: the experts on every rank, no group (ep.h's transforms with --ep P_E > 1). */
+const model_transform_t moe_transform = {
+    .name = "moe",
+    .setup = moe_setup,
+    .step_end = moe_step_end,
+    .report = moe_report,
+};
 
 /* ---- the flags ------------------------------------------------------------------------------- */
 int moe_check_args(const train_cfg_t *cfg) {

@@ -55,15 +55,17 @@ int64_t moe_capacity(double cf, int64_t T, int k, int E);
 
 /* ---- the model: the GPT's MLPs become experts (moe.c) ---------------------------------------- */
 struct trainer;
-struct strategy;
 struct train_cfg;
-/* train_cfg_t.model_hook of chapter 12: every --moe-every m-th block of the GPT becomes a MoE block
- * of --moe E experts, this rank's E / P_E with --ep P_E (the group is t->tp_comm, ep.c). */
+struct model_transform;
+/* Chapter 12's model transform with --ep 1 (every rank all the experts; with --ep P_E: ep.h's). Its
+ * setup, moe_setup: every --moe-every m-th block of the GPT becomes a MoE block of --moe E experts,
+ * this rank's E / P_E with --ep P_E (the group is t->group_comm, ep.c). Its step_end, moe_step_end:
+ * the step's loads over every rank, the router bias. Its report, moe_report: loads, drops, the
+ * auxiliary loss, all-to-all bytes and expert/dense bytes per rank beside their formulas. */
+extern const struct model_transform moe_transform;
 void moe_setup(struct trainer *t);
-/* The strategy s with what a MoE run adds after each step (the router bias update) and its lines
- * after the last (loads, drops, the auxiliary loss, all-to-all bytes and expert/dense bytes per
- * rank beside their formulas). */
-const struct strategy *moe_strategy(const struct strategy *s);
+void moe_step_end(struct trainer *t);
+void moe_report(struct trainer *t);
 /* Chapter 12's checks of --moe, --topk, --moe-every, --capacity-factor, --ep against the model and
  * the world, before MPI: 0, or 2 after one line naming the flag and its range. */
 int moe_check_args(const struct train_cfg *cfg);

@@ -7,13 +7,14 @@
  * the shard group (N ranks, r its rank) explicitly: ZeRO-1/2 pass t->comm, ZeRO-3 its own z->shard
  * (all of t->comm, or HSDP's node: solutions/hsdp.c). */
 #include "zero.h"            // shard_plan, zero_* declarations
+#include "ddp.h"             // ddp_strategy (zero_strategy_for --zero 0)
 #include <stdlib.h>          // free
 #include <string.h>          // memcpy
 #include "check.h"  // die, xmalloc
 #include "comm.h"   // comm_all_gather_async, comm_wait
 #include "device.h" // dev_upload
 #include "exercise.h" // zl_exercise_todo (in the generated stubs)
-#include "ops.h"    // op_cast, op_sumsq
+#include "ops.h"    // op_cast
 #include "tensor.h" // tensor_at
 #include "trace.h"  // trace_begin, trace_end
 
@@ -61,13 +62,13 @@ static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_ful
 int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
   // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the whole model: the ranks' pieces are disjoint, so their squared sums add.
-  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, sum of squares of your grad shard, the shard group) — return 0 if it set t->skipped; then per unit at shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
-  // HINT3: gscale = trainer_finish_grads(t, op_sumsq(t->dev, grad_shard, t->wdt, shard_numel), shard); per unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un, comm_rank(shard), params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece -> own_params; return 1.
+  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, the sum of squares of your grad shard (trainer_grad_sumsq), the shard group) — return 0 if it set t->skipped; then per unit at shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
+  // HINT3: gscale = trainer_finish_grads(t, trainer_grad_sumsq(t, grad_shard, comm_rank(shard)), shard); per unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un, comm_rank(shard), params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece -> own_params; return 1.
   const model_t *m = &t->model;
   size_t gb = dtype_size(t->wdt);
   int rank = comm_rank(shard);
   double sumsq = 0;
-  TRAINER_PHASE("grad norm", sumsq = op_sumsq(t->dev, grad_shard, t->wdt, m->shard_numel));
+  TRAINER_PHASE("grad norm", sumsq = trainer_grad_sumsq(t, grad_shard, rank));
   float gscale = trainer_finish_grads(t, sumsq, shard); /* sums Σg² over the shard group: its pieces are disjoint */
   if (t->skipped) return 0;
   trace_begin("optimizer (own shard)");
@@ -150,4 +151,9 @@ void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_
       .held_numel = params_full ? un->padded : un->piece,
       .params = tensor_at(&t->params, params_full ? un->off : un->shard_off),
   };
+}
+
+const strategy_t *zero_strategy_for(int zero, const char *ddp_variant) {
+  return zero == 0 ? ddp_strategy(ddp_variant) : zero == 1 ? zero1_strategy()
+       : zero == 2 ? zero2_strategy() : zero3_strategy();
 }

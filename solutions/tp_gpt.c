@@ -70,9 +70,6 @@ static void *grow(tensor_t *t, const char *name, dtype_t dt, device_t dev, int64
   return tensor_grow(t, name, LEDGER_ACTS, dt, dev, numel);
 }
 
-static inline const void *gP(const unit_io_t *io, int64_t off) { return (const char *)io->params + off * (int64_t)dtype_size(io->wdt); }
-static inline void *gG(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
-
 /* Parameters of unit u on TP rank q. */
 static int64_t tp_gpt_local_numel(const tp_split_t *s, int u, int q) {
   const tp_gpt_t *c = (const tp_gpt_t *)s;
@@ -304,8 +301,8 @@ static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
   if (u == 0) { /* y = Σ over the group of (this rank's wte rows or 0) + wpe on rank 0: g */
     const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
     void *ext = grow(&c->wte_ext, "tp wte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
-    dev_memcpy(dev, ext, dev, gP(io, (int64_t)S * C), (size_t)c->Vr * C * dtype_size(wdt));
-    const void *wpe = c->s.r == 0 ? gP(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
+    dev_memcpy(dev, ext, dev, param_at(io, (int64_t)S * C), (size_t)c->Vr * C * dtype_size(wdt));
+    const void *wpe = c->s.r == 0 ? param_at(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
     float *y = c->sp ? tp_sp_buffer(c->sp, 1, n) : io->y; /* --sp: the whole sequence's partial sums */
     op_embedding_fwd(dev, y, tok, ext, wpe, wdt, B, S, C, c->Vr + 1);
     if (c->sp) tp_sp_scatter(c->sp, io->y, y, B, C); /* --sp: ḡ, this rank's positions (B, S/T, C) */
@@ -316,9 +313,9 @@ static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
   if (u == m->n_units - 1) { /* lnf (replicated), then this rank's logits (B·S, Vr) */
     int BTs = c->sp ? B * c->sp->Sl : BT; /* --sp: lnf on this rank's positions, then g (all-gather) */
     float *lnf = io->saved, *mean = lnf + (int64_t)BTs * C, *rstd = mean + BTs;
-    op_layernorm_fwd(dev, lnf, mean, rstd, x, gP(io, 0), gP(io, C), wdt, BTs, C);
-    if (c->sp) tp_sp_column_forward(c->sp, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, B, C, c->Vr);
-    else tp_column_forward(c->s.tp, io->y, lnf, gP(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr); /* no bias */
+    op_layernorm_fwd(dev, lnf, mean, rstd, x, param_at(io, 0), param_at(io, C), wdt, BTs, C);
+    if (c->sp) tp_sp_column_forward(c->sp, io->y, lnf, param_at(io, 2 * (int64_t)C), NULL, wdt, B, C, c->Vr);
+    else tp_column_forward(c->s.tp, io->y, lnf, param_at(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr); /* no bias */
     return;
   }
   gpt_block_t k = tp_gpt_block(c); /* 2 g's forward (all-reduces 1, 2) */
@@ -342,9 +339,9 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
     }
     size_t nb = (size_t)c->Vr * C * dtype_size(wdt);
     void *dext = grow(&c->dwte_ext, "tp dwte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
-    if (beta != 0.0f) dev_memcpy(dev, dext, dev, gG(io, (int64_t)S * C), nb);
-    op_embedding_bwd(dev, dext, gG(io, 0), dy, tok, wdt, B, S, C, c->Vr + 1, beta);
-    dev_memcpy(dev, gG(io, (int64_t)S * C), dev, dext, nb);
+    if (beta != 0.0f) dev_memcpy(dev, dext, dev, grad_at(io, (int64_t)S * C), nb);
+    op_embedding_bwd(dev, dext, grad_at(io, 0), dy, tok, wdt, B, S, C, c->Vr + 1, beta);
+    dev_memcpy(dev, grad_at(io, (int64_t)S * C), dev, dext, nb);
     tensor_free(&c->scratch); /* the last unit of the backward */
     return;
   }
@@ -356,17 +353,17 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
     float *dlnf = work; // (BTs,C)
     /* dlnf: each rank's share is its vocabulary's, summed by f's backward (--sp: g's, a reduce-scatter) */
     if (c->sp)
-      tp_sp_column_backward(c->sp, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, B, C,
+      tp_sp_column_backward(c->sp, dlnf, grad_at(io, 2 * (int64_t)C), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)C), wdt, B, C,
                             c->Vr, beta);
     else
-      tp_column_backward(c->s.tp, dlnf, gG(io, 2 * (int64_t)C), NULL, io->dy, lnf, gP(io, 2 * (int64_t)C), wdt, BT, C,
+      tp_column_backward(c->s.tp, dlnf, grad_at(io, 2 * (int64_t)C), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)C), wdt, BT, C,
                          c->Vr, beta);
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, (int64_t)BTs * C);
       if (c->sp) /* the LayerNorm's dw, db summed over the sequence's parts */
-        tp_sp_layernorm_backward(c->sp, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BTs, C,
+        tp_sp_layernorm_backward(c->sp, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, io->x, mean, rstd, param_at(io, 0), wdt, BTs, C,
                                  beta);
-      else op_layernorm_bwd(dev, io->dx, gG(io, 0), gG(io, C), dlnf, io->x, mean, rstd, gP(io, 0), wdt, BT, C, beta);
+      else op_layernorm_bwd(dev, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, io->x, mean, rstd, param_at(io, 0), wdt, BT, C, beta);
     }
     return;
   }

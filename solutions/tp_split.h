@@ -45,14 +45,11 @@ typedef struct tp_split {
   tp_unit_t *units;              /* [n_units] */
   tp_map_fn map;
   tp_local_numel_fn local_numel;
-  float *rep_grads;              /* (Σ rep_numel) this rank's local gradients of the replicated
-                                  * parameters, summed over a step's micro-batches (host: the norm) */
-  int64_t rep_total;
 } tp_split_t;
 
 /* s := the split of m over tp: keeps the full model (its own units array), zeroed unit infos. */
 void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map, tp_local_numel_fn local_numel);
-/* Frees what tp_split_begin and the norm allocated (not s itself). */
+/* Frees what tp_split_begin allocated (not s itself). */
 void tp_split_end(tp_split_t *s);
 /* model_fns_t.init_unit of a split (m->ctx a tp_split_t): the full unit's init (a pure function of
  * seed, u, index), mapped to this rank; then zeros in the pad slots. */

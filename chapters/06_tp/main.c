@@ -8,8 +8,7 @@
  * block against 1 rank), ch06_grid (the process grid): make run CH=06 NP=2 PROG=example. */
 #include "args.h"   // args_error
 #include "tp.h"     // tp_transform
-#include "ddp.h"    // ddp_strategy (--zero 0)
-#include "zero.h"   // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
+#include "zero.h"   // zero_strategy_for (--zero 0|1|2|3)
 #include "train.h"  // train_cfg_t, train_parse_args, train_main, TRAIN_FLAG_*
 #include <stdio.h>  // snprintf
 #include <string.h> // strcmp
@@ -24,6 +23,7 @@ int main(int argc, char **argv) {
                    "Example: make run CH=06 NP=4 ARGS=\"--tp 2 --zero 1\"",
                    TRAIN_FLAG_TP | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
   cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
+  cfg.group = cfg.tp;
   char v[32];
   if (cfg.tp > 1 && strcmp(cfg.model_kind, "gpt") == 0) { /* the GPT's split (tp_gpt.c): refused before MPI starts */
     snprintf(v, sizeof v, "%d", cfg.tp);
@@ -32,7 +32,6 @@ int main(int argc, char **argv) {
     if (cfg.sample || cfg.eval_every)
       return args_error("--tp", v, "--sample and --eval-every need whole logits; the vocab-parallel head keeps V/T per row");
   }
-  const strategy_t *s = cfg.zero == 0 ? ddp_strategy("bucketed") : cfg.zero == 1 ? zero1_strategy()
-                      : cfg.zero == 2 ? zero2_strategy() : zero3_strategy();
+  const strategy_t *s = zero_strategy_for(cfg.zero, "bucketed");
   return train_main(&cfg, s, "06_tp");
 }

@@ -7,12 +7,11 @@
  * the data dimension (--zero S over the D = ranks / (P x T) replicas of each stage) is the
  * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c. */
 #include "args.h"     // args_env_world, args_error
-#include "ddp.h"      // ddp_strategy (--zero 0, --variant)
 #include "offload.h"  // offload_take_flags, offload_strategy (--offload optimizer)
 #include "pipeline.h" // pipeline_schedule
 #include "tp.h"       // tp_transform (--tp)
 #include "train.h"    // train_cfg_t, train_parse_args, train_main
-#include "zero.h"     // zero1_strategy, zero2_strategy, zero3_strategy, hsdp_strategy (--zero 1|2|3)
+#include "zero.h"     // zero_strategy_for, hsdp_strategy (--zero 0|1|2|3, --variant)
 #include <stdio.h>    // snprintf
 #include <string.h>   // strcmp, strncmp
 
@@ -38,6 +37,7 @@ int main(int argc, char **argv) {
                    TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH | TRAIN_FLAG_VARIANT | TRAIN_FLAG_BUCKET |
                        TRAIN_FLAG_SHARD_GROUP);
   cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
+  cfg.group = cfg.tp;
   cfg.sched = pipeline_schedule(cfg.schedule);
   char v[32];
   /* what does not compose is refused here, before MPI, naming why */
@@ -56,11 +56,8 @@ int main(int argc, char **argv) {
   if (!variant_given) cfg.variant = "naive";
   /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank) */
   int D = args_env_world() / (cfg.tp * cfg.pp), z = D > 1 ? cfg.zero : 0;
-  const strategy_t *s = offload != OFFLOAD_NONE ? offload_strategy(offload, threads)
-                        : z == 0                ? ddp_strategy(cfg.variant)
-                        : z == 1                ? zero1_strategy()
-                        : z == 2                ? zero2_strategy()
-                        : cfg.shard_group_node  ? hsdp_strategy()
-                                                : zero3_strategy();
+  const strategy_t *s = offload != OFFLOAD_NONE         ? offload_strategy(offload, threads)
+                        : z == 3 && cfg.shard_group_node ? hsdp_strategy()
+                                                         : zero_strategy_for(z, cfg.variant);
   return train_main(&cfg, s, "07_pipeline");
 }

@@ -5,9 +5,8 @@
  * every rank, their gradients summed over CP and DP alike). Notes: notes/10-long-sequences.md.
  *   make run CH=10 NP=4 ARGS="--model gpt --gpt tiny --cp 2 --zero 1"   CP 2 × DP 2, ZeRO-1
  * Megatron sequence parallelism (--sp) is chapter 06's flag beside --tp. */
-#include "cp.h"     // cp_check_args, cp_split_trainer, cp_strategy
-#include "ddp.h"    // ddp_strategy (--zero 0)
-#include "zero.h"   // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
+#include "cp.h"     // cp_check_args, cp_transform
+#include "zero.h"   // zero_strategy_for (--zero 0|1|2|3)
 #include "train.h"  // train_cfg_t, train_parse_args, train_main, TRAIN_FLAG_*
 
 int main(int argc, char **argv) {
@@ -23,8 +22,6 @@ int main(int argc, char **argv) {
                    TRAIN_FLAG_CP | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
   int rc = cp_check_args(&cfg); /* before MPI and any allocation */
   if (rc) return rc;
-  cfg.cp_split = cp_split_trainer;
-  const strategy_t *s = cfg.zero == 0 ? ddp_strategy("bucketed") : cfg.zero == 1 ? zero1_strategy()
-                      : cfg.zero == 2 ? zero2_strategy() : zero3_strategy();
-  return train_main(&cfg, cfg.cp > 1 ? cp_strategy(s) : s, "10_long");
+  if (cfg.cp > 1) cfg.transform = &cp_transform; /* the sequence split over --cp C ranks (cp_gpt.c) */
+  return train_main(&cfg, zero_strategy_for(cfg.zero, "bucketed"), "10_long");
 }

@@ -5,10 +5,9 @@
  * the strategy on the data dimension (the D = ranks / P_E replicas of each expert); --tp T splits the
  * attention over T consecutive ranks inside each EP group (solutions/ep_tp.c).
  *   make run CH=12 NP=2 ARGS="--model gpt --gpt tiny --moe 4 --topk 2 --ep 2"   EP 2, dropless */
-#include "ddp.h"    // ddp_strategy (--zero 0)
-#include "ep.h"     // ep_transform
-#include "moe.h"    // moe_check_args, moe_setup, moe_strategy
-#include "zero.h"   // zero1_strategy, zero2_strategy, zero3_strategy (--zero 1|2|3)
+#include "ep.h"     // ep_transform, ep_tp_transform
+#include "moe.h"    // moe_check_args, moe_transform
+#include "zero.h"   // zero_strategy_for (--zero 0|1|2|3)
 #include "train.h"  // train_cfg_t, train_parse_args, train_main, TRAIN_FLAG_*
 
 int main(int argc, char **argv) {
@@ -24,11 +23,10 @@ int main(int argc, char **argv) {
                    TRAIN_FLAG_MOE | TRAIN_FLAG_ZERO | TRAIN_FLAG_BUCKET | TRAIN_FLAG_PREFETCH);
   int rc = moe_check_args(&cfg); /* before MPI and any allocation */
   if (rc) return rc;
-  cfg.model_hook = moe_setup;
-  if (cfg.ep > 1 && cfg.tp > 1) /* --tp T inside the EP group (ep_tp.c): its T consecutive ranks split the attention */
-    cfg.ep_tp = cfg.tp, cfg.pa = 0, cfg.tp = cfg.ep, cfg.transform = &ep_tp_transform;
-  else if (cfg.ep > 1) cfg.tp = cfg.ep, cfg.transform = &ep_transform; /* the EP group where TP's would be (ep.h) */
-  const strategy_t *s = cfg.zero == 0 ? ddp_strategy("bucketed") : cfg.zero == 1 ? zero1_strategy()
-                      : cfg.zero == 2 ? zero2_strategy() : zero3_strategy();
-  return train_main(&cfg, moe_strategy(s), "12_experts");
+  /* the experts on every rank (--ep 1), or split over --ep P_E consecutive ranks (ep.h), with --tp T
+   * of them splitting the attention (ep_tp.c) */
+  cfg.transform = cfg.ep == 1 ? &moe_transform : cfg.tp > 1 ? &ep_tp_transform : &ep_transform;
+  cfg.group = cfg.ep;
+  if (cfg.tp > 1) cfg.pa = 0;
+  return train_main(&cfg, zero_strategy_for(cfg.zero, "bucketed"), "12_experts");
 }

@@ -193,12 +193,7 @@ static void gpt_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
   fill_const(dst, un->numel, un->padded - un->numel, 0.0f); /* pad slots */
 }
 
-/* ---- views ------------------------------------------------------------------------------------ */
-static inline const void *P(const unit_io_t *io, int64_t off) {
-  return (const char *)io->params + off * (int64_t)dtype_size(io->wdt);
-}
-static inline void *G(const unit_io_t *io, int64_t off) { return (char *)io->grads + off * (int64_t)dtype_size(io->wdt); }
-
+/* ---- views (param_at, grad_at: model.h) ------------------------------------------------------ */
 /* A block's saved activations, carved from io->saved in the order of gpt.h: each (B, ...) */
 typedef struct block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } block_acts_t;
 static block_acts_t block_acts(const gpt_block_t *k, int B, float *saved) {
@@ -237,14 +232,14 @@ static void gpt_forward(const model_t *m, int u, const unit_io_t *io) {
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   if (u == 0) { /* y = wte[tokens] + wpe */
-    op_embedding_fwd(dev, io->y, io->x, P(io, 0), P(io, (int64_t)V * C), wdt, B, T, C, V);
+    op_embedding_fwd(dev, io->y, io->x, param_at(io, 0), param_at(io, (int64_t)V * C), wdt, B, T, C, V);
     return;
   }
   const float *x = io->x;
   if (u == m->n_units - 1) { /* lnf, then logits = lnf · Wᵀ (no bias) */
     float *lnf = io->saved, *mean = lnf + (int64_t)BT * C, *rstd = mean + BT;
-    op_layernorm_fwd(dev, lnf, mean, rstd, x, P(io, 0), P(io, C), wdt, BT, C);
-    op_linear_fwd(dev, io->y, lnf, P(io, 2 * (int64_t)C), NULL, wdt, BT, C, V);
+    op_layernorm_fwd(dev, lnf, mean, rstd, x, param_at(io, 0), param_at(io, C), wdt, BT, C);
+    op_linear_fwd(dev, io->y, lnf, param_at(io, 2 * (int64_t)C), NULL, wdt, BT, C, V);
     return;
   }
   gpt_block_t k = gpt_block_whole(s);
@@ -254,25 +249,25 @@ static void gpt_forward(const model_t *m, int u, const unit_io_t *io) {
 /* The block's four matmuls through gpt_block_t's hooks (the split linears), or the plain ops. */
 static void col_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in, int out) {
   int rows = io->B * k->S;
-  if (k->col_fwd) k->col_fwd(k->hook_ctx, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
-  else op_linear_fwd(io->dev, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
+  if (k->col_fwd) k->col_fwd(k->hook_ctx, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
+  else op_linear_fwd(io->dev, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
 }
 static void row_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in, int out) {
   int rows = io->B * k->S;
-  if (k->row_fwd) k->row_fwd(k->hook_ctx, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
-  else op_linear_fwd(io->dev, y, x, P(io, w), P(io, b), io->wdt, rows, in, out);
+  if (k->row_fwd) k->row_fwd(k->hook_ctx, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
+  else op_linear_fwd(io->dev, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
 }
 static void col_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
                     const float *x, int in, int out) {
   int rows = io->B * k->S;
-  if (k->col_bwd) k->col_bwd(k->hook_ctx, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
-  else op_linear_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
+  if (k->col_bwd) k->col_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
+  else op_linear_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
 }
 static void row_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
                     const float *x, int in, int out) {
   int rows = io->B * k->S;
-  if (k->row_bwd) k->row_bwd(k->hook_ctx, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
-  else op_linear_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, P(io, w), io->wdt, rows, in, out, io->beta);
+  if (k->row_bwd) k->row_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
+  else op_linear_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
 }
 
 int64_t gpt_block_attn_saved(const gpt_block_t *k) { return gpt_block_saved(k) - 8 * (int64_t)k->S * k->Cr; }
@@ -286,13 +281,13 @@ void gpt_block_attn_forward(const gpt_block_t *k, const unit_io_t *io, float **x
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
   (void)S;
-  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, P(io, l.ln1w), P(io, l.ln1b), wdt, BTs, C); // (BTs,C)
+  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, param_at(io, l.ln1w), param_at(io, l.ln1b), wdt, BTs, C); // (BTs,C)
   col_fwd(k, io, a.qkv, a.ln1, l.qkvw, l.qkvb, C, 3 * Cr);                                      // (BT,3Cr)
   if (k->att_fwd) k->att_fwd(k->hook_ctx, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);               // (BT,Cr)
   else op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                           // (BT,Cr)
   row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BTs,C)
   op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
-  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, P(io, l.ln2w), P(io, l.ln2b), wdt, BTs, C);
+  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, param_at(io, l.ln2w), param_at(io, l.ln2b), wdt, BTs, C);
   *x2 = a.x2, *ln2 = a.ln2;
 }
 
@@ -321,7 +316,7 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   dtype_t wdt = io->wdt;
   float beta = io->beta;
   if (u == 0) { /* dwte, dwpe; the input is tokens: no dx */
-    op_embedding_bwd(dev, G(io, 0), G(io, (int64_t)V * C), io->dy, io->x, wdt, B, T, C, V, beta);
+    op_embedding_bwd(dev, grad_at(io, 0), grad_at(io, (int64_t)V * C), io->dy, io->x, wdt, B, T, C, V, beta);
     tensor_free(&g_scratch); /* the last unit of the backward */
     return;
   }
@@ -330,10 +325,10 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
     float *dlnf = scratch(dev, n);                                                              // (BT,C)
-    op_linear_bwd(dev, dlnf, G(io, 2 * (int64_t)C), NULL, dy, lnf, P(io, 2 * (int64_t)C), wdt, BT, C, V, beta);
+    op_linear_bwd(dev, dlnf, grad_at(io, 2 * (int64_t)C), NULL, dy, lnf, param_at(io, 2 * (int64_t)C), wdt, BT, C, V, beta);
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, n); /* the LayerNorm backward accumulates into dx */
-      op_layernorm_bwd(dev, io->dx, G(io, 0), G(io, C), dlnf, x, mean, rstd, P(io, 0), wdt, BT, C, beta);
+      op_layernorm_bwd(dev, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, x, mean, rstd, param_at(io, 0), wdt, BT, C, beta);
     }
     return;
   }
@@ -345,8 +340,8 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
 static void ln_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
                    const float *x, const float *mean, const float *rstd) {
   int rows = io->B * k->Ss;
-  if (k->ln_bwd) k->ln_bwd(k->hook_ctx, dx, G(io, w), G(io, b), dy, x, mean, rstd, P(io, w), io->wdt, rows, k->C, io->beta);
-  else op_layernorm_bwd(io->dev, dx, G(io, w), G(io, b), dy, x, mean, rstd, P(io, w), io->wdt, rows, k->C, io->beta);
+  if (k->ln_bwd) k->ln_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, mean, rstd, param_at(io, w), io->wdt, rows, k->C, io->beta);
+  else op_layernorm_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, mean, rstd, param_at(io, w), io->wdt, rows, k->C, io->beta);
 }
 
 void gpt_block_attn_backward(const gpt_block_t *k, const unit_io_t *io, const float *dln2, float *work) {
@@ -409,21 +404,21 @@ static void block_backward_input(const gpt_block_t *k, const unit_io_t *io, floa
   float *dy = io->dy, *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4;
   float *w_dy = io->wsaved, *w_dln2 = w_dy + n, *w_dx2 = w_dln2 + n, *w_dln1 = w_dx2 + n;
   dev_memcpy(dev, w_dy, dev, dy, (size_t)n * sizeof(float));                                   // d y, for fcproj's W
-  op_linear_bwd_input(dev, s4, dy, P(io, l.fcprojw), wdt, BT, 4 * Cr, C);                       // d fchg
+  op_linear_bwd_input(dev, s4, dy, param_at(io, l.fcprojw), wdt, BT, 4 * Cr, C);                       // d fchg
   op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                        // d fch
   dev_memcpy(dev, a.fch, dev, s4, (size_t)BT * 4 * Cr * sizeof(float));                         // over fch, for fc's W
-  op_linear_bwd_input(dev, s1, s4, P(io, l.fcw), wdt, BT, C, 4 * Cr);                           // d ln2
+  op_linear_bwd_input(dev, s1, s4, param_at(io, l.fcw), wdt, BT, C, 4 * Cr);                           // d ln2
   dev_memcpy(dev, w_dln2, dev, s1, (size_t)n * sizeof(float));
-  op_layernorm_bwd_input(dev, dy, s1, a.x2, a.mean2, a.rstd2, P(io, l.ln2w), wdt, BT, C);       // dy := d x2
+  op_layernorm_bwd_input(dev, dy, s1, a.x2, a.mean2, a.rstd2, param_at(io, l.ln2w), wdt, BT, C);       // dy := d x2
   dev_memcpy(dev, w_dx2, dev, dy, (size_t)n * sizeof(float));                                   // for proj's W
-  op_linear_bwd_input(dev, s1, dy, P(io, l.projw), wdt, BT, Cr, C);                             // d atty
+  op_linear_bwd_input(dev, s1, dy, param_at(io, l.projw), wdt, BT, Cr, C);                             // d atty
   op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv
   dev_memcpy(dev, a.qkv, dev, s3, (size_t)BT * 3 * Cr * sizeof(float));                         // over qkv, for qkv's W
-  op_linear_bwd_input(dev, s1, s3, P(io, l.qkvw), wdt, BT, C, 3 * Cr);                          // d ln1
+  op_linear_bwd_input(dev, s1, s3, param_at(io, l.qkvw), wdt, BT, C, 3 * Cr);                          // d ln1
   dev_memcpy(dev, w_dln1, dev, s1, (size_t)n * sizeof(float));
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
-    op_layernorm_bwd_input(dev, io->dx, s1, io->x, a.mean1, a.rstd1, P(io, l.ln1w), wdt, BT, C);
+    op_layernorm_bwd_input(dev, io->dx, s1, io->x, a.mean1, a.rstd1, param_at(io, l.ln1w), wdt, BT, C);
   }
 }
 
@@ -436,14 +431,14 @@ static void block_backward_weight(const gpt_block_t *k, const unit_io_t *io) {
   gpt_block_layout_t l = k->l;
   block_acts_t a = block_acts(k, B, io->saved);
   const float *w_dy = io->wsaved, *w_dln2 = w_dy + n, *w_dx2 = w_dln2 + n, *w_dln1 = w_dx2 + n;
-  op_linear_bwd_weight(dev, G(io, l.fcprojw), G(io, l.fcprojb), w_dy, a.fchg, wdt, BT, 4 * Cr, C, beta);
-  op_linear_bwd_weight(dev, G(io, l.fcw), G(io, l.fcb), a.fch, a.ln2, wdt, BT, C, 4 * Cr, beta);
-  op_layernorm_bwd_weight(dev, G(io, l.ln2w), G(io, l.ln2b), w_dln2, a.x2, a.mean2, a.rstd2, wdt, BT, C, beta);
-  op_linear_bwd_weight(dev, G(io, l.projw), G(io, l.projb), w_dx2, a.atty, wdt, BT, Cr, C, beta);
-  op_linear_bwd_weight(dev, G(io, l.qkvw), G(io, l.qkvb), a.qkv, a.ln1, wdt, BT, C, 3 * Cr, beta);
+  op_linear_bwd_weight(dev, grad_at(io, l.fcprojw), grad_at(io, l.fcprojb), w_dy, a.fchg, wdt, BT, 4 * Cr, C, beta);
+  op_linear_bwd_weight(dev, grad_at(io, l.fcw), grad_at(io, l.fcb), a.fch, a.ln2, wdt, BT, C, 4 * Cr, beta);
+  op_layernorm_bwd_weight(dev, grad_at(io, l.ln2w), grad_at(io, l.ln2b), w_dln2, a.x2, a.mean2, a.rstd2, wdt, BT, C, beta);
+  op_linear_bwd_weight(dev, grad_at(io, l.projw), grad_at(io, l.projb), w_dx2, a.atty, wdt, BT, Cr, C, beta);
+  op_linear_bwd_weight(dev, grad_at(io, l.qkvw), grad_at(io, l.qkvb), a.qkv, a.ln1, wdt, BT, C, 3 * Cr, beta);
   /* (backward skips LN1's gradients without a dx, which a block never lacks: unit 0 is the embedding;
    * W takes no dx, so it does not ask) */
-  op_layernorm_bwd_weight(dev, G(io, l.ln1w), G(io, l.ln1b), w_dln1, io->x, a.mean1, a.rstd1, wdt, BT, C, beta);
+  op_layernorm_bwd_weight(dev, grad_at(io, l.ln1w), grad_at(io, l.ln1b), w_dln1, io->x, a.mean1, a.rstd1, wdt, BT, C, beta);
 }
 
 static void gpt_backward_input(const model_t *m, int u, const unit_io_t *io) {
@@ -459,10 +454,10 @@ static void gpt_backward_input(const model_t *m, int u, const unit_io_t *io) {
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
     dev_memcpy(dev, io->y, dev, io->dy, (size_t)BT * V * sizeof(float)); /* d logits over the logits, for the head's W */
-    op_linear_bwd_input(dev, io->wsaved, io->dy, P(io, 2 * (int64_t)C), io->wdt, BT, C, V); /* d lnf */
+    op_linear_bwd_input(dev, io->wsaved, io->dy, param_at(io, 2 * (int64_t)C), io->wdt, BT, C, V); /* d lnf */
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, n);
-      op_layernorm_bwd_input(dev, io->dx, io->wsaved, io->x, mean, rstd, P(io, 0), io->wdt, BT, C);
+      op_layernorm_bwd_input(dev, io->dx, io->wsaved, io->x, mean, rstd, param_at(io, 0), io->wdt, BT, C);
     }
     return;
   }
@@ -476,13 +471,13 @@ static void gpt_backward_weight(const model_t *m, int u, const unit_io_t *io) {
   int64_t n = (int64_t)BT * C;
   device_t dev = io->dev;
   if (u == 0) {
-    op_embedding_bwd(dev, G(io, 0), G(io, (int64_t)V * C), io->wsaved, io->x, io->wdt, B, T, C, V, io->beta);
+    op_embedding_bwd(dev, grad_at(io, 0), grad_at(io, (int64_t)V * C), io->wsaved, io->x, io->wdt, B, T, C, V, io->beta);
     return;
   }
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
-    op_linear_bwd_weight(dev, G(io, 2 * (int64_t)C), NULL, io->y, lnf, io->wdt, BT, C, V, io->beta);
-    op_layernorm_bwd_weight(dev, G(io, 0), G(io, C), io->wsaved, io->x, mean, rstd, io->wdt, BT, C, io->beta);
+    op_linear_bwd_weight(dev, grad_at(io, 2 * (int64_t)C), NULL, io->y, lnf, io->wdt, BT, C, V, io->beta);
+    op_layernorm_bwd_weight(dev, grad_at(io, 0), grad_at(io, C), io->wsaved, io->x, mean, rstd, io->wdt, BT, C, io->beta);
     return;
   }
   gpt_block_t k = gpt_block_whole(s);

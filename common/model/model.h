@@ -57,6 +57,15 @@ typedef struct unit_io {
   float *wsaved;        /* split backward: (B, wsaved_numel) written by backward_input, read by backward_weight */
 } unit_io_t;
 
+/* Unit parameters and gradients by element offset (the unit's flat layout, in io->wdt elements):
+ * the views every model kind carves out of its unit (gpt.c, tp_gpt.c, cp_gpt.c, moe.c). */
+static inline const void *param_at(const unit_io_t *io, int64_t off) {
+  return (const char *)io->params + off * (int64_t)dtype_size(io->wdt);
+}
+static inline void *grad_at(const unit_io_t *io, int64_t off) {
+  return (char *)io->grads + off * (int64_t)dtype_size(io->wdt);
+}
+
 /* What a model kind provides. Every function is deterministic: same inputs, same bits. */
 typedef struct model_fns {
   const char *name;     /* "mlp", "gpt" */

@@ -122,7 +122,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   }
   float *buf = xmalloc((size_t)most * sizeof(float) + 1, "checkpoint restore buffer");
   dev_sync(t->dev);
-  if (t->tp_comm && m->tp == 1) { /* a TP split reading full units: through the transform's map */
+  if (t->group_comm && m->tp == 1) { /* a TP split reading full units: through the transform's map */
     restore_mapped(t, m, buf);
     most = -1;
   }
@@ -247,7 +247,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->model_world, .shards = shards,
                          .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
                          .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
-                         .ep_tp = c->ep_tp > 1 ? c->ep_tp : 1,
+                         .ep_tp = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1,
                          .moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0,
                          .moe_every = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_every : 0,
                          .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,

@@ -375,9 +375,15 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
   if (strcmp(m->optimizer, opt)) DIFF("saved with --optimizer %s, this run has --optimizer %s", m->optimizer, opt);
   if (m->seed != c->seed) DIFF("saved with --seed %llu, this run has --seed %llu", (unsigned long long)m->seed, (unsigned long long)c->seed);
   if (m->batch != c->batch) DIFF("saved with --batch %lld, this run has --batch %lld", (long long)m->batch, (long long)c->batch);
-  if (m->tp > 1 && m->tp != (c->tp > 1 ? c->tp : 1))
-    DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it with --tp %d, "
-         "or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)", m->tp_rank, m->tp, c->tp > 1 ? c->tp : 1, m->tp);
+  int group = c->group > 1 ? c->group : 1; /* the transform's group: --tp's, or chapter 12's --ep */
+  if (m->tp > 1 && m->tp != group) {
+    if (c->chapter_flags & TRAIN_FLAG_MOE)
+      DIFF("an expert-parallel layout: EP rank %d's experts of a --ep %d save, this run has --ep %d (resume it with "
+           "--ep %d)", m->tp_rank, m->tp, group, m->tp);
+    else
+      DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it with --tp "
+           "%d, or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)", m->tp_rank, m->tp, group, m->tp);
+  }
   int run_moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0; /* chapter 12: the experts change every MoE unit */
   if (m->moe != run_moe || (run_moe && m->moe_every != c->moe_every)) {
     char saved[64], run[64];
@@ -387,7 +393,7 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
     else snprintf(run, sizeof run, "a dense model (ch12_experts resumes it)");
     DIFF("saved with %s, this run has %s", saved, run);
   }
-  int mt = m->ep_tp > 1 ? m->ep_tp : 1, ct = c->ep_tp > 1 ? c->ep_tp : 1;
+  int mt = m->ep_tp > 1 ? m->ep_tp : 1, ct = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1;
   if (m->tp > 1 && mt != ct) /* chapter 12: the local layouts differ */
     DIFF("saved with --tp %d inside each EP group of %d ranks, this run has --tp %d there (resume it with --tp %d; 1: "
          "without it)", mt, m->tp, ct, mt);

@@ -128,10 +128,14 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
   int fp16 = t->wdt == DT_F16;
   if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
     t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, rank, 0);
-  if (t->tp_comm && fp16) { /* fp16: an overflow in one TP rank's slices must skip the step on all of them */
-    sumsq = t->cfg->transform->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
+  /* The transform's group: each rank's Σg² counted its values once (trainer_grad_sumsq's ranges), so
+   * the whole model's is the sum over the group. A NaN/Inf (fp16: an overflow) in one rank's part
+   * turns the sum non-finite: every rank of the group sees it and skips (or stops) alike. */
+  if (t->group_comm) {
+    if (reduced_bad) sumsq = INFINITY;
+    comm_ctl_all_reduce_f64(t->group_comm, &sumsq, 1, REDOP_SUM);
     reduced_bad = !isfinite(sumsq);
-  } else if (t->tp_comm && !reduced_bad) sumsq = t->cfg->transform->grad_sumsq(t, sumsq); /* --tp: the whole model's */
+  }
   const schedule_t *sc = t->cfg->sched;
   if (sc && sc->grad_sumsq && t->in->pv.on && !t->in->pv.redo) {
     /* --post-validate: no waiting for the other stages here. The update runs now with no clip
@@ -317,9 +321,52 @@ static void pv_validate(trainer_t *t) {
 
 /* ---- the loop: what train.h's diagram shows, and nothing else ------------------------------ */
 
-/* Steps [start, cfg->steps): the step's operations (forwards, losses, backwards with the hooks),
- * then the strategy's step; the loss of each step into in->steps, a checkpoint when one is due.
- * *taken counts applied optimizer steps (AdamW's t), *skipped the steps --nonfinite skip dropped. */
+/* The optimizer step after the step's operations: the strategy's (with --post-validate: the copy
+ * before it, the check and a rollback after it), then the transform's step_end (chapter 12: the
+ * loads and the router bias) and fp16's loss scale. Sets t->skipped; counts the step in *taken or
+ * *skipped. */
+static void train_step(trainer_t *t, int *taken, int *skipped) {
+  struct train_internal *in = t->in;
+  const model_transform_t *tf = t->cfg->transform;
+  t->opt_t = *taken + 1;
+  t->skipped = 0;
+  in->steps_run++; /* this step counts for the rates a strategy's step() reports */
+  if (in->pv.on) TRAINER_PHASE("post-validate: copy the states", pv_copy(t, 0));
+  t->strategy->step(t);
+  if (in->pv.on) pv_validate(t); /* after the update: the stages' norm and flags, and a rollback if they say so */
+  if (tf && tf->step_end) tf->step_end(t);
+  if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
+  in->overflows_run += t->wdt == DT_F16 && t->skipped;
+  if (!t->skipped) (*taken)++;
+  else (*skipped)++;
+}
+
+/* The step's loss over the global batch from this rank's sum over its samples. Every rank of the
+ * model's group (a pipeline's stages) adds its part; a transform's group that splits the batch
+ * (chapter 12's EP group) read different samples, so they add theirs too — but the ranks of it that
+ * read the same samples (--tp inside the group: trainer_batch_share of them) count them once. TP's
+ * group (chapter 06) read the same samples and computed the same loss: nothing to add there. */
+static double step_global_loss(trainer_t *t, double loss_sum) {
+  comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* control traffic */
+  if (t->group_comm && t->cfg->transform->splits_batch) {
+    if (comm_rank(t->group_comm) % trainer_batch_share(t)) loss_sum = 0;
+    comm_ctl_all_reduce_f64(t->group_comm, &loss_sum, 1, REDOP_SUM);
+  }
+  return loss_sum / ((double)t->cfg->batch * t->model.rows);
+}
+
+static void log_loss(const trainer_t *t, const report_step_t *r) {
+  if (t->wdt == DT_F16)
+    printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", t->step, r->loss, r->ms, r->loss_scale,
+           t->skipped ? "  (skipped)" : "");
+  else printf("step %5d  loss %.6f  %8.2f ms%s\n", t->step, r->loss, r->ms, t->skipped ? "  (skipped)" : "");
+  fflush(stdout);
+}
+
+/* Steps [start, cfg->steps), as llm.c's loop reads: the step's operations (forwards, losses,
+ * backwards with the hooks), the optimizer step, the log line, the evaluation and the checkpoint
+ * when due. *taken counts applied optimizer steps (AdamW's t), *skipped the steps --nonfinite skip
+ * dropped. */
 static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
@@ -333,37 +380,14 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     fault_at_step(comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     in->local_nonfinite = 0;
     double loss_sum = train_run_ops(t);
-    t->opt_t = *taken + 1;
-    t->skipped = 0;
-    double scale_used = in->scaler.scale;
-    in->steps_run++; /* this step counts for the rates a strategy's last step() reports */
-    if (in->pv.on) TRAINER_PHASE("post-validate: copy the states", pv_copy(t, 0));
-    t->strategy->step(t);
-    if (in->pv.on) pv_validate(t); /* after the update: the stages' norm and flags, and a rollback if they say so */
-    if (cfg->sched && cfg->sched->report && step == cfg->steps - 1) cfg->sched->report(t); /* its lines */
-    if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
-    in->overflows_run += t->wdt == DT_F16 && t->skipped;
+    double scale_used = in->scaler.scale; /* fp16: the scale this step's loss was multiplied by */
+    train_step(t, taken, skipped);
     dev_sync(t->dev);
     trace_end(NULL);
-    double ms = (trace_now_us() - t0) / 1000.0;
-    if (!t->skipped) (*taken)++;
-    else (*skipped)++;
-    comm_ctl_all_reduce_f64(t->model_comm, &loss_sum, 1, REDOP_SUM); /* every stage's: control traffic */
-    if (t->tp_comm && cfg->transform->splits_batch) { /* the group's slices, each once (TP inside EP: T ranks share one) */
-      if (comm_rank(t->tp_comm) % trainer_batch_share(t)) loss_sum = 0;
-      comm_ctl_all_reduce_f64(t->tp_comm, &loss_sum, 1, REDOP_SUM);
-    }
-    in->steps[step] = (report_step_t){.loss = loss_sum / ((double)cfg->batch * t->model.rows), .ms = ms,
+    in->steps[step] = (report_step_t){.loss = step_global_loss(t, loss_sum), .ms = (trace_now_us() - t0) / 1000.0,
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
-    if (log && log_step(cfg, step)) {
-      if (t->wdt == DT_F16)
-        printf("step %5d  loss %.6f  %8.2f ms  scale %g%s\n", step, in->steps[step].loss, ms, scale_used,
-               t->skipped ? "  (skipped)" : "");
-      else
-        printf("step %5d  loss %.6f  %8.2f ms%s\n", step, in->steps[step].loss, ms, t->skipped ? "  (skipped)" : "");
-      fflush(stdout);
-    }
+    if (log && log_step(cfg, step)) log_loss(t, &in->steps[step]);
     if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) train_eval_record(t, step + 1);
     if (ckpt_due(cfg, step))
       ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
@@ -377,9 +401,9 @@ static void print_header(const trainer_t *t, const char *chapter) {
   const train_cfg_t *cfg = t->cfg;
   const model_t *m = &t->model;
   char ranks[64]; /* the strategy's ranks; with expert parallelism (12) every rank of the job: EP × D */
-  if (t->tp_comm && cfg->transform->splits_batch)
-    snprintf(ranks, sizeof ranks, cfg->ep_tp > 1 ? "%d ranks (EP %d, TP %d inside, x D %d)" : "%d ranks (EP %d x D %d)",
-             comm_world(t->world_comm), comm_world(t->tp_comm), cfg->ep_tp > 1 ? cfg->ep_tp : t->world, t->world);
+  if (t->group_comm && cfg->transform->splits_batch)
+    snprintf(ranks, sizeof ranks, cfg->tp > 1 ? "%d ranks (EP %d, TP %d inside, x D %d)" : "%d ranks (EP %d x D %d)",
+             comm_world(t->world_comm), comm_world(t->group_comm), cfg->tp > 1 ? cfg->tp : t->world, t->world);
   else snprintf(ranks, sizeof ranks, "%d rank%s", t->world, t->world > 1 ? "s" : "");
   printf("ch%s: %s on %s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, ranks,
          device_name(t->dev), comm_backend_name(t->comm),
@@ -409,10 +433,14 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   struct train_internal *in = t->in;
   const strategy_t *s = t->strategy;
   int rank = t->model_rank; /* where the export lands: rank 0 of the model's ranks */
+  if (in->steps_run > 0) { /* the schedule's and the transform's own lines (collective) */
+    if (cfg->sched && cfg->sched->report) cfg->sched->report(t);
+    if (cfg->transform && cfg->transform->report) cfg->transform->report(t);
+  }
   float *full = rank == 0 ? xmalloc((size_t)t->whole->numel * sizeof(float), "exported params") : NULL;
   ckpt_export_weights(t, full); /* through the strategy's layout hook */
   int64_t full_numel = t->whole->numel;
-  if (t->tp_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
+  if (t->group_comm) { /* --tp: this TP rank's part -> the whole model on world rank 0 (the transform's) */
     float *whole = cfg->transform->unsplit(t->whole, full, rank == 0, &full_numel);
     free(full);
     full = whole;
@@ -473,6 +501,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   train_free_acts(t);
   for (int i = 0; i < 4; i++) tensor_free(&in->pv.copy[i]);
   if (cfg->sched && cfg->sched->teardown) cfg->sched->teardown(t); /* after the strategy: its comms */
+  free(t->transform_priv); /* the transform's own state (train.h: its setup's, the trainer's to free) */
   ops_release_workspace();
   free(full);
   free(in->steps);
@@ -534,8 +563,10 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   fault_arm(cfg->fault, comm_world(comm), cfg->steps);
   int wrank = comm_rank(comm);
   trace_init(wrank, cfg->trace);
-  /* --tp T: TP groups of T consecutive ranks; the strategy works on the data-parallel group. */
-  grid_t *grid = cfg->tp > 1 ? grid_init(comm, cfg->tp, 1) : NULL;
+  /* The transform's group (--tp T, --ep P_E): groups of consecutive ranks; the strategy works on the
+   * data-parallel group of the ranks with this group rank. */
+  const model_transform_t *tf = cfg->transform;
+  grid_t *grid = tf && cfg->group > 1 ? grid_init(comm, cfg->group, 1) : NULL;
   comm_t *dpc = grid ? grid->comm[GRID_DP] : comm;
   int quiet = cfg->quiet; /* the same on every rank (below, TP ranks other than 0 turn quiet) */
   train_cfg_t tpcfg;
@@ -550,16 +581,16 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     if (grid->coord[GRID_TP] != 0) tpcfg.quiet = 1;
     cfg = &tpcfg;
   }
-  if (grid && !cfg->transform) die("error: --tp %d: this program has no tensor-parallel model transform", cfg->tp);
   if (grid && !quiet) grid_print(grid); /* collective: every rank prints its line in rank order */
   int rank = comm_rank(dpc), world = comm_world(dpc);
-  int slices = grid && cfg->transform->splits_batch ? comm_world(comm) / (cfg->ep_tp > 1 ? cfg->ep_tp : 1) : world; /* EP: D·P_E (/T: TP inside) */
+  /* the slices of each micro-batch: one per data-parallel rank; EP's group reads P_E/T of them (D·P_E/T) */
+  int slices = grid && tf->splits_batch ? comm_world(comm) / cfg->tp : world;
   if (!cfg->sched && cfg->batch % ((int64_t)slices * cfg->accum) != 0) /* when launched without the env variables */
     die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, slices, cfg->accum);
 
   struct train_internal in = {0};
   trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
-                 .tp_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
+                 .group_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
                  .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model};
   char name[96]; /* the run's name: the strategy's, after the schedule's when there is one */
   if (cfg->sched) snprintf(name, sizeof name, "%s+%s", cfg->sched->name, s->name);
@@ -575,9 +606,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     return 2;
   }
   model_from_cfg(&t);
-  if (grid) cfg->transform->split(&t.model, t.tp_comm); /* this TP rank's part of every split unit */
-  if (cfg->cp > 1) cfg->cp_split(&t); /* --cp: this rank's chunks of every sequence (chapter 10) */
-  if (cfg->model_hook) cfg->model_hook(&t); /* chapter 12: the MLPs become experts (solutions/moe.h) */
+  if (grid && tf->split) tf->split(&t.model, t.group_comm); /* this group rank's part of every split unit */
+  if (tf && tf->setup) tf->setup(&t); /* the sequence's chunks (10), the experts (12): train.h */
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");

@@ -42,8 +42,8 @@ static double evaluate(trainer_t *t) {
     }
   comm_ctl_all_reduce_f64(t->comm, &sum, 1, REDOP_SUM); /* control traffic */
   if (nslices > t->world) { /* the group's slices too, each once */
-    if (comm_rank(t->tp_comm) % trainer_batch_share(t)) sum = 0;
-    comm_ctl_all_reduce_f64(t->tp_comm, &sum, 1, REDOP_SUM);
+    if (comm_rank(t->group_comm) % trainer_batch_share(t)) sum = 0;
+    comm_ctl_all_reduce_f64(t->group_comm, &sum, 1, REDOP_SUM);
   }
   trace_end(NULL);
   return sum / ((double)cfg->eval_batches * (double)B * m->rows);

@@ -23,7 +23,7 @@
 
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u) {
   const model_transform_t *xf = t->cfg->transform;
-  if (!t->cfg->pa || !t->tp_comm || t->cfg->sched || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
+  if (!t->cfg->pa || !t->group_comm || t->cfg->sched || u >= t->model.n_units - 1 || !xf->pa_slice) return 0;
   return xf->pa_slice(t, u);
 }
 
@@ -38,7 +38,7 @@ static int64_t pa_acts_formula(const trainer_t *t) {
     outs += su ? su : b * m->units[u].y_numel;
     if (su > smax) smax = su;
   }
-  return 4 * (outs + 2 * comm_world(t->tp_comm) * smax + b * model_max_saved_numel(m));
+  return 4 * (outs + 2 * comm_world(t->group_comm) * smax + b * model_max_saved_numel(m));
 }
 
 /* A new slot of chunk c: its input, and its units' outputs and saved activations (LEDGER_ACTS). */
@@ -87,8 +87,8 @@ void train_alloc_acts(trainer_t *t) {
   struct train_internal *in = t->in;
   const model_t *m = &t->model;
   int64_t b = t->local_batch, work = 0, maxy = 0, maxs = 0;
-  int last = 0, T = t->tp_comm ? comm_world(t->tp_comm) : 1;
-  in->pa = t->cfg->pa && t->tp_comm && !t->cfg->sched;
+  int last = 0, T = t->group_comm ? comm_world(t->group_comm) : 1;
+  in->pa = t->cfg->pa && t->group_comm && !t->cfg->sched;
   for (int i = 0; i < t->n_ops; i++) in->split |= t->ops[i].kind == 'W';
   if (in->split) { /* B now, W later: the model's halves, and a strategy that knows where W ends */
     if (!m->fns->backward_input || !m->fns->backward_weight)
@@ -216,14 +216,14 @@ double trainer_loss_scale(const trainer_t *t) { return t->wdt == DT_F16 ? (doubl
 
 void trainer_data_slice(const trainer_t *t, int *slice, int *nslices) {
   *slice = t->rank, *nslices = t->world;
-  if (t->tp_comm && t->cfg->transform->splits_batch) {
-    int share = trainer_batch_share(t), T = comm_world(t->tp_comm) / share;
-    *slice = t->rank * T + comm_rank(t->tp_comm) / share, *nslices = t->world * T;
+  if (t->group_comm && t->cfg->transform->splits_batch) {
+    int share = trainer_batch_share(t), T = comm_world(t->group_comm) / share;
+    *slice = t->rank * T + comm_rank(t->group_comm) / share, *nslices = t->world * T;
   }
 }
 
 int trainer_batch_share(const trainer_t *t) {
-  return t->tp_comm && t->cfg->transform->splits_batch && t->cfg->ep_tp > 1 ? t->cfg->ep_tp : 1;
+  return t->group_comm && t->cfg->transform->splits_batch && t->cfg->tp > 1 ? t->cfg->tp : 1;
 }
 
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits) {
@@ -245,34 +245,48 @@ void trainer_check_grads(trainer_t *t, int u) {
   int final = t->grad_beta == 0.0f || t->micro == t->n_micro - 1;
   if (t->dev == DEV_CPU && !t->in->local_nonfinite && final)
     t->in->local_nonfinite = op_has_nonfinite(t->dev, t->unit_grads[u], t->wdt, t->model.units[u].numel);
-  if (t->tp_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u); /* --tp: for the norm */
 }
 
-void trainer_grads_to_host(const trainer_t *t, int u, int64_t n, float *dst) {
-  if (t->wdt == DT_F32) {
-    dev_memcpy(DEV_CPU, dst, t->dev, t->unit_grads[u], (size_t)n * sizeof(float));
-    return;
+/* What the ops run after a unit's backward, beside post_backward: the transform's collective, when it
+ * has a group and one (chapter 12: the dense gradients summed over the EP group, before the strategy
+ * reduces them over D). */
+static void transform_after_backward(trainer_t *t, int u) {
+  if (t->group_comm && t->cfg->transform->after_backward) t->cfg->transform->after_backward(t, u);
+}
+/* Σg² of elements [lo, hi) of unit u (unit-local) that sit at g (g holds the unit's elements from
+ * base on), counting only the transform's ranges of the unit: [lo, hi) ∩ each [r0, r1). */
+static double unit_sumsq(const trainer_t *t, int u, const char *g, int64_t base, int64_t lo, int64_t hi) {
+  int64_t r[ZL_NORM_RANGES][2];
+  int n = t->cfg->transform->norm_ranges(t, u, r);
+  if (n > ZL_NORM_RANGES) die_on_rank("norm_ranges: %d ranges for unit %d, at most %d", n, u, ZL_NORM_RANGES);
+  double sum = 0;
+  size_t ds = dtype_size(t->wdt);
+  for (int i = 0; i < n; i++) {
+    int64_t a = r[i][0] > lo ? r[i][0] : lo, b = r[i][1] < hi ? r[i][1] : hi;
+    if (b > a) sum += op_sumsq(t->dev, g + (a - base) * (int64_t)ds, t->wdt, b - a);
   }
-  uint16_t *h = xmalloc((size_t)n * sizeof(uint16_t), "gradients (16-bit, host copy)");
-  dev_memcpy(DEV_CPU, h, t->dev, t->unit_grads[u], (size_t)n * sizeof(uint16_t));
-  op_cast(DEV_CPU, dst, DT_F32, h, t->wdt, n); /* bf16 or fp16 */
-  free(h);
+  return sum;
 }
 
-double trainer_sumsq_once(comm_t *dp, comm_t *group, double dp_sumsq, const float *rep, int64_t n) {
-  double R = 0, sum = dp_sumsq;
-  if (n > 0) {
-    double *g = xmalloc((size_t)n * sizeof(double), "alike gradients (f64)");
-    for (int64_t k = 0; k < n; k++) g[k] = rep[k];
-    for (int64_t k = 0; k < n; k += 1 << 20) /* ctl all-reduces take an int count */
-      comm_ctl_all_reduce_f64(dp, g + k, (int)(n - k < (1 << 20) ? n - k : 1 << 20), REDOP_SUM);
-    for (int64_t k = 0; k < n; k++) R += g[k] * g[k];
-    free(g);
+double trainer_grad_sumsq(const trainer_t *t, const void *grads, int shard_rank) {
+  const model_t *m = &t->model;
+  int masked = t->group_comm && t->cfg->transform->norm_ranges;
+  if (!masked) /* every value this rank holds counts: one sum over the buffer */
+    return op_sumsq(t->dev, grads, t->wdt, shard_rank < 0 ? m->padded_numel : m->shard_numel);
+  /* Megatron's param_is_not_tensor_parallel_duplicate: a value the group holds alike on several
+   * ranks is counted by one of them; the sum over the group (trainer_finish_grads) counts it once */
+  const char *g = grads;
+  size_t ds = dtype_size(t->wdt);
+  double sum = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    const unit_t *un = &m->units[u];
+    if (shard_rank < 0) sum += unit_sumsq(t, u, g + un->off * (int64_t)ds, 0, 0, un->numel);
+    else {
+      int64_t lo = (int64_t)shard_rank * un->piece;
+      sum += unit_sumsq(t, u, g + un->shard_off * (int64_t)ds, lo, lo, lo + un->piece);
+    }
   }
-  comm_ctl_all_reduce_f64(group, &sum, 1, REDOP_SUM);
-  if (!isfinite(sum)) return sum; /* fp16: some rank's gradients overflowed (all must skip) */
-  sum -= (comm_world(group) - 1) * R;
-  return sum > 0 ? sum : 0;
+  return sum;
 }
 
 /* Where unit u's whole output is during the micro-batch: the slot's out, or with --pa for a
@@ -412,6 +426,7 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
       snprintf(name, sizeof name, "bwd %d", u);
       TRAINER_PHASE(name, model_backward(m, u, &io));
       trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
+      transform_after_backward(t, u); /* first: EP's dense gradients over the group */
       if (s->post_backward) s->post_backward(t, u);
     }
     float *tmp = dy;
@@ -462,6 +477,7 @@ static double op_weight(trainer_t *t, const train_op_t *op) {
     TRAINER_PHASE(name, model_backward_weight(m, u, &io));
     t->grad_beta = io.beta, t->unit_grads[u] = io.grads; /* what trainer_check_grads reads */
     trainer_check_grads(t, u);
+    transform_after_backward(t, u); /* first: EP's dense gradients over the group */
     if (t->last_micro && s->grad_ready) s->grad_ready(t, u); /* final: the reduction may start */
   }
   dev_sync(t->dev);
@@ -579,7 +595,7 @@ void train_report_acts(trainer_t *t) {
     trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
     trainer_report_extra(t, "pa_acts_formula_bytes", (double)pa_acts_formula(t));
   }
-  int T = t->tp_comm ? comm_world(t->tp_comm) : 1; /* --tp: this rank's part (gpt.h: T dividing the vocabulary) */
+  int T = t->group_comm ? comm_world(t->group_comm) : 1; /* --tp: this rank's part (gpt.h: T dividing the vocabulary) */
   if (strcmp(t->model.fns->name, "gpt") == 0 && t->model.gpt.vocab % T == 0) /* the GPT, whole or split */
     trainer_report_extra(t, "acts_formula_bytes",
                          (double)gpt_acts_bytes_tp(t->model.gpt, t->local_batch, t->cfg->recompute, T, t->cfg->sp));

@@ -38,8 +38,8 @@ int report_uniform(const rank_numbers_t *all, int nr) {
 }
 
 int report_tp_groups(const trainer_t *t, comm_t **out, int max) {
-  if (!t->tp_comm || max < 1) return 0;
-  out[0] = t->tp_comm;
+  if (!t->group_comm || max < 1) return 0;
+  out[0] = t->group_comm;
   int n = 1 + (t->cfg->transform->groups ? t->cfg->transform->groups(t, out + 1, max - 1) : 0);
   for (int i = 0; i < n; i++) comm_wait_all(out[i]);
   return n;
@@ -53,7 +53,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   mine.has_formula = t->strategy->formula != NULL;
   mine.f_params = f.params, mine.f_grads = f.grads, mine.f_master = f.master, mine.f_optim = f.optim;
   mine.f_host = f.host, mine.f_comm = f.comm_bytes;
-  if (t->tp_comm) {
+  if (t->group_comm) {
     comm_t *g[5];
     int ng = report_tp_groups(t, g, 5);
     comm_counters_t tc = comm_counters(g[0]);
@@ -61,7 +61,7 @@ void report_finish(trainer_t *t, const report_run_t *run) {
       comm_counters_t sc = comm_counters(g[i]);
       for (int op = 0; op < CO_NOPS; op++) tc.calls[op] += sc.calls[op], tc.sent[op] += sc.sent[op];
     }
-    mine.tp_rank = comm_rank(t->tp_comm);
+    mine.tp_rank = comm_rank(t->group_comm);
     /* the group's collectives: all-reduces; --sp's all-gathers and reduce-scatters along the sequence
      * (--pa's all-gathers, which --sp excludes, are counted apart below) */
     mine.tp_calls = tc.calls[CO_ALL_REDUCE] + tc.calls[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.calls[CO_ALL_GATHER]);

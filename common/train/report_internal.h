@@ -53,7 +53,7 @@ int report_is_gpt(const trainer_t *t);
 void report_overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us, double *wait_us);
 /* Collective over c: when the last rank of c started each of its operations (report_analysis.c). */
 double *report_last_joins(comm_t *c, int64_t *n);
-/* The groups whose counters are the transform's traffic: t->tp_comm, then those of its groups hook
+/* The groups whose counters are the transform's traffic: t->group_comm, then those of its groups hook
  * (chapter 12's TP inside EP), each waited for; up to max into out, their number (0 without --tp). */
 int report_tp_groups(const trainer_t *t, comm_t **out, int max);
 /* This rank's topology numbers into *mine (report_nodes.c): its node, the inter-node part of

@@ -146,8 +146,8 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
               (double)all[r].tp_inter_sent / steps);
   }
   sb_printf(&b, "]},\n");
-  if (t->tp_comm) { /* --tp: the TP groups' all-reduces, apart from the DP traffic above */
-    sb_printf(&b, " \"tp\": {\"T\": %d, \"dp\": %d, \"params_full\": %lld, \"per_rank\": [", comm_world(t->tp_comm), N,
+  if (t->group_comm) { /* --tp: the TP groups' all-reduces, apart from the DP traffic above */
+    sb_printf(&b, " \"tp\": {\"T\": %d, \"dp\": %d, \"params_full\": %lld, \"per_rank\": [", comm_world(t->group_comm), N,
               (long long)(run->full_numel ? run->full_numel : t->whole->numel));
     for (int r = 0; r < NR; r++)
       sb_printf(&b, "%s{\"rank\": %d, \"tp_rank\": %lld, \"calls_per_step\": %.6f, \"formula_calls_per_step\": %lld, "

@@ -13,8 +13,8 @@
 
 /* --tp: the TP group's traffic beside its formula, per rank (printed after the DP traffic). */
 static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
-  if (!t->tp_comm) return;
-  int NR = report_rows(t), T = comm_world(t->tp_comm);
+  if (!t->group_comm) return;
+  int NR = report_rows(t), T = comm_world(t->group_comm);
   int ep = strcmp(t->cfg->transform->name, "ep") == 0; /* chapter 12's expert parallelism sits in TP's place */
   int sub = t->cfg->transform->groups != NULL; /* chapter 12's TP inside EP: the TP and data groups' counters too */
   printf("\n%s traffic per step (%s groups of %d%s, their own counters; not in the line above):\n",

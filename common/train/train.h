@@ -46,39 +46,33 @@ typedef struct train_cfg {
   int64_t batch;                      /* --batch: GLOBAL batch per step */
   int steps, accum;                   /* --steps, --accum: micro-batches per step */
   int recompute;                      /* --recompute: activation checkpointing per unit */
-  int tp;                             /* --tp T: tensor-parallel ranks per layer (06; 1 = off) */
+  int tp;                             /* --tp T: tensor-parallel ranks per layer (06, 07; inside each EP
+                                       * group in 12; 1 = off) */
   int sp;                             /* --sp: sequence parallelism with --tp T > 1, --model gpt (06, 07;
                                        * solutions/tp_sp.h): the chapter's main sets tp_sp_transform */
   int pa;                             /* --pa: 1 with --recompute and --tp T > 1 (auto), unless --pa 0:
                                        * partitioned activation checkpointing, ZeRO-R's Pa (loop.c) */
-  /* Set by a chapter's main, not a flag: the model transform that --tp T > 1 applies (chapter 06's
-   * tensor parallelism, solutions/tp.h's tp_transform); NULL: the program has none. */
+  /* Set by a chapter's main, not a flag: the model transform (below: what the chapter makes of the
+   * model on this rank — 06's tensor parallelism, tp.h's tp_transform; 10's context parallelism,
+   * cp.h's cp_transform; 12's experts, moe.h's moe_transform and ep.h's ep_transform) and the size of
+   * its group of consecutive ranks (--tp T in 06 and 07, --ep P_E in 12; 1: none, no t->group_comm).
+   * transform NULL: the model as built. */
   const struct model_transform *transform;
+  int group;
   int cp, cp_balance;                 /* --cp C: context-parallel ranks per sequence (10; 1 = off);
                                        * --cp-balance 0|1: each rank two mirrored chunks (causal balance) */
   const char *cp_comm;                /* --cp-comm ring|a2a: the ring of K/V blocks, or Ulysses' all-to-alls
                                        * (solutions/ulysses.h); NULL reads as ring */
   int cp_a2a;                         /* --cp-a2a A: the 2-D hybrid (USP), Ulysses' all-to-all inside groups
                                        * of A of the C ranks, the ring across the C/A groups (1 = the ring) */
-  /* Set by a chapter's main, not a flag: with --cp C > 1 the launcher calls it once, after the
-   * model is built and before the activations are sized (chapter 10's context parallelism,
-   * solutions/cp.h's cp_split_trainer): the model becomes this rank's sequence chunks. */
-  void (*cp_split)(struct trainer *t);
   /* Chapter 12's Mixture of Experts (solutions/moe.h; TRAIN_FLAG_MOE): --moe E experts in every
    * --moe-every m-th block, --topk k of them per token, --capacity-factor cf (0: dropless), the Switch
    * load-balancing loss --aux-loss-coeff, DeepSeek-V3's bias --router-bias-rate, --ep P_E ranks over
    * which the experts are split (solutions/ep.c). moe 0: no experts. */
   int moe, topk, moe_every, ep;
-  int ep_tp;                          /* --tp T with --ep (chapter 12, solutions/ep_tp.c): tensor parallelism on the
-                                       * attention inside each EP group — its T consecutive ranks read the same
-                                       * samples (the transform's group splits the batch in P_E/T slices); 1: none */
   double capacity_factor, aux_loss_coeff, router_bias_rate;
   const char *aux_loss_scope;         /* --aux-loss-scope local|global: f_e of this rank's micro-batch (Switch), or
                                        * of the micro-batch over every rank (global-batch balance); NULL reads local */
-  /* Set by a chapter's main, not a flag: called once after the model is built and a transform's split
-   * (chapter 12: the GPT's MLPs become experts, solutions/moe.h's moe_setup), before the activations
-   * are sized and the strategy's setup. NULL: none. */
-  void (*model_hook)(struct trainer *t);
   /* Set by a chapter's main, not a flag: the schedule of a step (chapter 07's pipeline,
    * solutions/pipeline.h's pipeline_schedule); NULL: the loop's own (schedule_t below). */
   const struct schedule *sched;
@@ -123,6 +117,9 @@ typedef struct train_cfg {
   int quiet;
   unsigned chapter_flags;             /* TRAIN_FLAG_* this program accepts (set by train_parse_args) */
 } train_cfg_t;
+
+/* The most [lo, hi) ranges model_transform_t.norm_ranges writes for one unit. */
+#define ZL_NORM_RANGES 4
 
 /* Which chapter-specific flags a program accepts. */
 enum { TRAIN_FLAG_VARIANT = 1, TRAIN_FLAG_BUCKET = 2, TRAIN_FLAG_PREFETCH = 4, TRAIN_FLAG_PIPELINE = 8, TRAIN_FLAG_TP = 16,
@@ -263,29 +260,47 @@ typedef struct schedule {
   void (*teardown)(struct trainer *t); /* frees t->sched_priv */
 } schedule_t;
 
-/* A MODEL TRANSFORM (chapter 06's tensor parallelism: solutions/tp.h, tp_transform) turns the full
- * model into this rank's part of it over a group of ranks (t->tp_comm), and answers for that part
- * what the loop, the gradient norm and the report ask. The loop, the launcher and the report know
- * nothing else of it: the knowledge of which parameters are split, which replicated, which unit
- * outputs the group shares and what its collectives cost stays in the transform's own files.
+/* A MODEL TRANSFORM turns the model the launcher built into this rank's part of it — split over a
+ * group of ranks (t->group_comm: chapter 06's tensor parallelism, tp.h; 12's expert parallelism,
+ * ep.h) or changed in place (10's sequence chunks, cp.h; 12's experts, moe.h) — and answers for that
+ * part what the loop, the gradient norm and the report ask. The loop, the launcher and the report
+ * know nothing else of it: which parameters are split, which replicated, which unit outputs the group
+ * shares and what its collectives cost stay in the transform's own files. Every hook may be NULL.
  *
- *   launcher:  split(model, group)                  once, after the model is built
+ *   launcher:  split(model, group)                  once, after the model is built (group > 1 only)
+ *              setup(t)                             once, after the split, before the activations
  *   loop:      after_backward(t, u)                 after every unit's backward (micro-batch t->micro)
- *              grad_sumsq(t, Σg² over DP)           the whole model's Σg² (the clip and the report)
+ *              norm_ranges(t, u, ...)               what of unit u this rank's Σg² counts (the clip)
  *              pa_slice / pa_keep / pa_gather       --pa: which part of unit u's output this rank keeps
- *   report:    traffic, pa_traffic                  the group's collectives per step: the formulas
+ *              step_end(t)                          after each optimizer step
+ *   report:    report(t), traffic, pa_traffic       the end-of-run lines; the group's collectives
  *   export:    unsplit(model, local, ...)           the whole model from the parts (--save-params)  */
 typedef struct model_transform {
   const char *name; /* "tp" */
   /* The full model m (as the launcher built it) → this rank's part over group g, in place: the same
    * units in the same order, each unit's parameters this rank's part. Not collective; dies (naming
-   * the unit) when a split dimension is smaller than the group. */
+   * the unit) when a split dimension is smaller than the group. Called only when cfg->group > 1. */
   void (*split)(model_t *m, comm_t *g);
-  /* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, micro-batch t->micro). */
+  /* Once, after the split (or instead of it), before the activations are sized and the strategy's
+   * setup: what needs the trainer (chapter 10: the sequence chunks and the CP groups; chapter 12: the
+   * GPT's MLPs become experts). May set t->transform_priv (the trainer frees it with free()). */
+  void (*setup)(struct trainer *t);
+  /* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, micro-batch t->micro): a
+   * collective the transform owes the strategy before it reduces (chapter 12: the dense gradients
+   * summed over the EP group). The loop calls it in the op, beside post_backward. */
   void (*after_backward)(struct trainer *t, int u);
-  /* The whole model's Σg² from dp_sumsq, this rank's part summed over its data-parallel group
-   * (what trainer_finish_grads has). Collective over t->comm and t->tp_comm. */
-  double (*grad_sumsq)(struct trainer *t, double dp_sumsq);
+  /* The gradient norm counts each value once (Megatron's param_is_not_tensor_parallel_duplicate):
+   * where the group holds a parameter alike on several ranks (TP's replicated LayerNorms and biases,
+   * EP's dense weights), one rank of the copies counts it. Writes the [lo, hi) ranges of unit u's
+   * local elements (0 <= lo < hi <= numel, increasing) this rank counts into r[0..], returns how many
+   * (at most ZL_NORM_RANGES). NULL, or no group: every element counted. */
+  int (*norm_ranges)(const struct trainer *t, int u, int64_t r[][2]);
+  /* After each optimizer step (the strategy's step), on every rank: chapter 12's loads and router
+   * bias. Collective. */
+  void (*step_end)(struct trainer *t);
+  /* Once, after the last step, before the export and the report: the transform's lines and
+   * extras (trainer_report_extra). Collective. */
+  void (*report)(struct trainer *t);
   /* --pa (ZeRO-R's partitioned activation checkpointing; NULL: not offered). pa_slice: the elements
    * of unit u's output (t->local_batch samples) this rank keeps between the unit's forward and the
    * backward that reads it, 0: the loop keeps the whole output (an output the group does not
@@ -306,7 +321,7 @@ typedef struct model_transform {
    * its own slice of the batch (the slices over D·T ranks, trainer_data_slice), and the loss is
    * summed over the group too. */
   int splits_batch;
-  /* The groups, besides t->tp_comm, that the transform's collectives run on (chapter 12's TP inside
+  /* The groups, besides t->group_comm, that the transform's collectives run on (chapter 12's TP inside
    * the EP group: the TP ranks and the ranks that share a TP index): up to max into out, their
    * number. The report adds their counters to the group's. NULL: none. */
   int (*groups)(const struct trainer *t, comm_t **out, int max);
@@ -332,7 +347,8 @@ typedef struct trainer {
   comm_t *sub_comms[2]; /* groups the strategy split from comm for its own collectives (HSDP's node
                          * and cross-node groups): the report counts their bytes with comm's   */
   int n_sub_comms;
-  comm_t *tp_comm;      /* --tp T: the T consecutive ranks that split each layer; NULL without */
+  comm_t *group_comm;   /* the model transform's group (cfg->group consecutive ranks: TP's T, EP's
+                         * P_E); NULL without one */
   struct grid *grid;    /* --tp: the process grid (common/comm/grid.h); NULL without               */
   device_t dev;
   dtype_t wdt;          /* working dtype of params and grads */
@@ -384,6 +400,7 @@ typedef struct trainer {
   int model_rank, model_world;
 
   void *priv;           /* the strategy's own state */
+  void *transform_priv; /* the model transform's own state (its setup's; the trainer frees it) */
   void *sched_priv;     /* the schedule's own state (train.h's schedule_t) */
   struct train_internal *in; /* activations, batch buffers, results (loop.c only) */
 } trainer_t;
@@ -416,7 +433,8 @@ void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst)
  * t->skipped is set (--nonfinite skip), so a strategy may call it unconditionally. */
 void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale);
 /* Gradient norm and non-finite check of a step. local_sumsq: Σg² over the grads this rank
- * owns; pieces: the group whose ranks own disjoint pieces that together hold every gradient once
+ * owns (trainer_grad_sumsq: over the transform's group each value counted once, the sum over the
+ * group taken here); pieces: the group whose ranks own disjoint pieces that together hold every gradient once
  * (Σ over it: ZeRO's t->comm; HSDP's node group, every node holding every piece), or NULL if every
  * rank holds all grads (DDP: no communication). Sets t->grad_norm and t->skipped; returns the clip
  * scale (1 when --clip is off). With --nonfinite abort, a non-finite norm stops the job naming the
@@ -438,28 +456,23 @@ double trainer_loss_scale(const trainer_t *t);
 /* Which slice of each micro-batch this rank reads, of how many: its data-parallel rank of t->world,
  * or with a transform that splits the batch (expert parallelism) dp_rank·T + group rank of D·T. */
 void trainer_data_slice(const trainer_t *t, int *slice, int *nslices);
-/* How many consecutive ranks of the transform's group read the same slice: cfg->ep_tp with a transform
- * that splits the batch (chapter 12's TP inside the EP group), else 1. */
+/* How many consecutive ranks of the transform's group read the same slice: with a transform that
+ * splits the batch (chapter 12's EP group), cfg->tp (TP inside the group), else 1. */
 int trainer_batch_share(const trainer_t *t);
 /* The loss of b samples as the loop computes it: softmax cross-entropy of logits (b·rows,
  * classes) against targets (b·rows), scale 1/(global batch·rows), dlogits (b·rows, classes)
  * written. Returns the local loss sum; a non-finite one marks this rank's step (the
  * --nonfinite message names it). */
 double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets, float *dlogits);
-/* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, for micro-batch t->micro),
- * what the loop does after each backward: on the CPU, marks this rank's step when they hold a
- * NaN/Inf (GPU: nothing); then the model transform's after_backward (--tp: the replicated
- * parameters' gradients, for the norm). */
+/* After unit u's backward wrote t->unit_grads[u] (with t->grad_beta, for micro-batch t->micro): on
+ * the CPU, marks this rank's step when they hold a NaN/Inf (GPU: nothing; the loss stands in). */
 void trainer_check_grads(trainer_t *t, int u);
-/* For a model transform whose group (TP's, EP's) holds some parameters alike on every rank:
- * trainer_grads_to_host copies the first n gradients of unit u (t->unit_grads[u], wdt, on t->dev)
- * widened to fp32 into host dst; trainer_sumsq_once turns group_sumsq's parts into the whole model's
- * Σg²: Σ over group of dp_sumsq (each rank's Σ over its data-parallel group, dp), less (|group| − 1)·R,
- * R = Σ_k (Σ_dp rep_k)² of the n alike gradients rep (host fp32; an f64 control all-reduce over dp),
- * which the sum over the group counted |group| times. Non-finite sums come back as they are (fp16: every
- * rank must skip). Collective over dp and group. */
-void trainer_grads_to_host(const trainer_t *t, int u, int64_t n, float *dst);
-double trainer_sumsq_once(comm_t *dp, comm_t *group, double dp_sumsq, const float *rep, int64_t n);
+/* Σg² of this rank's gradients after the reduction, each value counted once over the transform's
+ * group (model_transform_t.norm_ranges): what a strategy's step hands trainer_finish_grads. grads
+ * (wdt, on t->dev): with shard_rank < 0 the whole padded model (unit u at units[u].off, DDP);
+ * else the shard of rank shard_rank (unit u's piece [r·piece, (r+1)·piece) at units[u].shard_off,
+ * ZeRO). Without a group it is op_sumsq over the buffer. */
+double trainer_grad_sumsq(const trainer_t *t, const void *grads, int shard_rank);
 /* 1 on the one rank that prints a strategy's or a schedule's lines (rank 0 of the job), unless --quiet. */
 int trainer_prints(const trainer_t *t);
 /* The steps this process has run so far, the current one included once its strategy step() is
@@ -484,7 +497,7 @@ int64_t trainer_acts_workspace(const trainer_t *t);
  * keeps between its forward and its backward — its 1/T slice, ceil(b·y_numel / T) (the transform's
  * pa_slice) — or 0 when the loop keeps the whole output (Pa off, the unit's output not replicated
  * over the TP group, or the
- * last unit: the logits). Unit u+1's backward all-gathers T slices over t->tp_comm first. */
+ * last unit: the logits). Unit u+1's backward all-gathers T slices over t->group_comm first. */
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)

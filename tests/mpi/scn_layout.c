@@ -13,7 +13,7 @@
 #include "train.h"  // train_parse_args, train_main, trainer_t, strategy_t, unit_layout_t, trainer_*
 #include "check.h"  // xcalloc
 #include "comm.h"   // comm_all_reduce, comm_broadcast
-#include "ops.h"    // op_sumsq, op_cast
+#include "ops.h"    // op_cast
 #include "tensor.h" // tensor_at
 
 static int owner(const trainer_t *t, int u) { return u % t->world; }
@@ -30,7 +30,7 @@ static void toy_setup(trainer_t *t) {
 static void toy_step(trainer_t *t) {
   int64_t P = t->model.padded_numel;
   comm_all_reduce(t->comm, t->grads.data, P, t->wdt, REDOP_SUM);
-  float gscale = trainer_finish_grads(t, op_sumsq(t->dev, t->grads.data, t->wdt, P), NULL);
+  float gscale = trainer_finish_grads(t, trainer_grad_sumsq(t, t->grads.data, -1), NULL);
   if (t->skipped) return;
   for (int u = 0; u < t->model.n_units; u++) {
     const unit_t *un = &t->model.units[u];

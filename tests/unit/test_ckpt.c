@@ -254,8 +254,8 @@ Test(common_ckpt, a_checkpoint_knows_its_model) {
                     "has --n-embd 64; saved with --precision fp32, this run has --precision bf16");
   /* a TP rank's part: fine at its own T, named as a TP layout at another */
   m.tp = 2, m.tp_rank = 1;
-  c = g, c.tp = 2, match_case(&m, c, NULL);
-  c = g, c.tp = 1, match_case(&m, c, "a tensor-parallel layout: TP rank 1's slices of a --tp 2 save, this run has --tp 1");
+  c = g, c.tp = c.group = 2, match_case(&m, c, NULL);
+  c = g, c.tp = c.group = 1, match_case(&m, c, "a tensor-parallel layout: TP rank 1's slices of a --tp 2 save, this run has --tp 1");
   m.tp = 1, m.tp_rank = 0;
   /* the MLP: its four shape flags, and the GPT's fields ignored */
   snprintf(m.model, sizeof m.model, "mlp");
