@@ -13,7 +13,7 @@
 void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv, const int64_t *recv_rows,
                       int C, const char *tag) {
   int P = comm_world(g);
-  int64_t sc[256], rc[256];
+  int64_t sc[TRAIN_EP_MAX], rc[TRAIN_EP_MAX]; /* --ep <= TRAIN_EP_MAX (the flag's range) */
   for (int q = 0; q < P; q++) sc[q] = send_rows[q] * C, rc[q] = recv_rows[q] * C;
   comm_handle_t h = comm_all_to_allv_async(g, send, sc, NULL, recv, rc, NULL, DT_F32, tag);
   comm_wait(g, h);

@@ -264,7 +264,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     cfg->aux_loss_scope = "local";
     SPEC("--aux-loss-scope", ARG_CHOICE, &cfg->aux_loss_scope, 0, 0, "local|global", "the tokens the aux loss's f_e counts: this rank's micro-batch (local: Switch, GShard), or the micro-batch of every rank (global: the same loss on any layout of the same --accum)");
     SPEC("--router-bias-rate", ARG_DOUBLE, &cfg->router_bias_rate, 0, 10, NULL, "DeepSeek-V3's auxiliary-loss-free balance: after each step every expert's selection bias moves by this rate toward the mean load, from counts summed over all ranks (0: no bias)");
-    SPEC("--ep", ARG_INT, &cfg->ep, 1, 256, NULL, "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
+    SPEC("--ep", ARG_INT, &cfg->ep, 1, TRAIN_EP_MAX, NULL, "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
     if (!(chapter_flags & TRAIN_FLAG_TP))
       SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T on the attention inside each EP group (consecutive; T must divide --ep): they split the heads, the embedding and the head, and read the same samples; at each MoE block they take 1/T of the tokens each, so the P_E ranks of the group route and hold E/P_E experts as without TP (Megatron's MoE parallel folding)");
     if (!(chapter_flags & TRAIN_FLAG_TP))

@@ -118,6 +118,8 @@ typedef struct train_cfg {
   unsigned chapter_flags;             /* TRAIN_FLAG_* this program accepts (set by train_parse_args) */
 } train_cfg_t;
 
+/* --ep P_E's largest value (chapter 12): the per-rank arrays of an EP group are sized by it. */
+#define TRAIN_EP_MAX 256
 /* The most [lo, hi) ranges model_transform_t.norm_ranges writes for one unit. */
 #define ZL_NORM_RANGES 4
 

@@ -1,0 +1,226 @@
+/* moe_model.c — chapter 12's MoE GPT as a model (moe.h; notes/12-experts.md): every --moe-every m-th
+ * block of the GPT becomes a MoE block (moe.c runs it), the others stay gpt.c's (or tp_gpt.c's with
+ * --tp inside the EP group); the units' layout and initial values, the setup (the transform's), and
+ * what ep.c and ep_tp.c ask of the model. */
+#include "moe_state.h" // moe_gpt_t, moe_unit_t, moe_stats_t, moe_block_forward, moe_block_backward
+#include "moe.h"      // moe_setup, moe_unit_*, moe_full_*, moe_base
+#include "tp.h"       // tp_split_model, tp_sp_transform, tp_gpt_attn_*, tp_full_unit_numel
+#include "check.h"    // die, xcalloc, xmalloc
+#include "comm.h"     // comm_split, comm_finalize, comm_world, comm_rank
+#include "data.h"     // rng_normal
+#include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_moe_count_params
+#include "train.h"    // trainer_t, train_cfg_t, trainer_report_extra, trainer_prints
+#include <math.h>     // ceil, sqrt
+#include <stdio.h>    // printf
+#include <stdlib.h>   // free
+#include <string.h>   // memcpy, strcmp
+
+#define GPT_STREAM 0x2000u     /* gpt.c's init stream of unit u: GPT_STREAM + u (expert 0 = the dense MLP) */
+#define MOE_EXPERT_STREAM 20   /* expert e > 0 of unit u: GPT_STREAM + u + (e << 20) */
+#define MOE_ROUTER_STREAM 0x7000u
+
+/* ---- the model's table: dense units are gpt.c's ---------------------------------------------- */
+/* The base model's view of m (gpt.c's, or tp_gpt.c's split: its own ctx) for a dense unit. */
+model_t moe_base(const model_t *m) {
+  model_t b = *m;
+  b.fns = moe_ctx(m)->base.fns, b.ctx = moe_ctx(m)->base.ctx;
+  return b;
+}
+static void moe_forward(const model_t *m, int u, const unit_io_t *io) {
+  if (moe_ctx(m)->u[u].on) moe_block_forward(m, u, io);
+  else {
+    model_t b = moe_base(m);
+    b.fns->forward(&b, u, io);
+  }
+}
+static void moe_backward(const model_t *m, int u, const unit_io_t *io) {
+  if (moe_ctx(m)->u[u].on) moe_block_backward(m, u, io);
+  else {
+    model_t b = moe_base(m);
+    b.fns->backward(&b, u, io);
+  }
+}
+static double moe_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+  model_t bm = moe_base(m); /* --tp: the vocab-parallel cross-entropy (tp_gpt.c) */
+  return bm.fns->loss(&bm, b, logits, targets, dlogits, scale);
+}
+static void moe_free_ctx(model_t *m) {
+  moe_gpt_t *c = m->ctx;
+  if (!c) return;
+  if (c->base.ctx) {
+    model_t b = moe_base(m);
+    if (b.fns->free_ctx) b.fns->free_ctx(&b);
+    c->base.ctx = NULL;
+  }
+  if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL; /* --tp's groups, before the EP group they were split from */
+  if (c->tp_comm) comm_finalize(c->tp_comm), c->tp_comm = NULL;
+}
+
+/* Initial values of the FULL unit u (every expert), as moe.h says: pure in (seed, u, index). */
+static void moe_init_full(const moe_gpt_t *c, const model_t *m, uint64_t seed, int u, float *dst) {
+  int64_t C = c->C;
+  gpt_block_layout_t l = gpt_block_layout((int)C);
+  model_t dense = *m; /* gpt_init_unit reads units[u]: the dense block's layout, unpadded */
+  dense.fns = &model_gpt_fns;
+  dense.units = xcalloc((size_t)m->n_units, sizeof(unit_t), "moe init (dense units)");
+  dense.units[u] = (unit_t){.numel = l.numel, .padded = l.numel};
+  float *blk = xmalloc((size_t)l.numel * sizeof(float), "moe init (dense block)");
+  model_gpt_fns.init_unit(&dense, seed, u, blk);
+  free(dense.units);
+  memcpy(dst, blk, (size_t)c->attn_full * sizeof(float)); /* ln1 .. ln2: the dense block's */
+  for (int64_t i = 0; i < c->router_numel; i++) dst[c->attn_full + i] = 0.02f * rng_normal(seed, MOE_ROUTER_STREAM + (uint64_t)u, (uint64_t)i);
+  double rstd = 0.02 / sqrt(2.0 * m->gpt.n_layer);
+  for (int e = 0; e < c->E; e++) {
+    float *x = dst + c->attn_full + c->router_numel + (int64_t)e * c->expert_numel;
+    if (e == 0) { /* expert 0: the dense MLP's values */
+      memcpy(x, blk + l.fcw, (size_t)c->expert_numel * sizeof(float));
+      continue;
+    }
+    uint64_t st = GPT_STREAM + (uint64_t)u + ((uint64_t)e << MOE_EXPERT_STREAM);
+    for (int64_t i = 0; i < c->expert_numel; i++) x[i] = 0.0f;
+    for (int64_t i = 0; i < 4 * C * C; i++) x[i] = 0.02f * rng_normal(seed, st, (uint64_t)(l.fcw + i));
+    for (int64_t i = 0; i < 4 * C * C; i++)
+      x[4 * C * C + 4 * C + i] = (float)rstd * rng_normal(seed, st, (uint64_t)(l.fcprojw + i));
+  }
+  free(blk);
+}
+
+static void moe_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  const moe_gpt_t *c = moe_ctx(m);
+  if (!c->u[u].on) {
+    model_t b = moe_base(m);
+    b.fns->init_unit(&b, seed, u, dst);
+    return;
+  }
+  float *full = xmalloc((size_t)(c->attn_full + c->router_numel + (int64_t)c->E * c->expert_numel) * sizeof(float), "moe init (full unit)");
+  moe_init_full(c, m, seed, u, full);
+  moe_unit_to_local(m, u, full, dst);
+  for (int64_t i = m->units[u].numel; i < m->units[u].padded; i++) dst[i] = 0.0f;
+  free(full);
+}
+
+/* FLOPs per sample: the GPT's, with each MoE block's MLP k times (k experts per token) + the router. */
+static double moe_flops(const model_t *m) {
+  const moe_gpt_t *c = moe_ctx(m);
+  model_t b = moe_base(m); /* --tp: the split model's share; a MoE block's experts run 1/tp of the tokens here */
+  double S = (double)c->S, C = (double)c->C, f = b.fns->flops_per_sample(&b);
+  for (int u = 1; u < m->n_units - 1; u++)
+    if (c->u[u].on) f += S * ((c->k - 1) * 16.0 * C * C + 2.0 * C * c->E) / c->tp;
+  return f;
+}
+
+static const model_fns_t moe_gpt_fns = {.name = "gpt-moe", .init_unit = moe_init_unit, .forward = moe_forward,
+                                        .backward = moe_backward, .flops_per_sample = moe_flops};
+
+/* ---- setup --------------------------------------------------------------------------------------- */
+void moe_setup(trainer_t *t) {
+  const train_cfg_t *cfg = t->cfg;
+  model_t *m = &t->model;
+  if (m->fns != &model_gpt_fns) die("error: --moe: the experts replace the GPT's MLPs (--model gpt)");
+  moe_gpt_t *c = xcalloc(1, sizeof *c, "moe");
+  c->t = t, c->E = cfg->moe, c->k = cfg->topk, c->every = cfg->moe_every, c->cf = cfg->capacity_factor;
+  c->aux = cfg->aux_loss_coeff, c->rate = cfg->router_bias_rate;
+  c->aux_global = cfg->aux_loss_scope && strcmp(cfg->aux_loss_scope, "global") == 0;
+  c->ep_comm = cfg->ep > 1 ? t->group_comm : NULL;
+  c->ep = c->ep_comm ? comm_world(c->ep_comm) : 1, c->ep_rank = c->ep_comm ? comm_rank(c->ep_comm) : 0;
+  c->e_local = c->E / c->ep;
+  gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
+  c->C = m->gpt.n_embd, c->S = m->gpt.seq_len;
+  c->attn_full = l.fcw, c->router_numel = (int64_t)c->E * c->C, c->expert_numel = l.numel - l.fcw;
+  c->tp = 1, c->attn_numel = c->attn_full, c->kb = gpt_block_whole(m->gpt);
+  if (c->ep_comm && cfg->tp > 1) { /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
+    int T = cfg->tp, gr = comm_rank(c->ep_comm);
+    c->tp_comm = comm_split(c->ep_comm, gr / T, gr % T);  /* the attention's TP group */
+    c->xg_comm = comm_split(c->ep_comm, gr % T, gr / T);  /* the group's ranks with my TP index: data-parallel for it */
+    c->tp = T, c->tp_rank = gr % T, c->gather = !cfg->sp;
+    if (cfg->sp) tp_sp_transform.split(m, c->tp_comm); /* --sp: the LayerNorm/residual regions along the sequence */
+    else tp_split_model(m, c->tp_comm);
+    c->kb = tp_gpt_attn_block(m), c->attn_numel = tp_gpt_attn_numel(m);
+  }
+  c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
+  c->u = xcalloc((size_t)m->n_units, sizeof(moe_unit_t), "moe units");
+  gpt_block_t kb = c->kb;
+  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k; with
+   * --tp each rank routes 1/T of the tokens) and the experts' (capacity: the same; dropless: in the worst
+   * case every token of the group here) */
+  int64_t Sk = (c->S * c->k + c->tp - 1) / c->tp, rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : Sk;
+  int64_t rx = c->cf > 0 ? rs : Sk * c->ep;
+  for (int u = 1; u < m->n_units - 1; u++) {
+    int blk = u - 1;
+    if (blk % c->every != c->every - 1) continue;
+    moe_unit_t *mu = &c->u[u];
+    mu->on = 1;
+    mu->counts = xcalloc((size_t)c->E, sizeof(int64_t), "moe counts");
+    mu->f = xcalloc((size_t)c->E, sizeof(double), "moe f");
+    mu->load_now = xcalloc((size_t)c->E, sizeof(double), "moe loads (micro-batch)");
+    mu->load_step = xcalloc((size_t)c->E, sizeof(double), "moe loads");
+    mu->recv_rows = xcalloc((size_t)(c->ep * c->e_local), sizeof(int64_t), "moe recv rows");
+    if (c->rate > 0) mu->bias = xcalloc((size_t)c->E, sizeof(float), "moe bias");
+    m->units[u].numel = c->attn_numel + c->router_numel + (int64_t)c->e_local * c->expert_numel;
+    m->units[u].saved_numel = gpt_block_attn_saved(&kb) + rx * 9 * c->C + rs * c->C;
+  }
+  c->fns = moe_gpt_fns;
+  c->fns.free_ctx = moe_free_ctx;
+  if (c->base.fns->loss) c->fns.loss = moe_loss;
+  m->fns = &c->fns;
+  m->ctx = c;
+  model_layout(m);
+  /* --ep with --accum > 1: the dense gradients are summed over the group once per step, from the step's
+   * sum (ep.c): every strategy then reduces once per step too (no_sync: ZeRO-2/3 keep the full gradient
+   * through the step, + one Ψ of gradients; their formula says so) */
+  if (c->ep > 1 && cfg->accum > 1) t->no_sync = 1;
+  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
+  if (c->ep_comm && trainer_prints(t)) {
+    printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d experts of each "
+           "MoE block per rank; the strategy on the D = %d ranks that hold the same experts\n", c->ep, c->e_local, c->E, t->world);
+    if (c->tp_comm)
+      printf("ep: --tp %d inside each EP group: %d consecutive ranks split the attention's heads, the embedding and the "
+             "head and read the same samples (%d slices of the batch per group); at a MoE block each routes 1/%d of "
+             "their tokens%s\n", c->tp, c->tp, c->ep / c->tp, c->tp,
+             c->gather ? "" : " (--sp: its own positions of every sample, nothing gathered)");
+    fflush(stdout);
+  }
+  trainer_report_extra(t, "moe_experts", c->E);
+  trainer_report_extra(t, "moe_topk", c->k);
+  trainer_report_extra(t, "moe_params_total", (double)p.total);
+  trainer_report_extra(t, "moe_params_active", (double)p.active);
+  trainer_report_extra(t, "moe_params_expert", (double)p.expert);
+  t->transform_priv = xcalloc(1, sizeof(moe_stats_t), "moe run statistics"); /* the trainer frees it */
+}
+
+/* ---- what ep.c asks ------------------------------------------------------------------------- */
+int64_t moe_unit_dense(const model_t *m, int u) {
+  const moe_gpt_t *c = moe_ctx(m);
+  return c->u[u].on ? c->attn_numel + c->router_numel : m->units[u].numel;
+}
+int64_t moe_unit_router(const model_t *m, int u) {
+  const moe_gpt_t *c = moe_ctx(m);
+  return c->u[u].on ? c->attn_numel : -1;
+}
+comm_t *moe_group(const model_t *m) { return moe_ctx(m)->ep_comm; }
+comm_t *moe_tp_group(const model_t *m) { return moe_ctx(m)->tp_comm; }
+comm_t *moe_xg_group(const model_t *m) { return moe_ctx(m)->xg_comm; }
+int64_t moe_full_unit_numel(const model_t *m, int u) {
+  const moe_gpt_t *c = moe_ctx(m);
+  if (c->u[u].on) return c->attn_full + c->router_numel + (int64_t)c->E * c->expert_numel;
+  if (!c->tp_comm) return m->units[u].numel;
+  model_t b = moe_base(m);
+  return tp_full_unit_numel(&b, u);
+}
+int64_t moe_full_numel(const model_t *m) {
+  int64_t n = 0;
+  for (int u = 0; u < m->n_units; u++) n += moe_full_unit_numel(m, u);
+  return n;
+}
+void moe_unit_to_local(const model_t *m, int u, const float *full, float *local) {
+  const moe_gpt_t *c = moe_ctx(m);
+  if (c->tp_comm) {
+    model_t b = moe_base(m);
+    tp_gpt_attn_map(&b, c->tp_rank, (float *)full, local, 1); /* full → local: full is only read */
+  } else memcpy(local, full, (size_t)c->attn_full * sizeof(float));
+  memcpy(local + c->attn_numel, full + c->attn_full, (size_t)c->router_numel * sizeof(float));
+  int64_t mine = (int64_t)c->e_local * c->expert_numel; /* this rank's experts: ep_rank's e_local of them */
+  memcpy(local + c->attn_numel + c->router_numel, full + c->attn_full + c->router_numel + c->ep_rank * mine,
+         (size_t)mine * sizeof(float));
+}
+

@@ -1,0 +1,96 @@
+/* moe_state.h — what chapter 12's MoE files share: the MoE GPT's state (the model's m->ctx) and the
+ * run's statistics (the transform's t->transform_priv). Not part of the chapter's contract (moe.h).
+ * Notes: notes/12-experts.md.
+ *
+ *   moe.c          the block: route, dispatch, the experts, combine; forward and backward
+ *   moe_balance.c  load balance: the router's gradient with Switch's aux loss, the step's loads, the
+ *                  DeepSeek-V3 bias (moe_step_end)
+ *   moe_model.c    the model: the units, their init, moe_setup, what ep.c and ep_tp.c ask
+ *   moe_report.c   the end-of-run lines (moe_report), the flags (moe_check_args), moe_transform */
+#ifndef ZL_MOE_STATE_H
+#define ZL_MOE_STATE_H
+#include <stdint.h> // int64_t
+#include "comm.h"   // comm_t
+#include "gpt.h"    // gpt_block_t
+#include "model.h"  // model_t, model_fns_t, unit_io_t
+#include "tensor.h" // tensor_t
+#include "train.h"  // trainer_t
+
+#define MOE_STATS_STEPS 16 /* loads per step kept for the report: the first 16 steps */
+
+/* One MoE block's host state: the routing of the micro-batch in flight (forward → backward) and
+ * the step's loads. Rs, Rx: rows in this rank's send layout (the plan's) and in its experts' layout
+ * (what it received). */
+typedef struct moe_unit {
+  int on;                      /* 1: a MoE block */
+  int64_t tokens;              /* tokens the host arrays below hold room for */
+  float *probs;                /* (tokens, E) router softmax */
+  int *ids, *slot;             /* (tokens, k) chosen experts; their rows (−1 dropped) */
+  float *gates;                /* (tokens, k) */
+  int *row_tok;                /* (Rs) the token of each send row */
+  float *row_gate;             /* (Rs) its gate (0 for padding) */
+  int64_t *counts;             /* (E) rows kept per expert (the plan's) */
+  double *f;                   /* (E) the micro-batch's share of choices per expert (the aux loss's f_e) */
+  double *load_now;            /* (E) this rank's choices per expert in the micro-batch */
+  int64_t Rs, Rx;
+  int64_t *recv_rows;          /* (ep·e_local) rows from source q for local expert i: [q·e_local + i] */
+  int *perm_x, *perm_b;        /* (Rx) expert row → received row; received row → expert row (ep > 1) */
+  double *load_step;           /* (E) choices per expert this step (before capacity), over its micro-batches */
+  double dropped_step, chosen_step;
+  float *bias;                 /* (E) DeepSeek-V3's selection bias (same bits on every rank) */
+} moe_unit_t;
+
+/* The MoE GPT (m->ctx). A MoE unit's local layout: the attention half (attn_numel: ln1 .. ln2, this
+ * rank's TP part of the full attn_full), the router (router_numel = E·C), then this rank's e_local
+ * experts of expert_numel = 8C² + 5C each. */
+typedef struct moe_gpt {
+  trainer_t *t;
+  int E, k, every;               /* experts, top-k, every m-th block */
+  int ep, ep_rank, e_local;      /* the EP group's size P_E, this rank in it, E / P_E experts here */
+  double cf, aux, rate;          /* --capacity-factor, --aux-loss-coeff, --router-bias-rate */
+  int aux_global;                /* --aux-loss-scope global */
+  int64_t C, S;                  /* n_embd, seq_len */
+  int64_t attn_numel, attn_full, router_numel, expert_numel;
+  comm_t *ep_comm;               /* the EP group (t->group_comm), NULL with --ep 1 */
+  /* --tp T inside the EP group (solutions/ep_tp.c): the tp consecutive ranks that split the attention
+   * (tp_comm) and the P_E/tp ranks of the group with the same TP index (xg_comm: data-parallel for the
+   * attention); at a MoE block TP rank tp_rank routes its 1/tp of the micro-batch's B·S tokens (with
+   * --sp: its own B·S/tp positions) */
+  comm_t *tp_comm, *xg_comm;
+  int tp, tp_rank;
+  int gather;                    /* --tp without --sp: the tp ranks hold the same rows, each routes its 1/tp and
+                                  * the output is all-gathered; with --sp (Megatron's way) each holds 1/tp of the
+                                  * positions of every sample already: it routes those, nothing to gather */
+  model_t base;                  /* the model before the experts: gpt.c's, or tp_gpt.c's split (its fns, ctx) */
+  model_fns_t fns;               /* this model's table (the base's loss when it has one) */
+  gpt_block_t kb;                /* a MoE block's attention half: gpt.h's whole block, or TP's split one */
+  moe_unit_t *u;                 /* [n_units] */
+  /* device scratch, grown on demand (LEDGER_ACTS) */
+  tensor_t logits, xs, recv, eo_x, dsend, dx_x, dpost, dln2, dln2r, dg, work;
+  tensor_t idx, gd;              /* device copies of the index arrays a pass needs; of the gates */
+  tensor_t ys;                   /* --tp: this rank's rows of the MoE output (forward), of d ln2 (backward) */
+  int64_t ix_off[4];
+  /* what the passes add up, until moe_step_end reads them */
+  double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
+  double a2a_formula;            /* Σ over the run's training passes: the bytes the exchanges send by the formula */
+} moe_gpt_t;
+
+/* The run's statistics (t->transform_priv: moe_setup allocates it, the trainer frees it), written by
+ * moe_step_end after each step, read by moe_report. */
+typedef struct moe_stats {
+  double load_ratio[MOE_STATS_STEPS], drop_rate[MOE_STATS_STEPS]; /* per step, the first steps */
+  double last_ratio, last_drop, last_aux, drop_total, chosen_total;
+  double a2a_sent;               /* the EP group's all-to-all bytes sent, as of the last step's end */
+  uint64_t bias_hash;
+} moe_stats_t;
+
+static inline moe_gpt_t *moe_ctx(const model_t *m) { return (moe_gpt_t *)m->ctx; }
+
+/* moe.c: a MoE block's forward and backward (moe_model.c's table calls them for the MoE units). */
+void moe_block_forward(const model_t *m, int u, const unit_io_t *io);
+void moe_block_backward(const model_t *m, int u, const unit_io_t *io);
+/* moe_balance.c: the router's logits' gradient dl (routed, E) on the host, from the gates' gradient
+ * dg (routed, k): the softmax's backward with Switch's aux term; and the micro-batch's loads, drops
+ * and aux loss added to the step's. */
+void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const float *dg, float *dl);
+#endif
