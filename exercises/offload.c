@@ -132,8 +132,6 @@ typedef struct offload {
   int64_t d2h, h2d;   /* bytes copied device -> host and host -> device this step */
 } offload_t;
 
-static int g_host_threads = 1; /* offload_strategy's argument: threads of the host step */
-
 /* Unit u's reduce-scatter is done (its piece of t->grads is final for this step): start the
  * copy of the piece to the host. */
 static void offload_grad_to_host(trainer_t *t, offload_t *o, int u) {
@@ -319,7 +317,6 @@ int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *thread
   return 0;
 }
 
-const strategy_t *offload_strategy(offload_kind_t kind, int host_threads) {
-  g_host_threads = host_threads < 1 ? 1 : host_threads;
+const strategy_t *offload_strategy(offload_kind_t kind) {
   return kind == OFFLOAD_OPTIMIZER ? &offload_s : zero2_strategy();
 }

@@ -34,9 +34,10 @@ int offload_parse(const char *word, offload_kind_t *kind);
  * line naming the flag (the caller exits with it). */
 int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *threads, double *bench);
 /* The ZeRO-2 strategy with `kind` offloaded: OFFLOAD_NONE is zero2_strategy() itself (the
- * reference the tests compare with), OFFLOAD_OPTIMIZER is "zero2-offload". host_threads >= 1:
- * threads of the host optimizer step (the bits do not depend on it). */
-const strategy_t *offload_strategy(offload_kind_t kind, int host_threads);
+ * reference the tests compare with), OFFLOAD_OPTIMIZER is "zero2-offload". Its host step runs on
+ * t->cfg->host_threads threads (the chapter's main sets it from --host-threads; the bits do not
+ * depend on it). */
+const strategy_t *offload_strategy(offload_kind_t kind);
 
 /* The host optimizer step on n elements, split over `threads` threads (contiguous ranges):
  * AdamW (elementwise.h's ew_adamw with the step's scalars k) on fp32 w, m, v and grad in gdt.

@@ -127,8 +127,6 @@ typedef struct offload {
   int64_t d2h, h2d;   /* bytes copied device -> host and host -> device this step */
 } offload_t;
 
-static int g_host_threads = 1; /* offload_strategy's argument: threads of the host step */
-
 /* Unit u's reduce-scatter is done (its piece of t->grads is final for this step): start the
  * copy of the piece to the host. */
 static void offload_grad_to_host(trainer_t *t, offload_t *o, int u) {
@@ -205,7 +203,7 @@ static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
   // BEGIN EXERCISE offload_update_and_send notes/08-offload.md
   // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the updated weights back, in its working dtype.
   // HINT2: per unit, at un->shard_off: update the master piece with the host optimizer (AdamW: its scalars once per step from t->opt_t; SGD: lr, momentum, weight decay), then bring the piece to t->params at shard_piece_off, counting o->h2d.
-  // HINT3: offload_host_adamw(w, grad in o->xfer, t->wdt, m, v, piece, ew_adamw_scalars(..., t->opt_t), gscale, g_host_threads); bf16: op_cast(DEV_CPU, ...) into o->xfer's slot and copy that; fp32: copy w; dev_copy_async.
+  // HINT3: offload_host_adamw(w, grad in o->xfer, t->wdt, m, v, piece, ew_adamw_scalars(..., t->opt_t), gscale, t->cfg->host_threads); bf16: op_cast(DEV_CPU, ...) into o->xfer's slot and copy that; fp32: copy w; dev_copy_async.
   const model_t *m = &t->model;
   const train_cfg_t *c = t->cfg;
   ew_adamw_t k = {0};
@@ -218,10 +216,10 @@ static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
     void *g = tensor_at(&o->xfer, un->shard_off);
     trace_begin("optimizer (host)");
     if (c->optimizer == OPT_ADAMW)
-      offload_host_adamw(w, g, t->wdt, mom, (float *)t->opt_v.data + un->shard_off, un->piece, k, gscale, g_host_threads);
+      offload_host_adamw(w, g, t->wdt, mom, (float *)t->opt_v.data + un->shard_off, un->piece, k, gscale, t->cfg->host_threads);
     else
       offload_host_sgd(w, g, t->wdt, mom, un->piece, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale,
-                       g_host_threads);
+                       t->cfg->host_threads);
     const void *src = w; /* fp32: the updated piece is the params piece */
     if (t->wdt != DT_F32) { /* bf16: cast on the host, into the unit's slot of the transfer buffer */
       op_cast(DEV_CPU, g, t->wdt, w, DT_F32, un->piece);
@@ -347,7 +345,6 @@ int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *thread
   return 0;
 }
 
-const strategy_t *offload_strategy(offload_kind_t kind, int host_threads) {
-  g_host_threads = host_threads < 1 ? 1 : host_threads;
+const strategy_t *offload_strategy(offload_kind_t kind) {
   return kind == OFFLOAD_OPTIMIZER ? &offload_s : zero2_strategy();
 }

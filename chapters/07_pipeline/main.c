@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
   cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   cfg.group = cfg.tp;
   cfg.sched = pipeline_schedule(cfg.schedule);
+  cfg.host_threads = threads; /* --offload optimizer's host step */
   char v[32];
   /* what does not compose is refused here, before MPI, naming why */
   if (variant_given && cfg.zero != 0) {
@@ -56,7 +57,7 @@ int main(int argc, char **argv) {
   if (!variant_given) cfg.variant = "naive";
   /* the data dimension: D replicas of every stage (one: nothing to shard, DDP's all-reduce of one rank) */
   int D = args_env_world() / (cfg.tp * cfg.pp), z = D > 1 ? cfg.zero : 0;
-  const strategy_t *s = offload != OFFLOAD_NONE         ? offload_strategy(offload, threads)
+  const strategy_t *s = offload != OFFLOAD_NONE         ? offload_strategy(offload)
                         : z == 3 && cfg.shard_group_node ? hsdp_strategy()
                                                          : zero_strategy_for(z, cfg.variant);
   return train_main(&cfg, s, "07_pipeline");

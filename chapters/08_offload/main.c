@@ -68,5 +68,6 @@ int main(int argc, char **argv) {
                    "  --host-threads K           threads of the host optimizer step (default 1; the bits do not change)\n"
                    "  --bench-adam N             time the host AdamW on N fp32 parameters and exit (no MPI)",
                    0);
-  return train_main(&cfg, offload_strategy(kind, threads), "08_offload");
+  cfg.host_threads = threads;
+  return train_main(&cfg, offload_strategy(kind), "08_offload");
 }

@@ -19,6 +19,11 @@ common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
      cudaMemcpy) appears in the code (comments aside) of common/ only inside devcu_wait_stream
      (common/device/device_cuda.cu), which polls an event and ends the job past --timeout-s.
 
+  6. no mutable file-scope static in solutions/ or common/train/ (the parallelism and the trainer):
+     state lives in the structs a run owns (t->priv, t->transform_priv, a model's ctx), so two
+     trainers in one process share nothing and a reader sees every input of a function;
+     `static const` tables and static functions are fine.
+
   python3 common/scripts/check_layers.py [--root DIR]     exit 0 clean, 1 with one line per problem
 """
 import argparse
@@ -86,6 +91,41 @@ def blocking_waits(rel, src):
         line = code.count("\n", 0, m.start()) + 1
         problems.append("%s:%d: %s blocks the host with no deadline: wait through devcu_wait_stream (%s), "
                         "whose watchdog ends the job past --timeout-s" % (rel, line, m.group(1), WAIT_HOME[0]))
+    return problems
+
+
+# rule 6: where a file-scope static must be const (or a function)
+NO_STATE = ("solutions", "common/train")
+STATIC = re.compile(r"\bstatic\b")
+
+
+def file_statics(rel, src):
+    """Rule 6's problems in one file: each file-scope `static` object that is not const."""
+    code, problems, depth, i = strip_comments(src), [], 0, 0
+    while i < len(code):
+        ch = code[i]
+        if ch == '"':  # a string literal (strip_comments kept them)
+            j = i + 1
+            while j < len(code) and code[j] != '"':
+                j += 2 if code[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch in "{}":
+            depth += 1 if ch == "{" else -1
+        elif depth == 0 and STATIC.match(code, i) and (i == 0 or not (code[i - 1].isalnum() or code[i - 1] == "_")):
+            end = len(code)
+            for stop in ";{=":
+                k = code.find(stop, i)
+                if 0 <= k < end:
+                    end = k
+            decl = code[i:end]
+            paren = decl.find("(")
+            function = paren >= 0 and not decl[paren + 1:].lstrip().startswith("*")
+            if not function and not re.match(r"static\s+(inline\s+)?const\b", decl):
+                line = code.count("\n", 0, i) + 1
+                problems.append("%s:%d: a mutable file-scope static (%s): keep the state in a struct the run owns "
+                                "(t->priv, t->transform_priv, the model's ctx)" % (rel, line, " ".join(decl.split())))
+        i += 1
     return problems
 
 
@@ -171,6 +211,12 @@ def check(root):
                     problems.append("%s: includes solutions/%s (common/ builds on no solution but comm's ring)" % (rel, base))
             else:
                 problems.append("%s: includes \"%s\", which is no header of common/'s layers" % (rel, inc))
+    for folder in NO_STATE:
+        top = os.path.join(root, folder)
+        for name in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+            if SRC.search(name):
+                rel = "%s/%s" % (folder, name)
+                problems += file_statics(rel, open(os.path.join(root, rel), encoding="utf-8", errors="replace").read())
     cycle = find_cycle(graph)
     if cycle:
         problems.append("include cycle among modules: %s" % " -> ".join(cycle))

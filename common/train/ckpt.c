@@ -215,7 +215,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     free(host);
   }
   free(ls);
-  fault_in_save(comm_rank(t->world_comm), steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
+  fault_in_save(t->fault, comm_rank(t->world_comm), steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
 
   char *all = NULL;
   int64_t *sizes = NULL;

@@ -12,7 +12,6 @@
 #include <unistd.h> // _exit, sleep
 
 static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang", "nan", "ckpt", "overflow"};
-static fault_t g_fault; /* the armed fault; kind FAULT_NONE when --fault is absent */
 
 const char *fault_kind_name(fault_kind_t k) { return k >= FAULT_NONE && k <= FAULT_OVERFLOW ? g_names[k] : "?"; }
 
@@ -44,52 +43,53 @@ int fault_parse(const char *spec, int world, int steps, fault_t *f, char *why, s
   return 0;
 }
 
-void fault_arm(const char *spec, int world, int steps) {
-  g_fault = (fault_t){.kind = FAULT_NONE};
-  if (!spec || !*spec) return;
+fault_t fault_arm(const char *spec, int world, int steps) {
+  fault_t f = {.kind = FAULT_NONE};
+  if (!spec || !*spec) return f;
   char why[256];
-  if (fault_parse(spec, world, steps, &g_fault, why, sizeof why)) die("error: --fault %s: %s", spec, why);
+  if (fault_parse(spec, world, steps, &f, why, sizeof why)) die("error: --fault %s: %s", spec, why);
+  return f;
 }
 
-static int armed(fault_kind_t kind, int rank, int step) {
-  return g_fault.kind == kind && g_fault.rank == rank && g_fault.step == step;
+static int armed(const fault_t *f, fault_kind_t kind, int rank, int step) {
+  return f && f->kind == kind && f->rank == rank && f->step == step; /* NULL: no fault armed */
 }
 
-static void announce(int rank, int step) {
-  fprintf(stderr, "rank %d: injected fault %s at step %d (--fault, a testing aid)\n", rank, fault_kind_name(g_fault.kind),
+static void announce(const fault_t *f, int rank, int step) {
+  fprintf(stderr, "rank %d: injected fault %s at step %d (--fault, a testing aid)\n", rank, fault_kind_name(f->kind),
           step);
   fflush(stderr);
   fflush(stdout);
 }
 
-void fault_at_step(int rank, int step) {
-  if (g_fault.rank != rank || g_fault.step != step) return;
-  switch (g_fault.kind) {
-  case FAULT_EXIT: announce(rank, step); _exit(1); /* no MPI_Finalize, no atexit: a crash */
-  case FAULT_ABORT: announce(rank, step); abort();
-  case FAULT_KILL: announce(rank, step); raise(SIGKILL); _exit(137);
+void fault_at_step(const fault_t *f, int rank, int step) {
+  if (!f || f->rank != rank || f->step != step) return;
+  switch (f->kind) {
+  case FAULT_EXIT: announce(f, rank, step); _exit(1); /* no MPI_Finalize, no atexit: a crash */
+  case FAULT_ABORT: announce(f, rank, step); abort();
+  case FAULT_KILL: announce(f, rank, step); raise(SIGKILL); _exit(137);
   case FAULT_HANG:
-    announce(rank, step);
+    announce(f, rank, step);
     for (;;) sleep(3600); /* the others' collective deadline takes the job down */
   default: return;
   }
 }
 
-void fault_poison(int rank, int step, float *x) {
-  if (!armed(FAULT_NAN, rank, step) || !x) return;
-  announce(rank, step);
+void fault_poison(const fault_t *f, int rank, int step, float *x) {
+  if (!armed(f, FAULT_NAN, rank, step) || !x) return;
+  announce(f, rank, step);
   x[0] = NAN;
 }
 
-int fault_overflow(int rank, int step) {
-  if (g_fault.kind != FAULT_OVERFLOW || g_fault.step != step || (rank >= 0 && g_fault.rank != rank)) return 0;
-  announce(rank, step);
+int fault_overflow(const fault_t *f, int rank, int step) {
+  if (!f || f->kind != FAULT_OVERFLOW || f->step != step || (rank >= 0 && f->rank != rank)) return 0;
+  announce(f, rank, step);
   return 1;
 }
 
-void fault_in_save(int rank, int step) {
-  if (!armed(FAULT_CKPT, rank, step)) return;
-  announce(rank, step);
+void fault_in_save(const fault_t *f, int rank, int step) {
+  if (!armed(f, FAULT_CKPT, rank, step)) return;
+  announce(f, rank, step);
   _exit(1);
 }
 

@@ -27,18 +27,19 @@ typedef struct fault {
  * writing what is allowed into why (for args_error). */
 int fault_parse(const char *spec, int world, int steps, fault_t *f, char *why, size_t nwhy);
 const char *fault_kind_name(fault_kind_t k);
-/* Arm the process-wide fault (spec as above, NULL or "" for none); parse errors die. */
-void fault_arm(const char *spec, int world, int steps);
-/* At the start of step `step`: fails here when the armed fault is exit/abort/kill/hang for this
+/* The run's armed fault (spec as above, NULL or "" for none: kind FAULT_NONE); parse errors die.
+ * The trainer keeps it (t->fault) and hands it to the calls below (NULL: none armed). */
+fault_t fault_arm(const char *spec, int world, int steps);
+/* At the start of step `step`: fails here when the armed fault f is exit/abort/kill/hang for this
  * rank and step; returns otherwise. */
-void fault_at_step(int rank, int step);
-/* The nan kind: writes a NaN into x[0] when the armed fault is nan for this rank and step. */
-void fault_poison(int rank, int step, float *x);
-/* The overflow kind: 1 when armed for this rank (rank -1: any rank) and step (the caller makes
+void fault_at_step(const fault_t *f, int rank, int step);
+/* The nan kind: writes a NaN into x[0] when f is nan for this rank and step. */
+void fault_poison(const fault_t *f, int rank, int step, float *x);
+/* The overflow kind: 1 when f is armed for this rank (rank -1: any rank) and step (the caller makes
  * its Σg² inf; where every rank holds the same reduced gradients, DDP, all ranks ask with -1). */
-int fault_overflow(int rank, int step);
-/* The ckpt kind: exits here (mid-save) when armed for this rank and step. */
-void fault_in_save(int rank, int step);
+int fault_overflow(const fault_t *f, int rank, int step);
+/* The ckpt kind: exits here (mid-save) when f is armed for this rank and step. */
+void fault_in_save(const fault_t *f, int rank, int step);
 
 /* Out-of-memory pre-flight (CPU runs): the model states of the strategy's formula (strategy_t.formula: this
  * rank's units only, a pipeline stage's) plus one micro-batch of activations of its chunks,

@@ -107,7 +107,8 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
   comm_t *c = pieces ? pieces : t->comm;
   int N = comm_world(c), rank = comm_rank(c), sharded = pieces != NULL;
   /* --fault R:S:overflow: rank R's own gradients (its shard under ZeRO; its stage's in a pipeline) */
-  if (fault_overflow(sharded || t->cfg->sched ? comm_rank(t->world_comm) : -1, t->step)) local_sumsq = INFINITY;
+  if (fault_overflow(t->fault, sharded || t->cfg->sched ? comm_rank(t->world_comm) : -1, t->step))
+    local_sumsq = INFINITY;
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
    * bad[2+r]: rank r's OWN gradients were non-finite before any reduction (micro_batch checks
@@ -377,7 +378,7 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     double t0 = trace_now_us();
     trace_begin(name);
     t->step = step;
-    fault_at_step(comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    fault_at_step(t->fault, comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     in->local_nonfinite = 0;
     double loss_sum = train_run_ops(t);
     double scale_used = in->scaler.scale; /* fp16: the scale this step's loss was multiplied by */
@@ -560,7 +561,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
   comm_set_piece_bytes(comm, (int64_t)(cfg->buffer_mb * 1048576.0)); /* --buffer-mb: 0 = whole collectives */
-  fault_arm(cfg->fault, comm_world(comm), cfg->steps);
+  fault_t fault = fault_arm(cfg->fault, comm_world(comm), cfg->steps);
   int wrank = comm_rank(comm);
   trace_init(wrank, cfg->trace);
   /* The transform's group (--tp T, --ep P_E): groups of consecutive ranks; the strategy works on the
@@ -591,7 +592,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   struct train_internal in = {0};
   trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
                  .group_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
-                 .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model};
+                 .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model,
+                 .fault = &fault};
   char name[96]; /* the run's name: the strategy's, after the schedule's when there is one */
   if (cfg->sched) snprintf(name, sizeof name, "%s+%s", cfg->sched->name, s->name);
   else snprintf(name, sizeof name, "%s", s->name);

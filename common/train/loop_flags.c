@@ -156,7 +156,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
                        .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
                        .log_every = 10, .chapter_flags = chapter_flags,
-                       .model_kind = "mlp", .tp = 1, .moe = 8, .topk = 2, .moe_every = 1, .ep = 1, .aux_loss_coeff = 1e-2, .cp = 1, .cp_balance = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
+                       .model_kind = "mlp", .tp = 1, .host_threads = 1, .moe = 8, .topk = 2, .moe_every = 1, .ep = 1, .aux_loss_coeff = 1e-2, .cp = 1, .cp_balance = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
                        .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2,
                        .loss_scale = 0, .init_scale = 65536, .growth_factor = 2, .backoff_factor = 0.5,
                        .growth_interval = 2000};

@@ -205,7 +205,7 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
   void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
   int *yh = y && t->dev == DEV_CPU ? y : xmalloc((size_t)yn * sizeof(int) + 4, "target staging");
   data_batch(&t->data, first, (int)b, xh, yh);
-  if (poison) fault_poison(comm_rank(t->world_comm), t->step, xh);
+  if (poison) fault_poison(t->fault, comm_rank(t->world_comm), t->step, xh);
   if (x && t->dev != DEV_CPU) dev_memcpy(t->dev, x, DEV_CPU, xh, (size_t)xn * 4);
   if (y && t->dev != DEV_CPU) dev_memcpy(t->dev, y, DEV_CPU, yh, (size_t)yn * sizeof(int));
   if (xh != x) free(xh);

@@ -101,6 +101,8 @@ typedef struct train_cfg {
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   int shard_group_node;               /* --shard-group node (05): HSDP, shard in the node, all-reduce across */
   int hpz;                            /* --hpz (05): ZeRO++'s secondary param shard in the node */
+  int host_threads;                   /* --host-threads K: threads of the host optimizer step (08's flag, set by
+                                       * its main and chapter 07's; 1 = one) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
   double timeout_s;                   /* --timeout-s collective deadline */
   const char *json, *trace;           /* --json PATH --trace PATH */
@@ -401,6 +403,7 @@ typedef struct trainer {
   comm_t *model_comm;
   int model_rank, model_world;
 
+  const struct fault *fault; /* --fault RANK:STEP:KIND, the armed fault (fault.h; a testing aid) */
   void *priv;           /* the strategy's own state */
   void *transform_priv; /* the model transform's own state (its setup's; the trainer frees it) */
   void *sched_priv;     /* the schedule's own state (train.h's schedule_t) */

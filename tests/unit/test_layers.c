@@ -42,6 +42,14 @@ Test(common_layers, each_broken_rule_is_named, .timeout = 60) {
        "common/low/w.cu:2: cudaStreamSynchronize blocks the host with no deadline"},
       {"common/low/c.cu", "/* cudaStreamSynchronize(s) is not called here */ int c; // nor cudaMemcpy(d, s, n)\n",
        "0 problem(s)"},
+      /* rule 6: no mutable file-scope static in solutions/ or common/train/; const tables, static
+       * functions, a function's own statics and the word in a string or a comment are no state */
+      {"solutions/st.c", "int f(void);\nstatic double g_sum = 0; /* a run's state */\n",
+       "solutions/st.c:2: a mutable file-scope static (static double g_sum)"},
+      {"common/train/st.c", "static struct { int n; } g_run;\n", "common/train/st.c:1: a mutable file-scope static"},
+      {"solutions/ok.c", "static const char *const k_names[] = {\"static x;\"};\nstatic int twice(int x) "
+                         "{ static int n; return 2 * x + n; }\n/* static int not_code; */\n",
+       "0 problem(s)"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     char root[256];
