@@ -1,7 +1,8 @@
 /* ep.c — expert parallelism as a model transform (ep.h; notes/12-experts.md): the exchanges of
  * rows over the EP group, the dense gradients summed over it, the gradient norm that counts them
  * once, the group's traffic formula, and the whole model back from the ranks' experts (--save-params).
- * The model itself (the experts, the router) is moe.c's: the transform's setup, step_end and report. */
+ * The model itself (the experts, the router) is moe_model.c's: the transform's setup (moe_setup),
+ * step_end (moe_balance.c) and report (moe_report.c). */
 #include "ep.h"       // ep_transform, ep_exchange_rows, ep_exchange_counts
 #include "moe.h"      // moe_setup, moe_step_end, moe_report, moe_unit_dense, moe_unit_router, moe_group, ...
 #include "check.h"    // die, xmalloc, xcalloc
@@ -48,7 +49,7 @@ static int ep_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
 }
 
 /* The EP group's all-reduces per step (fp32 ring model): one per unit, of its dense elements. The
- * all-to-alls are counted apart (moe.c's lines, under CO_ALL_TO_ALL). */
+ * all-to-alls are counted apart (moe_report.c's lines, under CO_ALL_TO_ALL). */
 static void ep_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   int P = comm_world(t->group_comm), r = comm_rank(t->group_comm);
   *calls = *bytes = 0;
@@ -93,7 +94,7 @@ static float *ep_unsplit(const model_t *m, const float *local, int has_local, in
   return w;
 }
 
-/* Full unit u → this rank's: a MoE block's dense part, then its experts (moe.c); any other unit whole. */
+/* Full unit u → this rank's: a MoE block's dense part, then its experts (moe_model.c); any other unit whole. */
 static void ep_to_local(const model_t *m, int u, const float *full, float *local) {
   if (moe_unit_router(m, u) >= 0) moe_unit_to_local(m, u, full, local);
   else memcpy(local, full, (size_t)m->units[u].numel * sizeof(float));

@@ -143,7 +143,7 @@ void tp_map_unit(const model_t *m, int u, int q, float *full, float *local, int 
 int64_t tp_unit_local_numel(const model_t *m, int u, int q);
 int64_t tp_full_unit_numel(const model_t *m, int u); /* the unsplit unit's parameters */
 
-/* ---- chapter 12: TP on the attention of a MoE block (solutions/ep_tp.c, moe.c) -------------------
+/* ---- chapter 12: TP on the attention of a MoE block (solutions/ep_tp.c, moe_model.c) -------------------
  * m: a GPT split by tp_split_model. A MoE block keeps its attention half split as the dense blocks
  * do, without the MLP's tensors: local layout ln1 w,b | proj b | ln2 w,b (tp_gpt_attn_rep_numel = 5C
  * replicated) | qkv W_r (3Cr,C), b_r (3Cr) | proj W_r (C,Cr): tp_gpt_attn_numel floats. The block for

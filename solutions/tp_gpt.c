@@ -1,7 +1,7 @@
 /* tp_gpt.c — the GPT, split over a TP group (tp.h's tp_split_model; notes/06-tensor-parallel.md,
  * "The transformer layer, split"): every block's heads and MLP through the exercised split linears
  * of tp.c (gpt.h's block hooks), the vocabulary of the embedding and the head over the group, and
- * the vocab-parallel cross-entropy that never holds a whole row of logits.
+ * the vocab-parallel cross-entropy that never holds a whole row of logits (tp_vocab.c).
  *
  * C = n_embd, S = seq_len, V = vocab, NH heads over T ranks: Cr = C/T features and NHr = NH/T
  * heads here (T must divide NH), Vr = this rank's part of the vocabulary (comm.h's chunks).
@@ -25,7 +25,6 @@
 #include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_block_layout
 #include "ops.h"      // op_linear_fwd, op_cast, op_fill
 #include "ops_gpt.h"  // op_layernorm_*, op_embedding_*
-#include <math.h>     // expf, log
 #include <stdlib.h>   // free
 
 static gpt_block_layout_t tp_block_layout(int C, int Cr) { /* gpt.h's offsets, in the local order above */
@@ -370,79 +369,12 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   gpt_block_backward(&k, io, work); /* 2 f's backward (all-reduces 3, 4); g's backward is the identity */
 }
 
-/* One fp32 value per loss row, all-reduced over the TP group (host array; staged on CUDA). */
-static void tp_rows_all_reduce(tp_gpt_t *c, float *h, int64_t rows, redop_t op) {
-  device_t dev = comm_device(c->s.tp);
-  if (dev == DEV_CPU) {
-    comm_all_reduce(c->s.tp, h, rows, DT_F32, op);
-    return;
-  }
-  float *d = grow(&c->rowstat, "tp loss row stats", DT_F32, dev, rows);
-  dev_memcpy(dev, d, DEV_CPU, h, (size_t)rows * sizeof(float));
-  comm_all_reduce(c->s.tp, d, rows, DT_F32, op);
-  dev_memcpy(DEV_CPU, h, dev, d, (size_t)rows * sizeof(float));
-}
-
-/* The vocab-parallel cross-entropy (model_fns_t.loss): this rank holds logits (rows, Vr) for its
- * vocabulary only. Per row: M = max over the group of the local maxima (all-reduce MAX),
- * Z = Σ over the group of Σ_j exp(l_j − M) (all-reduce SUM), and the target's logit from the one
- * rank that holds it (0 elsewhere, all-reduce SUM): loss = log Z + M − l_target. The gradient is
- * local: scale·(exp(l_j − M)/Z − [j is the target]). Three all-reduces of rows fp32 values, no
- * rank ever holds a whole row of logits. Computed on the host (copied over on CUDA). */
-static double tp_gpt_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+/* model_fns_t.loss: the vocab-parallel cross-entropy of this rank's logits (tp_vocab.c). */
+static double tp_gpt_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits,
+                          float scale) {
   tp_gpt_t *c = m->ctx;
-  device_t dev = comm_device(c->s.tp);
-  int64_t rows = (int64_t)b * c->S, Vr = c->Vr;
-  size_t nl = (size_t)(rows * Vr) * sizeof(float);
-  const float *l = logits;
-  const int *tg = targets;
-  float *d = dlogits;
-  if (dev != DEV_CPU) {
-    float *hl = xmalloc(nl, "tp logits (host)");
-    int *ht = xmalloc((size_t)rows * sizeof(int), "tp targets (host)");
-    dev_memcpy(DEV_CPU, hl, dev, logits, nl);
-    dev_memcpy(DEV_CPU, ht, dev, targets, (size_t)rows * sizeof(int));
-    l = hl, tg = ht, d = xmalloc(nl, "tp dlogits (host)");
-  }
-  float *mx = xmalloc((size_t)rows * 3 * sizeof(float), "tp loss rows"), *z = mx + rows, *lt = z + rows;
-  for (int64_t i = 0; i < rows; i++) {
-    const float *li = l + i * Vr;
-    float v = li[0];
-    for (int64_t j = 1; j < Vr; j++) v = li[j] > v ? li[j] : v;
-    mx[i] = v;
-  }
-  tp_rows_all_reduce(c, mx, rows, REDOP_MAX); /* 1: each row's max over the whole vocabulary */
-  for (int64_t i = 0; i < rows; i++) {
-    const float *li = l + i * Vr;
-    float *di = d + i * Vr;
-    double sum = 0.0;
-    for (int64_t j = 0; j < Vr; j++) {
-      di[j] = expf(li[j] - mx[i]);
-      sum += di[j];
-    }
-    z[i] = (float)sum;
-    int y = tg[i];
-    if (y < 0 || y >= c->V) die_on_rank("tp_gpt_loss: label y[%lld] = %d outside [0, %d)", (long long)i, y, c->V);
-    lt[i] = y >= c->v_lo && y < c->v_lo + Vr ? li[y - c->v_lo] : 0.0f;
-  }
-  tp_rows_all_reduce(c, z, rows, REDOP_SUM);  /* 2: Σ exp over the whole vocabulary */
-  tp_rows_all_reduce(c, lt, rows, REDOP_SUM); /* 3: the target's logit, from the rank that holds it */
-  double loss = 0.0;
-  for (int64_t i = 0; i < rows; i++) {
-    loss += log((double)z[i]) - ((double)lt[i] - mx[i]);
-    float inv = (float)(1.0 / z[i]), *di = d + i * Vr;
-    for (int64_t j = 0; j < Vr; j++) di[j] = di[j] * inv * scale;
-    int y = tg[i];
-    if (y >= c->v_lo && y < c->v_lo + Vr) di[y - c->v_lo] -= scale;
-  }
-  free(mx);
-  if (dev != DEV_CPU) {
-    dev_memcpy(dev, dlogits, DEV_CPU, d, nl);
-    free((void *)l);
-    free((void *)tg);
-    free(d);
-  }
-  return loss;
+  return tp_vocab_loss(c->s.tp, &c->rowstat, (int64_t)b * c->S, c->V, c->v_lo, c->Vr, logits, targets, dlogits,
+                       scale);
 }
 
 static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's count with C·Cr, C·Vr, S²·Cr) */

@@ -7,6 +7,7 @@
 #ifndef ZL_TP_SPLIT_H
 #define ZL_TP_SPLIT_H
 #include <stdint.h> // int64_t
+#include "tensor.h" // tensor_t
 #include "tp.h"     // comm_t, model_t, tp_part_*
 
 /* What TP knows of one local unit. */
@@ -68,6 +69,13 @@ void tp_pa_traffic(const struct trainer *t, int64_t *calls, int64_t *bytes);
 /* Unit u's collectives over a TP group of T (this rank r) in one step of t, by k's counts (tp_split.c's
  * formula, per unit): added to *calls, *bytes. */
 void tp_unit_traffic(const tp_unit_t *k, const struct trainer *t, int u, int T, int r, int64_t *calls, int64_t *bytes);
+
+/* The vocab-parallel cross-entropy (tp_vocab.c) of rows rows of logits (rows, Vr) over the TP group
+ * tp, this rank's vocabulary [v_lo, v_lo + Vr) of V: per row the max, the sum of exponentials and the
+ * target's logit all-reduced over the group (stage: a device buffer for them on CUDA, grown here);
+ * dlogits = scale·(softmax − onehot) over this rank's columns. Returns the sum of the rows' losses. */
+double tp_vocab_loss(comm_t *tp, tensor_t *stage, int64_t rows, int V, int v_lo, int64_t Vr, const float *logits,
+                     const int *targets, float *dlogits, float scale);
 
 /* The two splits (tp_split_model dispatches). Not collective. tp_split_gpt_sp: the GPT with
  * sequence parallelism as well (--sp, tp_sp.h): every unit output (B, S/T, C) along the sequence. */
