@@ -57,6 +57,9 @@ ch07_p2t2_gpt_sp|4|ch07_pipeline|$G --pp 2 --tp 2 --sp --micro-batches 2 --sched
 ch08_mlp_bf16|2|ch08_offload|$M --precision bf16 --offload optimizer
 ch08_gpt|2|ch08_offload|$G --offload optimizer
 ch12_ep2_gpt|2|ch12_experts|$G --moe 4 --topk 2 --ep 2
+ch06_tp2_d2_gpt_zero3_clip|4|ch06_tp|$G --tp 2 --zero 3 --clip 0.5 --optimizer sgd
+ch12_ep2_gpt_clip|2|ch12_experts|$G --moe 4 --topk 2 --ep 2 --clip 0.5
+ch12_tp2_ep2_d2_zero1_clip|4|ch12_experts|$G --moe 4 --topk 2 --ep 2 --tp 2 --zero 1 --clip 0.5 --optimizer sgd
 ch12_ep2_d2_gpt_cap_zero3|4|ch12_experts|$G --moe 4 --topk 1 --ep 2 --zero 3 --capacity-factor 1.0
 ch12_moe_every2_bf16_recompute_accum|2|ch12_experts|$G --moe 4 --topk 2 --moe-every 2 --precision bf16 --recompute --accum 2
 ch12_tp2_ep4_gpt|4|ch12_experts|$G --moe 4 --topk 2 --ep 4 --tp 2
