@@ -243,13 +243,10 @@ static void pp_setup(trainer_t *t) {
     st->acts[i] = comm_split(t->comm, st->dp, st->stage);
     st->grads[i] = comm_split(t->comm, st->dp, st->stage);
   }
-  if (st->v > 1 && !st->grouped) { /* color: this pipeline's {P−1, 0} pair, key: 0 for stage 0 (so P−1 is rank 1) */
-    int in_wrap = st->stage == 0 || st->stage == st->P - 1;
-    int color = in_wrap ? st->dp : N + t->rank; /* the others: a group of their own */
-    comm_t *w1 = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
-    comm_t *w2 = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
-    if (in_wrap) st->fwdw = w1, st->bwdw = w2;
-    else comm_finalize(w2), comm_finalize(w1);
+  if (st->v > 1 && !st->grouped) { /* color: this pipeline's {P−1, 0} pair; key: 0 for stage 0 (P−1: 1) */
+    int color = st->stage == 0 || st->stage == st->P - 1 ? st->dp : -1; /* the others join none: NULL */
+    st->fwdw = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
+    st->bwdw = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
   }
   st->dpc = comm_split(t->comm, st->stage, st->dp);
   pp_cut(t, st);

@@ -73,12 +73,14 @@ void comm_finalize(comm_t *c);
 /* Process groups (notes/06-tensor-parallel.md). Collective over every rank of `parent`: each
  * calls it, in the same order relative to the parent's other operations. Ranks passing the same
  * color (>= 0) form one sub-communicator, ranked by key (ties: by parent rank), as
- * MPI_Comm_split. The sub-communicator is a full comm_t: same backend, device, implementation
- * (vendor or ring: solutions/ring.c runs on it unchanged) and timeout as the parent; its own
- * stream (MPI: its own fiber on the rank's engine thread, while the caller's thread makes MPI calls
- * too, so MPI_THREAD_MULTIPLE is required; NCCL: its own
- * CUDA stream, ncclCommSplit from the parent's NCCL communicator, or a fresh id broadcast over
- * the group when the installed NCCL predates it); its own counters, starting at zero — the
+ * MPI_Comm_split. A rank passing color < 0 (MPI_UNDEFINED) joins none: it takes part in the call
+ * and gets NULL, no communicator at all (no MPI or NCCL one, no stream; comm_finalize(NULL) does
+ * nothing). The sub-communicator is a full comm_t: same backend, device, implementation (vendor
+ * or ring: solutions/ring.c runs on it unchanged) and timeout as the parent; its own stream (MPI:
+ * its own fiber on the rank's engine thread, while the caller's thread makes MPI calls too, so
+ * MPI_THREAD_MULTIPLE is required; NCCL: its own CUDA stream, ncclCommSplit from the parent's
+ * NCCL communicator, or a fresh id broadcast over the group when the installed NCCL predates
+ * it); its own counters, starting at zero — the
  * parent's counters do not see its traffic. The parent's queued work is waited for first.
  * Released with comm_finalize (before the parent). */
 comm_t *comm_split(comm_t *parent, int color, int key);
@@ -134,16 +136,19 @@ void comm_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src);
 void comm_barrier(comm_t *c);
 
 /* ---- asynchronous: queued in order on the stream; `tag` names it in traces and errors ---- */
-comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op, const char *tag);
+comm_handle_t comm_all_reduce_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op,
+                                    const char *tag);
 comm_handle_t comm_reduce_scatter_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                         redop_t op, const char *tag);
 comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
                                     const char *tag);
-comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root, const char *tag);
+comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root,
+                                   const char *tag);
 /* Point-to-point, queued on the stream like the rest (a send or recv waits behind what was
  * queued before it; one communicator per direction keeps a pipeline's two flows apart). The
  * buffer stays untouched (send) or unread (recv) until comm_wait on the handle. */
-comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst, const char *tag);
+comm_handle_t comm_send_async(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst,
+                              const char *tag);
 comm_handle_t comm_recv_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src, const char *tag);
 /* A send and a receive as ONE operation on the stream, so the two cannot wait on each other:
  * NCCL: ncclSend + ncclRecv in one ncclGroupStart/End (NCCL's rule for a pair exchanged with
@@ -263,10 +268,6 @@ int comm_node_of(const comm_t *c, int rank);  /* node of rank `rank` of c */
 int comm_nodes(const comm_t *c);              /* distinct nodes among c's ranks */
 int comm_node_rank(const comm_t *c);          /* rank among c's ranks on this node (in rank order) */
 int comm_node_size(const comm_t *c);          /* c's ranks on this node */
-/* The inter-node part of comm_model_sent for rank `rank` of `world` ranks whose nodes are
- * node_of[world] (root = the destination for CO_SEND). */
-int64_t comm_model_inter_sent(comm_op_t op, int64_t numel, dtype_t dt, const int *node_of, int world, int rank,
-                              int root);
 
 /* ---- what the ring code builds on (comm_impl side) ------------------------------------------
  * These run inside the stream's context (on the comm thread, or enqueued on the NCCL stream),

@@ -1,9 +1,11 @@
-/* comm_internal.h — inside the communicator: struct comm and the backend interface.
- * Only common/comm/comm.c (the front), common/comm/comm_mpi.c and common/comm/comm_nccl.cu include this.
- * Users and strategies see comm.h only. Notes: notes/01-collectives.md.
+/* comm_internal.h — inside the communicator: struct comm, the backend interface, and what the
+ * front's files share. Only common/comm/ includes this: the front (comm.c, comm_checks.c,
+ * comm_count.c, comm_run.c, comm_a2a.c), the backends (comm_mpi.c, comm_nccl.cu), the engine
+ * (comm_engine.c) and the topology (comm_topo.c). Users and strategies see comm.h only.
+ * Notes: notes/01-collectives.md.
  *
  * Split of work:
- *   front (comm.c)  argument checks, the per-op byte counters (ring model), the task queue,
+ *   front           argument checks, the per-op byte counters (ring model), the task queue,
  *                   handles, timeouts, the ring/vendor dispatch, control ops, staging of CUDA
  *                   buffers through host memory for host-only backends, scratch + ledger.
  *   backend         the vendor collectives, the p2p primitives the ring is built from, local
@@ -15,8 +17,9 @@
  *                        (comm_engine.h), shared by all its communicators. comm_*_async() appends a
  *                        task to a queue and returns its sequence number; the fiber runs tasks in
  *                        order and every backend function is called there (all MPI calls after
- *                        comm_init happen on the engine thread); a backend wait yields the fiber. comm_wait blocks the caller on a condition
- *                        variable (pthread_cond_timedwait: the deadline of comm_set_timeout).
+ *                        comm_init happen on the engine thread); a backend wait yields the fiber.
+ *                        comm_wait blocks the caller on a condition variable
+ *                        (pthread_cond_timedwait: the deadline of comm_set_timeout).
  *   threaded = 0 (NCCL)  no thread. The front runs the task inline on the caller's thread:
  *                        task_begin (e.g. comm stream waits for the compute stream), the vendor or
  *                        ring body (which only ENQUEUES work on the backend's stream), task_end
@@ -74,11 +77,13 @@ typedef struct comm_task {
   double issued_us;      /* trace clock when the caller issued it (traces: args.queued) */
   char **gather_all;     /* TASK_CTL_GATHER outputs (see comm_ctl_gather) */
   int64_t **gather_sizes;
-  int64_t piece_stride;  /* a piece of a reduce-scatter/all-gather (comm_set_piece_bytes): elements between the
-                          * ranks' slices in the caller's full buffer; the slices go through c->piece. 0: whole */
-  int64_t *a2a;          /* TASK_ALL_TO_ALLV: [4·world] send_counts, send_displs, recv_counts, recv_displs (a copy
-                          * made at issue, freed once the task ran); numel = Σ send_counts, recv_numel = Σ
-                          * recv_counts. TASK_ALL_TO_ALL: NULL, numel = the whole buffer (block = numel/world) */
+  int64_t piece_stride;  /* a piece of a reduce-scatter/all-gather (comm_set_piece_bytes): elements
+                          * between the ranks' slices in the caller's full buffer; the slices go through
+                          * c->piece. 0: whole */
+  int64_t *a2a;          /* TASK_ALL_TO_ALLV: [4·world] send_counts, send_displs, recv_counts, recv_displs
+                          * (a copy made at issue, freed once the task ran); numel = Σ send_counts,
+                          * recv_numel = Σ recv_counts. TASK_ALL_TO_ALL: NULL, numel = the whole buffer
+                          * (block = numel/world) */
 } comm_task_t;
 
 /* The backend vtable. Every function pointer is called "on the stream": on the comm thread for
@@ -133,7 +138,8 @@ struct comm {
   backend_t backend;
   const comm_backend_t *be;
   void *be_state;            /* the backend's own (MPI: bf16 type and ops; NCCL: ncclComm_t, events) */
-  MPI_Comm mpi;              /* duplicate of MPI_COMM_WORLD (a sub-communicator: its MPI_Comm_split), errors returned */
+  MPI_Comm mpi;              /* duplicate of MPI_COMM_WORLD (a sub-communicator: its MPI_Comm_split), errors
+                              * returned */
   comm_t *parent;            /* comm_split: the communicator this one was split from; NULL: the world */
   int n_children;            /* sub-communicators split from this one and not yet finalized */
   coll_impl_t impl;
@@ -163,12 +169,12 @@ struct comm {
   void *piece;
   int piece_on_cuda; /* piece came from dev_malloc (CUDA buffers on a host-only backend) */
 
-  /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles not yet waited for (comm.c, "exercise
-   * mode"): a point-to-point one (p2p) until comm_wait on it by name — one still open at
+  /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles not yet waited for (comm_checks.c,
+   * "exercise mode"): a point-to-point one (p2p) until comm_wait on it by name — one still open at
    * comm_wait_all was dropped; a collective one until comm_wait on it or on a later handle of this
    * communicator, or comm_wait_all. With the bytes each reads (rd) and writes (wr), so that an
    * operation of another communicator touching them (a race: two streams do not wait for each
-   * other) is named. Guarded by comm.c's g_track_mu. */
+   * other) is named. Guarded by comm_checks.c's g_track_mu. */
   int track;
   struct comm_open {
     comm_handle_t h;
@@ -201,6 +207,9 @@ void comm_mpi_shutdown(comm_t *c);
  * sub->mpi; sub->rank, world, local_rank. `threaded`: the sub will run its own communication
  * thread, so MPI_THREAD_MULTIPLE is required (dies saying so otherwise). */
 void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threaded);
+/* comm_split with color < 0, MPI side: this rank takes part in MPI_Comm_split of parent->mpi with
+ * MPI_UNDEFINED and gets no communicator (MPI_COMM_NULL). */
+void comm_mpi_split_none(comm_t *parent, int key);
 /* all[world·n] = every rank's n int64s, in rank order (MPI on c->mpi, host memory): the count
  * exchange of comm_all_to_allv, on the stream (or the caller's thread on a non-threaded backend). */
 void comm_mpi_all_gather_i64(comm_t *c, const int64_t *mine, int n, int64_t *all);
@@ -216,6 +225,10 @@ void comm_nccl_attach(comm_t *c);
  * NCCL communicator comes from ncclCommSplit of the parent's (NCCL >= 2.18), else from a new id
  * broadcast over sub->mpi; it gets its own comm stream and events. Sets sub->be, sub->be_state. */
 void comm_nccl_split(comm_t *parent, comm_t *sub, int color, int key);
+/* comm_split with color < 0 on the NCCL backend: this rank takes part in ncclCommSplit of the
+ * parent's communicator with NCCL_SPLIT_NOCOLOR and gets none (NCCL >= 2.18; before, the groups'
+ * ids go over their own MPI communicators and there is nothing to take part in). */
+void comm_nccl_split_none(comm_t *parent, int key);
 /* Makes the calling thread (the comm thread) use the rank's GPU (cudaSetDevice); called by the
  * front at the start of the comm thread when comm_device(c) == DEV_CUDA. */
 void comm_cuda_thread_attach(void);
@@ -257,6 +270,54 @@ void comm_engine_main_waits(int delta);
 /* In c's fiber: run fn(arg), a blocking MPI call, on c's helper thread while the fiber yields
  * (comm_engine.h: why); elsewhere: call it here. */
 void comm_engine_run_blocking(comm_t *c, void (*fn)(void *), void *arg);
+
+/* ---- inside the front: what its files share --------------------------------------------------
+ *   comm.c         init / split / finalize, the stream, submit, the waits, the collectives' calls
+ *   comm_checks.c  argument checks, the all-to-all's split check, exercise-mode handle tracking
+ *   comm_count.c   the byte counters: the ring model, the counts at issue, control traffic
+ *   comm_run.c     a task on the stream: vendor or ring, staged, pieced; what the ring builds on
+ *   comm_a2a.c     the all-to-all */
+/* comm.c: a task of the caller's arguments (impl captured now), and its issue: counted, given the
+ * next handle, queued (threaded) or run inline. */
+comm_task_t comm_task_make(comm_task_kind_t kind, comm_op_t op, const comm_t *c, const void *send, void *recv,
+                           int64_t numel, dtype_t dt, redop_t redop, int peer);
+comm_handle_t comm_submit(comm_t *c, comm_task_t *t, const char *tag);
+/* comm_checks.c: a NULL communicator, a negative numel, an unknown dtype, a peer outside the group
+ * (need_peer) end the job naming fn; check_p2p names the tag too. */
+void comm_check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer);
+void comm_check_p2p(const comm_t *c, const char *fn, const char *tag, int peer);
+/* On the stream, before an all-to-all-v moves data: every rank's counts, one verdict on all. */
+void comm_a2a_check_splits(comm_t *c, const comm_task_t *t);
+/* Exercise mode (c->track): register at alloc, unregister at finalize; check before an operation
+ * reads rd_n bytes at rd and writes wr_n at wr, open its handle after submit, waited / wait_all as
+ * comm_wait / comm_wait_all run (comm.h, comm_wait). No-ops on an untracked communicator. */
+void comm_track_register(comm_t *c);
+void comm_track_unregister(comm_t *c);
+void comm_track_check(comm_t *c, const char *fn, const char *tag, const void *rd, int64_t rd_n,
+                      const void *wr, int64_t wr_n);
+void comm_track_open(comm_t *c, comm_handle_t h, const char *fn, const char *tag, int p2p, const void *rd,
+                     int64_t rd_n, const void *wr, int64_t wr_n);
+void comm_track_waited(comm_t *c, comm_handle_t h);
+void comm_track_wait_all(comm_t *c);
+/* comm_count.c: a task's ring-model bytes and its call, at issue (under c->mu); the ring code's
+ * real bytes (takes c->mu); control traffic (takes c->mu; gather: comm_ctl_gather's, sizes on
+ * rank 0). */
+void comm_count_issue(comm_t *c, const comm_task_t *t);
+void comm_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recvd);
+void comm_count_control(comm_t *c, int64_t sent, int64_t recvd, int gather, const int64_t *sizes);
+/* comm_run.c: CUDA buffers on a host-only backend (the front stages them); host staging buffer
+ * slot 0 or 1 of at least nbytes (grown on demand, LEDGER_COMM); the collective itself, vendor or
+ * ring, on buffers the backend can use; one task with its checks, hooks, busy time and trace. */
+int comm_needs_staging(const comm_t *c);
+void *comm_stage_buf(comm_t *c, int slot, int64_t nbytes);
+void comm_run_coll(comm_t *c, const comm_task_t *t);
+void comm_run_task(comm_t *c, comm_task_t *t);
+/* comm_a2a.c: block j's elements on side 0 (send) or 1 (recv); the counts at issue (under c->mu);
+ * the call (vendor or pairwise); the same through host staging. */
+int64_t comm_a2a_n(const comm_t *c, const comm_task_t *t, int side, int j);
+void comm_a2a_count(comm_t *c, const comm_task_t *t);
+void comm_a2a_run(comm_t *c, const comm_task_t *t);
+void comm_a2a_staged(comm_t *c, const comm_task_t *t);
 
 /* ---- front services for backends ---------------------------------------------------------- */
 #ifdef __cplusplus

@@ -73,12 +73,15 @@ static int mpi_sync_sends(void) {
   return v;
 }
 
-static int mpi_isend(const void *buf, int n, MPI_Datatype ty, int dst, int tag, MPI_Comm comm, MPI_Request *r) {
-  return mpi_sync_sends() ? MPI_Issend(buf, n, ty, dst, tag, comm, r) : MPI_Isend(buf, n, ty, dst, tag, comm, r);
+static int mpi_isend(const void *buf, int n, MPI_Datatype ty, int dst, int tag, MPI_Comm comm,
+                     MPI_Request *r) {
+  return mpi_sync_sends() ? MPI_Issend(buf, n, ty, dst, tag, comm, r)
+                          : MPI_Isend(buf, n, ty, dst, tag, comm, r);
 }
 
 /* ---- element-wise reductions on the host (the ring's local reduce and the bf16 MPI_Ops) ---- */
-__attribute__((optimize("O3"))) static void host_reduce(void *dst, const void *src, int64_t n, dtype_t dt, redop_t op) {
+__attribute__((optimize("O3"))) static void host_reduce(void *dst, const void *src, int64_t n, dtype_t dt,
+                                                        redop_t op) {
   if (dt == DT_F32) {
     float *restrict d = dst;
     const float *restrict s = src;
@@ -133,9 +136,13 @@ static MPI_Op mpi_op(const comm_t *c, dtype_t dt, redop_t op) {
   if (dt == DT_F16) return op == REDOP_SUM ? st(c)->fp16_sum : st(c)->fp16_max;
   return op == REDOP_SUM ? MPI_SUM : MPI_MAX;
 }
-static const char *at(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
+static const char *at(const void *p, int64_t i, dtype_t dt) {
+  return (const char *)p + i * (int64_t)dtype_size(dt);
+}
 static char *atw(void *p, int64_t i, dtype_t dt) { return (char *)p + i * (int64_t)dtype_size(dt); }
-static int piece(int64_t numel, int64_t off) { return (int)(numel - off < MPI_PIECE ? numel - off : MPI_PIECE); }
+static int piece(int64_t numel, int64_t off) {
+  return (int)(numel - off < MPI_PIECE ? numel - off : MPI_PIECE);
+}
 
 /* Fill counts/displs with the chunks of comm.h; they are int for MPI. */
 static void chunk_layout(comm_t *c, int64_t numel, const char *fn) {
@@ -175,7 +182,9 @@ static void mpi_red_blocking(void *arg) {
   switch (a->kind) {
   case RED_ALL_REDUCE: a->rc = MPI_Allreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm); break;
   case RED_REDUCE: a->rc = MPI_Reduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm); break;
-  case RED_REDUCE_SCATTER: a->rc = MPI_Reduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm); break;
+  case RED_REDUCE_SCATTER:
+    a->rc = MPI_Reduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm);
+    break;
   }
 }
 
@@ -194,9 +203,15 @@ static void mpi_reduction(comm_t *c, mpi_red_t *a) {
   }
   MPI_Request r;
   switch (a->kind) {
-  case RED_ALL_REDUCE: CHECK_MPI(MPI_Iallreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm, &r)); break;
-  case RED_REDUCE: CHECK_MPI(MPI_Ireduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm, &r)); break;
-  case RED_REDUCE_SCATTER: CHECK_MPI(MPI_Ireduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm, &r)); break;
+  case RED_ALL_REDUCE:
+    CHECK_MPI(MPI_Iallreduce(a->send, a->recv, a->count, a->ty, a->op, a->comm, &r));
+    break;
+  case RED_REDUCE:
+    CHECK_MPI(MPI_Ireduce(a->send, a->recv, a->count, a->ty, a->op, a->root, a->comm, &r));
+    break;
+  case RED_REDUCE_SCATTER:
+    CHECK_MPI(MPI_Ireduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm, &r));
+    break;
   }
   mpi_wait1(&r);
 }
@@ -210,7 +225,8 @@ static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int r
   }
 }
 
-static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
+static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op,
+                       int root) {
   int in_place = c->rank == root && send == recv;
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     mpi_red_t a = {.kind = RED_REDUCE, .send = in_place ? MPI_IN_PLACE : at(send, off, dt),
@@ -222,13 +238,14 @@ static void mpi_reduce(comm_t *c, const void *send, void *recv, int64_t numel, d
 
 static void mpi_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
-    mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = atw(buf, off, dt), .count = piece(numel, off),
-                   .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op)};
+    mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = atw(buf, off, dt),
+                   .count = piece(numel, off), .ty = mpi_type(c, dt), .op = mpi_op(c, dt, op)};
     mpi_reduction(c, &a);
   }
 }
 
-static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
+static void mpi_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                               redop_t op) {
   if (numel == 0) return;
   chunk_layout(c, numel, "reduce_scatter");
   /* MPI forbids aliased buffers; recv inside send (own chunk, in place) goes through scratch */
@@ -270,7 +287,9 @@ static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
 
 /* ---- all-to-all (comm.h): blocks straight to their owners; no arithmetic, so no order to keep ---- */
 static int int_count(int64_t n, const char *fn) {
-  if (n > INT_MAX) die_on_rank("%s: %lld elements in one block; the MPI backend takes at most %d", fn, (long long)n, INT_MAX);
+  if (n > INT_MAX)
+    die_on_rank("%s: %lld elements in one block; the MPI backend takes at most %d", fn, (long long)n,
+                INT_MAX);
   return (int)n;
 }
 
@@ -282,8 +301,9 @@ static void mpi_all_to_all(comm_t *c, const void *send, void *recv, int64_t nume
   mpi_wait1(&r);
 }
 
-static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
-                            void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt) {
+static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts,
+                            const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                            const int64_t *recv_displs, dtype_t dt) {
   int N = c->world;
   int *v = xmalloc(4 * (size_t)N * sizeof *v, "all_to_allv counts"); /* MPI wants int */
   for (int j = 0; j < N; j++) {
@@ -293,7 +313,8 @@ static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_cou
     v[3 * N + j] = int_count(recv_displs[j], "all_to_allv");
   }
   MPI_Request r;
-  CHECK_MPI(MPI_Ialltoallv(send, v, v + N, mpi_type(c, dt), recv, v + 2 * N, v + 3 * N, mpi_type(c, dt), c->mpi, &r));
+  MPI_Datatype ty = mpi_type(c, dt);
+  CHECK_MPI(MPI_Ialltoallv(send, v, v + N, ty, recv, v + 2 * N, v + 3 * N, ty, c->mpi, &r));
   mpi_wait1(&r);
   free(v);
 }
@@ -301,8 +322,8 @@ static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_cou
 /* ---- what the ring is built from ----------------------------------------------------------- */
 /* Send to dst and receive from src at once, in pieces of MPI_PIECE, with MPI tag `tag`; a side of
  * 0 elements is skipped. */
-static void mpi_pair(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf, int64_t recv_numel,
-                     int src, dtype_t dt, int tag) {
+static void mpi_pair(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                     int64_t recv_numel, int src, dtype_t dt, int tag) {
   MPI_Datatype ty = mpi_type(c, dt);
   for (int64_t off = 0; off < send_numel || off < recv_numel; off += MPI_PIECE) {
     int ns = off < send_numel ? piece(send_numel, off) : 0;
@@ -339,11 +360,11 @@ static void mpi_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
     for (int i = 0; i < n; i++)
       for (int64_t off = 0; off < ops[i].numel; off += MPI_PIECE) {
         if (pass == 0 && ops[i].recv)
-          CHECK_MPI(MPI_Irecv(atw(ops[i].recv, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER, c->mpi,
-                              &r[nreq++]));
+          CHECK_MPI(MPI_Irecv(atw(ops[i].recv, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER,
+                              c->mpi, &r[nreq++]));
         if (pass == 1 && ops[i].send)
-          CHECK_MPI(mpi_isend(at(ops[i].send, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER, c->mpi,
-                              &r[nreq++]));
+          CHECK_MPI(mpi_isend(at(ops[i].send, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER,
+                              c->mpi, &r[nreq++]));
       }
   mpi_wait_backoff(nreq, r);
   free(r);
@@ -442,9 +463,9 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
   int provided = 0;
   CHECK_MPI(MPI_Query_thread(&provided));
   if (threaded && provided < MPI_THREAD_MULTIPLE)
-    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator's stream makes MPI calls on the "
-        "engine thread while this thread splits (and a helper's blocking reductions), which needs MPI_THREAD_MULTIPLE (%d)", provided,
-        MPI_THREAD_MULTIPLE);
+    die_on_rank("comm_split: this MPI gives thread level %d, and a sub-communicator's stream makes MPI calls "
+                "on the engine thread while this thread splits (and a helper's blocking reductions), which "
+                "needs MPI_THREAD_MULTIPLE (%d)", provided, MPI_THREAD_MULTIPLE);
   CHECK_MPI(MPI_Comm_split(parent->mpi, color, key, &sub->mpi)); /* inherits MPI_ERRORS_RETURN */
   CHECK_MPI(MPI_Comm_rank(sub->mpi, &sub->rank));
   CHECK_MPI(MPI_Comm_size(sub->mpi, &sub->world));
@@ -452,6 +473,12 @@ void comm_mpi_split(comm_t *parent, comm_t *sub, int color, int key, int threade
   CHECK_MPI(MPI_Comm_split_type(sub->mpi, MPI_COMM_TYPE_SHARED, sub->rank, MPI_INFO_NULL, &node));
   CHECK_MPI(MPI_Comm_rank(node, &sub->local_rank));
   CHECK_MPI(MPI_Comm_free(&node));
+}
+
+void comm_mpi_split_none(comm_t *parent, int key) {
+  MPI_Comm none = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split(parent->mpi, MPI_UNDEFINED, key, &none)); /* the parent's collective */
+  if (none != MPI_COMM_NULL) die_on_rank("comm_split: MPI_UNDEFINED gave this rank a communicator");
 }
 
 /* ---- the count exchange of comm_all_to_allv, and a verdict every rank reaches (comm_internal.h) ---- */

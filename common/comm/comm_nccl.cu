@@ -25,25 +25,33 @@ extern "C" {
 #include "comm.h"            // comm_op_name, comm_chunk_lo (a C header: C linkage)
 }
 #include "comm_internal.h"   // struct comm, comm_backend_t, comm_task_t, comm_timeout_fail
-#include "device_cuda.h"     // devcu_compute_stream, devcu_comm_stream, devcu_current, devcu_thread_attach_comm
+#include "device_cuda.h"     // devcu_compute_stream, devcu_comm_stream, devcu_current, devcu_wait_stream ...
 #include "ops_cuda.h"        // opcu_add_on, opcu_max_on
 #include <stdio.h>           // snprintf
 #include <string.h>          // memcmp, memcpy
 #include <unistd.h>          // usleep, gethostname
 
-#define NCCL_EVENTS 1024 /* events kept for handles; an older handle waits on a newer event (safe) */
+/* Task seq's events live in slot seq mod n_ev. A communicator starts with NCCL_EVENTS_FIRST slots
+ * and doubles them when a task's slot still holds one in flight, up to NCCL_EVENTS_MAX; there the
+ * host waits for the slot's old task first (nccl_task_begin). */
+enum { NCCL_EVENTS_FIRST = 16, NCCL_EVENTS_MAX = 1024 };
+
+typedef struct nccl_event {
+  cudaEvent_t end;    /* end of task seq on the comm stream */
+  cudaEvent_t start;  /* its start, once the comm stream reached it (collectives) */
+  int timed;          /* 1: start was recorded (busy time is counted) */
+  comm_handle_t seq;  /* which task's completion `end` marks (0: none yet, or a finished one's) */
+  comm_op_t op;
+  char tag[48];
+} nccl_event_t;
 
 typedef struct nccl_state {
   ncclComm_t comm;
   cudaStream_t stream;   /* the comm stream (devcu_comm_stream) */
   cudaStream_t compute;  /* the compute stream */
   cudaEvent_t ev_compute;/* recorded on compute before each collective, waited on by the comm stream */
-  cudaEvent_t ev[NCCL_EVENTS];       /* end of task ev_seq[i] on the comm stream */
-  cudaEvent_t ev_start[NCCL_EVENTS]; /* its start, once the comm stream reached it (collectives) */
-  int ev_timed[NCCL_EVENTS];         /* 1: ev_start was recorded (busy time is counted) */
-  comm_handle_t ev_seq[NCCL_EVENTS];  /* which task's completion ev[i] marks (0: none yet) */
-  comm_op_t ev_op[NCCL_EVENTS];
-  char ev_tag[NCCL_EVENTS][48];
+  nccl_event_t *ev;      /* [n_ev] slots: task seq in slot seq % n_ev */
+  int n_ev;
   comm_handle_t last_seq;   /* last task with a recorded event */
   comm_handle_t done_seq;   /* every task <= done_seq is known complete on the GPU */
   int own_stream;           /* 1: a sub-communicator's stream, created (and destroyed) here */
@@ -57,6 +65,7 @@ typedef struct nccl_state {
 static nccl_state_t *g_nccl_all = NULL;
 
 static nccl_state_t *st(const comm_t *c) { return (nccl_state_t *)c->be_state; }
+static nccl_event_t *slot_of(nccl_state_t *s, comm_handle_t seq) { return &s->ev[seq % s->n_ev]; }
 
 static ncclDataType_t nccl_type(dtype_t dt) {
   switch (dt) {
@@ -68,7 +77,42 @@ static ncclDataType_t nccl_type(dtype_t dt) {
   die_on_rank("NCCL: unknown dtype %d", (int)dt);
 }
 static ncclRedOp_t nccl_op(redop_t op) { return op == REDOP_MAX ? ncclMax : ncclSum; }
-static const char *elem(const void *p, int64_t i, dtype_t dt) { return (const char *)p + i * (int64_t)dtype_size(dt); }
+static const char *elem(const void *p, int64_t i, dtype_t dt) {
+  return (const char *)p + i * (int64_t)dtype_size(dt);
+}
+
+/* ---- the events of the handles ---------------------------------------------------------------- */
+static void nccl_event_create(nccl_event_t *e) { /* timed: they measure the collectives' GPU time */
+  CHECK_CUDA(cudaEventCreate(&e->end));
+  CHECK_CUDA(cudaEventCreate(&e->start));
+}
+
+/* Twice the slots: each task in flight, (done_seq, last_seq], moves to its slot under the new
+ * count (distinct mod n_ev, so distinct mod 2·n_ev: the invariant of nccl_host_wait holds); the
+ * finished tasks' events go to the other slots, and the rest are created. */
+static void nccl_events_grow(nccl_state_t *s) {
+  int n = 2 * s->n_ev;
+  nccl_event_t *ev = (nccl_event_t *)xcalloc((size_t)n, sizeof *ev, "NCCL events");
+  for (int i = 0; i < s->n_ev; i++)
+    if (s->ev[i].seq > s->done_seq) {
+      ev[s->ev[i].seq % n] = s->ev[i];
+      s->ev[i].end = NULL; /* moved */
+    }
+  for (int j = 0, k = 0; j < n; j++) {
+    if (ev[j].end) continue;
+    while (k < s->n_ev && !s->ev[k].end) k++;
+    if (k < s->n_ev) { /* a finished task's events: reused, nothing else kept */
+      ev[j].end = s->ev[k].end;
+      ev[j].start = s->ev[k].start;
+      s->ev[k++].end = NULL;
+    } else {
+      nccl_event_create(&ev[j]);
+    }
+  }
+  free(s->ev);
+  s->ev = ev;
+  s->n_ev = n;
+}
 
 /* ---- the watchdog: host waits for the comm stream -------------------------------------------- */
 static int g_abort_done; /* set (atomically) when ncclCommAbort has returned */
@@ -82,9 +126,9 @@ static void *nccl_abort_thread(void *comm) {
  * runs on its own thread and gets 10 s: the message must come out even if it blocks. */
 [[noreturn]] static void nccl_fail(comm_t *c, comm_handle_t seq, const char *why) {
   nccl_state_t *s = st(c);
-  int slot = (int)(seq % NCCL_EVENTS);
-  const char *op = s->ev_seq[slot] == seq ? comm_op_name(s->ev_op[slot]) : "collective";
-  const char *tag = s->ev_seq[slot] == seq ? s->ev_tag[slot] : "-";
+  const nccl_event_t *e = slot_of(s, seq);
+  const char *op = e->seq == seq ? comm_op_name(e->op) : "collective";
+  const char *tag = e->seq == seq ? e->tag : "-";
   pthread_t th;
   if (pthread_create(&th, NULL, nccl_abort_thread, (void *)s->comm) == 0) {
     pthread_detach(th);
@@ -96,14 +140,13 @@ static void *nccl_abort_thread(void *comm) {
 
 /* A finished task's GPU time (start to end event on the comm stream) goes to the op's busy
  * counter: the front only sees the enqueue, which on NCCL takes microseconds. */
-static void nccl_count_busy(comm_t *c, int slot) {
-  nccl_state_t *s = st(c);
-  if (!s->ev_timed[slot]) return;
+static void nccl_count_busy(comm_t *c, nccl_event_t *e) {
+  if (!e->timed) return;
   float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, s->ev_start[slot], s->ev[slot]));
-  s->ev_timed[slot] = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, e->start, e->end));
+  e->timed = 0;
   pthread_mutex_lock(&c->mu);
-  c->ctr.busy_us[s->ev_op[slot]] += 1000.0 * ms;
+  c->ctr.busy_us[e->op] += 1000.0 * ms;
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -117,11 +160,11 @@ static void nccl_host_wait(comm_t *c, comm_handle_t upto) {
   int sleep_us = 20;
   while (s->done_seq < upto) {
     comm_handle_t next = s->done_seq + 1;
-    int slot = (int)(next % NCCL_EVENTS);
-    if (s->ev_seq[slot] != next) die_on_rank("NCCL backend: no event for task %lld", (long long)next);
-    cudaError_t q = cudaEventQuery(s->ev[slot]);
+    nccl_event_t *e = slot_of(s, next);
+    if (e->seq != next) die_on_rank("NCCL backend: no event for task %lld", (long long)next);
+    cudaError_t q = cudaEventQuery(e->end);
     if (q == cudaSuccess) {
-      nccl_count_busy(c, slot);
+      nccl_count_busy(c, e);
       s->done_seq = next;
       sleep_us = 20;
       continue;
@@ -146,15 +189,16 @@ static void nccl_watchdog(double waited_s) {
   for (nccl_state_t *s = g_nccl_all; s; s = s->next) {
     ncclResult_t ae = ncclSuccess;
     CHECK_NCCL(ncclCommGetAsyncError(s->comm, &ae));
-    if (ae != ncclSuccess && ae != ncclInProgress) nccl_fail(s->c, s->done_seq + 1, ncclGetErrorString(ae));
+    if (ae != ncclSuccess && ae != ncclInProgress)
+      nccl_fail(s->c, s->done_seq + 1, ncclGetErrorString(ae));
     if (s->c->timeout_s > limit) limit = s->c->timeout_s;
   }
   if (limit <= 0 || waited_s <= limit) return;
   for (nccl_state_t *s = g_nccl_all; s; s = s->next) {
-    while (s->done_seq < s->last_seq) { /* advance past what has finished: the first unfinished names the hang */
-      int slot = (int)((s->done_seq + 1) % NCCL_EVENTS);
-      if (s->ev_seq[slot] != s->done_seq + 1 || cudaEventQuery(s->ev[slot]) != cudaSuccess) break;
-      nccl_count_busy(s->c, slot);
+    while (s->done_seq < s->last_seq) { /* past what has finished: the first unfinished names the hang */
+      nccl_event_t *e = slot_of(s, s->done_seq + 1);
+      if (e->seq != s->done_seq + 1 || cudaEventQuery(e->end) != cudaSuccess) break;
+      nccl_count_busy(s->c, e);
       s->done_seq++;
     }
     if (s->done_seq < s->last_seq) nccl_fail(s->c, s->done_seq + 1, NULL);
@@ -172,20 +216,24 @@ static void nccl_task_begin(comm_t *c, const comm_task_t *t) {
   /* the collective must see everything compute has queued so far (it may read those buffers) */
   CHECK_CUDA(cudaEventRecord(s->ev_compute, s->compute));
   CHECK_CUDA(cudaStreamWaitEvent(s->stream, s->ev_compute, 0));
-  int slot = (int)(t->seq % NCCL_EVENTS);
-  if (s->ev_seq[slot] > s->done_seq) nccl_host_wait(c, s->ev_seq[slot]); /* slot's old task may still run */
-  CHECK_CUDA(cudaEventRecord(s->ev_start[slot], s->stream)); /* GPU time starts once compute is done */
-  s->ev_timed[slot] = 1;
+  nccl_event_t *e = slot_of(s, t->seq);
+  while (e->seq > s->done_seq && s->n_ev < NCCL_EVENTS_MAX) { /* the slot holds a task in flight: grow */
+    nccl_events_grow(s);
+    e = slot_of(s, t->seq);
+  }
+  if (e->seq > s->done_seq) nccl_host_wait(c, e->seq); /* at NCCL_EVENTS_MAX: the slot's old task may run */
+  CHECK_CUDA(cudaEventRecord(e->start, s->stream)); /* GPU time starts once compute is done */
+  e->timed = 1;
 }
 
 static void nccl_task_end(comm_t *c, const comm_task_t *t) {
   nccl_state_t *s = st(c);
-  int slot = (int)(t->seq % NCCL_EVENTS);
-  if (s->ev_seq[slot] > s->done_seq) nccl_host_wait(c, s->ev_seq[slot]); /* slot's old task may still run */
-  CHECK_CUDA(cudaEventRecord(s->ev[slot], s->stream));
-  s->ev_seq[slot] = t->seq;
-  s->ev_op[slot] = t->op;
-  snprintf(s->ev_tag[slot], sizeof s->ev_tag[slot], "%s", t->tag);
+  nccl_event_t *e = slot_of(s, t->seq);
+  if (e->seq > s->done_seq) nccl_host_wait(c, e->seq); /* slot's old task may still run */
+  CHECK_CUDA(cudaEventRecord(e->end, s->stream));
+  e->seq = t->seq;
+  e->op = t->op;
+  snprintf(e->tag, sizeof e->tag, "%s", t->tag);
   s->last_seq = t->seq;
 }
 
@@ -193,8 +241,8 @@ static void nccl_wait(comm_t *c, comm_handle_t h) {
   nccl_state_t *s = st(c);
   if (h <= s->done_seq) return;
   if (h > s->last_seq) die_on_rank("comm_wait: handle %lld was never issued", (long long)h);
-  int slot = (int)(h % NCCL_EVENTS); /* holds h, or a later task (waiting for more is still right) */
-  CHECK_CUDA(cudaStreamWaitEvent(s->compute, s->ev[slot], 0));
+  /* h's slot holds h: a task in flight keeps its slot (nccl_task_begin) */
+  CHECK_CUDA(cudaStreamWaitEvent(s->compute, slot_of(s, h)->end, 0));
 }
 
 static void nccl_wait_all(comm_t *c) { nccl_host_wait(c, st(c)->last_seq); }
@@ -205,10 +253,12 @@ static void nccl_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int 
   CHECK_NCCL(ncclBroadcast(buf, buf, (size_t)numel, nccl_type(dt), root, st(c)->comm, st(c)->stream));
 }
 
-static void nccl_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op, int root) {
+static void nccl_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op,
+                        int root) {
   if (numel == 0) return;
   void *r = recv ? recv : (void *)send; /* recv is only written on root */
-  CHECK_NCCL(ncclReduce(send, r, (size_t)numel, nccl_type(dt), nccl_op(op), root, st(c)->comm, st(c)->stream));
+  CHECK_NCCL(ncclReduce(send, r, (size_t)numel, nccl_type(dt), nccl_op(op), root, st(c)->comm,
+                        st(c)->stream));
 }
 
 static void nccl_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, redop_t op) {
@@ -216,12 +266,14 @@ static void nccl_all_reduce(comm_t *c, void *buf, int64_t numel, dtype_t dt, red
   CHECK_NCCL(ncclAllReduce(buf, buf, (size_t)numel, nccl_type(dt), nccl_op(op), st(c)->comm, st(c)->stream));
 }
 
-static void nccl_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt, redop_t op) {
+static void nccl_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                redop_t op) {
   nccl_state_t *s = st(c);
   int N = c->world;
   if (numel == 0) return;
   if (numel % N == 0) {
-    CHECK_NCCL(ncclReduceScatter(send, recv, (size_t)(numel / N), nccl_type(dt), nccl_op(op), s->comm, s->stream));
+    CHECK_NCCL(ncclReduceScatter(send, recv, (size_t)(numel / N), nccl_type(dt), nccl_op(op), s->comm,
+                                 s->stream));
     return;
   }
   /* uneven chunks: chunk r is reduced onto rank r, all in one group */
@@ -230,7 +282,8 @@ static void nccl_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t
     int64_t lo = comm_chunk_lo(numel, N, r), n = comm_chunk_numel(numel, N, r);
     if (n == 0) continue;
     void *dst = r == c->rank ? recv : (void *)elem(send, lo, dt);
-    CHECK_NCCL(ncclReduce(elem(send, lo, dt), dst, (size_t)n, nccl_type(dt), nccl_op(op), r, s->comm, s->stream));
+    CHECK_NCCL(ncclReduce(elem(send, lo, dt), dst, (size_t)n, nccl_type(dt), nccl_op(op), r, s->comm,
+                          s->stream));
   }
   CHECK_NCCL(ncclGroupEnd());
 }
@@ -267,16 +320,18 @@ static void nccl_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) 
 
 /* ---- all-to-all: one group of ncclSend/ncclRecv, every peer and this rank itself (as nccl-tests'
  * alltoall.cu does); NCCL runs the group's transfers at once, so no order can deadlock -------- */
-static void nccl_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts, const int64_t *send_displs,
-                             void *recv, const int64_t *recv_counts, const int64_t *recv_displs, dtype_t dt) {
+static void nccl_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts,
+                             const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                             const int64_t *recv_displs, dtype_t dt) {
   nccl_state_t *s = st(c);
   CHECK_NCCL(ncclGroupStart());
   for (int j = 0; j < c->world; j++) {
     if (send_counts[j] > 0)
-      CHECK_NCCL(ncclSend(elem(send, send_displs[j], dt), (size_t)send_counts[j], nccl_type(dt), j, s->comm, s->stream));
-    if (recv_counts[j] > 0)
-      CHECK_NCCL(ncclRecv((void *)elem(recv, recv_displs[j], dt), (size_t)recv_counts[j], nccl_type(dt), j, s->comm,
+      CHECK_NCCL(ncclSend(elem(send, send_displs[j], dt), (size_t)send_counts[j], nccl_type(dt), j, s->comm,
                           s->stream));
+    if (recv_counts[j] > 0)
+      CHECK_NCCL(ncclRecv((void *)elem(recv, recv_displs[j], dt), (size_t)recv_counts[j], nccl_type(dt), j,
+                          s->comm, s->stream));
   }
   CHECK_NCCL(ncclGroupEnd());
 }
@@ -302,12 +357,15 @@ static void nccl_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, in
   if (c->world == 1) { /* only to itself: a copy */
     int64_t n = send_numel < recv_numel ? send_numel : recv_numel;
     if (n > 0 && recvbuf != sendbuf)
-      CHECK_CUDA(cudaMemcpyAsync(recvbuf, sendbuf, (size_t)n * dtype_size(dt), cudaMemcpyDeviceToDevice, s->stream));
+      CHECK_CUDA(cudaMemcpyAsync(recvbuf, sendbuf, (size_t)n * dtype_size(dt), cudaMemcpyDeviceToDevice,
+                                 s->stream));
     return;
   }
   CHECK_NCCL(ncclGroupStart());
-  if (send_numel > 0) CHECK_NCCL(ncclSend(sendbuf, (size_t)send_numel, nccl_type(dt), dst, s->comm, s->stream));
-  if (recv_numel > 0) CHECK_NCCL(ncclRecv(recvbuf, (size_t)recv_numel, nccl_type(dt), src, s->comm, s->stream));
+  if (send_numel > 0)
+    CHECK_NCCL(ncclSend(sendbuf, (size_t)send_numel, nccl_type(dt), dst, s->comm, s->stream));
+  if (recv_numel > 0)
+    CHECK_NCCL(ncclRecv(recvbuf, (size_t)recv_numel, nccl_type(dt), src, s->comm, s->stream));
   CHECK_NCCL(ncclGroupEnd());
 }
 
@@ -317,8 +375,10 @@ static void nccl_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
   CHECK_NCCL(ncclGroupStart());
   for (int i = 0; i < n; i++) {
     if (ops[i].numel <= 0) continue;
-    if (ops[i].send) CHECK_NCCL(ncclSend(ops[i].send, (size_t)ops[i].numel, nccl_type(dt), ops[i].peer, s->comm, s->stream));
-    else CHECK_NCCL(ncclRecv(ops[i].recv, (size_t)ops[i].numel, nccl_type(dt), ops[i].peer, s->comm, s->stream));
+    if (ops[i].send)
+      CHECK_NCCL(ncclSend(ops[i].send, (size_t)ops[i].numel, nccl_type(dt), ops[i].peer, s->comm, s->stream));
+    else
+      CHECK_NCCL(ncclRecv(ops[i].recv, (size_t)ops[i].numel, nccl_type(dt), ops[i].peer, s->comm, s->stream));
   }
   CHECK_NCCL(ncclGroupEnd());
 }
@@ -329,7 +389,8 @@ static void nccl_local_reduce(comm_t *c, void *dst, const void *src, int64_t num
 }
 
 static void nccl_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt) {
-  CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)numel * dtype_size(dt), cudaMemcpyDeviceToDevice, st(c)->stream));
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)numel * dtype_size(dt), cudaMemcpyDeviceToDevice,
+                             st(c)->stream));
 }
 
 /* Scratch is stream-ordered on the comm stream: a buffer freed while ring kernels still use it
@@ -361,21 +422,42 @@ static void nccl_finalize(comm_t *c) {
   if (!g_nccl_all) devcu_set_sync_watchdog(NULL);
   if (s->own_stream) CHECK_CUDA(cudaStreamDestroy(s->stream));
   CHECK_CUDA(cudaEventDestroy(s->ev_compute));
-  for (int i = 0; i < NCCL_EVENTS; i++) {
-    CHECK_CUDA(cudaEventDestroy(s->ev[i]));
-    CHECK_CUDA(cudaEventDestroy(s->ev_start[i]));
+  for (int i = 0; i < s->n_ev; i++) {
+    CHECK_CUDA(cudaEventDestroy(s->ev[i].end));
+    CHECK_CUDA(cudaEventDestroy(s->ev[i].start));
   }
+  free(s->ev);
   free(s);
   c->be_state = NULL;
 }
 
+/* Designated initializers, in comm_backend_t's member order (C++ wants that order). */
 static const comm_backend_t comm_nccl_backend = {
-    /* name */ "nccl", /* threaded */ 0, /* host_only */ 0,
-    nccl_broadcast, nccl_reduce, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_send, nccl_recv,
-    nccl_sendrecv, nccl_local_reduce, nccl_local_copy, nccl_scratch_alloc, nccl_scratch_free,
-    nccl_task_begin, nccl_task_end, nccl_wait, nccl_wait_all, nccl_finalize,
-    /* sendrecv_user: the same grouped pair (NCCL matches p2p by order, not by tag) */ nccl_sendrecv,
-    nccl_all_to_all, nccl_all_to_allv, nccl_group};
+    .name = "nccl",
+    .threaded = 0,
+    .host_only = 0,
+    .broadcast = nccl_broadcast,
+    .reduce = nccl_reduce,
+    .all_reduce = nccl_all_reduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .sendrecv = nccl_sendrecv,
+    .local_reduce = nccl_local_reduce,
+    .local_copy = nccl_local_copy,
+    .scratch_alloc = nccl_scratch_alloc,
+    .scratch_free = nccl_scratch_free,
+    .task_begin = nccl_task_begin,
+    .task_end = nccl_task_end,
+    .wait = nccl_wait,
+    .wait_all = nccl_wait_all,
+    .finalize = nccl_finalize,
+    .sendrecv_user = nccl_sendrecv, /* the same grouped pair (NCCL matches p2p by order, not by tag) */
+    .all_to_all = nccl_all_to_all,
+    .all_to_allv = nccl_all_to_allv,
+    .group = nccl_group,
+};
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 /* NCCL refuses two ranks on one GPU (it would hang or fail deep inside init): compare the GPUs'
@@ -393,8 +475,10 @@ static void nccl_check_one_rank_per_gpu(comm_t *c) {
       char host[64] = "?";
       gethostname(host, sizeof host - 1);
       die_on_rank("--backend nccl needs one rank per GPU, but ranks %d and %d share GPU %d (%s) on %s.\n"
-          "  NCCL cannot put two ranks on one device. Run at most one rank per GPU (mpirun -np <number of GPUs>),\n"
-          "  or use --backend mpi: collectives staged through host memory, so several ranks can share one GPU.", r, c->rank, devcu_current(), prop.name, host);
+                  "  NCCL cannot put two ranks on one device. "
+                  "Run at most one rank per GPU (mpirun -np <number of GPUs>),\n"
+                  "  or use --backend mpi: collectives staged through host memory, "
+                  "so several ranks can share one GPU.", r, c->rank, devcu_current(), prop.name, host);
     }
   }
   free(all);
@@ -413,10 +497,9 @@ static nccl_state_t *nccl_state_new(comm_t *c, cudaStream_t stream, int own_stre
   s->own_stream = own_stream;
   s->compute = (cudaStream_t)devcu_compute_stream();
   CHECK_CUDA(cudaEventCreateWithFlags(&s->ev_compute, cudaEventDisableTiming));
-  for (int i = 0; i < NCCL_EVENTS; i++) { /* timed: they measure the collectives' GPU time */
-    CHECK_CUDA(cudaEventCreate(&s->ev[i]));
-    CHECK_CUDA(cudaEventCreate(&s->ev_start[i]));
-  }
+  s->n_ev = NCCL_EVENTS_FIRST; /* more when more tasks are in flight at once (nccl_task_begin) */
+  s->ev = (nccl_event_t *)xcalloc((size_t)s->n_ev, sizeof *s->ev, "NCCL events");
+  for (int i = 0; i < s->n_ev; i++) nccl_event_create(&s->ev[i]);
   return s;
 }
 
@@ -457,6 +540,16 @@ void comm_nccl_split(comm_t *parent, comm_t *c, int color, int key) {
         c->rank, c->world);
   c->be_state = s;
   c->be = &comm_nccl_backend;
+}
+
+void comm_nccl_split_none(comm_t *parent, int key) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  ncclComm_t none = NULL; /* the parent's collective: every rank of it calls ncclCommSplit */
+  CHECK_NCCL(ncclCommSplit(st(parent)->comm, NCCL_SPLIT_NOCOLOR, key, &none, NULL));
+  if (none) die_on_rank("comm_split: NCCL_SPLIT_NOCOLOR gave this rank a communicator");
+#else
+  (void)parent, (void)key; /* each group's id goes over its own MPI communicator: nothing to join */
+#endif
 }
 
 void comm_cuda_thread_attach(void) { devcu_thread_attach_comm(); }

@@ -1,6 +1,7 @@
 /* comm_topo.c — which node each rank is on, and the inter-node share of the byte counters
- * (comm.h, "topology"; notes/09-nodes.md). Called by the front (comm.c) at init and split (main
- * thread, before the communicator's stream starts) and under c->mu when it counts bytes. */
+ * (comm.h, "topology"; notes/09-nodes.md). Called by the front at init and split (comm.c: main
+ * thread, before the communicator's stream starts) and under c->mu when it counts bytes
+ * (comm_count.c, comm_a2a.c). */
 #include "comm_internal.h" // struct comm, MPI_Comm
 #include "check.h"         // CHECK_MPI, die_on_rank, xcalloc
 #include <stdlib.h>        // getenv, strtol, free
@@ -15,12 +16,13 @@ static int node_map_from_env(int world, int *node_of) {
     char *end = NULL;
     long v = strtol(p, &end, 10);
     if (end == p || v < 0 || v >= world)
-      die_on_rank("ZL_NODE_OF_RANK=\"%s\": entry %d must be a node number in [0, %d) (one per rank, comma-separated)",
-                  s, r, world);
+      die_on_rank("ZL_NODE_OF_RANK=\"%s\": entry %d must be a node number in [0, %d) (one per rank, "
+                  "comma-separated)", s, r, world);
     node_of[r] = (int)v;
     p = end;
     if (r + 1 < world) {
-      if (*p != ',') die_on_rank("ZL_NODE_OF_RANK=\"%s\": %d entries for %d ranks (one per rank)", s, r + 1, world);
+      if (*p != ',')
+        die_on_rank("ZL_NODE_OF_RANK=\"%s\": %d entries for %d ranks (one per rank)", s, r + 1, world);
       p++;
     }
   }
@@ -57,8 +59,10 @@ void comm_topo_init(comm_t *c, const comm_t *parent) {
     CHECK_MPI(MPI_Comm_free(&node));
   }
   CHECK_MPI(MPI_Allgather(&mine, 1, MPI_INT, c->node_of, 1, MPI_INT, c->mpi));
-  if (parent) { /* count the distinct nodes, keeping the numbers */
-    int *seen = xcalloc((size_t)parent->n_nodes + 1, sizeof *seen, "nodes seen");
+  if (parent) { /* count the distinct nodes, keeping the numbers (the job's: seen[] up to the largest) */
+    int top = 0;
+    for (int r = 0; r < c->world; r++) top = c->node_of[r] > top ? c->node_of[r] : top;
+    int *seen = xcalloc((size_t)top + 1, sizeof *seen, "nodes seen");
     for (int r = 0; r < c->world; r++) c->n_nodes += !seen[c->node_of[r]]++;
     free(seen);
   } else {
@@ -127,17 +131,4 @@ void comm_topo_count_p2p(comm_t *c, int dst, int64_t sent, int src, int64_t recv
   int me = c->node_of[c->rank];
   if (sent > 0 && c->node_of[dst] != me) c->ctr.p2p_inter_sent += sent;
   if (recvd > 0 && c->node_of[src] != me) c->ctr.p2p_inter_recvd += recvd;
-}
-
-int64_t comm_model_inter_sent(comm_op_t op, int64_t numel, dtype_t dt, const int *node_of, int world, int rank,
-                              int root) {
-  if (world < 2) return 0;
-  if (op == CO_ALL_TO_ALL) { /* block j straight to rank j: the blocks for other nodes cross */
-    int64_t x = 0;
-    for (int j = 0; j < world; j++)
-      if (node_of[j] != node_of[rank]) x += numel / world;
-    return x * (int64_t)dtype_size(dt);
-  }
-  int to = op == CO_SEND ? root : (rank + 1) % world; /* CO_SEND: root is the destination */
-  return node_of[to] != node_of[rank] ? comm_model_sent(op, numel, dt, world, rank, root) : 0;
 }

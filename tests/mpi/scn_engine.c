@@ -17,7 +17,12 @@
  *   sendrecv comm_sendrecv_async crossing (both ranks send first) completes, also with
  *            ZL_SYNC_SENDS=1, vendor and ring; and matches the peer's plain send/recv.
  *   timeout  rank 0 waits (deadline 1 s) for a receive on a sub-communicator that rank 1 never
- *            sends; the job must end with "rank 0: recv (never-sent) did not complete within 1 s". */
+ *            sends; the job must end with "rank 0: recv (never-sent) did not complete within 1 s".
+ *   none     comm_split with a negative color (MPI_UNDEFINED): rank 0 joins no group and gets NULL,
+ *            the other three reduce on theirs; a split where nobody joins gives NULL everywhere; a
+ *            later split of the world still lines up (the NULL ranks took part in the collective
+ *            split), no fiber is made for a NULL, and comm_finalize(NULL) does nothing.
+ *            "none: rank R ok" on every rank. */
 #include "comm.h"        // comm_init, comm_split, comm_*_async, comm_wait, comm_set_timeout
 #include "comm_engine.h" // comm_engine_stats
 #include "cpuuse.h"      // cpuuse_now: the process's thread count
@@ -172,6 +177,36 @@ static int timeout_case(comm_t *w) {
   return 1;
 }
 
+static int none_case(comm_t *w) {
+  int r = comm_rank(w), bad = 0;
+  int fibers = comm_engine_stats().fibers;
+  comm_t *g = comm_split(w, r == 0 ? -1 : 0, r); /* ranks 1..3 */
+  comm_t *nobody = comm_split(w, -1, r);
+  comm_t *pair = comm_split(w, r / 2, r);         /* {0, 1}, {2, 3}: after the NULL splits */
+  if ((g == NULL) != (r == 0) || nobody)
+    printf("FAIL rank %d: comm_split with color < 0 gave %s, and with every color < 0 %s\n", r,
+           g ? "a communicator" : "NULL", nobody ? "a communicator" : "NULL"), bad = 1;
+  if (g) {
+    float x = (float)r;
+    comm_all_reduce(g, &x, 1, DT_F32, REDOP_SUM);
+    if (comm_world(g) != 3 || x != 6.0f)
+      printf("FAIL rank %d: the group without rank 0: world %d, sum %g (expected 3, 6)\n", r, comm_world(g), x),
+          bad = 1;
+  }
+  double v = (double)r;
+  comm_ctl_all_reduce_f64(pair, &v, 1, REDOP_SUM);
+  if (v != (r < 2 ? 1.0 : 5.0)) printf("FAIL rank %d: the pair's sum %g after the NULL splits\n", r, v), bad = 1;
+  int want = fibers + 1 + (g != NULL);
+  if (comm_engine_stats().fibers != want)
+    printf("FAIL rank %d: %d fibers, expected %d (none for a NULL)\n", r, comm_engine_stats().fibers, want), bad = 1;
+  comm_finalize(pair);
+  comm_finalize(nobody);
+  comm_finalize(g);
+  if (!bad) printf("none: rank %d ok\n", r);
+  fflush(stdout);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   comm_t *w = comm_init(&argc, &argv, BACKEND_MPI, DEV_CPU);
   const char *what = argc > 1 ? argv[1] : "";
@@ -179,7 +214,8 @@ int main(int argc, char **argv) {
          : !strcmp(what, "order")   ? order_case(w)
          : !strcmp(what, "timeout") ? timeout_case(w)
          : !strcmp(what, "sendrecv") ? sendrecv_case(w)
-                                    : (printf("usage: scn_engine threads|order|timeout|sendrecv\n"), 2);
+         : !strcmp(what, "none")    ? none_case(w)
+                                    : (printf("usage: scn_engine threads|order|timeout|sendrecv|none\n"), 2);
   fflush(stdout);
   if (rc) return rc; /* mpirun takes the others down */
   comm_finalize(w);

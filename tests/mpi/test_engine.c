@@ -1,8 +1,9 @@
 /* test_engine.c — the rank's one progress engine (common/comm/comm_engine.h), on 4 ranks
  * (tests/mpi/scn_engine.c): the thread count grows only by a helper per communicator that
  * reduces (never for a send/receive link, never on a second use), each
- * communicator keeps its issue order and one blocked stream does not hold up another, and a
- * deadline on a sub-communicator still ends the job naming the rank and the operation. */
+ * communicator keeps its issue order and one blocked stream does not hold up another, a
+ * deadline on a sub-communicator still ends the job naming the rank and the operation, and a
+ * split with a negative color gives that rank no communicator (NULL, no fiber). */
 #include "zl_test.h" // zl_run, cr_assert
 #include <sched.h>   // sched_getaffinity, CPU_COUNT: the cores zlrun counts
 #include <stdlib.h>  // setenv, unsetenv
@@ -52,6 +53,15 @@ Test(common_engine, deadline_on_a_sub_communicator_names_the_rank, .timeout = 90
   cr_assert(rc != 0 && rc != 124, "the 1 s deadline must end the job (rc %d; 124: nothing did):\n%s", rc, out);
   cr_assert(strstr(out, "rank 0: recv (never-sent) did not complete within 1 s"),
             "the abort should name rank 0, the op and its tag:\n%s", out);
+  free(out);
+}
+
+Test(common_engine, split_with_a_negative_color_gives_null, .timeout = 90) {
+  char *out = NULL;
+  int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine none");
+  cr_assert(rc == 0 && strstr(out, "none: rank 0 ok") && strstr(out, "none: rank 3 ok"),
+            "comm_split with color < 0: NULL on that rank, the others' group works, later splits line up "
+            "(rc %d; 124: a split that did not line up):\n%s", rc, out);
   free(out);
 }
 
