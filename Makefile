@@ -27,7 +27,7 @@ OUT := $(BUILD)/exercises
 else ifneq ($(wildcard $(IMPL)/.),)
 OUT := $(IMPL)-build
 else
-$(error IMPL must be solutions or exercises (or a directory holding some of solutions/'s files), not '$(IMPL)')
+$(error IMPL must be solutions or exercises (or a directory of some of solutions/'s files), not '$(IMPL)')
 endif
 OBJ := $(OUT)/obj
 BIN := $(OUT)/bin
@@ -102,7 +102,8 @@ COMMON_CU := $(if $(filter 1,$(USE_CUDA)),$(foreach l,$(LAYERS),$(wildcard commo
 # IMPL's own *.c, then (for a tree over solutions/) every solutions/*.c whose name IMPL lacks: so
 # exercises/ holds only the files with an exercise and each function is written once
 IMPL_C    := $(wildcard $(IMPL)/*.c)
-SOL_C     := $(if $(filter-out solutions,$(IMPL)),$(filter-out $(IMPL_C:$(IMPL)/%=solutions/%),$(wildcard solutions/*.c)))
+SOL_C     := $(if $(filter-out solutions,$(IMPL)),\
+               $(filter-out $(IMPL_C:$(IMPL)/%=solutions/%),$(wildcard solutions/*.c)))
 CHAPTERS  := $(sort $(notdir $(wildcard chapters/[0-9][0-9]_*)))
 COMMON_O  := $(COMMON_C:common/%.c=$(COBJ)/%.o) $(COMMON_CU:common/%.cu=$(COBJ)/%.cu.o)
 IMPL_O    := $(IMPL_C:$(IMPL)/%.c=$(OBJ)/$(IMPL)/%.o) $(SOL_C:solutions/%.c=$(OBJ)/solutions/%.o)

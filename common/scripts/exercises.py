@@ -392,8 +392,8 @@ def cmd_generate(a):
     kept, removed, saved = write_tree(a.src, a.dst, files, not a.reset, backup)
     wanted = with_exercises(files)
     n = sum(len(r) for _, r in wanted.values())
-    msg = (f"exercises: wrote {len(wanted)} files, {n} exercises, into {a.dst}/ from {a.src}/ (the files with an "
-           f"exercise; the build takes the other {len(files) - len(wanted)} from {a.src}/)")
+    msg = (f"exercises: wrote {len(wanted)} files, {n} exercises, into {a.dst}/ from {a.src}/ (the files "
+           f"with an exercise; the build takes the other {len(files) - len(wanted)} from {a.src}/)")
     plain = [rel for rel in removed if rel in files]
     gone = [rel for rel in removed if rel not in files]
     if plain:
