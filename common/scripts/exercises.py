@@ -278,8 +278,8 @@ OLD_COPY = re.compile(r"^/\* exercises/\S+ — a copy of \S+, with no exercise i
 
 
 def plain_copy(src, rel, path):
-    """True when DST's file `path` is only such a copy (nothing of a student's in it): the old
-    header over SRC/rel as it is now, or the old header and the version git holds."""
+    """True when DST's file `path` is only such a copy, so removing it loses nothing: the old
+    header over SRC/rel as it is now, or the old header and the version git holds (git keeps it)."""
     text = read_text(path)
     if not OLD_COPY.match(text):
         return False
