@@ -4,7 +4,8 @@
 #   make test-long       the longer sweeps make test leaves out (suites *_long)
 #   make run CH=03 NP=4 ARGS="--steps 50"
 #   make run CH=05 NP=4 NODES=2 LINK_MBIT=200   the same across 2 emulated nodes (root)
-#   make IMPL=exercises  build the student's tree;  make exercise CH=01  test one chapter
+#   make IMPL=exercises  build the student's tree (exercises/, the rest from solutions/);
+#   make exercise CH=01  test one chapter
 #   make doctor          what the build found;  make GPU=0  CPU only
 #   make explorer        the page to play with: results/explorer/index.html (needs emscripten)
 # Everything is built under build/ (ignored). See README.md.
@@ -16,15 +17,17 @@ NP      ?= 2
 ARGS    ?=
 
 BUILD   ?= build
+# IMPL is solutions/ or a tree over it: exercises/ (only the files with an exercise), or any other
+# directory (make exercise builds one: exercises/ with the reference bodies for the rest); a tree's
+# missing files come from solutions/ (IMPL_C below)
 ifeq ($(IMPL),solutions)
 OUT := $(BUILD)
 else ifeq ($(IMPL),exercises)
 OUT := $(BUILD)/exercises
 else ifneq ($(wildcard $(IMPL)/.),)
-# any other tree of the same files (make exercise builds solutions/ with one student body)
 OUT := $(IMPL)-build
 else
-$(error IMPL must be solutions or exercises (or a directory holding the same files), not '$(IMPL)')
+$(error IMPL must be solutions or exercises (or a directory of some of solutions/'s files), not '$(IMPL)')
 endif
 OBJ := $(OUT)/obj
 BIN := $(OUT)/bin
@@ -47,7 +50,11 @@ CFLAGS   ?= -O2 -g -fno-math-errno
 # layer is a folder, and every folder is on the include path ("comm.h", not a relative path)
 LAYERS   := base device comm model train
 LAYER_INC := $(LAYERS:%=-Icommon/%)
-CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(LAYER_INC) -I$(IMPL) $(BLAS_CFLAGS) -MMD -MP
+# IMPL's headers before solutions/'s (today every header is in solutions/ only: none holds an exercise;
+# a "x.h" is looked for first beside the .c that includes it, so a header exercise would need its
+# includers in IMPL too)
+IMPL_INC := -I$(IMPL) $(filter-out -I$(IMPL),-Isolutions)
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(LAYER_INC) $(IMPL_INC) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(BLAS_LIBS) -lpthread -lm
 
 # ---- CUDA: auto-detected; GPU=1 demands it, GPU=0 leaves it out --------------------------
@@ -92,10 +99,14 @@ endif
 # ---- sources (discovered: add a file, it is built) --------------------------------------
 COMMON_C  := $(foreach l,$(LAYERS),$(wildcard common/$(l)/*.c))
 COMMON_CU := $(if $(filter 1,$(USE_CUDA)),$(foreach l,$(LAYERS),$(wildcard common/$(l)/*.cu)))
+# IMPL's own *.c, then (for a tree over solutions/) every solutions/*.c whose name IMPL lacks: so
+# exercises/ holds only the files with an exercise and each function is written once
 IMPL_C    := $(wildcard $(IMPL)/*.c)
+SOL_C     := $(if $(filter-out solutions,$(IMPL)),\
+               $(filter-out $(IMPL_C:$(IMPL)/%=solutions/%),$(wildcard solutions/*.c)))
 CHAPTERS  := $(sort $(notdir $(wildcard chapters/[0-9][0-9]_*)))
 COMMON_O  := $(COMMON_C:common/%.c=$(COBJ)/%.o) $(COMMON_CU:common/%.cu=$(COBJ)/%.cu.o)
-IMPL_O    := $(IMPL_C:$(IMPL)/%.c=$(OBJ)/$(IMPL)/%.o)
+IMPL_O    := $(IMPL_C:$(IMPL)/%.c=$(OBJ)/$(IMPL)/%.o) $(SOL_C:solutions/%.c=$(OBJ)/solutions/%.o)
 LIB       := $(OBJ)/libzl.a
 # Each chapter dir holds main.c (-> chNN_name) and optionally other *.c, each its own program
 # (chapters/01_collectives/collbench.c -> ch01_collbench). The names, derived once:
@@ -121,8 +132,13 @@ build: $(PROGRAMS) $(TOOLS) $(TEST_BIN) $(SCN_BIN)
 	@echo "built $(IMPL) into $(BIN) (CUDA path: $(if $(filter 1,$(USE_CUDA)),on,off))"
 
 # a fresh archive each time (ar alone would keep members of objects that no longer exist, e.g.
-# after a file moved), and again when this Makefile changes (a new source list)
-$(LIB): $(COMMON_O) $(IMPL_O) Makefile
+# after a file moved), and again when this Makefile or the list of IMPL's sources changes (a file
+# that left exercises/ is now built from solutions/)
+IMPL_STAMP := $(OBJ)/impl-sources.stamp
+$(IMPL_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(IMPL_C) $(SOL_C)' | cmp -s - $@ 2>/dev/null || echo '$(IMPL_C) $(SOL_C)' >$@
+$(LIB): $(COMMON_O) $(IMPL_O) $(IMPL_STAMP) Makefile
 	@mkdir -p $(@D)
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
@@ -142,6 +158,11 @@ $(COBJ)/%.cu.o: common/%.cu $(NVFLAGS_STAMP)
 $(OBJ)/$(IMPL)/%.o: $(IMPL)/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
+ifneq ($(IMPL),solutions)
+$(OBJ)/solutions/%.o: solutions/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+endif
 $(OBJ)/chapters/%.o: chapters/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -187,7 +208,8 @@ deps:
 
 # make test: set-up, freshness of exercises/, the exercises tree builds, every .cu compiles,
 # then one Criterion run of unit + multi-rank tests (its summary is the last line).
-# make test IMPL=exercises: the same tests against the student's tree (stubs fail their tests).
+# make test IMPL=exercises: the same tests against the student's tree (exercises/, the files with no
+# exercise from solutions/; stubs fail their tests).
 # The Criterion run is in this recipe itself, so a failure adds only make's one "Error" line.
 # The build runs on every core (JOBS, default nproc): a fresh clone's build is a fifth of the budget.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -296,8 +318,11 @@ bench-gpu:
 endif
 
 # ---- exercises: generated from solutions/, never edited by hand --------------------------
-# Students write the bodies in exercises/: `make exercises` keeps them, and first saves every file
-# it changes that holds a student's work under exercises-backup/ (outside build/: make clean keeps it).
+# exercises/ holds the files of solutions/ with at least one exercise (BEGIN/END EXERCISE markers),
+# and no other: make exercises writes those and removes the rest; check-exercises fails on a file
+# stale, missing, or with no exercise in it. Students write the bodies in exercises/: `make exercises`
+# keeps them, and first saves every file it changes or removes that holds a student's work under
+# exercises-backup/ (outside build/: make clean keeps it).
 exercises:
 	@$(PYTHON) common/scripts/exercises.py generate solutions exercises --backup exercises-backup $(if $(RESET),--reset)
 check-exercises:
@@ -318,7 +343,8 @@ check-bits: build
 	  bash common/scripts/same_bits.sh $$d/src/build/bin $(BIN) $(FILTER); rc=$$?; git worktree remove --force $$d/src; rm -rf $$d; exit $$rc
 # the chapter's tests on your bodies (the reference code for the exercises not yet written), with
 # short deadlines, then one line per exercise: done / not done / wrong / timed out / not overlapped.
-# EX=name judges that exercise alone.
+# EX=name judges that exercise alone. The judged tree (BUILD/exercise-check/impl) is built as
+# IMPL=<that tree>: it holds exercises/'s files, the rest come from solutions/.
 exercise:
 	@test -n "$(CH)" || { echo "usage: make exercise CH=NN [EX=name]   (chapters: $(CHAPTERS))"; exit 2; }
 	@$(PYTHON) common/scripts/exercises.py status solutions exercises --chapter $(CH) $(if $(EX),--ex $(EX)) \
