@@ -419,8 +419,12 @@ bench-gpt: build
 # runs its JS optimizer on node, which finds acorn there when node is not Debian's own.
 EMCC ?= $(shell command -v emcc 2>/dev/null)
 EXPLORER_OUT ?= $(RESULTS)/explorer
+# the schedules' pure C: the simulator (pipeline_sim.c) checks its lists with the checker, which
+# needs the rest
+PIPELINE_PURE_C := $(addprefix solutions/,pipeline_sched.c pipeline_sim.c pipeline_check.c \
+                   pipeline_check_stage.c pipeline_groups.c)
 EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/base/args.c common/base/formula.c \
-              common/model/gpt.c common/model/model.c solutions/pipeline_sched.c solutions/ring.c
+              common/model/gpt.c common/model/model.c $(PIPELINE_PURE_C) solutions/ring.c
 EXPLORER_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \
                   -sSINGLE_FILE=1 -sALLOW_MEMORY_GROWTH=1 -sENVIRONMENT=web,node \
                   -sEXPORTED_RUNTIME_METHODS=ccall,UTF8ToString

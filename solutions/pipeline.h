@@ -44,7 +44,8 @@
 #ifndef ZL_PIPELINE_H
 #define ZL_PIPELINE_H
 #include <stdint.h>          // int64_t
-#include "pipeline_sched.h" // pp_schedule_t, pp_op_t, pp_split, pp_schedule_ops, the formulas, checker, simulator
+#include "pipeline_sched.h" // pp_schedule_t, pp_op_t, pp_split, pp_schedule_ops, pp_inflight_formula
+#include "pipeline_sim.h"   // pp_simulate, pp_bubble_formula, pp_bubble_stages (the bubble's forms)
 #include "train.h" // schedule_t, train_op_t
 
 /* The schedule for --schedule naive|gpipe|1f1b|interleaved|zb-h1|zb-h2 (with --pp and --micro-batches

@@ -4,7 +4,7 @@
  * The messages themselves are pipeline.c's; this file decides which pair and holds a send back
  * for its partner. Shared state: pipeline_state.h. Notes: notes/07-pipeline.md. */
 #include "pipeline_state.h" // pp_state_t, pp_chunk_t, the messages (pp_send_forward, ...)
-#include "check.h"          // xcalloc
+#include "check.h"          // die_on_rank, xcalloc
 #include "comm.h"           // comm_sendrecv_async, comm_wait
 #include "device.h"         // dev_memcpy
 #include "ledger.h"         // LEDGER_ACTS
@@ -24,7 +24,7 @@
  * Which messages pair is decided from the two stages' operation lists (pp_schedule_ops), so
  * the two sides always agree: stage s pairs F k -> B j when its own list has F k right before
  * B j AND the neighbour's list has B j right before F k (the neighbour checks the same two
- * facts: pp_pairs in pipeline_sched.c, which the checker runs too). Warm-up and cool-down
+ * facts: pp_pairs in pipeline_groups.c, which the checker runs too). Warm-up and cool-down
  * messages, and every message with virtual stages, go alone; so do the zero-bubble schedules'
  * where a W sits between the two (holding the input gradient back through a W would delay the
  * previous stage: B is their critical path).
@@ -40,8 +40,9 @@
 void pp_pairs_setup(pp_state_t *st) {
   st->pair_fwd = xcalloc((size_t)st->M, 1, "pipeline pairs");
   st->pair_bwd = xcalloc((size_t)st->M, 1, "pipeline pairs");
+  /* which sends are held for the next receive: pp_groups / pp_pairs (pipeline_groups.c) */
   if (st->grouped) pp_groups(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd);
-  else pp_pairs(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd); /* pipeline_sched.c */
+  else pp_pairs(st->sched, st->P, st->stage, st->M, st->v, st->pair_fwd, st->pair_bwd);
 }
 
 /* ---- interleaved grouped: Megatron's boundaries ------------------------------------------------
@@ -55,7 +56,7 @@ void pp_pairs_setup(pp_state_t *st) {
  * before its F runs (into gstage, copied into the loop's dy when B starts). Where the next segment
  * receives nothing, its last send sends what is held at once (a group of sends). The group is
  * issued at the segment's first receive hook and waited there. The checker runs exactly this
- * (mx_step_seg): no deadlock for v = 2, 3, P <= 8, M <= 32. */
+ * (mx_step_seg, pipeline_check_stage.c): no deadlock for v = 2, 3, P <= 8, M <= 32. */
 
 static int seg_start(const pp_state_t *st, int i) {
   while (i > 0 && !(st->cut[i] & 1)) i--;
@@ -71,7 +72,7 @@ void pp_seg_setup(trainer_t *t) {
   pp_op_t *ops = xcalloc((size_t)n + 1, sizeof *ops, "pipeline groups");
   for (int i = 0; i < n; i++) ops[i] = (pp_op_t){t->ops[i].kind, t->ops[i].micro, t->ops[i].chunk};
   st->cut = xcalloc((size_t)n + 1, 1, "pipeline groups");
-  pp_group_cuts(st->sched, st->P, st->stage, st->M, st->v, ops, n, st->cut); /* pipeline_sched.c */
+  pp_group_cuts(st->sched, st->P, st->stage, st->M, st->v, ops, n, st->cut); /* pipeline_groups.c */
   free(ops);
   st->op_at = xcalloc(2 * (size_t)V, sizeof *st->op_at, "pipeline groups");
   int64_t widest = 0;
@@ -85,6 +86,13 @@ void pp_seg_setup(trainer_t *t) {
   st->ws_bytes += 4 * widest;
 }
 
+/* A group that would not fit g[COMM_GROUP_MAX]: seg_send holds at most 2 sends and a segment receives
+ * at most twice (seg_group), so only a schedule's bug gets here. */
+_Noreturn static void group_full(int i0) {
+  die_on_rank("pipeline: the group before op %d would hold more than COMM_GROUP_MAX = %d sends and receives "
+              "(a schedule's bug)", i0, COMM_GROUP_MAX);
+}
+
 /* The segment of op i: its group, issued now (at its first receive, op i, into `into`): the held
  * sends, then every receive of the segment's operations in order (a later one into gstage); waited. */
 static void seg_group(trainer_t *t, int i, float *into) {
@@ -93,7 +101,10 @@ static void seg_group(trainer_t *t, int i, float *into) {
   if (st->seg_done == i0) return;
   comm_p2p_t g[COMM_GROUP_MAX];
   int n = 0;
-  for (int h = 0; h < st->nheld; h++) g[n++] = (comm_p2p_t){.send = st->held[h].buf, .numel = st->held[h].numel, .peer = st->held[h].peer};
+  for (int h = 0; h < st->nheld; h++) {
+    if (n == COMM_GROUP_MAX) group_full(i0);
+    g[n++] = (comm_p2p_t){.send = st->held[h].buf, .numel = st->held[h].numel, .peer = st->held[h].peer};
+  }
   for (int i2 = i0; i2 < t->n_ops && (i2 == i0 || !(st->cut[i2] & 1)); i2++) {
     const train_op_t *o = &t->ops[i2];
     const pp_chunk_t *ch = &st->chunks[o->chunk];
@@ -106,7 +117,9 @@ static void seg_group(trainer_t *t, int i, float *into) {
       buf = st->gstage.data, st->gstage_j = o->chunk, st->gstage_k = o->micro;
     }
     int64_t numel = (int64_t)st->b * (o->kind == 'F' ? ch->in_numel : t->model.units[ch->u1 - 1].y_numel);
-    g[n++] = (comm_p2p_t){.recv = buf, .numel = numel, .peer = o->kind == 'F' ? ch->rx_act.peer : ch->rx_grad.peer};
+    if (n == COMM_GROUP_MAX) group_full(i0);
+    int peer = o->kind == 'F' ? ch->rx_act.peer : ch->rx_grad.peer;
+    g[n++] = (comm_p2p_t){.recv = buf, .numel = numel, .peer = peer};
   }
   snprintf(st->tag, sizeof st->tag, "group before op %d (%d sends, %d recvs)", i0, st->nheld, n - st->nheld);
   comm_wait(st->fwd, comm_group_async(st->fwd, n, g, DT_F32, st->tag));

@@ -24,7 +24,8 @@
  * fwdw / bwdw (each of them one-way for every stage). The buffers are activations: LEDGER_ACTS,
  * and counted in the stage's workspace beside the slots (st->ws_bytes; the report's "+ B
  * workspace"): 4 · b · width bytes each, at most PP_RECV_AHEAD per queue. */
-#include "pipeline_state.h" // pp_state_t, pp_rxq_t, PP_RECV_AHEAD, pp_posted_recvs, pp_post_recv_forward/backward
+#include "pipeline_state.h" // pp_state_t, pp_rxq_t, pp_post_recv_forward/backward; PP_RECV_AHEAD,
+                            // pp_posted_recvs (pipeline_groups.h)
 #include "check.h"          // die_on_rank, xcalloc
 #include "comm.h"           // comm_wait
 #include "device.h"         // dev_memcpy
@@ -47,7 +48,7 @@ static void rx_post(trainer_t *t, pp_rxq_t *q) {
 }
 
 /* The queues: this stage's unpaired receives of each kind, in the order its list reads them
- * (pp_posted_recvs, pipeline_sched.c: the checker runs the same lists); min(PP_RECV_AHEAD, n)
+ * (pp_posted_recvs, pipeline_groups.c: the checker runs the same lists); min(PP_RECV_AHEAD, n)
  * buffers each, of the kind's largest message. */
 void pp_post_setup(trainer_t *t) {
   pp_state_t *st = t->sched_priv;

@@ -101,7 +101,7 @@ void pp_report(trainer_t *t) {
   }
   for (int s = 0; s < st->P; s++) busy[s] /= busy[st->P + s];
   double bf_stages = pp_bubble_stages(st->sched, st->P, st->M, st->v, busy);
-  /* The simulator fed with this run's own F, B, W (pipeline_sched.h; no message cost): the bubble one
+  /* The simulator fed with this run's own F, B, W (pipeline_sim.h; no message cost): the bubble one
    * step of this loop would show (its window: makespan), and ZB-H2's from the stage's first operation
    * (the paper's, when post-validation lets the next step's forwards start in this one's drain). */
   pp_sim_t sim = {0};

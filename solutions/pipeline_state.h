@@ -4,7 +4,8 @@
  * in t->sched_priv. Not part of the chapter's contract (pipeline.h). */
 #ifndef ZL_PIPELINE_STATE_H
 #define ZL_PIPELINE_STATE_H
-#include "pipeline.h"       // pp_schedule_t
+#include "pipeline.h"        // pp_schedule_t
+#include "pipeline_groups.h" // PP_RECV_AHEAD, pp_pairs, pp_groups, pp_group_cuts, pp_posted_recvs
 #include "comm.h" // comm_t, comm_handle_t
 #include "tensor.h" // tensor_t
 #include "train.h"  // trainer_t
@@ -23,7 +24,7 @@ typedef struct pp_link {
  * still computes (above Open MPI's eager limit a send without a posted receive waits for it:
  * notes/07-pipeline.md, 07c). One queue per kind: every chunk's receives of that kind come over
  * the same link, matched in the order they are sent, which is the order this stage reads them. */
-typedef struct pp_rxq { /* PP_RECV_AHEAD, pp_posted_recvs: pipeline_sched.h */
+typedef struct pp_rxq { /* PP_RECV_AHEAD, pp_posted_recvs: pipeline_groups.h */
   int n, *micro, *chunk;     /* the step's unpaired receives in the order read: micro-batch, chunk j */
   int posted, used;          /* how many of them this step has posted, and read */
   int64_t numel;             /* elements of a buffer: the largest of them (b × the boundary's width) */

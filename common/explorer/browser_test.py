@@ -8,7 +8,8 @@ back what it shows. Then, for every configuration:
   memory       the native BIN/ch00_memory runs the page's flags: its printout must equal the page's
                text to the byte, its exit code and refusal line the page's, and every byte count of
                its --json the page's number (bitwise: the same double);
-  schedules    solutions/pipeline_sched.c compiled natively here (cc -shared) runs pp_simulate for
+  schedules    solutions/pipeline_sim.c (and the pure files it links: the schedules, the checker, the
+               groups) compiled natively here (cc -shared) runs pp_simulate for
                the same P, M, v, F, B, W and c: its bubble must equal the page's (bitwise), and the
                cases it refuses the page must refuse;
   collectives  ring.c's outputs on the page must be the sums (reduce-scatter) or the gathered
@@ -38,6 +39,9 @@ import urllib.parse
 LEN = {"m-psi": 13, "m-ranks": 12, "m-stage": 5, "m-k": 6, "m-layers": 10, "m-hidden": 9, "m-heads": 8, "m-seq": 9,
        "m-micro": 7, "m-tp": 5, "m-vocab": 4}
 SCHED_OK = {0, 1, 2, 3, 4, 5}
+# pp_simulate (pipeline_sim.c) and what it links: the schedules, the checker (its lists' rules), the groups
+PIPELINE_PURE_C = ["pipeline_sched.c", "pipeline_sim.c", "pipeline_check.c", "pipeline_check_stage.c",
+                   "pipeline_groups.c"]
 
 
 MOE_LEN = {"m-experts": 7, "m-topk": 4, "m-moe": 3, "m-ep": 7}  # where ch00_memory has chapter 12's flags
@@ -118,7 +122,7 @@ def chromium_shot(chromium, url, path, size="1400,1000"):
 
 
 class Sim:
-    """pp_simulate of solutions/pipeline_sched.c, compiled natively (the file is plain C)."""
+    """pp_simulate of solutions/pipeline_sim.c, compiled natively with the files it links (plain C)."""
 
     class Cost(ctypes.Structure):
         _fields_ = [("f", ctypes.c_double), ("b", ctypes.c_double), ("w", ctypes.c_double)]
@@ -126,10 +130,10 @@ class Sim:
     class Out(ctypes.Structure):
         _fields_ = [(k, ctypes.c_double) for k in ("makespan", "span", "busy", "bubble", "bubble_makespan")]
 
-    def __init__(self, src):
+    def __init__(self, srcs):
         self.dir = tempfile.mkdtemp(prefix="zl_explorer_sim.")
         so = os.path.join(self.dir, "pp.so")
-        subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", src, "-o", so], check=True)
+        subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC"] + srcs + ["-o", so], check=True)
         self.lib = ctypes.CDLL(so)
         self.lib.pp_simulate.argtypes = [ctypes.c_int] * 4 + [ctypes.POINTER(Sim.Cost), ctypes.c_double,
                                                               ctypes.POINTER(Sim.Out)]
@@ -261,7 +265,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--page", default="results/explorer/index.html")
     ap.add_argument("--bin", default="build/bin")
-    ap.add_argument("--sched-src", default="solutions/pipeline_sched.c")
+    ap.add_argument("--sched-src", nargs="+", default=["solutions/" + f for f in PIPELINE_PURE_C],
+                    help="the C files pp_simulate needs (default: the schedules' pure files)")
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--seed", type=int, default=41)
     ap.add_argument("--shots", default=None)

@@ -2,8 +2,9 @@
  * page shows comes from here, and here only calls the project's own C, compiled with emcc beside it:
  *   memory       common/train/memcalc.c (ch00_memory's calculator: the same flags, the same text and
  *                JSON), with formula.c, args.c, gpt.c and model.c;
- *   schedules    solutions/pipeline_sched.c (pp_schedule_ops, pp_simulate, pp_simulate_timeline,
- *                pp_bubble_formula, pp_inflight_formula);
+ *   schedules    solutions/pipeline_sched.c (pp_schedule_ops, pp_inflight_formula) and pipeline_sim.c
+ *                (pp_simulate, pp_simulate_timeline, pp_bubble_formula), with what the simulator
+ *                links (pipeline_check.c, pipeline_check_stage.c, pipeline_groups.c);
  *   collectives  solutions/ring.c itself (ring_reduce_scatter, ring_all_gather), run on N simulated
  *                ranks by the small communicator below (comm.h's ring-code side: p2p, local reduce,
  *                scratch), which records what every rank sends at every step.
@@ -12,7 +13,8 @@
 #include "comm.h"           // comm_t's ring-code side, comm_chunk_lo, comm_chunk_numel
 #include "dtype.h"          // DT_F32
 #include "memcalc.h"        // memcalc_main, memcalc_stage_states
-#include "pipeline_sched.h" // pp_*
+#include "pipeline_sched.h" // pp_schedule_ops, pp_split, pp_inflight_formula, pp_op_t
+#include "pipeline_sim.h"   // pp_simulate, pp_simulate_timeline, pp_bubble_formula, pp_cost_t
 #include "ring.h"           // ring_reduce_scatter, ring_all_gather
 #include <emscripten.h>     // EMSCRIPTEN_KEEPALIVE
 #include <stdio.h>          // open_memstream, fopen
@@ -101,7 +103,7 @@ EXPORT int zx_sched_kind(int s, int i) { return g_ops[s][i].kind; }
 EXPORT int zx_sched_micro(int s, int i) { return g_ops[s][i].micro; }
 EXPORT int zx_sched_chunk(int s, int i) { return g_ops[s][i].chunk; }
 EXPORT double zx_sched_start(int s, int i) { return g_at[s][i]; }
-/* How long operation i of stage s runs: pp_simulate_lists' rule (pipeline_sched.h): F f, B b (+ w
+/* How long operation i of stage s runs: pp_simulate_lists' rule (pipeline_sim.h): F f, B b (+ w
  * without a split), W w, each over v chunks. */
 EXPORT double zx_sched_dur(int s, int i) {
   pp_op_t o = g_ops[s][i];
@@ -113,7 +115,7 @@ EXPORT double zx_sched_dur(int s, int i) {
 EXPORT double zx_bubble_formula(int sched, int P, int M, int v) { return pp_bubble_formula(sched, P, M, sched == PP_INTERLEAVED ? v : 1); }
 EXPORT int zx_inflight(int sched, int P, int s, int M, int v) { return pp_inflight_formula(sched, P, s, M, sched == PP_INTERLEAVED ? v : 1); }
 
-/* The closed form of the bubble beside the simulator's (pipeline_sched.h; Qi et al. 2023), equal
+/* The closed form of the bubble beside the simulator's (pipeline_sim.h; Qi et al. 2023), equal
  * stages, c = 0: bubble time per step over the step, the step = M(f + b + w) + the bubble time:
  *   naive (P−1)M(f+b+w)   gpipe, 1f1b (P−1)(f+b+w)   interleaved (P−1)(f+b+w)/v
  *   zb-h1 (P−1)(f+b−w) (M >= P)   zb-h2 (P−1)(f+b−2w) (M >= 2P−1), at least 0.

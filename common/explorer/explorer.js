@@ -178,7 +178,7 @@ function drawMemory(j, table, chart) {
   });
 }
 
-// ---- schedules: the simulator of solutions/pipeline_sched.c ---------------------------------------
+// ---- schedules: the simulator of solutions/pipeline_sim.c -----------------------------------------
 var SCHED_NAME = ["naive", "GPipe", "1F1B", "interleaved", "ZB-H1", "ZB-H2"];
 var SCHED_FORMULA = ["(P−1)/P", "(P−1)/(M+P−1)", "(P−1)/(M+P−1)", "(P−1)/(v·M+P−1)",
   "(P−1)(F+B−W) / ((P−1)(F+B−W) + M(F+B+W)), M ≥ P", "(P−1)(F+B−2W) / (… + M(F+B+W)), ≥ 0, M ≥ 2P−1"];

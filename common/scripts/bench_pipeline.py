@@ -24,13 +24,13 @@ pipeline's messages). The JSON's sets: "after" (--bin) and "before" (--base-bin;
 
 The zero-bubble rows (meeting 07c): zb-h1 and zb-h2 beside 1f1b at P = 2, M = 4, 8. For every case
 the chapter's own simulator fed with the run's measured F, B, W per micro-batch and stage
-("bubble_sim": solutions/pipeline_sched.c with messages free; "ok" within 10% + 0.02 of it); the
+("bubble_sim": solutions/pipeline_sim.c with messages free; "ok" within 10% + 0.02 of it); the
 activation peak per stage, the loop's slots (acts_inflight_peak_s*) beside the schedule's formula
 (in-flight count x slot bytes) and the ledger's acts peak; and, labelled PREDICTED, P = 4 and 8 at
-M = 8, 16, 32 from the same simulator (solutions/pipeline_sched.c compiled here into a shared
-library and called through ctypes: the file needs nothing but libc), each stage costing 2/P of the
-P = 2 zb-h1 run's measured stage. --cases zb (ZL_BENCH_CASES=zb): only those P = 2 rows and the
-1-rank steps; all (the default): the whole matrix.
+M = 8, 16, 32 from the same simulator (solutions/pipeline_sim.c and the pure files it links,
+compiled here into a shared library and called through ctypes: they need nothing but libc), each
+stage costing 2/P of the P = 2 zb-h1 run's measured stage. --cases zb (ZL_BENCH_CASES=zb): only
+those P = 2 rows and the 1-rank steps; all (the default): the whole matrix.
 JSON: --out, with _meta (command, machine, date, load before and after)."""
 import argparse, ctypes, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -66,7 +66,7 @@ def formula(sched, P, M):
 
 
 class Sim:
-    """pp_simulate of solutions/pipeline_sched.c through ctypes (compiled here: the file is plain C)."""
+    """pp_simulate of solutions/pipeline_sim.c through ctypes (compiled here with what it links)."""
 
     class Cost(ctypes.Structure):
         _fields_ = [("f", ctypes.c_double), ("b", ctypes.c_double), ("w", ctypes.c_double)]
@@ -78,7 +78,9 @@ class Sim:
         cc = shutil.which("cc") or shutil.which("gcc")
         self.dir = tempfile.mkdtemp(prefix="zl_ppsim.")
         so = os.path.join(self.dir, "libppsched.so")
-        subprocess.run([cc, "-std=c11", "-O2", "-shared", "-fPIC", "-o", so, "solutions/pipeline_sched.c"], check=True)
+        srcs = ["solutions/" + f for f in ("pipeline_sched.c", "pipeline_sim.c", "pipeline_check.c",
+                                            "pipeline_check_stage.c", "pipeline_groups.c")]
+        subprocess.run([cc, "-std=c11", "-O2", "-shared", "-fPIC", "-o", so] + srcs, check=True)
         self.lib = ctypes.CDLL(so)
         self.lib.pp_simulate.argtypes = [ctypes.c_int] * 4 + [ctypes.POINTER(Sim.Cost), ctypes.c_double,
                                                                ctypes.POINTER(Sim.Out)]

@@ -70,7 +70,7 @@ def bubble_of(per_rank):
 
 
 def formula(sched, P, M, v=1):
-    """Equal stages, messages free (solutions/pipeline_sched.h, pp_bubble_formula): the zero-bubble
+    """Equal stages, messages free (solutions/pipeline_sim.h, pp_bubble_formula): the zero-bubble
     ones with F = B = W, in their stated ranges (ZB-H1 M >= P, ZB-H2 M >= 2P - 1)."""
     if sched == "naive":
         return (P - 1) / P

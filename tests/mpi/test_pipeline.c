@@ -12,8 +12,9 @@
  *
  * MLP: input 6, hidden 13, classes 11, 4 hidden layers: 5 units of 91, 182, 182, 182, 154
  * parameters — 5 units, so no P of 2, 3, 4 divides them (odd splits). */
-#include "zl_test.h"  // zl_run, zl_json_num, zl_read_floats, zl_expect_floats
-#include "pipeline.h" // pp_split, pp_schedule_ops, pp_inflight_formula
+#include "zl_test.h"         // zl_run, zl_json_num, zl_read_floats, zl_expect_floats
+#include "pipeline.h"        // pp_split, pp_schedule_ops, pp_inflight_formula, pp_bubble_stages
+#include "pipeline_groups.h" // pp_posted_recvs
 
 #define SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7"
 #define MODEL SHAPE " --steps 2"
@@ -226,7 +227,7 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
       cr_assert(fabs(zl_json_num(r.json, "bubble_formula") - bf) < 1e-8, "%s: bubble_formula, expected %g", name, bf);
       /* the stages' formula, from this run's measured busy times: an idle fraction, and for naive the
        * equal-stage one whatever the times. (Not compared with bf otherwise: with an earlier stage the
-       * slowest it may fall a little below it — pipeline_sched.h — so that would assert a timing.) */
+       * slowest it may fall a little below it — pipeline_sim.h — so that would assert a timing.) */
       double bs = zl_json_num(r.json, "bubble_formula_stages");
       cr_assert(bs >= 0 && bs < 1 && (sc != 0 || fabs(bs - bf) < 1e-9), "%s: bubble_formula_stages %g, expected in "
                 "[0, 1)%s", name, bs, sc == 0 ? " and equal to the formula (naive)" : "");

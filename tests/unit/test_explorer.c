@@ -1,12 +1,12 @@
 /* test_explorer.c — what the explorer page (common/explorer/) draws from the C it compiles: the
- * simulator's timeline (pp_simulate_timeline, solutions/pipeline_sched.c) agrees with its summary
+ * simulator's timeline (pp_simulate_timeline, solutions/pipeline_sim.c) agrees with its summary
  * (pp_simulate): every operation after the stage's previous one, the last end the makespan,
  * the busy time the sum of the costs. Exact: the same additions in the same order. The page
  * itself is tested in a browser by make test-long (suite explorer_long, tests/unit/test_explorer_long.c).
  * Notes: notes/tour.md ("The explorer page"). Suite pipeline_sched. */
-#include "zl_test.h"        // Criterion, zl helpers
-#include "pipeline_sched.h" // pp_simulate_timeline, pp_simulate, pp_schedule_ops
-#include <stdlib.h>         // calloc, free
+#include "zl_test.h"      // Criterion, zl helpers
+#include "pipeline_sim.h" // pp_simulate_timeline, pp_simulate; pipeline_sched.h: pp_schedule_ops
+#include <stdlib.h>       // calloc, free
 
 Test(pipeline_sched, timeline_agrees_with_the_summary) {
   const pp_schedule_t scheds[] = {PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_H2};

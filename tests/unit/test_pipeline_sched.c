@@ -1,14 +1,18 @@
-/* test_pipeline_sched.c — chapter 07's schedules as pure functions (solutions/pipeline_sched.h;
- * suites ch07_pipeline and ch07_sched): the zero-bubble orders (every F before its B before its W
- * per micro-batch, the W's in order, ZB-H1 being 1F1B's order with W's added, their activations in
- * flight), the checker (it names a W before its B, a W out of order, crossing messages and a
- * deadlock), every schedule's messages pairing without deadlock for P <= 8, M <= 32 (and v up to
- * 4), and the simulator: the closed forms of Qi et al. 2023 exactly (1F1B (p−1)(F+B+W), ZB-H1
- * (p−1)(F+B−W), ZB-H2 (p−1)(F+B+2c−2W), each where it holds), the paper's bubble rates at p = 8,
- * m = 24 and 64 within 0.002 from its rounded F, B, W, c, and chapter 07's formulas from it.
+/* test_pipeline_sched.c — chapter 07's schedules as pure functions (solutions/pipeline_sched.h,
+ * pipeline_groups.h, pipeline_check.h, pipeline_sim.h; suites ch07_pipeline and ch07_sched): the
+ * zero-bubble orders (every F before its B before its W per micro-batch, the W's in order, ZB-H1
+ * being 1F1B's order with W's added, their activations in flight), the checker (it names a W
+ * before its B, a W out of order, crossing messages and a deadlock), every schedule's messages
+ * pairing without deadlock for P <= 8, M <= 32 (and v up to 4), and the simulator: the closed
+ * forms of Qi et al. 2023 exactly (1F1B (p−1)(F+B+W), ZB-H1 (p−1)(F+B−W), ZB-H2 (p−1)(F+B+2c−2W),
+ * each where it holds), the paper's bubble rates at p = 8, m = 24 and 64 within 0.002 from its
+ * rounded F, B, W, c, and chapter 07's formulas from it.
  * Notes: notes/07-pipeline.md, meeting 07c. */
-#include "zl_test.h"        // Criterion
-#include "pipeline_sched.h" // pp_schedule_ops, pp_check_*, pp_simulate, pp_bubble_formula
+#include "zl_test.h"         // Criterion
+#include "pipeline_sched.h"  // pp_schedule_ops, pp_inflight_formula
+#include "pipeline_groups.h" // pp_pairs, pp_groups, pp_group_cuts
+#include "pipeline_check.h"  // pp_check_*
+#include "pipeline_sim.h"    // pp_simulate, pp_bubble_formula, pp_bubble_stages
 
 enum { MAXP = 8, MAXM = 32, MAXOPS = 3 * MAXM + 2 * 4 * MAXM };
 
