@@ -88,7 +88,7 @@ static void ep_tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   comm_t *xg = moe_xg_group(m), *tp = moe_tp_group(m);
   model_t b = moe_base(m);
   const tp_split_t *s = b.ctx;
-  int T = comm_world(tp), r = comm_rank(tp), X = comm_world(xg), xr = comm_rank(xg);
+  int ntp = comm_world(tp), r = comm_rank(tp), nxg = comm_world(xg), xr = comm_rank(xg); /* the groups' sizes */
   *calls = *bytes = 0;
   for (int u = 0; u < m->n_units; u++) {
     tp_unit_t moe_k = {.ar_calls = 2, .ar_fwd_calls = 1, .ag_calls = 2, .ag_fwd_calls = 1,
@@ -97,9 +97,9 @@ static void ep_tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
                      * 2 of its 4 reduce-scatters, both LayerNorms' weight gradients); nothing at the MoE half */
       moe_k = (tp_unit_t){.ag_calls = 3, .ag_fwd_calls = 1, .rs_calls = 2, .rs_fwd_calls = 1, .ln_calls = 2,
                           .ln_numel = 2 * (int64_t)m->gpt.n_embd, .ar_numel = moe_k.ar_numel};
-    tp_unit_traffic(moe_unit_router(m, u) >= 0 ? &moe_k : &s->units[u], t, u, T, r, calls, bytes);
-    if (X > 1) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, moe_unit_dense(m, u), t->wdt, X, xr, 0);
-    if (router_numel(m, u) > 0) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, router_numel(m, u), t->wdt, T, r, 0);
+    tp_unit_traffic(moe_unit_router(m, u) >= 0 ? &moe_k : &s->units[u], t, u, ntp, r, calls, bytes);
+    if (nxg > 1) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, moe_unit_dense(m, u), t->wdt, nxg, xr, 0);
+    if (router_numel(m, u) > 0) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, router_numel(m, u), t->wdt, ntp, r, 0);
   }
 }
 
@@ -114,7 +114,7 @@ static int ep_tp_groups(const trainer_t *t, comm_t **out, int max) {
  * the full unit has them. */
 static float *ep_tp_unsplit(const model_t *m, const float *local, int has_local, int64_t *full_numel) {
   comm_t *g = moe_group(m);
-  int P = comm_world(g), T = comm_world(moe_tp_group(m));
+  int P = comm_world(g), ntp = comm_world(moe_tp_group(m)); /* P_E, the TP group's ranks */
   *full_numel = moe_full_numel(m);
   if (!has_local) return NULL;
   char *all = NULL;
@@ -135,13 +135,13 @@ static float *ep_tp_unsplit(const model_t *m, const float *local, int has_local,
     if (ro >= 0) {
       gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
       int64_t R = router_numel(m, u), n = moe_unit_dense(m, u), x = m->units[u].numel - n; /* x: a rank's experts */
-      for (int q = T - 1; q >= 0; q--) tp_gpt_attn_map(&b, q, o, at[q], 0);
+      for (int q = ntp - 1; q >= 0; q--) tp_gpt_attn_map(&b, q, o, at[q], 0);
       memcpy(o + l.fcw, at[0] + ro, (size_t)R * sizeof(float));
       for (int q = 0; q < P; q++) memcpy(o + l.fcw + R + q * x, at[q] + n, (size_t)x * sizeof(float));
       for (int q = 0; q < P; q++) at[q] += m->units[u].numel;
     } else {
-      for (int q = T - 1; q >= 0; q--) tp_map_unit(&b, u, q, o, at[q], 0);
-      for (int q = 0; q < P; q++) at[q] += tp_unit_local_numel(&b, u, q % T);
+      for (int q = ntp - 1; q >= 0; q--) tp_map_unit(&b, u, q, o, at[q], 0);
+      for (int q = 0; q < P; q++) at[q] += tp_unit_local_numel(&b, u, q % ntp);
     }
     o += moe_full_unit_numel(m, u);
   }
