@@ -122,13 +122,14 @@ TEST_C    := $(wildcard tests/unit/*.c) $(wildcard tests/mpi/test_*.c)
 TEST_BIN  := $(OUT)/tests/zl_tests
 SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
+EXPLORER_NATIVE := $(OUT)/tests/explorer_native
 
 .PHONY: all build demo test test-long test-kernels test-prep test-run run doctor deps exercises check-exercises exercise hint \
         exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
 all: build
-build: $(PROGRAMS) $(TOOLS) $(TEST_BIN) $(SCN_BIN)
+build: $(PROGRAMS) $(TOOLS) $(TEST_BIN) $(SCN_BIN) $(EXPLORER_NATIVE)
 	@echo "built $(IMPL) into $(BIN) (CUDA path: $(if $(filter 1,$(USE_CUDA)),on,off))"
 
 # a fresh archive each time (ar alone would keep members of objects that no longer exist, e.g.
@@ -428,6 +429,20 @@ EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/base/args
 EXPLORER_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \
                   -sSINGLE_FILE=1 -sALLOW_MEMORY_GROWTH=1 -sENVIRONMENT=web,node \
                   -sEXPORTED_RUNTIME_METHODS=ccall,UTF8ToString
+# The same files natively, in make build (EXPLORER_NATIVE, with tests/explorer/explorer_native.c's main):
+# the page's include path and warnings, the host compiler, unreached functions dropped as wasm-ld drops
+# them (--gc-sections); explorer.c's EXPORT is plain without __EMSCRIPTEN__. So a change to comm.h or
+# ring.c that would break the page breaks the build; suite common_explorer runs it.
+EXPLORER_CC ?= cc
+EXPLORER_NATIVE_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \
+                         -ffunction-sections -fdata-sections -MMD -MP
+EXPLORER_NATIVE_O := $(patsubst %.c,$(OBJ)/explorer-native/%.o,$(EXPLORER_C) tests/explorer/explorer_native.c)
+$(OBJ)/explorer-native/%.o: %.c
+	@mkdir -p $(@D)
+	$(EXPLORER_CC) $(EXPLORER_NATIVE_FLAGS) -c $< -o $@
+$(EXPLORER_NATIVE): $(EXPLORER_NATIVE_O)
+	@mkdir -p $(@D)
+	$(EXPLORER_CC) $^ -Wl,--gc-sections -o $@ -lm
 .PHONY: explorer
 explorer:
 ifeq ($(EMCC),)

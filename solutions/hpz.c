@@ -14,7 +14,7 @@
 #include "zero3_state.h"      // zero3_t, hpz_* declarations, node_sizes_equal_or_die
 #include <stdio.h>            // printf, snprintf
 #include <stdlib.h>           // free
-#include "check.h"   // xcalloc
+#include "check.h"   // xcalloc, die_on_rank
 #include "comm.h"    // comm_split, comm_all_gather_async, comm_wait, comm_node*
 #include "device.h"  // dev_memcpy
 #include "tensor.h"  // tensor_alloc, tensor_free, tensor_at
@@ -29,6 +29,9 @@ void hpz_setup(trainer_t *t, zero3_t *z) {
   int g = comm_node_size(z->shard);
   struct hpz *h = xcalloc(1, sizeof *h, "hpz state");
   h->node = comm_split(z->shard, comm_node(z->shard), z->rank);
+  if (t->n_sub_comms == TRAIN_SUB_COMMS_MAX)
+    die_on_rank("--hpz: the trainer already holds %d sub-communicators (TRAIN_SUB_COMMS_MAX)",
+        t->n_sub_comms);
   t->sub_comms[t->n_sub_comms++] = h->node; /* the report counts its bytes */
   h->sec = tensor_alloc("params (hpZ secondary)", LEDGER_PARAMS, t->wdt, t->dev, t->model.padded_numel / g); // (P/g)
   z->hpz = h;

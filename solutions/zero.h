@@ -32,8 +32,6 @@
 void shard_plan(model_t *m, int world);
 /* Offset, in the full padded buffer, of rank r's piece of unit u. */
 static inline int64_t shard_piece_off(const unit_t *u, int rank) { return u->off + (int64_t)rank * u->piece; }
-/* Pad slots of the whole model: padded_numel − numel. */
-static inline int64_t shard_padding(const model_t *m) { return m->padded_numel - m->numel; }
 /* Rebuild the unpadded Ψ weights from every rank's shard: shards holds world blobs of
  * shard_numel floats each, in rank order (what comm_ctl_gather returns). dst: Ψ floats. */
 void shard_assemble(const model_t *m, int world, const float *shards, float *dst);

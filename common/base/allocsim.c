@@ -13,7 +13,7 @@ enum { POOL_SMALL = 0, POOL_LARGE, POOL_REGION };
 typedef struct { int64_t off, size; int seg, free, pool, prev, next, alive; } blk_t; /* one block of a segment */
 typedef struct { int64_t size; int alive, first; } seg_t;                           /* one cudaMalloc */
 typedef struct { blk_t *b; int nb, capb; seg_t *s; int ns, caps; int64_t reserved, allocated; } heap_t;
-typedef struct { int cat; int64_t bytes; int blk, heap, alive; } live_t; /* one live allocation */
+typedef struct { int blk, heap, alive; } live_t; /* one allocation event's block: its heap, live or freed */
 
 static int64_t round512(int64_t n) { return n <= 0 ? 512 : (n + 511) / 512 * 512; }
 
@@ -137,26 +137,61 @@ int allocsim_long_lived(int cat, const char *what) {
   return 1;
 }
 
+/* The allocations' event indices in trace order (their ids increase along it: dies otherwise). */
+static int *alloc_events(const allocsim_event_t *ev, int n, int *na) {
+  int *ix = xcalloc((size_t)(n > 0 ? n : 1), sizeof *ix, "allocsim allocations");
+  *na = 0;
+  for (int e = 0; e < n; e++) {
+    if (ev[e].op != 'A') continue;
+    if (*na > 0 && ev[e].id <= ev[ix[*na - 1]].id)
+      die("allocsim: event %d allocates id %lld after id %lld: ids must increase along the trace", e,
+          (long long)ev[e].id, (long long)ev[ix[*na - 1]].id);
+    ix[(*na)++] = e;
+  }
+  return ix;
+}
+
+/* The allocation event that free event e gives back: the one before e with its id (bisection over
+ * ix[0..na), the allocations in id order); dies if there is none or it has another category or size. */
+static int freed_alloc(const allocsim_event_t *ev, const int *ix, int na, int e) {
+  int lo = 0, hi = na;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (ev[ix[mid]].id < ev[e].id) lo = mid + 1;
+    else hi = mid;
+  }
+  int k = lo < na ? ix[lo] : -1;
+  if (k < 0 || k > e || ev[k].id != ev[e].id)
+    die("allocsim: event %d frees id %lld, which no earlier allocation has", e, (long long)ev[e].id);
+  if (ev[k].cat != ev[e].cat || ev[k].bytes != ev[e].bytes)
+    die("allocsim: event %d frees id %lld as %lld bytes of category %d; event %d allocated it as %lld of %d",
+        e, (long long)ev[e].id, (long long)ev[e].bytes, ev[e].cat, k, (long long)ev[k].bytes, ev[k].cat);
+  return k;
+}
+
+static void die_twice(const allocsim_event_t *ev, int e) {
+  die("allocsim: event %d frees id %lld, which an earlier free gave back already", e, (long long)ev[e].id);
+}
+
 int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget, allocsim_result_t *r) {
   *r = (allocsim_result_t){.failed_at = -1};
   heap_t hc = {0}, hr = {0}; /* the caching pools; the long-lived region */
-  live_t *live = xcalloc((size_t)(n > 0 ? n : 1), sizeof *live, "allocsim live");
-  int nlive = 0, rc = 0;
+  live_t *live = xcalloc((size_t)(n > 0 ? n : 1), sizeof *live, "allocsim live"); /* by allocation event */
+  int na = 0, rc = 0;
+  int *ix = alloc_events(ev, n, &na);
   if (mode == ALLOCSIM_REGIONS) { /* the region: the long-lived tensors' live peak, known from the trace */
     int64_t now = 0, peak = 0;
-    int *mark = xcalloc((size_t)(n > 0 ? n : 1), sizeof *mark, "allocsim marks");
+    int *mark = xcalloc((size_t)(n > 0 ? n : 1), sizeof *mark, "allocsim marks"); /* 1 long-lived, -1 freed */
     for (int e = 0; e < n; e++) {
       if (ev[e].op == 'A') {
         if (allocsim_long_lived(ev[e].cat, ev[e].what)) { now += round512(ev[e].bytes); mark[e] = 1; }
         if (now > peak) peak = now;
         continue;
       }
-      for (int k = e - 1; k >= 0; k--) /* the allocation this free gives back (most recent match) */
-        if (ev[k].op == 'A' && mark[k] >= 0 && ev[k].cat == ev[e].cat && ev[k].bytes == ev[e].bytes) {
-          if (mark[k] == 1) now -= round512(ev[k].bytes);
-          mark[k] = -1;
-          break;
-        }
+      int k = freed_alloc(ev, ix, na, e);
+      if (mark[k] < 0) die_twice(ev, e);
+      if (mark[k] == 1) now -= round512(ev[k].bytes);
+      mark[k] = -1;
     }
     free(mark);
     if (peak > 0) new_segment(&hr, peak, POOL_REGION);
@@ -179,11 +214,10 @@ int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_
         rc = 1;
         break;
       }
-      live[nlive++] = (live_t){.cat = ev[e].cat, .bytes = ev[e].bytes, .blk = b, .heap = heap, .alive = 1};
+      live[e] = (live_t){.blk = b, .heap = heap, .alive = 1};
     } else {
-      int k = nlive - 1;
-      while (k >= 0 && !(live[k].alive && live[k].cat == ev[e].cat && live[k].bytes == ev[e].bytes)) k--;
-      if (k < 0) die("allocsim: event %d frees %lld bytes of category %d that no live allocation holds", e, (long long)ev[e].bytes, ev[e].cat);
+      int k = freed_alloc(ev, ix, na, e); /* exactly the block that allocation took */
+      if (!live[k].alive) die_twice(ev, e);
       live[k].alive = 0;
       give(live[k].heap ? &hr : &hc, live[k].blk);
     }
@@ -199,7 +233,7 @@ int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_
   }
   int64_t lc = largest_free(&hc), lr = largest_free(&hr);
   r->largest_free_end = lc > lr ? lc : lr;
-  free(hc.b); free(hc.s); free(hr.b); free(hr.s); free(live);
+  free(hc.b); free(hc.s); free(hr.b); free(hr.s); free(live); free(ix);
   return rc;
 }
 
@@ -226,13 +260,14 @@ allocsim_event_t *allocsim_load(const char *path, int *n) {
     line++;
     char op;
     int arena, cat, used = 0;
-    long long bytes;
-    if (sscanf(buf, "%c %d %d %lld %n", &op, &arena, &cat, &bytes, &used) < 4 || (op != 'A' && op != 'F'))
-      die("allocsim: %s line %d: expected `A|F arena cat bytes [what]`", path, line);
+    long long bytes, id;
+    int got = sscanf(buf, "%c %d %d %lld %lld %n", &op, &arena, &cat, &bytes, &id, &used);
+    if (got < 5 || (op != 'A' && op != 'F'))
+      die("allocsim: %s line %d: expected `A|F arena cat bytes id [what]`", path, line);
     if (arena != 0) continue; /* the host arena has no device budget */
     if (k == cap) { cap *= 2; ev = realloc(ev, (size_t)cap * sizeof *ev); }
     if (!ev) die("allocsim: out of host memory");
-    ev[k] = (allocsim_event_t){.op = op, .cat = cat, .bytes = bytes};
+    ev[k] = (allocsim_event_t){.op = op, .cat = cat, .bytes = bytes, .id = id};
     if (op == 'A') {
       snprintf(ev[k].what, sizeof ev[k].what, "%s", used ? buf + used : "?");
       ev[k].what[strcspn(ev[k].what, "\n")] = 0;

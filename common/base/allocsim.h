@@ -11,8 +11,8 @@
  *                     to one pre-allocated region sized to their live peak (
  *                     best fit inside it, spilling to the caching pool if none fits); the short-lived ones use
  *                     the caching allocator above.
- * A free names only its category and size (the ledger's contract), so it frees the most recent
- * live block of that category and size. Nothing here touches real memory. */
+ * A free names the id of the allocation it gives back (the ledger's contract), so it frees exactly
+ * the block that allocation took. Nothing here touches real memory. */
 #ifndef ZL_ALLOCSIM_H
 #define ZL_ALLOCSIM_H
 #include <stdint.h> // int64_t
@@ -21,6 +21,7 @@ typedef struct {
   char op;       /* 'A' allocate, 'F' free */
   int cat;       /* ledger_cat_t */
   int64_t bytes; /* as given to the ledger */
+  int64_t id;    /* ledger_add's id: 'A' its own (increasing along the trace), 'F' the allocation it frees */
   char what[48]; /* the allocation's name ('A' only) */
 } allocsim_event_t;
 
@@ -49,8 +50,8 @@ typedef struct {
 int allocsim_long_lived(int cat, const char *what);
 
 /* Replay ev[0..n) under mode with a budget on reserved bytes (0 = none) into *r; returns 0, or 1
- * if an allocation failed (r->failed_at says which; the replay stops there). A free that matches
- * no live block dies naming its index. */
+ * if an allocation failed (r->failed_at says which; the replay stops there). A free whose id names
+ * no live allocation, or one of another category or size, dies naming its index. */
 int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget, allocsim_result_t *r);
 
 /* The smallest budget (a multiple of `step` bytes, step > 0) under which the replay succeeds, found

@@ -16,6 +16,7 @@ static int64_t g_live[LEDGER_NARENA][LEDGER_NCAT];  /* bytes held now, per arena
 static int64_t g_peak[LEDGER_NARENA][LEDGER_NCAT];  /* highest g_live[a][c] since init/reset */
 static int64_t g_total_live[LEDGER_NARENA], g_total_peak[LEDGER_NARENA];
 static FILE *g_trace; /* --alloc-trace: the alloc/free sequence, or NULL */
+static int64_t g_last_id; /* the id ledger_add gave last (never reset: ids stay unique per process) */
 
 static const char *const g_names[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm"};
 
@@ -42,7 +43,7 @@ static void check_cat(ledger_arena_t a, ledger_cat_t cat, const char *fn) {
   if (cat < 0 || cat >= LEDGER_NCAT) die_on_rank("%s: bad ledger category %d", fn, (int)cat);
 }
 
-void ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const char *what) {
+int64_t ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const char *what) {
   check_cat(a, cat, "ledger_add");
   if (nbytes < 0) die_on_rank("ledger_add: negative size %lld for %s", (long long)nbytes, what ? what : "?");
   pthread_mutex_lock(&g_mu);
@@ -61,19 +62,28 @@ void ledger_add_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, const cha
   if (g_live[a][cat] > g_peak[a][cat]) g_peak[a][cat] = g_live[a][cat];
   g_total_live[a] += nbytes;
   if (g_total_live[a] > g_total_peak[a]) g_total_peak[a] = g_total_live[a];
-  if (g_trace) fprintf(g_trace, "A %d %d %lld %s\n", (int)a, (int)cat, (long long)nbytes, what ? what : "?");
+  int64_t id = ++g_last_id;
+  if (g_trace)
+    fprintf(g_trace, "A %d %d %lld %lld %s\n", (int)a, (int)cat, (long long)nbytes, (long long)id,
+            what ? what : "?");
   pthread_mutex_unlock(&g_mu);
+  return id;
 }
 
-void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes) {
+void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes, int64_t id) {
   check_cat(a, cat, "ledger_sub");
   pthread_mutex_lock(&g_mu);
   int bad = nbytes < 0 || nbytes > g_live[a][cat];
-  int64_t live = g_live[a][cat];
+  int64_t live = g_live[a][cat], last = g_last_id;
+  if (!bad && (id < 1 || id > last)) {
+    pthread_mutex_unlock(&g_mu);
+    die_on_rank("ledger_sub: %s gives back id %lld, which ledger_add never gave (last %lld)",
+        ledger_cat_name(cat), (long long)id, (long long)last);
+  }
   if (!bad) {
     g_live[a][cat] -= nbytes;
     g_total_live[a] -= nbytes;
-    if (g_trace) fprintf(g_trace, "F %d %d %lld\n", (int)a, (int)cat, (long long)nbytes);
+    if (g_trace) fprintf(g_trace, "F %d %d %lld %lld\n", (int)a, (int)cat, (long long)nbytes, (long long)id);
   }
   pthread_mutex_unlock(&g_mu);
   /* Giving back more than is held is a bookkeeping bug (double free, wrong category or arena). */
@@ -82,8 +92,12 @@ void ledger_sub_in(ledger_arena_t a, ledger_cat_t cat, int64_t nbytes) {
         ledger_cat_name(cat), (long long)nbytes, (long long)live);
 }
 
-void ledger_add(ledger_cat_t cat, int64_t nbytes, const char *what) { ledger_add_in(LEDGER_DEVICE, cat, nbytes, what); }
-void ledger_sub(ledger_cat_t cat, int64_t nbytes) { ledger_sub_in(LEDGER_DEVICE, cat, nbytes); }
+int64_t ledger_add(ledger_cat_t cat, int64_t nbytes, const char *what) {
+  return ledger_add_in(LEDGER_DEVICE, cat, nbytes, what);
+}
+void ledger_sub(ledger_cat_t cat, int64_t nbytes, int64_t id) {
+  ledger_sub_in(LEDGER_DEVICE, cat, nbytes, id);
+}
 
 /* Read one counter under the lock. */
 static int64_t read_locked(const int64_t *p) {

@@ -269,17 +269,17 @@ void comm_finalize(comm_t *c) {
   for (int s = 0; s < 2; s++) {
     if (c->scratch[s]) {
       c->be->scratch_free(c, c->scratch[s]);
-      ledger_sub(LEDGER_COMM, c->scratch_nbytes[s]);
+      ledger_sub(LEDGER_COMM, c->scratch_nbytes[s], c->scratch_ledger_id[s]);
     }
     if (c->stage[s]) {
       free(c->stage[s]);
-      ledger_sub(LEDGER_COMM, c->stage_nbytes[s]);
+      ledger_sub(LEDGER_COMM, c->stage_nbytes[s], c->stage_ledger_id[s]);
     }
   }
   if (c->piece) {
     if (c->piece_on_cuda) dev_free(DEV_CUDA, c->piece);
     else c->be->scratch_free(c, c->piece);
-    ledger_sub(LEDGER_COMM, c->piece_bytes);
+    ledger_sub(LEDGER_COMM, c->piece_bytes, c->piece_ledger_id);
   }
   if (c->be->finalize) c->be->finalize(c);
   comm_mpi_shutdown(c); /* a sub-communicator: MPI_Comm_free only */
@@ -348,7 +348,8 @@ static comm_handle_t submit_chunked(comm_t *c, comm_task_t *t, const char *tag) 
   if (s < 1) s = 1;
   if (s >= chunk) return comm_submit(c, t, tag);
   if (!c->piece) { /* issue side, before any piece runs; never regrown, so the stream may use it freely */
-    ledger_add(LEDGER_COMM, c->piece_bytes, "comm piece buffer"); /* dies first if over the budget */
+    /* dies first if over the budget */
+    c->piece_ledger_id = ledger_add(LEDGER_COMM, c->piece_bytes, "comm piece buffer");
     c->piece_on_cuda = comm_needs_staging(c);
     c->piece = c->piece_on_cuda ? dev_malloc(DEV_CUDA, (size_t)c->piece_bytes, "comm piece buffer")
                                 : c->be->scratch_alloc(c, c->piece_bytes);

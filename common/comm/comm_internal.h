@@ -160,13 +160,14 @@ struct comm {
 
   /* scratch (ring) and host staging (CUDA buffers on a host-only backend), grown on demand */
   void *scratch[2];
-  int64_t scratch_nbytes[2];
+  int64_t scratch_nbytes[2], scratch_ledger_id[2]; /* ledger_add's ids, for ledger_sub */
   void *stage[2];
-  int64_t stage_nbytes[2];
+  int64_t stage_nbytes[2], stage_ledger_id[2];
   /* constant-size buffers (comm_set_piece_bytes): the cap, 0 = none, and the packing buffer of
    * the pieced reduce-scatters / all-gathers (piece_bytes, allocated at the first such piece) */
   int64_t piece_bytes;
   void *piece;
+  int64_t piece_ledger_id;
   int piece_on_cuda; /* piece came from dev_malloc (CUDA buffers on a host-only backend) */
 
   /* exercise mode (ZL_EXERCISE_TIMEOUT_S set): the handles not yet waited for (comm_checks.c,

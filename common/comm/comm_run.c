@@ -21,9 +21,9 @@ void *comm_stage_buf(comm_t *c, int slot, int64_t nbytes) {
   if (nbytes > c->stage_nbytes[slot]) {
     if (c->stage[slot]) {
       free(c->stage[slot]);
-      ledger_sub(LEDGER_COMM, c->stage_nbytes[slot]);
+      ledger_sub(LEDGER_COMM, c->stage_nbytes[slot], c->stage_ledger_id[slot]);
     }
-    ledger_add(LEDGER_COMM, nbytes, "comm host staging");
+    c->stage_ledger_id[slot] = ledger_add(LEDGER_COMM, nbytes, "comm host staging");
     c->stage[slot] = xmalloc((size_t)nbytes, "comm host staging");
     c->stage_nbytes[slot] = nbytes;
   }
@@ -264,11 +264,12 @@ void *comm_scratch(comm_t *c, int slot, int64_t nbytes) {
   if (nbytes > c->scratch_nbytes[slot]) {
     if (c->scratch[slot]) {
       c->be->scratch_free(c, c->scratch[slot]);
-      ledger_sub(LEDGER_COMM, c->scratch_nbytes[slot]);
+      ledger_sub(LEDGER_COMM, c->scratch_nbytes[slot], c->scratch_ledger_id[slot]);
       c->scratch[slot] = NULL;
       c->scratch_nbytes[slot] = 0;
     }
-    ledger_add(LEDGER_COMM, nbytes, "comm scratch"); /* dies first if over the --mem-limit-mb budget */
+    /* dies first if over the --mem-limit-mb budget */
+    c->scratch_ledger_id[slot] = ledger_add(LEDGER_COMM, nbytes, "comm scratch");
     c->scratch[slot] = c->be->scratch_alloc(c, nbytes);
     c->scratch_nbytes[slot] = nbytes;
   }

@@ -52,7 +52,7 @@ static _Noreturn void ops_bad_dtype(const char *op, dtype_t dt) {
 /* Slots the CPU ops use themselves; callers of ops_workspace take OPS_WS_FREE and up. */
 enum { OPS_WS_W = 0, OPS_WS_DW = 1, OPS_WS_B = 2, OPS_WS_FREE = 3, OPS_WS_NSLOTS = 8 };
 
-typedef struct ops_ws { void *p; int64_t nbytes; } ops_ws_t;
+typedef struct ops_ws { void *p; int64_t nbytes, ledger_id; } ops_ws_t;
 static ops_ws_t g_ws[2][OPS_WS_NSLOTS]; /* [device][slot] */
 
 /* Contents are NOT kept when a slot grows: a workspace is scratch for one op at a time.
@@ -65,9 +65,9 @@ void *ops_workspace(device_t dev, int slot, int64_t nbytes) {
   if (nbytes > w->nbytes) {
     if (w->p) {
       dev_free(dev, w->p);
-      ledger_sub(LEDGER_ACTS, w->nbytes);
+      ledger_sub(LEDGER_ACTS, w->nbytes, w->ledger_id);
     }
-    ledger_add(LEDGER_ACTS, nbytes, "ops workspace");
+    w->ledger_id = ledger_add(LEDGER_ACTS, nbytes, "ops workspace");
     w->p = dev_malloc(dev, (size_t)nbytes, "ops workspace");
     w->nbytes = nbytes;
   }
@@ -83,7 +83,7 @@ void ops_release_workspace(void) {
       ops_ws_t *w = &g_ws[d][s];
       if (!w->p) continue;
       dev_free((device_t)d, w->p);
-      ledger_sub(LEDGER_ACTS, w->nbytes);
+      ledger_sub(LEDGER_ACTS, w->nbytes, w->ledger_id);
       w->p = NULL;
       w->nbytes = 0;
     }

@@ -11,7 +11,7 @@ tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_
   tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = dev, .cat = cat, .name = name, .owner = 1};
   if (numel == 0) return t;
   int64_t nbytes = numel * (int64_t)dtype_size(dtype);
-  ledger_add(cat, nbytes, name);
+  t.ledger_id = ledger_add(cat, nbytes, name);
   t.data = dev_malloc(dev, (size_t)nbytes, name); /* zero-filled; dies on failure */
   return t;
 }
@@ -22,7 +22,7 @@ tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, de
                 .arena = LEDGER_HOST, .pinned_for = for_dev};
   if (numel == 0) return t;
   int64_t nbytes = numel * (int64_t)dtype_size(dtype);
-  ledger_add_in(LEDGER_HOST, cat, nbytes, name);
+  t.ledger_id = ledger_add_in(LEDGER_HOST, cat, nbytes, name);
   t.data = dev_host_malloc(for_dev, (size_t)nbytes, name); /* zero-filled; dies on failure */
   return t;
 }
@@ -32,7 +32,7 @@ void tensor_free(tensor_t *t) {
   if (t->owner && t->data) {
     if (t->arena == LEDGER_HOST) dev_host_free(t->pinned_for, t->data);
     else dev_free(t->dev, t->data);
-    ledger_sub_in(t->arena, t->cat, tensor_nbytes(t));
+    ledger_sub_in(t->arena, t->cat, tensor_nbytes(t), t->ledger_id);
   }
   t->data = NULL;
   t->numel = 0;

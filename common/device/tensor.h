@@ -6,7 +6,7 @@
 #define ZL_TENSOR_H
 #include <stdint.h> // int64_t
 #include "dtype.h"  // dtype_t, device_t
-#include "ledger.h" // ledger_cat_t
+#include "ledger.h" // ledger_cat_t, ledger_arena_t
 
 typedef struct tensor {
   void *data;       /* numel elements of dtype on dev; NULL when numel == 0 */
@@ -19,6 +19,7 @@ typedef struct tensor {
   ledger_arena_t arena; /* LEDGER_DEVICE (0), or LEDGER_HOST: then dev is DEV_CPU (host memory,
                          * ops run on it with DEV_CPU) and pinned_for says how it was allocated */
   device_t pinned_for;  /* host arena: DEV_CUDA when pinned (cudaMallocHost) for that device */
+  int64_t ledger_id;    /* owner: ledger_add's id of this allocation, given back by tensor_free */
 } tensor_t;
 
 /* Allocate numel elements, zero-filled, accounted to cat. Dies (whole job) when the ledger

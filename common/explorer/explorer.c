@@ -9,19 +9,24 @@
  *                ranks by the small communicator below (comm.h's ring-code side: p2p, local reduce,
  *                scratch), which records what every rank sends at every step.
  * The JavaScript (explorer.js) draws and reads sliders; it computes no number of its own.
- * Built by `make explorer` (emcc); never by `make build`: not a layer, not in libzl. */
+ * Built by `make explorer` (emcc); not a layer, not in libzl. `make build` also compiles the same
+ * files natively (build/tests/explorer_native: EXPORT is plain without __EMSCRIPTEN__), so a change
+ * to comm.h or ring.c that would break the page breaks the build; suite common_explorer runs it. */
 #include "comm.h"           // comm_t's ring-code side, comm_chunk_lo, comm_chunk_numel
 #include "dtype.h"          // DT_F32
 #include "memcalc.h"        // memcalc_main, memcalc_stage_states
 #include "pipeline_sched.h" // pp_schedule_ops, pp_split, pp_inflight_formula, pp_op_t
 #include "pipeline_sim.h"   // pp_simulate, pp_simulate_timeline, pp_bubble_formula, pp_cost_t
 #include "ring.h"           // ring_reduce_scatter, ring_all_gather
-#include <emscripten.h>     // EMSCRIPTEN_KEEPALIVE
-#include <stdio.h>          // open_memstream, fopen
-#include <stdlib.h>         // free, calloc
+#include <stdio.h>          // open_memstream, fopen, fprintf
+#include <stdlib.h>         // free, calloc, exit
 #include <string.h>         // strtok, memcpy
-
+#ifdef __EMSCRIPTEN__
+#include <emscripten.h> // EMSCRIPTEN_KEEPALIVE
 #define EXPORT EMSCRIPTEN_KEEPALIVE
+#else /* the native build (make build): plain functions */
+#define EXPORT
+#endif
 
 /* ---- memory: ch00_memory's calculator ------------------------------------------------------- */
 
@@ -167,7 +172,15 @@ static int g_pass, g_steps, g_numel, g_world;
 
 int comm_rank(const comm_t *c) { return c->rank; }
 int comm_world(const comm_t *c) { return c->world; }
-void *comm_scratch(comm_t *c, int slot, int64_t nbytes) { return nbytes <= (int64_t)sizeof c->scratch[0] ? c->scratch[slot & 1] : NULL; }
+/* A slot of ZX_EMAX floats; more would be written past it by ring.c: one line and exit 1 instead. */
+void *comm_scratch(comm_t *c, int slot, int64_t nbytes) {
+  if (nbytes > (int64_t)(ZX_EMAX * sizeof(float))) {
+    fprintf(stderr, "explorer: comm_scratch of %lld bytes, past a slot's %d floats (ZX_EMAX)\n",
+            (long long)nbytes, ZX_EMAX);
+    exit(1);
+  }
+  return c->scratch[slot & 1];
+}
 
 /* The chunk a pointer into the rank's send or recv buffer starts (−1: elsewhere, e.g. scratch). */
 static int chunk_of(const comm_t *c, const void *p) {

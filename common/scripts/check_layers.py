@@ -5,7 +5,8 @@ common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
 (base device comm model train). The rules, each one checked here:
 
   1. every source file of common/ lives in a layer folder (scripts/ and tools/ hold programs,
-     explorer/ the browser page, built by emcc alone: nothing of libzl includes it);
+     explorer/ the browser page, built by emcc (and natively for make build's check, outside
+     libzl): nothing of libzl includes it);
   2. every layer folder has a README.md saying what it owns and what it may include;
   3. a file includes headers of its own layer or of a lower one, never of a higher one, and
      never a solutions/ header -- except the one edge the design has on purpose: comm runs the

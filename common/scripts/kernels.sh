@@ -10,7 +10,8 @@
 #              from /proc/cpuinfo) is listed as skipped, with the reason, never run.
 #   --filter   Criterion's filter (default: the suites that compare across GEMM shapes, $SMOKE)
 #   --json     writes {kernel: {passed, failed, seconds, summary}} with _meta (CPU, date, filter)
-# One line per kernel, then the table; exit 1 when any kernel failed a test.
+# One line per kernel, then the table; exit 1 when any kernel failed a test, or (before any runs)
+# when a pattern of the filter matches no test of the binary (its --list), naming the pattern.
 set -u
 bin=${1:?usage: kernels.sh TEST_BINARY [--kernels K1,K2|others:N|all] [--filter F] [--json OUT]}
 shift
@@ -71,6 +72,71 @@ case "$kernels" in
        [ "$(needs "$k")" != unknown-kernel ] || { echo "kernels.sh: --kernels: unknown kernel '$k' (allowed: ${ALL[*]})" >&2; exit 2; }
      done ;;
 esac
+
+# Every pattern of the filter (each alternative of its @(...) groups, spelled out) must name a test
+# of the binary (its --list): a renamed test would leave its pattern matching nothing, and Criterion's
+# "0 of 0" would read as ok. Exit 1 naming each such pattern, before any kernel runs.
+listing=$("$bin" --list 2>&1) || { echo "kernels.sh: $bin --list failed:" >&2; echo "$listing" >&2; exit 2; }
+empty=$(printf '%s\n' "$listing" | python3 -c '
+import re, sys
+
+def alternatives(s, i):  # s[i] is just after "(": the alternatives up to the matching ")", and its index
+    alts, cur, depth = [], "", 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth == 0:
+            return alts + [cur], i
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            alts, cur = alts + [cur], ""
+            i += 1
+            continue
+        cur += ch
+        i += 1
+    sys.exit("kernels.sh: unbalanced ( in the filter " + s)
+
+def expand(s):  # every leaf pattern: each @(a|b) group replaced by each of its alternatives
+    m = s.find("@(")
+    if m < 0:
+        return [s]
+    alts, end = alternatives(s, m + 2)
+    return [leaf for a in alts for leaf in expand(s[:m] + a + s[end + 1:])]
+
+def regex(p):  # Criterion glob: * and ? as in a shell, ?(..) *(..) +(..) as extglob
+    out, i = "", 0
+    while i < len(p):
+        ch = p[i]
+        if ch in "?*+" and p[i + 1:i + 2] == "(":
+            alts, end = alternatives(p, i + 2)
+            out += "(?:" + "|".join(regex(a) for a in alts) + ")" + ch
+            i = end + 1
+            continue
+        out += ".*" if ch == "*" else "." if ch == "?" else re.escape(ch)
+        i += 1
+    return out
+
+tests, suite = [], None
+for line in sys.stdin:
+    m = re.match(r"^(\S+): \d+ tests?$", line.strip())
+    if m:
+        suite = m.group(1)
+    elif suite and re.match(r"^[├└]── ", line):
+        tests.append(suite + "/" + line.split("── ", 1)[1].strip())
+for leaf in expand(sys.argv[1]):
+    if "!(" in leaf:  # a negation names no test of its own
+        continue
+    if not any(re.fullmatch(regex(leaf), t) for t in tests):
+        print(leaf)
+' "$filter") || exit 2
+if [ -n "$empty" ]; then
+  while read -r leaf; do
+    echo "kernels.sh: the filter's pattern '$leaf' matches no test of $bin (renamed? see its --list)" >&2
+  done <<<"$empty"
+  exit 1
+fi
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 isa=$(for f in avx512f avx2 avx sse4_2; do case "$flags" in *" $f "*) echo "$f"; break ;; esac; done)

@@ -31,7 +31,6 @@
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // getenv, free
 #include <string.h> // strcmp, memcpy, memcmp
-#include <dirent.h> // opendir, readdir (--tp checkpoints)
 #include <errno.h>  // errno, EEXIST
 #include <sys/stat.h> // mkdir, stat
 

@@ -12,7 +12,6 @@
 #include <math.h>            // log
 #include <stdio.h>           // printf, snprintf
 #include <stdlib.h>          // free
-#include <string.h>          // strcmp, memcmp
 
 void report_fmt_bytes(char *dst, size_t n, double x) {
   if (x == (double)(int64_t)x) snprintf(dst, n, "%lld", (long long)x);

@@ -340,6 +340,8 @@ typedef struct model_transform {
   void (*to_local)(const model_t *m, int u, const float *full, float *local);
 } model_transform_t;
 
+#define TRAIN_SUB_COMMS_MAX 2 /* trainer_t.sub_comms: HSDP's two groups, or hpZ's node group */
+
 typedef struct trainer {
   const train_cfg_t *cfg;
   const strategy_t *strategy;
@@ -348,9 +350,10 @@ typedef struct trainer {
                          * without --tp; with --tp T the N/T ranks that share this tp_rank)   */
   int rank, world;      /* this rank in comm, and comm's size (what DDP/ZeRO shard over)      */
   comm_t *world_comm;   /* every rank of the job (= comm without --tp and a schedule)          */
-  comm_t *sub_comms[2]; /* groups the strategy split from comm for its own collectives (HSDP's node
-                         * and cross-node groups): the report counts their bytes with comm's   */
-  int n_sub_comms;
+  comm_t *sub_comms[TRAIN_SUB_COMMS_MAX]; /* groups the strategy split from comm for its own
+                         * collectives (HSDP's node and cross-node groups, hpZ's node): the report
+                         * counts their bytes with comm's                                       */
+  int n_sub_comms;      /* sub_comms in use; a strategy checks it against TRAIN_SUB_COMMS_MAX */
   comm_t *group_comm;   /* the model transform's group (cfg->group consecutive ranks: TP's T, EP's
                          * P_E); NULL without one */
   struct grid *grid;    /* --tp: the process grid (common/comm/grid.h); NULL without               */

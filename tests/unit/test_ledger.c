@@ -12,8 +12,8 @@
 Test(common_ledger, live_and_peak_by_category) {
   ledger_init(0, 0);
   ledger_add(LEDGER_PARAMS, 100, "p");
-  ledger_add(LEDGER_ACTS, 50, "a");
-  ledger_sub(LEDGER_ACTS, 50);
+  int64_t a = ledger_add(LEDGER_ACTS, 50, "a");
+  ledger_sub(LEDGER_ACTS, 50, a);
   ledger_add(LEDGER_COMM, 30, "c");
   cr_expect_eq(ledger_live(LEDGER_PARAMS), 100, "params live: got %lld, expected 100", (long long)ledger_live(LEDGER_PARAMS));
   cr_expect_eq(ledger_live(LEDGER_ACTS), 0, "acts live: got %lld, expected 0", (long long)ledger_live(LEDGER_ACTS));
@@ -128,8 +128,8 @@ Test(common_ledger, tensor_alloc_free_view) {
 static void *hammer(void *arg) {
   ledger_cat_t cat = *(ledger_cat_t *)arg;
   for (int i = 0; i < 100000; i++) {
-    ledger_add(cat, 8, "scratch");
-    ledger_sub(cat, 8);
+    int64_t id = ledger_add(cat, 8, "scratch");
+    ledger_sub(cat, 8, id);
   }
   for (int i = 0; i < 1000; i++) ledger_add(cat, 1, "kept");
   return NULL;
