@@ -37,7 +37,8 @@ typedef struct ddp_state {
   int launched;          /* all-reduces launched this step */
 } ddp_state_t;
 
-int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket) {
+int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out,
+                       int *unit_bucket) {
   // BEGIN EXERCISE ddp_assign_buckets notes/02-ddp.md
   // HINT: buckets are filled in the order the backward produces gradients (the last unit first),
   // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket. A unit this
@@ -92,7 +93,8 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
   int log = trainer_prints(t);
   if (st->variant == DDP_OVERLAP) {
     for (int u = 0; u < U; u++) snprintf(st->tags[u], sizeof st->tags[u], "all_reduce unit %d", u);
-    if (log) printf("ddp-overlap: one all-reduce per unit, launched as its backward finishes (%d per step)\n", U);
+    if (log)
+      printf("ddp-overlap: one all-reduce per unit, launched as its backward finishes (%d per step)\n", U);
   } else if (st->variant == DDP_BUCKETED) {
     st->buckets = xcalloc((size_t)U, sizeof *st->buckets, "ddp buckets");
     st->unit_bucket = xcalloc((size_t)U, sizeof *st->unit_bucket, "ddp unit buckets");
@@ -102,18 +104,22 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
     double cap = t->cfg->bucket_mb, buffer_mb = (double)comm_piece_bytes(t->comm) / 1048576.0;
     if (buffer_mb > 0 && buffer_mb < cap) cap = buffer_mb;
     st->n_buckets = ddp_assign_buckets(m, cap, esz, st->buckets, st->unit_bucket);
-    if (log) printf("ddp-bucketed: %d bucket%s of at most %g MiB (%s grads), in backward order:\n", st->n_buckets,
-                    st->n_buckets > 1 ? "s" : "", cap, dtype_name(t->wdt));
+    if (log)
+      printf("ddp-bucketed: %d bucket%s of at most %g MiB (%s grads), in backward order:\n", st->n_buckets,
+             st->n_buckets > 1 ? "s" : "", cap, dtype_name(t->wdt));
     for (int b = 0; b < st->n_buckets; b++) {
       const ddp_bucket_t *k = &st->buckets[b];
       snprintf(st->tags[b], sizeof st->tags[b], "all_reduce bucket %d", b);
-      if (log) printf("  bucket %d: units %d..%d, %lld elements, %lld bytes\n", b, k->first_unit, k->last_unit,
-                      (long long)k->numel, (long long)k->nbytes);
+      if (log)
+        printf("  bucket %d: units %d..%d, %lld elements, %lld bytes\n", b, k->first_unit, k->last_unit,
+               (long long)k->numel, (long long)k->nbytes);
     }
     trainer_report_extra(t, "n_buckets", st->n_buckets);
   } else {
     snprintf(st->tags[0], sizeof st->tags[0], "all_reduce all grads");
-    if (log) printf("ddp-naive: one all-reduce of all %lld gradients after the backward\n", (long long)m->padded_numel);
+    if (log)
+      printf("ddp-naive: one all-reduce of all %lld gradients after the backward\n",
+             (long long)m->padded_numel);
   }
   if (log) fflush(stdout);
 }
@@ -127,7 +133,8 @@ static void ddp_step(trainer_t *t) {
   double sumsq = trainer_grad_sumsq(t, t->grads.data, -1); /* the whole model, unsharded */
   float gscale = trainer_finish_grads(t, sumsq, NULL);
   float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data; /* fp32 weights the update acts on */
-  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
+  TRAINER_PHASE("optimizer",
+                trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
   if (dtype_is_half(t->wdt) && !t->skipped) /* the working copy is bf16(master), exactly */
     TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P));
 }
@@ -171,14 +178,29 @@ static void ddp_formula(const trainer_t *t, formula_t *f) {
 }
 
 /* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
-static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup_naive, .step = ddp_step,
-                                   .teardown = ddp_teardown, .layout = ddp_layout, .formula = ddp_formula};
-static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup_overlap,
-                                     .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
-                                     .layout = ddp_layout, .formula = ddp_formula};
-static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup_bucketed,
-                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
-                                      .layout = ddp_layout, .formula = ddp_formula};
+static const strategy_t g_naive = {.name = "ddp-naive",
+                                   .stage = 0,
+                                   .setup = ddp_setup_naive,
+                                   .step = ddp_step,
+                                   .teardown = ddp_teardown,
+                                   .layout = ddp_layout,
+                                   .formula = ddp_formula};
+static const strategy_t g_overlap = {.name = "ddp-overlap",
+                                     .stage = 0,
+                                     .setup = ddp_setup_overlap,
+                                     .post_backward = ddp_post_backward,
+                                     .step = ddp_step,
+                                     .teardown = ddp_teardown,
+                                     .layout = ddp_layout,
+                                     .formula = ddp_formula};
+static const strategy_t g_bucketed = {.name = "ddp-bucketed",
+                                      .stage = 0,
+                                      .setup = ddp_setup_bucketed,
+                                      .post_backward = ddp_post_backward,
+                                      .step = ddp_step,
+                                      .teardown = ddp_teardown,
+                                      .layout = ddp_layout,
+                                      .formula = ddp_formula};
 
 const strategy_t *ddp_strategy(const char *variant) {
   if (!variant) return NULL;

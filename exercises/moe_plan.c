@@ -22,7 +22,8 @@ int64_t moe_capacity(double cf, int64_t T, int k, int E) {
   return (int64_t)ceil(cf * (double)T * k / E);
 }
 
-int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *counts, int *slot, int *row_tok) {
+int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *counts, int *slot,
+                 int *row_tok) {
   // BEGIN EXERCISE moe_dispatch_plan notes/12-experts.md
   // HINT: two passes over the choices in (token, choice) order. First count what each expert is
   // HINT: sent (with a capacity, at most cap of them keep a row). Then each expert's rows start where

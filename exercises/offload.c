@@ -58,10 +58,12 @@ typedef struct host_range {
 
 /* Inlined per gradient dtype so that each loop is branch-free and vectorizes (as ops_cpu.c). */
 static inline __attribute__((always_inline)) void adamw_range(const host_range_t *r, dtype_t gdt) {
-  for (int64_t i = 0; i < r->n; i++) ew_adamw(&r->w[i], &r->m[i], &r->v[i], dt_load(r->grad, gdt, i), r->gscale, r->k);
+  for (int64_t i = 0; i < r->n; i++)
+    ew_adamw(&r->w[i], &r->m[i], &r->v[i], dt_load(r->grad, gdt, i), r->gscale, r->k);
 }
 static inline __attribute__((always_inline)) void sgd_range(const host_range_t *r, dtype_t gdt) {
-  for (int64_t i = 0; i < r->n; i++) ew_sgd(&r->w[i], &r->m[i], dt_load(r->grad, gdt, i), r->gscale, r->lr, r->mu, r->wd);
+  for (int64_t i = 0; i < r->n; i++)
+    ew_sgd(&r->w[i], &r->m[i], dt_load(r->grad, gdt, i), r->gscale, r->lr, r->mu, r->wd);
 }
 
 static void *host_range_run(void *arg) {
@@ -111,13 +113,23 @@ static void host_run(const host_range_t *r, int threads) {
 
 void offload_host_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, ew_adamw_t k,
                         float gscale, int threads) {
-  host_range_t r = {.adam = 1, .w = w, .m = m, .v = v, .grad = grad, .gdt = gdt, .n = n, .k = k, .gscale = gscale};
+  host_range_t r = {
+      .adam = 1, .w = w, .m = m, .v = v, .grad = grad, .gdt = gdt, .n = n, .k = k, .gscale = gscale};
   host_run(&r, threads);
 }
 
-void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float mu, float wd,
-                      float gscale, int threads) {
-  host_range_t r = {.adam = 0, .w = w, .m = buf, .grad = grad, .gdt = gdt, .n = n, .gscale = gscale, .lr = lr, .mu = mu, .wd = wd};
+void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float mu,
+                      float wd, float gscale, int threads) {
+  host_range_t r = {.adam = 0,
+                    .w = w,
+                    .m = buf,
+                    .grad = grad,
+                    .gdt = gdt,
+                    .n = n,
+                    .gscale = gscale,
+                    .lr = lr,
+                    .mu = mu,
+                    .wd = wd};
   host_run(&r, threads);
 }
 
@@ -126,7 +138,8 @@ void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64
 typedef struct offload {
   zero_rs_t rs;       /* ZeRO-2's staging buffers and pending reduce-scatters (zero2.c) */
   comm_handle_t *ag;  /* [n_units] pending all-gather of each unit's params (0: none) */
-  tensor_t xfer;      /* (P/N) wdt, HOST: the grad shard arrives here; bf16: the updated params leave from here */
+  /* (P/N) wdt, HOST: the grad shard arrives here; bf16: the updated params leave from here */
+  tensor_t xfer;
   char *on_host;      /* [n_units] 1: unit u's grad piece is on its way to the host this step */
   int final[2];       /* per staging slot: 1 when its reduce-scatter is of the step's last micro-batch */
   int64_t d2h, h2d;   /* bytes copied device -> host and host -> device this step */
@@ -136,7 +149,8 @@ typedef struct offload {
  * copy of the piece to the host. */
 static void offload_grad_to_host(trainer_t *t, offload_t *o, int u) {
   // BEGIN EXERCISE offload_grad_to_host notes/08-offload.md
-  // HINT: as soon as a unit's gradient piece is final, start moving it to the host, so the copy overlaps the rest of the backward; the host step reads it there.
+  // HINT: as soon as a unit's gradient piece is final, start moving it to the host, so the copy overlaps the
+  // HINT: rest of the backward; the host step reads it there.
   // HINT: stuck? `make hint EX=offload_grad_to_host LEVEL=2` gives the next hint
   zl_exercise_todo("offload_grad_to_host", "notes/08-offload.md");
   // END EXERCISE
@@ -156,7 +170,8 @@ static void offload_setup(trainer_t *t) {
   t->opt_m = tensor_alloc_host("optim m (host)", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);  // (P/N)
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc_host("optim v (host)", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel); // (P/N)
-  o->xfer = tensor_alloc_host("grad shard (host)", LEDGER_GRADS, t->wdt, t->dev, m->shard_numel);  // (P/N) wdt
+  // (P/N) wdt
+  o->xfer = tensor_alloc_host("grad shard (host)", LEDGER_GRADS, t->wdt, t->dev, m->shard_numel);
   zero_rs_init(&o->rs, t, t->comm);
   o->ag = xcalloc((size_t)m->n_units, sizeof *o->ag, "offload gather handles");
   o->on_host = xcalloc((size_t)m->n_units, 1, "offload copy flags");
@@ -170,8 +185,8 @@ static void offload_setup(trainer_t *t) {
   if (t->wdt == DT_F32)
     for (int u = 0; u < m->n_units; u++) {
       const unit_t *un = &m->units[u];
-      dev_memcpy(DEV_CPU, (float *)t->master.data + un->shard_off, t->dev, tensor_at(&t->params, shard_piece_off(un, t->rank)),
-                 (size_t)un->piece * sizeof(float));
+      dev_memcpy(DEV_CPU, (float *)t->master.data + un->shard_off, t->dev,
+                 tensor_at(&t->params, shard_piece_off(un, t->rank)), (size_t)un->piece * sizeof(float));
     }
 }
 
@@ -200,7 +215,8 @@ static void offload_post_backward(trainer_t *t, int unit) {
  * the device's params, cast to the working dtype; the copies are async (dev_copy_wait after). */
 static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
   // BEGIN EXERCISE offload_update_and_send notes/08-offload.md
-  // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the updated weights back, in its working dtype.
+  // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the
+  // HINT: updated weights back, in its working dtype.
   // HINT: stuck? `make hint EX=offload_update_and_send LEVEL=2` gives the next hint
   zl_exercise_todo("offload_update_and_send", "notes/08-offload.md");
   // END EXERCISE
@@ -232,7 +248,8 @@ static void offload_step(trainer_t *t) {
   /* per step per rank (every step moves the same bytes; a skipped one sends nothing back) */
   trainer_report_extra(t, "offload_d2h_bytes_per_step", (double)o->d2h);
   trainer_report_extra(t, "offload_h2d_bytes_per_step", (double)o->h2d);
-  trainer_report_extra(t, "offload_formula_bytes_each_way", (double)m->numel / t->world * (double)dtype_size(t->wdt));
+  trainer_report_extra(t, "offload_formula_bytes_each_way",
+                       (double)m->numel / t->world * (double)dtype_size(t->wdt));
   o->d2h = o->h2d = 0;
   if (updated) TRAINER_PHASE("issue all-gather params", zero_all_gather_params(t, o->ag));
 }
@@ -266,7 +283,8 @@ static void offload_formula(const trainer_t *t, formula_t *f) {
   f->host = f->master + f->optim;
   f->master = f->optim = 0;
   char dev[40];
-  snprintf(f->mem_text, sizeof f->mem_text, "%s on the device", formula_text_k(dev, (int)sizeof dev, 2, wb, wb, 0));
+  snprintf(f->mem_text, sizeof f->mem_text, "%s on the device",
+           formula_text_k(dev, (int)sizeof dev, 2, wb, wb, 0));
 }
 
 static const strategy_t offload_s = {
@@ -294,7 +312,8 @@ int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *thread
   int out = 1;
   for (int i = 1; i < *argc; i++) {
     const char *a = argv[i];
-    int ours = !strcmp(a, "--offload") || !strcmp(a, "--host-threads") || (bench && !strcmp(a, "--bench-adam"));
+    int ours =
+        !strcmp(a, "--offload") || !strcmp(a, "--host-threads") || (bench && !strcmp(a, "--bench-adam"));
     if (!ours) {
       argv[out++] = argv[i];
       continue;

@@ -25,7 +25,8 @@
 
 void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md
-  // HINT: every unit must split into world equal pieces, one per rank, so each unit is padded up to a multiple of world; the pieces tile each rank's shard.
+  // HINT: every unit must split into world equal pieces, one per rank, so each unit is padded up to a
+  // HINT: multiple of world; the pieces tile each rank's shard.
   // HINT: stuck? `make hint EX=shard_plan LEVEL=2` gives the next hint
   zl_exercise_todo("shard_plan", "notes/03-zero1.md");
   // END EXERCISE
@@ -38,7 +39,9 @@ void shard_assemble(const model_t *m, int world, const float *shards, float *dst
     for (int r = 0; r < world; r++) {
       int64_t lo = (int64_t)r * un->piece; /* piece r covers [lo, lo+piece) of the unit */
       int64_t n = un->numel - lo < un->piece ? un->numel - lo : un->piece; /* drop the pad */
-      if (n > 0) memcpy(dst + out + lo, shards + (int64_t)r * m->shard_numel + un->shard_off, (size_t)n * sizeof(float));
+      if (n > 0)
+        memcpy(dst + out + lo, shards + (int64_t)r * m->shard_numel + un->shard_off,
+               (size_t)n * sizeof(float));
     }
     out += un->numel;
   }
@@ -51,7 +54,8 @@ static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_ful
 
 int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
-  // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the whole model: the ranks' pieces are disjoint, so their squared sums add.
+  // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the
+  // HINT: whole model: the ranks' pieces are disjoint, so their squared sums add.
   // HINT: stuck? `make hint EX=zero_optimizer_step LEVEL=2` gives the next hint
   zl_exercise_todo("zero_optimizer_step", "notes/03-zero1.md");
   // END EXERCISE
@@ -59,7 +63,8 @@ int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int
 
 void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
-  // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit back, without waiting here.
+  // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit
+  // HINT: back, without waiting here.
   // HINT: stuck? `make hint EX=zero_all_gather_params LEVEL=2` gives the next hint
   zl_exercise_todo("zero_all_gather_params", "notes/03-zero1.md");
   // END EXERCISE

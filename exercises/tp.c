@@ -27,7 +27,8 @@ void tp_f_forward(comm_t *tp, const float *x, int64_t numel) {
 
 void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
   // BEGIN EXERCISE tp_f_backward notes/06-tensor-parallel.md
-  // HINT: x fed every rank's slice of the layer, so x's gradient must be the sum of what each slice sends back, on every rank.
+  // HINT: x fed every rank's slice of the layer, so x's gradient must be the sum of what each slice sends
+  // HINT: back, on every rank.
   // HINT: stuck? `make hint EX=tp_f_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_f_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
@@ -35,7 +36,8 @@ void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
 
 void tp_g_forward(comm_t *tp, float *y, int64_t numel) {
   // BEGIN EXERCISE tp_g_forward notes/06-tensor-parallel.md
-  // HINT: each rank holds a partial sum of the same y; the layer's output must be the whole sum, the same on every rank.
+  // HINT: each rank holds a partial sum of the same y; the layer's output must be the whole sum, the same on
+  // HINT: every rank.
   // HINT: stuck? `make hint EX=tp_g_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_g_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
@@ -55,16 +57,18 @@ void tp_column_slice(float *W_r, float *b_r, const float *W, const float *b, int
 
 void tp_row_slice(float *W_r, const float *W, int in, int out, int T, int r) {
   int lo = tp_part_lo(in, T, r), n = tp_part_numel(in, T, r);
-  for (int o = 0; o < out; o++) memcpy(W_r + (int64_t)o * n, W + (int64_t)o * in + lo, (size_t)n * sizeof(float));
+  for (int o = 0; o < out; o++)
+    memcpy(W_r + (int64_t)o * n, W + (int64_t)o * in + lo, (size_t)n * sizeof(float));
 }
 
 void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r) { tp_row_slice(x_r, x, n, B, T, r); }
 
 /* ---- the split linears -------------------------------------------------------------------- */
-void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt, int B,
-                       int in, int out_r) {
+void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt,
+                       int B, int in, int out_r) {
   // BEGIN EXERCISE tp_column_forward notes/06-tensor-parallel.md
-  // HINT: x is whole on every rank, so each rank can compute its own output features alone: no sum is needed in the forward.
+  // HINT: x is whole on every rank, so each rank can compute its own output features alone: no sum is needed
+  // HINT: in the forward.
   // HINT: stuck? `make hint EX=tp_column_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_column_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
@@ -73,25 +77,28 @@ void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, 
 void tp_column_backward(comm_t *tp, float *dx, void *dW_r, void *db_r, const float *dy_r, const float *x,
                         const void *W_r, dtype_t wdt, int B, int in, int out_r, float beta) {
   // BEGIN EXERCISE tp_column_backward notes/06-tensor-parallel.md
-  // HINT: this rank's weights and bias get whole gradients locally; x's gradient is only this slice's share until the shares are summed.
+  // HINT: this rank's weights and bias get whole gradients locally; x's gradient is only this slice's share
+  // HINT: until the shares are summed.
   // HINT: stuck? `make hint EX=tp_column_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_column_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
 
-void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt, int B,
-                    int in_r, int out) {
+void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt,
+                    int B, int in_r, int out) {
   // BEGIN EXERCISE tp_row_forward notes/06-tensor-parallel.md
-  // HINT: each rank's slice of x gives a partial y; y is their sum — and the bias belongs to y, so it must count once, not once per rank.
+  // HINT: each rank's slice of x gives a partial y; y is their sum — and the bias belongs to y, so it must
+  // HINT: count once, not once per rank.
   // HINT: stuck? `make hint EX=tp_row_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_row_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
 }
 
-void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r, const void *W_r,
-                     dtype_t wdt, int B, int in_r, int out, float beta) {
+void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r,
+                     const void *W_r, dtype_t wdt, int B, int in_r, int out, float beta) {
   // BEGIN EXERCISE tp_row_backward notes/06-tensor-parallel.md
-  // HINT: the sum's gradient reaches every partial whole: dy is already complete on every rank, so this layer's gradients need no communication.
+  // HINT: the sum's gradient reaches every partial whole: dy is already complete on every rank, so this
+  // HINT: layer's gradients need no communication.
   // HINT: stuck? `make hint EX=tp_row_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_row_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE
@@ -139,9 +146,9 @@ void tp_mlp_free(tp_mlp_t *m) {
   free(m);
 }
 
-void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1, const float *W2,
-                      const float *b2, const float *dy, float *y, float *dx, float *dW1, float *db1, float *dW2,
-                      float *db2) {
+void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1,
+                      const float *W2, const float *b2, const float *dy, float *y, float *dx, float *dW1,
+                      float *db1, float *dW2, float *db2) {
   float *a = xcalloc((size_t)B * ffn, sizeof(float), "reference a");   /* (B, ffn) pre-GELU */
   float *u = xcalloc((size_t)B * ffn, sizeof(float), "reference u");   /* (B, ffn) GELU(a) */
   float *du = xcalloc((size_t)B * ffn, sizeof(float), "reference du"); /* (B, ffn) */
@@ -158,7 +165,8 @@ void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, co
 
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
   // BEGIN EXERCISE tp_mlp_forward notes/06-tensor-parallel.md
-  // HINT: split so that the activation needs no communication: each rank applies GELU to the hidden features it owns.
+  // HINT: split so that the activation needs no communication: each rank applies GELU to the hidden features
+  // HINT: it owns.
   // HINT: stuck? `make hint EX=tp_mlp_forward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_mlp_forward", "notes/06-tensor-parallel.md");
   // END EXERCISE
@@ -166,7 +174,8 @@ void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
 
 void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x) {
   // BEGIN EXERCISE tp_mlp_backward notes/06-tensor-parallel.md
-  // HINT: the forward in reverse; the GELU's gradient, like the GELU, stays on this rank's own hidden features.
+  // HINT: the forward in reverse; the GELU's gradient, like the GELU, stays on this rank's own hidden
+  // HINT: features.
   // HINT: stuck? `make hint EX=tp_mlp_backward LEVEL=2` gives the next hint
   zl_exercise_todo("tp_mlp_backward", "notes/06-tensor-parallel.md");
   // END EXERCISE

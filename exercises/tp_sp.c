@@ -20,7 +20,9 @@
 /* ---- the sequence collectives ----------------------------------------------------------------- */
 void tp_sp_all_gather(comm_t *tp, float *full, const float *part, float *stage, int B, int S, int C) {
   // BEGIN EXERCISE tp_sp_all_gather notes/10-long-sequences.md
-  // HINT: every rank holds S/T positions of every sample; the column-parallel linear after g needs all S. The collective concatenates whole chunks by rank, but in (B, S, C) one rank's positions are B separate blocks.
+  // HINT: every rank holds S/T positions of every sample; the column-parallel linear after g needs all S. The
+  // HINT: collective concatenates whole chunks by rank, but in (B, S, C) one rank's positions are B separate
+  // HINT: blocks.
   // HINT: stuck? `make hint EX=tp_sp_all_gather LEVEL=2` gives the next hint
   zl_exercise_todo("tp_sp_all_gather", "notes/10-long-sequences.md");
   // END EXERCISE
@@ -28,7 +30,9 @@ void tp_sp_all_gather(comm_t *tp, float *full, const float *part, float *stage, 
 
 void tp_sp_reduce_scatter(comm_t *tp, float *part, const float *full, float *stage, int B, int S, int C) {
   // BEGIN EXERCISE tp_sp_reduce_scatter notes/10-long-sequences.md
-  // HINT: each rank's full (B, S, C) is a partial sum over its slice of the features (a row-parallel output); this rank needs the total only at its own S/T positions of every sample — the all-reduce's first half.
+  // HINT: each rank's full (B, S, C) is a partial sum over its slice of the features (a row-parallel output);
+  // HINT: this rank needs the total only at its own S/T positions of every sample — the all-reduce's first
+  // HINT: half.
   // HINT: stuck? `make hint EX=tp_sp_reduce_scatter LEVEL=2` gives the next hint
   zl_exercise_todo("tp_sp_reduce_scatter", "notes/10-long-sequences.md");
   // END EXERCISE
@@ -37,7 +41,8 @@ void tp_sp_reduce_scatter(comm_t *tp, float *part, const float *full, float *sta
 /* ---- the context ------------------------------------------------------------------------------ */
 tp_sp_t *tp_sp_new(comm_t *tp, int S) {
   int T = comm_world(tp);
-  if (S % T) die("error: --sp: seq_len %d does not split over the %d ranks of the TP group (T must divide it)", S, T);
+  if (S % T)
+    die("error: --sp: seq_len %d does not split over the %d ranks of the TP group (T must divide it)", S, T);
   tp_sp_t *sp = xcalloc(1, sizeof *sp, "tp sp");
   sp->tp = tp, sp->T = T, sp->S = S, sp->Sl = S / T;
   return sp;
@@ -57,7 +62,8 @@ static float *grow(tensor_t *t, const char *name, device_t dev, int64_t numel) {
 }
 
 float *tp_sp_buffer(tp_sp_t *sp, int k, int64_t numel) {
-  return grow(&sp->full[k], k ? "sp working (partial sums)" : "sp working (gathered)", comm_device(sp->tp), numel);
+  return grow(&sp->full[k], k ? "sp working (partial sums)" : "sp working (gathered)", comm_device(sp->tp),
+              numel);
 }
 
 void tp_sp_gather(tp_sp_t *sp, float *full, const float *part, int B, int C) {
@@ -71,16 +77,17 @@ void tp_sp_scatter(tp_sp_t *sp, float *part, const float *full, int B, int C) {
 }
 
 /* ---- the split linears with the sequence collectives -------------------------------------------- */
-void tp_sp_column_forward(tp_sp_t *sp, float *y, const float *x_part, const void *W_r, const void *b_r, dtype_t wdt,
-                          int B, int in, int out_r) {
+void tp_sp_column_forward(tp_sp_t *sp, float *y, const float *x_part, const void *W_r, const void *b_r,
+                          dtype_t wdt, int B, int in, int out_r) {
   int rows = B * sp->S;
   float *x = tp_sp_buffer(sp, 0, (int64_t)rows * in); // (B·S, in) gathered
   tp_sp_gather(sp, x, x_part, B, in);                 // g forward
   op_linear_fwd(comm_device(sp->tp), y, x, W_r, b_r, wdt, rows, in, out_r);
 }
 
-void tp_sp_column_backward(tp_sp_t *sp, float *dx_part, void *dW_r, void *db_r, const float *dy, const float *x_part,
-                           const void *W_r, dtype_t wdt, int B, int in, int out_r, float beta) {
+void tp_sp_column_backward(tp_sp_t *sp, float *dx_part, void *dW_r, void *db_r, const float *dy,
+                           const float *x_part, const void *W_r, dtype_t wdt, int B, int in, int out_r,
+                           float beta) {
   int rows = B * sp->S;
   float *x = tp_sp_buffer(sp, 0, (int64_t)rows * in);                 // (B·S, in): the input again
   float *dx = dx_part ? tp_sp_buffer(sp, 1, (int64_t)rows * in) : NULL; // (B·S, in) this rank's partial sums
@@ -89,8 +96,8 @@ void tp_sp_column_backward(tp_sp_t *sp, float *dx_part, void *dW_r, void *db_r, 
   if (dx_part) tp_sp_scatter(sp, dx_part, dx, B, in); // g backward
 }
 
-void tp_sp_row_forward(tp_sp_t *sp, float *y_part, const float *x_r, const void *W_r, const float *b, dtype_t wdt,
-                       int B, int in_r, int out) {
+void tp_sp_row_forward(tp_sp_t *sp, float *y_part, const float *x_r, const void *W_r, const float *b,
+                       dtype_t wdt, int B, int in_r, int out) {
   device_t dev = comm_device(sp->tp);
   int rows = B * sp->S, rows_l = B * sp->Sl;
   float *y = tp_sp_buffer(sp, 1, (int64_t)rows * out); // (B·S, out) partial sums
@@ -99,8 +106,9 @@ void tp_sp_row_forward(tp_sp_t *sp, float *y_part, const float *x_r, const void 
   for (int i = 0; i < rows_l; i++) op_add(dev, y_part + (int64_t)i * out, b, DT_F32, out);
 }
 
-void tp_sp_row_backward(tp_sp_t *sp, float *dx_r, void *dW_r, void *db, const float *dy_part, const float *x_r,
-                        const void *W_r, dtype_t wdt, int B, int in_r, int out, float beta) {
+void tp_sp_row_backward(tp_sp_t *sp, float *dx_r, void *dW_r, void *db, const float *dy_part,
+                        const float *x_r, const void *W_r, dtype_t wdt, int B, int in_r, int out,
+                        float beta) {
   int rows = B * sp->S;
   float *dy = tp_sp_buffer(sp, 0, (int64_t)rows * out); // (B·S, out) whole
   tp_sp_gather(sp, dy, dy_part, B, out);                // ḡ backward
@@ -120,8 +128,8 @@ static void store_acc(device_t dev, void *dst, dtype_t wdt, float *src, float *t
 }
 
 void tp_sp_layernorm_backward(tp_sp_t *sp, float *dx, void *dw, void *db, const float *dy, const float *x,
-                              const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C,
-                              float beta) {
+                              const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows,
+                              int C, float beta) {
   device_t dev = comm_device(sp->tp);
   float *g = grow(&sp->ln, "sp layernorm grads", dev, 4 * (int64_t)C); // dw | db | w (fp32) | cast scratch
   const float *w32 = w;

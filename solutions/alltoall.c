@@ -28,15 +28,18 @@ void pairwise_all_to_all(comm_t *c, const void *send, const int64_t *send_counts
   // HINT2: rank (r−s) mod N from it: rank r−s is sending to (r−s)+s = r at that very step. Send and
   // HINT2: receive together (one comm_p2p_sendrecv), or two ranks that both send first can wait on
   // HINT2: each other forever. Offsets and sizes come from the counts and displs arrays, per peer.
-  // HINT3: comm_local_copy(c, recv + recv_displs[r], send + send_displs[r], send_counts[r], dt); then for s in
-  // HINT3: 1..N−1: dst = mod(r+s), src = mod(r−s); comm_p2p_sendrecv(c, send + send_displs[dst], send_counts[dst],
-  // HINT3: dst, recv + recv_displs[src], recv_counts[src], src, dt) — offsets in elements: use elem(p, i, dt).
+  // HINT3: comm_local_copy(c, recv + recv_displs[r], send + send_displs[r], send_counts[r], dt); then for s
+  // HINT3: in
+  // HINT3: 1..N−1: dst = mod(r+s), src = mod(r−s); comm_p2p_sendrecv(c, send + send_displs[dst],
+  // HINT3: send_counts[dst],
+  // HINT3: dst, recv + recv_displs[src], recv_counts[src], src, dt) — offsets in elements: use elem(p, i,
+  // HINT3: dt).
   int N = comm_world(c), r = comm_rank(c);
   comm_local_copy(c, elem(recv, recv_displs[r], dt), elem(send, send_displs[r], dt), send_counts[r], dt);
   for (int s = 1; s < N; s++) {
     int dst = mod(r + s, N), src = mod(r - s, N);
-    comm_p2p_sendrecv(c, elem(send, send_displs[dst], dt), send_counts[dst], dst, elem(recv, recv_displs[src], dt),
-                      recv_counts[src], src, dt);
+    comm_p2p_sendrecv(c, elem(send, send_displs[dst], dt), send_counts[dst], dst,
+                      elem(recv, recv_displs[src], dt), recv_counts[src], src, dt);
   }
   // END EXERCISE
 }

@@ -16,8 +16,9 @@ int cp_layout_check(int S, int C, int balance, char *why, size_t n) {
   if (C < 1) return snprintf(why, n, "C must be >= 1"), 1;
   int parts = balance ? 2 * C : C;
   if (S % parts)
-    return snprintf(why, n, "seq_len %d must be divisible by %s = %d", S, balance ? "2C (two mirrored chunks per rank)" : "C",
-                    parts), 1;
+    return snprintf(why, n, "seq_len %d must be divisible by %s = %d", S,
+                    balance ? "2C (two mirrored chunks per rank)" : "C", parts),
+           1;
   return 0;
 }
 
@@ -63,10 +64,14 @@ int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int
         int cnt = visible(kpos, n, qpos[i]); /* keys j < cnt: kpos[j] <= qpos[i] */
         if (cnt == 0) continue;
         // BEGIN EXERCISE cp_attend_block notes/10-long-sequences.md
-        // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the new max m', then add this block's e^(s − m') terms.
-        // HINT2: hs = E/NH, scale = 1/sqrt(hs); q = qkv + (rho·n + i)·3E + h·hs; m[st], l[st] with st = (rho·NH + h)·n + i; acc at (rho·n + i)·E + h·hs.
-        // HINT2: k_j = kv + (rho·n + j)·2E + h·hs, v_j = the same + E; s[j] = scale·q·k_j for j < cnt. m[st] starts at −INFINITY: expf(−inf) = 0 rescales nothing.
-        // HINT3: mx = max s[j]; mn = fmaxf(m[st], mx); c = expf(m[st] − mn); a[d] *= c; then p = expf(s[j] − mn): sum += p, a[d] += p·v_j[d]; l[st] = l[st]·c + sum; m[st] = mn.
+        // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the new
+        // HINT: max m', then add this block's e^(s − m') terms.
+        // HINT2: hs = E/NH, scale = 1/sqrt(hs); q = qkv + (rho·n + i)·3E + h·hs; m[st], l[st] with st =
+        // HINT2: (rho·NH + h)·n + i; acc at (rho·n + i)·E + h·hs.
+        // HINT2: k_j = kv + (rho·n + j)·2E + h·hs, v_j = the same + E; s[j] = scale·q·k_j for j < cnt. m[st]
+        // HINT2: starts at −INFINITY: expf(−inf) = 0 rescales nothing.
+        // HINT3: mx = max s[j]; mn = fmaxf(m[st], mx); c = expf(m[st] − mn); a[d] *= c; then p = expf(s[j] −
+        // HINT3: mn): sum += p, a[d] += p·v_j[d]; l[st] = l[st]·c + sum; m[st] = mn.
         int hs = E / NH;                                                         // head size
         const float *q = qkv + ((int64_t)rho * n + i) * 3 * E + (int64_t)h * hs; // (hs) this query, head h
         int64_t st = ((int64_t)rho * NH + h) * n + i;                            // its m, l
@@ -124,7 +129,8 @@ void cp_attend_dsum(int R, int n, int E, int NH, const float *dout, const float 
 }
 
 int64_t cp_attend_block_bwd(int R, int n, int E, int NH, const float *qkv, const int *qpos, const float *dout,
-                            const float *lse, const float *dsum, const float *kv, const int *kpos, float *dq, float *dkv) {
+                            const float *lse, const float *dsum, const float *kv, const int *kpos, float *dq,
+                            float *dkv) {
   int hs = E / NH;
   float scale = 1.0f / sqrtf((float)hs);
   int64_t work = 0;
@@ -155,7 +161,8 @@ int64_t cp_attend_block_bwd(int R, int n, int E, int NH, const float *qkv, const
 
 /* ---- the ring ------------------------------------------------------------------------------ */
 void cp_ring_init(cp_ring_t *g, comm_t *c, int S, int balance, int E, int NH) {
-  *g = (cp_ring_t){.c = c, .C = comm_world(c), .r = comm_rank(c), .S = S, .balance = balance, .E = E, .NH = NH};
+  *g = (cp_ring_t){
+      .c = c, .C = comm_world(c), .r = comm_rank(c), .S = S, .balance = balance, .E = E, .NH = NH};
   char why[160];
   if (cp_layout_check(S, g->C, balance, why, sizeof why)) die("cp_ring_init: %s", why);
   g->n = S / g->C;
@@ -192,9 +199,11 @@ static comm_handle_t hop_start(cp_ring_t *g, const float *out, float *in, int64_
 void cp_ring_forward(cp_ring_t *g, float *out, float *lse, const float *qkv, int R) {
   int n = g->n, E = g->E, C = g->C, r = g->r;
   int64_t N = (int64_t)R * n, kvn = N * 2 * E;
-  float *cur = grow(&g->buf[0], "cp K/V block", 4 * N * E), *nxt = grow(&g->buf[1], "cp K/V block", 4 * N * E);
+  float *cur = grow(&g->buf[0], "cp K/V block", 4 * N * E),
+        *nxt = grow(&g->buf[1], "cp K/V block", 4 * N * E);
   float *l = grow(&g->ml, "cp running sum", N * g->NH);
-  for (int64_t t = 0; t < N; t++) memcpy(cur + t * 2 * E, qkv + t * 3 * E + E, (size_t)2 * E * sizeof(float)); /* [k | v] */
+  /* [k | v] */
+  for (int64_t t = 0; t < N; t++) memcpy(cur + t * 2 * E, qkv + t * 3 * E + E, (size_t)2 * E * sizeof(float));
   for (int64_t k = 0; k < N * g->NH; k++) lse[k] = -INFINITY, l[k] = 0.0f;
   memset(out, 0, (size_t)N * E * sizeof(float));
   const int *qpos = g->pos + (int64_t)r * n;
@@ -202,7 +211,8 @@ void cp_ring_forward(cp_ring_t *g, float *out, float *lse, const float *qkv, int
   for (int j = 0; j < C; j++) {
     int src = (r - j + C) % C; /* whose block this rank holds at step j */
     comm_handle_t h = 0;
-    if (j < C - 1) h = hop_start(g, cur, nxt, kvn, "cp kv"); /* the next block travels while this one is used */
+    /* the next block travels while this one is used */
+    if (j < C - 1) h = hop_start(g, cur, nxt, kvn, "cp kv");
     g->work_fwd += cp_attend_block(R, n, E, g->NH, qkv, qpos, cur, g->pos + (int64_t)src * n, lse, l, out);
     if (j < C - 1) {
       double t0 = trace_now_us(); /* what of the hop the fold did not cover */
@@ -220,7 +230,8 @@ void cp_ring_backward(cp_ring_t *g, float *dqkv, const float *dout, const float 
                       const float *lse, int R) {
   int n = g->n, E = g->E, C = g->C, r = g->r;
   int64_t N = (int64_t)R * n, kvn = N * 2 * E;
-  float *cur = grow(&g->buf[0], "cp K/V block", 4 * N * E), *nxt = grow(&g->buf[1], "cp K/V block", 4 * N * E);
+  float *cur = grow(&g->buf[0], "cp K/V block", 4 * N * E),
+        *nxt = grow(&g->buf[1], "cp K/V block", 4 * N * E);
   float *dsum = grow(&g->ml, "cp running sum", N * g->NH), *dq = grow(&g->dq, "cp dq", N * E);
   for (int64_t t = 0; t < N; t++) memcpy(cur + t * 2 * E, qkv + t * 3 * E + E, (size_t)2 * E * sizeof(float));
   memset(cur + kvn, 0, (size_t)kvn * sizeof(float)); /* this block's dK/dV, carried with it */
@@ -229,10 +240,13 @@ void cp_ring_backward(cp_ring_t *g, float *dqkv, const float *dout, const float 
   const int *qpos = g->pos + (int64_t)r * n;
   for (int j = 0; j < C; j++) {
     int src = (r - j + C) % C;
-    cp_attend_block_bwd(R, n, E, g->NH, qkv, qpos, dout, lse, dsum, cur, g->pos + (int64_t)src * n, dq, cur + kvn);
+    cp_attend_block_bwd(R, n, E, g->NH, qkv, qpos, dout, lse, dsum, cur, g->pos + (int64_t)src * n, dq,
+                        cur + kvn);
     if (C == 1) break;
-    comm_handle_t h = j < C - 1 ? hop_start(g, cur, nxt, 2 * kvn, "cp kv+dkv") /* [K|V|dK|dV] to the next rank */
-                                : hop_start(g, cur + kvn, nxt + kvn, kvn, "cp dkv home"); /* block r+1's gradient to rank r+1 */
+    /* [K|V|dK|dV] to the next rank */
+    comm_handle_t h = j < C - 1 ? hop_start(g, cur, nxt, 2 * kvn, "cp kv+dkv")
+                                /* block r+1's gradient to rank r+1 */
+                                : hop_start(g, cur + kvn, nxt + kvn, kvn, "cp dkv home");
     double t0 = trace_now_us();
     comm_wait(g->c, h);
     g->wait_us += trace_now_us() - t0;

@@ -39,7 +39,8 @@ int64_t cp_work_formula(int S, int C, int balance, int q);
  * (ascending) into the running softmax of this rank's queries (qkv's q, positions qpos[n]):
  * for each row, head and query i, the keys j with kpos[j] <= qpos[i] (causal), scores
  * s_j = q·k_j / sqrt(hs), then
- *   m' = max(m, max_j s_j)   acc = acc·e^(m − m') + Σ_j e^(s_j − m')·v_j   l = l·e^(m − m') + Σ_j e^(s_j − m')
+ *   m' = max(m, max_j s_j)   acc = acc·e^(m − m') + Σ_j e^(s_j − m')·v_j   l = l·e^(m − m') + Σ_j e^(s_j −
+ * m')
  * m, l (R, NH, n) start at −∞ and 0, acc (R, n, E) at 0. Returns the score pairs computed. */
 int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int *qpos, const float *kv,
                         const int *kpos, float *m, float *l, float *acc);
@@ -50,7 +51,8 @@ void cp_attend_finish(int R, int n, int E, int NH, float *acc, float *m, const f
  * dk_j += Σ_i dS_ij·q_i/sqrt(hs), dv_j += Σ_i P_ij·dout_i, where dS_ij = P_ij·(dout_i·v_j − D_i).
  * Returns the score pairs computed. */
 int64_t cp_attend_block_bwd(int R, int n, int E, int NH, const float *qkv, const int *qpos, const float *dout,
-                            const float *lse, const float *dsum, const float *kv, const int *kpos, float *dq, float *dkv);
+                            const float *lse, const float *dsum, const float *kv, const int *kpos, float *dq,
+                            float *dkv);
 /* D_i = Σ_d dout·out over each head's features: dsum (R, NH, n). */
 void cp_attend_dsum(int R, int n, int E, int NH, const float *dout, const float *out, float *dsum);
 

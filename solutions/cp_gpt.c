@@ -53,16 +53,16 @@ static void cp_rows(cp_gpt_t *c, void *full, void *loc, dtype_t wdt, int to_loc)
 
 static void cp_att_fwd(void *ctx, float *atty, float *att, const float *qkv, int B, int S, int Cr, int NHr) {
   cp_gpt_t *c = ctx;
-  if (c->u) cp_ulysses_forward(c->u, atty, att, qkv, B * c->C); /* att: probabilities and q k v of its heads */
+  /* att: probabilities and q k v of its heads */
+  if (c->u) cp_ulysses_forward(c->u, atty, att, qkv, B * c->C);
   else cp_ring_forward(&c->g, atty, att, qkv, B * c->C); /* att: the log-sum-exp (R, NH, n) */
 }
-static void cp_att_bwd(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty, const float *att,
-                       int B, int S, int Cr, int NHr) {
+static void cp_att_bwd(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty,
+                       const float *att, int B, int S, int Cr, int NHr) {
   cp_gpt_t *c = ctx;
   if (c->u) cp_ulysses_backward(c->u, dqkv, datty, att, B * c->C);
   else cp_ring_backward(&c->g, dqkv, datty, qkv, atty, att, B * c->C);
 }
-
 
 /* fp32 the attention keeps per local token: the ring's log-sum-exp NH, Ulysses' NH·S + 3E, the
  * hybrid's NH + 4E (the ring's lse, q k v and the output in the heads' layout). */
@@ -103,7 +103,8 @@ static void cp_backward(const model_t *m, int u, const unit_io_t *io) {
   int R = io->B * c->C, n = c->g.n, E = c->E, BT = io->B * c->S;
   dtype_t wdt = io->wdt;
   if (u == 0) { /* dwte; dwpe at this rank's rows (the others: 0, or left as they were when accumulating) */
-    void *dwpe = grad_at(io, (int64_t)c->V * E), *dl = grow(&c->dwpe_loc, "cp dwpe rows", wdt, (int64_t)n * E);
+    void *dwpe = grad_at(io, (int64_t)c->V * E),
+         *dl = grow(&c->dwpe_loc, "cp dwpe rows", wdt, (int64_t)n * E);
     if (io->beta != 0.0f) cp_rows(c, dwpe, dl, wdt, 1);
     op_embedding_bwd(io->dev, grad_at(io, 0), dl, io->dy, c->tok_loc.data, wdt, R, n, E, c->V, io->beta);
     if (io->beta == 0.0f) op_fill(io->dev, dwpe, wdt, 0.0f, (int64_t)c->S * E);
@@ -116,10 +117,12 @@ static void cp_backward(const model_t *m, int u, const unit_io_t *io) {
   if (u == m->n_units - 1) { /* gpt.c's head backward, with this file's scratch */
     int64_t nn = (int64_t)BT * E;
     const float *lnf = io->saved, *mean = lnf + nn, *rstd = mean + BT;
-    op_linear_bwd(io->dev, work, grad_at(io, 2 * (int64_t)E), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)E), wdt, BT, E, c->V, io->beta);
+    op_linear_bwd(io->dev, work, grad_at(io, 2 * (int64_t)E), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)E),
+                  wdt, BT, E, c->V, io->beta);
     if (io->dx) {
       op_fill(io->dev, io->dx, DT_F32, 0.0f, nn);
-      op_layernorm_bwd(io->dev, io->dx, grad_at(io, 0), grad_at(io, E), work, io->x, mean, rstd, param_at(io, 0), wdt, BT, E, io->beta);
+      op_layernorm_bwd(io->dev, io->dx, grad_at(io, 0), grad_at(io, E), work, io->x, mean, rstd,
+                       param_at(io, 0), wdt, BT, E, io->beta);
     }
     return;
   }
@@ -127,7 +130,8 @@ static void cp_backward(const model_t *m, int u, const unit_io_t *io) {
 }
 
 /* The loss at this rank's positions: the targets trade like the tokens. Scale: the loop's. */
-static double cp_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+static double cp_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits,
+                      float scale) {
   cp_gpt_t *c = m->ctx;
   int64_t N = (int64_t)b * c->S; /* = R·n */
   int *tg = grow(&c->tgt_loc, "cp local targets", DT_F32, N);
@@ -158,11 +162,18 @@ static void cp_free_ctx(model_t *m) {
   m->ctx = NULL;
 }
 
-static void cp_init_unit(const model_t *m, uint64_t seed, int u, float *dst) { model_gpt_fns.init_unit(m, seed, u, dst); }
-static double cp_flops(const model_t *m) { return model_gpt_fns.flops_per_sample(m); } /* C·n·S = S² per loop sample */
+static void cp_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  model_gpt_fns.init_unit(m, seed, u, dst);
+}
+/* C·n·S = S² per loop sample */
+static double cp_flops(const model_t *m) { return model_gpt_fns.flops_per_sample(m); }
 
-static const model_fns_t cp_gpt_fns = {.name = "gpt", .init_unit = cp_init_unit, .forward = cp_forward,
-                                       .backward = cp_backward, .free_ctx = cp_free_ctx, .flops_per_sample = cp_flops,
+static const model_fns_t cp_gpt_fns = {.name = "gpt",
+                                       .init_unit = cp_init_unit,
+                                       .forward = cp_forward,
+                                       .backward = cp_backward,
+                                       .free_ctx = cp_free_ctx,
+                                       .flops_per_sample = cp_flops,
                                        .loss = cp_loss};
 
 /* ---- the split: the transform's setup ------------------------------------------------------- */
@@ -175,18 +186,22 @@ void cp_split_trainer(trainer_t *t) {
   comm_t *g = comm_split(t->world_comm, wr / C, wr % C); /* C consecutive ranks */
   gpt_shape_t s = m->gpt;
   int mode = cp_mode(cfg), a2a = mode == CP_A2A, A = cp_group_a2a(cfg), q = wr % C;
-  cp_ring_init(&c->g, g, s.seq_len, mode == CP_RING ? cfg->cp_balance : 0, s.n_embd, s.n_head); /* a2a: contiguous */
+  /* a2a: contiguous */
+  cp_ring_init(&c->g, g, s.seq_len, mode == CP_RING ? cfg->cp_balance : 0, s.n_embd, s.n_head);
   c->t = t, c->S = s.seq_len, c->E = s.n_embd, c->V = s.vocab, c->NH = s.n_head, c->C = C, c->A = A;
   if (a2a) {
     c->u = xcalloc(1, sizeof *c->u, "cp ulysses");
     cp_ulysses_init(c->u, g, s.seq_len, s.n_embd, s.n_head, c->g.pos);
   }
-  if (mode == CP_USP) { /* CP rank q = g·A + a: the group of A consecutive ranks, the ring of the ranks with this a */
+  /* CP rank q = g·A + a: the group of A consecutive ranks, the ring of the ranks with this a */
+  if (mode == CP_USP) {
     c->ga = comm_split(g, q / A, q % A);
     comm_t *gr = comm_split(g, q % A, q / A);
     c->ring = xcalloc(1, sizeof *c->ring, "cp hybrid ring");
-    cp_ring_init(c->ring, gr, s.seq_len, cfg->cp_balance, s.n_embd / A, s.n_head / A); /* G groups of A·n positions */
-    memcpy(c->g.pos, c->ring->pos, (size_t)s.seq_len * sizeof(int)); /* rank q's n positions: the flat array at q·n */
+    /* G groups of A·n positions */
+    cp_ring_init(c->ring, gr, s.seq_len, cfg->cp_balance, s.n_embd / A, s.n_head / A);
+    /* rank q's n positions: the flat array at q·n */
+    memcpy(c->g.pos, c->ring->pos, (size_t)s.seq_len * sizeof(int));
     c->u = xcalloc(1, sizeof *c->u, "cp hybrid");
     cp_usp_init(c->u, c->ga, c->ring, s.n_embd, s.n_head);
   }

@@ -29,7 +29,9 @@ typedef struct cp_gpt {
 
 /* The attention's mode: the ring, Ulysses (--cp-comm a2a), the hybrid (--cp-a2a A > 1). */
 enum { CP_RING, CP_A2A, CP_USP };
-static inline int cp_is_a2a(const train_cfg_t *cfg) { return cfg->cp_comm && strcmp(cfg->cp_comm, "a2a") == 0; }
+static inline int cp_is_a2a(const train_cfg_t *cfg) {
+  return cfg->cp_comm && strcmp(cfg->cp_comm, "a2a") == 0;
+}
 static inline int cp_group_a2a(const train_cfg_t *cfg) { return cfg->cp_a2a > 1 ? cfg->cp_a2a : 1; }
 static inline int cp_mode(const train_cfg_t *cfg) {
   return cp_is_a2a(cfg) ? CP_A2A : cp_group_a2a(cfg) > 1 ? CP_USP : CP_RING;

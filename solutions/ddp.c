@@ -32,7 +32,8 @@ typedef struct ddp_state {
   int launched;          /* all-reduces launched this step */
 } ddp_state_t;
 
-int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket) {
+int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out,
+                       int *unit_bucket) {
   // BEGIN EXERCISE ddp_assign_buckets notes/02-ddp.md
   // HINT: buckets are filled in the order the backward produces gradients (the last unit first),
   // HINT: each up to bucket_mb; a unit larger than the cap sits alone in its bucket. A unit this
@@ -41,9 +42,11 @@ int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_b
   // HINT2: (unit_bucket[u] = −1); close the open bucket when it is not empty and adding unit u would
   // HINT2: pass the cap. A bucket's off is its lowest unit's off, its numel the sum of its units'
   // HINT2: padded; unit_bucket[u] says which bucket holds u.
-  // HINT3: cap = bucket_mb·2^20; n = 0, open = 0; for u = U−1..0: if padded == 0 { unit_bucket[u] = −1; continue; }
+  // HINT3: cap = bucket_mb·2^20; n = 0, open = 0; for u = U−1..0: if padded == 0 { unit_bucket[u] = −1;
+  // HINT3: continue; }
   // HINT3: nbytes = padded·elem_bytes; if open > 0 and open + nbytes > cap: n++, open = 0; if open == 0 start
-  // HINT3: out[n] at u; out[n].first_unit = u, .off = units[u].off, .numel += padded, .nbytes += nbytes; open +=
+  // HINT3: out[n] at u; out[n].first_unit = u, .off = units[u].off, .numel += padded, .nbytes += nbytes; open
+  // HINT3: +=
   // HINT3: nbytes; unit_bucket[u] = n. Return n+1 (0 when no unit is held).
   double cap = bucket_mb * 1048576.0;
   int n = 0, any = 0;
@@ -61,7 +64,8 @@ int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_b
       open_bytes = 0;
     }
     ddp_bucket_t *b = &out[n];
-    if (open_bytes == 0) *b = (ddp_bucket_t){.first_unit = u, .last_unit = u, .off = un->off, .numel = 0, .nbytes = 0};
+    if (open_bytes == 0)
+      *b = (ddp_bucket_t){.first_unit = u, .last_unit = u, .off = un->off, .numel = 0, .nbytes = 0};
     b->first_unit = u; /* going down: u is the lowest unit so far, and the lowest offset */
     b->off = un->off;
     b->numel += un->padded;
@@ -91,7 +95,8 @@ static void ddp_post_backward(trainer_t *t, int u) {
   // HINT2: b = st->unit_bucket[u] is complete when u == st->buckets[b].first_unit (its lowest
   // HINT2: unit, the last the backward reaches). naive: nothing here, step() launches it all.
   // HINT3: if (!t->last_micro || naive) return; overlap: ddp_launch(t, un->off, un->padded, st->tags[u]);
-  // HINT3: bucketed: b = st->unit_bucket[u]; if (u == st->buckets[b].first_unit) ddp_launch(t, buckets[b].off,
+  // HINT3: bucketed: b = st->unit_bucket[u]; if (u == st->buckets[b].first_unit) ddp_launch(t,
+  // HINT3: buckets[b].off,
   // HINT3: buckets[b].numel, st->tags[b]).
   ddp_state_t *st = t->priv;
   if (!t->last_micro || st->variant == DDP_NAIVE) return;
@@ -136,7 +141,8 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
   int log = trainer_prints(t);
   if (st->variant == DDP_OVERLAP) {
     for (int u = 0; u < U; u++) snprintf(st->tags[u], sizeof st->tags[u], "all_reduce unit %d", u);
-    if (log) printf("ddp-overlap: one all-reduce per unit, launched as its backward finishes (%d per step)\n", U);
+    if (log)
+      printf("ddp-overlap: one all-reduce per unit, launched as its backward finishes (%d per step)\n", U);
   } else if (st->variant == DDP_BUCKETED) {
     st->buckets = xcalloc((size_t)U, sizeof *st->buckets, "ddp buckets");
     st->unit_bucket = xcalloc((size_t)U, sizeof *st->unit_bucket, "ddp unit buckets");
@@ -146,18 +152,22 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
     double cap = t->cfg->bucket_mb, buffer_mb = (double)comm_piece_bytes(t->comm) / 1048576.0;
     if (buffer_mb > 0 && buffer_mb < cap) cap = buffer_mb;
     st->n_buckets = ddp_assign_buckets(m, cap, esz, st->buckets, st->unit_bucket);
-    if (log) printf("ddp-bucketed: %d bucket%s of at most %g MiB (%s grads), in backward order:\n", st->n_buckets,
-                    st->n_buckets > 1 ? "s" : "", cap, dtype_name(t->wdt));
+    if (log)
+      printf("ddp-bucketed: %d bucket%s of at most %g MiB (%s grads), in backward order:\n", st->n_buckets,
+             st->n_buckets > 1 ? "s" : "", cap, dtype_name(t->wdt));
     for (int b = 0; b < st->n_buckets; b++) {
       const ddp_bucket_t *k = &st->buckets[b];
       snprintf(st->tags[b], sizeof st->tags[b], "all_reduce bucket %d", b);
-      if (log) printf("  bucket %d: units %d..%d, %lld elements, %lld bytes\n", b, k->first_unit, k->last_unit,
-                      (long long)k->numel, (long long)k->nbytes);
+      if (log)
+        printf("  bucket %d: units %d..%d, %lld elements, %lld bytes\n", b, k->first_unit, k->last_unit,
+               (long long)k->numel, (long long)k->nbytes);
     }
     trainer_report_extra(t, "n_buckets", st->n_buckets);
   } else {
     snprintf(st->tags[0], sizeof st->tags[0], "all_reduce all grads");
-    if (log) printf("ddp-naive: one all-reduce of all %lld gradients after the backward\n", (long long)m->padded_numel);
+    if (log)
+      printf("ddp-naive: one all-reduce of all %lld gradients after the backward\n",
+             (long long)m->padded_numel);
   }
   if (log) fflush(stdout);
 }
@@ -171,7 +181,8 @@ static void ddp_step(trainer_t *t) {
   double sumsq = trainer_grad_sumsq(t, t->grads.data, -1); /* the whole model, unsharded */
   float gscale = trainer_finish_grads(t, sumsq, NULL);
   float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data; /* fp32 weights the update acts on */
-  TRAINER_PHASE("optimizer", trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
+  TRAINER_PHASE("optimizer",
+                trainer_optimizer_update(t, w, t->grads.data, t->opt_m.data, t->opt_v.data, P, gscale));
   if (dtype_is_half(t->wdt) && !t->skipped) /* the working copy is bf16(master), exactly */
     TRAINER_PHASE("cast params", op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P));
 }
@@ -215,14 +226,29 @@ static void ddp_formula(const trainer_t *t, formula_t *f) {
 }
 
 /* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
-static const strategy_t g_naive = {.name = "ddp-naive", .stage = 0, .setup = ddp_setup_naive, .step = ddp_step,
-                                   .teardown = ddp_teardown, .layout = ddp_layout, .formula = ddp_formula};
-static const strategy_t g_overlap = {.name = "ddp-overlap", .stage = 0, .setup = ddp_setup_overlap,
-                                     .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
-                                     .layout = ddp_layout, .formula = ddp_formula};
-static const strategy_t g_bucketed = {.name = "ddp-bucketed", .stage = 0, .setup = ddp_setup_bucketed,
-                                      .post_backward = ddp_post_backward, .step = ddp_step, .teardown = ddp_teardown,
-                                      .layout = ddp_layout, .formula = ddp_formula};
+static const strategy_t g_naive = {.name = "ddp-naive",
+                                   .stage = 0,
+                                   .setup = ddp_setup_naive,
+                                   .step = ddp_step,
+                                   .teardown = ddp_teardown,
+                                   .layout = ddp_layout,
+                                   .formula = ddp_formula};
+static const strategy_t g_overlap = {.name = "ddp-overlap",
+                                     .stage = 0,
+                                     .setup = ddp_setup_overlap,
+                                     .post_backward = ddp_post_backward,
+                                     .step = ddp_step,
+                                     .teardown = ddp_teardown,
+                                     .layout = ddp_layout,
+                                     .formula = ddp_formula};
+static const strategy_t g_bucketed = {.name = "ddp-bucketed",
+                                      .stage = 0,
+                                      .setup = ddp_setup_bucketed,
+                                      .post_backward = ddp_post_backward,
+                                      .step = ddp_step,
+                                      .teardown = ddp_teardown,
+                                      .layout = ddp_layout,
+                                      .formula = ddp_formula};
 
 const strategy_t *ddp_strategy(const char *variant) {
   if (!variant) return NULL;

@@ -26,7 +26,8 @@ typedef struct ddp_bucket {
  * that backward never runs on this rank — the replicas would silently drift apart. Writes
  * out[0..n) (room for m->n_units) and unit_bucket[u] for every unit; returns n, the number of
  * buckets (0 when no unit is held). */
-int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out, int *unit_bucket);
+int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out,
+                       int *unit_bucket);
 
 /* The strategy for --variant naive|overlap|bucketed; NULL for anything else. */
 const strategy_t *ddp_strategy(const char *variant);

@@ -11,8 +11,8 @@
 #include <stdlib.h>   // free
 #include <string.h>   // memcpy
 
-void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv, const int64_t *recv_rows,
-                      int C, const char *tag) {
+void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv,
+                      const int64_t *recv_rows, int C, const char *tag) {
   int P = comm_world(g);
   int64_t sc[TRAIN_EP_MAX], rc[TRAIN_EP_MAX]; /* --ep <= TRAIN_EP_MAX (the flag's range) */
   for (int q = 0; q < P; q++) sc[q] = send_rows[q] * C, rc[q] = recv_rows[q] * C;
@@ -81,7 +81,8 @@ static float *ep_unsplit(const model_t *m, const float *local, int has_local, in
   for (int64_t q = 0, boff = 0; q < P; boff += sizes[q] / 4, q++) at[q] = (const float *)all + boff;
   float *o = w;
   for (int u = 0; u < m->n_units; u++) {
-    int64_t d = moe_unit_dense(m, u), x = m->units[u].numel - d; /* x: this rank's experts (the same on every rank) */
+    /* x: this rank's experts (the same on every rank) */
+    int64_t d = moe_unit_dense(m, u), x = m->units[u].numel - d;
     memcpy(o, at[0], (size_t)d * sizeof(float)), o += d;
     for (int q = 0; q < P; q++) {
       memcpy(o, at[q] + d, (size_t)x * sizeof(float)), o += x;
@@ -94,7 +95,8 @@ static float *ep_unsplit(const model_t *m, const float *local, int has_local, in
   return w;
 }
 
-/* Full unit u → this rank's: a MoE block's dense part, then its experts (moe_model.c); any other unit whole. */
+/* Full unit u → this rank's: a MoE block's dense part, then its experts (moe_model.c); any other unit
+ * whole. */
 static void ep_to_local(const model_t *m, int u, const float *full, float *local) {
   if (moe_unit_router(m, u) >= 0) moe_unit_to_local(m, u, full, local);
   else memcpy(local, full, (size_t)m->units[u].numel * sizeof(float));
@@ -108,9 +110,10 @@ const model_transform_t ep_transform = {
     .step_end = moe_step_end,
     .report = moe_report,
     .traffic = ep_traffic,
-    .traffic_text = "per unit and step, one all-reduce over the EP group of its dense elements (every parameter but "
-                    "the experts: the group's ranks read different samples), 2(P_E-1)/P_E of its bytes; the "
-                    "all-to-alls of the tokens are counted apart (the moe lines)",
+    .traffic_text =
+        "per unit and step, one all-reduce over the EP group of its dense elements (every parameter but "
+        "the experts: the group's ranks read different samples), 2(P_E-1)/P_E of its bytes; the "
+        "all-to-alls of the tokens are counted apart (the moe lines)",
     .unsplit = ep_unsplit,
     .to_local = ep_to_local,
     .splits_batch = 1,

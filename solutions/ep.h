@@ -27,8 +27,8 @@ extern const struct model_transform ep_tp_transform;
 /* Rows of C fp32 per peer: send_rows[q] rows from send (packed in q order) go to rank q of the group;
  * recv_rows[q] rows from rank q land packed in q order in recv (comm_all_to_allv; a mismatch between
  * two ranks' counts stops the job naming them). */
-void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv, const int64_t *recv_rows,
-                      int C, const char *tag);
+void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv,
+                      const int64_t *recv_rows, int C, const char *tag);
 /* The dropless count exchange: send (P_E·El floats: my rows for each expert, expert e at e) → recv
  * (P_E·El: rank q's rows for my expert i at q·El + i). An all-to-all of El per peer. */
 void ep_exchange_counts(comm_t *g, const float *send, float *recv, int El);

@@ -54,7 +54,8 @@ static void ep_tp_after_backward(trainer_t *t, int u) {
   int64_t n = moe_unit_dense(m, u), ro = moe_unit_router(m, u), R = router_numel(m, u);
   if (n == 0) return;
   if (comm_world(xg) > 1) comm_all_reduce(xg, t->unit_grads[u], n, t->wdt, REDOP_SUM);
-  if (R > 0) comm_all_reduce(tp, (char *)t->unit_grads[u] + ro * (int64_t)dtype_size(t->wdt), R, t->wdt, REDOP_SUM);
+  if (R > 0)
+    comm_all_reduce(tp, (char *)t->unit_grads[u] + ro * (int64_t)dtype_size(t->wdt), R, t->wdt, REDOP_SUM);
 }
 
 /* Appends [lo, hi) to the ranges r[0..n) (joined to the last when they touch); returns the count. */
@@ -88,18 +89,22 @@ static void ep_tp_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   comm_t *xg = moe_xg_group(m), *tp = moe_tp_group(m);
   model_t b = moe_base(m);
   const tp_split_t *s = b.ctx;
-  int ntp = comm_world(tp), r = comm_rank(tp), nxg = comm_world(xg), xr = comm_rank(xg); /* the groups' sizes */
+  /* the groups' sizes */
+  int ntp = comm_world(tp), r = comm_rank(tp), nxg = comm_world(xg), xr = comm_rank(xg);
   *calls = *bytes = 0;
   for (int u = 0; u < m->n_units; u++) {
     tp_unit_t moe_k = {.ar_calls = 2, .ar_fwd_calls = 1, .ag_calls = 2, .ag_fwd_calls = 1,
                        .ar_numel = (int64_t)m->gpt.seq_len * m->gpt.n_embd};
-    if (t->cfg->sp) /* --sp: the attention half's g and ḡ along the sequence (tp_gpt.c's block: 3 of its 6 all-gathers,
-                     * 2 of its 4 reduce-scatters, both LayerNorms' weight gradients); nothing at the MoE half */
+    if (t->cfg->sp) /* --sp: the attention half's g and ḡ along the sequence (tp_gpt.c's block: 3 of its 6
+                     * all-gathers, 2 of its 4 reduce-scatters, both LayerNorms' weight gradients); nothing at
+                     * the MoE half */
       moe_k = (tp_unit_t){.ag_calls = 3, .ag_fwd_calls = 1, .rs_calls = 2, .rs_fwd_calls = 1, .ln_calls = 2,
                           .ln_numel = 2 * (int64_t)m->gpt.n_embd, .ar_numel = moe_k.ar_numel};
     tp_unit_traffic(moe_unit_router(m, u) >= 0 ? &moe_k : &s->units[u], t, u, ntp, r, calls, bytes);
-    if (nxg > 1) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, moe_unit_dense(m, u), t->wdt, nxg, xr, 0);
-    if (router_numel(m, u) > 0) *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, router_numel(m, u), t->wdt, ntp, r, 0);
+    if (nxg > 1)
+      *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, moe_unit_dense(m, u), t->wdt, nxg, xr, 0);
+    if (router_numel(m, u) > 0)
+      *calls += 1, *bytes += comm_model_sent(CO_ALL_REDUCE, router_numel(m, u), t->wdt, ntp, r, 0);
   }
 }
 
@@ -134,7 +139,8 @@ static float *ep_tp_unsplit(const model_t *m, const float *local, int has_local,
     int64_t ro = moe_unit_router(m, u);
     if (ro >= 0) {
       gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
-      int64_t R = router_numel(m, u), n = moe_unit_dense(m, u), x = m->units[u].numel - n; /* x: a rank's experts */
+      /* x: a rank's experts */
+      int64_t R = router_numel(m, u), n = moe_unit_dense(m, u), x = m->units[u].numel - n;
       for (int q = ntp - 1; q >= 0; q--) tp_gpt_attn_map(&b, q, o, at[q], 0);
       memcpy(o + l.fcw, at[0] + ro, (size_t)R * sizeof(float));
       for (int q = 0; q < P; q++) memcpy(o + l.fcw + R + q * x, at[q] + n, (size_t)x * sizeof(float));
@@ -168,12 +174,15 @@ const model_transform_t ep_tp_transform = {
     .step_end = moe_step_end,
     .report = moe_report,
     .traffic = ep_tp_traffic,
-    .traffic_text = "over the TP group (T ranks inside each EP group): the split GPT's all-reduces as chapter 06's (a MoE "
-                    "block's attention: 2), a MoE block's 2 all-gathers of b x s x h fp32 (its output, d ln2; with --sp the split "
-                    "GPT's sequence collectives instead, a MoE block's attention 3 all-gathers + 2 reduce-scatters + "
-                    "its 2 LayerNorms' 2h, nothing at its MoE half); per unit "
-                    "and step one all-reduce of its dense elements over the P_E/T ranks with the same TP index, and of a "
-                    "router's over the TP group; the all-to-alls of the tokens are counted apart (the moe lines)",
+    .traffic_text =
+        "over the TP group (T ranks inside each EP group): the split GPT's all-reduces as chapter 06's (a "
+        "MoE "
+        "block's attention: 2), a MoE block's 2 all-gathers of b x s x h fp32 (its output, d ln2; with --sp "
+        "the split "
+        "GPT's sequence collectives instead, a MoE block's attention 3 all-gathers + 2 reduce-scatters + "
+        "its 2 LayerNorms' 2h, nothing at its MoE half); per unit "
+        "and step one all-reduce of its dense elements over the P_E/T ranks with the same TP index, and of a "
+        "router's over the TP group; the all-to-alls of the tokens are counted apart (the moe lines)",
     .groups = ep_tp_groups,
     .unsplit = ep_tp_unsplit,
     .to_local = ep_tp_to_local,

@@ -13,9 +13,10 @@ hier_t hier_init(comm_t *c) {
     int gr = 0;
     for (int q = 0; q < N; q++) gr += comm_node_of(c, q) == comm_node_of(c, r);
     if (gr != g)
-      die_on_rank("hier_init: node %d holds %d ranks and node %d holds %d: the two-level all-reduce needs the "
-                  "same number on every node (%d ranks on %d nodes)",
-                  comm_node(c), g, comm_node_of(c, r), gr, N, K);
+      die_on_rank(
+          "hier_init: node %d holds %d ranks and node %d holds %d: the two-level all-reduce needs the "
+          "same number on every node (%d ranks on %d nodes)",
+          comm_node(c), g, comm_node_of(c, r), gr, N, K);
   }
   hier_t h;
   h.node = comm_split(c, comm_node(c), comm_rank(c));

@@ -33,11 +33,14 @@ void hpz_setup(trainer_t *t, zero3_t *z) {
     die_on_rank("--hpz: the trainer already holds %d sub-communicators (TRAIN_SUB_COMMS_MAX)",
         t->n_sub_comms);
   t->sub_comms[t->n_sub_comms++] = h->node; /* the report counts its bytes */
-  h->sec = tensor_alloc("params (hpZ secondary)", LEDGER_PARAMS, t->wdt, t->dev, t->model.padded_numel / g); // (P/g)
+  // (P/g)
+  h->sec = tensor_alloc("params (hpZ secondary)", LEDGER_PARAMS, t->wdt, t->dev, t->model.padded_numel / g);
   z->hpz = h;
   if (trainer_prints(t))
-    printf("hpZ: a secondary copy of the params sharded over each node's %d ranks; the backward gathers from it, "
-           "inside the node\n", g);
+    printf("hpZ: a secondary copy of the params sharded over each node's %d ranks; the backward gathers from "
+           "it, "
+           "inside the node\n",
+           g);
 }
 
 /* Slot s holds a forward's gathered unit, complete: copy this rank's 1/g of it into sec. */
@@ -70,8 +73,9 @@ comm_handle_t hpz_gather_backward(trainer_t *t, zero3_t *z, int u, void *dst) {
     }
   }
   const unit_t *un = &t->model.units[u];
-  comm_wait(h->node, comm_all_gather_async(h->node, tensor_at(&h->sec, un->off / comm_world(h->node)), dst, un->padded,
-                                           t->wdt, "all-gather params (bwd, hpZ: in the node)"));
+  comm_wait(h->node,
+            comm_all_gather_async(h->node, tensor_at(&h->sec, un->off / comm_world(h->node)), dst, un->padded,
+                                  t->wdt, "all-gather params (bwd, hpZ: in the node)"));
   return 0;
 }
 
@@ -95,7 +99,9 @@ void hpz_formula(const trainer_t *t, formula_t *f) {
   f->comm_bytes = across + (g - 1.0) / g * psi * b;
   f->comm_inter_set = 1; /* the ring rule on those two; the node's gather never crosses */
   f->comm_inter_bytes = N > 1 && comm_node_of(t->comm, (r + 1) % N) != comm_node_of(t->comm, r) ? across : 0;
-  snprintf(f->mem_text, sizeof f->mem_text, "%s + bΨ/g (hpZ copy), g = %d", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
+  snprintf(f->mem_text, sizeof f->mem_text, "%s + bΨ/g (hpZ copy), g = %d",
+           formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
   snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N x psi x %d B + (g-1)/g x psi x %d B", (int)b, (int)b);
-  snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "the ring rule on 2(N-1)/N x psi x %d B (fwd gather, RS)", (int)b);
+  snprintf(f->comm_inter_text, sizeof f->comm_inter_text,
+           "the ring rule on 2(N-1)/N x psi x %d B (fwd gather, RS)", (int)b);
 }

@@ -58,7 +58,8 @@ static void hsdp_setup(trainer_t *t) {
   t->priv = h;
   zero3_init(t, &h->z, node); /* ZeRO-3, sharded over the node */
   if (trainer_prints(t))
-    printf("hsdp: ZeRO-3 inside each of %d nodes of %d ranks (shard group), grad shards all-reduced across the nodes\n",
+    printf("hsdp: ZeRO-3 inside each of %d nodes of %d ranks (shard group), grad shards all-reduced across "
+           "the nodes\n",
            comm_nodes(c), comm_node_size(c));
 }
 
@@ -102,8 +103,10 @@ static void hsdp_formula(const trainer_t *t, formula_t *f) {
   f->comm_inter_set = 1;
   f->comm_inter_bytes = 2.0 * (K - 1) / K * psi / g * b;
   f->comm_bytes = 3.0 * (g - 1) / g * psi * b + f->comm_inter_bytes;
-  snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node", formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
-  snprintf(f->comm_text, sizeof f->comm_text, "3(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B", (int)b, (int)b);
+  snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node",
+           formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
+  snprintf(f->comm_text, sizeof f->comm_text, "3(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B", (int)b,
+           (int)b);
   snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "2(K-1)/K x psi/g x %d B, K = %d nodes", (int)b, K);
 }
 

@@ -27,7 +27,8 @@
 #include <stdlib.h>   // free, realloc
 #include <string.h>   // memcpy
 
-static float *grow(tensor_t *b, const char *name, device_t dev, int64_t numel) { /* an empty pass: a pointer too */
+/* an empty pass: a pointer too */
+static float *grow(tensor_t *b, const char *name, device_t dev, int64_t numel) {
   return tensor_grow(b, name, LEDGER_ACTS, DT_F32, dev, numel > 0 ? numel : 1);
 }
 
@@ -92,7 +93,8 @@ static void unit_host(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, int64_t Rs, 
   mu->row_gate = realloc(mu->row_gate, (size_t)(Rs > 0 ? Rs : 1) * sizeof(float));
   mu->perm_x = realloc(mu->perm_x, (size_t)(Rx > 0 ? Rx : 1) * sizeof(int));
   mu->perm_b = realloc(mu->perm_b, (size_t)(Rx > 0 ? Rx : 1) * sizeof(int));
-  if (!mu->row_tok || !mu->row_gate || !mu->perm_x || !mu->perm_b) die_on_rank("out of host memory (moe rows)");
+  if (!mu->row_tok || !mu->row_gate || !mu->perm_x || !mu->perm_b)
+    die_on_rank("out of host memory (moe rows)");
 }
 
 /* ---- dispatch over the group: send layout (grouped by destination) ↔ expert layout ------------- */
@@ -176,12 +178,14 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   int E = c->E, k = c->k, Cn = (int)c->C;
-  int64_t tokens = (int64_t)io->B * c->S, C = c->C, routed = tokens / c->tp; /* routed: the tokens this rank routes */
+  /* routed: the tokens this rank routes */
+  int64_t tokens = (int64_t)io->B * c->S, C = c->C, routed = tokens / c->tp;
   gpt_block_t kb = c->kb;
   float *x2, *ln2;
   gpt_block_attn_forward(&kb, io, &x2, &ln2);
   int64_t here = c->gather ? tokens : routed; /* the rows of x2, ln2 and y on this rank */
-  ln2 += c->gather ? (int64_t)c->tp_rank * routed * C : 0; /* --tp: this rank's rows of the group's (the same on its T ranks) */
+  /* --tp: this rank's rows of the group's (the same on its T ranks) */
+  ln2 += c->gather ? (int64_t)c->tp_rank * routed * C : 0;
   /* the router, in fp32 on the device; the softmax and the choice on the host */
   float *logits = grow(&c->logits, "moe router logits", dev, routed * E);
   op_linear_fwd(dev, logits, ln2, param_at(io, c->attn_numel), NULL, wdt, (int)routed, Cn, E);
@@ -223,21 +227,25 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   for (int i = 0; i < c->e_local; i++) { /* each expert: one GEMM pair on its rows */
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
     if (n == 0) continue;
-    op_linear_fwd(dev, pre + r0 * 4 * C, X + r0 * C, param_at(io, w), param_at(io, w + 4 * C * C), wdt, (int)n, Cn, 4 * Cn);
+    op_linear_fwd(dev, pre + r0 * 4 * C, X + r0 * C, param_at(io, w), param_at(io, w + 4 * C * C), wdt,
+                  (int)n, Cn, 4 * Cn);
     op_gelu_fwd(dev, post + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C), param_at(io, w + 8 * C * C + 4 * C),
-                  wdt, (int)n, 4 * Cn, Cn);
+    op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C),
+                  param_at(io, w + 8 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn);
   }
   trace_end(NULL);
   trace_begin("moe combine");
-  if (c->ep > 1) to_tokens(c, mu, dev, eo, eox, send_rows, recv_src, "moe combine"); /* back to their tokens' ranks */
-  if (c->ep > 1) c->a2a_formula += a2a_bytes(c, send_rows, recv_src) + (c->cf > 0 ? 0 : 4.0 * (c->ep - 1) * c->e_local);
+  /* back to their tokens' ranks */
+  if (c->ep > 1) to_tokens(c, mu, dev, eo, eox, send_rows, recv_src, "moe combine");
+  if (c->ep > 1)
+    c->a2a_formula += a2a_bytes(c, send_rows, recv_src) + (c->cf > 0 ? 0 : 4.0 * (c->ep - 1) * c->e_local);
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *gd = dev == DEV_CPU ? mu->gates : grow(&c->gd, "moe gates", dev, routed * k);
   if (gd != mu->gates) dev_memcpy(dev, gd, DEV_CPU, mu->gates, (size_t)(routed * k) * sizeof(float));
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
   op_rows_combine(dev, y, eo, dev_ints(c, dev, mu->slot, routed * k, IX_SLOT), gd, routed, k, Cn, 0.0f);
-  if (c->gather) comm_all_gather(c->tp_comm, y, io->y, tokens * C, DT_F32); /* --tp: every rank's rows, in row order */
+  /* --tp: every rank's rows, in row order */
+  if (c->gather) comm_all_gather(c->tp_comm, y, io->y, tokens * C, DT_F32);
   op_add(dev, io->y, x2, DT_F32, here * C);
   trace_end(NULL);
 }
@@ -284,11 +292,12 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
       if (beta == 0.0f) op_fill(dev, grad_at(io, w), wdt, 0.0f, c->expert_numel);
       continue;
     }
-    op_linear_bwd(dev, dpost + r0 * 4 * C, grad_at(io, w + 4 * C * C + 4 * C), grad_at(io, w + 8 * C * C + 4 * C), deo_x + r0 * C,
-                  post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn, beta);
+    op_linear_bwd(dev, dpost + r0 * 4 * C, grad_at(io, w + 4 * C * C + 4 * C),
+                  grad_at(io, w + 8 * C * C + 4 * C), deo_x + r0 * C, post + r0 * 4 * C,
+                  param_at(io, w + 4 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn, beta);
     op_gelu_bwd(dev, dpost + r0 * 4 * C, dpost + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_bwd(dev, dx_x + r0 * C, grad_at(io, w), grad_at(io, w + 4 * C * C), dpost + r0 * 4 * C, X + r0 * C, param_at(io, w), wdt,
-                  (int)n, Cn, 4 * Cn, beta);
+    op_linear_bwd(dev, dx_x + r0 * C, grad_at(io, w), grad_at(io, w + 4 * C * C), dpost + r0 * 4 * C,
+                  X + r0 * C, param_at(io, w), wdt, (int)n, Cn, 4 * Cn, beta);
   }
   trace_end(NULL);
   trace_begin("moe dispatch backward");
@@ -313,9 +322,11 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float *dlog = grow(&c->logits, "moe router logits", dev, routed * E);
   dev_memcpy(dev, dlog, DEV_CPU, dl, (size_t)(routed * E) * sizeof(float));
   free(dgh);
-  op_linear_bwd(dev, dln2r, grad_at(io, c->attn_numel), NULL, dlog, ln2, param_at(io, c->attn_numel), wdt, (int)routed, Cn, E, beta);
+  op_linear_bwd(dev, dln2r, grad_at(io, c->attn_numel), NULL, dlog, ln2, param_at(io, c->attn_numel), wdt,
+                (int)routed, Cn, E, beta);
   op_add(dev, dln2, dln2r, DT_F32, routed * C);
-  if (c->gather) { /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
+  /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
+  if (c->gather) {
     float *whole = grow(&c->ys, "moe rows (tp)", dev, tokens * C);
     comm_all_gather(c->tp_comm, dln2, whole, tokens * C, DT_F32);
     dln2 = whole;

@@ -4,7 +4,8 @@
  * a router that sends each token to k of them:
  *
  *   x2 = x + attn(ln1(x));  h = ln2(x2)                              (the dense half: gpt.h)
- *   p = softmax(h · Wrᵀ)  (T, E), fp32                               the router (Switch's selective precision)
+ *   p = softmax(h · Wrᵀ)  (T, E), fp32                               the router (Switch's selective
+ * precision)
  *   top-k of p + b per token (b: DeepSeek-V3's bias, selection only) → experts e_tj, gates g_tj = p_t,e_tj
  *   y = x2 + Σ_j g_tj · MLP_{e_tj}(h_t)                              tokens past an expert's capacity: 0
  *
@@ -49,7 +50,8 @@
  * Writes counts[e] (the rows kept for e: <= cap when cap > 0), slot[t·k + j] (the row of choice
  * (t, j), −1 if dropped) and row_tok[r] (the token of row r, −1 for padding, r < the rows). Returns
  * the rows. Pure: no allocation, no communication. */
-int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *counts, int *slot, int *row_tok);
+int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *counts, int *slot,
+                 int *row_tok);
 /* Capacity rows per expert for T tokens: ceil(cf·T·k/E) (cf > 0), 0 for dropless. */
 int64_t moe_capacity(double cf, int64_t T, int k, int E);
 

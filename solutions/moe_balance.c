@@ -16,7 +16,8 @@ void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const flo
    * ∂/∂p_te = α·E·f_e / (B·S), × the loss scale (fp16) */
   double as = c->aux * E * trainer_loss_scale(c->t) / ((double)c->t->cfg->batch * c->S);
   float *d = xmalloc((size_t)E * sizeof(float), "moe router backward (a token's dp)");
-  for (int64_t t = 0; t < routed; t++) { /* dp = the gates' gradient + the aux term; dl = softmax's backward */
+  /* dp = the gates' gradient + the aux term; dl = softmax's backward */
+  for (int64_t t = 0; t < routed; t++) {
     float *pr = mu->probs + t * E, *o = dl + t * E, dot = 0;
     for (int e = 0; e < E; e++) d[e] = (float)(as * mu->f[e]);
     for (int j = 0; j < k; j++) d[mu->ids[t * k + j]] += dg[t * k + j];

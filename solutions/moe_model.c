@@ -40,7 +40,8 @@ static void moe_backward(const model_t *m, int u, const unit_io_t *io) {
     b.fns->backward(&b, u, io);
   }
 }
-static double moe_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits, float scale) {
+static double moe_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits,
+                       float scale) {
   model_t bm = moe_base(m); /* --tp: the vocab-parallel cross-entropy (tp_gpt.c) */
   return bm.fns->loss(&bm, b, logits, targets, dlogits, scale);
 }
@@ -52,7 +53,8 @@ static void moe_free_ctx(model_t *m) {
     if (b.fns->free_ctx) b.fns->free_ctx(&b);
     c->base.ctx = NULL;
   }
-  if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL; /* --tp's groups, before the EP group they were split from */
+  /* --tp's groups, before the EP group they were split from */
+  if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL;
   if (c->tp_comm) comm_finalize(c->tp_comm), c->tp_comm = NULL;
 }
 
@@ -68,7 +70,8 @@ static void moe_init_full(const moe_gpt_t *c, const model_t *m, uint64_t seed, i
   model_gpt_fns.init_unit(&dense, seed, u, blk);
   free(dense.units);
   memcpy(dst, blk, (size_t)c->attn_full * sizeof(float)); /* ln1 .. ln2: the dense block's */
-  for (int64_t i = 0; i < c->router_numel; i++) dst[c->attn_full + i] = 0.02f * rng_normal(seed, MOE_ROUTER_STREAM + (uint64_t)u, (uint64_t)i);
+  for (int64_t i = 0; i < c->router_numel; i++)
+    dst[c->attn_full + i] = 0.02f * rng_normal(seed, MOE_ROUTER_STREAM + (uint64_t)u, (uint64_t)i);
   double rstd = 0.02 / sqrt(2.0 * m->gpt.n_layer);
   for (int e = 0; e < c->E; e++) {
     float *x = dst + c->attn_full + c->router_numel + (int64_t)e * c->expert_numel;
@@ -92,7 +95,9 @@ static void moe_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
     b.fns->init_unit(&b, seed, u, dst);
     return;
   }
-  float *full = xmalloc((size_t)(c->attn_full + c->router_numel + (int64_t)c->E * c->expert_numel) * sizeof(float), "moe init (full unit)");
+  float *full =
+      xmalloc((size_t)(c->attn_full + c->router_numel + (int64_t)c->E * c->expert_numel) * sizeof(float),
+              "moe init (full unit)");
   moe_init_full(c, m, seed, u, full);
   moe_unit_to_local(m, u, full, dst);
   for (int64_t i = m->units[u].numel; i < m->units[u].padded; i++) dst[i] = 0.0f;
@@ -102,7 +107,8 @@ static void moe_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
 /* FLOPs per sample: the GPT's, with each MoE block's MLP k times (k experts per token) + the router. */
 static double moe_flops(const model_t *m) {
   const moe_gpt_t *c = moe_ctx(m);
-  model_t b = moe_base(m); /* --tp: the split model's share; a MoE block's experts run 1/tp of the tokens here */
+  /* --tp: the split model's share; a MoE block's experts run 1/tp of the tokens here */
+  model_t b = moe_base(m);
   double S = (double)c->S, C = (double)c->C, f = b.fns->flops_per_sample(&b);
   for (int u = 1; u < m->n_units - 1; u++)
     if (c->u[u].on) f += S * ((c->k - 1) * 16.0 * C * C + 2.0 * C * c->E) / c->tp;
@@ -128,12 +134,15 @@ void moe_setup(trainer_t *t) {
   c->C = m->gpt.n_embd, c->S = m->gpt.seq_len;
   c->attn_full = l.fcw, c->router_numel = (int64_t)c->E * c->C, c->expert_numel = l.numel - l.fcw;
   c->tp = 1, c->attn_numel = c->attn_full, c->kb = gpt_block_whole(m->gpt);
-  if (c->ep_comm && cfg->tp > 1) { /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
+  /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
+  if (c->ep_comm && cfg->tp > 1) {
     int T = cfg->tp, gr = comm_rank(c->ep_comm);
     c->tp_comm = comm_split(c->ep_comm, gr / T, gr % T);  /* the attention's TP group */
-    c->xg_comm = comm_split(c->ep_comm, gr % T, gr / T);  /* the group's ranks with my TP index: data-parallel for it */
+    /* the group's ranks with my TP index: data-parallel for it */
+    c->xg_comm = comm_split(c->ep_comm, gr % T, gr / T);
     c->tp = T, c->tp_rank = gr % T, c->gather = !cfg->sp;
-    if (cfg->sp) tp_sp_transform.split(m, c->tp_comm); /* --sp: the LayerNorm/residual regions along the sequence */
+    /* --sp: the LayerNorm/residual regions along the sequence */
+    if (cfg->sp) tp_sp_transform.split(m, c->tp_comm);
     else tp_split_model(m, c->tp_comm);
     c->kb = tp_gpt_attn_block(m), c->attn_numel = tp_gpt_attn_numel(m);
   }
@@ -143,7 +152,8 @@ void moe_setup(trainer_t *t) {
   /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k; with
    * --tp each rank routes 1/T of the tokens) and the experts' (capacity: the same; dropless: in the worst
    * case every token of the group here) */
-  int64_t Sk = (c->S * c->k + c->tp - 1) / c->tp, rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : Sk;
+  int64_t Sk = (c->S * c->k + c->tp - 1) / c->tp,
+          rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : Sk;
   int64_t rx = c->cf > 0 ? rs : Sk * c->ep;
   for (int u = 1; u < m->n_units - 1; u++) {
     int blk = u - 1;
@@ -171,12 +181,17 @@ void moe_setup(trainer_t *t) {
   if (c->ep > 1 && cfg->accum > 1) t->no_sync = 1;
   gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
   if (c->ep_comm && trainer_prints(t)) {
-    printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d experts of each "
-           "MoE block per rank; the strategy on the D = %d ranks that hold the same experts\n", c->ep, c->e_local, c->E, t->world);
+    printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d "
+           "experts of each "
+           "MoE block per rank; the strategy on the D = %d ranks that hold the same experts\n",
+           c->ep, c->e_local, c->E, t->world);
     if (c->tp_comm)
-      printf("ep: --tp %d inside each EP group: %d consecutive ranks split the attention's heads, the embedding and the "
-             "head and read the same samples (%d slices of the batch per group); at a MoE block each routes 1/%d of "
-             "their tokens%s\n", c->tp, c->tp, c->ep / c->tp, c->tp,
+      printf("ep: --tp %d inside each EP group: %d consecutive ranks split the attention's heads, the "
+             "embedding and the "
+             "head and read the same samples (%d slices of the batch per group); at a MoE block each routes "
+             "1/%d of "
+             "their tokens%s\n",
+             c->tp, c->tp, c->ep / c->tp, c->tp,
              c->gather ? "" : " (--sp: its own positions of every sample, nothing gathered)");
     fflush(stdout);
   }

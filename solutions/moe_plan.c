@@ -17,7 +17,8 @@ int64_t moe_capacity(double cf, int64_t T, int k, int E) {
   return (int64_t)ceil(cf * (double)T * k / E);
 }
 
-int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *counts, int *slot, int *row_tok) {
+int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *counts, int *slot,
+                 int *row_tok) {
   // BEGIN EXERCISE moe_dispatch_plan notes/12-experts.md
   // HINT: two passes over the choices in (token, choice) order. First count what each expert is
   // HINT: sent (with a capacity, at most cap of them keep a row). Then each expert's rows start where
@@ -27,8 +28,10 @@ int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *
   // HINT2: sum of counts over e' < e (the buffer is T·k rows). Fill row_tok with −1 first (padding), then for
   // HINT2: t in 0..T−1, j in 0..k−1: e = ids[t·k+j]; if cap > 0 and e already has cap rows: slot = −1; else
   // HINT2: r = start[e] + (rows e has so far), slot[t·k+j] = r, row_tok[r] = t.
-  // HINT3: two loops over t·k + j; a second counter array (or reuse counts as the fill level after computing the
-  // HINT3: starts into a local array of E int64s: E is small, a VLA int64_t start[E] is fine). Return E·cap or T·k.
+  // HINT3: two loops over t·k + j; a second counter array (or reuse counts as the fill level after computing
+  // HINT3: the
+  // HINT3: starts into a local array of E int64s: E is small, a VLA int64_t start[E] is fine). Return E·cap
+  // HINT3: or T·k.
   int64_t rows = cap > 0 ? (int64_t)E * cap : T * k;
   for (int e = 0; e < E; e++) counts[e] = 0;
   for (int64_t i = 0; i < T * k; i++) {

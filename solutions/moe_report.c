@@ -28,13 +28,17 @@ void moe_report(trainer_t *t) {
     t->strategy->layout(t, u, &lay);
     if (lay.replicated) copies = t->world;
     int64_t d = moe_unit_dense(m, u);
-    int64_t o0 = lay.own_off, o1 = lay.own_off + lay.own_numel, h0 = lay.held_off, h1 = lay.held_off + lay.held_numel;
-    own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d)), own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
-    held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)), held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
+    int64_t o0 = lay.own_off, o1 = lay.own_off + lay.own_numel, h0 = lay.held_off,
+            h1 = lay.held_off + lay.held_numel;
+    own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d)),
+        own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
+    held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)),
+        held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
   }
   gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
-  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, c->E, c->every, c->tp, tp_part_numel(m->gpt.vocab, c->tp, c->tp_rank));
+  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, c->E, c->every, c->tp,
+                                                 tp_part_numel(m->gpt.vocab, c->tp, c->tp_rank));
   double a2a = st->a2a_sent / steps; /* the EP group's, counted at the last step's end (moe_step_end) */
   trainer_report_extra(t, "moe_drop_rate", st->chosen_total > 0 ? st->drop_total / st->chosen_total : 0);
   trainer_report_extra(t, "moe_load_max_over_mean_last", st->last_ratio);
@@ -60,29 +64,40 @@ void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
   trainer_report_extra(t, "moe_dense_state_bytes_formula", copies * dense_rank * per);
   if (!trainer_prints(t)) return;
-  printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld (experts "
-         "%lld)\n", nm, m->gpt.n_layer, c->E, c->k,
-         c->cf > 0 ? "capacity" : "dropless", (long long)p.total, (long long)p.active, (long long)p.expert);
+  printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld "
+         "(experts "
+         "%lld)\n",
+         nm, m->gpt.n_layer, c->E, c->k, c->cf > 0 ? "capacity" : "dropless", (long long)p.total,
+         (long long)p.active, (long long)p.expert);
   if (c->cf > 0)
-    printf("moe: capacity factor %.2f: %.0f rows per expert and micro-batch; choices dropped %.4f of %.0f (they keep "
-           "their residual)\n", c->cf, (double)moe_capacity(c->cf, t->local_batch * c->S, c->k, c->E),
+    printf("moe: capacity factor %.2f: %.0f rows per expert and micro-batch; choices dropped %.4f of %.0f "
+           "(they keep "
+           "their residual)\n",
+           c->cf, (double)moe_capacity(c->cf, t->local_batch * c->S, c->k, c->E),
            st->chosen_total > 0 ? st->drop_total / st->chosen_total : 0, st->chosen_total);
-  printf("moe: load max/mean over the experts (mean over the MoE blocks): step 0 %.3f, last %.3f; aux loss last step "
-         "%.6f (alpha %g)%s\n", st->load_ratio[0], st->last_ratio, st->last_aux, c->aux,
+  printf("moe: load max/mean over the experts (mean over the MoE blocks): step 0 %.3f, last %.3f; aux loss "
+         "last step "
+         "%.6f (alpha %g)%s\n",
+         st->load_ratio[0], st->last_ratio, st->last_aux, c->aux,
          c->rate > 0 ? "; router bias: the same bits on every rank (checked each step)" : "");
 
-  printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same experts keep%s experts "
-         "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld dense%s = %.0f B; "
-         "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n", per, t->world,
-         t->world > 1 ? "s" : "", t->world > 1 ? "" : "s", grp[1] * per, grp[0] * per, copies > 1 ? "D whole copies (DDP) of " : "", c->e_local, c->E,
-         (long long)p.expert, copies * exp_rank * per, (long long)p.dense, c->tp_comm ? " (this TP rank's part of them)" : "",
-         copies * dense_rank * per, own[1] * per,
-         own[0] * per);
+  printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same "
+         "experts keep%s experts "
+         "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld "
+         "dense%s = %.0f B; "
+         "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n",
+         per, t->world, t->world > 1 ? "s" : "", t->world > 1 ? "" : "s", grp[1] * per, grp[0] * per,
+         copies > 1 ? "D whole copies (DDP) of " : "", c->e_local, c->E, (long long)p.expert,
+         copies * exp_rank * per, (long long)p.dense, c->tp_comm ? " (this TP rank's part of them)" : "",
+         copies * dense_rank * per, own[1] * per, own[0] * per);
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
   if (c->ep_comm)
-    printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine and their "
-           "backwards) x rows for other ranks' experts x C x 4 B%s)\n", a2a, c->a2a_formula / steps,
-           c->cf > 0 ? ", rows = (P_E-1) x E/P_E x capacity" : ", rows from this run's routing; + the counts, E x 4 B");
+    printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine "
+           "and their "
+           "backwards) x rows for other ranks' experts x C x 4 B%s)\n",
+           a2a, c->a2a_formula / steps,
+           c->cf > 0 ? ", rows = (P_E-1) x E/P_E x capacity"
+                     : ", rows from this run's routing; + the counts, E x 4 B");
   fflush(stdout);
 }
 
@@ -97,46 +112,62 @@ const model_transform_t moe_transform = {
 /* ---- the flags ------------------------------------------------------------------------------- */
 int moe_check_args(const train_cfg_t *cfg) {
   char v[64];
-  if (strcmp(cfg->model_kind, "gpt") != 0) return args_error("--model", cfg->model_kind, "must be gpt: the experts replace the GPT's MLPs");
+  if (strcmp(cfg->model_kind, "gpt") != 0)
+    return args_error("--model", cfg->model_kind, "must be gpt: the experts replace the GPT's MLPs");
   if (cfg->topk > cfg->moe) {
     snprintf(v, sizeof v, "%d", cfg->topk);
-    return args_error("--topk", v, "must be between 1 and --moe (%d): k distinct experts per token", cfg->moe);
+    return args_error("--topk", v, "must be between 1 and --moe (%d): k distinct experts per token",
+                      cfg->moe);
   }
   if (cfg->moe_every > cfg->gpt.n_layer) {
     snprintf(v, sizeof v, "%d", cfg->moe_every);
-    return args_error("--moe-every", v, "must be between 1 and the blocks (--n-layer %d): no block would be MoE",
+    return args_error("--moe-every", v,
+                      "must be between 1 and the blocks (--n-layer %d): no block would be MoE",
                       cfg->gpt.n_layer);
   }
   int world = args_env_world();
   if (cfg->ep > 1 && (world % cfg->ep != 0 || cfg->moe % cfg->ep != 0)) {
     snprintf(v, sizeof v, "%d", cfg->ep);
-    return args_error("--ep", v, "must divide the ranks (%d) and the experts (--moe %d): P_E consecutive ranks hold E/P_E "
-                      "experts each", world, cfg->moe);
+    return args_error(
+        "--ep", v,
+        "must divide the ranks (%d) and the experts (--moe %d): P_E consecutive ranks hold E/P_E "
+        "experts each",
+        world, cfg->moe);
   }
   if (cfg->tp > 1) { /* TP on the attention inside each EP group (ep_tp.c) */
     snprintf(v, sizeof v, "%d", cfg->tp);
     if (cfg->ep % cfg->tp != 0)
-      return args_error("--tp", v, "must divide --ep (%d): T consecutive ranks of each EP group split the attention (for "
-                        "--tp alone: chapter 06)", cfg->ep);
+      return args_error(
+          "--tp", v,
+          "must divide --ep (%d): T consecutive ranks of each EP group split the attention (for "
+          "--tp alone: chapter 06)",
+          cfg->ep);
     if (cfg->gpt.n_head % cfg->tp != 0)
-      return args_error("--tp", v, "must divide the heads (--n-head %d): each rank a whole number of heads", cfg->gpt.n_head);
+      return args_error("--tp", v, "must divide the heads (--n-head %d): each rank a whole number of heads",
+                        cfg->gpt.n_head);
     if (cfg->gpt.vocab < cfg->tp)
-      return args_error("--tp", v, "must be at most the vocabulary (%d rows: every rank some)", cfg->gpt.vocab);
-    int64_t b = cfg->batch / ((int64_t)(world / cfg->tp) * cfg->accum); /* samples per micro-batch of a TP group */
+      return args_error("--tp", v, "must be at most the vocabulary (%d rows: every rank some)",
+                        cfg->gpt.vocab);
+    /* samples per micro-batch of a TP group */
+    int64_t b = cfg->batch / ((int64_t)(world / cfg->tp) * cfg->accum);
     if (b * cfg->gpt.seq_len % cfg->tp != 0)
-      return args_error("--tp", v, "must divide the tokens of a micro-batch (%lld x %d): each TP rank routes 1/T of them",
-                        (long long)b, cfg->gpt.seq_len);
+      return args_error(
+          "--tp", v, "must divide the tokens of a micro-batch (%lld x %d): each TP rank routes 1/T of them",
+          (long long)b, cfg->gpt.seq_len);
     if (cfg->eval_every)
-      return args_error("--eval-every", NULL, "not with --tp (the vocab-parallel head keeps V/T of each row: validation needs "
+      return args_error("--eval-every", NULL,
+                        "not with --tp (the vocab-parallel head keeps V/T of each row: validation needs "
                         "whole logits, as in chapter 06)");
   }
   if (cfg->ep > 1 && cfg->sample > 0) {
     snprintf(v, sizeof v, "%d", cfg->sample);
-    return args_error("--sample", v, "must be 0 with --ep > 1 (generation runs on one rank's copy of the model)");
+    return args_error("--sample", v,
+                      "must be 0 with --ep > 1 (generation runs on one rank's copy of the model)");
   }
   if (cfg->router_bias_rate > 0 && cfg->resume) {
     snprintf(v, sizeof v, "%g", cfg->router_bias_rate);
-    return args_error("--router-bias-rate", v, "must be 0 with --resume: the router bias is not in the checkpoint (not built)");
+    return args_error("--router-bias-rate", v,
+                      "must be 0 with --resume: the router bias is not in the checkpoint (not built)");
   }
   return 0;
 }

@@ -35,7 +35,8 @@ typedef struct moe_unit {
   int64_t Rs, Rx;
   int64_t *recv_rows;          /* (ep·e_local) rows from source q for local expert i: [q·e_local + i] */
   int *perm_x, *perm_b;        /* (Rx) expert row → received row; received row → expert row (ep > 1) */
-  double *load_step;           /* (E) choices per expert this step (before capacity), over its micro-batches */
+  /* (E) choices per expert this step (before capacity), over its micro-batches */
+  double *load_step;
   double dropped_step, chosen_step;
   float *bias;                 /* (E) DeepSeek-V3's selection bias (same bits on every rank) */
 } moe_unit_t;
@@ -58,10 +59,12 @@ typedef struct moe_gpt {
    * --sp: its own B·S/tp positions) */
   comm_t *tp_comm, *xg_comm;
   int tp, tp_rank;
-  int gather;                    /* --tp without --sp: the tp ranks hold the same rows, each routes its 1/tp and
-                                  * the output is all-gathered; with --sp (Megatron's way) each holds 1/tp of the
-                                  * positions of every sample already: it routes those, nothing to gather */
-  model_t base;                  /* the model before the experts: gpt.c's, or tp_gpt.c's split (its fns, ctx) */
+  int gather; /* --tp without --sp: the tp ranks hold the same rows, each routes its 1/tp and
+               * the output is all-gathered; with --sp (Megatron's way) each holds 1/tp of
+               * the
+               * positions of every sample already: it routes those, nothing to gather */
+  /* the model before the experts: gpt.c's, or tp_gpt.c's split (its fns, ctx) */
+  model_t base;
   model_fns_t fns;               /* this model's table (the base's loss when it has one) */
   gpt_block_t kb;                /* a MoE block's attention half: gpt.h's whole block, or TP's split one */
   moe_unit_t *u;                 /* [n_units] */
@@ -72,7 +75,8 @@ typedef struct moe_gpt {
   int64_t ix_off[4];
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
-  double a2a_formula;            /* Σ over the run's training passes: the bytes the exchanges send by the formula */
+  /* Σ over the run's training passes: the bytes the exchanges send by the formula */
+  double a2a_formula;
 } moe_gpt_t;
 
 /* The run's statistics (t->transform_priv: moe_setup allocates it, the trainer frees it), written by

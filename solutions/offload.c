@@ -53,10 +53,12 @@ typedef struct host_range {
 
 /* Inlined per gradient dtype so that each loop is branch-free and vectorizes (as ops_cpu.c). */
 static inline __attribute__((always_inline)) void adamw_range(const host_range_t *r, dtype_t gdt) {
-  for (int64_t i = 0; i < r->n; i++) ew_adamw(&r->w[i], &r->m[i], &r->v[i], dt_load(r->grad, gdt, i), r->gscale, r->k);
+  for (int64_t i = 0; i < r->n; i++)
+    ew_adamw(&r->w[i], &r->m[i], &r->v[i], dt_load(r->grad, gdt, i), r->gscale, r->k);
 }
 static inline __attribute__((always_inline)) void sgd_range(const host_range_t *r, dtype_t gdt) {
-  for (int64_t i = 0; i < r->n; i++) ew_sgd(&r->w[i], &r->m[i], dt_load(r->grad, gdt, i), r->gscale, r->lr, r->mu, r->wd);
+  for (int64_t i = 0; i < r->n; i++)
+    ew_sgd(&r->w[i], &r->m[i], dt_load(r->grad, gdt, i), r->gscale, r->lr, r->mu, r->wd);
 }
 
 static void *host_range_run(void *arg) {
@@ -106,13 +108,23 @@ static void host_run(const host_range_t *r, int threads) {
 
 void offload_host_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, ew_adamw_t k,
                         float gscale, int threads) {
-  host_range_t r = {.adam = 1, .w = w, .m = m, .v = v, .grad = grad, .gdt = gdt, .n = n, .k = k, .gscale = gscale};
+  host_range_t r = {
+      .adam = 1, .w = w, .m = m, .v = v, .grad = grad, .gdt = gdt, .n = n, .k = k, .gscale = gscale};
   host_run(&r, threads);
 }
 
-void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float mu, float wd,
-                      float gscale, int threads) {
-  host_range_t r = {.adam = 0, .w = w, .m = buf, .grad = grad, .gdt = gdt, .n = n, .gscale = gscale, .lr = lr, .mu = mu, .wd = wd};
+void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float mu,
+                      float wd, float gscale, int threads) {
+  host_range_t r = {.adam = 0,
+                    .w = w,
+                    .m = buf,
+                    .grad = grad,
+                    .gdt = gdt,
+                    .n = n,
+                    .gscale = gscale,
+                    .lr = lr,
+                    .mu = mu,
+                    .wd = wd};
   host_run(&r, threads);
 }
 
@@ -121,7 +133,8 @@ void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64
 typedef struct offload {
   zero_rs_t rs;       /* ZeRO-2's staging buffers and pending reduce-scatters (zero2.c) */
   comm_handle_t *ag;  /* [n_units] pending all-gather of each unit's params (0: none) */
-  tensor_t xfer;      /* (P/N) wdt, HOST: the grad shard arrives here; bf16: the updated params leave from here */
+  /* (P/N) wdt, HOST: the grad shard arrives here; bf16: the updated params leave from here */
+  tensor_t xfer;
   char *on_host;      /* [n_units] 1: unit u's grad piece is on its way to the host this step */
   int final[2];       /* per staging slot: 1 when its reduce-scatter is of the step's last micro-batch */
   int64_t d2h, h2d;   /* bytes copied device -> host and host -> device this step */
@@ -131,13 +144,17 @@ typedef struct offload {
  * copy of the piece to the host. */
 static void offload_grad_to_host(trainer_t *t, offload_t *o, int u) {
   // BEGIN EXERCISE offload_grad_to_host notes/08-offload.md
-  // HINT: as soon as a unit's gradient piece is final, start moving it to the host, so the copy overlaps the rest of the backward; the host step reads it there.
-  // HINT2: the piece sits at the same offset (un->shard_off) in t->grads (device) and o->xfer (host): piece elements of t->wdt; one async copy; count its bytes in o->d2h, mark o->on_host[u].
-  // HINT3: TRAINER_PHASE("copy grads D->H", dev_copy_async(t->dev, tensor_at(&o->xfer, off), tensor_at(&t->grads, off), piece × dtype_size(t->wdt))).
+  // HINT: as soon as a unit's gradient piece is final, start moving it to the host, so the copy overlaps the
+  // HINT: rest of the backward; the host step reads it there.
+  // HINT2: the piece sits at the same offset (un->shard_off) in t->grads (device) and o->xfer (host): piece
+  // HINT2: elements of t->wdt; one async copy; count its bytes in o->d2h, mark o->on_host[u].
+  // HINT3: TRAINER_PHASE("copy grads D->H", dev_copy_async(t->dev, tensor_at(&o->xfer, off),
+  // HINT3: tensor_at(&t->grads, off), piece × dtype_size(t->wdt))).
   const unit_t *un = &t->model.units[u];
   size_t nbytes = (size_t)un->piece * dtype_size(t->wdt);
   TRAINER_PHASE("copy grads D->H",
-                dev_copy_async(t->dev, tensor_at(&o->xfer, un->shard_off), tensor_at(&t->grads, un->shard_off), nbytes));
+                dev_copy_async(t->dev, tensor_at(&o->xfer, un->shard_off),
+                               tensor_at(&t->grads, un->shard_off), nbytes));
   o->d2h += (int64_t)nbytes;
   o->on_host[u] = 1;
   // END EXERCISE
@@ -157,7 +174,8 @@ static void offload_setup(trainer_t *t) {
   t->opt_m = tensor_alloc_host("optim m (host)", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);  // (P/N)
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc_host("optim v (host)", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel); // (P/N)
-  o->xfer = tensor_alloc_host("grad shard (host)", LEDGER_GRADS, t->wdt, t->dev, m->shard_numel);  // (P/N) wdt
+  // (P/N) wdt
+  o->xfer = tensor_alloc_host("grad shard (host)", LEDGER_GRADS, t->wdt, t->dev, m->shard_numel);
   zero_rs_init(&o->rs, t, t->comm);
   o->ag = xcalloc((size_t)m->n_units, sizeof *o->ag, "offload gather handles");
   o->on_host = xcalloc((size_t)m->n_units, 1, "offload copy flags");
@@ -171,8 +189,8 @@ static void offload_setup(trainer_t *t) {
   if (t->wdt == DT_F32)
     for (int u = 0; u < m->n_units; u++) {
       const unit_t *un = &m->units[u];
-      dev_memcpy(DEV_CPU, (float *)t->master.data + un->shard_off, t->dev, tensor_at(&t->params, shard_piece_off(un, t->rank)),
-                 (size_t)un->piece * sizeof(float));
+      dev_memcpy(DEV_CPU, (float *)t->master.data + un->shard_off, t->dev,
+                 tensor_at(&t->params, shard_piece_off(un, t->rank)), (size_t)un->piece * sizeof(float));
     }
 }
 
@@ -201,9 +219,14 @@ static void offload_post_backward(trainer_t *t, int unit) {
  * the device's params, cast to the working dtype; the copies are async (dev_copy_wait after). */
 static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
   // BEGIN EXERCISE offload_update_and_send notes/08-offload.md
-  // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the updated weights back, in its working dtype.
-  // HINT2: per unit, at un->shard_off: update the master piece with the host optimizer (AdamW: its scalars once per step from t->opt_t; SGD: lr, momentum, weight decay), then bring the piece to t->params at shard_piece_off, counting o->h2d.
-  // HINT3: offload_host_adamw(w, grad in o->xfer, t->wdt, m, v, piece, ew_adamw_scalars(..., t->opt_t), gscale, t->cfg->host_threads); bf16: op_cast(DEV_CPU, ...) into o->xfer's slot and copy that; fp32: copy w; dev_copy_async.
+  // HINT: the optimizer runs on the host, on the fp32 master and its moments; the device only ever needs the
+  // HINT: updated weights back, in its working dtype.
+  // HINT2: per unit, at un->shard_off: update the master piece with the host optimizer (AdamW: its scalars
+  // HINT2: once per step from t->opt_t; SGD: lr, momentum, weight decay), then bring the piece to t->params
+  // HINT2: at shard_piece_off, counting o->h2d.
+  // HINT3: offload_host_adamw(w, grad in o->xfer, t->wdt, m, v, piece, ew_adamw_scalars(..., t->opt_t),
+  // HINT3: gscale, t->cfg->host_threads); bf16: op_cast(DEV_CPU, ...) into o->xfer's slot and copy that;
+  // HINT3: fp32: copy w; dev_copy_async.
   const model_t *m = &t->model;
   const train_cfg_t *c = t->cfg;
   ew_adamw_t k = {0};
@@ -216,10 +239,11 @@ static void offload_update_and_send(trainer_t *t, offload_t *o, float gscale) {
     void *g = tensor_at(&o->xfer, un->shard_off);
     trace_begin("optimizer (host)");
     if (c->optimizer == OPT_ADAMW)
-      offload_host_adamw(w, g, t->wdt, mom, (float *)t->opt_v.data + un->shard_off, un->piece, k, gscale, t->cfg->host_threads);
+      offload_host_adamw(w, g, t->wdt, mom, (float *)t->opt_v.data + un->shard_off, un->piece, k, gscale,
+                         t->cfg->host_threads);
     else
-      offload_host_sgd(w, g, t->wdt, mom, un->piece, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale,
-                       t->cfg->host_threads);
+      offload_host_sgd(w, g, t->wdt, mom, un->piece, (float)c->lr, (float)c->momentum, (float)c->weight_decay,
+                       gscale, t->cfg->host_threads);
     const void *src = w; /* fp32: the updated piece is the params piece */
     if (t->wdt != DT_F32) { /* bf16: cast on the host, into the unit's slot of the transfer buffer */
       op_cast(DEV_CPU, g, t->wdt, w, DT_F32, un->piece);
@@ -260,7 +284,8 @@ static void offload_step(trainer_t *t) {
   /* per step per rank (every step moves the same bytes; a skipped one sends nothing back) */
   trainer_report_extra(t, "offload_d2h_bytes_per_step", (double)o->d2h);
   trainer_report_extra(t, "offload_h2d_bytes_per_step", (double)o->h2d);
-  trainer_report_extra(t, "offload_formula_bytes_each_way", (double)m->numel / t->world * (double)dtype_size(t->wdt));
+  trainer_report_extra(t, "offload_formula_bytes_each_way",
+                       (double)m->numel / t->world * (double)dtype_size(t->wdt));
   o->d2h = o->h2d = 0;
   if (updated) TRAINER_PHASE("issue all-gather params", zero_all_gather_params(t, o->ag));
 }
@@ -294,7 +319,8 @@ static void offload_formula(const trainer_t *t, formula_t *f) {
   f->host = f->master + f->optim;
   f->master = f->optim = 0;
   char dev[40];
-  snprintf(f->mem_text, sizeof f->mem_text, "%s on the device", formula_text_k(dev, (int)sizeof dev, 2, wb, wb, 0));
+  snprintf(f->mem_text, sizeof f->mem_text, "%s on the device",
+           formula_text_k(dev, (int)sizeof dev, 2, wb, wb, 0));
 }
 
 static const strategy_t offload_s = {
@@ -322,7 +348,8 @@ int offload_take_flags(int *argc, char **argv, offload_kind_t *kind, int *thread
   int out = 1;
   for (int i = 1; i < *argc; i++) {
     const char *a = argv[i];
-    int ours = !strcmp(a, "--offload") || !strcmp(a, "--host-threads") || (bench && !strcmp(a, "--bench-adam"));
+    int ours =
+        !strcmp(a, "--offload") || !strcmp(a, "--host-threads") || (bench && !strcmp(a, "--bench-adam"));
     if (!ours) {
       argv[out++] = argv[i];
       continue;

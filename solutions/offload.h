@@ -43,6 +43,6 @@ const strategy_t *offload_strategy(offload_kind_t kind);
 void offload_host_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, ew_adamw_t k,
                         float gscale, int threads);
 /* SGD with momentum the same way (ew_sgd). */
-void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float mu, float wd,
-                      float gscale, int threads);
+void offload_host_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float mu,
+                      float wd, float gscale, int threads);
 #endif

@@ -35,13 +35,19 @@
  * posted and the message moves while this stage still computes; pp_recv_forward waits for it. */
 comm_handle_t pp_post_recv_forward(trainer_t *t, int j, int k, float *buf) {
   // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
-  // HINT: a stage's forward needs the output of the chunk before, on the previous stage; post the receive now, wait only when the forward needs it.
-  // HINT2: b × in_numel floats from ch->rx_act (its communicator and the peer's rank in it), into buf; return the handle without waiting (pp_recv_forward waits); name it with a tag ("recv act k") so a timeout says which.
-  // HINT3: ch = &st->chunks[j]; snprintf(st->tag, ..., "recv act %d", k); return comm_recv_async(ch->rx_act.comm, buf, (int64_t)st->b * ch->in_numel, DT_F32, ch->rx_act.peer, st->tag).
+  // HINT: a stage's forward needs the output of the chunk before, on the previous stage; post the receive
+  // HINT: now, wait only when the forward needs it.
+  // HINT2: b × in_numel floats from ch->rx_act (its communicator and the peer's rank in it), into buf; return
+  // HINT2: the handle without waiting (pp_recv_forward waits); name it with a tag ("recv act k") so a timeout
+  // HINT2: says which.
+  // HINT3: ch = &st->chunks[j]; snprintf(st->tag, ..., "recv act %d", k); return
+  // HINT3: comm_recv_async(ch->rx_act.comm, buf, (int64_t)st->b * ch->in_numel, DT_F32, ch->rx_act.peer,
+  // HINT3: st->tag).
   pp_state_t *st = t->sched_priv;
   pp_chunk_t *ch = &st->chunks[j];
   snprintf(st->tag, sizeof st->tag, "recv act %d", k);
-  return comm_recv_async(ch->rx_act.comm, buf, (int64_t)st->b * ch->in_numel, DT_F32, ch->rx_act.peer, st->tag);
+  return comm_recv_async(ch->rx_act.comm, buf, (int64_t)st->b * ch->in_numel, DT_F32, ch->rx_act.peer,
+                         st->tag);
   // END EXERCISE
 }
 
@@ -59,14 +65,18 @@ void pp_recv_forward(trainer_t *t, int j, int k, float *x) {
  * in pp_release, before the loop reuses the slot y lives in. */
 void pp_send_forward(trainer_t *t, int j, int k, const float *y) {
   // BEGIN EXERCISE pp_stage_send notes/07-pipeline.md
-  // HINT: the next stage needs this chunk's output; the stage should go on computing while it travels — but the buffer must not be reused before it has left.
-  // HINT2: y holds b × y_numel floats of the chunk's last unit (u1 − 1); send them over ch->tx_act without waiting, and keep the handle in ch->sent[k] (pp_release waits for it).
-  // HINT3: ch->sent[k] = comm_send_async(ch->tx_act.comm, y, (int64_t)st->b * un->y_numel, DT_F32, ch->tx_act.peer, st->tag) with un = &t->model.units[ch->u1 - 1] and the tag "send act k".
+  // HINT: the next stage needs this chunk's output; the stage should go on computing while it travels — but
+  // HINT: the buffer must not be reused before it has left.
+  // HINT2: y holds b × y_numel floats of the chunk's last unit (u1 − 1); send them over ch->tx_act without
+  // HINT2: waiting, and keep the handle in ch->sent[k] (pp_release waits for it).
+  // HINT3: ch->sent[k] = comm_send_async(ch->tx_act.comm, y, (int64_t)st->b * un->y_numel, DT_F32,
+  // HINT3: ch->tx_act.peer, st->tag) with un = &t->model.units[ch->u1 - 1] and the tag "send act k".
   pp_state_t *st = t->sched_priv;
   pp_chunk_t *ch = &st->chunks[j];
   const unit_t *un = &t->model.units[ch->u1 - 1];
   snprintf(st->tag, sizeof st->tag, "send act %d", k);
-  ch->sent[k] = comm_send_async(ch->tx_act.comm, y, (int64_t)st->b * un->y_numel, DT_F32, ch->tx_act.peer, st->tag);
+  ch->sent[k] =
+      comm_send_async(ch->tx_act.comm, y, (int64_t)st->b * un->y_numel, DT_F32, ch->tx_act.peer, st->tag);
   // END EXERCISE
 }
 
@@ -93,7 +103,9 @@ static float *pp_dx_buffer(trainer_t *t, int j, int k) {
   pp_chunk_t *ch = &st->chunks[j];
   for (int h = 0; h < st->nheld; h++) /* interleaved grouped: a send held is not issued yet */
     if (st->held[h].kind == 'B' && st->held[h].j == j && st->held[h].k % 2 == k % 2)
-      die_on_rank("pipeline: chunk %d's input-gradient buffer %d is still held for a group (a schedule's bug)", j, k % 2);
+      die_on_rank(
+          "pipeline: chunk %d's input-gradient buffer %d is still held for a group (a schedule's bug)", j,
+          k % 2);
   comm_wait(ch->tx_grad.comm, ch->gsent[k % 2]);
   ch->gsent[k % 2] = 0;
   return ch->gsend[k % 2].data;
@@ -103,7 +115,8 @@ void pp_send_backward(trainer_t *t, int j, int k, const float *dx) {
   pp_state_t *st = t->sched_priv;
   pp_chunk_t *ch = &st->chunks[j];
   snprintf(st->tag, sizeof st->tag, "send grad %d", k);
-  ch->gsent[k % 2] = comm_send_async(ch->tx_grad.comm, dx, (int64_t)st->b * ch->in_numel, DT_F32, ch->tx_grad.peer, st->tag);
+  ch->gsent[k % 2] =
+      comm_send_async(ch->tx_grad.comm, dx, (int64_t)st->b * ch->in_numel, DT_F32, ch->tx_grad.peer, st->tag);
 }
 
 /* Micro-batch k's slot of chunk j is about to be reused: its output must have left. */
@@ -121,7 +134,8 @@ static void pp_step_end(trainer_t *t, double busy_us, double t0_us) {
                                  st->pend.kind == 'F' ? "output" : "input gradient", st->pend.k);
   pp_post_step_end(t); /* every receive posted ahead was read */
   pp_seg_step_end(t);  /* nothing held, nothing received ahead left */
-  comm_t *cs[8] = {st->fwd, st->bwd, st->fwdw, st->bwdw, st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
+  comm_t *cs[8] = {st->fwd,     st->bwd,     st->fwdw,     st->bwdw,
+                   st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
   for (int j = 0; j < st->v; j++)
     for (int i = 0; i < 2; i++) {
       if (st->chunks[j].gsent[i]) comm_wait(st->chunks[j].tx_grad.comm, st->chunks[j].gsent[i]);
@@ -153,7 +167,8 @@ static double pp_grad_sumsq(trainer_t *t, double part) {
  * (NCCL), every message on fwd, the wrap's too (stage P−1 and stage 0 are ranks of it). */
 static void chunk_links(pp_state_t *st, pp_chunk_t *ch) {
   int s = st->stage, P = st->P;
-  comm_t *a_in = st->prepost ? st->acts[s % 2] : st->fwd, *a_out = st->prepost ? st->acts[(s + 1) % 2] : st->fwd;
+  comm_t *a_in = st->prepost ? st->acts[s % 2] : st->fwd,
+         *a_out = st->prepost ? st->acts[(s + 1) % 2] : st->fwd;
   comm_t *g_in = st->prepost ? st->grads[s % 2] : st->grouped ? st->fwd : st->bwd;
   comm_t *g_out = st->prepost ? st->grads[(s + 1) % 2] : st->grouped ? st->fwd : st->bwd;
   /* the wrap (v > 1): its own two-rank links, where P−1 is rank 1; grouped, on fwd (P−1 and 0) */
@@ -182,7 +197,8 @@ static void pp_cut(trainer_t *t, pp_state_t *st) {
   if (t->group_comm) comm_ctl_all_reduce_f64(t->group_comm, d, U, REDOP_SUM);
   for (int u = 0; u < U; u++) numel[u] = (int64_t)d[u];
   st->first = xcalloc((size_t)st->V + 1, sizeof *st->first, "pipeline split");
-  if (pp_split(numel, U, st->V, st->first)) die("rank %d: cannot cut %d units into %d chunks", t->rank, U, st->V);
+  if (pp_split(numel, U, st->V, st->first))
+    die("rank %d: cannot cut %d units into %d chunks", t->rank, U, st->V);
   free(d);
   free(numel);
 }
@@ -190,21 +206,26 @@ static void pp_cut(trainer_t *t, pp_state_t *st) {
 static void pp_print(const trainer_t *t, const pp_state_t *st) {
   const train_cfg_t *c = t->cfg;
   const model_t *m = t->whole;
-  printf("pipeline: %d stage%s x %d data-parallel, schedule %s", st->P, st->P > 1 ? "s" : "", st->D, c->schedule);
-  if (st->v > 1) printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
-  printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b, st->b > 1 ? "s" : "",
-         pp_bubble_formula(st->sched, st->P, st->M, st->v));
+  printf("pipeline: %d stage%s x %d data-parallel, schedule %s", st->P, st->P > 1 ? "s" : "", st->D,
+         c->schedule);
+  if (st->v > 1)
+    printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
+  printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b,
+         st->b > 1 ? "s" : "", pp_bubble_formula(st->sched, st->P, st->M, st->v));
   if (st->D > 1) /* the strategy says the rest in its own setup */
-    printf("data dimension: %d replicas of each stage, --zero %d: %s on the stage's units, each reduced once per step\n",
+    printf("data dimension: %d replicas of each stage, --zero %d: %s on the stage's units, each reduced once "
+           "per step\n",
            st->D, c->zero, t->strategy->name);
   printf("split by parameter count:\n");
   for (int k = 0; k < st->V; k++) {
     int64_t n = 0;
     for (int u = st->first[k]; u < st->first[k + 1]; u++) n += m->units[u].numel;
-    if (st->v > 1) printf("  chunk %d (stage %d): units %d..%d, %lld params (%.1f%%)\n", k, k % st->P, st->first[k],
-                          st->first[k + 1] - 1, (long long)n, 100.0 * (double)n / (double)m->numel);
-    else printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", k, st->first[k], st->first[k + 1] - 1, (long long)n,
-                100.0 * (double)n / (double)m->numel);
+    if (st->v > 1)
+      printf("  chunk %d (stage %d): units %d..%d, %lld params (%.1f%%)\n", k, k % st->P, st->first[k],
+             st->first[k + 1] - 1, (long long)n, 100.0 * (double)n / (double)m->numel);
+    else
+      printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", k, st->first[k], st->first[k + 1] - 1,
+             (long long)n, 100.0 * (double)n / (double)m->numel);
   }
   fflush(stdout);
 }
@@ -222,7 +243,8 @@ static void pp_setup(trainer_t *t) {
   st->V = st->v * st->P;
   st->M = c->micro_batches;
   if (st->V > U || N % st->P)
-    die("rank %d: --pp %d: needs P x virtual stages <= units (%d) and P dividing the ranks (%d)", t->rank, st->P, U, N);
+    die("rank %d: --pp %d: needs P x virtual stages <= units (%d) and P dividing the ranks (%d)", t->rank,
+        st->P, U, N);
   st->D = N / st->P;
   int coord[GRID_NDIMS]; /* the grid's one rule (grid.h: rank = dp·P + stage once TP is split off) */
   grid_coords(t->rank, 1, st->P, coord);
@@ -269,9 +291,12 @@ static void pp_setup(trainer_t *t) {
     ch->sent = xcalloc((size_t)st->M, sizeof *ch->sent, "pipeline send handles");
     for (int u = ch->u0; u < ch->u1; u++) here[u] = 1;
     chunk_links(st, ch);
-    t->chunks[j] = (train_chunk_t){.u0 = ch->u0, .u1 = ch->u1, .first = ch->c == 0, .last = ch->c == st->V - 1};
+    t->chunks[j] =
+        (train_chunk_t){.u0 = ch->u0, .u1 = ch->u1, .first = ch->c == 0, .last = ch->c == st->V - 1};
     if (ch->c > 0) { /* the gradient of the input, to the previous chunk: double-buffered */
-      for (int i = 0; i < 2; i++) ch->gsend[i] = tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * ch->in_numel);
+      for (int i = 0; i < 2; i++)
+        ch->gsend[i] =
+            tensor_alloc("grad to send", LEDGER_ACTS, DT_F32, t->dev, (int64_t)st->b * ch->in_numel);
       st->ws_bytes += 2 * 4 * (int64_t)st->b * ch->in_numel;
     }
   }
@@ -306,7 +331,8 @@ static void pp_teardown(trainer_t *t) {
     tensor_free(&st->chunks[j].gsend[1]);
     free(st->chunks[j].sent);
   }
-  comm_t *cs[10] = {st->dpc, st->bwdw, st->fwdw, st->grads[1], st->acts[1], st->grads[0], st->acts[0], st->pipe, st->bwd, st->fwd};
+  comm_t *cs[10] = {st->dpc,      st->bwdw,    st->fwdw, st->grads[1], st->acts[1],
+                    st->grads[0], st->acts[0], st->pipe, st->bwd,      st->fwd};
   for (int i = 0; i < 10; i++)
     if (cs[i]) comm_finalize(cs[i]);
   t->comm = t->model_comm; /* the communicator the launcher made */
@@ -320,12 +346,18 @@ static void pp_teardown(trainer_t *t) {
   t->sched_priv = NULL;
 }
 
-#define PP_SCHEDULE(var, nm)                                                                                          \
-  static const schedule_t var = {.name = nm, .setup = pp_setup, .recv_forward = pp_recv_forward_paired,              \
-                                 .send_forward = pp_send_forward_paired, .recv_backward = pp_recv_backward_paired,   \
-                                 .dx_buffer = pp_dx_buffer, .send_backward = pp_send_backward_paired,                \
-                                 .release = pp_release,                                                              \
-                                 .step_end = pp_step_end, .grad_sumsq = pp_grad_sumsq, .report = pp_report,          \
+#define PP_SCHEDULE(var, nm)                                               \
+  static const schedule_t var = {.name = nm,                               \
+                                 .setup = pp_setup,                        \
+                                 .recv_forward = pp_recv_forward_paired,   \
+                                 .send_forward = pp_send_forward_paired,   \
+                                 .recv_backward = pp_recv_backward_paired, \
+                                 .dx_buffer = pp_dx_buffer,                \
+                                 .send_backward = pp_send_backward_paired, \
+                                 .release = pp_release,                    \
+                                 .step_end = pp_step_end,                  \
+                                 .grad_sumsq = pp_grad_sumsq,              \
+                                 .report = pp_report,                      \
                                  .teardown = pp_teardown}
 PP_SCHEDULE(g_naive, "pipeline-naive");
 PP_SCHEDULE(g_gpipe, "pipeline-gpipe");

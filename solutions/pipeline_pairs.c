@@ -29,7 +29,8 @@
  * where a W sits between the two (holding the input gradient back through a W would delay the
  * previous stage: B is their critical path).
  *
- * GROUPED (the NCCL backend; v = 1 here, v > 1 below): Megatron's batched p2p — every message of the pipeline on ONE
+ * GROUPED (the NCCL backend; v = 1 here, v > 1 below): Megatron's batched p2p — every message of the pipeline
+ * on ONE
  * communicator (st->fwd, one NCCL stream), and at each operation boundary the send just made and
  * the next receive in one ncclGroupStart/End: a send is held back whenever the next operation
  * that is not a W receives (pp_groups; the pair may be F's output with the next F's input, from
@@ -132,7 +133,8 @@ static void seg_group(trainer_t *t, int i, float *into) {
 }
 
 /* Op i's send: held for the next boundary; where pp_group_cuts says (bit 1), the held go now. */
-static void seg_send(trainer_t *t, int i, char kind, int j, int k, const float *buf, int64_t numel, int peer) {
+static void seg_send(trainer_t *t, int i, char kind, int j, int k, const float *buf, int64_t numel,
+                     int peer) {
   pp_state_t *st = t->sched_priv;
   if (st->nheld == 2) die_on_rank("pipeline: a third send held before a boundary (a schedule's bug)");
   for (int h = 0; h < st->nheld; h++)
@@ -143,7 +145,8 @@ static void seg_send(trainer_t *t, int i, char kind, int j, int k, const float *
   st->held[h0].buf = buf, st->held[h0].numel = numel, st->held[h0].peer = peer;
   if (!(st->cut[i] & 2)) return;
   comm_p2p_t g[2];
-  for (int h = 0; h < st->nheld; h++) g[h] = (comm_p2p_t){.send = st->held[h].buf, .numel = st->held[h].numel, .peer = st->held[h].peer};
+  for (int h = 0; h < st->nheld; h++)
+    g[h] = (comm_p2p_t){.send = st->held[h].buf, .numel = st->held[h].numel, .peer = st->held[h].peer};
   snprintf(st->tag, sizeof st->tag, "group after op %d (%d sends)", i, st->nheld);
   comm_handle_t hd = comm_group_async(st->fwd, st->nheld, g, DT_F32, st->tag);
   for (int h = 0; h < st->nheld; h++) /* waited where a lone send would be: pp_release, pp_dx_buffer */
@@ -192,8 +195,8 @@ void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx) {
   pp_state_t *st = t->sched_priv;
   pp_post_open(t);
   if (st->seg) {
-    seg_send(t, st->op_at[st->v * st->M + j * st->M + k], 'B', j, k, dx, (int64_t)st->b * st->chunks[j].in_numel,
-             st->chunks[j].tx_grad.peer);
+    seg_send(t, st->op_at[st->v * st->M + j * st->M + k], 'B', j, k, dx,
+             (int64_t)st->b * st->chunks[j].in_numel, st->chunks[j].tx_grad.peer);
     return;
   }
   if (!st->pair_bwd[k]) {
@@ -206,12 +209,13 @@ void pp_send_backward_paired(trainer_t *t, int j, int k, const float *dx) {
 
 /* The held-back send and this receive as one operation on the forward communicator; the send
  * is then complete, so its handle slot is cleared. */
-static void pp_pair_exchange(pp_state_t *st, int tx_peer, float *rbuf, int64_t rnumel, int rx_peer, const char *what,
-                             int k, comm_handle_t *sent) {
-  snprintf(st->tag, sizeof st->tag, "send %s %d + recv %s %d", st->pend.kind == 'F' ? "act" : "grad", st->pend.k,
-           what, k);
-  comm_wait(st->fwd, comm_sendrecv_async(st->fwd, st->pend.buf, st->pend.numel, tx_peer, rbuf, rnumel, rx_peer,
-                                         DT_F32, st->tag));
+static void pp_pair_exchange(pp_state_t *st, int tx_peer, float *rbuf, int64_t rnumel, int rx_peer,
+                             const char *what, int k, comm_handle_t *sent) {
+  snprintf(st->tag, sizeof st->tag, "send %s %d + recv %s %d", st->pend.kind == 'F' ? "act" : "grad",
+           st->pend.k, what, k);
+  comm_wait(st->fwd,
+            comm_sendrecv_async(st->fwd, st->pend.buf, st->pend.numel, tx_peer, rbuf, rnumel, rx_peer, DT_F32,
+                                st->tag));
   *sent = 0;
   st->pend.kind = 0;
 }
@@ -232,14 +236,16 @@ void pp_recv_backward_paired(trainer_t *t, int j, int k, float *dy) {
   pp_chunk_t *ch = &st->chunks[j];
   if (st->seg) { /* received at the boundary before its F (gstage), or now: its segment's first receive */
     if (st->gstage_j == j && st->gstage_k == k) {
-      dev_memcpy(t->dev, dy, t->dev, st->gstage.data, (size_t)st->b * (size_t)t->model.units[ch->u1 - 1].y_numel * 4);
+      dev_memcpy(t->dev, dy, t->dev, st->gstage.data,
+                 (size_t)st->b * (size_t)t->model.units[ch->u1 - 1].y_numel * 4);
       st->gstage_j = st->gstage_k = -1;
     } else seg_group(t, st->op_at[st->v * st->M + j * st->M + k], dy);
     return;
   }
   if (!st->pend.kind) pp_recv_backward(t, j, k, dy);
-  else pp_pair_exchange(st, pend_peer(st), dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel, ch->rx_grad.peer,
-                        "grad", k, pend_slot(st));
+  else
+    pp_pair_exchange(st, pend_peer(st), dy, (int64_t)st->b * t->model.units[ch->u1 - 1].y_numel,
+                     ch->rx_grad.peer, "grad", k, pend_slot(st));
 }
 
 void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x) {
@@ -251,5 +257,7 @@ void pp_recv_forward_paired(trainer_t *t, int j, int k, float *x) {
     return;
   }
   if (!st->pend.kind) pp_recv_forward(t, j, k, x);
-  else pp_pair_exchange(st, pend_peer(st), x, (int64_t)st->b * ch->in_numel, ch->rx_act.peer, "act", k, pend_slot(st));
+  else
+    pp_pair_exchange(st, pend_peer(st), x, (int64_t)st->b * ch->in_numel, ch->rx_act.peer, "act", k,
+                     pend_slot(st));
 }

@@ -43,7 +43,8 @@ static int64_t rx_numel(const trainer_t *t, const pp_state_t *st, const pp_rxq_t
 static void rx_post(trainer_t *t, pp_rxq_t *q) {
   pp_state_t *st = t->sched_priv;
   int i = q->posted % PP_RECV_AHEAD, j = q->chunk[q->posted], k = q->micro[q->posted];
-  q->h[i] = q == &st->rxa ? pp_post_recv_forward(t, j, k, q->buf[i].data) : pp_post_recv_backward(t, j, k, q->buf[i].data);
+  q->h[i] = q == &st->rxa ? pp_post_recv_forward(t, j, k, q->buf[i].data)
+                          : pp_post_recv_backward(t, j, k, q->buf[i].data);
   q->posted++;
 }
 
@@ -68,7 +69,8 @@ void pp_post_setup(trainer_t *t) {
     for (int i = 0; i < q->n; i++)
       if (rx_numel(t, st, q, i) > q->numel) q->numel = rx_numel(t, st, q, i);
     for (int i = 0; i < PP_RECV_AHEAD && i < q->n; i++) {
-      q->buf[i] = tensor_alloc(a ? "grad received ahead" : "act received ahead", LEDGER_ACTS, DT_F32, t->dev, q->numel);
+      q->buf[i] = tensor_alloc(a ? "grad received ahead" : "act received ahead", LEDGER_ACTS, DT_F32, t->dev,
+                               q->numel);
       st->ws_bytes += 4 * q->numel;
     }
   }
@@ -93,7 +95,8 @@ void pp_post_take(trainer_t *t, pp_rxq_t *q, int j, int k, float *dst, const cha
   pp_state_t *st = t->sched_priv;
   pp_post_open(t);
   if (q->used >= q->n || q->micro[q->used] != k || q->chunk[q->used] != j)
-    die_on_rank("pipeline: the %s of micro-batch %d (chunk %d) is not the next receive posted ahead (a schedule's bug)",
+    die_on_rank("pipeline: the %s of micro-batch %d (chunk %d) is not the next receive posted ahead (a "
+                "schedule's bug)",
                 what, k, j);
   int i = q->used % PP_RECV_AHEAD;
   const pp_chunk_t *ch = &st->chunks[j];

@@ -13,37 +13,49 @@
 /* ---- the report: per-rank numbers to rank 0 (control traffic), printed in rank order ---------- */
 
 /* The stage's line of bytes (they never vary), after its line of times (they do). */
-static int pp_bytes_line(const trainer_t *t, const pp_state_t *st, char *line, int n, const double *mine, int formula_k) {
+static int pp_bytes_line(const trainer_t *t, const pp_state_t *st, char *line, int n, const double *mine,
+                         int formula_k) {
   int peak = trainer_peak_in_flight(t), r = t->model_rank;
-  int64_t slot = trainer_slot_bytes(t, 0), pool = 0, ws = st->ws_bytes + trainer_acts_workspace(t), esz = (int64_t)dtype_size(t->wdt);
+  int64_t slot = trainer_slot_bytes(t, 0), pool = 0, ws = st->ws_bytes + trainer_acts_workspace(t),
+          esz = (int64_t)dtype_size(t->wdt);
   for (int j = 0; j < st->v; j++) pool += (int64_t)trainer_slots(t, j) * trainer_slot_bytes(t, j);
   formula_t f;
   t->strategy->formula(t, &f);
-  int64_t states = ledger_peak(LEDGER_PARAMS) + ledger_peak(LEDGER_GRADS) + ledger_peak(LEDGER_MASTER) + ledger_peak(LEDGER_OPTIM);
+  int64_t states = ledger_peak(LEDGER_PARAMS) + ledger_peak(LEDGER_GRADS) + ledger_peak(LEDGER_MASTER) +
+      ledger_peak(LEDGER_OPTIM);
   double fs = f.params + f.grads + f.master + f.optim;
   const model_t *m = &t->model; /* this stage's units: padded_numel, shard_numel = its replicas' pieces */
   int64_t full = m->padded_numel * esz, piece = m->shard_numel * esz;
   int k = 0;
   if (st->v > 1)
-    k += snprintf(line + k, n - k, "rank %d stage %d: %d chunks, model states %lld B (formula %.0f for its %lld params); "
-                  "activations in flight: peak %d micro-batch-chunks (formula %d), %lld B allocated, +%lld B workspace\n",
-                  r, st->stage, st->v, (long long)states, fs, (long long)m->numel, peak, formula_k, (long long)pool, (long long)ws);
+    k += snprintf(line + k, n - k,
+                  "rank %d stage %d: %d chunks, model states %lld B (formula %.0f for its %lld params); "
+                  "activations in flight: peak %d micro-batch-chunks (formula %d), %lld B allocated, +%lld B "
+                  "workspace\n",
+                  r, st->stage, st->v, (long long)states, fs, (long long)m->numel, peak, formula_k,
+                  (long long)pool, (long long)ws);
   else
-    k += snprintf(line + k, n - k, "rank %d stage %d: units %d..%d, model states %lld B (formula %.0f for its %lld params); "
-                  "activations in flight: peak %d micro-batch%s x %lld B = %lld B (formula %d x %lld B), +%lld B workspace\n",
-                  r, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fs, (long long)m->numel, peak,
-                  peak > 1 ? "es" : "", (long long)slot, (long long)pool, formula_k, (long long)slot, (long long)ws);
+    k += snprintf(line + k, n - k,
+                  "rank %d stage %d: units %d..%d, model states %lld B (formula %.0f for its %lld params); "
+                  "activations in flight: peak %d micro-batch%s x %lld B = %lld B (formula %d x %lld B), "
+                  "+%lld B workspace\n",
+                  r, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fs,
+                  (long long)m->numel, peak, peak > 1 ? "es" : "", (long long)slot, (long long)pool,
+                  formula_k, (long long)slot, (long long)ws);
   if (st->D == 1) return k;
-  k += snprintf(line + k, n - k, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n", r, st->stage,
-                mine[5], mine[9]);
+  k += snprintf(line + k, n - k, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n", r,
+                st->stage, mine[5], mine[9]);
   if (t->cfg->zero == 3)
-    k += snprintf(line + k, n - k, "rank %d stage %d: params %.0f B between steps (own pieces %lld; --zero 0/1/2 hold %lld), "
-                  "+ one unit gathered (%lld B at most) per forward / backward\n", r, st->stage, mine[8], (long long)piece,
-                  (long long)full, (long long)(m->max_unit_padded * esz));
+    k += snprintf(line + k, n - k,
+                  "rank %d stage %d: params %.0f B between steps (own pieces %lld; --zero 0/1/2 hold %lld), "
+                  "+ one unit gathered (%lld B at most) per forward / backward\n",
+                  r, st->stage, mine[8], (long long)piece, (long long)full,
+                  (long long)(m->max_unit_padded * esz));
   if (t->cfg->zero >= 2)
-    k += snprintf(line + k, n - k, "rank %d stage %d: grads %.0f B at the peak of the step (full %lld + own pieces %lld), "
-                  "%.0f B between steps; --zero 1 holds %lld B throughout\n", r, st->stage, mine[6], (long long)full,
-                  (long long)piece, mine[7], (long long)full);
+    k += snprintf(line + k, n - k,
+                  "rank %d stage %d: grads %.0f B at the peak of the step (full %lld + own pieces %lld), "
+                  "%.0f B between steps; --zero 1 holds %lld B throughout\n",
+                  r, st->stage, mine[6], (long long)full, (long long)piece, mine[7], (long long)full);
   return k;
 }
 
@@ -53,33 +65,44 @@ void pp_report(trainer_t *t) {
   pp_state_t *st = t->sched_priv;
   enum { COLS = 14 };
   int N = t->model_world, formula_k = pp_inflight_formula(st->sched, st->P, st->stage, st->M, st->v);
-  double *vals = xcalloc((size_t)N * COLS, sizeof *vals, "pipeline report"), *mine = vals + (size_t)t->model_rank * COLS;
+  double *vals = xcalloc((size_t)N * COLS, sizeof *vals, "pipeline report"),
+         *mine = vals + (size_t)t->model_rank * COLS;
   double steps = st->measured > 0 ? st->measured : 1, bf = pp_bubble_formula(st->sched, st->P, st->M, st->v);
   int64_t pool = 0;
   for (int j = 0; j < st->v; j++) pool += (int64_t)trainer_slots(t, j) * trainer_slot_bytes(t, j);
   mine[0] = st->busy_us / steps;
   mine[1] = st->span_us / steps;
-  mine[2] = st->v > 1 ? trainer_peak_in_flight(t) : (double)pool;                   /* measured: slots (v > 1) or bytes */
-  mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)trainer_slot_bytes(t, 0); /* the formula, alike */
-  comm_t *cs[8] = {st->fwd, st->bwd, st->fwdw, st->bwdw, st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
+  /* measured: slots (v > 1) or bytes */
+  mine[2] = st->v > 1 ? trainer_peak_in_flight(t) : (double)pool;
+  /* the formula, alike */
+  mine[3] = st->v > 1 ? formula_k : (double)formula_k * (double)trainer_slot_bytes(t, 0);
+  comm_t *cs[8] = {st->fwd,     st->bwd,     st->fwdw,     st->bwdw,
+                   st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
   for (int i = 0; i < 8; i++)
-    if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / st->steps_run; /* after --resume: fewer */
+    /* after --resume: fewer */
+    if (cs[i]) mine[4] += (double)comm_counters(cs[i]).sent[CO_SEND] / st->steps_run;
   comm_wait_all(t->comm);
   comm_counters_t k = comm_counters(t->comm); /* the data dimension: the strategy's collectives */
-  mine[5] = (double)(k.sent[CO_ALL_REDUCE] + k.sent[CO_REDUCE_SCATTER] + k.sent[CO_ALL_GATHER]) / st->steps_run;
+  mine[5] =
+      (double)(k.sent[CO_ALL_REDUCE] + k.sent[CO_REDUCE_SCATTER] + k.sent[CO_ALL_GATHER]) / st->steps_run;
   mine[6] = (double)ledger_peak(LEDGER_GRADS);  /* --zero 2/3: full + shard, at the reduce-scatter */
   mine[7] = (double)ledger_live(LEDGER_GRADS);  /* after the step: what stays between steps */
-  mine[8] = (double)ledger_live(LEDGER_PARAMS); /* --zero 3: the own pieces (the gathered unit is LEDGER_COMM) */
-  formula_t fp;                                 /* the strategy's traffic at the padded sizes the collectives move */
+  /* --zero 3: the own pieces (the gathered unit is LEDGER_COMM) */
+  mine[8] = (double)ledger_live(LEDGER_PARAMS);
+  /* the strategy's traffic at the padded sizes the collectives move */
+  formula_t fp;
   trainer_t padded = *t;
   padded.model.numel = t->model.padded_numel;
   t->strategy->formula(&padded, &fp);
   mine[9] = fp.comm_bytes;
   mine[10] = st->stage;
-  for (int i = 0; i < 3; i++) mine[11 + i] = st->kind_us[i] / steps / st->M; /* F, B, W per micro-batch (all chunks), µs */
+  /* F, B, W per micro-batch (all chunks), µs */
+  for (int i = 0; i < 3; i++) mine[11 + i] = st->kind_us[i] / steps / st->M;
   char line[1536];
-  int n = snprintf(line, sizeof line, "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
-                   t->model_rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000, mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
+  int n = snprintf(line, sizeof line,
+                   "rank %d stage %d: busy %.3f ms, idle %.3f ms per step: bubble %.4f (formula %.4f)\n",
+                   t->model_rank, st->stage, mine[0] / 1000, (mine[1] - mine[0]) / 1000,
+                   mine[1] > 0 ? 1 - mine[0] / mine[1] : 0, bf);
   pp_bytes_line(t, st, line + n, (int)sizeof line - n, mine, formula_k);
   comm_ctl_all_reduce_f64(t->model_comm, vals, N * COLS, REDOP_SUM);
   if (!t->cfg->quiet) comm_print_ordered(t->model_comm, line);
@@ -93,7 +116,8 @@ void pp_report(trainer_t *t) {
   }
   double *busy = xcalloc((size_t)st->P * 2, sizeof *busy, "pipeline report (stages)");
   pp_cost_t *cost = xcalloc((size_t)st->P, sizeof *cost, "pipeline report (costs)");
-  for (int r = 0; r < N; r++) { /* each stage's busy time per step, and per operation, averaged over its replicas */
+  /* each stage's busy time per step, and per operation, averaged over its replicas */
+  for (int r = 0; r < N; r++) {
     const double *q = vals + (size_t)r * COLS;
     int s = (int)q[10];
     busy[s] += q[0], busy[st->P + s] += 1;
@@ -107,17 +131,27 @@ void pp_report(trainer_t *t) {
   pp_sim_t sim = {0};
   int sim_ok = pp_simulate(st->sched, st->P, st->M, st->v, cost, 0, &sim) == 0;
   double fbw[3] = {0};
-  for (int s = 0; s < st->P; s++) fbw[0] += cost[s].f / st->P, fbw[1] += cost[s].b / st->P, fbw[2] += cost[s].w / st->P;
-  struct { const char *key; double v; int on; } ex[] = {
-      {"pp", st->P, 1}, {"micro_batches", st->M, 1}, {"virtual_stages", st->v, st->v > 1}, {"bubble_fraction", bubble / N, 1},
-      {"bubble_formula", bf, 1}, {"bubble_formula_stages", bf_stages, 1}, {"bubble_sim", sim.bubble_makespan, sim_ok},
-      {"bubble_sim_span", sim.bubble, sim_ok && st->sched == PP_ZB_H2},
-      {"op_f_ms", fbw[0] / 1000, 1}, {"op_b_ms", fbw[1] / 1000, 1}, {"op_w_ms", fbw[2] / 1000, pp_splits_backward(st->sched)},
-      {"acts_inflight_match_formula", match, 1}, {"p2p_bytes_per_step_per_rank", sent / N, 1},
-      {"dp_bytes_per_step", vals[5], st->D > 1}, {"dp_bytes_formula", vals[9], st->D > 1},
-      {"params_between_steps_bytes", vals[8], st->D > 1 && t->cfg->zero == 3},
-      {"grads_peak_bytes", vals[6], st->D > 1 && t->cfg->zero >= 2},
-      {"grads_between_steps_bytes", vals[7], st->D > 1 && t->cfg->zero >= 2}};
+  for (int s = 0; s < st->P; s++)
+    fbw[0] += cost[s].f / st->P, fbw[1] += cost[s].b / st->P, fbw[2] += cost[s].w / st->P;
+  struct { const char *key; double v; int on;
+  } ex[] = {{"pp", st->P, 1},
+            {"micro_batches", st->M, 1},
+            {"virtual_stages", st->v, st->v > 1},
+            {"bubble_fraction", bubble / N, 1},
+            {"bubble_formula", bf, 1},
+            {"bubble_formula_stages", bf_stages, 1},
+            {"bubble_sim", sim.bubble_makespan, sim_ok},
+            {"bubble_sim_span", sim.bubble, sim_ok && st->sched == PP_ZB_H2},
+            {"op_f_ms", fbw[0] / 1000, 1},
+            {"op_b_ms", fbw[1] / 1000, 1},
+            {"op_w_ms", fbw[2] / 1000, pp_splits_backward(st->sched)},
+            {"acts_inflight_match_formula", match, 1},
+            {"p2p_bytes_per_step_per_rank", sent / N, 1},
+            {"dp_bytes_per_step", vals[5], st->D > 1},
+            {"dp_bytes_formula", vals[9], st->D > 1},
+            {"params_between_steps_bytes", vals[8], st->D > 1 && t->cfg->zero == 3},
+            {"grads_peak_bytes", vals[6], st->D > 1 && t->cfg->zero >= 2},
+            {"grads_between_steps_bytes", vals[7], st->D > 1 && t->cfg->zero >= 2}};
   int n_extras = 0;
   for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
     if (ex[i].on) trainer_report_extra(t, ex[i].key, ex[i].v), n_extras++;
@@ -130,15 +164,22 @@ void pp_report(trainer_t *t) {
     trainer_report_extra(t, key, vals[(size_t)s * COLS + 3]);
   }
   if (trainer_prints(t)) {
-    static const char *closed[PP_NSCHED] = {"(P-1)/P", "(P-1)/(M+P-1)", "(P-1)/(M+P-1)", "(P-1)/(v*M+P-1)",
-                                            "F = B = W: (P-1)/(3M+P-1) for M >= P", "F = B = W: 0 for M >= 2P-1"};
-    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B%s blocks of the trace), formula %.4f "
-           "(%s, equal stages; simulated)\n", bubble / N, pp_splits_backward(st->sched) ? "/W" : "", bf, closed[st->sched]);
+    static const char *closed[PP_NSCHED] = {"(P-1)/P",
+                                            "(P-1)/(M+P-1)",
+                                            "(P-1)/(M+P-1)",
+                                            "(P-1)/(v*M+P-1)",
+                                            "F = B = W: (P-1)/(3M+P-1) for M >= P",
+                                            "F = B = W: 0 for M >= 2P-1"};
+    printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B%s blocks of the trace), "
+           "formula %.4f "
+           "(%s, equal stages; simulated)\n",
+           bubble / N, pp_splits_backward(st->sched) ? "/W" : "", bf, closed[st->sched]);
     printf("bubble for the stages as they are: %.4f (busy per micro-batch", bf_stages);
     for (int s = 0; s < st->P; s++) printf("%s %.2f", s ? " /" : "", busy[s] / st->M / 1000);
     printf(" ms, stage 0..%d; simulated, the backward 2/3 of each)\n", st->P - 1);
     if (sim_ok) {
-      printf("bubble simulated with this run's operations: %.4f (per micro-batch, stage 0..%d: F", sim.bubble_makespan, st->P - 1);
+      printf("bubble simulated with this run's operations: %.4f (per micro-batch, stage 0..%d: F",
+             sim.bubble_makespan, st->P - 1);
       for (int s = 0; s < st->P; s++) printf("%s %.3f", s ? " /" : "", cost[s].f / 1000);
       printf(", B");
       for (int s = 0; s < st->P; s++) printf("%s %.3f", s ? " /" : "", cost[s].b / 1000);
@@ -148,8 +189,10 @@ void pp_report(trainer_t *t) {
       }
       printf(" ms; messages free)\n");
       if (st->sched == PP_ZB_H2)
-        printf("  zb-h2 from each stage's first operation (the paper's measure: steps overlapping, as post-validation "
-               "allows): %.4f\n", sim.bubble);
+        printf("  zb-h2 from each stage's first operation (the paper's measure: steps overlapping, as "
+               "post-validation "
+               "allows): %.4f\n",
+               sim.bubble);
     }
   }
   free(busy);

@@ -78,7 +78,8 @@ typedef struct pp_state {
    * the operations up to the next one; a B's gradient received before its segment's F waits in
    * gstage and is copied into the loop's dy. */
   int seg;              /* 1: these groups */
-  char *cut;            /* [n_ops] pp_group_cuts: bit 0 a boundary before the op, bit 1 its send sends the held */
+  /* [n_ops] pp_group_cuts: bit 0 a boundary before the op, bit 1 its send sends the held */
+  char *cut;
   int *op_at;           /* [2vM] the op index of F k on chunk j at j·M + k, of B k at vM + j·M + k */
   int seg_done;         /* the first op of the segment whose group was issued (−1: none this step) */
   int nheld;            /* sends held for the next boundary: */

@@ -32,8 +32,10 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   // HINT2: must land in scratch too, and be added into recv.
   // HINT3: for s in 0..N−2: ks = mod(r−s−1), kr = mod(r−s−2); send buffer = your chunk ks of send at s = 0,
   // HINT3: else the slot you just filled; receive into comm_scratch(c, s % 2, max-chunk bytes) (at the last
-  // HINT3: step straight into recv unless in place); comm_p2p_sendrecv(c, sb, n(ks), r+1, rb, n(kr), r−1, dt);
-  // HINT3: then comm_local_reduce(c, rb, your chunk kr of send, n(kr), dt, op) (in place, last step: into recv).
+  // HINT3: step straight into recv unless in place); comm_p2p_sendrecv(c, sb, n(ks), r+1, rb, n(kr), r−1,
+  // HINT3: dt);
+  // HINT3: then comm_local_reduce(c, rb, your chunk kr of send, n(kr), dt, op) (in place, last step: into
+  // HINT3: recv).
   int N = comm_world(c), r = comm_rank(c);
   if (N == 1) {
     comm_local_copy(c, recv, send, numel, dt);
@@ -51,9 +53,12 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
     const void *sb = s == 0 ? elem(send, comm_chunk_lo(numel, N, ks), dt) : out;
     /* two scratch slots, alternating: what we forward (out) is never what we receive into */
     void *rb = last && !in_place ? recv : comm_scratch(c, s % 2, nbytes);
-    comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), next, rb, comm_chunk_numel(numel, N, kr), prev, dt);
+    comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), next, rb, comm_chunk_numel(numel, N, kr), prev,
+                      dt);
     if (last && in_place) comm_local_reduce(c, recv, rb, comm_chunk_numel(numel, N, kr), dt, op);
-    else comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, op);
+    else
+      comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr),
+                        dt, op);
     out = rb;
   }
   // END EXERCISE
@@ -101,9 +106,11 @@ void ring_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
   // HINT2: your position in the chain is p = (r − root) mod N: p = 0 only sends, p = N−1 only
   // HINT2: receives; a middle rank receives segment 0, then for i = 1.. sends i−1 while receiving i
   // HINT2: (one comm_p2p_sendrecv), and last sends segment nseg−1.
-  // HINT3: seg = RING_SEGMENT_BYTES / dtype_size(dt) (at most numel), nseg = ceil(numel / seg). p == 0: for each
+  // HINT3: seg = RING_SEGMENT_BYTES / dtype_size(dt) (at most numel), nseg = ceil(numel / seg). p == 0: for
+  // HINT3: each
   // HINT3: i comm_p2p_send(segment i, next); p == N−1: for each i comm_p2p_recv(segment i, prev); else recv
-  // HINT3: segment 0, then for i = 1..nseg−1 comm_p2p_sendrecv(segment i−1 to next, segment i from prev), then
+  // HINT3: segment 0, then for i = 1..nseg−1 comm_p2p_sendrecv(segment i−1 to next, segment i from prev),
+  // HINT3: then
   // HINT3: send segment nseg−1. Return at once when N == 1 or numel == 0.
   int N = comm_world(c), r = comm_rank(c);
   if (N == 1 || numel == 0) return;
@@ -120,8 +127,8 @@ void ring_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
   } else {
     comm_p2p_recv(c, buf, SEG_N(0), dt, prev);
     for (int64_t i = 1; i < nseg; i++)
-      comm_p2p_sendrecv(c, elem(buf, SEG_LO(i - 1), dt), SEG_N(i - 1), next, elem(buf, SEG_LO(i), dt), SEG_N(i), prev,
-                        dt);
+      comm_p2p_sendrecv(c, elem(buf, SEG_LO(i - 1), dt), SEG_N(i - 1), next, elem(buf, SEG_LO(i), dt),
+                        SEG_N(i), prev, dt);
     comm_p2p_send(c, elem(buf, SEG_LO(nseg - 1), dt), SEG_N(nseg - 1), dt, next);
   }
 #undef SEG_LO
@@ -146,7 +153,8 @@ void ring_reduce(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t
     return;
   }
   if (numel == 0) return;
-  int p = mod(r - root - 1, N), next = mod(r + 1, N), prev = mod(r - 1, N); /* p = 0: chain start, N−1: root */
+  /* p = 0: chain start, N−1: root */
+  int p = mod(r - root - 1, N), next = mod(r + 1, N), prev = mod(r - 1, N);
   int64_t seg = RING_SEGMENT_BYTES / (int64_t)dtype_size(dt);
   if (seg > numel) seg = numel;
   int64_t nseg = (numel + seg - 1) / seg;

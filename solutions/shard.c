@@ -20,9 +20,12 @@
 
 void shard_plan(model_t *m, int world) {
   // BEGIN EXERCISE shard_plan notes/03-zero1.md
-  // HINT: every unit must split into world equal pieces, one per rank, so each unit is padded up to a multiple of world; the pieces tile each rank's shard.
-  // HINT2: per unit, in unit order: padded, piece = padded / world, off (running sum of padded), shard_off (running sum of piece); then the model's padded_numel, shard_numel and max_unit_padded.
-  // HINT3: padded = (numel + world − 1) / world · world; off += padded; shard_off += piece; max_unit_padded = the largest padded (ZeRO-2/3 size their staging buffers by it).
+  // HINT: every unit must split into world equal pieces, one per rank, so each unit is padded up to a
+  // HINT: multiple of world; the pieces tile each rank's shard.
+  // HINT2: per unit, in unit order: padded, piece = padded / world, off (running sum of padded), shard_off
+  // HINT2: (running sum of piece); then the model's padded_numel, shard_numel and max_unit_padded.
+  // HINT3: padded = (numel + world − 1) / world · world; off += padded; shard_off += piece; max_unit_padded =
+  // HINT3: the largest padded (ZeRO-2/3 size their staging buffers by it).
   if (world < 1) die_on_rank("shard_plan: world %d must be >= 1", world);
   int64_t off = 0, shard_off = 0, max_padded = 0;
   for (int u = 0; u < m->n_units; u++) {
@@ -48,7 +51,9 @@ void shard_assemble(const model_t *m, int world, const float *shards, float *dst
     for (int r = 0; r < world; r++) {
       int64_t lo = (int64_t)r * un->piece; /* piece r covers [lo, lo+piece) of the unit */
       int64_t n = un->numel - lo < un->piece ? un->numel - lo : un->piece; /* drop the pad */
-      if (n > 0) memcpy(dst + out + lo, shards + (int64_t)r * m->shard_numel + un->shard_off, (size_t)n * sizeof(float));
+      if (n > 0)
+        memcpy(dst + out + lo, shards + (int64_t)r * m->shard_numel + un->shard_off,
+               (size_t)n * sizeof(float));
     }
     out += un->numel;
   }
@@ -61,15 +66,22 @@ static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_ful
 
 int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
-  // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the whole model: the ranks' pieces are disjoint, so their squared sums add.
-  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, the sum of squares of your grad shard (trainer_grad_sumsq), the shard group) — return 0 if it set t->skipped; then per unit at shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
-  // HINT3: gscale = trainer_finish_grads(t, trainer_grad_sumsq(t, grad_shard, comm_rank(shard)), shard); per unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un, comm_rank(shard), params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece -> own_params; return 1.
+  // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the
+  // HINT: whole model: the ranks' pieces are disjoint, so their squared sums add.
+  // HINT2: first the norm, once, before any update: trainer_finish_grads(t, the sum of squares of your grad
+  // HINT2: shard (trainer_grad_sumsq), the shard group) — return 0 if it set t->skipped; then per unit at
+  // HINT2: shard_off: w, grad, m, v; bf16: the master is updated, then cast into your params piece.
+  // HINT3: gscale = trainer_finish_grads(t, trainer_grad_sumsq(t, grad_shard, comm_rank(shard)), shard); per
+  // HINT3: unit trainer_optimizer_update(t, w, g, m, v, piece, gscale), w = own_params(t, un,
+  // HINT3: comm_rank(shard), params_full) (fp32) or master + shard_off (bf16); bf16: op_cast master piece ->
+  // HINT3: own_params; return 1.
   const model_t *m = &t->model;
   size_t gb = dtype_size(t->wdt);
   int rank = comm_rank(shard);
   double sumsq = 0;
   TRAINER_PHASE("grad norm", sumsq = trainer_grad_sumsq(t, grad_shard, rank));
-  float gscale = trainer_finish_grads(t, sumsq, shard); /* sums Σg² over the shard group: its pieces are disjoint */
+  /* sums Σg² over the shard group: its pieces are disjoint */
+  float gscale = trainer_finish_grads(t, sumsq, shard);
   if (t->skipped) return 0;
   trace_begin("optimizer (own shard)");
   for (int u = 0; u < m->n_units; u++) {
@@ -77,7 +89,8 @@ int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int
     const void *g = (const char *)grad_shard + un->shard_off * (int64_t)gb;
     float *mom = t->opt_m.data ? (float *)t->opt_m.data + un->shard_off : NULL;
     float *var = t->opt_v.data ? (float *)t->opt_v.data + un->shard_off : NULL;
-    float *w = t->wdt == DT_F32 ? (float *)own_params(t, un, rank, params_full) : (float *)t->master.data + un->shard_off;
+    float *w = t->wdt == DT_F32 ? (float *)own_params(t, un, rank, params_full)
+                                : (float *)t->master.data + un->shard_off;
     trainer_optimizer_update(t, w, g, mom, var, un->piece, gscale);
   }
   trace_end(NULL);
@@ -85,7 +98,8 @@ int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int
     trace_begin("cast master -> params");
     for (int u = 0; u < m->n_units; u++) {
       const unit_t *un = &m->units[u];
-      op_cast(t->dev, own_params(t, un, rank, params_full), t->wdt, (float *)t->master.data + un->shard_off, DT_F32, un->piece);
+      op_cast(t->dev, own_params(t, un, rank, params_full), t->wdt, (float *)t->master.data + un->shard_off,
+              DT_F32, un->piece);
     }
     trace_end(NULL);
   }
@@ -95,15 +109,19 @@ int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int
 
 void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
-  // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit back, without waiting here.
-  // HINT2: per unit: your piece (inside the unit, at your rank's place) in, the whole unit (padded elements at its off) out, in place; the handles go to the caller (handles[u], when not NULL).
-  // HINT3: h = comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)), tensor_at(&t->params, un->off), un->padded, t->wdt, tag); if (handles) handles[u] = h.
+  // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit
+  // HINT: back, without waiting here.
+  // HINT2: per unit: your piece (inside the unit, at your rank's place) in, the whole unit (padded elements
+  // HINT2: at its off) out, in place; the handles go to the caller (handles[u], when not NULL).
+  // HINT3: h = comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)),
+  // HINT3: tensor_at(&t->params, un->off), un->padded, t->wdt, tag); if (handles) handles[u] = h.
   const model_t *m = &t->model;
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
     if (un->padded == 0) continue; /* a unit this rank does not hold (a pipeline's other stage) */
-    comm_handle_t h = comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)),
-                                            tensor_at(&t->params, un->off), un->padded, t->wdt, "all-gather params");
+    comm_handle_t h =
+        comm_all_gather_async(t->comm, tensor_at(&t->params, shard_piece_off(un, t->rank)),
+                              tensor_at(&t->params, un->off), un->padded, t->wdt, "all-gather params");
     if (handles) handles[u] = h;
   }
   // END EXERCISE

@@ -9,8 +9,11 @@
 mem_formula_t strategy_stage_states(int s, double psi, int world, dtype_t wdt) {
   int no_sync = (s & MEMCALC_NO_SYNC) != 0; /* a pipeline's data dimension (chapter 07) */
   s &= ~MEMCALC_NO_SYNC;
-  const strategy_t *st = s == 0 ? ddp_strategy("naive") : s == 1 ? zero1_strategy() : s == 2 ? zero2_strategy()
-                         : s == MEMCALC_OFFLOAD ? offload_strategy(OFFLOAD_OPTIMIZER) : zero3_strategy();
+  const strategy_t *st = s == 0 ? ddp_strategy("naive")
+      : s == 1                  ? zero1_strategy()
+      : s == 2                  ? zero2_strategy()
+      : s == MEMCALC_OFFLOAD    ? offload_strategy(OFFLOAD_OPTIMIZER)
+                                : zero3_strategy();
   train_cfg_t cfg = {.optimizer = OPT_ADAMW, .wdt = wdt, .accum = 1};
   trainer_t t = {.cfg = &cfg, .strategy = st, .world = world, .wdt = wdt, .n_micro = 1, .no_sync = no_sync};
   t.model.numel = (int64_t)psi;

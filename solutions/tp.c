@@ -22,8 +22,10 @@ void tp_f_forward(comm_t *tp, const float *x, int64_t numel) {
 
 void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
   // BEGIN EXERCISE tp_f_backward notes/06-tensor-parallel.md
-  // HINT: x fed every rank's slice of the layer, so x's gradient must be the sum of what each slice sends back, on every rank.
-  // HINT2: dx holds this rank's share, numel elements; after the call every rank holds the same sum. One collective over tp, in place.
+  // HINT: x fed every rank's slice of the layer, so x's gradient must be the sum of what each slice sends
+  // HINT: back, on every rank.
+  // HINT2: dx holds this rank's share, numel elements; after the call every rank holds the same sum. One
+  // HINT2: collective over tp, in place.
   // HINT3: comm_all_reduce on (tp, dx, numel, DT_F32) with the sum as the op.
   comm_all_reduce(tp, dx, numel, DT_F32, REDOP_SUM);
   // END EXERCISE
@@ -31,8 +33,10 @@ void tp_f_backward(comm_t *tp, float *dx, int64_t numel) {
 
 void tp_g_forward(comm_t *tp, float *y, int64_t numel) {
   // BEGIN EXERCISE tp_g_forward notes/06-tensor-parallel.md
-  // HINT: each rank holds a partial sum of the same y; the layer's output must be the whole sum, the same on every rank.
-  // HINT2: y: numel elements, this rank's partial in, the total out, in place; the collective f's backward uses too.
+  // HINT: each rank holds a partial sum of the same y; the layer's output must be the whole sum, the same on
+  // HINT: every rank.
+  // HINT2: y: numel elements, this rank's partial in, the total out, in place; the collective f's backward
+  // HINT2: uses too.
   // HINT3: comm_all_reduce on (tp, y, numel, DT_F32) summing.
   comm_all_reduce(tp, y, numel, DT_F32, REDOP_SUM);
   // END EXERCISE
@@ -52,18 +56,22 @@ void tp_column_slice(float *W_r, float *b_r, const float *W, const float *b, int
 
 void tp_row_slice(float *W_r, const float *W, int in, int out, int T, int r) {
   int lo = tp_part_lo(in, T, r), n = tp_part_numel(in, T, r);
-  for (int o = 0; o < out; o++) memcpy(W_r + (int64_t)o * n, W + (int64_t)o * in + lo, (size_t)n * sizeof(float));
+  for (int o = 0; o < out; o++)
+    memcpy(W_r + (int64_t)o * n, W + (int64_t)o * in + lo, (size_t)n * sizeof(float));
 }
 
 void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r) { tp_row_slice(x_r, x, n, B, T, r); }
 
 /* ---- the split linears -------------------------------------------------------------------- */
-void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt, int B,
-                       int in, int out_r) {
+void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt,
+                       int B, int in, int out_r) {
   // BEGIN EXERCISE tp_column_forward notes/06-tensor-parallel.md
-  // HINT: x is whole on every rank, so each rank can compute its own output features alone: no sum is needed in the forward.
-  // HINT2: x (B, in), W_r (out_r, in), b_r (out_r), weights in wdt -> y_r (B, out_r); f's forward (the identity) comes first, then the local linear.
-  // HINT3: tp_f_forward(tp, x, B·in), then op_linear_fwd(comm_device(tp), y_r, x, W_r, b_r, wdt, B, in, out_r).
+  // HINT: x is whole on every rank, so each rank can compute its own output features alone: no sum is needed
+  // HINT: in the forward.
+  // HINT2: x (B, in), W_r (out_r, in), b_r (out_r), weights in wdt -> y_r (B, out_r); f's forward (the
+  // HINT2: identity) comes first, then the local linear.
+  // HINT3: tp_f_forward(tp, x, B·in), then op_linear_fwd(comm_device(tp), y_r, x, W_r, b_r, wdt, B, in,
+  // HINT3: out_r).
   tp_f_forward(tp, x, (int64_t)B * in);
   op_linear_fwd(comm_device(tp), y_r, x, W_r, b_r, wdt, B, in, out_r);
   // END EXERCISE
@@ -72,20 +80,26 @@ void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, 
 void tp_column_backward(comm_t *tp, float *dx, void *dW_r, void *db_r, const float *dy_r, const float *x,
                         const void *W_r, dtype_t wdt, int B, int in, int out_r, float beta) {
   // BEGIN EXERCISE tp_column_backward notes/06-tensor-parallel.md
-  // HINT: this rank's weights and bias get whole gradients locally; x's gradient is only this slice's share until the shares are summed.
-  // HINT2: the local backward of (B, in, out_r), gradients accumulated with beta; then f's backward on B·in elements — only when dx is wanted (NULL: none).
-  // HINT3: op_linear_bwd(comm_device(tp), dx, dW_r, db_r, dy_r, x, W_r, wdt, B, in, out_r, beta); if (dx) tp_f_backward(tp, dx, B·in).
+  // HINT: this rank's weights and bias get whole gradients locally; x's gradient is only this slice's share
+  // HINT: until the shares are summed.
+  // HINT2: the local backward of (B, in, out_r), gradients accumulated with beta; then f's backward on B·in
+  // HINT2: elements — only when dx is wanted (NULL: none).
+  // HINT3: op_linear_bwd(comm_device(tp), dx, dW_r, db_r, dy_r, x, W_r, wdt, B, in, out_r, beta); if (dx)
+  // HINT3: tp_f_backward(tp, dx, B·in).
   op_linear_bwd(comm_device(tp), dx, dW_r, db_r, dy_r, x, W_r, wdt, B, in, out_r, beta);
   if (dx) tp_f_backward(tp, dx, (int64_t)B * in);
   // END EXERCISE
 }
 
-void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt, int B,
-                    int in_r, int out) {
+void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt,
+                    int B, int in_r, int out) {
   // BEGIN EXERCISE tp_row_forward notes/06-tensor-parallel.md
-  // HINT: each rank's slice of x gives a partial y; y is their sum — and the bias belongs to y, so it must count once, not once per rank.
-  // HINT2: order: the local linear with NO bias (B, in_r, out), then g on B·out elements, then the bias onto each of the B rows.
-  // HINT3: op_linear_fwd(dev, y, x_r, W_r, NULL, wdt, B, in_r, out) (NULL: no bias); tp_g_forward(tp, y, B·out); op_add of b (fp32) onto each row.
+  // HINT: each rank's slice of x gives a partial y; y is their sum — and the bias belongs to y, so it must
+  // HINT: count once, not once per rank.
+  // HINT2: order: the local linear with NO bias (B, in_r, out), then g on B·out elements, then the bias onto
+  // HINT2: each of the B rows.
+  // HINT3: op_linear_fwd(dev, y, x_r, W_r, NULL, wdt, B, in_r, out) (NULL: no bias); tp_g_forward(tp, y,
+  // HINT3: B·out); op_add of b (fp32) onto each row.
   device_t dev = comm_device(tp);
   op_linear_fwd(dev, y, x_r, W_r, NULL, wdt, B, in_r, out);
   tp_g_forward(tp, y, (int64_t)B * out);
@@ -93,12 +107,15 @@ void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, con
   // END EXERCISE
 }
 
-void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r, const void *W_r,
-                     dtype_t wdt, int B, int in_r, int out, float beta) {
+void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r,
+                     const void *W_r, dtype_t wdt, int B, int in_r, int out, float beta) {
   // BEGIN EXERCISE tp_row_backward notes/06-tensor-parallel.md
-  // HINT: the sum's gradient reaches every partial whole: dy is already complete on every rank, so this layer's gradients need no communication.
-  // HINT2: g's backward (the identity) on B·out elements, then one local backward on (B, in_r, out), gradients accumulated with beta; db is the same on every rank.
-  // HINT3: tp_g_backward(tp, dy, B·out); op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, wdt, B, in_r, out, beta).
+  // HINT: the sum's gradient reaches every partial whole: dy is already complete on every rank, so this
+  // HINT: layer's gradients need no communication.
+  // HINT2: g's backward (the identity) on B·out elements, then one local backward on (B, in_r, out),
+  // HINT2: gradients accumulated with beta; db is the same on every rank.
+  // HINT3: tp_g_backward(tp, dy, B·out); op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, wdt, B,
+  // HINT3: in_r, out, beta).
   tp_g_backward(tp, dy, (int64_t)B * out);
   op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, wdt, B, in_r, out, beta);
   // END EXERCISE
@@ -146,9 +163,9 @@ void tp_mlp_free(tp_mlp_t *m) {
   free(m);
 }
 
-void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1, const float *W2,
-                      const float *b2, const float *dy, float *y, float *dx, float *dW1, float *db1, float *dW2,
-                      float *db2) {
+void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1,
+                      const float *W2, const float *b2, const float *dy, float *y, float *dx, float *dW1,
+                      float *db1, float *dW2, float *db2) {
   float *a = xcalloc((size_t)B * ffn, sizeof(float), "reference a");   /* (B, ffn) pre-GELU */
   float *u = xcalloc((size_t)B * ffn, sizeof(float), "reference u");   /* (B, ffn) GELU(a) */
   float *du = xcalloc((size_t)B * ffn, sizeof(float), "reference du"); /* (B, ffn) */
@@ -165,9 +182,12 @@ void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, co
 
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
   // BEGIN EXERCISE tp_mlp_forward notes/06-tensor-parallel.md
-  // HINT: split so that the activation needs no communication: each rank applies GELU to the hidden features it owns.
-  // HINT2: x (B, h) -> column-parallel -> a (B, ffn_r) -> GELU -> u (B·ffn_r) -> row-parallel -> y (B, h); a and u stay in m for the backward.
-  // HINT3: tp_column_forward(m->tp, m->a, x, m->W1, m->b1, DT_F32, B, h, ffn_r); op_gelu_fwd(dev, m->u, m->a, B·ffn_r); tp_row_forward(m->tp, y, m->u, m->W2, m->b2, DT_F32, B, ffn_r, h).
+  // HINT: split so that the activation needs no communication: each rank applies GELU to the hidden features
+  // HINT: it owns.
+  // HINT2: x (B, h) -> column-parallel -> a (B, ffn_r) -> GELU -> u (B·ffn_r) -> row-parallel -> y (B, h); a
+  // HINT2: and u stay in m for the backward.
+  // HINT3: tp_column_forward(m->tp, m->a, x, m->W1, m->b1, DT_F32, B, h, ffn_r); op_gelu_fwd(dev, m->u, m->a,
+  // HINT3: B·ffn_r); tp_row_forward(m->tp, y, m->u, m->W2, m->b2, DT_F32, B, ffn_r, h).
   device_t dev = comm_device(m->tp);
   tp_column_forward(m->tp, m->a, x, m->W1, m->b1, DT_F32, m->B, m->h, m->ffn_r);
   op_gelu_fwd(dev, m->u, m->a, (int64_t)m->B * m->ffn_r);
@@ -177,9 +197,13 @@ void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x) {
 
 void tp_mlp_backward(tp_mlp_t *m, float *dx, const float *dy, const float *x) {
   // BEGIN EXERCISE tp_mlp_backward notes/06-tensor-parallel.md
-  // HINT: the forward in reverse; the GELU's gradient, like the GELU, stays on this rank's own hidden features.
-  // HINT2: dy (B, h) -> row-parallel backward -> du (B, ffn_r) into m->d -> GELU backward in place at the saved a -> column-parallel backward -> dx (B, h).
-  // HINT3: tp_row_backward(..., m->d, m->dW2, m->db2, dy, m->u, m->W2, DT_F32, ..., 0.0f); op_gelu_bwd(dev, m->d, m->d, m->a, B·ffn_r); tp_column_backward(..., dx, m->dW1, m->db1, m->d, x, m->W1, DT_F32, ..., 0.0f).
+  // HINT: the forward in reverse; the GELU's gradient, like the GELU, stays on this rank's own hidden
+  // HINT: features.
+  // HINT2: dy (B, h) -> row-parallel backward -> du (B, ffn_r) into m->d -> GELU backward in place at the
+  // HINT2: saved a -> column-parallel backward -> dx (B, h).
+  // HINT3: tp_row_backward(..., m->d, m->dW2, m->db2, dy, m->u, m->W2, DT_F32, ..., 0.0f); op_gelu_bwd(dev,
+  // HINT3: m->d, m->d, m->a, B·ffn_r); tp_column_backward(..., dx, m->dW1, m->db1, m->d, x, m->W1, DT_F32,
+  // HINT3: ..., 0.0f).
   device_t dev = comm_device(m->tp);
   tp_row_backward(m->tp, m->d, m->dW2, m->db2, dy, m->u, m->W2, DT_F32, m->B, m->ffn_r, m->h, 0.0f);
   op_gelu_bwd(dev, m->d, m->d, m->a, (int64_t)m->B * m->ffn_r);

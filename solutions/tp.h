@@ -53,8 +53,8 @@ void tp_cols_of(float *x_r, const float *x, int B, int n, int T, int r);
  * accumulate them (micro-batches). The split MLP and the split GPT train through these four
  * (tp_split.c, tp_gpt.c), the block below and chapter 06's checks call them too. */
 /* Column-parallel forward: f, then y_r(B, out_r) = x(B, in) · W_rᵀ + b_r (b_r NULL: no bias). */
-void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt, int B,
-                       int in, int out_r);
+void tp_column_forward(comm_t *tp, float *y_r, const float *x, const void *W_r, const void *b_r, dtype_t wdt,
+                       int B, int in, int out_r);
 /* Column-parallel backward from dy_r (B, out_r): dW_r = β·dW_r + dy_rᵀ·x, db_r = β·db_r + Σ_rows dy_r
  * (this rank's slices; db_r NULL: no bias), then dx(B, in) = dy_r · W_r — a partial sum — completed
  * by f's backward (all-reduce). dx may be NULL (first layer: no input gradient, no all-reduce). */
@@ -62,13 +62,13 @@ void tp_column_backward(comm_t *tp, float *dx, void *dW_r, void *db_r, const flo
                         const void *W_r, dtype_t wdt, int B, int in, int out_r, float beta);
 /* Row-parallel forward: partial y(B, out) = x_r(B, in_r) · W_rᵀ (no bias), g (all-reduce), then + b
  * once, after the sum (b: the whole bias, fp32, the same on every rank). */
-void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt, int B,
-                    int in_r, int out);
+void tp_row_forward(comm_t *tp, float *y, const float *x_r, const void *W_r, const float *b, dtype_t wdt,
+                    int B, int in_r, int out);
 /* Row-parallel backward from dy (B, out), the same on every rank (g's backward is the identity):
  * dx_r(B, in_r) = dy · W_r (local, complete), dW_r = β·dW_r + dyᵀ·x_r, db = β·db + Σ_rows dy (whole
  * bias: every rank computes the same). Nothing moves. dx_r may be NULL. */
-void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r, const void *W_r,
-                     dtype_t wdt, int B, int in_r, int out, float beta);
+void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float *dy, const float *x_r,
+                     const void *W_r, dtype_t wdt, int B, int in_r, int out, float beta);
 
 /* ---- the tensor-parallel MLP block: y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 ------------------------ */
 /* W1 (ffn, h) column-parallel, W2 (h, ffn) row-parallel: one all-reduce forward (g), one backward
@@ -95,9 +95,9 @@ void tp_mlp_free(tp_mlp_t *m);
 /* The same block on one rank with the plain ops, the reference the split block is checked
  * against: a = x·W1ᵀ + b1, u = GELU(a), y = u·W2ᵀ + b2, then from dy (B, h): dx (B, h) and the
  * full gradients dW1 (ffn, h), db1 (ffn), dW2 (h, ffn), db2 (h). Host fp32; scratch freed here. */
-void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1, const float *W2,
-                      const float *b2, const float *dy, float *y, float *dx, float *dW1, float *db1, float *dW2,
-                      float *db2);
+void tp_mlp_reference(int B, int h, int ffn, const float *x, const float *W1, const float *b1,
+                      const float *W2, const float *b2, const float *dy, float *y, float *dx, float *dW1,
+                      float *db1, float *dW2, float *db2);
 /* y (B, h) from x (B, h), both whole on every rank; saves a and u for the backward. */
 void tp_mlp_forward(tp_mlp_t *m, float *y, const float *x);
 /* From dy (B, h), the same on every rank, and the forward's x: this rank's parameter gradients

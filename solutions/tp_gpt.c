@@ -78,9 +78,28 @@ static int64_t tp_gpt_local_numel(const tp_split_t *s, int u, int q) {
   return tp_block_layout(c->C, c->C / c->s.T).numel;
 }
 
+/* A block's attention tensors between the full block (layout f) and TP rank q's (layout l): the
+ * replicated LayerNorms and proj bias whole, q's heads of q, k and v, proj's input columns. */
+static void map_attention(const tp_gpt_t *c, int q, gpt_block_layout_t f, gpt_block_layout_t l, float *full,
+                          float *local, int to_local) {
+  int64_t C = c->C;
+  int cr = c->C / c->s.T, clo = q * cr;
+  tp_mv(full + f.ln1w, local + l.ln1w, C, to_local);
+  tp_mv(full + f.ln1b, local + l.ln1b, C, to_local);
+  tp_mv(full + f.projb, local + l.projb, C, to_local);
+  tp_mv(full + f.ln2w, local + l.ln2w, C, to_local);
+  tp_mv(full + f.ln2b, local + l.ln2b, C, to_local);
+  for (int p = 0; p < 3; p++) { /* q, k, v: q's heads of each */
+    tp_mv(full + f.qkvw + (p * C + clo) * C, local + l.qkvw + (int64_t)p * cr * C, (int64_t)cr * C, to_local);
+    tp_mv(full + f.qkvb + p * C + clo, local + l.qkvb + (int64_t)p * cr, cr, to_local);
+  }
+  tp_mv_cols(full + f.projw, local + l.projw, c->C, c->C, clo, cr, to_local); /* its input columns */
+}
+
 static void tp_gpt_map(const tp_split_t *s, int u, int q, float *full, float *local, int to_local) {
   const tp_gpt_t *c = (const tp_gpt_t *)s;
-  int64_t S = c->S, C = c->C, V = c->V, vlo = tp_part_lo(c->V, c->s.T, q), vn = tp_part_numel(c->V, c->s.T, q);
+  int64_t S = c->S, C = c->C, V = c->V, vlo = tp_part_lo(c->V, c->s.T, q),
+          vn = tp_part_numel(c->V, c->s.T, q);
   if (u == 0) {                                             /* full: wte (V,C) | wpe (S,C) */
     tp_mv(full + V * C, local, S * C, to_local);               /* wpe, replicated */
     tp_mv(full + vlo * C, local + S * C, vn * C, to_local);    /* wte rows of q's vocabulary */
@@ -89,19 +108,9 @@ static void tp_gpt_map(const tp_split_t *s, int u, int q, float *full, float *lo
     tp_mv(full + 2 * C + vlo * C, local + 2 * C, vn * C, to_local);
   } else {
     int cr = c->C / c->s.T, clo = q * cr;
-    gpt_block_layout_t f = gpt_block_layout(c->C);
-    gpt_block_layout_t l = tp_block_layout(c->C, cr);
-    tp_mv(full + f.ln1w, local + l.ln1w, C, to_local);
-    tp_mv(full + f.ln1b, local + l.ln1b, C, to_local);
-    tp_mv(full + f.projb, local + l.projb, C, to_local);
-    tp_mv(full + f.ln2w, local + l.ln2w, C, to_local);
-    tp_mv(full + f.ln2b, local + l.ln2b, C, to_local);
+    gpt_block_layout_t f = gpt_block_layout(c->C), l = tp_block_layout(c->C, cr);
+    map_attention(c, q, f, l, full, local, to_local);
     tp_mv(full + f.fcprojb, local + l.fcprojb, C, to_local);
-    for (int p = 0; p < 3; p++) { /* q, k, v: q's heads of each */
-      tp_mv(full + f.qkvw + (p * C + clo) * C, local + l.qkvw + (int64_t)p * cr * C, (int64_t)cr * C, to_local);
-      tp_mv(full + f.qkvb + p * C + clo, local + l.qkvb + (int64_t)p * cr, cr, to_local);
-    }
-    tp_mv_cols(full + f.projw, local + l.projw, c->C, c->C, clo, cr, to_local); /* its input columns */
     tp_mv(full + f.fcw + 4 * clo * C, local + l.fcw, 4 * (int64_t)cr * C, to_local);
     tp_mv(full + f.fcb + 4 * clo, local + l.fcb, 4 * cr, to_local);
     tp_mv_cols(full + f.fcprojw, local + l.fcprojw, c->C, 4 * c->C, 4 * clo, 4 * cr, to_local);
@@ -111,20 +120,20 @@ static void tp_gpt_map(const tp_split_t *s, int u, int q, float *full, float *lo
 /* The block's four matmuls (gpt.h's hooks) are chapter 06's split linears: qkv and fc column-
  * parallel (f around them: all-reduces 3 and 4, backward), proj and fcproj row-parallel (g: all-
  * reduces 1 and 2, forward; the bias, in wdt in the unit, added once after the sum in fp32). */
-static void tp_gpt_col_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
-                           int in, int out) {
+static void tp_gpt_col_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt,
+                           int rows, int in, int out) {
   tp_gpt_t *c = ctx;
   if (c->sp) tp_sp_column_forward(c->sp, y, x, W, b, wdt, rows / c->S, in, out); /* g: all-gather along s */
   else tp_column_forward(c->s.tp, y, x, W, b, wdt, rows, in, out);
 }
-static void tp_gpt_col_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
-                           dtype_t wdt, int rows, int in, int out, float beta) {
+static void tp_gpt_col_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x,
+                           const void *W, dtype_t wdt, int rows, int in, int out, float beta) {
   tp_gpt_t *c = ctx;
   if (c->sp) tp_sp_column_backward(c->sp, dx, dW, db, dy, x, W, wdt, rows / c->S, in, out, beta);
   else tp_column_backward(c->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
 }
-static void tp_gpt_row_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
-                           int in, int out) {
+static void tp_gpt_row_fwd(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt,
+                           int rows, int in, int out) {
   tp_gpt_t *c = ctx;
   device_t dev = comm_device(c->s.tp);
   const float *b32 = b;
@@ -132,18 +141,20 @@ static void tp_gpt_row_fwd(void *ctx, float *y, const float *x, const void *W, c
     b32 = grow(&c->bias32, "tp row bias (fp32)", DT_F32, dev, out);
     op_cast(dev, (void *)b32, DT_F32, b, wdt, out);
   }
-  if (c->sp) tp_sp_row_forward(c->sp, y, x, W, b32, wdt, rows / c->S, in, out); /* ḡ: reduce-scatter along s */
+  /* ḡ: reduce-scatter along s */
+  if (c->sp) tp_sp_row_forward(c->sp, y, x, W, b32, wdt, rows / c->S, in, out);
   else tp_row_forward(c->s.tp, y, x, W, b32, wdt, rows, in, out);
 }
-static void tp_gpt_row_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
-                           dtype_t wdt, int rows, int in, int out, float beta) {
+static void tp_gpt_row_bwd(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x,
+                           const void *W, dtype_t wdt, int rows, int in, int out, float beta) {
   tp_gpt_t *c = ctx;
   if (c->sp) tp_sp_row_backward(c->sp, dx, dW, db, dy, x, W, wdt, rows / c->S, in, out, beta);
   else tp_row_backward(c->s.tp, dx, dW, db, dy, x, W, wdt, rows, in, out, beta);
 }
 /* --sp: a LayerNorm's weight gradients summed over the sequence's parts (tp_sp.h). */
-static void tp_gpt_ln_bwd(void *ctx, float *dx, void *dw, void *db, const float *dy, const float *x, const float *mean,
-                          const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta) {
+static void tp_gpt_ln_bwd(void *ctx, float *dx, void *dw, void *db, const float *dy, const float *x,
+                          const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C,
+                          float beta) {
   tp_sp_layernorm_backward(((tp_gpt_t *)ctx)->sp, dx, dw, db, dy, x, mean, rstd, w, wdt, rows, C, beta);
 }
 
@@ -185,23 +196,13 @@ int64_t tp_gpt_attn_numel(const model_t *m) {
   const tp_gpt_t *c = m->ctx;
   return tp_attn_layout(c->C, c->Cr).numel;
 }
-int64_t tp_gpt_attn_rep_numel(const model_t *m) { return tp_attn_layout(((const tp_gpt_t *)m->ctx)->C, 1).qkvw; }
+int64_t tp_gpt_attn_rep_numel(const model_t *m) {
+  return tp_attn_layout(((const tp_gpt_t *)m->ctx)->C, 1).qkvw;
+}
 
 void tp_gpt_attn_map(const model_t *m, int q, float *full, float *local, int to_local) {
   const tp_gpt_t *c = m->ctx;
-  int64_t C = c->C;
-  int cr = c->C / c->s.T, clo = q * cr;
-  gpt_block_layout_t f = gpt_block_layout(c->C), l = tp_attn_layout(c->C, cr);
-  tp_mv(full + f.ln1w, local + l.ln1w, C, to_local);
-  tp_mv(full + f.ln1b, local + l.ln1b, C, to_local);
-  tp_mv(full + f.projb, local + l.projb, C, to_local);
-  tp_mv(full + f.ln2w, local + l.ln2w, C, to_local);
-  tp_mv(full + f.ln2b, local + l.ln2b, C, to_local);
-  for (int p = 0; p < 3; p++) {
-    tp_mv(full + f.qkvw + (p * C + clo) * C, local + l.qkvw + (int64_t)p * cr * C, (int64_t)cr * C, to_local);
-    tp_mv(full + f.qkvb + p * C + clo, local + l.qkvb + (int64_t)p * cr, cr, to_local);
-  }
-  tp_mv_cols(full + f.projw, local + l.projw, c->C, c->C, clo, cr, to_local);
+  map_attention(c, q, gpt_block_layout(c->C), tp_attn_layout(c->C, c->C / c->s.T), full, local, to_local);
 }
 
 /* The split (tp_split_gpt, tp_split_gpt_sp). --sp, per micro-batch along the sequence (tp_sp.h):
@@ -213,7 +214,8 @@ static void split_gpt(model_t *m, comm_t *tp, int sp) {
   int T = comm_world(tp), r = comm_rank(tp), U = m->n_units;
   gpt_shape_t s = m->gpt;
   if (s.n_head % T != 0)
-    die("error: --tp %d: the GPT's %d heads do not split over %d ranks (n_head must be divisible by T)", T, s.n_head, T);
+    die("error: --tp %d: the GPT's %d heads do not split over %d ranks (n_head must be divisible by T)", T,
+        s.n_head, T);
   if (s.vocab < T) die("error: --tp %d: a vocabulary of %d rows cannot give every rank one", T, s.vocab);
   tp_gpt_t *c = xcalloc(1, sizeof *c, "tp gpt");
   tp_split_begin(&c->s, m, tp, tp_gpt_map, tp_gpt_local_numel);
@@ -281,7 +283,8 @@ static const int *tp_gpt_tokens(tp_gpt_t *c, device_t dev, const int *x, int64_t
   dev_memcpy(DEV_CPU, h, dev, x, (size_t)n * sizeof(int));
   for (int64_t k = 0; k < n; k++) {
     int v = h[k];
-    if (v < 0 || v >= c->V) die_on_rank("tp embedding: token %lld = %d outside [0, %d)", (long long)k, v, c->V);
+    if (v < 0 || v >= c->V)
+      die_on_rank("tp embedding: token %lld = %d outside [0, %d)", (long long)k, v, c->V);
     h[k] = v >= c->v_lo && v < c->v_lo + c->Vr ? v - c->v_lo : c->Vr;
   }
   if (h != dst) {
@@ -301,7 +304,8 @@ static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
     const int *tok = tp_gpt_tokens(c, dev, io->x, BT);
     void *ext = grow(&c->wte_ext, "tp wte (own rows + a zero row)", wdt, dev, (int64_t)(c->Vr + 1) * C);
     dev_memcpy(dev, ext, dev, param_at(io, (int64_t)S * C), (size_t)c->Vr * C * dtype_size(wdt));
-    const void *wpe = c->s.r == 0 ? param_at(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
+    const void *wpe =
+        c->s.r == 0 ? param_at(io, 0) : grow(&c->wpe_zero, "tp zero wpe", DT_F32, dev, (int64_t)S * C);
     float *y = c->sp ? tp_sp_buffer(c->sp, 1, n) : io->y; /* --sp: the whole sequence's partial sums */
     op_embedding_fwd(dev, y, tok, ext, wpe, wdt, B, S, C, c->Vr + 1);
     if (c->sp) tp_sp_scatter(c->sp, io->y, y, B, C); /* --sp: ḡ, this rank's positions (B, S/T, C) */
@@ -314,7 +318,8 @@ static void tp_gpt_forward(const model_t *m, int u, const unit_io_t *io) {
     float *lnf = io->saved, *mean = lnf + (int64_t)BTs * C, *rstd = mean + BTs;
     op_layernorm_fwd(dev, lnf, mean, rstd, x, param_at(io, 0), param_at(io, C), wdt, BTs, C);
     if (c->sp) tp_sp_column_forward(c->sp, io->y, lnf, param_at(io, 2 * (int64_t)C), NULL, wdt, B, C, c->Vr);
-    else tp_column_forward(c->s.tp, io->y, lnf, param_at(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr); /* no bias */
+    /* no bias */
+    else tp_column_forward(c->s.tp, io->y, lnf, param_at(io, 2 * (int64_t)C), NULL, wdt, BT, C, c->Vr);
     return;
   }
   gpt_block_t k = tp_gpt_block(c); /* 2 g's forward (all-reduces 1, 2) */
@@ -352,17 +357,19 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
     float *dlnf = work; // (BTs,C)
     /* dlnf: each rank's share is its vocabulary's, summed by f's backward (--sp: g's, a reduce-scatter) */
     if (c->sp)
-      tp_sp_column_backward(c->sp, dlnf, grad_at(io, 2 * (int64_t)C), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)C), wdt, B, C,
-                            c->Vr, beta);
+      tp_sp_column_backward(c->sp, dlnf, grad_at(io, 2 * (int64_t)C), NULL, io->dy, lnf,
+                            param_at(io, 2 * (int64_t)C), wdt, B, C, c->Vr, beta);
     else
-      tp_column_backward(c->s.tp, dlnf, grad_at(io, 2 * (int64_t)C), NULL, io->dy, lnf, param_at(io, 2 * (int64_t)C), wdt, BT, C,
-                         c->Vr, beta);
+      tp_column_backward(c->s.tp, dlnf, grad_at(io, 2 * (int64_t)C), NULL, io->dy, lnf,
+                         param_at(io, 2 * (int64_t)C), wdt, BT, C, c->Vr, beta);
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, (int64_t)BTs * C);
       if (c->sp) /* the LayerNorm's dw, db summed over the sequence's parts */
-        tp_sp_layernorm_backward(c->sp, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, io->x, mean, rstd, param_at(io, 0), wdt, BTs, C,
-                                 beta);
-      else op_layernorm_bwd(dev, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, io->x, mean, rstd, param_at(io, 0), wdt, BT, C, beta);
+        tp_sp_layernorm_backward(c->sp, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, io->x, mean, rstd,
+                                 param_at(io, 0), wdt, BTs, C, beta);
+      else
+        op_layernorm_bwd(dev, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, io->x, mean, rstd,
+                         param_at(io, 0), wdt, BT, C, beta);
     }
     return;
   }
@@ -373,8 +380,8 @@ static void tp_gpt_backward(const model_t *m, int u, const unit_io_t *io) {
 static double tp_gpt_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits,
                           float scale) {
   tp_gpt_t *c = m->ctx;
-  return tp_vocab_loss(c->s.tp, &c->rowstat, (int64_t)b * c->S, c->V, c->v_lo, c->Vr, logits, targets, dlogits,
-                       scale);
+  return tp_vocab_loss(c->s.tp, &c->rowstat, (int64_t)b * c->S, c->V, c->v_lo, c->Vr, logits, targets,
+                       dlogits, scale);
 }
 
 static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's count with C·Cr, C·Vr, S²·Cr) */
@@ -383,6 +390,10 @@ static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's cou
   return S * (L * 24.0 * C * Cr + 2.0 * C * Vr) + L * 4.0 * S * S * Cr;
 }
 
-static const model_fns_t tp_gpt_model_fns = {.name = "gpt", .init_unit = tp_split_init_unit, .forward = tp_gpt_forward,
-                                             .backward = tp_gpt_backward, .free_ctx = tp_gpt_free_ctx,
-                                             .flops_per_sample = tp_gpt_flops, .loss = tp_gpt_loss};
+static const model_fns_t tp_gpt_model_fns = {.name = "gpt",
+                                             .init_unit = tp_split_init_unit,
+                                             .forward = tp_gpt_forward,
+                                             .backward = tp_gpt_backward,
+                                             .free_ctx = tp_gpt_free_ctx,
+                                             .flops_per_sample = tp_gpt_flops,
+                                             .loss = tp_gpt_loss};

@@ -59,7 +59,8 @@ void tp_split_mlp(model_t *m, comm_t *tp) {
   tp_split_begin(&c->s, m, tp, tp_mlp_map, tp_mlp_local_numel);
   c->kind = xcalloc((size_t)U, sizeof *c->kind, "tp unit kinds");
   int max_out = 1;
-  for (int u = 0; u + 1 < U; u += 2) c->kind[u] = TPU_COL, c->kind[u + 1] = TPU_ROW; /* an odd last unit: REPL */
+  /* an odd last unit: REPL */
+  for (int u = 0; u + 1 < U; u += 2) c->kind[u] = TPU_COL, c->kind[u + 1] = TPU_ROW;
   for (int u = 0; u < U; u++) {
     unit_t *un = &m->units[u];
     tp_unit_t *k = &c->s.units[u];
@@ -104,7 +105,9 @@ static void tp_mlp_free_ctx(model_t *m) {
   free(c);
 }
 
-static const void *wat(const void *base, dtype_t wdt, int64_t k) { return (const char *)base + k * (int64_t)dtype_size(wdt); }
+static const void *wat(const void *base, dtype_t wdt, int64_t k) {
+  return (const char *)base + k * (int64_t)dtype_size(wdt);
+}
 
 /* A row-parallel unit's bias (wdt, first in the unit) as the fp32 tp_row_forward adds. */
 static const float *bias_f32(const tp_model_t *c, const unit_io_t *io, int out) {
@@ -119,11 +122,14 @@ static void tp_mlp_unit_forward(const model_t *m, int u, const unit_io_t *io) {
   int in = un->in, out = un->out, last = u == m->n_units - 1;
   float *z = last ? io->y : io->saved; /* (B, out) pre-activation */
   if (c->kind[u] == TPU_COL)           /* f, then this rank's output columns */
-    tp_column_forward(c->s.tp, z, io->x, io->params, wat(io->params, io->wdt, (int64_t)out * in), io->wdt, io->B, in, out);
+    tp_column_forward(c->s.tp, z, io->x, io->params, wat(io->params, io->wdt, (int64_t)out * in), io->wdt,
+                      io->B, in, out);
   else if (c->kind[u] == TPU_ROW) /* partial z = x_r·W_rᵀ, g sums, then b once */
-    tp_row_forward(c->s.tp, z, io->x, wat(io->params, io->wdt, out), bias_f32(c, io, out), io->wdt, io->B, in, out);
+    tp_row_forward(c->s.tp, z, io->x, wat(io->params, io->wdt, out), bias_f32(c, io, out), io->wdt, io->B, in,
+                   out);
   else
-    op_linear_fwd(io->dev, z, io->x, io->params, wat(io->params, io->wdt, (int64_t)out * in), io->wdt, io->B, in, out);
+    op_linear_fwd(io->dev, z, io->x, io->params, wat(io->params, io->wdt, (int64_t)out * in), io->wdt, io->B,
+                  in, out);
   if (!last) op_gelu_fwd(io->dev, io->y, z, (int64_t)io->B * out);
 }
 
@@ -136,8 +142,8 @@ static void tp_mlp_unit_backward(const model_t *m, int u, const unit_io_t *io) {
   if (c->kind[u] == TPU_COL) /* the partial dx, summed by f's backward */
     tp_column_backward(c->s.tp, io->dx, dW, db, io->dy, io->x, io->params, io->wdt, io->B, in, out, io->beta);
   else if (c->kind[u] == TPU_ROW) /* b | W: g's backward is the identity, dy is whole here */
-    tp_row_backward(c->s.tp, io->dx, (char *)io->grads + (int64_t)out * dtype_size(io->wdt), io->grads, io->dy, io->x,
-                    wat(io->params, io->wdt, out), io->wdt, io->B, in, out, io->beta);
+    tp_row_backward(c->s.tp, io->dx, (char *)io->grads + (int64_t)out * dtype_size(io->wdt), io->grads,
+                    io->dy, io->x, wat(io->params, io->wdt, out), io->wdt, io->B, in, out, io->beta);
   else
     op_linear_bwd(io->dev, io->dx, dW, db, io->dy, io->x, io->params, io->wdt, io->B, in, out, io->beta);
 }

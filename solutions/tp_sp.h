@@ -63,22 +63,23 @@ void tp_sp_scatter(tp_sp_t *sp, float *part, const float *full, int B, int C);
  * tp.h's four with x / dx (column) or y / dy (row) on the LayerNorm side as (B·S/T, C) parts; the
  * other side is (B·S, features_r) as in plain TP. B is the samples (rows = B·S on the whole side). */
 /* g, then the local linear: y (B·S, out_r) from x_part gathered. */
-void tp_sp_column_forward(tp_sp_t *sp, float *y, const float *x_part, const void *W_r, const void *b_r, dtype_t wdt,
-                          int B, int in, int out_r);
+void tp_sp_column_forward(tp_sp_t *sp, float *y, const float *x_part, const void *W_r, const void *b_r,
+                          dtype_t wdt, int B, int in, int out_r);
 /* x_part gathered again (the weight gradient needs every position), the local backward, then g's
  * backward: dx (B·S, in) partial sums → reduce-scatter into dx_part (NULL: no input gradient). */
-void tp_sp_column_backward(tp_sp_t *sp, float *dx_part, void *dW_r, void *db_r, const float *dy, const float *x_part,
-                           const void *W_r, dtype_t wdt, int B, int in, int out_r, float beta);
+void tp_sp_column_backward(tp_sp_t *sp, float *dx_part, void *dW_r, void *db_r, const float *dy,
+                           const float *x_part, const void *W_r, dtype_t wdt, int B, int in, int out_r,
+                           float beta);
 /* The local linear (no bias), ḡ (reduce-scatter) into y_part (B·S/T, out), then + b (fp32) once. */
-void tp_sp_row_forward(tp_sp_t *sp, float *y_part, const float *x_r, const void *W_r, const float *b, dtype_t wdt,
-                       int B, int in_r, int out);
+void tp_sp_row_forward(tp_sp_t *sp, float *y_part, const float *x_r, const void *W_r, const float *b,
+                       dtype_t wdt, int B, int in_r, int out);
 /* ḡ's backward (all-gather dy_part), then the local backward: dx_r, dW_r, and db (the whole dy: the
  * same on every rank). */
-void tp_sp_row_backward(tp_sp_t *sp, float *dx_r, void *dW_r, void *db, const float *dy_part, const float *x_r,
-                        const void *W_r, dtype_t wdt, int B, int in_r, int out, float beta);
+void tp_sp_row_backward(tp_sp_t *sp, float *dx_r, void *dW_r, void *db, const float *dy_part,
+                        const float *x_r, const void *W_r, dtype_t wdt, int B, int in_r, int out, float beta);
 /* op_layernorm_bwd on this rank's rows, with dw and db summed over the group (one all-reduce of 2C
  * fp32) before they are stored with beta: the weights are replicated, the positions split. */
 void tp_sp_layernorm_backward(tp_sp_t *sp, float *dx, void *dw, void *db, const float *dy, const float *x,
-                              const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C,
-                              float beta);
+                              const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows,
+                              int C, float beta);
 #endif

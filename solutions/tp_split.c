@@ -1,6 +1,7 @@
 /* tp_split.c — tensor parallelism as a model transform (train.h's model_transform_t): the split
  * of a whole model (tp_mlp.c, tp_gpt.c) and what the loop, the gradient norm, the report and the
- * export ask of it (--pa's hooks: tp_pa.c). The knowledge behind the answers — which parameters are replicated, which
+ * export ask of it (--pa's hooks: tp_pa.c). The knowledge behind the answers — which parameters are
+ * replicated, which
  * unit outputs the group shares, which all-reduces a unit runs — is tp_split.h's tp_unit_t, kept
  * in the split's m->ctx; notes/06-tensor-parallel.md explains each. */
 #include "tp_split.h" // tp_split_t, tp_unit_t, tp_split_mlp, tp_split_gpt
@@ -20,7 +21,8 @@ void tp_mv_cols(float *full, float *local, int rows, int in, int lo, int n, int 
   for (int o = 0; o < rows; o++) tp_mv(full + (int64_t)o * in + lo, local + (int64_t)o * n, n, to_local);
 }
 
-void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map, tp_local_numel_fn local_numel) {
+void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map,
+                    tp_local_numel_fn local_numel) {
   s->tp = tp, s->T = comm_world(tp), s->r = comm_rank(tp);
   s->full = *m;
   s->full.units = xmalloc((size_t)m->n_units * sizeof(unit_t), "tp full units");
@@ -48,8 +50,8 @@ void tp_split_model(model_t *m, comm_t *tp) {
   if (m->fns == &model_gpt_fns) tp_split_gpt(m, tp);
   else if (m->fns == &model_mlp_fns) tp_split_mlp(m, tp);
   else
-    die("rank %d: --tp: the %s model has no tensor-parallel split here (the MLP and the GPT have)", check_rank(),
-        m->fns->name);
+    die("rank %d: --tp: the %s model has no tensor-parallel split here (the MLP and the GPT have)",
+        check_rank(), m->fns->name);
 }
 
 void tp_map_unit(const model_t *m, int u, int q, float *full, float *local, int to_local) {
@@ -62,7 +64,9 @@ int64_t tp_unit_local_numel(const model_t *m, int u, int q) {
   return s->local_numel(s, u, q);
 }
 
-int64_t tp_full_unit_numel(const model_t *m, int u) { return ((const tp_split_t *)m->ctx)->full.units[u].numel; }
+int64_t tp_full_unit_numel(const model_t *m, int u) {
+  return ((const tp_split_t *)m->ctx)->full.units[u].numel;
+}
 
 /* ---- the transform's answers -------------------------------------------------------------- */
 /* Rank 0 of the TP group gathers every rank's units and maps each slice back where the full unit
@@ -107,9 +111,11 @@ static int tp_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
 }
 
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
- * rank: × micro-batches (t->n_micro: --accum, or a pipeline's M), of the units it holds; --recompute reruns a unit's forward, its forward all-reduces (ar_fwd_calls:
+ * rank: × micro-batches (t->n_micro: --accum, or a pipeline's M), of the units it holds; --recompute reruns a
+ * unit's forward, its forward all-reduces (ar_fwd_calls:
  * the g's) included; ar2_* a second size (the GPT's loss). */
-void tp_unit_traffic(const tp_unit_t *k, const trainer_t *t, int u, int T, int r, int64_t *calls, int64_t *bytes) {
+void tp_unit_traffic(const tp_unit_t *k, const trainer_t *t, int u, int T, int r, int64_t *calls,
+                     int64_t *bytes) {
   int64_t A = t->n_micro, b = t->local_batch;
   if (t->model.units[u].numel == 0) return; /* a pipeline keeps it on another stage */
   int64_t n = k->ar_calls;
@@ -153,8 +159,9 @@ const model_transform_t tp_transform = {
     .pa_gather = tp_pa_gather,
     .pa_traffic = tp_pa_traffic,
     .traffic = tp_traffic,
-    .traffic_text = "per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of "
-                    "its bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)",
+    .traffic_text =
+        "per split unit and micro-batch, its all-reduces of b x features fp32 elements, each 2(T-1)/T of "
+        "its bytes (a column/row pair of the MLP: g forward, f backward; the first unit has no dx to sum)",
     .unsplit = tp_unsplit,
     .to_local = tp_to_local,
 };
@@ -167,10 +174,11 @@ const model_transform_t tp_sp_transform = {
     .split = tp_sp_split_model,
     .norm_ranges = tp_norm_ranges,
     .traffic = tp_traffic,
-    .traffic_text = "per micro-batch, along the sequence: the embedding 1 reduce-scatter + 1 all-gather, each block "
-                    "6 all-gathers + 4 reduce-scatters (g, g-bar: the bytes of plain TP's 4 all-reduces, + 2 gathers of "
-                    "the LayerNorm outputs for the weight gradients), the head 2 + 1, of b x s x h fp32, (T-1)/T of "
-                    "their bytes each; all-reduces of 2h per LayerNorm (its weight gradients) and the loss's 3 of b x s",
+    .traffic_text =
+        "per micro-batch, along the sequence: the embedding 1 reduce-scatter + 1 all-gather, each block "
+        "6 all-gathers + 4 reduce-scatters (g, g-bar: the bytes of plain TP's 4 all-reduces, + 2 gathers of "
+        "the LayerNorm outputs for the weight gradients), the head 2 + 1, of b x s x h fp32, (T-1)/T of "
+        "their bytes each; all-reduces of 2h per LayerNorm (its weight gradients) and the loss's 3 of b x s",
     .unsplit = tp_unsplit,
     .to_local = tp_to_local,
 };

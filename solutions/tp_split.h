@@ -49,7 +49,8 @@ typedef struct tp_split {
 } tp_split_t;
 
 /* s := the split of m over tp: keeps the full model (its own units array), zeroed unit infos. */
-void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map, tp_local_numel_fn local_numel);
+void tp_split_begin(tp_split_t *s, const model_t *m, comm_t *tp, tp_map_fn map,
+                    tp_local_numel_fn local_numel);
 /* Frees what tp_split_begin allocated (not s itself). */
 void tp_split_end(tp_split_t *s);
 /* model_fns_t.init_unit of a split (m->ctx a tp_split_t): the full unit's init (a pure function of
@@ -68,14 +69,15 @@ void tp_pa_gather(struct trainer *t, int u, const float *slice, float *whole);
 void tp_pa_traffic(const struct trainer *t, int64_t *calls, int64_t *bytes);
 /* Unit u's collectives over a TP group of T (this rank r) in one step of t, by k's counts (tp_split.c's
  * formula, per unit): added to *calls, *bytes. */
-void tp_unit_traffic(const tp_unit_t *k, const struct trainer *t, int u, int T, int r, int64_t *calls, int64_t *bytes);
+void tp_unit_traffic(const tp_unit_t *k, const struct trainer *t, int u, int T, int r, int64_t *calls,
+                     int64_t *bytes);
 
 /* The vocab-parallel cross-entropy (tp_vocab.c) of rows rows of logits (rows, Vr) over the TP group
  * tp, this rank's vocabulary [v_lo, v_lo + Vr) of V: per row the max, the sum of exponentials and the
  * target's logit all-reduced over the group (stage: a device buffer for them on CUDA, grown here);
  * dlogits = scale·(softmax − onehot) over this rank's columns. Returns the sum of the rows' losses. */
-double tp_vocab_loss(comm_t *tp, tensor_t *stage, int64_t rows, int V, int v_lo, int64_t Vr, const float *logits,
-                     const int *targets, float *dlogits, float scale);
+double tp_vocab_loss(comm_t *tp, tensor_t *stage, int64_t rows, int V, int v_lo, int64_t Vr,
+                     const float *logits, const int *targets, float *dlogits, float scale);
 
 /* The two splits (tp_split_model dispatches). Not collective. tp_split_gpt_sp: the GPT with
  * sequence parallelism as well (--sp, tp_sp.h): every unit output (B, S/T, C) along the sequence. */

@@ -24,13 +24,14 @@ static void rows_all_reduce(comm_t *tp, tensor_t *stage, float *h, int64_t rows,
   dev_memcpy(DEV_CPU, h, dev, d, (size_t)rows * sizeof(float));
 }
 
-/* The vocab-parallel cross-entropy: this rank holds logits (rows, Vr) for its vocabulary only. Per row: M = max over the group of the local maxima (all-reduce MAX),
+/* The vocab-parallel cross-entropy: this rank holds logits (rows, Vr) for its vocabulary only. Per row: M =
+ * max over the group of the local maxima (all-reduce MAX),
  * Z = Σ over the group of Σ_j exp(l_j − M) (all-reduce SUM), and the target's logit from the one
  * rank that holds it (0 elsewhere, all-reduce SUM): loss = log Z + M − l_target. The gradient is
  * local: scale·(exp(l_j − M)/Z − [j is the target]). Three all-reduces of rows fp32 values, no
  * rank ever holds a whole row of logits. Computed on the host (copied over on CUDA). */
-double tp_vocab_loss(comm_t *tp, tensor_t *stage, int64_t rows, int V, int v_lo, int64_t Vr, const float *logits,
-                     const int *targets, float *dlogits, float scale) {
+double tp_vocab_loss(comm_t *tp, tensor_t *stage, int64_t rows, int V, int v_lo, int64_t Vr,
+                     const float *logits, const int *targets, float *dlogits, float scale) {
   device_t dev = comm_device(tp);
   size_t nl = (size_t)(rows * Vr) * sizeof(float);
   const float *l = logits;

@@ -19,13 +19,15 @@ void ulysses_pack(int R, int n, int E, int F, int C, const float *x, float *send
   for (int p = 0; p < C; p++)
     for (int64_t t = 0; t < (int64_t)R * n; t++) /* t = rho·n + i: the local token */
       for (int f = 0; f < F; f++)
-        memcpy(send + p * blk + (t * F + f) * Eh, x + t * F * E + (int64_t)f * E + (int64_t)p * Eh, (size_t)Eh * sizeof(float));
+        memcpy(send + p * blk + (t * F + f) * Eh, x + t * F * E + (int64_t)f * E + (int64_t)p * Eh,
+               (size_t)Eh * sizeof(float));
 }
 
 void ulysses_unpack(int R, int n, int S, int E, int F, int C, const int *pos, const float *recv, float *y) {
   // BEGIN EXERCISE ulysses_unpack notes/10-long-sequences.md
   // HINT: block q of recv came from rank q: its R rows × n positions (q's own, in order) × F parts of this
-  // HINT: rank's heads. Each (row, position) lands at the row's global position in y, every part beside the others.
+  // HINT: rank's heads. Each (row, position) lands at the row's global position in y, every part beside the
+  // HINT: others.
   // HINT2: Eh = E/C features per part; blk = R·n·F·Eh floats per block; the source of (q, rho, i, f) is
   // HINT2: recv + q·blk + ((rho·n + i)·F + f)·Eh, the destination y + (rho·S + pos[q·n + i])·F·Eh + f·Eh.
   // HINT3: for q < C, rho < R, i < n, f < F: memcpy(y + ((int64_t)rho·S + pos[q·n + i])·F·Eh + f·Eh,
@@ -42,14 +44,15 @@ void ulysses_unpack(int R, int n, int S, int E, int F, int C, const int *pos, co
   // END EXERCISE
 }
 
-void ulysses_pack_back(int R, int n, int S, int E, int F, int C, const int *pos, const float *y, float *send) {
+void ulysses_pack_back(int R, int n, int S, int E, int F, int C, const int *pos, const float *y,
+                       float *send) {
   int Eh = E / C;
   int64_t blk = (int64_t)R * n * F * Eh;
   for (int q = 0; q < C; q++)
     for (int rho = 0; rho < R; rho++)
       for (int i = 0; i < n; i++)
-        memcpy(send + q * blk + ((int64_t)rho * n + i) * F * Eh, y + ((int64_t)rho * S + pos[q * n + i]) * F * Eh,
-               (size_t)F * Eh * sizeof(float));
+        memcpy(send + q * blk + ((int64_t)rho * n + i) * F * Eh,
+               y + ((int64_t)rho * S + pos[q * n + i]) * F * Eh, (size_t)F * Eh * sizeof(float));
 }
 
 void ulysses_unpack_back(int R, int n, int E, int F, int C, const float *recv, float *x) {
@@ -58,13 +61,15 @@ void ulysses_unpack_back(int R, int n, int E, int F, int C, const float *recv, f
   for (int p = 0; p < C; p++)
     for (int64_t t = 0; t < (int64_t)R * n; t++)
       for (int f = 0; f < F; f++)
-        memcpy(x + t * F * E + (int64_t)f * E + (int64_t)p * Eh, recv + p * blk + (t * F + f) * Eh, (size_t)Eh * sizeof(float));
+        memcpy(x + t * F * E + (int64_t)f * E + (int64_t)p * Eh, recv + p * blk + (t * F + f) * Eh,
+               (size_t)Eh * sizeof(float));
 }
 
 /* ---- the attention over the group --------------------------------------------------------------- */
 int cp_ulysses_check(int S, int NH, int C, char *why, size_t n) {
   if (C < 1) return snprintf(why, n, "C must be >= 1"), 1;
-  if (NH % C) return snprintf(why, n, "the heads (%d) must be divisible by C: each rank attends NH/C of them", NH), 1;
+  if (NH % C)
+    return snprintf(why, n, "the heads (%d) must be divisible by C: each rank attends NH/C of them", NH), 1;
   if (S % C) return snprintf(why, n, "seq_len %d must be divisible by C", S), 1;
   return 0;
 }
@@ -89,7 +94,9 @@ static float *grow(tensor_t *t, const char *name, int64_t numel) {
 }
 
 int64_t cp_ulysses_saved_per_token(int S, int E, int NH) { return (int64_t)NH * S + 3 * (int64_t)E; }
-int64_t cp_ulysses_fwd_numel(int C, int64_t R, int n, int E) { return (int64_t)(C - 1) * 4 * R * n * (E / C); }
+int64_t cp_ulysses_fwd_numel(int C, int64_t R, int n, int E) {
+  return (int64_t)(C - 1) * 4 * R * n * (E / C);
+}
 int64_t cp_ulysses_bwd_numel(int C, int64_t R, int n, int E) { return cp_ulysses_fwd_numel(C, R, n, E); }
 
 /* [R, n, F·E] on every rank → [R, S, F·E/C] (this rank's heads): pack, all-to-all, unpack. */
@@ -158,7 +165,8 @@ void cp_ulysses_backward(cp_ulysses_t *u, float *dqkv, const float *dout, const 
   }
   int S = u->S, Eh = u->E / u->C, NHh = u->NH / u->C;
   const float *att = saved, *qkvh = saved + (int64_t)R * NHh * S * S;
-  float *dh = grow(&u->dh, "ulysses heads buffer", (int64_t)R * S * 4 * Eh), *dqkvh = dh + (int64_t)R * S * Eh;
+  float *dh = grow(&u->dh, "ulysses heads buffer", (int64_t)R * S * 4 * Eh),
+        *dqkvh = dh + (int64_t)R * S * Eh;
   to_heads(u, dh, dout, R, 1);                                   /* dO out */
   op_attention_bwd(DEV_CPU, dqkvh, dh, qkvh, att, R, S, Eh, NHh);
   to_positions(u, dqkv, dqkvh, R, 3);                            /* dQ, dK, dV back: one all-to-all */
@@ -168,11 +176,17 @@ void cp_ulysses_backward(cp_ulysses_t *u, float *dqkv, const float *dout, const 
 /* ---- the 2-D hybrid ------------------------------------------------------------------------------ */
 int cp_usp_check(int S, int NH, int C, int A, int balance, char *why, size_t n) {
   if (A < 1 || C < 1 || C % A) return snprintf(why, n, "A must divide C (%d): groups of A ranks", C), 1;
-  if (NH % A) return snprintf(why, n, "the heads (%d) must be divisible by A: each rank of a group attends NH/A of them", NH), 1;
+  if (NH % A)
+    return snprintf(why, n,
+                    "the heads (%d) must be divisible by A: each rank of a group attends NH/A of them", NH),
+           1;
   if (S % C) return snprintf(why, n, "seq_len %d must be divisible by C = %d", S, C), 1;
   if (balance && S % (2 * (C / A))) /* the ring of G = C/A groups: two mirrored chunks each */
-    return snprintf(why, n, "seq_len %d must be divisible by 2G = %d (the ring of G = C/A groups, two mirrored chunks each)", S,
-                    2 * (C / A)), 1;
+    return snprintf(why, n,
+                    "seq_len %d must be divisible by 2G = %d (the ring of G = C/A groups, two mirrored "
+                    "chunks each)",
+                    S, 2 * (C / A)),
+           1;
   return 0;
 }
 
@@ -180,8 +194,8 @@ void cp_usp_init(cp_ulysses_t *u, comm_t *a2a, cp_ring_t *ring, int E, int NH) {
   int A = comm_world(a2a);
   *u = (cp_ulysses_t){.c = a2a, .C = A, .r = comm_rank(a2a), .S = ring->n, .E = E, .NH = NH, .ring = ring};
   if (ring->n % A || NH % A || E % A || ring->E * A != E || ring->NH * A != NH)
-    die("cp_usp_init: the ring (n %d, E %d, %d heads) is not the groups' of A = %d (E %d, %d heads)", ring->n, ring->E, ring->NH,
-        A, E, NH);
+    die("cp_usp_init: the ring (n %d, E %d, %d heads) is not the groups' of A = %d (E %d, %d heads)", ring->n,
+        ring->E, ring->NH, A, E, NH);
   u->n = ring->n / A;
   u->own_pos = xmalloc((size_t)ring->n * sizeof(int), "usp group positions");
   for (int i = 0; i < ring->n; i++) u->own_pos[i] = i; /* the group's positions, in the ring block's order */

@@ -38,7 +38,8 @@ static void zero1_setup(trainer_t *t) {
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);       // (P/N)
   if (t->cfg->optimizer == OPT_ADAMW)
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
-  z->grad_shard = tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, m->shard_numel);
+  z->grad_shard =
+      tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, m->shard_numel);
   z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero1 gather handles");
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
@@ -62,12 +63,15 @@ static void zero1_pre_backward(trainer_t *t, int unit) {
 /* Step 2 for one unit: rank r receives piece r of the unit's gradient, summed over the ranks. */
 static void zero1_reduce_scatter_unit(trainer_t *t, zero1_t *z, int u) {
   // BEGIN EXERCISE zero1_reduce_scatter notes/03-zero1.md
-  // HINT: each rank needs the sum over ranks of only the gradient piece it owns — not the whole summed gradient.
-  // HINT2: per unit: the unit's padded grads (at its off in t->grads) in, your piece out into z->grad_shard at the unit's shard_off, summed.
-  // HINT3: comm_reduce_scatter_async(t->comm, t->grads at un->off, z->grad_shard at un->shard_off, un->padded, t->wdt, REDOP_SUM, tag).
+  // HINT: each rank needs the sum over ranks of only the gradient piece it owns — not the whole summed
+  // HINT: gradient.
+  // HINT2: per unit: the unit's padded grads (at its off in t->grads) in, your piece out into z->grad_shard
+  // HINT2: at the unit's shard_off, summed.
+  // HINT3: comm_reduce_scatter_async(t->comm, t->grads at un->off, z->grad_shard at un->shard_off,
+  // HINT3: un->padded, t->wdt, REDOP_SUM, tag).
   const unit_t *un = &t->model.units[u];
-  comm_reduce_scatter_async(t->comm, tensor_at(&t->grads, un->off), tensor_at(&z->grad_shard, un->shard_off), un->padded,
-                            t->wdt, REDOP_SUM, "2 reduce-scatter grads");
+  comm_reduce_scatter_async(t->comm, tensor_at(&t->grads, un->off), tensor_at(&z->grad_shard, un->shard_off),
+                            un->padded, t->wdt, REDOP_SUM, "2 reduce-scatter grads");
   // END EXERCISE
 }
 
@@ -87,7 +91,8 @@ static void zero1_step(trainer_t *t) {
   zero1_t *z = t->priv;
   TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
   int updated;
-  TRAINER_PHASE("3-4 update own shard + cast", updated = zero_optimizer_step(t, t->comm, z->grad_shard.data, 1));
+  TRAINER_PHASE("3-4 update own shard + cast",
+                updated = zero_optimizer_step(t, t->comm, z->grad_shard.data, 1));
   /* (--nonfinite skip: params unchanged everywhere, nothing to gather) */
   if (updated) TRAINER_PHASE("5 issue all-gather params", zero_all_gather_params(t, z->ag));
 }

@@ -39,7 +39,8 @@ void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard) {
     int64_t n = s < r->nslots ? m->max_unit_padded : 0;
     r->staging[s] = tensor_alloc("grad staging (unit)", LEDGER_COMM, t->wdt, t->dev, n);
     /* only --accum > 1 needs a landing buffer for the later micro-batches */
-    r->acc[s] = tensor_alloc("grad reduce-scatter landing", LEDGER_COMM, t->wdt, t->dev, t->cfg->accum > 1 && n ? max_piece : 0);
+    r->acc[s] = tensor_alloc("grad reduce-scatter landing", LEDGER_COMM, t->wdt, t->dev,
+                             t->cfg->accum > 1 && n ? max_piece : 0);
     r->h[s] = 0;
     r->unit[s] = -1;
     r->add[s] = 0;
@@ -62,8 +63,10 @@ static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
 
 void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
   const unit_t *un = &t->model.units[u];
-  if (t->no_sync) { /* the step's full gradient (zero-filled: its pad slots stay 0), accumulated over micro-batches */
-    if (!r->full.data) r->full = tensor_alloc("grads (full, this step)", LEDGER_GRADS, t->wdt, t->dev, t->model.padded_numel);
+  /* the step's full gradient (zero-filled: its pad slots stay 0), accumulated over micro-batches */
+  if (t->no_sync) {
+    if (!r->full.data)
+      r->full = tensor_alloc("grads (full, this step)", LEDGER_GRADS, t->wdt, t->dev, t->model.padded_numel);
     t->unit_grads[u] = tensor_at(&r->full, un->off);
     t->grad_beta = t->micro > 0 ? 1.0f : 0.0f;
     return;
@@ -73,7 +76,8 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
   if (r->h[s]) TRAINER_PHASE("wait staging", rs_retire(r, t, s));
   /* backward writes only the unit's numel grads: the pad tail must read 0 (a larger unit may
    * have used this buffer before), or the pad slots of the shard would pick up garbage */
-  if (un->padded > un->numel) op_fill(t->dev, tensor_at(&r->staging[s], un->numel), t->wdt, 0.0f, un->padded - un->numel);
+  if (un->padded > un->numel)
+    op_fill(t->dev, tensor_at(&r->staging[s], un->numel), t->wdt, 0.0f, un->padded - un->numel);
   t->unit_grads[u] = r->staging[s].data;
   t->grad_beta = 0; /* fresh grads each micro-batch: accumulation happens in the shard */
 }
@@ -82,19 +86,25 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
   if (t->no_sync) { /* once per step: the unit's gradient is final after its last micro-batch */
     const unit_t *f = &t->model.units[u];
     if (t->last_micro)
-      comm_reduce_scatter_async(r->comm, tensor_at(&r->full, f->off), tensor_at(&t->grads, f->shard_off), f->padded, t->wdt,
-                                REDOP_SUM, "reduce-scatter grads");
+      comm_reduce_scatter_async(r->comm, tensor_at(&r->full, f->off), tensor_at(&t->grads, f->shard_off),
+                                f->padded, t->wdt, REDOP_SUM, "reduce-scatter grads");
     return;
   }
   // BEGIN EXERCISE zero_rs_end_unit notes/04-zero2.md
-  // HINT: as soon as a unit's gradient is final, start its reduce-scatter so it overlaps the rest of the backward; never wait here.
-  // HINT2: the staging slot r->next holds the unit's padded grads; micro-batch 0 lands straight in your piece of t->grads (at shard_off), later micro-batches in r->acc[slot] with r->add[slot] = 1 (rs_retire adds them); record the handle and the unit, advance r->next.
-  // HINT3: s = r->next; r->h[s] = comm_reduce_scatter_async(r->comm, r->staging[s].data, t->micro == 0 ? your piece of t->grads : r->acc[s].data, padded, t->wdt, REDOP_SUM, tag); r->unit[s] = u; r->add[s] = t->micro != 0; r->next = 1 − s.
+  // HINT: as soon as a unit's gradient is final, start its reduce-scatter so it overlaps the rest of the
+  // HINT: backward; never wait here.
+  // HINT2: the staging slot r->next holds the unit's padded grads; micro-batch 0 lands straight in your piece
+  // HINT2: of t->grads (at shard_off), later micro-batches in r->acc[slot] with r->add[slot] = 1 (rs_retire
+  // HINT2: adds them); record the handle and the unit, advance r->next.
+  // HINT3: s = r->next; r->h[s] = comm_reduce_scatter_async(r->comm, r->staging[s].data, t->micro == 0 ? your
+  // HINT3: piece of t->grads : r->acc[s].data, padded, t->wdt, REDOP_SUM, tag); r->unit[s] = u; r->add[s] =
+  // HINT3: t->micro != 0; r->next = 1 − s.
   const unit_t *un = &t->model.units[u];
   int s = r->next;
   int direct = t->micro == 0;
   void *dst = direct ? tensor_at(&t->grads, un->shard_off) : r->acc[s].data;
-  r->h[s] = comm_reduce_scatter_async(r->comm, r->staging[s].data, dst, un->padded, t->wdt, REDOP_SUM, "reduce-scatter grads");
+  r->h[s] = comm_reduce_scatter_async(r->comm, r->staging[s].data, dst, un->padded, t->wdt, REDOP_SUM,
+                                      "reduce-scatter grads");
   r->unit[s] = u;
   r->add[s] = !direct;
   r->next = 1 - s;
@@ -141,9 +151,12 @@ static void zero2_setup(trainer_t *t) {
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t, t->comm);
   if (t->no_sync && trainer_prints(t))
-    printf("  zero2 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch; every\n"
-           "  micro-batch's backward adds into the stage's full gradient, so it lives through all M = %d micro-batches and\n"
-           "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the grads lines\n",
+    printf("  zero2 under a pipeline: the grads are reduce-scattered once per step, after the last "
+           "micro-batch; every\n"
+           "  micro-batch's backward adds into the stage's full gradient, so it lives through all M = %d "
+           "micro-batches and\n"
+           "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the "
+           "grads lines\n",
            t->n_micro);
   z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
   for (int u = 0; u < m->n_units; u++) {
@@ -207,7 +220,8 @@ static void zero2_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 2, psi, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->no_sync) {
     f->grads += psi * (double)dtype_size(t->wdt);
-    snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step", formula_text(2, t->wdt, train_opt_states(t->cfg)));
+    snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step",
+             formula_text(2, t->wdt, train_opt_states(t->cfg)));
   }
 }
 

@@ -56,8 +56,9 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   if (z->hpz && t->uses[e].kind == 'B') /* --hpz: from the node's secondary copy (hpz.c) */
     g->h = hpz_gather_backward(t, z, event_unit(t, e), g->buf.data);
   else
-    g->h = comm_all_gather_async(z->shard, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
-                                 t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
+    g->h =
+        comm_all_gather_async(z->shard, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
+                              t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
   int64_t live = 0; /* the transient window: what all slots hold right now */
   for (int k = 0; k < z->nslots; k++) live += tensor_nbytes(&z->slots[k].buf);
   if (live > z->gathered_peak) z->gathered_peak = live;
@@ -66,9 +67,13 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
 /* Before event e: its unit gathered (issue it if prefetch did not), the next K issued, then wait. */
 static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_acquire notes/05-zero3.md
-  // HINT: before a unit's forward or backward its whole parameters must be on this rank; gathering the next ones ahead of time (the prefetch) hides the all-gather behind compute.
-  // HINT2: if no slot holds event e, issue its gather; then issue events e+1..e+K not yet issued (< n_events(t)); wait for e's handle; point t->unit_params[event_unit(t, e)] at e's slot buffer.
-  // HINT3: if (find_slot(z, e) < 0) gather_issue(t, z, e); the same for e + 1..e + z->prefetch (< n_events(t)); comm_wait(z->shard, z->slots[find_slot(z, e)].h); t->unit_params[event_unit(t, e)] = that slot's buf.data.
+  // HINT: before a unit's forward or backward its whole parameters must be on this rank; gathering the next
+  // HINT: ones ahead of time (the prefetch) hides the all-gather behind compute.
+  // HINT2: if no slot holds event e, issue its gather; then issue events e+1..e+K not yet issued (<
+  // HINT2: n_events(t)); wait for e's handle; point t->unit_params[event_unit(t, e)] at e's slot buffer.
+  // HINT3: if (find_slot(z, e) < 0) gather_issue(t, z, e); the same for e + 1..e + z->prefetch (<
+  // HINT3: n_events(t)); comm_wait(z->shard, z->slots[find_slot(z, e)].h); t->unit_params[event_unit(t, e)] =
+  // HINT3: that slot's buf.data.
   if (find_slot(z, e) < 0) gather_issue(t, z, e);
   for (int k = 1; k <= z->prefetch && e + k < n_events(t); k++)
     if (find_slot(z, e + k) < 0) gather_issue(t, z, e + k);
@@ -81,9 +86,12 @@ static void gather_acquire(trainer_t *t, zero3_t *z, int e) {
 /* After event e: free its gathered unit, so only the shard stays resident. */
 static void gather_release(trainer_t *t, zero3_t *z, int e) {
   // BEGIN EXERCISE zero3_gather_release notes/05-zero3.md
-  // HINT: once a unit is used, its gathered full parameters must go: that is all of ZeRO-3's memory saving, and nothing may read them afterwards.
-  // HINT2: find e's slot; free its buffer (the ledger's peak counts it otherwise); mark the slot free (event −1, handle 0); clear t->unit_params of the unit.
-  // HINT3: s = find_slot(z, e); tensor_free(&z->slots[s].buf); z->slots[s].event = −1; z->slots[s].h = 0; t->unit_params[event_unit(t, e)] = NULL.
+  // HINT: once a unit is used, its gathered full parameters must go: that is all of ZeRO-3's memory saving,
+  // HINT: and nothing may read them afterwards.
+  // HINT2: find e's slot; free its buffer (the ledger's peak counts it otherwise); mark the slot free (event
+  // HINT2: −1, handle 0); clear t->unit_params of the unit.
+  // HINT3: s = find_slot(z, e); tensor_free(&z->slots[s].buf); z->slots[s].event = −1; z->slots[s].h = 0;
+  // HINT3: t->unit_params[event_unit(t, e)] = NULL.
   int s = find_slot(z, e);
   if (s < 0) die_on_rank("zero3: event %d released but not gathered", e);
   tensor_free(&z->slots[s].buf);
@@ -105,7 +113,8 @@ static int auto_prefetch(const trainer_t *t) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
     k = cores >= 2L * local;
-    snprintf(why, sizeof why, "%ld cores online for %d rank%s on this host: %s", cores, local, local > 1 ? "s" : "",
+    snprintf(why, sizeof why, "%ld cores online for %d rank%s on this host: %s", cores, local,
+             local > 1 ? "s" : "",
              k ? "a spare core per rank for the communication thread"
                : "no spare core for the communication thread, which would slow the compute down");
   }
@@ -126,10 +135,12 @@ void zero3_init(trainer_t *t, zero3_t *z, comm_t *shard) {
     if (fit < z->prefetch + 1) z->prefetch = fit > 1 ? (int)fit - 1 : 0;
     if (unit_bytes > buf) trainer_report_extra(t, "buffer_floor_bytes", (double)unit_bytes);
     if (unit_bytes > buf && trainer_prints(t))
-      printf("zero3: --buffer-mb %g is below the largest unit (%.4g MiB): one whole unit gathered is the floor\n",
+      printf("zero3: --buffer-mb %g is below the largest unit (%.4g MiB): one whole unit gathered is the "
+             "floor\n",
              (double)buf / 1048576.0, (double)unit_bytes / 1048576.0);
   }
-  trainer_report_extra(t, "prefetch_depth", z->prefetch); /* the depth used: --json "prefetch" says -1 for auto */
+  /* the depth used: --json "prefetch" says -1 for auto */
+  trainer_report_extra(t, "prefetch_depth", z->prefetch);
   z->nslots = z->prefetch + 1;
   z->slots = xcalloc((size_t)z->nslots, sizeof *z->slots, "zero3 gather slots");
   for (int s = 0; s < z->nslots; s++) z->slots[s].event = -1;
@@ -143,9 +154,12 @@ void zero3_init(trainer_t *t, zero3_t *z, comm_t *shard) {
   zero_rs_init(&z->rs, t, shard);
   if (t->cfg->hpz) hpz_setup(t, z); /* ZeRO++'s secondary copy inside the node (hpz.c) */
   if (t->no_sync && trainer_prints(t))
-    printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last micro-batch: the full\n"
-           "  gradient lives through all M = %d micro-batches (freed only between steps), and every unit's params are\n"
-           "  gathered 2M = %d times per step (M times ZeRO-3's usual 2): (2M+1)(D-1)/D x params bytes per step.\n"
+    printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last "
+           "micro-batch: the full\n"
+           "  gradient lives through all M = %d micro-batches (freed only between steps), and every unit's "
+           "params are\n"
+           "  gathered 2M = %d times per step (M times ZeRO-3's usual 2): (2M+1)(D-1)/D x params bytes per "
+           "step.\n"
            "  This is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron pairs PP with ZeRO-1\n",
            t->n_micro, 2 * t->n_micro);
   for (int u = 0; u < m->n_units; u++) t->unit_params[u] = t->unit_grads[u] = NULL; /* set per hook */
@@ -250,7 +264,8 @@ static void zero3_formula(const trainer_t *t, formula_t *f) {
   if (t->no_sync) {
     f->grads += psi * b;
     f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;
-    snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step", formula_text(3, t->wdt, train_opt_states(t->cfg)));
+    snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step",
+             formula_text(3, t->wdt, train_opt_states(t->cfg)));
     snprintf(f->comm_text, sizeof f->comm_text, "(2M+1)(N-1)/N x psi x %d B, M = %d", (int)b, t->n_micro);
   }
 }

@@ -199,18 +199,22 @@ static inline void zl_expect_refused(int np, const char *prog, const char *args,
  * steps, as many in each; fails naming the step, got and expected. */
 static inline void zl_expect_same_losses(const char *what, const char *got, const char *want) {
   double a[64], b[64];
-  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 64);
+  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 64),
+      nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 64);
   cr_assert(na >= 2 && na == nb, "%s: %d losses, expected %d", what, na, nb);
   for (int i = 0; i < na; i++)
-    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)", what, i, a[i], b[i]);
+    cr_assert(memcmp(&a[i], &b[i], sizeof a[i]) == 0, "%s: loss of step %d %.17g, expected %.17g (bitwise)",
+              what, i, a[i], b[i]);
 }
 /* Compare two float arrays: bitwise when tol == 0 — only for runs that call the same kernels on the
  * same shapes in the same order (notes/design.md, "Bits or a tolerance") — else normwise,
  * |got_i − exp_i| <= tol·max_j |exp_j| (zl_expect_close_norm: a run that sums in another order
  * moves a weight by rounding relative to the tensor's scale, not to the weight's own). Fails naming
  * what, index, got, expected. */
-static inline double zl_expect_close_norm(const char *what, const float *got, const float *exp, int64_t n, double tol);
-static inline void zl_expect_floats(const char *what, const float *got, const float *exp, int64_t n, double tol) {
+static inline double zl_expect_close_norm(const char *what, const float *got, const float *exp, int64_t n,
+                                          double tol);
+static inline void zl_expect_floats(const char *what, const float *got, const float *exp, int64_t n,
+                                    double tol) {
   if (tol > 0) {
     zl_expect_close_norm(what, got, exp, n, tol);
     return;
@@ -224,31 +228,35 @@ static inline void zl_expect_floats(const char *what, const float *got, const fl
  * tolerance"), where one weight's relative error is no measure (AdamW moves a weight with a ~0
  * gradient by ~lr either way). Fails naming what, index, got, expected and the bound; returns the
  * largest |difference| / max|expected| (for a log line stating the margin). */
-static inline double zl_expect_close_norm(const char *what, const float *got, const float *exp, int64_t n, double tol) {
+static inline double zl_expect_close_norm(const char *what, const float *got, const float *exp, int64_t n,
+                                          double tol) {
   double scale = 0, worst = 0;
   for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(exp[i]));
   for (int64_t i = 0; i < n; i++) {
     double d = fabs((double)got[i] - exp[i]);
     if (!(d <= tol * scale))
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (|difference| %.3g > tolerance %g · max|expected| %.3g)", what,
-                     (long long)i, got[i], exp[i], d, tol, scale);
+      cr_assert_fail(
+          "%s[%lld]: got %.9g, expected %.9g (|difference| %.3g > tolerance %g · max|expected| %.3g)", what,
+          (long long)i, got[i], exp[i], d, tol, scale);
     worst = fmax(worst, d);
   }
   return scale > 0 ? worst / scale : worst;
 }
 /* |got − expected| <= tol (absolute) for every element, against a double reference; fails
  * naming what, index, got, expected. NaN never passes. */
-static inline void zl_expect_close_abs(const char *what, const float *got, const double *exp, int64_t n, double tol) {
+static inline void zl_expect_close_abs(const char *what, const float *got, const double *exp, int64_t n,
+                                       double tol) {
   for (int64_t i = 0; i < n; i++)
     if (!(fabs((double)got[i] - exp[i]) <= tol))
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %g)", what, (long long)i, got[i], exp[i], tol);
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %g)", what, (long long)i, got[i], exp[i],
+                     tol);
 }
 /* bf16 arrays bit for bit; fails naming what, index, both bit patterns and their values. */
 static inline void zl_expect_bits_bf16(const char *what, const bf16_t *got, const bf16_t *exp, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     if (got[i] != exp[i])
-      cr_assert_fail("%s[%lld]: got bf16 0x%04x (%g), expected 0x%04x (%g) (bitwise)", what, (long long)i, got[i],
-                     bf16_to_f32(got[i]), exp[i], bf16_to_f32(exp[i]));
+      cr_assert_fail("%s[%lld]: got bf16 0x%04x (%g), expected 0x%04x (%g) (bitwise)", what, (long long)i,
+                     got[i], bf16_to_f32(got[i]), exp[i], bf16_to_f32(exp[i]));
 }
 /* n floats rounded to bf16: a new malloc'd array. */
 static inline bf16_t *zl_to_bf16(const float *p, int64_t n) {
@@ -288,8 +296,9 @@ static inline void zl_expect_same_file(const char *a, const char *b) {
   cr_assert(y, "missing file %s", b);
   cr_assert_eq(na, nb, "%s has %zu bytes, %s has %zu", a, na, b, nb);
   for (size_t i = 0; i < na; i++)
-    cr_assert_eq(x[i], y[i], "%s and %s differ first at byte %zu (offset %zu of a float32 array: element %zu)", a, b, i, i,
-                 i / 4);
+    cr_assert_eq(x[i], y[i],
+                 "%s and %s differ first at byte %zu (offset %zu of a float32 array: element %zu)", a, b, i,
+                 i, i / 4);
   free(x);
   free(y);
 }
@@ -308,7 +317,8 @@ static inline void zl_out_free(zl_out_t *r) {
 /* The command fmt... on np ranks (zl_run, killed after timeout_s) with `--json DIR/NAME.json
  * --save-params DIR/NAME.bin --quiet` appended, DIR = zl_tmpdir(dir_tag). Asserts exit 0 (the
  * message names name, N, the command and its output) and a written --json; reads both files. */
-static inline zl_out_t zl_launch(int np, int timeout_s, const char *dir_tag, const char *name, const char *fmt, ...) {
+static inline zl_out_t zl_launch(int np, int timeout_s, const char *dir_tag, const char *name,
+                                 const char *fmt, ...) {
   char dir[256], json[320], bin[320], cmd[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -339,8 +349,9 @@ static inline int zl_read_trace(const char *text, const char *op, zl_tev_t *ev, 
     if (*p == '\n') p++;
     const char *end = strchr(p, '\n');
     zl_tev_t e = {0};
-    if (sscanf(p, "{\"name\": \"%47[^\"]\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf", e.name,
-               &e.pid, &e.tid, &e.ts, &e.dur) != 5)
+    if (sscanf(p,
+               "{\"name\": \"%47[^\"]\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf",
+               e.name, &e.pid, &e.tid, &e.ts, &e.dur) != 5)
       continue;
     const char *q = strstr(p, "\"queued\":"), *o = strstr(p, want);
     e.issued = q && (!end || q < end) ? e.ts - strtod(q + 9, NULL) : e.ts;
@@ -364,18 +375,21 @@ static inline zl_overlap_t zl_trace_overlap(const char *trace_text, const char *
     double s0 = ev[i].ts, s1 = ev[i].ts + ev[i].dur, bwd0 = -1, first = -1;
     for (int k = 0; k < n; k++) {
       if (ev[k].pid != ev[i].pid) continue;
-      if (ev[k].tid == 0 && strcmp(ev[k].name, "bwd 0") == 0 && ev[k].ts >= s0 && ev[k].ts <= s1) bwd0 = ev[k].ts;
-      if (ev[k].coll && ev[k].issued >= s0 && ev[k].issued <= s1 && (first < 0 || ev[k].issued < first)) first = ev[k].issued;
+      if (ev[k].tid == 0 && strcmp(ev[k].name, "bwd 0") == 0 && ev[k].ts >= s0 && ev[k].ts <= s1)
+        bwd0 = ev[k].ts;
+      if (ev[k].coll && ev[k].issued >= s0 && ev[k].issued <= s1 && (first < 0 || ev[k].issued < first))
+        first = ev[k].issued;
     }
     o.steps++;
     if ((bwd0 < 0 || first < 0 || first >= bwd0) && !o.late++)
-      snprintf(o.first_late, sizeof o.first_late, "rank %d %s: first %s issued at %.1f us, bwd 0 starts at %.1f us",
-               ev[i].pid, ev[i].name, label, first, bwd0);
+      snprintf(o.first_late, sizeof o.first_late,
+               "rank %d %s: first %s issued at %.1f us, bwd 0 starts at %.1f us", ev[i].pid, ev[i].name,
+               label, first, bwd0);
   }
   for (int k = 0; k < n; k++)
     for (int b = 0; ev[k].coll && b < n; b++)
-      if (ev[b].pid == ev[k].pid && ev[b].tid == 0 && strncmp(ev[b].name, "bwd ", 4) == 0 && ev[b].ts > ev[k].issued &&
-          ev[b].ts < ev[k].ts + ev[k].dur)
+      if (ev[b].pid == ev[k].pid && ev[b].tid == 0 && strncmp(ev[b].name, "bwd ", 4) == 0 &&
+          ev[b].ts > ev[k].issued && ev[b].ts < ev[k].ts + ev[k].dur)
         o.running++;
   free(ev);
   return o;
@@ -410,9 +424,17 @@ static inline double zl_fwd_bwd(const model_t *m, const void *params, void *grad
   double loss = op_softmax_xent(DEV_CPU, dy[0], out[U - 1], tgt, (int)rows, m->classes, 1.0f / rows) / rows;
   if (grads)
     for (int u = U - 1, k = 0; u >= 0; u--, k ^= 1) {
-      unit_io_t io = {.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (const char *)params + m->units[u].off * es,
-                      .grads = (char *)grads + m->units[u].off * es, .beta = beta, .x = u == 0 ? x : out[u - 1],
-                      .y = out[u], .saved = saved[u], .dy = dy[k], .dx = u == 0 ? NULL : dy[k ^ 1]};
+      unit_io_t io = {.dev = DEV_CPU,
+                      .wdt = wdt,
+                      .B = B,
+                      .params = (const char *)params + m->units[u].off * es,
+                      .grads = (char *)grads + m->units[u].off * es,
+                      .beta = beta,
+                      .x = u == 0 ? x : out[u - 1],
+                      .y = out[u],
+                      .saved = saved[u],
+                      .dy = dy[k],
+                      .dx = u == 0 ? NULL : dy[k ^ 1]};
       model_backward(m, u, &io);
     }
   for (int u = 0; u < U; u++) free(out[u]), free(saved[u]);

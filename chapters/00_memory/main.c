@@ -18,7 +18,8 @@
  * 02-05 say about themselves (strategy_t.formula: solutions/ddp.c, zero1.c, zero2.c, zero3.c) —
  * the formulas their training reports print beside the ledger; otherwise the paper's generic form.
  * The calculator itself is common/train/memcalc.c (memcalc_main): the explorer page runs the same
- * code in the browser (common/explorer/); this file gives it the strategies' hooks (solutions/stage_states.c). */
+ * code in the browser (common/explorer/); this file gives it the strategies' hooks
+ * (solutions/stage_states.c). */
 #include "memcalc.h"      // memcalc_main: the calculator, flags to table
 #include "pipeline_sched.h" // pp_split: --pp cuts the GPT's units as ch07_pipeline does
 #include "stage_states.h"   // strategy_stage_states: the stages' formula hooks

@@ -5,7 +5,8 @@
  * × (N−1)/N (reduce-scatter, all-gather, all-to-all), × 1 (broadcast, reduce) — the bandwidth a link
  * must carry, comparable across N (nccl-tests doc/PERFORMANCE.md). Notes: notes/01-collectives.md.
  * The all-to-all's "ring" column is the pairwise exchange of solutions/alltoall.c (COLL_RING).
- *   make run CH=01 NP=4 ARGS=... runs ch01_collectives; this one: zlrun 4 build/bin/ch01_collbench -b 4K -e 64M
+ *   make run CH=01 NP=4 ARGS=... runs ch01_collectives; this one: zlrun 4 build/bin/ch01_collbench -b 4K -e
+ * 64M
  * Timing: a barrier, then each op timed alone with MPI_Wtime; the per-iteration time is the max
  * over ranks and the table shows the median over iterations. With --impl both, vendor and ring
  * alternate inside every iteration (and swap who goes first), so machine noise hits both alike.
@@ -75,7 +76,8 @@ static void run_op(const bench_t *b, const coll_t *co, int64_t numel) {
   case CO_ALL_REDUCE: comm_all_reduce(b->c, b->recv, numel, b->dt, REDOP_SUM); break;
   case CO_REDUCE_SCATTER: comm_reduce_scatter(b->c, b->send, b->recv, numel, b->dt, REDOP_SUM); break;
   case CO_ALL_GATHER: /* send: this rank's chunk of the input */
-    comm_all_gather(b->c, (char *)b->send + comm_chunk_lo(numel, b->world, b->rank) * (int64_t)dtype_size(b->dt),
+    comm_all_gather(b->c,
+                    (char *)b->send + comm_chunk_lo(numel, b->world, b->rank) * (int64_t)dtype_size(b->dt),
                     b->recv, numel, b->dt);
     break;
   case CO_BROADCAST: comm_broadcast(b->c, b->recv, numel, b->dt, b->root); break;
@@ -124,7 +126,8 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct result { double time_us, algbw, busbw; int64_t wrong; } result_t;
 
 /* Time `iters` runs of each implementation in impls[0..nimpl), alternating; fill res[]. */
-static void measure(bench_t *b, const coll_t *co, int64_t numel, const coll_impl_t *impls, int nimpl, result_t *res) {
+static void measure(bench_t *b, const coll_t *co, int64_t numel, const coll_impl_t *impls, int nimpl,
+                    result_t *res) {
   int n = b->iters;
   double *t = xmalloc((size_t)(nimpl * n) * sizeof *t, "timings"); /* [impl][iter] */
   for (int it = -b->warmup; it < n; it++)
@@ -168,24 +171,28 @@ int main(int argc, char **argv) {
       {"--minbytes", ARG_STR, &minb_s, 0, 0, NULL, "-b: smallest size in bytes (4096, 4K, 1M; K = 1024)"},
       {"--maxbytes", ARG_STR, &maxb_s, 0, 0, NULL, "-e: largest size in bytes"},
       {"--stepfactor", ARG_DOUBLE, &factor, 1.01, 1024, NULL, "-f: multiply the size by this between rows"},
-      {"--iters", ARG_INT, &iters, 1, 100000, NULL, "-n: timed iterations per size (the table shows the median)"},
+      {"--iters", ARG_INT, &iters, 1, 100000, NULL,
+       "-n: timed iterations per size (the table shows the median)"},
       {"--warmup_iters", ARG_INT, &warmup, 0, 100000, NULL, "-w: untimed iterations first"},
       {"--check", ARG_INT, &check, 0, 1, NULL, "-c: 1 = one more run per row, checked exactly (#wrong)"},
-      {"--op", ARG_CHOICE, &op_s, 0, 0, "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all|all",
-       "collective"},
+      {"--op", ARG_CHOICE, &op_s, 0, 0,
+       "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all|all", "collective"},
       {"--dtype", ARG_CHOICE, &dtype_s, 0, 0, "float|bfloat16", "-d: element type"},
       {"--root", ARG_INT, &root, 0, 1 << 20, NULL, "-r: root of broadcast and reduce"},
       {"--impl", ARG_CHOICE, &impl_s, 0, 0, "vendor|ring|both",
-       "vendor: the backend's own; ring: solutions/ring.c (all_to_all: the pairwise exchange, solutions/alltoall.c)"},
-      {"--device", ARG_CHOICE, &device_s, 0, 0, "cpu|cuda", "where the buffers live (cuda: one GPU per local rank)"},
+       "vendor: the backend's own; ring: solutions/ring.c (all_to_all: the pairwise exchange, "
+       "solutions/alltoall.c)"},
+      {"--device", ARG_CHOICE, &device_s, 0, 0, "cpu|cuda",
+       "where the buffers live (cuda: one GPU per local rank)"},
       {"--backend", ARG_CHOICE, &backend_s, 0, 0, "mpi|nccl",
        "mpi: Open MPI (CUDA buffers staged through the host); nccl: one rank per GPU, needs --device cuda"},
       {"--json", ARG_STR, &json, 0, 0, NULL, "write every row as JSON to this path (rank 0)"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
-  int rc = args_parse_nccl(argc, argv, specs, nspecs, "ch01_collbench",
-                      "nccl-tests-style bandwidth table of the collectives, vendor (MPI) vs ring (solutions/ring.c).\n"
-                      "Example: zlrun 4 build/bin/ch01_collbench -b 4K -e 64M -f 2 --op all_reduce --impl both");
+  int rc = args_parse_nccl(
+      argc, argv, specs, nspecs, "ch01_collbench",
+      "nccl-tests-style bandwidth table of the collectives, vendor (MPI) vs ring (solutions/ring.c).\n"
+      "Example: zlrun 4 build/bin/ch01_collbench -b 4K -e 64M -f 2 --op all_reduce --impl both");
   if (rc == 1) return 0;
   if (rc) return 2;
   int64_t minb, maxb;
@@ -197,7 +204,8 @@ int main(int argc, char **argv) {
   }
 
   int cuda = strcmp(device_s, "cuda") == 0, nccl = strcmp(backend_s, "nccl") == 0;
-  if (nccl && !cuda) return args_error("--backend", backend_s, "needs --device cuda (NCCL works on GPU buffers)");
+  if (nccl && !cuda)
+    return args_error("--backend", backend_s, "needs --device cuda (NCCL works on GPU buffers)");
   if (cuda && !device_cuda_built())
     return args_error("--device", device_s, "this binary was built without CUDA (make GPU=1)");
 
@@ -227,9 +235,11 @@ int main(int argc, char **argv) {
     snprintf(json_tmp, sizeof json_tmp, "%s.tmp", json);
     jf = fopen(json_tmp, "w");
     if (!jf) die("rank 0: cannot write --json %s", json_tmp);
-    fprintf(jf, "{\"bench\": \"collbench\", \"world\": %d, \"device\": \"%s\", \"backend\": \"%s\", \"dtype\": \"%s\", "
-                "\"iters\": %d, \"warmup\": %d, \"impl\": \"%s\", "
-                "\"timing\": \"median over iterations of the max over ranks\",\n \"results\": [",
+    fprintf(jf,
+            "{\"bench\": \"collbench\", \"world\": %d, \"device\": \"%s\", \"backend\": \"%s\", \"dtype\": "
+            "\"%s\", "
+            "\"iters\": %d, \"warmup\": %d, \"impl\": \"%s\", "
+            "\"timing\": \"median over iterations of the max over ranks\",\n \"results\": [",
             b.world, device_name(b.dev), comm_backend_name(c), dtype_name(b.dt), iters, warmup, impl_s);
   }
   int64_t total_wrong = 0, nrows_json = 0;
@@ -240,7 +250,8 @@ int main(int argc, char **argv) {
     int nrows = 0;
     int64_t op_wrong = 0;
     if (b.rank == 0) {
-      printf("# ch01_collbench %s: %d ranks, %s on %s, %s backend, %s, %d iters (median of per-iteration max over "
+      printf("# ch01_collbench %s: %d ranks, %s on %s, %s backend, %s, %d iters (median of per-iteration max "
+             "over "
              "ranks), %d warmup\n",
              co->name, b.world, dtype_name(b.dt), device_name(b.dev), comm_backend_name(c),
              nimpl == 2 ? "vendor vs ring, alternating" : impl_names[0], iters, warmup);
@@ -282,16 +293,19 @@ int main(int argc, char **argv) {
       fflush(stdout);
       if (jf)
         for (int j = 0; j < nimpl; j++)
-          fprintf(jf, "%s\n  {\"op\": \"%s\", \"impl\": \"%s\", \"bytes\": %lld, \"count\": %lld, \"time_us\": %.3f, "
-                      "\"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %lld}",
-                  nrows_json++ ? "," : "", co->name, impl_names[j], (long long)nbytes, (long long)numel,
-                  res[j].time_us, res[j].algbw, res[j].busbw, (long long)res[j].wrong);
+          fprintf(
+              jf,
+              "%s\n  {\"op\": \"%s\", \"impl\": \"%s\", \"bytes\": %lld, \"count\": %lld, \"time_us\": %.3f, "
+              "\"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %lld}",
+              nrows_json++ ? "," : "", co->name, impl_names[j], (long long)nbytes, (long long)numel,
+              res[j].time_us, res[j].algbw, res[j].busbw, (long long)res[j].wrong);
     }
     total_wrong += op_wrong;
     if (b.rank == 0) {
       printf("# Out of bounds values : %lld %s\n", (long long)op_wrong, op_wrong ? "WRONG" : "OK");
       printf("# Avg bus bandwidth    :");
-      for (int j = 0; j < nimpl; j++) printf(" %s %.3f GB/s", impl_names[j], nrows ? sum_busbw[j] / nrows : 0);
+      for (int j = 0; j < nimpl; j++)
+        printf(" %s %.3f GB/s", impl_names[j], nrows ? sum_busbw[j] / nrows : 0);
       printf("\n#\n");
       fflush(stdout);
     }

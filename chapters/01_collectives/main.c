@@ -66,8 +66,8 @@ static void demo_reduce(const demo_t *d) {
   show(d, "After", "Reduce", d->rank == 0 ? y : NULL, 4);
   char msg[160];
   int s = d->world * (d->world + 1) / 2;
-  snprintf(msg, sizeof msg, "only root 0 gets the sum (1+...+%d)·[1, 2, 3, 4] = [%d, %d, %d, %d].", d->world, s, 2 * s,
-           3 * s, 4 * s);
+  snprintf(msg, sizeof msg, "only root 0 gets the sum (1+...+%d)·[1, 2, 3, 4] = [%d, %d, %d, %d].", d->world,
+           s, 2 * s, 3 * s, 4 * s);
   notice(d, msg);
   free(x);
   free(y);
@@ -110,7 +110,9 @@ static void demo_all_gather(const demo_t *d) {
   show(d, "Before", "AllGather", x, 2);
   comm_all_gather(d->c, x, y, numel, d->dt);
   show(d, "After", "AllGather", y, numel);
-  notice(d, "chunk r of the result is rank r's input, on every rank; reduce-scatter then all-gather = all-reduce.");
+  notice(
+      d,
+      "chunk r of the result is rank r's input, on every rank; reduce-scatter then all-gather = all-reduce.");
   free(x);
   free(y);
 }
@@ -150,7 +152,8 @@ static void demo_all_to_all(const demo_t *d) {
  * order; each rank knows what comes to it (here by formula; in a MoE layer by a count exchange). */
 static void demo_all_to_allv(const demo_t *d) {
   int N = d->world, r = d->rank;
-  int64_t *sc = xcalloc((size_t)N, sizeof *sc, "counts"), *rc = xcalloc((size_t)N, sizeof *rc, "counts"), ns = 0, nr = 0;
+  int64_t *sc = xcalloc((size_t)N, sizeof *sc, "counts"), *rc = xcalloc((size_t)N, sizeof *rc, "counts"),
+          ns = 0, nr = 0;
   for (int j = 0; j < N; j++) ns += sc[j] = (r + j) % N, nr += rc[j] = (j + r) % N;
   void *x = vec_new(d, ns), *y = vec_new(d, nr);
   for (int j = 0, k = 0; j < N; j++)
@@ -158,8 +161,10 @@ static void demo_all_to_allv(const demo_t *d) {
   show(d, "Before", "AllToAllv", x, ns);
   comm_all_to_allv(d->c, x, sc, NULL, y, rc, NULL, d->dt);
   show(d, "After", "AllToAllv", y, nr);
-  notice(d, "uneven blocks (some empty): rank r sent (r+j) mod N elements to rank j, which expected exactly that "
-            "many (a count that disagrees stops every rank with exit 2).");
+  notice(
+      d,
+      "uneven blocks (some empty): rank r sent (r+j) mod N elements to rank j, which expected exactly that "
+      "many (a count that disagrees stops every rank with exit 2).");
   free(x);
   free(y);
   free(sc);

@@ -7,7 +7,8 @@
 
 int main(int argc, char **argv) {
   train_cfg_t cfg;
-  train_parse_args(argc, argv, &cfg, "ch03_zero1",
-                   "ZeRO-1: optimizer states sharded; reduce-scatter grads, update own shard, all-gather params.", 0);
+  train_parse_args(
+      argc, argv, &cfg, "ch03_zero1",
+      "ZeRO-1: optimizer states sharded; reduce-scatter grads, update own shard, all-gather params.", 0);
   return train_main(&cfg, zero1_strategy(), "03_zero1");
 }

@@ -7,7 +7,8 @@
 
 int main(int argc, char **argv) {
   train_cfg_t cfg;
-  train_parse_args(argc, argv, &cfg, "ch04_zero2",
-                   "ZeRO-2: optimizer states and gradients sharded; per-unit reduce-scatter overlapped with backward.", 0);
+  train_parse_args(
+      argc, argv, &cfg, "ch04_zero2",
+      "ZeRO-2: optimizer states and gradients sharded; per-unit reduce-scatter overlapped with backward.", 0);
   return train_main(&cfg, zero2_strategy(), "04_zero2");
 }

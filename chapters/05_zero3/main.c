@@ -10,16 +10,18 @@
 
 int main(int argc, char **argv) {
   train_cfg_t cfg;
-  train_parse_args(argc, argv, &cfg, "ch05_zero3",
-                   "ZeRO-3 (FSDP FULL_SHARD): everything sharded; units gathered on use, --prefetch K ahead\n"
-                   "(auto, the default: 1 where communication has its own engine or a spare core per rank, else 0).",
-                   TRAIN_FLAG_PREFETCH | TRAIN_FLAG_SHARD_GROUP);
+  train_parse_args(
+      argc, argv, &cfg, "ch05_zero3",
+      "ZeRO-3 (FSDP FULL_SHARD): everything sharded; units gathered on use, --prefetch K ahead\n"
+      "(auto, the default: 1 where communication has its own engine or a spare core per rank, else 0).",
+      TRAIN_FLAG_PREFETCH | TRAIN_FLAG_SHARD_GROUP);
   /* The one check of --prefetch beyond the flag's range: before MPI, exit 2 (zero3.c trusts it). */
   int n_units = cfg.layers + 1; /* prefetching more units than the model has means nothing */
   if (cfg.prefetch > n_units) {
     char v[32];
     snprintf(v, sizeof v, "%d", cfg.prefetch);
-    return args_error("--prefetch", v, "must be an integer in [0, %d] (the unit count, --layers + 1)", n_units);
+    return args_error("--prefetch", v, "must be an integer in [0, %d] (the unit count, --layers + 1)",
+                      n_units);
   }
   return train_main(&cfg, cfg.shard_group_node ? hsdp_strategy() : zero3_strategy(), "05_zero3");
 }

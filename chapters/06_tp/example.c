@@ -60,8 +60,8 @@ static void example_column(comm_t *tp, const float *X, const float *A) {
   tp_column_forward(tp, xa_r, X, W_r, NULL, DT_F32, 2, 2, 1); /* f (identity) + local matmul */
   act(ACT_RELU, y_r, xa_r, 2);
   float A_r[2] = {W_r[0], W_r[1]}; /* column r of A, as a (2, 1) matrix */
-  snprintf(line, sizeof line, "rank %d: A%d = %s  ReLU(X·A%d) = %s\n", r, r + 1, mat(a, sizeof a, A_r, 2, 1), r + 1,
-           mat(b, sizeof b, y_r, 2, 1));
+  snprintf(line, sizeof line, "rank %d: A%d = %s  ReLU(X·A%d) = %s\n", r, r + 1, mat(a, sizeof a, A_r, 2, 1),
+           r + 1, mat(b, sizeof b, y_r, 2, 1));
   comm_print_ordered(tp, line);
   comm_all_gather(tp, y_r, cols, 4, DT_F32); /* [col 0 | col 1] */
   for (int i = 0; i < 2; i++)
@@ -72,7 +72,8 @@ static void example_column(comm_t *tp, const float *X, const float *A) {
            "all-gather of the columns: %s   ReLU(X·A) = %s   %s\n"
            "  -> exact, for any activation: an output column needs only its own column of A, and the\n"
            "     activation acts on each element alone. No communication until the columns are needed.\n\n",
-           mat(a, sizeof a, Y, 2, 2), mat(b, sizeof b, full, 2, 2), memcmp(Y, full, sizeof Y) ? "DIFFERENT" : "equal");
+           mat(a, sizeof a, Y, 2, 2), mat(b, sizeof b, full, 2, 2),
+           memcmp(Y, full, sizeof Y) ? "DIFFERENT" : "equal");
   say0(tp, line);
 }
 
@@ -88,8 +89,8 @@ static void example_row(comm_t *tp, const float *X, const float *A, act_t fn, co
   tp_cols_of(x_r, X, 2, 2, 2, r);   /* column r of X */
   op_linear_fwd(DEV_CPU, p, x_r, W_r, (float[]){0, 0}, DT_F32, 2, 1, 2);
   act(fn, ap, p, 4);
-  snprintf(line, sizeof line, "rank %d: %s%d = %s  A%d = %s  %s%d·A%d = %s  %s(%s%d·A%d) = %s\n", r, xname, r + 1,
-           mat(m1, sizeof m1, x_r, 2, 1), r + 1, mat(m2, sizeof m2, W_r, 1, 2), xname, r + 1, r + 1,
+  snprintf(line, sizeof line, "rank %d: %s%d = %s  A%d = %s  %s%d·A%d = %s  %s(%s%d·A%d) = %s\n", r, xname,
+           r + 1, mat(m1, sizeof m1, x_r, 2, 1), r + 1, mat(m2, sizeof m2, W_r, 1, 2), xname, r + 1, r + 1,
            mat(m3, sizeof m3, p, 2, 2), an, xname, r + 1, r + 1, mat(m4, sizeof m4, ap, 2, 2));
   comm_print_ordered(tp, line);
   memcpy(sum, ap, sizeof sum);
@@ -97,8 +98,9 @@ static void example_row(comm_t *tp, const float *X, const float *A, act_t fn, co
   op_linear_fwd(DEV_CPU, xa, X, W, (float[]){0, 0}, DT_F32, 2, 2, 2);
   act(fn, full, xa, 4);
   int same = memcmp(sum, full, sizeof sum) == 0;
-  snprintf(line, sizeof line, "all-reduce: %s(%s1·A1) + %s(%s2·A2) = %s\n            %s(%s·A) = %s(%s) = %s   %s\n", an,
-           xname, an, xname, mat(m1, sizeof m1, sum, 2, 2), an, xname, an, mat(m2, sizeof m2, xa, 2, 2),
+  snprintf(line, sizeof line,
+           "all-reduce: %s(%s1·A1) + %s(%s2·A2) = %s\n            %s(%s·A) = %s(%s) = %s   %s\n", an, xname,
+           an, xname, mat(m1, sizeof m1, sum, 2, 2), an, xname, an, mat(m2, sizeof m2, xa, 2, 2),
            mat(m3, sizeof m3, full, 2, 2), same ? "equal" : "DIFFERENT");
   say0(tp, line);
   /* where they differ, element by element: gather both partial products to name them */
@@ -106,8 +108,8 @@ static void example_row(comm_t *tp, const float *X, const float *A, act_t fn, co
   comm_all_gather(tp, p, parts, 8, DT_F32); /* parts[0..4) rank 0's X1·A1, [4..8) rank 1's X2·A2 */
   for (int i = 0; i < 4; i++) {
     if (sum[i] == full[i]) continue;
-    snprintf(line, sizeof line, "  differ at [%d][%d]: %s(%g) + %s(%g) = %g  vs  %s(%g) = %g\n", i / 2, i % 2, an,
-             parts[i], an, parts[4 + i], sum[i], an, xa[i], full[i]);
+    snprintf(line, sizeof line, "  differ at [%d][%d]: %s(%g) + %s(%g) = %g  vs  %s(%g) = %g\n", i / 2, i % 2,
+             an, parts[i], an, parts[4 + i], sum[i], an, xa[i], full[i]);
     say0(tp, line);
   }
 }
@@ -147,16 +149,18 @@ static void run_example(comm_t *world) {
 }
 
 int main(int argc, char **argv) {
-  int rc = args_parse(argc, argv, NULL, 0, "ch06_example",
-                      "Tensor parallelism's worked example on exactly 2 ranks: Y = act(X·A), A split by columns, then\n"
-                      "by rows, with ReLU and GELU. Example: make run CH=06 NP=2 PROG=example");
+  int rc = args_parse(
+      argc, argv, NULL, 0, "ch06_example",
+      "Tensor parallelism's worked example on exactly 2 ranks: Y = act(X·A), A split by columns, then\n"
+      "by rows, with ReLU and GELU. Example: make run CH=06 NP=2 PROG=example");
   if (rc == 1) return 0;
   if (rc) return 2;
   int N = args_env_world();
   if (N != 2) {
     char v[32];
     snprintf(v, sizeof v, "%d", N);
-    return args_error("-np", v, "the worked example runs on exactly 2 ranks (make run CH=06 NP=2 PROG=example)");
+    return args_error("-np", v,
+                      "the worked example runs on exactly 2 ranks (make run CH=06 NP=2 PROG=example)");
   }
   comm_t *c = comm_init(&argc, &argv, BACKEND_MPI, DEV_CPU);
   comm_set_timeout(c, 60); /* a demo that hangs should say so */

@@ -63,12 +63,15 @@ static int mlp_check_one(comm_t *world, const mlp_opts_t *o, int T) {
   float *W2 = rnd_new((int64_t)h * ffn, 0.1f), *b2 = rnd_new(h, 0.1f);
   /* the 1-rank block, with the plain ops */
   float *y = xcalloc((size_t)B * h, sizeof(float), "ref"), *dx = xcalloc((size_t)B * h, sizeof(float), "ref");
-  float *dW1 = xcalloc((size_t)ffn * h, sizeof(float), "ref"), *db1 = xcalloc((size_t)ffn, sizeof(float), "ref");
-  float *dW2 = xcalloc((size_t)h * ffn, sizeof(float), "ref"), *db2 = xcalloc((size_t)h, sizeof(float), "ref");
+  float *dW1 = xcalloc((size_t)ffn * h, sizeof(float), "ref"),
+        *db1 = xcalloc((size_t)ffn, sizeof(float), "ref");
+  float *dW2 = xcalloc((size_t)h * ffn, sizeof(float), "ref"),
+        *db2 = xcalloc((size_t)h, sizeof(float), "ref");
   tp_mlp_reference(B, h, ffn, x, W1, b1, W2, b2, dy, y, dx, dW1, db1, dW2, db2);
   /* the tensor-parallel block */
   tp_mlp_t *m = tp_mlp_new(tp, B, h, ffn, W1, b1, W2, b2);
-  float *ty = xcalloc((size_t)B * h, sizeof(float), "tp y"), *tdx = xcalloc((size_t)B * h, sizeof(float), "tp dx");
+  float *ty = xcalloc((size_t)B * h, sizeof(float), "tp y"),
+        *tdx = xcalloc((size_t)B * h, sizeof(float), "tp dx");
   comm_counters_reset(tp);
   tp_mlp_forward(m, ty, x);
   tp_mlp_backward(m, tdx, dy, x);
@@ -94,7 +97,8 @@ static int mlp_check_one(comm_t *world, const mlp_opts_t *o, int T) {
     char f[96], d[6][16];
     if (((int64_t)B * h) % T == 0) snprintf(f, sizeof f, "2 × 2(%d−1)/%d × %d·%d × 4 B", T, T, B, h);
     else snprintf(f, sizeof f, "ring model, %d·%d not divisible by %d, rank 0", B, h, T);
-    printf("T=%d (%d group%s of %d): all-reduces %lld (formula 2: g forward, f backward), bytes sent per rank %lld "
+    printf("T=%d (%d group%s of %d): all-reduces %lld (formula 2: g forward, f backward), bytes sent per "
+           "rank %lld "
            "(formula %s = %lld)%s\n",
            T, g->size[GRID_DP], g->size[GRID_DP] == 1 ? "" : "s", T, (long long)k.calls[CO_ALL_REDUCE],
            (long long)k.sent[CO_ALL_REDUCE], f, (long long)want_bytes,
@@ -103,8 +107,8 @@ static int mlp_check_one(comm_t *world, const mlp_opts_t *o, int T) {
       if (e[i] == 0) snprintf(d[i], sizeof d[i], "0");
       else snprintf(d[i], sizeof d[i], "%.1e", e[i]);
     }
-    printf("T=%d max rel diff: y %s  dx %s  dW1 %s  db1 %s  dW2 %s  db2 %s  %s\n", T, d[0], d[1], d[2], d[3], d[4],
-           d[5], ok ? "ok" : "FAILED");
+    printf("T=%d max rel diff: y %s  dx %s  dW1 %s  db1 %s  dW2 %s  db2 %s  %s\n", T, d[0], d[1], d[2], d[3],
+           d[4], d[5], ok ? "ok" : "FAILED");
     fflush(stdout);
   }
   tp_mlp_free(m);
@@ -117,13 +121,15 @@ static int mlp_check_one(comm_t *world, const mlp_opts_t *o, int T) {
 static int run_mlp_check(comm_t *world, const mlp_opts_t *o) {
   int N = comm_world(world), all_ok = 1;
   char line[512];
-  snprintf(line, sizeof line,
-           "Tensor-parallel MLP block y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 against the 1-rank block (same weights, x, dy)\n"
-           "B %d, h %d, ffn %d, fp32, %d ranks, %s collectives; W1 split by rows (column-parallel), W2 by columns "
-           "(row-parallel)\n"
-           "max rel diff = max|TP − 1 rank| / max|1 rank| per tensor, worst rank (weight gradients: this rank's "
-           "slice); 0 = bitwise; tolerance %g\n\n",
-           o->B, o->h, o->ffn, N, o->impl, TOL);
+  snprintf(
+      line, sizeof line,
+      "Tensor-parallel MLP block y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 against the 1-rank block (same weights, x, "
+      "dy)\n"
+      "B %d, h %d, ffn %d, fp32, %d ranks, %s collectives; W1 split by rows (column-parallel), W2 by columns "
+      "(row-parallel)\n"
+      "max rel diff = max|TP − 1 rank| / max|1 rank| per tensor, worst rank (weight gradients: this rank's "
+      "slice); 0 = bitwise; tolerance %g\n\n",
+      o->B, o->h, o->ffn, N, o->impl, TOL);
   print0(world, line);
   static const int Ts[] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
@@ -132,8 +138,9 @@ static int run_mlp_check(comm_t *world, const mlp_opts_t *o) {
     all_ok &= mlp_check_one(world, o, T);
   }
   if (o->tp && o->tp != 1 && o->tp != 2 && o->tp != 4) all_ok &= mlp_check_one(world, o, o->tp);
-  print0(world, all_ok ? "\nok: every T matches the 1-rank block within 1e-6, and every count equals the formula\n"
-                     : "\nFAILED: see the lines above\n");
+  print0(world,
+         all_ok ? "\nok: every T matches the 1-rank block within 1e-6, and every count equals the formula\n"
+                : "\nFAILED: see the lines above\n");
   return all_ok ? 0 : 1;
 }
 
@@ -141,16 +148,19 @@ int main(int argc, char **argv) {
   mlp_opts_t o = {8, 32, 128, 0, 1, "vendor"};
   int64_t seed = 1;
   arg_spec_t specs[] = {
-      {"--tp", ARG_INT, &o.tp, 0, 64, NULL, "tensor-parallel size T (0: every T in 1, 2, 4 dividing the ranks)"},
+      {"--tp", ARG_INT, &o.tp, 0, 64, NULL,
+       "tensor-parallel size T (0: every T in 1, 2, 4 dividing the ranks)"},
       {"--batch", ARG_INT, &o.B, 1, 4096, NULL, "rows B of the block's input"},
       {"--hidden", ARG_INT, &o.h, 1, 4096, NULL, "model width h"},
       {"--ffn", ARG_INT, &o.ffn, 1, 16384, NULL, "hidden width of the MLP block (Megatron: 4h)"},
       {"--seed", ARG_I64, &seed, 0, 1e15, NULL, "seed of the weights and inputs"},
-      {"--collectives", ARG_CHOICE, &o.impl, 0, 0, "vendor|ring", "the TP all-reduces: MPI's or solutions/ring.c"},
+      {"--collectives", ARG_CHOICE, &o.impl, 0, 0, "vendor|ring",
+       "the TP all-reduces: MPI's or solutions/ring.c"},
   };
-  int rc = args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), "ch06_mlp_check",
-                      "The tensor-parallel MLP block checked against the 1-rank block, its all-reduces against the\n"
-                      "formula. Example: make run CH=06 NP=4 PROG=mlp_check");
+  int rc = args_parse(
+      argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), "ch06_mlp_check",
+      "The tensor-parallel MLP block checked against the 1-rank block, its all-reduces against the\n"
+      "formula. Example: make run CH=06 NP=4 PROG=mlp_check");
   if (rc == 1) return 0;
   if (rc) return 2;
   int N = args_env_world();
@@ -161,7 +171,8 @@ int main(int argc, char **argv) {
   }
   if (o.ffn < (o.tp ? o.tp : 4)) {
     snprintf(v, sizeof v, "%d", o.ffn);
-    return args_error("--ffn", v, "must be >= T (%d): every rank needs at least one hidden feature", o.tp ? o.tp : 4);
+    return args_error("--ffn", v, "must be >= T (%d): every rank needs at least one hidden feature",
+                      o.tp ? o.tp : 4);
   }
   o.seed = (uint64_t)seed;
   comm_t *c = comm_init(&argc, &argv, BACKEND_MPI, DEV_CPU);

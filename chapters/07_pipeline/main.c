@@ -20,22 +20,24 @@ int main(int argc, char **argv) {
    * grid"): DDP's variant (default here: naive, one all-reduce of the stage's gradient after its
    * last backward), ZeRO-1/2/3, ZeRO-2 with the optimizer offloaded, HSDP */
   int variant_given = 0;
-  for (int i = 1; i < argc; i++) variant_given |= !strcmp(argv[i], "--variant") || !strncmp(argv[i], "--variant=", 10);
+  for (int i = 1; i < argc; i++)
+    variant_given |= !strcmp(argv[i], "--variant") || !strncmp(argv[i], "--variant=", 10);
   offload_kind_t offload = OFFLOAD_NONE;
   int threads = 1;
   int rc = offload_take_flags(&argc, argv, &offload, &threads, NULL);
   if (rc) return rc;
   train_cfg_t cfg;
-  train_parse_args(argc, argv, &cfg, "ch07_pipeline",
-                   "Chapter 07: pipeline parallelism. The units are cut into P stages (one per rank); each\n"
-                   "step is M micro-batches whose activations flow forward and gradients backward between\n"
-                   "neighbour stages, in the order of --schedule; the bubble is measured beside its formula.\n"
-                   "--tp T adds tensor parallelism inside every stage (3-D with the data dimension), and the\n"
-                   "data dimension takes any strategy: --zero 0 (DDP, --variant naive|overlap|bucketed),\n"
-                   "--zero 1|2|3, --zero 2 --offload optimizer [--host-threads K], --zero 3 --shard-group node.\n"
-                   "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
-                   TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH | TRAIN_FLAG_VARIANT | TRAIN_FLAG_BUCKET |
-                       TRAIN_FLAG_SHARD_GROUP);
+  train_parse_args(
+      argc, argv, &cfg, "ch07_pipeline",
+      "Chapter 07: pipeline parallelism. The units are cut into P stages (one per rank); each\n"
+      "step is M micro-batches whose activations flow forward and gradients backward between\n"
+      "neighbour stages, in the order of --schedule; the bubble is measured beside its formula.\n"
+      "--tp T adds tensor parallelism inside every stage (3-D with the data dimension), and the\n"
+      "data dimension takes any strategy: --zero 0 (DDP, --variant naive|overlap|bucketed),\n"
+      "--zero 1|2|3, --zero 2 --offload optimizer [--host-threads K], --zero 3 --shard-group node.\n"
+      "Run with: make run CH=07 NP=4 ARGS=\"--pp 4 --micro-batches 8 --schedule 1f1b\"",
+      TRAIN_FLAG_PIPELINE | TRAIN_FLAG_TP | TRAIN_FLAG_PREFETCH | TRAIN_FLAG_VARIANT | TRAIN_FLAG_BUCKET |
+          TRAIN_FLAG_SHARD_GROUP);
   cfg.transform = cfg.sp ? &tp_sp_transform : &tp_transform; /* --sp: the sequence split too (tp_sp.h) */
   cfg.group = cfg.tp;
   cfg.sched = pipeline_schedule(cfg.schedule);
@@ -48,7 +50,9 @@ int main(int argc, char **argv) {
   }
   if (offload != OFFLOAD_NONE && cfg.zero != 2) {
     snprintf(v, sizeof v, "%d", cfg.zero);
-    return args_error("--zero", v, "must be 2 with --offload optimizer (ZeRO-Offload is ZeRO-2 with the optimizer on the host)");
+    return args_error(
+        "--zero", v,
+        "must be 2 with --offload optimizer (ZeRO-Offload is ZeRO-2 with the optimizer on the host)");
   }
   if (cfg.shard_group_node && cfg.zero != 3) {
     snprintf(v, sizeof v, "%d", cfg.zero);

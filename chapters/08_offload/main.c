@@ -29,12 +29,14 @@ static int cmp_d(const void *a, const void *b) {
  * median of 20 steps after 3 warm-up steps. One line, parsed by common/scripts/bench_adam.py. */
 static int bench_adam(double n_params, int threads) {
   int64_t n = (int64_t)n_params;
-  float *w = malloc((size_t)n * 4), *g = malloc((size_t)n * 4), *m = calloc((size_t)n, 4), *v = calloc((size_t)n, 4);
+  float *w = malloc((size_t)n * 4), *g = malloc((size_t)n * 4), *m = calloc((size_t)n, 4),
+        *v = calloc((size_t)n, 4);
   if (!w || !g || !m || !v) {
     fprintf(stderr, "error: --bench-adam %lld: cannot allocate 16 bytes per parameter\n", (long long)n);
     return 1;
   }
-  for (int64_t i = 0; i < n; i++) w[i] = 0.01f * (float)(i % 97), g[i] = 0.001f * (float)((i * 31) % 101) - 0.05f;
+  for (int64_t i = 0; i < n; i++)
+    w[i] = 0.01f * (float)(i % 97), g[i] = 0.001f * (float)((i * 31) % 101) - 0.05f;
   enum { WARM = 3, REPS = 20 };
   double ms[REPS];
   for (int r = 0; r < WARM + REPS; r++) {
@@ -45,8 +47,8 @@ static int bench_adam(double n_params, int threads) {
   }
   qsort(ms, REPS, sizeof ms[0], cmp_d);
   double med = 0.5 * (ms[REPS / 2 - 1] + ms[REPS / 2]);
-  printf("host adamw: %lld params, %d thread%s, median %.3f ms per step, %.1f Mparams/s\n", (long long)n, threads,
-         threads > 1 ? "s" : "", med, n / (med / 1e3) / 1e6);
+  printf("host adamw: %lld params, %d thread%s, median %.3f ms per step, %.1f Mparams/s\n", (long long)n,
+         threads, threads > 1 ? "s" : "", med, n / (med / 1e3) / 1e6);
   free(w), free(g), free(m), free(v);
   return 0;
 }
@@ -60,14 +62,15 @@ int main(int argc, char **argv) {
   if (rc) return rc;
   if (bench > 0) return bench_adam(bench, threads);
   train_cfg_t cfg;
-  train_parse_args(argc, argv, &cfg, "ch08_offload",
-                   "ZeRO-Offload: ZeRO-2 with the fp32 master and optimizer states of this rank's shard in host\n"
-                   "memory and the optimizer step on the host; grads go device->host per unit during backward,\n"
-                   "updated params host->device before the all-gather. Flags of this chapter besides those below:\n"
-                   "  --offload none|optimizer   what lives on the host (default optimizer; none = plain ZeRO-2)\n"
-                   "  --host-threads K           threads of the host optimizer step (default 1; the bits do not change)\n"
-                   "  --bench-adam N             time the host AdamW on N fp32 parameters and exit (no MPI)",
-                   0);
+  train_parse_args(
+      argc, argv, &cfg, "ch08_offload",
+      "ZeRO-Offload: ZeRO-2 with the fp32 master and optimizer states of this rank's shard in host\n"
+      "memory and the optimizer step on the host; grads go device->host per unit during backward,\n"
+      "updated params host->device before the all-gather. Flags of this chapter besides those below:\n"
+      "  --offload none|optimizer   what lives on the host (default optimizer; none = plain ZeRO-2)\n"
+      "  --host-threads K           threads of the host optimizer step (default 1; the bits do not change)\n"
+      "  --bench-adam N             time the host AdamW on N fp32 parameters and exit (no MPI)",
+      0);
   cfg.host_threads = threads;
   return train_main(&cfg, offload_strategy(kind), "08_offload");
 }

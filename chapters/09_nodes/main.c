@@ -231,7 +231,8 @@ static void measure(bench_t *b, int64_t numel, row_t *rows) {
       w->wrong = (int64_t)chk[0];
       for (int r = 0; r < N && w->first[0] < 0; r++)
         if (chk[1 + 3 * r] > 0)
-          w->first[0] = r, w->first[1] = chk[1 + 3 * r] - 1, w->first[2] = chk[2 + 3 * r], w->first[3] = chk[3 + 3 * r];
+          w->first[0] = r, w->first[1] = chk[1 + 3 * r] - 1, w->first[2] = chk[2 + 3 * r],
+          w->first[3] = chk[3 + 3 * r];
       free(chk);
     }
   }
@@ -275,16 +276,20 @@ int main(int argc, char **argv) {
        "the inter-node link's rate, Mbit/s each way, for the busbw comparison (default: $ZL_LINK_MBIT, which "
        "zlrun --nodes sets from the cluster; 0 = unknown)"},
       {"--timeout-s", ARG_DOUBLE, &timeout_s, 0, 1e6, NULL,
-       "a collective that does not complete within this many seconds ends the job, naming the rank (0 = never)"},
-      {"--device", ARG_CHOICE, &device_s, 0, 0, "cpu|cuda", "where the buffer lives (cuda: one GPU per local rank)"},
-      {"--backend", ARG_CHOICE, &backend_s, 0, 0, "mpi|nccl", "mpi: Open MPI; nccl: one rank per GPU, needs --device cuda"},
+       "a collective that does not complete within this many seconds ends the job, naming the rank (0 = "
+       "never)"},
+      {"--device", ARG_CHOICE, &device_s, 0, 0, "cpu|cuda",
+       "where the buffer lives (cuda: one GPU per local rank)"},
+      {"--backend", ARG_CHOICE, &backend_s, 0, 0, "mpi|nccl",
+       "mpi: Open MPI; nccl: one rank per GPU, needs --device cuda"},
       {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (rank 0)"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
-  int rc = args_parse_nccl(argc, argv, specs, nspecs, "ch09_nodes",
-                      "The flat ring all-reduce against the two-level one (solutions/hier.c) across nodes:\n"
-                      "time, busbw beside the link's rate, inter-node bytes per rank measured beside the formula.\n"
-                      "Example: make run CH=09 NP=4 NODES=2 LINK_MBIT=200   (root; notes/09-nodes.md)");
+  int rc = args_parse_nccl(
+      argc, argv, specs, nspecs, "ch09_nodes",
+      "The flat ring all-reduce against the two-level one (solutions/hier.c) across nodes:\n"
+      "time, busbw beside the link's rate, inter-node bytes per rank measured beside the formula.\n"
+      "Example: make run CH=09 NP=4 NODES=2 LINK_MBIT=200   (root; notes/09-nodes.md)");
   if (rc == 1) return 0;
   if (rc) return 2;
   int64_t minb, maxb;
@@ -294,7 +299,8 @@ int main(int argc, char **argv) {
     link_mbit = e && *e ? atof(e) : 0;
   }
   int cuda = strcmp(device_s, "cuda") == 0, nccl = strcmp(backend_s, "nccl") == 0;
-  if (nccl && !cuda) return args_error("--backend", backend_s, "needs --device cuda (NCCL works on GPU buffers)");
+  if (nccl && !cuda)
+    return args_error("--backend", backend_s, "needs --device cuda (NCCL works on GPU buffers)");
   if (cuda && !device_cuda_built())
     return args_error("--device", device_s, "this binary was built without CUDA (make GPU=1)");
 
@@ -329,35 +335,46 @@ int main(int argc, char **argv) {
              link_mbit / 8);
     else
       printf("link between nodes: rate unknown (--link-mbit R to compare busbw with it)\n");
-    printf("inter-node bytes per all-reduce of B bytes: flat ring 2(N-1)/N x B on the last rank of each node, 0 on "
-           "the others\n  (per node link 2(N-1)/N x B); two-level 2(K-1)/K x B/g on every rank (per node link "
-           "2(K-1)/K x B)\n");
-    printf("%-10s %-9s %9s %9s %8s %13s %13s %13s %13s %12s %6s\n", "size (B)", "algorithm", "time ms", "busbw MB/s",
-           "/link", "inter B/rank", "formula", "per node link", "formula", "wire/node", "#wrong");
+    printf(
+        "inter-node bytes per all-reduce of B bytes: flat ring 2(N-1)/N x B on the last rank of each node, 0 "
+        "on "
+        "the others\n  (per node link 2(N-1)/N x B); two-level 2(K-1)/K x B/g on every rank (per node link "
+        "2(K-1)/K x B)\n");
+    printf("%-10s %-9s %9s %9s %8s %13s %13s %13s %13s %12s %6s\n", "size (B)", "algorithm", "time ms",
+           "busbw MB/s", "/link", "inter B/rank", "formula", "per node link", "formula", "wire/node",
+           "#wrong");
     printf("%-10s %-9s %9s %9s %8s %13s %13s %13s %13s %12s %6s\n", "", "", "(median)", "", "",
-           b.ring ? "(sent, max)" : "(model, max)", "(max rank)", b.ring ? "(measured)" : "(ring model)", "", "(eth0 tx)", "");
+           b.ring ? "(sent, max)" : "(model, max)", "(max rank)", b.ring ? "(measured)" : "(ring model)", "",
+           "(eth0 tx)", "");
     if (!b.ring)
-      printf("vendor collectives: the library chooses its own algorithm, so the inter-node byte columns are the ring\n"
-             "  model's count (the formula's own rule), not a measurement; --impl ring measures what our ring sends,\n"
+      printf("vendor collectives: the library chooses its own algorithm, so the inter-node byte columns are "
+             "the ring\n"
+             "  model's count (the formula's own rule), not a measurement; --impl ring measures what our "
+             "ring sends,\n"
              "  and on emulated nodes wire/node (eth0) is what really crossed\n");
   }
   FILE *jf = NULL;
   char tmp[4096];
   if (json && b.rank == 0) {
     jf = outfile_open("--json", json, tmp, sizeof tmp);
-    fprintf(jf, "{\"bench\": \"nodes\", \"world\": %d, \"nodes\": %d, \"ranks_per_node\": %d, \"node_of_rank\": [", N,
-            K, g);
+    fprintf(
+        jf,
+        "{\"bench\": \"nodes\", \"world\": %d, \"nodes\": %d, \"ranks_per_node\": %d, \"node_of_rank\": [", N,
+        K, g);
     for (int r = 0; r < N; r++) fprintf(jf, "%s%d", r ? ", " : "", comm_node_of(c, r));
-    fprintf(jf, "], \"node_map_from\": \"%s\", \"emulated\": %s, \"link_mbit\": %.17g, \"impl\": \"%s\", "
-                "\"dtype\": \"%s\", \"device\": \"%s\", \"iters\": %d, \"warmup\": %d,\n"
-                " \"inter_node_bytes_are\": \"%s\",\n"
-                " \"timing\": \"median over iterations of the max over ranks, the algorithms alternating\",\n"
-                " \"formula\": {\"flat\": \"2(N-1)/N x B on ranks r whose r+1 is on another node, else 0\", "
-                "\"two_level\": \"2(K-1)/K x B/g on every rank\"},\n \"results\": [",
-            fake && *fake ? "ZL_NODE_OF_RANK" : "shared_memory", b.emulated ? "true" : "false", link_mbit, impl_s,
-            dtype_name(b.dt), device_name(b.dev), iters, warmup,
-            b.ring ? "measured: what the ring code sent to another node (p2p counters)"
-                   : "the ring model's count (vendor collectives choose their own algorithm); wire_tx is measured");
+    fprintf(
+        jf,
+        "], \"node_map_from\": \"%s\", \"emulated\": %s, \"link_mbit\": %.17g, \"impl\": \"%s\", "
+        "\"dtype\": \"%s\", \"device\": \"%s\", \"iters\": %d, \"warmup\": %d,\n"
+        " \"inter_node_bytes_are\": \"%s\",\n"
+        " \"timing\": \"median over iterations of the max over ranks, the algorithms alternating\",\n"
+        " \"formula\": {\"flat\": \"2(N-1)/N x B on ranks r whose r+1 is on another node, else 0\", "
+        "\"two_level\": \"2(K-1)/K x B/g on every rank\"},\n \"results\": [",
+        fake && *fake ? "ZL_NODE_OF_RANK" : "shared_memory", b.emulated ? "true" : "false", link_mbit, impl_s,
+        dtype_name(b.dt), device_name(b.dev), iters, warmup,
+        b.ring
+            ? "measured: what the ring code sent to another node (p2p counters)"
+            : "the ring model's count (vendor collectives choose their own algorithm); wire_tx is measured");
   }
   row_t rows[NALGS];
   for (int a = 0; a < NALGS; a++) {
@@ -396,8 +413,8 @@ int main(int argc, char **argv) {
              a == FLAT ? "flat" : "two-level", w->time_us / 1000, w->busbw_mbs, ratio, imax, fmax, w->link,
              w->formula_link, wire, wr, bad ? (b.ring ? "  MEASURED != FORMULA" : "  MODEL != FORMULA") : "");
       if (w->first[0] >= 0)
-        printf("  WRONG: rank %.0f element %.0f got %g, expected %g (the sum over the %d ranks)\n", w->first[0], w->first[1],
-               w->first[2], w->first[3], N);
+        printf("  WRONG: rank %.0f element %.0f got %g, expected %g (the sum over the %d ranks)\n",
+               w->first[0], w->first[1], w->first[2], w->first[3], N);
       if (bad)
         for (int r = 0; r < N; r++)
           if (w->inter[r] != w->formula[r])
@@ -415,15 +432,18 @@ int main(int argc, char **argv) {
         json_array(jf, w->formula, N);
         fprintf(jf, ",\n   \"p2p_inter_node_bytes_per_rank\": ");
         json_array(jf, w->p2p, N);
-        fprintf(jf, ", \"inter_node_bytes_per_node_link\": %.17g, \"formula_inter_node_bytes_per_node_link\": %.17g, "
-                    "\"wire_tx_bytes_per_node\": ",
-                w->link, w->formula_link);
+        fprintf(
+            jf,
+            ", \"inter_node_bytes_per_node_link\": %.17g, \"formula_inter_node_bytes_per_node_link\": %.17g, "
+            "\"wire_tx_bytes_per_node\": ",
+            w->link, w->formula_link);
         if (b.emulated) json_array(jf, w->wire, K);
         else fprintf(jf, "null");
-        fprintf(jf, ", \"wrong\": %lld, \"ranks_off_formula\": %d, \"first_wrong\": ", (long long)w->wrong, bad);
+        fprintf(jf, ", \"wrong\": %lld, \"ranks_off_formula\": %d, \"first_wrong\": ", (long long)w->wrong,
+                bad);
         if (w->first[0] >= 0)
-          fprintf(jf, "{\"rank\": %.0f, \"index\": %.0f, \"got\": %.17g, \"expected\": %.17g}}", w->first[0], w->first[1],
-                  w->first[2], w->first[3]);
+          fprintf(jf, "{\"rank\": %.0f, \"index\": %.0f, \"got\": %.17g, \"expected\": %.17g}}", w->first[0],
+                  w->first[1], w->first[2], w->first[3]);
         else
           fprintf(jf, "null}");
       }

@@ -10,7 +10,8 @@
 #define MIB ((int64_t)1 << 20)
 enum { POOL_SMALL = 0, POOL_LARGE, POOL_REGION };
 
-typedef struct { int64_t off, size; int seg, free, pool, prev, next, alive; } blk_t; /* one block of a segment */
+/* one block of a segment */
+typedef struct { int64_t off, size; int seg, free, pool, prev, next, alive; } blk_t;
 typedef struct { int64_t size; int alive, first; } seg_t;                           /* one cudaMalloc */
 typedef struct { blk_t *b; int nb, capb; seg_t *s; int ns, caps; int64_t reserved, allocated; } heap_t;
 typedef struct { int blk, heap, alive; } live_t; /* one allocation event's block: its heap, live or freed */
@@ -23,7 +24,8 @@ static int new_block(heap_t *h, int seg, int64_t off, int64_t size, int pool) {
     h->b = realloc(h->b, (size_t)h->capb * sizeof *h->b);
     if (!h->b) die("allocsim: out of host memory");
   }
-  h->b[h->nb] = (blk_t){.off = off, .size = size, .seg = seg, .free = 1, .pool = pool, .prev = -1, .next = -1, .alive = 1};
+  h->b[h->nb] = (blk_t){
+      .off = off, .size = size, .seg = seg, .free = 1, .pool = pool, .prev = -1, .next = -1, .alive = 1};
   return h->nb++;
 }
 
@@ -47,7 +49,8 @@ static int best_fit(const heap_t *h, int pool, int64_t size) {
     const blk_t *k = &h->b[i];
     if (!k->alive || !k->free || k->pool != pool || k->size < size) continue;
     if (best < 0 || k->size < h->b[best].size ||
-        (k->size == h->b[best].size && (k->seg < h->b[best].seg || (k->seg == h->b[best].seg && k->off < h->b[best].off))))
+        (k->size == h->b[best].size &&
+         (k->seg < h->b[best].seg || (k->seg == h->b[best].seg && k->off < h->b[best].off))))
       best = i;
   }
   return best;
@@ -113,12 +116,15 @@ static int64_t largest_free(const heap_t *h) {
 
 /* The caching allocator: a block of the small or large pool, or -1 when the budget (on
  * h->reserved + other_reserved) refuses a new segment even after releasing cached ones. */
-static int caching_alloc(heap_t *h, int64_t bytes, int64_t budget, int64_t other_reserved, int *retries, int *segments) {
+static int caching_alloc(heap_t *h, int64_t bytes, int64_t budget, int64_t other_reserved, int *retries,
+                         int *segments) {
   int64_t size = round512(bytes);
   int pool = size <= MIB ? POOL_SMALL : POOL_LARGE;
   int i = best_fit(h, pool, size);
   if (i < 0) {
-    int64_t seg = pool == POOL_SMALL ? 2 * MIB : size < 10 * MIB ? 20 * MIB : (size + 2 * MIB - 1) / (2 * MIB) * (2 * MIB);
+    int64_t seg = pool == POOL_SMALL ? 2 * MIB
+        : size < 10 * MIB            ? 20 * MIB
+                                     : (size + 2 * MIB - 1) / (2 * MIB) * (2 * MIB);
     if (budget > 0 && h->reserved + other_reserved + seg > budget) {
       (*retries)++;
       release_free(h);
@@ -173,7 +179,8 @@ static void die_twice(const allocsim_event_t *ev, int e) {
   die("allocsim: event %d frees id %lld, which an earlier free gave back already", e, (long long)ev[e].id);
 }
 
-int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget, allocsim_result_t *r) {
+int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget,
+                 allocsim_result_t *r) {
   *r = (allocsim_result_t){.failed_at = -1};
   heap_t hc = {0}, hr = {0}; /* the caching pools; the long-lived region */
   live_t *live = xcalloc((size_t)(n > 0 ? n : 1), sizeof *live, "allocsim live"); /* by allocation event */
@@ -196,7 +203,12 @@ int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_
     free(mark);
     if (peak > 0) new_segment(&hr, peak, POOL_REGION);
     r->region_bytes = peak;
-    if (budget > 0 && peak > budget) { r->failed_at = 0; r->fail_bytes = peak; snprintf(r->fail_what, sizeof r->fail_what, "long-lived region"); rc = 1; }
+    if (budget > 0 && peak > budget) {
+      r->failed_at = 0;
+      r->fail_bytes = peak;
+      snprintf(r->fail_what, sizeof r->fail_what, "long-lived region");
+      rc = 1;
+    }
   }
   for (int e = 0; e < n && !rc; e++) {
     if (ev[e].op == 'A') {

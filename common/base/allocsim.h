@@ -9,7 +9,8 @@
  *                     free segments are released and it retries once (num_alloc_retries).
  *   ALLOCSIM_REGIONS  ZeRO's contiguous regions: the long-lived tensors (allocsim_long_lived) go
  *                     to one pre-allocated region sized to their live peak (
- *                     best fit inside it, spilling to the caching pool if none fits); the short-lived ones use
+ *                     best fit inside it, spilling to the caching pool if none fits); the short-lived ones
+ * use
  *                     the caching allocator above.
  * A free names the id of the allocation it gives back (the ledger's contract), so it frees exactly
  * the block that allocation took. Nothing here touches real memory. */
@@ -52,7 +53,8 @@ int allocsim_long_lived(int cat, const char *what);
 /* Replay ev[0..n) under mode with a budget on reserved bytes (0 = none) into *r; returns 0, or 1
  * if an allocation failed (r->failed_at says which; the replay stops there). A free whose id names
  * no live allocation, or one of another category or size, dies naming its index. */
-int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget, allocsim_result_t *r);
+int allocsim_run(const allocsim_event_t *ev, int n, allocsim_mode_t mode, int64_t budget,
+                 allocsim_result_t *r);
 
 /* The smallest budget (a multiple of `step` bytes, step > 0) under which the replay succeeds, found
  * by bisection (it assumes a larger budget never fails where a smaller one succeeds). */

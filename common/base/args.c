@@ -119,7 +119,9 @@ static void allowed_text(const arg_spec_t *s, char *dst, size_t n) {
   fmt_bound(hi, sizeof hi, s->hi);
   switch (s->kind) {
   case ARG_INT:
-  case ARG_I64: snprintf(dst, n, "must be an integer in [%s, %s]%s", lo, hi, s->choices ? " or auto" : ""); break;
+  case ARG_I64:
+    snprintf(dst, n, "must be an integer in [%s, %s]%s", lo, hi, s->choices ? " or auto" : "");
+    break;
   case ARG_DOUBLE: snprintf(dst, n, "must be a finite number in [%s, %s]", lo, hi); break;
   case ARG_COUNT: snprintf(dst, n, "must be a count in [%s, %s], e.g. 7.5e9, 7B, 124M, 350K", lo, hi); break;
   case ARG_STR: snprintf(dst, n, "must be non-empty text"); break;
@@ -170,8 +172,10 @@ static int store(const arg_spec_t *s, const char *value) {
       if (lo < INT_MIN) lo = INT_MIN;
       if (hi > INT_MAX) hi = INT_MAX;
     }
-    if (s->choices && in_choices(s->choices, value) && strcmp(value, "auto") == 0) v = -1; /* ARG_INT "auto" */
-    else if (parse_i64(value, &v) || (double)v < lo || (double)v > hi) return args_error(s->flag, value, "%s", allowed);
+    /* ARG_INT "auto" */
+    if (s->choices && in_choices(s->choices, value) && strcmp(value, "auto") == 0) v = -1;
+    else if (parse_i64(value, &v) || (double)v < lo || (double)v > hi)
+      return args_error(s->flag, value, "%s", allowed);
     if (s->kind == ARG_INT) *(int *)s->dst = (int)v;
     else *(int64_t *)s->dst = v;
     return 0;
@@ -191,7 +195,8 @@ static int store(const arg_spec_t *s, const char *value) {
   }
   case ARG_COUNT: {
     double v;
-    if (args_parse_count(value, &v) || v < s->lo || v > s->hi) return args_error(s->flag, value, "%s", allowed);
+    if (args_parse_count(value, &v) || v < s->lo || v > s->hi)
+      return args_error(s->flag, value, "%s", allowed);
     *(double *)s->dst = v;
     return 0;
   }
@@ -210,8 +215,10 @@ static int store(const arg_spec_t *s, const char *value) {
 
 #define ARGS_MAX_SPECS 256
 
-int args_parse(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog, const char *about) {
-  if (nspecs > ARGS_MAX_SPECS) return args_error(prog, NULL, "too many flags (%d > %d)", nspecs, ARGS_MAX_SPECS);
+int args_parse(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog,
+               const char *about) {
+  if (nspecs > ARGS_MAX_SPECS)
+    return args_error(prog, NULL, "too many flags (%d > %d)", nspecs, ARGS_MAX_SPECS);
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       if (args_env_rank() == 0) args_usage(specs, nspecs, prog, about);
@@ -220,7 +227,8 @@ int args_parse(int argc, char **argv, const arg_spec_t *specs, int nspecs, const
   unsigned char seen[ARGS_MAX_SPECS] = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strncmp(a, "--", 2) != 0 || a[2] == 0) return args_error(a, NULL, "unexpected argument (flags start with --, see --help)");
+    if (strncmp(a, "--", 2) != 0 || a[2] == 0)
+      return args_error(a, NULL, "unexpected argument (flags start with --, see --help)");
     /* --flag=value or --flag value */
     const char *eq = strchr(a, '=');
     size_t flen = eq ? (size_t)(eq - a) : strlen(a);
@@ -265,7 +273,8 @@ static void usage_parts(const arg_spec_t *s, char *meta, size_t nm, char *dflt, 
   switch (s->kind) {
   case ARG_INT:
     snprintf(meta, nm, "N");
-    if (s->choices && *(int *)s->dst == -1) snprintf(dflt, nd, "default auto; integer in [%s, %s] or auto", lo, hi);
+    if (s->choices && *(int *)s->dst == -1)
+      snprintf(dflt, nd, "default auto; integer in [%s, %s] or auto", lo, hi);
     else snprintf(dflt, nd, "default %d; integer in [%s, %s]", *(int *)s->dst, lo, hi);
     break;
   case ARG_I64:
@@ -322,7 +331,8 @@ const char *args_given(int argc, char **argv, const char *flag) {
   return NULL;
 }
 
-int args_parse_nccl(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog, const char *about) {
+int args_parse_nccl(int argc, char **argv, const arg_spec_t *specs, int nspecs, const char *prog,
+                    const char *about) {
   static const char *const map[][2] = {{"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
                                        {"-n", "--iters"},    {"-w", "--warmup_iters"}, {"-c", "--check"},
                                        {"-d", "--dtype"},    {"-r", "--root"}};

@@ -19,8 +19,8 @@ static int stat_ticks(const char *path, double *cpu, double *start) {
   unsigned long long ut = 0, stt = 0, st0 = 0;
   /* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime(14) stime(15)
    * cutime cstime priority nice num_threads itrealvalue starttime(22) */
-  if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu", &ut, &stt,
-             &st0) != 3)
+  if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu",
+             &ut, &stt, &st0) != 3)
     return 0;
   *cpu = (double)(ut + stt);
   if (start) *start = (double)st0;

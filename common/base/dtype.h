@@ -18,7 +18,9 @@ static inline const char *dtype_name(dtype_t dt) {
   return dt == DT_F32 ? "float" : dt == DT_BF16 ? "bfloat16" : dt == DT_F16 ? "float16" : "double";
 }
 /* The --precision word of a working dtype: fp32, bf16, fp16. */
-static inline const char *dtype_precision(dtype_t dt) { return dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "fp32"; }
+static inline const char *dtype_precision(dtype_t dt) {
+  return dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "fp32";
+}
 static inline const char *device_name(device_t d) { return d == DEV_CPU ? "cpu" : "cuda"; }
 
 /* ZL_HD: a function of this header or of elementwise.h, compiled for the CPU and, under nvcc,

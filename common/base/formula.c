@@ -7,7 +7,8 @@
 /* Which states a stage shards over N ranks (the ZeRO paper's P_os, P_os+g, P_os+g+p). */
 static double shard(double bytes, int sharded, int world) { return sharded ? bytes / world : bytes; }
 
-mem_formula_t formula_zero_k(int stage, double psi, int world, double param_bytes, double grad_bytes, double k) {
+mem_formula_t formula_zero_k(int stage, double psi, int world, double param_bytes, double grad_bytes,
+                             double k) {
   mem_formula_t f;
   f.params = shard(param_bytes * psi, stage >= 3, world);
   f.grads = shard(grad_bytes * psi, stage >= 2, world);
@@ -56,7 +57,8 @@ static char g_text[4][2][FT_STATES][48];
 static pthread_mutex_t g_text_mu = PTHREAD_MUTEX_INITIALIZER;
 
 const char *formula_text(int stage, dtype_t wdt, int opt_states) {
-  if (stage < 0 || stage > 3 || opt_states < 0 || opt_states >= FT_STATES) return "(no formula for this stage/optimizer)";
+  if (stage < 0 || stage > 3 || opt_states < 0 || opt_states >= FT_STATES)
+    return "(no formula for this stage/optimizer)";
   int d = dtype_is_half(wdt) ? 1 : 0;
   pthread_mutex_lock(&g_text_mu);
   char *s = g_text[stage][d][opt_states];
@@ -73,6 +75,6 @@ void formula_stage(formula_t *f, int stage, double psi, int world, dtype_t wdt, 
   *f = (formula_t){.params = m.params, .grads = m.grads, .master = m.master, .optim = m.optim,
                    .comm_bytes = formula_comm_bytes(stage, psi, world, wdt)};
   snprintf(f->mem_text, sizeof f->mem_text, "%s", formula_text(stage, wdt, opt_states));
-  snprintf(f->comm_text, sizeof f->comm_text, "stage %d: %s(N-1)/N x psi x %d B", stage, stage >= 3 ? "3" : "2",
-           (int)dtype_size(wdt));
+  snprintf(f->comm_text, sizeof f->comm_text, "stage %d: %s(N-1)/N x psi x %d B", stage,
+           stage >= 3 ? "3" : "2", (int)dtype_size(wdt));
 }

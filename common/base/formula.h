@@ -20,7 +20,8 @@ typedef struct mem_formula {
 /* The paper's form: bytes per param for params and grads (2 in bf16), K bytes of optimizer
  * state per param (master included), Ψ parameters, N ranks, stage 0..3. master is 0 here
  * (it is part of K). */
-mem_formula_t formula_zero_k(int stage, double psi, int world, double param_bytes, double grad_bytes, double k);
+mem_formula_t formula_zero_k(int stage, double psi, int world, double param_bytes, double grad_bytes,
+                             double k);
 /* The trainer's form: working dtype wdt (bf16: fp32 master of 4Ψ; fp32: none), optimizer with
  * opt_states fp32 buffers (AdamW 2: m and v; SGD-momentum 1). */
 mem_formula_t formula_model_states(int stage, double psi, int world, dtype_t wdt, int opt_states);

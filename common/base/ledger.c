@@ -107,10 +107,22 @@ static int64_t read_locked(const int64_t *p) {
   return v;
 }
 
-int64_t ledger_live_in(ledger_arena_t a, ledger_cat_t cat) { check_cat(a, cat, "ledger_live"); return read_locked(&g_live[a][cat]); }
-int64_t ledger_peak_in(ledger_arena_t a, ledger_cat_t cat) { check_cat(a, cat, "ledger_peak"); return read_locked(&g_peak[a][cat]); }
-int64_t ledger_total_live_in(ledger_arena_t a) { check_cat(a, 0, "ledger_total_live"); return read_locked(&g_total_live[a]); }
-int64_t ledger_total_peak_in(ledger_arena_t a) { check_cat(a, 0, "ledger_total_peak"); return read_locked(&g_total_peak[a]); }
+int64_t ledger_live_in(ledger_arena_t a, ledger_cat_t cat) {
+  check_cat(a, cat, "ledger_live");
+  return read_locked(&g_live[a][cat]);
+}
+int64_t ledger_peak_in(ledger_arena_t a, ledger_cat_t cat) {
+  check_cat(a, cat, "ledger_peak");
+  return read_locked(&g_peak[a][cat]);
+}
+int64_t ledger_total_live_in(ledger_arena_t a) {
+  check_cat(a, 0, "ledger_total_live");
+  return read_locked(&g_total_live[a]);
+}
+int64_t ledger_total_peak_in(ledger_arena_t a) {
+  check_cat(a, 0, "ledger_total_peak");
+  return read_locked(&g_total_peak[a]);
+}
 int64_t ledger_live(ledger_cat_t cat) { return ledger_live_in(LEDGER_DEVICE, cat); }
 int64_t ledger_peak(ledger_cat_t cat) { return ledger_peak_in(LEDGER_DEVICE, cat); }
 int64_t ledger_total_live(void) { return ledger_total_live_in(LEDGER_DEVICE); }

@@ -17,7 +17,8 @@ static void dir_of(const char *path, char *dst, size_t n) {
   else snprintf(dst, n, "%.*s", (int)(slash - path), path);
 }
 
-/* (outfile.h) Why path cannot be written (0 when it can): is_dir 1 for a directory we create or fill (--ckpt),
+/* (outfile.h) Why path cannot be written (0 when it can): is_dir 1 for a directory we create or fill
+ * (--ckpt),
  * 0 for a file written as a temp file beside it and renamed, or in place when it is not a regular
  * file (/dev/null). */
 int outfile_problem(const char *path, int is_dir, char *why, size_t n) {
@@ -26,7 +27,8 @@ int outfile_problem(const char *path, int is_dir, char *why, size_t n) {
   if (stat(path, &st) == 0) {
     if (is_dir) {
       if (!S_ISDIR(st.st_mode)) return snprintf(why, n, "must be a directory (it is a file)"), 1;
-      if (access(path, W_OK | X_OK) != 0) return snprintf(why, n, "must be a writable directory (%s)", strerror(errno)), 1;
+      if (access(path, W_OK | X_OK) != 0)
+        return snprintf(why, n, "must be a writable directory (%s)", strerror(errno)), 1;
       return 0;
     }
     if (S_ISDIR(st.st_mode)) return snprintf(why, n, "must be a file path (it is a directory)"), 1;
@@ -56,7 +58,9 @@ FILE *outfile_open(const char *what, const char *path, char *tmp, size_t ntmp) {
   }
   snprintf(tmp, ntmp, "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "wb");
-  if (!f) die("error: %s %s: cannot write it: %s (check the directory exists and is writable)", what, path, strerror(errno));
+  if (!f)
+    die("error: %s %s: cannot write it: %s (check the directory exists and is writable)", what, path,
+        strerror(errno));
   return f;
 }
 

@@ -92,7 +92,8 @@ void trace_end(const char *args_json) {
   if (!g_enabled) return;
   if (g_depth <= 0) die_on_rank("trace_end without trace_begin");
   g_depth--;
-  if (g_depth < TRACE_DEPTH) trace_event(TRACE_COMPUTE, g_stack[g_depth].name, g_stack[g_depth].t0, trace_now_us(), args_json);
+  if (g_depth < TRACE_DEPTH)
+    trace_event(TRACE_COMPUTE, g_stack[g_depth].name, g_stack[g_depth].t0, trace_now_us(), args_json);
 }
 
 const trace_ev_t *trace_events(int *n) {

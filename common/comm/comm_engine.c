@@ -335,7 +335,8 @@ void comm_engine_attach(comm_t *c, void (*body)(comm_t *)) {
   long page = 4096;
   f->stack = mmap(NULL, FIBER_STACK_BYTES + (size_t)page, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (f->stack == MAP_FAILED) die_on_rank("comm: cannot map a %zu-byte stack for a communicator's stream", FIBER_STACK_BYTES);
+  if (f->stack == MAP_FAILED)
+    die_on_rank("comm: cannot map a %zu-byte stack for a communicator's stream", FIBER_STACK_BYTES);
   mprotect(f->stack, (size_t)page, PROT_NONE); /* guard page: an overflow faults, not corrupts */
   getcontext(&f->ctx);
   f->ctx.uc_stack.ss_sp = (char *)f->stack + page;

@@ -15,8 +15,9 @@ int grid_check(int nranks, int tp, int pp, char *why, size_t n) {
   }
   if (nranks % (tp * pp) != 0) {
     if (why)
-      snprintf(why, n, "%d ranks cannot be split into groups of T·P = %d·%d = %d: N must be a multiple of T·P", nranks,
-               tp, pp, tp * pp);
+      snprintf(why, n,
+               "%d ranks cannot be split into groups of T·P = %d·%d = %d: N must be a multiple of T·P",
+               nranks, tp, pp, tp * pp);
     return 1;
   }
   return 0;
@@ -56,8 +57,8 @@ int grid_format(int nranks, int tp, int pp, char *buf, size_t n) {
   char why[160];
   if (grid_check(nranks, tp, pp, why, sizeof why)) return snprintf(buf, n, "grid: %s\n", why);
   int dp = nranks / (tp * pp), size[GRID_NDIMS] = {tp, pp, dp};
-  size_t len = (size_t)snprintf(buf, n, "grid: %d ranks = D %d × P %d × T %d (TP innermost, then PP, then DP)\n",
-                                nranks, dp, pp, tp);
+  size_t len = (size_t)snprintf(
+      buf, n, "grid: %d ranks = D %d × P %d × T %d (TP innermost, then PP, then DP)\n", nranks, dp, pp, tp);
   int *ranks = xcalloc((size_t)nranks, sizeof *ranks, "grid group");
   for (int d = 0; d < GRID_NDIMS && len < n; d++) {
     int groups = nranks / size[d];

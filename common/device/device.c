@@ -38,7 +38,8 @@ static size_t g_used_at_select; /* driver-reported used bytes right after device
 
 void device_cuda_select(int local_rank) {
 #ifdef ZL_CUDA
-  if (devcu_count() <= 0) die_on_rank("--device cuda asked for a GPU, but none is visible (check nvidia-smi)");
+  if (devcu_count() <= 0)
+    die_on_rank("--device cuda asked for a GPU, but none is visible (check nvidia-smi)");
   devcu_select(local_rank);
   g_used_at_select = devcu_used_bytes(); /* after the context exists: the delta is ours */
 #else
@@ -49,8 +50,8 @@ void device_cuda_select(int local_rank) {
 /* p, or stop: "out of memory on rank R: WHAT needs X MiB<where>" (where: which memory). */
 static void *alloc_or_die(void *p, size_t nbytes, const char *what, const char *where) {
   if (!p)
-    die("out of memory on rank %d: %s needs %.1f MiB%s", msg_rank(), what ? what : "allocation", nbytes / 1048576.0,
-        where);
+    die("out of memory on rank %d: %s needs %.1f MiB%s", msg_rank(), what ? what : "allocation",
+        nbytes / 1048576.0, where);
   return p;
 }
 

@@ -164,7 +164,8 @@ void devcu_copy_async(void *dst, const void *src, size_t nbytes) {
   }
   CHECK_CUDA(cudaEventRecord(g_copy_after, g_compute)); /* after what compute queued so far ... */
   CHECK_CUDA(cudaStreamWaitEvent(g_copy, g_copy_after, 0));
-  CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, g_copy)); /* ... beside what it queues next */
+  /* ... beside what it queues next */
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, g_copy));
 }
 
 void devcu_copy_wait(void) {

@@ -27,7 +27,8 @@ typedef struct ew_adamw {
   float step_size; /* lr / (1 − b1^t)      (bias correction of m) */
   float bc2_sqrt;  /* sqrt(1 − b2^t)       (bias correction of v) */
 } ew_adamw_t;
-static inline ew_adamw_t ew_adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+static inline ew_adamw_t ew_adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay,
+                                          int t) {
   double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
   ew_adamw_t k;
   k.b1 = beta1;

@@ -23,9 +23,10 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
  * W, the weights' gradient dW = beta·dW + dyᵀ·x, db = beta·db + Σ_rows dy (nobody waits for it:
  * it may run later, from the same dy and x). op_linear_bwd is op_linear_bwd_input then
  * op_linear_bwd_weight, bit for bit, on either device. */
-void op_linear_bwd_input(device_t dev, float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in, int out);
-void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in,
-                          int out, float beta);
+void op_linear_bwd_input(device_t dev, float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in,
+                         int out);
+void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, const float *x, dtype_t wdt,
+                          int B, int in, int out, float beta);
 /* y = GELU(x) (tanh approximation, as GPT-2 / llm.c). */
 void op_gelu_fwd(device_t dev, float *y, const float *x, int64_t n);
 /* dx = dy · GELU'(x)   (dx may alias dy). */

@@ -163,7 +163,8 @@ void op_linear_fwd(device_t dev, float *y, const float *x, const void *W, const 
 
 /* op_linear_bwd in its two halves (ops.h): B, the input's gradient, and W, the weights'. Each
  * half is the fused op's own code, so B then W is op_linear_bwd bit for bit. */
-void op_linear_bwd_input(device_t dev, float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in, int out) {
+void op_linear_bwd_input(device_t dev, float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in,
+                         int out) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd_input(dx, dy, W, wdt, B, in, out));
   ops_blas_init();
   if (wdt != DT_F32 && wdt != DT_BF16 && wdt != DT_F16) ops_bad_dtype(__func__, wdt);
@@ -177,8 +178,8 @@ void op_linear_bwd_input(device_t dev, float *dx, const float *dy, const void *W
   }
 }
 
-void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in,
-                          int out, float beta) {
+void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, const float *x, dtype_t wdt,
+                          int B, int in, int out, float beta) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd_weight(dW, db, dy, x, wdt, B, in, out, beta));
   ops_blas_init();
   if (wdt != DT_F32 && wdt != DT_BF16 && wdt != DT_F16) ops_bad_dtype(__func__, wdt);
@@ -197,7 +198,8 @@ void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, con
   // dW(out,in) = beta·dW + dyᵀ(out,B) · x(B,in); the new sum is complete before it meets dW
   if (in > 0) {
     if (wdt == DT_F32 && beta == 0.0f) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 0.0f, (float *)dW, in);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 0.0f,
+                  (float *)dW, in);
     } else {
       float *g = ops_workspace(DEV_CPU, OPS_WS_DW, wn * (int64_t)sizeof(float)); // (out,in) fp32 sum
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 0.0f, g, in);
@@ -215,8 +217,8 @@ void op_linear_bwd_weight(device_t dev, void *dW, void *db, const float *dy, con
   ops_store_acc(db, wdt, s, out, beta);
 }
 
-void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
-                   dtype_t wdt, int B, int in, int out, float beta) {
+void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy, const float *x,
+                   const void *W, dtype_t wdt, int B, int in, int out, float beta) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_linear_bwd(dx, dW, db, dy, x, W, wdt, B, in, out, beta));
   op_linear_bwd_input(dev, dx, dy, W, wdt, B, in, out);
   op_linear_bwd_weight(dev, dW, db, dy, x, wdt, B, in, out, beta);
@@ -242,7 +244,9 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
     return any != 0;                                                                 \
   } while (0)
 static OPS_VEC_CLONES int nonfinite_f32(const void *x, int64_t n) { NONFINITE_LOOP(uint32_t, 0x7f800000u); }
-static OPS_VEC_CLONES int nonfinite_h16(const void *x, int64_t n, uint16_t mask) { NONFINITE_LOOP(uint16_t, mask); }
+static OPS_VEC_CLONES int nonfinite_h16(const void *x, int64_t n, uint16_t mask) {
+  NONFINITE_LOOP(uint16_t, mask);
+}
 int op_has_nonfinite(device_t dev, const void *x, dtype_t dt, int64_t n) {
   if (dev == DEV_CUDA) OPS_ON_CUDA_RET(!isfinite(opcu_sumsq(x, dt, n)));
   if (dt == DT_F32) return nonfinite_f32(x, n);
@@ -289,8 +293,9 @@ double op_softmax_xent(device_t dev, float *dlogits, const float *logits, const 
 
 /* ---- optimizers: one pass over a flat range (elementwise.h: ew_adamw, ew_sgd) ------------- */
 /* Inlined per gradient dtype, so that each loop is branch-free and vectorizes. */
-static inline __attribute__((always_inline)) void adamw_loop(float *w, const void *grad, dtype_t gdt, float *m,
-                                                             float *v, int64_t n, float gscale, ew_adamw_t k) {
+static inline __attribute__((always_inline)) void adamw_loop(float *w, const void *grad, dtype_t gdt,
+                                                             float *m, float *v, int64_t n, float gscale,
+                                                             ew_adamw_t k) {
   for (int64_t i = 0; i < n; i++) ew_adamw(&w[i], &m[i], &v[i], dt_load(grad, gdt, i), gscale, k);
 }
 
@@ -305,13 +310,14 @@ void op_adamw(device_t dev, float *w, const void *grad, dtype_t gdt, float *m, f
   else ops_bad_dtype(__func__, gdt);
 }
 
-static inline __attribute__((always_inline)) void sgd_loop(float *w, const void *grad, dtype_t gdt, float *buf,
-                                                           int64_t n, float lr, float mu, float wd, float gscale) {
+static inline __attribute__((always_inline)) void sgd_loop(float *w, const void *grad, dtype_t gdt,
+                                                           float *buf, int64_t n, float lr, float mu,
+                                                           float wd, float gscale) {
   for (int64_t i = 0; i < n; i++) ew_sgd(&w[i], &buf[i], dt_load(grad, gdt, i), gscale, lr, mu, wd);
 }
 
-void op_sgd(device_t dev, float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float momentum,
-            float weight_decay, float gscale) {
+void op_sgd(device_t dev, float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr,
+            float momentum, float weight_decay, float gscale) {
   if (dev == DEV_CUDA) OPS_ON_CUDA(opcu_sgd(w, grad, gdt, buf, n, lr, momentum, weight_decay, gscale));
   if (gdt == DT_F32) sgd_loop(w, grad, DT_F32, buf, n, lr, momentum, weight_decay, gscale);
   else if (gdt == DT_BF16) sgd_loop(w, grad, DT_BF16, buf, n, lr, momentum, weight_decay, gscale);
@@ -386,11 +392,13 @@ void op_max(device_t dev, void *dst, const void *src, dtype_t dt, int64_t n) {
   } else if (dt == DT_BF16) {
     bf16_t *d = dst;
     const bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src(bf16_to_f32(d[i]), bf16_to_f32(s[i])) ? s[i] : d[i];
+    for (int64_t i = 0; i < n; i++)
+      d[i] = ew_max_takes_src(bf16_to_f32(d[i]), bf16_to_f32(s[i])) ? s[i] : d[i];
   } else if (dt == DT_F16) {
     fp16_t *d = dst;
     const fp16_t *s = src;
-    for (int64_t i = 0; i < n; i++) d[i] = ew_max_takes_src(fp16_to_f32(d[i]), fp16_to_f32(s[i])) ? s[i] : d[i];
+    for (int64_t i = 0; i < n; i++)
+      d[i] = ew_max_takes_src(fp16_to_f32(d[i]), fp16_to_f32(s[i])) ? s[i] : d[i];
   } else if (dt == DT_F64) {
     double *d = dst;
     const double *s = src;

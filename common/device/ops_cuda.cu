@@ -30,8 +30,12 @@ extern "C" {
 #define ZL_SUMSQ_BLOCKS 256 /* fixed, so the Σx² summation order never depends on the GPU */
 
 /* ---- loads and stores: dtype.h's dt_load / dt_store / bf16 casts (ZL_HD: the host's bits) ---- */
-__device__ __forceinline__ float d_load(const void *p, int dt, int64_t i) { return dt_load(p, (dtype_t)dt, i); }
-__device__ __forceinline__ void d_store(void *p, int dt, int64_t i, float v) { dt_store(p, (dtype_t)dt, i, v); }
+__device__ __forceinline__ float d_load(const void *p, int dt, int64_t i) {
+  return dt_load(p, (dtype_t)dt, i);
+}
+__device__ __forceinline__ void d_store(void *p, int dt, int64_t i, float v) {
+  dt_store(p, (dtype_t)dt, i, v);
+}
 /* The elementwise ops also take F64 (control scalars the ring may reduce), as ops_cpu.c does. */
 __device__ __forceinline__ double d_load64(const void *p, int dt, int64_t i) {
   return dt == DT_F64 ? ((const double *)p)[i] : (double)d_load(p, dt, i);
@@ -52,7 +56,8 @@ static int blocks_for(int64_t n) {
   return (int)(b < 1 ? 1 : b > ZL_MAX_BLOCKS ? ZL_MAX_BLOCKS : b);
 }
 static void check_dt(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16)
+    die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
 }
 static void check_dt64(dtype_t dt, const char *fn) {
   if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && dt != DT_F64)
@@ -79,22 +84,26 @@ int opcu_matmul_bf16(void) {
 
 /* ---- elementwise kernels ----------------------------------------------------------------- */
 __global__ void k_cast(void *dst, int ddt, const void *src, int sdt, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     d_store64(dst, ddt, i, d_load64(src, sdt, i));
 }
 /* bf16, fp16: add in fp32, round once (ew_add_bf16, ew_add_fp16); f32 in f32; f64 in f64 (the CPU
  * path's arithmetic). */
 __global__ void k_add(void *dst, const void *src, int dt, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     if (dt == DT_F64) ((double *)dst)[i] += ((const double *)src)[i];
     else if (dt == DT_F32) ((float *)dst)[i] += ((const float *)src)[i];
-    else if (dt == DT_F16) ((fp16_t *)dst)[i] = ew_add_fp16(((const fp16_t *)dst)[i], ((const fp16_t *)src)[i]);
+    else if (dt == DT_F16)
+      ((fp16_t *)dst)[i] = ew_add_fp16(((const fp16_t *)dst)[i], ((const fp16_t *)src)[i]);
     else ((bf16_t *)dst)[i] = ew_add_bf16(((const bf16_t *)dst)[i], ((const bf16_t *)src)[i]);
   }
 }
 /* ew_max_takes_src: NaN in either operand gives NaN; picks, never rounds. */
 __global__ void k_max(void *dst, const void *src, int dt, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     if (dt == DT_F64) {
       double *d = (double *)dst;
       const double *s = (const double *)src;
@@ -111,7 +120,8 @@ __global__ void k_max(void *dst, const void *src, int dt, int64_t n) {
   }
 }
 __global__ void k_scale(void *x, int dt, float s, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     if (dt == DT_F64) ((double *)x)[i] = ew_scale_f64(((double *)x)[i], s);
     else if (dt == DT_F32) ((float *)x)[i] = ew_scale_f32(((float *)x)[i], s);
     else if (dt == DT_F16) ((fp16_t *)x)[i] = ew_scale_fp16(((fp16_t *)x)[i], s);
@@ -119,7 +129,8 @@ __global__ void k_scale(void *x, int dt, float s, int64_t n) {
   }
 }
 __global__ void k_fill(void *x, int dt, float v, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     d_store64(x, dt, i, v);
 }
 
@@ -128,7 +139,9 @@ void opcu_cast(void *dst, dtype_t ddt, const void *src, dtype_t sdt, int64_t n) 
   check_dt64(ddt, "opcu_cast");
   check_dt64(sdt, "opcu_cast");
   if (ddt == sdt) {
-    if (dst != src) CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)n * dtype_size(ddt), cudaMemcpyDeviceToDevice, compute_stream()));
+    if (dst != src)
+      CHECK_CUDA(
+          cudaMemcpyAsync(dst, src, (size_t)n * dtype_size(ddt), cudaMemcpyDeviceToDevice, compute_stream()));
     return;
   }
   k_cast<<<blocks_for(n), ZL_THREADS, 0, compute_stream()>>>(dst, ddt, src, sdt, n);
@@ -147,10 +160,18 @@ static void max_on(cudaStream_t s, void *dst, const void *src, dtype_t dt, int64
   k_max<<<blocks_for(n), ZL_THREADS, 0, s>>>(dst, src, dt, n);
   CHECK_LAUNCH();
 }
-void opcu_add(void *dst, const void *src, dtype_t dt, int64_t n) { add_on(compute_stream(), dst, src, dt, n); }
-void opcu_max(void *dst, const void *src, dtype_t dt, int64_t n) { max_on(compute_stream(), dst, src, dt, n); }
-void opcu_add_on(void *stream, void *dst, const void *src, dtype_t dt, int64_t n) { add_on((cudaStream_t)stream, dst, src, dt, n); }
-void opcu_max_on(void *stream, void *dst, const void *src, dtype_t dt, int64_t n) { max_on((cudaStream_t)stream, dst, src, dt, n); }
+void opcu_add(void *dst, const void *src, dtype_t dt, int64_t n) {
+  add_on(compute_stream(), dst, src, dt, n);
+}
+void opcu_max(void *dst, const void *src, dtype_t dt, int64_t n) {
+  max_on(compute_stream(), dst, src, dt, n);
+}
+void opcu_add_on(void *stream, void *dst, const void *src, dtype_t dt, int64_t n) {
+  add_on((cudaStream_t)stream, dst, src, dt, n);
+}
+void opcu_max_on(void *stream, void *dst, const void *src, dtype_t dt, int64_t n) {
+  max_on((cudaStream_t)stream, dst, src, dt, n);
+}
 
 void opcu_scale(void *x, dtype_t dt, float s, int64_t n) {
   if (n <= 0) return;
@@ -169,7 +190,8 @@ void opcu_fill(void *x, dtype_t dt, float value, int64_t n) {
 __global__ void k_sumsq(double *partial, const void *x, int dt, int64_t n) {
   __shared__ double sh[ZL_THREADS];
   double acc = 0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     double v = d_load64(x, dt, i);
     acc += v * v;
   }
@@ -199,11 +221,13 @@ double opcu_sumsq(const void *x, dtype_t dt, int64_t n) {
 
 /* ---- GELU (tanh approximation, as GPT-2 / llm.c): elementwise.h's ew_gelu, ew_gelu_bwd -------- */
 __global__ void k_gelu_fwd(float *y, const float *x, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     y[i] = ew_gelu(x[i]);
 }
 __global__ void k_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     dx[i] = ew_gelu_bwd(x[i], dy[i]); /* dx may alias dy: each element reads dy[i] before writing dx[i] */
 }
 void opcu_gelu_fwd(float *y, const float *x, int64_t n) {
@@ -226,15 +250,15 @@ void opcu_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
 static void gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
   const float alpha = 1.0f;
-  CHECK_CUBLAS(cublasGemmEx(cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CHECK_CUBLAS(cublasGemmEx(cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta,
+                            C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 /* bf16 tensor cores: A and B bf16, C fp32, fp32 accumulation. */
 static void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
                       const void *B, int ldb, float beta, float *C, int ldc) {
   const float alpha = 1.0f;
-  CHECK_CUBLAS(cublasGemmEx(cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
-                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CHECK_CUBLAS(cublasGemmEx(cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                            &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* W as fp32 (widened into a workspace slot when wdt is bf16 or fp16: exact). */
@@ -254,11 +278,13 @@ static const void *as_bf16(const void *p, dtype_t dt, int64_t n, int slot) {
 
 __global__ void k_bias_add(float *y, const void *b, int dt, int B, int out) {
   int64_t n = (int64_t)B * out;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     y[i] += d_load(b, dt, i % out);
 }
 
-void opcu_linear_fwd(float *y, const float *x, const void *W, const void *b, dtype_t wdt, int B, int in, int out) {
+void opcu_linear_fwd(float *y, const float *x, const void *W, const void *b, dtype_t wdt, int B, int in,
+                     int out) {
   check_dt(wdt, "opcu_linear_fwd");
   if (B <= 0 || out <= 0) return;
   int64_t wn = (int64_t)out * in;
@@ -286,7 +312,8 @@ __global__ void k_bias_grad(void *db, int dt, const float *dy, int B, int out, f
 /* dW = beta·dW + g (bf16 or fp16 dW, fp32 g): one rounding per element (ops_cpu.c's
  * ops_store_acc; the CPU also counts fp16 gradients that flushed to zero, the GPU does not). */
 __global__ void k_accum_grad(void *dW, int dt, const float *g, float beta, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     d_store(dW, dt, i, beta == 0.0f ? g[i] : ew_acc(d_load(dW, dt, i), g[i], beta));
 }
 
@@ -306,8 +333,8 @@ void opcu_linear_bwd_input(float *dx, const float *dy, const void *W, dtype_t wd
   }
 }
 
-void opcu_linear_bwd_weight(void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in, int out,
-                            float beta) {
+void opcu_linear_bwd_weight(void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in,
+                            int out, float beta) {
   check_dt(wdt, "opcu_linear_bwd_weight");
   if (out <= 0 || in <= 0) return;
   int64_t wn = (int64_t)out * in;
@@ -346,8 +373,8 @@ void opcu_linear_bwd_weight(void *dW, void *db, const float *dy, const float *x,
   }
 }
 
-void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W, dtype_t wdt,
-                     int B, int in, int out, float beta) {
+void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                     dtype_t wdt, int B, int in, int out, float beta) {
   check_dt(wdt, "opcu_linear_bwd");
   if (out <= 0 || in <= 0) return;
   opcu_linear_bwd_input(dx, dy, W, wdt, B, in, out);
@@ -355,8 +382,8 @@ void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float
 }
 
 /* ---- softmax cross-entropy: one block per row, fixed-order trees ----------------------------- */
-__global__ void k_softmax_xent(double *row_loss, int *bad_label, float *dlogits, const float *logits, const int *y,
-                               int C, float scale) {
+__global__ void k_softmax_xent(double *row_loss, int *bad_label, float *dlogits, const float *logits,
+                               const int *y, int C, float scale) {
   __shared__ float sh[ZL_THREADS];
   __shared__ double shd[ZL_THREADS];
   const int64_t row = blockIdx.x;
@@ -419,12 +446,14 @@ double opcu_softmax_xent(float *dlogits, const float *logits, const int *y, int 
 }
 
 /* ---- optimizers: elementwise.h's ew_adamw / ew_sgd, the CPU's bits ------------------------- */
-__global__ void k_adamw(float *w, const void *grad, int gdt, float *m, float *v, int64_t n, float gscale, ew_adamw_t k) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+__global__ void k_adamw(float *w, const void *grad, int gdt, float *m, float *v, int64_t n, float gscale,
+                        ew_adamw_t k) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     ew_adamw(&w[i], &m[i], &v[i], d_load(grad, gdt, i), gscale, k);
 }
-void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, const adamw_hp_t *hp, int t,
-                float gscale) {
+void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, const adamw_hp_t *hp,
+                int t, float gscale) {
   if (n <= 0) return;
   check_dt(gdt, "opcu_adamw");
   if (t < 1) die_on_rank("opcu_adamw: step %d must be >= 1", t);
@@ -434,15 +463,17 @@ void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int
   CHECK_LAUNCH();
 }
 
-__global__ void k_sgd(float *w, const void *grad, int gdt, float *buf, int64_t n, float lr, float mu, float wd,
-                      float gscale) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+__global__ void k_sgd(float *w, const void *grad, int gdt, float *buf, int64_t n, float lr, float mu,
+                      float wd, float gscale) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     ew_sgd(&w[i], &buf[i], d_load(grad, gdt, i), gscale, lr, mu, wd);
 }
 void opcu_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float momentum,
               float weight_decay, float gscale) {
   if (n <= 0) return;
   check_dt(gdt, "opcu_sgd");
-  k_sgd<<<blocks_for(n), ZL_THREADS, 0, compute_stream()>>>(w, grad, gdt, buf, n, lr, momentum, weight_decay, gscale);
+  k_sgd<<<blocks_for(n), ZL_THREADS, 0, compute_stream()>>>(w, grad, gdt, buf, n, lr, momentum, weight_decay,
+                                                            gscale);
   CHECK_LAUNCH();
 }

@@ -8,17 +8,18 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-void opcu_linear_fwd(float *y, const float *x, const void *W, const void *b, dtype_t wdt, int B, int in, int out);
-void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W, dtype_t wdt,
-                     int B, int in, int out, float beta);
+void opcu_linear_fwd(float *y, const float *x, const void *W, const void *b, dtype_t wdt, int B, int in,
+                     int out);
+void opcu_linear_bwd(float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
+                     dtype_t wdt, int B, int in, int out, float beta);
 void opcu_linear_bwd_input(float *dx, const float *dy, const void *W, dtype_t wdt, int B, int in, int out);
-void opcu_linear_bwd_weight(void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in, int out,
-                            float beta);
+void opcu_linear_bwd_weight(void *dW, void *db, const float *dy, const float *x, dtype_t wdt, int B, int in,
+                            int out, float beta);
 void opcu_gelu_fwd(float *y, const float *x, int64_t n);
 void opcu_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n);
 double opcu_softmax_xent(float *dlogits, const float *logits, const int *y, int B, int C, float scale);
-void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, const adamw_hp_t *hp, int t,
-                float gscale);
+void opcu_adamw(float *w, const void *grad, dtype_t gdt, float *m, float *v, int64_t n, const adamw_hp_t *hp,
+                int t, float gscale);
 void opcu_sgd(float *w, const void *grad, dtype_t gdt, float *buf, int64_t n, float lr, float momentum,
               float weight_decay, float gscale);
 void opcu_cast(void *dst, dtype_t ddt, const void *src, dtype_t sdt, int64_t n);

@@ -38,7 +38,8 @@
 #define ATT_BLOCK 64
 
 static void gpt_check_dt(dtype_t dt, const char *op) {
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) die_on_rank("%s: unsupported dtype %s", op, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16)
+    die_on_rank("%s: unsupported dtype %s", op, dtype_name(dt));
 }
 /* n elements of p (dtype dt) as fp32: p itself for F32, else widened into a workspace slot. */
 static const float *gpt_as_f32(const void *p, dtype_t dt, int64_t n, int slot) {
@@ -60,8 +61,8 @@ static void gpt_store_acc(void *dst, dtype_t dt, const float *s, int64_t n, floa
 }
 
 /* ---- LayerNorm -------------------------------------------------------------------------- */
-void op_layernorm_fwd(device_t dev, float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
-                      dtype_t wdt, int rows, int C) {
+void op_layernorm_fwd(device_t dev, float *y, float *mean, float *rstd, const float *x, const void *w,
+                      const void *b, dtype_t wdt, int rows, int C) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_fwd(y, mean, rstd, x, w, b, wdt, rows, C));
   gpt_check_dt(wdt, __func__);
   if (rows <= 0 || C <= 0) return;
@@ -86,7 +87,8 @@ void op_layernorm_fwd(device_t dev, float *y, float *mean, float *rstd, const fl
 }
 
 void op_layernorm_bwd(device_t dev, float *dx, void *dw, void *db, const float *dy, const float *x,
-                      const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C, float beta) {
+                      const float *mean, const float *rstd, const void *w, dtype_t wdt, int rows, int C,
+                      float beta) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, wdt, rows, C, beta));
   /* its two halves, one after the other: each element's arithmetic is the fused loop's, in the same
    * order (the rows in turn), so the bits are the same (dx is never dy: the halves read dy after
@@ -122,8 +124,8 @@ void op_layernorm_bwd_input(device_t dev, float *dx, const float *dy, const floa
   }
 }
 
-void op_layernorm_bwd_weight(device_t dev, void *dw, void *db, const float *dy, const float *x, const float *mean,
-                             const float *rstd, dtype_t wdt, int rows, int C, float beta) {
+void op_layernorm_bwd_weight(device_t dev, void *dw, void *db, const float *dy, const float *x,
+                             const float *mean, const float *rstd, dtype_t wdt, int rows, int C, float beta) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_bwd_weight(dw, db, dy, x, mean, rstd, wdt, rows, C, beta));
   gpt_check_dt(wdt, __func__);
   if (C <= 0) return;
@@ -183,15 +185,15 @@ void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, in
       // scores: rows r0..r1−1 against keys 0..r1−1
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, Q + (int64_t)r0 * C3, C3, K, C3,
-                    0.0f, A + (int64_t)r0 * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, Q + (int64_t)r0 * C3, C3,
+                    K, C3, 0.0f, A + (int64_t)r0 * T, T);
       }
       for (int t = 0; t < T; t++) att_softmax_row(A + (int64_t)t * T, t, T);
       // out = att · V, rows r0..r1−1 against values 0..r1−1 (att is 0 beyond)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, A + (int64_t)r0 * T, T, V, C3,
-                    0.0f, O + (int64_t)r0 * C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, A + (int64_t)r0 * T, T,
+                    V, C3, 0.0f, O + (int64_t)r0 * C, C);
       }
     }
 }
@@ -199,8 +201,8 @@ void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, in
 /* Per (b,h), with P = att, dO = dout's head slice:
  *   dP = dO·Vᵀ;  dS = P ⊙ (dP − rowsum(P ⊙ dP));  dQ = scale·dS·K;  dK = scale·dSᵀ·Q;  dV = Pᵀ·dO.
  * dS lives in one T×T workspace; lower-triangular blocks only (dS and P are 0 above the diagonal). */
-void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
-                      int C, int NH) {
+void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                      int T, int C, int NH) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_attention_bwd(dqkv, dout, qkv, att, B, T, C, NH));
   if (NH <= 0 || C % NH != 0) die_on_rank("%s: C = %d is not a multiple of NH = %d", __func__, C, NH);
   ops_blas_init();
@@ -217,8 +219,8 @@ void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float 
       // dP = dO·Vᵀ, rows r0..r1−1 against keys 0..r1−1
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dO + (int64_t)r0 * C, C, V, C3,
-                    0.0f, dS + (int64_t)r0 * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dO + (int64_t)r0 * C, C,
+                    V, C3, 0.0f, dS + (int64_t)r0 * T, T);
       }
       // dS = P ⊙ (dP − Σ_j P·dP), row by row; exactly 0 above the diagonal
       for (int t = 0; t < T; t++) {
@@ -232,23 +234,23 @@ void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float 
       // dQ = scale·dS·K, rows r0..r1−1 against keys 0..r1−1
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale, dS + (int64_t)r0 * T, T, K, C3,
-                    0.0f, dQ + (int64_t)r0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale, dS + (int64_t)r0 * T,
+                    T, K, C3, 0.0f, dQ + (int64_t)r0 * C3, C3);
       }
       // dK = scale·dSᵀ·Q and dV = Pᵀ·dO, key rows c0..c1−1 against query rows c0..T−1
       for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
         int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, scale, dS + (int64_t)c0 * T + c0, T,
-                    Q + (int64_t)c0 * C3, C3, 0.0f, dK + (int64_t)c0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, P + (int64_t)c0 * T + c0, T,
-                    dO + (int64_t)c0 * C, C, 0.0f, dV + (int64_t)c0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, scale,
+                    dS + (int64_t)c0 * T + c0, T, Q + (int64_t)c0 * C3, C3, 0.0f, dK + (int64_t)c0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                    P + (int64_t)c0 * T + c0, T, dO + (int64_t)c0 * C, C, 0.0f, dV + (int64_t)c0 * C3, C3);
       }
     }
 }
 
 /* ---- token + position embedding ------------------------------------------------------------ */
-void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *wte, const void *wpe, dtype_t wdt,
-                      int B, int T, int C, int V) {
+void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *wte, const void *wpe,
+                      dtype_t wdt, int B, int T, int C, int V) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_embedding_fwd(out, tokens, wte, wpe, wdt, B, T, C, V));
   gpt_check_dt(wdt, __func__);
   for (int b = 0; b < B; b++)
@@ -274,8 +276,8 @@ void op_embedding_fwd(device_t dev, float *out, const int *tokens, const void *w
 
 /* Positions bucketed by token (a stable counting sort: within a bucket, increasing b·T+t), then
  * one fp32 sum per (v, c) in that order — the order ops_gpt_cuda.cu uses too. */
-void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B,
-                      int T, int C, int V, float beta) {
+void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt,
+                      int B, int T, int C, int V, float beta) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_embedding_bwd(dwte, dwpe, dout, tokens, wdt, B, T, C, V, beta));
   gpt_check_dt(wdt, __func__);
   if (C <= 0) return;
@@ -312,7 +314,8 @@ void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, c
 }
 
 /* ---- chapter 12's rows (ops_gpt.h) ------------------------------------------------------------- */
-void op_rows_gather(device_t dev, float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C) {
+void op_rows_gather(device_t dev, float *dst, const float *src, const int *src_row, const float *scale,
+                    int64_t n, int C) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_rows_gather(dst, src, src_row, scale, n, C));
   for (int64_t i = 0; i < n; i++) {
     float *d = dst + i * C;
@@ -328,8 +331,8 @@ void op_rows_gather(device_t dev, float *dst, const float *src, const int *src_r
   }
 }
 
-void op_rows_combine(device_t dev, float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C,
-                     float beta) {
+void op_rows_combine(device_t dev, float *y, const float *src, const int *slot, const float *w, int64_t T,
+                     int k, int C, float beta) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_rows_combine(y, src, slot, w, T, k, C, beta));
   for (int64_t t = 0; t < T; t++) {
     float *d = y + t * C;
@@ -344,7 +347,8 @@ void op_rows_combine(device_t dev, float *y, const float *src, const int *slot, 
   }
 }
 
-void op_rows_dot(device_t dev, float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C) {
+void op_rows_dot(device_t dev, float *dw, const float *dy, const float *src, const int *slot, int64_t T,
+                 int k, int C) {
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_rows_dot(dw, dy, src, slot, T, k, C));
   for (int64_t t = 0; t < T; t++)
     for (int j = 0; j < k; j++) {

@@ -26,8 +26,12 @@ extern "C" {
 #define LN_CHUNKS 128                   /* row chunks of the dw/db reduction: fixed, for determinism */
 
 /* ---- 16-bit on the device: dtype.h's dt_load / dt_store (ZL_HD), the host's bits for bf16 and fp16 */
-static __device__ __forceinline__ float g_load(const void *p, int dt, int64_t i) { return dt_load(p, (dtype_t)dt, i); }
-static __device__ __forceinline__ void g_store(void *p, int dt, int64_t i, float v) { dt_store(p, (dtype_t)dt, i, v); }
+static __device__ __forceinline__ float g_load(const void *p, int dt, int64_t i) {
+  return dt_load(p, (dtype_t)dt, i);
+}
+static __device__ __forceinline__ void g_store(void *p, int dt, int64_t i, float v) {
+  dt_store(p, (dtype_t)dt, i, v);
+}
 /* dst[i] = beta·dst[i] + s in dt, beta 0 overwrites (ops_gpt_cpu.c's gpt_store_acc). */
 static __device__ __forceinline__ void g_store_acc(void *dst, int dt, int64_t i, float s, float beta) {
   g_store(dst, dt, i, beta == 0.0f ? s : beta * g_load(dst, dt, i) + s);
@@ -53,15 +57,18 @@ static int grid_for(int64_t n, int per_block) {
   int64_t b = (n + per_block - 1) / per_block;
   return (int)(b < 1 ? 1 : b > GPT_MAX_BLOCKS ? GPT_MAX_BLOCKS : b);
 }
-static int warp_rows_grid(int64_t rows) { return (int)((rows + GPT_ROWS_PER_BLOCK - 1) / GPT_ROWS_PER_BLOCK); }
+static int warp_rows_grid(int64_t rows) {
+  return (int)((rows + GPT_ROWS_PER_BLOCK - 1) / GPT_ROWS_PER_BLOCK);
+}
 static void gpt_check_dt(dtype_t dt, const char *fn) {
-  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
+  if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16)
+    die_on_rank("%s: dtype %s is not supported on CUDA", fn, dtype_name(dt));
 }
 static void *ws(int slot, int64_t nbytes) { return ops_workspace(DEV_CUDA, slot, nbytes); }
 
 /* ---- LayerNorm ------------------------------------------------------------------------------- */
-__global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b, int dt,
-                         int rows, int C) {
+__global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
+                         int dt, int rows, int C) {
   int64_t r = (int64_t)blockIdx.x * GPT_ROWS_PER_BLOCK + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (r >= rows) return; /* whole warps leave together: the shuffles below see full warps */
@@ -121,8 +128,8 @@ __global__ void k_ln_bwd_partial(float *pw, float *pb, const float *dy, const fl
   pb[(int64_t)blockIdx.y * C + c] = sb;
 }
 /* The chunks summed in order, then dw = beta·dw + Σ (one rounding into dt). */
-__global__ void k_ln_bwd_finish(void *dw, void *db, int dt, const float *pw, const float *pb, int nchunks, int C,
-                                float beta) {
+__global__ void k_ln_bwd_finish(void *dw, void *db, int dt, const float *pw, const float *pb, int nchunks,
+                                int C, float beta) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float sw = 0.0f, sb = 0.0f;
@@ -134,16 +141,16 @@ __global__ void k_ln_bwd_finish(void *dw, void *db, int dt, const float *pw, con
   g_store_acc(db, dt, c, sb, beta);
 }
 
-void opcu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b, dtype_t wdt,
-                        int rows, int C) {
+void opcu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
+                        dtype_t wdt, int rows, int C) {
   gpt_check_dt(wdt, "opcu_layernorm_fwd");
   if (rows <= 0 || C <= 0) return;
   k_ln_fwd<<<warp_rows_grid(rows), GPT_THREADS, 0, stream()>>>(y, mean, rstd, x, w, b, wdt, rows, C);
   CHECK_LAUNCH();
 }
 
-void opcu_layernorm_bwd_input(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
-                              const void *w, dtype_t wdt, int rows, int C) {
+void opcu_layernorm_bwd_input(float *dx, const float *dy, const float *x, const float *mean,
+                              const float *rstd, const void *w, dtype_t wdt, int rows, int C) {
   gpt_check_dt(wdt, "opcu_layernorm_bwd_input");
   if (C <= 0 || rows <= 0) return;
   k_ln_bwd_dx<<<warp_rows_grid(rows), GPT_THREADS, 0, stream()>>>(dx, dy, x, mean, rstd, w, wdt, rows, C);
@@ -163,7 +170,8 @@ void opcu_layernorm_bwd_weight(void *dw, void *db, const float *dy, const float 
   dim3 grid((C + GPT_THREADS - 1) / GPT_THREADS, nchunks);
   k_ln_bwd_partial<<<grid, GPT_THREADS, 0, s>>>(pw, pb, dy, x, mean, rstd, r, C, per);
   CHECK_LAUNCH();
-  k_ln_bwd_finish<<<(C + GPT_THREADS - 1) / GPT_THREADS, GPT_THREADS, 0, s>>>(dw, db, wdt, pw, pb, nchunks, C, beta);
+  k_ln_bwd_finish<<<(C + GPT_THREADS - 1) / GPT_THREADS, GPT_THREADS, 0, s>>>(dw, db, wdt, pw, pb, nchunks, C,
+                                                                              beta);
   CHECK_LAUNCH();
 }
 
@@ -179,13 +187,13 @@ void opcu_layernorm_bwd(float *dx, void *dw, void *db, const float *dy, const fl
 /* ---- causal self-attention --------------------------------------------------------------------- */
 /* Column-major cuBLAS on row-major data (a row-major M(r,c) with leading dimension ld is the
  * column-major Mᵀ), batched over the NH heads of one batch row, fp32 throughout. */
-static void gemm_heads(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A,
-                       int lda, long long sA, const float *B, int ldb, long long sB, float *C, int ldc, long long sC,
-                       int batch) {
+static void gemm_heads(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                       const float *A, int lda, long long sA, const float *B, int ldb, long long sB, float *C,
+                       int ldc, long long sC, int batch) {
   const float beta = 0.0f;
-  CHECK_CUBLAS(cublasGemmStridedBatchedEx(cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sA, B, CUDA_R_32F, ldb,
-                                          sB, &beta, C, CUDA_R_32F, ldc, sC, batch, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT));
+  CHECK_CUBLAS(cublasGemmStridedBatchedEx(cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sA, B,
+                                          CUDA_R_32F, ldb, sB, &beta, C, CUDA_R_32F, ldc, sC, batch,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* Row R = (b·NH + h)·T + t of att holds scale·q·k: softmax over j <= t in place, 0 above. */
@@ -225,7 +233,8 @@ void opcu_attention_fwd(float *out, float *att, const float *qkv, int B, int T, 
   const long long TT = (long long)T * T;
   for (int b = 0; b < B; b++) { /* scores: S[t][j] = scale·q_t·k_j, every head of row b */
     const float *Q = qkv + (int64_t)b * T * C3, *K = Q + C;
-    gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, K, C3, hs, Q, C3, hs, att + (int64_t)b * NH * TT, T, TT, NH);
+    gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, K, C3, hs, Q, C3, hs, att + (int64_t)b * NH * TT, T,
+               TT, NH);
   }
   int64_t nrows = (int64_t)B * NH * T;
   k_att_softmax<<<warp_rows_grid(nrows), GPT_THREADS, 0, stream()>>>(att, nrows, T);
@@ -237,8 +246,8 @@ void opcu_attention_fwd(float *out, float *att, const float *qkv, int B, int T, 
   }
 }
 
-void opcu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
-                        int NH) {
+void opcu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                        int C, int NH) {
   if (NH <= 0 || C % NH != 0) die_on_rank("op_attention_bwd: C = %d is not a multiple of NH = %d", C, NH);
   if (B <= 0 || T <= 0) return;
   const int hs = C / NH, C3 = 3 * C;
@@ -249,29 +258,37 @@ void opcu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const 
     const float *Q = qkv + (int64_t)b * T * C3, *K = Q + C, *V = Q + 2 * C;
     const float *P = att + (int64_t)b * NH * TT, *dO = dout + (int64_t)b * T * C;
     float *dQ = dqkv + (int64_t)b * T * C3, *dK = dQ + C, *dV = dQ + 2 * C;
-    gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, V, C3, hs, dO, C, hs, dS, T, TT, NH); /* dP = dO·Vᵀ */
-    k_att_softmax_bwd<<<warp_rows_grid((int64_t)NH * T), GPT_THREADS, 0, stream()>>>(dS, P, (int64_t)NH * T, T);
+    /* dP = dO·Vᵀ */
+    gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, V, C3, hs, dO, C, hs, dS, T, TT, NH);
+    k_att_softmax_bwd<<<warp_rows_grid((int64_t)NH * T), GPT_THREADS, 0, stream()>>>(dS, P, (int64_t)NH * T,
+                                                                                     T);
     CHECK_LAUNCH();
-    gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, P, T, TT, dV, C3, hs, NH);   /* dV = Pᵀ·dO */
-    gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, K, C3, hs, dS, T, TT, dQ, C3, hs, NH); /* dQ = s·dS·K */
-    gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, Q, C3, hs, dS, T, TT, dK, C3, hs, NH); /* dK = s·dSᵀ·Q */
+    /* dV = Pᵀ·dO */
+    gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, P, T, TT, dV, C3, hs, NH);
+    /* dQ = s·dS·K */
+    gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, K, C3, hs, dS, T, TT, dQ, C3, hs, NH);
+    /* dK = s·dSᵀ·Q */
+    gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, Q, C3, hs, dS, T, TT, dK, C3, hs, NH);
   }
 }
 
 /* ---- token + position embedding ------------------------------------------------------------- */
-__global__ void k_emb_fwd(float *out, const int *tokens, const void *wte, const void *wpe, int dt, int T, int C, int V,
-                          int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+__global__ void k_emb_fwd(float *out, const int *tokens, const void *wte, const void *wpe, int dt, int T,
+                          int C, int V, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     int64_t p = i / C;
     int c = (int)(i % C), t = (int)(p % T), tok = tokens[p];
-    out[i] = (tok < 0 || tok >= V) ? NAN /* ops_gpt.h: a bad token makes its row NaN */
-                                   : g_load(wte, dt, (int64_t)tok * C + c) + g_load(wpe, dt, (int64_t)t * C + c);
+    out[i] = (tok < 0 || tok >= V)
+        ? NAN /* ops_gpt.h: a bad token makes its row NaN */
+        : g_load(wte, dt, (int64_t)tok * C + c) + g_load(wpe, dt, (int64_t)t * C + c);
   }
 }
 /* dwte[v,c] = beta·dwte[v,c] + Σ_{k in bucket v} dout[pos[k],c]; start (V+1), pos (BT). */
 __global__ void k_emb_bwd_wte(void *dwte, int dt, const float *dout, const int *start, const int *pos, int C,
                               int64_t n, float beta) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     int64_t v = i / C;
     int c = (int)(i % C);
     float s = 0.0f;
@@ -281,15 +298,16 @@ __global__ void k_emb_bwd_wte(void *dwte, int dt, const float *dout, const int *
 }
 __global__ void k_emb_bwd_wpe(void *dwpe, int dt, const float *dout, int B, int T, int C, float beta) {
   int64_t n = (int64_t)T * C;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int b = 0; b < B; b++) s += dout[(int64_t)b * n + i];
     g_store_acc(dwpe, dt, i, s, beta);
   }
 }
 
-void opcu_embedding_fwd(float *out, const int *tokens, const void *wte, const void *wpe, dtype_t wdt, int B, int T,
-                        int C, int V) {
+void opcu_embedding_fwd(float *out, const int *tokens, const void *wte, const void *wpe, dtype_t wdt, int B,
+                        int T, int C, int V) {
   gpt_check_dt(wdt, "opcu_embedding_fwd");
   int64_t n = (int64_t)B * T * C;
   if (B <= 0 || T <= 0 || C <= 0) return;
@@ -302,8 +320,8 @@ void opcu_embedding_fwd(float *out, const int *tokens, const void *wte, const vo
 static int *g_emb_host;
 static int64_t g_emb_host_n;
 
-void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B, int T, int C,
-                        int V, float beta) {
+void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *tokens, dtype_t wdt, int B,
+                        int T, int C, int V, float beta) {
   gpt_check_dt(wdt, "opcu_embedding_bwd");
   if (C <= 0 || V <= 0) return;
   cudaStream_t s = stream();
@@ -333,28 +351,30 @@ void opcu_embedding_bwd(void *dwte, void *dwpe, const float *dout, const int *to
   for (int v = 0; v < V; v++) start[v] = start[v + 1];
   start[V] = (int)BT;
   int *d_buckets = (int *)ws(OPS_GPT_WS_B, ((int64_t)V + 1 + BT) * (int64_t)sizeof(int));
-  CHECK_CUDA(cudaMemcpyAsync(d_buckets, start, ((size_t)V + 1 + BT) * sizeof(int), cudaMemcpyHostToDevice, s));
+  CHECK_CUDA(
+      cudaMemcpyAsync(d_buckets, start, ((size_t)V + 1 + BT) * sizeof(int), cudaMemcpyHostToDevice, s));
   int64_t n = (int64_t)V * C;
-  k_emb_bwd_wte<<<grid_for(n, GPT_THREADS), GPT_THREADS, 0, s>>>(dwte, wdt, dout, d_buckets, d_buckets + V + 1, C, n,
-                                                                  beta);
+  k_emb_bwd_wte<<<grid_for(n, GPT_THREADS), GPT_THREADS, 0, s>>>(dwte, wdt, dout, d_buckets,
+                                                                 d_buckets + V + 1, C, n, beta);
   CHECK_LAUNCH();
   if (T > 0) {
-    k_emb_bwd_wpe<<<grid_for((int64_t)T * C, GPT_THREADS), GPT_THREADS, 0, s>>>(dwpe, wdt, dout, B > 0 ? B : 0, T, C,
-                                                                                 beta);
+    k_emb_bwd_wpe<<<grid_for((int64_t)T * C, GPT_THREADS), GPT_THREADS, 0, s>>>(dwpe, wdt, dout,
+                                                                                B > 0 ? B : 0, T, C, beta);
     CHECK_LAUNCH();
   }
 }
 
 /* ---- chapter 12's rows (ops_gpt.h): one thread per output element, its sum in a fixed order ----- */
-__global__ void k_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C) {
+__global__ void k_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n,
+                              int C) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n * C) return;
   int64_t row = i / C, c = i % C;
   int r = src_row[row];
   dst[i] = r < 0 ? 0.0f : (scale ? scale[row] * src[(int64_t)r * C + c] : src[(int64_t)r * C + c]);
 }
-__global__ void k_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C,
-                               float beta) {
+__global__ void k_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k,
+                               int C, float beta) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
   int64_t t = i / C, c = i % C;
@@ -365,7 +385,8 @@ __global__ void k_rows_combine(float *y, const float *src, const int *slot, cons
   }
   y[i] = acc;
 }
-__global__ void k_rows_dot(float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k, int C) {
+__global__ void k_rows_dot(float *dw, const float *dy, const float *src, const int *slot, int64_t T, int k,
+                           int C) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * k) return;
   int r = slot[i];
@@ -374,12 +395,14 @@ __global__ void k_rows_dot(float *dw, const float *dy, const float *src, const i
     for (int c = 0; c < C; c++) acc += dy[(i / k) * C + c] * src[(int64_t)r * C + c];
   dw[i] = acc;
 }
-void opcu_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n, int C) {
+void opcu_rows_gather(float *dst, const float *src, const int *src_row, const float *scale, int64_t n,
+                      int C) {
   if (n * C <= 0) return;
   k_rows_gather<<<grid_for(n * C, GPT_THREADS), GPT_THREADS, 0, stream()>>>(dst, src, src_row, scale, n, C);
   CHECK_LAUNCH();
 }
-void opcu_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C, float beta) {
+void opcu_rows_combine(float *y, const float *src, const int *slot, const float *w, int64_t T, int k, int C,
+                       float beta) {
   if (T * C <= 0) return;
   k_rows_combine<<<grid_for(T * C, GPT_THREADS), GPT_THREADS, 0, stream()>>>(y, src, slot, w, T, k, C, beta);
   CHECK_LAUNCH();

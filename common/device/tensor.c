@@ -8,7 +8,8 @@
 
 tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel) {
   if (numel < 0) die_on_rank("tensor_alloc: %s has negative numel %lld", name ? name : "?", (long long)numel);
-  tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = dev, .cat = cat, .name = name, .owner = 1};
+  tensor_t t = {
+      .data = NULL, .numel = numel, .dtype = dtype, .dev = dev, .cat = cat, .name = name, .owner = 1};
   if (numel == 0) return t;
   int64_t nbytes = numel * (int64_t)dtype_size(dtype);
   t.ledger_id = ledger_add(cat, nbytes, name);
@@ -16,10 +17,19 @@ tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_
   return t;
 }
 
-tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, device_t for_dev, int64_t numel) {
-  if (numel < 0) die_on_rank("tensor_alloc_host: %s has negative numel %lld", name ? name : "?", (long long)numel);
-  tensor_t t = {.data = NULL, .numel = numel, .dtype = dtype, .dev = DEV_CPU, .cat = cat, .name = name, .owner = 1,
-                .arena = LEDGER_HOST, .pinned_for = for_dev};
+tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, device_t for_dev,
+                           int64_t numel) {
+  if (numel < 0)
+    die_on_rank("tensor_alloc_host: %s has negative numel %lld", name ? name : "?", (long long)numel);
+  tensor_t t = {.data = NULL,
+                .numel = numel,
+                .dtype = dtype,
+                .dev = DEV_CPU,
+                .cat = cat,
+                .name = name,
+                .owner = 1,
+                .arena = LEDGER_HOST,
+                .pinned_for = for_dev};
   if (numel == 0) return t;
   int64_t nbytes = numel * (int64_t)dtype_size(dtype);
   t.ledger_id = ledger_add_in(LEDGER_HOST, cat, nbytes, name);
@@ -49,7 +59,8 @@ tensor_t tensor_view(const tensor_t *t, int64_t off, int64_t numel) {
   return v;
 }
 
-void *tensor_grow(tensor_t *t, const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel) {
+void *tensor_grow(tensor_t *t, const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev,
+                  int64_t numel) {
   if (t->data && (t->numel < numel || t->dtype != dtype || t->dev != dev)) tensor_free(t);
   if (!t->data) *t = tensor_alloc(name, cat, dtype, dev, numel);
   return t->data;

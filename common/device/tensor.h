@@ -28,17 +28,21 @@ tensor_t tensor_alloc(const char *name, ledger_cat_t cat, dtype_t dtype, device_
 /* The same in the host arena: host memory, pinned for `for_dev` when it is DEV_CUDA (async
  * copies), plain on DEV_CPU; accounted to cat in LEDGER_HOST, outside the --mem-limit-mb budget.
  * The tensor's dev is DEV_CPU: host code and DEV_CPU ops use it directly. */
-tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, device_t for_dev, int64_t numel);
+tensor_t tensor_alloc_host(const char *name, ledger_cat_t cat, dtype_t dtype, device_t for_dev,
+                           int64_t numel);
 /* Release an owning tensor and give its bytes back to the ledger; a view or empty tensor is a no-op.
  * Leaves t empty (data NULL, numel 0). */
 void tensor_free(tensor_t *t);
 /* A working buffer that grows: at least numel elements of dtype on dev in *t, reallocated (freed,
  * then tensor_alloc: contents not kept) when it is smaller or of another dtype or device; returns
  * t->data (NULL for numel 0). The scratch of split layers (solutions/: tp, sp, cp, ulysses, moe). */
-void *tensor_grow(tensor_t *t, const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev, int64_t numel);
+void *tensor_grow(tensor_t *t, const char *name, ledger_cat_t cat, dtype_t dtype, device_t dev,
+                  int64_t numel);
 /* A view of elements [off, off+numel) of t. */
 tensor_t tensor_view(const tensor_t *t, int64_t off, int64_t numel);
 static inline int64_t tensor_nbytes(const tensor_t *t) { return t->numel * (int64_t)dtype_size(t->dtype); }
 /* Pointer to element i. */
-static inline void *tensor_at(const tensor_t *t, int64_t i) { return (char *)t->data + i * (int64_t)dtype_size(t->dtype); }
+static inline void *tensor_at(const tensor_t *t, int64_t i) {
+  return (char *)t->data + i * (int64_t)dtype_size(t->dtype);
+}
 #endif

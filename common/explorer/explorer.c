@@ -117,8 +117,12 @@ EXPORT double zx_sched_dur(int s, int i) {
 }
 /* The bubble of equal stages with the backward 2× the forward (pp_bubble_formula: the closed forms'
  * simulator), and the micro-batches stage s holds at once (pp_inflight_formula). */
-EXPORT double zx_bubble_formula(int sched, int P, int M, int v) { return pp_bubble_formula(sched, P, M, sched == PP_INTERLEAVED ? v : 1); }
-EXPORT int zx_inflight(int sched, int P, int s, int M, int v) { return pp_inflight_formula(sched, P, s, M, sched == PP_INTERLEAVED ? v : 1); }
+EXPORT double zx_bubble_formula(int sched, int P, int M, int v) {
+  return pp_bubble_formula(sched, P, M, sched == PP_INTERLEAVED ? v : 1);
+}
+EXPORT int zx_inflight(int sched, int P, int s, int M, int v) {
+  return pp_inflight_formula(sched, P, s, M, sched == PP_INTERLEAVED ? v : 1);
+}
 
 /* The closed form of the bubble beside the simulator's (pipeline_sim.h; Qi et al. 2023), equal
  * stages, c = 0: bubble time per step over the step, the step = M(f + b + w) + the bubble time:
@@ -191,8 +195,8 @@ static int chunk_of(const comm_t *c, const void *p) {
   return -1;
 }
 
-void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf, int64_t recv_numel,
-                       int src, dtype_t dt) {
+void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
+                       int64_t recv_numel, int src, dtype_t dt) {
   int s = c->step++, r = c->rank;
   memcpy(g_sent[g_pass & 1][r][s], sendbuf, (size_t)send_numel * sizeof(float));
   g_sent_n[r][s] = (int)send_numel;

@@ -1,5 +1,6 @@
 /* data.c — teacher-student synthetic classification and text windows, addressed by sample
- * index (notes/02-ddp.md; data.h for the text source). Nothing here keeps a generator state: every random number is a pure
+ * index (notes/02-ddp.md; data.h for the text source). Nothing here keeps a generator state: every random
+ * number is a pure
  * function of (seed, stream, index), so sample i is the same whichever rank makes it, in
  * whatever batch, in whatever order — the property every parity test leans on. */
 #include "data.h"   // data_t, data_init, data_batch, rng_*
@@ -71,7 +72,8 @@ void data_init(data_t *d, int D, int C, uint64_t seed) {
   *d = (data_t){.D = D, .C = C, .seed = seed, .fd = -1};
   d->teacher = xmalloc((size_t)C * D * sizeof(float), "data teacher"); // (C, D)
   float scale = (float)(DATA_LOGIT_STD / sqrt((double)D));           // logit std ≈ DATA_LOGIT_STD
-  for (int64_t k = 0; k < (int64_t)C * D; k++) d->teacher[k] = scale * rng_normal(seed, DATA_STREAM_TEACHER, k);
+  for (int64_t k = 0; k < (int64_t)C * D; k++)
+    d->teacher[k] = scale * rng_normal(seed, DATA_STREAM_TEACHER, k);
 }
 
 void data_free(data_t *d) {
@@ -174,8 +176,10 @@ int data_text_check(const char *path, int T, char *why, int why_len) {
     return -1;
   }
   if ((int64_t)st.st_size < data_text_min_bytes(T)) {
-    snprintf(why, (size_t)why_len, "%lld bytes, too short for --seq-len %d: needs at least %lld (10%% validation split "
-             "holding one window of seq_len+1 bytes)", (long long)st.st_size, T, (long long)data_text_min_bytes(T));
+    snprintf(why, (size_t)why_len,
+             "%lld bytes, too short for --seq-len %d: needs at least %lld (10%% validation split "
+             "holding one window of seq_len+1 bytes)",
+             (long long)st.st_size, T, (long long)data_text_min_bytes(T));
     return -1;
   }
   return 0;

@@ -13,14 +13,16 @@
 typedef struct { char name[64]; int64_t d0, d1; int64_t src; int transpose; } st_tensor_t;
 
 int64_t export_numel(const export_model_t *em) {
-  return em->gpt ? gpt_count_params(em->g) : model_count_params(em->input, em->hidden, em->classes, em->layers);
+  return em->gpt ? gpt_count_params(em->g)
+                 : model_count_params(em->input, em->hidden, em->classes, em->layers);
 }
 
 /* Elements of a tensor of the table (d1 0: a vector of d0). */
 static int64_t numel_of(const st_tensor_t *t) { return t->d0 * (t->d1 ? t->d1 : 1); }
 
 /* Append tensor (name, d0, d1) starting at *at in w; *at moves past it. */
-static void add(st_tensor_t *t, int *n, int64_t *at, const char *name, int64_t d0, int64_t d1, int transpose) {
+static void add(st_tensor_t *t, int *n, int64_t *at, const char *name, int64_t d0, int64_t d1,
+                int transpose) {
   st_tensor_t *x = &t[(*n)++];
   snprintf(x->name, sizeof x->name, "%s", name);
   x->d0 = d0, x->d1 = d1, x->src = *at, x->transpose = transpose;
@@ -45,11 +47,19 @@ static int tensors(const export_model_t *em, st_tensor_t *t) {
   add(t, &n, &at, "wte.weight", V, C, 0);
   add(t, &n, &at, "wpe.weight", S, C, 0);
   /* a block (gpt.h): vectors (d1 0), and the four Conv1D matrices stored (in, out) */
-  struct { const char *part; int64_t d0, d1; } b[] = {
-      {"ln_1.weight", C, 0}, {"ln_1.bias", C, 0}, {"attn.c_attn.weight", C, 3 * C}, {"attn.c_attn.bias", 3 * C, 0},
-      {"attn.c_proj.weight", C, C}, {"attn.c_proj.bias", C, 0}, {"ln_2.weight", C, 0}, {"ln_2.bias", C, 0},
-      {"mlp.c_fc.weight", C, 4 * C}, {"mlp.c_fc.bias", 4 * C, 0}, {"mlp.c_proj.weight", 4 * C, C},
-      {"mlp.c_proj.bias", C, 0}};
+  struct { const char *part; int64_t d0, d1;
+  } b[] = {{"ln_1.weight", C, 0},
+           {"ln_1.bias", C, 0},
+           {"attn.c_attn.weight", C, 3 * C},
+           {"attn.c_attn.bias", 3 * C, 0},
+           {"attn.c_proj.weight", C, C},
+           {"attn.c_proj.bias", C, 0},
+           {"ln_2.weight", C, 0},
+           {"ln_2.bias", C, 0},
+           {"mlp.c_fc.weight", C, 4 * C},
+           {"mlp.c_fc.bias", 4 * C, 0},
+           {"mlp.c_proj.weight", 4 * C, C},
+           {"mlp.c_proj.bias", C, 0}};
   for (int l = 0; l < em->g.n_layer; l++)
     for (int k = 0; k < 12; k++) {
       snprintf(nm, sizeof nm, "h.%d.%s", l, b[k].part);
@@ -77,10 +87,12 @@ void export_safetensors(const char *what, const char *path, const export_model_t
   int64_t off = 0;
   for (int k = 0; k < n; k++) {
     int64_t numel = numel_of(&t[k]);
-    if (t[k].d1) EMIT(",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%lld,%lld]}", t[k].name,
-                      (long long)t[k].d0, (long long)t[k].d1, (long long)off, (long long)(off + 4 * numel));
-    else EMIT(",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%lld,%lld]}", t[k].name, (long long)t[k].d0,
-              (long long)off, (long long)(off + 4 * numel));
+    if (t[k].d1)
+      EMIT(",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%lld,%lld]}", t[k].name,
+           (long long)t[k].d0, (long long)t[k].d1, (long long)off, (long long)(off + 4 * numel));
+    else
+      EMIT(",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%lld,%lld]}", t[k].name,
+           (long long)t[k].d0, (long long)off, (long long)(off + 4 * numel));
     off += 4 * numel;
   }
   EMIT("}");

@@ -38,8 +38,10 @@ const char *gpt_shape_error(gpt_shape_t s) {
 }
 
 int gpt_preset(const char *name, gpt_shape_t *out) {
-  if (strcmp(name, "tiny") == 0) *out = (gpt_shape_t){.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab = 256};
-  else if (strcmp(name, "small") == 0) *out = (gpt_shape_t){.n_layer = 4, .n_head = 4, .n_embd = 128, .seq_len = 64, .vocab = 256};
+  if (strcmp(name, "tiny") == 0)
+    *out = (gpt_shape_t){.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab = 256};
+  else if (strcmp(name, "small") == 0)
+    *out = (gpt_shape_t){.n_layer = 4, .n_head = 4, .n_embd = 128, .seq_len = 64, .vocab = 256};
   else if (strcmp(name, "124m-shape") == 0)
     *out = (gpt_shape_t){.n_layer = 12, .n_head = 12, .n_embd = 768, .seq_len = 1024, .vocab = 256};
   else return -1;
@@ -75,7 +77,9 @@ int64_t gpt_block_saved(const gpt_block_t *k) {
   return 3 * Ss * C + 4 * Ss + 12 * S * Cr + S * (k->att_fwd ? k->att_saved : (int64_t)k->NHr * S);
 }
 
-int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B) { return (int64_t)B * k->S * (4 * (int64_t)k->Cr + k->C); }
+int64_t gpt_block_scratch_numel(const gpt_block_t *k, int B) {
+  return (int64_t)B * k->S * (4 * (int64_t)k->Cr + k->C);
+}
 
 static int64_t emb_numel(gpt_shape_t s) { return ((int64_t)s.vocab + s.seq_len) * s.n_embd; }
 static int64_t head_numel(gpt_shape_t s) { return (int64_t)s.vocab * s.n_embd + 2 * (int64_t)s.n_embd; }
@@ -105,7 +109,8 @@ gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every) {
   int64_t C = s.n_embd, X = 8 * C * C + 5 * C, nm = 0; /* X: one MLP (fc 4C·C + 4C, fcproj C·4C + C) */
   for (int l = 0; E > 0 && every > 0 && l < s.n_layer; l++) nm += l % every == every - 1;
   gpt_moe_params_t p;
-  p.dense = gpt_count_params(s) - nm * X + nm * (int64_t)E * C; /* the MoE blocks' MLPs out, their routers in */
+  /* the MoE blocks' MLPs out, their routers in */
+  p.dense = gpt_count_params(s) - nm * X + nm * (int64_t)E * C;
   p.expert = nm * (int64_t)E * X;
   p.total = p.dense + p.expert;
   p.active = p.dense + nm * (int64_t)k * X;
@@ -128,8 +133,9 @@ static int64_t gpt_wsaved_numel(const model_t *m, int u); /* the split backward'
 
 void gpt_init(model_t *m, gpt_shape_t s) {
   const char *why = gpt_shape_error(s);
-  if (why) die("gpt shape n_layer %d n_head %d n_embd %d seq_len %d vocab %d: %s", s.n_layer, s.n_head, s.n_embd,
-               s.seq_len, s.vocab, why);
+  if (why)
+    die("gpt shape n_layer %d n_head %d n_embd %d seq_len %d vocab %d: %s", s.n_layer, s.n_head, s.n_embd,
+        s.seq_len, s.vocab, why);
   int U = s.n_layer + 2;
   *m = (model_t){.fns = &model_gpt_fns, .gpt = s, .in_numel = s.seq_len, .in_is_tokens = 1, .rows = s.seq_len,
                  .classes = s.vocab, .n_units = U};
@@ -142,7 +148,9 @@ void gpt_init(model_t *m, gpt_shape_t s) {
   model_layout(m);
 }
 
-int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) { return gpt_acts_bytes_tp(s, b, recompute, 1, 0); }
+int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute) {
+  return gpt_acts_bytes_tp(s, b, recompute, 1, 0);
+}
 
 int64_t gpt_cp_acts_bytes(gpt_shape_t s, int64_t b, int recompute, int64_t att_saved) {
   int64_t S = s.seq_len, E = s.n_embd, L = s.n_layer, V = s.vocab;
@@ -151,7 +159,8 @@ int64_t gpt_cp_acts_bytes(gpt_shape_t s, int64_t b, int recompute, int64_t att_s
 }
 
 int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp) {
-  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab, Ts = sp ? T / t : T; /* Ts: the residual's positions */
+  /* Ts: the residual's positions */
+  int64_t T = s.seq_len, C = s.n_embd, L = s.n_layer, V = s.vocab, Ts = sp ? T / t : T;
   gpt_block_t k = {.S = s.seq_len, .Ss = (int)Ts, .C = s.n_embd, .Cr = s.n_embd / t, .NHr = s.n_head / t};
   int64_t blk = gpt_block_saved(&k), head = Ts * C + 2 * Ts;
   int64_t outs = Ts * C * (L + 1) + T * V / t; /* embedding and block outputs, logits */
@@ -163,7 +172,8 @@ int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp
  * projections of a block scaled by 1/sqrt(2L), biases 0, LayerNorm w = 1 and b = 0. Value k of
  * unit u is rng_normal(seed, GPT_STREAM + u, k): a pure function of (seed, u, k). */
 static void fill_normal(float *dst, int64_t lo, int64_t n, double std, uint64_t seed, int u) {
-  for (int64_t k = lo; k < lo + n; k++) dst[k] = (float)std * rng_normal(seed, GPT_STREAM + (uint64_t)u, (uint64_t)k);
+  for (int64_t k = lo; k < lo + n; k++)
+    dst[k] = (float)std * rng_normal(seed, GPT_STREAM + (uint64_t)u, (uint64_t)k);
 }
 static void fill_const(float *dst, int64_t lo, int64_t n, float v) {
   for (int64_t k = lo; k < lo + n; k++) dst[k] = v;
@@ -195,7 +205,9 @@ static void gpt_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
 
 /* ---- views (param_at, grad_at: model.h) ------------------------------------------------------ */
 /* A block's saved activations, carved from io->saved in the order of gpt.h: each (B, ...) */
-typedef struct block_acts { float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg; } block_acts_t;
+typedef struct block_acts {
+  float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *fch, *fchg;
+} block_acts_t;
 static block_acts_t block_acts(const gpt_block_t *k, int B, float *saved) {
   int64_t BT = (int64_t)B * k->S, BTs = (int64_t)B * k->Ss, BTC = BTs * k->C, BTCr = BT * k->Cr;
   block_acts_t a;
@@ -247,27 +259,37 @@ static void gpt_forward(const model_t *m, int u, const unit_io_t *io) {
 }
 
 /* The block's four matmuls through gpt_block_t's hooks (the split linears), or the plain ops. */
-static void col_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in, int out) {
+static void col_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b,
+                    int in, int out) {
   int rows = io->B * k->S;
   if (k->col_fwd) k->col_fwd(k->hook_ctx, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
   else op_linear_fwd(io->dev, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
 }
-static void row_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b, int in, int out) {
+static void row_fwd(const gpt_block_t *k, const unit_io_t *io, float *y, const float *x, int64_t w, int64_t b,
+                    int in, int out) {
   int rows = io->B * k->S;
   if (k->row_fwd) k->row_fwd(k->hook_ctx, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
   else op_linear_fwd(io->dev, y, x, param_at(io, w), param_at(io, b), io->wdt, rows, in, out);
 }
-static void col_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
-                    const float *x, int in, int out) {
+static void col_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b,
+                    const float *dy, const float *x, int in, int out) {
   int rows = io->B * k->S;
-  if (k->col_bwd) k->col_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
-  else op_linear_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
+  if (k->col_bwd)
+    k->col_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in,
+               out, io->beta);
+  else
+    op_linear_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out,
+                  io->beta);
 }
-static void row_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
-                    const float *x, int in, int out) {
+static void row_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b,
+                    const float *dy, const float *x, int in, int out) {
   int rows = io->B * k->S;
-  if (k->row_bwd) k->row_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
-  else op_linear_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out, io->beta);
+  if (k->row_bwd)
+    k->row_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in,
+               out, io->beta);
+  else
+    op_linear_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, param_at(io, w), io->wdt, rows, in, out,
+                  io->beta);
 }
 
 int64_t gpt_block_attn_saved(const gpt_block_t *k) { return gpt_block_saved(k) - 8 * (int64_t)k->S * k->Cr; }
@@ -281,17 +303,22 @@ void gpt_block_attn_forward(const gpt_block_t *k, const unit_io_t *io, float **x
   block_acts_t a = block_acts(k, B, io->saved);
   const float *x = io->x;
   (void)S;
-  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, param_at(io, l.ln1w), param_at(io, l.ln1b), wdt, BTs, C); // (BTs,C)
+  // (BTs,C)
+  op_layernorm_fwd(dev, a.ln1, a.mean1, a.rstd1, x, param_at(io, l.ln1w), param_at(io, l.ln1b), wdt, BTs, C);
   col_fwd(k, io, a.qkv, a.ln1, l.qkvw, l.qkvb, C, 3 * Cr);                                      // (BT,3Cr)
   if (k->att_fwd) k->att_fwd(k->hook_ctx, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);               // (BT,Cr)
   else op_attention_fwd(dev, a.atty, a.att, a.qkv, B, S, Cr, k->NHr);                           // (BT,Cr)
   row_fwd(k, io, a.x2, a.atty, l.projw, l.projb, Cr, C);                                        // (BTs,C)
-  op_add(dev, a.x2, x, DT_F32, n);                                                              // x2 = x + attn
-  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, param_at(io, l.ln2w), param_at(io, l.ln2b), wdt, BTs, C);
+  // x2 = x + attn
+  op_add(dev, a.x2, x, DT_F32, n);
+  op_layernorm_fwd(dev, a.ln2, a.mean2, a.rstd2, a.x2, param_at(io, l.ln2w), param_at(io, l.ln2b), wdt, BTs,
+                   C);
   *x2 = a.x2, *ln2 = a.ln2;
 }
 
-const float *gpt_block_saved_ln2(const gpt_block_t *k, const unit_io_t *io) { return block_acts(k, io->B, io->saved).ln2; }
+const float *gpt_block_saved_ln2(const gpt_block_t *k, const unit_io_t *io) {
+  return block_acts(k, io->B, io->saved).ln2;
+}
 
 void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
   int B = io->B, S = k->S, C = k->C, Cr = k->Cr, BT = B * S, BTs = B * k->Ss;
@@ -304,7 +331,8 @@ void gpt_block_forward(const gpt_block_t *k, const unit_io_t *io) {
   col_fwd(k, io, a.fch, ln2, l.fcw, l.fcb, C, 4 * Cr);                                          // (BT,4Cr)
   op_gelu_fwd(dev, a.fchg, a.fch, (int64_t)BT * 4 * Cr);
   row_fwd(k, io, io->y, a.fchg, l.fcprojw, l.fcprojb, 4 * Cr, C);
-  op_add(dev, io->y, x2, DT_F32, n);                                                            // y = x2 + mlp
+  // y = x2 + mlp
+  op_add(dev, io->y, x2, DT_F32, n);
 }
 
 /* ---- backward --------------------------------------------------------------------------------- */
@@ -325,10 +353,12 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
     float *dlnf = scratch(dev, n);                                                              // (BT,C)
-    op_linear_bwd(dev, dlnf, grad_at(io, 2 * (int64_t)C), NULL, dy, lnf, param_at(io, 2 * (int64_t)C), wdt, BT, C, V, beta);
+    op_linear_bwd(dev, dlnf, grad_at(io, 2 * (int64_t)C), NULL, dy, lnf, param_at(io, 2 * (int64_t)C), wdt,
+                  BT, C, V, beta);
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, n); /* the LayerNorm backward accumulates into dx */
-      op_layernorm_bwd(dev, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, x, mean, rstd, param_at(io, 0), wdt, BT, C, beta);
+      op_layernorm_bwd(dev, io->dx, grad_at(io, 0), grad_at(io, C), dlnf, x, mean, rstd, param_at(io, 0), wdt,
+                       BT, C, beta);
     }
     return;
   }
@@ -337,11 +367,15 @@ static void gpt_backward(const model_t *m, int u, const unit_io_t *io) {
 }
 
 /* LayerNorm's backward through gpt_block_t's hook (sequence parallelism sums dw, db), or the plain op. */
-static void ln_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b, const float *dy,
-                   const float *x, const float *mean, const float *rstd) {
+static void ln_bwd(const gpt_block_t *k, const unit_io_t *io, float *dx, int64_t w, int64_t b,
+                   const float *dy, const float *x, const float *mean, const float *rstd) {
   int rows = io->B * k->Ss;
-  if (k->ln_bwd) k->ln_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, mean, rstd, param_at(io, w), io->wdt, rows, k->C, io->beta);
-  else op_layernorm_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, mean, rstd, param_at(io, w), io->wdt, rows, k->C, io->beta);
+  if (k->ln_bwd)
+    k->ln_bwd(k->hook_ctx, dx, grad_at(io, w), grad_at(io, b), dy, x, mean, rstd, param_at(io, w), io->wdt,
+              rows, k->C, io->beta);
+  else
+    op_layernorm_bwd(io->dev, dx, grad_at(io, w), grad_at(io, b), dy, x, mean, rstd, param_at(io, w), io->wdt,
+                     rows, k->C, io->beta);
 }
 
 void gpt_block_attn_backward(const gpt_block_t *k, const unit_io_t *io, const float *dln2, float *work) {
@@ -356,9 +390,12 @@ void gpt_block_attn_backward(const gpt_block_t *k, const unit_io_t *io, const fl
   ln_bwd(k, io, dy, l.ln2w, l.ln2b, dln2, a.x2, a.mean2, a.rstd2);                             // dy := d x2
   // attention: x2 = x + proj(attn(qkv(ln1(x))))
   row_bwd(k, io, s1, l.projw, l.projb, dy, a.atty, Cr, C);                                      // d atty
-  if (k->att_bwd) k->att_bwd(k->hook_ctx, s3, s1, a.qkv, a.atty, a.att, B, S, Cr, k->NHr);     // d qkv (BT,3Cr)
-  else op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                           // d qkv (BT,3Cr)
-  col_bwd(k, io, s1, l.qkvw, l.qkvb, s3, a.ln1, C, 3 * Cr);                                    // d ln1 (split: Σ partials)
+  // d qkv (BT,3Cr)
+  if (k->att_bwd) k->att_bwd(k->hook_ctx, s3, s1, a.qkv, a.atty, a.att, B, S, Cr, k->NHr);
+  // d qkv (BT,3Cr)
+  else op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);
+  // d ln1 (split: Σ partials)
+  col_bwd(k, io, s1, l.qkvw, l.qkvb, s3, a.ln1, C, 3 * Cr);
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
     ln_bwd(k, io, io->dx, l.ln1w, l.ln1b, s1, x, a.mean1, a.rstd1);
@@ -372,11 +409,14 @@ void gpt_block_backward(const gpt_block_t *k, const unit_io_t *io, float *work) 
   block_acts_t a = block_acts(k, B, io->saved);
   float *dy = io->dy;
   float *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr; /* s4 (BT,4Cr), s1 (BT,C) or (BTs,C) */
-  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy is whole
+  // MLP: dy is the gradient of y = x2 + fcproj(GELU(fc(ln2(x2)))); (split) g's backward is the identity: dy
+  // is whole
   row_bwd(k, io, s4, l.fcprojw, l.fcprojb, dy, a.fchg, 4 * Cr, C);                             // d fchg
   op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                       // d fch
-  col_bwd(k, io, s1, l.fcw, l.fcb, s4, a.ln2, C, 4 * Cr);                                      // d ln2 (split: Σ partials)
-  gpt_block_attn_backward(k, io, s1, work);                                                    // dy := d x2, then attention
+  // d ln2 (split: Σ partials)
+  col_bwd(k, io, s1, l.fcw, l.fcb, s4, a.ln2, C, 4 * Cr);
+  // dy := d x2, then attention
+  gpt_block_attn_backward(k, io, s1, work);
 }
 
 /* ---- the backward in two halves (model.h: backward_input B, backward_weight W) ----------------
@@ -403,18 +443,27 @@ static void block_backward_input(const gpt_block_t *k, const unit_io_t *io, floa
   block_acts_t a = block_acts(k, B, io->saved);
   float *dy = io->dy, *s4 = work, *s1 = s4 + 4 * (int64_t)BT * Cr, *s3 = s4;
   float *w_dy = io->wsaved, *w_dln2 = w_dy + n, *w_dx2 = w_dln2 + n, *w_dln1 = w_dx2 + n;
-  dev_memcpy(dev, w_dy, dev, dy, (size_t)n * sizeof(float));                                   // d y, for fcproj's W
-  op_linear_bwd_input(dev, s4, dy, param_at(io, l.fcprojw), wdt, BT, 4 * Cr, C);                       // d fchg
+  // d y, for fcproj's W
+  dev_memcpy(dev, w_dy, dev, dy, (size_t)n * sizeof(float));
+  // d fchg
+  op_linear_bwd_input(dev, s4, dy, param_at(io, l.fcprojw), wdt, BT, 4 * Cr, C);
   op_gelu_bwd(dev, s4, s4, a.fch, (int64_t)BT * 4 * Cr);                                        // d fch
-  dev_memcpy(dev, a.fch, dev, s4, (size_t)BT * 4 * Cr * sizeof(float));                         // over fch, for fc's W
-  op_linear_bwd_input(dev, s1, s4, param_at(io, l.fcw), wdt, BT, C, 4 * Cr);                           // d ln2
+  // over fch, for fc's W
+  dev_memcpy(dev, a.fch, dev, s4, (size_t)BT * 4 * Cr * sizeof(float));
+  // d ln2
+  op_linear_bwd_input(dev, s1, s4, param_at(io, l.fcw), wdt, BT, C, 4 * Cr);
   dev_memcpy(dev, w_dln2, dev, s1, (size_t)n * sizeof(float));
-  op_layernorm_bwd_input(dev, dy, s1, a.x2, a.mean2, a.rstd2, param_at(io, l.ln2w), wdt, BT, C);       // dy := d x2
-  dev_memcpy(dev, w_dx2, dev, dy, (size_t)n * sizeof(float));                                   // for proj's W
-  op_linear_bwd_input(dev, s1, dy, param_at(io, l.projw), wdt, BT, Cr, C);                             // d atty
+  // dy := d x2
+  op_layernorm_bwd_input(dev, dy, s1, a.x2, a.mean2, a.rstd2, param_at(io, l.ln2w), wdt, BT, C);
+  // for proj's W
+  dev_memcpy(dev, w_dx2, dev, dy, (size_t)n * sizeof(float));
+  // d atty
+  op_linear_bwd_input(dev, s1, dy, param_at(io, l.projw), wdt, BT, Cr, C);
   op_attention_bwd(dev, s3, s1, a.qkv, a.att, B, S, Cr, k->NHr);                                // d qkv
-  dev_memcpy(dev, a.qkv, dev, s3, (size_t)BT * 3 * Cr * sizeof(float));                         // over qkv, for qkv's W
-  op_linear_bwd_input(dev, s1, s3, param_at(io, l.qkvw), wdt, BT, C, 3 * Cr);                          // d ln1
+  // over qkv, for qkv's W
+  dev_memcpy(dev, a.qkv, dev, s3, (size_t)BT * 3 * Cr * sizeof(float));
+  // d ln1
+  op_linear_bwd_input(dev, s1, s3, param_at(io, l.qkvw), wdt, BT, C, 3 * Cr);
   dev_memcpy(dev, w_dln1, dev, s1, (size_t)n * sizeof(float));
   if (io->dx) {
     dev_memcpy(dev, io->dx, dev, dy, (size_t)n * sizeof(float)); /* the residual's gradient, then += LN's */
@@ -431,14 +480,17 @@ static void block_backward_weight(const gpt_block_t *k, const unit_io_t *io) {
   gpt_block_layout_t l = k->l;
   block_acts_t a = block_acts(k, B, io->saved);
   const float *w_dy = io->wsaved, *w_dln2 = w_dy + n, *w_dx2 = w_dln2 + n, *w_dln1 = w_dx2 + n;
-  op_linear_bwd_weight(dev, grad_at(io, l.fcprojw), grad_at(io, l.fcprojb), w_dy, a.fchg, wdt, BT, 4 * Cr, C, beta);
+  op_linear_bwd_weight(dev, grad_at(io, l.fcprojw), grad_at(io, l.fcprojb), w_dy, a.fchg, wdt, BT, 4 * Cr, C,
+                       beta);
   op_linear_bwd_weight(dev, grad_at(io, l.fcw), grad_at(io, l.fcb), a.fch, a.ln2, wdt, BT, C, 4 * Cr, beta);
-  op_layernorm_bwd_weight(dev, grad_at(io, l.ln2w), grad_at(io, l.ln2b), w_dln2, a.x2, a.mean2, a.rstd2, wdt, BT, C, beta);
+  op_layernorm_bwd_weight(dev, grad_at(io, l.ln2w), grad_at(io, l.ln2b), w_dln2, a.x2, a.mean2, a.rstd2, wdt,
+                          BT, C, beta);
   op_linear_bwd_weight(dev, grad_at(io, l.projw), grad_at(io, l.projb), w_dx2, a.atty, wdt, BT, Cr, C, beta);
   op_linear_bwd_weight(dev, grad_at(io, l.qkvw), grad_at(io, l.qkvb), a.qkv, a.ln1, wdt, BT, C, 3 * Cr, beta);
   /* (backward skips LN1's gradients without a dx, which a block never lacks: unit 0 is the embedding;
    * W takes no dx, so it does not ask) */
-  op_layernorm_bwd_weight(dev, grad_at(io, l.ln1w), grad_at(io, l.ln1b), w_dln1, io->x, a.mean1, a.rstd1, wdt, BT, C, beta);
+  op_layernorm_bwd_weight(dev, grad_at(io, l.ln1w), grad_at(io, l.ln1b), w_dln1, io->x, a.mean1, a.rstd1, wdt,
+                          BT, C, beta);
 }
 
 static void gpt_backward_input(const model_t *m, int u, const unit_io_t *io) {
@@ -453,7 +505,8 @@ static void gpt_backward_input(const model_t *m, int u, const unit_io_t *io) {
   }
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
-    dev_memcpy(dev, io->y, dev, io->dy, (size_t)BT * V * sizeof(float)); /* d logits over the logits, for the head's W */
+    /* d logits over the logits, for the head's W */
+    dev_memcpy(dev, io->y, dev, io->dy, (size_t)BT * V * sizeof(float));
     op_linear_bwd_input(dev, io->wsaved, io->dy, param_at(io, 2 * (int64_t)C), io->wdt, BT, C, V); /* d lnf */
     if (io->dx) {
       op_fill(dev, io->dx, DT_F32, 0.0f, n);
@@ -471,13 +524,15 @@ static void gpt_backward_weight(const model_t *m, int u, const unit_io_t *io) {
   int64_t n = (int64_t)BT * C;
   device_t dev = io->dev;
   if (u == 0) {
-    op_embedding_bwd(dev, grad_at(io, 0), grad_at(io, (int64_t)V * C), io->wsaved, io->x, io->wdt, B, T, C, V, io->beta);
+    op_embedding_bwd(dev, grad_at(io, 0), grad_at(io, (int64_t)V * C), io->wsaved, io->x, io->wdt, B, T, C, V,
+                     io->beta);
     return;
   }
   if (u == m->n_units - 1) {
     const float *lnf = io->saved, *mean = lnf + n, *rstd = mean + BT;
     op_linear_bwd_weight(dev, grad_at(io, 2 * (int64_t)C), NULL, io->y, lnf, io->wdt, BT, C, V, io->beta);
-    op_layernorm_bwd_weight(dev, grad_at(io, 0), grad_at(io, C), io->wsaved, io->x, mean, rstd, io->wdt, BT, C, io->beta);
+    op_layernorm_bwd_weight(dev, grad_at(io, 0), grad_at(io, C), io->wsaved, io->x, mean, rstd, io->wdt, BT,
+                            C, io->beta);
     return;
   }
   gpt_block_t k = gpt_block_whole(s);
@@ -496,6 +551,10 @@ static double gpt_flops_per_sample(const model_t *m) {
   return T * (L * 24.0 * C * C + 2.0 * C * V) + L * 4.0 * T * T * C;
 }
 
-const model_fns_t model_gpt_fns = {.name = "gpt", .init_unit = gpt_init_unit, .forward = gpt_forward,
-                                   .backward = gpt_backward, .backward_input = gpt_backward_input,
-                                   .backward_weight = gpt_backward_weight, .flops_per_sample = gpt_flops_per_sample};
+const model_fns_t model_gpt_fns = {.name = "gpt",
+                                   .init_unit = gpt_init_unit,
+                                   .forward = gpt_forward,
+                                   .backward = gpt_backward,
+                                   .backward_input = gpt_backward_input,
+                                   .backward_weight = gpt_backward_weight,
+                                   .flops_per_sample = gpt_flops_per_sample};

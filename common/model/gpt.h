@@ -78,13 +78,13 @@ typedef struct gpt_block {
   /* The arguments of op_linear_fwd / op_linear_bwd (common/device/ops.h), rows = B·S, b in wdt; the
    * LayerNorm side (a column hook's x and dx, a row hook's y and dy) has B·Ss rows:
    * column-parallel: x whole on every rank, y this rank's output features (f around it) */
-  void (*col_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
-                  int out);
+  void (*col_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
+                  int in, int out);
   void (*col_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                   dtype_t wdt, int rows, int in, int out, float beta);
   /* row-parallel: x this rank's input features, y (rows, C) summed over the group (g), + b once */
-  void (*row_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows, int in,
-                  int out);
+  void (*row_fwd)(void *ctx, float *y, const float *x, const void *W, const void *b, dtype_t wdt, int rows,
+                  int in, int out);
   void (*row_bwd)(void *ctx, float *dx, void *dW, void *db, const float *dy, const float *x, const void *W,
                   dtype_t wdt, int rows, int in, int out, float beta);
   /* Attention on qkv (B·S, 3Cr) → atty (B·S, Cr), saving att_saved fp32 per token in att (NULL:
@@ -92,8 +92,8 @@ typedef struct gpt_block {
    * parallelism (solutions/cp.h) puts its ring here: its B·S tokens are chunks of longer sequences,
    * and it saves NHr per token (the log-sum-exp), not the S² probabilities. */
   void (*att_fwd)(void *ctx, float *atty, float *att, const float *qkv, int B, int S, int Cr, int NHr);
-  void (*att_bwd)(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty, const float *att,
-                  int B, int S, int Cr, int NHr);
+  void (*att_bwd)(void *ctx, float *dqkv, const float *datty, const float *qkv, const float *atty,
+                  const float *att, int B, int S, int Cr, int NHr);
   int64_t att_saved;   /* with att_fwd: fp32 elements att keeps per token */
   /* op_layernorm_bwd's arguments (common/device/ops_gpt.h), rows = B·Ss; NULL: the plain op. With Ss < S
    * each rank's dw, db are a partial sum over its rows: sequence parallelism sums them here. */
@@ -140,7 +140,8 @@ int64_t gpt_acts_bytes(gpt_shape_t s, int64_t b, int recompute);
 /* The same per rank of t-way tensor parallelism (solutions/tp_gpt.c; t dividing n_head, n_embd and
  * vocab): the block's qkv, attention, fc tensors and the logits at 1/t; with sp (sequence
  * parallelism, t dividing seq_len) the LayerNorm/residual tensors and every unit output too, so
- * that everything is 1/t: gpt_acts_bytes_tp(s, b, r, t, 1) = gpt_acts_bytes(s, b, r) / t. t = 1: gpt_acts_bytes. */
+ * that everything is 1/t: gpt_acts_bytes_tp(s, b, r, t, 1) = gpt_acts_bytes(s, b, r) / t. t = 1:
+ * gpt_acts_bytes. */
 int64_t gpt_acts_bytes_tp(gpt_shape_t s, int64_t b, int recompute, int t, int sp);
 /* Context parallelism's (solutions/cp_gpt.c, chapter 10): activation bytes a rank keeps for b loop
  * samples, b·S tokens that are S/C positions of C·b sequences, when each block's attention saves

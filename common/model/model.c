@@ -52,7 +52,14 @@ void model_layout(model_t *m) {
 
 void model_init(model_t *m, int D, int H, int C, int L) {
   model_check_shape(D, H, C, L);
-  *m = (model_t){.fns = &model_mlp_fns, .D = D, .H = H, .C = C, .L = L, .in_numel = D, .rows = 1, .classes = C,
+  *m = (model_t){.fns = &model_mlp_fns,
+                 .D = D,
+                 .H = H,
+                 .C = C,
+                 .L = L,
+                 .in_numel = D,
+                 .rows = 1,
+                 .classes = C,
                  .n_units = L + 1};
   m->units = xcalloc((size_t)m->n_units, sizeof(unit_t), "model units");
   for (int u = 0; u < m->n_units; u++) {
@@ -103,7 +110,8 @@ static void mlp_forward(const model_t *m, int u, const unit_io_t *io) {
   void *base = (void *)io->params; // unit_W/unit_b take a non-const base; nothing is written through it
   int last = u == m->n_units - 1;
   float *z = last ? io->y : io->saved;                                                       // (B,out)
-  op_linear_fwd(io->dev, z, io->x, unit_W(base, io->wdt), unit_b(un, base, io->wdt), io->wdt, io->B, un->in, un->out);
+  op_linear_fwd(io->dev, z, io->x, unit_W(base, io->wdt), unit_b(un, base, io->wdt), io->wdt, io->B, un->in,
+                un->out);
   if (!last) op_gelu_fwd(io->dev, io->y, z, (int64_t)io->B * un->out);                        // y (B,out)
 }
 
@@ -126,14 +134,15 @@ static void mlp_backward_input(const model_t *m, int u, const unit_io_t *io) {
   float *dz = u != m->n_units - 1 ? io->saved : io->y;
   if (u != m->n_units - 1) op_gelu_bwd(io->dev, io->dy, io->dy, io->saved, n);
   dev_memcpy(io->dev, dz, io->dev, io->dy, (size_t)n * sizeof(float));
-  op_linear_bwd_input(io->dev, io->dx, io->dy, unit_W((void *)io->params, io->wdt), io->wdt, io->B, un->in, un->out);
+  op_linear_bwd_input(io->dev, io->dx, io->dy, unit_W((void *)io->params, io->wdt), io->wdt, io->B, un->in,
+                      un->out);
 }
 
 static void mlp_backward_weight(const model_t *m, int u, const unit_io_t *io) {
   const unit_t *un = &m->units[u];
   const float *dz = u != m->n_units - 1 ? io->saved : io->y;
-  op_linear_bwd_weight(io->dev, unit_W(io->grads, io->wdt), unit_b(un, io->grads, io->wdt), dz, io->x, io->wdt, io->B,
-                       un->in, un->out, io->beta);
+  op_linear_bwd_weight(io->dev, unit_W(io->grads, io->wdt), unit_b(un, io->grads, io->wdt), dz, io->x,
+                       io->wdt, io->B, un->in, un->out, io->beta);
 }
 
 static double mlp_flops_per_sample(const model_t *m) {
@@ -142,6 +151,10 @@ static double mlp_flops_per_sample(const model_t *m) {
   return f;
 }
 
-const model_fns_t model_mlp_fns = {.name = "mlp", .init_unit = mlp_init_unit, .forward = mlp_forward,
-                                   .backward = mlp_backward, .backward_input = mlp_backward_input,
-                                   .backward_weight = mlp_backward_weight, .flops_per_sample = mlp_flops_per_sample};
+const model_fns_t model_mlp_fns = {.name = "mlp",
+                                   .init_unit = mlp_init_unit,
+                                   .forward = mlp_forward,
+                                   .backward = mlp_backward,
+                                   .backward_input = mlp_backward_input,
+                                   .backward_weight = mlp_backward_weight,
+                                   .flops_per_sample = mlp_flops_per_sample};

@@ -54,7 +54,8 @@ typedef struct unit_io {
   float *saved;         /* (B, saved_numel) what backward needs (may be NULL when saved_numel is 0) */
   float *dy;            /* backward: (B, y_numel) gradient w.r.t. y; the unit may overwrite it */
   float *dx;            /* backward: (B, in) gradient w.r.t. x, overwritten; NULL: not needed (unit 0) */
-  float *wsaved;        /* split backward: (B, wsaved_numel) written by backward_input, read by backward_weight */
+  /* split backward: (B, wsaved_numel) written by backward_input, read by backward_weight */
+  float *wsaved;
 } unit_io_t;
 
 /* Unit parameters and gradients by element offset (the unit's flat layout, in io->wdt elements):
@@ -79,7 +80,8 @@ typedef struct model_fns {
    * activations only B reads (saved's pre-activations, the output y) — the gradients of the unit's
    * weight GEMMs' outputs; it writes no parameter gradient. backward_weight (W), any time later
    * while x, y, saved and wsaved are kept: the parameter gradients (io->grads with io->beta) from
-   * them; it needs no parameters and reads no io->dx (the loop passes none). B then W writes the same dx and gradients as backward, bit for
+   * them; it needs no parameters and reads no io->dx (the loop passes none). B then W writes the same dx and
+   * gradients as backward, bit for
    * bit (the same ops on the same operands), and leaves io->dy as backward does. */
   void (*backward_input)(const struct model *m, int u, const unit_io_t *io);
   void (*backward_weight)(const struct model *m, int u, const unit_io_t *io);
@@ -92,7 +94,8 @@ typedef struct model_fns {
    * whole. Same contract as trainer_loss: returns the local loss sum, writes dlogits (the last
    * unit's dy, its own layout) with scale 1/(global batch · rows). Collective for a split kind
    * (chapter 06's transform, train.h's model_transform_t, gives a model this table of its own). */
-  double (*loss)(const struct model *m, int b, const float *logits, const int *targets, float *dlogits, float scale);
+  double (*loss)(const struct model *m, int b, const float *logits, const int *targets, float *dlogits,
+                 float scale);
 } model_fns_t;
 
 typedef struct model {
@@ -128,11 +131,19 @@ void model_layout(model_t *m);
 void model_free(model_t *m);
 
 /* Dispatch to the model's table. */
-static inline void model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) { m->fns->init_unit(m, seed, u, dst); }
+static inline void model_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
+  m->fns->init_unit(m, seed, u, dst);
+}
 static inline void model_forward(const model_t *m, int u, const unit_io_t *io) { m->fns->forward(m, u, io); }
-static inline void model_backward(const model_t *m, int u, const unit_io_t *io) { m->fns->backward(m, u, io); }
-static inline void model_backward_input(const model_t *m, int u, const unit_io_t *io) { m->fns->backward_input(m, u, io); }
-static inline void model_backward_weight(const model_t *m, int u, const unit_io_t *io) { m->fns->backward_weight(m, u, io); }
+static inline void model_backward(const model_t *m, int u, const unit_io_t *io) {
+  m->fns->backward(m, u, io);
+}
+static inline void model_backward_input(const model_t *m, int u, const unit_io_t *io) {
+  m->fns->backward_input(m, u, io);
+}
+static inline void model_backward_weight(const model_t *m, int u, const unit_io_t *io) {
+  m->fns->backward_weight(m, u, io);
+}
 /* Largest per-sample output and saved sizes over the units (buffers the loop shares). */
 int64_t model_max_y_numel(const model_t *m);
 int64_t model_max_saved_numel(const model_t *m);

@@ -25,6 +25,9 @@ common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
      trainers in one process share nothing and a reader sees every input of a function;
      `static const` tables and static functions are fine.
 
+  7. no line of C or CUDA wider than 110 columns (characters) in chapters/, common/, exercises/,
+     solutions/ or tests/: a reader's window, and a diff's, side by side.
+
   python3 common/scripts/check_layers.py [--root DIR]     exit 0 clean, 1 with one line per problem
 """
 import argparse
@@ -92,6 +95,30 @@ def blocking_waits(rel, src):
         line = code.count("\n", 0, m.start()) + 1
         problems.append("%s:%d: %s blocks the host with no deadline: wait through devcu_wait_stream (%s), "
                         "whose watchdog ends the job past --timeout-s" % (rel, line, m.group(1), WAIT_HOME[0]))
+    return problems
+
+
+# rule 7: the widest line, and where
+WIDTH = 110
+WIDE_WHERE = ("chapters", "common", "exercises", "solutions", "tests")
+
+
+def wide_lines(root):
+    """Rule 7's problems: each C/CUDA line over WIDTH characters."""
+    problems = []
+    for top in WIDE_WHERE:
+        for dirpath, dirs, names in os.walk(os.path.join(root, top)):
+            dirs.sort()
+            for name in sorted(names):
+                if not SRC.search(name):
+                    continue
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        width = len(line.rstrip("\n"))
+                        if width > WIDTH:
+                            problems.append("%s:%d: %d columns, over %d (wrap it)" % (rel, n, width, WIDTH))
     return problems
 
 
@@ -218,6 +245,7 @@ def check(root):
             if SRC.search(name):
                 rel = "%s/%s" % (folder, name)
                 problems += file_statics(rel, open(os.path.join(root, rel), encoding="utf-8", errors="replace").read())
+    problems += wide_lines(root)
     cycle = find_cycle(graph)
     if cycle:
         problems.append("include cycle among modules: %s" % " -> ".join(cycle))

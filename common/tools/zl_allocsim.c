@@ -20,7 +20,8 @@ int main(int argc, char **argv) {
   FILE *jf = json ? fopen(json, "w") : NULL;
   if (json && !jf) { fprintf(stderr, "--json %s: cannot open for writing\n", json); return 2; }
   if (jf) fprintf(jf, "{\"runs\": [");
-  printf("%-12s %-8s %12s %12s %12s %12s %9s %12s\n", "trace", "alloc", "allocated", "reserved", "cached@peak", "free@peak", "segments", "min budget");
+  printf("%-12s %-8s %12s %12s %12s %12s %9s %12s\n", "trace", "alloc", "allocated", "reserved",
+         "cached@peak", "free@peak", "segments", "min budget");
   for (int a = first; a < argc; a++) {
     char *eq = strchr(argv[a], '=');
     if (!eq) { fprintf(stderr, "zl_allocsim: %s: expected LABEL=TRACE\n", argv[a]); return 2; }
@@ -33,8 +34,9 @@ int main(int argc, char **argv) {
     for (int m = 0; m < 2; m++) {
       allocsim_run(ev, n, (allocsim_mode_t)m, 0, &r[m]);
       minb[m] = allocsim_min_budget(ev, n, (allocsim_mode_t)m, 1 << 20);
-      printf("%-12s %-8s %10.2f M %10.2f M %10.2f M %10.2f M %9d %10.0f M\n", argv[a], names[m], r[m].alloc_peak / MIB,
-             r[m].reserved_peak / MIB, r[m].cached_at_peak / MIB, r[m].largest_free_at_peak / MIB, r[m].segments, minb[m] / MIB);
+      printf("%-12s %-8s %10.2f M %10.2f M %10.2f M %10.2f M %9d %10.0f M\n", argv[a], names[m],
+             r[m].alloc_peak / MIB, r[m].reserved_peak / MIB, r[m].cached_at_peak / MIB,
+             r[m].largest_free_at_peak / MIB, r[m].segments, minb[m] / MIB);
     }
     /* The budget just below the caching allocator's minimum: what fails there, and does (b) fit? */
     allocsim_result_t fa = {.failed_at = -1}, fb = {.failed_at = -1};
@@ -42,18 +44,26 @@ int main(int argc, char **argv) {
     if (budget > 0) {
       allocsim_run(ev, n, ALLOCSIM_CACHING, budget, &fa);
       allocsim_run(ev, n, ALLOCSIM_REGIONS, budget, &fb);
-      printf("%-12s budget %.0f MiB: caching fails at trace line %d (%s, %.2f MiB); regions %s\n", argv[a], budget / MIB,
-             fa.failed_at + 1, fa.fail_what, fa.fail_bytes / MIB, fb.failed_at < 0 ? "fit" : "fail too");
+      printf("%-12s budget %.0f MiB: caching fails at trace line %d (%s, %.2f MiB); regions %s\n", argv[a],
+             budget / MIB, fa.failed_at + 1, fa.fail_what, fa.fail_bytes / MIB,
+             fb.failed_at < 0 ? "fit" : "fail too");
     }
     if (jf) {
-      fprintf(jf, "%s\n  {\"label\": \"%s\", \"events\": %d, \"budget_probe\": %lld, \"caching_fails_at\": %d, "
-                  "\"caching_fail_what\": \"%s\", \"caching_fail_bytes\": %lld, \"regions_fit\": %d",
-              a > first ? "," : "", argv[a], n, (long long)budget, fa.failed_at, fa.fail_what, (long long)fa.fail_bytes, fb.failed_at < 0);
+      fprintf(jf,
+              "%s\n  {\"label\": \"%s\", \"events\": %d, \"budget_probe\": %lld, \"caching_fails_at\": %d, "
+              "\"caching_fail_what\": \"%s\", \"caching_fail_bytes\": %lld, \"regions_fit\": %d",
+              a > first ? "," : "", argv[a], n, (long long)budget, fa.failed_at, fa.fail_what,
+              (long long)fa.fail_bytes, fb.failed_at < 0);
       for (int m = 0; m < 2; m++)
-        fprintf(jf, ", \"%s\": {\"allocated_peak\": %lld, \"reserved_peak\": %lld, \"cached_peak\": %lld, "
-                    "\"largest_free_end\": %lld, \"cached_at_peak\": %lld, \"largest_free_at_peak\": %lld, \"segments\": %d, \"retries\": %d, \"spills\": %d, \"region_bytes\": %lld, \"min_budget\": %lld}",
-                names[m], (long long)r[m].alloc_peak, (long long)r[m].reserved_peak, (long long)r[m].cached_peak,
-                (long long)r[m].largest_free_end, (long long)r[m].cached_at_peak, (long long)r[m].largest_free_at_peak, r[m].segments, r[m].retries, r[m].spills, (long long)r[m].region_bytes, (long long)minb[m]);
+        fprintf(jf,
+                ", \"%s\": {\"allocated_peak\": %lld, \"reserved_peak\": %lld, \"cached_peak\": %lld, "
+                "\"largest_free_end\": %lld, \"cached_at_peak\": %lld, \"largest_free_at_peak\": %lld, "
+                "\"segments\": %d, \"retries\": %d, \"spills\": %d, \"region_bytes\": %lld, \"min_budget\": "
+                "%lld}",
+                names[m], (long long)r[m].alloc_peak, (long long)r[m].reserved_peak,
+                (long long)r[m].cached_peak, (long long)r[m].largest_free_end, (long long)r[m].cached_at_peak,
+                (long long)r[m].largest_free_at_peak, r[m].segments, r[m].retries, r[m].spills,
+                (long long)r[m].region_bytes, (long long)minb[m]);
       fprintf(jf, "}");
     }
     free(ev);

@@ -26,24 +26,29 @@
 #include <stdlib.h>   // free, atoi
 #include <string.h>   // strcmp, strerror
 #include <sys/stat.h> // mkdir
-#include "ckpt.h"     // ckpt_tp_layout, ckpt_write_grid_free, ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
+// ckpt_tp_layout, ckpt_write_grid_free, ckpt_resolve, ckpt_manifest_read, ckpt_verify_files, ckpt_read_range
+#include "ckpt.h"
 #include "check.h"    // die, xmalloc
 #include "export.h"   // export_safetensors, export_model_t
 #include "outfile.h"  // outfile_write
 #include "gpt.h"      // gpt_init (the full model of a manifest)
 #include "model.h"    // model_init, model_free
-#include "tp.h"       // tp_split_model, tp_map_unit, tp_unit_local_numel (a --tp T save's parts -> full units)
+// tp_split_model, tp_map_unit, tp_unit_local_numel (a --tp T save's parts -> full units)
+#include "tp.h"
 #include "comm.h"     // comm_shape_only (the split sized without communicating)
 
 static int usage_error(const char *what) {
-  fprintf(stderr, "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt convert DIR OUT [--step N] | zl_ckpt export DIR OUT [--format safetensors|raw] (see --help)\n", what);
+  fprintf(stderr,
+          "error: %s: usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt convert DIR OUT "
+          "[--step N] | zl_ckpt export DIR OUT [--format safetensors|raw] (see --help)\n",
+          what);
   return 2;
 }
 
 static int open_checkpoint(const char *where, ckpt_manifest_t *m, int verify) {
   char stepdir[CKPT_PATH_MAX], why[1024];
-  if (ckpt_resolve(where, stepdir, sizeof stepdir, why, sizeof why) || ckpt_manifest_read(stepdir, m, why, sizeof why) ||
-      (verify && ckpt_verify_files(m, why, sizeof why))) {
+  if (ckpt_resolve(where, stepdir, sizeof stepdir, why, sizeof why) ||
+      ckpt_manifest_read(stepdir, m, why, sizeof why) || (verify && ckpt_verify_files(m, why, sizeof why))) {
     fprintf(stderr, "error: %s: %s\n", where, why);
     return 1;
   }
@@ -78,24 +83,32 @@ static int convert(const char *dir, const char *out, int step) {
   ckpt_manifest_t *m = calloc((size_t)T, sizeof *m);
   char part[CKPT_PATH_MAX];
   for (int q = 0; q < T; q++) { /* every part: verified, and the same run and step as part 0 */
-    int k = T > 1 ? snprintf(part, sizeof part, "%s/tp-%d-of-%d", dir, q, T) : snprintf(part, sizeof part, "%s", dir);
+    int k = T > 1 ? snprintf(part, sizeof part, "%s/tp-%d-of-%d", dir, q, T)
+                  : snprintf(part, sizeof part, "%s", dir);
     if (step > 0) snprintf(part + k, sizeof part - (size_t)k, "/step-%06d", step); /* else the latest */
     if (open_checkpoint(part, &m[q], 1)) return 1;
     if (m[q].tp != T || m[q].tp_rank != (T > 1 ? q : 0)) {
-      fprintf(stderr, "error: %s: TP rank %d's part of a --tp %d save, expected %s\n", m[q].dir, m[q].tp_rank, m[q].tp,
-              T > 1 ? "this directory's part" : "a whole model (convert the --ckpt directory that holds tp-R-of-T/)");
+      fprintf(stderr, "error: %s: TP rank %d's part of a --tp %d save, expected %s\n", m[q].dir, m[q].tp_rank,
+              m[q].tp,
+              T > 1 ? "this directory's part"
+                    : "a whole model (convert the --ckpt directory that holds tp-R-of-T/)");
       return 1;
     }
-    if (q > 0 && (m[q].step != m[0].step || m[q].n_units != m[0].n_units || m[q].n_sections != m[0].n_sections)) {
-      fprintf(stderr, "error: %s: step %d, %d units, %d sections; %s has step %d, %d units, %d sections (parts of "
-              "different saves?)\n", m[q].dir, m[q].step, m[q].n_units, m[q].n_sections, m[0].dir, m[0].step,
-              m[0].n_units, m[0].n_sections);
+    if (q > 0 &&
+        (m[q].step != m[0].step || m[q].n_units != m[0].n_units || m[q].n_sections != m[0].n_sections)) {
+      fprintf(stderr,
+              "error: %s: step %d, %d units, %d sections; %s has step %d, %d units, %d sections (parts of "
+              "different saves?)\n",
+              m[q].dir, m[q].step, m[q].n_units, m[q].n_sections, m[0].dir, m[0].step, m[0].n_units,
+              m[0].n_sections);
       return 1;
     }
   }
   if (m[0].moe > 0) { /* chapter 12: its units hold experts (and an EP rank only some of them) */
-    fprintf(stderr, "error: %s: a Mixture-of-Experts checkpoint (--moe %d --moe-every %d): convert knows the dense "
-            "models' splits only (not built); ch12_experts resumes it on its EP grid with any D, and 1 rank's on any\n",
+    fprintf(stderr,
+            "error: %s: a Mixture-of-Experts checkpoint (--moe %d --moe-every %d): convert knows the dense "
+            "models' splits only (not built); ch12_experts resumes it on its EP grid with any D, and 1 "
+            "rank's on any\n",
             m[0].dir, m[0].moe, m[0].moe_every);
     return 1;
   }
@@ -110,8 +123,8 @@ static int convert(const char *dir, const char *out, int step) {
     tp_split_model(&split, shape);
   }
   if (full.n_units != m[0].n_units) {
-    fprintf(stderr, "error: %s: %d units, its recorded %s shape has %d (a pipeline stage's part?)\n", m[0].dir,
-            m[0].n_units, m[0].model, full.n_units);
+    fprintf(stderr, "error: %s: %d units, its recorded %s shape has %d (a pipeline stage's part?)\n",
+            m[0].dir, m[0].n_units, m[0].model, full.n_units);
     return 1;
   }
   ckpt_unit_t *units = calloc((size_t)full.n_units, sizeof *units);
@@ -122,8 +135,9 @@ static int convert(const char *dir, const char *out, int step) {
     for (int q = 0; q < T; q++) {
       int64_t want = T > 1 ? tp_unit_local_numel(&split, u, q) : full.units[u].numel;
       if (m[q].units[u].numel != want) {
-        fprintf(stderr, "error: %s: unit %d holds %lld values, the %s split over --tp %d gives rank %d %lld\n", m[q].dir, u,
-                (long long)m[q].units[u].numel, m[0].model, T, q, (long long)want);
+        fprintf(stderr,
+                "error: %s: unit %d holds %lld values, the %s split over --tp %d gives rank %d %lld\n",
+                m[q].dir, u, (long long)m[q].units[u].numel, m[0].model, T, q, (long long)want);
         return 1;
       }
       if (want > most) most = want;
@@ -142,9 +156,11 @@ static int convert(const char *dir, const char *out, int step) {
   }
   double *losses = ckpt_read_losses(&m[0]);
   ckpt_write_grid_free(out, &m[0], full.n_units, units, sec, losses);
-  printf("converted %s (%s, --tp %d, %d shard%s per part, step %d) into %s/step-%06d: grid-free, %lld params x %d "
-         "arrays; resume it on any grid with --resume %s\n", dir, m[0].strategy, T, m[0].shards, m[0].shards > 1 ? "s" : "",
-         m[0].step, out, m[0].step, (long long)full.numel, m[0].n_sections, out);
+  printf("converted %s (%s, --tp %d, %d shard%s per part, step %d) into %s/step-%06d: grid-free, %lld params "
+         "x %d "
+         "arrays; resume it on any grid with --resume %s\n",
+         dir, m[0].strategy, T, m[0].shards, m[0].shards > 1 ? "s" : "", m[0].step, out, m[0].step,
+         (long long)full.numel, m[0].n_sections, out);
   for (int s = 0; s < m[0].n_sections; s++) free(sec[s]);
   for (int q = 0; q < T; q++) ckpt_manifest_free(&m[q]);
   free(m);
@@ -159,18 +175,22 @@ static int convert(const char *dir, const char *out, int step) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    printf("usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt convert DIR OUT [--step N] | zl_ckpt export DIR OUT [--format safetensors|raw]\n"
-           "  inspect      print the checkpoint's manifest and verify every file's size and checksum\n"
-           "  consolidate  write the full fp32 weights and optimizer state into directory OUT:\n"
-           "               weights.f32, adam_m.f32 + adam_v.f32 (or sgd_momentum.f32), meta.txt;\n"
-           "               Psi float32 each, unit after unit, unpadded (the --save-params format)\n"
-           "  convert      a checkpoint any grid resumes (grid-free: full-model units) into --ckpt directory OUT;\n"
-           "               DIR may hold a --tp T save (tp-R-of-T/): its parts are put back together; --step N:\n"
-           "               that saved step instead of the latest\n"
-           "  export       the fp32 weights into file OUT: safetensors (default) with GPT-2's names and shapes\n"
-           "               (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ..., ln_f, lm_head; the MLP: fc.U.weight/bias),\n"
-           "               or raw: Psi float32 as --save-params writes them\n"
-           "DIR: a --ckpt directory (its latest checkpoint) or one of its step-NNNNNN directories.\n");
+    printf(
+        "usage: zl_ckpt inspect DIR | zl_ckpt consolidate DIR OUT | zl_ckpt convert DIR OUT [--step N] | "
+        "zl_ckpt export DIR OUT [--format safetensors|raw]\n"
+        "  inspect      print the checkpoint's manifest and verify every file's size and checksum\n"
+        "  consolidate  write the full fp32 weights and optimizer state into directory OUT:\n"
+        "               weights.f32, adam_m.f32 + adam_v.f32 (or sgd_momentum.f32), meta.txt;\n"
+        "               Psi float32 each, unit after unit, unpadded (the --save-params format)\n"
+        "  convert      a checkpoint any grid resumes (grid-free: full-model units) into --ckpt directory "
+        "OUT;\n"
+        "               DIR may hold a --tp T save (tp-R-of-T/): its parts are put back together; --step N:\n"
+        "               that saved step instead of the latest\n"
+        "  export       the fp32 weights into file OUT: safetensors (default) with GPT-2's names and shapes\n"
+        "               (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ..., ln_f, lm_head; the MLP: "
+        "fc.U.weight/bias),\n"
+        "               or raw: Psi float32 as --save-params writes them\n"
+        "DIR: a --ckpt directory (its latest checkpoint) or one of its step-NNNNNN directories.\n");
     return 0;
   }
   if (argc < 2) return usage_error("missing command");
@@ -179,7 +199,8 @@ int main(int argc, char **argv) {
     if (argc != 3) return usage_error(argc < 3 ? "inspect: missing DIR" : "inspect: too many arguments");
     ckpt_manifest_t m;
     char stepdir[CKPT_PATH_MAX], why[1024];
-    if (ckpt_resolve(argv[2], stepdir, sizeof stepdir, why, sizeof why) || ckpt_manifest_read(stepdir, &m, why, sizeof why)) {
+    if (ckpt_resolve(argv[2], stepdir, sizeof stepdir, why, sizeof why) ||
+        ckpt_manifest_read(stepdir, &m, why, sizeof why)) {
       fprintf(stderr, "error: %s: %s\n", argv[2], why);
       return 1;
     }
@@ -191,13 +212,15 @@ int main(int argc, char **argv) {
     return bad;
   }
   if (!strcmp(cmd, "consolidate")) {
-    if (argc != 4) return usage_error(argc < 4 ? "consolidate: missing DIR or OUT" : "consolidate: too many arguments");
+    if (argc != 4)
+      return usage_error(argc < 4 ? "consolidate: missing DIR or OUT" : "consolidate: too many arguments");
     ckpt_manifest_t m;
     if (open_checkpoint(argv[2], &m, 1)) return 1;
     const char *out = argv[3];
     if (mkdir(out, 0755) != 0 && errno != EEXIST) die("error: cannot create %s: %s", out, strerror(errno));
     int sgd = !strcmp(m.optimizer, "sgd");
-    const char *names[CKPT_MAX_SECTIONS] = {"weights.f32", sgd ? "sgd_momentum.f32" : "adam_m.f32", "adam_v.f32"};
+    const char *names[CKPT_MAX_SECTIONS] = {"weights.f32", sgd ? "sgd_momentum.f32" : "adam_m.f32",
+                                            "adam_v.f32"};
     char path[CKPT_PATH_MAX + 64];
     for (int s = 0; s < m.n_sections; s++) {
       snprintf(path, sizeof path, "%s/%s", out, names[s]);
@@ -206,10 +229,12 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/meta.txt", out);
     FILE *f = fopen(path, "w");
     if (!f) die("error: cannot create %s: %s", path, strerror(errno));
-    fprintf(f, "source %s\nstrategy %s\nworld %d\ninput %d\nhidden %d\nclasses %d\nlayers %d\npsi %lld\n", m.dir,
-            m.strategy, m.world, m.input, m.hidden, m.classes, m.layers, (long long)m.psi);
-    fprintf(f, "precision %s\noptimizer %s\nstep %d\nopt_t %d\nformat float32 little-endian, unit after unit "
-               "(W out x in row-major, then b), no padding\nfiles", m.precision, m.optimizer, m.step, m.opt_t);
+    fprintf(f, "source %s\nstrategy %s\nworld %d\ninput %d\nhidden %d\nclasses %d\nlayers %d\npsi %lld\n",
+            m.dir, m.strategy, m.world, m.input, m.hidden, m.classes, m.layers, (long long)m.psi);
+    fprintf(f,
+            "precision %s\noptimizer %s\nstep %d\nopt_t %d\nformat float32 little-endian, unit after unit "
+            "(W out x in row-major, then b), no padding\nfiles",
+            m.precision, m.optimizer, m.step, m.opt_t);
     for (int s = 0; s < m.n_sections; s++) fprintf(f, " %s", names[s]);
     fprintf(f, "\n");
     if (fclose(f) != 0) die("error: writing %s failed", path);
@@ -221,9 +246,11 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "convert")) {
     int step = -1;
     if (argc == 6 && !strcmp(argv[4], "--step")) step = atoi(argv[5]);
-    else if (argc != 4) return usage_error(argc < 4 ? "convert: missing DIR or OUT" : "convert: expected DIR OUT [--step N]");
+    else if (argc != 4)
+      return usage_error(argc < 4 ? "convert: missing DIR or OUT" : "convert: expected DIR OUT [--step N]");
     if (argc == 6 && step < 1) {
-      fprintf(stderr, "error: --step %s: must be a saved step >= 1 (zl_ckpt inspect DIR lists the latest)\n", argv[5]);
+      fprintf(stderr, "error: --step %s: must be a saved step >= 1 (zl_ckpt inspect DIR lists the latest)\n",
+              argv[5]);
       return 2;
     }
     return convert(argv[2], argv[3], step);
@@ -231,7 +258,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "export")) {
     const char *fmt = "safetensors";
     if (argc == 6 && !strcmp(argv[4], "--format")) fmt = argv[5];
-    else if (argc != 4) return usage_error(argc < 4 ? "export: missing DIR or OUT" : "export: expected DIR OUT [--format F]");
+    else if (argc != 4)
+      return usage_error(argc < 4 ? "export: missing DIR or OUT" : "export: expected DIR OUT [--format F]");
     if (strcmp(fmt, "safetensors") && strcmp(fmt, "raw")) {
       fprintf(stderr, "error: --format %s: must be safetensors or raw\n", fmt);
       return 2;
@@ -239,16 +267,20 @@ int main(int argc, char **argv) {
     ckpt_manifest_t m;
     if (open_checkpoint(argv[2], &m, 1)) return 1;
     if (m.tp > 1) {
-      fprintf(stderr, "error: %s: TP rank %d's part of a tensor-parallel layout (--tp %d): its units are slices, not "
-              "the model's tensors; export a checkpoint saved without --tp\n", m.dir, m.tp_rank, m.tp);
+      fprintf(stderr,
+              "error: %s: TP rank %d's part of a tensor-parallel layout (--tp %d): its units are slices, not "
+              "the model's tensors; export a checkpoint saved without --tp\n",
+              m.dir, m.tp_rank, m.tp);
       ckpt_manifest_free(&m);
       return 1;
     }
     export_model_t em = {.gpt = !strcmp(m.model, "gpt"), .g = m.gpt, .input = m.input, .hidden = m.hidden,
                          .classes = m.classes, .layers = m.layers};
     if (export_numel(&em) != m.psi) {
-      fprintf(stderr, "error: %s: psi %lld, but its recorded %s shape has %lld parameters (not a whole model: a "
-              "pipeline stage's part?)\n", m.dir, (long long)m.psi, m.model, (long long)export_numel(&em));
+      fprintf(stderr,
+              "error: %s: psi %lld, but its recorded %s shape has %lld parameters (not a whole model: a "
+              "pipeline stage's part?)\n",
+              m.dir, (long long)m.psi, m.model, (long long)export_numel(&em));
       ckpt_manifest_free(&m);
       return 1;
     }
@@ -269,8 +301,8 @@ int main(int argc, char **argv) {
                             "zerolab_strategy", m.strategy, NULL};
       export_safetensors("export", argv[3], &em, w, meta);
     }
-    printf("exported %s (%s %s, step %d) to %s: %lld fp32 weights, %s\n", m.dir, m.model, m.strategy, m.step, argv[3],
-           (long long)m.psi, fmt);
+    printf("exported %s (%s %s, step %d) to %s: %lld fp32 weights, %s\n", m.dir, m.model, m.strategy, m.step,
+           argv[3], (long long)m.psi, fmt);
     free(w);
     ckpt_manifest_free(&m);
     return 0;

@@ -76,7 +76,8 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
 
 /* A tensor-parallel run resuming from full units (a grid-free or a non-TP checkpoint): for each
  * unit and section, the full unit is read, mapped to this TP rank's local unit (the model
- * transform's to_local, train.h), and the layout's held and own ranges taken from that (pad slots 0). buf: room for
+ * transform's to_local, train.h), and the layout's held and own ranges taken from that (pad slots 0). buf:
+ * room for
  * the largest held or own range (the caller's). */
 static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
   const model_t *md = t->whole; /* the transform's split, every unit (the layout: t->model's) */
@@ -126,10 +127,13 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
     restore_mapped(t, m, buf);
     most = -1;
   }
-  for (int u = 0; u < md->n_units && most >= 0; u++) /* the same layout: every unit its size (a backstop of ckpt_match_cfg) */
+  /* the same layout: every unit its size (a backstop of ckpt_match_cfg) */
+  for (int u = 0; u < md->n_units && most >= 0; u++)
     if (m->n_units != t->whole->n_units || m->units[u].numel != t->whole->units[u].numel)
-      die_on_rank("--resume %s: unit %d holds %lld values there, %lld in this run's model (%d units there, %d here): another "
-                  "model", m->dir, u, (long long)(u < m->n_units ? m->units[u].numel : -1),
+      die_on_rank("--resume %s: unit %d holds %lld values there, %lld in this run's model (%d units there, "
+                  "%d here): another "
+                  "model",
+                  m->dir, u, (long long)(u < m->n_units ? m->units[u].numel : -1),
                   (long long)t->whole->units[u].numel, m->n_units, t->whole->n_units);
   for (int u = 0; u < md->n_units && most >= 0; u++) {
     unit_layout_t l = layout_of(t, u);
@@ -151,7 +155,8 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   t->opt_t = m->opt_t;
   dev_sync(t->dev);
   if (t->model_rank == 0 && !t->cfg->quiet) {
-    printf("resumed from %s: %s on %d rank%s (layout of %d shard%s) -> %s on %d; continuing at step %d (optimizer t = %d)\n",
+    printf("resumed from %s: %s on %d rank%s (layout of %d shard%s) -> %s on %d; continuing at step %d "
+           "(optimizer t = %d)\n",
            m->dir, m->strategy, m->world, m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "",
            t->name, t->model_world, m->step, m->opt_t);
     fflush(stdout);
@@ -167,8 +172,8 @@ int ckpt_due(const train_cfg_t *cfg, int step) {
 /* What each rank tells rank 0 after writing its shard: the file, then its pieces (u, off, numel). */
 typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
 
-void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses,
-               const scaler_t *scaler) {
+void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
+               const report_step_t *losses, const scaler_t *scaler) {
   const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
   int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
   char partial[CKPT_PATH_MAX + 32], final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
@@ -178,7 +183,8 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
   dev_sync(t->dev);
   int root = t->model_rank == 0; /* rank 0 of every rank that holds a part of the model */
   if (root) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("rank 0: --ckpt %s: cannot create it: %s", dir, strerror(errno));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      die("rank 0: --ckpt %s: cannot create it: %s", dir, strerror(errno));
     ckpt_rm_tree(partial); /* left by a crash during an earlier save */
     if (mkdir(partial, 0755) != 0) die("rank 0: --ckpt: cannot create %s: %s", partial, strerror(errno));
   }
@@ -186,7 +192,8 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
 
   /* The pieces this rank writes, as its strategy's layout names them; the blob for rank 0 is
    * file_stat_t then (unit, off, numel) per piece. */
-  int64_t *blob = xmalloc(sizeof(file_stat_t) + (size_t)md->n_units * 3 * sizeof(int64_t), "checkpoint piece list");
+  int64_t *blob =
+      xmalloc(sizeof(file_stat_t) + (size_t)md->n_units * 3 * sizeof(int64_t), "checkpoint piece list");
   file_stat_t *mine = (file_stat_t *)blob;
   int64_t *list = blob + sizeof(file_stat_t) / sizeof(int64_t), sn = 0;
   *mine = (file_stat_t){0, CKPT_SUM_INIT, 0};
@@ -215,12 +222,13 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     free(host);
   }
   free(ls);
-  fault_in_save(t->fault, comm_rank(t->world_comm), steps_done - 1); /* --fault R:S:ckpt: die between the shards and the manifest */
+  /* --fault R:S:ckpt: die between the shards and the manifest */
+  fault_in_save(t->fault, comm_rank(t->world_comm), steps_done - 1);
 
   char *all = NULL;
   int64_t *sizes = NULL;
-  comm_ctl_gather(t->model_comm, blob, (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all,
-                  &sizes);
+  comm_ctl_gather(t->model_comm, blob,
+                  (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all, &sizes);
   free(blob);
   if (root) {
     /* every rank's blob: which ranks wrote a file, and the pieces in it */
@@ -244,15 +252,30 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
     free(lb);
     /* the manifest, last: the table of every piece */
     const train_cfg_t *c = t->cfg;
-    ckpt_manifest_t m = {.version = 3, .stage = t->strategy->stage, .world = t->model_world, .shards = shards,
-                         .input = c->input, .hidden = c->hidden, .classes = c->classes, .layers = c->layers,
-                         .tp = t->grid ? t->grid->size[GRID_TP] : 1, .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
+    ckpt_manifest_t m = {.version = 3,
+                         .stage = t->strategy->stage,
+                         .world = t->model_world,
+                         .shards = shards,
+                         .input = c->input,
+                         .hidden = c->hidden,
+                         .classes = c->classes,
+                         .layers = c->layers,
+                         .tp = t->grid ? t->grid->size[GRID_TP] : 1,
+                         .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
                          .ep_tp = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1,
                          .moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0,
                          .moe_every = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_every : 0,
-                         .seed = c->seed, .batch = c->batch, .psi = md->numel, .n_units = md->n_units,
-                         .n_pieces = n_pieces, .step = steps_done, .data_position = (int64_t)steps_done * c->batch,
-                         .opt_t = opt_t, .skipped = skipped, .n_sections = nsec, .n_files = shards + 1};
+                         .seed = c->seed,
+                         .batch = c->batch,
+                         .psi = md->numel,
+                         .n_units = md->n_units,
+                         .n_pieces = n_pieces,
+                         .step = steps_done,
+                         .data_position = (int64_t)steps_done * c->batch,
+                         .opt_t = opt_t,
+                         .skipped = skipped,
+                         .n_sections = nsec,
+                         .n_files = shards + 1};
     if (scaler) {
       m.has_scaler = 1;
       m.loss_scale = scaler->scale;
@@ -322,10 +345,12 @@ void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_uni
   /* rank-00000.bin: sections back to back, each the Ψ values unit after unit */
   size_t nb = (size_t)m.n_sections * (size_t)m.psi * sizeof(float);
   char *buf = xmalloc(nb + 1, "grid-free shard");
-  for (int s = 0; s < m.n_sections; s++) memcpy(buf + (size_t)s * (size_t)m.psi * 4, sec[s], (size_t)m.psi * 4);
+  for (int s = 0; s < m.n_sections; s++)
+    memcpy(buf + (size_t)s * (size_t)m.psi * 4, sec[s], (size_t)m.psi * 4);
   snprintf(path, sizeof path, "%s/rank-00000.bin", partial);
   ckpt_write_atomic(path, buf, (int64_t)nb);
-  m.files[0] = (ckpt_file_t){.name = "rank-00000.bin", .nbytes = (int64_t)nb, .sum = ckpt_sum(CKPT_SUM_INIT, buf, nb)};
+  m.files[0] =
+      (ckpt_file_t){.name = "rank-00000.bin", .nbytes = (int64_t)nb, .sum = ckpt_sum(CKPT_SUM_INIT, buf, nb)};
   free(buf);
   snprintf(path, sizeof path, "%s/" LOSSES, partial);
   ckpt_write_atomic(path, losses, (int64_t)m.step * 16);
@@ -406,8 +431,8 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
       }
     }
     if (placed != md->numel) /* the pieces must tile every unit (train.h) */
-      die("rank 0: export: strategy %s's layout hook names %lld of the %lld weights", t->strategy->name, (long long)placed,
-          (long long)md->numel);
+      die("rank 0: export: strategy %s's layout hook names %lld of the %lld weights", t->strategy->name,
+          (long long)placed, (long long)md->numel);
   }
   if (!all_replicated) free(sizes);
   free(all);

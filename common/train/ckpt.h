@@ -60,8 +60,10 @@ typedef struct ckpt_manifest {
   int input, hidden, classes, layers; /* the MLP's shape (--input --hidden --classes --layers) */
   gpt_shape_t gpt;         /* the GPT's shape (n_layer n_head n_embd seq_len vocab); 0s for the MLP */
   int tp, tp_rank;         /* --tp T of the run that saved, and which TP rank's part this is (1, 0: no TP) */
-  int ep_tp;               /* chapter 12: --tp inside each EP group of the run that saved (1: none; tp is P_E) */
-  int moe, moe_every;      /* chapter 12: --moe E and --moe-every m of the run that saved (0: a dense model) */
+  /* chapter 12: --tp inside each EP group of the run that saved (1: none; tp is P_E) */
+  int ep_tp;
+  /* chapter 12: --moe E and --moe-every m of the run that saved (0: a dense model) */
+  int moe, moe_every;
   uint64_t seed;
   int64_t batch;
   int64_t psi;
@@ -100,7 +102,8 @@ void ckpt_manifest_free(ckpt_manifest_t *m);
 int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy);
 /* The manifest against the flags of this run: the model kind and every shape field (GPT: layers,
  * heads, width, context, vocab; MLP: layers, hidden, input, classes), precision, optimizer, seed,
- * batch, steps. 0, or 1 with why naming EVERY difference ("saved with --n-embd 32, this run has --n-embd 64; ...").
+ * batch, steps. 0, or 1 with why naming EVERY difference ("saved with --n-embd 32, this run has --n-embd 64;
+ * ...").
  * The grid (T, P, D, ZeRO stage, offload) is not compared: that is what resharding is for. */
 int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *cfg, char *why, size_t nwhy);
 /* Print the manifest in readable form (zl_ckpt inspect). */
@@ -145,8 +148,8 @@ int ckpt_due(const train_cfg_t *cfg, int step);
  * writes the pieces its strategy's layout says it owns (rank 0 alone for replicated ones).
  * scaler: the fp16 loss scaler's state after that step (NULL unless --precision fp16); a resume
  * continues with it (manifest fields has_scaler, loss_scale, growth_tracker, overflows). */
-void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped, const report_step_t *losses,
-               const scaler_t *scaler);
+void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
+               const report_step_t *losses, const scaler_t *scaler);
 /* The full fp32 weights (Ψ, unpadded, unit after unit) into host dst on rank 0 (dst NULL
  * elsewhere), from the pieces the strategy's layout names: collective, one control gather —
  * none when every unit is replicated (DDP: rank 0 copies its own). */

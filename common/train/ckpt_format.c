@@ -37,7 +37,8 @@ char *ckpt_slurp(const char *path, int64_t *nbytes) {
     if (cap - len < 65536) {
       cap = cap ? 2 * cap : 65536;
       buf = realloc(buf, (size_t)cap + 1);
-      if (!buf) die("out of memory on rank %d: reading %s needs %.1f MiB", check_rank(), path, cap / 1048576.0);
+      if (!buf)
+        die("out of memory on rank %d: reading %s needs %.1f MiB", check_rank(), path, cap / 1048576.0);
     }
     size_t k = fread(buf + len, 1, (size_t)(cap - len), f);
     len += (int64_t)k;
@@ -69,7 +70,8 @@ void ckpt_write_atomic(const char *path, const void *bytes, int64_t n) {
   }
   if (fsync(fd) != 0) die_on_rank("checkpoint: fsync %s failed: %s", tmp, strerror(errno));
   close(fd);
-  if (rename(tmp, path) != 0) die_on_rank("checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
+  if (rename(tmp, path) != 0)
+    die_on_rank("checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
 }
 
 static void fsync_dir(const char *path) {
@@ -79,7 +81,9 @@ static void fsync_dir(const char *path) {
   close(fd);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) { return remove(path); }
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  return remove(path);
+}
 /* rm -rf of a directory this module created (a checkpoint step or a partial one). */
 void ckpt_rm_tree(const char *path) {
   struct stat sb;
@@ -120,11 +124,16 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
   if (!latest) {
     int T = ckpt_tp_layout(where);
     if (T > 1)
-      snprintf(why, nwhy, "%s holds a tensor-parallel layout saved with --tp %d (one checkpoint per TP rank, %s/tp-R-of-%d/): "
-               "resume it with --tp %d (any data-parallel size), or make it grid-free for any grid (T, P, D, stage): "
-               "zl_ckpt convert %s OUT, then --resume OUT", where, T, where, T, T, where);
+      snprintf(why, nwhy,
+               "%s holds a tensor-parallel layout saved with --tp %d (one checkpoint per TP rank, "
+               "%s/tp-R-of-%d/): "
+               "resume it with --tp %d (any data-parallel size), or make it grid-free for any grid (T, P, D, "
+               "stage): "
+               "zl_ckpt convert %s OUT, then --resume OUT",
+               where, T, where, T, T, where);
     else
-      snprintf(why, nwhy, "%s: missing (no complete checkpoint in %s, and it holds no " MANIFEST ")", path, where);
+      snprintf(why, nwhy, "%s: missing (no complete checkpoint in %s, and it holds no " MANIFEST ")", path,
+               where);
     return 1;
   }
   char name[64];
@@ -175,9 +184,11 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
   /* The last line checksums everything before it. */
   char *ck = strstr(text, "\nchecksum ");
   uint64_t want = 0;
-  if (!ck || sscanf(ck + 10, "%" SCNx64, &want) != 1) FAIL("%s: truncated (no checksum line at the end)", path);
+  if (!ck || sscanf(ck + 10, "%" SCNx64, &want) != 1)
+    FAIL("%s: truncated (no checksum line at the end)", path);
   uint64_t got = ckpt_sum(CKPT_SUM_INIT, text, (size_t)(ck + 1 - text));
-  if (got != want) FAIL("%s: corrupted (checksum %016" PRIx64 ", its last line says %016" PRIx64 ")", path, got, want);
+  if (got != want)
+    FAIL("%s: corrupted (checksum %016" PRIx64 ", its last line says %016" PRIx64 ")", path, got, want);
   int nunit = 0, nfile = 0, npiece = 0, have_units = 0, have_files = 0;
   for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
     char key[32];
@@ -224,8 +235,8 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     } else if (!strcmp(key, "unit")) {
       int u;
       ckpt_unit_t x = {0};
-      ok = m->units && nunit < m->n_units && sscanf(v, "%d %d %d %" SCNd64, &u, &x.in, &x.out, &x.numel) == 4 &&
-           u == nunit && x.numel > 0;
+      ok = m->units && nunit < m->n_units &&
+          sscanf(v, "%d %d %d %" SCNd64, &u, &x.in, &x.out, &x.numel) == 4 && u == nunit && x.numel > 0;
       if (ok) m->units[nunit++] = x;
     } else if (!strcmp(key, "pieces")) {
       ok = !m->pieces && sscanf(v, "%d", &m->n_pieces) == 1 && m->n_pieces >= 1 && m->n_pieces <= 1 << 24;
@@ -233,7 +244,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     } else if (!strcmp(key, "piece")) {
       ckpt_piece_t x;
       ok = m->pieces && npiece < m->n_pieces &&
-           sscanf(v, "%d %d %" SCNd64 " %" SCNd64 " %" SCNd64, &x.file, &x.unit, &x.off, &x.numel, &x.at) == 5;
+          sscanf(v, "%d %d %" SCNd64 " %" SCNd64 " %" SCNd64, &x.file, &x.unit, &x.off, &x.numel, &x.at) == 5;
       if (ok) m->pieces[npiece++] = x;
     } else if (!strcmp(key, "sections")) {
       char s[CKPT_MAX_SECTIONS + 1][8];
@@ -247,8 +258,8 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
       have_files = 1;
     } else if (!strcmp(key, "file")) {
       ckpt_file_t f;
-      ok = m->files && nfile < m->n_files && sscanf(v, "%63s %" SCNd64 " %" SCNx64, f.name, &f.nbytes, &f.sum) == 3 &&
-           !strchr(f.name, '/');
+      ok = m->files && nfile < m->n_files &&
+          sscanf(v, "%63s %" SCNd64 " %" SCNx64, f.name, &f.nbytes, &f.sum) == 3 && !strchr(f.name, '/');
       if (ok) m->files[nfile++] = f;
     }
     if (!ok) FAIL("%s: bad line '%.80s'", path, l);
@@ -259,28 +270,31 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
   if (m->tp < 1) m->tp = 1, m->tp_rank = 0;
   if (m->ep_tp < 1) m->ep_tp = 1; /* written only when > 1 */
   if (!m->units || nunit != m->n_units) FAIL("%s: %d unit lines, 'units' says %d", path, nunit, m->n_units);
-  if (!m->pieces || npiece != m->n_pieces) FAIL("%s: %d piece lines, 'pieces' says %d", path, npiece, m->n_pieces);
+  if (!m->pieces || npiece != m->n_pieces)
+    FAIL("%s: %d piece lines, 'pieces' says %d", path, npiece, m->n_pieces);
   if (!m->files || nfile != m->n_files) FAIL("%s: %d file lines, 'files' says %d", path, nfile, m->n_files);
   if (m->shards < 1 || m->n_files != m->shards + 1)
     FAIL("%s: shards %d does not match %d files (one per shard + " LOSSES ")", path, m->shards, m->n_files);
   if (m->n_sections < 1) FAIL("%s: no sections line", path);
   int64_t psi = 0;
   for (int u = 0; u < m->n_units; u++) psi += m->units[u].numel;
-  if (psi != m->psi) FAIL("%s: psi %lld does not add up from the units (%lld)", path, (long long)m->psi, (long long)psi);
+  if (psi != m->psi)
+    FAIL("%s: psi %lld does not add up from the units (%lld)", path, (long long)m->psi, (long long)psi);
   /* each file's pieces lie back to back, in the order listed: a section is their sum */
   m->section_numel = xcalloc((size_t)m->shards, sizeof *m->section_numel, "checkpoint sections");
   for (int k = 0; k < m->n_pieces; k++) {
     const ckpt_piece_t *x = &m->pieces[k];
-    if (x->file < 0 || x->file >= m->shards || x->unit < 0 || x->unit >= m->n_units || x->off < 0 || x->numel < 1 ||
-        x->at != m->section_numel[x->file])
-      FAIL("%s: piece %d (file %d unit %d off %lld numel %lld at %lld): out of range or not back to back", path, k,
-           x->file, x->unit, (long long)x->off, (long long)x->numel, (long long)x->at);
+    if (x->file < 0 || x->file >= m->shards || x->unit < 0 || x->unit >= m->n_units || x->off < 0 ||
+        x->numel < 1 || x->at != m->section_numel[x->file])
+      FAIL("%s: piece %d (file %d unit %d off %lld numel %lld at %lld): out of range or not back to back",
+           path, k, x->file, x->unit, (long long)x->off, (long long)x->numel, (long long)x->at);
     m->section_numel[x->file] += x->numel;
   }
   for (int f = 0; f < m->shards; f++)
-    if (m->files[f].nbytes != (int64_t)m->n_sections * m->section_numel[f] * 4 || !strcmp(m->files[f].name, LOSSES))
-      FAIL("%s: file %d (%s) should hold %d sections of %lld floats (its pieces): %lld bytes, says %lld", path, f,
-           m->files[f].name, m->n_sections, (long long)m->section_numel[f],
+    if (m->files[f].nbytes != (int64_t)m->n_sections * m->section_numel[f] * 4 ||
+        !strcmp(m->files[f].name, LOSSES))
+      FAIL("%s: file %d (%s) should hold %d sections of %lld floats (its pieces): %lld bytes, says %lld",
+           path, f, m->files[f].name, m->n_sections, (long long)m->section_numel[f],
            (long long)((int64_t)m->n_sections * m->section_numel[f] * 4), (long long)m->files[f].nbytes);
   if (strcmp(m->files[m->shards].name, LOSSES) || m->files[m->shards].nbytes != (int64_t)m->step * 16)
     FAIL("%s: the last file should be " LOSSES " of %lld bytes", path, (long long)m->step * 16);
@@ -332,11 +346,12 @@ int ckpt_verify_files(const ckpt_manifest_t *m, char *why, size_t nwhy) {
     }
     close(fd);
     if (total != f->nbytes) {
-      snprintf(why, nwhy, "%s: truncated or wrong size: %lld bytes, the manifest says %lld", path, (long long)total,
-               (long long)f->nbytes);
+      snprintf(why, nwhy, "%s: truncated or wrong size: %lld bytes, the manifest says %lld", path,
+               (long long)total, (long long)f->nbytes);
       rc = 1;
     } else if (h != f->sum) {
-      snprintf(why, nwhy, "%s: corrupted: checksum %016" PRIx64 ", the manifest says %016" PRIx64, path, h, f->sum);
+      snprintf(why, nwhy, "%s: corrupted: checksum %016" PRIx64 ", the manifest says %016" PRIx64, path, h,
+               f->sum);
       rc = 1;
     }
   }
@@ -351,19 +366,25 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
   size_t len = 0;
   int n = 0;
   snprintf(path, sizeof path, "%s/" MANIFEST, m->dir);
-#define DIFF(...) do { if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, \
-                         "%s", n++ ? "; " : ""); \
-                       if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, __VA_ARGS__); } while (0)
+#define DIFF(...)                                                                                         \
+  do {                                                                                                    \
+    if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, "%s", n++ ? "; " : ""); \
+    if (len < sizeof diff) len += (size_t)snprintf(diff + len, sizeof diff - len, __VA_ARGS__);           \
+  } while (0)
   const char *prec = dtype_precision(c->wdt), *opt = c->optimizer == OPT_SGD ? "sgd" : "adamw";
   int gpt = strcmp(c->model_kind, "gpt") == 0;
   if (strcmp(m->model, c->model_kind) != 0) {
     DIFF("saved with --model %s, this run has --model %s", m->model, c->model_kind);
   } else {
-    struct { const char *flag; long long ckpt, run; } mlp[] = {
-        {"--layers", m->layers, c->layers}, {"--hidden", m->hidden, c->hidden}, {"--input", m->input, c->input},
-        {"--classes", m->classes, c->classes}},
-      gp[] = {{"--n-layer", m->gpt.n_layer, c->gpt.n_layer}, {"--n-head", m->gpt.n_head, c->gpt.n_head},
-              {"--n-embd", m->gpt.n_embd, c->gpt.n_embd}, {"--seq-len", m->gpt.seq_len, c->gpt.seq_len},
+    struct { const char *flag; long long ckpt, run;
+    } mlp[] = {{"--layers", m->layers, c->layers},
+               {"--hidden", m->hidden, c->hidden},
+               {"--input", m->input, c->input},
+               {"--classes", m->classes, c->classes}},
+      gp[] = {{"--n-layer", m->gpt.n_layer, c->gpt.n_layer},
+              {"--n-head", m->gpt.n_head, c->gpt.n_head},
+              {"--n-embd", m->gpt.n_embd, c->gpt.n_embd},
+              {"--seq-len", m->gpt.seq_len, c->gpt.seq_len},
               {"vocab", m->gpt.vocab, c->gpt.vocab}};
     for (int i = 0; i < (gpt ? 5 : 4); i++) {
       long long a = gpt ? gp[i].ckpt : mlp[i].ckpt, b = gpt ? gp[i].run : mlp[i].run;
@@ -371,20 +392,30 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
       if (a != b) DIFF("saved with %s %lld, this run has %s %lld", f, a, f, b);
     }
   }
-  if (strcmp(m->precision, prec)) DIFF("saved with --precision %s, this run has --precision %s", m->precision, prec);
-  if (strcmp(m->optimizer, opt)) DIFF("saved with --optimizer %s, this run has --optimizer %s", m->optimizer, opt);
-  if (m->seed != c->seed) DIFF("saved with --seed %llu, this run has --seed %llu", (unsigned long long)m->seed, (unsigned long long)c->seed);
-  if (m->batch != c->batch) DIFF("saved with --batch %lld, this run has --batch %lld", (long long)m->batch, (long long)c->batch);
+  if (strcmp(m->precision, prec))
+    DIFF("saved with --precision %s, this run has --precision %s", m->precision, prec);
+  if (strcmp(m->optimizer, opt))
+    DIFF("saved with --optimizer %s, this run has --optimizer %s", m->optimizer, opt);
+  if (m->seed != c->seed)
+    DIFF("saved with --seed %llu, this run has --seed %llu", (unsigned long long)m->seed,
+         (unsigned long long)c->seed);
+  if (m->batch != c->batch)
+    DIFF("saved with --batch %lld, this run has --batch %lld", (long long)m->batch, (long long)c->batch);
   int group = c->group > 1 ? c->group : 1; /* the transform's group: --tp's, or chapter 12's --ep */
   if (m->tp > 1 && m->tp != group) {
     if (c->chapter_flags & TRAIN_FLAG_MOE)
-      DIFF("an expert-parallel layout: EP rank %d's experts of a --ep %d save, this run has --ep %d (resume it with "
-           "--ep %d)", m->tp_rank, m->tp, group, m->tp);
+      DIFF("an expert-parallel layout: EP rank %d's experts of a --ep %d save, this run has --ep %d (resume "
+           "it with "
+           "--ep %d)",
+           m->tp_rank, m->tp, group, m->tp);
     else
-      DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it with --tp "
-           "%d, or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)", m->tp_rank, m->tp, group, m->tp);
+      DIFF("a tensor-parallel layout: TP rank %d's slices of a --tp %d save, this run has --tp %d (resume it "
+           "with --tp "
+           "%d, or make it grid-free for any grid: zl_ckpt convert CKPT_DIR OUT)",
+           m->tp_rank, m->tp, group, m->tp);
   }
-  int run_moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0; /* chapter 12: the experts change every MoE unit */
+  /* chapter 12: the experts change every MoE unit */
+  int run_moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0;
   if (m->moe != run_moe || (run_moe && m->moe_every != c->moe_every)) {
     char saved[64], run[64];
     if (m->moe) snprintf(saved, sizeof saved, "--moe %d --moe-every %d", m->moe, m->moe_every);
@@ -395,16 +426,19 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
   }
   int mt = m->ep_tp > 1 ? m->ep_tp : 1, ct = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1;
   if (m->tp > 1 && mt != ct) /* chapter 12: the local layouts differ */
-    DIFF("saved with --tp %d inside each EP group of %d ranks, this run has --tp %d there (resume it with --tp %d; 1: "
-         "without it)", mt, m->tp, ct, mt);
+    DIFF("saved with --tp %d inside each EP group of %d ranks, this run has --tp %d there (resume it with "
+         "--tp %d; 1: "
+         "without it)",
+         mt, m->tp, ct, mt);
 #undef DIFF
   if (n) {
-    snprintf(why, nwhy, "%s: the checkpoint does not fit these flags (%d difference%s): %s", path, n, n > 1 ? "s" : "",
-             diff);
+    snprintf(why, nwhy, "%s: the checkpoint does not fit these flags (%d difference%s): %s", path, n,
+             n > 1 ? "s" : "", diff);
     return 1;
   }
   if (m->step >= c->steps) {
-    snprintf(why, nwhy, "%s: already at step %d; --steps %d leaves nothing to run (--steps counts from step 0)", path,
+    snprintf(why, nwhy,
+             "%s: already at step %d; --steps %d leaves nothing to run (--steps counts from step 0)", path,
              m->step, c->steps);
     return 1;
   }
@@ -422,14 +456,19 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
          m->world > 1 ? "s" : "", m->shards, m->shards > 1 ? "s" : "");
   if (strcmp(m->model, "gpt") == 0)
     printf("  model gpt n_layer=%d n_head=%d n_embd=%d seq_len=%d vocab=%d: psi %lld params in %d pieces\n",
-           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, (long long)m->psi, m->n_pieces);
+           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, (long long)m->psi,
+           m->n_pieces);
   else
-    printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes, m->layers,
-           (long long)m->psi, m->n_pieces);
-  if (m->tp > 1) printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank, m->tp);
-  if (m->moe > 0) printf("  Mixture of Experts (chapter 12): --moe %d --moe-every %d\n", m->moe, m->moe_every);
-  if (m->ep_tp > 1) printf("  chapter 12: that group is an EP group with --tp %d inside it (ch12_experts --ep %d --tp %d)\n",
-                           m->ep_tp, m->tp, m->ep_tp);
+    printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes,
+           m->layers, (long long)m->psi, m->n_pieces);
+  if (m->tp > 1)
+    printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank,
+           m->tp);
+  if (m->moe > 0)
+    printf("  Mixture of Experts (chapter 12): --moe %d --moe-every %d\n", m->moe, m->moe_every);
+  if (m->ep_tp > 1)
+    printf("  chapter 12: that group is an EP group with --tp %d inside it (ch12_experts --ep %d --tp %d)\n",
+           m->ep_tp, m->tp, m->ep_tp);
   printf("  precision %s, optimizer %s, seed %llu, global batch %lld\n", m->precision, m->optimizer,
          (unsigned long long)m->seed, (long long)m->batch);
   printf("  after step %d: data position %lld samples, optimizer step t = %d, %d skipped\n", m->step,
@@ -443,7 +482,8 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
     printf("    %d: %d %d %lld:", u, x->in, x->out, (long long)x->numel);
     for (int k = x->first; k < x->first + x->n_pieces; k++) {
       const ckpt_piece_t *q = &m->pieces[k];
-      printf(" %d:[%lld,%lld)@%lld", q->file, (long long)q->off, (long long)(q->off + q->numel), (long long)q->at);
+      printf(" %d:[%lld,%lld)@%lld", q->file, (long long)q->off, (long long)(q->off + q->numel),
+             (long long)q->at);
     }
     printf("\n");
   }
@@ -477,7 +517,8 @@ void ckpt_read_range(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t hi, f
     while (got < want) {
       ssize_t n = pread(r->fds[q->file], (char *)(dst + (a - lo)) + got, want - got, at + (off_t)got);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) die_on_rank("checkpoint: %s: short read at byte %lld (truncated?)", path, (long long)(at + got));
+      if (n <= 0)
+        die_on_rank("checkpoint: %s: short read at byte %lld (truncated?)", path, (long long)(at + got));
       got += (size_t)n;
     }
   }
@@ -523,26 +564,28 @@ static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
   char *txt = xmalloc(cap, "checkpoint manifest");
 #define EMIT(...) len += (size_t)snprintf(txt + len, cap - len, __VA_ARGS__)
   /* stage: what the report's formula was; informative only (the pieces say where things are) */
-  EMIT("zerolab-checkpoint %d\nstrategy %s\nstage %d\nworld %d\nshards %d\n", m->version, m->strategy, m->stage, m->world,
-       m->shards);
+  EMIT("zerolab-checkpoint %d\nstrategy %s\nstage %d\nworld %d\nshards %d\n", m->version, m->strategy,
+       m->stage, m->world, m->shards);
   EMIT("precision %s\noptimizer %s\nmodel %s\n", m->precision, m->optimizer, m->model);
   if (strcmp(m->model, "gpt") == 0)
-    EMIT("n_layer %d\nn_head %d\nn_embd %d\nseq_len %d\nvocab %d\n", m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd,
-         m->gpt.seq_len, m->gpt.vocab);
+    EMIT("n_layer %d\nn_head %d\nn_embd %d\nseq_len %d\nvocab %d\n", m->gpt.n_layer, m->gpt.n_head,
+         m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab);
   EMIT("tp %d %d\n", m->tp, m->tp_rank);
   if (m->ep_tp > 1) EMIT("ep_tp %d\n", m->ep_tp);
   if (m->moe > 0) EMIT("moe %d %d\n", m->moe, m->moe_every);
-  EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", m->input, m->hidden, m->classes, m->layers,
-       (unsigned long long)m->seed, (long long)m->batch);
+  EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", m->input, m->hidden, m->classes,
+       m->layers, (unsigned long long)m->seed, (long long)m->batch);
   EMIT("psi %lld\nunits %d\n", (long long)m->psi, m->n_units);
   for (int u = 0; u < m->n_units; u++)
     EMIT("unit %d %d %d %lld\n", u, m->units[u].in, m->units[u].out, (long long)m->units[u].numel);
   EMIT("pieces %d\n", m->n_pieces); /* file unit off numel at */
   for (int k = 0; k < m->n_pieces; k++) {
     const ckpt_piece_t *q = &m->pieces[k];
-    EMIT("piece %d %d %lld %lld %lld\n", q->file, q->unit, (long long)q->off, (long long)q->numel, (long long)q->at);
+    EMIT("piece %d %d %lld %lld %lld\n", q->file, q->unit, (long long)q->off, (long long)q->numel,
+         (long long)q->at);
   }
-  EMIT("step %d\ndata_position %lld\nopt_t %d\nskipped %d\n", m->step, (long long)m->data_position, m->opt_t, m->skipped);
+  EMIT("step %d\ndata_position %lld\nopt_t %d\nskipped %d\n", m->step, (long long)m->data_position, m->opt_t,
+       m->skipped);
   if (m->has_scaler) /* fp16: the loss scale exactly (hex float), the growth tracker, the overflows so far */
     EMIT("scaler %a %d %d\n", (double)m->loss_scale, m->growth_tracker, m->overflows);
   EMIT("rng none (data sample i and the init are pure functions of the seed and i)\n");
@@ -573,8 +616,10 @@ void ckpt_publish(const char *dir, const char *partial, const ckpt_manifest_t *m
   if (is_dir(final_dir)) { /* an older save of the same step (a rerun): move it away first */
     char old[CKPT_PATH_MAX + 64];
     snprintf(old, sizeof old, "%s/.step-%06d.old-%d", dir, m->step, (int)getpid());
-    if (rename(final_dir, old) != 0) die("rank 0: checkpoint: rename %s failed: %s", final_dir, strerror(errno));
-    if (rename(partial, final_dir) != 0) die("rank 0: checkpoint: rename %s failed: %s", partial, strerror(errno));
+    if (rename(final_dir, old) != 0)
+      die("rank 0: checkpoint: rename %s failed: %s", final_dir, strerror(errno));
+    if (rename(partial, final_dir) != 0)
+      die("rank 0: checkpoint: rename %s failed: %s", partial, strerror(errno));
     ckpt_rm_tree(old);
   } else if (rename(partial, final_dir) != 0) {
     die("rank 0: checkpoint: rename %s -> %s failed: %s", partial, final_dir, strerror(errno));

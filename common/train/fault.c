@@ -13,7 +13,9 @@
 
 static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang", "nan", "ckpt", "overflow"};
 
-const char *fault_kind_name(fault_kind_t k) { return k >= FAULT_NONE && k <= FAULT_OVERFLOW ? g_names[k] : "?"; }
+const char *fault_kind_name(fault_kind_t k) {
+  return k >= FAULT_NONE && k <= FAULT_OVERFLOW ? g_names[k] : "?";
+}
 
 /* A whole non-negative decimal number ending at `end` (':' or NUL); -1 when it is not one. */
 static long whole(const char *s, char stop, const char **next) {
@@ -56,8 +58,8 @@ static int armed(const fault_t *f, fault_kind_t kind, int rank, int step) {
 }
 
 static void announce(const fault_t *f, int rank, int step) {
-  fprintf(stderr, "rank %d: injected fault %s at step %d (--fault, a testing aid)\n", rank, fault_kind_name(f->kind),
-          step);
+  fprintf(stderr, "rank %d: injected fault %s at step %d (--fault, a testing aid)\n", rank,
+          fault_kind_name(f->kind), step);
   fflush(stderr);
   fflush(stdout);
 }
@@ -110,18 +112,23 @@ void fault_check_host_memory(const trainer_t *t) {
   const model_t *m = &t->model;
   formula_t f; /* what the strategy says this rank holds: its units only (a pipeline stage's) */
   if (t->strategy->formula) t->strategy->formula(t, &f);
-  else formula_stage(&f, 0, (double)m->numel, t->world, t->wdt, train_opt_states(t->cfg)); /* none: a replica's, the most */
-  double states = f.params + f.grads + f.master + f.optim + f.host; /* on a CPU run both arenas are this host's */
+  /* none: a replica's, the most */
+  else formula_stage(&f, 0, (double)m->numel, t->world, t->wdt, train_opt_states(t->cfg));
+  /* on a CPU run both arenas are this host's */
+  double states = f.params + f.grads + f.master + f.optim + f.host;
   double acts = (double)m->in_numel + m->rows + 2.0 * (double)model_max_y_numel(m); /* batch, dy ping-pong */
   for (int c = 0; c < t->n_chunks; c++) /* one micro-batch of this rank's units */
-    for (int u = t->chunks[c].u0; u < t->chunks[c].u1; u++) acts += (double)m->units[u].y_numel + (double)m->units[u].saved_numel;
+    for (int u = t->chunks[c].u0; u < t->chunks[c].u1; u++)
+      acts += (double)m->units[u].y_numel + (double)m->units[u].saved_numel;
   acts *= 4.0 * (double)t->local_batch;
   const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   int local = e && atoi(e) > 0 ? atoi(e) : 1;
   double avail = host_available_bytes();
   if (avail > 0 && (states + acts) * local > avail)
-    die("out of memory on rank %d: model states + activations need %.1f MiB per rank (%.1f + %.1f), x %d rank%s on this "
-        "host = %.1f MiB, but only %.1f MiB are available (smaller --hidden/--layers/--batch, a higher ZeRO stage, or more hosts)",
-        t->rank, (states + acts) / 1048576.0, states / 1048576.0, acts / 1048576.0, local, local > 1 ? "s" : "",
-        (states + acts) * local / 1048576.0, avail / 1048576.0);
+    die("out of memory on rank %d: model states + activations need %.1f MiB per rank (%.1f + %.1f), x %d "
+        "rank%s on this "
+        "host = %.1f MiB, but only %.1f MiB are available (smaller --hidden/--layers/--batch, a higher ZeRO "
+        "stage, or more hosts)",
+        t->rank, (states + acts) / 1048576.0, states / 1048576.0, acts / 1048576.0, local,
+        local > 1 ? "s" : "", (states + acts) * local / 1048576.0, avail / 1048576.0);
 }

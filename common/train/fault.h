@@ -17,7 +17,16 @@
 #define ZL_FAULT_H
 #include <stddef.h> // size_t
 
-typedef enum { FAULT_NONE = 0, FAULT_EXIT, FAULT_ABORT, FAULT_KILL, FAULT_HANG, FAULT_NAN, FAULT_CKPT, FAULT_OVERFLOW } fault_kind_t;
+typedef enum {
+  FAULT_NONE = 0,
+  FAULT_EXIT,
+  FAULT_ABORT,
+  FAULT_KILL,
+  FAULT_HANG,
+  FAULT_NAN,
+  FAULT_CKPT,
+  FAULT_OVERFLOW
+} fault_kind_t;
 typedef struct fault {
   int rank, step;
   fault_kind_t kind;

@@ -12,7 +12,8 @@
 #include "args.h"   // args_env_rank
 #include "check.h"  // die, xmalloc, xcalloc
 #include "comm.h"   // comm_init, comm_broadcast, comm_ctl_all_reduce_f64, counters
-#include "data.h"   // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
+// data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
+#include "data.h"
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
 #include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
 #include "device.h" // dev_memcpy, dev_sync
@@ -40,7 +41,8 @@ void trainer_alloc_full_states(trainer_t *t, int with_grads) {
   int64_t P = t->model.padded_numel;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, P);         /* (P) working */
   if (with_grads) t->grads = tensor_alloc("grads", LEDGER_GRADS, t->wdt, t->dev, P); /* (P) */
-  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P); /* (P) fp32 */
+  /* (P) fp32 */
+  if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, P);
   if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, P);
 }
@@ -77,16 +79,19 @@ void trainer_init_full_params(trainer_t *t) {
   if (dtype_is_half(t->wdt)) op_cast(t->dev, t->params.data, t->wdt, t->master.data, DT_F32, P);
 }
 
-void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n, float gscale) {
+void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m, float *v, int64_t n,
+                              float gscale) {
   if (t->skipped || n == 0) return;
   const train_cfg_t *c = t->cfg;
   if (c->optimizer == OPT_ADAMW) op_adamw(t->dev, w, grad, t->wdt, m, v, n, &t->hp, t->opt_t, gscale);
-  else op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
+  else
+    op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
 
 /* The norm of a finite step (t->grad_norm) and the scale its update takes: the clip, and 1/S in fp16. */
 static float finish_scale(trainer_t *t, double sumsq) {
-  if (t->wdt == DT_F16) { /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
+  /* the gradients are S times the true ones: unscale the norm, and the update (gscale) */
+  if (t->wdt == DT_F16) {
     double S = t->in->scaler.scale, clip = 1.0;
     t->grad_norm = sqrt(sumsq) / S;
     if (t->cfg->clip > 0) clip = fmin(1.0, t->cfg->clip / (t->grad_norm + 1e-6));
@@ -151,7 +156,8 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
     t->grad_norm = NAN; /* known after the validation */
     return t->in->pv.gscale;
   }
-  if (sc && sc->grad_sumsq) { /* a pipeline: every stage's part summed; a NaN or an overflow anywhere skips all */
+  /* a pipeline: every stage's part summed; a NaN or an overflow anywhere skips all */
+  if (sc && sc->grad_sumsq) {
     sumsq = sc->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
   }
@@ -177,18 +183,21 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
     t->grad_norm = NAN;
     char where[320];
     if (nbad > 0)
-      snprintf(where, sizeof where, "on rank%s %s%s (local gradients, before the reduction)", nbad > 1 ? "s" : "", ranks,
+      snprintf(where, sizeof where, "on rank%s %s%s (local gradients, before the reduction)",
+               nbad > 1 ? "s" : "", ranks,
                c != t->comm ? " of the shard group" : ""); /* HSDP: the node's ranks, numbered in the node */
     else
       snprintf(where, sizeof where, "in the reduced gradients (no rank's local gradients were flagged)");
     if (t->cfg->nonfinite == NONFINITE_ABORT) {
       if (rank == 0)
-        die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step, where);
+        die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step,
+            where);
       comm_barrier(c); /* rank 0 takes the job down */
       die_on_rank("step %d: non-finite gradient", t->step);
     }
     if (rank == 0)
-      fprintf(stderr, "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
+      fprintf(stderr,
+              "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
               t->step, where);
     t->skipped = 1;
     return 0.0f;
@@ -294,20 +303,26 @@ static void pv_validate(trainer_t *t) {
     t->grad_norm = NAN;
     if (t->wdt == DT_F16) {
       if (trainer_prints(t))
-        printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank (post-validation: "
-               "the update rolled back)\n", t->step, (double)in->scaler.scale);
+        printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank "
+               "(post-validation: "
+               "the update rolled back)\n",
+               t->step, (double)in->scaler.scale);
       return;
     }
     if (t->cfg->nonfinite == NONFINITE_ABORT) {
       if (t->model_rank == 0)
-        die("error: step %d: non-finite gradient on a stage (found by the post-validation, after the update, which "
-            "was rolled back); stopping (--nonfinite skip drops such steps)", t->step);
+        die("error: step %d: non-finite gradient on a stage (found by the post-validation, after the update, "
+            "which "
+            "was rolled back); stopping (--nonfinite skip drops such steps)",
+            t->step);
       comm_barrier(t->model_comm); /* rank 0 takes the job down */
       die_on_rank("step %d: non-finite gradient", t->step);
     }
     if (t->model_rank == 0)
-      fprintf(stderr, "warning: step %d: non-finite gradient on a stage; the update rolled back on every rank "
-              "(--nonfinite skip, post-validation)\n", t->step);
+      fprintf(stderr,
+              "warning: step %d: non-finite gradient on a stage; the update rolled back on every rank "
+              "(--nonfinite skip, post-validation)\n",
+              t->step);
     return;
   }
   float want = finish_scale(t, sumsq);
@@ -333,7 +348,8 @@ static void train_step(trainer_t *t, int *taken, int *skipped) {
   in->steps_run++; /* this step counts for the rates a strategy's step() reports */
   if (in->pv.on) TRAINER_PHASE("post-validate: copy the states", pv_copy(t, 0));
   t->strategy->step(t);
-  if (in->pv.on) pv_validate(t); /* after the update: the stages' norm and flags, and a rollback if they say so */
+  /* after the update: the stages' norm and flags, and a rollback if they say so */
+  if (in->pv.on) pv_validate(t);
   if (tf && tf->step_end) tf->step_end(t);
   if (t->wdt == DT_F16) scaler_update(&in->scaler, t->skipped); /* same flag on every rank */
   in->overflows_run += t->wdt == DT_F16 && t->skipped;
@@ -377,18 +393,21 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     double t0 = trace_now_us();
     trace_begin(name);
     t->step = step;
-    fault_at_step(t->fault, comm_rank(t->world_comm), step); /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    /* --fault R:S:exit|abort|kill|hang (a testing aid) */
+    fault_at_step(t->fault, comm_rank(t->world_comm), step);
     in->local_nonfinite = 0;
     double loss_sum = train_run_ops(t);
     double scale_used = in->scaler.scale; /* fp16: the scale this step's loss was multiplied by */
     train_step(t, taken, skipped);
     dev_sync(t->dev);
     trace_end(NULL);
-    in->steps[step] = (report_step_t){.loss = step_global_loss(t, loss_sum), .ms = (trace_now_us() - t0) / 1000.0,
+    in->steps[step] = (report_step_t){.loss = step_global_loss(t, loss_sum),
+                                      .ms = (trace_now_us() - t0) / 1000.0,
                                       .loss_scale = t->wdt == DT_F16 ? scale_used : 0};
     if (in->check_master) check_master_bits(t);
     if (log && log_step(cfg, step)) log_loss(t, &in->steps[step]);
-    if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1)) train_eval_record(t, step + 1);
+    if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1))
+      train_eval_record(t, step + 1);
     if (ckpt_due(cfg, step))
       ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
   }
@@ -402,8 +421,10 @@ static void print_header(const trainer_t *t, const char *chapter) {
   const model_t *m = &t->model;
   char ranks[64]; /* the strategy's ranks; with expert parallelism (12) every rank of the job: EP × D */
   if (t->group_comm && cfg->transform->splits_batch)
-    snprintf(ranks, sizeof ranks, cfg->tp > 1 ? "%d ranks (EP %d, TP %d inside, x D %d)" : "%d ranks (EP %d x D %d)",
-             comm_world(t->world_comm), comm_world(t->group_comm), cfg->tp > 1 ? cfg->tp : t->world, t->world);
+    snprintf(ranks, sizeof ranks,
+             cfg->tp > 1 ? "%d ranks (EP %d, TP %d inside, x D %d)" : "%d ranks (EP %d x D %d)",
+             comm_world(t->world_comm), comm_world(t->group_comm), cfg->tp > 1 ? cfg->tp : t->world,
+             t->world);
   else snprintf(ranks, sizeof ranks, "%d rank%s", t->world, t->world > 1 ? "s" : "");
   printf("ch%s: %s on %s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, ranks,
          device_name(t->dev), comm_backend_name(t->comm),
@@ -413,15 +434,21 @@ static void print_header(const trainer_t *t, const char *chapter) {
    * the micro-batch, so the loop's per-rank view is not printed for it. */
   char per_rank[96];
   if (cfg->sched) snprintf(per_rank, sizeof per_rank, "micro-batches: the pipeline line below");
-  else snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch, cfg->accum);
-  if (m->in_is_tokens) /* the GPT and its forms (tp, cp, moe), as the report tells them (report_is_gpt) */
-    printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; text %s; "
-           "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
-           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units, (long long)m->numel,
-           cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, per_rank, cfg->steps);
   else
-    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld (%s), %d steps\n",
-           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, per_rank, cfg->steps);
+    snprintf(per_rank, sizeof per_rank, "%lld per rank per micro-batch, accum %d", (long long)t->local_batch,
+             cfg->accum);
+  if (m->in_is_tokens) /* the GPT and its forms (tp, cp, moe), as the report tells them (report_is_gpt) */
+    printf("model: gpt, %d layers, %d heads, n_embd %d, seq_len %d, vocab %d: %d units, psi = %lld params; "
+           "text %s; "
+           "global batch %lld sequences = %lld tokens per step (%s), %d steps\n",
+           m->gpt.n_layer, m->gpt.n_head, m->gpt.n_embd, m->gpt.seq_len, m->gpt.vocab, m->n_units,
+           (long long)m->numel, cfg->data, (long long)cfg->batch, (long long)cfg->batch * m->rows, per_rank,
+           cfg->steps);
+  else
+    printf("model: D=%d, %d hidden layers of %d, C=%d: %d units, psi = %lld params; global batch %lld (%s), "
+           "%d steps\n",
+           m->D, m->L, m->H, m->C, m->n_units, (long long)m->numel, (long long)cfg->batch, per_rank,
+           cfg->steps);
   fflush(stdout);
 }
 
@@ -448,23 +475,26 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   if (full && cfg->save_params) {
     outfile_write("--save-params", cfg->save_params, (const char *)full, full_numel * (int64_t)sizeof(float));
     struct stat sb; /* beside it, PATH.safetensors with GPT-2's names (export.h); not beside /dev/null */
-    if (strcmp(cfg->model_kind, "gpt") == 0 && !(cfg->chapter_flags & TRAIN_FLAG_MOE) /* GPT-2's names: dense only */
+    /* GPT-2's names: dense only */
+    if (strcmp(cfg->model_kind, "gpt") == 0 && !(cfg->chapter_flags & TRAIN_FLAG_MOE)
         && stat(cfg->save_params, &sb) == 0 && S_ISREG(sb.st_mode)) {
       char st[1200];
       snprintf(st, sizeof st, "%s.safetensors", cfg->save_params);
       export_model_t em = {.gpt = 1, .g = cfg->gpt};
-      if (export_numel(&em) != full_numel) die("rank 0: --save-params: %lld weights, the GPT's shape has %lld",
-                                               (long long)full_numel, (long long)export_numel(&em));
+      if (export_numel(&em) != full_numel)
+        die("rank 0: --save-params: %lld weights, the GPT's shape has %lld", (long long)full_numel,
+            (long long)export_numel(&em));
       char shape[96];
       snprintf(shape, sizeof shape, "%d %d %d %d %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
                cfg->gpt.seq_len, cfg->gpt.vocab);
-      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy", t->name, NULL};
+      const char *meta[] = {"zerolab_model", "gpt", "zerolab_shape", shape, "zerolab_strategy",
+                            t->name,         NULL};
       export_safetensors("--save-params", st, &em, full, meta);
     }
   }
   if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
-    printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n", dtype_precision(cfg->wdt),
-           dtype_precision(cfg->wdt), in->checked_steps);
+    printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n",
+           dtype_precision(cfg->wdt), dtype_precision(cfg->wdt), in->checked_steps);
   if (in->pv.on) { /* the same decisions on every rank: rank 0's counts are everyone's */
     trainer_report_extra(t, "post_validate_rollbacks", in->pv.rollbacks);
     trainer_report_extra(t, "post_validate_redos", in->pv.redos);
@@ -480,20 +510,33 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
       printf("fp16_flushed_to_zero: not counted on the GPU (the CPU path counts them: --device cpu)\n");
     int ran = in->steps_run; /* this run's steps (a resumed run starts at its checkpoint's step) */
     if (rank == 0 && ran > 0 && in->overflows_run == ran)
-      printf("warning: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight changed. "
-             "%s\n", ran, cfg->loss_scale > 0 ? "The static --loss-scale is too large for these gradients: lower it, "
-             "or use the dynamic scale (--loss-scale 0)" : "The dynamic scale halves on each overflow: more steps, or a "
-             "smaller --init-scale");
+      printf("warning: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight "
+             "changed. "
+             "%s\n",
+             ran,
+             cfg->loss_scale > 0 ? "The static --loss-scale is too large for these gradients: lower it, "
+                                   "or use the dynamic scale (--loss-scale 0)"
+                                 : "The dynamic scale halves on each overflow: more steps, or a "
+                                   "smaller --init-scale");
   }
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
-  report_run_t run = {.chapter = chapter, .steps = in->steps, .nsteps = cfg->steps, .full_params = full, .full_numel = full_numel,
-                      .teacher_entropy = entropy, .extras = in->extras, .nextras = in->nextras,
-                      .skipped_steps = skipped, .evals = in->evals, .nevals = in->nevals};
+  report_run_t run = {.chapter = chapter,
+                      .steps = in->steps,
+                      .nsteps = cfg->steps,
+                      .full_params = full,
+                      .full_numel = full_numel,
+                      .teacher_entropy = entropy,
+                      .extras = in->extras,
+                      .nextras = in->nextras,
+                      .skipped_steps = skipped,
+                      .evals = in->evals,
+                      .nevals = in->nevals};
   report_finish(t, &run);
   report_write_trace(t->model_comm);
 
   if (s->teardown) s->teardown(t);
-  tensor_free(&t->params); /* the model states: the strategy allocated them, the trainer frees them (train.h) */
+  /* the model states: the strategy allocated them, the trainer frees them (train.h) */
+  tensor_free(&t->params);
   tensor_free(&t->grads);
   tensor_free(&t->master);
   tensor_free(&t->opt_m);
@@ -585,13 +628,27 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   int rank = comm_rank(dpc), world = comm_world(dpc);
   /* the slices of each micro-batch: one per data-parallel rank; EP's group reads P_E/T of them (D·P_E/T) */
   int slices = grid && tf->splits_batch ? comm_world(comm) / cfg->tp : world;
-  if (!cfg->sched && cfg->batch % ((int64_t)slices * cfg->accum) != 0) /* when launched without the env variables */
-    die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, slices, cfg->accum);
+  /* when launched without the env variables */
+  if (!cfg->sched && cfg->batch % ((int64_t)slices * cfg->accum) != 0)
+    die("error: --batch %lld: must be divisible by ranks x accum = %d x %d", (long long)cfg->batch, slices,
+        cfg->accum);
 
   struct train_internal in = {0};
-  trainer_t t = {.cfg = cfg, .strategy = s, .comm = dpc, .rank = rank, .world = world, .world_comm = comm,
-                 .group_comm = grid ? grid->comm[GRID_TP] : NULL, .grid = grid, .dev = cfg->dev, .wdt = cfg->wdt, .in = &in,
-                 .model_comm = dpc, .model_rank = rank, .model_world = world, .whole = &t.model,
+  trainer_t t = {.cfg = cfg,
+                 .strategy = s,
+                 .comm = dpc,
+                 .rank = rank,
+                 .world = world,
+                 .world_comm = comm,
+                 .group_comm = grid ? grid->comm[GRID_TP] : NULL,
+                 .grid = grid,
+                 .dev = cfg->dev,
+                 .wdt = cfg->wdt,
+                 .in = &in,
+                 .model_comm = dpc,
+                 .model_rank = rank,
+                 .model_world = world,
+                 .whole = &t.model,
                  .fault = &fault};
   char name[96]; /* the run's name: the strategy's, after the schedule's when there is one */
   if (cfg->sched) snprintf(name, sizeof name, "%s+%s", cfg->sched->name, s->name);
@@ -612,8 +669,9 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   t.unit_params = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit params");
   t.unit_grads = xcalloc((size_t)t.model.n_units, sizeof(void *), "unit grads");
   in.steps = xcalloc((size_t)cfg->steps, sizeof(report_step_t), "steps");
-  in.scaler = scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
-                          (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
+  in.scaler =
+      scaler_make((float)(cfg->loss_scale > 0 ? cfg->loss_scale : cfg->init_scale), (float)cfg->growth_factor,
+                  (float)cfg->backoff_factor, cfg->growth_interval, cfg->loss_scale == 0);
   const char *cm = getenv("ZL_CHECK_MASTER");
   in.check_master = cm && strcmp(cm, "1") == 0;
   in.pv.on = cfg->post_validate && cfg->sched;
@@ -641,7 +699,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     start = resume.step;
     taken = resume.opt_t;
     skipped = resume.skipped;
-    if (resume.has_scaler && t.wdt == DT_F16 && cfg->loss_scale == 0) { /* the dynamic scaler goes on where it was */
+    /* the dynamic scaler goes on where it was */
+    if (resume.has_scaler && t.wdt == DT_F16 && cfg->loss_scale == 0) {
       in.scaler.scale = resume.loss_scale;
       in.scaler.growth_tracker = resume.growth_tracker;
       in.scaler.overflows = resume.overflows;

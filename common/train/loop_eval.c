@@ -80,7 +80,8 @@ void train_sample_text(trainer_t *t) {
   for (int k = 0; k < N; k++) {
     dev_memcpy(t->dev, sl->in.data, DEV_CPU, ctx, (size_t)T * sizeof(int));
     train_forward_only(t, 1); /* one sequence: positions >= len are padding the causal mask keeps out */
-    dev_memcpy(DEV_CPU, row, t->dev, (float *)sl->out[U - 1].data + (int64_t)(len - 1) * V, (size_t)V * sizeof(float));
+    dev_memcpy(DEV_CPU, row, t->dev, (float *)sl->out[U - 1].data + (int64_t)(len - 1) * V,
+               (size_t)V * sizeof(float));
     int next = 0;
     for (int v = 1; v < V; v++)
       if (row[v] > row[next]) next = v;

@@ -23,22 +23,27 @@ static void resolve_device(train_cfg_t *cfg) {
   int built = device_cuda_built(), ngpu = built ? device_cuda_count() : 0;
   int want_cuda = strcmp(cfg->device, "cuda") == 0, want_cpu = strcmp(cfg->device, "cpu") == 0;
   if (want_cuda && !built)
-    exit(args_error("--device", "cuda", "this binary was built without CUDA (rebuild with make GPU=1 on a machine with nvcc and NCCL)"));
+    exit(args_error(
+        "--device", "cuda",
+        "this binary was built without CUDA (rebuild with make GPU=1 on a machine with nvcc and NCCL)"));
   if (want_cuda && ngpu == 0)
     exit(args_error("--device", "cuda", "no GPU is visible to this process (use --device cpu or auto)"));
   if (strcmp(cfg->backend, "nccl") == 0 && !built)
     exit(args_error("--backend", "nccl", "this binary was built without CUDA and NCCL (make GPU=1)"));
   cfg->dev = want_cuda || (!want_cpu && ngpu > 0) ? DEV_CUDA : DEV_CPU;
   if (strcmp(cfg->backend, "nccl") == 0 && cfg->dev != DEV_CUDA)
-    exit(args_error("--backend", "nccl", want_cpu ? "needs --device cuda (NCCL moves GPU buffers); use --backend mpi on cpu"
-                                                  : "needs a GPU (--device auto found none); use --backend mpi"));
+    exit(args_error("--backend", "nccl",
+                    want_cpu ? "needs --device cuda (NCCL moves GPU buffers); use --backend mpi on cpu"
+                             : "needs a GPU (--device auto found none); use --backend mpi"));
   size_t n = 0, cap = sizeof cfg->device_note;
   cfg->device_note[0] = 0;
   if (!want_cuda && !want_cpu && ngpu > 0)
-    n = (size_t)snprintf(cfg->device_note, cap, "device: auto -> cuda (%d GPU%s visible; --device cpu to stay on the CPU)",
-                         ngpu, ngpu > 1 ? "s" : "");
+    n = (size_t)snprintf(cfg->device_note, cap,
+                         "device: auto -> cuda (%d GPU%s visible; --device cpu to stay on the CPU)", ngpu,
+                         ngpu > 1 ? "s" : "");
   else if (!want_cuda && !want_cpu)
-    n = (size_t)snprintf(cfg->device_note, cap, "device: auto -> cpu (%s)", built ? "no GPU visible" : "built without CUDA");
+    n = (size_t)snprintf(cfg->device_note, cap, "device: auto -> cpu (%s)",
+                         built ? "no GPU visible" : "built without CUDA");
   cfg->comm_backend = cfg->dev == DEV_CUDA ? BACKEND_NCCL : BACKEND_MPI;
   if (strcmp(cfg->backend, "mpi") == 0) cfg->comm_backend = BACKEND_MPI;
   if (cfg->dev == DEV_CUDA && strcmp(cfg->backend, "auto") == 0) {
@@ -48,7 +53,8 @@ static void resolve_device(train_cfg_t *cfg) {
     int local_ranks = ls ? atoi(ls) : 1;
     if (local_ranks > ngpu) {
       cfg->comm_backend = BACKEND_MPI;
-      snprintf(cfg->device_note + n, cap - n, "%sbackend: auto -> mpi (%d ranks on this host share %d GPU%s; NCCL needs one GPU per rank)",
+      snprintf(cfg->device_note + n, cap - n,
+               "%sbackend: auto -> mpi (%d ranks on this host share %d GPU%s; NCCL needs one GPU per rank)",
                n ? "\n" : "", local_ranks, ngpu, ngpu > 1 ? "s" : "");
     }
   }
@@ -60,52 +66,78 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   char v[64];
   /* units: the MLP's L+1 linears; the GPT's embeddings | L blocks | final LN + head */
   int units = strcmp(cfg->model_kind, "gpt") == 0 ? cfg->gpt.n_layer + 2 : cfg->layers + 1;
-  world /= cfg->tp > 1 ? cfg->tp : 1; /* --tp T: the pipelines are made of the ranks / T data-parallel ranks */
+  /* --tp T: the pipelines are made of the ranks / T data-parallel ranks */
+  world /= cfg->tp > 1 ? cfg->tp : 1;
   if (cfg->pp < 0) cfg->pp = world; /* auto */
   snprintf(v, sizeof v, "%d", cfg->pp);
   if (cfg->pp > world) return args_error("--pp", v, "must be at most the ranks (%d)", world), 1;
-  if (world % cfg->pp) return args_error("--pp", v, "must divide the ranks (%d): D = ranks / P data-parallel pipelines", world), 1;
-  if (cfg->pp > units) return args_error("--pp", v, "must be at most the model's units (%d): every stage holds at least one", units), 1;
-  if (strcmp(cfg->schedule, "interleaved") == 0) { /* v·P chunks of at least one unit; micro-batches in groups of P */
-    if (cfg->pp < 2) return args_error("--pp", v, "must be at least 2 with --schedule interleaved (a ring of stages)"), 1;
+  if (world % cfg->pp)
+    return args_error("--pp", v, "must divide the ranks (%d): D = ranks / P data-parallel pipelines", world),
+           1;
+  if (cfg->pp > units)
+    return args_error("--pp", v, "must be at most the model's units (%d): every stage holds at least one",
+                      units),
+           1;
+  /* v·P chunks of at least one unit; micro-batches in groups of P */
+  if (strcmp(cfg->schedule, "interleaved") == 0) {
+    if (cfg->pp < 2)
+      return args_error("--pp", v, "must be at least 2 with --schedule interleaved (a ring of stages)"), 1;
     snprintf(v, sizeof v, "%d", cfg->virtual_stages);
     if ((int64_t)cfg->virtual_stages * cfg->pp > units)
-      return args_error("--virtual-stages", v, "times --pp %d must be at most the model's units (%d)", cfg->pp, units), 1;
+      return args_error("--virtual-stages", v, "times --pp %d must be at most the model's units (%d)",
+                        cfg->pp, units),
+             1;
     snprintf(v, sizeof v, "%d", cfg->micro_batches);
     if (cfg->micro_batches % cfg->pp)
-      return args_error("--micro-batches", v, "must be a multiple of --pp %d with --schedule interleaved", cfg->pp), 1;
+      return args_error("--micro-batches", v, "must be a multiple of --pp %d with --schedule interleaved",
+                        cfg->pp),
+             1;
   }
   if (cfg->accum != 1) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
   }
-  if (cfg->post_validate && cfg->clip > 0 && cfg->zero == 0 && world / cfg->pp > 1) /* DDP sums the gradients in its step */
-    return args_error("--post-validate", NULL, "with --clip and --zero 0 needs one replica per stage (D = 1): DDP sums "
-                      "the gradients inside its step, which a clipped redo would run again (use --zero 1, 2 or 3)"), 1;
+  /* DDP sums the gradients in its step */
+  if (cfg->post_validate && cfg->clip > 0 && cfg->zero == 0 && world / cfg->pp > 1)
+    return args_error(
+               "--post-validate", NULL,
+               "with --clip and --zero 0 needs one replica per stage (D = 1): DDP sums "
+               "the gradients inside its step, which a clipped redo would run again (use --zero 1, 2 or 3)"),
+           1;
   if (strncmp(cfg->schedule, "zb-", 3) == 0) { /* B now, W later: the unsplit model's two halves (model.h) */
     if (cfg->tp > 1) {
       snprintf(v, sizeof v, "%d", cfg->tp);
-      return args_error("--tp", v, "must be 1 with --schedule %s (the tensor-parallel layers keep their backward whole)",
-                        cfg->schedule), 1;
+      return args_error("--tp", v,
+                        "must be 1 with --schedule %s (the tensor-parallel layers keep their backward whole)",
+                        cfg->schedule),
+             1;
     }
     if (cfg->recompute)
-      return args_error("--recompute", NULL, "cannot go with --schedule %s (a W runs after its B, when the shared "
-                        "recompute buffer holds another unit)", cfg->schedule), 1;
+      return args_error("--recompute", NULL,
+                        "cannot go with --schedule %s (a W runs after its B, when the shared "
+                        "recompute buffer holds another unit)",
+                        cfg->schedule),
+             1;
   }
   /* validation and sampling run a forward of the whole model on every rank: a stage holds only its units */
   if (cfg->eval_every > 0) {
     snprintf(v, sizeof v, "%d", cfg->eval_every);
-    return args_error("--eval-every", v, "must be 0 with a pipeline (validation runs the whole model on one rank)"), 1;
+    return args_error("--eval-every", v,
+                      "must be 0 with a pipeline (validation runs the whole model on one rank)"),
+           1;
   }
   if (cfg->sample > 0) {
     snprintf(v, sizeof v, "%d", cfg->sample);
-    return args_error("--sample", v, "must be 0 with a pipeline (sampling runs the whole model on one rank)"), 1;
+    return args_error("--sample", v, "must be 0 with a pipeline (sampling runs the whole model on one rank)"),
+           1;
   }
   int64_t per = (int64_t)cfg->micro_batches * (world / cfg->pp);
   if (cfg->batch % per) {
     snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
-    return args_error("--batch", v, "must be divisible by micro-batches x data-parallel size = %d x %d = %lld",
-                      cfg->micro_batches, world / cfg->pp, (long long)per), 1;
+    return args_error("--batch", v,
+                      "must be divisible by micro-batches x data-parallel size = %d x %d = %lld",
+                      cfg->micro_batches, world / cfg->pp, (long long)per),
+           1;
   }
   return 0;
 }
@@ -118,14 +150,18 @@ static void check_model_flags(train_cfg_t *cfg, int argc, char **argv) {
   static const char *mlp_flags[] = {"--layers", "--hidden", "--input", "--classes"};
   for (int i = 0; i < 4 && strcmp(cfg->model_kind, "gpt") == 0; i++) {
     const char *given = args_given(argc, argv, mlp_flags[i]);
-    if (given) exit(args_error(mlp_flags[i], given, "is the MLP's shape; --model gpt takes --gpt PRESET, --n-layer, --n-head, "
-                               "--n-embd, --seq-len"));
+    if (given)
+      exit(args_error(mlp_flags[i], given,
+                      "is the MLP's shape; --model gpt takes --gpt PRESET, --n-layer, --n-head, "
+                      "--n-embd, --seq-len"));
   }
   if (strcmp(cfg->model_kind, "gpt") != 0) {
     const char *gflag = cfg->gpt_preset ? "--gpt" : over.n_layer ? "--n-layer" : over.n_head ? "--n-head"
                       : over.n_embd ? "--n-embd" : over.seq_len ? "--seq-len" : cfg->data ? "--data"
                       : cfg->eval_every ? "--eval-every" : cfg->sample ? "--sample" : NULL;
-    if (gflag) exit(args_error(gflag, strcmp(gflag, "--data") == 0 ? cfg->data : "", "needs --model gpt (the MLP trains on synthetic data)"));
+    if (gflag)
+      exit(args_error(gflag, strcmp(gflag, "--data") == 0 ? cfg->data : "",
+                      "needs --model gpt (the MLP trains on synthetic data)"));
     return;
   }
   gpt_preset(cfg->gpt_preset ? cfg->gpt_preset : "small", &cfg->gpt); /* the choice was checked */
@@ -141,24 +177,66 @@ static void check_model_flags(train_cfg_t *cfg, int argc, char **argv) {
   if (!cfg->data) cfg->data = TRAIN_DEFAULT_TEXT;
   char dwhy[256];
   if (data_text_check(cfg->data, cfg->gpt.seq_len, dwhy, sizeof dwhy))
-    exit(args_error("--data", cfg->data, "%s%s", dwhy, strcmp(cfg->data, TRAIN_DEFAULT_TEXT) == 0
-                    ? " (the default text: install the Debian package fortunes, or pass --data PATH to any text file)" : ""));
+    exit(args_error(
+        "--data", cfg->data, "%s%s", dwhy,
+        strcmp(cfg->data, TRAIN_DEFAULT_TEXT) == 0
+            ? " (the default text: install the Debian package fortunes, or pass --data PATH to any text file)"
+            : ""));
 }
 
 void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog, const char *about,
                       unsigned chapter_flags) {
   /* Defaults: a small model that learns visibly in a few seconds on 2 CPU ranks; the batch of
    * 240 divides by 1, 2, 3, 4, 5, 6 and 8 ranks. */
-  *cfg = (train_cfg_t){.layers = 3, .hidden = 128, .input = 32, .classes = 10, .batch = 240,
-                       .steps = 60, .accum = 1, .lr = 3e-3, .momentum = 0.9, .weight_decay = 0.0,
-                       .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .clip = 0.0, .seed = 1234,
-                       .optimizer = OPT_ADAMW, .wdt = DT_F32, .collectives = COLL_VENDOR,
-                       .device = "auto", .backend = "auto", .variant = "bucketed", .bucket_mb = 0.1,
-                       .prefetch = -1, .mem_limit_mb = 0, .timeout_s = 300, .nonfinite = NONFINITE_ABORT,
-                       .log_every = 10, .chapter_flags = chapter_flags,
-                       .model_kind = "mlp", .tp = 1, .host_threads = 1, .moe = 8, .topk = 2, .moe_every = 1, .ep = 1, .aux_loss_coeff = 1e-2, .cp = 1, .cp_balance = 1, .pa = -1, .eval_batches = 2, .temperature = 1.0,
-                       .pp = -1, .micro_batches = 4, .schedule = "1f1b", .virtual_stages = 2,
-                       .loss_scale = 0, .init_scale = 65536, .growth_factor = 2, .backoff_factor = 0.5,
+  *cfg = (train_cfg_t){.layers = 3,
+                       .hidden = 128,
+                       .input = 32,
+                       .classes = 10,
+                       .batch = 240,
+                       .steps = 60,
+                       .accum = 1,
+                       .lr = 3e-3,
+                       .momentum = 0.9,
+                       .weight_decay = 0.0,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .eps = 1e-8,
+                       .clip = 0.0,
+                       .seed = 1234,
+                       .optimizer = OPT_ADAMW,
+                       .wdt = DT_F32,
+                       .collectives = COLL_VENDOR,
+                       .device = "auto",
+                       .backend = "auto",
+                       .variant = "bucketed",
+                       .bucket_mb = 0.1,
+                       .prefetch = -1,
+                       .mem_limit_mb = 0,
+                       .timeout_s = 300,
+                       .nonfinite = NONFINITE_ABORT,
+                       .log_every = 10,
+                       .chapter_flags = chapter_flags,
+                       .model_kind = "mlp",
+                       .tp = 1,
+                       .host_threads = 1,
+                       .moe = 8,
+                       .topk = 2,
+                       .moe_every = 1,
+                       .ep = 1,
+                       .aux_loss_coeff = 1e-2,
+                       .cp = 1,
+                       .cp_balance = 1,
+                       .pa = -1,
+                       .eval_batches = 2,
+                       .temperature = 1.0,
+                       .pp = -1,
+                       .micro_batches = 4,
+                       .schedule = "1f1b",
+                       .virtual_stages = 2,
+                       .loss_scale = 0,
+                       .init_scale = 65536,
+                       .growth_factor = 2,
+                       .backoff_factor = 0.5,
                        .growth_interval = 2000};
   const char *optimizer = "adamw", *precision = "fp32", *collectives = "vendor", *nonfinite = "abort";
   int64_t seed = 1234;
@@ -169,109 +247,197 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--hidden", ARG_INT, &cfg->hidden, 1, 65536, NULL, "hidden width H");
   SPEC("--input", ARG_INT, &cfg->input, 1, 65536, NULL, "input features D");
   SPEC("--classes", ARG_INT, &cfg->classes, 2, 65536, NULL, "classes C");
-  SPEC("--model", ARG_CHOICE, &cfg->model_kind, 0, 0, "mlp|gpt", "the MLP on teacher-student data, or GPT-2 on text (bytes as tokens)");
-  SPEC("--gpt", ARG_CHOICE, &cfg->gpt_preset, 0, 0, "tiny|small|124m-shape", "GPT shape preset (default small; common/model/gpt.h)");
+  SPEC("--model", ARG_CHOICE, &cfg->model_kind, 0, 0, "mlp|gpt",
+       "the MLP on teacher-student data, or GPT-2 on text (bytes as tokens)");
+  SPEC("--gpt", ARG_CHOICE, &cfg->gpt_preset, 0, 0, "tiny|small|124m-shape",
+       "GPT shape preset (default small; common/model/gpt.h)");
   SPEC("--n-layer", ARG_INT, &cfg->gpt.n_layer, 1, 1024, NULL, "GPT blocks L (overrides the preset)");
   SPEC("--n-head", ARG_INT, &cfg->gpt.n_head, 1, 1024, NULL, "GPT attention heads (overrides the preset)");
-  SPEC("--n-embd", ARG_INT, &cfg->gpt.n_embd, 1, 65536, NULL, "GPT width C, divisible by --n-head (overrides the preset)");
-  SPEC("--seq-len", ARG_INT, &cfg->gpt.seq_len, 1, 65536, NULL, "GPT context T in bytes (overrides the preset)");
-  SPEC("--data", ARG_STR, &cfg->data, 0, 0, NULL, "text file for --model gpt (default " TRAIN_DEFAULT_TEXT ", Debian package fortunes)");
-  SPEC("--eval-every", ARG_INT, &cfg->eval_every, 0, 10000000, NULL, "validation loss every E steps and after the last (0: never; --model gpt)");
-  SPEC("--eval-batches", ARG_INT, &cfg->eval_batches, 1, 100000, NULL, "global batches of the validation split per evaluation");
-  SPEC("--sample", ARG_INT, &cfg->sample, 0, 1000000, NULL, "generate N bytes at the end, printed by rank 0 (--model gpt)");
-  SPEC("--temperature", ARG_DOUBLE, &cfg->temperature, 0, 100, NULL, "sampling temperature for --sample (0: greedy)");
-  SPEC("--batch", ARG_I64, &cfg->batch, 1, 1 << 30, NULL, "GLOBAL batch per step (divisible by ranks x accum)");
+  SPEC("--n-embd", ARG_INT, &cfg->gpt.n_embd, 1, 65536, NULL,
+       "GPT width C, divisible by --n-head (overrides the preset)");
+  SPEC("--seq-len", ARG_INT, &cfg->gpt.seq_len, 1, 65536, NULL,
+       "GPT context T in bytes (overrides the preset)");
+  SPEC("--data", ARG_STR, &cfg->data, 0, 0, NULL,
+       "text file for --model gpt (default " TRAIN_DEFAULT_TEXT ", Debian package fortunes)");
+  SPEC("--eval-every", ARG_INT, &cfg->eval_every, 0, 10000000, NULL,
+       "validation loss every E steps and after the last (0: never; --model gpt)");
+  SPEC("--eval-batches", ARG_INT, &cfg->eval_batches, 1, 100000, NULL,
+       "global batches of the validation split per evaluation");
+  SPEC("--sample", ARG_INT, &cfg->sample, 0, 1000000, NULL,
+       "generate N bytes at the end, printed by rank 0 (--model gpt)");
+  SPEC("--temperature", ARG_DOUBLE, &cfg->temperature, 0, 100, NULL,
+       "sampling temperature for --sample (0: greedy)");
+  SPEC("--batch", ARG_I64, &cfg->batch, 1, 1 << 30, NULL,
+       "GLOBAL batch per step (divisible by ranks x accum)");
   SPEC("--steps", ARG_INT, &cfg->steps, 1, 10000000, NULL, "training steps");
   SPEC("--lr", ARG_DOUBLE, &cfg->lr, 0, 10, NULL, "learning rate");
   SPEC("--seed", ARG_I64, &seed, 0, 4e18, NULL, "seed of the data, the teacher and the init");
   SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd", "AdamW, or SGD with momentum");
   SPEC("--momentum", ARG_DOUBLE, &cfg->momentum, 0, 0.999999, NULL, "SGD momentum");
-  SPEC("--weight-decay", ARG_DOUBLE, &cfg->weight_decay, 0, 10, NULL, "decoupled weight decay (AdamW), L2 (SGD)");
-  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16|fp16", "working dtype of params and grads (bf16, fp16: fp32 master; fp16 with loss scaling)");
-  SPEC("--loss-scale", ARG_DOUBLE, &cfg->loss_scale, 0, 1e30, NULL, "fp16: static loss scale S (0: dynamic, GradScaler's rule; DeepSpeed's \"loss_scale\")");
-  SPEC("--init-scale", ARG_DOUBLE, &cfg->init_scale, 1e-30, 1e30, NULL, "fp16, dynamic: the first loss scale (GradScaler init_scale 65536)");
-  SPEC("--growth-factor", ARG_DOUBLE, &cfg->growth_factor, 1, 1e6, NULL, "fp16, dynamic: scale *= this after --growth-interval steps without overflow (2)");
-  SPEC("--backoff-factor", ARG_DOUBLE, &cfg->backoff_factor, 1e-6, 1, NULL, "fp16, dynamic: scale *= this on an overflow; the step is skipped (0.5)");
-  SPEC("--growth-interval", ARG_INT, &cfg->growth_interval, 1, 1000000000, NULL, "fp16, dynamic: steps without overflow before the scale grows (2000)");
-  SPEC("--collectives", ARG_CHOICE, &collectives, 0, 0, "vendor|ring", "MPI/NCCL collectives, or ours (solutions/ring.c)");
-  SPEC("--device", ARG_CHOICE, &cfg->device, 0, 0, "auto|cpu|cuda", "where tensors live (auto: a GPU when visible)");
-  SPEC("--backend", ARG_CHOICE, &cfg->backend, 0, 0, "auto|mpi|nccl", "communicator (auto: nccl on cuda, mpi on cpu)");
-  SPEC("--recompute", ARG_FLAG, &cfg->recompute, 0, 0, NULL, "activation checkpointing: keep each unit's output only, rerun its forward in the backward");
+  SPEC("--weight-decay", ARG_DOUBLE, &cfg->weight_decay, 0, 10, NULL,
+       "decoupled weight decay (AdamW), L2 (SGD)");
+  SPEC("--precision", ARG_CHOICE, &precision, 0, 0, "fp32|bf16|fp16",
+       "working dtype of params and grads (bf16, fp16: fp32 master; fp16 with loss scaling)");
+  SPEC("--loss-scale", ARG_DOUBLE, &cfg->loss_scale, 0, 1e30, NULL,
+       "fp16: static loss scale S (0: dynamic, GradScaler's rule; DeepSpeed's \"loss_scale\")");
+  SPEC("--init-scale", ARG_DOUBLE, &cfg->init_scale, 1e-30, 1e30, NULL,
+       "fp16, dynamic: the first loss scale (GradScaler init_scale 65536)");
+  SPEC("--growth-factor", ARG_DOUBLE, &cfg->growth_factor, 1, 1e6, NULL,
+       "fp16, dynamic: scale *= this after --growth-interval steps without overflow (2)");
+  SPEC("--backoff-factor", ARG_DOUBLE, &cfg->backoff_factor, 1e-6, 1, NULL,
+       "fp16, dynamic: scale *= this on an overflow; the step is skipped (0.5)");
+  SPEC("--growth-interval", ARG_INT, &cfg->growth_interval, 1, 1000000000, NULL,
+       "fp16, dynamic: steps without overflow before the scale grows (2000)");
+  SPEC("--collectives", ARG_CHOICE, &collectives, 0, 0, "vendor|ring",
+       "MPI/NCCL collectives, or ours (solutions/ring.c)");
+  SPEC("--device", ARG_CHOICE, &cfg->device, 0, 0, "auto|cpu|cuda",
+       "where tensors live (auto: a GPU when visible)");
+  SPEC("--backend", ARG_CHOICE, &cfg->backend, 0, 0, "auto|mpi|nccl",
+       "communicator (auto: nccl on cuda, mpi on cpu)");
+  SPEC("--recompute", ARG_FLAG, &cfg->recompute, 0, 0, NULL,
+       "activation checkpointing: keep each unit's output only, rerun its forward in the backward");
   SPEC("--accum", ARG_INT, &cfg->accum, 1, 4096, NULL, "micro-batches per step (gradient accumulation)");
   SPEC("--clip", ARG_DOUBLE, &cfg->clip, 0, 1e9, NULL, "clip the global gradient norm to this (0: off)");
   SPEC("--json", ARG_STR, &cfg->json, 0, 0, NULL, "write the results object to PATH (rank 0)");
   SPEC("--trace", ARG_STR, &cfg->trace, 0, 0, NULL, "write a Chrome trace (Perfetto) to PATH");
-  SPEC("--alloc-trace", ARG_STR, &cfg->alloc_trace, 0, 0, NULL, "write rank 0's ledger alloc/free sequence to PATH (replayed by zl_allocsim, notes/zero-r.md)");
-  SPEC("--save-params", ARG_STR, &cfg->save_params, 0, 0, NULL, "write the final fp32 weights (raw float32, Psi values) to PATH");
-  SPEC("--mem-limit-mb", ARG_DOUBLE, &cfg->mem_limit_mb, 0, 1e9, NULL, "per-rank memory budget in MiB (0: none)");
-  SPEC("--buffer-mb", ARG_DOUBLE, &cfg->buffer_mb, 0, 1e6, NULL, "constant-size buffers (ZeRO-R CB, notes/zero-r.md): cap every collective and per-step comm buffer at this many MiB, larger ones run in pieces (0: unbounded)");
-  SPEC("--timeout-s", ARG_DOUBLE, &cfg->timeout_s, 0, 1e6, NULL, "deadline for any one collective wait (0: none)");
-  SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip", "on a NaN/Inf gradient: stop, or skip the step");
-  SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL, "print the loss every L steps (0: first and last)");
+  SPEC("--alloc-trace", ARG_STR, &cfg->alloc_trace, 0, 0, NULL,
+       "write rank 0's ledger alloc/free sequence to PATH (replayed by zl_allocsim, notes/zero-r.md)");
+  SPEC("--save-params", ARG_STR, &cfg->save_params, 0, 0, NULL,
+       "write the final fp32 weights (raw float32, Psi values) to PATH");
+  SPEC("--mem-limit-mb", ARG_DOUBLE, &cfg->mem_limit_mb, 0, 1e9, NULL,
+       "per-rank memory budget in MiB (0: none)");
+  SPEC("--buffer-mb", ARG_DOUBLE, &cfg->buffer_mb, 0, 1e6, NULL,
+       "constant-size buffers (ZeRO-R CB, notes/zero-r.md): cap every collective and per-step comm buffer at "
+       "this many MiB, larger ones run in pieces (0: unbounded)");
+  SPEC("--timeout-s", ARG_DOUBLE, &cfg->timeout_s, 0, 1e6, NULL,
+       "deadline for any one collective wait (0: none)");
+  SPEC("--nonfinite", ARG_CHOICE, &nonfinite, 0, 0, "abort|skip",
+       "on a NaN/Inf gradient: stop, or skip the step");
+  SPEC("--log-every", ARG_INT, &cfg->log_every, 0, 10000000, NULL,
+       "print the loss every L steps (0: first and last)");
   SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
-  SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL, "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt|overflow: make one rank fail (testing aid)");
-  SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL, "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
-  SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL, "save a checkpoint to --ckpt every S steps and after the last (0: after the last only)");
-  SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL, "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
+  SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL,
+       "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt|overflow: make one rank fail (testing aid)");
+  SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL,
+       "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
+  SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL,
+       "save a checkpoint to --ckpt every S steps and after the last (0: after the last only)");
+  SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL,
+       "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
   if (chapter_flags & TRAIN_FLAG_VARIANT)
     SPEC("--variant", ARG_CHOICE, &cfg->variant, 0, 0, "naive|overlap|bucketed",
          "naive: all-reduce after backward; overlap: per unit, async; bucketed: buckets of --bucket-mb");
   if (chapter_flags & TRAIN_FLAG_BUCKET)
     SPEC("--bucket-mb", ARG_DOUBLE, &cfg->bucket_mb, 0, 1e6, NULL, "bucket cap in MiB (any value > 0)");
   if (chapter_flags & TRAIN_FLAG_PIPELINE) {
-    SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto", "pipeline stages P (contiguous units); auto: every rank a stage");
-    SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL, "micro-batches M per step (same samples as 1 rank with --accum M)");
-    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2", "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one backward; interleaved: 1f1b over --virtual-stages chunks per rank; zb-h1, zb-h2: zero bubble, each backward split into B (inputs' gradient) and W (weights', deferred into the bubble): h1 at 1F1B's peak (stage 0: P micro-batches in flight), h2 about twice (2P - 1)");
-    SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL, "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
-    SPEC("--post-validate", ARG_FLAG, &cfg->post_validate, 0, 0, NULL, "optimizer post-validation (zero bubble's): each stage updates at once, without waiting for the gradient norm and overflow check summed over the stages; when they come back saying clip or skip, the update is rolled back bitwise (from a host copy of the stage's states) and redone clipped, or dropped");
+    SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto",
+         "pipeline stages P (contiguous units); auto: every rank a stage");
+    SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL,
+         "micro-batches M per step (same samples as 1 rank with --accum M)");
+    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2",
+         "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one "
+         "backward; interleaved: 1f1b over --virtual-stages chunks per rank; zb-h1, zb-h2: zero bubble, each "
+         "backward split into B (inputs' gradient) and W (weights', deferred into the bubble): h1 at 1F1B's "
+         "peak (stage 0: P micro-batches in flight), h2 about twice (2P - 1)");
+    SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL,
+         "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
+    SPEC("--post-validate", ARG_FLAG, &cfg->post_validate, 0, 0, NULL,
+         "optimizer post-validation (zero bubble's): each stage updates at once, without waiting for the "
+         "gradient norm and overflow check summed over the stages; when they come back saying clip or skip, "
+         "the update is rolled back bitwise (from a host copy of the stage's states) and redone clipped, or "
+         "dropped");
   }
   if (chapter_flags & (TRAIN_FLAG_PIPELINE | TRAIN_FLAG_ZERO))
-    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL, "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
+    SPEC("--zero", ARG_INT, &cfg->zero, 0, 3, NULL,
+         "the data dimension (ranks / (P x T) replicas): 0 all-reduce the grads, 1 ZeRO-1 (optimizer states "
+         "sharded), 2 ZeRO-2 (grads sharded between steps only: they accumulate over the micro-batches), 3 "
+         "ZeRO-3 (params sharded too: each unit gathered 2M times per step; notes/07)");
   if (chapter_flags & TRAIN_FLAG_TP)
-    SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
+    SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL,
+         "tensor-parallel ranks T per layer (consecutive ranks); the data dimension is ranks / T");
   if (chapter_flags & TRAIN_FLAG_TP)
-    SPEC("--sp", ARG_FLAG, &cfg->sp, 0, 0, NULL, "sequence parallelism (Megatron's --sequence-parallel): with --tp T > 1 and "
-         "--model gpt, the LayerNorm and residual regions split along the sequence over the TP group (T must divide "
+    SPEC("--sp", ARG_FLAG, &cfg->sp, 0, 0, NULL,
+         "sequence parallelism (Megatron's --sequence-parallel): with --tp T > 1 and "
+         "--model gpt, the LayerNorm and residual regions split along the sequence over the TP group (T must "
+         "divide "
          "--seq-len); notes/10-long-sequences.md");
-  if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE)) /* a pipeline keeps its own activations */
+  /* a pipeline keeps its own activations */
+  if ((chapter_flags & TRAIN_FLAG_TP) && !(chapter_flags & TRAIN_FLAG_PIPELINE))
     SPEC("--pa", ARG_INT, &cfg->pa, 0, 1, "auto",
-         "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of every unit "
-         "output the TP group replicates and all-gathers it for the backward; auto: on with --recompute and --tp > 1, "
+         "partitioned activation checkpointing (ZeRO-R Pa): with --recompute, each TP rank keeps 1/T of "
+         "every unit "
+         "output the TP group replicates and all-gathers it for the backward; auto: on with --recompute and "
+         "--tp > 1, "
          "0: whole outputs (to compare)");
   const char *shard_group = "all";
   if (chapter_flags & TRAIN_FLAG_SHARD_GROUP)
     SPEC("--shard-group", ARG_CHOICE, &shard_group, 0, 0, "all|node",
-         "the ranks ZeRO-3 shards over: all of them, or each node's (HSDP, FSDP's HYBRID_SHARD: shard inside the node, "
+         "the ranks ZeRO-3 shards over: all of them, or each node's (HSDP, FSDP's HYBRID_SHARD: shard inside "
+         "the node, "
          "all-reduce the grad shards across nodes; notes/09-nodes.md)");
   if (chapter_flags & TRAIN_FLAG_SHARD_GROUP)
     SPEC("--hpz", ARG_FLAG, &cfg->hpz, 0, 0, NULL,
-         "ZeRO++ hpZ: keep a second copy of the params sharded inside the node (+2Psi/g in bf16), so the backward's "
+         "ZeRO++ hpZ: keep a second copy of the params sharded inside the node (+2Psi/g in bf16), so the "
+         "backward's "
          "all-gathers stay in the node; the forward's still span every rank (notes/09-nodes.md)");
-  if (chapter_flags & TRAIN_FLAG_CP) { /* checked against the world and the model by the chapter (solutions/cp.h) */
-    SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL, "context-parallel ranks C per sequence (consecutive ranks): each holds S/C of every sequence, attention a ring of K/V blocks; the data dimension is ranks / C");
-    SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL, "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk (--cp-comm ring; a2a: contiguous, every rank attends every position)");
+  /* checked against the world and the model by the chapter (solutions/cp.h) */
+  if (chapter_flags & TRAIN_FLAG_CP) {
+    SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL,
+         "context-parallel ranks C per sequence (consecutive ranks): each holds S/C of every sequence, "
+         "attention a ring of K/V blocks; the data dimension is ranks / C");
+    SPEC("--cp-balance", ARG_INT, &cfg->cp_balance, 0, 1, NULL,
+         "1: each rank holds two mirrored chunks of 2C (causal load balance), 0: one contiguous chunk "
+         "(--cp-comm ring; a2a: contiguous, every rank attends every position)");
     cfg->cp_comm = "ring";
-    SPEC("--cp-comm", ARG_CHOICE, &cfg->cp_comm, 0, 0, "ring|a2a", "the attention over the C ranks: ring, K/V blocks round a ring (online softmax); a2a, DeepSpeed-Ulysses: an all-to-all to NH/C heads of the whole sequence, the ordinary attention, an all-to-all back (C must divide the heads)");
+    SPEC("--cp-comm", ARG_CHOICE, &cfg->cp_comm, 0, 0, "ring|a2a",
+         "the attention over the C ranks: ring, K/V blocks round a ring (online softmax); a2a, "
+         "DeepSpeed-Ulysses: an all-to-all to NH/C heads of the whole sequence, the ordinary attention, an "
+         "all-to-all back (C must divide the heads)");
     cfg->cp_a2a = 1;
-    SPEC("--cp-a2a", ARG_INT, &cfg->cp_a2a, 1, 256, NULL, "the 2-D hybrid (USP; --cp-comm ring): Ulysses' all-to-all inside groups of A consecutive ranks of the C, to NH/A heads of the group's positions, the ring of K/V blocks across the C/A groups; A must divide C and the heads (1: the ring alone)");
+    SPEC("--cp-a2a", ARG_INT, &cfg->cp_a2a, 1, 256, NULL,
+         "the 2-D hybrid (USP; --cp-comm ring): Ulysses' all-to-all inside groups of A consecutive ranks of "
+         "the C, to NH/A heads of the group's positions, the ring of K/V blocks across the C/A groups; A "
+         "must divide C and the heads (1: the ring alone)");
   }
-  if (chapter_flags & TRAIN_FLAG_MOE) { /* checked against the world and the model by the chapter (solutions/moe.h) */
-    SPEC("--moe", ARG_INT, &cfg->moe, 1, 1024, NULL, "experts E in each MoE block (each a GPT MLP of 4C); the router sends each token to --topk of them");
-    SPEC("--topk", ARG_INT, &cfg->topk, 1, 1024, NULL, "experts k per token (<= --moe): the router's top-k of its softmax");
-    SPEC("--moe-every", ARG_INT, &cfg->moe_every, 1, 1024, NULL, "every m-th block is MoE (blocks m-1, 2m-1, ...), the others keep their dense MLP; 1: all");
-    SPEC("--capacity-factor", ARG_DOUBLE, &cfg->capacity_factor, 0, 64, NULL, "cf > 0: capacity ceil(cf x tokens x k / E) rows per expert and micro-batch, padded [E, C, h] buffers, tokens past it dropped (they ride the residual); 0: dropless (a count exchange, then all-to-all-v)");
-    SPEC("--aux-loss-coeff", ARG_DOUBLE, &cfg->aux_loss_coeff, 0, 10, NULL, "Switch's load-balancing loss alpha: alpha x E x sum_e f_e P_e per block and micro-batch (0: none)");
+  /* checked against the world and the model by the chapter (solutions/moe.h) */
+  if (chapter_flags & TRAIN_FLAG_MOE) {
+    SPEC("--moe", ARG_INT, &cfg->moe, 1, 1024, NULL,
+         "experts E in each MoE block (each a GPT MLP of 4C); the router sends each token to --topk of them");
+    SPEC("--topk", ARG_INT, &cfg->topk, 1, 1024, NULL,
+         "experts k per token (<= --moe): the router's top-k of its softmax");
+    SPEC("--moe-every", ARG_INT, &cfg->moe_every, 1, 1024, NULL,
+         "every m-th block is MoE (blocks m-1, 2m-1, ...), the others keep their dense MLP; 1: all");
+    SPEC("--capacity-factor", ARG_DOUBLE, &cfg->capacity_factor, 0, 64, NULL,
+         "cf > 0: capacity ceil(cf x tokens x k / E) rows per expert and micro-batch, padded [E, C, h] "
+         "buffers, tokens past it dropped (they ride the residual); 0: dropless (a count exchange, then "
+         "all-to-all-v)");
+    SPEC("--aux-loss-coeff", ARG_DOUBLE, &cfg->aux_loss_coeff, 0, 10, NULL,
+         "Switch's load-balancing loss alpha: alpha x E x sum_e f_e P_e per block and micro-batch (0: none)");
     cfg->aux_loss_scope = "local";
-    SPEC("--aux-loss-scope", ARG_CHOICE, &cfg->aux_loss_scope, 0, 0, "local|global", "the tokens the aux loss's f_e counts: this rank's micro-batch (local: Switch, GShard), or the micro-batch of every rank (global: the same loss on any layout of the same --accum)");
-    SPEC("--router-bias-rate", ARG_DOUBLE, &cfg->router_bias_rate, 0, 10, NULL, "DeepSeek-V3's auxiliary-loss-free balance: after each step every expert's selection bias moves by this rate toward the mean load, from counts summed over all ranks (0: no bias)");
-    SPEC("--ep", ARG_INT, &cfg->ep, 1, TRAIN_EP_MAX, NULL, "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
+    SPEC("--aux-loss-scope", ARG_CHOICE, &cfg->aux_loss_scope, 0, 0, "local|global",
+         "the tokens the aux loss's f_e counts: this rank's micro-batch (local: Switch, GShard), or the "
+         "micro-batch of every rank (global: the same loss on any layout of the same --accum)");
+    SPEC("--router-bias-rate", ARG_DOUBLE, &cfg->router_bias_rate, 0, 10, NULL,
+         "DeepSeek-V3's auxiliary-loss-free balance: after each step every expert's selection bias moves by "
+         "this rate toward the mean load, from counts summed over all ranks (0: no bias)");
+    SPEC("--ep", ARG_INT, &cfg->ep, 1, TRAIN_EP_MAX, NULL,
+         "expert-parallel ranks P_E (consecutive): each holds E / P_E of every MoE block's experts, tokens "
+         "go to them and back by all-to-all; the dense weights stay data-parallel over all ranks");
     if (!(chapter_flags & TRAIN_FLAG_TP))
-      SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL, "tensor-parallel ranks T on the attention inside each EP group (consecutive; T must divide --ep): they split the heads, the embedding and the head, and read the same samples; at each MoE block they take 1/T of the tokens each, so the P_E ranks of the group route and hold E/P_E experts as without TP (Megatron's MoE parallel folding)");
+      SPEC("--tp", ARG_INT, &cfg->tp, 1, 256, NULL,
+           "tensor-parallel ranks T on the attention inside each EP group (consecutive; T must divide --ep): "
+           "they split the heads, the embedding and the head, and read the same samples; at each MoE block "
+           "they take 1/T of the tokens each, so the P_E ranks of the group route and hold E/P_E experts as "
+           "without TP (Megatron's MoE parallel folding)");
     if (!(chapter_flags & TRAIN_FLAG_TP))
-      SPEC("--sp", ARG_FLAG, &cfg->sp, 0, 0, NULL, "with --tp: sequence parallelism (Megatron's way, which it requires for MoE with TP): the LayerNorm/residual regions split along the sequence over the TP group (T must divide --seq-len), so each TP rank routes its own positions at a MoE block and nothing is all-gathered there");
+      SPEC("--sp", ARG_FLAG, &cfg->sp, 0, 0, NULL,
+           "with --tp: sequence parallelism (Megatron's way, which it requires for MoE with TP): the "
+           "LayerNorm/residual regions split along the sequence over the TP group (T must divide --seq-len), "
+           "so each TP rank routes its own positions at a MoE block and nothing is all-gathered there");
   }
   if (chapter_flags & TRAIN_FLAG_PREFETCH)
-    SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto", "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
+    SPEC("--prefetch", ARG_INT, &cfg->prefetch, 0, 64, "auto",
+         "units gathered ahead (ZeRO-3); auto: 1 where communication has its own engine or core, else 0");
 #undef SPEC
   int rc = args_parse(argc, argv, specs, n, prog, about);
   if (rc == 1) exit(0);
@@ -294,18 +460,21 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     for (size_t i = 0; i < sizeof fp16_only / sizeof fp16_only[0]; i++)
       if (fp16_only[i].got != fp16_only[i].dflt) {
         snprintf(v, sizeof v, "%g", fp16_only[i].got);
-        exit(args_error(fp16_only[i].flag, v, "needs --precision fp16 (the loss scaler; --precision %s has no scaling)",
+        exit(args_error(fp16_only[i].flag, v,
+                        "needs --precision fp16 (the loss scaler; --precision %s has no scaling)",
                         precision));
       }
   }
   int world = args_env_world();
   if ((chapter_flags & TRAIN_FLAG_BUCKET) && !(cfg->bucket_mb > 0)) {
     snprintf(v, sizeof v, "%g", cfg->bucket_mb);
-    exit(args_error("--bucket-mb", v, "must be > 0 (any positive size; 1e-9 puts each unit in its own bucket)"));
+    exit(args_error("--bucket-mb", v,
+                    "must be > 0 (any positive size; 1e-9 puts each unit in its own bucket)"));
   }
   if (cfg->buffer_mb > 0 && cfg->buffer_mb * 1048576.0 < 8.0 * world) {
     snprintf(v, sizeof v, "%g", cfg->buffer_mb);
-    exit(args_error("--buffer-mb", v, "must be 0 (unbounded) or at least one 8-byte element per rank (%d bytes)", 8 * world));
+    exit(args_error("--buffer-mb", v,
+                    "must be 0 (unbounded) or at least one 8-byte element per rank (%d bytes)", 8 * world));
   }
   if (cfg->tp < 1) cfg->tp = 1;
   if (world % cfg->tp) {
@@ -316,14 +485,17 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (!(chapter_flags & TRAIN_FLAG_PIPELINE) && cfg->batch % ((int64_t)dp * cfg->accum) != 0) {
     snprintf(v, sizeof v, "%lld", (long long)cfg->batch);
     exit(args_error("--batch", v, "must be divisible by %s x accum = %d x %d = %lld",
-                    cfg->tp > 1 ? "data-parallel ranks (ranks / --tp)" : "ranks", dp, cfg->accum, (long long)dp * cfg->accum));
+                    cfg->tp > 1 ? "data-parallel ranks (ranks / --tp)" : "ranks", dp, cfg->accum,
+                    (long long)dp * cfg->accum));
   }
   fault_t fault;
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
-    exit(args_error("--hpz", "", "needs --shard-group all: with --shard-group node every gather is inside the node already"));
+    exit(args_error(
+        "--hpz", "",
+        "needs --shard-group all: with --shard-group node every gather is inside the node already"));
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
@@ -333,33 +505,43 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
       snprintf(v, sizeof v, "%d", cfg->prefetch);
       exit(args_error("--prefetch", v, "only with --zero 3 (the units ZeRO-3 gathers ahead)"));
     }
-    if (cfg->zero != 3) cfg->chapter_flags &= ~(unsigned)TRAIN_FLAG_PREFETCH; /* the report names it for ZeRO-3 only */
+    /* the report names it for ZeRO-3 only */
+    if (cfg->zero != 3) cfg->chapter_flags &= ~(unsigned)TRAIN_FLAG_PREFETCH;
   }
   if (cfg->pa == 1 && !(cfg->recompute && cfg->tp > 1))
-    exit(args_error("--pa", "1", "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
+    exit(args_error("--pa", "1",
+                    "needs --recompute and --tp T > 1 (it partitions the checkpoints over the TP group)"));
   if (cfg->pa == 1 && cfg->sp)
-    exit(args_error("--pa", "1", "with --sp no unit output is replicated over the TP group: every checkpoint is "
-                                 "already 1/T along the sequence (nothing for Pa to partition)"));
-  cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !cfg->sp && !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
+    exit(args_error("--pa", "1",
+                    "with --sp no unit output is replicated over the TP group: every checkpoint is "
+                    "already 1/T along the sequence (nothing for Pa to partition)"));
+  cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !cfg->sp &&
+      !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
   check_model_flags(cfg, argc, argv);
   if (cfg->sp && cfg->tp < 2)
-    exit(args_error("--sp", NULL, "needs --tp T > 1 (it splits the LayerNorm/residual regions over the TP group)"));
+    exit(args_error("--sp", NULL,
+                    "needs --tp T > 1 (it splits the LayerNorm/residual regions over the TP group)"));
   if (cfg->sp && strcmp(cfg->model_kind, "gpt") != 0)
     exit(args_error("--sp", NULL, "needs --model gpt (the MLP has no sequence to split)"));
   if (cfg->sp && cfg->gpt.seq_len % cfg->tp) {
     snprintf(v, sizeof v, "%d", cfg->tp);
-    exit(args_error("--sp", NULL, "--seq-len %d must be divisible by --tp %s (each TP rank holds seq_len / T positions)",
+    exit(args_error("--sp", NULL,
+                    "--seq-len %d must be divisible by --tp %s (each TP rank holds seq_len / T positions)",
                     cfg->gpt.seq_len, v));
   }
   if ((chapter_flags & TRAIN_FLAG_PIPELINE) && pipeline_check(cfg, world)) exit(2);
-  int64_t psi = strcmp(cfg->model_kind, "gpt") == 0 ? gpt_count_params(cfg->gpt)
-                                                    : model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
+  int64_t psi = strcmp(cfg->model_kind, "gpt") == 0
+      ? gpt_count_params(cfg->gpt)
+      : model_count_params(cfg->input, cfg->hidden, cfg->classes, cfg->layers);
   if (world > psi) { /* ZeRO would give some rank nothing but padding to own */
     snprintf(v, sizeof v, "%d", world);
-    exit(args_error("-np", v, "must be at most the parameter count psi = %lld of this model (--input --hidden --classes --layers)",
-                    (long long)psi));
+    exit(args_error(
+        "-np", v,
+        "must be at most the parameter count psi = %lld of this model (--input --hidden --classes --layers)",
+        (long long)psi));
   }
   resolve_device(cfg);
-  if (report_check_outputs(cfg)) exit(2); /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
+  /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
+  if (report_check_outputs(cfg)) exit(2);
 }
 

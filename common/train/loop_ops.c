@@ -47,20 +47,25 @@ static void slot_alloc(trainer_t *t, int c, act_slot_t *sl) {
   const train_chunk_t *ch = &t->chunks[c];
   int64_t b = t->local_batch;
   int n = ch->u1 - ch->u0, U = m->n_units;
-  sl->in = tensor_alloc(ch->first ? "input" : "stage input", LEDGER_ACTS, DT_F32, t->dev, b * t->in->pools[c].in_numel);
+  sl->in = tensor_alloc(ch->first ? "input" : "stage input", LEDGER_ACTS, DT_F32, t->dev,
+                        b * t->in->pools[c].in_numel);
   sl->out = xcalloc((size_t)n, sizeof(tensor_t), "unit outputs");
   sl->saved = xcalloc((size_t)n, sizeof(tensor_t), "unit saved activations");
   for (int i = 0; i < n; i++) {
     int u = ch->u0 + i;
     int64_t slice = trainer_pa_slice_numel(t, u); /* --pa: 1/T of a replicated output, else 0: all of it */
     if (slice) sl->out[i] = tensor_alloc("unit output (1/T slice, Pa)", LEDGER_ACTS, DT_F32, t->dev, slice);
-    else sl->out[i] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].y_numel);
-    if (!t->cfg->recompute) sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
+    else
+      sl->out[i] = tensor_alloc(u == U - 1 ? "logits" : "unit output", LEDGER_ACTS, DT_F32, t->dev,
+                                b * m->units[u].y_numel);
+    if (!t->cfg->recompute)
+      sl->saved[i] = tensor_alloc("saved", LEDGER_ACTS, DT_F32, t->dev, b * m->units[u].saved_numel);
   }
   if (t->in->split) { /* a split backward: what B keeps for W (model.h), and where W writes */
     sl->wsaved = xcalloc((size_t)n, sizeof(tensor_t), "unit wsaved");
     for (int i = 0; i < n; i++)
-      sl->wsaved[i] = tensor_alloc("saved for W", LEDGER_ACTS, DT_F32, t->dev, b * m->units[ch->u0 + i].wsaved_numel);
+      sl->wsaved[i] =
+          tensor_alloc("saved for W", LEDGER_ACTS, DT_F32, t->dev, b * m->units[ch->u0 + i].wsaved_numel);
     sl->wgrads = xcalloc((size_t)n, sizeof(void *), "unit W grads");
     sl->wbeta = xcalloc((size_t)n, sizeof(float), "unit W beta");
   }
@@ -92,13 +97,17 @@ void train_alloc_acts(trainer_t *t) {
   for (int i = 0; i < t->n_ops; i++) in->split |= t->ops[i].kind == 'W';
   if (in->split) { /* B now, W later: the model's halves, and a strategy that knows where W ends */
     if (!m->fns->backward_input || !m->fns->backward_weight)
-      die_on_rank("%s: the %s model here has no backward in two halves (B and W): a split schedule needs one", t->name,
-                  m->fns->name);
-    if (t->cfg->recompute) die_on_rank("%s: --recompute reruns a unit's forward in its backward into one shared buffer, "
-                                       "which a W run later would no longer find", t->name);
-    if (!t->no_sync) die_on_rank("%s: a split backward needs no_sync (one reduction per unit and step)", t->name);
+      die_on_rank("%s: the %s model here has no backward in two halves (B and W): a split schedule needs one",
+                  t->name, m->fns->name);
+    if (t->cfg->recompute)
+      die_on_rank("%s: --recompute reruns a unit's forward in its backward into one shared buffer, "
+                  "which a W run later would no longer find",
+                  t->name);
+    if (!t->no_sync)
+      die_on_rank("%s: a split backward needs no_sync (one reduction per unit and step)", t->name);
     if (t->strategy->post_backward && !t->strategy->grad_ready)
-      die_on_rank("%s: strategy %s has no grad_ready hook (train.h): it could not tell when a W made a gradient final",
+      die_on_rank("%s: strategy %s has no grad_ready hook (train.h): it could not tell when a W made a "
+                  "gradient final",
                   t->name, t->strategy->name);
     in->w_due = xcalloc((size_t)t->n_chunks, sizeof *in->w_due, "W due");
   }
@@ -125,9 +134,11 @@ void train_alloc_acts(trainer_t *t) {
     slot_alloc(t, 0, &in->pools[0].slots[0]);
     in->pools[0].n_slots = 1;
   }
-  if (t->cfg->recompute) in->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
+  if (t->cfg->recompute)
+    in->saved_rc = tensor_alloc("saved (recompute)", LEDGER_ACTS, DT_F32, t->dev, b * maxs);
   if (in->pa) /* the whole outputs: unit u writes work[u % 2] while it reads work[(u − 1) % 2] */
-    for (int k = 0; k < 2; k++) in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
+    for (int k = 0; k < 2; k++)
+      in->work[k] = tensor_alloc("unit output (Pa working)", LEDGER_ACTS, DT_F32, t->dev, work);
   in->acts_kept = ledger_live(LEDGER_ACTS) - before; /* outputs, saved, working buffers: not the input */
   if (!t->cfg->sched) in->acts_kept -= tensor_nbytes(&in->pools[0].slots[0].in);
   if (last) in->y = tensor_alloc("targets", LEDGER_ACTS, DT_F32, t->dev, b * m->rows); /* 4-byte ints */
@@ -167,7 +178,8 @@ static act_slot_t *slot_take(trainer_t *t, int c, int k) {
   for (int i = 0; i < p->n_slots && !sl; i++)
     if (p->slots[i].micro < 0) sl = &p->slots[i];
   if (!sl) { /* more in flight than ever before (the ledger sees it) */
-    if (p->n_slots >= t->n_micro) die_on_rank("more than %d micro-batches in flight on chunk %d", t->n_micro, c);
+    if (p->n_slots >= t->n_micro)
+      die_on_rank("more than %d micro-batches in flight on chunk %d", t->n_micro, c);
     sl = &p->slots[p->n_slots++];
     slot_alloc(t, c, sl);
   }
@@ -231,8 +243,10 @@ double trainer_loss(trainer_t *t, int b, const float *logits, const int *targets
   /* fp16: the loss is multiplied by the loss scale S before the backward (its gradient is) */
   double S = t->wdt == DT_F16 ? (double)t->in->scaler.scale : 1.0;
   float scale = (float)(S / ((double)t->cfg->batch * m->rows));
-  double loss = m->fns->loss ? m->fns->loss(m, b, logits, targets, dlogits, scale) /* the model's own (vocab-parallel) */
-                             : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
+  /* the model's own (vocab-parallel) */
+  double loss = m->fns->loss
+      ? m->fns->loss(m, b, logits, targets, dlogits, scale)
+      : op_softmax_xent(t->dev, dlogits, logits, targets, b * m->rows, m->classes, scale);
   if (!isfinite(loss)) t->in->local_nonfinite = 1;
   return loss;
 }
@@ -298,8 +312,12 @@ static float *unit_y(trainer_t *t, const act_slot_t *sl, int c, int u) {
 
 /* Unit u's buffers in slot sl of chunk c (dy, dx and grads are set by the backward). */
 static unit_io_t unit_io(trainer_t *t, const act_slot_t *sl, int c, int u) {
-  return (unit_io_t){.dev = t->dev, .wdt = t->wdt, .B = (int)t->local_batch, .params = t->unit_params[u],
-                     .x = u == t->chunks[c].u0 ? sl->in.data : unit_y(t, sl, c, u - 1), .y = unit_y(t, sl, c, u),
+  return (unit_io_t){.dev = t->dev,
+                     .wdt = t->wdt,
+                     .B = (int)t->local_batch,
+                     .params = t->unit_params[u],
+                     .x = u == t->chunks[c].u0 ? sl->in.data : unit_y(t, sl, c, u - 1),
+                     .y = unit_y(t, sl, c, u),
                      .saved = t->cfg->recompute ? t->in->saved_rc.data : sl->saved[u - t->chunks[c].u0].data,
                      .wsaved = sl->wsaved ? sl->wsaved[u - t->chunks[c].u0].data : NULL};
 }
@@ -348,7 +366,8 @@ static double op_forward(trainer_t *t, const train_op_t *op) {
   if (ch->first) { /* the loop's own chunk scores here too: its targets come with the inputs */
     int slice, nslices;
     trainer_data_slice(t, &slice, &nslices);
-    trainer_load_micro(t, k, t->n_micro, slice, nslices, sl->in.data, ch->last && !sc ? (int *)in->y.data : NULL);
+    trainer_load_micro(t, k, t->n_micro, slice, nslices, sl->in.data,
+                       ch->last && !sc ? (int *)in->y.data : NULL);
   }
   for (int u = ch->u0; u < ch->u1; u++, t->use++) {
     if (s->pre_forward) s->pre_forward(t, u);
@@ -418,7 +437,8 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
       TRAINER_PHASE(name, model_backward_input(m, u, &io));
       sl->wgrads[u - ch->u0] = t->unit_grads[u];
       sl->wbeta[u - ch->u0] = t->grad_beta;
-      int last = t->last_micro; /* the unit's use is over, its gradient is not final: that is W's (grad_ready) */
+      /* the unit's use is over, its gradient is not final: that is W's (grad_ready) */
+      int last = t->last_micro;
       t->last_micro = 0;
       if (s->post_backward) s->post_backward(t, u);
       t->last_micro = last;
@@ -461,11 +481,15 @@ static double op_weight(trainer_t *t, const train_op_t *op) {
   for (int i = 0; i < in->pools[op->chunk].n_slots && !sl; i++)
     if (in->pools[op->chunk].slots[i].micro == k) sl = &in->pools[op->chunk].slots[i];
   if (!sl || !sl->bdone)
-    die_on_rank("a W before its B: W %d on chunk %d runs before B %d (a schedule's bug: the weights' gradient needs the "
-                "gradient of their output)", k, op->chunk, k);
+    die_on_rank("a W before its B: W %d on chunk %d runs before B %d (a schedule's bug: the weights' "
+                "gradient needs the "
+                "gradient of their output)",
+                k, op->chunk, k);
   if (k != in->w_due[op->chunk])
-    die_on_rank("a W out of order: W %d on chunk %d, but W %d is due (each weight's gradient adds its micro-batches in "
-                "order; a schedule's bug)", k, op->chunk, in->w_due[op->chunk]);
+    die_on_rank("a W out of order: W %d on chunk %d, but W %d is due (each weight's gradient adds its "
+                "micro-batches in "
+                "order; a schedule's bug)",
+                k, op->chunk, in->w_due[op->chunk]);
   in->w_due[op->chunk]++;
   double t0 = trace_now_us();
   char name[32];
@@ -501,7 +525,9 @@ double train_run_ops(trainer_t *t) {
     const train_op_t *op = &t->ops[i];
     t->micro = op->micro;
     t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
-    double b = op->kind == 'F' ? op_forward(t, op) : op->kind == 'B' ? op_backward(t, op, &loss) : op_weight(t, op);
+    double b = op->kind == 'F' ? op_forward(t, op)
+        : op->kind == 'B'      ? op_backward(t, op, &loss)
+                               : op_weight(t, op);
     t->busy_us[op->kind == 'F' ? 0 : op->kind == 'B' ? 1 : 2] += b;
     busy += b;
   }
@@ -521,7 +547,8 @@ void train_build_uses(trainer_t *t) {
     if (t->ops[i].kind == 'W') continue; /* a W runs no strategy hook before its units: no use */
     const train_chunk_t *ch = &t->chunks[t->ops[i].chunk];
     for (int j = 0; j < ch->u1 - ch->u0; j++)
-      in->step_uses[t->n_uses++] = (train_use_t){t->ops[i].kind == 'F' ? ch->u0 + j : ch->u1 - 1 - j, t->ops[i].kind};
+      in->step_uses[t->n_uses++] =
+          (train_use_t){t->ops[i].kind == 'F' ? ch->u0 + j : ch->u1 - 1 - j, t->ops[i].kind};
   }
   in->n_step_uses = t->n_uses;
   in->fwd_uses = xcalloc((size_t)U, sizeof *in->fwd_uses, "forward uses");
@@ -589,15 +616,18 @@ void train_report_acts(trainer_t *t) {
   struct train_internal *in = t->in;
   const act_slot_t *sl = &in->pools[0].slots[0]; /* the loop's own chunk: every unit */
   int64_t kept = tensor_nbytes(&in->work[0]) + tensor_nbytes(&in->work[1]) + tensor_nbytes(&in->saved_rc);
-  for (int u = 0; u < t->model.n_units; u++) kept += tensor_nbytes(&sl->out[u]) + tensor_nbytes(&sl->saved[u]);
+  for (int u = 0; u < t->model.n_units; u++)
+    kept += tensor_nbytes(&sl->out[u]) + tensor_nbytes(&sl->saved[u]);
   trainer_report_extra(t, "acts_saved_bytes", (double)kept);
   if (in->pa) { /* the ledger's count beside the formula from the shapes (pa_acts_formula) */
     trainer_report_extra(t, "pa_acts_bytes", (double)in->acts_kept);
     trainer_report_extra(t, "pa_acts_formula_bytes", (double)pa_acts_formula(t));
   }
-  int T = t->group_comm ? comm_world(t->group_comm) : 1; /* --tp: this rank's part (gpt.h: T dividing the vocabulary) */
+  /* --tp: this rank's part (gpt.h: T dividing the vocabulary) */
+  int T = t->group_comm ? comm_world(t->group_comm) : 1;
   if (strcmp(t->model.fns->name, "gpt") == 0 && t->model.gpt.vocab % T == 0) /* the GPT, whole or split */
-    trainer_report_extra(t, "acts_formula_bytes",
-                         (double)gpt_acts_bytes_tp(t->model.gpt, t->local_batch, t->cfg->recompute, T, t->cfg->sp));
+    trainer_report_extra(
+        t, "acts_formula_bytes",
+        (double)gpt_acts_bytes_tp(t->model.gpt, t->local_batch, t->cfg->recompute, T, t->cfg->sp));
 }
 

@@ -70,8 +70,10 @@ typedef struct acts {
   /* --tp t > 1, per rank (Korthikanti et al. §4.2): tensor parallelism splits the 24 and the 5as/h
    * of a layer, sequence parallelism (Megatron's --sequence-parallel) the remaining 10 too */
   double tp_layer, tp_total;       /* TP: s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer, × L */
-  double sp_layer, sp_total, sp_rc;/* TP + SP: s·b·h·(34 + 5·a·s/h)/t per layer, × L; full recompute 2sbhL/t + a layer */
-  double ours_sp, ours_sp_rc;      /* the fp32 GPT with --tp t --sp: gpt_acts_bytes_tp (= gpt_acts_bytes / t) */
+  /* TP + SP: s·b·h·(34 + 5·a·s/h)/t per layer, × L; full recompute 2sbhL/t + a layer */
+  double sp_layer, sp_total, sp_rc;
+  /* the fp32 GPT with --tp t --sp: gpt_acts_bytes_tp (= gpt_acts_bytes / t) */
+  double ours_sp, ours_sp_rc;
 } acts_t;
 
 static acts_t acts_of(gpt_shape_t g, int64_t b, int t) {
@@ -110,8 +112,8 @@ static void fmt_psi(char *dst, size_t n, double psi) {
  * for Ψ = psi on N = world: the strategies' own formulas (`ours`: the default K, no accumulation
  * buffer, a whole Ψ), else the paper's generic form with K (offload: ZeRO-2's, its optim column the
  * host's; no_sync: ZeRO-2/3 + the full gradient, gbytes·Ψ). */
-static mem_formula_t states_of(memcalc_states_fn states, int ours, int stage, double psi, int world, dtype_t wdt, int wbytes,
-                               int gbytes, double k) {
+static mem_formula_t states_of(memcalc_states_fn states, int ours, int stage, double psi, int world,
+                               dtype_t wdt, int wbytes, int gbytes, double k) {
   if (ours && psi == (double)(int64_t)psi) return states(stage, psi, world, wdt);
   int no_sync = (stage & MEMCALC_NO_SYNC) != 0;
   stage &= ~MEMCALC_NO_SYNC;
@@ -135,7 +137,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   double psi = 7.5e9, k = -1;
   int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
   int experts = 0, topk = 2, moe_every = 1, ep = 1; /* chapter 12: Mixture of Experts */
-  int pp = 1, cp = 1, offload = 0; /* chapters 07, 10, 08: pipeline stages, context parallelism, ZeRO-Offload */
+  /* chapters 07, 10, 08: pipeline stages, context parallelism, ZeRO-Offload */
+  int pp = 1, cp = 1, offload = 0;
   int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
   arg_spec_t specs[] = {
@@ -150,16 +153,19 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
        "bf16 only: add an fp32 gradient-accumulation buffer (+4Ψ, 20Ψ with Adam), sharded with the grads"},
       {"--stage", ARG_CHOICE, &stage_s, 0, 0, "0|1|2|3|all", "ZeRO stage to show"},
       {"--json", ARG_STR, &json, 0, 0, NULL, "write the table as JSON to this path (for plots)"},
-      {"--layers", ARG_INT, &layers, 1, 1 << 16, NULL, "transformer layers L: adds activations (with --hidden --heads --seq)"},
+      {"--layers", ARG_INT, &layers, 1, 1 << 16, NULL,
+       "transformer layers L: adds activations (with --hidden --heads --seq)"},
       {"--hidden", ARG_INT, &hidden, 1, 1 << 20, NULL, "transformer hidden size h"},
       {"--heads", ARG_INT, &heads, 1, 1 << 16, NULL, "attention heads a (h divisible by a)"},
       {"--seq", ARG_INT, &seq, 1, 1 << 24, NULL, "sequence length s"},
       {"--micro-batch", ARG_I64, &micro, 1, 1 << 20, NULL, "sequences per rank per forward b (default 1)"},
       {"--tp", ARG_INT, &tp, 1, 1 << 16, NULL,
-       "with a transformer shape: also the activations per rank of t-way tensor parallelism, without and with "
+       "with a transformer shape: also the activations per rank of t-way tensor parallelism, without and "
+       "with "
        "sequence parallelism (notes/10-long-sequences.md); t divides --heads, --hidden, --seq and --vocab"},
       {"--experts", ARG_INT, &experts, 0, 1 << 16, NULL,
-       "with a transformer shape: E expert MLPs in every --moe-every m-th block (chapter 12; 0: dense): Ψ total and "
+       "with a transformer shape: E expert MLPs in every --moe-every m-th block (chapter 12; 0: dense): Ψ "
+       "total and "
        "active, and per rank with --ep"},
       {"--topk", ARG_INT, &topk, 1, 1 << 16, NULL, "experts per token k (<= --experts; default 2)"},
       {"--moe-every", ARG_INT, &moe_every, 1, 1 << 16, NULL, "every m-th block is MoE (default 1: all)"},
@@ -168,19 +174,23 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
        "vocabulary of the fp32 GPT's count and of Ψ when --params is not given (default 256: bytes)"},
       {"--pp", ARG_INT, &pp, 1, 1 << 16, NULL,
-       "with a transformer shape: P pipeline stages (chapter 07): per stage its units' states over the D = N/P "
+       "with a transformer shape: P pipeline stages (chapter 07): per stage its units' states over the D = "
+       "N/P "
        "replicas and the activations 1F1B keeps in flight (stage s: P - s micro-batches); P divides --ranks"},
       {"--cp", ARG_INT, &cp, 1, 1 << 16, NULL,
-       "with a transformer shape: C-way context parallelism (chapter 10, the ring): each rank holds S/C positions "
+       "with a transformer shape: C-way context parallelism (chapter 10, the ring): each rank holds S/C "
+       "positions "
        "of the --micro-batch sequences; C divides --ranks and --seq"},
       {"--offload", ARG_FLAG, &offload, 0, 0, NULL,
-       "ZeRO-Offload (chapter 08): ZeRO-2 with the fp32 master and optimizer states in host memory: the device "
+       "ZeRO-Offload (chapter 08): ZeRO-2 with the fp32 master and optimizer states in host memory: the "
+       "device "
        "keeps params + grads"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
-  int rc = args_parse(argc, argv, specs, nspecs, "ch00_memory",
-                      "ZeRO memory calculator: bytes per rank of params, grads and optimizer states at each stage\n"
-                      "(Rajbhandari et al. 2020, Figure 1). Example: ch00_memory --params 7.5B --ranks 64");
+  int rc = args_parse(
+      argc, argv, specs, nspecs, "ch00_memory",
+      "ZeRO memory calculator: bytes per rank of params, grads and optimizer states at each stage\n"
+      "(Rajbhandari et al. 2020, Figure 1). Example: ch00_memory --params 7.5B --ranks 64");
   if (rc == 1) return 0;
   if (rc) return 2;
   if (k < 0 && k != -1) {
@@ -194,26 +204,40 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     ranks_given |= strncmp(argv[i], "--ranks", 7) == 0;
   }
   if (fp32_grads && strcmp(precision, "bf16") != 0)
-    return args_error("--fp32-grads", NULL, "only with --precision bf16 (fp32 gradients already accumulate in fp32)");
+    return args_error("--fp32-grads", NULL,
+                      "only with --precision bf16 (fp32 gradients already accumulate in fp32)");
   if (model) {
     long long d[4];
     char tail;
     if (psi_given) return args_error("--model", model, "give either --params or --model, not both");
-    if (sscanf(model, "%lld,%lld,%lld,%lld%c", &d[0], &d[1], &d[2], &d[3], &tail) != 4 || d[0] < 1 || d[1] < 1 ||
-        d[2] < 1 || d[3] < 1 || d[0] > 1 << 24 || d[1] > 1 << 24 || d[2] > 1 << 24 || d[3] > 1 << 16)
-      return args_error("--model", model, "must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4");
+    if (sscanf(model, "%lld,%lld,%lld,%lld%c", &d[0], &d[1], &d[2], &d[3], &tail) != 4 || d[0] < 1 ||
+        d[1] < 1 || d[2] < 1 || d[3] < 1 || d[0] > 1 << 24 || d[1] > 1 << 24 || d[2] > 1 << 24 ||
+        d[3] > 1 << 16)
+      return args_error("--model", model,
+                        "must be D,H,C,L: input, hidden width, classes, hidden layers, e.g. 784,1024,10,4");
     /* Ψ in double first: this shape range can overflow a 64-bit count (and its byte counts) */
-    double psi_d = (double)d[1] * (d[0] + 1) + (double)(d[3] - 1) * d[1] * (d[1] + 1) + (double)d[2] * (d[1] + 1);
+    double psi_d =
+        (double)d[1] * (d[0] + 1) + (double)(d[3] - 1) * d[1] * (d[1] + 1) + (double)d[2] * (d[1] + 1);
     if (psi_d > 1e15)
-      return args_error("--model", model, "must have at most 1e15 parameters (as --params); this shape has psi = %.3g, whose byte counts overflow", psi_d);
+      return args_error("--model", model,
+                        "must have at most 1e15 parameters (as --params); this shape has psi = %.3g, whose "
+                        "byte counts overflow",
+                        psi_d);
     psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
   }
   int tf = layers || hidden || heads || seq; /* a transformer shape: activations too */
   gpt_shape_t shape = {.n_layer = layers, .n_head = heads, .n_embd = hidden, .seq_len = seq, .vocab = vocab};
   if (tf) {
-    const char *missing = !layers ? "--layers" : !hidden ? "--hidden" : !heads ? "--heads" : !seq ? "--seq" : NULL;
-    if (missing) return args_error(missing, NULL, "a transformer shape needs --layers, --hidden, --heads and --seq");
-    if (model) return args_error("--model", model, "give either an MLP (--model) or a transformer shape (--layers ...), not both");
+    const char *missing = !layers ? "--layers"
+        : !hidden                 ? "--hidden"
+        : !heads                  ? "--heads"
+        : !seq                    ? "--seq"
+                                  : NULL;
+    if (missing)
+      return args_error(missing, NULL, "a transformer shape needs --layers, --hidden, --heads and --seq");
+    if (model)
+      return args_error("--model", model,
+                        "give either an MLP (--model) or a transformer shape (--layers ...), not both");
     if (hidden % heads != 0) {
       char hv[32];
       snprintf(hv, sizeof hv, "%d", hidden);
@@ -221,23 +245,33 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     }
     if (experts > 0) {
       char v[32];
-      if (topk > experts) return snprintf(v, sizeof v, "%d", topk), args_error("--topk", v, "must be between 1 and --experts %d", experts);
+      if (topk > experts)
+        return snprintf(v, sizeof v, "%d", topk),
+               args_error("--topk", v, "must be between 1 and --experts %d", experts);
       if (world % ep || experts % ep)
-        return snprintf(v, sizeof v, "%d", ep), args_error("--ep", v, "must divide --ranks %d and --experts %d", world, experts);
-      if (psi_given) return args_error("--params", NULL, "give the transformer shape alone with --experts (Ψ comes from it)");
+        return snprintf(v, sizeof v, "%d", ep),
+               args_error("--ep", v, "must divide --ranks %d and --experts %d", world, experts);
+      if (psi_given)
+        return args_error("--params", NULL,
+                          "give the transformer shape alone with --experts (Ψ comes from it)");
       if (ep % tp)
-        return snprintf(v, sizeof v, "%d", tp), args_error("--tp", v, "with --experts must divide --ep %d (chapter 12: T ranks "
-                                                             "of each EP group split the attention)", ep);
+        return snprintf(v, sizeof v, "%d", tp),
+               args_error("--tp", v,
+                          "with --experts must divide --ep %d (chapter 12: T ranks "
+                          "of each EP group split the attention)",
+                          ep);
     }
     if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, experts, topk, moe_every).total
                                       : (double)gpt_count_params(shape);
     if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
       char tv[32];
       snprintf(tv, sizeof tv, "%d", tp);
-      return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads, hidden, seq, vocab);
+      return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads,
+                        hidden, seq, vocab);
     }
   } else if (experts > 0 || ep > 1) {
-    return args_error(experts > 0 ? "--experts" : "--ep", NULL, "needs a transformer shape (--layers --hidden --heads --seq)");
+    return args_error(experts > 0 ? "--experts" : "--ep", NULL,
+                      "needs a transformer shape (--layers --hidden --heads --seq)");
   } else if (tp > 1) {
     char tv[32];
     snprintf(tv, sizeof tv, "%d", tp);
@@ -246,28 +280,40 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   { /* chapters 07, 10, 08: what composes here (ch00 computes each with the data-parallel ranks alone) */
     char v[32];
     if ((pp > 1 || cp > 1) && !tf)
-      return snprintf(v, sizeof v, "%d", pp > 1 ? pp : cp), args_error(pp > 1 ? "--pp" : "--cp", v,
-                                                                        "needs a transformer shape (--layers --hidden --heads --seq)");
+      return snprintf(v, sizeof v, "%d", pp > 1 ? pp : cp),
+             args_error(pp > 1 ? "--pp" : "--cp", v,
+                        "needs a transformer shape (--layers --hidden --heads --seq)");
     if (pp > 1) {
       snprintf(v, sizeof v, "%d", pp);
-      if (world % pp) return args_error("--pp", v, "must divide --ranks %d (D = N/P replicas of each stage)", world);
-      if (pp > layers + 2) return args_error("--pp", v, "must be at most the GPT's L + 2 = %d units (embedding, blocks, head)", layers + 2);
+      if (world % pp)
+        return args_error("--pp", v, "must divide --ranks %d (D = N/P replicas of each stage)", world);
+      if (pp > layers + 2)
+        return args_error("--pp", v, "must be at most the GPT's L + 2 = %d units (embedding, blocks, head)",
+                          layers + 2);
       if (cp > 1) return args_error("--pp", v, "with --cp: not computed here (give one of them)");
-      if (tp > 1) return args_error("--pp", v, "with --tp: not computed here (ch07_pipeline's 3-D grid; give one of them)");
-      if (experts > 0) return args_error("--pp", v, "with --experts: not computed here (chapter 12 runs no pipeline)");
+      if (tp > 1)
+        return args_error("--pp", v,
+                          "with --tp: not computed here (ch07_pipeline's 3-D grid; give one of them)");
+      if (experts > 0)
+        return args_error("--pp", v, "with --experts: not computed here (chapter 12 runs no pipeline)");
       if (offload) return args_error("--offload", NULL, "with --pp: not computed here (give one of them)");
       if (!split) return args_error("--pp", v, "this build has no pipeline split");
     }
     if (cp > 1) {
       snprintf(v, sizeof v, "%d", cp);
-      if (world % cp || seq % cp) return args_error("--cp", v, "must divide --ranks %d and --seq %d", world, seq);
+      if (world % cp || seq % cp)
+        return args_error("--cp", v, "must divide --ranks %d and --seq %d", world, seq);
       if (tp > 1) return args_error("--cp", v, "with --tp: not computed here (give one of them)");
-      if (experts > 0) return args_error("--cp", v, "with --experts: not computed here (chapter 12 runs no context parallelism)");
+      if (experts > 0)
+        return args_error("--cp", v,
+                          "with --experts: not computed here (chapter 12 runs no context parallelism)");
     }
     if (offload) {
       if (strcmp(stage_s, "2") != 0 && strcmp(stage_s, "all") != 0)
-        return args_error("--offload", NULL, "is ZeRO-2's (chapter 08): with --stage 2 or all, not --stage %s", stage_s);
-      if (experts > 0) return args_error("--offload", NULL, "with --experts: not computed here (give one of them)");
+        return args_error("--offload", NULL,
+                          "is ZeRO-2's (chapter 08): with --stage 2 or all, not --stage %s", stage_s);
+      if (experts > 0)
+        return args_error("--offload", NULL, "with --experts: not computed here (give one of them)");
     }
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
@@ -283,7 +329,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
 
   char psi_txt[64];
   fmt_psi(psi_txt, sizeof psi_txt, psi);
-  fprintf(out, "ZeRO model states per rank: Ψ = %s parameters, N = %d rank%s", psi_txt, world, world == 1 ? "" : "s");
+  fprintf(out, "ZeRO model states per rank: Ψ = %s parameters, N = %d rank%s", psi_txt, world,
+          world == 1 ? "" : "s");
   if (world == 1) fprintf(out, " (one GPU: every stage holds the same and sends nothing)");
   else if (!ranks_given) fprintf(out, " (the default of --ranks)");
   fprintf(out, "\nprecision %s: params %dΨ bytes, grads %dΨ bytes", precision, wbytes, wbytes);
@@ -298,11 +345,12 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   int ours = k == (bf16 ? 12 : 8) && !acc && psi == (double)(int64_t)psi;
   mem_formula_t ddp = ours ? states(0, psi, world, wdt) : formula_zero_k(0, psi, world, wbytes, gbytes, k);
   mem_formula_t f[4];
-  for (int s = s0; s <= s1; s++) f[s] = ours ? states(s, psi, world, wdt) : formula_zero_k(s, psi, world, wbytes, gbytes, k);
+  for (int s = s0; s <= s1; s++)
+    f[s] = ours ? states(s, psi, world, wdt) : formula_zero_k(s, psi, world, wbytes, gbytes, k);
 
   fprintf(out, "in GB (1e9 bytes) per rank\n");
-  fprintf(out, "%-8s %10s %10s %10s %10s %8s %12s   %s\n", "stage", "params", "grads", "optim", "total", "vs DDP",
-         "comm/step", "formula");
+  fprintf(out, "%-8s %10s %10s %10s %10s %8s %12s   %s\n", "stage", "params", "grads", "optim", "total",
+          "vs DDP", "comm/step", "formula");
   for (int s = s0; s <= s1; s++) {
     char p[32], g[32], o[32], t[32], c[32], gen[64], num[64];
     fmt_size(p, sizeof p, f[s].params, GB);
@@ -312,34 +360,46 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     fmt_size(c, sizeof c, formula_comm_bytes(s, psi, world, wdt), GB);
     generic_text(gen, sizeof gen, s, wbytes, wbytes, acc);
     formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
-    fprintf(out, "%-8s %10s %10s %10s %10s %7.1fx %12s   %s = %s\n", g_stage_name[s], p, g, o, t, ddp.total / f[s].total, c,
-           gen, num);
+    fprintf(out, "%-8s %10s %10s %10s %10s %7.1fx %12s   %s = %s\n", g_stage_name[s], p, g, o, t,
+            ddp.total / f[s].total, c, gen, num);
   }
   fprintf(out, "\nin GiB (2^30 bytes) per rank\n");
   fprintf(out, "%-8s %10s %10s %10s %10s\n", "stage", "params", "grads", "optim", "total");
   for (int s = s0; s <= s1; s++)
     fprintf(out, "%-8s %10.2f %10.2f %10.2f %10.2f\n", g_stage_name[s], f[s].params / GIB, f[s].grads / GIB,
            f[s].optim / GIB, f[s].total / GIB);
-  fprintf(out, "\ncomm/step: bytes each rank sends per step with ring collectives, %s elements: stages 0-2 "
-         "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
-         precision);
-  if (acc) fprintf(out, "grads include the fp32 accumulation buffer (%dΨ + %dΨ): full at stages 0-1, sharded at 2-3\n", wbytes, acc);
+  fprintf(
+      out,
+      "\ncomm/step: bytes each rank sends per step with ring collectives, %s elements: stages 0-2 "
+      "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
+      precision);
+  if (acc)
+    fprintf(out,
+            "grads include the fp32 accumulation buffer (%dΨ + %dΨ): full at stages 0-1, sharded at 2-3\n",
+            wbytes, acc);
   acts_t act = {0};
-  if (!tf) fprintf(out, "activations, temporary buffers and fragmentation come on top of these model states\n");
+  if (!tf)
+    fprintf(out, "activations, temporary buffers and fragmentation come on top of these model states\n");
   else {
     act = acts_of(shape, micro, tp);
     double s = seq, h = hidden, a = heads, sbh = s * (double)micro * h;
     fprintf(out, "\nactivations of one micro-batch (every rank, every stage: ZeRO does not shard them)\n");
-    fprintf(out, "shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads, seq,
-           (long long)micro, psi_given ? "" : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
-    fprintf(out, "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f bytes\n", sbh,
-           34.0 + 5.0 * a * s / h, act.per_layer);
-    fprintf(out, "  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f bytes\n", layers, act.total,
-           act.recompute);
-    fprintf(out, "this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; --recompute %.0f bytes\n",
-           vocab, act.ours, act.ours_rc);
-    fprintf(out, "\nmodel states + activations per rank, in GB (1e9 bytes); activations by Korthikanti et al.\n");
-    fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp", "total");
+    fprintf(out, "shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads,
+            seq, (long long)micro,
+            psi_given ? "" : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
+    fprintf(out,
+            "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f bytes\n",
+            sbh, 34.0 + 5.0 * a * s / h, act.per_layer);
+    fprintf(out, "  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f bytes\n", layers,
+            act.total, act.recompute);
+    fprintf(out,
+            "this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; "
+            "--recompute %.0f bytes\n",
+            vocab, act.ours, act.ours_rc);
+    fprintf(out,
+            "\nmodel states + activations per rank, in GB (1e9 bytes); activations by Korthikanti et al.\n");
+    fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp",
+            "total");
     for (int st = s0; st <= s1; st++) {
       char m_[32], a_[32], t_[32], ar[32], tr[32];
       fmt_size(m_, sizeof m_, f[st].total, GB);
@@ -353,18 +413,33 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
            "never the activations\n", 100.0 * act.total / (ddp.total + act.total));
     if (tp > 1) { /* the same formulas, per rank of a TP group of t (Korthikanti et al. §4.2) */
       char m_[32], a_[32], t_[32], ar[32], tr[32];
-      fprintf(out, "\nwith t = %d ranks splitting every layer, per rank, 16 bit (Korthikanti et al. 2022, §4.2):\n", tp);
-      fprintf(out, "  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f bytes\n", act.tp_layer,
-             layers, act.tp_total);
-      fprintf(out, "  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f bytes; "
-             "full recompute: 2·s·b·h·L/t + one layer = %.0f bytes\n", act.sp_layer, layers, act.sp_total, act.sp_rc);
-      fprintf(out, "this repository's fp32 GPT with --tp %d --sp (gpt_acts_bytes_tp): %.0f bytes; --recompute %.0f bytes "
-             "(= the whole model's / t)\n", tp, act.ours_sp, act.ours_sp_rc);
-      fprintf(out, "model states + activations per rank of t = %d tensor-parallel ranks, GB (every rank holds 1/t of every\n"
-             "parameter with its states: DDP's states / t, the replicated LayerNorms left out; TP's recompute keeps\n"
-             "2·s·b·h·L whole)\n", tp);
+      fprintf(
+          out,
+          "\nwith t = %d ranks splitting every layer, per rank, 16 bit (Korthikanti et al. 2022, §4.2):\n",
+          tp);
+      fprintf(
+          out,
+          "  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f bytes\n",
+          act.tp_layer, layers, act.tp_total);
+      fprintf(out,
+              "  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f bytes; "
+              "full recompute: 2·s·b·h·L/t + one layer = %.0f bytes\n",
+              act.sp_layer, layers, act.sp_total, act.sp_rc);
+      fprintf(out,
+              "this repository's fp32 GPT with --tp %d --sp (gpt_acts_bytes_tp): %.0f bytes; --recompute "
+              "%.0f bytes "
+              "(= the whole model's / t)\n",
+              tp, act.ours_sp, act.ours_sp_rc);
+      fprintf(out,
+              "model states + activations per rank of t = %d tensor-parallel ranks, GB (every rank holds 1/t "
+              "of every\n"
+              "parameter with its states: DDP's states / t, the replicated LayerNorms left out; TP's "
+              "recompute keeps\n"
+              "2·s·b·h·L whole)\n",
+              tp);
       for (int sp = 0; sp < 2; sp++) {
-        double a0 = sp ? act.sp_total : act.tp_total, a1 = sp ? act.sp_rc : 2.0 * s * (double)micro * h * layers + act.tp_layer;
+        double a0 = sp ? act.sp_total : act.tp_total,
+               a1 = sp ? act.sp_rc : 2.0 * s * (double)micro * h * layers + act.tp_layer;
         fmt_size(m_, sizeof m_, ddp.total / tp, GB);
         fmt_size(a_, sizeof a_, a0, GB);
         fmt_size(t_, sizeof t_, ddp.total / tp + a0, GB);
@@ -384,22 +459,38 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     double dense = (double)gpt_moe_dense_rank(shape, experts, moe_every, tp, vocab / tp);
     double local = dense + (double)mp.expert / ep;
     char every[32] = "every";
-    if (moe_every > 1) snprintf(every, sizeof every, "every %d%s", moe_every, moe_every == 2 ? "nd" : moe_every == 3 ? "rd" : "th");
-    fprintf(out, "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per token\n", experts,
-            every, topk);
-    fprintf(out, "  Ψ total %.0f = dense %.0f (routers E·h included) + experts %.0f; active per token %.0f (%.1f%% of total)\n",
-            (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active, 100.0 * mp.active / mp.total);
-    fprintf(out, "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every MoE block, "
-            "Ψ per rank %.0f;\n  the strategy runs on the D = N/P_E = %d ranks that hold the same experts (ch12_experts' "
-            "layout: dense and expert states sharded over D)\n", ep, world, experts / ep, local, D);
+    if (moe_every > 1)
+      snprintf(every, sizeof every, "every %d%s", moe_every,
+               moe_every == 2       ? "nd"
+                   : moe_every == 3 ? "rd"
+                                    : "th");
+    fprintf(out,
+            "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per token\n",
+            experts, every, topk);
+    fprintf(out,
+            "  Ψ total %.0f = dense %.0f (routers E·h included) + experts %.0f; active per token %.0f "
+            "(%.1f%% of total)\n",
+            (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active,
+            100.0 * mp.active / mp.total);
+    fprintf(out,
+            "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every "
+            "MoE block, "
+            "Ψ per rank %.0f;\n  the strategy runs on the D = N/P_E = %d ranks that hold the same experts "
+            "(ch12_experts' "
+            "layout: dense and expert states sharded over D)\n",
+            ep, world, experts / ep, local, D);
     if (tp > 1)
-      fprintf(out, "  --tp %d inside each EP group: the attention, the embedding and the head split over %d ranks, dense per "
-              "rank %.0f of %.0f (the routers and LayerNorms whole)\n", tp, tp, dense, (double)mp.dense);
+      fprintf(out,
+              "  --tp %d inside each EP group: the attention, the embedding and the head split over %d "
+              "ranks, dense per "
+              "rank %.0f of %.0f (the routers and LayerNorms whole)\n",
+              tp, tp, dense, (double)mp.dense);
     fprintf(out, "%-8s %14s %14s %14s   (GB per rank)\n", "stage", "dense states", "expert states", "total");
     for (int st = s0; st <= s1; st++) {
       mem_formula_t fd = ours ? states(st, dense, D, wdt) : formula_zero_k(st, dense, D, wbytes, gbytes, k);
       double xe = (double)mp.expert / ep;
-      mem_formula_t fx = ours && xe == (double)(int64_t)xe ? states(st, xe, D, wdt) : formula_zero_k(st, xe, D, wbytes, gbytes, k);
+      mem_formula_t fx = ours && xe == (double)(int64_t)xe ? states(st, xe, D, wdt)
+                                                           : formula_zero_k(st, xe, D, wbytes, gbytes, k);
       char a_[32], b_[32], t_[32];
       fmt_size(a_, sizeof a_, fd.total, GB);
       fmt_size(b_, sizeof b_, fx.total, GB);
@@ -409,7 +500,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     }
   }
 
-  /* chapter 07: the GPT's units cut into P stages as ch07_pipeline cuts them (pp_split, by parameter count) */
+  /* chapter 07: the GPT's units cut into P stages as ch07_pipeline cuts them (pp_split, by parameter
+   * count) */
   pp_stage_t *ps = NULL;
   int D = world / pp;
   if (pp > 1) {
@@ -427,7 +519,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     for (int st = 0; st < pp; st++) {
       pp_stage_t *q = &ps[st];
       q->u0 = first[st], q->u1 = first[st + 1], q->in_flight = pp - st;
-      int64_t in = st == 0 ? seq : yu[q->u0 - 1]; /* the tokens (int32: 4 bytes each) or the previous unit's output */
+      /* the tokens (int32: 4 bytes each) or the previous unit's output */
+      int64_t in = st == 0 ? seq : yu[q->u0 - 1];
       double per = (double)in, per_rc = (double)in;
       for (int u = q->u0; u < q->u1; u++) {
         q->params += (double)nu[u], per += (double)(yu[u] + su[u]), per_rc += (double)yu[u];
@@ -436,26 +529,39 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       q->slot = 4.0 * (double)micro * per, q->slot_rc = 4.0 * (double)micro * per_rc;
     }
     free(first), free(nu);
-    fprintf(out, "\npipeline parallelism (chapter 07): P = %d stages x D = N/P = %d replica%s of each; 1F1B with M >= P "
-                 "micro-batches of b = %lld:\nstage s keeps P - s of them in flight. The split by parameter count is "
-                 "ch07_pipeline's (pp_split; unit 0 the embedding, 1..%d the blocks, %d the head)\n",
-            pp, D, D == 1 ? "" : "s", (long long)micro, layers, layers + 1);
-    fprintf(out, "%-6s %-11s %14s %9s %16s %16s %16s   (bytes per rank)\n", "stage", "units", "params", "in flight",
-            "acts fp32 GPT", "--recompute", "Korthikanti");
+    fprintf(
+        out,
+        "\npipeline parallelism (chapter 07): P = %d stages x D = N/P = %d replica%s of each; 1F1B with M >= "
+        "P "
+        "micro-batches of b = %lld:\nstage s keeps P - s of them in flight. The split by parameter count is "
+        "ch07_pipeline's (pp_split; unit 0 the embedding, 1..%d the blocks, %d the head)\n",
+        pp, D, D == 1 ? "" : "s", (long long)micro, layers, layers + 1);
+    fprintf(out, "%-6s %-11s %14s %9s %16s %16s %16s   (bytes per rank)\n", "stage", "units", "params",
+            "in flight", "acts fp32 GPT", "--recompute", "Korthikanti");
     for (int st = 0; st < pp; st++) {
       char u_[32];
       snprintf(u_, sizeof u_, "%d..%d", ps[st].u0, ps[st].u1 - 1);
       fprintf(out, "%-6d %-11s %14.0f %9d %16.0f %16.0f %16.0f\n", st, u_, ps[st].params, ps[st].in_flight,
-              ps[st].in_flight * ps[st].slot, ps[st].in_flight * ps[st].slot_rc, ps[st].in_flight * ps[st].blocks * act.per_layer);
+              ps[st].in_flight * ps[st].slot, ps[st].in_flight * ps[st].slot_rc,
+              ps[st].in_flight * ps[st].blocks * act.per_layer);
     }
-    fprintf(out, "acts fp32 GPT: in flight x the loop's slot of the stage (ch07_pipeline's 'activations in flight': its input, "
-                 "every unit's\noutput and saved activations; --recompute: the outputs, one saved buffer of the largest unit "
-                 "besides). Korthikanti et al.\n2022, 16 bit: in flight x the stage's blocks x s·b·h·(34 + 5·a·s/h), the "
-                 "embedding and head not counted: with L/P blocks\non the first stage its P micro-batches hold all L layers' "
-                 "worth, as without a pipeline (a large vocabulary's embedding or head\nmay take a stage of its own: the "
-                 "split is by parameters)\n");
-    fprintf(out, "model states per rank of each stage, GB: its units' Ψ over its D = %d replica%s as ch07_pipeline --zero runs them\n"
-                 "(a stage sums its micro-batches' gradients before one reduction: ZeRO-2 and -3 keep the full grads through the step)\n",
+    fprintf(out,
+            "acts fp32 GPT: in flight x the loop's slot of the stage (ch07_pipeline's 'activations in "
+            "flight': its input, "
+            "every unit's\noutput and saved activations; --recompute: the outputs, one saved buffer of the "
+            "largest unit "
+            "besides). Korthikanti et al.\n2022, 16 bit: in flight x the stage's blocks x s·b·h·(34 + "
+            "5·a·s/h), the "
+            "embedding and head not counted: with L/P blocks\non the first stage its P micro-batches hold "
+            "all L layers' "
+            "worth, as without a pipeline (a large vocabulary's embedding or head\nmay take a stage of its "
+            "own: the "
+            "split is by parameters)\n");
+    fprintf(out,
+            "model states per rank of each stage, GB: its units' Ψ over its D = %d replica%s as "
+            "ch07_pipeline --zero runs them\n"
+            "(a stage sums its micro-batches' gradients before one reduction: ZeRO-2 and -3 keep the full "
+            "grads through the step)\n",
             D, D == 1 ? "" : "s");
     fprintf(out, "%-6s", "stage");
     for (int z = s0; z <= s1; z++) fprintf(out, " %10s", g_stage_name[z]);
@@ -464,7 +570,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       fprintf(out, "%-6d", st);
       for (int z = s0; z <= s1; z++) {
         char t_[32];
-        fmt_size(t_, sizeof t_, states_of(states, ours, z | MEMCALC_NO_SYNC, ps[st].params, D, wdt, wbytes, gbytes, k).total, GB);
+        fmt_size(t_, sizeof t_,
+                 states_of(states, ours, z | MEMCALC_NO_SYNC, ps[st].params, D, wdt, wbytes, gbytes, k).total,
+                 GB);
         fprintf(out, " %10s", t_);
       }
       fprintf(out, "\n");
@@ -474,19 +582,31 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   /* chapter 10: the ring's activations per rank of S/C positions of each sequence */
   double cp_ours = 0, cp_ours_rc = 0;
   if (cp > 1) {
-    cp_ours = (double)gpt_cp_acts_bytes(shape, micro, 0, heads) / cp; /* exact: every term is a multiple of S, C | S */
+    /* exact: every term is a multiple of S, C | S */
+    cp_ours = (double)gpt_cp_acts_bytes(shape, micro, 0, heads) / cp;
     cp_ours_rc = (double)gpt_cp_acts_bytes(shape, micro, 1, heads) / cp;
-    fprintf(out, "\ncontext parallelism (chapter 10, the ring): C = %d ranks share each of the b = %lld sequences, S/C = %d "
-                 "positions each;\nthe weights whole on every rank: the states are the N = %d ranks' above (CP ranks are "
-                 "data-parallel to the strategy)\n", cp, (long long)micro, seq / cp, world);
-    fprintf(out, "Korthikanti et al. 2022, 16 bit, on S/C positions: s·b·h·(34 + 5·a·s/h)/C = %.0f bytes per layer, all %d "
-                 "layers: %.0f bytes;\n  full recompute: (2·s·b·h·L + one layer)/C = %.0f bytes\n", act.per_layer / cp,
-            layers, act.total / cp, act.recompute / cp);
-    fprintf(out, "this repository's fp32 GPT with ring attention (gpt_cp_acts_bytes / C: the log-sum-exp, no S² "
-                 "probabilities;\nch10_long's cp_acts_formula_bytes when its loop gives each rank b/C sequences): %.0f bytes; "
-                 "--recompute %.0f bytes\n", cp_ours, cp_ours_rc);
-    fprintf(out, "model states + activations per rank of C = %d, GB; activations by Korthikanti et al. / C\n", cp);
-    fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp", "total");
+    fprintf(out,
+            "\ncontext parallelism (chapter 10, the ring): C = %d ranks share each of the b = %lld "
+            "sequences, S/C = %d "
+            "positions each;\nthe weights whole on every rank: the states are the N = %d ranks' above (CP "
+            "ranks are "
+            "data-parallel to the strategy)\n",
+            cp, (long long)micro, seq / cp, world);
+    fprintf(out,
+            "Korthikanti et al. 2022, 16 bit, on S/C positions: s·b·h·(34 + 5·a·s/h)/C = %.0f bytes per "
+            "layer, all %d "
+            "layers: %.0f bytes;\n  full recompute: (2·s·b·h·L + one layer)/C = %.0f bytes\n",
+            act.per_layer / cp, layers, act.total / cp, act.recompute / cp);
+    fprintf(out,
+            "this repository's fp32 GPT with ring attention (gpt_cp_acts_bytes / C: the log-sum-exp, no S² "
+            "probabilities;\nch10_long's cp_acts_formula_bytes when its loop gives each rank b/C sequences): "
+            "%.0f bytes; "
+            "--recompute %.0f bytes\n",
+            cp_ours, cp_ours_rc);
+    fprintf(out, "model states + activations per rank of C = %d, GB; activations by Korthikanti et al. / C\n",
+            cp);
+    fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp",
+            "total");
     for (int st = s0; st <= s1; st++) {
       char m_[32], a_[32], t_[32], ar[32], tr[32];
       fmt_size(m_, sizeof m_, f[st].total, GB);
@@ -512,13 +632,19 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     fmt_size(h_, sizeof h_, off.optim, GB);
     fmt_size(z_, sizeof z_, z2.total, GB);
     formula_text_k(txt, sizeof txt, 2, wbytes, gbytes, 0);
-    fprintf(out, "\nZeRO-Offload (chapter 08, --offload): ZeRO-2 with the master and optimizer states (KΨ/N) in host memory, "
-                 "per rank, GB\n");
-    fprintf(out, "%-8s %10s %10s %12s %12s %14s\n", "", "params", "grads", "device", "host (K)", "ZeRO-2 device");
+    fprintf(out,
+            "\nZeRO-Offload (chapter 08, --offload): ZeRO-2 with the master and optimizer states (KΨ/N) in "
+            "host memory, "
+            "per rank, GB\n");
+    fprintf(out, "%-8s %10s %10s %12s %12s %14s\n", "", "params", "grads", "device", "host (K)",
+            "ZeRO-2 device");
     fprintf(out, "%-8s %10s %10s %12s %12s %14s\n", "offload", p_, g_, d_, h_, z_);
-    fprintf(out, "device %s = %.0f bytes, host KΨ/N = %.0f bytes (ch08_offload's formula); its ledger also keeps on the "
-                 "host\nthe gradient shard's copy %dΨ/N%s: %.0f bytes\n", txt, off.params + off.grads, off.optim, wbytes,
-            bf16 ? "" : " and the fp32 piece as master 4Ψ/N", staging);
+    fprintf(out,
+            "device %s = %.0f bytes, host KΨ/N = %.0f bytes (ch08_offload's formula); its ledger also keeps "
+            "on the "
+            "host\nthe gradient shard's copy %dΨ/N%s: %.0f bytes\n",
+            txt, off.params + off.grads, off.optim, wbytes, bf16 ? "" : " and the fp32 piece as master 4Ψ/N",
+            staging);
   }
 
   if (json) {
@@ -528,19 +654,26 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                 "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
             psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);
     if (tf)
-      fprintf(fp, " \"transformer\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, \"micro_batch\": %lld, "
-                  "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
-                  "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
-              layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute, act.ours,
-              act.ours_rc);
+      fprintf(fp,
+              " \"transformer\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
+              "\"micro_batch\": %lld, "
+              "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
+              "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
+              layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute,
+              act.ours, act.ours_rc);
     if (tf && tp > 1) /* --tp: per rank of the TP group, without and with sequence parallelism */
-      fprintf(fp, " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
-                  "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
-              tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
+      fprintf(
+          fp,
+          " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
+          "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
+          tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
     if (experts > 0) {
-      fprintf(fp, " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"params_total\": %.17g, "
-                  "\"params_active\": %.17g, \"params_expert\": %.17g, \"params_dense\": %.17g, \"per_stage\": [",
-              experts, topk, moe_every, ep, (double)mp.total, (double)mp.active, (double)mp.expert, (double)mp.dense);
+      fprintf(
+          fp,
+          " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"params_total\": %.17g, "
+          "\"params_active\": %.17g, \"params_expert\": %.17g, \"params_dense\": %.17g, \"per_stage\": [",
+          experts, topk, moe_every, ep, (double)mp.total, (double)mp.active, (double)mp.expert,
+          (double)mp.dense);
       for (int st = s0; st <= s1; st++)
         fprintf(fp, "%s{\"stage\": %d, \"dense_states\": %.17g, \"expert_states\": %.17g, \"total\": %.17g}",
                 st == s0 ? "" : ", ", st, ms[st].params, ms[st].grads, ms[st].total);
@@ -550,33 +683,42 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       fprintf(fp, " \"pp\": {\"p\": %d, \"d\": %d, \"per_stage\": [", pp, D);
       for (int st = 0; st < pp; st++) {
         const pp_stage_t *q = &ps[st];
-        fprintf(fp, "%s{\"pp_stage\": %d, \"first_unit\": %d, \"last_unit\": %d, \"blocks\": %d, \"params\": %.17g, "
-                    "\"in_flight\": %d, \"slot_bytes\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
-                    "\"acts_korthikanti\": %.17g",
-                st ? ", " : "", st, q->u0, q->u1 - 1, q->blocks, q->params, q->in_flight, q->slot, q->in_flight * q->slot,
-                q->in_flight * q->slot_rc, q->in_flight * q->blocks * act.per_layer);
+        fprintf(
+            fp,
+            "%s{\"pp_stage\": %d, \"first_unit\": %d, \"last_unit\": %d, \"blocks\": %d, \"params\": %.17g, "
+            "\"in_flight\": %d, \"slot_bytes\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
+            "\"acts_korthikanti\": %.17g",
+            st ? ", " : "", st, q->u0, q->u1 - 1, q->blocks, q->params, q->in_flight, q->slot,
+            q->in_flight * q->slot, q->in_flight * q->slot_rc, q->in_flight * q->blocks * act.per_layer);
         for (int z = s0; z <= s1; z++)
-          fprintf(fp, ", \"states_z%d\": %.17g", z, states_of(states, ours, z | MEMCALC_NO_SYNC, q->params, D, wdt, wbytes, gbytes, k).total);
+          fprintf(fp, ", \"states_z%d\": %.17g", z,
+                  states_of(states, ours, z | MEMCALC_NO_SYNC, q->params, D, wdt, wbytes, gbytes, k).total);
         fprintf(fp, "}");
       }
       fprintf(fp, "]},\n");
     }
     if (cp > 1)
-      fprintf(fp, " \"cp\": {\"c\": %d, \"positions\": %d, \"acts_korthikanti\": %.17g, \"acts_korthikanti_recompute\": %.17g, "
-                  "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
+      fprintf(fp,
+              " \"cp\": {\"c\": %d, \"positions\": %d, \"acts_korthikanti\": %.17g, "
+              "\"acts_korthikanti_recompute\": %.17g, "
+              "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
               cp, seq / cp, act.total / cp, act.recompute / cp, cp_ours, cp_ours_rc);
     if (offload)
-      fprintf(fp, " \"offload\": {\"device_params\": %.17g, \"device_grads\": %.17g, \"device\": %.17g, \"host\": %.17g, "
-                  "\"host_staging\": %.17g, \"zero2_device\": %.17g},\n",
+      fprintf(fp,
+              " \"offload\": {\"device_params\": %.17g, \"device_grads\": %.17g, \"device\": %.17g, "
+              "\"host\": %.17g, "
+              "\"host_staging\": %.17g, \"zero2_device\": %.17g},\n",
               off.params, off.grads, off.params + off.grads, off.optim, staging, z2.total);
     fprintf(fp, " \"stages\": [");
     for (int s = s0; s <= s1; s++) {
       char num[64];
       formula_text_k(num, sizeof num, s, wbytes, gbytes, k);
-      fprintf(fp, "%s\n  {\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
-                  "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"",
-              s == s0 ? "" : ",", s, f[s].params, f[s].grads, f[s].optim, f[s].total, ddp.total / f[s].total,
-              formula_comm_bytes(s, psi, world, wdt), num);
+      fprintf(
+          fp,
+          "%s\n  {\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
+          "\"saving\": %.17g, \"comm_bytes_per_step\": %.17g, \"formula\": \"%s\"",
+          s == s0 ? "" : ",", s, f[s].params, f[s].grads, f[s].optim, f[s].total, ddp.total / f[s].total,
+          formula_comm_bytes(s, psi, world, wdt), num);
       if (tf) /* "total" stays the model states' (the plots and tests read it); these come after it */
         fprintf(fp, ", \"acts\": %.17g, \"total_with_acts\": %.17g, \"total_with_acts_recompute\": %.17g",
                 act.total, f[s].total + act.total, f[s].total + act.recompute);

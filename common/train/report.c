@@ -26,12 +26,14 @@ int64_t report_row_states(const rank_numbers_t *q, char *fb, char *pb, size_t n,
   return ms;
 }
 
-int report_is_gpt(const trainer_t *t) { return t->model.in_is_tokens; } /* the GPT and its splits (tp, cp, moe): token inputs */
+/* the GPT and its splits (tp, cp, moe): token inputs */
+int report_is_gpt(const trainer_t *t) { return t->model.in_is_tokens; }
 
 int report_uniform(const rank_numbers_t *all, int nr) {
   for (int r = 1; r < nr; r++)
-    if (all[r].f_params != all[0].f_params || all[r].f_grads != all[0].f_grads || all[r].f_master != all[0].f_master ||
-        all[r].f_optim != all[0].f_optim || all[r].f_host != all[0].f_host || all[r].f_comm != all[0].f_comm)
+    if (all[r].f_params != all[0].f_params || all[r].f_grads != all[0].f_grads ||
+        all[r].f_master != all[0].f_master || all[r].f_optim != all[0].f_optim ||
+        all[r].f_host != all[0].f_host || all[r].f_comm != all[0].f_comm)
       return 0;
   return 1;
 }
@@ -48,7 +50,8 @@ void report_finish(trainer_t *t, const report_run_t *run) {
   comm_t *rc = t->world_comm; /* every rank of the job appears (--tp, a pipeline's stages) */
   rank_numbers_t mine = {.rank = comm_rank(rc)};
   formula_t f = {.mem_text = "no formula (the strategy has no formula hook)", .comm_text = "none"};
-  if (t->strategy->formula) t->strategy->formula(t, &f); /* what this rank's strategy says it holds and sends */
+  /* what this rank's strategy says it holds and sends */
+  if (t->strategy->formula) t->strategy->formula(t, &f);
   mine.has_formula = t->strategy->formula != NULL;
   mine.f_params = f.params, mine.f_grads = f.grads, mine.f_master = f.master, mine.f_optim = f.optim;
   mine.f_host = f.host, mine.f_comm = f.comm_bytes;
@@ -56,19 +59,25 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     comm_t *g[5];
     int ng = report_tp_groups(t, g, 5);
     comm_counters_t tc = comm_counters(g[0]);
-    for (int i = 1; i < ng; i++) { /* the transform's other groups (chapter 12's TP inside EP): its bytes too */
+    /* the transform's other groups (chapter 12's TP inside EP): its bytes too */
+    for (int i = 1; i < ng; i++) {
       comm_counters_t sc = comm_counters(g[i]);
       for (int op = 0; op < CO_NOPS; op++) tc.calls[op] += sc.calls[op], tc.sent[op] += sc.sent[op];
     }
     mine.tp_rank = comm_rank(t->group_comm);
     /* the group's collectives: all-reduces; --sp's all-gathers and reduce-scatters along the sequence
      * (--pa's all-gathers, which --sp excludes, are counted apart below) */
-    mine.tp_calls = tc.calls[CO_ALL_REDUCE] + tc.calls[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.calls[CO_ALL_GATHER]);
-    mine.tp_sent = tc.sent[CO_ALL_REDUCE] + tc.sent[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.sent[CO_ALL_GATHER]);
-    t->cfg->transform->traffic(t, &mine.tp_formula_calls, &mine.tp_formula_bytes); /* the transform's formula */
-    mine.pa_calls = t->cfg->pa ? tc.calls[CO_ALL_GATHER] : 0; /* --pa's gathers: the TP group's only all-gathers */
+    mine.tp_calls =
+        tc.calls[CO_ALL_REDUCE] + tc.calls[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.calls[CO_ALL_GATHER]);
+    mine.tp_sent =
+        tc.sent[CO_ALL_REDUCE] + tc.sent[CO_REDUCE_SCATTER] + (t->cfg->pa ? 0 : tc.sent[CO_ALL_GATHER]);
+    /* the transform's formula */
+    t->cfg->transform->traffic(t, &mine.tp_formula_calls, &mine.tp_formula_bytes);
+    /* --pa's gathers: the TP group's only all-gathers */
+    mine.pa_calls = t->cfg->pa ? tc.calls[CO_ALL_GATHER] : 0;
     mine.pa_sent = t->cfg->pa ? tc.sent[CO_ALL_GATHER] : 0;
-    if (t->cfg->transform->pa_traffic) t->cfg->transform->pa_traffic(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
+    if (t->cfg->transform->pa_traffic)
+      t->cfg->transform->pa_traffic(t, &mine.pa_formula_calls, &mine.pa_formula_bytes);
   }
   mine.params = ledger_peak(LEDGER_PARAMS);
   mine.grads = ledger_peak(LEDGER_GRADS);
@@ -88,7 +97,8 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     mine.busy_us[op] = cc.busy_us[op];
   }
   mine.p2p_sent = cc.p2p_sent;
-  for (int i = 0; i < t->n_sub_comms; i++) { /* the strategy's own groups (HSDP's): their bytes are its bytes */
+  /* the strategy's own groups (HSDP's): their bytes are its bytes */
+  for (int i = 0; i < t->n_sub_comms; i++) {
     comm_wait_all(t->sub_comms[i]);
     comm_counters_t sc = comm_counters(t->sub_comms[i]);
     for (int op = 0; op < CO_NOPS; op++) {

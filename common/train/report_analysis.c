@@ -10,7 +10,8 @@
 #include <string.h>          // strncmp, strstr, strcmp
 #include <unistd.h>          // gethostname
 
-void report_overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us, double *wait_us) {
+void report_overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us,
+                         double *wait_us) {
   for (int r = 0; r < N; r++)
     if (all[r].comm_us > 0 || all[r].wait_us > 0) {
       *comm_us += all[r].comm_us;
@@ -52,13 +53,15 @@ double report_overlap_joined(const void *comm, const double *joined_us, int64_t 
   const trace_ev_t *ev = trace_events(&n);
   double t_first = -1; /* start of the first step: setup's broadcast is not a step's traffic */
   for (int i = 0; i < n; i++)
-    if (ev[i].row == TRACE_COMPUTE && strncmp(ev[i].name, "step ", 5) == 0 && (t_first < 0 || ev[i].t0 < t_first))
+    if (ev[i].row == TRACE_COMPUTE && strncmp(ev[i].name, "step ", 5) == 0 &&
+        (t_first < 0 || ev[i].t0 < t_first))
       t_first = ev[i].t0;
   /* Backward events: one compute thread records them in time order and they never overlap each
    * other, so the hidden time of a communication event is the sum of its intersections with the
    * backward intervals that start before it ends (found by binary search). */
   int nb = 0;
-  double *b0 = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double), "overlap"), *b1 = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double), "overlap");
+  double *b0 = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double), "overlap"),
+         *b1 = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double), "overlap");
   for (int j = 0; j < n; j++)
     if (ev[j].row == TRACE_COMPUTE && strncmp(ev[j].name, "bwd", 3) == 0) {
       b0[nb] = ev[j].t0;
@@ -70,7 +73,8 @@ double report_overlap_joined(const void *comm, const double *joined_us, int64_t 
     /* The collective is busy from the moment its last rank joined: before that this rank only
      * waits for a late peer, which no backward "hides". */
     double a = ev[i].t0, b = ev[i].t1;
-    if (joined_us && ev[i].comm == comm && ev[i].seq >= 1 && ev[i].seq <= njoined && joined_us[ev[i].seq - 1] > a)
+    if (joined_us && ev[i].comm == comm && ev[i].seq >= 1 && ev[i].seq <= njoined &&
+        joined_us[ev[i].seq - 1] > a)
       a = joined_us[ev[i].seq - 1] < b ? joined_us[ev[i].seq - 1] : b;
     *wait_us += a - ev[i].t0;
     *comm_us += b - a;

@@ -5,8 +5,11 @@
 #include "outfile.h" // outfile_problem
 
 int report_check_outputs(const train_cfg_t *cfg) {
-  const struct { const char *flag, *path; int is_dir; } outs[] = {
-      {"--json", cfg->json, 0}, {"--trace", cfg->trace, 0}, {"--save-params", cfg->save_params, 0}, {"--ckpt", cfg->ckpt, 1}};
+  const struct { const char *flag, *path; int is_dir;
+  } outs[] = {{"--json", cfg->json, 0},
+              {"--trace", cfg->trace, 0},
+              {"--save-params", cfg->save_params, 0},
+              {"--ckpt", cfg->ckpt, 1}};
   char why[4200];
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
     if (outs[i].path && outfile_problem(outs[i].path, outs[i].is_dir, why, sizeof why))

@@ -29,7 +29,8 @@ typedef struct rank_numbers {
   double comm_us, hidden_us, wait_us; /* from the trace (report_overlap_joined); 0 when the trace is off */
   int64_t tp_rank, tp_calls, tp_sent;  /* --tp: position in the TP group, its all-reduces (own counters) */
   int64_t tp_formula_calls, tp_formula_bytes; /* ... and the model transform's formula (its traffic hook) */
-  int64_t pa_calls, pa_sent, pa_formula_calls, pa_formula_bytes; /* --pa: the TP group's all-gathers, and formula */
+  /* --pa: the TP group's all-gathers, and formula */
+  int64_t pa_calls, pa_sent, pa_formula_calls, pa_formula_bytes;
   /* The rank's strategy's formulas (strategy_t.formula): a pipeline stage's differ from the next's. */
   double f_params, f_grads, f_master, f_optim, f_host, f_comm;
   int64_t has_formula; /* 0: the strategy has no formula hook (a toy: tests/mpi/scn_layout.c) */
@@ -40,7 +41,9 @@ typedef struct rank_numbers {
 /* Rows of the per-rank tables: every rank of the job. */
 static inline int report_rows(const trainer_t *t) { return comm_world(t->world_comm); }
 /* Device model states of a rank's formula. */
-static inline double report_states_formula(const rank_numbers_t *q) { return q->f_params + q->f_grads + q->f_master + q->f_optim; }
+static inline double report_states_formula(const rank_numbers_t *q) {
+  return q->f_params + q->f_grads + q->f_master + q->f_optim;
+}
 /* A row's measured model states (returned), its formula and the padding (measured − formula) as
  * text into fb and pb (n bytes each); `none` for both when the strategy gives no formula. */
 int64_t report_row_states(const rank_numbers_t *q, char *fb, char *pb, size_t n, const char *none);
@@ -50,7 +53,8 @@ int report_uniform(const rank_numbers_t *all, int nr);
 void report_fmt_bytes(char *dst, size_t n, double x);
 int report_is_gpt(const trainer_t *t);
 /* Communication time, the part under a backward and the wait for late peers, summed over ranks. */
-void report_overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us, double *wait_us);
+void report_overlap_sums(const rank_numbers_t *all, int N, double *comm_us, double *hidden_us,
+                         double *wait_us);
 /* Collective over c: when the last rank of c started each of its operations (report_analysis.c). */
 double *report_last_joins(comm_t *c, int64_t *n);
 /* The groups whose counters are the transform's traffic: t->group_comm, then those of its groups hook
@@ -63,7 +67,8 @@ void report_nodes_mine(const trainer_t *t, const formula_t *f, rank_numbers_t *m
 void report_nodes_print(const trainer_t *t, const rank_numbers_t *all, const formula_t *f, int steps);
 /* Rank 0: the tables (report_tables.c); the --json text, malloc'd, *len bytes (report_json.c).
  * f: rank 0's formulas (their texts). */
-void report_print_tables(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all, const formula_t *f);
-char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all, const formula_t *f,
-                       int64_t *len);
+void report_print_tables(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all,
+                         const formula_t *f);
+char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_numbers_t *all,
+                       const formula_t *f, int64_t *len);
 #endif

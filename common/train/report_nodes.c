@@ -34,20 +34,24 @@ void report_nodes_print(const trainer_t *t, const rank_numbers_t *all, const for
   printf("across nodes (%d nodes; node of each rank:", K);
   for (int r = 0; r < NR; r++) printf(" %lld", (long long)all[r].node);
   printf("), bytes sent per step by the data-parallel collectives (%s):\n%-6s %5s %16s %16s %16s%s\n",
-         comm_impl(t->comm) == COLL_RING ? "measured: what the ring code sent"
-                                         : "the counters' ring model: the vendor library picks its own algorithm",
-         "rank", "node",
-         "inside the node", "across nodes", "formula across", t->group_comm ? "   TP group across" : "");
+         comm_impl(t->comm) == COLL_RING
+             ? "measured: what the ring code sent"
+             : "the counters' ring model: the vendor library picks its own algorithm",
+         "rank", "node", "inside the node", "across nodes", "formula across",
+         t->group_comm ? "   TP group across" : "");
   for (int r = 0; r < NR; r++) {
     double s = 0, x = 0;
     for (int op = 0; op < CO_NOPS; op++)
       if (op != CO_CONTROL) s += (double)all[r].sent[op], x += (double)all[r].inter_sent[op];
-    printf("%-6d %5lld %16.1f %16.1f %16.1f", r, (long long)all[r].node, (s - x) / steps, x / steps, all[r].f_inter);
+    printf("%-6d %5lld %16.1f %16.1f %16.1f", r, (long long)all[r].node, (s - x) / steps, x / steps,
+           all[r].f_inter);
     if (t->group_comm) printf(" %19.1f", (double)all[r].tp_inter_sent / steps);
     printf("\n");
     sent += s, inter += x, fi += all[r].f_inter;
   }
-  printf("mean   %5s %16.1f %16.1f %16.1f   formula: %s\n", "", (sent - inter) / NR / steps, inter / NR / steps, fi / NR,
-         f->comm_inter_set ? f->comm_inter_text
-                           : "the ring rule: all of a rank's bytes when the ring's next rank is on another node");
+  printf("mean   %5s %16.1f %16.1f %16.1f   formula: %s\n", "", (sent - inter) / NR / steps,
+         inter / NR / steps, fi / NR,
+         f->comm_inter_set
+             ? f->comm_inter_text
+             : "the ring rule: all of a rank's bytes when the ring's next rank is on another node");
 }

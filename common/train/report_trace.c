@@ -38,9 +38,12 @@ void report_write_trace(struct comm *c) {
   FILE *f = outfile_open("--trace", path, tmp, sizeof tmp);
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (int r = 0; r < N; r++)
-    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}},\n"
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"compute\"}},\n"
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"comm\"}},\n",
+    fprintf(f,
+            "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}},\n"
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
+            "\"compute\"}},\n"
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
+            "\"comm\"}},\n",
             r, r, r, r);
   int64_t at = 0;
   int first = 1;

@@ -3,7 +3,8 @@
 #include "scaler.h" // scaler_t
 #include <math.h>   // isfinite
 
-scaler_t scaler_make(float init_scale, float growth_factor, float backoff_factor, int growth_interval, int dynamic) {
+scaler_t scaler_make(float init_scale, float growth_factor, float backoff_factor, int growth_interval,
+                     int dynamic) {
   scaler_t s = {init_scale, growth_factor, backoff_factor, growth_interval, 0, dynamic, 0};
   return s;
 }

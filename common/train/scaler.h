@@ -21,7 +21,8 @@ typedef struct scaler {
 } scaler_t;
 
 /* A scaler at S = init_scale. dynamic 0: S stays init_scale. */
-scaler_t scaler_make(float init_scale, float growth_factor, float backoff_factor, int growth_interval, int dynamic);
+scaler_t scaler_make(float init_scale, float growth_factor, float backoff_factor, int growth_interval,
+                     int dynamic);
 
 /* After a step: found_inf (any rank's gradients held inf/NaN; the step was skipped) backs S
  * off and resets the tracker; otherwise the tracker counts, and on reaching growth_interval S

@@ -54,16 +54,21 @@ int main(int argc, char **argv) {
   devcu_select(0);
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, devcu_current()));
-  printf("GPU: %s, %d SMs, %.0f GiB\n\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
+  printf("GPU: %s, %d SMs, %.0f GiB\n\n", prop.name, prop.multiProcessorCount,
+         prop.totalGlobalMem / 1073741824.0);
   printf("| M=N=K | variant | ms | TFLOP/s | vs cuBLAS bf16 |\n|---|---|---|---|---|\n");
   cublasHandle_t h = (cublasHandle_t)devcu_cublas();
   for (int si = 0; si < nsizes; si++) {
     int n = sizes[si];
     size_t nn = (size_t)n * n;
-    float *x = (float *)devcu_malloc(nn * 4), *W = (float *)devcu_malloc(nn * 4), *y = (float *)devcu_malloc(nn * 4);
+    float *x = (float *)devcu_malloc(nn * 4), *W = (float *)devcu_malloc(nn * 4),
+          *y = (float *)devcu_malloc(nn * 4);
     float *b = (float *)devcu_malloc((size_t)n * 4);
     void *x16 = devcu_malloc(nn * 2), *W16 = devcu_malloc(nn * 2);
-    if (!x || !W || !y || !b || !x16 || !W16) { fprintf(stderr, "gpu_bench_gemm: out of GPU memory at %d\n", n); return 1; }
+    if (!x || !W || !y || !b || !x16 || !W16) {
+      fprintf(stderr, "gpu_bench_gemm: out of GPU memory at %d\n", n);
+      return 1;
+    }
     op_fill(DEV_CUDA, x, DT_F32, 0.01f, (int64_t)nn);
     op_fill(DEV_CUDA, W, DT_F32, 0.02f, (int64_t)nn);
     opcu_cast(x16, DT_BF16, x, DT_F32, (int64_t)nn);
@@ -71,14 +76,20 @@ int main(int argc, char **argv) {
     const float one = 1.0f, zero = 0.0f;
     double flop = 2.0 * n * (double)n * n;
     int iters = n >= 8192 ? 10 : 30;
-    float ms_bf16 = time_ms([&] {
-      CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, W16, CUDA_R_16BF, n, x16, CUDA_R_16BF, n,
-                                &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }, iters);
-    float ms_f32 = time_ms([&] {
-      CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, W, CUDA_R_32F, n, x, CUDA_R_32F, n, &zero,
-                                y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }, iters);
+    float ms_bf16 = time_ms(
+        [&] {
+          CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, W16, CUDA_R_16BF, n, x16,
+                                    CUDA_R_16BF, n, &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        },
+        iters);
+    float ms_f32 = time_ms(
+        [&] {
+          CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, W, CUDA_R_32F, n, x,
+                                    CUDA_R_32F, n, &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        },
+        iters);
     opcu_set_matmul_bf16(0);
     float ms_op32 = time_ms([&] { op_linear_fwd(DEV_CUDA, y, x, W, b, DT_F32, n, n, n); }, iters);
     opcu_set_matmul_bf16(1);
@@ -90,8 +101,8 @@ int main(int argc, char **argv) {
         {"op_linear_fwd fp32 (default: the CPU path's math)", ms_op32},
         {"op_linear_fwd bf16 weights, ZL_CUDA_MATMUL=bf16", ms_op16}};
     for (int r = 0; r < 4; r++)
-      printf("| %d | %s | %.3f | %.1f | %.0f%% |\n", n, rows[r].name, rows[r].ms, flop / (rows[r].ms * 1e-3) / 1e12,
-             100.0 * ms_bf16 / rows[r].ms);
+      printf("| %d | %s | %.3f | %.1f | %.0f%% |\n", n, rows[r].name, rows[r].ms,
+             flop / (rows[r].ms * 1e-3) / 1e12, 100.0 * ms_bf16 / rows[r].ms);
     devcu_free(x), devcu_free(W), devcu_free(y), devcu_free(b), devcu_free(x16), devcu_free(W16);
     CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)devcu_compute_stream()));
   }

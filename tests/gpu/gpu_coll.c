@@ -41,8 +41,8 @@ static void *upload_pattern(int r, int64_t lo, int64_t n, dtype_t dt, int64_t al
 
 typedef float (*expect_fn)(int64_t gi);
 /* Download n elements and compare element j with want(lo + j). */
-static void check(const char *op, const char *impl, dtype_t dt, int64_t numel, const void *d, int64_t lo, int64_t n,
-                  expect_fn want) {
+static void check(const char *op, const char *impl, dtype_t dt, int64_t numel, const void *d, int64_t lo,
+                  int64_t n, expect_fn want) {
   size_t es = dtype_size(dt);
   void *h = malloc((size_t)(n ? n : 1) * es);
   dev_memcpy(DEV_CPU, h, DEV_CUDA, d, (size_t)n * es);
@@ -176,7 +176,8 @@ static void run_hang(comm_t *c, int seconds) {
     die_on_rank("cudaLaunchHostFunc failed");
   comm_all_reduce_async(c, d, 1024, DT_F32, REDOP_SUM, "hang-test");
   comm_wait_all(c); /* must not return */
-  if (g_rank == 0) printf("gpu_coll: the hang test returned from comm_wait_all (the watchdog did not fire)\n");
+  if (g_rank == 0)
+    printf("gpu_coll: the hang test returned from comm_wait_all (the watchdog did not fire)\n");
 }
 
 int main(int argc, char **argv) {
@@ -190,7 +191,10 @@ int main(int argc, char **argv) {
       else { fprintf(stderr, "error: --backend %s: allowed nccl|mpi\n", v); return 2; }
     } else if (strcmp(argv[i], "--hang-test") == 0 && i + 1 < argc) {
       hang = atoi(argv[++i]);
-      if (hang < 1 || hang > 600) { fprintf(stderr, "error: --hang-test %s: allowed 1..600 seconds\n", argv[i]); return 2; }
+      if (hang < 1 || hang > 600) {
+        fprintf(stderr, "error: --hang-test %s: allowed 1..600 seconds\n", argv[i]);
+        return 2;
+      }
     } else {
       fprintf(stderr, "error: %s: usage: gpu_coll [--backend nccl|mpi] [--hang-test SECONDS]\n", argv[i]);
       return 2;
@@ -215,8 +219,8 @@ int main(int argc, char **argv) {
   run_ordering(c, COLL_RING);
   comm_wait_all(c);
   if (g_rank == 0)
-    printf("gpu_coll: ok, %d ranks, %s backend, %d checks on rank 0 (vendor and ring, f32 and bf16)\n", g_world,
-           comm_backend_name(c), g_checks);
+    printf("gpu_coll: ok, %d ranks, %s backend, %d checks on rank 0 (vendor and ring, f32 and bf16)\n",
+           g_world, comm_backend_name(c), g_checks);
   comm_finalize(c);
   return 0;
 }

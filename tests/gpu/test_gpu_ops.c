@@ -19,33 +19,49 @@ TestSuite(common_gpu_ops, .init = zl_gpu_init, .timeout = 120);
 
 /* ---- linear ------------------------------------------------------------------------------ */
 static void check_linear_fwd(dtype_t wdt, int B, int in, int out, int bf16mm) {
-  float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *Wf = rand_f32((int64_t)out * in, 0.2f, 0.0f), *bf = rand_f32(out, 0.5f, 0.0f);
+  float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *Wf = rand_f32((int64_t)out * in, 0.2f, 0.0f),
+        *bf = rand_f32(out, 0.5f, 0.0f);
   void *W = narrow(Wf, wdt, (int64_t)out * in);
   void *b = narrow(bf, wdt, out);
   size_t es = dtype_size(wdt), ny = (size_t)B * out * sizeof(float);
   float *y_cpu = malloc(ny);
   op_linear_fwd(DEV_CPU, y_cpu, x, W, b, wdt, B, in, out);
-  void *dx = up(x, (size_t)B * in * 4), *dW = up(W, (size_t)out * in * es), *db = up(b, out * es), *dy = poisoned(ny);
+  void *dx = up(x, (size_t)B * in * 4), *dW = up(W, (size_t)out * in * es), *db = up(b, out * es),
+       *dy = poisoned(ny);
   opcu_set_matmul_bf16(bf16mm);
   op_linear_fwd(DEV_CUDA, dy, dx, dW, db, wdt, B, in, out);
   opcu_set_matmul_bf16(0);
   float *y = down(dy, ny);
   char what[96];
-  snprintf(what, sizeof what, "linear_fwd y (%s, %dx%dx%d%s)", dtype_name(wdt), B, in, out, bf16mm ? ", bf16 GEMM" : "");
+  snprintf(what, sizeof what, "linear_fwd y (%s, %dx%dx%d%s)", dtype_name(wdt), B, in, out,
+           bf16mm ? ", bf16 GEMM" : "");
   expect_close(what, y, y_cpu, (int64_t)B * out, bf16mm ? 1e-2 : 1e-5, 1.0);
   dev_free(DEV_CUDA, dx), dev_free(DEV_CUDA, dW), dev_free(DEV_CUDA, db), dev_free(DEV_CUDA, dy);
   free(y), free(y_cpu), free(x), free(Wf), free(bf);
   free_dt(W, wdt), free_dt(b, wdt);
 }
-Test(common_gpu_ops, linear_fwd_f32) { check_linear_fwd(DT_F32, 37, 53, 29, 0); check_linear_fwd(DT_F32, 128, 256, 512, 0); }
-Test(common_gpu_ops, linear_fwd_bf16) { check_linear_fwd(DT_BF16, 37, 53, 29, 0); check_linear_fwd(DT_BF16, 128, 256, 512, 0); }
-Test(common_gpu_ops, linear_fwd_fp16) { check_linear_fwd(DT_F16, 37, 53, 29, 0); check_linear_fwd(DT_F16, 128, 256, 512, 0); }
-Test(common_gpu_ops, linear_fwd_bf16_tensor_cores) { check_linear_fwd(DT_F32, 64, 256, 128, 1); check_linear_fwd(DT_BF16, 64, 256, 128, 1); }
+Test(common_gpu_ops, linear_fwd_f32) {
+  check_linear_fwd(DT_F32, 37, 53, 29, 0);
+  check_linear_fwd(DT_F32, 128, 256, 512, 0);
+}
+Test(common_gpu_ops, linear_fwd_bf16) {
+  check_linear_fwd(DT_BF16, 37, 53, 29, 0);
+  check_linear_fwd(DT_BF16, 128, 256, 512, 0);
+}
+Test(common_gpu_ops, linear_fwd_fp16) {
+  check_linear_fwd(DT_F16, 37, 53, 29, 0);
+  check_linear_fwd(DT_F16, 128, 256, 512, 0);
+}
+Test(common_gpu_ops, linear_fwd_bf16_tensor_cores) {
+  check_linear_fwd(DT_F32, 64, 256, 128, 1);
+  check_linear_fwd(DT_BF16, 64, 256, 128, 1);
+}
 
 static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, int with_dx, int bf16mm) {
   int64_t nx = (int64_t)B * in, nyo = (int64_t)B * out, nw = (int64_t)out * in;
   float *x = rand_f32(nx, 1.0f, 0.0f), *gy = rand_f32(nyo, 1.0f, 0.0f), *Wf = rand_f32(nw, 0.2f, 0.0f);
-  float *dWf0 = rand_f32(nw, 0.3f, 0.0f), *dbf0 = rand_f32(out, 0.3f, 0.0f); /* old grads, read when beta != 0 */
+  /* old grads, read when beta != 0 */
+  float *dWf0 = rand_f32(nw, 0.3f, 0.0f), *dbf0 = rand_f32(out, 0.3f, 0.0f);
   size_t es = dtype_size(wdt);
   void *W = narrow(Wf, wdt, nw);
   void *dW0 = narrow(dWf0, wdt, nw);
@@ -74,12 +90,15 @@ static void check_linear_bwd(dtype_t wdt, int B, int in, int out, float beta, in
     free(dx);
   } else { /* dx == NULL: the buffer must stay untouched (still poison) */
     uint32_t *raw = down(d_dx, (size_t)nx * 4);
-    for (int64_t i = 0; i < nx; i++) cr_assert_eq(raw[i], 0xffffffffu, "linear_bwd wrote dx[%lld] with dx == NULL", (long long)i);
+    for (int64_t i = 0; i < nx; i++)
+      cr_assert_eq(raw[i], 0xffffffffu, "linear_bwd wrote dx[%lld] with dx == NULL", (long long)i);
     free(raw);
   }
   void *dW = down(d_dW, (size_t)nw * es), *db = down(d_db, (size_t)out * es);
-  float *gW = widen(dW, wdt, nw), *eW = widen(dW_cpu, wdt, nw), *gb = widen(db, wdt, out), *eb = widen(db_cpu, wdt, out);
-  snprintf(what, sizeof what, "linear_bwd dW (%s, %dx%dx%d, beta %g%s)", dtype_name(wdt), B, in, out, beta, mm);
+  float *gW = widen(dW, wdt, nw), *eW = widen(dW_cpu, wdt, nw), *gb = widen(db, wdt, out),
+        *eb = widen(db_cpu, wdt, out);
+  snprintf(what, sizeof what, "linear_bwd dW (%s, %dx%dx%d, beta %g%s)", dtype_name(wdt), B, in, out, beta,
+           mm);
   expect_close(what, gW, eW, nw, fmax(tol_of(wdt), tol_mm), 1.0); /* a matmul: normwise */
   snprintf(what, sizeof what, "linear_bwd db (%s, %dx%dx%d, beta %g)", dtype_name(wdt), B, in, out, beta);
   expect_close(what, gb, eb, out, tol_of(wdt), 1e-3);
@@ -137,14 +156,15 @@ static void check_xent(int B, int C) {
   double loss_cpu = op_softmax_xent(DEV_CPU, d_cpu, l, y, B, C, scale);
   void *d_l = up(l, (size_t)n * 4), *d_y = up(y, (size_t)B * sizeof(int)), *d_d = poisoned((size_t)n * 4);
   double loss = op_softmax_xent(DEV_CUDA, d_d, d_l, d_y, B, C, scale);
-  cr_assert(zl_rel(loss, loss_cpu) <= 1e-6, "softmax_xent loss (B %d, C %d): got %.12g, expected %.12g (CPU)", B, C,
-            loss, loss_cpu);
+  cr_assert(zl_rel(loss, loss_cpu) <= 1e-6, "softmax_xent loss (B %d, C %d): got %.12g, expected %.12g (CPU)",
+            B, C, loss, loss_cpu);
   float *d = down(d_d, (size_t)n * 4);
   char what[64];
   snprintf(what, sizeof what, "softmax_xent dlogits (B %d, C %d)", B, C);
   expect_close(what, d, d_cpu, n, 1e-5, 1e-3);
   double again = op_softmax_xent(DEV_CUDA, d_d, d_l, d_y, B, C, scale);
-  cr_assert(memcmp(&again, &loss, sizeof loss) == 0, "softmax_xent loss not bit-reproducible: %.17g then %.17g", loss, again);
+  cr_assert(memcmp(&again, &loss, sizeof loss) == 0,
+            "softmax_xent loss not bit-reproducible: %.17g then %.17g", loss, again);
   dev_free(DEV_CUDA, d_l), dev_free(DEV_CUDA, d_y), dev_free(DEV_CUDA, d_d);
   free(l), free(y), free(d_cpu), free(d);
 }
@@ -185,7 +205,8 @@ Test(common_gpu_ops, sgd) {
     dtype_t gdt = dts[k];
     float *w = rand_f32(n, 1.0f, 0.0f), *buf = rand_f32(n, 0.1f, 0.0f), *gf = rand_f32(n, 1.0f, 0.0f);
     void *g = narrow(gf, gdt, n);
-    void *d_w = up(w, (size_t)n * 4), *d_b = up(buf, (size_t)n * 4), *d_g = up(g, (size_t)n * dtype_size(gdt));
+    void *d_w = up(w, (size_t)n * 4), *d_b = up(buf, (size_t)n * 4),
+         *d_g = up(g, (size_t)n * dtype_size(gdt));
     for (int t = 0; t < 3; t++) {
       op_sgd(DEV_CPU, w, g, gdt, buf, n, 0.05f, 0.9f, 1e-3f, 0.7f);
       op_sgd(DEV_CUDA, d_w, d_g, gdt, d_b, n, 0.05f, 0.9f, 1e-3f, 0.7f);
@@ -239,8 +260,16 @@ Test(common_gpu_ops, cast) {
 Test(common_gpu_ops, cast_fp16) {
   int64_t n = 10007;
   float *x = with_specials(n);
-  const float edge[] = {65504.0f, 65519.0f, 65520.0f, -65536.0f, 6.103515625e-05f /* 2^-14 */, 5.9604645e-08f /* 2^-24 */,
-                        2.9802322e-08f /* 2^-25: ties to zero */, 4.5e-08f, 1.0009765625f /* tie */, 3.0e-6f};
+  const float edge[] = {65504.0f,
+                        65519.0f,
+                        65520.0f,
+                        -65536.0f,
+                        6.103515625e-05f /* 2^-14 */,
+                        5.9604645e-08f /* 2^-24 */,
+                        2.9802322e-08f /* 2^-25: ties to zero */,
+                        4.5e-08f,
+                        1.0009765625f /* tie */,
+                        3.0e-6f};
   for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) x[100 + i] = edge[i];
   for (int64_t i = 200; i < 1200; i++) x[i] *= 1e-5f; /* many subnormal results */
   check_cast_16(DT_F16, x, n);
@@ -336,7 +365,8 @@ Test(common_gpu_ops, sumsq) {
       void *x = malloc((size_t)n * dtype_size(dt));
       op_cast(DEV_CPU, x, dt, xf, DT_F32, n);
       void *d_x = up(x, (size_t)n * dtype_size(dt));
-      double e = op_sumsq(DEV_CPU, x, dt, n), g = op_sumsq(DEV_CUDA, d_x, dt, n), g2 = op_sumsq(DEV_CUDA, d_x, dt, n);
+      double e = op_sumsq(DEV_CPU, x, dt, n), g = op_sumsq(DEV_CUDA, d_x, dt, n),
+             g2 = op_sumsq(DEV_CUDA, d_x, dt, n);
       cr_assert(zl_rel(g, e) <= 1e-10, "sumsq (%s, n %lld): got %.17g, expected %.17g (CPU)", dtype_name(dt),
                 (long long)n, g, e);
       cr_assert(memcmp(&g, &g2, sizeof g) == 0, "sumsq not bit-reproducible: %.17g then %.17g", g, g2);
@@ -355,9 +385,12 @@ Test(common_gpu_ops, sumsq) {
 /* ---- determinism: the same inputs give the same bits -------------------------------------- */
 Test(common_gpu_ops, linear_bwd_bit_reproducible) {
   int B = 96, in = 300, out = 200;
-  float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *gy = rand_f32((int64_t)B * out, 1.0f, 0.0f), *W = rand_f32((int64_t)out * in, 0.2f, 0.0f);
-  void *d_x = up(x, (size_t)B * in * 4), *d_gy = up(gy, (size_t)B * out * 4), *d_W = up(W, (size_t)out * in * 4);
-  void *d_dx = poisoned((size_t)B * in * 4), *d_dW = poisoned((size_t)out * in * 4), *d_db = poisoned((size_t)out * 4);
+  float *x = rand_f32((int64_t)B * in, 1.0f, 0.0f), *gy = rand_f32((int64_t)B * out, 1.0f, 0.0f),
+        *W = rand_f32((int64_t)out * in, 0.2f, 0.0f);
+  void *d_x = up(x, (size_t)B * in * 4), *d_gy = up(gy, (size_t)B * out * 4),
+       *d_W = up(W, (size_t)out * in * 4);
+  void *d_dx = poisoned((size_t)B * in * 4), *d_dW = poisoned((size_t)out * in * 4),
+       *d_db = poisoned((size_t)out * 4);
   op_linear_bwd(DEV_CUDA, d_dx, d_dW, d_db, d_gy, d_x, d_W, DT_F32, B, in, out, 0.0f);
   float *a = down(d_dW, (size_t)out * in * 4), *ab = down(d_db, (size_t)out * 4);
   op_linear_bwd(DEV_CUDA, d_dx, d_dW, d_db, d_gy, d_x, d_W, DT_F32, B, in, out, 0.0f);

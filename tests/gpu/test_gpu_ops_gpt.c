@@ -45,7 +45,8 @@ static void check_layernorm(dtype_t wdt, int rows, int C, float beta) {
   op_layernorm_fwd(DEV_CPU, y_c, m_c, r_c, x, w, b, wdt, rows, C);
   op_layernorm_bwd(DEV_CPU, dx_c, g_c, (char *)g_c + C * es, dy, x, m_c, r_c, w, wdt, rows, C, beta);
   /* GPU: the backward reads the GPU's own mean and rstd */
-  void *d_x = up(x, n * 4), *d_w = up(w, C * es), *d_b = up(b, C * es), *d_dy = up(dy, n * 4), *d_dx = up(dx0, n * 4);
+  void *d_x = up(x, n * 4), *d_w = up(w, C * es), *d_b = up(b, C * es), *d_dy = up(dy, n * 4),
+       *d_dx = up(dx0, n * 4);
   void *d_y = poisoned(n * 4), *d_m = poisoned(rows * 4), *d_r = poisoned(rows * 4);
   void *d_g = beta != 0 ? up(gold, 2 * C * es) : poisoned(2 * C * es);
   op_layernorm_fwd(DEV_CUDA, d_y, d_m, d_r, d_x, d_w, d_b, wdt, rows, C);
@@ -67,7 +68,8 @@ static void check_layernorm(dtype_t wdt, int rows, int C, float beta) {
   void *ptrs[] = {d_x, d_w, d_b, d_dy, d_dx, d_y, d_m, d_r, d_g};
   for (int i = 0; i < 9; i++) dev_free(DEV_CUDA, ptrs[i]);
   free(x), free(wf), free(bf), free(dy), free(dx0), free(g0), free(w), free(b), free(gold);
-  free(y_c), free(m_c), free(r_c), free(dx_c), free(g_c), free(y), free(m), free(r), free(dx), free(g), free(gw), free(ew);
+  free(y_c), free(m_c), free(r_c), free(dx_c), free(g_c), free(y), free(m), free(r), free(dx), free(g),
+      free(gw), free(ew);
 }
 Test(common_gpu_ops_gpt, layernorm_f32) {
   check_layernorm(DT_F32, 37, 33, 0.0f);
@@ -96,7 +98,8 @@ static void check_attention(int B, int T, int C, int NH) {
   expect_close(what, att, att_c, na, 1e-5, 1e-3);
   for (int64_t i = 0; i < na; i++)
     if (i % T > i / T % T)
-      cr_assert(att[i] == 0.0f, "attention att[%lld] (row t %lld, col %lld) above the diagonal: got %g, expected 0",
+      cr_assert(att[i] == 0.0f,
+                "attention att[%lld] (row t %lld, col %lld) above the diagonal: got %g, expected 0",
                 (long long)i, (long long)(i / T % T), (long long)(i % T), att[i]);
   snprintf(what, sizeof what, "attention out (B %d, T %d, C %d, NH %d)", B, T, C, NH);
   expect_close(what, out, out_c, no, 1e-5, 1.0);
@@ -108,7 +111,8 @@ static void check_attention(int B, int T, int C, int NH) {
   expect_bits("attention dqkv (second call on cuda)", again, dqkv, nq, 4, 0);
   void *ptrs[] = {d_qkv, d_dout, d_out, d_att, d_dqkv};
   for (int i = 0; i < 5; i++) dev_free(DEV_CUDA, ptrs[i]);
-  free(qkv), free(dout), free(out_c), free(att_c), free(dqkv_c), free(out), free(att), free(dqkv), free(again);
+  free(qkv), free(dout), free(out_c), free(att_c), free(dqkv_c), free(out), free(att), free(dqkv),
+      free(again);
 }
 Test(common_gpu_ops_gpt, attention) {
   check_attention(2, 5, 8, 2);
@@ -122,7 +126,8 @@ static void check_embedding(dtype_t wdt, int B, int T, int C, int V, float beta)
   int64_t BT = (int64_t)B * T, n = BT * C;
   size_t es = dtype_size(wdt);
   int *tok = malloc(BT * sizeof(int));
-  for (int64_t p = 0; p < BT; p++) tok[p] = p % 3 == 0 ? 7 % V : (int)((urand() + 1.0f) * 0.5f * V) % V; /* repeats */
+  /* repeats */
+  for (int64_t p = 0; p < BT; p++) tok[p] = p % 3 == 0 ? 7 % V : (int)((urand() + 1.0f) * 0.5f * V) % V;
   float *tef = rand_f32((int64_t)V * C, 1.0f, 0.0f), *pef = rand_f32((int64_t)T * C, 1.0f, 0.0f);
   float *dout = rand_f32(n, 1.0f, 0.0f), *oldf = rand_f32(((int64_t)V + T) * C, 0.5f, 0.0f);
   void *wte = as_dt(tef, wdt, (int64_t)V * C), *wpe = as_dt(pef, wdt, (int64_t)T * C);
@@ -133,7 +138,8 @@ static void check_embedding(dtype_t wdt, int B, int T, int C, int V, float beta)
   memcpy(g_c, old, ng);
   op_embedding_fwd(DEV_CPU, out_c, tok, wte, wpe, wdt, B, T, C, V);
   op_embedding_bwd(DEV_CPU, g_c, (char *)g_c + (size_t)V * C * es, dout, tok, wdt, B, T, C, V, beta);
-  void *d_tok = up(tok, BT * sizeof(int)), *d_te = up(wte, (size_t)V * C * es), *d_pe = up(wpe, (size_t)T * C * es);
+  void *d_tok = up(tok, BT * sizeof(int)), *d_te = up(wte, (size_t)V * C * es),
+       *d_pe = up(wpe, (size_t)T * C * es);
   void *d_dout = up(dout, n * 4), *d_out = poisoned(n * 4), *d_g = beta != 0 ? up(old, ng) : poisoned(ng);
   op_embedding_fwd(DEV_CUDA, d_out, d_tok, d_te, d_pe, wdt, B, T, C, V);
   op_embedding_bwd(DEV_CUDA, d_g, (char *)d_g + (size_t)V * C * es, d_dout, d_tok, wdt, B, T, C, V, beta);
@@ -146,7 +152,8 @@ static void check_embedding(dtype_t wdt, int B, int T, int C, int V, float beta)
   expect_bits(what, g, g_c, ((int64_t)V + T) * C, es, 0);
   void *ptrs[] = {d_tok, d_te, d_pe, d_dout, d_out, d_g};
   for (int i = 0; i < 6; i++) dev_free(DEV_CUDA, ptrs[i]);
-  free(tok), free(tef), free(pef), free(dout), free(oldf), free(wte), free(wpe), free(old), free(out_c), free(g_c);
+  free(tok), free(tef), free(pef), free(dout), free(oldf), free(wte), free(wpe), free(old), free(out_c),
+      free(g_c);
   free(out), free(g);
 }
 Test(common_gpu_ops_gpt, embedding_bitwise) {
@@ -181,16 +188,19 @@ Test(common_gpu_ops_gpt, linear_without_bias) {
 Test(common_gpu_ops_gpt, moe_rows_bitwise) {
   const int64_t T = 53, R = 97;
   const int k = 2, C = 40;
-  float *src = rand_f32(R * C, 1, 0), *tok = rand_f32(T * C, 1, 0), *w = rand_f32(T * k, 1, 0), *sc = rand_f32(R, 1, 0);
+  float *src = rand_f32(R * C, 1, 0), *tok = rand_f32(T * C, 1, 0), *w = rand_f32(T * k, 1, 0),
+        *sc = rand_f32(R, 1, 0);
   int *rows = malloc(R * sizeof(int)), *slot = malloc(T * k * sizeof(int));
   for (int64_t r = 0; r < R; r++) rows[r] = r % 7 == 3 ? -1 : (int)((r * 31) % T); /* padding rows: -1 */
-  for (int64_t i = 0; i < T * k; i++) slot[i] = i % 11 == 5 ? -1 : (int)((i * 17) % R); /* dropped choices: -1 */
+  /* dropped choices: -1 */
+  for (int64_t i = 0; i < T * k; i++) slot[i] = i % 11 == 5 ? -1 : (int)((i * 17) % R);
   float *g_c = malloc(R * C * 4), *y_c = malloc(T * C * 4), *d_c = malloc(T * k * 4);
   op_rows_gather(DEV_CPU, g_c, tok, rows, sc, R, C);
   memcpy(y_c, tok, T * C * 4);
   op_rows_combine(DEV_CPU, y_c, src, slot, w, T, k, C, 1.0f);
   op_rows_dot(DEV_CPU, d_c, tok, src, slot, T, k, C);
-  void *d_src = up(src, R * C * 4), *d_tok = up(tok, T * C * 4), *d_w = up(w, T * k * 4), *d_sc = up(sc, R * 4);
+  void *d_src = up(src, R * C * 4), *d_tok = up(tok, T * C * 4), *d_w = up(w, T * k * 4),
+       *d_sc = up(sc, R * 4);
   void *d_rows = up(rows, R * sizeof(int)), *d_slot = up(slot, T * k * sizeof(int));
   void *d_g = poisoned(R * C * 4), *d_y = up(tok, T * C * 4), *d_d = poisoned(T * k * 4);
   op_rows_gather(DEV_CUDA, d_g, d_tok, d_rows, d_sc, R, C);
@@ -202,5 +212,6 @@ Test(common_gpu_ops_gpt, moe_rows_bitwise) {
   expect_bits("op_rows_dot", d, d_c, T * k, 4, 0);
   void *ptrs[] = {d_src, d_tok, d_w, d_sc, d_rows, d_slot, d_g, d_y, d_d};
   for (int i = 0; i < 9; i++) dev_free(DEV_CUDA, ptrs[i]);
-  free(src), free(tok), free(w), free(sc), free(rows), free(slot), free(g_c), free(y_c), free(d_c), free(g), free(y), free(d);
+  free(src), free(tok), free(w), free(sc), free(rows), free(slot), free(g_c), free(y_c), free(d_c), free(g),
+      free(y), free(d);
 }

@@ -28,8 +28,8 @@ static zl_out_t launch(int np, const char *bin, const char *args, const char *na
 }
 
 /* bin on --device cpu and on --device cuda --backend <backend>, N ranks each; compare. */
-static void gpu_vs_cpu_model(const char *bin, int np, const char *backend, const char *model, const char *args,
-                             double tol) {
+static void gpu_vs_cpu_model(const char *bin, int np, const char *backend, const char *model,
+                             const char *args, double tol) {
   char cpu_args[512], gpu_args[512], name[160];
   snprintf(cpu_args, sizeof cpu_args, "%s %s --device cpu", model, args);
   snprintf(gpu_args, sizeof gpu_args, "%s %s --device cuda --backend %s", model, args, backend);
@@ -38,20 +38,21 @@ static void gpu_vs_cpu_model(const char *bin, int np, const char *backend, const
   snprintf(cname, sizeof cname, "%s_cpu", name);
   zl_out_t c = launch(np, bin, cpu_args, cname);
   zl_out_t g = launch(np, bin, gpu_args, name);
-  cr_assert(json_str_is(g.json, "device", "cuda"), "%s: the GPU run's --json does not say \"device\": \"cuda\"", name);
-  cr_assert(json_str_is(g.json, "backend", backend), "%s: the GPU run's --json does not say \"backend\": \"%s\"", name,
-            backend);
+  cr_assert(json_str_is(g.json, "device", "cuda"),
+            "%s: the GPU run's --json does not say \"device\": \"cuda\"", name);
+  cr_assert(json_str_is(g.json, "backend", backend),
+            "%s: the GPU run's --json does not say \"backend\": \"%s\"", name, backend);
   double lc = zl_json_num(c.json, "final_loss"), lg = zl_json_num(g.json, "final_loss");
-  cr_assert(isfinite(lg) && zl_rel(lg, lc) <= tol, "%s (%s): final loss on GPU %.9g, on CPU %.9g (tol %g)", name, args,
-            lg, lc, tol);
+  cr_assert(isfinite(lg) && zl_rel(lg, lc) <= tol, "%s (%s): final loss on GPU %.9g, on CPU %.9g (tol %g)",
+            name, args, lg, lc, tol);
   cr_assert_eq(g.n, c.n, "%s: GPU saved %lld params, CPU %lld", name, (long long)g.n, (long long)c.n);
   double scale = 0;
   for (int64_t i = 0; i < c.n; i++) scale = fmax(scale, fabs(c.params[i]));
   for (int64_t i = 0; i < c.n; i++) {
     double lim = tol * fmax(fabs(c.params[i]), 1e-2 * scale);
     if (!(fabs((double)g.params[i] - c.params[i]) <= lim))
-      cr_assert_fail("%s (%s): param[%lld] on GPU %.9g, on CPU %.9g (tol %g)", name, args, (long long)i, g.params[i],
-                     c.params[i], tol);
+      cr_assert_fail("%s (%s): param[%lld] on GPU %.9g, on CPU %.9g (tol %g)", name, args, (long long)i,
+                     g.params[i], c.params[i], tol);
   }
   free(c.json), free(c.text), free(c.params), free(g.json), free(g.text), free(g.params);
 }
@@ -65,7 +66,8 @@ static void coll(int np, const char *backend) {
   char *out = NULL;
   int rc = zl_run(np, 120, &out, ZL_TESTBIN "/gpu_coll --backend %s", backend);
   cr_assert_eq(rc, 0, "gpu_coll N %d --backend %s exited %d:\n%s", np, backend, rc, out);
-  cr_assert(strstr(out, "gpu_coll: ok"), "gpu_coll N %d --backend %s printed no ok line:\n%s", np, backend, out);
+  cr_assert(strstr(out, "gpu_coll: ok"), "gpu_coll N %d --backend %s printed no ok line:\n%s", np, backend,
+            out);
   free(out);
 }
 Test(common_gpu_runs, collectives_nccl_1) { coll(1, "nccl"); }
@@ -77,8 +79,8 @@ Test(common_gpu_runs, collectives_staged_mpi_4) { coll(4, "mpi"); }
 Test(common_gpu_runs, nccl_watchdog_timeout) {
   char *out = NULL;
   int rc = zl_run(1, 90, &out, ZL_TESTBIN "/gpu_coll --backend nccl --hang-test 20");
-  cr_assert(rc != 0 && rc != 3 && rc != 124, "hang test: exit code %d (expected the watchdog to stop the job):\n%s", rc,
-            out);
+  cr_assert(rc != 0 && rc != 3 && rc != 124,
+            "hang test: exit code %d (expected the watchdog to stop the job):\n%s", rc, out);
   cr_assert(strstr(out, "rank 0: all_reduce (hang-test) did not complete within 2 s"),
             "hang test: the message should name the rank, the collective and its tag:\n%s", out);
   free(out);
@@ -88,9 +90,11 @@ Test(common_gpu_runs, nccl_two_ranks_one_gpu_refused) {
   setenv("CUDA_VISIBLE_DEVICES", "0", 1); /* both ranks on one GPU, however many the box has */
   char *out = NULL;
   int rc = zl_run(2, 120, &out, ZL_BIN "/ch02_ddp " MODEL " --device cuda --backend nccl --quiet");
-  cr_assert(rc != 0 && rc != 124, "NCCL with two ranks on one GPU: exit code %d (expected a clear failure):\n%s", rc, out);
+  cr_assert(rc != 0 && rc != 124,
+            "NCCL with two ranks on one GPU: exit code %d (expected a clear failure):\n%s", rc, out);
   cr_assert(strstr(out, "one rank per GPU") && strstr(out, "--backend mpi"),
-            "NCCL with two ranks on one GPU: the message should say 'one rank per GPU' and suggest --backend mpi:\n%s",
+            "NCCL with two ranks on one GPU: the message should say 'one rank per GPU' and suggest --backend "
+            "mpi:\n%s",
             out);
   free(out);
 }
@@ -119,8 +123,8 @@ Test(common_gpu_runs, ch05_nccl_1_bit_reproducible) {
   cr_assert_eq(a.n, b.n, "repeat: %lld vs %lld params", (long long)a.n, (long long)b.n);
   for (int64_t i = 0; i < a.n; i++)
     if (memcmp(&a.params[i], &b.params[i], sizeof(float)) != 0)
-      cr_assert_fail("two identical GPU runs differ: param[%lld] %.9g then %.9g (bitwise)", (long long)i, a.params[i],
-                     b.params[i]);
+      cr_assert_fail("two identical GPU runs differ: param[%lld] %.9g then %.9g (bitwise)", (long long)i,
+                     a.params[i], b.params[i]);
   free(a.json), free(a.text), free(a.params), free(b.json), free(b.text), free(b.params);
 }
 Test(common_gpu_runs, ch04_nccl_1) { gpu_vs_cpu("ch04_zero2", 1, "nccl", "--collectives ring", 1e-4); }
@@ -128,7 +132,9 @@ Test(common_gpu_runs, ch05_nccl_1) { gpu_vs_cpu("ch05_zero3", 1, "nccl", "--opti
 
 Test(common_gpu_runs, ch02_staged_mpi_2) { gpu_vs_cpu("ch02_ddp", 2, "mpi", "--variant overlap", 1e-4); }
 Test(common_gpu_runs, ch03_staged_mpi_2) { gpu_vs_cpu("ch03_zero1", 2, "mpi", "--optimizer sgd", 1e-4); }
-Test(common_gpu_runs, ch04_staged_mpi_3_ring) { gpu_vs_cpu("ch04_zero2", 3, "mpi", "--collectives ring", 1e-4); }
+Test(common_gpu_runs, ch04_staged_mpi_3_ring) {
+  gpu_vs_cpu("ch04_zero2", 3, "mpi", "--collectives ring", 1e-4);
+}
 Test(common_gpu_runs, ch05_staged_mpi_4) {
   gpu_vs_cpu("ch05_zero3", 4, "mpi", "", 1e-4);
   gpu_vs_cpu("ch05_zero3", 4, "mpi", "--precision bf16", 2e-2);

@@ -70,23 +70,27 @@ static inline void *down(const void *d, size_t nbytes) {
 }
 /* got vs expected: |g − e| <= tol · max(|e|, floor·max|e|). floor 1: normwise; 1e-3: elementwise.
  * NaN never passes. */
-static inline void expect_close(const char *what, const float *got, const float *exp, int64_t n, double tol, double floor) {
+static inline void expect_close(const char *what, const float *got, const float *exp, int64_t n, double tol,
+                                double floor) {
   double scale = 0;
   for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(exp[i]));
   for (int64_t i = 0; i < n; i++) {
     double lim = tol * fmax(fabs(exp[i]), floor * scale);
     if (!(fabs((double)got[i] - exp[i]) <= lim)) /* NaN fails here */
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), |diff| %.3g > %.3g (tol %g)", what, (long long)i,
-                     got[i], exp[i], fabs((double)got[i] - exp[i]), lim, tol);
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (CPU), |diff| %.3g > %.3g (tol %g)", what,
+                     (long long)i, got[i], exp[i], fabs((double)got[i] - exp[i]), lim, tol);
   }
 }
 /* Element i of a bf16 (esz 2), f32 (4) or f64 (8) array, as a double for messages. */
 static inline double elem_at(const void *p, int64_t i, size_t esz) {
-  return esz == 2 ? bf16_to_f32(((const bf16_t *)p)[i]) : esz == 4 ? ((const float *)p)[i] : ((const double *)p)[i];
+  return esz == 2 ? bf16_to_f32(((const bf16_t *)p)[i])
+      : esz == 4  ? ((const float *)p)[i]
+                  : ((const double *)p)[i];
 }
 /* Bitwise. nans_match 1: any NaN matches any NaN (the GPU makes canonical NaNs, the CPU keeps
  * payloads); 0: every bit. */
-static inline void expect_bits(const char *what, const void *got, const void *exp, int64_t n, size_t esz, int nans_match) {
+static inline void expect_bits(const char *what, const void *got, const void *exp, int64_t n, size_t esz,
+                               int nans_match) {
   for (int64_t i = 0; i < n; i++) {
     double g = elem_at(got, i, esz), e = elem_at(exp, i, esz);
     if (nans_match && isnan(g) && isnan(e)) continue;

@@ -36,18 +36,20 @@
 static int g_fails, g_lines, g_cases;
 
 /* One failure line; note (may be "") explains it further. */
-static void fail(int rank, const char *op, const char *cs, dtype_t dt, const char *impl, const char *where, double got,
-                 double exp, const char *note) {
+static void fail(int rank, const char *op, const char *cs, dtype_t dt, const char *impl, const char *where,
+                 double got, double exp, const char *note) {
   g_fails++;
   if (g_lines++ >= MAX_LINES) return;
-  printf("FAIL rank %d: %s case=%s dtype=%s impl=%s: %s got %.9g expected %.9g%s\n", rank, op, cs, dtype_name(dt), impl,
-         where, got, exp, note);
+  printf("FAIL rank %d: %s case=%s dtype=%s impl=%s: %s got %.9g expected %.9g%s\n", rank, op, cs,
+         dtype_name(dt), impl, where, got, exp, note);
   fflush(stdout);
 }
 
 /* What a wrong element says: the sentinel never written; this rank's block from itself. */
 static const char *note_for(float got, int own) {
-  if (got == SENTINEL && own) return " (-7 is the sentinel recv holds beforehand: this rank's own block was never copied — it needs no message, a local copy)";
+  if (got == SENTINEL && own)
+    return " (-7 is the sentinel recv holds beforehand: this rank's own block was never copied — it needs no "
+           "message, a local copy)";
   if (got == SENTINEL) return " (-7 is the sentinel recv holds beforehand: never written)";
   return own ? " (this rank's own block: a local copy)" : "";
 }
@@ -58,11 +60,14 @@ static float value(int i, int j, int64_t k) { return (float)(((i + 6 * j + 36 * 
 /* ---- split matrices: counts(i -> j) for a world of N, by case -------------------------------- */
 typedef int64_t (*split_fn)(int i, int j, int N, unsigned seed);
 static int64_t s_uneven(int i, int j, int N, unsigned seed) { return (3 * i + 5 * j + 1) % 7; }
-static int64_t s_edges(int i, int j, int N, unsigned seed) { return i == 0 || j == N - 1 ? 0 : i + 2 * j + 1; }
+static int64_t s_edges(int i, int j, int N, unsigned seed) {
+  return i == 0 || j == N - 1 ? 0 : i + 2 * j + 1;
+}
 static int64_t s_zero(int i, int j, int N, unsigned seed) { return 0; }
 static int64_t s_big(int i, int j, int N, unsigned seed) { return j == (i + 1) % N ? 150001 : (i + j) % 3; }
 static int64_t s_self(int i, int j, int N, unsigned seed) { return i == j ? 4 : 0; }
-static int64_t s_random(int i, int j, int N, unsigned seed) { /* a hash of (seed, i, j): 0..40, a fifth of them 0 */
+/* a hash of (seed, i, j): 0..40, a fifth of them 0 */
+static int64_t s_random(int i, int j, int N, unsigned seed) {
   unsigned h = seed * 2654435761u ^ (unsigned)(i * 40503 + j * 9973 + 17);
   h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
   return h % 5 == 0 ? 0 : (int64_t)(h % 41);
@@ -80,21 +85,25 @@ static void check_counters(const ctx_t *x, const char *op, const char *cs, dtype
                            int64_t want_s, int64_t want_r, int64_t want_ctl) {
   comm_counters_t k = comm_counters(x->c);
   const char *in = impl_name(impl);
-  if (k.calls[CO_ALL_TO_ALL] != 1) fail(x->rank, op, cs, dt, in, "counter calls[all_to_all]", (double)k.calls[CO_ALL_TO_ALL], 1, "");
+  if (k.calls[CO_ALL_TO_ALL] != 1)
+    fail(x->rank, op, cs, dt, in, "counter calls[all_to_all]", (double)k.calls[CO_ALL_TO_ALL], 1, "");
   if (k.sent[CO_ALL_TO_ALL] != want_s)
     fail(x->rank, op, cs, dt, in, "counter sent[all_to_all]", (double)k.sent[CO_ALL_TO_ALL], (double)want_s,
          " (every block but this rank's own, in bytes)");
   if (k.recvd[CO_ALL_TO_ALL] != want_r)
-    fail(x->rank, op, cs, dt, in, "counter recvd[all_to_all]", (double)k.recvd[CO_ALL_TO_ALL], (double)want_r, "");
+    fail(x->rank, op, cs, dt, in, "counter recvd[all_to_all]", (double)k.recvd[CO_ALL_TO_ALL], (double)want_r,
+         "");
   if (k.sent[CO_CONTROL] != want_ctl)
     fail(x->rank, op, cs, dt, in, "counter sent[control]", (double)k.sent[CO_CONTROL], (double)want_ctl,
          " (the count exchange: an all-gather of 2N int64s per rank)");
   if (impl == COLL_RING) {
     if (k.p2p_sent != want_s || k.p2p_recvd != want_r)
-      fail(x->rank, op, cs, dt, in, "values right, but the p2p bytes sent", (double)k.p2p_sent, (double)want_s,
-           k.p2p_sent > want_s ? " (more than every block but your own, once: the pairwise exchange sends each block "
-                                 "straight to its owner, one hop — a block sent twice, or relayed?)"
-                               : " (less than every block but your own: a block never sent?)");
+      fail(x->rank, op, cs, dt, in, "values right, but the p2p bytes sent", (double)k.p2p_sent,
+           (double)want_s,
+           k.p2p_sent > want_s
+               ? " (more than every block but your own, once: the pairwise exchange sends each block "
+                 "straight to its owner, one hop — a block sent twice, or relayed?)"
+               : " (less than every block but your own: a block never sent?)");
   } else if (k.p2p_sent != 0) {
     fail(x->rank, op, cs, dt, in, "vendor p2p_sent", (double)k.p2p_sent, 0, "");
   }
@@ -109,7 +118,8 @@ static void run_equal(const ctx_t *x, dtype_t dt, int64_t block, coll_impl_t imp
   comm_set_impl(x->c, impl);
   comm_counters_reset(x->c);
   g_cases++;
-  void *s = xmalloc((size_t)(numel ? numel : 1) * dtype_size(dt), "send"), *q = xmalloc((size_t)(numel ? numel : 1) * dtype_size(dt), "recv");
+  void *s = xmalloc((size_t)(numel ? numel : 1) * dtype_size(dt), "send"),
+       *q = xmalloc((size_t)(numel ? numel : 1) * dtype_size(dt), "recv");
   for (int j = 0; j < N; j++)
     for (int64_t k = 0; k < block; k++) dt_store(s, dt, j * block + k, value(r, j, k));
   for (int64_t i = 0; i < numel; i++) dt_store(q, dt, i, SENTINEL);
@@ -126,8 +136,8 @@ static void run_equal(const ctx_t *x, dtype_t dt, int64_t block, coll_impl_t imp
     }
   int64_t want = comm_model_sent(CO_ALL_TO_ALL, numel, dt, N, r, 0);
   if (want != (N - 1) * block * (int64_t)dtype_size(dt))
-    fail(r, "all_to_all", cs, dt, impl_name(impl), "comm_model_sent", (double)want, (double)((N - 1) * block * (int64_t)dtype_size(dt)),
-         " ((N−1)/N of the buffer)");
+    fail(r, "all_to_all", cs, dt, impl_name(impl), "comm_model_sent", (double)want,
+         (double)((N - 1) * block * (int64_t)dtype_size(dt)), " ((N−1)/N of the buffer)");
   check_counters(x, "all_to_all", cs, dt, impl, want, comm_model_recvd(CO_ALL_TO_ALL, numel, dt, N, r, 0), 0);
   free(s);
   free(q);
@@ -135,7 +145,8 @@ static void run_equal(const ctx_t *x, dtype_t dt, int64_t block, coll_impl_t imp
 
 /* One comm_all_to_allv with counts f(i, j); gapped: blocks stored in reverse rank order with 2
  * elements between them (both sides), else packed (displs NULL). */
-static void run_v(const ctx_t *x, dtype_t dt, const char *cs, split_fn f, unsigned seed, int gapped, coll_impl_t impl) {
+static void run_v(const ctx_t *x, dtype_t dt, const char *cs, split_fn f, unsigned seed, int gapped,
+                  coll_impl_t impl) {
   int N = x->world, r = x->rank;
   int64_t *sc = xcalloc((size_t)N, sizeof *sc, "counts"), *sd = xcalloc((size_t)N, sizeof *sd, "counts");
   int64_t *rc = xcalloc((size_t)N, sizeof *rc, "counts"), *rd = xcalloc((size_t)N, sizeof *rd, "counts");
@@ -151,7 +162,8 @@ static void run_v(const ctx_t *x, dtype_t dt, const char *cs, split_fn f, unsign
   comm_set_impl(x->c, impl);
   comm_counters_reset(x->c);
   g_cases++;
-  void *s = xmalloc((size_t)(sx ? sx : 1) * dtype_size(dt), "send"), *q = xmalloc((size_t)(rx ? rx : 1) * dtype_size(dt), "recv");
+  void *s = xmalloc((size_t)(sx ? sx : 1) * dtype_size(dt), "send"),
+       *q = xmalloc((size_t)(rx ? rx : 1) * dtype_size(dt), "recv");
   for (int64_t i = 0; i < sx; i++) dt_store(s, dt, i, SENTINEL);
   for (int j = 0; j < N; j++)
     for (int64_t k = 0; k < sc[j]; k++) dt_store(s, dt, sd[j] + k, value(r, j, k));
@@ -163,7 +175,8 @@ static void run_v(const ctx_t *x, dtype_t dt, const char *cs, split_fn f, unsign
     for (int64_t g = next; g < rd[i]; g++)
       if (dt_load(q, dt, g) != SENTINEL) {
         char where[96];
-        snprintf(where, sizeof where, "recv index %lld, between the blocks (must stay untouched)", (long long)g);
+        snprintf(where, sizeof where, "recv index %lld, between the blocks (must stay untouched)",
+                 (long long)g);
         fail(r, "all_to_allv", name, dt, impl_name(impl), where, dt_load(q, dt, g), SENTINEL, "");
         break;
       }
@@ -171,8 +184,8 @@ static void run_v(const ctx_t *x, dtype_t dt, const char *cs, split_fn f, unsign
       float got = dt_load(q, dt, rd[i] + e), exp = value(i, r, e);
       if (got != exp) {
         char where[128];
-        snprintf(where, sizeof where, "block from rank %d (%lld elements at %lld), index %lld", i, (long long)rc[i],
-                 (long long)rd[i], (long long)e);
+        snprintf(where, sizeof where, "block from rank %d (%lld elements at %lld), index %lld", i,
+                 (long long)rc[i], (long long)rd[i], (long long)e);
         fail(r, "all_to_allv", name, dt, impl_name(impl), where, got, exp, note_for(got, i == r));
         break;
       }
@@ -180,8 +193,8 @@ static void run_v(const ctx_t *x, dtype_t dt, const char *cs, split_fn f, unsign
     next = rd[i] + rc[i];
   }
   int64_t cn = 2 * (int64_t)N * N;
-  check_counters(x, "all_to_allv", name, dt, impl, comm_model_all_to_allv(sc, dt, N, r), comm_model_all_to_allv(rc, dt, N, r),
-                 comm_model_sent(CO_ALL_GATHER, cn, DT_F64, N, r, 0));
+  check_counters(x, "all_to_allv", name, dt, impl, comm_model_all_to_allv(sc, dt, N, r),
+                 comm_model_all_to_allv(rc, dt, N, r), comm_model_sent(CO_ALL_GATHER, cn, DT_F64, N, r, 0));
   free(s), free(q), free(sc), free(sd), free(rc), free(rd);
 }
 
@@ -206,12 +219,14 @@ static void run_async(const ctx_t *x, dtype_t dt, coll_impl_t impl) {
   for (int j = 0; j < N; j++) cnt[j] = -1; /* the call copied them */
   comm_handle_t h3 = comm_all_to_all_async(x->c, z, w, numel, dt, "again");
   comm_wait(x->c, h3);
-  if (!(h1 < h2 && h2 < h3)) fail(r, "all_to_all async", "handles", dt, impl_name(impl), "handle order", (double)h3, (double)h1, "");
+  if (!(h1 < h2 && h2 < h3))
+    fail(r, "all_to_all async", "handles", dt, impl_name(impl), "handle order", (double)h3, (double)h1, "");
   for (int64_t i = 0; i < numel; i++)
     if (dt_load(z, dt, i) != dt_load(a, dt, i)) {
       char where[96];
       snprintf(where, sizeof where, "dispatch then combine, index %lld", (long long)i);
-      fail(r, "all_to_allv async", "inverse", dt, impl_name(impl), where, dt_load(z, dt, i), dt_load(a, dt, i), "");
+      fail(r, "all_to_allv async", "inverse", dt, impl_name(impl), where, dt_load(z, dt, i),
+           dt_load(a, dt, i), "");
       break;
     }
   for (int i = 0; i < N; i++)
@@ -219,7 +234,8 @@ static void run_async(const ctx_t *x, dtype_t dt, coll_impl_t impl) {
       if (dt_load(w, dt, i * block + k) != value(i, r, k)) {
         char where[96];
         snprintf(where, sizeof where, "third op, block from rank %d, index %lld", i, (long long)k);
-        fail(r, "all_to_all async", "queued", dt, impl_name(impl), where, dt_load(w, dt, i * block + k), value(i, r, k), "");
+        fail(r, "all_to_all async", "queued", dt, impl_name(impl), where, dt_load(w, dt, i * block + k),
+             value(i, r, k), "");
         i = N;
         break;
       }
@@ -264,11 +280,11 @@ static void run_nodes(const ctx_t *x) {
     int64_t mine = 0;
     for (int j = 0; j < N; j++) mine += node_of[j] != node_of[r] ? 7 * 4 : 0;
     if (k.inter_sent[CO_ALL_TO_ALL] != mine)
-      fail(r, "all_to_all", "nodes", DT_F32, impl_name(in), "inter-node bytes sent", (double)k.inter_sent[CO_ALL_TO_ALL],
-           (double)mine, " (the blocks for ranks on other nodes)");
+      fail(r, "all_to_all", "nodes", DT_F32, impl_name(in), "inter-node bytes sent",
+           (double)k.inter_sent[CO_ALL_TO_ALL], (double)mine, " (the blocks for ranks on other nodes)");
     if (in == COLL_RING && k.p2p_inter_sent != mine)
-      fail(r, "all_to_all", "nodes", DT_F32, impl_name(in), "p2p inter-node bytes sent", (double)k.p2p_inter_sent,
-           (double)mine, "");
+      fail(r, "all_to_all", "nodes", DT_F32, impl_name(in), "p2p inter-node bytes sent",
+           (double)k.p2p_inter_sent, (double)mine, "");
   }
   free(node_of);
 }

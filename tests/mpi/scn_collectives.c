@@ -33,15 +33,17 @@ static void fail_note(const char *what, const char *op, dtype_t dt, int64_t nume
                       int64_t index, double got, double exp, const char *note) {
   g_fails++;
   if (g_lines++ >= MAX_LINES) return;
-  printf("FAIL rank %d: %s %s dtype=%s numel=%lld impl=%s root=%d in_place=%d: index %lld got %.9g expected %.9g%s\n",
-         g_rank, what, op, dtype_name(dt), (long long)numel, impl, root, g_in_place, (long long)index, got, exp, note);
+  printf("FAIL rank %d: %s %s dtype=%s numel=%lld impl=%s root=%d in_place=%d: index %lld got %.9g expected "
+         "%.9g%s\n",
+         g_rank, what, op, dtype_name(dt), (long long)numel, impl, root, g_in_place, (long long)index, got,
+         exp, note);
   fflush(stdout);
 }
 static void fail_line(const char *what, const char *op, dtype_t dt, int64_t numel, const char *impl, int root,
                       int64_t index, double got, double exp) {
   const char *note = got == SENTINEL && exp != SENTINEL
-                         ? " (-7 is the sentinel the test fills the output with beforehand: this element was never written)"
-                         : "";
+      ? " (-7 is the sentinel the test fills the output with beforehand: this element was never written)"
+      : "";
   fail_note(what, op, dt, numel, impl, root, index, got, exp, note);
 }
 
@@ -49,7 +51,8 @@ static void fail_line(const char *what, const char *op, dtype_t dt, int64_t nume
 static float input(int r, int64_t i) { return (float)(((i * 7 + r * 3) % 11) + 1); }
 static float reduced(int64_t i, redop_t op) {
   float acc = input(0, i);
-  for (int r = 1; r < g_world; r++) acc = op == REDOP_SUM ? acc + input(r, i) : (input(r, i) > acc ? input(r, i) : acc);
+  for (int r = 1; r < g_world; r++)
+    acc = op == REDOP_SUM ? acc + input(r, i) : (input(r, i) > acc ? input(r, i) : acc);
   return acc;
 }
 
@@ -61,8 +64,8 @@ static void *buf_new(int64_t numel, dtype_t dt, float fill) {
 
 /* Compare buf[0..n) with expected(off + i); reports the first mismatch only. */
 typedef float (*expect_fn)(int64_t i, const void *ctx);
-static void expect(const char *op, dtype_t dt, int64_t numel, const char *impl, int root, const void *buf, int64_t n,
-                   int64_t off, expect_fn f, const void *ctx) {
+static void expect(const char *op, dtype_t dt, int64_t numel, const char *impl, int root, const void *buf,
+                   int64_t n, int64_t off, expect_fn f, const void *ctx) {
   for (int64_t i = 0; i < n; i++) {
     float got = dt_load(buf, dt, i), exp = f(off + i, ctx);
     if (got != exp) {
@@ -74,7 +77,8 @@ static void expect(const char *op, dtype_t dt, int64_t numel, const char *impl, 
 static float f_sum(int64_t i, const void *ctx) { return reduced(i, *(const redop_t *)ctx); }
 static float f_input_of(int64_t i, const void *ctx) { return input(*(const int *)ctx, i); }
 static float f_sentinel(int64_t i, const void *ctx) { return SENTINEL; }
-static float f_owner(int64_t i, const void *ctx) { /* all-gather: element i comes from the rank owning its chunk */
+/* all-gather: element i comes from the rank owning its chunk */
+static float f_owner(int64_t i, const void *ctx) {
   int64_t numel = *(const int64_t *)ctx;
   int r = 0;
   while (comm_chunk_lo(numel, g_world, r + 1) <= i) r++;
@@ -89,14 +93,16 @@ static void check_ring_bytes(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel,
   const char *name = comm_op_name(op);
   int64_t tot_s = 0, tot_r = 0, max_s = 0, max_r = 0;
   for (int q = 0; q < g_world; q++) {
-    int64_t s = comm_model_sent(op, numel, dt, g_world, q, root), r = comm_model_recvd(op, numel, dt, g_world, q, root);
+    int64_t s = comm_model_sent(op, numel, dt, g_world, q, root),
+            r = comm_model_recvd(op, numel, dt, g_world, q, root);
     tot_s += s;
     tot_r += r;
     if (s > max_s) max_s = s;
     if (r > max_r) max_r = r;
   }
   if (k.p2p_sent > max_s)
-    fail_note("ring p2p bytes sent by this rank", name, dt, numel, "ring", root, -1, (double)k.p2p_sent, (double)max_s,
+    fail_note("ring p2p bytes sent by this rank", name, dt, numel, "ring", root, -1, (double)k.p2p_sent,
+              (double)max_s,
               " (expected: at most this, the most any rank sends in an optimal ring; see comm_model_sent)");
   if (k.p2p_recvd > max_r)
     fail_note("ring p2p bytes received by this rank", name, dt, numel, "ring", root, -1, (double)k.p2p_recvd,
@@ -104,20 +110,24 @@ static void check_ring_bytes(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel,
   double tot[2] = {(double)k.p2p_sent, (double)k.p2p_recvd}; /* every rank calls this for every ring case */
   comm_ctl_all_reduce_f64(c, tot, 2, REDOP_SUM);
   if (g_rank == 0 && (tot[0] != (double)tot_s || tot[1] != (double)tot_r))
-    fail_note("ring p2p bytes of all ranks together", name, dt, numel, "ring", root, -1, tot[0], (double)tot_s,
-              tot[0] > (double)tot_s ? " (more than an optimal ring moves: a chunk sent twice, or one a rank did not need?)"
-                                     : " (less than every rank needs: a chunk never sent?)");
+    fail_note("ring p2p bytes of all ranks together", name, dt, numel, "ring", root, -1, tot[0],
+              (double)tot_s,
+              tot[0] > (double)tot_s
+                  ? " (more than an optimal ring moves: a chunk sent twice, or one a rank did not need?)"
+                  : " (less than every rank needs: a chunk never sent?)");
 }
 
 /* Counters of one call: the model (whatever impl ran) and, for the ring, its real p2p bytes. */
-static void check_counters(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_impl_t impl, int root, int ncalls,
-                           int64_t exp_sent, int64_t exp_recvd) {
+static void check_counters(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_impl_t impl, int root,
+                           int ncalls, int64_t exp_sent, int64_t exp_recvd) {
   comm_counters_t k = comm_counters(c);
   const char *in = impl == COLL_RING ? "ring" : "vendor", *name = comm_op_name(op);
-  if (k.sent[op] != exp_sent) fail_line("counter sent", name, dt, numel, in, root, -1, (double)k.sent[op], (double)exp_sent);
+  if (k.sent[op] != exp_sent)
+    fail_line("counter sent", name, dt, numel, in, root, -1, (double)k.sent[op], (double)exp_sent);
   if (k.recvd[op] != exp_recvd)
     fail_line("counter recvd", name, dt, numel, in, root, -1, (double)k.recvd[op], (double)exp_recvd);
-  if (k.calls[op] != ncalls) fail_line("counter calls", name, dt, numel, in, root, -1, (double)k.calls[op], ncalls);
+  if (k.calls[op] != ncalls)
+    fail_line("counter calls", name, dt, numel, in, root, -1, (double)k.calls[op], ncalls);
   if (impl == COLL_RING) {
     check_ring_bytes(c, op, dt, numel, root);
   } else if (k.p2p_sent != 0) {
@@ -125,11 +135,13 @@ static void check_counters(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, c
   }
 }
 
-static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_impl_t impl, redop_t rop, int root) {
+static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_impl_t impl, redop_t rop,
+                     int root) {
   int N = g_world, r = g_rank;
   const char *in = impl == COLL_RING ? "ring" : "vendor", *name = comm_op_name(op);
   int64_t lo = comm_chunk_lo(numel, N, r), own = comm_chunk_numel(numel, N, r);
-  int in_place = dt == DT_BF16; /* bf16 cases use the in-place forms (reduce, reduce-scatter, all-gather), f32 the others */
+  /* bf16 cases use the in-place forms (reduce, reduce-scatter, all-gather), f32 the others */
+  int in_place = dt == DT_BF16;
   g_in_place = in_place && (op == CO_REDUCE || op == CO_REDUCE_SCATTER || op == CO_ALL_GATHER);
   if (op == CO_ALL_REDUCE || op == CO_BROADCAST) g_in_place = 1; /* always in place */
   int64_t ms = comm_model_sent(op, numel, dt, N, r, root), mr = comm_model_recvd(op, numel, dt, N, r, root);
@@ -191,8 +203,10 @@ static void run_case(comm_t *c, comm_op_t op, dtype_t dt, int64_t numel, coll_im
     comm_counters_t k = comm_counters(c);
     int64_t nb = numel * (int64_t)dtype_size(dt);
     int64_t want_s = r == 0 ? (N - 1) * nb : 0, want_r = r == 0 ? 0 : nb;
-    if (k.sent[CO_SEND] != want_s) fail_line("counter sent", "send", dt, numel, in, 0, -1, (double)k.sent[CO_SEND], (double)want_s);
-    if (k.recvd[CO_RECV] != want_r) fail_line("counter recvd", "recv", dt, numel, in, 0, -1, (double)k.recvd[CO_RECV], (double)want_r);
+    if (k.sent[CO_SEND] != want_s)
+      fail_line("counter sent", "send", dt, numel, in, 0, -1, (double)k.sent[CO_SEND], (double)want_s);
+    if (k.recvd[CO_RECV] != want_r)
+      fail_line("counter recvd", "recv", dt, numel, in, 0, -1, (double)k.recvd[CO_RECV], (double)want_r);
     if (impl == COLL_RING && (k.p2p_sent != want_s || k.p2p_recvd != want_r))
       fail_line("ring p2p_sent vs model", "send", dt, numel, in, 0, -1, (double)k.p2p_sent, (double)want_s);
     break;
@@ -223,12 +237,14 @@ static void run_async(comm_t *c, coll_impl_t impl, dtype_t dt) {
   comm_handle_t h2 = comm_all_gather_async(c, (char *)a + lo * (int64_t)dtype_size(dt), g, numel, dt,
                                            "async.g"); /* g = a, once h1 is done */
   comm_handle_t h3 = comm_broadcast_async(c, z, numel, dt, root, "async.z");
-  comm_handle_t h4 = comm_reduce_scatter_async(c, g, b, numel, dt, REDOP_MAX, "async.b"); /* b = max over ranks of g */
+  /* b = max over ranks of g */
+  comm_handle_t h4 = comm_reduce_scatter_async(c, g, b, numel, dt, REDOP_MAX, "async.b");
   volatile double busy = 0; /* compute meanwhile (the overlap the stream allows) */
   for (int i = 0; i < 200000; i++) busy += (double)i * 1e-9;
   comm_wait(c, h4);
   comm_wait(c, h2); /* already complete: returns at once */
-  if (!(h1 < h2 && h2 < h3 && h3 < h4)) fail_line("handles in issue order", "async", dt, numel, in, -1, -1, (double)h4, (double)h1);
+  if (!(h1 < h2 && h2 < h3 && h3 < h4))
+    fail_line("handles in issue order", "async", dt, numel, in, -1, -1, (double)h4, (double)h1);
   expect("async all_reduce", dt, numel, in, -1, a, numel, 0, f_sum, &sum);
   expect("async all_gather", dt, numel, in, -1, g, numel, 0, f_sum, &sum);
   expect("async broadcast", dt, numel, in, root, z, numel, 0, f_input_of, &root);
@@ -276,8 +292,9 @@ int main(int argc, char **argv) {
   g_in_place = 0;
   int64_t want_comm = N > 1 ? (1000003 + N - 1) / N * 4 : 0;
   if (ledger_live(LEDGER_COMM) < want_comm)
-    fail_note("ledger comm bytes", "scratch", DT_F32, 1000003, "ring", -1, -1, (double)ledger_live(LEDGER_COMM),
-              (double)want_comm, " (at least: the ring's scratch must come from comm_scratch, which the ledger counts)");
+    fail_note("ledger comm bytes", "scratch", DT_F32, 1000003, "ring", -1, -1,
+              (double)ledger_live(LEDGER_COMM), (double)want_comm,
+              " (at least: the ring's scratch must come from comm_scratch, which the ledger counts)");
   double fails = g_fails;
   comm_ctl_all_reduce_f64(c, &fails, 1, REDOP_SUM);
   if (g_rank == 0) {

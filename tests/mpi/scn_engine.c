@@ -61,20 +61,26 @@ static int threads_case(comm_t *w) {
       float x[3] = {1, 2, 3};
       comm_wait(sub[i], comm_all_reduce_async(sub[i], x, 3, DT_F32, REDOP_SUM, "threads"));
       if (v != comm_world(sub[i]) || x[2] != 3.0f * (float)comm_world(sub[i])) {
-        printf("FAIL rank %d: sub-communicator %d: sum %g (expected %d), x[2] %g\n", r, i, v, comm_world(sub[i]), x[2]);
+        printf("FAIL rank %d: sub-communicator %d: sum %g (expected %d), x[2] %g\n", r, i, v,
+               comm_world(sub[i]), x[2]);
         return 1;
       }
     }
   int t1 = cpuuse_now().nthreads;
   comm_engine_stats_t s = comm_engine_stats();
   char line[200];
-  snprintf(line, sizeof line, "threads: rank %d: init %d, after splits %d, engine threads %d, helpers %d, fibers %d, "
-           "polls when waited %d\n", r, t0, t1, s.engine_threads, s.helper_threads, s.fibers, s.poll_when_waited);
+  snprintf(line, sizeof line,
+           "threads: rank %d: init %d, after splits %d, engine threads %d, helpers %d, fibers %d, "
+           "polls when waited %d\n",
+           r, t0, t1, s.engine_threads, s.helper_threads, s.fibers, s.poll_when_waited);
   comm_print_ordered(w, line);
-  int bad = t1 != t0 + s.helper_threads || s.engine_threads != 1 || s.helper_threads != NSUB - 1 || s.fibers != NSUB + 1;
-  if (bad) printf("FAIL rank %d: %d threads after init, %d after %d splits (engine threads %d, helpers %d: expected 1 "
-                  "and %d, one per group that reduced, none for the link; fibers %d)\n", r, t0, t1, NSUB,
-                  s.engine_threads, s.helper_threads, NSUB - 1, s.fibers);
+  int bad = t1 != t0 + s.helper_threads || s.engine_threads != 1 || s.helper_threads != NSUB - 1 ||
+      s.fibers != NSUB + 1;
+  if (bad)
+    printf(
+        "FAIL rank %d: %d threads after init, %d after %d splits (engine threads %d, helpers %d: expected 1 "
+        "and %d, one per group that reduced, none for the link; fibers %d)\n",
+        r, t0, t1, NSUB, s.engine_threads, s.helper_threads, NSUB - 1, s.fibers);
   for (int i = NSUB - 1; i >= 0; i--) comm_finalize(sub[i]);
   return bad;
 }
@@ -101,7 +107,8 @@ static int order_case(comm_t *w) {
   for (int i = 0; i < K; i++) comm_wait(a, ha[i]), comm_wait(b, hb[i]);
   for (int i = 0; i < K && !bad; i++)
     if (va[i] != (float)i || vb[i] != 1000.0f + (float)i) {
-      printf("FAIL rank %d: message %d: got a %g b %g, expected a %d b %d\n", r, i, va[i], vb[i], i, 1000 + i);
+      printf("FAIL rank %d: message %d: got a %g b %g, expected a %d b %d\n", r, i, va[i], vb[i], i,
+             1000 + i);
       bad = 1;
     }
   /* the dependency across streams */
@@ -143,8 +150,8 @@ static int sendrecv_case(comm_t *w) {
         comm_wait(c, comm_sendrecv_async(c, mine, 5, peer, theirs, 5, peer, DT_F32, "pair"));
         for (int i = 0; i < 5 && !bad; i++)
           if (theirs[i] != (float)(100 * peer + 10 * k + i)) {
-            printf("FAIL rank %d: %s pair %d, element %d: got %g, expected %d\n", r, impl ? "ring" : "vendor", k, i,
-                   theirs[i], 100 * peer + 10 * k + i);
+            printf("FAIL rank %d: %s pair %d, element %d: got %g, expected %d\n", r, impl ? "ring" : "vendor",
+                   k, i, theirs[i], 100 * peer + 10 * k + i);
             bad = 1;
           }
       }
@@ -155,11 +162,13 @@ static int sendrecv_case(comm_t *w) {
         comm_handle_t hs = comm_send_async(c, &a, 1, DT_F32, 0, "plain");
         comm_wait(c, hr), comm_wait(c, hs);
       }
-      if (b != (float)(2 - r)) printf("FAIL rank %d: pair vs plain got %g, expected %d\n", r, b, 2 - r), bad = 1;
+      if (b != (float)(2 - r))
+        printf("FAIL rank %d: pair vs plain got %g, expected %d\n", r, b, 2 - r), bad = 1;
     }
     comm_counters_t k = comm_counters(c);
-    if (!bad && r == 0) printf("sendrecv: ok (send calls %lld, recv calls %lld)\n", (long long)k.calls[CO_SEND],
-                               (long long)k.calls[CO_RECV]);
+    if (!bad && r == 0)
+      printf("sendrecv: ok (send calls %lld, recv calls %lld)\n", (long long)k.calls[CO_SEND],
+             (long long)k.calls[CO_RECV]);
   }
   fflush(stdout);
   comm_finalize(c);
@@ -190,15 +199,18 @@ static int none_case(comm_t *w) {
     float x = (float)r;
     comm_all_reduce(g, &x, 1, DT_F32, REDOP_SUM);
     if (comm_world(g) != 3 || x != 6.0f)
-      printf("FAIL rank %d: the group without rank 0: world %d, sum %g (expected 3, 6)\n", r, comm_world(g), x),
+      printf("FAIL rank %d: the group without rank 0: world %d, sum %g (expected 3, 6)\n", r, comm_world(g),
+             x),
           bad = 1;
   }
   double v = (double)r;
   comm_ctl_all_reduce_f64(pair, &v, 1, REDOP_SUM);
-  if (v != (r < 2 ? 1.0 : 5.0)) printf("FAIL rank %d: the pair's sum %g after the NULL splits\n", r, v), bad = 1;
+  if (v != (r < 2 ? 1.0 : 5.0))
+    printf("FAIL rank %d: the pair's sum %g after the NULL splits\n", r, v), bad = 1;
   int want = fibers + 1 + (g != NULL);
   if (comm_engine_stats().fibers != want)
-    printf("FAIL rank %d: %d fibers, expected %d (none for a NULL)\n", r, comm_engine_stats().fibers, want), bad = 1;
+    printf("FAIL rank %d: %d fibers, expected %d (none for a NULL)\n", r, comm_engine_stats().fibers, want),
+        bad = 1;
   comm_finalize(pair);
   comm_finalize(nobody);
   comm_finalize(g);

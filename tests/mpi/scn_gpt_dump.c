@@ -41,7 +41,8 @@ int main(int argc, char **argv) {
   if (argc == 7) { /* trained weights instead: attention and LayerNorm far from their init */
     FILE *f = fopen(argv[6], "rb");
     if (!f || fread(params, sizeof(float), (size_t)m.numel, f) != (size_t)m.numel || fgetc(f) != EOF)
-      die("scn_gpt_dump: %s is not %lld float32 weights (--save-params of this shape)", argv[6], (long long)m.numel);
+      die("scn_gpt_dump: %s is not %lld float32 weights (--save-params of this shape)", argv[6],
+          (long long)m.numel);
     fclose(f);
   }
   write_all(argv[5], "params.bin", params, (size_t)m.numel * sizeof(float));
@@ -50,7 +51,8 @@ int main(int argc, char **argv) {
   int *xy = xmalloc(2 * (size_t)B * s.seq_len * sizeof(int), "batch");
   data_batch(&d, 0, B, xy, xy + (size_t)B * s.seq_len);
   write_all(argv[5], "batch.bin", xy, 2 * (size_t)B * s.seq_len * sizeof(int));
-  printf("shape %d %d %d %d %d %lld %d\n", s.n_layer, s.n_head, s.n_embd, s.seq_len, s.vocab, (long long)m.numel, B);
+  printf("shape %d %d %d %d %d %lld %d\n", s.n_layer, s.n_head, s.n_embd, s.seq_len, s.vocab,
+         (long long)m.numel, B);
   data_free(&d);
   free(params), free(xy);
   model_free(&m);

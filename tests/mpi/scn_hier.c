@@ -53,8 +53,8 @@ static outcome_t run_case(comm_t *c, hier_t *h, int64_t numel, dtype_t dt, const
   size_t esz = dtype_size(dt);
   void *buf = xmalloc((size_t)(numel + 1) * esz, "scn_hier buffer");
   for (int64_t k = 0; k < numel; k++) dt_store(buf, dt, k, input(r, k));
-  snprintf(o.what, sizeof o.what, "hier_all_reduce numel=%lld (%s, %s collectives; %d nodes of g=%d ranks)", (long long)numel,
-           dtype_name(dt), impl, K, g);
+  snprintf(o.what, sizeof o.what, "hier_all_reduce numel=%lld (%s, %s collectives; %d nodes of g=%d ranks)",
+           (long long)numel, dtype_name(dt), impl, K, g);
   comm_counters_reset(c);
   comm_counters_reset(h->node);
   comm_counters_reset(h->cross);
@@ -121,18 +121,26 @@ int main(int argc, char **argv) {
     comm_ctl_all_reduce_f64(c, all, 5 * N, REDOP_SUM);
   }
   if (g_rank == 0 && first_bad >= 0 && even_bad == 0)
-    fail("hier_all_reduce: the sums are right for every size g = %d and N = %d divide and wrong for %d of the others: "
-         "rank i's piece of a size g does not divide starts at comm_chunk_lo(numel, g, i) = numel*i/g (comm.h's "
-         "chunking, the one comm_reduce_scatter uses), not at i*(numel/g)", g, N, odd_bad);
+    fail("hier_all_reduce: the sums are right for every size g = %d and N = %d divide and wrong for %d of "
+         "the others: "
+         "rank i's piece of a size g does not divide starts at comm_chunk_lo(numel, g, i) = numel*i/g "
+         "(comm.h's "
+         "chunking, the one comm_reduce_scatter uses), not at i*(numel/g)",
+         g, N, odd_bad);
   for (int r = 0; g_rank == 0 && pick >= 0 && r < N; r++) {
     const double *a = &all[5 * r];
     if (first_bad >= 0 && a[0] > 0)
-      fail("%s: rank %d: buf[%.0f] = %g, expected %g (the sum over the %d ranks; %.0f of %lld elements wrong on that "
-           "rank, the first in chunk %.0f)", o[pick].what, r, a[1], a[2], a[3], N, a[0], (long long)o[pick].numel, a[4]);
+      fail("%s: rank %d: buf[%.0f] = %g, expected %g (the sum over the %d ranks; %.0f of %lld elements wrong "
+           "on that "
+           "rank, the first in chunk %.0f)",
+           o[pick].what, r, a[1], a[2], a[3], N, a[0], (long long)o[pick].numel, a[4]);
     else if (first_bad < 0 && a[1] != a[2])
-      fail("%s: values right, but rank %d sent %.0f bytes across nodes where the two-level all-reduce sends %.0f (its "
-           "all-reduce across the %d nodes of its own piece: 2(K-1)/K of the piece's bytes): reduce-scatter inside the "
-           "node, all-reduce across on the piece, all-gather inside (notes/09-nodes.md)", o[pick].what, r, a[1], a[2], K);
+      fail("%s: values right, but rank %d sent %.0f bytes across nodes where the two-level all-reduce sends "
+           "%.0f (its "
+           "all-reduce across the %d nodes of its own piece: 2(K-1)/K of the piece's bytes): reduce-scatter "
+           "inside the "
+           "node, all-reduce across on the piece, all-gather inside (notes/09-nodes.md)",
+           o[pick].what, r, a[1], a[2], K);
   }
   free(all);
   for (int k = 0; k < NCASES; k++) g_cases++;

@@ -37,7 +37,8 @@ static void toy_step(trainer_t *t) {
     if (owner(t, u) == t->rank) {
       float *w = (float *)(t->wdt == DT_BF16 ? t->master.data : t->params.data) + un->off;
       float *v = t->opt_v.data ? (float *)t->opt_v.data + un->off : NULL;
-      trainer_optimizer_update(t, w, tensor_at(&t->grads, un->off), (float *)t->opt_m.data + un->off, v, un->numel, gscale);
+      trainer_optimizer_update(t, w, tensor_at(&t->grads, un->off), (float *)t->opt_m.data + un->off, v,
+                               un->numel, gscale);
       if (t->wdt == DT_BF16) op_cast(t->dev, tensor_at(&t->params, un->off), DT_BF16, w, DT_F32, un->numel);
     }
     comm_broadcast(t->comm, tensor_at(&t->params, un->off), un->numel, t->wdt, owner(t, u));
@@ -66,6 +67,7 @@ static const strategy_t g_toy = {.name = "unit-owners", .stage = 0, .setup = toy
 
 int main(int argc, char **argv) {
   train_cfg_t cfg;
-  train_parse_args(argc, argv, &cfg, "scn_layout", "A toy strategy: each unit owned by one rank, round-robin.", 0);
+  train_parse_args(argc, argv, &cfg, "scn_layout",
+                   "A toy strategy: each unit owned by one rank, round-robin.", 0);
   return train_main(&cfg, &g_toy, "toy");
 }

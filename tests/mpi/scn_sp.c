@@ -36,19 +36,24 @@ static void expect_one(comm_t *tp, const char *what, comm_op_t op, int64_t numel
     if (o == CO_CONTROL) continue;
     off += k.calls[o] != (o == (int)op ? 1 : 0);
     if (k.calls[o] || o == (int)op) {
-      int w = snprintf(calls + len, sizeof calls - (size_t)len, "%s%lld %s", len ? ", " : "", (long long)k.calls[o],
-                       comm_op_name((comm_op_t)o));
+      int w = snprintf(calls + len, sizeof calls - (size_t)len, "%s%lld %s", len ? ", " : "",
+                       (long long)k.calls[o], comm_op_name((comm_op_t)o));
       if (w > 0 && len + w < (int)sizeof calls) len += w;
     }
   }
   if (off)
-    fail("%s: values right, but the group saw %s call(s) where the lesson's pattern is exactly one %s of the whole "
-         "B·S·C and nothing else (sequence parallelism's all-gather and reduce-scatter together move one all-reduce's "
-         "bytes; notes/10-long-sequences.md)", what, calls, comm_op_name(op));
+    fail("%s: values right, but the group saw %s call(s) where the lesson's pattern is exactly one %s of the "
+         "whole "
+         "B·S·C and nothing else (sequence parallelism's all-gather and reduce-scatter together move one "
+         "all-reduce's "
+         "bytes; notes/10-long-sequences.md)",
+         what, calls, comm_op_name(op));
   int64_t sent = comm_model_sent(op, numel, DT_F32, T, r, 0);
   if (!off && k.sent[op] != sent)
-    fail("%s: values right, but the %s sent %lld bytes, expected %lld ((T-1)/T of B·S·C fp32: the call's numel is the "
-         "whole buffer)", what, comm_op_name(op), (long long)k.sent[op], (long long)sent);
+    fail("%s: values right, but the %s sent %lld bytes, expected %lld ((T-1)/T of B·S·C fp32: the call's "
+         "numel is the "
+         "whole buffer)",
+         what, comm_op_name(op), (long long)k.sent[op], (long long)sent);
 }
 
 /* How many ranks had a wrong value (bad != 0), over the group (control traffic: not in the counters
@@ -81,8 +86,9 @@ static void check_shape(comm_t *tp, int B, int S, int C, const char *impl) {
       for (int c = 0; c < C && !bad; c++) {
         float got = full[((int64_t)b * S + s) * C + c], want = val(s / Sl, b, s % Sl, c);
         if (got != want)
-          bad = 1, fail("%s: full[b=%d, s=%d, c=%d] = %g, expected %g (rank %d's part[b=%d, s=%d, c=%d])", what, b, s, c,
-                        got, want, s / Sl, b, s % Sl, c);
+          bad = 1,
+          fail("%s: full[b=%d, s=%d, c=%d] = %g, expected %g (rank %d's part[b=%d, s=%d, c=%d])", what, b, s,
+               c, got, want, s / Sl, b, s % Sl, c);
       }
   if (!ranks_wrong(tp, bad)) expect_one(tp, what, CO_ALL_GATHER, n);
   g_cases++;
@@ -103,8 +109,10 @@ static void check_shape(comm_t *tp, int B, int S, int C, const char *impl) {
         for (int q = 0; q < T; q++) want += val(q, b, r * Sl + s, c);
         float got = part[((int64_t)b * Sl + s) * C + c];
         if (got != want)
-          bad = 1, fail("%s: part[b=%d, s=%d, c=%d] = %g, expected %g (the sum over the %d ranks at sequence position %d)",
-                        what, b, s, c, got, want, T, r * Sl + s);
+          bad = 1,
+          fail("%s: part[b=%d, s=%d, c=%d] = %g, expected %g (the sum over the %d ranks at sequence position "
+               "%d)",
+               what, b, s, c, got, want, T, r * Sl + s);
       }
   if (!ranks_wrong(tp, bad)) expect_one(tp, what, CO_REDUCE_SCATTER, n);
   g_cases++;

@@ -24,7 +24,8 @@
  * reached only when every rounding goes one way; typical is ~√K·u (5e-7). Measured over the OpenBLAS
  * kernels Prescott, Nehalem, Sandybridge, Haswell, Zen, SkylakeX, Cooperlake at N = 2 and 4: at most
  * 2.6e-7 (the ok line prints it; notes/benchmarks.md, "Portability"), a margin of ~4x. A wrong
- * slice or a missing partial sum is off by O(1). Prints one line per failure, `scn_tp: ok (K cases)` on success; exit 1 if any
+ * slice or a missing partial sum is off by O(1). Prints one line per failure, `scn_tp: ok (K cases)` on
+ * success; exit 1 if any
  * rank failed. Driven by tests/mpi/test_tp.c. */
 #include "comm.h"   // comm_t, comm_*, comm_model_sent
 #include "check.h"  // xmalloc, xcalloc
@@ -59,7 +60,8 @@ static void check_counters(comm_t *c, const char *what, comm_op_t op, int64_t nu
   if (k.sent[op] != sent)
     fail("%s: %s sent %lld, expected %lld", what, comm_op_name(op), (long long)k.sent[op], (long long)sent);
   if (k.recvd[op] != recvd)
-    fail("%s: %s recvd %lld, expected %lld", what, comm_op_name(op), (long long)k.recvd[op], (long long)recvd);
+    fail("%s: %s recvd %lld, expected %lld", what, comm_op_name(op), (long long)k.recvd[op],
+         (long long)recvd);
   if (ring && k.p2p_sent != sent)
     fail("%s: ring p2p sent %lld, expected the model's %lld", what, (long long)k.p2p_sent, (long long)sent);
   g_cases++;
@@ -79,7 +81,8 @@ static void check_group(const grid_t *g, grid_dim_t d, coll_impl_t impl) {
   float me = (float)g->rank, *members = fnew(n);
   comm_all_gather(c, &me, members, n, DT_F32);
   for (int i = 0; i < n; i++)
-    if ((int)members[i] != want[i]) fail("%s: member %d is rank %d, expected %d", what, i, (int)members[i], want[i]);
+    if ((int)members[i] != want[i])
+      fail("%s: member %d is rank %d, expected %d", what, i, (int)members[i], want[i]);
   check_counters(c, what, CO_ALL_GATHER, n, 1, impl == COLL_RING);
   /* an all-reduce over the group: exact sums over exactly its members */
   comm_counters_reset(c);
@@ -165,8 +168,8 @@ static void compare(const char *what, const float *got, const float *ref, int64_
   if (!bitwise && err > g_worst_tol_err) g_worst_tol_err = err;
   if (bitwise ? memcmp(got, ref, (size_t)n * sizeof(float)) != 0 : !(err <= TOL)) {
     g_value_fails++;
-    fail("%s[%lld]: got %.9g, expected %.9g (max rel diff %.3g, %s)", what, (long long)imax, got[imax], ref[imax], err,
-         bitwise ? "expected bitwise equal" : "tolerance 1e-6");
+    fail("%s[%lld]: got %.9g, expected %.9g (max rel diff %.3g, %s)", what, (long long)imax, got[imax],
+         ref[imax], err, bitwise ? "expected bitwise equal" : "tolerance 1e-6");
   }
   g_cases++;
 }
@@ -176,8 +179,10 @@ static void compare(const char *what, const float *got, const float *ref, int64_
 static void expect_allreduces(comm_t *tp, const char *what, int ncalls, int64_t numel_each) {
   comm_counters_t k = comm_counters(tp);
   if (k.calls[CO_ALL_REDUCE] != ncalls && g_value_fails == g_value_fails_seen) {
-    fail("%s: values right, but %lld all-reduce call(s) where the lesson's pattern has %d (reduce-scatter %lld, "
-         "all-gather %lld, broadcast %lld, reduce %lld calls): f's backward and g's forward are one all-reduce each, "
+    fail("%s: values right, but %lld all-reduce call(s) where the lesson's pattern has %d (reduce-scatter "
+         "%lld, "
+         "all-gather %lld, broadcast %lld, reduce %lld calls): f's backward and g's forward are one "
+         "all-reduce each, "
          "f's forward and g's backward none (notes/06-tensor-parallel.md)",
          what, (long long)k.calls[CO_ALL_REDUCE], ncalls, (long long)k.calls[CO_REDUCE_SCATTER],
          (long long)k.calls[CO_ALL_GATHER], (long long)k.calls[CO_BROADCAST], (long long)k.calls[CO_REDUCE]);
@@ -197,7 +202,8 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   float *x = rnd_new((int64_t)B * in), *W = rnd_new((int64_t)out * in), *b = rnd_new(out);
   float *dy = rnd_new((int64_t)B * out);
   /* the 1-rank reference */
-  float *y = fnew((int64_t)B * out), *dx = fnew((int64_t)B * in), *dW = fnew((int64_t)out * in), *db = fnew(out);
+  float *y = fnew((int64_t)B * out), *dx = fnew((int64_t)B * in), *dW = fnew((int64_t)out * in),
+        *db = fnew(out);
   op_linear_fwd(DEV_CPU, y, x, W, b, DT_F32, B, in, out);
   op_linear_bwd(DEV_CPU, dx, dW, db, dy, x, W, DT_F32, B, in, out, 0.0f);
   comm_counters_reset(tp);
@@ -222,8 +228,10 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
 
   /* column-parallel: rank r holds rows [lo, lo+n) of W and b */
   int lo = tp_part_lo(out, T, r), n = tp_part_numel(out, T, r);
-  float *W_r = fnew((int64_t)n * in), *b_r = fnew(n), *y_r = fnew((int64_t)B * n), *yref_r = fnew((int64_t)B * n);
-  float *dy_r = fnew((int64_t)B * n), *dW_r = fnew((int64_t)n * in), *db_r = fnew(n), *dxc = fnew((int64_t)B * in);
+  float *W_r = fnew((int64_t)n * in), *b_r = fnew(n), *y_r = fnew((int64_t)B * n),
+        *yref_r = fnew((int64_t)B * n);
+  float *dy_r = fnew((int64_t)B * n), *dW_r = fnew((int64_t)n * in), *db_r = fnew(n),
+        *dxc = fnew((int64_t)B * in);
   tp_column_slice(W_r, b_r, W, b, in, out, T, r);
   tp_column_forward(tp, y_r, x, W_r, b_r, DT_F32, B, in, n);
   tp_cols_of(yref_r, y, B, out, T, r);
@@ -278,7 +286,8 @@ static void check_ops(comm_t *tp, int T, const char *impl) {
   expect_allreduces(tp, what, 0, 0);
   free(twob);
 
-  free(v), free(vsum), free(W_r), free(b_r), free(y_r), free(yref_r), free(dy_r), free(dW_r), free(db_r), free(dxc);
+  free(v), free(vsum), free(W_r), free(b_r), free(y_r), free(yref_r), free(dy_r), free(dW_r), free(db_r),
+      free(dxc);
   free(Wc), free(Wcref), free(x_r), free(yr), free(dx_r), free(dxref_r), free(dWc), free(dbr);
   free(x), free(W), free(b), free(dy), free(y), free(dx), free(dW), free(db);
 }
@@ -345,14 +354,16 @@ static void check_map_of(comm_t *tp, int T, const char *kind, void (*build)(mode
     model_init_unit(&m, 7, u, mine);
     snprintf(what, sizeof what, "T=%d %s unit %d: tp_unit_local_numel(rank %d)", T, kind, u, r);
     if (tp_unit_local_numel(&m, u, r) != m.units[u].numel)
-      fail("%s = %lld, the split unit has %lld", what, (long long)tp_unit_local_numel(&m, u, r), (long long)m.units[u].numel);
+      fail("%s = %lld, the split unit has %lld", what, (long long)tp_unit_local_numel(&m, u, r),
+           (long long)m.units[u].numel);
     g_cases++;
     for (int q = 0; q < T; q++) {
       int64_t nq = tp_unit_local_numel(&m, u, q);
       float *lq = fnew(nq);
       tp_map_unit(&m, u, q, w, lq, 1);
       if (q == r) {
-        snprintf(what, sizeof what, "T=%d %s unit %d: rank %d's piece of the full init vs the split's init", T, kind, u, r);
+        snprintf(what, sizeof what, "T=%d %s unit %d: rank %d's piece of the full init vs the split's init",
+                 T, kind, u, r);
         compare(what, lq, mine, nq, 1);
       }
       tp_map_unit(&m, u, q, back, lq, 0);
@@ -366,7 +377,9 @@ static void check_map_of(comm_t *tp, int T, const char *kind, void (*build)(mode
   model_free(&full);
 }
 static void build_mlp(model_t *m) { model_init(m, 5, 9, 3, 3); } /* 9 hidden features: uneven at T = 2, 4 */
-static void build_gpt(model_t *m) { gpt_init(m, (gpt_shape_t){.n_layer = 1, .n_head = 4, .n_embd = 8, .seq_len = 4, .vocab = 11}); }
+static void build_gpt(model_t *m) {
+  gpt_init(m, (gpt_shape_t){.n_layer = 1, .n_head = 4, .n_embd = 8, .seq_len = 4, .vocab = 11});
+}
 
 static int run_ops(comm_t *world) {
   static const int Ts[] = {1, 2, 4};
@@ -404,8 +417,9 @@ int main(int argc, char **argv) {
   comm_ctl_all_reduce_f64(c, &worst, 1, REDOP_MAX);
   if (g_rank == 0) {
     if (bad == 0 && strcmp(mode, "ops") == 0)
-      printf("scn_tp: ok (%d cases; largest max rel diff where a GEMM's shape changes: %.2g (tolerance %g))\n", g_cases,
-             worst, TOL);
+      printf(
+          "scn_tp: ok (%d cases; largest max rel diff where a GEMM's shape changes: %.2g (tolerance %g))\n",
+          g_cases, worst, TOL);
     else if (bad == 0) printf("scn_tp: ok (%d cases)\n", g_cases);
     else printf("scn_tp: %g failures\n", bad);
   }

@@ -42,8 +42,8 @@ static void check_pads_of(trainer_t *t, const tensor_t *x) {
   if (!x->data || m->padded_numel == m->numel) return; /* one rank: no pad slots */
   int full = x->numel == m->padded_numel;
   if (!full && x->numel != m->shard_numel)
-    die_on_rank("pad check: %s has %lld elements, neither the padded model (%lld) nor a shard (%lld)", x->name,
-        (long long)x->numel, (long long)m->padded_numel, (long long)m->shard_numel);
+    die_on_rank("pad check: %s has %lld elements, neither the padded model (%lld) nor a shard (%lld)",
+                x->name, (long long)x->numel, (long long)m->padded_numel, (long long)m->shard_numel);
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
     if (full) {
@@ -71,7 +71,8 @@ static void checked_step(trainer_t *t) {
 static void checked_teardown(trainer_t *t) {
   double n = g_pads_checked;
   comm_ctl_all_reduce_f64(t->comm, &n, 1, REDOP_SUM);
-  if (t->rank == 0) printf("zero pad check: %.0f pad values checked on all ranks after the steps, all exactly 0\n", n);
+  if (t->rank == 0)
+    printf("zero pad check: %.0f pad values checked on all ranks after the steps, all exactly 0\n", n);
   g_inner->teardown(t);
 }
 
@@ -82,8 +83,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   train_cfg_t cfg;
-  train_parse_args(argc - 1, argv + 1, &cfg, "scn_zero_checks", "ZeRO-1/2/3 with the pad and grad-norm checks.",
-                   stage == 3 ? TRAIN_FLAG_PREFETCH : 0);
+  train_parse_args(argc - 1, argv + 1, &cfg, "scn_zero_checks",
+                   "ZeRO-1/2/3 with the pad and grad-norm checks.", stage == 3 ? TRAIN_FLAG_PREFETCH : 0);
   g_inner = stage == 1 ? zero1_strategy() : stage == 2 ? zero2_strategy() : zero3_strategy();
   g_checked = *g_inner;
   g_checked.step = checked_step;

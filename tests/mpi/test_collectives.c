@@ -21,8 +21,10 @@ static int limit(int normal) {
 }
 /* A launch killed by its time limit (exit 124) says what that usually means. */
 static void expect_no_hang(int rc, const char *what, int np, int secs, const char *out) {
-  cr_assert_neq(rc, 124, "%s on %d ranks: timed out after %d s — a deadlock? check who sends to whom (each "
-                "comm_p2p_send needs the matching comm_p2p_recv on the other rank):\n%s", what, np, secs, fail_lines(out));
+  cr_assert_neq(rc, 124,
+                "%s on %d ranks: timed out after %d s — a deadlock? check who sends to whom (each "
+                "comm_p2p_send needs the matching comm_p2p_recv on the other rank):\n%s",
+                what, np, secs, fail_lines(out));
 }
 
 static void run_scenario(int np) {
@@ -30,7 +32,8 @@ static void run_scenario(int np) {
   int rc = zl_run(np, limit(120), &out, "%s/scn_collectives", ZL_TESTBIN);
   expect_no_hang(rc, "scn_collectives", np, limit(120), out);
   cr_assert_eq(rc, 0, "scn_collectives on %d ranks exited %d:\n%s", np, rc, fail_lines(out));
-  cr_assert(strstr(out, "scn_collectives: ok"), "scn_collectives on %d ranks did not report ok:\n%s", np, out);
+  cr_assert(strstr(out, "scn_collectives: ok"), "scn_collectives on %d ranks did not report ok:\n%s", np,
+            out);
   free(out);
 }
 
@@ -48,7 +51,8 @@ static void run_alltoall(int np, const char *env, const char *mode) {
   int rc = zl_run(np, limit(120), &out, "%s%s/scn_alltoall %s", env, ZL_TESTBIN, mode);
   expect_no_hang(rc, "scn_alltoall", np, limit(120), out);
   cr_assert_eq(rc, 0, "scn_alltoall %s%s on %d ranks exited %d:\n%s", env, mode, np, rc, fail_lines(out));
-  cr_assert(strstr(out, "scn_alltoall: ok"), "scn_alltoall %s on %d ranks did not report ok:\n%s", mode, np, out);
+  cr_assert(strstr(out, "scn_alltoall: ok"), "scn_alltoall %s on %d ranks did not report ok:\n%s", mode, np,
+            out);
   free(out);
 }
 
@@ -67,12 +71,19 @@ Test(ch01_alltoall, mismatched_splits_exit_2, .timeout = 60) {
     int np = 2 + k;
     char *out = NULL;
     int rc = zl_run(np, 30, &out, "%s/scn_alltoall mismatch %s", ZL_TESTBIN, impls[k]);
-    cr_assert_neq(rc, 124, "mismatched all_to_allv (%s, %d ranks) hung instead of stopping:\n%s", impls[k], np, fail_lines(out));
-    cr_assert_eq(rc, 2, "mismatched all_to_allv (%s, %d ranks): exit %d, expected 2:\n%s", impls[k], np, rc, fail_lines(out));
-    cr_assert(strstr(out, "comm_all_to_allv (blocking): split sizes disagree between ranks: rank 0 sends 3 element(s) to "
-                          "rank 1, which expects 2 from it"), "message (%s, %d ranks):\n%s", impls[k], np, out);
+    cr_assert_neq(rc, 124, "mismatched all_to_allv (%s, %d ranks) hung instead of stopping:\n%s", impls[k],
+                  np, fail_lines(out));
+    cr_assert_eq(rc, 2, "mismatched all_to_allv (%s, %d ranks): exit %d, expected 2:\n%s", impls[k], np, rc,
+                 fail_lines(out));
+    cr_assert(
+        strstr(
+            out,
+            "comm_all_to_allv (blocking): split sizes disagree between ranks: rank 0 sends 3 element(s) to "
+            "rank 1, which expects 2 from it"),
+        "message (%s, %d ranks):\n%s", impls[k], np, out);
     if (np >= 3)
-      cr_assert(strstr(out, "rank 1 sends 3 element(s) to rank 2, which expects 4 from it"), "second pair:\n%s", out);
+      cr_assert(strstr(out, "rank 1 sends 3 element(s) to rank 2, which expects 4 from it"),
+                "second pair:\n%s", out);
     cr_assert(!strstr(out, "returned instead of stopping"), "a rank went on:\n%s", out);
     free(out);
   }
@@ -92,15 +103,18 @@ Test(ch01_alltoall, demo_3_ranks, .timeout = 120) {
     const char *at = NULL;
     char *out[2] = {NULL, NULL};
     for (int o = 0; o < 2; o++) {
-      int rc = zl_run(3, limit(60), &out[o], "%s/ch01_collectives --op %s --impl %s", ZL_BIN, ops[o], impls[k]);
+      int rc =
+          zl_run(3, limit(60), &out[o], "%s/ch01_collectives --op %s --impl %s", ZL_BIN, ops[o], impls[k]);
       expect_no_hang(rc, "ch01_collectives --op all_to_all", 3, limit(60), out[o]);
-      cr_assert_eq(rc, 0, "ch01_collectives --op %s --impl %s exited %d:\n%s", ops[o], impls[k], rc, fail_lines(out[o]));
+      cr_assert_eq(rc, 0, "ch01_collectives --op %s --impl %s exited %d:\n%s", ops[o], impls[k], rc,
+                   fail_lines(out[o]));
     }
     for (int i = 0; i < 9; i++) {
       const char *text = out[i < 5 ? 0 : 1];
       if (i == 0 || i == 5) at = text;
       const char *p = strstr(at, want[i]);
-      cr_assert(p, "ch01_collectives --impl %s: missing (or out of order) line\n  %sgot:\n%s", impls[k], want[i], text);
+      cr_assert(p, "ch01_collectives --impl %s: missing (or out of order) line\n  %sgot:\n%s", impls[k],
+                want[i], text);
       at = p + strlen(want[i]);
     }
     free(out[0]);
@@ -126,20 +140,25 @@ Test(ch01_alltoall_long, sweep_node_maps, .timeout = 200) {
 /* The chapter's classic example, exactly as the notes show it, with both implementations. */
 Test(ch01_programs, demo_reduce_scatter_3_ranks, .timeout = 120) {
   static const char *const want[] = {
-      "Before ReduceScatter on rank 0: [1, 2, 1, 4, 1, 8]\n",   "Before ReduceScatter on rank 1: [2, 4, 4, 16, 8, 64]\n",
-      "Before ReduceScatter on rank 2: [3, 6, 9, 36, 27, 216]\n", "After ReduceScatter on rank 0: [6, 12]\n",
-      "After ReduceScatter on rank 1: [14, 56]\n",               "After ReduceScatter on rank 2: [36, 288]\n",
+      "Before ReduceScatter on rank 0: [1, 2, 1, 4, 1, 8]\n",
+      "Before ReduceScatter on rank 1: [2, 4, 4, 16, 8, 64]\n",
+      "Before ReduceScatter on rank 2: [3, 6, 9, 36, 27, 216]\n",
+      "After ReduceScatter on rank 0: [6, 12]\n",
+      "After ReduceScatter on rank 1: [14, 56]\n",
+      "After ReduceScatter on rank 2: [36, 288]\n",
   };
   const char *impls[] = {"vendor", "ring"};
   for (int k = 0; k < 2; k++) {
     char *out = NULL;
-    int rc = zl_run(3, limit(60), &out, "%s/ch01_collectives --op reduce_scatter --impl %s", ZL_BIN, impls[k]);
+    int rc =
+        zl_run(3, limit(60), &out, "%s/ch01_collectives --op reduce_scatter --impl %s", ZL_BIN, impls[k]);
     expect_no_hang(rc, "ch01_collectives --op reduce_scatter", 3, limit(60), out);
     cr_assert_eq(rc, 0, "ch01_collectives --impl %s exited %d:\n%s", impls[k], rc, fail_lines(out));
     const char *at = out; /* the lines must appear in this order */
     for (int i = 0; i < 6; i++) {
       const char *p = strstr(at, want[i]);
-      cr_assert(p, "ch01_collectives --impl %s: missing (or out of order) line\n  %sgot:\n%s", impls[k], want[i], out);
+      cr_assert(p, "ch01_collectives --impl %s: missing (or out of order) line\n  %sgot:\n%s", impls[k],
+                want[i], out);
       at = p + strlen(want[i]);
     }
     free(out);
@@ -181,7 +200,8 @@ Test(ch01_programs, collbench_tiny_sweep, .timeout = 120) {
   char dir[256], json[320], *out = NULL;
   zl_tmpdir(dir, sizeof dir, "collbench");
   snprintf(json, sizeof json, "%s/cb.json", dir);
-  int rc = zl_run(3, limit(90), &out, "%s/ch01_collbench -b 1K -e 64K -f 8 -n 3 -w 1 --op all --impl both -d bfloat16 --json %s",
+  int rc = zl_run(3, limit(90), &out,
+                  "%s/ch01_collbench -b 1K -e 64K -f 8 -n 3 -w 1 --op all --impl both -d bfloat16 --json %s",
                   ZL_BIN, json);
   expect_no_hang(rc, "ch01_collbench", 3, limit(90), out);
   cr_assert_eq(rc, 0, "ch01_collbench exited %d:\n%s", rc, fail_lines(out));

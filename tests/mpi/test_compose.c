@@ -19,7 +19,8 @@
 
 #define MLP "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7"
 #define STEPS " --steps 3"
-#define GPT "--model gpt --gpt tiny --batch 8 --seed 5 --steps 3 --device cpu --data /usr/share/games/fortunes/cookie"
+#define GPT \
+  "--model gpt --gpt tiny --batch 8 --seed 5 --steps 3 --device cpu --data /usr/share/games/fortunes/cookie"
 #define M_MICRO 4
 
 static const char *const MODELS[2] = {MLP STEPS, GPT};
@@ -27,7 +28,8 @@ static const char *const MODEL_NAMES[2] = {"mlp", "gpt"};
 static const struct { const char *name, *flags; } STRATEGIES[8] = {
     {"ddp-naive", "--zero 0"},
     {"ddp-overlap", "--zero 0 --variant overlap"},
-    {"ddp-bucketed", "--zero 0 --variant bucketed"}, /* the default 0.1 MiB: one bucket spanning both stages' units */
+    /* the default 0.1 MiB: one bucket spanning both stages' units */
+    {"ddp-bucketed", "--zero 0 --variant bucketed"},
     {"zero1", "--zero 1"},
     {"zero2", "--zero 2"},
     {"zero3", "--zero 3"},
@@ -41,8 +43,8 @@ static const char *const SCHEDULES[3] = {"--schedule 1f1b", "--schedule gpipe",
 static zl_out_t reference(int m) {
   char name[32];
   snprintf(name, sizeof name, "ref_%s", MODEL_NAMES[m]);
-  return zl_launch(2, 120, "compose", name, ZL_BIN "/ch02_ddp --variant naive %s --accum %d --timeout-s 30", MODELS[m],
-                   M_MICRO);
+  return zl_launch(2, 120, "compose", name, ZL_BIN "/ch02_ddp --variant naive %s --accum %d --timeout-s 30",
+                   MODELS[m], M_MICRO);
 }
 
 /* Strategy s under schedule c on model m, P = 2 x D = 2, against ref. HSDP's node map: ranks 0, 1
@@ -51,17 +53,19 @@ static zl_out_t reference(int m) {
 static void one(int m, int s, int c, const zl_out_t *ref) {
   char name[64], what[256];
   snprintf(name, sizeof name, "%s_%s_%d", MODEL_NAMES[m], STRATEGIES[s].name, c);
-  snprintf(what, sizeof what, "%s, %s, %s, P 2 x D 2 vs 2-rank DDP --accum %d", MODEL_NAMES[m], STRATEGIES[s].name,
-           SCHEDULES[c], M_MICRO);
+  snprintf(what, sizeof what, "%s, %s, %s, P 2 x D 2 vs 2-rank DDP --accum %d", MODEL_NAMES[m],
+           STRATEGIES[s].name, SCHEDULES[c], M_MICRO);
   zl_out_t r = zl_launch(4, 120, "compose", name,
-                         "env ZL_NODE_OF_RANK=0,0,1,1 " ZL_BIN "/ch07_pipeline %s --pp 2 --micro-batches %d %s %s --timeout-s 30",
+                         "env ZL_NODE_OF_RANK=0,0,1,1 " ZL_BIN
+                         "/ch07_pipeline %s --pp 2 --micro-batches %d %s %s --timeout-s 30",
                          MODELS[m], M_MICRO, SCHEDULES[c], STRATEGIES[s].flags);
   cr_assert_eq(r.n, ref->n, "%s: %lld weights, expected %lld", what, (long long)r.n, (long long)ref->n);
   zl_expect_floats(what, r.params, ref->params, r.n, 0);
   zl_expect_same_losses(what, r.json, ref->json);
   /* the strategy the report names is the one asked for (a flag dropped on the way would pass above
    * only by luck of an identical strategy) */
-  cr_assert(strstr(r.json, STRATEGIES[s].name), "%s: the --json does not name strategy %s", what, STRATEGIES[s].name);
+  cr_assert(strstr(r.json, STRATEGIES[s].name), "%s: the --json does not name strategy %s", what,
+            STRATEGIES[s].name);
   zl_out_free(&r);
 }
 
@@ -102,21 +106,24 @@ Test(common_compose, what_does_not_compose_is_refused, .timeout = 60) {
  * same pipeline p2p and CP K/V bytes per step as the straight run (they used to divide by --steps
  * and came out half as large after a resume). */
 Test(common_compose, per_step_bytes_after_a_resume, .timeout = 120) {
-  static const struct { int np; const char *cmd, *key; } runs[2] = {
+  static const struct { int np; const char *cmd, *key;
+  } runs[2] = {
       {2, ZL_BIN "/ch07_pipeline " MLP " --pp 2 --micro-batches 4 --steps 4", "p2p_bytes_per_step_per_rank"},
-      {2, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 16 --batch 4 --steps 4 --cp 2 --device cpu", "cp_kv_bytes_per_step"},
+      {2, ZL_BIN "/ch10_long --model gpt --gpt tiny --seq-len 16 --batch 4 --steps 4 --cp 2 --device cpu",
+       "cp_kv_bytes_per_step"},
   };
   for (int i = 0; i < 2; i++) {
     char dir[256], name[32];
     zl_tmpdir(dir, sizeof dir, "compose_rates");
     snprintf(name, sizeof name, "straight%d", i);
-    zl_out_t a = zl_launch(runs[i].np, 60, "compose_rates", name, "%s --ckpt %s/ck%d --save-every 2 --timeout-s 30",
-                           runs[i].cmd, dir, i);
+    zl_out_t a = zl_launch(runs[i].np, 60, "compose_rates", name,
+                           "%s --ckpt %s/ck%d --save-every 2 --timeout-s 30", runs[i].cmd, dir, i);
     snprintf(name, sizeof name, "resumed%d", i);
-    zl_out_t b = zl_launch(runs[i].np, 60, "compose_rates", name, "%s --resume %s/ck%d/step-000002 --timeout-s 30",
-                           runs[i].cmd, dir, i);
+    zl_out_t b = zl_launch(runs[i].np, 60, "compose_rates", name,
+                           "%s --resume %s/ck%d/step-000002 --timeout-s 30", runs[i].cmd, dir, i);
     double x = zl_json_num(a.json, runs[i].key), y = zl_json_num(b.json, runs[i].key);
-    cr_assert(x > 0 && x == y, "%s: straight run %.17g, resumed at step 2 %.17g (the steps run, not --steps)", runs[i].key, x, y);
+    cr_assert(x > 0 && x == y, "%s: straight run %.17g, resumed at step 2 %.17g (the steps run, not --steps)",
+              runs[i].key, x, y);
     zl_out_free(&a);
     zl_out_free(&b);
   }

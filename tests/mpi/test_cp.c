@@ -15,8 +15,8 @@
 #define CP_L 2
 #define CP_V 256
 #define CP_NH 2
-#define CP_LAUNCH(np, tag, name, args) zl_launch(np, 60, tag, name, "%s/ch10_long " CP_SHAPE " %s", ZL_BIN, args)
-
+#define CP_LAUNCH(np, tag, name, args) \
+  zl_launch(np, 60, tag, name, "%s/ch10_long " CP_SHAPE " %s", ZL_BIN, args)
 
 /* K/V bytes one rank sends per step: per layer, forward (C−1) hops of [K|V] (twice with
  * --recompute: the block's forward runs again before its backward) and backward (C−1) hops of
@@ -30,28 +30,36 @@ static double kv_bytes(int C, double b, int rc) {
  * 15SE + 4S and the log-sum-exp NH·S (no S² term); the head's lnf SE + 2S. */
 static double acts_bytes(double b, int rc) {
   double S = CP_S, E = CP_E, L = CP_L, V = CP_V, NH = CP_NH, block = 15 * S * E + 4 * S + NH * S;
-  return 4 * b * (S * E * (L + 1) + S * V + (rc ? block : L * block + S * E + 2 * S)); /* --recompute: one block's */
+  /* --recompute: one block's */
+  return 4 * b * (S * E * (L + 1) + S * V + (rc ? block : L * block + S * E + 2 * S));
 }
 
 /* One CP run against the 1-rank reference. */
 static zl_out_t cp_vs_one_rank_rc(int np, int C, int balance, int zero, int rc, const zl_out_t *ref) {
   char args[128], what[96];
   snprintf(what, sizeof what, "cp%d_bal%d_zero%d_np%d%s", C, balance, zero, np, rc ? "_rc" : "");
-  snprintf(args, sizeof args, "--cp %d --cp-balance %d --zero %d%s", C, balance, zero, rc ? " --recompute" : "");
+  snprintf(args, sizeof args, "--cp %d --cp-balance %d --zero %d%s", C, balance, zero,
+           rc ? " --recompute" : "");
   zl_out_t run = CP_LAUNCH(np, what, "r", args);
-  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n, (long long)ref->n);
+  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n,
+               (long long)ref->n);
   zl_expect_floats(what, run.params, ref->params, run.n, CP_TOL);
   double l[8], lr[8];
   int k = zl_json_all(run.json, "loss", l, 8), kr = zl_json_all(ref->json, "loss", lr, 8);
   cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
-  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= CP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
+  for (int s = 0; s < 4; s++)
+    cr_assert(zl_rel(l[s], lr[s]) <= CP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
   double b = 8.0 / np; /* loop samples per rank: batch / (C·D) */
-  double kv = zl_json_num(run.json, "cp_kv_bytes_per_step"), kvf = zl_json_num(run.json, "cp_kv_bytes_formula");
+  double kv = zl_json_num(run.json, "cp_kv_bytes_per_step"),
+         kvf = zl_json_num(run.json, "cp_kv_bytes_formula");
   cr_assert(kv == kv_bytes(C, b, rc) && kvf == kv_bytes(C, b, rc),
-            "%s rank 0: %g K/V bytes sent per step (its formula %g), expected %g", what, kv, kvf, kv_bytes(C, b, rc));
-  double acts = zl_json_num(run.json, "acts_saved_bytes"), af = zl_json_num(run.json, "cp_acts_formula_bytes");
+            "%s rank 0: %g K/V bytes sent per step (its formula %g), expected %g", what, kv, kvf,
+            kv_bytes(C, b, rc));
+  double acts = zl_json_num(run.json, "acts_saved_bytes"),
+         af = zl_json_num(run.json, "cp_acts_formula_bytes");
   cr_assert(acts == acts_bytes(b, rc) && af == acts_bytes(b, rc),
-            "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what, acts, af, acts_bytes(b, rc));
+            "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what, acts, af,
+            acts_bytes(b, rc));
   return run;
 }
 static zl_out_t cp_vs_one_rank(int np, int C, int balance, int zero, const zl_out_t *ref) {
@@ -78,14 +86,17 @@ Test(ch10_context, cp_recompute, .timeout = 120) {
 
 /* C = 3 on a sequence of 24 (2C = 6 chunks of 4), batch 6. */
 Test(ch10_context, cp3_equals_one_rank, .timeout = 120) {
-  const char *shape = "--model gpt --gpt tiny --seq-len 24 --batch 6 --steps 4 --optimizer sgd --lr 0.1 --clip 0.5";
+  const char *shape =
+      "--model gpt --gpt tiny --seq-len 24 --batch 6 --steps 4 --optimizer sgd --lr 0.1 --clip 0.5";
   zl_out_t ref = zl_launch(1, 60, "cp3_ref", "ref", "%s/ch10_long %s", ZL_BIN, shape);
   zl_out_t run = zl_launch(3, 60, "cp3", "r", "%s/ch10_long %s --cp 3", ZL_BIN, shape);
   cr_assert_eq(run.n, ref.n, "cp3: %lld weights, 1 rank %lld", (long long)run.n, (long long)ref.n);
   zl_expect_floats("cp3 weights", run.params, ref.params, run.n, CP_TOL);
   double l[8], lr[8];
-  cr_assert(zl_json_all(run.json, "loss", l, 8) == 4 && zl_json_all(ref.json, "loss", lr, 8) == 4, "cp3: 4 losses each");
-  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= CP_TOL, "cp3: loss %d: %.9g vs 1 rank %.9g", s, l[s], lr[s]);
+  cr_assert(zl_json_all(run.json, "loss", l, 8) == 4 && zl_json_all(ref.json, "loss", lr, 8) == 4,
+            "cp3: 4 losses each");
+  for (int s = 0; s < 4; s++)
+    cr_assert(zl_rel(l[s], lr[s]) <= CP_TOL, "cp3: loss %d: %.9g vs 1 rank %.9g", s, l[s], lr[s]);
   zl_out_free(&run), zl_out_free(&ref);
 }
 
@@ -118,12 +129,15 @@ Test(ch10_context, causal_balance, .timeout = 120) {
 
 /* Bad --cp values: one line naming the flag and what it allows, exit 2, before training. */
 Test(ch10_context, cp_refusals, .timeout = 120) {
-  static const struct { int np; const char *args, *want; } cases[] = {
+  static const struct { int np; const char *args, *want;
+  } cases[] = {
       {2, "--model gpt --gpt tiny --cp 3", "error: --cp 3: must divide the ranks (2)"},
       {2, "--model gpt --gpt tiny --seq-len 18 --cp 2", "error: --cp 2: seq_len 18 must be divisible by 2C"},
       {2, "--cp 2", "error: --cp 2: needs --model gpt"},
-      {2, "--model gpt --gpt tiny --cp 2 --sample 10", "error: --cp 2: --sample and --eval-every need whole sequences"},
+      {2, "--model gpt --gpt tiny --cp 2 --sample 10",
+       "error: --cp 2: --sample and --eval-every need whole sequences"},
       {1, "--model gpt --gpt tiny --cp 0", "--cp"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
 }

@@ -23,7 +23,8 @@
 #define DDP_BIN ZL_BIN "/ch02_ddp"
 #define PSI 11082 /* 32·64+64 + 2·(64·64+64) + 64·10+10 */
 #define STEPS 20
-#define SHAPE "--layers 3 --hidden 64 --input 32 --classes 10 --batch 60 --steps 20 --seed 7 --quiet --log-every 0"
+#define SHAPE \
+  "--layers 3 --hidden 64 --input 32 --classes 10 --batch 60 --steps 20 --seed 7 --quiet --log-every 0"
 #define SGD "--optimizer sgd --lr 0.05 --momentum 0.9"
 #define ADAMW "--optimizer adamw --lr 0.003"
 
@@ -53,16 +54,20 @@ static run_t ddp_run(int np, const char *name, const char *args) {
   if (ex_deadline()) snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " --timeout-s %d", ex_deadline());
   run_t r = {0};
   int rc = zl_run(np, run_limit(90), &r.out, "%s", cmd);
-  cr_assert_neq(rc, 124, "%s (np %d): timed out after %d s: a deadlock? check that every rank launches the same "
-                "all-reduces in the same order; output:\n%s", name, np, run_limit(90), r.out);
+  cr_assert_neq(rc, 124,
+                "%s (np %d): timed out after %d s: a deadlock? check that every rank launches the same "
+                "all-reduces in the same order; output:\n%s",
+                name, np, run_limit(90), r.out);
   cr_assert_eq(rc, 0, "%s (np %d): exit code %d, expected 0; output:\n%s", name, np, rc, r.out);
   r.json = zl_read_file(jpath, NULL);
   cr_assert(r.json, "%s: no --json file %s", name, jpath);
   r.params = zl_read_floats(ppath, &r.nparams);
-  cr_assert_eq(r.nparams, PSI, "%s: --save-params holds %lld floats, expected psi = %d", name, (long long)r.nparams, PSI);
+  cr_assert_eq(r.nparams, PSI, "%s: --save-params holds %lld floats, expected psi = %d", name,
+               (long long)r.nparams, PSI);
   int n = zl_json_all(zl_json_find(r.json, "steps"), "loss", r.loss, STEPS);
   cr_assert_eq(n, STEPS, "%s: %d step losses in the json, expected %d", name, n, STEPS);
-  cr_assert_eq((int)zl_json_num(r.json, "world"), np, "%s: json world %g, expected %d", name, zl_json_num(r.json, "world"), np);
+  cr_assert_eq((int)zl_json_num(r.json, "world"), np, "%s: json world %g, expected %d", name,
+               zl_json_num(r.json, "world"), np);
   return r;
 }
 
@@ -72,15 +77,16 @@ static void run_free(run_t *r) {
   free(r->out);
 }
 
-static void expect_params_scaled(const char *what, const float *got, const float *want, int64_t n, double tol);
+static void expect_params_scaled(const char *what, const float *got, const float *want, int64_t n,
+                                 double tol);
 
 /* Same losses (relative tol, or bitwise when tol == 0) and same parameters (bitwise, or within
  * tol of the tensor's scale: see expect_params_scaled). */
 static void expect_same(const char *what, const run_t *got, const run_t *want, double tol) {
   for (int s = 0; s < STEPS; s++) {
     int bad = tol == 0 ? got->loss[s] != want->loss[s] : !(zl_rel(got->loss[s], want->loss[s]) <= tol);
-    cr_expect(!bad, "%s: loss of step %d: got %.9g, expected %.9g (%s %g)", what, s, got->loss[s], want->loss[s],
-              tol == 0 ? "bitwise" : "relative tol", tol);
+    cr_expect(!bad, "%s: loss of step %d: got %.9g, expected %.9g (%s %g)", what, s, got->loss[s],
+              want->loss[s], tol == 0 ? "bitwise" : "relative tol", tol);
   }
   char name[256];
   snprintf(name, sizeof name, "%s: params", what);
@@ -91,7 +97,8 @@ static void expect_same(const char *what, const run_t *got, const run_t *want, d
 /* Parameters within tol of the tensor's scale: max_i |got_i − want_i| <= tol · max_i |want_i|.
  * Used where single weights near 0 carry no meaning on their own (AdamW's m/sqrt(v) turns a
  * 1e-7 difference in a near-zero gradient into a visible one for that weight; bf16 rounding). */
-static void expect_params_scaled(const char *what, const float *got, const float *want, int64_t n, double tol) {
+static void expect_params_scaled(const char *what, const float *got, const float *want, int64_t n,
+                                 double tol) {
   double scale = 0, worst = -1;
   int64_t at = 0;
   for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
@@ -99,15 +106,17 @@ static void expect_params_scaled(const char *what, const float *got, const float
     double d = fabs((double)got[i] - want[i]);
     if (!(d <= worst)) { worst = d; at = i; }
   }
-  cr_expect(worst <= tol * scale, "%s: params[%lld]: got %.9g, expected %.9g: |diff| %.3g > %g x max|w| (%.4g)", what,
+  cr_expect(worst <= tol * scale,
+            "%s: params[%lld]: got %.9g, expected %.9g: |diff| %.3g > %g x max|w| (%.4g)", what,
             (long long)at, got[at], want[at], worst, tol, scale);
 }
 
 /* Losses within tol relative, parameters within tol of their scale (see expect_params_scaled). */
 static void expect_same_scaled(const char *what, const run_t *got, const run_t *want, double tol) {
   for (int s = 0; s < STEPS; s++)
-    cr_expect(zl_rel(got->loss[s], want->loss[s]) <= tol, "%s: loss of step %d: got %.9g, expected %.9g (relative tol %g)",
-              what, s, got->loss[s], want->loss[s], tol);
+    cr_expect(zl_rel(got->loss[s], want->loss[s]) <= tol,
+              "%s: loss of step %d: got %.9g, expected %.9g (relative tol %g)", what, s, got->loss[s],
+              want->loss[s], tol);
   expect_params_scaled(what, got->params, want->params, PSI, tol);
 }
 
@@ -119,16 +128,21 @@ static void expect_ledger(const char *what, const run_t *r, int np, int wbytes, 
     snprintf(key, sizeof key, "{\"rank\": %d, \"params\"", k);
     const char *p = strstr(r->json, key);
     cr_assert(p, "%s: memory.per_rank has no entry for rank %d", what, k);
-    double params = zl_json_num(p, "params"), grads = zl_json_num(p, "grads"), master = zl_json_num(p, "master"),
-           optim = zl_json_num(p, "optim"), states = zl_json_num(p, "model_states"),
-           formula = zl_json_num(p, "formula_model_states");
+    double params = zl_json_num(p, "params"), grads = zl_json_num(p, "grads"),
+           master = zl_json_num(p, "master"), optim = zl_json_num(p, "optim"),
+           states = zl_json_num(p, "model_states"), formula = zl_json_num(p, "formula_model_states");
     double want_master = wbytes == 2 ? 4.0 * PSI : 0, want_optim = 4.0 * opt_states * PSI;
-    cr_expect_eq(params, (double)wbytes * PSI, "%s rank %d: params %g bytes, expected %d x psi = %g", what, k, params, wbytes, (double)wbytes * PSI);
-    cr_expect_eq(grads, (double)wbytes * PSI, "%s rank %d: grads %g bytes, expected %g", what, k, grads, (double)wbytes * PSI);
-    cr_expect_eq(master, want_master, "%s rank %d: master %g bytes, expected %g", what, k, master, want_master);
+    cr_expect_eq(params, (double)wbytes * PSI, "%s rank %d: params %g bytes, expected %d x psi = %g", what, k,
+                 params, wbytes, (double)wbytes * PSI);
+    cr_expect_eq(grads, (double)wbytes * PSI, "%s rank %d: grads %g bytes, expected %g", what, k, grads,
+                 (double)wbytes * PSI);
+    cr_expect_eq(master, want_master, "%s rank %d: master %g bytes, expected %g", what, k, master,
+                 want_master);
     cr_expect_eq(optim, want_optim, "%s rank %d: optim %g bytes, expected %g", what, k, optim, want_optim);
-    cr_expect_eq(states, formula, "%s rank %d: model states %g bytes, formula %g (DDP has no padding)", what, k, states, formula);
-    cr_expect_eq(states, 2.0 * wbytes * PSI + want_master + want_optim, "%s rank %d: model states %g", what, k, states);
+    cr_expect_eq(states, formula, "%s rank %d: model states %g bytes, formula %g (DDP has no padding)", what,
+                 k, states, formula);
+    cr_expect_eq(states, 2.0 * wbytes * PSI + want_master + want_optim, "%s rank %d: model states %g", what,
+                 k, states);
   }
 }
 
@@ -137,10 +151,13 @@ static void expect_ledger(const char *what, const run_t *r, int np, int wbytes, 
 static void expect_traffic(const char *what, const run_t *r, int np, int ring) {
   const char *comm = zl_json_find(r->json, "comm");
   cr_assert(comm, "%s: no comm object in the json", what);
-  double mean = zl_json_num(comm, "bytes_per_step_per_rank"), formula = zl_json_num(comm, "formula_bytes_per_step_per_rank");
+  double mean = zl_json_num(comm, "bytes_per_step_per_rank"),
+         formula = zl_json_num(comm, "formula_bytes_per_step_per_rank");
   double want = 2.0 * (np - 1) / np * PSI * 4;
-  cr_expect(fabs(formula - want) <= 1e-9 * want, "%s: formula %.3f bytes/step/rank, expected 2(N-1)/N psi 4 = %.3f", what, formula, want);
-  cr_expect(fabs(mean - want) <= 1e-9 * want, "%s: measured %.3f bytes/step/rank (mean over ranks), expected %.3f", what, mean, want);
+  cr_expect(fabs(formula - want) <= 1e-9 * want,
+            "%s: formula %.3f bytes/step/rank, expected 2(N-1)/N psi 4 = %.3f", what, formula, want);
+  cr_expect(fabs(mean - want) <= 1e-9 * want,
+            "%s: measured %.3f bytes/step/rank (mean over ranks), expected %.3f", what, mean, want);
   int64_t total = 0;
   for (int k = 0; k < np; k++) {
     char key[64];
@@ -149,10 +166,13 @@ static void expect_traffic(const char *what, const run_t *r, int np, int ring) {
     cr_assert(p, "%s: comm.per_rank has no rank %d", what, k);
     double sent = zl_json_num(p, "sent_bytes"), p2p = zl_json_num(p, "p2p_sent_bytes");
     total += (int64_t)sent;
-    if (ring) cr_expect_eq(p2p, sent, "%s rank %d: ring sent %g bytes on the wire, the ring model says %g", what, k, p2p, sent);
+    if (ring)
+      cr_expect_eq(p2p, sent, "%s rank %d: ring sent %g bytes on the wire, the ring model says %g", what, k,
+                   p2p, sent);
   }
   int64_t want_total = (int64_t)2 * (np - 1) * PSI * 4 * STEPS;
-  cr_expect_eq(total, want_total, "%s: all ranks sent %lld bytes in %d steps, expected 2(N-1) psi 4 steps = %lld", what,
+  cr_expect_eq(total, want_total,
+               "%s: all ranks sent %lld bytes in %d steps, expected 2(N-1) psi 4 steps = %lld", what,
                (long long)total, STEPS, (long long)want_total);
 }
 
@@ -160,7 +180,8 @@ static void expect_traffic(const char *what, const run_t *r, int np, int ring) {
 Test(ch02_ddp, n_ranks_equal_one_rank_sgd, .timeout = 120) {
   run_t ref = ddp_run(1, "sgd_np1", SHAPE " " SGD " --variant naive");
   expect_ledger("sgd np1", &ref, 1, 4, 1);
-  cr_expect(ref.loss[STEPS - 1] < ref.loss[0] - 0.05, "sgd np1: loss %g -> %g: not learning", ref.loss[0], ref.loss[STEPS - 1]);
+  cr_expect(ref.loss[STEPS - 1] < ref.loss[0] - 0.05, "sgd np1: loss %g -> %g: not learning", ref.loss[0],
+            ref.loss[STEPS - 1]);
   const char *variants[] = {"", "naive", "overlap", "bucketed --bucket-mb 0.02", "bucketed"};
   for (int np = 2; np <= 5; np++) {
     char name[64], args[512];
@@ -194,8 +215,8 @@ Test(ch02_ddp, n_ranks_equal_one_rank_adamw, .timeout = 120) {
 
 /* Bucket sizes: one fp32 element (every unit alone), about one layer (16 KiB units: 3 buckets),
  * the whole model (one bucket). */
-static const char *const g_variants[] = {"overlap", "bucketed --bucket-mb 0.000004", "bucketed --bucket-mb 0.02",
-                                         "bucketed --bucket-mb 1000"};
+static const char *const g_variants[] = {"overlap", "bucketed --bucket-mb 0.000004",
+                                         "bucketed --bucket-mb 0.02", "bucketed --bucket-mb 1000"};
 
 /* 2. At N = 2 every variant, bucket size and collective implementation gives the same bits. */
 Test(ch02_ddp, variants_bitwise_at_two_ranks, .timeout = 120) {
@@ -208,7 +229,8 @@ Test(ch02_ddp, variants_bitwise_at_two_ranks, .timeout = 120) {
     expect_same(g_variants[i], &r, &ref, 0);
     run_free(&r);
   }
-  run_t ring = ddp_run(2, "var2_ring", SHAPE " " SGD " --variant bucketed --bucket-mb 0.02 --collectives ring");
+  run_t ring =
+      ddp_run(2, "var2_ring", SHAPE " " SGD " --variant bucketed --bucket-mb 0.02 --collectives ring");
   expect_same("bucketed 0.02 MiB, ring collectives", &ring, &ref, 0);
   expect_traffic("np2 ring", &ring, 2, 1);
   run_free(&ring);
@@ -229,7 +251,8 @@ static void variants_agree(int c0, int c1) {
     expect_traffic(name, &ref, np, ring);
     for (int i = 0; i < cases[c].nvar; i++) {
       snprintf(name, sizeof name, "var%d_%s_%d", np, cases[c].impl, i);
-      snprintf(args, sizeof args, SHAPE " " SGD " --variant %s --collectives %s", g_variants[i], cases[c].impl);
+      snprintf(args, sizeof args, SHAPE " " SGD " --variant %s --collectives %s", g_variants[i],
+               cases[c].impl);
       run_t r = ddp_run(np, name, args);
       char what[128];
       snprintf(what, sizeof what, "np %d %s, %s", np, cases[c].impl, g_variants[i]);
@@ -270,15 +293,15 @@ Test(ch02_ddp, bf16_tracks_fp32_and_params_are_bf16_of_master, .timeout = 120) {
   cr_expect(strstr(bf.out, "check: bf16 params == bf16(master) bit for bit after each of 20 steps"),
             "bf16 run did not report the per-step master check; output:\n%s", bf.out);
   for (int s = 0; s < STEPS; s++)
-    cr_expect(zl_rel(bf.loss[s], f32.loss[s]) <= 1e-2, "bf16 loss of step %d: %.6f, fp32 %.6f (tolerance 1%%)", s,
-              bf.loss[s], f32.loss[s]);
+    cr_expect(zl_rel(bf.loss[s], f32.loss[s]) <= 1e-2,
+              "bf16 loss of step %d: %.6f, fp32 %.6f (tolerance 1%%)", s, bf.loss[s], f32.loss[s]);
   expect_params_scaled("bf16 master vs fp32 params", bf.params, f32.params, PSI, 2e-2);
   expect_ledger("bf16", &bf, 2, 2, 2);
   cr_expect(strstr(bf.json, "\"precision\": \"bf16\""), "bf16 json does not say precision bf16");
   /* traffic in bf16: 2 bytes per element */
   double mean = zl_json_num(zl_json_find(bf.json, "comm"), "bytes_per_step_per_rank");
-  cr_expect_eq(mean, 2.0 * 1 / 2 * PSI * 2, "bf16 traffic %g bytes/step/rank, expected 2(N-1)/N psi 2 = %g", mean,
-               (double)PSI * 2);
+  cr_expect_eq(mean, 2.0 * 1 / 2 * PSI * 2, "bf16 traffic %g bytes/step/rank, expected 2(N-1)/N psi 2 = %g",
+               mean, (double)PSI * 2);
   run_free(&bf);
   run_free(&f32);
 }
@@ -290,17 +313,44 @@ Test(ch02_ddp, json_contract_and_report, .timeout = 60) {
   snprintf(trace, sizeof trace, "%s/t.trace.json", dir);
   snprintf(args, sizeof args, SHAPE " " SGD " --variant bucketed --bucket-mb 0.02 --trace %s", trace);
   run_t r = ddp_run(2, "contract", args);
-  const char *keys[] = {"chapter", "strategy", "world", "device", "backend", "collectives", "precision", "optimizer",
-                        "params", "padded_params", "steps", "final_loss", "params_fingerprint", "memory", "per_rank",
-                        "acts_peak", "comm_peak", "peak", "comm", "bytes_per_step_per_rank",
-                        "formula_bytes_per_step_per_rank", "by_op", "all_reduce", "reduce_scatter", "all_gather",
-                        "broadcast", "teacher_entropy", "n_buckets", "overlap", "hidden_fraction"};
+  const char *keys[] = {"chapter",
+                        "strategy",
+                        "world",
+                        "device",
+                        "backend",
+                        "collectives",
+                        "precision",
+                        "optimizer",
+                        "params",
+                        "padded_params",
+                        "steps",
+                        "final_loss",
+                        "params_fingerprint",
+                        "memory",
+                        "per_rank",
+                        "acts_peak",
+                        "comm_peak",
+                        "peak",
+                        "comm",
+                        "bytes_per_step_per_rank",
+                        "formula_bytes_per_step_per_rank",
+                        "by_op",
+                        "all_reduce",
+                        "reduce_scatter",
+                        "all_gather",
+                        "broadcast",
+                        "teacher_entropy",
+                        "n_buckets",
+                        "overlap",
+                        "hidden_fraction"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     cr_expect(zl_json_find(r.json, keys[i]), "json has no \"%s\"", keys[i]);
   cr_expect(strstr(r.json, "\"chapter\": \"02_ddp\"") && strstr(r.json, "\"strategy\": \"ddp-bucketed\""),
             "json chapter/strategy wrong:\n%.300s", r.json);
-  cr_expect_eq(zl_json_num(r.json, "n_buckets"), 3, "n_buckets %g, expected 3 for a 0.02 MiB cap", zl_json_num(r.json, "n_buckets"));
-  cr_expect_eq(zl_json_num(r.json, "final_loss"), r.loss[STEPS - 1], "final_loss is not the last step's loss");
+  cr_expect_eq(zl_json_num(r.json, "n_buckets"), 3, "n_buckets %g, expected 3 for a 0.02 MiB cap",
+               zl_json_num(r.json, "n_buckets"));
+  cr_expect_eq(zl_json_num(r.json, "final_loss"), r.loss[STEPS - 1],
+               "final_loss is not the last step's loss");
   /* the fingerprint is "sum sumsq" of the saved weights */
   double s = 0, s2 = 0;
   for (int i = 0; i < PSI; i++) {
@@ -309,8 +359,10 @@ Test(ch02_ddp, json_contract_and_report, .timeout = 60) {
   }
   const char *fp = zl_json_find(r.json, "params_fingerprint");
   double got_s = 0, got_s2 = 0;
-  cr_assert(fp && sscanf(strchr(fp, '"') + 1, "%lf %lf", &got_s, &got_s2) == 2, "params_fingerprint unreadable");
-  cr_expect(got_s == s && got_s2 == s2, "fingerprint %.17g %.17g, weights give %.17g %.17g", got_s, got_s2, s, s2);
+  cr_assert(fp && sscanf(strchr(fp, '"') + 1, "%lf %lf", &got_s, &got_s2) == 2,
+            "params_fingerprint unreadable");
+  cr_expect(got_s == s && got_s2 == s2, "fingerprint %.17g %.17g, weights give %.17g %.17g", got_s, got_s2, s,
+            s2);
   /* the trace: both rows of both ranks, and the bucket all-reduces named */
   char *t = zl_read_file(trace, NULL);
   cr_assert(t, "no trace file %s", trace);
@@ -326,11 +378,13 @@ Test(ch02_ddp, bad_flags_exit_2, .timeout = 60) {
   char *out = NULL;
   int rc = zl_run(2, 30, &out, "%s --batch 61 --steps 2", DDP_BIN);
   cr_expect_eq(rc, 2, "--batch 61 on 2 ranks: exit %d, expected 2; output:\n%s", rc, out);
-  cr_expect(strstr(out, "error: --batch 61: must be divisible by ranks x accum = 2 x 1"), "no clear line:\n%s", out);
+  cr_expect(strstr(out, "error: --batch 61: must be divisible by ranks x accum = 2 x 1"),
+            "no clear line:\n%s", out);
   free(out);
   rc = zl_run(0, 30, &out, "%s --variant fast", DDP_BIN);
   cr_expect_eq(rc, 2, "--variant fast: exit %d, expected 2", rc);
-  cr_expect(strstr(out, "error: --variant fast: must be one of naive|overlap|bucketed"), "no clear line:\n%s", out);
+  cr_expect(strstr(out, "error: --variant fast: must be one of naive|overlap|bucketed"), "no clear line:\n%s",
+            out);
   free(out);
   rc = zl_run(0, 30, &out, "%s --bucket-mb 0", DDP_BIN);
   cr_expect_eq(rc, 2, "--bucket-mb 0: exit %d, expected 2", rc);
@@ -356,15 +410,17 @@ static void expect_overlapped(const char *variant) {
   cr_assert(t, "no trace file %s", trace);
   zl_overlap_t o = zl_trace_overlap(t, "all_reduce", "gradient all-reduce");
   cr_assert_gt(o.steps, 0, "--variant %s: no \"step\" spans in the trace %s", variant, trace);
-  cr_assert_eq(o.late, 0,
-               "--variant %s: correct but not overlapped: in %d of %d rank-steps the first gradient all-reduce is "
-               "issued only after the backward of unit 0 starts (%s). post_backward(u) must launch unit u's "
-               "gradients (or its bucket) as soon as they are final, not after the whole backward.",
-               variant, o.late, o.steps, o.first_late);
-  cr_expect_gt(o.running, 0,
-               "--variant %s: correct but not overlapped: no backward ever starts while a gradient all-reduce is "
-               "running: the hook waits for each all-reduce it launches (comm_wait belongs in the final wait only).",
-               variant);
+  cr_assert_eq(
+      o.late, 0,
+      "--variant %s: correct but not overlapped: in %d of %d rank-steps the first gradient all-reduce is "
+      "issued only after the backward of unit 0 starts (%s). post_backward(u) must launch unit u's "
+      "gradients (or its bucket) as soon as they are final, not after the whole backward.",
+      variant, o.late, o.steps, o.first_late);
+  cr_expect_gt(
+      o.running, 0,
+      "--variant %s: correct but not overlapped: no backward ever starts while a gradient all-reduce is "
+      "running: the hook waits for each all-reduce it launches (comm_wait belongs in the final wait only).",
+      variant);
   free(t);
   run_free(&r);
 }

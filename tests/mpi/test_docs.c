@@ -70,13 +70,15 @@ Test(common_docs, numbers_compare_within_the_stated_tolerance, .timeout = 60) {
   for (int k = 0; k < 3; k++) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/zl_docs_%d_tol%d.md", (int)getpid(), k);
-    write_page(path, "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
-                     "in GB (1e9 bytes) per rank\nDDP (0)        14.0       14.0       28.0       %s     1.0x         27.6   %s\n```\n",
+    write_page(path,
+               "# a page\n\n```\n$ build/bin/ch00_memory --params 7B --k 4 --stage 0\n"
+               "in GB (1e9 bytes) per rank\nDDP (0)        14.0       14.0       28.0       %s     1.0x      "
+               "   27.6   %s\n```\n",
                totals[k], tail[k]);
     char *out = NULL;
     int rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --bin %s %s", ZL_BIN, path);
-    cr_expect_eq(rc, want_rc[k], "check_notes.py on %s (DDP total %s, %s): exit %d, expected %d:\n%s", path, totals[k],
-                 tail[k], rc, want_rc[k], out);
+    cr_expect_eq(rc, want_rc[k], "check_notes.py on %s (DDP total %s, %s): exit %d, expected %d:\n%s", path,
+                 totals[k], tail[k], rc, want_rc[k], out);
     free(out);
     remove(path);
   }
@@ -127,7 +129,8 @@ Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
     write_page(path, "# a page\n\nRead [the second meeting](06-tensor-parallel.md#%s) next.\n", anchor[k]);
     char *out = NULL;
     int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
-    cr_expect_eq(rc, k, "check_notes.py --numbers on a link to #%s: exit %d, expected %d:\n%s", anchor[k], rc, k, out);
+    cr_expect_eq(rc, k, "check_notes.py --numbers on a link to #%s: exit %d, expected %d:\n%s", anchor[k], rc,
+                 k, out);
     char where[160];
     snprintf(where, sizeof where, "%.100s:3: link 06-tensor-parallel.md#meeting-06c", path);
     cr_expect(k == 0 || strstr(out, where), "the failure should name %s:\n%s", where, out);
@@ -148,7 +151,8 @@ Test(common_docs, a_stale_code_reference_fails_the_check, .timeout = 30) {
     write_page(path, "# a page\n\nThe loss gradient is `%s`.\n", ref[k]);
     char *out = NULL;
     int rc = zl_run(0, 20, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
-    cr_expect_eq(rc, k ? 1 : 0, "check_notes.py --numbers on `%s`: exit %d, expected %d:\n%s", ref[k], rc, k ? 1 : 0, out);
+    cr_expect_eq(rc, k ? 1 : 0, "check_notes.py --numbers on `%s`: exit %d, expected %d:\n%s", ref[k], rc,
+                 k ? 1 : 0, out);
     cr_expect(strstr(out, said[k]), "the output should say %s:\n%s", said[k], out);
     free(out);
     remove(path);
@@ -164,7 +168,8 @@ Test(common_docs, a_chapter_missing_from_the_plan_or_a_built_claim_fails, .timeo
   for (int k = 0; k < 2; k++) {
     char root[128], path[256];
     snprintf(root, sizeof root, "/tmp/zl_docs_%d_tree%d", (int)getpid(), k);
-    const char *dirs[] = {"", "/chapters", "/chapters/01_ring", "/chapters/08_offload", "/notes", "/solutions"};
+    const char *dirs[] = {"",       "/chapters", "/chapters/01_ring", "/chapters/08_offload",
+                          "/notes", "/solutions"};
     for (int d = 0; d < 6; d++) {
       snprintf(path, sizeof path, "%s%s", root, dirs[d]);
       mkdir(path, 0755);
@@ -174,7 +179,8 @@ Test(common_docs, a_chapter_missing_from_the_plan_or_a_built_claim_fails, .timeo
     snprintf(path, sizeof path, "%s/chapters/08_offload/main.c", root);
     write_page(path, "int main(void) { return 0; }\n");
     snprintf(path, sizeof path, "%s/solutions/offload.c", root);
-    write_page(path, "%s\n", k == 0 ? "static const char *flag = \"--dpu\"; /* the update, one step late */" : "");
+    write_page(path, "%s\n",
+               k == 0 ? "static const char *flag = \"--dpu\"; /* the update, one step late */" : "");
     snprintf(path, sizeof path, "%s/notes/01-ring.md", root);
     write_page(path, "# 01 ring\n\nA ring.\n");
     snprintf(path, sizeof path, "%s/notes/08-offload.md", root);
@@ -189,7 +195,8 @@ Test(common_docs, a_chapter_missing_from_the_plan_or_a_built_claim_fails, .timeo
                k == 0 ? "" : "| 2 | [08-offload](08-offload.md) | 0 min | `make run CH=08` |\n");
     char *out = NULL;
     int rc = zl_run(0, 20, &out, "python3 common/scripts/notes_claims.py --root %s", root);
-    cr_expect_eq(rc, want_rc[k], "notes_claims.py --root %s: exit %d, expected %d:\n%s", root, rc, want_rc[k], out);
+    cr_expect_eq(rc, want_rc[k], "notes_claims.py --root %s: exit %d, expected %d:\n%s", root, rc, want_rc[k],
+                 out);
     if (k == 0) {
       cr_expect(strstr(out, "the reading plan has no week for notes/08-offload.md") != NULL,
                 "the failure should name the page missing from the plan:\n%s", out);

@@ -12,8 +12,10 @@ Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 180) {
   char *out = NULL;
   unsetenv("ZL_ENGINE_POLL"); /* zlrun's own choice first */
   int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine threads");
-  cr_assert(rc == 0, "seven sub-communicators must add no thread but a helper per group that reduced (6; none for the "
-            "link) (rc %d):\n%s", rc, out);
+  cr_assert(rc == 0,
+            "seven sub-communicators must add no thread but a helper per group that reduced (6; none for the "
+            "link) (rc %d):\n%s",
+            rc, out);
   cr_assert(strstr(out, "rank 3: init") && strstr(out, "engine threads 1, helpers 6, fibers 8"),
             "every rank should print its thread counts: one engine thread, 6 helpers, 8 fibers:\n%s", out);
   /* the engine polls for a waiting main thread only when every rank has a core (zlrun: 4 ranks
@@ -23,7 +25,8 @@ Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 180) {
   char want[64];
   const char *line3 = strstr(out, "threads: rank 3:");
   snprintf(want, sizeof want, "polls when waited %d", 4 <= cores);
-  cr_assert(line3 && strstr(line3, want), "4 ranks on %d cores: expected '%s' on rank 3's line:\n%s", cores, want, out);
+  cr_assert(line3 && strstr(line3, want), "4 ranks on %d cores: expected '%s' on rank 3's line:\n%s", cores,
+            want, out);
   free(out);
   const char *forced[2] = {"0", "1"};
   for (int i = 0; i < 2; i++) { /* ZL_ENGINE_POLL decides when set */
@@ -32,8 +35,8 @@ Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 180) {
     unsetenv("ZL_ENGINE_POLL");
     snprintf(want, sizeof want, "polls when waited %s", forced[i]);
     line3 = strstr(out, "threads: rank 3:");
-    cr_assert(rc == 0 && line3 && strstr(line3, want), "ZL_ENGINE_POLL=%s: expected '%s' on rank 3's line (rc %d):\n%s",
-              forced[i], want, rc, out);
+    cr_assert(rc == 0 && line3 && strstr(line3, want),
+              "ZL_ENGINE_POLL=%s: expected '%s' on rank 3's line (rc %d):\n%s", forced[i], want, rc, out);
     free(out);
   }
 }
@@ -41,16 +44,19 @@ Test(common_engine, threads_bounded_with_sub_communicators, .timeout = 180) {
 Test(common_engine, issue_order_kept_and_streams_independent, .timeout = 90) {
   char *out = NULL;
   int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine order");
-  cr_assert(rc == 0 && strstr(out, "order: ok"),
-            "order per communicator, and a stream blocked on one communicator holding up another? (rc %d; 124: "
-            "deadlock):\n%s", rc, out);
+  cr_assert(
+      rc == 0 && strstr(out, "order: ok"),
+      "order per communicator, and a stream blocked on one communicator holding up another? (rc %d; 124: "
+      "deadlock):\n%s",
+      rc, out);
   free(out);
 }
 
 Test(common_engine, deadline_on_a_sub_communicator_names_the_rank, .timeout = 90) {
   char *out = NULL;
   int rc = zl_run(4, 60, &out, ZL_TESTBIN "/scn_engine timeout");
-  cr_assert(rc != 0 && rc != 124, "the 1 s deadline must end the job (rc %d; 124: nothing did):\n%s", rc, out);
+  cr_assert(rc != 0 && rc != 124, "the 1 s deadline must end the job (rc %d; 124: nothing did):\n%s", rc,
+            out);
   cr_assert(strstr(out, "rank 0: recv (never-sent) did not complete within 1 s"),
             "the abort should name rank 0, the op and its tag:\n%s", out);
   free(out);
@@ -75,9 +81,11 @@ Test(common_engine, sendrecv_pairs_complete_under_synchronous_sends, .timeout = 
     unsetenv("ZL_SYNC_SENDS");
     unsetenv("ZL_MPIRUN_FLAGS");
     /* 8 pairs + 1 pair-vs-plain, twice (vendor, ring): 18 sends and 18 receives counted */
-    cr_assert(rc == 0 && strstr(out, "sendrecv: ok (send calls 18, recv calls 18)"),
-              "ZL_SYNC_SENDS=%s: a send/receive pair must complete where two plain sends would deadlock, and count "
-              "as one send and one receive (rc %d; 124: deadlock):\n%s", modes[m], rc, out);
+    cr_assert(
+        rc == 0 && strstr(out, "sendrecv: ok (send calls 18, recv calls 18)"),
+        "ZL_SYNC_SENDS=%s: a send/receive pair must complete where two plain sends would deadlock, and count "
+        "as one send and one receive (rc %d; 124: deadlock):\n%s",
+        modes[m], rc, out);
     free(out);
   }
 }

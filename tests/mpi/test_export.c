@@ -30,8 +30,10 @@ Test(common_export, safetensors_gpt2_names_values_and_greedy_sample) {
   snprintf(st, sizeof st, "%s/p.bin.safetensors", dir);
   snprintf(ex, sizeof ex, "%s/export.safetensors", dir);
   /* enough steps that the greedy text is not one repeated byte */
-  int rc = zl_run(2, 120, &out, ZL_BIN "/ch05_zero3 " GPT " --steps 300 --ckpt %s --save-params %s --sample %d "
-                  "--temperature 0 --quiet", ck, raw, NSAMPLE);
+  int rc = zl_run(2, 120, &out,
+                  ZL_BIN "/ch05_zero3 " GPT " --steps 300 --ckpt %s --save-params %s --sample %d "
+                         "--temperature 0 --quiet",
+                  ck, raw, NSAMPLE);
   cr_assert_eq(rc, 0, "ch05_zero3 --model gpt: exit %d; output:\n%s", rc, out);
   char want[NSAMPLE + 1];
   sample_of(out, want);
@@ -48,23 +50,25 @@ Test(common_export, safetensors_gpt2_names_values_and_greedy_sample) {
                         "\"wpe.weight\":{\"dtype\":\"F32\",\"shape\":[16,32]",
                         "\"h.0.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[32,96]",
                         "\"h.1.mlp.c_proj.weight\":{\"dtype\":\"F32\",\"shape\":[128,32]",
-                        "\"h.1.mlp.c_fc.bias\":{\"dtype\":\"F32\",\"shape\":[128]", "\"ln_f.bias\"",
-                        "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[256,32]", "\"zerolab_shape\":\"2 2 32 16 256\""};
+                        "\"h.1.mlp.c_fc.bias\":{\"dtype\":\"F32\",\"shape\":[128]",
+                        "\"ln_f.bias\"",
+                        "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[256,32]",
+                        "\"zerolab_shape\":\"2 2 32 16 256\""};
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
     cr_assert(memmem(b, 8 + hl, need[i], strlen(need[i])), "%s: the header lacks %s", st, need[i]);
   /* h.0.attn.c_attn.weight[i=1][o=0] (stored (in, out)) = our qkv W[o=0][i=1] (out, in) */
   int64_t psi = 0;
   float *w = zl_read_floats(raw, &psi);
-  cr_assert(w && (int64_t)(n - 8 - hl) == 4 * psi, "%s: %zu data bytes, --save-params has %lld floats", st, n - 8 - hl,
-            (long long)psi);
+  cr_assert(w && (int64_t)(n - 8 - hl) == 4 * psi, "%s: %zu data bytes, --save-params has %lld floats", st,
+            n - 8 - hl, (long long)psi);
   const char *h = memmem(b, 8 + hl, "\"h.0.attn.c_attn.weight\"", 24);
   long long beg = 0;
   cr_assert(h && sscanf(strstr(h, "data_offsets"), "data_offsets\":[%lld", &beg) == 1);
   float got;
   memcpy(&got, b + 8 + hl + beg + 4 * 96, 4); /* row i = 1 of (32, 96) */
   int64_t qkvw = 256 * 32 + 16 * 32 + 2 * 32;   /* wte, wpe, ln_1 w and b */
-  cr_assert(memcmp(&got, &w[qkvw + 1], 4) == 0, "c_attn.weight[1][0] = %g, our qkv W[0][1] = %g (not transposed?)",
-            got, w[qkvw + 1]);
+  cr_assert(memcmp(&got, &w[qkvw + 1], 4) == 0,
+            "c_attn.weight[1][0] = %g, our qkv W[0][1] = %g (not transposed?)", got, w[qkvw + 1]);
   free(w);
   free(b);
 
@@ -74,16 +78,18 @@ Test(common_export, safetensors_gpt2_names_values_and_greedy_sample) {
   free(out);
   const char *files[] = {st, ex};
   for (int i = 0; i < 2; i++) {
-    rc = zl_run(0, 60, &out, "python3 common/scripts/gpt_load.py %s --check %s --engine python --sample %d", files[i], raw,
-                NSAMPLE);
-    cr_assert(rc == 0 && strstr(out, "check: 29 tensors =="), "gpt_load.py %s --check: exit %d; output:\n%s", files[i],
-              rc, out);
+    rc = zl_run(0, 60, &out, "python3 common/scripts/gpt_load.py %s --check %s --engine python --sample %d",
+                files[i], raw, NSAMPLE);
+    cr_assert(rc == 0 && strstr(out, "check: 29 tensors =="), "gpt_load.py %s --check: exit %d; output:\n%s",
+              files[i], rc, out);
     char got_text[NSAMPLE + 1];
     sample_of(out, got_text);
-    cr_assert_str_eq(got_text, want, "%s: the loader's greedy sample differs from --sample --temperature 0", files[i]);
+    cr_assert_str_eq(got_text, want, "%s: the loader's greedy sample differs from --sample --temperature 0",
+                     files[i]);
     free(out);
   }
-  cr_log_info("export: safetensors == --save-params bit for bit; greedy sample '%s' in C and in Python", want);
+  cr_log_info("export: safetensors == --save-params bit for bit; greedy sample '%s' in C and in Python",
+              want);
 }
 
 /* A TP rank's part is not a model: zl_ckpt export refuses it naming the layout; a bad --format
@@ -97,11 +103,11 @@ Test(common_export, export_refuses_tp_parts_and_bad_format) {
   free(out);
   snprintf(part, sizeof part, "%s/tp-1-of-2", ck);
   rc = zl_run(0, 30, &out, ZL_BIN "/zl_ckpt export %s %s/x.safetensors", part, dir);
-  cr_assert(rc == 1 && strstr(out, "tensor-parallel layout (--tp 2)"), "export of a TP part: exit %d; output:\n%s", rc,
-            out);
+  cr_assert(rc == 1 && strstr(out, "tensor-parallel layout (--tp 2)"),
+            "export of a TP part: exit %d; output:\n%s", rc, out);
   free(out);
   rc = zl_run(0, 30, &out, ZL_BIN "/zl_ckpt export %s %s/x --format onnx", part, dir);
-  cr_assert(rc == 2 && strstr(out, "--format onnx: must be safetensors or raw"), "bad --format: exit %d; output:\n%s", rc,
-            out);
+  cr_assert(rc == 2 && strstr(out, "--format onnx: must be safetensors or raw"),
+            "bad --format: exit %d; output:\n%s", rc, out);
   free(out);
 }

@@ -38,7 +38,8 @@ Test(ch_fp16, a_static_scale_that_always_overflows_is_named) {
 
 Test(ch_fp16, huge_initial_scale_skips_the_expected_steps_weights_unchanged) {
   enum { S = 30 };
-  zl_out_t a = zl_launch(1, 60, "fp16_huge", "huge", ZL_BIN "/ch02_ddp " MLP " --steps %d --init-scale 1099511627776", S);
+  zl_out_t a = zl_launch(1, 60, "fp16_huge", "huge",
+                         ZL_BIN "/ch02_ddp " MLP " --steps %d --init-scale 1099511627776", S);
   double sc[S + 1];
   const char *p = strstr(a.json, "\"loss_scales\": [");
   cr_assert(p, "--json has no loss_scales array:\n%s", a.json);
@@ -54,8 +55,9 @@ Test(ch_fp16, huge_initial_scale_skips_the_expected_steps_weights_unchanged) {
   int halvings = 0, first = 0;
   for (int i = 0; i < S; i++) {
     int halved = sc[i + 1] == sc[i] / 2;
-    cr_assert(halved || sc[i + 1] == sc[i], "step %d: scale %.17g -> %.17g: neither kept nor halved (growth interval 2000)",
-              i, sc[i], sc[i + 1]);
+    cr_assert(halved || sc[i + 1] == sc[i],
+              "step %d: scale %.17g -> %.17g: neither kept nor halved (growth interval 2000)", i, sc[i],
+              sc[i + 1]);
     halvings += halved;
     if (halved && first == i) first = i + 1; /* the first run of skipped steps: 0..first-1 */
   }
@@ -65,9 +67,11 @@ Test(ch_fp16, huge_initial_scale_skips_the_expected_steps_weights_unchanged) {
   cr_assert_eq((int)zl_json_num(a.json, "overflow_steps"), halvings, "overflow_steps != %d", halvings);
   zl_out_free(&a);
   /* only the first skipped steps: the weights are the initial ones, bit for bit */
-  zl_out_t s = zl_launch(1, 60, "fp16_huge", "skipped", ZL_BIN "/ch02_ddp " MLP " --steps %d --init-scale 1099511627776", first);
+  zl_out_t s = zl_launch(1, 60, "fp16_huge", "skipped",
+                         ZL_BIN "/ch02_ddp " MLP " --steps %d --init-scale 1099511627776", first);
   zl_out_t z = zl_launch(1, 60, "fp16_huge", "lr0", ZL_BIN "/ch02_ddp " SHAPE " --steps 1 --lr 0");
-  cr_assert_eq((int)zl_json_num(s.json, "skipped_steps"), first, "the first %d steps again: not all skipped", first);
+  cr_assert_eq((int)zl_json_num(s.json, "skipped_steps"), first, "the first %d steps again: not all skipped",
+               first);
   cr_assert_eq(s.n, z.n);
   zl_expect_floats("weights after only skipped steps vs the initial weights", s.params, z.params, s.n, 0);
   zl_out_free(&s);
@@ -80,8 +84,10 @@ Test(ch_fp16, one_shard_overflow_skips_on_every_rank_zero3) {
   char dir[256], a[400], b[400], json[320], *out = NULL;
   zl_tmpdir(dir, sizeof dir, "fp16_z3");
   snprintf(json, sizeof json, "%s/r.json", dir);
-  int rc = zl_run(3, 60, &out, ZL_BIN "/ch05_zero3 " MLP " --steps 2 --fault 1:1:overflow --ckpt %s --save-every 1 --json %s",
-                  dir, json);
+  int rc =
+      zl_run(3, 60, &out,
+             ZL_BIN "/ch05_zero3 " MLP " --steps 2 --fault 1:1:overflow --ckpt %s --save-every 1 --json %s",
+             dir, json);
   cr_assert_eq(rc, 0, "ch05_zero3 --fault 1:1:overflow: exit %d:\n%s", rc, out);
   cr_assert(strstr(out, "step 1: gradient overflow") && strstr(out, "skipped on every rank"),
             "no 'step 1: gradient overflow ... skipped on every rank' line:\n%s", out);
@@ -95,9 +101,11 @@ Test(ch_fp16, one_shard_overflow_skips_on_every_rank_zero3) {
   cr_assert(man && strstr(man, "\nopt_t 1\n") && strstr(man, "\nprecision fp16\n"),
             "%s: after the skipped step the optimizer's t must stay 1 (and fp16 be recorded):\n%s", a, man);
   cr_assert_eq((int)zl_json_num(js, "skipped_steps"), 1, "skipped_steps: expected 1:\n%s", js);
-  cr_assert(zl_json_num(js, "loss_scale_final") == 32768, "loss_scale_final: got %g, expected 32768 (65536 backed off)",
+  cr_assert(zl_json_num(js, "loss_scale_final") == 32768,
+            "loss_scale_final: got %g, expected 32768 (65536 backed off)",
             zl_json_num(js, "loss_scale_final"));
-  cr_assert(zl_json_num(js, "overflow_check_bytes") > 0, "overflow_check_bytes: the check is a collective under ZeRO");
+  cr_assert(zl_json_num(js, "overflow_check_bytes") > 0,
+            "overflow_check_bytes: the check is a collective under ZeRO");
   free(man);
   free(js);
   free(out);
@@ -131,7 +139,8 @@ Test(ch_fp16, gpt_fp16_matches_bf16_validation_loss, .timeout = 300) {
   zl_out_t h = zl_launch(1, 240, "fp16_gpt", "fp16", "%s --precision fp16", g);
   zl_out_t b = zl_launch(1, 240, "fp16_gpt", "bf16", "%s --precision bf16", g);
   double vh = zl_json_num(h.json, "final_val_loss"), vb = zl_json_num(b.json, "final_val_loss");
-  cr_assert(fabs(vh - vb) <= 0.05, "GPT validation loss: fp16 %.6f, bf16 %.6f: differ by more than 0.05", vh, vb);
+  cr_assert(fabs(vh - vb) <= 0.05, "GPT validation loss: fp16 %.6f, bf16 %.6f: differ by more than 0.05", vh,
+            vb);
   cr_assert(vh < 5.0, "fp16 GPT did not learn: validation loss %.4f (uniform 5.545)", vh);
   zl_out_free(&h);
   zl_out_free(&b);
@@ -170,26 +179,31 @@ Test(ch_fp16, scaler_state_survives_a_resume_bitwise) {
   char dir[256], step[320];
   zl_tmpdir(dir, sizeof dir, "fp16_resume_ck");
 #define SCALER MLP " --steps 8 --init-scale 1073741824 --growth-interval 2"
-  zl_out_t full = zl_launch(2, 60, "fp16_resume", "full", ZL_BIN "/ch03_zero1 " SCALER " --ckpt %s --save-every %d", dir, CUT);
+  zl_out_t full = zl_launch(2, 60, "fp16_resume", "full",
+                            ZL_BIN "/ch03_zero1 " SCALER " --ckpt %s --save-every %d", dir, CUT);
   snprintf(step, sizeof step, "%s/step-%06d", dir, CUT);
   char man_path[400];
   snprintf(man_path, sizeof man_path, "%s/manifest.txt", step);
   char *man = zl_read_file(man_path, NULL);
-  cr_assert(man && strstr(man, "\nscaler "), "%s: no 'scaler' line (the loss scaler's state is not saved):\n%s", man_path,
+  cr_assert(man && strstr(man, "\nscaler "),
+            "%s: no 'scaler' line (the loss scaler's state is not saved):\n%s", man_path,
             man ? man : "(missing)");
   free(man);
-  zl_out_t res = zl_launch(2, 60, "fp16_resume", "resumed", ZL_BIN "/ch03_zero1 " SCALER " --resume %s", step);
+  zl_out_t res =
+      zl_launch(2, 60, "fp16_resume", "resumed", ZL_BIN "/ch03_zero1 " SCALER " --resume %s", step);
   double a[S], b[S];
   json_scales(full.json, a, S);
   json_scales(res.json, b, S);
-  cr_assert(zl_json_num(full.json, "skipped_steps") >= 1, "scale 2^30 never overflowed: the test proves nothing");
+  cr_assert(zl_json_num(full.json, "skipped_steps") >= 1,
+            "scale 2^30 never overflowed: the test proves nothing");
   for (int i = CUT; i < S; i++)
     cr_assert(a[i] == b[i], "loss scale of step %d: resumed %.17g, uninterrupted %.17g", i, b[i], a[i]);
   cr_assert(zl_json_num(full.json, "loss_scale_final") == zl_json_num(res.json, "loss_scale_final"),
             "loss_scale_final: resumed %g, uninterrupted %g", zl_json_num(res.json, "loss_scale_final"),
             zl_json_num(full.json, "loss_scale_final"));
   cr_assert_eq(full.n, res.n);
-  zl_expect_floats("weights after 8 steps: resumed at step 4 vs uninterrupted", res.params, full.params, full.n, 0);
+  zl_expect_floats("weights after 8 steps: resumed at step 4 vs uninterrupted", res.params, full.params,
+                   full.n, 0);
 #undef SCALER
   zl_out_free(&full);
   zl_out_free(&res);

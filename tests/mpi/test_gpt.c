@@ -1,5 +1,6 @@
 /* test_gpt.c — every training contract for --model gpt (suite common_gpt; common/model/gpt.h):
- *   (bitwise only where the same kernels run the same shapes in the same order: notes/design.md, "Bits or a tolerance")
+ *   (bitwise only where the same kernels run the same shapes in the same order: notes/design.md, "Bits or a
+ * tolerance")
  *   N ranks = 1 rank (1e-5, DDP N = 2 against N = 1: another per-rank batch, other GEMM shapes);
  *   ZeRO-1/2/3 = DDP bitwise at N = 2 and within 1e-6 at N = 3 (padded units), with the ledger's
  *   model states = the formula at the padded Ψ, to the byte;
@@ -16,18 +17,22 @@
 #include <sys/stat.h> // mkdir
 
 #define TEXT "/usr/share/games/fortunes/cookie"
-#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --data " TEXT
+#define GPT \
+  "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --data " TEXT
 #define ADAM "--optimizer adamw --lr 0.01 --steps 4"
 #define SGD "--optimizer sgd --momentum 0.9 --lr 0.1 --steps 4"
 
-static gpt_shape_t shape(void) { return (gpt_shape_t){.n_layer = 2, .n_head = 5, .n_embd = 35, .seq_len = 16, .vocab = 256}; }
+static gpt_shape_t shape(void) {
+  return (gpt_shape_t){.n_layer = 2, .n_head = 5, .n_embd = 35, .seq_len = 16, .vocab = 256};
+}
 
 /* bin (a program of build/bin) on np ranks with args, --json and --save-params into a temp dir. */
 static zl_out_t launch(int np, const char *bin, const char *args, const char *name) {
   zl_out_t r = zl_launch(np, 120, "gpt", name, ZL_BIN "/%s %s", bin, args);
   model_t m;
   gpt_init(&m, shape());
-  cr_assert(r.params && (r.n == m.numel || strstr(args, "--n-embd 35") == NULL), "%s: --save-params holds %lld floats, expected Ψ = %lld", name, (long long)r.n,
+  cr_assert(r.params && (r.n == m.numel || strstr(args, "--n-embd 35") == NULL),
+            "%s: --save-params holds %lld floats, expected Ψ = %lld", name, (long long)r.n,
             (long long)m.numel);
   model_free(&m);
   return r;
@@ -40,16 +45,17 @@ static void check_same(const zl_out_t *a, const zl_out_t *b, double tol, const c
   int na = zl_json_all(a->json, "loss", la, 64), nb = zl_json_all(b->json, "loss", lb, 64);
   cr_assert(na == nb && na > 0, "%s: %d losses against %d", what, na, nb);
   for (int i = 0; i < na; i++)
-    cr_assert(tol == 0 ? la[i] == lb[i] : zl_rel(la[i], lb[i]) <= tol, "%s: loss %d: got %.17g, expected %.17g (tol %g)",
-              what, i, la[i], lb[i], tol);
+    cr_assert(tol == 0 ? la[i] == lb[i] : zl_rel(la[i], lb[i]) <= tol,
+              "%s: loss %d: got %.17g, expected %.17g (tol %g)", what, i, la[i], lb[i], tol);
   double scale = 0;
   for (int64_t i = 0; i < b->n; i++) scale = fmax(scale, fabs(b->params[i]));
   for (int64_t i = 0; i < a->n; i++) {
-    int bad = tol == 0 ? memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0
-                       : !(fabs((double)a->params[i] - b->params[i]) <= tol * fmax(fabs(b->params[i]), 0.01 * scale));
+    int bad = tol == 0
+        ? memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0
+        : !(fabs((double)a->params[i] - b->params[i]) <= tol * fmax(fabs(b->params[i]), 0.01 * scale));
     if (bad)
-      cr_assert_fail("%s: param[%lld]: got %.9g, expected %.9g (%s %g)", what, (long long)i, a->params[i], b->params[i],
-                     tol == 0 ? "bitwise" : "tolerance", tol);
+      cr_assert_fail("%s: param[%lld]: got %.9g, expected %.9g (%s %g)", what, (long long)i, a->params[i],
+                     b->params[i], tol == 0 ? "bitwise" : "tolerance", tol);
   }
 }
 
@@ -67,7 +73,8 @@ static void check_ledger(const zl_out_t *r, int stage, int N, int opt_states, co
   for (int rk = 0; rk < N; rk++)
     for (int k = 0; k < 3; k++) {
       double got = zl_rank_mem(r->json, rk, keys[k]);
-      cr_assert(got == exp[k], "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ %lld)", what, rk,
+      cr_assert(got == exp[k],
+                "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ %lld)", what, rk,
                 keys[k], got, exp[k], (long long)padded);
     }
 }
@@ -76,12 +83,16 @@ static void check_ledger(const zl_out_t *r, int stage, int N, int opt_states, co
 static void check_acts(const zl_out_t *r, int64_t local_batch, int recompute, const char *what) {
   double got = zl_json_num(r->json, "acts_saved_bytes"), f = zl_json_num(r->json, "acts_formula_bytes");
   double want = (double)gpt_acts_bytes(shape(), local_batch, recompute);
-  cr_assert(got == want && f == want, "%s: activations kept %.0f bytes, formula in the report %.0f, gpt_acts_bytes %.0f",
-            what, got, f, want);
+  cr_assert(got == want && f == want,
+            "%s: activations kept %.0f bytes, formula in the report %.0f, gpt_acts_bytes %.0f", what, got, f,
+            want);
 }
 
 static const char *stage_bin(int stage) {
-  return stage == 0 ? "ch02_ddp --variant naive" : stage == 1 ? "ch03_zero1" : stage == 2 ? "ch04_zero2" : "ch05_zero3";
+  return stage == 0 ? "ch02_ddp --variant naive"
+      : stage == 1  ? "ch03_zero1"
+      : stage == 2  ? "ch04_zero2"
+                    : "ch05_zero3";
 }
 
 /* N = 2: DDP against 1 rank (1e-5), ZeRO-1/2/3 against DDP bitwise, ledgers and activations. */
@@ -160,14 +171,17 @@ Test(common_gpt, checkpoint_resume_bitwise, .timeout = 300) {
  * evaluations land in the JSON in order, and ZeRO-3's forward-only evaluation with --prefetch 1
  * leaves its gathers consistent (the run would stop on "no free gather slot" otherwise). */
 Test(common_gpt, validation_loss_falls_below_unigram, .timeout = 300) {
-  zl_out_t r = launch(2, "ch05_zero3 --prefetch 1",
-                       "--model gpt --gpt tiny --batch 16 --steps 400 --lr 0.01 --seed 3 --device cpu --eval-every 200 "
-                       "--eval-batches 8 --sample 40 --data " TEXT, "falls");
+  zl_out_t r =
+      launch(2, "ch05_zero3 --prefetch 1",
+             "--model gpt --gpt tiny --batch 16 --steps 400 --lr 0.01 --seed 3 --device cpu --eval-every 200 "
+             "--eval-batches 8 --sample 40 --data " TEXT,
+             "falls");
   double ev[8];
   int n = zl_json_all(r.json, "val_loss", ev, 8);
   double fin = zl_json_num(r.json, "final_val_loss");
   cr_assert(n == 2 && ev[1] == fin, "%d evaluations (expected 2: steps 200, 400), final %.6f", n, fin);
-  cr_assert(fin < 2.9, "validation loss after 400 steps: %.4f, expected < 2.9 (unigram 3.33, uniform 5.55)", fin);
+  cr_assert(fin < 2.9, "validation loss after 400 steps: %.4f, expected < 2.9 (unigram 3.33, uniform 5.55)",
+            fin);
   /* The sample: English-like bytes. The text has no byte outside printable ASCII and
    * whitespace, so a trained model puts almost no probability there; logits read from the wrong
    * place (a past bug: a byte offset for a float one) sample nearly uniformly over 256 bytes, and
@@ -177,8 +191,9 @@ Test(common_gpt, validation_loss_falls_below_unigram, .timeout = 300) {
   smp = strchr(smp, '\n') + 1;
   int odd = 0, len = 0;
   for (; len < 40 && smp[len]; len++) odd += smp[len] == '?';
-  cr_assert(len == 40 && odd <= 4, "sample: %d bytes, %d of them outside printable ASCII ('?'), expected 40 and <= 4:\n%.40s",
-            len, odd, smp);
+  cr_assert(len == 40 && odd <= 4,
+            "sample: %d bytes, %d of them outside printable ASCII ('?'), expected 40 and <= 4:\n%.40s", len,
+            odd, smp);
   zl_out_free(&r);
 }
 
@@ -194,8 +209,8 @@ Test(common_gpt, bad_flags_exit_2) {
   for (int i = 0; i < 5; i++) {
     char *out = NULL;
     int rc = zl_run(0, 30, &out, ZL_BIN "/ch02_ddp %s", cases[i].args);
-    cr_assert(rc == 2 && strstr(out, cases[i].want), "ch02_ddp %s: exit %d, expected 2 and '%s':\n%s", cases[i].args, rc,
-              cases[i].want, out);
+    cr_assert(rc == 2 && strstr(out, cases[i].want), "ch02_ddp %s: exit %d, expected 2 and '%s':\n%s",
+              cases[i].args, rc, cases[i].want, out);
     free(out);
   }
 }

@@ -20,12 +20,14 @@
 Test(ch09_hsdp, checkpoint_resumes_on_hsdp_bitwise_and_on_other_grids, .timeout = 120) {
   char dir[256];
   zl_tmpdir(dir, sizeof dir, "hsdp_ck");
-  zl_out_t straight = zl_launch(4, 60, "hsdp_ck", "straight", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN
-                                " --steps 6 --ckpt %s/ck --save-every 3", dir);
+  zl_out_t straight = zl_launch(
+      4, 60, "hsdp_ck", "straight",
+      NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN " --steps 6 --ckpt %s/ck --save-every 3", dir);
   cr_assert(strstr(straight.json, "hsdp"), "the straight run is not HSDP:\n%s", straight.text);
   zl_out_t resumed = zl_launch(4, 60, "hsdp_ck", "resumed", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN
                                " --steps 6 --resume %s/ck/step-000003", dir);
-  zl_expect_floats("HSDP 3 + resumed 3 vs 6 straight: weights", resumed.params, straight.params, straight.n, 0);
+  zl_expect_floats("HSDP 3 + resumed 3 vs 6 straight: weights", resumed.params, straight.params, straight.n,
+                   0);
   zl_expect_same_losses("HSDP 3 + resumed 3 vs 6 straight", resumed.json, straight.json);
   static const struct { int np; const char *cmd; } other[2] = {
       {3, ZL_BIN "/ch02_ddp --variant naive " RUN " --steps 6 --resume %s/ck/step-000003"},
@@ -35,17 +37,20 @@ Test(ch09_hsdp, checkpoint_resumes_on_hsdp_bitwise_and_on_other_grids, .timeout 
     char name[32], what[160];
     snprintf(name, sizeof name, "other%d", i);
     zl_out_t o = zl_launch(other[i].np, 60, "hsdp_ck", name, other[i].cmd, dir);
-    snprintf(what, sizeof what, "HSDP checkpoint resumed on %d ranks (%s) vs HSDP straight", other[i].np, i ? "zero1" : "ddp");
+    snprintf(what, sizeof what, "HSDP checkpoint resumed on %d ranks (%s) vs HSDP straight", other[i].np,
+             i ? "zero1" : "ddp");
     cr_assert_eq(o.n, straight.n, "%s: %lld weights", what, (long long)o.n);
     double gap = zl_expect_close_norm(what, o.params, straight.params, o.n, 1e-6);
     cr_log_info("%s: largest |difference| / max|w|: %.2g (tolerance 1e-06)", what, gap);
     zl_out_free(&o);
   }
   /* any grid into HSDP: a ZeRO-2 checkpoint of 3 ranks resumed by HSDP on 2 x 2 */
-  zl_out_t z2 = zl_launch(3, 60, "hsdp_ck", "zero2", ZL_BIN "/ch04_zero2 " RUN " --steps 6 --ckpt %s/ck2 --save-every 3", dir);
+  zl_out_t z2 = zl_launch(3, 60, "hsdp_ck", "zero2",
+                          ZL_BIN "/ch04_zero2 " RUN " --steps 6 --ckpt %s/ck2 --save-every 3", dir);
   zl_out_t into = zl_launch(4, 60, "hsdp_ck", "into", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN
                             " --steps 6 --resume %s/ck2/step-000003", dir);
-  double gap = zl_expect_close_norm("ZeRO-2 checkpoint resumed by HSDP vs ZeRO-2 straight", into.params, z2.params, z2.n, 1e-6);
+  double gap = zl_expect_close_norm("ZeRO-2 checkpoint resumed by HSDP vs ZeRO-2 straight", into.params,
+                                    z2.params, z2.n, 1e-6);
   cr_log_info("ZeRO-2 (3 ranks) -> HSDP (2 x 2): largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
   zl_out_free(&z2), zl_out_free(&into), zl_out_free(&straight), zl_out_free(&resumed);
 }
@@ -56,8 +61,10 @@ Test(ch09_hsdp, checkpoint_resumes_on_hsdp_bitwise_and_on_other_grids, .timeout 
  * all N ranks counts every piece K = 2 times (the clip scale 1/sqrt 2 of the right one): measured
  * 6.9e-4 of max|w| away. */
 Test(ch09_hsdp, gradient_norm_counts_each_piece_once, .timeout = 60) {
-  zl_out_t h = zl_launch(4, 60, "hsdp_norm", "hsdp", NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN " --steps 4 --clip 0.05");
-  zl_out_t d = zl_launch(4, 60, "hsdp_norm", "ddp", ZL_BIN "/ch02_ddp --variant naive " RUN " --steps 4 --clip 0.05");
+  zl_out_t h = zl_launch(4, 60, "hsdp_norm", "hsdp",
+                         NODES ZL_BIN "/ch05_zero3 --shard-group node " RUN " --steps 4 --clip 0.05");
+  zl_out_t d =
+      zl_launch(4, 60, "hsdp_norm", "ddp", ZL_BIN "/ch02_ddp --variant naive " RUN " --steps 4 --clip 0.05");
   cr_assert_eq(h.n, d.n, "HSDP %lld weights, DDP %lld", (long long)h.n, (long long)d.n);
   double gap = zl_expect_close_norm("HSDP (2 x 2) vs DDP (4), --clip 0.05", h.params, d.params, d.n, 1e-6);
   cr_log_info("HSDP vs DDP with the clip active: largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
@@ -71,12 +78,15 @@ Test(ch09_hsdp, gradient_norm_counts_each_piece_once, .timeout = 60) {
  * over every data-parallel rank, t->comm — which HSDP once swapped for the node's group while its
  * hooks ran: summed over the node only, the run ended 1.5e-5 of max|w| away. */
 Test(ch09_hsdp, with_tensor_parallelism_equals_zero3, .timeout = 60) {
-#define TPRUN ZL_BIN "/ch07_pipeline --pp 1 --tp 2 --zero 3 --layers 3 --hidden 48 --input 20 --classes 6 " RUN " --steps 3 --clip 0.05"
+#define TPRUN                                                                                       \
+  ZL_BIN "/ch07_pipeline --pp 1 --tp 2 --zero 3 --layers 3 --hidden 48 --input 20 --classes 6 " RUN \
+         " --steps 3 --clip 0.05"
   zl_out_t h = zl_launch(4, 60, "hsdp_tp", "hsdp", NODES TPRUN " --shard-group node");
   zl_out_t z = zl_launch(4, 60, "hsdp_tp", "zero3", NODES TPRUN);
   cr_assert(strstr(h.json, "hsdp"), "the run is not HSDP:\n%s", h.text);
   cr_assert_eq(h.n, z.n, "HSDP %lld weights, ZeRO-3 %lld", (long long)h.n, (long long)z.n);
-  double gap = zl_expect_close_norm("HSDP x TP 2 vs ZeRO-3 x TP 2, --clip 0.05", h.params, z.params, z.n, 1e-6);
+  double gap =
+      zl_expect_close_norm("HSDP x TP 2 vs ZeRO-3 x TP 2, --clip 0.05", h.params, z.params, z.n, 1e-6);
   cr_log_info("HSDP x TP vs ZeRO-3 x TP: largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
   zl_out_free(&h), zl_out_free(&z);
 #undef TPRUN
@@ -95,8 +105,10 @@ Test(ch09_hsdp, under_zero_bubble_schedules_equals_ddp_accum, .timeout = 90) {
   for (int i = 0; i < 2; i++) {
     char what[128];
     snprintf(what, sizeof what, "HSDP under %s, P 2 x D 2 vs 2-rank DDP --accum 4", sched[i]);
-    zl_out_t r = zl_launch(4, 60, "hsdp_zb", sched[i], NODES ZL_BIN "/ch07_pipeline " ZBMLP " --pp 2 --micro-batches 4 "
-                           "--schedule %s --zero 3 --shard-group node", sched[i]);
+    zl_out_t r = zl_launch(4, 60, "hsdp_zb", sched[i],
+                           NODES ZL_BIN "/ch07_pipeline " ZBMLP " --pp 2 --micro-batches 4 "
+                                        "--schedule %s --zero 3 --shard-group node",
+                           sched[i]);
     cr_assert(strstr(r.json, "hsdp"), "%s: the --json does not name hsdp", what);
     cr_assert_eq(r.n, ref.n, "%s: %lld weights, expected %lld", what, (long long)r.n, (long long)ref.n);
     zl_expect_floats(what, r.params, ref.params, r.n, 0);

@@ -33,7 +33,8 @@ static void same_file(const char *a, const char *b) {
 static void close_params(const char *what, const char *got_path, const char *want_path, double tol) {
   int64_t n1 = 0, n2 = 0;
   float *got = zl_read_floats(got_path, &n1), *want = zl_read_floats(want_path, &n2);
-  cr_assert(got && want && n1 == n2 && n1 > 0, "%s: %s / %s missing or of different sizes", what, got_path, want_path);
+  cr_assert(got && want && n1 == n2 && n1 > 0, "%s: %s / %s missing or of different sizes", what, got_path,
+            want_path);
   zl_expect_floats(what, got, want, n1, tol);
   free(got);
   free(want);
@@ -62,7 +63,8 @@ Test(common_layout, toy_strategy_gets_checkpoints_for_free, .timeout = 600) {
 
   /* resume bitwise */
   snprintf(b, sizeof b, "%s/b", dir);
-  snprintf(args, sizeof args, MODEL " --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s/b.bin", a, b, dir);
+  snprintf(args, sizeof args, MODEL " --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s/b.bin", a,
+           b, dir);
   run_ok(2, "%s %s", TOY, args);
   snprintf(p, sizeof p, "%s/a.bin", dir);
   snprintf(q, sizeof q, "%s/b.bin", dir);
@@ -85,7 +87,8 @@ Test(common_layout, toy_strategy_gets_checkpoints_for_free, .timeout = 600) {
   /* reshard: its checkpoint into DDP and ZeRO-3 on 3 ranks */
   const char *into[2] = {ZL_BIN "/ch02_ddp", ZL_BIN "/ch05_zero3"};
   for (int k = 0; k < 2; k++) {
-    snprintf(args, sizeof args, MODEL " --steps 8 --resume %s/step-000004 --save-params %s/r%d.bin", a, dir, k);
+    snprintf(args, sizeof args, MODEL " --steps 8 --resume %s/step-000004 --save-params %s/r%d.bin", a, dir,
+             k);
     run_ok(3, "%s %s", into[k], args);
     snprintf(p, sizeof p, "%s/r%d.bin", dir, k);
     snprintf(q, sizeof q, "%s/a.bin", dir);

@@ -26,11 +26,15 @@
 #define MOE_NOSTEPS "--model gpt --gpt tiny --optimizer sgd --lr 0.1 --clip 0.5"
 #define MOE_BASE MOE_NOSTEPS " --steps 4"
 #define MOE_SHAPE MOE_BASE " --batch 8"
-#define MOE_LAUNCH(np, tag, name, args) zl_launch(np, 60, tag, name, "%s/ch12_experts " MOE_SHAPE " %s", ZL_BIN, args)
-#define MOE_LAUNCH16(np, tag, name, args) zl_launch(np, 90, tag, name, "%s/ch12_experts " MOE_BASE " --batch 16 %s", ZL_BIN, args)
+#define MOE_LAUNCH(np, tag, name, args) \
+  zl_launch(np, 60, tag, name, "%s/ch12_experts " MOE_SHAPE " %s", ZL_BIN, args)
+#define MOE_LAUNCH16(np, tag, name, args) \
+  zl_launch(np, 90, tag, name, "%s/ch12_experts " MOE_BASE " --batch 16 %s", ZL_BIN, args)
 
 /* ---- the plan (pure) -------------------------------------------------------------------------- */
-static uint64_t lcg(uint64_t *s) { return *s = *s * 6364136223846793005ull + 1442695040888963407ull, *s >> 33; }
+static uint64_t lcg(uint64_t *s) {
+  return *s = *s * 6364136223846793005ull + 1442695040888963407ull, *s >> 33;
+}
 
 /* k distinct experts per token, drawn from a skewed distribution so that capacity bites. */
 static void random_ids(int *ids, int64_t T, int k, int E, uint64_t seed) {
@@ -39,7 +43,8 @@ static void random_ids(int *ids, int64_t T, int k, int E, uint64_t seed) {
       int e, dup;
       do {
         uint64_t x = lcg(&seed) % (uint64_t)(E * E);
-        e = (int)(x % 3 == 0 ? x % (uint64_t)E : (x / (uint64_t)E) % (uint64_t)((E + 1) / 2)); /* low experts hot */
+        /* low experts hot */
+        e = (int)(x % 3 == 0 ? x % (uint64_t)E : (x / (uint64_t)E) % (uint64_t)((E + 1) / 2));
         dup = 0;
         for (int q = 0; q < j; q++) dup |= ids[t * k + q] == e;
       } while (dup);
@@ -60,8 +65,8 @@ static void check_plan(int64_t T, int k, int E, int64_t cap, uint64_t seed) {
   int64_t rows = moe_plan(ids, T, k, E, cap, counts, slot, row_tok);
   char what[96];
   snprintf(what, sizeof what, "moe_plan(T %lld, k %d, E %d, cap %lld)", (long long)T, k, E, (long long)cap);
-  cr_assert_eq(rows, rows_max, "%s returned %lld rows, expected %lld (%s)", what, (long long)rows, (long long)rows_max,
-               cap > 0 ? "E x cap: the padded buffer" : "T x k: one row per choice");
+  cr_assert_eq(rows, rows_max, "%s returned %lld rows, expected %lld (%s)", what, (long long)rows,
+               (long long)rows_max, cap > 0 ? "E x cap: the padded buffer" : "T x k: one row per choice");
   int64_t seen[64] = {0}, start = 0, last_tok[64];
   for (int e = 0; e < E; e++) last_tok[e] = -1;
   for (int e = 0; e < E; e++) {
@@ -77,25 +82,33 @@ static void check_plan(int64_t T, int k, int E, int64_t cap, uint64_t seed) {
       int64_t first = 0;
       for (int e2 = 0; e2 < e; e2++) first += cap > 0 ? cap : counts[e2];
       if (cap > 0 && seen[e] == cap) {
-        cr_assert_eq(s, -1, "%s: choice (token %lld, j %d) of expert %d past its capacity %lld got row %d, expected -1 "
-                     "(dropped: the first cap choices in token order keep their rows)", what, (long long)t, j, e,
-                     (long long)cap, s);
+        cr_assert_eq(
+            s, -1,
+            "%s: choice (token %lld, j %d) of expert %d past its capacity %lld got row %d, expected -1 "
+            "(dropped: the first cap choices in token order keep their rows)",
+            what, (long long)t, j, e, (long long)cap, s);
         continue;
       }
-      cr_assert(s >= first && s < first + (cap > 0 ? cap : counts[e]), "%s: choice (token %lld, j %d) of expert %d at "
-                "row %d, outside expert %d's rows [%lld, %lld)", what, (long long)t, j, e, s, e, (long long)first,
+      cr_assert(s >= first && s < first + (cap > 0 ? cap : counts[e]),
+                "%s: choice (token %lld, j %d) of expert %d at "
+                "row %d, outside expert %d's rows [%lld, %lld)",
+                what, (long long)t, j, e, s, e, (long long)first,
                 (long long)(first + (cap > 0 ? cap : counts[e])));
-      cr_assert_eq(s, first + seen[e], "%s: choice (token %lld, j %d) of expert %d at row %d, expected %lld (an expert's "
-                   "rows in token order, no gaps)", what, (long long)t, j, e, s, (long long)(first + seen[e]));
-      cr_assert_eq(row_tok[s], (int)t, "%s: row_tok[%d] = %d, expected token %lld", what, s, row_tok[s], (long long)t);
-      cr_assert(last_tok[e] < t || last_tok[e] == -1, "%s: expert %d: token %lld after token %lld", what, e, (long long)t,
-                (long long)last_tok[e]);
+      cr_assert_eq(s, first + seen[e],
+                   "%s: choice (token %lld, j %d) of expert %d at row %d, expected %lld (an expert's "
+                   "rows in token order, no gaps)",
+                   what, (long long)t, j, e, s, (long long)(first + seen[e]));
+      cr_assert_eq(row_tok[s], (int)t, "%s: row_tok[%d] = %d, expected token %lld", what, s, row_tok[s],
+                   (long long)t);
+      cr_assert(last_tok[e] < t || last_tok[e] == -1, "%s: expert %d: token %lld after token %lld", what, e,
+                (long long)t, (long long)last_tok[e]);
       last_tok[e] = t, seen[e]++;
     }
   for (int e = 0; e < E && cap > 0; e++)
     for (int64_t r = e * cap + counts[e]; r < (e + 1) * cap; r++)
-      cr_assert_eq(row_tok[r], -1, "%s: padding row %lld (expert %d holds %lld of %lld) names token %d, expected -1",
-                   what, (long long)r, e, (long long)counts[e], (long long)cap, row_tok[r]);
+      cr_assert_eq(row_tok[r], -1,
+                   "%s: padding row %lld (expert %d holds %lld of %lld) names token %d, expected -1", what,
+                   (long long)r, e, (long long)counts[e], (long long)cap, row_tok[r]);
   (void)start;
   free(ids), free(slot), free(row_tok);
 }
@@ -107,7 +120,8 @@ Test(ch12_moe, plan_contract) {
   check_plan(64, 2, 4, moe_capacity(1.25, 64, 2, 4), 4);
   check_plan(17, 3, 5, moe_capacity(0.5, 17, 3, 5), 5);
   check_plan(1, 1, 1, 0, 6);
-  cr_assert_eq(moe_capacity(1.25, 64, 2, 4), 40, "ceil(1.25 x 64 x 2 / 4) = 40, got %lld", (long long)moe_capacity(1.25, 64, 2, 4));
+  cr_assert_eq(moe_capacity(1.25, 64, 2, 4), 40, "ceil(1.25 x 64 x 2 / 4) = 40, got %lld",
+               (long long)moe_capacity(1.25, 64, 2, 4));
   cr_assert_eq(moe_capacity(0, 64, 2, 4), 0, "cf 0 is dropless: capacity 0");
 }
 
@@ -155,18 +169,22 @@ static void ep_case(const char *extra, double *gap) {
   snprintf(a3, sizeof a3, "--moe 4 --topk 2 --ep 2 %s", extra);
   snprintf(n1, sizeof n1, "one%zu", strlen(extra)), snprintf(n2, sizeof n2, "dp%zu", strlen(extra));
   snprintf(n3, sizeof n3, "ep%zu", strlen(extra));
-  zl_out_t one = MOE_LAUNCH(1, "moe", n1, a1), dp = MOE_LAUNCH(2, "moe", n2, a2), ep = MOE_LAUNCH(2, "moe", n3, a3);
+  zl_out_t one = MOE_LAUNCH(1, "moe", n1, a1), dp = MOE_LAUNCH(2, "moe", n2, a2),
+           ep = MOE_LAUNCH(2, "moe", n3, a3);
   char what[160];
   snprintf(what, sizeof what, "DP 2 against 1 rank --accum 2 (%s)", extra);
   zl_expect_same_losses(what, dp.json, one.json);
-  cr_assert_eq(ep.n, one.n, "EP 2 exported %lld weights, 1 rank %lld (the full model: every expert)", (long long)ep.n,
-               (long long)one.n);
+  cr_assert_eq(ep.n, one.n, "EP 2 exported %lld weights, 1 rank %lld (the full model: every expert)",
+               (long long)ep.n, (long long)one.n);
   snprintf(what, sizeof what, "EP 2 weights against 1 rank --accum 2 (%s)", extra);
   *gap = zl_expect_close_norm(what, ep.params, one.params, one.n, MOE_TOL);
   double d1 = zl_json_num(one.json, "moe_drop_rate"), d2 = zl_json_num(ep.json, "moe_drop_rate");
-  cr_assert_eq(d1, d2, "%s: EP 2 dropped %.17g of the choices, 1 rank %.17g (the same routing: capacity per micro-batch)",
-               extra, d2, d1);
-  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"), f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
+  cr_assert_eq(
+      d1, d2,
+      "%s: EP 2 dropped %.17g of the choices, 1 rank %.17g (the same routing: capacity per micro-batch)",
+      extra, d2, d1);
+  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"),
+         f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
   cr_assert(m > 0 && m == f, "%s: EP 2 all-to-all bytes per step %.17g measured, formula %.17g", extra, m, f);
   zl_out_free(&one), zl_out_free(&dp), zl_out_free(&ep);
 }
@@ -175,8 +193,10 @@ Test(ch12_moe, ep_equals_one_rank) {
   double g0, g1;
   ep_case("", &g0);
   ep_case("--capacity-factor 1.0", &g1);
-  cr_log_info("EP 2 against 1 rank: largest |difference| / max|w| (dropless): %.3g (tolerance %g)", g0, MOE_TOL);
-  cr_log_info("EP 2 against 1 rank: largest |difference| / max|w| (capacity 1.0): %.3g (tolerance %g)", g1, MOE_TOL);
+  cr_log_info("EP 2 against 1 rank: largest |difference| / max|w| (dropless): %.3g (tolerance %g)", g0,
+              MOE_TOL);
+  cr_log_info("EP 2 against 1 rank: largest |difference| / max|w| (capacity 1.0): %.3g (tolerance %g)", g1,
+              MOE_TOL);
 }
 
 /* --aux-loss-scope global: f_e counts every rank's choices, so the aux loss and its gradient are the
@@ -187,18 +207,22 @@ Test(ch12_moe, global_aux_loss_any_layout) {
   zl_out_t one = MOE_LAUNCH(1, "moe", "gone", g);
   snprintf(a, sizeof a, "%s --ep 2", g);
   zl_out_t ep = MOE_LAUNCH(2, "moe", "gep", a);
-  double gap = zl_expect_close_norm("--aux-loss-scope global: EP 2 against 1 rank (whole batch)", ep.params, one.params,
-                                    one.n, MOE_TOL);
-  cr_log_info("--aux-loss-scope global, EP 2 against 1 rank: largest |difference| / max|w|: %.3g (tolerance %g)", gap, MOE_TOL);
+  double gap = zl_expect_close_norm("--aux-loss-scope global: EP 2 against 1 rank (whole batch)", ep.params,
+                                    one.params, one.n, MOE_TOL);
+  cr_log_info(
+      "--aux-loss-scope global, EP 2 against 1 rank: largest |difference| / max|w|: %.3g (tolerance %g)", gap,
+      MOE_TOL);
   double x = zl_json_num(one.json, "moe_aux_loss_last"), y = zl_json_num(ep.json, "moe_aux_loss_last");
   cr_assert(zl_rel(y, x) <= 1e-6, "--aux-loss-scope global: aux loss EP 2 %.9g, 1 rank %.9g", y, x);
   zl_out_free(&one), zl_out_free(&ep);
 }
 
 Test(ch12_moe, router_bias_same_on_every_rank) {
-  zl_out_t r = MOE_LAUNCH(2, "moe", "bias", "--moe 4 --topk 2 --ep 2 --router-bias-rate 0.001 --aux-loss-coeff 0");
+  zl_out_t r =
+      MOE_LAUNCH(2, "moe", "bias", "--moe 4 --topk 2 --ep 2 --router-bias-rate 0.001 --aux-loss-coeff 0");
   cr_assert(zl_json_num(r.json, "moe_bias_hash") > 0, "no router bias fingerprint in the JSON:\n%s", r.text);
-  zl_out_free(&r); /* each step every rank compared its bias bits with the others': a difference stops the job */
+  /* each step every rank compared its bias bits with the others': a difference stops the job */
+  zl_out_free(&r);
 }
 
 /* The ledger of states by kind: the expert group's sum of expert and of dense states = the formula. */
@@ -206,26 +230,34 @@ static void expect_states_by_kind(const char *what, const char *json) {
   const char *kind[2] = {"expert", "dense"};
   for (int q = 0; q < 2; q++) {
     char kg[64], kf[64];
-    snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]), snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
+    snprintf(kg, sizeof kg, "moe_%s_state_bytes_group", kind[q]),
+        snprintf(kf, sizeof kf, "moe_%s_state_bytes_formula", kind[q]);
     double g = zl_json_num(json, kg), f = zl_json_num(json, kf);
-    cr_assert(g == f && f > 0, "%s: %s states kept by the expert group %.17g B, formula %.17g B", what, kind[q], g, f);
+    cr_assert(g == f && f > 0, "%s: %s states kept by the expert group %.17g B, formula %.17g B", what,
+              kind[q], g, f);
   }
 }
 
-/* Chapter 00's per-rank states for the tiny GPT's layout (layout: "--ep P [--tp T]", fp32, SGD momentum: K = 4)
+/* Chapter 00's per-rank states for the tiny GPT's layout (layout: "--ep P [--tp T]", fp32, SGD momentum: K =
+ * 4)
  * at --stage z = every rank's ledger (np ranks). */
 static void expect_ch00_states(const char *what, const char *json, int np, const char *layout, int z) {
   char c0p[320], name[32];
-  snprintf(name, sizeof name, "c0_%d_%d_%zu.json", np, z, strlen(layout)); /* one file per case: suites may run at once */
+  /* one file per case: suites may run at once */
+  snprintf(name, sizeof name, "c0_%d_%d_%zu.json", np, z, strlen(layout));
   zl_tmppath(c0p, sizeof c0p, "moe", name);
-  zl_run_ok(0, 30, "ch00_memory", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 "
-            "--ranks %d %s --precision fp32 --k 4 --stage %d --json %s", ZL_BIN, np, layout, z, c0p);
+  zl_run_ok(0, 30, "ch00_memory",
+            "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 --topk 2 "
+            "--ranks %d %s --precision fp32 --k 4 --stage %d --json %s",
+            ZL_BIN, np, layout, z, c0p);
   char *c0 = zl_read_file(c0p, NULL);
   cr_assert(c0, "%s: no --json from ch00_memory", what);
   double f00 = zl_json_num(zl_json_find(c0, "per_stage"), "total");
   for (int q = 0; q < np; q++)
-    cr_assert_eq(zl_rank_mem(json, q, "model_states"), f00, "%s rank %d: model states %.17g B in the ledger, "
-                 "ch00_memory --experts 4 %s says %.17g B", what, q, zl_rank_mem(json, q, "model_states"), layout, f00);
+    cr_assert_eq(zl_rank_mem(json, q, "model_states"), f00,
+                 "%s rank %d: model states %.17g B in the ledger, "
+                 "ch00_memory --experts 4 %s says %.17g B",
+                 what, q, zl_rank_mem(json, q, "model_states"), layout, f00);
   free(c0);
 }
 
@@ -244,7 +276,8 @@ static void tp_ep_expected_traffic(int sp, double *calls, double *bytes) {
   const double T = 2, X = 2, C = 32, S = 16, V = 256, b = 4, L = 2, E = 4, Cr = C / T, Vr = V / T;
   double n = b * S * C, ar = 2 * (T - 1) / T * 4, ag = (T - 1) / T * 4, arx = 2 * (X - 1) / X * 4;
   double emb = S * C + Vr * C, blk = 5 * C + 3 * Cr * C + 3 * Cr + C * Cr + E * C, head = 2 * C + Vr * C;
-  double grads_calls = L + (L + 2), grads = L * E * C * ar + (emb + L * blk + head) * arx; /* routers; dense parts */
+  /* routers; dense parts */
+  double grads_calls = L + (L + 2), grads = L * E * C * ar + (emb + L * blk + head) * arx;
   if (!sp) {
     *calls = 1 + 4 * L + 1 + 3 + grads_calls;
     *bytes = (1 + 2 * L + 1) * n * ar + 2 * L * n * ag + 3 * b * S * ar + grads;
@@ -270,31 +303,38 @@ static void expect_tp_ep_traffic(const char *what, const char *json, int np, int
     cr_assert(p, "%s: rank %d missing from tp.per_rank", what, q);
     double c = zl_json_num(p, "calls_per_step"), fc = zl_json_num(p, "formula_calls_per_step");
     double by = zl_json_num(p, "bytes_per_step"), fb = zl_json_num(p, "formula_bytes_per_step");
-    cr_assert(c == calls && fc == calls, "%s rank %d: %g collectives per step on the TP and data groups (report's "
-              "formula %g), expected %g", what, q, c, fc, calls);
-    cr_assert(by == bytes && fb == bytes, "%s rank %d: %.1f bytes per step (report's formula %.1f), expected %.1f", what,
-              q, by, fb, bytes);
+    cr_assert(c == calls && fc == calls,
+              "%s rank %d: %g collectives per step on the TP and data groups (report's "
+              "formula %g), expected %g",
+              what, q, c, fc, calls);
+    cr_assert(by == bytes && fb == bytes,
+              "%s rank %d: %.1f bytes per step (report's formula %.1f), expected %.1f", what, q, by, fb,
+              bytes);
     p += 8;
   }
-  cr_log_info("%s: %g collectives, %.0f B per rank and step besides the all-to-alls (= the report's formula)", what,
-              calls, bytes);
+  cr_log_info("%s: %g collectives, %.0f B per rank and step besides the all-to-alls (= the report's formula)",
+              what, calls, bytes);
 }
 
 Test(ch12_moe, tp_inside_ep_equals_one_rank) {
   zl_out_t one = MOE_LAUNCH(1, "moe", "tpone", "--moe 4 --topk 2 --accum 4");
   zl_out_t r = MOE_LAUNCH(4, "moe", "tpep", "--moe 4 --topk 2 --ep 4 --tp 2");
-  cr_assert_eq(r.n, one.n, "TP 2 x EP 4 exported %lld weights, 1 rank %lld (the full model)", (long long)r.n, (long long)one.n);
-  double gap = zl_expect_close_norm("TP 2 x EP 4 weights against 1 rank --accum 4", r.params, one.params, one.n, MOE_TOL);
+  cr_assert_eq(r.n, one.n, "TP 2 x EP 4 exported %lld weights, 1 rank %lld (the full model)", (long long)r.n,
+               (long long)one.n);
+  double gap = zl_expect_close_norm("TP 2 x EP 4 weights against 1 rank --accum 4", r.params, one.params,
+                                    one.n, MOE_TOL);
   double d1 = zl_json_num(one.json, "moe_drop_rate"), d2 = zl_json_num(r.json, "moe_drop_rate");
   double x1 = zl_json_num(one.json, "moe_aux_loss_last"), x2 = zl_json_num(r.json, "moe_aux_loss_last");
   cr_assert_eq(d1, d2, "TP 2 x EP 4 dropped %.17g of the choices, 1 rank %.17g", d2, d1);
-  cr_assert(zl_rel(x2, x1) <= 1e-6, "TP 2 x EP 4: aux loss %.9g, 1 rank --accum 4 %.9g (the same tokens per f_e)", x2, x1);
+  cr_assert(zl_rel(x2, x1) <= 1e-6,
+            "TP 2 x EP 4: aux loss %.9g, 1 rank --accum 4 %.9g (the same tokens per f_e)", x2, x1);
   double m = zl_json_num(r.json, "moe_a2a_bytes_per_step"), f = zl_json_num(r.json, "moe_a2a_bytes_formula");
   cr_assert(m > 0 && m == f, "TP 2 x EP 4: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
   expect_states_by_kind("TP 2 x EP 4", r.json);
   expect_ch00_states("TP 2 x EP 4", r.json, 4, "--ep 4 --tp 2", 0);
   expect_tp_ep_traffic("TP 2 x EP 4", r.json, 4, 0);
-  cr_log_info("TP 2 x EP 4 against 1 rank --accum 4: largest |difference| / max|w|: %.3g (tolerance %g)", gap, MOE_TOL);
+  cr_log_info("TP 2 x EP 4 against 1 rank --accum 4: largest |difference| / max|w|: %.3g (tolerance %g)", gap,
+              MOE_TOL);
   zl_out_free(&one), zl_out_free(&r);
 }
 
@@ -305,13 +345,14 @@ Test(ch12_moe, tp_sp_inside_ep_equals_one_rank) {
   char a[160];
   snprintf(a, sizeof a, "%s --ep 4 --tp 2 --sp", g);
   zl_out_t one = MOE_LAUNCH(1, "moe", "spone", g), sp = MOE_LAUNCH(4, "moe", "sp", a);
-  double gap = zl_expect_close_norm("TP 2 + SP inside EP 4 against 1 rank (whole batch, global aux scope)", sp.params,
-                                    one.params, one.n, MOE_TOL);
+  double gap = zl_expect_close_norm("TP 2 + SP inside EP 4 against 1 rank (whole batch, global aux scope)",
+                                    sp.params, one.params, one.n, MOE_TOL);
   double x = zl_json_num(one.json, "moe_aux_loss_last"), y = zl_json_num(sp.json, "moe_aux_loss_last");
   cr_assert(zl_rel(y, x) <= 1e-6, "TP 2 + SP x EP 4: aux loss %.9g, 1 rank %.9g", y, x);
   expect_tp_ep_traffic("TP 2 + SP x EP 4", sp.json, 4, 1);
   expect_states_by_kind("TP 2 + SP x EP 4", sp.json);
-  cr_log_info("TP 2 + SP inside EP 4 against 1 rank: largest |difference| / max|w|: %.3g (tolerance %g)", gap, MOE_TOL);
+  cr_log_info("TP 2 + SP inside EP 4 against 1 rank: largest |difference| / max|w|: %.3g (tolerance %g)", gap,
+              MOE_TOL);
   zl_out_free(&one), zl_out_free(&sp);
 }
 
@@ -320,19 +361,24 @@ Test(ch12_moe, refusals) {
   zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 3 --ep 2", "--ep");
   zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --sample 10", "--sample");
   zl_expect_refused(1, "ch12_experts", "--model gpt --gpt tiny --moe-every 3", "--moe-every");
-  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --tp 4", "--tp");  /* T must divide P_E */
-  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 4", "--tp");  /* and the heads (2) */
-  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --eval-every 2", "--eval-every");
+  /* T must divide P_E */
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --tp 4", "--tp");
+  /* and the heads (2) */
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 4", "--tp");
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --eval-every 2",
+                    "--eval-every");
 }
 
 /* Every step's loss of got within tol relative of want's (the half precisions round the weights after
  * every step: the losses, not the weights, are compared). */
 static void expect_losses_close(const char *what, const char *got, const char *want, double tol) {
   double a[64], b[64];
-  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 64), nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 64);
+  int na = zl_json_all(zl_json_find(got, "steps"), "loss", a, 64),
+      nb = zl_json_all(zl_json_find(want, "steps"), "loss", b, 64);
   cr_assert(na == nb && na >= 2, "%s: %d losses against %d", what, na, nb);
   for (int i = 0; i < na; i++)
-    cr_assert(zl_rel(a[i], b[i]) <= tol, "%s: loss of step %d %.9g, 1 rank %.9g (beyond %g relative)", what, i, a[i], b[i], tol);
+    cr_assert(zl_rel(a[i], b[i]) <= tol, "%s: loss of step %d %.9g, 1 rank %.9g (beyond %g relative)", what,
+              i, a[i], b[i], tol);
 }
 
 /* A checkpoint knows its experts (--moe E --moe-every m in its manifest): resuming it with other experts, or
@@ -342,20 +388,27 @@ Test(ch12_moe, checkpoint_knows_its_experts) {
   char dir[256], ckm[300], ckd[300], args[1024];
   zl_tmpdir(dir, sizeof dir, "moeckm");
   snprintf(ckm, sizeof ckm, "%s/moe", dir), snprintf(ckd, sizeof ckd, "%s/dense", dir);
-  zl_run_ok(1, 60, "MoE, checkpoint at step 2", "%s/ch12_experts " MOE_NOSTEPS " --batch 8 --moe 4 --topk 2 --steps 2 "
-            "--save-every 2 --ckpt %s --quiet", ZL_BIN, ckm);
-  zl_run_ok(1, 60, "dense, checkpoint at step 2", "%s/ch02_ddp " MOE_NOSTEPS " --batch 8 --steps 2 --save-every 2 --ckpt %s "
-            "--quiet", ZL_BIN, ckd);
+  zl_run_ok(1, 60, "MoE, checkpoint at step 2",
+            "%s/ch12_experts " MOE_NOSTEPS " --batch 8 --moe 4 --topk 2 --steps 2 "
+            "--save-every 2 --ckpt %s --quiet",
+            ZL_BIN, ckm);
+  zl_run_ok(1, 60, "dense, checkpoint at step 2",
+            "%s/ch02_ddp " MOE_NOSTEPS " --batch 8 --steps 2 --save-every 2 --ckpt %s "
+            "--quiet",
+            ZL_BIN, ckd);
   snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 8 --topk 2 --resume %s", ckm);
-  zl_expect_refused(1, "ch12_experts", args, "saved with --moe 4 --moe-every 1, this run has --moe 8 --moe-every 1");
+  zl_expect_refused(1, "ch12_experts", args,
+                    "saved with --moe 4 --moe-every 1, this run has --moe 8 --moe-every 1");
   snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --resume %s", ckm);
   zl_expect_refused(1, "ch02_ddp", args, "saved with --moe 4 --moe-every 1, this run has a dense model");
   snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 4 --topk 2 --resume %s", ckd);
   zl_expect_refused(1, "ch12_experts", args, "saved with a dense model (no experts), this run has --moe 4");
   char *out = NULL;
   int rc = zl_run(0, 30, &out, "%s/zl_ckpt convert %s %s/gf", ZL_BIN, ckm, dir);
-  cr_assert(rc == 1 && out && strstr(out, "a Mixture-of-Experts checkpoint (--moe 4"), "zl_ckpt convert of a MoE checkpoint: "
-            "exit %d, expected 1 and a line naming it:\n%s", rc, out ? out : "(no output)");
+  cr_assert(rc == 1 && out && strstr(out, "a Mixture-of-Experts checkpoint (--moe 4"),
+            "zl_ckpt convert of a MoE checkpoint: "
+            "exit %d, expected 1 and a line naming it:\n%s",
+            rc, out ? out : "(no output)");
   free(out);
 }
 
@@ -385,7 +438,8 @@ Test(ch12_moe_long, ep_half_precision_recompute) {
   for (int p = 0; p < 2; p++) {
     char a1[160], a2[160], n1[16], n2[16];
     snprintf(a1, sizeof a1, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --accum 4", prec[p]);
-    snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 2 --accum 2", prec[p]);
+    snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 2 --accum 2",
+             prec[p]);
     snprintf(n1, sizeof n1, "one%d", p), snprintf(n2, sizeof n2, "ep%d", p);
     zl_out_t one = MOE_LAUNCH16(1, "moel", n1, a1), ep = MOE_LAUNCH16(2, "moel", n2, a2);
     char what[64];
@@ -407,7 +461,8 @@ Test(ch12_moe_long, tp_inside_ep_every_strategy) {
     zl_out_t r = MOE_LAUNCH16(8, "moel", name, args);
     snprintf(what, sizeof what, "TP 2 x EP 4 x D 2 --zero %d against 1 rank --accum 8", z);
     zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
-    cr_assert_eq(zl_json_num(r.json, "moe_drop_rate"), zl_json_num(one.json, "moe_drop_rate"), "%s: drop rates differ", what);
+    cr_assert_eq(zl_json_num(r.json, "moe_drop_rate"), zl_json_num(one.json, "moe_drop_rate"),
+                 "%s: drop rates differ", what);
     expect_states_by_kind(what, r.json);
     expect_ch00_states(what, r.json, 8, "--ep 4 --tp 2", z);
     zl_out_free(&r);
@@ -417,7 +472,8 @@ Test(ch12_moe_long, tp_inside_ep_every_strategy) {
   for (int p = 0; p < 2; p++) {
     char a1[160], a2[160], n1[16], n2[16];
     snprintf(a1, sizeof a1, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --accum 8", prec[p]);
-    snprintf(a2, sizeof a2, "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 4 --tp 2 --accum 2", prec[p]);
+    snprintf(a2, sizeof a2,
+             "--moe 4 --topk 2 --moe-every 2 --recompute --precision %s --ep 4 --tp 2 --accum 2", prec[p]);
     snprintf(n1, sizeof n1, "tone%d", p), snprintf(n2, sizeof n2, "tph%d", p);
     zl_out_t o = MOE_LAUNCH16(1, "moel", n1, a1), r = MOE_LAUNCH16(4, "moel", n2, a2);
     char what[64];
@@ -433,16 +489,20 @@ Test(ch12_moe_long, tp_inside_ep_every_strategy) {
  * ran other GEMM shapes); `wider` (np_b ranks) from `layout`'s within 1e-5 of its straight run. ck: where
  * `layout`'s checkpoint is (the caller's refusals). */
 #define MOE_CK_GLOBAL "--moe 4 --topk 2 --aux-loss-scope global"
-static void expect_resume_across_grids(const char *tag, const char *name, const char *layout, int np_a, const char *wider,
-                                       int np_b, char *ck, size_t nck) {
+static void expect_resume_across_grids(const char *tag, const char *name, const char *layout, int np_a,
+                                       const char *wider, int np_b, char *ck, size_t nck) {
   char dir[256], ck1[300], args[2048], sa[200], sb[200], ra[600], rb[600], rc[600], what[200];
   zl_tmpdir(dir, sizeof dir, tag);
   snprintf(ck1, sizeof ck1, "%s/one", dir), snprintf(ck, nck, "%s/layout", dir);
-  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 " MOE_CK_GLOBAL " --steps 2 --save-every 2 --ckpt %s "
-           "--quiet", ZL_BIN, ck1);
+  snprintf(args, sizeof args,
+           "%s/ch12_experts " MOE_NOSTEPS " --batch 16 " MOE_CK_GLOBAL " --steps 2 --save-every 2 --ckpt %s "
+           "--quiet",
+           ZL_BIN, ck1);
   zl_run_ok(1, 60, "1 rank, checkpoint at step 2", "%s", args);
-  snprintf(args, sizeof args, "%s/ch12_experts " MOE_NOSTEPS " --batch 16 " MOE_CK_GLOBAL " --steps 2 --save-every 2 %s "
-           "--ckpt %s --quiet", ZL_BIN, layout, ck);
+  snprintf(args, sizeof args,
+           "%s/ch12_experts " MOE_NOSTEPS " --batch 16 " MOE_CK_GLOBAL " --steps 2 --save-every 2 %s "
+           "--ckpt %s --quiet",
+           ZL_BIN, layout, ck);
   snprintf(what, sizeof what, "%s, checkpoint at step 2", name);
   zl_run_ok(np_a, 60, what, "%s", args);
   snprintf(sa, sizeof sa, MOE_CK_GLOBAL " %s", layout), snprintf(sb, sizeof sb, MOE_CK_GLOBAL " %s", wider);
@@ -450,14 +510,16 @@ static void expect_resume_across_grids(const char *tag, const char *name, const 
   snprintf(rc, sizeof rc, "%s --resume %s", sb, ck);
   zl_out_t straight_a = MOE_LAUNCH16(np_a, tag, "straight_a", sa), same = MOE_LAUNCH16(np_a, tag, "same", rb);
   zl_out_t from1 = MOE_LAUNCH16(np_a, tag, "from1", ra);
-  zl_out_t straight_b = MOE_LAUNCH16(np_b, tag, "straight_b", sb), from_a = MOE_LAUNCH16(np_b, tag, "from_a", rc);
+  zl_out_t straight_b = MOE_LAUNCH16(np_b, tag, "straight_b", sb),
+           from_a = MOE_LAUNCH16(np_b, tag, "from_a", rc);
   snprintf(what, sizeof what, "%s resumed from its own checkpoint, against its straight run", name);
   zl_expect_floats(what, same.params, straight_a.params, straight_a.n, 0);
   snprintf(what, sizeof what, "%s resumed from 1 rank's checkpoint, against its straight run", name);
   zl_expect_close_norm(what, from1.params, straight_a.params, straight_a.n, MOE_TOL);
   snprintf(what, sizeof what, "%s resumed from %s's checkpoint, against its straight run", wider, name);
   zl_expect_close_norm(what, from_a.params, straight_b.params, straight_b.n, MOE_TOL);
-  zl_out_free(&straight_a), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight_b), zl_out_free(&from_a);
+  zl_out_free(&straight_a), zl_out_free(&same), zl_out_free(&from1), zl_out_free(&straight_b),
+      zl_out_free(&from_a);
 }
 
 /* EP 2 on 2 ranks, and EP 2 x D 2 on 4 from its checkpoint. */
@@ -497,8 +559,10 @@ Test(ch12_moe_long, tp_sp_inside_ep) {
  * 1e-5; EP 4 without --tp refuses it (another local layout), naming the flag. */
 Test(ch12_moe_long, tp_inside_ep_checkpoints) {
   char ck[300], refuse[600];
-  expect_resume_across_grids("moetck", "TP 2 x EP 4", "--ep 4 --tp 2", 4, "--ep 4 --tp 2 --zero 1", 8, ck, sizeof ck);
-  snprintf(refuse, sizeof refuse, MOE_NOSTEPS " --batch 16 --steps 4 " MOE_CK_GLOBAL " --ep 4 --resume %s", ck);
+  expect_resume_across_grids("moetck", "TP 2 x EP 4", "--ep 4 --tp 2", 4, "--ep 4 --tp 2 --zero 1", 8, ck,
+                             sizeof ck);
+  snprintf(refuse, sizeof refuse, MOE_NOSTEPS " --batch 16 --steps 4 " MOE_CK_GLOBAL " --ep 4 --resume %s",
+           ck);
   zl_expect_refused(4, "ch12_experts", refuse, "saved with --tp 2 inside each EP group");
 }
 
@@ -508,19 +572,23 @@ Test(ch12_moe, ch00_counts_total_and_active) {
   char dir[256], json[320];
   zl_tmpdir(dir, sizeof dir, "moe00");
   snprintf(json, sizeof json, "%s/c0.json", dir);
-  zl_run_ok(0, 30, "ch00_memory --experts", "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 "
-            "--topk 2 --ranks 4 --ep 2 --precision fp32 --json %s", ZL_BIN, json);
+  zl_run_ok(0, 30, "ch00_memory --experts",
+            "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 4 "
+            "--topk 2 --ranks 4 --ep 2 --precision fp32 --json %s",
+            ZL_BIN, json);
   char *c0 = zl_read_file(json, NULL);
   cr_assert(c0, "no --json from ch00_memory");
   const char *moe = zl_json_find(c0, "moe");
   cr_assert(moe, "ch00_memory --experts wrote no \"moe\" object:\n%s", c0);
   double C = 32, L = 2, S = 16, V = 256, E = 4, k = 2, X = 8 * C * C + 5 * C;
   double dense = 2 * V * C + S * C + 2 * C + L * (4 * C * C + 8 * C + E * C), total = dense + L * E * X;
-  cr_assert_eq(zl_json_num(moe, "params_total"), total, "Ψ total %.17g, expected %.17g", zl_json_num(moe, "params_total"), total);
+  cr_assert_eq(zl_json_num(moe, "params_total"), total, "Ψ total %.17g, expected %.17g",
+               zl_json_num(moe, "params_total"), total);
   cr_assert_eq(zl_json_num(moe, "params_active"), dense + L * k * X, "Ψ active %.17g, expected %.17g",
                zl_json_num(moe, "params_active"), dense + L * k * X);
   zl_out_t r = MOE_LAUNCH(1, "moe00", "export", "--moe 4 --topk 2");
-  cr_assert_eq((double)r.n, total, "ch12_experts exported %lld weights, ch00 counts %.17g", (long long)r.n, total);
+  cr_assert_eq((double)r.n, total, "ch12_experts exported %lld weights, ch00 counts %.17g", (long long)r.n,
+               total);
   zl_out_free(&r);
   free(c0);
 }

@@ -45,11 +45,12 @@ static double expected_inter(int two_level, const int *node_of, int N, int K, in
 static void check_counters(const char *map, const int *node_of, int N, int K, const char *impl) {
   char json[512], *out = NULL;
   zl_tmppath(json, sizeof json, "nodes", impl);
-  int rc = zl_run(N, 120, &out, "env ZL_NODE_OF_RANK=%s %s/ch09_nodes -b 48K -e 192K -f 4 -n 1 -w 0 --impl %s --json %s",
+  int rc = zl_run(N, 120, &out,
+                  "env ZL_NODE_OF_RANK=%s %s/ch09_nodes -b 48K -e 192K -f 4 -n 1 -w 0 --impl %s --json %s",
                   map, ZL_BIN, impl, json);
   char *text = zl_read_file(json, NULL);
-  cr_assert(text, "ch09_nodes (ZL_NODE_OF_RANK=%s, --impl %s) exited %d and wrote no --json at %s:\n%s", map, impl, rc,
-            json, out);
+  cr_assert(text, "ch09_nodes (ZL_NODE_OF_RANK=%s, --impl %s) exited %d and wrote no --json at %s:\n%s", map,
+            impl, rc, json, out);
   int g = N / K, rows = 0;
   char off[512] = "";
   for (const char *p = zl_json_find(text, "results"); (p = zl_json_find(p, "bytes")); rows++) {
@@ -59,27 +60,38 @@ static void check_counters(const char *map, const int *node_of, int N, int K, co
     const char *name = two ? "two-level (hier_all_reduce)" : "flat";
     double wrong = zl_json_num(p, "wrong");
     const char *fw = zl_json_find(p, "first_wrong");
-    cr_assert(wrong == 0, "ch09_nodes ZL_NODE_OF_RANK=%s --impl %s, %s, B = %.0f: #wrong %.0f: rank %.0f element %.0f got %g, "
-              "expected %g (the sum over the %d ranks)", map, impl, name, B, wrong, zl_json_num(fw, "rank"),
-              zl_json_num(fw, "index"), zl_json_num(fw, "got"), zl_json_num(fw, "expected"), N);
+    cr_assert(
+        wrong == 0,
+        "ch09_nodes ZL_NODE_OF_RANK=%s --impl %s, %s, B = %.0f: #wrong %.0f: rank %.0f element %.0f got %g, "
+        "expected %g (the sum over the %d ranks)",
+        map, impl, name, B, wrong, zl_json_num(fw, "rank"), zl_json_num(fw, "index"), zl_json_num(fw, "got"),
+        zl_json_num(fw, "expected"), N);
     double inter[16], p2p[16];
-    cr_assert_eq(json_array_at(p, "inter_node_bytes_per_rank", inter, 16), N, "row %d: inter-node bytes of %d ranks", rows, N);
+    cr_assert_eq(json_array_at(p, "inter_node_bytes_per_rank", inter, 16), N,
+                 "row %d: inter-node bytes of %d ranks", rows, N);
     int np2p = json_array_at(p, "p2p_inter_node_bytes_per_rank", p2p, 16);
     for (int r = 0; r < N && !off[0]; r++) {
       double want = expected_inter(two, node_of, N, K, g, r, B);
       if (inter[r] != want)
-        snprintf(off, sizeof off, "%s, B = %.0f: rank %d sent %.0f bytes across nodes (the counters), the formula %.0f "
-                 "(MEASURED != FORMULA)", name, B, r, inter[r], want);
+        snprintf(off, sizeof off,
+                 "%s, B = %.0f: rank %d sent %.0f bytes across nodes (the counters), the formula %.0f "
+                 "(MEASURED != FORMULA)",
+                 name, B, r, inter[r], want);
       else if (strcmp(impl, "ring") == 0 && (np2p != N || p2p[r] != want)) /* the ring code's own sends */
-        snprintf(off, sizeof off, "%s, B = %.0f: rank %d: the ring code really sent %.0f bytes across nodes, the formula "
-                 "%.0f", name, B, r, np2p == N ? p2p[r] : -1, want);
+        snprintf(off, sizeof off,
+                 "%s, B = %.0f: rank %d: the ring code really sent %.0f bytes across nodes, the formula "
+                 "%.0f",
+                 name, B, r, np2p == N ? p2p[r] : -1, want);
     }
     p = zl_json_find(p, "ranks_off_formula");
   }
   cr_assert_eq(rows, 2 * 2, "expected 2 sizes x 2 algorithms, got %d rows:\n%s", rows, text);
-  cr_assert(!off[0], "ch09_nodes ZL_NODE_OF_RANK=%s --impl %s: values right, but %s; the two-level all-reduce sends "
-            "2(K-1)/K x B/g across from every rank: reduce-scatter inside the node, all-reduce across on 1/g, all-gather "
-            "inside (notes/09-nodes.md)", map, impl, off);
+  cr_assert(!off[0],
+            "ch09_nodes ZL_NODE_OF_RANK=%s --impl %s: values right, but %s; the two-level all-reduce sends "
+            "2(K-1)/K x B/g across from every rank: reduce-scatter inside the node, all-reduce across on "
+            "1/g, all-gather "
+            "inside (notes/09-nodes.md)",
+            map, impl, off);
   cr_assert_eq(rc, 0, "ch09_nodes (ZL_NODE_OF_RANK=%s, --impl %s) exited %d:\n%s", map, impl, rc, out);
   free(text);
   free(out);
@@ -115,7 +127,8 @@ Test(ch09_nodes, hier_all_reduce_any_size, .timeout = 60) {
 Test(ch09_nodes, bad_node_maps_refused, .timeout = 60) {
   char *out = NULL;
   int rc = zl_run(3, 60, &out, "env ZL_NODE_OF_RANK=0,0,1 %s/ch09_nodes -b 4K -e 4K -n 1", ZL_BIN);
-  cr_assert(rc != 0 && strstr(out, "same number on every node"), "nodes of 2 and 1 ranks: exit %d:\n%s", rc, out);
+  cr_assert(rc != 0 && strstr(out, "same number on every node"), "nodes of 2 and 1 ranks: exit %d:\n%s", rc,
+            out);
   free(out);
   rc = zl_run(4, 60, &out, "env ZL_NODE_OF_RANK=0,0,1 %s/ch09_nodes -b 4K -e 4K -n 1", ZL_BIN);
   cr_assert(rc != 0 && strstr(out, "ZL_NODE_OF_RANK"), "3 entries for 4 ranks: exit %d:\n%s", rc, out);
@@ -147,12 +160,16 @@ Test(ch09_hsdp, equals_ddp_within_tolerance, .timeout = 60) {
   char a[512], b[512];
   zl_tmppath(a, sizeof a, "hsdp", "hsdp.bin");
   zl_tmppath(b, sizeof b, "hsdp", "ddp.bin");
-  zl_run_ok(4, 60, "ch05_zero3 --shard-group node", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node %s "
-            "--save-params %s", ZL_BIN, HSDP_RUN, a);
+  zl_run_ok(4, 60, "ch05_zero3 --shard-group node",
+            "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node %s "
+            "--save-params %s",
+            ZL_BIN, HSDP_RUN, a);
   zl_run_ok(4, 60, "ch02_ddp", "%s/ch02_ddp %s --save-params %s", ZL_BIN, HSDP_RUN, b);
   size_t n = 0;
   double d = max_diff(a, b, &n);
-  cr_assert(d <= 1e-5, "HSDP vs DDP after 5 steps: max |weight difference| %.3g over %zu weights (tolerance 1e-5)", d, n);
+  cr_assert(d <= 1e-5,
+            "HSDP vs DDP after 5 steps: max |weight difference| %.3g over %zu weights (tolerance 1e-5)", d,
+            n);
 }
 
 /* The report's numbers: bytes across nodes per rank = 2(K−1)/K·Ψ/g·4 (measured = formula, every
@@ -160,8 +177,8 @@ Test(ch09_hsdp, equals_ddp_within_tolerance, .timeout = 60) {
 Test(ch09_hsdp, bytes_and_memory_equal_formula, .timeout = 60) {
   char j[512];
   zl_tmppath(j, sizeof j, "hsdp", "hsdp.json");
-  zl_run_ok(4, 60, "ch05_zero3 --shard-group node", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node %s --json %s",
-            ZL_BIN, HSDP_RUN, j);
+  zl_run_ok(4, 60, "ch05_zero3 --shard-group node",
+            "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node %s --json %s", ZL_BIN, HSDP_RUN, j);
   char *text = zl_read_file(j, NULL);
   cr_assert(text, "no --json");
   double psi = zl_json_num(text, "params"), padded = zl_json_num(text, "padded_params");
@@ -174,12 +191,16 @@ Test(ch09_hsdp, bytes_and_memory_equal_formula, .timeout = 60) {
   for (int r = 0; r < 4; r++) {
     p = zl_json_find(p, "rank");
     double got = zl_json_num(p, "inter_bytes_per_step"), f = zl_json_num(p, "formula");
-    cr_assert(got == want_inter && f == want_inter, "rank %d: bytes across nodes per step got %.1f, its formula %.1f, expected "
-              "2(K-1)/K x psi/g x 4 = %.1f", r, got, f, want_inter);
+    cr_assert(got == want_inter && f == want_inter,
+              "rank %d: bytes across nodes per step got %.1f, its formula %.1f, expected "
+              "2(K-1)/K x psi/g x 4 = %.1f",
+              r, got, f, want_inter);
   }
   const char *comm = zl_json_find(text, "comm");
   double sent = zl_json_num(comm, "bytes_per_step_per_rank"), want = 3.0 * (2 - 1) / 2 * psi * 4 + want_inter;
-  cr_assert_eq(sent, want, "bytes sent per step per rank got %.1f expected 3(g-1)/g x psi x 4 + across = %.1f", sent, want);
+  cr_assert_eq(sent, want,
+               "bytes sent per step per rank got %.1f expected 3(g-1)/g x psi x 4 + across = %.1f", sent,
+               want);
   for (int r = 0; r < 4; r++) {
     double ms = zl_rank_mem(text, r, "model_states"), fms = 16.0 * psi / 2;
     cr_assert_eq(ms, fms, "rank %d: model states got %.0f bytes expected 16 psi / g = %.0f", r, ms, fms);
@@ -195,19 +216,26 @@ Test(ch09_hsdp, checkpoint_resumes_on_one_box, .timeout = 90) {
   zl_tmppath(a, sizeof a, "hsdp", "resumed.bin");
   zl_tmppath(b, sizeof b, "hsdp", "straight.bin");
   const char *run = "--batch 16 --seed 11 --optimizer adamw --lr 0.01 --quiet";
-  zl_run_ok(4, 60, "hsdp --ckpt", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node --steps 3 %s --ckpt %s", ZL_BIN,
+  zl_run_ok(4, 60, "hsdp --ckpt",
+            "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node --steps 3 %s --ckpt %s", ZL_BIN,
             run, dir);
-  zl_run_ok(2, 60, "zero3 --resume", "%s/ch05_zero3 --steps 6 %s --resume %s --save-params %s", ZL_BIN, run, dir, a);
-  zl_run_ok(4, 60, "hsdp 6 steps", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node --steps 6 %s --save-params %s",
+  zl_run_ok(2, 60, "zero3 --resume", "%s/ch05_zero3 --steps 6 %s --resume %s --save-params %s", ZL_BIN, run,
+            dir, a);
+  zl_run_ok(4, 60, "hsdp 6 steps",
+            "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --shard-group node --steps 6 %s --save-params %s",
             ZL_BIN, run, b);
   size_t n = 0;
   double d = max_diff(a, b, &n);
-  cr_assert(d <= 1e-5, "3 HSDP steps + 3 resumed ZeRO-3 steps vs 6 HSDP steps: max |difference| %.3g (tolerance 1e-5)", d);
+  cr_assert(d <= 1e-5,
+            "3 HSDP steps + 3 resumed ZeRO-3 steps vs 6 HSDP steps: max |difference| %.3g (tolerance 1e-5)",
+            d);
   int rc = zl_run(0, 30, &out, "%s/ch05_zero3 --shard-group node --resume %s", ZL_BIN, dir);
   cr_assert(rc == 2 && strstr(out, "--resume"), "--resume into HSDP: exit %d (want 2):\n%s", rc, out);
   free(out);
-  rc = zl_run(4, 60, &out, "env ZL_NODE_OF_RANK=0,0,0,1 %s/ch05_zero3 --shard-group node --steps 1 --quiet", ZL_BIN);
-  cr_assert(rc != 0 && strstr(out, "same number on every node"), "nodes of 3 and 1 ranks: exit %d:\n%s", rc, out);
+  rc = zl_run(4, 60, &out, "env ZL_NODE_OF_RANK=0,0,0,1 %s/ch05_zero3 --shard-group node --steps 1 --quiet",
+              ZL_BIN);
+  cr_assert(rc != 0 && strstr(out, "same number on every node"), "nodes of 3 and 1 ranks: exit %d:\n%s", rc,
+            out);
   free(out);
 }
 
@@ -219,12 +247,15 @@ Test(ch09_hsdp, hpz_equals_zero3_bitwise_and_bytes, .timeout = 60) {
   zl_tmppath(a, sizeof a, "hpz", "hpz.bin");
   zl_tmppath(b, sizeof b, "hpz", "zero3.bin");
   zl_tmppath(j, sizeof j, "hpz", "hpz.json");
-  zl_run_ok(4, 60, "ch05_zero3 --hpz", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --hpz %s --save-params %s --json %s", ZL_BIN,
-            HSDP_RUN, a, j);
-  zl_run_ok(4, 60, "ch05_zero3", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 %s --save-params %s", ZL_BIN, HSDP_RUN, b);
+  zl_run_ok(4, 60, "ch05_zero3 --hpz",
+            "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 --hpz %s --save-params %s --json %s", ZL_BIN, HSDP_RUN,
+            a, j);
+  zl_run_ok(4, 60, "ch05_zero3", "env ZL_NODE_OF_RANK=0,0,1,1 %s/ch05_zero3 %s --save-params %s", ZL_BIN,
+            HSDP_RUN, b);
   size_t n = 0;
   double d = max_diff(a, b, &n);
-  cr_assert(d == 0, "hpZ vs ZeRO-3: max |weight difference| %.3g over %zu weights (expected bit for bit)", d, n);
+  cr_assert(d == 0, "hpZ vs ZeRO-3: max |weight difference| %.3g over %zu weights (expected bit for bit)", d,
+            n);
   char *text = zl_read_file(j, NULL);
   cr_assert(text, "no --json");
   double P = zl_json_num(text, "padded_params");
@@ -232,11 +263,16 @@ Test(ch09_hsdp, hpz_equals_zero3_bitwise_and_bytes, .timeout = 60) {
   for (int r = 0; r < 4; r++) {
     p = zl_json_find(p, "rank");
     double got = zl_json_num(p, "inter_bytes_per_step");
-    double want = r % 2 ? 2.0 * 3 / 4 * P * 4 : 0; /* ranks 1, 3: the ring's boundary; fwd gather + RS, padded */
-    cr_assert_eq(got, want, "rank %d: bytes across nodes per step got %.1f expected %.1f (the backward's gathers must stay "
-                 "in the node)", r, got, want);
+    /* ranks 1, 3: the ring's boundary; fwd gather + RS, padded */
+    double want = r % 2 ? 2.0 * 3 / 4 * P * 4 : 0;
+    cr_assert_eq(
+        got, want,
+        "rank %d: bytes across nodes per step got %.1f expected %.1f (the backward's gathers must stay "
+        "in the node)",
+        r, got, want);
     double params = zl_rank_mem(text, r, "params");
-    cr_assert_eq(params, (P / 4 + P / 2) * 4, "rank %d: params got %.0f bytes expected (P/N + P/g) x 4 = %.0f", r, params,
+    cr_assert_eq(params, (P / 4 + P / 2) * 4,
+                 "rank %d: params got %.0f bytes expected (P/N + P/g) x 4 = %.0f", r, params,
                  (P / 4 + P / 2) * 4);
   }
   free(text);
@@ -258,7 +294,8 @@ static void own_cluster_name(void) {
   for (int k = 0; k < 200; k++) {
     snprintf(g_name, sizeof g_name, "t%d", (id + 7919 * k) % 10000);
     snprintf(g_subnet, sizeof g_subnet, "10.212.%d", (id + k) % 250);
-    int rc = zl_run(0, 20, NULL, "sh -c '! test -e /run/zerolab-cluster/%s && ! ip link show %s-br >/dev/null 2>&1 && "
+    int rc = zl_run(0, 20, NULL,
+                    "sh -c '! test -e /run/zerolab-cluster/%s && ! ip link show %s-br >/dev/null 2>&1 && "
                     "! ip netns list 2>/dev/null | grep -q \"^%s-node\" && "
                     "! ip -4 route show to match %s.1 2>/dev/null | grep -vq \"^default\"'",
                     g_name, g_name, g_name, g_subnet);
@@ -302,20 +339,23 @@ Test(ch09_cluster, refuses_when_not_root, .timeout = 30) {
   drop[0] = 0;
   if (getuid() == 0) {
     zl_tmpdir(dir, sizeof dir, "notroot");
-    int rc = zl_run(0, 20, &out, "cp common/scripts/cluster.sh common/scripts/cluster_agent.sh common/scripts/zlrun %s/ && "
-                    "chmod 755 %s %s/cluster.sh %s/cluster_agent.sh %s/zlrun", dir, dir, dir, dir, dir);
+    int rc =
+        zl_run(0, 20, &out,
+               "cp common/scripts/cluster.sh common/scripts/cluster_agent.sh common/scripts/zlrun %s/ && "
+               "chmod 755 %s %s/cluster.sh %s/cluster_agent.sh %s/zlrun",
+               dir, dir, dir, dir, dir);
     cr_assert_eq(rc, 0, "copying the scripts to %s: exit %d:\n%s", dir, rc, out);
     free(out);
     snprintf(drop, sizeof drop, "env -C %s setpriv --reuid=65534 --regid=65534 --clear-groups ", dir);
     scripts = dir;
   }
   int rc = zl_run(0, 20, &out, "%s%s bash %s/cluster.sh up 2", drop, g_env, scripts);
-  cr_assert(rc == 3 && strstr(out, "not root"), "cluster.sh up as an unprivileged user: exit %d (want 3, 'not root'):\n%s",
-            rc, out);
+  cr_assert(rc == 3 && strstr(out, "not root"),
+            "cluster.sh up as an unprivileged user: exit %d (want 3, 'not root'):\n%s", rc, out);
   free(out);
   rc = zl_run(0, 20, &out, "%s%s bash %s/zlrun --nodes 2 4 true", drop, g_env, scripts);
-  cr_assert(rc == 3 && strstr(out, "not root"), "zlrun --nodes 2 as an unprivileged user: exit %d (want 3, 'not root'):\n%s",
-            rc, out);
+  cr_assert(rc == 3 && strstr(out, "not root"),
+            "zlrun --nodes 2 as an unprivileged user: exit %d (want 3, 'not root'):\n%s", rc, out);
   free(out);
 }
 
@@ -356,15 +396,20 @@ Test(ch09_cluster, two_level_across_two_nodes, .timeout = 90) {
   need_cluster();
   char json[512], *out = NULL;
   zl_tmppath(json, sizeof json, "cluster", "ch09.json");
-  int rc = zl_run(0, 60, &out, "%s bash common/scripts/zlrun --nodes 2 --link-mbit 800 4 %s/ch09_nodes -b 256K -e 256K -n 1 -w 0 "
-                  "--impl ring --json %s", g_env, ZL_BIN, json);
+  int rc = zl_run(
+      0, 60, &out,
+      "%s bash common/scripts/zlrun --nodes 2 --link-mbit 800 4 %s/ch09_nodes -b 256K -e 256K -n 1 -w 0 "
+      "--impl ring --json %s",
+      g_env, ZL_BIN, json);
   cluster_down();
   cr_assert_eq(rc, 0, "ch09_nodes on 2 emulated nodes exited %d:\n%s", rc, out);
   cr_assert(strstr(out, "from shared memory"), "the node map did not come from the nodes:\n%s", out);
   char *text = zl_read_file(json, NULL);
-  cr_assert(text && strstr(text, "\"emulated\": true"), "JSON not from emulated nodes:\n%s", text ? text : out);
+  cr_assert(text && strstr(text, "\"emulated\": true"), "JSON not from emulated nodes:\n%s",
+            text ? text : out);
   int node_of[] = {0, 0, 1, 1};
-  for (const char *p = zl_json_find(text, "results"); (p = zl_json_find(p, "bytes")); p = zl_json_find(p, "ranks_off_formula")) {
+  for (const char *p = zl_json_find(text, "results"); (p = zl_json_find(p, "bytes"));
+       p = zl_json_find(p, "ranks_off_formula")) {
     double B = strtod(p + 1, NULL), inter[4], wire[2];
     int two = strncmp(zl_json_find(p, "algorithm"), ": \"two_level\"", 13) == 0;
     cr_assert_eq(json_array_at(p, "inter_node_bytes_per_rank", inter, 4), 4);
@@ -375,7 +420,8 @@ Test(ch09_cluster, two_level_across_two_nodes, .timeout = 90) {
                 two ? "two-level" : "flat", k, wire[k], counted);
     }
     for (int r = 0; r < 4; r++)
-      cr_assert_eq(inter[r], expected_inter(two, node_of, 4, 2, 2, r, B), "rank %d: inter-node bytes %.0f", r, inter[r]);
+      cr_assert_eq(inter[r], expected_inter(two, node_of, 4, 2, 2, r, B), "rank %d: inter-node bytes %.0f", r,
+                   inter[r]);
     cr_assert_eq(zl_json_num(p, "wrong"), 0, "wrong elements on 2 nodes");
   }
   free(text);
@@ -387,35 +433,40 @@ Test(ch09_cluster, two_level_across_two_nodes, .timeout = 90) {
  * included. Strategies [lo, hi) of the table: make test runs DDP and HSDP, make test-long the rest. */
 static void strategies_on_two_nodes(int lo, int hi) {
   need_cluster();
-  static const char *const progs[][2] = {
-      {"ch02_ddp", "--variant bucketed"}, {"ch05_zero3", "--shard-group node"}, {"ch05_zero3", ""}, {"ch04_zero2", ""},
-      {"ch05_zero3", "--hpz"}};
+  static const char *const progs[][2] = {{"ch02_ddp", "--variant bucketed"},
+                                         {"ch05_zero3", "--shard-group node"},
+                                         {"ch05_zero3", ""},
+                                         {"ch04_zero2", ""},
+                                         {"ch05_zero3", "--hpz"}};
   for (int i = lo; i < hi; i++) {
     char a[512], b[512], *out = NULL;
     zl_tmppath(a, sizeof a, "cluster", "nodes.bin");
     zl_tmppath(b, sizeof b, "cluster", "box.bin");
     const char *common = "--steps 3 --batch 16 --seed 4 --optimizer adamw --quiet --timeout-s 30";
-    int rc = zl_run(0, 60, &out, "%s bash common/scripts/zlrun --nodes 2 4 %s/%s %s %s --save-params %s", g_env, ZL_BIN,
-                    progs[i][0], progs[i][1], common, a);
+    int rc = zl_run(0, 60, &out, "%s bash common/scripts/zlrun --nodes 2 4 %s/%s %s %s --save-params %s",
+                    g_env, ZL_BIN, progs[i][0], progs[i][1], common, a);
     cr_assert_eq(rc, 0, "%s on 2 nodes exited %d:\n%s", progs[i][0], rc, out);
     free(out);
     /* one box: the same node map (HSDP's groups), from ZL_NODE_OF_RANK */
-    rc = zl_run(4, 60, &out, "env ZL_NODE_OF_RANK=0,0,1,1 %s/%s %s %s --save-params %s", ZL_BIN, progs[i][0], progs[i][1],
-                common, b);
+    rc = zl_run(4, 60, &out, "env ZL_NODE_OF_RANK=0,0,1,1 %s/%s %s %s --save-params %s", ZL_BIN, progs[i][0],
+                progs[i][1], common, b);
     cr_assert_eq(rc, 0, "%s on one box exited %d:\n%s", progs[i][0], rc, out);
     free(out);
     size_t na = 0, nb = 0;
     float *x = (float *)zl_read_file(a, &na), *y = (float *)zl_read_file(b, &nb);
     cr_assert(x && y && na == nb && na > 0, "%s: --save-params sizes %zu and %zu", progs[i][0], na, nb);
     for (size_t k = 0; k < na / 4; k++)
-      cr_assert(memcmp(&x[k], &y[k], 4) == 0, "%s: weight %zu on 2 nodes got %.9g, on one box %.9g", progs[i][0], k, x[k], y[k]);
+      cr_assert(memcmp(&x[k], &y[k], 4) == 0, "%s: weight %zu on 2 nodes got %.9g, on one box %.9g",
+                progs[i][0], k, x[k], y[k]);
     free(x);
     free(y);
   }
   cluster_down();
 }
 Test(ch09_cluster, strategies_on_two_nodes_equal_one_box, .timeout = 120) { strategies_on_two_nodes(0, 2); }
-Test(ch09_cluster_long, zero2_zero3_hpz_on_two_nodes_equal_one_box, .timeout = 120) { strategies_on_two_nodes(2, 5); }
+Test(ch09_cluster_long, zero2_zero3_hpz_on_two_nodes_equal_one_box, .timeout = 120) {
+  strategies_on_two_nodes(2, 5);
+}
 
 /* A checkpoint written on 2 emulated nodes (ZeRO-3 over 4 ranks) resumes on 2 ranks of one box: the
  * resumed run ends where ZeRO-3 on 2 ranks straight through ends, within 1e-6 · max|w| (normwise).
@@ -431,16 +482,19 @@ Test(ch09_cluster, checkpoint_from_two_nodes_resumes_on_one_box, .timeout = 90) 
   zl_tmppath(a, sizeof a, "cluster", "resumed.bin");
   zl_tmppath(b, sizeof b, "cluster", "straight.bin");
   const char *run = "--batch 16 --seed 5 --optimizer sgd --momentum 0.9 --lr 0.05 --quiet --timeout-s 30";
-  zl_run_ok(0, 60, "zero3 on 2 nodes --ckpt", "%s bash common/scripts/zlrun --nodes 2 4 %s/ch05_zero3 --steps 3 %s --ckpt %s",
-            g_env, ZL_BIN, run, dir);
+  zl_run_ok(0, 60, "zero3 on 2 nodes --ckpt",
+            "%s bash common/scripts/zlrun --nodes 2 4 %s/ch05_zero3 --steps 3 %s --ckpt %s", g_env, ZL_BIN,
+            run, dir);
   cluster_down();
-  zl_run_ok(2, 60, "zero3 --resume on one box", "%s/ch05_zero3 --steps 6 %s --resume %s --save-params %s", ZL_BIN, run, dir, a);
+  zl_run_ok(2, 60, "zero3 --resume on one box", "%s/ch05_zero3 --steps 6 %s --resume %s --save-params %s",
+            ZL_BIN, run, dir, a);
   zl_run_ok(2, 60, "zero3 6 steps on one box", "%s/ch05_zero3 --steps 6 %s --save-params %s", ZL_BIN, run, b);
   int64_t na = 0, nb = 0;
   float *got = zl_read_floats(a, &na), *want = zl_read_floats(b, &nb);
-  cr_assert(got && want && na == nb && na > 0, "--save-params %s (%lld floats) and %s (%lld)", a, (long long)na, b,
-            (long long)nb);
-  double gap = zl_expect_close_norm("3 steps on 2 nodes + 3 resumed on one box vs 6 on one box: weights", got, want, na, 1e-6);
+  cr_assert(got && want && na == nb && na > 0, "--save-params %s (%lld floats) and %s (%lld)", a,
+            (long long)na, b, (long long)nb);
+  double gap = zl_expect_close_norm("3 steps on 2 nodes + 3 resumed on one box vs 6 on one box: weights", got,
+                                    want, na, 1e-6);
   cr_log_info("checkpoint from two nodes: largest |difference| / max|w|: %.2g (tolerance 1e-06)", gap);
   free(got);
   free(want);
@@ -451,17 +505,22 @@ Test(ch09_cluster, checkpoint_from_two_nodes_resumes_on_one_box, .timeout = 90) 
 Test(ch09_cluster, link_down_ends_the_job, .timeout = 90) {
   need_cluster();
   char *out = NULL, up[160];
-  snprintf(up, sizeof up, "bash common/scripts/cluster.sh up 2 --ttl 300 --name %s --subnet %s >/dev/null", g_name, g_subnet);
+  snprintf(up, sizeof up, "bash common/scripts/cluster.sh up 2 --ttl 300 --name %s --subnet %s >/dev/null",
+           g_name, g_subnet);
   cr_assert_eq(zl_run(0, 30, NULL, "%s", up), 0, "cluster up failed");
   time_t t0 = time(NULL);
-  int rc = zl_run(0, 60, &out, "sh -c '(sleep 2; ip -n %s-node1 link set eth0 down) & %s ZL_REAP_S=2 bash common/scripts/zlrun "
-                  "--nodes 2 4 %s/ch05_zero3 --steps 1000000 --timeout-s 3 --quiet; rc=$?; wait; exit $rc'",
-                  g_name, g_env, ZL_BIN);
+  int rc =
+      zl_run(0, 60, &out,
+             "sh -c '(sleep 2; ip -n %s-node1 link set eth0 down) & %s ZL_REAP_S=2 bash common/scripts/zlrun "
+             "--nodes 2 4 %s/ch05_zero3 --steps 1000000 --timeout-s 3 --quiet; rc=$?; wait; exit $rc'",
+             g_name, g_env, ZL_BIN);
   double secs = difftime(time(NULL), t0);
   cluster_down();
-  cr_assert(rc != 0 && rc != 124, "the job with a node's link down: exit %d after %.0f s (want a failure, not a hang):\n%s", rc,
+  cr_assert(rc != 0 && rc != 124,
+            "the job with a node's link down: exit %d after %.0f s (want a failure, not a hang):\n%s", rc,
             secs, out);
-  cr_assert(strstr(out, "did not complete within 3 s"), "no rank named the collective that timed out:\n%s", out);
+  cr_assert(strstr(out, "did not complete within 3 s"), "no rank named the collective that timed out:\n%s",
+            out);
   cr_assert(strstr(out, "rank 0:") || strstr(out, "rank 1:"), "no rank of node 0 named itself:\n%s", out);
   cr_assert(strstr(out, "node 1 ("), "zlrun did not name the node whose link is down:\n%s", out);
   cr_assert(secs < 30, "took %.0f s to end (timeout 3 s)", secs);

@@ -7,9 +7,12 @@
 
 Test(ch09_nodes, bf16_sums_exact_beyond_8_ranks, .timeout = 60) {
   char *out = NULL;
-  int rc = zl_run(9, 50, &out, "env ZL_NODE_OF_RANK=0,0,0,1,1,1,2,2,2 %s/ch09_nodes -b 64K -e 64K -n 1 -w 0 --dtype bfloat16",
-                  ZL_BIN);
-  cr_assert(rc == 0 && strstr(out, "#wrong: 0 OK"), "ch09_nodes on 9 ranks in bf16: exit %d, expected 0 and \"#wrong: 0 OK\" "
-            "(a right all-reduce must not be judged wrong because bf16 cannot hold the expected sum):\n%s", rc, out);
+  int rc = zl_run(
+      9, 50, &out,
+      "env ZL_NODE_OF_RANK=0,0,0,1,1,1,2,2,2 %s/ch09_nodes -b 64K -e 64K -n 1 -w 0 --dtype bfloat16", ZL_BIN);
+  cr_assert(rc == 0 && strstr(out, "#wrong: 0 OK"),
+            "ch09_nodes on 9 ranks in bf16: exit %d, expected 0 and \"#wrong: 0 OK\" "
+            "(a right all-reduce must not be judged wrong because bf16 cannot hold the expected sum):\n%s",
+            rc, out);
   free(out);
 }

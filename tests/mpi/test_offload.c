@@ -44,12 +44,12 @@ static void expect_same_run(const zl_out_t *got, const zl_out_t *ref, const char
   int ng = zl_json_all(got->json, "loss", lg, 64), nr = zl_json_all(ref->json, "loss", lr, 64);
   cr_assert(ng == nr && ng > 0, "%s: %d losses, the reference has %d", what, ng, nr);
   for (int i = 0; i < ng; i++)
-    cr_assert(memcmp(&lg[i], &lr[i], sizeof(double)) == 0, "%s: loss of step %d: %.17g, without offload %.17g", what, i,
-              lg[i], lr[i]);
+    cr_assert(memcmp(&lg[i], &lr[i], sizeof(double)) == 0,
+              "%s: loss of step %d: %.17g, without offload %.17g", what, i, lg[i], lr[i]);
   for (int64_t i = 0; i < got->n; i++)
     cr_assert(memcmp(&got->params[i], &ref->params[i], sizeof(float)) == 0,
-              "%s: final weight [%lld]: %.9g, without offload %.9g (bitwise)", what, (long long)i, got->params[i],
-              ref->params[i]);
+              "%s: final weight [%lld]: %.9g, without offload %.9g (bitwise)", what, (long long)i,
+              got->params[i], ref->params[i]);
 }
 
 /* The ledgers of the offloaded run (o) against the plain ZeRO-2 run (z), rank by rank:
@@ -65,28 +65,39 @@ static void expect_ledgers(const zl_out_t *o, const zl_out_t *z, int N, int bf16
     const char *zd = rank_entry(z->json, r, 0, what), *zh = rank_entry(z->json, r, 1, what);
     double dev_o[4], dev_z[4], host_o[4];
     for (int k = 0; k < 4; k++) {
-      dev_o[k] = zl_json_num(od, keys[k]), dev_z[k] = zl_json_num(zd, keys[k]), host_o[k] = zl_json_num(oh, keys[k]);
-      cr_assert(zl_json_num(zh, keys[k]) == 0, "%s: rank %d: ZeRO-2 without offload holds host %s bytes", what, r, keys[k]);
+      dev_o[k] = zl_json_num(od, keys[k]), dev_z[k] = zl_json_num(zd, keys[k]),
+      host_o[k] = zl_json_num(oh, keys[k]);
+      cr_assert(zl_json_num(zh, keys[k]) == 0, "%s: rank %d: ZeRO-2 without offload holds host %s bytes",
+                what, r, keys[k]);
     }
-    cr_assert(dev_o[0] == dev_z[0] && dev_o[1] == dev_z[1], "%s: rank %d: device params/grads %.0f/%.0f, without offload %.0f/%.0f",
-              what, r, dev_o[0], dev_o[1], dev_z[0], dev_z[1]);
-    cr_assert(dev_o[2] == 0 && dev_o[3] == 0, "%s: rank %d: device master %.0f, optim %.0f after offloading them", what, r,
-              dev_o[2], dev_o[3]);
+    cr_assert(dev_o[0] == dev_z[0] && dev_o[1] == dev_z[1],
+              "%s: rank %d: device params/grads %.0f/%.0f, without offload %.0f/%.0f", what, r, dev_o[0],
+              dev_o[1], dev_z[0], dev_z[1]);
+    cr_assert(dev_o[2] == 0 && dev_o[3] == 0,
+              "%s: rank %d: device master %.0f, optim %.0f after offloading them", what, r, dev_o[2],
+              dev_o[3]);
     double drop = zl_json_num(zd, "model_states") - zl_json_num(od, "model_states");
-    cr_assert(drop == dev_z[2] + dev_z[3] && drop > 0, "%s: rank %d: device model states drop by %.0f, offloaded %.0f", what,
-              r, drop, dev_z[2] + dev_z[3]);
+    cr_assert(drop == dev_z[2] + dev_z[3] && drop > 0,
+              "%s: rank %d: device model states drop by %.0f, offloaded %.0f", what, r, drop,
+              dev_z[2] + dev_z[3]);
     double shard = dev_z[1] / (bf16 ? 2 : 4); /* elements of the grad shard (own pieces, padded) */
-    cr_assert(host_o[3] == dev_z[3], "%s: rank %d: host optim %.0f, ZeRO-2's device optim %.0f", what, r, host_o[3], dev_z[3]);
+    cr_assert(host_o[3] == dev_z[3], "%s: rank %d: host optim %.0f, ZeRO-2's device optim %.0f", what, r,
+              host_o[3], dev_z[3]);
     double want_master = bf16 ? dev_z[2] : 4 * shard;
-    cr_assert(host_o[2] == want_master, "%s: rank %d: host master %.0f, expected %.0f", what, r, host_o[2], want_master);
-    cr_assert(host_o[1] == dev_z[1], "%s: rank %d: host grads %.0f, the device grad shard %.0f", what, r, host_o[1], dev_z[1]);
+    cr_assert(host_o[2] == want_master, "%s: rank %d: host master %.0f, expected %.0f", what, r, host_o[2],
+              want_master);
+    cr_assert(host_o[1] == dev_z[1], "%s: rank %d: host grads %.0f, the device grad shard %.0f", what, r,
+              host_o[1], dev_z[1]);
     cr_assert(host_o[0] == 0, "%s: rank %d: host params %.0f", what, r, host_o[0]);
     if (r == 0) {
-      double d2h = zl_json_num(o->json, "offload_d2h_bytes_per_step"), h2d = zl_json_num(o->json, "offload_h2d_bytes_per_step");
-      cr_assert(d2h == dev_z[1] && h2d == dev_z[1], "%s: copied per step %.0f D->H, %.0f H->D; the shard is %.0f bytes", what,
-                d2h, h2d, dev_z[1]);
+      double d2h = zl_json_num(o->json, "offload_d2h_bytes_per_step"),
+             h2d = zl_json_num(o->json, "offload_h2d_bytes_per_step");
+      cr_assert(d2h == dev_z[1] && h2d == dev_z[1],
+                "%s: copied per step %.0f D->H, %.0f H->D; the shard is %.0f bytes", what, d2h, h2d,
+                dev_z[1]);
       double f = zl_json_num(o->json, "offload_formula_bytes_each_way");
-      cr_assert(fabs(f - (double)PSI / N * (bf16 ? 2 : 4)) < 1e-6, "%s: formula bytes each way %.3f", what, f);
+      cr_assert(fabs(f - (double)PSI / N * (bf16 ? 2 : 4)) < 1e-6, "%s: formula bytes each way %.3f", what,
+                f);
     }
   }
 }
@@ -97,7 +108,8 @@ static void pair(int N, const char *flags, int bf16, const char *name) {
   snprintf(args, sizeof args, MODEL " --steps 6 %s%s", flags, bf16 ? " --precision bf16" : "");
   snprintf(what, sizeof what, "N %d [%s]", N, args);
   zl_out_t o = launch(N, "optimizer", args, name), z = launch(N, "none", args, name);
-  cr_assert(strstr(o.json, "\"strategy\": \"zero2-offload\""), "%s: the offloaded run is not zero2-offload", what);
+  cr_assert(strstr(o.json, "\"strategy\": \"zero2-offload\""), "%s: the offloaded run is not zero2-offload",
+            what);
   expect_same_run(&o, &z, what);
   expect_ledgers(&o, &z, N, bf16, what);
   zl_out_free(&o);
@@ -107,25 +119,31 @@ static void pair(int N, const char *flags, int bf16, const char *name) {
 Test(ch08_offload, n1_fp32_adamw_bitwise) { pair(1, "--optimizer adamw --lr 0.01", 0, "n1"); }
 Test(ch08_offload, n2_bf16_adamw_bitwise) { pair(2, "--optimizer adamw --lr 0.01", 1, "n2"); }
 /* --accum 2: only the last micro-batch's reduce-scatters may go to the host early */
-Test(ch08_offload, n3_bf16_sgd_accum_bitwise) { pair(3, "--optimizer sgd --momentum 0.9 --lr 0.05 --accum 2", 1, "n3"); }
-Test(ch08_offload, n4_fp32_adamw_clip_threads_bitwise) { pair(4, "--optimizer adamw --lr 0.01 --clip 0.05 --host-threads 2", 0, "n4"); }
+Test(ch08_offload, n3_bf16_sgd_accum_bitwise) {
+  pair(3, "--optimizer sgd --momentum 0.9 --lr 0.05 --accum 2", 1, "n3");
+}
+Test(ch08_offload, n4_fp32_adamw_clip_threads_bitwise) {
+  pair(4, "--optimizer adamw --lr 0.01 --clip 0.05 --host-threads 2", 0, "n4");
+}
 
 /* A checkpoint written with offload at step 3 resumes to step 6 with the same bits as running
  * straight through, with offload and without (the layout hook names the host pieces). */
 Test(ch08_offload, checkpoint_resumes_bitwise) {
   char ck[320], args[512];
   zl_tmppath(ck, sizeof ck, "offload_ckpt", "ck");
-  zl_run_ok(2, 120, "the run writing the checkpoint", BIN " --offload optimizer " MODEL " --precision bf16 --steps 3 --ckpt %s --quiet",
-            ck);
+  zl_run_ok(2, 120, "the run writing the checkpoint",
+            BIN " --offload optimizer " MODEL " --precision bf16 --steps 3 --ckpt %s --quiet", ck);
   snprintf(args, sizeof args, MODEL " --precision bf16 --steps 6");
   zl_out_t straight = launch(2, "optimizer", args, "ck_straight");
   snprintf(args, sizeof args, MODEL " --precision bf16 --steps 6 --resume %s", ck);
   zl_out_t back = launch(2, "optimizer", args, "ck_resumed"), plain = launch(2, "none", args, "ck_resumed");
   for (int64_t i = 0; i < PSI; i++) {
-    cr_assert(memcmp(&back.params[i], &straight.params[i], 4) == 0, "resumed with offload: weight [%lld] %.9g, straight %.9g",
-              (long long)i, back.params[i], straight.params[i]);
+    cr_assert(memcmp(&back.params[i], &straight.params[i], 4) == 0,
+              "resumed with offload: weight [%lld] %.9g, straight %.9g", (long long)i, back.params[i],
+              straight.params[i]);
     cr_assert(memcmp(&plain.params[i], &straight.params[i], 4) == 0,
-              "resumed without offload: weight [%lld] %.9g, straight %.9g", (long long)i, plain.params[i], straight.params[i]);
+              "resumed without offload: weight [%lld] %.9g, straight %.9g", (long long)i, plain.params[i],
+              straight.params[i]);
   }
   zl_out_free(&straight), zl_out_free(&back), zl_out_free(&plain);
 }
@@ -134,10 +152,12 @@ Test(ch08_offload, checkpoint_resumes_bitwise) {
  * with activations here) and is refused under 1.5 MiB; offloaded (2Ψ + 2Ψ/N, ~1.2 MiB) it trains,
  * with its host arena beyond the budget. */
 Test(ch08_offload, trains_under_a_budget_zero2_refuses) {
-  const char *m = "--input 32 --hidden 256 --classes 10 --layers 3 --batch 8 --steps 2 --precision bf16 --mem-limit-mb 1.5";
+  const char *m = "--input 32 --hidden 256 --classes 10 --layers 3 --batch 8 --steps 2 --precision bf16 "
+                  "--mem-limit-mb 1.5";
   char *out = NULL;
   int rc = zl_run(2, 120, &out, BIN " --offload none %s --quiet", m);
-  cr_assert_neq(rc, 0, "ZeRO-2 without offload fit the 1.5 MiB budget; the test needs a model it refuses:\n%s", out);
+  cr_assert_neq(rc, 0,
+                "ZeRO-2 without offload fit the 1.5 MiB budget; the test needs a model it refuses:\n%s", out);
   cr_assert(strstr(out, "out of memory budget on rank "), "missing the budget message:\n%s", out);
   free(out);
   rc = zl_run(2, 120, &out, BIN " --offload optimizer %s", m);

@@ -28,7 +28,8 @@ static const int64_t g_units[5] = {91, 182, 182, 182, 154};
 Test(ch07_pipeline, split_is_contiguous_and_balanced) {
   int first[6];
   pp_split(g_units, 5, 2, first); /* 273 | 518 or 455 | 336: the second is better */
-  cr_assert(first[0] == 0 && first[1] == 3 && first[2] == 5, "P=2: got %d %d %d", first[0], first[1], first[2]);
+  cr_assert(first[0] == 0 && first[1] == 3 && first[2] == 5, "P=2: got %d %d %d", first[0], first[1],
+            first[2]);
   pp_split(g_units, 5, 5, first);
   for (int s = 0; s <= 5; s++) cr_assert_eq(first[s], s, "P=5: one unit each");
   const int64_t skew[4] = {1000, 1, 1, 1};
@@ -47,23 +48,25 @@ Test(ch07_pipeline, split_is_contiguous_and_balanced) {
  * c+1 and F k of chunk c) — no schedule deadlocks by itself. */
 /* The bubble for the stages as they ran: equal stage times give the schedule's formula; unequal
  * ones are paced by the slowest (t = 1, 2 per step, M = 4: step = 4·(2/4) + 1/4 = 2.25 micro-units,
- * mean busy 1.5, bubble 1 − 1.5/2.25 = 1/3; interleaved v = 2: 2 + 1/8, 1 − 1.5/2.125); naive stays (P−1)/P. */
+ * mean busy 1.5, bubble 1 − 1.5/2.25 = 1/3; interleaved v = 2: 2 + 1/8, 1 − 1.5/2.125); naive stays
+ * (P−1)/P. */
 Test(ch07_pipeline, bubble_for_unequal_stages) {
   const pp_schedule_t sc[4] = {PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED};
   for (int i = 0; i < 4; i++)
     for (int P = 2; P <= 4; P++)
       for (int M = 1; M <= 8; M *= 2) {
-        double t[4] = {3.5, 3.5, 3.5, 3.5}, got = pp_bubble_stages(sc[i], P, M, 2, t), want = pp_bubble_formula(sc[i], P, M, 2);
-        cr_assert(fabs(got - want) < 1e-12, "schedule %d, P %d, M %d, equal stages: %.15g, the formula says %.15g", i, P, M,
-                  got, want);
+        double t[4] = {3.5, 3.5, 3.5, 3.5}, got = pp_bubble_stages(sc[i], P, M, 2, t),
+               want = pp_bubble_formula(sc[i], P, M, 2);
+        cr_assert(fabs(got - want) < 1e-12,
+                  "schedule %d, P %d, M %d, equal stages: %.15g, the formula says %.15g", i, P, M, got, want);
       }
   const double t2[2] = {1, 2};
   struct { pp_schedule_t s; double want; } c[4] = {
       {PP_NAIVE, 0.5}, {PP_GPIPE, 1.0 / 3}, {PP_1F1B, 1.0 / 3}, {PP_INTERLEAVED, 1 - 1.5 / 2.125}};
   for (int i = 0; i < 4; i++) {
     double got = pp_bubble_stages(c[i].s, 2, 4, 2, t2);
-    cr_assert(fabs(got - c[i].want) < 1e-12, "schedule %d, stage times 1 and 2, M 4: bubble %.15g, expected %.15g", c[i].s,
-              got, c[i].want);
+    cr_assert(fabs(got - c[i].want) < 1e-12,
+              "schedule %d, stage times 1 and 2, M 4: bubble %.15g, expected %.15g", c[i].s, got, c[i].want);
   }
 }
 
@@ -81,24 +84,31 @@ Test(ch07_pipeline, schedules_are_valid_and_hold_their_formula) {
           int V = v * P;
           for (int s = 0; s < P; s++) {
             int n = n_ops[s] = pp_schedule_ops((pp_schedule_t)sched, P, s, M, v, ops[s]);
-            cr_assert_eq(n, 2 * v * M, "%s (v %d), P %d, M %d, stage %d: %d operations, expected 2vM = %d (every micro-batch's "
-                         "forward and backward once per chunk)", sched_names[sched], v, P, M, s, n, 2 * v * M);
+            cr_assert_eq(
+                n, 2 * v * M,
+                "%s (v %d), P %d, M %d, stage %d: %d operations, expected 2vM = %d (every micro-batch's "
+                "forward and backward once per chunk)",
+                sched_names[sched], v, P, M, s, n, 2 * v * M);
             int fwd[3] = {0}, bwd[3] = {0}, inflight = 0, peak = 0;
             for (int i = 0; i < n; i++) {
               const pp_op_t *o = &ops[s][i];
               cr_assert(o->chunk >= 0 && o->chunk < v, "chunk %d out of range", o->chunk);
               if (o->kind == 'F') {
-                cr_assert_eq(o->micro, fwd[o->chunk]++, "sched %d v %d P %d s %d M %d: forwards out of order", sched, v, P, s, M);
+                cr_assert_eq(o->micro, fwd[o->chunk]++, "sched %d v %d P %d s %d M %d: forwards out of order",
+                             sched, v, P, s, M);
                 if (++inflight > peak) peak = inflight;
               } else {
-                cr_assert_eq(o->micro, bwd[o->chunk]++, "sched %d v %d P %d s %d M %d: backwards out of order", sched, v, P, s, M);
+                cr_assert_eq(o->micro, bwd[o->chunk]++,
+                             "sched %d v %d P %d s %d M %d: backwards out of order", sched, v, P, s, M);
                 cr_assert(o->micro < fwd[o->chunk], "backward of %d before its forward", o->micro);
                 inflight--;
               }
             }
             int allowed = pp_inflight_formula((pp_schedule_t)sched, P, s, M, v);
-            cr_assert_eq(peak, allowed, "%s (v %d), P %d, M %d: %d micro-batches in flight on stage %d, %s allows %d on stage %d",
-                         sched_names[sched], v, P, M, peak, s, sched_names[sched], allowed, s);
+            cr_assert_eq(
+                peak, allowed,
+                "%s (v %d), P %d, M %d: %d micro-batches in flight on stage %d, %s allows %d on stage %d",
+                sched_names[sched], v, P, M, peak, s, sched_names[sched], allowed, s);
           }
           /* run the P lists against each other: done[kind][chunk][micro] */
           static char done[2][15][8];
@@ -118,7 +128,8 @@ Test(ch07_pipeline, schedules_are_valid_and_hold_their_formula) {
                 at[s]++, left--, moved = 1;
               }
           }
-          cr_assert_eq(left, 0, "sched %d v %d P %d M %d: the ranks' lists deadlock (%d ops never run)", sched, v, P, M, left);
+          cr_assert_eq(left, 0, "sched %d v %d P %d M %d: the ranks' lists deadlock (%d ops never run)",
+                       sched, v, P, M, left);
         }
     }
 }
@@ -187,8 +198,11 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
   snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum %d", M_MICRO);
   run_out_t ref = launch(1, cmd, "ref");
   const char *names[3] = {"naive", "gpipe", "1f1b"};
-  if (interleaved) { /* interleaved: P = 2, v = 2 (4 chunks of the 5 units); in-flight peaks counted in chunk-slots */
-    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp 2 --micro-batches %d --schedule interleaved --virtual-stages 2",
+  /* interleaved: P = 2, v = 2 (4 chunks of the 5 units); in-flight peaks counted in chunk-slots */
+  if (interleaved) {
+    snprintf(cmd, sizeof cmd,
+             ZL_BIN "/ch07_pipeline " MODEL
+                    " --pp 2 --micro-batches %d --schedule interleaved --virtual-stages 2",
              M_MICRO);
     run_out_t r = launch(2, cmd, "pp2_interleaved");
     zl_expect_floats("pp2_interleaved", r.params, ref.params, PSI, 0);
@@ -197,7 +211,8 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
       char key[40];
       snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
       double got = zl_json_num(r.json, key);
-      cr_assert_eq(got, pp_inflight_formula(PP_INTERLEAVED, 2, s, M_MICRO, 2), "interleaved stage %d: %g in flight", s, got);
+      cr_assert_eq(got, pp_inflight_formula(PP_INTERLEAVED, 2, s, M_MICRO, 2),
+                   "interleaved stage %d: %g in flight", s, got);
     }
     run_free(&r);
   }
@@ -206,11 +221,12 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
     pp_split(g_units, 5, P, first);
     double acts[3][4] = {{0}};
     for (int sc = 0; sc < 3; sc++) {
-      if (sc == PP_NAIVE && P == 3) continue; /* naive is 1F1B without warm-up: P = 2 and 4 cover it (time budget) */
+      /* naive is 1F1B without warm-up: P = 2 and 4 cover it (time budget) */
+      if (sc == PP_NAIVE && P == 3) continue;
       char name[64];
       snprintf(name, sizeof name, "pp%d_%s", P, names[sc]);
-      snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P, M_MICRO,
-               names[sc]);
+      snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P,
+               M_MICRO, names[sc]);
       run_out_t r = launch(P, cmd, name);
       zl_expect_floats(name, r.params, ref.params, PSI, 0);
       zl_expect_same_losses(name, r.json, ref.json);
@@ -218,32 +234,41 @@ static void pp_equals_one_rank(int Plo, int Phi, int interleaved) {
         char key[40];
         snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
         double got = zl_json_num(r.json, key);
-        double want = (double)pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO, 1) * (double)slot_bytes(first, s);
-        cr_assert_eq(got, want, "%s stage %d: %.3g micro-batches in flight (peak %.0f B of activations), the schedule allows %d "
-                     "(%.0f B)", name, s, got / (double)slot_bytes(first, s), got, pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO, 1), want);
+        double want =
+            (double)pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO, 1) * (double)slot_bytes(first, s);
+        cr_assert_eq(
+            got, want,
+            "%s stage %d: %.3g micro-batches in flight (peak %.0f B of activations), the schedule allows %d "
+            "(%.0f B)",
+            name, s, got / (double)slot_bytes(first, s), got,
+            pp_inflight_formula((pp_schedule_t)sc, P, s, M_MICRO, 1), want);
         acts[sc][s] = rank_acts_peak(r.json, s);
       }
       double bf = sc == 0 ? (double)(P - 1) / P : (double)(P - 1) / (M_MICRO + P - 1);
-      cr_assert(fabs(zl_json_num(r.json, "bubble_formula") - bf) < 1e-8, "%s: bubble_formula, expected %g", name, bf);
+      cr_assert(fabs(zl_json_num(r.json, "bubble_formula") - bf) < 1e-8, "%s: bubble_formula, expected %g",
+                name, bf);
       /* the stages' formula, from this run's measured busy times: an idle fraction, and for naive the
        * equal-stage one whatever the times. (Not compared with bf otherwise: with an earlier stage the
        * slowest it may fall a little below it — pipeline_sim.h — so that would assert a timing.) */
       double bs = zl_json_num(r.json, "bubble_formula_stages");
-      cr_assert(bs >= 0 && bs < 1 && (sc != 0 || fabs(bs - bf) < 1e-9), "%s: bubble_formula_stages %g, expected in "
-                "[0, 1)%s", name, bs, sc == 0 ? " and equal to the formula (naive)" : "");
+      cr_assert(bs >= 0 && bs < 1 && (sc != 0 || fabs(bs - bf) < 1e-9),
+                "%s: bubble_formula_stages %g, expected in "
+                "[0, 1)%s",
+                name, bs, sc == 0 ? " and equal to the formula (naive)" : "");
       run_free(&r);
     }
     for (int s = 0; s < P; s++) {
       int k1 = pp_inflight_formula(PP_1F1B, P, s, M_MICRO, 1);
       double want = (double)(M_MICRO - k1) * (double)slot_bytes(first, s) +
                     (double)(recv_ahead_bytes(PP_GPIPE, P, s) - recv_ahead_bytes(PP_1F1B, P, s));
-      cr_assert_eq(acts[1][s] - acts[2][s], want, "P %d stage %d: ledger acts peak gpipe %.0f - 1f1b %.0f, expected %.0f "
-                   "(%d slots of %lld B, and receive buffers %lld - %lld B)", P, s, acts[1][s], acts[2][s], want, M_MICRO - k1,
-                   (long long)slot_bytes(first, s), (long long)recv_ahead_bytes(PP_GPIPE, P, s),
-                   (long long)recv_ahead_bytes(PP_1F1B, P, s));
+      cr_assert_eq(acts[1][s] - acts[2][s], want,
+                   "P %d stage %d: ledger acts peak gpipe %.0f - 1f1b %.0f, expected %.0f "
+                   "(%d slots of %lld B, and receive buffers %lld - %lld B)",
+                   P, s, acts[1][s], acts[2][s], want, M_MICRO - k1, (long long)slot_bytes(first, s),
+                   (long long)recv_ahead_bytes(PP_GPIPE, P, s), (long long)recv_ahead_bytes(PP_1F1B, P, s));
     }
-    cr_log_info("pipeline P=%d (split %d|%d..): naive, gpipe, 1f1b == 1 rank --accum %d, bitwise", P, first[1], first[2],
-                M_MICRO);
+    cr_log_info("pipeline P=%d (split %d|%d..): naive, gpipe, 1f1b == 1 rank --accum %d, bitwise", P,
+                first[1], first[2], M_MICRO);
   }
   run_free(&ref);
 }
@@ -258,7 +283,8 @@ Test(ch07_pipeline_long, equals_one_rank_accum_bitwise_p3, .timeout = 240) { pp_
 /* Run `np` ranks of CMD (a program and its flags, printf-style) with --quiet --save-params
  * DIR/NAME.bin; it must exit 0 (else the failure names the command). Returns the saved fp32
  * weights, *n their count. */
-static float *run_params(int np, int timeout_s, const char *dir, const char *name, int64_t *n, const char *fmt, ...) {
+static float *run_params(int np, int timeout_s, const char *dir, const char *name, int64_t *n,
+                         const char *fmt, ...) {
   char cmd[2048], bin[320];
   va_list ap;
   va_start(ap, fmt);
@@ -272,8 +298,9 @@ static float *run_params(int np, int timeout_s, const char *dir, const char *nam
 /* The GPT (embedding | 2 blocks | head: 4 units): P = 2 naive, 3 gpipe (an odd split), 4 1f1b
  * against 1 rank with --accum 4, bitwise. */
 Test(ch07_pipeline, gpt_equals_one_rank_accum_bitwise, .timeout = 240) {
-#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
-            "--data /usr/share/games/fortunes/cookie"
+#define GPT                                                                                                \
+  "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
+  "--data /usr/share/games/fortunes/cookie"
   const int64_t gpsi = 48860;
   char dir[256], name[32];
   zl_tmpdir(dir, sizeof dir, "pp_gpt");
@@ -283,8 +310,10 @@ Test(ch07_pipeline, gpt_equals_one_rank_accum_bitwise, .timeout = 240) {
   const char *scheds[3] = {"naive", "gpipe", "1f1b"};
   for (int P = 2; P <= 4; P++) {
     snprintf(name, sizeof name, "pp%d", P);
-    float *got = run_params(P, 120, dir, name, &n1, ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule %s "
-                            "--timeout-s 30", P, scheds[P - 2]);
+    float *got = run_params(P, 120, dir, name, &n1,
+                            ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule %s "
+                                   "--timeout-s 30",
+                            P, scheds[P - 2]);
     cr_assert_eq(n1, gpsi);
     zl_expect_floats(scheds[P - 2], got, want, gpsi, 0);
     free(got);
@@ -305,8 +334,10 @@ Test(ch07_pipeline, large_messages_do_not_deadlock, .timeout = 180) {
   const char *runs[2][2] = {{"3", "--schedule 1f1b"}, {"2", "--schedule interleaved --virtual-stages 2"}};
   for (int i = 0; i < 2; i++) {
     snprintf(name, sizeof name, "big%d", i);
-    float *got = run_params(atoi(runs[i][0]), 120, dir, name, &n1, ZL_BIN "/ch07_pipeline " BIG " --pp %s %s --micro-batches 4 "
-                            "--timeout-s 30", runs[i][0], runs[i][1]);
+    float *got = run_params(atoi(runs[i][0]), 120, dir, name, &n1,
+                            ZL_BIN "/ch07_pipeline " BIG " --pp %s %s --micro-batches 4 "
+                                   "--timeout-s 30",
+                            runs[i][0], runs[i][1]);
     cr_assert_eq(n1, n0);
     zl_expect_floats(runs[i][1], got, want, n0, 0);
     free(got);
@@ -327,18 +358,21 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
   zl_tmpdir(dir, sizeof dir, "pp_dp");
   snprintf(ck, sizeof ck, "%s/ck", dir);
   run_out_t ref = launch(2, ZL_BIN "/ch02_ddp --variant naive " DPM " --accum 2", "ddp2");
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --ckpt %s --save-every 2", ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --ckpt %s --save-every 2", ck);
   run_out_t a = launch(4, cmd, "pp2_dp2_zero1");
   zl_expect_floats("pp 2 x dp 2, --zero 1", a.params, ref.params, PSI, 0);
   zl_expect_same_losses("pp 2 x dp 2, --zero 1", a.json, ref.json);
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 0 --resume %s/step-000002", ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 0 --resume %s/step-000002", ck);
   run_out_t b = launch(4, cmd, "pp2_dp2_zero0_resumed");
   zl_expect_floats("--zero 1 checkpoint resumed with --zero 0", b.params, ref.params, PSI, 0);
   /* --zero 2: the same reduce-scatter once per step (after the last micro-batch), the full grads
    * freed after it; its checkpoint resumed with --zero 1, bitwise. Bytes exact: stage 0 holds
    * units 0..2 (91 + 182 + 182 = 455, padded to 456 for D = 2: pieces of 228), bf16 (2 B). */
   snprintf(ck, sizeof ck, "%s/ck2", dir);
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 2 --ckpt %s --save-every 2", ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 2 --ckpt %s --save-every 2", ck);
   run_out_t c = launch(4, cmd, "pp2_dp2_zero2");
   zl_expect_floats("pp 2 x dp 2, --zero 2", c.params, ref.params, PSI, 0);
   zl_expect_same_losses("pp 2 x dp 2, --zero 2", c.json, ref.json);
@@ -353,14 +387,16 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
     double got = zl_json_num(c.json, nums[i].key);
     cr_assert_eq(got, nums[i].want, "--zero 2: %s %.0f, expected %.0f", nums[i].key, got, nums[i].want);
   }
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
   run_out_t d = launch(4, cmd, "pp2_dp2_zero1_resumed");
   zl_expect_floats("--zero 2 checkpoint resumed with --zero 1", d.params, ref.params, PSI, 0);
   /* --zero 3: the params held between steps are the own pieces (228 of stage 0's 456, bf16), each
    * unit all-gathered before every micro-batch's forward and backward: 2M = 4 gathers and one
    * reduce-scatter per step, (2M + 1)(D − 1)/D·456·2 B; its checkpoint resumed with --zero 1. */
   snprintf(ck, sizeof ck, "%s/ck3", dir);
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 3 --ckpt %s --save-every 2", ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 3 --ckpt %s --save-every 2", ck);
   run_out_t e = launch(4, cmd, "pp2_dp2_zero3");
   zl_expect_floats("pp 2 x dp 2, --zero 3", e.params, ref.params, PSI, 0);
   zl_expect_same_losses("pp 2 x dp 2, --zero 3", e.json, ref.json);
@@ -375,7 +411,8 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
     double got = zl_json_num(e.json, nums3[i].key);
     cr_assert_eq(got, nums3[i].want, "--zero 3: %s %.0f, expected %.0f", nums3[i].key, got, nums3[i].want);
   }
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero 1 --resume %s/step-000002", ck);
   run_out_t f = launch(4, cmd, "pp2_dp2_zero3_resumed_zero1");
   zl_expect_floats("--zero 3 checkpoint resumed with --zero 1", f.params, ref.params, PSI, 0);
   run_free(&e);
@@ -402,8 +439,10 @@ Test(ch07_pipeline, formulas_per_stage_and_zero3_prefetch_along_the_ops, .timeou
     double psi_s = 0;
     for (int u = first[s]; u < first[s + 1]; u++) psi_s += (double)g_units[u];
     double ms = zl_rank_mem(a.json, s, "model_states"), f = zl_rank_mem(a.json, s, "formula_model_states");
-    cr_assert_eq(f, 16 * psi_s, "rank %d (stage %d, %.0f params): formula_model_states %.0f, expected 16 x its params = %.0f",
-                 s, s, psi_s, f, 16 * psi_s);
+    cr_assert_eq(
+        f, 16 * psi_s,
+        "rank %d (stage %d, %.0f params): formula_model_states %.0f, expected 16 x its params = %.0f", s, s,
+        psi_s, f, 16 * psi_s);
     cr_assert_eq(ms, f, "rank %d: the ledger's model states %.0f, its formula %.0f", s, ms, f);
   }
   run_free(&a);
@@ -416,9 +455,12 @@ Test(ch07_pipeline, formulas_per_stage_and_zero3_prefetch_along_the_ops, .timeou
     run_out_t r = launch(4, cmd, name);
     zl_expect_floats(name, r.params, ref.params, PSI, 0);
     zl_expect_same_losses(name, r.json, ref.json);
-    double peak = zl_json_num(r.json, "gathered_peak_bytes"), bound = zl_json_num(r.json, "gather_bound_bytes");
-    cr_assert_eq(zl_json_num(r.json, "prefetch_depth"), K, "%s: prefetch depth %g", name, zl_json_num(r.json, "prefetch_depth"));
-    cr_assert(peak > 0 && peak <= bound, "%s: gathered peak %.0f B, bound (K+1) x largest unit %.0f B", name, peak, bound);
+    double peak = zl_json_num(r.json, "gathered_peak_bytes"),
+           bound = zl_json_num(r.json, "gather_bound_bytes");
+    cr_assert_eq(zl_json_num(r.json, "prefetch_depth"), K, "%s: prefetch depth %g", name,
+                 zl_json_num(r.json, "prefetch_depth"));
+    cr_assert(peak > 0 && peak <= bound, "%s: gathered peak %.0f B, bound (K+1) x largest unit %.0f B", name,
+              peak, bound);
     run_free(&r);
   }
   run_free(&ref);
@@ -438,9 +480,12 @@ Test(ch07_pipeline, three_d_tp_pp_dp_equal_one_rank, .timeout = 180) {
   const struct { int T, P, D, M; } g[3] = {{2, 2, 1, 4}, {2, 1, 2, 4}, {1, 2, 2, 4}};
   for (int i = 0; i < 3; i++) {
     snprintf(name, sizeof name, "t%dp%dd%d", g[i].T, g[i].P, g[i].D);
-    float *got = run_params(4, 120, dir, name, &n1, ZL_BIN "/ch07_pipeline " TPM " --tp %d --pp %d --micro-batches %d "
-                            "--timeout-s 30", g[i].T, g[i].P, g[i].M);
-    cr_assert_eq(n1, n0, "(T %d, P %d, D %d): %lld params, expected %lld", g[i].T, g[i].P, g[i].D, (long long)n1, (long long)n0);
+    float *got = run_params(4, 120, dir, name, &n1,
+                            ZL_BIN "/ch07_pipeline " TPM " --tp %d --pp %d --micro-batches %d "
+                                   "--timeout-s 30",
+                            g[i].T, g[i].P, g[i].M);
+    cr_assert_eq(n1, n0, "(T %d, P %d, D %d): %lld params, expected %lld", g[i].T, g[i].P, g[i].D,
+                 (long long)n1, (long long)n0);
     zl_expect_floats("3-D params", got, want, n0, 1e-5);
     free(got);
   }
@@ -454,14 +499,19 @@ Test(ch07_pipeline, failing_stage_takes_the_job_down, .timeout = 120) {
   const char *kinds[2] = {"exit", "hang"};
   for (int i = 0; i < 2; i++) {
     char *out = NULL, want[96];
-    int rc = zl_run(3, 60, &out, ZL_BIN "/ch07_pipeline " SHAPE " --steps 5 --pp 3 --micro-batches 4 --timeout-s 1 --fault 1:2:%s",
+    int rc = zl_run(3, 60, &out,
+                    ZL_BIN "/ch07_pipeline " SHAPE
+                           " --steps 5 --pp 3 --micro-batches 4 --timeout-s 1 --fault 1:2:%s",
                     kinds[i]);
-    cr_assert(rc != 0 && rc != 124, "--fault 1:2:%s: exit code %d (expected a non-zero stop, not the test's timeout):\n%s",
+    cr_assert(rc != 0 && rc != 124,
+              "--fault 1:2:%s: exit code %d (expected a non-zero stop, not the test's timeout):\n%s",
               kinds[i], rc, out);
     snprintf(want, sizeof want, "rank 1: injected fault %s at step 2", kinds[i]);
-    cr_assert(strstr(out, want), "--fault %s: the output does not name the failing rank ('%s'):\n%s", kinds[i], want, out);
+    cr_assert(strstr(out, want), "--fault %s: the output does not name the failing rank ('%s'):\n%s",
+              kinds[i], want, out);
     if (i == 1)
-      cr_assert(strstr(out, "did not complete within 1 s") && (strstr(out, "recv act") || strstr(out, "recv grad")),
+      cr_assert(strstr(out, "did not complete within 1 s") &&
+                    (strstr(out, "recv act") || strstr(out, "recv grad")),
                 "--fault hang: no deadline message naming a pipeline recv:\n%s", out);
     free(out);
   }
@@ -475,15 +525,19 @@ Test(ch07_pipeline, checkpoint_resume_bitwise, .timeout = 120) {
   zl_tmpdir(dir, sizeof dir, "pp_ck");
   snprintf(ck, sizeof ck, "%s/ck", dir);
   /* bf16 with its fp32 master, SGD's momentum, --recompute: the other paths of a stage, here too */
-  const char *model = "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4 --precision bf16 "
-                      "--optimizer sgd --lr 0.1 --recompute";
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --ckpt %s --save-every 2", model, ck);
+  const char *model =
+      "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 4 --precision bf16 "
+      "--optimizer sgd --lr 0.1 --recompute";
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --ckpt %s --save-every 2",
+           model, ck);
   run_out_t a = launch(3, cmd, "ck_straight");
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --schedule gpipe --resume %s/step-000002", model,
-           ck);
+  snprintf(cmd, sizeof cmd,
+           ZL_BIN "/ch07_pipeline %s --pp 3 --micro-batches 4 --schedule gpipe --resume %s/step-000002",
+           model, ck);
   run_out_t b = launch(3, cmd, "ck_resumed");
   zl_expect_floats("pipeline resumed", b.params, a.params, PSI, 0);
-  snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive %s --accum 4 --resume %s/step-000002", model, ck);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch02_ddp --variant naive %s --accum 4 --resume %s/step-000002", model,
+           ck);
   run_out_t c = launch(1, cmd, "ck_into_ddp");
   zl_expect_floats("pipeline checkpoint resumed by DDP", c.params, a.params, PSI, 0);
   run_free(&a);
@@ -508,7 +562,8 @@ static void zb_equals_one_rank(int P) {
   for (int i = 0; i < 2; i++) {
     char name[64];
     snprintf(name, sizeof name, "pp%d_%s", P, names[i]);
-    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P, M_MICRO, names[i]);
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " MODEL " --pp %d --micro-batches %d --schedule %s", P,
+             M_MICRO, names[i]);
     run_out_t r = launch(P, cmd, name);
     zl_expect_floats(name, r.params, ref.params, PSI, 0);
     zl_expect_same_losses(name, r.json, ref.json);
@@ -516,13 +571,16 @@ static void zb_equals_one_rank(int P) {
       char key[40];
       snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
       int k = pp_inflight_formula(i ? PP_ZB_H2 : PP_ZB_H1, P, s, M_MICRO, 1);
-      double got = zl_json_num(r.json, key), want = (double)k * (double)slot_bytes(first, s); /* the MLP keeps no wsaved */
-      cr_assert_eq(got, want, "%s stage %d: %.0f B of activations in flight at the peak, the schedule's formula %d x %lld B",
-                   name, s, got, k, (long long)slot_bytes(first, s));
+      /* the MLP keeps no wsaved */
+      double got = zl_json_num(r.json, key), want = (double)k * (double)slot_bytes(first, s);
+      cr_assert_eq(
+          got, want,
+          "%s stage %d: %.0f B of activations in flight at the peak, the schedule's formula %d x %lld B",
+          name, s, got, k, (long long)slot_bytes(first, s));
     }
     double sim = zl_json_num(r.json, "bubble_sim"), w = zl_json_num(r.json, "op_w_ms");
-    cr_assert(sim >= 0 && sim < 1 && w > 0, "%s: bubble_sim %g, op_w_ms %g (the simulator fed with the run's F, B, W)", name,
-              sim, w);
+    cr_assert(sim >= 0 && sim < 1 && w > 0,
+              "%s: bubble_sim %g, op_w_ms %g (the simulator fed with the run's F, B, W)", name, sim, w);
     run_free(&r);
   }
   run_free(&ref);
@@ -531,14 +589,16 @@ static void zb_equals_one_rank(int P) {
 Test(ch07_pipeline, zero_bubble_equals_one_rank_bitwise, .timeout = 240) {
   zb_equals_one_rank(2);
   /* the GPT (embedding | 2 blocks | head): its B keeps d out / 4C per token / d lnf for W */
-#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
-            "--data /usr/share/games/fortunes/cookie"
+#define GPT                                                                                                \
+  "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
+  "--data /usr/share/games/fortunes/cookie"
   char dir[256];
   zl_tmpdir(dir, sizeof dir, "pp_zb_gpt");
   int64_t n0 = 0, n1 = 0;
   float *want = run_params(1, 120, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4");
-  float *got = run_params(2, 120, dir, "zb_h1", &n1, ZL_BIN "/ch07_pipeline " GPT " --pp 2 --micro-batches 4 --schedule zb-h1 "
-                          "--timeout-s 30");
+  float *got = run_params(2, 120, dir, "zb_h1", &n1,
+                          ZL_BIN "/ch07_pipeline " GPT " --pp 2 --micro-batches 4 --schedule zb-h1 "
+                                 "--timeout-s 30");
   cr_assert_eq(n1, n0);
   zl_expect_floats("GPT zb-h1", got, want, n0, 0);
   free(got);
@@ -551,12 +611,15 @@ Test(ch07_pipeline_long, zero_bubble_equals_one_rank_bitwise_p3_p4, .timeout = 3
   char dir[256];
   zl_tmpdir(dir, sizeof dir, "pp_zb_gpt_long");
   int64_t n0 = 0, n1 = 0;
-#define GPT "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
-            "--data /usr/share/games/fortunes/cookie"
+#define GPT                                                                                                \
+  "--model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --seed 5 --device cpu --steps 2 " \
+  "--data /usr/share/games/fortunes/cookie"
   float *want = run_params(1, 120, dir, "ref", &n0, ZL_BIN "/ch02_ddp --variant naive " GPT " --accum 4");
   for (int P = 3; P <= 4; P++) {
-    float *got = run_params(P, 120, dir, "zb_h2", &n1, ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule "
-                            "zb-h2 --timeout-s 30", P);
+    float *got = run_params(P, 120, dir, "zb_h2", &n1,
+                            ZL_BIN "/ch07_pipeline " GPT " --pp %d --micro-batches 4 --schedule "
+                                   "zb-h2 --timeout-s 30",
+                            P);
     cr_assert_eq(n1, n0);
     zl_expect_floats("GPT zb-h2", got, want, n0, 0);
     free(got);
@@ -567,8 +630,9 @@ Test(ch07_pipeline_long, zero_bubble_equals_one_rank_bitwise_p3_p4, .timeout = 3
   float *ref = run_params(1, 60, dir, "mref", &n0, ZL_BIN "/ch02_ddp --variant naive " MODEL " --accum 4");
   setenv("ZL_SYNC_SENDS", "1", 1);
   setenv("ZL_MPIRUN_FLAGS", "-x ZL_SYNC_SENDS", 1);
-  float *sync = run_params(3, 120, dir, "zb_sync", &n1, ZL_BIN "/ch07_pipeline " MODEL " --pp 3 --micro-batches 4 "
-                           "--schedule zb-h2 --timeout-s 30");
+  float *sync = run_params(3, 120, dir, "zb_sync", &n1,
+                           ZL_BIN "/ch07_pipeline " MODEL " --pp 3 --micro-batches 4 "
+                                  "--schedule zb-h2 --timeout-s 30");
   unsetenv("ZL_SYNC_SENDS");
   unsetenv("ZL_MPIRUN_FLAGS");
   zl_expect_floats("zb-h2 under synchronous sends", sync, ref, n0, 0);
@@ -586,12 +650,16 @@ Test(ch07_pipeline, zero_bubble_data_dimension_bitwise_and_reduce_after_last_w, 
   char dir[256], cmd[1024], trace[400];
   zl_tmpdir(dir, sizeof dir, "pp_zb_dp");
   run_out_t ref = launch(2, ZL_BIN "/ch02_ddp --variant naive " DPM " --accum 2", "zb_ddp2");
-  const struct { int zero; const char *sched; } c[4] = {{1, "zb-h1"}, {2, "zb-h1"}, {3, "zb-h1"}, {2, "zb-h2"}};
+  const struct {
+    int zero;
+    const char *sched;
+  } c[4] = {{1, "zb-h1"}, {2, "zb-h1"}, {3, "zb-h1"}, {2, "zb-h2"}};
   for (int i = 0; i < 4; i++) {
     char name[64];
     snprintf(name, sizeof name, "pp2_dp2_zero%d_%s", c[i].zero, c[i].sched);
     snprintf(trace, sizeof trace, "%s/%s.trace.json", dir, name);
-    snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero %d --schedule %s%s%s", c[i].zero,
+    snprintf(cmd, sizeof cmd,
+             ZL_BIN "/ch07_pipeline " DPM " --pp 2 --micro-batches 2 --zero %d --schedule %s%s%s", c[i].zero,
              c[i].sched, i == 1 ? " --trace " : "", i == 1 ? trace : "");
     run_out_t r = launch(4, cmd, name);
     zl_expect_floats(name, r.params, ref.params, PSI, 0);
@@ -609,17 +677,20 @@ Test(ch07_pipeline, zero_bubble_data_dimension_bitwise_and_reduce_after_last_w, 
       rs++;
       double last_w = -1, step0 = -1, step1 = -1; /* the step holding it, and its W 1 on the same rank */
       for (int b = 0; b < n; b++)
-        if (ev[b].pid == ev[a].pid && ev[b].tid == 0 && strncmp(ev[b].name, "step ", 5) == 0 && ev[b].ts <= ev[a].issued &&
-            ev[a].issued <= ev[b].ts + ev[b].dur)
+        if (ev[b].pid == ev[a].pid && ev[b].tid == 0 && strncmp(ev[b].name, "step ", 5) == 0 &&
+            ev[b].ts <= ev[a].issued && ev[a].issued <= ev[b].ts + ev[b].dur)
           step0 = ev[b].ts, step1 = ev[b].ts + ev[b].dur;
       for (int b = 0; b < n; b++)
-        if (ev[b].pid == ev[a].pid && ev[b].tid == 0 && strcmp(ev[b].name, "W 1") == 0 && ev[b].ts >= step0 && ev[b].ts <= step1)
+        if (ev[b].pid == ev[a].pid && ev[b].tid == 0 && strcmp(ev[b].name, "W 1") == 0 && ev[b].ts >= step0 &&
+            ev[b].ts <= step1)
           last_w = ev[b].ts;
-      cr_assert(last_w >= 0 && ev[a].issued >= last_w, "rank %d: a reduce-scatter issued at %.1f us, before its step's last "
-                "W began (%.1f us): the gradient was not final", ev[a].pid, ev[a].issued, last_w);
+      cr_assert(last_w >= 0 && ev[a].issued >= last_w,
+                "rank %d: a reduce-scatter issued at %.1f us, before its step's last "
+                "W began (%.1f us): the gradient was not final",
+                ev[a].pid, ev[a].issued, last_w);
     }
-    cr_assert(rs > 0 && ws >= 4 * 2 * 3, "the trace has %d reduce-scatters and %d W blocks (expected every rank's 2 per step)",
-              rs, ws);
+    cr_assert(rs > 0 && ws >= 4 * 2 * 3,
+              "the trace has %d reduce-scatters and %d W blocks (expected every rank's 2 per step)", rs, ws);
     free(ev);
     free(t);
   }
@@ -649,20 +720,26 @@ static void pv_pair(int np, const char *what, const char *flags, const char *cou
 }
 
 Test(ch07_pipeline, post_validate_rolls_back_bitwise, .timeout = 120) {
-  pv_pair(2, "overflow", SHAPE " --steps 3 --pp 2 --micro-batches 4 --schedule zb-h1 --precision fp16 --fault 1:1:overflow",
+  pv_pair(2, "overflow",
+          SHAPE " --steps 3 --pp 2 --micro-batches 4 --schedule zb-h1 --precision fp16 --fault 1:1:overflow",
           "post_validate_rollbacks", 1);
-  pv_pair(2, "clip", SHAPE " --steps 3 --pp 2 --micro-batches 4 --schedule zb-h2 --clip 0.3", "post_validate_redos", 1);
+  pv_pair(2, "clip", SHAPE " --steps 3 --pp 2 --micro-batches 4 --schedule zb-h2 --clip 0.3",
+          "post_validate_redos", 1);
 }
 Test(ch07_pipeline_long, post_validate_data_dimension_bitwise, .timeout = 240) {
   for (int z = 1; z <= 3; z++) {
     char flags[512], what[32];
-    snprintf(flags, sizeof flags, SHAPE " --steps 3 --pp 2 --micro-batches 2 --zero %d --schedule zb-h1 --precision bf16 "
-             "--clip 0.3", z);
+    snprintf(flags, sizeof flags,
+             SHAPE " --steps 3 --pp 2 --micro-batches 2 --zero %d --schedule zb-h1 --precision bf16 "
+                   "--clip 0.3",
+             z);
     snprintf(what, sizeof what, "zero%d_clip", z);
     pv_pair(4, what, flags, "post_validate_redos", 1);
   }
-  pv_pair(4, "zero1_overflow", SHAPE " --steps 3 --pp 2 --micro-batches 2 --zero 1 --schedule 1f1b --precision fp16 "
-          "--fault 2:1:overflow", "post_validate_rollbacks", 1);
+  pv_pair(4, "zero1_overflow",
+          SHAPE " --steps 3 --pp 2 --micro-batches 2 --zero 1 --schedule 1f1b --precision fp16 "
+                "--fault 2:1:overflow",
+          "post_validate_rollbacks", 1);
 }
 
 /* Flags that cannot work: one line naming the flag, exit code 2, before anything runs. */
@@ -685,8 +762,10 @@ Test(ch07_pipeline, bad_flags_one_line_exit_2) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
     /* refused before MPI starts: the world size comes from the launcher's environment alone */
-    int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=%d OMPI_COMM_WORLD_RANK=0 " ZL_BIN
-                    "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s", cases[i].np, cases[i].args);
+    int rc = zl_run(0, 30, &out,
+                    "env OMPI_COMM_WORLD_SIZE=%d OMPI_COMM_WORLD_RANK=0 " ZL_BIN
+                    "/ch07_pipeline --input 6 --hidden 13 --classes 11 --batch 24 %s",
+                    cases[i].np, cases[i].args);
     cr_assert_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2:\n%s", cases[i].args, cases[i].np, rc, out);
     cr_assert(strstr(out, cases[i].flag), "`%s`: expected '%s' in:\n%s", cases[i].args, cases[i].flag, out);
     free(out);
@@ -699,9 +778,11 @@ Test(ch07_pipeline, eval_and_sample_refused_up_front) {
   const char *cases[][2] = {{"--eval-every 1", "error: --eval-every 1"}, {"--sample 8", "error: --sample 8"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = NULL;
-    int rc = zl_run(0, 30, &out, "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " ZL_BIN
-                    "/ch07_pipeline --model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --pp 2 %s",
-                    cases[i][0]);
+    int rc = zl_run(
+        0, 30, &out,
+        "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " ZL_BIN
+        "/ch07_pipeline --model gpt --gpt tiny --n-embd 35 --n-head 5 --seq-len 16 --batch 12 --pp 2 %s",
+        cases[i][0]);
     cr_assert_eq(rc, 2, "`%s`: exit code %d, expected 2:\n%s", cases[i][0], rc, out);
     cr_assert(strstr(out, cases[i][1]), "`%s`: expected '%s' in:\n%s", cases[i][0], cases[i][1], out);
     cr_assert(!strstr(out, "step "), "`%s`: refused after training started:\n%s", cases[i][0], out);

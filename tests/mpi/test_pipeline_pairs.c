@@ -7,7 +7,8 @@
  * pairs none. */
 #include "zl_test.h" // zl_run, cr_assert
 
-#define PP_SHAPE "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 1 --timeout-s 20 --quiet"
+#define PP_SHAPE \
+  "--input 6 --hidden 13 --classes 11 --layers 4 --batch 24 --seed 7 --steps 1 --timeout-s 20 --quiet"
 
 /* Occurrences of needle in the file at path (0 when it cannot be read). */
 static int count_in_file(const char *path, const char *needle) {
@@ -45,7 +46,8 @@ static int run_sync(int np, char **out, const char *fmt, const char *arg) {
 Test(ch07_pipeline_pairs, steady_state_pairs_under_synchronous_sends, .timeout = 200) {
   const char *tr = "/tmp/zl_pp_pairs_trace.json";
   char *o1 = NULL, *o2 = NULL, *o3 = NULL;
-  int rc = run_sync(4, &o1, ZL_BIN "/ch07_pipeline " PP_SHAPE " --pp 4 --micro-batches 8 --schedule 1f1b --trace %s", tr);
+  int rc = run_sync(
+      4, &o1, ZL_BIN "/ch07_pipeline " PP_SHAPE " --pp 4 --micro-batches 8 --schedule 1f1b --trace %s", tr);
   cr_assert_eq(rc, 0, "1F1B P 4 M 8 with ZL_SYNC_SENDS=1 exited %d (124: deadlock):\n%s", rc, o1);
   int P = 4, M = 8, want = 0;
   for (int s = 0; s < P - 1; s++) want += 2 * (M - (P - s - 1 < M ? P - s - 1 : M));
@@ -54,9 +56,10 @@ Test(ch07_pipeline_pairs, steady_state_pairs_under_synchronous_sends, .timeout =
   rc = run_sync(4, &o2, ZL_BIN "/ch07_pipeline " PP_SHAPE " --pp 4 --micro-batches 8 --schedule gpipe%s", "");
   cr_assert_eq(rc, 0, "GPipe P 4 M 8 with ZL_SYNC_SENDS=1 exited %d:\n%s", rc, o2);
   char *l1 = loss_of(o1), *l2 = loss_of(o2);
-  cr_assert(l1 && l2 && strcmp(l1, l2) == 0, "1F1B with pairs vs GPipe: loss '%s' vs '%s'", l1 ? l1 : "(none)",
-            l2 ? l2 : "(none)");
-  rc = run_sync(2, &o3, ZL_BIN "/ch07_pipeline " PP_SHAPE " --micro-batches 1 --schedule 1f1b --trace %s", tr);
+  cr_assert(l1 && l2 && strcmp(l1, l2) == 0, "1F1B with pairs vs GPipe: loss '%s' vs '%s'",
+            l1 ? l1 : "(none)", l2 ? l2 : "(none)");
+  rc =
+      run_sync(2, &o3, ZL_BIN "/ch07_pipeline " PP_SHAPE " --micro-batches 1 --schedule 1f1b --trace %s", tr);
   cr_assert_eq(rc, 0, "1F1B P 2 M 1 with ZL_SYNC_SENDS=1 exited %d:\n%s", rc, o3);
   got = count_in_file(tr, " + recv ");
   cr_assert_eq(got, 0, "1F1B P 2 M 1 has no steady state, yet %d pairs in the trace", got);
@@ -84,8 +87,8 @@ Test(ch07_pipeline_pairs, nccl_groups_run_on_mpi_under_synchronous_sends, .timeo
     unsetenv("ZL_PP_GROUPED");
     unsetenv("ZL_SYNC_SENDS");
     unsetenv("ZL_MPIRUN_FLAGS");
-    cr_assert_eq(rc, 0, "%s grouped on one communicator, ZL_SYNC_SENDS=1: exited %d (124: deadlock):\n%s", scheds[i], rc,
-                 o2);
+    cr_assert_eq(rc, 0, "%s grouped on one communicator, ZL_SYNC_SENDS=1: exited %d (124: deadlock):\n%s",
+                 scheds[i], rc, o2);
     char *l1 = loss_of(o1), *l2 = loss_of(o2);
     cr_assert(l1 && l2 && strcmp(l1, l2) == 0, "%s: posted ahead vs grouped: loss '%s' vs '%s'", scheds[i],
               l1 ? l1 : "(none)", l2 ? l2 : "(none)");
@@ -111,7 +114,8 @@ static long slurp(const char *path, char **buf) {
  * synchronous sends: v = 2 and 3 at P = 2 (M 4) and P = 4 (M 8) run to the end, and the parameters
  * after two steps are the default messages' (receives posted ahead) bit for bit (--save-params, cmp:
  * the same kernels on the same shapes in the same order; only the messages' grouping differs). */
-#define PP_SHAPE_IL "--input 6 --hidden 13 --classes 11 --layers 12 --batch 24 --seed 7 --steps 2 --timeout-s 20 --quiet"
+#define PP_SHAPE_IL \
+  "--input 6 --hidden 13 --classes 11 --layers 12 --batch 24 --seed 7 --steps 2 --timeout-s 20 --quiet"
 Test(ch07_pipeline_pairs, interleaved_groups_run_on_mpi_under_synchronous_sends, .timeout = 200) {
   static const int cases[4][3] = {{2, 2, 4}, {2, 4, 8}, {3, 2, 4}, {3, 4, 8}}; /* v, P, M */
   for (int i = 0; i < 4; i++) {
@@ -120,8 +124,10 @@ Test(ch07_pipeline_pairs, interleaved_groups_run_on_mpi_under_synchronous_sends,
     long n[2];
     for (int g = 0; g < 2; g++) {
       snprintf(path[g], sizeof path[g], "/tmp/zl_pp_il_%d_%d.bin", (int)getpid(), g);
-      snprintf(cmd, sizeof cmd, ZL_BIN "/ch07_pipeline " PP_SHAPE_IL " --schedule interleaved --virtual-stages %d --pp %d "
-               "--micro-batches %d --save-params %%s", v, P, M);
+      snprintf(cmd, sizeof cmd,
+               ZL_BIN "/ch07_pipeline " PP_SHAPE_IL " --schedule interleaved --virtual-stages %d --pp %d "
+                      "--micro-batches %d --save-params %%s",
+               v, P, M);
       if (g) {
         setenv("ZL_PP_GROUPED", "1", 1);
         setenv("ZL_SYNC_SENDS", "1", 1);
@@ -139,9 +145,11 @@ Test(ch07_pipeline_pairs, interleaved_groups_run_on_mpi_under_synchronous_sends,
     }
     long at = 0;
     while (at < n[0] && at < n[1] && bytes[0][at] == bytes[1][at]) at++;
-    cr_assert(n[0] == n[1] && at == n[0], "interleaved v %d P %d M %d: grouped vs posted ahead: the parameters differ at "
-              "byte %ld of %ld / %ld (got 0x%02x, expected 0x%02x)", v, P, M, at, n[1], n[0],
-              at < n[1] ? (unsigned char)bytes[1][at] : 0, at < n[0] ? (unsigned char)bytes[0][at] : 0);
+    cr_assert(n[0] == n[1] && at == n[0],
+              "interleaved v %d P %d M %d: grouped vs posted ahead: the parameters differ at "
+              "byte %ld of %ld / %ld (got 0x%02x, expected 0x%02x)",
+              v, P, M, at, n[1], n[0], at < n[1] ? (unsigned char)bytes[1][at] : 0,
+              at < n[0] ? (unsigned char)bytes[0][at] : 0);
     free(bytes[0]), free(bytes[1]), free(o[0]), free(o[1]);
   }
 }

@@ -68,7 +68,8 @@ static const bad_case_t g_bad[] = {
     {1, "ch03_zero1 --loss-scale 128", "error: --loss-scale 128: needs --precision fp16"},
     {0, "ch00_memory --params 1e30", "error: --params 1e30"},
     {0, "ch00_memory --ranks 0", "error: --ranks 0"},
-    {0, "ch00_memory --model 16777216,16777216,16777216,65536", "error: --model 16777216"}, /* Ψ overflows 64 bits */
+    /* Ψ overflows 64 bits */
+    {0, "ch00_memory --model 16777216,16777216,16777216,65536", "error: --model 16777216"},
     {0, "ch00_memory --stage 7", "error: --stage 7"},
     /* ch01 */
     {0, "ch01_collectives --op everything", "error: --op everything"},
@@ -104,12 +105,16 @@ static const bad_case_t g_bad[] = {
     {0, "ch03_zero1 --steps 5 --steps 6", "error: --steps 6: given more than once"},
     {0, "ch04_zero2 extra", "error: extra"},
     /* output paths, checked before step 0 (report.c: report_check_outputs) */
-    {0, "ch02_ddp --json /nonexistent-zl/r.json", "error: --json /nonexistent-zl/r.json"},   /* no such directory */
+    /* no such directory */
+    {0, "ch02_ddp --json /nonexistent-zl/r.json", "error: --json /nonexistent-zl/r.json"},
     {0, "ch03_zero1 --trace /nonexistent-zl/t.json", "error: --trace /nonexistent-zl/t.json"},
     {0, "ch04_zero2 --save-params /tmp", "error: --save-params /tmp"},                      /* a directory */
-    {0, "ch05_zero3 --ckpt /nonexistent-zl/ck", "error: --ckpt /nonexistent-zl/ck"},        /* parent missing */
-    {0, "ch02_ddp --ckpt /dev/null", "error: --ckpt /dev/null"},                            /* not a directory */
-    {0, "ch02_ddp --json /dev/null/r.json", "error: --json /dev/null/r.json"},              /* inside a non-directory */
+    /* parent missing */
+    {0, "ch05_zero3 --ckpt /nonexistent-zl/ck", "error: --ckpt /nonexistent-zl/ck"},
+    /* not a directory */
+    {0, "ch02_ddp --ckpt /dev/null", "error: --ckpt /dev/null"},
+    /* inside a non-directory */
+    {0, "ch02_ddp --json /dev/null/r.json", "error: --json /dev/null/r.json"},
     /* the tool */
     {0, "zl_ckpt", "error: missing command"},
     {0, "zl_ckpt frob /tmp", "error: frob"},
@@ -136,10 +141,13 @@ Test(common_reliability, bad_inputs_one_line_exit_2) {
     if (dt > slowest) slowest = dt;
     int lines = nonempty_lines(out, first, sizeof first);
     cr_expect_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2; output:\n%s", c->cmd, c->np, rc, out);
-    cr_expect_eq(lines, 1, "`%s` (np %d): %d non-empty output lines, expected exactly 1 (printed once); output:\n%s",
+    cr_expect_eq(lines, 1,
+                 "`%s` (np %d): %d non-empty output lines, expected exactly 1 (printed once); output:\n%s",
                  c->cmd, c->np, lines, out);
-    cr_expect(strstr(first, c->names) == first, "`%s`: the error line '%s' should start with '%s'", c->cmd, first, c->names);
-    const char *says[] = {"must", "missing value", "unknown flag", "more than once", "needs", "usage", "unexpected"};
+    cr_expect(strstr(first, c->names) == first, "`%s`: the error line '%s' should start with '%s'", c->cmd,
+              first, c->names);
+    const char *says[] = {"must",  "missing value", "unknown flag", "more than once",
+                          "needs", "usage",         "unexpected"};
     int allowed = 0;
     for (size_t k = 0; k < sizeof says / sizeof says[0]; k++) allowed |= strstr(first, says[k]) != NULL;
     cr_expect(allowed, "`%s`: the error line '%s' should say what is allowed", c->cmd, first);
@@ -157,11 +165,12 @@ static void fault_case(const char *prog, const char *kind) {
   int rc = zl_run(3, 60, &out, ZL_BIN "/%s " MODEL " --steps 6 --timeout-s 1 --fault 1:2:%s", prog, kind);
   double dt = now_s() - t0;
   cr_assert_neq(rc, 0, "--fault 1:2:%s (%s, N 3): the job exited 0; output:\n%s", kind, prog, out);
-  cr_assert_neq(rc, 124, "--fault 1:2:%s (%s, N 3): the job did not end (killed by the test's timeout); output:\n%s",
+  cr_assert_neq(rc, 124,
+                "--fault 1:2:%s (%s, N 3): the job did not end (killed by the test's timeout); output:\n%s",
                 kind, prog, out);
   snprintf(want, sizeof want, "rank 1: injected fault %s at step 2", kind);
-  cr_assert(strstr(out, want), "--fault 1:2:%s: the output does not name the failing rank ('%s'); output:\n%s", kind,
-            want, out);
+  cr_assert(strstr(out, want),
+            "--fault 1:2:%s: the output does not name the failing rank ('%s'); output:\n%s", kind, want, out);
   cr_assert(dt < 30.0, "--fault 1:2:%s: the job took %.1f s to end, expected < 30 s", kind, dt);
   if (!strcmp(kind, "hang")) /* our deadline, not mpirun's: names the op the survivors waited for */
     cr_assert(strstr(out, "did not complete within 1 s") &&
@@ -182,10 +191,11 @@ Test(common_reliability_long, fault_hang_ddp) { fault_case("ch02_ddp", "hang"); 
 static void nonfinite_abort(const char *prog, int np, int rank) {
   char *out = NULL, want[160];
   int rc = zl_run(np, 60, &out, ZL_BIN "/%s " MODEL " --steps 5 --fault %d:2:nan", prog, rank);
-  cr_assert(rc != 0 && rc != 124, "%s --fault %d:2:nan: exit code %d, expected a non-zero stop; output:\n%s", prog, rank,
-            rc, out);
+  cr_assert(rc != 0 && rc != 124, "%s --fault %d:2:nan: exit code %d, expected a non-zero stop; output:\n%s",
+            prog, rank, rc, out);
   snprintf(want, sizeof want, "error: step 2: non-finite gradient on rank %d (local gradients", rank);
-  cr_assert(strstr(out, want), "%s: expected '%s' (the step and the rank where it appeared); output:\n%s", prog, want, out);
+  cr_assert(strstr(out, want), "%s: expected '%s' (the step and the rank where it appeared); output:\n%s",
+            prog, want, out);
   free(out);
 }
 Test(common_reliability, nonfinite_abort_names_step_and_rank) {
@@ -196,12 +206,14 @@ Test(common_reliability, nonfinite_abort_names_step_and_rank) {
 static void nonfinite_skip(const char *prog, int np, int rank) {
   char dir[256], *out = NULL, a[400], b[400];
   zl_tmpdir(dir, sizeof dir, prog);
-  int rc = zl_run(np, 60, &out, ZL_BIN "/%s " MODEL " --steps 2 --fault %d:1:nan --nonfinite skip --ckpt %s --save-every 1",
+  int rc = zl_run(np, 60, &out,
+                  ZL_BIN "/%s " MODEL " --steps 2 --fault %d:1:nan --nonfinite skip --ckpt %s --save-every 1",
                   prog, rank, dir);
   cr_assert_eq(rc, 0, "%s --nonfinite skip: exit code %d; output:\n%s", prog, rc, out);
   char want[160];
   snprintf(want, sizeof want, "warning: step 1: non-finite gradient on rank %d", rank);
-  cr_assert(strstr(out, want) && strstr(out, "skipped"), "%s: no warning line '%s ... skipped'; output:\n%s", prog, want, out);
+  cr_assert(strstr(out, want) && strstr(out, "skipped"), "%s: no warning line '%s ... skipped'; output:\n%s",
+            prog, want, out);
   /* the state after step 1 (skipped) is the state after step 0, bit for bit, on every shard */
   int files = strcmp(prog, "ch02_ddp") == 0 ? 1 : np;
   for (int r = 0; r < files; r++) {
@@ -212,7 +224,8 @@ static void nonfinite_skip(const char *prog, int np, int rank) {
   snprintf(a, sizeof a, "%s/step-000002/manifest.txt", dir);
   char *man = zl_read_file(a, NULL);
   cr_assert(man && strstr(man, "\nopt_t 1\n") && strstr(man, "\nskipped 1\n"),
-            "%s: after a skipped step the optimizer step t must stay 1 and 1 step be counted skipped:\n%s", a, man);
+            "%s: after a skipped step the optimizer step t must stay 1 and 1 step be counted skipped:\n%s", a,
+            man);
   free(man);
   free(out);
 }
@@ -225,15 +238,20 @@ Test(common_reliability, nonfinite_skip_leaves_states_bitwise) {
 
 Test(common_reliability, out_of_memory_is_a_message) {
   char *out = NULL;
-  int rc = zl_run(2, 60, &out, ZL_BIN "/ch03_zero1 --input 64 --hidden 512 --layers 4 --batch 8 --steps 1 --mem-limit-mb 1");
-  cr_assert(rc != 0 && rc < 128, "--mem-limit-mb 1: exit code %d (expected an error, not a signal); output:\n%s", rc, out);
+  int rc =
+      zl_run(2, 60, &out,
+             ZL_BIN "/ch03_zero1 --input 64 --hidden 512 --layers 4 --batch 8 --steps 1 --mem-limit-mb 1");
+  cr_assert(rc != 0 && rc < 128,
+            "--mem-limit-mb 1: exit code %d (expected an error, not a signal); output:\n%s", rc, out);
   cr_assert(strstr(out, "out of memory budget on rank ") && strstr(out, "needs ") && strstr(out, " MiB"),
-            "--mem-limit-mb 1: no 'out of memory budget on rank R: <buffer> needs X MiB' line; output:\n%s", out);
+            "--mem-limit-mb 1: no 'out of memory budget on rank R: <buffer> needs X MiB' line; output:\n%s",
+            out);
   free(out);
   /* 1.1e12 parameters: far beyond this host */
   rc = zl_run(2, 60, &out, ZL_BIN "/ch04_zero2 --hidden 65536 --layers 256 --batch 8 --steps 1 --quiet");
-  cr_assert(rc != 0 && rc < 128, "--hidden 65536 --layers 256: exit code %d (expected an error, not a signal); output:\n%s",
-            rc, out);
+  cr_assert(rc != 0 && rc < 128,
+            "--hidden 65536 --layers 256: exit code %d (expected an error, not a signal); output:\n%s", rc,
+            out);
   cr_assert(strstr(out, "out of memory on rank ") && strstr(out, " MiB"),
             "--hidden 65536: no 'out of memory on rank R: ... MiB' line; output:\n%s", out);
   free(out);
@@ -280,11 +298,11 @@ static ck_t ckpt_same_world(const char *prog, int np, const char *extra, const c
   snprintf(k.a_json, sizeof k.a_json, "%s/a.json", k.dir);
   snprintf(b_ck, sizeof b_ck, "%s/b", k.dir);
   snprintf(b_bin, sizeof b_bin, "%s/b.bin", k.dir);
-  snprintf(args, sizeof args, MODEL " %s --steps 8 --ckpt %s --save-every 4 --save-params %s --json %s", extra, k.a_ck,
-           k.a_bin, k.a_json);
+  snprintf(args, sizeof args, MODEL " %s --steps 8 --ckpt %s --save-every 4 --save-params %s --json %s",
+           extra, k.a_ck, k.a_bin, k.a_json);
   run_ok(np, "straight run with checkpoints", ZL_BIN "/%s %s", prog, args);
-  snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s", extra, k.a_ck,
-           b_ck, b_bin);
+  snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --ckpt %s --save-params %s", extra,
+           k.a_ck, b_ck, b_bin);
   run_ok(np, "resumed run", ZL_BIN "/%s %s", prog, args);
   zl_expect_same_file(k.a_bin, b_bin);
   snprintf(p, sizeof p, "%s/step-000008/losses.bin", k.a_ck);
@@ -305,7 +323,8 @@ static void ckpt_reshard(const ck_t *k, const char *prog, int np, const char *ex
   char args[4096], c_bin[300];
   snprintf(c_bin, sizeof c_bin, "%s/reshard_%s_%d.bin", k->dir, prog, np);
   /* --resume DIR would take its latest (step 8): point at step 4 */
-  snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --save-params %s", extra, k->a_ck, c_bin);
+  snprintf(args, sizeof args, MODEL " %s --steps 8 --resume %s/step-000004 --save-params %s", extra, k->a_ck,
+           c_bin);
   run_ok(np, "resharded resume", ZL_BIN "/%s %s", prog, args);
   int64_t n1 = 0, n2 = 0;
   float *want = zl_read_floats(k->a_bin, &n1), *got = zl_read_floats(c_bin, &n2);
@@ -321,7 +340,9 @@ Test(common_reliability, ckpt_ddp_resume_bitwise_and_reshard) {
   ckpt_reshard(&k, "ch05_zero3", 3, "", 1e-6); /* DDP's one full file -> ZeRO-3 thirds */
 }
 
-Test(common_reliability, ckpt_zero1_resume_bitwise_bf16) { ckpt_same_world("ch03_zero1", 2, "--precision bf16", "ck_z1"); }
+Test(common_reliability, ckpt_zero1_resume_bitwise_bf16) {
+  ckpt_same_world("ch03_zero1", 2, "--precision bf16", "ck_z1");
+}
 
 Test(common_reliability, ckpt_zero2_resume_crash_midsave_reshard) {
   ck_t k = ckpt_same_world("ch04_zero2", 2, "--optimizer sgd --momentum 0.9 --accum 2", "ck_z2");
@@ -329,20 +350,25 @@ Test(common_reliability, ckpt_zero2_resume_crash_midsave_reshard) {
   char args[4096], x_ck[300], x_bin[300], *out = NULL;
   snprintf(x_ck, sizeof x_ck, "%s/x", k.dir);
   snprintf(x_bin, sizeof x_bin, "%s/x.bin", k.dir);
-  int rc = zl_run(2, 60, &out, ZL_BIN "/ch04_zero2 " MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 "
-                  "--ckpt %s --save-every 4 --fault 1:7:ckpt", x_ck);
-  cr_assert(rc != 0 && strstr(out, "rank 1: injected fault ckpt at step 7"), "the crash run: exit %d; output:\n%s", rc, out);
+  int rc = zl_run(2, 60, &out,
+                  ZL_BIN "/ch04_zero2 " MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 "
+                         "--ckpt %s --save-every 4 --fault 1:7:ckpt",
+                  x_ck);
+  cr_assert(rc != 0 && strstr(out, "rank 1: injected fault ckpt at step 7"),
+            "the crash run: exit %d; output:\n%s", rc, out);
   free(out);
   char latest[400];
   snprintf(latest, sizeof latest, "%s/latest", x_ck);
   char *l = zl_read_file(latest, NULL);
-  cr_assert(l && strcmp(l, "step-000004\n") == 0, "%s after a crash mid-save: '%s', expected step-000004", latest, l);
+  cr_assert(l && strcmp(l, "step-000004\n") == 0, "%s after a crash mid-save: '%s', expected step-000004",
+            latest, l);
   free(l);
   snprintf(args, sizeof args, "%s/step-000008", x_ck);
   struct stat sb;
   cr_assert(stat(args, &sb) != 0, "%s exists although its save crashed", args);
-  snprintf(args, sizeof args, MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 --resume %s --save-params %s",
-           x_ck, x_bin);
+  snprintf(args, sizeof args,
+           MODEL " --optimizer sgd --momentum 0.9 --accum 2 --steps 8 --resume %s --save-params %s", x_ck,
+           x_bin);
   run_ok(2, "resume after the crash", ZL_BIN "/%s %s", "ch04_zero2", args);
   zl_expect_same_file(k.a_bin, x_bin); /* nothing was lost */
   ckpt_reshard(&k, "ch02_ddp", 3, "--optimizer sgd --momentum 0.9 --accum 2", 1e-6);
@@ -367,8 +393,8 @@ Test(common_reliability, ckpt_zero3_resume_consolidate_inspect) {
     free(b);
   }
   rc = zl_run(0, 30, &out, ZL_BIN "/zl_ckpt inspect %s", k.a_ck);
-  cr_assert(rc == 0 && strstr(out, "strategy zero3 (stage 3) saved by 3 ranks") && strstr(out, "after step 8") &&
-                strstr(out, "verified: 4 files"),
+  cr_assert(rc == 0 && strstr(out, "strategy zero3 (stage 3) saved by 3 ranks") &&
+                strstr(out, "after step 8") && strstr(out, "verified: 4 files"),
             "zl_ckpt inspect: exit %d; output:\n%s", rc, out);
   free(out);
 }
@@ -387,27 +413,32 @@ static void refused(const ck_t *k, const char *name, const char *damage, const c
   cr_assert(p && fgets(before, sizeof before, p));
   pclose(p);
   /* one process (no mpirun: the check happens on rank 0 before anything else, whatever N) */
-  int rc = zl_run(0, 60, &out, ZL_BIN "/ch03_zero1 " SHAPE_REST " %s --steps 12 --resume %s/step-000004 --ckpt %s --save-every 1",
+  int rc = zl_run(0, 60, &out,
+                  ZL_BIN "/ch03_zero1 " SHAPE_REST
+                         " %s --steps 12 --resume %s/step-000004 --ckpt %s --save-every 1",
                   flags, d, d);
   cr_assert(rc != 0 && rc != 124, "%s: resume accepted (exit %d); output:\n%s", name, rc, out);
-  cr_assert(strstr(out, want1) && strstr(out, want2), "%s: expected '%s' and '%s' in the message; output:\n%s", name,
-            want1, want2, out);
+  cr_assert(strstr(out, want1) && strstr(out, want2),
+            "%s: expected '%s' and '%s' in the message; output:\n%s", name, want1, want2, out);
   cr_assert(!strstr(out, "final loss"), "%s: training ran; output:\n%s", name, out);
   p = popen(cmd, "r");
   cr_assert(p && fgets(after, sizeof after, p));
   pclose(p);
-  cr_assert_str_eq(before, after, "%s: the checkpoint directory changed although the resume was refused", name);
+  cr_assert_str_eq(before, after, "%s: the checkpoint directory changed although the resume was refused",
+                   name);
   free(out);
 }
 
 Test(common_reliability, ckpt_refuses_bad_checkpoints) {
   ck_t k = ckpt_same_world("ch03_zero1", 2, "", "ck_bad");
   refused(&k, "truncated", "truncate -s 100 rank-00001.bin", "--hidden 13", "rank-00001.bin", "truncated");
-  refused(&k, "flipped", "printf 'X' | dd of=rank-00000.bin bs=1 seek=50 conv=notrunc 2>/dev/null", "--hidden 13",
-          "rank-00000.bin", "corrupted");
+  refused(&k, "flipped", "printf 'X' | dd of=rank-00000.bin bs=1 seek=50 conv=notrunc 2>/dev/null",
+          "--hidden 13", "rank-00000.bin", "corrupted");
   refused(&k, "missing", "rm rank-00001.bin", "--hidden 13", "rank-00001.bin", "missing");
-  refused(&k, "manifest", "sed -i 's/^hidden 13/hidden 14/' manifest.txt", "--hidden 13", "manifest.txt", "corrupted");
-  refused(&k, "shape", "true", "--hidden 14", "manifest.txt", "saved with --hidden 13, this run has --hidden 14");
+  refused(&k, "manifest", "sed -i 's/^hidden 13/hidden 14/' manifest.txt", "--hidden 13", "manifest.txt",
+          "corrupted");
+  refused(&k, "shape", "true", "--hidden 14", "manifest.txt",
+          "saved with --hidden 13, this run has --hidden 14");
   refused(&k, "precision", "true", "--hidden 13 --precision bf16", "manifest.txt", "--precision fp32");
   refused(&k, "optimizer", "true", "--hidden 13 --optimizer sgd", "manifest.txt", "--optimizer adamw");
 }
@@ -420,25 +451,28 @@ static void refuses_another_model(int half) {
   char dir[256], ck[300], *out = NULL;
   zl_tmpdir(dir, sizeof dir, "ck_model");
   snprintf(ck, sizeof ck, "%s/ck", dir);
-  int rc = zl_run(2, 90, &out, ZL_BIN "/ch03_zero1 --model gpt --gpt tiny --batch 4 --steps 3 --ckpt %s --save-every 3 --quiet",
-                  ck);
+  int rc = zl_run(
+      2, 90, &out,
+      ZL_BIN "/ch03_zero1 --model gpt --gpt tiny --batch 4 --steps 3 --ckpt %s --save-every 3 --quiet", ck);
   cr_assert_eq(rc, 0, "the GPT run that saves: exit %d; output:\n%s", rc, out);
   /* --eval-every 0 (the default): the one-line summary has no validation number */
   cr_assert(strstr(out, "no validation run") && !strstr(out, "validation nan"), "summary line:\n%s", out);
   free(out);
-  struct { const char *flags, *want; } cases[] = {
-      {"--model gpt --gpt tiny --n-embd 64", "saved with --n-embd 32, this run has --n-embd 64"},
-      {"--model gpt --gpt tiny --n-head 4", "saved with --n-head 2, this run has --n-head 4"},
-      {"--model gpt --gpt tiny --seq-len 8", "saved with --seq-len 16, this run has --seq-len 8"},
-      {"--model gpt --gpt tiny --n-layer 3", "saved with --n-layer 2, this run has --n-layer 3"},
-      {"", "saved with --model gpt, this run has --model mlp"},
-      {"--model gpt --gpt tiny --optimizer sgd --precision bf16",
-       "saved with --precision fp32, this run has --precision bf16; saved with --optimizer adamw, this run has --optimizer sgd"}};
+  struct { const char *flags, *want;
+  } cases[] = {{"--model gpt --gpt tiny --n-embd 64", "saved with --n-embd 32, this run has --n-embd 64"},
+               {"--model gpt --gpt tiny --n-head 4", "saved with --n-head 2, this run has --n-head 4"},
+               {"--model gpt --gpt tiny --seq-len 8", "saved with --seq-len 16, this run has --seq-len 8"},
+               {"--model gpt --gpt tiny --n-layer 3", "saved with --n-layer 2, this run has --n-layer 3"},
+               {"", "saved with --model gpt, this run has --model mlp"},
+               {"--model gpt --gpt tiny --optimizer sgd --precision bf16",
+                "saved with --precision fp32, this run has --precision bf16; saved with --optimizer adamw, "
+                "this run has --optimizer sgd"}};
   for (size_t i = (size_t)half; i < sizeof cases / sizeof cases[0]; i += 2) {
-    rc = zl_run(2, 60, &out, ZL_BIN "/ch03_zero1 %s --batch 4 --steps 5 --resume %s --quiet", cases[i].flags, ck);
+    rc = zl_run(2, 60, &out, ZL_BIN "/ch03_zero1 %s --batch 4 --steps 5 --resume %s --quiet", cases[i].flags,
+                ck);
     cr_assert(rc == 2 && strstr(out, cases[i].want) && !strstr(out, "final loss"),
-              "resume with '%s': exit %d (expected 2), expected '%s' and no training; output:\n%s", cases[i].flags, rc,
-              cases[i].want, out);
+              "resume with '%s': exit %d (expected 2), expected '%s' and no training; output:\n%s",
+              cases[i].flags, rc, cases[i].want, out);
     free(out);
   }
   /* the MLP's shape flags with --model gpt: refused like the reverse */
@@ -447,8 +481,8 @@ static void refuses_another_model(int half) {
     rc = zl_run(0, 30, &out, ZL_BIN "/ch03_zero1 --model gpt --gpt tiny %s --steps 1 --quiet", mlp[i]);
     char want[64];
     snprintf(want, sizeof want, "error: %s: is the MLP's shape", mlp[i]);
-    cr_assert(rc == 2 && strstr(out, want), "--model gpt %s: exit %d, expected 2 and '%s'; output:\n%s", mlp[i], rc, want,
-              out);
+    cr_assert(rc == 2 && strstr(out, want), "--model gpt %s: exit %d, expected 2 and '%s'; output:\n%s",
+              mlp[i], rc, want, out);
     free(out);
   }
 }
@@ -468,7 +502,8 @@ Test(common_reliability, ckpt_tp_layout_is_named) {
   const char *progs[] = {"ch06_tp --tp 1", "ch02_ddp"};
   for (int i = 0; i < 2; i++) {
     rc = zl_run(2, 60, &out, ZL_BIN "/%s " MODEL " --steps 4 --resume %s", progs[i], ck);
-    cr_assert(rc == 2 && strstr(out, "tensor-parallel layout saved with --tp 2") && !strstr(out, "latest: missing"),
+    cr_assert(rc == 2 && strstr(out, "tensor-parallel layout saved with --tp 2") &&
+                  !strstr(out, "latest: missing"),
               "%s --resume of a --tp 2 checkpoint: exit %d; output:\n%s", progs[i], rc, out);
     free(out);
   }
@@ -481,11 +516,13 @@ Test(common_reliability, ckpt_tp_layout_is_named) {
 static void write_fails(const char *prog, const char *flag) {
   char *out = NULL, want[128];
   int rc = zl_run(2, 60, &out, ZL_BIN "/%s " MODEL " --steps 2 %s /dev/full", prog, flag);
-  cr_expect(rc != 0 && rc != 124, "%s %s /dev/full: exit code %d, expected a failure; output:\n%s", prog, flag, rc, out);
+  cr_expect(rc != 0 && rc != 124, "%s %s /dev/full: exit code %d, expected a failure; output:\n%s", prog,
+            flag, rc, out);
   /* "error: --json /dev/full: writing it failed: No space left on device" (the flag is named
    * where the writer knows it; the file always) */
   snprintf(want, sizeof want, "%s /dev/full: writing it failed", strcmp(flag, "--save-params") ? flag : "");
-  cr_expect(strstr(out, want) != NULL, "%s %s /dev/full: the output should say '%s'; output:\n%s", prog, flag, want, out);
+  cr_expect(strstr(out, want) != NULL, "%s %s /dev/full: the output should say '%s'; output:\n%s", prog, flag,
+            want, out);
   free(out);
 }
 

@@ -57,7 +57,8 @@ static double ar(double n, int T) { return 2 * ag(n, T); }
  * 2 + 2, the head's 1 gather). */
 static void sp_traffic(int T, double b, int A, int recompute, double *calls, double *bytes) {
   double L = SP_L, n = b * SP_S * SP_C, C = SP_C;
-  double gathers = 1 + 6 * L + 2 + (recompute ? 2 * L + 1 : 0), scatters = 1 + 4 * L + 1 + (recompute ? 2 * L : 0);
+  double gathers = 1 + 6 * L + 2 + (recompute ? 2 * L + 1 : 0),
+         scatters = 1 + 4 * L + 1 + (recompute ? 2 * L : 0);
   *calls = A * (gathers + scatters + (2 * L + 1) + 3);
   *bytes = A * ((gathers + scatters) * ag(n, T) + (2 * L + 1) * ar(2 * C, T) + 3 * ar(b * SP_S, T));
 }
@@ -71,10 +72,11 @@ static void expect_traffic(const char *what, const char *json, int np, double ca
     cr_assert(p, "%s: rank %d missing from tp.per_rank", what, r);
     double c = zl_json_num(p, "calls_per_step"), fc = zl_json_num(p, "formula_calls_per_step");
     double by = zl_json_num(p, "bytes_per_step"), fb = zl_json_num(p, "formula_bytes_per_step");
-    cr_assert(c == calls && fc == calls, "%s rank %d: %g collectives per step on the TP group (formula %g), expected %g",
-              what, r, c, fc, calls);
-    cr_assert(by == bytes && fb == bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f", what, r, by, fb,
-              bytes);
+    cr_assert(c == calls && fc == calls,
+              "%s rank %d: %g collectives per step on the TP group (formula %g), expected %g", what, r, c, fc,
+              calls);
+    cr_assert(by == bytes && fb == bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f",
+              what, r, by, fb, bytes);
     p += 8;
   }
 }
@@ -93,8 +95,8 @@ static void expect_close_run(const char *what, const zl_out_t *run, const zl_out
 /* The activation bytes the loop keeps on rank 0 (ledger) and the report's formula, both = want. */
 static void expect_acts(const char *what, const zl_out_t *run, double want) {
   double got = zl_json_num(run->json, "acts_saved_bytes"), f = zl_json_num(run->json, "acts_formula_bytes");
-  cr_assert(got == want && f == want, "%s: acts_saved_bytes %.0f, acts_formula_bytes %.0f, expected %.0f", what, got, f,
-            want);
+  cr_assert(got == want && f == want, "%s: acts_saved_bytes %.0f, acts_formula_bytes %.0f, expected %.0f",
+            what, got, f, want);
 }
 
 /* --tp T --sp --zero zero on np ranks against the 1-rank reference: weights and losses, activations
@@ -130,10 +132,14 @@ Test(ch10_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
   sp_traffic(2, 8, 1, 0, &calls, &bytes);
   expect_traffic("tp2 --sp", sp.json, 2, calls, bytes);
   double n = 8 * SP_S * SP_C, extra = (2 * SP_L + 1) * (ag(n, 2) + ar(2 * SP_C, 2));
-  double d = zl_json_num(zl_json_find(sp.json, "tp"), "bytes_per_step") - zl_json_num(zl_json_find(tp.json, "tp"), "bytes_per_step");
-  cr_assert(d == extra, "tp2: --sp sends %.1f bytes per step more than --tp alone; expected %.1f = (2L+1) gathers of "
-            "b·s·h (the LayerNorm outputs again) + (2L+1) all-reduces of 2h (their gradients): g and ḡ must move "
-            "exactly the all-reduces' bytes", d, extra);
+  double d = zl_json_num(zl_json_find(sp.json, "tp"), "bytes_per_step") -
+      zl_json_num(zl_json_find(tp.json, "tp"), "bytes_per_step");
+  cr_assert(
+      d == extra,
+      "tp2: --sp sends %.1f bytes per step more than --tp alone; expected %.1f = (2L+1) gathers of "
+      "b·s·h (the LayerNorm outputs again) + (2L+1) all-reduces of 2h (their gradients): g and ḡ must move "
+      "exactly the all-reduces' bytes",
+      d, extra);
   zl_out_free(&tp);
   zl_out_free(&sp);
   sp_vs_one_rank(4, 4, 0, &ref);
@@ -145,7 +151,8 @@ Test(ch10_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
  * forward's gathers and scatters run again in the backward. */
 Test(ch10_sp, sp_recompute_accum, .timeout = 60) {
   zl_out_t ref = zl_launch(1, 60, "sp_rc", "ref", "%s/ch06_tp " SP_SHAPE " --recompute --accum 2", ZL_BIN);
-  zl_out_t sp = zl_launch(2, 60, "sp_rc", "sp2", "%s/ch06_tp " SP_SHAPE " --recompute --accum 2 --tp 2 --sp", ZL_BIN);
+  zl_out_t sp =
+      zl_launch(2, 60, "sp_rc", "sp2", "%s/ch06_tp " SP_SHAPE " --recompute --accum 2 --tp 2 --sp", ZL_BIN);
   expect_close_run("tp2 --sp --recompute --accum 2 vs 1 rank", &sp, &ref, 4);
   expect_acts("1 rank --recompute", &ref, acts_one_rank(4, 1));
   expect_acts("tp2 --sp --recompute", &sp, acts_one_rank(4, 1) / 2);
@@ -160,7 +167,8 @@ Test(ch10_sp, sp_recompute_accum, .timeout = 60) {
  * same TP rank of the next stage; against 1 rank with --accum M (the same micro-batches). */
 Test(ch10_sp, sp_pipeline_2x2, .timeout = 60) {
   zl_out_t ref = zl_launch(1, 60, "sp_pp", "ref", "%s/ch06_tp " SP_SHAPE " --accum 2", ZL_BIN);
-  zl_out_t pp = zl_launch(4, 60, "sp_pp", "pp", "%s/ch07_pipeline " SP_SHAPE " --pp 2 --micro-batches 2 --tp 2 --sp", ZL_BIN);
+  zl_out_t pp = zl_launch(4, 60, "sp_pp", "pp",
+                          "%s/ch07_pipeline " SP_SHAPE " --pp 2 --micro-batches 2 --tp 2 --sp", ZL_BIN);
   expect_close_run("P 2 x T 2 --sp vs 1 rank", &pp, &ref, 4);
   zl_out_free(&ref);
   zl_out_free(&pp);
@@ -177,7 +185,8 @@ Test(ch10_sp, bad_flags_exit_2, .timeout = 60) {
       {0, "ch06_tp --model gpt --gpt tiny --tp 1 --sp", "error: --sp: needs --tp T > 1"},
       {4, "ch06_tp --model gpt --gpt tiny --n-head 4 --seq-len 10 --tp 4 --sp",
        "error: --sp: --seq-len 10 must be divisible by --tp 4"},
-      {2, "ch06_tp --model gpt --gpt tiny --tp 2 --sp --recompute --pa 1", "error: --pa 1: with --sp no unit output is replicated"},
+      {2, "ch06_tp --model gpt --gpt tiny --tp 2 --sp --recompute --pa 1",
+       "error: --pa 1: with --sp no unit output is replicated"},
   };
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
     char *out = NULL;

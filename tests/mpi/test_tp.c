@@ -15,11 +15,13 @@ static void run_scenario(int np, const char *mode) {
   const char *ok = strstr(out, "scn_tp: ok");
   cr_assert(ok, "scn_tp %s on %d ranks did not report ok:\n%s", mode, np, out);
   const char *eol = strchr(ok, '\n');
-  cr_log_info("N %d: %.*s", np, eol ? (int)(eol - ok) : (int)strlen(ok), ok); /* the largest gap, for make test-kernels */
+  /* the largest gap, for make test-kernels */
+  cr_log_info("N %d: %.*s", np, eol ? (int)(eol - ok) : (int)strlen(ok), ok);
   free(out);
 }
 
-/* Every grid (T, P) of N ranks: membership, exact sums on every group (vendor and ring), counters per group. */
+/* Every grid (T, P) of N ranks: membership, exact sums on every group (vendor and ring), counters per
+ * group. */
 Test(ch06_tp, groups_4_ranks, .timeout = 120) { run_scenario(4, "grid"); }
 Test(ch06_tp, groups_3_ranks, .timeout = 120) { run_scenario(3, "grid"); }
 Test(ch06_tp, groups_6_ranks, .timeout = 120) { run_scenario(6, "grid"); }
@@ -50,7 +52,8 @@ Test(ch06_tp, example_2_ranks, .timeout = 60) {
       "all-reduce: ReLU(X1·A1) + ReLU(X2·A2) = [[7, 10], [1, 2]]\n",
       "ReLU(X·A) = ReLU([[7, 10], [1, 2]]) = [[7, 10], [1, 2]]   equal\n",
       "ReLU(a) + ReLU(b) = a + b = ReLU(a + b)\n",
-      "rank 0: X1 = [[1], [1]]  A1 = [[1, 2]]  X1·A1 = [[1, 2], [1, 2]]  GELU(X1·A1) = [[0.841192, 1.9546], [0.841192, "
+      "rank 0: X1 = [[1], [1]]  A1 = [[1, 2]]  X1·A1 = [[1, 2], [1, 2]]  GELU(X1·A1) = [[0.841192, 1.9546], "
+      "[0.841192, "
       "1.9546]]\n",
       "rank 1: X2 = [[2], [0]]  A2 = [[3, 4]]  X2·A2 = [[6, 8], [0, 0]]  GELU(X2·A2) = [[6, 8], [0, 0]]\n",
       "all-reduce: GELU(X1·A1) + GELU(X2·A2) = [[6.84119, 9.9546], [0.841192, 1.9546]]\n",
@@ -58,7 +61,8 @@ Test(ch06_tp, example_2_ranks, .timeout = 60) {
       "  differ at [0][0]: GELU(1) + GELU(6) = 6.84119  vs  GELU(7) = 7\n",
       "  differ at [0][1]: GELU(2) + GELU(8) = 9.9546  vs  GELU(10) = 10\n",
       "X' = [[1, -2], [1, 0]]\n",
-      "rank 1: X'2 = [[-2], [0]]  A2 = [[3, 4]]  X'2·A2 = [[-6, -8], [0, 0]]  ReLU(X'2·A2) = [[0, 0], [0, 0]]\n",
+      "rank 1: X'2 = [[-2], [0]]  A2 = [[3, 4]]  X'2·A2 = [[-6, -8], [0, 0]]  ReLU(X'2·A2) = [[0, 0], [0, "
+      "0]]\n",
       "all-reduce: ReLU(X'1·A1) + ReLU(X'2·A2) = [[1, 2], [1, 2]]\n",
       "ReLU(X'·A) = ReLU([[-5, -6], [1, 2]]) = [[0, 0], [1, 2]]   DIFFERENT\n",
       "  differ at [0][0]: ReLU(1) + ReLU(-6) = 1  vs  ReLU(-5) = 0\n",
@@ -68,7 +72,8 @@ Test(ch06_tp, example_2_ranks, .timeout = 60) {
   int rc = zl_run(2, 60, &out, "%s/ch06_example", ZL_BIN);
   cr_assert_eq(rc, 0, "ch06_example exited %d:\n%s", rc, fail_lines(out));
   expect_in_order(out, want, (int)(sizeof want / sizeof want[0]), "ch06_example");
-  cr_assert(!strstr(out, "differ at [1]"), "row 1 has a zero partial: GELU(0) = 0 there, nothing differs:\n%s", out);
+  cr_assert(!strstr(out, "differ at [1]"),
+            "row 1 has a zero partial: GELU(0) = 0 there, nothing differs:\n%s", out);
   free(out);
 }
 
@@ -89,9 +94,11 @@ Test(ch06_tp, mlp_check_4_ranks, .timeout = 60) {
   free(out);
   rc = zl_run(4, 60, &out, "%s/ch06_mlp_check --batch 3 --hidden 7 --ffn 10", ZL_BIN);
   cr_assert_eq(rc, 0, "ch06_mlp_check (3·7, uneven) exited %d:\n%s", rc, fail_lines(out));
-  cr_assert(strstr(out, "T=4 (1 group of 4): all-reduces 2 (formula 2: g forward, f backward), bytes sent per rank 256 "
-                        "(formula ring model, 3·7 not divisible by 4, rank 0 = 256)\n"),
-            "uneven all-reduce line:\n%s", out);
+  cr_assert(
+      strstr(out,
+             "T=4 (1 group of 4): all-reduces 2 (formula 2: g forward, f backward), bytes sent per rank 256 "
+             "(formula ring model, 3·7 not divisible by 4, rank 0 = 256)\n"),
+      "uneven all-reduce line:\n%s", out);
   cr_assert(strstr(out, "\nok: "), "not ok:\n%s", out);
   free(out);
 }
@@ -126,41 +133,49 @@ Test(ch06_tp, bad_flags_exit_2, .timeout = 60) {
  * 1e-5 relative on every final weight (the all-reduces of the row-parallel outputs and of the
  * column-parallel input gradients add partial dot products in another order: not bitwise, see
  * notes/06-tensor-parallel.md, "Numerics"); measured about 1e-7. */
-#define TP_BASE "--input 32 --hidden 16 --layers 3 --classes 10 --batch 24 --optimizer sgd --lr 0.05 --clip 0.5"
+#define TP_BASE \
+  "--input 32 --hidden 16 --layers 3 --classes 10 --batch 24 --optimizer sgd --lr 0.05 --clip 0.5"
 #define TP_SHAPE TP_BASE " --steps 4"
 #define TP_TOL 1e-5
 
 /* ch06_tp on np ranks with flags (TP_SHAPE or GPT_SHAPE) and args; files under zl_tmpdir(tag). */
-#define TP_LAUNCH(np, tag, name, shape, args) zl_launch(np, 60, tag, name, "%s/ch06_tp " shape " %s", ZL_BIN, args)
+#define TP_LAUNCH(np, tag, name, shape, args) \
+  zl_launch(np, 60, tag, name, "%s/ch06_tp " shape " %s", ZL_BIN, args)
 
 /* One TP run (np ranks, --tp T --zero zero) against the 1-rank reference ref: the full (unsplit)
  * weights rank 0 writes, every loss, and each rank's all-reduce count and bytes on its TP group
  * exactly as the formula (calls, bytes per step). model names the reference in the messages. */
-static zl_out_t vs_one_rank(const char *what, const char *model, zl_out_t run, const zl_out_t *ref, int np, double calls,
-                            double want_bytes) {
-  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, the 1-rank %s has %lld", what, (long long)run.n, model,
-               (long long)ref->n);
+static zl_out_t vs_one_rank(const char *what, const char *model, zl_out_t run, const zl_out_t *ref, int np,
+                            double calls, double want_bytes) {
+  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, the 1-rank %s has %lld", what, (long long)run.n,
+               model, (long long)ref->n);
   zl_expect_floats(what, run.params, ref->params, run.n, TP_TOL);
   double l[8], lr[8];
   int k = zl_json_all(run.json, "loss", l, 8), kr = zl_json_all(ref->json, "loss", lr, 8);
   cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
-  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= TP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
+  for (int s = 0; s < 4; s++)
+    cr_assert(zl_rel(l[s], lr[s]) <= TP_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
   const char *p = zl_json_find(run.json, "tp");
   cr_assert(p, "%s: no tp object in the JSON", what);
   for (int r = 0; r < np; r++) {
     p = zl_json_find(p, "tp_rank");
     cr_assert(p, "%s: rank %d missing from tp.per_rank (the report gathers over every rank)", what, r);
     double got_calls = zl_json_num(p, "calls_per_step"), bytes = zl_json_num(p, "bytes_per_step");
-    double fcalls = zl_json_num(p, "formula_calls_per_step"), fbytes = zl_json_num(p, "formula_bytes_per_step");
+    double fcalls = zl_json_num(p, "formula_calls_per_step"),
+           fbytes = zl_json_num(p, "formula_bytes_per_step");
     /* the values are already right here: a count off is another communication pattern (say g as a
      * reduce-scatter then an all-gather), its own verdict ("values right, ...") in make exercise */
-    cr_assert(got_calls == calls && fcalls == calls,
-              "%s rank %d: values right, but %g all-reduces per step on the TP group where the lesson's pattern has %g "
-              "(formula %g): g's forward and f's backward are one all-reduce each (notes/06-tensor-parallel.md); "
-              "another pattern (e.g. a reduce-scatter then an all-gather) moves the same bytes but is not the one taught",
-              what, r, got_calls, calls, fcalls);
-    cr_assert(bytes == want_bytes && fbytes == want_bytes, "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f",
-              what, r, bytes, fbytes, want_bytes);
+    cr_assert(
+        got_calls == calls && fcalls == calls,
+        "%s rank %d: values right, but %g all-reduces per step on the TP group where the lesson's pattern "
+        "has %g "
+        "(formula %g): g's forward and f's backward are one all-reduce each (notes/06-tensor-parallel.md); "
+        "another pattern (e.g. a reduce-scatter then an all-gather) moves the same bytes but is not the one "
+        "taught",
+        what, r, got_calls, calls, fcalls);
+    cr_assert(bytes == want_bytes && fbytes == want_bytes,
+              "%s rank %d: %.1f bytes per step (formula %.1f), expected %.1f", what, r, bytes, fbytes,
+              want_bytes);
     p += 8;
   }
   return run;
@@ -205,7 +220,8 @@ Test(ch06_tp, ledger_params_one_T_th, .timeout = 120) {
     double want = (1216.0 / T + 26) * 4;
     for (int r = 0; r < T; r++) {
       double got = zl_rank_mem(run.json, r, "params");
-      cr_assert(got == want, "T=%d rank %d: %g bytes of params, expected (1216/T + 26) x 4 = %g", T, r, got, want);
+      cr_assert(got == want, "T=%d rank %d: %g bytes of params, expected (1216/T + 26) x 4 = %g", T, r, got,
+                want);
     }
     zl_out_free(&run);
   }
@@ -218,15 +234,18 @@ Test(ch06_tp, checkpoint_resume_bitwise, .timeout = 120) {
   char ck[300], *out = NULL;
   zl_tmppath(ck, sizeof ck, "tp_ckpt", "ck");
   zl_out_t full = TP_LAUNCH(4, "tp_ckpt", "full", TP_SHAPE, "--tp 2 --zero 2");
-  zl_run_ok(4, 60, "save run", "%s/ch06_tp " TP_BASE " --quiet --tp 2 --zero 2 --steps 2 --ckpt %s", ZL_BIN, ck);
-  zl_out_t resumed = zl_launch(4, 60, "tp_ckpt", "resumed", "%s/ch06_tp " TP_SHAPE " --tp 2 --zero 2 --resume %s", ZL_BIN, ck);
+  zl_run_ok(4, 60, "save run", "%s/ch06_tp " TP_BASE " --quiet --tp 2 --zero 2 --steps 2 --ckpt %s", ZL_BIN,
+            ck);
+  zl_out_t resumed = zl_launch(4, 60, "tp_ckpt", "resumed",
+                               "%s/ch06_tp " TP_SHAPE " --tp 2 --zero 2 --resume %s", ZL_BIN, ck);
   cr_assert_eq(full.n, resumed.n, "weights: %lld vs %lld", (long long)full.n, (long long)resumed.n);
   zl_expect_floats("resumed vs uninterrupted (tp 2, zero 2)", resumed.params, full.params, full.n, 0);
   zl_out_free(&full);
   zl_out_free(&resumed);
   int rc;
   rc = zl_run(4, 60, &out, "%s/ch06_tp " TP_SHAPE " --quiet --tp 4 --resume %s", ZL_BIN, ck);
-  cr_assert_eq(rc, 2, "resume at --tp 4 of a --tp 2 checkpoint: exit %d, expected 2:\n%s", rc, fail_lines(out));
+  cr_assert_eq(rc, 2, "resume at --tp 4 of a --tp 2 checkpoint: exit %d, expected 2:\n%s", rc,
+               fail_lines(out));
   cr_assert(strstr(out, "tensor-parallel layout saved with --tp 2") && strstr(out, "zl_ckpt convert"),
             "refusal message (naming the T and the conversion, test_universal.c):\n%s", out);
   free(out);
@@ -269,9 +288,11 @@ static void gpt_vs_one_rank(int np, int T, int zero, const zl_out_t *ref) {
   int D = np / T;
   double b = 8.0 / D, calls_want = 1 + 4 * GPT_L + 1 + 3;
   double want_bytes = 2.0 * (T - 1) / T * 4 * b * ((2 + 4 * GPT_L) * GPT_S * GPT_C + 3 * GPT_S);
-  zl_out_t run = vs_one_rank(what, "GPT", TP_LAUNCH(np, what, "r", GPT_SHAPE, args), ref, np, calls_want, want_bytes);
+  zl_out_t run =
+      vs_one_rank(what, "GPT", TP_LAUNCH(np, what, "r", GPT_SHAPE, args), ref, np, calls_want, want_bytes);
   double acts = zl_json_num(run.json, "acts_saved_bytes");
-  cr_assert(acts == gpt_local_acts(T, b), "%s: %g activation bytes kept, formula %g (logits S·V/T per sample)", what, acts,
+  cr_assert(acts == gpt_local_acts(T, b),
+            "%s: %g activation bytes kept, formula %g (logits S·V/T per sample)", what, acts,
             gpt_local_acts(T, b));
   if (zero == 0) { /* DDP: the ledger's params are the rank's whole local model */
     double want = gpt_local_params(T) * 4;
@@ -289,14 +310,16 @@ Test(ch06_tp, gpt_tp_equals_one_rank, .timeout = 120) {
   char *out = NULL;
   zl_out_t ref = TP_LAUNCH(1, "gpt_tp_ref", "ref", GPT_SHAPE, "");
   double acts1 = zl_json_num(ref.json, "acts_saved_bytes");
-  cr_assert(acts1 == gpt_local_acts(1, 8), "1 rank: %g activation bytes, formula %g", acts1, gpt_local_acts(1, 8));
+  cr_assert(acts1 == gpt_local_acts(1, 8), "1 rank: %g activation bytes, formula %g", acts1,
+            gpt_local_acts(1, 8));
   gpt_vs_one_rank(2, 2, 0, &ref);
   gpt_vs_one_rank(4, 4, 0, &ref);
   gpt_vs_one_rank(4, 2, 3, &ref);
   zl_out_free(&ref);
   int rc = zl_run(4, 30, &out, "%s/ch06_tp --model gpt --gpt tiny --tp 4", ZL_BIN);
   cr_assert_eq(rc, 2, "--tp 4 with 2 heads: exit %d, expected 2:\n%s", rc, fail_lines(out));
-  cr_assert(strstr(out, "error: --tp 4: the GPT's 2 heads must split evenly over T ranks"), "refusal:\n%s", out);
+  cr_assert(strstr(out, "error: --tp 4: the GPT's 2 heads must split evenly over T ranks"), "refusal:\n%s",
+            out);
   free(out);
 }
 
@@ -312,11 +335,13 @@ static void pa_expect_same_run(const char *what, const zl_out_t *off, const zl_o
   double l0[8], l1[8];
   int k0 = zl_json_all(off->json, "loss", l0, 8), k1 = zl_json_all(on->json, "loss", l1, 8);
   cr_assert(k0 == steps && k1 == steps, "%s: %d / %d losses", what, k0, k1);
-  for (int s = 0; s < steps; s++) cr_assert(l1[s] == l0[s], "%s: loss %d: %.9g with Pa, %.9g without", what, s, l1[s], l0[s]);
+  for (int s = 0; s < steps; s++)
+    cr_assert(l1[s] == l0[s], "%s: loss %d: %.9g with Pa, %.9g without", what, s, l1[s], l0[s]);
 }
 /* Every rank of the TP table: gathers and bytes per step measured = formula = want; the all-reduces
  * the same with and without Pa. */
-static void pa_expect_traffic(const char *what, const zl_out_t *off, const zl_out_t *on, int np, double calls, double bytes) {
+static void pa_expect_traffic(const char *what, const zl_out_t *off, const zl_out_t *on, int np, double calls,
+                              double bytes) {
   const char *p = zl_json_find(on->json, "tp"), *q = zl_json_find(off->json, "tp");
   cr_assert(p && q, "%s: no tp object in the JSON", what);
   for (int r = 0; r < np; r++) {
@@ -325,11 +350,15 @@ static void pa_expect_traffic(const char *what, const zl_out_t *off, const zl_ou
     cr_assert(p && q, "%s: rank %d missing from tp.per_rank", what, r);
     double g = zl_json_num(p, "pa_gathers_per_step"), fg = zl_json_num(p, "formula_pa_gathers_per_step");
     double b = zl_json_num(p, "pa_bytes_per_step"), fb = zl_json_num(p, "formula_pa_bytes_per_step");
-    cr_assert(g == calls && fg == calls, "%s rank %d: %g all-gathers per step (formula %g), expected %g", what, r, g, fg, calls);
-    cr_assert(b == bytes && fb == bytes, "%s rank %d: %g bytes per step (formula %g), expected %g", what, r, b, fb, bytes);
-    cr_assert(zl_json_num(q, "pa_gathers_per_step") == 0 && zl_json_num(q, "formula_pa_gathers_per_step") == 0,
+    cr_assert(g == calls && fg == calls, "%s rank %d: %g all-gathers per step (formula %g), expected %g",
+              what, r, g, fg, calls);
+    cr_assert(b == bytes && fb == bytes, "%s rank %d: %g bytes per step (formula %g), expected %g", what, r,
+              b, fb, bytes);
+    cr_assert(zl_json_num(q, "pa_gathers_per_step") == 0 &&
+                  zl_json_num(q, "formula_pa_gathers_per_step") == 0,
               "%s rank %d: all-gathers with --pa 0", what, r);
-    cr_assert(zl_json_num(p, "calls_per_step") == zl_json_num(q, "calls_per_step"), "%s rank %d: all-reduces differ", what, r);
+    cr_assert(zl_json_num(p, "calls_per_step") == zl_json_num(q, "calls_per_step"),
+              "%s rank %d: all-reduces differ", what, r);
   }
   cr_assert(isnan(zl_json_num(off->json, "pa_acts_bytes")), "%s: --pa 0 reports pa_acts_bytes", what);
 }
@@ -341,14 +370,18 @@ static void pa_expect_traffic(const char *what, const zl_out_t *off, const zl_ou
  * outputs 9·7 + 68 + 9·7 + 9·10, shared saved 9·15 (unit 1's pre-GELU), working 2 × 2·68 = 691
  * → 2764 B. Each rank's acts peak grows by 4 · (2·2·68 + 68 − 135) = 820 B. Per step: 2 gathers
  * (one per micro-batch), each sending 1 slice: 2 × 68 × 4 = 544 B. */
-#define PA_MLP "--input 32 --hidden 15 --layers 3 --classes 10 --batch 18 --accum 2 --optimizer sgd --lr 0.05 --clip 0.5 " \
-               "--steps 4 --recompute --tp 2"
+#define PA_MLP                                                                                            \
+  "--input 32 --hidden 15 --layers 3 --classes 10 --batch 18 --accum 2 --optimizer sgd --lr 0.05 --clip " \
+  "0.5 "                                                                                                  \
+  "--steps 4 --recompute --tp 2"
 Test(ch06_tp, pa_mlp_bitwise_formula, .timeout = 60) {
   zl_out_t off = zl_launch(2, 30, "pa_mlp", "off", "%s/ch06_tp " PA_MLP " --pa 0", ZL_BIN);
   zl_out_t on = zl_launch(2, 30, "pa_mlp", "on", "%s/ch06_tp " PA_MLP, ZL_BIN);
   pa_expect_same_run("mlp --pa vs --pa 0", &off, &on, 4);
-  double acts = zl_json_num(on.json, "pa_acts_bytes"), formula = zl_json_num(on.json, "pa_acts_formula_bytes");
-  cr_assert(acts == 2764 && formula == 2764, "mlp: pa_acts_bytes %g, formula %g, expected 2764", acts, formula);
+  double acts = zl_json_num(on.json, "pa_acts_bytes"),
+         formula = zl_json_num(on.json, "pa_acts_formula_bytes");
+  cr_assert(acts == 2764 && formula == 2764, "mlp: pa_acts_bytes %g, formula %g, expected 2764", acts,
+            formula);
   for (int r = 0; r < 2; r++) {
     double d = zl_rank_mem(on.json, r, "acts_peak") - zl_rank_mem(off.json, r, "acts_peak");
     cr_assert(d == 820, "mlp rank %d: acts peak %+g B with Pa, expected 4·(2·2·68 + 68 − 135) = +820", r, d);
@@ -370,15 +403,21 @@ Test(ch06_tp, pa_gpt_bitwise_formula, .timeout = 60) {
   pa_expect_same_run("gpt --pa vs --pa 0", &off, &on, 4);
   double S = GPT_S, C = GPT_C, L = GPT_L, V = GPT_V, NH = GPT_NH, T = 2, b = 8;
   double s = b * S * C / T, block = 3 * S * C + 4 * S + 12 * S * C / T + NH / T * S * S;
-  double want = 4 * ((L + 1) * s + b * S * V / T + b * block + 2 * T * s), want_off = 4 * ((L + 1) * b * S * C + b * S * V / T + b * block);
-  double acts = zl_json_num(on.json, "pa_acts_bytes"), formula = zl_json_num(on.json, "pa_acts_formula_bytes");
-  cr_assert(acts == want && formula == want, "gpt: pa_acts_bytes %g, formula %g, expected %g", acts, formula, want);
-  cr_assert(zl_json_num(on.json, "acts_saved_bytes") == want && zl_json_num(off.json, "acts_saved_bytes") == want_off,
-            "gpt: acts_saved_bytes %g / %g with / without Pa, expected %g / %g", zl_json_num(on.json, "acts_saved_bytes"),
-            zl_json_num(off.json, "acts_saved_bytes"), want, want_off);
+  double want = 4 * ((L + 1) * s + b * S * V / T + b * block + 2 * T * s),
+         want_off = 4 * ((L + 1) * b * S * C + b * S * V / T + b * block);
+  double acts = zl_json_num(on.json, "pa_acts_bytes"),
+         formula = zl_json_num(on.json, "pa_acts_formula_bytes");
+  cr_assert(acts == want && formula == want, "gpt: pa_acts_bytes %g, formula %g, expected %g", acts, formula,
+            want);
+  cr_assert(zl_json_num(on.json, "acts_saved_bytes") == want &&
+                zl_json_num(off.json, "acts_saved_bytes") == want_off,
+            "gpt: acts_saved_bytes %g / %g with / without Pa, expected %g / %g",
+            zl_json_num(on.json, "acts_saved_bytes"), zl_json_num(off.json, "acts_saved_bytes"), want,
+            want_off);
   for (int r = 0; r < 2; r++) {
     double d = zl_rank_mem(on.json, r, "acts_peak") - zl_rank_mem(off.json, r, "acts_peak");
-    cr_assert(d == want - want_off, "gpt rank %d: acts peak %+g B with Pa, expected %+g", r, d, want - want_off);
+    cr_assert(d == want - want_off, "gpt rank %d: acts peak %+g B with Pa, expected %+g", r, d,
+              want - want_off);
   }
   pa_expect_traffic("gpt", &off, &on, 2, L + 1, (L + 1) * s * 4);
   zl_out_free(&off);

@@ -17,16 +17,19 @@ Test(common_tutorial_long, quick_tour_draws_every_figure, .timeout = 170) {
   zl_tmpdir(dir, sizeof dir, "tour");
   char *out = NULL;
   snprintf(cmd, sizeof cmd,
-           "env ZL_BIN=%s ZL_RESULTS=%s/results ZL_FIGURES=%s/figures ZL_DEMO_DEVICE=cpu bash common/scripts/demo.sh --quick",
+           "env ZL_BIN=%s ZL_RESULTS=%s/results ZL_FIGURES=%s/figures ZL_DEMO_DEVICE=cpu bash "
+           "common/scripts/demo.sh --quick",
            ZL_BIN, dir, dir);
   int rc = zl_run(0, 150, &out, "%s", cmd);
   cr_assert_eq(rc, 0, "demo.sh --quick exited with %d (every chapter built? make build):\n...%s", rc,
                tail_of(out, 3000));
-  cr_assert(strstr(out, "plots: 10 drawn, 0 skipped, 0 failed"), "plots.py did not draw all 10 figures:\n...%s",
-            tail_of(out, 3000));
+  cr_assert(strstr(out, "plots: 10 drawn, 0 skipped, 0 failed"),
+            "plots.py did not draw all 10 figures:\n...%s", tail_of(out, 3000));
   /* the tour's shape: progress counters, no chapter left unbuilt, the closing pointers */
-  cr_assert(strstr(out, "[1/") && strstr(out, "Next, try:"), "demo.sh output lacks [1/N] progress or the closing "
-            "'Next, try:' line:\n...%s", tail_of(out, 2000));
+  cr_assert(strstr(out, "[1/") && strstr(out, "Next, try:"),
+            "demo.sh output lacks [1/N] progress or the closing "
+            "'Next, try:' line:\n...%s",
+            tail_of(out, 2000));
   cr_assert(!strstr(out, "not built"), "demo.sh found a chapter not built:\n...%s", tail_of(out, 2000));
   free(out);
   out = NULL;
@@ -42,19 +45,25 @@ Test(common_tutorial, one_chapter_of_the_tour_draws_its_figures, .timeout = 90) 
   char dir[256];
   zl_tmpdir(dir, sizeof dir, "tour02");
   char *out = NULL;
-  int rc = zl_run(0, 80, &out, "env ZL_BIN=%s ZL_RESULTS=%s/results ZL_FIGURES=%s/figures ZL_DEMO_DEVICE=cpu bash "
-                  "common/scripts/demo.sh 02 --quick", ZL_BIN, dir, dir);
+  int rc = zl_run(0, 80, &out,
+                  "env ZL_BIN=%s ZL_RESULTS=%s/results ZL_FIGURES=%s/figures ZL_DEMO_DEVICE=cpu bash "
+                  "common/scripts/demo.sh 02 --quick",
+                  ZL_BIN, dir, dir);
   cr_assert_eq(rc, 0, "demo.sh 02 --quick exited with %d:\n...%s", rc, tail_of(out, 3000));
-  cr_assert(strstr(out, "plots: 4 drawn, 0 skipped, 0 failed"), "plots.py did not draw chapter 02's 4 figures:\n...%s",
-            tail_of(out, 3000));
+  cr_assert(strstr(out, "plots: 4 drawn, 0 skipped, 0 failed"),
+            "plots.py did not draw chapter 02's 4 figures:\n...%s", tail_of(out, 3000));
   cr_assert(strstr(out, "Next, try:") && strstr(out, "make exercise CH=02"), "no closing pointers:\n...%s",
             tail_of(out, 2000));
   free(out);
   out = NULL;
-  rc = zl_run(0, 60, &out, "python3 common/scripts/plots.py --check --only memory,timeline_ddp,loss,traffic --out %s/figures",
-              dir); /* chapter 02's: the memory, its timeline (and schematic), the loss, the traffic */
-  cr_assert(rc == 0 && strstr(out, "5 of 5 figures ok"), "plots.py --check: a figure of chapter 02 is missing or blank "
-            "(exit %d):\n%s", rc, out);
+  rc = zl_run(
+      0, 60, &out,
+      "python3 common/scripts/plots.py --check --only memory,timeline_ddp,loss,traffic --out %s/figures",
+      dir); /* chapter 02's: the memory, its timeline (and schematic), the loss, the traffic */
+  cr_assert(rc == 0 && strstr(out, "5 of 5 figures ok"),
+            "plots.py --check: a figure of chapter 02 is missing or blank "
+            "(exit %d):\n%s",
+            rc, out);
   free(out);
   zl_run(0, 30, NULL, "rm -rf %s", dir);
 }
@@ -65,12 +74,17 @@ Test(common_tutorial, plots_skip_missing_inputs, .timeout = 60) {
   char dir[256];
   zl_tmpdir(dir, sizeof dir, "noresults");
   char *out = NULL;
-  int rc = zl_run(0, 50, &out, "python3 common/scripts/plots.py --results %s/none --out %s/figures", dir, dir);
+  int rc =
+      zl_run(0, 50, &out, "python3 common/scripts/plots.py --results %s/none --out %s/figures", dir, dir);
   cr_assert_eq(rc, 0, "plots.py with no results exited with %d:\n%s", rc, out);
-  cr_assert(strstr(out, "plots: 0 drawn, 10 skipped, 0 failed"), "expected every figure skipped, got:\n%s", out);
-  cr_assert(strstr(out, "skipped memory: "), "expected a note naming the missing memory inputs, got:\n%s", out);
-  cr_assert(strstr(out, "schematics: 5 drawn"), "expected the 5 schematics (ddp, zero3, gpt_units, tp, cp) drawn "
-            "without inputs, got:\n%s", out);
+  cr_assert(strstr(out, "plots: 0 drawn, 10 skipped, 0 failed"), "expected every figure skipped, got:\n%s",
+            out);
+  cr_assert(strstr(out, "skipped memory: "), "expected a note naming the missing memory inputs, got:\n%s",
+            out);
+  cr_assert(strstr(out, "schematics: 5 drawn"),
+            "expected the 5 schematics (ddp, zero3, gpt_units, tp, cp) drawn "
+            "without inputs, got:\n%s",
+            out);
   rc = zl_run(0, 30, NULL, "test -s %s/figures/schematic_tp.png", dir);
   cr_assert_eq(rc, 0, "no %s/figures/schematic_tp.png (chapter 06's f and g figure)", dir);
   free(out);

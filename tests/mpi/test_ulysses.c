@@ -41,21 +41,28 @@ typedef struct { int S, E, NH; const char *extra; } u_shape_t;
 static void u_vs_one_rank(int np, int C, int zero, int rc, u_shape_t sh, const zl_out_t *ref) {
   char args[192], what[96];
   snprintf(what, sizeof what, "a2a_cp%d_zero%d_np%d_nh%d%s", C, zero, np, sh.NH, rc ? "_rc" : "");
-  snprintf(args, sizeof args, "%s --cp %d --cp-comm a2a --zero %d%s", sh.extra, C, zero, rc ? " --recompute" : "");
+  snprintf(args, sizeof args, "%s --cp %d --cp-comm a2a --zero %d%s", sh.extra, C, zero,
+           rc ? " --recompute" : "");
   zl_out_t run = zl_launch(np, 60, what, "r", "%s/ch10_long " U_SHAPE " %s", ZL_BIN, args);
-  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n, (long long)ref->n);
+  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n,
+               (long long)ref->n);
   zl_expect_floats(what, run.params, ref->params, run.n, U_TOL);
   double l[8], lr[8];
   int k = zl_json_all(run.json, "loss", l, 8), kr = zl_json_all(ref->json, "loss", lr, 8);
   cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
-  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= U_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
+  for (int s = 0; s < 4; s++)
+    cr_assert(zl_rel(l[s], lr[s]) <= U_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
   double b = 8.0 / np, want = a2a_bytes(C, b, sh.S, sh.E, rc);
-  double got = zl_json_num(run.json, "cp_a2a_bytes_per_step"), gf = zl_json_num(run.json, "cp_a2a_bytes_formula");
-  cr_assert(got == want && gf == want, "%s rank 0: %g all-to-all bytes sent per step (its formula %g), expected %g", what, got,
-            gf, want);
-  double acts = zl_json_num(run.json, "acts_saved_bytes"), af = zl_json_num(run.json, "cp_acts_formula_bytes");
+  double got = zl_json_num(run.json, "cp_a2a_bytes_per_step"),
+         gf = zl_json_num(run.json, "cp_a2a_bytes_formula");
+  cr_assert(got == want && gf == want,
+            "%s rank 0: %g all-to-all bytes sent per step (its formula %g), expected %g", what, got, gf,
+            want);
+  double acts = zl_json_num(run.json, "acts_saved_bytes"),
+         af = zl_json_num(run.json, "cp_acts_formula_bytes");
   double aw = acts_bytes(b, sh.S, sh.E, sh.NH, rc);
-  cr_assert(acts == aw && af == aw, "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what, acts, af, aw);
+  cr_assert(acts == aw && af == aw, "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what,
+            acts, af, aw);
   zl_out_free(&run);
 }
 
@@ -85,31 +92,44 @@ static double usp_acts_bytes(double b, int S, int E, int NH, int rc) {
 }
 
 /* One hybrid run against the 1-rank reference of the same shape. */
-static void usp_vs_one_rank(int np, int C, int A, int balance, int zero, int rc, u_shape_t sh, const zl_out_t *ref) {
+static void usp_vs_one_rank(int np, int C, int A, int balance, int zero, int rc, u_shape_t sh,
+                            const zl_out_t *ref) {
   char args[192], what[112];
-  snprintf(what, sizeof what, "usp_cp%d_a%d_bal%d_zero%d_np%d_nh%d%s", C, A, balance, zero, np, sh.NH, rc ? "_rc" : "");
-  snprintf(args, sizeof args, "%s --cp %d --cp-a2a %d --cp-balance %d --zero %d%s", sh.extra, C, A, balance, zero,
-           rc ? " --recompute" : "");
+  snprintf(what, sizeof what, "usp_cp%d_a%d_bal%d_zero%d_np%d_nh%d%s", C, A, balance, zero, np, sh.NH,
+           rc ? "_rc" : "");
+  snprintf(args, sizeof args, "%s --cp %d --cp-a2a %d --cp-balance %d --zero %d%s", sh.extra, C, A, balance,
+           zero, rc ? " --recompute" : "");
   zl_out_t run = zl_launch(np, 60, what, "r", "%s/ch10_long " U_SHAPE " %s", ZL_BIN, args);
-  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n, (long long)ref->n);
+  cr_assert_eq(run.n, ref->n, "%s: %lld weights written, 1 rank %lld", what, (long long)run.n,
+               (long long)ref->n);
   zl_expect_floats(what, run.params, ref->params, run.n, U_TOL);
   double l[8], lr[8];
   int k = zl_json_all(run.json, "loss", l, 8), kr = zl_json_all(ref->json, "loss", lr, 8);
   cr_assert(k == 4 && kr == 4, "%s: losses %d / %d", what, k, kr);
-  for (int s = 0; s < 4; s++) cr_assert(zl_rel(l[s], lr[s]) <= U_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
-  double b = 8.0 / np, wa = usp_a2a_bytes(C, A, b, sh.S, sh.E, rc), wr = usp_ring_bytes(C, A, b, sh.S, sh.E, rc);
-  double ga = zl_json_num(run.json, "cp_a2a_bytes_per_step"), gaf = zl_json_num(run.json, "cp_a2a_bytes_formula");
-  cr_assert(ga == wa && gaf == wa, "%s rank 0: %g all-to-all bytes sent per step (its formula %g), expected %g", what, ga, gaf, wa);
-  double gr = zl_json_num(run.json, "cp_kv_bytes_per_step"), grf = zl_json_num(run.json, "cp_kv_bytes_formula");
-  cr_assert(gr == wr && grf == wr, "%s rank 0: %g ring bytes sent per step (its formula %g), expected %g", what, gr, grf, wr);
-  if (!rc) { /* one layer's forward and backward, both parts: the report's per-layer formula and the measured step / L */
+  for (int s = 0; s < 4; s++)
+    cr_assert(zl_rel(l[s], lr[s]) <= U_TOL, "%s: loss %d: %.9g vs 1 rank %.9g", what, s, l[s], lr[s]);
+  double b = 8.0 / np, wa = usp_a2a_bytes(C, A, b, sh.S, sh.E, rc),
+         wr = usp_ring_bytes(C, A, b, sh.S, sh.E, rc);
+  double ga = zl_json_num(run.json, "cp_a2a_bytes_per_step"),
+         gaf = zl_json_num(run.json, "cp_a2a_bytes_formula");
+  cr_assert(ga == wa && gaf == wa,
+            "%s rank 0: %g all-to-all bytes sent per step (its formula %g), expected %g", what, ga, gaf, wa);
+  double gr = zl_json_num(run.json, "cp_kv_bytes_per_step"),
+         grf = zl_json_num(run.json, "cp_kv_bytes_formula");
+  cr_assert(gr == wr && grf == wr, "%s rank 0: %g ring bytes sent per step (its formula %g), expected %g",
+            what, gr, grf, wr);
+  /* one layer's forward and backward, both parts: the report's per-layer formula and the measured step / L */
+  if (!rc) {
     double lf = zl_json_num(run.json, "cp_layer_bytes_formula"), want = (wa + wr) / U_L;
-    cr_assert(lf == want && (ga + gr) / U_L == want, "%s rank 0: %g bytes per layer by its formula, %g measured, expected %g", what,
-              lf, (ga + gr) / U_L, want);
+    cr_assert(lf == want && (ga + gr) / U_L == want,
+              "%s rank 0: %g bytes per layer by its formula, %g measured, expected %g", what, lf,
+              (ga + gr) / U_L, want);
   }
-  double acts = zl_json_num(run.json, "acts_saved_bytes"), af = zl_json_num(run.json, "cp_acts_formula_bytes");
+  double acts = zl_json_num(run.json, "acts_saved_bytes"),
+         af = zl_json_num(run.json, "cp_acts_formula_bytes");
   double aw = usp_acts_bytes(b, sh.S, sh.E, sh.NH, rc);
-  cr_assert(acts == aw && af == aw, "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what, acts, af, aw);
+  cr_assert(acts == aw && af == aw, "%s rank 0: %g activation bytes kept (its formula %g), expected %g", what,
+            acts, af, aw);
   zl_out_free(&run);
 }
 
@@ -127,15 +147,20 @@ Test(ch10_ulysses, a2a_equals_one_rank, .timeout = 120) {
 /* Ulysses' degree is bounded by the heads and needs C | S: one line naming --cp and the allowed
  * values, exit 2, before training; a bad --cp-comm names its choices. */
 Test(ch10_ulysses, a2a_refusals, .timeout = 120) {
-  static const struct { int np; const char *args, *want; } cases[] = {
+  static const struct { int np; const char *args, *want;
+  } cases[] = {
       {4, "--model gpt --gpt tiny --cp 4 --cp-comm a2a",
-       "error: --cp 4: with --cp-comm a2a: the heads (2) must be divisible by C: each rank attends NH/C of them (--seq-len 16, "
+       "error: --cp 4: with --cp-comm a2a: the heads (2) must be divisible by C: each rank attends NH/C of "
+       "them (--seq-len 16, "
        "2 heads): allowed 1, 2"},
       {4, "--model gpt --gpt tiny --n-head 4 --seq-len 18 --cp 4 --cp-comm a2a",
-       "error: --cp 4: with --cp-comm a2a: seq_len 18 must be divisible by C (--seq-len 18, 4 heads): allowed 1, 2"},
-      {2, "--model gpt --gpt tiny --cp 2 --cp-comm alltoall", "error: --cp-comm alltoall: must be one of ring|a2a"},
+       "error: --cp 4: with --cp-comm a2a: seq_len 18 must be divisible by C (--seq-len 18, 4 heads): "
+       "allowed 1, 2"},
+      {2, "--model gpt --gpt tiny --cp 2 --cp-comm alltoall",
+       "error: --cp-comm alltoall: must be one of ring|a2a"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
 }
 
 /* The hybrid at C = 4 on 2 heads (Ulysses alone would be refused): groups of A = 2, a ring of 2. */
@@ -148,20 +173,27 @@ Test(ch10_ulysses, hybrid_equals_one_rank, .timeout = 120) {
 
 /* --cp-a2a A: one line naming the flag and the allowed values, exit 2, before training. */
 Test(ch10_ulysses, hybrid_refusals, .timeout = 120) {
-  static const struct { int np; const char *args, *want; } cases[] = {
+  static const struct { int np; const char *args, *want;
+  } cases[] = {
       {4, "--model gpt --gpt tiny --cp 4 --cp-a2a 3",
-       "error: --cp-a2a 3: with --cp 4: A must divide C (4): groups of A ranks (--seq-len 16, 2 heads, --cp-balance 1): allowed 1, 2"},
+       "error: --cp-a2a 3: with --cp 4: A must divide C (4): groups of A ranks (--seq-len 16, 2 heads, "
+       "--cp-balance 1): allowed 1, 2"},
       {4, "--model gpt --gpt tiny --cp 4 --cp-a2a 4",
-       "error: --cp-a2a 4: with --cp 4: the heads (2) must be divisible by A: each rank of a group attends NH/A of them "
+       "error: --cp-a2a 4: with --cp 4: the heads (2) must be divisible by A: each rank of a group attends "
+       "NH/A of them "
        "(--seq-len 16, 2 heads, --cp-balance 1): allowed 1, 2"},
       {6, "--model gpt --gpt tiny --n-head 3 --n-embd 48 --seq-len 18 --cp 6 --cp-a2a 3",
-       "error: --cp-a2a 3: with --cp 6: seq_len 18 must be divisible by 2G = 4 (the ring of G = C/A groups, two mirrored "
+       "error: --cp-a2a 3: with --cp 6: seq_len 18 must be divisible by 2G = 4 (the ring of G = C/A groups, "
+       "two mirrored "
        "chunks each) (--seq-len 18, 3 heads, --cp-balance 1): allowed none"},
       {4, "--model gpt --gpt tiny --cp 4 --cp-a2a 2 --cp-comm a2a",
-       "error: --cp-a2a 2: is the hybrid of the ring (--cp-comm ring): --cp-comm a2a is the all-to-all over all C"},
-      {2, "--model gpt --gpt tiny --cp-a2a 2", "error: --cp-a2a 2: needs --cp C > 1 (groups of A of the C context-parallel ranks)"},
+       "error: --cp-a2a 2: is the hybrid of the ring (--cp-comm ring): --cp-comm a2a is the all-to-all over "
+       "all C"},
+      {2, "--model gpt --gpt tiny --cp-a2a 2",
+       "error: --cp-a2a 2: needs --cp C > 1 (groups of A of the C context-parallel ranks)"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    zl_expect_refused(cases[i].np, "ch10_long", cases[i].args, cases[i].want);
 }
 
 /* The hybrid's sweep: C = 4 with A = 2 on 2 and 4 heads × --zero 0..3, both layouts, --recompute;
@@ -190,7 +222,8 @@ Test(ch10_ulysses_long, a2a_sweep, .timeout = 600) {
   u_vs_one_rank(2, 2, 0, 1, nh2, &r2);
   u_vs_one_rank(4, 4, 1, 1, nh4, &r4);
   zl_out_free(&r2), zl_out_free(&r4);
-  const char *shape = "--model gpt --gpt tiny --n-head 3 --n-embd 48 --seq-len 24 --batch 6 --steps 4 --optimizer sgd --lr 0.1 "
+  const char *shape = "--model gpt --gpt tiny --n-head 3 --n-embd 48 --seq-len 24 --batch 6 --steps 4 "
+                      "--optimizer sgd --lr 0.1 "
                       "--clip 0.5";
   zl_out_t ref = zl_launch(1, 60, "u3_ref", "ref", "%s/ch10_long %s", ZL_BIN, shape);
   zl_out_t run = zl_launch(3, 60, "u3", "r", "%s/ch10_long %s --cp 3 --cp-comm a2a", ZL_BIN, shape);

@@ -49,9 +49,12 @@ static const char *ex_flag(void) {
 }
 /* A launch killed by its time limit (exit 124) says what that usually means. */
 static void expect_no_hang(int rc, const char *what, int np, int secs, const char *out) {
-  cr_assert_neq(rc, 124, "%s (N %d): timed out after %d s — a deadlock? every rank must issue the same collectives "
-                "(one reduce-scatter per unit, one all-gather per unit) in the same order, and wait for each; "
-                "output:\n%s", what, np, secs, out);
+  cr_assert_neq(
+      rc, 124,
+      "%s (N %d): timed out after %d s — a deadlock? every rank must issue the same collectives "
+      "(one reduce-scatter per unit, one all-gather per unit) in the same order, and wait for each; "
+      "output:\n%s",
+      what, np, secs, out);
 }
 
 static const char *stage_bin(int stage) {
@@ -67,14 +70,16 @@ static zl_out_t launch(int np, int stage, const char *args, const char *name) {
   snprintf(json, sizeof json, "%s/%s.json", dir, name);
   snprintf(bin_path, sizeof bin_path, "%s/%s.bin", dir, name);
   zl_out_t r = {0};
-  int rc = zl_run(np, run_limit(240), &r.text, ZL_TESTBIN "/scn_zero_checks %d %s --json %s --save-params %s --quiet%s",
-                  stage, args, json, bin_path, ex_flag());
+  int rc = zl_run(np, run_limit(240), &r.text,
+                  ZL_TESTBIN "/scn_zero_checks %d %s --json %s --save-params %s --quiet%s", stage, args, json,
+                  bin_path, ex_flag());
   expect_no_hang(rc, name, np, run_limit(240), r.text);
   cr_assert_eq(rc, 0, "%s (N %d, ZeRO-%d %s) exited %d:\n%s", name, np, stage, args, rc, r.text);
   r.json = zl_read_file(json, NULL);
   cr_assert(r.json, "%s: no --json written", name);
   r.params = zl_read_floats(bin_path, &r.n);
-  cr_assert_eq(r.n, PSI, "%s: --save-params holds %lld floats, expected Ψ = %d (unpadded)", name, (long long)r.n, PSI);
+  cr_assert_eq(r.n, PSI, "%s: --save-params holds %lld floats, expected Ψ = %d (unpadded)", name,
+               (long long)r.n, PSI);
   return r;
 }
 
@@ -97,7 +102,8 @@ static zl_out_t ddp_reference(int np, const char *args) {
     char tj[440], tb[440];
     snprintf(tj, sizeof tj, "%s.%d", json, (int)getpid());
     snprintf(tb, sizeof tb, "%s.%d", bin, (int)getpid());
-    int rc = zl_run(np, 240, &r.text, ZL_BIN "/ch02_ddp --variant naive %s --json %s --save-params %s --quiet", args, tj, tb);
+    int rc = zl_run(np, 240, &r.text,
+                    ZL_BIN "/ch02_ddp --variant naive %s --json %s --save-params %s --quiet", args, tj, tb);
     cr_assert_eq(rc, 0, "DDP reference (N %d, %s) exited %d:\n%s", np, args, rc, r.text);
     cr_assert(rename(tb, bin) == 0 && rename(tj, json) == 0, "cannot store the DDP reference %s", json);
     r.json = zl_read_file(json, NULL);
@@ -115,20 +121,24 @@ static int64_t padded_numel(int N) {
 /* Contract 6: every rank's params, grads, master, optim bytes equal the formula evaluated at the
  * padded parameter count (Σ units rounded up to multiples of N): formula + padding, to the byte. */
 static void check_ledger(const zl_out_t *r, int stage, int N, int bf16, int opt_states, const char *what) {
-  mem_formula_t f = formula_model_states(stage, (double)padded_numel(N), N, bf16 ? DT_BF16 : DT_F32, opt_states);
+  mem_formula_t f =
+      formula_model_states(stage, (double)padded_numel(N), N, bf16 ? DT_BF16 : DT_F32, opt_states);
   mem_formula_t f0 = formula_model_states(stage, (double)PSI, N, bf16 ? DT_BF16 : DT_F32, opt_states);
   const char *keys[4] = {"params", "grads", "master", "optim"};
   double exp[4] = {f.params, f.grads, f.master, f.optim};
   for (int rk = 0; rk < N; rk++) {
     for (int k = 0; k < 4; k++) {
       double got = zl_rank_mem(r->json, rk, keys[k]);
-      cr_assert(got == exp[k], "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ = %lld)", what, rk,
+      cr_assert(got == exp[k],
+                "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ = %lld)", what, rk,
                 keys[k], got, exp[k], (long long)padded_numel(N));
     }
-    double ms = zl_rank_mem(r->json, rk, "model_states"), fms = zl_rank_mem(r->json, rk, "formula_model_states");
+    double ms = zl_rank_mem(r->json, rk, "model_states"),
+           fms = zl_rank_mem(r->json, rk, "formula_model_states");
     cr_assert(ms == f.total, "%s: rank %d model_states %.0f, expected %.0f", what, rk, ms, f.total);
-    cr_assert(fabs(fms - f0.total) <= 0.5, "%s: rank %d formula_model_states %.1f, expected the formula at Ψ %.1f", what, rk,
-              fms, f0.total);
+    cr_assert(fabs(fms - f0.total) <= 0.5,
+              "%s: rank %d formula_model_states %.1f, expected the formula at Ψ %.1f", what, rk, fms,
+              f0.total);
   }
 }
 
@@ -146,14 +156,18 @@ static void check_traffic(const zl_out_t *r, int stage, int N, int bf16, int acc
   double exp = (rs_calls + ag_calls) * per_call;
   if (accum == 1) {
     double f = formula_comm_bytes(stage, (double)padded_numel(N), N, bf16 ? DT_BF16 : DT_F32);
-    cr_assert(f == exp, "%s: formula at padded Ψ %.0f != %d x (N-1) x piece bytes %.0f", what, f, rs_calls + ag_calls, exp);
+    cr_assert(f == exp, "%s: formula at padded Ψ %.0f != %d x (N-1) x piece bytes %.0f", what, f,
+              rs_calls + ag_calls, exp);
   }
-  cr_assert(got == exp, "%s: bytes per step per rank: got %.0f, expected %.0f (%d reduce-scatters + %d all-gathers of "
-            "(N-1) x %lld elements x %.0f B, padded Ψ %lld)", what, got, exp, rs_calls, ag_calls,
-            (long long)(padded_numel(N) / N), b, (long long)padded_numel(N));
+  cr_assert(got == exp,
+            "%s: bytes per step per rank: got %.0f, expected %.0f (%d reduce-scatters + %d all-gathers of "
+            "(N-1) x %lld elements x %.0f B, padded Ψ %lld)",
+            what, got, exp, rs_calls, ag_calls, (long long)(padded_numel(N) / N), b,
+            (long long)padded_numel(N));
   double fj = zl_json_num(c, "formula_bytes_per_step_per_rank");
   double f0 = formula_comm_bytes(stage, (double)PSI, N, bf16 ? DT_BF16 : DT_F32);
-  cr_assert(fabs(fj - f0) <= 1e-6 * f0 + 1, "%s: formula_bytes_per_step_per_rank %.1f, expected %.1f", what, fj, f0);
+  cr_assert(fabs(fj - f0) <= 1e-6 * f0 + 1, "%s: formula_bytes_per_step_per_rank %.1f, expected %.1f", what,
+            fj, f0);
 }
 
 /* got vs expected: bitwise when tol == 0; else |got − exp| <= tol·max(|exp|, 1% of max|exp|).
@@ -167,8 +181,8 @@ static void expect_params(const char *what, const float *got, const float *exp, 
     int bad = tol == 0 ? memcmp(&got[i], &exp[i], sizeof(float)) != 0
                        : !(fabs((double)got[i] - exp[i]) <= tol * fmax(fabs(exp[i]), 0.01 * scale));
     if (bad)
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (%s %g, max|expected| %.3g)", what, (long long)i, got[i], exp[i],
-                     tol == 0 ? "bitwise" : "relative tolerance", tol, scale);
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (%s %g, max|expected| %.3g)", what, (long long)i,
+                     got[i], exp[i], tol == 0 ? "bitwise" : "relative tolerance", tol, scale);
   }
 }
 
@@ -178,8 +192,8 @@ static void check_parity(const zl_out_t *z, const zl_out_t *d, double tol, const
   int nz = zl_json_all(z->json, "loss", lz, 64), nd = zl_json_all(d->json, "loss", ld, 64);
   cr_assert(nz == nd && nz > 0, "%s: %d losses, DDP has %d", what, nz, nd);
   for (int i = 0; i < nz; i++)
-    cr_assert(tol == 0 ? lz[i] == ld[i] : zl_rel(lz[i], ld[i]) <= tol, "%s: loss of step %d: got %.17g, DDP %.17g (tol %g)",
-              what, i, lz[i], ld[i], tol);
+    cr_assert(tol == 0 ? lz[i] == ld[i] : zl_rel(lz[i], ld[i]) <= tol,
+              "%s: loss of step %d: got %.17g, DDP %.17g (tol %g)", what, i, lz[i], ld[i], tol);
   char name[700];
   snprintf(name, sizeof name, "%s: rank 0 final params vs DDP", what);
   expect_params(name, z->params, d->params, z->n, tol);
@@ -188,9 +202,11 @@ static void check_parity(const zl_out_t *z, const zl_out_t *d, double tol, const
 
 /* One scenario: the stage and DDP with the same flags; parity, ledger, and (ring) traffic with
  * `traffic` = the --accum value in flags (0: no traffic check). */
-static void scenario(int stage, int N, const char *flags, double tol, int opt_states, int bf16, int ring, int traffic) {
+static void scenario(int stage, int N, const char *flags, double tol, int opt_states, int bf16, int ring,
+                     int traffic) {
   char args[512], what[600], name[64];
-  snprintf(args, sizeof args, MODEL " %s --collectives %s%s", flags, ring ? "ring" : "vendor", bf16 ? " --precision bf16" : "");
+  snprintf(args, sizeof args, MODEL " %s --collectives %s%s", flags, ring ? "ring" : "vendor",
+           bf16 ? " --precision bf16" : "");
   snprintf(what, sizeof what, "ZeRO-%d N %d [%s]", stage, N, args);
   snprintf(name, sizeof name, "z%d_n%d_%s%s", stage, N, ring ? "ring" : "vendor", bf16 ? "_bf16" : "");
   zl_out_t z = launch(N, stage, args, name);
@@ -201,8 +217,10 @@ static void scenario(int stage, int N, const char *flags, double tol, int opt_st
   const char *clip = strstr(flags, "--clip ");
   if (clip) { /* the clip must have acted on every step, or the test would not test it */
     double c = atof(clip + 7), nmin = zl_json_num(z.json, "grad_norm_min");
-    cr_assert(nmin > c, "%s: smallest gradient norm %.6g is not above --clip %g: clipping was not exercised (the norm "
-              "is t->grad_norm, set by trainer_finish_grads: does the optimizer step call it?)", what, nmin, c);
+    cr_assert(nmin > c,
+              "%s: smallest gradient norm %.6g is not above --clip %g: clipping was not exercised (the norm "
+              "is t->grad_norm, set by trainer_finish_grads: does the optimizer step call it?)",
+              what, nmin, c);
   }
   zl_out_free(&z);
   zl_out_free(&d);
@@ -224,7 +242,8 @@ static void stage_matrix_uneven(int stage) {
   scenario(stage, 1, ADAM, 0, 2, 0, 0, 0); /* one rank: no padding, bitwise, ledger = formula */
   scenario(stage, 1, SGD, 0, 1, 1, 0, 0);  /* and in bf16 */
 }
-/* bf16 at N 3, 4 (5: stage_matrix_n5): sums in a different order round differently in bf16; stated tolerance 2e-2
+/* bf16 at N 3, 4 (5: stage_matrix_n5): sums in a different order round differently in bf16; stated tolerance
+ * 2e-2
  * relative on the params and losses after 6 steps (bf16 has 8 bits of mantissa: 4e-3 per rounding). */
 static void stage_matrix_bf16(int stage) {
   scenario(stage, 3, ADAM, 2e-2, 2, 1, 1, 1);
@@ -286,15 +305,21 @@ Test(ch05_zero3, prefetch_same_bits_and_gather_window, .timeout = 600) {
     snprintf(name, sizeof name, "z3_prefetch%d", K);
     snprintf(what, sizeof what, "ZeRO-3 --prefetch %d", K);
     zl_out_t r = launch(N, 3, args, name);
-    double got = zl_json_num(r.json, "gathered_peak_bytes"), bound = zl_json_num(r.json, "gather_bound_bytes");
-    cr_assert(got == peak * 4.0, "%s: gathered_peak_bytes %.0f, expected %lld (largest K+1 consecutive gathers: acquiring "
-              "event e keeps events e..e+K gathered, the prefetch running on from the forward into the backward; the "
-              "window is measured in gather_issue, so every gather must go through it)", what, got, (long long)(peak * 4));
-    cr_assert(bound == (K + 1) * 183 * 4.0 && got <= bound, "%s: gathered peak %.0f vs bound %.0f, expected bound %d", what,
-              got, bound, (K + 1) * 183 * 4);
+    double got = zl_json_num(r.json, "gathered_peak_bytes"),
+           bound = zl_json_num(r.json, "gather_bound_bytes");
+    cr_assert(got == peak * 4.0,
+              "%s: gathered_peak_bytes %.0f, expected %lld (largest K+1 consecutive gathers: acquiring "
+              "event e keeps events e..e+K gathered, the prefetch running on from the forward into the "
+              "backward; the "
+              "window is measured in gather_issue, so every gather must go through it)",
+              what, got, (long long)(peak * 4));
+    cr_assert(bound == (K + 1) * 183 * 4.0 && got <= bound,
+              "%s: gathered peak %.0f vs bound %.0f, expected bound %d", what, got, bound, (K + 1) * 183 * 4);
     double comm_peak = zl_rank_mem(r.json, 0, "comm_peak"), staging = 2.0 * 183 * 4;
-    cr_assert(comm_peak == got + staging, "%s: rank 0 comm_peak %.0f, expected gathered %.0f + staging %.0f (a gathered "
-              "unit that gather_release does not tensor_free stays counted)", what, comm_peak, got, staging);
+    cr_assert(comm_peak == got + staging,
+              "%s: rank 0 comm_peak %.0f, expected gathered %.0f + staging %.0f (a gathered "
+              "unit that gather_release does not tensor_free stays counted)",
+              what, comm_peak, got, staging);
     if (i == 0) base = r;
     else {
       expect_params(what, r.params, base.params, r.n, 0);
@@ -316,7 +341,8 @@ Test(ch05_zero3, prefetch_beyond_units_is_rejected) {
  * and a non-zero exit (all ranks down). The budget demo (make budget-demo) shows the other side. */
 Test(ch05_zero3, memory_budget_refusal, .timeout = 300) {
   char *out = NULL;
-  int rc = zl_run(2, 60, &out, "%s --input 64 --hidden 512 --classes 10 --layers 4 --batch 8 --steps 1 --mem-limit-mb 1",
+  int rc = zl_run(2, 60, &out,
+                  "%s --input 64 --hidden 512 --classes 10 --layers 4 --batch 8 --steps 1 --mem-limit-mb 1",
                   stage_bin(3));
   cr_assert_neq(rc, 0, "a 1 MiB budget for 1 M params must be refused, exit was 0:\n%s", out);
   cr_assert(strstr(out, "out of memory budget on rank "), "missing the budget message:\n%s", out);
@@ -334,10 +360,12 @@ Test(ch05_zero3, prefetch_auto_follows_the_cores) {
   snprintf(expect, sizeof expect, "prefetch: auto -> %d (%ld cores online for 2 ranks", want, cores);
   const char *forms[2] = {"", "--prefetch auto"};
   for (int i = 0; i < 2; i++) {
-    int rc = zl_run(2, run_limit(60), &out, "%s " MODEL " --steps 1 --device cpu %s%s", stage_bin(3), forms[i], ex_flag());
+    int rc = zl_run(2, run_limit(60), &out, "%s " MODEL " --steps 1 --device cpu %s%s", stage_bin(3),
+                    forms[i], ex_flag());
     expect_no_hang(rc, "ch05_zero3", 2, run_limit(60), out);
     cr_assert_eq(rc, 0, "ch05_zero3 %s: exit %d:\n%s", forms[i], rc, out);
-    cr_assert(strstr(out, expect), "ch05_zero3 %s on %ld cores: expected '%s...':\n%s", forms[i], cores, expect, out);
+    cr_assert(strstr(out, expect), "ch05_zero3 %s on %ld cores: expected '%s...':\n%s", forms[i], cores,
+              expect, out);
     free(out);
   }
   int rc = zl_run(0, 30, &out, "%s " MODEL " --steps 1 --prefetch often", stage_bin(3));

@@ -9,7 +9,8 @@
  * failing test) reaches it only once the numbers are right. */
 #include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_trace_overlap
 
-#define SHAPE "--layers 3 --hidden 64 --input 32 --classes 10 --batch 60 --steps 20 --seed 7 --quiet --log-every 0"
+#define SHAPE \
+  "--layers 3 --hidden 64 --input 32 --classes 10 --batch 60 --steps 20 --seed 7 --quiet --log-every 0"
 
 static void expect_overlapped(const char *prog, const char *op, const char *what) {
   char dir[256], trace[512], *out = NULL;
@@ -17,7 +18,8 @@ static void expect_overlapped(const char *prog, const char *op, const char *what
   snprintf(trace, sizeof trace, "%s/%s.trace.json", dir, prog);
   const char *ex = getenv("ZL_EXERCISE_TIMEOUT_S"); /* exercise mode: a short deadline */
   int deadline = ex && atoi(ex) > 0 ? atoi(ex) : 60;
-  int rc = zl_run(2, 3 * deadline + 10, &out, "%s/%s " SHAPE " --trace %s --timeout-s %d", ZL_BIN, prog, trace, deadline);
+  int rc = zl_run(2, 3 * deadline + 10, &out, "%s/%s " SHAPE " --trace %s --timeout-s %d", ZL_BIN, prog,
+                  trace, deadline);
   cr_assert_neq(rc, 124, "%s: timed out after %d s: a deadlock?\n%s", prog, 3 * deadline + 10, out);
   cr_assert_eq(rc, 0, "%s exited %d:\n%s", prog, rc, out);
   char *t = zl_read_file(trace, NULL);
@@ -37,7 +39,8 @@ static void expect_overlapped(const char *prog, const char *op, const char *what
 }
 
 Test(ch04_zero2_overlap, reduce_scatters_issued_during_backward, .timeout = 90) {
-  expect_overlapped("ch04_zero2", "reduce_scatter",
-                    "Issue each unit's reduce-scatter (comm_reduce_scatter_async) as its backward ends and wait "
-                    "for it only when its buffer is needed again.");
+  expect_overlapped(
+      "ch04_zero2", "reduce_scatter",
+      "Issue each unit's reduce-scatter (comm_reduce_scatter_async) as its backward ends and wait "
+      "for it only when its buffer is needed again.");
 }

@@ -131,7 +131,8 @@ Test(common_allocsim, ledger_trace_round_trip) {
   allocsim_event_t *ev = allocsim_load(path, &n);
   unlink(path);
   cr_assert_eq(n, 3, "device events: got %d, expected 3", n);
-  cr_expect(ev[0].op == 'A' && ev[0].cat == LEDGER_PARAMS && ev[0].bytes == 4096, "event 0: %c %d %lld", ev[0].op, ev[0].cat, (long long)ev[0].bytes);
+  cr_expect(ev[0].op == 'A' && ev[0].cat == LEDGER_PARAMS && ev[0].bytes == 4096, "event 0: %c %d %lld",
+            ev[0].op, ev[0].cat, (long long)ev[0].bytes);
   cr_expect_str_eq(ev[1].what, "comm scratch", "event 1 name");
   cr_expect(ev[2].op == 'F' && ev[2].cat == LEDGER_COMM && ev[2].bytes == 1000, "event 2: %c %d %lld",
             ev[2].op, ev[2].cat, (long long)ev[2].bytes);

@@ -13,7 +13,14 @@ typedef struct {
 } opts_t;
 
 static int parse(opts_t *o, int argc, const char **argv) {
-  *o = (opts_t){.batch = 64, .steps = 10, .verbose = 0, .seed = 1, .lr = 1e-3, .params = 7.5e9, .opt = "adamw", .json = NULL};
+  *o = (opts_t){.batch = 64,
+                .steps = 10,
+                .verbose = 0,
+                .seed = 1,
+                .lr = 1e-3,
+                .params = 7.5e9,
+                .opt = "adamw",
+                .json = NULL};
   arg_spec_t specs[] = {
       {"--batch", ARG_INT, &o->batch, 1, 1073741824, NULL, "global batch"},
       {"--steps", ARG_INT, &o->steps, 0, 1000000, NULL, "steps"},
@@ -28,7 +35,8 @@ static int parse(opts_t *o, int argc, const char **argv) {
 }
 
 /* Parse with stderr (and stdout) captured into err/out. */
-static int parse_captured(opts_t *o, int argc, const char **argv, char *err, size_t nerr, char *out, size_t nout) {
+static int parse_captured(opts_t *o, int argc, const char **argv, char *err, size_t nerr, char *out,
+                          size_t nout) {
   fflush(stdout);
   fflush(stderr);
   FILE *fe = tmpfile(), *fo = tmpfile();
@@ -79,8 +87,10 @@ static const bad_case_t g_bad[] = {
     {{"--batch", "1.5"}, "error: --batch 1.5: must be an integer in [1, 1073741824]"},
     {{"--batch", ""}, "error: --batch '': must be an integer in [1, 1073741824]"},
     {{"--batch", "1073741825"}, "error: --batch 1073741825: must be an integer in [1, 1073741824]"},
-    {{"--batch", "99999999999999999999"}, "error: --batch 99999999999999999999: must be an integer in [1, 1073741824]"},
-    {{"--seed", "9223372036854775808"}, "error: --seed 9223372036854775808: must be an integer in [0, 9200000000000000000]"},
+    {{"--batch", "99999999999999999999"},
+     "error: --batch 99999999999999999999: must be an integer in [1, 1073741824]"},
+    {{"--seed", "9223372036854775808"},
+     "error: --seed 9223372036854775808: must be an integer in [0, 9200000000000000000]"},
     {{"--seed", "-1"}, "error: --seed -1: must be an integer in [0, 9200000000000000000]"},
     {{"--lr", "nan"}, "error: --lr nan: must be a finite number in [0, 10]"},
     {{"--lr", "inf"}, "error: --lr inf: must be a finite number in [0, 10]"},
@@ -89,11 +99,16 @@ static const bad_case_t g_bad[] = {
     {{"--lr", "0x1p1"}, "error: --lr 0x1p1: must be a finite number in [0, 10]"},
     {{"--lr", "-0.5"}, "error: --lr -0.5: must be a finite number in [0, 10]"},
     {{"--lr", "11"}, "error: --lr 11: must be a finite number in [0, 10]"},
-    {{"--params", "7Q"}, "error: --params 7Q: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
-    {{"--params", "7BB"}, "error: --params 7BB: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
-    {{"--params", "nan"}, "error: --params nan: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
-    {{"--params", "0"}, "error: --params 0: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
-    {{"--params", "2000T"}, "error: --params 2000T: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
+    {{"--params", "7Q"},
+     "error: --params 7Q: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
+    {{"--params", "7BB"},
+     "error: --params 7BB: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
+    {{"--params", "nan"},
+     "error: --params nan: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
+    {{"--params", "0"},
+     "error: --params 0: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
+    {{"--params", "2000T"},
+     "error: --params 2000T: must be a count in [1, 1000000000000000], e.g. 7.5e9, 7B, 124M, 350K"},
     {{"--optimizer", "adamx"}, "error: --optimizer adamx: must be one of adamw|sgd"},
     {{"--optimizer", "adam"}, "error: --optimizer adam: must be one of adamw|sgd"},
     {{"--json", ""}, "error: --json '': must be non-empty text"},
@@ -122,8 +137,21 @@ Test(common_args, bad_inputs_give_one_line_and_code_2) {
 
 Test(common_args, good_inputs_are_stored) {
   clear_launcher_env();
-  const char *argv[] = {"prog", "--batch", "1073741824", "--lr=0.5", "--params", "1.5T", "--optimizer", "sgd",
-                        "--verbose", "--seed", "9000000000000000000", "--json", "/tmp/x.json", "--steps", "0"};
+  const char *argv[] = {"prog",
+                        "--batch",
+                        "1073741824",
+                        "--lr=0.5",
+                        "--params",
+                        "1.5T",
+                        "--optimizer",
+                        "sgd",
+                        "--verbose",
+                        "--seed",
+                        "9000000000000000000",
+                        "--json",
+                        "/tmp/x.json",
+                        "--steps",
+                        "0"};
   opts_t o;
   char err[256], out[256];
   int rc = parse_captured(&o, (int)(sizeof argv / sizeof argv[0]), argv, err, sizeof err, out, sizeof out);
@@ -152,7 +180,8 @@ Test(common_args, counts_with_suffixes) {
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     double v = -1;
     cr_expect_eq(args_parse_count(ok[i].s, &v), 0, "args_parse_count(%s) refused", ok[i].s);
-    cr_expect(fabs(v - ok[i].v) <= 1e-9 * ok[i].v, "args_parse_count(%s): got %.17g, expected %.17g", ok[i].s, v, ok[i].v);
+    cr_expect(fabs(v - ok[i].v) <= 1e-9 * ok[i].v, "args_parse_count(%s): got %.17g, expected %.17g", ok[i].s,
+              v, ok[i].v);
   }
   const char *bad[] = {"", "B", "7X", "7BM", "inf", "nan", "1e999", " 7", "7 ", "0x10"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

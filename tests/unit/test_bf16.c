@@ -39,8 +39,8 @@ static const bf16_case_t g_cases[] = {
 Test(common_bf16, rne_edge_cases) {
   for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
     uint16_t got = bf16_from_f32(zl_f32_of_bits(g_cases[i].in));
-    cr_expect_eq(got, g_cases[i].out, "bf16_from_f32(0x%08x) [%s]: got 0x%04x, expected 0x%04x", g_cases[i].in,
-                 g_cases[i].what, got, g_cases[i].out);
+    cr_expect_eq(got, g_cases[i].out, "bf16_from_f32(0x%08x) [%s]: got 0x%04x, expected 0x%04x",
+                 g_cases[i].in, g_cases[i].what, got, g_cases[i].out);
   }
 }
 
@@ -49,7 +49,8 @@ static int is_quiet_nan(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x00
 
 Test(common_bf16, nan_stays_quiet_nan) {
   /* quiet, signalling with payload only in the low 16 bits (truncation would make it inf), both signs */
-  const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7f80ffffu, 0x7fbfffffu, 0xffc00000u, 0xff800001u, 0x7fffffffu};
+  const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7f80ffffu, 0x7fbfffffu,
+                           0xffc00000u, 0xff800001u, 0x7fffffffu};
   for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
     uint16_t h = bf16_from_f32(zl_f32_of_bits(nans[i]));
     cr_expect(is_quiet_nan(h), "bf16_from_f32(0x%08x): got 0x%04x, expected a quiet NaN", nans[i], h);
@@ -62,7 +63,8 @@ Test(common_bf16, every_bf16_round_trips) {
   /* bf16 -> fp32 is exact, so fp32 -> bf16 must give back the same bits (NaNs: a quiet NaN) */
   for (uint32_t h = 0; h <= 0xffff; h++) {
     float f = bf16_to_f32((uint16_t)h);
-    cr_assert_eq(zl_bits_of_f32(f), h << 16, "bf16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, zl_bits_of_f32(f), h << 16);
+    cr_assert_eq(zl_bits_of_f32(f), h << 16, "bf16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h,
+                 zl_bits_of_f32(f), h << 16);
     uint16_t back = bf16_from_f32(f);
     if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) {
       cr_assert(is_quiet_nan(back), "NaN 0x%04x came back as 0x%04x", h, back);
@@ -94,7 +96,8 @@ Test(common_bf16, matches_reference_on_random_floats) {
     uint32_t u = (uint32_t)(s >> 16);
     if ((u & 0x7f800000u) == 0x7f800000u) continue; /* inf/NaN: covered above */
     uint16_t got = bf16_from_f32(zl_f32_of_bits(u)), exp = ref_round(u);
-    cr_assert_eq(got, exp, "bf16_from_f32(0x%08x = %.9g): got 0x%04x, expected 0x%04x", u, zl_f32_of_bits(u), got, exp);
+    cr_assert_eq(got, exp, "bf16_from_f32(0x%08x = %.9g): got 0x%04x, expected 0x%04x", u, zl_f32_of_bits(u),
+                 got, exp);
   }
 }
 
@@ -109,11 +112,14 @@ Test(common_bf16, dt_load_store) {
   }
   for (int i = 0; i < 4; i++) {
     float g32 = dt_load(f32, DT_F32, i), g16 = dt_load(b16, DT_BF16, i);
-    cr_expect_eq(zl_bits_of_f32(g32), zl_bits_of_f32(vals[i]), "f32[%d]: got %.9g, expected %.9g", i, g32, vals[i]);
-    cr_expect_eq(zl_bits_of_f32(g16), zl_bits_of_f32(want_bf16[i]), "bf16[%d]: got %.9g, expected %.9g", i, g16, want_bf16[i]);
+    cr_expect_eq(zl_bits_of_f32(g32), zl_bits_of_f32(vals[i]), "f32[%d]: got %.9g, expected %.9g", i, g32,
+                 vals[i]);
+    cr_expect_eq(zl_bits_of_f32(g16), zl_bits_of_f32(want_bf16[i]), "bf16[%d]: got %.9g, expected %.9g", i,
+                 g16, want_bf16[i]);
   }
   cr_expect_eq(b16[2], 0x3f80, "bf16 store of the tie 1+2^-8: got 0x%04x, expected 0x3f80", b16[2]);
-  cr_expect(fabsf(want_bf16[3] - 3.0e38f) / 3.0e38f < 1.0f / 256, "bf16 of 3e38 off by more than half an ulp");
+  cr_expect(fabsf(want_bf16[3] - 3.0e38f) / 3.0e38f < 1.0f / 256,
+            "bf16 of 3e38 off by more than half an ulp");
   cr_expect_eq(dtype_size(DT_F32), 4u);
   cr_expect_eq(dtype_size(DT_BF16), 2u);
   cr_expect_eq(dtype_size(DT_F64), 8u);

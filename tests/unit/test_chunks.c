@@ -21,8 +21,8 @@ Test(common_comm, chunks_tile_the_buffer) {
         if (k > hi_max) hi_max = k;
       }
       cr_assert_eq(total, n, "N=%d: chunks sum to %lld, expected %lld", N, (long long)total, (long long)n);
-      cr_assert(hi_max - lo_min <= 1, "N=%d numel=%lld: chunk sizes %lld..%lld", N, (long long)n, (long long)lo_min,
-                (long long)hi_max);
+      cr_assert(hi_max - lo_min <= 1, "N=%d numel=%lld: chunk sizes %lld..%lld", N, (long long)n,
+                (long long)lo_min, (long long)hi_max);
     }
 }
 
@@ -50,7 +50,8 @@ Test(common_comm, model_uneven_example) {
   cr_assert_eq(comm_model_recvd(CO_REDUCE, 10, DT_F32, 3, 1, 1), 40);
   /* one rank: no traffic at all */
   for (int op = CO_BROADCAST; op <= CO_ALL_GATHER; op++)
-    cr_assert_eq(comm_model_sent((comm_op_t)op, 10, DT_F32, 1, 0, 0), 0, "%s on 1 rank", comm_op_name((comm_op_t)op));
+    cr_assert_eq(comm_model_sent((comm_op_t)op, 10, DT_F32, 1, 0, 0), 0, "%s on 1 rank",
+                 comm_op_name((comm_op_t)op));
 }
 
 /* Every byte sent is received by someone: per op, Σ_r sent = Σ_r recvd; and when N divides numel
@@ -66,8 +67,8 @@ Test(common_comm, model_conserves_bytes_and_matches_formula) {
             s += comm_model_sent(ops[o], n, DT_F32, N, k, root);
             r += comm_model_recvd(ops[o], n, DT_F32, N, k, root);
           }
-          cr_assert_eq(s, r, "%s N=%d numel=%lld root=%d: sent %lld != received %lld", comm_op_name(ops[o]), N,
-                       (long long)n, root, (long long)s, (long long)r);
+          cr_assert_eq(s, r, "%s N=%d numel=%lld root=%d: sent %lld != received %lld", comm_op_name(ops[o]),
+                       N, (long long)n, root, (long long)s, (long long)r);
         }
   for (int N = 1; N <= 8; N++) {
     int64_t n = 12 * 7 * 5 * 8, b = n * 2; /* divisible by 1..8, bf16 */
@@ -85,8 +86,10 @@ Test(common_comm, model_all_to_all) {
   for (int N = 1; N <= 8; N++)
     for (int r = 0; r < N; r++) {
       int64_t n = 12 * 7 * 5 * 8; /* divisible by 1..8 */
-      cr_assert_eq(comm_model_sent(CO_ALL_TO_ALL, n, DT_BF16, N, r, 0), (N - 1) * n / N * 2, "N=%d rank %d", N, r);
-      cr_assert_eq(comm_model_recvd(CO_ALL_TO_ALL, n, DT_BF16, N, r, 0), (N - 1) * n / N * 2, "N=%d rank %d", N, r);
+      cr_assert_eq(comm_model_sent(CO_ALL_TO_ALL, n, DT_BF16, N, r, 0), (N - 1) * n / N * 2, "N=%d rank %d",
+                   N, r);
+      cr_assert_eq(comm_model_recvd(CO_ALL_TO_ALL, n, DT_BF16, N, r, 0), (N - 1) * n / N * 2, "N=%d rank %d",
+                   N, r);
     }
   /* a 3×3 split matrix (rank i sends m[i][j] to j): every byte sent is received */
   const int64_t m[3][3] = {{4, 0, 7}, {1, 9, 0}, {0, 2, 5}};

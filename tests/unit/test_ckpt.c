@@ -1,6 +1,7 @@
 /* test_ckpt.c — the checkpoint format and the resharding read, without MPI (common/train/ckpt.h),
  * and the --fault spec parser (common/train/fault.h). Notes: notes/reliability.md.
- * A synthetic checkpoint (3 ZeRO shards, or 2 files of uneven pieces) holds value(s, u, i) = 100000 s + 1000 u + i at element
+ * A synthetic checkpoint (3 ZeRO shards, or 2 files of uneven pieces) holds value(s, u, i) = 100000 s + 1000
+ * u + i at element
  * i of unit u in section s (exact in float32); every range read back, in any cut, must give
  * exactly those values: that is what resuming with another world size or stage relies on. */
 #include "zl_test.h" // zl_tmpdir, zl_read_file
@@ -73,25 +74,28 @@ static void write_ckpt(const char *dir, const char *kind, int bad_piece) {
   fclose(f);
   sums[files] = ckpt_sum(CKPT_SUM_INIT, losses, sizeof losses);
   char txt[8192];
-  int n = snprintf(txt, sizeof txt,
-                   "zerolab-checkpoint 2\nstrategy %s\nstage 2\nworld %d\nshards %d\nprecision fp32\noptimizer adamw\n"
-                   "input 6\nhidden 13\nclasses 11\nlayers 2\nseed 7\nbatch 120\npsi %lld\nunits 3\n",
-                   strcmp(kind, "zero") ? "toy" : "zero2", files, files, (long long)psi);
+  int n = snprintf(
+      txt, sizeof txt,
+      "zerolab-checkpoint 2\nstrategy %s\nstage 2\nworld %d\nshards %d\nprecision fp32\noptimizer adamw\n"
+      "input 6\nhidden 13\nclasses 11\nlayers 2\nseed 7\nbatch 120\npsi %lld\nunits 3\n",
+      strcmp(kind, "zero") ? "toy" : "zero2", files, files, (long long)psi);
   for (int u = 0; u < 3; u++)
     n += snprintf(txt + n, sizeof txt - n, "unit %d %d %d %lld\n", u, g_in[u], g_out[u],
                   (long long)((int64_t)g_in[u] * g_out[u] + g_out[u]));
   n += snprintf(txt + n, sizeof txt - n, "pieces %d\n", np);
   for (int k = 0; k < np; k++)
     n += snprintf(txt + n, sizeof txt - n, "piece %d %d %lld %lld %lld\n", pc[k].file, pc[k].unit,
-                  (long long)(pc[k].off + (bad_piece && pc[k].unit == 1 && pc[k].off > 0)), (long long)pc[k].numel,
-                  (long long)at[k]);
-  n += snprintf(txt + n, sizeof txt - n, "step 4\ndata_position 480\nopt_t 4\nskipped 0\nrng none\nsections weights m v\nfiles %d\n",
+                  (long long)(pc[k].off + (bad_piece && pc[k].unit == 1 && pc[k].off > 0)),
+                  (long long)pc[k].numel, (long long)at[k]);
+  n += snprintf(txt + n, sizeof txt - n,
+                "step 4\ndata_position 480\nopt_t 4\nskipped 0\nrng none\nsections weights m v\nfiles %d\n",
                 files + 1);
   for (int r = 0; r < files; r++)
-    n += snprintf(txt + n, sizeof txt - n, "file rank-%05d.bin %lld %016llx\n", r, (long long)(3 * sec[r] * 4),
-                  (unsigned long long)sums[r]);
+    n += snprintf(txt + n, sizeof txt - n, "file rank-%05d.bin %lld %016llx\n", r,
+                  (long long)(3 * sec[r] * 4), (unsigned long long)sums[r]);
   n += snprintf(txt + n, sizeof txt - n, "file losses.bin 64 %016llx\n", (unsigned long long)sums[files]);
-  n += snprintf(txt + n, sizeof txt - n, "checksum %016llx\n", (unsigned long long)ckpt_sum(CKPT_SUM_INIT, txt, (size_t)n));
+  n += snprintf(txt + n, sizeof txt - n, "checksum %016llx\n",
+                (unsigned long long)ckpt_sum(CKPT_SUM_INIT, txt, (size_t)n));
   snprintf(path, sizeof path, "%s/manifest.txt", step);
   f = fopen(path, "w");
   cr_assert(f && fwrite(txt, 1, (size_t)n, f) == (size_t)n);
@@ -133,13 +137,15 @@ static void reads_every_range(const char *kind, int files) {
           if (lo >= hi) continue;
           ckpt_read_range(&r, s, u, lo, hi, buf);
           for (int64_t i = lo; i < hi; i++)
-            cr_assert_eq(buf[i - lo], value(s, u, i), "%s: section %d unit %d element %lld (new world %d rank %d): got %g, expected %g",
+            cr_assert_eq(buf[i - lo], value(s, u, i),
+                         "%s: section %d unit %d element %lld (new world %d rank %d): got %g, expected %g",
                          kind, s, u, (long long)i, nw, rk, buf[i - lo], value(s, u, i));
         }
       }
       ckpt_read_range(&r, s, u, 1, numel - 1, buf); /* across every piece boundary */
       for (int64_t i = 1; i < numel - 1; i++)
-        cr_assert_eq(buf[i - 1], value(s, u, i), "%s: section %d unit %d element %lld: got %g", kind, s, u, (long long)i, buf[i - 1]);
+        cr_assert_eq(buf[i - 1], value(s, u, i), "%s: section %d unit %d element %lld: got %g", kind, s, u,
+                     (long long)i, buf[i - 1]);
     }
   ckpt_reader_close(&r);
   ckpt_manifest_free(&m);
@@ -155,7 +161,8 @@ Test(common_ckpt, damaged_checkpoints_are_named) {
   write_ckpt(dir, "zero", 1);
   ckpt_manifest_t m;
   snprintf(path, sizeof path, "%s/step-000004", dir);
-  cr_assert_eq(ckpt_manifest_read(path, &m, why, sizeof why), 1, "a manifest with an inconsistent layout was accepted");
+  cr_assert_eq(ckpt_manifest_read(path, &m, why, sizeof why), 1,
+               "a manifest with an inconsistent layout was accepted");
   cr_assert(strstr(why, "manifest.txt") && strstr(why, "unit 1: inconsistent layout"), "message: %s", why);
   write_ckpt(dir, "zero", 0);
   /* a flipped character in the manifest */
@@ -195,7 +202,8 @@ Test(common_ckpt, fault_spec_parser) {
   fault_t f;
   char why[256];
   cr_assert_eq(fault_parse("2:7:hang", 3, 10, &f, why, sizeof why), 0);
-  cr_assert(f.rank == 2 && f.step == 7 && f.kind == FAULT_HANG, "parsed %d:%d:%d", f.rank, f.step, (int)f.kind);
+  cr_assert(f.rank == 2 && f.step == 7 && f.kind == FAULT_HANG, "parsed %d:%d:%d", f.rank, f.step,
+            (int)f.kind);
   const char *kinds[] = {"exit", "abort", "kill", "hang", "nan", "ckpt"};
   for (int k = 0; k < 6; k++) {
     char spec[32];
@@ -203,11 +211,13 @@ Test(common_ckpt, fault_spec_parser) {
     cr_assert_eq(fault_parse(spec, 1, 1, &f, why, sizeof why), 0, "%s refused: %s", spec, why);
     cr_assert_str_eq(fault_kind_name(f.kind), kinds[k]);
   }
-  const char *bad[] = {"", "1", "1:2", "1:2:", "3:0:exit", "0:10:exit", "-1:0:exit", "0:-1:exit", "a:0:exit", "0:0:EXIT",
-                       "0:0:exit:1", "0 :0:exit", "0:0x1:exit", "99999999999:0:exit"};
+  const char *bad[] = {
+      "",          "1",        "1:2",      "1:2:",       "3:0:exit",  "0:10:exit",  "-1:0:exit",
+      "0:-1:exit", "a:0:exit", "0:0:EXIT", "0:0:exit:1", "0 :0:exit", "0:0x1:exit", "99999999999:0:exit"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cr_assert_eq(fault_parse(bad[i], 3, 10, &f, why, sizeof why), 1, "'%s' was accepted", bad[i]);
-    cr_assert(strstr(why, "RANK in [0, 2]") && strstr(why, "STEP in [0, 9]"), "'%s': message '%s'", bad[i], why);
+    cr_assert(strstr(why, "RANK in [0, 2]") && strstr(why, "STEP in [0, 9]"), "'%s': message '%s'", bad[i],
+              why);
   }
 }
 
@@ -227,16 +237,35 @@ static void match_case(ckpt_manifest_t *m, train_cfg_t c, const char *want) {
 }
 
 Test(common_ckpt, a_checkpoint_knows_its_model) {
-  ckpt_manifest_t m = {.step = 3, .n_sections = 3, .sections = {"weights", "m", "v"}, .seed = 7, .batch = 8,
-                       .world = 4, .stage = 3, .tp = 1, .gpt = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16,
-                                                               .vocab = 256},
-                       .input = 6, .hidden = 13, .classes = 11, .layers = 2};
+  ckpt_manifest_t m = {.step = 3,
+                       .n_sections = 3,
+                       .sections = {"weights", "m", "v"},
+                       .seed = 7,
+                       .batch = 8,
+                       .world = 4,
+                       .stage = 3,
+                       .tp = 1,
+                       .gpt = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab = 256},
+                       .input = 6,
+                       .hidden = 13,
+                       .classes = 11,
+                       .layers = 2};
   snprintf(m.dir, sizeof m.dir, "ck/step-000003");
   snprintf(m.model, sizeof m.model, "gpt");
   snprintf(m.precision, sizeof m.precision, "fp32");
   snprintf(m.optimizer, sizeof m.optimizer, "adamw");
-  train_cfg_t g = {.model_kind = "gpt", .gpt = m.gpt, .wdt = DT_F32, .optimizer = OPT_ADAMW, .seed = 7, .batch = 8,
-                   .steps = 6, .input = 32, .hidden = 128, .classes = 10, .layers = 3}; /* MLP fields: ignored */
+  train_cfg_t g = {.model_kind = "gpt",
+                   .gpt = m.gpt,
+                   .wdt = DT_F32,
+                   .optimizer = OPT_ADAMW,
+                   .seed = 7,
+                   .batch = 8,
+                   /* MLP fields: ignored */
+                   .steps = 6,
+                   .input = 32,
+                   .hidden = 128,
+                   .classes = 10,
+                   .layers = 3};
   match_case(&m, g, NULL);
   train_cfg_t c = g;
   c.gpt.n_layer = 3, match_case(&m, c, "saved with --n-layer 2, this run has --n-layer 3");
@@ -246,25 +275,39 @@ Test(common_ckpt, a_checkpoint_knows_its_model) {
   c = g, c.gpt.vocab = 128, match_case(&m, c, "saved with vocab 256, this run has vocab 128");
   c = g, c.model_kind = "mlp", match_case(&m, c, "saved with --model gpt, this run has --model mlp");
   c = g, c.wdt = DT_BF16, match_case(&m, c, "saved with --precision fp32, this run has --precision bf16");
-  c = g, c.optimizer = OPT_SGD, match_case(&m, c, "saved with --optimizer adamw, this run has --optimizer sgd");
+  c = g, c.optimizer = OPT_SGD,
+  match_case(&m, c, "saved with --optimizer adamw, this run has --optimizer sgd");
   c = g, c.seed = 8, match_case(&m, c, "saved with --seed 7, this run has --seed 8");
   c = g, c.batch = 16, match_case(&m, c, "saved with --batch 8, this run has --batch 16");
   c = g, c.gpt.n_embd = 64, c.gpt.n_head = 4, c.wdt = DT_BF16;
-  match_case(&m, c, "(3 differences): saved with --n-head 2, this run has --n-head 4; saved with --n-embd 32, this run "
-                    "has --n-embd 64; saved with --precision fp32, this run has --precision bf16");
+  match_case(
+      &m, c,
+      "(3 differences): saved with --n-head 2, this run has --n-head 4; saved with --n-embd 32, this run "
+      "has --n-embd 64; saved with --precision fp32, this run has --precision bf16");
   /* a TP rank's part: fine at its own T, named as a TP layout at another */
   m.tp = 2, m.tp_rank = 1;
   c = g, c.tp = c.group = 2, match_case(&m, c, NULL);
-  c = g, c.tp = c.group = 1, match_case(&m, c, "a tensor-parallel layout: TP rank 1's slices of a --tp 2 save, this run has --tp 1");
+  c = g, c.tp = c.group = 1,
+  match_case(&m, c, "a tensor-parallel layout: TP rank 1's slices of a --tp 2 save, this run has --tp 1");
   m.tp = 1, m.tp_rank = 0;
   /* the MLP: its four shape flags, and the GPT's fields ignored */
   snprintf(m.model, sizeof m.model, "mlp");
-  train_cfg_t p = {.model_kind = "mlp", .wdt = DT_F32, .optimizer = OPT_ADAMW, .seed = 7, .batch = 8, .steps = 6,
-                   .input = 6, .hidden = 13, .classes = 11, .layers = 2, .gpt = {.n_embd = 999}};
+  train_cfg_t p = {.model_kind = "mlp",
+                   .wdt = DT_F32,
+                   .optimizer = OPT_ADAMW,
+                   .seed = 7,
+                   .batch = 8,
+                   .steps = 6,
+                   .input = 6,
+                   .hidden = 13,
+                   .classes = 11,
+                   .layers = 2,
+                   .gpt = {.n_embd = 999}};
   match_case(&m, p, NULL);
   c = p, c.layers = 3, match_case(&m, c, "saved with --layers 2, this run has --layers 3");
   c = p, c.hidden = 14, match_case(&m, c, "saved with --hidden 13, this run has --hidden 14");
   c = p, c.input = 7, match_case(&m, c, "saved with --input 6, this run has --input 7");
   c = p, c.classes = 12, match_case(&m, c, "saved with --classes 11, this run has --classes 12");
-  c = p, c.model_kind = "gpt", c.gpt = g.gpt, match_case(&m, c, "saved with --model mlp, this run has --model gpt");
+  c = p, c.model_kind = "gpt", c.gpt = g.gpt,
+  match_case(&m, c, "saved with --model mlp, this run has --model gpt");
 }

@@ -73,13 +73,16 @@ static void ring_vs_plain(int C, int balance, int R, int S, int E, int NH) {
   int *pos = malloc((size_t)C * n * sizeof(int));
   for (int q = 0; q < C; q++) cp_positions(S, C, balance, q, pos + q * n);
   /* every rank's local tensors (what the ring would hold) */
-  float **lq = malloc(C * sizeof(float *)), **lkv = malloc(C * sizeof(float *)), **lout = malloc(C * sizeof(float *));
-  float **llse = malloc(C * sizeof(float *)), **ldo = malloc(C * sizeof(float *)), **ldkv = malloc(C * sizeof(float *));
+  float **lq = malloc(C * sizeof(float *)), **lkv = malloc(C * sizeof(float *)),
+        **lout = malloc(C * sizeof(float *));
+  float **llse = malloc(C * sizeof(float *)), **ldo = malloc(C * sizeof(float *)),
+        **ldkv = malloc(C * sizeof(float *));
   for (int q = 0; q < C; q++) {
     lq[q] = malloc(R * n * 3 * E * sizeof(float));
     take(lq[q], qkv, R, S, n, 3 * E, pos + q * n, 0);
     lkv[q] = malloc(R * n * 2 * E * sizeof(float));
-    for (int64_t t = 0; t < R * n; t++) memcpy(lkv[q] + t * 2 * E, lq[q] + t * 3 * E + E, 2 * E * sizeof(float));
+    for (int64_t t = 0; t < R * n; t++)
+      memcpy(lkv[q] + t * 2 * E, lq[q] + t * 3 * E + E, 2 * E * sizeof(float));
     lout[q] = calloc(R * n * E, sizeof(float));
     llse[q] = malloc(R * NH * n * sizeof(float));
     ldo[q] = malloc(R * n * E * sizeof(float));
@@ -93,11 +96,13 @@ static void ring_vs_plain(int C, int balance, int R, int S, int E, int NH) {
     int64_t work = 0;
     for (int j = 0; j < C; j++) {
       int src = (q - j + C) % C;
-      work += cp_attend_block(R, (int)n, E, NH, lq[q], pos + q * n, lkv[src], pos + src * n, llse[q], l, lout[q]);
+      work +=
+          cp_attend_block(R, (int)n, E, NH, lq[q], pos + q * n, lkv[src], pos + src * n, llse[q], l, lout[q]);
     }
     cp_attend_finish(R, (int)n, E, NH, lout[q], llse[q], l);
-    cr_assert_eq(work, cp_work_formula(S, C, balance, q) * R * NH, "C=%d balance %d rank %d: %lld score pairs, formula %lld",
-                 C, balance, q, (long long)work, (long long)(cp_work_formula(S, C, balance, q) * R * NH));
+    cr_assert_eq(work, cp_work_formula(S, C, balance, q) * R * NH,
+                 "C=%d balance %d rank %d: %lld score pairs, formula %lld", C, balance, q, (long long)work,
+                 (long long)(cp_work_formula(S, C, balance, q) * R * NH));
     take(lout[q], got_out, R, S, (int)n, E, pos + q * n, 1);
     free(l);
   }
@@ -111,8 +116,10 @@ static void ring_vs_plain(int C, int balance, int R, int S, int E, int NH) {
           float got = llse[q][((int64_t)rho * NH + h) * n + i];
           cr_assert(fabs(got - want) <= CP_TOL * fmax(1.0, fabs(want)),
                     "C=%d balance=%d forward statistics, rank %d, sequence %d, head %d, position %d: m after "
-                    "cp_attend_finish (m + log l, the log-sum-exp of the query's scores) got %.9g, expected %.9g: m must "
-                    "hold the running max of the scores seen so far, l the sum of e^(s - m) (both updated every block)",
+                    "cp_attend_finish (m + log l, the log-sum-exp of the query's scores) got %.9g, expected "
+                    "%.9g: m must "
+                    "hold the running max of the scores seen so far, l the sum of e^(s - m) (both updated "
+                    "every block)",
                     C, balance, q, rho, h, pos[q * n + i], got, want);
         }
   free(lse);
@@ -123,7 +130,8 @@ static void ring_vs_plain(int C, int balance, int R, int S, int E, int NH) {
     cp_attend_dsum(R, (int)n, E, NH, ldo[q], lout[q], dsum);
     for (int j = 0; j < C; j++) {
       int src = (q - j + C) % C;
-      cp_attend_block_bwd(R, (int)n, E, NH, lq[q], pos + q * n, ldo[q], llse[q], dsum, lkv[src], pos + src * n, dq, ldkv[src]);
+      cp_attend_block_bwd(R, (int)n, E, NH, lq[q], pos + q * n, ldo[q], llse[q], dsum, lkv[src],
+                          pos + src * n, dq, ldkv[src]);
     }
     float *full = calloc(R * n * 3 * E, sizeof(float));
     for (int64_t t = 0; t < R * n; t++) memcpy(full + t * 3 * E, dq + t * E, E * sizeof(float));
@@ -132,13 +140,15 @@ static void ring_vs_plain(int C, int balance, int R, int S, int E, int NH) {
   }
   for (int q = 0; q < C; q++) {
     float *full = calloc(R * n * 3 * E, sizeof(float));
-    for (int64_t t = 0; t < R * n; t++) memcpy(full + t * 3 * E + E, ldkv[q] + t * 2 * E, 2 * E * sizeof(float));
+    for (int64_t t = 0; t < R * n; t++)
+      memcpy(full + t * 3 * E + E, ldkv[q] + t * 2 * E, 2 * E * sizeof(float));
     take(full, got_dqkv, R, S, (int)n, 3 * E, pos + q * n, 1);
     free(full);
   }
   snprintf(what, sizeof what, "C=%d balance=%d backward dqkv (R,S,3E)", C, balance);
   expect_close(what, got_dqkv, dqkv, N * 3 * E);
-  for (int q = 0; q < C; q++) free(lq[q]), free(lkv[q]), free(lout[q]), free(llse[q]), free(ldo[q]), free(ldkv[q]);
+  for (int q = 0; q < C; q++)
+    free(lq[q]), free(lkv[q]), free(lout[q]), free(llse[q]), free(ldo[q]), free(ldkv[q]);
   free(lq), free(lkv), free(lout), free(llse), free(ldo), free(ldkv), free(pos);
   free(qkv), free(out), free(att), free(dout), free(dqkv), free(got_out), free(got_dqkv);
 }
@@ -157,9 +167,11 @@ Test(ch10_cp, layout) {
   int pos[8];
   cp_positions(16, 2, 1, 0, pos);
   int want0[8] = {0, 1, 2, 3, 12, 13, 14, 15};
-  for (int i = 0; i < 8; i++) cr_assert_eq(pos[i], want0[i], "balanced C=2 rank 0 pos[%d] = %d, expected %d", i, pos[i], want0[i]);
+  for (int i = 0; i < 8; i++)
+    cr_assert_eq(pos[i], want0[i], "balanced C=2 rank 0 pos[%d] = %d, expected %d", i, pos[i], want0[i]);
   cp_positions(16, 2, 0, 1, pos);
-  for (int i = 0; i < 8; i++) cr_assert_eq(pos[i], 8 + i, "contiguous C=2 rank 1 pos[%d] = %d, expected %d", i, pos[i], 8 + i);
+  for (int i = 0; i < 8; i++)
+    cr_assert_eq(pos[i], 8 + i, "contiguous C=2 rank 1 pos[%d] = %d, expected %d", i, pos[i], 8 + i);
   /* causal work: contiguous rank q of C=4, n=4: Σ (p+1) = 16q + 10; balanced: equal on every rank */
   for (int q = 0; q < 4; q++) {
     cr_assert_eq(cp_work_formula(16, 4, 0, q), 16 * q + 10, "contiguous rank %d", q);
@@ -167,6 +179,8 @@ Test(ch10_cp, layout) {
   }
   char why[160];
   cr_assert(cp_layout_check(16, 4, 1, why, sizeof why) == 0, "16 over 2·4 chunks");
-  cr_assert(cp_layout_check(18, 2, 1, why, sizeof why) == 1 && strstr(why, "2C"), "18 over 4 chunks: %s", why);
-  cr_assert(cp_layout_check(18, 4, 0, why, sizeof why) == 1 && strstr(why, "divisible by C"), "18 over 4: %s", why);
+  cr_assert(cp_layout_check(18, 2, 1, why, sizeof why) == 1 && strstr(why, "2C"), "18 over 4 chunks: %s",
+            why);
+  cr_assert(cp_layout_check(18, 4, 0, why, sizeof why) == 1 && strstr(why, "divisible by C"), "18 over 4: %s",
+            why);
 }

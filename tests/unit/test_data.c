@@ -34,10 +34,12 @@ Test(common_data, uniform_and_normal_moments) {
     sn4 += (double)z * z * z * z;
   }
   cr_assert(fabs(su / N - 0.5) < 0.004, "uniform mean: got %.5f, expected 0.5 +- 0.004", su / N);
-  cr_assert(umin < 1e-4 && umax > 1 - 1e-4, "uniform range: got [%g, %g], expected to cover [0,1)", umin, umax);
+  cr_assert(umin < 1e-4 && umax > 1 - 1e-4, "uniform range: got [%g, %g], expected to cover [0,1)", umin,
+            umax);
   cr_assert(fabs(sn / N) < 0.015, "normal mean: got %.5f, expected 0 +- 0.015", sn / N);
   cr_assert(fabs(sn2 / N - 1) < 0.02, "normal variance: got %.5f, expected 1 +- 0.02", sn2 / N);
-  cr_assert(fabs(sn4 / N - 3) < 0.15, "normal 4th moment: got %.4f, expected 3 +- 0.15 (Gaussian tails)", sn4 / N);
+  cr_assert(fabs(sn4 / N - 3) < 0.15, "normal 4th moment: got %.4f, expected 3 +- 0.15 (Gaussian tails)",
+            sn4 / N);
 }
 
 /* Sample i is the same in one batch, in pieces, or starting elsewhere (rank slices). */
@@ -55,8 +57,8 @@ Test(common_data, samples_are_pure_functions_of_index) {
   /* ... and different samples differ (no index aliasing) */
   for (int i = 0; i < N; i++)
     for (int j = i + 1; j < N; j++)
-      cr_assert(memcmp(x + i * D, x + j * D, sizeof(float) * D) != 0, "x of samples %d and %d are equal", 100 + i,
-                100 + j);
+      cr_assert(memcmp(x + i * D, x + j * D, sizeof(float) * D) != 0, "x of samples %d and %d are equal",
+                100 + i, 100 + j);
   for (int i = 0; i < N; i++)
     cr_assert(yp[i] == y[i], "y[%d] (pieces vs one batch): got %d, expected %d", i, yp[i], y[i]);
   /* a second data_t with the same seed makes the same samples */
@@ -64,7 +66,8 @@ Test(common_data, samples_are_pure_functions_of_index) {
   data_init(&d2, D, C, 42);
   data_batch(&d2, 100, N, xp, yp);
   zl_expect_floats("x (second data_t, same seed)", xp, x, N * D, 0);
-  for (int i = 0; i < N; i++) cr_assert(yp[i] == y[i], "y[%d] (same seed): got %d, expected %d", i, yp[i], y[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert(yp[i] == y[i], "y[%d] (same seed): got %d, expected %d", i, yp[i], y[i]);
   zl_expect_floats("teacher (same seed)", d2.teacher, d.teacher, C * D, 0);
   data_free(&d2);
   /* another seed: other samples */
@@ -113,7 +116,8 @@ Test(common_data, labels_follow_the_teacher) {
     hist[y[i]]++;
   }
   nll /= N;
-  cr_assert(fabs(nll - H) < 0.1, "mean -log p_teacher(y): got %.4f, expected the teacher entropy %.4f +- 0.1", nll, H);
+  cr_assert(fabs(nll - H) < 0.1, "mean -log p_teacher(y): got %.4f, expected the teacher entropy %.4f +- 0.1",
+            nll, H);
   for (int c = 0; c < C; c++) cr_assert(hist[c] > 0, "class %d never drawn in %d samples", c, N);
   /* the entropy over a prefix is a mean over those samples (pure function of the sample count) */
   double H2 = data_teacher_entropy(&d, N);
@@ -128,7 +132,7 @@ Test(common_data, teacher_entropy_binary_and_wide) {
   data_t d;
   data_init(&d, 256, 2, 1);
   double H = data_teacher_entropy(&d, 2000);
-  cr_assert(H > 0.05 && H < 0.8 * log(2.0), "teacher entropy (D=256, C=2): got %.4f, expected in (0.05, %.3f)", H,
-            0.8 * log(2.0));
+  cr_assert(H > 0.05 && H < 0.8 * log(2.0),
+            "teacher entropy (D=256, C=2): got %.4f, expected in (0.05, %.3f)", H, 0.8 * log(2.0));
   data_free(&d);
 }

@@ -19,12 +19,14 @@ static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, 
   int next_unit = m->n_units - 1;
   while (next_unit >= 0 && m->units[next_unit].padded == 0) next_unit--; /* not held: in no bucket */
   for (int k = 0; k < n; k++) {
-    cr_assert_eq(b[k].last_unit, next_unit, "cap %g: bucket %d last_unit %d, expected %d (backward order)", bucket_mb, k,
-                 b[k].last_unit, next_unit);
-    cr_assert(b[k].first_unit <= b[k].last_unit, "cap %g: bucket %d units %d..%d", bucket_mb, k, b[k].first_unit, b[k].last_unit);
-    cr_assert(m->units[b[k].first_unit].padded > 0, "cap %g: bucket %d starts at unit %d, which this rank does not hold "
-              "(padded 0): its backward never runs here, so the bucket would never be all-reduced", bucket_mb, k,
-              b[k].first_unit);
+    cr_assert_eq(b[k].last_unit, next_unit, "cap %g: bucket %d last_unit %d, expected %d (backward order)",
+                 bucket_mb, k, b[k].last_unit, next_unit);
+    cr_assert(b[k].first_unit <= b[k].last_unit, "cap %g: bucket %d units %d..%d", bucket_mb, k,
+              b[k].first_unit, b[k].last_unit);
+    cr_assert(m->units[b[k].first_unit].padded > 0,
+              "cap %g: bucket %d starts at unit %d, which this rank does not hold "
+              "(padded 0): its backward never runs here, so the bucket would never be all-reduced",
+              bucket_mb, k, b[k].first_unit);
     int64_t numel = 0;
     for (int u = b[k].first_unit; u <= b[k].last_unit; u++) {
       numel += m->units[u].padded;
@@ -32,10 +34,12 @@ static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, 
       cr_assert_eq(ub[u], want, "cap %g: unit %d (padded %lld) maps to bucket %d, expected %d", bucket_mb, u,
                    (long long)m->units[u].padded, ub[u], want);
     }
-    cr_assert_eq(b[k].off, m->units[b[k].first_unit].off, "cap %g: bucket %d off %lld, expected %lld", bucket_mb, k,
-                 (long long)b[k].off, (long long)m->units[b[k].first_unit].off);
-    cr_assert_eq(b[k].numel, numel, "cap %g: bucket %d numel %lld, expected %lld", bucket_mb, k, (long long)b[k].numel, (long long)numel);
-    cr_assert_eq(b[k].off + b[k].numel, end, "cap %g: bucket %d is not contiguous with bucket %d", bucket_mb, k, k - 1);
+    cr_assert_eq(b[k].off, m->units[b[k].first_unit].off, "cap %g: bucket %d off %lld, expected %lld",
+                 bucket_mb, k, (long long)b[k].off, (long long)m->units[b[k].first_unit].off);
+    cr_assert_eq(b[k].numel, numel, "cap %g: bucket %d numel %lld, expected %lld", bucket_mb, k,
+                 (long long)b[k].numel, (long long)numel);
+    cr_assert_eq(b[k].off + b[k].numel, end, "cap %g: bucket %d is not contiguous with bucket %d", bucket_mb,
+                 k, k - 1);
     cr_assert_eq(b[k].nbytes, numel * esz, "cap %g: bucket %d nbytes %lld, expected %lld", bucket_mb, k,
                  (long long)b[k].nbytes, (long long)(numel * esz));
     /* never past the cap, unless a single unit is larger than the cap */
@@ -47,7 +51,8 @@ static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, 
     while (next_unit >= 0 && m->units[next_unit].padded == 0) next_unit--;
   }
   for (int u = next_unit; u >= 0; u--) /* below the last bucket: only units not held */
-    cr_assert(m->units[u].padded == 0 && ub[u] == -1, "cap %g: unit %d is in no bucket (unit_bucket %d)", bucket_mb, u, ub[u]);
+    cr_assert(m->units[u].padded == 0 && ub[u] == -1, "cap %g: unit %d is in no bucket (unit_bucket %d)",
+              bucket_mb, u, ub[u]);
   cr_assert_eq(end, 0, "cap %g: buckets do not reach offset 0", bucket_mb);
   return n;
 }
@@ -56,7 +61,8 @@ static int assign(const model_t *m, double bucket_mb, int esz, ddp_bucket_t *b, 
 static void expect_units(const ddp_bucket_t *b, int n, const char *want, double cap) {
   char got[128] = "";
   for (int k = 0; k < n; k++)
-    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d..%d", k ? " " : "", b[k].first_unit, b[k].last_unit);
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d..%d", k ? " " : "", b[k].first_unit,
+             b[k].last_unit);
   cr_assert_str_eq(got, want, "cap %g MiB: buckets %s, expected %s", cap, got, want);
 }
 
@@ -175,13 +181,17 @@ Test(ch02_buckets, overlap_counts_from_the_last_arrival) {
   trace_event(TRACE_COMPUTE, "step 0", 0, 100, NULL);
   trace_event(TRACE_COMPUTE, "bwd 1", 10, 20, NULL);
   trace_event(TRACE_COMPUTE, "bwd 0", 30, 40, NULL);
-  trace_comm_event((const struct comm *)&comm_a, 3, "all_reduce bucket 0", 15, 35, "\"op\":\"all_reduce\",\"bytes\":64");
-  trace_comm_event((const struct comm *)&comm_b, 3, "all_reduce tp", 50, 60, "\"op\":\"all_reduce\",\"bytes\":64");
+  trace_comm_event((const struct comm *)&comm_a, 3, "all_reduce bucket 0", 15, 35,
+                   "\"op\":\"all_reduce\",\"bytes\":64");
+  trace_comm_event((const struct comm *)&comm_b, 3, "all_reduce tp", 50, 60,
+                   "\"op\":\"all_reduce\",\"bytes\":64");
   double joined[4] = {-1e300, -1e300, 25, -1e300}; /* last arrival of operation seq (index seq − 1) */
   double comm = 0, hidden = 0, wait = 0;
   double f = report_overlap_joined(&comm_a, joined, 4, &comm, &hidden, &wait);
-  cr_assert_float_eq(wait, 10.0, 1e-12, "waiting time %g us, expected 10 (15 to the peer's arrival at 25)", wait);
-  cr_assert_float_eq(comm, 20.0, 1e-12, "communication time %g us, expected 10 + 10 (the other communicator's op)", comm);
+  cr_assert_float_eq(wait, 10.0, 1e-12, "waiting time %g us, expected 10 (15 to the peer's arrival at 25)",
+                     wait);
+  cr_assert_float_eq(comm, 20.0, 1e-12,
+                     "communication time %g us, expected 10 + 10 (the other communicator's op)", comm);
   cr_assert_float_eq(hidden, 5.0, 1e-12, "hidden time %g us, expected 5 ([30, 35))", hidden);
   cr_assert_float_eq(f, 0.25, 1e-12, "hidden fraction %g, expected 0.25", f);
   trace_init(0, NULL);

@@ -74,7 +74,8 @@ Test(common_exercises, stub_replaces_marked_bodies) {
   char *c = gen_file(root, "fx.c");
   /* the real bodies are gone, the stubs and hints are there, in the marked places */
   cr_expect_null(strstr(c, "secret_sum"), "exercises/fx.c still holds the solution body of fx_add:\n%s", c);
-  cr_expect_null(strstr(c, "secret_twice"), "exercises/fx.c still holds the solution body of fx_twice:\n%s", c);
+  cr_expect_null(strstr(c, "secret_twice"), "exercises/fx.c still holds the solution body of fx_twice:\n%s",
+                 c);
   const char *stub_add =
       "  // BEGIN EXERCISE fx_add notes/01-collectives.md\n"
       "  // HINT: add the two numbers.\n"
@@ -86,7 +87,8 @@ Test(common_exercises, stub_replaces_marked_bodies) {
       "    // BEGIN EXERCISE fx_twice notes/02-ddp.md\n"
       "    zl_exercise_todo(\"fx_twice\", \"notes/02-ddp.md\");\n"
       "    // END EXERCISE\n";
-  cr_expect(strstr(c, stub_twice), "fx_twice stub (indent kept, no hint): expected\n%s\ngot:\n%s", stub_twice, c);
+  cr_expect(strstr(c, stub_twice), "fx_twice stub (indent kept, no hint): expected\n%s\ngot:\n%s", stub_twice,
+            c);
   /* unmarked code is kept; exercise.h is included right after the first include block */
   cr_expect(strstr(c, "int fx_keep(int a) { return a; }\n"), "unmarked code changed:\n%s", c);
   const char *inc = "#include <string.h> // memcpy\n#include \"exercise.h\" // zl_exercise_todo\n";
@@ -102,8 +104,10 @@ Test(common_exercises, stub_replaces_marked_bodies) {
             "generate wrote %s, a file with no exercise (the build takes it from solutions/)", fxh);
 
   /* the stubbed file compiles with the project's warnings (zl_exercise_todo is noreturn) */
-  rc = zl_run(0, 60, &out, "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Icommon/base -c %s/exercises/fx.c -o %s/fx.o",
-              root, root);
+  rc = zl_run(
+      0, 60, &out,
+      "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Icommon/base -c %s/exercises/fx.c -o %s/fx.o",
+      root, root);
   cr_expect_eq(rc, 0, "generated exercises/fx.c does not compile with -Werror (exit %d):\n%s", rc, out);
   free(out);
 
@@ -114,8 +118,8 @@ Test(common_exercises, stub_replaces_marked_bodies) {
             "hint fx_add: exit %d, output:\n%s", rc, out);
   free(out);
   rc = zl_run(0, 60, &out, GEN " list %s/solutions --chapter 02", root);
-  cr_expect(rc == 0 && strstr(out, "fx_twice") && !strstr(out, "fx_add"), "list --chapter 02: exit %d, output:\n%s",
-            rc, out);
+  cr_expect(rc == 0 && strstr(out, "fx_twice") && !strstr(out, "fx_add"),
+            "list --chapter 02: exit %d, output:\n%s", rc, out);
   free(out);
   free(c);
 }
@@ -147,8 +151,8 @@ Test(common_exercises, bad_markers_are_errors) {
   write_text(sol, "open.c", "void fx_again(int *x) {\n  // BEGIN EXERCISE fx_add notes/01-collectives.md\n"
                             "  *x = 1;\n  // END EXERCISE\n}\n");
   rc = zl_run(0, 60, &out, GENERATE " %s/solutions %s/exercises", root, root);
-  cr_expect(rc == 2 && strstr(out, "duplicate exercise name fx_add"), "duplicate name: exit %d (expected 2), output:\n%s",
-            rc, out);
+  cr_expect(rc == 2 && strstr(out, "duplicate exercise name fx_add"),
+            "duplicate name: exit %d (expected 2), output:\n%s", rc, out);
   free(out);
 }
 
@@ -172,17 +176,20 @@ Test(common_exercises, check_detects_stale_tree) {
   char *edited = malloc(strlen(c) + 64);
   char *at = strstr(c, "int fx_keep(int a) { return a; }");
   cr_assert(at);
-  sprintf(edited, "%.*sint fx_keep(int a) { return a + 0; }%s", (int)(at - c), c, at + strlen("int fx_keep(int a) { return a; }"));
+  sprintf(edited, "%.*sint fx_keep(int a) { return a + 0; }%s", (int)(at - c), c,
+          at + strlen("int fx_keep(int a) { return a; }"));
   write_text(sol, "fx.c", edited);
   rc = zl_run(0, 60, &out, "env -u CI " GEN " check %s %s", sol, ex);
   cr_expect(rc == 1 && strstr(out, "exercises/fx.c") && strstr(out, "make exercises"),
-            "stale exercises/fx.c: exit %d (expected 1), output must name the file and the fix:\n%s", rc, out);
+            "stale exercises/fx.c: exit %d (expected 1), output must name the file and the fix:\n%s", rc,
+            out);
   free(out);
 
   /* a file only in exercises/ is stale too; generate removes it and check passes again */
   write_text(ex, "gone.c", "int gone;\n");
-  rc = zl_run(0, 60, &out, "env -u CI " GENERATE " %s %s && env -u CI " GEN " check %s %s && test ! -e %s/gone.c",
-              sol, ex, sol, ex, ex);
+  rc = zl_run(0, 60, &out,
+              "env -u CI " GENERATE " %s %s && env -u CI " GEN " check %s %s && test ! -e %s/gone.c", sol, ex,
+              sol, ex, ex);
   cr_expect_eq(rc, 0, "generate then check: exit %d, expected 0 and gone.c removed; output:\n%s", rc, out);
   free(out);
 
@@ -220,10 +227,12 @@ Test(common_exercises, check_detects_stale_tree) {
   sprintf(mine, "%.*s  return a + b; /* student */\n%s", (int)(at - g), g, at + strlen(todo));
   write_text(ex, "fx.c", mine);
   rc = zl_run(0, 60, &out, "env -u CI " GEN " check %s %s", sol, ex);
-  cr_expect(rc == 0 && strstr(out, "fx_add"), "check with a student body: exit %d (expected 0), output:\n%s", rc, out);
+  cr_expect(rc == 0 && strstr(out, "fx_add"), "check with a student body: exit %d (expected 0), output:\n%s",
+            rc, out);
   free(out);
   rc = zl_run(0, 60, &out, "env CI=true " GEN " check %s %s", sol, ex);
-  cr_expect(rc == 1 && strstr(out, "fx_add"), "check in CI with a student body: exit %d (expected 1), output:\n%s", rc, out);
+  cr_expect(rc == 1 && strstr(out, "fx_add"),
+            "check in CI with a student body: exit %d (expected 1), output:\n%s", rc, out);
   free(out);
   rc = zl_run(0, 60, &out, GENERATE " %s %s && grep -q 'student' %s/fx.c", sol, ex, ex);
   cr_expect_eq(rc, 0, "generate must keep the student's body of fx_add (exit %d):\n%s", rc, out);
@@ -252,8 +261,9 @@ Test(common_exercises, graded_hints_list_backup_and_diff) {
   snprintf(ex, sizeof ex, "%s/exercises", root);
   snprintf(bk, sizeof bk, "%s/backup", root);
   /* a second-level hint: not in the stub, shown by --level 2 only */
-  write_text(sol, "lv.c", "int fx_lv(int a) {\n  // BEGIN EXERCISE fx_lv notes/01-collectives.md\n"
-                          "  // HINT: the idea\n  // HINT2: the indices\n  return a;\n  // END EXERCISE\n}\n");
+  write_text(sol, "lv.c",
+             "int fx_lv(int a) {\n  // BEGIN EXERCISE fx_lv notes/01-collectives.md\n"
+             "  // HINT: the idea\n  // HINT2: the indices\n  return a;\n  // END EXERCISE\n}\n");
   int rc = zl_run(0, 60, &out, GEN " generate %s %s --backup %s", sol, ex, bk);
   cr_assert_eq(rc, 0, "generate: %s", out);
   free(out);
@@ -262,10 +272,12 @@ Test(common_exercises, graded_hints_list_backup_and_diff) {
             "the stub shows the first hint and points at the next, never the second:\n%s", lv);
   free(lv);
   rc = zl_run(0, 60, &out, GEN " hint %s fx_lv", sol);
-  cr_expect(rc == 0 && strstr(out, "the idea") && !strstr(out, "the indices") && strstr(out, "LEVEL=2"), "hint level 1:\n%s", out);
+  cr_expect(rc == 0 && strstr(out, "the idea") && !strstr(out, "the indices") && strstr(out, "LEVEL=2"),
+            "hint level 1:\n%s", out);
   free(out);
   rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 2", sol);
-  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices") && strstr(out, "no further hint"),
+  cr_expect(rc == 0 && strstr(out, "the idea") && strstr(out, "the indices") &&
+                strstr(out, "no further hint"),
             "hint level 2 (the last):\n%s", out);
   free(out);
   rc = zl_run(0, 60, &out, GEN " hint %s fx_lv --level 3", sol);
@@ -280,13 +292,16 @@ Test(common_exercises, graded_hints_list_backup_and_diff) {
   char *at = strstr(g, todo), *f = strstr(g, fn);
   cr_assert(at && f && f < at, "fixture stub not found:\n%s", g);
   char *mine = malloc(strlen(g) + 256);
-  sprintf(mine, "%.*s/* five lines down */\nstatic int64_t my_helper(int64_t x) { return x; }\n%.*s  return my_helper(a) + b;\n%s",
+  sprintf(mine,
+          "%.*s/* five lines down */\nstatic int64_t my_helper(int64_t x) { return x; }\n%.*s  return "
+          "my_helper(a) + b;\n%s",
           (int)(f - g), g, (int)(at - f), f, at + strlen(todo));
   write_text(ex, "fx.c", mine);
   /* list: the line of the BEGIN in the student's file as it is now, and the last run's status */
   char st[320];
   snprintf(st, sizeof st, "%s/status.json", root);
-  write_text(root, "status.json", "{\"fx_add\": {\"state\": \"wrong\", \"detail\": \"x\", \"when\": \"today\"}}");
+  write_text(root, "status.json",
+             "{\"fx_add\": {\"state\": \"wrong\", \"detail\": \"x\", \"when\": \"today\"}}");
   rc = zl_run(0, 60, &out, GEN " list %s --dst %s --status %s", sol, ex, st);
   int line = 0;
   for (char *p = mine; p < strstr(mine, "// BEGIN EXERCISE fx_add"); p++) line += *p == '\n';
@@ -296,7 +311,8 @@ Test(common_exercises, graded_hints_list_backup_and_diff) {
   free(out);
   /* check: accepted bodies, but the helper is outside them: stale, with the line shown */
   rc = zl_run(0, 60, &out, "env -u CI " GEN " check %s %s", sol, ex);
-  cr_expect(rc == 1 && strstr(out, "+static int64_t my_helper") == NULL && strstr(out, "-static int64_t my_helper"),
+  cr_expect(rc == 1 && strstr(out, "+static int64_t my_helper") == NULL &&
+                strstr(out, "-static int64_t my_helper"),
             "check must show the differing line:\n%s", out);
   cr_expect(!strstr(out, "RESET=1"), "no advice to RESET=1 a student's work:\n%s", out);
   free(out);
@@ -360,7 +376,8 @@ static void student_tree(char *dst, size_t n, const char *name) {
   char root[256], cmd[1024];
   zl_tmpdir(root, sizeof root, name);
   snprintf(dst, n, "%s/exercises", root);
-  snprintf(cmd, sizeof cmd, "rm -rf %s && " GEN " generate solutions %s --backup %s/backup >/dev/null", dst, dst, root);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && " GEN " generate solutions %s --backup %s/backup >/dev/null", dst,
+           dst, root);
   cr_assert_eq(system(cmd), 0, "%s failed", cmd);
 }
 
@@ -369,9 +386,10 @@ static int judge(const char *dst, const char *chapter, const char *filter, char 
   char build[256];
   build_dir(build, sizeof build);
   /* one judged tree for every case, kept in BUILD: later runs relink only */
-  return zl_run(0, 150, out, GEN " status solutions %s --chapter %s --build %s --work %s/exercise-check-tests "
-                "--filter '%s' --deadline 3 --make 'make --no-print-directory BUILD=%s'", dst, chapter, build, build,
-                filter, build);
+  return zl_run(0, 150, out,
+                GEN " status solutions %s --chapter %s --build %s --work %s/exercise-check-tests "
+                    "--filter '%s' --deadline 3 --make 'make --no-print-directory BUILD=%s'",
+                dst, chapter, build, build, filter, build);
 }
 
 /* The exercise line of `name` in the verdict block (NULL if none). */
@@ -394,14 +412,16 @@ static int verdict_is(const char *out, const char *name, const char *state) {
 /* The ring the other way round (send to r−1, receive from r+1), through a static helper and an
  * include the student put outside the markers: both exercises done; the block starts with the
  * exercise the notes say to do first. */
-static const char *REV_AG =
-    "  int N = comm_world(c), r = comm_rank(c);\n"
-    "  comm_local_copy(c, elem(recv, comm_chunk_lo(numel, N, r), dt), send, comm_chunk_numel(numel, N, r), dt);\n"
-    "  for (int s = 0; s < N - 1; s++) {\n"
-    "    int ks = rev_mod(r + s, N), kr = rev_mod(r + s + 1, N);\n"
-    "    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), rev_mod(r - 1, N),\n"
-    "                      elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), rev_mod(r + 1, N), dt);\n"
-    "  }\n";
+static const char *REV_AG = "  int N = comm_world(c), r = comm_rank(c);\n"
+                            "  comm_local_copy(c, elem(recv, comm_chunk_lo(numel, N, r), dt), send, "
+                            "comm_chunk_numel(numel, N, r), dt);\n"
+                            "  for (int s = 0; s < N - 1; s++) {\n"
+                            "    int ks = rev_mod(r + s, N), kr = rev_mod(r + s + 1, N);\n"
+                            "    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), "
+                            "comm_chunk_numel(numel, N, ks), rev_mod(r - 1, N),\n"
+                            "                      elem(recv, comm_chunk_lo(numel, N, kr), dt), "
+                            "comm_chunk_numel(numel, N, kr), rev_mod(r + 1, N), dt);\n"
+                            "  }\n";
 static const char *REV_RS =
     "  int N = comm_world(c), r = comm_rank(c);\n"
     "  if (N == 1) { comm_local_copy(c, recv, send, numel, dt); return; }\n"
@@ -412,24 +432,29 @@ static const char *REV_RS =
     "    int ks = rev_mod(r + s + 1, N), kr = rev_mod(r + s + 2, N), last = s == N - 2;\n"
     "    const void *sb = s == 0 ? elem(send, comm_chunk_lo(numel, N, ks), dt) : out;\n"
     "    void *rb = last && !in_place ? recv : comm_scratch(c, s % 2, nbytes);\n"
-    "    comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), rev_mod(r - 1, N), rb, comm_chunk_numel(numel, N, kr),\n"
+    "    comm_p2p_sendrecv(c, sb, comm_chunk_numel(numel, N, ks), rev_mod(r - 1, N), rb, "
+    "comm_chunk_numel(numel, N, kr),\n"
     "                      rev_mod(r + 1, N), dt);\n"
     "    if (last && in_place) comm_local_reduce(c, recv, rb, comm_chunk_numel(numel, N, kr), dt, op);\n"
-    "    else comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, op);\n"
+    "    else comm_local_reduce(c, rb, elem(send, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, "
+    "N, kr), dt, op);\n"
     "    out = rb;\n"
     "  }\n";
 
 Test(common_exercises, reversed_ring_with_helper_is_done, .timeout = 150) {
   char dst[300], *out = NULL;
   student_tree(dst, sizeof dst, "ex_rev");
-  put_top(dst, "ring.c", "#include <limits.h> /* a student's include */\nstatic int rev_mod(int x, int n) { return ((x % n) + n) % n; }\n");
+  put_top(dst, "ring.c",
+          "#include <limits.h> /* a student's include */\nstatic int rev_mod(int x, int n) { return ((x % n) "
+          "+ n) % n; }\n");
   put_body(dst, "ring.c", "ring_all_gather", REV_AG);
   put_body(dst, "ring.c", "ring_reduce_scatter", REV_RS);
   int rc = judge(dst, "01", "ch01_collectives/world3", &out);
   cr_expect(verdict_is(out, "ring_all_gather", "done") && verdict_is(out, "ring_reduce_scatter", "done"),
             "a ring running to r-1 (helper outside the markers) must be done (exit %d):\n%s", rc, out);
   const char *blk = strstr(out, "----\n");
-  cr_expect(blk && strncmp(blk + 5, "ring_all_gather ", 16) == 0, "the block must start with ring_all_gather:\n%s", out);
+  cr_expect(blk && strncmp(blk + 5, "ring_all_gather ", 16) == 0,
+            "the block must start with ring_all_gather:\n%s", out);
   cr_expect(verdict_is(out, "ring_broadcast", "not done"), "stubs stay not done:\n%s", out);
   free(out);
   /* the student's tree and the judged one hold ring.c, not ring.h (no exercise in it: from solutions/) */
@@ -454,8 +479,10 @@ Test(common_exercises, wrong_hang_and_syntax_error_are_named, .timeout = 150) {
            "  int N = comm_world(c), r = comm_rank(c);\n" /* forgets its own chunk */
            "  for (int s = 0; s < N - 1; s++) {\n"
            "    int ks = mod(r - s, N), kr = mod(r - s - 1, N);\n"
-           "    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), mod(r + 1, N),\n"
-           "                      elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), mod(r - 1, N), dt);\n"
+           "    comm_p2p_sendrecv(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, "
+           "ks), mod(r + 1, N),\n"
+           "                      elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, "
+           "kr), mod(r - 1, N), dt);\n"
            "  }\n");
   int rc = judge(dst, "01", "ch01_collectives/world3", &out);
   cr_expect(rc == 1 && verdict_is(out, "ring_all_gather", "wrong") && strstr(out, "in_place=") &&
@@ -467,8 +494,10 @@ Test(common_exercises, wrong_hang_and_syntax_error_are_named, .timeout = 150) {
            "  int N = comm_world(c), r = comm_rank(c);\n" /* every rank receives first: deadlock */
            "  for (int s = 0; s < N - 1; s++) {\n"
            "    int ks = mod(r - s, N), kr = mod(r - s - 1, N);\n"
-           "    comm_p2p_recv(c, elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, kr), dt, mod(r - 1, N));\n"
-           "    comm_p2p_send(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, ks), dt, mod(r + 1, N));\n"
+           "    comm_p2p_recv(c, elem(recv, comm_chunk_lo(numel, N, kr), dt), comm_chunk_numel(numel, N, "
+           "kr), dt, mod(r - 1, N));\n"
+           "    comm_p2p_send(c, elem(recv, comm_chunk_lo(numel, N, ks), dt), comm_chunk_numel(numel, N, "
+           "ks), dt, mod(r + 1, N));\n"
            "  }\n");
   rc = judge(dst, "01", "ch01_collectives/world3", &out);
   cr_expect(verdict_is(out, "ring_all_gather", "timed out") && strstr(out, "timed out after 3 s") &&
@@ -493,11 +522,14 @@ Test(common_exercises, ddp_hook_without_overlap_is_named, .timeout = 150) {
            "  ddp_state_t *st = t->priv;\n"
            "  if (!t->last_micro || st->variant == DDP_NAIVE || u != 0) return;\n"
            "  for (int k = t->model.n_units - 1; k >= 0; k--)\n"
-           "    if (st->variant == DDP_OVERLAP) ddp_launch(t, t->model.units[k].off, t->model.units[k].padded, st->tags[k]);\n"
+           "    if (st->variant == DDP_OVERLAP) ddp_launch(t, t->model.units[k].off, "
+           "t->model.units[k].padded, st->tags[k]);\n"
            "    else if (k == st->buckets[st->unit_bucket[k]].first_unit)\n"
-           "      ddp_launch(t, st->buckets[st->unit_bucket[k]].off, st->buckets[st->unit_bucket[k]].numel, st->tags[st->unit_bucket[k]]);\n");
+           "      ddp_launch(t, st->buckets[st->unit_bucket[k]].off, st->buckets[st->unit_bucket[k]].numel, "
+           "st->tags[st->unit_bucket[k]]);\n");
   int rc = judge(dst, "02", "ch02_ddp_overlap/overlap_issues_during_backward", &out);
-  cr_expect(verdict_is(out, "ddp_post_backward", "not overlapped") && strstr(out, "correct but not overlapped"),
+  cr_expect(verdict_is(out, "ddp_post_backward", "not overlapped") &&
+                strstr(out, "correct but not overlapped"),
             "no-overlap hook: exit %d, expected \"correct but not overlapped\":\n%s", rc, out);
   free(out);
 }
@@ -514,13 +546,16 @@ static int count_of(const char *hay, const char *needle) {
  * (the line and the lines under it) must hold every string of `must` (NULL-ended) and none of
  * `never` (NULL-ended, may be NULL). Returns the whole output (the caller frees it). */
 static char *expect_verdict(const char *case_name, const char *dst, const char *chapter, const char *filter,
-                            const char *name, const char *state, const char *const *must, const char *const *never) {
+                            const char *name, const char *state, const char *const *must,
+                            const char *const *never) {
   char *out = NULL;
   int rc = judge(dst, chapter, filter, &out);
   const char *v = verdict(out, name);
-  cr_expect(verdict_is(out, name, state), "%s: exit %d, expected %s \"%s\":\n%s", case_name, rc, name, state, out);
+  cr_expect(verdict_is(out, name, state), "%s: exit %d, expected %s \"%s\":\n%s", case_name, rc, name, state,
+            out);
   for (int i = 0; must[i]; i++)
-    cr_expect(v && strstr(v, must[i]), "%s: the verdict of %s must say \"%s\":\n%s", case_name, name, must[i], out);
+    cr_expect(v && strstr(v, must[i]), "%s: the verdict of %s must say \"%s\":\n%s", case_name, name, must[i],
+              out);
   for (int i = 0; never && never[i]; i++)
     cr_expect(!strstr(out, never[i]), "%s: the output must not say \"%s\":\n%s", case_name, never[i], out);
   return out;
@@ -541,16 +576,17 @@ Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout 
   /* rank 0's line (got 12) or rank 1's (got 24) is the reason, whichever printed first (the ranks' lines
    * race); the other may follow under it; neither twice */
   int r0 = count_of(out, "vendor g forward[11]: got 12"), r1 = count_of(out, "vendor g forward[11]: got 24");
-  cr_expect(r0 <= 1 && r1 <= 1 && r0 + r1 >= 1, "the reason must be shown once (rank 0's %d times, rank 1's %d):\n%s", r0,
-            r1, out);
+  cr_expect(r0 <= 1 && r1 <= 1 && r0 + r1 >= 1,
+            "the reason must be shown once (rank 0's %d times, rank 1's %d):\n%s", r0, r1, out);
   free(out);
 
-  put_body(dst, "tp.c", "tp_g_forward",
-           "  int T = comm_world(tp), r = comm_rank(tp);\n"
-           "  float *mine = xmalloc((size_t)(comm_chunk_numel(numel, T, r) + 1) * sizeof(float), \"my chunk\");\n"
-           "  comm_reduce_scatter(tp, y, mine, numel, DT_F32, REDOP_SUM);\n"
-           "  comm_all_gather(tp, mine, y, numel, DT_F32);\n"
-           "  free(mine);\n");
+  put_body(
+      dst, "tp.c", "tp_g_forward",
+      "  int T = comm_world(tp), r = comm_rank(tp);\n"
+      "  float *mine = xmalloc((size_t)(comm_chunk_numel(numel, T, r) + 1) * sizeof(float), \"my chunk\");\n"
+      "  comm_reduce_scatter(tp, y, mine, numel, DT_F32, REDOP_SUM);\n"
+      "  comm_all_gather(tp, mine, y, numel, DT_F32);\n"
+      "  free(mine);\n");
   free(expect_verdict("g as reduce-scatter + all-gather", dst, "06", "ch06_tp/ops_2_ranks", "tp_g_forward",
                       "other pattern", STRS("values right", "one all-reduce each"), NULL));
 
@@ -558,13 +594,13 @@ Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout 
   put_body(dst, "tp.c", "tp_row_forward",
            "  op_linear_fwd(comm_device(tp), y, x_r, W_r, b, wdt, B, in_r, out); /* b on every rank */\n"
            "  tp_g_forward(tp, y, (int64_t)B * out);\n");
-  free(expect_verdict("bias before the sum", dst, "06", "ch06_tp/mlp_check_4_ranks", "tp_row_forward", "wrong",
-                      STRS("T=2 max rel diff", "FAILED"), NULL));
+  free(expect_verdict("bias before the sum", dst, "06", "ch06_tp/mlp_check_4_ranks", "tp_row_forward",
+                      "wrong", STRS("T=2 max rel diff", "FAILED"), NULL));
 
   student_tree(dst, sizeof dst, "ex_tp");
   put_body(dst, "tp.c", "tp_f_backward", "  (void)tp, (void)dx, (void)numel; /* identity */\n");
-  free(expect_verdict("f's backward as the identity", dst, "06", "ch06_tp/gpt_tp_equals_one_rank", "tp_f_backward",
-                      "wrong", STRS("]: got ", "expected"), NULL));
+  free(expect_verdict("f's backward as the identity", dst, "06", "ch06_tp/gpt_tp_equals_one_rank",
+                      "tp_f_backward", "wrong", STRS("]: got ", "expected"), NULL));
 }
 
 /* The whole chapter 07 (its own test order): GPipe passed off as 1F1B is named by the 0-second
@@ -580,11 +616,15 @@ Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout =
   free(expect_verdict("GPipe as 1F1B", dst, "07", "ch07_pipeline/*", "pp_1f1b_schedule", "wrong",
                       STRS("schedules_are_valid", "micro-batches in flight on stage", "1F1B allows"), NULL));
 
-  static const struct { const char *what, *send, *must; } cases[] = {
-      {"a dropped send handle", "  comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer, st->tag);\n", "never waited"},
-      {"a send on a missing link", "  ch->sent[k] = comm_send_async(ch->tx_grad.comm, %s, ch->tx_act.peer, st->tag);\n",
+  static const struct { const char *what, *send, *must;
+  } cases[] = {
+      {"a dropped send handle", "  comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer, st->tag);\n",
+       "never waited"},
+      {"a send on a missing link",
+       "  ch->sent[k] = comm_send_async(ch->tx_grad.comm, %s, ch->tx_act.peer, st->tag);\n",
        "communicator is NULL"},
-      {"a send past the link", "  ch->sent[k] = comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer + 2, st->tag);\n",
+      {"a send past the link",
+       "  ch->sent[k] = comm_send_async(ch->tx_act.comm, %s, ch->tx_act.peer + 2, st->tag);\n",
        "outside the group"},
   };
   student_tree(dst, sizeof dst, "ex_pp");
@@ -637,8 +677,8 @@ Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
   put_body(dst, "offload.c", "offload_grad_to_host",
            "  o->d2h += (int64_t)t->model.units[u].piece * (int64_t)dtype_size(t->wdt); /* never copied */\n"
            "  o->on_host[u] = 1;\n");
-  free(expect_verdict("no copy", dst, "08", "ch08_offload/*", "offload_grad_to_host", "wrong", STRS("ch08_offload::n1_"),
-                      STRS("checkpoint")));
+  free(expect_verdict("no copy", dst, "08", "ch08_offload/*", "offload_grad_to_host", "wrong",
+                      STRS("ch08_offload::n1_"), STRS("checkpoint")));
 }
 
 /* Right bodies written otherwise than the reference are done: g's all-reduce issued async and
@@ -646,8 +686,10 @@ Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
 Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_alt");
-  put_body(dst, "tp.c", "tp_g_forward", "  comm_wait(tp, comm_all_reduce_async(tp, y, numel, DT_F32, REDOP_SUM, \"g\"));\n");
-  free(expect_verdict("g async + wait", dst, "06", "ch06_tp/ops_*", "tp_g_forward", "done", STRS("tests pass"), NULL));
+  put_body(dst, "tp.c", "tp_g_forward",
+           "  comm_wait(tp, comm_all_reduce_async(tp, y, numel, DT_F32, REDOP_SUM, \"g\"));\n");
+  free(expect_verdict("g async + wait", dst, "06", "ch06_tp/ops_*", "tp_g_forward", "done",
+                      STRS("tests pass"), NULL));
   put_body(dst, "pipeline_sched.c", "pp_1f1b_schedule",
            "    int f = 0, b = 0, warm = P - s - 1 < M ? P - s - 1 : M;\n"
            "    while (f < warm) ops[n++] = (pp_op_t){'F', f++, 0};\n"
@@ -675,7 +717,8 @@ Test(common_exercises, ch09_verdicts_say_why, .timeout = 150) {
            "  comm_reduce_scatter(h->node, buf, own, numel, dt, op);\n"
            "  comm_all_gather(h->node, own, buf, numel, dt);\n");
   free(expect_verdict("no cross-node step", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
-                      STRS("hier_all_reduce numel=", "rank 0: buf[", "expected", "the sum over the 4 ranks"), NULL));
+                      STRS("hier_all_reduce numel=", "rank 0: buf[", "expected", "the sum over the 4 ranks"),
+                      NULL));
   put_body(dst, "hier.c", "hier_all_reduce",
            "  int g = comm_world(h->node), me = comm_rank(h->node);\n"
            "  int64_t n = numel / g;\n"
@@ -690,15 +733,16 @@ Test(common_exercises, ch09_verdicts_say_why, .timeout = 150) {
            "  if (comm_rank(h->node) == 0) comm_all_reduce(h->cross, buf, numel, dt, op);\n"
            "  comm_broadcast(h->node, buf, numel, dt, 0);\n");
   free(expect_verdict("reduce + all-reduce + broadcast", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce",
-                      "other pattern", STRS("values right", "bytes across nodes where the two-level all-reduce sends"),
-                      NULL));
+                      "other pattern",
+                      STRS("values right", "bytes across nodes where the two-level all-reduce sends"), NULL));
   put_body(dst, "hier.c", "hier_all_reduce", HIER_PIECE
            "  comm_reduce_scatter(h->node, buf, own, numel, dt, op);\n"
            "  comm_all_reduce(h->cross, own, n, dt, op);\n"
            "  comm_all_gather_async(h->node, own, buf, numel, dt, \"gather back\");\n");
-  free(expect_verdict("a dropped all-gather handle", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
-                      STRS("comm_all_gather_async (gather back)", "never waited before hier_all_reduce returned"),
-                      STRS("signal")));
+  free(expect_verdict(
+      "a dropped all-gather handle", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
+      STRS("comm_all_gather_async (gather back)", "never waited before hier_all_reduce returned"),
+      STRS("signal")));
 }
 
 /* make test-long: chapter 10's classes and chapter 09's race. T broadcasts for the all-gather and an
@@ -710,11 +754,11 @@ Test(common_exercises, ch09_verdicts_say_why, .timeout = 150) {
 Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 300) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_long10");
-  const char *gather_out =
-      "  for (int q = 0; q < T; q++)\n"
-      "    for (int b = 0; b < B; b++)\n"
-      "      dev_memcpy(dev, full + ((int64_t)b * S + (int64_t)q * Sl) * C, dev, stage + ((int64_t)q * B + b) * blk,\n"
-      "                 (size_t)blk * sizeof(float));\n";
+  const char *gather_out = "  for (int q = 0; q < T; q++)\n"
+                           "    for (int b = 0; b < B; b++)\n"
+                           "      dev_memcpy(dev, full + ((int64_t)b * S + (int64_t)q * Sl) * C, dev, stage "
+                           "+ ((int64_t)q * B + b) * blk,\n"
+                           "                 (size_t)blk * sizeof(float));\n";
   char body[2048];
   snprintf(body, sizeof body,
            "  int T = comm_world(tp), Sl = S / T, r = comm_rank(tp);\n"
@@ -725,38 +769,43 @@ Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 3
            "    comm_broadcast(tp, stage + q * pn, pn, DT_F32, q);\n"
            "  }\n%s", gather_out);
   put_body(dst, "tp_sp.c", "tp_sp_all_gather", body);
-  free(expect_verdict("T broadcasts", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_all_gather", "other pattern",
-                      STRS("values right", "broadcast", "exactly one all_gather"), NULL));
+  free(expect_verdict("T broadcasts", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_all_gather",
+                      "other pattern", STRS("values right", "broadcast", "exactly one all_gather"), NULL));
   snprintf(body, sizeof body,
            "  int T = comm_world(tp), Sl = S / T;\n"
            "  int64_t blk = (int64_t)Sl * C;\n"
            "  device_t dev = comm_device(tp);\n"
-           "  comm_all_gather_async(tp, part, stage, (int64_t)B * S * C, DT_F32, \"sequence gather\");\n%s", gather_out);
+           "  comm_all_gather_async(tp, part, stage, (int64_t)B * S * C, DT_F32, \"sequence gather\");\n%s",
+           gather_out);
   put_body(dst, "tp_sp.c", "tp_sp_all_gather", body);
-  free(expect_verdict("a dropped all-gather handle", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_all_gather", "wrong",
-                      STRS("comm_all_gather_async (sequence gather)", "never waited before tp_sp_all_gather returned"),
-                      NULL));
+  free(expect_verdict(
+      "a dropped all-gather handle", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_all_gather", "wrong",
+      STRS("comm_all_gather_async (sequence gather)", "never waited before tp_sp_all_gather returned"),
+      NULL));
   student_tree(dst, sizeof dst, "ex_long10");
-  put_body(dst, "tp_sp.c", "tp_sp_reduce_scatter",
-           "  int T = comm_world(tp), Sl = S / T, r = comm_rank(tp);\n"
-           "  int64_t blk = (int64_t)Sl * C;\n"
-           "  device_t dev = comm_device(tp);\n"
-           "  dev_memcpy(dev, stage, dev, full, (size_t)B * S * C * sizeof(float));\n"
-           "  comm_all_reduce(tp, stage, (int64_t)B * S * C, DT_F32, REDOP_SUM);\n"
-           "  for (int b = 0; b < B; b++)\n"
-           "    dev_memcpy(dev, part + (int64_t)b * blk, dev, stage + ((int64_t)b * S + (int64_t)r * Sl) * C,\n"
-           "               (size_t)blk * sizeof(float));\n");
-  free(expect_verdict("an all-reduce, then my positions", dst, "10", "ch10_sp/collectives_2_ranks", "tp_sp_reduce_scatter",
-                      "other pattern", STRS("values right", "1 all_reduce"), NULL));
+  put_body(
+      dst, "tp_sp.c", "tp_sp_reduce_scatter",
+      "  int T = comm_world(tp), Sl = S / T, r = comm_rank(tp);\n"
+      "  int64_t blk = (int64_t)Sl * C;\n"
+      "  device_t dev = comm_device(tp);\n"
+      "  dev_memcpy(dev, stage, dev, full, (size_t)B * S * C * sizeof(float));\n"
+      "  comm_all_reduce(tp, stage, (int64_t)B * S * C, DT_F32, REDOP_SUM);\n"
+      "  for (int b = 0; b < B; b++)\n"
+      "    dev_memcpy(dev, part + (int64_t)b * blk, dev, stage + ((int64_t)b * S + (int64_t)r * Sl) * C,\n"
+      "               (size_t)blk * sizeof(float));\n");
+  free(expect_verdict("an all-reduce, then my positions", dst, "10", "ch10_sp/collectives_2_ranks",
+                      "tp_sp_reduce_scatter", "other pattern", STRS("values right", "1 all_reduce"), NULL));
   /* the reference's online softmax without its last line (m[st] = mn), beside a right all-gather */
   student_tree(dst, sizeof dst, "ex_long10");
   char *cp = zl_read_file("solutions/cp.c", NULL);
   cr_assert(cp, "cannot read solutions/cp.c");
-  char *s = strchr(strstr(cp, "// BEGIN EXERCISE cp_attend_block "), '\n') + 1, *e = strstr(s, "// END EXERCISE");
+  char *s = strchr(strstr(cp, "// BEGIN EXERCISE cp_attend_block "), '\n') + 1,
+       *e = strstr(s, "// END EXERCISE");
   while (e > s && e[-1] != '\n') e--;
   char *nomax = malloc((size_t)(e - s) + 1), *k = strstr(s, "        m[st] = mn;\n");
   cr_assert(k && k < e, "no 'm[st] = mn;' line in cp_attend_block's reference body");
-  sprintf(nomax, "%.*s%.*s", (int)(k - s), s, (int)(e - k - strlen("        m[st] = mn;\n")), k + strlen("        m[st] = mn;\n"));
+  sprintf(nomax, "%.*s%.*s", (int)(k - s), s, (int)(e - k - strlen("        m[st] = mn;\n")),
+          k + strlen("        m[st] = mn;\n"));
   put_body(dst, "cp.c", "cp_attend_block", nomax);
   snprintf(body, sizeof body,
            "  int T = comm_world(tp), Sl = S / T;\n"
@@ -767,11 +816,15 @@ Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 3
   char *out = NULL;
   char build[256];
   build_dir(build, sizeof build);
-  zl_run(0, 150, &out, GEN " status solutions %s --chapter 10 --build %s --work %s/exercise-check-tests --deadline 3 "
-         "--make 'make --no-print-directory BUILD=%s'", dst, build, build, build);
-  cr_expect(verdict_is(out, "cp_attend_block", "wrong") && strstr(out, "forward statistics") && strstr(out, "got -inf"),
+  zl_run(0, 150, &out,
+         GEN " status solutions %s --chapter 10 --build %s --work %s/exercise-check-tests --deadline 3 "
+             "--make 'make --no-print-directory BUILD=%s'",
+         dst, build, build, build);
+  cr_expect(verdict_is(out, "cp_attend_block", "wrong") && strstr(out, "forward statistics") &&
+                strstr(out, "got -inf"),
             "a forgotten running max: the forward's statistics:\n%s", out);
-  cr_expect(!strstr(out, "alone"), "cp_attend_block's test does not call tp_sp_all_gather: no body rebuilt alone:\n%s", out);
+  cr_expect(!strstr(out, "alone"),
+            "cp_attend_block's test does not call tp_sp_all_gather: no body rebuilt alone:\n%s", out);
   free(out);
   free(nomax);
   free(cp);
@@ -782,9 +835,9 @@ Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 3
            "  comm_handle_t x = comm_all_reduce_async(h->cross, own, n, dt, op, \"across\");\n"
            "  comm_wait(h->node, comm_all_gather_async(h->node, own, buf, numel, dt, \"gather back\"));\n"
            "  comm_wait(h->cross, x);\n");
-  free(expect_verdict("a dropped reduce-scatter handle", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
-                      STRS("comm_all_reduce_async (across)", "comm_reduce_scatter_async (node sum)", "never waited"),
-                      NULL));
+  free(expect_verdict(
+      "a dropped reduce-scatter handle", dst, "09", "ch09_nodes/hier_*", "hier_all_reduce", "wrong",
+      STRS("comm_all_reduce_async (across)", "comm_reduce_scatter_async (node sum)", "never waited"), NULL));
 }
 
 /* make test-long: EXERCISE_TESTS (exercises.py), the tests a body of chapters 09 and 10 is judged on,
@@ -811,7 +864,9 @@ Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 120
   char root[256], build[256], cmd[2048], *out = NULL;
   zl_tmpdir(root, sizeof root, "ex_map");
   build_dir(build, sizeof build);
-  snprintf(cmd, sizeof cmd, "rm -rf %s/gen %s/tree %s/tree-build && " GEN " generate solutions %s/gen --backup %s/bk >/dev/null",
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s/gen %s/tree %s/tree-build && " GEN
+           " generate solutions %s/gen --backup %s/bk >/dev/null",
            root, root, root, root, root);
   cr_assert_eq(system(cmd), 0, "%s failed", cmd);
   /* every exercise of chapters 09 and 10 (exercises.py list: name, notes page, file:line) */
@@ -820,7 +875,8 @@ Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 120
     cr_assert(rc == 0 && out, "exercises.py list --chapter %02d: exit %d:\n%s", ch, rc, out);
     for (char *line = strtok(out, "\n"); line && nex < sizeof ex / sizeof ex[0]; line = strtok(NULL, "\n")) {
       char name[64], notes[128], where[256];
-      if (sscanf(line, "%63s %127s %255s", name, notes, where) != 3 || !strchr(where, ':') || !strstr(where, "/gen/"))
+      if (sscanf(line, "%63s %127s %255s", name, notes, where) != 3 || !strchr(where, ':') ||
+          !strstr(where, "/gen/"))
         continue;
       char *slash = strstr(where, "/gen/") + 4; /* <root>/gen/<file>:<line> */
       snprintf(ex[nex].chapter, sizeof ex[nex].chapter, "%02d", ch);
@@ -843,7 +899,8 @@ Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 120
     int rc = zl_run(0, 600, &out, "make --no-print-directory BUILD=%s IMPL=%s GPU=0 build", build, tree);
     cr_assert_eq(rc, 0, "the tree with %s stubbed does not build:\n%s", ex[i].name, out);
     free(out);
-    rc = zl_run(0, 60, &out, GEN " calls solutions --chapter %s --binary %s-build/tests/zl_tests", ex[i].chapter, tree);
+    rc = zl_run(0, 60, &out, GEN " calls solutions --chapter %s --binary %s-build/tests/zl_tests",
+                ex[i].chapter, tree);
     cr_assert(rc == 0 && out && *out, "exercises.py calls: exit %d:\n%s", rc, out);
     int checked = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
@@ -856,15 +913,20 @@ Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 120
       snprintf(list, sizeof list, " %s ", colon + 2);
       int mapped = strstr(list, pad) != NULL;
       char *res = NULL;
-      /* a Criterion run of its own: without this one's CRITERION_* / BXF_* variables (exercises.py's run_tests) */
-      int trc = zl_run(0, 300, &res, "sh -c 'for v in $(env | sed -n \"s/^\\(CRITERION[^=]*\\|BXF[^=]*\\)=.*/\\1/p\"); "
-                       "do unset $v; done; ZL_EXERCISE_TIMEOUT_S=10 exec %s-build/tests/zl_tests --filter %s'", tree, test);
+      /* a Criterion run of its own: without this one's CRITERION_* / BXF_* variables (exercises.py's
+       * run_tests) */
+      int trc =
+          zl_run(0, 300, &res,
+                 "sh -c 'for v in $(env | sed -n \"s/^\\(CRITERION[^=]*\\|BXF[^=]*\\)=.*/\\1/p\"); "
+                 "do unset $v; done; ZL_EXERCISE_TIMEOUT_S=10 exec %s-build/tests/zl_tests --filter %s'",
+                 tree, test);
       if (trc == 0 && strstr(res, "Tested: 0 ")) { /* it skipped itself here */
         free(res);
         continue;
       }
-      cr_expect(mapped ? trc != 0 : trc == 0, "%s stubbed: %s %s (exit %d) but EXERCISE_TESTS says it %s:\n%s",
-                ex[i].name, test, trc ? "fails" : "passes", trc, mapped ? "calls it" : "does not call it", res);
+      cr_expect(mapped ? trc != 0 : trc == 0,
+                "%s stubbed: %s %s (exit %d) but EXERCISE_TESTS says it %s:\n%s", ex[i].name, test,
+                trc ? "fails" : "passes", trc, mapped ? "calls it" : "does not call it", res);
       checked++;
       free(res);
     }

@@ -25,24 +25,30 @@ Test(pipeline_sched, timeline_agrees_with_the_summary) {
       cost[s] = (pp_cost_t){1.0 + 0.25 * s, 2.0, split ? 1.5 : 0.5};
     }
     pp_sim_t tl, sum;
-    cr_assert_eq(pp_simulate_timeline(P, M, v, split, ops, n, cost, 0.125, at, &tl), 0, "%s: timeline", pp_schedule_name(sc));
-    cr_assert_eq(pp_simulate_lists(P, M, v, split, ops, n, cost, 0.125, &sum), 0, "%s: lists", pp_schedule_name(sc));
-    cr_expect_eq(tl.makespan, sum.makespan, "%s: makespan %.17g, without the timeline %.17g", pp_schedule_name(sc),
-                 tl.makespan, sum.makespan);
+    cr_assert_eq(pp_simulate_timeline(P, M, v, split, ops, n, cost, 0.125, at, &tl), 0, "%s: timeline",
+                 pp_schedule_name(sc));
+    cr_assert_eq(pp_simulate_lists(P, M, v, split, ops, n, cost, 0.125, &sum), 0, "%s: lists",
+                 pp_schedule_name(sc));
+    cr_expect_eq(tl.makespan, sum.makespan, "%s: makespan %.17g, without the timeline %.17g",
+                 pp_schedule_name(sc), tl.makespan, sum.makespan);
     double last_end = 0;
     for (int s = 0; s < P; s++) {
       double free_at = 0;
       for (int k = 0; k < n[s]; k++) {
         pp_op_t o = ops[s][k];
-        double t = (o.kind == 'F' ? cost[s].f : o.kind == 'B' ? (split ? cost[s].b : cost[s].b + cost[s].w) : cost[s].w) / v;
-        cr_expect(at[s][k] >= free_at, "%s: stage %d op %d (%c %d) starts at %g, before its previous one ends at %g",
+        double t = (o.kind == 'F'       ? cost[s].f
+                        : o.kind == 'B' ? (split ? cost[s].b : cost[s].b + cost[s].w)
+                                        : cost[s].w) /
+            v;
+        cr_expect(at[s][k] >= free_at,
+                  "%s: stage %d op %d (%c %d) starts at %g, before its previous one ends at %g",
                   pp_schedule_name(sc), s, k, o.kind, o.micro, at[s][k], free_at);
         free_at = at[s][k] + t;
       }
       if (free_at > last_end) last_end = free_at;
     }
-    cr_expect_eq(last_end, sum.makespan, "%s: the timeline's last end %.17g, the makespan %.17g", pp_schedule_name(sc),
-                 last_end, sum.makespan);
+    cr_expect_eq(last_end, sum.makespan, "%s: the timeline's last end %.17g, the makespan %.17g",
+                 pp_schedule_name(sc), last_end, sum.makespan);
     for (int s = 0; s < P; s++) free(ops[s]), free(at[s]);
   }
 }

@@ -18,14 +18,19 @@ static int have(const char *tool) {
 
 Test(explorer_long, page_in_chromium_equals_the_programs, .timeout = 600) {
   if (!have("emcc")) cr_skip_test("no emcc (Debian: apt-get install emscripten): the page is not built");
-  if (!have("chromium") && !have("chromium-browser")) cr_skip_test("no chromium (Debian: apt-get install chromium)");
+  if (!have("chromium") && !have("chromium-browser"))
+    cr_skip_test("no chromium (Debian: apt-get install chromium)");
   char dir[128], *out = NULL;
   snprintf(dir, sizeof dir, "/tmp/zl_explorer_%d", (int)getpid());
   int rc = zl_run(0, 300, &out, "make --no-print-directory explorer EXPLORER_OUT=%s", dir);
   cr_assert_eq(rc, 0, "make explorer exited %d:\n%s", rc, out);
   free(out);
-  rc = zl_run(0, 300, &out, "python3 common/explorer/browser_test.py --page %s/index.html --bin %s --n 50", dir, ZL_BIN);
-  cr_expect_eq(rc, 0, "browser_test.py exited %d (each line a configuration where the page and the program differ):\n%s", rc, out);
+  rc = zl_run(0, 300, &out, "python3 common/explorer/browser_test.py --page %s/index.html --bin %s --n 50",
+              dir, ZL_BIN);
+  cr_expect_eq(
+      rc, 0,
+      "browser_test.py exited %d (each line a configuration where the page and the program differ):\n%s", rc,
+      out);
   free(out);
   zl_run(0, 30, NULL, "rm -rf %s", dir);
 }

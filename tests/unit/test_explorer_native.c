@@ -39,8 +39,9 @@ Test(common_explorer, ring_on_the_pages_communicator_is_exact) {
       for (int e = 0; e < per; e++) {
         double want = 0;
         for (int q = 0; q < N; q++) want += pow((q + 1) * (e + 1), r + 1);
-        cr_expect_eq(out[r][e], want, "reduce-scatter N=%d per=%d rank %d element %d: got %.17g, expected %.17g",
-                     N, per, r, e, out[r][e], want);
+        cr_expect_eq(out[r][e], want,
+                     "reduce-scatter N=%d per=%d rank %d element %d: got %.17g, expected %.17g", N, per, r, e,
+                     out[r][e], want);
       }
     cr_assert_eq(ring_run(1, N, per, out), N - 1, "all-gather N=%d: steps", N);
     for (int r = 0; r < N; r++)

@@ -8,9 +8,11 @@
 typedef struct { double params, grads, master, optim, total; const char *text; } row_t;
 
 static void expect_row(const char *what, int stage, mem_formula_t f, row_t r) {
-  cr_expect_eq(f.params, r.params, "%s stage %d params: got %g, expected %g", what, stage, f.params, r.params);
+  cr_expect_eq(f.params, r.params, "%s stage %d params: got %g, expected %g", what, stage, f.params,
+               r.params);
   cr_expect_eq(f.grads, r.grads, "%s stage %d grads: got %g, expected %g", what, stage, f.grads, r.grads);
-  cr_expect_eq(f.master, r.master, "%s stage %d master: got %g, expected %g", what, stage, f.master, r.master);
+  cr_expect_eq(f.master, r.master, "%s stage %d master: got %g, expected %g", what, stage, f.master,
+               r.master);
   cr_expect_eq(f.optim, r.optim, "%s stage %d optim: got %g, expected %g", what, stage, f.optim, r.optim);
   cr_expect_eq(f.total, r.total, "%s stage %d total: got %g, expected %g", what, stage, f.total, r.total);
 }
@@ -63,14 +65,17 @@ Test(ch00_memory, paper_form_figure_1) {
   const char *want_text[4] = {"16Ψ", "4Ψ + 12Ψ/N", "2Ψ + 14Ψ/N", "16Ψ/N"};
   for (int s = 0; s < 4; s++) {
     mem_formula_t f = formula_zero_k(s, 7.5e9, 64, 2, 2, 12);
-    cr_expect(fabs(f.total - want_total[s]) < 1, "stage %d total: got %.1f, expected %.1f", s, f.total, want_total[s]);
+    cr_expect(fabs(f.total - want_total[s]) < 1, "stage %d total: got %.1f, expected %.1f", s, f.total,
+              want_total[s]);
     cr_expect_eq(f.master, 0, "paper form counts the master inside K");
     char txt[64];
-    cr_expect_str_eq(formula_text_k(txt, sizeof txt, s, 2, 2, 12), want_text[s], "formula_text_k stage %d", s);
+    cr_expect_str_eq(formula_text_k(txt, sizeof txt, s, 2, 2, 12), want_text[s], "formula_text_k stage %d",
+                     s);
   }
   /* the paper form and the trainer form agree when K = master + optimizer buffers */
   for (int s = 0; s < 4; s++) {
-    mem_formula_t a = formula_zero_k(s, 12345, 3, 2, 2, 12), b = formula_model_states(s, 12345, 3, DT_BF16, 2);
+    mem_formula_t a = formula_zero_k(s, 12345, 3, 2, 2, 12),
+                  b = formula_model_states(s, 12345, 3, DT_BF16, 2);
     cr_expect(fabs(a.total - b.total) < 1e-6, "stage %d: paper %.3f vs trainer %.3f", s, a.total, b.total);
   }
   /* Mistral 7B, half precision, K = 4: 14 + 14 + 28 = 56 GB */
@@ -82,17 +87,22 @@ Test(ch00_memory, paper_form_figure_1) {
 Test(ch00_memory, comm_bytes) {
   /* Ψ = 1000, N = 4, ring: 2·(3/4)·Ψ elements for stages 0-2, 3·(3/4)·Ψ for stage 3 */
   for (int s = 0; s < 3; s++) {
-    cr_expect_eq(formula_comm_bytes(s, 1000, 4, DT_BF16), 3000, "stage %d bf16: %g", s, formula_comm_bytes(s, 1000, 4, DT_BF16));
-    cr_expect_eq(formula_comm_bytes(s, 1000, 4, DT_F32), 6000, "stage %d fp32: %g", s, formula_comm_bytes(s, 1000, 4, DT_F32));
+    cr_expect_eq(formula_comm_bytes(s, 1000, 4, DT_BF16), 3000, "stage %d bf16: %g", s,
+                 formula_comm_bytes(s, 1000, 4, DT_BF16));
+    cr_expect_eq(formula_comm_bytes(s, 1000, 4, DT_F32), 6000, "stage %d fp32: %g", s,
+                 formula_comm_bytes(s, 1000, 4, DT_F32));
   }
-  cr_expect_eq(formula_comm_bytes(3, 1000, 4, DT_BF16), 4500, "stage 3 bf16: %g", formula_comm_bytes(3, 1000, 4, DT_BF16));
-  cr_expect_eq(formula_comm_bytes(3, 1000, 4, DT_F32), 9000, "stage 3 fp32: %g", formula_comm_bytes(3, 1000, 4, DT_F32));
+  cr_expect_eq(formula_comm_bytes(3, 1000, 4, DT_BF16), 4500, "stage 3 bf16: %g",
+               formula_comm_bytes(3, 1000, 4, DT_BF16));
+  cr_expect_eq(formula_comm_bytes(3, 1000, 4, DT_F32), 9000, "stage 3 fp32: %g",
+               formula_comm_bytes(3, 1000, 4, DT_F32));
   cr_expect_eq(formula_comm_bytes(0, 1000, 1, DT_F32), 0, "one rank sends nothing");
 }
 
 Test(ch00_memory, mlp_param_count) {
   /* unit 0: 3→5 (15+5), unit 1: 5→5 (25+5), unit 2: 5→2 (10+2) with L = 2 hidden layers */
-  cr_expect_eq(model_count_params(3, 5, 2, 2), 62, "model_count_params(3,5,2,2): %lld", (long long)model_count_params(3, 5, 2, 2));
+  cr_expect_eq(model_count_params(3, 5, 2, 2), 62, "model_count_params(3,5,2,2): %lld",
+               (long long)model_count_params(3, 5, 2, 2));
   cr_expect_eq(model_count_params(784, 1024, 10, 4), 785 * 1024 + 3 * 1025 * 1024 + 1025 * 10,
                "model_count_params(784,1024,10,4): %lld", (long long)model_count_params(784, 1024, 10, 4));
 }

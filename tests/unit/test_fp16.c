@@ -41,8 +41,8 @@ static const fp16_case_t g_cases[] = {
 Test(common_fp16, hand_cases) {
   for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
     uint16_t got = fp16_from_f32(zl_f32_of_bits(g_cases[i].in));
-    cr_expect_eq(got, g_cases[i].out, "fp16_from_f32(0x%08x) [%s]: got 0x%04x, expected 0x%04x", g_cases[i].in,
-                 g_cases[i].what, got, g_cases[i].out);
+    cr_expect_eq(got, g_cases[i].out, "fp16_from_f32(0x%08x) [%s]: got 0x%04x, expected 0x%04x",
+                 g_cases[i].in, g_cases[i].what, got, g_cases[i].out);
   }
 }
 
@@ -50,8 +50,8 @@ Test(common_fp16, nan_stays_quiet_nan) {
   const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0xffc00000u, 0x7fffffffu};
   for (int i = 0; i < 4; i++) {
     uint16_t h = fp16_from_f32(zl_f32_of_bits(nans[i]));
-    cr_expect((h & 0x7c00) == 0x7c00 && (h & 0x0200), "fp16_from_f32(NaN 0x%08x): got 0x%04x, expected a quiet NaN",
-              nans[i], h);
+    cr_expect((h & 0x7c00) == 0x7c00 && (h & 0x0200),
+              "fp16_from_f32(NaN 0x%08x): got 0x%04x, expected a quiet NaN", nans[i], h);
     cr_expect((h & 0x8000) == ((nans[i] >> 16) & 0x8000), "NaN 0x%08x: sign lost (0x%04x)", nans[i], h);
     cr_expect(isnan(fp16_to_f32(h)), "fp16_to_f32(0x%04x) is not NaN", h);
   }
@@ -68,7 +68,8 @@ Test(common_fp16, every_fp16_round_trips) {
       cr_assert(isnan(f), "fp16_to_f32(0x%04x): got %g, expected NaN", h, f);
       continue;
     }
-    cr_assert_eq(zl_bits_of_f32(f), zl_bits_of_f32((float)ref), "fp16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, zl_bits_of_f32(f),
+    cr_assert_eq(zl_bits_of_f32(f), zl_bits_of_f32((float)ref),
+                 "fp16_to_f32(0x%04x): got 0x%08x, expected 0x%08x", h, zl_bits_of_f32(f),
                  zl_bits_of_f32((float)ref));
     uint16_t back = fp16_from_f32(f);
     cr_assert_eq(back, h, "fp16_from_f32(fp16_to_f32(0x%04x)): got 0x%04x", h, back);
@@ -86,15 +87,18 @@ Test(common_fp16, matches_compiler_and_nearest_over_fp32) {
     _Float16 ref = (_Float16)f;
     uint16_t rb;
     memcpy(&rb, &ref, 2);
-    cr_assert_eq(got, rb, "fp16_from_f32(0x%08x = %g): got 0x%04x, expected 0x%04x (_Float16)", (uint32_t)u, f, got, rb);
+    cr_assert_eq(got, rb, "fp16_from_f32(0x%08x = %g): got 0x%04x, expected 0x%04x (_Float16)", (uint32_t)u,
+                 f, got, rb);
     if ((got & 0x7c00) == 0x7c00) continue; /* inf: the threshold is a hand case */
     double x = fabs((double)f), g = fabs((double)fp16_to_f32(got));
     uint16_t mag = got & 0x7fff;
-    double up = (double)fp16_to_f32((uint16_t)(mag + 1)), dn = mag ? (double)fp16_to_f32((uint16_t)(mag - 1)) : -1.0;
+    double up = (double)fp16_to_f32((uint16_t)(mag + 1)),
+           dn = mag ? (double)fp16_to_f32((uint16_t)(mag - 1)) : -1.0;
     double d = fabs(x - g), du = fabs(up - x), dd = dn < 0 ? 1e300 : fabs(x - dn);
     int ok = d < du && d < dd;
     if (d == du || d == dd) ok = (mag & 1) == 0; /* tie: the even one */
-    cr_assert(ok, "fp16_from_f32(0x%08x = %.9g) = 0x%04x is not the nearest fp16 (ties to even)", (uint32_t)u, f, got);
+    cr_assert(ok, "fp16_from_f32(0x%08x = %.9g) = 0x%04x is not the nearest fp16 (ties to even)", (uint32_t)u,
+              f, got);
   }
 }
 

@@ -18,8 +18,8 @@ Test(common_gpt, layout_and_psi) {
     int64_t C = s.n_embd, V = s.vocab, T = s.seq_len, L = s.n_layer;
     int64_t want = 2 * V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
     cr_assert(m.n_units == L + 2, "%s: %d units, expected L+2 = %lld", names[p], m.n_units, (long long)L + 2);
-    cr_assert(m.numel == want && gpt_count_params(s) == want, "%s: Ψ got %lld (count %lld), expected %lld", names[p],
-              (long long)m.numel, (long long)gpt_count_params(s), (long long)want);
+    cr_assert(m.numel == want && gpt_count_params(s) == want, "%s: Ψ got %lld (count %lld), expected %lld",
+              names[p], (long long)m.numel, (long long)gpt_count_params(s), (long long)want);
     cr_assert(m.units[0].numel == (V + T) * C && m.units[L + 1].numel == V * C + 2 * C,
               "%s: embedding / head numel %lld / %lld", names[p], (long long)m.units[0].numel,
               (long long)m.units[L + 1].numel);
@@ -31,7 +31,8 @@ Test(common_gpt, layout_and_psi) {
   cr_assert(gpt_count_params(s) == 86235648, "124m-shape Ψ: got %lld, expected 86235648 (V = 256)",
             (long long)gpt_count_params(s));
   cr_assert(gpt_preset("huge", &s) == -1, "an unknown preset must be refused");
-  cr_assert(gpt_shape_error((gpt_shape_t){2, 3, 32, 16, 256}) != NULL, "n_embd 32 with 3 heads must be refused");
+  cr_assert(gpt_shape_error((gpt_shape_t){2, 3, 32, 16, 256}) != NULL,
+            "n_embd 32 with 3 heads must be refused");
 }
 
 /* ---- init: GPT-2's -------------------------------------------------------------------------- */
@@ -54,7 +55,8 @@ Test(common_gpt, init_is_gpt2_and_deterministic) {
     cr_assert(a[l.ln1w + c] == 1 && a[l.ln2w + c] == 1 && a[l.ln1b + c] == 0 && a[l.ln2b + c] == 0 &&
                   a[l.projb + c] == 0 && a[l.fcprojb + c] == 0, "LayerNorm w = 1, b = 0, biases 0 at %d", c);
   /* 12288 and 16384 draws: the std estimate is within 3% */
-  double sq = std_of(a + l.qkvw, 3 * 64 * 64), sp = std_of(a + l.fcprojw, 4 * 64 * 64), want_p = 0.02 / sqrt(8.0);
+  double sq = std_of(a + l.qkvw, 3 * 64 * 64), sp = std_of(a + l.fcprojw, 4 * 64 * 64),
+         want_p = 0.02 / sqrt(8.0);
   cr_assert(fabs(sq / 0.02 - 1) < 0.03, "qkv W std %.5g, expected 0.02", sq);
   cr_assert(fabs(sp / want_p - 1) < 0.03, "fcproj W std %.5g, expected 0.02/sqrt(2L) = %.5g", sp, want_p);
   model_init_unit(&m, 5, 3, b);
@@ -67,8 +69,10 @@ Test(common_gpt, init_is_gpt2_and_deterministic) {
   for (int64_t k = 0; k < un->numel + 5; k++) c[k] = NAN;
   model_init_unit(&m, 5, 2, c);
   zl_expect_floats("block init (padded layout)", c, a, un->numel, 0);
-  for (int64_t k = un->numel; k < un->numel + 3; k++) cr_assert(c[k] == 0 && !signbit(c[k]), "pad slot %lld", (long long)k);
-  for (int64_t k = un->numel + 3; k < un->numel + 5; k++) cr_assert(isnan(c[k]), "init wrote past its padded size");
+  for (int64_t k = un->numel; k < un->numel + 3; k++)
+    cr_assert(c[k] == 0 && !signbit(c[k]), "pad slot %lld", (long long)k);
+  for (int64_t k = un->numel + 3; k < un->numel + 5; k++)
+    cr_assert(isnan(c[k]), "init wrote past its padded size");
   m.units[2].padded = un->numel;
   model_init_unit(&m, 5, 0, b); /* wte | wpe ~ N(0, 0.02) */
   double se = std_of(b, m.units[0].numel);
@@ -80,7 +84,9 @@ Test(common_gpt, init_is_gpt2_and_deterministic) {
 /* ---- a double-precision GPT-2 ------------------------------------------------------------- */
 typedef struct ref { const model_t *m; const float *p; int64_t pert; double h; } ref_t;
 static double rp(const ref_t *r, int64_t i) { return r->p[i] + (i == r->pert ? r->h : 0); }
-static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_d(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 static void ref_ln(const ref_t *r, int64_t w, int64_t b, const double *x, double *y, int T, int C) {
   for (int t = 0; t < T; t++) {
     double mu = 0, var = 0;
@@ -91,7 +97,8 @@ static void ref_ln(const ref_t *r, int64_t w, int64_t b, const double *x, double
   }
 }
 /* y (T,out) = x (T,in) · Wᵀ + b; b < 0: no bias */
-static void ref_lin(const ref_t *r, int64_t W, int64_t b, const double *x, double *y, int T, int in, int out) {
+static void ref_lin(const ref_t *r, int64_t W, int64_t b, const double *x, double *y, int T, int in,
+                    int out) {
   for (int t = 0; t < T; t++)
     for (int o = 0; o < out; o++) {
       double acc = b >= 0 ? rp(r, b + o) : 0;
@@ -100,19 +107,21 @@ static void ref_lin(const ref_t *r, int64_t W, int64_t b, const double *x, doubl
     }
 }
 /* Mean cross-entropy over B·T rows. */
-static double ref_loss(const model_t *m, const float *params, int64_t pert, double h, const int *tok, const int *tgt,
-                       int B) {
+static double ref_loss(const model_t *m, const float *params, int64_t pert, double h, const int *tok,
+                       const int *tgt, int B) {
   ref_t r = {m, params, pert, h};
   gpt_shape_t s = m->gpt;
   int T = s.seq_len, C = s.n_embd, V = s.vocab, NH = s.n_head, hs = C / NH;
   gpt_block_layout_t l = gpt_block_layout(C);
-  double *x = malloc(sizeof(double) * T * C), *ln = malloc(sizeof(double) * T * C), *qkv = malloc(sizeof(double) * T * 3 * C),
-         *att = malloc(sizeof(double) * T * C), *tmp = malloc(sizeof(double) * T * C), *fc = malloc(sizeof(double) * T * 4 * C),
+  double *x = malloc(sizeof(double) * T * C), *ln = malloc(sizeof(double) * T * C),
+         *qkv = malloc(sizeof(double) * T * 3 * C), *att = malloc(sizeof(double) * T * C),
+         *tmp = malloc(sizeof(double) * T * C), *fc = malloc(sizeof(double) * T * 4 * C),
          *lg = malloc(sizeof(double) * T * V);
   double loss = 0;
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++)
-      for (int c = 0; c < C; c++) x[t * C + c] = rp(&r, (int64_t)tok[b * T + t] * C + c) + rp(&r, (int64_t)V * C + t * C + c);
+      for (int c = 0; c < C; c++)
+        x[t * C + c] = rp(&r, (int64_t)tok[b * T + t] * C + c) + rp(&r, (int64_t)V * C + t * C + c);
     for (int layer = 0; layer < s.n_layer; layer++) {
       int64_t o = m->units[1 + layer].off;
       ref_ln(&r, o + l.ln1w, o + l.ln1b, x, ln, T, C);
@@ -155,14 +164,14 @@ static double ref_loss(const model_t *m, const float *params, int64_t pert, doub
   return loss / ((double)B * T);
 }
 
-
 /* GPT-2's init plus N(0, 0.1) everywhere, so biases and LayerNorm parameters are not at their
  * special values (1, 0) and every path carries signal. */
 static float *make_params(const model_t *m, uint64_t seed) {
   float *p = malloc(sizeof(float) * m->padded_numel);
   for (int u = 0; u < m->n_units; u++) {
     model_init_unit(m, seed, u, p + m->units[u].off);
-    for (int64_t k = 0; k < m->units[u].numel; k++) p[m->units[u].off + k] += 0.1f * rng_normal(seed, 900 + u, k);
+    for (int64_t k = 0; k < m->units[u].numel; k++)
+      p[m->units[u].off + k] += 0.1f * rng_normal(seed, 900 + u, k);
   }
   return p;
 }
@@ -197,8 +206,8 @@ Test(common_gpt, whole_model_gradient_matches_finite_differences) {
     if (!(fabs(grads[i] - num[i]) <= tol)) {
       int u = 0;
       while (u + 1 < m.n_units && m.units[u + 1].off <= i) u++;
-      cr_assert_fail("grad unit %d [%lld]: got %.9g, expected %.9g (tol %.3g)", u, (long long)(i - m.units[u].off),
-                     grads[i], num[i], tol);
+      cr_assert_fail("grad unit %d [%lld]: got %.9g, expected %.9g (tol %.3g)", u,
+                     (long long)(i - m.units[u].off), grads[i], num[i], tol);
     }
   }
   /* rows of wte for tokens the batch never uses have zero gradient; everything else moves */
@@ -216,7 +225,8 @@ Test(common_gpt, backward_beta_accumulates) {
   enum { B = 2 };
   int tok[B * 16], tgt[B * 16];
   for (int i = 0; i < B * 16; i++) tok[i] = (i * 37) % 256, tgt[i] = (i * 11 + 5) % 256;
-  float *p = make_params(&m, 3), *g1 = calloc(m.padded_numel, sizeof(float)), *g2 = malloc(sizeof(float) * m.padded_numel);
+  float *p = make_params(&m, 3), *g1 = calloc(m.padded_numel, sizeof(float)),
+        *g2 = malloc(sizeof(float) * m.padded_numel);
   zl_fwd_bwd(&m, p, g1, DT_F32, tok, tgt, B, 0.0f, NULL);
   for (int64_t i = 0; i < m.padded_numel; i++) g2[i] = NAN; /* beta 0 must not read this */
   zl_fwd_bwd(&m, p, g2, DT_F32, tok, tgt, B, 0.0f, NULL);
@@ -258,10 +268,11 @@ Test(common_gpt, activation_formula_matches_units) {
     int64_t outs = 0, saved = 0;
     for (int u = 0; u < m.n_units; u++) outs += m.units[u].y_numel, saved += m.units[u].saved_numel;
     for (int64_t b = 1; b <= 4; b *= 2) {
-      cr_assert(gpt_acts_bytes(s, b, 0) == 4 * b * (outs + saved), "%s b %lld: formula %lld, units %lld", names[p],
-                (long long)b, (long long)gpt_acts_bytes(s, b, 0), (long long)(4 * b * (outs + saved)));
-      cr_assert(gpt_acts_bytes(s, b, 1) == 4 * b * (outs + model_max_saved_numel(&m)), "%s b %lld recompute", names[p],
-                (long long)b);
+      cr_assert(gpt_acts_bytes(s, b, 0) == 4 * b * (outs + saved), "%s b %lld: formula %lld, units %lld",
+                names[p], (long long)b, (long long)gpt_acts_bytes(s, b, 0),
+                (long long)(4 * b * (outs + saved)));
+      cr_assert(gpt_acts_bytes(s, b, 1) == 4 * b * (outs + model_max_saved_numel(&m)), "%s b %lld recompute",
+                names[p], (long long)b);
     }
     model_free(&m);
   }
@@ -282,7 +293,8 @@ Test(common_gpt, activation_formula_tp_and_sp) {
   gpt_shape_t t;
   gpt_preset("tiny", &t);
   t.n_head = 4;
-  cr_assert(gpt_acts_bytes_tp(t, 1, 0, 2, 0) == 57984, "tiny tp 2: %lld", (long long)gpt_acts_bytes_tp(t, 1, 0, 2, 0));
+  cr_assert(gpt_acts_bytes_tp(t, 1, 0, 2, 0) == 57984, "tiny tp 2: %lld",
+            (long long)gpt_acts_bytes_tp(t, 1, 0, 2, 0));
   cr_assert(gpt_acts_bytes_tp(t, 1, 0, 1, 0) == gpt_acts_bytes(t, 1, 0), "t = 1 is gpt_acts_bytes");
   const char *names[3] = {"tiny", "small", "124m-shape"};
   for (int p = 0; p < 3; p++) {
@@ -291,8 +303,9 @@ Test(common_gpt, activation_formula_tp_and_sp) {
     s.n_head = 4;
     for (int k = 1; k <= 4; k *= 2)
       for (int rc = 0; rc < 2; rc++)
-        cr_assert(gpt_acts_bytes_tp(s, 3, rc, k, 1) * k == gpt_acts_bytes(s, 3, rc), "%s t %d recompute %d: %lld x t != %lld",
-                  names[p], k, rc, (long long)gpt_acts_bytes_tp(s, 3, rc, k, 1), (long long)gpt_acts_bytes(s, 3, rc));
+        cr_assert(gpt_acts_bytes_tp(s, 3, rc, k, 1) * k == gpt_acts_bytes(s, 3, rc),
+                  "%s t %d recompute %d: %lld x t != %lld", names[p], k, rc,
+                  (long long)gpt_acts_bytes_tp(s, 3, rc, k, 1), (long long)gpt_acts_bytes(s, 3, rc));
   }
 }
 
@@ -309,17 +322,20 @@ Test(common_gpt, text_windows_are_pure_and_split) {
   write_text(path, sizeof path, 1000);
   data_t d;
   data_init_text(&d, path, 16, 9);
-  cr_assert(d.train_bytes == 900 && d.file_bytes == 1000, "split %lld / %lld", (long long)d.train_bytes, (long long)d.file_bytes);
+  cr_assert(d.train_bytes == 900 && d.file_bytes == 1000, "split %lld / %lld", (long long)d.train_bytes,
+            (long long)d.file_bytes);
   int x[8 * 16], y[8 * 16], x2[16], y2[16];
   data_batch(&d, 100, 8, x, y);
   for (int r = 0; r < 8; r++) {
     int64_t pos = data_text_train_pos(&d, 100 + r);
     cr_assert(pos >= 0 && pos + 17 <= 900, "train window %lld outside the train split", (long long)pos);
     for (int t = 0; t < 16; t++)
-      cr_assert(x[r * 16 + t] == (int)((pos + t) * 7 % 251) && y[r * 16 + t] == (int)((pos + t + 1) * 7 % 251),
+      cr_assert(x[r * 16 + t] == (int)((pos + t) * 7 % 251) &&
+                    y[r * 16 + t] == (int)((pos + t + 1) * 7 % 251),
                 "sample %d token %d: not the file's bytes at %lld", 100 + r, t, (long long)pos);
     data_batch(&d, 100 + r, 1, x2, y2); /* one sample alone = the same sample in a batch */
-    cr_assert(memcmp(x2, x + r * 16, sizeof x2) == 0 && memcmp(y2, y + r * 16, sizeof y2) == 0, "sample %d", 100 + r);
+    cr_assert(memcmp(x2, x + r * 16, sizeof x2) == 0 && memcmp(y2, y + r * 16, sizeof y2) == 0, "sample %d",
+              100 + r);
   }
   for (int64_t j = 0; j < 40; j++) {
     int64_t pos = data_text_val_pos(&d, j);
@@ -329,8 +345,10 @@ Test(common_gpt, text_windows_are_pure_and_split) {
   cr_assert(x2[0] == (int)(data_text_val_pos(&d, 3) * 7 % 251), "validation sample 3");
   data_free(&d);
   char why[256];
-  cr_assert(data_text_check(path, 100, why, sizeof why) != 0 && strstr(why, "too short"), "1000 bytes for seq 100 (needs 1010): %s", why);
-  cr_assert(data_text_check("/nonexistent/zl.txt", 16, why, sizeof why) != 0, "a missing file must be refused");
+  cr_assert(data_text_check(path, 100, why, sizeof why) != 0 && strstr(why, "too short"),
+            "1000 bytes for seq 100 (needs 1010): %s", why);
+  cr_assert(data_text_check("/nonexistent/zl.txt", 16, why, sizeof why) != 0,
+            "a missing file must be refused");
   cr_assert(data_text_check("/tmp", 16, why, sizeof why) != 0, "a directory must be refused");
   unlink(path);
 }

@@ -54,22 +54,28 @@ static int read_ints(const char *p, int *dst, int max) {
 static void load_fixture(fixture_t *f) {
   memset(f, 0, sizeof *f);
   char *txt = zl_read_file(FIXTURE ".txt", NULL);
-  cr_assert(txt, "no %s.txt (run from the repository root; common/scripts/gpt_reference.py writes it)", FIXTURE);
+  cr_assert(txt, "no %s.txt (run from the repository root; common/scripts/gpt_reference.py writes it)",
+            FIXTURE);
   for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
     if (line[0] == '#') continue;
     int used = 0;
-    if (sscanf(line, "shape %d %d %d %d %d", &f->s.n_layer, &f->s.n_head, &f->s.n_embd, &f->s.seq_len, &f->s.vocab) == 5) continue;
-    if (sscanf(line, "seed %d", &f->seed) == 1 || sscanf(line, "batch %d", &f->B) == 1 || sscanf(line, "loss %lf", &f->loss) == 1)
+    if (sscanf(line, "shape %d %d %d %d %d", &f->s.n_layer, &f->s.n_head, &f->s.n_embd, &f->s.seq_len,
+               &f->s.vocab) == 5)
+      continue;
+    if (sscanf(line, "seed %d", &f->seed) == 1 || sscanf(line, "batch %d", &f->B) == 1 ||
+        sscanf(line, "loss %lf", &f->loss) == 1)
       continue;
     if (strncmp(line, "tokens ", 7) == 0) f->ntok = read_ints(line + 7, f->tok, MAXTOK);
-    else if (strncmp(line, "targets ", 8) == 0) cr_assert(read_ints(line + 8, f->tgt, MAXTOK) == f->ntok, "targets count");
+    else if (strncmp(line, "targets ", 8) == 0)
+      cr_assert(read_ints(line + 8, f->tgt, MAXTOK) == f->ntok, "targets count");
     else if (sscanf(line, "logits %d%n", &f->row[f->nrows], &used) == 1) {
       cr_assert(f->nrows < MAXROWS && f->s.vocab > 0, "fixture: logits line before shape, or too many");
       float *l = f->logits[f->nrows++] = malloc(sizeof(float) * f->s.vocab);
       const char *p = line + used;
       for (int v = 0; v < f->s.vocab; v++) {
         int u;
-        cr_assert(sscanf(p, "%f%n", &l[v], &u) == 1, "fixture: logits row %d has fewer than %d values", f->row[f->nrows - 1], f->s.vocab);
+        cr_assert(sscanf(p, "%f%n", &l[v], &u) == 1, "fixture: logits row %d has fewer than %d values",
+                  f->row[f->nrows - 1], f->s.vocab);
         p += u;
       }
     } else if (strncmp(line, "grad ", 5) == 0) {
@@ -83,7 +89,8 @@ static void load_fixture(fixture_t *f) {
       for (int k = 0; k < NPICK; k++) {
         long long i;
         int u;
-        cr_assert(sscanf(p, "%lld %lf%n", &i, &g->val[k], &u) == 2, "fixture: grad %s has fewer than %d entries", g->name, NPICK);
+        cr_assert(sscanf(p, "%lld %lf%n", &i, &g->val[k], &u) == 2,
+                  "fixture: grad %s has fewer than %d entries", g->name, NPICK);
         g->idx[k] = i, p += u;
       }
     }
@@ -105,7 +112,8 @@ Test(common_gpt_ref, forward_and_backward_match_pytorch) {
   load_fixture(&f);
   model_t m;
   gpt_init(&m, f.s);
-  cr_assert(f.nparams == m.numel, "fixture holds %lld weights, the model has Ψ = %lld", (long long)f.nparams, (long long)m.numel);
+  cr_assert(f.nparams == m.numel, "fixture holds %lld weights, the model has Ψ = %lld", (long long)f.nparams,
+            (long long)m.numel);
   float *grads = calloc(m.numel, sizeof(float)), *logits = malloc(sizeof(float) * f.ntok * f.s.vocab);
   double loss = zl_fwd_bwd(&m, f.params, grads, DT_F32, f.tok, f.tgt, f.B, 0.0f, logits);
   double worst_l = 0, worst_g = 0, worst_n = 0;
@@ -124,8 +132,8 @@ Test(common_gpt_ref, forward_and_backward_match_pytorch) {
   int64_t covered = 0;
   for (int k = 0; k < f.ngrads; k++) {
     const grad_ref_t *g = &f.g[k];
-    cr_assert(g->off == covered && g->off + g->numel <= m.numel, "grad %s at %lld: not contiguous with the previous tensor",
-              g->name, (long long)g->off);
+    cr_assert(g->off == covered && g->off + g->numel <= m.numel,
+              "grad %s at %lld: not contiguous with the previous tensor", g->name, (long long)g->off);
     covered += g->numel;
     double n2 = 0;
     for (int64_t i = 0; i < g->numel; i++) n2 += (double)grads[g->off + i] * grads[g->off + i];
@@ -135,13 +143,15 @@ Test(common_gpt_ref, forward_and_backward_match_pytorch) {
     for (int j = 0; j < NPICK; j++) {
       double got = grads[g->off + g->idx[j]], d = fabs(got - g->val[j]);
       worst_g = fmax(worst_g, d / g->norm);
-      cr_assert(d <= 1e-5 * fabs(g->val[j]) + 5e-6 * g->norm, "grad %s[%lld]: ours %.9g, PyTorch %.9g (norm %.3g)", g->name,
-                (long long)g->idx[j], got, g->val[j], g->norm);
+      cr_assert(d <= 1e-5 * fabs(g->val[j]) + 5e-6 * g->norm,
+                "grad %s[%lld]: ours %.9g, PyTorch %.9g (norm %.3g)", g->name, (long long)g->idx[j], got,
+                g->val[j], g->norm);
     }
   }
-  cr_assert(covered == m.numel, "the fixture's tensors cover %lld of Ψ = %lld", (long long)covered, (long long)m.numel);
-  cr_log_info("loss rel %.2g, logits %.2g of max, grad entries %.2g of norm, norms rel %.2g", zl_rel(loss, f.loss),
-              worst_l, worst_g, worst_n);
+  cr_assert(covered == m.numel, "the fixture's tensors cover %lld of Ψ = %lld", (long long)covered,
+            (long long)m.numel);
+  cr_log_info("loss rel %.2g, logits %.2g of max, grad entries %.2g of norm, norms rel %.2g",
+              zl_rel(loss, f.loss), worst_l, worst_g, worst_n);
   free(grads), free(logits);
   model_free(&m);
   free_fixture(&f);

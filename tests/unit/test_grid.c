@@ -13,8 +13,10 @@ Test(ch06_grid, coords_round_trip) {
         for (int r = 0; r < N; r++) {
           int k[GRID_NDIMS];
           grid_coords(r, T, P, k);
-          cr_assert(k[GRID_TP] < T && k[GRID_PP] < P && k[GRID_DP] < N / (T * P), "N=%d T=%d P=%d rank %d", N, T, P, r);
-          cr_assert_eq(grid_rank_of(T, P, k[GRID_TP], k[GRID_PP], k[GRID_DP]), r, "N=%d T=%d P=%d rank %d", N, T, P, r);
+          cr_assert(k[GRID_TP] < T && k[GRID_PP] < P && k[GRID_DP] < N / (T * P), "N=%d T=%d P=%d rank %d", N,
+                    T, P, r);
+          cr_assert_eq(grid_rank_of(T, P, k[GRID_TP], k[GRID_PP], k[GRID_DP]), r, "N=%d T=%d P=%d rank %d", N,
+                       T, P, r);
         }
       }
 }
@@ -35,16 +37,16 @@ Test(ch06_grid, groups_partition_the_ranks) {
               cr_assert(ranks[i] >= 0 && ranks[i] < N, "N=%d T=%d P=%d %s group %d: rank %d", N, T, P,
                         grid_dim_name((grid_dim_t)d), g, ranks[i]);
               seen[ranks[i]]++;
-              cr_assert_eq(grid_group_of(ranks[i], T, P, (grid_dim_t)d), g, "N=%d T=%d P=%d %s: rank %d", N, T, P,
-                           grid_dim_name((grid_dim_t)d), ranks[i]);
+              cr_assert_eq(grid_group_of(ranks[i], T, P, (grid_dim_t)d), g, "N=%d T=%d P=%d %s: rank %d", N,
+                           T, P, grid_dim_name((grid_dim_t)d), ranks[i]);
               int k[GRID_NDIMS];
               grid_coords(ranks[i], T, P, k);
               cr_assert_eq(k[d], i, "listed by their coordinate along the dimension");
             }
           }
           for (int r = 0; r < N; r++)
-            cr_assert_eq(seen[r], 1, "N=%d T=%d P=%d %s: rank %d in %d groups", N, T, P, grid_dim_name((grid_dim_t)d),
-                         r, seen[r]);
+            cr_assert_eq(seen[r], 1, "N=%d T=%d P=%d %s: rank %d in %d groups", N, T, P,
+                         grid_dim_name((grid_dim_t)d), r, seen[r]);
         }
       }
 }
@@ -58,11 +60,13 @@ Test(ch06_grid, format_names_the_groups) {
                         "  pp: 4 groups of 1: {0} {1} {2} {3}\n"
                         "  dp: 2 groups of 2: {0, 2} {1, 3}\n");
   grid_format(3, 3, 1, buf, sizeof buf);
-  cr_assert(strstr(buf, "  tp: 1 group of 3: {0, 1, 2}\n") && strstr(buf, "  dp: 3 groups of 1: {0} {1} {2}\n"), "%s",
-            buf);
+  cr_assert(strstr(buf, "  tp: 1 group of 3: {0, 1, 2}\n") &&
+                strstr(buf, "  dp: 3 groups of 1: {0} {1} {2}\n"),
+            "%s", buf);
   grid_format(3, 1, 1, buf, sizeof buf);
-  cr_assert(strstr(buf, "  tp: 3 groups of 1: {0} {1} {2}\n") && strstr(buf, "  dp: 1 group of 3: {0, 1, 2}\n"), "%s",
-            buf);
+  cr_assert(strstr(buf, "  tp: 3 groups of 1: {0} {1} {2}\n") &&
+                strstr(buf, "  dp: 1 group of 3: {0, 1, 2}\n"),
+            "%s", buf);
   grid_format(6, 2, 1, buf, sizeof buf);
   cr_assert(strstr(buf, "D 3 × P 1 × T 2") && strstr(buf, "  tp: 3 groups of 2: {0, 1} {2, 3} {4, 5}\n") &&
                 strstr(buf, "  dp: 2 groups of 3: {0, 2, 4} {1, 3, 5}\n"),

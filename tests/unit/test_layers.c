@@ -40,16 +40,29 @@ Test(common_layers, each_broken_rule_is_named, .timeout = 60) {
       /* rule 5: a blocking CUDA wait outside the watchdog's devcu_wait_stream; in a comment it is no call */
       {"common/low/w.cu", "int x;\nvoid f(void *s) { cudaStreamSynchronize(s); }\n",
        "common/low/w.cu:2: cudaStreamSynchronize blocks the host with no deadline"},
-      {"common/low/c.cu", "/* cudaStreamSynchronize(s) is not called here */ int c; // nor cudaMemcpy(d, s, n)\n",
+      {"common/low/c.cu",
+       "/* cudaStreamSynchronize(s) is not called here */ int c; // nor cudaMemcpy(d, s, n)\n",
        "0 problem(s)"},
       /* rule 6: no mutable file-scope static in solutions/ or common/train/; const tables, static
        * functions, a function's own statics and the word in a string or a comment are no state */
       {"solutions/st.c", "int f(void);\nstatic double g_sum = 0; /* a run's state */\n",
        "solutions/st.c:2: a mutable file-scope static (static double g_sum)"},
-      {"common/train/st.c", "static struct { int n; } g_run;\n", "common/train/st.c:1: a mutable file-scope static"},
-      {"solutions/ok.c", "static const char *const k_names[] = {\"static x;\"};\nstatic int twice(int x) "
-                         "{ static int n; return 2 * x + n; }\n/* static int not_code; */\n",
+      {"common/train/st.c", "static struct { int n; } g_run;\n",
+       "common/train/st.c:1: a mutable file-scope static"},
+      {"solutions/ok.c",
+       "static const char *const k_names[] = {\"static x;\"};\nstatic int twice(int x) "
+       "{ static int n; return 2 * x + n; }\n/* static int not_code; */\n",
        "0 problem(s)"},
+      /* rule 7: no C line over 110 columns (characters: a '·' is one, of two bytes) */
+      {"tests/w.c", "int x; /* "
+                    "................................................."
+                    "................................................."
+                    " */\n", "tests/w.c:1: 111 columns, over 110"},
+      {"chapters/w.c", "int y; /* "
+                       "········································"
+                       "········································"
+                       "·················"
+                       " */\n", "0 problem(s)"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     char root[256];
@@ -68,7 +81,8 @@ Test(common_layers, each_broken_rule_is_named, .timeout = 60) {
     int rc = zl_run(0, 30, &out, "python3 common/scripts/check_layers.py --root %s", root);
     int clean = strcmp(cases[k][2], "0 problem(s)") == 0;
     cr_expect_eq(rc, clean ? 0 : 1, "case %zu (%s): exit %d:\n%s", k, cases[k][0], rc, out);
-    cr_expect(strstr(out, cases[k][2]) != NULL, "case %zu (%s): expected `%s` in:\n%s", k, cases[k][0], cases[k][2], out);
+    cr_expect(strstr(out, cases[k][2]) != NULL, "case %zu (%s): expected `%s` in:\n%s", k, cases[k][0],
+              cases[k][2], out);
     free(out);
   }
 }

@@ -15,21 +15,32 @@ Test(common_ledger, live_and_peak_by_category) {
   int64_t a = ledger_add(LEDGER_ACTS, 50, "a");
   ledger_sub(LEDGER_ACTS, 50, a);
   ledger_add(LEDGER_COMM, 30, "c");
-  cr_expect_eq(ledger_live(LEDGER_PARAMS), 100, "params live: got %lld, expected 100", (long long)ledger_live(LEDGER_PARAMS));
-  cr_expect_eq(ledger_live(LEDGER_ACTS), 0, "acts live: got %lld, expected 0", (long long)ledger_live(LEDGER_ACTS));
-  cr_expect_eq(ledger_peak(LEDGER_ACTS), 50, "acts peak: got %lld, expected 50", (long long)ledger_peak(LEDGER_ACTS));
-  cr_expect_eq(ledger_peak(LEDGER_COMM), 30, "comm peak: got %lld, expected 30", (long long)ledger_peak(LEDGER_COMM));
-  cr_expect_eq(ledger_total_live(), 130, "total live: got %lld, expected 130", (long long)ledger_total_live());
+  cr_expect_eq(ledger_live(LEDGER_PARAMS), 100, "params live: got %lld, expected 100",
+               (long long)ledger_live(LEDGER_PARAMS));
+  cr_expect_eq(ledger_live(LEDGER_ACTS), 0, "acts live: got %lld, expected 0",
+               (long long)ledger_live(LEDGER_ACTS));
+  cr_expect_eq(ledger_peak(LEDGER_ACTS), 50, "acts peak: got %lld, expected 50",
+               (long long)ledger_peak(LEDGER_ACTS));
+  cr_expect_eq(ledger_peak(LEDGER_COMM), 30, "comm peak: got %lld, expected 30",
+               (long long)ledger_peak(LEDGER_COMM));
+  cr_expect_eq(ledger_total_live(), 130, "total live: got %lld, expected 130",
+               (long long)ledger_total_live());
   /* peak total is the highest sum at one moment (150), not the sum of category peaks (180) */
-  cr_expect_eq(ledger_total_peak(), 150, "total peak: got %lld, expected 150", (long long)ledger_total_peak());
+  cr_expect_eq(ledger_total_peak(), 150, "total peak: got %lld, expected 150",
+               (long long)ledger_total_peak());
   ledger_reset_peaks();
-  cr_expect_eq(ledger_peak(LEDGER_ACTS), 0, "acts peak after reset: got %lld, expected 0", (long long)ledger_peak(LEDGER_ACTS));
-  cr_expect_eq(ledger_peak(LEDGER_PARAMS), 100, "params peak after reset: got %lld", (long long)ledger_peak(LEDGER_PARAMS));
-  cr_expect_eq(ledger_total_peak(), 130, "total peak after reset: got %lld, expected 130", (long long)ledger_total_peak());
+  cr_expect_eq(ledger_peak(LEDGER_ACTS), 0, "acts peak after reset: got %lld, expected 0",
+               (long long)ledger_peak(LEDGER_ACTS));
+  cr_expect_eq(ledger_peak(LEDGER_PARAMS), 100, "params peak after reset: got %lld",
+               (long long)ledger_peak(LEDGER_PARAMS));
+  cr_expect_eq(ledger_total_peak(), 130, "total peak after reset: got %lld, expected 130",
+               (long long)ledger_total_peak());
   ledger_add(LEDGER_ACTS, 10, "a2");
-  cr_expect_eq(ledger_total_peak(), 140, "total peak after reset+add: got %lld, expected 140", (long long)ledger_total_peak());
+  cr_expect_eq(ledger_total_peak(), 140, "total peak after reset+add: got %lld, expected 140",
+               (long long)ledger_total_peak());
   ledger_init(0, 0);
-  cr_expect_eq(ledger_total_live(), 0, "ledger_init must reset: total live %lld", (long long)ledger_total_live());
+  cr_expect_eq(ledger_total_live(), 0, "ledger_init must reset: total live %lld",
+               (long long)ledger_total_live());
   cr_expect_eq(ledger_peak(LEDGER_PARAMS), 0, "ledger_init must reset peaks");
 }
 
@@ -88,7 +99,8 @@ Test(common_ledger, allocator_failure_is_a_message_not_a_segfault) {
   char out[1024];
   int rc = zl_run_child(huge_alloc, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
-  cr_expect(strstr(out, "out of memory on rank 2: huge needs 4398046511104.0 MiB") == out, "message: got '%s'", out);
+  cr_expect(strstr(out, "out of memory on rank 2: huge needs 4398046511104.0 MiB") == out,
+            "message: got '%s'", out);
 }
 
 Test(common_ledger, tensor_alloc_free_view) {
@@ -96,11 +108,14 @@ Test(common_ledger, tensor_alloc_free_view) {
   tensor_t t = tensor_alloc("w", LEDGER_MASTER, DT_F32, DEV_CPU, 1000);
   cr_assert(t.data && t.owner && t.numel == 1000 && t.dev == DEV_CPU && t.cat == LEDGER_MASTER);
   for (int64_t i = 0; i < t.numel; i++)
-    cr_assert_eq(((float *)t.data)[i], 0.0f, "tensor w[%lld] not zero-filled: %g", (long long)i, ((float *)t.data)[i]);
-  cr_expect_eq(ledger_live(LEDGER_MASTER), 4000, "master live: got %lld, expected 4000", (long long)ledger_live(LEDGER_MASTER));
+    cr_assert_eq(((float *)t.data)[i], 0.0f, "tensor w[%lld] not zero-filled: %g", (long long)i,
+                 ((float *)t.data)[i]);
+  cr_expect_eq(ledger_live(LEDGER_MASTER), 4000, "master live: got %lld, expected 4000",
+               (long long)ledger_live(LEDGER_MASTER));
   tensor_t h = tensor_alloc("h", LEDGER_PARAMS, DT_BF16, DEV_CPU, 7);
   cr_expect_eq(tensor_nbytes(&h), 14);
-  cr_expect_eq(ledger_live(LEDGER_PARAMS), 14, "bf16 params live: got %lld, expected 14", (long long)ledger_live(LEDGER_PARAMS));
+  cr_expect_eq(ledger_live(LEDGER_PARAMS), 14, "bf16 params live: got %lld, expected 14",
+               (long long)ledger_live(LEDGER_PARAMS));
 
   tensor_t v = tensor_view(&t, 10, 5);
   cr_expect_eq(v.data, (char *)t.data + 40, "view data pointer");
@@ -108,7 +123,8 @@ Test(common_ledger, tensor_alloc_free_view) {
   ((float *)v.data)[0] = 3.0f;
   cr_expect_eq(((float *)t.data)[10], 3.0f, "a view shares its owner's memory");
   tensor_free(&v); /* a view: no-op for the ledger */
-  cr_expect_eq(ledger_live(LEDGER_MASTER), 4000, "freeing a view changed the ledger: %lld", (long long)ledger_live(LEDGER_MASTER));
+  cr_expect_eq(ledger_live(LEDGER_MASTER), 4000, "freeing a view changed the ledger: %lld",
+               (long long)ledger_live(LEDGER_MASTER));
   cr_expect(v.data == NULL && v.numel == 0, "tensor_free leaves the view empty");
 
   tensor_free(&t);
@@ -116,7 +132,8 @@ Test(common_ledger, tensor_alloc_free_view) {
   cr_expect(t.data == NULL && t.numel == 0, "tensor_free leaves t empty");
   cr_expect_eq(ledger_total_live(), 0, "all freed: total live %lld", (long long)ledger_total_live());
   cr_expect_eq(ledger_peak(LEDGER_MASTER), 4000, "peak survives the free");
-  cr_expect_eq(ledger_total_peak(), 4014, "total peak: got %lld, expected 4014", (long long)ledger_total_peak());
+  cr_expect_eq(ledger_total_peak(), 4014, "total peak: got %lld, expected 4014",
+               (long long)ledger_total_peak());
 
   tensor_t e = tensor_alloc("empty", LEDGER_ACTS, DT_F32, DEV_CPU, 0);
   cr_expect(e.data == NULL && e.numel == 0, "numel 0 gives an empty tensor");
@@ -140,10 +157,12 @@ static void *hammer(void *arg) {
 Test(common_ledger, host_arena_apart_and_unbudgeted) {
   ledger_init(0, 1 * MiB);
   tensor_t d = tensor_alloc("dev", LEDGER_PARAMS, DT_F32, DEV_CPU, 1000);
-  tensor_t h = tensor_alloc_host("host", LEDGER_OPTIM, DT_F32, DEV_CPU, 2 * MiB / 4); /* 2 MiB > the 1 MiB budget */
+  /* 2 MiB > the 1 MiB budget */
+  tensor_t h = tensor_alloc_host("host", LEDGER_OPTIM, DT_F32, DEV_CPU, 2 * MiB / 4);
   cr_assert(h.data && h.dev == DEV_CPU && h.arena == LEDGER_HOST, "host tensor not allocated as host memory");
   cr_expect_eq(ledger_total_live(), 4000, "device total %lld, expected 4000", (long long)ledger_total_live());
-  cr_expect_eq(ledger_live_in(LEDGER_HOST, LEDGER_OPTIM), 2 * MiB, "host optim %lld", (long long)ledger_live_in(LEDGER_HOST, LEDGER_OPTIM));
+  cr_expect_eq(ledger_live_in(LEDGER_HOST, LEDGER_OPTIM), 2 * MiB, "host optim %lld",
+               (long long)ledger_live_in(LEDGER_HOST, LEDGER_OPTIM));
   cr_expect_eq(ledger_live(LEDGER_OPTIM), 0, "the host tensor leaked into the device arena");
   cr_expect_eq(ledger_total_peak_in(LEDGER_HOST), 2 * MiB, "host peak");
   tensor_free(&h);
@@ -159,10 +178,14 @@ Test(common_ledger, thread_safe) {
   pthread_t th[2];
   for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, hammer, &cats[i]), 0);
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-  cr_expect_eq(ledger_live(LEDGER_COMM), 1000, "comm live after threads: %lld", (long long)ledger_live(LEDGER_COMM));
-  cr_expect_eq(ledger_live(LEDGER_ACTS), 1000, "acts live after threads: %lld", (long long)ledger_live(LEDGER_ACTS));
-  cr_expect_eq(ledger_total_live(), 2000, "total live after threads: %lld (lost updates?)", (long long)ledger_total_live());
-  cr_expect(ledger_total_peak() >= 2000 && ledger_total_peak() <= 2016, "total peak %lld", (long long)ledger_total_peak());
+  cr_expect_eq(ledger_live(LEDGER_COMM), 1000, "comm live after threads: %lld",
+               (long long)ledger_live(LEDGER_COMM));
+  cr_expect_eq(ledger_live(LEDGER_ACTS), 1000, "acts live after threads: %lld",
+               (long long)ledger_live(LEDGER_ACTS));
+  cr_expect_eq(ledger_total_live(), 2000, "total live after threads: %lld (lost updates?)",
+               (long long)ledger_total_live());
+  cr_expect(ledger_total_peak() >= 2000 && ledger_total_peak() <= 2016, "total peak %lld",
+            (long long)ledger_total_peak());
 }
 
 Test(common_ledger, cuda_count_without_gpu_does_not_die) {

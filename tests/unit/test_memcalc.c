@@ -16,7 +16,15 @@ Test(ch00_memory, page_states_equal_the_strategies_hooks) {
   const int worlds[] = {1, 3, 7, 64, 1 << 20};
   const dtype_t dts[] = {DT_BF16, DT_F32};
   /* 0-3: DDP, ZeRO-1/2/3; 4: ZeRO-Offload; 0x100 + 0-3: the same under a pipeline (no_sync) */
-  const int codes[] = {0, 1, 2, 3, MEMCALC_OFFLOAD, MEMCALC_NO_SYNC, MEMCALC_NO_SYNC | 1, MEMCALC_NO_SYNC | 2, MEMCALC_NO_SYNC | 3};
+  const int codes[] = {0,
+                       1,
+                       2,
+                       3,
+                       MEMCALC_OFFLOAD,
+                       MEMCALC_NO_SYNC,
+                       MEMCALC_NO_SYNC | 1,
+                       MEMCALC_NO_SYNC | 2,
+                       MEMCALC_NO_SYNC | 3};
   for (int c = 0; c < 9; c++)
     for (int i = 0; i < 5; i++)
       for (int j = 0; j < 5; j++)
@@ -28,8 +36,9 @@ Test(ch00_memory, page_states_equal_the_strategies_hooks) {
           const double w[4] = {want.params, want.grads, want.optim, want.total};
           const char *names[4] = {"params", "grads", "optim", "total"};
           for (int k = 0; k < 4; k++)
-            cr_expect_eq(g[k], w[k], "stage code %#x psi %.17g N %d %s, %s: memcalc_stage_states %.17g, the hook %.17g", s,
-                         psis[i], worlds[j], dtype_name(dts[d]), names[k], g[k], w[k]);
+            cr_expect_eq(g[k], w[k],
+                         "stage code %#x psi %.17g N %d %s, %s: memcalc_stage_states %.17g, the hook %.17g",
+                         s, psis[i], worlds[j], dtype_name(dts[d]), names[k], g[k], w[k]);
         }
 }
 
@@ -49,19 +58,22 @@ static char *run_text(const char *line, memcalc_states_fn states, int *rc) {
 }
 
 Test(ch00_memory, page_text_equals_the_programs) {
-  const char *lines[] = {"--params 7.5B --ranks 64", "--model 784,1024,10,4 --ranks 4 --precision fp32",
-                         "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 7 --tp 4 --vocab 50304",
-                         "--params 1.3B --ranks 3 --stage 2",
-                         "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 8 --pp 4 --micro-batch 2",
-                         "--layers 4 --hidden 64 --heads 4 --seq 256 --ranks 4 --cp 4 --precision fp32 --offload",
-                         "--params 7.5B --ranks 64 --offload --stage 2"};
+  const char *lines[] = {
+      "--params 7.5B --ranks 64",
+      "--model 784,1024,10,4 --ranks 4 --precision fp32",
+      "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 7 --tp 4 --vocab 50304",
+      "--params 1.3B --ranks 3 --stage 2",
+      "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 8 --pp 4 --micro-batch 2",
+      "--layers 4 --hidden 64 --heads 4 --seq 256 --ranks 4 --cp 4 --precision fp32 --offload",
+      "--params 7.5B --ranks 64 --offload --stage 2"};
   for (int i = 0; i < 7; i++) {
     int rc_page, rc_prog;
     char *page = run_text(lines[i], memcalc_stage_states, &rc_page);
     char *prog = run_text(lines[i], strategy_stage_states, &rc_prog);
     cr_expect_eq(rc_page, 0, "%s: exit %d", lines[i], rc_page);
     cr_expect_eq(rc_prog, 0, "%s: exit %d", lines[i], rc_prog);
-    cr_expect(strcmp(page, prog) == 0, "%s: the page's text differs from the program's:\n%s\n---\n%s", lines[i], page, prog);
+    cr_expect(strcmp(page, prog) == 0, "%s: the page's text differs from the program's:\n%s\n---\n%s",
+              lines[i], page, prog);
     free(page);
     free(prog);
   }

@@ -17,8 +17,8 @@ Test(common_model, layout_is_unpadded_prefix_sums) {
     for (int u = 0; u <= L; u++) {
       const unit_t *un = &m.units[u];
       int in = u == 0 ? D : H, out = u == L ? C : H;
-      cr_assert(un->in == in && un->out == out, "shape %d unit %d: got %d->%d, expected %d->%d", s, u, un->in, un->out,
-                in, out);
+      cr_assert(un->in == in && un->out == out, "shape %d unit %d: got %d->%d, expected %d->%d", s, u, un->in,
+                un->out, in, out);
       cr_assert(un->numel == (int64_t)in * out + out, "shape %d unit %d numel: got %lld, expected %lld", s, u,
                 (long long)un->numel, (long long)in * out + out);
       cr_assert(un->off == off && un->shard_off == off,
@@ -31,11 +31,13 @@ Test(common_model, layout_is_unpadded_prefix_sums) {
       if (un->padded > maxp) maxp = un->padded;
     }
     int64_t want = model_count_params(D, H, C, L);
-    cr_assert(m.numel == off && m.numel == want, "shape %d numel: got %lld, prefix sum %lld, model_count_params %lld",
-              s, (long long)m.numel, (long long)off, (long long)want);
+    cr_assert(m.numel == off && m.numel == want,
+              "shape %d numel: got %lld, prefix sum %lld, model_count_params %lld", s, (long long)m.numel,
+              (long long)off, (long long)want);
     cr_assert(m.padded_numel == off && m.shard_numel == off && m.max_unit_padded == maxp,
-              "shape %d padded/shard/max: got %lld/%lld/%lld, expected %lld/%lld/%lld", s, (long long)m.padded_numel,
-              (long long)m.shard_numel, (long long)m.max_unit_padded, (long long)off, (long long)off, (long long)maxp);
+              "shape %d padded/shard/max: got %lld/%lld/%lld, expected %lld/%lld/%lld", s,
+              (long long)m.padded_numel, (long long)m.shard_numel, (long long)m.max_unit_padded,
+              (long long)off, (long long)off, (long long)maxp);
     model_free(&m);
   }
   /* by hand: 5·6+6 + 6·6+6 + 6·4+4 = 106; L = 0 is one D→C unit */
@@ -62,7 +64,8 @@ Test(common_model, init_is_deterministic_with_zero_bias_and_pads) {
   double s2 = 0, s1 = 0;
   for (int64_t k = 0; k < nw; k++) { s1 += a[k]; s2 += (double)a[k] * a[k]; }
   double var = s2 / nw, want = 1.0 / un->in;
-  cr_assert(fabs(var / want - 1) < 0.06, "unit 1 W variance: got %.6g, expected 1/in = %.6g +- 6%%", var, want);
+  cr_assert(fabs(var / want - 1) < 0.06, "unit 1 W variance: got %.6g, expected 1/in = %.6g +- 6%%", var,
+            want);
   cr_assert(fabs(s1 / nw) < 5 * sqrt(want / nw), "unit 1 W mean: got %.3g, expected 0", s1 / nw);
   /* another seed, another unit of the same shape: different values */
   model_init_unit(&m, 6, u, b);
@@ -77,7 +80,8 @@ Test(common_model, init_is_deterministic_with_zero_bias_and_pads) {
   model_init_unit(&m, 5, u, c);
   zl_expect_floats("unit 1 init (padded layout)", c, a, un->numel, 0);
   for (int64_t k = un->numel; k < un->numel + 5; k++)
-    cr_assert(c[k] == 0.0f && !signbit(c[k]), "unit 1 pad slot %lld: got %g, expected +0", (long long)k, c[k]);
+    cr_assert(c[k] == 0.0f && !signbit(c[k]), "unit 1 pad slot %lld: got %g, expected +0", (long long)k,
+              c[k]);
   for (int64_t k = un->numel + 5; k < un->numel + 8; k++)
     cr_assert(isnan(c[k]), "unit 1 init wrote past its padded size at %lld: got %g", (long long)k, c[k]);
   m.units[u] = saved;
@@ -86,7 +90,9 @@ Test(common_model, init_is_deterministic_with_zero_bias_and_pads) {
 }
 
 /* ---- forward / backward ------------------------------------------------------------------- */
-static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_d(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
 /* Mean cross-entropy of the MLP in double, reading fp32 parameters perturbed at one index. */
 static double ref_loss(const model_t *m, const float *params, int64_t pert_idx, double pert, const float *x,
@@ -123,7 +129,8 @@ static float *make_params(const model_t *m, uint64_t seed) {
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
     model_init_unit(m, seed, u, p + un->off);
-    for (int o = 0; o < un->out; o++) p[un->off + (int64_t)un->out * un->in + o] = 0.3f * rng_normal(seed, 900 + u, o);
+    for (int o = 0; o < un->out; o++)
+      p[un->off + (int64_t)un->out * un->in + o] = 0.3f * rng_normal(seed, 900 + u, o);
   }
   return p;
 }
@@ -149,7 +156,8 @@ static void gradient_check(int D, int H, int C, int L, int B) {
     num[i] = (ref_loss(&m, params, i, h, x, y, B) - ref_loss(&m, params, i, -h, x, y, B)) / (2 * h);
     gmax = fmax(gmax, fabs(num[i]));
   }
-  cr_assert(gmax > 1e-3, "model (L=%d): gradient is ~0 everywhere (max %g); the check would be empty", L, gmax);
+  cr_assert(gmax > 1e-3, "model (L=%d): gradient is ~0 everywhere (max %g); the check would be empty", L,
+            gmax);
   for (int u = 0; u < m.n_units; u++) {
     const unit_t *un = &m.units[u];
     for (int64_t k = 0; k < un->numel; k++) {
@@ -157,8 +165,9 @@ static void gradient_check(int D, int H, int C, int L, int B) {
       double tol = 1e-4 * fabs(num[i]) + 1e-5 * gmax;
       int is_b = k >= (int64_t)un->out * un->in;
       if (!(fabs(grads[i] - num[i]) <= tol))
-        cr_assert_fail("model (L=%d) grad unit %d %s[%lld]: got %.9g, expected %.9g (tol %.3g)", L, u, is_b ? "b" : "W",
-                       (long long)(is_b ? k - (int64_t)un->out * un->in : k), grads[i], num[i], tol);
+        cr_assert_fail("model (L=%d) grad unit %d %s[%lld]: got %.9g, expected %.9g (tol %.3g)", L, u,
+                       is_b ? "b" : "W", (long long)(is_b ? k - (int64_t)un->out * un->in : k), grads[i],
+                       num[i], tol);
     }
   }
   free(num); free(params); free(grads); free(x);
@@ -201,11 +210,12 @@ Test(common_model, bf16_params_match_fp32_with_same_values) {
   for (int i = 0; i < 24; i++) x[i] = rng_normal(32, 1, i);
   double l32 = zl_fwd_bwd(&m, p32, g32, DT_F32, x, y, 4, 0.0f, NULL);
   double l16 = zl_fwd_bwd(&m, p16, g16, DT_BF16, x, y, 4, 0.0f, NULL);
-  cr_assert(memcmp(&l32, &l16, sizeof(double)) == 0, "loss bf16 params: got %.17g, expected %.17g (bitwise)", l16, l32);
+  cr_assert(memcmp(&l32, &l16, sizeof(double)) == 0, "loss bf16 params: got %.17g, expected %.17g (bitwise)",
+            l16, l32);
   for (int64_t i = 0; i < m.numel; i++)
     if (g16[i] != bf16_from_f32(g32[i]))
-      cr_assert_fail("grads bf16 [%lld]: got 0x%04x (%g), expected 0x%04x (%g) (bitwise)", (long long)i, g16[i],
-                     bf16_to_f32(g16[i]), bf16_from_f32(g32[i]), bf16_to_f32(bf16_from_f32(g32[i])));
+      cr_assert_fail("grads bf16 [%lld]: got 0x%04x (%g), expected 0x%04x (%g) (bitwise)", (long long)i,
+                     g16[i], bf16_to_f32(g16[i]), bf16_from_f32(g32[i]), bf16_to_f32(bf16_from_f32(g32[i])));
   free(p32); free(g32); free(p16); free(g16);
   model_free(&m);
 }

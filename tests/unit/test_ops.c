@@ -26,8 +26,8 @@ static void ref_linear(double *y, const float *x, const float *W, const float *b
     }
 }
 /* L = Σ G·y for the fp32 op: the loss whose gradient w.r.t. y is G. Summed in double. */
-static double linear_loss(const float *x, const float *W, const float *b, const float *G, int B, int in, int out,
-                          float *ybuf) {
+static double linear_loss(const float *x, const float *W, const float *b, const float *G, int B, int in,
+                          int out, float *ybuf) {
   op_linear_fwd(DEV_CPU, ybuf, x, W, b, DT_F32, B, in, out);
   double L = 0;
   for (int i = 0; i < B * out; i++) L += (double)G[i] * ybuf[i];
@@ -52,8 +52,9 @@ Test(common_ops, linear_fwd_matches_double_reference) {
       for (int k = 0; k < in; k++) mag += fabs((double)x[r * in + k] * W[o * in + k]);
       double tol = (in + 1) * 0x1p-24 * mag;
       int i = r * out + o;
-      cr_assert(fabs(y[i] - yd[i]) <= tol, "linear y[%d] (row %d, col %d): got %.9g, expected %.9g (tol %.3g)", i, r,
-                o, y[i], yd[i], tol);
+      cr_assert(fabs(y[i] - yd[i]) <= tol,
+                "linear y[%d] (row %d, col %d): got %.9g, expected %.9g (tol %.3g)", i, r, o, y[i], yd[i],
+                tol);
     }
   free(x); free(W); free(b); free(y); free(yd);
 }
@@ -65,7 +66,8 @@ Test(common_ops, linear_fwd_matches_double_reference) {
 Test(common_ops, linear_bwd_finite_difference) {
   int B = 4, in = 6, out = 5;
   float h = 0.05f;
-  float *x = randn(B * in, 10, 1), *W = randn(out * in, 11, 1), *b = randn(out, 12, 1), *G = randn(B * out, 13, 1);
+  float *x = randn(B * in, 10, 1), *W = randn(out * in, 11, 1), *b = randn(out, 12, 1),
+        *G = randn(B * out, 13, 1);
   float dx[4 * 6], dW[5 * 6], db[5], ybuf[4 * 5];
   op_linear_bwd(DEV_CPU, dx, dW, db, G, x, W, DT_F32, B, in, out, 0.0f);
   struct { const char *name; float *p, *grad; int n; } cases[] = {
@@ -103,7 +105,8 @@ Test(common_ops, linear_bwd_without_dx) {
  * beta-0 result, bitwise), 0.5 scales the old value first. */
 Test(common_ops, linear_bwd_beta_accumulates) {
   int B = 9, in = 7, out = 5, nw = 35;
-  float *x = randn(B * in, 30, 1), *W = randn(nw, 31, 1), *G = randn(B * out, 32, 1), *old = randn(nw + out, 33, 1);
+  float *x = randn(B * in, 30, 1), *W = randn(nw, 31, 1), *G = randn(B * out, 32, 1),
+        *old = randn(nw + out, 33, 1);
   float fresh[40], acc[40], expect[40];
   op_linear_bwd(DEV_CPU, NULL, fresh, fresh + nw, G, x, W, DT_F32, B, in, out, 0.0f);
   /* beta 0 over NaN */
@@ -128,7 +131,8 @@ Test(common_ops, linear_bwd_beta_accumulates) {
  * bf16 dW/db are the fp32 sums rounded ONCE (beta 0 and beta 1). */
 Test(common_ops, linear_bf16_matches_fp32_with_same_values) {
   int B = 6, in = 33, out = 17, nw = 33 * 17;
-  float *x = randn(B * in, 40, 1), *W = randn(nw, 41, 0.3f), *b = randn(out, 42, 1), *G = randn(B * out, 43, 1);
+  float *x = randn(B * in, 40, 1), *W = randn(nw, 41, 0.3f), *b = randn(out, 42, 1),
+        *G = randn(B * out, 43, 1);
   zl_round_bf16(W, nw);
   zl_round_bf16(b, out);
   bf16_t *Wh = zl_to_bf16(W, nw), *bh = zl_to_bf16(b, out);
@@ -151,7 +155,8 @@ Test(common_ops, linear_bf16_matches_fp32_with_same_values) {
   for (int i = 0; i < nw + out; i++) {
     g16[i] = bf16_from_f32(old[i]);
     exp16[i] = bf16_from_f32(bf16_to_f32(g16[i]) + g32[i]);
-    differs_from_double_rounding |= exp16[i] != bf16_from_f32(bf16_to_f32(g16[i]) + bf16_to_f32(bf16_from_f32(g32[i])));
+    differs_from_double_rounding |=
+        exp16[i] != bf16_from_f32(bf16_to_f32(g16[i]) + bf16_to_f32(bf16_from_f32(g32[i])));
   }
   op_linear_bwd(DEV_CPU, NULL, g16, g16 + nw, G, x, Wh, DT_BF16, B, in, out, 1.0f);
   zl_expect_bits_bf16("dW,db bf16 beta=1", g16, exp16, nw + out);
@@ -160,7 +165,9 @@ Test(common_ops, linear_bf16_matches_fp32_with_same_values) {
 }
 
 /* ---- GELU ----------------------------------------------------------------------------- */
-static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_d(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
 /* Forward against the double formula; backward against central differences of the double
  * formula (h = 1e-4: truncation ~h²·|f'''| ≈ 1e-8, rounding ~1e-12). The fp32 kernel (its own
@@ -182,8 +189,8 @@ Test(common_ops, gelu_forward_and_finite_difference) {
     double h = 1e-4;
     yref[i] = gelu_d(x[i]);
     dxref[i] = dy[i] * (gelu_d(x[i] + h) - gelu_d(x[i] - h)) / (2 * h);
-    cr_assert(fabs(y[i] - yref[i]) <= 2e-6 * fmax(1.0, fabs(x[i])), "gelu y[%d] (x=%g): got %.9g, expected %.9g", i,
-              x[i], y[i], yref[i]);
+    cr_assert(fabs(y[i] - yref[i]) <= 2e-6 * fmax(1.0, fabs(x[i])),
+              "gelu y[%d] (x=%g): got %.9g, expected %.9g", i, x[i], y[i], yref[i]);
     cr_assert(isfinite(dx[i]), "gelu dx[%d] (x=%g): got %g, expected finite", i, x[i], dx[i]);
   }
   zl_expect_close_abs("gelu dx", dx, dxref, N, 4e-6 /* |dy| <= 2.5 */);
@@ -382,7 +389,8 @@ Test(common_ops, add_max_scale_fill) {
   }
   op_add(DEV_CPU, ha, hb, DT_BF16, 3);
   zl_expect_bits_bf16("add bf16", ha, want_h, 3);
-  cr_assert(ha[1] == 0x4381, "add bf16 256+1.5: got 0x%04x (%g), expected 0x4381 (258)", ha[1], bf16_to_f32(ha[1]));
+  cr_assert(ha[1] == 0x4381, "add bf16 256+1.5: got 0x%04x (%g), expected 0x4381 (258)", ha[1],
+            bf16_to_f32(ha[1]));
 
   bf16_t hm[2] = {bf16_from_f32(-1), bf16_from_f32(2)}, hs[2] = {bf16_from_f32(3), bf16_from_f32(-4)};
   op_max(DEV_CPU, hm, hs, DT_BF16, 2);
@@ -395,8 +403,8 @@ Test(common_ops, add_max_scale_fill) {
   zl_expect_floats("scale f32", sc, want_sc, 3, 0);
   bf16_t hsc[1] = {bf16_from_f32(3)};
   op_scale(DEV_CPU, hsc, DT_BF16, 1.0f / 3.0f, 1);
-  cr_assert(hsc[0] == bf16_from_f32(3.0f * (1.0f / 3.0f)), "scale bf16: got %g, expected %g", bf16_to_f32(hsc[0]),
-            bf16_to_f32(bf16_from_f32(3.0f * (1.0f / 3.0f))));
+  cr_assert(hsc[0] == bf16_from_f32(3.0f * (1.0f / 3.0f)), "scale bf16: got %g, expected %g",
+            bf16_to_f32(hsc[0]), bf16_to_f32(bf16_from_f32(3.0f * (1.0f / 3.0f))));
 
   float fl[6] = {0};
   op_fill(DEV_CPU, fl + 1, DT_F32, 2.5f, 4);
@@ -404,7 +412,8 @@ Test(common_ops, add_max_scale_fill) {
   zl_expect_floats("fill f32 (neighbours untouched)", fl, want_fl, 6, 0);
   bf16_t hf[3] = {0};
   op_fill(DEV_CPU, hf, DT_BF16, 1.0f + 0x1p-8f, 3);
-  for (int i = 0; i < 3; i++) cr_assert(hf[i] == 0x3f80, "fill bf16 [%d]: got 0x%04x, expected 0x3f80", i, hf[i]);
+  for (int i = 0; i < 3; i++)
+    cr_assert(hf[i] == 0x3f80, "fill bf16 [%d]: got 0x%04x, expected 0x3f80", i, hf[i]);
   double d[2] = {1, 2}, ds[2] = {0.5, -1};
   op_add(DEV_CPU, d, ds, DT_F64, 2);
   cr_assert(d[0] == 1.5 && d[1] == 1, "add f64: got %g %g, expected 1.5 1", d[0], d[1]);
@@ -441,15 +450,16 @@ Test(common_ops, has_nonfinite_is_sumsq_nonfinite) {
   for (int d = 0; d < 3; d++) {
     float x[N];
     uint16_t h[N];
-    const float edge[4] = {big[d], -big[d], 1e-40f, -0.0f}; /* finite: the dtype's extremes, a subnormal (f32), -0 */
+    /* finite: the dtype's extremes, a subnormal (f32), -0 */
+    const float edge[4] = {big[d], -big[d], 1e-40f, -0.0f};
     for (int i = 0; i < N; i++) x[i] = (float)((i % 13) - 6) * 0.25f;
     for (int e = 0; e < 4; e++) x[(e * 19) % N] = edge[e];
     void *p = x;
     if (dts[d] == DT_BF16) for (int i = 0; i < N; i++) h[i] = bf16_from_f32(x[i]);
     if (dts[d] == DT_F16) for (int i = 0; i < N; i++) h[i] = fp16_from_f32(x[i]);
     if (dts[d] != DT_F32) p = h;
-    cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], N), 0, "%s: finite values (extremes, subnormal, -0) flagged",
-                 dtype_name(dts[d]));
+    cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], N), 0,
+                 "%s: finite values (extremes, subnormal, -0) flagged", dtype_name(dts[d]));
     cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], 0), 0, "%s: 0 elements flagged", dtype_name(dts[d]));
     for (int b = 0; b < 3; b++)
       for (int i = 0; i < N; i++) {
@@ -458,10 +468,11 @@ Test(common_ops, has_nonfinite_is_sumsq_nonfinite) {
         if (dts[d] == DT_F32) x[i] = bad[b];
         else h[i] = dts[d] == DT_BF16 ? bf16_from_f32(bad[b]) : fp16_from_f32(bad[b]);
         int got = op_has_nonfinite(DEV_CPU, p, dts[d], N), want = !isfinite(op_sumsq(DEV_CPU, p, dts[d], N));
-        cr_assert(got == 1 && want == 1, "%s: %g at index %d of %d: has_nonfinite %d, sumsq non-finite %d (expected 1, 1)",
+        cr_assert(got == 1 && want == 1,
+                  "%s: %g at index %d of %d: has_nonfinite %d, sumsq non-finite %d (expected 1, 1)",
                   dtype_name(dts[d]), (double)bad[b], i, N, got, want);
-        cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], i), 0, "%s: %g just past the first %d elements flagged",
-                     dtype_name(dts[d]), (double)bad[b], i);
+        cr_assert_eq(op_has_nonfinite(DEV_CPU, p, dts[d], i), 0,
+                     "%s: %g just past the first %d elements flagged", dtype_name(dts[d]), (double)bad[b], i);
         x[i] = keep;
         h[i] = keep_h;
       }
@@ -489,7 +500,8 @@ Test(common_ops, same_inputs_same_bits) {
     op_gelu_bwd(DEV_CPU, dl, dl, z, B * out);
     op_linear_bwd(DEV_CPU, dx, g, g + nw, dl, x, Wh, DT_BF16, B, in, out, 0.0f);
   }
-  cr_assert(memcmp(&loss[0], &loss[1], sizeof(double)) == 0, "loss: got %.17g then %.17g (bitwise)", loss[0], loss[1]);
+  cr_assert(memcmp(&loss[0], &loss[1], sizeof(double)) == 0, "loss: got %.17g then %.17g (bitwise)", loss[0],
+            loss[1]);
   zl_expect_floats("fwd+bwd outputs, second run", res[1], res[0], 6000, 0);
   free(res[0]); free(res[1]); free(x); free(W); free(b); free(Wh); free(bh);
 }
@@ -497,7 +509,8 @@ Test(common_ops, same_inputs_same_bits) {
 Test(common_ops, workspace_grows_only_and_is_accounted) {
   int64_t base = ledger_live(LEDGER_ACTS);
   void *p = ops_workspace(DEV_CPU, 5, 1000);
-  cr_assert(ledger_live(LEDGER_ACTS) - base == 1000, "acts after 1000-byte workspace: got %lld, expected 1000",
+  cr_assert(ledger_live(LEDGER_ACTS) - base == 1000,
+            "acts after 1000-byte workspace: got %lld, expected 1000",
             (long long)(ledger_live(LEDGER_ACTS) - base));
   void *q = ops_workspace(DEV_CPU, 5, 10);
   cr_assert(p == q, "workspace slot 5 moved on a smaller request");
@@ -534,7 +547,8 @@ Test(common_ops, label_out_of_range_dies_clearly) {
   char out[1024];
   int rc = zl_run_child(bad_label, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
-  cr_expect(strstr(out, "label y[1] = 3 outside [0, 3)"), "message: got '%s', expected it to name y[1] = 3", out);
+  cr_expect(strstr(out, "label y[1] = 3 outside [0, 3)"), "message: got '%s', expected it to name y[1] = 3",
+            out);
 }
 
 /* ---- the CUDA path against this CPU path (runs only with a GPU) ---------------------------- */
@@ -553,13 +567,13 @@ static void *from_dev(const void *d, size_t nbytes) {
  * K·u·Σ|terms| of the exact sum, whatever their summation order) plus extra·(|cpu_i| + |also_i|)
  * for results stored in bf16 (one ulp per rounding that may fall differently; `also`: the old
  * value an accumulation started from, or NULL). */
-static void expect_within_sum_bound(const char *what, const float *gpu, const float *cpu, const double *mag, int64_t n,
-                                    double k, double extra, const float *also) {
+static void expect_within_sum_bound(const char *what, const float *gpu, const float *cpu, const double *mag,
+                                    int64_t n, double k, double extra, const float *also) {
   for (int64_t i = 0; i < n; i++) {
     double tol = k * mag[i] + extra * (fabs(cpu[i]) + (also ? fabs(also[i]) : 0)) + 1e-30;
     if (!(fabs((double)gpu[i] - cpu[i]) <= tol))
-      cr_assert_fail("%s[%lld]: got %.9g on cuda, expected %.9g (cpu), tol %.3g", what, (long long)i, gpu[i], cpu[i],
-                     tol);
+      cr_assert_fail("%s[%lld]: got %.9g on cuda, expected %.9g (cpu), tol %.3g", what, (long long)i, gpu[i],
+                     cpu[i], tol);
   }
 }
 
@@ -570,8 +584,8 @@ static void expect_close_maxrel(const char *what, const float *got, const float 
   for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(exp[i]));
   for (int64_t i = 0; i < n; i++)
     if (!(fabs((double)got[i] - exp[i]) <= tol * mx))
-      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %.3g = %g of max|expected|)", what, (long long)i,
-                     got[i], exp[i], tol * mx, tol);
+      cr_assert_fail("%s[%lld]: got %.9g, expected %.9g (abs tol %.3g = %g of max|expected|)", what,
+                     (long long)i, got[i], exp[i], tol * mx, tol);
 }
 
 /* Every op on DEV_CUDA (dispatched by ops_cpu.c to ops_cuda.cu) against DEV_CPU on the same
@@ -588,7 +602,8 @@ Test(common_ops, cuda_matches_cpu) {
   device_cuda_select(0);
   enum { B = 33, IN = 65, OUT = 47, NW = IN * OUT };
   const double u = 0x1p-24;
-  float *x = randn(B * IN, 70, 1), *W = randn(NW, 71, 0.2f), *b = randn(OUT, 72, 1), *dy = randn(B * OUT, 73, 1);
+  float *x = randn(B * IN, 70, 1), *W = randn(NW, 71, 0.2f), *b = randn(OUT, 72, 1),
+        *dy = randn(B * OUT, 73, 1);
   zl_round_bf16(W, NW); /* the same weight values in both passes (fp32 and bf16) */
   zl_round_bf16(b, OUT);
   double *mag_y = calloc(B * OUT, sizeof(double)), *mag_dx = calloc(B * IN, sizeof(double)),
@@ -615,9 +630,11 @@ Test(common_ops, cuda_matches_cpu) {
     void *y_d = dev_malloc(DEV_CUDA, sizeof(float) * B * OUT, "test y");
     op_linear_fwd(DEV_CUDA, y_d, x_d, W_d, b_d, wdt, B, IN, OUT);
     float *yg = from_dev(y_d, sizeof y);
-    expect_within_sum_bound(pass ? "linear y (bf16 W)" : "linear y", yg, y, mag_y, B * OUT, 2 * (IN + 1) * u, 0, NULL);
+    expect_within_sum_bound(pass ? "linear y (bf16 W)" : "linear y", yg, y, mag_y, B * OUT, 2 * (IN + 1) * u,
+                            0, NULL);
     /* backward, beta 0 then beta 1 (accumulating onto the first result) */
-    void *g_d = dev_malloc(DEV_CUDA, (NW + OUT) * es, "test grads"), *dx_d = dev_malloc(DEV_CUDA, sizeof dx, "test dx");
+    void *g_d = dev_malloc(DEV_CUDA, (NW + OUT) * es, "test grads"),
+         *dx_d = dev_malloc(DEV_CUDA, sizeof dx, "test dx");
     void *dy_d = to_dev(dy, sizeof(float) * B * OUT);
     float *first = malloc(sizeof(float) * (NW + OUT)); /* the beta-0 grads (cpu) */
     for (int acc = 0; acc < 2; acc++) {
@@ -631,8 +648,8 @@ Test(common_ops, cuda_matches_cpu) {
       op_cast(DEV_CPU, gg32, DT_F32, ggh, wdt, NW + OUT);
       double *mag = malloc(sizeof(double) * (NW + OUT));
       for (int i = 0; i < NW + OUT; i++) mag[i] = (acc + 1) * mag_dw[i];
-      expect_within_sum_bound(acc ? "linear dW,db (beta 1)" : "linear dW,db (beta 0)", gg32, g32, mag, NW + OUT,
-                              2 * (B + 1) * u, wdt == DT_BF16 ? 0x1p-7 : 0, acc ? first : NULL);
+      expect_within_sum_bound(acc ? "linear dW,db (beta 1)" : "linear dW,db (beta 0)", gg32, g32, mag,
+                              NW + OUT, 2 * (B + 1) * u, wdt == DT_BF16 ? 0x1p-7 : 0, acc ? first : NULL);
       if (acc == 0) memcpy(first, g32, sizeof(float) * (NW + OUT));
       free(dxg); free(ggh); free(g32); free(gg32); free(mag);
     }
@@ -647,16 +664,17 @@ Test(common_ops, cuda_matches_cpu) {
     for (int i = 0; i < N; i++) { gx[i] = -20.0f + 0.01f * i; gd[i] = 1.0f + 0.001f * i; }
     op_gelu_fwd(DEV_CPU, gy, gx, N);
     op_gelu_bwd(DEV_CPU, gdx, gd, gx, N);
-    float *ax = to_dev(gx, sizeof gx), *ay = dev_malloc(DEV_CUDA, sizeof gy, "t"), *ad = to_dev(gd, sizeof gd);
+    float *ax = to_dev(gx, sizeof gx), *ay = dev_malloc(DEV_CUDA, sizeof gy, "t"),
+          *ad = to_dev(gd, sizeof gd);
     op_gelu_fwd(DEV_CUDA, ay, ax, N);
     op_gelu_bwd(DEV_CUDA, ad, ad, ax, N); /* in place, as the model does */
     float *hy = from_dev(ay, sizeof gy), *hd = from_dev(ad, sizeof gd);
     for (int i = 0; i < N; i++) {
       double tol = 1e-5 * fmax(1.0, fabs(gx[i]));
-      cr_assert(fabs(hy[i] - gy[i]) <= tol, "gelu y[%d] (x=%g): got %.9g on cuda, expected %.9g (cpu)", i, gx[i], hy[i],
-                gy[i]);
-      cr_assert(fabs(hd[i] - gdx[i]) <= tol * 5, "gelu dx[%d] (x=%g): got %.9g on cuda, expected %.9g (cpu)", i, gx[i], hd[i],
-                gdx[i]);
+      cr_assert(fabs(hy[i] - gy[i]) <= tol, "gelu y[%d] (x=%g): got %.9g on cuda, expected %.9g (cpu)", i,
+                gx[i], hy[i], gy[i]);
+      cr_assert(fabs(hd[i] - gdx[i]) <= tol * 5, "gelu dx[%d] (x=%g): got %.9g on cuda, expected %.9g (cpu)",
+                i, gx[i], hd[i], gdx[i]);
     }
     dev_free(DEV_CUDA, ax); dev_free(DEV_CUDA, ay); dev_free(DEV_CUDA, ad); free(hy); free(hd);
   }

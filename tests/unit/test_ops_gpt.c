@@ -4,7 +4,8 @@
  * forward first, so the two checks hold each other up), plus the contracts: causal mask bit for
  * bit, att rows summing to 1, bf16 weights, beta accumulation, dx accumulation, determinism,
  * repeated tokens, and linear without bias. Whole suite well under a second. */
-#include "zl_test.h" // Criterion, zl_expect_floats, zl_run_child, zl_expect_close_abs, zl_expect_bits_bf16, zl_to_bf16
+// Criterion, zl_expect_floats, zl_run_child, zl_expect_close_abs, zl_expect_bits_bf16, zl_to_bf16
+#include "zl_test.h"
 #include "data.h"    // rng_normal: reproducible test inputs
 #include "dtype.h"   // bf16_from_f32, bf16_to_f32
 #include "ops.h"     // op_add, op_linear_fwd/bwd (NULL bias)
@@ -37,7 +38,8 @@ static void expect_same_bits(const char *what, const void *a, const void *b, siz
 /* Central differences of a double-precision loss f(in) over the listed indices of `in` (all of
  * them when idx is NULL): num[k] = (f(in + h·e_i) − f(in − h·e_i)) / 2h, i = idx[k]. */
 typedef double (*loss_fn)(const double *in, const void *ctx);
-static void fd_grad(double *num, double *in, const int64_t *idx, int64_t n, double h, loss_fn f, const void *ctx) {
+static void fd_grad(double *num, double *in, const int64_t *idx, int64_t n, double h, loss_fn f,
+                    const void *ctx) {
   for (int64_t k = 0; k < n; k++) {
     int64_t i = idx ? idx[k] : k;
     double keep = in[i];
@@ -51,8 +53,8 @@ static void fd_grad(double *num, double *in, const int64_t *idx, int64_t n, doub
 }
 
 /* ---- LayerNorm: reference --------------------------------------------------------------- */
-static void ref_layernorm(double *y, double *mean, double *rstd, const double *x, const double *w, const double *b,
-                          int rows, int C) {
+static void ref_layernorm(double *y, double *mean, double *rstd, const double *x, const double *w,
+                          const double *b, int rows, int C) {
   for (int r = 0; r < rows; r++) {
     const double *xr = x + (int64_t)r * C;
     double m = 0, v = 0;
@@ -71,8 +73,8 @@ static double ln_loss(const double *in, const void *vctx) {
   const ln_ctx_t *c = vctx;
   int64_t n = (int64_t)c->rows * c->C;
   double *y = malloc(sizeof(double) * n), L = 0;
-  ref_layernorm(y, NULL, NULL, c->which == 0 ? in : c->x, c->which == 1 ? in : c->w, c->which == 2 ? in : c->b,
-                c->rows, c->C);
+  ref_layernorm(y, NULL, NULL, c->which == 0 ? in : c->x, c->which == 1 ? in : c->w,
+                c->which == 2 ? in : c->b, c->rows, c->C);
   for (int64_t i = 0; i < n; i++) L += c->G[i] * y[i];
   free(y);
   return L;
@@ -101,8 +103,10 @@ Test(common_ops_gpt, layernorm_fwd_matches_double_reference) {
   ref_layernorm(yd, md, rd, xd, wd, bd, LN_ROWS, LN_C);
   zl_expect_close_abs("layernorm y", y, yd, LN_ROWS * LN_C, 5e-6);
   for (int r = 0; r < LN_ROWS; r++) {
-    cr_assert(zl_rel(mean[r], md[r]) < 2e-6, "layernorm mean[%d]: got %.9g, expected %.9g", r, mean[r], md[r]);
-    cr_assert(zl_rel(rstd[r], rd[r]) < 2e-6, "layernorm rstd[%d]: got %.9g, expected %.9g", r, rstd[r], rd[r]);
+    cr_assert(zl_rel(mean[r], md[r]) < 2e-6, "layernorm mean[%d]: got %.9g, expected %.9g", r, mean[r],
+              md[r]);
+    cr_assert(zl_rel(rstd[r], rd[r]) < 2e-6, "layernorm rstd[%d]: got %.9g, expected %.9g", r, rstd[r],
+              rd[r]);
   }
   free(x); free(w); free(b); free(G); free(xd); free(wd); free(bd);
 }
@@ -139,7 +143,8 @@ Test(common_ops_gpt, layernorm_bwd_accumulates) {
   int n = LN_ROWS * LN_C;
   float y[LN_ROWS * LN_C], mean[LN_ROWS], rstd[LN_ROWS];
   op_layernorm_fwd(DEV_CPU, y, mean, rstd, x, w, b, DT_F32, LN_ROWS, LN_C);
-  float *fresh = calloc(n, sizeof(float)), *dx = randn(n, 121, 1.0f, 0.0f), *expect = malloc(sizeof(float) * n);
+  float *fresh = calloc(n, sizeof(float)), *dx = randn(n, 121, 1.0f, 0.0f),
+        *expect = malloc(sizeof(float) * n);
   float g0[2 * LN_C], g1[2 * LN_C], gexp[2 * LN_C];
   memcpy(expect, dx, sizeof(float) * n);
   op_layernorm_bwd(DEV_CPU, fresh, g0, g0 + LN_C, G, x, mean, rstd, w, DT_F32, LN_ROWS, LN_C, 0.0f);
@@ -256,12 +261,14 @@ Test(common_ops_gpt, attention_fwd_matches_double_reference) {
       for (int j = 0; j < sh.T; j++) {
         float p = att[r * sh.T + j];
         if (j > t)
-          cr_assert(p == 0.0f && !signbit(p), "attention att row %lld (t %d) col %d above the diagonal: got %g, "
-                    "expected exactly 0", (long long)r, t, j, p);
+          cr_assert(p == 0.0f && !signbit(p),
+                    "attention att row %lld (t %d) col %d above the diagonal: got %g, "
+                    "expected exactly 0",
+                    (long long)r, t, j, p);
         sum += p;
       }
-      cr_assert(fabs(sum - 1.0) <= 1e-6 * (1 + t / 8), "attention att row %lld (t %d) sums to %.9g, expected 1",
-                (long long)r, t, sum);
+      cr_assert(fabs(sum - 1.0) <= 1e-6 * (1 + t / 8),
+                "attention att row %lld (t %d) sums to %.9g, expected 1", (long long)r, t, sum);
     }
     free(qkv); free(out); free(att); free(qd); free(od); free(ad);
   }
@@ -281,13 +288,16 @@ Test(common_ops_gpt, attention_causal_mask_bitwise) {
   op_attention_fwd(DEV_CPU, o2, a2, qkv, B, T, C, NH);
   for (int b = 0; b < B; b++) {
     for (int64_t i = (int64_t)b * T * C; i < ((int64_t)b * T + tc) * C; i++)
-      cr_assert(memcmp(&o1[i], &o2[i], 4) == 0, "attention out[%lld] (b %d, t %lld < %d): got %.9g after changing "
-                "positions >= %d, expected %.9g (bitwise)", (long long)i, b, (long long)(i / C % T), tc, o2[i], tc, o1[i]);
+      cr_assert(memcmp(&o1[i], &o2[i], 4) == 0,
+                "attention out[%lld] (b %d, t %lld < %d): got %.9g after changing "
+                "positions >= %d, expected %.9g (bitwise)",
+                (long long)i, b, (long long)(i / C % T), tc, o2[i], tc, o1[i]);
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < tc; t++) {
         int64_t r = (((int64_t)b * NH + h) * T + t) * T;
         cr_assert(memcmp(a1 + r, a2 + r, sizeof(float) * T) == 0,
-                  "attention att row (b %d, h %d, t %d < %d) changed after changing later positions", b, h, t, tc);
+                  "attention att row (b %d, h %d, t %d < %d) changed after changing later positions", b, h, t,
+                  tc);
       }
   }
   int changed = 0; /* and the change did reach the later outputs */
@@ -321,9 +331,14 @@ Test(common_ops_gpt, attention_bwd_finite_difference) {
       int64_t i = idx[k];
       int64_t row = i / (3 * sh.C);
       int col = (int)(i % (3 * sh.C));
-      cr_assert(fabs(dqkv[i] - num[k]) <= 5e-6, "attention dqkv[%lld] (b %lld, t %lld, %s %d): got %.9g, expected %.9g "
-                "(abs tol 5e-6, T %d)", (long long)i, (long long)(row / sh.T), (long long)(row % sh.T),
-                col < sh.C ? "q" : col < 2 * sh.C ? "k" : "v", col % sh.C, dqkv[i], num[k], sh.T);
+      cr_assert(fabs(dqkv[i] - num[k]) <= 5e-6,
+                "attention dqkv[%lld] (b %lld, t %lld, %s %d): got %.9g, expected %.9g "
+                "(abs tol 5e-6, T %d)",
+                (long long)i, (long long)(row / sh.T), (long long)(row % sh.T),
+                col < sh.C           ? "q"
+                    : col < 2 * sh.C ? "k"
+                                     : "v",
+                col % sh.C, dqkv[i], num[k], sh.T);
     }
     free(qkv); free(G); free(out); free(att); free(dqkv); free(idx); free(qd); free(Gd); free(num);
   }
@@ -346,7 +361,8 @@ Test(common_ops_gpt, embedding_fwd_exact) {
     op_embedding_fwd(DEV_CPU, out, E_TOK, te, pe, wdt, EB, ET, EC, EV);
     float exp[EB * ET * EC];
     for (int p = 0; p < EB * ET; p++)
-      for (int c = 0; c < EC; c++) exp[p * EC + c] = (float)((double)wte[E_TOK[p] * EC + c] + wpe[(p % ET) * EC + c]);
+      for (int c = 0; c < EC; c++)
+        exp[p * EC + c] = (float)((double)wte[E_TOK[p] * EC + c] + wpe[(p % ET) * EC + c]);
     zl_expect_floats(pass ? "embedding out (bf16 tables)" : "embedding out", out, exp, EB * ET * EC, 0);
     if (wdt == DT_BF16) free(te), free(pe);
     free(wte); free(wpe);
@@ -379,8 +395,10 @@ Test(common_ops_gpt, embedding_bwd_repeated_tokens_finite_difference) {
   fd_grad(num, ped, NULL, ET * EC, 0.5, emb_loss, &c1);
   zl_expect_close_abs("embedding dwpe", dwpe, num, ET * EC, 1e-6);
   for (int c = 0; c < EC; c++)
-    cr_assert(dwte[c] == 0.0f && dwte[6 * EC + c] == 0.0f, "embedding dwte of unused tokens 0, 6 (col %d): got %g, %g, "
-              "expected 0", c, dwte[c], dwte[6 * EC + c]);
+    cr_assert(dwte[c] == 0.0f && dwte[6 * EC + c] == 0.0f,
+              "embedding dwte of unused tokens 0, 6 (col %d): got %g, %g, "
+              "expected 0",
+              c, dwte[c], dwte[6 * EC + c]);
   free(G); free(wte); free(wpe); free(dwte); free(dwpe); free(Gd); free(ted); free(ped);
 }
 
@@ -418,7 +436,8 @@ Test(common_ops_gpt, embedding_bad_token_dies_clearly) {
   char out[1024];
   int rc = zl_run_child(bad_token, out, sizeof out);
   cr_expect_eq(rc, 1, "exit code: got %d, expected 1 (stderr: %s)", rc, out);
-  cr_expect(strstr(out, "token[1] = 9 outside [0, 8)"), "message: got '%s', expected it to name token[1] = 9", out);
+  cr_expect(strstr(out, "token[1] = 9 outside [0, 8)"), "message: got '%s', expected it to name token[1] = 9",
+            out);
 }
 
 /* ---- determinism: every op twice on the same inputs, same bits (other ops run in between and
@@ -427,13 +446,15 @@ Test(common_ops_gpt, every_op_is_deterministic) {
   const int B = 2, T = 67, C = 24, NH = 3, V = 11, rows = B * T;
   int64_t nx = (int64_t)rows * C, nq = 3 * nx, na = (int64_t)B * NH * T * T;
   float *x = randn(nx, 400, 1.0f, 0.5f), *w = randn(C, 401, 0.2f, 1.0f), *b = randn(C, 402, 0.2f, 0.0f);
-  float *dy = randn(nx, 403, 1.0f, 0.0f), *qkv = randn(nq, 404, 1.0f, 0.0f), *wte = randn((int64_t)V * C, 405, 1, 0);
+  float *dy = randn(nx, 403, 1.0f, 0.0f), *qkv = randn(nq, 404, 1.0f, 0.0f),
+        *wte = randn((int64_t)V * C, 405, 1, 0);
   int *tok = malloc(sizeof(int) * rows);
   for (int i = 0; i < rows; i++) tok[i] = (i * 7 + i / 5) % V;
   float *r[2][12];
   for (int k = 0; k < 2; k++) {
     float **o = r[k];
-    o[0] = malloc(sizeof(float) * nx), o[1] = malloc(sizeof(float) * rows), o[2] = malloc(sizeof(float) * rows);
+    o[0] = malloc(sizeof(float) * nx), o[1] = malloc(sizeof(float) * rows),
+    o[2] = malloc(sizeof(float) * rows);
     op_layernorm_fwd(DEV_CPU, o[0], o[1], o[2], x, w, b, DT_F32, rows, C);
     o[3] = calloc(nx, sizeof(float)), o[4] = malloc(sizeof(float) * 2 * C);
     op_layernorm_bwd(DEV_CPU, o[3], o[4], o[4] + C, dy, x, o[1], o[2], w, DT_F32, rows, C, 0.0f);
@@ -444,14 +465,23 @@ Test(common_ops_gpt, every_op_is_deterministic) {
     op_embedding_fwd(DEV_CPU, o[8], tok, wte, x, DT_F32, B, T, C, V);
     op_embedding_bwd(DEV_CPU, o[9], o[10], dy, tok, DT_F32, B, T, C, V, 0.0f);
   }
-  struct { const char *name; int64_t n; } t[11] = {
-      {"layernorm y", nx},      {"layernorm mean", rows},    {"layernorm rstd", rows},   {"layernorm dx", nx},
-      {"layernorm dw,db", 2 * C}, {"attention out", nx},     {"attention att", na},      {"attention dqkv", nq},
-      {"embedding out", nx},    {"embedding dwte", (int64_t)V * C}, {"embedding dwpe", (int64_t)T * C}};
+  struct { const char *name; int64_t n;
+  } t[11] = {{"layernorm y", nx},
+             {"layernorm mean", rows},
+             {"layernorm rstd", rows},
+             {"layernorm dx", nx},
+             {"layernorm dw,db", 2 * C},
+             {"attention out", nx},
+             {"attention att", na},
+             {"attention dqkv", nq},
+             {"embedding out", nx},
+             {"embedding dwte", (int64_t)V * C},
+             {"embedding dwpe", (int64_t)T * C}};
   for (int i = 0; i < 11; i++) {
     expect_same_bits(t[i].name, r[0][i], r[1][i], sizeof(float) * t[i].n);
     for (int64_t j = 0; j < t[i].n; j++)
-      cr_assert(isfinite(r[0][i][j]), "%s[%lld]: got %g, expected finite (written)", t[i].name, (long long)j, r[0][i][j]);
+      cr_assert(isfinite(r[0][i][j]), "%s[%lld]: got %g, expected finite (written)", t[i].name, (long long)j,
+                r[0][i][j]);
   }
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < 11; i++) free(r[k][i]);
@@ -470,7 +500,8 @@ Test(common_ops_gpt, linear_without_bias) {
   op_linear_bwd(DEV_CPU, dx1, dW1, NULL, G, x, W, DT_F32, B, in, out, 0.0f);
   zl_expect_floats("linear dx (db NULL vs given)", dx1, dx0, B * in, 0);
   zl_expect_floats("linear dW (db NULL vs given)", dW1, dW0, out * in, 0);
-  op_linear_bwd(DEV_CPU, dx1, dW1, NULL, G, x, W, DT_F32, 0, in, out, 1.0f); /* no rows: dW = beta·dW, db untouched */
+  /* no rows: dW = beta·dW, db untouched */
+  op_linear_bwd(DEV_CPU, dx1, dW1, NULL, G, x, W, DT_F32, 0, in, out, 1.0f);
   zl_expect_floats("linear dW (no rows, beta 1, db NULL)", dW1, dW0, out * in, 0);
   free(x); free(W); free(G);
 }

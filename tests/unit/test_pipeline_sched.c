@@ -43,8 +43,10 @@ Test(ch07_pipeline, schedules_are_valid_zero_bubble) {
       for (int M = 1; M <= MAXM; M++) {
         make_lists(&L, (pp_schedule_t)sched, P, M, 1);
         for (int s = 0; s < P; s++)
-          cr_assert_eq(L.n[s], 3 * M, "%s, P %d, M %d, stage %d: %d operations, expected 3M = %d (every micro-batch's F, B "
-                       "and W once)", pp_schedule_name(sched), P, M, s, L.n[s], 3 * M);
+          cr_assert_eq(L.n[s], 3 * M,
+                       "%s, P %d, M %d, stage %d: %d operations, expected 3M = %d (every micro-batch's F, B "
+                       "and W once)",
+                       pp_schedule_name(sched), P, M, s, L.n[s], 3 * M);
         int bad = pp_check_schedule((pp_schedule_t)sched, P, M, 1, why, sizeof why);
         cr_assert(!bad, "%s", why);
         for (int s = 0; s < P; s++) {
@@ -54,8 +56,10 @@ Test(ch07_pipeline, schedules_are_valid_zero_bubble) {
             if (L.ops[s][i].kind == 'W') inflight--;
           }
           int allowed = pp_inflight_formula((pp_schedule_t)sched, P, s, M, 1);
-          cr_assert_eq(peak, allowed, "%s, P %d, M %d: %d micro-batches in flight on stage %d (from F k to W k), the "
-                       "formula says %d", pp_schedule_name(sched), P, M, peak, s, allowed);
+          cr_assert_eq(peak, allowed,
+                       "%s, P %d, M %d: %d micro-batches in flight on stage %d (from F k to W k), the "
+                       "formula says %d",
+                       pp_schedule_name(sched), P, M, peak, s, allowed);
         }
         if (sched != PP_ZB_H1) continue;
         make_lists(&R, PP_1F1B, P, M, 1);
@@ -63,9 +67,12 @@ Test(ch07_pipeline, schedules_are_valid_zero_bubble) {
           int j = 0;
           for (int i = 0; i < L.n[s]; i++) {
             if (L.ops[s][i].kind == 'W') continue;
-            cr_assert(j < R.n[s] && L.ops[s][i].kind == R.ops[s][j].kind && L.ops[s][i].micro == R.ops[s][j].micro,
-                      "zb-h1, P %d, M %d, stage %d: without its W's the list is not 1F1B's (operation %d: %c %d, 1F1B has "
-                      "%c %d there)", P, M, s, j, L.ops[s][i].kind, L.ops[s][i].micro, j < R.n[s] ? R.ops[s][j].kind : '-',
+            cr_assert(j < R.n[s] && L.ops[s][i].kind == R.ops[s][j].kind &&
+                          L.ops[s][i].micro == R.ops[s][j].micro,
+                      "zb-h1, P %d, M %d, stage %d: without its W's the list is not 1F1B's (operation %d: %c "
+                      "%d, 1F1B has "
+                      "%c %d there)",
+                      P, M, s, j, L.ops[s][i].kind, L.ops[s][i].micro, j < R.n[s] ? R.ops[s][j].kind : '-',
                       j < R.n[s] ? R.ops[s][j].micro : -1);
             j++;
           }
@@ -108,15 +115,18 @@ Test(ch07_sched, checker_names_the_mistake) {
             "W 1 before W 0 must be named 'a W out of order': %s", why);
   memcpy(L.ops[1], good, sizeof good);
   L.n[1] = 11; /* the last W dropped */
-  cr_assert(pp_check_lists(2, 4, 1, 1, L.p, L.n, why, sizeof why) && strstr(why, "have their W"), "a missing W: %s", why);
+  cr_assert(pp_check_lists(2, 4, 1, 1, L.p, L.n, why, sizeof why) && strstr(why, "have their W"),
+            "a missing W: %s", why);
   /* a W in a schedule whose B is the whole backward */
   make_lists(&L, PP_ZB_H1, 2, 4, 1);
-  cr_assert(pp_check_lists(2, 4, 1, 0, L.p, L.n, why, sizeof why) && strstr(why, "does not split"), "%s", why);
+  cr_assert(pp_check_lists(2, 4, 1, 0, L.p, L.n, why, sizeof why) && strstr(why, "does not split"), "%s",
+            why);
   /* across the stages: stage 0 naive (F0 B0 F1 B1), stage 1 GPipe (F0 F1 B0 B1): stage 0 waits for B0's
    * gradient, which stage 1 sends only after F1, whose activation stage 0 sends only after B0 */
   make_lists(&L, PP_NAIVE, 2, 2, 1);
   pp_schedule_ops(PP_GPIPE, 2, 1, 2, 1, L.ops[1]);
-  cr_assert(pp_check_run(2, 2, 1, 0, L.p, L.n, why, sizeof why) && strstr(why, "deadlock") && strstr(why, "stage 0"),
+  cr_assert(pp_check_run(2, 2, 1, 0, L.p, L.n, why, sizeof why) && strstr(why, "deadlock") &&
+                strstr(why, "stage 0"),
             "naive against GPipe must deadlock: %s", why);
   /* GPipe on both: fine, and so is 1F1B against 1F1B with every message alone */
   make_lists(&L, PP_GPIPE, 4, 8, 1);
@@ -124,7 +134,8 @@ Test(ch07_sched, checker_names_the_mistake) {
   /* backwards of different order on the two sides of a link: the messages cross */
   make_lists(&L, PP_GPIPE, 2, 3, 1);
   for (int i = 3; i < 6; i++) L.ops[0][i].micro = i == 3 ? 1 : i == 4 ? 0 : 2; /* B1 B0 B2 on stage 0 */
-  cr_assert(pp_check_lists(2, 3, 1, 0, L.p, L.n, why, sizeof why) && strstr(why, "backwards out of order"), "%s", why);
+  cr_assert(pp_check_lists(2, 3, 1, 0, L.p, L.n, why, sizeof why) && strstr(why, "backwards out of order"),
+            "%s", why);
 }
 
 /* Every schedule (naive, GPipe, 1F1B, interleaved v = 2..4, ZB-H1, ZB-H2), P <= 8, M <= 32: the
@@ -163,18 +174,22 @@ Test(ch07_sched, receives_posted_ahead_run_without_deadlock) {
         for (int P = sched == PP_INTERLEAVED ? 2 : 1; P <= MAXP; P++)
           for (int M = 1; M <= 16; M++) {
             if (sched == PP_INTERLEAVED && M % P) continue;
-            cr_assert(!pp_check_posted((pp_schedule_t)sched, P, M, v, ahead, 1, why, sizeof why), "ahead %d: %s", ahead, why);
+            cr_assert(!pp_check_posted((pp_schedule_t)sched, P, M, v, ahead, 1, why, sizeof why),
+                      "ahead %d: %s", ahead, why);
             runs++;
           }
       }
   cr_log_info("%d schedules checked with receives posted ahead", runs);
-  for (int P = 1; P <= 2; P++) /* one stage, or two: no stage both sends and receives one kind, the two streams do */
+  /* one stage, or two: no stage both sends and receives one kind, the two streams do */
+  for (int P = 1; P <= 2; P++)
     cr_assert(!pp_check_posted(PP_ZB_H2, P, 8, 1, 2, 0, why, sizeof why), "%s", why);
   cr_assert(pp_check_posted(PP_NAIVE, 3, 2, 1, 2, 0, why, sizeof why) && strstr(why, "deadlock"),
             "posted ahead on the pipeline's two streams, P 3: the checker must find the deadlock: %s", why);
-  cr_assert(pp_check_posted(PP_ZB_H1, 4, 8, 1, 2, 0, why, sizeof why), "zb-h1 P 4 on the two streams must fail");
-  cr_assert(pp_check_posted(PP_1F1B, 2, 4, 1, 0, 1, why, sizeof why) == 0 && pp_check_posted(PP_1F1B, 2, 4, 1, 9, 1, why, sizeof why) &&
-            strstr(why, "ahead"), "ahead 9 is refused, naming it: %s", why);
+  cr_assert(pp_check_posted(PP_ZB_H1, 4, 8, 1, 2, 0, why, sizeof why),
+            "zb-h1 P 4 on the two streams must fail");
+  cr_assert(pp_check_posted(PP_1F1B, 2, 4, 1, 0, 1, why, sizeof why) == 0 &&
+                pp_check_posted(PP_1F1B, 2, 4, 1, 9, 1, why, sizeof why) && strstr(why, "ahead"),
+            "ahead 9 is refused, naming it: %s", why);
 }
 
 /* The NCCL backend's groups (pp_groups, pipeline_pairs.c): every message of a pipeline on ONE
@@ -196,8 +211,10 @@ Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
           pp_groups(PP_1F1B, P, s, M, 1, hf, hb);
           pp_pairs(PP_1F1B, P, s, M, 1, pf, pb);
           for (int k = 0; k < M; k++)
-            cr_assert((!pf[k] || hf[k]) && (!pb[k] || hb[k]), "1f1b P %d M %d stage %d micro-batch %d: a pair (%d %d) that is "
-                      "not a group (%d %d)", P, M, s, k, pf[k], pb[k], hf[k], hb[k]);
+            cr_assert((!pf[k] || hf[k]) && (!pb[k] || hb[k]),
+                      "1f1b P %d M %d stage %d micro-batch %d: a pair (%d %d) that is "
+                      "not a group (%d %d)",
+                      P, M, s, k, pf[k], pb[k], hf[k], hb[k]);
         }
       }
   }
@@ -205,7 +222,8 @@ Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
   for (int v = 2; v <= 3; v++)
     for (int P = 2; P <= MAXP; P++)
       for (int M = P; M <= MAXM; M += P, runs++)
-        cr_assert(!pp_check_grouped(PP_INTERLEAVED, P, M, v, why, sizeof why), "interleaved grouped: %s", why);
+        cr_assert(!pp_check_grouped(PP_INTERLEAVED, P, M, v, why, sizeof why), "interleaved grouped: %s",
+                  why);
   cr_assert_eq(runs, 2 * (16 + 10 + 8 + 6 + 5 + 4 + 4), "%d interleaved cases", runs);
   /* the boundaries: before every operation but a steady-state B, which follows its F */
   pp_op_t ops[2][2 * 2 * 4], *lists[2] = {ops[0], ops[1]};
@@ -218,12 +236,15 @@ Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
   /* stage 1 of P 2, v 2, M 4: F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 ... (the pairs from its third op) */
   for (int i = 0; i < n[1]; i++)
     cr_assert_eq(cut[1][i] & 1, !(i >= 3 && ops[1][i].kind == 'B' && ops[1][i - 1].kind == 'F'),
-                 "stage 1, op %d (%c %d.%d): boundary %d", i, ops[1][i].kind, ops[1][i].micro, ops[1][i].chunk, cut[1][i] & 1);
+                 "stage 1, op %d (%c %d.%d): boundary %d", i, ops[1][i].kind, ops[1][i].micro,
+                 ops[1][i].chunk, cut[1][i] & 1);
   cr_assert(!pp_check_bounds(2, 4, 2, 0, lists, n, bounds, why, sizeof why), "%s", why);
   for (int s = 0; s < 2; s++) /* every operation a segment: each send with the next operation's receives */
     memset(cut[s], 1, (size_t)n[s]);
-  cr_assert(pp_check_bounds(2, 4, 2, 0, lists, n, bounds, why, sizeof why) && strstr(why, "deadlock"),
-            "interleaved with each send grouped with the next receive: the checker must find the deadlock: %s", why);
+  cr_assert(
+      pp_check_bounds(2, 4, 2, 0, lists, n, bounds, why, sizeof why) && strstr(why, "deadlock"),
+      "interleaved with each send grouped with the next receive: the checker must find the deadlock: %s",
+      why);
   cr_log_info("interleaved, a group per operation: %s", why);
 }
 
@@ -246,19 +267,24 @@ Test(ch07_sched, simulator_reproduces_the_closed_forms) {
           for (int W = 1; W <= 4; W++) {
             equal_costs(c, P, F, B, W);
             cr_assert(!pp_simulate(PP_1F1B, P, M, 1, c, 0, &r));
-            cr_assert_eq(r.makespan - M * (F + B + W), (P - 1) * (F + B + W), "1F1B P %d M %d F %d B %d W %d: bubble time %g, "
-                         "expected (p-1)(F+B+W) = %d", P, M, F, B, W, r.makespan - M * (F + B + W), (P - 1) * (F + B + W));
+            cr_assert_eq(r.makespan - M * (F + B + W), (P - 1) * (F + B + W),
+                         "1F1B P %d M %d F %d B %d W %d: bubble time %g, "
+                         "expected (p-1)(F+B+W) = %d",
+                         P, M, F, B, W, r.makespan - M * (F + B + W), (P - 1) * (F + B + W));
             if (M >= P && W <= F && W <= B) {
               cr_assert(!pp_simulate(PP_ZB_H1, P, M, 1, c, 0, &r));
-              cr_assert_eq(r.makespan - M * (F + B + W), (P - 1) * (F + B - W), "ZB-H1 P %d M %d F %d B %d W %d: bubble time "
-                           "%g, expected (p-1)(F+B-W) = %d", P, M, F, B, W, r.makespan - M * (F + B + W), (P - 1) * (F + B - W));
+              cr_assert_eq(r.makespan - M * (F + B + W), (P - 1) * (F + B - W),
+                           "ZB-H1 P %d M %d F %d B %d W %d: bubble time "
+                           "%g, expected (p-1)(F+B-W) = %d",
+                           P, M, F, B, W, r.makespan - M * (F + B + W), (P - 1) * (F + B - W));
             }
             for (int cc = 0; cc <= 2; cc++)
               if (M >= 2 * P && W <= F && W <= B && 2 * cc <= F + B - 2 * W) {
                 cr_assert(!pp_simulate(PP_ZB_H2, P, M, 1, c, cc, &r));
-                cr_assert_eq(r.span - M * (F + B + W), (P - 1) * (F + B + 2 * cc - 2 * W), "ZB-H2 P %d M %d F %d B %d W %d c "
-                             "%d: bubble time %g, expected (p-1)(F+B+2c-2W) = %d", P, M, F, B, W, cc,
-                             r.span - M * (F + B + W), (P - 1) * (F + B + 2 * cc - 2 * W));
+                cr_assert_eq(r.span - M * (F + B + W), (P - 1) * (F + B + 2 * cc - 2 * W),
+                             "ZB-H2 P %d M %d F %d B %d W %d c "
+                             "%d: bubble time %g, expected (p-1)(F+B+2c-2W) = %d",
+                             P, M, F, B, W, cc, r.span - M * (F + B + W), (P - 1) * (F + B + 2 * cc - 2 * W));
                 checked++;
               }
           }
@@ -277,8 +303,10 @@ Test(ch07_sched, simulator_reproduces_the_closed_forms) {
       equal_costs(c, 8, rows[i].f, rows[i].b, rows[i].w);
       cr_assert(!pp_simulate(sc[k], 8, rows[i].m, 1, c, rows[i].c, &r));
       double tol = i < 2 ? 5e-5 : 0.002; /* the paper prints 4 decimals; rounded inputs: the 0.002 */
-      cr_assert(fabs(r.bubble - rows[i].rate[k]) <= tol, "%s, p 8, m %d, F %g B %g W %g c %g: bubble rate %.4f, the paper's "
-                "%.4f (within %g)", pp_schedule_name(sc[k]), rows[i].m, rows[i].f, rows[i].b, rows[i].w, rows[i].c, r.bubble,
+      cr_assert(fabs(r.bubble - rows[i].rate[k]) <= tol,
+                "%s, p 8, m %d, F %g B %g W %g c %g: bubble rate %.4f, the paper's "
+                "%.4f (within %g)",
+                pp_schedule_name(sc[k]), rows[i].m, rows[i].f, rows[i].b, rows[i].w, rows[i].c, r.bubble,
                 rows[i].rate[k], tol);
     }
 }
@@ -307,12 +335,14 @@ Test(ch07_sched, formulas_come_from_the_simulator) {
           if (f[i].s == PP_GPIPE || f[i].s == PP_1F1B) { /* any backward cost: the bubble is the same share */
             equal_costs(c, P, 1, 3.5, 0);
             cr_assert(!pp_simulate(f[i].s, P, M, 1, c, 0, &r) && fabs(r.bubble - f[i].want) < 1e-12,
-                      "%s P %d M %d, backward 3.5x the forward: %.15g", pp_schedule_name(f[i].s), P, M, r.bubble);
+                      "%s P %d M %d, backward 3.5x the forward: %.15g", pp_schedule_name(f[i].s), P, M,
+                      r.bubble);
           }
           double t[MAXP];
           for (int s = 0; s < P; s++) t[s] = 2.5;
           got = pp_bubble_stages(f[i].s, P, M, v, t);
-          cr_assert(fabs(got - f[i].want) < 1e-12, "%s P %d M %d v %d: bubble of equal stages %.15g, expected %.15g",
+          cr_assert(fabs(got - f[i].want) < 1e-12,
+                    "%s P %d M %d v %d: bubble of equal stages %.15g, expected %.15g",
                     pp_schedule_name(f[i].s), P, M, v, got, f[i].want);
           if (f[i].s == PP_ZB_H1 || P < 2) continue;
           for (int s = 0; s < P; s++) t[s] = 1 + s; /* the slowest last: the first closed form */
@@ -320,8 +350,10 @@ Test(ch07_sched, formulas_come_from_the_simulator) {
           for (int s = 0; s < P; s++) sum += t[s] / M;
           step = f[i].s == PP_NAIVE ? M * sum : M * mx + (sum - mx) / v;
           got = pp_bubble_stages(f[i].s, P, M, v, t);
-          cr_assert(fabs(got - (1 - M * (sum / P) / step)) < 1e-12, "%s P %d M %d v %d, stages 1..P: %.15g, the closed form "
-                    "%.15g", pp_schedule_name(f[i].s), P, M, v, got, 1 - M * (sum / P) / step);
+          cr_assert(fabs(got - (1 - M * (sum / P) / step)) < 1e-12,
+                    "%s P %d M %d v %d, stages 1..P: %.15g, the closed form "
+                    "%.15g",
+                    pp_schedule_name(f[i].s), P, M, v, got, 1 - M * (sum / P) / step);
         }
       }
   /* ZB-H2 with F = B = W and no message cost: no bubble at all once M >= 2P − 1 (its own window) */

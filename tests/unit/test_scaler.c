@@ -12,10 +12,12 @@ Test(common_scaler, backoff_on_overflow_growth_after_interval) {
   const int want_tracker[10] = {0, 0, 1, 2, 0, 1, 0, 1, 2, 0};
   for (int k = 0; k < 10; k++) {
     int changed = scaler_update(&s, inf[k]);
-    cr_expect(s.scale == want[k], "step %d (found_inf %d): scale got %g, expected %g", k, inf[k], s.scale, want[k]);
-    cr_expect_eq(s.growth_tracker, want_tracker[k], "step %d: growth_tracker got %d, expected %d", k, s.growth_tracker,
-                 want_tracker[k]);
-    cr_expect_eq(changed, k == 0 || k == 1 || k == 4 || k == 6 || k == 9, "step %d: changed got %d", k, changed);
+    cr_expect(s.scale == want[k], "step %d (found_inf %d): scale got %g, expected %g", k, inf[k], s.scale,
+              want[k]);
+    cr_expect_eq(s.growth_tracker, want_tracker[k], "step %d: growth_tracker got %d, expected %d", k,
+                 s.growth_tracker, want_tracker[k]);
+    cr_expect_eq(changed, k == 0 || k == 1 || k == 4 || k == 6 || k == 9, "step %d: changed got %d", k,
+                 changed);
   }
   cr_expect_eq(s.overflows, 3, "overflows: got %d, expected 3", s.overflows);
 }

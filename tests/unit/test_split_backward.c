@@ -20,7 +20,8 @@ static void expect_bytes(const char *what, const void *got, const void *want, si
   const unsigned char *a = got, *b = want;
   size_t i = 0;
   while (a[i] == b[i]) i++;
-  cr_assert_fail("%s: the split halves differ from the fused op at byte %zu of %zu (bitwise expected)", what, i, n);
+  cr_assert_fail("%s: the split halves differ from the fused op at byte %zu of %zu (bitwise expected)", what,
+                 i, n);
 }
 
 Test(ch07_split, linear_and_layernorm_halves_are_the_fused_op_bitwise) {
@@ -109,9 +110,16 @@ static void split_equals_fused(model_t *m, dtype_t wdt, const char *what) {
     unit_io_t io[2][MAXU];
     for (int p = 0; p < 2; p++)
       for (int u = 0; u < U; u++) {
-        io[p][u] = (unit_io_t){.dev = DEV_CPU, .wdt = wdt, .B = B, .params = (char *)params + m->units[u].off * es,
-                               .grads = (char *)g[p] + m->units[u].off * es, .beta = (float)k,
-                               .x = u ? y[p][u - 1] : xin, .y = y[p][u], .saved = saved[p][u], .wsaved = ws[p][u],
+        io[p][u] = (unit_io_t){.dev = DEV_CPU,
+                               .wdt = wdt,
+                               .B = B,
+                               .params = (char *)params + m->units[u].off * es,
+                               .grads = (char *)g[p] + m->units[u].off * es,
+                               .beta = (float)k,
+                               .x = u ? y[p][u - 1] : xin,
+                               .y = y[p][u],
+                               .saved = saved[p][u],
+                               .wsaved = ws[p][u],
                                .dx = u ? dxs[p][u] : NULL};
         model_forward(m, u, &io[p][u]);
       }
@@ -153,8 +161,8 @@ Test(ch07_split, mlp_and_gpt_split_backward_is_the_backward_bitwise) {
     model_free(&m);
     gpt_init(&m, (gpt_shape_t){.n_layer = 2, .n_head = 5, .n_embd = 35, .seq_len = 16, .vocab = 256});
     for (int u = 0; u < m.n_units; u++) /* what the W half keeps per sample: C per token, 4C in a block */
-      cr_assert_eq(m.units[u].wsaved_numel, (u == 0 || u == m.n_units - 1 ? 1 : 4) * 16 * 35, "GPT unit %d: wsaved %lld",
-                   u, (long long)m.units[u].wsaved_numel);
+      cr_assert_eq(m.units[u].wsaved_numel, (u == 0 || u == m.n_units - 1 ? 1 : 4) * 16 * 35,
+                   "GPT unit %d: wsaved %lld", u, (long long)m.units[u].wsaved_numel);
     split_equals_fused(&m, wdt, dt ? "GPT bf16" : "GPT fp32");
     model_free(&m);
   }
