@@ -15,23 +15,23 @@
 // data_init, data_batch, data_teacher_entropy, data_init_text, data_val_batch, rng_uniform
 #include "data.h"
 #include "grid.h"   // grid_init, grid_print, grid_free (--tp)
-#include "gpt.h"    // gpt_init, gpt_acts_bytes (--model gpt)
+#include "gpt.h"    // gpt_init (--model gpt)
 #include "device.h" // dev_memcpy, dev_sync
-#include "ledger.h" // ledger_init, ledger_live
-#include "model.h"  // model_init, model_unit_forward, model_unit_backward
-#include "ops.h"    // op_softmax_xent, op_adamw, op_sgd, op_cast, op_sumsq
+#include "ledger.h" // ledger_init, ledger_trace_open
+#include "model.h"  // model_init
+#include "ops.h"    // op_adamw, op_sgd, op_cast
 #include "outfile.h" // outfile_write
 #include "report.h" // report_finish, report_write_trace, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
-#include "trace.h"  // trace_init, trace_begin, trace_end, trace_write, trace_now_us
+#include "trace.h"  // trace_init, trace_begin, trace_end, trace_now_us
 #include "ckpt.h"   // ckpt_open_resume, ckpt_restore, ckpt_due, ckpt_save, ckpt_export_weights
 #include "export.h" // export_safetensors (--save-params PATH.safetensors beside PATH)
-#include "fault.h"  // fault_arm, fault_at_step, fault_poison (--fault, a testing aid)
+#include "fault.h"  // fault_arm, fault_at_step, fault_overflow (--fault, a testing aid)
 #include "scaler.h" // scaler_t, scaler_make, scaler_update (--precision fp16)
 #include <math.h>   // isfinite, sqrt, NAN
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // getenv, free
-#include <string.h> // strcmp, memcpy, memcmp
+#include <string.h> // strcmp, memcpy
 #include <errno.h>  // errno, EEXIST
 #include <sys/stat.h> // mkdir, stat
 
