@@ -216,7 +216,7 @@ deps:
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@t0=$$(date +%s); bash common/scripts/deps.sh && $(MAKE) --no-print-directory -j$(JOBS) test-prep && \
-	  ZL_TEST_T0=$$t0 bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
+	  ZL_TEST_T0=$$t0 bash common/scripts/run_tests.sh $(TEST_BIN) $(if $(TEST_FILTER),'$(TEST_FILTER)')
 
 test-prep: build
 ifeq ($(IMPL),solutions)
@@ -242,7 +242,7 @@ test-kernels: test-prep
 	  $(if $(KERNELS_JSON),--json $(KERNELS_JSON))
 
 test-run: test-prep
-	@bash common/scripts/run_tests.sh $(TEST_BIN) $(TEST_FILTER)
+	@bash common/scripts/run_tests.sh $(TEST_BIN) $(if $(TEST_FILTER),'$(TEST_FILTER)')
 
 # make demo writes under results/ only (the JSON, the traces, results/figures/): the checkout
 # stays clean (git status shows nothing after it).

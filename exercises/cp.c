@@ -69,7 +69,8 @@ int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int
         int cnt = visible(kpos, n, qpos[i]); /* keys j < cnt: kpos[j] <= qpos[i] */
         if (cnt == 0) continue;
         // BEGIN EXERCISE cp_attend_block notes/10-long-sequences.md
-        // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the new
+        // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the
+        // HINT: new
         // HINT: max m', then add this block's e^(s − m') terms.
         // HINT: stuck? `make hint EX=cp_attend_block LEVEL=2` gives the next hint
         zl_exercise_todo("cp_attend_block", "notes/10-long-sequences.md");

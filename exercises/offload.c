@@ -15,7 +15,8 @@
  *
  *   backward, unit u   reduce-scatter(u) ... done → grad piece u  device → host   (offload_grad_to_host)
  *   step               norm on the device shard; host AdamW per unit; piece u cast to wdt on the
- *                      host → params piece u  host → device; then the all-gathers (offload_update_and_send)
+ *                      host → params piece u  host → device; then the all-gathers
+ * (offload_update_and_send)
  *
  * On CUDA the host arena is pinned memory and both copies run on a copy stream (device.h:
  * dev_copy_async), so the gradient copies overlap the rest of the backward; on a CPU run the

@@ -64,13 +64,16 @@ int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int
         int cnt = visible(kpos, n, qpos[i]); /* keys j < cnt: kpos[j] <= qpos[i] */
         if (cnt == 0) continue;
         // BEGIN EXERCISE cp_attend_block notes/10-long-sequences.md
-        // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the new
+        // HINT: scores of the visible keys, their max; rescale what acc and l hold by e^(m − m') for the
+        // HINT: new
         // HINT: max m', then add this block's e^(s − m') terms.
         // HINT2: hs = E/NH, scale = 1/sqrt(hs); q = qkv + (rho·n + i)·3E + h·hs; m[st], l[st] with st =
         // HINT2: (rho·NH + h)·n + i; acc at (rho·n + i)·E + h·hs.
-        // HINT2: k_j = kv + (rho·n + j)·2E + h·hs, v_j = the same + E; s[j] = scale·q·k_j for j < cnt. m[st]
+        // HINT2: k_j = kv + (rho·n + j)·2E + h·hs, v_j = the same + E; s[j] = scale·q·k_j for j < cnt.
+        // HINT2: m[st]
         // HINT2: starts at −INFINITY: expf(−inf) = 0 rescales nothing.
-        // HINT3: mx = max s[j]; mn = fmaxf(m[st], mx); c = expf(m[st] − mn); a[d] *= c; then p = expf(s[j] −
+        // HINT3: mx = max s[j]; mn = fmaxf(m[st], mx); c = expf(m[st] − mn); a[d] *= c; then p = expf(s[j]
+        // HINT3: −
         // HINT3: mn): sum += p, a[d] += p·v_j[d]; l[st] = l[st]·c + sum; m[st] = mn.
         int hs = E / NH;                                                         // head size
         const float *q = qkv + ((int64_t)rho * n + i) * 3 * E + (int64_t)h * hs; // (hs) this query, head h

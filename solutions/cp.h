@@ -39,7 +39,8 @@ int64_t cp_work_formula(int S, int C, int balance, int q);
  * (ascending) into the running softmax of this rank's queries (qkv's q, positions qpos[n]):
  * for each row, head and query i, the keys j with kpos[j] <= qpos[i] (causal), scores
  * s_j = q·k_j / sqrt(hs), then
- *   m' = max(m, max_j s_j)   acc = acc·e^(m − m') + Σ_j e^(s_j − m')·v_j   l = l·e^(m − m') + Σ_j e^(s_j −
+ *   m' = max(m, max_j s_j)   acc = acc·e^(m − m') + Σ_j e^(s_j − m')·v_j   l = l·e^(m − m') + Σ_j
+ * e^(s_j −
  * m')
  * m, l (R, NH, n) start at −∞ and 0, acc (R, n, E) at 0. Returns the score pairs computed. */
 int64_t cp_attend_block(int R, int n, int E, int NH, const float *qkv, const int *qpos, const float *kv,

@@ -44,7 +44,8 @@ int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_b
   // HINT2: padded; unit_bucket[u] says which bucket holds u.
   // HINT3: cap = bucket_mb·2^20; n = 0, open = 0; for u = U−1..0: if padded == 0 { unit_bucket[u] = −1;
   // HINT3: continue; }
-  // HINT3: nbytes = padded·elem_bytes; if open > 0 and open + nbytes > cap: n++, open = 0; if open == 0 start
+  // HINT3: nbytes = padded·elem_bytes; if open > 0 and open + nbytes > cap: n++, open = 0; if open == 0
+  // HINT3: start
   // HINT3: out[n] at u; out[n].first_unit = u, .off = units[u].off, .numel += padded, .nbytes += nbytes; open
   // HINT3: +=
   // HINT3: nbytes; unit_bucket[u] = n. Return n+1 (0 when no unit is held).

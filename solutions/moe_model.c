@@ -149,7 +149,8 @@ void moe_setup(trainer_t *t) {
   c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
   c->u = xcalloc((size_t)m->n_units, sizeof(moe_unit_t), "moe units");
   gpt_block_t kb = c->kb;
-  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k; with
+  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k;
+   * with
    * --tp each rank routes 1/T of the tokens) and the experts' (capacity: the same; dropless: in the worst
    * case every token of the group here) */
   int64_t Sk = (c->S * c->k + c->tp - 1) / c->tp,

@@ -25,8 +25,10 @@ int64_t moe_plan(const int *ids, int64_t T, int k, int E, int64_t cap, int64_t *
   // HINT: the experts before it end, and every kept choice takes the next free row of its expert, in
   // HINT: token order; a choice past the capacity gets no row (slot −1) and rows nobody fills are padding.
   // HINT2: start[e] = e·cap with a capacity (the buffer is E·cap rows, padding included), else the prefix
-  // HINT2: sum of counts over e' < e (the buffer is T·k rows). Fill row_tok with −1 first (padding), then for
-  // HINT2: t in 0..T−1, j in 0..k−1: e = ids[t·k+j]; if cap > 0 and e already has cap rows: slot = −1; else
+  // HINT2: sum of counts over e' < e (the buffer is T·k rows). Fill row_tok with −1 first (padding), then
+  // HINT2: for
+  // HINT2: t in 0..T−1, j in 0..k−1: e = ids[t·k+j]; if cap > 0 and e already has cap rows: slot = −1;
+  // HINT2: else
   // HINT2: r = start[e] + (rows e has so far), slot[t·k+j] = r, row_tok[r] = t.
   // HINT3: two loops over t·k + j; a second counter array (or reuse counts as the fill level after computing
   // HINT3: the

@@ -37,7 +37,8 @@ comm_handle_t pp_post_recv_forward(trainer_t *t, int j, int k, float *buf) {
   // BEGIN EXERCISE pp_stage_recv notes/07-pipeline.md
   // HINT: a stage's forward needs the output of the chunk before, on the previous stage; post the receive
   // HINT: now, wait only when the forward needs it.
-  // HINT2: b × in_numel floats from ch->rx_act (its communicator and the peer's rank in it), into buf; return
+  // HINT2: b × in_numel floats from ch->rx_act (its communicator and the peer's rank in it), into buf;
+  // HINT2: return
   // HINT2: the handle without waiting (pp_recv_forward waits); name it with a tag ("recv act k") so a timeout
   // HINT2: says which.
   // HINT3: ch = &st->chunks[j]; snprintf(st->tag, ..., "recv act %d", k); return

@@ -29,7 +29,8 @@
  * where a W sits between the two (holding the input gradient back through a W would delay the
  * previous stage: B is their critical path).
  *
- * GROUPED (the NCCL backend; v = 1 here, v > 1 below): Megatron's batched p2p — every message of the pipeline
+ * GROUPED (the NCCL backend; v = 1 here, v > 1 below): Megatron's batched p2p — every message of the
+ * pipeline
  * on ONE
  * communicator (st->fwd, one NCCL stream), and at each operation boundary the send just made and
  * the next receive in one ncclGroupStart/End: a send is held back whenever the next operation

@@ -56,8 +56,9 @@ typedef struct pp_state {
                          * to stage r go on acts[r % 2] (grads[r % 2]), so a stage's receives (its
                          * own parity) and its sends (the other) are on different streams: a receive
                          * posted ahead never holds back a send queued after it. Else NULL */
-  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back), v > 1 not grouped, on stages 0 and P−1;
-                         * else NULL (a stage between joins no wrap group: comm_split with color < 0) */
+  comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back), v > 1 not grouped, on stages 0 and
+                         * P−1; else NULL (a stage between joins no wrap group: comm_split with a
+                         * negative color) */
   int prepost;          /* 1: receives posted ahead (pipeline_post.c; the MPI backend) */
   int grouped;          /* 1: one communicator (fwd) for every message (the NCCL backend), each
                          * operation's send grouped with the next receive where pp_groups says (v = 1),

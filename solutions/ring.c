@@ -30,7 +30,8 @@ void ring_reduce_scatter(comm_t *c, const void *send, void *recv, int64_t numel,
   // HINT2: so the last one received (s = N−2) is chunk r. Two scratch slots, alternating, keep
   // HINT2: what you forward apart from what arrives. In place (recv inside send): the last chunk
   // HINT2: must land in scratch too, and be added into recv.
-  // HINT3: for s in 0..N−2: ks = mod(r−s−1), kr = mod(r−s−2); send buffer = your chunk ks of send at s = 0,
+  // HINT3: for s in 0..N−2: ks = mod(r−s−1), kr = mod(r−s−2); send buffer = your chunk ks of send
+  // HINT3: at s = 0,
   // HINT3: else the slot you just filled; receive into comm_scratch(c, s % 2, max-chunk bytes) (at the last
   // HINT3: step straight into recv unless in place); comm_p2p_sendrecv(c, sb, n(ks), r+1, rb, n(kr), r−1,
   // HINT3: dt);
@@ -71,7 +72,8 @@ void ring_all_gather(comm_t *c, const void *send, void *recv, int64_t numel, dty
   // HINT: into recv. After N−1 steps every chunk has visited every rank. No scratch needed.
   // HINT2: going to r+1: at step s send chunk (r−s) mod N, receive chunk (r−s−1) mod N. In C,
   // HINT2: (r − s) % N can be negative: use ((x % N) + N) % N.
-  // HINT3: comm_local_copy(c, recv + lo(r), send, n(r), dt); for s in 0..N−2: ks = mod(r−s), kr = mod(r−s−1);
+  // HINT3: comm_local_copy(c, recv + lo(r), send, n(r), dt); for s in 0..N−2: ks = mod(r−s), kr =
+  // HINT3: mod(r−s−1);
   // HINT3: comm_p2p_sendrecv(c, recv + lo(ks), n(ks), r+1, recv + lo(kr), n(kr), r−1, dt) — lo and n from
   // HINT3: comm_chunk_lo / comm_chunk_numel, offsets in elements of dt.
   int N = comm_world(c), r = comm_rank(c);

@@ -24,7 +24,8 @@ void shard_plan(model_t *m, int world) {
   // HINT: multiple of world; the pieces tile each rank's shard.
   // HINT2: per unit, in unit order: padded, piece = padded / world, off (running sum of padded), shard_off
   // HINT2: (running sum of piece); then the model's padded_numel, shard_numel and max_unit_padded.
-  // HINT3: padded = (numel + world − 1) / world · world; off += padded; shard_off += piece; max_unit_padded =
+  // HINT3: padded = (numel + world − 1) / world · world; off += padded; shard_off += piece;
+  // HINT3: max_unit_padded =
   // HINT3: the largest padded (ZeRO-2/3 size their staging buffers by it).
   if (world < 1) die_on_rank("shard_plan: world %d must be >= 1", world);
   int64_t off = 0, shard_off = 0, max_padded = 0;

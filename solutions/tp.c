@@ -114,7 +114,8 @@ void tp_row_backward(comm_t *tp, float *dx_r, void *dW_r, void *db, const float 
   // HINT: layer's gradients need no communication.
   // HINT2: g's backward (the identity) on B·out elements, then one local backward on (B, in_r, out),
   // HINT2: gradients accumulated with beta; db is the same on every rank.
-  // HINT3: tp_g_backward(tp, dy, B·out); op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, wdt, B,
+  // HINT3: tp_g_backward(tp, dy, B·out); op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, wdt,
+  // HINT3: B,
   // HINT3: in_r, out, beta).
   tp_g_backward(tp, dy, (int64_t)B * out);
   op_linear_bwd(comm_device(tp), dx_r, dW_r, db, dy, x_r, W_r, wdt, B, in_r, out, beta);

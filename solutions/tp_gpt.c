@@ -384,7 +384,8 @@ static double tp_gpt_loss(const model_t *m, int b, const float *logits, const in
                        dlogits, scale);
 }
 
-static double tp_gpt_flops(const model_t *m) { /* this rank's share (gpt.c's count with C·Cr, C·Vr, S²·Cr) */
+/* this rank's share (gpt.c's count with C·Cr, C·Vr, S²·Cr) */
+static double tp_gpt_flops(const model_t *m) {
   const tp_gpt_t *c = m->ctx;
   double S = c->S, C = c->C, Cr = c->Cr, L = m->n_units - 2, Vr = c->Vr;
   return S * (L * 24.0 * C * Cr + 2.0 * C * Vr) + L * 4.0 * S * S * Cr;

@@ -18,9 +18,11 @@ void tp_sp_all_gather(comm_t *tp, float *full, const float *part, float *stage, 
   // HINT: every rank holds S/T positions of every sample; the column-parallel linear after g needs all S. The
   // HINT: collective concatenates whole chunks by rank, but in (B, S, C) one rank's positions are B separate
   // HINT: blocks.
-  // HINT2: all-gather the B·S·C elements into stage (rank q's (B, S/T, C) part is chunk q, at q·B·(S/T)·C),
+  // HINT2: all-gather the B·S·C elements into stage (rank q's (B, S/T, C) part is chunk q, at
+  // HINT2: q·B·(S/T)·C),
   // HINT2: then copy each of the T·B blocks of (S/T)·C floats to full at sample b, positions q·S/T.. .
-  // HINT3: comm_all_gather(tp, part, stage, (int64_t)B·S·C, DT_F32); for q < T, b < B: dev_memcpy(dev, full +
+  // HINT3: comm_all_gather(tp, part, stage, (int64_t)B·S·C, DT_F32); for q < T, b < B: dev_memcpy(dev, full
+  // HINT3: +
   // HINT3: (b·S + q·Sl)·C, dev, stage + (q·B + b)·Sl·C, Sl·C·4), Sl = S/T, dev = comm_device(tp).
   int T = comm_world(tp), Sl = S / T;
   int64_t blk = (int64_t)Sl * C;
@@ -39,9 +41,11 @@ void tp_sp_reduce_scatter(comm_t *tp, float *part, const float *full, float *sta
   // HINT: this rank needs the total only at its own S/T positions of every sample — the all-reduce's first
   // HINT: half.
   // HINT2: the reduce-scatter gives rank q the contiguous chunk q: first copy, for every rank q and sample b,
-  // HINT2: positions q·S/T.. of sample b into chunk q of stage (at (q·B + b)·(S/T)·C), then reduce-scatter
+  // HINT2: positions q·S/T.. of sample b into chunk q of stage (at (q·B + b)·(S/T)·C), then
+  // HINT2: reduce-scatter
   // HINT2: stage (B·S·C elements, summing) into part.
-  // HINT3: for q < T, b < B: dev_memcpy(dev, stage + (q·B + b)·Sl·C, dev, full + (b·S + q·Sl)·C, Sl·C·4);
+  // HINT3: for q < T, b < B: dev_memcpy(dev, stage + (q·B + b)·Sl·C, dev, full + (b·S + q·Sl)·C,
+  // HINT3: Sl·C·4);
   // HINT3: then comm_reduce_scatter(tp, stage, part, (int64_t)B·S·C, DT_F32, REDOP_SUM).
   int T = comm_world(tp), Sl = S / T;
   int64_t blk = (int64_t)Sl * C;

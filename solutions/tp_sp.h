@@ -9,7 +9,8 @@
  * sample, a (B, S/T, C) slice. The two conjugate operators of tp.h change where the regions meet:
  *   g   (into a column-parallel linear)  forward: all-gather along the sequence (B, S/T, C) → (B, S, C)
  *                                       backward: reduce-scatter along the sequence
- *   ḡ   (out of a row-parallel linear)   forward: reduce-scatter along the sequence (B, S, C) → (B, S/T, C)
+ *   ḡ   (out of a row-parallel linear)   forward: reduce-scatter along the sequence (B, S, C) → (B, S/T,
+ * C)
  *                                       backward: all-gather along the sequence
  * An all-reduce is a reduce-scatter followed by an all-gather, so g + ḡ move the bytes of the two
  * all-reduces they replace; what changes is that nothing between them is held whole. The

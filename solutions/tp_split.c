@@ -111,7 +111,8 @@ static int tp_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
 }
 
 /* The all-reduces the split units run (ar_calls of ar_numel per sample, fp32) in one step of this
- * rank: × micro-batches (t->n_micro: --accum, or a pipeline's M), of the units it holds; --recompute reruns a
+ * rank: × micro-batches (t->n_micro: --accum, or a pipeline's M), of the units it holds; --recompute reruns
+ * a
  * unit's forward, its forward all-reduces (ar_fwd_calls:
  * the g's) included; ar2_* a second size (the GPT's loss). */
 void tp_unit_traffic(const tp_unit_t *k, const trainer_t *t, int u, int T, int r, int64_t *calls,

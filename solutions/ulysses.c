@@ -29,7 +29,8 @@ void ulysses_unpack(int R, int n, int S, int E, int F, int C, const int *pos, co
   // HINT: rank's heads. Each (row, position) lands at the row's global position in y, every part beside the
   // HINT: others.
   // HINT2: Eh = E/C features per part; blk = R·n·F·Eh floats per block; the source of (q, rho, i, f) is
-  // HINT2: recv + q·blk + ((rho·n + i)·F + f)·Eh, the destination y + (rho·S + pos[q·n + i])·F·Eh + f·Eh.
+  // HINT2: recv + q·blk + ((rho·n + i)·F + f)·Eh, the destination y + (rho·S + pos[q·n + i])·F·Eh +
+  // HINT2: f·Eh.
   // HINT3: for q < C, rho < R, i < n, f < F: memcpy(y + ((int64_t)rho·S + pos[q·n + i])·F·Eh + f·Eh,
   // HINT3: recv + q·blk + (((int64_t)rho·n + i)·F + f)·Eh, Eh floats). pos[q·n + i], not q·n + i: with
   // HINT3: --cp-balance 1 a rank's positions are two mirrored chunks.

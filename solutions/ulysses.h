@@ -16,7 +16,8 @@
  *
  * Bytes one rank sends per layer and micro-batch of R rows (each all-to-all keeps 1/C of its buffer
  * home): forward 4·(C−1)·R·n·E/C (Q, K, V out, O back), backward the same (dO out, dQ dK dV back);
- * per sequence (R·n = S positions over the group, C ranks) that is 4·S·E·(C−1)/C² ≈ the paper's 4Nh/P,
+ * per sequence (R·n = S positions over the group, C ranks) that is 4·S·E·(C−1)/C² ≈ the paper's
+ * 4Nh/P,
  * against the ring's 2·S·E·(C−1)/C forward. The degree is limited by the heads: C must divide NH. */
 #ifndef ZL_ULYSSES_H
 #define ZL_ULYSSES_H
@@ -85,7 +86,8 @@ int64_t cp_ulysses_bwd_numel(int C, int64_t R, int n, int E);
  * The head count bounds A only: C = A·G may exceed NH.
  * Bytes one rank sends per layer and micro-batch of R rows (n = S/C positions):
  *   forward  all-to-all 4·(A−1)·R·n·E/A        + ring (G−1)·2·R·n·E
- *   backward all-to-all 4·(A−1)·R·n·E/A        + ring (G−1)·4·R·n·E + 2·R·n·E  (the ring's: 0 when G = 1)
+ *   backward all-to-all 4·(A−1)·R·n·E/A        + ring (G−1)·4·R·n·E + 2·R·n·E  (the ring's: 0
+ * when G = 1)
  * (the ring of G on blocks of A·n positions of E/A features: the same R·n·E per hop as a ring of C). */
 /* 0 when the hybrid can run: A divides C, A divides NH, C divides S, and a ring of G = C/A splits S
  * (2G | S with balance); else 1 and why. */

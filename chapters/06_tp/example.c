@@ -99,7 +99,8 @@ static void example_row(comm_t *tp, const float *X, const float *A, act_t fn, co
   act(fn, full, xa, 4);
   int same = memcmp(sum, full, sizeof sum) == 0;
   snprintf(line, sizeof line,
-           "all-reduce: %s(%s1·A1) + %s(%s2·A2) = %s\n            %s(%s·A) = %s(%s) = %s   %s\n", an, xname,
+           "all-reduce: %s(%s1·A1) + %s(%s2·A2) = %s\n            %s(%s·A) = %s(%s) = %s   "
+           "%s\n", an, xname,
            an, xname, mat(m1, sizeof m1, sum, 2, 2), an, xname, an, mat(m2, sizeof m2, xa, 2, 2),
            mat(m3, sizeof m3, full, 2, 2), same ? "equal" : "DIFFERENT");
   say0(tp, line);

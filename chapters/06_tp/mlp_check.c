@@ -123,7 +123,8 @@ static int run_mlp_check(comm_t *world, const mlp_opts_t *o) {
   char line[512];
   snprintf(
       line, sizeof line,
-      "Tensor-parallel MLP block y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 against the 1-rank block (same weights, x, "
+      "Tensor-parallel MLP block y = GELU(x·W1ᵀ + b1)·W2ᵀ + b2 against the 1-rank block (same weights, "
+      "x, "
       "dy)\n"
       "B %d, h %d, ffn %d, fp32, %d ranks, %s collectives; W1 split by rows (column-parallel), W2 by columns "
       "(row-parallel)\n"

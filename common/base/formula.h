@@ -25,7 +25,8 @@ mem_formula_t formula_zero_k(int stage, double psi, int world, double param_byte
 /* The trainer's form: working dtype wdt (bf16: fp32 master of 4Ψ; fp32: none), optimizer with
  * opt_states fp32 buffers (AdamW 2: m and v; SGD-momentum 1). */
 mem_formula_t formula_model_states(int stage, double psi, int world, dtype_t wdt, int opt_states);
-/* Bytes sent per rank per step by ring algorithms: stages 0–2: 2(N−1)/N·Ψ·b, stage 3: 3(N−1)/N·Ψ·b,
+/* Bytes sent per rank per step by ring algorithms: stages 0–2: 2(N−1)/N·Ψ·b, stage 3:
+ * 3(N−1)/N·Ψ·b,
  * b = bytes per element of the communicated dtype. */
 double formula_comm_bytes(int stage, double psi, int world, dtype_t wdt);
 /* What a strategy says about itself (train.h's strategy_t.formula): its model-state bytes per rank

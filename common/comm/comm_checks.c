@@ -62,7 +62,8 @@ void comm_a2a_check_splits(comm_t *c, const comm_task_t *t) {
   if (!bad) return;
   if (len < (int)sizeof text)
     snprintf(text + len, sizeof text - (size_t)len,
-             "%s — rank i's send_counts[j] must equal rank j's recv_counts[i]: exchange the counts first (an "
+             "%s — rank i's send_counts[j] must equal rank j's recv_counts[i]: exchange the counts first "
+             "(an "
              "all-to-all of the counts, as a dropless MoE dispatcher does)",
              bad > 4 ? " (and more pairs)" : "");
   comm_mpi_fail_all(c, text, 2);

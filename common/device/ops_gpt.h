@@ -96,7 +96,8 @@ void op_embedding_bwd(device_t dev, void *dwte, void *dwpe, const float *dout, c
  * gates, the combine's backward (d y rows into the experts' output gradient). */
 void op_rows_gather(device_t dev, float *dst, const float *src, const int *src_row, const float *scale,
                     int64_t n, int C);
-/* y[t,:] = beta·y[t,:] + Σ_{j<k, slot[t,j] >= 0} w_tj·src[slot[t,j],:], the j in order, w_tj = w ? w[t·k+j] :
+/* y[t,:] = beta·y[t,:] + Σ_{j<k, slot[t,j] >= 0} w_tj·src[slot[t,j],:], the j in order, w_tj = w ?
+ * w[t·k+j] :
  * 1:
  * the combine (w the gates), and the dispatch's backward (w NULL). y (T,C) must not alias src. */
 void op_rows_combine(device_t dev, float *y, const float *src, const int *slot, const float *w, int64_t T,

@@ -129,7 +129,8 @@ void op_layernorm_bwd_weight(device_t dev, void *dw, void *db, const float *dy, 
   if (dev == DEV_CUDA) GPT_ON_CUDA(opcu_layernorm_bwd_weight(dw, db, dy, x, mean, rstd, wdt, rows, C, beta));
   gpt_check_dt(wdt, __func__);
   if (C <= 0) return;
-  float *dws = ops_workspace(DEV_CPU, OPS_GPT_WS_B, 2 * (int64_t)C * (int64_t)sizeof(float)); // Σ n·dy | Σ dy
+  // Σ n·dy | Σ dy
+  float *dws = ops_workspace(DEV_CPU, OPS_GPT_WS_B, 2 * (int64_t)C * (int64_t)sizeof(float));
   float *dbs = dws + C;
   memset(dws, 0, 2 * (size_t)C * sizeof(float));
   for (int r = 0; r < rows; r++) {
@@ -199,7 +200,8 @@ void op_attention_fwd(device_t dev, float *out, float *att, const float *qkv, in
 }
 
 /* Per (b,h), with P = att, dO = dout's head slice:
- *   dP = dO·Vᵀ;  dS = P ⊙ (dP − rowsum(P ⊙ dP));  dQ = scale·dS·K;  dK = scale·dSᵀ·Q;  dV = Pᵀ·dO.
+ *   dP = dO·Vᵀ;  dS = P ⊙ (dP − rowsum(P ⊙ dP));  dQ = scale·dS·K;  dK = scale·dSᵀ·Q;  dV =
+ * Pᵀ·dO.
  * dS lives in one T×T workspace; lower-triangular blocks only (dS and P are 0 above the diagonal). */
 void op_attention_bwd(device_t dev, float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                       int T, int C, int NH) {

@@ -371,7 +371,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   fprintf(
       out,
       "\ncomm/step: bytes each rank sends per step with ring collectives, %s elements: stages 0-2 "
-      "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered twice)\n",
+      "2(N-1)/N·Ψ (all-reduce = reduce-scatter + all-gather), stage 3 3(N-1)/N·Ψ (params gathered "
+      "twice)\n",
       precision);
   if (acc)
     fprintf(out,
@@ -388,9 +389,11 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
             seq, (long long)micro,
             psi_given ? "" : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
     fprintf(out,
-            "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f bytes\n",
+            "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f "
+            "bytes\n",
             sbh, 34.0 + 5.0 * a * s / h, act.per_layer);
-    fprintf(out, "  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f bytes\n", layers,
+    fprintf(out, "  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f "
+                 "bytes\n", layers,
             act.total, act.recompute);
     fprintf(out,
             "this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; "
@@ -419,10 +422,12 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
           tp);
       fprintf(
           out,
-          "  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f bytes\n",
+          "  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f "
+          "bytes\n",
           act.tp_layer, layers, act.tp_total);
       fprintf(out,
-              "  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f bytes; "
+              "  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f "
+              "bytes; "
               "full recompute: 2·s·b·h·L/t + one layer = %.0f bytes\n",
               act.sp_layer, layers, act.sp_total, act.sp_rc);
       fprintf(out,
@@ -465,7 +470,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                    : moe_every == 3 ? "rd"
                                     : "th");
     fprintf(out,
-            "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per token\n",
+            "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per "
+            "token\n",
             experts, every, topk);
     fprintf(out,
             "  Ψ total %.0f = dense %.0f (routers E·h included) + experts %.0f; active per token %.0f "

@@ -1,4 +1,5 @@
-/* test_gpu_ops.c — every CUDA op (common/device/ops_cuda.cu) against the CPU op (common/device/ops_cpu.c) on
+/* test_gpu_ops.c — every CUDA op (common/device/ops_cuda.cu) against the CPU op (common/device/ops_cpu.c)
+ * on
  * fresh random inputs. Needs a GPU: part of `make test-gpu`, never of `make test`.
  * Notes: notes/gpu.md.
  *

@@ -48,7 +48,8 @@ static void fail(int rank, const char *op, const char *cs, dtype_t dt, const cha
 /* What a wrong element says: the sentinel never written; this rank's block from itself. */
 static const char *note_for(float got, int own) {
   if (got == SENTINEL && own)
-    return " (-7 is the sentinel recv holds beforehand: this rank's own block was never copied — it needs no "
+    return " (-7 is the sentinel recv holds beforehand: this rank's own block was never copied — it needs "
+           "no "
            "message, a local copy)";
   if (got == SENTINEL) return " (-7 is the sentinel recv holds beforehand: never written)";
   return own ? " (this rank's own block: a local copy)" : "";

@@ -19,7 +19,8 @@
  * W: OpenBLAS picks its kernel, and so the order of a dot product's sum, by CPU *and* by shape), the
  * row forward and column backward dx (a sum split into T partials) — err = max_i |got_i − ref_i| /
  * max_i |ref_i| <= 1e-6. Why 1e-6: each element is a dot product of K <= 64 terms (in, out, ffn) of
- * inputs in [-1, 1]; any order of its sum is within γ_K·Σ|terms| of the exact value (γ_K = K·u/(1 − K·u),
+ * inputs in [-1, 1]; any order of its sum is within γ_K·Σ|terms| of the exact value (γ_K = K·u/(1 −
+ * K·u),
  * u = 2^-24: 3.8e-6 at K = 64), so two orders differ by at most 2·γ_K·Σ|terms| — the worst case,
  * reached only when every rounding goes one way; typical is ~√K·u (5e-7). Measured over the OpenBLAS
  * kernels Prescott, Nehalem, Sandybridge, Haswell, Zen, SkylakeX, Cooperlake at N = 2 and 4: at most

@@ -94,7 +94,8 @@ Test(ch00_memory, fp32_grads_add_4psi_sharded_with_the_grads, .timeout = 30) {
   cr_assert(js, "no --json file %s", path);
   double totals[4];
   cr_assert_eq(zl_json_all(js, "total", totals, 4), 4, "json: expected 4 stages:\n%s", js);
-  const double want[4] = {150e9, 61.40625e9, 17.109375e9, 2.34375e9}; /* 20Ψ, 8Ψ+12Ψ/N, 2Ψ+18Ψ/N, 20Ψ/N */
+  /* 20Ψ, 8Ψ+12Ψ/N, 2Ψ+18Ψ/N, 20Ψ/N */
+  const double want[4] = {150e9, 61.40625e9, 17.109375e9, 2.34375e9};
   for (int s = 0; s < 4; s++)
     cr_expect(fabs(totals[s] - want[s]) < 1, "json stage %d total: got %.1f, expected %.1f", s, totals[s],
               want[s]);
@@ -145,7 +146,8 @@ Test(ch00_memory, transformer_activations_by_hand, .timeout = 30) {
                   path);
   cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
   cr_expect(strstr(out, "= 16384 × 74 = 1212416 bytes"), "per-layer count missing:\n%s", out);
-  cr_expect(strstr(out, "all 2 layers: 2424832 bytes; full recompute: 2·s·b·h·L + one layer = 1277952 bytes"),
+  cr_expect(strstr(out, "all 2 layers: 2424832 bytes; full recompute: 2·s·b·h·L + one layer = 1277952 "
+                        "bytes"),
             "totals missing:\n%s", out);
   cr_expect(strstr(out, "common/model/gpt.h): 3549184 bytes; --recompute 1970176 bytes"),
             "our fp32 count missing:\n%s", out);
@@ -176,7 +178,8 @@ Test(ch00_memory, transformer_activations_by_hand, .timeout = 30) {
 }
 
 /* --tp t: the same shape per rank of t = 2 tensor-parallel ranks (Korthikanti et al. §4.2), by hand:
- *   TP per layer       s·b·h·(10 + 24/t + 5·a·s/(h·t)) = 16384 · (10 + 12 + 20) = 688128, × 2 = 1376256
+ *   TP per layer       s·b·h·(10 + 24/t + 5·a·s/(h·t)) = 16384 · (10 + 12 + 20) = 688128, × 2 =
+ * 1376256
  *   TP + SP per layer  s·b·h·(34 + 5·a·s/h)/t = 16384 · 74 / 2 = 606208, × 2 = 1212416
  *   TP + SP recompute  2·s·b·h·L/t + one layer = 32768 + 606208 = 638976
  *   our fp32 GPT, SP   everything at 1/t: 3549184 / 2 = 1774592, --recompute 1970176 / 2 = 985088

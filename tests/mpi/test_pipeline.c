@@ -401,7 +401,8 @@ Test(ch07_pipeline, two_pipelines_zero123_equal_ddp_bitwise, .timeout = 180) {
   zl_expect_floats("pp 2 x dp 2, --zero 3", e.params, ref.params, PSI, 0);
   zl_expect_same_losses("pp 2 x dp 2, --zero 3", e.json, ref.json);
   const struct { const char *key; double want; } nums3[5] = {
-      {"dp_bytes_per_step", (2 * 2 + 1) * piece}, /* 4 all-gathers + 1 reduce-scatter of (D−1)/D·456·2 B */
+      /* 4 all-gathers + 1 reduce-scatter of (D−1)/D·456·2 B */
+      {"dp_bytes_per_step", (2 * 2 + 1) * piece},
       {"dp_bytes_formula", (2 * 2 + 1) * piece},
       {"params_between_steps_bytes", piece},      /* the ledger's params: the own pieces only */
       {"grads_peak_bytes", full + piece},

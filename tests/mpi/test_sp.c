@@ -137,7 +137,8 @@ Test(ch10_sp, sp_equals_tp_and_one_rank, .timeout = 120) {
   cr_assert(
       d == extra,
       "tp2: --sp sends %.1f bytes per step more than --tp alone; expected %.1f = (2L+1) gathers of "
-      "b·s·h (the LayerNorm outputs again) + (2L+1) all-reduces of 2h (their gradients): g and ḡ must move "
+      "b·s·h (the LayerNorm outputs again) + (2L+1) all-reduces of 2h (their gradients): g and ḡ must "
+      "move "
       "exactly the all-reduces' bytes",
       d, extra);
   zl_out_free(&tp);

@@ -52,7 +52,8 @@ Test(ch06_tp, example_2_ranks, .timeout = 60) {
       "all-reduce: ReLU(X1·A1) + ReLU(X2·A2) = [[7, 10], [1, 2]]\n",
       "ReLU(X·A) = ReLU([[7, 10], [1, 2]]) = [[7, 10], [1, 2]]   equal\n",
       "ReLU(a) + ReLU(b) = a + b = ReLU(a + b)\n",
-      "rank 0: X1 = [[1], [1]]  A1 = [[1, 2]]  X1·A1 = [[1, 2], [1, 2]]  GELU(X1·A1) = [[0.841192, 1.9546], "
+      "rank 0: X1 = [[1], [1]]  A1 = [[1, 2]]  X1·A1 = [[1, 2], [1, 2]]  GELU(X1·A1) = [[0.841192, "
+      "1.9546], "
       "[0.841192, "
       "1.9546]]\n",
       "rank 1: X2 = [[2], [0]]  A2 = [[3, 4]]  X2·A2 = [[6, 8], [0, 0]]  GELU(X2·A2) = [[6, 8], [0, 0]]\n",
@@ -384,7 +385,8 @@ Test(ch06_tp, pa_mlp_bitwise_formula, .timeout = 60) {
             formula);
   for (int r = 0; r < 2; r++) {
     double d = zl_rank_mem(on.json, r, "acts_peak") - zl_rank_mem(off.json, r, "acts_peak");
-    cr_assert(d == 820, "mlp rank %d: acts peak %+g B with Pa, expected 4·(2·2·68 + 68 − 135) = +820", r, d);
+    cr_assert(d == 820, "mlp rank %d: acts peak %+g B with Pa, expected 4·(2·2·68 + 68 − 135) = "
+                        "+820", r, d);
   }
   pa_expect_traffic("mlp", &off, &on, 2, 2, 544);
   zl_out_free(&off);

@@ -74,7 +74,8 @@ static zl_out_t u_ref(u_shape_t sh, const char *tag) {
  * All-to-alls (groups of A): per layer forward Q, K, V out and O back, backward dO out and dQ, dK, dV
  * back, each keeping 1/A home: 4 tensors × (A−1)/A of R·n·E each way. The ring of G on blocks of the
  * group's A·n positions and NH/A heads (E/A features): per hop A·n·E/A = n·E floats per row and
- * tensor, so forward (G−1)·2·R·n·E, backward (G−1)·4·R·n·E + 2·R·n·E (none when G = 1). The forward's
+ * tensor, so forward (G−1)·2·R·n·E, backward (G−1)·4·R·n·E + 2·R·n·E (none when G = 1). The
+ * forward's
  * twice with --recompute. */
 static double usp_a2a_bytes(int C, int A, double b, int S, int E, int rc) {
   double R = C * b, n = (double)S / C, t = (A - 1.0) / A * R * n * E;

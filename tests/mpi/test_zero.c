@@ -130,7 +130,8 @@ static void check_ledger(const zl_out_t *r, int stage, int N, int bf16, int opt_
     for (int k = 0; k < 4; k++) {
       double got = zl_rank_mem(r->json, rk, keys[k]);
       cr_assert(got == exp[k],
-                "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ = %lld)", what, rk,
+                "%s: rank %d ledger %s: got %.0f bytes, expected %.0f (formula at padded Ψ = "
+                "%lld)", what, rk,
                 keys[k], got, exp[k], (long long)padded_numel(N));
     }
     double ms = zl_rank_mem(r->json, rk, "model_states"),

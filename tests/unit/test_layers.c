@@ -53,16 +53,19 @@ Test(common_layers, each_broken_rule_is_named, .timeout = 60) {
        "static const char *const k_names[] = {\"static x;\"};\nstatic int twice(int x) "
        "{ static int n; return 2 * x + n; }\n/* static int not_code; */\n",
        "0 problem(s)"},
-      /* rule 7: no C line over 110 columns (characters: a '·' is one, of two bytes) */
+      /* rule 7: no C line over 110 bytes (a '·' is two: 48 of them fit, 50 do not) */
       {"tests/w.c", "int x; /* "
                     "................................................."
                     "................................................."
-                    " */\n", "tests/w.c:1: 111 columns, over 110"},
+                    " */\n", "tests/w.c:1: 111 bytes, over 110"},
       {"chapters/w.c", "int y; /* "
-                       "········································"
-                       "········································"
-                       "·················"
+                       "························"
+                       "························"
                        " */\n", "0 problem(s)"},
+      {"chapters/v.c", "int y; /* "
+                       "·························"
+                       "·························"
+                       " */\n", "chapters/v.c:1: 113 bytes, over 110"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     char root[256];
