@@ -23,6 +23,7 @@
 #include "tensor.h"   // tensor_grow
 #include "trace.h"    // trace_begin, trace_end (--trace: dispatch, experts, combine)
 #include "train.h"    // trainer_t, TRAIN_EP_MAX
+#include <limits.h>   // INT_MAX
 #include <math.h>     // expf
 #include <stdlib.h>   // free, realloc
 #include <string.h>   // memcpy
@@ -32,19 +33,32 @@ static float *grow(tensor_t *b, const char *name, device_t dev, int64_t numel) {
   return tensor_grow(b, name, LEDGER_ACTS, DT_F32, dev, numel > 0 ? numel : 1);
 }
 
-/* The index arrays a pass needs on the device, each at its own offset of one buffer (grown first
- * by idx_room): row_tok at 0, slot, perm_x, perm_b after it. On the CPU the host arrays themselves. */
-enum { IX_ROWS, IX_SLOT, IX_PERM_X, IX_PERM_B };
-static void idx_room(moe_gpt_t *c, device_t dev, const moe_unit_t *mu, int64_t routed) {
-  c->ix_off[IX_ROWS] = 0, c->ix_off[IX_SLOT] = mu->Rs, c->ix_off[IX_PERM_X] = mu->Rs + routed * c->k;
-  c->ix_off[IX_PERM_B] = c->ix_off[IX_PERM_X] + mu->Rx;
-  if (dev != DEV_CPU) grow(&c->idx, "moe indices", dev, c->ix_off[IX_PERM_B] + mu->Rx);
+/* What a pass needs on the device besides the rows: the index arrays row_tok (Rs), slot (routed·k),
+ * perm_x and perm_b (Rx each), and one weight per row — the gates (routed·k) forward, the row gates
+ * (Rs) backward — packed on the host and uploaded in ONE copy (the GPU path's cost per pass: the
+ * router's probabilities down, this up; notes/12). On the CPU they are the host arrays themselves. */
+enum { IX_ROWS, IX_SLOT, IX_PERM_X, IX_PERM_B, IX_WEIGHT, IX_END };
+static void upload_pass(moe_gpt_t *c, device_t dev, const moe_unit_t *mu, int64_t routed, const float *w,
+                        int64_t nw) {
+  int64_t *o = c->ix_off;
+  o[IX_ROWS] = 0, o[IX_SLOT] = mu->Rs, o[IX_PERM_X] = mu->Rs + routed * c->k, o[IX_PERM_B] = o[IX_PERM_X] + mu->Rx;
+  o[IX_WEIGHT] = o[IX_PERM_B] + mu->Rx, o[IX_END] = o[IX_WEIGHT] + nw;
+  if (dev == DEV_CPU) return;
+  int32_t *h = xmalloc((size_t)(o[IX_END] > 0 ? o[IX_END] : 1) * sizeof(int32_t), "moe indices (host, packed)");
+  memcpy(h + o[IX_ROWS], mu->row_tok, (size_t)mu->Rs * sizeof(int));
+  memcpy(h + o[IX_SLOT], mu->slot, (size_t)(routed * c->k) * sizeof(int));
+  memcpy(h + o[IX_PERM_X], mu->perm_x, (size_t)mu->Rx * sizeof(int));
+  memcpy(h + o[IX_PERM_B], mu->perm_b, (size_t)mu->Rx * sizeof(int));
+  memcpy(h + o[IX_WEIGHT], w, (size_t)nw * sizeof(float)); /* 4 bytes each: the bits as they are */
+  dev_memcpy(dev, grow(&c->idx, "moe indices", dev, o[IX_END]), DEV_CPU, h, (size_t)o[IX_END] * sizeof(int32_t));
+  free(h);
 }
-static const int *dev_ints(moe_gpt_t *c, device_t dev, const int *h, int64_t n, int which) {
-  if (dev == DEV_CPU) return h;
-  int *d = (int *)c->idx.data + c->ix_off[which];
-  dev_memcpy(dev, d, DEV_CPU, h, (size_t)n * sizeof(int));
-  return d;
+/* Where array `which` is for this pass: its device copy (upload_pass), or on the CPU host itself. */
+static const int *ix(const moe_gpt_t *c, device_t dev, const int *host, int which) {
+  return dev == DEV_CPU ? host : (const int *)c->idx.data + c->ix_off[which];
+}
+static const float *ix_weight(const moe_gpt_t *c, device_t dev, const float *host) {
+  return dev == DEV_CPU ? host : (const float *)c->idx.data + c->ix_off[IX_WEIGHT];
 }
 
 /* ---- offsets inside a MoE unit ---------------------------------------------------------------- */
@@ -102,15 +116,15 @@ static void unit_host(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, int64_t Rs, 
  * the counts exchanged), and the maps between the received (source-major) and expert-major layouts. */
 static void exchange_plan(moe_gpt_t *c, moe_unit_t *mu, int64_t cap, int64_t *send_rows, int64_t *recv_src) {
   int P = c->ep, El = c->e_local;
-  float *sc = xmalloc((size_t)(2 * c->E) * sizeof(float), "moe counts"), *rc = sc + c->E;
-  for (int e = 0; e < c->E; e++) sc[e] = (float)(cap > 0 ? cap : mu->counts[e]);
+  int64_t *sc = xmalloc((size_t)(2 * c->E) * sizeof(int64_t), "moe counts"), *rc = sc + c->E;
+  for (int e = 0; e < c->E; e++) sc[e] = cap > 0 ? cap : mu->counts[e];
   if (P > 1 && cap == 0) ep_exchange_counts(c->ep_comm, sc, rc, El); /* dropless: how many rows will come */
-  else memcpy(rc, sc, (size_t)c->E * sizeof(float));
+  else memcpy(rc, sc, (size_t)c->E * sizeof(int64_t));
   for (int q = 0; q < P; q++) {
     send_rows[q] = recv_src[q] = 0;
     for (int i = 0; i < El; i++) {
-      send_rows[q] += (int64_t)sc[q * El + i];
-      mu->recv_rows[q * El + i] = (int64_t)rc[q * El + i]; /* rank q's rows for my expert i */
+      send_rows[q] += sc[q * El + i];
+      mu->recv_rows[q * El + i] = rc[q * El + i]; /* rank q's rows for my expert i */
       recv_src[q] += mu->recv_rows[q * El + i];
     }
   }
@@ -148,14 +162,14 @@ static void to_experts(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *
   int Cn = (int)c->C;
   float *recv = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
   ep_exchange_rows(c->ep_comm, send, send_rows, recv, recv_src, Cn, tag);
-  op_rows_gather(dev, dst_x, recv, dev_ints(c, dev, mu->perm_x, mu->Rx, IX_PERM_X), NULL, mu->Rx, Cn);
+  op_rows_gather(dev, dst_x, recv, ix(c, dev, mu->perm_x, IX_PERM_X), NULL, mu->Rx, Cn);
 }
 /* And back: the experts' rows to their tokens' ranks, in the send layout. */
 static void to_tokens(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_send, const float *src_x,
                       const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
   float *back = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
-  op_rows_gather(dev, back, src_x, dev_ints(c, dev, mu->perm_b, mu->Rx, IX_PERM_B), NULL, mu->Rx, Cn);
+  op_rows_gather(dev, back, src_x, ix(c, dev, mu->perm_b, IX_PERM_B), NULL, mu->Rx, Cn);
   ep_exchange_rows(c->ep_comm, back, recv_src, dst_send, send_rows, Cn, tag);
 }
 
@@ -190,6 +204,9 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   float *logits = grow(&c->logits, "moe router logits", dev, routed * E);
   op_linear_fwd(dev, logits, ln2, param_at(io, c->attn_numel), NULL, wdt, (int)routed, Cn, E);
   int64_t cap = moe_capacity(c->cf, routed, k, E), Rs = cap > 0 ? E * cap : routed * k;
+  if (Rs * c->ep > INT_MAX) /* row indices are int (the plan's slot, row_tok, the permutations) */
+    die_on_rank("moe: %lld rows per micro-batch at a rank of the EP group exceed %d (row indices are int): "
+                "a smaller --batch or more --accum", (long long)(Rs * c->ep), INT_MAX);
   unit_host(c, mu, routed, Rs, Rs * c->ep);
   float *lh = dev == DEV_CPU ? logits : xmalloc((size_t)(routed * E) * sizeof(float), "moe logits (host)");
   if (lh != logits) dev_memcpy(DEV_CPU, lh, dev, logits, (size_t)(routed * E) * sizeof(float));
@@ -219,8 +236,8 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
   float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C) : X;
-  idx_room(c, dev, mu, routed);
-  op_rows_gather(dev, xs, ln2, dev_ints(c, dev, mu->row_tok, mu->Rs, IX_ROWS), NULL, mu->Rs, Cn);
+  upload_pass(c, dev, mu, routed, mu->gates, routed * k); /* the indices and the gates: one copy */
+  op_rows_gather(dev, xs, ln2, ix(c, dev, mu->row_tok, IX_ROWS), NULL, mu->Rs, Cn);
   if (c->ep > 1) to_experts(c, mu, dev, X, xs, send_rows, recv_src, "moe dispatch");
   trace_end(NULL);
   trace_begin("moe experts");
@@ -238,12 +255,10 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* back to their tokens' ranks */
   if (c->ep > 1) to_tokens(c, mu, dev, eo, eox, send_rows, recv_src, "moe combine");
   if (c->ep > 1)
-    c->a2a_formula += a2a_bytes(c, send_rows, recv_src) + (c->cf > 0 ? 0 : 4.0 * (c->ep - 1) * c->e_local);
+    c->a2a_formula += a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
-  float *gd = dev == DEV_CPU ? mu->gates : grow(&c->gd, "moe gates", dev, routed * k);
-  if (gd != mu->gates) dev_memcpy(dev, gd, DEV_CPU, mu->gates, (size_t)(routed * k) * sizeof(float));
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
-  op_rows_combine(dev, y, eo, dev_ints(c, dev, mu->slot, routed * k, IX_SLOT), gd, routed, k, Cn, 0.0f);
+  op_rows_combine(dev, y, eo, ix(c, dev, mu->slot, IX_SLOT), ix_weight(c, dev, mu->gates), routed, k, Cn, 0.0f);
   /* --tp: every rank's rows, in row order */
   if (c->gather) comm_all_gather(c->tp_comm, y, io->y, tokens * C, DT_F32);
   op_add(dev, io->y, x2, DT_F32, here * C);
@@ -274,11 +289,9 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   for (int e = 0; e < E; e++) send_rows[e / c->e_local] += cap > 0 ? cap : mu->counts[e];
   /* combine's backward: d eo (send layout) = g · dy of the row's token; then to the experts */
   trace_begin("moe combine backward");
-  idx_room(c, dev, mu, routed);
-  float *rg = dev == DEV_CPU ? mu->row_gate : grow(&c->gd, "moe gates", dev, Rs);
-  if (rg != mu->row_gate) dev_memcpy(dev, rg, DEV_CPU, mu->row_gate, (size_t)Rs * sizeof(float));
+  upload_pass(c, dev, mu, routed, mu->row_gate, Rs); /* the indices and the row gates: one copy */
   float *dsend = grow(&c->dsend, "moe d rows (send)", dev, Rs * C);
-  op_rows_gather(dev, dsend, dy, dev_ints(c, dev, mu->row_tok, Rs, IX_ROWS), rg, Rs, Cn);
+  op_rows_gather(dev, dsend, dy, ix(c, dev, mu->row_tok, IX_ROWS), ix_weight(c, dev, mu->row_gate), Rs, Cn);
   /* the experts' input and output gradients (alone: the output's is dsend itself) */
   float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, (c->ep > 1 ? 2 : 1) * Rx * C);
   float *deo_x = c->ep > 1 ? dx_x + Rx * C : dsend;
@@ -309,7 +322,7 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
     c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
   }
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * routed * C), *dln2r = dln2 + routed * C;
-  const int *slot = dev_ints(c, dev, mu->slot, routed * k, IX_SLOT);
+  const int *slot = ix(c, dev, mu->slot, IX_SLOT);
   op_rows_combine(dev, dln2, dtok, slot, NULL, routed, k, Cn, 0.0f);
   trace_end(NULL);
   /* the gates' gradient, then the router's: softmax backward with Switch's aux term (on the host) */

@@ -9,6 +9,7 @@
 #include "comm.h"     // comm_split, comm_finalize, comm_world, comm_rank
 #include "data.h"     // rng_normal
 #include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_moe_count_params
+#include "tensor.h"   // tensor_free
 #include "train.h"    // trainer_t, train_cfg_t, trainer_report_extra, trainer_prints
 #include <math.h>     // ceil, sqrt
 #include <stdio.h>    // printf
@@ -56,6 +57,18 @@ static void moe_free_ctx(model_t *m) {
   /* --tp's groups, before the EP group they were split from */
   if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL;
   if (c->tp_comm) comm_finalize(c->tp_comm), c->tp_comm = NULL;
+  tensor_t *scratch[] = {&c->logits, &c->xs, &c->recv, &c->eo_x, &c->dsend, &c->dx_x, &c->dpost, &c->dln2,
+                         &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys};
+  for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) tensor_free(scratch[i]);
+  for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
+    moe_unit_t *mu = &c->u[u];
+    free(mu->probs), free(mu->ids), free(mu->slot), free(mu->gates), free(mu->row_tok), free(mu->row_gate);
+    free(mu->counts), free(mu->f), free(mu->load_now), free(mu->recv_rows), free(mu->perm_x), free(mu->perm_b);
+    free(mu->load_step), free(mu->bias);
+  }
+  free(c->u);
+  free(c);
+  m->ctx = NULL;
 }
 
 /* Initial values of the FULL unit u (every expert), as moe.h says: pure in (seed, u, index). */

@@ -93,11 +93,10 @@ void moe_report(trainer_t *t) {
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
   if (c->ep_comm)
     printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine "
-           "and their "
-           "backwards) x rows for other ranks' experts x C x 4 B%s)\n",
+           "and their backwards) x rows for other ranks' experts x C x 4 B%s)\n",
            a2a, c->a2a_formula / steps,
            c->cf > 0 ? ", rows = (P_E-1) x E/P_E x capacity"
-                     : ", rows from this run's routing; + the counts, E x 4 B");
+                     : ", rows from this run's routing; the counts before them are control data");
   fflush(stdout);
 }
 

@@ -70,9 +70,9 @@ typedef struct moe_gpt {
   moe_unit_t *u;                 /* [n_units] */
   /* device scratch, grown on demand (LEDGER_ACTS) */
   tensor_t logits, xs, recv, eo_x, dsend, dx_x, dpost, dln2, dln2r, dg, work;
-  tensor_t idx, gd;              /* device copies of the index arrays a pass needs; of the gates */
+  tensor_t idx;                  /* the device copy of a pass's index arrays and row weights (moe.c) */
   tensor_t ys;                   /* --tp: this rank's rows of the MoE output (forward), of d ln2 (backward) */
-  int64_t ix_off[4];
+  int64_t ix_off[6];             /* where each array of idx starts (moe.c's IX_*) */
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
   /* Σ over the run's training passes: the bytes the exchanges send by the formula */
