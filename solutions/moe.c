@@ -61,6 +61,19 @@ static const float *ix_weight(const moe_gpt_t *c, device_t dev, const float *hos
   return dev == DEV_CPU ? host : (const float *)c->idx.data + c->ix_off[IX_WEIGHT];
 }
 
+/* Where a MoE block keeps what its backward reads of the expert rows: X (Rx, C), pre and post (Rx, 4C)
+ * of its experts and eo (Rs, C), the outputs back home. With a capacity: in the loop's saved slot
+ * (E·cap rows, known before routing). Dropless: in a buffer of its own grown to this micro-batch's
+ * rows — the worst case, every token of the group on this rank's experts, is never reserved; the
+ * ledger's peak is the high-water mark. The backward asks with the same rows: the same buffer. */
+static float *saved_rows(moe_gpt_t *c, moe_unit_t *mu, const unit_io_t *io, int64_t Rx, int64_t Rs) {
+  if (c->cf > 0) return io->saved + gpt_block_attn_saved(&c->kb) * io->B;
+  int64_t n = Rx * 9 * c->C + Rs * c->C;
+  c->rows_peak = n > c->rows_peak ? n : c->rows_peak;
+  tensor_t *b = c->t->cfg->recompute ? &c->rows_rc : &mu->rows;
+  return grow(b, "moe expert rows (saved, dropless)", io->dev, n);
+}
+
 /* ---- offsets inside a MoE unit ---------------------------------------------------------------- */
 static int64_t expert_off(const moe_gpt_t *c, int i) {
   return c->attn_numel + c->router_numel + (int64_t)i * c->expert_numel;
@@ -233,7 +246,7 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   int64_t Rx = mu->Rx;
   /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home.
    * Alone the send layout is the experts' (Rs = Rx): the rows are gathered straight into X */
-  float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
+  float *X = saved_rows(c, mu, io, Rx, mu->Rs), *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
   float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C) : X;
   upload_pass(c, dev, mu, routed, mu->gates, routed * k); /* the indices and the gates: one copy */
@@ -278,7 +291,7 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   /* the router's and the experts' input, kept by the forward (--tp: this rank's rows), and d y's rows */
   int64_t row0 = c->gather ? (int64_t)c->tp_rank * routed * C : 0;
   const float *ln2 = gpt_block_saved_ln2(&kb, io) + row0, *dy = io->dy + row0;
-  float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
+  float *X = saved_rows(c, mu, io, Rx, Rs), *pre = X + Rx * C, *post = pre + Rx * 4 * C;
   float *eo = post + Rx * 4 * C;
   int64_t send_rows[TRAIN_EP_MAX], recv_src[TRAIN_EP_MAX]; /* per rank of the group */
   for (int q = 0; q < c->ep; q++) {

@@ -58,13 +58,14 @@ static void moe_free_ctx(model_t *m) {
   if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL;
   if (c->tp_comm) comm_finalize(c->tp_comm), c->tp_comm = NULL;
   tensor_t *scratch[] = {&c->logits, &c->xs, &c->recv, &c->eo_x, &c->dsend, &c->dx_x, &c->dpost, &c->dln2,
-                         &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys};
+                         &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys, &c->rows_rc};
   for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) tensor_free(scratch[i]);
   for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
     moe_unit_t *mu = &c->u[u];
     free(mu->probs), free(mu->ids), free(mu->slot), free(mu->gates), free(mu->row_tok), free(mu->row_gate);
     free(mu->counts), free(mu->f), free(mu->load_now), free(mu->recv_rows), free(mu->perm_x), free(mu->perm_b);
     free(mu->load_step), free(mu->bias);
+    tensor_free(&mu->rows);
   }
   free(c->u);
   free(c);
@@ -162,13 +163,10 @@ void moe_setup(trainer_t *t) {
   c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
   c->u = xcalloc((size_t)m->n_units, sizeof(moe_unit_t), "moe units");
   gpt_block_t kb = c->kb;
-  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k;
-   * with
-   * --tp each rank routes 1/T of the tokens) and the experts' (capacity: the same; dropless: in the worst
-   * case every token of the group here) */
-  int64_t Sk = (c->S * c->k + c->tp - 1) / c->tp,
-          rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : Sk;
-  int64_t rx = c->cf > 0 ? rs : Sk * c->ep;
+  /* with a capacity, rows per sample the saved slot holds for the experts (moe.c's saved_rows): the
+   * send layout's ≤ cf·S·k/tp + E, the experts' the same; dropless keeps them in a buffer of its own,
+   * sized after routing (a worst case of every token of the group here is never reserved) */
+  int64_t rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : 0, rx = rs;
   for (int u = 1; u < m->n_units - 1; u++) {
     int blk = u - 1;
     if (blk % c->every != c->every - 1) continue;

@@ -53,6 +53,17 @@ void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_dense_own_rank", own[0]);
   trainer_report_extra(t, "moe_a2a_bytes_per_step", a2a);
   trainer_report_extra(t, "moe_a2a_bytes_formula", c->a2a_formula / steps);
+  /* dropless: the saved expert rows one block held at most, beside the worst case (every token of the
+   * EP group routed to this rank's experts: P_E·b·S·k/tp rows at the experts, b·S·k/tp sent) that a
+   * reservation made before routing would have to hold */
+  double worst = 0, peak = 4.0 * (double)c->rows_peak;
+  if (c->cf == 0) {
+    double sk = (double)t->local_batch * (double)((c->S * c->k + c->tp - 1) / c->tp);
+    worst = 4.0 * (sk * c->ep * 9 * c->C + sk * c->C);
+    comm_ctl_all_reduce_f64(t->world_comm, &peak, 1, REDOP_MAX);
+    trainer_report_extra(t, "moe_dropless_rows_peak_bytes", peak);
+    trainer_report_extra(t, "moe_dropless_rows_worst_bytes", worst);
+  }
   if (c->rate > 0) trainer_report_extra(t, "moe_bias_hash", (double)st->bias_hash);
   /* bytes of fp32 state per owned parameter: the weight (or bf16's master) and the optimizer's states.
    * ZeRO cuts each unit's flat range into D pieces, so one rank's piece of a MoE block may be mostly
@@ -91,6 +102,9 @@ void moe_report(trainer_t *t) {
          copies * exp_rank * per, (long long)p.dense, c->tp_comm ? " (this TP rank's part of them)" : "",
          copies * dense_rank * per, own[1] * per, own[0] * per);
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
+  if (c->cf == 0)
+    printf("moe: dropless saved expert rows, sized after routing: at most %.0f B per block on a rank (a "
+           "reservation for the worst case, every token of the EP group here, would be %.0f B)\n", peak, worst);
   if (c->ep_comm)
     printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine "
            "and their backwards) x rows for other ranks' experts x C x 4 B%s)\n",

@@ -39,6 +39,8 @@ typedef struct moe_unit {
   double *load_step;
   double dropped_step, chosen_step;
   float *bias;                 /* (E) DeepSeek-V3's selection bias (same bits on every rank) */
+  tensor_t rows;               /* dropless: the expert rows the backward reads (moe.c's saved_rows), grown to
+                                * the micro-batch's rows; with a capacity they sit in the loop's saved slot */
 } moe_unit_t;
 
 /* The MoE GPT (m->ctx). A MoE unit's local layout: the attention half (attn_numel: ln1 .. ln2, this
@@ -72,6 +74,9 @@ typedef struct moe_gpt {
   tensor_t logits, xs, recv, eo_x, dsend, dx_x, dpost, dln2, dln2r, dg, work;
   tensor_t idx;                  /* the device copy of a pass's index arrays and row weights (moe.c) */
   tensor_t ys;                   /* --tp: this rank's rows of the MoE output (forward), of d ln2 (backward) */
+  tensor_t rows_rc;              /* dropless with --recompute: every block's saved rows in one buffer (one
+                                  * block's are live at a time: its forward reruns just before its backward) */
+  int64_t rows_peak;             /* dropless: the most saved-row floats one block held (the report's line) */
   int64_t ix_off[6];             /* where each array of idx starts (moe.c's IX_*) */
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
