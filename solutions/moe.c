@@ -61,27 +61,60 @@ static const float *ix_weight(const moe_gpt_t *c, device_t dev, const float *hos
   return dev == DEV_CPU ? host : (const float *)c->idx.data + c->ix_off[IX_WEIGHT];
 }
 
-/* Where a MoE block keeps what its backward reads of the expert rows: X (Rx, C), pre and post (Rx, 4C)
+/* Where a MoE block keeps what its backward reads of the expert rows: X (Rx, C), pre and post (Rx, F)
  * of its experts and eo (Rs, C), the outputs back home. With a capacity: in the loop's saved slot
  * (E·cap rows, known before routing). Dropless: in a buffer of its own grown to this micro-batch's
  * rows — the worst case, every token of the group on this rank's experts, is never reserved; the
  * ledger's peak is the high-water mark. The backward asks with the same rows: the same buffer. */
 static float *saved_rows(moe_gpt_t *c, moe_unit_t *mu, const unit_io_t *io, int64_t Rx, int64_t Rs) {
   if (c->cf > 0) return io->saved + gpt_block_attn_saved(&c->kb) * io->B;
-  int64_t n = Rx * 9 * c->C + Rs * c->C;
+  int64_t n = Rx * (c->C + 2 * c->F) + Rs * c->C;
   c->rows_peak = n > c->rows_peak ? n : c->rows_peak;
   tensor_t *b = c->t->cfg->recompute ? &c->rows_rc : &mu->rows;
   return grow(b, "moe expert rows (saved, dropless)", io->dev, n);
 }
 
+/* Where the shared experts keep their hidden activations for the backward: pre and post (routed, F)
+ * each, in the loop's saved slot after the expert rows of a capacity (moe_model.c sizes it). */
+static float *saved_shared(const moe_gpt_t *c, const unit_io_t *io) {
+  int64_t per_sample = gpt_block_attn_saved(&c->kb) + (c->cf > 0 ? c->rows_per_sample : 0);
+  return io->saved + per_sample * io->B;
+}
+
 /* ---- offsets inside a MoE unit ---------------------------------------------------------------- */
+/* Routed expert i of this rank (after the router and the shared experts), shared expert s. */
 static int64_t expert_off(const moe_gpt_t *c, int i) {
-  return c->attn_numel + c->router_numel + (int64_t)i * c->expert_numel;
+  return c->attn_numel + c->router_numel + c->shared_numel + (int64_t)i * c->expert_numel;
+}
+static int64_t shared_off(const moe_gpt_t *c, int s) {
+  return c->attn_numel + c->router_numel + (int64_t)s * c->expert_numel;
+}
+
+/* One expert MLP on n rows: pre = X·W1ᵀ + b1 (n, F), post = GELU(pre), out = post·W2ᵀ + b2 (n, C); its
+ * parameters at w (fc W (F, C), b (F), fcproj W (C, F), b (C)). The backward: d out → dX (overwritten),
+ * the parameters' gradients with beta. */
+static void mlp_forward(const moe_gpt_t *c, const unit_io_t *io, int64_t w, int64_t n, const float *X,
+                        float *pre, float *post, float *out) {
+  int64_t C = c->C, F = c->F;
+  op_linear_fwd(io->dev, pre, X, param_at(io, w), param_at(io, w + F * C), io->wdt, (int)n, (int)C, (int)F);
+  op_gelu_fwd(io->dev, post, pre, n * F);
+  op_linear_fwd(io->dev, out, post, param_at(io, w + F * C + F), param_at(io, w + 2 * F * C + F), io->wdt,
+                (int)n, (int)F, (int)C);
+}
+static void mlp_backward(const moe_gpt_t *c, const unit_io_t *io, int64_t w, int64_t n, const float *X,
+                         const float *pre, const float *post, const float *dout, float *dpost, float *dX) {
+  int64_t C = c->C, F = c->F;
+  op_linear_bwd(io->dev, dpost, grad_at(io, w + F * C + F), grad_at(io, w + 2 * F * C + F), dout, post,
+                param_at(io, w + F * C + F), io->wdt, (int)n, (int)F, (int)C, io->beta);
+  op_gelu_bwd(io->dev, dpost, dpost, pre, n * F);
+  op_linear_bwd(io->dev, dX, grad_at(io, w), grad_at(io, w + F * C), dpost, X, param_at(io, w), io->wdt,
+                (int)n, (int)C, (int)F, io->beta);
 }
 
 /* ---- the router (host) -------------------------------------------------------------------------- */
 /* probs = softmax(logits) per token (fp32, max subtracted); ids, gates = the top-k of probs + bias
- * (ties: the lower expert), gates from probs (the bias only selects: DeepSeek-V3). */
+ * (ties: the lower expert), gates from probs (the bias only selects: DeepSeek-V3), renormalised over
+ * the k chosen with --gate-norm topk. */
 static void route(const moe_gpt_t *c, moe_unit_t *mu, const float *logits, int64_t routed) {
   int E = c->E, k = c->k;
   for (int64_t t = 0; t < routed; t++) {
@@ -101,6 +134,11 @@ static void route(const moe_gpt_t *c, moe_unit_t *mu, const float *logits, int64
       }
       mu->ids[t * k + j] = best;
       mu->gates[t * k + j] = p[best];
+    }
+    if (c->gate_topk) { /* --gate-norm topk: the k gates sum to 1 (GShard, Mixtral, DeepSeek-V3) */
+      float z = 0;
+      for (int j = 0; j < k; j++) z += mu->gates[t * k + j];
+      for (int j = 0; j < k; j++) mu->gates[t * k + j] /= z;
     }
   }
 }
@@ -246,8 +284,9 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   int64_t Rx = mu->Rx;
   /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home.
    * Alone the send layout is the experts' (Rs = Rx): the rows are gathered straight into X */
-  float *X = saved_rows(c, mu, io, Rx, mu->Rs), *pre = X + Rx * C, *post = pre + Rx * 4 * C;
-  float *eo = post + Rx * 4 * C, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
+  int64_t F = c->F;
+  float *X = saved_rows(c, mu, io, Rx, mu->Rs), *pre = X + Rx * C, *post = pre + Rx * F;
+  float *eo = post + Rx * F, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
   float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C) : X;
   upload_pass(c, dev, mu, routed, mu->gates, routed * k); /* the indices and the gates: one copy */
   op_rows_gather(dev, xs, ln2, ix(c, dev, mu->row_tok, IX_ROWS), NULL, mu->Rs, Cn);
@@ -255,13 +294,8 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   trace_end(NULL);
   trace_begin("moe experts");
   for (int i = 0; i < c->e_local; i++) { /* each expert: one GEMM pair on its rows */
-    int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
-    if (n == 0) continue;
-    op_linear_fwd(dev, pre + r0 * 4 * C, X + r0 * C, param_at(io, w), param_at(io, w + 4 * C * C), wdt,
-                  (int)n, Cn, 4 * Cn);
-    op_gelu_fwd(dev, post + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C),
-                  param_at(io, w + 8 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn);
+    int64_t r0, n = expert_rows(c, mu, i, &r0);
+    if (n > 0) mlp_forward(c, io, expert_off(c, i), n, X + r0 * C, pre + r0 * F, post + r0 * F, eox + r0 * C);
   }
   trace_end(NULL);
   trace_begin("moe combine");
@@ -272,6 +306,13 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
   op_rows_combine(dev, y, eo, ix(c, dev, mu->slot, IX_SLOT), ix_weight(c, dev, mu->gates), routed, k, Cn, 0.0f);
+  /* + the shared experts (DeepSeekMoE): every routed token through each, gate 1 */
+  float *sh = saved_shared(c, io), *sh_out = c->shared ? grow(&c->sh_out, "moe shared out", dev, routed * C) : NULL;
+  for (int e = 0; e < c->shared; e++) {
+    float *pre_s = sh + 2 * e * routed * F, *post_s = pre_s + routed * F;
+    mlp_forward(c, io, shared_off(c, e), routed, ln2, pre_s, post_s, sh_out);
+    op_add(dev, y, sh_out, DT_F32, routed * C);
+  }
   /* --tp: every rank's rows, in row order */
   if (c->gather) comm_all_gather(c->tp_comm, y, io->y, tokens * C, DT_F32);
   op_add(dev, io->y, x2, DT_F32, here * C);
@@ -291,8 +332,9 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   /* the router's and the experts' input, kept by the forward (--tp: this rank's rows), and d y's rows */
   int64_t row0 = c->gather ? (int64_t)c->tp_rank * routed * C : 0;
   const float *ln2 = gpt_block_saved_ln2(&kb, io) + row0, *dy = io->dy + row0;
-  float *X = saved_rows(c, mu, io, Rx, Rs), *pre = X + Rx * C, *post = pre + Rx * 4 * C;
-  float *eo = post + Rx * 4 * C;
+  int64_t F = c->F;
+  float *X = saved_rows(c, mu, io, Rx, Rs), *pre = X + Rx * C, *post = pre + Rx * F;
+  float *eo = post + Rx * F;
   int64_t send_rows[TRAIN_EP_MAX], recv_src[TRAIN_EP_MAX]; /* per rank of the group */
   for (int q = 0; q < c->ep; q++) {
     send_rows[q] = recv_src[q] = 0;
@@ -311,19 +353,15 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   if (c->ep > 1) to_experts(c, mu, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
   trace_end(NULL);
   trace_begin("moe experts backward");
-  float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * 4 * C);
+  float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * F);
   for (int i = 0; i < c->e_local; i++) {
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
     if (n == 0) { /* no rows: its gradient is 0 (overwritten with beta 0, kept with beta 1) */
       if (beta == 0.0f) op_fill(dev, grad_at(io, w), wdt, 0.0f, c->expert_numel);
       continue;
     }
-    op_linear_bwd(dev, dpost + r0 * 4 * C, grad_at(io, w + 4 * C * C + 4 * C),
-                  grad_at(io, w + 8 * C * C + 4 * C), deo_x + r0 * C, post + r0 * 4 * C,
-                  param_at(io, w + 4 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn, beta);
-    op_gelu_bwd(dev, dpost + r0 * 4 * C, dpost + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_bwd(dev, dx_x + r0 * C, grad_at(io, w), grad_at(io, w + 4 * C * C), dpost + r0 * 4 * C,
-                  X + r0 * C, param_at(io, w), wdt, (int)n, Cn, 4 * Cn, beta);
+    mlp_backward(c, io, w, n, X + r0 * C, pre + r0 * F, post + r0 * F, deo_x + r0 * C, dpost + r0 * F,
+                 dx_x + r0 * C);
   }
   trace_end(NULL);
   trace_begin("moe dispatch backward");
@@ -351,6 +389,14 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   op_linear_bwd(dev, dln2r, grad_at(io, c->attn_numel), NULL, dlog, ln2, param_at(io, c->attn_numel), wdt,
                 (int)routed, Cn, E, beta);
   op_add(dev, dln2, dln2r, DT_F32, routed * C);
+  /* the shared experts' backward: d out = dy of the rows, their d ln2 added */
+  float *sh = saved_shared(c, io);
+  for (int e = 0; e < c->shared; e++) {
+    float *pre_s = sh + 2 * e * routed * F, *post_s = pre_s + routed * F;
+    float *dh = grow(&c->sh_d, "moe shared d hidden, d ln2", dev, routed * (F + C)), *dx = dh + routed * F;
+    mlp_backward(c, io, shared_off(c, e), routed, ln2, pre_s, post_s, dy, dh, dx);
+    op_add(dev, dln2, dx, DT_F32, routed * C);
+  }
   /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
   if (c->gather) {
     float *whole = grow(&c->ys, "moe rows (tp)", dev, tokens * C);

@@ -35,9 +35,9 @@ void moe_report(trainer_t *t) {
     held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)),
         held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
   }
-  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
+  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, moe_shape_of(c));
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
-  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, c->E, c->every, c->tp,
+  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, moe_shape_of(c), c->tp,
                                                  tp_part_numel(m->gpt.vocab, c->tp, c->tp_rank));
   double a2a = st->a2a_sent / steps; /* the EP group's, counted at the last step's end (moe_step_end) */
   trainer_report_extra(t, "moe_drop_rate", st->chosen_total > 0 ? st->drop_total / st->chosen_total : 0);
@@ -59,7 +59,7 @@ void moe_report(trainer_t *t) {
   double worst = 0, peak = 4.0 * (double)c->rows_peak;
   if (c->cf == 0) {
     double sk = (double)t->local_batch * (double)((c->S * c->k + c->tp - 1) / c->tp);
-    worst = 4.0 * (sk * c->ep * 9 * c->C + sk * c->C);
+    worst = 4.0 * (sk * c->ep * (c->C + 2 * c->F) + sk * c->C);
     comm_ctl_all_reduce_f64(t->world_comm, &peak, 1, REDOP_MAX);
     trainer_report_extra(t, "moe_dropless_rows_peak_bytes", peak);
     trainer_report_extra(t, "moe_dropless_rows_worst_bytes", worst);
@@ -75,10 +75,14 @@ void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
   trainer_report_extra(t, "moe_dense_state_bytes_formula", copies * dense_rank * per);
   if (!trainer_prints(t)) return;
-  printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld "
-         "(experts "
-         "%lld)\n",
-         nm, m->gpt.n_layer, c->E, c->k, c->cf > 0 ? "capacity" : "dropless", (long long)p.total,
+  char width[64] = "4C MLPs", extra[96] = ""; /* DeepSeekMoE's fine-grained and shared experts, the gates */
+  if (c->F != 4 * c->C) snprintf(width, sizeof width, "MLPs of width F = %lld", (long long)c->F);
+  size_t n = 0;
+  if (c->shared) n += (size_t)snprintf(extra + n, sizeof extra - n, ", shared %d", c->shared);
+  if (c->gate_topk) snprintf(extra + n, sizeof extra - n, ", gates renormalised over the k");
+  printf("moe: %d of %d blocks MoE, E=%d experts (%s), top-%d%s, %s; Ψ total %lld, active per token %lld "
+         "(experts %lld)\n",
+         nm, m->gpt.n_layer, c->E, width, c->k, extra, c->cf > 0 ? "capacity" : "dropless", (long long)p.total,
          (long long)p.active, (long long)p.expert);
   if (c->cf > 0)
     printf("moe: capacity factor %.2f: %.0f rows per expert and micro-batch; choices dropped %.4f of %.0f "

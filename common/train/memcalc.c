@@ -137,6 +137,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   double psi = 7.5e9, k = -1;
   int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
   int experts = 0, topk = 2, moe_every = 1, ep = 1; /* chapter 12: Mixture of Experts */
+  int expert_ffn = 0, shared = 0;                   /* its experts' width (0: 4h), its shared experts */
   /* chapters 07, 10, 08: pipeline stages, context parallelism, ZeRO-Offload */
   int pp = 1, cp = 1, offload = 0;
   int64_t micro = 1;
@@ -169,6 +170,12 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
        "active, and per rank with --ep"},
       {"--topk", ARG_INT, &topk, 1, 1 << 16, NULL, "experts per token k (<= --experts; default 2)"},
       {"--moe-every", ARG_INT, &moe_every, 1, 1 << 16, NULL, "every m-th block is MoE (default 1: all)"},
+      {"--expert-ffn", ARG_INT, &expert_ffn, 1, 1 << 24, NULL,
+       "with --experts: each expert's hidden width F (default 4h, the dense MLP's; DeepSeekMoE's "
+       "fine-grained experts: m times more of 1/m the width)"},
+      {"--shared-experts", ARG_INT, &shared, 0, 1 << 10, NULL,
+       "with --experts: S shared experts of width F in every MoE block, every token through them "
+       "(DeepSeekMoE; data-parallel like the dense part)"},
       {"--ep", ARG_INT, &ep, 1, 1 << 20, NULL,
        "expert-parallel ranks P_E: each holds E/P_E of the experts; P_E divides --ranks and --experts"},
       {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
@@ -261,7 +268,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                           "of each EP group split the attention)",
                           ep);
     }
-    if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, experts, topk, moe_every).total
+    gpt_moe_t moe_shape = {experts, topk, moe_every, expert_ffn, shared};
+    if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, moe_shape).total
                                       : (double)gpt_count_params(shape);
     if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
       char tv[32];
@@ -458,10 +466,11 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   gpt_moe_params_t mp = {0};
   mem_formula_t ms[4] = {{0}};
   if (experts > 0) { /* chapter 12: total against active, and where the expert states live */
-    mp = gpt_moe_count_params(shape, experts, topk, moe_every);
+    gpt_moe_t moe_shape = {experts, topk, moe_every, expert_ffn, shared};
+    mp = gpt_moe_count_params(shape, moe_shape);
     int D = world / ep;
     /* one rank's model: the dense part (--tp t inside the EP group: its part of it), E/P_E experts */
-    double dense = (double)gpt_moe_dense_rank(shape, experts, moe_every, tp, vocab / tp);
+    double dense = (double)gpt_moe_dense_rank(shape, moe_shape, tp, vocab / tp);
     double local = dense + (double)mp.expert / ep;
     char every[32] = "every";
     if (moe_every > 1)
@@ -469,15 +478,18 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                moe_every == 2       ? "nd"
                    : moe_every == 3 ? "rd"
                                     : "th");
+    int F = expert_ffn > 0 ? expert_ffn : 4 * hidden;
     fprintf(out,
-            "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per "
-            "token\n",
-            experts, every, topk);
-    fprintf(out,
-            "  Ψ total %.0f = dense %.0f (routers E·h included) + experts %.0f; active per token %.0f "
-            "(%.1f%% of total)\n",
-            (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active,
-            100.0 * mp.active / mp.total);
+            "\nMixture of Experts (chapter 12): %d expert MLPs of width %d (2·F·h + F + h each) in %s "
+            "block, top-%d per token, %d shared\n",
+            experts, F, every, topk, shared);
+    fprintf(
+        out,
+        "  Ψ total %.0f = dense %.0f (routers E·h and shared experts included) + experts %.0f; active per "
+        "token %.0f "
+        "(%.1f%% of total)\n",
+        (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active,
+        100.0 * mp.active / mp.total);
     fprintf(out,
             "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every "
             "MoE block, "
@@ -674,12 +686,13 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
           "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
           tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
     if (experts > 0) {
-      fprintf(
-          fp,
-          " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"params_total\": %.17g, "
-          "\"params_active\": %.17g, \"params_expert\": %.17g, \"params_dense\": %.17g, \"per_stage\": [",
-          experts, topk, moe_every, ep, (double)mp.total, (double)mp.active, (double)mp.expert,
-          (double)mp.dense);
+      fprintf(fp,
+              " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"expert_ffn\": %d, "
+              "\"shared_experts\": %d, \"params_total\": %.17g, \"params_active\": %.17g, \"params_expert\": "
+              "%.17g, "
+              "\"params_dense\": %.17g, \"per_stage\": [",
+              experts, topk, moe_every, ep, expert_ffn > 0 ? expert_ffn : 4 * hidden, shared,
+              (double)mp.total, (double)mp.active, (double)mp.expert, (double)mp.dense);
       for (int st = s0; st <= s1; st++)
         fprintf(fp, "%s{\"stage\": %d, \"dense_states\": %.17g, \"expert_states\": %.17g, \"total\": %.17g}",
                 st == s0 ? "" : ", ", st, ms[st].params, ms[st].grads, ms[st].total);
