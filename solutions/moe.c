@@ -41,16 +41,19 @@ enum { IX_ROWS, IX_SLOT, IX_PERM_X, IX_PERM_B, IX_WEIGHT, IX_END };
 static void upload_pass(moe_gpt_t *c, device_t dev, const moe_unit_t *mu, int64_t routed, const float *w,
                         int64_t nw) {
   int64_t *o = c->ix_off;
-  o[IX_ROWS] = 0, o[IX_SLOT] = mu->Rs, o[IX_PERM_X] = mu->Rs + routed * c->k, o[IX_PERM_B] = o[IX_PERM_X] + mu->Rx;
+  o[IX_ROWS] = 0, o[IX_SLOT] = mu->Rs, o[IX_PERM_X] = mu->Rs + routed * c->k,
+  o[IX_PERM_B] = o[IX_PERM_X] + mu->Rx;
   o[IX_WEIGHT] = o[IX_PERM_B] + mu->Rx, o[IX_END] = o[IX_WEIGHT] + nw;
   if (dev == DEV_CPU) return;
-  int32_t *h = xmalloc((size_t)(o[IX_END] > 0 ? o[IX_END] : 1) * sizeof(int32_t), "moe indices (host, packed)");
+  int32_t *h = xmalloc((size_t)(o[IX_END] > 0 ? o[IX_END] : 1) * sizeof(int32_t), "moe indices (host, "
+                                                                                  "packed)");
   memcpy(h + o[IX_ROWS], mu->row_tok, (size_t)mu->Rs * sizeof(int));
   memcpy(h + o[IX_SLOT], mu->slot, (size_t)(routed * c->k) * sizeof(int));
   memcpy(h + o[IX_PERM_X], mu->perm_x, (size_t)mu->Rx * sizeof(int));
   memcpy(h + o[IX_PERM_B], mu->perm_b, (size_t)mu->Rx * sizeof(int));
   memcpy(h + o[IX_WEIGHT], w, (size_t)nw * sizeof(float)); /* 4 bytes each: the bits as they are */
-  dev_memcpy(dev, grow(&c->idx, "moe indices", dev, o[IX_END]), DEV_CPU, h, (size_t)o[IX_END] * sizeof(int32_t));
+  dev_memcpy(dev, grow(&c->idx, "moe "
+                                "indices", dev, o[IX_END]), DEV_CPU, h, (size_t)o[IX_END] * sizeof(int32_t));
   free(h);
 }
 /* Where array `which` is for this pass: its device copy (upload_pass), or on the CPU host itself. */
@@ -305,9 +308,11 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
     c->a2a_formula += a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
-  op_rows_combine(dev, y, eo, ix(c, dev, mu->slot, IX_SLOT), ix_weight(c, dev, mu->gates), routed, k, Cn, 0.0f);
+  op_rows_combine(dev, y, eo, ix(c, dev, mu->slot, IX_SLOT), ix_weight(c, dev, mu->gates), routed, k, Cn,
+                  0.0f);
   /* + the shared experts (DeepSeekMoE): every routed token through each, gate 1 */
-  float *sh = saved_shared(c, io), *sh_out = c->shared ? grow(&c->sh_out, "moe shared out", dev, routed * C) : NULL;
+  float *sh = saved_shared(c, io), *sh_out = c->shared ? grow(&c->sh_out, "moe shared "
+                                                                          "out", dev, routed * C) : NULL;
   for (int e = 0; e < c->shared; e++) {
     float *pre_s = sh + 2 * e * routed * F, *post_s = pre_s + routed * F;
     mlp_forward(c, io, shared_off(c, e), routed, ln2, pre_s, post_s, sh_out);

@@ -63,7 +63,8 @@ static void moe_free_ctx(model_t *m) {
   for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
     moe_unit_t *mu = &c->u[u];
     free(mu->probs), free(mu->ids), free(mu->slot), free(mu->gates), free(mu->row_tok), free(mu->row_gate);
-    free(mu->counts), free(mu->f), free(mu->load_now), free(mu->recv_rows), free(mu->perm_x), free(mu->perm_b);
+    free(mu->counts), free(mu->f), free(mu->load_now), free(mu->recv_rows), free(mu->perm_x),
+        free(mu->perm_b);
     free(mu->load_step), free(mu->bias);
     tensor_free(&mu->rows);
   }
@@ -152,7 +153,8 @@ void moe_setup(trainer_t *t) {
   c->C = m->gpt.n_embd, c->S = m->gpt.seq_len;
   c->F = cfg->moe_ffn > 0 ? cfg->moe_ffn : 4 * c->C, c->shared = cfg->moe_shared;
   c->gate_topk = cfg->gate_norm && strcmp(cfg->gate_norm, "topk") == 0;
-  c->attn_full = l.fcw, c->router_numel = (int64_t)c->E * c->C, c->expert_numel = gpt_moe_expert_numel(c->C, c->F);
+  c->attn_full = l.fcw, c->router_numel = (int64_t)c->E * c->C,
+  c->expert_numel = gpt_moe_expert_numel(c->C, c->F);
   c->shared_numel = c->shared * c->expert_numel;
   c->tp = 1, c->attn_numel = c->attn_full, c->kb = gpt_block_whole(m->gpt);
   /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
@@ -188,7 +190,8 @@ void moe_setup(trainer_t *t) {
     mu->load_step = xcalloc((size_t)c->E, sizeof(double), "moe loads");
     mu->recv_rows = xcalloc((size_t)(c->ep * c->e_local), sizeof(int64_t), "moe recv rows");
     if (c->rate > 0) mu->bias = xcalloc((size_t)c->E, sizeof(float), "moe bias");
-    m->units[u].numel = c->attn_numel + c->router_numel + c->shared_numel + (int64_t)c->e_local * c->expert_numel;
+    m->units[u].numel =
+        c->attn_numel + c->router_numel + c->shared_numel + (int64_t)c->e_local * c->expert_numel;
     m->units[u].saved_numel = gpt_block_attn_saved(&kb) + c->rows_per_sample + shared_saved;
   }
   c->fns = moe_gpt_fns;
@@ -258,6 +261,7 @@ void moe_unit_to_local(const model_t *m, int u, const float *full, float *local)
   int64_t rs = c->router_numel + c->shared_numel; /* the router and the shared experts: whole */
   memcpy(local + c->attn_numel, full + c->attn_full, (size_t)rs * sizeof(float));
   int64_t mine = (int64_t)c->e_local * c->expert_numel; /* this rank's experts: ep_rank's e_local of them */
-  memcpy(local + c->attn_numel + rs, full + c->attn_full + rs + c->ep_rank * mine, (size_t)mine * sizeof(float));
+  memcpy(local + c->attn_numel + rs, full + c->attn_full + rs + c->ep_rank * mine,
+         (size_t)mine * sizeof(float));
 }
 

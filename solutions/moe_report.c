@@ -82,8 +82,8 @@ void moe_report(trainer_t *t) {
   if (c->gate_topk) snprintf(extra + n, sizeof extra - n, ", gates renormalised over the k");
   printf("moe: %d of %d blocks MoE, E=%d experts (%s), top-%d%s, %s; Ψ total %lld, active per token %lld "
          "(experts %lld)\n",
-         nm, m->gpt.n_layer, c->E, width, c->k, extra, c->cf > 0 ? "capacity" : "dropless", (long long)p.total,
-         (long long)p.active, (long long)p.expert);
+         nm, m->gpt.n_layer, c->E, width, c->k, extra, c->cf > 0 ? "capacity" : "dropless",
+         (long long)p.total, (long long)p.active, (long long)p.expert);
   if (c->cf > 0)
     printf("moe: capacity factor %.2f: %.0f rows per expert and micro-batch; choices dropped %.4f of %.0f "
            "(they keep "
@@ -108,7 +108,8 @@ void moe_report(trainer_t *t) {
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
   if (c->cf == 0)
     printf("moe: dropless saved expert rows, sized after routing: at most %.0f B per block on a rank (a "
-           "reservation for the worst case, every token of the EP group here, would be %.0f B)\n", peak, worst);
+           "reservation for the worst case, every token of the EP group here, would be %.0f "
+           "B)\n", peak, worst);
   if (c->ep_comm)
     printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine "
            "and their backwards) x rows for other ranks' experts x C x 4 B%s)\n",

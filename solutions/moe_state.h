@@ -80,7 +80,8 @@ typedef struct moe_gpt {
   tensor_t ys;                   /* --tp: this rank's rows of the MoE output (forward), of d ln2 (backward) */
   tensor_t sh_out, sh_d;         /* the shared experts' output rows; their backward's d hidden and d ln2 */
   tensor_t rows_rc;              /* dropless with --recompute: every block's saved rows in one buffer (one
-                                  * block's are live at a time: its forward reruns just before its backward) */
+                                  * block's are live at a time: its forward reruns just before its
+                                  * backward) */
   int64_t rows_peak;             /* dropless: the most saved-row floats one block held (the report's line) */
   int64_t rows_per_sample;       /* with a capacity: the expert rows' floats per sample in the saved slot */
   int64_t ix_off[6];             /* where each array of idx starts (moe.c's IX_*) */

@@ -124,7 +124,8 @@ int64_t gpt_moe_dense_rank(gpt_shape_t s, gpt_moe_t moe, int T, int64_t Vr) {
   int64_t split = 2 * (int64_t)s.vocab * C, mine = 2 * Vr * C;
   for (int l = 0; l < s.n_layer; l++) {
     int is_moe = moe.experts > 0 && moe.every > 0 && l % moe.every == moe.every - 1;
-    int64_t sb = is_moe ? 4 * C * C + 3 * C : 12 * C * C + 7 * C; /* divisible by T: T divides the heads, so C */
+    /* divisible by T: T divides the heads, so C */
+    int64_t sb = is_moe ? 4 * C * C + 3 * C : 12 * C * C + 7 * C;
     split += sb, mine += sb / T;
   }
   return dense - split + mine;

@@ -599,7 +599,8 @@ Test(common_ops, device_pointers_told_from_host_ones) {
   cr_expect_eq(dev_is_device_pointer(d), 1, "cudaMalloc'd buffer: expected device memory");
   cr_expect_eq(dev_is_device_pointer(d + 7), 1, "inside a cudaMalloc'd buffer: expected device memory");
   cr_expect_eq(dev_is_device_pointer(h), 0, "malloc'd buffer: expected host memory");
-  cr_expect_eq(dev_is_device_pointer(pinned), 0, "pinned host buffer: expected host memory (NCCL refuses it)");
+  cr_expect_eq(dev_is_device_pointer(pinned), 0, "pinned host buffer: expected host memory (NCCL refuses "
+                                                 "it)");
   dev_host_free(DEV_CUDA, pinned);
   dev_free(DEV_CUDA, d);
   free(h);
