@@ -119,6 +119,41 @@ Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
   remove(json);
 }
 
+/* A measured number quoted under a sibling's label fails, though the number is right for its key
+ * (common/scripts/notes_labels.py): chapter 10's "Ulysses 1.50, the hybrid 3.00" (comm.6, comm.7 of
+ * bench_long.json) with the two names swapped in a copy of the page, and benchmarks.md's C = 4 Ulysses
+ * row renamed the hybrid, each fail naming the line and the sibling; the copies as they are pass. */
+Test(common_docs, a_number_under_a_swapped_label_fails_the_check, .timeout = 60) {
+  const char *page[2] = {"notes/10-long-sequences.md", "notes/benchmarks.md"};
+  const char *swap[2] = {"s/Ulysses 1\\.50</@@1.50</; s/the hybrid 3\\.00</Ulysses 3.00</; s/@@/the hybrid /",
+                         "s/^| Ulysses (a2a) | 4 |/| hybrid (a2a 2 x ring 2) | 4 |/"};
+  const char *swapped[2] = {"the hybrid 1.50<", "| hybrid (a2a 2 x ring 2) | 4 | 1572864<"};
+  const char *said[2] = {"name 'hybrid', a sibling of comm.6.sent_bytes_per_step",
+                         "name 'hybrid', a sibling of comm.6.sent_bytes_per_step"};
+  for (int p = 0; p < 2; p++) {
+    for (int k = 0; k < 2; k++) {
+      char path[128];
+      snprintf(path, sizeof path, "notes/.zl_docs_%d_swap%d%d.md", (int)getpid(), p, k);
+      int rc = zl_run(0, 10, NULL, "cp %s %s", page[p], path);
+      cr_assert_eq(rc, 0, "cannot copy %s to %s", page[p], path);
+      if (k) {
+        char *grep = NULL;
+        zl_run(0, 10, &grep, "sed -i '%s' %s && grep -cF '%s' %s", swap[p], path, swapped[p], path);
+        cr_assert(grep && atoi(grep) == 1, "the swap '%s' no longer matches %s (the sentence changed? "
+                  "update this test):\n%s", swap[p], page[p], grep ? grep : "");
+        free(grep);
+      }
+      char *out = NULL;
+      rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+      cr_expect_eq(rc, k, "check_notes.py --numbers on %s (%s): exit %d, expected %d:\n%s", path,
+                   k ? "labels swapped" : "as committed", rc, k, out);
+      cr_expect(k == 0 || strstr(out, said[p]), "the failure should say '%s':\n%s", said[p], out);
+      free(out);
+      remove(path);
+    }
+  }
+}
+
 /* A link to a page that exists but a heading that does not (06 has "Meeting 06a" and "06b", not
  * "06c") fails with the page line; the same link to #meeting-06b passes. */
 Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
