@@ -474,7 +474,8 @@ clean:
 # Mbit/s (0 = unshaped; LINKS_LONG= skips them) (notes/10-long-sequences.md). Writes LONG_OUT (default
 # $(RESULTS)/bench_long.json; UPDATE_NOTES=1: notes/data/bench_long.json, the committed measurement the
 # pages quote and make plots draws); LONG_PARTS=comm,nodes runs only those parts and keeps the others.
-# About 4 min on 2 cores without the emulated nodes (LINKS_LONG=), 10-15 min with them (root).
+# About 2 min on 2 cores without the emulated nodes (LINKS_LONG=, ZL_BENCH_REPS=1: 125 s measured under
+# load 2-7); the emulated nodes (root) add about 10 min (estimated from the committed run's step times).
 BUDGET_LONG ?= 24
 LONG_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_long.json
 LINKS_LONG ?= 0,1000,100,20
@@ -532,7 +533,8 @@ bench-overlap: build
 # oversubscribes a 2-core box), and the time per step in the dispatch / experts / combine spans of a
 # --trace. Writes EXPERTS_OUT (default $(RESULTS)/bench_experts.json; UPDATE_NOTES=1:
 # notes/data/bench_experts.json, the committed measurement the pages quote and make plots draws);
-# EXPERTS_PARTS=bytes,trace runs only those and keeps the others. About 3-4 min on 2 cores.
+# EXPERTS_PARTS=bytes,trace runs only those and keeps the others. 2-6 min on 2 cores (the committed run
+# 79 s; 372 s measured under load 4-6; ZL_BENCH_REPS=1 ZL_BENCH_STEPS=2: 227 s under load 5).
 EXPERTS_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_experts.json
 EXPERTS_PARTS ?= drop,balance,bytes,step,trace
 .PHONY: bench-experts

@@ -32,7 +32,7 @@ balancing), every row measured by ch12_experts (or ch02_ddp / ch06_tp) --json:
 (--out notes/data/bench_experts.json, what make bench-experts UPDATE_NOTES=1 runs, refreshes the
 committed measurement the pages quote.)
 --parts runs only those parts and keeps the others from the existing --out. Whole bench: about
-2-4 minutes on a 2-core box. Times on a shared small box are indicative only: the JSON's _meta has
+2-6 minutes on a 2-core box (372 s measured under load 4-6). Times on a shared small box are indicative only: the JSON's _meta has
 the load average before and after."""
 import argparse
 import json

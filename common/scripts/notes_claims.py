@@ -608,6 +608,8 @@ def check_papers(root):
     for n, week, _, papers in plan_weeks(root):
         for link in papers:
             assigned.setdefault(link, (n, week))
+    if not assigned:
+        return []
     for rel in READING_LISTS:
         path = os.path.join(root, rel)
         if not os.path.exists(path):

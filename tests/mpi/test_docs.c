@@ -242,3 +242,48 @@ Test(common_docs, a_chapter_missing_from_the_plan_or_a_built_claim_fails, .timeo
     zl_run(0, 10, NULL, "rm -rf %s", root);
   }
 }
+
+/* The plan's pace (common/scripts/notes_claims.py, check_pace and check_papers), on a tree of one
+ * chapter made here: a week that assigns three papers and whose page asks ten questions (an
+ * eleventh, "(code)", is the full track's and not counted), one of the papers missing from the
+ * notes' reading list, fails naming all three; two papers, nine questions and a complete list pass. */
+Test(common_docs, a_week_over_two_papers_or_nine_questions_fails, .timeout = 30) {
+  for (int k = 0; k < 2; k++) {
+    char root[128], path[256];
+    snprintf(root, sizeof root, "/tmp/zl_docs_%d_pace%d", (int)getpid(), k);
+    const char *dirs[] = {"", "/chapters", "/chapters/01_ring", "/notes"};
+    for (int d = 0; d < 4; d++) {
+      snprintf(path, sizeof path, "%s%s", root, dirs[d]);
+      mkdir(path, 0755);
+    }
+    snprintf(path, sizeof path, "%s/chapters/01_ring/main.c", root);
+    write_page(path, "int main(void) { return 0; }\n");
+    char questions[1024] = "## Questions\n\n";
+    for (int q = 1; q <= (k ? 9 : 10); q++)
+      snprintf(questions + strlen(questions), sizeof questions - strlen(questions), "%d. Why %d?\n", q, q);
+    strcat(questions, "11. (code) Which line?\n");
+    snprintf(path, sizeof path, "%s/notes/01-ring.md", root);
+    write_page(path, "# 01 ring\n\nA ring.\n\n%s", questions);
+    snprintf(path, sizeof path, "%s/README.md", root);
+    write_page(path, "# x\n\n## Chapters\n\n| ch | program | notes |\n|---|---|---|\n"
+                     "| 01 | `ch01_ring` | [notes/01-ring.md](notes/01-ring.md) |\n");
+    snprintf(path, sizeof path, "%s/notes/README.md", root);
+    write_page(path, "# notes\n\n## A reading plan\n\n| week | read | reading | run |\n|---|---|---|---|\n"
+                     "| 1 | [01-ring](01-ring.md); [A](https://arxiv.org/abs/1111.00001), "
+                     "[B](https://arxiv.org/abs/1111.00002)%s | 0 min | `make run CH=01` |\n\n"
+                     "## Reading list\n\n- A (arXiv:1111.00001).\n%s",
+               k ? "" : ", [C](https://arxiv.org/abs/1111.00003)", k ? "- B (arXiv:1111.00002).\n" : "");
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "python3 common/scripts/notes_claims.py --root %s", root);
+    cr_expect_eq(rc, k ? 0 : 1, "notes_claims.py --root %s: exit %d, expected %d:\n%s", root, rc, k ? 0 : 1,
+                 out);
+    if (k == 0) {
+      cr_expect(strstr(out, "week 1 assigns 3 papers") != NULL, "the failure should name 3 papers:\n%s", out);
+      cr_expect(strstr(out, "ask 10 questions") != NULL, "the failure should count 10 questions:\n%s", out);
+      cr_expect(strstr(out, "reading list lacks https://arxiv.org/abs/1111.00002") != NULL,
+                "the failure should name the paper missing from the reading list:\n%s", out);
+    }
+    free(out);
+    zl_run(0, 10, NULL, "rm -rf %s", root);
+  }
+}
