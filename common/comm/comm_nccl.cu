@@ -344,7 +344,8 @@ static void nccl_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) 
 }
 
 /* ---- all-to-all: one group of ncclSend/ncclRecv, every peer and this rank itself (as nccl-tests'
- * alltoall.cu does); NCCL runs the group's transfers at once, so no order can deadlock -------- */
+ * alltoall.cu does without NCCL 2.28's ncclAlltoAll, which has no v form); NCCL runs the group's
+ * transfers at once, so no order can deadlock ------------------------------------------------- */
 static void nccl_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts,
                              const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                              const int64_t *recv_displs, dtype_t dt) {
