@@ -170,6 +170,28 @@ void comm_track_waited(comm_t *c, comm_handle_t h) {
   pthread_mutex_unlock(&g_track_mu);
 }
 
+/* comm_wait(c, h) with an h that c never issued: most often a handle of another communicator (a
+ * receive posted on one communicator and waited on another). In exercise mode the open handles of
+ * every communicator are known: the one that issued h is named. Dies. */
+__attribute__((noreturn)) void comm_track_foreign(const comm_t *c, comm_handle_t h, comm_handle_t issued) {
+  char other[160] = "";
+  pthread_mutex_lock(&g_track_mu);
+  for (int k = 0; k < g_n_tracked && !other[0]; k++) {
+    const comm_t *o = g_tracked[k];
+    for (int i = 0; o != c && i < o->n_open; i++)
+      if (o->open[i].h == h) {
+        snprintf(other, sizeof other, "; %s (%s) returned handle %lld on another communicator (%d ranks)",
+                 o->open[i].fn, o->open[i].tag, (long long)h, o->world);
+        break;
+      }
+  }
+  pthread_mutex_unlock(&g_track_mu);
+  die_on_rank("comm_wait: handle %lld was not issued by this communicator (%d ranks, %lld handle(s) issued "
+              "so far)%s — a handle is waited on the communicator whose call returned it: post the call "
+              "and wait on the same one (for a receive: the communicator its sender uses)",
+              (long long)h, c->world, (long long)issued, other);
+}
+
 /* The open handle of c with the lowest number above `since`, of point-to-point ones only when
  * p2p_only; NULL if none. Under g_track_mu. */
 static const struct comm_open *first_open(const comm_t *c, comm_handle_t since, int p2p_only) {

@@ -302,6 +302,9 @@ void comm_track_check(comm_t *c, const char *fn, const char *tag, const void *rd
 void comm_track_open(comm_t *c, comm_handle_t h, const char *fn, const char *tag, int p2p, const void *rd,
                      int64_t rd_n, const void *wr, int64_t wr_n);
 void comm_track_waited(comm_t *c, comm_handle_t h);
+/* comm_wait of a handle c never issued (issued: c's last): dies naming the communicator that issued
+ * it, where exercise mode knows (comm_checks.c). */
+__attribute__((noreturn)) void comm_track_foreign(const comm_t *c, comm_handle_t h, comm_handle_t issued);
 void comm_track_wait_all(comm_t *c);
 /* comm_count.c: a task's ring-model bytes and its call, at issue (under c->mu); the ring code's
  * real bytes (takes c->mu); control traffic (takes c->mu; gather: comm_ctl_gather's, sizes on
