@@ -105,7 +105,7 @@ TEST_ORDER = {
     "06": ["ch06_grid/*", "ch06_tp/ops_2_ranks", "ch06_tp/ops_4_ranks", "ch06_tp/mlp_check_4_ranks",
            "ch06_tp/example_2_ranks", "ch06_tp/train_tp_equals_one_rank", "ch06_tp/gpt_tp_equals_one_rank",
            "ch06_tp/groups_*", "ch06_tp/ledger_*", "ch06_tp/train_2d_*", "ch06_tp/pa_*"],
-    "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_pipeline/split_is_*",
+    "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_sched/*", "ch07_pipeline/split_is_*",
            "ch07_pipeline/equals_one_rank_*", "ch07_pipeline/large_messages_*", "ch07_pipeline/gpt_equals_*",
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
@@ -114,7 +114,8 @@ TEST_ORDER = {
            "ch09_cluster/two_level_*", "ch09_hsdp/*", "ch09_cluster/*"],
     "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
            "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
-           "ch10_context/cp3_equals_one_rank", "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
+           "ch10_context/cp3_equals_one_rank", "ch10_ulysses/a2a_attention_bitwise",
+           "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
     "12": ["ch12_moe/plan_contract", "ch12_moe/dispatch_combine_identity", "ch12_moe/one_expert_is_the_dense_gpt",
            "ch12_moe/ep_equals_one_rank", "ch12_moe/*"],
 }
@@ -702,6 +703,25 @@ def owner_of(files, a, rel, dst_line):
     return None
 
 
+def owner_around(files, a, rel, dst_line):
+    """The exercise of DST whose FUNCTION holds dst_line (1-based) of DST/rel outside its body: a line
+    after the body's END marker up to the function's closing brace (a `}` in column 0) — where the
+    compiler puts a missing return ("control reaches end of non-void function"). Else None."""
+    try:
+        dl = read_lines(os.path.join(a.dst, rel))
+        regs = parse(os.path.join(a.dst, rel), dl)
+    except (OSError, MarkerError):
+        return None
+    before = [r for r in regs if r.end + 1 < dst_line]
+    if not before:
+        return None
+    r = before[-1]
+    for i in range(r.end + 1, len(dl)):  # 0-based lines after the END marker
+        if dl[i].startswith("}"):
+            return r.name if dst_line <= i + 1 else None
+    return None
+
+
 def build(a, tree, clock, label):
     """make IMPL=tree build, printing progress (one line per file compiled or program linked).
     Unused static helpers are not errors here: a helper of a body swapped for the reference
@@ -847,6 +867,13 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
         return ("timed out", f"timed out after {secs} s — a deadlock? check who sends to whom "
                 f"(every send needs the matching receive on the other rank, in the same order)",
                 [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "did not complete within" in ln][:3])
+    # the comm layer's decoded MPI errors (comm_mpi.c, comm_checks.c): the line names the call, its tag,
+    # the peer and the counts — the most specific message there is
+    decoded = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines
+               if re.search(r"rank \d+: comm_\w+ \(.*\): (the (receive|send) |.* failed: )", ln)
+               or "was not issued by this communicator" in ln]
+    if decoded:
+        return (state, decoded[0], [ln for ln in decoded[1:3] if ln != decoded[0]])
     if "MPI_ERR_TRUNCATE" in log:
         return (state, "the ranks' collectives do not match (MPI_ERR_TRUNCATE: one rank's message is longer "
                 "than the other expects): does every rank launch the same operations, of the same sizes, in "
@@ -936,6 +963,15 @@ def cmd_status(a):
             if name in chosen and name not in blamed:
                 blamed.add(name)
                 results[name] = ("does not compile", f"{a.dst}/{rel}:{dline}: error: {msg}")
+        for rel, line, msg in errs if not blamed else []:
+            # outside every body, but inside the function of one (after its END, before the function's
+            # closing brace): that body's — a missing return is reported at the brace
+            dline = linemap.get(rel, [])[line - 1] if rel in linemap and 0 < line <= len(linemap[rel]) else None
+            name = owner_around(files, a, rel, dline) if dline else None
+            if name in chosen and name not in blamed:
+                blamed.add(name)
+                results[name] = ("does not compile", f"{a.dst}/{rel}:{dline}: error: {msg} (at the end of the "
+                                 f"function that holds your body: does every path of the body return a value?)")
         if not blamed:  # an error outside the bodies (or in a file that is not ours)
             rel, line, msg = errs[0] if errs else ("?", 0, "see the build output above")
             dline = linemap.get(rel, [None] * max(line, 1))[line - 1] if rel in linemap else line
@@ -944,7 +980,11 @@ def cmd_status(a):
             print(f"error: your tree does not compile outside the exercise bodies: {where}:{dline}: "
                   f"error: {msg}\n  (code outside BEGIN/END is kept as you wrote it: includes and static helpers "
                   f"are welcome there, but they must compile)")
-            return 1
+            for n in chosen:  # the verdict of each body written: none can be judged (no stale one stays)
+                results[n] = ("does not compile", f"not judged: the tree does not compile outside the bodies "
+                              f"({where}:{dline}: error: {msg})")
+            chosen = set()
+            break
         chosen -= blamed
     failed_test = None
     if chosen:
