@@ -125,7 +125,7 @@ SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 EXPLORER_NATIVE := $(OUT)/tests/explorer_native
 
 .PHONY: all build demo test test-long test-kernels test-prep test-run run doctor deps exercises check-exercises exercise hint \
-        exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
+        exercise-list grade bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
 all: build
@@ -357,6 +357,12 @@ hint:
 exercise-list:
 	@$(PYTHON) common/scripts/exercises.py list solutions --dst exercises --status $(BUILD)/exercise-status.json \
 	  $(if $(CH),--chapter $(CH))
+# make grade [CH=NN]: make exercise for every chapter with exercises (or CH), then done/total per chapter,
+# each verdict with its time against the budget, and GRADE_OUT/grade.json + grade.xml (JUnit) for a course
+# (common/scripts/grade.py; GRADE_OUT defaults to BUILD/grade)
+grade:
+	@$(PYTHON) common/scripts/grade.py run --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)" \
+	  --build $(BUILD) --out $(or $(GRADE_OUT),$(BUILD)/grade) $(if $(CH),--chapter $(CH))
 
 # ---- benchmarks: every bench-* target of this Makefile, one after another, into $(RESULTS)/ --
 RESULTS ?= results

@@ -1073,8 +1073,10 @@ def cmd_status(a):
     path = os.path.join(work, "exercise-status.json")
     st = load_status(path)
     now = time.strftime("%Y-%m-%d %H:%M")
+    took = round(time.time() - clock.t0, 1)  # this judging, build included: what a student waited
     for _, r in regs:
-        st[r.name] = {"state": results[r.name][0], "detail": results[r.name][1], "when": now}
+        st[r.name] = {"state": results[r.name][0], "detail": results[r.name][1], "when": now,
+                      "chapter": a.chapter, "seconds": took}
     os.makedirs(work, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(st, f, indent=1, sort_keys=True)

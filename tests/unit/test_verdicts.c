@@ -11,3 +11,40 @@ Test(common_verdicts, messages_order_and_blame, .timeout = 60) {
   cr_assert_eq(rc, 0, "verdicts_check.py exited %d:\n%s", rc, out ? out : "(no output)");
   free(out);
 }
+
+/* make grade's report from saved verdicts: chapter 01's six exercises, two done, one wrong, the rest
+ * never judged — the summary line, the JSON's counts, and a JUnit XML that parses with a failure and
+ * three skipped. */
+Test(common_verdicts, grade_report_parses, .timeout = 60) {
+  char dir[256], path[512];
+  zl_tmpdir(dir, sizeof dir, "grade");
+  snprintf(path, sizeof path, "%s/status.json", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "cannot write %s", path);
+  fputs("{\"ring_all_gather\": {\"state\": \"done\", \"detail\": \"ok\", \"seconds\": 41.5},\n"
+        " \"ring_reduce_scatter\": {\"state\": \"done\", \"detail\": \"ok\", \"seconds\": 38},\n"
+        " \"ring_all_reduce\": {\"state\": \"wrong\", \"detail\": \"world2: index 3 got 1 expected 2\","
+        " \"seconds\": 20}}\n",
+        f);
+  fclose(f);
+  char *out = NULL;
+  int rc = zl_run(0, 50, &out, "python3 common/scripts/grade.py report --status %s --out %s --chapter 01",
+                  path, dir);
+  cr_assert_eq(rc, 1, "grade.py report exited %d, expected 1 (not every exercise done):\n%s", rc, out);
+  cr_assert(strstr(out, "chapter 01: 2/6 done"), "the summary line:\n%s", out);
+  cr_assert(strstr(out, "verdict in 42 s of the 120 s budget"), "a done line's time against the budget:\n%s",
+            out);
+  cr_assert(strstr(out, "index 3 got 1 expected 2"), "a wrong verdict's reason:\n%s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/grade.json", dir);
+  char *json = zl_read_file(path, NULL);
+  cr_assert(json, "no %s", path);
+  cr_assert_eq(zl_json_num(json, "done"), 2, "grade.json done");
+  cr_assert_eq(zl_json_num(json, "total"), 6, "grade.json total");
+  free(json);
+  rc = zl_run(0, 50, &out,
+              "python3 -c \"import xml.etree.ElementTree as E; s = E.parse('%s/grade.xml').getroot()[0]; "
+              "print(s.get('tests'), s.get('failures'), s.get('skipped'))\"", dir);
+  cr_assert(rc == 0 && strstr(out, "6 1 3"), "grade.xml: tests, failures, skipped of chapter 01: %s", out);
+  free(out);
+}
