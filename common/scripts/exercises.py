@@ -74,6 +74,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import answers  # noqa: E402  (answers/NN.txt beside the stubs: the notes' numeric questions)
+
+ANSWERS_DIR = "answers" + os.sep  # exercises/answers/: not C, kept by generate, checked by answers.py
 import time
 
 C_SUFFIXES = (".c", ".h", ".cu", ".cuh")
@@ -379,7 +384,7 @@ def write_tree(src, dst, files, keep_work=False, backup=None):
             write_if_changed(path, text)
     removed = []
     for rel in source_files(dst):
-        if rel not in wanted:
+        if rel not in wanted and not rel.startswith(ANSWERS_DIR):
             if backup and not plain_copy(src, rel, os.path.join(dst, rel)):  # it may hold a student's work
                 save(rel)
             os.remove(os.path.join(dst, rel))
@@ -391,6 +396,7 @@ def cmd_generate(a):
     files = scan(a.src)
     backup = os.path.join(a.backup, time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     kept, removed, saved = write_tree(a.src, a.dst, files, not a.reset, backup)
+    answers.generate(a.dst)  # answers/NN.txt: the notes' numeric questions (the values written kept)
     wanted = with_exercises(files)
     n = sum(len(r) for _, r in wanted.values())
     msg = (f"exercises: wrote {len(wanted)} files, {n} exercises, into {a.dst}/ from {a.src}/ (the files "
@@ -431,7 +437,9 @@ def cmd_check(a):
         fresh = os.path.join(tmp, "exercises")
         write_tree(a.src, fresh, files)
         want = set(with_exercises(files))
-        have = set(source_files(a.dst)) if os.path.isdir(a.dst) else set()
+        have = {rel for rel in source_files(a.dst) if not rel.startswith(ANSWERS_DIR)} if os.path.isdir(a.dst) \
+            else set()
+        stale += [(why, []) for why in answers.stale(a.dst)]
         for rel in sorted(want | have):
             if rel not in have:
                 stale.append((f"{a.dst}/{rel} (missing: {a.src}/{rel} has an exercise)", []))
@@ -851,6 +859,35 @@ def run_tests(binary, filt, clock, deadline, echo=True, chapter=None, tests=None
     return rc, text, failed
 
 
+JITTER_US = 5000  # the most a random delay holds a point-to-point task or a wait (REPEAT=N)
+# tests that measure time (a bandwidth table, a deadline, an overlap) say nothing of a race and fail by
+# design when delays are added: not rerun with them
+JITTER_SKIP = ["*collbench*", "*timeout*", "*_overlap/*", "*overlap*"]
+
+
+def jitter_runs(binary, tests, clock, a, written):
+    """The judged tests rerun a.repeat times with random delays in the comm layer (ZL_JITTER_US, a
+    seed per run: comm_checks.c's comm_jitter). Returns None when every run passes, else (failed runs,
+    the first failing run, its reason)."""
+    import fnmatch
+    failed, first = 0, None
+    tests = [t for t in tests if not any(fnmatch.fnmatchcase(t, p) for p in JITTER_SKIP)]
+    if not tests:
+        return None
+    for k in range(1, a.repeat + 1):
+        os.environ["ZL_JITTER_US"], os.environ["ZL_JITTER_SEED"] = str(JITTER_US), str(k)
+        try:
+            rc, log, test = run_tests(binary, None, clock, a.deadline, echo=False, chapter=a.chapter, tests=tests)
+        finally:
+            del os.environ["ZL_JITTER_US"], os.environ["ZL_JITTER_SEED"]
+        say(clock, f"run {k} of {a.repeat} with random delays: {'ok' if rc == 0 else 'FAILED (' + str(test) + ')'}")
+        if rc != 0:
+            failed += 1
+            if first is None:
+                first = (k, f"{test}: {failure_kind(log, test, a.deadline)[1]}")
+    return (failed, first[0], first[1]) if failed else None
+
+
 def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
     """(state, one-line reason, the lines worth showing) for the failing test's log. The reason is
     the first failing check's own message (an assertion in a test .c or a test header .h, or a
@@ -995,7 +1032,16 @@ def cmd_status(a):
         rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter, tests=mine)
         tested = len(re.findall(r"^\[(?:PASS|FAIL|ERR )", log, re.M))
         skipped = skipped_tests(log)
-        if rc == 0:
+        flaky = None
+        if rc == 0 and a.repeat > 0:
+            flaky = jitter_runs(binary, mine, clock, a, written)
+        if rc == 0 and flaky:
+            k, first_run, why = flaky
+            for n in chosen:
+                results[n] = ("flaky", f"flaky {k}/{a.repeat}: passes as it is, fails with random delays in the "
+                              f"comm layer (run {first_run}, ZL_JITTER_SEED={first_run}): {why} — a buffer read "
+                              f"before its wait, or a send buffer written before its wait?")
+        elif rc == 0:
             unwritten = len(regs) - len(written)
             for n in chosen:
                 ran = [x for x in mine if calls(x, n)]
@@ -1139,6 +1185,9 @@ def main():
     s.add_argument("--tests", help="(ignored: kept for older Makefiles)")
     s.add_argument("--work", help="where the judged tree and the status file go (default: --build)")
     s.add_argument("--filter", help="Criterion filter of the tests to run (default: ch<NN>*/*)")
+    s.add_argument("--repeat", type=int, default=0,
+                   help="after a pass, rerun the judged tests N times with random delays in the comm layer "
+                        "(ZL_JITTER_US): a race shows as 'flaky k/N'")
     s.add_argument("--deadline", type=int, default=EXERCISE_TIMEOUT_S,
                    help="collective deadline of every test run, seconds (exercise mode)")
     ca = sub.add_parser("calls")

@@ -6,10 +6,15 @@
  *   scn_mistakes wrong_comm    a receive posted on a sub-communicator, waited on the world (exercise
  *                              mode: ZL_EXERCISE_TIMEOUT_S set by the test)
  *   scn_mistakes coll_sizes    an all-gather whose ranks pass different sizes
- * Each mode exits nonzero; tests/mpi/test_mistakes.c reads the line. Run on 2 ranks. */
+ *   scn_mistakes racy_read     a planted race: rank 1 reads its receive buffer 5 ms after posting the
+ *                              receive, before comm_wait — right whenever the message is faster than
+ *                              5 ms, wrong when it is late (what ZL_JITTER_US makes happen)
+ * Each mode but racy_read exits nonzero; racy_read exits 1 with a FAIL line when the read was early,
+ * 0 when the race went unnoticed. tests/mpi/test_mistakes.c reads the lines. Run on 2 ranks. */
 #include "comm.h"   // comm_t, comm_*
 #include <stdio.h>  // printf
 #include <string.h> // strcmp
+#include <time.h>   // clock_gettime: racy_read's 5 ms of work
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -35,8 +40,27 @@ int main(int argc, char **argv) {
     comm_wait(c, h); /* on the world: not the communicator that issued h */
   } else if (strcmp(mode, "coll_sizes") == 0) {
     comm_all_gather(c, a, b, r == 0 ? 8 : 12, DT_F32);
+  } else if (strcmp(mode, "racy_read") == 0) {
+    for (int i = 0; i < 4; i++) a[i] = (float)(i + 1);
+    if (r == 0) comm_wait(c, comm_send_async(c, a, 4, DT_F32, 1, "values"));
+    if (r == 1) {
+      comm_handle_t h = comm_recv_async(c, b, 4, DT_F32, 0, "values");
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      do clock_gettime(CLOCK_MONOTONIC, &t1); /* 5 ms of "work" between the post and the read */
+      while ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6 < 5);
+      float seen = b[0]; /* THE RACE: read before comm_wait */
+      comm_wait(c, h);
+      if (seen != 1.0f) {
+        printf("FAIL rank 1: read the receive buffer before comm_wait: got %g, expected 1\n", seen);
+        comm_finalize(c);
+        return 1;
+      }
+    }
+    comm_finalize(c);
+    return 0;
   } else {
-    printf("usage: scn_mistakes short_recv|short_group|short_pair|wrong_comm|coll_sizes\n");
+    printf("usage: scn_mistakes short_recv|short_group|short_pair|wrong_comm|coll_sizes|racy_read\n");
     return 2;
   }
   printf("rank %d: %s ended without an error\n", r, mode);

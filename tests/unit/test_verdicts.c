@@ -48,3 +48,29 @@ Test(common_verdicts, grade_report_parses, .timeout = 60) {
   cr_assert(rc == 0 && strstr(out, "6 1 3"), "grade.xml: tests, failures, skipped of chapter 01: %s", out);
   free(out);
 }
+
+/* make answers: an answers file with one right, one wrong and two missing values of chapter 00 — the
+ * right one passes, the wrong one is named with the calculator's value and command, exit 1; and
+ * `exercises.py generate` keeps a student's values when it rewrites the file. */
+Test(common_verdicts, answers_named_right_and_wrong, .timeout = 60) {
+  char dir[256], cmd[1024];
+  zl_tmpdir(dir, sizeof dir, "answers");
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s/answers && mkdir -p %s/answers && printf 'q6_zero2 = 3.5\\nq6_ms = 20\\n' "
+           "> %s/answers/00.txt", dir, dir, dir);
+  cr_assert_eq(system(cmd), 0, "cannot write the fixture");
+  char *out = NULL;
+  int rc = zl_run(0, 50, &out, "python3 common/scripts/answers.py check --chapter 00 --bin %s --dst %s",
+                  ZL_BIN, dir);
+  cr_assert_eq(rc, 1, "answers.py exited %d, expected 1:\n%s", rc, out);
+  cr_assert(strstr(out, "q6_zero2  right"), "3.5 GB is ZeRO-2's comm/step at 1B, N 8:\n%s", out);
+  cr_assert(strstr(out, "you wrote 20 ms, the calculator says 17.5"), "the wrong one named:\n%s", out);
+  cr_assert(strstr(out, "q5        not answered"), "a missing one:\n%s", out);
+  cr_assert(strstr(out, "chapter 00: 1/4 right"), "the count:\n%s", out);
+  free(out);
+  rc = zl_run(0, 50, &out, "python3 -c \"import sys; sys.path.insert(0, 'common/scripts'); import answers; "
+              "answers.generate('%s'); print(answers.parse(open('%s/answers/00.txt').read()))\"", dir, dir);
+  cr_assert(rc == 0 && strstr(out, "'q6_ms': '20'") && strstr(out, "'q5': ''"),
+            "generate keeps the values written and adds the missing questions: %s", out);
+  free(out);
+}
