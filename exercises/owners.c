@@ -108,8 +108,8 @@ static void rest_update(trainer_t *t, owners_t *o, float gscale) {
     if (a >= e) continue;
     op_adamw(t->dev, (float *)t->params.data + o->seg_off[i] + (a - at),
              (const char *)o->grest.data + (a - lo) * (int64_t)b, t->wdt,
-             (float *)t->opt_m.data + o->mine + (a - lo), (float *)t->opt_v.data + vbase + (a - lo), e - a, &t->hp,
-             t->opt_t, gscale);
+             (float *)t->opt_m.data + o->mine + (a - lo), (float *)t->opt_v.data + vbase + (a - lo), e - a,
+             &t->hp, t->opt_t, gscale);
   }
 }
 
