@@ -172,13 +172,16 @@ int ckpt_due(const train_cfg_t *cfg, int step) {
 /* What each rank tells rank 0 after writing its shard: the file, then its pieces (u, off, numel). */
 typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
 
-void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
-               const report_step_t *losses, const scaler_t *scaler) {
+void ckpt_snapshot(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
+                   const report_step_t *losses, const scaler_t *scaler, ckpt_shard_t *sh) {
   const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
   int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
-  char partial[CKPT_PATH_MAX + 32], final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
-  snprintf(partial, sizeof partial, "%s/.step-%06d.partial", dir, steps_done);
-  snprintf(final_dir, sizeof final_dir, "%s/step-%06d", dir, steps_done);
+  *sh = (ckpt_shard_t){.steps_done = steps_done, .opt_t = opt_t, .skipped = skipped, .losses = losses,
+                       .has_scaler = scaler != NULL, .model_rank = t->model_rank};
+  if (scaler) sh->scaler = *scaler;
+  snprintf(sh->dir, sizeof sh->dir, "%s", dir);
+  char *partial = sh->partial;
+  snprintf(partial, sizeof sh->partial, "%s/.step-%06d.partial", dir, steps_done);
   comm_wait_all(t->comm); /* ZeRO-1/2's param all-gathers of this step finish first */
   dev_sync(t->dev);
   int root = t->model_rank == 0; /* rank 0 of every rank that holds a part of the model */
@@ -216,12 +219,34 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
       at += ls[u].own_numel;
     }
     mine->nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
-    mine->sum = ckpt_sum(CKPT_SUM_INIT, host, (size_t)mine->nbytes);
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", partial, t->model_rank);
-    ckpt_write_atomic(path, host, mine->nbytes);
-    free(host);
+    sh->host = host;
   }
   free(ls);
+  sh->blob = blob;
+}
+
+void ckpt_persist(ckpt_shard_t *sh) {
+  file_stat_t *mine = (file_stat_t *)sh->blob;
+  if (!sh->host) return;
+  char path[CKPT_PATH_MAX + 64];
+  mine->sum = ckpt_sum(CKPT_SUM_INIT, sh->host, (size_t)mine->nbytes);
+  snprintf(path, sizeof path, "%s/rank-%05d.bin", sh->partial, sh->model_rank);
+  ckpt_write_atomic(path, sh->host, mine->nbytes);
+  free(sh->host);
+  sh->host = NULL;
+}
+
+void ckpt_commit(trainer_t *t, ckpt_shard_t *sh) {
+  const model_t *md = t->whole;
+  int steps_done = sh->steps_done, opt_t = sh->opt_t, skipped = sh->skipped, root = t->model_rank == 0;
+  int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
+  const report_step_t *losses = sh->losses;
+  const scaler_t *scaler = sh->has_scaler ? &sh->scaler : NULL;
+  const char *dir = sh->dir, *partial = sh->partial;
+  int64_t *blob = sh->blob;
+  file_stat_t *mine = (file_stat_t *)blob;
+  char final_dir[CKPT_PATH_MAX + 32], path[CKPT_PATH_MAX + 64];
+  snprintf(final_dir, sizeof final_dir, "%s/step-%06d", dir, steps_done);
   /* --fault R:S:ckpt: die between the shards and the manifest */
   fault_in_save(t->fault, comm_rank(t->world_comm), steps_done - 1);
 
@@ -230,6 +255,7 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
   comm_ctl_gather(t->model_comm, blob,
                   (int64_t)sizeof(file_stat_t) + mine->n_pieces * 3 * (int64_t)sizeof(int64_t), &all, &sizes);
   free(blob);
+  sh->blob = NULL;
   if (root) {
     /* every rank's blob: which ranks wrote a file, and the pieces in it */
     const char **from = xmalloc((size_t)t->model_world * sizeof *from, "checkpoint blobs");
@@ -318,6 +344,14 @@ void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int ski
   }
   free(all);
   free(sizes);
+}
+
+void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
+               const report_step_t *losses, const scaler_t *scaler) {
+  ckpt_shard_t sh;
+  ckpt_snapshot(t, dir, steps_done, opt_t, skipped, losses, scaler, &sh);
+  ckpt_persist(&sh);
+  ckpt_commit(t, &sh);
 }
 
 /* ---- the grid-free form (zl_ckpt convert) ------------------------------------------------- */

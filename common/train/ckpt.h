@@ -150,6 +150,23 @@ int ckpt_due(const train_cfg_t *cfg, int step);
  * continues with it (manifest fields has_scaler, loss_scale, growth_tracker, overflows). */
 void ckpt_save(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
                const report_step_t *losses, const scaler_t *scaler);
+/* ckpt_save's two phases, apart for --ckpt-async (ckpt_async.h): ckpt_snapshot (collective) copies
+ * this rank's shard to host RAM — the only stall training sees; ckpt_persist (no collective, no
+ * device: safe on a background thread) sums it and writes rank-NNNNN.bin into the partial
+ * directory; ckpt_commit (collective) gathers the piece lists and rank 0 writes losses.bin and the
+ * manifest and publishes the step. ckpt_save = the three in a row: the same bytes either way. */
+typedef struct ckpt_shard {
+  char dir[CKPT_PATH_MAX], partial[CKPT_PATH_MAX + 32];
+  int steps_done, opt_t, skipped, has_scaler, model_rank;
+  scaler_t scaler;               /* has_scaler: the fp16 loss scaler after that step */
+  const report_step_t *losses;   /* [steps_done]: entries below steps_done no longer change */
+  int64_t *blob;                 /* what rank 0's manifest needs: size, sum, pieces (ckpt.c) */
+  float *host;                   /* the shard's bytes on the host (NULL: this rank writes none) */
+} ckpt_shard_t;
+void ckpt_snapshot(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
+                   const report_step_t *losses, const scaler_t *scaler, ckpt_shard_t *sh);
+void ckpt_persist(ckpt_shard_t *sh);
+void ckpt_commit(trainer_t *t, ckpt_shard_t *sh);
 /* The full fp32 weights (Ψ, unpadded, unit after unit) into host dst on rank 0 (dst NULL
  * elsewhere), from the pieces the strategy's layout names: collective, one control gather —
  * none when every unit is replicated (DDP: rank 0 copies its own). */

@@ -397,6 +397,7 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     double t0 = trace_now_us();
     trace_begin(name);
     t->step = step;
+    ckpt_mem_progress(&in->mem, t, step); /* --ckpt-mem-every: how far a relaunch must redo */
     /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     fault_at_step(t->fault, comm_rank(t->world_comm), step);
     in->local_nonfinite = 0;
@@ -412,9 +413,15 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     if (log && log_step(cfg, step)) log_loss(t, &in->steps[step]);
     if (cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || step == cfg->steps - 1))
       train_eval_record(t, step + 1);
+    ckpt_async_poll(&in->ckpt, t); /* --ckpt-async: commit a finished background write */
     if (ckpt_due(cfg, step))
-      ckpt_save(t, cfg->ckpt, step + 1, *taken, *skipped, in->steps, t->wdt == DT_F16 ? &in->scaler : NULL);
+      ckpt_async_save(&in->ckpt, t, cfg->ckpt, step + 1, *taken, *skipped, in->steps,
+                      t->wdt == DT_F16 ? &in->scaler : NULL);
+    if (in->mem.every && (step + 1) % in->mem.every == 0 && step + 1 < cfg->steps)
+      ckpt_mem_save(&in->mem, t, step + 1, *taken, *skipped, in->steps,
+                    t->wdt == DT_F16 ? &in->scaler : NULL);
   }
+  ckpt_async_finish(&in->ckpt, t);
   comm_wait_all(t->comm);
 }
 
@@ -500,6 +507,8 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   if (in->check_master && rank == 0 && dtype_is_half(cfg->wdt)) /* also with --quiet: tests read it */
     printf("check: %s params == %s(master) bit for bit after each of %d steps (rank 0)\n",
            dtype_precision(cfg->wdt), dtype_precision(cfg->wdt), in->checked_steps);
+  ckpt_async_report(&in->ckpt, t);
+  ckpt_mem_finish(&in->mem, t);
   if (in->pv.on) { /* the same decisions on every rank: rank 0's counts are everyone's */
     trainer_report_extra(t, "post_validate_rollbacks", in->pv.rollbacks);
     trainer_report_extra(t, "post_validate_redos", in->pv.redos);
@@ -616,7 +625,9 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   comm_set_impl(comm, cfg->collectives);
   comm_set_timeout(comm, cfg->timeout_s);
   comm_set_piece_bytes(comm, (int64_t)(cfg->buffer_mb * 1048576.0)); /* --buffer-mb: 0 = whole collectives */
-  fault_t fault = fault_arm(cfg->fault, comm_world(comm), cfg->steps);
+  /* a relaunch by zlrun --restarts ($ZL_RESTART >= 1) runs without the injected fault: it would fail again */
+  const char *relaunch = getenv("ZL_RESTART");
+  fault_t fault = fault_arm(relaunch && atoi(relaunch) > 0 ? NULL : cfg->fault, comm_world(comm), cfg->steps);
   int wrank = comm_rank(comm);
   trace_init(wrank, cfg->trace);
   /* The transform's group (--tp T, --ep P_E): groups of consecutive ranks; the strategy works on the
@@ -647,6 +658,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
         cfg->accum);
 
   struct train_internal in = {0};
+  ckpt_mem_init(&in.mem, cfg);
   trainer_t t = {.cfg = cfg,
                  .strategy = s,
                  .comm = dpc,
@@ -720,6 +732,10 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     }
     ckpt_manifest_free(&resume);
   }
+  in.ckpt.on = cfg->ckpt_async;
+  int from_ram = ckpt_mem_restore(&in.mem, &t, in.steps, &start, &taken, &skipped, &in.scaler);
+  if (from_ram && cfg->resume && wrank == 0)
+    printf("(the in-memory snapshot is newer than --resume %s: it was used)\n", cfg->resume);
   train_loop(&t, start, &taken, &skipped);
   if (cfg->sample > 0) train_sample_text(&t);
   train_finish(&t, chapter, skipped);

@@ -342,6 +342,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
        "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
   SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL,
        "save a checkpoint to --ckpt every S steps and after the last (0: after the last only)");
+  SPEC("--ckpt-async", ARG_FLAG, &cfg->ckpt_async, 0, 0, NULL,
+       "with --ckpt: copy each shard to host RAM, write it on a background thread");
+  SPEC("--ckpt-mem-every", ARG_INT, &cfg->ckpt_mem_every, 0, 10000000, NULL,
+       "keep a snapshot in RAM (/dev/shm) and on a buddy rank every K steps: zlrun --restarts R resumes it");
   SPEC("--resume", ARG_STR, &cfg->resume, 0, 0, NULL,
        "continue from a checkpoint: DIR (its latest) or DIR/step-NNNNNN");
   if (chapter_flags & TRAIN_FLAG_VARIANT)
@@ -531,6 +535,15 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
     exit(args_error("--save-every", v, "needs --ckpt DIR (where to save)"));
+  }
+  if (cfg->ckpt_async && !cfg->ckpt) exit(args_error("--ckpt-async", "", "needs --ckpt DIR (where to save)"));
+  if (cfg->ckpt_mem_every > 0) { /* the snapshot is the rank's own layout, copied from host RAM */
+    snprintf(v, sizeof v, "%d", cfg->ckpt_mem_every);
+    if (cfg->ckpt_mem_every >= cfg->steps)
+      exit(args_error("--ckpt-mem-every", v, "1 to --steps - 1 = %d (a snapshot every K steps)",
+                      cfg->steps - 1));
+    if (cfg->dev != DEV_CPU) exit(args_error("--ckpt-mem-every", v, "CPU runs only (--device cpu)"));
+    if (cfg->sched) exit(args_error("--ckpt-mem-every", v, "not with a pipeline schedule (--pp)"));
   }
   if ((chapter_flags & (TRAIN_FLAG_ZERO | TRAIN_FLAG_PIPELINE)) && (chapter_flags & TRAIN_FLAG_PREFETCH)) {
     if (cfg->prefetch >= 0 && cfg->zero != 3) { /* ZeRO-3's flag: the other strategies gather nothing */

@@ -3,6 +3,8 @@
  * operations; loop_eval.c: the evaluation and --sample). The contract is train.h. */
 #ifndef ZL_TRAIN_INTERNAL_H
 #define ZL_TRAIN_INTERNAL_H
+#include "ckpt_async.h" // ckpt_async_t (--ckpt-async)
+#include "ckpt_mem.h" // ckpt_mem_t (--ckpt-mem-every)
 #include "report.h" // report_step_t, report_extra_t, report_eval_t
 #include "scaler.h" // scaler_t
 #include "tensor.h" // tensor_t
@@ -84,6 +86,8 @@ struct train_internal {
     tensor_t copy[4];     /* host: params, master, optim m, optim v as they were before the update */
     int rollbacks, redos; /* steps rolled back (skipped), and rolled back then redone clipped */
   } pv;
+  ckpt_async_t ckpt;           /* the run's checkpoints: a background write, the stall (ckpt_async.h) */
+  ckpt_mem_t mem;              /* --ckpt-mem-every: snapshots in RAM and their buddy copies (ckpt_mem.h) */
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };

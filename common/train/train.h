@@ -122,6 +122,8 @@ typedef struct train_cfg {
                                        * back later, and a step they clip or skip is rolled back bitwise */
   const char *ckpt, *resume;          /* --ckpt DIR, --resume DIR */
   int save_every;
+  int ckpt_async;                     /* --ckpt-async: copy to host, write in the background (ckpt_async.h) */
+  int ckpt_mem_every;                 /* --ckpt-mem-every K: snapshots in RAM + a buddy's copy (ckpt_mem.h) */
   int log_every;                      /* print a loss line every K steps (0 = first and last) */
   int quiet;
   unsigned chapter_flags;             /* TRAIN_FLAG_* this program accepts (set by train_parse_args) */

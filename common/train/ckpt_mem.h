@@ -1,0 +1,51 @@
+/* ckpt_mem.h — checkpoints in RAM that outlive the process: a killed rank's job is relaunched
+ * (common/scripts/zlrun --restarts R) and continues from the last in-memory snapshot, reading and
+ * writing no disk (--ckpt-mem-every K; notes/14-fault-tolerance.md).
+ *
+ *   node 0                         node 1               (ZL_NODE_OF_RANK or the real nodes)
+ *   rank 0: /dev/shm/zl-J-r0.snap  rank 1: /dev/shm/zl-J-r1.snap       its own snapshot
+ *           /dev/shm/zl-J-r0-holds-r1.snap  zl-J-r1-holds-r0.snap      its buddy's copy
+ *
+ * Every K steps each rank writes what it needs to go on in the same layout (its held working
+ * params, its own fp32 weights and optimizer states, the step, t, the losses so far, the fp16
+ * scaler) to tmpfs (temp + rename: a kill mid-write leaves the previous one) and sends the same
+ * bytes to its buddy (ckpt_buddy_of: the same place on the next node), which keeps them. J is
+ * $ZL_JOB_ID (zlrun sets it, the same for every relaunch). A relaunch ($ZL_RESTART >= 1) takes
+ * the newest step every rank can get — its own file or its buddy's copy (a node gone loses its
+ * ranks' own files, not the copies on the other node) — and says which and the steps lost.
+ * A clean end removes the job's files. CPU runs (--device cpu): the copy rides MPI from host RAM. */
+#ifndef ZL_CKPT_MEM_H
+#define ZL_CKPT_MEM_H
+#include <stdint.h> // int64_t
+#include "report.h" // report_step_t
+#include "scaler.h" // scaler_t
+#include "train.h"  // trainer_t
+
+typedef struct ckpt_mem {
+  int every;              /* --ckpt-mem-every K (0: off) */
+  char job[64];           /* $ZL_JOB_ID */
+  int restart;            /* $ZL_RESTART: 0 the first launch, k the k-th relaunch */
+  int saves;
+  int64_t own_bytes, copy_bytes; /* this rank's snapshot, and the buddy's copy it keeps */
+  double stall_ms;        /* summed over the saves: write to tmpfs + the exchange with the buddy */
+  double restore_ms;      /* a relaunch: reading the snapshot back and uploading it */
+} ckpt_mem_t;
+
+/* The buddy of `rank`: the rank with the same index inside its node on the next node (cyclic);
+ * node_of[world] names each rank's node; with one node, the next rank. */
+int ckpt_buddy_of(const int *node_of, int world, int rank);
+/* Before training (collective): reads the job id and the restart count. */
+void ckpt_mem_init(ckpt_mem_t *mm, const train_cfg_t *cfg);
+/* At the start of step `step`: records it (rank 0, /dev/shm/zl-J-progress) so a relaunch can
+ * say how much work was lost. */
+void ckpt_mem_progress(const ckpt_mem_t *mm, const trainer_t *t, int step);
+/* After `steps_done` steps, when due (every K): the snapshot and the buddy exchange. Collective. */
+void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int skipped,
+                   const report_step_t *losses, const scaler_t *scaler);
+/* A relaunch: restore the newest complete snapshot (collective). 1 when restored (*start, *opt_t,
+ * *skipped, losses[0..*start), *scaler filled), 0 when there is none (the run starts as asked). */
+int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *start, int *opt_t,
+                     int *skipped, scaler_t *scaler);
+/* A clean end: the job's files of this rank removed; the numbers into the report's extras. */
+void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t);
+#endif
