@@ -6,6 +6,7 @@
 #include "ckpt.h"     // ckpt_sum, CKPT_SUM_INIT
 #include "comm.h"     // comm_ctl_all_reduce_f64, comm_group_async, comm_wait, comm_node_of
 #include "device.h"   // dev_memcpy, dev_sync
+#include "fault.h"    // fault_t, FAULT_NODE (--fault R:S:node)
 #include "trace.h"    // trace_begin, trace_end, trace_now_us
 #include <errno.h>    // errno
 #include <fcntl.h>    // open
@@ -299,6 +300,22 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
   free(av);
   free(node_of);
   return ok;
+}
+
+void ckpt_mem_lose_node(const ckpt_mem_t *mm, const trainer_t *t, int step) {
+  const fault_t *f = t->fault;
+  int rank = comm_rank(t->world_comm), world = comm_world(t->world_comm);
+  if (!f || f->kind != FAULT_NODE || f->rank != rank || f->step != step) return;
+  char path[300];
+  for (int r = 0; r < world; r++) {
+    if (comm_node_of(t->world_comm, r) != comm_node_of(t->world_comm, rank)) continue;
+    snap_path(mm, r, -1, path, sizeof path);
+    unlink(path);
+    for (int c = 0; c < world; c++) {
+      snap_path(mm, r, c, path, sizeof path);
+      unlink(path);
+    }
+  }
 }
 
 void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t) {

@@ -46,6 +46,9 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
  * *skipped, losses[0..*start), *scaler filled), 0 when there is none (the run starts as asked). */
 int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *start, int *opt_t,
                      int *skipped, scaler_t *scaler);
+/* --fault R:S:node (fault.h), before fault_at_step kills rank R at step S: the own snapshots of
+ * every rank on R's node removed (and the copies they hold), as a node that does not come back. */
+void ckpt_mem_lose_node(const ckpt_mem_t *mm, const trainer_t *t, int step);
 /* A clean end: the job's files of this rank removed; the numbers into the report's extras. */
 void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t);
 #endif

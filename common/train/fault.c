@@ -11,10 +11,11 @@
 #include <string.h> // strcmp, strchr
 #include <unistd.h> // _exit, sleep
 
-static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang", "nan", "ckpt", "overflow"};
+static const char *const g_names[] = {"none", "exit", "abort", "kill", "hang",
+                                      "nan",  "ckpt", "overflow", "node"};
 
 const char *fault_kind_name(fault_kind_t k) {
-  return k >= FAULT_NONE && k <= FAULT_OVERFLOW ? g_names[k] : "?";
+  return k >= FAULT_NONE && k <= FAULT_NODE ? g_names[k] : "?";
 }
 
 /* A whole non-negative decimal number ending at `end` (':' or NUL); -1 when it is not one. */
@@ -34,11 +35,11 @@ int fault_parse(const char *spec, int world, int steps, fault_t *f, char *why, s
   long s = r >= 0 ? whole(q, ':', &p) : -1;
   int kind = FAULT_NONE;
   if (s >= 0)
-    for (int k = FAULT_EXIT; k <= FAULT_OVERFLOW; k++)
+    for (int k = FAULT_EXIT; k <= FAULT_NODE; k++)
       if (strcmp(p, g_names[k]) == 0) kind = k;
   if (r < 0 || s < 0 || kind == FAULT_NONE || r >= world || s >= steps) {
     snprintf(why, nwhy, "must be RANK:STEP:KIND with RANK in [0, %d], STEP in [0, %d], KIND one of "
-             "exit|abort|kill|hang|nan|ckpt|overflow (a testing aid)", world - 1, steps - 1);
+             "exit|abort|kill|hang|nan|ckpt|overflow|node (a testing aid)", world - 1, steps - 1);
     return 1;
   }
   *f = (fault_t){.rank = (int)r, .step = (int)s, .kind = (fault_kind_t)kind};
@@ -69,7 +70,8 @@ void fault_at_step(const fault_t *f, int rank, int step) {
   switch (f->kind) {
   case FAULT_EXIT: announce(f, rank, step); _exit(1); /* no MPI_Finalize, no atexit: a crash */
   case FAULT_ABORT: announce(f, rank, step); abort();
-  case FAULT_KILL: announce(f, rank, step); raise(SIGKILL); _exit(137);
+  case FAULT_KILL:
+  case FAULT_NODE: announce(f, rank, step); raise(SIGKILL); _exit(137);
   case FAULT_HANG:
     announce(f, rank, step);
     for (;;) sleep(3600); /* the others' collective deadline takes the job down */

@@ -12,6 +12,8 @@
  *     overflow the rank's own gradients (its shard, under ZeRO) read as inf in that step's
  *            overflow check, as if they alone had overflowed fp16 (exercises the loss scaler's
  *            combined check: every rank must skip the step)
+ *     node   the rank's whole node is lost: the in-memory snapshots of every rank on it are
+ *            removed (ckpt_mem_lose_node, --ckpt-mem-every), then SIGKILL as kill
  * Before failing, the rank prints `rank R: injected fault <kind> at step S` to stderr. */
 #ifndef ZL_FAULT_H
 #define ZL_FAULT_H
@@ -25,7 +27,8 @@ typedef enum {
   FAULT_HANG,
   FAULT_NAN,
   FAULT_CKPT,
-  FAULT_OVERFLOW
+  FAULT_OVERFLOW,
+  FAULT_NODE
 } fault_kind_t;
 typedef struct fault {
   int rank, step;

@@ -398,6 +398,7 @@ static void train_loop(trainer_t *t, int start, int *taken, int *skipped) {
     trace_begin(name);
     t->step = step;
     ckpt_mem_progress(&in->mem, t, step); /* --ckpt-mem-every: how far a relaunch must redo */
+    ckpt_mem_lose_node(&in->mem, t, step); /* --fault R:S:node: R's node's snapshots are gone */
     /* --fault R:S:exit|abort|kill|hang (a testing aid) */
     fault_at_step(t->fault, comm_rank(t->world_comm), step);
     in->local_nonfinite = 0;

@@ -337,7 +337,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
        "print the loss every L steps (0: first and last)");
   SPEC("--quiet", ARG_FLAG, &cfg->quiet, 0, 0, NULL, "no per-step lines and tables, one summary line");
   SPEC("--fault", ARG_STR, &cfg->fault, 0, 0, NULL,
-       "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt|overflow: make one rank fail (testing aid)");
+       "RANK:STEP:KIND, KIND exit|abort|kill|hang|nan|ckpt|overflow|node: make one rank fail (testing aid)");
   SPEC("--ckpt", ARG_STR, &cfg->ckpt, 0, 0, NULL,
        "checkpoint directory (DIR/step-NNNNNN/, DIR/latest); with --save-every");
   SPEC("--save-every", ARG_INT, &cfg->save_every, 0, 10000000, NULL,
