@@ -1,0 +1,141 @@
+/* test_ft.c — training that survives a lost rank (notes/14-fault-tolerance.md): the contracts of
+ * --ckpt-async (the files a synchronous save writes, the stall is the copy) and of --ckpt-mem-every K
+ * with common/scripts/zlrun --restarts R (a rank killed, the job relaunched, restored from RAM —
+ * its own snapshot or its buddy's copy when its node is gone — and the final params bitwise those
+ * of the uninterrupted run, the steps redone <= K; a spent budget says so; nothing left behind).
+ * 2 ranks, the small MLP of test_reliability.c: a few seconds in all. */
+#include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_same_file
+#include <criterion/logging.h> // cr_log_info
+#include <sys/stat.h> // stat
+#include <unistd.h>   // getpid
+
+#define MODEL                                                                                              \
+  "--hidden 13 --input 6 --classes 11 --layers 2 --batch 120 --seed 7 --lr 0.01 --quiet --log-every 0"
+
+static void run_ok(int np, const char *what, const char *cmd) {
+  char *out = NULL;
+  int rc = zl_run(np, 60, &out, "%s", cmd);
+  cr_assert_eq(rc, 0, "%s exited %d:\n%s", what, rc, out);
+  free(out);
+}
+
+/* Nothing of job `job` left: no /dev/shm/zl-JOB-* file and no process naming `mark`. */
+static void nothing_left(const char *job, const char *mark) {
+  char cmd[600], *out = NULL;
+  snprintf(cmd, sizeof cmd,
+           "sh -c 'ls /dev/shm | grep -c zl-%s-; ps -e -o args | grep -v grep | grep -c %s'", job, mark);
+  zl_run(0, 10, &out, "%s", cmd);
+  cr_assert(out && strcmp(out, "0\n0\n") == 0, "job %s left files / processes behind:\n%s", job, out);
+  free(out);
+}
+
+Test(ch14_ft, async_files_are_the_sync_files) {
+  char dir[256], cmd[2048], p[600], q[600];
+  zl_tmpdir(dir, sizeof dir, "ft_async");
+  const char *how[2] = {"", "--ckpt-async"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(cmd, sizeof cmd, ZL_BIN "/ch03_zero1 " MODEL
+             " --steps 8 --save-every 4 --ckpt %s/%c %s --json %s/%c.json",
+             dir, 'a' + k, how[k], dir, 'a' + k);
+    run_ok(2, how[k][0] ? "async save" : "sync save", cmd);
+  }
+  for (int s = 4; s <= 8; s += 4) {
+    for (int r = 0; r < 2; r++) {
+      snprintf(p, sizeof p, "%s/a/step-%06d/rank-%05d.bin", dir, s, r);
+      snprintf(q, sizeof q, "%s/b/step-%06d/rank-%05d.bin", dir, s, r);
+      zl_expect_same_file(p, q);
+    }
+    /* losses.bin: (loss, ms) per step — the losses equal, the times are this run's own */
+    snprintf(p, sizeof p, "%s/a/step-%06d/losses.bin", dir, s);
+    snprintf(q, sizeof q, "%s/b/step-%06d/losses.bin", dir, s);
+    size_t na = 0, nb = 0;
+    char *a = zl_read_file(p, &na), *b = zl_read_file(q, &nb);
+    cr_assert(a && b && na == nb && na == (size_t)s * 16, "%s: %zu bytes, %s: %zu", p, na, q, nb);
+    for (int i = 0; i < s; i++)
+      cr_assert(memcmp(a + 16 * i, b + 16 * i, 8) == 0, "loss of step %d differs", i);
+    free(a);
+    free(b);
+    /* the manifests: the same but for losses.bin's checksum line and the manifest's own */
+    snprintf(cmd, sizeof cmd, "sh -c 'diff %s/a/step-%06d/manifest.txt %s/b/step-%06d/manifest.txt | "
+             "grep \"^[<>]\" | grep -v \"^. file losses.bin\" | grep -v \"^. checksum\" | wc -l'",
+             dir, s, dir, s);
+    char *out = NULL;
+    zl_run(0, 10, &out, "%s", cmd);
+    cr_assert(out && strcmp(out, "0\n") == 0, "manifests of step %d differ beyond losses.bin:\n%s", s, out);
+    free(out);
+  }
+  snprintf(p, sizeof p, "%s/b.json", dir);
+  char *j = zl_read_file(p, NULL);
+  cr_assert(j && strstr(j, "\"ckpt_stall_ms\"") && strstr(j, "\"ckpt_background_write_ms\""),
+            "--json lacks the stall and the background write:\n%s", j);
+  free(j);
+  cr_log_info("--ckpt-async: shards and manifests those of the synchronous save; stall in --json");
+}
+
+/* Uninterrupted vs killed + relaunched from RAM: --save-params bitwise, the steps redone printed. */
+static void kill_relaunch(const char *prog, const char *fault, const char *nodes, const char *source) {
+  char dir[256], cmd[2048], u[300], k[300], job[64], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ft_kill");
+  snprintf(u, sizeof u, "%s/u.bin", dir);
+  snprintf(k, sizeof k, "%s/k.bin", dir);
+  snprintf(job, sizeof job, "t%d%s", (int)getpid(), fault + 4);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/%s " MODEL " --steps 8 --save-params %s", prog, u);
+  run_ok(2, "uninterrupted run", cmd);
+  int rc = zl_run(0, 90, &out,
+                  "env ZL_JOB_ID=%s %s bash common/scripts/zlrun --restarts 2 2 " ZL_BIN "/%s " MODEL
+                  " --steps 8 --save-params %s --ckpt-mem-every 3 --fault %s",
+                  job, nodes, prog, k, fault);
+  cr_assert_eq(rc, 0, "killed + relaunched run exited %d:\n%s", rc, out);
+  cr_assert(strstr(out, "relaunching (restart 1 of 2)") &&
+                strstr(out, "restored from RAM (relaunch 1): step 6"),
+            "no relaunch from the step-6 snapshot:\n%s", out);
+  cr_assert(strstr(out, source), "the restore did not use %s:\n%s", source, out);
+  cr_assert(strstr(out, "1 step redone (at most K = 3)"), "the steps redone not printed:\n%s", out);
+  zl_expect_same_file(u, k);
+  free(out);
+  nothing_left(job, k);
+  cr_log_info("%s --fault %s: relaunched, restored from RAM (%s), params bitwise", prog, fault, source);
+}
+
+Test(ch14_ft, kill_relaunch_bitwise_zero1) { kill_relaunch("ch03_zero1", "1:7:kill", "", "rank 1 own"); }
+Test(ch14_ft, kill_relaunch_bitwise_zero3) { kill_relaunch("ch05_zero3", "0:7:kill", "", "rank 0 own"); }
+Test(ch14_ft, node_down_restored_from_buddy) {
+  kill_relaunch("ch05_zero3", "1:7:node", "ZL_NODE_OF_RANK=0,1", "rank 1 buddy's copy");
+}
+
+Test(ch14_ft, budget_exhausted_says_so_and_keeps_the_users_file) {
+  char dir[256], k[300], job[64], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ft_budget");
+  snprintf(k, sizeof k, "%s/mine.bin", dir);
+  FILE *f = fopen(k, "w");
+  fputs("the user's file", f);
+  fclose(f);
+  snprintf(job, sizeof job, "t%db", (int)getpid());
+  int rc = zl_run(0, 60, &out,
+                  "env ZL_JOB_ID=%s bash common/scripts/zlrun --restarts 0 2 " ZL_BIN "/ch03_zero1 " MODEL
+                  " --steps 8 --save-params %s --ckpt-mem-every 3 --fault 1:5:exit",
+                  job, k);
+  cr_assert(rc != 0 && strstr(out, "zlrun: restart budget exhausted: 0 restart(s) used"),
+            "exit %d; output:\n%s", rc, out);
+  char *kept = zl_read_file(k, NULL);
+  cr_assert(kept && strcmp(kept, "the user's file") == 0, "a failed run overwrote %s", k);
+  free(kept);
+  free(out);
+  nothing_left(job, k);
+}
+
+Test(ch14_ft, bad_flags_one_line_exit_2) {
+  const char *cases[][2] = {
+      {"bash common/scripts/zlrun --restarts x 2 " ZL_BIN "/ch03_zero1", "error: --restarts x"},
+      {ZL_BIN "/ch03_zero1 --steps 8 --ckpt-mem-every 8", "error: --ckpt-mem-every 8"},
+      {ZL_BIN "/ch03_zero1 --steps 8 --ckpt-async", "error: --ckpt-async"},
+      {ZL_BIN "/ch03_zero1 --steps 8 --fault 0:1:nodes", "error: --fault 0:1:nodes"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "%s", cases[i][0]);
+    cr_assert(rc == 2 && strncmp(out, cases[i][1], strlen(cases[i][1])) == 0 && strchr(out, '\n') &&
+                  strchr(out, '\n')[1] == 0,
+              "%s: exit %d, expected one line '%s...' and exit 2:\n%s", cases[i][0], rc, cases[i][1], out);
+    free(out);
+  }
+}
