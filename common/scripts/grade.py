@@ -8,7 +8,7 @@ with exercises, or CH's alone), then one report a course can import:
   grade.py run    --make M --build B --out DIR [--chapter NN]   judge, then report
   grade.py report --status FILE --out DIR [--chapter NN]        report from the verdicts make exercise
                                                                  saved (BUILD/exercise-status.json)
-Exit code 0 when every exercise reported is done, 1 otherwise, 2 on bad arguments."""
+Exit code 0 once the report is written (whatever the verdicts: they are in it), 2 on bad arguments."""
 import argparse
 import json
 import os
@@ -40,7 +40,6 @@ def report(src, status_path, out_dir, only=None):
         return 2
     doc = {"budget_s": VERDICT_BUDGET_S, "chapters": []}
     suites = ET.Element("testsuites", name="zerolab exercises")
-    all_done = True
     for ch, names in chapters.items():
         rows = []
         for n in names:
@@ -48,7 +47,6 @@ def report(src, status_path, out_dir, only=None):
             rows.append({"exercise": n, "state": st["state"], "detail": st.get("detail", ""),
                          "seconds": st.get("seconds"), "when": st.get("when")})
         done = sum(r["state"] == "done" for r in rows)
-        all_done &= done == len(rows)
         doc["chapters"].append({"chapter": ch, "done": done, "total": len(rows), "exercises": rows})
         print(f"chapter {ch}: {done}/{len(rows)} done")
         w = max(len(r["exercise"]) for r in rows)
@@ -76,7 +74,7 @@ def report(src, status_path, out_dir, only=None):
         json.dump(doc, f, indent=1)
     ET.ElementTree(suites).write(os.path.join(out_dir, "grade.xml"), encoding="utf-8", xml_declaration=True)
     print(f"wrote {out_dir}/grade.json and {out_dir}/grade.xml (JUnit)")
-    return 0 if all_done else 1
+    return 0
 
 
 def main():
