@@ -169,7 +169,8 @@ void pp_report(trainer_t *t) {
                                             "(P-1)/(M+P-1)",
                                             "(P-1)/(v*M+P-1)",
                                             "F = B = W: (P-1)/(3M+P-1) for M >= P",
-                                            "F = B = W: 0 for M >= 2P-1"};
+                                            "F = B = W: 0 for M >= 2P-1",
+                                            "(P-1)(F&B+B-3W) over its 2P stages"};
     printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B%s blocks of the trace), "
            "formula %.4f "
            "(%s, equal stages; simulated)\n",
