@@ -127,6 +127,7 @@ TEST_ORDER = {
 # named without rebuilding the others alone. make test-long checks the map against the stubs
 # (common_exercises_long; `exercises.py calls` prints it).
 EXERCISE_TESTS = {
+    "pp_dualpipev_phases": ["ch07_dualpipev/*"],
     "hier_all_reduce": ["ch09_nodes/*", "!ch09_nodes/bad_node_maps_refused", "ch09_cluster/two_level_*"],
     "tp_sp_all_gather": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
     "tp_sp_reduce_scatter": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
