@@ -10,6 +10,36 @@
 #include <stdio.h>          // printf, snprintf
 #include <stdlib.h>         // free
 
+/* The run's first lines (rank 0): the pipeline's shape and the split into chunks. */
+void pp_print(const trainer_t *t, const pp_state_t *st) {
+  const train_cfg_t *c = t->cfg;
+  const model_t *m = t->whole;
+  printf("pipeline: %d stage%s x %d data-parallel, schedule %s", st->P, st->P > 1 ? "s" : "", st->D,
+         c->schedule);
+  if (st->vs) printf(" (%d chunks in a V: stage s holds chunks s and %d-s)", st->V, st->V - 1);
+  else if (st->v > 1)
+    printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
+  printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b,
+         st->b > 1 ? "s" : "", pp_bubble_formula(st->sched, st->P, st->M, st->v));
+  if (st->D > 1) /* the strategy says the rest in its own setup */
+    printf("data dimension: %d replicas of each stage, --zero %d: %s on the stage's units, each reduced once "
+           "per step\n",
+           st->D, c->zero, t->strategy->name);
+  printf("split by parameter count:\n");
+  for (int k = 0; k < st->V; k++) {
+    int64_t n = 0;
+    for (int u = st->first[k]; u < st->first[k + 1]; u++) n += m->units[u].numel;
+    if (st->v > 1)
+      printf("  chunk %d (stage %d): units %d..%d, %lld params (%.1f%%)\n", k,
+             pp_chunk_stage(st->P, st->vs, k), st->first[k],
+             st->first[k + 1] - 1, (long long)n, 100.0 * (double)n / (double)m->numel);
+    else
+      printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", k, st->first[k], st->first[k + 1] - 1,
+             (long long)n, 100.0 * (double)n / (double)m->numel);
+  }
+  fflush(stdout);
+}
+
 /* ---- the report: per-rank numbers to rank 0 (control traffic), printed in rank order ---------- */
 
 /* The stage's line of bytes (they never vary), after its line of times (they do). */
