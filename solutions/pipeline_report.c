@@ -72,6 +72,16 @@ static int pp_bytes_line(const trainer_t *t, const pp_state_t *st, char *line, i
                   r, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fs,
                   (long long)m->numel, peak, peak > 1 ? "es" : "", (long long)slot, (long long)pool,
                   formula_k, (long long)slot, (long long)ws);
+  if (st->vs) { /* DeepSeek's table per device: 2 stages' parameters, PP + 1 stages' activations (stage 0) */
+    const pp_chunk_t *c0 = &st->chunks[0], *c1 = &st->chunks[1];
+    k += snprintf(line + k, n - k,
+                  "rank %d stage %d: a V, chunks %d and %d (units %d..%d, %d..%d): params %lld B = 2 of "
+                  "the %d stages (the table's 2x); slots chunk 0 %d, chunk 1 %d (the table: PP + 1 = %d on "
+                  "stage 0)\n",
+                  r, st->stage, c0->c, c1->c, c0->u0, c0->u1 - 1, c1->u0, c1->u1 - 1,
+                  (long long)ledger_peak(LEDGER_PARAMS), st->V, trainer_slots(t, 0), trainer_slots(t, 1),
+                  st->V + 1);
+  }
   if (st->D == 1) return k;
   k += snprintf(line + k, n - k, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n", r,
                 st->stage, mine[5], mine[9]);
@@ -166,7 +176,7 @@ void pp_report(trainer_t *t) {
   struct { const char *key; double v; int on;
   } ex[] = {{"pp", st->P, 1},
             {"micro_batches", st->M, 1},
-            {"virtual_stages", st->v, st->v > 1},
+            {"virtual_stages", st->v, st->v > 1 && !st->vs},
             {"bubble_fraction", bubble / N, 1},
             {"bubble_formula", bf, 1},
             {"bubble_formula_stages", bf_stages, 1},
@@ -176,6 +186,7 @@ void pp_report(trainer_t *t) {
             {"op_b_ms", fbw[1] / 1000, 1},
             {"op_w_ms", fbw[2] / 1000, pp_splits_backward(st->sched)},
             {"acts_inflight_match_formula", match, 1},
+            {"acts_inflight_table_formula", st->V + 1, st->vs}, /* DualPipeV's PP + 1 (stage 0's peak) */
             {"p2p_bytes_per_step_per_rank", sent / N, 1},
             {"dp_bytes_per_step", vals[5], st->D > 1},
             {"dp_bytes_formula", vals[9], st->D > 1},
