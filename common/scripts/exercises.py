@@ -111,6 +111,8 @@ TEST_ORDER = {
            "ch06_tp/example_2_ranks", "ch06_tp/train_tp_equals_one_rank", "ch06_tp/gpt_tp_equals_one_rank",
            "ch06_tp/groups_*", "ch06_tp/ledger_*", "ch06_tp/train_2d_*", "ch06_tp/pa_*"],
     "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_sched/*", "ch07_pipeline/split_is_*",
+           "ch07_dualpipev/every_list_runs_*", "ch07_dualpipev/the_checker_*", "ch07_dualpipev/the_table_*",
+           "ch07_dualpipev/the_bubble_*", "ch07_dualpipev/equals_one_rank_*", "ch07_dualpipev/data_dimension_*",
            "ch07_pipeline/equals_one_rank_*", "ch07_pipeline/large_messages_*", "ch07_pipeline/gpt_equals_*",
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
@@ -133,6 +135,7 @@ TEST_ORDER = {
 # named without rebuilding the others alone. make test-long checks the map against the stubs
 # (common_exercises_long; `exercises.py calls` prints it).
 EXERCISE_TESTS = {
+    "pp_dualpipev_phases": ["ch07_dualpipev/*"],
     "owners_update_matrix": ["ch03_muon/owners_equal_one_rank_*"],
     "hier_all_reduce": ["ch09_nodes/*", "!ch09_nodes/bad_node_maps_refused", "ch09_cluster/two_level_*"],
     "tp_sp_all_gather": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
