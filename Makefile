@@ -125,7 +125,7 @@ SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 EXPLORER_NATIVE := $(OUT)/tests/explorer_native
 
 .PHONY: all build demo test test-long test-kernels test-prep test-run run doctor deps exercises check-exercises exercise hint \
-        exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
+        exercise-list grade answers bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
 all: build
@@ -344,12 +344,13 @@ check-bits: build
 	  bash common/scripts/same_bits.sh $$d/src/build/bin $(BIN) $(FILTER); rc=$$?; git worktree remove --force $$d/src; rm -rf $$d; exit $$rc
 # the chapter's tests on your bodies (the reference code for the exercises not yet written), with
 # short deadlines, then one line per exercise: done / not done / wrong / timed out / not overlapped.
-# EX=name judges that exercise alone. The judged tree (BUILD/exercise-check/impl) is built as
+# EX=name judges that exercise alone; REPEAT=N reruns the judged tests N times with random delays in the
+# comm layer once they pass (ZL_JITTER_US: a race shows as "flaky k/N"). The judged tree (BUILD/exercise-check/impl) is built as
 # IMPL=<that tree>: it holds exercises/'s files, the rest come from solutions/.
 exercise:
 	@test -n "$(CH)" || { echo "usage: make exercise CH=NN [EX=name]   (chapters: $(CHAPTERS))"; exit 2; }
 	@$(PYTHON) common/scripts/exercises.py status solutions exercises --chapter $(CH) $(if $(EX),--ex $(EX)) \
-	  --build $(BUILD) --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)"
+	  $(if $(REPEAT),--repeat $(REPEAT)) --build $(BUILD) --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)"
 # LEVEL=2: the next hint (the first names the idea, the second the indices)
 hint:
 	@test -n "$(EX)" || { echo "usage: make hint EX=name [LEVEL=2]   (make exercise-list shows the names)"; exit 2; }
@@ -357,6 +358,18 @@ hint:
 exercise-list:
 	@$(PYTHON) common/scripts/exercises.py list solutions --dst exercises --status $(BUILD)/exercise-status.json \
 	  $(if $(CH),--chapter $(CH))
+# make answers CH=NN: the numeric questions of chapter NN's notes, answered in exercises/answers/NN.txt (make
+# exercises writes the file), checked against ch00_memory and the chapter's formulas: each wrong one named
+# with the calculator's value and command (common/scripts/answers.py)
+answers: build
+	@test -n "$(CH)" || { echo "usage: make answers CH=NN   (make exercises writes exercises/answers/NN.txt)"; exit 2; }
+	@$(PYTHON) common/scripts/answers.py check --chapter $(CH) --bin $(BIN) --dst exercises
+# make grade [CH=NN]: make exercise for every chapter with exercises (or CH), then done/total per chapter,
+# each verdict with its time against the budget, and GRADE_OUT/grade.json + grade.xml (JUnit) for a course
+# (common/scripts/grade.py; GRADE_OUT defaults to BUILD/grade)
+grade:
+	@$(PYTHON) common/scripts/grade.py run --make "$(MAKE) --no-print-directory BUILD=$(BUILD) GPU=$(GPU)" \
+	  --build $(BUILD) --out $(or $(GRADE_OUT),$(BUILD)/grade) $(if $(CH),--chapter $(CH))
 
 # ---- benchmarks: every bench-* target of this Makefile, one after another, into $(RESULTS)/ --
 RESULTS ?= results

@@ -18,6 +18,7 @@
 #include "check.h"    // die, xcalloc
 #include "comm.h"     // comm_all_reduce_async, comm_wait
 #include "exercise.h" // zl_exercise_todo (the generated stubs call it)
+#include "muon.h"     // muon_adamw_numel (--optimizer muon: the formula's v)
 #include "ops.h"      // op_cast
 #include "trace.h"    // trace_begin, trace_end (TRAINER_PHASE)
 #include "train.h"    // trainer_t, strategy_t, trainer_* helpers
@@ -185,11 +186,13 @@ static void ddp_setup_bucketed(trainer_t *t) { ddp_setup(t, DDP_BUCKETED); }
 /* ZeRO stage 0's formulas: every rank holds everything, (b + b + K)Ψ; one all-reduce, 2(N−1)/N·Ψ·b. */
 static void ddp_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 0, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
+  if (t->cfg->optimizer == OPT_MUON) f->optim += 4.0 * (double)muon_adamw_numel(&t->model); /* AdamW's v */
 }
 
 /* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
 static const strategy_t g_naive = {.name = "ddp-naive",
                                    .stage = 0,
+                                   .whole_matrices = 1,
                                    .setup = ddp_setup_naive,
                                    .step = ddp_step,
                                    .teardown = ddp_teardown,
@@ -197,6 +200,7 @@ static const strategy_t g_naive = {.name = "ddp-naive",
                                    .formula = ddp_formula};
 static const strategy_t g_overlap = {.name = "ddp-overlap",
                                      .stage = 0,
+                                     .whole_matrices = 1,
                                      .setup = ddp_setup_overlap,
                                      .post_backward = ddp_post_backward,
                                      .step = ddp_step,
@@ -205,6 +209,7 @@ static const strategy_t g_overlap = {.name = "ddp-overlap",
                                      .formula = ddp_formula};
 static const strategy_t g_bucketed = {.name = "ddp-bucketed",
                                       .stage = 0,
+                                      .whole_matrices = 1,
                                       .setup = ddp_setup_bucketed,
                                       .post_backward = ddp_post_backward,
                                       .step = ddp_step,

@@ -17,7 +17,7 @@
 #include "cp_state.h" // cp_gpt_t, cp_mode, cp_att_saved, cp_report_formulas, cp_report
 #include "cp.h"       // cp_transform, cp_split_trainer, cp_ring_*
 #include "check.h"    // die, xcalloc
-#include "gpt.h"      // model_gpt_fns, gpt_block_*
+#include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_matrices
 #include "ops.h"      // op_linear_bwd, op_fill, op_softmax_xent
 #include "ops_gpt.h"  // op_embedding_*, op_layernorm_bwd
 #include "train.h"    // trainer_t, train_cfg_t, model_transform_t
@@ -172,6 +172,7 @@ static const model_fns_t cp_gpt_fns = {.name = "gpt",
                                        .init_unit = cp_init_unit,
                                        .forward = cp_forward,
                                        .backward = cp_backward,
+                                       .matrices = gpt_matrices, /* the GPT's, unsplit (--optimizer muon) */
                                        .free_ctx = cp_free_ctx,
                                        .flops_per_sample = cp_flops,
                                        .loss = cp_loss};

@@ -4,11 +4,17 @@
  * padding, and the bytes sent per step beside 2(N−1)/N·Ψ. */
 #include "train.h" // train_cfg_t, train_parse_args, train_main
 #include "zero.h"  // zero1_strategy
+#include "owners.h" // owners_take_flag, owners_check, owners_strategy (--shard owner)
 
 int main(int argc, char **argv) {
+  int owner = 0; /* --shard flat (ZeRO's pieces, the default) | owner (each matrix on one rank: Muon) */
+  int rc = owners_take_flag(&argc, argv, &owner);
+  if (rc) return rc;
   train_cfg_t cfg;
   train_parse_args(
       argc, argv, &cfg, "ch03_zero1",
-      "ZeRO-1: optimizer states sharded; reduce-scatter grads, update own shard, all-gather params.", 0);
-  return train_main(&cfg, zero1_strategy(), "03_zero1");
+      "ZeRO-1: optimizer states sharded; reduce-scatter grads, update own shard, all-gather params.\n"
+      "--shard owner: each matrix owned whole by one rank (what --optimizer muon needs; owners.h).", 0);
+  if (owner && (rc = owners_check(&cfg))) return rc;
+  return train_main(&cfg, owner ? owners_strategy() : zero1_strategy(), "03_zero1");
 }

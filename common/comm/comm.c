@@ -56,6 +56,7 @@ static comm_t *comm_alloc(backend_t backend, device_t dev) {
   c->queue = xcalloc((size_t)c->q_cap, sizeof *c->queue, "comm queue");
   const char *ex = getenv("ZL_EXERCISE_TIMEOUT_S"); /* exercise mode: name dropped handles */
   if (ex != NULL && ex[0] != '\0') comm_track_register(c);
+  comm_jitter_init(c);
   return c;
 }
 
@@ -208,6 +209,7 @@ comm_handle_t comm_submit(comm_t *c, comm_task_t *t, const char *tag) {
 void comm_wait(comm_t *c, comm_handle_t h) {
   if (!c) die_on_rank("comm_wait: the communicator is NULL (a link this stage does not have?)");
   if (h <= 0) return;
+  comm_jitter(c, 1); /* ZL_JITTER_US: the caller late (off: nothing) */
   comm_track_waited(c, h);
   if (!c->be->threaded) {
     c->be->wait(c, h);
@@ -215,8 +217,9 @@ void comm_wait(comm_t *c, comm_handle_t h) {
   }
   pthread_mutex_lock(&c->mu);
   if (h > c->next_seq) {
+    comm_handle_t issued = c->next_seq;
     pthread_mutex_unlock(&c->mu);
-    die_on_rank("comm_wait: handle %lld was never issued", (long long)h);
+    comm_track_foreign(c, h, issued);
   }
   struct timespec dl;
   if (c->timeout_s > 0) {

@@ -1,12 +1,15 @@
 /* comm_checks.c — what the front checks so that a mistake ends the job with one line naming the
  * call, not a hang or wrong bytes: the arguments of every call, the all-to-all's N×N split matrix
  * (every rank, before any data moves), and in exercise mode (ZL_EXERCISE_TIMEOUT_S) the handles
- * nobody waited for (comm.h, comm_wait). Notes: notes/01-collectives.md. */
+ * nobody waited for (comm.h, comm_wait); and the random delays (ZL_JITTER_US) that make a race
+ * show. Notes: notes/01-collectives.md. */
 #include "comm_internal.h" // struct comm, comm_task_t, comm_a2a_n, comm_mpi_all_gather_i64, comm_mpi_fail_all
 #include "check.h"         // die_on_rank, xmalloc
 #include <stdio.h>         // snprintf
 #include <stdlib.h>        // free, realloc, getenv
 #include <string.h>        // memset, strcmp
+#include <math.h>          // fmod: comm_jitter
+#include <time.h>          // nanosleep: comm_jitter
 
 /* ---- argument checks ---------------------------------------------------------------------- */
 void comm_check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer) {
@@ -170,6 +173,28 @@ void comm_track_waited(comm_t *c, comm_handle_t h) {
   pthread_mutex_unlock(&g_track_mu);
 }
 
+/* comm_wait(c, h) with an h that c never issued: most often a handle of another communicator (a
+ * receive posted on one communicator and waited on another). In exercise mode the open handles of
+ * every communicator are known: the one that issued h is named. Dies. */
+__attribute__((noreturn)) void comm_track_foreign(const comm_t *c, comm_handle_t h, comm_handle_t issued) {
+  char other[160] = "";
+  pthread_mutex_lock(&g_track_mu);
+  for (int k = 0; k < g_n_tracked && !other[0]; k++) {
+    const comm_t *o = g_tracked[k];
+    for (int i = 0; o != c && i < o->n_open; i++)
+      if (o->open[i].h == h) {
+        snprintf(other, sizeof other, "; %s (%s) returned handle %lld on another communicator (%d ranks)",
+                 o->open[i].fn, o->open[i].tag, (long long)h, o->world);
+        break;
+      }
+  }
+  pthread_mutex_unlock(&g_track_mu);
+  die_on_rank("comm_wait: handle %lld was not issued by this communicator (%d ranks, %lld handle(s) issued "
+              "so far)%s — a handle is waited on the communicator whose call returned it: post the call "
+              "and wait on the same one (for a receive: the communicator its sender uses)",
+              (long long)h, c->world, (long long)issued, other);
+}
+
 /* The open handle of c with the lowest number above `since`, of point-to-point ones only when
  * p2p_only; NULL if none. Under g_track_mu. */
 static const struct comm_open *first_open(const comm_t *c, comm_handle_t since, int p2p_only) {
@@ -224,4 +249,28 @@ void comm_expect_waited(comm_t *c, comm_handle_t since, const char *who) {
               "handle (or a later one of the same communicator) before returning, or the caller reads the "
               "buffer while the stream may still write it",
               what, who, who);
+}
+
+/* ---- random delays that uncover races (ZL_JITTER_US) -------------------------------------- */
+void comm_jitter_init(comm_t *c) {
+  const char *us = getenv("ZL_JITTER_US");
+  c->jitter_us = us && atof(us) > 0 ? atof(us) : 0;
+}
+
+void comm_jitter(comm_t *c, int who) {
+  if (c->jitter_us <= 0) return;
+  uint64_t *s = &c->jitter_rng[who];
+  if (*s == 0) { /* first use: the rank is known by now */
+    const char *seed = getenv("ZL_JITTER_SEED");
+    uint64_t k = seed ? strtoull(seed, NULL, 10) : 1;
+    *s = k * 0x9E3779B97F4A7C15ull + (uint64_t)(c->rank + 1) * 0xBF58476D1CE4E5B9ull + (uint64_t)who +
+         (uint64_t)c->world * 0x94D049BB133111EBull;
+  }
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  double us = c->jitter_us * (double)(z >> 11) / 9007199254740992.0; /* uniform in [0, jitter_us) */
+  struct timespec ts = {(time_t)(us / 1e6), (long)(fmod(us, 1e6) * 1e3)};
+  nanosleep(&ts, NULL);
 }

@@ -177,6 +177,13 @@ struct comm {
    * operation of another communicator touching them (a race: two streams do not wait for each
    * other) is named. Guarded by comm_checks.c's g_track_mu. */
   int track;
+  /* race finding (ZL_JITTER_US: make exercise REPEAT=N, make test-long): every point-to-point task
+   * waits a random 0..jitter_us µs on the stream before it runs, and every comm_wait on the caller's
+   * thread before it waits, so that a body which reads a receive buffer before its wait, or reuses a
+   * send buffer early, sees the message late or sends the new bytes. 0: off. jitter_rng: [0] the
+   * stream's state, [1] the caller's (splitmix64, seeded from ZL_JITTER_SEED and the rank). */
+  double jitter_us;
+  uint64_t jitter_rng[2];
   struct comm_open {
     comm_handle_t h;
     const char *fn;
@@ -296,12 +303,19 @@ int comm_checks_splits(const comm_t *c);
  * reads rd_n bytes at rd and writes wr_n at wr, open its handle after submit, waited / wait_all as
  * comm_wait / comm_wait_all run (comm.h, comm_wait). No-ops on an untracked communicator. */
 void comm_track_register(comm_t *c);
+/* ZL_JITTER_US / ZL_JITTER_SEED into c (comm_alloc); comm_jitter(c, who): the random delay of the
+ * stream (who 0, before a point-to-point task) or of the caller (who 1, before a wait). */
+void comm_jitter_init(comm_t *c);
+void comm_jitter(comm_t *c, int who);
 void comm_track_unregister(comm_t *c);
 void comm_track_check(comm_t *c, const char *fn, const char *tag, const void *rd, int64_t rd_n,
                       const void *wr, int64_t wr_n);
 void comm_track_open(comm_t *c, comm_handle_t h, const char *fn, const char *tag, int p2p, const void *rd,
                      int64_t rd_n, const void *wr, int64_t wr_n);
 void comm_track_waited(comm_t *c, comm_handle_t h);
+/* comm_wait of a handle c never issued (issued: c's last): dies naming the communicator that issued
+ * it, where exercise mode knows (comm_checks.c). */
+__attribute__((noreturn)) void comm_track_foreign(const comm_t *c, comm_handle_t h, comm_handle_t issued);
 void comm_track_wait_all(comm_t *c);
 /* comm_count.c: a task's ring-model bytes and its call, at issue (under c->mu); the ring code's
  * real bytes (takes c->mu); control traffic (takes c->mu; gather: comm_ctl_gather's, sizes on

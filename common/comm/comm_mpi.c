@@ -35,16 +35,19 @@ static mpi_state_t *st(const comm_t *c) { return (mpi_state_t *)c->be_state; }
 enum { MPI_SPIN_TESTS = 64 };
 #define MPI_BACKOFF_MAX_NS 200000L
 
-static void mpi_wait_backoff(int n, MPI_Request *req) {
+/* Returns MPI_SUCCESS once every request is done, else the error MPI_Testall gave (stat, when not
+ * NULL, holds each request's status: which one failed, and why). */
+static int mpi_wait_backoff(int n, MPI_Request *req, MPI_Status *stat) {
   long ns = 1000;
   int fiber = comm_engine_in_fiber();
   for (int i = 0;; i++) {
     int done = 0;
-    CHECK_MPI(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
+    int e = MPI_Testall(n, req, &done, stat ? stat : MPI_STATUSES_IGNORE);
+    if (e != MPI_SUCCESS) return e;
     comm_engine_count_test();
     if (done) {
       comm_engine_progress();
-      return;
+      return MPI_SUCCESS;
     }
     if (fiber) {
       comm_engine_block();
@@ -57,8 +60,82 @@ static void mpi_wait_backoff(int n, MPI_Request *req) {
   }
 }
 
-/* One request, waited for as above. */
-static void mpi_wait1(MPI_Request *r) { mpi_wait_backoff(1, r); }
+/* The call of the operation on c's stream, as the caller wrote it (comm.h's names), for a failure's
+ * line: its caller's tag names which one. */
+static const char *mpi_call_name(const comm_t *c) {
+  static const char *const names[] = {
+      [TASK_BROADCAST] = "comm_broadcast", [TASK_REDUCE] = "comm_reduce",
+      [TASK_ALL_REDUCE] = "comm_all_reduce",
+      [TASK_REDUCE_SCATTER] = "comm_reduce_scatter", [TASK_ALL_GATHER] = "comm_all_gather",
+      [TASK_SEND] = "comm_send", [TASK_RECV] = "comm_recv", [TASK_SENDRECV] = "comm_sendrecv_async",
+      [TASK_GROUP] = "comm_group_async", [TASK_ALL_TO_ALL] = "comm_all_to_all",
+      [TASK_ALL_TO_ALLV] = "comm_all_to_allv", [TASK_BARRIER] = "comm_barrier"};
+  comm_task_kind_t k = c->running.kind;
+  return k >= 0 && k < (int)(sizeof names / sizeof names[0]) && names[k] ? names[k] : "a control exchange";
+}
+
+/* One request of a collective (or control traffic) on c, waited for as above; an error ends the job
+ * naming the call, the MPI function and MPI's reason — a collective that fails is almost always one
+ * whose ranks disagree (another size, another operation, another order). */
+static _Noreturn void mpi_call_failed(comm_t *c, const char *mpi_fn, int e) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  MPI_Error_string(e, s, &n);
+  die_on_rank("%s (%s): %s failed: %s — do the ranks of this communicator (%d) all make the same calls, "
+              "with the same sizes, in the same order?",
+              mpi_call_name(c), c->running.tag[0] ? c->running.tag : "-", mpi_fn, s, c->world);
+}
+static void mpi_wait_call(comm_t *c, MPI_Request *r, const char *mpi_fn) {
+  int e = mpi_wait_backoff(1, r, NULL);
+  if (e != MPI_SUCCESS) mpi_call_failed(c, mpi_fn, e);
+}
+
+/* ---- point-to-point errors in the caller's terms ---------------------------------------------
+ * What each request of a point-to-point wait was posted for, so that a failure names the call (its
+ * tag), the peer, the MPI tag and the counts posted and sent — not MPI's bare "MPI_ERR_IN_STATUS".
+ * The usual one: a receive posted for fewer elements than its message holds (MPI_ERR_TRUNCATE; the
+ * status then carries the count that was sent). */
+typedef struct mpi_posted {
+  int recv;  /* 1: a receive (peer = its source), 0: a send (peer = its destination) */
+  int peer, tag, count;
+  MPI_Datatype ty;
+} mpi_posted_t;
+
+static const char *mpi_tag_name(int tag) {
+  return tag == TAG_RING ? "the ring's" : "comm_send/comm_recv's";
+}
+
+static void mpi_wait_p2p(comm_t *c, int n, MPI_Request *req, MPI_Status *stat, const mpi_posted_t *what) {
+  int e = mpi_wait_backoff(n, req, stat);
+  if (e == MPI_SUCCESS) return;
+  const comm_task_t *t = &c->running; /* the operation on this stream: its name and the caller's tag */
+  const char *op = mpi_call_name(c), *tag = t->tag[0] ? t->tag : "-";
+  for (int i = 0; e == MPI_ERR_IN_STATUS && i < n; i++) {
+    int ei = stat[i].MPI_ERROR;
+    if (ei == MPI_SUCCESS || ei == MPI_ERR_PENDING) continue;
+    int eclass = ei;
+    MPI_Error_class(ei, &eclass);
+    if (eclass == MPI_ERR_TRUNCATE && what[i].recv) {
+      int sent = -1;
+      MPI_Get_count(&stat[i], what[i].ty, &sent);
+      die_on_rank("%s (%s): the receive from rank %d (%s tag %d) was posted for %d element(s), but rank %d "
+                  "sent %d (MPI_ERR_TRUNCATE): a receive must be posted for as many elements as its send "
+                  "holds — compare the counts of this receive and of rank %d's matching send",
+                  op, tag, what[i].peer, mpi_tag_name(what[i].tag), what[i].tag, what[i].count,
+                  what[i].peer, sent, what[i].peer);
+    }
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(ei, s, &len);
+    die_on_rank("%s (%s): the %s %s rank %d (%s tag %d, %d element(s) posted) failed: %s", op, tag,
+                what[i].recv ? "receive" : "send", what[i].recv ? "from" : "to", what[i].peer,
+                mpi_tag_name(what[i].tag), what[i].tag, what[i].count, s);
+  }
+  char s[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(e, s, &len);
+  die_on_rank("%s (%s): a wait on %d point-to-point request(s) failed: %s", op, tag, n, s);
+}
 
 /* ZL_SYNC_SENDS=1: every send is synchronous (MPI_Issend: completes only once the receiver has
  * matched it), the rendezvous semantics of ncclSend. Small CPU messages otherwise go eagerly, so a
@@ -198,7 +275,10 @@ static void mpi_reduction(comm_t *c, mpi_red_t *a) {
   a->comm = c->mpi;
   if (multiple && c->world >= 2) {
     comm_engine_run_blocking(c, mpi_red_blocking, a);
-    CHECK_MPI(a->rc);
+    const char *fn = a->kind == RED_ALL_REDUCE ? "MPI_Allreduce"
+                     : a->kind == RED_REDUCE   ? "MPI_Reduce"
+                                               : "MPI_Reduce_scatter";
+    if (a->rc != MPI_SUCCESS) mpi_call_failed(c, fn, a->rc);
     return;
   }
   MPI_Request r;
@@ -213,7 +293,8 @@ static void mpi_reduction(comm_t *c, mpi_red_t *a) {
     CHECK_MPI(MPI_Ireduce_scatter(a->send, a->recv, a->counts, a->ty, a->op, a->comm, &r));
     break;
   }
-  mpi_wait1(&r);
+  mpi_wait_call(c, &r, a->kind == RED_ALL_REDUCE ? "MPI_Iallreduce" : a->kind == RED_REDUCE ? "MPI_Ireduce"
+                                                                                : "MPI_Ireduce_scatter");
 }
 
 /* ---- the vendor collectives ------------------------------------------------------------------ */
@@ -221,7 +302,7 @@ static void mpi_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int r
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
     CHECK_MPI(MPI_Ibcast(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), root, c->mpi, &r));
-    mpi_wait1(&r);
+    mpi_wait_call(c, &r, "MPI_Ibcast");
   }
 }
 
@@ -266,22 +347,26 @@ static void mpi_all_gather(comm_t *c, const void *send, void *recv, int64_t nume
   MPI_Request r;
   CHECK_MPI(MPI_Iallgatherv(send == own ? MPI_IN_PLACE : send, st(c)->counts[c->rank], mpi_type(c, dt), recv,
                             st(c)->counts, st(c)->displs, mpi_type(c, dt), c->mpi, &r));
-  mpi_wait1(&r);
+  mpi_wait_call(c, &r, "MPI_Iallgatherv");
 }
 
 static void mpi_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
-    CHECK_MPI(mpi_isend(at(buf, off, dt), piece(numel, off), mpi_type(c, dt), dst, TAG_USER, c->mpi, &r));
-    mpi_wait1(&r);
+    MPI_Status stat;
+    mpi_posted_t w = {0, dst, TAG_USER, piece(numel, off), mpi_type(c, dt)};
+    CHECK_MPI(mpi_isend(at(buf, off, dt), w.count, w.ty, dst, TAG_USER, c->mpi, &r));
+    mpi_wait_p2p(c, 1, &r, &stat, &w);
   }
 }
 
 static void mpi_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
   for (int64_t off = 0; off < numel; off += MPI_PIECE) {
     MPI_Request r;
-    CHECK_MPI(MPI_Irecv(atw(buf, off, dt), piece(numel, off), mpi_type(c, dt), src, TAG_USER, c->mpi, &r));
-    mpi_wait1(&r);
+    MPI_Status stat;
+    mpi_posted_t w = {1, src, TAG_USER, piece(numel, off), mpi_type(c, dt)};
+    CHECK_MPI(MPI_Irecv(atw(buf, off, dt), w.count, w.ty, src, TAG_USER, c->mpi, &r));
+    mpi_wait_p2p(c, 1, &r, &stat, &w);
   }
 }
 
@@ -298,7 +383,7 @@ static void mpi_all_to_all(comm_t *c, const void *send, void *recv, int64_t nume
   int b = int_count(numel / c->world, "all_to_all");
   MPI_Request r;
   CHECK_MPI(MPI_Ialltoall(send, b, mpi_type(c, dt), recv, b, mpi_type(c, dt), c->mpi, &r));
-  mpi_wait1(&r);
+  mpi_wait_call(c, &r, "MPI_Ialltoall");
 }
 
 static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts,
@@ -315,7 +400,7 @@ static void mpi_all_to_allv(comm_t *c, const void *send, const int64_t *send_cou
   MPI_Request r;
   MPI_Datatype ty = mpi_type(c, dt);
   CHECK_MPI(MPI_Ialltoallv(send, v, v + N, ty, recv, v + 2 * N, v + 3 * N, ty, c->mpi, &r));
-  mpi_wait1(&r);
+  mpi_wait_call(c, &r, "MPI_Ialltoallv");
   free(v);
 }
 
@@ -329,10 +414,18 @@ static void mpi_pair(comm_t *c, const void *sendbuf, int64_t send_numel, int dst
     int ns = off < send_numel ? piece(send_numel, off) : 0;
     int nr = off < recv_numel ? piece(recv_numel, off) : 0;
     MPI_Request r[2];
+    MPI_Status stat[2];
+    mpi_posted_t w[2];
     int n = 0;
-    if (nr > 0) CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, tag, c->mpi, &r[n++]));
-    if (ns > 0) CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, tag, c->mpi, &r[n++]));
-    mpi_wait_backoff(n, r);
+    if (nr > 0) {
+      w[n] = (mpi_posted_t){1, src, tag, nr, ty};
+      CHECK_MPI(MPI_Irecv(atw(recvbuf, off, dt), nr, ty, src, tag, c->mpi, &r[n++]));
+    }
+    if (ns > 0) {
+      w[n] = (mpi_posted_t){0, dst, tag, ns, ty};
+      CHECK_MPI(mpi_isend(at(sendbuf, off, dt), ns, ty, dst, tag, c->mpi, &r[n++]));
+    }
+    mpi_wait_p2p(c, n, r, stat, w);
   }
 }
 
@@ -355,18 +448,25 @@ static void mpi_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
   int nreq = 0;
   for (int i = 0; i < n; i++) nreq += (int)((ops[i].numel + MPI_PIECE - 1) / MPI_PIECE);
   MPI_Request *r = xmalloc((size_t)(nreq + 1) * sizeof *r, "comm group requests");
+  MPI_Status *stat = xmalloc((size_t)(nreq + 1) * sizeof *stat, "comm group statuses");
+  mpi_posted_t *w = xmalloc((size_t)(nreq + 1) * sizeof *w, "comm group requests' counts");
   nreq = 0;
   for (int pass = 0; pass < 2; pass++) /* receives first */
     for (int i = 0; i < n; i++)
       for (int64_t off = 0; off < ops[i].numel; off += MPI_PIECE) {
-        if (pass == 0 && ops[i].recv)
-          CHECK_MPI(MPI_Irecv(atw(ops[i].recv, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER,
-                              c->mpi, &r[nreq++]));
-        if (pass == 1 && ops[i].send)
-          CHECK_MPI(mpi_isend(at(ops[i].send, off, dt), piece(ops[i].numel, off), ty, ops[i].peer, TAG_USER,
-                              c->mpi, &r[nreq++]));
+        int k = piece(ops[i].numel, off);
+        if (pass == 0 && ops[i].recv) {
+          w[nreq] = (mpi_posted_t){1, ops[i].peer, TAG_USER, k, ty};
+          CHECK_MPI(MPI_Irecv(atw(ops[i].recv, off, dt), k, ty, ops[i].peer, TAG_USER, c->mpi, &r[nreq++]));
+        }
+        if (pass == 1 && ops[i].send) {
+          w[nreq] = (mpi_posted_t){0, ops[i].peer, TAG_USER, k, ty};
+          CHECK_MPI(mpi_isend(at(ops[i].send, off, dt), k, ty, ops[i].peer, TAG_USER, c->mpi, &r[nreq++]));
+        }
       }
-  mpi_wait_backoff(nreq, r);
+  mpi_wait_p2p(c, nreq, r, stat, w);
+  free(w);
+  free(stat);
   free(r);
 }
 
@@ -485,7 +585,7 @@ void comm_mpi_split_none(comm_t *parent, int key) {
 void comm_mpi_all_gather_i64(comm_t *c, const int64_t *mine, int n, int64_t *all) {
   MPI_Request r;
   CHECK_MPI(MPI_Iallgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, c->mpi, &r));
-  mpi_wait1(&r);
+  mpi_wait_call(c, &r, "MPI_Iallgather");
 }
 
 void comm_mpi_fail_all(comm_t *c, const char *text, int code) {
@@ -493,7 +593,7 @@ void comm_mpi_fail_all(comm_t *c, const char *text, int code) {
   fflush(stdout);
   fflush(stderr);
   MPI_Request r; /* rank 0's line is out before any rank aborts the job */
-  if (MPI_Ibarrier(c->mpi, &r) == MPI_SUCCESS) mpi_wait1(&r);
+  if (MPI_Ibarrier(c->mpi, &r) == MPI_SUCCESS) mpi_wait_call(c, &r, "MPI_Ibarrier");
   MPI_Abort(MPI_COMM_WORLD, code);
   exit(code);
 }
@@ -502,7 +602,7 @@ void comm_mpi_fail_all(comm_t *c, const char *text, int code) {
 void comm_mpi_control(comm_t *c, comm_task_t *t) {
   MPI_Request r;
   switch (t->kind) {
-  case TASK_BARRIER: CHECK_MPI(MPI_Ibarrier(c->mpi, &r)); mpi_wait1(&r); break;
+  case TASK_BARRIER: CHECK_MPI(MPI_Ibarrier(c->mpi, &r)); mpi_wait_call(c, &r, "MPI_Ibarrier"); break;
   case TASK_CTL_ALL_REDUCE_F64: {
     mpi_red_t a = {.kind = RED_ALL_REDUCE, .send = MPI_IN_PLACE, .recv = t->recv, .count = (int)t->numel,
                    .ty = MPI_DOUBLE, .op = t->redop == REDOP_SUM ? MPI_SUM : MPI_MAX};
@@ -512,14 +612,14 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
   case TASK_CTL_BROADCAST:
     for (int64_t off = 0; off < t->numel; off += MPI_PIECE) {
       CHECK_MPI(MPI_Ibcast((char *)t->recv + off, piece(t->numel, off), MPI_BYTE, t->peer, c->mpi, &r));
-      mpi_wait1(&r);
+      mpi_wait_call(c, &r, "MPI_Ibcast");
     }
     break;
   case TASK_CTL_GATHER: {
     int64_t mine = t->numel, *sizes = NULL;
     if (c->rank == 0) sizes = xcalloc((size_t)c->world, sizeof *sizes, "gather sizes");
     CHECK_MPI(MPI_Igather(&mine, 1, MPI_INT64_T, sizes, 1, MPI_INT64_T, 0, c->mpi, &r));
-    mpi_wait1(&r);
+    mpi_wait_call(c, &r, "MPI_Igather");
     int *counts = NULL, *displs = NULL;
     char *all = NULL;
     if (c->rank == 0) {
@@ -537,7 +637,7 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
     }
     if (mine > INT_MAX) die_on_rank("comm_ctl_gather: blob of %lld bytes is too large", (long long)mine);
     CHECK_MPI(MPI_Igatherv(t->send, (int)mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, c->mpi, &r));
-    mpi_wait1(&r);
+    mpi_wait_call(c, &r, "MPI_Igatherv");
     free(counts);
     free(displs);
     *t->gather_all = all;
@@ -549,7 +649,7 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
                                         "many", (long long)t->numel);
     CHECK_MPI(
         MPI_Ialltoall(t->send, (int)t->numel, MPI_INT64_T, t->recv, (int)t->numel, MPI_INT64_T, c->mpi, &r));
-    mpi_wait1(&r);
+    mpi_wait_call(c, &r, "MPI_Ialltoall");
     break;
   default: die_on_rank("comm_mpi_control: task kind %d is not a control op", (int)t->kind);
   }

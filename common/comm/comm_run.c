@@ -205,6 +205,8 @@ void comm_run_task(comm_t *c, comm_task_t *t) {
                 COMM_GROUP_MAX);
   if (c->be->threaded)
     comm_engine_task_bytes(c, (t->numel + t->recv_numel) * (int64_t)dtype_size(t->dt));
+  if (t->kind == TASK_SEND || t->kind == TASK_RECV || t->kind == TASK_SENDRECV || t->kind == TASK_GROUP)
+    comm_jitter(c, 0); /* ZL_JITTER_US: the message late (off: nothing) */
   if (t->kind == TASK_ALL_TO_ALLV && comm_checks_splits(c)) /* the ranks agree on splits, or all stop */
     comm_a2a_check_splits(c, t);
   if (c->be->task_begin) c->be->task_begin(c, t);

@@ -553,10 +553,22 @@ static double gpt_flops_per_sample(const model_t *m) {
   return T * (L * 24.0 * C * C + 2.0 * C * V) + L * 4.0 * T * T * C;
 }
 
+int gpt_matrices(const model_t *m, int u, model_matrix_t *out) {
+  int C = m->gpt.n_embd;
+  if (u < 1 || u > m->gpt.n_layer) return 0; /* the embedding and the head: AdamW */
+  gpt_block_layout_t l = gpt_block_layout(C);
+  out[0] = (model_matrix_t){l.qkvw, 3 * C, C};
+  out[1] = (model_matrix_t){l.projw, C, C};
+  out[2] = (model_matrix_t){l.fcw, 4 * C, C};
+  out[3] = (model_matrix_t){l.fcprojw, C, 4 * C};
+  return 4;
+}
+
 const model_fns_t model_gpt_fns = {.name = "gpt",
                                    .init_unit = gpt_init_unit,
                                    .forward = gpt_forward,
                                    .backward = gpt_backward,
                                    .backward_input = gpt_backward_input,
                                    .backward_weight = gpt_backward_weight,
+                                   .matrices = gpt_matrices,
                                    .flops_per_sample = gpt_flops_per_sample};

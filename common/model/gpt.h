@@ -65,6 +65,10 @@ gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, gpt_moe_t moe);
  * T = 1: dense. */
 int64_t gpt_moe_dense_rank(gpt_shape_t s, gpt_moe_t moe, int T, int64_t Vr);
 
+/* model_fns_t.matrices of the dense GPT: a block's qkv, proj, fc and fcproj W (Muon's); the embedding, the
+ * head, the LayerNorms and the biases: none (AdamW's). */
+int gpt_matrices(const model_t *m, int u, model_matrix_t *out);
+
 /* Offsets (elements) of one block's tensors inside its unit. */
 typedef struct gpt_block_layout {
   int64_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, numel;

@@ -151,10 +151,18 @@ static double mlp_flops_per_sample(const model_t *m) {
   return f;
 }
 
+/* Every linear layer's W but the last (the head, which gives the logits): its bias goes to AdamW. */
+static int mlp_matrices(const model_t *m, int u, model_matrix_t *out) {
+  if (u >= m->n_units - 1) return 0;
+  out[0] = (model_matrix_t){.off = 0, .rows = m->units[u].out, .cols = m->units[u].in};
+  return 1;
+}
+
 const model_fns_t model_mlp_fns = {.name = "mlp",
                                    .init_unit = mlp_init_unit,
                                    .forward = mlp_forward,
                                    .backward = mlp_backward,
                                    .backward_input = mlp_backward_input,
                                    .backward_weight = mlp_backward_weight,
+                                   .matrices = mlp_matrices,
                                    .flops_per_sample = mlp_flops_per_sample};

@@ -40,6 +40,11 @@ typedef struct unit {
 /* GPT-2's shape (kind "gpt"). */
 typedef struct gpt_shape { int n_layer, n_head, n_embd, seq_len, vocab; } gpt_shape_t;
 
+/* One 2-D weight matrix inside a unit (unit-local offset, row-major rows × cols): what Muon
+ * orthogonalises whole (common/train/muon.c). */
+typedef struct model_matrix { int64_t off; int rows, cols; } model_matrix_t;
+enum { MODEL_MAX_MATRICES = 8 }; /* per unit */
+
 struct model;
 /* A unit's buffers for one forward or backward call. */
 typedef struct unit_io {
@@ -85,6 +90,10 @@ typedef struct model_fns {
    * bit (the same ops on the same operands), and leaves io->dy as backward does. */
   void (*backward_input)(const struct model *m, int u, const unit_io_t *io);
   void (*backward_weight)(const struct model *m, int u, const unit_io_t *io);
+  /* The hidden 2-D weight matrices of unit u, the ones Muon updates (not the embeddings, the head,
+   * norms or biases: the reference's split), into out (at most MODEL_MAX_MATRICES); returns how many.
+   * NULL: the kind lists none (--optimizer muon is refused for it). */
+  int (*matrices)(const struct model *m, int u, model_matrix_t *out);
   /* Frees what the kind keeps in m->ctx (NULL: nothing). */
   void (*free_ctx)(struct model *m);
   /* Forward FLOPs per sample of the whole model (multiply-add = 2), for MFU. */

@@ -74,6 +74,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import answers  # noqa: E402  (answers/NN.txt beside the stubs: the notes' numeric questions)
+
+ANSWERS_DIR = "answers" + os.sep  # exercises/answers/: not C, kept by generate, checked by answers.py
 import time
 
 C_SUFFIXES = (".c", ".h", ".cu", ".cuh")
@@ -105,7 +110,7 @@ TEST_ORDER = {
     "06": ["ch06_grid/*", "ch06_tp/ops_2_ranks", "ch06_tp/ops_4_ranks", "ch06_tp/mlp_check_4_ranks",
            "ch06_tp/example_2_ranks", "ch06_tp/train_tp_equals_one_rank", "ch06_tp/gpt_tp_equals_one_rank",
            "ch06_tp/groups_*", "ch06_tp/ledger_*", "ch06_tp/train_2d_*", "ch06_tp/pa_*"],
-    "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_pipeline/split_is_*",
+    "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_sched/*", "ch07_pipeline/split_is_*",
            "ch07_pipeline/equals_one_rank_*", "ch07_pipeline/large_messages_*", "ch07_pipeline/gpt_equals_*",
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
@@ -114,7 +119,8 @@ TEST_ORDER = {
            "ch09_cluster/two_level_*", "ch09_hsdp/*", "ch09_cluster/*"],
     "10": ["ch10_cp/ring_equals_plain_attention", "ch10_cp/*", "ch10_sp/collectives_2_ranks",
            "ch10_sp/collectives_3_ranks", "ch10_sp/sp_equals_tp_and_one_rank", "ch10_context/cp_equals_one_rank",
-           "ch10_context/cp3_equals_one_rank", "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
+           "ch10_context/cp3_equals_one_rank", "ch10_ulysses/a2a_attention_bitwise",
+           "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
     "12": ["ch12_moe/plan_contract", "ch12_moe/dispatch_combine_identity", "ch12_moe/one_expert_is_the_dense_gpt",
            "ch12_moe/ep_equals_one_rank", "ch12_moe/*"],
     "13": ["ch13_powersgd/*", "ch13_compress/*"],
@@ -128,6 +134,7 @@ TEST_ORDER = {
 # named without rebuilding the others alone. make test-long checks the map against the stubs
 # (common_exercises_long; `exercises.py calls` prints it).
 EXERCISE_TESTS = {
+    "owners_update_matrix": ["ch03_muon/owners_equal_one_rank_*"],
     "hier_all_reduce": ["ch09_nodes/*", "!ch09_nodes/bad_node_maps_refused", "ch09_cluster/two_level_*"],
     "tp_sp_all_gather": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
     "tp_sp_reduce_scatter": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
@@ -379,7 +386,7 @@ def write_tree(src, dst, files, keep_work=False, backup=None):
             write_if_changed(path, text)
     removed = []
     for rel in source_files(dst):
-        if rel not in wanted:
+        if rel not in wanted and not rel.startswith(ANSWERS_DIR):
             if backup and not plain_copy(src, rel, os.path.join(dst, rel)):  # it may hold a student's work
                 save(rel)
             os.remove(os.path.join(dst, rel))
@@ -391,6 +398,7 @@ def cmd_generate(a):
     files = scan(a.src)
     backup = os.path.join(a.backup, time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     kept, removed, saved = write_tree(a.src, a.dst, files, not a.reset, backup)
+    answers.generate(a.dst)  # answers/NN.txt: the notes' numeric questions (the values written kept)
     wanted = with_exercises(files)
     n = sum(len(r) for _, r in wanted.values())
     msg = (f"exercises: wrote {len(wanted)} files, {n} exercises, into {a.dst}/ from {a.src}/ (the files "
@@ -431,7 +439,9 @@ def cmd_check(a):
         fresh = os.path.join(tmp, "exercises")
         write_tree(a.src, fresh, files)
         want = set(with_exercises(files))
-        have = set(source_files(a.dst)) if os.path.isdir(a.dst) else set()
+        have = {rel for rel in source_files(a.dst) if not rel.startswith(ANSWERS_DIR)} if os.path.isdir(a.dst) \
+            else set()
+        stale += [(why, []) for why in answers.stale(a.dst)]
         for rel in sorted(want | have):
             if rel not in have:
                 stale.append((f"{a.dst}/{rel} (missing: {a.src}/{rel} has an exercise)", []))
@@ -703,6 +713,25 @@ def owner_of(files, a, rel, dst_line):
     return None
 
 
+def owner_around(files, a, rel, dst_line):
+    """The exercise of DST whose FUNCTION holds dst_line (1-based) of DST/rel outside its body: a line
+    after the body's END marker up to the function's closing brace (a `}` in column 0) — where the
+    compiler puts a missing return ("control reaches end of non-void function"). Else None."""
+    try:
+        dl = read_lines(os.path.join(a.dst, rel))
+        regs = parse(os.path.join(a.dst, rel), dl)
+    except (OSError, MarkerError):
+        return None
+    before = [r for r in regs if r.end + 1 < dst_line]
+    if not before:
+        return None
+    r = before[-1]
+    for i in range(r.end + 1, len(dl)):  # 0-based lines after the END marker
+        if dl[i].startswith("}"):
+            return r.name if dst_line <= i + 1 else None
+    return None
+
+
 def build(a, tree, clock, label):
     """make IMPL=tree build, printing progress (one line per file compiled or program linked).
     Unused static helpers are not errors here: a helper of a body swapped for the reference
@@ -832,6 +861,35 @@ def run_tests(binary, filt, clock, deadline, echo=True, chapter=None, tests=None
     return rc, text, failed
 
 
+JITTER_US = 5000  # the most a random delay holds a point-to-point task or a wait (REPEAT=N)
+# tests that measure time (a bandwidth table, a deadline, an overlap) say nothing of a race and fail by
+# design when delays are added: not rerun with them
+JITTER_SKIP = ["*collbench*", "*timeout*", "*_overlap/*", "*overlap*"]
+
+
+def jitter_runs(binary, tests, clock, a, written):
+    """The judged tests rerun a.repeat times with random delays in the comm layer (ZL_JITTER_US, a
+    seed per run: comm_checks.c's comm_jitter). Returns None when every run passes, else (failed runs,
+    the first failing run, its reason)."""
+    import fnmatch
+    failed, first = 0, None
+    tests = [t for t in tests if not any(fnmatch.fnmatchcase(t, p) for p in JITTER_SKIP)]
+    if not tests:
+        return None
+    for k in range(1, a.repeat + 1):
+        os.environ["ZL_JITTER_US"], os.environ["ZL_JITTER_SEED"] = str(JITTER_US), str(k)
+        try:
+            rc, log, test = run_tests(binary, None, clock, a.deadline, echo=False, chapter=a.chapter, tests=tests)
+        finally:
+            del os.environ["ZL_JITTER_US"], os.environ["ZL_JITTER_SEED"]
+        say(clock, f"run {k} of {a.repeat} with random delays: {'ok' if rc == 0 else 'FAILED (' + str(test) + ')'}")
+        if rc != 0:
+            failed += 1
+            if first is None:
+                first = (k, f"{test}: {failure_kind(log, test, a.deadline)[1]}")
+    return (failed, first[0], first[1]) if failed else None
+
+
 def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
     """(state, one-line reason, the lines worth showing) for the failing test's log. The reason is
     the first failing check's own message (an assertion in a test .c or a test header .h, or a
@@ -848,6 +906,13 @@ def failure_kind(log, test, deadline=EXERCISE_TIMEOUT_S):
         return ("timed out", f"timed out after {secs} s — a deadlock? check who sends to whom "
                 f"(every send needs the matching receive on the other rank, in the same order)",
                 [re.sub(r"^\[----\]\s*", "", ln) for ln in lines if "did not complete within" in ln][:3])
+    # the comm layer's decoded MPI errors (comm_mpi.c, comm_checks.c): the line names the call, its tag,
+    # the peer and the counts — the most specific message there is
+    decoded = [re.sub(r"^(\[----\])?\s*", "", ln) for ln in lines
+               if re.search(r"rank \d+: comm_\w+ \(.*\): (the (receive|send) |.* failed: )", ln)
+               or "was not issued by this communicator" in ln]
+    if decoded:
+        return (state, decoded[0], [ln for ln in decoded[1:3] if ln != decoded[0]])
     if "MPI_ERR_TRUNCATE" in log:
         return (state, "the ranks' collectives do not match (MPI_ERR_TRUNCATE: one rank's message is longer "
                 "than the other expects): does every rank launch the same operations, of the same sizes, in "
@@ -937,6 +1002,15 @@ def cmd_status(a):
             if name in chosen and name not in blamed:
                 blamed.add(name)
                 results[name] = ("does not compile", f"{a.dst}/{rel}:{dline}: error: {msg}")
+        for rel, line, msg in errs if not blamed else []:
+            # outside every body, but inside the function of one (after its END, before the function's
+            # closing brace): that body's — a missing return is reported at the brace
+            dline = linemap.get(rel, [])[line - 1] if rel in linemap and 0 < line <= len(linemap[rel]) else None
+            name = owner_around(files, a, rel, dline) if dline else None
+            if name in chosen and name not in blamed:
+                blamed.add(name)
+                results[name] = ("does not compile", f"{a.dst}/{rel}:{dline}: error: {msg} (at the end of the "
+                                 f"function that holds your body: does every path of the body return a value?)")
         if not blamed:  # an error outside the bodies (or in a file that is not ours)
             rel, line, msg = errs[0] if errs else ("?", 0, "see the build output above")
             dline = linemap.get(rel, [None] * max(line, 1))[line - 1] if rel in linemap else line
@@ -945,7 +1019,11 @@ def cmd_status(a):
             print(f"error: your tree does not compile outside the exercise bodies: {where}:{dline}: "
                   f"error: {msg}\n  (code outside BEGIN/END is kept as you wrote it: includes and static helpers "
                   f"are welcome there, but they must compile)")
-            return 1
+            for n in chosen:  # the verdict of each body written: none can be judged (no stale one stays)
+                results[n] = ("does not compile", f"not judged: the tree does not compile outside the bodies "
+                              f"({where}:{dline}: error: {msg})")
+            chosen = set()
+            break
         chosen -= blamed
     failed_test = None
     if chosen:
@@ -956,7 +1034,16 @@ def cmd_status(a):
         rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter, tests=mine)
         tested = len(re.findall(r"^\[(?:PASS|FAIL|ERR )", log, re.M))
         skipped = skipped_tests(log)
-        if rc == 0:
+        flaky = None
+        if rc == 0 and a.repeat > 0:
+            flaky = jitter_runs(binary, mine, clock, a, written)
+        if rc == 0 and flaky:
+            k, first_run, why = flaky
+            for n in chosen:
+                results[n] = ("flaky", f"flaky {k}/{a.repeat}: passes as it is, fails with random delays in the "
+                              f"comm layer (run {first_run}, ZL_JITTER_SEED={first_run}): {why} — a buffer read "
+                              f"before its wait, or a send buffer written before its wait?")
+        elif rc == 0:
             unwritten = len(regs) - len(written)
             for n in chosen:
                 ran = [x for x in mine if calls(x, n)]
@@ -1034,8 +1121,10 @@ def cmd_status(a):
     path = os.path.join(work, "exercise-status.json")
     st = load_status(path)
     now = time.strftime("%Y-%m-%d %H:%M")
+    took = round(time.time() - clock.t0, 1)  # this judging, build included: what a student waited
     for _, r in regs:
-        st[r.name] = {"state": results[r.name][0], "detail": results[r.name][1], "when": now}
+        st[r.name] = {"state": results[r.name][0], "detail": results[r.name][1], "when": now,
+                      "chapter": a.chapter, "seconds": took}
     os.makedirs(work, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(st, f, indent=1, sort_keys=True)
@@ -1098,6 +1187,9 @@ def main():
     s.add_argument("--tests", help="(ignored: kept for older Makefiles)")
     s.add_argument("--work", help="where the judged tree and the status file go (default: --build)")
     s.add_argument("--filter", help="Criterion filter of the tests to run (default: ch<NN>*/*)")
+    s.add_argument("--repeat", type=int, default=0,
+                   help="after a pass, rerun the judged tests N times with random delays in the comm layer "
+                        "(ZL_JITTER_US): a race shows as 'flaky k/N'")
     s.add_argument("--deadline", type=int, default=EXERCISE_TIMEOUT_S,
                    help="collective deadline of every test run, seconds (exercise mode)")
     ca = sub.add_parser("calls")

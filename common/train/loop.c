@@ -20,6 +20,7 @@
 #include "ledger.h" // ledger_init, ledger_trace_open
 #include "model.h"  // model_init
 #include "ops.h"    // op_adamw, op_sgd, op_cast
+#include "muon.h"   // muon_update_replica, muon_adamw_numel, muon_print_split (--optimizer muon)
 #include "outfile.h" // outfile_write
 #include "report.h" // report_finish, report_write_trace, report_step_t
 #include "tensor.h" // tensor_alloc, tensor_free
@@ -45,6 +46,8 @@ void trainer_alloc_full_states(trainer_t *t, int with_grads) {
   if (dtype_is_half(t->wdt)) t->master = tensor_alloc("master", LEDGER_MASTER, DT_F32, t->dev, P);
   t->opt_m = tensor_alloc("optim m", LEDGER_OPTIM, DT_F32, t->dev, P);
   if (t->cfg->optimizer == OPT_ADAMW) t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, P);
+  if (t->cfg->optimizer == OPT_MUON) /* v of the AdamW part only, its segments one after another */
+    t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, muon_adamw_numel(&t->model));
 }
 
 void trainer_init_values(const trainer_t *t, int64_t lo, int64_t hi, float *dst) {
@@ -84,6 +87,7 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
   if (t->skipped || n == 0) return;
   const train_cfg_t *c = t->cfg;
   if (c->optimizer == OPT_ADAMW) op_adamw(t->dev, w, grad, t->wdt, m, v, n, &t->hp, t->opt_t, gscale);
+  else if (c->optimizer == OPT_MUON) muon_update_replica(t, w, grad, m, v, n, gscale);
   else
     op_sgd(t->dev, w, grad, t->wdt, m, n, (float)c->lr, (float)c->momentum, (float)c->weight_decay, gscale);
 }
@@ -429,7 +433,8 @@ static void print_header(const trainer_t *t, const char *chapter) {
   printf("ch%s: %s on %s (%s, %s backend, %s collectives), %s, %s\n", chapter, t->name, ranks,
          device_name(t->dev), comm_backend_name(t->comm),
          cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
-         cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+         train_opt_name(cfg));
+  if (cfg->optimizer == OPT_MUON) muon_print_split(t);
   /* A schedule (a pipeline) cuts the batch itself, in its setup after this line: its own line gives
    * the micro-batch, so the loop's per-rank view is not printed for it. */
   char per_rank[96];
@@ -592,6 +597,14 @@ static int tp_ckpt_dirs(train_cfg_t *c, const grid_t *g, char *ck, char *rs, siz
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter) {
   if (!s) die("error: no strategy for this run");
   int env_rank = args_env_rank();
+  if (cfg->optimizer == OPT_MUON && !s->whole_matrices) { /* before MPI, as a bad flag (notes/03-zero1.md) */
+    if (env_rank == 0)
+      fprintf(stderr, "error: --optimizer muon: %s updates flat slices (each rank a piece of every unit, cut "
+              "through the matrices), and Newton-Schulz needs each matrix whole%s\n", s->name,
+              s->stage == 1 ? ": ch03_zero1 --shard owner gives each matrix one rank"
+                            : "; whole-matrix owners are built for ZeRO-1 (ch03_zero1 --shard owner)");
+    return 2;
+  }
   if (env_rank == 0 && !cfg->quiet && cfg->device_note[0]) printf("%s\n", cfg->device_note);
 
   /* The ledger starts before anything is allocated (the communicator's scratch included). */

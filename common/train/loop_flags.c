@@ -144,6 +144,22 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
 
 /* --model gpt: the preset, then the overrides, then the text file, and none of the MLP's shape
  * flags given; --model mlp: none of the GPT flags. Exits 2 with one line naming the flag. */
+/* --optimizer muon: what does not compose is refused here, naming why (notes/03-zero1.md). The
+ * strategies that cut matrices into flat slices are refused by train_main (strategy_t.whole_matrices). */
+static void check_muon_flags(const train_cfg_t *cfg) {
+  if (cfg->tp > 1)
+    exit(args_error("--optimizer", "muon",
+                    "with --tp > 1 each rank holds a slice of every matrix (Megatron's rows or columns), and "
+                    "Newton-Schulz needs it whole: gathering it across the TP group is not built"));
+  if (cfg->chapter_flags & TRAIN_FLAG_MOE)
+    exit(args_error("--optimizer", "muon",
+                    "the MoE model lists no matrices for Muon (its experts' W): not built"));
+  if (cfg->ckpt || cfg->resume)
+    exit(args_error(cfg->ckpt ? "--ckpt" : "--resume", cfg->ckpt ? cfg->ckpt : cfg->resume,
+                    "with --optimizer muon: checkpoints do not carry Muon's states yet (its momentum, "
+                    "and v for the AdamW part only)"));
+}
+
 static void check_model_flags(train_cfg_t *cfg, int argc, char **argv) {
   char v[64];
   gpt_shape_t over = cfg->gpt;
@@ -204,6 +220,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                        .clip = 0.0,
                        .seed = 1234,
                        .optimizer = OPT_ADAMW,
+                       .muon_lr = 0.02,
                        .wdt = DT_F32,
                        .collectives = COLL_VENDOR,
                        .device = "auto",
@@ -272,7 +289,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--steps", ARG_INT, &cfg->steps, 1, 10000000, NULL, "training steps");
   SPEC("--lr", ARG_DOUBLE, &cfg->lr, 0, 10, NULL, "learning rate");
   SPEC("--seed", ARG_I64, &seed, 0, 4e18, NULL, "seed of the data, the teacher and the init");
-  SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd", "AdamW, or SGD with momentum");
+  SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd|muon",
+       "AdamW, SGD with momentum, or Muon for the hidden matrices + AdamW for the rest (muon.h)");
+  SPEC("--muon-lr", ARG_DOUBLE, &cfg->muon_lr, 0, 10, NULL,
+       "--optimizer muon: Muon's learning rate (AdamW's part: --lr)");
   SPEC("--momentum", ARG_DOUBLE, &cfg->momentum, 0, 0.999999, NULL, "SGD momentum");
   SPEC("--weight-decay", ARG_DOUBLE, &cfg->weight_decay, 0, 10, NULL,
        "decoupled weight decay (AdamW), L2 (SGD)");
@@ -458,7 +478,9 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   if (rc != 0) exit(2);
 
   cfg->seed = (uint64_t)seed;
-  cfg->optimizer = strcmp(optimizer, "sgd") == 0 ? OPT_SGD : OPT_ADAMW;
+  cfg->optimizer = strcmp(optimizer, "sgd") == 0    ? OPT_SGD
+                   : strcmp(optimizer, "muon") == 0 ? OPT_MUON
+                                                    : OPT_ADAMW;
   cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : strcmp(precision, "fp16") == 0 ? DT_F16 : DT_F32;
   cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
   cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
@@ -554,6 +576,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
         "must be at most the parameter count psi = %lld of this model (--input --hidden --classes --layers)",
         (long long)psi));
   }
+  if (cfg->optimizer == OPT_MUON) check_muon_flags(cfg);
   resolve_device(cfg);
   /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
   if (report_check_outputs(cfg)) exit(2);

@@ -48,7 +48,7 @@ char *report_json_text(const trainer_t *t, const report_run_t *run, const rank_n
       "\"collectives\": \"%s\", \"precision\": \"%s\", \"optimizer\": \"%s\",\n",
       run->chapter, t->name, N, device_name(t->dev), comm_backend_name(t->comm),
       cfg->collectives == COLL_RING ? "ring" : "vendor", dtype_precision(cfg->wdt),
-      cfg->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+      train_opt_name(cfg));
   int whole = t->whole == &t->model; /* a schedule's model holds only this rank's units */
   sb_printf(&b, " \"params\": %lld, \"padded_params\": %lld,\n", (long long)t->whole->numel,
             (long long)(whole ? t->model.padded_numel : t->whole->numel));

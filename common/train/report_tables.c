@@ -41,7 +41,7 @@ static void print_tp(const trainer_t *t, const rank_numbers_t *all, int steps) {
          "fp32) before the backward that reads it, (T-1)/T of its bytes from each rank\n");
 }
 
-static const char *opt_name(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? "adamw" : "sgd"; }
+static const char *opt_name(const train_cfg_t *c) { return train_opt_name(c); }
 
 /* The host arena per rank, beside each rank's host formula (what an offloading strategy moves
  * there: master and optimizer states); the table above is then the device arena alone. */

@@ -29,7 +29,7 @@
 #include "ops.h"    // adamw_hp_t
 #include "tensor.h" // tensor_t
 
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1 } optim_kind_t;
+typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_MUON = 2 } optim_kind_t; /* muon: common/train/muon.h */
 typedef enum { NONFINITE_ABORT = 0, NONFINITE_SKIP = 1 } nonfinite_t;
 
 struct trainer;
@@ -83,7 +83,8 @@ typedef struct train_cfg {
   const struct schedule *sched;
   double lr, momentum, weight_decay, beta1, beta2, eps, clip; /* --clip 0 = off */
   uint64_t seed;
-  optim_kind_t optimizer;             /* --optimizer adamw|sgd */
+  optim_kind_t optimizer;             /* --optimizer adamw|sgd|muon */
+  double muon_lr;                     /* --muon-lr: Muon's part of --optimizer muon (AdamW's is --lr) */
   dtype_t wdt;                        /* --precision fp32|bf16|fp16: working dtype of params and grads */
   /* --precision fp16's loss scaler (common/train/scaler.h; GradScaler's names and defaults):
    * --loss-scale S > 0 static, 0 dynamic from --init-scale, with --growth-factor,
@@ -190,6 +191,8 @@ typedef struct strategy {
   const char *name;  /* "ddp-naive", "zero1", ... */
   int stage;         /* 0 DDP, 1, 2, 3: the ZeRO stage, a name only (checkpoint manifests); memory
                       * and traffic come from formula */
+  int whole_matrices; /* 1: the update sees every matrix whole (DDP, ZeRO's owners): --optimizer muon
+                       * runs; 0: train_main refuses it (flat slices cut the matrices) */
   void (*setup)(struct trainer *t);                   /* allocate states, shards, buckets */
   void (*pre_forward)(struct trainer *t, int unit);   /* ZeRO-3: gather unit params (+prefetch) */
   void (*post_forward)(struct trainer *t, int unit);  /* ZeRO-3: free gathered params */
@@ -439,8 +442,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 
 /* ---- helpers for strategies ----------------------------------------------------------- */
-/* fp32 optimizer buffers per parameter: AdamW 2 (m, v), SGD with momentum 1. */
+/* fp32 optimizer buffers per parameter: AdamW 2 (m, v), SGD with momentum 1, Muon 1 (its momentum; the
+ * AdamW part's v is added by the strategies that run it: muon.h). */
 static inline int train_opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
+static inline const char *train_opt_name(const train_cfg_t *c) {
+  return c->optimizer == OPT_ADAMW ? "adamw" : c->optimizer == OPT_MUON ? "muon" : "sgd";
+}
 /* Allocate full params/grads/master/optimizer states ("optim m", "optim v") for the current
  * layout (DDP-style); the trainer frees them after teardown like any model state. */
 void trainer_alloc_full_states(trainer_t *t, int with_grads);

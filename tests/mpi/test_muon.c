@@ -1,0 +1,85 @@
+/* test_muon.c — --optimizer muon: DDP and ZeRO-1 with whole-matrix owners (ch03_zero1 --shard owner)
+ * against 1 rank with --accum 2, bit for bit at N = 2; the ranks' parameters identical after every step;
+ * the refusals; the exercise's tempting wrong body (Newton–Schulz on slices) named. Notes:
+ * notes/03-zero1.md, "Muon: whole matrices, not slices".
+ *
+ * Why bitwise (notes/design.md, "Bits or a tolerance"): each rank's micro-batch is the 1-rank run's
+ * micro-batch (same GEMM shapes), a sum of two gradients is a + b in either order, and the matrix
+ * then goes through the same op_muon calls on its owner as on the one rank. */
+#include "zl_test.h" // zl_run, zl_tmpdir, zl_read_floats, Criterion
+#include <string.h>  // memcmp, strstr
+
+#define GPT "--model gpt --gpt tiny --batch 4 --steps 3 --seed 7 --lr 0.003 --optimizer muon --quiet"
+#define MLP \
+  "--input 6 --hidden 13 --classes 11 --layers 2 --batch 8 --steps 3 --seed 7 --optimizer muon --quiet"
+
+/* Run prog on np ranks with args + --save-params; returns the floats (*n of them), asserts exit 0. */
+static float *run_params(int np, const char *prog, const char *args, const char *name, int64_t *n,
+                         char **text) {
+  char dir[256], bin[320];
+  zl_tmpdir(dir, sizeof dir, "muon");
+  snprintf(bin, sizeof bin, "%s/%s.bin", dir, name);
+  char *out = NULL;
+  int rc = zl_run(np, 120, &out, "%s %s --save-params %s", prog, args, bin);
+  cr_assert_eq(rc, 0, "%s (np %d) exited %d:\n%s", name, np, rc, out);
+  if (text) *text = out;
+  else free(out);
+  return zl_read_floats(bin, n);
+}
+
+static void expect_same(const float *a, int64_t na, const float *b, int64_t nb, const char *what) {
+  cr_assert_eq(na, nb, "%s: %lld vs %lld params", what, (long long)na, (long long)nb);
+  for (int64_t i = 0; i < na; i++)
+    cr_assert(memcmp(&a[i], &b[i], 4) == 0, "%s: param %lld: %.9g vs %.9g (1 rank --accum 2)", what,
+              (long long)i, a[i], b[i]);
+}
+
+static void owners_vs_one_rank(const char *model) {
+  setenv("ZL_CHECK_RANKS", "1", 1);
+  setenv("ZL_MPIRUN_FLAGS", "-x ZL_CHECK_RANKS", 1);
+  char a1[512], a2[512], *text = NULL;
+  snprintf(a1, sizeof a1, "--variant naive %s --accum 2", model);
+  snprintf(a2, sizeof a2, "--shard owner %s", model);
+  int64_t n1, n2, n3;
+  float *one = run_params(1, ZL_BIN "/ch02_ddp", a1, "one", &n1, NULL);
+  float *own = run_params(2, ZL_BIN "/ch03_zero1", a2, "owners", &n2, &text);
+  expect_same(own, n2, one, n1, "ZeRO-1 owners, 2 ranks");
+  cr_assert(strstr(text, "check: parameters identical on every rank after each of 3 steps"),
+            "the rank check did not run:\n%s", text);
+  snprintf(a1, sizeof a1, "--variant naive %s", model);
+  float *ddp = run_params(2, ZL_BIN "/ch02_ddp", a1, "ddp", &n3, NULL);
+  expect_same(ddp, n3, one, n1, "DDP, 2 ranks");
+  free(one), free(own), free(ddp), free(text);
+}
+
+Test(ch03_muon, owners_equal_one_rank_gpt, .timeout = 100) { owners_vs_one_rank(GPT); }
+Test(ch03_muon, owners_equal_one_rank_mlp, .timeout = 100) { owners_vs_one_rank(MLP); }
+
+/* what does not hold whole matrices is refused before MPI: exit 2, one line saying why */
+Test(ch03_muon, refusals, .timeout = 60) {
+  static const struct { const char *cmd, *says; } cases[] = {
+      {ZL_BIN "/ch03_zero1 " MLP, "Newton-Schulz needs each matrix whole: ch03_zero1 --shard owner"},
+      {ZL_BIN "/ch05_zero3 " MLP, "whole-matrix owners are built for ZeRO-1"},
+      {ZL_BIN "/ch06_tp --tp 2 " MLP, "with --tp > 1 each rank holds a slice of every matrix"},
+      {ZL_BIN "/ch02_ddp " MLP " --ckpt /tmp/zl_muon_ck", "checkpoints do not carry Muon's states"},
+      {ZL_BIN "/ch03_zero1 --shard owner --precision bf16 " MLP, "fp32 only here"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(2, 60, &out, "%s", cases[i].cmd);
+    cr_expect_eq(rc, 2, "%s: exit %d, expected 2:\n%s", cases[i].cmd, rc, out);
+    cr_expect(strstr(out, cases[i].says), "%s: no '%s' in:\n%s", cases[i].cmd, cases[i].says, out);
+    free(out);
+  }
+}
+
+/* the exercise's tempting wrong body, Newton–Schulz on each rank's slice, is caught and named */
+Test(ch03_muon, slice_body_is_named, .timeout = 60) {
+  setenv("ZL_CHECK_RANKS", "1", 1);
+  setenv("ZL_MPIRUN_FLAGS", "-x ZL_CHECK_RANKS", 1);
+  char *out = NULL;
+  int rc = zl_run(2, 60, &out, ZL_TESTBIN "/scn_muon_slice %s", MLP);
+  cr_assert_neq(rc, 0, "Newton-Schulz on slices ran to the end:\n%s", out);
+  cr_assert(strstr(out, "rank 1's parameters differ from rank 0's after step 1"), "not named:\n%s", out);
+  free(out);
+}
