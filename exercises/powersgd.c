@@ -122,6 +122,8 @@ int powersgd_check_cfg(const train_cfg_t *cfg, const char **flag, char *why, int
     snprintf(why, nwhy, "needs --precision fp32 (the residual and P, Q are fp32 sums of fp32 gradients)");
   else if (cfg->dev != DEV_CPU)
     snprintf(why, nwhy, "runs on --device cpu only (the low-rank products are host loops)");
+  else if (cfg->optimizer == OPT_MUON)
+    snprintf(why, nwhy, "takes --optimizer adamw or sgd (Muon on a low-rank gradient is not tested here)");
   else if (cfg->ckpt || cfg->resume)
     snprintf(why, nwhy, "takes no --ckpt or --resume (the residual e and the warm-start Q are not saved)");
   else

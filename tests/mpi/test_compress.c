@@ -123,6 +123,8 @@ Test(ch13_compress, bad_flags_exit_2, .timeout = 90) {
       {"--compress topk:3", "error: --compress topk:3: must be powersgd:R"},
       {"--compress powersgd:4 --variant naive", "error: --compress powersgd:4: needs --variant bucketed"},
       {"--compress powersgd:4 --precision bf16", "error: --compress powersgd:4: needs --precision fp32"},
+      {"--compress powersgd:4 --optimizer muon",
+       "error: --compress powersgd:4: takes --optimizer adamw or sgd"},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     char *out = NULL;
