@@ -359,7 +359,7 @@ exercise-list:
 	@$(PYTHON) common/scripts/exercises.py list solutions --dst exercises --status $(BUILD)/exercise-status.json \
 	  $(if $(CH),--chapter $(CH))
 # make answers CH=NN: the numeric questions of chapter NN's notes, answered in exercises/answers/NN.txt (make
-# exercises writes the file), checked against ch00_memory and the chapter's formulas: each wrong one named
+# exercises writes the file), checked against ch00_memory and ch07's simulator: each wrong one named
 # with the calculator's value and command (common/scripts/answers.py)
 answers: build
 	@test -n "$(CH)" || { echo "usage: make answers CH=NN   (make exercises writes exercises/answers/NN.txt)"; exit 2; }

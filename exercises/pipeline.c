@@ -86,7 +86,7 @@ void pp_recv_backward(trainer_t *t, int j, int k, float *dy) {
 }
 
 /* Backward: where chunk j writes the gradient of its input, once that buffer's previous send left. */
-static float *pp_dx_buffer(trainer_t *t, int j, int k) {
+float *pp_dx_buffer(trainer_t *t, int j, int k) {
   pp_state_t *st = t->sched_priv;
   pp_chunk_t *ch = &st->chunks[j];
   for (int h = 0; h < st->nheld; h++) /* interleaved grouped: a send held is not issued yet */
@@ -108,7 +108,7 @@ void pp_send_backward(trainer_t *t, int j, int k, const float *dx) {
 }
 
 /* Micro-batch k's slot of chunk j is about to be reused: its output must have left. */
-static void pp_release(trainer_t *t, int j, int k) {
+void pp_release(trainer_t *t, int j, int k) {
   pp_chunk_t *ch = &((pp_state_t *)t->sched_priv)->chunks[j];
   if (ch->sent[k]) comm_wait(ch->tx_act.comm, ch->sent[k]);
   ch->sent[k] = 0;
@@ -121,6 +121,7 @@ static void pp_step_end(trainer_t *t, double busy_us, double t0_us) {
   if (st->pend.kind) die_on_rank("pipeline: the %s of micro-batch %d was held for a pair that never came",
                                  st->pend.kind == 'F' ? "output" : "input gradient", st->pend.k);
   pp_post_step_end(t); /* every receive posted ahead was read */
+  pp_v_step_end(t);    /* the V's tip: every local copy made */
   pp_seg_step_end(t);  /* nothing held, nothing received ahead left */
   comm_t *cs[8] = {st->fwd,     st->bwd,     st->fwdw,     st->bwdw,
                    st->acts[0], st->acts[1], st->grads[0], st->grads[1]};
@@ -191,33 +192,6 @@ static void pp_cut(trainer_t *t, pp_state_t *st) {
   free(numel);
 }
 
-static void pp_print(const trainer_t *t, const pp_state_t *st) {
-  const train_cfg_t *c = t->cfg;
-  const model_t *m = t->whole;
-  printf("pipeline: %d stage%s x %d data-parallel, schedule %s", st->P, st->P > 1 ? "s" : "", st->D,
-         c->schedule);
-  if (st->v > 1)
-    printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
-  printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b,
-         st->b > 1 ? "s" : "", pp_bubble_formula(st->sched, st->P, st->M, st->v));
-  if (st->D > 1) /* the strategy says the rest in its own setup */
-    printf("data dimension: %d replicas of each stage, --zero %d: %s on the stage's units, each reduced once "
-           "per step\n",
-           st->D, c->zero, t->strategy->name);
-  printf("split by parameter count:\n");
-  for (int k = 0; k < st->V; k++) {
-    int64_t n = 0;
-    for (int u = st->first[k]; u < st->first[k + 1]; u++) n += m->units[u].numel;
-    if (st->v > 1)
-      printf("  chunk %d (stage %d): units %d..%d, %lld params (%.1f%%)\n", k, k % st->P, st->first[k],
-             st->first[k + 1] - 1, (long long)n, 100.0 * (double)n / (double)m->numel);
-    else
-      printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", k, st->first[k], st->first[k + 1] - 1,
-             (long long)n, 100.0 * (double)n / (double)m->numel);
-  }
-  fflush(stdout);
-}
-
 /* schedule_t.setup: rank = dp·P + stage over t->comm (every rank of the model); communicators,
  * the split, this rank's chunks and list; then t narrowed to the stage: its units, its replicas. */
 static void pp_setup(trainer_t *t) {
@@ -227,12 +201,13 @@ static void pp_setup(trainer_t *t) {
   int U = t->model.n_units, N = t->world;
   st->sched = (pp_schedule_t)pp_schedule_parse(c->schedule);
   st->P = c->pp > 0 ? c->pp : N;
-  st->v = st->sched == PP_INTERLEAVED ? c->virtual_stages : 1;
+  st->v = pp_schedule_chunks(st->sched, c->virtual_stages); /* dualpipev: 2, in a V */
+  st->vs = st->sched == PP_DUALPIPEV;
   st->V = st->v * st->P;
   st->M = c->micro_batches;
-  if (st->V > U || N % st->P)
-    die("rank %d: --pp %d: needs P x virtual stages <= units (%d) and P dividing the ranks (%d)", t->rank,
-        st->P, U, N);
+  if (st->V > U || N % st->P || (st->vs && st->M < 2 * st->P))
+    die("rank %d: --pp %d: needs P x chunks per stage (%d) <= units (%d), P dividing the ranks (%d)%s",
+        t->rank, st->P, st->v, U, N, st->vs ? " and M >= 2P (dualpipev)" : "");
   st->D = N / st->P;
   int coord[GRID_NDIMS]; /* the grid's one rule (grid.h: rank = dp·P + stage once TP is split off) */
   grid_coords(t->rank, 1, st->P, coord);
@@ -248,8 +223,9 @@ static void pp_setup(trainer_t *t) {
    * ZL_PP_GROUPED=1 runs the NCCL way on MPI too (the tests: its logic and bits on a CPU). The same on
    * every rank. */
   const char *ge = getenv("ZL_PP_GROUPED");
-  st->grouped = (comm_backend(t->comm) == BACKEND_NCCL || (ge && !strcmp(ge, "1"))) && st->P > 1;
-  st->prepost = comm_backend(t->comm) == BACKEND_MPI && !st->grouped && st->P > 1;
+  /* a V: every message alone on its chunk's two streams (pipeline_v.c), on either backend */
+  st->grouped = (comm_backend(t->comm) == BACKEND_NCCL || (ge && !strcmp(ge, "1"))) && st->P > 1 && !st->vs;
+  st->prepost = comm_backend(t->comm) == BACKEND_MPI && !st->grouped && st->P > 1 && !st->vs;
   st->fwd = comm_split(t->comm, st->dp, st->stage);
   if (!st->prepost && !st->grouped) st->bwd = comm_split(t->comm, st->dp, st->stage);
   st->pipe = comm_split(t->comm, st->dp, st->stage);
@@ -258,9 +234,10 @@ static void pp_setup(trainer_t *t) {
     st->grads[i] = comm_split(t->comm, st->dp, st->stage);
   }
   if (st->v > 1 && !st->grouped) { /* color: this pipeline's {P−1, 0} pair; key: 0 for stage 0 (P−1: 1) */
-    int color = st->stage == 0 || st->stage == st->P - 1 ? st->dp : -1; /* the others join none: NULL */
-    st->fwdw = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
-    st->bwdw = comm_split(t->comm, color, st->stage == 0 ? 0 : 1);
+    int ends = st->stage == 0 || st->stage == st->P - 1, key = st->vs ? st->stage : st->stage != 0;
+    int color = ends || st->vs ? st->dp : -1; /* a V: the whole pipeline; else the others join none */
+    st->fwdw = comm_split(t->comm, color, key);
+    st->bwdw = comm_split(t->comm, color, key);
   }
   st->dpc = comm_split(t->comm, st->stage, st->dp);
   pp_cut(t, st);
@@ -272,13 +249,14 @@ static void pp_setup(trainer_t *t) {
   t->chunks = xcalloc((size_t)st->v, sizeof *t->chunks, "loop chunks");
   for (int j = 0; j < st->v; j++) {
     pp_chunk_t *ch = &st->chunks[j];
-    ch->c = j * st->P + st->stage;
+    ch->c = pp_chunk_model(st->P, st->vs, st->stage, j);
     ch->u0 = st->first[ch->c];
     ch->u1 = st->first[ch->c + 1];
     ch->in_numel = ch->u0 == 0 ? t->model.in_numel : t->model.units[ch->u0 - 1].y_numel;
     ch->sent = xcalloc((size_t)st->M, sizeof *ch->sent, "pipeline send handles");
     for (int u = ch->u0; u < ch->u1; u++) here[u] = 1;
-    chunk_links(st, ch);
+    if (st->vs) pp_v_links(st, ch);
+    else chunk_links(st, ch);
     t->chunks[j] =
         (train_chunk_t){.u0 = ch->u0, .u1 = ch->u1, .first = ch->c == 0, .last = ch->c == st->V - 1};
     if (ch->c > 0) { /* the gradient of the input, to the previous chunk: double-buffered */
@@ -289,6 +267,8 @@ static void pp_setup(trainer_t *t) {
     }
   }
   t->n_chunks = st->v;
+  if (st->vs) st->tip_y = xcalloc((size_t)st->M, sizeof *st->tip_y, "the V's tip");
+  st->tip_dx[0] = st->tip_dx[1] = -1;
   int nops = pp_schedule_nops(st->sched, st->M, st->v);
   pp_op_t *ops = xcalloc((size_t)nops, sizeof *ops, "pipeline schedule");
   t->ops = xcalloc((size_t)nops, sizeof *t->ops, "pipeline schedule");
@@ -330,6 +310,7 @@ static void pp_teardown(trainer_t *t) {
   free(st->first);
   free(st->pair_fwd);
   free(st->pair_bwd);
+  free(st->tip_y);
   free(st);
   t->sched_priv = NULL;
 }
@@ -353,6 +334,19 @@ PP_SCHEDULE(g_1f1b, "pipeline-1f1b");
 PP_SCHEDULE(g_interleaved, "pipeline-interleaved");
 PP_SCHEDULE(g_zbh1, "pipeline-zb-h1");
 PP_SCHEDULE(g_zbh2, "pipeline-zb-h2");
+/* DualPipeV: each message alone, and the V's tip (pipeline_v.c) */
+static const schedule_t g_dualpipev = {.name = "pipeline-dualpipev",
+                                       .setup = pp_setup,
+                                       .recv_forward = pp_v_recv_forward,
+                                       .send_forward = pp_v_send_forward,
+                                       .recv_backward = pp_v_recv_backward,
+                                       .dx_buffer = pp_v_dx_buffer,
+                                       .send_backward = pp_v_send_backward,
+                                       .release = pp_v_release,
+                                       .step_end = pp_step_end,
+                                       .grad_sumsq = pp_grad_sumsq,
+                                       .report = pp_report,
+                                       .teardown = pp_teardown};
 
 const schedule_t *pipeline_schedule(const char *schedule) {
   switch (pp_schedule_parse(schedule)) {
@@ -362,6 +356,7 @@ const schedule_t *pipeline_schedule(const char *schedule) {
   case PP_INTERLEAVED: return &g_interleaved;
   case PP_ZB_H1: return &g_zbh1;
   case PP_ZB_H2: return &g_zbh2;
+  case PP_DUALPIPEV: return &g_dualpipev;
   default: return NULL;
   }
 }

@@ -19,6 +19,9 @@
  *          sent on at once) and W (the weights' gradient, deferred: the loop's 'W' operations,
  *          3M per stage); ZB-H1 is 1F1B with stage s's first s W's held back into its cool-down,
  *          ZB-H2 doubles the warm-up and the W's held back (pipeline_sched.h has the orders)
+ *   dualpipev  DeepSeek's DualPipeV: 2P chunks in a V (stage s holds chunks s and 2P−1−s; M >= 2P),
+ *          the backward split, forwards and backwards of the two directions interleaved
+ *          (pipeline_v.c; notes/07d-dualpipev.md)
  * Every schedule runs the backwards of a stage in micro-batch order 0..M−1 (with a split, the W's
  * too: each weight's gradient is written by its W), and each backward
  * writes its units' gradients with beta (micro-batch 0 overwrites, later ones accumulate), as
@@ -48,7 +51,7 @@
 #include "pipeline_sim.h"   // pp_simulate, pp_bubble_formula, pp_bubble_stages (the bubble's forms)
 #include "train.h" // schedule_t, train_op_t
 
-/* The schedule for --schedule naive|gpipe|1f1b|interleaved|zb-h1|zb-h2 (with --pp and --micro-batches
- * from the flags); NULL for anything else. */
+/* The schedule for --schedule naive|gpipe|1f1b|interleaved|zb-h1|zb-h2|dualpipev (with --pp and
+ * --micro-batches from the flags); NULL for anything else. */
 const schedule_t *pipeline_schedule(const char *schedule);
 #endif

@@ -144,7 +144,9 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
   int bad = pp_check_lists(P, M, v, split, ops, n, why, nwhy);
   if (bad) return bad;
   mx_t x = {.P = P, .M = M, .v = v, .V = v * P, .split = split, .ahead = ahead, .parity = parity,
-           .grouped = grouped, .seg = grouped && v > 1};
+           .grouped = grouped, .seg = grouped && v > 1, .vs = (split & PP_LIST_V) != 0};
+  if (x.vs && (v != 2 || ahead || grouped || sched >= 0 || bounds))
+    return mx_say(why, nwhy, "a V (dualpipev) is checked with every message alone and v = 2 (v %d)", v);
   for (int s = 0; s < P; s++) x.cap += 3 * n[s] + 8;
   x.op = calloc((size_t)x.cap, sizeof *x.op);
   mx_main_t *mm = calloc((size_t)P, sizeof *mm);
@@ -220,14 +222,21 @@ static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int
                                    int grouped, char *why, size_t nwhy) {
   if (P < 1 || P > 8 || M < 1 || M > 4095 || v < 1 || v > 8 || sched < 0 || sched >= PP_NSCHED)
     return mx_say(why, nwhy, "P %d, M %d, v %d: the checker takes P <= 8, M < 4096, v <= 8", P, M, v);
+  if (sched == PP_DUALPIPEV) { /* its lists' messages each alone (sched −1: no pairs), its two chunks */
+    if (ahead || grouped)
+      return mx_say(why, nwhy, "dualpipev: its messages are checked each alone (no posting ahead, no "
+                    "groups)");
+    if (M < 2 * P) return mx_say(why, nwhy, "dualpipev, P %d, M %d: needs M >= 2P", P, M);
+    v = 2;
+  }
   int cap = pp_schedule_nops(sched, M, v), n[8];
   pp_op_t *ops[8];
   for (int s = 0; s < P; s++) {
     ops[s] = calloc((size_t)cap, sizeof(pp_op_t));
     n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]);
   }
-  int bad = mx_run(P, M, v, pp_splits_backward(sched), ops, n, sched, ahead, parity, grouped, NULL, why,
-                   nwhy);
+  int bad = mx_run(P, M, v, pp_list_flags(sched), ops, n, sched == PP_DUALPIPEV ? -1 : (int)sched, ahead,
+                   parity, grouped, NULL, why, nwhy);
   if (bad && why && nwhy) { /* name the schedule */
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", why);

@@ -3,7 +3,8 @@
  * pipeline_check_stage.c issues each stage's sends and receives as the program does.
  *
  * Streams: per stage, one per communicator (0 fwd and 1 bwd: the pipeline's two; 2 fwdw and 3 bwdw:
- * the ring's wrap link, v > 1; with receives posted ahead, 4 + r % 2 and 6 + r % 2: the unpaired
+ * the ring's wrap link, v > 1, or in dualpipev's V chunk 1's two; with receives posted ahead,
+ * 4 + r % 2 and 6 + r % 2: the unpaired
  * activations and gradients sent to stage r, and fwd the pairs only), each running its operations
  * one at a time in issue order. A send completes only when its peer's stream is at the matching
  * receive (synchronous: NCCL's and ZL_SYNC_SENDS=1's rendezvous); a send-receive pair is one
@@ -36,6 +37,8 @@ typedef struct mx_stream {
 
 typedef struct mx {
   int P, M, v, V, split;
+  int vs;      /* the chunks in a V (dualpipev: split has PP_LIST_V): chunk j's messages on streams
+                * 2j (activations) and 2j + 1 (gradients), the V's tip a copy on its stage */
   int seg;     /* grouped with v > 1: the boundaries of pp_group_cuts (mx_step_seg) */
   int grouped; /* NCCL's batched p2p: every message on fwd (one stream), each operation's send held
                 * back and grouped with the next operation's receive when it has one (else sent alone) */

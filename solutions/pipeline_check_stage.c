@@ -30,9 +30,29 @@ static int mx_issue(mx_t *x, int s, int c, int parts, int to, int msg_s, int fro
 
 static int mx_done(const mx_t *x, int id) { return id < 0 || x->op[id].left == 0; }
 
-/* The communicator and peer of a chunk's link: dir 0 the input side (c − 1), 1 the output side (c + 1);
- * data 0 activations, 1 gradients. */
-static void mx_link(const mx_t *x, int s, int dir, int data, int *comm, int *peer) {
+/* Model chunk c's neighbour on side dir (0: c − 1, 1: c + 1) seen from stage s: 0 none (the model's
+ * end), 1 on another stage, 2 on this one (the tip of dualpipev's V: a copy, no message). */
+static int mx_side(const mx_t *x, int s, int c, int dir) {
+  int d = dir ? c + 1 : c - 1;
+  return d < 0 || d >= x->V ? 0 : pp_chunk_stage(x->P, x->vs, d) == s ? 2 : 1;
+}
+
+/* At the V's tip, what a local input waits for: F k of chunk 0 (for F k of chunk 1), B k of chunk 1
+ * (for B k of chunk 0), earlier in stage s's list; 1 once it ran. */
+static int mx_local_ready(const mx_main_t *mm, pp_op_t *const *ops, int s, pp_op_t o) {
+  for (int i = 0; i < mm->pc; i++)
+    if (ops[s][i].kind == o.kind && ops[s][i].micro == o.micro && ops[s][i].chunk == 1 - o.chunk) return 1;
+  return 0;
+}
+
+/* The communicator and peer of model chunk c's link: dir 0 the input side (c − 1), 1 the output
+ * side (c + 1); data 0 activations, 1 gradients. In a V: chunk j's own two streams, 2j + data. */
+static void mx_link(const mx_t *x, int s, int c, int dir, int data, int *comm, int *peer) {
+  if (x->vs) {
+    *comm = data + 2 * pp_chunk_local(x->P, 1, c);
+    *peer = pp_chunk_stage(x->P, 1, dir ? c + 1 : c - 1);
+    return;
+  }
   int wrap = dir == 0 ? s == 0 : s == x->P - 1;
   *comm = data + (wrap ? 2 : 0);
   *peer = dir == 0 ? (wrap ? x->P - 1 : s - 1) : (wrap ? 0 : s + 1);
@@ -64,8 +84,9 @@ static void mx_group(mx_t *x, mx_main_t *mm, int s, int from, int msg_r) {
 
 /* Post kind a's next receive ahead (its link, its message), on stage s's stream. */
 static void mx_post(mx_t *x, mx_main_t *mm, int s, int a) {
-  int i = mm->posted[a], j = mm->qj[a][i], k = mm->qk[a][i], c = j * x->P + s, comm, peer;
-  mx_link(x, s, a, a, &comm, &peer); /* activations in: the input side; gradients in: the output side */
+  int i = mm->posted[a], j = mm->qj[a][i], k = mm->qk[a][i], comm, peer;
+  int c = pp_chunk_model(x->P, x->vs, s, j);
+  mx_link(x, s, c, a, a, &comm, &peer); /* activations in: the input side; gradients in: the output side */
   mm->ring[a][i % x->ahead] =
       mx_issue(x, s, comm, MX_RECV, -1, 0, peer, a ? mx_msg(1, c + 1, k) : mx_msg(0, c - 1, k));
   mm->posted[a]++;
@@ -99,12 +120,15 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
         while (mm->posted[a] < mm->qn[a] && mm->posted[a] < x->ahead) mx_post(x, mm, s, a);
     }
     pp_op_t o = ops[s][mm->pc];
-    int j = o.chunk, c = j * P + s, k = o.micro, comm, peer;
+    int j = o.chunk, c = pp_chunk_model(P, x->vs, s, j), k = o.micro, comm, peer;
+    int in = mx_side(x, s, c, 0), out = mx_side(x, s, c, 1);
+    if (o.kind != 'W' && mm->phase == 0 && (o.kind == 'F' ? in : out) == 2 && !mx_local_ready(mm, ops, s, o))
+      return moved; /* the V's tip: waits for this stage's own other chunk (never: a deadlock) */
     if (o.kind == 'F') {
       if (mm->phase == 0) {
         mm->phase = 1;
-        if (c > 0) {
-          mx_link(x, s, 0, 0, &comm, &peer);
+        if (in == 1) {
+          mx_link(x, s, c, 0, 0, &comm, &peer);
           if (mm->pend_kind) { /* the held send with this receive, one operation on the forward link */
             mx_group(x, mm, s, peer, mx_msg(0, c - 1, k));
           } else if (x->ahead) {
@@ -114,8 +138,8 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
           continue;
         }
       }
-      if (c < x->V - 1) {
-        mx_link(x, s, 1, 0, &comm, &peer);
+      if (out == 1) {
+        mx_link(x, s, c, 1, 0, &comm, &peer);
         if (mx_hold(x, mm, s, ops)) mx_hold_send(mm, 'F', k, j, peer, mx_msg(0, c, k));
         else mm->sent[j * x->M + k] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(0, c, k), -1, 0);
       }
@@ -123,8 +147,8 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
     } else if (o.kind == 'B') {
       if (mm->phase == 0) {
         mm->phase = 1;
-        if (c < x->V - 1) {
-          mx_link(x, s, 1, 1, &comm, &peer);
+        if (out == 1) {
+          mx_link(x, s, c, 1, 1, &comm, &peer);
           if (mm->pend_kind) {
             mx_group(x, mm, s, peer, mx_msg(1, c + 1, k));
           } else if (x->ahead) {
@@ -136,7 +160,7 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
       }
       if (mm->phase == 1) { /* the input gradient's buffer k % 2: its previous send must have left */
         mm->phase = 2;
-        if (c > 0 && mm->gsent[j][k % 2] >= 0) {
+        if (in == 1 && mm->gsent[j][k % 2] >= 0) {
           mm->wait = mm->gsent[j][k % 2];
           mm->gsent[j][k % 2] = -1;
           moved = 1;
@@ -145,8 +169,8 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
       }
       if (mm->phase == 2) {
         mm->phase = 3;
-        if (c > 0) {
-          mx_link(x, s, 0, 1, &comm, &peer);
+        if (in == 1) {
+          mx_link(x, s, c, 0, 1, &comm, &peer);
           if (mx_hold(x, mm, s, ops)) mx_hold_send(mm, 'B', k, j, peer, mx_msg(1, c, k));
           else mm->gsent[j][k % 2] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(1, c, k), -1, 0);
         }
@@ -189,7 +213,7 @@ int mx_step_seg(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n
     if (!mx_done(x, mm->wait)) return moved;
     mm->wait = -1;
     pp_op_t o = ops[s][mm->pc];
-    int j = o.chunk, c = j * P + s, k = o.micro, comm, peer;
+    int j = o.chunk, c = j * P + s, k = o.micro, comm, peer; /* (no V here: interleaved's ring) */
     if (mm->phase == 0) { /* the boundary before this operation: its group */
       mm->phase = 1;
       if (mm->cut[mm->pc] & 1) {
@@ -200,7 +224,7 @@ int mx_step_seg(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n
           pp_op_t r = ops[s][i];
           if (!pp_op_receives(P, V, s, r)) continue;
           int cr = r.chunk * P + s;
-          mx_link(x, s, r.kind == 'F' ? 0 : 1, r.kind == 'F' ? 0 : 1, &comm, &peer);
+          mx_link(x, s, cr, r.kind == 'F' ? 0 : 1, r.kind == 'F' ? 0 : 1, &comm, &peer);
           if (nh == MX_HALVES)
             return *err = 1, mx_say(why, nwhy, "stage %d: a group of more than %d", s, MX_HALVES), moved;
           h[nh++] = (mx_half_t){MX_RECV, peer,
@@ -236,7 +260,7 @@ int mx_step_seg(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n
     if (mm->phase <= 2) {
       mm->phase = 3;
       if (pp_op_sends(P, V, s, o)) {
-        mx_link(x, s, o.kind == 'F' ? 1 : 0, o.kind == 'F' ? 0 : 1, &comm, &peer);
+        mx_link(x, s, c, o.kind == 'F' ? 1 : 0, o.kind == 'F' ? 0 : 1, &comm, &peer);
         int i = mm->npend++;
         mm->pend[i] = (mx_half_t){MX_SEND, peer, o.kind == 'F' ? mx_msg(0, c, k) : mx_msg(1, c, k)};
         mm->pend_kk[i] = o.kind, mm->pend_jj[i] = j, mm->pend_mm[i] = k;

@@ -10,6 +10,36 @@
 #include <stdio.h>          // printf, snprintf
 #include <stdlib.h>         // free
 
+/* The run's first lines (rank 0): the pipeline's shape and the split into chunks. */
+void pp_print(const trainer_t *t, const pp_state_t *st) {
+  const train_cfg_t *c = t->cfg;
+  const model_t *m = t->whole;
+  printf("pipeline: %d stage%s x %d data-parallel, schedule %s", st->P, st->P > 1 ? "s" : "", st->D,
+         c->schedule);
+  if (st->vs) printf(" (%d chunks in a V: stage s holds chunks s and %d-s)", st->V, st->V - 1);
+  else if (st->v > 1)
+    printf(" (%d virtual stages per rank: %d chunks, chunk c on stage c mod %d)", st->v, st->V, st->P);
+  printf(", %d micro-batches of %d sample%s per step (bubble formula %.4f)\n", st->M, st->b,
+         st->b > 1 ? "s" : "", pp_bubble_formula(st->sched, st->P, st->M, st->v));
+  if (st->D > 1) /* the strategy says the rest in its own setup */
+    printf("data dimension: %d replicas of each stage, --zero %d: %s on the stage's units, each reduced once "
+           "per step\n",
+           st->D, c->zero, t->strategy->name);
+  printf("split by parameter count:\n");
+  for (int k = 0; k < st->V; k++) {
+    int64_t n = 0;
+    for (int u = st->first[k]; u < st->first[k + 1]; u++) n += m->units[u].numel;
+    if (st->v > 1)
+      printf("  chunk %d (stage %d): units %d..%d, %lld params (%.1f%%)\n", k,
+             pp_chunk_stage(st->P, st->vs, k), st->first[k],
+             st->first[k + 1] - 1, (long long)n, 100.0 * (double)n / (double)m->numel);
+    else
+      printf("  stage %d: units %d..%d, %lld params (%.1f%%)\n", k, st->first[k], st->first[k + 1] - 1,
+             (long long)n, 100.0 * (double)n / (double)m->numel);
+  }
+  fflush(stdout);
+}
+
 /* ---- the report: per-rank numbers to rank 0 (control traffic), printed in rank order ---------- */
 
 /* The stage's line of bytes (they never vary), after its line of times (they do). */
@@ -42,6 +72,16 @@ static int pp_bytes_line(const trainer_t *t, const pp_state_t *st, char *line, i
                   r, st->stage, st->chunks[0].u0, st->chunks[0].u1 - 1, (long long)states, fs,
                   (long long)m->numel, peak, peak > 1 ? "es" : "", (long long)slot, (long long)pool,
                   formula_k, (long long)slot, (long long)ws);
+  if (st->vs) { /* DeepSeek's table per device: 2 stages' parameters, PP + 1 stages' activations (stage 0) */
+    const pp_chunk_t *c0 = &st->chunks[0], *c1 = &st->chunks[1];
+    k += snprintf(line + k, n - k,
+                  "rank %d stage %d: a V, chunks %d and %d (units %d..%d, %d..%d): params %lld B = 2 of "
+                  "the %d stages (the table's 2x); slots chunk 0 %d, chunk 1 %d (the table: PP + 1 = %d on "
+                  "stage 0)\n",
+                  r, st->stage, c0->c, c1->c, c0->u0, c0->u1 - 1, c1->u0, c1->u1 - 1,
+                  (long long)ledger_peak(LEDGER_PARAMS), st->V, trainer_slots(t, 0), trainer_slots(t, 1),
+                  st->V + 1);
+  }
   if (st->D == 1) return k;
   k += snprintf(line + k, n - k, "rank %d stage %d: data dimension %.0f B sent per step (formula %.0f)\n", r,
                 st->stage, mine[5], mine[9]);
@@ -136,7 +176,7 @@ void pp_report(trainer_t *t) {
   struct { const char *key; double v; int on;
   } ex[] = {{"pp", st->P, 1},
             {"micro_batches", st->M, 1},
-            {"virtual_stages", st->v, st->v > 1},
+            {"virtual_stages", st->v, st->v > 1 && !st->vs},
             {"bubble_fraction", bubble / N, 1},
             {"bubble_formula", bf, 1},
             {"bubble_formula_stages", bf_stages, 1},
@@ -146,6 +186,7 @@ void pp_report(trainer_t *t) {
             {"op_b_ms", fbw[1] / 1000, 1},
             {"op_w_ms", fbw[2] / 1000, pp_splits_backward(st->sched)},
             {"acts_inflight_match_formula", match, 1},
+            {"acts_inflight_table_formula", st->V + 1, st->vs}, /* DualPipeV's PP + 1 (stage 0's peak) */
             {"p2p_bytes_per_step_per_rank", sent / N, 1},
             {"dp_bytes_per_step", vals[5], st->D > 1},
             {"dp_bytes_formula", vals[9], st->D > 1},
@@ -169,7 +210,8 @@ void pp_report(trainer_t *t) {
                                             "(P-1)/(M+P-1)",
                                             "(P-1)/(v*M+P-1)",
                                             "F = B = W: (P-1)/(3M+P-1) for M >= P",
-                                            "F = B = W: 0 for M >= 2P-1"};
+                                            "F = B = W: 0 for M >= 2P-1",
+                                            "(P-1)(F&B+B-3W) over its 2P stages"};
     printf("bubble: %.4f measured (mean over ranks: idle / step window, from the F/B%s blocks of the trace), "
            "formula %.4f "
            "(%s, equal stages; simulated)\n",

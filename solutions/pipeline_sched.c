@@ -11,7 +11,8 @@
 #include <stdlib.h>         // calloc, free
 #include <string.h>         // strcmp
 
-static const char *g_names[PP_NSCHED] = {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
+static const char *g_names[PP_NSCHED] = {"naive", "gpipe",  "1f1b",     "interleaved",
+                                         "zb-h1", "zb-h2", "dualpipev"};
 
 int pp_schedule_parse(const char *name) {
   for (int i = 0; name && i < PP_NSCHED; i++)
@@ -23,11 +24,25 @@ const char *pp_schedule_name(pp_schedule_t sched) {
   return sched >= 0 && sched < PP_NSCHED ? g_names[sched] : "?";
 }
 
-int pp_splits_backward(pp_schedule_t sched) { return sched == PP_ZB_H1 || sched == PP_ZB_H2; }
+int pp_splits_backward(pp_schedule_t sched) {
+  return sched == PP_ZB_H1 || sched == PP_ZB_H2 || sched == PP_DUALPIPEV;
+}
+
+int pp_schedule_chunks(pp_schedule_t sched, int v) {
+  return sched == PP_INTERLEAVED ? v : sched == PP_DUALPIPEV ? 2 : 1;
+}
+
+int pp_list_flags(pp_schedule_t sched) {
+  return (pp_splits_backward(sched) ? PP_LIST_SPLIT : 0) | (sched == PP_DUALPIPEV ? PP_LIST_V : 0);
+}
 
 int pp_schedule_nops(pp_schedule_t sched, int M, int v) {
-  return pp_splits_backward(sched) ? 3 * M : 2 * v * M;
+  return (pp_splits_backward(sched) ? 3 : 2) * pp_schedule_chunks(sched, v) * M;
 }
+
+int pp_chunk_model(int P, int vshape, int s, int j) { return vshape ? (j ? 2 * P - 1 - s : s) : j * P + s; }
+int pp_chunk_stage(int P, int vshape, int c) { return vshape ? (c < P ? c : 2 * P - 1 - c) : c % P; }
+int pp_chunk_local(int P, int vshape, int c) { return vshape ? c >= P : c / P; }
 
 /* ---- the split ------------------------------------------------------------------------------ */
 
@@ -115,8 +130,98 @@ static int zb_order(int k, int P, int s, int M, pp_op_t *ops) {
   return n;
 }
 
+/* ---- DualPipeV ------------------------------------------------------------------------------- */
+
+void pp_dualpipev_phases(int N, int r, int M, int *count) {
+  // BEGIN EXERCISE pp_dualpipev_phases notes/07d-dualpipev.md
+  // HINT: rank r holds chunk 0 (model chunk r, on the way down the V) and chunk 1 (model chunk
+  // HINT: 2N−1−r, on the way back up). Chunk 0's forward reaches rank N−1 after N−1−r hops; chunk
+  // HINT: 1's comes back to rank r after as many more: count how long each rank waits before it can
+  // HINT: run something of each kind. Every kind must run M times per chunk.
+  // HINT2: the phases: (0) F0 alone, (1) F0 F1, (2) B1 W F1, (3) F0&B1 F1&B0, (4) B1 F1&B0,
+  // HINT2: (5) B1 B0, (6) W B0, (7) W. Rank N−1 starts F1 at once; rank 0 waits 2(N−1) forwards.
+  // HINT2: the warm-up phases (0, 1, 2) and the cool-down ones (4..7) mirror each other; phase 3 takes
+  // HINT2: what is left of the M forwards of chunk 0.
+  // HINT3: 2(N−r−1), r+1, N−r−1, M−2N+r+1, N−r−1, r+1, N−r−1, r+1 (DeepSeek's
+  // HINT3: dualpipev.py).
+  count[0] = 2 * (N - r - 1); /* nF0: chunk 0 only, until chunk 1's first input can come back */
+  count[1] = r + 1;           /* nF0F1 */
+  count[2] = N - r - 1;       /* nB1W1F1: the first backwards, their W's at once (zero bubble) */
+  count[3] = M - 2 * N + r + 1; /* nF0B1F1B0: the steady state, two F&B */
+  count[4] = N - r - 1;       /* nB1F1B0 */
+  count[5] = r + 1;           /* nB1B0: the second half's W's deferred */
+  count[6] = N - r - 1;       /* nWB0 */
+  count[7] = r + 1;           /* nW: the W's still queued */
+  // END EXERCISE
+}
+
+/* DualPipeV's list under construction: the next F and B of each chunk, the W's deferred (a queue in
+ * the order of their B's: DeepSeek's WeightGradStore). Writes at most cap operations, counts all. */
+typedef struct dpv_list {
+  pp_op_t *ops;
+  char *fb; /* NULL, or the F&B marks (pp_schedule_fb) */
+  int n, cap;
+  int f[2], b[2];
+  int *wq, head, tail, qcap; /* deferred W's: wq[2i] its chunk, wq[2i + 1] its micro-batch */
+} dpv_list_t;
+
+static void dpv_put(dpv_list_t *d, char kind, int k, int j, char fb) {
+  if (d->n < d->cap) d->ops[d->n] = (pp_op_t){kind, k, j};
+  if (d->n < d->cap && d->fb) d->fb[d->n] = fb;
+  d->n++;
+}
+
+static void dpv_f(dpv_list_t *d, int j, char fb) { dpv_put(d, 'F', d->f[j]++, j, fb); }
+
+/* A backward of chunk j: B and its W at once (a full backward), or the W queued (zb). */
+static void dpv_b(dpv_list_t *d, int j, int zb, char fb) {
+  int k = d->b[j]++;
+  dpv_put(d, 'B', k, j, fb);
+  if (!zb) dpv_put(d, 'W', k, j, fb);
+  else if (d->tail < d->qcap) d->wq[2 * d->tail] = j, d->wq[2 * d->tail + 1] = k, d->tail++;
+}
+
+static void dpv_w(dpv_list_t *d) { /* the oldest deferred W (none queued: nothing) */
+  if (d->head < d->tail) dpv_put(d, 'W', d->wq[2 * d->head + 1], d->wq[2 * d->head], 0), d->head++;
+}
+
+/* F of chunk jf and B of chunk jb (a full backward) as one F&B. */
+static void dpv_fb(dpv_list_t *d, int jf, int jb) {
+  dpv_f(d, jf, 1);
+  dpv_b(d, jb, 0, 2);
+}
+
+/* Rank r's list of DualPipeV (N ranks) in ops[0..6M): the eight phases of pp_dualpipev_phases in
+ * the order of DeepSeek's dualpipev.py step(). Returns the operations written. */
+static int dualpipev_order(int N, int r, int M, pp_op_t *ops, char *fb) {
+  int c[8];
+  pp_dualpipev_phases(N, r, M, c);
+  dpv_list_t d = {.ops = ops, .fb = fb, .cap = 6 * M, .wq = calloc(4 * (size_t)M, sizeof(int))};
+  d.qcap = d.wq ? 2 * M : 0;
+  for (int i = 0; i < c[0]; i++) dpv_f(&d, 0, 0);
+  for (int i = 0; i < c[1]; i++) dpv_f(&d, 0, 0), dpv_f(&d, 1, 0);
+  for (int i = 0; i < c[2]; i++) dpv_b(&d, 1, 1, 0), dpv_w(&d), dpv_f(&d, 1, 0);
+  for (int i = 0; i < c[3]; i++) {
+    if (i == 0 && r == N - 1) dpv_f(&d, 0, 0), dpv_b(&d, 1, 0, 0); /* the V's tip: not overlapped */
+    else dpv_fb(&d, 0, 1);
+    dpv_fb(&d, 1, 0);
+  }
+  for (int i = 0; i < c[4]; i++) dpv_b(&d, 1, 0, 0), dpv_fb(&d, 1, 0);
+  for (int i = 0, zb = 0; i < c[5]; i++) { /* the second half defers its W's (odd ranks from a B1) */
+    if (i == c[5] / 2 && r % 2 == 1) zb = 1;
+    dpv_b(&d, 1, zb, 0);
+    if (i == c[5] / 2 && r % 2 == 0) zb = 1;
+    dpv_b(&d, 0, zb, 0);
+  }
+  for (int i = 0; i < c[6]; i++) dpv_w(&d), dpv_b(&d, 0, 1, 0);
+  for (int i = 0; i < c[7]; i++) dpv_w(&d);
+  free(d.wq);
+  return d.n < d.cap ? d.n : d.cap;
+}
+
 int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *ops) {
   int n = 0;
+  if (sched == PP_DUALPIPEV) return dualpipev_order(P, s, M, ops, NULL);
   if (sched == PP_NAIVE) { /* one micro-batch at a time: its backward before the next forward */
     for (int k = 0; k < M; k++) {
       ops[n++] = (pp_op_t){'F', k, 0};
@@ -157,7 +262,32 @@ int pp_schedule_ops(pp_schedule_t sched, int P, int s, int M, int v, pp_op_t *op
   return n;
 }
 
+int pp_schedule_fb(pp_schedule_t sched, int P, int s, int M, int v, char *fb) {
+  pp_op_t *ops = calloc((size_t)pp_schedule_nops(sched, M, v), sizeof *ops);
+  int n = !ops                   ? 0
+          : sched == PP_DUALPIPEV ? dualpipev_order(P, s, M, ops, fb)
+                                  : pp_schedule_ops(sched, P, s, M, v, ops);
+  for (int i = 0; i < n && sched != PP_DUALPIPEV; i++) fb[i] = 0;
+  free(ops);
+  return n;
+}
+
+/* The most micro-batch-chunks whose activations stage s's list holds at once: F takes a slot, the
+ * micro-batch's last operation on that chunk (its W) gives it back. −1: no memory. */
+static int list_peak(pp_schedule_t sched, int P, int s, int M, int v) {
+  pp_op_t *ops = calloc((size_t)pp_schedule_nops(sched, M, v), sizeof *ops);
+  if (!ops) return -1;
+  int n = pp_schedule_ops(sched, P, s, M, v, ops), live = 0, peak = 0;
+  for (int i = 0; i < n; i++) {
+    live += ops[i].kind == 'F' ? 1 : ops[i].kind == 'W' ? -1 : 0;
+    peak = live > peak ? live : peak;
+  }
+  free(ops);
+  return peak;
+}
+
 int pp_inflight_formula(pp_schedule_t sched, int P, int s, int M, int v) {
+  if (sched == PP_DUALPIPEV) return list_peak(sched, P, s, M, v);
   if (sched == PP_NAIVE) return 1;
   if (sched == PP_GPIPE) return M;
   if (sched == PP_INTERLEAVED) {

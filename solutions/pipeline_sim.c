@@ -12,13 +12,19 @@
 
 int pp_simulate_lists(int P, int M, int v, int split, pp_op_t *const *ops, const int *n,
                       const pp_cost_t *cost, double c, pp_sim_t *out) {
-  return pp_simulate_timeline(P, M, v, split, ops, n, cost, c, NULL, out);
+  return pp_simulate_fb(P, M, v, split, ops, n, NULL, cost, 0, c, NULL, NULL, out);
 }
 
 int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, const int *n,
                          const pp_cost_t *cost, double c, double *const *at, pp_sim_t *out) {
+  return pp_simulate_fb(P, M, v, split, ops, n, NULL, cost, 0, c, at, NULL, out);
+}
+
+int pp_simulate_fb(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *fb,
+                   const pp_cost_t *cost, double fb_cost, double c, double *const *at, double *busy_s,
+                   pp_sim_t *out) {
   if (pp_check_lists(P, M, v, split, ops, n, NULL, 0)) return -1;
-  int V = v * P;
+  int V = v * P, vs = (split & PP_LIST_V) != 0;
   /* end[kind][chunk c][k], < 0 until it ran */
   double *end = malloc(3 * (size_t)V * M * sizeof *end), *free_at = calloc((size_t)P, sizeof *free_at);
   double *first = malloc((size_t)P * sizeof *first), *busy = calloc((size_t)P, sizeof *busy);
@@ -35,28 +41,41 @@ int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, co
     moved = 0;
     for (int s = 0; s < P; s++)
       while (pc[s] < n[s]) {
-        pp_op_t o = ops[s][pc[s]];
-        int ch = o.chunk * P + s, k = o.micro, kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
-        double ready; /* when its input is here */
-        if (kind == 0)
-          ready = ch == 0 ? 0 : END(0, ch - 1, k) < 0 ? -1 : END(0, ch - 1, k) + ((ch - 1) % P != s ? c : 0);
-        else if (kind == 1)
-          ready = ch == V - 1 ? END(0, ch, k)
-                  : END(1, ch + 1, k) < 0 ? -1
-                                           : END(1, ch + 1, k) + ((ch + 1) % P != s ? c : 0);
-        else ready = END(1, ch, k);
+        /* an F&B (fb: 1 then 2s) starts once every input of its operations is here, and ends as one */
+        int g = 1;
+        while (fb && fb[s][pc[s]] == 1 && pc[s] + g < n[s] && fb[s][pc[s] + g] == 2) g++;
+        double ready = 0, t = 0; /* when the inputs are here; the operations' time */
+        for (int i = pc[s]; i < pc[s] + g && ready >= 0; i++) {
+          pp_op_t o = ops[s][i];
+          int ch = pp_chunk_model(P, vs, s, o.chunk), k = o.micro;
+          int kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
+          double r;
+          if (kind == 0)
+            r = ch == 0 ? 0
+                : END(0, ch - 1, k) < 0 ? -1
+                                        : END(0, ch - 1, k) + (pp_chunk_stage(P, vs, ch - 1) != s ? c : 0);
+          else if (kind == 1)
+            r = ch == V - 1 ? END(0, ch, k)
+                : END(1, ch + 1, k) < 0 ? -1
+                                        : END(1, ch + 1, k) + (pp_chunk_stage(P, vs, ch + 1) != s ? c : 0);
+          else r = i > pc[s] ? 0 : END(1, ch, k); /* in an F&B, its B is in the same operation */
+          ready = r < 0 ? -1 : r > ready ? r : ready;
+          t += kind == 0 ? cost[s].f : kind == 1 ? (split ? cost[s].b : cost[s].b + cost[s].w) : cost[s].w;
+        }
         if (ready < 0) break;
-        double t = kind == 0   ? cost[s].f
-                   : kind == 1 ? (split ? cost[s].b : cost[s].b + cost[s].w)
-                               : cost[s].w;
+        if (g > 1 && fb_cost > 0) t = fb_cost;
         t /= v;
         double start = ready > free_at[s] ? ready : free_at[s];
         if (first[s] < 0) first[s] = start;
-        if (at) at[s][pc[s]] = start;
+        for (int i = pc[s]; i < pc[s] + g; i++) {
+          pp_op_t o = ops[s][i];
+          int kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
+          if (at) at[s][i] = start;
+          END(kind, pp_chunk_model(P, vs, s, o.chunk), o.micro) = start + t;
+        }
         free_at[s] = start + t;
-        END(kind, ch, k) = start + t;
         busy[s] += t;
-        pc[s]++, left--, moved = 1;
+        pc[s] += g, left -= g, moved = 1;
       }
   }
 #undef END
@@ -68,6 +87,7 @@ int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, co
       sp = free_at[s] - first[s] > sp ? free_at[s] - first[s] : sp;
       b += busy[s];
     }
+    for (int s = 0; s < P && busy_s; s++) busy_s[s] = busy[s];
     b /= P;
     *out = (pp_sim_t){.makespan = mk, .span = sp, .busy = b, .bubble_makespan = mk > 0 ? (mk - b) / mk : 0};
     out->bubble = out->bubble_makespan;
@@ -77,25 +97,35 @@ int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, co
 }
 
 int pp_simulate(pp_schedule_t sched, int P, int M, int v, const pp_cost_t *cost, double c, pp_sim_t *out) {
-  if (P < 1 || M < 1 || v < 1 || sched < 0 || sched >= PP_NSCHED || (sched != PP_INTERLEAVED && v != 1) ||
-      (sched == PP_INTERLEAVED && M % P))
+  return pp_simulate_sched(sched, P, M, v, cost, 0, c, NULL, out);
+}
+
+int pp_simulate_sched(pp_schedule_t sched, int P, int M, int v, const pp_cost_t *cost, double fb_cost,
+                      double c, double *busy_s, pp_sim_t *out) {
+  if (sched == PP_DUALPIPEV && v == 1) v = 2; /* its two chunks, whatever the caller's v */
+  if (P < 1 || M < 1 || v < 1 || sched < 0 || sched >= PP_NSCHED || v != pp_schedule_chunks(sched, v) ||
+      (sched == PP_INTERLEAVED && M % P) || (sched == PP_DUALPIPEV && M < 2 * P))
     return -1;
   int cap = pp_schedule_nops(sched, M, v), rc = -1;
   pp_op_t **ops = calloc((size_t)P, sizeof *ops);
+  char **fb = calloc((size_t)P, sizeof *fb);
   int *n = calloc((size_t)P, sizeof *n);
-  if (ops && n) {
+  if (ops && fb && n) {
     int okalloc = 1;
     for (int s = 0; s < P; s++) {
       ops[s] = calloc((size_t)cap, sizeof(pp_op_t));
-      if (!ops[s]) okalloc = 0;
-      else n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]);
+      fb[s] = calloc((size_t)cap, 1);
+      if (!ops[s] || !fb[s]) okalloc = 0;
+      else n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]), pp_schedule_fb(sched, P, s, M, v, fb[s]);
     }
-    if (okalloc) rc = pp_simulate_lists(P, M, v, pp_splits_backward(sched), ops, n, cost, c, out);
+    if (okalloc)
+      rc = pp_simulate_fb(P, M, v, pp_list_flags(sched), ops, n, fb, cost, fb_cost, c, NULL, busy_s, out);
     if (rc == 0 && out && sched == PP_ZB_H2) /* the paper's measure: the stage's own window */
       out->bubble = out->span > 0 ? (out->span - out->busy) / out->span : 0;
-    for (int s = 0; s < P; s++) free(ops[s]);
+    for (int s = 0; s < P; s++) free(ops[s]), free(fb[s]);
   }
   free(ops);
+  free(fb);
   free(n);
   return rc;
 }
@@ -113,8 +143,8 @@ static double stages_closed_form(pp_schedule_t sched, int P, int M, int v, const
   return step > 0 ? 1 - M * (sum / P) / step : 0;
 }
 
-/* v counts only for interleaved (the others have one chunk per stage whatever v says). */
-static int sim_v(pp_schedule_t sched, int v) { return sched == PP_INTERLEAVED ? v : 1; }
+/* v counts only for interleaved (dualpipev has two chunks, the others one, whatever v says). */
+static int sim_v(pp_schedule_t sched, int v) { return pp_schedule_chunks(sched, v); }
 
 double pp_bubble_formula(pp_schedule_t sched, int P, int M, int v) {
   v = sim_v(sched, v);

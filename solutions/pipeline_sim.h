@@ -42,6 +42,19 @@ int pp_simulate_lists(int P, int M, int v, int split, pp_op_t *const *ops, const
 int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, const int *n,
                          const pp_cost_t *cost, double c, double *const *at, pp_sim_t *out);
 
+/* pp_simulate_timeline with DualPipe's F&B (and each stage's busy time out): fb[s][i] as
+ * pp_schedule_fb writes it (NULL: none), an F&B running its operations as one from when all their
+ * inputs are here, for fb_cost (per stage, as cost: each chunk's 1/v of it; 0: the sum of its
+ * operations', no overlap gained); split may carry PP_LIST_V (the chunks in a V); at and busy_s
+ * (busy_s[s]: stage s's compute per step) may be NULL. */
+int pp_simulate_fb(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *fb,
+                   const pp_cost_t *cost, double fb_cost, double c, double *const *at, double *busy_s,
+                   pp_sim_t *out);
+/* pp_simulate with an F&B's cost (dualpipev's; 0: F + B + W) and each stage's busy time (NULL: not
+ * wanted). dualpipev takes v = 1 or 2 (it has 2 chunks) and M >= 2P. */
+int pp_simulate_sched(pp_schedule_t sched, int P, int M, int v, const pp_cost_t *cost, double fb_cost,
+                      double c, double *busy_s, pp_sim_t *out);
+
 /* The idle fraction of the idealized pipeline, from the simulator (equal stages, no message cost;
  * the backward 2× the forward, split B = W for the zero-bubble ones): naive (P−1)/P; gpipe and
  * 1f1b (P−1)/(M+P−1) (whatever the backward's cost); interleaved (P−1)/(v·M+P−1); zb-h1

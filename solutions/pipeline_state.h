@@ -58,7 +58,14 @@ typedef struct pp_state {
                          * posted ahead never holds back a send queued after it. Else NULL */
   comm_t *fwdw, *bwdw;  /* the ring's wrap links (P−1 → 0 and back), v > 1 not grouped, on stages 0 and
                          * P−1; else NULL (a stage between joins no wrap group: comm_split with a
-                         * negative color) */
+                         * negative color). In a V (vs): chunk 1's activations and gradients, on every
+                         * stage (fwd and bwd are chunk 0's: each chunk's messages alone on its streams) */
+  int vs;               /* 1: the chunks make a V (dualpipev, pipeline_v.c): chunk 0 is model chunk
+                         * `stage`, chunk 1 model chunk 2P−1−stage; at the tip (stage P−1) the turn
+                         * from chunk 0 to chunk 1 is a local copy, no message */
+  const float **tip_y;  /* [M] the tip: chunk 0's output of micro-batch k, in its slot until chunk 1's F k */
+  int tip_dx[2];        /* the tip: the micro-batch whose input gradient of chunk 1 waits in its gsend[k % 2]
+                         * for chunk 0's B k (−1: none) */
   int prepost;          /* 1: receives posted ahead (pipeline_post.c; the MPI backend) */
   int grouped;          /* 1: one communicator (fwd) for every message (the NCCL backend), each
                          * operation's send grouped with the next receive where pp_groups says (v = 1),
@@ -117,6 +124,20 @@ void pp_seg_setup(trainer_t *t);
 void pp_seg_step_end(trainer_t *t);
 void pp_seg_teardown(trainer_t *t);
 
+/* DualPipeV's V (pipeline_v.c): chunk ch's links (chunk 0 down on fwd / bwd, chunk 1 up on fwdw /
+ * bwdw, none at the tip), the loop's hooks (each message alone; at the tip the local copies), the
+ * input gradient's buffer (pipeline.c's, checked at the tip), the step's end and the release. */
+void pp_v_links(pp_state_t *st, pp_chunk_t *ch);
+void pp_v_recv_forward(trainer_t *t, int j, int k, float *x);
+void pp_v_send_forward(trainer_t *t, int j, int k, const float *y);
+void pp_v_recv_backward(trainer_t *t, int j, int k, float *dy);
+void pp_v_send_backward(trainer_t *t, int j, int k, const float *dx);
+float *pp_v_dx_buffer(trainer_t *t, int j, int k);
+float *pp_dx_buffer(trainer_t *t, int j, int k);
+void pp_v_step_end(trainer_t *t);
+void pp_v_release(trainer_t *t, int j, int k);
+void pp_release(trainer_t *t, int j, int k);
+
 /* Pre-posted receives (pipeline_post.c): the queues, their buffers (counted in st->ws_bytes), the
  * step's first posts (at the step's first message hook), a receive taken from its queue (waited,
  * copied into dst, the queue's next posted), the step's end (every receive read), the release. */
@@ -126,6 +147,8 @@ void pp_post_take(trainer_t *t, pp_rxq_t *q, int j, int k, float *dst, const cha
 void pp_post_step_end(trainer_t *t);
 void pp_post_teardown(trainer_t *t);
 
-/* schedule_t.report (pipeline_report.c): bubble, activations in flight, the data dimension's bytes. */
+/* schedule_t.report (pipeline_report.c): bubble, activations in flight, the data dimension's bytes;
+ * pp_print: the setup's lines (the shape, the split). */
 void pp_report(trainer_t *t);
+void pp_print(const trainer_t *t, const pp_state_t *st);
 #endif

@@ -5,10 +5,13 @@
  * (solutions/tp.c), the pipelines made of the ranks / T data-parallel ranks.
  * The loop, the report and the flags are common/train/loop.c; the schedule is solutions/pipeline.c;
  * the data dimension (--zero S over the D = ranks / (P x T) replicas of each stage) is the
- * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c. */
+ * strategy of chapters 02-05: solutions/ddp.c, zero1.c, zero2.c, zero3.c.
+ *   ch07_pipeline --simulate --schedule dualpipev --pp 4 --costs 1,2,1,3   (no ranks: the simulator's
+ * bubble per rank and DeepSeek's table, solutions/pipeline_table.c; notes/07d-dualpipev.md) */
 #include "args.h"     // args_env_world, args_error
 #include "offload.h"  // offload_take_flags, offload_strategy (--offload optimizer)
 #include "pipeline.h" // pipeline_schedule
+#include "pipeline_table.h" // pp_table_main (--simulate: DeepSeek's table, no ranks)
 #include "tp.h"       // tp_transform (--tp)
 #include "train.h"    // train_cfg_t, train_parse_args, train_main
 #include "zero.h"     // zero_strategy_for, hsdp_strategy (--zero 0|1|2|3, --variant)
@@ -16,6 +19,8 @@
 #include <string.h>   // strcmp, strncmp
 
 int main(int argc, char **argv) {
+  int sim = pp_table_main(argc, argv); /* --simulate: the simulator's table, before MPI */
+  if (sim >= 0) return sim;
   /* the data dimension's strategy is any of chapters 02-05, 08 and 09 (notes/design.md, "The process
    * grid"): DDP's variant (default here: naive, one all-reduce of the stage's gradient after its
    * last backward), ZeRO-1/2/3, ZeRO-2 with the optimizer offloaded, HSDP */

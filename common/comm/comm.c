@@ -264,6 +264,7 @@ void comm_finalize(comm_t *c) {
     die_on_rank("comm_finalize: %d sub-communicator(s) split from this one are still open; finalize them "
                 "first", c->n_children);
   comm_wait_all(c);
+  comm_measure_note(c); /* ZL_MEASURE_FILE (make exercise): this communicator's totals, one line */
   if (c->thread_started) {
     comm_task_t stop = {.kind = TASK_STOP, .op = CO_CONTROL};
     comm_submit(c, &stop, "stop");

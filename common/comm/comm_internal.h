@@ -306,6 +306,10 @@ void comm_track_register(comm_t *c);
 /* ZL_JITTER_US / ZL_JITTER_SEED into c (comm_alloc); comm_jitter(c, who): the random delay of the
  * stream (who 0, before a point-to-point task) or of the caller (who 1, before a wait). */
 void comm_jitter_init(comm_t *c);
+/* make exercise's measurements (ZL_MEASURE_FILE set): appends c's totals to that file, one line
+ * "calls C model_bytes B ring_bytes R" (every op's calls, the ring model's bytes sent, the ring's
+ * real point-to-point bytes); nothing otherwise. */
+void comm_measure_note(const comm_t *c);
 void comm_jitter(comm_t *c, int who);
 void comm_track_unregister(comm_t *c);
 void comm_track_check(comm_t *c, const char *fn, const char *tag, const void *rd, int64_t rd_n,

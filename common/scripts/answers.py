@@ -6,7 +6,7 @@ exercises/answers/NN.txt holds one line `ID = ` per numeric question of chapter 
 comment that says where the question is (notes page and number), what to give and in which unit.
 `make exercises` writes the files (keeping the values a student wrote: generate()); `make answers
 CH=NN` (check) computes every answer with ch00_memory (its --json: the memory, traffic and
-pipeline numbers the chapters print) or the closed form the chapter derives, and names each wrong
+pipeline numbers the chapters print) or chapter 07's simulator (ch07_pipeline --simulate), and names each wrong
 or missing answer with the command that computed it. A value is right within REL_TOL of the
 calculator's (answers rounded to 3 significant digits pass).
 
@@ -63,15 +63,30 @@ def paper(b, s):
     return stage(j, s, "total") / 1e9, cmd
 
 
-def bubble(P, M):
-    return (P - 1) / (M + P - 1), f"(P-1)/(M+P-1) at P = {P}, M = {M} (07's 1F1B closed form)"
+def simulate(b, P, M):
+    """ch07_pipeline --simulate's 1F1B at P stages, M micro-batches (F 1, B 2, W 1): (bubble, step)."""
+    cmd = [os.path.join(b, "ch07_pipeline"), "--simulate", "--schedule", "1f1b", "--pp", str(P),
+           "--micro-batches", str(M), "--costs", "1,2,1"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"^step ([\d.]+); bubble ([\d.]+)", p.stdout, re.M)
+    if p.returncode != 0 or not m:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip() or p.stdout[-200:]}")
+    return float(m.group(2)), float(m.group(1))
 
 
-def bubble_m(P, target):
-    m = 1
-    while (P - 1) / (m + P - 1) >= target:
-        m += 1
-    return m, f"the smallest M with (P-1)/(M+P-1) < {target} at P = {P}"
+def bubble(b, P, M):
+    idle, step = simulate(b, P, M)
+    return idle / step, (f"ch07_pipeline --simulate --schedule 1f1b --pp {P} --micro-batches {M} --costs 1,2,1: "
+                         f"bubble {idle:g} of a step of {step:g}")
+
+
+def bubble_m(b, P, target):
+    for m in range(P, 1025):  # the simulator takes M >= P (below P the bubble is only larger)
+        idle, step = simulate(b, P, m)
+        if idle / step < target:
+            return m, (f"ch07_pipeline --simulate --schedule 1f1b --pp {P} --micro-batches M for M = P, P+1, ... "
+                       f"(first under {target:g}: M = {m})")
+    raise RuntimeError("no M up to 1024")
 
 
 def in_flight(b, s):
@@ -115,9 +130,9 @@ BANK = {
     ],
     "07": [
         ("q1_bubble", "notes/07-pipeline.md, question 1",
-         "the idle fraction of a 1F1B pipeline at P = 8, M = 8", "fraction (0..1)", lambda b: bubble(8, 8)),
+         "the idle fraction of a 1F1B pipeline at P = 8, M = 8", "fraction (0..1)", lambda b: bubble(b, 8, 8)),
         ("q1_m", "notes/07-pipeline.md, question 1",
-         "the smallest M that brings it under 10% at P = 8", "micro-batches", lambda b: bubble_m(8, 0.1)),
+         "the smallest M that brings it under 10% at P = 8", "micro-batches", lambda b: bubble_m(b, 8, 0.1)),
         ("q2_stage0", "notes/07-pipeline.md, question 2",
          "micro-batches of activations stage 0 holds in flight with 1F1B at P = 4", "micro-batches",
          lambda b: in_flight(b, 0)),

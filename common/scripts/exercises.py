@@ -111,6 +111,8 @@ TEST_ORDER = {
            "ch06_tp/example_2_ranks", "ch06_tp/train_tp_equals_one_rank", "ch06_tp/gpt_tp_equals_one_rank",
            "ch06_tp/groups_*", "ch06_tp/ledger_*", "ch06_tp/train_2d_*", "ch06_tp/pa_*"],
     "07": ["ch07_pipeline/schedules_are_valid_*", "ch07_sched/*", "ch07_pipeline/split_is_*",
+           "ch07_dualpipev/every_list_runs_*", "ch07_dualpipev/the_checker_*", "ch07_dualpipev/the_table_*",
+           "ch07_dualpipev/the_bubble_*", "ch07_dualpipev/equals_one_rank_*", "ch07_dualpipev/data_dimension_*",
            "ch07_pipeline/equals_one_rank_*", "ch07_pipeline/large_messages_*", "ch07_pipeline/gpt_equals_*",
            "ch07_pipeline/two_pipelines_*", "ch07_pipeline/three_d_*"],
     "08": ["ch08_offload/n1_*", "ch08_offload/n2_*", "ch08_offload/n3_*", "ch08_offload/n4_*",
@@ -123,6 +125,7 @@ TEST_ORDER = {
            "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
     "12": ["ch12_moe/plan_contract", "ch12_moe/dispatch_combine_identity", "ch12_moe/one_expert_is_the_dense_gpt",
            "ch12_moe/ep_equals_one_rank", "ch12_moe/*"],
+    "13": ["ch13_powersgd/*", "ch13_compress/*"],
 }
 # The tests that call an exercise, for the chapters whose tests do not all call every exercise of
 # theirs (fnmatch globs over "suite/test"; "!glob" takes tests out again): a body is judged on these
@@ -133,6 +136,7 @@ TEST_ORDER = {
 # named without rebuilding the others alone. make test-long checks the map against the stubs
 # (common_exercises_long; `exercises.py calls` prints it).
 EXERCISE_TESTS = {
+    "pp_dualpipev_phases": ["ch07_dualpipev/*"],
     "owners_update_matrix": ["ch03_muon/owners_equal_one_rank_*"],
     "hier_all_reduce": ["ch09_nodes/*", "!ch09_nodes/bad_node_maps_refused", "ch09_cluster/two_level_*"],
     "tp_sp_all_gather": ["ch10_sp/*", "!ch10_sp/bad_flags_exit_2"],
@@ -860,6 +864,21 @@ def run_tests(binary, filt, clock, deadline, echo=True, chapter=None, tests=None
     return rc, text, failed
 
 
+def read_measure(path):
+    """The totals the judged tests' communicators appended (ZL_MEASURE_FILE): {calls, model_bytes,
+    ring_bytes} summed over every rank of every launch."""
+    tot = {"calls": 0, "model_bytes": 0, "ring_bytes": 0}
+    try:
+        for ln in open(path, encoding="utf-8"):
+            f = ln.split()
+            for k, v in zip(f[0::2], f[1::2]):
+                if k in tot:
+                    tot[k] += int(v)
+    except (OSError, ValueError):
+        pass
+    return tot
+
+
 JITTER_US = 5000  # the most a random delay holds a point-to-point task or a wait (REPEAT=N)
 # tests that measure time (a bandwidth table, a deadline, an overlap) say nothing of a race and fail by
 # design when delays are added: not rerun with them
@@ -1025,12 +1044,21 @@ def cmd_status(a):
             break
         chosen -= blamed
     failed_test = None
+    measured_of = {}
     if chosen:
         env0 = {k: v for k, v in os.environ.items() if not k.startswith(("CRITERION", "BXF"))}
         every = list_tests(binary, filt, env0)
         # the tests that call the bodies judged (EXERCISE_TESTS), unless a --filter picked them
         mine = every if a.filter else [t for t in every if any(calls(t, n) for n in chosen)]
-        rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter, tests=mine)
+        fd, measure = tempfile.mkstemp(prefix="zl_measure.")  # every communicator's totals (comm_checks.c)
+        os.close(fd)
+        os.environ["ZL_MEASURE_FILE"] = measure
+        try:
+            rc, log, failed_test = run_tests(binary, filt, clock, a.deadline, chapter=a.chapter, tests=mine)
+        finally:
+            del os.environ["ZL_MEASURE_FILE"]
+            measured = read_measure(measure)
+            os.remove(measure)
         tested = len(re.findall(r"^\[(?:PASS|FAIL|ERR )", log, re.M))
         skipped = skipped_tests(log)
         flaky = None
@@ -1058,6 +1086,7 @@ def cmd_status(a):
                 if unwritten:
                     detail += " (the reference code stands in for the exercises not written)"
                 results[n] = ("done", detail)
+                measured_of[n] = measured
         else:
             state, reason, shown = failure_kind(log, failed_test, a.deadline)
             ref = {r.name: files[rel][0][r.begin + 1:r.end] for rel, r in regs}
@@ -1124,6 +1153,8 @@ def cmd_status(a):
     for _, r in regs:
         st[r.name] = {"state": results[r.name][0], "detail": results[r.name][1], "when": now,
                       "chapter": a.chapter, "seconds": took}
+        if r.name in measured_of:
+            st[r.name]["measured"] = measured_of[r.name]
     os.makedirs(work, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(st, f, indent=1, sort_keys=True)

@@ -93,6 +93,15 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
                         cfg->pp),
              1;
   }
+  if (strcmp(cfg->schedule, "dualpipev") == 0) { /* 2P chunks in a V, M >= 2P (notes/07d-dualpipev.md) */
+    if (2 * cfg->pp > units)
+      return args_error("--pp", v, "times 2 must be at most the model's units (%d) with --schedule dualpipev "
+                        "(2P chunks in a V)", units), 1;
+    snprintf(v, sizeof v, "%d", cfg->micro_batches);
+    if (cfg->micro_batches < 2 * cfg->pp)
+      return args_error("--micro-batches", v, "must be at least 2 x --pp %d with --schedule dualpipev",
+                        cfg->pp), 1;
+  }
   if (cfg->accum != 1) {
     snprintf(v, sizeof v, "%d", cfg->accum);
     return args_error("--accum", v, "must be 1 with a pipeline: its micro-batches are --micro-batches M"), 1;
@@ -104,7 +113,8 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
                "with --clip and --zero 0 needs one replica per stage (D = 1): DDP sums "
                "the gradients inside its step, which a clipped redo would run again (use --zero 1, 2 or 3)"),
            1;
-  if (strncmp(cfg->schedule, "zb-", 3) == 0) { /* B now, W later: the unsplit model's two halves (model.h) */
+  /* B now, W later: the unsplit model's two halves (model.h) */
+  if (strncmp(cfg->schedule, "zb-", 3) == 0 || strcmp(cfg->schedule, "dualpipev") == 0) {
     if (cfg->tp > 1) {
       snprintf(v, sizeof v, "%d", cfg->tp);
       return args_error("--tp", v,
@@ -353,16 +363,21 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "naive: all-reduce after backward; overlap: per unit, async; bucketed: buckets of --bucket-mb");
   if (chapter_flags & TRAIN_FLAG_BUCKET)
     SPEC("--bucket-mb", ARG_DOUBLE, &cfg->bucket_mb, 0, 1e6, NULL, "bucket cap in MiB (any value > 0)");
+  if (chapter_flags & TRAIN_FLAG_COMPRESS) /* the value is checked by the chapter (13) */
+    SPEC("--compress", ARG_STR, &cfg->compress, 0, 0, NULL,
+         "powersgd:R: each bucket's gradient sent as a rank-R product P Q^T (PowerSGD, with error feedback "
+         "and warm start; --variant bucketed, fp32, CPU; notes/13-compression.md)");
   if (chapter_flags & TRAIN_FLAG_PIPELINE) {
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto",
          "pipeline stages P (contiguous units); auto: every rank a stage");
     SPEC("--micro-batches", ARG_INT, &cfg->micro_batches, 1, 4096, NULL,
          "micro-batches M per step (same samples as 1 rank with --accum M)");
-    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2",
+    SPEC("--schedule", ARG_CHOICE, &cfg->schedule, 0, 0, "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2|dualpipev",
          "naive: one micro-batch at a time; gpipe: all forwards, then all backwards; 1f1b: one forward one "
          "backward; interleaved: 1f1b over --virtual-stages chunks per rank; zb-h1, zb-h2: zero bubble, each "
          "backward split into B (inputs' gradient) and W (weights', deferred into the bubble): h1 at 1F1B's "
-         "peak (stage 0: P micro-batches in flight), h2 about twice (2P - 1)");
+         "peak (stage 0: P micro-batches in flight), h2 about twice (2P - 1); dualpipev: DeepSeek's V, 2P "
+         "chunks (stage s: chunks s and 2P-1-s), split backward, M >= 2P");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL,
          "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
     SPEC("--post-validate", ARG_FLAG, &cfg->post_validate, 0, 0, NULL,

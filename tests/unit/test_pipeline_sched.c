@@ -159,7 +159,7 @@ Test(ch07_sched, checker_names_the_mistake) {
 Test(ch07_sched, every_schedule_pairs_without_deadlock) {
   char why[1024];
   int runs = 0;
-  for (int sched = 0; sched < PP_NSCHED; sched++)
+  for (int sched = 0; sched < PP_DUALPIPEV; sched++) /* dualpipev: test_pipeline_dpv.c */
     for (int v = 1; v <= (sched == PP_INTERLEAVED ? 4 : 1); v++) {
       if (sched == PP_INTERLEAVED && v == 1) continue;
       for (int P = sched == PP_INTERLEAVED ? 2 : 1; P <= MAXP; P++)
@@ -183,7 +183,7 @@ Test(ch07_sched, receives_posted_ahead_run_without_deadlock) {
   char why[1024];
   int runs = 0;
   for (int ahead = 1; ahead <= 3; ahead++)
-    for (int sched = 0; sched < PP_NSCHED; sched++)
+    for (int sched = 0; sched < PP_DUALPIPEV; sched++)
       for (int v = 1; v <= (sched == PP_INTERLEAVED ? 3 : 1); v++) {
         if (sched == PP_INTERLEAVED && v == 1) continue;
         for (int P = sched == PP_INTERLEAVED ? 2 : 1; P <= MAXP; P++)
@@ -216,7 +216,7 @@ Test(ch07_sched, receives_posted_ahead_run_without_deadlock) {
  * own (each send with the next operation's receive) it deadlocks, and the checker says so. */
 Test(ch07_sched, nccl_groups_on_one_communicator_run_without_deadlock) {
   char why[1024], hf[MAXM], hb[MAXM], pf[MAXM], pb[MAXM];
-  for (int sched = 0; sched < PP_NSCHED; sched++) {
+  for (int sched = 0; sched < PP_DUALPIPEV; sched++) {
     if (sched == PP_INTERLEAVED) continue;
     for (int P = 1; P <= MAXP; P++)
       for (int M = 1; M <= MAXM; M++) {
