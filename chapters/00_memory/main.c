@@ -19,10 +19,19 @@
  * the formulas their training reports print beside the ledger; otherwise the paper's generic form.
  * The calculator itself is common/train/memcalc.c (memcalc_main): the explorer page runs the same
  * code in the browser (common/explorer/); this file gives it the strategies' hooks
- * (solutions/stage_states.c). */
+ * (solutions/stage_states.c).
+ * --goodput (chapter 14, common/train/goodput.c) is another calculator: Young's checkpoint interval
+ * √(2δM) and the expected goodput from the mean time between failures, a checkpoint's and a
+ * restart's cost: ch00_memory --goodput --mtbf-h 3.09 --ckpt-s 30 --restart-s 300. */
+#include "goodput.h"      // goodput_main: --goodput, the checkpoint interval and the goodput
 #include "memcalc.h"      // memcalc_main: the calculator, flags to table
 #include "pipeline_sched.h" // pp_split: --pp cuts the GPT's units as ch07_pipeline does
 #include "stage_states.h"   // strategy_stage_states: the stages' formula hooks
 #include <stdio.h>          // stdout
+#include <string.h>         // strcmp
 
-int main(int argc, char **argv) { return memcalc_main(argc, argv, strategy_stage_states, pp_split, stdout); }
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--goodput") == 0) return goodput_main(argc, argv, stdout);
+  return memcalc_main(argc, argv, strategy_stage_states, pp_split, stdout);
+}

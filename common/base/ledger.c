@@ -18,7 +18,8 @@ static int64_t g_total_live[LEDGER_NARENA], g_total_peak[LEDGER_NARENA];
 static FILE *g_trace; /* --alloc-trace: the alloc/free sequence, or NULL */
 static int64_t g_last_id; /* the id ledger_add gave last (never reset: ids stay unique per process) */
 
-static const char *const g_names[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm"};
+static const char *const g_names[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm",
+                                                  "ckpt"};
 
 const char *ledger_cat_name(ledger_cat_t cat) {
   return (cat >= 0 && cat < LEDGER_NCAT) ? g_names[cat] : "unknown";

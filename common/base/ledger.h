@@ -12,6 +12,7 @@ typedef enum {
   LEDGER_OPTIM,      /* optimizer states: Adam m and v, or SGD momentum                     */
   LEDGER_ACTS,       /* activations and op workspaces                                       */
   LEDGER_COMM,       /* transient communication buffers: buckets, gathered layers, scratch  */
+  LEDGER_CKPT,       /* checkpoint copies kept in RAM: --ckpt-mem-every's snapshot + a buddy's */
   LEDGER_NCAT
 } ledger_cat_t;
 

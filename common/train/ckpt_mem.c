@@ -7,6 +7,7 @@
 #include "comm.h"     // comm_ctl_all_reduce_f64, comm_group_async, comm_wait, comm_node_of
 #include "device.h"   // dev_memcpy, dev_sync
 #include "fault.h"    // fault_t, FAULT_NODE (--fault R:S:node)
+#include "ledger.h"   // ledger_add_in, ledger_sub_in, ledger_peak_in: LEDGER_HOST, LEDGER_CKPT
 #include "trace.h"    // trace_begin, trace_end, trace_now_us
 #include <errno.h>    // errno
 #include <fcntl.h>    // open
@@ -38,6 +39,21 @@ int ckpt_buddy_of(const int *node_of, int world, int rank) {
   for (int r = 0, k = 0; r < world; r++)
     if (node_of[r] == next && k++ == index % size) return r;
   return (rank + 1) % world;
+}
+
+int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps) {
+  int64_t held = stage == 3 ? psi / world : psi, own = stage == 0 ? psi : psi / world;
+  return (int64_t)sizeof(snap_hdr_t) + held * w + own * 4 * (1 + k) + 24 * (int64_t)steps;
+}
+
+/* The snapshots this rank keeps in tmpfs now (own, the buddy's copy: file bytes, 0 none) into the
+ * memory ledger in place of the previous ones: host RAM, LEDGER_CKPT. */
+static void hold(ckpt_mem_t *mm, int64_t own, int64_t copy, int steps) {
+  if (mm->ledger_own) ledger_sub_in(LEDGER_HOST, LEDGER_CKPT, mm->own_bytes, mm->ledger_own);
+  if (mm->ledger_copy) ledger_sub_in(LEDGER_HOST, LEDGER_CKPT, mm->copy_bytes, mm->ledger_copy);
+  mm->ledger_own = own ? ledger_add_in(LEDGER_HOST, LEDGER_CKPT, own, "in-memory snapshot (tmpfs)") : 0;
+  mm->ledger_copy = copy ? ledger_add_in(LEDGER_HOST, LEDGER_CKPT, copy, "buddy's snapshot (tmpfs)") : 0;
+  mm->own_bytes = own, mm->copy_bytes = copy, mm->steps_held = steps;
 }
 
 static void snap_path(const ckpt_mem_t *mm, int rank, int holds, char *p, size_t n) {
@@ -145,6 +161,7 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
   char path[300];
   snap_path(mm, rank, -1, path, sizeof path);
   write_file(path, buf, total);
+  int64_t copy_file = 0; /* the buddy's copy this rank keeps: its file's bytes */
   /* the buddy's copy: mine to my buddy, the one whose buddy I am to me (sizes first: a control sum) */
   if (world > 1) {
     int *node_of = xmalloc((size_t)world * sizeof(int), "node map");
@@ -164,15 +181,15 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
       snap_hdr_t hb;
       memcpy(&hb, copy, sizeof hb);
       snap_path(mm, rank, from, path, sizeof path);
-      write_file(path, copy, (int64_t)sizeof hb + hb.body_bytes);
+      copy_file = (int64_t)sizeof hb + hb.body_bytes;
+      write_file(path, copy, copy_file);
     }
-    mm->copy_bytes = in_bytes;
     free(copy);
     free(sizes);
     free(node_of);
   }
   free(buf);
-  mm->own_bytes = padded;
+  hold(mm, total, copy_file, steps_done);
   mm->saves++;
   trace_end(NULL);
   mm->stall_ms += (trace_now_us() - t0) / 1000.0;
@@ -268,6 +285,8 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
     if (need) ops[n++] = (comm_p2p_t){.recv = got, .numel = in_bytes / 4, .peer = to};
     if (n) comm_wait(wc, comm_group_async(wc, n, ops, DT_F32, "ckpt buddy restore"));
     snap_load(t, need ? got : own, nsec, losses, opt_t, skipped, scaler);
+    /* the files the failed run left: held again */
+    hold(mm, own && n_own > 0 ? n_own : 0, held && n_held > 0 ? n_held : 0, best);
     *start = best;
     free(got);
     char *where = xcalloc((size_t)world, 48, "restore sources");
@@ -332,10 +351,21 @@ void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t) {
     snprintf(path, sizeof path, "/dev/shm/zl-%s-progress", mm->job);
     unlink(path);
   }
+  int64_t own = mm->own_bytes, copy = mm->copy_bytes;
+  int steps = mm->steps_held;
+  hold(mm, 0, 0, 0); /* the files are gone */
   if (mm->saves == 0) return;
   trainer_report_extra(t, "ckpt_mem_saves", mm->saves);
   trainer_report_extra(t, "ckpt_mem_stall_ms", mm->stall_ms / mm->saves);
-  trainer_report_extra(t, "ckpt_mem_snapshot_bytes", (double)mm->own_bytes);
-  trainer_report_extra(t, "ckpt_mem_buddy_copy_bytes", (double)mm->copy_bytes);
+  trainer_report_extra(t, "ckpt_mem_snapshot_bytes", (double)own);
+  trainer_report_extra(t, "ckpt_mem_buddy_copy_bytes", (double)copy);
+  /* the ledger beside the formula: two snapshots of the last step (measured: with the units' padding) */
+  double peak = (double)ledger_peak_in(LEDGER_HOST, LEDGER_CKPT);
+  trainer_report_extra(t, "ckpt_mem_ledger_host_peak_bytes", peak);
+  int stage = t->strategy->stage, k = t->cfg->optimizer == OPT_ADAMW ? 2 : 1;
+  if (!t->group_comm && stage >= 0 && stage <= 3) /* a --tp/--ep rank's Ψ is its group's slice */
+    trainer_report_extra(t, "ckpt_mem_formula_bytes",
+                         2.0 * (double)ckpt_mem_formula_bytes(stage, t->model.numel, t->world,
+                                                               (int)dtype_size(t->wdt), k, steps));
   if (mm->restore_ms > 0) trainer_report_extra(t, "ckpt_mem_restore_ms", mm->restore_ms);
 }

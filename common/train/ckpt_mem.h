@@ -27,10 +27,17 @@ typedef struct ckpt_mem {
   int restart;            /* $ZL_RESTART: 0 the first launch, k the k-th relaunch */
   int saves;
   int64_t own_bytes, copy_bytes; /* this rank's snapshot, and the buddy's copy it keeps */
+  int64_t ledger_own, ledger_copy; /* their ids in the memory ledger (host arena, LEDGER_CKPT; 0: none) */
+  int steps_held;         /* the step of the snapshots held now (their losses: 24 bytes a step) */
   double stall_ms;        /* summed over the saves: write to tmpfs + the exchange with the buddy */
   double restore_ms;      /* a relaunch: reading the snapshot back and uploading it */
 } ckpt_mem_t;
 
+/* The bytes of one snapshot by the formula (ckpt_mem.c's layout, without the units' padding):
+ * held·w + own·4·(1 + k) + 24·steps + the header, rounded up to 4 — held = Ψ (Ψ/N at stage 3), own =
+ * Ψ/N (Ψ for DDP, stage 0), w the working dtype's bytes, k optimizer states (AdamW 2, SGD and Muon 1).
+ * A rank keeps two (its own and its buddy's copy) in the host arena's LEDGER_CKPT. */
+int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps);
 /* The buddy of `rank`: the rank with the same index inside its node on the next node (cyclic);
  * node_of[world] names each rank's node; with one node, the next rank. */
 int ckpt_buddy_of(const int *node_of, int world, int rank);

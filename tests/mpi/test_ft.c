@@ -4,7 +4,9 @@
  * its own snapshot or its buddy's copy when its node is gone — and the final params bitwise those
  * of the uninterrupted run, the steps redone <= K; a spent budget says so; nothing left behind).
  * 2 ranks, the small MLP of test_reliability.c: a few seconds in all. */
-#include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_same_file
+#include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_same_file, zl_json_num
+#include "goodput.h" // goodput_calc, goodput_main
+#include <math.h>    // fabs
 #include <criterion/logging.h> // cr_log_info
 #include <sys/stat.h> // stat
 #include <unistd.h>   // getpid
@@ -138,4 +140,52 @@ Test(ch14_ft, bad_flags_one_line_exit_2) {
               "%s: exit %d, expected one line '%s...' and exit 2:\n%s", cases[i][0], rc, cases[i][1], out);
     free(out);
   }
+}
+
+/* The snapshot's memory in the ledger (host arena, LEDGER_CKPT) beside its formula: ZeRO-1, fp32,
+ * AdamW, N = 2, an MLP whose units need no padding (Ψ = 8·16+16 + 16·16+16 + 16·4+4 = 484): after
+ * the snapshot of step 6 each rank keeps its own and its buddy's, 2 × (144 + 4Ψ + (Ψ/2)·4·3 + 24·6). */
+Test(ch14_ft, snapshot_memory_in_the_ledger_is_the_formula) {
+  char dir[256], cmd[1024];
+  zl_tmpdir(dir, sizeof dir, "ft_ledger");
+  snprintf(cmd, sizeof cmd, ZL_BIN "/ch03_zero1 --hidden 16 --input 8 --classes 4 --layers 2 --batch 8 "
+           "--seed 7 --quiet --log-every 0 --steps 8 --ckpt-mem-every 3 --json %s/m.json", dir);
+  run_ok(2, "in-memory snapshots", cmd);
+  snprintf(cmd, sizeof cmd, "%s/m.json", dir);
+  char *j = zl_read_file(cmd, NULL);
+  cr_assert(j, "no --json written");
+  double psi = 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4, one = 144 + 4 * psi + psi / 2 * 12 + 24 * 6;
+  double ledger = zl_json_num(j, "ckpt_mem_ledger_host_peak_bytes");
+  double f = zl_json_num(j, "ckpt_mem_formula_bytes");
+  cr_assert(ledger == 2 * one && f == 2 * one, "ledger %.0f, formula %.0f, by hand 2 x %.0f", ledger, f, one);
+  cr_assert(zl_json_num(j, "ckpt_mem_snapshot_bytes") == one &&
+                zl_json_num(j, "ckpt_mem_buddy_copy_bytes") == one,
+            "own and copy bytes:\n%s", j);
+  free(j);
+  cr_log_info("--ckpt-mem-every: ledger (host, ckpt) %.0f bytes = formula 2 x %.0f", ledger, one);
+}
+
+/* Young's interval and the goodput, by hand: M = 4 h, δ = 72 s gives τ = √(2·72·14400) = 1440 s,
+ * δ/τ = τ/2M = 5 %; R = 144 s adds 1 %; the interval asked for instead (720 s) costs more. */
+Test(ch14_ft, goodput_arithmetic) {
+  goodput_t g = goodput_calc(14400, 72, 144, 0);
+  cr_assert(fabs(g.interval_s - 1440) < 1e-9 && fabs(g.save_frac - 0.05) < 1e-12 &&
+                fabs(g.redo_frac - 0.05) < 1e-12 && fabs(g.restart_frac - 0.01) < 1e-12 &&
+                fabs(g.goodput - 0.89) < 1e-12,
+            "tau %g save %g redo %g restart %g goodput %g", g.interval_s, g.save_frac, g.redo_frac,
+            g.restart_frac, g.goodput);
+  goodput_t h = goodput_calc(14400, 72, 144, 720), k = goodput_calc(14400, 72, 144, 1584);
+  cr_assert(fabs(h.goodput - 0.865) < 1e-12 && k.goodput < g.goodput, "tau 720: %g, 1584: %g", h.goodput,
+            k.goodput);
+  cr_assert(goodput_calc(100, 60, 60, 0).goodput == 0, "failures faster than the saves: no goodput");
+  char *out = NULL; /* Llama 3's 54 days and 419 unexpected interruptions: M = 3.093 h */
+  int rc = zl_run(0, 10, &out, ZL_BIN "/ch00_memory --goodput --window-days 54 --interruptions 419 "
+                  "--ckpt-s 60 --restart-s 600");
+  cr_assert(rc == 0 && strstr(out, "MTBF M = 3.093 h (54 days / 419 interruptions)") &&
+                strstr(out, "Young's interval τ = √(2δM) = 1155.9 s"),
+            "exit %d:\n%s", rc, out);
+  free(out);
+  rc = zl_run(0, 10, &out, ZL_BIN "/ch00_memory --goodput --ckpt-s 60 --restart-s 600");
+  cr_assert(rc == 2 && strncmp(out, "error: --mtbf-h", 15) == 0, "exit %d:\n%s", rc, out);
+  free(out);
 }
