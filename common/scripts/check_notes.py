@@ -6,6 +6,7 @@ that line is a command, the lines after it are its real output (a later `$ ` lin
 block starts the next run). Commands may be
     build/bin/chNN_x ARGS                              run directly
     bash common/scripts/zlrun NP build/bin/chNN_x ARGS through mpirun
+    bash common/scripts/zlrun --restarts R NP build/bin/chNN_x ARGS   the same, relaunched on a failure
     make run CH=NN NP=K ARGS="..." [PROG=name]         = zlrun K <bin>/chNN_<name> ARGS (no make)
 with build/bin replaced by --bin DIR. Each run is executed from the repository root (timeout
 60 s, stdout and stderr together) and compared with the pasted lines:
@@ -222,6 +223,10 @@ def argv_of(cmd, bindir):
     fixed = [os.path.join(bindir, w[len("build/bin/"):]) if w.startswith("build/bin/") else w
              for w in words]
     if fixed[:2] == ["bash", "common/scripts/zlrun"] and len(fixed) >= 4 and words[3].startswith("build/bin/"):
+        return fixed
+    # the supervisor (chapter 14): bash common/scripts/zlrun --restarts R NP build/bin/...
+    if fixed[:3] == ["bash", "common/scripts/zlrun", "--restarts"] and len(fixed) >= 6 and \
+            words[5].startswith("build/bin/"):
         return fixed
     if words[0].startswith("build/bin/"):
         return fixed

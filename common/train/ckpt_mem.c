@@ -1,7 +1,8 @@
 /* ckpt_mem.c — in-memory snapshots and their buddy copies (ckpt_mem.h): what a rank needs to go
  * on in the same layout, kept in tmpfs on its node and on a rank of another node, and the
  * relaunch's choice of the newest step every rank can get. */
-#include "ckpt_mem.h" // ckpt_mem_t, ckpt_buddy_of
+#include "ckpt_mem.h" // ckpt_mem_t
+#include "ckpt_buddy.h" // ckpt_buddy_of: the buddy placement (solutions/, chapter 14's exercise)
 #include "check.h"    // die_on_rank, xmalloc, xcalloc
 #include "ckpt.h"     // ckpt_sum, CKPT_SUM_INIT
 #include "comm.h"     // comm_ctl_all_reduce_f64, comm_group_async, comm_wait, comm_node_of
@@ -28,18 +29,6 @@ typedef struct snap_hdr {
   char strategy[64];
 } snap_hdr_t;
 #define SNAP_MAGIC "ZLSNAP1"
-
-int ckpt_buddy_of(const int *node_of, int world, int rank) {
-  int node = node_of[rank], index = 0, nodes = 0;
-  for (int r = 0; r < world; r++) nodes = node_of[r] + 1 > nodes ? node_of[r] + 1 : nodes;
-  if (nodes <= 1) return (rank + 1) % world;
-  for (int r = 0; r < rank; r++) index += node_of[r] == node;
-  int next = (node + 1) % nodes, size = 0;
-  for (int r = 0; r < world; r++) size += node_of[r] == next;
-  for (int r = 0, k = 0; r < world; r++)
-    if (node_of[r] == next && k++ == index % size) return r;
-  return (rank + 1) % world;
-}
 
 int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps) {
   int64_t held = stage == 3 ? psi / world : psi, own = stage == 0 ? psi : psi / world;

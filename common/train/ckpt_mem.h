@@ -9,10 +9,11 @@
  * Every K steps each rank writes what it needs to go on in the same layout (its held working
  * params, its own fp32 weights and optimizer states, the step, t, the losses so far, the fp16
  * scaler) to tmpfs (temp + rename: a kill mid-write leaves the previous one) and sends the same
- * bytes to its buddy (ckpt_buddy_of: the same place on the next node), which keeps them. J is
- * $ZL_JOB_ID (zlrun sets it, the same for every relaunch). A relaunch ($ZL_RESTART >= 1) takes
- * the newest step every rank can get — its own file or its buddy's copy (a node gone loses its
- * ranks' own files, not the copies on the other node) — and says which and the steps lost.
+ * bytes to its buddy (ckpt_buddy_of, solutions/ckpt_buddy.c: the same place on the next node),
+ * which keeps them. J is $ZL_JOB_ID (zlrun sets it, the same for every relaunch). A relaunch
+ * ($ZL_RESTART >= 1) takes the newest step every rank can get — its own file or its buddy's copy
+ * (a node gone loses its ranks' own files, not the copies on the other node) — and says which and
+ * the steps lost.
  * A clean end removes the job's files. CPU runs (--device cpu): the copy rides MPI from host RAM. */
 #ifndef ZL_CKPT_MEM_H
 #define ZL_CKPT_MEM_H
@@ -38,9 +39,6 @@ typedef struct ckpt_mem {
  * Ψ/N (Ψ for DDP, stage 0), w the working dtype's bytes, k optimizer states (AdamW 2, SGD and Muon 1).
  * A rank keeps two (its own and its buddy's copy) in the host arena's LEDGER_CKPT. */
 int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps);
-/* The buddy of `rank`: the rank with the same index inside its node on the next node (cyclic);
- * node_of[world] names each rank's node; with one node, the next rank. */
-int ckpt_buddy_of(const int *node_of, int world, int rank);
 /* Before training (collective): reads the job id and the restart count. */
 void ckpt_mem_init(ckpt_mem_t *mm, const train_cfg_t *cfg);
 /* At the start of step `step`: records it (rank 0, /dev/shm/zl-J-progress) so a relaunch can

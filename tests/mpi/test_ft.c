@@ -6,6 +6,7 @@
  * 2 ranks, the small MLP of test_reliability.c: a few seconds in all. */
 #include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_same_file, zl_json_num
 #include "goodput.h" // goodput_calc, goodput_main
+#include "ckpt_buddy.h" // ckpt_buddy_of (the exercise of notes/14-fault-tolerance.md)
 #include <math.h>    // fabs
 #include <criterion/logging.h> // cr_log_info
 #include <sys/stat.h> // stat
@@ -188,4 +189,34 @@ Test(ch14_ft, goodput_arithmetic) {
   rc = zl_run(0, 10, &out, ZL_BIN "/ch00_memory --goodput --ckpt-s 60 --restart-s 600");
   cr_assert(rc == 2 && strncmp(out, "error: --mtbf-h", 15) == 0, "exit %d:\n%s", rc, out);
   free(out);
+}
+
+/* The exercise ckpt_buddy_of, by its contract and not by one answer: on every node map a
+ * permutation without a fixed point (each rank holds one copy, never its own), and on nodes of
+ * equal size every buddy on another node. A wrong body is named by what it breaks. */
+Test(ch14_ft, buddy_placement) {
+  static const int maps[][8] = {{0, 0}, {0, 0, 0}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 1, 1, 2, 2},
+                                {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1}, {0, 1, 1}, {1, 1, 0, 0}, {0, 1}};
+  static const int worlds[] = {2, 3, 4, 4, 6, 6, 4, 3, 4, 2};
+  for (size_t m = 0; m < sizeof worlds / sizeof worlds[0]; m++) {
+    const int *node = maps[m], W = worlds[m];
+    int held[8] = {0}, sizes[8] = {0}, nodes = 0, even = 1;
+    for (int r = 0; r < W; r++) sizes[node[r]]++, nodes = node[r] + 1 > nodes ? node[r] + 1 : nodes;
+    for (int n = 1; n < nodes; n++) even &= sizes[n] == sizes[0];
+    char map[64] = "";
+    for (int r = 0; r < W; r++)
+      snprintf(map + strlen(map), sizeof map - strlen(map), "%s%d", r ? "," : "", node[r]);
+    for (int r = 0; r < W; r++) {
+      int b = ckpt_buddy_of(node, W, r);
+      cr_assert(b >= 0 && b < W, "nodes %s: rank %d's buddy %d is not one of the %d ranks", map, r, b, W);
+      cr_assert(b != r, "nodes %s: rank %d is its own buddy: its only copy dies with it", map, r);
+      cr_assert(!(nodes >= 2 && even && node[b] == node[r]),
+                "nodes %s: rank %d's buddy %d is on its own node %d: a node lost takes both copies", map, r,
+                b, node[r]);
+      held[b]++;
+    }
+    for (int r = 0; r < W; r++)
+      cr_assert(held[r] == 1, "nodes %s: rank %d holds %d copies, not one (its memory is uneven, and a "
+                "sender finds no matching receive)", map, r, held[r]);
+  }
 }
