@@ -53,9 +53,6 @@ typedef struct owners {
  * model, world and rank. owners_free frees it (and any tensors). */
 void owners_plan(const model_t *m, int world, int rank, owners_t *o);
 void owners_free(owners_t *o);
-/* The greedy assignment: owner[i] for n matrices of numel[i] on `world` ranks (largest first, each to
- * the rank with the fewest parameters so far, the lowest rank on a tie). */
-void owners_assign(const int64_t *numel, int n, int world, int *owner);
 /* Matrix i after the norm: its owner updates it whole, and every rank gets the result. */
 void owners_update_matrix(trainer_t *t, owners_t *o, int i, float gscale);
 typedef void (*owners_update_fn)(trainer_t *t, owners_t *o, int i, float gscale);

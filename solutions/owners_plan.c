@@ -1,6 +1,6 @@
-/* owners_plan.c — who owns which matrix: the greedy assignment by size, the AdamW rest cut into
- * pieces, and the checks both owner stages share (ZeRO-1: owners.c, ZeRO-2: owners_zero2.c; owners.h,
- * notes/03-zero1.md "Muon: whole matrices, not slices"). */
+/* owners_plan.c — who owns which matrix (owners_assign.c in common/train: greedy by size), the AdamW
+ * rest cut into pieces, and the checks both owner stages share (ZeRO-1: owners.c, ZeRO-2:
+ * owners_zero2.c; owners.h, notes/03-zero1.md "Muon: whole matrices, not slices"). */
 #include "owners.h"   // owners_t, owners_plan, owners_rest_*
 #include <stdio.h>    // printf
 #include <stdlib.h>   // free
@@ -10,27 +10,8 @@
 #include "comm.h"     // comm_ctl_broadcast, comm_ctl_all_reduce_f64, comm_barrier
 #include "device.h"   // dev_memcpy
 #include "muon.h"     // muon_unit_segments
+#include "owners_assign.h" // owners_assign: greedy by size, largest first
 #include "ops.h"      // op_adamw
-
-void owners_assign(const int64_t *numel, int n, int world, int *owner) {
-  int *order = xcalloc((size_t)n + 1, sizeof *order, "owner order");
-  int64_t *load = xcalloc((size_t)world, sizeof *load, "owner load");
-  for (int i = 0; i < n; i++) order[i] = i;
-  for (int i = 1; i < n; i++) /* insertion sort, largest first, stable: the same order on every rank */
-    for (int j = i; j > 0 && numel[order[j]] > numel[order[j - 1]]; j--) {
-      int x = order[j];
-      order[j] = order[j - 1], order[j - 1] = x;
-    }
-  for (int k = 0; k < n; k++) {
-    int best = 0;
-    for (int r = 1; r < world; r++)
-      if (load[r] < load[best]) best = r;
-    owner[order[k]] = best;
-    load[best] += numel[order[k]];
-  }
-  free(order);
-  free(load);
-}
 
 void owners_plan(const model_t *m, int world, int rank, owners_t *o) {
   *o = (owners_t){0};
@@ -58,7 +39,7 @@ void owners_plan(const model_t *m, int world, int rank, owners_t *o) {
   int64_t *numel = xcalloc((size_t)o->n_mat + 1, sizeof(int64_t), "matrix sizes");
   int *owner = xcalloc((size_t)o->n_mat + 1, sizeof(int), "matrix owners");
   for (int i = 0; i < o->n_mat; i++) numel[i] = o->mat[i].numel;
-  owners_assign(numel, o->n_mat, world, owner);
+  owners_assign(numel, o->n_mat, world, owner, NULL);
   o->rank_numel = xcalloc((size_t)world, sizeof(int64_t), "rank loads");
   for (int i = 0; i < o->n_mat; i++) {
     o->mat[i].owner = owner[i];

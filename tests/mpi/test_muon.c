@@ -7,7 +7,8 @@
  * Why bitwise (notes/design.md, "Bits or a tolerance"): each rank's micro-batch is the 1-rank run's
  * micro-batch (same GEMM shapes), a sum of two gradients is a + b in either order, and the matrix
  * then goes through the same op_muon calls on its owner as on the one rank. */
-#include "zl_test.h" // zl_run, zl_tmpdir, zl_read_floats, zl_rank_mem, Criterion
+#include "zl_test.h" // zl_run, zl_launch, zl_tmppath, zl_read_floats, zl_rank_mem, zl_json_*, Criterion
+#include <math.h>    // fmax
 #include <string.h>  // memcmp, strstr
 
 #define GPT "--model gpt --gpt tiny --batch 4 --steps 3 --seed 7 --lr 0.003 --optimizer muon --quiet"
@@ -115,5 +116,41 @@ Test(ch03_muon, slice_body_is_named, .timeout = 60) {
   int rc = zl_run(2, 60, &out, ZL_TESTBIN "/scn_muon_slice %s", MLP);
   cr_assert_neq(rc, 0, "Newton-Schulz on slices ran to the end:\n%s", out);
   cr_assert(strstr(out, "rank 1's parameters differ from rank 0's after step 1"), "not named:\n%s", out);
+  free(out);
+}
+
+/* ch00_memory --optimizer muon = the ledger of real runs, per stage, to the byte: GPT tiny at N = 2
+ * (each unit's rest is even, so the ledger holds no pad), the largest owner's rank. The MLP's greedy
+ * loads (169 and 78) are the imbalance ch00 prints. */
+Test(ch00_muon, states_per_stage_equal_the_ledger, .timeout = 90) {
+  char path[320], *out = NULL;
+  zl_tmppath(path, sizeof path, "muon", "ch00_muon.json");
+  int rc = zl_run(0, 20, &out,
+                  ZL_BIN "/ch00_memory --optimizer muon --precision fp32 --layers 2 --hidden 32 --heads 2 "
+                         "--seq 16 --ranks 2 --json %s", path);
+  cr_assert_eq(rc, 0, "ch00_memory exited %d:\n%s", rc, out);
+  free(out);
+  char *calc = zl_read_file(path, NULL);
+  cr_assert(calc, "no %s", path);
+  static const char *progs[3] = {ZL_BIN "/ch02_ddp --variant naive", ZL_BIN "/ch03_zero1 --shard owner",
+                                 ZL_BIN "/ch04_zero2 --shard owner"};
+  const char *st = zl_json_find(calc, "stages");
+  for (int s = 0; s < 3; s++) {
+    st = zl_json_find(st, "stage");
+    zl_out_t r = zl_launch(2, 60, "muon", "ch00_ledger", "%s %s", progs[s],
+                           "--model gpt --gpt tiny --batch 4 --steps 2 --seed 7 --optimizer muon");
+    for (int k = 0; k < 3; k++) {
+      static const char *key[3] = {"params", "grads", "optim"};
+      double led = fmax(zl_rank_mem(r.json, 0, key[k]), zl_rank_mem(r.json, 1, key[k]));
+      cr_expect_eq(zl_json_num(st, key[k]), led, "stage %d %s: ch00_memory %.0f, the ledger %.0f (%s)", s,
+                   key[k], zl_json_num(st, key[k]), led, progs[s]);
+    }
+    zl_out_free(&r);
+  }
+  free(calc);
+  rc = zl_run(0, 20, &out,
+              ZL_BIN "/ch00_memory --optimizer muon --precision fp32 --model 6,13,11,2 --ranks 2");
+  cr_assert_eq(rc, 0, "ch00_memory exited %d:\n%s", rc, out);
+  cr_expect(strstr(out, "the largest owner holds 169 matrix params, the smallest 78"), "imbalance:\n%s", out);
   free(out);
 }
