@@ -420,6 +420,13 @@ bench-zeror: build
 
 # the GPT on the CPU: tokens/s of ch02_ddp --model gpt against PyTorch eager on the same model,
 # N = 1 and 2, alternating, medians (notes/benchmarks.md, GPT section); skips PyTorch without torch.
+# Muon against AdamW on GPT tiny, 300 steps, 3 lrs each (about 1 min on 2 cores); Newton-Schulz's
+# FLOPs and time per step; the owners' imbalance (common/scripts/bench_muon.py, notes/03-zero1.md)
+.PHONY: bench-muon
+bench-muon: build
+	@mkdir -p $(RESULTS)
+	@$(PYTHON) common/scripts/bench_muon.py --bin $(BIN) --out $(RESULTS)/bench_muon.json
+
 .PHONY: bench-gpt
 bench-gpt: build
 	@mkdir -p $(RESULTS)
@@ -437,7 +444,8 @@ EXPLORER_OUT ?= $(RESULTS)/explorer
 # needs the rest
 PIPELINE_PURE_C := $(addprefix solutions/,pipeline_sched.c pipeline_sim.c pipeline_check.c \
                    pipeline_check_stage.c pipeline_groups.c)
-EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/base/args.c common/base/formula.c \
+EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/train/memcalc_muon.c \
+              common/train/owners_assign.c common/base/args.c common/base/formula.c \
               common/model/gpt.c common/model/model.c $(PIPELINE_PURE_C) solutions/ring.c
 EXPLORER_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \
                   -sSINGLE_FILE=1 -sALLOW_MEMORY_GROWTH=1 -sENVIRONMENT=web,node \
