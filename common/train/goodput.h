@@ -2,11 +2,11 @@
  * τ = √(2δM) and the expected goodput from the mean time between failures M, a checkpoint's cost δ
  * and a restart's cost R (ch00_memory --goodput; notes/14-fault-tolerance.md).
  *
- *   |── τ work ──|δ|── τ work ──|δ|── τ/2 work ─✗ R |── the τ/2 again ──|δ| ...
+ *   |─ τ work ─|δ|─ τ work ─|δ|─ τ/2 ─✗ R |─ τ/2 again ─|δ| ...
  *   per second of work: δ/τ saving, and 1/M failures each costing R + τ/2 (half an interval redone)
  *
- * First order (δ, R, τ << M): goodput = 1 − δ/τ − (τ/2 + R)/M; its best τ is Young's √(2δM), where
- * the saving and the redone work cost the same, √(δ/(2M)) each. */
+ * First order (δ, R, τ << M): goodput = 1 − δ/τ − (τ/2 + R)/M; its best τ is Young's
+ * √(2δM), where the saving and the redone work cost the same, √(δ/(2M)) each. */
 #ifndef ZL_GOODPUT_H
 #define ZL_GOODPUT_H
 #include <stdio.h> // FILE

@@ -45,7 +45,7 @@ Test(common_ledger, live_and_peak_by_category) {
 }
 
 Test(common_ledger, category_names) {
-  const char *want[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm"};
+  const char *want[LEDGER_NCAT] = {"params", "grads", "master", "optim", "acts", "comm", "ckpt"};
   for (int c = 0; c < LEDGER_NCAT; c++)
     cr_expect_str_eq(ledger_cat_name((ledger_cat_t)c), want[c], "ledger_cat_name(%d)", c);
 }
