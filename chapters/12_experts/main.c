@@ -18,7 +18,8 @@
 /* 1 when a pipeline flag is given (or --help, to list them): chapter 07's flags, its checks and --accum 1;
  * without them chapter 12 runs as before (--accum, no stages). */
 static int wants_pipeline(int argc, char **argv) {
-  const char *fl[] = {"--pp", "--micro-batches", "--schedule", "--virtual-stages", "--post-validate", "--help"};
+  const char *fl[] = {"--pp",           "--micro-batches", "--schedule",
+                      "--virtual-stages", "--post-validate", "--help"};
   for (int i = 1; i < argc; i++)
     for (size_t f = 0; f < sizeof fl / sizeof fl[0]; f++) {
       size_t n = strlen(fl[f]);

@@ -410,10 +410,8 @@ Test(ch12_moe, pp_equals_one_rank) {
   zl_out_t one8 = MOE_LAUNCH(1, "moe", "ppone8", a);
   snprintf(a, sizeof a, MOE_PP " --schedule 1f1b --ep 2 %s", cf);
   zl_out_t ep = MOE_LAUNCH(4, "moe", "ep2pp2", a);
-  cr_assert(zl_json_num(ep.json, "moe_a2a_bytes_per_step") > 0 &&
-                zl_json_num(ep.json, "moe_a2a_bytes_per_step") == zl_json_num(ep.json, "moe_a2a_bytes_formula"),
-            "EP 2 x PP 2: all-to-all bytes per step %.17g measured, formula %.17g",
-            zl_json_num(ep.json, "moe_a2a_bytes_per_step"), zl_json_num(ep.json, "moe_a2a_bytes_formula"));
+  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"), f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
+  cr_assert(m > 0 && m == f, "EP 2 x PP 2: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
   expect_pp("EP 2 x PP 2 (1F1B)", &ep, &one8, MOE_TOL);
   zl_out_free(&one), zl_out_free(&one8), zl_out_free(&pp), zl_out_free(&ep);
 }
@@ -575,7 +573,8 @@ Test(ch12_moe_long, ep_pp_dp_eight_ranks) {
     snprintf(name, sizeof name, "eppd%d", i);
     zl_out_t r = MOE_LAUNCH16(8, "moel", name, a);
     snprintf(what, sizeof what, "EP 2 x PP 2 x DP 2 %s against 1 rank --accum 16", v[i]);
-    cr_assert_eq(r.n, one.n, "%s: %lld weights exported, 1 rank %lld", what, (long long)r.n, (long long)one.n);
+    cr_assert_eq(r.n, one.n, "%s: %lld weights exported, 1 rank %lld", what, (long long)r.n,
+                 (long long)one.n);
     double gap = zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
     expect_losses_close(what, r.json, one.json, 1e-5);
     cr_log_info("%s: largest |difference| / max|w| %.3g (tolerance %g)", what, gap, MOE_TOL);
