@@ -410,7 +410,8 @@ Test(ch12_moe, pp_equals_one_rank) {
   zl_out_t one8 = MOE_LAUNCH(1, "moe", "ppone8", a);
   snprintf(a, sizeof a, MOE_PP " --schedule 1f1b --ep 2 %s", cf);
   zl_out_t ep = MOE_LAUNCH(4, "moe", "ep2pp2", a);
-  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"), f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
+  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"),
+         f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
   cr_assert(m > 0 && m == f, "EP 2 x PP 2: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
   expect_pp("EP 2 x PP 2 (1F1B)", &ep, &one8, MOE_TOL);
   zl_out_free(&one), zl_out_free(&one8), zl_out_free(&pp), zl_out_free(&ep);
