@@ -127,18 +127,23 @@ static void ddp_wait_grads(trainer_t *t) {
   // END EXERCISE
 }
 
+void ddp_replica_setup(trainer_t *t) {
+  const model_t *m = &t->model;
+  trainer_alloc_full_states(t, 1); /* (P) params, grads, [master], optimizer states on every rank */
+  trainer_init_full_params(t);     /* rank 0's init, broadcast */
+  for (int u = 0; u < m->n_units; u++) { /* every unit's views, fixed for the whole run */
+    t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
+    t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
+  }
+}
+
 static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
   ddp_state_t *st = xcalloc(1, sizeof *st, "ddp state");
   t->priv = st;
   st->variant = variant;
   const model_t *m = &t->model; /* DDP keeps the unpadded layout: pad 1, one full replica per rank */
   int U = m->n_units;
-  trainer_alloc_full_states(t, 1); /* (P) params, grads, [master], optimizer states on every rank */
-  trainer_init_full_params(t);     /* rank 0's init, broadcast */
-  for (int u = 0; u < U; u++) {    /* every unit's views, fixed for the whole run */
-    t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
-    t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
-  }
+  ddp_replica_setup(t);
   st->tags = xcalloc((size_t)U + 1, sizeof *st->tags, "ddp tags");
   int log = trainer_prints(t);
   if (st->variant == DDP_OVERLAP) {
@@ -176,9 +181,14 @@ static void ddp_setup(trainer_t *t, ddp_variant_t variant) {
 
 static void ddp_step(trainer_t *t) {
   ddp_state_t *st = t->priv;
-  int64_t P = t->model.padded_numel;
-  if (st->variant == DDP_NAIVE) ddp_launch(t, 0, P, st->tags[0]); /* only now: nothing overlaps */
+  /* naive: only now, nothing overlaps */
+  if (st->variant == DDP_NAIVE) ddp_launch(t, 0, t->model.padded_numel, st->tags[0]);
   TRAINER_PHASE("wait grads", ddp_wait_grads(t));
+  ddp_update(t);
+}
+
+void ddp_update(trainer_t *t) {
+  int64_t P = t->model.padded_numel;
   /* Every rank holds the same summed gradients: the norm needs no communication (no pieces: NULL). */
   double sumsq = trainer_grad_sumsq(t, t->grads.data, -1); /* the whole model, unsharded */
   float gscale = trainer_finish_grads(t, sumsq, NULL);
@@ -191,7 +201,7 @@ static void ddp_step(trainer_t *t) {
 
 /* Every rank keeps every unit whole, the same values everywhere (strategy_t.layout): rank 0's
  * copy is the one a checkpoint or the export takes. */
-static void ddp_layout(trainer_t *t, int u, unit_layout_t *out) {
+void ddp_layout(trainer_t *t, int u, unit_layout_t *out) {
   const unit_t *un = &t->model.units[u];
   float *w = dtype_is_half(t->wdt) ? t->master.data : t->params.data;
   *out = (unit_layout_t){

@@ -29,6 +29,15 @@ typedef struct ddp_bucket {
 int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out,
                        int *unit_bucket);
 
+/* Shared with the strategies built on DDP's replicas (chapter 13's solutions/powersgd.c):
+ * ddp_replica_setup allocates the full states on every rank (rank 0's init, broadcast) and sets
+ * every unit's views; ddp_update, once every gradient is summed, takes the norm (no communication:
+ * every rank holds all of them), clips, runs the optimizer and casts the bf16 copy; ddp_layout is
+ * strategy_t.layout for a full replica on every rank. */
+void ddp_replica_setup(trainer_t *t);
+void ddp_update(trainer_t *t);
+void ddp_layout(trainer_t *t, int u, unit_layout_t *out);
+
 /* The strategy for --variant naive|overlap|bucketed; NULL for anything else. */
 const strategy_t *ddp_strategy(const char *variant);
 #endif

@@ -359,6 +359,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "naive: all-reduce after backward; overlap: per unit, async; bucketed: buckets of --bucket-mb");
   if (chapter_flags & TRAIN_FLAG_BUCKET)
     SPEC("--bucket-mb", ARG_DOUBLE, &cfg->bucket_mb, 0, 1e6, NULL, "bucket cap in MiB (any value > 0)");
+  if (chapter_flags & TRAIN_FLAG_COMPRESS) /* the value is checked by the chapter (13) */
+    SPEC("--compress", ARG_STR, &cfg->compress, 0, 0, NULL,
+         "powersgd:R: each bucket's gradient sent as a rank-R product P Q^T (PowerSGD, with error feedback "
+         "and warm start; --variant bucketed, fp32, CPU; notes/13-compression.md)");
   if (chapter_flags & TRAIN_FLAG_PIPELINE) {
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto",
          "pipeline stages P (contiguous units); auto: every rank a stage");

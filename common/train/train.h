@@ -99,6 +99,7 @@ typedef struct train_cfg {
   char device_note[256];              /* what "auto" chose and why ("" when nothing was automatic) */
   const char *variant;                /* --variant naive|overlap|bucketed (02, 04) */
   double bucket_mb;                   /* --bucket-mb (02, 04) */
+  const char *compress;               /* --compress powersgd:R (13; solutions/powersgd.h); NULL: none */
   double buffer_mb;                   /* --buffer-mb: constant-size buffers (ZeRO-R CB), 0 = unbounded */
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
@@ -142,8 +143,9 @@ enum {
   TRAIN_FLAG_ZERO = 32 /* --zero S: the strategy on the data dimension (06; a pipeline's, 07) */,
   TRAIN_FLAG_SHARD_GROUP = 64, /* --shard-group all|node: ZeRO-3 over every rank, or HSDP (05, 09) */
   TRAIN_FLAG_CP = 128, /* --cp C, --cp-balance (10) */
-  TRAIN_FLAG_MOE = 256 /* --moe E, --topk, --moe-every, --capacity-factor, --aux-loss-coeff,
-                        * --router-bias-rate, --ep (12) */
+  TRAIN_FLAG_MOE = 256, /* --moe E, --topk, --moe-every, --capacity-factor, --aux-loss-coeff,
+                         * --router-bias-rate, --ep (12) */
+  TRAIN_FLAG_COMPRESS = 512 /* --compress (13): checked by the chapter's main (solutions/powersgd.h) */
 };
 
 struct trainer;

@@ -1,0 +1,140 @@
+/* test_compress.c — chapter 13's contracts on ch13_compress, one mpirun launch per run
+ * (notes/13-compression.md):
+ *   1. PowerSGD's bytes: every rank's counters = the formula Σ_buckets 2(N−1)/N·(rows + cols)·R·4 per
+ *      step, computed here from the buckets of chapter 02 (0.02 MiB: 4810, 4160, 2112 elements), and
+ *      the report's formula says the same;
+ *   2. at full rank (R clipped to each bucket's rows) the run follows the uncompressed one: losses
+ *      within 1e-5 relative, params within 1e-5 · max|w| after 20 SGD steps (each step's update off by
+ *      at most 2^-17 of the gradient, test_powersgd.c; measured here: 1.4e-8 and 7e-8); at rank 2 it
+ *      still learns (the loss falls) but its weights differ (the test cannot pass by not compressing);
+ *   3. bad flags: one line naming --compress and what is allowed, exit 2, before MPI.
+ * Model: 32 -> 64 -> 64 -> 64 -> 10 (Ψ = 11082), global batch 60, SGD with momentum. */
+#include "zl_test.h"  // zl_run, zl_read_file, zl_json_*, zl_read_floats
+#include "powersgd.h" // psgd_shape: the formula's matrices
+
+#define BIN ZL_BIN "/ch13_compress"
+#define PSI 11082
+#define SHAPE                                                                                                \
+  "--layers 3 --hidden 64 --input 32 --classes 10 --batch 60 --seed 7 --quiet --log-every 0 "                \
+  "--optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 0.02"
+
+typedef struct crun {
+  char *json, *out;
+  float *params;
+  int64_t nparams;
+  double loss[20];
+} crun_t;
+
+static crun_t crun(int np, const char *name, int steps, const char *args) {
+  char dir[256], jpath[512], ppath[512];
+  zl_tmpdir(dir, sizeof dir, "compress");
+  snprintf(jpath, sizeof jpath, "%s/%s.json", dir, name);
+  snprintf(ppath, sizeof ppath, "%s/%s.bin", dir, name);
+  crun_t r = {0};
+  int rc = zl_run(np, 90, &r.out, "%s " SHAPE " --steps %d %s --json %s --save-params %s", BIN, steps, args,
+                  jpath, ppath);
+  cr_assert_eq(rc, 0, "%s (np %d): exit %d, expected 0; output:\n%s", name, np, rc, r.out);
+  r.json = zl_read_file(jpath, NULL);
+  cr_assert(r.json, "%s: no --json file %s", name, jpath);
+  r.params = zl_read_floats(ppath, &r.nparams);
+  cr_assert_eq(r.nparams, PSI, "%s: %lld params saved, expected %d", name, (long long)r.nparams, PSI);
+  int n = zl_json_all(zl_json_find(r.json, "steps"), "loss", r.loss, steps);
+  cr_assert_eq(n, steps, "%s: %d step losses in the json, expected %d", name, n, steps);
+  return r;
+}
+
+static void crun_free(crun_t *r) { free(r->json), free(r->out), free(r->params); }
+
+/* Bytes per rank per step for the buckets of 0.02 MiB at rank R, N ranks. */
+static double psgd_bytes(int R, int N) {
+  const int64_t buckets[] = {4810, 4160, 2112}; /* units 3+2, 1, 0 (test_ddp.c's 0.02 MiB) */
+  double floats = 0;
+  for (int k = 0; k < 3; k++) {
+    psgd_shape_t s = psgd_shape(buckets[k], R);
+    floats += (double)(s.rows + s.cols) * s.rank;
+  }
+  return 2.0 * (N - 1) / N * floats * 4;
+}
+
+Test(ch13_compress, powersgd_bytes_equal_formula, .timeout = 90) {
+  for (int np = 2; np <= 3; np++) {
+    char name[32];
+    snprintf(name, sizeof name, "bytes_np%d", np);
+    crun_t r = crun(np, name, 3, "--compress powersgd:2");
+    const char *comm = zl_json_find(r.json, "comm");
+    double want = psgd_bytes(2, np), mean = zl_json_num(comm, "bytes_per_step_per_rank"),
+           formula = zl_json_num(comm, "formula_bytes_per_step_per_rank");
+    cr_expect(fabs(mean - want) <= 1e-9 * want, "np %d rank 2: measured %.3f bytes/step/rank, formula %.3f",
+              np, mean, want);
+    cr_expect(fabs(formula - want) <= 1e-9 * want, "np %d: the report's formula %.3f, expected %.3f", np,
+              formula, want);
+    double total = 0; /* per rank: the ring's uneven chunks; over the ranks: exactly */
+    for (int k = 0; k < np; k++) {
+      char key[64];
+      snprintf(key, sizeof key, "{\"rank\": %d, \"sent_bytes\"", k);
+      const char *p = strstr(comm, key);
+      cr_assert(p, "np %d: comm.per_rank has no rank %d", np, k);
+      total += zl_json_num(p, "sent_bytes");
+    }
+    cr_expect(fabs(total - 3 * np * want) <= 1e-6,
+              "np %d: the ranks sent %.0f bytes in 3 steps, formula %.1f", np, total, 3 * np * want);
+    cr_expect(want < 2.0 * (np - 1) / np * PSI * 4 / 10, "rank 2 sends %.0f bytes, not 10x fewer than %.0f",
+              want, 2.0 * (np - 1) / np * PSI * 4);
+    crun_free(&r);
+  }
+}
+
+static void expect_close(const char *what, const crun_t *got, const crun_t *want, double tol, int steps) {
+  for (int s = 0; s < steps; s++)
+    cr_expect(zl_rel(got->loss[s], want->loss[s]) <= tol,
+              "%s: loss of step %d: %.9g, uncompressed %.9g (tol %g)", what, s, got->loss[s], want->loss[s],
+              tol);
+  double scale = 0, worst = 0;
+  for (int i = 0; i < PSI; i++) {
+    scale = fmax(scale, fabs(want->params[i]));
+    worst = fmax(worst, fabs((double)got->params[i] - want->params[i]));
+  }
+  cr_expect(worst <= tol * scale, "%s: params off by %.3g > %g x max|w| %.4g", what, worst, tol, scale);
+}
+
+Test(ch13_compress, powersgd_full_rank_follows_the_all_reduce, .timeout = 90) {
+  crun_t ref = crun(2, "plain", 20, "--variant bucketed");
+  cr_expect(strstr(ref.json, "\"strategy\": \"ddp-bucketed\""),
+            "without --compress: not ch02's bucketed DDP");
+  crun_t full = crun(2, "full", 20, "--compress powersgd:65536");
+  expect_close("rank = rows", &full, &ref, 1e-5, 20);
+  crun_t r2 = crun(2, "rank2", 20, "--compress powersgd:2");
+  cr_expect(r2.loss[19] < r2.loss[0] - 0.05, "rank 2: loss %g -> %g: not learning", r2.loss[0], r2.loss[19]);
+  double worst = 0;
+  for (int i = 0; i < PSI; i++)
+    worst = fmax(worst, fabs((double)r2.params[i] - ref.params[i]));
+  cr_expect(worst > 1e-3, "rank 2: params within %.3g of the uncompressed run: is it compressing?", worst);
+  crun_free(&r2), crun_free(&full), crun_free(&ref);
+}
+
+Test(ch13_compress, bad_flags_exit_2, .timeout = 90) {
+  struct {
+    const char *args, *line;
+  } c[] = {
+      {"--compress powersgd:0",
+       "error: --compress powersgd:0: must be powersgd:R with the rank R an integer in 1..65536"},
+      {"--compress powersgd:-3", "error: --compress powersgd:-3: must be powersgd:R"},
+      {"--compress powersgd", "error: --compress powersgd: must be powersgd:R"},
+      {"--compress topk:3", "error: --compress topk:3: must be powersgd:R"},
+      {"--compress powersgd:4 --variant naive", "error: --compress powersgd:4: needs --variant bucketed"},
+      {"--compress powersgd:4 --precision bf16", "error: --compress powersgd:4: needs --precision fp32"},
+      {"--compress powersgd:4 --optimizer muon",
+       "error: --compress powersgd:4: takes --optimizer adamw or sgd"},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    char *out = NULL;
+    int rc = zl_run(2, 30, &out, "%s %s", BIN, c[i].args);
+    cr_expect_eq(rc, 2, "%s: exit %d, expected 2; output:\n%s", c[i].args, rc, out);
+    cr_expect(strstr(out, c[i].line), "%s: expected the line \"%s\"; output:\n%s", c[i].args, c[i].line, out);
+    int lines = 0;
+    for (const char *p = out; *p; p++)
+      lines += *p == '\n';
+    cr_expect(lines == 1, "%s: %d lines of output, expected one:\n%s", c[i].args, lines, out);
+    free(out);
+  }
+}
