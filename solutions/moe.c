@@ -1,8 +1,8 @@
 /* moe.c — chapter 12's MoE block (moe.h; notes/12-experts.md): route each token to k experts, dispatch
  * its rows to them (over the EP group: the all-to-all), run the experts' GEMMs, combine the outputs
  * with the gates; and the same backwards. The model around it (the units, the init, the setup) is
- * moe_model.c's, the load balance (the aux loss's gradient, the bias) moe_balance.c's, the rows'
- * exchange ep.c's.
+ * moe_model.c's, the load balance (the aux loss's gradient, the bias) moe_balance.c's, the plan of
+ * the rows' exchange moe_exchange.c's, the exchange itself ep.c's.
  *
  * A MoE block runs gpt.c's attention half (gpt_block_attn_forward/backward) and then this file's MLP.
  * The routing is decided on the host (the router's probabilities are copied there: the top-k, the
@@ -183,49 +183,7 @@ static void unit_host(moe_gpt_t *c, moe_route_t *r, int64_t routed, int64_t Rs, 
     die_on_rank("out of host memory (moe rows)");
 }
 
-/* ---- dispatch over the group: send layout (grouped by destination) ↔ expert layout ------------- */
-/* After the plan: how many rows go to each rank and come from each (capacity: El·cap each way; dropless:
- * the counts exchanged), and the maps between the received (source-major) and expert-major layouts. */
-static void exchange_plan(moe_gpt_t *c, moe_route_t *r, int64_t cap, int64_t *send_rows, int64_t *recv_src) {
-  int P = c->ep, El = c->e_local;
-  int64_t *sc = xmalloc((size_t)(2 * c->E) * sizeof(int64_t), "moe counts"), *rc = sc + c->E;
-  for (int e = 0; e < c->E; e++) sc[e] = cap > 0 ? cap : r->counts[e];
-  if (P > 1 && cap == 0) ep_exchange_counts(c->ep_comm, sc, rc, El); /* dropless: how many rows will come */
-  else memcpy(rc, sc, (size_t)c->E * sizeof(int64_t));
-  for (int q = 0; q < P; q++) {
-    send_rows[q] = recv_src[q] = 0;
-    for (int i = 0; i < El; i++) {
-      send_rows[q] += sc[q * El + i];
-      r->recv_rows[q * El + i] = rc[q * El + i]; /* rank q's rows for my expert i */
-      recv_src[q] += r->recv_rows[q * El + i];
-    }
-  }
-  free(sc);
-  /* expert-major: expert i's rows from rank 0, then rank 1, ...: the token order of the whole group */
-  int64_t rx = 0;
-  for (int i = 0; i < El; i++)
-    for (int q = 0; q < P; q++) {
-      int64_t from = 0; /* where rank q's rows for expert i sit in the received buffer */
-      for (int q2 = 0; q2 < q; q2++) from += recv_src[q2];
-      for (int i2 = 0; i2 < i; i2++) from += r->recv_rows[q * El + i2];
-      for (int64_t j = 0; j < r->recv_rows[q * El + i]; j++, rx++) {
-        r->perm_x[rx] = (int)(from + j);
-        r->perm_b[from + j] = (int)rx;
-      }
-    }
-  r->Rx = rx;
-}
-
-/* The bytes one pass (a forward, or a backward) sends over the group by the formula: the rows for
- * other ranks' experts out (dispatch; the combine's backward) and the rows of other ranks' tokens
- * back (combine; the dispatch's backward), C fp32 each. */
-static double a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int64_t *recv_src) {
-  double rows = 0;
-  for (int q = 0; q < c->ep; q++)
-    if (q != c->ep_rank) rows += (double)(send_rows[q] + recv_src[q]);
-  return rows * (double)c->C * 4.0;
-}
-
+/* ---- dispatch over the group: the exchanges (the plan of rows: moe_exchange.c) ------------------ */
 /* --ep: rows from the send layout (grouped by destination rank) to this rank's experts' layout — the
  * all-to-all, then each expert's rows gathered in source order. (Alone, the two layouts are one: the
  * callers use the same buffer and do not call these.) */
@@ -243,18 +201,6 @@ static void to_tokens(moe_gpt_t *c, const moe_route_t *r, device_t dev, float *d
   float *back = grow(&c->recv, "moe received rows", dev, r->Rx * c->C);
   op_rows_gather(dev, back, src_x, ix(c, dev, r->perm_b, IX_PERM_B), NULL, r->Rx, Cn);
   ep_exchange_rows(c->ep_comm, back, recv_src, dst_send, send_rows, Cn, tag);
-}
-
-/* Rows of expert i in the expert layout: [first, first + n). */
-static int64_t expert_rows(const moe_gpt_t *c, const moe_route_t *r, int i, int64_t *first) {
-  int64_t at = 0, n = 0;
-  for (int i2 = 0; i2 <= i; i2++) {
-    n = 0;
-    for (int q = 0; q < c->ep; q++) n += r->recv_rows[q * c->e_local + i2];
-    if (i2 < i) at += n;
-  }
-  *first = at;
-  return n;
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
@@ -302,7 +248,7 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* dispatch: the send layout, then (--ep) the all-to-all into the experts' layout */
   trace_begin("moe dispatch");
   int64_t send_rows[TRAIN_EP_MAX], recv_src[TRAIN_EP_MAX]; /* per rank of the group */
-  exchange_plan(c, r, cap, send_rows, recv_src);
+  moe_exchange_plan(c, r, cap, send_rows, recv_src);
   int64_t Rx = r->Rx;
   /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home.
    * Alone the send layout is the experts' (Rs = Rx): the rows are gathered straight into X */
@@ -316,7 +262,7 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   trace_end(NULL);
   trace_begin("moe experts");
   for (int i = 0; i < c->e_local; i++) { /* each expert: one GEMM pair on its rows */
-    int64_t r0, n = expert_rows(c, r, i, &r0);
+    int64_t r0, n = moe_expert_rows(c, r, i, &r0);
     if (n > 0) mlp_forward(c, io, expert_off(c, i), n, X + r0 * C, pre + r0 * F, post + r0 * F, eox + r0 * C);
   }
   trace_end(NULL);
@@ -324,7 +270,7 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   /* back to their tokens' ranks */
   if (c->ep > 1) to_tokens(c, r, dev, eo, eox, send_rows, recv_src, "moe combine");
   if (c->ep > 1)
-    c->a2a_formula += a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
+    c->a2a_formula += moe_a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
   op_rows_combine(dev, y, eo, ix(c, dev, r->slot, IX_SLOT), ix_weight(c, dev, r->gates), routed, k, Cn,
@@ -380,7 +326,7 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   trace_begin("moe experts backward");
   float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * F);
   for (int i = 0; i < c->e_local; i++) {
-    int64_t r0, n = expert_rows(c, r, i, &r0), w = expert_off(c, i);
+    int64_t r0, n = moe_expert_rows(c, r, i, &r0), w = expert_off(c, i);
     if (n == 0) { /* no rows: its gradient is 0 (overwritten with beta 0, kept with beta 1) */
       if (beta == 0.0f) op_fill(dev, grad_at(io, w), wdt, 0.0f, c->expert_numel);
       continue;
@@ -395,7 +341,7 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   if (c->ep > 1) {
     to_tokens(c, r, dev, dsend, dx_x, send_rows, recv_src, "moe dispatch backward");
     dtok = dsend;
-    c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
+    c->a2a_formula += moe_a2a_bytes(c, send_rows, recv_src);
   }
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * routed * C), *dln2r = dln2 + routed * C;
   const int *slot = ix(c, dev, r->slot, IX_SLOT);

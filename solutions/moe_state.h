@@ -3,6 +3,7 @@
  * Notes: notes/12-experts.md.
  *
  *   moe.c          the block: route, dispatch, the experts, combine; forward and backward
+ *   moe_exchange.c the rows' exchange over the EP group: counts, the layouts' maps, the formula's bytes
  *   moe_balance.c  load balance: the router's gradient with Switch's aux loss, the step's loads, the
  *                  DeepSeek-V3 bias (moe_step_end)
  *   moe_model.c    the model: the units, their init, moe_setup, what ep.c and ep_tp.c ask
@@ -122,4 +123,12 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io);
  * and aux loss added to the step's. */
 void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, moe_route_t *r, int64_t routed, const float *dg,
                          float *dl);
+/* The rows' exchange over the EP group (moe_exchange.c). After the plan: the rows to each rank
+ * (send_rows[P]) and from each (recv_src[P]) — capacity: cap per expert each way; dropless: the
+ * counts exchanged — and r's maps between the received and the experts' layouts (perm_x, perm_b, Rx). */
+void moe_exchange_plan(moe_gpt_t *c, moe_route_t *r, int64_t cap, int64_t *send_rows, int64_t *recv_src);
+/* The bytes one pass sends over the group by the formula (rows to and from other ranks, C fp32 each). */
+double moe_a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int64_t *recv_src);
+/* Rows of local expert i in the experts' layout: [*first, *first + n), returns n. */
+int64_t moe_expert_rows(const moe_gpt_t *c, const moe_route_t *r, int i, int64_t *first);
 #endif
