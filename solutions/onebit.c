@@ -47,7 +47,7 @@ int onebit_check_cfg(const train_cfg_t *cfg, const char **flag, const char **val
   *flag = "--optimizer";
   *value = "onebit-adam";
   if (cfg->compress)
-    snprintf(why, nwhy, "with --compress: the momentum is compressed already (one compression at a time)");
+    snprintf(why, nwhy, "with --compress (it compresses the momentum itself: one compression at a time)");
   else if (strcmp(cfg->variant, "bucketed") != 0)
     snprintf(why, nwhy, "needs --variant bucketed (the momentum travels by buckets), not %s", cfg->variant);
   else if (cfg->wdt != DT_F32)
