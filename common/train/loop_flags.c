@@ -421,6 +421,14 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "ZeRO++ hpZ: keep a second copy of the params sharded inside the node (+2Psi/g in bf16), so the "
          "backward's "
          "all-gathers stay in the node; the forward's still span every rank (notes/09-nodes.md)");
+  int quant_block = 0;
+  if (chapter_flags & TRAIN_FLAG_SHARD_GROUP) {
+    SPEC("--qwz", ARG_FLAG, &cfg->qwz, 0, 0, NULL,
+         "ZeRO++ qwZ: ZeRO-3's parameter all-gathers in int8 blocks, one fp32 scale each (|error| <= "
+         "max|block|/254; notes/13-compression.md)");
+    SPEC("--quant-block", ARG_INT, &quant_block, 1, 1 << 24, NULL,
+         "--qwz: elements per int8 block B (default 256): Psi(1 + 4/B) bytes per gather, not Psi x b");
+  }
   /* checked against the world and the model by the chapter (solutions/cp.h) */
   if (chapter_flags & TRAIN_FLAG_CP) {
     SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL,
@@ -559,6 +567,13 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
+  if (quant_block && !cfg->qwz) {
+    snprintf(v, sizeof v, "%d", quant_block);
+    exit(args_error("--quant-block", v, "needs --qwz (the block size of its int8 quantisation)"));
+  }
+  cfg->quant_block = quant_block ? quant_block : 256;
+  if (cfg->qwz && (chapter_flags & TRAIN_FLAG_PIPELINE))
+    exit(args_error("--qwz", NULL, "is built for chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
     exit(args_error(
         "--hpz", "",

@@ -111,6 +111,7 @@ typedef struct train_cfg {
   /* --shard-group node (05): HSDP, shard in the node, all-reduce across */
   int shard_group_node;
   int hpz;                            /* --hpz (05): ZeRO++'s secondary param shard in the node */
+  int qwz, quant_block; /* --qwz --quant-block B (05; solutions/qwz.h): ZeRO-3's gathers in int8 blocks */
   int host_threads; /* --host-threads K: threads of the host optimizer step (08's flag, set by
                      * its main and chapter 07's; 1 = one) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */

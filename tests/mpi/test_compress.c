@@ -111,14 +111,15 @@ Test(ch13_compress, onebit_bytes_equal_formula, .timeout = 90) {
     double want = onebit_bytes(1, 4, np), mean = zl_json_num(comm, "bytes_per_step_per_rank"),
            formula = zl_json_num(comm, "formula_bytes_per_step_per_rank"),
            a2a = zl_json_num(zl_json_find(comm, "by_op"), "all_to_all");
-    cr_expect(fabs(mean - want) <= 1e-9 * want, "np %d: measured %.3f bytes/step/rank, formula %.3f", np, mean,
-              want);
+    cr_expect(fabs(mean - want) <= 1e-9 * want, "np %d: measured %.3f bytes/step/rank, formula %.3f", np,
+              mean, want);
     cr_expect(fabs(formula - want) <= 1e-9 * want, "np %d: the report's formula %.3f, expected %.3f", np,
               formula, want);
     double signs = onebit_bytes(0, 1, np); /* one sign step: the all-to-all is half of it */
     cr_expect(fabs(a2a * 4 / 3 - signs / 2) <= 1e-9 * signs, "np %d: all-to-all %.3f bytes/step over 3 of 4 "
               "steps, expected %.3f", np, a2a, signs / 2 * 3 / 4);
-    cr_expect(signs < 2.0 * (np - 1) / np * PSI * 4 / 25, "np %d: a sign step sends %.0f bytes, not 25x fewer "
+    cr_expect(signs < 2.0 * (np - 1) / np * PSI * 4 / 25, "np %d: a sign step sends %.0f bytes, not 25x "
+              "fewer "
               "than the all-reduce's %.0f", np, signs, 2.0 * (np - 1) / np * PSI * 4);
     crun_free(&r);
   }
@@ -134,7 +135,8 @@ Test(ch13_compress, onebit_warmup_is_adamw_bitwise, .timeout = 90) {
     cr_expect(warm.loss[s] == ref.loss[s], "step %d: loss %.9g, AdamW %.9g", s, warm.loss[s], ref.loss[s]);
   crun_t ob = crun(2, "onebit", 30, ADAM "--optimizer onebit-adam --warmup-steps 5");
   for (int s = 0; s < 5; s++)
-    cr_expect(ob.loss[s] == ref.loss[s], "warm-up step %d: loss %.9g, AdamW %.9g", s, ob.loss[s], ref.loss[s]);
+    cr_expect(ob.loss[s] == ref.loss[s], "warm-up step %d: loss %.9g, AdamW %.9g", s, ob.loss[s],
+              ref.loss[s]);
   cr_expect(ob.loss[29] < ob.loss[5] - 0.1, "after the warm-up: loss %g -> %g, not learning", ob.loss[5],
             ob.loss[29]);
   cr_expect(ob.loss[29] < ref.loss[29] * 1.05, "1-bit Adam's loss %g, AdamW's %g: more than 5%% behind",
@@ -191,7 +193,8 @@ Test(ch13_compress, bad_flags_exit_2, .timeout = 90) {
        "error: --optimizer onebit-adam: needs --precision fp32"},
       {"--optimizer onebit-adam --warmup-steps 2 --compress powersgd:2",
        "error: --optimizer onebit-adam: with --compress"},
-      {"--optimizer onebit-adam --warmup-steps 2 --clip 1", "error: --optimizer onebit-adam: takes no --clip"},
+      {"--optimizer onebit-adam --warmup-steps 2 --clip 1",
+       "error: --optimizer onebit-adam: takes no --clip"},
       {"@ch05 --optimizer onebit-adam", "error: --optimizer onebit-adam: is chapter 13's"},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
