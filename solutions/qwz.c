@@ -78,13 +78,12 @@ void qwz_gather_finish(trainer_t *t, zero3_t *z, int u, gather_slot_t *g) {
 void qwz_formula(const trainer_t *t, formula_t *f) {
   const model_t *m = &t->model;
   int N = t->world, B = t->cfg->quant_block;
-  double gather = 0, plain = 0; /* bytes a rank sends per all-gather of every unit, qwZ's and not */
+  double gather = 0, rs = 0; /* bytes a rank sends per all-gather of every unit, per reduce-scatter */
   for (int u = 0; u < m->n_units; u++) {
     int64_t piece = (m->units[u].numel + N - 1) / N; /* shard_plan's: padded to a multiple of N */
     gather += (double)(N - 1) * (double)qwz_words(piece, B) * 4;
-    plain += (double)(N - 1) * (double)piece * (double)dtype_size(t->wdt);
+    rs += (double)(N - 1) * (double)piece * (double)dtype_size(t->wdt);
   }
-  (void)plain;
-  f->comm_bytes = f->comm_bytes / 3 + 2.0 * gather; /* ZeRO-3's reduce-scatter, then the two gathers */
+  f->comm_bytes = rs + 2.0 * gather; /* ZeRO-3's reduce-scatter (of the padded pieces), two gathers */
   snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N psi(1+4/B) + (N-1)/N psi b, B = %d", B);
 }
