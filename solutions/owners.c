@@ -5,107 +5,23 @@
  * the one-rank run's micro-batch gradient (same GEMMs, same shapes), a reduce of two is a + b in
  * either order, and the owner then runs the same op_muon / op_adamw calls on the same numbers as the
  * one-rank run (AdamW is element-wise: a piece of a segment gives the bits of the whole). */
-#include "owners.h"   // owners_t, owners_strategy
-#include <stdio.h>    // printf, snprintf
+#include "owners.h"   // owners_t, owners_strategy, owners_plan, owners_rest_*, owners_check_ranks
+#include <stdio.h>    // snprintf
 #include <stdlib.h>   // free, getenv
-#include <string.h>   // strcmp, strncmp
-#include "args.h"     // args_error
-#include "check.h"    // xcalloc, die_on_rank
-#include "comm.h"     // comm_reduce, comm_broadcast, comm_reduce_scatter, comm_all_gather, comm_ctl_*
-#include "device.h"   // dev_memcpy
+#include <string.h>   // strcmp
+#include "check.h"    // xcalloc
+#include "comm.h"     // comm_reduce, comm_broadcast, comm_reduce_scatter, comm_all_gather
 #include "exercise.h" // zl_exercise_todo (in the generated stub)
-#include "muon.h"     // muon_unit_segments, trainer_muon_hp, op_muon
+#include "muon.h"     // trainer_muon_hp, op_muon
 #include "ops.h"      // op_adamw, op_sumsq
 #include "trace.h"    // trace_begin, trace_end (TRAINER_PHASE)
 
-void owners_assign(const int64_t *numel, int n, int world, int *owner) {
-  int *order = xcalloc((size_t)n + 1, sizeof *order, "owner order");
-  int64_t *load = xcalloc((size_t)world, sizeof *load, "owner load");
-  for (int i = 0; i < n; i++) order[i] = i;
-  for (int i = 1; i < n; i++) /* insertion sort, largest first, stable: the same order on every rank */
-    for (int j = i; j > 0 && numel[order[j]] > numel[order[j - 1]]; j--) {
-      int x = order[j];
-      order[j] = order[j - 1], order[j - 1] = x;
-    }
-  for (int k = 0; k < n; k++) {
-    int best = 0;
-    for (int r = 1; r < world; r++)
-      if (load[r] < load[best]) best = r;
-    owner[order[k]] = best;
-    load[best] += numel[order[k]];
-  }
-  free(order);
-  free(load);
-}
-
-void owners_plan(const model_t *m, int world, int rank, owners_t *o) {
-  *o = (owners_t){0};
-  muon_seg_t seg[MUON_MAX_SEGS];
-  int cap = 1;
-  for (int u = 0; u < m->n_units; u++) cap += muon_unit_segments(m, u, seg);
-  o->mat = xcalloc((size_t)cap, sizeof *o->mat, "owned matrices");
-  o->seg_off = xcalloc((size_t)cap, sizeof(int64_t), "rest offsets");
-  o->seg_numel = xcalloc((size_t)cap, sizeof(int64_t), "rest numels");
-  for (int u = 0; u < m->n_units; u++) {
-    int k = muon_unit_segments(m, u, seg);
-    for (int i = 0; i < k; i++) {
-      int64_t at = m->units[u].off + seg[i].off;
-      if (seg[i].rows > 0)
-        o->mat[o->n_mat++] = (owned_matrix_t){at, seg[i].numel, seg[i].rows, seg[i].cols, 0, -1};
-      else o->seg_off[o->n_seg] = at, o->seg_numel[o->n_seg++] = seg[i].numel, o->rest_numel += seg[i].numel;
-    }
-  }
-  o->rest_padded = (o->rest_numel + world - 1) / world * world;
-  o->rest_piece = o->rest_padded / world;
-  int64_t *numel = xcalloc((size_t)o->n_mat + 1, sizeof(int64_t), "matrix sizes");
-  int *owner = xcalloc((size_t)o->n_mat + 1, sizeof(int), "matrix owners");
-  for (int i = 0; i < o->n_mat; i++) numel[i] = o->mat[i].numel;
-  owners_assign(numel, o->n_mat, world, owner);
-  o->rank_numel = xcalloc((size_t)world, sizeof(int64_t), "rank loads");
-  for (int i = 0; i < o->n_mat; i++) {
-    o->mat[i].owner = owner[i];
-    o->rank_numel[owner[i]] += numel[i];
-    if (owner[i] == rank) o->mat[i].state_off = o->mine, o->mine += numel[i];
-  }
-  free(numel);
-  free(owner);
-}
-
-void owners_free(owners_t *o) {
-  free(o->mat), free(o->seg_off), free(o->seg_numel), free(o->rank_numel);
-  tensor_free(&o->gmat), tensor_free(&o->pack), tensor_free(&o->grest);
-  *o = (owners_t){0};
-}
-
-/* Copy the AdamW segments between the flat buffer and the packed rest: [lo, hi) of the packed
- * order, to_pack 1: flat -> pack, 0: pack -> flat (wdt elements). */
-static void rest_copy(trainer_t *t, owners_t *o, void *flat, int64_t lo, int64_t hi, int to_pack) {
-  size_t b = dtype_size(t->wdt);
-  int64_t at = 0;
-  for (int i = 0; i < o->n_seg; at += o->seg_numel[i], i++) {
-    int64_t a = at > lo ? at : lo, e = at + o->seg_numel[i] < hi ? at + o->seg_numel[i] : hi;
-    if (a >= e) continue;
-    char *f = (char *)flat + (o->seg_off[i] + a - at) * (int64_t)b;
-    char *p = (char *)o->pack.data + a * (int64_t)b;
-    if (to_pack) dev_memcpy(t->dev, p, t->dev, f, (size_t)(e - a) * b);
-    else dev_memcpy(t->dev, f, t->dev, p, (size_t)(e - a) * b);
-  }
-}
-
-/* This rank's rest piece: AdamW on each segment's part inside [lo, hi), w in the flat params, the
- * gradient, m and v in piece order (m after the matrices' momentum, v after their AdamW v if any). */
+/* This rank's rest piece: AdamW on each segment's part inside it, the gradient, m and v in piece order
+ * (m after the matrices' momentum, v after their AdamW v if any). */
 static void rest_update(trainer_t *t, owners_t *o, float gscale) {
-  size_t b = dtype_size(t->wdt);
-  int64_t lo = (int64_t)t->rank * o->rest_piece, hi = lo + o->rest_piece, at = 0;
-  int64_t vbase = t->cfg->optimizer == OPT_MUON ? 0 : o->mine;
-  for (int i = 0; i < o->n_seg; at += o->seg_numel[i], i++) {
-    int64_t a = at > lo ? at : lo, e = at + o->seg_numel[i] < hi ? at + o->seg_numel[i] : hi;
-    if (a >= e) continue;
-    op_adamw(t->dev, (float *)t->params.data + o->seg_off[i] + (a - at),
-             (const char *)o->grest.data + (a - lo) * (int64_t)b, t->wdt,
-             (float *)t->opt_m.data + o->mine + (a - lo), (float *)t->opt_v.data + vbase + (a - lo), e - a,
-             &t->hp, t->opt_t, gscale);
-  }
+  int64_t lo = (int64_t)t->rank * o->rest_piece, vbase = t->cfg->optimizer == OPT_MUON ? 0 : o->mine;
+  owners_rest_adamw(t, o, 0, o->n_seg, lo, lo + o->rest_piece, o->grest.data,
+                    (float *)t->opt_m.data + o->mine, (float *)t->opt_v.data + vbase, gscale);
 }
 
 void owners_update_matrix(trainer_t *t, owners_t *o, int i, float gscale) {
@@ -132,28 +48,6 @@ void owners_update_matrix(trainer_t *t, owners_t *o, int i, float gscale) {
   // END EXERCISE
 }
 
-/* ZL_CHECK_RANKS=1 (tests): every rank's params, bit for bit, against rank 0's after each step. */
-static void check_ranks(trainer_t *t, owners_t *o) {
-  const unsigned char *p = t->params.data; /* fp32 on the host (owners_check refuses the rest) */
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t i = 0; i < tensor_nbytes(&t->params); i++) h = (h ^ p[i]) * 1099511628211ull;
-  uint64_t h0 = h;
-  comm_ctl_broadcast(t->comm, &h0, sizeof h0, 0);
-  int N = t->world;
-  double *bad = xcalloc((size_t)N, sizeof(double), "rank check");
-  bad[t->rank] = h != h0;
-  comm_ctl_all_reduce_f64(t->comm, bad, N, REDOP_SUM);
-  for (int r = 1; r < N; r++)
-    if (bad[r] != 0) {
-      if (t->rank == 0)
-        die("error: rank %d's parameters differ from rank 0's after step %d (each matrix must be updated "
-            "whole by its owner, then sent to every rank)", r, t->opt_t);
-      comm_barrier(t->comm); /* rank 0 takes the job down */
-    }
-  free(bad);
-  o->checked++;
-}
-
 void owners_step_with(trainer_t *t, owners_update_fn update) {
   owners_t *o = t->priv;
   size_t b = dtype_size(t->wdt);
@@ -164,7 +58,7 @@ void owners_step_with(trainer_t *t, owners_update_fn update) {
                 x->owner == t->rank ? tensor_at(&o->gmat, x->state_off) : NULL, x->numel, t->wdt, REDOP_SUM,
                 x->owner);
   }
-  rest_copy(t, o, t->grads.data, 0, o->rest_numel, 1);
+  owners_rest_copy(t, o, 0, o->n_seg, t->grads.data, 0, o->pack.data, 0, o->rest_numel, 1);
   comm_reduce_scatter(t->comm, o->pack.data, o->grest.data, o->rest_padded, t->wdt, REDOP_SUM);
   trace_end(NULL);
   /* the norm: this rank's matrices and rest piece, disjoint over the ranks */
@@ -177,11 +71,11 @@ void owners_step_with(trainer_t *t, owners_update_fn update) {
   trace_end(NULL);
   TRAINER_PHASE("3 update own rest piece", rest_update(t, o, gscale));
   int64_t lo = (int64_t)t->rank * o->rest_piece;
-  rest_copy(t, o, t->params.data, lo, lo + o->rest_piece, 1);
+  owners_rest_copy(t, o, 0, o->n_seg, t->params.data, 0, o->pack.data, lo, lo + o->rest_piece, 1);
   TRAINER_PHASE("5 all-gather the rest",
                 comm_all_gather(t->comm, tensor_at(&o->pack, lo), o->pack.data, o->rest_padded, t->wdt));
-  rest_copy(t, o, t->params.data, 0, o->rest_numel, 0);
-  if (o->check_ranks) check_ranks(t, o);
+  owners_rest_copy(t, o, 0, o->n_seg, t->params.data, 0, o->pack.data, 0, o->rest_numel, 0);
+  if (o->check_ranks) owners_check_ranks(t, o);
 }
 
 static void owners_step(trainer_t *t) { owners_step_with(t, owners_update_matrix); }
@@ -206,16 +100,9 @@ static void owners_setup(trainer_t *t) {
     t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
   }
   trainer_init_full_params(t); /* rank 0's init, broadcast: every rank holds the whole fp32 params */
-  if (trainer_prints(t)) {
-    printf("owners: %d matrices, greedy by size (largest first); the rest (%lld params, AdamW) in %d pieces "
-           "of %lld\n", o->n_mat, (long long)o->rest_numel, t->world, (long long)o->rest_piece);
-    for (int r = 0; r < t->world; r++) {
-      printf("  rank %d owns", r);
-      for (int i = 0; i < o->n_mat; i++)
-        if (o->mat[i].owner == r) printf(" %dx%d", o->mat[i].rows, o->mat[i].cols);
-      printf(": %lld matrix params\n", (long long)o->rank_numel[r]);
-    }
-  }
+  char rest[64];
+  snprintf(rest, sizeof rest, "in %d pieces of %lld", t->world, (long long)o->rest_piece);
+  owners_print(t, o, rest);
 }
 
 static void owners_pre_backward(trainer_t *t, int u) { t->grad_beta = t->micro > 0 ? 1.0f : 0.0f; }
@@ -272,35 +159,3 @@ static const strategy_t owners_s = {
 };
 
 const strategy_t *owners_strategy(void) { return &owners_s; }
-
-int owners_take_flag(int *argc, char **argv, int *owner) {
-  *owner = 0;
-  int n = 0;
-  for (int i = 0; i < *argc; i++) {
-    const char *v = NULL;
-    if (strcmp(argv[i], "--shard") == 0 && i + 1 < *argc) v = argv[++i];
-    else if (strncmp(argv[i], "--shard=", 8) == 0) v = argv[i] + 8;
-    else {
-      argv[n++] = argv[i];
-      continue;
-    }
-    if (strcmp(v, "owner") && strcmp(v, "flat"))
-      return args_error("--shard", v, "must be flat (ZeRO's pieces of every unit) or owner (each matrix "
-                        "on one rank: Muon's layout)");
-    *owner = strcmp(v, "owner") == 0;
-  }
-  *argc = n;
-  argv[n] = NULL;
-  return 0;
-}
-
-int owners_check(const train_cfg_t *cfg) {
-  if (cfg->wdt != DT_F32)
-    return args_error("--shard", "owner",
-                      "fp32 only here (--precision fp32): the owners keep no fp32 master");
-  if (cfg->ckpt || cfg->resume)
-    return args_error("--shard", "owner", "no checkpoints yet (the owners' states are not saved)");
-  if (cfg->dev != DEV_CPU)
-    return args_error("--shard", "owner", "--device cpu only here (the rank check reads the params)");
-  return 0;
-}

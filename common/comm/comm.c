@@ -443,6 +443,19 @@ comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t 
   return broadcast_async(c, buf, numel, dt, root, tag, "comm_broadcast_async");
 }
 
+/* A reduce queued on the stream like the rest (ZeRO-2 with whole-matrix owners: solutions/owners_zero2.c);
+ * comm_reduce below is this and a wait. recv is significant on root only. */
+comm_handle_t comm_reduce_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                redop_t op, int root, const char *tag) {
+  comm_check_args(c, "comm_reduce_async", numel, dt, root, 1);
+  void *out = c->rank == root ? recv : NULL;
+  comm_track_check(c, "comm_reduce_async", tag, send, nbytes_of(numel, dt), out, nbytes_of(numel, dt));
+  comm_task_t t = comm_task_make(TASK_REDUCE, CO_REDUCE, c, send, recv, numel, dt, op, root);
+  comm_handle_t h = comm_submit(c, &t, tag);
+  comm_track_open(c, h, "comm_reduce_async", tag, 0, send, nbytes_of(numel, dt), out, nbytes_of(numel, dt));
+  return h;
+}
+
 /* ---- blocking = async + wait --------------------------------------------------------------- */
 void comm_broadcast(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root) {
   comm_wait(c, broadcast_async(c, buf, numel, dt, root, "blocking", "comm_broadcast"));

@@ -144,6 +144,9 @@ comm_handle_t comm_all_gather_async(comm_t *c, const void *send, void *recv, int
                                     const char *tag);
 comm_handle_t comm_broadcast_async(comm_t *c, void *buf, int64_t numel, dtype_t dt, int root,
                                    const char *tag);
+/* recv (significant on root) = op over ranks of send, as comm_reduce. */
+comm_handle_t comm_reduce_async(comm_t *c, const void *send, void *recv, int64_t numel, dtype_t dt,
+                                redop_t op, int root, const char *tag);
 /* Point-to-point, queued on the stream like the rest (a send or recv waits behind what was
  * queued before it; one communicator per direction keeps a pipeline's two flows apart). The
  * buffer stays untouched (send) or unread (recv) until comm_wait on the handle. */

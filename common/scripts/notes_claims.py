@@ -58,10 +58,10 @@ SOURCE_TOPS = ("chapters", "common", "solutions")
 # one of flag (--x), prog (chNN_x), target (make), src (GLOB /REGEX/); why: what the sentence
 # claims, shown by --claims (for a sentence that names nothing one can look for, the reason).
 CLAIMS = [
-    ("notes/03-zero1.md", r"^Not built, and refused with the reason: ZeRO-2/3 and offload with Muon",
-     ["has src common/train/loop.c /whole-matrix owners are built for ZeRO-1/",
+    ("notes/03-zero1.md", r"^Not built, and refused with the reason: ZeRO-3 and offload with Muon",
+     ["has src common/train/loop.c /whole-matrix owners are built for ZeRO-1 and ZeRO-2/",
       "has src common/train/loop_flags.c /with --tp > 1 each rank holds a slice of every matrix/"],
-     "Muon refused where matrices are sliced: ZeRO-2/3, offload, --tp, MoE, checkpoints"),
+     "Muon refused where matrices are sliced: ZeRO-3, offload, --tp, MoE, checkpoints"),
     ("notes/05-zero3.md", r"not yet issued", [],
      "prose: the prefetch algorithm's events not yet issued, not a feature"),
     ("notes/06-tensor-parallel.md", r"^Not built: the vocab split assumes",

@@ -601,8 +601,9 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     if (env_rank == 0)
       fprintf(stderr, "error: --optimizer muon: %s updates flat slices (each rank a piece of every unit, cut "
               "through the matrices), and Newton-Schulz needs each matrix whole%s\n", s->name,
-              s->stage == 1 ? ": ch03_zero1 --shard owner gives each matrix one rank"
-                            : "; whole-matrix owners are built for ZeRO-1 (ch03_zero1 --shard owner)");
+              s->stage == 1   ? ": ch03_zero1 --shard owner gives each matrix one rank"
+              : s->stage == 2 ? ": ch04_zero2 --shard owner gives each matrix one rank"
+                              : "; whole-matrix owners are built for ZeRO-1 and ZeRO-2 (--shard owner)");
     return 2;
   }
   if (env_rank == 0 && !cfg->quiet && cfg->device_note[0]) printf("%s\n", cfg->device_note);

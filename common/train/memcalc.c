@@ -141,7 +141,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   /* chapters 07, 10, 08: pipeline stages, context parallelism, ZeRO-Offload */
   int pp = 1, cp = 1, offload = 0;
   int64_t micro = 1;
-  const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL;
+  const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL, *optimizer = "adamw";
   arg_spec_t specs[] = {
       {"--params", ARG_COUNT, &psi, 1, 1e15, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
       {"--model", ARG_STR, &model, 0, 0, NULL, "D,H,C,L: take Ψ from the zerolab MLP of this shape instead"},
@@ -188,6 +188,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
        "with a transformer shape: C-way context parallelism (chapter 10, the ring): each rank holds S/C "
        "positions "
        "of the --micro-batch sequences; C divides --ranks and --seq"},
+      {"--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|muon",
+       "muon: Muon's states (fp32: one momentum for the hidden matrices, AdamW's m, v for the rest) under "
+       "whole-matrix owners (memcalc_muon.c)"},
       {"--offload", ARG_FLAG, &offload, 0, 0, NULL,
        "ZeRO-Offload (chapter 08): ZeRO-2 with the fp32 master and optimizer states in host memory: the "
        "device "
@@ -323,6 +326,28 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       if (experts > 0)
         return args_error("--offload", NULL, "with --experts: not computed here (give one of them)");
     }
+  }
+  if (strcmp(optimizer, "muon") == 0) { /* its own table (memcalc_muon.c): the split needs the shape */
+    const char *no = experts > 0 ? "--experts" : tp > 1 ? "--tp" : pp > 1 ? "--pp" : cp > 1 ? "--cp"
+                     : offload ? "--offload" : fp32_grads ? "--fp32-grads" : k != -1 ? "--k" : NULL;
+    if (no) return args_error("--optimizer", "muon", "with %s: not computed here (nor built)", no);
+    if (strcmp(precision, "fp32") != 0)
+      return args_error("--optimizer", "muon", "needs --precision fp32 (the owners keep no fp32 master)");
+    if (args_env_rank() != 0) return 0;
+    int n = 0, cap = tf ? 4 * layers : model ? 1 << 16 : 1;
+    int64_t *mats = calloc((size_t)cap, sizeof *mats);
+    if (!mats) return fprintf(stderr, "error: out of memory\n"), 1;
+    long long d[4] = {0};
+    if (tf)
+      for (int l = 0; l < layers; l++) /* a block's qkv, proj, fc, fcproj (gpt.h's matrices hook) */
+        for (int q = 0; q < 4; q++) mats[n++] = (int64_t)(q == 0 ? 3 : q == 1 ? 1 : 4) * hidden * hidden;
+    else if (model && sscanf(model, "%lld,%lld,%lld,%lld", &d[0], &d[1], &d[2], &d[3]) == 4)
+      for (int l = 0; l < d[3]; l++) mats[n++] = d[1] * (l ? d[1] : d[0]); /* every W but the head's */
+    rc = memcalc_muon(out, json, psi, world, mats, n,
+                      n ? NULL : "--params alone: all of it taken as hidden matrices, evenly owned (give a "
+                      "shape for the split)");
+    free(mats);
+    return rc;
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
 

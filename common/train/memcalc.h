@@ -38,4 +38,8 @@ mem_formula_t memcalc_stage_states(int stage, double psi, int world, dtype_t wdt
  * model states when the default K and no --fp32-grads (else the paper's generic form); `split` cuts
  * the GPT's units into --pp stages (ch00_memory and the page both pass pp_split). */
 int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_fn split, FILE *out);
+/* ch00_memory --optimizer muon (memcalc_muon.c): the table of Muon's model states per rank for Ψ = psi
+ * on N = world, the hidden matrices mats[0..n) (n 0: `assumed` says what is taken instead); --json too. */
+int memcalc_muon(FILE *out, const char *json, double psi, int world, const int64_t *mats, int n,
+                 const char *assumed);
 #endif

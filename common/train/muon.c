@@ -1,6 +1,6 @@
 /* muon.c — Muon on a replica held whole: the split into Muon's matrices and AdamW's rest, and the
  * update that walks it (muon.h; notes/03-zero1.md). Strategies that hold a matrix whole (one rank,
- * DDP) call it through trainer_optimizer_update; ZeRO's owners (solutions/owners.c) walk the same
+ * DDP) call it through trainer_optimizer_update; ZeRO's owners (solutions/owners_plan.c) walk the same
  * segments, each matrix on its owner. */
 #include "muon.h"   // the contracts implemented here
 #include <stdio.h>  // printf
