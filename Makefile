@@ -411,6 +411,15 @@ budget-demo: build
 	@mkdir -p $(RESULTS)
 	@bash common/scripts/budget_demo.sh $(BIN) $(RESULTS) $(BUDGET)
 
+# chapter 13: bytes per step of PowerSGD, 1-bit Adam and qwZ, measured vs formula, and the GPT's loss
+# against the uncompressed run over 3 seeds (notes/13-compression.md); JSON under $(RESULTS)/
+# (UPDATE_NOTES=1: notes/data/bench_compress.json, the committed measurement notes/13 quotes)
+COMPRESS_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_compress.json
+.PHONY: bench-compress
+bench-compress: build
+	@mkdir -p $(dir $(COMPRESS_OUT))
+	@$(PYTHON) common/scripts/bench_compress.py --bin $(BIN) --out $(COMPRESS_OUT)
+
 # ZeRO-R memory defragmentation on a GPT step: the ledger's real alloc/free sequence replayed through
 # a caching allocator and ZeRO's contiguous regions (notes/zero-r.md)
 .PHONY: bench-zeror
