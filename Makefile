@@ -411,6 +411,15 @@ budget-demo: build
 	@mkdir -p $(RESULTS)
 	@bash common/scripts/budget_demo.sh $(BIN) $(RESULTS) $(BUDGET)
 
+# chapter 13: bytes per step of PowerSGD, 1-bit Adam and qwZ, measured vs formula, and the GPT's loss
+# against the uncompressed run over 3 seeds (notes/13-compression.md); JSON under $(RESULTS)/
+# (UPDATE_NOTES=1: notes/data/bench_compress.json, the committed measurement notes/13 quotes)
+COMPRESS_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_compress.json
+.PHONY: bench-compress
+bench-compress: build
+	@mkdir -p $(dir $(COMPRESS_OUT))
+	@$(PYTHON) common/scripts/bench_compress.py --bin $(BIN) --out $(COMPRESS_OUT)
+
 # ZeRO-R memory defragmentation on a GPT step: the ledger's real alloc/free sequence replayed through
 # a caching allocator and ZeRO's contiguous regions (notes/zero-r.md)
 .PHONY: bench-zeror
@@ -433,9 +442,9 @@ bench-gpt: build
 	@$(PYTHON) common/scripts/bench_gpt.py --bin $(BIN) --out $(RESULTS)/bench_gpt.json
 
 # ---- the explorer page (common/explorer/README.md): memory, schedules and collectives in a browser,
-# every number from the project's C compiled to WebAssembly (Debian's emscripten). Writes
-# EXPLORER_OUT/index.html and its files: open it from disk (file://), no server. Optional: skipped
-# with a note where emcc is missing; make test never needs it (make test-long tests it in Chromium).
+# every number from the project's C compiled to WebAssembly (Debian's emscripten). Writes one file,
+# EXPLORER_OUT/index.html: open it from disk (file://), no server. Optional: one line and exit 1 where
+# emcc is missing; make test never needs it (make test-long tests it in Chromium).
 # The C is always solutions/'s (the exercises' stubs would stop the page). NODE_PATH: Debian's emcc
 # runs its JS optimizer on node, which finds acorn there when node is not Debian's own.
 EMCC ?= $(shell command -v emcc 2>/dev/null)
@@ -464,22 +473,44 @@ $(OBJ)/explorer-native/%.o: %.c
 $(EXPLORER_NATIVE): $(EXPLORER_NATIVE_O)
 	@mkdir -p $(@D)
 	$(EXPLORER_CC) $^ -Wl,--gc-sections -o $@ -lm
+# Without emcc (or, for the check, Chromium) each says what is missing in one line and exits 1,
+# before building anything: common/scripts/deps.sh --explorer installs both (Debian: about 270 MB
+# downloaded, 1.3 GB on disk). The page is one file (inline.py: the WebAssembly as base64, measured.js
+# and explorer.js inlined): it works copied alone. Its parts are built in OBJ/explorer/.
+EXPLORER_CHROMIUM ?= $(shell command -v chromium 2>/dev/null || command -v chromium-browser 2>/dev/null)
+EXPLORER_NO_EMCC := make explorer: emcc (emscripten) is missing, nothing built; install it with \
+  common/scripts/deps.sh --explorer (Debian: apt-get install emscripten)
+EXPLORER_NO_CHROMIUM := make explorer-check: chromium is missing, nothing checked; install it with \
+  common/scripts/deps.sh --explorer (Debian: apt-get install chromium)
 .PHONY: explorer
 explorer:
 ifeq ($(EMCC),)
-	@echo "make explorer: skipped, no emcc (Debian: apt-get install emscripten); the page's sources are in common/explorer/"
+	@echo "$(EXPLORER_NO_EMCC)" >&2; exit 1
 else
-	@mkdir -p $(EXPLORER_OUT)
-	NODE_PATH=/usr/share/nodejs$${NODE_PATH:+:$$NODE_PATH} $(EMCC) $(EXPLORER_FLAGS) $(EXPLORER_C) -o $(EXPLORER_OUT)/zl_explorer.js
-	@cp common/explorer/index.html common/explorer/explorer.js $(EXPLORER_OUT)/
-	@$(PYTHON) common/explorer/measured.py notes/data $(EXPLORER_OUT)/measured.js
-	@echo "explorer: open $(EXPLORER_OUT)/index.html in a browser (from disk, no server: file://$(abspath $(EXPLORER_OUT))/index.html)"
+	@mkdir -p $(EXPLORER_OUT) $(OBJ)/explorer
+	NODE_PATH=/usr/share/nodejs$${NODE_PATH:+:$$NODE_PATH} $(EMCC) $(EXPLORER_FLAGS) $(EXPLORER_C) \
+	  -o $(OBJ)/explorer/zl_explorer.js
+	@$(PYTHON) common/explorer/measured.py notes/data $(OBJ)/explorer/measured.js
+	@rm -f $(addprefix $(EXPLORER_OUT)/,zl_explorer.js explorer.js measured.js)
+	@$(PYTHON) common/explorer/inline.py common/explorer/index.html --from $(OBJ)/explorer common/explorer \
+	  -o $(EXPLORER_OUT)/index.html
+	@echo "explorer: open $(EXPLORER_OUT)/index.html in a browser (one file, from disk, no server:\
+	 file://$(abspath $(EXPLORER_OUT))/index.html)"
 endif
 # make explorer-check: the page in headless Chromium against the native programs (what make test-long
-# runs, suite explorer_long); SHOTS=notes/figures also saves a screenshot of each panel there.
+# runs, suite explorer_long), the layout at 1280x720 included; SHOTS=notes/figures also saves a
+# screenshot of each panel there. The missing tools first, in one line, before any build.
 .PHONY: explorer-check
-explorer-check: explorer $(BIN)/ch00_memory
-	@$(PYTHON) common/explorer/browser_test.py --page $(EXPLORER_OUT)/index.html --bin $(BIN) $(if $(SHOTS),--shots $(SHOTS))
+explorer-check:
+ifeq ($(EMCC),)
+	@echo "$(subst nothing built,nothing checked,$(subst make explorer:,make explorer-check:,$(EXPLORER_NO_EMCC)))" >&2; exit 1
+else ifeq ($(EXPLORER_CHROMIUM),)
+	@echo "$(EXPLORER_NO_CHROMIUM)" >&2; exit 1
+else
+	@$(MAKE) --no-print-directory explorer $(BIN)/ch00_memory
+	@$(PYTHON) common/explorer/browser_test.py --page $(EXPLORER_OUT)/index.html --bin $(BIN) \
+	  --chromium $(EXPLORER_CHROMIUM) $(if $(SHOTS),--shots $(SHOTS))
+endif
 
 help:
 	@sed -n '2,/^$$/{/^$$/d;s/^# \{0,1\}//;p}' Makefile

@@ -32,6 +32,7 @@
  * the step gets slower (notes/benchmarks.md). */
 #include "zero.h"              // zero3_strategy, shard_plan, zero_rs_*, zero_* helpers
 #include "zero3_state.h"       // zero3_t, gather_slot_t, hpz_* (--hpz)
+#include "qwz.h"               // qwz_gather_issue, qwz_gather_finish, qwz_formula (--qwz)
 #include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free, getenv, atoi
 #include <string.h>            // strcmp
@@ -60,6 +61,9 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   g->event = e;
   if (z->hpz && t->uses[e].kind == 'B') /* --hpz: from the node's secondary copy (hpz.c) */
     g->h = hpz_gather_backward(t, z, event_unit(t, e), g->buf.data);
+  else if (z->qwz_block) /* --qwz: int8 blocks on the wire, decoded by qwz_gather_finish */
+    g->h = qwz_gather_issue(t, z, event_unit(t, e), g,
+                            t->uses[e].kind == 'F' ? "all-gather int8 (fwd)" : "all-gather int8 (bwd)");
   else
     g->h =
         comm_all_gather_async(z->shard, tensor_at(&t->params, un->shard_off), g->buf.data, un->padded, t->wdt,
@@ -141,6 +145,7 @@ void zero3_init(trainer_t *t, zero3_t *z, comm_t *shard) {
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   zero_rs_init(&z->rs, t, shard);
   if (t->cfg->hpz) hpz_setup(t, z); /* ZeRO++'s secondary copy inside the node (hpz.c) */
+  z->qwz_block = t->cfg->qwz && z->shard == t->comm ? t->cfg->quant_block : 0; /* ZeRO-3's own only */
   if (t->no_sync && trainer_prints(t))
     printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last "
            "micro-batch: the full\n"
@@ -169,6 +174,7 @@ static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
     if (z->slots[s].event >= 0) {
       comm_wait(z->shard, z->slots[s].h); /* every rank issued it: complete it before freeing */
       tensor_free(&z->slots[s].buf);
+      tensor_free(&z->slots[s].wire);
       z->slots[s].event = -1;
       z->slots[s].h = 0;
     }
@@ -176,8 +182,10 @@ static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
 
 /* The hooks: event t->use of the sequence is unit `unit`'s forward or backward (train.h). */
 void zero3_pre_forward(trainer_t *t, int unit) {
-  if (t->use == 0) drop_stale_gathers(t, t->priv);
-  gather_acquire(t, t->priv, t->use);
+  zero3_t *z = t->priv;
+  if (t->use == 0) drop_stale_gathers(t, z);
+  gather_acquire(t, z, t->use);
+  if (z->qwz_block) qwz_gather_finish(t, z, unit, &z->slots[find_slot(z, t->use)]);
 }
 void zero3_post_forward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
@@ -188,6 +196,7 @@ void zero3_post_forward(trainer_t *t, int unit) {
 void zero3_pre_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   gather_acquire(t, z, t->use);
+  if (z->qwz_block) qwz_gather_finish(t, z, unit, &z->slots[find_slot(z, t->use)]);
   zero_rs_begin_unit(&z->rs, t, unit);
 }
 
@@ -228,7 +237,7 @@ static void zero3_layout(trainer_t *t, int u, unit_layout_t *out) {
 
 void zero3_release(trainer_t *t, zero3_t *z) {
   comm_wait_all(z->shard);
-  for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf);
+  for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf), tensor_free(&z->slots[s].wire);
   zero_rs_free(&z->rs);
   free(z->slots);
   if (z->hpz) hpz_release(t, z);
@@ -249,6 +258,7 @@ static void zero3_formula(const trainer_t *t, formula_t *f) {
   double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
   formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->cfg->hpz) hpz_formula(t, f); /* + the secondary copy; the backward's gather inside the node */
+  if (t->cfg->qwz) qwz_formula(t, f);  /* the gathers in int8 blocks */
   if (t->no_sync) {
     f->grads += psi * b;
     f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;

@@ -1,8 +1,8 @@
 /* moe.c — chapter 12's MoE block (moe.h; notes/12-experts.md): route each token to k experts, dispatch
  * its rows to them (over the EP group: the all-to-all), run the experts' GEMMs, combine the outputs
  * with the gates; and the same backwards. The model around it (the units, the init, the setup) is
- * moe_model.c's, the load balance (the aux loss's gradient, the bias) moe_balance.c's, the rows'
- * exchange ep.c's.
+ * moe_model.c's, the load balance (the aux loss's gradient, the bias) moe_balance.c's, the plan of
+ * the rows' exchange moe_exchange.c's, the exchange itself ep.c's.
  *
  * A MoE block runs gpt.c's attention half (gpt_block_attn_forward/backward) and then this file's MLP.
  * The routing is decided on the host (the router's probabilities are copied there: the top-k, the
@@ -10,10 +10,10 @@
  * anyway); every row of activations moves on the device (ops_gpt.h's op_rows_*). Names: routed, the
  * tokens this rank routes in a micro-batch (B·S, or its 1/tp with --tp); Rs, Rx, the rows of its send
  * layout and of its experts' layout (moe_state.h). */
-#include "moe_state.h" // moe_gpt_t, moe_unit_t, moe_router_backward
+#include "moe_state.h" // moe_gpt_t, moe_unit_t, moe_route_t, moe_router_backward
 #include "moe.h"      // moe_plan, moe_capacity
 #include "ep.h"       // ep_exchange_counts, ep_exchange_rows
-#include "check.h"    // die_on_rank, xmalloc
+#include "check.h"    // die_on_rank, xmalloc, xcalloc
 #include "comm.h"     // comm_ctl_all_reduce_f64, comm_all_gather
 #include "device.h"   // dev_memcpy
 #include "gpt.h"      // gpt_block_attn_*, gpt_block_saved_ln2
@@ -38,19 +38,19 @@ static float *grow(tensor_t *b, const char *name, device_t dev, int64_t numel) {
  * (Rs) backward — packed on the host and uploaded in ONE copy (the GPU path's cost per pass: the
  * router's probabilities down, this up; notes/12). On the CPU they are the host arrays themselves. */
 enum { IX_ROWS, IX_SLOT, IX_PERM_X, IX_PERM_B, IX_WEIGHT, IX_END };
-static void upload_pass(moe_gpt_t *c, device_t dev, const moe_unit_t *mu, int64_t routed, const float *w,
+static void upload_pass(moe_gpt_t *c, device_t dev, const moe_route_t *r, int64_t routed, const float *w,
                         int64_t nw) {
   int64_t *o = c->ix_off;
-  o[IX_ROWS] = 0, o[IX_SLOT] = mu->Rs, o[IX_PERM_X] = mu->Rs + routed * c->k,
-  o[IX_PERM_B] = o[IX_PERM_X] + mu->Rx;
-  o[IX_WEIGHT] = o[IX_PERM_B] + mu->Rx, o[IX_END] = o[IX_WEIGHT] + nw;
+  o[IX_ROWS] = 0, o[IX_SLOT] = r->Rs, o[IX_PERM_X] = r->Rs + routed * c->k,
+  o[IX_PERM_B] = o[IX_PERM_X] + r->Rx;
+  o[IX_WEIGHT] = o[IX_PERM_B] + r->Rx, o[IX_END] = o[IX_WEIGHT] + nw;
   if (dev == DEV_CPU) return;
   int32_t *h = xmalloc((size_t)(o[IX_END] > 0 ? o[IX_END] : 1) * sizeof(int32_t), "moe indices (host, "
                                                                                   "packed)");
-  memcpy(h + o[IX_ROWS], mu->row_tok, (size_t)mu->Rs * sizeof(int));
-  memcpy(h + o[IX_SLOT], mu->slot, (size_t)(routed * c->k) * sizeof(int));
-  memcpy(h + o[IX_PERM_X], mu->perm_x, (size_t)mu->Rx * sizeof(int));
-  memcpy(h + o[IX_PERM_B], mu->perm_b, (size_t)mu->Rx * sizeof(int));
+  memcpy(h + o[IX_ROWS], r->row_tok, (size_t)r->Rs * sizeof(int));
+  memcpy(h + o[IX_SLOT], r->slot, (size_t)(routed * c->k) * sizeof(int));
+  memcpy(h + o[IX_PERM_X], r->perm_x, (size_t)r->Rx * sizeof(int));
+  memcpy(h + o[IX_PERM_B], r->perm_b, (size_t)r->Rx * sizeof(int));
   memcpy(h + o[IX_WEIGHT], w, (size_t)nw * sizeof(float)); /* 4 bytes each: the bits as they are */
   dev_memcpy(dev, grow(&c->idx, "moe "
                                 "indices", dev, o[IX_END]), DEV_CPU, h, (size_t)o[IX_END] * sizeof(int32_t));
@@ -69,11 +69,11 @@ static const float *ix_weight(const moe_gpt_t *c, device_t dev, const float *hos
  * (E·cap rows, known before routing). Dropless: in a buffer of its own grown to this micro-batch's
  * rows — the worst case, every token of the group on this rank's experts, is never reserved; the
  * ledger's peak is the high-water mark. The backward asks with the same rows: the same buffer. */
-static float *saved_rows(moe_gpt_t *c, moe_unit_t *mu, const unit_io_t *io, int64_t Rx, int64_t Rs) {
+static float *saved_rows(moe_gpt_t *c, moe_route_t *r, const unit_io_t *io, int64_t Rx, int64_t Rs) {
   if (c->cf > 0) return io->saved + gpt_block_attn_saved(&c->kb) * io->B;
   int64_t n = Rx * (c->C + 2 * c->F) + Rs * c->C;
   c->rows_peak = n > c->rows_peak ? n : c->rows_peak;
-  tensor_t *b = c->t->cfg->recompute ? &c->rows_rc : &mu->rows;
+  tensor_t *b = c->t->cfg->recompute ? &c->rows_rc : &r->rows;
   return grow(b, "moe expert rows (saved, dropless)", io->dev, n);
 }
 
@@ -118,11 +118,12 @@ static void mlp_backward(const moe_gpt_t *c, const unit_io_t *io, int64_t w, int
 /* probs = softmax(logits) per token (fp32, max subtracted); ids, gates = the top-k of probs + bias
  * (ties: the lower expert), gates from probs (the bias only selects: DeepSeek-V3), renormalised over
  * the k chosen with --gate-norm topk. */
-static void route(const moe_gpt_t *c, moe_unit_t *mu, const float *logits, int64_t routed) {
+static void route(const moe_gpt_t *c, const moe_unit_t *mu, moe_route_t *r, const float *logits,
+                  int64_t routed) {
   int E = c->E, k = c->k;
   for (int64_t t = 0; t < routed; t++) {
     const float *l = logits + t * E;
-    float *p = mu->probs + t * E, mx = l[0], sum = 0;
+    float *p = r->probs + t * E, mx = l[0], sum = 0;
     for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
     for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
     for (int e = 0; e < E; e++) p[e] /= sum;
@@ -131,118 +132,82 @@ static void route(const moe_gpt_t *c, moe_unit_t *mu, const float *logits, int64
       float bs = 0;
       for (int e = 0; e < E; e++) {
         int taken = 0;
-        for (int q = 0; q < j; q++) taken |= mu->ids[t * k + q] == e;
+        for (int q = 0; q < j; q++) taken |= r->ids[t * k + q] == e;
         float s = p[e] + (mu->bias ? mu->bias[e] : 0.0f);
         if (!taken && (best < 0 || s > bs)) best = e, bs = s;
       }
-      mu->ids[t * k + j] = best;
-      mu->gates[t * k + j] = p[best];
+      r->ids[t * k + j] = best;
+      r->gates[t * k + j] = p[best];
     }
     if (c->gate_topk) { /* --gate-norm topk: the k gates sum to 1 (GShard, Mixtral, DeepSeek-V3) */
       float z = 0;
-      for (int j = 0; j < k; j++) z += mu->gates[t * k + j];
-      for (int j = 0; j < k; j++) mu->gates[t * k + j] /= z;
+      for (int j = 0; j < k; j++) z += r->gates[t * k + j];
+      for (int j = 0; j < k; j++) r->gates[t * k + j] /= z;
     }
   }
+}
+
+/* The route of the micro-batch whose activations are in `saved` (its slot's: the same from its forward
+ * to its backward; --recompute's one shared buffer: the forward reruns just before the backward), made
+ * on its first use. Without a pipeline one micro-batch is in flight: one route per block. */
+static moe_route_t *route_of(const moe_gpt_t *c, moe_unit_t *mu, const float *saved) {
+  for (int i = 0; i < mu->n_routes; i++)
+    if (mu->routes[i].key == saved) return &mu->routes[i];
+  mu->routes = realloc(mu->routes, (size_t)(mu->n_routes + 1) * sizeof *mu->routes);
+  if (!mu->routes) die_on_rank("out of host memory (moe routes)");
+  moe_route_t *r = &mu->routes[mu->n_routes++];
+  *r = (moe_route_t){.key = saved};
+  r->counts = xcalloc((size_t)c->E, sizeof(int64_t), "moe counts");
+  r->f = xcalloc((size_t)c->E, sizeof(double), "moe f");
+  r->load_now = xcalloc((size_t)c->E, sizeof(double), "moe loads (micro-batch)");
+  r->recv_rows = xcalloc((size_t)(c->ep * c->e_local), sizeof(int64_t), "moe recv rows");
+  return r;
 }
 
 /* The host arrays of a MoE block for `routed` tokens, Rs send rows and Rx expert rows. */
-static void unit_host(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, int64_t Rs, int64_t Rx) {
+static void unit_host(moe_gpt_t *c, moe_route_t *r, int64_t routed, int64_t Rs, int64_t Rx) {
   int E = c->E, k = c->k;
-  if (routed > mu->tokens) {
-    free(mu->probs), free(mu->ids), free(mu->slot), free(mu->gates);
-    mu->probs = xmalloc((size_t)(routed * E) * sizeof(float), "moe probs");
-    mu->ids = xmalloc((size_t)(routed * k) * sizeof(int), "moe ids");
-    mu->slot = xmalloc((size_t)(routed * k) * sizeof(int), "moe slots");
-    mu->gates = xmalloc((size_t)(routed * k) * sizeof(float), "moe gates");
-    mu->tokens = routed;
+  if (routed > r->tokens) {
+    free(r->probs), free(r->ids), free(r->slot), free(r->gates);
+    r->probs = xmalloc((size_t)(routed * E) * sizeof(float), "moe probs");
+    r->ids = xmalloc((size_t)(routed * k) * sizeof(int), "moe ids");
+    r->slot = xmalloc((size_t)(routed * k) * sizeof(int), "moe slots");
+    r->gates = xmalloc((size_t)(routed * k) * sizeof(float), "moe gates");
+    r->tokens = routed;
   }
-  mu->row_tok = realloc(mu->row_tok, (size_t)(Rs > 0 ? Rs : 1) * sizeof(int));
-  mu->row_gate = realloc(mu->row_gate, (size_t)(Rs > 0 ? Rs : 1) * sizeof(float));
-  mu->perm_x = realloc(mu->perm_x, (size_t)(Rx > 0 ? Rx : 1) * sizeof(int));
-  mu->perm_b = realloc(mu->perm_b, (size_t)(Rx > 0 ? Rx : 1) * sizeof(int));
-  if (!mu->row_tok || !mu->row_gate || !mu->perm_x || !mu->perm_b)
+  r->row_tok = realloc(r->row_tok, (size_t)(Rs > 0 ? Rs : 1) * sizeof(int));
+  r->row_gate = realloc(r->row_gate, (size_t)(Rs > 0 ? Rs : 1) * sizeof(float));
+  r->perm_x = realloc(r->perm_x, (size_t)(Rx > 0 ? Rx : 1) * sizeof(int));
+  r->perm_b = realloc(r->perm_b, (size_t)(Rx > 0 ? Rx : 1) * sizeof(int));
+  if (!r->row_tok || !r->row_gate || !r->perm_x || !r->perm_b)
     die_on_rank("out of host memory (moe rows)");
 }
 
-/* ---- dispatch over the group: send layout (grouped by destination) ↔ expert layout ------------- */
-/* After the plan: how many rows go to each rank and come from each (capacity: El·cap each way; dropless:
- * the counts exchanged), and the maps between the received (source-major) and expert-major layouts. */
-static void exchange_plan(moe_gpt_t *c, moe_unit_t *mu, int64_t cap, int64_t *send_rows, int64_t *recv_src) {
-  int P = c->ep, El = c->e_local;
-  int64_t *sc = xmalloc((size_t)(2 * c->E) * sizeof(int64_t), "moe counts"), *rc = sc + c->E;
-  for (int e = 0; e < c->E; e++) sc[e] = cap > 0 ? cap : mu->counts[e];
-  if (P > 1 && cap == 0) ep_exchange_counts(c->ep_comm, sc, rc, El); /* dropless: how many rows will come */
-  else memcpy(rc, sc, (size_t)c->E * sizeof(int64_t));
-  for (int q = 0; q < P; q++) {
-    send_rows[q] = recv_src[q] = 0;
-    for (int i = 0; i < El; i++) {
-      send_rows[q] += sc[q * El + i];
-      mu->recv_rows[q * El + i] = rc[q * El + i]; /* rank q's rows for my expert i */
-      recv_src[q] += mu->recv_rows[q * El + i];
-    }
-  }
-  free(sc);
-  /* expert-major: expert i's rows from rank 0, then rank 1, ...: the token order of the whole group */
-  int64_t rx = 0;
-  for (int i = 0; i < El; i++)
-    for (int q = 0; q < P; q++) {
-      int64_t from = 0; /* where rank q's rows for expert i sit in the received buffer */
-      for (int q2 = 0; q2 < q; q2++) from += recv_src[q2];
-      for (int i2 = 0; i2 < i; i2++) from += mu->recv_rows[q * El + i2];
-      for (int64_t r = 0; r < mu->recv_rows[q * El + i]; r++, rx++) {
-        mu->perm_x[rx] = (int)(from + r);
-        mu->perm_b[from + r] = (int)rx;
-      }
-    }
-  mu->Rx = rx;
-}
-
-/* The bytes one pass (a forward, or a backward) sends over the group by the formula: the rows for
- * other ranks' experts out (dispatch; the combine's backward) and the rows of other ranks' tokens
- * back (combine; the dispatch's backward), C fp32 each. */
-static double a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int64_t *recv_src) {
-  double rows = 0;
-  for (int q = 0; q < c->ep; q++)
-    if (q != c->ep_rank) rows += (double)(send_rows[q] + recv_src[q]);
-  return rows * (double)c->C * 4.0;
-}
-
+/* ---- dispatch over the group: the exchanges (the plan of rows: moe_exchange.c) ------------------ */
 /* --ep: rows from the send layout (grouped by destination rank) to this rank's experts' layout — the
  * all-to-all, then each expert's rows gathered in source order. (Alone, the two layouts are one: the
  * callers use the same buffer and do not call these.) */
-static void to_experts(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_x, const float *send,
+static void to_experts(moe_gpt_t *c, const moe_route_t *r, device_t dev, float *dst_x, const float *send,
                        const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
-  float *recv = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
+  float *recv = grow(&c->recv, "moe received rows", dev, r->Rx * c->C);
   ep_exchange_rows(c->ep_comm, send, send_rows, recv, recv_src, Cn, tag);
-  op_rows_gather(dev, dst_x, recv, ix(c, dev, mu->perm_x, IX_PERM_X), NULL, mu->Rx, Cn);
+  op_rows_gather(dev, dst_x, recv, ix(c, dev, r->perm_x, IX_PERM_X), NULL, r->Rx, Cn);
 }
 /* And back: the experts' rows to their tokens' ranks, in the send layout. */
-static void to_tokens(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_send, const float *src_x,
+static void to_tokens(moe_gpt_t *c, const moe_route_t *r, device_t dev, float *dst_send, const float *src_x,
                       const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
-  float *back = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
-  op_rows_gather(dev, back, src_x, ix(c, dev, mu->perm_b, IX_PERM_B), NULL, mu->Rx, Cn);
+  float *back = grow(&c->recv, "moe received rows", dev, r->Rx * c->C);
+  op_rows_gather(dev, back, src_x, ix(c, dev, r->perm_b, IX_PERM_B), NULL, r->Rx, Cn);
   ep_exchange_rows(c->ep_comm, back, recv_src, dst_send, send_rows, Cn, tag);
-}
-
-/* Rows of expert i in the expert layout: [first, first + n). */
-static int64_t expert_rows(const moe_gpt_t *c, const moe_unit_t *mu, int i, int64_t *first) {
-  int64_t at = 0, n = 0;
-  for (int i2 = 0; i2 <= i; i2++) {
-    n = 0;
-    for (int q = 0; q < c->ep; q++) n += mu->recv_rows[q * c->e_local + i2];
-    if (i2 < i) at += n;
-  }
-  *first = at;
-  return n;
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
 void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   moe_gpt_t *c = moe_ctx(m);
   moe_unit_t *mu = &c->u[u];
+  moe_route_t *r = route_of(c, mu, io->saved); /* this micro-batch's (a pipeline has several in flight) */
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   int E = c->E, k = c->k, Cn = (int)c->C;
@@ -261,54 +226,54 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   if (Rs * c->ep > INT_MAX) /* row indices are int (the plan's slot, row_tok, the permutations) */
     die_on_rank("moe: %lld rows per micro-batch at a rank of the EP group exceed %d (row indices are int): "
                 "a smaller --batch or more --accum", (long long)(Rs * c->ep), INT_MAX);
-  unit_host(c, mu, routed, Rs, Rs * c->ep);
+  unit_host(c, r, routed, Rs, Rs * c->ep);
   float *lh = dev == DEV_CPU ? logits : xmalloc((size_t)(routed * E) * sizeof(float), "moe logits (host)");
   if (lh != logits) dev_memcpy(DEV_CPU, lh, dev, logits, (size_t)(routed * E) * sizeof(float));
-  route(c, mu, lh, routed);
+  route(c, mu, r, lh, routed);
   if (lh != logits) free(lh);
-  mu->Rs = moe_plan(mu->ids, routed, k, E, cap, mu->counts, mu->slot, mu->row_tok);
-  for (int64_t r = 0; r < mu->Rs; r++) mu->row_gate[r] = 0.0f;
+  r->Rs = moe_plan(r->ids, routed, k, E, cap, r->counts, r->slot, r->row_tok);
+  for (int64_t j = 0; j < r->Rs; j++) r->row_gate[j] = 0.0f;
   for (int64_t i = 0; i < routed * k; i++)
-    if (mu->slot[i] >= 0) mu->row_gate[mu->slot[i]] = mu->gates[i];
+    if (r->slot[i] >= 0) r->row_gate[r->slot[i]] = r->gates[i];
   /* f_e: the share of the micro-batch's choices that picked e (Switch's aux loss; before capacity): of
    * this rank's tokens, or (--aux-loss-scope global) of every rank's (counts summed: exact integers) */
-  for (int e = 0; e < E; e++) mu->f[e] = 0, mu->load_now[e] = 0;
-  for (int64_t i = 0; i < routed * k; i++) mu->f[mu->ids[i]] += 1, mu->load_now[mu->ids[i]] += 1;
+  for (int e = 0; e < E; e++) r->f[e] = 0, r->load_now[e] = 0;
+  for (int64_t i = 0; i < routed * k; i++) r->f[r->ids[i]] += 1, r->load_now[r->ids[i]] += 1;
   double chosen = (double)(routed * k);
   if (c->aux_global) {
-    comm_ctl_all_reduce_f64(c->t->world_comm, mu->f, E, REDOP_SUM);
+    comm_ctl_all_reduce_f64(c->t->world_comm, r->f, E, REDOP_SUM);
     chosen *= comm_world(c->t->world_comm); /* every rank routes as many tokens */
   }
-  for (int e = 0; e < E; e++) mu->f[e] /= chosen;
+  for (int e = 0; e < E; e++) r->f[e] /= chosen;
   /* dispatch: the send layout, then (--ep) the all-to-all into the experts' layout */
   trace_begin("moe dispatch");
   int64_t send_rows[TRAIN_EP_MAX], recv_src[TRAIN_EP_MAX]; /* per rank of the group */
-  exchange_plan(c, mu, cap, send_rows, recv_src);
-  int64_t Rx = mu->Rx;
+  moe_exchange_plan(c, r, cap, send_rows, recv_src);
+  int64_t Rx = r->Rx;
   /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home.
    * Alone the send layout is the experts' (Rs = Rx): the rows are gathered straight into X */
   int64_t F = c->F;
-  float *X = saved_rows(c, mu, io, Rx, mu->Rs), *pre = X + Rx * C, *post = pre + Rx * F;
+  float *X = saved_rows(c, r, io, Rx, r->Rs), *pre = X + Rx * C, *post = pre + Rx * F;
   float *eo = post + Rx * F, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
-  float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C) : X;
-  upload_pass(c, dev, mu, routed, mu->gates, routed * k); /* the indices and the gates: one copy */
-  op_rows_gather(dev, xs, ln2, ix(c, dev, mu->row_tok, IX_ROWS), NULL, mu->Rs, Cn);
-  if (c->ep > 1) to_experts(c, mu, dev, X, xs, send_rows, recv_src, "moe dispatch");
+  float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, r->Rs * C) : X;
+  upload_pass(c, dev, r, routed, r->gates, routed * k); /* the indices and the gates: one copy */
+  op_rows_gather(dev, xs, ln2, ix(c, dev, r->row_tok, IX_ROWS), NULL, r->Rs, Cn);
+  if (c->ep > 1) to_experts(c, r, dev, X, xs, send_rows, recv_src, "moe dispatch");
   trace_end(NULL);
   trace_begin("moe experts");
   for (int i = 0; i < c->e_local; i++) { /* each expert: one GEMM pair on its rows */
-    int64_t r0, n = expert_rows(c, mu, i, &r0);
+    int64_t r0, n = moe_expert_rows(c, r, i, &r0);
     if (n > 0) mlp_forward(c, io, expert_off(c, i), n, X + r0 * C, pre + r0 * F, post + r0 * F, eox + r0 * C);
   }
   trace_end(NULL);
   trace_begin("moe combine");
   /* back to their tokens' ranks */
-  if (c->ep > 1) to_tokens(c, mu, dev, eo, eox, send_rows, recv_src, "moe combine");
+  if (c->ep > 1) to_tokens(c, r, dev, eo, eox, send_rows, recv_src, "moe combine");
   if (c->ep > 1)
-    c->a2a_formula += a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
+    c->a2a_formula += moe_a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
-  op_rows_combine(dev, y, eo, ix(c, dev, mu->slot, IX_SLOT), ix_weight(c, dev, mu->gates), routed, k, Cn,
+  op_rows_combine(dev, y, eo, ix(c, dev, r->slot, IX_SLOT), ix_weight(c, dev, r->gates), routed, k, Cn,
                   0.0f);
   /* + the shared experts (DeepSeekMoE): every routed token through each, gate 1 */
   float *sh = saved_shared(c, io), *sh_out = c->shared ? grow(&c->sh_out, "moe shared "
@@ -328,39 +293,40 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
 void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   moe_gpt_t *c = moe_ctx(m);
   moe_unit_t *mu = &c->u[u];
+  moe_route_t *r = route_of(c, mu, io->saved); /* the one its forward routed */
   device_t dev = io->dev;
   dtype_t wdt = io->wdt;
   int E = c->E, k = c->k, Cn = (int)c->C;
-  int64_t tokens = (int64_t)io->B * c->S, C = c->C, routed = tokens / c->tp, Rs = mu->Rs, Rx = mu->Rx;
+  int64_t tokens = (int64_t)io->B * c->S, C = c->C, routed = tokens / c->tp, Rs = r->Rs, Rx = r->Rx;
   float beta = io->beta;
   gpt_block_t kb = c->kb;
   /* the router's and the experts' input, kept by the forward (--tp: this rank's rows), and d y's rows */
   int64_t row0 = c->gather ? (int64_t)c->tp_rank * routed * C : 0;
   const float *ln2 = gpt_block_saved_ln2(&kb, io) + row0, *dy = io->dy + row0;
   int64_t F = c->F;
-  float *X = saved_rows(c, mu, io, Rx, Rs), *pre = X + Rx * C, *post = pre + Rx * F;
+  float *X = saved_rows(c, r, io, Rx, Rs), *pre = X + Rx * C, *post = pre + Rx * F;
   float *eo = post + Rx * F;
   int64_t send_rows[TRAIN_EP_MAX], recv_src[TRAIN_EP_MAX]; /* per rank of the group */
   for (int q = 0; q < c->ep; q++) {
     send_rows[q] = recv_src[q] = 0;
-    for (int i = 0; i < c->e_local; i++) recv_src[q] += mu->recv_rows[q * c->e_local + i];
+    for (int i = 0; i < c->e_local; i++) recv_src[q] += r->recv_rows[q * c->e_local + i];
   }
   int64_t cap = moe_capacity(c->cf, routed, k, E);
-  for (int e = 0; e < E; e++) send_rows[e / c->e_local] += cap > 0 ? cap : mu->counts[e];
+  for (int e = 0; e < E; e++) send_rows[e / c->e_local] += cap > 0 ? cap : r->counts[e];
   /* combine's backward: d eo (send layout) = g · dy of the row's token; then to the experts */
   trace_begin("moe combine backward");
-  upload_pass(c, dev, mu, routed, mu->row_gate, Rs); /* the indices and the row gates: one copy */
+  upload_pass(c, dev, r, routed, r->row_gate, Rs); /* the indices and the row gates: one copy */
   float *dsend = grow(&c->dsend, "moe d rows (send)", dev, Rs * C);
-  op_rows_gather(dev, dsend, dy, ix(c, dev, mu->row_tok, IX_ROWS), ix_weight(c, dev, mu->row_gate), Rs, Cn);
+  op_rows_gather(dev, dsend, dy, ix(c, dev, r->row_tok, IX_ROWS), ix_weight(c, dev, r->row_gate), Rs, Cn);
   /* the experts' input and output gradients (alone: the output's is dsend itself) */
   float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, (c->ep > 1 ? 2 : 1) * Rx * C);
   float *deo_x = c->ep > 1 ? dx_x + Rx * C : dsend;
-  if (c->ep > 1) to_experts(c, mu, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
+  if (c->ep > 1) to_experts(c, r, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
   trace_end(NULL);
   trace_begin("moe experts backward");
   float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * F);
   for (int i = 0; i < c->e_local; i++) {
-    int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
+    int64_t r0, n = moe_expert_rows(c, r, i, &r0), w = expert_off(c, i);
     if (n == 0) { /* no rows: its gradient is 0 (overwritten with beta 0, kept with beta 1) */
       if (beta == 0.0f) op_fill(dev, grad_at(io, w), wdt, 0.0f, c->expert_numel);
       continue;
@@ -373,12 +339,12 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   /* the dispatch's backward: d rows home (--ep: the all-to-all back), then summed per token */
   float *dtok = dx_x; /* the input gradients in the send layout: alone, the experts' rows are */
   if (c->ep > 1) {
-    to_tokens(c, mu, dev, dsend, dx_x, send_rows, recv_src, "moe dispatch backward");
+    to_tokens(c, r, dev, dsend, dx_x, send_rows, recv_src, "moe dispatch backward");
     dtok = dsend;
-    c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
+    c->a2a_formula += moe_a2a_bytes(c, send_rows, recv_src);
   }
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * routed * C), *dln2r = dln2 + routed * C;
-  const int *slot = ix(c, dev, mu->slot, IX_SLOT);
+  const int *slot = ix(c, dev, r->slot, IX_SLOT);
   op_rows_combine(dev, dln2, dtok, slot, NULL, routed, k, Cn, 0.0f);
   trace_end(NULL);
   /* the gates' gradient, then the router's: softmax backward with Switch's aux term (on the host) */
@@ -387,7 +353,7 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   float *dgh = xmalloc((size_t)(routed * k + routed * E) * sizeof(float), "moe router backward (host)");
   float *dl = dgh + routed * k;
   dev_memcpy(DEV_CPU, dgh, dev, dg, (size_t)(routed * k) * sizeof(float));
-  moe_router_backward(c, mu, routed, dgh, dl); /* moe_balance.c: and the step's loads */
+  moe_router_backward(c, mu, r, routed, dgh, dl); /* moe_balance.c: and the step's loads */
   float *dlog = grow(&c->logits, "moe router logits", dev, routed * E);
   dev_memcpy(dev, dlog, DEV_CPU, dl, (size_t)(routed * E) * sizeof(float));
   free(dgh);

@@ -74,7 +74,8 @@ void moe_report(struct trainer *t);
 int moe_check_args(const struct train_cfg *cfg);
 
 /* What ep.c asks of the MoE model m (built by moe_setup): the dense elements at the start of unit u
- * (a MoE block's prefix and router; every other unit whole), the EP group (NULL without --ep), and
+ * (a MoE block's prefix and router; every other unit whole; 0 for a unit of another pipeline stage), the
+ * EP group (NULL without --ep), and
  * the full model's Ψ (every expert). */
 int64_t moe_unit_dense(const model_t *m, int u);
 comm_t *moe_group(const model_t *m);

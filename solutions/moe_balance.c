@@ -10,7 +10,8 @@
 #include <string.h>   // memcpy
 
 /* ---- the router's backward, with Switch's auxiliary loss -------------------------------------- */
-void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const float *dg, float *dl) {
+void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, moe_route_t *r, int64_t routed, const float *dg,
+                         float *dl) {
   int E = c->E, k = c->k;
   /* aux = α·E·Σ_e f_e·P_e per micro-batch, weighted routed/(B·S) into the mean over the global batch:
    * ∂/∂p_te = α·E·f_e / (B·S), × the loss scale (fp16) */
@@ -18,14 +19,14 @@ void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const flo
   float *d = xmalloc((size_t)E * sizeof(float), "moe router backward (a token's dp)");
   /* dp = the gates' gradient + the aux term; dl = softmax's backward */
   for (int64_t t = 0; t < routed; t++) {
-    float *pr = mu->probs + t * E, *o = dl + t * E, dot = 0;
-    for (int e = 0; e < E; e++) d[e] = (float)(as * mu->f[e]);
+    float *pr = r->probs + t * E, *o = dl + t * E, dot = 0;
+    for (int e = 0; e < E; e++) d[e] = (float)(as * r->f[e]);
     if (c->gate_topk) { /* g_j = p_j / z over the chosen: ∂L/∂p_i = (dg_i − Σ_j dg_j g_j) / z */
       float z = 0, gd = 0;
-      for (int j = 0; j < k; j++) z += pr[mu->ids[t * k + j]], gd += dg[t * k + j] * mu->gates[t * k + j];
-      for (int j = 0; j < k; j++) d[mu->ids[t * k + j]] += (dg[t * k + j] - gd) / z;
+      for (int j = 0; j < k; j++) z += pr[r->ids[t * k + j]], gd += dg[t * k + j] * r->gates[t * k + j];
+      for (int j = 0; j < k; j++) d[r->ids[t * k + j]] += (dg[t * k + j] - gd) / z;
     } else
-      for (int j = 0; j < k; j++) d[mu->ids[t * k + j]] += dg[t * k + j];
+      for (int j = 0; j < k; j++) d[r->ids[t * k + j]] += dg[t * k + j];
     for (int e = 0; e < E; e++) dot += pr[e] * d[e];
     for (int e = 0; e < E; e++) o[e] = pr[e] * (d[e] - dot);
   }
@@ -35,11 +36,11 @@ void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const flo
   double aux = 0;
   for (int e = 0; e < E; e++) {
     double P = 0;
-    for (int64_t t = 0; t < routed; t++) P += mu->probs[t * E + e];
-    mu->load_step[e] += mu->load_now[e];
-    aux += mu->f[e] * P / (double)routed;
+    for (int64_t t = 0; t < routed; t++) P += r->probs[t * E + e];
+    mu->load_step[e] += r->load_now[e];
+    aux += r->f[e] * P / (double)routed;
   }
-  for (int64_t i = 0; i < routed * k; i++) mu->dropped_step += mu->slot[i] < 0;
+  for (int64_t i = 0; i < routed * k; i++) mu->dropped_step += r->slot[i] < 0;
   mu->chosen_step += (double)(routed * k);
   c->aux_sum += c->aux * E * aux, c->aux_n += 1;
 }

@@ -41,6 +41,21 @@ static void moe_backward(const model_t *m, int u, const unit_io_t *io) {
     b.fns->backward(&b, u, io);
   }
 }
+/* The backward in two halves (chapter 07's zero-bubble schedules and DualPipeV, model.h): a dense unit
+ * the base's; a MoE block keeps its backward whole in B — its weights' gradients too (with the beta its
+ * B was given, in micro-batch order as W would add them: the same bits) — and its W has nothing left. */
+static void moe_backward_input(const model_t *m, int u, const unit_io_t *io) {
+  if (moe_ctx(m)->u[u].on) moe_block_backward(m, u, io);
+  else {
+    model_t b = moe_base(m);
+    b.fns->backward_input(&b, u, io);
+  }
+}
+static void moe_backward_weight(const model_t *m, int u, const unit_io_t *io) {
+  if (moe_ctx(m)->u[u].on) return; /* written by its B */
+  model_t b = moe_base(m);
+  b.fns->backward_weight(&b, u, io);
+}
 static double moe_loss(const model_t *m, int b, const float *logits, const int *targets, float *dlogits,
                        float scale) {
   model_t bm = moe_base(m); /* --tp: the vocab-parallel cross-entropy (tp_gpt.c) */
@@ -62,11 +77,13 @@ static void moe_free_ctx(model_t *m) {
   for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) tensor_free(scratch[i]);
   for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
     moe_unit_t *mu = &c->u[u];
-    free(mu->probs), free(mu->ids), free(mu->slot), free(mu->gates), free(mu->row_tok), free(mu->row_gate);
-    free(mu->counts), free(mu->f), free(mu->load_now), free(mu->recv_rows), free(mu->perm_x),
-        free(mu->perm_b);
-    free(mu->load_step), free(mu->bias);
-    tensor_free(&mu->rows);
+    for (int i = 0; i < mu->n_routes; i++) { /* the micro-batches' routes (moe.c) */
+      moe_route_t *r = &mu->routes[i];
+      free(r->probs), free(r->ids), free(r->slot), free(r->gates), free(r->row_tok), free(r->row_gate);
+      free(r->counts), free(r->f), free(r->load_now), free(r->recv_rows), free(r->perm_x), free(r->perm_b);
+      tensor_free(&r->rows);
+    }
+    free(mu->routes), free(mu->load_step), free(mu->bias);
   }
   free(c->u);
   free(c);
@@ -184,19 +201,18 @@ void moe_setup(trainer_t *t) {
     if (blk % c->every != c->every - 1) continue;
     moe_unit_t *mu = &c->u[u];
     mu->on = 1;
-    mu->counts = xcalloc((size_t)c->E, sizeof(int64_t), "moe counts");
-    mu->f = xcalloc((size_t)c->E, sizeof(double), "moe f");
-    mu->load_now = xcalloc((size_t)c->E, sizeof(double), "moe loads (micro-batch)");
     mu->load_step = xcalloc((size_t)c->E, sizeof(double), "moe loads");
-    mu->recv_rows = xcalloc((size_t)(c->ep * c->e_local), sizeof(int64_t), "moe recv rows");
     if (c->rate > 0) mu->bias = xcalloc((size_t)c->E, sizeof(float), "moe bias");
     m->units[u].numel =
         c->attn_numel + c->router_numel + c->shared_numel + (int64_t)c->e_local * c->expert_numel;
     m->units[u].saved_numel = gpt_block_attn_saved(&kb) + c->rows_per_sample + shared_saved;
+    m->units[u].wsaved_numel = 0; /* its B does the whole backward: nothing kept for a W */
   }
   c->fns = moe_gpt_fns;
   c->fns.free_ctx = moe_free_ctx;
   if (c->base.fns->loss) c->fns.loss = moe_loss;
+  if (c->base.fns->backward_input && c->base.fns->backward_weight) /* gpt.c's, not TP's split */
+    c->fns.backward_input = moe_backward_input, c->fns.backward_weight = moe_backward_weight;
   m->fns = &c->fns;
   m->ctx = c;
   model_layout(m);
@@ -231,6 +247,7 @@ void moe_setup(trainer_t *t) {
 /* ---- what ep.c asks ------------------------------------------------------------------------- */
 int64_t moe_unit_dense(const model_t *m, int u) {
   const moe_gpt_t *c = moe_ctx(m);
+  if (m->units[u].numel == 0) return 0; /* a unit of another pipeline stage (trainer_keep_units) */
   return c->u[u].on ? c->attn_numel + c->router_numel + c->shared_numel : m->units[u].numel;
 }
 int64_t moe_unit_router(const model_t *m, int u) {

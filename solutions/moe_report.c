@@ -39,6 +39,13 @@ void moe_report(trainer_t *t) {
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
   double dense_rank = (double)gpt_moe_dense_rank(m->gpt, moe_shape_of(c), c->tp,
                                                  tp_part_numel(m->gpt.vocab, c->tp, c->tp_rank));
+  if (t->whole != m) { /* --pp: this stage's units, its MoE blocks' share of the experts */
+    int here = 0;
+    dense_rank = 0;
+    for (int u = 0; u < U; u++)
+      here += c->u[u].on && m->units[u].numel > 0, dense_rank += (double)moe_unit_dense(m, u);
+    exp_rank *= nm ? (double)here / nm : 0;
+  }
   double a2a = st->a2a_sent / steps; /* the EP group's, counted at the last step's end (moe_step_end) */
   trainer_report_extra(t, "moe_drop_rate", st->chosen_total > 0 ? st->drop_total / st->chosen_total : 0);
   trainer_report_extra(t, "moe_load_max_over_mean_last", st->last_ratio);
@@ -181,6 +188,21 @@ int moe_check_args(const train_cfg_t *cfg) {
     snprintf(v, sizeof v, "%d", cfg->sample);
     return args_error("--sample", v,
                       "must be 0 with --ep > 1 (generation runs on one rank's copy of the model)");
+  }
+  if (cfg->chapter_flags & TRAIN_FLAG_PIPELINE) { /* --pp: chapter 07's stages, the EP groups inside them */
+    snprintf(v, sizeof v, "%d", cfg->pp);
+    if (cfg->tp > 1)
+      return args_error("--tp", NULL, "must be 1 with --pp: TP inside the EP group of a pipeline stage is "
+                        "not built (chapter 07 runs --tp with --pp for the dense GPT)");
+    if (world % (cfg->pp * cfg->ep) != 0)
+      return args_error("--pp", v, "times --ep %d must divide the ranks (%d): D = ranks / (P x P_E) replicas "
+                        "of each stage's EP group", cfg->ep, world);
+    if (cfg->aux_loss_scope && strcmp(cfg->aux_loss_scope, "global") == 0)
+      return args_error("--aux-loss-scope", "global", "must be local with --pp: its f_e sums a block's "
+                        "micro-batch over every rank, a collective only the stage's ranks reach (not built)");
+    if (cfg->ckpt || cfg->resume)
+      return args_error(cfg->ckpt ? "--ckpt" : "--resume", cfg->ckpt ? cfg->ckpt : cfg->resume,
+                        "with --pp: checkpoints of a MoE pipeline are not built");
   }
   if (cfg->router_bias_rate > 0 && cfg->resume) {
     snprintf(v, sizeof v, "%g", cfg->router_bias_rate);

@@ -3,6 +3,7 @@
  * Notes: notes/12-experts.md.
  *
  *   moe.c          the block: route, dispatch, the experts, combine; forward and backward
+ *   moe_exchange.c the rows' exchange over the EP group: counts, the layouts' maps, the formula's bytes
  *   moe_balance.c  load balance: the router's gradient with Switch's aux loss, the step's loads, the
  *                  DeepSeek-V3 bias (moe_step_end)
  *   moe_model.c    the model: the units, their init, moe_setup, what ep.c and ep_tp.c ask
@@ -18,11 +19,12 @@
 
 #define MOE_STATS_STEPS 16 /* loads per step kept for the report: the first 16 steps */
 
-/* One MoE block's host state: the routing of the micro-batch in flight (forward → backward) and
- * the step's loads. Rs, Rx: rows in this rank's send layout (the plan's) and in its experts' layout
- * (what it received). */
-typedef struct moe_unit {
-  int on;                      /* 1: a MoE block */
+/* The routing of one micro-batch through one MoE block, from its forward to its backward. Rs, Rx: rows in
+ * this rank's send layout (the plan's) and in its experts' layout (what it received). A pipeline keeps
+ * several micro-batches in flight between their forward and backward (chapter 07: 1F1B's warm-up),
+ * so a block holds one route per activation slot in use, found by the slot's saved buffer (key). */
+typedef struct moe_route {
+  const float *key;            /* the unit's saved activations of the micro-batch (unit_io_t.saved) */
   int64_t tokens;              /* tokens the host arrays below hold room for */
   float *probs;                /* (tokens, E) router softmax */
   int *ids, *slot;             /* (tokens, k) chosen experts; their rows (−1 dropped) */
@@ -35,12 +37,19 @@ typedef struct moe_unit {
   int64_t Rs, Rx;
   int64_t *recv_rows;          /* (ep·e_local) rows from source q for local expert i: [q·e_local + i] */
   int *perm_x, *perm_b;        /* (Rx) expert row → received row; received row → expert row (ep > 1) */
+  tensor_t rows;               /* dropless: the expert rows the backward reads (moe.c's saved_rows), grown to
+                                * the micro-batch's rows; with a capacity they sit in the loop's saved slot */
+} moe_route_t;
+
+/* One MoE block's host state: its routes (the micro-batches in flight) and the step's loads. */
+typedef struct moe_unit {
+  int on;                      /* 1: a MoE block */
+  moe_route_t *routes;         /* [n_routes]: one per saved buffer seen (moe.c's route_of) */
+  int n_routes;
   /* (E) choices per expert this step (before capacity), over its micro-batches */
   double *load_step;
   double dropped_step, chosen_step;
   float *bias;                 /* (E) DeepSeek-V3's selection bias (same bits on every rank) */
-  tensor_t rows;               /* dropless: the expert rows the backward reads (moe.c's saved_rows), grown to
-                                * the micro-batch's rows; with a capacity they sit in the loop's saved slot */
 } moe_unit_t;
 
 /* The MoE GPT (m->ctx). A MoE unit's local layout: the attention half (attn_numel: ln1 .. ln2, this
@@ -112,5 +121,14 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io);
 /* moe_balance.c: the router's logits' gradient dl (routed, E) on the host, from the gates' gradient
  * dg (routed, k): the softmax's backward with Switch's aux term; and the micro-batch's loads, drops
  * and aux loss added to the step's. */
-void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const float *dg, float *dl);
+void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, moe_route_t *r, int64_t routed, const float *dg,
+                         float *dl);
+/* The rows' exchange over the EP group (moe_exchange.c). After the plan: the rows to each rank
+ * (send_rows[P]) and from each (recv_src[P]) — capacity: cap per expert each way; dropless: the
+ * counts exchanged — and r's maps between the received and the experts' layouts (perm_x, perm_b, Rx). */
+void moe_exchange_plan(moe_gpt_t *c, moe_route_t *r, int64_t cap, int64_t *send_rows, int64_t *recv_src);
+/* The bytes one pass sends over the group by the formula (rows to and from other ranks, C fp32 each). */
+double moe_a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int64_t *recv_src);
+/* Rows of local expert i in the experts' layout: [*first, *first + n), returns n. */
+int64_t moe_expert_rows(const moe_gpt_t *c, const moe_route_t *r, int i, int64_t *first);
 #endif

@@ -226,7 +226,11 @@ static void pp_setup(trainer_t *t) {
   grid_coords(t->rank, 1, st->P, coord);
   st->stage = coord[GRID_PP];
   st->dp = coord[GRID_DP];
-  st->b = (int)(c->batch / ((int64_t)st->M * st->D));
+  /* the slices of a micro-batch: one per replica, times the transform's ranks that read their own
+   * samples (chapter 12's EP group: trainer_data_slice's count over the t->world = N ranks here) */
+  int slice, nslices;
+  trainer_data_slice(t, &slice, &nslices);
+  st->b = (int)(c->batch / ((int64_t)st->M * st->D * (nslices / N)));
   /* Communicators: two copies of this pipeline (one per direction; on MPI, with pre-posted
    * receives, the pairs' one and four for the unpaired messages: acts, grads; on NCCL one for
    * every message, the wrap's included, in groups: pipeline_pairs.c) and one for control sums;

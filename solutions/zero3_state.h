@@ -20,6 +20,7 @@ typedef struct gather_slot {
   tensor_t buf;    /* (unit padded) gathered working params, LEDGER_COMM; empty when free */
   int event;       /* which event of the sequence it holds, −1 when free */
   comm_handle_t h; /* its all-gather (on z->shard; 0 once hpZ waited it) */
+  tensor_t wire;   /* --qwz: every rank's int8 blocks and scales, until decoded into buf (qwz.c) */
 } gather_slot_t;
 
 typedef struct zero3 {
@@ -32,6 +33,7 @@ typedef struct zero3 {
   gather_slot_t *slots; /* [K+1] */
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
   struct hpz *hpz;      /* --hpz: ZeRO++'s secondary copy in the node (hpz.c); NULL: off */
+  int qwz_block;        /* --qwz: B elements per int8 block of the gathers (qwz.c); 0: off */
 } zero3_t;
 
 /* ---- ZeRO-3 (zero3.c) ----------------------------------------------------------------------- */

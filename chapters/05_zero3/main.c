@@ -5,6 +5,7 @@
  * after use: 16Ψ/N resident (bf16, Adam), plus about K+1 gathered units in flight. */
 #include <stdio.h>  // snprintf
 #include "args.h"  // args_error
+#include "qwz.h"   // qwz_check_cfg (--qwz, ZeRO++'s int8 gathers: notes/13-compression.md)
 #include "train.h" // train_cfg_t, train_parse_args, train_main
 #include "zero.h"  // zero3_strategy, hsdp_strategy
 
@@ -23,5 +24,8 @@ int main(int argc, char **argv) {
     return args_error("--prefetch", v, "must be an integer in [0, %d] (the unit count, --layers + 1)",
                       n_units);
   }
+  const char *flag = NULL;
+  char why[160];
+  if (cfg.qwz && qwz_check_cfg(&cfg, &flag, why, sizeof why)) return args_error(flag, NULL, "%s", why);
   return train_main(&cfg, cfg.shard_group_node ? hsdp_strategy() : zero3_strategy(), "05_zero3");
 }

@@ -261,6 +261,50 @@ def check_collectives(res, problems):
     return n_ok
 
 
+# the projector's view: each panel's main picture inside 1280x720, text >= 16 px, contrast >= 4.5:1 (WCAG AA)
+LAYOUT = [{"panel": "memory", "cfg": {}},
+          {"panel": "memory", "cfg": {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-tp": 2}},
+          {"panel": "schedules", "cfg": {"s-sched": 4, "s-P": 4, "s-M": 8}},
+          {"panel": "collectives", "cfg": {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1}}]
+
+
+def check_layout(chromium, page, problems):
+    """The page at 1280x720 measures itself (explorer.js, measureLayout); then the shared clock: at P = 4,
+    M = 8 (F = B = W = 1) ZB-H1's bar is drawn shorter than 1F1B's, by their steps' ratio 27/33."""
+    tests = {"schedules": [{"s-sched": 2, "s-P": 4, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10, "s-c": 0}],
+             "layout": LAYOUT}
+    url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,720",
+           "--virtual-time-budget=20000", "--dump-dom", url]
+    for _ in range(3):  # as the main run: a browser that did not get the page running in time, once more
+        dom = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=240).stdout.decode()
+        m = re.search(r'<pre id="zx-test-out"[^>]*>(.*?)</pre>', dom, re.S)
+        if m and m.group(1).strip():
+            break
+    if not m or not m.group(1).strip():
+        problems.append("layout: the page at 1280x720 wrote no results")
+        return "browser_test: layout not measured"
+    res = json.loads(html.unescape(m.group(1)))
+    for L in res["layout"]:
+        p, where = L["pic"], "layout %s at %dx%d" % (L["panel"], L["vw"], L["vh"])
+        if p["left"] < 0 or p["top"] < 0 or p["right"] > L["vw"] + 0.5 or p["bottom"] > L["vh"] + 0.5:
+            problems.append("%s: the main picture at %s, outside the first view" % (where, p))
+        if L["minFont"] < 16:
+            problems.append("%s: text of %g px (%s), below 16" % (where, L["minFont"], L["minFontAt"]))
+        if L["minContrast"] < 4.5:
+            problems.append("%s: contrast %.2f:1 (%s), below 4.5" % (where, L["minContrast"], L["minContrastAt"]))
+    bars = res["schedules"][0]["bars"]
+    h1, f1 = bars.get("ZB-H1", {}), bars.get("1F1B", {})
+    ok = h1 and f1 and h1["width"] < f1["width"] and abs(h1["width"] / f1["width"] - h1["step"] / f1["step"]) < 0.01
+    if not ok:
+        problems.append("shared clock: at P 4, M 8 ZB-H1's bar %s, 1F1B's %s: not shorter by the steps' ratio" % (h1, f1))
+    return ("browser_test: layout at 1280x720: %d views, main picture inside, text >= %g px, contrast >= %.2f:1; "
+            "shared clock: ZB-H1's bar %.0f px (step %g) < 1F1B's %.0f px (step %g)"
+            % (len(res["layout"]), min(L["minFont"] for L in res["layout"]),
+               min(L["minContrast"] for L in res["layout"]), h1.get("width", 0), h1.get("step", 0),
+               f1.get("width", 0), f1.get("step", 0)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--page", default="results/explorer/index.html")
@@ -272,9 +316,14 @@ def main():
     ap.add_argument("--shots", default=None)
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
     a = ap.parse_args()
+    if not (os.path.isfile(a.chromium) and os.access(a.chromium, os.X_OK)) and not shutil.which(a.chromium):
+        print("browser_test: no chromium (%s) to run the page in (Debian: apt-get install chromium, or "
+              "common/scripts/deps.sh --explorer)" % a.chromium)
+        return 1
     page = os.path.abspath(a.page)
     if not os.path.isfile(page):
-        sys.exit("browser_test: no page at %s: run make explorer first" % page)
+        print("browser_test: no page at %s: make explorer builds it (it needs emcc)" % page)
+        return 1
     rng = random.Random(a.seed)
     binary = os.path.join(a.bin, "ch00_memory")
     helptext = subprocess.run([binary, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
@@ -299,6 +348,7 @@ def main():
     s_ok, s_ref = check_schedules(res["schedules"], sim, problems)
     shutil.rmtree(sim.dir, ignore_errors=True)
     c_ok = check_collectives(res["collectives"], problems)
+    layout_line = check_layout(a.chromium, page, problems)
     for p in problems:
         print(p)
     print("browser_test (Chromium, %s): memory %d of %d configurations equal ch00_memory's printout and --json "
@@ -306,6 +356,7 @@ def main():
           "collectives %d of %d ring.c runs give the expected sums and bytes"
           % (os.path.basename(a.chromium), m_ok + m_ref, len(res["memory"]), m_num, m_ref, s_ok + s_ref,
              len(res["schedules"]), s_ref, c_ok, len(res["collectives"])))
+    print(layout_line)
     print("browser_test: memory configurations equal with each flag: %s"
           % ", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())))
     if a.shots:

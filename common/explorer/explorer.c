@@ -2,8 +2,8 @@
  * page shows comes from here, and here only calls the project's own C, compiled with emcc beside it:
  *   memory       common/train/memcalc.c (ch00_memory's calculator: the same flags, the same text and
  *                JSON), with formula.c, args.c, gpt.c and model.c;
- *   schedules    solutions/pipeline_sched.c (pp_schedule_ops, pp_inflight_formula) and pipeline_sim.c
- *                (pp_simulate, pp_simulate_timeline, pp_bubble_formula), with what the simulator
+ *   schedules    solutions/pipeline_sched.c (pp_schedule_ops, pp_schedule_fb, pp_inflight_formula) and
+ *                pipeline_sim.c (pp_simulate, pp_simulate_fb, pp_bubble_formula), with what the simulator
  *                links (pipeline_check.c, pipeline_check_stage.c, pipeline_groups.c);
  *   collectives  solutions/ring.c itself (ring_reduce_scatter, ring_all_gather), run on N simulated
  *                ranks by the small communicator below (comm.h's ring-code side: p2p, local reduce,
@@ -15,8 +15,8 @@
 #include "comm.h"           // comm_t's ring-code side, comm_chunk_lo, comm_chunk_numel
 #include "dtype.h"          // DT_F32
 #include "memcalc.h"        // memcalc_main, memcalc_stage_states
-#include "pipeline_sched.h" // pp_schedule_ops, pp_split, pp_inflight_formula, pp_op_t
-#include "pipeline_sim.h"   // pp_simulate, pp_simulate_timeline, pp_bubble_formula, pp_cost_t
+#include "pipeline_sched.h" // pp_schedule_ops, pp_schedule_fb, pp_split, pp_inflight_formula, pp_op_t
+#include "pipeline_sim.h"   // pp_simulate, pp_simulate_fb, pp_bubble_formula, pp_cost_t
 #include "ring.h"           // ring_reduce_scatter, ring_all_gather
 #include <stdio.h>          // open_memstream, fopen, fprintf
 #include <stdlib.h>         // free, calloc, exit
@@ -66,39 +66,48 @@ EXPORT const char *zx_memory_json(void) { return g_json; }
 /* ---- schedules: the simulator --------------------------------------------------------------- */
 
 #define ZX_PMAX 32
-#define ZX_OPMAX (2 * 8 * 64) /* 2vM with v <= 8, M <= 64; 3M with a split backward */
+#define ZX_OPMAX (3 * 8 * 64) /* 2vM with v <= 8, M <= 64; 3vM with a split backward */
 static pp_op_t g_ops[ZX_PMAX][ZX_OPMAX];
 static double g_at[ZX_PMAX][ZX_OPMAX];
+static char g_fb[ZX_PMAX][ZX_OPMAX]; /* pp_schedule_fb: dualpipev's F&B groups (1 opens, 2 follows) */
 static int g_n[ZX_PMAX];
 static pp_cost_t g_cost[ZX_PMAX];
 static pp_sim_t g_sim;
-static double g_split_bubble; /* pp_simulate's bubble (ZB-H2: over the span) */
 static int g_split, g_v;
+EXPORT double zx_sched_dur(int s, int i);
 
-/* Simulate one step of schedule `sched` (pp_schedule_t) on P equal stages, M micro-batches, v chunks
- * (interleaved), a micro-batch's forward f, input-gradient backward b, weight-gradient backward w
- * (a schedule without a split runs b + w as one B) and message time c. Returns 0, or −1 where the
- * schedule does not run (M not a multiple of P for interleaved, out of range). */
+/* Simulate one step of schedule `sched` (pp_schedule_t, dualpipev included) on P equal stages (ranks),
+ * M micro-batches, v chunks (interleaved; dualpipev has its 2), a micro-batch's forward f,
+ * input-gradient backward b, weight-gradient backward w through ALL of a stage's units (a schedule
+ * without a split runs b + w as one B; with v chunks each chunk's operation costs 1/v of it), message
+ * time c; dualpipev's F&B at the sum of its operations (no overlap gained). Returns 0, or −1 where the
+ * schedule does not run (interleaved: M a multiple of P; dualpipev: M >= 2P; out of range). The
+ * bubble is pp_simulate's (ZB-H2's over the stage's own window, span). Inside an F&B the timeline
+ * starts each operation where the one before it ends (the simulator starts them as one). */
 EXPORT int zx_sched(int sched, int P, int M, int v, double f, double b, double w, double c) {
   if (sched < 0 || sched >= PP_NSCHED || P < 1 || P > ZX_PMAX || M < 1 || M > 64 || v < 1 || v > 8) return -1;
-  if (sched != PP_INTERLEAVED) v = 1;
+  v = pp_schedule_chunks(sched, v);
   if (pp_schedule_nops(sched, M, v) > ZX_OPMAX) return -1;
   pp_op_t *ops[ZX_PMAX];
   double *at[ZX_PMAX];
+  char *fb[ZX_PMAX];
   for (int s = 0; s < P; s++) {
     g_cost[s] = (pp_cost_t){f, b, w};
-    ops[s] = g_ops[s];
-    at[s] = g_at[s];
+    ops[s] = g_ops[s], at[s] = g_at[s], fb[s] = g_fb[s];
     g_n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]);
+    pp_schedule_fb(sched, P, s, M, v, fb[s]);
   }
   if (pp_simulate(sched, P, M, v, g_cost, c, &g_sim) != 0) return -1;
-  g_split_bubble = g_sim.bubble;
   g_split = pp_splits_backward(sched), g_v = v;
   pp_sim_t tl;
-  return pp_simulate_timeline(P, M, v, pp_splits_backward(sched), ops, g_n, g_cost, c, at, &tl);
+  if (pp_simulate_fb(P, M, v, pp_list_flags(sched), ops, g_n, fb, g_cost, 0, c, at, NULL, &tl)) return -1;
+  for (int s = 0; s < P; s++)
+    for (int i = 1; i < g_n[s]; i++)
+      if (g_fb[s][i] == 2) at[s][i] = at[s][i - 1] + zx_sched_dur(s, i - 1);
+  return 0;
 }
 /* The last zx_sched's results: pp_sim_t's fields, and stage s's operations with their start. */
-EXPORT double zx_sched_bubble(void) { return g_split_bubble; }
+EXPORT double zx_sched_bubble(void) { return g_sim.bubble; }
 EXPORT double zx_sched_bubble_makespan(void) { return g_sim.bubble_makespan; }
 EXPORT double zx_sched_makespan(void) { return g_sim.makespan; }
 EXPORT double zx_sched_span(void) { return g_sim.span; }
@@ -107,6 +116,7 @@ EXPORT int zx_sched_nops(int s) { return s >= 0 && s < ZX_PMAX ? g_n[s] : 0; }
 EXPORT int zx_sched_kind(int s, int i) { return g_ops[s][i].kind; }
 EXPORT int zx_sched_micro(int s, int i) { return g_ops[s][i].micro; }
 EXPORT int zx_sched_chunk(int s, int i) { return g_ops[s][i].chunk; }
+EXPORT int zx_sched_fb(int s, int i) { return g_fb[s][i]; }
 EXPORT double zx_sched_start(int s, int i) { return g_at[s][i]; }
 /* How long operation i of stage s runs: pp_simulate_lists' rule (pipeline_sim.h): F f, B b (+ w
  * without a split), W w, each over v chunks. */
@@ -116,38 +126,54 @@ EXPORT double zx_sched_dur(int s, int i) {
   return (o.kind == 'F' ? k.f : o.kind == 'B' ? (g_split ? k.b : k.b + k.w) : k.w) / g_v;
 }
 /* The bubble of equal stages with the backward 2× the forward (pp_bubble_formula: the closed forms'
- * simulator), and the micro-batches stage s holds at once (pp_inflight_formula). */
+ * simulator), and the micro-batch-chunks stage s holds at once (pp_inflight_formula: a slot from F k
+ * to k's last operation; interleaved's and dualpipev's chunks hold 1/v of the stage's activations). */
 EXPORT double zx_bubble_formula(int sched, int P, int M, int v) {
   return pp_bubble_formula(sched, P, M, sched == PP_INTERLEAVED ? v : 1);
 }
 EXPORT int zx_inflight(int sched, int P, int s, int M, int v) {
-  return pp_inflight_formula(sched, P, s, M, sched == PP_INTERLEAVED ? v : 1);
+  return pp_inflight_formula(sched, P, s, M, pp_schedule_chunks(sched, v));
 }
 
 /* The closed form of the bubble beside the simulator's (pipeline_sim.h; Qi et al. 2023), equal
- * stages, c = 0: bubble time per step over the step, the step = M(f + b + w) + the bubble time:
+ * stages: bubble time per step over the step, the step = M(f + b + w) + the bubble time:
  *   naive (P−1)M(f+b+w)   gpipe, 1f1b (P−1)(f+b+w)   interleaved (P−1)(f+b+w)/v
- *   zb-h1 (P−1)(f+b−w) (M >= P)   zb-h2 (P−1)(f+b−2w) (M >= 2P−1), at least 0.
- * Returns −1 where the schedule's closed form does not hold (zero bubble with fewer micro-batches). */
-EXPORT double zx_bubble_closed(int sched, int P, int M, int v, double f, double b, double w) {
+ *   zb-h1 (P−1)(f+b−w)   zb-h2 (P−1)(f+b−2w), at least 0 (over the stage's own window).
+ * Each only inside its range (zx_bubble_closed_range), where it equals the simulator's (suite
+ * common_explorer sweeps it); outside, −1. dualpipev: none here (ch07_pipeline --simulate prints
+ * DeepSeek's). */
+EXPORT double zx_bubble_closed(int sched, int P, int M, int v, double f, double b, double w, double c) {
   double t = f + b + w, idle;
+  if (c != 0) return -1;
   switch (sched) {
   case PP_NAIVE: idle = (P - 1.0) * M * t; break;
   case PP_GPIPE:
   case PP_1F1B: idle = (P - 1.0) * t; break;
   case PP_INTERLEAVED: idle = (P - 1.0) * t / v; break;
   case PP_ZB_H1:
-    if (M < P) return -1;
+    if (M < P || w > f || w > b) return -1;
     idle = (P - 1.0) * (f + b - w);
     break;
   case PP_ZB_H2:
-    if (M < 2 * P - 1) return -1;
+    if (M < 2 * P - 1 || w > f || w > b) return -1;
     idle = (P - 1.0) * (f + b - 2 * w);
     break;
   default: return -1;
   }
   if (idle < 0) idle = 0;
   return idle / (idle + M * t);
+}
+/* Where schedule `sched`'s closed form holds (what zx_bubble_closed checks), in words. */
+EXPORT const char *zx_bubble_closed_range(int sched) {
+  switch (sched) {
+  case PP_NAIVE:
+  case PP_GPIPE:
+  case PP_1F1B: return "c = 0";
+  case PP_INTERLEAVED: return "c = 0, M a multiple of P";
+  case PP_ZB_H1: return "c = 0, M >= P, W <= F, W <= B";
+  case PP_ZB_H2: return "c = 0, M >= 2P-1, W <= F, W <= B";
+  default: return "none here: ch07_pipeline --simulate prints DeepSeek's";
+  }
 }
 
 /* ---- collectives: solutions/ring.c on N simulated ranks --------------------------------------

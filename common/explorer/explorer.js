@@ -30,7 +30,9 @@ var V = {
   cp: [1, 2, 4, 8, 16]
 };
 var KIND_COLOR = { params: "#457b9d", grads: "#e76f51", optim: "#2a9d8f", acts: "#e9c46a", states: "#6c757d" };
-var OP_COLOR = { F: "#4c78a8", B: "#54a24b", W: "#f58518" };
+// dark enough for white 16 px labels (contrast >= 4.5:1); a stage's later chunks lighter, with black labels
+var OP_COLOR = { F: "#1f5f99", B: "#2e7031", W: "#a64500" };
+var OP_LIGHT = { F: "#9cc3e6", B: "#a8d5a2", W: "#f5b77a" };
 
 function el(tag, attrs, parent, text) {
   var e = document.createElementNS(SVGNS, tag);
@@ -74,6 +76,7 @@ function updateMemory() {
   var gpt = $("m-kind").value === "gpt";
   ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep", "pp", "cp"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
   $("m-psi").disabled = gpt;
+  hideUnused();
   if (gpt) $("m-psi-v").textContent = "from the shape (the GPT of common/model/gpt.h)";
   var flags = memoryFlags();
   $("m-cmd").textContent = "ch00_memory " + flags;
@@ -179,15 +182,45 @@ function drawMemory(j, table, chart) {
 }
 
 // ---- schedules: the simulator of solutions/pipeline_sim.c -----------------------------------------
-var SCHED_NAME = ["naive", "GPipe", "1F1B", "interleaved", "ZB-H1", "ZB-H2"];
+var SCHED_NAME = ["naive", "GPipe", "1F1B", "interleaved", "ZB-H1", "ZB-H2", "DualPipeV"];
 var SCHED_FORMULA = ["(P−1)/P", "(P−1)/(M+P−1)", "(P−1)/(M+P−1)", "(P−1)/(v·M+P−1)",
-  "(P−1)(F+B−W) / ((P−1)(F+B−W) + M(F+B+W)), M ≥ P", "(P−1)(F+B−2W) / (… + M(F+B+W)), ≥ 0, M ≥ 2P−1"];
+  "(P−1)(F+B−W) / ((P−1)(F+B−W) + M(F+B+W))", "(P−1)(F+B−2W) / (… + M(F+B+W)), ≥ 0", "—"];
+var COMPARE = [1, 2, 3, 4, 5, 6];
+var CLOCK_X0 = 110, CLOCK_RIGHT = 400; // the timeline's and the bars' clock: the same left edge and scale // the schedules drawn on the shared clock (naive too when chosen)
 function sched() {
   return { sched: +$("s-sched").value, P: +$("s-P").value, M: +$("s-M").value, v: +$("s-v").value,
     f: +$("s-f").value / 10, b: +$("s-b").value / 10, w: +$("s-w").value / 10, c: +$("s-c").value / 10 };
 }
-function runSched(q, M) {
-  return Module._zx_sched(q.sched, q.P, M === undefined ? q.M : M, q.v, q.f, q.b, q.w, q.c);
+function runSched(q, M, which) {
+  return Module._zx_sched(which === undefined ? q.sched : which, q.P, M === undefined ? q.M : M, q.v, q.f, q.b, q.w, q.c);
+}
+function chunks(sc, v) { return sc === 3 ? v : sc === 6 ? 2 : 1; }
+function fmt(x, d) { return x.toLocaleString("en-US", { maximumFractionDigits: d === undefined ? 2 : d }); }
+function pct(x) { return (100 * x).toFixed(1) + " %"; }
+
+// every schedule at these P, M, F, B, W, c: its step, own window, bubble and activations in flight per stage
+function compareAll(q) {
+  var rows = [];
+  COMPARE.concat(q.sched === 0 ? [0] : []).forEach(function (sc) {
+    var r = { sched: sc, ok: runSched(q, q.M, sc) === 0 };
+    if (r.ok) {
+      r.step = Module._zx_sched_makespan(); r.span = Module._zx_sched_span(); r.bubble = Module._zx_sched_bubble();
+      r.inflight = [];
+      for (var s = 0; s < q.P; s++) r.inflight.push(Module._zx_inflight(sc, q.P, s, q.M, q.v) / chunks(sc, q.v));
+    }
+    rows.push(r);
+  });
+  return rows;
+}
+
+function axis(svg, x0, sx, T, y, H) { // time ticks under (and faint lines through) a drawing
+  var step = Math.pow(10, Math.floor(Math.log10(T / 4))), n = T / step;
+  if (n > 10) step *= n > 20 ? 5 : 2;
+  el("line", { x1: x0, y1: y, x2: x0 + T * sx, y2: y, stroke: "#333" }, svg);
+  for (var t = 0; t <= T + 1e-9; t += step) {
+    el("line", { x1: x0 + t * sx, y1: y - H, x2: x0 + t * sx, y2: y + 5, stroke: "#bbb", "stroke-width": 1 }, svg);
+    el("text", { x: x0 + t * sx, y: y + 22, "text-anchor": "middle", "font-size": 16 }, svg, fmt(t, 1));
+  }
 }
 
 function updateSchedules() {
@@ -195,45 +228,72 @@ function updateSchedules() {
   ["P", "M", "v"].forEach(function (n) { $("s-" + n + "-v").textContent = q[n]; });
   ["f", "b", "w", "c"].forEach(function (n) { $("s-" + n + "-v").textContent = q[n].toFixed(1); });
   $("s-v").disabled = q.sched !== 3;
-  // the curve first (it reruns the simulator for every M), then this M last, whose results stay
-  drawCurve(q);
+  hideUnused();
+  drawCurve(q); // it reruns the simulator for every M; the comparison for every schedule; this one last
+  var rows = compareAll(q), T = 0;
+  rows.forEach(function (r) { if (r.ok) T = Math.max(T, r.step); });
   var rc = runSched(q);
   ZX.schedRc = rc;
   var tl = $("s-timeline");
   clear(tl);
   $("s-formula-text").textContent = SCHED_FORMULA[q.sched];
   if (rc !== 0) {
-    $("s-err").textContent = "the simulator refuses this case (interleaved needs M a multiple of P)";
-    ["s-bubble", "s-closed", "s-makespan", "s-busy"].forEach(function (id) { $(id).textContent = "–"; $(id).removeAttribute("data-v"); });
+    $("s-err").textContent = "the simulator refuses this case (interleaved needs M a multiple of P; DualPipeV M ≥ 2P)";
+    ["s-bubble", "s-closed", "s-makespan", "s-busy", "s-span"].forEach(function (id) { $(id).textContent = "–"; $(id).removeAttribute("data-v"); });
+    drawCompare(q, rows, T);
     return;
   }
   $("s-err").textContent = "";
-  var bub = Module._zx_sched_bubble(), closed = Module._zx_bubble_closed(q.sched, q.P, q.M, q.v, q.f, q.b, q.w);
-  $("s-bubble").textContent = bub.toFixed(4);
+  var bub = Module._zx_sched_bubble(), closed = Module._zx_bubble_closed(q.sched, q.P, q.M, q.v, q.f, q.b, q.w, q.c);
+  var mk = Module._zx_sched_makespan(), span = Module._zx_sched_span(), busy = Module._zx_sched_busy();
+  $("s-bubble").textContent = pct(bub);
   $("s-bubble").setAttribute("data-v", String(bub));
-  $("s-closed").textContent = closed < 0 ? "(does not hold here)" : closed.toFixed(4) + (q.c > 0 ? " (c = 0)" : "");
+  $("s-closed").textContent = closed < 0 ? "outside its range (it holds for " + Module.ccall("zx_bubble_closed_range", "string", ["number"], [q.sched]) + ")" : pct(closed);
   $("s-closed").setAttribute("data-v", String(closed));
-  var mk = Module._zx_sched_makespan();
-  $("s-makespan").textContent = mk.toFixed(2);
-  $("s-busy").textContent = Module._zx_sched_busy().toFixed(2);
-  var W = +tl.getAttribute("width"), rowH = Math.max(12, Math.min(40, 260 / q.P)), x0 = 80;
+  $("s-makespan").textContent = fmt(mk);
+  $("s-span").textContent = fmt(span);
+  $("s-busy").textContent = fmt(busy);
+  $("s-h2").style.display = q.sched === 5 ? "" : "none";
+  $("s-h2-mk").textContent = pct(Module._zx_sched_bubble_makespan());
+  var W = +tl.getAttribute("width"), rowH = Math.max(12, Math.min(34, 200 / q.P)), x0 = CLOCK_X0;
   tl.setAttribute("height", q.P * rowH + 40);
-  var sx = (W - x0 - 10) / mk;
+  var sx = (W - x0 - CLOCK_RIGHT) / T; // the shared clock: the longest step among the schedules compared
+  var mine = rows.filter(function (r) { return r.sched === q.sched; })[0];
+  axis(tl, x0, sx, T, q.P * rowH + 10, q.P * rowH);
   for (var s = 0; s < q.P; s++) {
-    var y = 10 + s * rowH;
-    el("text", { x: 4, y: y + rowH * 0.7, "font-size": 14 }, tl, "stage " + s);
+    var y = 6 + s * rowH;
+    el("text", { x: 4, y: y + rowH * 0.7, "font-size": 16 }, tl, "stage " + s);
+    if (mine && rowH >= 18) el("text", { x: x0 + T * sx + 10, y: y + rowH * 0.7, "font-size": 16 }, tl, "holds " + fmt(mine.inflight[s], 1));
     var n = Module._zx_sched_nops(s);
     for (var i = 0; i < n; i++) {
       var k = String.fromCharCode(Module._zx_sched_kind(s, i)), t0 = Module._zx_sched_start(s, i), d = Module._zx_sched_dur(s, i);
       var chunk = Module._zx_sched_chunk(s, i);
-      el("rect", { x: x0 + t0 * sx, y: y, width: Math.max(d * sx - 1, 1), height: rowH - 3, fill: OP_COLOR[k],
-        "fill-opacity": chunk > 0 ? 0.6 : 1, stroke: "#fff" }, tl);
-      if (d * sx > 16 && rowH > 14)
-        el("text", { x: x0 + (t0 + d / 2) * sx, y: y + rowH * 0.65, "text-anchor": "middle", "font-size": Math.min(13, rowH * 0.5), fill: "#fff" }, tl, k + Module._zx_sched_micro(s, i));
+      el("rect", { x: x0 + t0 * sx, y: y, width: Math.max(d * sx - 1, 1), height: rowH - 3, fill: chunk > 0 ? OP_LIGHT[k] : OP_COLOR[k], stroke: "#fff" }, tl);
+      if (d * sx > 30 && rowH >= 22)
+        el("text", { x: x0 + (t0 + d / 2) * sx, y: y + rowH * 0.68, "text-anchor": "middle", "font-size": 16, fill: chunk > 0 ? "#000" : "#fff" }, tl, k + Module._zx_sched_micro(s, i));
     }
   }
-  el("text", { x: x0, y: q.P * rowH + 32, "font-size": 14 }, tl, SCHED_NAME[q.sched] + ", P = " + q.P + ", M = " + q.M +
-    (q.sched === 3 ? ", v = " + q.v + " (lighter: chunk ≥ 1)" : "") + ": F blue, B green, W orange; white gaps are the bubble");
+  drawCompare(q, rows, T);
+}
+
+// one bar per schedule on the same clock as the timeline: its step, and what each stage holds
+function drawCompare(q, rows, T) {
+  var svg = $("s-compare");
+  clear(svg);
+  var W = +svg.getAttribute("width"), x0 = CLOCK_X0, rowH = 30, sx = (W - x0 - CLOCK_RIGHT) / (T || 1);
+  svg.setAttribute("height", rows.length * rowH + 44);
+  el("text", { x: x0 + T * sx + 10, y: 16, "font-size": 16, "font-weight": "bold" }, svg, "bubble · activations in flight per stage");
+  rows.forEach(function (r, i) {
+    var y = 24 + i * rowH;
+    el("text", { x: 4, y: y + 20, "font-size": 16, "font-weight": r.sched === q.sched ? "bold" : "normal" }, svg, SCHED_NAME[r.sched]);
+    if (!r.ok) { el("text", { x: x0, y: y + 20, "font-size": 16 }, svg, "does not run here (interleaved: M a multiple of P; DualPipeV: M ≥ 2P)"); return; }
+    var bar = el("rect", { x: x0, y: y + 3, width: r.step * sx, height: rowH - 8, fill: r.sched === q.sched ? "#1d3557" : "#6c7a89" }, svg);
+    bar.setAttribute("data-bar", SCHED_NAME[r.sched]);
+    bar.setAttribute("data-step", String(r.step));
+    el("text", { x: x0 + T * sx + 10, y: y + 20, "font-size": 16 }, svg, "step " + fmt(r.step) + " · " + pct(r.bubble) +
+      " · [" + r.inflight.map(function (a) { return fmt(a, 1); }).join(", ") + "]");
+  });
+  axis(svg, x0, sx, T, rows.length * rowH + 24, rows.length * rowH);
 }
 
 function drawCurve(q) {
@@ -334,6 +394,49 @@ function updateCollectives() {
   $("c-total-formula").textContent = Module._zx_ring_formula_total(N, n, 4) + " B";
 }
 
+// the controls a case does not use take no room (a projector's first view holds the picture)
+function hideUnused() {
+  document.querySelectorAll(".controls label").forEach(function (l) {
+    var i = l.querySelector("input, select");
+    l.classList.toggle("off", !!(i && i.disabled));
+  });
+}
+
+// ---- the layout, measured from the DOM (make explorer-check at 1280x720) -----------------------------
+function rgb(c) { var m = c.match(/[\d.]+/g); return m ? m.slice(0, 3).map(Number) : [255, 255, 255]; }
+function lum(c) {
+  var v = rgb(c).map(function (x) { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+  return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
+}
+function contrast(a, b) { var x = lum(a), y = lum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); }
+function background(e) {
+  for (; e && e.nodeType === 1; e = e.parentElement) {
+    var b = getComputedStyle(e).backgroundColor;
+    if (b && b !== "transparent" && !/rgba\(.*, 0\)$/.test(b)) return b;
+  }
+  return "rgb(255, 255, 255)";
+}
+var MAIN_PICTURE = { memory: "m-chart", schedules: "s-timeline", collectives: "c-ring" };
+function measureLayout(panel) {
+  var r = $(MAIN_PICTURE[panel]).getBoundingClientRect(), out = { panel: panel, vw: innerWidth, vh: innerHeight,
+    pic: { left: r.left, top: r.top, right: r.right, bottom: r.bottom }, minFont: 99, minFontAt: "", minContrast: 99, minContrastAt: "" };
+  var visible = function (e) { var b = e.getBoundingClientRect(); return b.width > 0 && b.height > 0 && e.closest("details:not([open])") === null; };
+  document.querySelectorAll("header, #" + panel + " *").forEach(function (e) {
+    var own = Array.prototype.some.call(e.childNodes, function (n) { return n.nodeType === 3 && n.textContent.trim(); });
+    if (!own || !visible(e)) return;
+    var cs = getComputedStyle(e), f = parseFloat(cs.fontSize), fg, bg;
+    if (e instanceof SVGElement) {
+      fg = cs.fill; // an SVG label: on the rect drawn just before it when it sits inside one, else the page
+      var prev = e.previousElementSibling, pb = prev && (prev.tagName === "rect" || prev.tagName === "circle") ? prev.getBoundingClientRect() : null, tb = e.getBoundingClientRect();
+      bg = pb && tb.left >= pb.left - 1 && tb.right <= pb.right + 1 && tb.top >= pb.top - 1 && tb.bottom <= pb.bottom + 1 ? getComputedStyle(prev).fill : background(e.ownerSVGElement);
+    } else { fg = cs.color; bg = background(e); }
+    var k = contrast(fg, bg), what = (e.id || e.tagName) + " '" + e.textContent.trim().slice(0, 30) + "'";
+    if (f < out.minFont) { out.minFont = f; out.minFontAt = what; }
+    if (k < out.minContrast) { out.minContrast = k; out.minContrastAt = what + " " + fg + " on " + bg; }
+  });
+  return out;
+}
+
 // ---- panels, and the test mode ------------------------------------------------------------------
 function show(panel) {
   document.querySelectorAll("section").forEach(function (s) { s.classList.toggle("on", s.id === panel); });
@@ -367,14 +470,19 @@ function runTests(t) {
     show("schedules");
     setControls(cfg);
     var q = sched();
+    var bars = {};
+    document.querySelectorAll("#s-compare [data-bar]").forEach(function (b) {
+      bars[b.getAttribute("data-bar")] = { width: b.getBoundingClientRect().width, step: +b.getAttribute("data-step") };
+    });
     res.schedules.push({ cfg: cfg, q: q, rc: ZX.schedRc, bubble: $("s-bubble").getAttribute("data-v"), closed: $("s-closed").getAttribute("data-v"),
-      ops0: Module._zx_sched_nops(0) });
+      ops0: Module._zx_sched_nops(0), bars: bars });
   });
   (t.collectives || []).forEach(function (cfg) {
     show("collectives");
     setControls(cfg);
     res.collectives.push({ cfg: cfg, numbers: readNumbers("collectives") });
   });
+  res.layout = (t.layout || []).map(function (p) { show(p.panel); setControls(p.cfg || {}); return measureLayout(p.panel); });
   $("zx-test-out").textContent = JSON.stringify(res);
 }
 
@@ -397,10 +505,30 @@ function start() {
   updateSchedules();
   updateCollectives();
   $("zx-status").textContent = "every number: the project's C, compiled to WebAssembly";
-  var h = decodeURIComponent(location.hash.slice(1));
+  var h = location.hash.slice(1);
+  try { h = decodeURIComponent(h); } catch (e) { /* a cut link: read as it is */ }
   if (h.indexOf("test=") === 0) runTests(JSON.parse(h.slice(5)));
-  else if (h.indexOf("panel=") === 0) { var p = JSON.parse(h.slice(6)); show(p.panel); setControls(p.cfg || {}); }
-  else show(["memory", "schedules", "collectives"].indexOf(h) >= 0 ? h : "memory");
+  else if (h.indexOf("panel=") === 0) openLink(h.slice(6));
+  else show(PANELS.indexOf(h) >= 0 ? h : "memory");
+}
+
+// #panel={"panel":"schedules","cfg":{"s-sched":4,...}}: a panel with its controls set (links in slides).
+// A link that does not parse, names no panel or an unknown control: the default panel (or the rest of the
+// link) and one line saying what was left out.
+var PANELS = ["memory", "schedules", "collectives"];
+function openLink(text) {
+  var p = null, skipped = [];
+  try { p = JSON.parse(text); } catch (e) { p = null; }
+  if (!p || typeof p !== "object" || PANELS.indexOf(p.panel) < 0) {
+    show("memory");
+    $("zx-notice").textContent = "this link's #panel= could not be read (" + text.slice(0, 40) + "…): the default panel instead";
+    return;
+  }
+  show(p.panel);
+  var cfg = {};
+  for (var id in (p.cfg || {})) { if ($(id)) cfg[id] = p.cfg[id]; else skipped.push(id); }
+  setControls(cfg);
+  if (skipped.length) $("zx-notice").textContent = "this link's controls " + skipped.join(", ") + " do not exist: left out";
 }
 if (Module.calledRun) start();
 else Module.onRuntimeInitialized = start;

@@ -30,6 +30,9 @@ common/ is a stack of folders, lowest first, named by the Makefile's LAYERS line
      tests/: a reader's window, and a diff's, side by side (bytes, as awk and many editors count: a
      '·' or a '−' of UTF-8 is two or three, so a line of them is wrapped earlier than its columns).
 
+  8. no file of solutions/ (the parallelism a student reads) over 400 lines: one lesson per file —
+     a file that grows past it is split by lesson.
+
   python3 common/scripts/check_layers.py [--root DIR]     exit 0 clean, 1 with one line per problem
 """
 import argparse
@@ -121,6 +124,23 @@ def wide_lines(root):
                         width = len(line.rstrip(b"\n"))
                         if width > WIDTH:
                             problems.append("%s:%d: %d bytes, over %d (wrap it)" % (rel, n, width, WIDTH))
+    return problems
+
+
+# rule 8: one lesson per file of solutions/
+MAX_LINES = 400
+
+
+def long_files(root):
+    """Rule 8's problems: each file of solutions/ over MAX_LINES lines."""
+    problems, top = [], os.path.join(root, "solutions")
+    for name in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+        if SRC.search(name):
+            with open(os.path.join(top, name), "rb") as f:
+                n = sum(1 for _ in f)
+            if n > MAX_LINES:
+                problems.append("solutions/%s: %d lines, over %d (one lesson per file: split it by lesson)"
+                                % (name, n, MAX_LINES))
     return problems
 
 
@@ -248,6 +268,7 @@ def check(root):
                 rel = "%s/%s" % (folder, name)
                 problems += file_statics(rel, open(os.path.join(root, rel), encoding="utf-8", errors="replace").read())
     problems += wide_lines(root)
+    problems += long_files(root)
     cycle = find_cycle(graph)
     if cycle:
         problems.append("include cycle among modules: %s" % " -> ".join(cycle))

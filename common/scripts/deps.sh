@@ -8,12 +8,24 @@
 #   ZL_DEPS_INSTALL=0  check only: print the command to run and exit 1, never install
 # CUDA and NCCL are optional and never installed here: the build uses them when it finds them
 # (make doctor says what it found; notes/gpu.md).
+#   deps.sh --explorer   the optional part: emscripten and chromium, for make explorer (the page) and
+#                        make explorer-check (it in a browser); never needed by make build or make test.
+#                        Debian 12: about 270 MB downloaded, 1.3 GB on disk, 2-5 minutes (118 packages).
 set -u
 
 # what the build needs (compiler, make, MPI, Criterion, OpenBLAS, pkg-config), the plots need,
 # and the GPT's default text (--model gpt --data: /usr/share/games/fortunes/cookie, from fortunes)
 PKGS=(make gcc libc6-dev pkg-config openmpi-bin libopenmpi-dev libcriterion-dev libopenblas-dev
       python3 python3-matplotlib fortunes)
+
+EXPLORER=0
+APT_OPTS=(--no-install-recommends)
+if [ "${1:-}" = --explorer ]; then
+  EXPLORER=1
+  PKGS=(emscripten chromium)
+  APT_OPTS=() # what was measured above (with the recommended packages)
+  echo "deps: the explorer's optional part (emscripten, chromium): about 270 MB to download, 1.3 GB on disk"
+fi
 
 if [ "${ZL_SKIP_DEPS:-0}" = 1 ]; then
   echo "deps: skipped (ZL_SKIP_DEPS=1)"
@@ -33,6 +45,13 @@ plot_python() {
 if ! command -v dpkg-query >/dev/null 2>&1; then
   # not Debian/Ubuntu: check the tools themselves and say what is missing
   miss=()
+  if [ "$EXPLORER" = 1 ]; then
+    command -v emcc >/dev/null || miss+=("emscripten (emcc)")
+    command -v chromium >/dev/null || command -v chromium-browser >/dev/null || miss+=("Chromium (chromium)")
+    [ ${#miss[@]} -eq 0 ] || { printf 'deps: not Debian/Ubuntu (no dpkg); missing: %s\n' "${miss[*]}" >&2; exit 1; }
+    echo "deps: ok (the explorer's: emcc and chromium found on PATH)"
+    exit 0
+  fi
   command -v make >/dev/null || miss+=(make)
   command -v mpicc >/dev/null || miss+=("Open MPI (mpicc)")
   command -v mpirun >/dev/null || miss+=("Open MPI (mpirun)")
@@ -58,6 +77,10 @@ for p in "${PKGS[@]}"; do
   [ "$st" = "install ok installed" ] || missing+=("$p")
 done
 
+if [ ${#missing[@]} -eq 0 ] && [ "$EXPLORER" = 1 ]; then
+  echo "deps: ok (the explorer's: $(emcc --version 2>/dev/null | head -1), $(chromium --version 2>/dev/null))"
+  exit 0
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   mpi=$(mpirun --version 2>/dev/null | head -1 | sed 's/.*(Open MPI) /Open MPI /')
   pp=$(plot_python || echo "none (no python with matplotlib)")
@@ -66,7 +89,7 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 echo "deps: missing ${missing[*]}"
-cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+cmd="apt-get install -y ${APT_OPTS[*]:+${APT_OPTS[*]} }${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 if [ "${ZL_DEPS_INSTALL:-1}" = 0 ]; then
   echo "deps: ZL_DEPS_INSTALL=0: not installing; run:" >&2
@@ -86,7 +109,7 @@ echo "deps: installing ${#missing[@]} missing package(s) with apt-get (this chan
 echo "deps: ${run[*]:+${run[*]} }apt-get update && $cmd"
 "${run[@]}" apt-get update -qq </dev/null || { echo "deps: apt-get update failed" >&2; exit 1; }
 # shellcheck disable=SC2086
-"${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null ||
+"${run[@]}" apt-get install -y -qq "${APT_OPTS[@]}" "${missing[@]}" </dev/null ||
   { echo "deps: apt-get install failed (see above); run it yourself: sudo $cmd" >&2; exit 1; }
 still=()
 for p in "${missing[@]}"; do

@@ -299,8 +299,9 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   SPEC("--steps", ARG_INT, &cfg->steps, 1, 10000000, NULL, "training steps");
   SPEC("--lr", ARG_DOUBLE, &cfg->lr, 0, 10, NULL, "learning rate");
   SPEC("--seed", ARG_I64, &seed, 0, 4e18, NULL, "seed of the data, the teacher and the init");
-  SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd|muon",
-       "AdamW, SGD with momentum, or Muon for the hidden matrices + AdamW for the rest (muon.h)");
+  SPEC("--optimizer", ARG_CHOICE, &optimizer, 0, 0, "adamw|sgd|muon|onebit-adam",
+       "AdamW, SGD with momentum, Muon for the hidden matrices + AdamW for the rest (muon.h), or 1-bit Adam "
+       "(chapter 13's DDP: AdamW for --warmup-steps, then the momentum all-reduced as signs; onebit.h)");
   SPEC("--muon-lr", ARG_DOUBLE, &cfg->muon_lr, 0, 10, NULL,
        "--optimizer muon: Muon's learning rate (AdamW's part: --lr)");
   SPEC("--momentum", ARG_DOUBLE, &cfg->momentum, 0, 0.999999, NULL, "SGD momentum");
@@ -367,6 +368,11 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--compress", ARG_STR, &cfg->compress, 0, 0, NULL,
          "powersgd:R: each bucket's gradient sent as a rank-R product P Q^T (PowerSGD, with error feedback "
          "and warm start; --variant bucketed, fp32, CPU; notes/13-compression.md)");
+  int warmup = 0;
+  if (chapter_flags & TRAIN_FLAG_COMPRESS)
+    SPEC("--warmup-steps", ARG_INT, &warmup, 1, 10000000, NULL,
+         "--optimizer onebit-adam: AdamW steps (the gradients all-reduced) before the variance freezes and "
+         "the momentum travels as 1 bit per element");
   if (chapter_flags & TRAIN_FLAG_PIPELINE) {
     SPEC("--pp", ARG_INT, &cfg->pp, 1, 256, "auto",
          "pipeline stages P (contiguous units); auto: every rank a stage");
@@ -419,6 +425,14 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "ZeRO++ hpZ: keep a second copy of the params sharded inside the node (+2Psi/g in bf16), so the "
          "backward's "
          "all-gathers stay in the node; the forward's still span every rank (notes/09-nodes.md)");
+  int quant_block = 0;
+  if (chapter_flags & TRAIN_FLAG_SHARD_GROUP) {
+    SPEC("--qwz", ARG_FLAG, &cfg->qwz, 0, 0, NULL,
+         "ZeRO++ qwZ: ZeRO-3's parameter all-gathers in int8 blocks, one fp32 scale each (|error| <= "
+         "max|block|/254; notes/13-compression.md)");
+    SPEC("--quant-block", ARG_INT, &quant_block, 1, 1 << 24, NULL,
+         "--qwz: elements per int8 block B (default 256): Psi(1 + 4/B) bytes per gather, not Psi x b");
+  }
   /* checked against the world and the model by the chapter (solutions/cp.h) */
   if (chapter_flags & TRAIN_FLAG_CP) {
     SPEC("--cp", ARG_INT, &cfg->cp, 1, 256, NULL,
@@ -495,7 +509,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   cfg->seed = (uint64_t)seed;
   cfg->optimizer = strcmp(optimizer, "sgd") == 0    ? OPT_SGD
                    : strcmp(optimizer, "muon") == 0 ? OPT_MUON
-                                                    : OPT_ADAMW;
+                                                    : OPT_ADAMW; /* onebit-adam too: its warm-up is AdamW */
   cfg->wdt = strcmp(precision, "bf16") == 0 ? DT_BF16 : strcmp(precision, "fp16") == 0 ? DT_F16 : DT_F32;
   cfg->collectives = strcmp(collectives, "ring") == 0 ? COLL_RING : COLL_VENDOR;
   cfg->nonfinite = strcmp(nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_ABORT;
@@ -503,6 +517,20 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 
   /* Checks that need more than one flag, or the world size (from the launcher's environment). */
   char v[64];
+  if (strcmp(optimizer, "onebit-adam") == 0) {
+    if (!(chapter_flags & TRAIN_FLAG_COMPRESS))
+      exit(args_error("--optimizer", optimizer,
+                      "is chapter 13's (ch13_compress, on DDP's replicas): with ZeRO, a pipeline or TP the "
+                      "momentum is sharded or split and the compressed all-reduce is not built for it"));
+    if (warmup < 1)
+      exit(args_error("--optimizer", optimizer,
+                      "needs --warmup-steps K >= 1 (the AdamW steps whose variance it freezes)"));
+    cfg->onebit_warmup = warmup;
+  } else if (warmup) {
+    snprintf(v, sizeof v, "%d", warmup);
+    exit(args_error("--warmup-steps", v,
+                    "needs --optimizer onebit-adam (the other optimizers have no warm-up)"));
+  }
   if (cfg->wdt != DT_F16) { /* the loss scaler's flags mean nothing without fp16: refused, not ignored */
     const struct { const char *flag; double got, dflt; } fp16_only[] = {
         {"--loss-scale", cfg->loss_scale, 0},          {"--init-scale", cfg->init_scale, 65536},
@@ -543,6 +571,13 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   char why[256];
   if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
+  if (quant_block && !cfg->qwz) {
+    snprintf(v, sizeof v, "%d", quant_block);
+    exit(args_error("--quant-block", v, "needs --qwz (the block size of its int8 quantisation)"));
+  }
+  cfg->quant_block = quant_block ? quant_block : 256;
+  if (cfg->qwz && (chapter_flags & TRAIN_FLAG_PIPELINE))
+    exit(args_error("--qwz", NULL, "is built for chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
     exit(args_error(
         "--hpz", "",

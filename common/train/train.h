@@ -100,6 +100,8 @@ typedef struct train_cfg {
   const char *variant;                /* --variant naive|overlap|bucketed (02, 04) */
   double bucket_mb;                   /* --bucket-mb (02, 04) */
   const char *compress;               /* --compress powersgd:R (13; solutions/powersgd.h); NULL: none */
+  int onebit_warmup; /* --optimizer onebit-adam --warmup-steps K (13; solutions/onebit.h): AdamW's
+                      * states and K AdamW steps, then 1-bit; optimizer stays OPT_ADAMW; 0: not 1-bit */
   double buffer_mb;                   /* --buffer-mb: constant-size buffers (ZeRO-R CB), 0 = unbounded */
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
@@ -109,6 +111,7 @@ typedef struct train_cfg {
   /* --shard-group node (05): HSDP, shard in the node, all-reduce across */
   int shard_group_node;
   int hpz;                            /* --hpz (05): ZeRO++'s secondary param shard in the node */
+  int qwz, quant_block; /* --qwz --quant-block B (05; solutions/qwz.h): ZeRO-3's gathers in int8 blocks */
   int host_threads; /* --host-threads K: threads of the host optimizer step (08's flag, set by
                      * its main and chapter 07's; 1 = one) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
@@ -448,6 +451,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
  * AdamW part's v is added by the strategies that run it: muon.h). */
 static inline int train_opt_states(const train_cfg_t *c) { return c->optimizer == OPT_ADAMW ? 2 : 1; }
 static inline const char *train_opt_name(const train_cfg_t *c) {
+  if (c->onebit_warmup) return "onebit-adam";
   return c->optimizer == OPT_ADAMW ? "adamw" : c->optimizer == OPT_MUON ? "muon" : "sgd";
 }
 /* Allocate full params/grads/master/optimizer states ("optim m", "optim v") for the current

@@ -367,6 +367,81 @@ Test(ch12_moe, refusals) {
   zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 4", "--tp");
   zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 4 --tp 2 --eval-every 2",
                     "--eval-every");
+  /* --pp: what does not compose yet */
+  zl_expect_refused(4, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --tp 2 --pp 2", "--tp");
+  zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 4 --ep 2 --pp 2", "--pp");
+  zl_expect_refused(2, "ch12_experts", "--model gpt --gpt tiny --moe 4 --pp 2 --aux-loss-scope global",
+                    "--aux-loss-scope");
+}
+
+/* ---- MoE inside chapter 07's pipeline (--pp) ----------------------------------------------------------
+ * The tiny GPT's 4 units in 2 stages, 4 micro-batches of 2 samples. --ep 1: each stage runs 1 rank
+ * --accum 4's kernels on the same shapes in the same order (every micro-batch's routing kept from its
+ * forward to its backward while others are in flight: moe.c's routes), so the weights are bitwise
+ * those of 1 rank. --ep 2 on 4 ranks: each EP rank routes its own sample of a micro-batch (1 rank
+ * --accum 8: the same tokens per capacity and f_e); the experts see both EP ranks' rows in one GEMM,
+ * as EP 2 without stages: within MOE_TOL of max|w| (notes/design.md, "Bits or a tolerance"), the same
+ * drops, the all-to-all bytes = the formula. */
+#define MOE_PP "--moe 4 --topk 2 --pp 2 --micro-batches 4"
+static void expect_pp(const char *what, const zl_out_t *r, const zl_out_t *one, double tol) {
+  cr_assert_eq(r->n, one->n, "%s exported %lld weights, 1 rank %lld (the full model)", what, (long long)r->n,
+               (long long)one->n);
+  double gap = tol > 0 ? zl_expect_close_norm(what, r->params, one->params, one->n, tol) : 0;
+  if (tol == 0) zl_expect_floats(what, r->params, one->params, one->n, 0);
+  double d1 = zl_json_num(one->json, "moe_drop_rate"), d2 = zl_json_num(r->json, "moe_drop_rate");
+  cr_assert_eq(d1, d2, "%s dropped %.17g of the choices, 1 rank %.17g (the same routing)", what, d2, d1);
+  double x1 = zl_json_num(one->json, "moe_aux_loss_last"), x2 = zl_json_num(r->json, "moe_aux_loss_last");
+  cr_assert(zl_rel(x2, x1) <= 1e-6, "%s: aux loss %.9g (summed over the stages' blocks), 1 rank %.9g", what,
+            x2, x1);
+  if (tol == 0) zl_expect_same_losses(what, r->json, one->json); /* the last stage's, over every sample */
+  cr_log_info("%s against 1 rank: largest |difference| / max|w| %.3g (%s)", what, gap,
+              tol > 0 ? "tolerance 1e-5" : "bitwise");
+}
+
+Test(ch12_moe, pp_equals_one_rank) {
+  const char *cf = "--capacity-factor 1.0 --aux-loss-coeff 0.01";
+  char a[200];
+  snprintf(a, sizeof a, "--moe 4 --topk 2 --accum 4 %s", cf);
+  zl_out_t one = MOE_LAUNCH(1, "moe", "ppone", a);
+  snprintf(a, sizeof a, MOE_PP " --schedule 1f1b %s", cf);
+  zl_out_t pp = MOE_LAUNCH(2, "moe", "pp1f1b", a);
+  expect_pp("MoE --pp 2 (1F1B)", &pp, &one, 0);
+  snprintf(a, sizeof a, "--moe 4 --topk 2 --accum 8 %s", cf);
+  zl_out_t one8 = MOE_LAUNCH(1, "moe", "ppone8", a);
+  snprintf(a, sizeof a, MOE_PP " --schedule 1f1b --ep 2 %s", cf);
+  zl_out_t ep = MOE_LAUNCH(4, "moe", "ep2pp2", a);
+  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"),
+         f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
+  cr_assert(m > 0 && m == f, "EP 2 x PP 2: all-to-all bytes per step %.17g measured, formula %.17g", m, f);
+  expect_pp("EP 2 x PP 2 (1F1B)", &ep, &one8, MOE_TOL);
+  zl_out_free(&one), zl_out_free(&one8), zl_out_free(&pp), zl_out_free(&ep);
+}
+
+/* Every other schedule of chapter 07 around the MoE GPT, dropless: interleaved (2 chunks per stage),
+ * the zero-bubble pair (a MoE block's backward stays whole in its B: moe_model.c) and DualPipeV (its V
+ * of 4 chunks, the overlapped forward-backward not built) — with --ep 1 bitwise 1 rank, zb-h1 and
+ * dualpipev with --ep 2 too (4 ranks) within MOE_TOL. */
+Test(ch12_moe, pp_schedules_equal_one_rank) {
+  zl_out_t one = MOE_LAUNCH(1, "moe", "ppsone", "--moe 4 --topk 2 --accum 4"),
+           one8 = MOE_LAUNCH(1, "moe", "ppsone8", "--moe 4 --topk 2 --accum 8");
+  const char *sch[] = {"interleaved --virtual-stages 2", "zb-h1", "zb-h2", "dualpipev"};
+  for (int i = 0; i < 4; i++) {
+    char a[160], name[32], what[96];
+    snprintf(a, sizeof a, MOE_PP " --schedule %s", sch[i]);
+    snprintf(name, sizeof name, "pps%d", i);
+    zl_out_t r = MOE_LAUNCH(2, "moe", name, a);
+    snprintf(what, sizeof what, "MoE --pp 2 --schedule %s", sch[i]);
+    expect_pp(what, &r, &one, 0);
+    zl_out_free(&r);
+    if (i != 1 && i != 3) continue;
+    snprintf(a, sizeof a, MOE_PP " --ep 2 --schedule %s", sch[i]);
+    snprintf(name, sizeof name, "ppse%d", i);
+    r = MOE_LAUNCH(4, "moe", name, a);
+    snprintf(what, sizeof what, "EP 2 x PP 2 --schedule %s", sch[i]);
+    expect_pp(what, &r, &one8, MOE_TOL);
+    zl_out_free(&r);
+  }
+  zl_out_free(&one), zl_out_free(&one8);
 }
 
 /* Every step's loss of got within tol relative of want's (the half precisions round the weights after
@@ -482,6 +557,28 @@ Test(ch12_moe_long, ep_with_every_strategy) {
     zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
     expect_states_by_kind(what, r.json);
     expect_ch00_states(what, r.json, 4, "--ep 2", z);
+    zl_out_free(&r);
+  }
+  zl_out_free(&one);
+}
+
+/* EP 2 x PP 2 x DP 2 on 8 ranks (rank = (dp·2 + stage)·2 + ep): every stage's EP group, its replica's,
+ * 1F1B and zb-h1, DDP and ZeRO-1, against 1 rank --accum 16 within MOE_TOL. */
+Test(ch12_moe_long, ep_pp_dp_eight_ranks) {
+  /* each rank routes 1 sample of a micro-batch: 1 rank --accum 16 (the same tokens per f_e) */
+  zl_out_t one = MOE_LAUNCH16(1, "moel", "ppone", "--moe 4 --topk 2 --accum 16");
+  const char *v[] = {"--schedule 1f1b --zero 0", "--schedule 1f1b --zero 1", "--schedule zb-h1 --zero 1"};
+  for (int i = 0; i < 3; i++) {
+    char a[160], name[32], what[96];
+    snprintf(a, sizeof a, "--moe 4 --topk 2 --ep 2 --pp 2 --micro-batches 4 %s", v[i]);
+    snprintf(name, sizeof name, "eppd%d", i);
+    zl_out_t r = MOE_LAUNCH16(8, "moel", name, a);
+    snprintf(what, sizeof what, "EP 2 x PP 2 x DP 2 %s against 1 rank --accum 16", v[i]);
+    cr_assert_eq(r.n, one.n, "%s: %lld weights exported, 1 rank %lld", what, (long long)r.n,
+                 (long long)one.n);
+    double gap = zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
+    expect_losses_close(what, r.json, one.json, 1e-5);
+    cr_log_info("%s: largest |difference| / max|w| %.3g (tolerance %g)", what, gap, MOE_TOL);
     zl_out_free(&r);
   }
   zl_out_free(&one);

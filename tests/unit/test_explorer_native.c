@@ -61,3 +61,52 @@ Test(common_explorer, scratch_past_its_slot_dies_in_one_line) {
             "message:\n%s", txt);
   free(txt);
 }
+
+/* The schedules panel's closed forms hold inside their stated ranges (zx_bubble_closed_range): on a grid of
+ * P <= 6, M <= 14, F, B, W in {0, 0.5, 1, 2, 3} each equals the simulator's bubble to 1e-12 wherever the
+ * page shows it (outside, the page says "outside its range" instead of a number). */
+Test(common_explorer, closed_forms_equal_the_simulator_inside_their_range) {
+  char *txt = NULL;
+  int rc = zl_run(0, 60, &txt, ZL_TESTBIN "/explorer_native closed");
+  cr_assert_eq(rc, 0, "explorer_native closed exited %d:\n%s", rc, txt);
+  cr_expect(strstr(txt, "outside") == NULL, "a closed form differs inside its range:\n%s", txt);
+  for (int sc = 0; sc < 6; sc++) {
+    char key[32];
+    int in = 0, eq = -1;
+    snprintf(key, sizeof key, "closed %d in ", sc);
+    const char *p = strstr(txt, key);
+    cr_assert(p && sscanf(p + strlen(key), "%d equal %d", &in, &eq) == 2, "no line for %d:\n%s", sc, txt);
+    cr_expect(in > 1000 && eq == in, "schedule %d: %d cases in range, %d equal", sc, in, eq);
+  }
+  free(txt);
+}
+
+/* One clock: at P = 4, M = 8, F = B = W = 1 the steps the page draws on its shared axis are 1F1B's 33,
+ * ZB-H1's 27 (shorter), ZB-H2's 27 with its own window 24 (bubble 0), DualPipeV's (chapter 07d) 27;
+ * activations in flight per stage (micro-batch-chunks) 1F1B P - s, ZB-H1 P, ZB-H2 2P - 1, DualPipeV
+ * 2P + 1 (half a stage each); every drawn operation after the one before it, the last end the step. */
+Test(common_explorer, schedules_on_one_clock) {
+  static const struct {
+    int sched;
+    double step, span, bubble;
+    const char *inflight;
+  } want[] = {{2, 33, 33, 9.0 / 33, " 4 3 2 1"},
+              {4, 27, 27, 3.0 / 27, " 4 4 4 4"},
+              {5, 27, 24, 0, " 7 7 7 7"},
+              {6, 27, 27, 3.0 / 27, " 9 9 9 9"}};
+  for (int t = 0; t < 4; t++) {
+    char *txt = NULL, inflight[64] = "";
+    double step = 0, span = 0, busy = 0, bubble = -1;
+    int rc = zl_run(0, 30, &txt, ZL_TESTBIN "/explorer_native sched %d 4 8 1 1 1 1 0", want[t].sched);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, txt);
+    cr_assert(sscanf(txt, "rc 0 step %lf %lf %lf %lf inflight%63[ 0-9]", &step, &span, &busy, &bubble,
+                     inflight) == 5,
+              "schedule %d:\n%s", want[t].sched, txt);
+    cr_expect(step == want[t].step && span == want[t].span && busy == 24, "schedule %d:\n%s", want[t].sched,
+              txt);
+    cr_expect(fabs(bubble - want[t].bubble) < 1e-12, "schedule %d: bubble %.17g", want[t].sched, bubble);
+    cr_expect_str_eq(inflight, want[t].inflight, "schedule %d: in flight", want[t].sched);
+    cr_expect(strstr(txt, "order ok"), "schedule %d: the drawn order:\n%s", want[t].sched, txt);
+    free(txt);
+  }
+}

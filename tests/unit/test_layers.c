@@ -88,4 +88,19 @@ Test(common_layers, each_broken_rule_is_named, .timeout = 60) {
               cases[k][2], out);
     free(out);
   }
+  /* rule 8: a file of solutions/ over 400 lines is named; 400 pass */
+  for (int n = 400; n <= 401; n++) {
+    char root[256], tag[32], *text = malloc((size_t)n * 7 + 1), *out = NULL;
+    snprintf(tag, sizeof tag, "layers_len%d", n);
+    zl_tmpdir(root, sizeof root, tag);
+    put(root, "Makefile", "LAYERS := low\n");
+    put(root, "common/low/README.md", "# low\n\nMay include: low.\n");
+    for (int i = 0; i < n; i++) memcpy(text + 7 * i, "int x;\n", 7); /* n lines */
+    text[7 * n] = 0;
+    put(root, "solutions/long.c", text);
+    int rc = zl_run(0, 30, &out, "python3 common/scripts/check_layers.py --root %s", root);
+    if (n == 400) cr_expect(rc == 0 && strstr(out, "0 problem(s)"), "400 lines pass:\n%s", out);
+    else cr_expect(rc == 1 && strstr(out, "solutions/long.c: 401 lines, over 400"), "401 lines:\n%s", out);
+    free(out), free(text);
+  }
 }
