@@ -661,7 +661,8 @@ def judge_tree(a, files, student, chosen, out_dir):
 
 def seed_objects(a, tree):
     """Give the judged tree the objects of solutions/ for every file it builds unchanged from
-    solutions/ (make then compiles only the files that differ), when missing or older:
+    solutions/ (make then compiles only the files that differ), when missing or older than the source
+    or the reference object:
     BUILD/obj/solutions/x.o -> TREE-build/obj/TREE/x.o for a file of the tree equal to
     solutions/x.c, and -> TREE-build/obj/solutions/x.o for one the tree lacks (the Makefile's
     $(OBJ)/$(IMPL)/%.o and $(OBJ)/solutions/%.o)."""
@@ -677,7 +678,10 @@ def seed_objects(a, tree):
             mine = ref
         if not os.path.isfile(src_o) or read_text(mine) != read_text(ref):
             continue
-        if os.path.isfile(dst_o) and os.path.getmtime(dst_o) >= os.path.getmtime(mine):
+        # newer than the source AND than the reference object: a header's change rebuilds the reference
+        # object (its .d knows the headers; the seeded copy has no .d), so it is copied again
+        if os.path.isfile(dst_o) and os.path.getmtime(dst_o) >= max(os.path.getmtime(mine),
+                                                                     os.path.getmtime(src_o)):
             continue
         os.makedirs(os.path.dirname(dst_o), exist_ok=True)
         shutil.copyfile(src_o, dst_o)  # a fresh mtime: newer than the source
