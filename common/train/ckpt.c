@@ -62,8 +62,14 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
     }
   }
   comm_ctl_broadcast(t->model_comm, why, sizeof why, 0);
-  if (why[0]) {
-    if (t->model_rank == 0) {
+  /* The verdict is the job's: with --tp/--ep each part (model_comm) read its own checkpoint, and a
+   * part that went on alone would block in its first collective with the parts that stopped. Every
+   * rank learns whether any part failed; the lowest world rank of a failed part's readers prints. */
+  int N = comm_world(t->world_comm), wrank = comm_rank(t->world_comm);
+  double first_bad = why[0] && t->model_rank == 0 ? (double)(N - wrank) : 0; /* max: the lowest rank */
+  comm_ctl_all_reduce_f64(t->world_comm, &first_bad, 1, REDOP_MAX);
+  if (first_bad > 0) {
+    if (N - wrank == (int)first_bad) {
       fprintf(stderr, "error: --resume %s: %s; nothing was run or written\n", where, why);
       fflush(stderr);
     }

@@ -134,9 +134,11 @@ void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_uni
                           float *const *sec, const double *losses);
 
 /* ---- the trainer's side (collective calls) ----------------------------------------------- */
-/* --resume: rank 0 resolves and verifies (manifest, every file, the flags), then tells every
- * rank. 0: m filled on every rank. 2: rank 0 printed `error: --resume ...: <why>`; the caller
- * ends the run with exit code 2 before training (nothing written). */
+/* --resume: rank 0 of the part (t->model_comm) resolves and verifies (manifest, every file, the
+ * flags), then tells its ranks; then every rank of the JOB agrees (t->world_comm: with --tp/--ep
+ * each part reads its own checkpoint, and one bad part stops them all). 0: m filled on every rank.
+ * 2 on every rank: one line `error: --resume ...: <why>` was printed (by the lowest rank of a bad
+ * part); the caller ends the run with exit code 2 before training (nothing written). Collective. */
 int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m);
 /* After strategy setup: overwrite what the strategy's layout says this rank keeps (its held
  * working params, its own fp32 weights and optimizer states) from m, whatever strategy and

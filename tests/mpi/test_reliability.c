@@ -509,6 +509,39 @@ Test(common_reliability, ckpt_tp_layout_is_named) {
   }
 }
 
+/* One part of a --tp/--ep save damaged (issue 56: the rank holding it stopped, the other said
+ * "resumed ... continuing" and blocked in its first collective until the 300 s deadline): every
+ * rank of the job refuses, exit 2, one error line naming the part's file, within 10 s. */
+static void bad_part_stops_every_rank(const char *prog, const char *flags, const char *damage) {
+  char dir[256], ck[300], cmd[1200], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ck_badpart");
+  snprintf(ck, sizeof ck, "%s/%s", dir, prog);
+  int rc = zl_run(2, 90, &out, ZL_BIN "/%s %s --steps 2 --ckpt %s", prog, flags, ck);
+  cr_assert_eq(rc, 0, "%s %s saving: exit %d; output:\n%s", prog, flags, rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "cd %s/tp-1-of-2/step-000002 && %s", ck, damage);
+  cr_assert_eq(system(cmd), 0, "could not damage part 1: %s", cmd);
+  double t0 = now_s();
+  rc = zl_run(2, 20, &out, ZL_BIN "/%s %s --steps 4 --resume %s", prog, flags, ck);
+  double dt = now_s() - t0;
+  int errors = 0;
+  for (const char *p = out; (p = strstr(p, "error:")); p++) errors++;
+  cr_assert(rc == 2 && errors == 1 && strstr(out, "tp-1-of-2/step-000002/rank-00000.bin") &&
+                !strstr(out, "resumed from") && !strstr(out, "did not complete"),
+            "%s %s --resume with part 1 damaged (%s): exit %d (expected 2), %d error lines (expected 1 "
+            "naming the part's file), no rank resumed; output:\n%s",
+            prog, flags, damage, rc, errors, out);
+  cr_assert(dt < 10.0, "%s %s: the refusal took %.1f s, expected < 10 s", prog, flags, dt);
+  cr_log_info("%s %s: a damaged part refused by every rank in %.2f s", prog, flags, dt);
+  free(out);
+}
+Test(common_reliability, ckpt_bad_part_stops_every_rank) {
+  bad_part_stops_every_rank("ch06_tp", "--tp 2 " MODEL,
+                            "printf 'X' | dd of=rank-00000.bin bs=1 seek=50 conv=notrunc 2>/dev/null");
+  bad_part_stops_every_rank("ch12_experts", "--model gpt --gpt tiny --ep 2 --batch 8 --quiet",
+                            "truncate -s 100 rank-00000.bin");
+}
+
 /* ---- 6. output files that cannot be written at the end ------------------------------------ */
 
 /* FLAG /dev/full: every write fails (ENOSPC) after training: the job must end non-zero with one
