@@ -494,7 +494,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     exit(args_error("--fault", cfg->fault, "%s", why));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
     exit(args_error(
-        "--hpz", "",
+        "--hpz", NULL,
         "needs --shard-group all: with --shard-group node every gather is inside the node already"));
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);

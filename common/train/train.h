@@ -466,8 +466,7 @@ void trainer_report_extra(trainer_t *t, const char *key, double value);
  * replicas), slice `slice`: b = batch/(m·nslices) samples starting at step·batch + k·(batch/m) +
  * slice·b — exactly what 1-rank training with --accum m reads for micro-batch k when nslices is
  * 1. x: (b, in_numel) 4-byte inputs, y: (b, rows) int32 targets, both on t->dev; either may be
- * NULL (not loaded). GPU: staged through host memory allocated and freed here. --fault R:S:nan
- * poisons x of micro-batch 0. */
+ * NULL (not loaded). GPU: staged through host memory allocated and freed here. */
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y);
 /* The factor the loss's gradient carries this step: fp16's loss scale S, else 1 (a model that adds a
  * loss of its own, chapter 12's auxiliary loss, scales its gradient by it). */

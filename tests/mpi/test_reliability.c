@@ -234,6 +234,48 @@ Test(common_reliability, nonfinite_skip_leaves_states_bitwise) {
   nonfinite_skip("ch05_zero3", 2, 1);
 }
 
+/* --fault R:S:nan in every chapter (issue 56: on the GPT, whose inputs are tokens, it did nothing
+ * and exited 0): announced by rank R, the step stopped (abort: exit 1, one error line) or skipped
+ * on every rank (skip: one warning, exit 0), whatever the model and the parallelism. */
+typedef struct nan_case { int np; const char *cmd; int skip; } nan_case_t;
+static void nan_fault(const nan_case_t *c) {
+  char *out = NULL, want[96];
+  int rc = zl_run(c->np, 60, &out, ZL_BIN "/%s --steps 4 --fault %d:2:nan --nonfinite %s --quiet", c->cmd,
+                  c->np - 1, c->skip ? "skip" : "abort");
+  snprintf(want, sizeof want, "rank %d: injected fault nan at step 2", c->np - 1);
+  const char *says = c->skip ? "warning: step 2: non-finite gradient on rank"
+                              : "error: step 2: non-finite gradient on rank";
+  int lines = 0, trained = strstr(out, "final loss") != NULL;
+  for (const char *p = out; (p = strstr(p, "step 2: non-finite gradient")); p++) lines++;
+  cr_expect(rc == (c->skip ? 0 : 1) && strstr(out, want) && strstr(out, says) && lines == 1 &&
+                trained == c->skip,
+            "%s --fault %d:2:nan (np %d, %s): exit %d (expected %d), expected '%s' and one line '%s...'; "
+            "output:\n%s",
+            c->cmd, c->np - 1, c->np, c->skip ? "skip" : "abort", rc, c->skip ? 0 : 1, want, says, out);
+  free(out);
+}
+static const nan_case_t g_nan[] = {
+    {2, "ch02_ddp --model gpt --gpt tiny --batch 8", 0},
+    {2, "ch06_tp --tp 2 --model gpt --gpt tiny --batch 8", 1},
+    {2, "ch07_pipeline --model gpt --gpt tiny --batch 8 --schedule zb-h1", 0},
+    {2, "ch10_long --model gpt --gpt tiny --cp 2 --batch 8", 1},
+    {2, "ch12_experts --model gpt --gpt tiny --ep 2 --batch 8", 0},
+    /* make test-long: the others */
+    {2, "ch03_zero1 --model gpt --gpt tiny --batch 8", 1},
+    {2, "ch04_zero2 --model gpt --gpt tiny --batch 8 --precision bf16", 0},
+    {3, "ch05_zero3 --model gpt --gpt tiny --batch 6", 1},
+    {2, "ch08_offload --model gpt --gpt tiny --batch 8", 0},
+    {2, "ch05_zero3 --model gpt --gpt tiny --batch 8 --shard-group node", 1},
+    {4, "ch07_pipeline --model gpt --gpt tiny --batch 8 --pp 2 --tp 2", 1},
+    {2, "ch12_experts --model gpt --gpt tiny --ep 2 --tp 2 --batch 8", 1},
+};
+Test(common_reliability, nonfinite_fault_in_every_chapter) {
+  for (int i = 0; i < 5; i++) nan_fault(&g_nan[i]);
+}
+Test(common_reliability_long, nonfinite_fault_in_every_chapter_more) {
+  for (size_t i = 5; i < sizeof g_nan / sizeof g_nan[0]; i++) nan_fault(&g_nan[i]);
+}
+
 /* ---- 4. out of memory ------------------------------------------------------------------- */
 
 Test(common_reliability, out_of_memory_is_a_message) {
