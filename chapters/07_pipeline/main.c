@@ -72,9 +72,9 @@ int main(int argc, char **argv) {
     else if (variant_given) snprintf(v, sizeof v, "--variant %s", cfg.variant);
     else snprintf(v, sizeof v, "--zero %d", cfg.zero);
     return args_error("--schedule", cfg.schedule,
-                      "cannot go with %s (strategy %s reduces in the backward and cannot tell when a W made "
-                      "a gradient final); use --schedule 1f1b, or a --zero whose strategy can (0 naive, 1, 2, "
-                      "3)",
+                      "cannot go with %s (strategy %s reduces in the backward and cannot tell when a W "
+                      "made a gradient final); use --schedule 1f1b, or a --zero whose strategy can "
+                      "(0 naive, 1, 2, 3)",
                       v, s->name);
   }
   return train_main(&cfg, s, "07_pipeline");

@@ -61,6 +61,7 @@ void *xrealloc(void *old, size_t nbytes, const char *what) {
 
 void *xcalloc(size_t n, size_t size, const char *what) {
   void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", check_rank(), what, (double)n * size / 1048576.0);
+  if (!p)
+    die("out of memory on rank %d: %s needs %.1f MiB", check_rank(), what, (double)n * size / 1048576.0);
   return p;
 }

@@ -205,7 +205,8 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
     die_on_rank("step %d: non-finite gradient", t->step);
   }
   if (first)
-    fprintf(stderr, "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
+    fprintf(stderr,
+            "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
             t->step, where);
   return 0.0f;
 }
