@@ -92,8 +92,14 @@ uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n);
 /* Find the checkpoint of `where`: a step directory (holds manifest.txt) or a --ckpt DIR (its
  * latest). Writes the step directory into stepdir. 0 on success, else 1 and why (names the file). */
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy);
-/* T when dir holds the per-TP-rank directories of a --tp T save (dir/tp-R-of-T/), else 0. */
+/* T when dir holds the per-TP-rank directories of a --tp T save (dir/tp-R-of-T/), else 0. Chapter 12
+ * saves its expert-parallel parts the same way (dir/tp-R-of-P_E/, --ep P_E). */
 int ckpt_tp_layout(const char *dir);
+/* 1 when dir's T parts (dir/tp-R-of-T/) are a chapter 12 save: expert-parallel (part 0 has experts). */
+int ckpt_parts_moe(const char *dir, int T);
+/* The flag of the group a part m belongs to (m->tp > 1): "--ep" for chapter 12's expert-parallel
+ * parts (m->moe > 0), "--tp" for tensor-parallel ones. */
+const char *ckpt_group_flag(const ckpt_manifest_t *m);
 /* Read and check stepdir/manifest.txt (syntax, its own checksum, consistent layout). 0 on
  * success; else 1 with why naming the file and what is wrong. Free with ckpt_manifest_free. */
 int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_t nwhy);

@@ -18,6 +18,7 @@
 #include "zl_test.h" // zl_run, zl_read_file, zl_tmpdir, zl_expect_floats, zl_read_floats
 #include <criterion/logging.h> // cr_log_info
 #include <time.h>    // clock_gettime
+#include <stdarg.h>  // va_list (tool_expect)
 
 #define SHAPE_REST "--input 6 --classes 11 --layers 2 --batch 120 --seed 7 --lr 0.01 --quiet --log-every 0"
 #define MODEL "--hidden 13 " SHAPE_REST
@@ -582,6 +583,75 @@ Test(common_reliability, ckpt_bad_part_stops_every_rank) {
                             "printf 'X' | dd of=rank-00000.bin bs=1 seek=50 conv=notrunc 2>/dev/null");
   bad_part_stops_every_rank("ch12_experts", "--model gpt --gpt tiny --ep 2 --batch 8 --quiet",
                             "truncate -s 100 rank-00000.bin");
+}
+
+/* zl_ckpt and the parts of a --tp/--ep save (issue 56: consolidate of one EP part exited 0 and wrote
+ * 59,328 of the model's 92,736 parameters as if whole; meta.txt recorded the MLP's defaults for every
+ * GPT; an EP save was called "a tensor-parallel layout"): a part alone is refused naming its group;
+ * a --tp save's directory is consolidated and exported whole (== --save-params); a MoE save over
+ * --ep is refused by consolidate and export, read part by part by inspect; a MoE save of 1 rank
+ * consolidates with its kind and shape in meta.txt, exports raw (== --save-params), refuses GPT-2's
+ * safetensors names; export never overwrites a file. */
+static void tool_expect(int want_rc, const char *want, const char *fmt, ...) {
+  char cmd[1200], *out = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  int rc = zl_run(0, 30, &out, ZL_BIN "/zl_ckpt %s", cmd);
+  cr_expect(rc == want_rc && strstr(out, want),
+            "zl_ckpt %s: exit %d (expected %d), expected '%s'; output:\n%s", cmd, rc, want_rc, want, out);
+  free(out);
+}
+Test(common_reliability, ckpt_tools_know_moe_and_ep) {
+  char dir[256], f[400], g[400];
+  zl_tmpdir(dir, sizeof dir, "ck_tools");
+  zl_run_ok(2, 90, "ch12 --ep 2 saving",
+            ZL_BIN "/ch12_experts --model gpt --gpt tiny --ep 2 --batch 8 --steps 2 --ckpt %s/ep --quiet",
+            dir);
+  zl_run_ok(1, 90, "ch12 on 1 rank saving",
+            ZL_BIN
+            "/ch12_experts --model gpt --gpt tiny --batch 8 --steps 2 --ckpt %s/moe --save-params %s/moe.bin "
+            "--quiet",
+            dir, dir);
+  zl_run_ok(2, 90, "ch06 --tp 2 saving",
+            ZL_BIN "/ch06_tp --tp 2 --model gpt --gpt tiny --batch 8 --steps 2 --ckpt %s/tp --save-params "
+                   "%s/tp.bin --quiet",
+            dir, dir);
+  /* an EP part, and the EP save */
+  tool_expect(1, "EP rank 1's part of a --ep 2 save", "consolidate %s/ep/tp-1-of-2 %s/x", dir, dir);
+  tool_expect(1, "a Mixture-of-Experts save over --ep 2", "consolidate %s/ep %s/x", dir, dir);
+  tool_expect(1, "EP rank 0's part of an expert-parallel layout (--ep 2)", "export %s/ep/tp-0-of-2 %s/x.st",
+              dir, dir);
+  tool_expect(1, "a Mixture-of-Experts save over --ep 2", "export %s/ep %s/x.st", dir, dir);
+  tool_expect(0, "expert-parallel layout: EP rank 1 of --ep 2", "inspect %s/ep", dir);
+  snprintf(f, sizeof f, "%s/x", dir);
+  struct stat st;
+  cr_expect(stat(f, &st) != 0, "%s was written although every command above was refused", f);
+  /* the MoE model of 1 rank: whole */
+  tool_expect(0, "consolidated", "consolidate %s/moe %s/moe_c", dir, dir);
+  snprintf(f, sizeof f, "%s/moe_c/meta.txt", dir);
+  char *meta = zl_read_file(f, NULL);
+  cr_expect(meta && strstr(meta, "\nmodel gpt\n") && strstr(meta, "\nn_embd 32\n") &&
+                strstr(meta, "\nmoe 8\n") && !strstr(meta, "\nhidden "),
+            "%s: should record the model's kind and shape (gpt, n_embd 32, moe 8; no MLP fields):\n%s", f,
+            meta);
+  free(meta);
+  snprintf(f, sizeof f, "%s/moe_c/weights.f32", dir), snprintf(g, sizeof g, "%s/moe.bin", dir);
+  zl_expect_same_file(f, g);
+  tool_expect(1, "safetensors carries GPT-2's names", "export %s/moe %s/moe.st", dir, dir);
+  tool_expect(0, "exported", "export %s/moe %s/moe.raw --format raw", dir, dir);
+  snprintf(f, sizeof f, "%s/moe.raw", dir);
+  zl_expect_same_file(f, g);
+  tool_expect(2, "exists", "export %s/moe %s/moe.raw --format raw", dir, dir);
+  /* a dense --tp 2 save: its directory whole, its part refused */
+  tool_expect(1, "TP rank 1's part of a --tp 2 save", "consolidate %s/tp/tp-1-of-2 %s/y", dir, dir);
+  tool_expect(0, "--tp parts put together", "consolidate %s/tp %s/tp_c", dir, dir);
+  snprintf(f, sizeof f, "%s/tp_c/weights.f32", dir), snprintf(g, sizeof g, "%s/tp.bin", dir);
+  zl_expect_same_file(f, g);
+  tool_expect(0, "--tp parts put together", "export %s/tp %s/tp.raw --format raw", dir, dir);
+  snprintf(f, sizeof f, "%s/tp.raw", dir);
+  zl_expect_same_file(f, g);
 }
 
 /* ---- 6. output files that cannot be written at the end ------------------------------------ */
