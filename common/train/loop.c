@@ -459,9 +459,11 @@ static void print_header(const trainer_t *t, const char *chapter) {
 }
 
 /* Results (the full fp32 weights on rank 0: fingerprint, --save-params; the report, the trace),
- * then every buffer freed. The model states belong to the strategy (train.h); the trainer
+ * then every buffer freed. Returns the run's exit code: 0, or 1 when a static fp16 loss scale
+ * skipped every step (nothing trained). The model states belong to the strategy (train.h); the trainer
  * frees what it allocated itself: activations, its tables, the model and the data. */
-static void train_finish(trainer_t *t, const char *chapter, int skipped) {
+static int train_finish(trainer_t *t, const char *chapter, int skipped) {
+  int rc = 0;
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
   const strategy_t *s = t->strategy;
@@ -515,15 +517,18 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     else if (rank == 0) /* the CUDA casts do not count them: say so rather than print a 0 nobody counted */
       printf("fp16_flushed_to_zero: not counted on the GPU (the CPU path counts them: --device cpu)\n");
     int ran = in->steps_run; /* this run's steps (a resumed run starts at its checkpoint's step) */
-    if (rank == 0 && ran > 0 && in->overflows_run == ran)
-      printf("warning: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight "
-             "changed. "
-             "%s\n",
-             ran,
-             cfg->loss_scale > 0 ? "The static --loss-scale is too large for these gradients: lower it, "
-                                   "or use the dynamic scale (--loss-scale 0)"
-                                 : "The dynamic scale halves on each overflow: more steps, or a "
-                                   "smaller --init-scale");
+    /* A static scale never moves: every later step would overflow too, so the run trained nothing and
+     * says so with its exit code (1, every rank alike); the dynamic one halves and goes on. */
+    int all = ran > 0 && in->overflows_run == ran;
+    rc = all && cfg->loss_scale > 0;
+    if (rank == 0 && all)
+      fprintf(rc ? stderr : stdout,
+              "%s: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight "
+              "changed. %s\n",
+              rc ? "error" : "warning", ran,
+              rc ? "The static --loss-scale is too large for these gradients: lower it, or use the dynamic "
+                   "scale (--loss-scale 0)"
+                 : "The dynamic scale halves on each overflow: more steps, or a smaller --init-scale");
   }
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
   report_run_t run = {.chapter = chapter,
@@ -564,6 +569,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(t->unit_grads);
   model_free(&t->model);
   data_free(&t->data);
+  return rc;
 }
 
 static int is_dir_path(const char *path) {
@@ -715,8 +721,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   }
   train_loop(&t, start, &taken, &skipped);
   if (cfg->sample > 0) train_sample_text(&t);
-  train_finish(&t, chapter, skipped);
+  int rc = train_finish(&t, chapter, skipped);
   if (grid) grid_free(grid);
   comm_finalize(comm);
-  return 0;
+  return rc;
 }

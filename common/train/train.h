@@ -430,7 +430,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                       unsigned chapter_flags);
 /* The whole program for chapters 02+: the launcher (communicator, model, the strategy's setup,
  * resume), the loop (loop.c's train_loop: the diagram above), then the results (report,
- * --json, --trace, --save-params) and the teardown. Returns the process exit code. */
+ * --json, --trace, --save-params) and the teardown. Returns the process exit code: 0; 2 when a
+ * --resume was refused; 1 when a static fp16 --loss-scale skipped every step (nothing trained). */
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 
 /* ---- helpers for strategies ----------------------------------------------------------- */
