@@ -56,6 +56,13 @@ LAYER_INC := $(LAYERS:%=-Icommon/%)
 IMPL_INC := -I$(IMPL) $(filter-out -I$(IMPL),-Isolutions)
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(LAYER_INC) $(IMPL_INC) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(BLAS_LIBS) -lpthread -lm
+# SANITIZE=address,undefined (or thread): every object and program built with those sanitizers, a
+# finding fatal (make test-sanitize builds so into its own BUILD; never the default build)
+SANITIZE ?=
+ifneq ($(SANITIZE),)
+  CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDLIBS += -fsanitize=$(SANITIZE)
+endif
 
 # ---- CUDA: auto-detected; GPU=1 demands it, GPU=0 leaves it out --------------------------
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/lib/cuda))
@@ -124,7 +131,7 @@ SCN_C     := $(wildcard tests/mpi/scn_*.c)
 SCN_BIN   := $(SCN_C:tests/mpi/%.c=$(OUT)/tests/%)
 EXPLORER_NATIVE := $(OUT)/tests/explorer_native
 
-.PHONY: all build demo test test-long test-kernels test-prep test-run run doctor deps exercises check-exercises exercise hint \
+.PHONY: all build demo test test-long test-kernels test-prep test-run test-sanitize run doctor deps exercises check-exercises exercise hint \
         exercise-list bench bench-collectives bench-ddp plots clean test-gpu gpu-build bench-gpu cuda-check help FORCE
 .DEFAULT_GOAL := all
 
@@ -229,9 +236,27 @@ ifeq ($(USE_CUDA),1)
 endif
 
 # make test-long: the longer sweeps (suites *_long: more grids, more rows of a table), which
-# make test leaves out; each contract they check is also in make test at a smaller size.
+# make test leaves out; each contract they check is also in make test at a smaller size; then
+# make test-sanitize.
 test-long: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) '*_long/*'
+	@$(MAKE) --no-print-directory test-sanitize
+
+# make test-sanitize: make test's suite (or TEST_FILTER's) with every program, tool and test built
+# with AddressSanitizer + UndefinedBehaviorSanitizer into SAN_BUILD (CPU only: GPU=0), any finding
+# fatal (a test whose program reports one fails); then the communication engine's threads under
+# ThreadSanitizer (TSAN_BUILD, TSAN_FILTER's suites). common/scripts/sanitize.sh: the options, the
+# suppressions of the uninstrumented libraries (Open MPI, OpenBLAS), the times.
+SAN_BUILD   ?= build-sanitize
+TSAN_BUILD  ?= build-tsan
+TSAN_FILTER ?= common_engine*/*
+test-sanitize:
+	@bash common/scripts/deps.sh
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=$(SAN_BUILD) GPU=0 SANITIZE=address,undefined build \
+	  >$(SAN_BUILD).log 2>&1 || { tail -30 $(SAN_BUILD).log; echo "test-sanitize: the ASan+UBSan build failed ($(SAN_BUILD).log)"; exit 1; }
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=$(TSAN_BUILD) GPU=0 SANITIZE=thread build \
+	  >$(TSAN_BUILD).log 2>&1 || { tail -30 $(TSAN_BUILD).log; echo "test-sanitize: the TSan build failed ($(TSAN_BUILD).log)"; exit 1; }
+	@bash common/scripts/sanitize.sh $(SAN_BUILD) $(TSAN_BUILD) '$(or $(TEST_FILTER),!(*_long)/*)' '$(TSAN_FILTER)'
 
 # make test-kernels: the portability matrix — the tests that compare across GEMM shapes (or
 # TEST_FILTER's) once per OpenBLAS kernel (KERNELS=all, a list, or others:N), forced with

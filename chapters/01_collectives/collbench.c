@@ -225,10 +225,10 @@ int main(int argc, char **argv) {
     if ((strcmp(op_s, "all") == 0 || strcmp(op_s, co->name) == 0) &&
         rows_of(co, minb, maxb, factor, elem, args_env_world()) == 0)
       return args_error("-e", maxb_s,
-                        "no size from -b %s up to it holds one %s element%s for %s (%lld bytes at least): "
-                        "it would measure nothing",
-                        minb_s, dtype_s, co->even ? " per rank" : "", co->name,
-                        (long long)(co->even ? elem * (size_t)args_env_world() : elem));
+                        "must be at least %lld bytes: no size from -b %s up to it holds one %s element%s "
+                        "for %s (it would measure nothing)",
+                        (long long)(co->even ? elem * (size_t)args_env_world() : elem), minb_s, dtype_s,
+                        co->even ? " per rank" : "", co->name);
   }
 
   int cuda = strcmp(device_s, "cuda") == 0, nccl = strcmp(backend_s, "nccl") == 0;

@@ -12,6 +12,7 @@
 #include <stdio.h>  // snprintf, fprintf
 #include <stdlib.h> // exit, getenv, atoi
 #include <string.h> // strcmp, strncmp
+#include <sys/stat.h> // stat, S_ISDIR (--resume)
 
 #define TRAIN_DEFAULT_TEXT "/usr/share/games/fortunes/cookie"
 
@@ -577,5 +578,11 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   resolve_device(cfg);
   /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
   if (report_check_outputs(cfg)) exit(2);
+  /* a --resume that names nothing: now (what it holds is verified by every rank after MPI starts) */
+  struct stat sb;
+  if (cfg->resume && (stat(cfg->resume, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+    exit(args_error("--resume", cfg->resume,
+                    "must be a checkpoint directory: a --ckpt DIR or one of its step-NNNNNN (%s)",
+                    stat(cfg->resume, &sb) != 0 ? "no such directory" : "not a directory"));
 }
 

@@ -12,12 +12,13 @@
 #include <stdint.h>  // int64_t
 #include <stdio.h>   // fprintf, fopen
 #include <stdlib.h>  // calloc, free: --pp's unit table
-#include <string.h>  // strcmp
+#include <string.h>  // strcmp, strerror
+#include <errno.h>   // errno (--json)
 
-/* What die() said here before this was a function: the line, exit code 1 (no MPI to abort). */
+/* A --json that could be opened but not written to the end (a full disk): one line, exit code 1. */
 static int memcalc_fail(const char *json) {
   fflush(stdout);
-  fprintf(stderr, "ch00_memory: cannot write --json %s\n", json);
+  fprintf(stderr, "error: --json %s: writing it failed (%s)\n", json, strerror(errno));
   return 1;
 }
 
@@ -300,15 +301,15 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       snprintf(v, sizeof v, "%d", experts > 0 ? experts : hidden);
       if (total > MEMCALC_PSI_MAX)
         return args_error(experts > 0 ? "--experts" : "--hidden", v,
-                          "with --layers %d%s: this transformer has psi = %.3g parameters, past the cap of "
-                          "%.0e (as --params)",
+                          "with --layers %d%s: this transformer has psi = %.3g parameters; must be at most "
+                          "%.0e (the cap of --params)",
                           layers, experts > 0 ? " and its shape" : "", total, MEMCALC_PSI_MAX);
       double bytes = acts_bound(shape, micro);
       snprintf(v, sizeof v, "%d", seq);
       if (bytes > MEMCALC_BYTES_MAX)
         return args_error("--seq", v,
                           "with --layers %d --hidden %d --heads %d --micro-batch %lld: the activations "
-                          "come to %.3g bytes, past %.2g: their counts would overflow 64 bits",
+                          "come to %.3g bytes; must be at most %.2g (their counts would overflow 64 bits)",
                           layers, hidden, heads, (long long)micro, bytes, MEMCALC_BYTES_MAX);
     }
     if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, experts, topk, moe_every).total
@@ -368,6 +369,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     }
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
+  /* --json opened now: a path that cannot be written is a bad flag (exit 2), not a table then exit 1 */
+  FILE *fp = json ? fopen(json, "w") : NULL;
+  if (json && !fp) return args_error("--json", json, "cannot be written (%s)", strerror(errno));
 
   int bf16 = strcmp(precision, "bf16") == 0;
   int wbytes = bf16 ? 2 : 4; /* bytes per param of the working params and of the grads */
@@ -569,6 +573,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       for (int u = 0; u < U; u++) gpt_unit_sizes(shape, u, &nu[u], &yu[u], &su[u]); /* gpt_init's units */
     if (!first || !nu || !ps || split(nu, U, pp, first)) {
       free(first), free(nu), free(ps);
+      if (fp) fclose(fp);
       fflush(stdout);
       fprintf(stderr, "ch00_memory: cannot split %d units into %d stages\n", U, pp);
       return 1;
@@ -704,9 +709,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
             staging);
   }
 
-  if (json) {
-    FILE *fp = fopen(json, "w");
-    if (!fp) return free(ps), memcalc_fail(json);
+  if (fp) {
     fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
                 "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
             psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);

@@ -1,6 +1,7 @@
 /* test_reliability.c — what happens when things go wrong (notes/reliability.md):
  *   1. bad input: every program refuses bad flags with ONE line naming flag, value and the
- *      allowed range, exit code 2, within 5 s, printed once under mpirun (a table of cases);
+ *      allowed range, exit code 2, within seconds, printed once under mpirun: the table
+ *      tests/bad_inputs.txt, run by test_bad_inputs.c;
  *   2. a failing rank (--fault R:S:exit|abort|kill|hang): the job ends non-zero within 30 s and
  *      the output names the failing rank; hang: the others' collective deadline names the op;
  *   3. non-finite gradients: --nonfinite abort names the step and the rank where the NaN
@@ -30,133 +31,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Non-empty lines of out; *first gets the first one (static copy). */
-static int nonempty_lines(const char *out, char *first, size_t nfirst) {
-  int n = 0;
-  first[0] = 0;
-  for (const char *p = out; *p;) {
-    const char *e = strchr(p, '\n');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    int blank = 1;
-    for (size_t i = 0; i < len; i++)
-      if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') blank = 0;
-    if (!blank) {
-      if (n == 0) snprintf(first, nfirst, "%.*s", (int)len, p);
-      n++;
-    }
-    p = e ? e + 1 : p + len;
-  }
-  return n;
-}
-
-/* ---- 1. bad input ----------------------------------------------------------------------- */
-
-typedef struct bad_case {
-  int np;            /* 0: run directly (the flag does not depend on N); else mpirun ranks */
-  const char *cmd;   /* program (under ZL_BIN) and flags */
-  const char *names; /* what the one error line must contain (the flag and the value) */
-} bad_case_t;
-
-static const bad_case_t g_bad[] = {
-    /* ch00: the calculator */
-    {0, "ch00_memory --bogus 1", "error: --bogus"},
-    {0, "ch00_memory --params", "error: --params: missing value"},
-    {0, "ch00_memory --params abc", "error: --params abc"},
-    {0, "ch00_memory --params -5", "error: --params -5"},
-    {0, "ch00_memory --params 0", "error: --params 0"},
-    /* the loss scaler's flags without fp16: refused, not silently ignored */
-    {1, "ch02_ddp --precision bf16 --init-scale 1024", "error: --init-scale 1024: needs --precision fp16"},
-    {1, "ch03_zero1 --loss-scale 128", "error: --loss-scale 128: needs --precision fp16"},
-    {0, "ch00_memory --params 1e30", "error: --params 1e30"},
-    {0, "ch00_memory --ranks 0", "error: --ranks 0"},
-    /* Ψ overflows 64 bits */
-    {0, "ch00_memory --model 16777216,16777216,16777216,65536", "error: --model 16777216"},
-    {0, "ch00_memory --stage 7", "error: --stage 7"},
-    /* ch01 */
-    {0, "ch01_collectives --op everything", "error: --op everything"},
-    {0, "ch01_collbench -b 0", "error: -b 0"},
-    {0, "ch01_collbench -e 9223372036854775807", "error: -e 9223372036854775807"},
-    {0, "ch01_collbench -n -1", "error: --iters -1"}, /* -n is --iters */
-    /* training flags (ch02..05 share them) */
-    {0, "ch02_ddp --steps", "error: --steps: missing value"},
-    {0, "ch02_ddp --steps abc", "error: --steps abc"},
-    {0, "ch02_ddp --hidden -5", "error: --hidden -5"},
-    {0, "ch03_zero1 --hidden 0", "error: --hidden 0"},
-    {0, "ch04_zero2 --hidden 3000000000", "error: --hidden 3000000000"},
-    {0, "ch05_zero3 --batch 0", "error: --batch 0"},
-    {0, "ch02_ddp --bucket-mb 0", "error: --bucket-mb 0"},
-    {0, "ch02_ddp --bucket-mb -1", "error: --bucket-mb -1"},
-    {0, "ch04_zero2 --bucket-mb 1", "error: --bucket-mb: unknown flag"}, /* ZeRO-2 reduces per unit */
-    {0, "ch02_ddp --lr nan", "error: --lr nan"},
-    {0, "ch03_zero1 --lr -1", "error: --lr -1"},
-    {0, "ch02_ddp --lr inf", "error: --lr inf"},
-    {0, "ch02_ddp --accum 0", "error: --accum 0"},
-    {0, "ch02_ddp --variant fast", "error: --variant fast"},
-    {0, "ch03_zero1 --variant naive", "error: --variant: unknown flag"}, /* not a ZeRO-1 flag */
-    {0, "ch05_zero3 --prefetch 4 --layers 2", "error: --prefetch 4"},    /* 3 units */
-    {0, "ch05_zero3 --prefetch -1", "error: --prefetch -1"},
-    {0, "ch02_ddp --device tpu", "error: --device tpu"},
-    {0, "ch02_ddp --precision fp8", "error: --precision fp8"},
-    {0, "ch02_ddp --nonfinite ignore", "error: --nonfinite ignore"},
-    {0, "ch02_ddp --timeout-s -1", "error: --timeout-s -1"},
-    {0, "ch02_ddp --fault 0:3", "error: --fault 0:3"},
-    {0, "ch02_ddp --fault 0:3:explode", "error: --fault 0:3:explode"},
-    {0, "ch02_ddp --fault 0:99:exit --steps 10", "error: --fault 0:99:exit"},
-    {0, "ch02_ddp --save-every 5", "error: --save-every 5"},
-    {0, "ch03_zero1 --steps 5 --steps 6", "error: --steps 6: given more than once"},
-    {0, "ch04_zero2 extra", "error: extra"},
-    /* output paths, checked before step 0 (report.c: report_check_outputs) */
-    /* no such directory */
-    {0, "ch02_ddp --json /nonexistent-zl/r.json", "error: --json /nonexistent-zl/r.json"},
-    {0, "ch03_zero1 --trace /nonexistent-zl/t.json", "error: --trace /nonexistent-zl/t.json"},
-    {0, "ch04_zero2 --save-params /tmp", "error: --save-params /tmp"},                      /* a directory */
-    /* parent missing */
-    {0, "ch05_zero3 --ckpt /nonexistent-zl/ck", "error: --ckpt /nonexistent-zl/ck"},
-    /* not a directory */
-    {0, "ch02_ddp --ckpt /dev/null", "error: --ckpt /dev/null"},
-    /* inside a non-directory */
-    {0, "ch02_ddp --json /dev/null/r.json", "error: --json /dev/null/r.json"},
-    /* the tool */
-    {0, "zl_ckpt", "error: missing command"},
-    {0, "zl_ckpt frob /tmp", "error: frob"},
-    {0, "zl_ckpt consolidate /tmp", "error: consolidate: missing DIR or OUT"},
-    /* N matters: under mpirun, printed once */
-    {3, "ch02_ddp --batch 256", "error: --batch 256"},                        /* 256 % 3 */
-    {2, "ch03_zero1 --batch 6 --accum 4", "error: --batch 6"},                /* 6 % (2·4) */
-    {7, "ch05_zero3 --input 1 --hidden 1 --classes 2 --layers 1 --batch 7", "error: -np 7"}, /* Ψ = 6 < N */
-    {2, "ch04_zero2 --fault 2:0:exit", "error: --fault 2:0:exit"},            /* rank 2 of 2 */
-    {3, "ch02_ddp --bogus", "error: --bogus"},
-    {2, "ch01_collbench -r 2", "error: -r 2"},
-    {2, "ch05_zero3 --json /nonexistent-zl/r.json", "error: --json /nonexistent-zl/r.json"},
-};
-
-Test(common_reliability, bad_inputs_one_line_exit_2) {
-  int n = (int)(sizeof g_bad / sizeof g_bad[0]);
-  double slowest = 0;
-  for (int i = 0; i < n; i++) {
-    const bad_case_t *c = &g_bad[i];
-    char *out = NULL, first[512];
-    double t0 = now_s();
-    int rc = zl_run(c->np, 20, &out, ZL_BIN "/%s", c->cmd);
-    double dt = now_s() - t0;
-    if (dt > slowest) slowest = dt;
-    int lines = nonempty_lines(out, first, sizeof first);
-    cr_expect_eq(rc, 2, "`%s` (np %d): exit code %d, expected 2; output:\n%s", c->cmd, c->np, rc, out);
-    cr_expect_eq(lines, 1,
-                 "`%s` (np %d): %d non-empty output lines, expected exactly 1 (printed once); output:\n%s",
-                 c->cmd, c->np, lines, out);
-    cr_expect(strstr(first, c->names) == first, "`%s`: the error line '%s' should start with '%s'", c->cmd,
-              first, c->names);
-    const char *says[] = {"must",  "missing value", "unknown flag", "more than once",
-                          "needs", "usage",         "unexpected"};
-    int allowed = 0;
-    for (size_t k = 0; k < sizeof says / sizeof says[0]; k++) allowed |= strstr(first, says[k]) != NULL;
-    cr_expect(allowed, "`%s`: the error line '%s' should say what is allowed", c->cmd, first);
-    cr_expect(dt < 5.0, "`%s`: took %.1f s, expected < 5 s", c->cmd, dt);
-    free(out);
-  }
-  cr_log_info("bad inputs: %d cases refused with one line and exit code 2 (slowest %.2f s)", n, slowest);
-}
+/* ---- 1. bad input: the table tests/bad_inputs.txt, run by test_bad_inputs.c ---------------- */
 
 /* ---- 2. a failing rank ------------------------------------------------------------------ */
 
