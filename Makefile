@@ -503,14 +503,17 @@ clean:
 # Ulysses, the hybrid, then CP 4's causal imbalance with and without --cp-balance, the traffic of SP,
 # ring, Ulysses and the hybrid at C = 2, 4, and (root) the same on 2 emulated nodes at LINKS_LONG
 # Mbit/s (0 = unshaped; LINKS_LONG= skips them) (notes/10-long-sequences.md). Writes LONG_OUT (default
-# notes/data/bench_long.json, the committed measurement make plots draws); LONG_PARTS=comm,nodes
-# runs only those parts and keeps the others.
+# $(RESULTS)/bench_long.json; UPDATE_NOTES=1: notes/data/bench_long.json, the committed measurement the
+# pages quote and make plots draws); LONG_PARTS=comm,nodes runs only those parts and keeps the others.
+# About 2 min on 2 cores without the emulated nodes (LINKS_LONG=, ZL_BENCH_REPS=1: 125 s measured under
+# load 2-7); the emulated nodes (root) add about 10 min (estimated from the committed run's step times).
 BUDGET_LONG ?= 24
-LONG_OUT ?= notes/data/bench_long.json
+LONG_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_long.json
 LINKS_LONG ?= 0,1000,100,20
 LONG_PARTS ?= seq,balance,comm,nodes
 .PHONY: bench-long
 bench-long: build
+	@mkdir -p $(dir $(LONG_OUT))
 	@$(PYTHON) common/scripts/bench_long.py --bin $(BIN) --out $(LONG_OUT) --budget $(BUDGET_LONG) --links "$(LINKS_LONG)" \
 	  --parts $(LONG_PARTS) --reps $${ZL_BENCH_REPS:-2}
 
@@ -559,11 +562,14 @@ bench-overlap: build
 # their formula and beside ch06_tp's TP 2 of the dense MLP, step time and peak per rank at EP 1, 2, 4
 # against dense DDP with the same active parameters (ZL_BENCH_REPS runs each, alternating, medians; N = 4
 # oversubscribes a 2-core box), and the time per step in the dispatch / experts / combine spans of a
-# --trace. Writes EXPERTS_OUT (default notes/data/bench_experts.json, the committed measurement make
-# plots draws); EXPERTS_PARTS=bytes,trace runs only those and keeps the others. About 3-4 min on 2 cores.
-EXPERTS_OUT ?= notes/data/bench_experts.json
+# --trace. Writes EXPERTS_OUT (default $(RESULTS)/bench_experts.json; UPDATE_NOTES=1:
+# notes/data/bench_experts.json, the committed measurement the pages quote and make plots draws);
+# EXPERTS_PARTS=bytes,trace runs only those and keeps the others. 2-6 min on 2 cores (the committed run
+# 79 s; 372 s measured under load 4-6; ZL_BENCH_REPS=1 ZL_BENCH_STEPS=2: 227 s under load 5).
+EXPERTS_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_experts.json
 EXPERTS_PARTS ?= drop,balance,bytes,step,trace
 .PHONY: bench-experts
 bench-experts: build
+	@mkdir -p $(dir $(EXPERTS_OUT))
 	@$(PYTHON) common/scripts/bench_experts.py --bin $(BIN) --out $(EXPERTS_OUT) --parts $(EXPERTS_PARTS) \
 	  --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-8}

@@ -20,8 +20,8 @@ void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, fl
   comm_wait(g, h);
 }
 
-void ep_exchange_counts(comm_t *g, const float *send, float *recv, int El) {
-  comm_all_to_all(g, send, recv, (int64_t)El * comm_world(g), DT_F32);
+void ep_exchange_counts(comm_t *g, const int64_t *send, int64_t *recv, int El) {
+  comm_ctl_all_to_all_i64(g, send, recv, El); /* control data, on the host: the rows' sizes come first */
 }
 
 /* ---- the transform ----------------------------------------------------------------------------

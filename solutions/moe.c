@@ -23,6 +23,7 @@
 #include "tensor.h"   // tensor_grow
 #include "trace.h"    // trace_begin, trace_end (--trace: dispatch, experts, combine)
 #include "train.h"    // trainer_t, TRAIN_EP_MAX
+#include <limits.h>   // INT_MAX
 #include <math.h>     // expf
 #include <stdlib.h>   // free, realloc
 #include <string.h>   // memcpy
@@ -32,29 +33,91 @@ static float *grow(tensor_t *b, const char *name, device_t dev, int64_t numel) {
   return tensor_grow(b, name, LEDGER_ACTS, DT_F32, dev, numel > 0 ? numel : 1);
 }
 
-/* The index arrays a pass needs on the device, each at its own offset of one buffer (grown first
- * by idx_room): row_tok at 0, slot, perm_x, perm_b after it. On the CPU the host arrays themselves. */
-enum { IX_ROWS, IX_SLOT, IX_PERM_X, IX_PERM_B };
-static void idx_room(moe_gpt_t *c, device_t dev, const moe_unit_t *mu, int64_t routed) {
-  c->ix_off[IX_ROWS] = 0, c->ix_off[IX_SLOT] = mu->Rs, c->ix_off[IX_PERM_X] = mu->Rs + routed * c->k;
-  c->ix_off[IX_PERM_B] = c->ix_off[IX_PERM_X] + mu->Rx;
-  if (dev != DEV_CPU) grow(&c->idx, "moe indices", dev, c->ix_off[IX_PERM_B] + mu->Rx);
+/* What a pass needs on the device besides the rows: the index arrays row_tok (Rs), slot (routed·k),
+ * perm_x and perm_b (Rx each), and one weight per row — the gates (routed·k) forward, the row gates
+ * (Rs) backward — packed on the host and uploaded in ONE copy (the GPU path's cost per pass: the
+ * router's probabilities down, this up; notes/12). On the CPU they are the host arrays themselves. */
+enum { IX_ROWS, IX_SLOT, IX_PERM_X, IX_PERM_B, IX_WEIGHT, IX_END };
+static void upload_pass(moe_gpt_t *c, device_t dev, const moe_unit_t *mu, int64_t routed, const float *w,
+                        int64_t nw) {
+  int64_t *o = c->ix_off;
+  o[IX_ROWS] = 0, o[IX_SLOT] = mu->Rs, o[IX_PERM_X] = mu->Rs + routed * c->k,
+  o[IX_PERM_B] = o[IX_PERM_X] + mu->Rx;
+  o[IX_WEIGHT] = o[IX_PERM_B] + mu->Rx, o[IX_END] = o[IX_WEIGHT] + nw;
+  if (dev == DEV_CPU) return;
+  int32_t *h = xmalloc((size_t)(o[IX_END] > 0 ? o[IX_END] : 1) * sizeof(int32_t), "moe indices (host, "
+                                                                                  "packed)");
+  memcpy(h + o[IX_ROWS], mu->row_tok, (size_t)mu->Rs * sizeof(int));
+  memcpy(h + o[IX_SLOT], mu->slot, (size_t)(routed * c->k) * sizeof(int));
+  memcpy(h + o[IX_PERM_X], mu->perm_x, (size_t)mu->Rx * sizeof(int));
+  memcpy(h + o[IX_PERM_B], mu->perm_b, (size_t)mu->Rx * sizeof(int));
+  memcpy(h + o[IX_WEIGHT], w, (size_t)nw * sizeof(float)); /* 4 bytes each: the bits as they are */
+  dev_memcpy(dev, grow(&c->idx, "moe "
+                                "indices", dev, o[IX_END]), DEV_CPU, h, (size_t)o[IX_END] * sizeof(int32_t));
+  free(h);
 }
-static const int *dev_ints(moe_gpt_t *c, device_t dev, const int *h, int64_t n, int which) {
-  if (dev == DEV_CPU) return h;
-  int *d = (int *)c->idx.data + c->ix_off[which];
-  dev_memcpy(dev, d, DEV_CPU, h, (size_t)n * sizeof(int));
-  return d;
+/* Where array `which` is for this pass: its device copy (upload_pass), or on the CPU host itself. */
+static const int *ix(const moe_gpt_t *c, device_t dev, const int *host, int which) {
+  return dev == DEV_CPU ? host : (const int *)c->idx.data + c->ix_off[which];
+}
+static const float *ix_weight(const moe_gpt_t *c, device_t dev, const float *host) {
+  return dev == DEV_CPU ? host : (const float *)c->idx.data + c->ix_off[IX_WEIGHT];
+}
+
+/* Where a MoE block keeps what its backward reads of the expert rows: X (Rx, C), pre and post (Rx, F)
+ * of its experts and eo (Rs, C), the outputs back home. With a capacity: in the loop's saved slot
+ * (E·cap rows, known before routing). Dropless: in a buffer of its own grown to this micro-batch's
+ * rows — the worst case, every token of the group on this rank's experts, is never reserved; the
+ * ledger's peak is the high-water mark. The backward asks with the same rows: the same buffer. */
+static float *saved_rows(moe_gpt_t *c, moe_unit_t *mu, const unit_io_t *io, int64_t Rx, int64_t Rs) {
+  if (c->cf > 0) return io->saved + gpt_block_attn_saved(&c->kb) * io->B;
+  int64_t n = Rx * (c->C + 2 * c->F) + Rs * c->C;
+  c->rows_peak = n > c->rows_peak ? n : c->rows_peak;
+  tensor_t *b = c->t->cfg->recompute ? &c->rows_rc : &mu->rows;
+  return grow(b, "moe expert rows (saved, dropless)", io->dev, n);
+}
+
+/* Where the shared experts keep their hidden activations for the backward: pre and post (routed, F)
+ * each, in the loop's saved slot after the expert rows of a capacity (moe_model.c sizes it). */
+static float *saved_shared(const moe_gpt_t *c, const unit_io_t *io) {
+  int64_t per_sample = gpt_block_attn_saved(&c->kb) + (c->cf > 0 ? c->rows_per_sample : 0);
+  return io->saved + per_sample * io->B;
 }
 
 /* ---- offsets inside a MoE unit ---------------------------------------------------------------- */
+/* Routed expert i of this rank (after the router and the shared experts), shared expert s. */
 static int64_t expert_off(const moe_gpt_t *c, int i) {
-  return c->attn_numel + c->router_numel + (int64_t)i * c->expert_numel;
+  return c->attn_numel + c->router_numel + c->shared_numel + (int64_t)i * c->expert_numel;
+}
+static int64_t shared_off(const moe_gpt_t *c, int s) {
+  return c->attn_numel + c->router_numel + (int64_t)s * c->expert_numel;
+}
+
+/* One expert MLP on n rows: pre = X·W1ᵀ + b1 (n, F), post = GELU(pre), out = post·W2ᵀ + b2 (n, C); its
+ * parameters at w (fc W (F, C), b (F), fcproj W (C, F), b (C)). The backward: d out → dX (overwritten),
+ * the parameters' gradients with beta. */
+static void mlp_forward(const moe_gpt_t *c, const unit_io_t *io, int64_t w, int64_t n, const float *X,
+                        float *pre, float *post, float *out) {
+  int64_t C = c->C, F = c->F;
+  op_linear_fwd(io->dev, pre, X, param_at(io, w), param_at(io, w + F * C), io->wdt, (int)n, (int)C, (int)F);
+  op_gelu_fwd(io->dev, post, pre, n * F);
+  op_linear_fwd(io->dev, out, post, param_at(io, w + F * C + F), param_at(io, w + 2 * F * C + F), io->wdt,
+                (int)n, (int)F, (int)C);
+}
+static void mlp_backward(const moe_gpt_t *c, const unit_io_t *io, int64_t w, int64_t n, const float *X,
+                         const float *pre, const float *post, const float *dout, float *dpost, float *dX) {
+  int64_t C = c->C, F = c->F;
+  op_linear_bwd(io->dev, dpost, grad_at(io, w + F * C + F), grad_at(io, w + 2 * F * C + F), dout, post,
+                param_at(io, w + F * C + F), io->wdt, (int)n, (int)F, (int)C, io->beta);
+  op_gelu_bwd(io->dev, dpost, dpost, pre, n * F);
+  op_linear_bwd(io->dev, dX, grad_at(io, w), grad_at(io, w + F * C), dpost, X, param_at(io, w), io->wdt,
+                (int)n, (int)C, (int)F, io->beta);
 }
 
 /* ---- the router (host) -------------------------------------------------------------------------- */
 /* probs = softmax(logits) per token (fp32, max subtracted); ids, gates = the top-k of probs + bias
- * (ties: the lower expert), gates from probs (the bias only selects: DeepSeek-V3). */
+ * (ties: the lower expert), gates from probs (the bias only selects: DeepSeek-V3), renormalised over
+ * the k chosen with --gate-norm topk. */
 static void route(const moe_gpt_t *c, moe_unit_t *mu, const float *logits, int64_t routed) {
   int E = c->E, k = c->k;
   for (int64_t t = 0; t < routed; t++) {
@@ -74,6 +137,11 @@ static void route(const moe_gpt_t *c, moe_unit_t *mu, const float *logits, int64
       }
       mu->ids[t * k + j] = best;
       mu->gates[t * k + j] = p[best];
+    }
+    if (c->gate_topk) { /* --gate-norm topk: the k gates sum to 1 (GShard, Mixtral, DeepSeek-V3) */
+      float z = 0;
+      for (int j = 0; j < k; j++) z += mu->gates[t * k + j];
+      for (int j = 0; j < k; j++) mu->gates[t * k + j] /= z;
     }
   }
 }
@@ -102,15 +170,15 @@ static void unit_host(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, int64_t Rs, 
  * the counts exchanged), and the maps between the received (source-major) and expert-major layouts. */
 static void exchange_plan(moe_gpt_t *c, moe_unit_t *mu, int64_t cap, int64_t *send_rows, int64_t *recv_src) {
   int P = c->ep, El = c->e_local;
-  float *sc = xmalloc((size_t)(2 * c->E) * sizeof(float), "moe counts"), *rc = sc + c->E;
-  for (int e = 0; e < c->E; e++) sc[e] = (float)(cap > 0 ? cap : mu->counts[e]);
+  int64_t *sc = xmalloc((size_t)(2 * c->E) * sizeof(int64_t), "moe counts"), *rc = sc + c->E;
+  for (int e = 0; e < c->E; e++) sc[e] = cap > 0 ? cap : mu->counts[e];
   if (P > 1 && cap == 0) ep_exchange_counts(c->ep_comm, sc, rc, El); /* dropless: how many rows will come */
-  else memcpy(rc, sc, (size_t)c->E * sizeof(float));
+  else memcpy(rc, sc, (size_t)c->E * sizeof(int64_t));
   for (int q = 0; q < P; q++) {
     send_rows[q] = recv_src[q] = 0;
     for (int i = 0; i < El; i++) {
-      send_rows[q] += (int64_t)sc[q * El + i];
-      mu->recv_rows[q * El + i] = (int64_t)rc[q * El + i]; /* rank q's rows for my expert i */
+      send_rows[q] += sc[q * El + i];
+      mu->recv_rows[q * El + i] = rc[q * El + i]; /* rank q's rows for my expert i */
       recv_src[q] += mu->recv_rows[q * El + i];
     }
   }
@@ -148,14 +216,14 @@ static void to_experts(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *
   int Cn = (int)c->C;
   float *recv = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
   ep_exchange_rows(c->ep_comm, send, send_rows, recv, recv_src, Cn, tag);
-  op_rows_gather(dev, dst_x, recv, dev_ints(c, dev, mu->perm_x, mu->Rx, IX_PERM_X), NULL, mu->Rx, Cn);
+  op_rows_gather(dev, dst_x, recv, ix(c, dev, mu->perm_x, IX_PERM_X), NULL, mu->Rx, Cn);
 }
 /* And back: the experts' rows to their tokens' ranks, in the send layout. */
 static void to_tokens(moe_gpt_t *c, const moe_unit_t *mu, device_t dev, float *dst_send, const float *src_x,
                       const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
   float *back = grow(&c->recv, "moe received rows", dev, mu->Rx * c->C);
-  op_rows_gather(dev, back, src_x, dev_ints(c, dev, mu->perm_b, mu->Rx, IX_PERM_B), NULL, mu->Rx, Cn);
+  op_rows_gather(dev, back, src_x, ix(c, dev, mu->perm_b, IX_PERM_B), NULL, mu->Rx, Cn);
   ep_exchange_rows(c->ep_comm, back, recv_src, dst_send, send_rows, Cn, tag);
 }
 
@@ -190,6 +258,9 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   float *logits = grow(&c->logits, "moe router logits", dev, routed * E);
   op_linear_fwd(dev, logits, ln2, param_at(io, c->attn_numel), NULL, wdt, (int)routed, Cn, E);
   int64_t cap = moe_capacity(c->cf, routed, k, E), Rs = cap > 0 ? E * cap : routed * k;
+  if (Rs * c->ep > INT_MAX) /* row indices are int (the plan's slot, row_tok, the permutations) */
+    die_on_rank("moe: %lld rows per micro-batch at a rank of the EP group exceed %d (row indices are int): "
+                "a smaller --batch or more --accum", (long long)(Rs * c->ep), INT_MAX);
   unit_host(c, mu, routed, Rs, Rs * c->ep);
   float *lh = dev == DEV_CPU ? logits : xmalloc((size_t)(routed * E) * sizeof(float), "moe logits (host)");
   if (lh != logits) dev_memcpy(DEV_CPU, lh, dev, logits, (size_t)(routed * E) * sizeof(float));
@@ -216,34 +287,37 @@ void moe_block_forward(const model_t *m, int u, const unit_io_t *io) {
   int64_t Rx = mu->Rx;
   /* saved: X (Rx, C), pre (Rx, 4C), post (Rx, 4C) of the experts; eo (Rs, C) the outputs back home.
    * Alone the send layout is the experts' (Rs = Rx): the rows are gathered straight into X */
-  float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
-  float *eo = post + Rx * 4 * C, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
+  int64_t F = c->F;
+  float *X = saved_rows(c, mu, io, Rx, mu->Rs), *pre = X + Rx * C, *post = pre + Rx * F;
+  float *eo = post + Rx * F, *eox = c->ep > 1 ? grow(&c->eo_x, "moe expert outputs", dev, Rx * C) : eo;
   float *xs = c->ep > 1 ? grow(&c->xs, "moe dispatch rows", dev, mu->Rs * C) : X;
-  idx_room(c, dev, mu, routed);
-  op_rows_gather(dev, xs, ln2, dev_ints(c, dev, mu->row_tok, mu->Rs, IX_ROWS), NULL, mu->Rs, Cn);
+  upload_pass(c, dev, mu, routed, mu->gates, routed * k); /* the indices and the gates: one copy */
+  op_rows_gather(dev, xs, ln2, ix(c, dev, mu->row_tok, IX_ROWS), NULL, mu->Rs, Cn);
   if (c->ep > 1) to_experts(c, mu, dev, X, xs, send_rows, recv_src, "moe dispatch");
   trace_end(NULL);
   trace_begin("moe experts");
   for (int i = 0; i < c->e_local; i++) { /* each expert: one GEMM pair on its rows */
-    int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
-    if (n == 0) continue;
-    op_linear_fwd(dev, pre + r0 * 4 * C, X + r0 * C, param_at(io, w), param_at(io, w + 4 * C * C), wdt,
-                  (int)n, Cn, 4 * Cn);
-    op_gelu_fwd(dev, post + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_fwd(dev, eox + r0 * C, post + r0 * 4 * C, param_at(io, w + 4 * C * C + 4 * C),
-                  param_at(io, w + 8 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn);
+    int64_t r0, n = expert_rows(c, mu, i, &r0);
+    if (n > 0) mlp_forward(c, io, expert_off(c, i), n, X + r0 * C, pre + r0 * F, post + r0 * F, eox + r0 * C);
   }
   trace_end(NULL);
   trace_begin("moe combine");
   /* back to their tokens' ranks */
   if (c->ep > 1) to_tokens(c, mu, dev, eo, eox, send_rows, recv_src, "moe combine");
   if (c->ep > 1)
-    c->a2a_formula += a2a_bytes(c, send_rows, recv_src) + (c->cf > 0 ? 0 : 4.0 * (c->ep - 1) * c->e_local);
+    c->a2a_formula += a2a_bytes(c, send_rows, recv_src); /* dropless: the counts went as control data */
   /* combine: y = x2 + Σ_j g_tj · eo[slot_tj] */
-  float *gd = dev == DEV_CPU ? mu->gates : grow(&c->gd, "moe gates", dev, routed * k);
-  if (gd != mu->gates) dev_memcpy(dev, gd, DEV_CPU, mu->gates, (size_t)(routed * k) * sizeof(float));
   float *y = c->gather ? grow(&c->ys, "moe rows (tp)", dev, routed * C) : io->y;
-  op_rows_combine(dev, y, eo, dev_ints(c, dev, mu->slot, routed * k, IX_SLOT), gd, routed, k, Cn, 0.0f);
+  op_rows_combine(dev, y, eo, ix(c, dev, mu->slot, IX_SLOT), ix_weight(c, dev, mu->gates), routed, k, Cn,
+                  0.0f);
+  /* + the shared experts (DeepSeekMoE): every routed token through each, gate 1 */
+  float *sh = saved_shared(c, io), *sh_out = c->shared ? grow(&c->sh_out, "moe shared "
+                                                                          "out", dev, routed * C) : NULL;
+  for (int e = 0; e < c->shared; e++) {
+    float *pre_s = sh + 2 * e * routed * F, *post_s = pre_s + routed * F;
+    mlp_forward(c, io, shared_off(c, e), routed, ln2, pre_s, post_s, sh_out);
+    op_add(dev, y, sh_out, DT_F32, routed * C);
+  }
   /* --tp: every rank's rows, in row order */
   if (c->gather) comm_all_gather(c->tp_comm, y, io->y, tokens * C, DT_F32);
   op_add(dev, io->y, x2, DT_F32, here * C);
@@ -263,8 +337,9 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   /* the router's and the experts' input, kept by the forward (--tp: this rank's rows), and d y's rows */
   int64_t row0 = c->gather ? (int64_t)c->tp_rank * routed * C : 0;
   const float *ln2 = gpt_block_saved_ln2(&kb, io) + row0, *dy = io->dy + row0;
-  float *X = io->saved + gpt_block_attn_saved(&kb) * io->B, *pre = X + Rx * C, *post = pre + Rx * 4 * C;
-  float *eo = post + Rx * 4 * C;
+  int64_t F = c->F;
+  float *X = saved_rows(c, mu, io, Rx, Rs), *pre = X + Rx * C, *post = pre + Rx * F;
+  float *eo = post + Rx * F;
   int64_t send_rows[TRAIN_EP_MAX], recv_src[TRAIN_EP_MAX]; /* per rank of the group */
   for (int q = 0; q < c->ep; q++) {
     send_rows[q] = recv_src[q] = 0;
@@ -274,30 +349,24 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   for (int e = 0; e < E; e++) send_rows[e / c->e_local] += cap > 0 ? cap : mu->counts[e];
   /* combine's backward: d eo (send layout) = g · dy of the row's token; then to the experts */
   trace_begin("moe combine backward");
-  idx_room(c, dev, mu, routed);
-  float *rg = dev == DEV_CPU ? mu->row_gate : grow(&c->gd, "moe gates", dev, Rs);
-  if (rg != mu->row_gate) dev_memcpy(dev, rg, DEV_CPU, mu->row_gate, (size_t)Rs * sizeof(float));
+  upload_pass(c, dev, mu, routed, mu->row_gate, Rs); /* the indices and the row gates: one copy */
   float *dsend = grow(&c->dsend, "moe d rows (send)", dev, Rs * C);
-  op_rows_gather(dev, dsend, dy, dev_ints(c, dev, mu->row_tok, Rs, IX_ROWS), rg, Rs, Cn);
+  op_rows_gather(dev, dsend, dy, ix(c, dev, mu->row_tok, IX_ROWS), ix_weight(c, dev, mu->row_gate), Rs, Cn);
   /* the experts' input and output gradients (alone: the output's is dsend itself) */
   float *dx_x = grow(&c->dx_x, "moe d expert rows", dev, (c->ep > 1 ? 2 : 1) * Rx * C);
   float *deo_x = c->ep > 1 ? dx_x + Rx * C : dsend;
   if (c->ep > 1) to_experts(c, mu, dev, deo_x, dsend, send_rows, recv_src, "moe combine backward");
   trace_end(NULL);
   trace_begin("moe experts backward");
-  float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * 4 * C);
+  float *dpost = grow(&c->dpost, "moe d hidden", dev, Rx * F);
   for (int i = 0; i < c->e_local; i++) {
     int64_t r0, n = expert_rows(c, mu, i, &r0), w = expert_off(c, i);
     if (n == 0) { /* no rows: its gradient is 0 (overwritten with beta 0, kept with beta 1) */
       if (beta == 0.0f) op_fill(dev, grad_at(io, w), wdt, 0.0f, c->expert_numel);
       continue;
     }
-    op_linear_bwd(dev, dpost + r0 * 4 * C, grad_at(io, w + 4 * C * C + 4 * C),
-                  grad_at(io, w + 8 * C * C + 4 * C), deo_x + r0 * C, post + r0 * 4 * C,
-                  param_at(io, w + 4 * C * C + 4 * C), wdt, (int)n, 4 * Cn, Cn, beta);
-    op_gelu_bwd(dev, dpost + r0 * 4 * C, dpost + r0 * 4 * C, pre + r0 * 4 * C, n * 4 * C);
-    op_linear_bwd(dev, dx_x + r0 * C, grad_at(io, w), grad_at(io, w + 4 * C * C), dpost + r0 * 4 * C,
-                  X + r0 * C, param_at(io, w), wdt, (int)n, Cn, 4 * Cn, beta);
+    mlp_backward(c, io, w, n, X + r0 * C, pre + r0 * F, post + r0 * F, deo_x + r0 * C, dpost + r0 * F,
+                 dx_x + r0 * C);
   }
   trace_end(NULL);
   trace_begin("moe dispatch backward");
@@ -309,7 +378,7 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
     c->a2a_formula += a2a_bytes(c, send_rows, recv_src);
   }
   float *dln2 = grow(&c->dln2, "moe d ln2", dev, 2 * routed * C), *dln2r = dln2 + routed * C;
-  const int *slot = dev_ints(c, dev, mu->slot, routed * k, IX_SLOT);
+  const int *slot = ix(c, dev, mu->slot, IX_SLOT);
   op_rows_combine(dev, dln2, dtok, slot, NULL, routed, k, Cn, 0.0f);
   trace_end(NULL);
   /* the gates' gradient, then the router's: softmax backward with Switch's aux term (on the host) */
@@ -325,6 +394,14 @@ void moe_block_backward(const model_t *m, int u, const unit_io_t *io) {
   op_linear_bwd(dev, dln2r, grad_at(io, c->attn_numel), NULL, dlog, ln2, param_at(io, c->attn_numel), wdt,
                 (int)routed, Cn, E, beta);
   op_add(dev, dln2, dln2r, DT_F32, routed * C);
+  /* the shared experts' backward: d out = dy of the rows, their d ln2 added */
+  float *sh = saved_shared(c, io);
+  for (int e = 0; e < c->shared; e++) {
+    float *pre_s = sh + 2 * e * routed * F, *post_s = pre_s + routed * F;
+    float *dh = grow(&c->sh_d, "moe shared d hidden, d ln2", dev, routed * (F + C)), *dx = dh + routed * F;
+    mlp_backward(c, io, shared_off(c, e), routed, ln2, pre_s, post_s, dy, dh, dx);
+    op_add(dev, dln2, dx, DT_F32, routed * C);
+  }
   /* --tp: d ln2 of every rank's rows (the router's weight gradient stays a partial sum: ep_tp.c) */
   if (c->gather) {
     float *whole = grow(&c->ys, "moe rows (tp)", dev, tokens * C);

@@ -16,7 +16,8 @@
  *     micro-batch of T tokens (Switch, GShard): a padded [E, C, h] buffer, equal all-to-alls; a
  *     choice past C is dropped (its token keeps the residual) and counted;
  *   dropless (cf = 0): an expert gets exactly its rows (Megatron's dropless dispatcher, MegaBlocks):
- *     the counts first (an all-to-all of E ints), then all-to-all-v of the rows.
+ *     the counts first (an all-to-all of E int64 on the host: control data), then all-to-all-v of
+ *     the rows.
  * Load balance: Switch's auxiliary loss α·E·Σ_e f_e·P_e per block and micro-batch (f_e the share of
  * the micro-batch's choices that picked e, P_e its mean router probability; its gradient flows
  * through P), and DeepSeek-V3's auxiliary-loss-free bias: after each step b_e += rate·sign(mean −

@@ -20,7 +20,12 @@ void moe_router_backward(moe_gpt_t *c, moe_unit_t *mu, int64_t routed, const flo
   for (int64_t t = 0; t < routed; t++) {
     float *pr = mu->probs + t * E, *o = dl + t * E, dot = 0;
     for (int e = 0; e < E; e++) d[e] = (float)(as * mu->f[e]);
-    for (int j = 0; j < k; j++) d[mu->ids[t * k + j]] += dg[t * k + j];
+    if (c->gate_topk) { /* g_j = p_j / z over the chosen: ∂L/∂p_i = (dg_i − Σ_j dg_j g_j) / z */
+      float z = 0, gd = 0;
+      for (int j = 0; j < k; j++) z += pr[mu->ids[t * k + j]], gd += dg[t * k + j] * mu->gates[t * k + j];
+      for (int j = 0; j < k; j++) d[mu->ids[t * k + j]] += (dg[t * k + j] - gd) / z;
+    } else
+      for (int j = 0; j < k; j++) d[mu->ids[t * k + j]] += dg[t * k + j];
     for (int e = 0; e < E; e++) dot += pr[e] * d[e];
     for (int e = 0; e < E; e++) o[e] = pr[e] * (d[e] - dot);
   }

@@ -9,6 +9,7 @@
 #include "comm.h"     // comm_split, comm_finalize, comm_world, comm_rank
 #include "data.h"     // rng_normal
 #include "gpt.h"      // model_gpt_fns, gpt_block_*, gpt_moe_count_params
+#include "tensor.h"   // tensor_free
 #include "train.h"    // trainer_t, train_cfg_t, trainer_report_extra, trainer_prints
 #include <math.h>     // ceil, sqrt
 #include <stdio.h>    // printf
@@ -56,6 +57,20 @@ static void moe_free_ctx(model_t *m) {
   /* --tp's groups, before the EP group they were split from */
   if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL;
   if (c->tp_comm) comm_finalize(c->tp_comm), c->tp_comm = NULL;
+  tensor_t *scratch[] = {&c->logits, &c->xs, &c->recv, &c->eo_x, &c->dsend, &c->dx_x, &c->dpost, &c->dln2,
+                         &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys, &c->rows_rc};
+  for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) tensor_free(scratch[i]);
+  for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
+    moe_unit_t *mu = &c->u[u];
+    free(mu->probs), free(mu->ids), free(mu->slot), free(mu->gates), free(mu->row_tok), free(mu->row_gate);
+    free(mu->counts), free(mu->f), free(mu->load_now), free(mu->recv_rows), free(mu->perm_x),
+        free(mu->perm_b);
+    free(mu->load_step), free(mu->bias);
+    tensor_free(&mu->rows);
+  }
+  free(c->u);
+  free(c);
+  m->ctx = NULL;
 }
 
 /* Initial values of the FULL unit u (every expert), as moe.h says: pure in (seed, u, index). */
@@ -73,17 +88,21 @@ static void moe_init_full(const moe_gpt_t *c, const model_t *m, uint64_t seed, i
   for (int64_t i = 0; i < c->router_numel; i++)
     dst[c->attn_full + i] = 0.02f * rng_normal(seed, MOE_ROUTER_STREAM + (uint64_t)u, (uint64_t)i);
   double rstd = 0.02 / sqrt(2.0 * m->gpt.n_layer);
-  for (int e = 0; e < c->E; e++) {
+  /* the shared experts, then the routed ones: expert e's stream GPT_STREAM + u + (e << 20), shared s's
+   * that of expert E + s; each MLP drawn at the dense block's indices (fc W, fcproj W; zero biases) */
+  for (int e = 0; e < c->shared + c->E; e++) {
+    int id = e < c->shared ? c->E + e : e - c->shared; /* the stream's expert number */
     float *x = dst + c->attn_full + c->router_numel + (int64_t)e * c->expert_numel;
-    if (e == 0) { /* expert 0: the dense MLP's values */
+    if (id == 0 && c->F == 4 * C) { /* routed expert 0 of the dense width: the dense MLP's values */
       memcpy(x, blk + l.fcw, (size_t)c->expert_numel * sizeof(float));
       continue;
     }
-    uint64_t st = GPT_STREAM + (uint64_t)u + ((uint64_t)e << MOE_EXPERT_STREAM);
+    uint64_t st = GPT_STREAM + (uint64_t)u + ((uint64_t)id << MOE_EXPERT_STREAM);
+    int64_t F = c->F;
     for (int64_t i = 0; i < c->expert_numel; i++) x[i] = 0.0f;
-    for (int64_t i = 0; i < 4 * C * C; i++) x[i] = 0.02f * rng_normal(seed, st, (uint64_t)(l.fcw + i));
-    for (int64_t i = 0; i < 4 * C * C; i++)
-      x[4 * C * C + 4 * C + i] = (float)rstd * rng_normal(seed, st, (uint64_t)(l.fcprojw + i));
+    for (int64_t i = 0; i < F * C; i++) x[i] = 0.02f * rng_normal(seed, st, (uint64_t)(l.fcw + i));
+    for (int64_t i = 0; i < C * F; i++)
+      x[F * C + F + i] = (float)rstd * rng_normal(seed, st, (uint64_t)(l.fcprojw + i));
   }
   free(blk);
 }
@@ -95,9 +114,7 @@ static void moe_init_unit(const model_t *m, uint64_t seed, int u, float *dst) {
     b.fns->init_unit(&b, seed, u, dst);
     return;
   }
-  float *full =
-      xmalloc((size_t)(c->attn_full + c->router_numel + (int64_t)c->E * c->expert_numel) * sizeof(float),
-              "moe init (full unit)");
+  float *full = xmalloc((size_t)moe_full_unit_numel(m, u) * sizeof(float), "moe init (full unit)");
   moe_init_full(c, m, seed, u, full);
   moe_unit_to_local(m, u, full, dst);
   for (int64_t i = m->units[u].numel; i < m->units[u].padded; i++) dst[i] = 0.0f;
@@ -109,9 +126,11 @@ static double moe_flops(const model_t *m) {
   const moe_gpt_t *c = moe_ctx(m);
   /* --tp: the split model's share; a MoE block's experts run 1/tp of the tokens here */
   model_t b = moe_base(m);
-  double S = (double)c->S, C = (double)c->C, f = b.fns->flops_per_sample(&b);
+  /* a MoE block: the dense MLP's 16C² per token out; k routed and S shared experts' 4·F·C, the router's
+   * 2·C·E in */
+  double S = (double)c->S, C = (double)c->C, F = (double)c->F, f = b.fns->flops_per_sample(&b);
   for (int u = 1; u < m->n_units - 1; u++)
-    if (c->u[u].on) f += S * ((c->k - 1) * 16.0 * C * C + 2.0 * C * c->E) / c->tp;
+    if (c->u[u].on) f += S * ((c->k + c->shared) * 4.0 * F * C - 16.0 * C * C + 2.0 * C * c->E) / c->tp;
   return f;
 }
 
@@ -132,7 +151,11 @@ void moe_setup(trainer_t *t) {
   c->e_local = c->E / c->ep;
   gpt_block_layout_t l = gpt_block_layout(m->gpt.n_embd);
   c->C = m->gpt.n_embd, c->S = m->gpt.seq_len;
-  c->attn_full = l.fcw, c->router_numel = (int64_t)c->E * c->C, c->expert_numel = l.numel - l.fcw;
+  c->F = cfg->moe_ffn > 0 ? cfg->moe_ffn : 4 * c->C, c->shared = cfg->moe_shared;
+  c->gate_topk = cfg->gate_norm && strcmp(cfg->gate_norm, "topk") == 0;
+  c->attn_full = l.fcw, c->router_numel = (int64_t)c->E * c->C,
+  c->expert_numel = gpt_moe_expert_numel(c->C, c->F);
+  c->shared_numel = c->shared * c->expert_numel;
   c->tp = 1, c->attn_numel = c->attn_full, c->kb = gpt_block_whole(m->gpt);
   /* --tp T inside the EP group: the GPT split over its T consecutive ranks first */
   if (c->ep_comm && cfg->tp > 1) {
@@ -149,13 +172,13 @@ void moe_setup(trainer_t *t) {
   c->base = *m; /* its fns and ctx: the dense units' code (ctx owned by the base: moe_free_ctx) */
   c->u = xcalloc((size_t)m->n_units, sizeof(moe_unit_t), "moe units");
   gpt_block_t kb = c->kb;
-  /* rows per sample the saved buffer holds: the send layout's (capacity: ≤ cf·S·k + E; dropless S·k;
-   * with
-   * --tp each rank routes 1/T of the tokens) and the experts' (capacity: the same; dropless: in the worst
-   * case every token of the group here) */
-  int64_t Sk = (c->S * c->k + c->tp - 1) / c->tp,
-          rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : Sk;
-  int64_t rx = c->cf > 0 ? rs : Sk * c->ep;
+  /* with a capacity, rows per sample the saved slot holds for the experts (moe.c's saved_rows): the
+   * send layout's ≤ cf·S·k/tp + E, the experts' the same; dropless keeps them in a buffer of its own,
+   * sized after routing (a worst case of every token of the group here is never reserved) */
+  int64_t rs = c->cf > 0 ? (int64_t)ceil(c->cf * c->S * c->k / c->tp) + c->E : 0, rx = rs;
+  c->rows_per_sample = rx * (c->C + 2 * c->F) + rs * c->C;
+  /* the shared experts' pre and post of the tokens this rank routes: ⌈S/tp⌉ a sample (moe.c) */
+  int64_t shared_saved = (int64_t)c->shared * ((c->S + c->tp - 1) / c->tp) * 2 * c->F;
   for (int u = 1; u < m->n_units - 1; u++) {
     int blk = u - 1;
     if (blk % c->every != c->every - 1) continue;
@@ -167,8 +190,9 @@ void moe_setup(trainer_t *t) {
     mu->load_step = xcalloc((size_t)c->E, sizeof(double), "moe loads");
     mu->recv_rows = xcalloc((size_t)(c->ep * c->e_local), sizeof(int64_t), "moe recv rows");
     if (c->rate > 0) mu->bias = xcalloc((size_t)c->E, sizeof(float), "moe bias");
-    m->units[u].numel = c->attn_numel + c->router_numel + (int64_t)c->e_local * c->expert_numel;
-    m->units[u].saved_numel = gpt_block_attn_saved(&kb) + rx * 9 * c->C + rs * c->C;
+    m->units[u].numel =
+        c->attn_numel + c->router_numel + c->shared_numel + (int64_t)c->e_local * c->expert_numel;
+    m->units[u].saved_numel = gpt_block_attn_saved(&kb) + c->rows_per_sample + shared_saved;
   }
   c->fns = moe_gpt_fns;
   c->fns.free_ctx = moe_free_ctx;
@@ -180,7 +204,7 @@ void moe_setup(trainer_t *t) {
    * sum (ep.c): every strategy then reduces once per step too (no_sync: ZeRO-2/3 keep the full gradient
    * through the step, + one Ψ of gradients; their formula says so) */
   if (c->ep > 1 && cfg->accum > 1) t->no_sync = 1;
-  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
+  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, moe_shape_of(c));
   if (c->ep_comm && trainer_prints(t)) {
     printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d "
            "experts of each "
@@ -207,7 +231,7 @@ void moe_setup(trainer_t *t) {
 /* ---- what ep.c asks ------------------------------------------------------------------------- */
 int64_t moe_unit_dense(const model_t *m, int u) {
   const moe_gpt_t *c = moe_ctx(m);
-  return c->u[u].on ? c->attn_numel + c->router_numel : m->units[u].numel;
+  return c->u[u].on ? c->attn_numel + c->router_numel + c->shared_numel : m->units[u].numel;
 }
 int64_t moe_unit_router(const model_t *m, int u) {
   const moe_gpt_t *c = moe_ctx(m);
@@ -218,7 +242,7 @@ comm_t *moe_tp_group(const model_t *m) { return moe_ctx(m)->tp_comm; }
 comm_t *moe_xg_group(const model_t *m) { return moe_ctx(m)->xg_comm; }
 int64_t moe_full_unit_numel(const model_t *m, int u) {
   const moe_gpt_t *c = moe_ctx(m);
-  if (c->u[u].on) return c->attn_full + c->router_numel + (int64_t)c->E * c->expert_numel;
+  if (c->u[u].on) return c->attn_full + c->router_numel + c->shared_numel + (int64_t)c->E * c->expert_numel;
   if (!c->tp_comm) return m->units[u].numel;
   model_t b = moe_base(m);
   return tp_full_unit_numel(&b, u);
@@ -234,9 +258,10 @@ void moe_unit_to_local(const model_t *m, int u, const float *full, float *local)
     model_t b = moe_base(m);
     tp_gpt_attn_map(&b, c->tp_rank, (float *)full, local, 1); /* full → local: full is only read */
   } else memcpy(local, full, (size_t)c->attn_full * sizeof(float));
-  memcpy(local + c->attn_numel, full + c->attn_full, (size_t)c->router_numel * sizeof(float));
+  int64_t rs = c->router_numel + c->shared_numel; /* the router and the shared experts: whole */
+  memcpy(local + c->attn_numel, full + c->attn_full, (size_t)rs * sizeof(float));
   int64_t mine = (int64_t)c->e_local * c->expert_numel; /* this rank's experts: ep_rank's e_local of them */
-  memcpy(local + c->attn_numel + c->router_numel, full + c->attn_full + c->router_numel + c->ep_rank * mine,
+  memcpy(local + c->attn_numel + rs, full + c->attn_full + rs + c->ep_rank * mine,
          (size_t)mine * sizeof(float));
 }
 

@@ -35,9 +35,9 @@ void moe_report(trainer_t *t) {
     held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)),
         held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
   }
-  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, c->E, c->k, c->every);
+  gpt_moe_params_t p = gpt_moe_count_params(m->gpt, moe_shape_of(c));
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */
-  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, c->E, c->every, c->tp,
+  double dense_rank = (double)gpt_moe_dense_rank(m->gpt, moe_shape_of(c), c->tp,
                                                  tp_part_numel(m->gpt.vocab, c->tp, c->tp_rank));
   double a2a = st->a2a_sent / steps; /* the EP group's, counted at the last step's end (moe_step_end) */
   trainer_report_extra(t, "moe_drop_rate", st->chosen_total > 0 ? st->drop_total / st->chosen_total : 0);
@@ -53,6 +53,17 @@ void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_dense_own_rank", own[0]);
   trainer_report_extra(t, "moe_a2a_bytes_per_step", a2a);
   trainer_report_extra(t, "moe_a2a_bytes_formula", c->a2a_formula / steps);
+  /* dropless: the saved expert rows one block held at most, beside the worst case (every token of the
+   * EP group routed to this rank's experts: P_E·b·S·k/tp rows at the experts, b·S·k/tp sent) that a
+   * reservation made before routing would have to hold */
+  double worst = 0, peak = 4.0 * (double)c->rows_peak;
+  if (c->cf == 0) {
+    double sk = (double)t->local_batch * (double)((c->S * c->k + c->tp - 1) / c->tp);
+    worst = 4.0 * (sk * c->ep * (c->C + 2 * c->F) + sk * c->C);
+    comm_ctl_all_reduce_f64(t->world_comm, &peak, 1, REDOP_MAX);
+    trainer_report_extra(t, "moe_dropless_rows_peak_bytes", peak);
+    trainer_report_extra(t, "moe_dropless_rows_worst_bytes", worst);
+  }
   if (c->rate > 0) trainer_report_extra(t, "moe_bias_hash", (double)st->bias_hash);
   /* bytes of fp32 state per owned parameter: the weight (or bf16's master) and the optimizer's states.
    * ZeRO cuts each unit's flat range into D pieces, so one rank's piece of a MoE block may be mostly
@@ -64,11 +75,15 @@ void moe_report(trainer_t *t) {
   trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
   trainer_report_extra(t, "moe_dense_state_bytes_formula", copies * dense_rank * per);
   if (!trainer_prints(t)) return;
-  printf("moe: %d of %d blocks MoE, E=%d experts (4C MLPs), top-%d, %s; Ψ total %lld, active per token %lld "
-         "(experts "
-         "%lld)\n",
-         nm, m->gpt.n_layer, c->E, c->k, c->cf > 0 ? "capacity" : "dropless", (long long)p.total,
-         (long long)p.active, (long long)p.expert);
+  char width[64] = "4C MLPs", extra[96] = ""; /* DeepSeekMoE's fine-grained and shared experts, the gates */
+  if (c->F != 4 * c->C) snprintf(width, sizeof width, "MLPs of width F = %lld", (long long)c->F);
+  size_t n = 0;
+  if (c->shared) n += (size_t)snprintf(extra + n, sizeof extra - n, ", shared %d", c->shared);
+  if (c->gate_topk) snprintf(extra + n, sizeof extra - n, ", gates renormalised over the k");
+  printf("moe: %d of %d blocks MoE, E=%d experts (%s), top-%d%s, %s; Ψ total %lld, active per token %lld "
+         "(experts %lld)\n",
+         nm, m->gpt.n_layer, c->E, width, c->k, extra, c->cf > 0 ? "capacity" : "dropless",
+         (long long)p.total, (long long)p.active, (long long)p.expert);
   if (c->cf > 0)
     printf("moe: capacity factor %.2f: %.0f rows per expert and micro-batch; choices dropped %.4f of %.0f "
            "(they keep "
@@ -91,13 +106,16 @@ void moe_report(trainer_t *t) {
          copies * exp_rank * per, (long long)p.dense, c->tp_comm ? " (this TP rank's part of them)" : "",
          copies * dense_rank * per, own[1] * per, own[0] * per);
   printf("moe: working params held between steps: experts %.0f, dense %.0f parameters\n", held[1], held[0]);
+  if (c->cf == 0)
+    printf("moe: dropless saved expert rows, sized after routing: at most %.0f B per block on a rank (a "
+           "reservation for the worst case, every token of the EP group here, would be %.0f "
+           "B)\n", peak, worst);
   if (c->ep_comm)
     printf("moe: all-to-all bytes sent per rank per step %.0f  (formula %.0f: 4 exchanges (dispatch, combine "
-           "and their "
-           "backwards) x rows for other ranks' experts x C x 4 B%s)\n",
+           "and their backwards) x rows for other ranks' experts x C x 4 B%s)\n",
            a2a, c->a2a_formula / steps,
            c->cf > 0 ? ", rows = (P_E-1) x E/P_E x capacity"
-                     : ", rows from this run's routing; + the counts, E x 4 B");
+                     : ", rows from this run's routing; the counts before them are control data");
   fflush(stdout);
 }
 

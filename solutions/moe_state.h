@@ -39,11 +39,14 @@ typedef struct moe_unit {
   double *load_step;
   double dropped_step, chosen_step;
   float *bias;                 /* (E) DeepSeek-V3's selection bias (same bits on every rank) */
+  tensor_t rows;               /* dropless: the expert rows the backward reads (moe.c's saved_rows), grown to
+                                * the micro-batch's rows; with a capacity they sit in the loop's saved slot */
 } moe_unit_t;
 
 /* The MoE GPT (m->ctx). A MoE unit's local layout: the attention half (attn_numel: ln1 .. ln2, this
- * rank's TP part of the full attn_full), the router (router_numel = E·C), then this rank's e_local
- * experts of expert_numel = 8C² + 5C each. */
+ * rank's TP part of the full attn_full), the router (router_numel = E·C), the shared experts
+ * (shared_numel = S·expert_numel), then this rank's e_local routed experts of expert_numel = 2FC + F + C
+ * each (fc W (F, C), b (F), fcproj W (C, F), b (C); 8C² + 5C at F = 4C). */
 typedef struct moe_gpt {
   trainer_t *t;
   int E, k, every;               /* experts, top-k, every m-th block */
@@ -51,7 +54,10 @@ typedef struct moe_gpt {
   double cf, aux, rate;          /* --capacity-factor, --aux-loss-coeff, --router-bias-rate */
   int aux_global;                /* --aux-loss-scope global */
   int64_t C, S;                  /* n_embd, seq_len */
-  int64_t attn_numel, attn_full, router_numel, expert_numel;
+  int64_t F;                     /* each expert's hidden width (--expert-ffn; 4C: the dense MLP's) */
+  int shared;                    /* S shared experts (--shared-experts) */
+  int gate_topk;                 /* --gate-norm topk: the gates renormalised over the k chosen */
+  int64_t attn_numel, attn_full, router_numel, shared_numel, expert_numel;
   comm_t *ep_comm;               /* the EP group (t->group_comm), NULL with --ep 1 */
   /* --tp T inside the EP group (solutions/ep_tp.c): the tp consecutive ranks that split the attention
    * (tp_comm) and the P_E/tp ranks of the group with the same TP index (xg_comm: data-parallel for the
@@ -70,9 +76,15 @@ typedef struct moe_gpt {
   moe_unit_t *u;                 /* [n_units] */
   /* device scratch, grown on demand (LEDGER_ACTS) */
   tensor_t logits, xs, recv, eo_x, dsend, dx_x, dpost, dln2, dln2r, dg, work;
-  tensor_t idx, gd;              /* device copies of the index arrays a pass needs; of the gates */
+  tensor_t idx;                  /* the device copy of a pass's index arrays and row weights (moe.c) */
   tensor_t ys;                   /* --tp: this rank's rows of the MoE output (forward), of d ln2 (backward) */
-  int64_t ix_off[4];
+  tensor_t sh_out, sh_d;         /* the shared experts' output rows; their backward's d hidden and d ln2 */
+  tensor_t rows_rc;              /* dropless with --recompute: every block's saved rows in one buffer (one
+                                  * block's are live at a time: its forward reruns just before its
+                                  * backward) */
+  int64_t rows_peak;             /* dropless: the most saved-row floats one block held (the report's line) */
+  int64_t rows_per_sample;       /* with a capacity: the expert rows' floats per sample in the saved slot */
+  int64_t ix_off[6];             /* where each array of idx starts (moe.c's IX_*) */
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
   /* Σ over the run's training passes: the bytes the exchanges send by the formula */
@@ -89,6 +101,10 @@ typedef struct moe_stats {
 } moe_stats_t;
 
 static inline moe_gpt_t *moe_ctx(const model_t *m) { return (moe_gpt_t *)m->ctx; }
+/* gpt.h's description of this model's experts (its Ψ counts, chapter 00's formulas). */
+static inline gpt_moe_t moe_shape_of(const moe_gpt_t *c) {
+  return (gpt_moe_t){.experts = c->E, .topk = c->k, .every = c->every, .ffn = (int)c->F, .shared = c->shared};
+}
 
 /* moe.c: a MoE block's forward and backward (moe_model.c's table calls them for the MoE units). */
 void moe_block_forward(const model_t *m, int u, const unit_io_t *io);

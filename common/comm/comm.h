@@ -205,6 +205,10 @@ void comm_ctl_broadcast(comm_t *c, void *bytes, int64_t nbytes, int root);
 /* Rank 0 receives every rank's blob: *all (malloc'd, concatenated in rank order) and sizes[N]
  * (malloc'd); other ranks get *all = NULL. */
 void comm_ctl_gather(comm_t *c, const void *blob, int64_t nbytes, char **all, int64_t **sizes);
+/* n int64 to each rank and from each: send[q·n ..] goes to rank q, recv[q·n ..] comes from rank q
+ * (an MPI_Alltoall on the host, whatever the backend: counts a device collective will need, known on
+ * the host before it is issued). */
+void comm_ctl_all_to_all_i64(comm_t *c, const int64_t *send, int64_t *recv, int n);
 /* Every rank passes its text; rank 0 prints them to stdout in rank order. */
 void comm_print_ordered(comm_t *c, const char *text);
 

@@ -5,8 +5,8 @@
 #include "comm_internal.h" // struct comm, comm_task_t, comm_a2a_n, comm_mpi_all_gather_i64, comm_mpi_fail_all
 #include "check.h"         // die_on_rank, xmalloc
 #include <stdio.h>         // snprintf
-#include <stdlib.h>        // free, realloc
-#include <string.h>        // memset
+#include <stdlib.h>        // free, realloc, getenv
+#include <string.h>        // memset, strcmp
 
 /* ---- argument checks ---------------------------------------------------------------------- */
 void comm_check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt, int peer, int need_peer) {
@@ -30,6 +30,12 @@ void comm_check_p2p(const comm_t *c, const char *fn, const char *tag, int peer) 
   if (peer < 0 || peer >= c->world)
     die_on_rank("%s (%s): rank %d is outside the group: its ranks are 0..%d (a rank of this communicator, "
                 "not of the world)", fn, what, peer, c->world - 1);
+}
+
+int comm_checks_splits(const comm_t *c) {
+  if (c->backend != BACKEND_NCCL) return 1; /* the host path: one small all-gather beside MPI's own */
+  const char *on = getenv("ZL_CHECK_SPLITS"), *ex = getenv("ZL_EXERCISE_TIMEOUT_S");
+  return (on && strcmp(on, "1") == 0) || (ex && ex[0]);
 }
 
 /* On the stream, before any data moves (Megatron-LM #1877: splits that disagree hang the job or

@@ -90,6 +90,14 @@ void comm_ctl_all_reduce_f64(comm_t *c, double *vals, int n, redop_t op) {
   comm_wait(c, comm_submit(c, &t, "ctl_all_reduce"));
 }
 
+void comm_ctl_all_to_all_i64(comm_t *c, const int64_t *send, int64_t *recv, int n) {
+  if (n < 0) die_on_rank("comm_ctl_all_to_all_i64: n %d is negative", n);
+  int64_t others = (int64_t)(c->world - 1) * n * (int64_t)sizeof(int64_t); /* the own block stays */
+  comm_count_control(c, others, others, 0, NULL);
+  comm_task_t t = comm_task_make(TASK_CTL_ALL_TO_ALL_I64, CO_CONTROL, c, send, recv, n, DT_F32, REDOP_SUM, 0);
+  comm_wait(c, comm_submit(c, &t, "ctl_all_to_all"));
+}
+
 void comm_ctl_broadcast(comm_t *c, void *bytes, int64_t nbytes, int root) {
   comm_check_args(c, "comm_ctl_broadcast", nbytes, DT_F32, root, 1);
   /* counted as the chain broadcast of nbytes one-byte elements */

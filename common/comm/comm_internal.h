@@ -53,7 +53,7 @@ extern "C" {
 typedef enum {
   TASK_BROADCAST = 0, TASK_REDUCE, TASK_ALL_REDUCE, TASK_REDUCE_SCATTER, TASK_ALL_GATHER,
   TASK_SEND, TASK_RECV, TASK_SENDRECV, TASK_GROUP, TASK_ALL_TO_ALL, TASK_ALL_TO_ALLV, TASK_BARRIER,
-  TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, /* host memory, always MPI */
+  TASK_CTL_ALL_REDUCE_F64, TASK_CTL_BROADCAST, TASK_CTL_GATHER, TASK_CTL_ALL_TO_ALL_I64, /* host, MPI */
   TASK_STOP                                                      /* ends the comm thread */
 } comm_task_kind_t;
 
@@ -289,6 +289,9 @@ void comm_check_args(const comm_t *c, const char *fn, int64_t numel, dtype_t dt,
 void comm_check_p2p(const comm_t *c, const char *fn, const char *tag, int peer);
 /* On the stream, before an all-to-all-v moves data: every rank's counts, one verdict on all. */
 void comm_a2a_check_splits(comm_t *c, const comm_task_t *t);
+/* 1 when the all-to-all-v's split check runs on c: always on MPI (the host path), on NCCL only with
+ * ZL_CHECK_SPLITS=1 or in exercise mode (there it would cost a host round trip per exchange). */
+int comm_checks_splits(const comm_t *c);
 /* Exercise mode (c->track): register at alloc, unregister at finalize; check before an operation
  * reads rd_n bytes at rd and writes wr_n at wr, open its handle after submit, waited / wait_all as
  * comm_wait / comm_wait_all run (comm.h, comm_wait). No-ops on an untracked communicator. */

@@ -544,6 +544,13 @@ void comm_mpi_control(comm_t *c, comm_task_t *t) {
     *t->gather_sizes = sizes;
     break;
   }
+  case TASK_CTL_ALL_TO_ALL_I64: /* numel int64 per peer, each way */
+    if (t->numel > INT_MAX) die_on_rank("comm_ctl_all_to_all_i64: %lld per peer is too "
+                                        "many", (long long)t->numel);
+    CHECK_MPI(
+        MPI_Ialltoall(t->send, (int)t->numel, MPI_INT64_T, t->recv, (int)t->numel, MPI_INT64_T, c->mpi, &r));
+    mpi_wait1(&r);
+    break;
   default: die_on_rank("comm_mpi_control: task kind %d is not a control op", (int)t->kind);
   }
 }

@@ -206,6 +206,30 @@ static void nccl_watchdog(double waited_s) {
   die_on_rank("dev_sync: the compute stream did not finish within %g s (every collective has)", limit);
 }
 
+/* ---- the buffers: device memory only ------------------------------------------------------- */
+/* NCCL moves device memory; a host buffer would be read or written behind the host's back (comm_wait
+ * does not block the host on NCCL). Every buffer of a data task is checked: one line naming the call,
+ * its tag and which buffer, at the first run (control data goes by comm_ctl_*, on the host). */
+static void nccl_check_buffer(const comm_task_t *t, const void *p, int64_t numel, const char *which) {
+  if (!p || numel == 0 || devcu_pointer_is_device(p)) return;
+  die_on_rank("%s (%s): the %s buffer is host memory, and the NCCL backend moves device memory only "
+              "(stage it through a device buffer; control data goes by comm_ctl_*)",
+              comm_op_name(t->op), t->tag, which);
+}
+
+static void nccl_check_buffers(const comm_task_t *t) {
+  if (t->kind == TASK_GROUP) {
+    for (int i = 0; i < t->n_group; i++) {
+      nccl_check_buffer(t, t->group[i].send, t->group[i].numel, "group's send");
+      nccl_check_buffer(t, t->group[i].recv, t->group[i].numel, "group's receive");
+    }
+    return;
+  }
+  nccl_check_buffer(t, t->send, t->numel, "send");
+  int64_t recv_numel = t->kind == TASK_SENDRECV || t->kind == TASK_ALL_TO_ALLV ? t->recv_numel : t->numel;
+  nccl_check_buffer(t, t->recv, recv_numel, "receive");
+}
+
 /* ---- ordering hooks ----------------------------------------------------------------------- */
 static void nccl_task_begin(comm_t *c, const comm_task_t *t) {
   nccl_state_t *s = st(c);
@@ -213,6 +237,7 @@ static void nccl_task_begin(comm_t *c, const comm_task_t *t) {
     nccl_host_wait(c, s->last_seq);
     return;
   }
+  nccl_check_buffers(t);
   /* the collective must see everything compute has queued so far (it may read those buffers) */
   CHECK_CUDA(cudaEventRecord(s->ev_compute, s->compute));
   CHECK_CUDA(cudaStreamWaitEvent(s->stream, s->ev_compute, 0));
@@ -319,7 +344,8 @@ static void nccl_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) 
 }
 
 /* ---- all-to-all: one group of ncclSend/ncclRecv, every peer and this rank itself (as nccl-tests'
- * alltoall.cu does); NCCL runs the group's transfers at once, so no order can deadlock -------- */
+ * alltoall.cu does without NCCL 2.28's ncclAlltoAll, which has no v form); NCCL runs the group's
+ * transfers at once, so no order can deadlock ------------------------------------------------- */
 static void nccl_all_to_allv(comm_t *c, const void *send, const int64_t *send_counts,
                              const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                              const int64_t *recv_displs, dtype_t dt) {

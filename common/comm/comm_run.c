@@ -205,7 +205,8 @@ void comm_run_task(comm_t *c, comm_task_t *t) {
                 COMM_GROUP_MAX);
   if (c->be->threaded)
     comm_engine_task_bytes(c, (t->numel + t->recv_numel) * (int64_t)dtype_size(t->dt));
-  if (t->kind == TASK_ALL_TO_ALLV) comm_a2a_check_splits(c, t); /* the ranks agree on splits, or all stop */
+  if (t->kind == TASK_ALL_TO_ALLV && comm_checks_splits(c)) /* the ranks agree on splits, or all stop */
+    comm_a2a_check_splits(c, t);
   if (c->be->task_begin) c->be->task_begin(c, t);
   if (t->kind >= TASK_BARRIER) comm_mpi_control(c, t); /* barrier and control ops: host, MPI */
   else if (t->piece_stride > 0) run_piece(c, t);

@@ -34,6 +34,15 @@ int device_cuda_count(void) {
 #endif
 }
 
+int dev_is_device_pointer(const void *p) {
+#ifdef ZL_CUDA
+  return p && device_cuda_count() > 0 && devcu_pointer_is_device(p);
+#else
+  (void)p;
+  return 0;
+#endif
+}
+
 static size_t g_used_at_select; /* driver-reported used bytes right after device_cuda_select */
 
 void device_cuda_select(int local_rank) {

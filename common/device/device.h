@@ -12,6 +12,9 @@ int device_cuda_built(void);
 /* Number of visible GPUs (0 when none or CPU-only build). Does not create a CUDA context
  * unless a driver is present. */
 int device_cuda_count(void);
+/* 1 when p is GPU memory (cudaPointerGetAttributes: device or managed), 0 for host memory, pinned or
+ * not, and always in a CPU-only build or without a GPU. What a device collective may be handed. */
+int dev_is_device_pointer(const void *p);
 /* Select the GPU for this rank (local_rank % count) and create the streams; call once. */
 void device_cuda_select(int local_rank);
 

@@ -179,6 +179,15 @@ size_t devcu_used_bytes(void) {
   return total_b - free_b;
 }
 
+int devcu_pointer_is_device(const void *p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError(); /* an unknown pointer: plain host memory (clears the sticky error) */
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 void *devcu_compute_stream(void) { return (void *)g_compute; }
 void *devcu_comm_stream(void) { return (void *)g_comm; }
 void *devcu_cublas(void) { return (void *)g_cublas; }

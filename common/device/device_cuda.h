@@ -33,6 +33,9 @@ void devcu_host_free(void *p);
 void devcu_copy_async(void *dst, const void *src, size_t nbytes);
 void devcu_copy_wait(void);
 size_t devcu_used_bytes(void);         /* cudaMemGetInfo: total - free */
+/* What p points to, by cudaPointerGetAttributes: 1 device (or managed) memory, 0 host memory (pinned
+ * or not: what a device collective must not be handed). */
+int devcu_pointer_is_device(const void *p);
 /* The compute and communication streams as opaque pointers (cudaStream_t), for ops and NCCL. */
 void *devcu_compute_stream(void);
 void *devcu_comm_stream(void);

@@ -105,25 +105,27 @@ int64_t gpt_count_params(gpt_shape_t s) {
   return emb_numel(s) + (int64_t)s.n_layer * gpt_block_layout(s.n_embd).numel + head_numel(s);
 }
 
-gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every) {
-  int64_t C = s.n_embd, X = 8 * C * C + 5 * C, nm = 0; /* X: one MLP (fc 4C·C + 4C, fcproj C·4C + C) */
+gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, gpt_moe_t moe) {
+  int64_t C = s.n_embd, mlp = 8 * C * C + 5 * C, X = gpt_moe_expert_numel(C, moe.ffn), nm = 0;
+  int E = moe.experts, every = moe.every;
   for (int l = 0; E > 0 && every > 0 && l < s.n_layer; l++) nm += l % every == every - 1;
   gpt_moe_params_t p;
-  /* the MoE blocks' MLPs out, their routers in */
-  p.dense = gpt_count_params(s) - nm * X + nm * (int64_t)E * C;
+  /* the MoE blocks' MLPs out, their routers and shared experts in */
+  p.dense = gpt_count_params(s) - nm * mlp + nm * ((int64_t)E * C + (int64_t)moe.shared * X);
   p.expert = nm * (int64_t)E * X;
   p.total = p.dense + p.expert;
-  p.active = p.dense + nm * (int64_t)k * X;
+  p.active = p.dense + nm * (int64_t)moe.topk * X;
   return p;
 }
 
-int64_t gpt_moe_dense_rank(gpt_shape_t s, int E, int every, int T, int64_t Vr) {
-  int64_t C = s.n_embd, dense = gpt_moe_count_params(s, E, 1, every).dense;
+int64_t gpt_moe_dense_rank(gpt_shape_t s, gpt_moe_t moe, int T, int64_t Vr) {
+  int64_t C = s.n_embd, dense = gpt_moe_count_params(s, moe).dense;
   if (T <= 1) return dense;
   int64_t split = 2 * (int64_t)s.vocab * C, mine = 2 * Vr * C;
   for (int l = 0; l < s.n_layer; l++) {
-    int moe = E > 0 && every > 0 && l % every == every - 1;
-    int64_t sb = moe ? 4 * C * C + 3 * C : 12 * C * C + 7 * C; /* divisible by T: T divides the heads, so C */
+    int is_moe = moe.experts > 0 && moe.every > 0 && l % moe.every == moe.every - 1;
+    /* divisible by T: T divides the heads, so C */
+    int64_t sb = is_moe ? 4 * C * C + 3 * C : 12 * C * C + 7 * C;
     split += sb, mine += sb / T;
   }
   return dense - split + mine;

@@ -42,17 +42,28 @@ int64_t gpt_count_params(gpt_shape_t s);
  * elements per sample. A pipeline stage's slot (chapter 07) and ch00_memory --pp are sums of these. */
 void gpt_unit_sizes(gpt_shape_t s, int u, int64_t *numel, int64_t *y_numel, int64_t *saved_numel);
 
-/* Ψ of the GPT whose every m-th block (blocks m−1, 2m−1, ...) has E expert MLPs (each the dense MLP:
- * 8C² + 5C) and a router (E·C, no bias) in place of its MLP (chapter 12, solutions/moe.h): total (every
- * expert), active per token (k experts of each MoE block), expert (every expert's), dense (the rest,
- * routers included). E = 0: the dense GPT (expert 0, active = total). */
+/* A Mixture-of-Experts GPT's experts (chapter 12, solutions/moe.h): every m-th block (blocks m−1,
+ * 2m−1, ...) has E routed expert MLPs of hidden width F (0: the dense MLP's 4C), k of them per token,
+ * S shared experts of the same width that every token goes through (DeepSeekMoE's), and a router (E·C,
+ * no bias) in place of its MLP. E = 0: the dense GPT. */
+typedef struct gpt_moe { int experts, topk, every, ffn, shared; } gpt_moe_t;
+/* One expert MLP's parameters: fc W (F, C), b (F), fcproj W (C, F), b (C) = 2FC + F + C (8C² + 5C at F =
+ * 4C: the dense block's MLP). */
+static inline int64_t gpt_moe_expert_numel(int64_t C, int ffn) {
+  int64_t F = ffn > 0 ? ffn : 4 * C;
+  return 2 * F * C + F + C;
+}
+/* Ψ of that GPT: total (every expert), active per token (k routed experts of each MoE block, the shared
+ * ones and the rest), expert (every routed expert's), dense (the rest: routers and shared experts
+ * included). */
 typedef struct gpt_moe_params { int64_t total, active, expert, dense; } gpt_moe_params_t;
-gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, int E, int k, int every);
+gpt_moe_params_t gpt_moe_count_params(gpt_shape_t s, gpt_moe_t moe);
 /* The dense parameters one rank of a T-way tensor-parallel split of that GPT keeps (Megatron's split,
  * solutions/tp_gpt.c; chapter 12's --tp inside the EP group): the replicated ones (LayerNorms, wpe,
- * the row-parallel biases, the routers) whole, 1/T of every block's qkv and proj (4C² + 3C) and of a
- * dense block's MLP (8C² + 4C more), and Vr of the V rows of wte and of the head. T = 1: dense. */
-int64_t gpt_moe_dense_rank(gpt_shape_t s, int E, int every, int T, int64_t Vr);
+ * the row-parallel biases, the routers, the shared experts) whole, 1/T of every block's qkv and proj
+ * (4C² + 3C) and of a dense block's MLP (8C² + 4C more), and Vr of the V rows of wte and of the head.
+ * T = 1: dense. */
+int64_t gpt_moe_dense_rank(gpt_shape_t s, gpt_moe_t moe, int T, int64_t Vr);
 
 /* Offsets (elements) of one block's tensors inside its unit. */
 typedef struct gpt_block_layout {

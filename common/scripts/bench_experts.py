@@ -27,10 +27,12 @@ balancing), every row measured by ch12_experts (or ch02_ddp / ch06_tp) --json:
             thread's all-to-alls (by tag; "blocking" = the dropless count exchange), steps 1.. (step 0 is
             the warm-up).
 
-    python3 common/scripts/bench_experts.py --bin build/bin --out notes/data/bench_experts.json [--reps 3]
+    python3 common/scripts/bench_experts.py --bin build/bin [--out results/bench_experts.json] [--reps 3]
         [--parts drop,balance,bytes,step,trace]
+(--out notes/data/bench_experts.json, what make bench-experts UPDATE_NOTES=1 runs, refreshes the
+committed measurement the pages quote.)
 --parts runs only those parts and keeps the others from the existing --out. Whole bench: about
-2-4 minutes on a 2-core box. Times on a shared small box are indicative only: the JSON's _meta has
+2-6 minutes on a 2-core box (372 s measured under load 4-6). Times on a shared small box are indicative only: the JSON's _meta has
 the load average before and after."""
 import argparse
 import json
@@ -239,7 +241,7 @@ def part_trace(a, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/bin")
-    ap.add_argument("--out", default="notes/data/bench_experts.json")
+    ap.add_argument("--out", default="results/bench_experts.json")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8, help="steps of the step-time runs (default 8)")
     ap.add_argument("--parts", default=",".join(PARTS))

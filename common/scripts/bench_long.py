@@ -35,8 +35,10 @@ hybrid: its all-to-alls inside a node, every ring hop across) and C = 2 as 2 nod
 and Ulysses), --reps runs each, alternating: the median step, the stream's time in the hops and in
 the all-to-alls. What the link adds to the step over the unshaped run is the exposed communication.
 
-    python3 common/scripts/bench_long.py --bin build/bin --out notes/data/bench_long.json [--budget 24]
+    python3 common/scripts/bench_long.py --bin build/bin [--out results/bench_long.json] [--budget 24]
         [--parts seq,balance,comm,nodes] [--links 0,1000,100,20] [--reps 2]
+(--out notes/data/bench_long.json, what make bench-long UPDATE_NOTES=1 runs, refreshes the committed
+measurement the pages quote.)
 --parts runs only those parts and keeps the others from the existing --out.
 
 The model: the small GPT with 2 layers (L2 NH4 E128 V256, fp32 AdamW). S is searched in steps of
@@ -177,7 +179,7 @@ def nodes_rows(a, zlrun, ch10, tmp, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/bin")
-    ap.add_argument("--out", default=os.path.join("notes", "data", "bench_long.json"))
+    ap.add_argument("--out", default=os.path.join("results", "bench_long.json"))
     ap.add_argument("--budget", type=float, default=24.0, help="MiB per rank (default 24)")
     ap.add_argument("--max-seq", type=int, default=4096)
     ap.add_argument("--comm-seq", type=int, default=256, help="S of the traffic rows (default 256)")

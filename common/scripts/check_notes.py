@@ -31,11 +31,16 @@ and carries a marker right after it on the same line:
 The marker names the file (relative to the page) and an expression over dotted keys (list
 indices are numbers: `runs_ms.0`) with + - * / and parentheses. The quoted number is the last
 number before the marker on its line (−, thousands commas and a trailing % or × allowed); it must
-equal the expression rounded to as many decimals as the page shows. A new measurement is then a
+equal the expression rounded to as many decimals as the page shows, and stand beside its own
+label: when the words before it (its clause in prose; the cells before it and its column's header in
+a table) name a sibling of its key (another record's "layout" or "name", another key of the same
+dict: Ulysses' bytes quoted as "the hybrid 1.50"), and not the key itself, that is a failure
+(`PAGE:LINE: quoted Q, FILE EXPR: the words around it name 'hybrid', a sibling of ...`; the rules:
+common/scripts/notes_labels.py). A new measurement is then a
 data change: replace the JSON, rerun, and every page that quotes it says where it went stale.
 Exit 0 when every run matches and every marked number agrees, 1 on the first mismatch of each run
 (`PAGE:LINE: $ CMD`, the missing line and the closest real one) or on any wrong number
-(`PAGE:LINE: quoted Q, FILE EXPR = V`), 2 on bad usage. --numbers checks the marked numbers only.
+(`PAGE:LINE: quoted Q, FILE EXPR = V`) or label, 2 on bad usage. --numbers checks the marked numbers only.
 Links are checked with the numbers: a relative link must name a file that exists, and a
 `#anchor` a heading of that page (GitHub's rule: lower case, punctuation dropped, spaces to -).
 Without PAGE arguments every notes/*.md and the top-level README.md are checked.
@@ -67,6 +72,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import notes_claims  # the checks that run no program: the reading plan, reading times, "not built" claims
+import notes_labels  # the words around a measured number name its own key, not a sibling's
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 60
@@ -282,6 +288,8 @@ def check_numbers(page):
     with open(page, encoding="utf-8") as f:
         lines = f.read().split("\n")
     cache, bad, fence, count = {}, [], False, 0
+    # the words around each marked number (notes_labels.py): (line, column of the marker) -> words
+    around = {(n, m.start()): words for n, m, words in notes_labels.contexts(lines, MARKER, QUOTED)}
     for n, line in enumerate(lines, 1):
         if re.match(r"^(`{3,}|~{3,})", line):
             fence = not fence
@@ -312,6 +320,10 @@ def check_numbers(page):
             if abs(round(value, decimals) - quoted) > 0.5 * 10 ** -decimals + 1e-9:
                 bad.append("%s:%d: quoted %s, %s %s = %.*f (%s)" % (where, n, q.group(0).strip(), path, expr,
                                                                     decimals, value, repr(value)))
+                continue
+            wrong_label = notes_labels.check(cache[file], KEYPATH.findall(expr), around.get((n, m.start()), ""))
+            if wrong_label:
+                bad.append("%s:%d: quoted %s, %s %s: %s" % (where, n, q.group(0).strip(), path, expr, wrong_label))
     return count, bad
 
 
@@ -518,7 +530,8 @@ def main():
         print("%d checked run(s)" % n_runs)
         return 1 if failed or wrong else 0
     verb = "updated" if a.update else "checked"
-    print("check_notes: %d run(s) %s, %d mismatch(es); %d measured number(s), %d wrong or broken link(s); %.1f s"
+    print("check_notes: %d run(s) %s, %d mismatch(es); %d measured number(s), %d wrong (a number, its label, a link "
+          "or a code reference); %.1f s"
           % (n_runs, verb, failed, n_marks, wrong, dt))
     if WIDEST[0] > 0:
         print("check_notes: largest relative gap of a pasted number with decimals: %.2g (tolerance %g): %s"

@@ -1,6 +1,6 @@
 """notes_claims.py — the checks of the notes that run no program (imported by check_notes.py).
 
-Three checks, each a function returning 'PAGE:LINE: ...' messages (empty: all good):
+The checks, each a function returning 'PAGE:LINE: ...' messages (empty: all good):
 
 check_plan(root)
     Every chapter page notes/NN-*.md, each of its meetings (`## Meeting NNx` headings), and every
@@ -14,7 +14,14 @@ check_reading_times(root)
     agree with the words they name, at PACE words a minute: the words as `wc -w` counts them,
     without HTML comments (the invisible data markers) and without the Exercises and Code map
     sections (the reading track skips them), within TOLERANCE_MIN minutes; a page's time for one
-    meeting equals the plan's for that meeting; no week's reading is over BUDGET_MIN minutes.
+    meeting equals the plan's for that meeting; no week's reading is over BUDGET_MIN minutes, no
+    week assigns more than MAX_PAPERS papers (the links of its *read* cell that leave the
+    repository) and no week's pages ask more than MAX_QUESTIONS questions (the numbered items of
+    their Questions sections, in the week's meetings, "(code)" ones not counted).
+check_papers(root)
+    Every paper the plan assigns (a link out of the repository in a *read* cell) is in the reading
+    list of each page of READING_LISTS (the same link, or for an arXiv paper its id, in a section
+    whose heading starts with "Reading list").
 check_claims(root)
     Every sentence that says something is not there — "not built", "not yet", "not implemented",
     "not here", "left for later", "zerolab does not have", and every item of a section headed
@@ -39,6 +46,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 PACE = 200            # words a minute: the reading plan's stated pace
 TOLERANCE_MIN = 2     # stated against computed reading minutes
 BUDGET_MIN = 25       # a week's reading at most (notes/README.md says so): past it, split the page
+MAX_PAPERS = 2        # papers (links out of the repository) a week assigns at most
+MAX_QUESTIONS = 9     # questions a week's pages ask at most, the full track's "(code)" ones not counted
+READING_LISTS = ("notes/README.md", "notes/11-choosing-a-layout.md")  # each lists every paper the plan assigns
 REFERENCE_PAGES = {"README.md", "design.md"}   # notes pages that are references, not a week's reading
 SOURCE_TOPS = ("chapters", "common", "solutions")
 
@@ -106,9 +116,12 @@ CLAIMS = [
       "has src common/tools/zl_ckpt.c /a Mixture-of-Experts checkpoint/"],
      "--router-bias-rate with --resume refused (the bias is not saved)"),
     ("notes/12-experts.md", r"Overlap of the all-to-alls",
-     ["no flag --moe-shared-experts", "no flag --shared-experts", "no flag --moe-overlap",
+     ["no flag --moe-overlap", "has flag --shared-experts", "has flag --expert-ffn", "has flag --gate-norm",
       "has src solutions/ep.c /comm_all_to_allv_async\\([^;]*;\\s*comm_wait\\(g, h\\);/"],
-     "no shared or fine-grained experts; every exchange waited for at once (ep_exchange_rows)"),
+     "every exchange waited for at once (ep_exchange_rows); shared and fine-grained experts built"),
+    ("notes/12-experts.md", r"DeepSpeed's layout, a strategy owning both groups, is not built yet",
+     ["has src solutions/moe_model.c /the strategy on the D = %d ranks that hold the same experts/"],
+     "ch12's strategy runs on the D ranks for every parameter (the dense part summed over EP first)"),
     ("notes/12-experts.md", r"On a GPU.*the NCCL path of the all-to-all",
      [], "unchecked: a GPU run of ch12_experts is recorded when one happens"),
     ("notes/11-choosing-a-layout.md", r"delayed parameter update, not built here",
@@ -522,10 +535,105 @@ def check_reading_times(root):
     return bad
 
 
+def questions_in(text):
+    """The questions a text asks: numbered items of its Questions sections (up to the next heading
+    of their level or above, or an answers block), "(code)" ones not counted."""
+    n, level, fence = 0, None, False
+    for line in text.split("\n"):
+        if FENCE.match(line):
+            fence = not fence
+            continue
+        if fence:
+            continue
+        h = HEADING.match(line)
+        if h:
+            level = len(h.group(1)) if re.match(r"questions\b", h.group(2), re.I) else (
+                None if level is None or len(h.group(1)) <= level else level)
+            continue
+        if "<details" in line:
+            level = None
+        if level is not None and re.match(r"^\d+\.\s+(?!\(code\))", line):
+            n += 1
+    return n
+
+
+def target_text(root, target):
+    """The text of 'page.md' or of one meeting 'page.md#meeting-07a' (as target_words counts)."""
+    file, _, anchor = target.partition("#")
+    text = _read(os.path.join(root, "notes", file))
+    if not anchor:
+        return text
+    heads = [(m.start(), "meeting-" + m.group(1).lower()) for m in re.finditer(r"^## Meeting (\w+)\s*$", text, re.M)]
+    names = [h[1] for h in heads]
+    k = names.index(anchor)
+    return text[0 if k == 0 else heads[k][0]:heads[k + 1][0] if k + 1 < len(heads) else len(text)]
+
+
+def plan_weeks(root):
+    """[(line, week, [page targets], [paper links])] of the reading plan's rows (the *read* cell
+    before "skim")."""
+    plan = section_lines(os.path.join(root, "notes", "README.md"), "A reading plan")
+    header = next(([c.strip().lower() for c in l.strip().strip("|").split("|")] for _, l in plan
+                   if l.lstrip().startswith("|")), None)
+    if not header or "read" not in header:
+        return []
+    out = []
+    for n, cells in table_rows(plan):
+        read = re.split(r"\bskim\b", cells[header.index("read")])[0] if len(cells) > header.index("read") else ""
+        links = LINK.findall(read)
+        pages = [t for t in links if not re.match(r"^[a-z]+:", t) and t.split("#")[0].endswith(".md")]
+        papers = [t for t in links if re.match(r"^[a-z]+:", t)]
+        out.append((n, cells[0], pages, papers))
+    return out
+
+
+def check_pace(root):
+    """At most MAX_PAPERS papers and MAX_QUESTIONS questions a week."""
+    bad = []
+    for n, week, pages, papers in plan_weeks(root):
+        if len(set(papers)) > MAX_PAPERS:
+            bad.append("notes/README.md:%d: week %s assigns %d papers (%s), more than %d" % (
+                n, week, len(set(papers)), ", ".join(papers), MAX_PAPERS))
+        try:
+            q = sum(questions_in(target_text(root, t)) for t in pages)
+        except (KeyError, ValueError, OSError):
+            continue  # a target that does not exist: check_reading_times names it
+        if q > MAX_QUESTIONS:
+            bad.append("notes/README.md:%d: week %s: %s ask %d questions, more than %d (mark the full track's "
+                       "\"(code)\", or move some to another week)" % (n, week, " + ".join(pages), q, MAX_QUESTIONS))
+    return bad
+
+
+def check_papers(root):
+    """Every paper of the plan in the reading list of each page of READING_LISTS."""
+    bad = []
+    assigned = {}
+    for n, week, _, papers in plan_weeks(root):
+        for link in papers:
+            assigned.setdefault(link, (n, week))
+    if not assigned:
+        return []
+    for rel in READING_LISTS:
+        path = os.path.join(root, rel)
+        if not os.path.exists(path):
+            continue
+        listed = "\n".join(l for _, l in section_lines(path, "Reading list"))
+        if not listed.strip():
+            bad.append("%s: no '## Reading list' section (it lists every paper the plan assigns)" % rel)
+            continue
+        for link, (n, week) in sorted(assigned.items(), key=lambda kv: kv[1][0]):
+            arxiv = re.search(r"arxiv\.org/abs/([\d.]+)", link)
+            if link not in listed and not (arxiv and arxiv.group(1) in listed):
+                bad.append("%s: its reading list lacks %s, which the plan assigns in week %s (notes/README.md:%d)"
+                           % (rel, link, week, n))
+    return bad
+
+
 def check_all(root):
-    """Every message of the three checks."""
+    """Every message of the checks."""
     tree = Tree(root)
-    return check_plan(root, tree) + check_reading_times(root) + check_claims(root, tree)
+    return check_plan(root, tree) + check_reading_times(root) + check_pace(root) + check_papers(root) + \
+        check_claims(root, tree)
 
 
 def report(root, out, verbose=False):
@@ -545,7 +653,7 @@ def report(root, out, verbose=False):
             print("           %s" % (text[:100] + ("..." if len(text) > 100 else "")), file=out)
             for check, ok, looked in results:
                 print("           %-4s %s (%s)" % ("ok" if ok else "FAIL", check, looked), file=out)
-    problems = check_plan(root, tree) + check_reading_times(root) + bad
+    problems = check_plan(root, tree) + check_reading_times(root) + check_pace(root) + check_papers(root) + bad
     for b in problems:
         print(b, file=out)
     print("check_notes: the reading plan, README.md's chapter table, the reading times at %d words a "

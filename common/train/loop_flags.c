@@ -441,6 +441,16 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "experts k per token (<= --moe): the router's top-k of its softmax");
     SPEC("--moe-every", ARG_INT, &cfg->moe_every, 1, 1024, NULL,
          "every m-th block is MoE (blocks m-1, 2m-1, ...), the others keep their dense MLP; 1: all");
+    SPEC("--expert-ffn", ARG_INT, &cfg->moe_ffn, 1, 65536, NULL,
+         "each expert's hidden width F (default 4C, the dense MLP's): DeepSeekMoE's fine-grained experts are "
+         "m times more experts of 1/m the width, --topk m times larger, the same active parameters");
+    SPEC("--shared-experts", ARG_INT, &cfg->moe_shared, 0, 64, NULL,
+         "S shared experts of width F in every MoE block, every token through them beside its routed ones "
+         "(DeepSeekMoE, DeepSeek-V3: 1); data-parallel like the dense part");
+    cfg->gate_norm = "none";
+    SPEC("--gate-norm", ARG_CHOICE, &cfg->gate_norm, 0, 0, "none|topk",
+         "the gates: none, the router's probabilities as they are (Switch; DeepSpeed's top-1), or topk, "
+         "renormalised over the k chosen to sum to 1 (GShard's top-2, Mixtral, DeepSeek-V3)");
     SPEC("--capacity-factor", ARG_DOUBLE, &cfg->capacity_factor, 0, 64, NULL,
          "cf > 0: capacity ceil(cf x tokens x k / E) rows per expert and micro-batch, padded [E, C, h] "
          "buffers, tokens past it dropped (they ride the residual); 0: dropless (a count exchange, then "

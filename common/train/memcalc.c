@@ -160,6 +160,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   double psi = 7.5e9, k = -1;
   int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
   int experts = 0, topk = 2, moe_every = 1, ep = 1; /* chapter 12: Mixture of Experts */
+  int expert_ffn = 0, shared = 0;                   /* its experts' width (0: 4h), its shared experts */
   /* chapters 07, 10, 08: pipeline stages, context parallelism, ZeRO-Offload */
   int pp = 1, cp = 1, offload = 0;
   int64_t micro = 1;
@@ -192,6 +193,12 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
        "active, and per rank with --ep"},
       {"--topk", ARG_INT, &topk, 1, 1 << 16, NULL, "experts per token k (<= --experts; default 2)"},
       {"--moe-every", ARG_INT, &moe_every, 1, 1 << 16, NULL, "every m-th block is MoE (default 1: all)"},
+      {"--expert-ffn", ARG_INT, &expert_ffn, 1, 1 << 24, NULL,
+       "with --experts: each expert's hidden width F (default 4h, the dense MLP's; DeepSeekMoE's "
+       "fine-grained experts: m times more of 1/m the width)"},
+      {"--shared-experts", ARG_INT, &shared, 0, 1 << 10, NULL,
+       "with --experts: S shared experts of width F in every MoE block, every token through them "
+       "(DeepSeekMoE; data-parallel like the dense part)"},
       {"--ep", ARG_INT, &ep, 1, 1 << 20, NULL,
        "expert-parallel ranks P_E: each holds E/P_E of the experts; P_E divides --ranks and --experts"},
       {"--vocab", ARG_INT, &vocab, 1, 1 << 24, NULL,
@@ -249,8 +256,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
   }
   int tf = layers || hidden || heads || seq; /* a transformer shape: activations too */
-  static const char *const shape_only[] = {"--experts", "--ep", "--topk", "--moe-every", "--micro-batch",
-                                           "--vocab"};
+  static const char *const shape_only[] = {"--experts",    "--ep",         "--topk",         "--moe-every",
+                                           "--expert-ffn", "--shared-experts", "--micro-batch", "--vocab"};
   gpt_shape_t shape = {.n_layer = layers, .n_head = heads, .n_embd = hidden, .seq_len = seq, .vocab = vocab};
   if (tf) {
     const char *missing = !layers ? "--layers"
@@ -268,8 +275,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       snprintf(hv, sizeof hv, "%d", hidden);
       return args_error("--hidden", hv, "must be divisible by --heads %d", heads);
     }
-    static const char *const moe_only[] = {"--ep", "--topk", "--moe-every"}; /* ignored when dense */
-    for (int i = 0; i < 3 && experts == 0; i++)
+    static const char *const moe_only[] = {"--ep", "--topk", "--moe-every", "--expert-ffn",
+                                           "--shared-experts"}; /* ignored when dense */
+    for (int i = 0; i < 5 && experts == 0; i++)
       if (args_given(argc, argv, moe_only[i]))
         return args_error(moe_only[i], args_given(argc, argv, moe_only[i]),
                           "needs --experts E > 0 (a dense model has no experts to spread or pick)");
@@ -295,8 +303,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
        * one cap; then the activation counts, in double, under theirs */
       double C = hidden;
       double dense = (double)(vocab + seq) * C + layers * (12.0 * C * C + 13.0 * C) + vocab * C + 2 * C;
-      double nm = experts > 0 ? (double)(layers / moe_every) : 0, X = 8.0 * C * C + 5.0 * C;
-      double total = dense + nm * experts * C + nm * experts * X - nm * X;
+      double nm = experts > 0 ? (double)(layers / moe_every) : 0, mlp = 8.0 * C * C + 5.0 * C;
+      double F = expert_ffn > 0 ? expert_ffn : 4.0 * C, X = 2.0 * F * C + F + C; /* gpt_moe_expert_numel */
+      double total = dense - nm * mlp + nm * (experts * C + shared * X) + nm * experts * X;
       char v[32];
       snprintf(v, sizeof v, "%d", experts > 0 ? experts : hidden);
       if (total > MEMCALC_PSI_MAX)
@@ -312,7 +321,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                           "come to %.3g bytes; must be at most %.2g (their counts would overflow 64 bits)",
                           layers, hidden, heads, (long long)micro, bytes, MEMCALC_BYTES_MAX);
     }
-    if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, experts, topk, moe_every).total
+    gpt_moe_t moe_shape = {experts, topk, moe_every, expert_ffn, shared};
+    if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, moe_shape).total
                                       : (double)gpt_count_params(shape);
     if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
       char tv[32];
@@ -320,8 +330,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads,
                         hidden, seq, vocab);
     }
-  } else if (first_given(argc, argv, shape_only, 6)) { /* meaningless without a shape: refused, not ignored */
-    const char *f = first_given(argc, argv, shape_only, 6);
+  } else if (first_given(argc, argv, shape_only, 8)) { /* meaningless without a shape: refused, not ignored */
+    const char *f = first_given(argc, argv, shape_only, 8);
     return args_error(f, args_given(argc, argv, f),
                       "needs a transformer shape (--layers --hidden --heads --seq)");
   } else if (tp > 1) {
@@ -513,10 +523,11 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   gpt_moe_params_t mp = {0};
   mem_formula_t ms[4] = {{0}};
   if (experts > 0) { /* chapter 12: total against active, and where the expert states live */
-    mp = gpt_moe_count_params(shape, experts, topk, moe_every);
+    gpt_moe_t moe_shape = {experts, topk, moe_every, expert_ffn, shared};
+    mp = gpt_moe_count_params(shape, moe_shape);
     int D = world / ep;
     /* one rank's model: the dense part (--tp t inside the EP group: its part of it), E/P_E experts */
-    double dense = (double)gpt_moe_dense_rank(shape, experts, moe_every, tp, vocab / tp);
+    double dense = (double)gpt_moe_dense_rank(shape, moe_shape, tp, vocab / tp);
     double local = dense + (double)mp.expert / ep;
     char every[32] = "every";
     if (moe_every > 1)
@@ -524,15 +535,18 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                moe_every == 2       ? "nd"
                    : moe_every == 3 ? "rd"
                                     : "th");
+    int F = expert_ffn > 0 ? expert_ffn : 4 * hidden;
     fprintf(out,
-            "\nMixture of Experts (chapter 12): %d expert MLPs (8h²+5h each) in %s block, top-%d per "
-            "token\n",
-            experts, every, topk);
-    fprintf(out,
-            "  Ψ total %.0f = dense %.0f (routers E·h included) + experts %.0f; active per token %.0f "
-            "(%.1f%% of total)\n",
-            (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active,
-            100.0 * mp.active / mp.total);
+            "\nMixture of Experts (chapter 12): %d expert MLPs of width %d (2·F·h + F + h each) in %s "
+            "block, top-%d per token, %d shared\n",
+            experts, F, every, topk, shared);
+    fprintf(
+        out,
+        "  Ψ total %.0f = dense %.0f (routers E·h and shared experts included) + experts %.0f; active per "
+        "token %.0f "
+        "(%.1f%% of total)\n",
+        (double)mp.total, (double)mp.dense, (double)mp.expert, (double)mp.active,
+        100.0 * mp.active / mp.total);
     fprintf(out,
             "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every "
             "MoE block, "
@@ -728,12 +742,13 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
           "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
           tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
     if (experts > 0) {
-      fprintf(
-          fp,
-          " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"params_total\": %.17g, "
-          "\"params_active\": %.17g, \"params_expert\": %.17g, \"params_dense\": %.17g, \"per_stage\": [",
-          experts, topk, moe_every, ep, (double)mp.total, (double)mp.active, (double)mp.expert,
-          (double)mp.dense);
+      fprintf(fp,
+              " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"expert_ffn\": %d, "
+              "\"shared_experts\": %d, \"params_total\": %.17g, \"params_active\": %.17g, \"params_expert\": "
+              "%.17g, "
+              "\"params_dense\": %.17g, \"per_stage\": [",
+              experts, topk, moe_every, ep, expert_ffn > 0 ? expert_ffn : 4 * hidden, shared,
+              (double)mp.total, (double)mp.active, (double)mp.expert, (double)mp.dense);
       for (int st = s0; st <= s1; st++)
         fprintf(fp, "%s{\"stage\": %d, \"dense_states\": %.17g, \"expert_states\": %.17g, \"total\": %.17g}",
                 st == s0 ? "" : ", ", st, ms[st].params, ms[st].grads, ms[st].total);

@@ -71,6 +71,9 @@ typedef struct train_cfg {
    * load-balancing loss --aux-loss-coeff, DeepSeek-V3's bias --router-bias-rate, --ep P_E ranks over
    * which the experts are split (solutions/ep.c). moe 0: no experts. */
   int moe, topk, moe_every, ep;
+  int moe_ffn, moe_shared;            /* --expert-ffn F (0: 4C), --shared-experts S (DeepSeekMoE; 12) */
+  const char *gate_norm;              /* --gate-norm none|topk: the gates as probabilities, or renormalised
+                                       * over the k chosen; NULL reads none */
   double capacity_factor, aux_loss_coeff, router_bias_rate;
   const char *aux_loss_scope; /* --aux-loss-scope local|global: f_e of this rank's micro-batch (Switch), or
                                * of the micro-batch over every rank (global-batch balance); NULL

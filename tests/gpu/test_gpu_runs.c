@@ -10,6 +10,7 @@
  * different orders, ~1e-7 per op, and training compounds it a little), bf16 runs 2e-2, fp16 runs
  * (with the loss scaler) 2e-2: the same element-wise source, fp16 keeping more bits than bf16. */
 #include "zl_test.h" // zl_launch, zl_out_t, zl_run, zl_json_*, zl_rel
+#include "device.h"  // device_cuda_count (a case that needs 2 GPUs)
 
 TestSuite(common_gpu_runs, .timeout = 600);
 
@@ -150,6 +151,14 @@ Test(common_gpu_runs, ch12_nccl_1) { gpu_vs_cpu_model("ch12_experts", 1, "nccl",
 Test(common_gpu_runs, ch12_staged_mpi_2_ep2) {
   gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2", 1e-4);
   gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --capacity-factor 1.25 --zero 3", 1e-4);
+}
+/* EP 2 on NCCL: two ranks, two GPUs (NCCL will not put two ranks on one). The dropless counts go as
+ * host control data, the rows as device all-to-alls; a host buffer handed to NCCL would stop the job
+ * naming the call (comm_nccl.cu). */
+Test(common_gpu_runs, ch12_nccl_2_ep2) {
+  if (device_cuda_count() < 2) cr_skip_test("EP 2 on NCCL needs 2 GPUs (%d visible)", device_cuda_count());
+  gpu_vs_cpu_model("ch12_experts", 2, "nccl", MOE_MODEL, "--ep 2", 1e-4);
+  gpu_vs_cpu_model("ch12_experts", 2, "nccl", MOE_MODEL, "--ep 2 --capacity-factor 1.25", 1e-4);
 }
 /* --tp 2 inside EP 2 (solutions/ep_tp.c): the attention split, each rank routing half the tokens, the
  * all-gathers of the MoE output and of d ln2 on the device. */

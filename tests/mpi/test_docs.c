@@ -119,6 +119,41 @@ Test(common_docs, a_wrong_measured_number_fails_the_check, .timeout = 60) {
   remove(json);
 }
 
+/* A measured number quoted under a sibling's label fails, though the number is right for its key
+ * (common/scripts/notes_labels.py): chapter 10's "Ulysses 1.50, the hybrid 3.00" (comm.6, comm.7 of
+ * bench_long.json) with the two names swapped in a copy of the page, and benchmarks.md's C = 4 Ulysses
+ * row renamed the hybrid, each fail naming the line and the sibling; the copies as they are pass. */
+Test(common_docs, a_number_under_a_swapped_label_fails_the_check, .timeout = 60) {
+  const char *page[2] = {"notes/10-long-sequences.md", "notes/benchmarks.md"};
+  const char *swap[2] = {"s/Ulysses 1\\.50</@@1.50</; s/the hybrid 3\\.00</Ulysses 3.00</; s/@@/the hybrid /",
+                         "s/^| Ulysses (a2a) | 4 |/| hybrid (a2a 2 x ring 2) | 4 |/"};
+  const char *swapped[2] = {"the hybrid 1.50<", "| hybrid (a2a 2 x ring 2) | 4 | 1572864<"};
+  const char *said[2] = {"name 'hybrid', a sibling of comm.6.sent_bytes_per_step",
+                         "name 'hybrid', a sibling of comm.6.sent_bytes_per_step"};
+  for (int p = 0; p < 2; p++) {
+    for (int k = 0; k < 2; k++) {
+      char path[128];
+      snprintf(path, sizeof path, "notes/.zl_docs_%d_swap%d%d.md", (int)getpid(), p, k);
+      int rc = zl_run(0, 10, NULL, "cp %s %s", page[p], path);
+      cr_assert_eq(rc, 0, "cannot copy %s to %s", page[p], path);
+      if (k) {
+        char *grep = NULL;
+        zl_run(0, 10, &grep, "sed -i '%s' %s && grep -cF '%s' %s", swap[p], path, swapped[p], path);
+        cr_assert(grep && atoi(grep) == 1, "the swap '%s' no longer matches %s (the sentence changed? "
+                  "update this test):\n%s", swap[p], page[p], grep ? grep : "");
+        free(grep);
+      }
+      char *out = NULL;
+      rc = zl_run(0, 30, &out, "python3 common/scripts/check_notes.py --numbers %s", path);
+      cr_expect_eq(rc, k, "check_notes.py --numbers on %s (%s): exit %d, expected %d:\n%s", path,
+                   k ? "labels swapped" : "as committed", rc, k, out);
+      cr_expect(k == 0 || strstr(out, said[p]), "the failure should say '%s':\n%s", said[p], out);
+      free(out);
+      remove(path);
+    }
+  }
+}
+
 /* A link to a page that exists but a heading that does not (06 has "Meeting 06a" and "06b", not
  * "06c") fails with the page line; the same link to #meeting-06b passes. */
 Test(common_docs, a_broken_link_fails_the_check, .timeout = 30) {
@@ -202,6 +237,51 @@ Test(common_docs, a_chapter_missing_from_the_plan_or_a_built_claim_fails, .timeo
                 "the failure should name the page missing from the plan:\n%s", out);
       cr_expect(strstr(out, "notes/08-offload.md:3:") && strstr(out, "flag --dpu exists"),
                 "the failure should name the 'not built' line and the flag that exists:\n%s", out);
+    }
+    free(out);
+    zl_run(0, 10, NULL, "rm -rf %s", root);
+  }
+}
+
+/* The plan's pace (common/scripts/notes_claims.py, check_pace and check_papers), on a tree of one
+ * chapter made here: a week that assigns three papers and whose page asks ten questions (an
+ * eleventh, "(code)", is the full track's and not counted), one of the papers missing from the
+ * notes' reading list, fails naming all three; two papers, nine questions and a complete list pass. */
+Test(common_docs, a_week_over_two_papers_or_nine_questions_fails, .timeout = 30) {
+  for (int k = 0; k < 2; k++) {
+    char root[128], path[256];
+    snprintf(root, sizeof root, "/tmp/zl_docs_%d_pace%d", (int)getpid(), k);
+    const char *dirs[] = {"", "/chapters", "/chapters/01_ring", "/notes"};
+    for (int d = 0; d < 4; d++) {
+      snprintf(path, sizeof path, "%s%s", root, dirs[d]);
+      mkdir(path, 0755);
+    }
+    snprintf(path, sizeof path, "%s/chapters/01_ring/main.c", root);
+    write_page(path, "int main(void) { return 0; }\n");
+    char questions[1024] = "## Questions\n\n";
+    for (int q = 1; q <= (k ? 9 : 10); q++)
+      snprintf(questions + strlen(questions), sizeof questions - strlen(questions), "%d. Why %d?\n", q, q);
+    strcat(questions, "11. (code) Which line?\n");
+    snprintf(path, sizeof path, "%s/notes/01-ring.md", root);
+    write_page(path, "# 01 ring\n\nA ring.\n\n%s", questions);
+    snprintf(path, sizeof path, "%s/README.md", root);
+    write_page(path, "# x\n\n## Chapters\n\n| ch | program | notes |\n|---|---|---|\n"
+                     "| 01 | `ch01_ring` | [notes/01-ring.md](notes/01-ring.md) |\n");
+    snprintf(path, sizeof path, "%s/notes/README.md", root);
+    write_page(path, "# notes\n\n## A reading plan\n\n| week | read | reading | run |\n|---|---|---|---|\n"
+                     "| 1 | [01-ring](01-ring.md); [A](https://arxiv.org/abs/1111.00001), "
+                     "[B](https://arxiv.org/abs/1111.00002)%s | 0 min | `make run CH=01` |\n\n"
+                     "## Reading list\n\n- A (arXiv:1111.00001).\n%s",
+               k ? "" : ", [C](https://arxiv.org/abs/1111.00003)", k ? "- B (arXiv:1111.00002).\n" : "");
+    char *out = NULL;
+    int rc = zl_run(0, 20, &out, "python3 common/scripts/notes_claims.py --root %s", root);
+    cr_expect_eq(rc, k ? 0 : 1, "notes_claims.py --root %s: exit %d, expected %d:\n%s", root, rc, k ? 0 : 1,
+                 out);
+    if (k == 0) {
+      cr_expect(strstr(out, "week 1 assigns 3 papers") != NULL, "the failure should name 3 papers:\n%s", out);
+      cr_expect(strstr(out, "ask 10 questions") != NULL, "the failure should count 10 questions:\n%s", out);
+      cr_expect(strstr(out, "reading list lacks https://arxiv.org/abs/1111.00002") != NULL,
+                "the failure should name the paper missing from the reading list:\n%s", out);
     }
     free(out);
     zl_run(0, 10, NULL, "rm -rf %s", root);

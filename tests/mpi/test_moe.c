@@ -381,6 +381,60 @@ static void expect_losses_close(const char *what, const char *got, const char *w
               i, a[i], b[i], tol);
 }
 
+/* DeepSeekMoE's shape on the tiny GPT: fine-grained experts (8 of width F = 2C, half the dense MLP's, k
+ * = 4: the same active parameters as 4 of 4C with k = 2), one shared expert every token goes through,
+ * the gates renormalised over the k chosen. EP 2 on 2 ranks against 1 rank --accum 2: the weights
+ * within MOE_TOL of max|w| (the experts run other row counts), the same drops (dropless: none), the
+ * all-to-all bytes = the formula; the exported Ψ and the expert/dense states = the counts of gpt.h
+ * (X = 2FC + F + C per expert; the shared expert with the dense part). */
+#define MOE_FINE "--moe 8 --topk 4 --expert-ffn 64 --shared-experts 1 --gate-norm topk"
+Test(ch12_moe, fine_grained_shared_experts_ep_equals_one_rank) {
+  zl_out_t one = MOE_LAUNCH(1, "moe", "fine1", MOE_FINE " --accum 2"),
+           ep = MOE_LAUNCH(2, "moe", "fine2", MOE_FINE " --ep 2");
+  double C = 32, L = 2, S = 16, V = 256, E = 8, k = 4, F = 64, X = 2 * F * C + F + C;
+  double dense = 2 * V * C + S * C + 2 * C + L * (4 * C * C + 8 * C + E * C + X), total = dense + L * E * X;
+  cr_assert_eq((double)one.n, total, "1 rank exported %lld weights; Ψ total by gpt.h's count %.17g",
+               (long long)one.n, total);
+  cr_assert_eq(zl_json_num(one.json, "moe_params_active"), dense + L * k * X,
+               "Ψ active %.17g, expected %.17g", zl_json_num(one.json, "moe_params_active"),
+               dense + L * k * X);
+  double gap = zl_expect_close_norm("EP 2 (fine-grained + shared) against 1 rank --accum 2", ep.params,
+                                    one.params, one.n, MOE_TOL);
+  double m = zl_json_num(ep.json, "moe_a2a_bytes_per_step"),
+         f = zl_json_num(ep.json, "moe_a2a_bytes_formula");
+  cr_assert(m > 0 && m == f, "fine-grained EP 2: all-to-all bytes per step %.17g measured, formula %.17g", m,
+            f);
+  expect_states_by_kind("fine-grained EP 2", ep.json);
+  char c0p[320];
+  zl_tmppath(c0p, sizeof c0p, "moe", "c0_fine.json");
+  zl_run_ok(0, 30, "ch00_memory --expert-ffn --shared-experts",
+            "%s/ch00_memory --layers 2 --hidden 32 --heads 2 --seq 16 --experts 8 --topk 4 --expert-ffn 64 "
+            "--shared-experts 1 --ranks 2 --ep 2 --precision fp32 --json %s",
+            ZL_BIN, c0p);
+  char *c0 = zl_read_file(c0p, NULL);
+  const char *c0m = c0 ? zl_json_find(c0, "moe") : NULL;
+  cr_assert(c0m, "ch00_memory --experts 8 --expert-ffn 64 wrote no \"moe\" object");
+  cr_assert(zl_json_num(c0m, "params_total") == total &&
+                zl_json_num(c0m, "params_active") == dense + L * k * X,
+            "ch00_memory's Ψ total %.17g, active %.17g; the program's %.17g, %.17g",
+            zl_json_num(c0m, "params_total"), zl_json_num(c0m, "params_active"), total, dense + L * k * X);
+  free(c0);
+  cr_log_info("fine-grained + shared EP 2 against 1 rank: largest |difference| / max|w| %.3g (tolerance %g)",
+              gap, MOE_TOL);
+  zl_out_free(&one), zl_out_free(&ep);
+}
+
+/* --gate-norm topk with k = E: the k gates already sum to 1 (the softmax), so the renormalisation changes
+ * nothing but rounding, and its gradient term (a shift of every dp by one constant) is cancelled by the
+ * softmax's backward: the run equals --gate-norm none within rounding, step after step. */
+Test(ch12_moe, gate_norm_over_every_expert_changes_nothing) {
+  zl_out_t a = MOE_LAUNCH(1, "moe", "gn_none", "--moe 4 --topk 4 --gate-norm none"),
+           b = MOE_LAUNCH(1, "moe", "gn_topk", "--moe 4 --topk 4 --gate-norm topk");
+  expect_losses_close("--gate-norm topk with k = E against none", b.json, a.json, 1e-6);
+  zl_expect_close_norm("--gate-norm topk with k = E against none: weights", b.params, a.params, a.n, MOE_TOL);
+  zl_out_free(&a), zl_out_free(&b);
+}
+
 /* A checkpoint knows its experts (--moe E --moe-every m in its manifest): resuming it with other experts, or
  * in a dense program, or a dense one here, is refused in one line before anything runs; zl_ckpt convert
  * refuses it too (it knows the dense models' splits only). */

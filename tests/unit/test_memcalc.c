@@ -86,19 +86,20 @@ Test(ch00_memory, page_text_equals_the_programs) {
 Test(ch00_memory, extreme_shapes_refused_or_exact) {
   const int layers[] = {1, 96, 65536}, hiddens[] = {64, 12288, 1 << 20}, seqs[] = {16, 2048, 1 << 24};
   const long long micros[] = {1, 1 << 20};
-  const int experts[] = {0, 8, 65536};
-  char json[300], line[400];
+  const int experts[] = {0, 8, 65536, 65536};
+  const char *const moe_extra[] = {"", "", "", " --expert-ffn 16777216 --shared-experts 1024"}; /* widest */
+  char json[300], line[500];
   zl_tmppath(json, sizeof json, "memcalc_extreme", "m.json");
   int refused = 0, shown = 0;
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 3; b++)
       for (int c = 0; c < 3; c++)
         for (int d = 0; d < 2; d++)
-          for (int e = 0; e < 3; e++) {
+          for (int e = 0; e < 4; e++) {
             snprintf(line, sizeof line,
-                     "--layers %d --hidden %d --heads 16 --seq %d --micro-batch %lld%s%d --json %s",
+                     "--layers %d --hidden %d --heads 16 --seq %d --micro-batch %lld%s%d%s --json %s",
                      layers[a], hiddens[b], seqs[c], micros[d], experts[e] ? " --experts " : " --ranks ",
-                     experts[e] ? experts[e] : 64, json);
+                     experts[e] ? experts[e] : 64, moe_extra[e], json);
             remove(json);
             int rc;
             char *text = run_text(line, strategy_stage_states, &rc);

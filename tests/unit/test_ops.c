@@ -588,6 +588,24 @@ static void expect_close_maxrel(const char *what, const float *got, const float 
                      (long long)i, got[i], exp[i], tol * mx, tol);
 }
 
+/* The pointer check the NCCL backend runs on every buffer of a collective (comm_nccl.cu: a host
+ * buffer is refused naming the call and its tag): plain CUDA runtime, no NCCL, so it runs on one GPU. */
+Test(common_ops, device_pointers_told_from_host_ones) {
+  if (!device_cuda_built()) cr_skip_test("built without CUDA (make GPU=1 on a machine with nvcc)");
+  if (device_cuda_count() == 0) cr_skip_test("no GPU visible");
+  device_cuda_select(0);
+  float *h = malloc(64 * sizeof(float)), *d = dev_malloc(DEV_CUDA, 64 * sizeof(float), "pointer check");
+  void *pinned = dev_host_malloc(DEV_CUDA, 64 * sizeof(float), "pointer check (pinned)");
+  cr_expect_eq(dev_is_device_pointer(d), 1, "cudaMalloc'd buffer: expected device memory");
+  cr_expect_eq(dev_is_device_pointer(d + 7), 1, "inside a cudaMalloc'd buffer: expected device memory");
+  cr_expect_eq(dev_is_device_pointer(h), 0, "malloc'd buffer: expected host memory");
+  cr_expect_eq(dev_is_device_pointer(pinned), 0, "pinned host buffer: expected host memory (NCCL refuses "
+                                                 "it)");
+  dev_host_free(DEV_CUDA, pinned);
+  dev_free(DEV_CUDA, d);
+  free(h);
+}
+
 /* Every op on DEV_CUDA (dispatched by ops_cpu.c to ops_cuda.cu) against DEV_CPU on the same
  * inputs. Matmuls: within the summation-order bound 2·K·u·Σ|terms| (+ one bf16 ulp, 2^-8
  * relative, where the result is stored in bf16); GELU within 1e-5·max(1,|x|) (two tanh
