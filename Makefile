@@ -60,8 +60,12 @@ LDLIBS   := $(BLAS_LIBS) -lpthread -lm
 # finding fatal (make test-sanitize builds so into its own BUILD; never the default build). Warnings
 # stay warnings there (-Wno-error): GCC's flow-based ones (-Warray-bounds, -Wformat-truncation) see
 # the instrumentation's own code and cry wolf (pipeline_pairs.c's held[2] "subscript 3"), and the
-# default build, -Werror, is the one that keeps the code warning-free.
-SANITIZE ?=
+# default build, -Werror, is the one that keeps the code warning-free. A build dir remembers its
+# sanitizers (BUILD/sanitize, written by test-sanitize): a later make there (the exercise checker's
+# `make BUILD=... IMPL=tree`, which reuses its objects) compiles and links with the same ones.
+ifeq ($(origin SANITIZE),undefined)
+  SANITIZE := $(shell cat $(BUILD)/sanitize 2>/dev/null)
+endif
 ifneq ($(SANITIZE),)
   CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all -Wno-error
   LDLIBS += -fsanitize=$(SANITIZE)
@@ -256,6 +260,7 @@ TSAN_FILTER ?= common_engine*/*
 test-sanitize:
 	@bash common/scripts/deps.sh
 	@mkdir -p $(SAN_BUILD) $(TSAN_BUILD)
+	@echo address,undefined >$(SAN_BUILD)/sanitize && echo thread >$(TSAN_BUILD)/sanitize
 	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=$(SAN_BUILD) GPU=0 SANITIZE=address,undefined build \
 	  >$(SAN_BUILD)/build.log 2>&1 || { tail -30 $(SAN_BUILD)/build.log; \
 	  echo "test-sanitize: the ASan+UBSan build failed ($(SAN_BUILD)/build.log)"; exit 1; }

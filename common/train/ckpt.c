@@ -401,10 +401,13 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
     all_replicated &= ls[u].replicated;
     if (writes_piece(t, &ls[u])) sn += ls[u].own_numel, n_pieces++;
   }
-  /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats */
-  int64_t head = 1 + 3 * n_pieces;
-  int64_t *blob = xmalloc((size_t)head * sizeof(int64_t) + (size_t)sn * sizeof(float), "export pieces");
+  /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats, padded to
+   * 8 bytes: rank 0 reads each rank's header where the one before ended (an odd float count would put
+   * the next int64s off their alignment) */
+  int64_t head = 1 + 3 * n_pieces, fbytes = (sn * (int64_t)sizeof(float) + 7) / 8 * 8;
+  int64_t *blob = xmalloc((size_t)head * sizeof(int64_t) + (size_t)fbytes, "export pieces");
   float *vals = (float *)(blob + head);
+  if (fbytes > sn * (int64_t)sizeof(float)) vals[sn] = 0; /* the pad: sent, never read */
   blob[0] = n_pieces;
   int64_t *e = blob + 1, at = 0;
   for (int u = 0; u < md->n_units; u++) {
@@ -416,7 +419,7 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
   }
   free(ls);
   char *all = (char *)blob;
-  int64_t *sizes = NULL, one = (int64_t)head * 8 + sn * 4;
+  int64_t *sizes = NULL, one = (int64_t)head * 8 + fbytes;
   if (!all_replicated) { /* one control gather: rank 0 receives every rank's pieces */
     comm_ctl_gather(t->model_comm, blob, one, &all, &sizes);
     free(blob);
