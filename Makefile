@@ -256,7 +256,9 @@ test-long: test-prep
 # suppressions of the uninstrumented libraries (Open MPI, OpenBLAS), the times.
 SAN_BUILD   ?= build-sanitize
 TSAN_BUILD  ?= build-tsan
-TSAN_FILTER ?= common_engine*/*
+# the suites that drive the communication engine hardest: its threads, fibers and helpers (common_engine,
+# common_comm, the synchronous sends), the collectives and all-to-all, DDP's overlap, pipeline pairs, EP
+TSAN_FILTER ?= @(common_engine*|common_comm|common_sync_sends|ch01_collectives|ch01_alltoall|ch02_ddp|ch02_ddp_overlap|ch07_pipeline_pairs|ch12_moe)/*
 test-sanitize:
 	@bash common/scripts/deps.sh
 	@mkdir -p $(SAN_BUILD) $(TSAN_BUILD)
