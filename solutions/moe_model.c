@@ -73,7 +73,7 @@ static void moe_free_ctx(model_t *m) {
   if (c->xg_comm) comm_finalize(c->xg_comm), c->xg_comm = NULL;
   if (c->tp_comm) comm_finalize(c->tp_comm), c->tp_comm = NULL;
   tensor_t *scratch[] = {&c->logits, &c->xs, &c->recv, &c->eo_x, &c->dsend, &c->dx_x, &c->dpost, &c->dln2,
-                         &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys, &c->rows_rc};
+                         &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys, &c->rows_rc, &c->sh_out, &c->sh_d};
   for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) tensor_free(scratch[i]);
   for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
     moe_unit_t *mu = &c->u[u];

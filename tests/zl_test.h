@@ -25,6 +25,52 @@
 #define ZL_TESTBIN "build/tests"
 #endif
 
+/* make test-sanitize (common/scripts/sanitize.sh sets ZL_SANITIZE_LOG): a program's output that
+ * holds a sanitizer's report is kept in that directory too, so a finding is counted even where its
+ * test expected the program to fail anyway (UndefinedBehaviorSanitizer writes to the output: GCC's
+ * combined ASan+UBSan runtime ignores its log_path). */
+static inline void zl_sanitize_keep(const char *cmd, const char *out) {
+  const char *dir = getenv("ZL_SANITIZE_LOG");
+  if (!dir || !*dir || !(strstr(out, "runtime error:") || strstr(out, "ERROR: AddressSanitizer") ||
+                         strstr(out, "WARNING: ThreadSanitizer")))
+    return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/output.XXXXXX", dir);
+  int fd = mkstemp(path);
+  if (fd < 0) return;
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "command: %s\n%s", cmd, out);
+  fclose(f);
+}
+
+/* make test-sanitize's ThreadSanitizer pass (common/scripts/sanitize.sh sets ZL_RUN_BUILD=DIR): a
+ * command's programs of this build (paths under ZL_BIN's directory) are DIR's instead. Criterion's
+ * runner cannot itself run under ThreadSanitizer (its arena maps at random fixed addresses, which
+ * TSan's shadow holds), so the AddressSanitizer runner launches the ThreadSanitizer programs. */
+static inline void zl_run_build(char *cmd, size_t n) {
+  const char *to = getenv("ZL_RUN_BUILD");
+  char from[256], out[8192];
+  if (!to || !*to) return;
+  snprintf(from, sizeof from, "%s", ZL_BIN); /* "build-sanitize/bin" -> "build-sanitize/" */
+  char *slash = strrchr(from, '/');
+  if (!slash) return;
+  slash[1] = 0;
+  size_t lf = strlen(from), o = 0;
+  for (const char *c = cmd; *c && o + 1 < sizeof out;) {
+    int at_word = c == cmd || strchr(" '\"=:", c[-1]) != NULL; /* a path's start, not inside one */
+    if (at_word && strncmp(c, from, lf) == 0) {
+      o += (size_t)snprintf(out + o, sizeof out - o, "%s/", to);
+      c += lf;
+    } else {
+      out[o++] = *c++;
+    }
+  }
+  if (o >= sizeof out) o = sizeof out - 1; /* a truncated snprintf counts what it could not write */
+  if (o >= n) o = n - 1;                   /* as long as cmd holds */
+  memcpy(cmd, out, o);
+  cmd[o] = 0;
+}
+
 /* Run `timeout T common/scripts/zlrun NP <cmd>` (np <= 0: run cmd directly), capturing stdout
  * and stderr together into *out (malloc'd, may be NULL). Returns the exit code (124: timeout). */
 static inline int zl_run(int np, int timeout_s, char **out, const char *fmt, ...) {
@@ -33,6 +79,7 @@ static inline int zl_run(int np, int timeout_s, char **out, const char *fmt, ...
   va_start(ap, fmt);
   vsnprintf(cmd, sizeof cmd, fmt, ap);
   va_end(ap);
+  zl_run_build(cmd, sizeof cmd);
   if (np > 0)
     snprintf(full, sizeof full, "timeout -k 5 %d bash common/scripts/zlrun %d %s 2>&1", timeout_s, np, cmd);
   else
@@ -49,6 +96,7 @@ static inline int zl_run(int np, int timeout_s, char **out, const char *fmt, ...
   buf[len] = 0;
   int st = pclose(p);
   int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  zl_sanitize_keep(full, buf);
   if (out) *out = buf;
   else free(buf);
   return rc;

@@ -48,6 +48,21 @@ static const coll_t g_colls[] = {
 };
 #define NCOLLS ((int)(sizeof g_colls / sizeof g_colls[0]))
 
+/* The element counts of collective co's rows for sizes minb, minb·factor, ... up to maxb bytes on N
+ * ranks: what main's loop measures. Returns how many rows. */
+static int rows_of(const coll_t *co, int64_t minb, int64_t maxb, double factor, size_t esz, int N) {
+  int n = 0;
+  double last = -1;
+  for (double sz = (double)minb; sz <= (double)maxb * (1 + 1e-9); sz *= factor) {
+    int64_t numel = (int64_t)(sz / (double)esz);
+    if (co->even) numel -= numel % N; /* equal chunks, as nccl-tests */
+    if (numel <= 0 || (double)numel == last) continue;
+    last = (double)numel;
+    n++;
+  }
+  return n;
+}
+
 typedef struct bench {
   comm_t *c;
   int rank, world, root, iters, warmup, check;
@@ -203,6 +218,19 @@ int main(int argc, char **argv) {
     return args_error("-r", v, "must be a rank in [0, %d]", args_env_world() - 1);
   }
 
+  /* a collective with no size in [-b, -e] would print an empty table and "0 OK": refused */
+  size_t elem = strcmp(dtype_s, "bfloat16") == 0 ? 2 : 4;
+  for (int ci = 0; ci < NCOLLS; ci++) {
+    const coll_t *co = &g_colls[ci];
+    if ((strcmp(op_s, "all") == 0 || strcmp(op_s, co->name) == 0) &&
+        rows_of(co, minb, maxb, factor, elem, args_env_world()) == 0)
+      return args_error("-e", maxb_s,
+                        "must be at least %lld bytes: no size from -b %s up to it holds one %s element%s "
+                        "for %s (it would measure nothing)",
+                        (long long)(co->even ? elem * (size_t)args_env_world() : elem), minb_s, dtype_s,
+                        co->even ? " per rank" : "", co->name);
+  }
+
   int cuda = strcmp(device_s, "cuda") == 0, nccl = strcmp(backend_s, "nccl") == 0;
   if (nccl && !cuda)
     return args_error("--backend", backend_s, "needs --device cuda (NCCL works on GPU buffers)");
@@ -266,7 +294,7 @@ int main(int argc, char **argv) {
       printf("\n");
     }
     double last = -1;
-    for (double sz = (double)minb; sz <= (double)maxb * (1 + 1e-9); sz *= factor) {
+    for (double sz = (double)minb; sz <= (double)maxb * (1 + 1e-9); sz *= factor) { /* as rows_of */
       int64_t numel = (int64_t)(sz / (double)esz);
       if (co->even) numel -= numel % b.world; /* equal chunks, as nccl-tests */
       if (numel <= 0 || (double)numel == last) continue;

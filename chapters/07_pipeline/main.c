@@ -11,6 +11,7 @@
 #include "args.h"     // args_env_world, args_error
 #include "offload.h"  // offload_take_flags, offload_strategy (--offload optimizer)
 #include "pipeline.h" // pipeline_schedule
+#include "pipeline_sched.h" // pp_schedule_parse, pp_splits_backward (a split backward's W)
 #include "pipeline_table.h" // pp_table_main (--simulate: DeepSeek's table, no ranks)
 #include "tp.h"       // tp_transform (--tp)
 #include "train.h"    // train_cfg_t, train_parse_args, train_main
@@ -69,5 +70,17 @@ int main(int argc, char **argv) {
   const strategy_t *s = offload != OFFLOAD_NONE         ? offload_strategy(offload)
                         : z == 3 && cfg.shard_group_node ? hsdp_strategy()
                                                          : zero_strategy_for(z, cfg.variant);
+  /* a split backward (zb-h1, zb-h2): a unit's gradient is final after its last W, and a strategy that
+   * reduces as the backward goes must say when that is (its grad_ready hook, train.h) */
+  if (pp_splits_backward(pp_schedule_parse(cfg.schedule)) && s->post_backward && !s->grad_ready) {
+    if (offload != OFFLOAD_NONE) snprintf(v, sizeof v, "--offload optimizer");
+    else if (variant_given) snprintf(v, sizeof v, "--variant %s", cfg.variant);
+    else snprintf(v, sizeof v, "--zero %d", cfg.zero);
+    return args_error("--schedule", cfg.schedule,
+                      "cannot go with %s (strategy %s reduces in the backward and cannot tell when a W "
+                      "made a gradient final); use --schedule 1f1b, or a --zero whose strategy can "
+                      "(0 naive, 1, 2, 3)",
+                      v, s->name);
+  }
   return train_main(&cfg, s, "07_pipeline");
 }

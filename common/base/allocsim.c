@@ -264,7 +264,7 @@ int64_t allocsim_min_budget(const allocsim_event_t *ev, int n, allocsim_mode_t m
 
 allocsim_event_t *allocsim_load(const char *path, int *n) {
   FILE *f = fopen(path, "r");
-  if (!f) die("allocsim: cannot open %s", path);
+  if (!f) die("error: allocsim: cannot open %s", path);
   int cap = 1024, k = 0, line = 0;
   allocsim_event_t *ev = malloc((size_t)cap * sizeof *ev);
   char buf[256];
@@ -275,7 +275,7 @@ allocsim_event_t *allocsim_load(const char *path, int *n) {
     long long bytes, id;
     int got = sscanf(buf, "%c %d %d %lld %lld %n", &op, &arena, &cat, &bytes, &id, &used);
     if (got < 5 || (op != 'A' && op != 'F'))
-      die("allocsim: %s line %d: expected `A|F arena cat bytes id [what]`", path, line);
+      die("error: allocsim: %s line %d: expected `A|F arena cat bytes id [what]`", path, line);
     if (arena != 0) continue; /* the host arena has no device budget */
     if (k == cap) { cap *= 2; ev = realloc(ev, (size_t)cap * sizeof *ev); }
     if (!ev) die("allocsim: out of host memory");

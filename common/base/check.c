@@ -1,12 +1,14 @@
 /* check.c — fatal-error reporting that takes the whole job down (see check.h). */
 #include "check.h"  // check_fail, die, xmalloc
+#include "args.h"   // args_env_rank (the launcher's rank before comm_init)
 #include <stdarg.h> // va_list
 #include <stdio.h>  // fprintf
 #include <stdlib.h> // exit, malloc
 
 static int g_rank = -1;
 
-int check_rank(void) { return g_rank; }
+/* Before comm_init the launcher's word (0 for a process started alone): never -1 in a message. */
+int check_rank(void) { return g_rank >= 0 ? g_rank : args_env_rank(); }
 void check_set_rank(int rank) { g_rank = rank; }
 
 static _Noreturn void abort_job(int code) {
@@ -20,7 +22,7 @@ static _Noreturn void abort_job(int code) {
 }
 
 void check_fail(const char *file, int line, const char *call, const char *msg) {
-  fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, file, line, call, msg);
+  fprintf(stderr, "rank %d %s:%d %s: %s\n", check_rank(), file, line, call, msg);
   abort_job(1);
 }
 
@@ -28,8 +30,7 @@ void check_fail(const char *file, int line, const char *call, const char *msg) {
 static _Noreturn void die_va(int with_rank, const char *fmt, va_list ap) {
   char buf[1024];
   vsnprintf(buf, sizeof buf, fmt, ap);
-  const char *env = getenv("OMPI_COMM_WORLD_RANK"); /* before comm_init: the launcher's word */
-  if (with_rank) fprintf(stderr, "rank %d: %s\n", g_rank >= 0 ? g_rank : env ? atoi(env) : -1, buf);
+  if (with_rank) fprintf(stderr, "rank %d: %s\n", check_rank(), buf);
   else fprintf(stderr, "%s\n", buf);
   abort_job(1);
 }
@@ -48,18 +49,19 @@ void die_on_rank(const char *fmt, ...) {
 
 void *xmalloc(size_t nbytes, const char *what) {
   void *p = malloc(nbytes ? nbytes : 1);
-  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, nbytes / 1048576.0);
+  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", check_rank(), what, nbytes / 1048576.0);
   return p;
 }
 
 void *xrealloc(void *old, size_t nbytes, const char *what) {
   void *p = realloc(old, nbytes ? nbytes : 1);
-  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, nbytes / 1048576.0);
+  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", check_rank(), what, nbytes / 1048576.0);
   return p;
 }
 
 void *xcalloc(size_t n, size_t size, const char *what) {
   void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) die("out of memory on rank %d: %s needs %.1f MiB", g_rank, what, (double)n * size / 1048576.0);
+  if (!p)
+    die("out of memory on rank %d: %s needs %.1f MiB", check_rank(), what, (double)n * size / 1048576.0);
   return p;
 }

@@ -13,9 +13,9 @@ _Noreturn void check_fail(const char *file, int line, const char *call, const ch
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same, prefixed with this process's rank in the job: `rank R: <message>` (R is the world
  * rank set by comm_init, also inside a sub-communicator; before comm_init the launcher's
- * OMPI_COMM_WORLD_RANK, else -1). */
+ * OMPI_COMM_WORLD_RANK or PMI_RANK, else 0: a process started alone). */
 _Noreturn void die_on_rank(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The rank this process reports in messages (set by comm_init; -1 before). */
+/* The rank this process reports in messages (set by comm_init; before it the launcher's, else 0). */
 int check_rank(void);
 void check_set_rank(int rank);
 

@@ -14,6 +14,12 @@
 #include <sched.h>         // sched_yield, sched_getaffinity, CPU_COUNT
 #include <time.h>          // clock_gettime, CLOCK_THREAD_CPUTIME_ID
 #include <ucontext.h>      // ucontext_t, makecontext, swapcontext
+#ifdef __SANITIZE_ADDRESS__ /* make test-sanitize: fiber switches told to the sanitizers (below) */
+#include <sanitizer/common_interface_defs.h> // __sanitizer_start_switch_fiber, ..._finish_...
+#endif
+#ifdef __SANITIZE_THREAD__
+#include <sanitizer/tsan_interface.h> // __tsan_create_fiber, __tsan_switch_to_fiber, ...
+#endif
 
 enum { ENGINE_SPIN_ROUNDS = 64 };          /* rounds of pure tests before the first sleep */
 #define ENGINE_BACKOFF_MIN_NS 1000L
@@ -43,6 +49,8 @@ struct comm_fiber {
   void (*body)(comm_t *);
   ucontext_t ctx;
   void *stack;
+  void *san_fake;       /* AddressSanitizer's fake stack of this fiber while it is switched out */
+  void *san_tsan;       /* ThreadSanitizer's fiber (NULL unless built with it) */
   atomic_int runnable;  /* has work (or is inside a task): the engine resumes it */
   double spin_s;        /* the running task's spin budget per wait (comm_engine_task_bytes) */
   double spin_until;    /* the current wait keeps the engine hot until then; 0: not waiting */
@@ -63,6 +71,9 @@ static struct {
   struct comm_fiber *fibers;
   int nfibers, peak, helpers;
   ucontext_t sched;        /* the engine's own context, which fibers yield to */
+  const void *sched_bottom; /* its stack, for AddressSanitizer (learnt at a fiber's first start) */
+  size_t sched_size;
+  void *sched_fake, *sched_tsan; /* AddressSanitizer's fake stack, ThreadSanitizer's fiber of it */
   double busy_s, sleep_s, cpu_s_done, main_wait_s, poll_s;
   double helper_cpu_s_done; /* CPU seconds of the helpers that have exited */
   atomic_int main_waiting; /* threads blocked in comm_wait: the rank has nothing else to run */
@@ -88,12 +99,34 @@ static double now_s(clockid_t id) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- the sanitizers and the fibers (make test-sanitize) --------------------------------------
+ * A switch of stacks by swapcontext is invisible to AddressSanitizer and ThreadSanitizer unless
+ * told: ASan would take the other stack's frames for overflows, TSan would mix up the two
+ * contexts' histories. So each switch says where it goes (san_leave, before swapcontext) and that it
+ * arrived (san_arrived, after); without a sanitizer both are empty. fake_save: where the leaving
+ * context's fake stack is kept (NULL: it ends for good). */
+static void san_leave(void **fake_save, const void *to_bottom, size_t to_size, void *to_tsan) {
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_start_switch_fiber(fake_save, to_bottom, to_size);
+#endif
+#ifdef __SANITIZE_THREAD__
+  __tsan_switch_to_fiber(to_tsan, 0);
+#endif
+}
+static void san_arrived(void *fake, const void **from_bottom, size_t *from_size) {
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(fake, from_bottom, from_size);
+#endif
+}
+
 /* ---- inside a fiber ------------------------------------------------------------------------ */
 int comm_engine_in_fiber(void) { return g_current != NULL; }
 
 static void fiber_yield(void) {
   struct comm_fiber *f = g_current;
+  san_leave(&f->san_fake, E.sched_bottom, E.sched_size, E.sched_tsan);
   swapcontext(&f->ctx, &E.sched);
+  san_arrived(f->san_fake, NULL, NULL);
   g_current = f; /* resumed on the engine thread (the only one) */
 }
 
@@ -139,10 +172,12 @@ void comm_engine_wake(comm_t *c) { /* called with c->mu held, a task queued */
 }
 
 static void fiber_start(void) {
+  san_arrived(NULL, &E.sched_bottom, &E.sched_size); /* the engine's stack: where yields go */
   struct comm_fiber *f = g_current;
   f->body(f->c);
   f->finished = 1;
   f->progressed = 1;
+  san_leave(NULL, E.sched_bottom, E.sched_size, E.sched_tsan); /* this stack ends here */
   swapcontext(&f->ctx, &E.sched); /* never resumed */
 }
 
@@ -257,6 +292,9 @@ static void *engine_main(void *arg) {
   long backoff = ENGINE_BACKOFF_MIN_NS;
   int quiet_rounds = 0;
   int poll = engine_poll_allowed();
+#ifdef __SANITIZE_THREAD__
+  E.sched_tsan = __tsan_get_current_fiber(); /* the engine thread's own, which fibers switch back to */
+#endif
   pthread_mutex_lock(&E.mu);
   E.poll_when_waited = poll;
   for (;;) {
@@ -272,7 +310,9 @@ static void *engine_main(void *arg) {
       any_runnable = 1;
       f->progressed = 0;
       g_current = f;
+      san_leave(&E.sched_fake, f->ctx.uc_stack.ss_sp, f->ctx.uc_stack.ss_size, f->san_tsan);
       swapcontext(&E.sched, &f->ctx);
+      san_arrived(E.sched_fake, NULL, NULL);
       g_current = NULL;
       progressed |= f->progressed;
       reap |= f->finished;
@@ -343,6 +383,9 @@ void comm_engine_attach(comm_t *c, void (*body)(comm_t *)) {
   f->ctx.uc_stack.ss_size = FIBER_STACK_BYTES;
   f->ctx.uc_link = NULL;
   makecontext(&f->ctx, fiber_start, 0);
+#ifdef __SANITIZE_THREAD__
+  f->san_tsan = __tsan_create_fiber(0);
+#endif
   atomic_store(&f->runnable, 1); /* first turn: it runs until its queue is empty */
   c->fiber = f;
   pthread_mutex_lock(&E.mu);
@@ -378,6 +421,9 @@ void comm_engine_detach(comm_t *c) {
     pthread_mutex_unlock(&E.mu);
   }
   helper_stop(f);
+#ifdef __SANITIZE_THREAD__
+  __tsan_destroy_fiber(f->san_tsan);
+#endif
   munmap(f->stack, FIBER_STACK_BYTES + 4096);
   free(f);
   c->fiber = NULL;

@@ -226,8 +226,10 @@ void op_linear_bwd(device_t dev, float *dx, void *dW, void *db, const float *dy,
 
 /* ---- vector clones ---------------------------------------------------------------------- */
 /* GELU is ~12% of a GPT step on the CPU (notes/benchmarks.md, GPT): one clone per vector width,
- * picked at load time. Same bits in every clone: lanes are independent and nothing contracts. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+ * picked at load time. Same bits in every clone: lanes are independent and nothing contracts. Not
+ * under ThreadSanitizer (make test-sanitize): the loader runs the clones' resolver before TSan is
+ * set up, and the instrumented resolver crashes the program before main. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define OPS_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define OPS_VEC_CLONES

@@ -42,7 +42,12 @@ def read_safetensors(path):
     if len(raw) < 8:
         raise SystemExit(f"{path}: {len(raw)} bytes, not a safetensors file")
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    if 8 + n > len(raw):
+        raise SystemExit(f"{path}: truncated: its header says {n} bytes of JSON, the file holds {len(raw) - 8}")
+    try:
+        header = json.loads(raw[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise SystemExit(f"{path}: the header is not JSON ({e}): not a safetensors file")
     data = raw[8 + n:]
     meta = header.pop("__metadata__", {})
     out, end = {}, 0
@@ -53,6 +58,8 @@ def read_safetensors(path):
         numel = math.prod(t["shape"])
         if b != end or e - b != 4 * numel:
             raise SystemExit(f"{path}: {name}: data_offsets [{b}, {e}) for shape {t['shape']} (expected [{end}, {end + 4 * numel}))")
+        if e > len(data):
+            raise SystemExit(f"{path}: truncated: {name} needs data bytes [{b}, {e}), the file holds {len(data)}")
         vals = array.array("f")
         vals.frombytes(data[b:e])
         if sys.byteorder != "little":

@@ -3,31 +3,59 @@
  * the first allocation that fails under a budget with the caching allocator but not with the
  * regions. Usage: zl_allocsim [--json PATH] LABEL=TRACE... (notes/zero-r.md). */
 #include "allocsim.h" // allocsim_run, allocsim_min_budget, allocsim_load
+#include "outfile.h"  // outfile_problem (--json checked before anything runs)
+#include <errno.h>    // errno
 #include <stdio.h>    // printf, fprintf
 #include <stdlib.h>   // free
-#include <string.h>   // strchr, strcmp
+#include <string.h>   // strchr, strcmp, strerror
 
 #define MIB 1048576.0
+#define USAGE "usage: zl_allocsim [--json PATH] LABEL=TRACE... (TRACE: an --alloc-trace file)"
 
 int main(int argc, char **argv) {
   const char *json = NULL;
   int first = 1;
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("%s\nReplays each trace through the caching allocator and ZeRO's contiguous regions "
+           "(notes/zero-r.md).\n", USAGE);
+    return 0;
+  }
   if (argc > 2 && strcmp(argv[1], "--json") == 0) { json = argv[2]; first = 3; }
   if (first >= argc) {
-    fprintf(stderr, "usage: zl_allocsim [--json PATH] LABEL=TRACE...\n");
+    fprintf(stderr, "error: %s: %s\n",
+            first == 1 ? "missing LABEL=TRACE" : "--json PATH: missing LABEL=TRACE", USAGE);
+    return 2;
+  }
+  /* every argument checked before the table starts: one error line, exit 2 */
+  for (int a = first; a < argc; a++) {
+    const char *eq = strchr(argv[a], '=');
+    if (!eq || eq == argv[a] || !eq[1]) {
+      fprintf(stderr, "error: %s: expected LABEL=TRACE (%s)\n", argv[a], USAGE);
+      return 2;
+    }
+    FILE *t = fopen(eq + 1, "r");
+    if (!t) {
+      fprintf(stderr, "error: %s: cannot read %s (%s)\n", argv[a], eq + 1, strerror(errno));
+      return 2;
+    }
+    fclose(t);
+  }
+  char why[4200];
+  if (json && outfile_problem(json, 0, why, sizeof why)) {
+    fprintf(stderr, "error: --json %s: %s\n", json, why);
     return 2;
   }
   FILE *jf = json ? fopen(json, "w") : NULL;
-  if (json && !jf) { fprintf(stderr, "--json %s: cannot open for writing\n", json); return 2; }
+  if (json && !jf) { fprintf(stderr, "error: --json %s: cannot open for writing\n", json); return 2; }
   if (jf) fprintf(jf, "{\"runs\": [");
-  printf("%-12s %-8s %12s %12s %12s %12s %9s %12s\n", "trace", "alloc", "allocated", "reserved",
-         "cached@peak", "free@peak", "segments", "min budget");
   for (int a = first; a < argc; a++) {
     char *eq = strchr(argv[a], '=');
-    if (!eq) { fprintf(stderr, "zl_allocsim: %s: expected LABEL=TRACE\n", argv[a]); return 2; }
     *eq = 0;
     int n = 0;
-    allocsim_event_t *ev = allocsim_load(eq + 1, &n);
+    allocsim_event_t *ev = allocsim_load(eq + 1, &n); /* a malformed trace: its line, exit 1 */
+    if (a == first) /* the header once the first trace has loaded */
+      printf("%-12s %-8s %12s %12s %12s %12s %9s %12s\n", "trace", "alloc", "allocated", "reserved",
+             "cached@peak", "free@peak", "segments", "min budget");
     allocsim_result_t r[2];
     int64_t minb[2];
     const char *names[2] = {"caching", "regions"};

@@ -62,8 +62,14 @@ int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m) {
     }
   }
   comm_ctl_broadcast(t->model_comm, why, sizeof why, 0);
-  if (why[0]) {
-    if (t->model_rank == 0) {
+  /* The verdict is the job's: with --tp/--ep each part (model_comm) read its own checkpoint, and a
+   * part that went on alone would block in its first collective with the parts that stopped. Every
+   * rank learns whether any part failed; the lowest world rank of a failed part's readers prints. */
+  int N = comm_world(t->world_comm), wrank = comm_rank(t->world_comm);
+  double first_bad = why[0] && t->model_rank == 0 ? (double)(N - wrank) : 0; /* max: the lowest rank */
+  comm_ctl_all_reduce_f64(t->world_comm, &first_bad, 1, REDOP_MAX);
+  if (first_bad > 0) {
+    if (N - wrank == (int)first_bad) {
       fprintf(stderr, "error: --resume %s: %s; nothing was run or written\n", where, why);
       fflush(stderr);
     }
@@ -429,10 +435,13 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
     all_replicated &= ls[u].replicated;
     if (writes_piece(t, &ls[u])) sn += ls[u].own_numel, n_pieces++;
   }
-  /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats */
-  int64_t head = 1 + 3 * n_pieces;
-  int64_t *blob = xmalloc((size_t)head * sizeof(int64_t) + (size_t)sn * sizeof(float), "export pieces");
+  /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats, padded to
+   * 8 bytes: rank 0 reads each rank's header where the one before ended (an odd float count would put
+   * the next int64s off their alignment) */
+  int64_t head = 1 + 3 * n_pieces, fbytes = (sn * (int64_t)sizeof(float) + 7) / 8 * 8;
+  int64_t *blob = xmalloc((size_t)head * sizeof(int64_t) + (size_t)fbytes, "export pieces");
   float *vals = (float *)(blob + head);
+  if (fbytes > sn * (int64_t)sizeof(float)) vals[sn] = 0; /* the pad: sent, never read */
   blob[0] = n_pieces;
   int64_t *e = blob + 1, at = 0;
   for (int u = 0; u < md->n_units; u++) {
@@ -444,7 +453,7 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
   }
   free(ls);
   char *all = (char *)blob;
-  int64_t *sizes = NULL, one = (int64_t)head * 8 + sn * 4;
+  int64_t *sizes = NULL, one = (int64_t)head * 8 + fbytes;
   if (!all_replicated) { /* one control gather: rank 0 receives every rank's pieces */
     comm_ctl_gather(t->model_comm, blob, one, &all, &sizes);
     free(blob);

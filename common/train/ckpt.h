@@ -92,8 +92,14 @@ uint64_t ckpt_sum(uint64_t h, const void *bytes, size_t n);
 /* Find the checkpoint of `where`: a step directory (holds manifest.txt) or a --ckpt DIR (its
  * latest). Writes the step directory into stepdir. 0 on success, else 1 and why (names the file). */
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy);
-/* T when dir holds the per-TP-rank directories of a --tp T save (dir/tp-R-of-T/), else 0. */
+/* T when dir holds the per-TP-rank directories of a --tp T save (dir/tp-R-of-T/), else 0. Chapter 12
+ * saves its expert-parallel parts the same way (dir/tp-R-of-P_E/, --ep P_E). */
 int ckpt_tp_layout(const char *dir);
+/* 1 when dir's T parts (dir/tp-R-of-T/) are a chapter 12 save: expert-parallel (part 0 has experts). */
+int ckpt_parts_moe(const char *dir, int T);
+/* The flag of the group a part m belongs to (m->tp > 1): "--ep" for chapter 12's expert-parallel
+ * parts (m->moe > 0), "--tp" for tensor-parallel ones. */
+const char *ckpt_group_flag(const ckpt_manifest_t *m);
 /* Read and check stepdir/manifest.txt (syntax, its own checksum, consistent layout). 0 on
  * success; else 1 with why naming the file and what is wrong. Free with ckpt_manifest_free. */
 int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_t nwhy);
@@ -134,9 +140,11 @@ void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_uni
                           float *const *sec, const double *losses);
 
 /* ---- the trainer's side (collective calls) ----------------------------------------------- */
-/* --resume: rank 0 resolves and verifies (manifest, every file, the flags), then tells every
- * rank. 0: m filled on every rank. 2: rank 0 printed `error: --resume ...: <why>`; the caller
- * ends the run with exit code 2 before training (nothing written). */
+/* --resume: rank 0 of the part (t->model_comm) resolves and verifies (manifest, every file, the
+ * flags), then tells its ranks; then every rank of the JOB agrees (t->world_comm: with --tp/--ep
+ * each part reads its own checkpoint, and one bad part stops them all). 0: m filled on every rank.
+ * 2 on every rank: one line `error: --resume ...: <why>` was printed (by the lowest rank of a bad
+ * part); the caller ends the run with exit code 2 before training (nothing written). Collective. */
 int ckpt_open_resume(trainer_t *t, const char *where, ckpt_manifest_t *m);
 /* After strategy setup: overwrite what the strategy's layout says this rank keeps (its held
  * working params, its own fp32 weights and optimizer states) from m, whatever strategy and

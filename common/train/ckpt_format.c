@@ -107,6 +107,20 @@ int ckpt_tp_layout(const char *dir) {
   return T;
 }
 
+const char *ckpt_group_flag(const ckpt_manifest_t *m) { return m->moe > 0 ? "--ep" : "--tp"; }
+
+int ckpt_parts_moe(const char *dir, int T) {
+  char part[CKPT_PATH_MAX + 64], stepdir[CKPT_PATH_MAX], why[256];
+  snprintf(part, sizeof part, "%s/tp-0-of-%d", dir, T);
+  ckpt_manifest_t m;
+  if (T < 2 || ckpt_resolve(part, stepdir, sizeof stepdir, why, sizeof why) ||
+      ckpt_manifest_read(stepdir, &m, why, sizeof why))
+    return 0;
+  int moe = m.moe > 0;
+  ckpt_manifest_free(&m);
+  return moe;
+}
+
 int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t nwhy) {
   char path[CKPT_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/" MANIFEST, where);
@@ -123,7 +137,13 @@ int ckpt_resolve(const char *where, char *stepdir, size_t n, char *why, size_t n
   char *latest = ckpt_slurp(path, NULL);
   if (!latest) {
     int T = ckpt_tp_layout(where);
-    if (T > 1)
+    if (T > 1 && ckpt_parts_moe(where, T))
+      snprintf(why, nwhy,
+               "%s holds an expert-parallel layout saved with --ep %d (one checkpoint per EP rank, "
+               "%s/tp-R-of-%d/: its experts, with the dense weights): resume it with ch12_experts --ep %d "
+               "(any data-parallel size); zl_ckpt inspect reads every part",
+               where, T, where, T, T);
+    else if (T > 1)
       snprintf(why, nwhy,
                "%s holds a tensor-parallel layout saved with --tp %d (one checkpoint per TP rank, "
                "%s/tp-R-of-%d/): "
@@ -461,7 +481,11 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
   else
     printf("  model mlp D=%d H=%d C=%d L=%d: psi %lld params in %d pieces\n", m->input, m->hidden, m->classes,
            m->layers, (long long)m->psi, m->n_pieces);
-  if (m->tp > 1)
+  if (m->tp > 1 && m->moe > 0)
+    printf("  expert-parallel layout: EP rank %d of --ep %d (its %d of the %d experts of every MoE block, "
+           "with the dense weights)\n",
+           m->tp_rank, m->tp, m->moe / m->tp, m->moe);
+  else if (m->tp > 1)
     printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank,
            m->tp);
   if (m->moe > 0)

@@ -4,7 +4,6 @@
 #include "formula.h" // formula_t
 #include "train.h"  // trainer_t
 #include <errno.h>  // errno
-#include <math.h>   // NAN
 #include <signal.h> // raise, SIGKILL
 #include <stdio.h>  // fprintf, snprintf
 #include <stdlib.h> // abort, strtol
@@ -79,15 +78,15 @@ void fault_at_step(const fault_t *f, int rank, int step) {
   }
 }
 
-void fault_poison(const fault_t *f, int rank, int step, float *x) {
-  if (!armed(f, FAULT_NAN, rank, step) || !x) return;
+int fault_nan(const fault_t *f, int rank, int step) {
+  if (!armed(f, FAULT_NAN, rank, step)) return 0;
   announce(f, rank, step);
-  x[0] = NAN;
+  return 1;
 }
 
-int fault_overflow(const fault_t *f, int rank, int step) {
-  if (!f || f->kind != FAULT_OVERFLOW || f->step != step || (rank >= 0 && f->rank != rank)) return 0;
-  announce(f, rank, step);
+int fault_overflow(const fault_t *f, int rank, int shared, int step) {
+  if (!f || f->kind != FAULT_OVERFLOW || f->step != step || (!shared && f->rank != rank)) return 0;
+  if (f->rank == rank) announce(f, rank, step);
   return 1;
 }
 

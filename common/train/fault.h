@@ -5,8 +5,10 @@
  *     kill   SIGKILL to itself, as the kernel's OOM killer would
  *     hang   sleeps for ever inside the step: the other ranks' collective deadline
  *            (--timeout-s) must fire, name the collective and take the job down
- *     nan    the rank's input batch of that step gets a NaN, so its local gradients are
- *            non-finite (exercises --nonfinite abort|skip)
+ *     nan    the gradient of the rank's output in that step (the loss's gradient on the last
+ *            stage, the one a pipeline stage receives elsewhere) gets a NaN, micro-batch 0, so
+ *            its local gradients are non-finite in any model, MLP or GPT, dense or MoE
+ *            (exercises --nonfinite abort|skip, and fp16's overflow skip)
  *     ckpt   the rank exits in the middle of the checkpoint save that follows step STEP,
  *            after writing its shard and before the manifest (exercises atomic saves)
  *     overflow the rank's own gradients (its shard, under ZeRO) read as inf in that step's
@@ -45,11 +47,13 @@ fault_t fault_arm(const char *spec, int world, int steps);
 /* At the start of step `step`: fails here when the armed fault f is exit/abort/kill/hang for this
  * rank and step; returns otherwise. */
 void fault_at_step(const fault_t *f, int rank, int step);
-/* The nan kind: writes a NaN into x[0] when f is nan for this rank and step. */
-void fault_poison(const fault_t *f, int rank, int step, float *x);
-/* The overflow kind: 1 when f is armed for this rank (rank -1: any rank) and step (the caller makes
- * its Σg² inf; where every rank holds the same reduced gradients, DDP, all ranks ask with -1). */
-int fault_overflow(const fault_t *f, int rank, int step);
+/* The nan kind: 1 (after the announcement) when f is nan for this rank and step; the caller writes
+ * the NaN (loop_ops.c: into the gradient of the rank's output). */
+int fault_nan(const fault_t *f, int rank, int step);
+/* The overflow kind: 1 when f is armed for this step and for this rank, or for any rank when `shared`
+ * (where every rank holds the same reduced gradients, DDP, all of them ask so: they skip alike). Only
+ * the armed rank announces it, naming itself. */
+int fault_overflow(const fault_t *f, int rank, int shared, int step);
 /* The ckpt kind: exits here (mid-save) when f is armed for this rank and step. */
 void fault_in_save(const fault_t *f, int rank, int step);
 

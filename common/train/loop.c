@@ -109,13 +109,34 @@ static float finish_scale(trainer_t *t, double sumsq) {
   return 1.0f;
 }
 
+/* Where a bad step's non-finite gradients appeared: the world ranks whose OWN gradients were
+ * non-finite before any reduction (trainer_check_grads; an injected --fault nan), not everyone the
+ * reductions spread them to. A control all-reduce over the job: every rank calls it in a bad step. */
+static void nonfinite_where(trainer_t *t, char *where, size_t n) {
+  int W = comm_world(t->world_comm), nbad = 0;
+  double *flags = xcalloc((size_t)W, sizeof(double), "nonfinite ranks");
+  flags[comm_rank(t->world_comm)] = t->in->local_nonfinite;
+  comm_ctl_all_reduce_f64(t->world_comm, flags, W, REDOP_SUM);
+  char ranks[256] = "";
+  for (int r = 0; r < W; r++)
+    if (flags[r] != 0) {
+      size_t len = strlen(ranks);
+      if (len < sizeof ranks - 16) snprintf(ranks + len, sizeof ranks - len, "%s%d", nbad ? "," : "", r);
+      nbad++;
+    }
+  free(flags);
+  if (nbad > 0)
+    snprintf(where, n, "on rank%s %s (local gradients, before the reduction)", nbad > 1 ? "s" : "", ranks);
+  else snprintf(where, n, "in the reduced gradients (no rank's local gradients were flagged)");
+}
+
 float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
   /* the group the flags and Σg² go over: the one whose pieces tile the model once (ZeRO's t->comm,
    * HSDP's node), or t->comm when every rank holds every gradient (only the flags, on a non-finite) */
   comm_t *c = pieces ? pieces : t->comm;
   int N = comm_world(c), rank = comm_rank(c), sharded = pieces != NULL;
   /* --fault R:S:overflow: rank R's own gradients (its shard under ZeRO; its stage's in a pipeline) */
-  if (fault_overflow(t->fault, sharded || t->cfg->sched ? comm_rank(t->world_comm) : -1, t->step))
+  if (fault_overflow(t->fault, comm_rank(t->world_comm), !sharded && !t->cfg->sched, t->step))
     local_sumsq = INFINITY;
   double sumsq = local_sumsq;
   /* bad[0]: Σg² over ranks (sharded); bad[1]: the reduced gradients hold a NaN/Inf somewhere;
@@ -137,6 +158,9 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
   int fp16 = t->wdt == DT_F16;
   if (fp16 && (sharded || reduced_bad)) /* the flags of the overflow check ride this all-reduce */
     t->in->overflow_ctl_bytes += comm_model_sent(CO_ALL_REDUCE, N + 2, DT_F64, N, rank, 0);
+  /* a rank's own non-finite gradient makes the step bad wherever its values are counted: the sums
+   * below then carry it to every rank of the job, which all decide alike */
+  for (int r = 0; r < N; r++) reduced_bad |= bad[2 + r] != 0;
   /* The transform's group: each rank's Σg² counted its values once (trainer_grad_sumsq's ranges), so
    * the whole model's is the sum over the group. A NaN/Inf (fp16: an overflow) in one rank's part
    * turns the sum non-finite: every rank of the group sees it and skips (or stops) alike. */
@@ -145,16 +169,14 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
     comm_ctl_all_reduce_f64(t->group_comm, &sumsq, 1, REDOP_SUM);
     reduced_bad = !isfinite(sumsq);
   }
+  free(bad);
   const schedule_t *sc = t->cfg->sched;
   if (sc && sc->grad_sumsq && t->in->pv.on && !t->in->pv.redo) {
     /* --post-validate: no waiting for the other stages here. The update runs now with no clip
      * (an overflow of this stage's own included: the copy puts it back); pv_validate sums the
      * stages' parts after it and rolls the step back if they say so. */
-    int mine_bad = reduced_bad;
-    for (int r = 0; r < N; r++) mine_bad |= bad[2 + r] != 0;
-    free(bad);
     t->in->pv.pending = 1;
-    t->in->pv.stage_sumsq = mine_bad ? INFINITY : sumsq;
+    t->in->pv.stage_sumsq = reduced_bad ? INFINITY : sumsq;
     t->in->pv.gscale = fp16 ? (float)(1.0 / t->in->scaler.scale) : 1.0f;
     t->skipped = 0;
     t->grad_norm = NAN; /* known after the validation */
@@ -165,48 +187,32 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
     sumsq = sc->grad_sumsq(t, reduced_bad ? INFINITY : sumsq);
     reduced_bad = !isfinite(sumsq);
   }
-  int nbad = 0;
-  char ranks[256] = "";
-  for (int r = 0; r < N; r++)
-    if (bad[2 + r] != 0) {
-      size_t len = strlen(ranks);
-      if (len < sizeof ranks - 16) snprintf(ranks + len, sizeof ranks - len, "%s%d", nbad ? "," : "", r);
-      nbad++;
-    }
-  free(bad);
   t->skipped = 0;
-  if ((reduced_bad || nbad > 0) && fp16) { /* the loss scaler's overflow: skip, back off (train_loop) */
-    t->grad_norm = NAN;
-    if (rank == 0 && !t->cfg->quiet)
+  if (!reduced_bad) return finish_scale(t, sumsq);
+  /* A bad step, on every rank of the job alike: one line, by world rank 0. */
+  int first = comm_rank(t->world_comm) == 0;
+  t->grad_norm = NAN;
+  t->skipped = 1;
+  if (fp16) { /* the loss scaler's overflow: skip, back off (train_loop) */
+    if (first && !t->cfg->quiet)
       printf("step %d: gradient overflow (inf/NaN) at loss scale %g: step skipped on every rank\n", t->step,
              (double)t->in->scaler.scale);
-    t->skipped = 1;
     return 0.0f;
   }
-  if (reduced_bad || nbad > 0) {
-    t->grad_norm = NAN;
-    char where[320];
-    if (nbad > 0)
-      snprintf(where, sizeof where, "on rank%s %s%s (local gradients, before the reduction)",
-               nbad > 1 ? "s" : "", ranks,
-               c != t->comm ? " of the shard group" : ""); /* HSDP: the node's ranks, numbered in the node */
-    else
-      snprintf(where, sizeof where, "in the reduced gradients (no rank's local gradients were flagged)");
-    if (t->cfg->nonfinite == NONFINITE_ABORT) {
-      if (rank == 0)
-        die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step,
-            where);
-      comm_barrier(c); /* rank 0 takes the job down */
-      die_on_rank("step %d: non-finite gradient", t->step);
-    }
-    if (rank == 0)
-      fprintf(stderr,
-              "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
-              t->step, where);
-    t->skipped = 1;
-    return 0.0f;
+  char where[320];
+  nonfinite_where(t, where, sizeof where);
+  if (t->cfg->nonfinite == NONFINITE_ABORT) {
+    if (first)
+      die("error: step %d: non-finite gradient %s; stopping (--nonfinite skip drops such steps)", t->step,
+          where);
+    comm_barrier(t->world_comm); /* world rank 0 takes the job down */
+    die_on_rank("step %d: non-finite gradient", t->step);
   }
-  return finish_scale(t, sumsq);
+  if (first)
+    fprintf(stderr,
+            "warning: step %d: non-finite gradient %s; step skipped on every rank (--nonfinite skip)\n",
+            t->step, where);
+  return 0.0f;
 }
 
 void trainer_report_extra(trainer_t *t, const char *key, double value) {
@@ -466,9 +472,11 @@ static void print_header(const trainer_t *t, const char *chapter) {
 }
 
 /* Results (the full fp32 weights on rank 0: fingerprint, --save-params; the report, the trace),
- * then every buffer freed. The model states belong to the strategy (train.h); the trainer
+ * then every buffer freed. Returns the run's exit code: 0, or 1 when a static fp16 loss scale
+ * skipped every step (nothing trained). The model states belong to the strategy (train.h); the trainer
  * frees what it allocated itself: activations, its tables, the model and the data. */
-static void train_finish(trainer_t *t, const char *chapter, int skipped) {
+static int train_finish(trainer_t *t, const char *chapter, int skipped) {
+  int rc = 0;
   const train_cfg_t *cfg = t->cfg;
   struct train_internal *in = t->in;
   const strategy_t *s = t->strategy;
@@ -524,15 +532,18 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
     else if (rank == 0) /* the CUDA casts do not count them: say so rather than print a 0 nobody counted */
       printf("fp16_flushed_to_zero: not counted on the GPU (the CPU path counts them: --device cpu)\n");
     int ran = in->steps_run; /* this run's steps (a resumed run starts at its checkpoint's step) */
-    if (rank == 0 && ran > 0 && in->overflows_run == ran)
-      printf("warning: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight "
-             "changed. "
-             "%s\n",
-             ran,
-             cfg->loss_scale > 0 ? "The static --loss-scale is too large for these gradients: lower it, "
-                                   "or use the dynamic scale (--loss-scale 0)"
-                                 : "The dynamic scale halves on each overflow: more steps, or a "
-                                   "smaller --init-scale");
+    /* A static scale never moves: every later step would overflow too, so the run trained nothing and
+     * says so with its exit code (1, every rank alike); the dynamic one halves and goes on. */
+    int all = ran > 0 && in->overflows_run == ran;
+    rc = all && cfg->loss_scale > 0;
+    if (rank == 0 && all)
+      fprintf(rc ? stderr : stdout,
+              "%s: every one of the %d steps of this run overflowed in fp16 and was skipped: no weight "
+              "changed. %s\n",
+              rc ? "error" : "warning", ran,
+              rc ? "The static --loss-scale is too large for these gradients: lower it, or use the dynamic "
+                   "scale (--loss-scale 0)"
+                 : "The dynamic scale halves on each overflow: more steps, or a smaller --init-scale");
   }
   double entropy = rank == 0 ? data_teacher_entropy(&t->data, 4096) : 0;
   report_run_t run = {.chapter = chapter,
@@ -573,6 +584,7 @@ static void train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(t->unit_grads);
   model_free(&t->model);
   data_free(&t->data);
+  return rc;
 }
 
 static int is_dir_path(const char *path) {
@@ -740,8 +752,8 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     printf("(the in-memory snapshot is newer than --resume %s: it was used)\n", cfg->resume);
   train_loop(&t, start, &taken, &skipped);
   if (cfg->sample > 0) train_sample_text(&t);
-  train_finish(&t, chapter, skipped);
+  int rc = train_finish(&t, chapter, skipped);
   if (grid) grid_free(grid);
   comm_finalize(comm);
-  return 0;
+  return rc;
 }

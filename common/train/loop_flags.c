@@ -2,16 +2,17 @@
  * checked before MPI starts, one line naming the flag and exit code 2 on a bad one, --device and
  * --backend resolved once. The loop and the launcher are in loop.c. */
 #include "train.h"  // train_cfg_t, train_parse_args, TRAIN_FLAG_*
-#include "args.h"   // args_parse, args_error, args_given, args_env_world, arg_spec_t
+#include "args.h"   // args_parse, args_error, args_given, args_env_world, args_env_rank, arg_spec_t
 #include "data.h"   // data_text_check (--data)
 #include "device.h" // device_cuda_built, device_cuda_count
 #include "fault.h"  // fault_parse (--fault)
 #include "gpt.h"    // gpt_preset, gpt_shape_error, gpt_count_params (--model gpt)
 #include "model.h"  // model_count_params
 #include "report.h" // report_check_outputs
-#include <stdio.h>  // snprintf
+#include <stdio.h>  // snprintf, fprintf
 #include <stdlib.h> // exit, getenv, atoi
 #include <string.h> // strcmp, strncmp
+#include <sys/stat.h> // stat, S_ISDIR (--resume)
 
 #define TRAIN_DEFAULT_TEXT "/usr/share/games/fortunes/cookie"
 
@@ -152,6 +153,39 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   return 0;
 }
 
+/* Flags that mean something only beside another flag: refused naming the one they need (exit 2),
+ * or, where a script may pass them for every variant, one warning line (rank 0) — never ignored in
+ * silence. After the flags are parsed and --model resolved. */
+static void check_ignored_flags(const train_cfg_t *cfg, int argc, char **argv) {
+  unsigned cf = cfg->chapter_flags;
+  int pipeline = (cf & TRAIN_FLAG_PIPELINE) != 0, cp = (cf & TRAIN_FLAG_CP) != 0;
+  int moe = (cf & TRAIN_FLAG_MOE) != 0;
+  const struct { const char *flag; int unused; const char *why; } only[] = {
+      {"--eval-batches", cfg->eval_every == 0, "needs --eval-every E > 0 (the batches of each evaluation)"},
+      {"--temperature", cfg->sample == 0, "needs --sample N > 0 (the temperature of the sampling)"},
+      {"--momentum", cfg->optimizer != OPT_SGD,
+       "needs --optimizer sgd (SGD's momentum; AdamW keeps its own moments, beta1 0.9)"},
+      {"--virtual-stages", pipeline && strcmp(cfg->schedule, "interleaved") != 0,
+       "needs --schedule interleaved (the chunks per rank of that schedule; the others run one)"},
+      {"--cp-comm", cp && cfg->cp <= 1, "needs --cp C > 1 (how the C context-parallel ranks attend)"},
+      {"--cp-balance", cp && cfg->cp <= 1, "needs --cp C > 1 (how a sequence is cut over the C ranks)"},
+      {"--cp-balance", cp && cfg->cp > 1 && cfg->cp_comm && strcmp(cfg->cp_comm, "a2a") == 0,
+       "is the ring's (--cp-comm ring): with --cp-comm a2a every rank holds one contiguous chunk"},
+      {"--aux-loss-scope", moe && cfg->aux_loss_coeff == 0,
+       "needs --aux-loss-coeff > 0 (the tokens the auxiliary loss counts; 0 turns it off)"},
+  };
+  for (size_t i = 0; i < sizeof only / sizeof only[0]; i++) {
+    const char *given = only[i].unused ? args_given(argc, argv, only[i].flag) : NULL;
+    if (given) exit(args_error(only[i].flag, given, "%s", only[i].why));
+  }
+  /* chapter 02's benchmarks pass one --bucket-mb to every --variant: a warning, not a refusal */
+  const char *bucket = (cf & TRAIN_FLAG_BUCKET) && cfg->variant && strcmp(cfg->variant, "bucketed") != 0
+      ? args_given(argc, argv, "--bucket-mb") : NULL;
+  if (bucket && args_env_rank() == 0)
+    fprintf(stderr, "warning: --bucket-mb %s: ignored with --variant %s (only the bucketed variant has "
+            "buckets)\n", bucket, cfg->variant);
+}
+
 /* --model gpt: the preset, then the overrides, then the text file, and none of the MLP's shape
  * flags given; --model mlp: none of the GPT flags. Exits 2 with one line naming the flag. */
 /* --optimizer muon: what does not compose is refused here, naming why (notes/03-zero1.md). The
@@ -186,7 +220,7 @@ static void check_model_flags(train_cfg_t *cfg, int argc, char **argv) {
                       : over.n_embd ? "--n-embd" : over.seq_len ? "--seq-len" : cfg->data ? "--data"
                       : cfg->eval_every ? "--eval-every" : cfg->sample ? "--sample" : NULL;
     if (gflag)
-      exit(args_error(gflag, strcmp(gflag, "--data") == 0 ? cfg->data : "",
+      exit(args_error(gflag, args_given(argc, argv, gflag),
                       "needs --model gpt (the MLP trains on synthetic data)"));
     return;
   }
@@ -580,7 +614,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     exit(args_error("--qwz", NULL, "is built for chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
     exit(args_error(
-        "--hpz", "",
+        "--hpz", NULL,
         "needs --shard-group all: with --shard-group node every gather is inside the node already"));
   if (cfg->save_every > 0 && !cfg->ckpt) {
     snprintf(v, sizeof v, "%d", cfg->save_every);
@@ -613,6 +647,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   cfg->pa = cfg->pa != 0 && cfg->recompute && cfg->tp > 1 && !cfg->sp &&
       !(chapter_flags & TRAIN_FLAG_PIPELINE); /* auto: on */
   check_model_flags(cfg, argc, argv);
+  check_ignored_flags(cfg, argc, argv);
   if (cfg->sp && cfg->tp < 2)
     exit(args_error("--sp", NULL,
                     "needs --tp T > 1 (it splits the LayerNorm/residual regions over the TP group)"));
@@ -639,5 +674,11 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   resolve_device(cfg);
   /* an unwritable --json/--trace/--save-params/--ckpt: now, not after training */
   if (report_check_outputs(cfg)) exit(2);
+  /* a --resume that names nothing: now (what it holds is verified by every rank after MPI starts) */
+  struct stat sb;
+  if (cfg->resume && (stat(cfg->resume, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+    exit(args_error("--resume", cfg->resume,
+                    "must be a checkpoint directory: a --ckpt DIR or one of its step-NNNNNN (%s)",
+                    stat(cfg->resume, &sb) != 0 ? "no such directory" : "not a directory"));
 }
 

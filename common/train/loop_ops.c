@@ -8,13 +8,13 @@
 #include "comm.h"           // comm_world
 #include "data.h"           // data_batch
 #include "device.h"         // dev_memcpy, dev_sync
-#include "fault.h"          // fault_poison (--fault R:S:nan)
+#include "fault.h"          // fault_nan (--fault R:S:nan)
 #include "gpt.h"            // gpt_acts_bytes_tp
 #include "ledger.h"         // ledger_live
 #include "model.h"          // model_forward, model_backward, model_layout
 #include "ops.h"            // op_softmax_xent, op_has_nonfinite, op_cast
 #include "trace.h"          // trace_begin, trace_end, trace_event, trace_now_us
-#include <math.h>           // isfinite
+#include <math.h>           // isfinite, NAN
 #include <stdio.h>          // snprintf
 #include <stdlib.h>         // free
 #include <string.h>         // memcpy, memset
@@ -211,13 +211,11 @@ int64_t trainer_acts_workspace(const trainer_t *t) { return t->in->ws_bytes; }
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y) {
   int64_t B = t->cfg->batch, mb = B / m, b = mb / nslices;
   int64_t first = (int64_t)t->step * B + (int64_t)k * mb + (int64_t)slice * b;
-  int poison = k == 0 && x && !t->model.in_is_tokens; /* --fault R:S:nan poisons a feature of micro-batch 0 */
   int64_t xn = b * t->model.in_numel, yn = b * t->model.rows;
   /* data_batch writes both: host buffers for what is not a CPU destination */
   void *xh = x && t->dev == DEV_CPU ? x : xmalloc((size_t)xn * 4 + 4, "input staging");
   int *yh = y && t->dev == DEV_CPU ? y : xmalloc((size_t)yn * sizeof(int) + 4, "target staging");
   data_batch(&t->data, first, (int)b, xh, yh);
-  if (poison) fault_poison(t->fault, comm_rank(t->world_comm), t->step, xh);
   if (x && t->dev != DEV_CPU) dev_memcpy(t->dev, x, DEV_CPU, xh, (size_t)xn * 4);
   if (y && t->dev != DEV_CPU) dev_memcpy(t->dev, y, DEV_CPU, yh, (size_t)yn * sizeof(int));
   if (xh != x) free(xh);
@@ -387,6 +385,19 @@ static double op_forward(trainer_t *t, const train_op_t *op) {
   return busy;
 }
 
+/* --fault R:S:nan on this rank and step: a NaN into dy, the gradient of the output of micro-batch 0
+ * on the rank's last chunk (the loss's gradient on the last stage, the received one elsewhere), so
+ * every unit's gradients below it are non-finite here: the same fault in any model (the GPT's inputs
+ * are tokens, the MLP's floats). Marked non-finite at once: the GPU checks no gradient (the loss
+ * stands in there), and the injected NaN is known. */
+static void fault_nan_into(trainer_t *t, const train_op_t *op, float *dy) {
+  if (op->micro != 0 || op->chunk != t->n_chunks - 1) return;
+  if (!fault_nan(t->fault, comm_rank(t->world_comm), t->step)) return;
+  float nan = NAN;
+  dev_memcpy(t->dev, dy, DEV_CPU, &nan, sizeof nan);
+  t->in->local_nonfinite = 1;
+}
+
 /* B k over chunk c: the gradient of the output (the loss on the last chunk, added to *loss; else
  * from the next stage), the units backward in reverse with the strategy's hooks, the gradient of
  * the input back to the previous stage. Gradients are written with beta: micro-batch 0
@@ -415,6 +426,7 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
     sc->recv_backward(t, op->chunk, k, dy);
     t0 = trace_now_us();
   }
+  fault_nan_into(t, op, dy);
   float *dx_out = ch->first ? NULL : sc->dx_buffer(t, op->chunk, k); /* the model's unit 0 has no dx */
   for (int u = ch->u1 - 1; u >= ch->u0; u--, t->use++) {
     t->grad_beta = k == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */

@@ -12,12 +12,13 @@
 #include <stdint.h>  // int64_t
 #include <stdio.h>   // fprintf, fopen
 #include <stdlib.h>  // calloc, free: --pp's unit table
-#include <string.h>  // strcmp
+#include <string.h>  // strcmp, strerror
+#include <errno.h>   // errno (--json)
 
-/* What die() said here before this was a function: the line, exit code 1 (no MPI to abort). */
+/* A --json that could be opened but not written to the end (a full disk): one line, exit code 1. */
 static int memcalc_fail(const char *json) {
   fflush(stdout);
-  fprintf(stderr, "ch00_memory: cannot write --json %s\n", json);
+  fprintf(stderr, "error: --json %s: writing it failed (%s)\n", json, strerror(errno));
   return 1;
 }
 
@@ -133,6 +134,28 @@ typedef struct pp_stage {
                          * largest unit besides, the workspace, is not in the pool) */
 } pp_stage_t;
 
+/* The first of flags[0..n) given on the command line, or NULL. */
+static const char *first_given(int argc, char **argv, const char *const *flags, int n) {
+  for (int i = 0; i < n; i++)
+    if (args_given(argc, argv, flags[i])) return flags[i];
+  return NULL;
+}
+
+/* The one cap on Ψ, whatever gives it (--params, --model, a transformer shape, its experts): 1e15
+ * parameters keep 16Ψ and every count below far inside 64 bits. */
+#define MEMCALC_PSI_MAX 1e15
+/* Past this many bytes an activation count of the fp32 GPT (gpt.h's int64 functions) could wrap. */
+#define MEMCALC_BYTES_MAX 4.6e18 /* ~2^62 */
+
+/* The largest activation count the calculator asks gpt.h for, in double (no wrap): the fp32 GPT's
+ * bytes for b sequences without recompute, gpt_acts_bytes's terms — every other count it takes
+ * (--recompute, --tp, --cp, a --pp stage's slots) is a part of these or smaller. */
+static double acts_bound(gpt_shape_t g, int64_t b) {
+  double S = g.seq_len, C = g.n_embd, L = g.n_layer, V = g.vocab, NH = g.n_head;
+  double block = 15.0 * S * C + 4.0 * S + NH * S * S;
+  return 4.0 * (double)b * (S * C * (L + 1) + S * V + L * block + S * C + 2.0 * S);
+}
+
 int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_fn split, FILE *out) {
   double psi = 7.5e9, k = -1;
   int world = 64, fp32_grads = 0, layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 256, tp = 1;
@@ -143,7 +166,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL, *optimizer = "adamw";
   arg_spec_t specs[] = {
-      {"--params", ARG_COUNT, &psi, 1, 1e15, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
+      {"--params", ARG_COUNT, &psi, 1, MEMCALC_PSI_MAX, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
       {"--model", ARG_STR, &model, 0, 0, NULL, "D,H,C,L: take Ψ from the zerolab MLP of this shape instead"},
       {"--ranks", ARG_INT, &world, 1, 1 << 20, NULL, "data-parallel ranks N"},
       {"--precision", ARG_CHOICE, &precision, 0, 0, "bf16|fp32",
@@ -228,7 +251,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     /* Ψ in double first: this shape range can overflow a 64-bit count (and its byte counts) */
     double psi_d =
         (double)d[1] * (d[0] + 1) + (double)(d[3] - 1) * d[1] * (d[1] + 1) + (double)d[2] * (d[1] + 1);
-    if (psi_d > 1e15)
+    if (psi_d > MEMCALC_PSI_MAX)
       return args_error("--model", model,
                         "must have at most 1e15 parameters (as --params); this shape has psi = %.3g, whose "
                         "byte counts overflow",
@@ -236,6 +259,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     psi = (double)model_count_params((int)d[0], (int)d[1], (int)d[2], (int)d[3]);
   }
   int tf = layers || hidden || heads || seq; /* a transformer shape: activations too */
+  static const char *const shape_only[] = {"--experts",    "--ep",         "--topk",         "--moe-every",
+                                           "--expert-ffn", "--shared-experts", "--micro-batch", "--vocab"};
   gpt_shape_t shape = {.n_layer = layers, .n_head = heads, .n_embd = hidden, .seq_len = seq, .vocab = vocab};
   if (tf) {
     const char *missing = !layers ? "--layers"
@@ -253,6 +278,12 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       snprintf(hv, sizeof hv, "%d", hidden);
       return args_error("--hidden", hv, "must be divisible by --heads %d", heads);
     }
+    static const char *const moe_only[] = {"--ep", "--topk", "--moe-every", "--expert-ffn",
+                                           "--shared-experts"}; /* ignored when dense */
+    for (int i = 0; i < 5 && experts == 0; i++)
+      if (args_given(argc, argv, moe_only[i]))
+        return args_error(moe_only[i], args_given(argc, argv, moe_only[i]),
+                          "needs --experts E > 0 (a dense model has no experts to spread or pick)");
     if (experts > 0) {
       char v[32];
       if (topk > experts)
@@ -271,6 +302,28 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
                           "of each EP group split the attention)",
                           ep);
     }
+    { /* Ψ of the shape in double first (gpt.h counts in int64: this range of flags can wrap it), under the
+       * one cap; then the activation counts, in double, under theirs */
+      double C = hidden;
+      double dense = (double)(vocab + seq) * C + layers * (12.0 * C * C + 13.0 * C) + vocab * C + 2 * C;
+      double nm = experts > 0 ? (double)(layers / moe_every) : 0, mlp = 8.0 * C * C + 5.0 * C;
+      double F = expert_ffn > 0 ? expert_ffn : 4.0 * C, X = 2.0 * F * C + F + C; /* gpt_moe_expert_numel */
+      double total = dense - nm * mlp + nm * (experts * C + shared * X) + nm * experts * X;
+      char v[32];
+      snprintf(v, sizeof v, "%d", experts > 0 ? experts : hidden);
+      if (total > MEMCALC_PSI_MAX)
+        return args_error(experts > 0 ? "--experts" : "--hidden", v,
+                          "with --layers %d%s: this transformer has psi = %.3g parameters; must be at most "
+                          "%.0e (the cap of --params)",
+                          layers, experts > 0 ? " and its shape" : "", total, MEMCALC_PSI_MAX);
+      double bytes = acts_bound(shape, micro);
+      snprintf(v, sizeof v, "%d", seq);
+      if (bytes > MEMCALC_BYTES_MAX)
+        return args_error("--seq", v,
+                          "with --layers %d --hidden %d --heads %d --micro-batch %lld: the activations "
+                          "come to %.3g bytes; must be at most %.2g (their counts would overflow 64 bits)",
+                          layers, hidden, heads, (long long)micro, bytes, MEMCALC_BYTES_MAX);
+    }
     gpt_moe_t moe_shape = {experts, topk, moe_every, expert_ffn, shared};
     if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, moe_shape).total
                                       : (double)gpt_count_params(shape);
@@ -280,8 +333,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       return args_error("--tp", tv, "must divide --heads %d, --hidden %d, --seq %d and --vocab %d", heads,
                         hidden, seq, vocab);
     }
-  } else if (experts > 0 || ep > 1) {
-    return args_error(experts > 0 ? "--experts" : "--ep", NULL,
+  } else if (first_given(argc, argv, shape_only, 8)) { /* meaningless without a shape: refused, not ignored */
+    const char *f = first_given(argc, argv, shape_only, 8);
+    return args_error(f, args_given(argc, argv, f),
                       "needs a transformer shape (--layers --hidden --heads --seq)");
   } else if (tp > 1) {
     char tv[32];
@@ -350,6 +404,9 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     return rc;
   }
   if (args_env_rank() != 0) return 0; /* a calculator: under mpirun only rank 0 prints */
+  /* --json opened now: a path that cannot be written is a bad flag (exit 2), not a table then exit 1 */
+  FILE *fp = json ? fopen(json, "w") : NULL;
+  if (json && !fp) return args_error("--json", json, "cannot be written (%s)", strerror(errno));
 
   int bf16 = strcmp(precision, "bf16") == 0;
   int wbytes = bf16 ? 2 : 4; /* bytes per param of the working params and of the grads */
@@ -555,6 +612,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       for (int u = 0; u < U; u++) gpt_unit_sizes(shape, u, &nu[u], &yu[u], &su[u]); /* gpt_init's units */
     if (!first || !nu || !ps || split(nu, U, pp, first)) {
       free(first), free(nu), free(ps);
+      if (fp) fclose(fp);
       fflush(stdout);
       fprintf(stderr, "ch00_memory: cannot split %d units into %d stages\n", U, pp);
       return 1;
@@ -690,9 +748,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
             staging);
   }
 
-  if (json) {
-    FILE *fp = fopen(json, "w");
-    if (!fp) return free(ps), memcalc_fail(json);
+  if (fp) {
     fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
                 "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
             psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);

@@ -63,9 +63,9 @@ double report_overlap(double *comm_us, double *hidden_us);
  * tables (unless --quiet: one summary line) and writes --json (atomically: temp file + rename). */
 void report_finish(trainer_t *t, const report_run_t *run);
 /* Before step 0 (train_parse_args): every output path of cfg (--json, --trace, --save-params,
- * --ckpt) can be written — a file in an existing writable directory (or a writable device such
- * as /dev/null), --ckpt a writable directory or one that can be created. Returns 0, or 2 after
- * one line (rank 0) `error: --json PATH: must be ...`: the caller exits with it. */
+ * --alloc-trace, --ckpt) can be written — a file in an existing writable directory (or a writable
+ * device such as /dev/null), --ckpt a writable directory or one that can be created. Returns 0, or 2
+ * after one line (rank 0) `error: --json PATH: must be ...`: the caller exits with it. */
 int report_check_outputs(const train_cfg_t *cfg);
 /* Collective: gather every rank's trace events (trace.h) to rank 0 and write --trace as one JSON
  * file (atomic, outfile.h). A failed write stops the job naming the file: `error: --trace PATH:

@@ -9,6 +9,7 @@ int report_check_outputs(const train_cfg_t *cfg) {
   } outs[] = {{"--json", cfg->json, 0},
               {"--trace", cfg->trace, 0},
               {"--save-params", cfg->save_params, 0},
+              {"--alloc-trace", cfg->alloc_trace, 0},
               {"--ckpt", cfg->ckpt, 1}};
   char why[4200];
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)

@@ -443,7 +443,8 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
                       unsigned chapter_flags);
 /* The whole program for chapters 02+: the launcher (communicator, model, the strategy's setup,
  * resume), the loop (loop.c's train_loop: the diagram above), then the results (report,
- * --json, --trace, --save-params) and the teardown. Returns the process exit code. */
+ * --json, --trace, --save-params) and the teardown. Returns the process exit code: 0; 2 when a
+ * --resume was refused; 1 when a static fp16 --loss-scale skipped every step (nothing trained). */
 int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter);
 
 /* ---- helpers for strategies ----------------------------------------------------------- */
@@ -484,8 +485,7 @@ void trainer_report_extra(trainer_t *t, const char *key, double value);
  * replicas), slice `slice`: b = batch/(m·nslices) samples starting at step·batch + k·(batch/m) +
  * slice·b — exactly what 1-rank training with --accum m reads for micro-batch k when nslices is
  * 1. x: (b, in_numel) 4-byte inputs, y: (b, rows) int32 targets, both on t->dev; either may be
- * NULL (not loaded). GPU: staged through host memory allocated and freed here. --fault R:S:nan
- * poisons x of micro-batch 0. */
+ * NULL (not loaded). GPU: staged through host memory allocated and freed here. */
 void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void *x, int *y);
 /* The factor the loss's gradient carries this step: fp16's loss scale S, else 1 (a model that adds a
  * loss of its own, chapter 12's auxiliary loss, scales its gradient by it). */

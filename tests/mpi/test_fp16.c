@@ -22,12 +22,12 @@
  * then loss_scale_final) is skipped_steps. The weights after the first run of skipped steps
  * are the initial weights, bitwise (a run with --lr 0). */
 /* A static scale that overflows on every step trains nothing: the run says so in one line, and
- * how to fix it — not only "overflow_steps: 3". */
+ * how to fix it — not only "overflow_steps: 3" — and exits 1 (issue 56: it exited 0). */
 Test(ch_fp16, a_static_scale_that_always_overflows_is_named) {
   char *out = NULL;
   int rc = zl_run(1, 30, &out, ZL_BIN "/ch02_ddp " MLP " --loss-scale 1e30 --steps 3");
-  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
-  cr_assert(strstr(out, "warning: every one of the 3 steps of this run overflowed in fp16") &&
+  cr_assert_eq(rc, 1, "exit %d, expected 1 (nothing trained):\n%s", rc, out);
+  cr_assert(strstr(out, "error: every one of the 3 steps of this run overflowed in fp16") &&
                 strstr(out, "static --loss-scale is too large"),
             "no line saying that every step overflowed and why:\n%s", out);
   free(out);

@@ -78,3 +78,55 @@ Test(ch00_memory, page_text_equals_the_programs) {
     free(prog);
   }
 }
+
+/* Issue 56: a shape whose counts overflow 64 bits printed wrapped numbers, exit 0 (8.6e17 parameters
+ * accepted past the 1e15 of --params; --recompute showing more activation bytes than without; the
+ * experts' count 2.25e16 for ~3.8e22). Over the flags' whole range: refused (exit 2), or every number
+ * positive, Ψ within the one cap, and recompute never above the run without it. */
+Test(ch00_memory, extreme_shapes_refused_or_exact) {
+  const int layers[] = {1, 96, 65536}, hiddens[] = {64, 12288, 1 << 20}, seqs[] = {16, 2048, 1 << 24};
+  const long long micros[] = {1, 1 << 20};
+  const int experts[] = {0, 8, 65536, 65536};
+  const char *const moe_extra[] = {"", "", "", " --expert-ffn 16777216 --shared-experts 1024"}; /* widest */
+  char json[300], line[500];
+  zl_tmppath(json, sizeof json, "memcalc_extreme", "m.json");
+  int refused = 0, shown = 0;
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++)
+      for (int c = 0; c < 3; c++)
+        for (int d = 0; d < 2; d++)
+          for (int e = 0; e < 4; e++) {
+            snprintf(line, sizeof line,
+                     "--layers %d --hidden %d --heads 16 --seq %d --micro-batch %lld%s%d%s --json %s",
+                     layers[a], hiddens[b], seqs[c], micros[d], experts[e] ? " --experts " : " --ranks ",
+                     experts[e] ? experts[e] : 64, moe_extra[e], json);
+            remove(json);
+            int rc;
+            char *text = run_text(line, strategy_stage_states, &rc);
+            free(text);
+            cr_assert(rc == 0 || rc == 2, "%s: exit %d, expected 0 or 2 (refused)", line, rc);
+            if (rc == 2) {
+              refused++;
+              continue;
+            }
+            shown++;
+            char *j = zl_read_file(json, NULL);
+            cr_assert(j, "%s: exit 0 but no --json written", line);
+            double psi = zl_json_num(j, "params"), acts = zl_json_num(j, "ours_fp32_acts");
+            double rc_acts = zl_json_num(j, "ours_fp32_acts_recompute");
+            cr_expect(psi >= 1 && psi <= 1e15, "%s: psi %.17g outside [1, 1e15]", line, psi);
+            cr_expect(acts > 0 && rc_acts > 0 && rc_acts <= acts,
+                      "%s: activations %.17g, with --recompute %.17g: wrapped (must be positive, recompute "
+                      "no more)",
+                      line, acts, rc_acts);
+            if (experts[e]) {
+              double total = zl_json_num(j, "params_total"), active = zl_json_num(j, "params_active");
+              cr_expect(total == psi && active > 0 && active <= total,
+                        "%s: experts' psi total %.17g (the table's %.17g), active %.17g", line, total, psi,
+                        active);
+            }
+            free(j);
+          }
+  cr_expect(refused > 0 && shown > 0, "the sweep should both refuse (%d) and show (%d) some shapes", refused,
+            shown);
+}
