@@ -447,9 +447,15 @@ static void mpi_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
   MPI_Datatype ty = mpi_type(c, dt);
   int nreq = 0;
   for (int i = 0; i < n; i++) nreq += (int)((ops[i].numel + MPI_PIECE - 1) / MPI_PIECE);
-  MPI_Request *r = xmalloc((size_t)(nreq + 1) * sizeof *r, "comm group requests");
-  MPI_Status *stat = xmalloc((size_t)(nreq + 1) * sizeof *stat, "comm group statuses");
-  mpi_posted_t *w = xmalloc((size_t)(nreq + 1) * sizeof *w, "comm group requests' counts");
+  /* one request per op (a piece each below 1 GiB): on the stack; the heap only for larger groups */
+  enum { GROUP_STACK = 2 * COMM_GROUP_MAX };
+  MPI_Request r_st[GROUP_STACK];
+  MPI_Status stat_st[GROUP_STACK];
+  mpi_posted_t w_st[GROUP_STACK];
+  int heap = nreq > GROUP_STACK;
+  MPI_Request *r = heap ? xmalloc((size_t)nreq * sizeof *r, "comm group requests") : r_st;
+  MPI_Status *stat = heap ? xmalloc((size_t)nreq * sizeof *stat, "comm group statuses") : stat_st;
+  mpi_posted_t *w = heap ? xmalloc((size_t)nreq * sizeof *w, "comm group requests' counts") : w_st;
   nreq = 0;
   for (int pass = 0; pass < 2; pass++) /* receives first */
     for (int i = 0; i < n; i++)
@@ -465,9 +471,7 @@ static void mpi_group(comm_t *c, int n, const comm_p2p_t *ops, dtype_t dt) {
         }
       }
   mpi_wait_p2p(c, nreq, r, stat, w);
-  free(w);
-  free(stat);
-  free(r);
+  if (heap) free(w), free(stat), free(r);
 }
 
 static void mpi_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
