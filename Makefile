@@ -468,7 +468,7 @@ bench-zeror: build
 
 # the GPT on the CPU: tokens/s of ch02_ddp --model gpt against PyTorch eager on the same model,
 # N = 1 and 2, alternating, medians (notes/benchmarks.md, GPT section); skips PyTorch without torch.
-# Muon against AdamW on GPT tiny, 300 steps, 3 lrs each (about 1 min on 2 cores); Newton-Schulz's
+# Muon against AdamW on GPT tiny, 300 steps, 5-6 lrs each at 2 seeds (about 4 min on 2 cores); Newton-Schulz's
 # FLOPs and time per step; the owners' imbalance (common/scripts/bench_muon.py, notes/03-zero1.md)
 .PHONY: bench-muon
 bench-muon: build

@@ -7,10 +7,12 @@ best of each; Newton–Schulz's time per step against its FLOPs; the owners' imb
                                          [--gpt tiny] [--batch 8] [--steps 300]
     make bench-muon                      (the same, into results/)
 
-Every run: 1 rank, `ch02_ddp --model gpt --gpt G --batch B --steps S --seed 1 --precision fp32`
+Every run: 1 rank, `ch02_ddp --model gpt --gpt G --batch B --steps S --seed K --precision fp32`
 on the repository's text (the GPT's default data), AdamW with --lr in LRS_ADAMW, or
---optimizer muon with --muon-lr in LRS_MUON (its AdamW part at --lr 3e-3, the default). The
-loss compared: the mean training loss of the last 20 steps (less noisy than the last one).
+--optimizer muon with --muon-lr in LRS_MUON (its AdamW part at --lr 3e-3, the default), each at
+the seeds in SEEDS. The loss compared: the mean training loss of the last 20 steps (less noisy
+than the last one), averaged over the seeds; a best lr at either end of its grid is flagged
+("at_grid_edge"): the grid would then have to grow before the comparison means anything.
 
 Newton–Schulz FLOPs per step, for each Muon matrix of s × l (s <= l, the smaller side first): 5
 iterations of A = X Xᵀ (2 s² l), B = bA + cA² (2 s³) and B X (2 s² l), so 5 (4 s² l + 2 s³); the GPT
@@ -30,8 +32,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LRS_ADAMW = [1e-3, 3e-3, 1e-2]
-LRS_MUON = [0.005, 0.01, 0.02]
+LRS_ADAMW = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+LRS_MUON = [0.00125, 0.0025, 0.005, 0.01, 0.02, 0.04]  # the best of each must sit inside its grid
+SEEDS = [1, 2]
 SHAPES = {"tiny": (2, 32, 16), "small": (4, 128, 64)}  # L, C, T (common/model/gpt.c's presets)
 
 
@@ -64,21 +67,28 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     a = ap.parse_args()
     base = ["ch02_ddp", "--model", "gpt", "--gpt", a.gpt, "--batch", str(a.batch), "--steps", str(a.steps),
-            "--seed", "1", "--precision", "fp32", "--device", "cpu"]
+            "--precision", "fp32", "--device", "cpu"]
     runs = []
     for opt, lrs in (("adamw", LRS_ADAMW), ("muon", LRS_MUON)):
         for lr in lrs:
             extra = ["--optimizer", opt] + (["--lr", str(lr)] if opt == "adamw" else ["--muon-lr", str(lr)])
-            j, _ = run(a.bin, base + extra)
-            losses, psi = [s["loss"] for s in j["steps"]], j["params"]
-            r = {"optimizer": opt, "lr": lr, "loss_last20": statistics.mean(losses[-20:]),
-                 "loss_first": losses[0], "median_step_ms": j["timing"]["median_step_ms"]
-                 if "timing" in j else j.get("median_step_ms")}
+            per_seed, steps_ms = [], []
+            for seed in SEEDS:
+                j, _ = run(a.bin, base + extra + ["--seed", str(seed)])
+                losses, psi = [s["loss"] for s in j["steps"]], j["params"]
+                per_seed.append(statistics.mean(losses[-20:]))
+                steps_ms.append(j["timing"]["median_step_ms"] if "timing" in j else j.get("median_step_ms"))
+            r = {"optimizer": opt, "lr": lr, "loss_last20": statistics.mean(per_seed),
+                 "loss_last20_per_seed": per_seed, "loss_first": losses[0],
+                 "median_step_ms": statistics.median(steps_ms)}
             runs.append(r)
-            print("%-6s lr %-6g  loss (mean of the last 20 steps) %.4f   median step %.3f ms" %
-                  (opt, lr, r["loss_last20"], r["median_step_ms"]), flush=True)
+            print("%-6s lr %-7g loss (last 20 steps, mean of %d seeds) %.4f  %s  median step %.3f ms" %
+                  (opt, lr, len(SEEDS), r["loss_last20"], " ".join("%.4f" % x for x in per_seed),
+                   r["median_step_ms"]), flush=True)
     best = {o: min((r for r in runs if r["optimizer"] == o), key=lambda r: r["loss_last20"])
             for o in ("adamw", "muon")}
+    grids = {"adamw": LRS_ADAMW, "muon": LRS_MUON}
+    edge = {o: best[o]["lr"] in (min(grids[o]), max(grids[o])) for o in best}
     L, C, T = SHAPES[a.gpt]
     fl = ns_flops(L, C)
     step = {o: statistics.median(r["median_step_ms"] for r in runs if r["optimizer"] == o) for o in best}
@@ -87,8 +97,9 @@ def main():
     _, text = run(a.bin, ["ch03_zero1", "--shard", "owner", "--model", "gpt", "--gpt", a.gpt, "--batch",
                           str(a.batch), "--steps", "2", "--optimizer", "muon"], np=2, quiet=False)
     loads = [int(x) for x in re.findall(r"rank \d+ owns[^:]*: (\d+) matrix params", text)]
-    out = {"gpt": a.gpt, "batch": a.batch, "steps": a.steps, "runs": runs,
-           "best": {o: {"lr": best[o]["lr"], "loss_last20": best[o]["loss_last20"]} for o in best},
+    out = {"gpt": a.gpt, "batch": a.batch, "steps": a.steps, "seeds": SEEDS, "runs": runs,
+           "best": {o: {"lr": best[o]["lr"], "loss_last20": best[o]["loss_last20"],
+                        "at_grid_edge": edge[o]} for o in best},
            "loss_ratio_muon_over_adamw": best["muon"]["loss_last20"] / best["adamw"]["loss_last20"],
            "ns_flops_per_step": fl, "ns_formula": "sum over matrices of 5 (4 s^2 l + 2 s^3), s <= l",
            "median_step_ms": step, "muon_extra_ms_per_step": extra_ms,
@@ -98,6 +109,9 @@ def main():
     print("best: AdamW lr %g loss %.4f; Muon lr %g loss %.4f (ratio %.3f)" % (
         best["adamw"]["lr"], best["adamw"]["loss_last20"], best["muon"]["lr"], best["muon"]["loss_last20"],
         out["loss_ratio_muon_over_adamw"]))
+    for o in best:
+        if edge[o]:
+            print("note: %s's best lr %g is at its grid's edge %s: widen the grid" % (o, best[o]["lr"], grids[o]))
     print("Newton-Schulz: %d FLOPs per step (5 (4 s^2 l + 2 s^3) per matrix); Muon's step - AdamW's: %.3f ms"
           % (fl, extra_ms))
     print("owners on 2 ranks: matrix params %s (momentum bytes %s)" % (loads, [4 * x for x in loads]))
