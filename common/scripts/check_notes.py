@@ -220,16 +220,21 @@ def argv_of(cmd, bindir):
         name = opt["PROG"] or os.path.basename(dirs[0]).split("_", 1)[1]
         prog = os.path.join(bindir, "ch%s_%s" % (opt["CH"], name))
         return ["bash", "common/scripts/zlrun", opt["NP"], prog] + shlex.split(opt["ARGS"])
+    env = []  # leading VAR=value words (ZL_NODE_OF_RANK=0,0,1,1 ...): run under env
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        env.append(words.pop(0))
+    lead = ["env"] + env if env else []
     fixed = [os.path.join(bindir, w[len("build/bin/"):]) if w.startswith("build/bin/") else w
              for w in words]
-    if fixed[:2] == ["bash", "common/scripts/zlrun"] and len(fixed) >= 4 and words[3].startswith("build/bin/"):
-        return fixed
-    # the supervisor (chapter 14): bash common/scripts/zlrun --restarts R NP build/bin/...
-    if fixed[:3] == ["bash", "common/scripts/zlrun", "--restarts"] and len(fixed) >= 6 and \
-            words[5].startswith("build/bin/"):
-        return fixed
-    if words[0].startswith("build/bin/"):
-        return fixed
+    if fixed[:2] == ["bash", "common/scripts/zlrun"]:
+        # zlrun [--restarts R [--elastic]] NP build/bin/...: the supervisor's options (chapter 14) first
+        i = 2
+        while i < len(words) and words[i] in ("--restarts", "--elastic"):
+            i += 2 if words[i] == "--restarts" else 1
+        if i + 1 < len(words) and words[i].isdigit() and words[i + 1].startswith("build/bin/"):
+            return lead + fixed
+    elif words and words[0].startswith("build/bin/"):
+        return lead + fixed
     raise ValueError("unsupported command (build/bin/..., bash common/scripts/zlrun NP build/bin/..., make run CH=..)")
 
 

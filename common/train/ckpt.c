@@ -242,10 +242,49 @@ void ckpt_persist(ckpt_shard_t *sh) {
   sh->host = NULL;
 }
 
-void ckpt_commit(trainer_t *t, ckpt_shard_t *sh) {
+void ckpt_manifest_head(const trainer_t *t, int steps_done, int opt_t, int skipped, const scaler_t *scaler,
+                        ckpt_manifest_t *m) {
+  const train_cfg_t *c = t->cfg;
   const model_t *md = t->whole;
+  *m = (ckpt_manifest_t){.version = 3,
+                         .stage = t->strategy->stage,
+                         .world = t->model_world,
+                         .input = c->input,
+                         .hidden = c->hidden,
+                         .classes = c->classes,
+                         .layers = c->layers,
+                         .tp = t->grid ? t->grid->size[GRID_TP] : 1,
+                         .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
+                         .ep_tp = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1,
+                         .moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0,
+                         .moe_every = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_every : 0,
+                         .seed = c->seed,
+                         .batch = c->batch,
+                         .psi = md->numel,
+                         .n_units = md->n_units,
+                         .step = steps_done,
+                         .data_position = (int64_t)steps_done * c->batch,
+                         .opt_t = opt_t,
+                         .skipped = skipped,
+                         .n_sections = c->optimizer == OPT_ADAMW ? 3 : 2};
+  if (scaler) {
+    m->has_scaler = 1;
+    m->loss_scale = scaler->scale;
+    m->growth_tracker = scaler->growth_tracker;
+    m->overflows = scaler->overflows;
+  }
+  snprintf(m->strategy, sizeof m->strategy, "%s", t->name);
+  snprintf(m->precision, sizeof m->precision, "%s", dtype_precision(t->wdt));
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", c->optimizer == OPT_SGD ? "sgd" : "adamw");
+  snprintf(m->model, sizeof m->model, "%s", c->model_kind);
+  if (strcmp(c->model_kind, "gpt") == 0) m->gpt = c->gpt;
+  m->units = xcalloc((size_t)md->n_units, sizeof *m->units, "checkpoint units");
+  for (int u = 0; u < md->n_units; u++)
+    m->units[u] = (ckpt_unit_t){.in = md->units[u].in, .out = md->units[u].out, .numel = md->units[u].numel};
+}
+
+void ckpt_commit(trainer_t *t, ckpt_shard_t *sh) {
   int steps_done = sh->steps_done, opt_t = sh->opt_t, skipped = sh->skipped, root = t->model_rank == 0;
-  int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
   const report_step_t *losses = sh->losses;
   const scaler_t *scaler = sh->has_scaler ? &sh->scaler : NULL;
   const char *dir = sh->dir, *partial = sh->partial;
@@ -283,45 +322,9 @@ void ckpt_commit(trainer_t *t, ckpt_shard_t *sh) {
     ckpt_write_atomic(path, lb, (int64_t)steps_done * 16);
     free(lb);
     /* the manifest, last: the table of every piece */
-    const train_cfg_t *c = t->cfg;
-    ckpt_manifest_t m = {.version = 3,
-                         .stage = t->strategy->stage,
-                         .world = t->model_world,
-                         .shards = shards,
-                         .input = c->input,
-                         .hidden = c->hidden,
-                         .classes = c->classes,
-                         .layers = c->layers,
-                         .tp = t->grid ? t->grid->size[GRID_TP] : 1,
-                         .tp_rank = t->grid ? t->grid->coord[GRID_TP] : 0,
-                         .ep_tp = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1,
-                         .moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0,
-                         .moe_every = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_every : 0,
-                         .seed = c->seed,
-                         .batch = c->batch,
-                         .psi = md->numel,
-                         .n_units = md->n_units,
-                         .n_pieces = n_pieces,
-                         .step = steps_done,
-                         .data_position = (int64_t)steps_done * c->batch,
-                         .opt_t = opt_t,
-                         .skipped = skipped,
-                         .n_sections = nsec,
-                         .n_files = shards + 1};
-    if (scaler) {
-      m.has_scaler = 1;
-      m.loss_scale = scaler->scale;
-      m.growth_tracker = scaler->growth_tracker;
-      m.overflows = scaler->overflows;
-    }
-    snprintf(m.strategy, sizeof m.strategy, "%s", t->name);
-    snprintf(m.precision, sizeof m.precision, "%s", dtype_precision(t->wdt));
-    snprintf(m.optimizer, sizeof m.optimizer, "%s", c->optimizer == OPT_SGD ? "sgd" : "adamw");
-    snprintf(m.model, sizeof m.model, "%s", c->model_kind);
-    if (strcmp(c->model_kind, "gpt") == 0) m.gpt = c->gpt;
-    m.units = xcalloc((size_t)md->n_units, sizeof *m.units, "checkpoint units");
-    for (int u = 0; u < md->n_units; u++)
-      m.units[u] = (ckpt_unit_t){.in = md->units[u].in, .out = md->units[u].out, .numel = md->units[u].numel};
+    ckpt_manifest_t m;
+    ckpt_manifest_head(t, steps_done, opt_t, skipped, scaler, &m);
+    m.world = t->model_world, m.shards = shards, m.n_pieces = n_pieces, m.n_files = shards + 1;
     m.pieces = xcalloc((size_t)n_pieces + 1, sizeof *m.pieces, "checkpoint pieces");
     m.files = xcalloc((size_t)shards + 1, sizeof *m.files, "checkpoint files");
     for (int r = 0, f = 0, k = 0; r < t->model_world; r++) {

@@ -140,6 +140,11 @@ void ckpt_write_grid_free(const char *dir, const ckpt_manifest_t *hdr, int n_uni
                           float *const *sec, const double *losses);
 
 /* ---- the trainer's side (collective calls) ----------------------------------------------- */
+/* A manifest's head from this run (no collective): the strategy, model, run and position fields
+ * after `steps_done` steps, m->units[] (malloc'd: ckpt_manifest_free), no pieces or files yet. The
+ * save (ckpt_commit) and the elastic restart (ckpt_elastic.c) fill the rest. */
+void ckpt_manifest_head(const trainer_t *t, int steps_done, int opt_t, int skipped, const scaler_t *scaler,
+                        ckpt_manifest_t *m);
 /* --resume: rank 0 of the part (t->model_comm) resolves and verifies (manifest, every file, the
  * flags), then tells its ranks; then every rank of the JOB agrees (t->world_comm: with --tp/--ep
  * each part reads its own checkpoint, and one bad part stops them all). 0: m filled on every rank.

@@ -17,22 +17,11 @@
 #include <string.h>   // memcpy, strcmp, strerror
 #include <unistd.h>   // write, close, unlink
 
-/* The file's head; the body follows: held params (wdt bytes, unit after unit), the own pieces
- * (fp32: per unit its weights, m, v), the losses (steps_done x 3 doubles). */
-typedef struct snap_hdr {
-  char magic[8];
-  int32_t rank, world, steps_done, opt_t, skipped, has_scaler, growth_tracker, overflows;
-  float loss_scale;
-  int32_t n_sections;
-  int64_t held_bytes, own_floats, body_bytes;
-  uint64_t sum;      /* FNV-1a 64 of the body */
-  char strategy[64];
-} snap_hdr_t;
-#define SNAP_MAGIC "ZLSNAP1"
 
-int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps) {
+int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps, int units) {
   int64_t held = stage == 3 ? psi / world : psi, own = stage == 0 ? psi : psi / world;
-  return (int64_t)sizeof(snap_hdr_t) + held * w + own * 4 * (1 + k) + 24 * (int64_t)steps;
+  return (int64_t)sizeof(ckpt_snap_hdr_t) + held * w + own * 4 * (1 + k) + 24 * (int64_t)steps +
+         16 * (int64_t)units;
 }
 
 /* The snapshots this rank keeps in tmpfs now (own, the buddy's copy: file bytes, 0 none) into the
@@ -45,7 +34,7 @@ static void hold(ckpt_mem_t *mm, int64_t own, int64_t copy, int steps) {
   mm->own_bytes = own, mm->copy_bytes = copy, mm->steps_held = steps;
 }
 
-static void snap_path(const ckpt_mem_t *mm, int rank, int holds, char *p, size_t n) {
+void ckpt_mem_path(const ckpt_mem_t *mm, int rank, int holds, char *p, size_t n) {
   if (holds < 0) snprintf(p, n, "/dev/shm/zl-%s-r%d.snap", mm->job, rank);
   else snprintf(p, n, "/dev/shm/zl-%s-r%d-holds-r%d.snap", mm->job, rank, holds);
 }
@@ -65,8 +54,7 @@ static void write_file(const char *path, const void *bytes, int64_t n) {
   if (rename(tmp, path) != 0) die_on_rank("--ckpt-mem-every: rename to %s: %s", path, strerror(errno));
 }
 
-/* The whole file, or NULL; *n its size. */
-static char *read_file(const char *path, int64_t *n) {
+char *ckpt_mem_read(const char *path, int64_t *n) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   fseek(f, 0, SEEK_END);
@@ -119,13 +107,14 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
   int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2, rank = comm_rank(t->world_comm);
   comm_t *wc = t->world_comm;
   int world = comm_world(wc);
-  snap_hdr_t h = {.magic = SNAP_MAGIC, .rank = rank, .world = world, .steps_done = steps_done,
+  ckpt_snap_hdr_t h = {.magic = CKPT_SNAP_MAGIC, .rank = rank, .world = world, .steps_done = steps_done,
                   .opt_t = opt_t, .skipped = skipped, .has_scaler = scaler != NULL, .n_sections = nsec};
   if (scaler) h.loss_scale = scaler->scale, h.growth_tracker = scaler->growth_tracker;
   if (scaler) h.overflows = scaler->overflows;
   snprintf(h.strategy, sizeof h.strategy, "%s", t->name);
+  h.n_units = t->whole->n_units;
   layout_sizes(t, nsec, &h.held_bytes, &h.own_floats);
-  h.body_bytes = h.held_bytes + h.own_floats * 4 + (int64_t)steps_done * 24;
+  h.body_bytes = h.held_bytes + h.own_floats * 4 + (int64_t)steps_done * 24 + 16 * (int64_t)h.n_units;
   int64_t total = (int64_t)sizeof h + h.body_bytes, padded = (total + 3) / 4 * 4;
   char *buf = xcalloc((size_t)padded, 1, "in-memory snapshot"), *p = buf + sizeof h;
   for (int u = 0; u < t->whole->n_units; u++) { /* held params, raw */
@@ -145,10 +134,16 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
     double v[3] = {losses[s].loss, losses[s].ms, losses[s].loss_scale};
     memcpy(p, v, 24);
   }
+  for (int u = 0; u < t->whole->n_units; u++, p += 16) { /* where each own piece lies */
+    unit_layout_t l = {0};
+    t->strategy->layout(t, u, &l);
+    int64_t at[2] = {l.own_off, l.own_numel};
+    memcpy(p, at, 16);
+  }
   h.sum = ckpt_sum(CKPT_SUM_INIT, buf + sizeof h, (size_t)h.body_bytes);
   memcpy(buf, &h, sizeof h);
   char path[300];
-  snap_path(mm, rank, -1, path, sizeof path);
+  ckpt_mem_path(mm, rank, -1, path, sizeof path);
   write_file(path, buf, total);
   int64_t copy_file = 0; /* the buddy's copy this rank keeps: its file's bytes */
   /* the buddy's copy: mine to my buddy, the one whose buddy I am to me (sizes first: a control sum) */
@@ -167,9 +162,9 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
                          {.recv = copy, .numel = in_bytes / 4, .peer = from}};
     comm_wait(wc, comm_group_async(wc, from >= 0 ? 2 : 1, ops, DT_F32, "ckpt buddy"));
     if (from >= 0) {
-      snap_hdr_t hb;
+      ckpt_snap_hdr_t hb;
       memcpy(&hb, copy, sizeof hb);
-      snap_path(mm, rank, from, path, sizeof path);
+      ckpt_mem_path(mm, rank, from, path, sizeof path);
       copy_file = (int64_t)sizeof hb + hb.body_bytes;
       write_file(path, copy, copy_file);
     }
@@ -186,13 +181,14 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
 
 /* A snapshot read back: the step it holds, or -1 when missing, torn or of another run's layout. */
 static int snap_check(const char *b, int64_t n, int rank, trainer_t *t, int nsec) {
-  snap_hdr_t h;
+  ckpt_snap_hdr_t h;
   if (!b || n < (int64_t)sizeof h) return -1;
   memcpy(&h, b, sizeof h);
   int64_t held = 0, own = 0;
   layout_sizes(t, nsec, &held, &own);
-  if (memcmp(h.magic, SNAP_MAGIC, 8) || h.rank != rank || h.world != comm_world(t->world_comm) ||
-      strcmp(h.strategy, t->name) || h.held_bytes != held || h.own_floats != own || h.n_sections != nsec ||
+  if (memcmp(h.magic, CKPT_SNAP_MAGIC, 8) || h.rank != rank || h.world != comm_world(t->world_comm) ||
+      strcmp(h.strategy, t->name) || h.n_units != t->whole->n_units || h.held_bytes != held ||
+      h.own_floats != own || h.n_sections != nsec ||
       n < (int64_t)sizeof h + h.body_bytes || h.steps_done > t->cfg->steps ||
       ckpt_sum(CKPT_SUM_INIT, b + sizeof h, (size_t)h.body_bytes) != h.sum)
     return -1;
@@ -202,7 +198,7 @@ static int snap_check(const char *b, int64_t n, int rank, trainer_t *t, int nsec
 /* Upload snapshot b (checked) into this rank's layout. */
 static void snap_load(trainer_t *t, const char *b, int nsec, report_step_t *losses, int *opt_t, int *skipped,
                       scaler_t *scaler) {
-  snap_hdr_t h;
+  ckpt_snap_hdr_t h;
   memcpy(&h, b, sizeof h);
   const char *p = b + sizeof h;
   for (int u = 0; u < t->whole->n_units; u++) {
@@ -237,6 +233,8 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
   double t0 = trace_now_us();
   comm_t *wc = t->world_comm;
   int world = comm_world(wc), rank = comm_rank(wc), nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
+  const char *ef = getenv("ZL_ELASTIC_FROM"); /* zlrun --elastic: the world the snapshots were taken on */
+  int from_world = ef ? atoi(ef) : 0;
   int *node_of = xmalloc((size_t)world * sizeof(int), "node map");
   for (int r = 0; r < world; r++) node_of[r] = comm_node_of(wc, r);
   int to = ckpt_buddy_of(node_of, world, rank), from = -1;
@@ -244,11 +242,11 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
     if (ckpt_buddy_of(node_of, world, r) == rank) from = r;
   char path[300];
   int64_t n_own = 0, n_held = 0;
-  snap_path(mm, rank, -1, path, sizeof path);
-  char *own = read_file(path, &n_own), *held = NULL;
+  ckpt_mem_path(mm, rank, -1, path, sizeof path);
+  char *own = ckpt_mem_read(path, &n_own), *held = NULL;
   if (from >= 0) {
-    snap_path(mm, rank, from, path, sizeof path);
-    held = read_file(path, &n_held);
+    ckpt_mem_path(mm, rank, from, path, sizeof path);
+    held = ckpt_mem_read(path, &n_held);
   }
   /* av[r]: rank r's own step + 1, av[world + r]: the step + 1 of r's copy at its buddy; sizes beside */
   double *av = xcalloc((size_t)world * 3, sizeof(double), "snapshot steps");
@@ -286,7 +284,7 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
       char p[200];
       int64_t nb = 0;
       snprintf(p, sizeof p, "/dev/shm/zl-%s-progress", mm->job);
-      char *pr = read_file(p, &nb);
+      char *pr = ckpt_mem_read(p, &nb);
       int failed_at = pr && nb > 0 ? atoi(pr) : -1;
       free(pr);
       printf("restored from RAM (relaunch %d): step %d, no disk read;", mm->restart, best);
@@ -298,6 +296,8 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
       fflush(stdout);
     }
     free(where);
+  } else if (from_world > 0 && from_world != world) { /* zlrun --elastic: fewer ranks than the snapshots' */
+    ok = ckpt_elastic_restore(mm, t, from_world, losses, start, opt_t, skipped, scaler);
   } else if (rank == 0) {
     printf("no complete in-memory snapshot of job %s (relaunch %d): starting as asked\n", mm->job,
            mm->restart);
@@ -314,13 +314,19 @@ void ckpt_mem_lose_node(const ckpt_mem_t *mm, const trainer_t *t, int step) {
   const fault_t *f = t->fault;
   int rank = comm_rank(t->world_comm), world = comm_world(t->world_comm);
   if (!f || f->kind != FAULT_NODE || f->rank != rank || f->step != step) return;
-  char path[300];
+  char path[300], lost[400] = "";
+  for (int r = 0, n = 0; r < world; r++) /* the supervisor learns which ranks do not come back */
+    if (comm_node_of(t->world_comm, r) == comm_node_of(t->world_comm, rank) && n < (int)sizeof lost - 12)
+      n += snprintf(lost + n, sizeof lost - (size_t)n, "%s%d", n ? " " : "", r);
+  snprintf(path, sizeof path, "/dev/shm/zl-%s-lost", mm->job);
+  FILE *lf = fopen(path, "w");
+  if (lf) fprintf(lf, "%s\n", lost), fclose(lf);
   for (int r = 0; r < world; r++) {
     if (comm_node_of(t->world_comm, r) != comm_node_of(t->world_comm, rank)) continue;
-    snap_path(mm, r, -1, path, sizeof path);
+    ckpt_mem_path(mm, r, -1, path, sizeof path);
     unlink(path);
     for (int c = 0; c < world; c++) {
-      snap_path(mm, r, c, path, sizeof path);
+      ckpt_mem_path(mm, r, c, path, sizeof path);
       unlink(path);
     }
   }
@@ -330,10 +336,10 @@ void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t) {
   if (!mm->every) return;
   int rank = comm_rank(t->world_comm), world = comm_world(t->world_comm);
   char path[300];
-  snap_path(mm, rank, -1, path, sizeof path);
+  ckpt_mem_path(mm, rank, -1, path, sizeof path);
   unlink(path);
   for (int r = 0; r < world; r++) {
-    snap_path(mm, rank, r, path, sizeof path);
+    ckpt_mem_path(mm, rank, r, path, sizeof path);
     unlink(path);
   }
   if (rank == 0) {
@@ -355,6 +361,7 @@ void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t) {
   if (!t->group_comm && stage >= 0 && stage <= 3) /* a --tp/--ep rank's Ψ is its group's slice */
     trainer_report_extra(t, "ckpt_mem_formula_bytes",
                          2.0 * (double)ckpt_mem_formula_bytes(stage, t->model.numel, t->world,
-                                                               (int)dtype_size(t->wdt), k, steps));
+                                                               (int)dtype_size(t->wdt), k, steps,
+                                                               t->whole->n_units));
   if (mm->restore_ms > 0) trainer_report_extra(t, "ckpt_mem_restore_ms", mm->restore_ms);
 }

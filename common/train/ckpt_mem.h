@@ -35,10 +35,11 @@ typedef struct ckpt_mem {
 } ckpt_mem_t;
 
 /* The bytes of one snapshot by the formula (ckpt_mem.c's layout, without the units' padding):
- * held·w + own·4·(1 + k) + 24·steps + the header, rounded up to 4 — held = Ψ (Ψ/N at stage 3), own =
- * Ψ/N (Ψ for DDP, stage 0), w the working dtype's bytes, k optimizer states (AdamW 2, SGD and Muon 1).
- * A rank keeps two (its own and its buddy's copy) in the host arena's LEDGER_CKPT. */
-int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps);
+ * held·w + own·4·(1 + k) + 24·steps + 16·units + the header — held = Ψ (Ψ/N at stage 3), own =
+ * Ψ/N (Ψ for DDP, stage 0), w the working dtype's bytes, k optimizer states (AdamW 2, SGD and Muon 1),
+ * 16 bytes a unit for where its own piece lies. A rank keeps two (its own and its buddy's copy) in the
+ * host arena's LEDGER_CKPT. */
+int64_t ckpt_mem_formula_bytes(int stage, int64_t psi, int world, int w, int k, int steps, int units);
 /* Before training (collective): reads the job id and the restart count. */
 void ckpt_mem_init(ckpt_mem_t *mm, const train_cfg_t *cfg);
 /* At the start of step `step`: records it (rank 0, /dev/shm/zl-J-progress) so a relaunch can
@@ -56,4 +57,32 @@ int ckpt_mem_restore(ckpt_mem_t *mm, trainer_t *t, report_step_t *losses, int *s
 void ckpt_mem_lose_node(const ckpt_mem_t *mm, const trainer_t *t, int step);
 /* A clean end: the job's files of this rank removed; the numbers into the report's extras. */
 void ckpt_mem_finish(ckpt_mem_t *mm, trainer_t *t);
+
+/* ---- the snapshot file, shared with the elastic restart (ckpt_elastic.c) ------------------ */
+/* The file's head; the body follows: held params (wdt bytes, unit after unit), the own pieces
+ * (fp32: per unit its weights, m, v), the losses (steps_done x 3 doubles), and where each own piece
+ * lies (per unit own_off, own_numel: int64) — what an elastic restart (ckpt_elastic.c) reshards by. */
+typedef struct snap_hdr {
+  char magic[8];
+  int32_t rank, world, steps_done, opt_t, skipped, has_scaler, growth_tracker, overflows;
+  float loss_scale;
+  int32_t n_sections;
+  int64_t held_bytes, own_floats, body_bytes;
+  uint64_t sum;      /* FNV-1a 64 of the body */
+  char strategy[60];
+  int32_t n_units;   /* the piece table's entries */
+} ckpt_snap_hdr_t;
+#define CKPT_SNAP_MAGIC "ZLSNAP2"
+/* Rank `rank`'s own snapshot (holds < 0), or the copy of rank `holds`'s that `rank` keeps. */
+void ckpt_mem_path(const ckpt_mem_t *mm, int rank, int holds, char *p, size_t n);
+/* The whole file, malloc'd, or NULL; *n its size (-1: a short read). */
+char *ckpt_mem_read(const char *path, int64_t *n);
+/* Continuing on fewer ranks (zlrun --restarts R --elastic): this relaunch's world is smaller than
+ * from_world, the world of the snapshots. Rank 0 takes each old rank's newest snapshot every old
+ * rank has (its own file or its buddy's copy), lays the full model's weights and optimizer states
+ * out as a grid-free checkpoint in tmpfs, and every rank resumes from it through the universal
+ * resharding (ckpt_restore), as a resume from disk on the smaller grid would. Collective. 1 when
+ * restored (the outputs as ckpt_mem_restore's), 0 when the snapshots have no complete step. */
+int ckpt_elastic_restore(ckpt_mem_t *mm, trainer_t *t, int from_world, report_step_t *losses, int *start,
+                         int *opt_t, int *skipped, scaler_t *scaler);
 #endif

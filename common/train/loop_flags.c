@@ -603,7 +603,9 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   }
   fault_t fault;
   char why[256];
-  if (cfg->fault && fault_parse(cfg->fault, world, cfg->steps, &fault, why, sizeof why))
+  const char *ef = getenv("ZL_ELASTIC_FROM"); /* zlrun --elastic: the fault named a rank of the first world */
+  int fault_world = ef && atoi(ef) > world ? atoi(ef) : world;
+  if (cfg->fault && fault_parse(cfg->fault, fault_world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
   if (quant_block && !cfg->qwz) {
     snprintf(v, sizeof v, "%d", quant_block);

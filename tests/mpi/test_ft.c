@@ -76,18 +76,20 @@ Test(ch14_ft, async_files_are_the_sync_files) {
 }
 
 /* Uninterrupted vs killed + relaunched from RAM: --save-params bitwise, the steps redone printed. */
-static void kill_relaunch(const char *prog, const char *fault, const char *nodes, const char *source) {
+static void kill_relaunch_on(int np, const char *prog, const char *extra, const char *fault,
+                             const char *nodes, const char *source) {
   char dir[256], cmd[2048], u[300], k[300], job[64], *out = NULL;
   zl_tmpdir(dir, sizeof dir, "ft_kill");
   snprintf(u, sizeof u, "%s/u.bin", dir);
   snprintf(k, sizeof k, "%s/k.bin", dir);
   snprintf(job, sizeof job, "t%d%s", (int)getpid(), fault + 4);
-  snprintf(cmd, sizeof cmd, ZL_BIN "/%s " MODEL " --steps 8 --save-params %s", prog, u);
-  run_ok(2, "uninterrupted run", cmd);
+  snprintf(cmd, sizeof cmd, "env %s bash common/scripts/zlrun %d " ZL_BIN "/%s " MODEL " %s --steps 8 "
+           "--save-params %s", nodes, np, prog, extra, u);
+  run_ok(0, "uninterrupted run", cmd);
   int rc = zl_run(0, 90, &out,
-                  "env ZL_JOB_ID=%s %s bash common/scripts/zlrun --restarts 2 2 " ZL_BIN "/%s " MODEL
-                  " --steps 8 --save-params %s --ckpt-mem-every 3 --fault %s",
-                  job, nodes, prog, k, fault);
+                  "env ZL_JOB_ID=%s %s bash common/scripts/zlrun --restarts 2 %d " ZL_BIN "/%s " MODEL
+                  " %s --steps 8 --save-params %s --ckpt-mem-every 3 --fault %s",
+                  job, nodes, np, prog, extra, k, fault);
   cr_assert_eq(rc, 0, "killed + relaunched run exited %d:\n%s", rc, out);
   cr_assert(strstr(out, "relaunching (restart 1 of 2)") &&
                 strstr(out, "restored from RAM (relaunch 1): step 6"),
@@ -97,13 +99,60 @@ static void kill_relaunch(const char *prog, const char *fault, const char *nodes
   zl_expect_same_file(u, k);
   free(out);
   nothing_left(job, k);
-  cr_log_info("%s --fault %s: relaunched, restored from RAM (%s), params bitwise", prog, fault, source);
+  cr_log_info("%s %s --fault %s: relaunched, restored from RAM (%s), params bitwise", prog, extra, fault,
+              source);
+}
+
+static void kill_relaunch(const char *prog, const char *fault, const char *nodes, const char *source) {
+  kill_relaunch_on(2, prog, "", fault, nodes, source);
 }
 
 Test(ch14_ft, kill_relaunch_bitwise_zero1) { kill_relaunch("ch03_zero1", "1:7:kill", "", "rank 1 own"); }
 Test(ch14_ft, kill_relaunch_bitwise_zero3) { kill_relaunch("ch05_zero3", "0:7:kill", "", "rank 0 own"); }
 Test(ch14_ft, node_down_restored_from_buddy) {
   kill_relaunch("ch05_zero3", "1:7:node", "ZL_NODE_OF_RANK=0,1", "rank 1 buddy's copy");
+}
+
+/* Continuing on fewer ranks (zlrun --restarts R --elastic): a node of the 4-rank job is lost at step 7 and
+ * does not come back; the relaunch runs on the survivors, resharding the step-6 snapshots (own files and
+ * the lost ranks' copies at their buddies) through the universal checkpoint. Contract: the final params
+ * equal those of the same 4-rank run saved at step 6 and resumed from disk on the smaller grid — bitwise,
+ * for both then sum the same states over the same ranks. */
+static void elastic(const char *prog, const char *extra, const char *nodes, const char *fault, int left,
+                    const char *source) {
+  char dir[256], cmd[2048], r[300], k[300], job[64], *out = NULL;
+  zl_tmpdir(dir, sizeof dir, "ft_elastic");
+  snprintf(r, sizeof r, "%s/resumed.bin", dir);
+  snprintf(k, sizeof k, "%s/elastic.bin", dir);
+  snprintf(job, sizeof job, "t%de%s", (int)getpid(), prog + 2);
+  snprintf(cmd, sizeof cmd, "env ZL_NODE_OF_RANK=%s bash common/scripts/zlrun 4 " ZL_BIN "/%s " MODEL
+           " %s --steps 8 --ckpt %s/ck --save-every 6", nodes, prog, extra, dir);
+  run_ok(0, "4-rank run saving step 6", cmd);
+  snprintf(cmd, sizeof cmd, ZL_BIN "/%s " MODEL " %s --steps 8 --resume %s/ck/step-000006 --save-params %s",
+           prog, extra, dir, r);
+  run_ok(left, "resume from disk on fewer ranks", cmd);
+  int rc = zl_run(0, 90, &out,
+                  "env ZL_JOB_ID=%s ZL_NODE_OF_RANK=%s bash common/scripts/zlrun --restarts 1 --elastic 4 "
+                  ZL_BIN
+                  "/%s " MODEL " %s --steps 8 --save-params %s --ckpt-mem-every 3 --fault %s",
+                  job, nodes, prog, extra, k, fault);
+  cr_assert_eq(rc, 0, "elastic run exited %d:\n%s", rc, out);
+  char want[160];
+  snprintf(want, sizeof want, "continuing on %d of 4 ranks", left);
+  cr_assert(strstr(out, want), "zlrun did not shrink the job (%s):\n%s", want, out);
+  snprintf(want, sizeof want, "step 6 of the 4-rank job's snapshots (%s", source);
+  cr_assert(strstr(out, want), "no elastic restore from the step-6 snapshots (%s...):\n%s", want, out);
+  zl_expect_same_file(r, k);
+  free(out);
+  nothing_left(job, k);
+  cr_log_info("%s %s --fault %s: 4 -> %d ranks, = the disk resume on %d ranks bitwise", prog, extra, fault,
+              left, left);
+}
+
+Test(ch14_ft, elastic_fewer_ranks_equals_a_resume_on_the_smaller_grid) {
+  elastic("ch03_zero1", "", "0,0,1,1", "2:7:node", 2, "rank 0 own, rank 1 own, rank 2 from rank 0's copy");
+  elastic("ch05_zero3", "--precision bf16", "0,1,1,1", "0:7:node", 3,
+          "rank 0 from rank 3's copy, rank 1 own");
 }
 
 Test(ch14_ft, budget_exhausted_says_so_and_keeps_the_users_file) {
@@ -145,7 +194,9 @@ Test(ch14_ft, bad_flags_one_line_exit_2) {
 
 /* The snapshot's memory in the ledger (host arena, LEDGER_CKPT) beside its formula: ZeRO-1, fp32,
  * AdamW, N = 2, an MLP whose units need no padding (Ψ = 8·16+16 + 16·16+16 + 16·4+4 = 484): after
- * the snapshot of step 6 each rank keeps its own and its buddy's, 2 × (144 + 4Ψ + (Ψ/2)·4·3 + 24·6). */
+ * the snapshot of step 6 each rank keeps its own and its buddy's,
+ * 2 × (144 + 4Ψ + (Ψ/2)·4·3 + 24·6 + 16·3):
+ * the header, held params, own weights, m and v, the losses, where each of the 3 units' own piece lies. */
 Test(ch14_ft, snapshot_memory_in_the_ledger_is_the_formula) {
   char dir[256], cmd[1024];
   zl_tmpdir(dir, sizeof dir, "ft_ledger");
@@ -155,7 +206,7 @@ Test(ch14_ft, snapshot_memory_in_the_ledger_is_the_formula) {
   snprintf(cmd, sizeof cmd, "%s/m.json", dir);
   char *j = zl_read_file(cmd, NULL);
   cr_assert(j, "no --json written");
-  double psi = 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4, one = 144 + 4 * psi + psi / 2 * 12 + 24 * 6;
+  double psi = 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4, one = 144 + 4 * psi + psi / 2 * 12 + 24 * 6 + 16 * 3;
   double ledger = zl_json_num(j, "ckpt_mem_ledger_host_peak_bytes");
   double f = zl_json_num(j, "ckpt_mem_formula_bytes");
   cr_assert(ledger == 2 * one && f == 2 * one, "ledger %.0f, formula %.0f, by hand 2 x %.0f", ledger, f, one);
@@ -219,4 +270,15 @@ Test(ch14_ft, buddy_placement) {
       cr_assert(held[r] == 1, "nodes %s: rank %d holds %d copies, not one (its memory is uneven, and a "
                 "sender finds no matching receive)", map, r, held[r]);
   }
+}
+
+/* make test-long: HSDP (--shard-group node: ZeRO-3 inside each of 2 emulated nodes, replicas across)
+ * with a whole node down — restored from the buddies' copies on the same 4 ranks, bitwise the
+ * uninterrupted run; and the elastic case — the node does not come back, 2 ranks go on, bitwise a
+ * resume of the step-6 checkpoint on 2 ranks (one node: HSDP's shard group is then all of them). */
+Test(ch14_ft_long, hsdp_node_down_from_buddies_and_elastic) {
+  kill_relaunch_on(4, "ch05_zero3", "--shard-group node", "3:7:node", "ZL_NODE_OF_RANK=0,0,1,1",
+                   "rank 2 buddy's copy, rank 3 buddy's copy");
+  elastic("ch05_zero3", "--shard-group node", "0,0,1,1", "3:7:node", 2,
+          "rank 0 own, rank 1 own, rank 2 from rank 0's copy, rank 3 from rank 1's copy");
 }
