@@ -86,7 +86,7 @@ def memory_configs(rng, n, moe, grid, muon_ok=False):
             c["m-ranks"] = max(c["m-ranks"], 5)  # 16 and up
         c["m-precision"] = rng.choice(["bf16", "bf16", "fp32"])
         c["m-fp32grads"] = rng.random() < (0.3 if c["m-precision"] == "bf16" else 0.05)  # fp32: refused
-        c["m-recompute"] = rng.random() < 0.5
+        c["m-acts"] = rng.choice(["all", "selective", "full"])
         if muon:
             c.update({"m-optimizer": "muon", "m-precision": "fp32", "m-fp32grads": False})
             if rng.random() < 0.85:

@@ -209,14 +209,17 @@ function drawMemory(j, table, chart) {
     });
   });
   // the chart: one stacked bar per stage (and TP, TP+SP), bytes per rank by kind
-  var muon = j.optimizer === "muon", rc = $("m-recompute").checked, bars = j.stages.map(function (s) {
+  // the activations drawn: all stored, selective recompute (= FlashAttention's), full recompute
+  var mode = $("m-acts").value, rc = mode === "full", sel = mode === "selective";
+  var tacts = function (t) { return t ? (rc ? t.acts_recompute : sel ? t.acts_selective : t.acts) : 0; };
+  var muon = j.optimizer === "muon", bars = j.stages.map(function (s) {
     var b = { name: s.stage === 0 ? "DDP" : "ZeRO-" + s.stage, params: s.params, grads: s.grads, optim: s.optim, acts: 0 };
-    if (j.transformer) b.acts = rc ? j.transformer.acts_recompute : j.transformer.acts;
+    b.acts = tacts(j.transformer);
     return b;
   });
   if (j.tp) {
     bars.push({ name: "TP t=" + j.tp.t, states: j.tp.states, acts: j.tp.acts_tp });
-    bars.push({ name: "TP+SP", states: j.tp.states, acts: rc ? j.tp.acts_tp_sp_recompute : j.tp.acts_tp_sp });
+    bars.push({ name: "TP+SP", states: j.tp.states, acts: rc ? j.tp.acts_tp_sp_recompute : sel ? j.tp.acts_tp_sp_selective : j.tp.acts_tp_sp });
   }
   var last = j.stages[j.stages.length - 1], z = last.stage;
   if (j.pp) // each pipeline stage at the last ZeRO stage shown: its states, 1F1B's activations in flight (Korthikanti's)
@@ -226,7 +229,7 @@ function drawMemory(j, table, chart) {
   if (j.cp) bars.push({ name: "CP C=" + j.cp.c, states: last.total, acts: rc ? j.cp.acts_korthikanti_recompute : j.cp.acts_korthikanti });
   if (j.offload) { // the device keeps params and grads; the host the optimizer states
     bars.push({ name: "offl. dev", params: j.offload.device_params, grads: j.offload.device_grads, optim: 0,
-      acts: j.transformer ? (rc ? j.transformer.acts_recompute : j.transformer.acts) : 0 });
+      acts: tacts(j.transformer) });
     bars.push({ name: "offl. host", params: 0, grads: 0, optim: j.offload.host, acts: 0 });
   }
   var max = 0;
@@ -256,7 +259,7 @@ function drawMemory(j, table, chart) {
   });
   (grouped ? ["params", "grads", "optim", "acts", "states"] : ["params", "grads", "optim", "acts"]).forEach(function (k, i) {
     el("rect", { x: W - 140, y: 40 + i * 26, width: 18, height: 18, fill: KIND_COLOR[k] }, chart);
-    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") :
+    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : sel ? "acts (selective)" : "activations") :
       k === "states" ? (j.tp ? "states / t (TP)" : "model states") : k);
   });
 }
