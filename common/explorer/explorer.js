@@ -437,7 +437,8 @@ function updateCollectives() {
   var table = $("c-table");
   clear(table);
   var head = document.createElement("tr");
-  head.innerHTML = "<th>rank</th><th>input</th>" + (step > 0 ? "<th>step " + step + ": sends</th><th>then holds</th>" : "") +
+  var showIn = step === 0 || N <= 4; // at N > 4 the inputs only at step 0: the table stays inside the view
+  head.innerHTML = "<th>rank</th>" + (showIn ? "<th>input</th>" : "") + (step > 0 ? "<th>step " + step + ": sends</th><th>then holds</th>" : "") +
     (step === steps ? "<th>output</th>" : "") + "<th>sent in all</th>";
   table.appendChild(head);
   var cell = function (tr, text, k, v) {
@@ -450,7 +451,7 @@ function updateCollectives() {
     var tr = document.createElement("tr"), inp = [], m = Module._zx_ring_in_numel();
     for (var i = 0; i < m; i++) inp.push((i > 0 && m === n && op !== 3 && op !== 4 && i % per === 0 ? "| " : "") + fmt(Module._zx_ring_in(r, i), 0));
     tr.innerHTML = "<th>" + r + "</th>";
-    cell(tr, "[" + inp.join(", ").replace(/, \| /g, " | ") + "]");
+    if (showIn) cell(tr, "[" + inp.join(", ").replace(/, \| /g, " | ") + "]");
     if (step > 0) {
       var k = Module._zx_ring_sent(r, step - 1), to = Module._zx_ring_sent_to(r, step - 1);
       cell(tr, k ? "to " + to + ": " + list(k, function (i) { return Module._zx_ring_sent_value(r, step - 1, i); }) : "–");
@@ -466,7 +467,8 @@ function updateCollectives() {
     }
     var total = 0;
     for (var s2 = 0; s2 < steps; s2++) total += Module._zx_ring_sent(r, s2) * 4;
-    cell(tr, total + " B (model " + Module._zx_ring_model_bytes(op, N, n, 4, r) + ")", "sent." + r, String(total));
+    var model = Module._zx_ring_model_bytes(op, N, n, 4, r);
+    cell(tr, total + " B" + (N <= 4 ? " (model " + model + ")" : total === model ? " = model" : " ≠ model " + model), "sent." + r, String(total));
     table.appendChild(tr);
   }
   // the ring: this step's messages, r -> where each goes, with what they carry (values while they fit)
