@@ -50,9 +50,10 @@ var BYTE_KEY = /^(acts|comm_bytes|states|device|grads|optim|total|host|slot_byte
 function count(x) { return x >= 1e9 ? fmt(x / 1e9, 2) + " B" : x >= 1e6 ? fmt(x / 1e6, 2) + " M" : exact(x); }
 function pretty(key, x) {
   var k = key.split(".").pop();
-  if (BYTE_KEY.test(k) || (/^stages\./.test(key) && k === "params")) return k.indexOf("owner_") === 0 ? count(x) : gb(x);
+  if (BYTE_KEY.test(k) || (/^stages\./.test(key) && k === "params"))
+    return k.indexOf("owner_") === 0 ? count(x) : x < 1e6 ? exact(x) + " B" : gb(x); // GB as ch00_memory prints them
   if (/^(params|psi|muon_params|adamw_params|positions)/.test(k)) return count(x);
-  if (k === "saving") return fmt(x, 2) + "×";
+  if (k === "saving") return fmt(x, 1) + "× (" + fmt(100 / x, 1) + " % of DDP)"; // the printout's "vs DDP"
   if (k === "imbalance") return "+" + fmt(100 * (x - 1), 1) + " % over even";
   return exact(x);
 }
