@@ -12,11 +12,16 @@ back what it shows. Then, for every configuration:
                groups) compiled natively here (cc -shared) runs pp_simulate for
                the same P, M, v, F, B, W and c: its bubble must equal the page's (bitwise), and the
                cases it refuses the page must refuse;
-  collectives  ring.c's outputs on the page must be the sums (reduce-scatter) or the gathered
-               inputs (all-gather) of chapter 01's inputs, and rank 0's bytes (N−1) chunks.
+  collectives  ring.c's and alltoall.c's outputs on the page (reduce-scatter, all-gather, all-reduce,
+               broadcast, reduce, all-to-all) must be what chapter 01's inputs give, every rank's bytes
+               the ring model's; where the page runs chapter 01's own case, bitwise what
+               ch01_collectives --impl ring prints on as many MPI ranks (zlrun), the all-reduce's
+               state after its reduce-scatter included (rank r: ch01's reduce-scatter output).
 A failure names the configuration, the flag line, what the page showed and what the program said.
---shots DIR also saves a screenshot of each panel (DIR/explorer_{memory,schedules,collectives}.png; where
-ch00_memory has --pp: explorer_memory_pp.png and explorer_memory_cp.png, the pipeline and CP + offload).
+--shots DIR also saves a 1280x720 screenshot of each panel on notes/tour.md's lecture path
+(DIR/explorer_{memory,schedules,collectives}.png; where ch00_memory has --experts: explorer_memory_preset.png,
+DeepSeek-V3's experts; where it has --pp: explorer_memory_pp.png and explorer_memory_cp.png, the pipeline and
+CP + offload).
 
   python3 common/explorer/browser_test.py --page results/explorer/index.html --bin build/bin
       [--n 50] [--seed 41] [--shots notes/figures] [--chromium chromium]
@@ -30,6 +35,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -48,7 +54,7 @@ MOE_LEN = {"m-experts": 7, "m-topk": 4, "m-moe": 3, "m-ep": 7}  # where ch00_mem
 GRID_LEN = {"m-pp": 5, "m-cp": 5}  # where ch00_memory has chapters 07 and 10's flags (and 08's --offload)
 
 
-def memory_configs(rng, n, moe, grid):
+def memory_configs(rng, n, moe, grid, muon_ok=False):
     out = []
     for _ in range(n):
         c = {k: rng.randrange(v) for k, v in LEN.items()}
@@ -73,11 +79,18 @@ def memory_configs(rng, n, moe, grid):
             if c["m-offload"] and rng.random() < 0.7:
                 c["m-stage"] = rng.choice([2, 4])  # ZeRO-2 or all: offload's
         c["m-kind"] = "gpt" if c.pop("grid", False) else rng.choice(["psi", "gpt"])
+        muon = muon_ok and rng.random() < 0.25  # issue 52: --optimizer muon, fp32, what it composes with mostly
+        if muon_ok:  # before the precision: choosing Muon on the page picks fp32
+            c["m-optimizer"] = "adamw"
         if c["m-kind"] == "gpt" and (c.get("m-pp") or c.get("m-cp")):
             c["m-ranks"] = max(c["m-ranks"], 5)  # 16 and up
         c["m-precision"] = rng.choice(["bf16", "bf16", "fp32"])
         c["m-fp32grads"] = rng.random() < (0.3 if c["m-precision"] == "bf16" else 0.05)  # fp32: refused
-        c["m-recompute"] = rng.random() < 0.5
+        c["m-acts"] = rng.choice(["all", "selective", "full"])
+        if muon:
+            c.update({"m-optimizer": "muon", "m-precision": "fp32", "m-fp32grads": False})
+            if rng.random() < 0.85:
+                c.update({"m-k": 0, "m-tp": 0, "m-pp": 0, "m-cp": 0, "m-experts": 0, "m-offload": False})
         if c["m-kind"] == "gpt" and rng.random() < 0.8:  # most shapes valid: heads divide hidden
             c["m-heads"] = rng.choice([0, 1, 2, 3, 4])  # 1, 2, 4, 12, 16
             c["m-hidden"] = rng.choice([3, 4, 5, 6, 8]) if c["m-heads"] <= 4 else c["m-hidden"]
@@ -99,11 +112,21 @@ def schedule_configs(rng, n):
     return out
 
 
+COLL_OPS = ["reduce_scatter", "all_gather", "all_reduce", "broadcast", "reduce", "all_to_all"]  # ch01's --op
+
+
 def collective_configs(rng, n):
-    out = [{"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 2}]  # chapter 01's three-rank example first
-    for _ in range(n - 1):
-        N = rng.randint(2, 8)
-        out.append({"c-op": rng.randint(0, 1), "c-N": N, "c-per": rng.randint(1, 4), "c-step": N - 1})
+    """Chapter 01's three-rank reduce-scatter first; the all-reduce at 3 ranks after its reduce-scatter
+    (step N-1) and at its end; every collective at N = 8 with chapter 01's chunk (2, the all-to-all's 1);
+    then random ones."""
+    out = [{"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 2},
+           {"c-op": 2, "c-N": 3, "c-per": 2, "c-step": 2}, {"c-op": 2, "c-N": 3, "c-per": 2, "c-step": 4}]
+    for op in range(6):
+        out.append({"c-op": op, "c-N": 8, "c-per": 1 if op == 5 else 2, "c-step": 14 if op == 2 else 7})
+    out.append({"c-op": 2, "c-N": 8, "c-per": 2, "c-step": 7})
+    for _ in range(n):
+        N, op = rng.randint(2, 8), rng.randint(0, 5)
+        out.append({"c-op": op, "c-N": N, "c-per": rng.randint(1, 4), "c-step": 2 * (N - 1) if op == 2 else N - 1})
     return out
 
 
@@ -114,7 +137,7 @@ def chromium_dom(chromium, url, budget_ms=20000):
     return r.stdout.decode("utf-8", "replace")
 
 
-def chromium_shot(chromium, url, path, size="1400,1000"):
+def chromium_shot(chromium, url, path, size="1280,720"):  # a projector's view
     cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=" + size,
            "--virtual-time-budget=5000", "--screenshot=" + path, url]
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
@@ -163,6 +186,7 @@ def native_value(j, key):
     return v
 
 
+PRESET_OK = []  # the presets whose every number equalled ch00_memory's
 FLAG_OK = {}  # flag -> configurations with it whose every number equalled the program's
 
 
@@ -206,7 +230,9 @@ def check_memory(res, binary, problems):
             problems.append("%s: no number read back from the page" % where)
         elif not bad:
             n_ok += 1
-            for flag in ("--pp", "--cp", "--offload", "--experts", "--tp"):  # what the equal ones exercised
+            if r["cfg"].get("m-preset"):
+                PRESET_OK.append(r["cfg"]["m-preset"] + (" (Muon)" if "--optimizer" in r["flags"] else ""))
+            for flag in ("--pp", "--cp", "--offload", "--experts", "--tp", "--optimizer"):  # what the equal ones exercised
                 if flag in r["flags"].split():
                     FLAG_OK[flag] = FLAG_OK.get(flag, 0) + 1
     shutil.rmtree(tmp, ignore_errors=True)
@@ -231,41 +257,101 @@ def check_schedules(res, sim, problems):
     return n_ok, n_refused
 
 
-def check_collectives(res, problems):
-    n_ok = 0
+def coll_expected(op, N, per, rank):
+    """What rank `rank` ends with, from chapter 01's inputs (explorer.c, input()), and the bytes it sends in
+    all by the ring model (the pairwise all-to-all: every block but its own; the chains: the whole buffer
+    from every rank but the chain's last)."""
+    def rs(j, e):  # chunk j summed over the ranks
+        return float(sum(((q + 1) * (e + 1)) ** (j + 1) for q in range(N)))
+    n = 4 if op in (3, 4) else N * per
+    part = (n - (n // N + (1 if rank < n % N else 0))) * 4
+    if op == 0:
+        return [rs(rank, e) for e in range(per)], part
+    if op == 1:
+        return [float(10 * q + e + 1) for q in range(N) for e in range(per)], part
+    if op == 2:
+        return [rs(j, e) for j in range(N) for e in range(per)], 2 * part
+    if op == 3:
+        return [1.0, 2.0, 3.0, 4.0], 0 if rank == N - 1 else 16
+    if op == 4:
+        return ([float(N * (N + 1) // 2 * (i + 1)) for i in range(4)] if rank == 0 else []), 0 if rank == 0 else 16
+    return [float(10 * (q + 1) + rank + 100 * e) for q in range(N) for e in range(per)], part
+
+
+def f32(x):
+    """The float that ch01's %.9g names (nine digits tell every float apart): its bits, bitwise comparable."""
+    return struct.unpack("f", struct.pack("f", float(x)))[0]
+
+
+NATIVE_COLL = {}  # (op, N) -> {rank: values}: ch01_collectives --impl ring's "After" lines
+
+
+def ch01_after(binary, op, N):
+    """Run chapter 01's program on N ranks (zlrun, --impl ring: solutions/ring.c and alltoall.c as MPI
+    processes) and read each rank's buffer after the call."""
+    if (op, N) not in NATIVE_COLL:
+        p = subprocess.run(["bash", "common/scripts/zlrun", str(N), binary, "--op", COLL_OPS[op], "--impl", "ring"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        got = {}
+        for m in re.finditer(r"^After \w+ on rank (\d+): (.*)$", p.stdout.decode(), re.M):
+            got[int(m.group(1))] = json.loads(m.group(2)) if m.group(2).startswith("[") else []
+        NATIVE_COLL[(op, N)] = got
+    return NATIVE_COLL[(op, N)]
+
+
+def check_collectives(res, problems, ch01=None):
+    """The page's outputs against chapter 01's inputs summed and moved as each collective says (a
+    tolerance for the float sums), every rank's bytes against the ring model; where the page runs
+    chapter 01's own case (2 elements per chunk; the all-to-all's 1; broadcast and reduce always),
+    bitwise against ch01_collectives --impl ring on as many MPI ranks. The all-reduce: after its
+    reduce-scatter (step N-1) rank r holds chunk r = ch01's reduce-scatter output on rank r, and at
+    its end every rank holds them all, in order: reduce-scatter + all-gather, end to end."""
+    n_ok = n_native = 0
     for i, r in enumerate(res):
         c, nums = r["cfg"], r["numbers"]
-        op, N, per = c["c-op"], c["c-N"], c["c-per"]
-        where = "collective %d (%s, N %d, %d per chunk)" % (i, "reduce-scatter" if op == 0 else "all-gather", N, per)
+        op, N, per, step = c["c-op"], c["c-N"], c["c-per"], c["c-step"]
+        where = "collective %d (%s, N %d, %d per chunk, step %d)" % (i, COLL_OPS[op], N, per, step)
+        final = step == (2 * (N - 1) if op == 2 else N - 1)
+        native = None
+        if ch01 and (op in (3, 4) or (op == 5 and per == 1) or (op != 5 and per == 2)):
+            native = ch01_after(ch01, 0 if op == 2 else op, N)
         bad = 0
         for rank in range(N):
-            # reduce-scatter: chunk r on rank q is [((q+1)(e+1))^(r+1)], summed over q in float: a tolerance,
-            # |got - sum| <= (2N - 1) 2^-24 sum (each input a product of at most N floats, N - 1 additions
-            # of positive terms: relative rounding 2^-24 each), exact while every partial sum is below 2^24.
-            # all-gather: copies, exact.
-            if op == 0:
-                want = [float(sum(((q + 1) * (e + 1)) ** (rank + 1) for q in range(N))) for e in range(per)]
-            else:
-                want = [float((q + 1) * (e + 1)) for q in range(N) for e in range(per)]
-            got = json.loads(nums.get("out.%d" % rank, "null") or "null")
-            tol = [(2 * N - 1) * 2.0 ** -24 * x if op == 0 else 0 for x in want]
+            want, sent = coll_expected(op, N, per, rank)
+            tol = [(2 * N - 1) * 2.0 ** -24 * x if op in (0, 2, 4) else 0 for x in want]
+            if final:
+                got = json.loads(nums.get("out.%d" % rank, "null") or "null")
+            else:  # the all-reduce after its reduce-scatter: the piece rank r holds
+                piece = json.loads(nums.get("after.%d" % rank, "null") or "null")
+                got = piece["v"] if piece and piece["lo"] == rank * per else None
+                want, tol = want[rank * per:(rank + 1) * per], tol[rank * per:(rank + 1) * per]
             if got is None or len(got) != len(want) or any(abs(g - x) > t for g, x, t in zip(got, want, tol)):
-                problems.append("%s: rank %d's output on the page %s, expected %s (bound %s)" % (where, rank, got, want, tol))
+                problems.append("%s: rank %d's buffer on the page %s, expected %s (bound %s)" % (where, rank, got, want, tol))
                 bad += 1
-        total = nums.get("c-total-bytes")
-        if total is None or float(total) != (N - 1) * per * 4:
-            problems.append("%s: rank 0 sent %s bytes on the page, expected (N-1) chunks of %d floats = %d"
-                            % (where, total, per, (N - 1) * per * 4))
-            bad += 1
+            elif native is not None:
+                nat = native.get(rank)
+                if op == 2 and final:
+                    nat = [x for q in range(N) for x in native.get(q, [])]
+                if nat is None or [f32(x) for x in nat] != [float(x) for x in got]:
+                    problems.append("%s: rank %d on the page %s, ch01_collectives --impl ring %s" % (where, rank, got, nat))
+                    bad += 1
+            if float(nums.get("sent.%d" % rank, "nan")) != sent:
+                problems.append("%s: rank %d sent %s bytes on the page, the ring model %d" % (where, rank, nums.get("sent.%d" % rank), sent))
+                bad += 1
         n_ok += bad == 0
-    return n_ok
+        n_native += bad == 0 and native is not None
+    return n_ok, n_native
 
 
 # the projector's view: each panel's main picture inside 1280x720, text >= 16 px, contrast >= 4.5:1 (WCAG AA)
 LAYOUT = [{"panel": "memory", "cfg": {}},
           {"panel": "memory", "cfg": {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-tp": 2}},
           {"panel": "schedules", "cfg": {"s-sched": 4, "s-P": 4, "s-M": 8}},
-          {"panel": "collectives", "cfg": {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1}}]
+          {"panel": "collectives", "cfg": {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1}},
+          {"panel": "collectives", "cfg": {"c-op": 2, "c-N": 8, "c-per": 2, "c-step": 9}},
+          {"panel": "collectives", "cfg": {"c-op": 5, "c-N": 8, "c-per": 1, "c-step": 3}},
+          {"panel": "memory", "cfg": {"m-preset": "dsv3", "m-ranks": 7}},
+          {"panel": "memory", "cfg": {"m-optimizer": "muon", "m-preset": "gpt3", "m-ranks": 9}}]
 
 
 def check_layout(chromium, page, problems):
@@ -329,8 +415,11 @@ def main():
     helptext = subprocess.run([binary, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
     moe = "--experts" in helptext
     grid = "--pp" in helptext
-    tests = {"memory": memory_configs(rng, a.n, moe, grid), "schedules": schedule_configs(rng, a.n),
-             "collectives": collective_configs(rng, 10)}
+    presets = [{"m-optimizer": "adamw", "m-precision": "bf16", "m-preset": name, "m-ranks": 7, "m-stage": 4}
+               for name in ("gpt2", "gpt3", "dsv3")] if moe else []  # each real model's shape: = ch00_memory
+    presets += [{"m-optimizer": "muon", "m-preset": "gpt3", "m-ranks": 9}] if "--optimizer" in helptext else []
+    tests = {"memory": presets + memory_configs(rng, a.n, moe, grid, "--optimizer" in helptext), "schedules": schedule_configs(rng, a.n),
+             "collectives": collective_configs(rng, 8)}
     url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
     for attempt in range(3):  # a browser that did not get the page running in time: once more, said
         dom = chromium_dom(a.chromium, url, budget_ms=20000 * (attempt + 1))
@@ -347,24 +436,30 @@ def main():
     sim = Sim(a.sched_src)
     s_ok, s_ref = check_schedules(res["schedules"], sim, problems)
     shutil.rmtree(sim.dir, ignore_errors=True)
-    c_ok = check_collectives(res["collectives"], problems)
+    c_ok, c_native = check_collectives(res["collectives"], problems, os.path.join(a.bin, "ch01_collectives"))
     layout_line = check_layout(a.chromium, page, problems)
     for p in problems:
         print(p)
     print("browser_test (Chromium, %s): memory %d of %d configurations equal ch00_memory's printout and --json "
           "(%d numbers; %d refused alike); schedules %d of %d bubbles equal pp_simulate's bitwise (%d refused alike); "
-          "collectives %d of %d ring.c runs give the expected sums and bytes"
+          "collectives %d of %d runs of ring.c and alltoall.c give the expected buffers and bytes (%d of them bitwise "
+          "= ch01_collectives --impl ring on as many MPI ranks; the all-reduce = its reduce-scatter + all-gather)"
           % (os.path.basename(a.chromium), m_ok + m_ref, len(res["memory"]), m_num, m_ref, s_ok + s_ref,
-             len(res["schedules"]), s_ref, c_ok, len(res["collectives"])))
+             len(res["schedules"]), s_ref, c_ok, len(res["collectives"]), c_native))
     print(layout_line)
-    print("browser_test: memory configurations equal with each flag: %s"
-          % ", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())))
+    print("browser_test: memory configurations equal with each flag: %s; presets equal: %s"
+          % (", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())), ", ".join(PRESET_OK) or "none"))
+    if moe and len(PRESET_OK) < len(presets):
+        problems.append("presets: %d of %d equal ch00_memory's numbers" % (len(PRESET_OK), len(presets)))
     if a.shots:
         os.makedirs(a.shots, exist_ok=True)
-        views = {"memory": ("memory", {"m-kind": "gpt", "m-layers": 4, "m-hidden": 4, "m-heads": 4, "m-seq": 4, "m-micro": 0,
-                                       "m-tp": 2, "m-vocab": 2, "m-ranks": 7}),
-                 "schedules": ("schedules", {"s-sched": 4, "s-P": 2, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10}),
-                 "collectives": ("collectives", {"c-op": 0, "c-N": 3, "c-per": 2, "c-step": 1})}
+        # the lecture path (notes/tour.md): the paper's Figure 1 (the defaults), 1F1B's clock beside ZB-H1's
+        # at P = 4, M = 8, the all-reduce at 3 ranks after its reduce-scatter; DeepSeek-V3's experts
+        views = {"memory": ("memory", {}),
+                 "schedules": ("schedules", {"s-sched": 4, "s-P": 4, "s-M": 8, "s-f": 10, "s-b": 10, "s-w": 10}),
+                 "collectives": ("collectives", {"c-op": 2, "c-N": 3, "c-per": 2, "c-step": 2})}
+        if moe:
+            views["memory_preset"] = ("memory", {"m-preset": "dsv3", "m-ranks": 7})
         if grid:  # chapters 07, 10, 08: GPT-2 small's shape on 64 ranks (V 256: the blocks split evenly), 4 pipeline
             # stages; then V 50304, S 8192, C = 4 and offload
             views["memory_pp"] = ("memory", {"m-kind": "gpt", "m-layers": 3, "m-hidden": 2, "m-heads": 3, "m-seq": 3,

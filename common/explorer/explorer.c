@@ -5,9 +5,10 @@
  *   schedules    solutions/pipeline_sched.c (pp_schedule_ops, pp_schedule_fb, pp_inflight_formula) and
  *                pipeline_sim.c (pp_simulate, pp_simulate_fb, pp_bubble_formula), with what the simulator
  *                links (pipeline_check.c, pipeline_check_stage.c, pipeline_groups.c);
- *   collectives  solutions/ring.c itself (ring_reduce_scatter, ring_all_gather), run on N simulated
- *                ranks by the small communicator below (comm.h's ring-code side: p2p, local reduce,
- *                scratch), which records what every rank sends at every step.
+ *   collectives  solutions/ring.c itself (reduce-scatter, all-gather, all-reduce, broadcast, reduce)
+ *                and alltoall.c (the pairwise all-to-all), run on N simulated ranks by the small
+ *                communicator below (comm.h's ring-code side: p2p, local reduce, scratch), which
+ *                records what every rank sends at every step.
  * The JavaScript (explorer.js) draws and reads sliders; it computes no number of its own.
  * Built by `make explorer` (emcc); not a layer, not in libzl. `make build` also compiles the same
  * files natively (build/tests/explorer_native: EXPORT is plain without __EMSCRIPTEN__), so a change
@@ -17,7 +18,8 @@
 #include "memcalc.h"        // memcalc_main, memcalc_stage_states
 #include "pipeline_sched.h" // pp_schedule_ops, pp_schedule_fb, pp_split, pp_inflight_formula, pp_op_t
 #include "pipeline_sim.h"   // pp_simulate, pp_simulate_fb, pp_bubble_formula, pp_cost_t
-#include "ring.h"           // ring_reduce_scatter, ring_all_gather
+#include "alltoall.h"       // pairwise_all_to_all
+#include "ring.h"           // ring_reduce_scatter, ring_all_gather, ring_all_reduce, ring_broadcast, ...
 #include <stdio.h>          // open_memstream, fopen, fprintf
 #include <stdlib.h>         // free, calloc, exit
 #include <string.h>         // strtok, memcpy
@@ -176,29 +178,46 @@ EXPORT const char *zx_bubble_closed_range(int sched) {
   }
 }
 
-/* ---- collectives: solutions/ring.c on N simulated ranks --------------------------------------
- * Each rank runs the ring function alone, its comm_p2p_sendrecv answered from what its left
- * neighbour sent at the same step in the previous pass: a step's send depends only on earlier
- * steps' receives, so after N passes every rank has run on its neighbour's real data (the same
- * bits as N processes). What is recorded: per rank and step, the elements sent and the chunk
- * that the received data belongs to (from where ring.c adds or stores it), and the values. */
+/* ---- collectives: solutions/ring.c and alltoall.c on N simulated ranks -----------------------
+ * Each rank runs the collective alone, one after the other; its k-th receive from rank q is answered
+ * with the k-th message q sent it in the previous pass (MPI's order between a pair of ranks). A
+ * message depends only on earlier messages, so the passes repeat until one sends exactly what the
+ * pass before it sent (at most one pass per step, plus one): then every rank ran on real data, the
+ * same bits as N processes. A message's step: 0 from a rank that has received nothing yet, else one
+ * after the latest step it has received (a ring's step s, the all-gather of an all-reduce after its
+ * reduce-scatter, a chain's hop). Recorded: what every rank sends at each step, and the piece of its
+ * buffer that it receives (and adds its own values to) at that step, with the values after. */
 #define ZX_NMAX 8
 #define ZX_EMAX 64 /* elements per rank's buffer, at most */
+#define ZX_SMAX 16 /* steps, at most: 2(N − 1) for the all-reduce */
+
+enum { ZX_RS, ZX_AG, ZX_AR, ZX_BCAST, ZX_REDUCE, ZX_A2A, ZX_NOPS };
 
 struct comm {
   int rank, world;
-  const float *send; /* the rank's input buffer (chunk of a received piece: from where it is used) */
+  const float *send; /* the rank's buffers: a received piece is named by its offset in one of them */
   float *recv;
   float scratch[2][ZX_EMAX];
-  int step; /* sendrecv calls so far */
+  int nsent[ZX_NMAX], nrecv[ZX_NMAX]; /* messages so far to and from each rank */
+  int clock;                          /* the step of its next message */
+  int last;                           /* the step of the last message it received (−1: none) */
 };
 
-static float g_sent[2][ZX_NMAX][ZX_NMAX][ZX_EMAX]; /* [pass parity][rank][step][element] */
-static int g_sent_n[ZX_NMAX][ZX_NMAX];            /* elements rank r sends at step s */
-static int g_chunk[ZX_NMAX][ZX_NMAX];             /* the chunk rank r receives (and keeps) at step s */
-static float g_after[ZX_NMAX][ZX_NMAX][ZX_EMAX];  /* that chunk's values on rank r after step s */
-static float g_in[ZX_NMAX][ZX_EMAX], g_out[ZX_NMAX][ZX_EMAX];
-static int g_pass, g_steps, g_numel, g_world;
+typedef struct zx_msg {
+  int n, step, dst;
+  float v[ZX_EMAX];
+} zx_msg_t;
+
+/* The collectives panel's state: the messages of the last two passes and what the last one did. */
+typedef struct zx_coll {
+  zx_msg_t box[2][ZX_NMAX][ZX_NMAX][ZX_SMAX]; /* [pass parity][src][dst][k-th message] */
+  zx_msg_t sent[ZX_NMAX][ZX_SMAX];            /* [rank][step] what it sent (n 0: nothing) */
+  int lo[ZX_NMAX][ZX_SMAX], n[ZX_NMAX][ZX_SMAX]; /* [rank][step] the piece received, −1: none */
+  float after[ZX_NMAX][ZX_SMAX][ZX_EMAX];        /* that piece's values after the step */
+  float in[ZX_NMAX][ZX_EMAX], out[ZX_NMAX][ZX_EMAX];
+  int pass, steps, op, numel, in_numel, world;
+} zx_coll_t;
+static zx_coll_t g_c;
 
 int comm_rank(const comm_t *c) { return c->rank; }
 int comm_world(const comm_t *c) { return c->world; }
@@ -212,42 +231,50 @@ void *comm_scratch(comm_t *c, int slot, int64_t nbytes) {
   return c->scratch[slot & 1];
 }
 
-/* The chunk a pointer into the rank's send or recv buffer starts (−1: elsewhere, e.g. scratch). */
-static int chunk_of(const comm_t *c, const void *p) {
-  for (int k = 0; k < c->world; k++) {
-    int64_t lo = comm_chunk_lo(g_numel, c->world, k);
-    if (p == c->send + lo || p == c->recv + lo) return k;
-  }
+/* Where a pointer into the rank's send or recv buffer lies, in elements (−1: elsewhere, e.g. scratch). */
+static int offset_of(const comm_t *c, const void *p) {
+  const float *f = p;
+  if (c->recv && f >= c->recv && f < c->recv + ZX_EMAX) return (int)(f - c->recv);
+  if (c->send && f >= c->send && f < c->send + ZX_EMAX) return (int)(f - c->send);
   return -1;
 }
+static void record(comm_t *c, int lo, const float *v, int64_t numel) {
+  if (lo < 0 || c->last < 0 || c->last >= ZX_SMAX) return;
+  g_c.lo[c->rank][c->last] = lo, g_c.n[c->rank][c->last] = (int)numel;
+  memcpy(g_c.after[c->rank][c->last], v, (size_t)numel * sizeof(float));
+}
 
+void comm_p2p_send(comm_t *c, const void *buf, int64_t numel, dtype_t dt, int dst) {
+  int k = c->nsent[dst]++, s = c->clock;
+  if (k >= ZX_SMAX || s >= ZX_SMAX || numel > ZX_EMAX) return; /* past the range: zx_ring refused it */
+  zx_msg_t *m = &g_c.box[g_c.pass & 1][c->rank][dst][k];
+  m->n = (int)numel, m->step = s, m->dst = dst;
+  memcpy(m->v, buf, (size_t)numel * sizeof(float));
+  g_c.sent[c->rank][s] = *m;
+  (void)dt;
+}
+void comm_p2p_recv(comm_t *c, void *buf, int64_t numel, dtype_t dt, int src) {
+  int k = c->nrecv[src]++;
+  const zx_msg_t *m = &g_c.box[(g_c.pass + 1) & 1][src][c->rank][k < ZX_SMAX ? k : 0];
+  memcpy(buf, m->v, (size_t)numel * sizeof(float)); /* the previous pass's (zeros in the first) */
+  c->last = m->step;
+  if (m->step + 1 > c->clock) c->clock = m->step + 1;
+  record(c, offset_of(c, buf), buf, numel); /* a piece that lands in place (all-gather, chains) */
+  (void)dt;
+}
 void comm_p2p_sendrecv(comm_t *c, const void *sendbuf, int64_t send_numel, int dst, void *recvbuf,
                        int64_t recv_numel, int src, dtype_t dt) {
-  int s = c->step++, r = c->rank;
-  memcpy(g_sent[g_pass & 1][r][s], sendbuf, (size_t)send_numel * sizeof(float));
-  g_sent_n[r][s] = (int)send_numel;
-  /* what src sent at this step, in the previous pass (right once that pass ran on real data) */
-  memcpy(recvbuf, g_sent[(g_pass + 1) & 1][src][s], (size_t)recv_numel * sizeof(float));
-  int k = chunk_of(c, recvbuf);
-  if (k >= 0) { /* the all-gather's: straight into its place in recv */
-    g_chunk[r][s] = k;
-    memcpy(g_after[r][s], recvbuf, (size_t)recv_numel * sizeof(float));
-  }
-  (void)dst;
-  (void)dt;
+  comm_p2p_send(c, sendbuf, send_numel, dt, dst);
+  comm_p2p_recv(c, recvbuf, recv_numel, dt, src);
 }
 
 void comm_local_reduce(comm_t *c, void *dst, const void *src, int64_t numel, dtype_t dt, redop_t op) {
   float *d = dst;
   const float *x = src;
   for (int64_t i = 0; i < numel; i++) d[i] = op == REDOP_MAX ? (d[i] > x[i] ? d[i] : x[i]) : d[i] + x[i];
-  /* the reduce-scatter's: the received partial sum plus this rank's own chunk (src, or dst in place) */
-  int s = c->step - 1, k = chunk_of(c, src);
-  if (k < 0) k = chunk_of(c, dst);
-  if (s >= 0 && k >= 0) {
-    g_chunk[c->rank][s] = k;
-    memcpy(g_after[c->rank][s], dst, (size_t)numel * sizeof(float));
-  }
+  /* the received partial sum plus this rank's own piece (src, or dst in place) */
+  int lo = offset_of(c, src);
+  record(c, lo >= 0 ? lo : offset_of(c, dst), d, numel);
   (void)dt;
 }
 
@@ -257,47 +284,102 @@ void comm_local_copy(comm_t *c, void *dst, const void *src, int64_t numel, dtype
   (void)dt;
 }
 
-/* Run ring op `op` (0: reduce-scatter, 1: all-gather) on N ranks of `per` elements per chunk, the
- * inputs chapter 01's: reduce-scatter's chunk j on rank r = [((r+1)(e+1))^(j+1)], e = 0..per−1 (the
- * three-rank example of notes/01-collectives.md); all-gather's input on rank r = [(r+1)(e+1)].
- * Returns the steps (N − 1), or −1 out of range. */
-EXPORT int zx_ring(int op, int N, int per) {
-  if (N < 2 || N > ZX_NMAX || per < 1 || N * per > ZX_EMAX || (op != 0 && op != 1)) return -1;
-  g_world = N;
-  g_numel = N * per;
-  memset(g_sent, 0, sizeof g_sent);
-  memset(g_chunk, 0xff, sizeof g_chunk);
-  for (int r = 0; r < N; r++)
-    for (int i = 0; i < g_numel; i++) {
-      float x = (float)((r + 1) * (i % per + 1)), v = x;
-      for (int j = 0; j < i / per; j++) v *= x;
-      g_in[r][i] = op == 0 ? v : (i < per ? x : 0);
-    }
-  for (g_pass = 0; g_pass < N; g_pass++)
-    for (int r = 0; r < N; r++) {
-      static comm_t c;
-      memset(&c, 0, sizeof c);
-      c.rank = r, c.world = N, c.send = g_in[r], c.recv = g_out[r];
-      memset(g_out[r], 0, sizeof g_out[r]);
-      if (op == 0) ring_reduce_scatter(&c, g_in[r], g_out[r], g_numel, DT_F32, REDOP_SUM);
-      else ring_all_gather(&c, g_in[r], g_out[r], g_numel, DT_F32);
-    }
-  g_steps = N - 1;
-  return g_steps;
+/* Rank r's input, chapter 01's (chapters/01_collectives/main.c: the same values, so that
+ * ch01_collectives --impl ring prints what the page shows): reduce-scatter's and the all-reduce's chunk
+ * j = [((r+1)(e+1))^(j+1)] (the three-rank example of notes/01-collectives.md at 2 per chunk);
+ * all-gather's [10r + e + 1]; broadcast from rank 0 of [1, 2, 3, 4] (the others zeros); reduce to rank 0
+ * of (r+1)·[1, 2, 3, 4]; all-to-all's block j (for rank j) = [10(r+1) + j + 100e]. */
+static float input(int op, int r, int i, int per) {
+  int j = i / per, e = i % per;
+  float x = (float)((r + 1) * (e + 1)), v = x;
+  switch (op) {
+  case ZX_AG: return (float)(10 * r + e + 1);
+  case ZX_BCAST: return r == 0 ? (float)(i + 1) : 0;
+  case ZX_REDUCE: return (float)((r + 1) * (i + 1));
+  case ZX_A2A: return (float)(10 * (r + 1) + j + 100 * e);
+  default:
+    for (int k = 0; k < j; k++) v *= x;
+    return v;
+  }
 }
-EXPORT int zx_ring_numel(void) { return g_numel; }
-EXPORT double zx_ring_in(int r, int i) { return g_in[r][i]; }
-EXPORT double zx_ring_out(int r, int i) { return g_out[r][i]; }
-EXPORT int zx_ring_sent(int r, int s) { return g_sent_n[r][s]; }
-EXPORT double zx_ring_sent_value(int r, int s, int i) { return g_sent[(g_pass + 1) & 1][r][s][i]; }
-EXPORT int zx_ring_chunk(int r, int s) { return g_chunk[r][s]; }
-EXPORT double zx_ring_after(int r, int s, int i) { return g_after[r][s][i]; }
-/* The formulas beside: a step sends one chunk, numel/N elements of `bytes`; a call (N−1) of them. */
+
+/* One pass: every rank runs collective `op` on what the previous pass sent. */
+static void coll_pass(int op, int N, int per) {
+  int64_t cnt[ZX_NMAX], displ[ZX_NMAX];
+  for (int j = 0; j < N; j++) cnt[j] = per, displ[j] = (int64_t)j * per;
+  memset(g_c.box[g_c.pass & 1], 0, sizeof g_c.box[0]);
+  memset(g_c.sent, 0, sizeof g_c.sent);
+  memset(g_c.lo, 0xff, sizeof g_c.lo);
+  for (int r = 0; r < N; r++) {
+    comm_t c = {.rank = r, .world = N, .send = g_c.in[r], .recv = g_c.out[r], .last = -1};
+    float *in = g_c.in[r], *out = g_c.out[r];
+    memset(out, 0, sizeof g_c.out[r]);
+    switch (op) {
+    case ZX_RS: ring_reduce_scatter(&c, in, out, g_c.numel, DT_F32, REDOP_SUM); break;
+    case ZX_AG: ring_all_gather(&c, in, out, g_c.numel, DT_F32); break;
+    case ZX_AR: /* in place, on a copy of the input: reduce-scatter, then all-gather from its output */
+    case ZX_BCAST:
+      memcpy(out, in, (size_t)g_c.numel * sizeof(float));
+      c.send = out;
+      if (op == ZX_AR) ring_all_reduce(&c, out, g_c.numel, DT_F32, REDOP_SUM);
+      else ring_broadcast(&c, out, g_c.numel, DT_F32, 0);
+      break;
+    case ZX_REDUCE: ring_reduce(&c, in, out, g_c.numel, DT_F32, REDOP_SUM, 0); break;
+    default: pairwise_all_to_all(&c, in, cnt, displ, out, cnt, displ, DT_F32);
+    }
+  }
+}
+
+/* Run collective `op` (0 reduce-scatter, 1 all-gather, 2 all-reduce, 3 broadcast from rank 0, 4 reduce
+ * to rank 0, 5 all-to-all) on N ranks: `per` elements per chunk (the all-to-all's blocks; broadcast and
+ * reduce move 4 elements, as chapter 01's). Returns the steps, or −1 out of range. */
+EXPORT int zx_ring(int op, int N, int per) {
+  if (N < 2 || N > ZX_NMAX || per < 1 || N * per > ZX_EMAX || op < 0 || op >= ZX_NOPS) return -1;
+  memset(&g_c, 0, sizeof g_c);
+  g_c.op = op, g_c.world = N;
+  g_c.numel = op == ZX_BCAST || op == ZX_REDUCE ? 4 : N * per;
+  g_c.in_numel = op == ZX_AG ? per : g_c.numel;
+  for (int r = 0; r < N; r++)
+    for (int i = 0; i < g_c.in_numel; i++) g_c.in[r][i] = input(op, r, i, per);
+  for (g_c.pass = 0; g_c.pass < 2 * ZX_SMAX + 2; g_c.pass++) {
+    coll_pass(op, N, per);
+    if (g_c.pass > 0 && memcmp(g_c.box[0], g_c.box[1], sizeof g_c.box[0]) == 0) break; /* a fixed point */
+  }
+  g_c.steps = 0;
+  for (int r = 0; r < N; r++)
+    for (int s = 0; s < ZX_SMAX; s++)
+      if (g_c.sent[r][s].n > 0 && s + 1 > g_c.steps) g_c.steps = s + 1;
+  return g_c.steps;
+}
+EXPORT int zx_ring_numel(void) { return g_c.numel; }
+EXPORT int zx_ring_in_numel(void) { return g_c.in_numel; }
+/* What rank r's output holds: reduce-scatter its chunk, reduce the root's buffer (the others: nothing). */
+EXPORT int zx_ring_out_numel(int r) {
+  int per = g_c.numel / g_c.world;
+  return g_c.op == ZX_RS ? per : g_c.op == ZX_REDUCE && r != 0 ? 0 : g_c.numel;
+}
+EXPORT double zx_ring_in(int r, int i) { return g_c.in[r][i]; }
+EXPORT double zx_ring_out(int r, int i) { return g_c.out[r][i]; }
+/* Rank r's message at step s: its elements (0: none), where to, its values. */
+EXPORT int zx_ring_sent(int r, int s) { return g_c.sent[r][s].n; }
+EXPORT int zx_ring_sent_to(int r, int s) { return g_c.sent[r][s].dst; }
+EXPORT double zx_ring_sent_value(int r, int s, int i) { return g_c.sent[r][s].v[i]; }
+/* The piece rank r received at step s: its offset in the buffer (−1: none), its length, values after. */
+EXPORT int zx_ring_piece(int r, int s) { return g_c.lo[r][s]; }
+EXPORT int zx_ring_piece_numel(int r, int s) { return g_c.n[r][s]; }
+EXPORT double zx_ring_after(int r, int s, int i) { return g_c.after[r][s][i]; }
+/* A step of the ring (and of the all-to-all) sends one chunk: numel/N elements of `bytes`. */
 EXPORT double zx_ring_formula_step(int N, int numel, int bytes) { return (double)numel / N * bytes; }
-EXPORT double zx_ring_formula_total(int N, int numel, int bytes) { return (N - 1.0) / N * numel * bytes; }
-/* The ring model's bytes for one call, comm.h's rule: (N−1)/N of the buffer of numel elements of
- * `bytes` each per rank for reduce-scatter and all-gather (exact per rank for uneven chunks: the
- * buffer less the rank's own chunk). */
-EXPORT double zx_ring_model_bytes(int N, int numel, int bytes, int rank) {
-  return (double)(numel - comm_chunk_numel(numel, N, rank)) * bytes;
+/* The bytes rank r sends in one call of `op` on N ranks with a buffer of numel elements of `bytes`, the
+ * ring model of comm.h and notes/01-collectives.md: reduce-scatter, all-gather and the all-to-all (N−1)/N
+ * of the buffer (uneven chunks: the buffer less the rank's own chunk), the all-reduce twice that; the
+ * chains (broadcast from rank 0, reduce to rank 0) the whole buffer from every rank but the chain's last. */
+EXPORT double zx_ring_model_bytes(int op, int N, int numel, int bytes, int rank) {
+  double part = (double)(numel - comm_chunk_numel(numel, N, rank)) * bytes, all = (double)numel * bytes;
+  switch (op) {
+  case ZX_AR: return 2 * part;
+  case ZX_BCAST: return rank == N - 1 ? 0 : all;
+  case ZX_REDUCE: return rank == 0 ? 0 : all;
+  default: return part;
+  }
 }

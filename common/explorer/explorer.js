@@ -44,7 +44,67 @@ function el(tag, attrs, parent, text) {
 function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 function gb(x) { return (x / 1e9).toFixed(x >= 1e9 ? 1 : 3) + " GB"; }
 function exact(x) { return Number.isInteger(x) ? x.toLocaleString("en-US") : String(x); }
-function val(id) { return V[id.replace(/^m-/, "")][+$(id).value]; }
+// a number of ch00_memory's JSON for the table, by its key (the exact value stays in data-v and the title):
+// bytes in GB, parameter counts in M or B, the saving as a factor, the owners' imbalance as a percentage
+var BYTE_KEY = /^(acts|comm_bytes|states|device|grads|optim|total|host|slot_bytes|zero2_device|ours_|dense_states|expert_states|adamw_optim|owner_)/;
+function count(x) { return x >= 1e9 ? fmt(x / 1e9, 2) + " B" : x >= 1e6 ? fmt(x / 1e6, 2) + " M" : exact(x); }
+function pretty(key, x) {
+  var k = key.split(".").pop();
+  if (BYTE_KEY.test(k) || (/^stages\./.test(key) && k === "params"))
+    return k.indexOf("owner_") === 0 ? count(x) : x < 1e6 ? exact(x) + " B" : gb(x); // GB as ch00_memory prints them
+  if (/^(params|psi|muon_params|adamw_params|positions)/.test(k)) return count(x);
+  if (k === "saving") return fmt(x, 1) + "× (" + fmt(100 / x, 1) + " % of DDP)"; // the printout's "vs DDP"
+  if (k === "imbalance") return "+" + fmt(100 * (x - 1), 1) + " % over even";
+  return exact(x);
+}
+// a slider's value: its typed box where it has one (m-layers-n: any number, the slider at the nearest notch)
+function val(id) { var n = $(id + "-n"); return n ? +n.value : V[id.replace(/^m-/, "")][+$(id).value]; }
+var TYPED = ["ranks", "layers", "hidden", "heads", "seq", "micro", "vocab", "experts", "topk"];
+function notch(name, x) { // the slider's index nearest to x
+  var best = 0;
+  V[name].forEach(function (v, i) { if (Math.abs(v - x) < Math.abs(V[name][best] - x)) best = i; });
+  return best;
+}
+
+// ---- real models one click away: their shapes as ch00_memory's flags (the numbers: ch00_memory's C) -----
+// GPT-2 small: Hugging Face's gpt2 config (n_layer 12, n_embd 768, n_head 12, n_ctx 1024, vocab_size 50257).
+// GPT-3 175B: Brown et al. 2020, Table 2.1 (n_layers 96, d_model 12288, n_heads 96, d_head 128, context
+// 2048; GPT-2's tokenizer, 50257).
+// DeepSeek-V3: its config.json (num_hidden_layers 61, hidden_size 7168, num_attention_heads 128, vocab_size
+// 129280, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size 2048;
+// first_k_dense_replace 3, intermediate_size 18432) and Megatron-LM's deepseek_v3 recipe (moe_layer_freq
+// [0]*3+[1]*58, moe_ffn_hidden_size 2048, 4096 tokens of sequence in pre-training).
+// Llama-3 8B/70B/405B are left out: ch00_memory's GPT has no grouped-query attention (num_key_value_heads
+// 8), no gated MLP of its own width (SwiGLU, intermediate_size 14336 / 28672 / 53248) and a learned position
+// table where Llama has RoPE: its Ψ and Korthikanti's activations would describe another model.
+var PRESETS = {
+  gpt2: { layers: 12, hidden: 768, heads: 12, seq: 1024, vocab: 50257, experts: 0, topk: 2, effn: 0, shared: 0,
+    note: "GPT-2 small: 12 layers, h 768, 12 heads, context 1024, vocabulary 50257. GPT-2 ties its head to the " +
+      "token embedding (124 M); this GPT's head is a matrix of its own: V·h = 38.6 M more (163 M)." },
+  gpt3: { layers: 96, hidden: 12288, heads: 96, seq: 2048, vocab: 50257, experts: 0, topk: 2, effn: 0, shared: 0,
+    note: "GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, h 12288, 96 heads of 128, context 2048. Its " +
+      "head is tied too: this GPT's own head adds V·h = 0.62 B (175.2 B here)." },
+  dsv3: { layers: 61, hidden: 7168, heads: 128, seq: 4096, vocab: 129280, experts: 256, topk: 8, effn: 2048, shared: 1,
+    note: "DeepSeek-V3's experts on this GPT's block: 61 layers, h 7168, 128 heads, 256 routed experts of width " +
+      "2048, 8 per token, 1 shared. 475 B here against its 671 B: its experts are SwiGLU (3 matrices, here 2), " +
+      "its attention MLA, its first 3 layers dense MLPs of width 18432 (here every block MoE), and it adds a " +
+      "multi-token-prediction module." }
+};
+function applyPreset() {
+  var p = PRESETS[$("m-preset").value];
+  $("m-preset-note").textContent = p ? p.note : "";
+  if (!p) return;
+  $("m-kind").value = "gpt";
+  ["layers", "hidden", "heads", "seq", "vocab", "experts", "topk"].forEach(function (n) {
+    $("m-" + n + "-n").value = p[n];
+    $("m-" + n).value = notch(n, p[n]);
+  });
+  $("m-micro-n").value = 1, $("m-micro").value = 0;
+  $("m-effn").value = p.effn, $("m-shared").value = p.shared;
+  ["m-tp", "m-pp", "m-cp", "m-moe", "m-ep"].forEach(function (id) { $(id).value = 0; }); // what each composes with
+  $("m-offload").checked = false;
+  updateMemory();
+}
 
 // ---- memory: ch00_memory's flags, run by its own C -------------------------------------------------
 function memoryFlags() {
@@ -58,9 +118,14 @@ function memoryFlags() {
     if (ZX.grid && val("m-cp") > 1) f.push("--cp " + val("m-cp"));
     f.push("--vocab " + val("m-vocab"));
     if (ZX.moe && val("m-experts") > 0) // chapter 12's flags, where this ch00_memory has them (its --help says)
+    {
       f.push("--experts " + val("m-experts"), "--topk " + val("m-topk"), "--moe-every " + val("m-moe"), "--ep " + val("m-ep"));
+      if (ZX.fine && +$("m-effn").value > 0) f.push("--expert-ffn " + +$("m-effn").value); // issue 48's DeepSeekMoE
+      if (ZX.fine && +$("m-shared").value > 0) f.push("--shared-experts " + +$("m-shared").value);
+    }
   }
   f.push("--ranks " + val("m-ranks"), "--precision " + $("m-precision").value);
+  if (ZX.muon && $("m-optimizer").value === "muon") f.push("--optimizer muon"); // issue 52: fp32 only (ch00 says so)
   if (val("m-stage") !== "all") f.push("--stage " + val("m-stage"));
   if (val("m-k") !== -1) f.push("--k " + val("m-k"));
   if ($("m-fp32grads").checked) f.push("--fp32-grads");
@@ -69,12 +134,16 @@ function memoryFlags() {
 }
 
 function updateMemory() {
-  ["psi", "ranks", "stage", "k", "layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep", "pp", "cp"].forEach(function (n) {
+  ["psi", "stage", "k", "tp", "moe", "ep", "pp", "cp"].forEach(function (n) {
     var v = val("m-" + n);
     $("m-" + n + "-v").textContent = n === "k" && v === -1 ? "by precision (12 bf16, 8 fp32)" : String(v);
   });
   var gpt = $("m-kind").value === "gpt";
-  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep", "pp", "cp"].forEach(function (n) { $("m-" + n).disabled = !gpt; });
+  ["layers", "hidden", "heads", "seq", "micro", "tp", "vocab", "experts", "topk", "moe", "ep", "pp", "cp"].forEach(function (n) {
+    $("m-" + n).disabled = !gpt;
+    if ($("m-" + n + "-n")) $("m-" + n + "-n").disabled = !gpt;
+  });
+  $("m-effn").disabled = $("m-shared").disabled = !gpt || !ZX.fine;
   $("m-psi").disabled = gpt;
   hideUnused();
   if (gpt) $("m-psi-v").textContent = "from the shape (the GPT of common/model/gpt.h)";
@@ -104,7 +173,8 @@ function drawMemory(j, table, chart) {
     r.innerHTML = "<th>" + (s.stage === 0 ? "DDP (0)" : "ZeRO-" + s.stage) + "</th>";
     cols.forEach(function (c) {
       var td = document.createElement("td");
-      td.textContent = exact(s[c]);
+      td.textContent = pretty("stages." + c, s[c]);
+      td.title = exact(s[c]);
       td.setAttribute("data-k", "stages." + s.stage + "." + c);
       td.setAttribute("data-v", String(s[c]));
       r.appendChild(td);
@@ -119,12 +189,16 @@ function drawMemory(j, table, chart) {
     var td = document.createElement("td");
     td.colSpan = cols.length;
     td.style.textAlign = "left";
-    td.textContent = exact(v);
+    td.textContent = pretty(key, v);
+    td.title = exact(v);
     td.setAttribute("data-k", key);
     td.setAttribute("data-v", String(v));
     r.appendChild(td);
     table.appendChild(r);
   };
+  Object.keys(j).forEach(function (obj) { // the top level's numbers (Ψ, N; Muon's owners) first
+    if (typeof j[obj] === "number") row(obj, j[obj]);
+  });
   Object.keys(j).forEach(function (obj) {
     if (obj === "stages" || typeof j[obj] !== "object" || j[obj] === null) return;
     Object.keys(j[obj]).forEach(function (k) {
@@ -136,14 +210,17 @@ function drawMemory(j, table, chart) {
     });
   });
   // the chart: one stacked bar per stage (and TP, TP+SP), bytes per rank by kind
-  var rc = $("m-recompute").checked, bars = j.stages.map(function (s) {
+  // the activations drawn: all stored, selective recompute (= FlashAttention's), full recompute
+  var mode = $("m-acts").value, rc = mode === "full", sel = mode === "selective";
+  var tacts = function (t) { return t ? (rc ? t.acts_recompute : sel ? t.acts_selective : t.acts) : 0; };
+  var muon = j.optimizer === "muon", bars = j.stages.map(function (s) {
     var b = { name: s.stage === 0 ? "DDP" : "ZeRO-" + s.stage, params: s.params, grads: s.grads, optim: s.optim, acts: 0 };
-    if (j.transformer) b.acts = rc ? j.transformer.acts_recompute : j.transformer.acts;
+    b.acts = tacts(j.transformer);
     return b;
   });
   if (j.tp) {
     bars.push({ name: "TP t=" + j.tp.t, states: j.tp.states, acts: j.tp.acts_tp });
-    bars.push({ name: "TP+SP", states: j.tp.states, acts: rc ? j.tp.acts_tp_sp_recompute : j.tp.acts_tp_sp });
+    bars.push({ name: "TP+SP", states: j.tp.states, acts: rc ? j.tp.acts_tp_sp_recompute : sel ? j.tp.acts_tp_sp_selective : j.tp.acts_tp_sp });
   }
   var last = j.stages[j.stages.length - 1], z = last.stage;
   if (j.pp) // each pipeline stage at the last ZeRO stage shown: its states, 1F1B's activations in flight (Korthikanti's)
@@ -153,21 +230,28 @@ function drawMemory(j, table, chart) {
   if (j.cp) bars.push({ name: "CP C=" + j.cp.c, states: last.total, acts: rc ? j.cp.acts_korthikanti_recompute : j.cp.acts_korthikanti });
   if (j.offload) { // the device keeps params and grads; the host the optimizer states
     bars.push({ name: "offl. dev", params: j.offload.device_params, grads: j.offload.device_grads, optim: 0,
-      acts: j.transformer ? (rc ? j.transformer.acts_recompute : j.transformer.acts) : 0 });
+      acts: tacts(j.transformer) });
     bars.push({ name: "offl. host", params: 0, grads: 0, optim: j.offload.host, acts: 0 });
   }
   var max = 0;
   bars.forEach(function (b) { b.sum = (b.states !== undefined ? b.states : b.params + b.grads + b.optim) + b.acts; max = Math.max(max, b.sum); });
   var W = +chart.getAttribute("width"), H = +chart.getAttribute("height"), x0 = 70, y0 = H - 40, bw = Math.min(90, (W - x0 - 160) / bars.length - 14);
   var grouped = j.tp || j.pp || j.cp;
-  el("text", { x: 8, y: 18, "font-size": 15 }, chart, "bytes per rank (" + j.precision + ", Ψ = " + j.params.toExponential(3) + ", N = " + j.world + ")" +
+  if (muon) // issue 52: whole matrices on their owners, the largest owner's share sets the bytes per rank
+  { // two lines: ZeRO-1 and -2 are ch03/ch04's --shard owner
+    el("text", { x: 8, y: 18 }, chart, "bytes per rank (Muon, fp32, Ψ = " + count(j.psi) + ", N = " + j.ranks +
+      "); ZeRO-1, ZeRO-2: whole matrices on owners");
+    el("text", { x: 8, y: 40 }, chart, "the largest owner holds " + count(j.owner_max) + " matrix params, the smallest " +
+      count(j.owner_min) + " (" + pretty("imbalance", j.imbalance) + ")");
+  }
+  else el("text", { x: 8, y: 18, "font-size": 15 }, chart, "bytes per rank (" + j.precision + ", Ψ = " + count(j.params) + ", N = " + j.world + ")" +
     (j.pp || j.cp ? "; PP, CP bars at " + (z === 0 ? "DDP" : "ZeRO-" + z) : ""));
   el("line", { x1: x0, y1: y0, x2: W - 150, y2: y0, stroke: "#333" }, chart);
   bars.forEach(function (b, i) {
     var x = x0 + 10 + i * (bw + 14), y = y0, parts = b.states !== undefined ? [["states", b.states], ["acts", b.acts]] :
       [["params", b.params], ["grads", b.grads], ["optim", b.optim], ["acts", b.acts]];
     parts.forEach(function (p) {
-      var h = max > 0 ? p[1] / max * (y0 - 40) : 0;
+      var h = max > 0 ? p[1] / max * (y0 - (muon ? 66 : 40)) : 0;
       y -= h;
       el("rect", { x: x, y: y, width: bw, height: Math.max(h, 0), fill: KIND_COLOR[p[0]] }, chart);
     });
@@ -176,7 +260,7 @@ function drawMemory(j, table, chart) {
   });
   (grouped ? ["params", "grads", "optim", "acts", "states"] : ["params", "grads", "optim", "acts"]).forEach(function (k, i) {
     el("rect", { x: W - 140, y: 40 + i * 26, width: 18, height: 18, fill: KIND_COLOR[k] }, chart);
-    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : "activations") :
+    el("text", { x: W - 115, y: 54 + i * 26, "font-size": 15 }, chart, k === "optim" ? "optimizer (K)" : k === "acts" ? (rc ? "acts (recompute)" : sel ? "acts (selective)" : "activations") :
       k === "states" ? (j.tp ? "states / t (TP)" : "model states") : k);
   });
 }
@@ -325,73 +409,103 @@ function drawCurve(q) {
     "no measured run of this schedule at P = " + q.P + " in notes/data (measured: P = 2 and 4, GPipe, 1F1B, interleaved v = 2, ZB-H1, ZB-H2).";
 }
 
-// ---- collectives: solutions/ring.c on N simulated ranks --------------------------------------------
+// ---- collectives: solutions/ring.c and alltoall.c on N simulated ranks -----------------------------
+var COLL = [ // name, ch01_collectives --op, the bytes per rank in all (the ring model), per step
+  ["reduce-scatter", "reduce_scatter", "(N−1)/N·n·4 B", "(n/N)·4 B"],
+  ["all-gather", "all_gather", "(N−1)/N·n·4 B", "(n/N)·4 B"],
+  ["all-reduce = reduce-scatter, then all-gather", "reduce_scatter", "2(N−1)/N·n·4 B", "(n/N)·4 B"],
+  ["broadcast from rank 0 (a chain)", "broadcast", "n·4 B from every rank but the chain's last", "n·4 B"],
+  ["reduce to rank 0 (a chain)", "reduce", "n·4 B from every rank but the root", "n·4 B"],
+  ["all-to-all (pairwise)", "all_to_all", "(N−1)/N·n·4 B: every block but its own, one hop", "(n/N)·4 B"]];
+function pieceName(op, N, n, lo, len) {
+  if (lo < 0) return "";
+  if (lo === 0 && len === n) return "all";
+  return (op === 5 ? "from rank " : "chunk ") + Math.round(lo / (n / N));
+}
 function updateCollectives() {
   var op = +$("c-op").value, N = +$("c-N").value, per = +$("c-per").value;
-  $("c-step").max = N - 1;
-  if (+$("c-step").value > N - 1) $("c-step").value = N - 1;
+  $("c-per").disabled = op === 3 || op === 4;
+  hideUnused();
+  var steps = Module._zx_ring(op, N, per), n = Module._zx_ring_numel();
+  $("c-step").max = steps;
+  if (+$("c-step").value > steps) $("c-step").value = steps;
   var step = +$("c-step").value;
   $("c-N-v").textContent = N;
   $("c-per-v").textContent = per;
-  $("c-step-v").textContent = step + " of " + (N - 1);
-  var steps = Module._zx_ring(op, N, per), n = Module._zx_ring_numel();
-  var vals = function (f) { var a = []; for (var i = 0; i < per; i++) a.push(f(i)); return "[" + a.join(", ") + "]"; };
+  var phase = op !== 2 || step === 0 ? "" : step <= N - 1 ? " (reduce-scatter)" : " (all-gather, from the reduce-scatter's output)";
+  $("c-step-v").textContent = step + " of " + steps + phase;
+  var list = function (k, f) { var a = []; for (var i = 0; i < k; i++) a.push(fmt(f(i), 0)); return "[" + a.join(", ") + "]"; };
   var table = $("c-table");
   clear(table);
   var head = document.createElement("tr");
-  head.innerHTML = "<th>rank</th><th>input</th>" + Array.from({ length: step }, function (_, s) { return "<th>after step " + (s + 1) + "</th>"; }).join("") +
-    (step === steps ? "<th>output</th>" : "");
+  var showIn = step === 0 || N <= 4; // at N > 4 the inputs only at step 0: the table stays inside the view
+  head.innerHTML = "<th>rank</th>" + (showIn ? "<th>input</th>" : "") + (step > 0 ? "<th>step " + step + ": sends</th><th>then holds</th>" : "") +
+    (step === steps ? "<th>output</th>" : "") + "<th>sent in all</th>";
   table.appendChild(head);
+  var cell = function (tr, text, k, v) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (k) { td.setAttribute("data-k", k); td.setAttribute("data-v", v); }
+    tr.appendChild(td);
+  };
   for (var r = 0; r < N; r++) {
-    var tr = document.createElement("tr"), inp = [];
-    for (var i = 0; i < (op === 0 ? n : per); i++) inp.push((i > 0 && i % per === 0 ? "| " : "") + Module._zx_ring_in(r, i));
-    tr.innerHTML = "<th>" + r + "</th><td>[" + inp.join(", ").replace(/, \| /g, " | ") + "]</td>";
-    for (var s = 0; s < step; s++) {
-      var td = document.createElement("td");
-      td.textContent = "chunk " + Module._zx_ring_chunk(r, s) + ": " + vals(function (i) { return Module._zx_ring_after(r, s, i); });
-      tr.appendChild(td);
+    var tr = document.createElement("tr"), inp = [], m = Module._zx_ring_in_numel();
+    for (var i = 0; i < m; i++) inp.push((i > 0 && m === n && op !== 3 && op !== 4 && i % per === 0 ? "| " : "") + fmt(Module._zx_ring_in(r, i), 0));
+    tr.innerHTML = "<th>" + r + "</th>";
+    if (showIn) cell(tr, "[" + inp.join(", ").replace(/, \| /g, " | ") + "]");
+    if (step > 0) {
+      var k = Module._zx_ring_sent(r, step - 1), to = Module._zx_ring_sent_to(r, step - 1);
+      cell(tr, k ? "to " + to + ": " + list(k, function (i) { return Module._zx_ring_sent_value(r, step - 1, i); }) : "–");
+      var lo = Module._zx_ring_piece(r, step - 1), len = Module._zx_ring_piece_numel(r, step - 1), after = [];
+      for (var i3 = 0; lo >= 0 && i3 < len; i3++) after.push(Module._zx_ring_after(r, step - 1, i3));
+      cell(tr, lo >= 0 ? pieceName(op, N, n, lo, len) + ": " + list(len, function (i) { return after[i]; }) : "–",
+        "after." + r, lo >= 0 ? JSON.stringify({ lo: lo, v: after }) : "null");
     }
     if (step === steps) {
       var out = [];
-      for (var i2 = 0; i2 < (op === 0 ? per : n); i2++) out.push(Module._zx_ring_out(r, i2));
-      var td2 = document.createElement("td");
-      td2.textContent = "[" + out.join(", ") + "]";
-      td2.setAttribute("data-k", "out." + r);
-      td2.setAttribute("data-v", JSON.stringify(out));
-      tr.appendChild(td2);
+      for (var i2 = 0; i2 < Module._zx_ring_out_numel(r); i2++) out.push(Module._zx_ring_out(r, i2));
+      cell(tr, out.length ? list(out.length, function (i) { return out[i]; }) : "(nothing: only the root receives)", "out." + r, JSON.stringify(out));
     }
+    var total = 0;
+    for (var s2 = 0; s2 < steps; s2++) total += Module._zx_ring_sent(r, s2) * 4;
+    var model = Module._zx_ring_model_bytes(op, N, n, 4, r);
+    cell(tr, total + " B" + (N <= 4 ? " (model " + model + ")" : total === model ? " = model" : " ≠ model " + model), "sent." + r, String(total));
     table.appendChild(tr);
   }
-  // the ring: this step's messages, r -> r+1, with what they carry
+  // the ring: this step's messages, r -> where each goes, with what they carry (values while they fit)
   var svg = $("c-ring");
   clear(svg);
-  var cx = 260, cy = 230, R = 170;
+  var cx = 250, cy = 245, R = N > 4 ? 185 : 160;
   var pos = function (r) { var a = -Math.PI / 2 + 2 * Math.PI * r / N; return [cx + R * Math.cos(a), cy + R * Math.sin(a)]; };
-  el("defs", {}, svg).innerHTML = '<marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#e63946"/></marker>';
-  var bytes = 0;
+  el("defs", {}, svg).innerHTML = '<marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#c1121f"/></marker>';
+  var bytes = 0, labels = N <= 4 && (op === 3 || op === 4 || per <= 2);
   for (var r2 = 0; r2 < N; r2++) {
-    var a = pos(r2), b = pos((r2 + 1) % N);
-    if (step > 0) {
-      var sent = Module._zx_ring_sent(r2, step - 1);
-      bytes = sent * 4;
-      var dx = b[0] - a[0], dy = b[1] - a[1], L = Math.hypot(dx, dy), ux = dx / L, uy = dy / L;
-      el("line", { x1: a[0] + ux * 34, y1: a[1] + uy * 34, x2: b[0] - ux * 34, y2: b[1] - uy * 34, stroke: "#e63946", "stroke-width": 3, "marker-end": "url(#arr)" }, svg);
-      el("text", { x: (a[0] + b[0]) / 2 - uy * 26, y: (a[1] + b[1]) / 2 + ux * 26, "text-anchor": "middle", "font-size": 13 }, svg,
-        vals(function (i) { return Module._zx_ring_sent_value(r2, step - 1, i); }) + ", " + sent * 4 + " B");
+    var a = pos(r2), sent = step > 0 ? Module._zx_ring_sent(r2, step - 1) : 0;
+    if (r2 === 0) bytes = sent * 4;
+    if (sent > 0) {
+      var b = pos(Module._zx_ring_sent_to(r2, step - 1)), dx = b[0] - a[0], dy = b[1] - a[1], L = Math.hypot(dx, dy), ux = dx / L, uy = dy / L;
+      el("line", { x1: a[0] + ux * 34, y1: a[1] + uy * 34, x2: b[0] - ux * 34, y2: b[1] - uy * 34, stroke: "#c1121f", "stroke-width": 3, "marker-end": "url(#arr)" }, svg);
+      var at = L > 2 * R * 0.8 ? 0.3 : 0.5; // a chord (the all-to-all): its label near its sender, off the centre
+      el("text", { x: a[0] + dx * at - uy * 22, y: a[1] + dy * at + ux * 22 + 5, "text-anchor": "middle" }, svg,
+        labels ? list(sent, function (i) { return Module._zx_ring_sent_value(r2, step - 1, i); }) : sent * 4 + " B");
     }
     el("circle", { cx: a[0], cy: a[1], r: 30, fill: "#1d3557" }, svg);
     el("text", { x: a[0], y: a[1] + 6, "text-anchor": "middle", fill: "#fff", "font-size": 18 }, svg, "rank " + r2);
   }
-  el("text", { x: 10, y: 20, "font-size": 15 }, svg, (op === 0 ? "reduce-scatter" : "all-gather") + ", N = " + N + ", n = " + n + " floats" +
+  el("text", { x: 10, y: 20 }, svg, COLL[op][0].replace(/ =.*/, "") + ", N = " + N + ", n = " + n +
     (step > 0 ? ": step " + step + "'s messages" : ": the inputs"));
+  $("c-cmd").textContent = 'make run CH=01 NP=' + N + ' ARGS="--op ' + COLL[op][1] + ' --impl ring"' +
+    (op === 2 ? " (what this all-reduce holds at step " + (N - 1) + "; chapter 01's --op all_reduce starts from other inputs)" : "");
   $("c-step-bytes").textContent = step > 0 ? bytes + " B" : "–";
   $("c-step-bytes").setAttribute("data-v", step > 0 ? String(bytes) : "");
-  $("c-step-formula").textContent = Module._zx_ring_formula_step(N, n, 4) + " B";
-  var total = 0;
-  for (var s2 = 0; s2 < steps; s2++) total += Module._zx_ring_sent(0, s2) * 4;
-  $("c-total-bytes").textContent = "rank 0: " + total + " B (ring model: " + Module._zx_ring_model_bytes(N, n, 4, 0) + " B)";
-  $("c-total-bytes").setAttribute("data-v", String(total));
-  $("c-total-formula").textContent = Module._zx_ring_formula_total(N, n, 4) + " B";
+  $("c-step-formula-text").textContent = COLL[op][3];
+  $("c-step-formula").textContent = (op === 3 || op === 4 ? n * 4 : Module._zx_ring_formula_step(N, n, 4)) + " B";
+  $("c-total-formula-text").textContent = COLL[op][2];
+  var total0 = 0;
+  for (var s3 = 0; s3 < steps; s3++) total0 += Module._zx_ring_sent(0, s3) * 4;
+  $("c-total-bytes").textContent = "rank 0: " + total0 + " B";
+  $("c-total-bytes").setAttribute("data-v", String(total0));
+  $("c-total-formula").textContent = Module._zx_ring_model_bytes(op, N, n, 4, 0) + " B";
 }
 
 // the controls a case does not use take no room (a projector's first view holds the picture)
@@ -495,10 +609,29 @@ function start() {
   // chapters 07, 10 and 08's sliders (--pp, --cp, --offload), likewise
   ZX.grid = Module.zxOut.join("\n").indexOf("--pp") >= 0;
   document.querySelectorAll("label.grid").forEach(function (l) { l.style.display = ZX.grid ? "" : "none"; });
+  // issue 52's Muon (--optimizer muon), likewise; choosing it picks fp32, the only precision it has
+  ZX.muon = Module.zxOut.join("\n").indexOf("--optimizer") >= 0;
+  document.querySelectorAll("label.muon").forEach(function (l) { l.style.display = ZX.muon ? "" : "none"; });
+  $("m-optimizer").addEventListener("change", function () { if ($("m-optimizer").value === "muon") $("m-precision").value = "fp32"; });
   document.querySelectorAll("nav button").forEach(function (b) {
     b.addEventListener("click", function () { show(b.getAttribute("data-panel")); location.hash = b.getAttribute("data-panel"); });
   });
-  document.querySelectorAll("#memory input, #memory select").forEach(function (e) { e.addEventListener("input", updateMemory); e.addEventListener("change", updateMemory); });
+  // the typed boxes and their sliders move together (first, so that updateMemory reads them moved)
+  TYPED.forEach(function (n) {
+    var r = $("m-" + n), box = $("m-" + n + "-n");
+    box.value = V[n][+r.value];
+    var fromSlider = function () { box.value = V[n][+r.value]; };
+    r.addEventListener("input", fromSlider);
+    r.addEventListener("change", fromSlider);
+    box.addEventListener("input", function () { if (box.value !== "") r.value = notch(n, +box.value); });
+  });
+  ZX.fine = Module.zxOut.join("\n").indexOf("--expert-ffn") >= 0; // issue 48's fine-grained and shared experts
+  $("m-preset").addEventListener("change", applyPreset);
+  document.querySelectorAll("#memory input, #memory select").forEach(function (e) {
+    if (e.id === "m-preset") return;
+    e.addEventListener("input", updateMemory);
+    e.addEventListener("change", updateMemory);
+  });
   document.querySelectorAll("#schedules input, #schedules select").forEach(function (e) { e.addEventListener("input", updateSchedules); e.addEventListener("change", updateSchedules); });
   document.querySelectorAll("#collectives input, #collectives select").forEach(function (e) { e.addEventListener("input", updateCollectives); e.addEventListener("change", updateCollectives); });
   updateMemory();

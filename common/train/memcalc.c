@@ -67,12 +67,17 @@ typedef struct acts {
   double per_layer;       /* Korthikanti et al. 2022, 16 bit: s·b·h·(34 + 5·a·s/h) */
   double total;           /* × L */
   double recompute;       /* full recomputation: 2·s·b·h per layer (its input) + one layer's per_layer */
+  /* selective recomputation (Korthikanti et al. §5: QKᵀ, softmax, its dropout, the product with V
+   * recomputed, the 5·a·s/h term gone): 34·s·b·h per layer, × L — what FlashAttention stores too,
+   * never keeping the s × s scores (up to its a·s·b softmax statistics) */
+  double selective;
   double ours, ours_rc;   /* this repository's fp32 GPT: gpt_acts_bytes(recompute 0 / 1) */
   /* --tp t > 1, per rank (Korthikanti et al. §4.2): tensor parallelism splits the 24 and the 5as/h
    * of a layer, sequence parallelism (Megatron's --sequence-parallel) the remaining 10 too */
   double tp_layer, tp_total;       /* TP: s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer, × L */
-  /* TP + SP: s·b·h·(34 + 5·a·s/h)/t per layer, × L; full recompute 2sbhL/t + a layer */
-  double sp_layer, sp_total, sp_rc;
+  /* TP + SP: s·b·h·(34 + 5·a·s/h)/t per layer, × L; full recompute 2sbhL/t + a layer; selective
+   * 34sbhL/t */
+  double sp_layer, sp_total, sp_rc, sp_sel;
   /* the fp32 GPT with --tp t --sp: gpt_acts_bytes_tp (= gpt_acts_bytes / t) */
   double ours_sp, ours_sp_rc;
 } acts_t;
@@ -86,12 +91,14 @@ static acts_t acts_of(gpt_shape_t g, int64_t b, int t) {
     r.sp_layer = sbh * (34.0 + 5.0 * a * s / h) / t;
     r.sp_total = L * r.sp_layer;
     r.sp_rc = 2.0 * sbh * L / t + r.sp_layer;
+    r.sp_sel = 34.0 * sbh * L / t;
     r.ours_sp = (double)gpt_acts_bytes_tp(g, b, 0, t, 1);
     r.ours_sp_rc = (double)gpt_acts_bytes_tp(g, b, 1, t, 1);
   }
   r.per_layer = sbh * (34.0 + 5.0 * a * s / h);
   r.total = L * r.per_layer;
   r.recompute = 2.0 * sbh * L + r.per_layer;
+  r.selective = 34.0 * sbh * L;
   r.ours = (double)gpt_acts_bytes(g, b, 0);
   r.ours_rc = (double)gpt_acts_bytes(g, b, 1);
   return r;
@@ -757,15 +764,16 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
               " \"transformer\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
               "\"micro_batch\": %lld, "
               "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
-              "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g},\n",
+              "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g, \"acts_selective\": %.17g},\n",
               layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute,
-              act.ours, act.ours_rc);
+              act.ours, act.ours_rc, act.selective);
     if (tf && tp > 1) /* --tp: per rank of the TP group, without and with sequence parallelism */
       fprintf(
           fp,
           " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
-          "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g},\n",
-          tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp);
+          "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g, "
+          "\"acts_tp_sp_selective\": %.17g},\n",
+          tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp, act.sp_sel);
     if (experts > 0) {
       fprintf(fp,
               " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"expert_ffn\": %d, "

@@ -48,11 +48,15 @@ int memcalc_muon(FILE *out, const char *json, double psi, int world, const int64
     if (!f) return fprintf(stderr, "error: --json %s: cannot write\n", json), free(owner), free(load), 1;
     fprintf(f,
             "{\"optimizer\": \"muon\", \"psi\": %.17g, \"ranks\": %d, \"muon_params\": %.17g, "
-            "\"adamw_params\": %.17g, \"owner_max\": %.17g, \"owner_min\": %.17g, \"stages\": [",
-            psi, world, M, R, own, low);
-    for (int s = 0; s < 3; s++)
-      fprintf(f, "%s{\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g}", s ? ", " : "", s,
-              rows[s][0], rows[s][1], rows[s][2]);
+            "\"adamw_params\": %.17g, \"owner_max\": %.17g, \"owner_min\": %.17g, \"imbalance\": %.17g, "
+            "\"stages\": [",
+            psi, world, M, R, own, low, M > 0 ? own / (M / N) : 1.0);
+    for (int s = 0; s < 3; s++) /* total and AdamW's optim: the printout's last two columns */
+      fprintf(f,
+              "%s{\"stage\": %d, \"params\": %.17g, \"grads\": %.17g, \"optim\": %.17g, \"total\": %.17g, "
+              "\"adamw_optim\": %.17g}",
+              s ? ", " : "", s, rows[s][0], rows[s][1], rows[s][2], rows[s][0] + rows[s][1] + rows[s][2],
+              adam[s]);
     fprintf(f, "]}\n");
     fclose(f);
   }

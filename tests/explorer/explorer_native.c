@@ -2,8 +2,10 @@
  * would break the page breaks make build, and suite common_explorer (tests/unit/test_explorer_native.c)
  * checks what it computes. The Makefile links it with the page's own files (EXPLORER_C:
  * common/explorer/explorer.c, ring.c, ...), the page's include path and the host compiler.
- *   explorer_native ring OP N PER    zx_ring(OP, N, PER), OP 0 reduce-scatter, 1 all-gather: prints
- *                                    `steps S`, then `rank R:` and its zx_ring_numel() output values
+ *   explorer_native ring OP N PER    zx_ring(OP, N, PER), OP 0 reduce-scatter, 1 all-gather,
+ *                                    2 all-reduce, 3 broadcast, 4 reduce, 5 all-to-all: prints `steps S`,
+ *                                    then `rank R:` and its zx_ring_out_numel(R) output values, then
+ *                                    `sent R:` the bytes it sent in all and the ring model's
  *   explorer_native scratch NBYTES   the page communicator's comm_scratch asked for NBYTES past its
  *                                    slot: it dies with one line (exit 1)
  *   explorer_native sched S P M V F B W C   zx_sched: `rc R`, then `step makespan span busy bubble`,
@@ -30,16 +32,24 @@ double zx_sched_dur(int s, int i);
 int zx_inflight(int sched, int P, int s, int M, int v);
 double zx_bubble_closed(int sched, int P, int M, int v, double f, double b, double w, double c);
 int zx_ring_numel(void);
+int zx_ring_out_numel(int r);
 double zx_ring_out(int r, int i);
+int zx_ring_sent(int r, int s);
+double zx_ring_model_bytes(int op, int N, int numel, int bytes, int rank);
 
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "ring") == 0) {
-    int N = atoi(argv[3]), steps = zx_ring(atoi(argv[2]), N, atoi(argv[4]));
+    int op = atoi(argv[2]), N = atoi(argv[3]), steps = zx_ring(op, N, atoi(argv[4]));
     printf("steps %d\n", steps);
     for (int r = 0; steps >= 0 && r < N; r++) {
       printf("rank %d:", r);
-      for (int i = 0; i < zx_ring_numel(); i++) printf(" %.17g", zx_ring_out(r, i));
+      for (int i = 0; i < zx_ring_out_numel(r); i++) printf(" %.17g", zx_ring_out(r, i));
       printf("\n");
+    }
+    for (int r = 0; steps >= 0 && r < N; r++) {
+      int sent = 0;
+      for (int s = 0; s < steps; s++) sent += zx_ring_sent(r, s) * 4;
+      printf("sent %d: %d %.17g\n", r, sent, zx_ring_model_bytes(op, N, zx_ring_numel(), 4, r));
     }
     return 0;
   }

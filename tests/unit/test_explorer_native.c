@@ -7,49 +7,70 @@
 #define XN_MAX 8  /* the page's ranks (ZX_NMAX) */
 #define XE_MAX 64 /* its elements per rank (ZX_EMAX) */
 
-/* explorer_native ring OP N PER into out[r][i]; returns the steps it printed (-1: refused). */
-static int ring_run(int op, int N, int per, double out[XN_MAX][XE_MAX]) {
+/* explorer_native ring OP N PER into out[r][i] (count[r] values each) and sent[r] (bytes sent in all, the
+ * ring model's beside: model[r]); returns the steps it printed (-1: refused). */
+typedef struct ring_res {
+  double out[XN_MAX][XE_MAX], model[XN_MAX];
+  int count[XN_MAX], sent[XN_MAX];
+} ring_res_t;
+static int ring_run(int op, int N, int per, ring_res_t *o) {
   char *txt = NULL;
   int rc = zl_run(0, 30, &txt, ZL_TESTBIN "/explorer_native ring %d %d %d", op, N, per);
   cr_assert_eq(rc, 0, "explorer_native ring %d %d %d exited %d:\n%s", op, N, per, rc, txt);
-  int steps = -2, at = 0;
+  int steps = -2, at = 0, k = 0;
   cr_assert_eq(sscanf(txt, "steps %d%n", &steps, &at), 1, "no `steps` line:\n%s", txt);
   const char *p = txt + at;
   for (int r = 0; steps >= 0 && r < N; r++) {
-    int rr = -1, k = 0;
+    int rr = -1;
     cr_assert(sscanf(p, " rank %d:%n", &rr, &k) == 1 && rr == r, "no line for rank %d:\n%s", r, txt);
     p += k;
-    for (int i = 0; i < N * per; i++, p += k)
-      cr_assert_eq(sscanf(p, "%lf%n", &out[r][i], &k), 1, "rank %d: value %d missing:\n%s", r, i, txt);
+    for (o->count[r] = 0; o->count[r] < XE_MAX && sscanf(p, "%lf%n", &o->out[r][o->count[r]], &k) == 1;
+         o->count[r]++)
+      p += k;
+  }
+  for (int r = 0; steps >= 0 && r < N; r++, p += k) {
+    int rr = -1;
+    cr_assert(sscanf(p, " sent %d: %d %lf%n", &rr, &o->sent[r], &o->model[r], &k) == 3 && rr == r,
+              "no `sent` line for rank %d:\n%s", r, txt);
   }
   free(txt);
   return steps;
 }
 
-/* The page's inputs (explorer.c, zx_ring): reduce-scatter's chunk j on rank q = [((q+1)(e+1))^(j+1)],
- * so rank r ends with sum_q ((q+1)(e+1))^(r+1) (small integers: exact in any order); all-gather's
- * rank q brings [(q+1)(e+1)], so every rank ends with every chunk k = [(k+1)(e+1)]. */
+/* The page's inputs (explorer.c, zx_ring), chapter 01's: reduce-scatter's and the all-reduce's chunk j on
+ * rank q = [((q+1)(e+1))^(j+1)], so chunk r sums to sum_q ((q+1)(e+1))^(r+1) (small integers: exact in
+ * any order); all-gather's rank q brings [10q + e + 1]; broadcast from rank 0 of [1, 2, 3, 4]; reduce to
+ * rank 0 of (q+1)·[1, 2, 3, 4]; all-to-all's block j on rank q = [10(q+1) + j + 100e]. Every rank's bytes
+ * sent in all equal the ring model's; the all-reduce takes 2(N−1) steps, the others N−1. */
 Test(common_explorer, ring_on_the_pages_communicator_is_exact) {
-  static const int shapes[][2] = {{3, 2}, {4, 3}, {2, 5}}; /* N, per: notes/01's three ranks, and two more */
-  double out[XN_MAX][XE_MAX];
-  for (int t = 0; t < 3; t++) {
+  static const int shapes[][2] = {{3, 2}, {4, 3}, {2, 5}, {8, 1}}; /* N, per: notes/01's three ranks, more */
+  static ring_res_t o;
+  for (int t = 0; t < 4; t++) {
     int N = shapes[t][0], per = shapes[t][1];
-    cr_assert_eq(ring_run(0, N, per, out), N - 1, "reduce-scatter N=%d: steps", N);
-    for (int r = 0; r < N; r++)
-      for (int e = 0; e < per; e++) {
-        double want = 0;
-        for (int q = 0; q < N; q++) want += pow((q + 1) * (e + 1), r + 1);
-        cr_expect_eq(out[r][e], want,
-                     "reduce-scatter N=%d per=%d rank %d element %d: got %.17g, expected %.17g", N, per, r, e,
-                     out[r][e], want);
+    for (int op = 0; op < 6; op++) {
+      cr_assert_eq(ring_run(op, N, per, &o), op == 2 ? 2 * (N - 1) : N - 1, "op %d N=%d: steps", op, N);
+      for (int r = 0; r < N; r++) {
+        int n = op == 0 ? per : op == 3 || op == 4 ? (op == 4 && r > 0 ? 0 : 4) : N * per;
+        cr_assert_eq(o.count[r], n, "op %d N=%d per=%d rank %d: %d values, expected %d", op, N, per, r,
+                     o.count[r], n);
+        cr_expect_eq(o.sent[r], o.model[r], "op %d N=%d rank %d: sent %d bytes, the model %g", op, N, r,
+                     o.sent[r], o.model[r]);
+        for (int i = 0; i < n; i++) {
+          int j = i / per, e = i % per; /* chunk (block) and element */
+          double want = 0;
+          if (op == 0 || op == 2)
+            for (int q = 0; q < N; q++) want += pow((q + 1) * (e + 1), (op == 0 ? r : j) + 1);
+          if (op == 1) want = 10 * j + e + 1;
+          if (op == 3) want = i + 1;
+          if (op == 4) want = N * (N + 1) / 2 * (i + 1);
+          if (op == 5) want = 10 * (j + 1) + r + 100 * e;
+          cr_expect_eq(o.out[r][i], want, "op %d N=%d per=%d rank %d element %d: got %.17g, expected %.17g",
+                       op, N, per, r, i, o.out[r][i], want);
+        }
       }
-    cr_assert_eq(ring_run(1, N, per, out), N - 1, "all-gather N=%d: steps", N);
-    for (int r = 0; r < N; r++)
-      for (int i = 0; i < N * per; i++)
-        cr_expect_eq(out[r][i], (double)((i / per + 1) * (i % per + 1)),
-                     "all-gather N=%d per=%d rank %d element %d: got %.17g", N, per, r, i, out[r][i]);
+    }
   }
-  cr_expect_eq(ring_run(0, 8, 9, out), -1, "72 elements per rank (past ZX_EMAX) must be refused");
+  cr_expect_eq(ring_run(0, 8, 9, &o), -1, "72 elements per rank (past ZX_EMAX) must be refused");
 }
 
 /* Past a slot of ZX_EMAX floats, comm_scratch stops with one line (ring.c would write past it). */

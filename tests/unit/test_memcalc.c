@@ -130,3 +130,30 @@ Test(ch00_memory, extreme_shapes_refused_or_exact) {
   cr_expect(refused > 0 && shown > 0, "the sweep should both refuse (%d) and show (%d) some shapes", refused,
             shown);
 }
+
+/* Selective recomputation (Korthikanti et al. 2022, §5 and Table 2), what FlashAttention stores too: each
+ * layer keeps 34·s·b·h bytes, the 5·a·s²·b of attention's scores recomputed: the full count
+ * less exactly that term; with t-way TP + SP a t-th of it. L 2, h 64, a 4, s 128, b 2:
+ * 34·128·2·64·2 = 1114112, and 2424832 (test_ch00.c's count by hand) less 5·4·128²·2·2. */
+Test(ch00_memory, selective_recompute_equals_korthikanti) {
+  char json[300];
+  zl_tmppath(json, sizeof json, "memcalc_selective", "m.json");
+  char line[400];
+  snprintf(line, sizeof line,
+           "--layers 2 --hidden 64 --heads 4 --seq 128 --micro-batch 2 --ranks 4 --tp 2 --json %s", json);
+  int rc;
+  free(run_text(line, strategy_stage_states, &rc));
+  cr_assert_eq(rc, 0, "%s: exit %d", line, rc);
+  char *j = zl_read_file(json, NULL);
+  cr_assert(j, "no --json %s", json);
+  const char *t = zl_json_find(j, "transformer"), *tp = zl_json_find(j, "tp");
+  cr_assert(t && tp, "no transformer or tp object:\n%s", j);
+  double s = 128, b = 2, h = 64, a = 4, L = 2;
+  cr_expect_eq(zl_json_num(t, "acts_selective"), 34 * s * b * h * L, "34·s·b·h·L");
+  cr_expect_eq(zl_json_num(t, "acts") - zl_json_num(t, "acts_selective"), 5 * a * s * s * b * L,
+               "the full count less the selective one: 5·a·s²·b·L");
+  cr_expect_eq(zl_json_num(tp, "acts_tp_sp_selective"), 34 * s * b * h * L / 2,
+               "TP + SP: 34·s·b·h·L/t");
+  free(j);
+  remove(json);
+}
