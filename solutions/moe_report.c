@@ -72,6 +72,14 @@ void moe_report(trainer_t *t) {
     trainer_report_extra(t, "moe_dropless_rows_worst_bytes", worst);
   }
   if (c->rate > 0) trainer_report_extra(t, "moe_bias_hash", (double)st->bias_hash);
+  /* the exchanges' time, ms per step, the mean over every rank: on the stream (their comm), waited for by
+   * the main thread (exposed), and with --fb-overlap the backward's compute run while they travelled */
+  double pieces, xt[3] = {0, c->a2a_wait_us, trainer_fb_hidden(t, &pieces) * steps};
+  if (c->ep_comm) comm_wait_all(c->ep_comm), xt[0] = comm_counters(c->ep_comm).busy_us[CO_ALL_TO_ALL];
+  comm_ctl_all_reduce_f64(t->world_comm, xt, 3, REDOP_SUM);
+  const char *xk[3] = {"moe_a2a_stream_ms_per_step", "moe_a2a_wait_ms_per_step", "fb_hidden_ms_per_step"};
+  for (int i = 0; i < 3; i++)
+    trainer_report_extra(t, xk[i], xt[i] / comm_world(t->world_comm) / steps / 1000);
   /* bytes of fp32 state per owned parameter: the weight (or bf16's master) and the optimizer's states.
    * ZeRO cuts each unit's flat range into D pieces, so one rank's piece of a MoE block may be mostly
    * dense or mostly experts: the D ranks of an expert group together hold each once (+ padding) */
