@@ -290,8 +290,8 @@ static void pp_setup(trainer_t *t) {
   pp_op_t *ops = xcalloc((size_t)nops, sizeof *ops, "pipeline schedule");
   t->ops = xcalloc((size_t)nops, sizeof *t->ops, "pipeline schedule");
   t->n_ops = pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->v, ops);
-  char *fb = xcalloc((size_t)nops, 1, "F&B marks"); /* --fb-overlap: dualpipev's F&B's (loop_fb.c) */
-  if (c->fb_overlap) pp_schedule_fb(st->sched, st->P, st->stage, st->M, st->v, fb);
+  char *fb = xcalloc((size_t)nops, 1, "F&B marks"); /* dualpipev's F&B's: run as one with --fb-overlap */
+  pp_schedule_fb(st->sched, st->P, st->stage, st->M, st->v, fb);
   for (int i = 0; i < t->n_ops; i++) t->ops[i] = (train_op_t){ops[i].kind, ops[i].micro, ops[i].chunk, fb[i]};
   free(fb);
   free(ops);

@@ -21,11 +21,12 @@
 #include "check.h"         // die_on_rank
 #include "trace.h"         // trace_now_us
 
-double trainer_fb_hidden(const trainer_t *t, double *pieces) {
-  const double *v = t->in->fb_total;
-  *pieces = v[2] > 0 ? v[1] / v[2] : 0;
-  return v[2] > 0 ? v[0] / v[2] : 0;
+void trainer_fb_stats(const trainer_t *t, double v[3]) {
+  const double *a = t->in->fb_total; /* [3]: the steps */
+  for (int i = 0; i < 3; i++) v[i] = a[3] > 0 ? a[i] / a[3] : 0;
 }
+
+int trainer_fb_forward(const trainer_t *t) { return t->in->fb.marked_f; }
 
 int trainer_fb_open(const trainer_t *t) {
   const fb_state_t *fb = &t->in->fb;
@@ -73,9 +74,9 @@ void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *bus
   op_run_t r;
   t->micro = f->micro, t->last_micro = f->micro == t->n_micro - 1;
   op_fwd_begin(t, f, &r);
-  fb->open = 1;
+  fb->open = fb->marked_f = 1;
   while (r.u < fc->u1) op_fwd_unit(t, &r);
-  fb->open = 0;
+  fb->open = fb->marked_f = 0;
   r.lent = fb->lent_us;
   busy[0] = op_fwd_end(t, &r);
   double resume = trace_now_us();
@@ -86,5 +87,5 @@ void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *bus
   } else fb->b.lent = resume - fb->b.t0 - fb->b_in_us; /* F's compute between B's pieces */
   while (fb->b.u >= bc->u0) op_bwd_unit(t, &fb->b);
   busy[1] = op_bwd_end(t, &fb->b);
-  fb->step_us += fb->b_in_us, fb->step_fills += fb->fills;
+  fb->step_us += fb->b_in_us, fb->step_fills += fb->fills, fb->step_b_us += busy[1];
 }

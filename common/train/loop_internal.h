@@ -68,6 +68,8 @@ typedef struct fb_state {
   double lent_us, b_in_us;   /* this F&B: the fills' µs (the forward's span), B's compute in them */
   int fills;                 /* this F&B: the pieces run */
   double step_us, step_fills; /* this step: B's compute under the forward's exchanges, pieces */
+  double step_b_us;          /* this step: the compute of the B's of the pairs the list marks F&B */
+  int marked_f;              /* the F of a marked pair runs (overlapped or not: trainer_fb_forward) */
 } fb_state_t;
 
 struct train_internal {
@@ -114,7 +116,7 @@ struct train_internal {
   ckpt_async_t ckpt;           /* the run's checkpoints: a background write, the stall (ckpt_async.h) */
   ckpt_mem_t mem;              /* --ckpt-mem-every: snapshots in RAM and their buddy copies (ckpt_mem.h) */
   fb_state_t fb;               /* --fb-overlap: the F&B under way (loop_fb.c) */
-  double fb_total[3];          /* over the measured steps: fb.step_us, fb.step_fills, the steps */
+  double fb_total[4];          /* this run: fb.step_us, fb.step_fills, fb.step_b_us, the steps */
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };

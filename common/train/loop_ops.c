@@ -573,7 +573,7 @@ double train_run_ops(trainer_t *t) {
   t->use = 0;
   t->busy_us[0] = t->busy_us[1] = t->busy_us[2] = 0;
   if (t->in->w_due) memset(t->in->w_due, 0, (size_t)t->n_chunks * sizeof *t->in->w_due);
-  t->in->fb.step_us = t->in->fb.step_fills = 0;
+  t->in->fb.step_us = t->in->fb.step_fills = t->in->fb.step_b_us = 0;
   for (int i = 0; i < t->n_ops; i++) {
     const train_op_t *op = &t->ops[i];
     if (t->in->fb.on && op->fb == 1 && i + 1 < t->n_ops && t->ops[i + 1].fb == 2) { /* an F&B (loop_fb.c) */
@@ -585,14 +585,18 @@ double train_run_ops(trainer_t *t) {
     }
     t->micro = op->micro;
     t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
+    t->in->fb.marked_f = op->fb == 1 && op->kind == 'F'; /* a pair the list marks F&B, run in a row */
     double b = op->kind == 'F' ? op_forward(t, op)
         : op->kind == 'B'      ? op_backward(t, op, &loss)
                                : op_weight(t, op);
+    t->in->fb.marked_f = 0;
+    if (op->fb == 2 && op->kind == 'B') t->in->fb.step_b_us += b;
     t->busy_us[op->kind == 'F' ? 0 : op->kind == 'B' ? 1 : 2] += b;
     busy += b;
   }
   if (sc) sc->step_end(t, busy, t0);
-  t->in->fb_total[0] += t->in->fb.step_us, t->in->fb_total[1] += t->in->fb.step_fills, t->in->fb_total[2]++;
+  double *tot = t->in->fb_total;
+  tot[0] += t->in->fb.step_us, tot[1] += t->in->fb.step_fills, tot[2] += t->in->fb.step_b_us, tot[3]++;
   return loss;
 }
 
