@@ -9,7 +9,7 @@
 #include "check.h"     // xmalloc
 #include "comm.h"      // comm_wait
 #include "trace.h"     // trace_now_us
-#include "train.h"     // trainer_fb_open, trainer_fb_fill, trainer_fb_forward
+#include "train.h"     // trainer_fb_open, trainer_fb_fill, trainer_fb_role
 #include <stdlib.h>    // free
 #include <string.h>    // memcpy
 
@@ -80,7 +80,7 @@ void moe_exchange_rows(moe_gpt_t *c, const float *send, const int64_t *send_rows
     comm_wait(c->ep_comm, h);
   }
   c->a2a_wait_us += trace_now_us() - t0;
-  if (trainer_fb_forward(c->t)) c->a2a_wait_fb_us += trace_now_us() - t0;
+  c->a2a_wait_role[trainer_fb_role(c->t)] += trace_now_us() - t0;
 }
 
 void moe_swap_scratch(moe_gpt_t *c) {

@@ -101,8 +101,8 @@ typedef struct moe_gpt {
     tensor_t t[MOE_SCRATCH];
     int64_t ix_off[6];
   } spare;
-  double a2a_wait_us;    /* the main thread's wait for the exchanges (exposed), since the start */
-  double a2a_wait_fb_us; /* ... of them, inside the F of a pair the list marks F&B (trainer_fb_forward) */
+  double a2a_wait_us;      /* the main thread's wait for the exchanges (exposed), since the start */
+  double a2a_wait_role[4]; /* ... by what ran (trainer_fb_role: a marked F&B's F, its B, B inside F) */
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
   /* Σ over the run's training passes: the bytes the exchanges send by the formula */

@@ -26,7 +26,7 @@ void trainer_fb_stats(const trainer_t *t, double v[3]) {
   for (int i = 0; i < 3; i++) v[i] = a[3] > 0 ? a[i] / a[3] : 0;
 }
 
-int trainer_fb_forward(const trainer_t *t) { return t->in->fb.marked_f; }
+int trainer_fb_role(const trainer_t *t) { return t->in->fb.role; }
 
 int trainer_fb_open(const trainer_t *t) {
   const fb_state_t *fb = &t->in->fb;
@@ -41,7 +41,7 @@ int trainer_fb_fill(trainer_t *t) {
   int use = t->use, micro = t->micro, last = t->last_micro;
   float beta = t->grad_beta;
   double t0 = trace_now_us(), tb = t0;
-  fb->depth = 1;
+  fb->depth = 1, fb->role = 3;
   t->micro = b->micro, t->last_micro = b->micro == t->n_micro - 1;
   if (!fb->b_begun) { /* its gradient (waited: posted at the F&B's start) or the loss */
     t->use = fb->b_use;
@@ -51,7 +51,7 @@ int trainer_fb_fill(trainer_t *t) {
   }
   if (fb->b.u >= t->chunks[b->chunk].u0) op_bwd_unit(t, &fb->b);
   double t1 = trace_now_us();
-  fb->depth = 0;
+  fb->depth = 0, fb->role = 1;
   t->use = use, t->micro = micro, t->last_micro = last, t->grad_beta = beta;
   fb->lent_us += t1 - t0; /* the forward's span that was not its compute */
   fb->b_in_us += t1 - tb;
@@ -74,9 +74,9 @@ void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *bus
   op_run_t r;
   t->micro = f->micro, t->last_micro = f->micro == t->n_micro - 1;
   op_fwd_begin(t, f, &r);
-  fb->open = fb->marked_f = 1;
+  fb->open = fb->role = 1;
   while (r.u < fc->u1) op_fwd_unit(t, &r);
-  fb->open = fb->marked_f = 0;
+  fb->open = 0, fb->role = 2;
   r.lent = fb->lent_us;
   busy[0] = op_fwd_end(t, &r);
   double resume = trace_now_us();
@@ -87,5 +87,6 @@ void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *bus
   } else fb->b.lent = resume - fb->b.t0 - fb->b_in_us; /* F's compute between B's pieces */
   while (fb->b.u >= bc->u0) op_bwd_unit(t, &fb->b);
   busy[1] = op_bwd_end(t, &fb->b);
+  fb->role = 0;
   fb->step_us += fb->b_in_us, fb->step_fills += fb->fills, fb->step_b_us += busy[1];
 }

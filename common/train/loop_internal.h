@@ -69,7 +69,7 @@ typedef struct fb_state {
   int fills;                 /* this F&B: the pieces run */
   double step_us, step_fills; /* this step: B's compute under the forward's exchanges, pieces */
   double step_b_us;          /* this step: the compute of the B's of the pairs the list marks F&B */
-  int marked_f;              /* the F of a marked pair runs (overlapped or not: trainer_fb_forward) */
+  int role;                  /* trainer_fb_role: 1 a marked pair's F, 2 its B, 3 a piece of B inside F */
 } fb_state_t;
 
 struct train_internal {

@@ -585,11 +585,11 @@ double train_run_ops(trainer_t *t) {
     }
     t->micro = op->micro;
     t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
-    t->in->fb.marked_f = op->fb == 1 && op->kind == 'F'; /* a pair the list marks F&B, run in a row */
+    t->in->fb.role = op->kind == 'F' ? op->fb == 1 : op->kind == 'B' && op->fb == 2 ? 2 : 0; /* marked F&B */
     double b = op->kind == 'F' ? op_forward(t, op)
         : op->kind == 'B'      ? op_backward(t, op, &loss)
                                : op_weight(t, op);
-    t->in->fb.marked_f = 0;
+    t->in->fb.role = 0;
     if (op->fb == 2 && op->kind == 'B') t->in->fb.step_b_us += b;
     t->busy_us[op->kind == 'F' ? 0 : op->kind == 'B' ? 1 : 2] += b;
     busy += b;

@@ -544,12 +544,13 @@ int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
 /* --fb-overlap (07d, common/train/loop_fb.c): a model calls trainer_fb_fill while one of its exchanges
  * travels (posted, not waited for): inside an F&B's forward, the backward's next piece runs now (1);
  * elsewhere nothing (0). trainer_fb_open: 1 when it would run one (the model sets its scratch aside).
- * trainer_fb_forward: 1 while the F of a pair the list marks F&B runs (overlapped or not).
+ * trainer_fb_role: what runs, for a model's timers: 1 the F of a pair the list marks F&B, 2 its B (after
+ * the F, or alone), 3 a piece of that B inside the F (--fb-overlap), 0 anything else.
  * trainer_fb_stats: per step of this run, v[0] the backward's compute run under exchanges (µs), v[1] the
  * pieces, v[2] the compute of the marked pairs' B's (µs; overlapped or not). */
 int trainer_fb_open(const trainer_t *t);
 int trainer_fb_fill(trainer_t *t);
-int trainer_fb_forward(const trainer_t *t);
+int trainer_fb_role(const trainer_t *t);
 void trainer_fb_stats(const trainer_t *t, double v[3]);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)
