@@ -217,7 +217,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--models", default="mlp,gpt")
     ap.add_argument("--cases", default="all", choices=["all", "zb", "fb"])
-    ap.add_argument("--fb-links", default="0,50", help="--cases fb: inter-node link rates, Mbit/s (0 unshaped)")
+    ap.add_argument("--fb-links", default="0,100", help="--cases fb: inter-node link rates, Mbit/s (0 unshaped)")
     ap.add_argument("--note", default="", help="a line for _meta (what else ran on the box)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
