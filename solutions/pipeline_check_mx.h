@@ -55,7 +55,8 @@ typedef struct mx {
 /* One stage's main thread: the links of its chunks, its position, what it waits for. */
 typedef struct mx_main {
   int pc, phase, wait; /* wait: an op index that must complete first (−1: none) */
-  int fbh, fbw;        /* an F&B: its B's gradient receive, issued at the F's start (−1: none); waited */
+  int fbh, fbw;        /* an F&B: its B's gradient receive, issued at the F's start (−1: none); fb_early:
+                        * 1 once it was waited for inside F, 2 once B's dx buffer's send was too */
   int pend_kind, pend_k, pend_c; /* a send held back for its pair: 'F' / 'B', micro, chunk index j */
   int pend_to, pend_msg;         /* ... its peer and message */
   int *sent;           /* [v·M] the activation send of (chunk j, micro k), −1: none */

@@ -146,8 +146,15 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
           continue;
         }
       }
-      if (x->fb_early && mm->fbh >= 0 && !mm->fbw && x->fb[s][mm->pc] == 1) { /* B's gradient first */
-        mm->wait = mm->fbh, mm->fbw = 1, moved = 1;
+      if (x->fb_early && x->fb[s][mm->pc] == 1 && mm->fbw < 2 && mm->pc + 1 < n[s]) {
+        /* B begins inside F (loop_fb.c): its gradient, then its dx buffer's previous send, before F sends */
+        pp_op_t b = ops[s][mm->pc + 1];
+        int jb = b.chunk, cb = pp_chunk_model(P, x->vs, s, jb);
+        if (mm->fbw++ == 0) {
+          mm->wait = mm->fbh; /* (B's phase 0 then finds it done) */
+        } else if (mx_side(x, s, cb, 0) == 1 && mm->gsent[jb][b.micro % 2] >= 0)
+          mm->wait = mm->gsent[jb][b.micro % 2], mm->gsent[jb][b.micro % 2] = -1;
+        moved = 1;
         continue;
       }
       if (out == 1) {
@@ -155,7 +162,7 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
         if (mx_hold(x, mm, s, ops)) mx_hold_send(mm, 'F', k, j, peer, mx_msg(0, c, k));
         else mm->sent[j * x->M + k] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(0, c, k), -1, 0);
       }
-      mm->pc++, mm->phase = 0, moved = 1;
+      mm->pc++, mm->phase = 0, mm->fbw = 0, moved = 1;
     } else if (o.kind == 'B') {
       if (mm->phase == 0) {
         mm->phase = 1;
