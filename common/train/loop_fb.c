@@ -22,7 +22,7 @@
 #include "trace.h"         // trace_now_us
 
 void trainer_fb_stats(const trainer_t *t, double v[3]) {
-  const double *a = t->in->fb_total; /* [3]: the steps */
+  const double *a = t->in->fb_total; /* the sums, then a[3] the steps */
   for (int i = 0; i < 3; i++) v[i] = a[3] > 0 ? a[i] / a[3] : 0;
 }
 
