@@ -583,6 +583,8 @@ bench-long: build
 # alternating. ZL_BENCH_REPS (default 3), ZL_BENCH_STEPS (default 4), ZL_BENCH_MODELS (mlp,gpt).
 # The zero-bubble rows (zb-h1, zb-h2 beside 1f1b at P = 2, M = 4, 8, with the simulator fed the run's
 # F, B, W; P = 4, 8 predicted by it): in the matrix; ZL_BENCH_CASES=zb runs only those.
+# ZL_BENCH_CASES=fb: DualPipeV's overlapped F&B (07d) on 2 emulated nodes (root), 1f1b, zb-h1, dualpipev
+# with and without --fb-overlap at ZL_BENCH_FB_LINKS Mbit/s (default 0,100), into bench_pipeline_fb.json.
 # ZL_BENCH_NOTE="..." goes into the JSON's _meta (what else ran on the box).
 .PHONY: bench-pipeline
 bench-pipeline: build
@@ -596,7 +598,8 @@ bench-pipeline: build
 	  git worktree remove --force $$d/src; rm -rf $$d; exit $$rc; \
 	else $(PYTHON) common/scripts/bench_pipeline.py --bin $(BIN) --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-4} \
 	  --models $${ZL_BENCH_MODELS:-mlp,gpt} --cases $${ZL_BENCH_CASES:-all} --note "$${ZL_BENCH_NOTE:-}" \
-	  --out $(RESULTS)/bench_pipeline.json; fi
+	  --fb-links $${ZL_BENCH_FB_LINKS:-0,100} \
+	  --out $(RESULTS)/bench_pipeline$$([ "$${ZL_BENCH_CASES:-}" = fb ] && echo _fb).json; fi
 
 # ch09: on 2 emulated nodes x 2 ranks (root; skipped with the reason elsewhere), at link rates
 # LINKS (Mbit/s): the flat vs two-level all-reduce (bytes across nodes beside the formula), and

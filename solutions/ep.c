@@ -20,6 +20,13 @@ void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, fl
   comm_wait(g, h);
 }
 
+comm_handle_t ep_exchange_rows_post(comm_t *g, const float *send, const int64_t *send_rows, float *recv,
+                                    const int64_t *recv_rows, int C, const char *tag) {
+  int64_t sc[TRAIN_EP_MAX], rc[TRAIN_EP_MAX];
+  for (int q = 0; q < comm_world(g); q++) sc[q] = send_rows[q] * C, rc[q] = recv_rows[q] * C;
+  return comm_all_to_allv_async(g, send, sc, NULL, recv, rc, NULL, DT_F32, tag);
+}
+
 void ep_exchange_counts(comm_t *g, const int64_t *send, int64_t *recv, int El) {
   comm_ctl_all_to_all_i64(g, send, recv, El); /* control data, on the host: the rows' sizes come first */
 }

@@ -29,6 +29,9 @@ extern const struct model_transform ep_tp_transform;
  * two ranks' counts stops the job naming them). */
 void ep_exchange_rows(comm_t *g, const float *send, const int64_t *send_rows, float *recv,
                       const int64_t *recv_rows, int C, const char *tag);
+/* The same, posted: returns its handle (comm_wait(g, h) before recv is read or send reused). */
+comm_handle_t ep_exchange_rows_post(comm_t *g, const float *send, const int64_t *send_rows, float *recv,
+                                    const int64_t *recv_rows, int C, const char *tag);
 /* The dropless count exchange: send (P_E·El int64: my rows for each expert, expert e at e) → recv
  * (P_E·El: rank q's rows for my expert i at q·El + i). Control data: an all-to-all of El per peer on
  * the host (comm_ctl_all_to_all_i64), so the counts are there, exact, before the rows move. */

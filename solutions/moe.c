@@ -10,9 +10,8 @@
  * anyway); every row of activations moves on the device (ops_gpt.h's op_rows_*). Names: routed, the
  * tokens this rank routes in a micro-batch (B·S, or its 1/tp with --tp); Rs, Rx, the rows of its send
  * layout and of its experts' layout (moe_state.h). */
-#include "moe_state.h" // moe_gpt_t, moe_unit_t, moe_route_t, moe_router_backward
+#include "moe_state.h" // moe_gpt_t, moe_unit_t, moe_route_t, moe_router_backward, moe_exchange_rows
 #include "moe.h"      // moe_plan, moe_capacity
-#include "ep.h"       // ep_exchange_counts, ep_exchange_rows
 #include "check.h"    // die_on_rank, xmalloc, xcalloc
 #include "comm.h"     // comm_ctl_all_reduce_f64, comm_all_gather
 #include "device.h"   // dev_memcpy
@@ -191,7 +190,7 @@ static void to_experts(moe_gpt_t *c, const moe_route_t *r, device_t dev, float *
                        const int64_t *send_rows, const int64_t *recv_src, const char *tag) {
   int Cn = (int)c->C;
   float *recv = grow(&c->recv, "moe received rows", dev, r->Rx * c->C);
-  ep_exchange_rows(c->ep_comm, send, send_rows, recv, recv_src, Cn, tag);
+  moe_exchange_rows(c, send, send_rows, recv, recv_src, Cn, tag);
   op_rows_gather(dev, dst_x, recv, ix(c, dev, r->perm_x, IX_PERM_X), NULL, r->Rx, Cn);
 }
 /* And back: the experts' rows to their tokens' ranks, in the send layout. */
@@ -200,7 +199,7 @@ static void to_tokens(moe_gpt_t *c, const moe_route_t *r, device_t dev, float *d
   int Cn = (int)c->C;
   float *back = grow(&c->recv, "moe received rows", dev, r->Rx * c->C);
   op_rows_gather(dev, back, src_x, ix(c, dev, r->perm_b, IX_PERM_B), NULL, r->Rx, Cn);
-  ep_exchange_rows(c->ep_comm, back, recv_src, dst_send, send_rows, Cn, tag);
+  moe_exchange_rows(c, back, recv_src, dst_send, send_rows, Cn, tag);
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */

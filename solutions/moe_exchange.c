@@ -1,10 +1,15 @@
 /* moe_exchange.c — chapter 12's bookkeeping of the rows' exchange over the EP group (moe_state.h;
  * notes/12-experts.md): after the plan, how many rows go to each rank and come from each, the maps
  * between the received (source-major) and the experts' (expert-major) layouts, where each local
- * expert's rows sit, and the bytes the formula counts. Integers on the host; moe.c moves the rows. */
+ * expert's rows sit, and the bytes the formula counts. Integers on the host; moe.c moves the rows,
+ * through moe_exchange_rows: waited for at once, or inside an F&B's forward (--fb-overlap,
+ * notes/07d-dualpipev.md) with the backward's next piece run while they travel. */
 #include "moe_state.h" // moe_gpt_t, moe_route_t, moe_exchange_plan, moe_a2a_bytes, moe_expert_rows
 #include "ep.h"        // ep_exchange_counts
 #include "check.h"     // xmalloc
+#include "comm.h"      // comm_wait
+#include "trace.h"     // trace_now_us
+#include "train.h"     // trainer_fb_open, trainer_fb_fill, trainer_fb_role
 #include <stdlib.h>    // free
 #include <string.h>    // memcpy
 
@@ -60,4 +65,34 @@ int64_t moe_expert_rows(const moe_gpt_t *c, const moe_route_t *r, int i, int64_t
   }
   *first = at;
   return n;
+}
+
+void moe_exchange_rows(moe_gpt_t *c, const float *send, const int64_t *send_rows, float *recv,
+                       const int64_t *recv_rows, int Cn, const char *tag) {
+  double t0 = trace_now_us();
+  if (!trainer_fb_open(c->t)) ep_exchange_rows(c->ep_comm, send, send_rows, recv, recv_rows, Cn, tag);
+  else { /* an F&B's forward: the backward's next piece while the rows travel, in the other scratch */
+    comm_handle_t h = ep_exchange_rows_post(c->ep_comm, send, send_rows, recv, recv_rows, Cn, tag);
+    moe_swap_scratch(c);
+    trainer_fb_fill(c->t);
+    moe_swap_scratch(c);
+    t0 = trace_now_us();
+    comm_wait(c->ep_comm, h);
+  }
+  c->a2a_wait_us += trace_now_us() - t0;
+  c->a2a_wait_role[trainer_fb_role(c->t)] += trace_now_us() - t0;
+}
+
+void moe_swap_scratch(moe_gpt_t *c) {
+  tensor_t *s[MOE_SCRATCH] = {&c->logits, &c->xs,   &c->recv, &c->eo_x, &c->dsend, &c->dx_x, &c->dpost,
+                              &c->dln2,   &c->dln2r, &c->dg,   &c->work, &c->idx,   &c->ys,   &c->sh_out,
+                              &c->sh_d};
+  for (int i = 0; i < MOE_SCRATCH; i++) {
+    tensor_t keep = *s[i];
+    *s[i] = c->spare.t[i], c->spare.t[i] = keep;
+  }
+  for (int i = 0; i < 6; i++) {
+    int64_t keep = c->ix_off[i];
+    c->ix_off[i] = c->spare.ix_off[i], c->spare.ix_off[i] = keep;
+  }
 }

@@ -75,6 +75,7 @@ static void moe_free_ctx(model_t *m) {
   tensor_t *scratch[] = {&c->logits, &c->xs, &c->recv, &c->eo_x, &c->dsend, &c->dx_x, &c->dpost, &c->dln2,
                          &c->dln2r, &c->dg, &c->work, &c->idx, &c->ys, &c->rows_rc, &c->sh_out, &c->sh_d};
   for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) tensor_free(scratch[i]);
+  for (int i = 0; i < MOE_SCRATCH; i++) tensor_free(&c->spare.t[i]); /* --fb-overlap's (moe_swap_scratch) */
   for (int u = 0; u < m->n_units; u++) { /* each MoE block's host state */
     moe_unit_t *mu = &c->u[u];
     for (int i = 0; i < mu->n_routes; i++) { /* the micro-batches' routes (moe.c) */

@@ -56,6 +56,7 @@ typedef struct moe_unit {
  * rank's TP part of the full attn_full), the router (router_numel = E·C), the shared experts
  * (shared_numel = S·expert_numel), then this rank's e_local routed experts of expert_numel = 2FC + F + C
  * each (fc W (F, C), b (F), fcproj W (C, F), b (C); 8C² + 5C at F = 4C). */
+#define MOE_SCRATCH 15 /* the device scratch tensors of moe_gpt_t (moe_swap_scratch) */
 typedef struct moe_gpt {
   trainer_t *t;
   int E, k, every;               /* experts, top-k, every m-th block */
@@ -94,6 +95,14 @@ typedef struct moe_gpt {
   int64_t rows_peak;             /* dropless: the most saved-row floats one block held (the report's line) */
   int64_t rows_per_sample;       /* with a capacity: the expert rows' floats per sample in the saved slot */
   int64_t ix_off[6];             /* where each array of idx starts (moe.c's IX_*) */
+  /* --fb-overlap (07d): the scratch above as a block of an F&B's backward finds it while the forward's
+   * exchange travels in the other set (moe_swap_scratch: MOE_SCRATCH tensors, then ix_off) */
+  struct {
+    tensor_t t[MOE_SCRATCH];
+    int64_t ix_off[6];
+  } spare;
+  double a2a_wait_us;      /* the main thread's wait for the exchanges (exposed), since the start */
+  double a2a_wait_role[4]; /* ... by what ran (trainer_fb_role: a marked F&B's F, its B, B inside F) */
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
   /* Σ over the run's training passes: the bytes the exchanges send by the formula */
@@ -130,5 +139,12 @@ void moe_exchange_plan(moe_gpt_t *c, moe_route_t *r, int64_t cap, int64_t *send_
 /* The bytes one pass sends over the group by the formula (rows to and from other ranks, C fp32 each). */
 double moe_a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int64_t *recv_src);
 /* Rows of local expert i in the experts' layout: [*first, *first + n), returns n. */
+/* The rows' exchange of a pass (moe.c's dispatch and combine, both ways): ep_exchange_rows; inside an
+ * F&B's forward (--fb-overlap) posted, the backward's next piece run meanwhile (trainer_fb_fill, in the
+ * other scratch set), then waited for. The wait is timed (a2a_wait_us). */
+void moe_exchange_rows(moe_gpt_t *c, const float *send, const int64_t *send_rows, float *recv,
+                       const int64_t *recv_rows, int Cn, const char *tag);
+/* Swap the device scratch (and ix_off) with the spare set. */
+void moe_swap_scratch(moe_gpt_t *c);
 int64_t moe_expert_rows(const moe_gpt_t *c, const moe_route_t *r, int i, int64_t *first);
 #endif

@@ -290,7 +290,10 @@ static void pp_setup(trainer_t *t) {
   pp_op_t *ops = xcalloc((size_t)nops, sizeof *ops, "pipeline schedule");
   t->ops = xcalloc((size_t)nops, sizeof *t->ops, "pipeline schedule");
   t->n_ops = pp_schedule_ops(st->sched, st->P, st->stage, st->M, st->v, ops);
-  for (int i = 0; i < t->n_ops; i++) t->ops[i] = (train_op_t){ops[i].kind, ops[i].micro, ops[i].chunk};
+  char *fb = xcalloc((size_t)nops, 1, "F&B marks"); /* dualpipev's F&B's: run as one with --fb-overlap */
+  pp_schedule_fb(st->sched, st->P, st->stage, st->M, st->v, fb);
+  for (int i = 0; i < t->n_ops; i++) t->ops[i] = (train_op_t){ops[i].kind, ops[i].micro, ops[i].chunk, fb[i]};
+  free(fb);
   free(ops);
   pp_pairs_setup(st);
   pp_seg_setup(t);  /* interleaved grouped: its boundaries (pipeline_pairs.c) */
@@ -357,6 +360,7 @@ static const schedule_t g_dualpipev = {.name = "pipeline-dualpipev",
                                        .recv_forward = pp_v_recv_forward,
                                        .send_forward = pp_v_send_forward,
                                        .recv_backward = pp_v_recv_backward,
+                                       .post_backward = pp_v_post_backward,
                                        .dx_buffer = pp_v_dx_buffer,
                                        .send_backward = pp_v_send_backward,
                                        .release = pp_v_release,

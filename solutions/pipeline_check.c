@@ -137,14 +137,16 @@ static int mx_match(mx_t *x, char *why, size_t nwhy) {
  * pairs, every message alone); ahead > 0: the unpaired receives posted that far ahead, on the
  * receiver's parity's streams when parity (pipeline_post.c), else on fwd / bwd. */
 static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, int sched, int ahead,
-                  int parity, int grouped, char *const *bounds, char *why, size_t nwhy) {
+                  int parity, int grouped, char *const *bounds, char *const *fb, int fb_early, char *why,
+                  size_t nwhy) {
   if (P < 1 || P > 8 || M < 1 || M > 4095 || v < 1 || v > 8 || ahead < 0 || ahead > MX_AHEAD)
     return mx_say(why, nwhy, "P %d, M %d, v %d, ahead %d: the checker takes P <= 8, M < 4096, v <= 8, "
                   "ahead <= %d", P, M, v, ahead, MX_AHEAD);
   int bad = pp_check_lists(P, M, v, split, ops, n, why, nwhy);
   if (bad) return bad;
   mx_t x = {.P = P, .M = M, .v = v, .V = v * P, .split = split, .ahead = ahead, .parity = parity,
-           .grouped = grouped, .seg = grouped && v > 1, .vs = (split & PP_LIST_V) != 0};
+           .grouped = grouped, .seg = grouped && v > 1, .vs = (split & PP_LIST_V) != 0, .fb = fb,
+           .fb_early = fb && fb_early};
   if (x.vs && (v != 2 || ahead || grouped || sched >= 0 || bounds))
     return mx_say(why, nwhy, "a V (dualpipev) is checked with every message alone and v = 2 (v %d)", v);
   for (int s = 0; s < P; s++) x.cap += 3 * n[s] + 8;
@@ -155,7 +157,7 @@ static int mx_run(int P, int M, int v, int split, pp_op_t *const *ops, const int
     mm[s].sent = malloc((size_t)v * M * sizeof(int));
     for (int i = 0; i < v * M; i++) mm[s].sent[i] = -1;
     for (int j = 0; j < 8; j++) mm[s].gsent[j][0] = mm[s].gsent[j][1] = -1;
-    mm[s].wait = -1, mm[s].repost = -1;
+    mm[s].wait = -1, mm[s].repost = -1, mm[s].fbh = -1;
     mm[s].cut = calloc((size_t)n[s] + 1, 1);
     if (x.seg && bounds) { /* given boundaries (pp_check_bounds), the flushes as pp_group_cuts's */
       for (int i = 0; i < n[s]; i++) mm[s].cut[i] = (char)(bounds[s][i] & 1);
@@ -236,7 +238,7 @@ static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int
     n[s] = pp_schedule_ops(sched, P, s, M, v, ops[s]);
   }
   int bad = mx_run(P, M, v, pp_list_flags(sched), ops, n, sched == PP_DUALPIPEV ? -1 : (int)sched, ahead,
-                   parity, grouped, NULL, why, nwhy);
+                   parity, grouped, NULL, NULL, 0, why, nwhy);
   if (bad && why && nwhy) { /* name the schedule */
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", why);
@@ -248,13 +250,13 @@ static int pp_check_messages_ahead(pp_schedule_t sched, int P, int M, int v, int
 }
 
 int pp_check_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *why, size_t nwhy) {
-  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 0, NULL, why, nwhy);
+  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 0, NULL, NULL, 0, why, nwhy);
 }
 
 int pp_check_bounds(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *bounds,
                     char *why, size_t nwhy) {
   if (v < 2) return mx_say(why, nwhy, "v %d: the boundaries' groups are interleaved's (v >= 2)", v);
-  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 1, bounds, why, nwhy);
+  return mx_run(P, M, v, split, ops, n, -1, 0, 0, 1, bounds, NULL, 0, why, nwhy);
 }
 
 int pp_check_posted(pp_schedule_t sched, int P, int M, int v, int ahead, int parity, char *why, size_t nwhy) {
@@ -271,4 +273,27 @@ int pp_check_messages(pp_schedule_t sched, int P, int M, int v, char *why, size_
 
 int pp_check_schedule(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy) {
   return pp_check_messages(sched, P, M, v, why, nwhy); /* it checks the lists first */
+}
+
+int pp_check_fb(int P, int M, int early, char *why, size_t nwhy) {
+  if (P < 1 || P > 8 || M < 2 * P || M > 4095)
+    return mx_say(why, nwhy, "dualpipev F&B, P %d, M %d: the checker takes P <= 8, 2P <= M < 4096", P, M);
+  int cap = pp_schedule_nops(PP_DUALPIPEV, M, 2), n[8];
+  pp_op_t *ops[8];
+  char *fb[8];
+  for (int s = 0; s < P; s++) {
+    ops[s] = calloc((size_t)cap, sizeof(pp_op_t));
+    fb[s] = calloc((size_t)cap, 1);
+    n[s] = pp_schedule_ops(PP_DUALPIPEV, P, s, M, 2, ops[s]);
+    pp_schedule_fb(PP_DUALPIPEV, P, s, M, 2, fb[s]);
+  }
+  int bad = mx_run(P, M, 2, pp_list_flags(PP_DUALPIPEV), ops, n, -1, 0, 0, 0, NULL, fb, early, why, nwhy);
+  if (bad && why && nwhy) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", why);
+    snprintf(why, nwhy, "dualpipev F&B (B's gradient waited %s F's send), P %d, M %d: %s",
+             early ? "before" : "after", P, M, tmp);
+  }
+  for (int s = 0; s < P; s++) free(ops[s]), free(fb[s]);
+  return bad;
 }

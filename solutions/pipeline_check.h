@@ -28,6 +28,11 @@ int pp_check_messages(pp_schedule_t sched, int P, int M, int v, char *why, size_
 int pp_check_run(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *why,
                  size_t nwhy);
 int pp_check_schedule(pp_schedule_t sched, int P, int M, int v, char *why, size_t nwhy);
+/* DualPipeV's lists with --fb-overlap (loop_fb.c): each F&B posts its B's gradient receive before its
+ * F's; early = 1: waits for it, and for B's dx buffer's previous send, before the F's output is sent
+ * (an F with an exchange begins B inside), 0: after (the sequential order). Every message alone,
+ * synchronous sends, as pp_check_messages. */
+int pp_check_fb(int P, int M, int early, char *why, size_t nwhy);
 /* The MPI backend's messages (pipeline_post.c): the unpaired receives posted `ahead` ahead (each
  * kind's first before the stage's first operation, the next once one is read), on streams of
  * their own — parity 1: the messages to stage r on a stream of r's parity, so that no stage's

@@ -44,6 +44,9 @@ typedef struct mx {
                 * back and grouped with the next operation's receive when it has one (else sent alone) */
   int ahead, parity; /* receives posted ahead (0: none); their streams by the receiver's parity (else
                       * fwd / bwd) */
+  char *const *fb; /* --fb-overlap (dualpipev): the lists' F&B marks (pp_schedule_fb), NULL: none */
+  int fb_early;     /* 1: an F&B waits for its B's gradient before its F's output is sent (F has an
+                     * exchange: loop_fb.c), 0: after (as one operation after the other) */
   mx_op_t *op;
   int nop, cap;
   mx_stream_t st[8][MX_NCOMM]; /* [stage][comm] */
@@ -52,6 +55,8 @@ typedef struct mx {
 /* One stage's main thread: the links of its chunks, its position, what it waits for. */
 typedef struct mx_main {
   int pc, phase, wait; /* wait: an op index that must complete first (−1: none) */
+  int fbh, fbw;        /* an F&B: its B's gradient receive, issued at the F's start (−1: none); fb_early:
+                        * 1 once it was waited for inside F, 2 once B's dx buffer's send was too */
   int pend_kind, pend_k, pend_c; /* a send held back for its pair: 'F' / 'B', micro, chunk index j */
   int pend_to, pend_msg;         /* ... its peer and message */
   int *sent;           /* [v·M] the activation send of (chunk j, micro k), −1: none */

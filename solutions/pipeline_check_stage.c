@@ -122,6 +122,14 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
     pp_op_t o = ops[s][mm->pc];
     int j = o.chunk, c = pp_chunk_model(P, x->vs, s, j), k = o.micro, comm, peer;
     int in = mx_side(x, s, c, 0), out = mx_side(x, s, c, 1);
+    if (x->fb && x->fb[s][mm->pc] == 1 && mm->phase == 0 && mm->fbh < 0 && mm->pc + 1 < n[s]) {
+      pp_op_t b = ops[s][mm->pc + 1]; /* an F&B: its B's gradient posted first (loop_fb.c) */
+      int cb = pp_chunk_model(P, x->vs, s, b.chunk);
+      if (mx_side(x, s, cb, 1) == 1) {
+        mx_link(x, s, cb, 1, 1, &comm, &peer);
+        mm->fbh = mx_issue(x, s, comm, MX_RECV, -1, 0, peer, mx_msg(1, cb + 1, b.micro)), mm->fbw = 0;
+      }
+    }
     if (o.kind != 'W' && mm->phase == 0 && (o.kind == 'F' ? in : out) == 2 && !mx_local_ready(mm, ops, s, o))
       return moved; /* the V's tip: waits for this stage's own other chunk (never: a deadlock) */
     if (o.kind == 'F') {
@@ -138,15 +146,30 @@ int mx_step(mx_t *x, mx_main_t *mm, int s, pp_op_t *const *ops, const int *n, ch
           continue;
         }
       }
+      if (x->fb_early && x->fb[s][mm->pc] == 1 && mm->fbw < 2 && mm->pc + 1 < n[s]) {
+        /* B begins inside F (loop_fb.c): its gradient, then its dx buffer's previous send, before F sends */
+        pp_op_t b = ops[s][mm->pc + 1];
+        int jb = b.chunk, cb = pp_chunk_model(P, x->vs, s, jb);
+        if (mm->fbw++ == 0) {
+          mm->wait = mm->fbh; /* (B's phase 0 then finds it done) */
+        } else if (mx_side(x, s, cb, 0) == 1 && mm->gsent[jb][b.micro % 2] >= 0)
+          mm->wait = mm->gsent[jb][b.micro % 2], mm->gsent[jb][b.micro % 2] = -1;
+        moved = 1;
+        continue;
+      }
       if (out == 1) {
         mx_link(x, s, c, 1, 0, &comm, &peer);
         if (mx_hold(x, mm, s, ops)) mx_hold_send(mm, 'F', k, j, peer, mx_msg(0, c, k));
         else mm->sent[j * x->M + k] = mx_issue(x, s, comm, MX_SEND, peer, mx_msg(0, c, k), -1, 0);
       }
-      mm->pc++, mm->phase = 0, moved = 1;
+      mm->pc++, mm->phase = 0, mm->fbw = 0, moved = 1;
     } else if (o.kind == 'B') {
       if (mm->phase == 0) {
         mm->phase = 1;
+        if (out == 1 && mm->fbh >= 0) { /* posted at its F&B's start */
+          mm->wait = mm->fbh, mm->fbh = -1, moved = 1;
+          continue;
+        }
         if (out == 1) {
           mx_link(x, s, c, 1, 1, &comm, &peer);
           if (mm->pend_kind) {

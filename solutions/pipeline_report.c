@@ -173,6 +173,8 @@ void pp_report(trainer_t *t) {
   double fbw[3] = {0};
   for (int s = 0; s < st->P; s++)
     fbw[0] += cost[s].f / st->P, fbw[1] += cost[s].b / st->P, fbw[2] += cost[s].w / st->P;
+  double fbs[3];
+  trainer_fb_stats(t, fbs);
   struct { const char *key; double v; int on;
   } ex[] = {{"pp", st->P, 1},
             {"micro_batches", st->M, 1},
@@ -182,6 +184,7 @@ void pp_report(trainer_t *t) {
             {"bubble_formula_stages", bf_stages, 1},
             {"bubble_sim", sim.bubble_makespan, sim_ok},
             {"bubble_sim_span", sim.bubble, sim_ok && st->sched == PP_ZB_H2},
+            {"fb_pieces_per_step", fbs[1], t->cfg->fb_overlap}, /* rank 0's (loop_fb.c) */
             {"op_f_ms", fbw[0] / 1000, 1},
             {"op_b_ms", fbw[1] / 1000, 1},
             {"op_w_ms", fbw[2] / 1000, pp_splits_backward(st->sched)},

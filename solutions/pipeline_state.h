@@ -66,6 +66,11 @@ typedef struct pp_state {
   const float **tip_y;  /* [M] the tip: chunk 0's output of micro-batch k, in its slot until chunk 1's F k */
   int tip_dx[2];        /* the tip: the micro-batch whose input gradient of chunk 1 waits in its gsend[k % 2]
                          * for chunk 0's B k (−1: none) */
+  /* --fb-overlap: the gradient an F&B's backward posted at its start (pp_v_post_backward), waited for in
+   * pp_v_recv_backward: its handle, chunk, micro-batch and buffer (NULL: none posted) */
+  comm_handle_t fb_h;
+  int fb_j, fb_k;
+  float *fb_dy;
   int prepost;          /* 1: receives posted ahead (pipeline_post.c; the MPI backend) */
   int grouped;          /* 1: one communicator (fwd) for every message (the NCCL backend), each
                          * operation's send grouped with the next receive where pp_groups says (v = 1),
@@ -131,6 +136,7 @@ void pp_v_links(pp_state_t *st, pp_chunk_t *ch);
 void pp_v_recv_forward(trainer_t *t, int j, int k, float *x);
 void pp_v_send_forward(trainer_t *t, int j, int k, const float *y);
 void pp_v_recv_backward(trainer_t *t, int j, int k, float *dy);
+void pp_v_post_backward(trainer_t *t, int j, int k, float *dy);
 void pp_v_send_backward(trainer_t *t, int j, int k, const float *dx);
 float *pp_v_dx_buffer(trainer_t *t, int j, int k);
 float *pp_dx_buffer(trainer_t *t, int j, int k);

@@ -22,6 +22,7 @@
  * chunk 0 copies it out of chunk 1's gsend[k % 2] (double-buffered as a send would be). */
 #include "pipeline_state.h" // pp_state_t, pp_chunk_t, pp_recv_forward, pp_send_forward, ...
 #include "check.h"          // die_on_rank
+#include "comm.h"           // comm_wait
 #include "device.h"         // dev_memcpy
 #include "train.h"          // trainer_t
 
@@ -60,6 +61,14 @@ void pp_v_send_forward(trainer_t *t, int j, int k, const float *y) {
 void pp_v_recv_backward(trainer_t *t, int j, int k, float *dy) {
   pp_state_t *st = t->sched_priv;
   const pp_chunk_t *ch = &st->chunks[j], *c1 = &st->chunks[1];
+  if (ch->rx_grad.comm && st->fb_dy) { /* posted at its F&B's start (--fb-overlap) */
+    if (st->fb_j != j || st->fb_k != k || st->fb_dy != dy)
+      die_on_rank("dualpipev: B %d of chunk %d is not the F&B's whose gradient was posted (a loop's bug)", k,
+                  j);
+    comm_wait(ch->rx_grad.comm, st->fb_h);
+    st->fb_dy = NULL;
+    return;
+  }
   if (ch->rx_grad.comm) {
     pp_recv_backward(t, j, k, dy);
     return;
@@ -68,6 +77,15 @@ void pp_v_recv_backward(trainer_t *t, int j, int k, float *dy) {
     die_on_rank("dualpipev: B %d of chunk 0 at the V's tip before chunk 1's (a schedule's bug)", k);
   dev_memcpy(t->dev, dy, t->dev, c1->gsend[k % 2].data, (size_t)st->b * (size_t)c1->in_numel * 4);
   st->tip_dx[k % 2] = -1;
+}
+
+/* An F&B (--fb-overlap): B k's gradient posted now, before the F waits for its input, so that it
+ * travels while F computes; the tip's comes from this rank (nothing to post). */
+void pp_v_post_backward(trainer_t *t, int j, int k, float *dy) {
+  pp_state_t *st = t->sched_priv;
+  if (!st->chunks[j].rx_grad.comm) return;
+  st->fb_h = pp_post_recv_backward(t, j, k, dy);
+  st->fb_j = j, st->fb_k = k, st->fb_dy = dy;
 }
 
 void pp_v_send_backward(trainer_t *t, int j, int k, const float *dx) {

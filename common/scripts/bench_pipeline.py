@@ -31,7 +31,19 @@ M = 8, 16, 32 from the same simulator (solutions/pipeline_sim.c and the pure fil
 compiled here into a shared library and called through ctypes: they need nothing but libc), each
 stage costing 2/P of the P = 2 zb-h1 run's measured stage. --cases zb (ZL_BENCH_CASES=zb): only
 those P = 2 rows and the 1-rank steps; all (the default): the whole matrix.
-JSON: --out, with _meta (command, machine, date, load before and after)."""
+JSON: --out, with _meta (command, machine, date, load before and after).
+
+--cases fb (ZL_BENCH_CASES=fb; notes/07d-dualpipev.md, "F&B"): DualPipeV's overlapped forward-backward
+on 2 emulated nodes (common/scripts/cluster.sh, root; elsewhere it says why and writes nothing), the
+MoE GPT of chapter 12 (FB_MODEL: 6 blocks of width 128, every one MoE, EP 2 x PP 2 on 4 ranks placed round-robin,
+mpirun --map-by node: each EP group's two ranks on two nodes, each pipeline link inside a node), the
+inter-node link shaped to each of --fb-links Mbit/s (0: unshaped): 1f1b, zb-h1, dualpipev and dualpipev
+--fb-overlap, --reps runs each, the order alternating. Per row, medians: the step, the measured
+bubble beside the simulator fed with the run's F, B, W; the all-to-alls' time on the stream, the main
+thread's wait for them (exposed) and the part of it inside the F's of the pairs the list marks F&B;
+the compute of those pairs' B's; the most an overlap can hide (min of those two, per rank); and with
+--fb-overlap the backward's compute that ran while the all-to-alls travelled (the moe_*/fb_* extras of
+ch12_experts --json, the mean over the 4 ranks, ms per step). --out gets only these rows."""
 import argparse, ctypes, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
 MODELS = {
@@ -123,6 +135,79 @@ def predict(cases, models):
     return pred
 
 
+FB_MODEL = ["--model", "gpt", "--gpt", "tiny", "--n-layer", "6", "--n-embd", "128", "--n-head", "4", "--batch", "16",
+            "--moe", "4", "--topk", "2", "--ep", "2", "--pp", "2", "--micro-batches", "4", "--optimizer", "sgd",
+            "--lr", "0.1"]
+FB_ROWS = [("1f1b", ["--schedule", "1f1b"]), ("zb-h1", ["--schedule", "zb-h1"]),
+           ("dualpipev", ["--schedule", "dualpipev"]), ("dualpipev_fb", ["--schedule", "dualpipev", "--fb-overlap"])]
+FB_KEYS = ["median_step_ms", "bubble_fraction", "bubble_sim", "moe_a2a_stream_ms_per_step", "moe_a2a_wait_ms_per_step",
+           "moe_a2a_wait_fb_ms_per_step", "fb_b_ms_per_step", "fb_hideable_ms_per_step", "fb_hidden_ms_per_step",
+           "moe_a2a_bytes_per_step"]
+
+
+def run_fb(a):
+    """--cases fb: the F&B rows on 2 emulated nodes (the module's docstring)."""
+    env = dict(os.environ, ZL_MPIRUN_FLAGS="--map-by node", ZL_CLUSTER=os.environ.get("ZL_CLUSTER", "zlfb"),
+               ZL_CLUSTER_SUBNET=os.environ.get("ZL_CLUSTER_SUBNET", "10.209.49"))
+    chk = subprocess.run(["bash", "common/scripts/cluster.sh", "check"], capture_output=True, text=True, env=env)
+    if chk.returncode != 0:
+        print("bench-pipeline --cases fb: no emulated nodes here (%s): nothing written" % chk.stdout.strip())
+        return
+    links = [int(x) for x in a.fb_links.split(",")]
+    load0, t0, raw = os.getloadavg(), time.time(), {}
+    subprocess.run(["bash", "common/scripts/cluster.sh", "up", "2", "--link-mbit", str(links[0]), "--ttl", "3600"],
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    try:
+        for link in links:
+            for rep in range(a.reps):
+                rows = FB_ROWS if rep % 2 == 0 else FB_ROWS[::-1]
+                for name, flags in rows:
+                    fd, path = tempfile.mkstemp(suffix=".json")
+                    os.close(fd)
+                    cmd = ["bash", "common/scripts/zlrun", "--nodes", "2", "--link-mbit", str(link), "4",
+                           os.path.join(a.bin, "ch12_experts")] + FB_MODEL + flags + [
+                           "--steps", str(a.steps), "--quiet", "--timeout-s", "120", "--json", path]
+                    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, timeout=600)
+                    with open(path) as f:
+                        d = json.load(f)
+                    os.unlink(path)
+                    raw.setdefault((link, name), []).append({k: d.get(k) for k in FB_KEYS})
+                print("link %d Mbit/s rep %d/%d done (load %.2f, %.0f s so far)" % (
+                    link, rep + 1, a.reps, os.getloadavg()[0], time.time() - t0), file=sys.stderr)
+    finally:
+        subprocess.run(["bash", "common/scripts/cluster.sh", "down"], stdout=subprocess.DEVNULL, env=env)
+    load1 = os.getloadavg()
+    med = lambda xs, k: statistics.median(x[k] for x in xs) if all(x[k] is not None for x in xs) else None
+    rows = {}
+    print("\nDualPipeV's F&B on 2 emulated nodes (EP across the link, PP inside a node), ms per step, medians of %d "
+          "reps of %d steps; load %.1f before, %.1f after (2 cores)" % (a.reps, a.steps, load0[0], load1[0]))
+    print("%-5s %-13s %7s %7s %7s %8s %8s %9s %7s %9s %7s" % (
+        "link", "schedule", "step", "bubble", "sim", "a2a", "exposed", "in F&B F", "F&B B", "hideable", "hidden"))
+    for (link, name), xs in raw.items():
+        r = {k: med(xs, k) for k in FB_KEYS}
+        r.update({"link_mbit": link, "schedule": name, "reps": len(xs), "runs": xs})
+        rows["%s_link%d" % (name.replace("-", ""), link)] = r
+        f = lambda v: "%.2f" % v if v is not None else "-"
+        print("%-5s %-13s %7s %7s %7s %8s %8s %9s %7s %9s %7s" % (
+            link or "-", name, f(r["median_step_ms"]), f(r["bubble_fraction"]), f(r["bubble_sim"]),
+            f(r["moe_a2a_stream_ms_per_step"]), f(r["moe_a2a_wait_ms_per_step"]), f(r["moe_a2a_wait_fb_ms_per_step"]),
+            f(r["fb_b_ms_per_step"]), f(r["fb_hideable_ms_per_step"]), f(r["fb_hidden_ms_per_step"])))
+    res = {"_meta": {"command": "make bench-pipeline " + " ".join(sys.argv[1:]), "machine": platform.node() + " %d cores"
+                     % os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                     "load_before": load0, "load_after": load1, "reps": a.reps, "steps": a.steps,
+                     "model": "ch12_experts " + " ".join(FB_MODEL), "placement": "4 ranks on 2 emulated nodes, "
+                     "mpirun --map-by node: EP groups {0,1} and {2,3} across the link, pipeline links 0-2 and 1-3 "
+                     "inside a node", "links_mbit": links, "note": a.note,
+                     "columns": "ms per step, the mean over the 4 ranks: a2a = the all-to-alls' time on the EP "
+                     "stream, exposed = the main thread's wait for them, in F&B F = that wait inside the F's of the "
+                     "pairs dualpipev marks F&B, F&B B = those pairs' B compute, hideable = min(in F&B F, F&B B) per "
+                     "rank (the most the overlap can hide: measured on the run itself), hidden = B compute run while "
+                     "an all-to-all travelled (--fb-overlap)"}, "rows": rows}
+    with open(a.out, "w") as fo:
+        json.dump(res, fo, indent=1)
+    print("results: %s" % a.out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -131,10 +216,13 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--models", default="mlp,gpt")
-    ap.add_argument("--cases", default="all", choices=["all", "zb"])
+    ap.add_argument("--cases", default="all", choices=["all", "zb", "fb"])
+    ap.add_argument("--fb-links", default="0,100", help="--cases fb: inter-node link rates, Mbit/s (0 unshaped)")
     ap.add_argument("--note", default="", help="a line for _meta (what else ran on the box)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    if a.cases == "fb":
+        return run_fb(a)
     models = a.models.split(",")
     cases, skipped = [], {}
     for model in models:

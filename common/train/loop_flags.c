@@ -70,6 +70,11 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   /* --tp T: the pipelines are made of the ranks / T data-parallel ranks */
   world /= cfg->tp > 1 ? cfg->tp : 1;
   if (cfg->pp < 0) cfg->pp = world; /* auto */
+  if (cfg->fb_overlap && strcmp(cfg->schedule, "dualpipev") != 0)
+    return args_error("--fb-overlap", NULL, "needs --schedule dualpipev (the F&B pairs of its list)"), 1;
+  if (cfg->fb_overlap && cfg->zero == 3)
+    return args_error("--fb-overlap", NULL, "not with --zero 3: its gathers follow the list's order of the "
+                      "units' uses, which an F&B interleaves"), 1;
   snprintf(v, sizeof v, "%d", cfg->pp);
   if (cfg->pp > world) return args_error("--pp", v, "must be at most the ranks (%d)", world), 1;
   if (world % cfg->pp)
@@ -420,6 +425,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
          "chunks (stage s: chunks s and 2P-1-s), split backward, M >= 2P");
     SPEC("--virtual-stages", ARG_INT, &cfg->virtual_stages, 1, 64, NULL,
          "chunks of units per rank with --schedule interleaved (v: P*v chunks, chunk c on stage c mod P)");
+    SPEC("--fb-overlap", ARG_FLAG, &cfg->fb_overlap, 0, 0, NULL,
+         "--schedule dualpipev: run each F&B of its list as one operation, the backward's units while the "
+         "forward's exchanges travel (a MoE block's all-to-alls; the bits unchanged; "
+         "notes/07d-dualpipev.md)");
     SPEC("--post-validate", ARG_FLAG, &cfg->post_validate, 0, 0, NULL,
          "optimizer post-validation (zero bubble's): each stage updates at once, without waiting for the "
          "gradient norm and overflow check summed over the stages; when they come back saying clip or skip, "

@@ -45,6 +45,33 @@ typedef struct act_pool {
   int64_t slot_bytes;
 } act_pool_t;
 
+/* An F or a B in progress (loop_ops.c's op_fwd_* / op_bwd_*: begin, a unit at a time, end): its slot,
+ * the next unit, its index in t->uses, the gradient ping-pong and where the input's gradient goes. */
+typedef struct op_run {
+  const train_op_t *op;
+  act_slot_t *sl;
+  int u, use;
+  float *dy, *dyp, *dx_out;
+  double t0;   /* when its compute began (µs) */
+  double lent; /* µs of the other half of an F&B run inside it (not its compute) */
+} op_run_t;
+
+/* The F&B under way (loop_fb.c): the forward runs; while one of its exchanges travels (the model
+ * calls trainer_fb_fill) the backward runs its next unit. */
+typedef struct fb_state {
+  int on;                    /* --fb-overlap and the list marks F&B's (pp_schedule_fb) */
+  int open, depth;           /* inside an F&B's forward; inside the backward's piece (no nesting) */
+  const train_op_t *bop;     /* the backward half: its operation, its run, begun yet, its first use */
+  op_run_t b;
+  int b_begun, b_use;
+  double *loss;
+  double lent_us, b_in_us;   /* this F&B: the fills' µs (the forward's span), B's compute in them */
+  int fills;                 /* this F&B: the pieces run */
+  double step_us, step_fills; /* this step: B's compute under the forward's exchanges, pieces */
+  double step_b_us;          /* this step: the compute of the B's of the pairs the list marks F&B */
+  int role;                  /* trainer_fb_role: 1 a marked pair's F, 2 its B, 3 a piece of B inside F */
+} fb_state_t;
+
 struct train_internal {
   act_pool_t *pools; /* [n_chunks] */
   int split;         /* the step's list has 'W' operations: B computes the inputs' gradients only, W the
@@ -88,6 +115,8 @@ struct train_internal {
   } pv;
   ckpt_async_t ckpt;           /* the run's checkpoints: a background write, the stall (ckpt_async.h) */
   ckpt_mem_t mem;              /* --ckpt-mem-every: snapshots in RAM and their buddy copies (ckpt_mem.h) */
+  fb_state_t fb;               /* --fb-overlap: the F&B under way (loop_fb.c) */
+  double fb_total[4];          /* this run: fb.step_us, fb.step_fills, fb.step_b_us, the steps */
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };
@@ -107,6 +136,15 @@ double train_run_ops(trainer_t *t);
 void train_forward_only(trainer_t *t, int B);
 /* "acts_saved_bytes" and the activation formulas (--model gpt, --pa) into the report. */
 void train_report_acts(trainer_t *t);
+/* An operation in pieces (loop_ops.c): op_forward and op_backward run them in a row. */
+void op_fwd_begin(trainer_t *t, const train_op_t *op, op_run_t *r);
+void op_fwd_unit(trainer_t *t, op_run_t *r);
+double op_fwd_end(trainer_t *t, op_run_t *r);
+void op_bwd_begin(trainer_t *t, const train_op_t *op, op_run_t *r, double *loss);
+void op_bwd_unit(trainer_t *t, op_run_t *r);
+double op_bwd_end(trainer_t *t, op_run_t *r);
+/* loop_fb.c: ops[0] (an F) and ops[1] (a B) as one F&B; returns their compute (µs) in busy[0], busy[1]. */
+void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *busy);
 /* loop_eval.c: --eval-every's validation loss after `step` steps (collective); --sample N. */
 void train_eval_record(trainer_t *t, int step);
 void train_sample_text(trainer_t *t);

@@ -94,6 +94,7 @@ void train_alloc_acts(trainer_t *t) {
   int64_t b = t->local_batch, work = 0, maxy = 0, maxs = 0;
   int last = 0, T = t->group_comm ? comm_world(t->group_comm) : 1;
   in->pa = t->cfg->pa && t->group_comm && !t->cfg->sched;
+  in->fb.on = t->cfg->fb_overlap && t->cfg->sched; /* the list's marks say where (loop_fb.c) */
   for (int i = 0; i < t->n_ops; i++) in->split |= t->ops[i].kind == 'W';
   if (in->split) { /* B now, W later: the model's halves, and a strategy that knows where W ends */
     if (!m->fns->backward_input || !m->fns->backward_weight)
@@ -348,41 +349,60 @@ static void op_event(const trainer_t *t, const train_op_t *op, double t0) {
   trace_event(TRACE_COMPUTE, name, t0, trace_now_us(), NULL);
 }
 
-/* F k over chunk c: the input (the data, or the previous stage's output), the units forward
- * with the strategy's hooks, the output on to the next stage. Returns the compute time (µs, with
- * a schedule; the wait for the input is idle, not busy). */
-static double op_forward(trainer_t *t, const train_op_t *op) {
+/* F k over chunk c in three pieces (op_forward runs them in a row; an F&B, loop_fb.c, runs another
+ * operation's units between its units): the input (the data, or the previous stage's output); one
+ * unit forward with the strategy's hooks; the output on to the next stage. */
+void op_fwd_begin(trainer_t *t, const train_op_t *op, op_run_t *r) {
   struct train_internal *in = t->in;
   const schedule_t *sc = t->cfg->sched;
-  const strategy_t *s = t->strategy;
   const train_chunk_t *ch = &t->chunks[op->chunk];
   int k = op->micro;
-  char name[32];
   act_slot_t *sl = slot_take(t, op->chunk, k);
+  *r = (op_run_t){.op = op, .sl = sl, .u = ch->u0, .use = t->use};
   if (!ch->first) sc->recv_forward(t, op->chunk, k, sl->in.data);
-  double t0 = trace_now_us(); /* loading the data is work (busy); waiting for the previous stage is not */
+  r->t0 = trace_now_us(); /* loading the data is work (busy); waiting for the previous stage is not */
   if (ch->first) { /* the loop's own chunk scores here too: its targets come with the inputs */
     int slice, nslices;
     trainer_data_slice(t, &slice, &nslices);
     trainer_load_micro(t, k, t->n_micro, slice, nslices, sl->in.data,
                        ch->last && !sc ? (int *)in->y.data : NULL);
   }
-  for (int u = ch->u0; u < ch->u1; u++, t->use++) {
-    if (s->pre_forward) s->pre_forward(t, u);
-    snprintf(name, sizeof name, "fwd %d", u);
-    trace_begin(name);
-    unit_io_t io = unit_io(t, sl, op->chunk, u);
-    model_forward(&t->model, u, &io);
-    if (in->pa) pa_keep(t, sl, u); /* --pa: this rank's 1/T of a replicated output */
-    trace_end(NULL);
-    if (s->post_forward) s->post_forward(t, u);
-  }
+}
+
+void op_fwd_unit(trainer_t *t, op_run_t *r) {
+  const strategy_t *s = t->strategy;
+  int u = r->u++;
+  char name[32];
+  t->use = r->use++;
+  if (s->pre_forward) s->pre_forward(t, u);
+  snprintf(name, sizeof name, "fwd %d", u);
+  trace_begin(name);
+  unit_io_t io = unit_io(t, r->sl, r->op->chunk, u);
+  model_forward(&t->model, u, &io);
+  if (t->in->pa) pa_keep(t, r->sl, u); /* --pa: this rank's 1/T of a replicated output */
+  trace_end(NULL);
+  if (s->post_forward) s->post_forward(t, u);
+  t->use++;
+}
+
+/* Returns the compute time (µs, with a schedule; the wait for the input is idle, not busy; an
+ * F&B's other half run inside it, r->lent, is not this operation's). */
+double op_fwd_end(trainer_t *t, op_run_t *r) {
+  const schedule_t *sc = t->cfg->sched;
+  const train_chunk_t *ch = &t->chunks[r->op->chunk];
   if (!sc) return 0;
   dev_sync(t->dev);
-  double busy = trace_now_us() - t0;
-  op_event(t, op, t0);
-  if (!ch->last) sc->send_forward(t, op->chunk, k, sl->out[ch->u1 - 1 - ch->u0].data);
+  double busy = trace_now_us() - r->t0 - r->lent;
+  op_event(t, r->op, r->t0);
+  if (!ch->last) sc->send_forward(t, r->op->chunk, r->op->micro, r->sl->out[ch->u1 - 1 - ch->u0].data);
   return busy;
+}
+
+static double op_forward(trainer_t *t, const train_op_t *op) {
+  op_run_t r;
+  op_fwd_begin(t, op, &r);
+  while (r.u < t->chunks[op->chunk].u1) op_fwd_unit(t, &r);
+  return op_fwd_end(t, &r);
 }
 
 /* --fault R:S:nan on this rank and step: a NaN into dy, the gradient of the output of micro-batch 0
@@ -398,21 +418,19 @@ static void fault_nan_into(trainer_t *t, const train_op_t *op, float *dy) {
   t->in->local_nonfinite = 1;
 }
 
-/* B k over chunk c: the gradient of the output (the loss on the last chunk, added to *loss; else
- * from the next stage), the units backward in reverse with the strategy's hooks, the gradient of
- * the input back to the previous stage. Gradients are written with beta: micro-batch 0
- * overwrites, later ones accumulate (the strategy's pre_backward may choose otherwise). */
-static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
+/* B k over chunk c in three pieces (as F's): the gradient of the output (the loss on the last chunk,
+ * added to *loss; else from the next stage); one unit backward with the strategy's hooks (the
+ * chunk's units in reverse); the gradient of the input back to the previous stage. Gradients are
+ * written with beta: micro-batch 0 overwrites, later ones accumulate (the strategy's pre_backward
+ * may choose otherwise). */
+void op_bwd_begin(trainer_t *t, const train_op_t *op, op_run_t *r, double *loss) {
   struct train_internal *in = t->in;
   const schedule_t *sc = t->cfg->sched;
-  const strategy_t *s = t->strategy;
-  const model_t *m = &t->model;
   const train_chunk_t *ch = &t->chunks[op->chunk];
   int k = op->micro;
-  char name[32];
   act_slot_t *sl = slot_of(t, op->chunk, k);
-  float *dy = in->dy[0].data, *dyp = in->dy[1].data;
-  double t0 = trace_now_us();
+  *r = (op_run_t){.op = op, .sl = sl, .u = ch->u1 - 1, .use = t->use, .dy = in->dy[0].data,
+                  .dyp = in->dy[1].data, .t0 = trace_now_us()};
   if (ch->last) { /* mean over the GLOBAL batch's loss rows (scale 1/(B·rows)): summing the ranks'
                    * gradients is then the mean gradient. A schedule's loss is its stage's work. */
     if (sc) {
@@ -421,60 +439,82 @@ static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
       trainer_load_micro(t, k, t->n_micro, slice, nslices, NULL, (int *)in->y.data);
     }
     TRAINER_PHASE("loss", *loss += trainer_loss(t, (int)t->local_batch, sl->out[ch->u1 - 1 - ch->u0].data,
-                                                (const int *)in->y.data, dy));
+                                                (const int *)in->y.data, r->dy));
   } else {
-    sc->recv_backward(t, op->chunk, k, dy);
-    t0 = trace_now_us();
+    sc->recv_backward(t, op->chunk, k, r->dy);
+    r->t0 = trace_now_us();
   }
-  fault_nan_into(t, op, dy);
-  float *dx_out = ch->first ? NULL : sc->dx_buffer(t, op->chunk, k); /* the model's unit 0 has no dx */
-  for (int u = ch->u1 - 1; u >= ch->u0; u--, t->use++) {
-    t->grad_beta = k == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
-    if (s->pre_backward) s->pre_backward(t, u);
-    if (in->pa && u > 0) pa_gather(t, sl, u - 1); /* --pa: the input, whole again (into its working buffer) */
-    unit_io_t io = unit_io(t, sl, op->chunk, u);
-    if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
-      snprintf(name, sizeof name, "recompute %d", u);
-      trace_begin(name);
-      model_forward(m, u, &io);
-      trace_end(NULL);
-    }
-    io.grads = t->unit_grads[u];
-    io.beta = t->grad_beta;
-    io.dy = dy;
-    io.dx = u > ch->u0 ? dyp : dx_out;
-    if (in->split) { /* B: the input's gradient now; the weights' in W k (op_weight), where the
-                      * strategy's hooks said now (its pointer, its beta) */
-      snprintf(name, sizeof name, "bwd input %d", u);
-      TRAINER_PHASE(name, model_backward_input(m, u, &io));
-      sl->wgrads[u - ch->u0] = t->unit_grads[u];
-      sl->wbeta[u - ch->u0] = t->grad_beta;
-      /* the unit's use is over, its gradient is not final: that is W's (grad_ready) */
-      int last = t->last_micro;
-      t->last_micro = 0;
-      if (s->post_backward) s->post_backward(t, u);
-      t->last_micro = last;
-    } else {
-      snprintf(name, sizeof name, "bwd %d", u);
-      TRAINER_PHASE(name, model_backward(m, u, &io));
-      trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
-      transform_after_backward(t, u); /* first: EP's dense gradients over the group */
-      if (s->post_backward) s->post_backward(t, u);
-    }
-    float *tmp = dy;
-    dy = dyp;
-    dyp = tmp;
+  fault_nan_into(t, op, r->dy);
+  r->dx_out = ch->first ? NULL : sc->dx_buffer(t, op->chunk, k); /* the model's unit 0 has no dx */
+}
+
+void op_bwd_unit(trainer_t *t, op_run_t *r) {
+  struct train_internal *in = t->in;
+  const strategy_t *s = t->strategy;
+  const model_t *m = &t->model;
+  const train_chunk_t *ch = &t->chunks[r->op->chunk];
+  act_slot_t *sl = r->sl;
+  int k = r->op->micro, u = r->u--;
+  char name[32];
+  t->use = r->use++;
+  t->grad_beta = k == 0 ? 0.0f : 1.0f; /* the strategy's pre_backward may change it */
+  if (s->pre_backward) s->pre_backward(t, u);
+  if (in->pa && u > 0) pa_gather(t, sl, u - 1); /* --pa: the input, whole again (into its working buffer) */
+  unit_io_t io = unit_io(t, sl, r->op->chunk, u);
+  if (t->cfg->recompute && m->units[u].saved_numel > 0) { /* rerun the forward: same inputs, same bits */
+    snprintf(name, sizeof name, "recompute %d", u);
+    trace_begin(name);
+    model_forward(m, u, &io);
+    trace_end(NULL);
   }
+  io.grads = t->unit_grads[u];
+  io.beta = t->grad_beta;
+  io.dy = r->dy;
+  io.dx = u > ch->u0 ? r->dyp : r->dx_out;
+  if (in->split) { /* B: the input's gradient now; the weights' in W k (op_weight), where the
+                    * strategy's hooks said now (its pointer, its beta) */
+    snprintf(name, sizeof name, "bwd input %d", u);
+    TRAINER_PHASE(name, model_backward_input(m, u, &io));
+    sl->wgrads[u - ch->u0] = t->unit_grads[u];
+    sl->wbeta[u - ch->u0] = t->grad_beta;
+    /* the unit's use is over, its gradient is not final: that is W's (grad_ready) */
+    int last = t->last_micro;
+    t->last_micro = 0;
+    if (s->post_backward) s->post_backward(t, u);
+    t->last_micro = last;
+  } else {
+    snprintf(name, sizeof name, "bwd %d", u);
+    TRAINER_PHASE(name, model_backward(m, u, &io));
+    trainer_check_grads(t, u); /* this rank's own gradients, before any reduction: a NaN/Inf of ours? */
+    transform_after_backward(t, u); /* first: EP's dense gradients over the group */
+    if (s->post_backward) s->post_backward(t, u);
+  }
+  float *tmp = r->dy;
+  r->dy = r->dyp;
+  r->dyp = tmp;
+  t->use++;
+}
+
+double op_bwd_end(trainer_t *t, op_run_t *r) {
+  const schedule_t *sc = t->cfg->sched;
+  const train_chunk_t *ch = &t->chunks[r->op->chunk];
   double busy = 0;
   if (sc) {
     dev_sync(t->dev);
-    busy = trace_now_us() - t0;
-    op_event(t, op, t0);
-    if (!ch->first) sc->send_backward(t, op->chunk, k, dx_out);
+    busy = trace_now_us() - r->t0 - r->lent;
+    op_event(t, r->op, r->t0);
+    if (!ch->first) sc->send_backward(t, r->op->chunk, r->op->micro, r->dx_out);
   }
-  if (in->split) sl->bdone = 1; /* its W runs later, then gives the slot back */
-  else slot_give_back(t, op->chunk, sl);
+  if (t->in->split) r->sl->bdone = 1; /* its W runs later, then gives the slot back */
+  else slot_give_back(t, r->op->chunk, r->sl);
   return busy;
+}
+
+static double op_backward(trainer_t *t, const train_op_t *op, double *loss) {
+  op_run_t r;
+  op_bwd_begin(t, op, &r, loss);
+  while (r.u >= t->chunks[op->chunk].u0) op_bwd_unit(t, &r);
+  return op_bwd_end(t, &r);
 }
 
 /* W k over chunk c (a split backward): the weights' gradients of micro-batch k, from what its B
@@ -533,17 +573,30 @@ double train_run_ops(trainer_t *t) {
   t->use = 0;
   t->busy_us[0] = t->busy_us[1] = t->busy_us[2] = 0;
   if (t->in->w_due) memset(t->in->w_due, 0, (size_t)t->n_chunks * sizeof *t->in->w_due);
+  t->in->fb.step_us = t->in->fb.step_fills = t->in->fb.step_b_us = 0;
   for (int i = 0; i < t->n_ops; i++) {
     const train_op_t *op = &t->ops[i];
+    if (t->in->fb.on && op->fb == 1 && i + 1 < t->n_ops && t->ops[i + 1].fb == 2) { /* an F&B (loop_fb.c) */
+      double b2[2];
+      train_run_fb(t, op, &loss, b2);
+      t->busy_us[0] += b2[0], t->busy_us[1] += b2[1], busy += b2[0] + b2[1];
+      i++;
+      continue;
+    }
     t->micro = op->micro;
     t->last_micro = op->micro == t->n_micro - 1; /* DDP all-reduces only now (no_sync before) */
+    t->in->fb.role = op->kind == 'F' ? op->fb == 1 : op->kind == 'B' && op->fb == 2 ? 2 : 0; /* marked F&B */
     double b = op->kind == 'F' ? op_forward(t, op)
         : op->kind == 'B'      ? op_backward(t, op, &loss)
                                : op_weight(t, op);
+    t->in->fb.role = 0;
+    if (op->fb == 2 && op->kind == 'B') t->in->fb.step_b_us += b;
     t->busy_us[op->kind == 'F' ? 0 : op->kind == 'B' ? 1 : 2] += b;
     busy += b;
   }
   if (sc) sc->step_end(t, busy, t0);
+  double *tot = t->in->fb_total;
+  tot[0] += t->in->fb.step_us, tot[1] += t->in->fb.step_fills, tot[2] += t->in->fb.step_b_us, tot[3]++;
   return loss;
 }
 
@@ -578,8 +631,8 @@ void train_own_schedule(trainer_t *t) {
   t->n_chunks = 1;
   in->own_ops = xcalloc(2 * (size_t)A, sizeof *in->own_ops, "the loop's operations");
   for (int k = 0; k < A; k++) {
-    in->own_ops[2 * k] = (train_op_t){'F', k, 0};
-    in->own_ops[2 * k + 1] = (train_op_t){'B', k, 0};
+    in->own_ops[2 * k] = (train_op_t){'F', k, 0, 0};
+    in->own_ops[2 * k + 1] = (train_op_t){'B', k, 0, 0};
   }
   t->ops = in->own_ops;
   t->n_ops = 2 * A;

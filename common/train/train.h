@@ -106,6 +106,7 @@ typedef struct train_cfg {
   int pp, micro_batches;              /* --pp P stages (-1: auto, all ranks), --micro-batches M (07) */
   const char *schedule;               /* --schedule naive|gpipe|1f1b|interleaved (07) */
   int virtual_stages;                 /* --virtual-stages v: chunks per rank with interleaved (07) */
+  int fb_overlap;                     /* --fb-overlap: dualpipev's F&B's overlapped (07d, loop_fb.c) */
   int zero;                           /* --zero S on the data dimension: 0 all-reduce, 1/2/3 ZeRO (06, 07) */
   int prefetch;                       /* --prefetch K (05); -1: auto (solutions/zero3.c decides) */
   /* --shard-group node (05): HSDP, shard in the node, all-reduce across */
@@ -233,6 +234,7 @@ typedef struct train_op {
   char kind;
   int micro;
   int chunk;
+  char fb; /* 1: the F of an overlapped F&B (--fb-overlap, loop_fb.c), 2: its B and that B's W; 0 */
 } train_op_t;
 
 /* A chunk: the consecutive units [u0, u1) this rank runs as one piece. first: u0 is the model's
@@ -273,6 +275,9 @@ typedef struct schedule {
   void (*recv_forward)(struct trainer *t, int chunk, int k, float *x);        /* not the first chunk */
   void (*send_forward)(struct trainer *t, int chunk, int k, const float *y);  /* not the last chunk */
   void (*recv_backward)(struct trainer *t, int chunk, int k, float *dy);      /* not the last chunk */
+  /* Optional (an F&B, --fb-overlap): post that receive now, into dy, without waiting; recv_backward
+   * later waits for it. */
+  void (*post_backward)(struct trainer *t, int chunk, int k, float *dy);
   /* Where the backward of chunk c (not the first) writes the gradient of its input, sent next. */
   float *(*dx_buffer)(struct trainer *t, int chunk, int k);
   void (*send_backward)(struct trainer *t, int chunk, int k, const float *dx);
@@ -536,6 +541,17 @@ int64_t trainer_acts_workspace(const trainer_t *t);
  * over the TP group, or the
  * last unit: the logits). Unit u+1's backward all-gathers T slices over t->group_comm first. */
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
+/* --fb-overlap (07d, common/train/loop_fb.c): a model calls trainer_fb_fill while one of its exchanges
+ * travels (posted, not waited for): inside an F&B's forward, the backward's next piece runs now (1);
+ * elsewhere nothing (0). trainer_fb_open: 1 when it would run one (the model sets its scratch aside).
+ * trainer_fb_role: what runs, for a model's timers: 1 the F of a pair the list marks F&B, 2 its B (after
+ * the F, or alone), 3 a piece of that B inside the F (--fb-overlap), 0 anything else.
+ * trainer_fb_stats: per step of this run, v[0] the backward's compute run under exchanges (µs), v[1] the
+ * pieces, v[2] the compute of the marked pairs' B's (µs; overlapped or not). */
+int trainer_fb_open(const trainer_t *t);
+int trainer_fb_fill(trainer_t *t);
+int trainer_fb_role(const trainer_t *t);
+void trainer_fb_stats(const trainer_t *t, double v[3]);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)
 #endif

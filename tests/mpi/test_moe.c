@@ -419,8 +419,9 @@ Test(ch12_moe, pp_equals_one_rank) {
 
 /* Every other schedule of chapter 07 around the MoE GPT, dropless: interleaved (2 chunks per stage),
  * the zero-bubble pair (a MoE block's backward stays whole in its B: moe_model.c) and DualPipeV (its V
- * of 4 chunks, the overlapped forward-backward not built) — with --ep 1 bitwise 1 rank, zb-h1 and
- * dualpipev with --ep 2 too (4 ranks) within MOE_TOL. */
+ * of 4 chunks) — with --ep 1 bitwise 1 rank, zb-h1 and dualpipev with --ep 2 too (4 ranks) within
+ * MOE_TOL; and dualpipev --ep 2 with --fb-overlap (07d: each F&B's backward run in pieces while its
+ * forward's all-to-alls travel, common/train/loop_fb.c) bitwise the pairs run one after the other. */
 Test(ch12_moe, pp_schedules_equal_one_rank) {
   zl_out_t one = MOE_LAUNCH(1, "moe", "ppsone", "--moe 4 --topk 2 --accum 4"),
            one8 = MOE_LAUNCH(1, "moe", "ppsone8", "--moe 4 --topk 2 --accum 8");
@@ -439,6 +440,15 @@ Test(ch12_moe, pp_schedules_equal_one_rank) {
     r = MOE_LAUNCH(4, "moe", name, a);
     snprintf(what, sizeof what, "EP 2 x PP 2 --schedule %s", sch[i]);
     expect_pp(what, &r, &one8, MOE_TOL);
+    if (i == 3) { /* the overlapped F&B: the same kernels in the same order per tensor */
+      snprintf(a, sizeof a, MOE_PP " --ep 2 --schedule dualpipev --fb-overlap");
+      zl_out_t o = MOE_LAUNCH(4, "moe", "ppsefb", a);
+      expect_pp("EP 2 x PP 2 dualpipev --fb-overlap = without", &o, &r, 0);
+      double hid = zl_json_num(o.json, "fb_hidden_ms_per_step");
+      cr_assert(hid > 0, "--fb-overlap: %g ms of backward run under the all-to-alls (stage 1's forwards have "
+                "MoE blocks)", hid);
+      zl_out_free(&o);
+    }
     zl_out_free(&r);
   }
   zl_out_free(&one), zl_out_free(&one8);

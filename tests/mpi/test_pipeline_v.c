@@ -9,6 +9,8 @@
  * is the same whichever rank runs it. The V's tip copies bytes (no arithmetic). With D = 2 replicas
  * per stage, DDP and ZeRO-1/2/3 reduce each unit once, after its last W: bitwise DDP on 2 ranks.
  *
+ * --fb-overlap (each F&B as one operation, common/train/loop_fb.c) keeps the bits: the same runs.
+ *
  * Memory (DeepSeek's table, per device): parameters of 2 of the 2N stages (the ledger's, measured),
  * and at most PP + 1 = 2N + 1 micro-batch-stages of activations in flight (the loop's slots,
  * measured) on stage 0. Notes: notes/07d-dualpipev.md. */
@@ -72,6 +74,10 @@ Test(ch07_dualpipev, equals_one_rank_and_1f1b_with_the_tables_memory, .timeout =
              c[i].model, P, M);
     run_t dpv = launch(P, dir, "dpv", cmd);
     expect_equal("dualpipev = 1 rank --accum M", &dpv, &ref);
+    strcat(cmd, " --fb-overlap"); /* each F&B as one operation (loop_fb.c): B's gradient posted first */
+    run_t fb = launch(P, dir, "dpv_fb", cmd);
+    expect_equal("dualpipev --fb-overlap = without", &fb, &dpv);
+    run_free(&fb);
     zl_expect_same_losses("dualpipev = 1f1b's losses", dpv.json, f1b.json);
     int first[9];
     cr_assert_eq(pp_split(c[i].units, 2 * P, 2 * P, first), 0);

@@ -7,7 +7,7 @@
  * 32; and the checker naming a list that deadlocks at the V's tip or between two ranks.
  * Notes: notes/07d-dualpipev.md. */
 #include "zl_test.h"        // Criterion
-#include "pipeline_check.h" // pp_check_schedule, pp_check_run, pp_check_lists
+#include "pipeline_check.h" // pp_check_schedule, pp_check_run, pp_check_lists, pp_check_fb
 #include "pipeline_sim.h"   // pp_simulate_sched
 #include "pipeline_table.h" // pp_table_row, pp_costs_ds_t
 
@@ -86,6 +86,19 @@ Test(ch07_dualpipev, every_list_runs_without_deadlock) {
     }
   cr_assert_eq(runs, 192, "%d cases", runs);
   cr_assert(pp_check_schedule(PP_DUALPIPEV, 4, 7, 1, why, sizeof why) && strstr(why, "M >= 2P"), "%s", why);
+}
+
+/* --fb-overlap (loop_fb.c): each F&B posts its B's gradient receive before its F's, and waits for it
+ * either after F's output is sent (no exchange in F: the sequential order) or before (F's exchanges
+ * run B's pieces: DeepSeek's F&B order); both run to the end, N <= 8, 2N <= M <= 32. */
+Test(ch07_dualpipev, the_overlapped_fb_runs_without_deadlock) {
+  char why[1024];
+  int runs = 0;
+  for (int early = 0; early < 2; early++)
+    for (int N = 1; N <= NMAX; N++)
+      for (int M = 2 * N; M <= MMAX; M++, runs++)
+        cr_assert(!pp_check_fb(N, M, early, why, sizeof why), "%s", why);
+  cr_assert_eq(runs, 2 * 192, "%d cases", runs);
 }
 
 /* The checker names what is wrong: at the V's tip the last rank's F k of chunk 1 before its own F k of
