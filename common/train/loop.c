@@ -702,6 +702,10 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     comm_finalize(comm);
     return 2;
   }
+  /* Two data-parallel groups (train.h's strategy_t.two_groups): the transform's dense prefixes over
+   * every rank, in a communicator of their own (its counters are the strategy's) */
+  if (grid && tf->dense_numel && s->two_groups && !cfg->sched && cfg->tp <= 1)
+    t.dense_comm = comm_split(comm, 0, wrank);
   model_from_cfg(&t);
   if (grid && tf->split) tf->split(&t.model, t.group_comm); /* this group rank's part of every split unit */
   if (tf && tf->setup) tf->setup(&t); /* the sequence's chunks (10), the experts (12): train.h */
@@ -721,10 +725,6 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   else train_own_schedule(&t);
   train_build_uses(&t);
 
-  /* Two data-parallel groups (train.h's strategy_t.two_groups): the transform's dense prefixes over
-   * every rank, in a communicator of their own (its counters are the strategy's) */
-  if (grid && tf->dense_numel && s->two_groups && !cfg->sched && cfg->tp <= 1)
-    t.dense_comm = comm_split(comm, 0, wrank);
   fault_check_host_memory(&t); /* CPU: refuse clearly what the host cannot hold, before allocating */
   trace_begin("setup");
   train_alloc_acts(&t);
