@@ -31,6 +31,7 @@ typedef struct ddp_state {
   char (*tags)[32];      /* [n_units + 1] names of the messages, alive as long as the strategy */
   comm_handle_t last;    /* the latest all-reduce launched this step (0: none) */
   int launched;          /* all-reduces launched this step */
+  comm_handle_t last_dense; /* two groups (t->dense_comm): the latest over the dense group (0: none) */
 } ddp_state_t;
 
 int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_bucket_t *out,
@@ -79,12 +80,48 @@ int ddp_assign_buckets(const model_t *m, double bucket_mb, int elem_bytes, ddp_b
   // END EXERCISE
 }
 
-/* Start the sum over ranks of grads[off, off+numel), in place, on the communication stream. */
+/* One all-reduce of grads[off, off+numel) over c, async; its handle in *last. */
+static void ddp_reduce(trainer_t *t, comm_t *c, comm_handle_t *last, int64_t off, int64_t numel,
+                       const char *tag) {
+  ddp_state_t *st = t->priv;
+  *last = comm_all_reduce_async(c, tensor_at(&t->grads, off), numel, t->wdt, REDOP_SUM, tag);
+  st->launched++;
+}
+
+/* Two groups (t->dense_comm): the whole units in [off, off+numel), each unit's dense prefix summed over
+ * every rank and the rest (its experts) over t->comm. Consecutive dense elements (a dense unit, then
+ * the next unit's prefix) go out as one all-reduce. */
+static void ddp_launch_two_groups(trainer_t *t, int64_t off, int64_t numel, const char *tag) {
+  ddp_state_t *st = t->priv;
+  const model_t *m = &t->model;
+  int64_t lo = 0, hi = 0; /* the dense run not launched yet, [lo, hi) of the flat buffer */
+  for (int u = 0; u < m->n_units; u++) {
+    const unit_t *un = &m->units[u];
+    if (un->padded == 0 || un->off < off || un->off >= off + numel) continue;
+    int64_t d = trainer_dense_numel(t, u), x = un->padded - d;
+    if (d > 0 && hi != un->off) {
+      if (hi > lo) ddp_reduce(t, t->dense_comm, &st->last_dense, lo, hi - lo, tag);
+      lo = un->off;
+    }
+    if (d > 0) hi = un->off + d;
+    if (x > 0) {
+      if (hi > lo) ddp_reduce(t, t->dense_comm, &st->last_dense, lo, hi - lo, tag);
+      lo = hi = 0;
+      ddp_reduce(t, t->comm, &st->last, un->off + d, x, tag);
+    }
+  }
+  if (hi > lo) ddp_reduce(t, t->dense_comm, &st->last_dense, lo, hi - lo, tag);
+}
+
+/* Start the sum over ranks of grads[off, off+numel), in place, on the communication stream (with two
+ * groups, each unit's parts over their own: ddp_launch_two_groups). */
 static void ddp_launch(trainer_t *t, int64_t off, int64_t numel, const char *tag) {
   ddp_state_t *st = t->priv;
-  void *g = tensor_at(&t->grads, off);
-  st->last = comm_all_reduce_async(t->comm, g, numel, t->wdt, REDOP_SUM, tag);
-  st->launched++;
+  if (t->dense_comm) {
+    ddp_launch_two_groups(t, off, numel, tag);
+    return;
+  }
+  ddp_reduce(t, t->comm, &st->last, off, numel, tag);
 }
 
 /* The post-backward hook: unit u's gradients are final (on the last micro-batch). */
@@ -125,6 +162,13 @@ static void ddp_wait_grads(trainer_t *t) {
   st->last = 0;
   st->launched = 0;
   // END EXERCISE
+}
+
+/* Two groups (t->dense_comm): the dense group's all-reduces, waited for the same way (its last). */
+static void ddp_wait_dense(trainer_t *t) {
+  ddp_state_t *st = t->priv;
+  if (st->last_dense) comm_wait(t->dense_comm, st->last_dense);
+  st->last_dense = 0;
 }
 
 void ddp_replica_setup(trainer_t *t) {
@@ -183,7 +227,7 @@ static void ddp_step(trainer_t *t) {
   ddp_state_t *st = t->priv;
   /* naive: only now, nothing overlaps */
   if (st->variant == DDP_NAIVE) ddp_launch(t, 0, t->model.padded_numel, st->tags[0]);
-  TRAINER_PHASE("wait grads", ddp_wait_grads(t));
+  TRAINER_PHASE("wait grads", ddp_wait_grads(t); ddp_wait_dense(t));
   ddp_update(t);
 }
 
@@ -232,15 +276,27 @@ static void ddp_setup_naive(trainer_t *t) { ddp_setup(t, DDP_NAIVE); }
 static void ddp_setup_overlap(trainer_t *t) { ddp_setup(t, DDP_OVERLAP); }
 static void ddp_setup_bucketed(trainer_t *t) { ddp_setup(t, DDP_BUCKETED); }
 
-/* ZeRO stage 0's formulas: every rank holds everything, (b + b + K)Ψ; one all-reduce, 2(N−1)/N·Ψ·b. */
+/* ZeRO stage 0's formulas: every rank holds everything, (b + b + K)Ψ; one all-reduce, 2(N−1)/N·Ψ·b.
+ * Two groups: the dense Ψ_d over every rank (N_d) and the experts' Ψ − Ψ_d over D = t->world,
+ * 2(N_d−1)/N_d·Ψ_d·b + 2(D−1)/D·(Ψ − Ψ_d)·b; the states are the same (each rank keeps its whole
+ * part). */
 static void ddp_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 0, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->cfg->optimizer == OPT_MUON) f->optim += 4.0 * (double)muon_adamw_numel(&t->model); /* AdamW's v */
+  if (!t->dense_comm) return;
+  double dense = 0;
+  for (int u = 0; u < t->model.n_units; u++) dense += (double)trainer_dense_numel(t, u);
+  int nd = comm_world(t->dense_comm);
+  f->comm_bytes = formula_comm_bytes(0, dense, nd, t->wdt) +
+                  formula_comm_bytes(0, (double)t->model.numel - dense, t->world, t->wdt);
+  snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N x psi_dense + 2(D-1)/D x psi_exp, x %d B",
+           (int)dtype_size(t->wdt));
 }
 
 /* naive needs no hook: it communicates only in step() (so it runs once ddp_final_wait is done). */
 static const strategy_t g_naive = {.name = "ddp-naive",
                                    .stage = 0,
+                                   .two_groups = 1,
                                    .whole_matrices = 1,
                                    .setup = ddp_setup_naive,
                                    .step = ddp_step,
@@ -249,6 +305,7 @@ static const strategy_t g_naive = {.name = "ddp-naive",
                                    .formula = ddp_formula};
 static const strategy_t g_overlap = {.name = "ddp-overlap",
                                      .stage = 0,
+                                     .two_groups = 1,
                                      .whole_matrices = 1,
                                      .setup = ddp_setup_overlap,
                                      .post_backward = ddp_post_backward,
@@ -258,6 +315,7 @@ static const strategy_t g_overlap = {.name = "ddp-overlap",
                                      .formula = ddp_formula};
 static const strategy_t g_bucketed = {.name = "ddp-bucketed",
                                       .stage = 0,
+                                      .two_groups = 1,
                                       .whole_matrices = 1,
                                       .setup = ddp_setup_bucketed,
                                       .post_backward = ddp_post_backward,

@@ -38,11 +38,15 @@ void ep_exchange_counts(comm_t *g, const int64_t *send, int64_t *recv, int El) {
 /* The dense elements of unit u (the first n of it: a MoE block's prefix, every other unit whole). */
 static int64_t dense_numel(const trainer_t *t, int u) { return moe_unit_dense(&t->model, u); }
 
+/* The prefix a strategy with two data-parallel groups reduces over every rank (train.h). */
+static int64_t ep_dense_numel(const trainer_t *t, int u) { return dense_numel(t, u); }
+
 /* On the step's last micro-batch (no_sync: the gradient is the step's sum), before the strategy
  * reduces unit u over D: its dense part summed over the EP group — the group's ranks read different
- * samples and hold the same dense weights. */
+ * samples and hold the same dense weights. A strategy with two groups (t->dense_comm) sums it over
+ * every rank itself, in one reduction: nothing here. */
 static void ep_after_backward(trainer_t *t, int u) {
-  if (t->micro != t->n_micro - 1) return;
+  if (t->micro != t->n_micro - 1 || t->dense_comm) return;
   int64_t n = dense_numel(t, u);
   if (n > 0) comm_all_reduce(t->group_comm, t->unit_grads[u], n, t->wdt, REDOP_SUM);
 }
@@ -55,12 +59,13 @@ static int ep_norm_ranges(const trainer_t *t, int u, int64_t r[][2]) {
   return hi > lo;
 }
 
-/* The EP group's all-reduces per step (fp32 ring model): one per unit, of its dense elements. The
- * all-to-alls are counted apart (moe_report.c's lines, under CO_ALL_TO_ALL). */
+/* The EP group's all-reduces per step (fp32 ring model): one per unit, of its dense elements; none
+ * with two groups (the strategy's, over every rank). The all-to-alls are counted apart
+ * (moe_report.c's lines, under CO_ALL_TO_ALL). */
 static void ep_traffic(const trainer_t *t, int64_t *calls, int64_t *bytes) {
   int P = comm_world(t->group_comm), r = comm_rank(t->group_comm);
   *calls = *bytes = 0;
-  for (int u = 0; u < t->model.n_units; u++) {
+  for (int u = 0; u < t->model.n_units && !t->dense_comm; u++) {
     int64_t n = dense_numel(t, u);
     if (n == 0) continue;
     *calls += 1;
@@ -113,14 +118,16 @@ const model_transform_t ep_transform = {
     .name = "ep",
     .setup = moe_setup,
     .after_backward = ep_after_backward,
+    .dense_numel = ep_dense_numel,
     .norm_ranges = ep_norm_ranges,
     .step_end = moe_step_end,
     .report = moe_report,
     .traffic = ep_traffic,
     .traffic_text =
         "per unit and step, one all-reduce over the EP group of its dense elements (every parameter but "
-        "the experts: the group's ranks read different samples), 2(P_E-1)/P_E of its bytes; the "
-        "all-to-alls of the tokens are counted apart (the moe lines)",
+        "the experts: the group's ranks read different samples), 2(P_E-1)/P_E of its bytes, unless the "
+        "strategy reduces them over all the ranks (two groups: none here); the all-to-alls of the tokens "
+        "are counted apart (the moe lines)",
     .unsplit = ep_unsplit,
     .to_local = ep_to_local,
     .splits_batch = 1,

@@ -5,11 +5,13 @@
  *
  * The grid is chapter 06's with the EP group where TP's was: rank = dp·P_E + ep, the strategy on
  * the D ranks that share an ep index (the expert-data-parallel group: the replicas of the same
- * experts), every rank its own slice of the batch (splits_batch). So the strategy (DDP, ZeRO-1/2/3)
- * reduces everything over D ranks; the dense weights (every parameter but the experts) are the same
- * on the whole group and were computed from different samples, so their gradient is first summed
- * over the EP group (one all-reduce per unit and step: after_backward, on the last micro-batch, with
- * no_sync), then over D by the strategy: the sum over all D·P_E ranks. The experts' gradients are
+ * experts), every rank its own slice of the batch (splits_batch). The dense weights (every parameter
+ * but the experts) are the same on the whole group and were computed from different samples, so their
+ * gradient is summed over all D·P_E ranks: by a strategy with two data-parallel groups (DDP:
+ * train.h's two_groups) in one reduction over t->dense_comm, every rank of the job, the transform
+ * naming each unit's dense prefix (dense_numel); under ZeRO-1/2/3, which still run everything over
+ * D, first over the EP group (one all-reduce per unit and step: after_backward, on the last
+ * micro-batch, with no_sync), then over D by the strategy. The experts' gradients are
  * summed over D only — each expert saw every token of its group through the all-to-all — and, like
  * the dense ones, are the gradient of the mean over the GLOBAL batch (the loss is local sum / B):
  * never divided by D (DeepSpeed #6545's bug: expert gradients P_E times too large). */

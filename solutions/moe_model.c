@@ -225,8 +225,10 @@ void moe_setup(trainer_t *t) {
   if (c->ep_comm && trainer_prints(t)) {
     printf("ep: expert-parallel groups of %d consecutive ranks (the grid's tp column above), %d of the %d "
            "experts of each "
-           "MoE block per rank; the strategy on the D = %d ranks that hold the same experts\n",
+           "MoE block per rank; the strategy on the D = %d ranks that hold the same experts",
            c->ep, c->e_local, c->E, t->world);
+    if (t->dense_comm) printf(", the dense part on all %d ranks (two groups)", comm_world(t->dense_comm));
+    printf("\n");
     if (c->tp_comm)
       printf("ep: --tp %d inside each EP group: %d consecutive ranks split the attention's heads, the "
              "embedding and the "

@@ -20,8 +20,11 @@ balancing), every row measured by ch12_experts (or ch02_ddp / ch06_tp) --json:
             per rank (the ledger's memory.per_rank[].peak, max over ranks) of --moe 4 --topk 1 at EP 1,
             2 (2 ranks) and EP 1, 2, 4 (4 ranks: oversubscribes a 2-core box) against ch02_ddp on the
             dense GPT of the same shape (top-1: the same active parameters, + the router's E·C per block),
-            global batch 16; and the bytes each rank sends per step: the strategy's (over D), the EP
-            group's all-reduce of the dense gradients and the all-to-alls.
+            global batch 16; and the bytes each rank sends per step: the strategy's (over D, and with two
+            data-parallel groups the dense gradients' over all N), the EP group's all-reduce of the dense
+            gradients (none with two groups) and the all-to-alls; dense_group: which layout ran.
+            notes/data/bench_experts_two_groups.json is this part after two groups (make bench-experts
+            EXPERTS_PARTS=step EXPERTS_OUT=...), beside bench_experts.json's (everything over D).
   trace     one EP 2 run of the step row with --trace: rank 0's time per step in the spans "moe dispatch",
             "moe experts", "moe combine" and their backwards (compute thread), and the communication
             thread's all-to-alls (by tag; "blocking" = the dropless count exchange), steps 1.. (step 0 is
@@ -187,6 +190,10 @@ def part_step(a, tmp):
              "params_active": rs[0]["active"], "params_total": rs[0]["total"], "params_rank": rs[0]["params"],
              "a2a_bytes_per_step": rs[0]["a2a"], "grad_bytes_per_step": rs[0]["grad_bytes"],
              "ep_all_reduce_bytes_per_step": rs[0]["ep_ar_bytes"],
+             # the dense gradients' data-parallel group, from what was measured: with EP (no TP inside),
+             # an EP group that all-reduces nothing is the two-group layout (dense over all N ranks)
+             "dense_group": ("all N" if rs[0]["ep_ar_bytes"] == 0 else "D (EP group first)")
+             if flags and int(flags[1]) > 1 and len(flags) <= 2 else None,
              "sent_bytes_per_step": rs[0]["a2a"] + rs[0]["grad_bytes"] + rs[0]["ep_ar_bytes"],
              "load_last_runs": [x["load_last"] for x in rs], "cmd": rs[0]["cmd"]}
         rows[step_key(name, np_, flags)] = r

@@ -139,9 +139,10 @@ CLAIMS = [
       "has src solutions/ep.c /comm_all_to_allv_async\\([^;]*;\\s*comm_wait\\(g, h\\);/"],
      "every exchange waited for at once (ep_exchange_rows), but in 07d's --fb-overlap; shared and fine-grained "
      "experts built"),
-    ("notes/12-experts.md", r"DeepSpeed's layout, a strategy owning both groups, is not built yet",
-     ["has src solutions/moe_model.c /the strategy on the D = %d ranks that hold the same experts/"],
-     "ch12's strategy runs on the D ranks for every parameter (the dense part summed over EP first)"),
+    ("notes/12-experts.md", r"would need a unit cut into two segments.*not built yet",
+     ["has src solutions/ddp.c /\\.two_groups = 1/", "no src solutions/zero1.c /two_groups/",
+      "no src solutions/zero2.c /two_groups/", "no src solutions/zero3.c /two_groups/"],
+     "DDP runs two data-parallel groups under --ep; ZeRO-1/2/3 still run every parameter over D"),
     ("notes/12-experts.md", r"On a GPU.*the NCCL path of the all-to-all",
      [], "unchecked: a GPU run of ch12_experts is recorded when one happens"),
     ("notes/11-choosing-a-layout.md", r"delayed parameter update, not built here",

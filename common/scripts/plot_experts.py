@@ -11,6 +11,9 @@
             against dense DDP with the same active parameters; (f) rank 0's time per step in the
             dispatch / experts / combine spans of a --trace (compute thread; hatched: the all-to-all on
             the communication thread inside each).
+  experts_groups  two data-parallel groups against the old layout: the step rows of bench_experts.json
+            (everything over D: the old column) beside bench_experts_two_groups.json (DDP's dense gradients
+            over all N), EP 1, 2 and 4: bytes sent, step time and model states / peak per rank.
 """
 import json
 import os
@@ -136,3 +139,44 @@ def fig_experts(datadir, outdir):
     fig.savefig(os.path.join(outdir, "experts.png"), dpi=DPI)
     plt.close(fig)
     print("  wrote %s" % os.path.join(outdir, "experts.png"))
+
+
+def fig_experts_groups(datadir, outdir):
+    new_path = os.path.join(datadir, "bench_experts_two_groups.json")
+    if not os.path.exists(new_path):
+        print("  experts_groups: no %s (make bench-experts EXPERTS_PARTS=step ...): skipped" % new_path)
+        return None
+    docs = [json.load(open(os.path.join(datadir, n))) for n in ("bench_experts.json", "bench_experts_two_groups.json")]
+    old, new = (d["step"] for d in docs)
+    loads = [d.get("_part_meta", {}).get("step", d["_meta"])["load_before"][0] for d in docs]
+    keys = [k for k in ("ep1_N2", "ep2_N2", "ep1_N4", "ep2_N4", "ep4_N4") if k in old and k in new]
+    labels = ["EP %d\nN=%d" % (new[k]["ep"], new[k]["N"]) for k in keys]
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.6))
+    xs = list(range(len(keys)))
+    w = 0.38
+    panels = [("sent_bytes_per_step", 2**20, "MiB sent per rank per step", "(a) sent per rank"),
+              ("median_step_ms", 1, "median step, ms",
+               "(b) step time, 2 shared cores: load %.1f (old) and %.1f (new)\nat the start" % tuple(loads)),
+              ("model_states_bytes", 2**20, "MiB per rank (hatched: peak)", "(c) model states and peak")]
+    for p, (field, div, ylabel, title) in zip(ax, panels):
+        for i, (doc, name, col) in enumerate(((old, "old: everything over D", "C7"),
+                                              (new, "two groups: dense over N", "C0"))):
+            xx = [x + (i - 0.5) * w for x in xs]
+            p.bar(xx, [doc[k][field] / div for k in keys], w, color=col, label=name)
+            if field == "model_states_bytes":
+                p.bar(xx, [(doc[k]["peak_bytes"] - doc[k]["model_states_bytes"]) / div for k in keys], w,
+                      bottom=[doc[k]["model_states_bytes"] / div for k in keys], color="none", edgecolor=col,
+                      hatch="//")
+        p.set_xticks(xs)
+        p.set_xticklabels(labels, fontsize=8)
+        p.set_ylabel(ylabel)
+        p.set_title(title, fontsize=10)
+        p.grid(alpha=0.3, axis="y")
+    ax[0].legend(fontsize=8)
+    fig.suptitle("Two data-parallel groups (DDP, GPT small, top-1 of 4 experts, global batch 16): the old "
+                 "layout's step rows beside the new", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(os.path.join(outdir, "experts_groups.png"), dpi=DPI)
+    plt.close(fig)
+    print("  wrote %s" % os.path.join(outdir, "experts_groups.png"))
+    return None

@@ -32,6 +32,7 @@ Data figures (committed measurements, --data notes/data):
   zeror_cb         bench_zeror.json (make bench-zeror);  long_seq  bench_long.json (make bench-long, chapter 10)
   long_split       bench_long.json: SP, ring, Ulysses, hybrid bytes and step time, and on emulated nodes (chapter 10)
   experts          bench_experts.json (make bench-experts): drops, balance, all-to-all bytes, EP step and memory, trace (chapter 12)
+  experts_groups   bench_experts.json beside bench_experts_two_groups.json: the old layout's step rows against two groups (12)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -1109,6 +1110,7 @@ DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no resu
     ("pipeline_zero_bubble", fig_pipeline_zero_bubble, "pipeline_zero_bubble"),
     ("overlap_saved", fig_overlap_saved, "overlap_saved"),
     ("experts", plot_experts.fig_experts, "experts"),
+    ("experts_groups", plot_experts.fig_experts_groups, "experts_groups"),
 ]
 
 FIGURES = [  # (name for --only, function, the PNG it writes)

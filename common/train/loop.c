@@ -702,6 +702,10 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
     comm_finalize(comm);
     return 2;
   }
+  /* Two data-parallel groups (train.h's strategy_t.two_groups): the transform's dense prefixes over
+   * every rank, in a communicator of their own (its counters are the strategy's) */
+  if (grid && tf->dense_numel && s->two_groups && !cfg->sched && cfg->tp <= 1)
+    t.dense_comm = comm_split(comm, 0, wrank);
   model_from_cfg(&t);
   if (grid && tf->split) tf->split(&t.model, t.group_comm); /* this group rank's part of every split unit */
   if (tf && tf->setup) tf->setup(&t); /* the sequence's chunks (10), the experts (12): train.h */
@@ -727,10 +731,12 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   if (!cfg->sched) train_report_acts(&t);
   s->setup(&t); /* states, shards, buckets; params broadcast from rank 0 */
   comm_wait_all(t.comm);
+  if (t.dense_comm) comm_wait_all(t.dense_comm);
   comm_wait_all(comm);
   trace_end(NULL);
   comm_counters_reset(comm); /* per-step traffic starts here: the init broadcast is not a step */
   if (t.comm != comm) comm_counters_reset(t.comm);
+  if (t.dense_comm) comm_counters_reset(t.dense_comm);
 
   int taken = 0, skipped = 0, start = 0; /* optimizer steps applied; steps dropped by --nonfinite skip */
   if (cfg->resume) { /* the states, the losses so far and the position of the checkpoint */
@@ -753,6 +759,7 @@ int train_main(const train_cfg_t *cfg, const strategy_t *s, const char *chapter)
   train_loop(&t, start, &taken, &skipped);
   if (cfg->sample > 0) train_sample_text(&t);
   int rc = train_finish(&t, chapter, skipped);
+  if (t.dense_comm) comm_finalize(t.dense_comm);
   if (grid) grid_free(grid);
   comm_finalize(comm);
   return rc;

@@ -233,6 +233,10 @@ void trainer_data_slice(const trainer_t *t, int *slice, int *nslices) {
   }
 }
 
+int64_t trainer_dense_numel(const trainer_t *t, int u) {
+  return t->dense_comm ? t->cfg->transform->dense_numel(t, u) : 0;
+}
+
 int trainer_batch_share(const trainer_t *t) {
   return t->group_comm && t->cfg->transform->splits_batch && t->cfg->tp > 1 ? t->cfg->tp : 1;
 }

@@ -46,6 +46,13 @@ int report_tp_groups(const trainer_t *t, comm_t **out, int max) {
   return n;
 }
 
+int report_strategy_groups(const trainer_t *t, comm_t **out) {
+  int n = 0;
+  for (int i = 0; i < t->n_sub_comms; i++) out[n++] = t->sub_comms[i];
+  if (t->dense_comm) out[n++] = t->dense_comm;
+  return n;
+}
+
 void report_finish(trainer_t *t, const report_run_t *run) {
   comm_t *rc = t->world_comm; /* every rank of the job appears (--tp, a pipeline's stages) */
   rank_numbers_t mine = {.rank = comm_rank(rc)};
@@ -97,10 +104,12 @@ void report_finish(trainer_t *t, const report_run_t *run) {
     mine.busy_us[op] = cc.busy_us[op];
   }
   mine.p2p_sent = cc.p2p_sent;
-  /* the strategy's own groups (HSDP's): their bytes are its bytes */
-  for (int i = 0; i < t->n_sub_comms; i++) {
-    comm_wait_all(t->sub_comms[i]);
-    comm_counters_t sc = comm_counters(t->sub_comms[i]);
+  /* the strategy's own groups (HSDP's) and its dense group (two groups, chapter 12): its bytes */
+  comm_t *own[TRAIN_SUB_COMMS_MAX + 1];
+  int n_own = report_strategy_groups(t, own);
+  for (int i = 0; i < n_own; i++) {
+    comm_wait_all(own[i]);
+    comm_counters_t sc = comm_counters(own[i]);
     for (int op = 0; op < CO_NOPS; op++) {
       mine.sent[op] += sc.sent[op];
       mine.calls[op] += sc.calls[op];

@@ -60,6 +60,9 @@ double *report_last_joins(comm_t *c, int64_t *n);
 /* The groups whose counters are the transform's traffic: t->group_comm, then those of its groups hook
  * (chapter 12's TP inside EP), each waited for; up to max into out, their number (0 without --tp). */
 int report_tp_groups(const trainer_t *t, comm_t **out, int max);
+/* The groups whose counters are the strategy's besides t->comm: its sub_comms, then t->dense_comm
+ * (two data-parallel groups); into out (room for TRAIN_SUB_COMMS_MAX + 1), their number. */
+int report_strategy_groups(const trainer_t *t, comm_t **out);
 /* This rank's topology numbers into *mine (report_nodes.c): its node, the inter-node part of
  * what t->comm and the strategy's sub_comms sent, and f's inter-node formula. */
 void report_nodes_mine(const trainer_t *t, const formula_t *f, rank_numbers_t *mine);

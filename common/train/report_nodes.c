@@ -12,8 +12,9 @@ void report_nodes_mine(const trainer_t *t, const formula_t *f, rank_numbers_t *m
   mine->node = comm_node(t->world_comm);
   comm_counters_t cc = comm_counters(t->comm);
   for (int op = 0; op < CO_NOPS; op++) mine->inter_sent[op] = cc.inter_sent[op];
-  for (int i = 0; i < t->n_sub_comms; i++) {
-    comm_counters_t sc = comm_counters(t->sub_comms[i]);
+  comm_t *own[TRAIN_SUB_COMMS_MAX + 1];
+  for (int i = 0, n = report_strategy_groups(t, own); i < n; i++) {
+    comm_counters_t sc = comm_counters(own[i]);
     for (int op = 0; op < CO_NOPS; op++) mine->inter_sent[op] += sc.inter_sent[op];
   }
   comm_t *g[5]; /* the transform's group, and its other groups (chapter 12's TP inside EP) */

@@ -197,6 +197,11 @@ typedef struct strategy {
   const char *name;  /* "ddp-naive", "zero1", ... */
   int stage;         /* 0 DDP, 1, 2, 3: the ZeRO stage, a name only (checkpoint manifests); memory
                       * and traffic come from formula */
+  /* 1: the strategy runs two data-parallel groups (DeepSpeed's and Megatron's with experts): each
+   * unit's first trainer_dense_numel(t, u) elements over t->dense_comm, the rest over t->comm. The
+   * launcher then opens t->dense_comm when the transform names such a prefix (model_transform_t.
+   * dense_numel), and the transform leaves those gradients to the strategy. 0: everything over t->comm */
+  int two_groups;
   int whole_matrices; /* 1: the update sees every matrix whole (DDP, ZeRO's owners): --optimizer muon
                        * runs; 0: train_main refuses it (flat slices cut the matrices) */
   void (*setup)(struct trainer *t);                   /* allocate states, shards, buckets */
@@ -356,6 +361,11 @@ typedef struct model_transform {
    * the EP group: the TP ranks and the ranks that share a TP index): up to max into out, their
    * number. The report adds their counters to the group's. NULL: none. */
   int (*groups)(const struct trainer *t, comm_t **out, int max);
+  /* The elements of unit u (a prefix of its local layout) that are the same on every rank of the
+   * transform's group and data-parallel over all the ranks (chapter 12: a block's attention, norms
+   * and router; the rest of the unit, its experts, is data-parallel over the D replicas only): what a
+   * strategy with two_groups reduces and shards over t->dense_comm. NULL: no such prefix. */
+  int64_t (*dense_numel)(const struct trainer *t, int u);
   /* The FULL model's fp32 weights from every rank's own. local: this rank's unpadded weights, unit
    * after unit (m->numel floats; ignored unless has_local). Collective over the group. Returns on
    * the group's rank 0 a malloc'd array of *full_numel floats (the unsplit model), NULL elsewhere. */
@@ -383,6 +393,11 @@ typedef struct trainer {
   int n_sub_comms;      /* sub_comms in use; a strategy checks it against TRAIN_SUB_COMMS_MAX */
   comm_t *group_comm;   /* the model transform's group (cfg->group consecutive ranks: TP's T, EP's
                          * P_E); NULL without one */
+  comm_t *dense_comm;   /* two data-parallel groups (strategy_t.two_groups; chapter 12's --ep without
+                         * --tp and a schedule): every rank of the job, over which each unit's dense
+                         * prefix is reduced and sharded (t->comm: its experts'); NULL: none, t->comm
+                         * for everything. The launcher's (comm_split of world_comm): the report
+                         * counts its bytes as the strategy's */
   struct grid *grid;    /* --tp: the process grid (common/comm/grid.h); NULL without               */
   device_t dev;
   dtype_t wdt;          /* working dtype of params and grads */
@@ -495,6 +510,9 @@ void trainer_load_micro(trainer_t *t, int k, int m, int slice, int nslices, void
 /* The factor the loss's gradient carries this step: fp16's loss scale S, else 1 (a model that adds a
  * loss of its own, chapter 12's auxiliary loss, scales its gradient by it). */
 double trainer_loss_scale(const trainer_t *t);
+/* The elements of unit u reduced (and sharded) over t->dense_comm, a prefix of the unit: the
+ * transform's dense_numel with two data-parallel groups, 0 without t->dense_comm (all over t->comm). */
+int64_t trainer_dense_numel(const trainer_t *t, int u);
 /* Which slice of each micro-batch this rank reads, of how many: its data-parallel rank of t->world,
  * or with a transform that splits the batch (expert parallelism) dp_rank·T + group rank of D·T. */
 void trainer_data_slice(const trainer_t *t, int *slice, int *nslices);

@@ -199,6 +199,41 @@ Test(ch12_moe, ep_equals_one_rank) {
               MOE_TOL);
 }
 
+/* Two data-parallel groups (DeepSpeed's and Megatron's; train.h's strategy_t.two_groups): EP 2 x D 2 on 4
+ * ranks with DDP, against 1 rank --accum 4 within MOE_TOL; every dense gradient summed in one all-reduce
+ * over the 4 ranks and the experts' over their D = 2 replicas: per rank and step 2(N-1)/N·Ψ_dense·4 +
+ * 2(D-1)/D·Ψ_experts·4 bytes, counted here from the shape (Ψ_dense: wpe + wte, per block 2 LayerNorms,
+ * qkv, proj and the router, lnf + head; Ψ_experts: 2 experts of 2·4C·C + 4C + C per block) = the report's
+ * formula = the counters; the EP group all-reduces nothing (the old layout's 2(P_E-1)/P_E·Ψ_dense·4 there,
+ * and 2(D-1)/D of every parameter over D). */
+Test(ch12_moe, two_groups_dense_traffic) {
+  const double N = 4, D = 2, C = 32, S = 16, V = 256, L = 2, E = 4, X = 2 * 4 * C * C + 4 * C + C;
+  double dense = S * C + V * C + L * (2 * 2 * C + 3 * C * C + 3 * C + C * C + C + E * C) + 2 * C + V * C;
+  double experts = L * (E / 2) * X, want = 2 * (N - 1) / N * dense * 4 + 2 * (D - 1) / D * experts * 4;
+  zl_out_t one = MOE_LAUNCH(1, "moe", "tgone", "--moe 4 --topk 2 --accum 4");
+  zl_out_t r = MOE_LAUNCH(4, "moe", "tg", "--moe 4 --topk 2 --ep 2");
+  double gap = zl_expect_close_norm("EP 2 x D 2 (two groups) against 1 rank --accum 4", r.params, one.params,
+                                    one.n, MOE_TOL);
+  const char *c = zl_json_find(r.json, "comm");
+  double got = zl_json_num(c, "bytes_per_step_per_rank");
+  double f = zl_json_num(c, "formula_bytes_per_step_per_rank");
+  cr_assert(got == want && f == want,
+            "EP 2 x D 2: %.1f bytes per rank and step on the data-parallel groups (formula %.1f), expected "
+            "%.1f from the shape (dense %.0f over 4 ranks, experts %.0f over 2)",
+            got, f, want, dense, experts);
+  const char *p = zl_json_find(r.json, "tp");
+  for (int q = 0; q < 4; q++) {
+    p = zl_json_find(p, "tp_rank");
+    cr_assert(p && zl_json_num(p, "bytes_per_step") == 0 && zl_json_num(p, "formula_bytes_per_step") == 0,
+              "EP 2 x D 2 rank %d: the EP group all-reduced dense gradients (two groups: none)", q);
+    p += 8;
+  }
+  cr_log_info("two groups, EP 2 x D 2: %.0f B per rank and step (dense over N, experts over D); "
+              "against 1 rank %.3g of max|w|",
+              want, gap);
+  zl_out_free(&one), zl_out_free(&r);
+}
+
 /* --aux-loss-scope global: f_e counts every rank's choices, so the aux loss and its gradient are the
  * same on any layout of the same --accum: EP 2 and DP 2 against 1 rank with the whole batch. */
 Test(ch12_moe, global_aux_loss_any_layout) {
