@@ -80,20 +80,21 @@ int memcalc_block_check(int argc, char **argv, int tf, gpt_shape_t g, const memc
                       g.n_head);
   int kind = memcalc_block_kind(g, b);
   if (kind == MEMCALC_BLOCK_GPT) return 0;
-  const char *no = with->experts > 0 ? "--experts"
-                   : with->pp > 1    ? "--pp"
-                   : with->cp > 1    ? "--cp"
-                   : with->muon      ? "--optimizer muon"
-                                     : NULL;
+  /* a tied head alone: the fp32 GPT's activations and blocks hold (CP's ring, Muon's matrices), not the
+   * units --pp splits nor the count --experts starts from */
+  int other = kind == MEMCALC_BLOCK_OTHER;
+  const char *no = with->experts > 0       ? "--experts"
+                   : with->pp > 1          ? "--pp"
+                   : other && with->cp > 1 ? "--cp"
+                   : other && with->muon   ? "--optimizer muon"
+                                           : NULL;
   const char *mine = NULL; /* the first block flag given: what the line names */
   for (int i = 0; i < N_BLOCK_FLAGS && !mine; i++)
     if (args_given(argc, argv, g_block_flags[i])) mine = g_block_flags[i];
   if (no && mine)
     return args_error(mine, i_takes_value(mine) ? args_given(argc, argv, mine) : NULL,
-                      "with %s: not computed here (those tables are this GPT's own blocks; give one of them)",
-                      no);
-  if (kind == MEMCALC_BLOCK_OTHER && with->tp > 1 &&
-      ((long)kv_of(g, b) % with->tp || (long)ffn_of(g, b) % with->tp))
+                      "with %s: not computed here (those tables count this GPT's own blocks only)", no);
+  if (other && with->tp > 1 && ((long)kv_of(g, b) % with->tp || (long)ffn_of(g, b) % with->tp))
     return snprintf(v, sizeof v, "%d", with->tp),
            args_error("--tp", v,
                       "must divide --kv-heads %.0f and --ffn %.0f (t ranks split the k, v heads and "
@@ -116,11 +117,10 @@ void memcalc_block_text(FILE *out, gpt_shape_t g, const memcalc_block_t *b) {
           b->no_bias ? "no biases (norms: a weight alone)" : "biases",
           b->tied ? "tied to the token embedding" : "a matrix of its own", memcalc_block_params(g, b));
   if (memcalc_block_kind(g, b) == MEMCALC_BLOCK_OTHER)
-    fprintf(
-        out,
-        "activations per layer: Korthikanti's stored tensors for this block, s·b·h·(%g kept whole "
-        "under TP + %g split: q, k, v, the MLP's)\n",
-        c.whole, c.split);
+    fprintf(out,
+            "activations per layer: Korthikanti's stored tensors for this block, s·b·h·(%g kept whole "
+            "under TP + %g split: q, k, v, the MLP's)\n",
+            c.whole, c.split);
 }
 
 void memcalc_block_json(FILE *fp, gpt_shape_t g, const memcalc_block_t *b) {
