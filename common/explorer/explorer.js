@@ -197,14 +197,15 @@ function updateMemory() {
 
 // ---- activations per layer vs sequence length (Korthikanti et al. 2022, Table 2's rows as s grows) -------
 // ch00_memory at each s (the shape, its block, the micro-batch; one rank, DDP: the activations alone): its
-// JSON's acts_per_layer, and acts_selective, acts_recompute, the tp object's totals divided by L. TP + SP at
+// JSON's acts_per_layer, and acts_selective, the tp object's totals divided by L; full recompute as Table 2
+// has it, the 2sbh checkpoint a layer (acts_recompute less the one layer recomputed at a time, / L). TP + SP at
 // the slider's t, or 8 where the slider is at 1 (where t does not divide the shape: no TP lines). The points'
 // exact JSON numbers and flags sit in data-sk, data-sv, data-sf (make explorer-check runs ch00_memory on them).
 var SEQ_S = [512, 1024, 2048, 4096, 8192, 16384, 32768];
 var SEQ_LINES = [["transformer.acts_per_layer", "no recompute", "#1f5f99", ""], ["transformer.acts_selective", "selective", "#2e7031", ""],
-  ["transformer.acts_recompute", "full recompute", "#a64500", ""], ["tp.acts_tp", "TP", "#6a1b9a", "6 4"],
+  ["transformer.acts_recompute", "full: 2sbh", "#a64500", ""], ["tp.acts_tp", "TP", "#6a1b9a", "6 4"],
   ["tp.acts_tp_sp", "TP + SP", "#1f5f99", "6 4"], ["tp.acts_tp_sp_selective", "TP + SP selective", "#2e7031", "6 4"],
-  ["tp.acts_tp_sp_recompute", "TP + SP full", "#a64500", "6 4"]];
+  ["tp.acts_tp_sp_recompute", "TP + SP full: 2sbh/t", "#a64500", "6 4"]];
 function seqFlags(s, t) {
   var f = ["--layers " + val("m-layers"), "--hidden " + val("m-hidden"), "--heads " + val("m-heads"), "--seq " + s,
     "--micro-batch " + val("m-micro")];
@@ -221,14 +222,18 @@ function drawSeq(svg) {
     if (rc !== 0) flags = seqFlags(s, 1), rc = Module.ccall("zx_memory", "number", ["string"], [flags]);
     if (rc === 0) pts.push({ s: s, flags: flags, j: JSON.parse(Module.UTF8ToString(Module._zx_memory_json())) });
   });
-  var W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), x0 = 90, x1 = W - 200, y0 = H - 40, y1 = 34;
-  el("text", { x: 8, y: 20 }, svg, "activations per layer vs sequence length s (Korthikanti et al. 2022, 16 bit, b = " +
-    val("m-micro") + (pts.some(function (p) { return p.j.tp; }) ? ", TP + SP at t = " + t : "") + "; ch00_memory at each s)");
+  var W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), x0 = 90, x1 = W - 240, y0 = H - 40, y1 = 34;
+  el("text", { x: 8, y: 20 }, svg, "a layer's activations vs s (Korthikanti et al., 16 bit, b = " + val("m-micro") +
+    (pts.some(function (p) { return p.j.tp; }) ? ", t = " + t : "") + "): ch00_memory at each s");
   if (!pts.length) return;
   var get = function (p, key) { var k = key.split("."), o = p.j[k[0]]; return o ? o[k[1]] : undefined; };
-  var per = function (key, v) { return key === "transformer.acts_per_layer" ? v : v / L; };
+  var per = function (key, v, p) { // a layer's bytes; full recompute: the checkpoint, not the layer recomputed
+    if (key === "transformer.acts_recompute") return (v - p.j.transformer.acts_per_layer) / L;
+    if (key === "tp.acts_tp_sp_recompute") return (v - p.j.tp.acts_tp_sp / L) / L;
+    return key === "transformer.acts_per_layer" ? v : v / L;
+  };
   var lo = Infinity, hi = 0;
-  pts.forEach(function (p) { SEQ_LINES.forEach(function (l) { var v = get(p, l[0]); if (v > 0) { lo = Math.min(lo, per(l[0], v)); hi = Math.max(hi, per(l[0], v)); } }); });
+  pts.forEach(function (p) { SEQ_LINES.forEach(function (l) { var v = get(p, l[0]); if (v > 0) { lo = Math.min(lo, per(l[0], v, p)); hi = Math.max(hi, per(l[0], v, p)); } }); });
   var e0 = Math.floor(Math.log10(lo)), e1 = Math.ceil(Math.log10(hi));
   if (e1 === e0) e1++;
   var X = function (s) { return x0 + (Math.log2(s) - 9) / (Math.log2(SEQ_S[SEQ_S.length - 1]) - 9) * (x1 - x0); };
@@ -250,8 +255,8 @@ function drawSeq(svg) {
     pts.forEach(function (p) {
       var v = get(p, l[0]);
       if (!(v > 0)) return;
-      d += (d ? " L" : "M") + X(p.s).toFixed(1) + "," + Y(per(l[0], v)).toFixed(1);
-      el("circle", { cx: X(p.s), cy: Y(per(l[0], v)), r: 3, fill: l[2], "data-sk": l[0], "data-sv": String(v), "data-sf": p.flags }, svg);
+      d += (d ? " L" : "M") + X(p.s).toFixed(1) + "," + Y(per(l[0], v, p)).toFixed(1);
+      el("circle", { cx: X(p.s), cy: Y(per(l[0], v, p)), r: 3, fill: l[2], "data-sk": l[0], "data-sv": String(v), "data-sf": p.flags }, svg);
     });
     if (!d) return;
     el("path", { d: d, fill: "none", stroke: l[2], "stroke-width": 2.5, "stroke-dasharray": l[3] }, svg);
