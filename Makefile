@@ -492,7 +492,7 @@ EXPLORER_OUT ?= $(RESULTS)/explorer
 # needs the rest
 PIPELINE_PURE_C := $(addprefix solutions/,pipeline_sched.c pipeline_sim.c pipeline_check.c \
                    pipeline_check_stage.c pipeline_groups.c)
-EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/train/memcalc_muon.c \
+EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/train/memcalc_muon.c common/train/memcalc_shape.c \
               common/train/owners_assign.c common/base/args.c common/base/formula.c \
               common/model/gpt.c common/model/model.c $(PIPELINE_PURE_C) solutions/ring.c solutions/alltoall.c
 EXPLORER_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \

@@ -54,7 +54,7 @@ MOE_LEN = {"m-experts": 7, "m-topk": 4, "m-moe": 3, "m-ep": 7}  # where ch00_mem
 GRID_LEN = {"m-pp": 5, "m-cp": 5}  # where ch00_memory has chapters 07 and 10's flags (and 08's --offload)
 
 
-def memory_configs(rng, n, moe, grid, muon_ok=False):
+def memory_configs(rng, n, moe, grid, muon_ok=False, block_ok=False):
     out = []
     for _ in range(n):
         c = {k: rng.randrange(v) for k, v in LEN.items()}
@@ -95,6 +95,9 @@ def memory_configs(rng, n, moe, grid, muon_ok=False):
             c["m-heads"] = rng.choice([0, 1, 2, 3, 4])  # 1, 2, 4, 12, 16
             c["m-hidden"] = rng.choice([3, 4, 5, 6, 8]) if c["m-heads"] <= 4 else c["m-hidden"]
             c["m-tp"] = min(c["m-tp"], [0, 1, 2, 2, 4][c["m-heads"]])  # t divides the heads
+        if block_ok:  # a real model's block (memcalc_shape.c) now and then; K, F where the block is Llama's
+            c.update({"m-block": "llama" if rng.random() < 0.25 else "gpt", "m-tied": rng.random() < 0.15,
+                      "m-kv": rng.choice([0, 1, 2, 4]), "m-ffn": rng.choice([0, 0, 256, 1024, 5000])})
         out.append(c)
     return out
 
@@ -187,6 +190,7 @@ def native_value(j, key):
 
 
 PRESET_OK = []  # the presets whose every number equalled ch00_memory's
+SEQ_OK = [0, 0]  # the chart vs s: points equal to ch00_memory --json, flag lines run
 FLAG_OK = {}  # flag -> configurations with it whose every number equalled the program's
 
 
@@ -232,11 +236,37 @@ def check_memory(res, binary, problems):
             n_ok += 1
             if r["cfg"].get("m-preset"):
                 PRESET_OK.append(r["cfg"]["m-preset"] + (" (Muon)" if "--optimizer" in r["flags"] else ""))
-            for flag in ("--pp", "--cp", "--offload", "--experts", "--tp", "--optimizer"):  # what the equal ones exercised
+            for flag in ("--pp", "--cp", "--offload", "--experts", "--tp", "--optimizer", "--kv-heads", "--tied-head"):  # what the equal ones exercised
                 if flag in r["flags"].split():
                     FLAG_OK[flag] = FLAG_OK.get(flag, 0) + 1
+        check_seq(r, binary, tmp, where, problems)
     shutil.rmtree(tmp, ignore_errors=True)
     return n_ok, n_refused, n_numbers
+
+
+def check_seq(r, binary, tmp, where, problems):
+    """The memory panel's chart vs s: at its first, middle and last s, every point = ch00_memory --json."""
+    lines = []
+    for pt in r.get("seq", []):
+        if pt["flags"] not in lines:
+            lines.append(pt["flags"])
+    for flags in {lines[0], lines[len(lines) // 2], lines[-1]} if lines else ():
+        path = os.path.join(tmp, "seq.json")
+        p = subprocess.run([binary] + flags.split() + ["--json", path], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=30)
+        if p.returncode != 0:
+            problems.append("%s: the chart vs s drew ch00_memory %s, which says %r" % (where, flags, p.stderr.decode()))
+            continue
+        with open(path) as f:
+            j = json.load(f)
+        SEQ_OK[1] += 1
+        for pt in (q for q in r["seq"] if q["flags"] == flags):
+            want = native_value(j, pt["key"])
+            if want is None or float(pt["v"]) != float(want):
+                problems.append("%s: the chart vs s at ch00_memory %s: %s %s, its --json %r"
+                                % (where, flags, pt["key"], pt["v"], want))
+            else:
+                SEQ_OK[0] += 1
 
 
 def check_schedules(res, sim, problems):
@@ -415,10 +445,12 @@ def main():
     helptext = subprocess.run([binary, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
     moe = "--experts" in helptext
     grid = "--pp" in helptext
+    block = "--kv-heads" in helptext  # a real model's block: Llama 3, GPT-2's tied head
     presets = [{"m-optimizer": "adamw", "m-precision": "bf16", "m-preset": name, "m-ranks": 7, "m-stage": 4}
-               for name in ("gpt2", "gpt3", "dsv3")] if moe else []  # each real model's shape: = ch00_memory
+               for name in ("gpt2", "gpt3", "dsv3") + (("llama8", "llama70", "llama405") if block else ())
+               ] if moe else []  # each real model's shape: = ch00_memory
     presets += [{"m-optimizer": "muon", "m-preset": "gpt3", "m-ranks": 9}] if "--optimizer" in helptext else []
-    tests = {"memory": presets + memory_configs(rng, a.n, moe, grid, "--optimizer" in helptext), "schedules": schedule_configs(rng, a.n),
+    tests = {"memory": presets + memory_configs(rng, a.n, moe, grid, "--optimizer" in helptext, block), "schedules": schedule_configs(rng, a.n),
              "collectives": collective_configs(rng, 8)}
     url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
     for attempt in range(3):  # a browser that did not get the page running in time: once more, said
@@ -447,10 +479,15 @@ def main():
           % (os.path.basename(a.chromium), m_ok + m_ref, len(res["memory"]), m_num, m_ref, s_ok + s_ref,
              len(res["schedules"]), s_ref, c_ok, len(res["collectives"]), c_native))
     print(layout_line)
-    print("browser_test: memory configurations equal with each flag: %s; presets equal: %s"
-          % (", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())), ", ".join(PRESET_OK) or "none"))
+    print("browser_test: memory configurations equal with each flag: %s; presets equal: %s; the chart vs s: %d "
+          "points = ch00_memory --json on %d flag lines"
+          % (", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())), ", ".join(PRESET_OK) or "none",
+             SEQ_OK[0], SEQ_OK[1]))
+    if block and not SEQ_OK[0]:
+        problems.append("the chart vs s: no point checked")
     if moe and len(PRESET_OK) < len(presets):
         problems.append("presets: %d of %d equal ch00_memory's numbers" % (len(PRESET_OK), len(presets)))
+        print(problems[-1])
     if a.shots:
         os.makedirs(a.shots, exist_ok=True)
         # the lecture path (notes/tour.md): the paper's Figure 1 (the defaults), 1F1B's clock beside ZB-H1's

@@ -74,16 +74,28 @@ function notch(name, x) { // the slider's index nearest to x
 // 129280, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size 2048;
 // first_k_dense_replace 3, intermediate_size 18432) and Megatron-LM's deepseek_v3 recipe (moe_layer_freq
 // [0]*3+[1]*58, moe_ffn_hidden_size 2048, 4096 tokens of sequence in pre-training).
-// Llama-3 8B/70B/405B are left out: ch00_memory's GPT has no grouped-query attention (num_key_value_heads
-// 8), no gated MLP of its own width (SwiGLU, intermediate_size 14336 / 28672 / 53248) and a learned position
-// table where Llama has RoPE: its Ψ and Korthikanti's activations would describe another model.
+// Llama-3 8B/70B/405B: Meta's config.json of meta-llama/Llama-3.1-8B, -70B, -405B (num_hidden_layers 32 / 80 /
+// 126, hidden_size 4096 / 8192 / 16384, num_attention_heads 32 / 64 / 128, num_key_value_heads 8,
+// intermediate_size 14336 / 28672 / 53248, vocab_size 128256, hidden_act silu, RoPE, RMSNorm, no biases,
+// tie_word_embeddings false; pre-trained at 8192 tokens): ch00_memory's block flags (memcalc_shape.c) give
+// their published counts to the parameter (8030261248, 70553706496, 405853388800; its unit test).
+var LLAMA = "Meta's Llama 3 (config.json): grouped-query attention (8 kv heads), SwiGLU MLP, RoPE, RMSNorm, no " +
+  "biases, untied head, 8192 tokens. Ψ is the published count to the parameter; the activations are " +
+  "Korthikanti's stored tensors for this block (memcalc_shape.c), their dropout masks kept (Llama has none: " +
+  "a·s²·b + 2·s·b·h a layer less).";
 var PRESETS = {
-  gpt2: { layers: 12, hidden: 768, heads: 12, seq: 1024, vocab: 50257, experts: 0, topk: 2, effn: 0, shared: 0,
-    note: "GPT-2 small: 12 layers, h 768, 12 heads, context 1024, vocabulary 50257. GPT-2 ties its head to the " +
-      "token embedding (124 M); this GPT's head is a matrix of its own: V·h = 38.6 M more (163 M)." },
-  gpt3: { layers: 96, hidden: 12288, heads: 96, seq: 2048, vocab: 50257, experts: 0, topk: 2, effn: 0, shared: 0,
-    note: "GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, h 12288, 96 heads of 128, context 2048. Its " +
-      "head is tied too: this GPT's own head adds V·h = 0.62 B (175.2 B here)." },
+  gpt2: { layers: 12, hidden: 768, heads: 12, seq: 1024, vocab: 50257, experts: 0, topk: 2, effn: 0, shared: 0, tied: true,
+    note: "GPT-2 small: 12 layers, h 768, 12 heads, context 1024, vocabulary 50257, its head tied to the token " +
+      "embedding: 124,439,808 parameters, GPT-2's own count." },
+  gpt3: { layers: 96, hidden: 12288, heads: 96, seq: 2048, vocab: 50257, experts: 0, topk: 2, effn: 0, shared: 0, tied: true,
+    note: "GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, h 12288, 96 heads of 128, context 2048, the head " +
+      "tied: 174.6 B here (the paper rounds to 175.0 B)." },
+  llama8: { layers: 32, hidden: 4096, heads: 32, seq: 8192, vocab: 128256, experts: 0, topk: 2, effn: 0, shared: 0,
+    block: "llama", kv: 8, ffn: 14336, note: "Llama 3 8B: 32 layers, h 4096, 32 heads, F 14336. " + LLAMA },
+  llama70: { layers: 80, hidden: 8192, heads: 64, seq: 8192, vocab: 128256, experts: 0, topk: 2, effn: 0, shared: 0,
+    block: "llama", kv: 8, ffn: 28672, note: "Llama 3 70B: 80 layers, h 8192, 64 heads, F 28672. " + LLAMA },
+  llama405: { layers: 126, hidden: 16384, heads: 128, seq: 8192, vocab: 128256, experts: 0, topk: 2, effn: 0, shared: 0,
+    block: "llama", kv: 8, ffn: 53248, note: "Llama 3 405B: 126 layers, h 16384, 128 heads, F 53248. " + LLAMA },
   dsv3: { layers: 61, hidden: 7168, heads: 128, seq: 4096, vocab: 129280, experts: 256, topk: 8, effn: 2048, shared: 1,
     note: "DeepSeek-V3's experts on this GPT's block: 61 layers, h 7168, 128 heads, 256 routed experts of width " +
       "2048, 8 per token, 1 shared. 475 B here against its 671 B: its experts are SwiGLU (3 matrices, here 2), " +
@@ -101,6 +113,8 @@ function applyPreset() {
   });
   $("m-micro-n").value = 1, $("m-micro").value = 0;
   $("m-effn").value = p.effn, $("m-shared").value = p.shared;
+  $("m-block").value = p.block || "gpt", $("m-tied").checked = !!p.tied; // the block's flags (memcalc_shape.c)
+  $("m-kv").value = p.kv || 0, $("m-ffn").value = p.ffn || 0;
   ["m-tp", "m-pp", "m-cp", "m-moe", "m-ep"].forEach(function (id) { $(id).value = 0; }); // what each composes with
   $("m-offload").checked = false;
   updateMemory();
@@ -117,6 +131,7 @@ function memoryFlags() {
     if (ZX.grid && val("m-pp") > 1) f.push("--pp " + val("m-pp")); // chapters 07 and 10, where ch00_memory has them
     if (ZX.grid && val("m-cp") > 1) f.push("--cp " + val("m-cp"));
     f.push("--vocab " + val("m-vocab"));
+    f = f.concat(blockFlags());
     if (ZX.moe && val("m-experts") > 0) // chapter 12's flags, where this ch00_memory has them (its --help says)
     {
       f.push("--experts " + val("m-experts"), "--topk " + val("m-topk"), "--moe-every " + val("m-moe"), "--ep " + val("m-ep"));
@@ -133,6 +148,20 @@ function memoryFlags() {
   return f.join(" ");
 }
 
+// the block's flags (memcalc_shape.c), where this ch00_memory has them: Llama's (GQA, SwiGLU, RoPE, no
+// biases), its K and F typed (0: H and 4h); the head tied or not
+function blockFlags() {
+  var f = [];
+  if (!ZX.block) return f;
+  if ($("m-block").value === "llama") {
+    if (+$("m-kv").value > 0) f.push("--kv-heads " + +$("m-kv").value);
+    if (+$("m-ffn").value > 0) f.push("--ffn " + +$("m-ffn").value);
+    f.push("--mlp swiglu", "--pos rope", "--no-bias");
+  }
+  if ($("m-tied").checked) f.push("--tied-head");
+  return f;
+}
+
 function updateMemory() {
   ["psi", "stage", "k", "tp", "moe", "ep", "pp", "cp"].forEach(function (n) {
     var v = val("m-" + n);
@@ -144,6 +173,8 @@ function updateMemory() {
     if ($("m-" + n + "-n")) $("m-" + n + "-n").disabled = !gpt;
   });
   $("m-effn").disabled = $("m-shared").disabled = !gpt || !ZX.fine;
+  $("m-block").disabled = $("m-tied").disabled = !gpt || !ZX.block;
+  $("m-kv").disabled = $("m-ffn").disabled = !gpt || !ZX.block || $("m-block").value !== "llama";
   $("m-psi").disabled = gpt;
   hideUnused();
   if (gpt) $("m-psi-v").textContent = "from the shape (the GPT of common/model/gpt.h)";
@@ -157,9 +188,82 @@ function updateMemory() {
   var table = $("m-table"), chart = $("m-chart");
   clear(table);
   clear(chart);
+  clear($("m-seqchart"));
   if (rc !== 0) return;
   var j = JSON.parse(Module.UTF8ToString(Module._zx_memory_json()));
   drawMemory(j, table, chart);
+  if (gpt) drawSeq($("m-seqchart"));
+}
+
+// ---- activations per layer vs sequence length (Korthikanti et al. 2022, Table 2's rows as s grows) -------
+// ch00_memory at each s (the shape, its block, the micro-batch; one rank, DDP: the activations alone): its
+// JSON's acts_per_layer, and acts_selective, the tp object's totals divided by L; full recompute as Table 2
+// has it, the 2sbh checkpoint a layer (acts_recompute less the one layer recomputed at a time, / L). TP + SP at
+// the slider's t, or 8 where the slider is at 1 (where t does not divide the shape: no TP lines). The points'
+// exact JSON numbers and flags sit in data-sk, data-sv, data-sf (make explorer-check runs ch00_memory on them).
+var SEQ_S = [512, 1024, 2048, 4096, 8192, 16384, 32768];
+var SEQ_LINES = [["transformer.acts_per_layer", "no recompute", "#1f5f99", ""], ["transformer.acts_selective", "selective", "#2e7031", ""],
+  ["transformer.acts_recompute", "full: 2sbh", "#a64500", ""], ["tp.acts_tp", "TP", "#6a1b9a", "6 4"],
+  ["tp.acts_tp_sp", "TP + SP", "#1f5f99", "6 4"], ["tp.acts_tp_sp_selective", "TP + SP selective", "#2e7031", "6 4"],
+  ["tp.acts_tp_sp_recompute", "TP + SP full: 2sbh/t", "#a64500", "6 4"]];
+function seqFlags(s, t) {
+  var f = ["--layers " + val("m-layers"), "--hidden " + val("m-hidden"), "--heads " + val("m-heads"), "--seq " + s,
+    "--micro-batch " + val("m-micro")];
+  if (t > 1) f.push("--tp " + t);
+  f.push("--vocab " + val("m-vocab"));
+  return f.concat(blockFlags(), ["--ranks 1", "--stage 0"]).join(" ");
+}
+function drawSeq(svg) {
+  clear(svg);
+  var t = val("m-tp") > 1 ? val("m-tp") : 8, L = val("m-layers"), pts = [];
+  SEQ_S.forEach(function (s) {
+    Module.zxErr = [];
+    var flags = seqFlags(s, t), rc = Module.ccall("zx_memory", "number", ["string"], [flags]);
+    if (rc !== 0) flags = seqFlags(s, 1), rc = Module.ccall("zx_memory", "number", ["string"], [flags]);
+    if (rc === 0) pts.push({ s: s, flags: flags, j: JSON.parse(Module.UTF8ToString(Module._zx_memory_json())) });
+  });
+  var W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), x0 = 90, x1 = W - 240, y0 = H - 40, y1 = 34;
+  el("text", { x: 8, y: 20 }, svg, "a layer's activations vs s (Korthikanti et al., 16 bit, b = " + val("m-micro") +
+    (pts.some(function (p) { return p.j.tp; }) ? ", t = " + t : "") + "): ch00_memory at each s");
+  if (!pts.length) return;
+  var get = function (p, key) { var k = key.split("."), o = p.j[k[0]]; return o ? o[k[1]] : undefined; };
+  var per = function (key, v, p) { // a layer's bytes; full recompute: the checkpoint, not the layer recomputed
+    if (key === "transformer.acts_recompute") return (v - p.j.transformer.acts_per_layer) / L;
+    if (key === "tp.acts_tp_sp_recompute") return (v - p.j.tp.acts_tp_sp / L) / L;
+    return key === "transformer.acts_per_layer" ? v : v / L;
+  };
+  var lo = Infinity, hi = 0;
+  pts.forEach(function (p) { SEQ_LINES.forEach(function (l) { var v = get(p, l[0]); if (v > 0) { lo = Math.min(lo, per(l[0], v, p)); hi = Math.max(hi, per(l[0], v, p)); } }); });
+  var e0 = Math.floor(Math.log10(lo)), e1 = Math.ceil(Math.log10(hi));
+  if (e1 === e0) e1++;
+  var X = function (s) { return x0 + (Math.log2(s) - 9) / (Math.log2(SEQ_S[SEQ_S.length - 1]) - 9) * (x1 - x0); };
+  var Y = function (v) { return y0 - (Math.log10(v) - e0) / (e1 - e0) * (y0 - y1); };
+  for (var e = e0; e <= e1; e++) { // powers of ten, in bytes
+    el("line", { x1: x0, y1: Y(Math.pow(10, e)), x2: x1, y2: Y(Math.pow(10, e)), stroke: "#ccc" }, svg);
+    el("text", { x: x0 - 8, y: Y(Math.pow(10, e)) + 5, "text-anchor": "end" }, svg,
+      e >= 9 ? Math.pow(10, e - 9) + " GB" : e >= 6 ? Math.pow(10, e - 6) + " MB" : e >= 3 ? Math.pow(10, e - 3) + " kB" : Math.pow(10, e) + " B");
+  }
+  SEQ_S.forEach(function (s) {
+    el("text", { x: X(s), y: y0 + 22, "text-anchor": "middle" }, svg, s >= 1024 ? s / 1024 + "K" : String(s));
+  });
+  var cur = val("m-seq");
+  if (cur >= SEQ_S[0] && cur <= SEQ_S[SEQ_S.length - 1])
+    el("line", { x1: X(cur), y1: y1, x2: X(cur), y2: y0, stroke: "#333", "stroke-dasharray": "2 3" }, svg);
+  var row = 0;
+  SEQ_LINES.forEach(function (l) {
+    var d = "";
+    pts.forEach(function (p) {
+      var v = get(p, l[0]);
+      if (!(v > 0)) return;
+      d += (d ? " L" : "M") + X(p.s).toFixed(1) + "," + Y(per(l[0], v, p)).toFixed(1);
+      el("circle", { cx: X(p.s), cy: Y(per(l[0], v, p)), r: 3, fill: l[2], "data-sk": l[0], "data-sv": String(v), "data-sf": p.flags }, svg);
+    });
+    if (!d) return;
+    el("path", { d: d, fill: "none", stroke: l[2], "stroke-width": 2.5, "stroke-dasharray": l[3] }, svg);
+    el("line", { x1: x1 + 14, y1: y1 + 6 + row * 24, x2: x1 + 44, y2: y1 + 6 + row * 24, stroke: l[2], "stroke-width": 2.5, "stroke-dasharray": l[3] }, svg);
+    el("text", { x: x1 + 50, y: y1 + 11 + row * 24, fill: l[2] }, svg, l[1]);
+    row++;
+  });
 }
 
 function drawMemory(j, table, chart) {
@@ -578,7 +682,11 @@ function runTests(t) {
   (t.memory || []).forEach(function (cfg) {
     show("memory");
     setControls(cfg);
-    res.memory.push({ cfg: cfg, flags: memoryFlags(), rc: ZX.memRc, err: $("m-err").textContent, text: $("m-text").textContent, numbers: readNumbers("memory") });
+    var seq = []; // the chart vs s: each point's flags, JSON key and exact value
+    document.querySelectorAll("#m-seqchart [data-sk]").forEach(function (c) {
+      seq.push({ flags: c.getAttribute("data-sf"), key: c.getAttribute("data-sk"), v: c.getAttribute("data-sv") });
+    });
+    res.memory.push({ cfg: cfg, flags: memoryFlags(), rc: ZX.memRc, err: $("m-err").textContent, text: $("m-text").textContent, numbers: readNumbers("memory"), seq: seq });
   });
   (t.schedules || []).forEach(function (cfg) {
     show("schedules");
@@ -626,6 +734,7 @@ function start() {
     box.addEventListener("input", function () { if (box.value !== "") r.value = notch(n, +box.value); });
   });
   ZX.fine = Module.zxOut.join("\n").indexOf("--expert-ffn") >= 0; // issue 48's fine-grained and shared experts
+  ZX.block = Module.zxOut.join("\n").indexOf("--kv-heads") >= 0; // a real model's block (memcalc_shape.c)
   $("m-preset").addEventListener("change", applyPreset);
   document.querySelectorAll("#memory input, #memory select").forEach(function (e) {
     if (e.id === "m-preset") return;

@@ -82,25 +82,28 @@ typedef struct acts {
   double ours_sp, ours_sp_rc;
 } acts_t;
 
-static acts_t acts_of(gpt_shape_t g, int64_t b, int t) {
+/* c: the block's stored tensors (memcalc_block_acts: 10 + 24 for this GPT's); ours: the fp32 GPT's counts
+ * too (this GPT's block) */
+static acts_t acts_of(gpt_shape_t g, int64_t b, int t, memcalc_acts_coef_t c, int ours) {
   double s = g.seq_len, h = g.n_embd, a = g.n_head, L = g.n_layer, sbh = s * (double)b * h;
+  double all = c.whole + c.split; /* 34 */
   acts_t r = {0};
   if (t > 1) {
-    r.tp_layer = sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    r.tp_layer = sbh * (c.whole + c.split / t + 5.0 * a * s / (h * t));
     r.tp_total = L * r.tp_layer;
-    r.sp_layer = sbh * (34.0 + 5.0 * a * s / h) / t;
+    r.sp_layer = sbh * (all + 5.0 * a * s / h) / t;
     r.sp_total = L * r.sp_layer;
     r.sp_rc = 2.0 * sbh * L / t + r.sp_layer;
-    r.sp_sel = 34.0 * sbh * L / t;
-    r.ours_sp = (double)gpt_acts_bytes_tp(g, b, 0, t, 1);
-    r.ours_sp_rc = (double)gpt_acts_bytes_tp(g, b, 1, t, 1);
+    r.sp_sel = all * sbh * L / t;
+    r.ours_sp = ours ? (double)gpt_acts_bytes_tp(g, b, 0, t, 1) : 0;
+    r.ours_sp_rc = ours ? (double)gpt_acts_bytes_tp(g, b, 1, t, 1) : 0;
   }
-  r.per_layer = sbh * (34.0 + 5.0 * a * s / h);
+  r.per_layer = sbh * (all + 5.0 * a * s / h);
   r.total = L * r.per_layer;
   r.recompute = 2.0 * sbh * L + r.per_layer;
-  r.selective = 34.0 * sbh * L;
-  r.ours = (double)gpt_acts_bytes(g, b, 0);
-  r.ours_rc = (double)gpt_acts_bytes(g, b, 1);
+  r.selective = all * sbh * L;
+  r.ours = ours ? (double)gpt_acts_bytes(g, b, 0) : 0;
+  r.ours_rc = ours ? (double)gpt_acts_bytes(g, b, 1) : 0;
   return r;
 }
 
@@ -172,6 +175,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   int pp = 1, cp = 1, offload = 0;
   int64_t micro = 1;
   const char *precision = "bf16", *stage_s = "all", *json = NULL, *model = NULL, *optimizer = "adamw";
+  memcalc_block_t blk = {.mlp = "gelu", .pos = "learned"}; /* a real model's block (memcalc_shape.c) */
   arg_spec_t specs[] = {
       {"--params", ARG_COUNT, &psi, 1, MEMCALC_PSI_MAX, NULL, "parameter count Ψ: 7.5e9, 7B, 124M, 350K"},
       {"--model", ARG_STR, &model, 0, 0, NULL, "D,H,C,L: take Ψ from the zerolab MLP of this shape instead"},
@@ -225,6 +229,16 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
        "ZeRO-Offload (chapter 08): ZeRO-2 with the fp32 master and optimizer states in host memory: the "
        "device "
        "keeps params + grads"},
+      {"--kv-heads", ARG_INT, &blk.kv_heads, 1, 1 << 16, NULL,
+       "with a transformer shape: K key-value heads (grouped-query attention: k and v C x K·C/H; K divides "
+       "--heads; default H)"},
+      {"--ffn", ARG_INT, &blk.ffn, 1, 1 << 24, NULL, "the MLP's hidden width F (default 4h)"},
+      {"--mlp", ARG_CHOICE, &blk.mlp, 0, 0, "gelu|swiglu",
+       "swiglu: three matrices C x F, C x F, F x C (Llama's); gelu: two (this GPT's)"},
+      {"--pos", ARG_CHOICE, &blk.pos, 0, 0, "learned|rope", "rope: no position table (Llama's)"},
+      {"--tied-head", ARG_FLAG, &blk.tied, 0, 0, NULL, "the head is the token embedding (GPT-2's, GPT-3's)"},
+      {"--no-bias", ARG_FLAG, &blk.no_bias, 0, 0, NULL,
+       "no bias vectors, the norms a weight alone (Llama's RMSNorm); Ψ and activations: memcalc_shape.c"},
   };
   const int nspecs = (int)(sizeof specs / sizeof specs[0]);
   int rc = args_parse(
@@ -316,6 +330,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
       double nm = experts > 0 ? (double)(layers / moe_every) : 0, mlp = 8.0 * C * C + 5.0 * C;
       double F = expert_ffn > 0 ? expert_ffn : 4.0 * C, X = 2.0 * F * C + F + C; /* gpt_moe_expert_numel */
       double total = dense - nm * mlp + nm * (experts * C + shared * X) + nm * experts * X;
+      if (memcalc_block_kind(shape, &blk) != MEMCALC_BLOCK_GPT) total = memcalc_block_params(shape, &blk);
       char v[32];
       snprintf(v, sizeof v, "%d", experts > 0 ? experts : hidden);
       if (total > MEMCALC_PSI_MAX)
@@ -334,6 +349,8 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     gpt_moe_t moe_shape = {experts, topk, moe_every, expert_ffn, shared};
     if (!psi_given) psi = experts > 0 ? (double)gpt_moe_count_params(shape, moe_shape).total
                                       : (double)gpt_count_params(shape);
+    if (!psi_given && memcalc_block_kind(shape, &blk) != MEMCALC_BLOCK_GPT)
+      psi = memcalc_block_params(shape, &blk);
     if (heads % tp || hidden % tp || seq % tp || vocab % tp) {
       char tv[32];
       snprintf(tv, sizeof tv, "%d", tp);
@@ -348,6 +365,11 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     char tv[32];
     snprintf(tv, sizeof tv, "%d", tp);
     return args_error("--tp", tv, "needs a transformer shape (--layers --hidden --heads --seq)");
+  }
+  { /* the block's flags (memcalc_shape.c): with a shape, and what they compose with */
+    memcalc_with_t w = {tp, pp, cp, experts, strcmp(optimizer, "muon") == 0};
+    int e = memcalc_block_check(argc, argv, tf, shape, &blk, &w);
+    if (e) return e;
   }
   { /* chapters 07, 10, 08: what composes here (ch00 computes each with the data-parallel ranks alone) */
     char v[32];
@@ -479,23 +501,33 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
   if (!tf)
     fprintf(out, "activations, temporary buffers and fragmentation come on top of these model states\n");
   else {
-    act = acts_of(shape, micro, tp);
+    /* another block (memcalc_shape.c): its coefficients, no fp32 GPT's counts */
+    int kind = memcalc_block_kind(shape, &blk), gpt_acts = kind != MEMCALC_BLOCK_OTHER;
+    memcalc_acts_coef_t co = memcalc_block_acts(shape, &blk);
+    act = acts_of(shape, micro, tp, co, gpt_acts);
     double s = seq, h = hidden, a = heads, sbh = s * (double)micro * h;
     fprintf(out, "\nactivations of one micro-batch (every rank, every stage: ZeRO does not shard them)\n");
     fprintf(out, "shape: L = %d layers, h = %d, a = %d heads, s = %d, b = %lld%s\n", layers, hidden, heads,
             seq, (long long)micro,
-            psi_given ? "" : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
+            psi_given ? ""
+            : kind    ? " (Ψ above from this shape and the block below, with --vocab)"
+                      : " (Ψ above from this shape: the GPT of common/model/gpt.h with --vocab)");
+    if (kind) memcalc_block_text(out, shape, &blk);
     fprintf(out,
-            "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(34 + 5·a·s/h) = %.0f × %.6g = %.0f "
+            "Korthikanti et al. 2022, 16 bit, per layer: s·b·h·(%g + 5·a·s/h) = %.0f × %.6g = %.0f "
             "bytes\n",
-            sbh, 34.0 + 5.0 * a * s / h, act.per_layer);
+            co.whole + co.split, sbh, co.whole + co.split + 5.0 * a * s / h, act.per_layer);
     fprintf(out, "  all %d layers: %.0f bytes; full recompute: 2·s·b·h·L + one layer = %.0f "
                  "bytes\n", layers,
             act.total, act.recompute);
-    fprintf(out,
-            "this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; "
-            "--recompute %.0f bytes\n",
-            vocab, act.ours, act.ours_rc);
+    if (gpt_acts)
+      fprintf(out,
+              "this repository's fp32 GPT (vocab %d, gpt_acts_bytes, common/model/gpt.h): %.0f bytes; "
+              "--recompute %.0f bytes\n",
+              vocab, act.ours, act.ours_rc);
+    else
+      fprintf(out, "this repository's fp32 GPT has not this block: its own activations (gpt_acts_bytes) "
+                   "not shown\n");
     fprintf(out,
             "\nmodel states + activations per rank, in GB (1e9 bytes); activations by Korthikanti et al.\n");
     fprintf(out, "%-8s %10s %10s %10s   %12s %10s\n", "stage", "states", "acts", "total", "acts recomp",
@@ -519,19 +551,20 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
           tp);
       fprintf(
           out,
-          "  TP:      s·b·h·(10 + 24/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f "
+          "  TP:      s·b·h·(%g + %g/t + 5·a·s/(h·t)) = %.0f bytes per layer, all %d layers: %.0f "
           "bytes\n",
-          act.tp_layer, layers, act.tp_total);
+          co.whole, co.split, act.tp_layer, layers, act.tp_total);
       fprintf(out,
-              "  TP + SP: s·b·h·(34 + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f "
+              "  TP + SP: s·b·h·(%g + 5·a·s/h)/t        = %.0f bytes per layer, all %d layers: %.0f "
               "bytes; "
               "full recompute: 2·s·b·h·L/t + one layer = %.0f bytes\n",
-              act.sp_layer, layers, act.sp_total, act.sp_rc);
-      fprintf(out,
-              "this repository's fp32 GPT with --tp %d --sp (gpt_acts_bytes_tp): %.0f bytes; --recompute "
-              "%.0f bytes "
-              "(= the whole model's / t)\n",
-              tp, act.ours_sp, act.ours_sp_rc);
+              co.whole + co.split, act.sp_layer, layers, act.sp_total, act.sp_rc);
+      if (gpt_acts)
+        fprintf(out,
+                "this repository's fp32 GPT with --tp %d --sp (gpt_acts_bytes_tp): %.0f bytes; --recompute "
+                "%.0f bytes "
+                "(= the whole model's / t)\n",
+                tp, act.ours_sp, act.ours_sp_rc);
       fprintf(out,
               "model states + activations per rank of t = %d tensor-parallel ranks, GB (every rank holds 1/t "
               "of every\n"
@@ -759,21 +792,31 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     fprintf(fp, "{\"chapter\": \"00_memory\", \"params\": %.17g, \"world\": %d, \"precision\": \"%s\", "
                 "\"param_bytes\": %d, \"grad_bytes\": %d, \"fp32_grads\": %s, \"k\": %.17g,\n",
             psi, world, precision, wbytes, gbytes, acc ? "true" : "false", k);
-    if (tf)
+    /* a block not this GPT's: its fields where the fp32 GPT's counts were (memcalc_shape.c) */
+    int kind = tf ? memcalc_block_kind(shape, &blk) : MEMCALC_BLOCK_GPT;
+    int gpt_acts = kind != MEMCALC_BLOCK_OTHER;
+    if (tf) {
       fprintf(fp,
               " \"transformer\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
               "\"micro_batch\": %lld, "
-              "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, "
-              "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g, \"acts_selective\": %.17g},\n",
-              layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute,
-              act.ours, act.ours_rc, act.selective);
-    if (tf && tp > 1) /* --tp: per rank of the TP group, without and with sequence parallelism */
-      fprintf(
-          fp,
-          " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": %.17g, "
-          "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, \"states\": %.17g, "
-          "\"acts_tp_sp_selective\": %.17g},\n",
-          tp, act.tp_total, act.sp_total, act.sp_rc, act.ours_sp, act.ours_sp_rc, ddp.total / tp, act.sp_sel);
+              "\"vocab\": %d, \"acts_per_layer\": %.17g, \"acts\": %.17g, \"acts_recompute\": %.17g, ",
+              layers, hidden, heads, seq, (long long)micro, vocab, act.per_layer, act.total, act.recompute);
+      if (kind) memcalc_block_json(fp, shape, &blk);
+      if (gpt_acts)
+        fprintf(fp, "\"ours_fp32_acts\": %.17g, \"ours_fp32_acts_recompute\": %.17g, ", act.ours,
+                act.ours_rc);
+      fprintf(fp, "\"acts_selective\": %.17g},\n", act.selective);
+    }
+    if (tf && tp > 1) { /* --tp: per rank of the TP group, without and with sequence parallelism */
+      fprintf(fp,
+              " \"tp\": {\"t\": %d, \"acts_tp\": %.17g, \"acts_tp_sp\": %.17g, \"acts_tp_sp_recompute\": "
+              "%.17g, ",
+              tp, act.tp_total, act.sp_total, act.sp_rc);
+      if (gpt_acts)
+        fprintf(fp, "\"ours_fp32_acts_tp_sp\": %.17g, \"ours_fp32_acts_tp_sp_recompute\": %.17g, ",
+                act.ours_sp, act.ours_sp_rc);
+      fprintf(fp, "\"states\": %.17g, \"acts_tp_sp_selective\": %.17g},\n", ddp.total / tp, act.sp_sel);
+    }
     if (experts > 0) {
       fprintf(fp,
               " \"moe\": {\"experts\": %d, \"topk\": %d, \"moe_every\": %d, \"ep\": %d, \"expert_ffn\": %d, "

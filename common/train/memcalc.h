@@ -9,6 +9,7 @@
 #include <stdio.h>   // FILE
 #include "dtype.h"   // dtype_t
 #include "formula.h" // mem_formula_t
+#include "model.h"   // gpt_shape_t
 
 #include <stdint.h>  // int64_t
 
@@ -42,4 +43,41 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
  * on N = world, the hidden matrices mats[0..n) (n 0: `assumed` says what is taken instead); --json too. */
 int memcalc_muon(FILE *out, const char *json, double psi, int world, const int64_t *mats, int n,
                  const char *assumed);
+
+/* ch00_memory's transformer block (memcalc_shape.c): what it has beyond this repository's GPT (gpt.h),
+ * as its flags give it; zero (NULL) fields: the GPT's own. */
+typedef struct memcalc_block {
+  int kv_heads;    /* --kv-heads K: grouped-query attention, k and v C × (K·C/H); 0: H */
+  int ffn;         /* --ffn F: the MLP's hidden width; 0: 4C */
+  const char *mlp; /* --mlp gelu|swiglu (SwiGLU: gate, up C × F, down F × C) */
+  const char *pos; /* --pos learned|rope (RoPE: no position table) */
+  int tied;        /* --tied-head: the head is the token embedding (GPT-2's) */
+  int no_bias;     /* --no-bias: no bias vectors, the norms a weight alone (Llama's RMSNorm) */
+} memcalc_block_t;
+/* What a block is to the calculator: this GPT's own (gpt.h's counts hold); its own with a tied head
+ * (gpt.h's activations hold, not its Ψ); another block (memcalc_shape.c's Ψ and activations). */
+enum { MEMCALC_BLOCK_GPT, MEMCALC_BLOCK_TIED, MEMCALC_BLOCK_OTHER };
+int memcalc_block_kind(gpt_shape_t g, const memcalc_block_t *b);
+/* Ψ of the shape g with block b, in double (exact below 2^53): gpt_count_params for this GPT's block. */
+double memcalc_block_params(gpt_shape_t g, const memcalc_block_t *b);
+/* A layer's stored activations, Korthikanti et al.'s list for this block, in units of s·b·h, the
+ * scores' 5·a·s/h aside: `whole` kept whole under tensor parallelism, `split` divided by it
+ * (10 and 24 for this GPT's block). */
+typedef struct memcalc_acts_coef {
+  double whole, split;
+} memcalc_acts_coef_t;
+memcalc_acts_coef_t memcalc_block_acts(gpt_shape_t g, const memcalc_block_t *b);
+/* What the block's flags are checked against: the other flags' values (muon: --optimizer muon). */
+typedef struct memcalc_with {
+  int tp, pp, cp, experts, muon;
+} memcalc_with_t;
+/* The block's flags after args_parse (tf: a transformer shape was given): 0, or args_error's 2 with
+ * its one line (a flag without a shape, K not dividing H, another block with what it is not computed
+ * with, t not dividing K and F; memcalc_main caps its Ψ). */
+int memcalc_block_check(int argc, char **argv, int tf, gpt_shape_t g, const memcalc_block_t *b,
+                        const memcalc_with_t *with);
+/* The printout's line of the block (and of its activations where it is not this GPT's); --json's
+ * fields of it, each followed by ", ". */
+void memcalc_block_text(FILE *out, gpt_shape_t g, const memcalc_block_t *b);
+void memcalc_block_json(FILE *fp, gpt_shape_t g, const memcalc_block_t *b);
 #endif

@@ -157,3 +157,56 @@ Test(ch00_memory, selective_recompute_equals_korthikanti) {
   free(j);
   remove(json);
 }
+
+/* A real model's block (memcalc_shape.c): Llama-3's Ψ from its config.json (num_hidden_layers,
+ * hidden_size, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size 128256, SwiGLU,
+ * RoPE, RMSNorm, no biases, untied) is the published count to the parameter — Hugging Face's
+ * safetensors total for meta-llama/Llama-3.1-8B 8030261248, -70B 70553706496, -405B 405853388800 — and
+ * GPT-2 small's with --tied-head 124439808 (its config: n_layer 12, n_embd 768, n_head 12, n_ctx 1024,
+ * vocab 50257). The activations: Korthikanti's list for the block, s·b·h·(10 + 4 + 4K/H + 6F/h) a
+ * layer: 36 for the 8B (K/H 1/4, F/h 3.5), its 5·a·s²·b on top. */
+Test(ch00_memory, llama3_params_from_config) {
+  const struct {
+    const char *flags;
+    double psi;
+  } models[] = {
+      {"--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336", 8030261248.0},
+      {"--layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672", 70553706496.0},
+      {"--layers 126 --hidden 16384 --heads 128 --kv-heads 8 --ffn 53248", 405853388800.0},
+      {"--layers 12 --hidden 768 --heads 12 --seq 1024 --vocab 50257 --tied-head", 124439808.0}};
+  char json[300], line[600];
+  zl_tmppath(json, sizeof json, "memcalc_llama", "m.json");
+  for (int i = 0; i < 4; i++) {
+    snprintf(line, sizeof line, "%s%s --ranks 8 --json %s", models[i].flags,
+             i < 3 ? " --mlp swiglu --pos rope --no-bias --vocab 128256 --seq 8192" : "", json);
+    int rc;
+    free(run_text(line, strategy_stage_states, &rc));
+    cr_assert_eq(rc, 0, "%s: exit %d", line, rc);
+    char *j = zl_read_file(json, NULL);
+    cr_assert(j, "no --json %s", json);
+    cr_expect_eq(zl_json_num(j, "params"), models[i].psi, "%s: psi %.17g, published %.17g", line,
+                 zl_json_num(j, "params"), models[i].psi);
+    if (i == 0) {
+      double s = 8192, h = 4096, a = 32, L = 32;
+      cr_expect_eq(zl_json_num(j, "acts_selective"), 36 * s * h * L, "Llama-3 8B: 36·s·b·h·L");
+      cr_expect_eq(zl_json_num(j, "acts_per_layer"), s * h * (36 + 5 * a * s / h),
+                   "s·b·h·(36 + 5·a·s/h)");
+    }
+    free(j);
+  }
+  remove(json);
+}
+
+/* The block's flags at this GPT's own values (K = H, F = 4h, gelu, learned) change nothing: the same
+ * printout to the byte as without them. */
+Test(ch00_memory, gpt_block_flags_change_nothing) {
+  const char *base = "--layers 12 --hidden 768 --heads 12 --seq 1024 --ranks 7 --tp 4 --vocab 50304";
+  char line[400];
+  snprintf(line, sizeof line, "%s --kv-heads 12 --ffn 3072 --mlp gelu --pos learned", base);
+  int rc0, rc1;
+  char *a = run_text(base, strategy_stage_states, &rc0), *b = run_text(line, strategy_stage_states, &rc1);
+  cr_expect(rc0 == 0 && rc1 == 0 && strcmp(a, b) == 0,
+            "%s: differs from without the block's flags:\n%s\n---\n%s", line, b, a);
+  free(a);
+  free(b);
+}
