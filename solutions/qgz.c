@@ -194,8 +194,8 @@ void zeropp_print(trainer_t *t) {
     ours += zpp_bytes(t, r, c->qwz, c->hpz, c->qgz).inter / t->world;
     zero3 += zpp_bytes(t, r, 0, 0, 0).inter / t->world;
   }
-  trainer_report_extra(t, "zeropp_inter_bytes_per_step_per_rank", ours);
-  trainer_report_extra(t, "zero3_inter_bytes_per_step_per_rank", zero3);
+  trainer_report_extra(t, "zeropp_inter_bytes", ours);
+  trainer_report_extra(t, "zero3_inter_bytes", zero3);
   if (trainer_prints(t) && comm_nodes(t->comm) > 1)
     printf("ZeRO++ (%s%s%s) against ZeRO-3: %.1f bytes across nodes per step per rank (formula, mean), "
            "ZeRO-3's %.1f: %.2fx fewer\n", c->qwz ? "qwZ " : "", c->hpz ? "hpZ " : "", c->qgz ? "qgZ" : "",

@@ -55,7 +55,8 @@ void qgz_release(trainer_t *t, zero3_t *z);
 /* ZeRO-3's bytes with any of ZeRO++'s --qwz, --hpz, --qgz (ZeRO-3's, hpZ's or qwZ's memory kept):
  * the forward gather, the backward gather, the gradient reduce, and what of them crosses nodes. */
 void zeropp_formula(const trainer_t *t, formula_t *f);
-/* Rank 0 prints, and the report's extras hold, the mean bytes across nodes per step per rank by that
- * formula beside ZeRO-3's (ZeRO++'s "4x less"); called by zero3_init when a code is on. */
+/* Rank 0 prints, and the report's extras hold (zeropp_inter_bytes, zero3_inter_bytes), the mean bytes
+ * across nodes per step per rank by that formula beside ZeRO-3's (ZeRO++'s "4x less"); called by
+ * zero3_init when a code is on. */
 void zeropp_print(trainer_t *t);
 #endif
