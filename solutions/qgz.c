@@ -125,7 +125,7 @@ int qgz_check_cfg(const train_cfg_t *cfg, const char **flag, char *why, int nwhy
   else if (cfg->dev != DEV_CPU)
     snprintf(why, nwhy, "runs on --device cpu only (the int4 blocks are encoded by host loops)");
   else if (cfg->buffer_mb > 0)
-    snprintf(why, nwhy, "takes no --buffer-mb (its wire buffers are sized by the unit)");
+    snprintf(why, nwhy, "cannot take --buffer-mb (its wire buffers are sized by the unit)");
   else if (nodes_before_mpi() < 2)
     snprintf(why, nwhy, "needs 2 nodes or more (zlrun --nodes K, or ZL_NODE_OF_RANK=0,0,1,1 to emulate "
              "them): its second hop is the one across nodes");
