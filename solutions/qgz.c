@@ -137,7 +137,8 @@ int qgz_check_cfg(const train_cfg_t *cfg, const char **flag, char *why, int nwhy
 void qgz_setup(trainer_t *t, zero3_t *z) {
   z->qgz = qgz_new(z->shard, t->cfg->quant_block);
   if (t->n_sub_comms + 2 > TRAIN_SUB_COMMS_MAX)
-    die_on_rank("--qgz: the trainer already holds %d sub-communicators (TRAIN_SUB_COMMS_MAX)", t->n_sub_comms);
+    die_on_rank("--qgz: the trainer already holds %d sub-communicators (TRAIN_SUB_COMMS_MAX)",
+                t->n_sub_comms);
   t->sub_comms[t->n_sub_comms++] = z->qgz->node; /* the report counts their bytes */
   t->sub_comms[t->n_sub_comms++] = z->qgz->across;
   if (trainer_prints(t))
@@ -196,10 +197,12 @@ void zeropp_print(trainer_t *t) {
   }
   trainer_report_extra(t, "zeropp_inter_bytes", ours);
   trainer_report_extra(t, "zero3_inter_bytes", zero3);
+  char codes[16];
+  snprintf(codes, sizeof codes, "%s%s%s%s%s", c->qwz ? "qwZ" : "", c->qwz && c->hpz ? " " : "",
+           c->hpz ? "hpZ" : "", (c->qwz || c->hpz) && c->qgz ? " " : "", c->qgz ? "qgZ" : "");
   if (trainer_prints(t) && comm_nodes(t->comm) > 1)
-    printf("ZeRO++ (%s%s%s) against ZeRO-3: %.1f bytes across nodes per step per rank (formula, mean), "
-           "ZeRO-3's %.1f: %.2fx fewer\n", c->qwz ? "qwZ " : "", c->hpz ? "hpZ " : "", c->qgz ? "qgZ" : "",
-           ours, zero3, ours > 0 ? zero3 / ours : 0);
+    printf("ZeRO++ (%s) against ZeRO-3: %.1f bytes across nodes per step per rank (formula, mean), "
+           "ZeRO-3's %.1f: %.2fx fewer\n", codes, ours, zero3, ours > 0 ? zero3 / ours : 0);
 }
 
 void zeropp_formula(const trainer_t *t, formula_t *f) {

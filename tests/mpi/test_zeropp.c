@@ -92,7 +92,8 @@ Test(ch13_zeropp, bytes_equal_formula_and_loss_near_zero3, .timeout = 120) {
   expect_bytes("qwZ + hpZ + qgZ", &all, 1, 1, 1);
   cr_expect(memcmp(qh.params, qw.params, PSI * sizeof(float)) == 0, "qwZ + hpZ: not qwZ's bits");
   for (int s = 0; s < 10; s++)
-    cr_expect(qh.loss[s] == qw.loss[s], "step %d: qwZ + hpZ loss %.9g, qwZ's %.9g", s, qh.loss[s], qw.loss[s]);
+    cr_expect(qh.loss[s] == qw.loss[s], "step %d: qwZ + hpZ loss %.9g, qwZ's %.9g", s, qh.loss[s],
+              qw.loss[s]);
   expect_near("qgZ", &qg, &ref);
   expect_near("qwZ + hpZ + qgZ", &all, &ref);
   double a, x, a3, x3; /* ZeRO++'s "4x less" in the report: the two means across nodes */
