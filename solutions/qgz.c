@@ -20,6 +20,14 @@
 int64_t qgz_words(int64_t n, int B) { return (n + 7) / 8 + (n + B - 1) / B; }
 
 void qgz_quantise(const float *x, int64_t n, int B, uint32_t *words) {
+  // BEGIN EXERCISE qgz_quantise notes/13-compression.md
+  // HINT: each block of B elements (the last may be shorter) is sent as one fp32 scale and a 4-bit
+  // HINT: integer per element; the receiver's x^ = q·s must be within max|block|/14 of x.
+  // HINT2: s = max|block|/7, q = round(x/s) clamped to [−7, 7] (0 for an all-zero block); element i's
+  // HINT2: q goes in byte i/2 of words (low nibble for even i, two's complement), the scales after the
+  // HINT2: ceil(n/8) words of nibbles, block b's at float index b. Clear the nibble words first.
+  // HINT3: memset the (n+7)/8 words; per block: amax, s = amax/7.0f, scales[b] = s, v = lrintf(x/s)
+  // HINT3: clamped; nib[i/2] |= (v & 0xF) << (4·(i&1)).
   uint8_t *nib = (uint8_t *)words;
   float *scales = (float *)(words + (n + 7) / 8);
   memset(nib, 0, (size_t)((n + 7) / 8) * 4);
@@ -35,6 +43,7 @@ void qgz_quantise(const float *x, int64_t n, int B, uint32_t *words) {
       nib[i / 2] |= (uint8_t)((v & 0xF) << (4 * (i & 1))); /* two's complement nibble, low one first */
     }
   }
+  // END EXERCISE
 }
 
 void qgz_dequantise_add(const uint32_t *words, int64_t n, int B, float *acc) {
