@@ -108,9 +108,10 @@ static void qgz_case(int64_t n, int B) {
     double bound = amax / 14.0 * (1 + 0x1p-20) + 0x1p-23; /* + the rounding of 1 + x^ − 1 */
     for (int64_t i = lo; i < hi; i++) {
       double got = (double)acc[i] - 1.0, d = fabs(got - x[i]);
-      cr_expect(d <= bound, "n %lld B %d: element %lld (block %lld, max|block| %.3g): %.9g decoded as %.9g, "
-                "|delta| %.3g > max|block|/14 = %.3g", (long long)n, B, (long long)i, (long long)(i / B), amax, x[i],
-                got, d, bound);
+      cr_expect(d <= bound,
+                "n %lld B %d: element %lld (block %lld, max|block| %.3g): %.9g decoded as %.9g, "
+                "|delta| %.3g > max|block|/14 = %.3g",
+                (long long)n, B, (long long)i, (long long)(i / B), amax, x[i], got, d, bound);
       if (amax == 0) cr_expect(acc[i] == 1.0f, "zero block: element %lld decoded %.3g", (long long)i, got);
     }
   }
