@@ -106,9 +106,10 @@ def main():
         print(f"{name:12s} {ref['bytes_per_step_per_rank'] / row['bytes_per_step_per_rank']:.2f}x fewer bytes "
               f"than {row['reference']}; mean loss {row['mean_final_loss']:.4f}, band [{lo - spread:.4f}, "
               f"{hi + spread:.4f}]: {'within' if row['within_band'] else 'OUTSIDE'}")
+    with tempfile.TemporaryDirectory() as tmp:
         zeropp = zeropp_bytes(a.bin, tmp)
         links = zeropp_links(a, tmp) if a.links else None
-    out = {"_meta": {"command": "make bench-compress", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    out = {"_meta": {"command": "make bench-compress" + (f" LINKS={a.links}" if a.links else ""), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "host": platform.node(), "cpus": os.cpu_count(), "load_before": load0,
                      "load_after": os.getloadavg(), "seconds": round(time.time() - t0, 1), "steps": a.steps,
                      "seeds": a.seeds, "warmup_steps": a.warmup, "model": " ".join(GPT), "ranks": 2},

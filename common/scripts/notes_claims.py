@@ -93,9 +93,10 @@ CLAIMS = [
      "ZeRO-Offload's one-step delayed parameter update"),
     ("notes/13-compression.md", r"Not built yet: 1-bit Adam with ZeRO",
      ["has flag --compress", "has flag --qwz", "has flag --qgz", "has flag --warmup-steps",
-      "has src solutions/qgz.c /qgz_reduce/", "no src common/scripts/bench_compress.py /link-mbit/"],
-     "chapter 13: PowerSGD, 1-bit Adam, qwZ (with hpZ), qgZ built; 1-bit Adam with ZeRO or on the GPU and "
-     "the emulated-node step times not"),
+      "has src solutions/qgz.c /qgz_reduce/", "has target bench-compress",
+      "has src solutions/qgz.c /runs on --device cpu only/", "has src solutions/qwz.c /runs on --device cpu only/"],
+     "chapter 13: PowerSGD, 1-bit Adam, qwZ (with hpZ), qgZ and the emulated-node step times built; 1-bit "
+     "Adam with ZeRO or on the GPU, qwZ and qgZ on the GPU not (refused)"),
     ("notes/10-long-sequences.md", r"Not built\.\*\* The extra all-gathers are not overlapped",
      ["has src common/train/loop_flags.c /\"--sp\", NULL, \"needs --model gpt/",
       "has src common/train/loop_flags.c /args_error\\(\"--pa\", \"1\", \"with --sp/",
