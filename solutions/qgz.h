@@ -42,7 +42,7 @@ typedef struct qgz {
 qgz_t *qgz_new(comm_t *shard, int B);
 void qgz_free(qgz_t *q);
 /* The reduce of one unit: grad[0..N·p) of this rank in, out[0..p) = this rank's piece of the sum
- * over all ranks, through the two hops (blocking). tag names the two all-to-alls in the trace. */
+ * over all ranks, through the two hops (blocking; the trace names them "all-to-all int4 grads"). */
 void qgz_reduce(qgz_t *q, const float *grad, int64_t p, float *out);
 
 /* --qgz's flags against the rest, before MPI: 0, or −1 with the flag and why (one line, exit 2). */
