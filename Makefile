@@ -457,7 +457,7 @@ COMPRESS_OUT ?= $(if $(UPDATE_NOTES),notes/data,$(RESULTS))/bench_compress.json
 .PHONY: bench-compress
 bench-compress: build
 	@mkdir -p $(dir $(COMPRESS_OUT))
-	@$(PYTHON) common/scripts/bench_compress.py --bin $(BIN) --out $(COMPRESS_OUT)
+	@$(PYTHON) common/scripts/bench_compress.py --bin $(BIN) --out $(COMPRESS_OUT) $(if $(LINKS),--links $(LINKS))
 
 # ZeRO-R memory defragmentation on a GPT step: the ledger's real alloc/free sequence replayed through
 # a caching allocator and ZeRO's contiguous regions (notes/zero-r.md)

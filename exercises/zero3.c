@@ -32,7 +32,8 @@
  * the step gets slower (notes/benchmarks.md). */
 #include "zero.h"              // zero3_strategy, shard_plan, zero_rs_*, zero_* helpers
 #include "zero3_state.h"       // zero3_t, gather_slot_t, hpz_* (--hpz)
-#include "qwz.h"               // qwz_gather_issue, qwz_gather_finish, qwz_formula (--qwz)
+#include "qwz.h"               // qwz_gather_issue, qwz_gather_finish (--qwz)
+#include "qgz.h"               // qgz_setup, qgz_end_unit, qgz_release, zeropp_formula (--qgz, --qwz)
 #include <stdio.h>             // printf, snprintf
 #include <stdlib.h>            // free, getenv, atoi
 #include <string.h>            // strcmp
@@ -146,6 +147,8 @@ void zero3_init(trainer_t *t, zero3_t *z, comm_t *shard) {
   zero_rs_init(&z->rs, t, shard);
   if (t->cfg->hpz) hpz_setup(t, z); /* ZeRO++'s secondary copy inside the node (hpz.c) */
   z->qwz_block = t->cfg->qwz && z->shard == t->comm ? t->cfg->quant_block : 0; /* ZeRO-3's own only */
+  if (t->cfg->qgz && z->shard == t->comm) qgz_setup(t, z); /* ZeRO++'s int4 gradients in two hops */
+  if ((t->cfg->qgz || t->cfg->qwz) && z->shard == t->comm) zeropp_print(t); /* its bytes against ZeRO-3's */
   if (t->no_sync && trainer_prints(t))
     printf("  zero3 under a pipeline: the grads are reduce-scattered once per step, after the last "
            "micro-batch: the full\n"
@@ -202,7 +205,8 @@ void zero3_pre_backward(trainer_t *t, int unit) {
 
 void zero3_post_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
-  zero_rs_end_unit(&z->rs, t, unit); /* queued behind the prefetch gathers already issued */
+  if (z->qgz) qgz_end_unit(t, z, unit); /* --qgz: two all-to-alls of int4 blocks, waited here */
+  else zero_rs_end_unit(&z->rs, t, unit); /* queued behind the prefetch gathers already issued */
   TRAINER_PHASE("free unit params", gather_release(t, z, t->use));
 }
 
@@ -241,6 +245,7 @@ void zero3_release(trainer_t *t, zero3_t *z) {
   zero_rs_free(&z->rs);
   free(z->slots);
   if (z->hpz) hpz_release(t, z);
+  if (z->qgz) qgz_release(t, z);
 }
 
 /* Frees the stage's own buffers; the model states are the trainer's to free (train.h). */
@@ -258,7 +263,7 @@ static void zero3_formula(const trainer_t *t, formula_t *f) {
   double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
   formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->cfg->hpz) hpz_formula(t, f); /* + the secondary copy; the backward's gather inside the node */
-  if (t->cfg->qwz) qwz_formula(t, f);  /* the gathers in int8 blocks */
+  if (t->cfg->qwz || t->cfg->qgz) zeropp_formula(t, f); /* int8 gathers, int4 grads (qwz.c, qgz.c) */
   if (t->no_sync) {
     f->grads += psi * b;
     f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;

@@ -18,6 +18,7 @@
 #include "comm.h"    // comm_split, comm_all_gather_async, comm_wait, comm_node*
 #include "device.h"  // dev_memcpy
 #include "tensor.h"  // tensor_alloc, tensor_free, tensor_at
+#include "qwz.h"     // qwz_gather_finish (--qwz with --hpz: the forward's int8 gather decoded first)
 
 struct hpz {
   comm_t *node; /* this node's g ranks */
@@ -69,6 +70,7 @@ comm_handle_t hpz_gather_backward(trainer_t *t, zero3_t *z, int u, void *dst) {
     int ev = z->slots[s].event;
     if (ev >= 0 && t->uses[ev].unit == u && t->uses[ev].kind == 'F') {
       comm_wait(z->shard, z->slots[s].h);
+      if (z->qwz_block) qwz_gather_finish(t, z, u, &z->slots[s]); /* --qwz: keep the decoded values */
       keep(t, z, s);
     }
   }

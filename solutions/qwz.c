@@ -44,8 +44,6 @@ int qwz_check_cfg(const train_cfg_t *cfg, const char **flag, char *why, int nwhy
     snprintf(why, nwhy, "is built for chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline");
   else if (cfg->shard_group_node)
     snprintf(why, nwhy, "needs --shard-group all (HSDP gathers inside the node: nothing slow to compress)");
-  else if (cfg->hpz)
-    snprintf(why, nwhy, "with --hpz is not built (the secondary copy would be kept from decoded params)");
   else if (cfg->dev != DEV_CPU)
     snprintf(why, nwhy, "runs on --device cpu only (the int8 blocks are encoded by host loops)");
   else if (cfg->buffer_mb > 0)
@@ -73,17 +71,4 @@ void qwz_gather_finish(trainer_t *t, zero3_t *z, int u, gather_slot_t *g) {
     qwz_dequantise((const uint32_t *)g->wire.data + r * wq, un->piece, z->qwz_block,
                    (char *)g->buf.data + (size_t)(r * un->piece) * b, t->wdt);
   tensor_free(&g->wire);
-}
-
-void qwz_formula(const trainer_t *t, formula_t *f) {
-  const model_t *m = &t->model;
-  int N = t->world, B = t->cfg->quant_block;
-  double gather = 0, rs = 0; /* bytes a rank sends per all-gather of every unit, per reduce-scatter */
-  for (int u = 0; u < m->n_units; u++) {
-    int64_t piece = (m->units[u].numel + N - 1) / N; /* shard_plan's: padded to a multiple of N */
-    gather += (double)(N - 1) * (double)qwz_words(piece, B) * 4;
-    rs += (double)(N - 1) * (double)piece * (double)dtype_size(t->wdt);
-  }
-  f->comm_bytes = rs + 2.0 * gather; /* ZeRO-3's reduce-scatter (of the padded pieces), two gathers */
-  snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N psi(1+4/B) + (N-1)/N psi b, B = %d", B);
 }

@@ -8,7 +8,11 @@
  * elements travels as ceil(p/4) + ceil(p/B) 32-bit words (the bytes, then the scales) instead of
  * p·b bytes: per gather Ψ(1 + 4/B)(N−1)/N bytes a rank (B and 4 dividing the pieces), against
  * Ψ·b(N−1)/N. Only the gathered copy is quantised: the shard, the master weights, the gradients
- * and the reduce-scatter stay as they were. DeepSpeed: "zero_quantized_weights": true. */
+ * and the reduce-scatter stay as they were. With --hpz (ZeRO++'s composition) only the forward's gather,
+ * the one across nodes, is quantised: the secondary copy is kept from its decoded values and the
+ * backward gathers those inside the node in the working dtype — the same values qwZ alone would
+ * decode again, so the run is qwZ's bit for bit. The bytes: qgz.c's zeropp_formula. DeepSpeed:
+ * "zero_quantized_weights": true. */
 #ifndef ZL_QWZ_H
 #define ZL_QWZ_H
 #include <stdint.h>        // int64_t, uint32_t
@@ -29,7 +33,4 @@ comm_handle_t qwz_gather_issue(trainer_t *t, zero3_t *z, int u, gather_slot_t *g
 /* After the wait: every rank's piece decoded into g->buf (the unit, working dtype); g->wire freed.
  * Nothing to do for a slot whose gather was not quantised. */
 void qwz_gather_finish(trainer_t *t, zero3_t *z, int u, gather_slot_t *g);
-/* ZeRO-3's formula with --qwz: the gathers' bytes Σ_units N·(words of a piece)·4·(N−1)/N, twice a
- * step; the reduce-scatter's unchanged. */
-void qwz_formula(const trainer_t *t, formula_t *f);
 #endif

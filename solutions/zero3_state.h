@@ -34,6 +34,7 @@ typedef struct zero3 {
   int64_t gathered_peak; /* bytes: most gathered units alive at once (reported apart from shards) */
   struct hpz *hpz;      /* --hpz: ZeRO++'s secondary copy in the node (hpz.c); NULL: off */
   int qwz_block;        /* --qwz: B elements per int8 block of the gathers (qwz.c); 0: off */
+  struct qgz *qgz;      /* --qgz: the gradients reduced in int4 in two hops (qgz.c); NULL: off */
 } zero3_t;
 
 /* ---- ZeRO-3 (zero3.c) ----------------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #include <stdio.h>  // snprintf
 #include "args.h"  // args_error
 #include "qwz.h"   // qwz_check_cfg (--qwz, ZeRO++'s int8 gathers: notes/13-compression.md)
+#include "qgz.h"   // qgz_check_cfg (--qgz, ZeRO++'s int4 gradients in two hops: the same notes)
 #include "train.h" // train_cfg_t, train_parse_args, train_main
 #include "zero.h"  // zero3_strategy, hsdp_strategy
 
@@ -27,5 +28,6 @@ int main(int argc, char **argv) {
   const char *flag = NULL;
   char why[160];
   if (cfg.qwz && qwz_check_cfg(&cfg, &flag, why, sizeof why)) return args_error(flag, NULL, "%s", why);
+  if (cfg.qgz && qgz_check_cfg(&cfg, &flag, why, sizeof why)) return args_error(flag, NULL, "%s", why);
   return train_main(&cfg, cfg.shard_group_node ? hsdp_strategy() : zero3_strategy(), "05_zero3");
 }

@@ -125,7 +125,7 @@ TEST_ORDER = {
            "ch10_ulysses/transpose_round_trip", "ch10_ulysses/*"],
     "12": ["ch12_moe/plan_contract", "ch12_moe/dispatch_combine_identity", "ch12_moe/one_expert_is_the_dense_gpt",
            "ch12_moe/ep_equals_one_rank", "ch12_moe/*"],
-    "13": ["ch13_powersgd/*", "ch13_compress/*"],
+    "13": ["ch13_powersgd/*", "ch13_compress/*", "ch13_codes/*"],
     "14": ["ch14_ft/buddy_placement", "ch14_ft/node_down_*", "ch14_ft/*"],
 }
 # The tests that call an exercise, for the chapters whose tests do not all call every exercise of
@@ -147,6 +147,8 @@ EXERCISE_TESTS = {
     "ulysses_unpack": ["ch10_ulysses/*", "!ch10_ulysses/a2a_refusals", "!ch10_ulysses/hybrid_refusals"],
     "moe_dispatch_plan": ["ch12_moe/*", "!ch12_moe/refusals", "!ch12_moe/ch00_counts_total_and_active",
                           "!ch12_moe/checkpoint_knows_its_experts"],
+    "psgd_residual": ["ch13_powersgd/*", "ch13_compress/*"],
+    "qgz_quantise": ["ch13_codes/qgz_*"],
     "ckpt_buddy_of": ["ch14_ft/*", "!ch14_ft/async_files_are_the_sync_files", "!ch14_ft/goodput_arithmetic",
                       "!ch14_ft/bad_flags_one_line_exit_2"],
 }

@@ -473,8 +473,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--qwz", ARG_FLAG, &cfg->qwz, 0, 0, NULL,
          "ZeRO++ qwZ: ZeRO-3's parameter all-gathers in int8 blocks, one fp32 scale each (|error| <= "
          "max|block|/254; notes/13-compression.md)");
+    SPEC("--qgz", ARG_FLAG, &cfg->qgz, 0, 0, NULL,
+         "ZeRO++ qgZ: ZeRO-3's gradient reduce-scatter as two all-to-alls of int4 blocks, inside the node "
+         "then across (needs 2 nodes or more; notes/13-compression.md)");
     SPEC("--quant-block", ARG_INT, &quant_block, 1, 1 << 24, NULL,
-         "--qwz: elements per int8 block B (default 256): Psi(1 + 4/B) bytes per gather, not Psi x b");
+         "--qwz, --qgz: elements per block B (default 256): one fp32 scale per block of int8 params or "
+         "int4 grads");
   }
   /* checked against the world and the model by the chapter (solutions/cp.h) */
   if (chapter_flags & TRAIN_FLAG_CP) {
@@ -616,13 +620,15 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   int fault_world = ef && atoi(ef) > world ? atoi(ef) : world;
   if (cfg->fault && fault_parse(cfg->fault, fault_world, cfg->steps, &fault, why, sizeof why))
     exit(args_error("--fault", cfg->fault, "%s", why));
-  if (quant_block && !cfg->qwz) {
+  if (quant_block && !cfg->qwz && !cfg->qgz) {
     snprintf(v, sizeof v, "%d", quant_block);
-    exit(args_error("--quant-block", v, "needs --qwz (the block size of its int8 quantisation)"));
+    exit(args_error("--quant-block", v, "needs --qwz or --qgz (the block size of their quantisation)"));
   }
   cfg->quant_block = quant_block ? quant_block : 256;
   if (cfg->qwz && (chapter_flags & TRAIN_FLAG_PIPELINE))
     exit(args_error("--qwz", NULL, "is built for chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
+  if (cfg->qgz && (chapter_flags & TRAIN_FLAG_PIPELINE))
+    exit(args_error("--qgz", NULL, "runs only on chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
     exit(args_error(
         "--hpz", NULL,

@@ -113,6 +113,7 @@ typedef struct train_cfg {
   int shard_group_node;
   int hpz;                            /* --hpz (05): ZeRO++'s secondary param shard in the node */
   int qwz, quant_block; /* --qwz --quant-block B (05; solutions/qwz.h): ZeRO-3's gathers in int8 blocks */
+  int qgz;              /* --qgz (05; solutions/qgz.h): ZeRO-3's gradient reduce in int4, two hops */
   int host_threads; /* --host-threads K: threads of the host optimizer step (08's flag, set by
                      * its main and chapter 07's; 1 = one) */
   double mem_limit_mb;                /* --mem-limit-mb, 0 = none */
@@ -377,7 +378,7 @@ typedef struct model_transform {
   void (*to_local)(const model_t *m, int u, const float *full, float *local);
 } model_transform_t;
 
-#define TRAIN_SUB_COMMS_MAX 2 /* trainer_t.sub_comms: HSDP's two groups, or hpZ's node group */
+#define TRAIN_SUB_COMMS_MAX 3 /* trainer_t.sub_comms: HSDP's two groups, or hpZ's node group and qgZ's two */
 
 typedef struct trainer {
   const train_cfg_t *cfg;

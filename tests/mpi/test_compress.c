@@ -238,7 +238,6 @@ Test(ch13_compress, bad_flags_exit_2, .timeout = 90) {
        "error: --optimizer onebit-adam: takes no --clip"},
       {"@ch05 --optimizer onebit-adam", "error: --optimizer onebit-adam: is chapter 13's"},
       {"@ch05 --quant-block 64", "error: --quant-block 64: needs --qwz"},
-      {"@ch05 --qwz --hpz", "error: --qwz: with --hpz is not built"},
       {"@ch05 --qwz --shard-group node", "error: --qwz: needs --shard-group all"},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {

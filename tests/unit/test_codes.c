@@ -4,10 +4,15 @@
  *      blocks of B = 256, 100 and a short last block, one all-zero block (decoded 0), fp32 and
  *      bf16 (bf16: plus the half ulp of the bf16 store); and the words of a piece;
  *   2. 1-bit Adam's signs: s = mean|x|, sign(0) = +1, bit i%32 of word i/32, and the error
- *      feedback identity decode + err = x within one rounding of x − s·sign(x). */
+ *      feedback identity decode + err = x within one rounding of x − s·sign(x);
+ *   3. qgZ's int4 blocks (the exercise qgz_quantise, judged by its contract, not by the reference's
+ *      bits): decoded by qgz_dequantise_add, every element within max|block|/14 of the original,
+ *      times 1 + 2^-20; an all-zero block decodes 0; nothing written past qgz_words(n, B) words; an
+ *      accumulator that held values keeps them (the decode adds). */
 #include "zl_test.h" // Criterion, math
 #include "onebit.h"  // onebit_scale, onebit_pack, onebit_decode, onebit_chunk
 #include "qwz.h"     // qwz_words, qwz_quantise, qwz_dequantise
+#include "qgz.h"     // qgz_words, qgz_quantise, qgz_dequantise_add
 
 static float urand(uint64_t *s) {
   *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -77,4 +82,46 @@ Test(ch13_codes, onebit_signs_scale_and_feedback) {
   cr_expect_eq(dec[7], s, "sign(0) is +1");
   cr_expect_eq(onebit_chunk(4810, 2), 2432, "4810 over 2 ranks: chunks of 2432 (76 words)");
   cr_expect_eq(onebit_chunk(64, 2), 32, "64 over 2 ranks: 32");
+}
+
+/* n elements in blocks of B: block b's magnitudes around 10^(b%5 − 2), block 1 all zero. */
+static void qgz_case(int64_t n, int B) {
+  uint64_t seed = 7 + (uint64_t)n * 3 + (uint64_t)B;
+  int64_t nw = qgz_words(n, B);
+  float *x = malloc(n * sizeof *x), *acc = malloc(n * sizeof *acc);
+  uint32_t *w = malloc((size_t)(nw + 4) * sizeof *w);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t b = i / B;
+    x[i] = b == 1 ? 0.0f : urand(&seed) * powf(10.0f, (float)(b % 5) - 2.0f);
+    acc[i] = 1.0f; /* the decode adds: x^ = acc − 1 */
+  }
+  for (int64_t k = 0; k < nw + 4; k++) w[k] = 0xA5A5A5A5u; /* garbage in, a canary past the end */
+  qgz_quantise(x, n, B, w);
+  for (int64_t k = nw; k < nw + 4; k++)
+    cr_expect_eq(w[k], 0xA5A5A5A5u, "n %lld B %d: word %lld written, past qgz_words = %lld", (long long)n, B,
+                 (long long)k, (long long)nw);
+  qgz_dequantise_add(w, n, B, acc);
+  for (int64_t lo = 0; lo < n; lo += B) {
+    int64_t hi = lo + B < n ? lo + B : n;
+    float amax = 0;
+    for (int64_t i = lo; i < hi; i++) amax = fmaxf(amax, fabsf(x[i]));
+    double bound = amax / 14.0 * (1 + 0x1p-20) + 0x1p-23; /* + the rounding of 1 + x^ − 1 */
+    for (int64_t i = lo; i < hi; i++) {
+      double got = (double)acc[i] - 1.0, d = fabs(got - x[i]);
+      cr_expect(d <= bound,
+                "n %lld B %d: element %lld (block %lld, max|block| %.3g): %.9g decoded as %.9g, "
+                "|delta| %.3g > max|block|/14 = %.3g",
+                (long long)n, B, (long long)i, (long long)(i / B), amax, x[i], got, d, bound);
+      if (amax == 0) cr_expect(acc[i] == 1.0f, "zero block: element %lld decoded %.3g", (long long)i, got);
+    }
+  }
+  free(x), free(acc), free(w);
+}
+
+Test(ch13_codes, qgz_int4_error_within_max_over_14) {
+  qgz_case(1024, 256);
+  qgz_case(1000, 100);
+  qgz_case(1001, 32); /* a short last block, an odd count: the last byte half used */
+  cr_expect_eq(qgz_words(1024, 256), 128 + 4, "1024 int4s in 128 words + 4 scales");
+  cr_expect_eq(qgz_words(325, 32), 41 + 11, "325 int4s: 41 words (padded) + 11 scales");
 }
