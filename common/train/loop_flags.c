@@ -73,8 +73,8 @@ static int pipeline_check(train_cfg_t *cfg, int world) {
   if (cfg->fb_overlap && strcmp(cfg->schedule, "dualpipev") != 0)
     return args_error("--fb-overlap", NULL, "needs --schedule dualpipev (the F&B pairs of its list)"), 1;
   if (cfg->fb_overlap && cfg->zero == 3)
-    return args_error("--fb-overlap", NULL, "not with --zero 3: its gathers follow the list's order of the "
-                      "units' uses, which an F&B interleaves"), 1;
+    return args_error("--fb-overlap", NULL, "only with --zero 0, 1 or 2: ZeRO-3's gathers follow the list's "
+                      "order of the units' uses, which an F&B interleaves"), 1;
   snprintf(v, sizeof v, "%d", cfg->pp);
   if (cfg->pp > world) return args_error("--pp", v, "must be at most the ranks (%d)", world), 1;
   if (world % cfg->pp)
