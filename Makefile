@@ -2,7 +2,7 @@
 #   make demo            the guided tour (installs what is missing first)
 #   make test            every contract (unit + multi-rank), ends with Criterion's summary
 #   make test-long       the longer sweeps make test leaves out (suites *_long), then make test-sanitize
-#   make test-sanitize   make test's suites under ASan + UBSan, the engine's under TSan (about 26 min)
+#   make test-sanitize   make test's suites under ASan + UBSan, the engine's under TSan (26-57 min)
 #   make run CH=03 NP=4 ARGS="--steps 50"
 #   make run CH=05 NP=4 NODES=2 LINK_MBIT=200   the same across 2 emulated nodes (root)
 #   make IMPL=exercises  build the student's tree (exercises/, the rest from solutions/);
