@@ -1,8 +1,8 @@
 # zerolab — one entry point.
 #   make demo            the guided tour (installs what is missing first)
 #   make test            every contract (unit + multi-rank), ends with Criterion's summary
-#   make test-long       the longer sweeps make test leaves out (suites *_long)
-#   make test-sanitize   make test's suites under ASan + UBSan, the engine's under TSan (about 26 min)
+#   make test-long       the longer sweeps make test leaves out (suites *_long), then make test-sanitize
+#   make test-sanitize   make test's suites under ASan + UBSan, the engine's under TSan (26-57 min)
 #   make run CH=03 NP=4 ARGS="--steps 50"
 #   make run CH=05 NP=4 NODES=2 LINK_MBIT=200   the same across 2 emulated nodes (root)
 #   make IMPL=exercises  build the student's tree (exercises/, the rest from solutions/);
@@ -245,10 +245,11 @@ ifeq ($(USE_CUDA),1)
 endif
 
 # make test-long: the longer sweeps (suites *_long: more grids, more rows of a table), which
-# make test leaves out; each contract they check is also in make test at a smaller size.
-# (make test-sanitize is not part of it yet: see notes/reliability.md section 7.)
+# make test leaves out; each contract they check is also in make test at a smaller size; then
+# make test-sanitize over make test's suites (its own TEST_FILTER: none).
 test-long: test-prep
 	@bash common/scripts/run_tests.sh $(TEST_BIN) '*_long/*'
+	@$(MAKE) --no-print-directory test-sanitize TEST_FILTER=
 
 # make test-sanitize: make test's suite (or TEST_FILTER's) with every program, tool and test built
 # with AddressSanitizer + UndefinedBehaviorSanitizer into SAN_BUILD (CPU only: GPU=0), any finding

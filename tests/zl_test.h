@@ -25,6 +25,16 @@
 #define ZL_TESTBIN "build/tests"
 #endif
 
+/* make test-sanitize's builds (AddressSanitizer, ThreadSanitizer) run every program 2-5 times slower
+ * than the plain build, for which each time limit of a test is sized: there, zl_run's limits and the
+ * .timeout of the slowest tests (the exercise checker's, the notes' pasted outputs) are ZL_SLOW times
+ * longer (a limit the plain build needed 150 s for ran out under ASan at load 10). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ZL_SLOW 3
+#else
+#define ZL_SLOW 1
+#endif
+
 /* make test-sanitize (common/scripts/sanitize.sh sets ZL_SANITIZE_LOG): a program's output that
  * holds a sanitizer's report is kept in that directory too, so a finding is counted even where its
  * test expected the program to fail anyway (UndefinedBehaviorSanitizer writes to the output: GCC's
@@ -72,9 +82,11 @@ static inline void zl_run_build(char *cmd, size_t n) {
 }
 
 /* Run `timeout T common/scripts/zlrun NP <cmd>` (np <= 0: run cmd directly), capturing stdout
- * and stderr together into *out (malloc'd, may be NULL). Returns the exit code (124: timeout). */
+ * and stderr together into *out (malloc'd, may be NULL). Returns the exit code (124: timeout).
+ * T = timeout_s·ZL_SLOW (a sanitizer's build runs slower). */
 static inline int zl_run(int np, int timeout_s, char **out, const char *fmt, ...) {
   char cmd[4096], full[8192];
+  timeout_s *= ZL_SLOW;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(cmd, sizeof cmd, fmt, ap);

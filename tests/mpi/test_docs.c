@@ -20,7 +20,7 @@ static void write_page(const char *path, const char *fmt, ...) {
 }
 
 /* Every checked run of every page, against the binaries of this build. */
-Test(common_docs, pasted_outputs_match_the_programs, .timeout = 240) {
+Test(common_docs, pasted_outputs_match_the_programs, .timeout = 240 * ZL_SLOW) {
   char *out = NULL;
   int rc = zl_run(0, 200, &out, "python3 common/scripts/check_notes.py --bin %s", ZL_BIN);
   cr_assert_eq(rc, 0, "check_notes.py --bin %s exited %d (0: every page's `$ ` output matches; "

@@ -441,7 +441,7 @@ static const char *REV_RS =
     "    out = rb;\n"
     "  }\n";
 
-Test(common_exercises, reversed_ring_with_helper_is_done, .timeout = 150) {
+Test(common_exercises, reversed_ring_with_helper_is_done, .timeout = 150 * ZL_SLOW) {
   char dst[300], *out = NULL;
   student_tree(dst, sizeof dst, "ex_rev");
   put_top(dst, "ring.c",
@@ -472,7 +472,7 @@ Test(common_exercises, reversed_ring_with_helper_is_done, .timeout = 150) {
 
 /* A wrong body: named wrong within seconds, with the failure line (sentinel explained); a hang:
  * "timed out after 3 s — a deadlock?"; a syntax error: the compiler's own line. */
-Test(common_exercises, wrong_hang_and_syntax_error_are_named, .timeout = 150) {
+Test(common_exercises, wrong_hang_and_syntax_error_are_named, .timeout = 150 * ZL_SLOW) {
   char dst[300], *out = NULL;
   student_tree(dst, sizeof dst, "ex_wrong");
   put_body(dst, "ring.c", "ring_all_gather",
@@ -515,7 +515,7 @@ Test(common_exercises, wrong_hang_and_syntax_error_are_named, .timeout = 150) {
 
 /* A DDP hook that launches every all-reduce only once the backward is over: the numbers are right,
  * the overlap is gone. */
-Test(common_exercises, ddp_hook_without_overlap_is_named, .timeout = 150) {
+Test(common_exercises, ddp_hook_without_overlap_is_named, .timeout = 150 * ZL_SLOW) {
   char dst[300], *out = NULL;
   student_tree(dst, sizeof dst, "ex_ddp");
   put_body(dst, "ddp.c", "ddp_post_backward",
@@ -567,7 +567,7 @@ static char *expect_verdict(const char *case_name, const char *dst, const char *
  * added on every rank before the sum, judged by --mlp-check alone: the program's "T=2 ... FAILED"
  * line, which sits below its banner; f's backward as the identity, judged by the GPT run alone:
  * the message of an assertion in the test header (zl_test.h). */
-Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout = 300) {
+Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout = 300 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_tp");
   put_body(dst, "tp.c", "tp_g_forward", "  (void)tp, (void)y, (void)numel; /* no sum at all */\n");
@@ -607,7 +607,7 @@ Test(common_exercises, tp_verdicts_name_value_pattern_and_failed_line, .timeout 
  * schedule check in micro-batches; a send whose handle is dropped, a send on a link the stage
  * does not have (NULL communicator) and one to a rank past the link are named by the comm layer
  * with the call's tag, not a segfault. */
-Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout = 300) {
+Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout = 300 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_pp");
   put_body(dst, "pipeline_sched.c", "pp_1f1b_schedule",
@@ -644,7 +644,7 @@ Test(common_exercises, pipeline_verdicts_in_flight_handles_and_links, .timeout =
 
 /* Chapter 07c's exercise: the ZB-H1 order judged by the pure checker, first and in microseconds —
  * a W put before its B and the W's in the wrong order are each named in the verdict's reason. */
-Test(common_exercises_long, zbh1_verdicts_name_the_w, .timeout = 300) {
+Test(common_exercises_long, zbh1_verdicts_name_the_w, .timeout = 300 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_zb");
   put_body(dst, "pipeline_sched.c", "pp_zbh1_schedule",
@@ -671,7 +671,7 @@ Test(common_exercises_long, zbh1_verdicts_name_the_w, .timeout = 300) {
 
 /* Chapter 08: a gradient never copied to the host is reported by the offload run itself (the
  * chapter's test order), not by the checkpoint-resume run. */
-Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
+Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_off");
   put_body(dst, "offload.c", "offload_grad_to_host",
@@ -683,7 +683,7 @@ Test(common_exercises, offload_bug_named_by_the_offload_run, .timeout = 150) {
 
 /* Right bodies written otherwise than the reference are done: g's all-reduce issued async and
  * waited for, and 1F1B built op by op from the micro-batch counts. */
-Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
+Test(common_exercises, right_alternatives_are_done, .timeout = 300 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_alt");
   put_body(dst, "tp.c", "tp_g_forward",
@@ -710,7 +710,7 @@ Test(common_exercises, right_alternatives_are_done, .timeout = 300) {
 #define HIER_PIECE "  int g = comm_world(h->node), i = comm_rank(h->node);\n" \
                    "  int64_t lo = comm_chunk_lo(numel, g, i), n = comm_chunk_numel(numel, g, i);\n" \
                    "  void *own = (char *)buf + lo * (int64_t)dtype_size(dt);\n"
-Test(common_exercises, ch09_verdicts_say_why, .timeout = 150) {
+Test(common_exercises, ch09_verdicts_say_why, .timeout = 150 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_hier");
   put_body(dst, "hier.c", "hier_all_reduce", HIER_PIECE "  (void)n;\n"
@@ -751,7 +751,7 @@ Test(common_exercises, ch09_verdicts_say_why, .timeout = 150) {
  * the backward; with cp_attend_block wrong beside a right tp_sp_all_gather, cp_attend_block is named
  * without a rebuild (its test does not call the other); in chapter 09, a reduce-scatter whose handle
  * is dropped before the cross-node all-reduce reads its output: the race, named. */
-Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 300) {
+Test(common_exercises_long, ch10_verdicts_and_the_cross_group_race, .timeout = 300 * ZL_SLOW) {
   char dst[300];
   student_tree(dst, sizeof dst, "ex_long10");
   const char *gather_out = "  for (int q = 0; q < T; q++)\n"
@@ -858,7 +858,7 @@ static char *body_of(const char *path, const char *name) {
   free(t);
   return o;
 }
-Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 1200) {
+Test(common_exercises_long, exercise_tests_map_matches_the_stubs, .timeout = 1200 * ZL_SLOW) {
   struct { char chapter[4], file[64], name[64]; } ex[16];
   size_t nex = 0;
   char root[256], build[256], cmd[2048], *out = NULL;
