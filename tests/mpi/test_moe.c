@@ -420,8 +420,9 @@ Test(ch12_moe, pp_equals_one_rank) {
 /* Every other schedule of chapter 07 around the MoE GPT, dropless: interleaved (2 chunks per stage),
  * the zero-bubble pair (a MoE block's backward stays whole in its B: moe_model.c) and DualPipeV (its V
  * of 4 chunks) — with --ep 1 bitwise 1 rank, zb-h1 and dualpipev with --ep 2 too (4 ranks) within
- * MOE_TOL; and dualpipev --ep 2 with --fb-overlap (07d: each F&B's backward run in pieces while its
- * forward's all-to-alls travel, common/train/loop_fb.c) bitwise the pairs run one after the other. */
+ * MOE_TOL; and dualpipev --ep 2 with --fb-overlap (07d: each F&B's halves as two coroutines, each
+ * run while the other's all-to-alls travel, common/train/loop_fb.c) bitwise the pairs one after the
+ * other, with both directions' hidden compute measured. */
 Test(ch12_moe, pp_schedules_equal_one_rank) {
   zl_out_t one = MOE_LAUNCH(1, "moe", "ppsone", "--moe 4 --topk 2 --accum 4"),
            one8 = MOE_LAUNCH(1, "moe", "ppsone8", "--moe 4 --topk 2 --accum 8");
@@ -447,6 +448,10 @@ Test(ch12_moe, pp_schedules_equal_one_rank) {
       double hid = zl_json_num(o.json, "fb_hidden_ms_per_step");
       cr_assert(hid > 0, "--fb-overlap: %g ms of backward run under the all-to-alls (stage 1's forwards have "
                 "MoE blocks)", hid);
+      double fhid = zl_json_num(o.json, "fb_f_hidden_ms_per_step"),
+             fp = zl_json_num(o.json, "fb_f_pieces_all_ranks_per_step");
+      cr_assert(fhid > 0 && fp > 0, "--fb-overlap, the other way: %g ms of forward in %g pieces run under "
+                "the backward's all-to-alls", fhid, fp);
       zl_out_free(&o);
     }
     zl_out_free(&r);
