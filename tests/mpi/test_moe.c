@@ -578,12 +578,14 @@ Test(ch12_moe_long, ep_with_every_strategy) {
 }
 
 /* EP 2 x PP 2 x DP 2 on 8 ranks (rank = (dp·2 + stage)·2 + ep): every stage's EP group, its replica's,
- * 1F1B and zb-h1, DDP and ZeRO-1, against 1 rank --accum 16 within MOE_TOL. */
+ * 1F1B and zb-h1, DDP and ZeRO-1, and DualPipeV (07d: its V of 4 chunks) with ZeRO-3 on the data
+ * dimension, against 1 rank --accum 16 within MOE_TOL. */
 Test(ch12_moe_long, ep_pp_dp_eight_ranks) {
   /* each rank routes 1 sample of a micro-batch: 1 rank --accum 16 (the same tokens per f_e) */
   zl_out_t one = MOE_LAUNCH16(1, "moel", "ppone", "--moe 4 --topk 2 --accum 16");
-  const char *v[] = {"--schedule 1f1b --zero 0", "--schedule 1f1b --zero 1", "--schedule zb-h1 --zero 1"};
-  for (int i = 0; i < 3; i++) {
+  const char *v[] = {"--schedule 1f1b --zero 0", "--schedule 1f1b --zero 1", "--schedule zb-h1 --zero 1",
+                     "--schedule dualpipev --zero 3"};
+  for (int i = 0; i < 4; i++) {
     char a[160], name[32], what[96];
     snprintf(a, sizeof a, "--moe 4 --topk 2 --ep 2 --pp 2 --micro-batches 4 %s", v[i]);
     snprintf(name, sizeof name, "eppd%d", i);
