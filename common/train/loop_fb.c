@@ -27,6 +27,13 @@
 #include "check.h"         // die_on_rank, xmalloc
 #include "trace.h"         // trace_now_us, trace_swap_spans
 #include <stdint.h>        // uintptr_t
+#include <stdlib.h>        // free
+#ifdef __SANITIZE_ADDRESS__ /* make test-sanitize: the switches told to the sanitizers (san_leave) */
+#include <sanitizer/common_interface_defs.h> // __sanitizer_start_switch_fiber, ..._finish_...
+#endif
+#ifdef __SANITIZE_THREAD__
+#include <sanitizer/tsan_interface.h> // __tsan_create_fiber, __tsan_switch_to_fiber, ...
+#endif
 
 #define FB_STACK_BYTES ((size_t)8 << 20) /* the backward's stack: BLAS and MPI below it */
 
@@ -42,8 +49,35 @@ int trainer_fb_open(const trainer_t *t) {
   return fb->open && !fb->f_done && (fb->run == 1 || fb->b_state < 2);
 }
 
-/* Hand over to the other half (to: 0 the forward, 1 the backward); returns when it hands back. */
-static void fb_switch(trainer_t *t, int to) {
+/* A switch of stacks is invisible to ASan and TSan unless told (as comm_engine.c's fibers): where it
+ * goes before swapcontext, that it arrived after; empty without a sanitizer. fake_save NULL: the
+ * leaving stack ends for good. */
+static void san_leave(void **fake_save, const void *to_bottom, size_t to_size, void *to_tsan) {
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_start_switch_fiber(fake_save, to_bottom, to_size);
+#endif
+#ifdef __SANITIZE_THREAD__
+  __tsan_switch_to_fiber(to_tsan, 0);
+#endif
+}
+static void san_arrived(void *fake, const void **from_bottom, size_t *from_size) {
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(fake, from_bottom, from_size);
+#endif
+}
+
+void train_fb_free(trainer_t *t) {
+  fb_state_t *fb = &t->in->fb;
+#ifdef __SANITIZE_THREAD__
+  if (fb->tsan[1]) __tsan_destroy_fiber(fb->tsan[1]);
+#endif
+  free(fb->stack);
+  fb->stack = NULL;
+}
+
+/* Hand over to the other half (to: 0 the forward, 1 the backward); returns when it hands back
+ * (never when `from` ends: its stack is done). */
+static void fb_switch(trainer_t *t, int to, int ends) {
   fb_state_t *fb = &t->in->fb;
   int from = fb->run;
   double span = trace_now_us() - fb->since;
@@ -60,13 +94,17 @@ static void fb_switch(trainer_t *t, int to) {
   fb->run = to;
   fb->role = to == 1 ? (fb->f_done ? 2 : 3) : fb->b_posted ? 4 : 1;
   fb->since = trace_now_us();
+  san_leave(ends ? NULL : &fb->san_fake[from], to ? fb->stack : fb->main_bottom,
+            to ? FB_STACK_BYTES : fb->main_size, fb->tsan[to]);
   swapcontext(&fb->ctx[from], &fb->ctx[to]);
+  san_arrived(fb->san_fake[from], NULL, NULL);
 }
 
 /* The backward's coroutine: its gradient (or the loss), its units; then back to the forward for good. */
 static void fb_backward(int hi, int lo) {
   trainer_t *t = (trainer_t *)(((uintptr_t)(unsigned)hi << 32) | (uintptr_t)(unsigned)lo);
   fb_state_t *fb = &t->in->fb;
+  san_arrived(NULL, &fb->main_bottom, &fb->main_size); /* the loop's stack: where B hands back */
   const train_chunk_t *bc = &t->chunks[fb->bop->chunk];
   double s0 = fb->since;
   fb->b_state = 1;
@@ -75,17 +113,17 @@ static void fb_backward(int hi, int lo) {
   fb->since = fb->b.t0;
   while (fb->b.u >= bc->u0) op_bwd_unit(t, &fb->b);
   fb->b_state = 2;
-  fb_switch(t, 0); /* never resumed */
+  fb_switch(t, 0, 1); /* never resumed */
 }
 
 int trainer_fb_fill(trainer_t *t, void (*aside)(void *), void *arg) {
   fb_state_t *fb = &t->in->fb;
   if (!trainer_fb_open(t)) return 0;
   fb->aside = aside, fb->aside_arg = arg;
-  if (fb->run == 0) fb_switch(t, 1);
+  if (fb->run == 0) fb_switch(t, 1, 0);
   else { /* B's exchange travels while F runs to its next one (or to its end) */
     fb->b_posted = 1;
-    fb_switch(t, 0);
+    fb_switch(t, 0, 0);
     fb->b_posted = 0;
   }
   return 1;
@@ -101,7 +139,15 @@ void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *bus
     die_on_rank("an F&B is an F and a B of the other chunk (%c %d.%d, %c %d.%d: a schedule's bug)", f->kind,
                 f->micro, f->chunk, b->kind, b->micro, b->chunk);
   if (!bc->last && sc->post_backward) sc->post_backward(t, b->chunk, b->micro, in->dy[0].data);
-  if (!fb->stack) fb->stack = xmalloc(FB_STACK_BYTES, "the F&B's backward stack");
+  if (!fb->stack) {
+    fb->stack = xmalloc(FB_STACK_BYTES, "the F&B's backward stack");
+#ifdef __SANITIZE_THREAD__
+    fb->tsan[1] = __tsan_create_fiber(0);
+#endif
+  }
+#ifdef __SANITIZE_THREAD__
+  fb->tsan[0] = __tsan_get_current_fiber();
+#endif
   fb->bop = b, fb->loss = loss, fb->run = fb->f_done = fb->b_state = fb->b_posted = 0;
   fb->aside = NULL, fb->aside_arg = NULL;
   fb->lent_us = fb->b_in_us = fb->b_run_us = fb->f_in_us = 0, fb->fills = fb->f_fills = 0;
@@ -120,7 +166,7 @@ void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *bus
   fb->f_done = 1, fb->role = 2;
   r.lent = fb->lent_us;
   busy[0] = op_fwd_end(t, &r);
-  if (fb->b_state == 1) fb_switch(t, 1); /* B's rest, its exchanges waited at once */
+  if (fb->b_state == 1) fb_switch(t, 1, 0); /* B's rest, its exchanges waited at once */
   fb->open = 0;
   if (fb->b_state == 0) { /* F had no exchange: B after it, as without the flag */
     const fb_half_t *h = &fb->half[1];

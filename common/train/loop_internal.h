@@ -77,6 +77,10 @@ typedef struct fb_state {
   ucontext_t ctx[2];         /* where each half stopped */
   void *stack;               /* the backward's stack (FB_STACK_BYTES, allocated the first time) */
   trace_stack_t spans[2];    /* each half's open trace spans while the other runs */
+  void *san_fake[2];         /* make test-sanitize: each half's ASan fake stack while it waits, */
+  const void *main_bottom;   /* the loop's stack (learnt at B's first arrival), */
+  size_t main_size;
+  void *tsan[2];             /* the halves' TSan fibers (loop_fb.c: san_leave, san_arrived) */
   void (*aside)(void *);     /* the model's scratch swap, run at every switch (trainer_fb_fill) */
   void *aside_arg;
   double since;              /* when the running half was switched in (µs) */
@@ -161,6 +165,8 @@ void op_bwd_unit(trainer_t *t, op_run_t *r);
 double op_bwd_end(trainer_t *t, op_run_t *r);
 /* loop_fb.c: ops[0] (an F) and ops[1] (a B) as one F&B; returns their compute (µs) in busy[0], busy[1]. */
 void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *busy);
+/* loop_fb.c: the backward's stack and TSan fiber, at the trainer's end. */
+void train_fb_free(trainer_t *t);
 /* loop_eval.c: --eval-every's validation loss after `step` steps (collective); --sample N. */
 void train_eval_record(trainer_t *t, int step);
 void train_sample_text(trainer_t *t);
