@@ -2,8 +2,8 @@
  * notes/12-experts.md): after the plan, how many rows go to each rank and come from each, the maps
  * between the received (source-major) and the experts' (expert-major) layouts, where each local
  * expert's rows sit, and the bytes the formula counts. Integers on the host; moe.c moves the rows,
- * through moe_exchange_rows: waited for at once, or inside an F&B's forward (--fb-overlap,
- * notes/07d-dualpipev.md) with the backward's next piece run while they travel. */
+ * through moe_exchange_rows: waited for at once, or inside an F&B (--fb-overlap, notes/07d-dualpipev.md)
+ * with the other half run while they travel. */
 #include "moe_state.h" // moe_gpt_t, moe_route_t, moe_exchange_plan, moe_a2a_bytes, moe_expert_rows
 #include "ep.h"        // ep_exchange_counts
 #include "check.h"     // xmalloc
@@ -67,15 +67,15 @@ int64_t moe_expert_rows(const moe_gpt_t *c, const moe_route_t *r, int i, int64_t
   return n;
 }
 
+static void swap_aside(void *c) { moe_swap_scratch(c); }
+
 void moe_exchange_rows(moe_gpt_t *c, const float *send, const int64_t *send_rows, float *recv,
                        const int64_t *recv_rows, int Cn, const char *tag) {
   double t0 = trace_now_us();
   if (!trainer_fb_open(c->t)) ep_exchange_rows(c->ep_comm, send, send_rows, recv, recv_rows, Cn, tag);
-  else { /* an F&B's forward: the backward's next piece while the rows travel, in the other scratch */
+  else { /* an F&B: the other half runs while the rows travel, in its own scratch (swapped at each switch) */
     comm_handle_t h = ep_exchange_rows_post(c->ep_comm, send, send_rows, recv, recv_rows, Cn, tag);
-    moe_swap_scratch(c);
-    trainer_fb_fill(c->t);
-    moe_swap_scratch(c);
+    trainer_fb_fill(c->t, swap_aside, c);
     t0 = trace_now_us();
     comm_wait(c->ep_comm, h);
   }

@@ -75,19 +75,28 @@ void moe_report(trainer_t *t) {
   /* the exchanges' time, ms per step, the mean over every rank: on the stream (their comm), waited for by
    * the main thread (exposed), of that inside the F's of the pairs dualpipev marks F&B; the compute of
    * those pairs' B's (their own waits taken out), and the most an overlap can hide, min(those two) per
-   * rank; with --fb-overlap the backward's compute run while the exchanges travelled (its waits out) */
-  double fbs[3], *w = c->a2a_wait_role;
+   * rank; with --fb-overlap the backward's compute run while the forward's exchanges travelled (its
+   * waits out); the other way: the waits inside those B's, the forward's compute run while the
+   * backward's exchanges travelled (its waits out) */
+  double fbs[5], *w = c->a2a_wait_role;
   trainer_fb_stats(t, fbs);
-  double xt[6] = {0, c->a2a_wait_us / steps, w[1] / steps, fbs[2] - (w[2] + w[3]) / steps, 0,
-                  fbs[0] - w[3] / steps};
+  double xt[8] = {0, c->a2a_wait_us / steps, (w[1] + w[4]) / steps, fbs[2] - (w[2] + w[3]) / steps, 0,
+                  fbs[0] - w[3] / steps, (w[2] + w[3]) / steps, fbs[3] - w[4] / steps};
   if (c->ep_comm) /* the stream's time in the all-to-alls */
     comm_wait_all(c->ep_comm), xt[0] = comm_counters(c->ep_comm).busy_us[CO_ALL_TO_ALL] / steps;
   xt[4] = xt[2] < xt[3] ? xt[2] : xt[3];
-  comm_ctl_all_reduce_f64(t->world_comm, xt, 6, REDOP_SUM);
-  const char *xk[6] = {"moe_a2a_stream_ms_per_step", "moe_a2a_wait_ms_per_step",
+  comm_ctl_all_reduce_f64(t->world_comm, xt, 8, REDOP_SUM);
+  const char *xk[8] = {"moe_a2a_stream_ms_per_step", "moe_a2a_wait_ms_per_step",
                        "moe_a2a_wait_fb_ms_per_step", "fb_b_ms_per_step",
-                       "fb_hideable_ms_per_step", "fb_hidden_ms_per_step"};
-  for (int i = 0; i < 6; i++) trainer_report_extra(t, xk[i], xt[i] / comm_world(t->world_comm) / 1000);
+                       "fb_hideable_ms_per_step", "fb_hidden_ms_per_step",
+                       "moe_a2a_wait_fb_b_ms_per_step", "fb_f_hidden_ms_per_step"};
+  for (int i = 0; i < 8; i++) trainer_report_extra(t, xk[i], xt[i] / comm_world(t->world_comm) / 1000);
+  double pieces[2] = {fbs[1], fbs[4]}; /* the halves' pieces inside each other, per step, all ranks' */
+  comm_ctl_all_reduce_f64(t->world_comm, pieces, 2, REDOP_SUM);
+  if (t->cfg->fb_overlap) {
+    trainer_report_extra(t, "fb_b_pieces_all_ranks_per_step", pieces[0]);
+    trainer_report_extra(t, "fb_f_pieces_all_ranks_per_step", pieces[1]);
+  }
   /* bytes of fp32 state per owned parameter: the weight (or bf16's master) and the optimizer's states.
    * ZeRO cuts each unit's flat range into D pieces, so one rank's piece of a MoE block may be mostly
    * dense or mostly experts: the D ranks of an expert group together hold each once (+ padding) */

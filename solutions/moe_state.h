@@ -95,14 +95,15 @@ typedef struct moe_gpt {
   int64_t rows_peak;             /* dropless: the most saved-row floats one block held (the report's line) */
   int64_t rows_per_sample;       /* with a capacity: the expert rows' floats per sample in the saved slot */
   int64_t ix_off[6];             /* where each array of idx starts (moe.c's IX_*) */
-  /* --fb-overlap (07d): the scratch above as a block of an F&B's backward finds it while the forward's
-   * exchange travels in the other set (moe_swap_scratch: MOE_SCRATCH tensors, then ix_off) */
+  /* --fb-overlap (07d): the other half's scratch of an F&B (its exchange travels in one set while the
+   * other half computes in this one): moe_swap_scratch at every switch, MOE_SCRATCH tensors, then ix_off */
   struct {
     tensor_t t[MOE_SCRATCH];
     int64_t ix_off[6];
   } spare;
   double a2a_wait_us;      /* the main thread's wait for the exchanges (exposed), since the start */
-  double a2a_wait_role[4]; /* ... by what ran (trainer_fb_role: a marked F&B's F, its B, B inside F) */
+  double a2a_wait_role[5]; /* ... by what ran (trainer_fb_role: a marked F&B's F, its B, B inside F,
+                           * F inside B) */
   /* what the passes add up, until moe_step_end reads them */
   double aux_sum, aux_n;         /* Σ aux loss values and their count (layers × micro-batches), this step */
   /* Σ over the run's training passes: the bytes the exchanges send by the formula */
@@ -140,8 +141,8 @@ void moe_exchange_plan(moe_gpt_t *c, moe_route_t *r, int64_t cap, int64_t *send_
 double moe_a2a_bytes(const moe_gpt_t *c, const int64_t *send_rows, const int64_t *recv_src);
 /* Rows of local expert i in the experts' layout: [*first, *first + n), returns n. */
 /* The rows' exchange of a pass (moe.c's dispatch and combine, both ways): ep_exchange_rows; inside an
- * F&B's forward (--fb-overlap) posted, the backward's next piece run meanwhile (trainer_fb_fill, in the
- * other scratch set), then waited for. The wait is timed (a2a_wait_us). */
+ * F&B (--fb-overlap, either half) posted, the other half run meanwhile (trainer_fb_fill, in the other
+ * scratch set), then waited for. The wait is timed (a2a_wait_us). */
 void moe_exchange_rows(moe_gpt_t *c, const float *send, const int64_t *send_rows, float *recv,
                        const int64_t *recv_rows, int Cn, const char *tag);
 /* Swap the device scratch (and ix_off) with the spare set. */

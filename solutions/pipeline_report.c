@@ -173,7 +173,7 @@ void pp_report(trainer_t *t) {
   double fbw[3] = {0};
   for (int s = 0; s < st->P; s++)
     fbw[0] += cost[s].f / st->P, fbw[1] += cost[s].b / st->P, fbw[2] += cost[s].w / st->P;
-  double fbs[3];
+  double fbs[5];
   trainer_fb_stats(t, fbs);
   struct { const char *key; double v; int on;
   } ex[] = {{"pp", st->P, 1},

@@ -31,8 +31,12 @@ typedef enum {
 
 /* The lists' layout, for the functions that take lists rather than a schedule (the checker, the
  * simulator: their `split` argument): PP_LIST_SPLIT when backwards are split into B and W,
- * PP_LIST_V when the chunks make a V (dualpipev) instead of interleaved's ring. */
-enum { PP_LIST_SPLIT = 1, PP_LIST_V = 2 };
+ * PP_LIST_V when the chunks make a V (dualpipev) instead of interleaved's ring; PP_LIST_DUAL (the
+ * simulator only: the table's DualPipe, not a schedule that trains) two mirrored V's on P ranks, P
+ * even: micro-batches 0..M/2−1 go down ranks 0..P−1, M/2..M−1 up ranks P−1..0; rank d's chunk 0 is
+ * the stage of the direction that enters on its half (d < P/2: down), chunk 1 the other's; its
+ * list is dualpipev's of rank min(d, P−1−d) of P/2, with M/2 micro-batches (local numbers). */
+enum { PP_LIST_SPLIT = 1, PP_LIST_V = 2, PP_LIST_DUAL = 4 };
 
 /* One operation of a stage: 'F', 'B' or 'W' of micro-batch `micro` on chunk `chunk`. */
 typedef struct pp_op {

@@ -20,11 +20,32 @@ int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, co
   return pp_simulate_fb(P, M, v, split, ops, n, NULL, cost, 0, c, at, NULL, out);
 }
 
+/* Where operation o of rank s runs in the model: its chunk ch (0..V−1) and micro-batch k (0..M−1).
+ * PP_LIST_DUAL: ch is the stage along the micro-batch's direction, k its number over both. */
+static void sim_place(int P, int M, int split, int s, pp_op_t o, int *ch, int *k) {
+  if (!(split & PP_LIST_DUAL)) {
+    *ch = pp_chunk_model(P, (split & PP_LIST_V) != 0, s, o.chunk), *k = o.micro;
+    return;
+  }
+  int up = o.chunk ^ (s >= P / 2); /* 0: down ranks 0..P−1, 1: up ranks P−1..0 */
+  *ch = up ? P - 1 - s : s, *k = up * (M / 2) + o.micro;
+}
+
+/* The rank that runs model chunk ch of micro-batch k. */
+static int sim_stage(int P, int M, int split, int ch, int k) {
+  if (!(split & PP_LIST_DUAL)) return pp_chunk_stage(P, (split & PP_LIST_V) != 0, ch);
+  return k >= M / 2 ? P - 1 - ch : ch;
+}
+
 int pp_simulate_fb(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *fb,
                    const pp_cost_t *cost, double fb_cost, double c, double *const *at, double *busy_s,
                    pp_sim_t *out) {
-  if (pp_check_lists(P, M, v, split, ops, n, NULL, 0)) return -1;
-  int V = v * P, vs = (split & PP_LIST_V) != 0;
+  int dual = (split & PP_LIST_DUAL) != 0; /* ranks d and P−1−d hold one list: the first half checked */
+  if (dual && (P % 2 || M % 2 || v != 2)) return -1;
+  if (dual ? pp_check_lists(P / 2, M / 2, 2, (split & ~PP_LIST_DUAL) | PP_LIST_V, ops, n, NULL, 0)
+           : pp_check_lists(P, M, v, split, ops, n, NULL, 0))
+    return -1;
+  int V = dual ? P : v * P;
   /* end[kind][chunk c][k], < 0 until it ran */
   double *end = malloc(3 * (size_t)V * M * sizeof *end), *free_at = calloc((size_t)P, sizeof *free_at);
   double *first = malloc((size_t)P * sizeof *first), *busy = calloc((size_t)P, sizeof *busy);
@@ -47,17 +68,14 @@ int pp_simulate_fb(int P, int M, int v, int split, pp_op_t *const *ops, const in
         double ready = 0, t = 0; /* when the inputs are here; the operations' time */
         for (int i = pc[s]; i < pc[s] + g && ready >= 0; i++) {
           pp_op_t o = ops[s][i];
-          int ch = pp_chunk_model(P, vs, s, o.chunk), k = o.micro;
-          int kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
+          int ch, k, kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
+          sim_place(P, M, split, s, o, &ch, &k);
           double r;
-          if (kind == 0)
-            r = ch == 0 ? 0
-                : END(0, ch - 1, k) < 0 ? -1
-                                        : END(0, ch - 1, k) + (pp_chunk_stage(P, vs, ch - 1) != s ? c : 0);
+          int prev = kind == 0 ? ch - 1 : ch + 1; /* the chunk its input comes from */
+          double hop = prev >= 0 && prev < V && sim_stage(P, M, split, prev, k) != s ? c : 0;
+          if (kind == 0) r = ch == 0 ? 0 : END(0, prev, k) < 0 ? -1 : END(0, prev, k) + hop;
           else if (kind == 1)
-            r = ch == V - 1 ? END(0, ch, k)
-                : END(1, ch + 1, k) < 0 ? -1
-                                        : END(1, ch + 1, k) + (pp_chunk_stage(P, vs, ch + 1) != s ? c : 0);
+            r = ch == V - 1 ? END(0, ch, k) : END(1, prev, k) < 0 ? -1 : END(1, prev, k) + hop;
           else r = i > pc[s] ? 0 : END(1, ch, k); /* in an F&B, its B is in the same operation */
           ready = r < 0 ? -1 : r > ready ? r : ready;
           t += kind == 0 ? cost[s].f : kind == 1 ? (split ? cost[s].b : cost[s].b + cost[s].w) : cost[s].w;
@@ -69,9 +87,10 @@ int pp_simulate_fb(int P, int M, int v, int split, pp_op_t *const *ops, const in
         if (first[s] < 0) first[s] = start;
         for (int i = pc[s]; i < pc[s] + g; i++) {
           pp_op_t o = ops[s][i];
-          int kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
+          int ch, k, kind = o.kind == 'F' ? 0 : o.kind == 'B' ? 1 : 2;
+          sim_place(P, M, split, s, o, &ch, &k);
           if (at) at[s][i] = start;
-          END(kind, pp_chunk_model(P, vs, s, o.chunk), o.micro) = start + t;
+          END(kind, ch, k) = start + t;
         }
         free_at[s] = start + t;
         busy[s] += t;

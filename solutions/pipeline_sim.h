@@ -45,7 +45,8 @@ int pp_simulate_timeline(int P, int M, int v, int split, pp_op_t *const *ops, co
 /* pp_simulate_timeline with DualPipe's F&B (and each stage's busy time out): fb[s][i] as
  * pp_schedule_fb writes it (NULL: none), an F&B running its operations as one from when all their
  * inputs are here, for fb_cost (per stage, as cost: each chunk's 1/v of it; 0: the sum of its
- * operations', no overlap gained); split may carry PP_LIST_V (the chunks in a V); at and busy_s
+ * operations', no overlap gained); split may carry PP_LIST_V (the chunks in a V) or PP_LIST_DUAL
+ * (DualPipe's two V's: pipeline_sched.h; M counts both directions' micro-batches); at and busy_s
  * (busy_s[s]: stage s's compute per step) may be NULL. */
 int pp_simulate_fb(int P, int M, int v, int split, pp_op_t *const *ops, const int *n, char *const *fb,
                    const pp_cost_t *cost, double fb_cost, double c, double *const *at, double *busy_s,

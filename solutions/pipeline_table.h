@@ -1,5 +1,5 @@
 /* pipeline_table.h — DeepSeek's table of schedules, reproduced by the simulator: for each of 1F1B,
- * ZB1P (ZB-H1) and DualPipeV its bubble, parameters and activations per device from the lists
+ * ZB1P (ZB-H1), DualPipe and DualPipeV its bubble, parameters and activations per device from the lists
  * themselves, beside the README's closed forms (notes/07d-dualpipev.md). Pure C like pipeline_sim.h
  * (pipeline_table.c); `ch07_pipeline --simulate` prints it without launching ranks.
  *
@@ -14,8 +14,13 @@ typedef struct pp_costs_ds {
   double F, B, W, FB;
 } pp_costs_ds_t;
 
+/* The table's DualPipe row (two V's on PP devices, M/2 micro-batches each way: PP_LIST_DUAL), for
+ * pp_table_row and the notations: simulated here, not a schedule that trains. */
+#define PP_TABLE_DUALPIPE ((pp_schedule_t)PP_NSCHED)
+
 /* One row of the table for `sched` at PP stages (1f1b, zb-h1: PP ranks; dualpipev: PP/2 ranks, PP
- * even) and M micro-batches (dualpipev: M >= PP). */
+ * even; PP_TABLE_DUALPIPE: PP ranks, PP even) and M micro-batches (dualpipev: M >= PP; DualPipe: M
+ * even, M >= 2PP). */
 typedef struct pp_table_row {
   int devices, stages_per_device;
   double bubble;         /* simulated: the largest stage's idle time (step − its busy time) */

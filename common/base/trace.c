@@ -3,7 +3,7 @@
  * Events are kept in memory under a mutex (the comm thread records the comm row while the
  * compute thread records its own); common/train/report_trace.c gathers them to rank 0 and writes
  * the file. */
-#include "trace.h"   // trace_event, trace_begin, trace_end, trace_ev_t
+#include "trace.h"   // trace_event, trace_begin, trace_end, trace_ev_t, trace_stack_t
 #include "check.h"   // die, xmalloc
 #include <pthread.h> // pthread_mutex_t
 #include <stdio.h>   // snprintf, fopen
@@ -11,7 +11,6 @@
 #include <string.h>  // strncpy, strlen
 #include <time.h>    // clock_gettime, CLOCK_MONOTONIC
 
-#define TRACE_DEPTH 32
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_enabled, g_rank;
@@ -20,8 +19,7 @@ static trace_ev_t *g_ev; /* [g_cap] */
 static int g_n, g_cap;
 
 /* The begin/end stack of the calling thread. */
-static _Thread_local struct { char name[48]; double t0; } g_stack[TRACE_DEPTH];
-static _Thread_local int g_depth;
+static _Thread_local trace_stack_t g_open; /* the spans open on this thread */
 
 double trace_now_us(void) {
   struct timespec ts;
@@ -81,19 +79,26 @@ void trace_comm_event(const struct comm *c, int64_t seq, const char *name, doubl
 
 void trace_begin(const char *name) {
   if (!g_enabled) return;
-  if (g_depth < TRACE_DEPTH) {
-    snprintf(g_stack[g_depth].name, sizeof g_stack[0].name, "%s", name);
-    g_stack[g_depth].t0 = trace_now_us();
+  if (g_open.depth < TRACE_DEPTH) {
+    snprintf(g_open.at[g_open.depth].name, sizeof g_open.at[0].name, "%s", name);
+    g_open.at[g_open.depth].t0 = trace_now_us();
   }
-  g_depth++;
+  g_open.depth++;
 }
 
 void trace_end(const char *args_json) {
   if (!g_enabled) return;
-  if (g_depth <= 0) die_on_rank("trace_end without trace_begin");
-  g_depth--;
-  if (g_depth < TRACE_DEPTH)
-    trace_event(TRACE_COMPUTE, g_stack[g_depth].name, g_stack[g_depth].t0, trace_now_us(), args_json);
+  if (g_open.depth <= 0) die_on_rank("trace_end without trace_begin");
+  g_open.depth--;
+  if (g_open.depth < TRACE_DEPTH) {
+    const char *name = g_open.at[g_open.depth].name;
+    trace_event(TRACE_COMPUTE, name, g_open.at[g_open.depth].t0, trace_now_us(), args_json);
+  }
+}
+
+void trace_swap_spans(trace_stack_t *other) {
+  trace_stack_t keep = g_open;
+  g_open = *other, *other = keep;
 }
 
 const trace_ev_t *trace_events(int *n) {

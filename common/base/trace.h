@@ -27,6 +27,17 @@ void trace_comm_event(const struct comm *c, int64_t seq, const char *name, doubl
 /* Begin/end pairs on the compute row of the calling thread (nestable, 32 deep). */
 void trace_begin(const char *name);
 void trace_end(const char *args_json);
+/* The spans trace_begin opened and trace_end has not closed: a coroutine (an F&B's backward, loop_fb.c)
+ * keeps its own, trace_swap_spans trading the thread's for them at every switch. */
+#define TRACE_DEPTH 32
+typedef struct trace_stack {
+  struct {
+    char name[48];
+    double t0;
+  } at[TRACE_DEPTH];
+  int depth;
+} trace_stack_t;
+void trace_swap_spans(trace_stack_t *other);
 /* The --trace path when recording, else NULL. */
 const char *trace_path(void);
 /* Events recorded on this rank so far (for tests and the overlap measurement). */

@@ -42,7 +42,8 @@ inter-node link shaped to each of --fb-links Mbit/s (0: unshaped): 1f1b, zb-h1, 
 bubble beside the simulator fed with the run's F, B, W; the all-to-alls' time on the stream, the main
 thread's wait for them (exposed) and the part of it inside the F's of the pairs the list marks F&B;
 the compute of those pairs' B's; the most an overlap can hide (min of those two, per rank); and with
---fb-overlap the backward's compute that ran while the all-to-alls travelled (the moe_*/fb_* extras of
+--fb-overlap the backward's compute that ran while the forward's all-to-alls travelled, and the other way
+the wait inside those B's and the forward's compute run while the backward's travelled (the moe_*/fb_* extras of
 ch12_experts --json, the mean over the 4 ranks, ms per step). --out gets only these rows."""
 import argparse, ctypes, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -142,7 +143,7 @@ FB_ROWS = [("1f1b", ["--schedule", "1f1b"]), ("zb-h1", ["--schedule", "zb-h1"]),
            ("dualpipev", ["--schedule", "dualpipev"]), ("dualpipev_fb", ["--schedule", "dualpipev", "--fb-overlap"])]
 FB_KEYS = ["median_step_ms", "bubble_fraction", "bubble_sim", "moe_a2a_stream_ms_per_step", "moe_a2a_wait_ms_per_step",
            "moe_a2a_wait_fb_ms_per_step", "fb_b_ms_per_step", "fb_hideable_ms_per_step", "fb_hidden_ms_per_step",
-           "moe_a2a_bytes_per_step"]
+           "moe_a2a_bytes_per_step", "moe_a2a_wait_fb_b_ms_per_step", "fb_f_hidden_ms_per_step"]
 
 
 def run_fb(a):
@@ -181,17 +182,19 @@ def run_fb(a):
     rows = {}
     print("\nDualPipeV's F&B on 2 emulated nodes (EP across the link, PP inside a node), ms per step, medians of %d "
           "reps of %d steps; load %.1f before, %.1f after (2 cores)" % (a.reps, a.steps, load0[0], load1[0]))
-    print("%-5s %-13s %7s %7s %7s %8s %8s %9s %7s %9s %7s" % (
-        "link", "schedule", "step", "bubble", "sim", "a2a", "exposed", "in F&B F", "F&B B", "hideable", "hidden"))
+    print("%-5s %-13s %7s %7s %7s %8s %8s %9s %7s %9s %7s %9s %8s" % (
+        "link", "schedule", "step", "bubble", "sim", "a2a", "exposed", "in F&B F", "F&B B", "hideable", "hidden",
+        "in F&B B", "F hidden"))
     for (link, name), xs in raw.items():
         r = {k: med(xs, k) for k in FB_KEYS}
         r.update({"link_mbit": link, "schedule": name, "reps": len(xs), "runs": xs})
         rows["%s_link%d" % (name.replace("-", ""), link)] = r
         f = lambda v: "%.2f" % v if v is not None else "-"
-        print("%-5s %-13s %7s %7s %7s %8s %8s %9s %7s %9s %7s" % (
+        print("%-5s %-13s %7s %7s %7s %8s %8s %9s %7s %9s %7s %9s %8s" % (
             link or "-", name, f(r["median_step_ms"]), f(r["bubble_fraction"]), f(r["bubble_sim"]),
             f(r["moe_a2a_stream_ms_per_step"]), f(r["moe_a2a_wait_ms_per_step"]), f(r["moe_a2a_wait_fb_ms_per_step"]),
-            f(r["fb_b_ms_per_step"]), f(r["fb_hideable_ms_per_step"]), f(r["fb_hidden_ms_per_step"])))
+            f(r["fb_b_ms_per_step"]), f(r["fb_hideable_ms_per_step"]), f(r["fb_hidden_ms_per_step"]),
+            f(r["moe_a2a_wait_fb_b_ms_per_step"]), f(r["fb_f_hidden_ms_per_step"])))
     res = {"_meta": {"command": "make bench-pipeline " + " ".join(sys.argv[1:]), "machine": platform.node() + " %d cores"
                      % os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                      "load_before": load0, "load_after": load1, "reps": a.reps, "steps": a.steps,
@@ -202,7 +205,8 @@ def run_fb(a):
                      "stream, exposed = the main thread's wait for them, in F&B F = that wait inside the F's of the "
                      "pairs dualpipev marks F&B, F&B B = those pairs' B compute, hideable = min(in F&B F, F&B B) per "
                      "rank (the most the overlap can hide: measured on the run itself), hidden = B compute run while "
-                     "an all-to-all travelled (--fb-overlap)"}, "rows": rows}
+                     "F's all-to-all travelled (--fb-overlap), in F&B B = the wait inside those B's, F hidden = F "
+                     "compute run while B's all-to-all travelled (--fb-overlap)"}, "rows": rows}
     with open(a.out, "w") as fo:
         json.dump(res, fo, indent=1)
     print("results: %s" % a.out)

@@ -579,6 +579,7 @@ static int train_finish(trainer_t *t, const char *chapter, int skipped) {
   free(in->own_ops);
   free(in->step_uses);
   free(in->fwd_uses);
+  train_fb_free(t); /* --fb-overlap: the backward's coroutine stack (loop_fb.c) */
   free(in->whole.units); /* a schedule's copy (the units only: the ctx is the model's) */
   free(t->unit_params);
   free(t->unit_grads);

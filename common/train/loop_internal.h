@@ -9,6 +9,8 @@
 #include "scaler.h" // scaler_t
 #include "tensor.h" // tensor_t
 #include "train.h"  // trainer_t, train_chunk_t, train_op_t, train_use_t
+#include "trace.h"  // trace_stack_t
+#include <ucontext.h> // ucontext_t (the F&B's two halves)
 
 /* --model gpt's default text: the largest file of Debian's fortunes package (common/scripts/deps.sh). */
 
@@ -56,20 +58,38 @@ typedef struct op_run {
   double lent; /* µs of the other half of an F&B run inside it (not its compute) */
 } op_run_t;
 
-/* The F&B under way (loop_fb.c): the forward runs; while one of its exchanges travels (the model
- * calls trainer_fb_fill) the backward runs its next unit. */
+/* The F&B under way (loop_fb.c): two halves, the forward on the loop's own stack and the backward on a
+ * coroutine's (ucontext), switched at every exchange either one posts; each half's trainer fields kept in
+ * its fb_half_t while the other runs. */
+typedef struct fb_half {
+  int use, micro, last;
+  float beta;
+} fb_half_t;
 typedef struct fb_state {
   int on;                    /* --fb-overlap and the list marks F&B's (pp_schedule_fb) */
-  int open, depth;           /* inside an F&B's forward; inside the backward's piece (no nesting) */
-  const train_op_t *bop;     /* the backward half: its operation, its run, begun yet, its first use */
+  int open, run;             /* inside an F&B; which half runs (0 the forward, 1 the backward) */
+  int f_done, b_state;       /* F's units done; B: 0 not begun, 1 begun, 2 its units done */
+  int b_posted;              /* B switched out at its own exchange (it travels while F runs) */
+  const train_op_t *bop;     /* the backward half: its operation, its run */
   op_run_t b;
-  int b_begun, b_use;
   double *loss;
-  double lent_us, b_in_us;   /* this F&B: the fills' µs (the forward's span), B's compute in them */
-  int fills;                 /* this F&B: the pieces run */
-  double step_us, step_fills; /* this step: B's compute under the forward's exchanges, pieces */
-  double step_b_us;          /* this step: the compute of the B's of the pairs the list marks F&B */
-  int role;                  /* trainer_fb_role: 1 a marked pair's F, 2 its B, 3 a piece of B inside F */
+  fb_half_t half[2];         /* the trainer's fields of the half that does not run */
+  ucontext_t ctx[2];         /* where each half stopped */
+  void *stack;               /* the backward's stack (FB_STACK_BYTES, allocated the first time) */
+  trace_stack_t spans[2];    /* each half's open trace spans while the other runs */
+  void *san_fake[2];         /* make test-sanitize: each half's ASan fake stack while it waits, */
+  const void *main_bottom;   /* the loop's stack (learnt at B's first arrival), */
+  size_t main_size;
+  void *tsan[2];             /* the halves' TSan fibers (loop_fb.c: san_leave, san_arrived) */
+  void (*aside)(void *);     /* the model's scratch swap, run at every switch (trainer_fb_fill) */
+  void *aside_arg;
+  double since;              /* when the running half was switched in (µs) */
+  double lent_us, b_in_us;   /* this F&B: B's spans before F's end (the forward's lent time), from its t0 */
+  double b_run_us;           /* this F&B: B's spans from its t0 (its busy, its own waits in) */
+  double f_in_us;            /* this F&B: F's spans while B's exchange travelled */
+  int fills, f_fills;        /* this F&B: B's pieces inside F, F's pieces inside B */
+  double step[5];            /* this step: b_in_us, fills, the marked B's compute, f_in_us, f_fills */
+  int role;                  /* trainer_fb_role: 1 F, 2 its B, 3 B inside F, 4 F inside B */
 } fb_state_t;
 
 struct train_internal {
@@ -116,7 +136,7 @@ struct train_internal {
   ckpt_async_t ckpt;           /* the run's checkpoints: a background write, the stall (ckpt_async.h) */
   ckpt_mem_t mem;              /* --ckpt-mem-every: snapshots in RAM and their buddy copies (ckpt_mem.h) */
   fb_state_t fb;               /* --fb-overlap: the F&B under way (loop_fb.c) */
-  double fb_total[4];          /* this run: fb.step_us, fb.step_fills, fb.step_b_us, the steps */
+  double fb_total[6];          /* this run: the sums of fb.step[5], then the steps */
   int64_t overflow_ctl_bytes;  /* fp16: bytes this rank sent in the overflow check (its flags ride the norm's
                                 * control all-reduce, trainer_finish_grads), summed over the steps */
 };
@@ -145,6 +165,8 @@ void op_bwd_unit(trainer_t *t, op_run_t *r);
 double op_bwd_end(trainer_t *t, op_run_t *r);
 /* loop_fb.c: ops[0] (an F) and ops[1] (a B) as one F&B; returns their compute (µs) in busy[0], busy[1]. */
 void train_run_fb(trainer_t *t, const train_op_t *ops, double *loss, double *busy);
+/* loop_fb.c: the backward's stack and TSan fiber, at the trainer's end. */
+void train_fb_free(trainer_t *t);
 /* loop_eval.c: --eval-every's validation loss after `step` steps (collective); --sample N. */
 void train_eval_record(trainer_t *t, int step);
 void train_sample_text(trainer_t *t);

@@ -577,7 +577,7 @@ double train_run_ops(trainer_t *t) {
   t->use = 0;
   t->busy_us[0] = t->busy_us[1] = t->busy_us[2] = 0;
   if (t->in->w_due) memset(t->in->w_due, 0, (size_t)t->n_chunks * sizeof *t->in->w_due);
-  t->in->fb.step_us = t->in->fb.step_fills = t->in->fb.step_b_us = 0;
+  memset(t->in->fb.step, 0, sizeof t->in->fb.step);
   for (int i = 0; i < t->n_ops; i++) {
     const train_op_t *op = &t->ops[i];
     if (t->in->fb.on && op->fb == 1 && i + 1 < t->n_ops && t->ops[i + 1].fb == 2) { /* an F&B (loop_fb.c) */
@@ -594,13 +594,14 @@ double train_run_ops(trainer_t *t) {
         : op->kind == 'B'      ? op_backward(t, op, &loss)
                                : op_weight(t, op);
     t->in->fb.role = 0;
-    if (op->fb == 2 && op->kind == 'B') t->in->fb.step_b_us += b;
+    if (op->fb == 2 && op->kind == 'B') t->in->fb.step[2] += b;
     t->busy_us[op->kind == 'F' ? 0 : op->kind == 'B' ? 1 : 2] += b;
     busy += b;
   }
   if (sc) sc->step_end(t, busy, t0);
   double *tot = t->in->fb_total;
-  tot[0] += t->in->fb.step_us, tot[1] += t->in->fb.step_fills, tot[2] += t->in->fb.step_b_us, tot[3]++;
+  for (int i = 0; i < 5; i++) tot[i] += t->in->fb.step[i];
+  tot[5]++;
   return loss;
 }
 

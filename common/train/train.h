@@ -560,17 +560,20 @@ int64_t trainer_acts_workspace(const trainer_t *t);
  * over the TP group, or the
  * last unit: the logits). Unit u+1's backward all-gathers T slices over t->group_comm first. */
 int64_t trainer_pa_slice_numel(const trainer_t *t, int u);
-/* --fb-overlap (07d, common/train/loop_fb.c): a model calls trainer_fb_fill while one of its exchanges
- * travels (posted, not waited for): inside an F&B's forward, the backward's next piece runs now (1);
- * elsewhere nothing (0). trainer_fb_open: 1 when it would run one (the model sets its scratch aside).
- * trainer_fb_role: what runs, for a model's timers: 1 the F of a pair the list marks F&B, 2 its B (after
- * the F, or alone), 3 a piece of that B inside the F (--fb-overlap), 0 anything else.
- * trainer_fb_stats: per step of this run, v[0] the backward's compute run under exchanges (µs), v[1] the
- * pieces, v[2] the compute of the marked pairs' B's (µs; overlapped or not). */
+/* --fb-overlap (07d, common/train/loop_fb.c): a model calls trainer_fb_fill right after posting one of
+ * its exchanges (not waited for yet): inside an F&B, the other half runs now, until it posts an exchange
+ * of its own or ends (1); elsewhere nothing (0). aside(arg) runs at every switch of the halves: the
+ * model swaps the scratch its exchanges read and write, so each half finds its own. trainer_fb_open: 1
+ * when trainer_fb_fill would switch. trainer_fb_role: what runs, for a model's timers: 1 the F of a pair
+ * the list marks F&B, 2 its B (after the F, or alone), 3 a piece of that B inside the F, 4 a piece of
+ * the F while the B's exchange travels, 0 anything else. trainer_fb_stats: per step of this run, v[0]
+ * the backward's spans run under the forward's exchanges (µs), v[1] those pieces, v[2] the compute of
+ * the marked pairs' B's (µs; overlapped or not), v[3] the forward's spans run under the backward's
+ * exchanges (µs), v[4] those pieces. */
 int trainer_fb_open(const trainer_t *t);
-int trainer_fb_fill(trainer_t *t);
+int trainer_fb_fill(trainer_t *t, void (*aside)(void *), void *arg);
 int trainer_fb_role(const trainer_t *t);
-void trainer_fb_stats(const trainer_t *t, double v[3]);
+void trainer_fb_stats(const trainer_t *t, double v[5]);
 /* Record a named compute phase on the trace (ZeRO's five steps, the optimizer, ...). */
 #define TRAINER_PHASE(name, body) do { trace_begin(name); body; trace_end(NULL); } while (0)
 #endif

@@ -455,8 +455,9 @@ Test(ch12_moe, pp_equals_one_rank) {
 /* Every other schedule of chapter 07 around the MoE GPT, dropless: interleaved (2 chunks per stage),
  * the zero-bubble pair (a MoE block's backward stays whole in its B: moe_model.c) and DualPipeV (its V
  * of 4 chunks) — with --ep 1 bitwise 1 rank, zb-h1 and dualpipev with --ep 2 too (4 ranks) within
- * MOE_TOL; and dualpipev --ep 2 with --fb-overlap (07d: each F&B's backward run in pieces while its
- * forward's all-to-alls travel, common/train/loop_fb.c) bitwise the pairs run one after the other. */
+ * MOE_TOL; and dualpipev --ep 2 with --fb-overlap (07d: each F&B's halves as two coroutines, each
+ * run while the other's all-to-alls travel, common/train/loop_fb.c) bitwise the pairs one after the
+ * other, with both directions' hidden compute measured. */
 Test(ch12_moe, pp_schedules_equal_one_rank) {
   zl_out_t one = MOE_LAUNCH(1, "moe", "ppsone", "--moe 4 --topk 2 --accum 4"),
            one8 = MOE_LAUNCH(1, "moe", "ppsone8", "--moe 4 --topk 2 --accum 8");
@@ -482,6 +483,10 @@ Test(ch12_moe, pp_schedules_equal_one_rank) {
       double hid = zl_json_num(o.json, "fb_hidden_ms_per_step");
       cr_assert(hid > 0, "--fb-overlap: %g ms of backward run under the all-to-alls (stage 1's forwards have "
                 "MoE blocks)", hid);
+      double fhid = zl_json_num(o.json, "fb_f_hidden_ms_per_step"),
+             fp = zl_json_num(o.json, "fb_f_pieces_all_ranks_per_step");
+      cr_assert(fhid > 0 && fp > 0, "--fb-overlap, the other way: %g ms of forward in %g pieces run under "
+                "the backward's all-to-alls", fhid, fp);
       zl_out_free(&o);
     }
     zl_out_free(&r);
@@ -608,12 +613,14 @@ Test(ch12_moe_long, ep_with_every_strategy) {
 }
 
 /* EP 2 x PP 2 x DP 2 on 8 ranks (rank = (dp·2 + stage)·2 + ep): every stage's EP group, its replica's,
- * 1F1B and zb-h1, DDP and ZeRO-1, against 1 rank --accum 16 within MOE_TOL. */
+ * 1F1B and zb-h1, DDP and ZeRO-1, and DualPipeV (07d: its V of 4 chunks) with ZeRO-3 on the data
+ * dimension, against 1 rank --accum 16 within MOE_TOL. */
 Test(ch12_moe_long, ep_pp_dp_eight_ranks) {
   /* each rank routes 1 sample of a micro-batch: 1 rank --accum 16 (the same tokens per f_e) */
   zl_out_t one = MOE_LAUNCH16(1, "moel", "ppone", "--moe 4 --topk 2 --accum 16");
-  const char *v[] = {"--schedule 1f1b --zero 0", "--schedule 1f1b --zero 1", "--schedule zb-h1 --zero 1"};
-  for (int i = 0; i < 3; i++) {
+  const char *v[] = {"--schedule 1f1b --zero 0", "--schedule 1f1b --zero 1", "--schedule zb-h1 --zero 1",
+                     "--schedule dualpipev --zero 3"};
+  for (int i = 0; i < 4; i++) {
     char a[160], name[32], what[96];
     snprintf(a, sizeof a, "--moe 4 --topk 2 --ep 2 --pp 2 --micro-batches 4 %s", v[i]);
     snprintf(name, sizeof name, "eppd%d", i);

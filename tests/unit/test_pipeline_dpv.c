@@ -26,46 +26,46 @@ static void make_lists(lists_t *L, int N, int M) {
 
 /* DualPipe's README with F = 1, B = 2, W = 1, F&B = 3: bubble 21 / 7 / 6 / 6 at PP = 8, 45 / 15 / 14 / 14
  * at PP = 16 (1F1B, ZB1P, DualPipe, DualPipeV); activations PP, PP, PP + 1, PP + 1; parameters 1×, 1×,
- * 2×, 2×; devices PP, PP, PP, PP/2. DualPipe itself is not a schedule here: its cells are the README's
- * formula, which is DualPipeV's simulated one. */
+ * 2×, 2×; devices PP, PP, PP, PP/2. Every cell simulated from the lists: DualPipe's as two V's on PP
+ * devices (PP_TABLE_DUALPIPE: M/2 micro-batches each way, the simulator's PP_LIST_DUAL). */
 Test(ch07_dualpipev, the_table_cells_are_simulated) {
   const pp_costs_ds_t cost = {1, 2, 1, 3};
-  const pp_schedule_t rows[3] = {PP_1F1B, PP_ZB_H1, PP_DUALPIPEV};
-  const double want[2][3] = {{21, 7, 6}, {45, 15, 14}};
+  const pp_schedule_t rows[4] = {PP_1F1B, PP_ZB_H1, PP_TABLE_DUALPIPE, PP_DUALPIPEV};
+  const char *label[4] = {"1F1B", "ZB1P", "DualPipe", "DualPipeV"};
+  const double want[2][4] = {{21, 7, 6, 6}, {45, 15, 14, 14}};
   for (int t = 0; t < 2; t++) {
     int PP = t ? 16 : 8;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
       pp_table_row_t r;
-      cr_assert_eq(pp_table_row(rows[i], PP, 2 * PP, cost, &r), 0, "%s PP %d", pp_schedule_name(rows[i]), PP);
-      cr_expect_eq(r.bubble, want[t][i], "%s PP %d: bubble %g simulated, DeepSeek's table %g",
-                   pp_schedule_name(rows[i]), PP, r.bubble, want[t][i]);
-      cr_expect_eq(r.bubble_formula, want[t][i], "%s PP %d: formula %g", pp_schedule_name(rows[i]), PP,
-                   r.bubble_formula);
-      int dpv = rows[i] == PP_DUALPIPEV;
-      cr_expect_eq(r.acts, dpv ? PP + 1 : PP, "%s PP %d: %d activations in flight", pp_schedule_name(rows[i]),
-                   PP, r.acts);
-      cr_expect_eq(r.stages_per_device, dpv ? 2 : 1, "parameters per device");
-      cr_expect_eq(r.devices, dpv ? PP / 2 : PP, "devices");
-      if (dpv) /* DualPipe's cell: the README's formula, the same as DualPipeV's */
-        cr_expect_eq((PP / 2 - 1) * (cost.FB + cost.B - 3 * cost.W), r.bubble, "DualPipe's cell");
+      cr_assert_eq(pp_table_row(rows[i], PP, 2 * PP, cost, &r), 0, "%s PP %d", label[i], PP);
+      cr_expect_eq(r.bubble, want[t][i], "%s PP %d: bubble %g simulated, DeepSeek's table %g", label[i], PP,
+                   r.bubble, want[t][i]);
+      cr_expect_eq(r.bubble_formula, want[t][i], "%s PP %d: formula %g", label[i], PP, r.bubble_formula);
+      int two = i >= 2;
+      cr_expect_eq(r.acts, two ? PP + 1 : PP, "%s PP %d: %d activations in flight", label[i], PP, r.acts);
+      cr_expect_eq(r.stages_per_device, two ? 2 : 1, "%s: parameters per device", label[i]);
+      cr_expect_eq(r.devices, rows[i] == PP_DUALPIPEV ? PP / 2 : PP, "%s: devices", label[i]);
       pp_table_free(&r);
     }
   }
 }
 
 /* The F&B's overlap is what the formula counts: with F&B below F + B the ranks differ (each runs
- * its own number of F&B), and the largest idle is still (PP/2−1)(F&B+B−3W). */
+ * its own number of F&B), and the largest idle is still (PP/2−1)(F&B+B−3W): DualPipeV's and
+ * DualPipe's. */
 Test(ch07_dualpipev, the_bubble_follows_the_overlap) {
   const double fbs[3] = {2, 2.5, 3};
   for (int PP = 4; PP <= 16; PP += 2)
-    for (int i = 0; i < 3; i++) {
-      pp_table_row_t r;
-      pp_costs_ds_t cost = {1, 2, 1, fbs[i]};
-      cr_assert_eq(pp_table_row(PP_DUALPIPEV, PP, 2 * PP + 3, cost, &r), 0, "PP %d", PP);
-      cr_expect_eq(r.bubble, r.bubble_formula, "PP %d, F&B %g: bubble %g simulated, formula %g", PP, fbs[i],
-                   r.bubble, r.bubble_formula);
-      pp_table_free(&r);
-    }
+    for (int i = 0; i < 3; i++)
+      for (int dual = 0; dual < 2; dual++) { /* DualPipeV, then DualPipe (M even, >= 2PP) */
+        pp_table_row_t r;
+        pp_costs_ds_t cost = {1, 2, 1, fbs[i]};
+        pp_schedule_t sc = dual ? PP_TABLE_DUALPIPE : PP_DUALPIPEV;
+        cr_assert_eq(pp_table_row(sc, PP, dual ? 2 * PP + 2 : 2 * PP + 3, cost, &r), 0, "PP %d", PP);
+        cr_expect_eq(r.bubble, r.bubble_formula, "%s PP %d, F&B %g: bubble %g simulated, formula %g",
+                     dual ? "DualPipe" : "DualPipeV", PP, fbs[i], r.bubble, r.bubble_formula);
+        pp_table_free(&r);
+      }
 }
 
 /* The exercise's contract (pp_dualpipev_phases): every rank's list is 6M operations (F, B, W of each
