@@ -572,10 +572,10 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   char v[64];
   if (compress_zero)
     exit(args_error("--compress", compress_zero,
-                    "is chapter 13's and runs only on DDP's replicas (ch13_compress): ZeRO-%c reduce-scatters "
-                    "each gradient to the rank that owns its piece, while PowerSGD all-reduces P and Q whole (P "
-                    "is orthogonalised over all its rows), so every rank would get the whole gradient (ZeRO's "
-                    "own codes: ch05_zero3 --qwz, --qgz)",
+                    "is chapter 13's and runs only on DDP's replicas (ch13_compress): ZeRO-%c "
+                    "reduce-scatters each gradient to the rank that owns its piece, while PowerSGD "
+                    "all-reduces P and Q whole (P is orthogonalised over all its rows), so every rank "
+                    "would get the whole gradient (ZeRO's own codes: ch05_zero3 --qwz, --qgz)",
                     prog[3] == '3' ? '1' : '2'));
   if (strcmp(optimizer, "onebit-adam") == 0) {
     if (!(chapter_flags & TRAIN_FLAG_COMPRESS))
