@@ -495,7 +495,8 @@ PIPELINE_PURE_C := $(addprefix solutions/,pipeline_sched.c pipeline_sim.c pipeli
                    pipeline_check_stage.c pipeline_groups.c)
 EXPLORER_C := common/explorer/explorer.c common/train/memcalc.c common/train/memcalc_muon.c common/train/memcalc_shape.c \
               common/train/owners_assign.c common/base/args.c common/base/formula.c \
-              common/model/gpt.c common/model/model.c $(PIPELINE_PURE_C) solutions/ring.c solutions/alltoall.c
+              common/model/gpt.c common/model/model.c $(PIPELINE_PURE_C) solutions/ring.c solutions/alltoall.c \
+              $(addprefix solutions/,ddp.c shard.c powersgd.c onebit.c qwz.c qgz.c)
 EXPLORER_FLAGS := -O2 -std=c11 -D_GNU_SOURCE $(WARN) -Icommon/explorer/mpi $(LAYER_INC) -Isolutions \
                   -sSINGLE_FILE=1 -sALLOW_MEMORY_GROWTH=1 -sENVIRONMENT=web,node \
                   -sEXPORTED_RUNTIME_METHODS=ccall,UTF8ToString
@@ -547,7 +548,8 @@ ifeq ($(EMCC),)
 else ifeq ($(EXPLORER_CHROMIUM),)
 	@echo "$(EXPLORER_NO_CHROMIUM)" >&2; exit 1
 else
-	@$(MAKE) --no-print-directory explorer $(BIN)/ch00_memory $(BIN)/ch01_collectives
+	@$(MAKE) --no-print-directory explorer $(BIN)/ch00_memory $(BIN)/ch01_collectives $(BIN)/ch13_compress \
+	  $(BIN)/ch05_zero3
 	@$(PYTHON) common/explorer/browser_test.py --page $(EXPLORER_OUT)/index.html --bin $(BIN) \
 	  --chromium $(EXPLORER_CHROMIUM) $(if $(SHOTS),--shots $(SHOTS))
 endif

@@ -247,24 +247,31 @@ static void psgd_teardown(trainer_t *t) {
   t->priv = NULL;
 }
 
+double powersgd_bytes(const model_t *m, double bucket_mb, int N, int R) {
+  int U = m->n_units;
+  ddp_bucket_t *b = xcalloc((size_t)U, sizeof *b, "powersgd formula buckets");
+  int *ub = xcalloc((size_t)U, sizeof *ub, "powersgd formula units");
+  int n = ddp_assign_buckets(m, bucket_mb, 4, b, ub);
+  double floats = 0;
+  for (int k = 0; k < n; k++) {
+    psgd_shape_t s = psgd_shape(b[k].numel, R);
+    floats += (double)(s.rows + s.cols) * s.rank;
+  }
+  free(b);
+  free(ub);
+  return 2.0 * (N - 1) / N * floats * 4;
+}
+
 /* DDP's states plus the residual (4Ψ, with the optimizer's); bytes: P and Q of every bucket. */
 static void psgd_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 0, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
-  int U = t->model.n_units;
-  ddp_bucket_t *b = xcalloc((size_t)U, sizeof *b, "powersgd formula buckets");
-  int *ub = xcalloc((size_t)U, sizeof *ub, "powersgd formula units");
-  psgd_shape_t *s = xcalloc((size_t)U, sizeof *s, "powersgd formula shapes");
-  int n = psgd_buckets(t, b, ub, s);
-  double floats = 0;
-  for (int k = 0; k < n; k++)
-    floats += (double)(s[k].rows + s[k].cols) * s[k].rank;
+  int rank = 0;
+  char why[128];
+  powersgd_parse(t->cfg->compress, &rank, why, sizeof why);
   f->optim += 4.0 * (double)t->model.numel;
-  f->comm_bytes = 2.0 * (t->world - 1) / t->world * floats * 4;
+  f->comm_bytes = powersgd_bytes(&t->model, t->cfg->bucket_mb, t->world, rank);
   snprintf(f->comm_text, sizeof f->comm_text, "2(N-1)/N x sum (rows+cols)R x 4 B");
   snprintf(f->mem_text, sizeof f->mem_text, "DDP's + 4 psi (residual)");
-  free(b);
-  free(ub);
-  free(s);
 }
 
 static const strategy_t g_powersgd = {.name = "ddp-powersgd",

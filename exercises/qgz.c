@@ -163,13 +163,10 @@ void qgz_release(trainer_t *t, zero3_t *z) {
   t->n_sub_comms = 0;
 }
 
-/* Bytes rank r sends per step (all, and across nodes) with the ZeRO++ codes on or off. */
-typedef struct zpp_bytes { double fwd, bwd, red, red_x, all, inter; } zpp_bytes_t;
-static zpp_bytes_t zpp_bytes(const trainer_t *t, int r, int qwz, int hpz, int qgz) {
-  const model_t *m = &t->model;
-  int N = t->world, B = t->cfg->quant_block, g = comm_node_size(t->comm), K = N / g;
-  double b = (double)dtype_size(t->wdt);
-  zpp_bytes_t x = {0};
+zeropp_bytes_t zeropp_bytes(const model_t *m, int N, int g, int B, double b, int qwz, int hpz, int qgz,
+                            int crosses) {
+  int K = N / g;
+  zeropp_bytes_t x = {0};
   for (int u = 0; u < m->n_units; u++) {
     int64_t padded = m->units[u].padded, p = padded / N;
     double plain = (double)(N - 1) * (double)p * b, int8 = (double)(N - 1) * (double)qwz_words(p, B) * 4;
@@ -179,10 +176,16 @@ static zpp_bytes_t zpp_bytes(const trainer_t *t, int r, int qwz, int hpz, int qg
     x.red_x += qgz ? (double)(K - 1) * (double)qgz_words(p, B) * 4 : 0;      /* hop 2, all across */
   }
   x.all = x.fwd + x.bwd + x.red + x.red_x;
-  int crosses = N > 1 && comm_node_of(t->comm, (r + 1) % N) != comm_node_of(t->comm, r);
   /* the gathers and the reduce-scatter: the ring rule; hpZ's gather and qgZ's hop 1: never across */
   x.inter = (crosses ? x.fwd + (hpz ? 0 : x.bwd) + (qgz ? 0 : x.red) : 0) + x.red_x;
   return x;
+}
+
+/* Rank r's bytes in this run (its model, ranks, nodes, block and dtype). */
+static zeropp_bytes_t zpp_bytes(const trainer_t *t, int r, int qwz, int hpz, int qgz) {
+  int N = t->world, crosses = N > 1 && comm_node_of(t->comm, (r + 1) % N) != comm_node_of(t->comm, r);
+  return zeropp_bytes(&t->model, N, comm_node_size(t->comm), t->cfg->quant_block, (double)dtype_size(t->wdt),
+                      qwz, hpz, qgz, crosses);
 }
 
 void zeropp_print(trainer_t *t) {
@@ -204,7 +207,7 @@ void zeropp_print(trainer_t *t) {
 
 void zeropp_formula(const trainer_t *t, formula_t *f) {
   const train_cfg_t *c = t->cfg;
-  zpp_bytes_t x = zpp_bytes(t, t->rank, c->qwz, c->hpz, c->qgz);
+  zeropp_bytes_t x = zpp_bytes(t, t->rank, c->qwz, c->hpz, c->qgz);
   f->comm_bytes = x.all;
   f->comm_inter_set = 1;
   f->comm_inter_bytes = x.inter;

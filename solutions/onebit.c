@@ -251,26 +251,33 @@ static void onebit_teardown(trainer_t *t) {
 }
 
 /* DDP's states plus the two errors; bytes: the run's mean over K all-reduce steps and S − K sign steps. */
-static void onebit_formula(const trainer_t *t, formula_t *f) {
-  formula_stage(f, 0, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
-  int U = t->model.n_units, N = t->world;
+double onebit_run_bytes(const model_t *m, double bucket_mb, int N, int K, int S, double *chunks) {
+  int U = m->n_units;
   ddp_bucket_t *b = xcalloc((size_t)U, sizeof *b, "onebit formula buckets");
   int *ub = xcalloc((size_t)U, sizeof *ub, "onebit formula units");
-  int n = ddp_assign_buckets(&t->model, t->cfg->bucket_mb, 4, b, ub);
-  double full = 0, signs = 0, chunks = 0;
+  int n = ddp_assign_buckets(m, bucket_mb, 4, b, ub);
+  double full = 0, signs = 0, sum_c = 0;
   for (int k = 0; k < n; k++) {
     int64_t c = onebit_chunk(b[k].numel, N);
     full += 2.0 * (N - 1) / N * (double)b[k].numel * 4;
     signs += 2.0 * (N - 1) * (1.0 + (double)c / 32) * 4;
-    chunks += (double)c;
+    sum_c += (double)c;
   }
-  int S = t->cfg->steps, K = t->cfg->onebit_warmup < S ? t->cfg->onebit_warmup : S;
-  f->optim += 4.0 * (double)t->model.padded_numel + 4.0 * chunks;
-  f->comm_bytes = (K * full + (S - K) * signs) / S;
-  snprintf(f->comm_text, sizeof f->comm_text, "mean of K x 2(N-1)/N 4n, (S-K) x 2(N-1)(4+c/8)");
-  snprintf(f->mem_text, sizeof f->mem_text, "DDP's + 4 psi + 4 psi/N (errors)");
   free(b);
   free(ub);
+  if (chunks) *chunks = sum_c;
+  if (K > S) K = S;
+  return (K * full + (S - K) * signs) / S;
+}
+
+static void onebit_formula(const trainer_t *t, formula_t *f) {
+  formula_stage(f, 0, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
+  double chunks = 0;
+  const train_cfg_t *c = t->cfg;
+  f->comm_bytes = onebit_run_bytes(&t->model, c->bucket_mb, t->world, c->onebit_warmup, c->steps, &chunks);
+  f->optim += 4.0 * (double)t->model.padded_numel + 4.0 * chunks;
+  snprintf(f->comm_text, sizeof f->comm_text, "mean of K x 2(N-1)/N 4n, (S-K) x 2(N-1)(4+c/8)");
+  snprintf(f->mem_text, sizeof f->mem_text, "DDP's + 4 psi + 4 psi/N (errors)");
 }
 
 static const strategy_t g_onebit = {.name = "ddp-onebit-adam",

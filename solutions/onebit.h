@@ -33,6 +33,11 @@ void onebit_decode(const uint32_t *words, float s, int64_t n, float *out);
 /* The flags 1-bit Adam does not compose with, checked before MPI starts: 0, or −1 with the flag
  * and why (the chapter's main prints them as one line and exits 2). */
 int onebit_check_cfg(const train_cfg_t *cfg, const char **flag, const char **value, char *why, int nwhy);
+/* Bytes a rank sends per step on N ranks, the buckets of bucket_mb (ddp_assign_buckets), as the mean
+ * of a run of S steps whose first K (clipped to S) are all-reduces: (K·Σ 2(N−1)/N·4n + (S − K)·Σ
+ * 2(N−1)(1 + c/32)·4) / S, c = onebit_chunk(n, N); *chunks (NULL: not wanted) = Σ c (the report's
+ * formula; the explorer's table of chapter 13). */
+double onebit_run_bytes(const model_t *m, double bucket_mb, int N, int K, int S, double *chunks);
 /* The strategy: chapter 02's bucketed DDP for the warm-up, then the compressed momentum. */
 const strategy_t *onebit_strategy(void);
 #endif

@@ -47,6 +47,9 @@ int powersgd_parse(const char *spec, int *rank, char *why, int nwhy);
 /* The flags PowerSGD does not compose with, checked before MPI starts: 0, or −1 with the flag and
  * the reason (the chapter's main prints them as one line and exits 2). */
 int powersgd_check_cfg(const train_cfg_t *cfg, const char **flag, char *why, int nwhy);
+/* Bytes a rank sends per step at rank R on N ranks, the buckets of bucket_mb (ddp_assign_buckets):
+ * Σ_buckets 2(N−1)/N·(rows + cols)·R·4 (the report's formula; the explorer's table of chapter 13). */
+double powersgd_bytes(const model_t *m, double bucket_mb, int N, int R);
 /* The strategy: chapter 02's bucketed DDP whose buckets travel compressed. */
 const strategy_t *powersgd_strategy(void);
 #endif

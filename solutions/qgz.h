@@ -52,6 +52,16 @@ int qgz_check_cfg(const train_cfg_t *cfg, const char **flag, char *why, int nwhy
 void qgz_setup(trainer_t *t, zero3_t *z);
 void qgz_end_unit(trainer_t *t, zero3_t *z, int u);
 void qgz_release(trainer_t *t, zero3_t *z);
+/* Bytes a rank sends per step with the codes qwz, hpz, qgz on or off (0, 0, 0: ZeRO-3's on the padded
+ * units), N ranks on nodes of g, blocks of B, b bytes an element: the forward gather, the backward
+ * gather, the reduce (qgZ: hop 1 in the node, red_x hop 2 all across), all of them, and what crosses
+ * nodes for a rank whose ring neighbour r + 1 is on another node (crosses = 1) or not. The units as
+ * shard_plan pads them for N (the explorer's table of chapter 13 calls it too). */
+typedef struct zeropp_bytes {
+  double fwd, bwd, red, red_x, all, inter;
+} zeropp_bytes_t;
+zeropp_bytes_t zeropp_bytes(const model_t *m, int N, int g, int B, double b, int qwz, int hpz, int qgz,
+                            int crosses);
 /* ZeRO-3's bytes with any of ZeRO++'s --qwz, --hpz, --qgz (ZeRO-3's, hpZ's or qwZ's memory kept):
  * the forward gather, the backward gather, the gradient reduce, and what of them crosses nodes. */
 void zeropp_formula(const trainer_t *t, formula_t *f);

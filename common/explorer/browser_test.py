@@ -16,7 +16,10 @@ back what it shows. Then, for every configuration:
                broadcast, reduce, all-to-all) must be what chapter 01's inputs give, every rank's bytes
                the ring model's; where the page runs chapter 01's own case, bitwise what
                ch01_collectives --impl ring prints on as many MPI ranks (zlrun), the all-reduce's
-               state after its reduce-scatter included (rank r: ch01's reduce-scatter output).
+               state after its reduce-scatter included (rank r: ch01's reduce-scatter output);
+  compress     chapter 13's table (the memory panel's last fold) at one small configuration
+               (COMPRESS_CFG): every method's bytes per rank per step and across nodes = the formula
+               ch13_compress and ch05_zero3 print in their --json for the same GPT on 4 ranks, 2 nodes.
 A failure names the configuration, the flag line, what the page showed and what the program said.
 --shots DIR also saves a 1280x720 screenshot of each panel on notes/tour.md's lecture path
 (DIR/explorer_{memory,schedules,collectives}.png; where ch00_memory has --experts: explorer_memory_preset.png,
@@ -421,6 +424,49 @@ def check_layout(chromium, page, problems):
                f1.get("width", 0), f1.get("step", 0)))
 
 
+# chapter 13's table (the memory panel's fold): at one small configuration, the GPT --gpt tiny (L2 NH2 C32
+# T16 V256) in fp32 on 4 ranks over 2 nodes (ZL_NODE_OF_RANK=0,0,1,1), every method's bytes per rank per step
+# and across nodes on the page = what ch13_compress and ch05_zero3 print as their formula (--json: comm's
+# formula_bytes_per_step_per_rank, nodes' formula_inter_bytes_per_step_per_rank), exactly.
+COMPRESS_CFG = {"m-kind": "gpt", "m-layers-n": 2, "m-heads-n": 2, "m-hidden-n": 32, "m-seq-n": 16, "m-vocab-n": 256,
+                "m-ranks-n": 4, "m-precision": "fp32", "q-nodes": 2, "q-rank": 4, "q-block": 32, "q-warmup": 1,
+                "q-steps": 3}
+COMPRESS_RUNS = [("ch13_compress", []), ("ch13_compress", ["--compress", "powersgd:4"]),
+                 ("ch13_compress", ["--optimizer", "onebit-adam", "--warmup-steps", "1"]), ("ch05_zero3", []),
+                 ("ch05_zero3", ["--qwz"]), ("ch05_zero3", ["--qwz", "--hpz"]), ("ch05_zero3", ["--qgz"]),
+                 ("ch05_zero3", ["--qwz", "--hpz", "--qgz"])]  # the page's rows, in order
+
+
+def check_compress(res, bindir, problems):
+    """The page's bytes by method = the programs' printed formula bytes at COMPRESS_CFG; returns the count equal."""
+    if len(res) != 1 or res[0]["err"] or len(res[0]["numbers"]) != 2 * len(COMPRESS_RUNS):
+        problems.append("compress: the table did not show at %s: %r" % (COMPRESS_CFG, res))
+        return 0
+    nums, ok = res[0]["numbers"], 0
+    env = dict(os.environ, ZL_NODE_OF_RANK="0,0,1,1")
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (prog, flags) in enumerate(COMPRESS_RUNS):
+            path = os.path.join(tmp, "c%d.json" % k)
+            cmd = ["bash", "common/scripts/zlrun", "4", os.path.join(bindir, prog), "--model", "gpt", "--gpt", "tiny",
+                   "--precision", "fp32", "--batch", "8", "--steps", "3", "--quiet"] + flags
+            cmd += ["--quant-block", "32"] if ("--qwz" in flags or "--qgz" in flags) else []
+            p = subprocess.run(cmd + ["--json", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                               timeout=120)
+            if p.returncode != 0:
+                problems.append("compress: %s exited %d: %s" % (" ".join(cmd), p.returncode, p.stdout.decode()[-300:]))
+                continue
+            with open(path) as f:
+                j = json.load(f)
+            want = (j["comm"]["formula_bytes_per_step_per_rank"], j["nodes"]["formula_inter_bytes_per_step_per_rank"])
+            got = (nums["bytes.%d" % k], nums["inter.%d" % k])
+            if all(abs(g - w) <= 1e-9 * max(1.0, abs(w)) for g, w in zip(got, want)):
+                ok += 1
+            else:
+                problems.append("compress: row %d (%s %s): the page %r, the program's formula %r"
+                                % (k, prog, " ".join(flags), got, want))
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--page", default="results/explorer/index.html")
@@ -451,7 +497,7 @@ def main():
                ] if moe else []  # each real model's shape: = ch00_memory
     presets += [{"m-optimizer": "muon", "m-preset": "gpt3", "m-ranks": 9}] if "--optimizer" in helptext else []
     tests = {"memory": presets + memory_configs(rng, a.n, moe, grid, "--optimizer" in helptext, block), "schedules": schedule_configs(rng, a.n),
-             "collectives": collective_configs(rng, 8)}
+             "collectives": collective_configs(rng, 8), "compress": [COMPRESS_CFG]}
     url = "file://" + page + "#test=" + urllib.parse.quote(json.dumps(tests, separators=(",", ":")))
     for attempt in range(3):  # a browser that did not get the page running in time: once more, said
         dom = chromium_dom(a.chromium, url, budget_ms=20000 * (attempt + 1))
@@ -469,6 +515,7 @@ def main():
     s_ok, s_ref = check_schedules(res["schedules"], sim, problems)
     shutil.rmtree(sim.dir, ignore_errors=True)
     c_ok, c_native = check_collectives(res["collectives"], problems, os.path.join(a.bin, "ch01_collectives"))
+    k_ok = check_compress(res.get("compress", []), a.bin, problems)
     layout_line = check_layout(a.chromium, page, problems)
     for p in problems:
         print(p)
@@ -479,6 +526,8 @@ def main():
           % (os.path.basename(a.chromium), m_ok + m_ref, len(res["memory"]), m_num, m_ref, s_ok + s_ref,
              len(res["schedules"]), s_ref, c_ok, len(res["collectives"]), c_native))
     print(layout_line)
+    print("browser_test: chapter 13's table: %d of %d methods' bytes (per rank, across nodes) = the programs' "
+          "printed formula at %s" % (k_ok, len(COMPRESS_RUNS), " ".join("%s=%s" % kv for kv in COMPRESS_CFG.items())))
     print("browser_test: memory configurations equal with each flag: %s; presets equal: %s; the chart vs s: %d "
           "points = ch00_memory --json on %d flag lines"
           % (", ".join("%s %d" % (f, n) for f, n in sorted(FLAG_OK.items())), ", ".join(PRESET_OK) or "none",

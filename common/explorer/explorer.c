@@ -8,7 +8,10 @@
  *   collectives  solutions/ring.c itself (reduce-scatter, all-gather, all-reduce, broadcast, reduce)
  *                and alltoall.c (the pairwise all-to-all), run on N simulated ranks by the small
  *                communicator below (comm.h's ring-code side: p2p, local reduce, scratch), which
- *                records what every rank sends at every step.
+ *                records what every rank sends at every step;
+ *   compression  chapter 13's bytes per rank per step by method: formula.c, solutions/powersgd.c
+ *                (powersgd_bytes), onebit.c (onebit_run_bytes), qgz.c (zeropp_bytes), with ddp.c's
+ *                buckets, shard.c's padding, qwz.c's words (zx_compress).
  * The JavaScript (explorer.js) draws and reads sliders; it computes no number of its own.
  * Built by `make explorer` (emcc); not a layer, not in libzl. `make build` also compiles the same
  * files natively (build/tests/explorer_native: EXPORT is plain without __EMSCRIPTEN__), so a change
@@ -20,6 +23,14 @@
 #include "pipeline_sim.h"   // pp_simulate, pp_simulate_fb, pp_bubble_formula, pp_cost_t
 #include "alltoall.h"       // pairwise_all_to_all
 #include "ring.h"           // ring_reduce_scatter, ring_all_gather, ring_all_reduce, ring_broadcast, ...
+#include "check.h"          // xcalloc, die_on_rank: defined here for the page
+#include "formula.h"        // formula_comm_bytes
+#include "gpt.h"            // gpt_shape_error, gpt_unit_sizes
+#include "onebit.h"         // onebit_run_bytes
+#include "powersgd.h"       // powersgd_bytes
+#include "qgz.h"            // zeropp_bytes
+#include "zero.h"           // shard_plan
+#include <stdarg.h>         // va_list (die_on_rank)
 #include <stdio.h>          // open_memstream, fopen, fprintf
 #include <stdlib.h>         // free, calloc, exit
 #include <string.h>         // strtok, memcpy
@@ -382,4 +393,69 @@ EXPORT double zx_ring_model_bytes(int op, int N, int numel, int bytes, int rank)
   case ZX_REDUCE: return rank == 0 ? 0 : all;
   default: return part;
   }
+}
+
+/* ---- chapter 13: the bytes a rank sends per step, by method (notes/13-compression.md) ------------
+ * The GPT of gpt.h at this shape (its units as gpt_init lays them out: gpt_unit_sizes, model_layout) on N
+ * ranks in nodes of g (ranks r·g .. r·g + g − 1), the programs' own formulas: formula_comm_bytes for DDP
+ * and ZeRO-3 (stages 0 and 3), powersgd_bytes (rank R), onebit_run_bytes (K all-reduce steps of S),
+ * zeropp_bytes (the units padded by shard_plan; blocks of B) for qwZ, qwZ + hpZ, qgZ and all three. Each
+ * method's bytes per rank per step (zx_compress_bytes) and across nodes per step, the mean over the
+ * ranks (zx_compress_inter): the strategy's own where it states it (ZeRO++), else the ring rule of the
+ * report (all of a rank's bytes where its ring neighbour r + 1 is on another node). Returns 0, or 2
+ * where g does not divide N or the shape is not a GPT (its line on stderr). */
+enum { ZX_DDP, ZX_POWERSGD, ZX_ONEBIT, ZX_ZERO3, ZX_QWZ, ZX_QWZ_HPZ, ZX_QGZ, ZX_ZEROPP, ZX_NCODES };
+static double g_cbytes[ZX_NCODES], g_cinter[ZX_NCODES];
+EXPORT double zx_compress_bytes(int k) { return k >= 0 && k < ZX_NCODES ? g_cbytes[k] : -1; }
+EXPORT double zx_compress_inter(int k) { return k >= 0 && k < ZX_NCODES ? g_cinter[k] : -1; }
+
+static int crosses(int r, int N, int g) { return N > 1 && ((r + 1) % N) / g != r / g; }
+
+EXPORT int zx_compress(int L, int NH, int C, int T, int V, int fp32, int N, int g, int R, int B,
+                       double bucket_mb, int K, int S) {
+  gpt_shape_t s = {.n_layer = L, .n_head = NH, .n_embd = C, .seq_len = T, .vocab = V};
+  const char *why = gpt_shape_error(s);
+  if (why || N < 1 || g < 1 || N % g || R < 1 || B < 1 || S < 1 || K < 0) {
+    fprintf(stderr, "zx_compress: %s\n", why ? why : "N, g, R, B, S >= 1, g dividing N, K >= 0");
+    return 2;
+  }
+  model_t m = {.gpt = s, .n_units = L + 2};
+  m.units = calloc((size_t)m.n_units, sizeof *m.units);
+  for (int u = 0; u < m.n_units; u++)
+    gpt_unit_sizes(s, u, &m.units[u].numel, &m.units[u].y_numel, &m.units[u].saved_numel);
+  model_layout(&m);
+  dtype_t wdt = fp32 ? DT_F32 : DT_BF16;
+  double psi = (double)m.numel, b = (double)dtype_size(wdt), ring = 0; /* ring: ranks whose r + 1 is across */
+  for (int r = 0; r < N; r++) ring += crosses(r, N, g);
+  g_cbytes[ZX_DDP] = formula_comm_bytes(0, psi, N, wdt);
+  g_cbytes[ZX_POWERSGD] = powersgd_bytes(&m, bucket_mb, N, R);
+  g_cbytes[ZX_ONEBIT] = onebit_run_bytes(&m, bucket_mb, N, K, S, NULL);
+  g_cbytes[ZX_ZERO3] = formula_comm_bytes(3, psi, N, wdt);
+  for (int k = ZX_DDP; k <= ZX_ZERO3; k++) g_cinter[k] = g_cbytes[k] * ring / N;
+  shard_plan(&m, N);
+  static const int codes[][3] = {{1, 0, 0}, {1, 1, 0}, {0, 0, 1}, {1, 1, 1}}; /* qwz, hpz, qgz */
+  for (int k = ZX_QWZ; k <= ZX_ZEROPP; k++) {
+    const int *c = codes[k - ZX_QWZ];
+    g_cbytes[k] = zeropp_bytes(&m, N, g, B, b, c[0], c[1], c[2], 0).all;
+    g_cinter[k] = 0;
+    for (int r = 0; r < N; r++)
+      g_cinter[k] += zeropp_bytes(&m, N, g, B, b, c[0], c[1], c[2], crosses(r, N, g)).inter / N;
+  }
+  free(m.units);
+  return 0;
+}
+
+/* check.c's two that the formulas above call, for the page alone (check.c itself reaches MPI). */
+void *xcalloc(size_t n, size_t size, const char *what) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) fprintf(stderr, "out of memory: %s\n", what), exit(1);
+  return p;
+}
+_Noreturn void die_on_rank(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(1);
 }

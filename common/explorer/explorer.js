@@ -193,6 +193,49 @@ function updateMemory() {
   var j = JSON.parse(Module.UTF8ToString(Module._zx_memory_json()));
   drawMemory(j, table, chart);
   if (gpt) drawSeq($("m-seqchart"));
+  updateCompress(gpt);
+}
+
+// ---- chapter 13: bytes per rank per step by method (explorer.c's zx_compress: the programs' formulas) -----
+// A row per method: its bytes per rank per step, across nodes (the mean over the ranks), and DDP's over it;
+// each number's exact value in data-cv (data-ck names it), which make explorer-check compares with what
+// ch13_compress and ch05_zero3 print (not data-v: the memory panel's numbers are ch00_memory's).
+var COMPRESS = ["DDP", "PowerSGD:R", "1-bit Adam", "ZeRO-3", "qwZ", "qwZ + hpZ", "qgZ", "qwZ + hpZ + qgZ"];
+var BUCKET_MB = 0.1; // --bucket-mb's default (common/train/loop_flags.c)
+function compressArgs() {
+  var N = val("m-ranks");
+  return [val("m-layers"), val("m-heads"), val("m-hidden"), val("m-seq"), val("m-vocab"),
+    $("m-precision").value === "fp32" ? 1 : 0, N, N / Math.max(1, +$("q-nodes").value), +$("q-rank").value,
+    +$("q-block").value, BUCKET_MB, +$("q-warmup").value, +$("q-steps").value];
+}
+function cell(tag, attrs, parent, text) { // an HTML element (el makes SVG ones)
+  var e = document.createElement(tag);
+  for (var k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  parent.appendChild(e);
+  return e;
+}
+function updateCompress(gpt) {
+  var table = $("q-table");
+  clear(table);
+  $("q-err").textContent = "";
+  if (!gpt) { $("q-err").textContent = "a transformer's shape, please: the formulas need its units"; return; }
+  var a = compressArgs();
+  if (!Number.isInteger(a[7])) { $("q-err").textContent = "nodes must divide N"; return; }
+  Module.zxErr = [];
+  var rc = Module.ccall("zx_compress", "number", ["number", "number", "number", "number", "number", "number",
+    "number", "number", "number", "number", "number", "number", "number"], a);
+  if (rc !== 0) { $("q-err").textContent = Module.zxErr.join("\n") + " (exit " + rc + ")"; return; }
+  var head = cell("tr", {}, table);
+  ["method", "bytes / rank / step", "across nodes (mean)", "DDP's over it"].forEach(function (h) { cell("th", {}, head, h); });
+  var ddp = Module._zx_compress_bytes(0);
+  COMPRESS.forEach(function (name, k) {
+    var tr = cell("tr", {}, table), b = Module._zx_compress_bytes(k), x = Module._zx_compress_inter(k);
+    cell("td", {}, tr, k === 1 ? "PowerSGD:" + a[8] : name);
+    cell("td", { "data-ck": "bytes." + k, "data-cv": String(b), title: exact(b) }, tr, count(b) + " B");
+    cell("td", { "data-ck": "inter." + k, "data-cv": String(x), title: exact(x) }, tr, count(x) + " B");
+    cell("td", {}, tr, b > 0 ? (ddp / b).toFixed(2) + "x" : "");
+  });
 }
 
 // ---- activations per layer vs sequence length (Korthikanti et al. 2022, Table 2's rows as s grows) -------
@@ -687,6 +730,13 @@ function runTests(t) {
       seq.push({ flags: c.getAttribute("data-sf"), key: c.getAttribute("data-sk"), v: c.getAttribute("data-sv") });
     });
     res.memory.push({ cfg: cfg, flags: memoryFlags(), rc: ZX.memRc, err: $("m-err").textContent, text: $("m-text").textContent, numbers: readNumbers("memory"), seq: seq });
+  });
+  res.compress = (t.compress || []).map(function (cfg) { // chapter 13's table: its args and exact numbers
+    show("memory");
+    setControls(cfg);
+    var nums = {};
+    document.querySelectorAll("#q-table [data-cv]").forEach(function (e) { nums[e.getAttribute("data-ck")] = +e.getAttribute("data-cv"); });
+    return { cfg: cfg, args: compressArgs(), err: $("q-err").textContent, numbers: nums };
   });
   (t.schedules || []).forEach(function (cfg) {
     show("schedules");

@@ -407,6 +407,12 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
     SPEC("--compress", ARG_STR, &cfg->compress, 0, 0, NULL,
          "powersgd:R: each bucket's gradient sent as a rank-R product P Q^T (PowerSGD, with error feedback "
          "and warm start; --variant bucketed, fp32, CPU; notes/13-compression.md)");
+  /* ZeRO-1 and ZeRO-2 (chapters 03, 04) know --compress only to refuse it, saying why (issue 50) */
+  const char *compress_zero = NULL;
+  int zero12 = strcmp(prog, "ch03_zero1") == 0 || strcmp(prog, "ch04_zero2") == 0;
+  if (zero12 && !(chapter_flags & TRAIN_FLAG_COMPRESS))
+    SPEC("--compress", ARG_STR, &compress_zero, 0, 0, NULL,
+         "chapter 13's PowerSGD (ch13_compress): refused here, the line says why");
   int warmup = 0;
   if (chapter_flags & TRAIN_FLAG_COMPRESS)
     SPEC("--warmup-steps", ARG_INT, &warmup, 1, 10000000, NULL,
@@ -564,6 +570,13 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
 
   /* Checks that need more than one flag, or the world size (from the launcher's environment). */
   char v[64];
+  if (compress_zero)
+    exit(args_error("--compress", compress_zero,
+                    "is chapter 13's and runs only on DDP's replicas (ch13_compress): ZeRO-%c "
+                    "reduce-scatters each gradient to the rank that owns its piece, while PowerSGD "
+                    "all-reduces P and Q whole (P is orthogonalised over all its rows), so every rank "
+                    "would get the whole gradient (ZeRO's own codes: ch05_zero3 --qwz, --qgz)",
+                    prog[3] == '3' ? '1' : '2'));
   if (strcmp(optimizer, "onebit-adam") == 0) {
     if (!(chapter_flags & TRAIN_FLAG_COMPRESS))
       exit(args_error("--optimizer", optimizer,
