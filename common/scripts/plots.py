@@ -33,6 +33,7 @@ Data figures (committed measurements, --data notes/data):
   long_split       bench_long.json: SP, ring, Ulysses, hybrid bytes and step time, and on emulated nodes (chapter 10)
   experts          bench_experts.json (make bench-experts): drops, balance, all-to-all bytes, EP step and memory, trace (chapter 12)
   experts_groups   bench_experts.json beside bench_experts_two_groups.json: the old layout's step rows against two groups (12)
+  compress         bench_compress.json (make bench-compress): bytes per code, ZeRO++ across nodes, loss bands, link rates (13)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
 """
@@ -58,6 +59,7 @@ import plot_offload  # noqa: E402  (common/scripts/plot_offload.py: timeline_off
 import plot_pipeline  # noqa: E402  (common/scripts/plot_pipeline.py: timeline_pipeline)
 import plot_long  # noqa: E402  (common/scripts/plot_long.py: schematic_cp, long_seq)
 import plot_experts  # noqa: E402  (common/scripts/plot_experts.py: experts, chapter 12)
+import plot_compress  # noqa: E402  (common/scripts/plot_compress.py: compress, chapter 13)
 
 STAGES = [("ddp", 0, "DDP (ZeRO-0)"), ("zero1", 1, "ZeRO-1"), ("zero2", 2, "ZeRO-2"), ("zero3", 3, "ZeRO-3")]
 STAGE_OF = {s: k for s, k, _ in STAGES}
@@ -1111,6 +1113,7 @@ DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no resu
     ("overlap_saved", fig_overlap_saved, "overlap_saved"),
     ("experts", plot_experts.fig_experts, "experts"),
     ("experts_groups", plot_experts.fig_experts_groups, "experts_groups"),
+    ("compress", plot_compress.fig_compress, "compress"),
 ]
 
 FIGURES = [  # (name for --only, function, the PNG it writes)
