@@ -194,7 +194,20 @@ static inline int zl_json_all(const char *json, const char *key, double *vals, i
 
 /* A temp directory for one test's files (created; path static per call site). */
 static inline void zl_tmpdir(char *dst, size_t n, const char *name) {
-  snprintf(dst, n, "/tmp/zl_test_%d_%s", (int)getpid(), name);
+  /* keyed by the pid AND the process's start time (/proc/self/stat's 22nd field, clock ticks since
+   * boot): a pid is reused, and a directory an earlier test process left under the same pid must not
+   * be read as this one's (an export that refuses to overwrite failed on such a file) */
+  unsigned long long start = 0;
+  FILE *f = fopen("/proc/self/stat", "r");
+  char line[1024] = "";
+  if (f && fgets(line, sizeof line, f)) {
+    const char *p = strrchr(line, ')'); /* the command name may hold spaces: fields count after it */
+    for (int field = 2; p && *p && field < 22; p++)
+      if (*p == ' ') field++;
+    if (p) start = strtoull(p, NULL, 10);
+  }
+  if (f) fclose(f);
+  snprintf(dst, n, "/tmp/zl_test_%d_%llu_%s", (int)getpid(), start, name);
   mkdir(dst, 0755);
 }
 
