@@ -8,6 +8,7 @@
 #include "comm_engine.h"   // comm_engine_stats_t
 #include "comm_internal.h" // struct comm, comm_engine_* (internal part)
 #include "check.h"         // die_on_rank, xcalloc
+#include "fiber_san.h"     // san_leave, san_arrived: the switches told to ASan and TSan
 #include <stdatomic.h>     // atomic_int: runnable, flags read by the engine without c->mu
 #include <stdlib.h>        // free, getenv, atoi
 #include <sys/mman.h>      // mmap, munmap, mprotect: fiber stacks with a guard page
@@ -103,21 +104,7 @@ static double now_s(clockid_t id) {
  * A switch of stacks by swapcontext is invisible to AddressSanitizer and ThreadSanitizer unless
  * told: ASan would take the other stack's frames for overflows, TSan would mix up the two
  * contexts' histories. So each switch says where it goes (san_leave, before swapcontext) and that it
- * arrived (san_arrived, after); without a sanitizer both are empty. fake_save: where the leaving
- * context's fake stack is kept (NULL: it ends for good). */
-static void san_leave(void **fake_save, const void *to_bottom, size_t to_size, void *to_tsan) {
-#ifdef __SANITIZE_ADDRESS__
-  __sanitizer_start_switch_fiber(fake_save, to_bottom, to_size);
-#endif
-#ifdef __SANITIZE_THREAD__
-  __tsan_switch_to_fiber(to_tsan, 0);
-#endif
-}
-static void san_arrived(void *fake, const void **from_bottom, size_t *from_size) {
-#ifdef __SANITIZE_ADDRESS__
-  __sanitizer_finish_switch_fiber(fake, from_bottom, from_size);
-#endif
-}
+ * arrived (san_arrived, after): common/base/fiber_san.h, shared with loop_fb.c. */
 
 /* ---- inside a fiber ------------------------------------------------------------------------ */
 int comm_engine_in_fiber(void) { return g_current != NULL; }

@@ -25,6 +25,7 @@
  * order. */
 #include "loop_internal.h" // struct train_internal, fb_state_t, fb_half_t, op_run_t, op_fwd_*, op_bwd_*
 #include "check.h"         // die_on_rank, xmalloc
+#include "fiber_san.h"     // san_leave, san_arrived: the switches told to ASan and TSan
 #include "trace.h"         // trace_now_us, trace_swap_spans
 #include <stdint.h>        // uintptr_t
 #include <stdlib.h>        // free
@@ -47,23 +48,6 @@ int trainer_fb_role(const trainer_t *t) { return t->in->fb.role; }
 int trainer_fb_open(const trainer_t *t) {
   const fb_state_t *fb = &t->in->fb;
   return fb->open && !fb->f_done && (fb->run == 1 || fb->b_state < 2);
-}
-
-/* A switch of stacks is invisible to ASan and TSan unless told (as comm_engine.c's fibers): where it
- * goes before swapcontext, that it arrived after; empty without a sanitizer. fake_save NULL: the
- * leaving stack ends for good. */
-static void san_leave(void **fake_save, const void *to_bottom, size_t to_size, void *to_tsan) {
-#ifdef __SANITIZE_ADDRESS__
-  __sanitizer_start_switch_fiber(fake_save, to_bottom, to_size);
-#endif
-#ifdef __SANITIZE_THREAD__
-  __tsan_switch_to_fiber(to_tsan, 0);
-#endif
-}
-static void san_arrived(void *fake, const void **from_bottom, size_t *from_size) {
-#ifdef __SANITIZE_ADDRESS__
-  __sanitizer_finish_switch_fiber(fake, from_bottom, from_size);
-#endif
 }
 
 void train_fb_free(trainer_t *t) {
