@@ -28,10 +28,13 @@ void moe_report(trainer_t *t) {
     t->strategy->layout(t, u, &lay);
     if (lay.replicated) copies = t->world;
     int64_t d = moe_unit_dense(m, u);
-    int64_t o0 = lay.own_off, o1 = lay.own_off + lay.own_numel, h0 = lay.held_off,
-            h1 = lay.held_off + lay.held_numel;
-    own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d)),
-        own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
+    for (int k = 0; k < 2; k++) { /* the own pieces (two with two data-parallel groups) */
+      unit_piece_t q = unit_layout_piece(&lay, k);
+      int64_t o0 = q.off, o1 = q.off + q.numel;
+      own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d));
+      own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
+    }
+    int64_t h0 = lay.held_off, h1 = lay.held_off + lay.held_numel;
     held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)),
         held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
   }
@@ -101,7 +104,10 @@ void moe_report(trainer_t *t) {
    * ZeRO cuts each unit's flat range into D pieces, so one rank's piece of a MoE block may be mostly
    * dense or mostly experts: the D ranks of an expert group together hold each once (+ padding) */
   double per = 4.0 * (1 + (t->cfg->optimizer == OPT_ADAMW ? 2 : 1)), grp[2] = {own[0], own[1]};
+  /* ZeRO on two groups (solutions/zero_groups.c): the dense pieces tile the prefix over every rank */
+  int dense_all = t->dense_comm && copies == 1;
   comm_ctl_all_reduce_f64(t->comm, grp, 2, REDOP_SUM);
+  if (dense_all) grp[0] = own[0], comm_ctl_all_reduce_f64(t->dense_comm, grp, 1, REDOP_SUM);
   trainer_report_extra(t, "moe_expert_state_bytes_group", grp[1] * per);
   trainer_report_extra(t, "moe_expert_state_bytes_formula", copies * exp_rank * per);
   trainer_report_extra(t, "moe_dense_state_bytes_group", grp[0] * per);
@@ -130,10 +136,11 @@ void moe_report(trainer_t *t) {
 
   printf("moe: fp32 states (weights + optimizer, %.0f B per parameter): the %d rank%s holding the same "
          "experts keep%s experts "
-         "%.0f B, dense %.0f B (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld "
+         "%.0f B, dense %.0f B%s (formula: %sE/P_E = %d/%d of the %lld expert parameters = %.0f B, the %lld "
          "dense%s = %.0f B; "
          "measured includes ZeRO's padding); this rank experts %.0f B, dense %.0f B\n",
          per, t->world, t->world > 1 ? "s" : "", t->world > 1 ? "" : "s", grp[1] * per, grp[0] * per,
+         dense_all ? " over all the ranks (two groups: the dense part sharded over every rank)" : "",
          copies > 1 ? "D whole copies (DDP) of " : "", c->e_local, c->E, (long long)p.expert,
          copies * exp_rank * per, (long long)p.dense, c->tp_comm ? " (this TP rank's part of them)" : "",
          copies * dense_rank * per, own[1] * per, own[0] * per);

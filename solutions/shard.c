@@ -66,6 +66,7 @@ static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_ful
 }
 
 int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
+  if (t->dense_comm) return zero_two_optimizer_step(t, grad_shard); /* 12's two groups: zero_groups.c */
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
   // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the
   // HINT: whole model: the ranks' pieces are disjoint, so their squared sums add.
@@ -109,6 +110,10 @@ int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int
 }
 
 void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
+  if (t->dense_comm) { /* 12's two groups: zero_groups.c */
+    zero_two_all_gather(t, handles);
+    return;
+  }
   // BEGIN EXERCISE zero_all_gather_params notes/03-zero1.md
   // HINT: after the step each rank holds only its own updated piece; every rank needs the whole updated unit
   // HINT: back, without waiting here.
@@ -129,12 +134,19 @@ void zero_all_gather_params(trainer_t *t, comm_handle_t *handles) {
 }
 
 void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
+  comm_handle_t *dense = t->dense_comm ? &handles[t->model.n_units + u] : NULL; /* two groups */
+  if (dense && *dense) TRAINER_PHASE("wait all-gather", comm_wait(t->dense_comm, *dense));
+  if (dense) *dense = 0;
   if (!handles[u]) return;
   TRAINER_PHASE("wait all-gather", comm_wait(t->comm, handles[u]));
   handles[u] = 0;
 }
 
 void zero_init_params(trainer_t *t, comm_t *shard, int params_full) {
+  if (t->dense_comm) { /* 12's two groups: zero_groups.c */
+    zero_two_init_params(t);
+    return;
+  }
   const model_t *m = &t->model;
   int rank = comm_rank(shard);
   float *vals = xmalloc((size_t)m->max_unit_padded * sizeof(float), "init values");
@@ -157,6 +169,10 @@ void zero_init_params(trainer_t *t, comm_t *shard, int params_full) {
 }
 
 void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out) {
+  if (t->dense_comm) { /* 12's two groups: zero_groups.c */
+    zero_two_layout(t, u, out);
+    return;
+  }
   const unit_t *un = &t->model.units[u];
   int rank = comm_rank(shard);
   int64_t mine = (int64_t)rank * un->piece; /* piece r: unit-local [r·piece, (r+1)·piece) */

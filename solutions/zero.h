@@ -63,6 +63,28 @@ void zero_init_params(trainer_t *t, comm_t *shard, int params_full);
  * the piece (ZeRO-3). */
 void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out);
 
+/* ---- two data-parallel groups (chapter 12's --ep; solutions/zero_groups.c) --------------------
+ * With t->dense_comm (strategy_t.two_groups) each unit's dense prefix is sharded over every rank and its
+ * experts over t->comm's D: rank r owns comm.h's chunk r of N of the prefix and chunk dp of D of the
+ * experts, back to back in its shard (un->piece = their sum, this rank's; no pad: padded = numel). The
+ * helpers above (zero_optimizer_step, zero_all_gather_params, zero_wait_params, zero_init_params,
+ * zero_unit_layout) hand over to these when t->dense_comm is set; handles then has 2·n_units slots
+ * (the dense gathers at n_units + u). */
+/* The two pieces of unit u this rank owns, unit-local: [lo[0], +n[0]) dense, [lo[1], +n[1]) experts. */
+void zero_two_pieces(const trainer_t *t, int u, int64_t lo[2], int64_t n[2]);
+/* shard_plan for two groups: off, padded = numel, piece, shard_off; the model's sums. */
+void zero_two_plan(trainer_t *t);
+/* Unit u's full gradient `full` (numel, wdt) reduce-scattered into `piece` (this rank's n[0] + n[1]):
+ * h[0] the dense half's handle (over t->dense_comm), h[1] the experts' (over t->comm). */
+void zero_two_reduce_scatter(trainer_t *t, int u, const void *full, void *piece, comm_handle_t h[2],
+                             const char *tag);
+int zero_two_optimizer_step(trainer_t *t, const void *grad_shard);
+void zero_two_all_gather(trainer_t *t, comm_handle_t *handles);
+void zero_two_init_params(trainer_t *t);
+void zero_two_layout(trainer_t *t, int u, unit_layout_t *out);
+/* ZeRO-`stage`'s formulas over the two groups: the dense Ψ_d over N, the experts' Ψ − Ψ_d over D. */
+void zero_two_formula(const trainer_t *t, int stage, formula_t *f);
+
 /* ---- ZeRO-2's reduce-scatter during backward (solutions/zero2.c; ZeRO-3 uses it too) ------
  * Backward writes a unit's full gradient into one of two staging buffers (LEDGER_COMM, the
  * largest unit each); post_backward reduce-scatters it, async, into this rank's piece of the
@@ -74,6 +96,8 @@ void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_
  * Every reduce-scatter goes over r->comm, the shard group zero_rs_init was given. */
 typedef struct zero_rs {
   comm_t *comm;        /* the shard group: t->comm (ZeRO-2, offload), ZeRO-3's z->shard */
+  comm_t *dense;       /* two groups (12): t->dense_comm, the dense halves' group (hd: their handles) */
+  comm_handle_t hd[2];
   tensor_t staging[2]; /* (max unit padded) full grads of the unit in flight, wdt */
   tensor_t acc[2];     /* (max piece) reduce-scatter output to add in (micro-batches > 0) */
   comm_handle_t h[2];  /* pending reduce-scatter per staging slot (0: none) */

@@ -23,12 +23,14 @@
 
 typedef struct zero1 {
   tensor_t grad_shard; /* (P/N) reduce-scatter output, wdt: transient, LEDGER_COMM */
-  comm_handle_t *ag;   /* [n_units] pending all-gather of each unit's params (0: none) */
+  comm_handle_t *ag;   /* [2·n_units] pending all-gather of each unit's params (0: none; the second half:
+                        * the dense halves' with two groups, zero.h) */
 } zero1_t;
 
 static void zero1_setup(trainer_t *t) {
   model_t *m = &t->model;
-  shard_plan(m, t->world);
+  if (t->dense_comm) zero_two_plan(t); /* 12's two groups: the dense prefixes over every rank */
+  else shard_plan(m, t->world);
   zero1_t *z = xcalloc(1, sizeof *z, "zero1 state");
   t->priv = z;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, m->padded_numel);     // (P) full
@@ -40,7 +42,7 @@ static void zero1_setup(trainer_t *t) {
     t->opt_v = tensor_alloc("optim v", LEDGER_OPTIM, DT_F32, t->dev, m->shard_numel);     // (P/N)
   z->grad_shard =
       tensor_alloc("grad shard (reduce-scatter out)", LEDGER_COMM, t->wdt, t->dev, m->shard_numel);
-  z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero1 gather handles");
+  z->ag = xcalloc(2 * (size_t)m->n_units, sizeof *z->ag, "zero1 gather handles");
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
     t->unit_grads[u] = tensor_at(&t->grads, m->units[u].off);
@@ -62,6 +64,13 @@ static void zero1_pre_backward(trainer_t *t, int unit) {
 
 /* Step 2 for one unit: rank r receives piece r of the unit's gradient, summed over the ranks. */
 static void zero1_reduce_scatter_unit(trainer_t *t, zero1_t *z, int u) {
+  if (t->dense_comm) { /* 12's two groups: the dense half over every rank, the experts over D */
+    const unit_t *f = &t->model.units[u];
+    comm_handle_t h[2];
+    zero_two_reduce_scatter(t, u, tensor_at(&t->grads, f->off), tensor_at(&z->grad_shard, f->shard_off), h,
+                            "2 reduce-scatter grads");
+    return;
+  }
   // BEGIN EXERCISE zero1_reduce_scatter notes/03-zero1.md
   // HINT: each rank needs the sum over ranks of only the gradient piece it owns — not the whole summed
   // HINT: gradient.
@@ -90,6 +99,7 @@ static void zero1_grad_ready(trainer_t *t, int unit) {
 static void zero1_step(trainer_t *t) {
   zero1_t *z = t->priv;
   TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->comm));
+  if (t->dense_comm) TRAINER_PHASE("2 wait reduce-scatter", comm_wait_all(t->dense_comm));
   int updated;
   TRAINER_PHASE("3-4 update own shard + cast",
                 updated = zero_optimizer_step(t, t->comm, z->grad_shard.data, 1));
@@ -104,6 +114,7 @@ static void zero1_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_la
 static void zero1_teardown(trainer_t *t) {
   zero1_t *z = t->priv;
   comm_wait_all(t->comm);
+  if (t->dense_comm) comm_wait_all(t->dense_comm);
   if (z) {
     tensor_free(&z->grad_shard);
     free(z->ag);
@@ -114,12 +125,17 @@ static void zero1_teardown(trainer_t *t) {
 
 /* ZeRO-1's formulas: (b + b)Ψ + KΨ/N; a reduce-scatter and an all-gather, 2(N−1)/N·Ψ·b. */
 static void zero1_formula(const trainer_t *t, formula_t *f) {
+  if (t->dense_comm) { /* 12's two groups */
+    zero_two_formula(t, 1, f);
+    return;
+  }
   formula_stage(f, 1, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
 }
 
 static const strategy_t zero1_s = {
     .name = "zero1",
     .stage = 1,
+    .two_groups = 1,
     .setup = zero1_setup,
     .pre_forward = zero1_pre_forward,
     .pre_backward = zero1_pre_backward,

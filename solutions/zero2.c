@@ -24,13 +24,15 @@
 /* ---- the reduce-scatter during backward (zero_rs_*, declared in zero.h; ZeRO-3 uses it) ---- */
 void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard) {
   const model_t *m = &t->model;
-  *r = (zero_rs_t){.comm = shard, .next = 0};
+  /* two groups (12): t->dense_comm, opened only for a strategy that runs them (ZeRO-2's, not ZeRO-3's) */
+  *r = (zero_rs_t){.comm = shard, .dense = t->dense_comm, .next = 0};
   if (t->no_sync) { /* the full gradient, each step (zero_rs_begin_unit); no staging */
     r->nslots = 2;
     for (int s = 0; s < 2; s++) r->unit[s] = -1;
     return;
   }
-  int64_t max_piece = m->max_unit_padded / comm_world(shard);
+  int64_t max_piece = 0;
+  for (int u = 0; u < m->n_units; u++) max_piece = m->units[u].piece > max_piece ? m->units[u].piece : max_piece;
   /* --buffer-mb B: one staging slot when two would pass B (the next unit's backward then waits
    * for the previous reduce-scatter: less overlap, same sums); one unit is the floor */
   int64_t buf = comm_piece_bytes(shard);
@@ -51,12 +53,13 @@ void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard) {
 /* Wait for slot s's reduce-scatter and, for micro-batches > 0, add its piece into the shard. */
 static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
   if (!r->h[s]) return;
+  if (r->hd[s]) comm_wait(r->dense, r->hd[s]);
   comm_wait(r->comm, r->h[s]);
   if (r->add[s]) {
     const unit_t *un = &t->model.units[r->unit[s]];
     op_add(t->dev, tensor_at(&t->grads, un->shard_off), r->acc[s].data, t->wdt, un->piece);
   }
-  r->h[s] = 0;
+  r->h[s] = r->hd[s] = 0;
   r->unit[s] = -1;
   r->add[s] = 0;
 }
@@ -83,6 +86,15 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
 }
 
 void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
+  if (r->dense && !t->no_sync) { /* 12's two groups: the dense half over every rank, the experts over D */
+    int s = r->next;
+    comm_handle_t h[2];
+    zero_two_reduce_scatter(t, u, r->staging[s].data,
+                            t->micro == 0 ? tensor_at(&t->grads, t->model.units[u].shard_off) : r->acc[s].data, h,
+                            "reduce-scatter grads");
+    r->hd[s] = h[0], r->h[s] = h[1], r->unit[s] = u, r->add[s] = t->micro != 0, r->next = 1 - s;
+    return;
+  }
   if (t->no_sync) { /* once per step: the unit's gradient is final after its last micro-batch */
     const unit_t *f = &t->model.units[u];
     if (t->last_micro)
@@ -113,6 +125,7 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
 
 void zero_rs_finish(zero_rs_t *r, trainer_t *t) {
   trace_begin("wait reduce-scatter");
+  if (r->dense) comm_wait_all(r->dense);
   comm_wait_all(r->comm);
   for (int k = 0; k < 2; k++) rs_retire(r, t, (r->next + k) % 2); /* oldest first */
   if (r->full.data) { /* no_sync: the full gradient goes until the next step's first backward */
@@ -134,12 +147,13 @@ void zero_rs_free(zero_rs_t *r) {
 
 typedef struct zero2 {
   zero_rs_t rs;      /* staging buffers and pending reduce-scatters */
-  comm_handle_t *ag; /* [n_units] pending all-gather of each unit's params (0: none) */
+  comm_handle_t *ag; /* [2·n_units] pending all-gathers of each unit's params (0: none; zero.h) */
 } zero2_t;
 
 static void zero2_setup(trainer_t *t) {
   model_t *m = &t->model;
-  shard_plan(m, t->world);
+  if (t->dense_comm) zero_two_plan(t); /* 12's two groups: the dense prefixes over every rank */
+  else shard_plan(m, t->world);
   zero2_t *z = xcalloc(1, sizeof *z, "zero2 state");
   t->priv = z;
   t->params = tensor_alloc("params", LEDGER_PARAMS, t->wdt, t->dev, m->padded_numel);     // (P) full
@@ -158,7 +172,7 @@ static void zero2_setup(trainer_t *t) {
            "  ZeRO-2 saves only between steps (the full buffer is freed after the reduce-scatter): see the "
            "grads lines\n",
            t->n_micro);
-  z->ag = xcalloc((size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
+  z->ag = xcalloc(2 * (size_t)m->n_units, sizeof *z->ag, "zero2 gather handles");
   for (int u = 0; u < m->n_units; u++) {
     t->unit_params[u] = tensor_at(&t->params, m->units[u].off);
     t->unit_grads[u] = NULL; /* set per unit in pre_backward: a staging buffer */
@@ -205,6 +219,7 @@ static void zero2_layout(trainer_t *t, int u, unit_layout_t *out) { zero_unit_la
 static void zero2_teardown(trainer_t *t) {
   zero2_t *z = t->priv;
   comm_wait_all(t->comm);
+  if (t->dense_comm) comm_wait_all(t->dense_comm);
   if (z) {
     zero_rs_free(&z->rs);
     free(z->ag);
@@ -216,6 +231,10 @@ static void zero2_teardown(trainer_t *t) {
 /* ZeRO-2's formulas: bΨ + (b + K)Ψ/N; per step a reduce-scatter and an all-gather, 2(N−1)/N·Ψ·b.
  * no_sync (a pipeline's): the full gradient lives through the step, + bΨ at its peak. */
 static void zero2_formula(const trainer_t *t, formula_t *f) {
+  if (t->dense_comm) { /* 12's two groups */
+    zero_two_formula(t, 2, f);
+    return;
+  }
   double psi = (double)t->model.numel;
   formula_stage(f, 2, psi, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->no_sync) {
@@ -228,6 +247,7 @@ static void zero2_formula(const trainer_t *t, formula_t *f) {
 static const strategy_t zero2_s = {
     .name = "zero2",
     .stage = 2,
+    .two_groups = 1,
     .setup = zero2_setup,
     .pre_forward = zero2_pre_forward,
     .pre_backward = zero2_pre_backward,

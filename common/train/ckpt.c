@@ -31,13 +31,8 @@ static unit_layout_t layout_of(trainer_t *t, int u) {
   return l;
 }
 
-/* Whether this rank writes (and exports) its own piece of unit u: one copy of every piece. */
-static int writes_piece(const trainer_t *t, const unit_layout_t *l) {
-  return l->own_numel > 0 && !l->saved_elsewhere && (!l->replicated || t->rank == 0);
-}
-
-/* The device array of section s (0 weights, 1 m, 2 v) of a piece. */
-static float *section_of(const trainer_t *t, const unit_layout_t *l, int s, int u) {
+/* The device array of section s (0 weights, 1 m, 2 v) of an own piece. */
+static float *section_of(const trainer_t *t, const unit_piece_t *l, int s, int u) {
   float *p = s == 0 ? l->w : s == 1 ? l->m : l->v;
   if (!p) die_on_rank("checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->strategy->name,
               s == 0 ? "weights" : s == 1 ? "optimizer state m" : "optimizer state v", u);
@@ -99,7 +94,7 @@ static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
   for (int u = 0; u < md->n_units; u++) {
     unit_layout_t l = layout_of(t, u);
     for (int s = 0; s < m->n_sections; s++) {
-      if (s > 0 && l.own_numel == 0) break;
+      if (s > 0 && unit_layout_own(&l) == 0) break;
       ckpt_read_range(&r, s, u, 0, m->units[u].numel, full);
       memset(local, 0, (size_t)lmost * sizeof(float));
       t->cfg->transform->to_local(md, u, full, local);
@@ -107,9 +102,11 @@ static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
         memcpy(buf, local + l.held_off, (size_t)l.held_numel * sizeof(float));
         dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
       }
-      if (l.own_numel > 0) {
-        memcpy(buf, local + l.own_off, (size_t)l.own_numel * sizeof(float));
-        dev_upload(t->dev, section_of(t, &l, s, u), DT_F32, buf, l.own_numel);
+      for (int k = 0; k < 2; k++) { /* the own pieces (two with two data-parallel groups) */
+        unit_piece_t p = unit_layout_piece(&l, k);
+        if (p.numel == 0) continue;
+        memcpy(buf, local + p.off, (size_t)p.numel * sizeof(float));
+        dev_upload(t->dev, section_of(t, &p, s, u), DT_F32, buf, p.numel);
       }
     }
   }
@@ -126,6 +123,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
     unit_layout_t l = layout_of(t, u);
     if (l.held_numel > most) most = l.held_numel;
     if (l.own_numel > most) most = l.own_numel;
+    if (l.own2_numel > most) most = l.own2_numel;
   }
   float *buf = xmalloc((size_t)most * sizeof(float) + 1, "checkpoint restore buffer");
   dev_sync(t->dev);
@@ -147,9 +145,12 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
     read_piece(&r, 0, u, l.held_off, l.held_numel, buf);
     dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
     /* the own piece: fp32 weights, then the optimizer states */
-    for (int s = 0; s < m->n_sections && l.own_numel > 0; s++) {
-      read_piece(&r, s, u, l.own_off, l.own_numel, buf);
-      dev_upload(t->dev, section_of(t, &l, s, u), DT_F32, buf, l.own_numel);
+    for (int k = 0; k < 2; k++) { /* (two with two data-parallel groups) */
+      unit_piece_t p = unit_layout_piece(&l, k);
+      for (int s = 0; s < m->n_sections && p.numel > 0; s++) {
+        read_piece(&r, s, u, p.off, p.numel, buf);
+        dev_upload(t->dev, section_of(t, &p, s, u), DT_F32, buf, p.numel);
+      }
     }
   }
   ckpt_reader_close(&r);
@@ -180,8 +181,7 @@ typedef struct { int64_t nbytes; uint64_t sum; int64_t n_pieces; } file_stat_t;
 
 void ckpt_snapshot(trainer_t *t, const char *dir, int steps_done, int opt_t, int skipped,
                    const report_step_t *losses, const scaler_t *scaler, ckpt_shard_t *sh) {
-  const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
-  int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
+    int nsec = t->cfg->optimizer == OPT_ADAMW ? 3 : 2;
   *sh = (ckpt_shard_t){.steps_done = steps_done, .opt_t = opt_t, .skipped = skipped, .losses = losses,
                        .has_scaler = scaler != NULL, .model_rank = t->model_rank};
   if (scaler) sh->scaler = *scaler;
@@ -199,35 +199,28 @@ void ckpt_snapshot(trainer_t *t, const char *dir, int steps_done, int opt_t, int
   }
   comm_barrier(t->model_comm);
 
-  /* The pieces this rank writes, as its strategy's layout names them; the blob for rank 0 is
-   * file_stat_t then (unit, off, numel) per piece. */
-  int64_t *blob =
-      xmalloc(sizeof(file_stat_t) + (size_t)md->n_units * 3 * sizeof(int64_t), "checkpoint piece list");
+  /* The pieces this rank writes, as its strategy's layout names them (ckpt_pieces.c); the blob for
+   * rank 0 is file_stat_t then (unit, off, numel) per piece. */
+  int n_saved = 0;
+  ckpt_saved_t *sv = ckpt_saved_pieces(t, nsec, &n_saved);
+  int64_t *blob = xmalloc(sizeof(file_stat_t) + (size_t)n_saved * 3 * sizeof(int64_t) + 8, "checkpoint piece list");
   file_stat_t *mine = (file_stat_t *)blob;
   int64_t *list = blob + sizeof(file_stat_t) / sizeof(int64_t), sn = 0;
-  *mine = (file_stat_t){0, CKPT_SUM_INIT, 0};
-  unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "checkpoint layouts");
-  for (int u = 0; u < md->n_units; u++) {
-    ls[u] = layout_of(t, u);
-    if (!writes_piece(t, &ls[u])) continue;
-    int64_t *e = list + 3 * mine->n_pieces++;
-    e[0] = u, e[1] = ls[u].own_off, e[2] = ls[u].own_numel;
-    sn += ls[u].own_numel;
+  *mine = (file_stat_t){0, CKPT_SUM_INIT, n_saved};
+  for (int i = 0; i < n_saved; i++) {
+    int64_t *e = list + 3 * i;
+    e[0] = sv[i].u, e[1] = sv[i].off, e[2] = sv[i].numel;
+    sn += sv[i].numel;
   }
-  if (mine->n_pieces > 0) { /* sections back to back, each the own pieces unit after unit */
+  if (n_saved > 0) { /* sections back to back, each the pieces unit after unit */
     float *host = xmalloc((size_t)(nsec * sn) * sizeof(float) + 1, "checkpoint shard (host)");
-    int64_t at = 0;
-    for (int u = 0; u < md->n_units; u++) {
-      if (!writes_piece(t, &ls[u])) continue;
+    for (int i = 0, at = 0; i < n_saved; at += (int)sv[i].numel, i++)
       for (int s = 0; s < nsec; s++)
-        dev_memcpy(DEV_CPU, host + (int64_t)s * sn + at, t->dev, section_of(t, &ls[u], s, u),
-                   (size_t)ls[u].own_numel * sizeof(float));
-      at += ls[u].own_numel;
-    }
+        memcpy(host + (int64_t)s * sn + at, sv[i].host + s * sv[i].numel, (size_t)sv[i].numel * sizeof(float));
     mine->nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
     sh->host = host;
   }
-  free(ls);
+  ckpt_saved_free(sv, n_saved);
   sh->blob = blob;
 }
 
@@ -428,16 +421,14 @@ static int64_t place(const model_t *md, int u, int64_t off, int64_t n, const flo
 
 void ckpt_export_weights(trainer_t *t, float *dst) {
   const model_t *md = t->whole; /* every unit of the model, on whichever ranks */
-  unit_layout_t *ls = xmalloc((size_t)md->n_units * sizeof *ls, "export layouts");
   /* every rank takes the same path: replicated is the same on every rank (train.h); a schedule keeps
    * other units on other ranks, so there rank 0 does not hold them all */
   int all_replicated = t->model_comm == t->comm;
-  int64_t sn = 0, n_pieces = 0;
-  for (int u = 0; u < md->n_units; u++) {
-    ls[u] = layout_of(t, u);
-    all_replicated &= ls[u].replicated;
-    if (writes_piece(t, &ls[u])) sn += ls[u].own_numel, n_pieces++;
-  }
+  for (int u = 0; u < md->n_units; u++) all_replicated &= layout_of(t, u).replicated;
+  int n_saved = 0;
+  ckpt_saved_t *sv = ckpt_saved_pieces(t, 1, &n_saved); /* the weights of each piece this rank writes */
+  int64_t sn = 0, n_pieces = n_saved;
+  for (int i = 0; i < n_saved; i++) sn += sv[i].numel;
   /* this rank's pieces: (n_pieces, then unit off numel per piece) as int64, then the floats, padded to
    * 8 bytes: rank 0 reads each rank's header where the one before ended (an odd float count would put
    * the next int64s off their alignment) */
@@ -447,14 +438,13 @@ void ckpt_export_weights(trainer_t *t, float *dst) {
   if (fbytes > sn * (int64_t)sizeof(float)) vals[sn] = 0; /* the pad: sent, never read */
   blob[0] = n_pieces;
   int64_t *e = blob + 1, at = 0;
-  for (int u = 0; u < md->n_units; u++) {
-    if (!writes_piece(t, &ls[u])) continue;
-    e[0] = u, e[1] = ls[u].own_off, e[2] = ls[u].own_numel;
+  for (int i = 0; i < n_saved; i++) {
+    e[0] = sv[i].u, e[1] = sv[i].off, e[2] = sv[i].numel;
     e += 3;
-    dev_memcpy(DEV_CPU, vals + at, t->dev, ls[u].w, (size_t)ls[u].own_numel * sizeof(float));
-    at += ls[u].own_numel;
+    memcpy(vals + at, sv[i].host, (size_t)sv[i].numel * sizeof(float));
+    at += sv[i].numel;
   }
-  free(ls);
+  ckpt_saved_free(sv, n_saved);
   char *all = (char *)blob;
   int64_t *sizes = NULL, one = (int64_t)head * 8 + fbytes;
   if (!all_replicated) { /* one control gather: rank 0 receives every rank's pieces */

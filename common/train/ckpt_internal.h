@@ -19,4 +19,12 @@ void ckpt_rm_tree(const char *path);
  * dir/step-NNNNNN (m->step), then dir/latest rewritten, then older steps pruned (the two newest
  * and m->step kept). */
 void ckpt_publish(const char *dir, const char *partial, const ckpt_manifest_t *m);
+
+/* ckpt_pieces.c: what this rank writes of the model (a checkpoint's shard, the export): piece
+ * [off, off+numel) of unit u, host holding its sections back to back (section s at s·numel). */
+typedef struct ckpt_saved { int u; int64_t off, numel; float *host; } ckpt_saved_t;
+/* Every piece this rank writes, units in order, nsec sections each (1: the weights only); *n of them.
+ * Collective over t->group_comm with two data-parallel groups (the dense spans); call on every rank. */
+ckpt_saved_t *ckpt_saved_pieces(trainer_t *t, int nsec, int *n);
+void ckpt_saved_free(ckpt_saved_t *p, int n);
 #endif

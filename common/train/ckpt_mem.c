@@ -66,7 +66,7 @@ char *ckpt_mem_read(const char *path, int64_t *n) {
   return b;
 }
 
-static float *section(const unit_layout_t *l, int s) { return s == 0 ? l->w : s == 1 ? l->m : l->v; }
+static float *section(const unit_piece_t *l, int s) { return s == 0 ? l->w : s == 1 ? l->m : l->v; }
 
 /* This run's sizes in its layout: held bytes and own floats (the checks of a snapshot read back). */
 static void layout_sizes(trainer_t *t, int nsec, int64_t *held_bytes, int64_t *own_floats) {
@@ -75,7 +75,7 @@ static void layout_sizes(trainer_t *t, int nsec, int64_t *held_bytes, int64_t *o
     unit_layout_t l = {0};
     t->strategy->layout(t, u, &l);
     *held_bytes += l.held_numel * (int64_t)dtype_size(t->wdt);
-    *own_floats += l.own_numel * nsec;
+    *own_floats += unit_layout_own(&l) * nsec;
   }
 }
 
@@ -127,8 +127,11 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
   for (int u = 0; u < t->whole->n_units; u++) { /* own pieces, fp32 */
     unit_layout_t l = {0};
     t->strategy->layout(t, u, &l);
-    for (int s = 0; s < nsec && l.own_numel > 0; s++, p += l.own_numel * 4)
-      dev_memcpy(DEV_CPU, p, t->dev, section(&l, s), (size_t)l.own_numel * 4);
+    for (int k = 0; k < 2; k++) { /* the own pieces (two with two data-parallel groups) */
+      unit_piece_t q = unit_layout_piece(&l, k);
+      for (int s = 0; s < nsec && q.numel > 0; s++, p += q.numel * 4)
+        dev_memcpy(DEV_CPU, p, t->dev, section(&q, s), (size_t)q.numel * 4);
+    }
   }
   for (int s = 0; s < steps_done; s++, p += 24) {
     double v[3] = {losses[s].loss, losses[s].ms, losses[s].loss_scale};
@@ -211,8 +214,11 @@ static void snap_load(trainer_t *t, const char *b, int nsec, report_step_t *loss
   for (int u = 0; u < t->whole->n_units; u++) {
     unit_layout_t l = {0};
     t->strategy->layout(t, u, &l);
-    for (int s = 0; s < nsec && l.own_numel > 0; s++, p += l.own_numel * 4)
-      dev_memcpy(t->dev, section(&l, s), DEV_CPU, p, (size_t)l.own_numel * 4);
+    for (int k = 0; k < 2; k++) {
+      unit_piece_t q = unit_layout_piece(&l, k);
+      for (int s = 0; s < nsec && q.numel > 0; s++, p += q.numel * 4)
+        dev_memcpy(t->dev, section(&q, s), DEV_CPU, p, (size_t)q.numel * 4);
+    }
   }
   for (int s = 0; s < h.steps_done; s++, p += 24) {
     double v[3];

@@ -133,6 +133,10 @@ static void nonfinite_where(trainer_t *t, char *where, size_t n) {
 float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
   /* the group the flags and Σg² go over: the one whose pieces tile the model once (ZeRO's t->comm,
    * HSDP's node), or t->comm when every rank holds every gradient (only the flags, on a non-finite) */
+  /* two data-parallel groups (t->dense_comm) with shards: every rank's pieces, the dense prefixes over all
+   * ranks and the experts over the D that share them, tile the whole model once: Σ over every rank */
+  int tiled = pieces && t->dense_comm;
+  if (tiled) pieces = t->dense_comm;
   comm_t *c = pieces ? pieces : t->comm;
   int N = comm_world(c), rank = comm_rank(c), sharded = pieces != NULL;
   /* --fault R:S:overflow: rank R's own gradients (its shard under ZeRO; its stage's in a pipeline) */
@@ -164,7 +168,7 @@ float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces) {
   /* The transform's group: each rank's Σg² counted its values once (trainer_grad_sumsq's ranges), so
    * the whole model's is the sum over the group. A NaN/Inf (fp16: an overflow) in one rank's part
    * turns the sum non-finite: every rank of the group sees it and skips (or stops) alike. */
-  if (t->group_comm) {
+  if (t->group_comm && !tiled) {
     if (reduced_bad) sumsq = INFINITY;
     comm_ctl_all_reduce_f64(t->group_comm, &sumsq, 1, REDOP_SUM);
     reduced_bad = !isfinite(sumsq);

@@ -287,7 +287,8 @@ static double unit_sumsq(const trainer_t *t, int u, const char *g, int64_t base,
 
 double trainer_grad_sumsq(const trainer_t *t, const void *grads, int shard_rank) {
   const model_t *m = &t->model;
-  int masked = t->group_comm && t->cfg->transform->norm_ranges;
+  /* two data-parallel groups with shards: the pieces are disjoint over every rank (trainer_finish_grads) */
+  int masked = t->group_comm && t->cfg->transform->norm_ranges && !(shard_rank >= 0 && t->dense_comm);
   if (!masked) /* every value this rank holds counts: one sum over the buffer */
     return op_sumsq(t->dev, grads, t->wdt, shard_rank < 0 ? m->padded_numel : m->shard_numel);
   /* Megatron's param_is_not_tensor_parallel_duplicate: a value the group holds alike on several

@@ -178,7 +178,20 @@ typedef struct unit_layout {
    * the fp32 weights cast to wdt (what every step leaves there). */
   int64_t held_off, held_numel;
   void *params;               /* (held_numel) */
+  /* Two data-parallel groups (strategy_t.two_groups, chapter 12): a second own piece, of the unit's
+   * experts, with its own arrays (the first is then a piece of the dense prefix). own2_numel 0: none. */
+  int64_t own2_off, own2_numel;
+  float *w2, *m2, *v2;
 } unit_layout_t;
+
+/* Own piece k (0, 1) of a layout: its unit-local range and its fp32 weights and states. */
+typedef struct unit_piece { int64_t off, numel; float *w, *m, *v; } unit_piece_t;
+static inline unit_piece_t unit_layout_piece(const unit_layout_t *l, int k) {
+  return k == 0 ? (unit_piece_t){l->own_off, l->own_numel, l->w, l->m, l->v}
+                : (unit_piece_t){l->own2_off, l->own2_numel, l->w2, l->m2, l->v2};
+}
+/* Both own pieces' elements. */
+static inline int64_t unit_layout_own(const unit_layout_t *l) { return l->own_numel + l->own2_numel; }
 
 
 /* A parallelism strategy. The loop calls, in this order (NULL hooks are skipped):
@@ -495,7 +508,9 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
  * owns (trainer_grad_sumsq: over the transform's group each value counted once, the sum over the
  * group taken here); pieces: the group whose ranks own disjoint pieces that together hold every gradient once
  * (Σ over it: ZeRO's t->comm; HSDP's node group, every node holding every piece), or NULL if every
- * rank holds all grads (DDP: no communication). Sets t->grad_norm and t->skipped; returns the clip
+ * rank holds all grads (DDP: no communication); with two data-parallel groups (t->dense_comm) any
+ * pieces group means every rank's shard (dense pieces over all ranks, experts over D): Σ over t->dense_comm,
+ * no sum over the transform's group. Sets t->grad_norm and t->skipped; returns the clip
  * scale (1 when --clip is off). With --nonfinite abort, a non-finite norm stops the job naming the
  * step. */
 float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces);

@@ -296,6 +296,33 @@ static void expect_ch00_states(const char *what, const char *json, int np, const
   free(c0);
 }
 
+/* ZeRO-1 on the two groups (solutions/zero_groups.c): each unit's dense prefix sharded over all 4 ranks, its
+ * experts over their D = 2 replicas, so a rank's optimizer states at --ep 2 are --ep 1's (DeepSpeed's
+ * layout; the tiny GPT's units split evenly, so no padding on either side): the same bytes per rank, the
+ * weights against 1 rank --accum 4 within MOE_TOL, each kind's states kept once = formula, every rank's
+ * ledger = ch00_memory --ep 2 --stage 1, and the traffic = formula = DDP's on the two groups (a
+ * reduce-scatter and an all-gather send what an all-reduce does). */
+Test(ch12_moe, zero1_two_groups_states) {
+  zl_out_t one = MOE_LAUNCH(1, "moe", "z1one", "--moe 4 --topk 2 --accum 4");
+  zl_out_t e1 = MOE_LAUNCH(4, "moe", "z1ep1", "--moe 4 --topk 2 --zero 1");
+  zl_out_t e2 = MOE_LAUNCH(4, "moe", "z1ep2", "--moe 4 --topk 2 --ep 2 --zero 1");
+  for (int q = 0; q < 4; q++)
+    cr_assert(zl_rank_mem(e2.json, q, "optim") == zl_rank_mem(e1.json, q, "optim"),
+              "ZeRO-1 rank %d: optimizer states %.17g B at --ep 2, %.17g B at --ep 1 (the dense part must be "
+              "sharded over all 4 ranks, the experts over their 2 replicas)",
+              q, zl_rank_mem(e2.json, q, "optim"), zl_rank_mem(e1.json, q, "optim"));
+  double gap = zl_expect_close_norm("ZeRO-1 EP 2 x D 2 (two groups) against 1 rank --accum 4", e2.params,
+                                    one.params, one.n, MOE_TOL);
+  expect_states_by_kind("ZeRO-1 EP 2 x D 2", e2.json);
+  expect_ch00_states("ZeRO-1 EP 2 x D 2", e2.json, 4, "--ep 2", 1);
+  const char *c = zl_json_find(e2.json, "comm");
+  double got = zl_json_num(c, "bytes_per_step_per_rank"), f = zl_json_num(c, "formula_bytes_per_step_per_rank");
+  cr_assert(got == f && f > 0, "ZeRO-1 EP 2 x D 2: %.1f bytes per rank and step, formula %.1f", got, f);
+  cr_log_info("ZeRO-1 two groups: optimizer states %.0f B per rank at --ep 2 and --ep 1; %.0f B sent per step; "
+              "against 1 rank %.3g of max|w|", zl_rank_mem(e2.json, 0, "optim"), got, gap);
+  zl_out_free(&one), zl_out_free(&e1), zl_out_free(&e2);
+}
+
 /* --tp T inside the EP group (solutions/ep_tp.c): TP 2 x EP 4 on 4 ranks — the attention split over 2,
  * each TP rank routing half of its group's tokens, the 4 experts one per rank — against 1 rank with
  * --accum 4: each rank routes the tokens of one of 1 rank's micro-batches (2 samples), so the routing,
