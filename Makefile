@@ -638,4 +638,4 @@ EXPERTS_PARTS ?= drop,balance,bytes,step,trace
 bench-experts: build
 	@mkdir -p $(dir $(EXPERTS_OUT))
 	@$(PYTHON) common/scripts/bench_experts.py --bin $(BIN) --out $(EXPERTS_OUT) --parts $(EXPERTS_PARTS) \
-	  --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-8}
+	  --reps $${ZL_BENCH_REPS:-3} --steps $${ZL_BENCH_STEPS:-8} --zero $(or $(EXPERTS_ZERO),0)

@@ -37,7 +37,8 @@ void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard) {
     return;
   }
   int64_t max_piece = 0;
-  for (int u = 0; u < m->n_units; u++) max_piece = m->units[u].piece > max_piece ? m->units[u].piece : max_piece;
+  for (int u = 0; u < m->n_units; u++)
+    if (m->units[u].piece > max_piece) max_piece = m->units[u].piece; /* two groups: pieces differ */
   /* --buffer-mb B: one staging slot when two would pass B (the next unit's backward then waits
    * for the previous reduce-scatter: less overlap, same sums); one unit is the floor */
   int64_t buf = comm_piece_bytes(shard);
@@ -94,9 +95,8 @@ void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
   if (r->dense && !t->no_sync) { /* 12's two groups: the dense half over every rank, the experts over D */
     int s = r->next;
     comm_handle_t h[2];
-    zero_two_reduce_scatter(t, u, r->staging[s].data,
-                            t->micro == 0 ? tensor_at(&t->grads, t->model.units[u].shard_off) : r->acc[s].data, h,
-                            "reduce-scatter grads");
+    void *dst = t->micro == 0 ? tensor_at(&t->grads, t->model.units[u].shard_off) : r->acc[s].data;
+    zero_two_reduce_scatter(t, u, r->staging[s].data, dst, h, "reduce-scatter grads");
     r->hd[s] = h[0], r->h[s] = h[1], r->unit[s] = u, r->add[s] = t->micro != 0, r->next = 1 - s;
     return;
   }

@@ -23,10 +23,11 @@ void moe_report(trainer_t *t) {
   for (int u = 0; u < U; u++) nm += c->u[u].on;
   double own[2] = {0, 0}, held[2] = {0, 0}; /* [dense, expert] */
   int copies = 1; /* DDP: every rank of the expert group keeps a whole copy (its layout says replicated) */
+  int replicated = 0;
   for (int u = 0; u < U; u++) {
     unit_layout_t lay = {0};
     t->strategy->layout(t, u, &lay);
-    if (lay.replicated) copies = t->world;
+    if (lay.replicated) copies = t->world, replicated = 1;
     int64_t d = moe_unit_dense(m, u);
     for (int k = 0; k < 2; k++) { /* the own pieces (two with two data-parallel groups) */
       unit_piece_t q = unit_layout_piece(&lay, k);
@@ -105,7 +106,7 @@ void moe_report(trainer_t *t) {
    * dense or mostly experts: the D ranks of an expert group together hold each once (+ padding) */
   double per = 4.0 * (1 + (t->cfg->optimizer == OPT_ADAMW ? 2 : 1)), grp[2] = {own[0], own[1]};
   /* ZeRO on two groups (solutions/zero_groups.c): the dense pieces tile the prefix over every rank */
-  int dense_all = t->dense_comm && copies == 1;
+  int dense_all = t->dense_comm && !replicated;
   comm_ctl_all_reduce_f64(t->comm, grp, 2, REDOP_SUM);
   if (dense_all) grp[0] = own[0], comm_ctl_all_reduce_f64(t->dense_comm, grp, 1, REDOP_SUM);
   trainer_report_extra(t, "moe_expert_state_bytes_group", grp[1] * per);

@@ -13,15 +13,15 @@
  *
  * The unit's working params keep the model's own layout (d then x, no pad: padded = numel), so the
  * forward reads them as before; only the collectives, the update and the layout answer change. */
-#include "zero.h"          // zero_two_* declarations
-#include "check.h"    // xmalloc
-#include "comm.h"     // comm_chunk_lo, comm_*_async
-#include "device.h"   // dev_upload
-#include "ops.h"      // op_cast
-#include "tensor.h"   // tensor_at
-#include "trace.h"    // trace_begin, trace_end
-#include <stdio.h>    // snprintf
-#include <stdlib.h>   // free
+#include "check.h"  // xmalloc
+#include "comm.h"   // comm_chunk_lo, comm_*_async
+#include "device.h" // dev_upload
+#include "ops.h"    // op_cast
+#include "tensor.h" // tensor_at
+#include "trace.h"  // trace_begin, trace_end
+#include "zero.h"   // zero_two_* declarations
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // free
 
 void zero_two_pieces(const trainer_t *t, int u, int64_t lo[2], int64_t n[2]) {
   int64_t d = trainer_dense_numel(t, u), x = t->model.units[u].numel - d;
@@ -41,7 +41,8 @@ void zero_two_plan(trainer_t *t) {
     un->piece = n[0] + n[1];
     un->off = off, un->shard_off = shard_off;
     off += un->padded, shard_off += un->piece;
-    if (un->padded > most) most = un->padded;
+    if (un->padded > most)
+      most = un->padded;
   }
   m->padded_numel = off, m->shard_numel = shard_off, m->max_unit_padded = most;
 }
@@ -52,8 +53,9 @@ void zero_two_reduce_scatter(trainer_t *t, int u, const void *full, void *piece,
   zero_two_pieces(t, u, lo, n);
   size_t b = dtype_size(t->wdt);
   h[0] = comm_reduce_scatter_async(t->dense_comm, full, piece, d, t->wdt, REDOP_SUM, tag);
-  h[1] = comm_reduce_scatter_async(t->comm, (const char *)full + d * (int64_t)b, (char *)piece + n[0] * (int64_t)b,
-                                   t->model.units[u].numel - d, t->wdt, REDOP_SUM, tag);
+  h[1] = comm_reduce_scatter_async(t->comm, (const char *)full + d * (int64_t)b,
+                                   (char *)piece + n[0] * (int64_t)b, t->model.units[u].numel - d, t->wdt,
+                                   REDOP_SUM, tag);
 }
 
 int zero_two_optimizer_step(trainer_t *t, const void *grad_shard) {
@@ -62,7 +64,8 @@ int zero_two_optimizer_step(trainer_t *t, const void *grad_shard) {
   double sumsq = 0;
   TRAINER_PHASE("grad norm", sumsq = trainer_grad_sumsq(t, grad_shard, t->rank));
   float gscale = trainer_finish_grads(t, sumsq, t->dense_comm); /* the pieces tile the model over all */
-  if (t->skipped) return 0;
+  if (t->skipped)
+    return 0;
   trace_begin("optimizer (own pieces)");
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
@@ -70,12 +73,14 @@ int zero_two_optimizer_step(trainer_t *t, const void *grad_shard) {
     zero_two_pieces(t, u, lo, n);
     for (int k = 0, at = 0; k < 2; at += (int)n[k], k++) { /* at: the piece's place in the shard's unit */
       int64_t s = un->shard_off + at;
-      float *w = t->wdt == DT_F32 ? (float *)tensor_at(&t->params, un->off + lo[k]) : (float *)t->master.data + s;
+      float *w =
+          t->wdt == DT_F32 ? (float *)tensor_at(&t->params, un->off + lo[k]) : (float *)t->master.data + s;
       trainer_optimizer_update(t, w, (const char *)grad_shard + s * (int64_t)gb,
                                t->opt_m.data ? (float *)t->opt_m.data + s : NULL,
                                t->opt_v.data ? (float *)t->opt_v.data + s : NULL, n[k], gscale);
       if (t->wdt != DT_F32) /* the master piece into the working params */
-        op_cast(t->dev, tensor_at(&t->params, un->off + lo[k]), t->wdt, (float *)t->master.data + s, DT_F32, n[k]);
+        op_cast(t->dev, tensor_at(&t->params, un->off + lo[k]), t->wdt, (float *)t->master.data + s, DT_F32,
+                n[k]);
     }
   }
   trace_end(NULL);
@@ -86,15 +91,17 @@ void zero_two_all_gather(trainer_t *t, comm_handle_t *handles) {
   const model_t *m = &t->model;
   for (int u = 0; u < m->n_units; u++) {
     const unit_t *un = &m->units[u];
-    if (un->padded == 0) continue;
+    if (un->padded == 0)
+      continue;
     int64_t lo[2], n[2], d = trainer_dense_numel(t, u);
     zero_two_pieces(t, u, lo, n);
     /* in place: each rank's pieces already sit at their places of the unit */
-    handles[m->n_units + u] = comm_all_gather_async(t->dense_comm, tensor_at(&t->params, un->off + lo[0]),
-                                                    tensor_at(&t->params, un->off), d, t->wdt, "all-gather params");
-    handles[u] = comm_all_gather_async(t->comm, tensor_at(&t->params, un->off + lo[1]),
-                                       tensor_at(&t->params, un->off + d), un->numel - d, t->wdt,
-                                       "all-gather params");
+    handles[m->n_units + u] =
+        comm_all_gather_async(t->dense_comm, tensor_at(&t->params, un->off + lo[0]),
+                              tensor_at(&t->params, un->off), d, t->wdt, "all-gather params");
+    handles[u] =
+        comm_all_gather_async(t->comm, tensor_at(&t->params, un->off + lo[1]),
+                              tensor_at(&t->params, un->off + d), un->numel - d, t->wdt, "all-gather params");
   }
 }
 
@@ -122,17 +129,30 @@ void zero_two_layout(trainer_t *t, int u, unit_layout_t *out) {
   for (int k = 0, at = 0; k < 2; at += (int)n[k], k++) {
     int64_t s = un->shard_off + at;
     w[k] = t->wdt == DT_F32 ? (float *)tensor_at(&t->params, un->off + lo[k]) : (float *)t->master.data + s;
-    if (t->opt_m.data) mm[k] = (float *)t->opt_m.data + s;
-    if (t->opt_v.data) v[k] = (float *)t->opt_v.data + s;
+    if (t->opt_m.data)
+      mm[k] = (float *)t->opt_m.data + s;
+    if (t->opt_v.data)
+      v[k] = (float *)t->opt_v.data + s;
   }
-  *out = (unit_layout_t){.own_off = lo[0], .own_numel = n[0], .w = w[0], .m = mm[0], .v = v[0],
-                         .own2_off = lo[1], .own2_numel = n[1], .w2 = w[1], .m2 = mm[1], .v2 = v[1],
-                         .held_off = 0, .held_numel = un->padded, .params = tensor_at(&t->params, un->off)};
+  *out = (unit_layout_t){.own_off = lo[0],
+                         .own_numel = n[0],
+                         .w = w[0],
+                         .m = mm[0],
+                         .v = v[0],
+                         .own2_off = lo[1],
+                         .own2_numel = n[1],
+                         .w2 = w[1],
+                         .m2 = mm[1],
+                         .v2 = v[1],
+                         .held_off = 0,
+                         .held_numel = un->padded,
+                         .params = tensor_at(&t->params, un->off)};
 }
 
 void zero_two_formula(const trainer_t *t, int stage, formula_t *f) {
   double dense = 0;
-  for (int u = 0; u < t->model.n_units; u++) dense += (double)trainer_dense_numel(t, u);
+  for (int u = 0; u < t->model.n_units; u++)
+    dense += (double)trainer_dense_numel(t, u);
   int N = comm_world(t->dense_comm), K = train_opt_states(t->cfg);
   formula_t x;
   formula_stage(f, stage, dense, N, t->wdt, K);

@@ -25,6 +25,9 @@ balancing), every row measured by ch12_experts (or ch02_ddp / ch06_tp) --json:
             gradients (none with two groups) and the all-to-alls; dense_group: which layout ran.
             notes/data/bench_experts_two_groups.json is this part after two groups (make bench-experts
             EXPERTS_PARTS=step EXPERTS_OUT=...), beside bench_experts.json's (everything over D).
+            --zero Z (make bench-experts EXPERTS_ZERO=Z): the MoE rows with --zero Z (no dense row);
+            notes/data/bench_experts_zero1_{old,two_groups}.json are ZeRO-1's rows before and after
+            ZeRO's two groups (the old binary: a build of the commit before them, --bin).
   trace     one EP 2 run of the step row with --trace: rank 0's time per step in the spans "moe dispatch",
             "moe experts", "moe combine" and their backwards (compute thread), and the communication
             thread's all-to-alls (by tag; "blocking" = the dropless count exchange), steps 1.. (step 0 is
@@ -156,16 +159,19 @@ def step_key(name, np_, flags):
     return "%s_N%d" % ("dense" if not flags else "".join(f.lstrip("-") for f in flags), np_)
 
 
-def step_args(prog, flags, steps):
+def step_args(prog, flags, steps, zero=0):
     moe = ["--moe", "4", "--topk", "1"] if prog == "ch12_experts" else []
-    return GPT + LR + moe + ["--batch", "16", "--steps", str(steps)] + flags
+    z = ["--zero", str(zero)] if zero and prog == "ch12_experts" else []  # --zero Z: the MoE rows' strategy
+    return GPT + LR + moe + ["--batch", "16", "--steps", str(steps)] + flags + z
 
 
 def part_step(a, tmp):
     raw = {step_key(n, np_, f): [] for n, np_, _, f in STEP_CASES}
     for rep in range(a.reps):
         for name, np_, prog, flags in STEP_CASES:  # alternating: one run of each case per rep
-            d = run(a, np_, prog, step_args(prog, flags, a.steps), tmp)
+            if a.zero and prog != "ch12_experts":
+                continue  # --zero: the MoE rows only (the dense row is chapter 02's DDP)
+            d = run(a, np_, prog, step_args(prog, flags, a.steps, a.zero), tmp)
             raw[step_key(name, np_, flags)].append({"ms": d["median_step_ms"], "peak": peak(d),
                                                "states": max(r["model_states"] for r in d["memory"]["per_rank"]),
                                                "params": d["params"], "active": d.get("moe_params_active", d["params"]),
@@ -183,6 +189,8 @@ def part_step(a, tmp):
                                                              "states B", "a2a B", "sent B"))
     for name, np_, prog, flags in STEP_CASES:
         rs = raw[step_key(name, np_, flags)]
+        if not rs:
+            continue
         r = {"name": name, "N": np_, "ep": int(flags[1]) if flags else 0, "tp": int(flags[3]) if len(flags) > 3 else 1,
              "sp": "--sp" in flags,
              "median_step_ms": statistics.median(x["ms"] for x in rs),
@@ -195,7 +203,7 @@ def part_step(a, tmp):
              "dense_group": ("all N" if rs[0]["ep_ar_bytes"] == 0 else "D (EP group first)")
              if flags and int(flags[1]) > 1 and len(flags) <= 2 else None,
              "sent_bytes_per_step": rs[0]["a2a"] + rs[0]["grad_bytes"] + rs[0]["ep_ar_bytes"],
-             "load_last_runs": [x["load_last"] for x in rs], "cmd": rs[0]["cmd"]}
+             "load_last_runs": [x["load_last"] for x in rs], "cmd": rs[0]["cmd"], "zero": a.zero}
         rows[step_key(name, np_, flags)] = r
         print("%-12s %2d %10d %10d %12.1f %12d %12d %10.0f %10.0f" % (
             name, np_, r["params_active"], r["params_total"], r["median_step_ms"], r["peak_bytes"],
@@ -252,6 +260,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8, help="steps of the step-time runs (default 8)")
     ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3],
+                    help="the step part's MoE rows with --zero Z (0: DDP, the default; then no dense row)")
     a = ap.parse_args()
     a.zlrun = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zlrun")
     parts = [p for p in a.parts.split(",") if p]

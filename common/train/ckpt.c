@@ -203,7 +203,8 @@ void ckpt_snapshot(trainer_t *t, const char *dir, int steps_done, int opt_t, int
    * rank 0 is file_stat_t then (unit, off, numel) per piece. */
   int n_saved = 0;
   ckpt_saved_t *sv = ckpt_saved_pieces(t, nsec, &n_saved);
-  int64_t *blob = xmalloc(sizeof(file_stat_t) + (size_t)n_saved * 3 * sizeof(int64_t) + 8, "checkpoint piece list");
+  int64_t *blob =
+      xmalloc(sizeof(file_stat_t) + (size_t)n_saved * 3 * sizeof(int64_t) + 8, "checkpoint piece list");
   file_stat_t *mine = (file_stat_t *)blob;
   int64_t *list = blob + sizeof(file_stat_t) / sizeof(int64_t), sn = 0;
   *mine = (file_stat_t){0, CKPT_SUM_INIT, n_saved};
@@ -216,7 +217,8 @@ void ckpt_snapshot(trainer_t *t, const char *dir, int steps_done, int opt_t, int
     float *host = xmalloc((size_t)(nsec * sn) * sizeof(float) + 1, "checkpoint shard (host)");
     for (int i = 0, at = 0; i < n_saved; at += (int)sv[i].numel, i++)
       for (int s = 0; s < nsec; s++)
-        memcpy(host + (int64_t)s * sn + at, sv[i].host + s * sv[i].numel, (size_t)sv[i].numel * sizeof(float));
+        memcpy(host + (int64_t)s * sn + at, sv[i].host + s * sv[i].numel,
+               (size_t)sv[i].numel * sizeof(float));
     mine->nbytes = (int64_t)nsec * sn * (int64_t)sizeof(float);
     sh->host = host;
   }

@@ -316,10 +316,11 @@ Test(ch12_moe, zero1_two_groups_states) {
   expect_states_by_kind("ZeRO-1 EP 2 x D 2", e2.json);
   expect_ch00_states("ZeRO-1 EP 2 x D 2", e2.json, 4, "--ep 2", 1);
   const char *c = zl_json_find(e2.json, "comm");
-  double got = zl_json_num(c, "bytes_per_step_per_rank"), f = zl_json_num(c, "formula_bytes_per_step_per_rank");
+  double got = zl_json_num(c, "bytes_per_step_per_rank");
+  double f = zl_json_num(c, "formula_bytes_per_step_per_rank");
   cr_assert(got == f && f > 0, "ZeRO-1 EP 2 x D 2: %.1f bytes per rank and step, formula %.1f", got, f);
-  cr_log_info("ZeRO-1 two groups: optimizer states %.0f B per rank at --ep 2 and --ep 1; %.0f B sent per step; "
-              "against 1 rank %.3g of max|w|", zl_rank_mem(e2.json, 0, "optim"), got, gap);
+  cr_log_info("ZeRO-1 two groups: optimizer states %.0f B per rank at --ep 2 and --ep 1; %.0f B sent per "
+              "step; against 1 rank %.3g of max|w|", zl_rank_mem(e2.json, 0, "optim"), got, gap);
   zl_out_free(&one), zl_out_free(&e1), zl_out_free(&e2);
 }
 
