@@ -14,6 +14,8 @@
   experts_groups  two data-parallel groups against the old layout: the step rows of bench_experts.json
             (everything over D: the old column) beside bench_experts_two_groups.json (DDP's dense gradients
             over all N), EP 1, 2 and 4: bytes sent, step time and model states / peak per rank.
+  experts_groups_zero1  the same panels for ZeRO-1's MoE rows: bench_experts_zero1_old.json (a build before
+            ZeRO's two groups) beside bench_experts_zero1_two_groups.json (dense states over all N).
 """
 import json
 import os
@@ -142,11 +144,25 @@ def fig_experts(datadir, outdir):
 
 
 def fig_experts_groups(datadir, outdir):
-    new_path = os.path.join(datadir, "bench_experts_two_groups.json")
-    if not os.path.exists(new_path):
-        print("  experts_groups: no %s (make bench-experts EXPERTS_PARTS=step ...): skipped" % new_path)
+    return groups_fig(datadir, outdir, "bench_experts.json", "bench_experts_two_groups.json", "experts_groups",
+                      "Two data-parallel groups (DDP, GPT small, top-1 of 4 experts, global batch 16): the old "
+                      "layout's step rows beside the new")
+
+
+def fig_experts_groups_zero1(datadir, outdir):
+    return groups_fig(datadir, outdir, "bench_experts_zero1_old.json", "bench_experts_zero1_two_groups.json",
+                      "experts_groups_zero1",
+                      "ZeRO-1 on two data-parallel groups (GPT small, top-1 of 4 experts, global batch 16): "
+                      "the old layout (a build before it) beside the new")
+
+
+def groups_fig(datadir, outdir, old_name, new_name, out_name, suptitle):
+    paths = [os.path.join(datadir, n) for n in (old_name, new_name)]
+    missing = [q for q in paths if not os.path.exists(q)]
+    if missing:
+        print("  %s: no %s (make bench-experts EXPERTS_PARTS=step ...): skipped" % (out_name, missing[0]))
         return None
-    docs = [json.load(open(os.path.join(datadir, n))) for n in ("bench_experts.json", "bench_experts_two_groups.json")]
+    docs = [json.load(open(q)) for q in paths]
     old, new = (d["step"] for d in docs)
     loads = [d.get("_part_meta", {}).get("step", d["_meta"])["load_before"][0] for d in docs]
     keys = [k for k in ("ep1_N2", "ep2_N2", "ep1_N4", "ep2_N4", "ep4_N4") if k in old and k in new]
@@ -173,10 +189,9 @@ def fig_experts_groups(datadir, outdir):
         p.set_title(title, fontsize=10)
         p.grid(alpha=0.3, axis="y")
     ax[0].legend(fontsize=8)
-    fig.suptitle("Two data-parallel groups (DDP, GPT small, top-1 of 4 experts, global batch 16): the old "
-                 "layout's step rows beside the new", fontsize=11)
+    fig.suptitle(suptitle, fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(os.path.join(outdir, "experts_groups.png"), dpi=DPI)
+    fig.savefig(os.path.join(outdir, out_name + ".png"), dpi=DPI)
     plt.close(fig)
-    print("  wrote %s" % os.path.join(outdir, "experts_groups.png"))
+    print("  wrote %s" % os.path.join(outdir, out_name + ".png"))
     return None

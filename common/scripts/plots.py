@@ -33,6 +33,7 @@ Data figures (committed measurements, --data notes/data):
   long_split       bench_long.json: SP, ring, Ulysses, hybrid bytes and step time, and on emulated nodes (chapter 10)
   experts          bench_experts.json (make bench-experts): drops, balance, all-to-all bytes, EP step and memory, trace (chapter 12)
   experts_groups   bench_experts.json beside bench_experts_two_groups.json: the old layout's step rows against two groups (12)
+  experts_groups_zero1  the same for ZeRO-1's rows: bench_experts_zero1_old.json beside _two_groups.json (12)
   compress         bench_compress.json (make bench-compress): bytes per code, ZeRO++ across nodes, loss bands, link rates (13)
 The results objects follow notes/design.md's --json contract; traces are Chrome traces
 (common/base/trace.h: pid = rank, tid 0 compute, tid 1 communication).
@@ -1113,6 +1114,7 @@ DATA_FIGURES = [  # drawn from the committed measurements in notes/data (no resu
     ("overlap_saved", fig_overlap_saved, "overlap_saved"),
     ("experts", plot_experts.fig_experts, "experts"),
     ("experts_groups", plot_experts.fig_experts_groups, "experts_groups"),
+    ("experts_groups_zero1", plot_experts.fig_experts_groups_zero1, "experts_groups_zero1"),
     ("compress", plot_compress.fig_compress, "compress"),
 ]
 
