@@ -53,7 +53,7 @@ static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_ful
 }
 
 int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
-  if (t->dense_comm) return zero_two_optimizer_step(t, grad_shard); /* 12's two groups: zero_groups.c */
+  if (t->dense_comm) return zero_two_optimizer_step(t, grad_shard, params_full); /* 12's two groups: zero_groups.c */
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
   // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the
   // HINT: whole model: the ranks' pieces are disjoint, so their squared sums add.
@@ -86,7 +86,7 @@ void zero_wait_params(trainer_t *t, comm_handle_t *handles, int u) {
 
 void zero_init_params(trainer_t *t, comm_t *shard, int params_full) {
   if (t->dense_comm) { /* 12's two groups: zero_groups.c */
-    zero_two_init_params(t);
+    zero_two_init_params(t, params_full);
     return;
   }
   const model_t *m = &t->model;
@@ -112,7 +112,7 @@ void zero_init_params(trainer_t *t, comm_t *shard, int params_full) {
 
 void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out) {
   if (t->dense_comm) { /* 12's two groups: zero_groups.c */
-    zero_two_layout(t, u, out);
+    zero_two_layout(t, u, params_full, out);
     return;
   }
   const unit_t *un = &t->model.units[u];

@@ -35,9 +35,13 @@ void moe_report(trainer_t *t) {
       own[0] += (double)((o1 < d ? o1 : d) - (o0 < d ? o0 : d));
       own[1] += (double)((o1 > d ? o1 : d) - (o0 > d ? o0 : d));
     }
-    int64_t h0 = lay.held_off, h1 = lay.held_off + lay.held_numel;
-    held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d)),
-        held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
+    for (int k = 0; k < 2; k++) { /* the held ranges (two: ZeRO-3 on two groups) */
+      int64_t h0, hn;
+      unit_layout_held(&lay, k, &h0, &hn);
+      int64_t h1 = h0 + hn;
+      held[0] += (double)((h1 < d ? h1 : d) - (h0 < d ? h0 : d));
+      held[1] += (double)((h1 > d ? h1 : d) - (h0 > d ? h0 : d));
+    }
   }
   gpt_moe_params_t p = gpt_moe_count_params(m->gpt, moe_shape_of(c));
   double exp_rank = (double)p.expert / c->ep; /* this rank's experts: E/P_E of every MoE block */

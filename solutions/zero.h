@@ -63,7 +63,7 @@ void zero_init_params(trainer_t *t, comm_t *shard, int params_full);
  * the piece (ZeRO-3). */
 void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out);
 
-/* ---- two data-parallel groups (chapter 12's --ep; solutions/zero_groups.c) --------------------
+/* ---- two data-parallel groups (chapter 12's --ep; solutions/zero_groups.c) ---------------------
  * With t->dense_comm (strategy_t.two_groups) each unit's dense prefix is sharded over every rank and its
  * experts over t->comm's D: rank r owns comm.h's chunk r of N of the prefix and chunk dp of D of the
  * experts, back to back in its shard (un->piece = their sum, this rank's; no pad: padded = numel). The
@@ -78,10 +78,14 @@ void zero_two_plan(trainer_t *t);
  * h[0] the dense half's handle (over t->dense_comm), h[1] the experts' (over t->comm). */
 void zero_two_reduce_scatter(trainer_t *t, int u, const void *full, void *piece, comm_handle_t h[2],
                              const char *tag);
-int zero_two_optimizer_step(trainer_t *t, const void *grad_shard);
+/* ZeRO-3: unit u's two pieces of working params (at shard_off) gathered into full (numel, wdt): h[0] the
+ * dense half's handle (over t->dense_comm), h[1] the experts' (over t->comm). */
+void zero_two_gather(trainer_t *t, int u, void *full, comm_handle_t h[2], const char *tag);
+/* params_full as above: 1 ZeRO-1/2 (the pieces inside the full params), 0 ZeRO-3 (the pieces only). */
+int zero_two_optimizer_step(trainer_t *t, const void *grad_shard, int params_full);
 void zero_two_all_gather(trainer_t *t, comm_handle_t *handles);
-void zero_two_init_params(trainer_t *t);
-void zero_two_layout(trainer_t *t, int u, unit_layout_t *out);
+void zero_two_init_params(trainer_t *t, int params_full);
+void zero_two_layout(trainer_t *t, int u, int params_full, unit_layout_t *out);
 /* ZeRO-`stage`'s formulas over the two groups: the dense Ψ_d over N, the experts' Ψ − Ψ_d over D. */
 void zero_two_formula(const trainer_t *t, int stage, formula_t *f);
 

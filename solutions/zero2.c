@@ -53,9 +53,9 @@ void zero_rs_init(zero_rs_t *r, trainer_t *t, comm_t *shard) {
 
 /* Wait for slot s's reduce-scatter and, for micro-batches > 0, add its piece into the shard. */
 static void rs_retire(zero_rs_t *r, trainer_t *t, int s) {
-  if (!r->h[s]) return;
+  if (!r->h[s] && !r->hd[s]) return;
   if (r->hd[s]) comm_wait(r->dense, r->hd[s]);
-  comm_wait(r->comm, r->h[s]);
+  if (r->h[s]) comm_wait(r->comm, r->h[s]);
   if (r->add[s]) {
     const unit_t *un = &t->model.units[r->unit[s]];
     op_add(t->dev, tensor_at(&t->grads, un->shard_off), r->acc[s].data, t->wdt, un->piece);
@@ -77,7 +77,7 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
   }
   if (r->nslots == 1) r->next = 0; /* zero_rs_end_unit alternates; with one slot it is always 0 */
   int s = r->next;
-  if (r->h[s]) TRAINER_PHASE("wait staging", rs_retire(r, t, s));
+  if (r->h[s] || r->hd[s]) TRAINER_PHASE("wait staging", rs_retire(r, t, s));
   /* backward writes only the unit's numel grads: the pad tail must read 0 (a larger unit may
    * have used this buffer before), or the pad slots of the shard would pick up garbage */
   if (un->padded > un->numel)
@@ -87,10 +87,17 @@ void zero_rs_begin_unit(zero_rs_t *r, trainer_t *t, int u) {
 }
 
 void zero_rs_end_unit(zero_rs_t *r, trainer_t *t, int u) {
-  if (r->dense && !t->no_sync) { /* 12's two groups: the dense half over every rank, the experts over D */
-    int s = r->next;
+  if (r->dense) { /* 12's two groups: the dense half over every rank, the experts over D */
+    const unit_t *f = &t->model.units[u];
     comm_handle_t h[2];
-    void *dst = t->micro == 0 ? tensor_at(&t->grads, t->model.units[u].shard_off) : r->acc[s].data;
+    if (t->no_sync) { /* once per step, from the step's full gradient (waited in zero_rs_finish) */
+      if (t->last_micro)
+        zero_two_reduce_scatter(t, u, tensor_at(&r->full, f->off), tensor_at(&t->grads, f->shard_off), h,
+                                "reduce-scatter grads");
+      return;
+    }
+    int s = r->next;
+    void *dst = t->micro == 0 ? tensor_at(&t->grads, f->shard_off) : r->acc[s].data;
     zero_two_reduce_scatter(t, u, r->staging[s].data, dst, h, "reduce-scatter grads");
     r->hd[s] = h[0], r->h[s] = h[1], r->unit[s] = u, r->add[s] = t->micro != 0, r->next = 1 - s;
     return;

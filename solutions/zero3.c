@@ -57,7 +57,12 @@ __attribute__((unused)) static void gather_issue(trainer_t *t, zero3_t *z, int e
   g->event = e;
   if (z->hpz && t->uses[e].kind == 'B') /* --hpz: from the node's secondary copy (hpz.c) */
     g->h = hpz_gather_backward(t, z, event_unit(t, e), g->buf.data);
-  else if (z->qwz_block) /* --qwz: int8 blocks on the wire, decoded by qwz_gather_finish */
+  else if (t->dense_comm) { /* 12's two groups: the dense half over every rank, the experts over D */
+    comm_handle_t h[2];
+    zero_two_gather(t, event_unit(t, e), g->buf.data, h,
+                    t->uses[e].kind == 'F' ? "all-gather params (fwd)" : "all-gather params (bwd)");
+    g->hd = h[0], g->h = h[1];
+  } else if (z->qwz_block) /* --qwz: int8 blocks on the wire, decoded by qwz_gather_finish */
     g->h = qwz_gather_issue(t, z, event_unit(t, e), g,
                             t->uses[e].kind == 'F' ? "all-gather int8 (fwd)" : "all-gather int8 (bwd)");
   else
@@ -130,7 +135,8 @@ static int auto_prefetch(const trainer_t *t) {
 void zero3_init(trainer_t *t, zero3_t *z, comm_t *shard) {
   model_t *m = &t->model;
   z->shard = shard, z->rank = comm_rank(shard), z->world = comm_world(shard);
-  shard_plan(m, z->world);
+  if (t->dense_comm) zero_two_plan(t); /* 12's two groups: the dense prefixes over every rank */
+  else shard_plan(m, z->world);
   z->prefetch = t->cfg->prefetch >= 0 ? t->cfg->prefetch : auto_prefetch(t); /* range: checked by the flags */
   /* --buffer-mb B: the gathered window in bytes (DeepSpeed's stage3_max_live_parameters): at most
    * B / largest unit slots; one whole unit is the floor (the forward needs it all at once) */
@@ -188,6 +194,8 @@ static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
   for (int s = 0; s < z->nslots; s++)
     if (z->slots[s].event >= 0) {
       comm_wait(z->shard, z->slots[s].h); /* every rank issued it: complete it before freeing */
+      if (z->slots[s].hd) comm_wait(t->dense_comm, z->slots[s].hd);
+      z->slots[s].hd = 0;
       tensor_free(&z->slots[s].buf);
       tensor_free(&z->slots[s].wire);
       z->slots[s].event = -1;
@@ -196,10 +204,18 @@ static void drop_stale_gathers(trainer_t *t, zero3_t *z) {
 }
 
 /* The hooks: event t->use of the sequence is unit `unit`'s forward or backward (train.h). */
+/* Two groups: the dense half of event e's gather too (gather_acquire waits the experts' half). */
+static void wait_dense_half(trainer_t *t, zero3_t *z, int e) {
+  gather_slot_t *g = &z->slots[find_slot(z, e)];
+  if (g->hd) TRAINER_PHASE("wait all-gather", comm_wait(t->dense_comm, g->hd));
+  g->hd = 0;
+}
+
 void zero3_pre_forward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   if (t->use == 0) drop_stale_gathers(t, z);
   gather_acquire(t, z, t->use);
+  wait_dense_half(t, z, t->use);
   if (z->qwz_block) qwz_gather_finish(t, z, unit, &z->slots[find_slot(z, t->use)]);
 }
 void zero3_post_forward(trainer_t *t, int unit) {
@@ -211,6 +227,7 @@ void zero3_post_forward(trainer_t *t, int unit) {
 void zero3_pre_backward(trainer_t *t, int unit) {
   zero3_t *z = t->priv;
   gather_acquire(t, z, t->use);
+  wait_dense_half(t, z, t->use);
   if (z->qwz_block) qwz_gather_finish(t, z, unit, &z->slots[find_slot(z, t->use)]);
   zero_rs_begin_unit(&z->rs, t, unit);
 }
@@ -253,6 +270,7 @@ static void zero3_layout(trainer_t *t, int u, unit_layout_t *out) {
 
 void zero3_release(trainer_t *t, zero3_t *z) {
   comm_wait_all(z->shard);
+  if (t->dense_comm) comm_wait_all(t->dense_comm);
   for (int s = 0; s < z->nslots; s++) tensor_free(&z->slots[s].buf), tensor_free(&z->slots[s].wire);
   zero_rs_free(&z->rs);
   free(z->slots);
@@ -272,6 +290,10 @@ static void zero3_teardown(trainer_t *t) {
  * no_sync (a pipeline's, M micro-batches): + bΨ of full gradients through the step, and 2M
  * all-gathers: (2M + 1)(N−1)/N·Ψ·b. */
 static void zero3_formula(const trainer_t *t, formula_t *f) {
+  if (t->dense_comm) { /* 12's two groups (no schedule, no hpZ/qwZ/qgZ there) */
+    zero_two_formula(t, 3, f);
+    return;
+  }
   double psi = (double)t->model.numel, b = (double)dtype_size(t->wdt);
   formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->cfg->hpz) hpz_formula(t, f); /* + the secondary copy; the backward's gather inside the node */
@@ -288,6 +310,7 @@ static void zero3_formula(const trainer_t *t, formula_t *f) {
 static const strategy_t zero3_s = {
     .name = "zero3",
     .stage = 3,
+    .two_groups = 1,
     .setup = zero3_setup,
     .pre_forward = zero3_pre_forward,
     .post_forward = zero3_post_forward,

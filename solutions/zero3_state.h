@@ -20,6 +20,7 @@ typedef struct gather_slot {
   tensor_t buf;    /* (unit padded) gathered working params, LEDGER_COMM; empty when free */
   int event;       /* which event of the sequence it holds, −1 when free */
   comm_handle_t h; /* its all-gather (on z->shard; 0 once hpZ waited it) */
+  comm_handle_t hd; /* two groups (12): the dense half's all-gather, on t->dense_comm (zero_groups.c) */
   tensor_t wire;   /* --qwz: every rank's int8 blocks and scales, until decoded into buf (qwz.c) */
 } gather_slot_t;
 

@@ -134,10 +134,11 @@ CLAIMS = [
       "has src solutions/ep.c /comm_all_to_allv_async\\([^;]*;\\s*comm_wait\\(g, h\\);/"],
      "every exchange waited for at once (ep_exchange_rows), but in 07d's --fb-overlap; shared and fine-grained "
      "experts built"),
-    ("notes/12-experts.md", r"ZeRO-3 on the two groups",
-     ["has src solutions/ddp.c /\\.two_groups = 1/", "has src solutions/zero1.c /\\.two_groups = 1/",
-      "has src solutions/zero2.c /\\.two_groups = 1/", "no src solutions/zero3.c /two_groups/"],
-     "DDP and ZeRO-1/2 run two data-parallel groups under --ep; ZeRO-3 still runs every parameter over D"),
+    ("notes/12-experts.md", r"Two groups with `--tp` inside EP or `--pp`",
+     ["has src solutions/zero3.c /\\.two_groups = 1/",
+      "has src common/train/loop.c /s->two_groups && !cfg->sched && cfg->tp <= 1/"],
+     "DDP and ZeRO-1/2/3 run two data-parallel groups under --ep; with --tp inside EP or --pp the launcher "
+     "opens no dense group"),
     ("notes/12-experts.md", r"On a GPU.*the NCCL path of the all-to-all",
      [], "unchecked: a GPU run of ch12_experts is recorded when one happens"),
     ("notes/11-choosing-a-layout.md", r"delayed parameter update, not built here",

@@ -98,9 +98,13 @@ static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
       ckpt_read_range(&r, s, u, 0, m->units[u].numel, full);
       memset(local, 0, (size_t)lmost * sizeof(float));
       t->cfg->transform->to_local(md, u, full, local);
-      if (s == 0) { /* the working params this rank holds, and its own fp32 weights */
-        memcpy(buf, local + l.held_off, (size_t)l.held_numel * sizeof(float));
-        dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
+      for (int k = 0; k < 2 && s == 0; k++) { /* the working params this rank holds (two ranges: ZeRO-3
+                                                * on two groups), then its own fp32 weights */
+        int64_t ho, hn;
+        void *hp = unit_layout_held(&l, k, &ho, &hn);
+        if (hn == 0) continue;
+        memcpy(buf, local + ho, (size_t)hn * sizeof(float));
+        dev_upload(t->dev, hp, t->wdt, buf, hn);
       }
       for (int k = 0; k < 2; k++) { /* the own pieces (two with two data-parallel groups) */
         unit_piece_t p = unit_layout_piece(&l, k);
@@ -122,6 +126,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   for (int u = 0; u < md->n_units; u++) {
     unit_layout_t l = layout_of(t, u);
     if (l.held_numel > most) most = l.held_numel;
+    if (l.held2_numel > most) most = l.held2_numel;
     if (l.own_numel > most) most = l.own_numel;
     if (l.own2_numel > most) most = l.own2_numel;
   }
@@ -142,8 +147,13 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
   for (int u = 0; u < md->n_units && most >= 0; u++) {
     unit_layout_t l = layout_of(t, u);
     /* the working params this rank holds: wdt(fp32 weights), what every step leaves there */
-    read_piece(&r, 0, u, l.held_off, l.held_numel, buf);
-    dev_upload(t->dev, l.params, t->wdt, buf, l.held_numel);
+    for (int k = 0; k < 2; k++) {
+      int64_t ho, hn;
+      void *hp = unit_layout_held(&l, k, &ho, &hn);
+      if (hn == 0) continue;
+      read_piece(&r, 0, u, ho, hn, buf);
+      dev_upload(t->dev, hp, t->wdt, buf, hn);
+    }
     /* the own piece: fp32 weights, then the optimizer states */
     for (int k = 0; k < 2; k++) { /* (two with two data-parallel groups) */
       unit_piece_t p = unit_layout_piece(&l, k);

@@ -74,7 +74,7 @@ static void layout_sizes(trainer_t *t, int nsec, int64_t *held_bytes, int64_t *o
   for (int u = 0; u < t->whole->n_units; u++) {
     unit_layout_t l = {0};
     t->strategy->layout(t, u, &l);
-    *held_bytes += l.held_numel * (int64_t)dtype_size(t->wdt);
+    *held_bytes += (l.held_numel + l.held2_numel) * (int64_t)dtype_size(t->wdt);
     *own_floats += unit_layout_own(&l) * nsec;
   }
 }
@@ -120,9 +120,13 @@ void ckpt_mem_save(ckpt_mem_t *mm, trainer_t *t, int steps_done, int opt_t, int 
   for (int u = 0; u < t->whole->n_units; u++) { /* held params, raw */
     unit_layout_t l = {0};
     t->strategy->layout(t, u, &l);
-    size_t nb = (size_t)l.held_numel * dtype_size(t->wdt);
-    if (nb) dev_memcpy(DEV_CPU, p, t->dev, l.params, nb);
-    p += nb;
+    for (int k = 0; k < 2; k++) { /* (two ranges: ZeRO-3 on two groups) */
+      int64_t ho, hn;
+      void *hp = unit_layout_held(&l, k, &ho, &hn);
+      size_t nb = (size_t)hn * dtype_size(t->wdt);
+      if (nb) dev_memcpy(DEV_CPU, p, t->dev, hp, nb);
+      p += nb;
+    }
   }
   for (int u = 0; u < t->whole->n_units; u++) { /* own pieces, fp32 */
     unit_layout_t l = {0};
@@ -207,9 +211,13 @@ static void snap_load(trainer_t *t, const char *b, int nsec, report_step_t *loss
   for (int u = 0; u < t->whole->n_units; u++) {
     unit_layout_t l = {0};
     t->strategy->layout(t, u, &l);
-    size_t nb = (size_t)l.held_numel * dtype_size(t->wdt);
-    if (nb) dev_memcpy(t->dev, l.params, DEV_CPU, p, nb);
-    p += nb;
+    for (int k = 0; k < 2; k++) {
+      int64_t ho, hn;
+      void *hp = unit_layout_held(&l, k, &ho, &hn);
+      size_t nb = (size_t)hn * dtype_size(t->wdt);
+      if (nb) dev_memcpy(t->dev, hp, DEV_CPU, p, nb);
+      p += nb;
+    }
   }
   for (int u = 0; u < t->whole->n_units; u++) {
     unit_layout_t l = {0};

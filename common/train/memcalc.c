@@ -615,11 +615,10 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
     fprintf(out,
             "  expert parallelism P_E = %d of the N = %d ranks: each rank holds E/P_E = %d experts of every "
             "MoE block, "
-            "Ψ per rank %.0f;\n  two data-parallel groups (ch12_experts' DDP and ZeRO-1/2, as DeepSpeed's "
+            "Ψ per rank %.0f;\n  two data-parallel groups (ch12_experts' DDP and ZeRO, as DeepSpeed's "
             "and Megatron's): the dense states over all N = %d ranks, the experts' over the D = N/P_E = %d "
             "that hold the same experts%s\n",
-            ep, world, experts / ep, local, world, D,
-            tp > 1 ? "; with --tp inside EP (and ZeRO-3 always) both over D" : "; ZeRO-3: both over D");
+            ep, world, experts / ep, local, world, D, tp > 1 ? "; with --tp inside EP both over D" : "");
     if (tp > 1)
       fprintf(out,
               "  --tp %d inside each EP group: the attention, the embedding and the head split over %d "
@@ -628,7 +627,7 @@ int memcalc_main(int argc, char **argv, memcalc_states_fn states, memcalc_split_
               tp, tp, dense, (double)mp.dense);
     fprintf(out, "%-8s %14s %14s %14s   (GB per rank)\n", "stage", "dense states", "expert states", "total");
     for (int st = s0; st <= s1; st++) {
-      int nd = tp == 1 && st <= 2 ? world : D; /* the dense part's group: two groups, or D (ZeRO-3, --tp) */
+      int nd = tp == 1 ? world : D; /* the dense part's group: two groups, or D with --tp inside EP */
       mem_formula_t fd = ours ? states(st, dense, nd, wdt) : formula_zero_k(st, dense, nd, wbytes, gbytes, k);
       double xe = (double)mp.expert / ep;
       mem_formula_t fx = ours && xe == (double)(int64_t)xe ? states(st, xe, D, wdt)

@@ -179,9 +179,12 @@ typedef struct unit_layout {
   int64_t held_off, held_numel;
   void *params;               /* (held_numel) */
   /* Two data-parallel groups (strategy_t.two_groups, chapter 12): a second own piece, of the unit's
-   * experts, with its own arrays (the first is then a piece of the dense prefix). own2_numel 0: none. */
+   * experts, with its own arrays (the first is then a piece of the dense prefix). own2_numel 0: none.
+   * ZeRO-3 there holds two ranges of working params too: held2 (held2_numel 0: none). */
   int64_t own2_off, own2_numel;
   float *w2, *m2, *v2;
+  int64_t held2_off, held2_numel;
+  void *params2;
 } unit_layout_t;
 
 /* Own piece k (0, 1) of a layout: its unit-local range and its fp32 weights and states. */
@@ -189,6 +192,11 @@ typedef struct unit_piece { int64_t off, numel; float *w, *m, *v; } unit_piece_t
 static inline unit_piece_t unit_layout_piece(const unit_layout_t *l, int k) {
   return k == 0 ? (unit_piece_t){l->own_off, l->own_numel, l->w, l->m, l->v}
                 : (unit_piece_t){l->own2_off, l->own2_numel, l->w2, l->m2, l->v2};
+}
+/* Held range k (0, 1) of a layout: unit-local [*off, *off + *numel) at the returned params. */
+static inline void *unit_layout_held(const unit_layout_t *l, int k, int64_t *off, int64_t *numel) {
+  *off = k == 0 ? l->held_off : l->held2_off, *numel = k == 0 ? l->held_numel : l->held2_numel;
+  return k == 0 ? l->params : l->params2;
 }
 /* Both own pieces' elements. */
 static inline int64_t unit_layout_own(const unit_layout_t *l) { return l->own_numel + l->own2_numel; }

@@ -664,6 +664,29 @@ Test(ch12_moe_long, ep_pp_dp_eight_ranks) {
   zl_out_free(&one);
 }
 
+/* The two groups with --accum 2 (moe_model.c's no_sync: one reduction per unit and step, from the full
+ * gradient) under ZeRO-1/2/3, EP 2 x D 2: against 1 rank --accum 8 (rank (d, q)'s micro-batch k is 1
+ * rank's 4k + 2d + q) within MOE_TOL, and the bytes each rank sends = the formula (ZeRO-3: 2M gathers
+ * and one reduce-scatter per step, M = 2). */
+Test(ch12_moe_long, two_groups_accum_every_zero) {
+  zl_out_t one = MOE_LAUNCH16(1, "moel", "tgaone", "--moe 4 --topk 2 --accum 8");
+  for (int z = 1; z <= 3; z++) {
+    char args[96], name[32], what[96];
+    snprintf(args, sizeof args, "--moe 4 --topk 2 --ep 2 --accum 2 --zero %d", z);
+    snprintf(name, sizeof name, "tga%d", z);
+    zl_out_t r = MOE_LAUNCH16(4, "moel", name, args);
+    snprintf(what, sizeof what, "EP 2 x D 2 --accum 2 --zero %d (two groups) against 1 rank --accum 8", z);
+    zl_expect_close_norm(what, r.params, one.params, one.n, MOE_TOL);
+    const char *c = zl_json_find(r.json, "comm");
+    double got = zl_json_num(c, "bytes_per_step_per_rank");
+    double f = zl_json_num(c, "formula_bytes_per_step_per_rank");
+    cr_assert(got == f && f > 0, "%s: %.1f bytes per rank and step, formula %.1f", what, got, f);
+    expect_states_by_kind(what, r.json);
+    zl_out_free(&r);
+  }
+  zl_out_free(&one);
+}
+
 Test(ch12_moe_long, ep_half_precision_recompute) {
   const char *prec[2] = {"bf16", "fp16"};
   for (int p = 0; p < 2; p++) {
