@@ -281,6 +281,7 @@ static void offload_teardown(trainer_t *t) {
 static void offload_formula(const trainer_t *t, formula_t *f) {
   double wb = (double)dtype_size(t->wdt);
   formula_stage(f, 2, (double)t->model.numel, t->world, t->wdt, train_opt_states(t->cfg));
+  zero_accum_traffic(t, 2, f); /* --accum K: a reduce-scatter per micro-batch, as ZeRO-2 */
   f->host = f->master + f->optim;
   f->master = f->optim = 0;
   char dev[40];

@@ -14,6 +14,7 @@
 #include "zero.h"            // shard_plan, zero_* declarations
 #include "ddp.h"             // ddp_strategy (zero_strategy_for --zero 0)
 #include <stdlib.h>          // free
+#include <stdio.h>           // snprintf
 #include <string.h>          // memcpy
 #include "check.h"  // die, xmalloc
 #include "comm.h"   // comm_all_gather_async, comm_wait
@@ -53,7 +54,7 @@ static void *own_params(trainer_t *t, const unit_t *un, int rank, int params_ful
 }
 
 int zero_optimizer_step(trainer_t *t, comm_t *shard, const void *grad_shard, int params_full) {
-  if (t->dense_comm) return zero_two_optimizer_step(t, grad_shard, params_full); /* 12's two groups: zero_groups.c */
+  if (t->dense_comm) return zero_two_optimizer_step(t, grad_shard, params_full); /* 12: zero_groups.c */
   // BEGIN EXERCISE zero_optimizer_step notes/03-zero1.md
   // HINT: each rank updates only the piece it owns, but the gradient norm (clipping) must be that of the
   // HINT: whole model: the ranks' pieces are disjoint, so their squared sums add.
@@ -128,6 +129,22 @@ void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_
       .held_numel = params_full ? un->padded : un->piece,
       .params = tensor_at(&t->params, params_full ? un->off : un->shard_off),
   };
+}
+
+void zero_accum_traffic(const trainer_t *t, int stage, formula_t *f) {
+  int K = t->n_micro;
+  if (t->no_sync || K <= 1 || stage < 2) return;
+  /* ZeRO-2: K reduce-scatters, one all-gather; ZeRO-3: per micro-batch two gathers and a reduce-scatter */
+  f->comm_bytes *= stage == 2 ? (K + 1) / 2.0 : (double)K;
+  if (stage == 2) {
+    snprintf(f->comm_text, sizeof f->comm_text, "(K+1)(N-1)/N x psi x %d B, K = %d", (int)dtype_size(t->wdt),
+             K % 10000);
+    return;
+  }
+  f->comm_inter_bytes *= K; /* hpZ's, stated: its collectives repeat per micro-batch too */
+  char one[sizeof f->comm_text];
+  snprintf(one, sizeof one, "%s", f->comm_text); /* the micro-batch's (ZeRO-3's, hpZ's, ZeRO++'s) */
+  snprintf(f->comm_text, sizeof f->comm_text, "K=%d x %.55s", K % 100, one);
 }
 
 const strategy_t *zero_strategy_for(int zero, const char *ddp_variant) {

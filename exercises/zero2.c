@@ -236,6 +236,7 @@ static void zero2_formula(const trainer_t *t, formula_t *f) {
   }
   double psi = (double)t->model.numel;
   formula_stage(f, 2, psi, t->world, t->wdt, train_opt_states(t->cfg));
+  zero_accum_traffic(t, 2, f); /* --accum K: a reduce-scatter per micro-batch */
   if (t->no_sync) {
     f->grads += psi * (double)dtype_size(t->wdt);
     snprintf(f->mem_text, sizeof f->mem_text, "%s, + bΨ of full grads through the step",

@@ -286,6 +286,7 @@ static void zero3_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 3, psi, t->world, t->wdt, train_opt_states(t->cfg));
   if (t->cfg->hpz) hpz_formula(t, f); /* + the secondary copy; the backward's gather inside the node */
   if (t->cfg->qwz || t->cfg->qgz) zeropp_formula(t, f); /* int8 gathers, int4 grads (qwz.c, qgz.c) */
+  zero_accum_traffic(t, 3, f); /* --accum K: every micro-batch gathers and reduce-scatters */
   if (t->no_sync) {
     f->grads += psi * b;
     f->comm_bytes = (2.0 * t->n_micro + 1) * (t->world - 1) / (double)t->world * psi * b;

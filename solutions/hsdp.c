@@ -102,11 +102,12 @@ static void hsdp_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 3, psi, g, t->wdt, train_opt_states(t->cfg));
   f->comm_inter_set = 1;
   f->comm_inter_bytes = 2.0 * (K - 1) / K * psi / g * b;
-  f->comm_bytes = 3.0 * (g - 1) / g * psi * b + f->comm_inter_bytes;
+  int M = t->no_sync ? 1 : t->n_micro; /* --accum M: every micro-batch gathers and reduce-scatters in the node */
+  f->comm_bytes = 3.0 * M * (g - 1) / g * psi * b + f->comm_inter_bytes;
   snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node",
            formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
-  snprintf(f->comm_text, sizeof f->comm_text, "3(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B", (int)b,
-           (int)b);
+  snprintf(f->comm_text, sizeof f->comm_text, "%s(g-1)/g x psi x %d B + 2(K-1)/K x psi/g x %d B",
+           M > 1 ? "3M" : "3", (int)b, (int)b);
   snprintf(f->comm_inter_text, sizeof f->comm_inter_text, "2(K-1)/K x psi/g x %d B, K = %d nodes", (int)b, K);
 }
 

@@ -63,6 +63,11 @@ void zero_init_params(trainer_t *t, comm_t *shard, int params_full);
  * the piece (ZeRO-3). */
 void zero_unit_layout(trainer_t *t, comm_t *shard, int u, int params_full, unit_layout_t *out);
 
+/* --accum K without no_sync: ZeRO-2 reduce-scatters every micro-batch's gradient ((K+1)(N−1)/N·Ψ·b per
+ * step with the one all-gather), ZeRO-3 also gathers every unit twice per micro-batch (3K(N−1)/N·Ψ·b):
+ * f->comm_bytes of one micro-batch's formula scaled to that (stage 1, K = 1 or no_sync: unchanged). */
+void zero_accum_traffic(const trainer_t *t, int stage, formula_t *f);
+
 /* ---- two data-parallel groups (chapter 12's --ep; solutions/zero_groups.c) ---------------------
  * With t->dense_comm (strategy_t.two_groups) each unit's dense prefix is sharded over every rank and its
  * experts over t->comm's D: rank r owns comm.h's chunk r of N of the prefix and chunk dp of D of the
