@@ -102,7 +102,7 @@ static void hsdp_formula(const trainer_t *t, formula_t *f) {
   formula_stage(f, 3, psi, g, t->wdt, train_opt_states(t->cfg));
   f->comm_inter_set = 1;
   f->comm_inter_bytes = 2.0 * (K - 1) / K * psi / g * b;
-  int M = t->no_sync ? 1 : t->n_micro; /* --accum M: every micro-batch gathers and reduce-scatters in the node */
+  int M = t->no_sync ? 1 : t->n_micro; /* --accum M: each micro-batch gathers and reduce-scatters (node) */
   f->comm_bytes = 3.0 * M * (g - 1) / g * psi * b + f->comm_inter_bytes;
   snprintf(f->mem_text, sizeof f->mem_text, "%s with N = g = %d ranks per node",
            formula_text(3, t->wdt, train_opt_states(t->cfg)), g);
