@@ -48,6 +48,7 @@ typedef struct bench {
   void *buf;       /* (max bytes) on dev: the all-reduce's buffer */
   void *orig;      /* (max bytes) host: this rank's input */
   void *host;      /* (max bytes) host: results to check */
+  struct pattern { int q, m; } pat; /* the inputs' periods over ranks and elements (exact_pattern, below) */
 } bench_t;
 
 typedef struct row {
@@ -65,24 +66,24 @@ typedef struct row {
  * sum, in any order, is an integer no larger than the total (Σ_r a(r))·m — exact when that total is
  * representable: fp32 (2^24) always here; bf16 (8 bits: integers to 256) only with q and m chosen
  * small enough (exact_pattern). The expected sum of element i is (Σ_r a(r))·c(i). */
-static int g_q = 1 << 30, g_m = 7; /* q: ranks' pattern period; m: elements' */
-static float input(int r, int64_t i) { return (float)((r % g_q + 1) * (int)(i % g_m + 1)); }
-static double rank_factor_sum(int N) {
+typedef struct pattern pattern_t; /* q: ranks' pattern period; m: elements' (bench_t.pat) */
+static float input(pattern_t p, int r, int64_t i) { return (float)((r % p.q + 1) * (int)(i % p.m + 1)); }
+static double rank_factor_sum(pattern_t p, int N) {
   double s = 0;
-  for (int r = 0; r < N; r++) s += r % g_q + 1;
+  for (int r = 0; r < N; r++) s += r % p.q + 1;
   return s;
 }
 /* The largest pattern whose sums stay exact in dtype dt on N ranks: fp32 keeps (r+1)·(i mod 7 + 1);
  * bf16 (integers to 256 exact) shortens the periods until N's total fits — q = N, then 2, then 1 —
  * and returns 0 when even q = m = 1 (a total of N) does not (more than 256 ranks). */
-static int exact_pattern(int N, dtype_t dt) {
+static int exact_pattern(int N, dtype_t dt, pattern_t *p) {
   double limit = dt == DT_BF16 ? 256.0 : 16777216.0;
   const int qs[3] = {1 << 30, 2, 1};
   for (int k = 0; k < 3; k++) {
-    g_q = qs[k];
-    double s = rank_factor_sum(N);
-    for (g_m = 7; g_m >= 1; g_m--)
-      if (s * g_m <= limit) return 1;
+    p->q = qs[k];
+    double s = rank_factor_sum(*p, N);
+    for (p->m = 7; p->m >= 1; p->m--)
+      if (s * p->m <= limit) return 1;
   }
   return 0;
 }
@@ -220,7 +221,8 @@ static void measure(bench_t *b, int64_t numel, row_t *rows) {
       /* [0]: wrong elements over the ranks; then each rank's first wrong one: index + 1, got, expected */
       double *chk = xcalloc((size_t)(1 + 3 * N), sizeof *chk, "check");
       for (int64_t i = 0; i < numel; i++) {
-        double exp = rank_factor_sum(N) * (double)(i % g_m + 1), got = (double)dt_load(b->host, b->dt, i);
+        double exp = rank_factor_sum(b->pat, N) * (double)(i % b->pat.m + 1);
+        double got = (double)dt_load(b->host, b->dt, i);
         if (got != exp && chk[0]++ == 0) {
           chk[1 + 3 * b->rank] = (double)i + 1;
           chk[2 + 3 * b->rank] = got;
@@ -321,8 +323,8 @@ int main(int argc, char **argv) {
   b.buf = dev_malloc(b.dev, max_nbytes, "all-reduce buffer");
   b.orig = xmalloc(max_nbytes, "input");
   b.host = xmalloc(max_nbytes, "results");
-  if (!exact_pattern(b.N, b.dt)) b.check = 0; /* > 256 ranks in bf16: no input pattern sums exactly */
-  for (int64_t i = 0; i < max_numel; i++) dt_store(b.orig, b.dt, i, input(b.rank, i));
+  if (!exact_pattern(b.N, b.dt, &b.pat)) b.check = 0; /* > 256 ranks in bf16: no pattern sums exactly */
+  for (int64_t i = 0; i < max_numel; i++) dt_store(b.orig, b.dt, i, input(b.pat, b.rank, i));
   int N = b.N, K = b.K, g = b.g;
 
   if (b.rank == 0) {
