@@ -514,4 +514,35 @@ static inline double zl_fwd_bwd(const model_t *m, const void *params, void *grad
   free(dy[0]), free(dy[1]);
   return loss;
 }
+/* ---- emulated nodes (root: common/scripts/cluster.sh) -------------------------------------------
+ * zl_need_cluster: skips the test, with cluster.sh's reason, where nodes cannot be made (Criterion lists
+ * it as skipped). zl_own_cluster: a cluster name <pfx><n> and a /24 10.<net>.<k> of this test's own, from
+ * its pid: never the default cluster (zl) a user may have up, nor one another test or run has up (its
+ * state, namespaces or bridge exist), nor a /24 this host already routes (each suite its own net). */
+static inline void zl_need_cluster(void) {
+  char *out = NULL;
+  int rc = zl_run(0, 30, &out, "bash common/scripts/cluster.sh check");
+  if (rc != 0) {
+    char why[512];
+    snprintf(why, sizeof why, "emulated nodes cannot be made here: %s", out ? out : "");
+    free(out);
+    cr_skip_test("%s", why);
+  }
+  free(out);
+}
+static inline void zl_own_cluster(char pfx, int net, char *name, size_t nn, char *subnet, size_t ns) {
+  int id = (int)getpid();
+  for (int k = 0; k < 200; k++) {
+    snprintf(name, nn, "%c%d", pfx, (id + 7919 * k) % 10000);
+    snprintf(subnet, ns, "10.%d.%d", net, (id + k) % 250);
+    int rc = zl_run(0, 20, NULL,
+                    "sh -c '! test -e /run/zerolab-cluster/%s && ! ip link show %s-br >/dev/null 2>&1 && "
+                    "! ip netns list 2>/dev/null | grep -q \"^%s-node\" && "
+                    "! ip -4 route show to match %s.1 2>/dev/null | grep -vq \"^default\"'",
+                    name, name, name, subnet);
+    if (rc == 0) return;
+  }
+  cr_assert_fail("no free cluster name %c<n> and /24 10.%d.<k> found in 200 tries (ip netns list; ip route)",
+                 pfx, net);
+}
 #endif

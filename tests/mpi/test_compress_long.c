@@ -101,30 +101,11 @@ static double inter_formula(int r) {
   return (r % 2 ? fwd : 0) + hop2;
 }
 
-/* A cluster name and a /24 of this test's own (from its pid; 10.214.x, apart from test_nodes.c's
+/* A cluster name and a /24 of this test's own (zl_test.h: c<n>, 10.214.x, apart from test_nodes.c's
  * 10.212.x and bench_compress.py's 10.213.x), or the test skipped with cluster.sh's reason. */
 static void own_cluster(char *name, size_t nn, char *subnet, size_t ns) {
-  char *out = NULL;
-  int rc = zl_run(0, 30, &out, "bash common/scripts/cluster.sh check");
-  if (rc != 0) {
-    char why[512];
-    snprintf(why, sizeof why, "emulated nodes cannot be made here: %s", out ? out : "");
-    free(out);
-    cr_skip_test("%s", why);
-  }
-  free(out);
-  int id = (int)getpid();
-  for (int k = 0; k < 200; k++) {
-    snprintf(name, nn, "c%d", (id + 7919 * k) % 10000);
-    snprintf(subnet, ns, "10.214.%d", (id + k) % 250);
-    rc = zl_run(0, 20, NULL,
-                "sh -c '! test -e /run/zerolab-cluster/%s && ! ip link show %s-br >/dev/null 2>&1 && "
-                "! ip netns list 2>/dev/null | grep -q \"^%s-node\" && "
-                "! ip -4 route show to match %s.1 2>/dev/null | grep -vq \"^default\"'",
-                name, name, name, subnet);
-    if (rc == 0) return;
-  }
-  cr_assert_fail("no free cluster name c<n> and /24 10.214.<k> found in 200 tries");
+  zl_need_cluster();
+  zl_own_cluster('c', 214, name, nn, subnet, ns);
 }
 
 /* eth0's transmitted bytes in node i's namespace (−1 when it cannot be read). */

@@ -285,40 +285,15 @@ Test(ch09_hsdp, hpz_equals_zero3_bitwise_and_bytes, .timeout = 60) {
 /* ---- the emulated nodes (root) ------------------------------------------------------------ */
 static char g_name[8], g_subnet[32], g_env[160];
 
-/* A cluster name and a /24 of this test's own (g_name, g_subnet; ZL_CLUSTER / ZL_CLUSTER_SUBNET for
- * zlrun in g_env): never the default cluster (zl) a user may have up, nor one another test or test
- * run has up (its state, namespaces or bridge exist), nor a /24 this host already routes. Each test
- * runs in a process of its own: its pid says where to start looking. */
+/* This test's own cluster (zl_test.h's zl_own_cluster: t<n>, 10.212.<k>) and zlrun's env for it (g_env). */
 static void own_cluster_name(void) {
-  int id = (int)getpid();
-  for (int k = 0; k < 200; k++) {
-    snprintf(g_name, sizeof g_name, "t%d", (id + 7919 * k) % 10000);
-    snprintf(g_subnet, sizeof g_subnet, "10.212.%d", (id + k) % 250);
-    int rc = zl_run(0, 20, NULL,
-                    "sh -c '! test -e /run/zerolab-cluster/%s && ! ip link show %s-br >/dev/null 2>&1 && "
-                    "! ip netns list 2>/dev/null | grep -q \"^%s-node\" && "
-                    "! ip -4 route show to match %s.1 2>/dev/null | grep -vq \"^default\"'",
-                    g_name, g_name, g_name, g_subnet);
-    if (rc == 0) {
-      snprintf(g_env, sizeof g_env, "env ZL_CLUSTER=%s ZL_CLUSTER_SUBNET=%s", g_name, g_subnet);
-      return;
-    }
-  }
-  cr_assert_fail("no free cluster name t<n> and /24 10.212.<k> found in 200 tries (ip netns list; ip route)");
+  zl_own_cluster('t', 212, g_name, sizeof g_name, g_subnet, sizeof g_subnet);
+  snprintf(g_env, sizeof g_env, "env ZL_CLUSTER=%s ZL_CLUSTER_SUBNET=%s", g_name, g_subnet);
 }
 
-/* Skips the test, with cluster.sh's reason, where nodes cannot be made (Criterion lists it as
- * skipped, with the reason); else names this test's own cluster (own_cluster_name). */
+/* Skips the test where nodes cannot be made (zl_need_cluster); else names this test's own cluster. */
 static void need_cluster(void) {
-  char *out = NULL;
-  int rc = zl_run(0, 30, &out, "bash common/scripts/cluster.sh check");
-  if (rc != 0) {
-    char why[512];
-    snprintf(why, sizeof why, "emulated nodes cannot be made here: %s", out ? out : "");
-    free(out);
-    cr_skip_test("%s", why);
-  }
-  free(out);
+  zl_need_cluster();
   own_cluster_name();
 }
 static void cluster_down(void) {
