@@ -639,7 +639,7 @@ void train_parse_args(int argc, char **argv, train_cfg_t *cfg, const char *prog,
   }
   cfg->quant_block = quant_block ? quant_block : 256;
   if (cfg->qwz && (chapter_flags & TRAIN_FLAG_PIPELINE))
-    exit(args_error("--qwz", NULL, "is built for chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
+    exit(args_error("--qwz", NULL, "runs only on chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
   if (cfg->qgz && (chapter_flags & TRAIN_FLAG_PIPELINE))
     exit(args_error("--qgz", NULL, "runs only on chapter 05's ZeRO-3 (ch05_zero3), not under a pipeline"));
   if (cfg->hpz && cfg->shard_group_node) /* HSDP gathers inside the node already */
