@@ -196,12 +196,11 @@ void pp_report(trainer_t *t) {
             {"params_between_steps_bytes", vals[8], st->D > 1 && t->cfg->zero == 3},
             {"grads_peak_bytes", vals[6], st->D > 1 && t->cfg->zero >= 2},
             {"grads_between_steps_bytes", vals[7], st->D > 1 && t->cfg->zero >= 2}};
-  int n_extras = 0;
   for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
-    if (ex[i].on) trainer_report_extra(t, ex[i].key, ex[i].v), n_extras++;
-  /* pipeline 0's stages (ranks 0..P−1): bytes, or slots (v > 1); as many as the 16 extras leave room for */
-  for (int s = 0; s < st->P && s < 4 && n_extras + 2 <= 20; s++, n_extras += 2) {
-    char key[32];
+    if (ex[i].on) trainer_report_extra(t, ex[i].key, ex[i].v);
+  /* pipeline 0's stages (ranks 0..P−1), every one: bytes, or slots (v > 1) */
+  for (int s = 0; s < st->P; s++) {
+    char key[48]; /* trainer_report_extra keeps 31 characters: these are at most 29 */
     snprintf(key, sizeof key, "acts_inflight_peak_s%d", s);
     trainer_report_extra(t, key, vals[(size_t)s * COLS + 2]);
     snprintf(key, sizeof key, "acts_inflight_formula_s%d", s);
