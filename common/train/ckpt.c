@@ -263,6 +263,8 @@ void ckpt_manifest_head(const trainer_t *t, int steps_done, int opt_t, int skipp
                          .ep_tp = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1,
                          .moe = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe : 0,
                          .moe_every = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_every : 0,
+                         .moe_ffn = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_ffn : 0,
+                         .moe_shared = (c->chapter_flags & TRAIN_FLAG_MOE) ? c->moe_shared : 0,
                          .seed = c->seed,
                          .batch = c->batch,
                          .psi = md->numel,

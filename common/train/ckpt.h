@@ -64,6 +64,9 @@ typedef struct ckpt_manifest {
   int ep_tp;
   /* chapter 12: --moe E and --moe-every m of the run that saved (0: a dense model) */
   int moe, moe_every;
+  /* --expert-ffn F (0: 4C) and --shared-experts S of that run (line "moe_experts F S"; absent in older
+   * manifests: 0 0, the only shape they could hold) */
+  int moe_ffn, moe_shared;
   uint64_t seed;
   int64_t batch;
   int64_t psi;

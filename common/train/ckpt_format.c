@@ -231,6 +231,7 @@ int ckpt_manifest_read(const char *stepdir, ckpt_manifest_t *m, char *why, size_
     else if (!strcmp(key, "tp")) ok = sscanf(v, "%d %d", &m->tp, &m->tp_rank) == 2;
     else if (!strcmp(key, "ep_tp")) ok = sscanf(v, "%d", &m->ep_tp) == 1;
     else if (!strcmp(key, "moe")) ok = sscanf(v, "%d %d", &m->moe, &m->moe_every) == 2;
+    else if (!strcmp(key, "moe_experts")) ok = sscanf(v, "%d %d", &m->moe_ffn, &m->moe_shared) == 2;
     else if (!strcmp(key, "input")) ok = sscanf(v, "%d", &m->input) == 1;
     else if (!strcmp(key, "hidden")) ok = sscanf(v, "%d", &m->hidden) == 1;
     else if (!strcmp(key, "classes")) ok = sscanf(v, "%d", &m->classes) == 1;
@@ -444,6 +445,10 @@ int ckpt_match_cfg(const ckpt_manifest_t *m, const train_cfg_t *c, char *why, si
     else snprintf(run, sizeof run, "a dense model (ch12_experts resumes it)");
     DIFF("saved with %s, this run has %s", saved, run);
   }
+  if (run_moe && (m->moe_ffn != c->moe_ffn || m->moe_shared != c->moe_shared))
+    DIFF("saved with --expert-ffn %d --shared-experts %d, this run has --expert-ffn %d --shared-experts %d "
+         "(0: 4C; resume it with the saved ones)",
+         m->moe_ffn, m->moe_shared, c->moe_ffn, c->moe_shared);
   int mt = m->ep_tp > 1 ? m->ep_tp : 1, ct = (c->chapter_flags & TRAIN_FLAG_MOE) && c->tp > 1 ? c->tp : 1;
   if (m->tp > 1 && mt != ct) /* chapter 12: the local layouts differ */
     DIFF("saved with --tp %d inside each EP group of %d ranks, this run has --tp %d there (resume it with "
@@ -489,7 +494,8 @@ void ckpt_manifest_print(const ckpt_manifest_t *m) {
     printf("  tensor-parallel layout: TP rank %d of --tp %d (its slices of every split unit)\n", m->tp_rank,
            m->tp);
   if (m->moe > 0)
-    printf("  Mixture of Experts (chapter 12): --moe %d --moe-every %d\n", m->moe, m->moe_every);
+    printf("  Mixture of Experts (chapter 12): --moe %d --moe-every %d --expert-ffn %d --shared-experts %d\n",
+           m->moe, m->moe_every, m->moe_ffn, m->moe_shared);
   if (m->ep_tp > 1)
     printf("  chapter 12: that group is an EP group with --tp %d inside it (ch12_experts --ep %d --tp %d)\n",
            m->ep_tp, m->tp, m->ep_tp);
@@ -597,6 +603,7 @@ static char *manifest_text(const ckpt_manifest_t *m, size_t *out_len) {
   EMIT("tp %d %d\n", m->tp, m->tp_rank);
   if (m->ep_tp > 1) EMIT("ep_tp %d\n", m->ep_tp);
   if (m->moe > 0) EMIT("moe %d %d\n", m->moe, m->moe_every);
+  if (m->moe > 0) EMIT("moe_experts %d %d\n", m->moe_ffn, m->moe_shared);
   EMIT("input %d\nhidden %d\nclasses %d\nlayers %d\nseed %llu\nbatch %lld\n", m->input, m->hidden, m->classes,
        m->layers, (unsigned long long)m->seed, (long long)m->batch);
   EMIT("psi %lld\nunits %d\n", (long long)m->psi, m->n_units);

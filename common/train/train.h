@@ -523,7 +523,8 @@ void trainer_optimizer_update(trainer_t *t, float *w, const void *grad, float *m
  * step. */
 float trainer_finish_grads(trainer_t *t, double local_sumsq, comm_t *pieces);
 /* Add a number to the end-of-run report and the --json object (e.g. "n_buckets"); as many as a run
- * needs (the list grows), key copied (up to 31 characters). Any rank may call it; rank 0's values are used. */
+ * needs (the list grows), key copied (up to 31 characters). Any rank may call it; rank 0's values are
+ * used. */
 void trainer_report_extra(trainer_t *t, const char *key, double value);
 /* Micro-batch k of m of the current step t->step, cut into nslices equal slices (data-parallel
  * replicas), slice `slice`: b = batch/(m·nslices) samples starting at step·batch + k·(batch/m) +

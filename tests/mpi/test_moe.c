@@ -606,6 +606,11 @@ Test(ch12_moe, checkpoint_knows_its_experts) {
   snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 8 --topk 2 --resume %s", ckm);
   zl_expect_refused(1, "ch12_experts", args,
                     "saved with --moe 4 --moe-every 1, this run has --moe 8 --moe-every 1");
+  snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 4 --topk 2 --expert-ffn 64 --resume %s",
+           ckm);
+  zl_expect_refused(1, "ch12_experts", args,
+                    "saved with --expert-ffn 0 --shared-experts 0, this run has --expert-ffn 64 "
+                    "--shared-experts 0");
   snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --resume %s", ckm);
   zl_expect_refused(1, "ch02_ddp", args, "saved with --moe 4 --moe-every 1, this run has a dense model");
   snprintf(args, sizeof args, MOE_NOSTEPS " --batch 8 --steps 4 --moe 4 --topk 2 --resume %s", ckd);
