@@ -151,6 +151,10 @@ Test(common_gpu_runs, ch12_nccl_1) { gpu_vs_cpu_model("ch12_experts", 1, "nccl",
 Test(common_gpu_runs, ch12_staged_mpi_2_ep2) {
   gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2", 1e-4);
   gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --capacity-factor 1.25 --zero 3", 1e-4);
+  /* ZeRO on the two data-parallel groups (solutions/zero_groups.c): the dense chunks over both ranks,
+   * with --accum the full gradient reduce-scattered once per group (no_sync) */
+  gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --zero 1", 1e-4);
+  gpu_vs_cpu_model("ch12_experts", 2, "mpi", MOE_MODEL, "--ep 2 --zero 2 --accum 2", 1e-4);
 }
 /* EP 2 on NCCL: two ranks, two GPUs (NCCL will not put two ranks on one). The dropless counts go as
  * host control data, the rows as device all-to-alls; a host buffer handed to NCCL would stop the job
@@ -159,6 +163,7 @@ Test(common_gpu_runs, ch12_nccl_2_ep2) {
   if (device_cuda_count() < 2) cr_skip_test("EP 2 on NCCL needs 2 GPUs (%d visible)", device_cuda_count());
   gpu_vs_cpu_model("ch12_experts", 2, "nccl", MOE_MODEL, "--ep 2", 1e-4);
   gpu_vs_cpu_model("ch12_experts", 2, "nccl", MOE_MODEL, "--ep 2 --capacity-factor 1.25", 1e-4);
+  gpu_vs_cpu_model("ch12_experts", 2, "nccl", MOE_MODEL, "--ep 2 --zero 3", 1e-4); /* two groups' gathers */
 }
 /* --tp 2 inside EP 2 (solutions/ep_tp.c): the attention split, each rank routing half the tokens, the
  * all-gathers of the MoE output and of d ln2 on the device. */
