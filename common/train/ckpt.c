@@ -31,13 +31,6 @@ static unit_layout_t layout_of(trainer_t *t, int u) {
   return l;
 }
 
-/* The device array of section s (0 weights, 1 m, 2 v) of an own piece. */
-static float *section_of(const trainer_t *t, const unit_piece_t *l, int s, int u) {
-  float *p = s == 0 ? l->w : s == 1 ? l->m : l->v;
-  if (!p) die_on_rank("checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->strategy->name,
-              s == 0 ? "weights" : s == 1 ? "optimizer state m" : "optimizer state v", u);
-  return p;
-}
 
 /* Unit-local [lo, lo+n) of unit u, section sec, into host dst: the part past numel is pad (0). */
 static void read_piece(ckpt_reader_t *r, int sec, int u, int64_t lo, int64_t n, float *dst) {
@@ -110,7 +103,7 @@ static void restore_mapped(trainer_t *t, const ckpt_manifest_t *m, float *buf) {
         unit_piece_t p = unit_layout_piece(&l, k);
         if (p.numel == 0) continue;
         memcpy(buf, local + p.off, (size_t)p.numel * sizeof(float));
-        dev_upload(t->dev, section_of(t, &p, s, u), DT_F32, buf, p.numel);
+        dev_upload(t->dev, ckpt_section_of(t, &p, s, u), DT_F32, buf, p.numel);
       }
     }
   }
@@ -159,7 +152,7 @@ void ckpt_restore(trainer_t *t, const ckpt_manifest_t *m, report_step_t *losses)
       unit_piece_t p = unit_layout_piece(&l, k);
       for (int s = 0; s < m->n_sections && p.numel > 0; s++) {
         read_piece(&r, s, u, p.off, p.numel, buf);
-        dev_upload(t->dev, section_of(t, &p, s, u), DT_F32, buf, p.numel);
+        dev_upload(t->dev, ckpt_section_of(t, &p, s, u), DT_F32, buf, p.numel);
       }
     }
   }

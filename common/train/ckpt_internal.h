@@ -27,4 +27,7 @@ typedef struct ckpt_saved { int u; int64_t off, numel; float *host; } ckpt_saved
  * Collective over t->group_comm with two data-parallel groups (the dense spans); call on every rank. */
 ckpt_saved_t *ckpt_saved_pieces(trainer_t *t, int nsec, int *n);
 void ckpt_saved_free(ckpt_saved_t *p, int n);
+/* The device array of section s (0 weights, 1 m, 2 v) of an own piece; dies naming the strategy and unit
+ * when its layout keeps none. */
+float *ckpt_section_of(const trainer_t *t, const unit_piece_t *p, int s, int u);
 #endif

@@ -16,7 +16,7 @@
 #include "device.h"        // dev_memcpy
 #include <stdlib.h>        // free
 
-static float *section_of(const trainer_t *t, const unit_piece_t *p, int s, int u) {
+float *ckpt_section_of(const trainer_t *t, const unit_piece_t *p, int s, int u) {
   float *a = s == 0 ? p->w : s == 1 ? p->m : p->v;
   if (!a) die_on_rank("checkpoint: strategy %s keeps no %s for unit %d (layout hook)", t->strategy->name,
                       s == 0 ? "weights" : s == 1 ? "optimizer state m" : "optimizer state v", u);
@@ -27,7 +27,8 @@ static float *section_of(const trainer_t *t, const unit_piece_t *p, int s, int u
 static float *to_host(const trainer_t *t, const unit_piece_t *p, int u, int nsec) {
   float *h = xmalloc((size_t)(nsec * p->numel) * sizeof(float) + 4, "checkpoint piece (host)");
   for (int s = 0; s < nsec && p->numel > 0; s++)
-    dev_memcpy(DEV_CPU, h + s * p->numel, t->dev, section_of(t, p, s, u), (size_t)p->numel * sizeof(float));
+    dev_memcpy(DEV_CPU, h + s * p->numel, t->dev, ckpt_section_of(t, p, s, u),
+               (size_t)p->numel * sizeof(float));
   return h;
 }
 
